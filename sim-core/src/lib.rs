@@ -1,0 +1,2 @@
+//! parasim's engine.
+pub mod units;
