@@ -1,2 +1,8 @@
 //! parasim's engine.
-pub mod units;
+pub use units;
+pub mod collective;
+pub mod exec;
+pub mod graph;
+pub mod network;
+pub mod queue;
+pub mod stats;

@@ -7,7 +7,7 @@
 //! equal, and arithmetic that would overflow is an error instead of a wrap.
 //!
 //! ```
-//! use sim_core::units::{Bandwidth, Bytes, SimDuration};
+//! use units::{Bandwidth, Bytes, SimDuration};
 //! let link: Bandwidth = "200 Gb/s".parse().unwrap();
 //! let message: Bytes = "1 MiB".parse().unwrap();
 //! let time = link.time_to_send(message).unwrap();
@@ -406,11 +406,18 @@ impl Bandwidth {
     /// Time to push `bytes` through at this rate, rounded up to the next picosecond
     /// (the transfer is not done until its last bit is).
     pub fn time_to_send(self, bytes: Bytes) -> Result<SimDuration, UnitError> {
+        self.time_to_send_share(bytes, 1)
+    }
+
+    /// Time to push `1/parts` of `bytes` through at this rate (one chunk of a collective),
+    /// computed without rounding the chunk to whole bytes first, rounded up to the next
+    /// picosecond. `parts == 0` is treated as 1.
+    pub fn time_to_send_share(self, bytes: Bytes, parts: u64) -> Result<SimDuration, UnitError> {
         let numerator = u128::from(bytes.0) * 8 * u128::from(PS_PER_S);
-        let denominator = u128::from(self.bits_per_second);
+        let denominator = u128::from(self.bits_per_second) * u128::from(parts.max(1));
         let ps = numerator.div_ceil(denominator);
         u64::try_from(ps).map(SimDuration).map_err(|_| UnitError::OutOfRange {
-            input: format!("{bytes} at {self}"),
+            input: format!("{bytes} / {parts} at {self}"),
             quantity: "transfer time",
             reason: "longer than the largest representable duration (~213 days)",
         })

@@ -1,0 +1,239 @@
+//! The executor: runs an [`ExecGraph`] to completion on a [`Network`] and records when every
+//! op started and ended.
+//!
+//! Streams are in-order queues: an op waits for the previous op on its (rank, stream) exactly
+//! as it waits for its explicit dependencies, so "stream free" is one more dependency. When an
+//! op's last dependency finishes it starts at that instant: a compute op schedules its own end,
+//! a transfer or copy is handed to the network, and a collective op waits until every member of
+//! its group has arrived, then the network runs the collective and ends all members together.
+//! The loop pops one event per op completion (one per collective), allocates nothing, and is
+//! deterministic: same graph, same network, same timeline.
+//!
+//! ```
+//! use sim_core::exec::run;
+//! use sim_core::graph::{GraphBuilder, RankId, StreamId};
+//! use sim_core::network::AnalyticalNetwork;
+//! use sim_core::units::SimDuration;
+//! use topology::{ClusterSpec, IntraNode, LinkSpec, Topology};
+//!
+//! let link = LinkSpec::new("100 Gb/s".parse().unwrap(), "1 us".parse().unwrap());
+//! let topology = Topology::build(&ClusterSpec { nodes: 2, gpus_per_node: 1, intra_node: IntraNode::NvSwitch(link), inter_node: link }).unwrap();
+//! let mut graph = GraphBuilder::new(2);
+//! let a = graph.compute(RankId(0), StreamId(0), SimDuration::from_us(5), "work", &[]);
+//! let send = graph.transfer(RankId(0), StreamId(0), RankId(1), "125 kB".parse().unwrap(), "send", &[a]);
+//! graph.compute(RankId(1), StreamId(0), SimDuration::from_us(5), "work", &[send]);
+//! let graph = graph.build().unwrap();
+//! let timeline = run(&graph, &mut AnalyticalNetwork::new(&topology, link)).unwrap();
+//! // 5 us + (2 links x 1 us + 10 us on the wire) + 5 us.
+//! assert_eq!(timeline.makespan(), SimDuration::from_us(22));
+//! ```
+
+use units::{SimDuration, SimTime, TimeOverflow};
+
+use crate::graph::{ExecGraph, OpId, OpKind};
+use crate::network::{Completion, Event, NetContext, Network, NetworkError};
+use crate::queue::EventQueue;
+
+/// A run could not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    /// The graph has more ranks than the network has hosts.
+    #[error("the graph has {ranks} ranks but the network has only {hosts} hosts")]
+    TooFewHosts {
+        /// Ranks in the graph.
+        ranks: u32,
+        /// Hosts in the network.
+        hosts: usize,
+    },
+    /// The network model failed while moving data for an op.
+    #[error("{op}: {source}")]
+    Network {
+        /// The op (or a member of the collective) being started.
+        op: String,
+        /// What went wrong.
+        #[source]
+        source: NetworkError,
+    },
+    /// Simulated time ran past its end.
+    #[error("{op}: {source}")]
+    Time {
+        /// The op being scheduled.
+        op: String,
+        /// The overflow.
+        #[source]
+        source: TimeOverflow,
+    },
+    /// The queue ran dry with ops left (a network model that lost a completion).
+    #[error("the run stalled at {time}: {unfinished} ops never finished, first {op}")]
+    Stalled {
+        /// When the last event happened.
+        time: SimTime,
+        /// How many ops did not finish.
+        unfinished: usize,
+        /// The first of them.
+        op: String,
+    },
+}
+
+/// When every op started and ended, plus engine counters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Timeline {
+    /// Start of each op (indexed by `OpId`): when its stream and dependencies released it.
+    pub start: Vec<SimTime>,
+    /// End of each op.
+    pub end: Vec<SimTime>,
+    /// When each collective began moving data: the arrival of its last member.
+    pub collective_begin: Vec<SimTime>,
+    /// Events popped from the queue.
+    pub events: u64,
+}
+
+impl Timeline {
+    /// Time from zero to the end of the last op.
+    pub fn makespan(&self) -> SimDuration {
+        self.end.iter().max().copied().unwrap_or(SimTime::ZERO).since_start()
+    }
+}
+
+/// Runs `graph` to completion on `network`.
+pub fn run<N: Network>(graph: &ExecGraph, network: &mut N) -> Result<Timeline, ExecError> {
+    Executor::new(graph).run(network)
+}
+
+/// Mutable state of one run; the graph is only read.
+struct Executor<'g, E> {
+    graph: &'g ExecGraph,
+    queue: EventQueue<Event<E>>,
+    /// Dependencies (including the stream predecessor) not yet finished, per op.
+    waiting_on: Vec<u32>,
+    /// Members that have arrived, per collective.
+    arrived: Vec<u32>,
+    timeline: Timeline,
+    finished: usize,
+}
+
+impl<'g, E: Copy + std::fmt::Debug> Executor<'g, E> {
+    fn new(graph: &'g ExecGraph) -> Self {
+        let op_count = graph.op_count();
+        let waiting_on = (0..op_count as u32)
+            .map(OpId)
+            .map(|op| graph.deps(op).len() as u32 + u32::from(graph.previous_in_stream(op).is_some()))
+            .collect();
+        let queue_capacity = (graph.ranks() as usize * graph.streams_per_rank() as usize).max(16);
+        Executor {
+            graph,
+            queue: EventQueue::with_capacity(queue_capacity),
+            waiting_on,
+            arrived: vec![0; graph.collectives().len()],
+            timeline: Timeline {
+                start: vec![SimTime::ZERO; op_count],
+                end: vec![SimTime::ZERO; op_count],
+                collective_begin: vec![SimTime::ZERO; graph.collectives().len()],
+                events: 0,
+            },
+            finished: 0,
+        }
+    }
+
+    fn run<N: Network<Event = E>>(mut self, network: &mut N) -> Result<Timeline, ExecError> {
+        if self.graph.ranks() as usize > network.host_count() {
+            return Err(ExecError::TooFewHosts { ranks: self.graph.ranks(), hosts: network.host_count() });
+        }
+        for op in (0..self.graph.op_count() as u32).map(OpId) {
+            if self.waiting_on[op.0 as usize] == 0 {
+                self.start(op, network)?;
+            }
+        }
+        while let Some((_, event)) = self.queue.pop() {
+            self.timeline.events += 1;
+            match event {
+                Event::Done(Completion::Op(op)) => self.finish(op, network)?,
+                Event::Done(Completion::Collective(collective)) => {
+                    for &member in self.graph.members(collective) {
+                        self.finish(member, network)?;
+                    }
+                }
+                Event::Network(event) => {
+                    let mut context = NetContext { queue: &mut self.queue };
+                    network
+                        .handle(&mut context, event)
+                        .map_err(|source| ExecError::Network { op: "network event".into(), source })?;
+                }
+            }
+        }
+        if self.finished < self.graph.op_count() {
+            let first = self.timeline.end.iter().zip(&self.waiting_on).position(|(_, &w)| w > 0).unwrap_or(0);
+            return Err(ExecError::Stalled {
+                time: self.queue.now(),
+                unfinished: self.graph.op_count() - self.finished,
+                op: self.graph.describe(OpId(first as u32)),
+            });
+        }
+        Ok(self.timeline)
+    }
+
+    /// Records `op` done and starts every op that was waiting only for it.
+    fn finish<N: Network<Event = E>>(&mut self, op: OpId, network: &mut N) -> Result<(), ExecError> {
+        self.timeline.end[op.0 as usize] = self.queue.now();
+        self.finished += 1;
+        let graph = self.graph;
+        for &next in graph.dependents(op).iter().chain(graph.next_in_stream(op).as_ref()) {
+            let waiting = &mut self.waiting_on[next.0 as usize];
+            *waiting -= 1;
+            if *waiting == 0 {
+                self.start(next, network)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn start<N: Network<Event = E>>(&mut self, op: OpId, network: &mut N) -> Result<(), ExecError> {
+        let now = self.queue.now();
+        self.timeline.start[op.0 as usize] = now;
+        let graph = self.graph;
+        let spec = graph.op(op);
+        let network_error = |source| ExecError::Network { op: graph.describe(op), source };
+        match spec.kind {
+            OpKind::Compute { duration } => self
+                .queue
+                .schedule_after(duration, Event::Done(Completion::Op(op)))
+                .map(|_| ())
+                .map_err(|source| ExecError::Time { op: graph.describe(op), source }),
+            OpKind::Transfer { dst, bytes } => network
+                .start_transfer(
+                    &mut NetContext { queue: &mut self.queue },
+                    Completion::Op(op),
+                    spec.rank,
+                    dst,
+                    bytes,
+                )
+                .map_err(network_error),
+            OpKind::Memcpy { direction, bytes } => network
+                .start_memcpy(
+                    &mut NetContext { queue: &mut self.queue },
+                    Completion::Op(op),
+                    spec.rank,
+                    direction,
+                    bytes,
+                )
+                .map_err(network_error),
+            OpKind::Collective(collective) => {
+                let arrived = &mut self.arrived[collective.0 as usize];
+                *arrived += 1;
+                if *arrived as usize != graph.members(collective).len() {
+                    return Ok(());
+                }
+                self.timeline.collective_begin[collective.0 as usize] = now;
+                let collective_spec = graph.collective(collective);
+                network
+                    .start_collective(
+                        &mut NetContext { queue: &mut self.queue },
+                        Completion::Collective(collective),
+                        collective_spec,
+                        graph.group(collective_spec.group),
+                    )
+                    .map_err(network_error)
+            }
+        }
+    }
+}

@@ -1,0 +1,817 @@
+//! The execution-graph IR: what every rank does, on which stream, after what.
+//!
+//! Workload lowering, trace import and the engine all meet here, so a parallel strategy and a
+//! replayed trace are simulated by the same code. An [`ExecGraph`] is a list of [`Op`]s:
+//!
+//! - [`OpKind::Compute`]: a kernel (or fused group of kernels) of known duration;
+//! - [`OpKind::Transfer`]: a point-to-point message from the op's rank to another rank;
+//! - [`OpKind::Collective`]: this rank's part in a collective (allreduce, ...). Every member of
+//!   the collective's group has exactly one op for it; the collective begins when the last
+//!   member reaches it (a rendezvous, as NCCL's kernels do) and ends for all members together;
+//! - [`OpKind::Memcpy`]: a host <-> device copy.
+//!
+//! Ops on the same (rank, stream) run in the order they were added, like CUDA streams; an op
+//! starts when its stream predecessor and all its dependencies are done. [`GraphBuilder::build`]
+//! validates the whole graph: a dependency on a missing op, a rank, group or collective out of
+//! range, a malformed collective and a dependency cycle (including deadlocks through collective
+//! rendezvous: rank 0 doing A then B while rank 1 does B then A) are errors naming the op.
+//!
+//! ```
+//! use sim_core::graph::{GraphBuilder, RankId, StreamId};
+//! use sim_core::units::SimDuration;
+//! let mut graph = GraphBuilder::new(2);
+//! let forward = graph.compute(RankId(0), StreamId(0), SimDuration::from_us(10), "forward", &[]);
+//! let send = graph.transfer(RankId(0), StreamId(1), RankId(1), "1 MiB".parse().unwrap(), "activations", &[forward]);
+//! graph.compute(RankId(1), StreamId(0), SimDuration::from_us(10), "forward", &[send]);
+//! let graph = graph.build().unwrap();
+//! assert_eq!(graph.op_count(), 3);
+//! ```
+
+use std::collections::HashMap;
+use std::fmt;
+
+use units::{Bytes, SimDuration};
+
+/// A rank: one device (GPU) of the simulated job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RankId(pub u32);
+
+/// A stream of one rank (compute, communication, copy...), numbered from 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StreamId(pub u16);
+
+/// An op, numbered densely in insertion order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct OpId(pub u32);
+
+/// A group of ranks that take part in collectives together (a communicator).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct GroupId(pub u32);
+
+/// One collective operation instance, shared by the ops of all its members.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CollectiveId(pub u32);
+
+/// An interned op name (layer and phase, kernel name...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LabelId(pub u32);
+
+impl fmt::Display for RankId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "rank {}", self.0)
+    }
+}
+
+impl fmt::Display for OpId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "op {}", self.0)
+    }
+}
+
+/// What a collective computes. `Bytes` in [`Collective`] always means the size of the full
+/// buffer, as nccl-tests' "size" column does: the input of an allreduce, the (gathered) output
+/// of an allgather, the (unscattered) input of a reduce-scatter, one rank's whole send buffer
+/// of an all-to-all, the message of a broadcast or reduce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CollectiveKind {
+    /// Every rank ends with the elementwise sum of all ranks' buffers.
+    AllReduce,
+    /// Every rank ends with its 1/p share of the sum.
+    ReduceScatter,
+    /// Every rank ends with the concatenation of all ranks' shares.
+    AllGather,
+    /// Every rank sends a distinct 1/p of its buffer to each rank.
+    AllToAll,
+    /// The root's buffer is copied to every rank.
+    Broadcast {
+        /// Position of the root in the group's rank list.
+        root: u32,
+    },
+    /// The sum of all buffers ends at the root.
+    Reduce {
+        /// Position of the root in the group's rank list.
+        root: u32,
+    },
+}
+
+impl CollectiveKind {
+    /// The name used in reports and traces (`allreduce`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            CollectiveKind::AllReduce => "allreduce",
+            CollectiveKind::ReduceScatter => "reduce-scatter",
+            CollectiveKind::AllGather => "allgather",
+            CollectiveKind::AllToAll => "all-to-all",
+            CollectiveKind::Broadcast { .. } => "broadcast",
+            CollectiveKind::Reduce { .. } => "reduce",
+        }
+    }
+}
+
+/// How a collective is carried out on the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CollectiveAlgorithm {
+    /// Let the network model pick (ring for allreduce, reduce-scatter and allgather; binomial
+    /// tree for broadcast and reduce; pairwise exchange for all-to-all).
+    Auto,
+    /// A ring through the group in list order (reduce-scatter then allgather for allreduce).
+    Ring,
+    /// A binomial tree rooted at the root (broadcast, reduce).
+    BinomialTree,
+    /// p-1 rounds; in round k rank i sends to rank i+k (all-to-all).
+    Pairwise,
+}
+
+impl CollectiveAlgorithm {
+    /// The name used in scenario files and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            CollectiveAlgorithm::Auto => "auto",
+            CollectiveAlgorithm::Ring => "ring",
+            CollectiveAlgorithm::BinomialTree => "binomial-tree",
+            CollectiveAlgorithm::Pairwise => "pairwise",
+        }
+    }
+
+    /// The concrete algorithm used for `kind`: resolves `Auto`, and returns `None` when the
+    /// algorithm cannot perform that kind.
+    pub fn resolve(self, kind: CollectiveKind) -> Option<CollectiveAlgorithm> {
+        use CollectiveAlgorithm::*;
+        use CollectiveKind::*;
+        match (self, kind) {
+            (Auto, AllReduce | ReduceScatter | AllGather) => Some(Ring),
+            (Auto, Broadcast { .. } | Reduce { .. }) => Some(BinomialTree),
+            (Auto, AllToAll) => Some(Pairwise),
+            (Ring, AllReduce | ReduceScatter | AllGather) => Some(Ring),
+            (BinomialTree, Broadcast { .. } | Reduce { .. }) => Some(BinomialTree),
+            (Pairwise, AllToAll) => Some(Pairwise),
+            _ => None,
+        }
+    }
+}
+
+/// One collective operation: what, among whom, how big, how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Collective {
+    /// What it computes.
+    pub kind: CollectiveKind,
+    /// Who takes part.
+    pub group: GroupId,
+    /// Size of the full buffer (see [`CollectiveKind`]).
+    pub bytes: Bytes,
+    /// How it is carried out.
+    pub algorithm: CollectiveAlgorithm,
+}
+
+/// Direction of a host <-> device copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MemcpyDirection {
+    /// Host memory to the device.
+    HostToDevice,
+    /// Device memory to the host.
+    DeviceToHost,
+}
+
+/// What an op does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OpKind {
+    /// Busy the stream for `duration`.
+    Compute {
+        /// How long the kernel runs.
+        duration: SimDuration,
+    },
+    /// Send `bytes` from the op's rank to `dst`; done when the last byte has arrived.
+    Transfer {
+        /// The receiving rank.
+        dst: RankId,
+        /// Message size.
+        bytes: Bytes,
+    },
+    /// This rank's part in a collective.
+    Collective(CollectiveId),
+    /// Copy `bytes` between the rank's device and its host.
+    Memcpy {
+        /// Which way.
+        direction: MemcpyDirection,
+        /// How much.
+        bytes: Bytes,
+    },
+}
+
+impl OpKind {
+    /// True for ops that move data (transfers, collectives, copies) rather than compute.
+    pub fn is_communication(&self) -> bool {
+        !matches!(self, OpKind::Compute { .. })
+    }
+}
+
+/// One operation on one (rank, stream).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Op {
+    /// What it does.
+    pub kind: OpKind,
+    /// The rank that issues it.
+    pub rank: RankId,
+    /// The stream it occupies.
+    pub stream: StreamId,
+    /// Its name.
+    pub label: LabelId,
+}
+
+/// A graph that is not well formed; every variant names the op (or group, or collective) at
+/// fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GraphError {
+    /// An op depends on an op that does not exist.
+    #[error("{op} ({label:?}) depends on op {dependency}, but the graph has only {op_count} ops")]
+    MissingDependency {
+        /// The op with the bad dependency.
+        op: OpId,
+        /// Its label.
+        label: String,
+        /// The id it names.
+        dependency: u32,
+        /// How many ops exist.
+        op_count: usize,
+    },
+    /// An op names a rank past the end.
+    #[error("{op} ({label:?}) is on or sends to {rank}, but the graph has only {ranks} ranks")]
+    RankOutOfRange {
+        /// The op.
+        op: OpId,
+        /// Its label.
+        label: String,
+        /// The rank it names.
+        rank: RankId,
+        /// How many ranks exist.
+        ranks: u32,
+    },
+    /// A transfer from a rank to itself.
+    #[error("{op} ({label:?}) sends from {rank} to itself")]
+    SelfTransfer {
+        /// The op.
+        op: OpId,
+        /// Its label.
+        label: String,
+        /// The rank.
+        rank: RankId,
+    },
+    /// An op names a collective that does not exist.
+    #[error(
+        "{op} ({label:?}) takes part in collective {collective}, but the graph has only {count} collectives"
+    )]
+    CollectiveOutOfRange {
+        /// The op.
+        op: OpId,
+        /// Its label.
+        label: String,
+        /// The collective id it names.
+        collective: u32,
+        /// How many exist.
+        count: usize,
+    },
+    /// A group or collective is malformed (unknown group, empty group, a rank twice, a rank
+    /// past the end, a root outside the group, an algorithm that cannot do the kind).
+    #[error("{what}: {reason}")]
+    BadCollective {
+        /// Which group or collective.
+        what: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The members' ops of a collective do not match its group.
+    #[error("collective {collective} ({kind}, group {group}): {reason}")]
+    Membership {
+        /// The collective.
+        collective: u32,
+        /// Its kind.
+        kind: &'static str,
+        /// Its group.
+        group: u32,
+        /// What is wrong, naming the op or rank.
+        reason: String,
+    },
+    /// The graph can never finish: the listed ops wait on each other.
+    #[error("dependency cycle (deadlock): {cycle}")]
+    Cycle {
+        /// The ops on the cycle, in order, each with label, rank and stream.
+        cycle: String,
+    },
+}
+
+/// Accumulates ops, groups and collectives; [`GraphBuilder::build`] validates them into an
+/// [`ExecGraph`].
+#[derive(Debug, Clone, Default)]
+pub struct GraphBuilder {
+    ranks: u32,
+    ops: Vec<Op>,
+    dep_offsets: Vec<u32>,
+    deps: Vec<OpId>,
+    groups: Vec<Vec<RankId>>,
+    collectives: Vec<Collective>,
+    labels: Vec<String>,
+    label_ids: HashMap<String, LabelId>,
+}
+
+impl GraphBuilder {
+    /// An empty graph over `ranks` ranks.
+    pub fn new(ranks: u32) -> Self {
+        GraphBuilder { ranks, dep_offsets: vec![0], ..Default::default() }
+    }
+
+    /// Number of ranks.
+    pub fn ranks(&self) -> u32 {
+        self.ranks
+    }
+
+    /// Number of ops added so far; the next op gets this id.
+    pub fn op_count(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Interns `name` and returns its id (the same name always gets the same id).
+    pub fn label(&mut self, name: &str) -> LabelId {
+        if let Some(&id) = self.label_ids.get(name) {
+            return id;
+        }
+        let id = LabelId(self.labels.len() as u32);
+        self.labels.push(name.to_string());
+        self.label_ids.insert(name.to_string(), id);
+        id
+    }
+
+    /// Adds a communicator over `ranks` (in ring order) and returns its id.
+    pub fn add_group(&mut self, ranks: Vec<RankId>) -> GroupId {
+        self.groups.push(ranks);
+        GroupId(self.groups.len() as u32 - 1)
+    }
+
+    /// Adds a collective instance; each member then adds its op with [`GraphBuilder::collective`].
+    pub fn add_collective(&mut self, collective: Collective) -> CollectiveId {
+        self.collectives.push(collective);
+        CollectiveId(self.collectives.len() as u32 - 1)
+    }
+
+    /// Adds `op`, which starts only after every op in `deps` is done (and after the previous op
+    /// on its stream), and returns its id. Dependencies may name ops added later; `build`
+    /// checks that they exist.
+    pub fn add_op(&mut self, op: Op, deps: &[OpId]) -> OpId {
+        self.ops.push(op);
+        self.deps.extend_from_slice(deps);
+        self.dep_offsets.push(self.deps.len() as u32);
+        OpId(self.ops.len() as u32 - 1)
+    }
+
+    /// Adds a compute op of known duration.
+    pub fn compute(
+        &mut self,
+        rank: RankId,
+        stream: StreamId,
+        duration: SimDuration,
+        label: &str,
+        deps: &[OpId],
+    ) -> OpId {
+        let label = self.label(label);
+        self.add_op(Op { kind: OpKind::Compute { duration }, rank, stream, label }, deps)
+    }
+
+    /// Adds a point-to-point transfer of `bytes` from `rank` to `dst`, issued on `rank`'s `stream`.
+    pub fn transfer(
+        &mut self,
+        rank: RankId,
+        stream: StreamId,
+        dst: RankId,
+        bytes: Bytes,
+        label: &str,
+        deps: &[OpId],
+    ) -> OpId {
+        let label = self.label(label);
+        self.add_op(Op { kind: OpKind::Transfer { dst, bytes }, rank, stream, label }, deps)
+    }
+
+    /// Adds `rank`'s part in `collective`.
+    pub fn collective(
+        &mut self,
+        rank: RankId,
+        stream: StreamId,
+        collective: CollectiveId,
+        label: &str,
+        deps: &[OpId],
+    ) -> OpId {
+        let label = self.label(label);
+        self.add_op(Op { kind: OpKind::Collective(collective), rank, stream, label }, deps)
+    }
+
+    /// Adds a host <-> device copy.
+    pub fn memcpy(
+        &mut self,
+        rank: RankId,
+        stream: StreamId,
+        direction: MemcpyDirection,
+        bytes: Bytes,
+        label: &str,
+        deps: &[OpId],
+    ) -> OpId {
+        let label = self.label(label);
+        self.add_op(Op { kind: OpKind::Memcpy { direction, bytes }, rank, stream, label }, deps)
+    }
+
+    /// Validates the graph and builds the indexes the executor needs.
+    pub fn build(self) -> Result<ExecGraph, GraphError> {
+        let op_count = self.ops.len();
+        if op_count >= u32::MAX as usize {
+            return Err(GraphError::BadCollective {
+                what: "graph".into(),
+                reason: format!("{op_count} ops is more than parasim can number"),
+            });
+        }
+        let describe = |id: usize| self.labels[self.ops[id].label.0 as usize].clone();
+        self.check_groups_and_collectives()?;
+
+        // Ops: ranks, collectives, dependencies.
+        for (index, op) in self.ops.iter().enumerate() {
+            let id = OpId(index as u32);
+            let mut ranks = vec![op.rank];
+            match op.kind {
+                OpKind::Transfer { dst, .. } => {
+                    if dst == op.rank {
+                        return Err(GraphError::SelfTransfer { op: id, label: describe(index), rank: dst });
+                    }
+                    ranks.push(dst);
+                }
+                OpKind::Collective(collective) if collective.0 as usize >= self.collectives.len() => {
+                    return Err(GraphError::CollectiveOutOfRange {
+                        op: id,
+                        label: describe(index),
+                        collective: collective.0,
+                        count: self.collectives.len(),
+                    });
+                }
+                _ => {}
+            }
+            if let Some(&rank) = ranks.iter().find(|rank| rank.0 >= self.ranks) {
+                return Err(GraphError::RankOutOfRange {
+                    op: id,
+                    label: describe(index),
+                    rank,
+                    ranks: self.ranks,
+                });
+            }
+            let deps = &self.deps[self.dep_offsets[index] as usize..self.dep_offsets[index + 1] as usize];
+            if let Some(dep) = deps.iter().find(|dep| dep.0 as usize >= op_count) {
+                return Err(GraphError::MissingDependency {
+                    op: id,
+                    label: describe(index),
+                    dependency: dep.0,
+                    op_count,
+                });
+            }
+        }
+
+        // Collective members: one op per group rank, no op from outside the group.
+        let mut member_count = vec![0u32; self.collectives.len()];
+        for op in &self.ops {
+            if let OpKind::Collective(c) = op.kind {
+                member_count[c.0 as usize] += 1;
+            }
+        }
+        let member_offsets = prefix_sums(&member_count);
+        let mut members = vec![OpId(0); *member_offsets.last().unwrap_or(&0) as usize];
+        let mut fill = member_offsets.clone();
+        for (index, op) in self.ops.iter().enumerate() {
+            if let OpKind::Collective(c) = op.kind {
+                members[fill[c.0 as usize] as usize] = OpId(index as u32);
+                fill[c.0 as usize] += 1;
+            }
+        }
+        self.check_membership(&member_offsets, &members)?;
+
+        // Stream order: each op's predecessor and successor on its (rank, stream).
+        let mut last_on_stream: HashMap<(RankId, StreamId), OpId> = HashMap::new();
+        let mut next_in_stream = vec![NO_OP; op_count];
+        let mut previous_in_stream = vec![NO_OP; op_count];
+        let mut streams_per_rank = 0u16;
+        for (index, op) in self.ops.iter().enumerate() {
+            streams_per_rank = streams_per_rank.max(op.stream.0.saturating_add(1));
+            if let Some(previous) = last_on_stream.insert((op.rank, op.stream), OpId(index as u32)) {
+                next_in_stream[previous.0 as usize] = OpId(index as u32);
+                previous_in_stream[index] = previous;
+            }
+        }
+
+        // Dependents (reverse of deps), as a compressed adjacency list.
+        let mut dependent_count = vec![0u32; op_count];
+        for dep in &self.deps {
+            dependent_count[dep.0 as usize] += 1;
+        }
+        let dependent_offsets = prefix_sums(&dependent_count);
+        let mut dependents = vec![OpId(0); self.deps.len()];
+        let mut fill = dependent_offsets.clone();
+        for index in 0..op_count {
+            for dep in &self.deps[self.dep_offsets[index] as usize..self.dep_offsets[index + 1] as usize] {
+                dependents[fill[dep.0 as usize] as usize] = OpId(index as u32);
+                fill[dep.0 as usize] += 1;
+            }
+        }
+
+        let graph = ExecGraph {
+            ranks: self.ranks,
+            streams_per_rank,
+            ops: self.ops,
+            dep_offsets: self.dep_offsets,
+            deps: self.deps,
+            dependent_offsets,
+            dependents,
+            next_in_stream,
+            previous_in_stream,
+            groups: self.groups,
+            collectives: self.collectives,
+            member_offsets,
+            members,
+            labels: self.labels,
+        };
+        graph.check_acyclic()?;
+        Ok(graph)
+    }
+
+    fn check_groups_and_collectives(&self) -> Result<(), GraphError> {
+        for (index, group) in self.groups.iter().enumerate() {
+            let what = || format!("group {index}");
+            if group.is_empty() {
+                return Err(GraphError::BadCollective { what: what(), reason: "has no ranks".into() });
+            }
+            if let Some(rank) = group.iter().find(|rank| rank.0 >= self.ranks) {
+                return Err(GraphError::BadCollective {
+                    what: what(),
+                    reason: format!("contains {rank}, but the graph has only {} ranks", self.ranks),
+                });
+            }
+            let mut sorted = group.clone();
+            sorted.sort_unstable();
+            if let Some(pair) = sorted.windows(2).find(|pair| pair[0] == pair[1]) {
+                return Err(GraphError::BadCollective {
+                    what: what(),
+                    reason: format!("contains {} twice", pair[0]),
+                });
+            }
+        }
+        for (index, collective) in self.collectives.iter().enumerate() {
+            let what = || format!("collective {index} ({})", collective.kind.name());
+            let group =
+                self.groups.get(collective.group.0 as usize).ok_or_else(|| GraphError::BadCollective {
+                    what: what(),
+                    reason: format!(
+                        "uses group {}, but only {} groups exist",
+                        collective.group.0,
+                        self.groups.len()
+                    ),
+                })?;
+            if let CollectiveKind::Broadcast { root } | CollectiveKind::Reduce { root } = collective.kind
+                && root as usize >= group.len()
+            {
+                return Err(GraphError::BadCollective {
+                    what: what(),
+                    reason: format!("root position {root} is outside its group of {} ranks", group.len()),
+                });
+            }
+            if collective.algorithm.resolve(collective.kind).is_none() {
+                return Err(GraphError::BadCollective {
+                    what: what(),
+                    reason: format!(
+                        "algorithm {} cannot perform {}",
+                        collective.algorithm.name(),
+                        collective.kind.name()
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn check_membership(&self, member_offsets: &[u32], members: &[OpId]) -> Result<(), GraphError> {
+        for (index, collective) in self.collectives.iter().enumerate() {
+            let group = &self.groups[collective.group.0 as usize];
+            let ops = &members[member_offsets[index] as usize..member_offsets[index + 1] as usize];
+            let error = |reason: String| GraphError::Membership {
+                collective: index as u32,
+                kind: collective.kind.name(),
+                group: collective.group.0,
+                reason,
+            };
+            let mut seen = vec![false; self.ranks as usize];
+            for &op in ops {
+                let rank = self.ops[op.0 as usize].rank;
+                let label = &self.labels[self.ops[op.0 as usize].label.0 as usize];
+                if !group.contains(&rank) {
+                    return Err(error(format!("{op} ({label:?}) is on {rank}, which is not in the group")));
+                }
+                if std::mem::replace(&mut seen[rank.0 as usize], true) {
+                    return Err(error(format!(
+                        "{rank} has more than one op for it ({op} {label:?} is the second)"
+                    )));
+                }
+            }
+            if let Some(rank) = group.iter().find(|rank| !seen[rank.0 as usize]) {
+                return Err(error(format!(
+                    "{rank} is in the group but has no op for it, so the others would wait forever"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Exclusive prefix sums with a trailing total: `[2, 0, 3]` -> `[0, 2, 2, 5]`.
+fn prefix_sums(counts: &[u32]) -> Vec<u32> {
+    let mut offsets = Vec::with_capacity(counts.len() + 1);
+    let mut total = 0u32;
+    offsets.push(0);
+    for &count in counts {
+        total += count;
+        offsets.push(total);
+    }
+    offsets
+}
+
+/// Marks "no successor" in `next_in_stream`.
+const NO_OP: OpId = OpId(u32::MAX);
+
+/// A validated execution graph with the indexes the executor walks.
+#[derive(Debug, Clone)]
+pub struct ExecGraph {
+    ranks: u32,
+    streams_per_rank: u16,
+    ops: Vec<Op>,
+    dep_offsets: Vec<u32>,
+    deps: Vec<OpId>,
+    dependent_offsets: Vec<u32>,
+    dependents: Vec<OpId>,
+    next_in_stream: Vec<OpId>,
+    previous_in_stream: Vec<OpId>,
+    groups: Vec<Vec<RankId>>,
+    collectives: Vec<Collective>,
+    member_offsets: Vec<u32>,
+    members: Vec<OpId>,
+    labels: Vec<String>,
+}
+
+impl ExecGraph {
+    /// Number of ranks.
+    pub fn ranks(&self) -> u32 {
+        self.ranks
+    }
+
+    /// One more than the highest stream id used.
+    pub fn streams_per_rank(&self) -> u16 {
+        self.streams_per_rank
+    }
+
+    /// Number of ops.
+    pub fn op_count(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// All ops, indexed by `OpId`.
+    pub fn ops(&self) -> &[Op] {
+        &self.ops
+    }
+
+    /// The op with id `id`.
+    pub fn op(&self, id: OpId) -> &Op {
+        &self.ops[id.0 as usize]
+    }
+
+    /// The name of `label`.
+    pub fn label(&self, label: LabelId) -> &str {
+        &self.labels[label.0 as usize]
+    }
+
+    /// The explicit dependencies of `op` (not counting its stream predecessor).
+    pub fn deps(&self, op: OpId) -> &[OpId] {
+        &self.deps[self.dep_offsets[op.0 as usize] as usize..self.dep_offsets[op.0 as usize + 1] as usize]
+    }
+
+    /// The ops that name `op` as a dependency.
+    pub fn dependents(&self, op: OpId) -> &[OpId] {
+        &self.dependents[self.dependent_offsets[op.0 as usize] as usize
+            ..self.dependent_offsets[op.0 as usize + 1] as usize]
+    }
+
+    /// The next op on the same (rank, stream), if any.
+    pub fn next_in_stream(&self, op: OpId) -> Option<OpId> {
+        let next = self.next_in_stream[op.0 as usize];
+        (next != NO_OP).then_some(next)
+    }
+
+    /// All collectives, indexed by `CollectiveId`.
+    pub fn collectives(&self) -> &[Collective] {
+        &self.collectives
+    }
+
+    /// The collective with id `id`.
+    pub fn collective(&self, id: CollectiveId) -> &Collective {
+        &self.collectives[id.0 as usize]
+    }
+
+    /// The ranks of `group`, in ring order.
+    pub fn group(&self, group: GroupId) -> &[RankId] {
+        &self.groups[group.0 as usize]
+    }
+
+    /// The member ops of `collective`, one per group rank.
+    pub fn members(&self, collective: CollectiveId) -> &[OpId] {
+        &self.members[self.member_offsets[collective.0 as usize] as usize
+            ..self.member_offsets[collective.0 as usize + 1] as usize]
+    }
+
+    /// "op 12 \"layer1 fwd\" (rank 0, stream 0)".
+    pub fn describe(&self, op: OpId) -> String {
+        let o = self.op(op);
+        format!("{op} {:?} ({}, stream {})", self.label(o.label), o.rank, o.stream.0)
+    }
+
+    /// The previous op on the same (rank, stream), if any.
+    pub fn previous_in_stream(&self, op: OpId) -> Option<OpId> {
+        let previous = self.previous_in_stream[op.0 as usize];
+        (previous != NO_OP).then_some(previous)
+    }
+
+    /// The node of `op` in the rendezvous graph: ops are nodes `0..n`, and all member ops of a
+    /// collective share node `n + collective` (they start together).
+    fn rendezvous_node(&self, op: OpId) -> usize {
+        match self.ops[op.0 as usize].kind {
+            OpKind::Collective(c) => self.ops.len() + c.0 as usize,
+            _ => op.0 as usize,
+        }
+    }
+
+    /// The ops that make up rendezvous node `node`.
+    fn ops_of_node(&self, node: usize) -> impl Iterator<Item = OpId> + '_ {
+        let op_count = self.ops.len();
+        let (members, single): (&[OpId], _) = if node >= op_count {
+            (self.members(CollectiveId((node - op_count) as u32)), None)
+        } else {
+            (&[], Some(OpId(node as u32)))
+        };
+        members.iter().copied().chain(single)
+    }
+
+    /// Kahn's algorithm over the rendezvous graph (edges: dependencies and stream order). Nodes
+    /// left over are on or behind a cycle; walking back through unfinished predecessors from
+    /// one of them must revisit a node, and the walk between the two visits is reported.
+    fn check_acyclic(&self) -> Result<(), GraphError> {
+        let node_count = self.ops.len() + self.collectives.len();
+        let mut indegree = vec![0u32; node_count];
+        for op in (0..self.ops.len() as u32).map(OpId) {
+            indegree[self.rendezvous_node(op)] +=
+                self.deps(op).len() as u32 + u32::from(self.previous_in_stream(op).is_some());
+        }
+        // A collective's member ops are represented by the collective's node, not their own.
+        let is_node =
+            |node: usize| node >= self.ops.len() || !matches!(self.ops[node].kind, OpKind::Collective(_));
+        let live_nodes = (0..node_count).filter(|&node| is_node(node)).count();
+        let mut ready: Vec<usize> =
+            (0..node_count).filter(|&node| is_node(node) && indegree[node] == 0).collect();
+        let mut finished = 0usize;
+        while let Some(node) = ready.pop() {
+            finished += 1;
+            for op in self.ops_of_node(node) {
+                for successor in self.dependents(op).iter().copied().chain(self.next_in_stream(op)) {
+                    let target = self.rendezvous_node(successor);
+                    indegree[target] -= 1;
+                    if indegree[target] == 0 {
+                        ready.push(target);
+                    }
+                }
+            }
+        }
+        if finished == live_nodes {
+            return Ok(());
+        }
+        let unfinished_predecessor = |node: usize| {
+            self.ops_of_node(node)
+                .flat_map(|op| self.deps(op).iter().copied().chain(self.previous_in_stream(op)))
+                .map(|op| self.rendezvous_node(op))
+                .find(|&p| indegree[p] > 0)
+        };
+        let mut position = vec![usize::MAX; node_count];
+        let mut walk = Vec::new();
+        let mut node = (0..node_count).find(|&node| indegree[node] > 0).unwrap_or(0);
+        while position[node] == usize::MAX {
+            position[node] = walk.len();
+            walk.push(node);
+            match unfinished_predecessor(node) {
+                Some(previous) => node = previous,
+                None => break,
+            }
+        }
+        let start = if position[node] == usize::MAX { 0 } else { position[node] };
+        let cycle: Vec<String> = walk[start..]
+            .iter()
+            .rev()
+            .filter_map(|&n| self.ops_of_node(n).next())
+            .map(|op| self.describe(op))
+            .collect();
+        Err(GraphError::Cycle { cycle: cycle.join(" -> ") })
+    }
+}

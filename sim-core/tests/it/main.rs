@@ -1,0 +1,37 @@
+//! sim-core integration tests: closed forms, reference simulators, stream semantics,
+//! validation errors and determinism.
+
+mod reference;
+mod semantics;
+mod validation;
+
+use sim_core::graph::{
+    Collective, CollectiveAlgorithm, CollectiveKind, ExecGraph, GraphBuilder, RankId, StreamId,
+};
+use sim_core::units::Bytes;
+use topology::{ClusterSpec, IntraNode, LinkSpec, Topology};
+
+/// `nodes` single-GPU hosts on one switch, every link `bandwidth` and `latency`.
+pub fn single_switch(nodes: u32, bandwidth: &str, latency: &str) -> (Topology, LinkSpec) {
+    let link = LinkSpec::new(bandwidth.parse().unwrap(), latency.parse().unwrap());
+    let topology = Topology::build(&ClusterSpec {
+        nodes,
+        gpus_per_node: 1,
+        intra_node: IntraNode::NvSwitch(link),
+        inter_node: link,
+    })
+    .unwrap();
+    (topology, link)
+}
+
+/// One collective of `kind` over all `ranks`, nothing else.
+pub fn lone_collective(ranks: u32, kind: CollectiveKind, bytes: Bytes) -> ExecGraph {
+    let mut graph = GraphBuilder::new(ranks);
+    let group = graph.add_group((0..ranks).map(RankId).collect());
+    let collective =
+        graph.add_collective(Collective { kind, group, bytes, algorithm: CollectiveAlgorithm::Auto });
+    for rank in 0..ranks {
+        graph.collective(RankId(rank), StreamId(0), collective, kind.name(), &[]);
+    }
+    graph.build().unwrap()
+}

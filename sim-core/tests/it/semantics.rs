@@ -1,0 +1,178 @@
+//! Stream and dependency semantics on random graphs: an op starts exactly when its last
+//! dependency and its stream predecessor are done, never earlier; ops on one stream never
+//! overlap; a collective begins when its last member arrives and ends for all together.
+
+use proptest::prelude::*;
+use sim_core::exec::{Timeline, run};
+use sim_core::graph::{
+    Collective, CollectiveAlgorithm, CollectiveKind, ExecGraph, GraphBuilder, OpId, OpKind, RankId, StreamId,
+};
+use sim_core::network::AnalyticalNetwork;
+use sim_core::units::{Bytes, SimDuration, SimTime};
+
+use crate::single_switch;
+
+#[derive(Debug, Clone)]
+enum Step {
+    Compute {
+        rank: u32,
+        stream: u16,
+        micros: u64,
+        deps: Vec<prop::sample::Index>,
+    },
+    Transfer {
+        rank: u32,
+        stream: u16,
+        to: u32,
+        kilobytes: u64,
+        deps: Vec<prop::sample::Index>,
+    },
+    /// One member op per rank, added in rank order, on `stream`.
+    AllReduce {
+        stream: u16,
+        kilobytes: u64,
+        deps: Vec<prop::sample::Index>,
+    },
+}
+
+fn step(ranks: u32) -> impl Strategy<Value = Step> {
+    let deps = || prop::collection::vec(any::<prop::sample::Index>(), 0..3);
+    prop_oneof![
+        4 => (0..ranks, 0u16..3, 0u64..50, deps()).prop_map(|(rank, stream, micros, deps)| Step::Compute { rank, stream, micros, deps }),
+        2 => (0..ranks, 0u16..3, 1..ranks.max(2), 1u64..500, deps()).prop_map(move |(rank, stream, offset, kilobytes, deps)| {
+            Step::Transfer { rank, stream, to: (rank + offset) % ranks.max(2), kilobytes, deps }
+        }),
+        1 => (0u16..3, 1u64..500, deps()).prop_map(|(stream, kilobytes, deps)| Step::AllReduce { stream, kilobytes, deps }),
+    ]
+}
+
+/// Builds the graph; dependencies only point backwards, so it is acyclic by construction
+/// except through collective rendezvous, which adding members in one global order keeps safe.
+fn build(ranks: u32, steps: &[Step]) -> ExecGraph {
+    let mut graph = GraphBuilder::new(ranks);
+    let everyone = graph.add_group((0..ranks).map(RankId).collect());
+    let pick = |graph: &GraphBuilder, deps: &[prop::sample::Index]| -> Vec<OpId> {
+        if graph.op_count() == 0 {
+            Vec::new()
+        } else {
+            deps.iter().map(|d| OpId(d.index(graph.op_count()) as u32)).collect()
+        }
+    };
+    for step in steps {
+        match step {
+            Step::Compute { rank, stream, micros, deps } => {
+                let deps = pick(&graph, deps);
+                graph.compute(
+                    RankId(*rank),
+                    StreamId(*stream),
+                    SimDuration::from_us(*micros),
+                    "compute",
+                    &deps,
+                );
+            }
+            Step::Transfer { rank, stream, to, kilobytes, deps } if ranks > 1 => {
+                let deps = pick(&graph, deps);
+                graph.transfer(
+                    RankId(*rank),
+                    StreamId(*stream),
+                    RankId(*to),
+                    Bytes(kilobytes * 1000),
+                    "send",
+                    &deps,
+                );
+            }
+            Step::Transfer { .. } => {}
+            Step::AllReduce { stream, kilobytes, deps } => {
+                let deps = pick(&graph, deps);
+                let collective = graph.add_collective(Collective {
+                    kind: CollectiveKind::AllReduce,
+                    group: everyone,
+                    bytes: Bytes(kilobytes * 1000),
+                    algorithm: CollectiveAlgorithm::Ring,
+                });
+                for rank in 0..ranks {
+                    graph.collective(RankId(rank), StreamId(*stream), collective, "allreduce", &deps);
+                }
+            }
+        }
+    }
+    graph.build().expect("graphs built this way are valid")
+}
+
+fn check(graph: &ExecGraph, timeline: &Timeline) -> Result<(), TestCaseError> {
+    for (index, op) in graph.ops().iter().enumerate() {
+        let id = OpId(index as u32);
+        let ready = graph
+            .deps(id)
+            .iter()
+            .chain(graph.previous_in_stream(id).as_ref())
+            .map(|dep| timeline.end[dep.0 as usize])
+            .max()
+            .unwrap_or(SimTime::ZERO);
+        prop_assert_eq!(
+            timeline.start[index],
+            ready,
+            "{} must start exactly when released",
+            graph.describe(id)
+        );
+        let length = timeline.end[index].saturating_since(timeline.start[index]);
+        match op.kind {
+            OpKind::Compute { duration } => prop_assert_eq!(length, duration),
+            OpKind::Collective(collective) => {
+                let members = graph.members(collective);
+                let begin = members.iter().map(|m| timeline.start[m.0 as usize]).max().unwrap();
+                prop_assert_eq!(timeline.collective_begin[collective.0 as usize], begin);
+                for member in members {
+                    prop_assert_eq!(timeline.end[member.0 as usize], timeline.end[index]);
+                }
+            }
+            _ => prop_assert!(length > SimDuration::ZERO),
+        }
+    }
+    // Ops on one (rank, stream) never overlap.
+    let mut by_stream: std::collections::BTreeMap<(RankId, StreamId), Vec<(SimTime, SimTime)>> =
+        Default::default();
+    for (index, op) in graph.ops().iter().enumerate() {
+        by_stream.entry((op.rank, op.stream)).or_default().push((timeline.start[index], timeline.end[index]));
+    }
+    for intervals in by_stream.values() {
+        for pair in intervals.windows(2) {
+            prop_assert!(pair[0].1 <= pair[1].0, "overlap on one stream: {:?}", pair);
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+    #[test]
+    fn ops_start_exactly_when_released_and_streams_never_overlap(
+        (ranks, steps) in (1u32..5).prop_flat_map(|ranks| (Just(ranks), prop::collection::vec(step(ranks), 1..60)))
+    ) {
+        let graph = build(ranks, &steps);
+        let (topology, link) = single_switch(ranks, "100 Gb/s", "1 us");
+        let timeline = run(&graph, &mut AnalyticalNetwork::new(&topology, link)).unwrap();
+        check(&graph, &timeline)?;
+        // Same graph, same network: the same timeline, event for event.
+        let again = run(&graph, &mut AnalyticalNetwork::new(&topology, link)).unwrap();
+        prop_assert_eq!(timeline, again);
+    }
+}
+
+#[test]
+fn compute_overlaps_communication_on_another_stream() {
+    let (topology, link) = single_switch(2, "100 Gb/s", "1 us");
+    let mut graph = GraphBuilder::new(2);
+    // Rank 0 sends 1.25 MB (2 us + 100 us) on stream 1 while computing 60 us on stream 0.
+    graph.transfer(RankId(0), StreamId(1), RankId(1), Bytes(1_250_000), "send", &[]);
+    graph.compute(RankId(0), StreamId(0), SimDuration::from_us(60), "compute", &[]);
+    let graph = graph.build().unwrap();
+    let timeline = run(&graph, &mut AnalyticalNetwork::new(&topology, link)).unwrap();
+    assert_eq!(timeline.end[0].since_start(), SimDuration::from_us(102));
+    assert_eq!(timeline.end[1].since_start(), SimDuration::from_us(60));
+    let split = sim_core::stats::breakdown(&graph, &timeline, SimTime::ZERO, timeline.end[0]);
+    assert_eq!(split[0].compute, SimDuration::from_us(60));
+    assert_eq!(split[0].exposed_communication, SimDuration::from_us(42));
+    assert_eq!(split[0].idle, SimDuration::ZERO);
+    assert_eq!(split[1].idle, SimDuration::from_us(102));
+}
