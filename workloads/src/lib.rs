@@ -1,1 +1,39 @@
-//! workloads
+//! parasim's workloads: what is trained, on what.
+//!
+//! - [`device`]: the device catalog (peak FLOP/s per dtype, memory and interconnect
+//!   bandwidths), from the vendors' datasheets.
+//! - [`layer`] and [`model`]: layers with shape propagation and per-sample costs (parameters,
+//!   FLOPs per pass, memory traffic, saved activations), and models as layers in execution order.
+//! - [`zoo`]: well-known models by name (`resnet50`, ...).
+//! - [`compute`]: the roofline model that turns a kernel's FLOPs and bytes into a duration.
+//!
+//! This crate is a pure library: no event loop, no file access (the built-in device catalog is
+//! compiled in).
+//!
+//! ```
+//! use workloads::{ComputeModel, DeviceCatalog, Dtype, Pass, zoo};
+//!
+//! let model = zoo::by_name("resnet50")?;
+//! assert_eq!(model.parameters(), 25_557_032);
+//!
+//! let a100 = DeviceCatalog::builtin().get("a100-sxm4-80gb")?;
+//! let compute = ComputeModel::default();
+//! let mut forward = 0.0;
+//! for layer in &model.layers {
+//!     forward += compute.layer_duration(a100, Dtype::Fp16, layer, Pass::Forward, 256)?.as_secs_f64();
+//! }
+//! // Roofline estimate of one forward pass of 256 images; a few tens of milliseconds.
+//! assert!(forward > 0.01 && forward < 0.2, "{forward} s");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod compute;
+pub mod device;
+pub mod layer;
+pub mod model;
+pub mod zoo;
+
+pub use compute::{ComputeError, ComputeModel};
+pub use device::{Device, DeviceCatalog, DeviceError, Dtype};
+pub use layer::{Layer, LayerCost, LayerError, LayerKind, OpClass, Pass, Shape, Traffic};
+pub use model::{Model, ModelBuilder, ModelError};

@@ -1,0 +1,401 @@
+//! The device catalog: peak compute rates, memory and interconnect bandwidths of accelerators,
+//! each taken from the vendor datasheet it names.
+//!
+//! The built-in catalog is `data/devices.toml`, compiled into the library; user catalogs in the
+//! same format load with [`DeviceCatalog::from_toml_str`].
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::OnceLock;
+
+use serde::{Deserialize, Serialize};
+use sim_core::units::{Bandwidth, Bytes, FlopRate};
+
+/// The built-in catalog's text, checked by a unit test.
+const BUILTIN_TOML: &str = include_str!("../../data/devices.toml");
+
+/// A numeric format that tensors are stored and multiplied in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dtype {
+    /// IEEE double precision.
+    Fp64,
+    /// IEEE single precision.
+    Fp32,
+    /// NVIDIA TensorFloat-32: FP32 storage, 10-bit mantissa inside Tensor Core multiplies.
+    Tf32,
+    /// IEEE half precision.
+    Fp16,
+    /// bfloat16.
+    Bf16,
+    /// 8-bit floating point (E4M3/E5M2).
+    Fp8,
+}
+
+impl Dtype {
+    /// Every dtype, in declaration order.
+    pub const ALL: [Dtype; 6] = [Dtype::Fp64, Dtype::Fp32, Dtype::Tf32, Dtype::Fp16, Dtype::Bf16, Dtype::Fp8];
+
+    /// The lowercase name used in files and on the command line (`"bf16"`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Dtype::Fp64 => "fp64",
+            Dtype::Fp32 => "fp32",
+            Dtype::Tf32 => "tf32",
+            Dtype::Fp16 => "fp16",
+            Dtype::Bf16 => "bf16",
+            Dtype::Fp8 => "fp8",
+        }
+    }
+
+    /// Bytes one element occupies in memory (TF32 is stored as FP32: 4).
+    pub const fn bytes(self) -> u64 {
+        match self {
+            Dtype::Fp64 => 8,
+            Dtype::Fp32 | Dtype::Tf32 => 4,
+            Dtype::Fp16 | Dtype::Bf16 => 2,
+            Dtype::Fp8 => 1,
+        }
+    }
+}
+
+impl fmt::Display for Dtype {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Dtype {
+    type Err = DeviceError;
+    /// Reads a dtype name, ignoring case (`"BF16"` is `bf16`).
+    fn from_str(input: &str) -> Result<Self, DeviceError> {
+        let text = input.trim();
+        Dtype::ALL
+            .into_iter()
+            .find(|dtype| dtype.name().eq_ignore_ascii_case(text))
+            .ok_or_else(|| DeviceError::UnknownDtype { given: input.to_string() })
+    }
+}
+
+/// What can go wrong looking up or loading devices.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeviceError {
+    /// No device of that name in the catalog.
+    #[error("unknown device {given:?}; known devices: {known}")]
+    UnknownDevice {
+        /// The name asked for.
+        given: String,
+        /// The catalog's names, comma-separated.
+        known: String,
+    },
+    /// The device has no peak rate for this dtype (e.g. BF16 on a V100).
+    #[error("device {device} has no {dtype} rate; it has: {available}")]
+    UnsupportedDtype {
+        /// The device's catalog name.
+        device: String,
+        /// The dtype asked for.
+        dtype: Dtype,
+        /// The dtypes the device does have, comma-separated.
+        available: String,
+    },
+    /// The text is not a dtype name.
+    #[error("unknown dtype {given:?}; valid dtypes: fp64, fp32, tf32, fp16, bf16, fp8")]
+    UnknownDtype {
+        /// The text as given.
+        given: String,
+    },
+    /// The catalog is not valid TOML, or a key is missing, unknown, or has a bad value.
+    #[error("cannot read the device catalog: {error}")]
+    Parse {
+        /// The TOML reader's message, with line and column.
+        error: toml::de::Error,
+    },
+    /// Two devices share a name (names compare without case).
+    #[error("device catalog lists {name:?} twice; names must be unique, ignoring case")]
+    DuplicateDevice {
+        /// The repeated name.
+        name: String,
+    },
+    /// A device entry has a value that parses but makes no sense.
+    #[error("device {device:?}: `{key}` {reason}")]
+    InvalidEntry {
+        /// The device's name as written.
+        device: String,
+        /// The offending key.
+        key: &'static str,
+        /// What is wrong and what would be valid.
+        reason: &'static str,
+    },
+}
+
+/// One accelerator model with its datasheet numbers.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Device {
+    /// Catalog key, lowercase (`"a100-sxm4-80gb"`).
+    pub name: String,
+    /// Name for reports (`"A100-SXM4-80GB"`).
+    pub display_name: String,
+    /// Dense peak compute rate per dtype (Tensor Core rates where the device has them; no
+    /// sparsity).
+    pub peak: BTreeMap<Dtype, FlopRate>,
+    /// Peak device-memory bandwidth.
+    pub memory_bandwidth: Bandwidth,
+    /// Device-memory capacity as built (a little more than a program can allocate).
+    pub memory_capacity: Bytes,
+    /// Total NVLink bandwidth per GPU, both directions added, as datasheets quote it (one
+    /// direction is half); `None` for devices without NVLink.
+    pub nvlink_bandwidth: Option<Bandwidth>,
+    /// Host link (PCIe) bandwidth per direction.
+    pub pcie_bandwidth: Bandwidth,
+    /// The datasheet the numbers come from: title and URL.
+    pub source: String,
+}
+
+impl Device {
+    /// The dense peak rate for `dtype`, or an error naming the dtypes this device has.
+    pub fn peak(&self, dtype: Dtype) -> Result<FlopRate, DeviceError> {
+        self.peak.get(&dtype).copied().ok_or_else(|| DeviceError::UnsupportedDtype {
+            device: self.name.clone(),
+            dtype,
+            available: join(self.peak.keys().map(|dtype| dtype.name())),
+        })
+    }
+}
+
+/// A device as written in a catalog file, before validation.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct DeviceSpec {
+    name: String,
+    display_name: String,
+    source: String,
+    peak: BTreeMap<Dtype, FlopRate>,
+    memory_bandwidth: Bandwidth,
+    memory_capacity: Bytes,
+    nvlink_bandwidth: Option<Bandwidth>,
+    pcie_bandwidth: Bandwidth,
+}
+
+/// A catalog file: a list of `[[device]]` tables.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CatalogFile {
+    device: Vec<DeviceSpec>,
+}
+
+impl DeviceSpec {
+    fn validate(self) -> Result<Device, DeviceError> {
+        let invalid = |key, reason| DeviceError::InvalidEntry { device: self.name.clone(), key, reason };
+        if self.name.is_empty() || self.name.chars().any(|c| c.is_whitespace() || c.is_uppercase()) {
+            return Err(invalid(
+                "name",
+                "must be non-empty, lowercase, without spaces (e.g. \"a100-sxm4-80gb\")",
+            ));
+        }
+        if self.display_name.trim().is_empty() {
+            return Err(invalid("display-name", "must not be empty"));
+        }
+        if self.source.trim().is_empty() {
+            return Err(invalid("source", "must name the datasheet the numbers come from"));
+        }
+        if self.peak.is_empty() {
+            return Err(invalid("peak", "needs at least one rate, e.g. fp32 = \"19.5 TFLOP/s\""));
+        }
+        if self.memory_capacity == Bytes::ZERO {
+            return Err(invalid("memory-capacity", "must be greater than zero"));
+        }
+        Ok(Device {
+            name: self.name,
+            display_name: self.display_name,
+            peak: self.peak,
+            memory_bandwidth: self.memory_bandwidth,
+            memory_capacity: self.memory_capacity,
+            nvlink_bandwidth: self.nvlink_bandwidth,
+            pcie_bandwidth: self.pcie_bandwidth,
+            source: self.source,
+        })
+    }
+}
+
+/// A set of devices looked up by name, in the order the catalog file lists them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceCatalog {
+    devices: Vec<Device>,
+}
+
+impl DeviceCatalog {
+    /// The catalog built into parasim (`data/devices.toml`), parsed on first use.
+    pub fn builtin() -> &'static DeviceCatalog {
+        static BUILTIN: OnceLock<DeviceCatalog> = OnceLock::new();
+        BUILTIN.get_or_init(|| {
+            DeviceCatalog::from_toml_str(BUILTIN_TOML)
+                .expect("the built-in data/devices.toml is valid (checked by a unit test)")
+        })
+    }
+
+    /// Reads a catalog in the `data/devices.toml` format and validates every entry.
+    pub fn from_toml_str(text: &str) -> Result<DeviceCatalog, DeviceError> {
+        let file: CatalogFile = toml::from_str(text).map_err(|error| DeviceError::Parse { error })?;
+        let mut devices: Vec<Device> = Vec::with_capacity(file.device.len());
+        for spec in file.device {
+            if devices.iter().any(|known| known.name.eq_ignore_ascii_case(&spec.name)) {
+                return Err(DeviceError::DuplicateDevice { name: spec.name });
+            }
+            devices.push(spec.validate()?);
+        }
+        Ok(DeviceCatalog { devices })
+    }
+
+    /// The device called `name` (case does not matter), or an error listing the known names.
+    pub fn get(&self, name: &str) -> Result<&Device, DeviceError> {
+        let wanted = name.trim();
+        self.devices
+            .iter()
+            .find(|device| device.name.eq_ignore_ascii_case(wanted))
+            .ok_or_else(|| DeviceError::UnknownDevice { given: name.to_string(), known: join(self.names()) })
+    }
+
+    /// The catalog names, in file order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.devices.iter().map(|device| device.name.as_str())
+    }
+
+    /// Every device, in file order.
+    pub fn devices(&self) -> &[Device] {
+        &self.devices
+    }
+}
+
+/// `"a, b, c"`.
+fn join<'a>(items: impl Iterator<Item = &'a str>) -> String {
+    items.collect::<Vec<_>>().join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tflops(rate: FlopRate) -> f64 {
+        rate.per_second() / 1e12
+    }
+
+    #[test]
+    fn builtin_catalog_parses_and_lists_the_datasheet_devices() {
+        let catalog = DeviceCatalog::from_toml_str(BUILTIN_TOML).expect("data/devices.toml must parse");
+        let names: Vec<&str> = catalog.names().collect();
+        assert_eq!(
+            names,
+            ["v100-sxm2-16gb", "v100-sxm2-32gb", "a100-sxm4-40gb", "a100-sxm4-80gb", "h100-sxm5-80gb"]
+        );
+        assert_eq!(&catalog, DeviceCatalog::builtin());
+        for device in catalog.devices() {
+            assert!(device.source.contains("https://"), "{} names no URL", device.name);
+            assert!(device.nvlink_bandwidth.is_some(), "{}", device.name);
+        }
+    }
+
+    #[test]
+    fn a100_80gb_has_its_datasheet_numbers() {
+        let a100 = DeviceCatalog::builtin().get("a100-sxm4-80gb").unwrap();
+        assert_eq!(a100.display_name, "A100-SXM4-80GB");
+        assert_eq!(tflops(a100.peak(Dtype::Fp64).unwrap()), 19.5);
+        assert_eq!(tflops(a100.peak(Dtype::Fp32).unwrap()), 19.5);
+        assert_eq!(tflops(a100.peak(Dtype::Tf32).unwrap()), 156.0);
+        assert_eq!(tflops(a100.peak(Dtype::Fp16).unwrap()), 312.0);
+        assert_eq!(tflops(a100.peak(Dtype::Bf16).unwrap()), 312.0);
+        assert_eq!(a100.memory_bandwidth.bytes_per_second(), 2039e9);
+        assert_eq!(a100.memory_capacity, Bytes(80 << 30));
+        assert_eq!(a100.nvlink_bandwidth.unwrap().bytes_per_second(), 600e9);
+        assert_eq!(a100.pcie_bandwidth.bytes_per_second(), 31.5e9);
+        let a100_40 = DeviceCatalog::builtin().get("a100-sxm4-40gb").unwrap();
+        assert_eq!(a100_40.memory_bandwidth.bytes_per_second(), 1555e9);
+        assert_eq!(a100_40.memory_capacity, Bytes(40 << 30));
+    }
+
+    #[test]
+    fn h100_and_v100_use_dense_rates() {
+        let catalog = DeviceCatalog::builtin();
+        let h100 = catalog.get("h100-sxm5-80gb").unwrap();
+        assert_eq!(tflops(h100.peak(Dtype::Fp16).unwrap()), 989.4);
+        assert_eq!(tflops(h100.peak(Dtype::Fp8).unwrap()), 1978.9);
+        assert_eq!(tflops(h100.peak(Dtype::Tf32).unwrap()), 494.7);
+        assert_eq!(h100.memory_bandwidth.bytes_per_second(), 3.35e12);
+        let v100 = catalog.get("v100-sxm2-16gb").unwrap();
+        assert_eq!(tflops(v100.peak(Dtype::Fp16).unwrap()), 125.0);
+        assert_eq!(v100.memory_capacity, Bytes(16 << 30));
+        assert_eq!(catalog.get("v100-sxm2-32gb").unwrap().memory_capacity, Bytes(32 << 30));
+    }
+
+    #[test]
+    fn lookup_ignores_case_and_unknown_names_list_the_known_ones() {
+        let catalog = DeviceCatalog::builtin();
+        assert_eq!(catalog.get("A100-SXM4-80GB").unwrap().name, "a100-sxm4-80gb");
+        let error = catalog.get("a100").unwrap_err().to_string();
+        assert!(error.contains("\"a100\"") && error.contains("a100-sxm4-40gb, a100-sxm4-80gb"), "{error}");
+    }
+
+    #[test]
+    fn missing_dtype_names_device_dtype_and_alternatives() {
+        let v100 = DeviceCatalog::builtin().get("v100-sxm2-32gb").unwrap();
+        let error = v100.peak(Dtype::Bf16).unwrap_err().to_string();
+        assert_eq!(error, "device v100-sxm2-32gb has no bf16 rate; it has: fp64, fp32, fp16");
+    }
+
+    #[test]
+    fn dtypes_parse_print_and_size() {
+        for dtype in Dtype::ALL {
+            assert_eq!(dtype.to_string().parse::<Dtype>().unwrap(), dtype);
+        }
+        assert_eq!("BF16".parse::<Dtype>().unwrap(), Dtype::Bf16);
+        assert_eq!(Dtype::Tf32.bytes(), 4);
+        assert_eq!(Dtype::Fp8.bytes(), 1);
+        assert_eq!(Dtype::Fp64.bytes(), 8);
+        let error = "half".parse::<Dtype>().unwrap_err().to_string();
+        assert!(error.contains("\"half\"") && error.contains("fp16"), "{error}");
+    }
+
+    const ONE_DEVICE: &str = r#"
+        [[device]]
+        name = "toy"
+        display-name = "Toy"
+        source = "made up for a test"
+        memory-bandwidth = "100 GB/s"
+        memory-capacity = "8 GiB"
+        pcie-bandwidth = "15.75 GB/s"
+        [device.peak]
+        fp32 = "10 TFLOP/s"
+    "#;
+
+    #[test]
+    fn user_catalogs_load_and_nvlink_is_optional() {
+        let catalog = DeviceCatalog::from_toml_str(ONE_DEVICE).unwrap();
+        let toy = catalog.get("TOY").unwrap();
+        assert_eq!(toy.nvlink_bandwidth, None);
+        assert_eq!(toy.memory_capacity, Bytes(8 << 30));
+    }
+
+    #[test]
+    fn bad_catalogs_say_what_is_wrong() {
+        let unknown_key = ONE_DEVICE.replace("pcie-bandwidth", "pcie-speed");
+        let error = DeviceCatalog::from_toml_str(&unknown_key).unwrap_err().to_string();
+        assert!(error.contains("pcie-speed"), "{error}");
+
+        let bad_unit = ONE_DEVICE.replace("\"100 GB/s\"", "\"100 GBps\"");
+        let error = DeviceCatalog::from_toml_str(&bad_unit).unwrap_err().to_string();
+        assert!(error.contains("GBps") && error.contains("GB/s"), "{error}");
+
+        let bad_dtype = ONE_DEVICE.replace("fp32 =", "int8 =");
+        let error = DeviceCatalog::from_toml_str(&bad_dtype).unwrap_err().to_string();
+        assert!(error.contains("int8") && error.contains("bf16"), "{error}");
+
+        let twice = format!("{ONE_DEVICE}{}", ONE_DEVICE.replace("\"toy\"", "\"TOY\""));
+        let error = DeviceCatalog::from_toml_str(&twice).unwrap_err().to_string();
+        assert!(error.contains("twice"), "{error}");
+
+        let no_peak = ONE_DEVICE.replace("fp32 = \"10 TFLOP/s\"", "");
+        let error = DeviceCatalog::from_toml_str(&no_peak).unwrap_err().to_string();
+        assert!(error.contains("`peak`") && error.contains("toy"), "{error}");
+    }
+}

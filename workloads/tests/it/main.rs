@@ -1,0 +1,58 @@
+//! Invariants of the public API across every zoo model, device and dtype.
+
+use workloads::{ComputeModel, DeviceCatalog, Pass, zoo};
+
+/// More samples never take less time, and every layer of every model has a duration on every
+/// device for every dtype the device lists.
+#[test]
+fn layer_durations_exist_and_grow_with_the_batch() {
+    let compute = ComputeModel::default();
+    for name in zoo::NAMES {
+        let model = zoo::by_name(name).unwrap();
+        for device in DeviceCatalog::builtin().devices() {
+            for &dtype in device.peak.keys() {
+                for layer in &model.layers {
+                    for pass in Pass::ALL {
+                        let small = compute.layer_duration(device, dtype, layer, pass, 1).unwrap();
+                        let large = compute.layer_duration(device, dtype, layer, pass, 128).unwrap();
+                        assert!(small <= large, "{name} {} {} {dtype} {pass:?}", layer.name, device.name);
+                        assert!(small >= compute.launch_overhead);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A newer GPU is never slower on the same kernel in the same dtype.
+#[test]
+fn h100_is_never_slower_than_a100() {
+    let catalog = DeviceCatalog::builtin();
+    let (a100, h100) = (catalog.get("a100-sxm4-80gb").unwrap(), catalog.get("h100-sxm5-80gb").unwrap());
+    let compute = ComputeModel::default();
+    let model = zoo::resnet50();
+    for &dtype in a100.peak.keys() {
+        for layer in &model.layers {
+            for pass in Pass::ALL {
+                let old = compute.layer_duration(a100, dtype, layer, pass, 64).unwrap();
+                let new = compute.layer_duration(h100, dtype, layer, pass, 64).unwrap();
+                assert!(new <= old, "{} {pass:?} {dtype}: {new} > {old}", layer.name);
+            }
+        }
+    }
+}
+
+/// Every layer's input shape is the model input's or an earlier layer's output: the flattened
+/// execution order never reads a tensor before something produced one of that shape.
+#[test]
+fn every_layer_input_was_produced_earlier() {
+    for name in zoo::NAMES {
+        let model = zoo::by_name(name).unwrap();
+        for (index, layer) in model.layers.iter().enumerate() {
+            let produced = std::iter::once(&model.input)
+                .chain(model.layers[..index].iter().map(|earlier| &earlier.output))
+                .any(|shape| *shape == layer.input);
+            assert!(produced, "{name}: {} reads {} that nothing produced", layer.name, layer.input);
+        }
+    }
+}
