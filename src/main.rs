@@ -1,1 +1,85 @@
-fn main() {}
+//! `parasim`: the command-line front end. Parses arguments, loads scenarios, calls the
+//! libraries and prints reports; no simulation logic lives here.
+
+mod report;
+mod run;
+mod scenario;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+use crate::scenario::Scenario;
+
+/// Discrete-event simulator of distributed deep-learning training on GPU clusters.
+#[derive(Debug, Parser)]
+#[command(name = "parasim", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Simulate the training iterations of one scenario and report where the time goes.
+    Run {
+        /// Scenario file (TOML). Without one, runs the built-in quickstart scenario
+        /// (scenarios/quickstart.toml).
+        scenario: Option<PathBuf>,
+        /// Print the results as JSON (deterministic: wall-clock figures go to stderr).
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match execute(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            // A closed pipe (`parasim run | head`) is not an error.
+            if error.chain().any(|cause| {
+                cause
+                    .downcast_ref::<std::io::Error>()
+                    .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+            }) {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("error: {error:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn execute(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Run { scenario, json } => {
+            let scenario = match scenario {
+                Some(path) => Scenario::load(&path)?,
+                None => {
+                    eprintln!(
+                        "no scenario given: running the built-in quickstart (scenarios/quickstart.toml)"
+                    );
+                    Scenario::parse(scenario::QUICKSTART, Path::new("scenarios/quickstart.toml"))?
+                }
+            };
+            let outcome = run::simulate(&scenario)?;
+            let mut stdout = std::io::stdout().lock();
+            if json {
+                serde_json::to_writer_pretty(&mut stdout, &outcome.summary).context("writing JSON")?;
+                writeln!(stdout).context("writing JSON")?;
+                eprintln!(
+                    "{}",
+                    report::engine_line(&outcome.summary, outcome.wall).trim_start_matches("engine").trim()
+                );
+            } else {
+                write!(stdout, "{}", report::human(&outcome.summary, outcome.wall))
+                    .context("writing the report")?;
+            }
+            Ok(())
+        }
+    }
+}

@@ -7,7 +7,9 @@
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use sim_core::exec::run;
-use sim_core::graph::{Collective, CollectiveAlgorithm, CollectiveKind, ExecGraph, GraphBuilder, OpId, RankId, StreamId};
+use sim_core::graph::{
+    Collective, CollectiveAlgorithm, CollectiveKind, ExecGraph, GraphBuilder, OpId, RankId, StreamId,
+};
 use sim_core::network::AnalyticalNetwork;
 use sim_core::units::{Bytes, SimDuration};
 use topology::{ClusterSpec, IntraNode, LinkSpec, Topology};
@@ -28,7 +30,14 @@ fn synthetic_graph() -> ExecGraph {
             let op = graph.compute(RankId(rank), StreamId(0), duration, "kernel", &deps);
             previous[rank as usize] = Some(op);
             if step % 16 == 0 {
-                graph.transfer(RankId(rank), StreamId(1), RankId((rank + 1) % RANKS), Bytes(1 << 20), "send", &[op]);
+                graph.transfer(
+                    RankId(rank),
+                    StreamId(1),
+                    RankId((rank + 1) % RANKS),
+                    Bytes(1 << 20),
+                    "send",
+                    &[op],
+                );
             }
         }
         if step % 1024 == 1023 {
@@ -51,8 +60,13 @@ fn engine(c: &mut Criterion) {
     let graph = synthetic_graph();
     let link = LinkSpec::new("200 Gb/s".parse().expect("unit"), "1 us".parse().expect("unit"));
     let nvswitch = LinkSpec::new("300 GB/s".parse().expect("unit"), "0.7 us".parse().expect("unit"));
-    let topology = Topology::build(&ClusterSpec { nodes: 8, gpus_per_node: 8, intra_node: IntraNode::NvSwitch(nvswitch), inter_node: link })
-        .expect("topology");
+    let topology = Topology::build(&ClusterSpec {
+        nodes: 8,
+        gpus_per_node: 8,
+        intra_node: IntraNode::NvSwitch(nvswitch),
+        inter_node: link,
+    })
+    .expect("topology");
     let events = run(&graph, &mut AnalyticalNetwork::new(&topology, link)).expect("run").events;
     println!("synthetic graph: {} ops, {} events per run", graph.op_count(), events);
 

@@ -194,7 +194,7 @@ impl fmt::Display for SimTime {
 impl fmt::Display for SimDuration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ps = self.0;
-        let (scale, unit) = if ps >= PS_PER_S {
+        let (scale, unit) = if ps >= PS_PER_S || ps == 0 {
             (PS_PER_S, "s")
         } else if ps >= PS_PER_MS {
             (PS_PER_MS, "ms")
@@ -218,7 +218,18 @@ fn write_scaled(f: &mut fmt::Formatter<'_>, value: f64, unit: &str) -> fmt::Resu
         let trimmed = text.trim_end_matches('0').trim_end_matches('.').len();
         text.truncate(trimmed);
     }
-    write!(f, "{text} {unit}")
+    pad(f, &format!("{text} {unit}"))
+}
+
+/// Writes `text` honouring the formatter's width and alignment (`{:>12}`), for tables; the
+/// precision, if any, was already used for the number.
+fn pad(f: &mut fmt::Formatter<'_>, text: &str) -> fmt::Result {
+    match (f.width(), f.align()) {
+        (Some(width), Some(fmt::Alignment::Right)) => write!(f, "{text:>width$}"),
+        (Some(width), Some(fmt::Alignment::Center)) => write!(f, "{text:^width$}"),
+        (Some(width), _) => write!(f, "{text:<width$}"),
+        (None, _) => f.write_str(text),
+    }
 }
 
 /// Splits `"1.5 us"` into `(1.5, "us")`.
@@ -337,12 +348,12 @@ impl fmt::Display for Bytes {
         let binary =
             [(KIB * KIB * KIB * KIB, "TiB"), (KIB * KIB * KIB, "GiB"), (KIB * KIB, "MiB"), (KIB, "KiB")];
         if let Some(&(scale, unit)) = binary.iter().find(|&&(scale, _)| n >= scale && n % scale == 0) {
-            return write!(f, "{} {unit}", n / scale);
+            return pad(f, &format!("{} {unit}", n / scale));
         }
         let decimal = [(1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB")];
         match decimal.iter().find(|&&(scale, _)| n as f64 >= scale) {
             Some(&(scale, unit)) => write_scaled(f, n as f64 / scale, unit),
-            None => write!(f, "{n} B"),
+            None => pad(f, &format!("{n} B")),
         }
     }
 }
@@ -648,6 +659,8 @@ mod tests {
         }
         assert_eq!(SimDuration::from_us(1).to_string(), "1 us");
         assert_eq!(SimDuration::from_ps(1_234_567).to_string(), "1.235 us");
+        assert_eq!(format!("[{:>9.1}]", SimDuration::from_ps(1_234_567)), "[   1.2 us]");
+        assert_eq!(format!("[{:<8}]", SimDuration::from_us(2)), "[2 us    ]");
         assert_eq!("1.5 µs".parse::<SimDuration>().unwrap(), SimDuration::from_ps(1_500_000));
     }
 

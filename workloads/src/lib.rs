@@ -28,12 +28,14 @@
 //! ```
 
 pub mod compute;
+pub mod data_parallel;
 pub mod device;
 pub mod layer;
 pub mod model;
 pub mod zoo;
 
 pub use compute::{ComputeError, ComputeModel};
+pub use data_parallel::{DataParallel, Lowered, LoweringError, Optimizer};
 pub use device::{Device, DeviceCatalog, DeviceError, Dtype};
 pub use layer::{Layer, LayerCost, LayerError, LayerKind, OpClass, Pass, Shape, Traffic};
 pub use model::{Model, ModelBuilder, ModelError};

@@ -1,6 +1,8 @@
 //! sim-core integration tests: closed forms, reference simulators, stream semantics,
 //! validation errors and determinism.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 mod reference;
 mod semantics;
 mod validation;

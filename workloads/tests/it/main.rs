@@ -1,5 +1,7 @@
 //! Invariants of the public API across every zoo model, device and dtype.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use workloads::{ComputeModel, DeviceCatalog, Pass, zoo};
 
 /// More samples never take less time, and every layer of every model has a duration on every

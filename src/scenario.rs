@@ -1,0 +1,420 @@
+//! Scenario files: the TOML a user writes, read into wire structs (serde, unknown keys
+//! rejected) and validated into a [`Scenario`] the simulation uses. Every error names the file
+//! and the key, says what was given and what would be valid.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use sim_core::graph::CollectiveAlgorithm;
+use sim_core::units::{Bandwidth, Bytes, SimDuration};
+use topology::{ClusterSpec, IntraNode, LinkSpec};
+use workloads::{ComputeModel, Device, DeviceCatalog, Dtype, Model, Optimizer, zoo};
+
+/// The example scenario the README runs, compiled in so `parasim run` works anywhere.
+pub const QUICKSTART: &str = include_str!("../scenarios/quickstart.toml");
+
+/// A scenario file could not be read or is not valid.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    /// The file could not be read.
+    #[error("cannot read scenario: {message}")]
+    Read {
+        /// What went wrong, naming the file.
+        message: String,
+    },
+    /// The file is not valid TOML.
+    #[error("{file}: {message}")]
+    Syntax {
+        /// The file.
+        file: PathBuf,
+        /// The parser's message with line and column.
+        message: String,
+    },
+    /// The TOML does not parse into the scenario format.
+    #[error("{file}: key `{key}`: {message}")]
+    Format {
+        /// The file.
+        file: PathBuf,
+        /// The key (dotted path) at fault.
+        key: String,
+        /// What is wrong, with the line and column.
+        message: String,
+    },
+    /// A value parses but is not valid.
+    #[error("{file}: key `{key}`: {message}")]
+    Invalid {
+        /// The file.
+        file: PathBuf,
+        /// The key at fault.
+        key: &'static str,
+        /// What is wrong and what would be valid.
+        message: String,
+    },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct ScenarioSpec {
+    cluster: ClusterSection,
+    workload: WorkloadSection,
+    #[serde(default)]
+    parallelism: ParallelismSection,
+    #[serde(default)]
+    simulation: SimulationSection,
+    #[serde(default)]
+    compute: ComputeModel,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct ClusterSection {
+    #[serde(default = "one")]
+    nodes: u32,
+    #[serde(default = "eight")]
+    gpus_per_node: u32,
+    device: String,
+    intra_node: Option<IntraNodeSection>,
+    host_link: Option<LinkSection>,
+    #[serde(default)]
+    network: NetworkSection,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// DGX/HGX-style servers hold 8 GPUs.
+fn eight() -> u32 {
+    8
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct IntraNodeSection {
+    #[serde(default = "nvswitch")]
+    kind: String,
+    bandwidth: Option<Bandwidth>,
+    latency: Option<SimDuration>,
+}
+
+fn nvswitch() -> String {
+    "nvswitch".into()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct LinkSection {
+    bandwidth: Option<Bandwidth>,
+    latency: Option<SimDuration>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+struct NetworkSection {
+    topology: String,
+    link_bandwidth: Bandwidth,
+    link_latency: SimDuration,
+}
+
+impl Default for NetworkSection {
+    fn default() -> Self {
+        NetworkSection {
+            topology: "switch".into(),
+            link_bandwidth: DEFAULT_NETWORK_BANDWIDTH,
+            link_latency: DEFAULT_LATENCY,
+        }
+    }
+}
+
+/// One 200 Gb/s HDR InfiniBand NIC per GPU, as in a DGX A100.
+const DEFAULT_NETWORK_BANDWIDTH: Bandwidth = match Bandwidth::from_bits_per_second(200_000_000_000) {
+    Some(bandwidth) => bandwidth,
+    None => panic!("non-zero"),
+};
+/// Per-link latency when none is given (the reference simulators' 1 us).
+const DEFAULT_LATENCY: SimDuration = SimDuration::from_us(1);
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct WorkloadSection {
+    model: String,
+    #[serde(default = "default_batch")]
+    batch_per_device: u64,
+    #[serde(default = "fp16")]
+    precision: String,
+    #[serde(default = "fp32")]
+    gradient_precision: String,
+    #[serde(default = "sgd_momentum")]
+    optimizer: String,
+}
+
+fn default_batch() -> u64 {
+    32
+}
+fn fp16() -> String {
+    "fp16".into()
+}
+fn fp32() -> String {
+    "fp32".into()
+}
+fn sgd_momentum() -> String {
+    "sgd-momentum".into()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+struct ParallelismSection {
+    data: Option<u32>,
+    bucket_size: Bytes,
+    first_bucket_size: Bytes,
+    allreduce: String,
+}
+
+impl Default for ParallelismSection {
+    fn default() -> Self {
+        ParallelismSection {
+            data: None,
+            bucket_size: Bytes(25 << 20),
+            first_bucket_size: Bytes(1 << 20),
+            allreduce: "auto".into(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+struct SimulationSection {
+    fidelity: String,
+    iterations: u32,
+}
+
+impl Default for SimulationSection {
+    fn default() -> Self {
+        SimulationSection { fidelity: "analytical".into(), iterations: 1 }
+    }
+}
+
+/// The network model used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fidelity {
+    /// Alpha-beta closed forms, no contention.
+    Analytical,
+}
+
+/// A validated scenario.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    /// Where it came from (for messages and reports).
+    pub source: String,
+    /// The cluster shape.
+    pub cluster: ClusterSpec,
+    /// Each device's link to host memory.
+    pub host_link: LinkSpec,
+    /// The device of every GPU.
+    pub device: Device,
+    /// The trained model.
+    pub model: Model,
+    /// Samples per GPU per iteration.
+    pub batch_per_device: u64,
+    /// Compute dtype.
+    pub precision: Dtype,
+    /// Dtype of the all-reduced gradients.
+    pub gradient_precision: Dtype,
+    /// Optimizer.
+    pub optimizer: Optimizer,
+    /// Data-parallel ranks.
+    pub data_parallel: u32,
+    /// DDP bucket cap.
+    pub bucket_size: Bytes,
+    /// DDP first-bucket cap.
+    pub first_bucket_size: Bytes,
+    /// Allreduce algorithm.
+    pub allreduce: CollectiveAlgorithm,
+    /// Network model.
+    pub fidelity: Fidelity,
+    /// Iterations to simulate.
+    pub iterations: u32,
+    /// Roofline parameters.
+    pub compute: ComputeModel,
+}
+
+impl Scenario {
+    /// Reads and validates the scenario file at `path`.
+    pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
+        let text = fs_err::read_to_string(path)
+            .map_err(|error| ScenarioError::Read { message: error.to_string() })?;
+        Scenario::parse(&text, path)
+    }
+
+    /// Validates scenario `text`; `file` names it in messages.
+    pub fn parse(text: &str, file: &Path) -> Result<Scenario, ScenarioError> {
+        let deserializer = toml::Deserializer::parse(text).map_err(|error| ScenarioError::Syntax {
+            file: file.to_path_buf(),
+            message: error.to_string(),
+        })?;
+        let spec: ScenarioSpec = serde_path_to_error::deserialize(deserializer).map_err(|error| {
+            let key = error.path().to_string();
+            ScenarioError::Format { file: file.to_path_buf(), key, message: error.into_inner().to_string() }
+        })?;
+        validate(spec, file)
+    }
+}
+
+fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> {
+    let invalid = |key: &'static str, message: String| ScenarioError::Invalid {
+        file: file.to_path_buf(),
+        key,
+        message,
+    };
+    let cluster = &spec.cluster;
+    for (key, value) in [("cluster.nodes", cluster.nodes), ("cluster.gpus-per-node", cluster.gpus_per_node)] {
+        if value == 0 {
+            return Err(invalid(key, "must be at least 1, got 0".into()));
+        }
+    }
+    let device = DeviceCatalog::builtin()
+        .get(&cluster.device)
+        .map_err(|error| invalid("cluster.device", error.to_string()))?
+        .clone();
+
+    let intra_node = match &cluster.intra_node {
+        None => IntraNode::NvSwitch(default_nvlink(&device)),
+        Some(section) => {
+            let default = match section.kind.as_str() {
+                "nvswitch" => default_nvlink(&device),
+                "pcie-switch" => LinkSpec::new(device.pcie_bandwidth, DEFAULT_LATENCY),
+                other => {
+                    return Err(invalid(
+                        "cluster.intra-node.kind",
+                        format!("unknown kind {other:?}; valid: \"nvswitch\", \"pcie-switch\""),
+                    ));
+                }
+            };
+            let link = LinkSpec::new(
+                section.bandwidth.unwrap_or(default.bandwidth),
+                section.latency.unwrap_or(default.latency),
+            );
+            if section.kind == "nvswitch" { IntraNode::NvSwitch(link) } else { IntraNode::PcieSwitch(link) }
+        }
+    };
+    let host_link = LinkSpec::new(
+        cluster.host_link.as_ref().and_then(|l| l.bandwidth).unwrap_or(device.pcie_bandwidth),
+        cluster.host_link.as_ref().and_then(|l| l.latency).unwrap_or(DEFAULT_LATENCY),
+    );
+    let network = &cluster.network;
+    if network.topology != "switch" {
+        return Err(invalid(
+            "cluster.network.topology",
+            format!(
+                "unknown topology {:?}; valid: \"switch\" (one non-blocking switch, one link per GPU). \
+                 Fat-tree, dragonfly and torus are planned, not yet available",
+                network.topology
+            ),
+        ));
+    }
+    let gpus = cluster.nodes.checked_mul(cluster.gpus_per_node).ok_or_else(|| {
+        invalid(
+            "cluster.nodes",
+            format!("{} nodes x {} GPUs overflows", cluster.nodes, cluster.gpus_per_node),
+        )
+    })?;
+
+    let workload = &spec.workload;
+    let model =
+        zoo::by_name(&workload.model).map_err(|error| invalid("workload.model", error.to_string()))?;
+    if workload.batch_per_device == 0 {
+        return Err(invalid("workload.batch-per-device", "must be at least 1, got 0".into()));
+    }
+    let precision: Dtype = workload
+        .precision
+        .parse()
+        .map_err(|error: workloads::DeviceError| invalid("workload.precision", error.to_string()))?;
+    device.peak(precision).map_err(|error| invalid("workload.precision", error.to_string()))?;
+    let gradient_precision: Dtype = workload
+        .gradient_precision
+        .parse()
+        .map_err(|error: workloads::DeviceError| invalid("workload.gradient-precision", error.to_string()))?;
+    let optimizer: Optimizer =
+        workload.optimizer.parse().map_err(|error| invalid("workload.optimizer", error))?;
+
+    let parallelism = &spec.parallelism;
+    let data_parallel = parallelism.data.unwrap_or(gpus);
+    if data_parallel != gpus {
+        return Err(invalid(
+            "parallelism.data",
+            format!(
+                "is {data_parallel}, but the cluster has {gpus} GPUs ({} nodes x {}); data parallelism \
+                 is the only strategy so far, so it must use every GPU",
+                cluster.nodes, cluster.gpus_per_node
+            ),
+        ));
+    }
+    if parallelism.bucket_size.0 == 0 || parallelism.first_bucket_size.0 == 0 {
+        return Err(invalid("parallelism.bucket-size", "bucket sizes must be greater than 0".into()));
+    }
+    let allreduce = match parallelism.allreduce.as_str() {
+        "auto" => CollectiveAlgorithm::Auto,
+        "ring" => CollectiveAlgorithm::Ring,
+        other => {
+            return Err(invalid(
+                "parallelism.allreduce",
+                format!("unknown algorithm {other:?}; valid: \"auto\", \"ring\""),
+            ));
+        }
+    };
+
+    let fidelity = match spec.simulation.fidelity.as_str() {
+        "analytical" => Fidelity::Analytical,
+        other @ ("flow" | "packet-steps") => {
+            return Err(invalid(
+                "simulation.fidelity",
+                format!("{other:?} is planned but not available yet; valid now: \"analytical\""),
+            ));
+        }
+        other => {
+            return Err(invalid(
+                "simulation.fidelity",
+                format!(
+                    "unknown fidelity {other:?}; valid: \"analytical\" (\"flow\" and \"packet-steps\" are planned)"
+                ),
+            ));
+        }
+    };
+    if spec.simulation.iterations == 0 {
+        return Err(invalid("simulation.iterations", "must be at least 1, got 0".into()));
+    }
+    spec.compute.validate().map_err(|error| invalid("compute", error.to_string()))?;
+
+    Ok(Scenario {
+        source: file.display().to_string(),
+        cluster: ClusterSpec {
+            nodes: cluster.nodes,
+            gpus_per_node: cluster.gpus_per_node,
+            intra_node,
+            inter_node: LinkSpec::new(network.link_bandwidth, network.link_latency),
+        },
+        host_link,
+        device,
+        model,
+        batch_per_device: workload.batch_per_device,
+        precision,
+        gradient_precision,
+        optimizer,
+        data_parallel,
+        bucket_size: parallelism.bucket_size,
+        first_bucket_size: parallelism.first_bucket_size,
+        allreduce,
+        fidelity,
+        iterations: spec.simulation.iterations,
+        compute: spec.compute,
+    })
+}
+
+/// NVSwitch default: half the datasheet's NVLink total (it adds both directions).
+fn default_nvlink(device: &Device) -> LinkSpec {
+    let per_direction = device
+        .nvlink_bandwidth
+        .and_then(|total| Bandwidth::from_bits_per_second(total.bits_per_second() / 2))
+        .unwrap_or(device.pcie_bandwidth);
+    LinkSpec::new(per_direction, DEFAULT_LATENCY)
+}

@@ -1,0 +1,175 @@
+//! End-to-end tests of the `parasim` binary: the quickstart runs, its JSON is deterministic,
+//! and bad scenarios give a clear error with exit code 2.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const QUICKSTART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/quickstart.toml");
+
+fn parasim(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_parasim")).args(args).output().expect("the parasim binary runs")
+}
+
+/// Writes `text` to a scratch scenario file named `name` and returns its path.
+fn scenario_file(name: &str, text: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    fs_err::write(&path, text).unwrap();
+    path
+}
+
+/// The quickstart with `from` replaced by `to` (which must occur).
+fn quickstart_with(from: &str, to: &str) -> String {
+    let text = fs_err::read_to_string(QUICKSTART).unwrap();
+    assert!(text.contains(from), "the quickstart no longer contains {from:?}");
+    text.replacen(from, to, 1)
+}
+
+#[test]
+fn quickstart_json_is_byte_identical_across_runs() {
+    let first = parasim(&["run", QUICKSTART, "--json"]);
+    let second = parasim(&["run", QUICKSTART, "--json"]);
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    assert!(!first.stdout.is_empty());
+    assert_eq!(first.stdout, second.stdout);
+    let json: serde_json::Value = serde_json::from_slice(&first.stdout).unwrap();
+    assert_eq!(json["cluster"]["gpus"], 64);
+    assert_eq!(json["model"]["parameters"], 25_557_032);
+    let iteration = json["iteration_time_s"].as_f64().unwrap();
+    assert!(iteration > 0.0);
+    let b = &json["breakdown"];
+    let parts = b["compute_s"].as_f64().unwrap()
+        + b["exposed_communication_s"].as_f64().unwrap()
+        + b["idle_s"].as_f64().unwrap();
+    assert!(
+        (parts - iteration).abs() <= 1e-9 * iteration.max(1.0),
+        "breakdown {parts} s vs iteration {iteration} s"
+    );
+    let throughput = json["samples_per_second"].as_f64().unwrap();
+    assert!((throughput * iteration - 64.0 * 64.0).abs() < 1e-6 * throughput);
+}
+
+#[test]
+fn the_built_in_quickstart_is_the_file_in_scenarios() {
+    let from_file = parasim(&["run", QUICKSTART, "--json"]);
+    let built_in = parasim(&["run", "--json"]);
+    assert!(built_in.status.success());
+    let mut a: serde_json::Value = serde_json::from_slice(&from_file.stdout).unwrap();
+    let mut b: serde_json::Value = serde_json::from_slice(&built_in.stdout).unwrap();
+    a["scenario"] = serde_json::Value::Null;
+    b["scenario"] = serde_json::Value::Null;
+    assert_eq!(a, b);
+}
+
+#[test]
+fn human_report_has_the_headline_numbers() {
+    let output = parasim(&["run", QUICKSTART]);
+    assert!(output.status.success());
+    let text = String::from_utf8(output.stdout).unwrap();
+    for needle in
+        ["iteration", "samples/s", "TFLOP/s per GPU", "MFU", "exposed communication", "idle", "events/s"]
+    {
+        assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+    }
+}
+
+/// Runs a bad scenario: exit code 2, no panic, and stderr names the file and every `needles`.
+fn assert_rejected(name: &str, text: &str, needles: &[&str]) {
+    let path = scenario_file(name, text);
+    let output = parasim(&["run", path.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{name}: {stderr}");
+    assert!(!stderr.contains("panicked"), "{name} panicked: {stderr}");
+    assert!(stderr.contains(name), "{name}: the error does not name the file: {stderr}");
+    for needle in needles {
+        assert!(stderr.contains(needle), "{name}: expected {needle:?} in: {stderr}");
+    }
+    assert!(output.stdout.is_empty(), "{name}: nothing may be printed on stdout");
+}
+
+#[test]
+fn an_unknown_key_is_named_with_the_valid_ones() {
+    assert_rejected(
+        "unknown-key.toml",
+        &quickstart_with("nodes = 8", "nodes = 8\nnode-count = 3"),
+        &["cluster.node-count", "line 6", "expected one of", "`nodes`"],
+    );
+}
+
+#[test]
+fn a_bad_unit_is_named_with_the_valid_units() {
+    assert_rejected(
+        "bad-unit.toml",
+        &quickstart_with("\"200 Gb/s\"", "\"200 Gbps\""),
+        &["cluster.network.link-bandwidth", "unknown unit \"Gbps\"", "Gb/s"],
+    );
+}
+
+#[test]
+fn zero_gpus_are_refused() {
+    assert_rejected(
+        "zero-nodes.toml",
+        &quickstart_with("nodes = 8", "nodes = 0"),
+        &["cluster.nodes", "at least 1"],
+    );
+    assert_rejected(
+        "zero-gpus.toml",
+        &quickstart_with("gpus-per-node = 8", "gpus-per-node = 0"),
+        &["cluster.gpus-per-node", "at least 1"],
+    );
+}
+
+#[test]
+fn an_unknown_device_lists_the_known_ones() {
+    assert_rejected(
+        "unknown-device.toml",
+        &quickstart_with("a100-sxm4-80gb", "a200"),
+        &["cluster.device", "\"a200\"", "a100-sxm4-80gb", "h100-sxm5-80gb"],
+    );
+}
+
+#[test]
+fn other_invalid_values_are_named() {
+    assert_rejected(
+        "negative.toml",
+        &quickstart_with("batch-per-device = 64", "batch-per-device = -4"),
+        &["workload.batch-per-device"],
+    );
+    assert_rejected(
+        "bad-data.toml",
+        &quickstart_with("data = 64", "data = 32"),
+        &["parallelism.data", "64 GPUs"],
+    );
+    assert_rejected(
+        "bad-model.toml",
+        &quickstart_with("resnet50", "resnet51"),
+        &["workload.model", "resnet50"],
+    );
+    assert_rejected(
+        "bad-fidelity.toml",
+        &quickstart_with("\"analytical\"", "\"exact\""),
+        &["simulation.fidelity", "analytical"],
+    );
+    assert_rejected("syntax.toml", "[cluster\nnodes = 1\n", &["line 1"]);
+}
+
+#[test]
+fn a_missing_file_is_an_error_not_a_panic() {
+    let output = parasim(&["run", "no-such-scenario.toml"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("no-such-scenario.toml"));
+}
+
+#[test]
+fn a_five_line_scenario_runs_on_defaults() {
+    let path = scenario_file(
+        "minimal.toml",
+        "[cluster]\nnodes = 2\ndevice = \"h100-sxm5-80gb\"\n[workload]\nmodel = \"resnet18\"\n",
+    );
+    let output = parasim(&["run", path.to_str().unwrap(), "--json"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    // Defaults: 8 GPUs per node behind an NVSwitch, one 200 Gb/s NIC per GPU.
+    assert_eq!(json["cluster"]["gpus"], 16);
+}

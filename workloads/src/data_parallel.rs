@@ -1,0 +1,401 @@
+//! Data-parallel lowering: a model, a device and a rank count become an execution graph, the
+//! way PyTorch DistributedDataParallel (DDP) runs an iteration.
+//!
+//! Per rank and iteration:
+//! - stream 0 (compute): every layer's forward, then in reverse order every layer's
+//!   backward-data and backward-weight kernels (the first layer has no backward-data: nothing
+//!   upstream needs its input gradient), then the optimizer step;
+//! - stream 1 (communication): one allreduce per gradient bucket, launched as soon as the
+//!   backward kernel that produces the bucket's last gradient is done, so communication overlaps
+//!   the rest of the backward pass;
+//! - the optimizer step waits for the last bucket's allreduce; the next iteration's forward
+//!   waits for the optimizer (same stream).
+//!
+//! Buckets follow DDP's rule (`torch.nn.parallel.DistributedDataParallel`, `bucket_cap_mb=25`,
+//! `_DEFAULT_FIRST_BUCKET_BYTES` = 1 MiB): parameters are taken in reverse model order (the
+//! order their gradients become ready) and a bucket is closed as soon as it holds at least the
+//! cap; the first bucket's cap is smaller so communication starts early. parasim buckets whole
+//! layers (a layer's weight and bias go to the same bucket), which moves boundaries by at most
+//! one layer.
+//!
+//! Not modelled (yet): data loading, the loss kernel, slowdown of compute kernels while NCCL
+//! kernels share the GPU, gradient scaling checks of mixed precision.
+
+use std::fmt;
+
+use sim_core::graph::{
+    Collective, CollectiveAlgorithm, CollectiveKind, ExecGraph, GraphBuilder, GraphError, OpId, RankId,
+    StreamId,
+};
+use sim_core::units::{Bytes, SimDuration};
+
+use crate::compute::{ComputeError, ComputeModel};
+use crate::device::{Device, Dtype};
+use crate::layer::{OpClass, Pass};
+use crate::model::Model;
+
+/// The stream compute kernels run on.
+pub const COMPUTE_STREAM: StreamId = StreamId(0);
+/// The stream gradient allreduces run on.
+pub const COMMUNICATION_STREAM: StreamId = StreamId(1);
+
+/// The optimizer whose step ends every iteration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Optimizer {
+    /// Plain SGD: read weight and gradient, write weight.
+    Sgd,
+    /// SGD with momentum (torchvision's ResNet recipe): also read and write the momentum.
+    SgdMomentum,
+    /// Adam / AdamW: also read and write the first and second moments.
+    Adam,
+}
+
+impl Optimizer {
+    /// Every optimizer, for error messages.
+    pub const ALL: [Optimizer; 3] = [Optimizer::Sgd, Optimizer::SgdMomentum, Optimizer::Adam];
+
+    /// The name used in scenario files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Optimizer::Sgd => "sgd",
+            Optimizer::SgdMomentum => "sgd-momentum",
+            Optimizer::Adam => "adam",
+        }
+    }
+
+    /// fp32 tensors read or written per parameter by one fused step (weight, gradient, state).
+    fn tensors_touched(self) -> u64 {
+        match self {
+            Optimizer::Sgd => 3,
+            Optimizer::SgdMomentum => 5,
+            Optimizer::Adam => 7,
+        }
+    }
+
+    /// Arithmetic per parameter of one step (a handful of multiply-adds; memory-bound anyway).
+    fn flops_per_parameter(self) -> f64 {
+        match self {
+            Optimizer::Sgd => 2.0,
+            Optimizer::SgdMomentum => 4.0,
+            Optimizer::Adam => 12.0,
+        }
+    }
+}
+
+impl fmt::Display for Optimizer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Optimizer {
+    type Err = String;
+    fn from_str(name: &str) -> Result<Self, String> {
+        Optimizer::ALL.into_iter().find(|o| o.name() == name).ok_or_else(|| {
+            let valid: Vec<&str> = Optimizer::ALL.iter().map(|o| o.name()).collect();
+            format!("unknown optimizer {name:?}; valid: {}", valid.join(", "))
+        })
+    }
+}
+
+/// Everything the data-parallel lowering needs.
+#[derive(Debug, Clone)]
+pub struct DataParallel<'a> {
+    /// What is trained.
+    pub model: &'a Model,
+    /// On what.
+    pub device: &'a Device,
+    /// How kernel times are estimated.
+    pub compute: &'a ComputeModel,
+    /// Dtype of activations and of the matrix units (fp16/bf16 = mixed precision).
+    pub precision: Dtype,
+    /// Dtype of the all-reduced gradients (fp32 under PyTorch AMP, whose parameters stay fp32).
+    pub gradient_precision: Dtype,
+    /// Samples per rank per iteration.
+    pub batch_per_device: u64,
+    /// Number of data-parallel ranks (the allreduce group, in ring order 0..ranks).
+    pub ranks: u32,
+    /// Bucket cap (DDP: 25 MiB).
+    pub bucket_cap: Bytes,
+    /// Cap of the first bucket (DDP: 1 MiB).
+    pub first_bucket_cap: Bytes,
+    /// The optimizer step at the end of the iteration.
+    pub optimizer: Optimizer,
+    /// Allreduce algorithm.
+    pub algorithm: CollectiveAlgorithm,
+    /// Iterations to chain.
+    pub iterations: u32,
+}
+
+/// The data-parallel graph could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum LoweringError {
+    /// A count that must be positive is zero.
+    #[error("{what} must be at least 1")]
+    Zero {
+        /// Which count.
+        what: &'static str,
+    },
+    /// A kernel time could not be computed.
+    #[error("layer {layer}: {source}")]
+    Compute {
+        /// The layer.
+        layer: String,
+        /// Why.
+        #[source]
+        source: ComputeError,
+    },
+    /// The graph is malformed (a bug in the lowering).
+    #[error("internal error in the data-parallel lowering: {0}")]
+    Graph(#[from] GraphError),
+}
+
+/// One gradient bucket: which layers' gradients it carries and how many bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bucket {
+    /// Indexes into the model's layers, in the order their gradients become ready.
+    pub layers: Vec<usize>,
+    /// Gradient bytes.
+    pub bytes: Bytes,
+}
+
+/// The lowered graph plus what the report needs to interpret it.
+#[derive(Debug, Clone)]
+pub struct Lowered {
+    /// The execution graph.
+    pub graph: ExecGraph,
+    /// The gradient buckets of one iteration.
+    pub buckets: Vec<Bucket>,
+    /// For each iteration, the optimizer op of every rank: the iteration is over when the
+    /// last of them ends.
+    pub iteration_ends: Vec<Vec<OpId>>,
+    /// FLOPs one rank executes per iteration (forward, backward, optimizer).
+    pub flops_per_rank_iteration: f64,
+}
+
+impl DataParallel<'_> {
+    /// Groups the layers with parameters into DDP buckets, in reverse model order.
+    pub fn buckets(&self) -> Vec<Bucket> {
+        let mut buckets = Vec::new();
+        let mut current = Bucket { layers: Vec::new(), bytes: Bytes::ZERO };
+        for (index, layer) in self.model.layers.iter().enumerate().rev() {
+            if layer.cost.params == 0 {
+                continue;
+            }
+            current.layers.push(index);
+            current.bytes.0 += layer.cost.params * self.gradient_precision.bytes();
+            let cap = if buckets.is_empty() { self.first_bucket_cap } else { self.bucket_cap };
+            if current.bytes >= cap {
+                buckets
+                    .push(std::mem::replace(&mut current, Bucket { layers: Vec::new(), bytes: Bytes::ZERO }));
+            }
+        }
+        if !current.layers.is_empty() {
+            buckets.push(current);
+        }
+        buckets
+    }
+
+    /// Builds the execution graph.
+    pub fn lower(&self) -> Result<Lowered, LoweringError> {
+        for (what, value) in [
+            ("ranks", u64::from(self.ranks)),
+            ("batch-per-device", self.batch_per_device),
+            ("iterations", u64::from(self.iterations)),
+        ] {
+            if value == 0 {
+                return Err(LoweringError::Zero { what });
+            }
+        }
+        let layers = &self.model.layers;
+        let kernel = |index: usize, pass: Pass| -> Result<Option<(SimDuration, f64)>, LoweringError> {
+            let layer = &layers[index];
+            let flops = layer.cost.flops(pass, self.batch_per_device);
+            let bytes = layer.cost.bytes(pass, self.batch_per_device, self.precision);
+            if flops == 0.0 && bytes == 0.0 {
+                return Ok(None); // a view (flatten) or a pass with nothing to do
+            }
+            let duration = self
+                .compute
+                .layer_duration(self.device, self.precision, layer, pass, self.batch_per_device)
+                .map_err(|source| LoweringError::Compute { layer: layer.name.clone(), source })?;
+            Ok(Some((duration, flops)))
+        };
+        // Kernel times are the same on every rank: compute them once.
+        let mut forward = Vec::with_capacity(layers.len());
+        let mut backward_data = Vec::with_capacity(layers.len());
+        let mut backward_weight = Vec::with_capacity(layers.len());
+        let mut flops = 0.0;
+        for index in 0..layers.len() {
+            forward.push(kernel(index, Pass::Forward)?);
+            // The input of the first layer needs no gradient.
+            backward_data.push(if index == 0 { None } else { kernel(index, Pass::BackwardData)? });
+            backward_weight.push(kernel(index, Pass::BackwardWeight)?);
+            flops += [&forward[index], &backward_data[index], &backward_weight[index]]
+                .iter()
+                .filter_map(|k| k.map(|(_, f)| f))
+                .sum::<f64>();
+        }
+        let parameters = self.model.parameters();
+        let optimizer_flops = self.optimizer.flops_per_parameter() * parameters as f64;
+        let optimizer_bytes = (self.optimizer.tensors_touched() * Dtype::Fp32.bytes() * parameters) as f64;
+        let optimizer_time = self
+            .compute
+            .duration(self.device, Dtype::Fp32, optimizer_flops, optimizer_bytes, OpClass::Elementwise)
+            .map_err(|source| LoweringError::Compute { layer: "optimizer".into(), source })?;
+        flops += optimizer_flops;
+
+        let buckets = self.buckets();
+        // Which bucket (if any) closes when layer i's gradient is ready.
+        let mut bucket_closed_by = vec![None; layers.len()];
+        for (b, bucket) in buckets.iter().enumerate() {
+            if let Some(&last) = bucket.layers.last() {
+                bucket_closed_by[last] = Some(b);
+            }
+        }
+
+        let mut graph = GraphBuilder::new(self.ranks);
+        let everyone = graph.add_group((0..self.ranks).map(RankId).collect());
+        let names: Vec<[String; 3]> = layers
+            .iter()
+            .map(|l| {
+                [
+                    format!("{} forward", l.name),
+                    format!("{} backward-data", l.name),
+                    format!("{} backward-weight", l.name),
+                ]
+            })
+            .collect();
+        let bucket_names: Vec<String> = buckets
+            .iter()
+            .enumerate()
+            .map(|(b, bucket)| format!("allreduce gradient bucket {b} ({})", bucket.bytes))
+            .collect();
+        let mut iteration_ends = Vec::with_capacity(self.iterations as usize);
+        for _ in 0..self.iterations {
+            let collectives: Vec<_> = buckets
+                .iter()
+                .map(|bucket| {
+                    graph.add_collective(Collective {
+                        kind: CollectiveKind::AllReduce,
+                        group: everyone,
+                        bytes: bucket.bytes,
+                        algorithm: self.algorithm,
+                    })
+                })
+                .collect();
+            let mut ends = Vec::with_capacity(self.ranks as usize);
+            for rank in (0..self.ranks).map(RankId) {
+                for (index, kernel) in forward.iter().enumerate() {
+                    if let Some((duration, _)) = kernel {
+                        graph.compute(rank, COMPUTE_STREAM, *duration, &names[index][0], &[]);
+                    }
+                }
+                let mut last_allreduce = None;
+                for index in (0..layers.len()).rev() {
+                    let mut gradient_ready = None;
+                    for (pass, kernel) in [(1, &backward_data[index]), (2, &backward_weight[index])] {
+                        if let Some((duration, _)) = kernel {
+                            let op = graph.compute(rank, COMPUTE_STREAM, *duration, &names[index][pass], &[]);
+                            gradient_ready = Some(op);
+                        }
+                    }
+                    if let (Some(b), Some(ready)) = (bucket_closed_by[index], gradient_ready) {
+                        let op = graph.collective(
+                            rank,
+                            COMMUNICATION_STREAM,
+                            collectives[b],
+                            &bucket_names[b],
+                            &[ready],
+                        );
+                        last_allreduce = Some(op);
+                    }
+                }
+                let deps: Vec<OpId> = last_allreduce.into_iter().collect();
+                ends.push(graph.compute(rank, COMPUTE_STREAM, optimizer_time, "optimizer step", &deps));
+            }
+            iteration_ends.push(ends);
+        }
+        Ok(Lowered { graph: graph.build()?, buckets, iteration_ends, flops_per_rank_iteration: flops })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::DeviceCatalog;
+    use crate::zoo;
+
+    fn resnet50() -> (Model, ComputeModel) {
+        (zoo::by_name("resnet50").unwrap(), ComputeModel::default())
+    }
+
+    fn spec<'a>(
+        model: &'a Model,
+        compute: &'a ComputeModel,
+        ranks: u32,
+        iterations: u32,
+    ) -> DataParallel<'a> {
+        DataParallel {
+            model,
+            device: DeviceCatalog::builtin().get("a100-sxm4-80gb").unwrap(),
+            compute,
+            precision: Dtype::Fp16,
+            gradient_precision: Dtype::Fp32,
+            batch_per_device: 64,
+            ranks,
+            bucket_cap: Bytes(25 << 20),
+            first_bucket_cap: Bytes(1 << 20),
+            optimizer: Optimizer::SgdMomentum,
+            algorithm: CollectiveAlgorithm::Auto,
+            iterations,
+        }
+    }
+
+    #[test]
+    fn buckets_hold_every_gradient_once_and_respect_the_caps() {
+        let (model, compute) = resnet50();
+        let dp = spec(&model, &compute, 4, 1);
+        let buckets = dp.buckets();
+        let total: u64 = buckets.iter().map(|b| b.bytes.0).sum();
+        assert_eq!(total, model.parameters() * 4);
+        // Every bucket but the last reached its cap; none exceeds it by more than one layer.
+        let largest_layer = model.layers.iter().map(|l| l.cost.params * 4).max().unwrap();
+        for (i, bucket) in buckets.iter().enumerate() {
+            let cap = if i == 0 { 1 << 20 } else { 25 << 20 };
+            if i + 1 < buckets.len() {
+                assert!(bucket.bytes.0 >= cap, "bucket {i} closed early");
+            }
+            assert!(bucket.bytes.0 < cap + largest_layer, "bucket {i} overfull");
+        }
+        // The first bucket starts with the classifier, the last gradient to be produced is conv1's.
+        assert_eq!(model.layers[buckets[0].layers[0]].name, "fc");
+        assert_eq!(model.layers[*buckets.last().unwrap().layers.last().unwrap()].name, "conv1");
+    }
+
+    #[test]
+    fn every_rank_gets_the_same_ops_and_one_op_per_bucket() {
+        let (model, compute) = resnet50();
+        let lowered = spec(&model, &compute, 8, 2).lower().unwrap();
+        let graph = &lowered.graph;
+        let per_rank = graph.op_count() / 8;
+        assert_eq!(graph.op_count() % 8, 0);
+        assert_eq!(graph.collectives().len(), 2 * lowered.buckets.len());
+        for rank in 0..8 {
+            let ops = graph.ops().iter().filter(|op| op.rank.0 == rank).count();
+            assert_eq!(ops, per_rank);
+        }
+        assert_eq!(lowered.iteration_ends.len(), 2);
+        assert!(lowered.flops_per_rank_iteration > 3.0 * 64.0 * 4.0e9 * 2.0 * 0.9);
+    }
+
+    #[test]
+    fn zero_sizes_are_refused() {
+        let (model, compute) = resnet50();
+        let mut dp = spec(&model, &compute, 0, 1);
+        assert!(matches!(dp.lower(), Err(LoweringError::Zero { what: "ranks" })));
+        dp.ranks = 1;
+        dp.batch_per_device = 0;
+        assert!(matches!(dp.lower(), Err(LoweringError::Zero { what: "batch-per-device" })));
+    }
+}
