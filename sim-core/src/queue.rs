@@ -21,17 +21,25 @@ use std::collections::BinaryHeap;
 
 use units::{SimDuration, SimTime, TimeOverflow};
 
-/// An event with its due time and insertion sequence number.
+/// An event with its due time and insertion sequence number. Entries compare by the single
+/// integer `time << 64 | sequence`; the halves are stored as two `u64`s so an entry stays 8-byte
+/// aligned (24 bytes with a small event instead of the 32 a `u128` field would take).
 #[derive(Debug, Clone, Copy)]
 struct Entry<E> {
-    time: SimTime,
+    time: u64,
     sequence: u64,
     event: E,
 }
 
+impl<E> Entry<E> {
+    fn key(&self) -> u128 {
+        (u128::from(self.time) << 64) | u128::from(self.sequence)
+    }
+}
+
 impl<E> PartialEq for Entry<E> {
     fn eq(&self, other: &Self) -> bool {
-        (self.time, self.sequence) == (other.time, other.sequence)
+        self.key() == other.key()
     }
 }
 impl<E> Eq for Entry<E> {}
@@ -43,7 +51,7 @@ impl<E> PartialOrd for Entry<E> {
 impl<E> Ord for Entry<E> {
     /// Reversed, so that `BinaryHeap` (a max-heap) pops the earliest `(time, sequence)` first.
     fn cmp(&self, other: &Self) -> Ordering {
-        (other.time, other.sequence).cmp(&(self.time, self.sequence))
+        other.key().cmp(&self.key())
     }
 }
 
@@ -91,7 +99,7 @@ impl<E: Copy> EventQueue<E> {
     /// scheduled in the past; past the end of representable time is an error.
     pub fn schedule_after(&mut self, delay: SimDuration, event: E) -> Result<SimTime, TimeOverflow> {
         let time = self.now.checked_add(delay)?;
-        self.heap.push(Entry { time, sequence: self.next_sequence, event });
+        self.heap.push(Entry { time: time.as_ps(), sequence: self.next_sequence, event });
         self.next_sequence += 1;
         Ok(time)
     }
@@ -99,8 +107,8 @@ impl<E: Copy> EventQueue<E> {
     /// Removes the earliest event, advances the clock to its time, and returns both.
     pub fn pop(&mut self) -> Option<(SimTime, E)> {
         let entry = self.heap.pop()?;
-        self.now = entry.time;
-        Some((entry.time, entry.event))
+        self.now = SimTime::from_ps(entry.time);
+        Some((self.now, entry.event))
     }
 }
 
