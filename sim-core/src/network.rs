@@ -8,10 +8,12 @@
 
 use std::fmt;
 
-use topology::{HostId, LinkSpec, Topology, TopologyError};
-use units::{Bytes, SimDuration, SimTime, TimeOverflow};
+use std::collections::HashMap;
 
-use crate::collective::{CollectiveError, PathCost, analytical_time};
+use topology::{HostId, LinkId, LinkSpec, Topology, TopologyError};
+use units::{Bytes, SimDuration, SimTime, TimeOverflow, UnitError};
+
+use crate::collective::{CollectiveError, PathCost, StepNetwork, analytical_time};
 use crate::graph::{Collective, CollectiveId, MemcpyDirection, OpId, RankId};
 use crate::queue::EventQueue;
 
@@ -120,51 +122,132 @@ pub trait Network {
     ) -> Result<(), NetworkError>;
 }
 
-/// The `analytical` fidelity: alpha-beta costs on topology paths, no contention.
+/// The `analytical` fidelity: alpha-beta costs on topology paths, no contention with other
+/// traffic.
 ///
-/// A message between two ranks takes the sum of the link latencies on its path plus its size
-/// over the path's bottleneck bandwidth; collectives use the closed forms of
-/// [`crate::collective`]. Rank `r` runs on host `r` of the topology.
+/// A message costs the sum of the link latencies on its path plus its size over the bandwidth
+/// it gets; collectives use the step-by-step closed forms of [`crate::collective`], in which
+/// the messages of one step share the links they cross. Rank `r` runs on host `r`. A
+/// collective's time depends only on the collective, so each distinct one is computed once.
 #[derive(Debug)]
 pub struct AnalyticalNetwork<'t> {
     topology: &'t Topology,
     host_link: LinkSpec,
-    /// Path costs from each source rank, filled the first time that rank sends.
-    costs_from: Vec<Option<Box<[PathCost]>>>,
+    /// Routes from each source rank, computed the first time that rank sends.
+    routes_from: Vec<Option<Box<[Box<[LinkId]>]>>>,
+    /// Messages of the step being timed on each link; all zero between steps.
+    link_load: Vec<u64>,
+    /// The links whose load is non-zero, to clear them after the step.
+    loaded_links: Vec<LinkId>,
+    /// Times of the collectives already seen.
+    known_collectives: HashMap<Collective, SimDuration>,
 }
 
 impl<'t> AnalyticalNetwork<'t> {
     /// An analytical model over `topology`; `host_link` is each device's link to host memory.
     pub fn new(topology: &'t Topology, host_link: LinkSpec) -> Self {
-        AnalyticalNetwork { topology, host_link, costs_from: vec![None; topology.host_count()] }
+        AnalyticalNetwork {
+            topology,
+            host_link,
+            routes_from: vec![None; topology.host_count()],
+            link_load: vec![0; topology.link_count()],
+            loaded_links: Vec::new(),
+            known_collectives: HashMap::new(),
+        }
     }
 
-    /// The uncontended latency and bottleneck bandwidth from `src` to `dst`.
-    pub fn path_cost(&mut self, src: RankId, dst: RankId) -> Result<PathCost, NetworkError> {
+    /// Computes the routes from `src` to every host unless already known.
+    fn ensure_routes(&mut self, src: RankId) -> Result<(), NetworkError> {
         let hosts = self.topology.host_count();
-        let unknown = |rank: RankId| TopologyError::UnknownHost { host: HostId(rank.0), hosts };
-        let costs = self.costs_from.get_mut(src.0 as usize).ok_or(unknown(src))?;
-        if costs.is_none() {
+        let slot = self
+            .routes_from
+            .get_mut(src.0 as usize)
+            .ok_or(TopologyError::UnknownHost { host: HostId(src.0), hosts })?;
+        if slot.is_none() {
             let paths = self.topology.paths_from(HostId(src.0))?;
-            let computed = paths
-                .iter()
-                .map(|path| {
-                    let mut latency = SimDuration::ZERO;
-                    let mut bandwidth = self.host_link.bandwidth;
-                    // An empty path (to itself) costs nothing and runs at memory speed; the
-                    // host-link bandwidth is just a placeholder that is never the bottleneck.
-                    for (index, &link) in path.iter().enumerate() {
-                        let link = self.topology.link(link);
-                        latency = latency.checked_add(link.latency)?;
-                        bandwidth = if index == 0 { link.bandwidth } else { bandwidth.min(link.bandwidth) };
-                    }
-                    Ok(PathCost { latency, bandwidth })
-                })
-                .collect::<Result<Box<[PathCost]>, TimeOverflow>>()?;
-            *costs = Some(computed);
+            *slot = Some(paths.into_iter().map(Vec::into_boxed_slice).collect());
         }
-        let costs = costs.as_deref().unwrap_or_default();
-        costs.get(dst.0 as usize).copied().ok_or(unknown(dst).into())
+        Ok(())
+    }
+
+    /// The route from `src` to `dst`; `ensure_routes(src)` must have run.
+    fn route<'r>(
+        routes_from: &'r [Option<Box<[Box<[LinkId]>]>>],
+        src: RankId,
+        dst: RankId,
+    ) -> Result<&'r [LinkId], NetworkError> {
+        let unknown =
+            |rank: RankId| TopologyError::UnknownHost { host: HostId(rank.0), hosts: routes_from.len() };
+        let routes = routes_from.get(src.0 as usize).and_then(Option::as_deref).ok_or(unknown(src))?;
+        routes.get(dst.0 as usize).map(|route| &**route).ok_or(unknown(dst).into())
+    }
+
+    /// See [`StepNetwork::step_time`].
+    fn time_step(
+        &mut self,
+        pairs: &[(RankId, RankId)],
+        bytes: Bytes,
+        parts: u64,
+    ) -> Result<SimDuration, NetworkError> {
+        for &(src, _) in pairs {
+            self.ensure_routes(src)?;
+        }
+        for &(src, dst) in pairs {
+            for &link in Self::route(&self.routes_from, src, dst)? {
+                let load = &mut self.link_load[link.0 as usize];
+                if *load == 0 {
+                    self.loaded_links.push(link);
+                }
+                *load += 1;
+            }
+        }
+        let step = self.slowest_message(pairs, bytes, parts);
+        for link in self.loaded_links.drain(..) {
+            self.link_load[link.0 as usize] = 0;
+        }
+        step
+    }
+
+    /// The longest time of the step's messages given the link loads.
+    fn slowest_message(
+        &self,
+        pairs: &[(RankId, RankId)],
+        bytes: Bytes,
+        parts: u64,
+    ) -> Result<SimDuration, NetworkError> {
+        let mut step = SimDuration::ZERO;
+        for &(src, dst) in pairs {
+            let mut latency = SimDuration::ZERO;
+            let mut serialization = SimDuration::ZERO;
+            for &link in Self::route(&self.routes_from, src, dst)? {
+                let spec = self.topology.link(link);
+                latency = latency.checked_add(spec.latency)?;
+                let load = self.link_load[link.0 as usize];
+                let shared = bytes.0.checked_mul(load).map(Bytes).ok_or(UnitError::OutOfRange {
+                    input: format!("{load} messages of {bytes}"),
+                    quantity: "link load",
+                    reason: "more than 16 EiB",
+                })?;
+                serialization = serialization.max(spec.bandwidth.time_to_send_share(shared, parts)?);
+            }
+            step = step.max(latency.checked_add(serialization)?);
+        }
+        Ok(step)
+    }
+}
+
+impl StepNetwork for AnalyticalNetwork<'_> {
+    fn node_of(&self, rank: RankId) -> Result<u32, CollectiveError> {
+        self.topology.node_of(HostId(rank.0)).map_err(|error| CollectiveError::Network(error.to_string()))
+    }
+
+    fn step_time(
+        &mut self,
+        pairs: &[(RankId, RankId)],
+        bytes: Bytes,
+        parts: u64,
+    ) -> Result<SimDuration, CollectiveError> {
+        self.time_step(pairs, bytes, parts).map_err(|error| CollectiveError::Network(error.to_string()))
     }
 }
 
@@ -187,7 +270,7 @@ impl Network for AnalyticalNetwork<'_> {
         dst: RankId,
         bytes: Bytes,
     ) -> Result<(), NetworkError> {
-        let time = self.path_cost(src, dst)?.time_for_share(bytes, 1)?;
+        let time = self.time_step(&[(src, dst)], bytes, 1)?;
         Ok(context.complete_after(time, token)?)
     }
 
@@ -198,14 +281,15 @@ impl Network for AnalyticalNetwork<'_> {
         collective: &Collective,
         group: &[RankId],
     ) -> Result<(), NetworkError> {
-        let time =
-            analytical_time(collective.kind, collective.algorithm, collective.bytes, group, |a, b| {
-                self.path_cost(a, b).map_err(|error| CollectiveError::NoPath {
-                    src: a,
-                    dst: b,
-                    reason: error.to_string(),
-                })
-            })?;
+        let time = match self.known_collectives.get(collective) {
+            Some(&time) => time,
+            None => {
+                let time =
+                    analytical_time(collective.kind, collective.algorithm, collective.bytes, group, self)?;
+                self.known_collectives.insert(*collective, time);
+                time
+            }
+        };
         Ok(context.complete_after(time, token)?)
     }
 

@@ -6,6 +6,8 @@ use sim_core::graph::CollectiveKind;
 use sim_core::network::AnalyticalNetwork;
 use sim_core::units::{Bytes, SimDuration};
 
+use topology::{ClusterSpec, IntraNode, LinkSpec, Topology};
+
 use crate::{lone_collective, single_switch};
 
 /// The shared reference file; CI has `../shared` beside the checkout, so its absence is a failure.
@@ -84,4 +86,33 @@ fn broadcast_and_all_to_all_follow_their_closed_forms() {
     let all_to_all = lone_collective(16, CollectiveKind::AllToAll, Bytes(16 << 20));
     let timeline = run(&all_to_all, &mut AnalyticalNetwork::new(&topology, link)).unwrap();
     assert_eq!(timeline.makespan(), SimDuration::from_ps(15 * message));
+}
+
+#[test]
+fn multi_node_ring_uses_every_nic_like_nccl_on_dgx_a100() {
+    // DGX-A100-like servers: 8 GPUs on an NVSwitch (300 GB/s per direction), one 200 Gb/s NIC
+    // per GPU. NVIDIA measures 192 GB/s allreduce bus bandwidth on such systems (nccl issue
+    // #1576, quoted in ../shared/data/published-measurements.md section 10). A single ring
+    // would funnel everything through one NIC per server and reach only ~25 GB/s.
+    let nvswitch = LinkSpec::new("300 GB/s".parse().unwrap(), "0.7 us".parse().unwrap());
+    let nic = LinkSpec::new("200 Gb/s".parse().unwrap(), "1 us".parse().unwrap());
+    for nodes in [2u32, 8] {
+        let topology = Topology::build(&ClusterSpec {
+            nodes,
+            gpus_per_node: 8,
+            intra_node: IntraNode::NvSwitch(nvswitch),
+            inter_node: nic,
+        })
+        .unwrap();
+        let ranks = nodes * 8;
+        let bytes = Bytes(1 << 30);
+        let graph = lone_collective(ranks, CollectiveKind::AllReduce, bytes);
+        let seconds =
+            run(&graph, &mut AnalyticalNetwork::new(&topology, nic)).unwrap().makespan().as_secs_f64();
+        let p = f64::from(ranks);
+        let bus_bandwidth = bytes.as_f64() / seconds * 2.0 * (p - 1.0) / p / 1e9;
+        let error = (bus_bandwidth - 192.0).abs() / 192.0;
+        println!("{nodes} nodes: busbw {bus_bandwidth:.1} GB/s vs 192 GB/s measured ({:.1}%)", error * 100.0);
+        assert!(error < 0.05, "{nodes} nodes: busbw {bus_bandwidth:.1} GB/s, NVIDIA measures 192 GB/s");
+    }
 }
