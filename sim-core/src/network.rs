@@ -122,6 +122,9 @@ pub trait Network {
     ) -> Result<(), NetworkError>;
 }
 
+/// The routes from one source to every host (by destination host id), once computed.
+type RoutesFrom = Option<Box<[Box<[LinkId]>]>>;
+
 /// The `analytical` fidelity: alpha-beta costs on topology paths, no contention with other
 /// traffic.
 ///
@@ -134,7 +137,7 @@ pub struct AnalyticalNetwork<'t> {
     topology: &'t Topology,
     host_link: LinkSpec,
     /// Routes from each source rank, computed the first time that rank sends.
-    routes_from: Vec<Option<Box<[Box<[LinkId]>]>>>,
+    routes_from: Vec<RoutesFrom>,
     /// Messages of the step being timed on each link; all zero between steps.
     link_load: Vec<u64>,
     /// The links whose load is non-zero, to clear them after the step.
@@ -171,11 +174,7 @@ impl<'t> AnalyticalNetwork<'t> {
     }
 
     /// The route from `src` to `dst`; `ensure_routes(src)` must have run.
-    fn route<'r>(
-        routes_from: &'r [Option<Box<[Box<[LinkId]>]>>],
-        src: RankId,
-        dst: RankId,
-    ) -> Result<&'r [LinkId], NetworkError> {
+    fn route(routes_from: &[RoutesFrom], src: RankId, dst: RankId) -> Result<&[LinkId], NetworkError> {
         let unknown =
             |rank: RankId| TopologyError::UnknownHost { host: HostId(rank.0), hosts: routes_from.len() };
         let routes = routes_from.get(src.0 as usize).and_then(Option::as_deref).ok_or(unknown(src))?;
