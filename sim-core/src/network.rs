@@ -191,6 +191,10 @@ impl<'t> AnalyticalNetwork<'t> {
         for &(src, _) in pairs {
             self.ensure_routes(src)?;
         }
+        if pairs.len() == 1 {
+            // A lone message (every point-to-point transfer) has its links to itself.
+            return self.slowest_message(pairs, bytes, parts);
+        }
         for &(src, dst) in pairs {
             for &link in Self::route(&self.routes_from, src, dst)? {
                 let load = &mut self.link_load[link.0 as usize];
@@ -221,8 +225,8 @@ impl<'t> AnalyticalNetwork<'t> {
             for &link in Self::route(&self.routes_from, src, dst)? {
                 let spec = self.topology.link(link);
                 latency = latency.checked_add(spec.latency)?;
-                let load = self.link_load[link.0 as usize];
-                let shared = bytes.0.checked_mul(load).map(Bytes).ok_or(UnitError::OutOfRange {
+                let load = self.link_load[link.0 as usize].max(1);
+                let shared = bytes.0.checked_mul(load).map(Bytes).ok_or_else(|| UnitError::OutOfRange {
                     input: format!("{load} messages of {bytes}"),
                     quantity: "link load",
                     reason: "more than 16 EiB",

@@ -476,7 +476,7 @@ impl FromStr for Bandwidth {
                 reason: "too large",
             });
         }
-        Bandwidth::from_bits_per_second(bits.round() as u64).ok_or(UnitError::OutOfRange {
+        Bandwidth::from_bits_per_second(bits.round() as u64).ok_or_else(|| UnitError::OutOfRange {
             input: input.to_string(),
             quantity: "bandwidth",
             reason: "must be greater than zero",
@@ -555,7 +555,7 @@ impl FromStr for FlopRate {
     type Err = UnitError;
     fn from_str(input: &str) -> Result<Self, UnitError> {
         let value = parse_scaled(input, "a compute rate", FLOP_RATE_UNITS, FLOP_RATE_VALID)?;
-        FlopRate::new(value).ok_or(UnitError::OutOfRange {
+        FlopRate::new(value).ok_or_else(|| UnitError::OutOfRange {
             input: input.to_string(),
             quantity: "compute rate",
             reason: "must be greater than zero",
