@@ -71,13 +71,9 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             if json {
                 serde_json::to_writer_pretty(&mut stdout, &outcome.summary).context("writing JSON")?;
                 writeln!(stdout).context("writing JSON")?;
-                eprintln!(
-                    "{}",
-                    report::engine_line(&outcome.summary, outcome.wall).trim_start_matches("engine").trim()
-                );
+                eprintln!("{}", report::engine_line(&outcome).trim_start_matches("engine").trim());
             } else {
-                write!(stdout, "{}", report::human(&outcome.summary, outcome.wall))
-                    .context("writing the report")?;
+                write!(stdout, "{}", report::human(&outcome)).context("writing the report")?;
             }
             Ok(())
         }

@@ -93,12 +93,14 @@ pub fn ring_channels(
 ) -> Result<Vec<Vec<RankId>>, CollectiveError> {
     // Members per server, servers in order of first appearance, members in group order.
     let mut servers: Vec<(u32, Vec<RankId>)> = Vec::new();
+    let mut position_of_node = std::collections::BTreeMap::new();
     for &rank in group {
         let node = network.node_of(rank)?;
-        match servers.iter_mut().find(|(n, _)| *n == node) {
-            Some((_, members)) => members.push(rank),
-            None => servers.push((node, vec![rank])),
-        }
+        let position = *position_of_node.entry(node).or_insert_with(|| {
+            servers.push((node, Vec::new()));
+            servers.len() - 1
+        });
+        servers[position].1.push(rank);
     }
     let channels =
         if servers.len() <= 1 { 1 } else { servers.iter().map(|(_, m)| m.len()).min().unwrap_or(1) };

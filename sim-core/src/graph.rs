@@ -486,14 +486,16 @@ impl GraphBuilder {
         }
         self.check_membership(&member_offsets, &members)?;
 
-        // Stream order: each op's predecessor and successor on its (rank, stream).
-        let mut last_on_stream: HashMap<(RankId, StreamId), OpId> = HashMap::new();
+        // Stream order: each op's predecessor and successor on its (rank, stream), tracked in
+        // a dense table indexed by rank * streams + stream.
+        let streams_per_rank = self.ops.iter().map(|op| op.stream.0.saturating_add(1)).max().unwrap_or(0);
+        let mut last_on_stream = vec![NO_OP; self.ranks as usize * usize::from(streams_per_rank)];
         let mut next_in_stream = vec![NO_OP; op_count];
         let mut previous_in_stream = vec![NO_OP; op_count];
-        let mut streams_per_rank = 0u16;
         for (index, op) in self.ops.iter().enumerate() {
-            streams_per_rank = streams_per_rank.max(op.stream.0.saturating_add(1));
-            if let Some(previous) = last_on_stream.insert((op.rank, op.stream), OpId(index as u32)) {
+            let slot = op.rank.0 as usize * usize::from(streams_per_rank) + usize::from(op.stream.0);
+            let previous = std::mem::replace(&mut last_on_stream[slot], OpId(index as u32));
+            if previous != NO_OP {
                 next_in_stream[previous.0 as usize] = OpId(index as u32);
                 previous_in_stream[index] = previous;
             }

@@ -1,5 +1,56 @@
-//! parasim's engine.
+//! parasim's engine: the only place simulated time advances.
+//!
+//! The layers, bottom up:
+//! - [`units`] (re-exported): `SimTime` / `SimDuration` in integer picoseconds, `Bytes`,
+//!   `Bandwidth`, `FlopRate`, parsed from and printed as human units;
+//! - [`queue`]: the deterministic `(time, sequence)` event queue;
+//! - [`graph`]: the execution-graph IR that workloads and traces lower to (compute, transfer,
+//!   collective and memcpy ops on per-rank in-order streams, with dependencies), validated on
+//!   construction;
+//! - [`exec`]: the executor that runs a graph on a network model and records every op's start
+//!   and end;
+//! - [`network`]: the narrow seam to the network models, and the `analytical` model;
+//! - [`collective`]: collective algorithms as step-by-step closed forms;
+//! - [`stats`]: where the time went (compute / exposed communication / idle per rank).
+//!
+//! `sim-core` never names a neural-network concept: it simulates ops, ranks and bytes.
+//!
+//! ```
+//! use sim_core::exec::run;
+//! use sim_core::graph::{Collective, CollectiveAlgorithm, CollectiveKind, GraphBuilder, RankId, StreamId};
+//! use sim_core::network::AnalyticalNetwork;
+//! use sim_core::units::{Bytes, SimDuration};
+//! use topology::{ClusterSpec, IntraNode, LinkSpec, Topology};
+//!
+//! // Four single-GPU hosts on one switch: 100 Gb/s, 1 us per link.
+//! let link = LinkSpec::new("100 Gb/s".parse()?, "1 us".parse()?);
+//! let cluster = ClusterSpec { nodes: 4, gpus_per_node: 1, intra_node: IntraNode::NvSwitch(link), inter_node: link };
+//! let topology = Topology::build(&cluster)?;
+//!
+//! // Every rank computes 100 us, then all-reduces 4 MiB.
+//! let mut graph = GraphBuilder::new(4);
+//! let everyone = graph.add_group((0..4).map(RankId).collect());
+//! let allreduce = graph.add_collective(Collective {
+//!     kind: CollectiveKind::AllReduce,
+//!     group: everyone,
+//!     bytes: Bytes(4 << 20),
+//!     algorithm: CollectiveAlgorithm::Ring,
+//! });
+//! for rank in (0..4).map(RankId) {
+//!     let work = graph.compute(rank, StreamId(0), SimDuration::from_us(100), "backward", &[]);
+//!     graph.collective(rank, StreamId(1), allreduce, "allreduce", &[work]);
+//! }
+//! let graph = graph.build()?;
+//! let timeline = run(&graph, &mut AnalyticalNetwork::new(&topology, link))?;
+//!
+//! // Ring allreduce: 2(p-1) steps of (2 links x 1 us + (S/p) / 12.5 GB/s).
+//! let step = SimDuration::from_us(2).checked_add("1 MiB".parse::<Bytes>().map(|b| link.bandwidth.time_to_send(b))??)?;
+//! assert_eq!(timeline.makespan(), SimDuration::from_us(100).checked_add(step.checked_mul(6)?)?);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
 pub use units;
+
 pub mod collective;
 pub mod exec;
 pub mod graph;

@@ -10,7 +10,7 @@ use std::fmt;
 
 use std::collections::HashMap;
 
-use topology::{HostId, LinkId, LinkSpec, Topology, TopologyError};
+use topology::{HostId, LinkId, LinkSpec, Route, Topology, TopologyError};
 use units::{Bytes, SimDuration, SimTime, TimeOverflow, UnitError};
 
 use crate::collective::{CollectiveError, PathCost, StepNetwork, analytical_time};
@@ -122,9 +122,6 @@ pub trait Network {
     ) -> Result<(), NetworkError>;
 }
 
-/// The routes from one source to every host (by destination host id), once computed.
-type RoutesFrom = Option<Box<[Box<[LinkId]>]>>;
-
 /// The `analytical` fidelity: alpha-beta costs on topology paths, no contention with other
 /// traffic.
 ///
@@ -136,8 +133,6 @@ type RoutesFrom = Option<Box<[Box<[LinkId]>]>>;
 pub struct AnalyticalNetwork<'t> {
     topology: &'t Topology,
     host_link: LinkSpec,
-    /// Routes from each source rank, computed the first time that rank sends.
-    routes_from: Vec<RoutesFrom>,
     /// Messages of the step being timed on each link; all zero between steps.
     link_load: Vec<u64>,
     /// The links whose load is non-zero, to clear them after the step.
@@ -152,33 +147,15 @@ impl<'t> AnalyticalNetwork<'t> {
         AnalyticalNetwork {
             topology,
             host_link,
-            routes_from: vec![None; topology.host_count()],
             link_load: vec![0; topology.link_count()],
             loaded_links: Vec::new(),
             known_collectives: HashMap::new(),
         }
     }
 
-    /// Computes the routes from `src` to every host unless already known.
-    fn ensure_routes(&mut self, src: RankId) -> Result<(), NetworkError> {
-        let hosts = self.topology.host_count();
-        let slot = self
-            .routes_from
-            .get_mut(src.0 as usize)
-            .ok_or(TopologyError::UnknownHost { host: HostId(src.0), hosts })?;
-        if slot.is_none() {
-            let paths = self.topology.paths_from(HostId(src.0))?;
-            *slot = Some(paths.into_iter().map(Vec::into_boxed_slice).collect());
-        }
-        Ok(())
-    }
-
-    /// The route from `src` to `dst`; `ensure_routes(src)` must have run.
-    fn route(routes_from: &[RoutesFrom], src: RankId, dst: RankId) -> Result<&[LinkId], NetworkError> {
-        let unknown =
-            |rank: RankId| TopologyError::UnknownHost { host: HostId(rank.0), hosts: routes_from.len() };
-        let routes = routes_from.get(src.0 as usize).and_then(Option::as_deref).ok_or(unknown(src))?;
-        routes.get(dst.0 as usize).map(|route| &**route).ok_or(unknown(dst).into())
+    /// The route between two ranks (rank r runs on host r).
+    fn route(&self, src: RankId, dst: RankId) -> Result<Route, NetworkError> {
+        Ok(self.topology.route(HostId(src.0), HostId(dst.0))?)
     }
 
     /// See [`StepNetwork::step_time`].
@@ -188,15 +165,12 @@ impl<'t> AnalyticalNetwork<'t> {
         bytes: Bytes,
         parts: u64,
     ) -> Result<SimDuration, NetworkError> {
-        for &(src, _) in pairs {
-            self.ensure_routes(src)?;
-        }
         if pairs.len() == 1 {
             // A lone message (every point-to-point transfer) has its links to itself.
             return self.slowest_message(pairs, bytes, parts);
         }
         for &(src, dst) in pairs {
-            for &link in Self::route(&self.routes_from, src, dst)? {
+            for &link in self.route(src, dst)?.iter() {
                 let load = &mut self.link_load[link.0 as usize];
                 if *load == 0 {
                     self.loaded_links.push(link);
@@ -222,7 +196,7 @@ impl<'t> AnalyticalNetwork<'t> {
         for &(src, dst) in pairs {
             let mut latency = SimDuration::ZERO;
             let mut serialization = SimDuration::ZERO;
-            for &link in Self::route(&self.routes_from, src, dst)? {
+            for &link in self.route(src, dst)?.iter() {
                 let spec = self.topology.link(link);
                 latency = latency.checked_add(spec.latency)?;
                 let load = self.link_load[link.0 as usize].max(1);

@@ -175,6 +175,36 @@ pub struct Topology {
     graph: DiGraph<Vertex, Link>,
     hosts: Vec<NodeIndex>,
     node_of_host: Vec<u32>,
+    /// Each host's (up, down) links to its server's switch, if the server has several GPUs.
+    intra_node_links: Vec<Option<(LinkId, LinkId)>>,
+    /// Each host's (up, down) links to the network switch, if there are several servers.
+    network_links: Vec<Option<(LinkId, LinkId)>>,
+}
+
+/// A path through the network: up to [`Route::CAPACITY`] link ids stored inline (no heap),
+/// in travel order. Dereferences to `&[LinkId]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Route {
+    links: [LinkId; Route::CAPACITY],
+    len: u8,
+}
+
+impl Route {
+    /// The longest route a topology may hand out.
+    pub const CAPACITY: usize = 8;
+
+    fn new(path: &[LinkId]) -> Route {
+        let mut links = [LinkId(0); Route::CAPACITY];
+        links[..path.len()].copy_from_slice(path);
+        Route { links, len: path.len() as u8 }
+    }
+}
+
+impl std::ops::Deref for Route {
+    type Target = [LinkId];
+    fn deref(&self) -> &[LinkId] {
+        &self.links[..self.len as usize]
+    }
 }
 
 impl Topology {
@@ -198,23 +228,26 @@ impl Topology {
         let mut graph = DiGraph::new();
         let mut hosts = Vec::with_capacity(host_count as usize);
         let mut node_of_host = Vec::with_capacity(host_count as usize);
+        let mut intra_node_links = Vec::with_capacity(host_count as usize);
+        let mut network_links = Vec::with_capacity(host_count as usize);
         let network_switch = (spec.nodes > 1).then(|| graph.add_node(Vertex::NetworkSwitch { index: 0 }));
         for node in 0..spec.nodes {
             let node_switch = (spec.gpus_per_node > 1).then(|| graph.add_node(Vertex::NodeSwitch { node }));
             for local in 0..spec.gpus_per_node {
                 let host = HostId(hosts.len() as u32);
                 let gpu = graph.add_node(Vertex::Gpu { host, node, local });
-                if let Some(switch) = node_switch {
-                    add_cable(&mut graph, gpu, switch, spec.intra_node.link(), Tier::IntraNode);
-                }
-                if let Some(switch) = network_switch {
-                    add_cable(&mut graph, gpu, switch, spec.inter_node, Tier::NetworkEdge);
-                }
+                intra_node_links.push(node_switch.map(|switch| {
+                    add_cable(&mut graph, gpu, switch, spec.intra_node.link(), Tier::IntraNode)
+                }));
+                network_links
+                    .push(network_switch.map(|switch| {
+                        add_cable(&mut graph, gpu, switch, spec.inter_node, Tier::NetworkEdge)
+                    }));
                 hosts.push(gpu);
                 node_of_host.push(node);
             }
         }
-        Ok(Topology { graph, hosts, node_of_host })
+        Ok(Topology { graph, hosts, node_of_host, intra_node_links, network_links })
     }
 
     /// Number of hosts.
@@ -246,8 +279,28 @@ impl Topology {
         &self.graph[EdgeIndex::new(id.0 as usize)]
     }
 
-    /// The fewest-hop path from `src` to `dst`, as link ids in travel order (empty if
-    /// `src == dst`). Ties are broken by the lowest link id, so the path is deterministic.
+    /// The route traffic from `src` to `dst` takes, in O(1) from the cluster's structure: through
+    /// the server's switch inside a server, through the network switch between servers; empty
+    /// if `src == dst`. Memory stays linear in hosts, whatever the number of pairs asked for.
+    pub fn route(&self, src: HostId, dst: HostId) -> Result<Route, TopologyError> {
+        self.check_host(src)?;
+        self.check_host(dst)?;
+        let (s, d) = (src.0 as usize, dst.0 as usize);
+        if s == d {
+            return Ok(Route::new(&[]));
+        }
+        let links = if self.node_of_host[s] == self.node_of_host[d] {
+            self.intra_node_links[s].zip(self.intra_node_links[d])
+        } else {
+            self.network_links[s].zip(self.network_links[d])
+        };
+        let ((up, _), (_, down)) = links.ok_or(TopologyError::Unreachable { src, dst })?;
+        Ok(Route::new(&[up, down]))
+    }
+
+    /// The fewest-hop path from `src` to `dst` by breadth-first search, as link ids in travel
+    /// order (empty if `src == dst`). Ties are broken by the lowest link id, so the path is
+    /// deterministic. O(vertices + links) per call: for analyses and tests, not hot paths.
     pub fn shortest_path(&self, src: HostId, dst: HostId) -> Result<Vec<LinkId>, TopologyError> {
         self.check_host(dst)?;
         let tree = self.shortest_path_tree(src)?;
@@ -319,11 +372,19 @@ impl Topology {
     }
 }
 
-/// Adds a full-duplex cable between `a` and `b`: one link per direction.
-fn add_cable(graph: &mut DiGraph<Vertex, Link>, a: NodeIndex, b: NodeIndex, spec: LinkSpec, tier: Tier) {
+/// Adds a full-duplex cable between `a` and `b`: one link per direction; returns the ids of
+/// (a -> b, b -> a).
+fn add_cable(
+    graph: &mut DiGraph<Vertex, Link>,
+    a: NodeIndex,
+    b: NodeIndex,
+    spec: LinkSpec,
+    tier: Tier,
+) -> (LinkId, LinkId) {
     let link = Link { bandwidth: spec.bandwidth, latency: spec.latency, tier };
-    graph.add_edge(a, b, link);
-    graph.add_edge(b, a, link);
+    let there = graph.add_edge(a, b, link);
+    let back = graph.add_edge(b, a, link);
+    (LinkId(there.index() as u32), LinkId(back.index() as u32))
 }
 
 #[cfg(test)]
@@ -366,6 +427,19 @@ mod tests {
         assert!(topology.shortest_path(HostId(5), HostId(5)).unwrap().is_empty());
         let all = topology.paths_from(HostId(1)).unwrap();
         assert_eq!(all[6], across);
+    }
+
+    #[test]
+    fn structural_routes_are_shortest_paths() {
+        for topology in [cluster(3, 4), cluster(1, 8), cluster(5, 1)] {
+            for src in 0..topology.host_count() as u32 {
+                let paths = topology.paths_from(HostId(src)).unwrap();
+                for (dst, path) in paths.iter().enumerate() {
+                    let route = topology.route(HostId(src), HostId(dst as u32)).unwrap();
+                    assert_eq!(&*route, path.as_slice(), "{src} -> {dst}");
+                }
+            }
+        }
     }
 
     #[test]

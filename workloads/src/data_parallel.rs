@@ -24,8 +24,8 @@
 use std::fmt;
 
 use sim_core::graph::{
-    Collective, CollectiveAlgorithm, CollectiveKind, ExecGraph, GraphBuilder, GraphError, OpId, RankId,
-    StreamId,
+    Collective, CollectiveAlgorithm, CollectiveKind, ExecGraph, GraphBuilder, GraphError, LabelId, Op, OpId,
+    OpKind, RankId, StreamId,
 };
 use sim_core::units::{Bytes, SimDuration};
 
@@ -256,21 +256,26 @@ impl DataParallel<'_> {
 
         let mut graph = GraphBuilder::new(self.ranks);
         let everyone = graph.add_group((0..self.ranks).map(RankId).collect());
-        let names: Vec<[String; 3]> = layers
+        // Labels are interned once; every rank's ops share them.
+        let names: Vec<[LabelId; 3]> = layers
             .iter()
             .map(|l| {
-                [
-                    format!("{} forward", l.name),
-                    format!("{} backward-data", l.name),
-                    format!("{} backward-weight", l.name),
-                ]
+                ["forward", "backward-data", "backward-weight"]
+                    .map(|pass| graph.label(&format!("{} {pass}", l.name)))
             })
             .collect();
-        let bucket_names: Vec<String> = buckets
+        let bucket_names: Vec<LabelId> = buckets
             .iter()
             .enumerate()
-            .map(|(b, bucket)| format!("allreduce gradient bucket {b} ({})", bucket.bytes))
+            .map(|(b, bucket)| graph.label(&format!("allreduce gradient bucket {b} ({})", bucket.bytes)))
             .collect();
+        let optimizer_label = graph.label("optimizer step");
+        let compute = |duration: SimDuration, rank, label| Op {
+            kind: OpKind::Compute { duration },
+            rank,
+            stream: COMPUTE_STREAM,
+            label,
+        };
         let mut iteration_ends = Vec::with_capacity(self.iterations as usize);
         for _ in 0..self.iterations {
             let collectives: Vec<_> = buckets
@@ -288,7 +293,7 @@ impl DataParallel<'_> {
             for rank in (0..self.ranks).map(RankId) {
                 for (index, kernel) in forward.iter().enumerate() {
                     if let Some((duration, _)) = kernel {
-                        graph.compute(rank, COMPUTE_STREAM, *duration, &names[index][0], &[]);
+                        graph.add_op(compute(*duration, rank, names[index][0]), &[]);
                     }
                 }
                 let mut last_allreduce = None;
@@ -296,23 +301,20 @@ impl DataParallel<'_> {
                     let mut gradient_ready = None;
                     for (pass, kernel) in [(1, &backward_data[index]), (2, &backward_weight[index])] {
                         if let Some((duration, _)) = kernel {
-                            let op = graph.compute(rank, COMPUTE_STREAM, *duration, &names[index][pass], &[]);
+                            let op = graph.add_op(compute(*duration, rank, names[index][pass]), &[]);
                             gradient_ready = Some(op);
                         }
                     }
                     if let (Some(b), Some(ready)) = (bucket_closed_by[index], gradient_ready) {
-                        let op = graph.collective(
-                            rank,
-                            COMMUNICATION_STREAM,
-                            collectives[b],
-                            &bucket_names[b],
-                            &[ready],
-                        );
+                        let kind = OpKind::Collective(collectives[b]);
+                        let label = bucket_names[b];
+                        let op =
+                            graph.add_op(Op { kind, rank, stream: COMMUNICATION_STREAM, label }, &[ready]);
                         last_allreduce = Some(op);
                     }
                 }
                 let deps: Vec<OpId> = last_allreduce.into_iter().collect();
-                ends.push(graph.compute(rank, COMPUTE_STREAM, optimizer_time, "optimizer step", &deps));
+                ends.push(graph.add_op(compute(optimizer_time, rank, optimizer_label), &deps));
             }
             iteration_ends.push(ends);
         }
