@@ -1,6 +1,7 @@
 //! `parasim`: the command-line front end. Parses arguments, loads scenarios, calls the
 //! libraries and prints reports; no simulation logic lives here.
 
+mod bench;
 mod report;
 mod run;
 mod scenario;
@@ -32,6 +33,15 @@ enum Command {
         /// Print the results as JSON (deterministic: wall-clock figures go to stderr).
         #[arg(long)]
         json: bool,
+    },
+    /// Time standard scenarios on this machine: wall time and events per second.
+    Bench {
+        /// GPU counts to run the quickstart at (multiples of 8).
+        #[arg(long, value_delimiter = ',', default_value = "64,1024,16384")]
+        gpus: Vec<u32>,
+        /// Runs per configuration; the fastest is reported.
+        #[arg(long, default_value_t = 3)]
+        repeats: u32,
     },
 }
 
@@ -75,6 +85,11 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             } else {
                 write!(stdout, "{}", report::human(&outcome)).context("writing the report")?;
             }
+            Ok(())
+        }
+        Command::Bench { gpus, repeats } => {
+            let table = bench::run(&gpus, repeats)?;
+            std::io::stdout().lock().write_all(table.as_bytes()).context("writing the table")?;
             Ok(())
         }
     }
