@@ -22,7 +22,10 @@ pub fn run(gpu_counts: &[u32], repeats: u32) -> anyhow::Result<String> {
     let base = Scenario::parse(QUICKSTART, Path::new("scenarios/quickstart.toml"))?;
     let mut rows = Vec::new();
     for &gpus in gpu_counts {
-        anyhow::ensure!(gpus > 0 && gpus % 8 == 0, "--gpus {gpus}: the benchmark uses servers of 8 GPUs, so give a multiple of 8");
+        anyhow::ensure!(
+            gpus > 0 && gpus % 8 == 0,
+            "--gpus {gpus}: the benchmark uses servers of 8 GPUs, so give a multiple of 8"
+        );
         let mut scenario = base.clone();
         scenario.cluster.nodes = gpus / 8;
         scenario.data_parallel = gpus;
@@ -36,15 +39,26 @@ pub fn run(gpu_counts: &[u32], repeats: u32) -> anyhow::Result<String> {
                 lowering: outcome.lowering_wall,
                 simulation: outcome.simulation_wall,
             };
-            if best.as_ref().is_none_or(|b| measurement.lowering + measurement.simulation < b.lowering + b.simulation) {
+            if best
+                .as_ref()
+                .is_none_or(|b| measurement.lowering + measurement.simulation < b.lowering + b.simulation)
+            {
                 best = Some(measurement);
             }
         }
         rows.extend(best);
     }
     let mut out = String::new();
-    let _ = writeln!(out, "ResNet-50 data parallel, analytical network, one iteration; fastest of {} runs", repeats.max(1));
-    let _ = writeln!(out, "{:>6} {:>10} {:>10} {:>12} {:>14} {:>12} {:>14}", "GPUs", "ops", "events", "lowering", "simulation", "total", "events/s");
+    let _ = writeln!(
+        out,
+        "ResNet-50 data parallel, analytical network, one iteration; fastest of {} runs",
+        repeats.max(1)
+    );
+    let _ = writeln!(
+        out,
+        "{:>6} {:>10} {:>10} {:>12} {:>14} {:>12} {:>14}",
+        "GPUs", "ops", "events", "lowering", "simulation", "total", "events/s"
+    );
     for row in rows {
         let simulation = row.simulation.as_secs_f64();
         let _ = writeln!(

@@ -227,7 +227,7 @@ pub fn simulate(scenario: &Scenario) -> anyhow::Result<Outcome> {
             allreduce: scenario
                 .allreduce
                 .resolve(sim_core::graph::CollectiveKind::AllReduce)
-                .map_or("?", |a| a.name()),
+                .map_or(scenario.allreduce.name(), |a| a.name()),
         },
         fidelity: match scenario.fidelity {
             Fidelity::Analytical => "analytical",

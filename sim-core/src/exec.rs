@@ -162,7 +162,7 @@ impl<'g, E: Copy + std::fmt::Debug> Executor<'g, E> {
             }
         }
         if self.finished < self.graph.op_count() {
-            let first = self.timeline.end.iter().zip(&self.waiting_on).position(|(_, &w)| w > 0).unwrap_or(0);
+            let first = self.waiting_on.iter().position(|&waiting| waiting > 0).unwrap_or(0);
             return Err(ExecError::Stalled {
                 time: self.queue.now(),
                 unfinished: self.graph.op_count() - self.finished,

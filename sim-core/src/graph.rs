@@ -291,6 +291,12 @@ pub enum GraphError {
         /// What is wrong, naming the op or rank.
         reason: String,
     },
+    /// More ops than a 32-bit `OpId` can number.
+    #[error("the graph has {op_count} ops; parasim numbers at most 4,294,967,294")]
+    TooLarge {
+        /// Ops added.
+        op_count: usize,
+    },
     /// The graph can never finish: the listed ops wait on each other.
     #[error("dependency cycle (deadlock): {cycle}")]
     Cycle {
@@ -420,10 +426,7 @@ impl GraphBuilder {
     pub fn build(self) -> Result<ExecGraph, GraphError> {
         let op_count = self.ops.len();
         if op_count >= u32::MAX as usize {
-            return Err(GraphError::BadCollective {
-                what: "graph".into(),
-                reason: format!("{op_count} ops is more than parasim can number"),
-            });
+            return Err(GraphError::TooLarge { op_count });
         }
         let describe = |id: usize| self.labels[self.ops[id].label.0 as usize].clone();
         self.check_groups_and_collectives()?;
