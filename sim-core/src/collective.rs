@@ -117,6 +117,153 @@ pub fn ring_channels(
         .collect())
 }
 
+/// How messages flow in each step of an algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pattern {
+    /// Position i sends to i+1 and receives from i-1, every step.
+    Ring,
+    /// Binomial tree from the root outwards (broadcast).
+    TreeOut {
+        /// Position of the root.
+        root: usize,
+    },
+    /// Binomial tree towards the root (reduce): the broadcast's rounds reversed.
+    TreeIn {
+        /// Position of the root.
+        root: usize,
+    },
+    /// In step t, position i sends to i+t+1 and receives from i-t-1.
+    Pairwise,
+}
+
+/// A collective as synchronous steps of point-to-point messages, on one or more independent
+/// lanes (ring channels). In each step every member of a lane sends at most one message and
+/// receives at most one, all of `bytes / parts`. The `analytical` model times the steps with
+/// closed forms; the `flow` model turns each message into a flow and lets each member move on
+/// to the next step once its own messages of the step are done (per-member dependencies, no
+/// global barrier, as SimGrid's reference harness does).
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    lanes: Vec<Vec<RankId>>,
+    pattern: Pattern,
+    steps: u32,
+    bytes: Bytes,
+    parts: u64,
+}
+
+impl Schedule {
+    /// The schedule of `kind` by `algorithm` over `group` (ring channels are built with
+    /// `network`'s server map).
+    pub fn new(
+        kind: CollectiveKind,
+        algorithm: CollectiveAlgorithm,
+        bytes: Bytes,
+        group: &[RankId],
+        network: &impl StepNetwork,
+    ) -> Result<Schedule, CollectiveError> {
+        let p = group.len();
+        let resolved = algorithm
+            .resolve(kind)
+            .ok_or(CollectiveError::Unsupported { algorithm: algorithm.name(), kind: kind.name() })?;
+        let single = || vec![group.to_vec()];
+        let rounds = usize::BITS - p.saturating_sub(1).leading_zeros(); // ceil(log2 p)
+        let (lanes, pattern, steps, parts) = match (resolved, kind) {
+            _ if p <= 1 => (single(), Pattern::Ring, 0, 1),
+            (CollectiveAlgorithm::Ring, _) => {
+                let channels = ring_channels(group, network)?;
+                let parts = (channels.len() * p) as u64;
+                let steps = if kind == CollectiveKind::AllReduce { 2 * (p - 1) } else { p - 1 };
+                (channels, Pattern::Ring, steps as u32, parts)
+            }
+            (CollectiveAlgorithm::BinomialTree, CollectiveKind::Reduce { root }) => {
+                (single(), Pattern::TreeIn { root: root as usize }, rounds, 1)
+            }
+            (CollectiveAlgorithm::BinomialTree, CollectiveKind::Broadcast { root }) => {
+                (single(), Pattern::TreeOut { root: root as usize }, rounds, 1)
+            }
+            (CollectiveAlgorithm::Pairwise, _) => (single(), Pattern::Pairwise, (p - 1) as u32, p as u64),
+            _ => return Err(CollectiveError::Unsupported { algorithm: algorithm.name(), kind: kind.name() }),
+        };
+        Ok(Schedule { lanes, pattern, steps, bytes, parts })
+    }
+
+    /// The lanes, each a permutation of the group.
+    pub fn lanes(&self) -> &[Vec<RankId>] {
+        &self.lanes
+    }
+
+    /// Number of steps (the same on every lane).
+    pub fn steps(&self) -> u32 {
+        self.steps
+    }
+
+    /// The buffer size and the number of parts it is cut into: a message is `bytes / parts`.
+    pub fn message(&self) -> (Bytes, u64) {
+        (self.bytes, self.parts)
+    }
+
+    /// True if every step has the same messages (a ring), so one step's time is all steps'.
+    pub fn steps_are_identical(&self) -> bool {
+        self.pattern == Pattern::Ring
+    }
+
+    fn members(&self) -> usize {
+        self.lanes.first().map_or(0, Vec::len)
+    }
+
+    /// The round of a binomial tree that `step` is, and the virtual position of `position`.
+    fn tree(&self, root: usize, step: u32, position: usize, inwards: bool) -> (usize, usize) {
+        let round = if inwards { self.steps - 1 - step } else { step };
+        let p = self.members();
+        (1usize << round, (position + p - root) % p)
+    }
+
+    /// The position that `position` sends to in `step`, if it sends.
+    pub fn send_to(&self, step: u32, position: usize) -> Option<usize> {
+        let p = self.members();
+        match self.pattern {
+            Pattern::Ring => Some((position + 1) % p),
+            Pattern::Pairwise => Some((position + step as usize + 1) % p),
+            Pattern::TreeOut { root } => {
+                let (span, v) = self.tree(root, step, position, false);
+                (v < span && v + span < p).then(|| (v + span + root) % p)
+            }
+            Pattern::TreeIn { root } => {
+                let (span, v) = self.tree(root, step, position, true);
+                (span <= v && v < 2 * span).then(|| (v - span + root) % p)
+            }
+        }
+    }
+
+    /// The position that `position` receives from in `step`, if it receives.
+    pub fn receive_from(&self, step: u32, position: usize) -> Option<usize> {
+        let p = self.members();
+        match self.pattern {
+            Pattern::Ring => Some((position + p - 1) % p),
+            Pattern::Pairwise => Some((position + p - (step as usize + 1) % p) % p),
+            Pattern::TreeOut { root } => {
+                let (span, v) = self.tree(root, step, position, false);
+                (span <= v && v < 2 * span).then(|| (v - span + root) % p)
+            }
+            Pattern::TreeIn { root } => {
+                let (span, v) = self.tree(root, step, position, true);
+                (v < span && v + span < p).then(|| (v + span + root) % p)
+            }
+        }
+    }
+
+    /// Appends the (sender, receiver) ranks of every message of `step` on every lane.
+    pub fn step_pairs(&self, step: u32, pairs: &mut Vec<(RankId, RankId)>) {
+        for lane in &self.lanes {
+            for (position, &rank) in lane.iter().enumerate() {
+                if let Some(to) = self.send_to(step, position) {
+                    pairs.push((rank, lane[to]));
+                }
+            }
+        }
+    }
+}
+
 /// The uncontended completion time of a collective of `bytes` over `group` (in ring order).
 pub fn analytical_time(
     kind: CollectiveKind,
@@ -125,58 +272,23 @@ pub fn analytical_time(
     group: &[RankId],
     network: &mut impl StepNetwork,
 ) -> Result<SimDuration, CollectiveError> {
-    let p = group.len();
-    if p <= 1 {
-        return Ok(SimDuration::ZERO);
-    }
-    let resolved = algorithm
-        .resolve(kind)
-        .ok_or(CollectiveError::Unsupported { algorithm: algorithm.name(), kind: kind.name() })?;
+    let schedule = Schedule::new(kind, algorithm, bytes, group, network)?;
+    let (bytes, parts) = schedule.message();
     let overflow = || UnitError::OutOfRange {
-        input: format!("{} of {bytes} over {p} ranks", kind.name()),
+        input: format!("{} of {bytes} over {} ranks", kind.name(), group.len()),
         quantity: "collective time",
         reason: "longer than the largest representable duration",
     };
-    let mut pairs = Vec::with_capacity(p);
+    let mut pairs = Vec::with_capacity(group.len() * schedule.lanes().len());
+    let timed_steps = if schedule.steps_are_identical() { schedule.steps().min(1) } else { schedule.steps() };
     let mut total = SimDuration::ZERO;
-    match resolved {
-        CollectiveAlgorithm::Ring => {
-            let channels = ring_channels(group, network)?;
-            for ring in &channels {
-                pairs.extend((0..p).map(|i| (ring[i], ring[(i + 1) % p])));
-            }
-            let parts = (channels.len() * p) as u64;
-            let step = network.step_time(&pairs, bytes, parts)?;
-            let steps = if kind == CollectiveKind::AllReduce { 2 * (p as u64 - 1) } else { p as u64 - 1 };
-            total = step.checked_mul(steps).map_err(|_| overflow())?;
-        }
-        CollectiveAlgorithm::BinomialTree => {
-            let root = match kind {
-                CollectiveKind::Broadcast { root } | CollectiveKind::Reduce { root } => root as usize,
-                _ => 0,
-            };
-            // Round r: virtual ranks below 2^r send to their partner 2^r higher (a reduce runs
-            // the same rounds in reverse, which takes the same time).
-            let mut span = 1usize;
-            while span < p {
-                pairs.clear();
-                for v in 0..span.min(p - span) {
-                    let (a, b) = (group[(v + root) % p], group[(v + span + root) % p]);
-                    pairs.push(if matches!(kind, CollectiveKind::Reduce { .. }) { (b, a) } else { (a, b) });
-                }
-                total = total.checked_add(network.step_time(&pairs, bytes, 1)?).map_err(|_| overflow())?;
-                span *= 2;
-            }
-        }
-        CollectiveAlgorithm::Pairwise => {
-            for k in 1..p {
-                pairs.clear();
-                pairs.extend((0..p).map(|i| (group[i], group[(i + k) % p])));
-                total =
-                    total.checked_add(network.step_time(&pairs, bytes, p as u64)?).map_err(|_| overflow())?;
-            }
-        }
-        CollectiveAlgorithm::Auto => unreachable!("resolve never returns Auto"),
+    for step in 0..timed_steps {
+        pairs.clear();
+        schedule.step_pairs(step, &mut pairs);
+        total = total.checked_add(network.step_time(&pairs, bytes, parts)?).map_err(|_| overflow())?;
+    }
+    if schedule.steps_are_identical() {
+        total = total.checked_mul(u64::from(schedule.steps())).map_err(|_| overflow())?;
     }
     Ok(total)
 }
@@ -273,6 +385,66 @@ mod tests {
         // A group inside one server, or one rank per server, is a single ring.
         assert_eq!(ring_channels(&ranks(4), &network).unwrap().len(), 1);
         assert_eq!(ring_channels(&ranks(8), &uniform()).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn every_send_has_a_matching_receive_in_every_step() {
+        for p in [2u32, 3, 5, 8, 13] {
+            for (kind, algorithm) in [
+                (CollectiveKind::AllReduce, CollectiveAlgorithm::Ring),
+                (CollectiveKind::AllGather, CollectiveAlgorithm::Ring),
+                (CollectiveKind::Broadcast { root: p / 2 }, CollectiveAlgorithm::BinomialTree),
+                (CollectiveKind::Reduce { root: p - 1 }, CollectiveAlgorithm::BinomialTree),
+                (CollectiveKind::AllToAll, CollectiveAlgorithm::Pairwise),
+            ] {
+                let schedule = Schedule::new(kind, algorithm, Bytes(1 << 20), &ranks(p), &uniform()).unwrap();
+                for step in 0..schedule.steps() {
+                    for position in 0..p as usize {
+                        if let Some(to) = schedule.send_to(step, position) {
+                            assert_ne!(to, position);
+                            assert_eq!(
+                                schedule.receive_from(step, to),
+                                Some(position),
+                                "{kind:?} p={p} step {step}"
+                            );
+                        }
+                        if let Some(from) = schedule.receive_from(step, position) {
+                            assert_eq!(
+                                schedule.send_to(step, from),
+                                Some(position),
+                                "{kind:?} p={p} step {step}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_broadcast_reaches_everyone_and_a_reduce_collects_everyone() {
+        for p in [2u32, 3, 6, 8, 11] {
+            let root = p / 3;
+            let schedule = Schedule::new(
+                CollectiveKind::Broadcast { root },
+                CollectiveAlgorithm::BinomialTree,
+                Bytes(1),
+                &ranks(p),
+                &uniform(),
+            )
+            .unwrap();
+            let mut has = vec![false; p as usize];
+            has[root as usize] = true;
+            for step in 0..schedule.steps() {
+                let senders: Vec<usize> =
+                    (0..p as usize).filter(|&i| schedule.send_to(step, i).is_some()).collect();
+                for i in senders {
+                    assert!(has[i], "p={p}: position {i} sends before it has the data");
+                    has[schedule.send_to(step, i).unwrap()] = true;
+                }
+            }
+            assert!(has.iter().all(|&h| h), "p={p}");
+        }
     }
 
     #[test]
