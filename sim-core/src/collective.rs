@@ -89,13 +89,13 @@ pub trait StepNetwork {
 /// group (see the module documentation).
 pub fn ring_channels(
     group: &[RankId],
-    network: &impl StepNetwork,
+    node_of: impl Fn(RankId) -> Result<u32, CollectiveError>,
 ) -> Result<Vec<Vec<RankId>>, CollectiveError> {
     // Members per server, servers in order of first appearance, members in group order.
     let mut servers: Vec<(u32, Vec<RankId>)> = Vec::new();
     let mut position_of_node = std::collections::BTreeMap::new();
     for &rank in group {
-        let node = network.node_of(rank)?;
+        let node = node_of(rank)?;
         let position = *position_of_node.entry(node).or_insert_with(|| {
             servers.push((node, Vec::new()));
             servers.len() - 1
@@ -152,14 +152,14 @@ pub struct Schedule {
 }
 
 impl Schedule {
-    /// The schedule of `kind` by `algorithm` over `group` (ring channels are built with
-    /// `network`'s server map).
+    /// The schedule of `kind` by `algorithm` over `group`; `node_of` says which server a rank
+    /// is on (ring channels are rotated within servers).
     pub fn new(
         kind: CollectiveKind,
         algorithm: CollectiveAlgorithm,
         bytes: Bytes,
         group: &[RankId],
-        network: &impl StepNetwork,
+        node_of: impl Fn(RankId) -> Result<u32, CollectiveError>,
     ) -> Result<Schedule, CollectiveError> {
         let p = group.len();
         let resolved = algorithm
@@ -170,7 +170,7 @@ impl Schedule {
         let (lanes, pattern, steps, parts) = match (resolved, kind) {
             _ if p <= 1 => (single(), Pattern::Ring, 0, 1),
             (CollectiveAlgorithm::Ring, _) => {
-                let channels = ring_channels(group, network)?;
+                let channels = ring_channels(group, node_of)?;
                 let parts = (channels.len() * p) as u64;
                 let steps = if kind == CollectiveKind::AllReduce { 2 * (p - 1) } else { p - 1 };
                 (channels, Pattern::Ring, steps as u32, parts)
@@ -272,7 +272,7 @@ pub fn analytical_time(
     group: &[RankId],
     network: &mut impl StepNetwork,
 ) -> Result<SimDuration, CollectiveError> {
-    let schedule = Schedule::new(kind, algorithm, bytes, group, network)?;
+    let schedule = Schedule::new(kind, algorithm, bytes, group, |rank| network.node_of(rank))?;
     let (bytes, parts) = schedule.message();
     let overflow = || UnitError::OutOfRange {
         input: format!("{} of {bytes} over {} ranks", kind.name(), group.len()),
@@ -375,7 +375,7 @@ mod tests {
     #[test]
     fn ring_channels_rotate_inside_servers_so_each_leaves_from_another_gpu() {
         let network = Uniform { per_node: 4, ..uniform() };
-        let channels = ring_channels(&ranks(8), &network).unwrap();
+        let channels = ring_channels(&ranks(8), |r| network.node_of(r)).unwrap();
         assert_eq!(channels.len(), 4);
         assert_eq!(channels[0], ranks(8));
         assert_eq!(channels[1], [1, 2, 3, 0, 5, 6, 7, 4].map(RankId));
@@ -383,8 +383,9 @@ mod tests {
         let exits: Vec<RankId> = channels.iter().map(|ring| ring[3]).collect();
         assert_eq!(exits, [3, 0, 1, 2].map(RankId));
         // A group inside one server, or one rank per server, is a single ring.
-        assert_eq!(ring_channels(&ranks(4), &network).unwrap().len(), 1);
-        assert_eq!(ring_channels(&ranks(8), &uniform()).unwrap().len(), 1);
+        assert_eq!(ring_channels(&ranks(4), |r| network.node_of(r)).unwrap().len(), 1);
+        let one_per_server = uniform();
+        assert_eq!(ring_channels(&ranks(8), |r| one_per_server.node_of(r)).unwrap().len(), 1);
     }
 
     #[test]
@@ -397,7 +398,10 @@ mod tests {
                 (CollectiveKind::Reduce { root: p - 1 }, CollectiveAlgorithm::BinomialTree),
                 (CollectiveKind::AllToAll, CollectiveAlgorithm::Pairwise),
             ] {
-                let schedule = Schedule::new(kind, algorithm, Bytes(1 << 20), &ranks(p), &uniform()).unwrap();
+                let network = uniform();
+                let schedule =
+                    Schedule::new(kind, algorithm, Bytes(1 << 20), &ranks(p), |r| network.node_of(r))
+                        .unwrap();
                 for step in 0..schedule.steps() {
                     for position in 0..p as usize {
                         if let Some(to) = schedule.send_to(step, position) {
@@ -430,7 +434,7 @@ mod tests {
                 CollectiveAlgorithm::BinomialTree,
                 Bytes(1),
                 &ranks(p),
-                &uniform(),
+                |r| uniform().node_of(r),
             )
             .unwrap();
             let mut has = vec![false; p as usize];

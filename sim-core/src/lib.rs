@@ -53,6 +53,7 @@ pub use units;
 
 pub mod collective;
 pub mod exec;
+pub mod flow;
 pub mod graph;
 pub mod network;
 pub mod queue;

@@ -1,0 +1,671 @@
+//! The `flow` fidelity: fluid flows on topology routes with max-min fair bandwidth sharing.
+//!
+//! A message becomes a flow on its route. It enters the network after its route latency (its
+//! first byte has arrived), then shares every link it crosses with the other flows there: the
+//! rates are the max-min fair allocation, found by progressive filling (raise every unfrozen
+//! flow's rate together; when a link fills, freeze the flows crossing it). Rates change only
+//! when a flow enters or leaves, and then only for the flows connected to it through shared
+//! links (its connected component): those are re-filled, their progress is brought up to date,
+//! and their completion is rescheduled (stale completion events are skipped by generation).
+//!
+//! Collectives run their [`Schedule`] message by message (`packet-steps` behaviour): each
+//! member posts the messages of a step, a message's flow starts once both its sender and its
+//! receiver have reached that step, and a member moves on once all its messages of the step are
+//! done, exactly the per-host step dependencies of SimGrid's reference harness.
+//!
+//! ```
+//! use sim_core::exec::run;
+//! use sim_core::flow::FlowNetwork;
+//! use sim_core::graph::{GraphBuilder, RankId, StreamId};
+//! use sim_core::units::{Bytes, SimDuration};
+//! use topology::{ClusterSpec, IntraNode, LinkSpec, Topology};
+//!
+//! // Two senders into one receiver on a 100 Gb/s switch: they share its down-link.
+//! let link = LinkSpec::new("100 Gb/s".parse()?, "1 us".parse()?);
+//! let cluster = ClusterSpec { nodes: 3, gpus_per_node: 1, intra_node: IntraNode::NvSwitch(link), inter_node: link };
+//! let topology = Topology::build(&cluster)?;
+//! let mut graph = GraphBuilder::new(3);
+//! graph.transfer(RankId(0), StreamId(0), RankId(2), Bytes(125_000_000), "a", &[]);
+//! graph.transfer(RankId(1), StreamId(0), RankId(2), Bytes(125_000_000), "b", &[]);
+//! let timeline = run(&graph.build()?, &mut FlowNetwork::new(&topology, link))?;
+//! // Each gets 6.25 GB/s: 2 us of latency + 125 MB / 6.25 GB/s = 20.002 ms.
+//! assert_eq!(timeline.makespan(), SimDuration::from_us(20_002));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+use topology::{HostId, LinkId, LinkSpec, Route, Topology};
+use units::{Bytes, SimDuration, SimTime};
+
+use crate::collective::{CollectiveError, PathCost, Schedule};
+use crate::graph::{Collective, MemcpyDirection, RankId};
+use crate::network::{Completion, NetContext, Network, NetworkError};
+
+/// A timer of the flow model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlowEvent {
+    /// The flow's first byte has crossed its route: it starts sharing bandwidth.
+    Enter {
+        /// The flow.
+        flow: u32,
+    },
+    /// The flow's last byte is due, if its rate has not changed since (same generation).
+    Finish {
+        /// The flow.
+        flow: u32,
+        /// Its generation when the event was scheduled.
+        generation: u32,
+    },
+}
+
+/// Who is waiting for a flow.
+#[derive(Debug, Clone, Copy)]
+enum Owner {
+    /// A transfer op (or other single completion).
+    Single(Completion),
+    /// One message of a running collective: sender and receiver positions on a lane.
+    Message { run: u32, lane: u32, from: u32, to: u32 },
+}
+
+#[derive(Debug, Clone)]
+struct Flow {
+    route: Route,
+    /// Size in bytes.
+    size: f64,
+    /// Bytes still to deliver as of `updated`.
+    remaining: f64,
+    /// Current rate in bytes per second (0 until it enters).
+    rate: f64,
+    updated: SimTime,
+    generation: u32,
+    owner: Owner,
+}
+
+/// A collective in progress: where each member of each lane is in the schedule.
+#[derive(Debug)]
+struct CollectiveRun {
+    schedule: Schedule,
+    token: Completion,
+    /// Step each member has entered (`NOT_ENTERED` before), indexed lane * members + position.
+    step: Vec<u32>,
+    /// Messages of its current step each member still waits for.
+    pending: Vec<u8>,
+    /// Members (over all lanes) that have finished every step.
+    finished_members: usize,
+}
+
+const NOT_ENTERED: u32 = u32::MAX;
+
+/// An f64 that orders totally (rates and shares are finite and non-negative).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Share(f64);
+impl Eq for Share {}
+impl PartialOrd for Share {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Share {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+/// Counters of a flow-level run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FlowStats {
+    /// Flows started (one per transfer, one per collective message).
+    pub flows: u64,
+    /// Rate recomputations (one per flow entering or leaving).
+    pub recomputations: u64,
+    /// Flows whose rate was re-filled, summed over recomputations.
+    pub refilled_flows: u64,
+    /// Most flows sharing the network at once.
+    pub peak_concurrent_flows: usize,
+}
+
+/// The `flow` fidelity (see the module documentation). Rank `r` runs on host `r`.
+#[derive(Debug)]
+pub struct FlowNetwork<'t> {
+    topology: &'t Topology,
+    host_link: LinkSpec,
+    /// Link capacities in bytes per second.
+    capacity: Vec<f64>,
+    flows: Vec<Flow>,
+    free_flows: Vec<u32>,
+    /// Flows sharing each link.
+    on_link: Vec<Vec<u32>>,
+    active_flows: usize,
+    runs: Vec<Option<CollectiveRun>>,
+    free_runs: Vec<u32>,
+    next_flow_id: u64,
+    stats: FlowStats,
+    // Scratch state of the max-min filling, reused across recomputations.
+    epoch: u64,
+    link_epoch: Vec<u64>,
+    flow_epoch: Vec<u64>,
+    component_links: Vec<u32>,
+    component_flows: Vec<u32>,
+    remaining_capacity: Vec<f64>,
+    unfrozen: Vec<u32>,
+    link_version: Vec<u32>,
+    new_rate: Vec<f64>,
+    heap: BinaryHeap<(std::cmp::Reverse<Share>, u32, u32)>,
+    /// Check the allocation after every re-fill (tests); the first violation found.
+    audit: Option<Audit>,
+}
+
+/// Invariant checks of a run with [`FlowNetwork::audited`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Audit {
+    /// The first violated invariant, if any.
+    pub violation: Option<String>,
+    /// Bytes of all flows started.
+    pub bytes_sent: f64,
+    /// Bytes of all flows delivered (size minus what was left when they finished).
+    pub bytes_delivered: f64,
+    /// Re-fills checked.
+    pub checks: u64,
+}
+
+impl<'t> FlowNetwork<'t> {
+    /// A flow model over `topology`; `host_link` is each device's link to host memory (copies
+    /// are timed alone, without contention).
+    pub fn new(topology: &'t Topology, host_link: LinkSpec) -> Self {
+        let links = topology.link_count();
+        FlowNetwork {
+            topology,
+            host_link,
+            capacity: (0..links)
+                .map(|l| topology.link(LinkId(l as u32)).bandwidth.bytes_per_second())
+                .collect(),
+            flows: Vec::new(),
+            free_flows: Vec::new(),
+            on_link: vec![Vec::new(); links],
+            active_flows: 0,
+            runs: Vec::new(),
+            free_runs: Vec::new(),
+            next_flow_id: 0,
+            stats: FlowStats::default(),
+            epoch: 0,
+            link_epoch: vec![0; links],
+            flow_epoch: Vec::new(),
+            component_links: Vec::new(),
+            component_flows: Vec::new(),
+            remaining_capacity: vec![0.0; links],
+            unfrozen: vec![0; links],
+            link_version: vec![0; links],
+            new_rate: Vec::new(),
+            heap: BinaryHeap::new(),
+            audit: None,
+        }
+    }
+
+    /// The same model, checking after every re-fill that no link carries more than its
+    /// capacity and that every flow has a bottleneck (a full link on which no flow is faster),
+    /// and accounting every byte sent and delivered. For tests: it costs a pass over the
+    /// component per re-fill.
+    pub fn audited(mut self) -> Self {
+        self.audit = Some(Audit::default());
+        self
+    }
+
+    /// The audit so far, if enabled.
+    pub fn audit(&self) -> Option<&Audit> {
+        self.audit.as_ref()
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> FlowStats {
+        self.stats
+    }
+
+    /// The current rate of every flow on `link`, in bytes per second (for tests and reports).
+    pub fn link_rates(&self, link: LinkId) -> Vec<f64> {
+        self.on_link[link.0 as usize].iter().map(|&f| self.flows[f as usize].rate).collect()
+    }
+
+    /// Starts a flow of `bytes` from `src` to `dst` for `owner`.
+    fn start_flow(
+        &mut self,
+        context: &mut NetContext<'_, FlowEvent>,
+        src: RankId,
+        dst: RankId,
+        bytes: f64,
+        owner: Owner,
+    ) -> Result<(), NetworkError> {
+        // TODO(issue 3): route_for_flow(.., self.next_flow_id) once topology has ECMP.
+        let route = self.topology.route(HostId(src.0), HostId(dst.0))?;
+        self.next_flow_id += 1;
+        self.stats.flows += 1;
+        if let Some(audit) = &mut self.audit {
+            audit.bytes_sent += bytes;
+        }
+        let mut latency = SimDuration::ZERO;
+        for &link in route.iter() {
+            latency = latency.checked_add(self.topology.link(link).latency)?;
+        }
+        let mut flow = Flow {
+            route,
+            size: bytes,
+            remaining: bytes,
+            rate: 0.0,
+            updated: context.now(),
+            generation: 0,
+            owner,
+        };
+        let id = match self.free_flows.pop() {
+            Some(id) => {
+                // Generations keep counting across reuse of a slot, so a stale completion of the
+                // slot's previous flow can never match the new one.
+                flow.generation = self.flows[id as usize].generation.wrapping_add(1);
+                self.flows[id as usize] = flow;
+                id
+            }
+            None => {
+                self.flows.push(flow);
+                self.flow_epoch.push(0);
+                self.new_rate.push(0.0);
+                (self.flows.len() - 1) as u32
+            }
+        };
+        context.wake_after(latency, FlowEvent::Enter { flow: id })?;
+        Ok(())
+    }
+
+    /// The flow's first byte has arrived: it joins its links and rates are re-filled.
+    fn enter(&mut self, context: &mut NetContext<'_, FlowEvent>, id: u32) -> Result<(), NetworkError> {
+        let flow = &mut self.flows[id as usize];
+        flow.updated = context.now();
+        if flow.remaining <= 0.0 || flow.route.is_empty() {
+            // Nothing to share: done as soon as it arrives.
+            if let Some(audit) = &mut self.audit {
+                audit.bytes_delivered += flow.size;
+            }
+            return self.release(context, id);
+        }
+        for &link in flow.route.iter() {
+            self.on_link[link.0 as usize].push(id);
+        }
+        self.active_flows += 1;
+        self.stats.peak_concurrent_flows = self.stats.peak_concurrent_flows.max(self.active_flows);
+        let route = flow.route;
+        self.refill(context, &route)
+    }
+
+    /// The flow's last byte has arrived: it leaves its links, the others re-fill, and its
+    /// owner is told.
+    fn finish(
+        &mut self,
+        context: &mut NetContext<'_, FlowEvent>,
+        id: u32,
+        generation: u32,
+    ) -> Result<(), NetworkError> {
+        let flow = &self.flows[id as usize];
+        if flow.generation != generation || flow.rate == 0.0 {
+            return Ok(()); // a stale completion: the rate changed since it was scheduled
+        }
+        let route = flow.route;
+        for &link in route.iter() {
+            let flows = &mut self.on_link[link.0 as usize];
+            if let Some(position) = flows.iter().position(|&f| f == id) {
+                flows.swap_remove(position);
+            }
+        }
+        self.active_flows -= 1;
+        let now = context.now();
+        let flow = &mut self.flows[id as usize];
+        if let Some(audit) = &mut self.audit {
+            let left = flow.remaining - flow.rate * now.saturating_since(flow.updated).as_secs_f64();
+            // The completion is rounded up to the next picosecond, so at most one picosecond of
+            // the rate is over-delivered.
+            if left.abs() > flow.rate * 1e-12 + 1e-6 && audit.violation.is_none() {
+                audit.violation = Some(format!("flow {id} finished with {left} bytes left"));
+            }
+            audit.bytes_delivered += flow.size - left.max(0.0);
+        }
+        flow.rate = 0.0;
+        flow.remaining = 0.0;
+        flow.generation = flow.generation.wrapping_add(1);
+        self.refill(context, &route)?;
+        self.release(context, id)
+    }
+
+    /// Frees the flow's slot and tells its owner.
+    fn release(&mut self, context: &mut NetContext<'_, FlowEvent>, id: u32) -> Result<(), NetworkError> {
+        let owner = self.flows[id as usize].owner;
+        self.free_flows.push(id);
+        match owner {
+            Owner::Single(token) => Ok(context.complete_after(SimDuration::ZERO, token)?),
+            Owner::Message { run, lane, from, to } => {
+                self.message_done(context, run, lane, from)?;
+                self.message_done(context, run, lane, to)
+            }
+        }
+    }
+
+    /// Max-min fair rates for every flow connected to `seeds` through shared links.
+    fn refill(
+        &mut self,
+        context: &mut NetContext<'_, FlowEvent>,
+        seeds: &[LinkId],
+    ) -> Result<(), NetworkError> {
+        self.stats.recomputations += 1;
+        // Two marks per recomputation: `epoch` = in the component, `epoch + 1` = frozen.
+        self.epoch = self.epoch.wrapping_add(2);
+        let epoch = self.epoch;
+        self.component_links.clear();
+        self.component_flows.clear();
+        for &link in seeds {
+            if self.link_epoch[link.0 as usize] != epoch {
+                self.link_epoch[link.0 as usize] = epoch;
+                self.component_links.push(link.0);
+            }
+        }
+        // Breadth-first over links -> flows -> links.
+        let mut next = 0;
+        while next < self.component_links.len() {
+            let link = self.component_links[next] as usize;
+            next += 1;
+            for &flow in &self.on_link[link] {
+                if self.flow_epoch[flow as usize] == epoch {
+                    continue;
+                }
+                self.flow_epoch[flow as usize] = epoch;
+                self.component_flows.push(flow);
+                for &other in self.flows[flow as usize].route.iter() {
+                    if self.link_epoch[other.0 as usize] != epoch {
+                        self.link_epoch[other.0 as usize] = epoch;
+                        self.component_links.push(other.0);
+                    }
+                }
+            }
+        }
+        self.stats.refilled_flows += self.component_flows.len() as u64;
+
+        // Progressive filling with a min-heap of link fair shares (lazy: stale versions skip).
+        self.heap.clear();
+        for &link in &self.component_links {
+            let l = link as usize;
+            self.remaining_capacity[l] = self.capacity[l];
+            self.unfrozen[l] = self.on_link[l].len() as u32;
+            self.link_version[l] = self.link_version[l].wrapping_add(1);
+            if self.unfrozen[l] > 0 {
+                let share = self.capacity[l] / f64::from(self.unfrozen[l]);
+                self.heap.push((std::cmp::Reverse(Share(share)), link, self.link_version[l]));
+            }
+        }
+        let frozen = epoch.wrapping_add(1);
+        while let Some((std::cmp::Reverse(Share(share)), link, version)) = self.heap.pop() {
+            let l = link as usize;
+            if version != self.link_version[l] || self.unfrozen[l] == 0 {
+                continue;
+            }
+            for index in 0..self.on_link[l].len() {
+                let flow = self.on_link[l][index];
+                if self.flow_epoch[flow as usize] != epoch {
+                    continue; // already frozen
+                }
+                self.flow_epoch[flow as usize] = frozen;
+                self.new_rate[flow as usize] = share;
+                for &other in self.flows[flow as usize].route.iter() {
+                    let o = other.0 as usize;
+                    self.remaining_capacity[o] = (self.remaining_capacity[o] - share).max(0.0);
+                    self.unfrozen[o] -= 1;
+                    self.link_version[o] = self.link_version[o].wrapping_add(1);
+                    if o != l && self.unfrozen[o] > 0 {
+                        let next_share = self.remaining_capacity[o] / f64::from(self.unfrozen[o]);
+                        self.heap.push((std::cmp::Reverse(Share(next_share)), other.0, self.link_version[o]));
+                    }
+                }
+            }
+        }
+
+        // Bring every re-filled flow up to date and reschedule its completion.
+        let now = context.now();
+        for index in 0..self.component_flows.len() {
+            let id = self.component_flows[index] as usize;
+            let rate = self.new_rate[id];
+            let flow = &mut self.flows[id];
+            if rate == flow.rate {
+                continue;
+            }
+            let elapsed = now.saturating_since(flow.updated).as_secs_f64();
+            flow.remaining = (flow.remaining - flow.rate * elapsed).max(0.0);
+            flow.updated = now;
+            flow.rate = rate;
+            flow.generation = flow.generation.wrapping_add(1);
+            let seconds = flow.remaining / rate;
+            let delay = SimDuration::from_ps((seconds * 1e12).ceil() as u64);
+            let generation = flow.generation;
+            context.wake_after(delay, FlowEvent::Finish { flow: id as u32, generation })?;
+        }
+        if self.audit.is_some() {
+            self.check_allocation();
+        }
+        Ok(())
+    }
+
+    /// Audit: capacity and bottleneck conditions of max-min fairness on the last component.
+    fn check_allocation(&mut self) {
+        let mut violation = None;
+        for &link in &self.component_links {
+            let l = link as usize;
+            let load: f64 = self.on_link[l].iter().map(|&f| self.flows[f as usize].rate).sum();
+            if load > self.capacity[l] * (1.0 + 1e-9) {
+                violation = Some(format!("link {link} carries {load} B/s, capacity {}", self.capacity[l]));
+            }
+        }
+        for &flow in &self.component_flows {
+            let rate = self.flows[flow as usize].rate;
+            let has_bottleneck = self.flows[flow as usize].route.iter().any(|&link| {
+                let l = link.0 as usize;
+                let load: f64 = self.on_link[l].iter().map(|&f| self.flows[f as usize].rate).sum();
+                let fastest =
+                    self.on_link[l].iter().map(|&f| self.flows[f as usize].rate).fold(0.0, f64::max);
+                load >= self.capacity[l] * (1.0 - 1e-9) && rate >= fastest * (1.0 - 1e-9)
+            });
+            if !has_bottleneck {
+                violation = Some(format!("flow {flow} at {rate} B/s has no bottleneck link"));
+            }
+        }
+        if let Some(audit) = &mut self.audit {
+            audit.checks += 1;
+            if audit.violation.is_none() {
+                audit.violation = violation;
+            }
+        }
+    }
+
+    /// Starts `collective` as its schedule of messages.
+    fn start_run(
+        &mut self,
+        context: &mut NetContext<'_, FlowEvent>,
+        token: Completion,
+        collective: &Collective,
+        group: &[RankId],
+    ) -> Result<(), NetworkError> {
+        let topology = self.topology;
+        let node_of = |rank: RankId| {
+            topology.node_of(HostId(rank.0)).map_err(|error| CollectiveError::Network(error.to_string()))
+        };
+        let schedule =
+            Schedule::new(collective.kind, collective.algorithm, collective.bytes, group, node_of)?;
+        let members = schedule.lanes().iter().map(Vec::len).sum::<usize>();
+        if schedule.steps() == 0 {
+            return Ok(context.complete_after(SimDuration::ZERO, token)?);
+        }
+        let run = CollectiveRun {
+            schedule,
+            token,
+            step: vec![NOT_ENTERED; members],
+            pending: vec![0; members],
+            finished_members: 0,
+        };
+        let id = match self.free_runs.pop() {
+            Some(id) => {
+                self.runs[id as usize] = Some(run);
+                id
+            }
+            None => {
+                self.runs.push(Some(run));
+                (self.runs.len() - 1) as u32
+            }
+        };
+        let lanes = self.run(id).schedule.lanes().len();
+        let per_lane = group.len();
+        for lane in 0..lanes {
+            for position in 0..per_lane {
+                self.enter_step(context, id, lane as u32, position as u32, 0)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn run(&self, id: u32) -> &CollectiveRun {
+        self.runs[id as usize]
+            .as_ref()
+            .expect("a message's collective is running until its last member finishes")
+    }
+
+    fn run_mut(&mut self, id: u32) -> &mut CollectiveRun {
+        self.runs[id as usize]
+            .as_mut()
+            .expect("a message's collective is running until its last member finishes")
+    }
+
+    /// Member `position` of `lane` enters `step`: posts its messages, starting those whose
+    /// partner is already there; steps without messages are passed straight through.
+    fn enter_step(
+        &mut self,
+        context: &mut NetContext<'_, FlowEvent>,
+        run: u32,
+        lane: u32,
+        position: u32,
+        mut step: u32,
+    ) -> Result<(), NetworkError> {
+        loop {
+            let state = self.run(run);
+            let members = state.schedule.lanes()[lane as usize].len();
+            let index = lane as usize * members + position as usize;
+            if step == state.schedule.steps() {
+                let state = self.run_mut(run);
+                state.step[index] = step;
+                state.finished_members += 1;
+                if state.finished_members == state.step.len() {
+                    let token = state.token;
+                    self.runs[run as usize] = None;
+                    self.free_runs.push(run);
+                    context.complete_after(SimDuration::ZERO, token)?;
+                }
+                return Ok(());
+            }
+            let send_to = state.schedule.send_to(step, position as usize);
+            let receive_from = state.schedule.receive_from(step, position as usize);
+            let (bytes, parts) = state.schedule.message();
+            let message = bytes.as_f64() / parts as f64;
+            let lane_ranks = &state.schedule.lanes()[lane as usize];
+            let base = lane as usize * members;
+            let mut starts = [None, None];
+            if let Some(to) = send_to
+                && state.step[base + to] == step
+            {
+                starts[0] = Some((position, to as u32, lane_ranks[position as usize], lane_ranks[to]));
+            }
+            if let Some(from) = receive_from
+                && state.step[base + from] == step
+            {
+                starts[1] = Some((from as u32, position, lane_ranks[from], lane_ranks[position as usize]));
+            }
+            let count = u8::from(send_to.is_some()) + u8::from(receive_from.is_some());
+            let state = self.run_mut(run);
+            state.step[index] = step;
+            state.pending[index] = count;
+            if count == 0 {
+                step += 1;
+                continue;
+            }
+            for (from, to, src, dst) in starts.into_iter().flatten() {
+                self.start_flow(context, src, dst, message, Owner::Message { run, lane, from, to })?;
+            }
+            return Ok(());
+        }
+    }
+
+    /// One of `position`'s messages of its current step is done.
+    fn message_done(
+        &mut self,
+        context: &mut NetContext<'_, FlowEvent>,
+        run: u32,
+        lane: u32,
+        position: u32,
+    ) -> Result<(), NetworkError> {
+        let state = self.run_mut(run);
+        let members = state.schedule.lanes()[lane as usize].len();
+        let index = lane as usize * members + position as usize;
+        state.pending[index] -= 1;
+        if state.pending[index] == 0 {
+            let next = state.step[index] + 1;
+            self.enter_step(context, run, lane, position, next)?;
+        }
+        Ok(())
+    }
+}
+
+impl Network for FlowNetwork<'_> {
+    type Event = FlowEvent;
+
+    fn name(&self) -> &'static str {
+        "flow"
+    }
+
+    fn host_count(&self) -> usize {
+        self.topology.host_count()
+    }
+
+    fn start_transfer(
+        &mut self,
+        context: &mut NetContext<'_, Self::Event>,
+        token: Completion,
+        src: RankId,
+        dst: RankId,
+        bytes: Bytes,
+    ) -> Result<(), NetworkError> {
+        self.start_flow(context, src, dst, bytes.as_f64(), Owner::Single(token))
+    }
+
+    fn start_collective(
+        &mut self,
+        context: &mut NetContext<'_, Self::Event>,
+        token: Completion,
+        collective: &Collective,
+        group: &[RankId],
+    ) -> Result<(), NetworkError> {
+        self.start_run(context, token, collective, group)
+    }
+
+    fn start_memcpy(
+        &mut self,
+        context: &mut NetContext<'_, Self::Event>,
+        token: Completion,
+        _rank: RankId,
+        _direction: MemcpyDirection,
+        bytes: Bytes,
+    ) -> Result<(), NetworkError> {
+        let cost = PathCost { latency: self.host_link.latency, bandwidth: self.host_link.bandwidth };
+        Ok(context.complete_after(cost.time_for_share(bytes, 1)?, token)?)
+    }
+
+    fn handle(
+        &mut self,
+        context: &mut NetContext<'_, Self::Event>,
+        event: Self::Event,
+    ) -> Result<(), NetworkError> {
+        match event {
+            FlowEvent::Enter { flow } => self.enter(context, flow),
+            FlowEvent::Finish { flow, generation } => self.finish(context, flow, generation),
+        }
+    }
+}

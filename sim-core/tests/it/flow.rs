@@ -1,0 +1,164 @@
+//! The `flow` model: textbook max-min cases, invariants on random traffic, and agreement with
+//! the analytical model and the reference simulators where nothing contends.
+
+use proptest::prelude::*;
+use sim_core::exec::{Timeline, run};
+use sim_core::flow::FlowNetwork;
+use sim_core::graph::{CollectiveKind, GraphBuilder, OpId, RankId, StreamId};
+use sim_core::network::AnalyticalNetwork;
+use sim_core::units::{Bytes, SimDuration};
+use topology::Topology;
+
+use crate::{lone_collective, single_switch};
+
+/// 100 Gb/s = 12.5 GB/s links, 1 us each; every path between two hosts is 2 links.
+fn star(hosts: u32) -> (Topology, topology::LinkSpec) {
+    single_switch(hosts, "100 Gb/s", "1 us")
+}
+
+/// Runs simultaneous flows of `bytes` (src, dst) and returns each one's completion time.
+fn flows(hosts: u32, pairs: &[(u32, u32)], bytes: u64) -> Vec<SimDuration> {
+    let (topology, link) = star(hosts);
+    let mut graph = GraphBuilder::new(hosts);
+    for (i, &(src, dst)) in pairs.iter().enumerate() {
+        graph.transfer(RankId(src), StreamId(i as u16), RankId(dst), Bytes(bytes), "flow", &[]);
+    }
+    let graph = graph.build().unwrap();
+    let mut network = FlowNetwork::new(&topology, link).audited();
+    let timeline = run(&graph, &mut network).unwrap();
+    let audit = network.audit().unwrap();
+    assert_eq!(audit.violation, None);
+    (0..pairs.len()).map(|i| timeline.end[i].since_start()).collect()
+}
+
+/// Latency (2 links) plus `bytes` at `rate` (bytes per second), in picoseconds.
+fn expected(bytes: f64, rate: f64) -> SimDuration {
+    SimDuration::from_ps(2_000_000 + (bytes / rate * 1e12).ceil() as u64)
+}
+
+fn close(got: SimDuration, want: SimDuration) -> bool {
+    got.as_ps().abs_diff(want.as_ps()) <= 2
+}
+
+const LINK: f64 = 12.5e9;
+
+#[test]
+fn two_flows_on_one_link_each_get_half() {
+    let done = flows(3, &[(0, 2), (1, 2)], 125_000_000);
+    for time in done {
+        assert!(close(time, expected(125e6, LINK / 2.0)), "{time}");
+    }
+}
+
+#[test]
+fn a_lone_flow_runs_at_line_rate() {
+    let done = flows(2, &[(0, 1)], 125_000_000);
+    assert!(close(done[0], expected(125e6, LINK)), "{}", done[0]);
+}
+
+#[test]
+fn parking_lot_long_flow_gets_the_same_share_as_each_short_one() {
+    // The long flow 0->1 crosses host 0's up-link and host 1's down-link; one short flow shares
+    // each of those links. Every link has two flows: everyone gets half.
+    let done = flows(4, &[(0, 1), (0, 2), (3, 1)], 125_000_000);
+    for time in done {
+        assert!(close(time, expected(125e6, LINK / 2.0)), "{time}");
+    }
+}
+
+#[test]
+fn a_flow_bottlenecked_elsewhere_leaves_its_share_to_others() {
+    // 0->1, 2->1, 3->1 share host 1's down-link (a third each). 2->4 shares host 2's up-link
+    // with 2->1, which is held to a third by the down-link, so 2->4 gets the other two thirds.
+    let done = flows(5, &[(0, 1), (2, 1), (3, 1), (2, 4)], 125_000_000);
+    for &time in &done[..3] {
+        assert!(close(time, expected(125e6, LINK / 3.0)), "{time}");
+    }
+    assert!(close(done[3], expected(125e6, 2.0 * LINK / 3.0)), "{}", done[3]);
+}
+
+#[test]
+fn a_late_flow_slows_an_early_one_only_while_both_run() {
+    // Flow a starts at 0, b joins 4 ms later on the same down-link.
+    let (topology, link) = star(3);
+    let mut graph = GraphBuilder::new(3);
+    graph.transfer(RankId(0), StreamId(0), RankId(2), Bytes(100_000_000), "a", &[]);
+    let wait = graph.compute(RankId(1), StreamId(0), SimDuration::from_ms(4), "wait", &[]);
+    graph.transfer(RankId(1), StreamId(0), RankId(2), Bytes(100_000_000), "b", &[wait]);
+    let graph = graph.build().unwrap();
+    let timeline = run(&graph, &mut FlowNetwork::new(&topology, link)).unwrap();
+    // a runs alone from 2 us to 4.002 ms (b enters after its own 2 us of latency) and delivers
+    // 50 MB; the other 50 MB at half rate take 8 ms, so a ends at 12.002 ms. By then b has
+    // delivered 50 MB and sends its other 50 MB alone at full rate: 4 ms more.
+    assert!(close(timeline.end[0].since_start(), SimDuration::from_us(12_002)), "{}", timeline.end[0]);
+    assert!(close(timeline.end[2].since_start(), SimDuration::from_us(16_002)), "{}", timeline.end[2]);
+}
+
+#[test]
+fn simgrid_two_flow_micro_test_shape_on_a_star() {
+    // simulators.md's micro-test: two 125 MB flows into one host; under plain max-min both get
+    // 6.25 GB/s once both run and finish together (0.020000 s vs 0.020002 s there, whose
+    // routes have 2 and 4 links). On a star both routes have 2 links: both end at 20.002 ms.
+    let done = flows(3, &[(0, 1), (2, 1)], 125_000_000);
+    assert_eq!(done[0], done[1]);
+    assert!(close(done[0], SimDuration::from_us(20_002)));
+}
+
+fn ring_time(ranks: u32, bytes: Bytes, flow: bool) -> (Timeline, Option<sim_core::flow::Audit>) {
+    let (topology, link) = star(ranks);
+    let graph = lone_collective(ranks, CollectiveKind::AllReduce, bytes);
+    if flow {
+        let mut network = FlowNetwork::new(&topology, link).audited();
+        let timeline = run(&graph, &mut network).unwrap();
+        (timeline, network.audit().cloned())
+    } else {
+        (run(&graph, &mut AnalyticalNetwork::new(&topology, link)).unwrap(), None)
+    }
+}
+
+#[test]
+fn an_uncontended_ring_takes_the_same_time_in_both_models() {
+    for (ranks, bytes) in [(8u32, 1u64 << 20), (16, 64 << 20), (64, 1 << 30)] {
+        let (analytical, _) = ring_time(ranks, Bytes(bytes), false);
+        let (flow, audit) = ring_time(ranks, Bytes(bytes), true);
+        let audit = audit.unwrap();
+        assert_eq!(audit.violation, None);
+        assert!((audit.bytes_delivered - audit.bytes_sent).abs() <= 1e-6 * audit.bytes_sent);
+        let (a, f) = (analytical.makespan().as_ps() as f64, flow.makespan().as_ps() as f64);
+        assert!((a - f).abs() / a < 1e-6, "N={ranks} S={bytes}: analytical {a} ps, flow {f} ps");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    /// Random traffic: flows with random sizes start at random times between random hosts.
+    /// After every re-fill no link is over capacity and every flow has a bottleneck, and every
+    /// byte sent is delivered.
+    #[test]
+    fn max_min_invariants_hold_on_random_traffic(
+        flows in prop::collection::vec((0u32..6, 1u32..6, 1u64..50_000_000, 0u64..3_000), 1..40)
+    ) {
+        let (topology, link) = star(6);
+        let mut graph = GraphBuilder::new(6);
+        for (i, &(src, offset, bytes, delay_us)) in flows.iter().enumerate() {
+            let dst = (src + offset) % 6;
+            let stream = StreamId(i as u16);
+            let wait = graph.compute(RankId(src), stream, SimDuration::from_us(delay_us), "wait", &[]);
+            graph.transfer(RankId(src), stream, RankId(dst), Bytes(bytes), "flow", &[wait]);
+        }
+        let graph = graph.build().unwrap();
+        let mut network = FlowNetwork::new(&topology, link).audited();
+        let timeline = run(&graph, &mut network).unwrap();
+        let audit = network.audit().unwrap();
+        prop_assert_eq!(&audit.violation, &None);
+        prop_assert!(audit.checks > 0);
+        prop_assert!((audit.bytes_delivered - audit.bytes_sent).abs() <= 1e-6 * audit.bytes_sent);
+        // No flow beats its size at line rate.
+        for (i, &(_, _, bytes, delay_us)) in flows.iter().enumerate() {
+            let transfer = OpId(2 * i as u32 + 1);
+            let took = timeline.end[transfer.0 as usize].saturating_since(timeline.start[transfer.0 as usize]);
+            let fastest = SimDuration::from_ps(2_000_000 + (bytes as f64 / LINK * 1e12) as u64);
+            prop_assert!(took >= fastest, "flow {} ({} B after {} us) took {} < {}", i, bytes, delay_us, took, fastest);
+        }
+    }
+}
