@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use serde::{Serialize, Serializer};
 use sim_core::exec;
+use sim_core::flow::FlowNetwork;
 use sim_core::network::AnalyticalNetwork;
 use sim_core::stats::breakdown;
 use sim_core::units::{SimDuration, SimTime};
@@ -169,6 +170,9 @@ pub fn simulate(scenario: &Scenario) -> anyhow::Result<Outcome> {
         Fidelity::Analytical => {
             exec::run(&lowered.graph, &mut AnalyticalNetwork::new(&topology, scenario.host_link))
         }
+        Fidelity::Flow | Fidelity::PacketSteps => {
+            exec::run(&lowered.graph, &mut FlowNetwork::new(&topology, scenario.host_link))
+        }
     }
     .context("simulating")?;
     let simulation_wall = started.elapsed();
@@ -229,9 +233,7 @@ pub fn simulate(scenario: &Scenario) -> anyhow::Result<Outcome> {
                 .resolve(sim_core::graph::CollectiveKind::AllReduce)
                 .map_or(scenario.allreduce.name(), |a| a.name()),
         },
-        fidelity: match scenario.fidelity {
-            Fidelity::Analytical => "analytical",
-        },
+        fidelity: scenario.fidelity.name(),
         iterations: scenario.iterations,
         iteration_time,
         iteration_times,

@@ -199,6 +199,22 @@ impl Default for SimulationSection {
 pub enum Fidelity {
     /// Alpha-beta closed forms, no contention.
     Analytical,
+    /// Fluid flows with max-min fair sharing. Until the steady-state collective form lands,
+    /// collectives run message by message, as in `PacketSteps`.
+    Flow,
+    /// Fluid flows, every collective step its own flows.
+    PacketSteps,
+}
+
+impl Fidelity {
+    /// The name used in scenario files and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fidelity::Analytical => "analytical",
+            Fidelity::Flow => "flow",
+            Fidelity::PacketSteps => "packet-steps",
+        }
+    }
 }
 
 /// A validated scenario.
@@ -365,18 +381,12 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
 
     let fidelity = match spec.simulation.fidelity.as_str() {
         "analytical" => Fidelity::Analytical,
-        other @ ("flow" | "packet-steps") => {
-            return Err(invalid(
-                "simulation.fidelity",
-                format!("{other:?} is planned but not available yet; valid now: \"analytical\""),
-            ));
-        }
+        "flow" => Fidelity::Flow,
+        "packet-steps" => Fidelity::PacketSteps,
         other => {
             return Err(invalid(
                 "simulation.fidelity",
-                format!(
-                    "unknown fidelity {other:?}; valid: \"analytical\" (\"flow\" and \"packet-steps\" are planned)"
-                ),
+                format!("unknown fidelity {other:?}; valid: \"analytical\", \"flow\", \"packet-steps\""),
             ));
         }
     };

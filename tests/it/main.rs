@@ -149,7 +149,7 @@ fn other_invalid_values_are_named() {
     assert_rejected(
         "bad-fidelity.toml",
         &quickstart_with("\"analytical\"", "\"exact\""),
-        &["simulation.fidelity", "analytical"],
+        &["simulation.fidelity", "analytical", "flow"],
     );
     assert_rejected("syntax.toml", "[cluster\nnodes = 1\n", &["line 1"]);
 }
