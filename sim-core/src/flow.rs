@@ -385,7 +385,44 @@ impl<'t> FlowNetwork<'t> {
         }
         self.stats.refilled_flows += self.component_flows.len() as u64;
 
-        // Progressive filling with a min-heap of link fair shares (lazy: stale versions skip).
+        if let [flow] = self.component_flows[..] {
+            // A flow alone on its links (the common uncontended case) runs at its bottleneck.
+            let route = self.flows[flow as usize].route;
+            self.new_rate[flow as usize] =
+                route.iter().map(|l| self.capacity[l.0 as usize]).fold(f64::INFINITY, f64::min);
+        } else {
+            self.fill(epoch);
+        }
+
+        // Bring every re-filled flow up to date and reschedule its completion.
+        let now = context.now();
+        for index in 0..self.component_flows.len() {
+            let id = self.component_flows[index] as usize;
+            let rate = self.new_rate[id];
+            let flow = &mut self.flows[id];
+            if rate == flow.rate {
+                continue;
+            }
+            let elapsed = now.saturating_since(flow.updated).as_secs_f64();
+            flow.remaining = (flow.remaining - flow.rate * elapsed).max(0.0);
+            flow.updated = now;
+            flow.rate = rate;
+            flow.generation = flow.generation.wrapping_add(1);
+            let seconds = flow.remaining / rate;
+            let delay = SimDuration::from_ps((seconds * 1e12).ceil() as u64);
+            let generation = flow.generation;
+            context.wake_after(delay, FlowEvent::Finish { flow: id as u32, generation })?;
+        }
+        if self.audit.is_some() {
+            self.check_allocation();
+        }
+        Ok(())
+    }
+
+    /// Progressive filling over the current component with a min-heap of link fair shares
+    /// (lazy: entries of a link whose share changed since are skipped by version). Flows of the
+    /// component are marked `epoch`; each is marked `epoch + 1` once its rate is frozen.
+    fn fill(&mut self, epoch: u64) {
         self.heap.clear();
         for &link in &self.component_links {
             let l = link as usize;
@@ -422,30 +459,6 @@ impl<'t> FlowNetwork<'t> {
                 }
             }
         }
-
-        // Bring every re-filled flow up to date and reschedule its completion.
-        let now = context.now();
-        for index in 0..self.component_flows.len() {
-            let id = self.component_flows[index] as usize;
-            let rate = self.new_rate[id];
-            let flow = &mut self.flows[id];
-            if rate == flow.rate {
-                continue;
-            }
-            let elapsed = now.saturating_since(flow.updated).as_secs_f64();
-            flow.remaining = (flow.remaining - flow.rate * elapsed).max(0.0);
-            flow.updated = now;
-            flow.rate = rate;
-            flow.generation = flow.generation.wrapping_add(1);
-            let seconds = flow.remaining / rate;
-            let delay = SimDuration::from_ps((seconds * 1e12).ceil() as u64);
-            let generation = flow.generation;
-            context.wake_after(delay, FlowEvent::Finish { flow: id as u32, generation })?;
-        }
-        if self.audit.is_some() {
-            self.check_allocation();
-        }
-        Ok(())
     }
 
     /// Audit: capacity and bottleneck conditions of max-min fairness on the last component.
