@@ -9,7 +9,7 @@ use sim_core::flow::FlowNetwork;
 use sim_core::network::AnalyticalNetwork;
 use sim_core::stats::breakdown;
 use sim_core::units::{SimDuration, SimTime};
-use topology::{IntraNode, Topology};
+use topology::{FabricSpec, IntraNode, Topology};
 use workloads::DataParallel;
 
 use crate::scenario::{Fidelity, Scenario};
@@ -203,8 +203,14 @@ pub fn simulate(scenario: &Scenario) -> anyhow::Result<Outcome> {
     let intra = match scenario.cluster.intra_node {
         IntraNode::NvSwitch(link) => format!("nvswitch {} {}", link.bandwidth, link.latency),
         IntraNode::PcieSwitch(link) => format!("pcie-switch {} {}", link.bandwidth, link.latency),
+        IntraNode::NvLinkMesh(link) => format!("nvlink-mesh {} {}", link.bandwidth, link.latency),
     };
-    let network = scenario.cluster.inter_node;
+    let network = match &scenario.cluster.network.fabric {
+        FabricSpec::Switch { link } => {
+            format!("switch, {} {} per GPU", link.bandwidth.display_bits(), link.latency)
+        }
+        fabric => fabric.to_string(),
+    };
     let summary = Summary {
         scenario: scenario.source.clone(),
         model: ModelSummary {
@@ -222,7 +228,7 @@ pub fn simulate(scenario: &Scenario) -> anyhow::Result<Outcome> {
             gpus_per_node: scenario.cluster.gpus_per_node,
             device: scenario.device.display_name.clone(),
             intra_node: intra,
-            network: format!("switch, {} {} per GPU", network.bandwidth.display_bits(), network.latency),
+            network,
         },
         strategy: StrategySummary {
             data_parallel: scenario.data_parallel,

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use sim_core::graph::CollectiveAlgorithm;
 use sim_core::units::{Bandwidth, Bytes, SimDuration};
-use topology::{ClusterSpec, IntraNode, LinkSpec};
+use topology::{ClusterSpec, IntraNode, LinkSpec, NetworkSpec};
 use workloads::{ComputeModel, Device, DeviceCatalog, Dtype, Model, Optimizer, zoo};
 
 /// The example scenario the README runs, compiled in so `parasim run` works anywhere.
@@ -401,7 +401,7 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
             nodes: cluster.nodes,
             gpus_per_node: cluster.gpus_per_node,
             intra_node,
-            inter_node: LinkSpec::new(network.link_bandwidth, network.link_latency),
+            network: NetworkSpec::single_switch(LinkSpec::new(network.link_bandwidth, network.link_latency)),
         },
         host_link,
         device,

@@ -12,7 +12,7 @@ use sim_core::graph::{
 };
 use sim_core::network::AnalyticalNetwork;
 use sim_core::units::{Bytes, SimDuration};
-use topology::{ClusterSpec, IntraNode, LinkSpec, Topology};
+use topology::{ClusterSpec, IntraNode, LinkSpec, NetworkSpec, Topology};
 
 const RANKS: u32 = 64;
 const STEPS: u32 = 16_384;
@@ -64,7 +64,7 @@ fn engine(c: &mut Criterion) {
         nodes: 8,
         gpus_per_node: 8,
         intra_node: IntraNode::NvSwitch(nvswitch),
-        inter_node: link,
+        network: NetworkSpec::single_switch(link),
     })
     .expect("topology");
     let events = run(&graph, &mut AnalyticalNetwork::new(&topology, link)).expect("run").events;

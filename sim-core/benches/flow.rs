@@ -1,5 +1,5 @@
-//! Flow-level network throughput: a 1 GiB ring allreduce with one flow per message and a
-//! random permutation of 1 GiB flows, on 1024 hosts. Run with `cargo bench -p sim-core --bench
+//! Flow-level network throughput on a 1024-host k = 16 fat-tree: a 1 GiB ring allreduce with
+//! one flow per message (2,095,104 transfers) and a random permutation of 1 GiB flows. Run with `cargo bench -p sim-core --bench
 //! flow`; criterion reports time per run and transfers per second ("elem/s").
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -9,7 +9,7 @@ use sim_core::graph::{
     Collective, CollectiveAlgorithm, CollectiveKind, ExecGraph, GraphBuilder, RankId, StreamId,
 };
 use sim_core::units::Bytes;
-use topology::{ClusterSpec, IntraNode, LinkSpec, Topology};
+use topology::{ClusterSpec, FabricSpec, IntraNode, LinkSpec, NetworkSpec, Topology, XgftSpec};
 
 const HOSTS: u32 = 1024;
 
@@ -44,11 +44,13 @@ fn random_permutation() -> ExecGraph {
 
 fn flow(c: &mut Criterion) {
     let link = LinkSpec::new("100 Gb/s".parse().expect("unit"), "1 us".parse().expect("unit"));
+    // A k = 16 three-level fat-tree: 1024 hosts, D-mod-K routing, 100 Gb/s and 1 us per link.
+    let fat_tree = XgftSpec::k_ary(16, 3, vec![link; 3]).expect("fat-tree");
     let topology = Topology::build(&ClusterSpec {
         nodes: HOSTS,
         gpus_per_node: 1,
         intra_node: IntraNode::NvSwitch(link),
-        inter_node: link,
+        network: NetworkSpec::new(FabricSpec::FatTree(fat_tree)),
     })
     .expect("topology");
     let mut group = c.benchmark_group("flow");
@@ -57,13 +59,13 @@ fn flow(c: &mut Criterion) {
     let ring = ring_allreduce();
     let transfers = u64::from(HOSTS) * 2 * u64::from(HOSTS - 1);
     group.throughput(Throughput::Elements(transfers));
-    group.bench_function("ring allreduce 1 GiB, 1024 hosts, per-step flows (transfers/s)", |b| {
+    group.bench_function("k16 fat-tree: ring allreduce 1 GiB, per-step flows (transfers/s)", |b| {
         b.iter(|| run(&ring, &mut FlowNetwork::new(&topology, link)).expect("run"))
     });
 
     let permutation = random_permutation();
     group.throughput(Throughput::Elements(u64::from(HOSTS)));
-    group.bench_function("random permutation of 1 GiB flows, 1024 hosts (transfers/s)", |b| {
+    group.bench_function("k16 fat-tree: random permutation of 1 GiB flows (transfers/s)", |b| {
         b.iter(|| run(&permutation, &mut FlowNetwork::new(&topology, link)).expect("run"))
     });
     group.finish();

@@ -14,10 +14,11 @@
 //! use sim_core::graph::{GraphBuilder, RankId, StreamId};
 //! use sim_core::network::AnalyticalNetwork;
 //! use sim_core::units::SimDuration;
-//! use topology::{ClusterSpec, IntraNode, LinkSpec, Topology};
+//! use topology::{ClusterSpec, IntraNode, LinkSpec, NetworkSpec, Topology};
 //!
 //! let link = LinkSpec::new("100 Gb/s".parse().unwrap(), "1 us".parse().unwrap());
-//! let topology = Topology::build(&ClusterSpec { nodes: 2, gpus_per_node: 1, intra_node: IntraNode::NvSwitch(link), inter_node: link }).unwrap();
+//! let network = NetworkSpec::single_switch(link);
+//! let topology = Topology::build(&ClusterSpec { nodes: 2, gpus_per_node: 1, intra_node: IntraNode::NvSwitch(link), network }).unwrap();
 //! let mut graph = GraphBuilder::new(2);
 //! let a = graph.compute(RankId(0), StreamId(0), SimDuration::from_us(5), "work", &[]);
 //! let send = graph.transfer(RankId(0), StreamId(0), RankId(1), "125 kB".parse().unwrap(), "send", &[a]);

@@ -8,6 +8,10 @@
 //! links (its connected component): those are re-filled, their progress is brought up to date,
 //! and their completion is rescheduled (stale completion events are skipped by generation).
 //!
+//! Routes come from the topology per flow (ECMP hashes the flow id). Under UGAL routing on a
+//! dragonfly, a flow takes its Valiant route instead of the minimal one when the minimal
+//! route's hop count times (1 + the most flows on one of its links) is larger.
+//!
 //! Collectives run their [`Schedule`] message by message (`packet-steps` behaviour): each
 //! member posts the messages of a step, a message's flow starts once both its sender and its
 //! receiver have reached that step, and a member moves on once all its messages of the step are
@@ -18,11 +22,11 @@
 //! use sim_core::flow::FlowNetwork;
 //! use sim_core::graph::{GraphBuilder, RankId, StreamId};
 //! use sim_core::units::{Bytes, SimDuration};
-//! use topology::{ClusterSpec, IntraNode, LinkSpec, Topology};
+//! use topology::{ClusterSpec, IntraNode, LinkSpec, NetworkSpec, Topology};
 //!
 //! // Two senders into one receiver on a 100 Gb/s switch: they share its down-link.
 //! let link = LinkSpec::new("100 Gb/s".parse()?, "1 us".parse()?);
-//! let cluster = ClusterSpec { nodes: 3, gpus_per_node: 1, intra_node: IntraNode::NvSwitch(link), inter_node: link };
+//! let cluster = ClusterSpec { nodes: 3, gpus_per_node: 1, intra_node: IntraNode::NvSwitch(link), network: NetworkSpec::single_switch(link) };
 //! let topology = Topology::build(&cluster)?;
 //! let mut graph = GraphBuilder::new(3);
 //! graph.transfer(RankId(0), StreamId(0), RankId(2), Bytes(125_000_000), "a", &[]);
@@ -236,8 +240,12 @@ impl<'t> FlowNetwork<'t> {
         bytes: f64,
         owner: Owner,
     ) -> Result<(), NetworkError> {
-        // TODO(issue 3): route_for_flow(.., self.next_flow_id) once topology has ECMP.
-        let route = self.topology.route(HostId(src.0), HostId(dst.0))?;
+        let (minimal, alternative) =
+            self.topology.route_candidates(HostId(src.0), HostId(dst.0), self.next_flow_id)?;
+        let route = match alternative {
+            Some(valiant) if self.congestion(&valiant) < self.congestion(&minimal) => valiant,
+            _ => minimal,
+        };
         self.next_flow_id += 1;
         self.stats.flows += 1;
         if let Some(audit) = &mut self.audit {
@@ -273,6 +281,13 @@ impl<'t> FlowNetwork<'t> {
         };
         context.wake_after(latency, FlowEvent::Enter { flow: id })?;
         Ok(())
+    }
+
+    /// UGAL's cost of a route: its hop count times (1 + the most flows on any of its links), so
+    /// a longer non-minimal route is taken only when the minimal one is that much busier.
+    fn congestion(&self, route: &Route) -> usize {
+        let busiest = route.iter().map(|link| self.on_link[link.0 as usize].len()).max().unwrap_or(0);
+        route.len() * (1 + busiest)
     }
 
     /// The flow's first byte has arrived: it joins its links and rates are re-filled.

@@ -20,11 +20,12 @@
 //! use sim_core::graph::{Collective, CollectiveAlgorithm, CollectiveKind, GraphBuilder, RankId, StreamId};
 //! use sim_core::network::AnalyticalNetwork;
 //! use sim_core::units::{Bytes, SimDuration};
-//! use topology::{ClusterSpec, IntraNode, LinkSpec, Topology};
+//! use topology::{ClusterSpec, IntraNode, LinkSpec, NetworkSpec, Topology};
 //!
 //! // Four single-GPU hosts on one switch: 100 Gb/s, 1 us per link.
 //! let link = LinkSpec::new("100 Gb/s".parse()?, "1 us".parse()?);
-//! let cluster = ClusterSpec { nodes: 4, gpus_per_node: 1, intra_node: IntraNode::NvSwitch(link), inter_node: link };
+//! let network = NetworkSpec::single_switch(link);
+//! let cluster = ClusterSpec { nodes: 4, gpus_per_node: 1, intra_node: IntraNode::NvSwitch(link), network };
 //! let topology = Topology::build(&cluster)?;
 //!
 //! // Every rank computes 100 us, then all-reduces 4 MiB.

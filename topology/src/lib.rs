@@ -1,5 +1,5 @@
-//! Cluster graphs: GPUs, switches and the directed links between them, and the routes that
-//! traffic takes.
+//! Cluster graphs: GPUs, NICs, switches and the directed links between them, and the routes
+//! that traffic takes.
 //!
 //! A [`Topology`] is a petgraph directed graph. Every physical cable is two links, one per
 //! direction (full duplex), each with its own bandwidth and latency. Hosts (GPUs, in rank
@@ -7,17 +7,103 @@
 //! event loop, no I/O.
 //!
 //! ```
-//! use topology::{ClusterSpec, IntraNode, LinkSpec, Topology};
+//! use topology::{ClusterSpec, FabricSpec, IntraNode, LinkSpec, NetworkSpec, Topology, XgftSpec};
 //! let nic = LinkSpec::new("200 Gb/s".parse().unwrap(), "1 us".parse().unwrap());
 //! let nvswitch = LinkSpec::new("300 GB/s".parse().unwrap(), "0.7 us".parse().unwrap());
-//! let cluster = ClusterSpec { nodes: 2, gpus_per_node: 8, intra_node: IntraNode::NvSwitch(nvswitch), inter_node: nic };
+//! let cluster = ClusterSpec {
+//!     nodes: 2,
+//!     gpus_per_node: 8,
+//!     intra_node: IntraNode::NvSwitch(nvswitch),
+//!     network: NetworkSpec::single_switch(nic),
+//! };
 //! let topology = Topology::build(&cluster).unwrap();
 //! assert_eq!(topology.host_count(), 16);
 //! // Two GPUs of one node talk through the NVSwitch; of two nodes, through the network switch.
-//! let path = topology.shortest_path(topology::HostId(0), topology::HostId(9)).unwrap();
+//! let path = topology.route(topology::HostId(0), topology::HostId(9)).unwrap();
 //! assert_eq!(path.len(), 2);
 //! assert_eq!(topology.link(path[0]).bandwidth.display_bits().to_string(), "200 Gb/s");
+//!
+//! // 16 single-GPU servers on SimGrid's FT3-k4 (a k = 4 three-level fat-tree), D-mod-K routing.
+//! let fat_tree = XgftSpec::k_ary(4, 3, vec![nic; 3]).unwrap();
+//! let cluster = ClusterSpec {
+//!     nodes: 16,
+//!     gpus_per_node: 1,
+//!     intra_node: IntraNode::NvSwitch(nvswitch),
+//!     network: NetworkSpec::new(FabricSpec::FatTree(fat_tree)),
+//! };
+//! let topology = Topology::build(&cluster).unwrap();
+//! assert_eq!(topology.switch_count(), 8 + 8 + 4);
+//! // Across pods: up to a core switch and down again, six links.
+//! assert_eq!(topology.route(topology::HostId(0), topology::HostId(8)).unwrap().len(), 6);
 //! ```
+//!
+//! # How a cluster is composed
+//!
+//! - **GPUs** are the hosts, in rank order: host `h` is GPU `h % g` of server `h / g` (`g`
+//!   GPUs per server), so consecutive hosts share a server.
+//! - **Inside a server**, GPUs talk over the [`IntraNode`] fabric: a star through an NVSwitch
+//!   or a PCIe switch (two links), or an NVLink mesh (a direct link between every pair of
+//!   GPUs, one link). A server with one GPU has no intra-node fabric.
+//! - **NICs are the fabric's terminals.** With one NIC per GPU (`nics_per_node: None`), the GPU
+//!   vertex itself is the terminal: its NIC link is the fabric's terminal link (for a fat-tree,
+//!   the level-0 cable), so SimGrid's shapes with one GPU per server have exactly SimGrid's
+//!   host links. With `n` NICs for `g` GPUs, NIC `i` of a server is its own vertex serving
+//!   GPUs `i*g/n .. (i+1)*g/n` through `gpu_to_nic` links (PCIe).
+//! - **Terminal order.** Without rail optimization a server's NICs are consecutive terminals
+//!   (`node * n + i`), so they share a leaf switch. With `rail_optimized`, NIC `i` of server
+//!   `node` is terminal `i * nodes + node`: the same NIC of every server lands on the same
+//!   leaf, a "rail", as in NVIDIA DGX SuperPOD. A fabric with more terminal positions than
+//!   NICs populates the first ones.
+//! - **Between servers** traffic goes GPU → (its NIC) → the fabric's route → (the NIC) → GPU.
+//!   A single server has no network at all: no NICs, no fabric (its spec is still checked).
+//!
+//! Terminals and GPUs never forward traffic: a route enters the fabric at its source's
+//! terminal and leaves it at its destination's, and [`Topology::shortest_path`] obeys the same
+//! rule.
+//!
+//! # Routing
+//!
+//! Routes are computed structurally on demand from positions, in O(levels) time (O(copies of a
+//! global link) on dragonflies), with no per-pair tables, so memory stays linear in links
+//! (16k hosts need a few megabytes). [`Topology::route_for_flow`] hands out an inline
+//! [`Route`] of at most [`Route::CAPACITY`] links.
+//!
+//! | fabric | routings (default first) |
+//! |---|---|
+//! | switch, fully connected | shortest (the only path) |
+//! | ring, torus | shortest: dimension order, the shorter way round, ties the `+` way |
+//! | fat-tree (XGFT) | `dmodk`, `ecmp` |
+//! | dragonfly, cascade dragonfly | `minimal`, `valiant`, `ugal` |
+//!
+//! **D-mod-K** is SimGrid 3.32's: climbing from a node at level `l`, take up-port
+//! `(d / prod(up[..l])) mod (up[l] * count[l])` where `d` is the destination terminal's leaf
+//! position; port `p` is parent `p mod up[l]` over parallel cable `p / up[l]` (parallel cables
+//! are separate links, each of the level's bandwidth). Climb until the switch's subtree holds
+//! the destination, then go down the unique switch path; among parallel cables going down,
+//! the one SimGrid's port scan picks (see the `xgft` module). Cables are created in SimGrid's
+//! order, so with one GPU per server and every leaf populated, fabric cable `u` (links `2u`
+//! up and `2u + 1` down) is SimGrid's link `..._u_UP` / `..._u_DOWN`; the same holds for the
+//! cascade dragonfly.
+//! **ECMP** picks every up-port (and every parallel cable down) by a deterministic hash
+//! (SplitMix64) of (source host, destination host, flow id, level).
+//!
+//! **Dragonflies**: *minimal* takes at most one global link (on the canonical dragonfly, the
+//! copy of the group pair's global links with the fewest local hops, ties by flow hash; as
+//! in Kim et al., a path through two global links is never taken even where it happens to
+//! be a hop shorter);
+//! *valiant* goes minimally to an intermediate group, picked by a hash of (source,
+//! destination, flow id) among the groups other than both ends, then minimally on (traffic
+//! inside a group, and everything with two groups or fewer, stays minimal); *ugal* routes
+//! minimally in [`Topology::route_for_flow`] and offers the Valiant route beside it in
+//! [`Topology::route_candidates`], for the flow model to choose from its link loads. The
+//! cascade variant routes exactly as SimGrid 3.32 (see [`CascadeSpec`] and the `cascade`
+//! module for the one place it deliberately does not).
+
+mod error;
+mod fabric;
+mod hash;
+mod spec;
+mod summary;
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -25,6 +111,13 @@ use std::fmt;
 use petgraph::graph::{DiGraph, EdgeIndex, NodeIndex};
 use petgraph::visit::EdgeRef;
 use units::{Bandwidth, SimDuration};
+
+pub use error::TopologyError;
+pub use spec::{CascadeSpec, DragonflySpec, FabricSpec, NetworkSpec, Routing, XgftSpec};
+pub use summary::{PathLengths, TopologySummary};
+
+use fabric::{Fabric, Wiring, backward, forward, pair_index};
+use hash::FlowKey;
 
 /// A host (one GPU, one rank's device), numbered densely in rank order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -59,10 +152,31 @@ impl LinkSpec {
 /// Which part of the cluster a link belongs to (for reports and per-tier settings).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Tier {
-    /// Inside a node: GPU to NVSwitch / PCIe switch.
+    /// Inside a node: GPU to NVSwitch / PCIe switch, or GPU to GPU in an NVLink mesh.
     IntraNode,
-    /// Between a GPU's NIC and the first network switch.
+    /// Inside a node: GPU to the NIC it shares with other GPUs.
+    GpuToNic,
+    /// Between a terminal (a NIC, or a GPU with its own NIC) and its first switch or router.
     NetworkEdge,
+    /// Fat-tree cables between switch levels `level` and `level + 1` (level 1 = leaves).
+    FatTree {
+        /// The lower level.
+        level: u8,
+    },
+    /// Dragonfly router-to-router links inside a group; the cascade dragonfly's green links
+    /// inside a chassis.
+    Local,
+    /// The cascade dragonfly's black links between the chassis of a group.
+    InterChassis,
+    /// Dragonfly links between groups (the cascade dragonfly's blue links).
+    Global,
+    /// Torus (or ring) cables along dimension `dimension`.
+    Torus {
+        /// The dimension.
+        dimension: u8,
+    },
+    /// A fully connected fabric's direct terminal-to-terminal cables.
+    Direct,
 }
 
 /// A directed link of the graph.
@@ -93,7 +207,14 @@ pub enum Vertex {
         /// The server.
         node: u32,
     },
-    /// A network switch.
+    /// A NIC shared by several GPUs of server `node` (a terminal of the fabric).
+    Nic {
+        /// The server.
+        node: u32,
+        /// Index among the server's NICs.
+        index: u32,
+    },
+    /// A network switch or router.
     NetworkSwitch {
         /// Index among the network switches.
         index: u32,
@@ -107,20 +228,23 @@ pub enum IntraNode {
     NvSwitch(LinkSpec),
     /// Every GPU sits behind one PCIe switch.
     PcieSwitch(LinkSpec),
+    /// A direct NVLink between every pair of GPUs (of the given per-direction rate), no
+    /// switch.
+    NvLinkMesh(LinkSpec),
 }
 
 impl IntraNode {
-    /// The GPU-to-switch link.
+    /// The GPU-to-switch (or, for a mesh, GPU-to-GPU) link.
     pub fn link(self) -> LinkSpec {
         match self {
-            IntraNode::NvSwitch(link) | IntraNode::PcieSwitch(link) => link,
+            IntraNode::NvSwitch(link) | IntraNode::PcieSwitch(link) | IntraNode::NvLinkMesh(link) => link,
         }
     }
 }
 
 /// A cluster of identical servers: `gpus_per_node` GPUs per server connected by `intra_node`,
-/// and one network link per GPU (`inter_node`, its NIC) into a non-blocking network switch.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// and a `network` between the servers.
+#[derive(Debug, Clone, PartialEq)]
 pub struct ClusterSpec {
     /// Number of servers.
     pub nodes: u32,
@@ -128,57 +252,8 @@ pub struct ClusterSpec {
     pub gpus_per_node: u32,
     /// How GPUs inside a server reach each other.
     pub intra_node: IntraNode,
-    /// Each GPU's link into the network.
-    pub inter_node: LinkSpec,
-}
-
-/// A topology could not be built or queried.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TopologyError {
-    /// A count that must be positive is zero.
-    #[error("{what} must be at least 1, got 0")]
-    Zero {
-        /// Which count.
-        what: &'static str,
-    },
-    /// The cluster has more hosts than a `HostId` can number.
-    #[error("{nodes} nodes x {gpus_per_node} GPUs is more hosts than parasim can number (at most {max})")]
-    TooManyHosts {
-        /// Servers asked for.
-        nodes: u32,
-        /// GPUs per server asked for.
-        gpus_per_node: u32,
-        /// The limit.
-        max: u64,
-    },
-    /// A host id past the end.
-    #[error("{host} does not exist: the topology has {hosts} hosts")]
-    UnknownHost {
-        /// The id asked for.
-        host: HostId,
-        /// How many there are.
-        hosts: usize,
-    },
-    /// No path connects two hosts.
-    #[error("no path from {src} to {dst}")]
-    Unreachable {
-        /// Source.
-        src: HostId,
-        /// Destination.
-        dst: HostId,
-    },
-}
-
-/// A cluster graph with dense host and link ids.
-#[derive(Debug, Clone)]
-pub struct Topology {
-    graph: DiGraph<Vertex, Link>,
-    hosts: Vec<NodeIndex>,
-    node_of_host: Vec<u32>,
-    /// Each host's (up, down) links to its server's switch, if the server has several GPUs.
-    intra_node_links: Vec<Option<(LinkId, LinkId)>>,
-    /// Each host's (up, down) links to the network switch, if there are several servers.
-    network_links: Vec<Option<(LinkId, LinkId)>>,
+    /// The network between servers.
+    pub network: NetworkSpec,
 }
 
 /// A path through the network: up to [`Route::CAPACITY`] link ids stored inline (no heap),
@@ -189,14 +264,38 @@ pub struct Route {
     len: u8,
 }
 
-impl Route {
-    /// The longest route a topology may hand out.
-    pub const CAPACITY: usize = 8;
+/// A route ran past [`Route::CAPACITY`] links.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RouteFull;
 
-    fn new(path: &[LinkId]) -> Route {
-        let mut links = [LinkId(0); Route::CAPACITY];
-        links[..path.len()].copy_from_slice(path);
-        Route { links, len: path.len() as u8 }
+impl Route {
+    /// The longest route a topology may hand out: enough for Valiant routes on the cascade
+    /// dragonfly with shared NICs (11 links) and 3-D tori of up to 9 routers a side.
+    pub const CAPACITY: usize = 16;
+
+    /// The route of no links (a host to itself).
+    pub const EMPTY: Route = Route { links: [LinkId(0); Route::CAPACITY], len: 0 };
+
+    pub(crate) fn push(&mut self, link: LinkId) -> Result<(), RouteFull> {
+        let slot = self.links.get_mut(self.len as usize).ok_or(RouteFull)?;
+        *slot = link;
+        self.len += 1;
+        Ok(())
+    }
+}
+
+impl TryFrom<&[LinkId]> for Route {
+    type Error = TopologyError;
+    /// A route of `links`; an error if they are more than [`Route::CAPACITY`].
+    fn try_from(links: &[LinkId]) -> Result<Route, TopologyError> {
+        let mut route = Route::EMPTY;
+        for &link in links {
+            route.push(link).map_err(|RouteFull| TopologyError::Invalid {
+                parameter: "route",
+                problem: format!("{} links, more than the {} a route holds", links.len(), Route::CAPACITY),
+            })?;
+        }
+        Ok(route)
     }
 }
 
@@ -207,8 +306,44 @@ impl std::ops::Deref for Route {
     }
 }
 
+/// How GPUs of a server reach each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Intra {
+    /// One GPU per server.
+    None,
+    /// Through a node switch: host `h`'s cable to it is cable `h`.
+    Star,
+    /// GPU to GPU: pair `a < b` of server `n` is cable `n * g(g-1)/2 + pair_index(a, b)`.
+    Mesh,
+}
+
+/// A cluster graph with dense host and link ids.
+#[derive(Debug, Clone)]
+pub struct Topology {
+    graph: DiGraph<Vertex, Link>,
+    /// Each host's GPU vertex.
+    hosts: Vec<NodeIndex>,
+    /// The fabric's terminals (NICs, or GPUs with their own NIC), in terminal order; empty
+    /// for a single server.
+    terminals: Vec<NodeIndex>,
+    nodes: u32,
+    gpus_per_node: u32,
+    nics_per_node: u32,
+    /// Whether GPUs share NICs (and have `gpu_to_nic` links to them).
+    shared_nics: bool,
+    rail_optimized: bool,
+    intra: Intra,
+    /// The cable of host 0 to its NIC (host `h`'s is this plus `h`), when NICs are shared.
+    nic_cable_base: u64,
+    /// The inter-node fabric; `None` for a single server.
+    fabric: Option<Fabric>,
+    /// The routing in force (never [`Routing::Auto`]).
+    routing: Routing,
+    spec: ClusterSpec,
+}
+
 impl Topology {
-    /// Builds the graph of `spec`. Hosts are numbered so that consecutive hosts share a server.
+    /// Builds the graph of `spec` (see the crate documentation for how it is composed).
     pub fn build(spec: &ClusterSpec) -> Result<Topology, TopologyError> {
         if spec.nodes == 0 {
             return Err(TopologyError::Zero { what: "nodes" });
@@ -225,29 +360,151 @@ impl Topology {
                 max,
             });
         }
+        let network = &spec.network;
+        let routing = network.fabric.resolve_routing(network.routing)?;
+        let (nodes, g) = (spec.nodes, spec.gpus_per_node);
+        let nics = match network.nics_per_node {
+            None => g,
+            Some(0) => return Err(TopologyError::Zero { what: "nics-per-node" }),
+            Some(n) if n > g => {
+                return Err(TopologyError::Invalid {
+                    parameter: "nics-per-node",
+                    problem: format!("{n} NICs for {g} GPUs per node; give at most one NIC per GPU"),
+                });
+            }
+            Some(n) => n,
+        };
+        let shared_nics = nics < g;
+        let gpu_to_nic = match (shared_nics, network.gpu_to_nic) {
+            (true, None) => {
+                return Err(TopologyError::Invalid {
+                    parameter: "gpu-to-nic",
+                    problem: format!(
+                        "is required when GPUs share NICs ({nics} NICs for {g} GPUs per node): give the \
+                         PCIe link between a GPU and its NIC"
+                    ),
+                });
+            }
+            (_, link) => link,
+        };
+        let terminal_count = u64::from(nodes) * u64::from(nics);
+        Fabric::validate(&network.fabric, terminal_count)?;
+        let intra = match (g, spec.intra_node) {
+            (1, _) => Intra::None,
+            (_, IntraNode::NvLinkMesh(_)) => Intra::Mesh,
+            _ => Intra::Star,
+        };
+        let intra_cables = match intra {
+            Intra::None => 0,
+            Intra::Star => host_count,
+            Intra::Mesh => u64::from(nodes) * u64::from(g) * u64::from(g - 1) / 2,
+        };
+        let has_network = nodes > 1;
+        let nic_cables = if has_network && shared_nics { host_count } else { 0 };
+        fabric::check_size(2 * (intra_cables + nic_cables))?;
+
         let mut graph = DiGraph::new();
         let mut hosts = Vec::with_capacity(host_count as usize);
-        let mut node_of_host = Vec::with_capacity(host_count as usize);
-        let mut intra_node_links = Vec::with_capacity(host_count as usize);
-        let mut network_links = Vec::with_capacity(host_count as usize);
-        let network_switch = (spec.nodes > 1).then(|| graph.add_node(Vertex::NetworkSwitch { index: 0 }));
-        for node in 0..spec.nodes {
-            let node_switch = (spec.gpus_per_node > 1).then(|| graph.add_node(Vertex::NodeSwitch { node }));
-            for local in 0..spec.gpus_per_node {
+        let mut node_switches = Vec::new();
+        let mut nic_vertices = Vec::new();
+        for node in 0..nodes {
+            if intra == Intra::Star {
+                node_switches.push(graph.add_node(Vertex::NodeSwitch { node }));
+            }
+            for local in 0..g {
                 let host = HostId(hosts.len() as u32);
-                let gpu = graph.add_node(Vertex::Gpu { host, node, local });
-                intra_node_links.push(node_switch.map(|switch| {
-                    add_cable(&mut graph, gpu, switch, spec.intra_node.link(), Tier::IntraNode)
-                }));
-                network_links
-                    .push(network_switch.map(|switch| {
-                        add_cable(&mut graph, gpu, switch, spec.inter_node, Tier::NetworkEdge)
-                    }));
-                hosts.push(gpu);
-                node_of_host.push(node);
+                hosts.push(graph.add_node(Vertex::Gpu { host, node, local }));
+            }
+            if has_network && shared_nics {
+                for index in 0..nics {
+                    nic_vertices.push(graph.add_node(Vertex::Nic { node, index }));
+                }
             }
         }
-        Ok(Topology { graph, hosts, node_of_host, intra_node_links, network_links })
+        let intra_link = fabric::link_of(spec.intra_node.link(), Tier::IntraNode);
+        let mut wiring = Wiring::new(&mut graph);
+        match intra {
+            Intra::None => {}
+            Intra::Star => {
+                for (h, &gpu) in hosts.iter().enumerate() {
+                    wiring.cable(gpu, node_switches[h / g as usize], intra_link);
+                }
+            }
+            Intra::Mesh => {
+                for server in hosts.chunks(g as usize) {
+                    for (a, &gpu) in server.iter().enumerate() {
+                        for &peer in &server[a + 1..] {
+                            wiring.cable(gpu, peer, intra_link);
+                        }
+                    }
+                }
+            }
+        }
+        let mut topology = Topology {
+            graph: DiGraph::new(),
+            hosts,
+            terminals: Vec::new(),
+            nodes,
+            gpus_per_node: g,
+            nics_per_node: nics,
+            shared_nics,
+            rail_optimized: network.rail_optimized,
+            intra,
+            nic_cable_base: intra_cables,
+            fabric: None,
+            routing,
+            spec: spec.clone(),
+        };
+        if has_network {
+            if let Some(link) = gpu_to_nic.filter(|_| shared_nics) {
+                let link = fabric::link_of(link, Tier::GpuToNic);
+                for h in 0..host_count as u32 {
+                    let nic = topology.nic_index(h);
+                    let node = h / g;
+                    wiring.cable(
+                        topology.hosts[h as usize],
+                        nic_vertices[(node * nics + nic) as usize],
+                        link,
+                    );
+                }
+            }
+            topology.terminals = (0..terminal_count as u32)
+                .map(|t| {
+                    let (node, nic) = topology.terminal_position(t);
+                    if shared_nics {
+                        nic_vertices[(node * nics + nic) as usize]
+                    } else {
+                        topology.hosts[(node * g + nic) as usize]
+                    }
+                })
+                .collect();
+            topology.fabric =
+                Some(Fabric::build(&network.fabric, routing, &topology.terminals, &mut wiring)?);
+        }
+        topology.graph = graph;
+        Ok(topology)
+    }
+
+    /// Which of its server's NICs host `h` uses: NIC `i` serves GPUs `i*g/n .. (i+1)*g/n`.
+    fn nic_index(&self, h: u32) -> u32 {
+        let (g, n) = (u64::from(self.gpus_per_node), u64::from(self.nics_per_node));
+        let local = u64::from(h % self.gpus_per_node);
+        (((local + 1) * n).div_ceil(g) - 1) as u32
+    }
+
+    /// The (server, NIC) of terminal `t`.
+    fn terminal_position(&self, t: u32) -> (u32, u32) {
+        if self.rail_optimized {
+            (t % self.nodes, t / self.nodes)
+        } else {
+            (t / self.nics_per_node, t % self.nics_per_node)
+        }
+    }
+
+    /// The terminal that carries host `h`'s traffic between servers.
+    fn terminal(&self, h: u32) -> u32 {
+        let (node, nic) = (h / self.gpus_per_node, self.nic_index(h));
+        if self.rail_optimized { nic * self.nodes + node } else { node * self.nics_per_node + nic }
     }
 
     /// Number of hosts.
@@ -262,15 +519,47 @@ impl Topology {
 
     /// Number of switches (node-internal and network).
     pub fn switch_count(&self) -> usize {
-        self.graph.node_count() - self.hosts.len()
+        let nic_vertices = if self.shared_nics { self.terminals.len() } else { 0 };
+        self.graph.node_count() - self.hosts.len() - nic_vertices
+    }
+
+    /// Number of NICs, that is, of the fabric's terminals (one per GPU unless GPUs share
+    /// them); 0 for a single server, which has no network.
+    pub fn nic_count(&self) -> usize {
+        self.terminals.len()
+    }
+
+    /// Number of servers.
+    pub fn node_count(&self) -> u32 {
+        self.nodes
+    }
+
+    /// GPUs per server.
+    pub fn gpus_per_node(&self) -> u32 {
+        self.gpus_per_node
+    }
+
+    /// The routing in force (the fabric's default if the spec said [`Routing::Auto`]).
+    pub fn routing(&self) -> Routing {
+        self.routing
+    }
+
+    /// The spec this topology was built from.
+    pub fn spec(&self) -> &ClusterSpec {
+        &self.spec
     }
 
     /// The server that `host` sits in.
     pub fn node_of(&self, host: HostId) -> Result<u32, TopologyError> {
-        self.node_of_host
-            .get(host.0 as usize)
-            .copied()
-            .ok_or(TopologyError::UnknownHost { host, hosts: self.hosts.len() })
+        self.check_host(host)?;
+        Ok(host.0 / self.gpus_per_node)
+    }
+
+    /// The NIC (fabric terminal, numbered as in the crate documentation) that carries
+    /// `host`'s traffic to other servers; `None` for a single server.
+    pub fn nic_of(&self, host: HostId) -> Result<Option<u32>, TopologyError> {
+        self.check_host(host)?;
+        Ok(self.fabric.as_ref().map(|_| self.terminal(host.0)))
     }
 
     /// The link with id `id`. Ids come from this topology's own paths, so a foreign id is a
@@ -279,28 +568,90 @@ impl Topology {
         &self.graph[EdgeIndex::new(id.0 as usize)]
     }
 
-    /// The route traffic from `src` to `dst` takes, in O(1) from the cluster's structure: through
-    /// the server's switch inside a server, through the network switch between servers; empty
-    /// if `src == dst`. Memory stays linear in hosts, whatever the number of pairs asked for.
+    /// The route traffic from `src` to `dst` takes: [`Topology::route_for_flow`] for flow 0.
     pub fn route(&self, src: HostId, dst: HostId) -> Result<Route, TopologyError> {
+        self.route_for_flow(src, dst, 0)
+    }
+
+    /// The route of flow `flow` from `src` to `dst` under the topology's routing, computed
+    /// structurally (no tables): through the server's intra-node fabric inside a server,
+    /// through the NICs and the fabric between servers; empty if `src == dst`. ECMP and Valiant
+    /// choices depend on a deterministic hash of (`src`, `dst`, `flow`), so equal arguments
+    /// always give the same route; other routings ignore `flow`. Under [`Routing::Ugal`] this
+    /// is the minimal route (see [`Topology::route_candidates`]).
+    pub fn route_for_flow(&self, src: HostId, dst: HostId, flow: u64) -> Result<Route, TopologyError> {
+        self.route_with(src, dst, flow, self.routing == Routing::Valiant)
+    }
+
+    /// The candidate routes of flow `flow` from `src` to `dst`, for adaptive routing.
+    ///
+    /// Contract: `.0` is always [`Topology::route_for_flow`]`(src, dst, flow)`. `.1` is
+    /// `Some` only under [`Routing::Ugal`] on a dragonfly, for hosts in different groups of a
+    /// dragonfly with at least three groups: it is the Valiant route of the same flow (through
+    /// the intermediate group the flow hash picks). The caller (the flow model, which knows
+    /// the link loads) picks one, e.g. UGAL's rule: the Valiant route when `load(minimal) *
+    /// hops(minimal) > load(valiant) * hops(valiant)`. Both routes are deterministic.
+    pub fn route_candidates(
+        &self,
+        src: HostId,
+        dst: HostId,
+        flow: u64,
+    ) -> Result<(Route, Option<Route>), TopologyError> {
+        let first = self.route_for_flow(src, dst, flow)?;
+        let detour = self.routing == Routing::Ugal
+            && self.node_of(src)? != self.node_of(dst)?
+            && self.fabric.as_ref().is_some_and(|f| f.has_detour(self.terminal(src.0), self.terminal(dst.0)));
+        let second = if detour { Some(self.route_with(src, dst, flow, true)?) } else { None };
+        Ok((first, second))
+    }
+
+    fn route_with(&self, src: HostId, dst: HostId, flow: u64, detour: bool) -> Result<Route, TopologyError> {
         self.check_host(src)?;
         self.check_host(dst)?;
-        let (s, d) = (src.0 as usize, dst.0 as usize);
-        if s == d {
-            return Ok(Route::new(&[]));
+        let mut route = Route::EMPTY;
+        if src == dst {
+            return Ok(route);
         }
-        let links = if self.node_of_host[s] == self.node_of_host[d] {
-            self.intra_node_links[s].zip(self.intra_node_links[d])
-        } else {
-            self.network_links[s].zip(self.network_links[d])
-        };
-        let ((up, _), (_, down)) = links.ok_or(TopologyError::Unreachable { src, dst })?;
-        Ok(Route::new(&[up, down]))
+        let (s, d) = (src.0, dst.0);
+        let g = self.gpus_per_node;
+        let too_long = |RouteFull| TopologyError::RouteTooLong { src, dst, max: Route::CAPACITY };
+        if s / g == d / g {
+            match self.intra {
+                Intra::None => return Err(TopologyError::Unreachable { src, dst }),
+                Intra::Star => {
+                    route.push(forward(0, u64::from(s))).map_err(too_long)?;
+                    route.push(backward(0, u64::from(d))).map_err(too_long)?;
+                }
+                Intra::Mesh => {
+                    let (a, b) = (u64::from(s % g), u64::from(d % g));
+                    let g = u64::from(g);
+                    let offset = u64::from(s / self.gpus_per_node) * (g * (g - 1) / 2);
+                    let link = if a < b {
+                        forward(0, offset + pair_index(a, b, g))
+                    } else {
+                        backward(0, offset + pair_index(b, a, g))
+                    };
+                    route.push(link).map_err(too_long)?;
+                }
+            }
+            return Ok(route);
+        }
+        let fabric = self.fabric.as_ref().ok_or(TopologyError::Unreachable { src, dst })?;
+        if self.shared_nics {
+            route.push(forward(0, self.nic_cable_base + u64::from(s))).map_err(too_long)?;
+        }
+        let key = FlowKey::new(s, d, flow);
+        fabric.route(self.terminal(s), self.terminal(d), key, detour, &mut route).map_err(too_long)?;
+        if self.shared_nics {
+            route.push(backward(0, self.nic_cable_base + u64::from(d))).map_err(too_long)?;
+        }
+        Ok(route)
     }
 
     /// The fewest-hop path from `src` to `dst` by breadth-first search, as link ids in travel
     /// order (empty if `src == dst`). Ties are broken by the lowest link id, so the path is
-    /// deterministic. O(vertices + links) per call: for analyses and tests, not hot paths.
+    /// deterministic. Paths never pass through a GPU, and a NIC only between its own GPUs and
+    /// the fabric. O(vertices + links) per call: for analyses and tests, not hot paths.
     pub fn shortest_path(&self, src: HostId, dst: HostId) -> Result<Vec<LinkId>, TopologyError> {
         self.check_host(dst)?;
         let tree = self.shortest_path_tree(src)?;
@@ -337,21 +688,33 @@ impl Topology {
     /// For every vertex, the link by which a breadth-first search from `src` first reached it.
     fn shortest_path_tree(&self, src: HostId) -> Result<Vec<Option<EdgeIndex>>, TopologyError> {
         let start = self.check_host(src)?;
-        let mut reached_by = vec![None; self.graph.node_count()];
+        let mut reached_by: Vec<Option<EdgeIndex>> = vec![None; self.graph.node_count()];
         let mut seen = vec![false; self.graph.node_count()];
         seen[start.index()] = true;
         let mut frontier = VecDeque::from([start]);
         let mut edges = Vec::new();
+        let is_gpu = |v: NodeIndex| matches!(self.graph[v], Vertex::Gpu { .. });
         while let Some(vertex) = frontier.pop_front() {
+            // A NIC forwards only between its GPUs and the fabric: onwards to the side it was
+            // not reached from.
+            let nic_from_gpu = match (self.graph[vertex], reached_by[vertex.index()]) {
+                (Vertex::Nic { .. }, Some(edge)) => {
+                    Some(is_gpu(self.graph.raw_edges()[edge.index()].source()))
+                }
+                _ => None,
+            };
             edges.clear();
             edges.extend(self.graph.edges(vertex).map(|edge| (edge.id(), edge.target())));
             edges.sort_unstable();
             for &(edge, next) in &edges {
+                if nic_from_gpu.is_some_and(|from_gpu| from_gpu == is_gpu(next)) {
+                    continue;
+                }
                 if !seen[next.index()] {
                     seen[next.index()] = true;
                     reached_by[next.index()] = Some(edge);
                     // GPUs are endpoints, not routers: paths never pass through another GPU.
-                    if !matches!(self.graph[next], Vertex::Gpu { .. }) {
+                    if !is_gpu(next) {
                         frontier.push_back(next);
                     }
                 }
@@ -370,98 +733,18 @@ impl Topology {
     pub fn graph(&self) -> &DiGraph<Vertex, Link> {
         &self.graph
     }
-}
 
-/// Adds a full-duplex cable between `a` and `b`: one link per direction; returns the ids of
-/// (a -> b, b -> a).
-fn add_cable(
-    graph: &mut DiGraph<Vertex, Link>,
-    a: NodeIndex,
-    b: NodeIndex,
-    spec: LinkSpec,
-    tier: Tier,
-) -> (LinkId, LinkId) {
-    let link = Link { bandwidth: spec.bandwidth, latency: spec.latency, tier };
-    let there = graph.add_edge(a, b, link);
-    let back = graph.add_edge(b, a, link);
-    (LinkId(there.index() as u32), LinkId(back.index() as u32))
+    /// The vertex of `host`'s GPU.
+    pub fn vertex_of(&self, host: HostId) -> Result<NodeIndex, TopologyError> {
+        self.check_host(host)
+    }
+
+    /// The fabric's terminal vertices (NICs, or GPUs with their own NIC) in terminal order;
+    /// empty for a single server.
+    pub fn terminal_vertices(&self) -> &[NodeIndex] {
+        &self.terminals
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn link(bandwidth: &str, latency: &str) -> LinkSpec {
-        LinkSpec::new(bandwidth.parse().unwrap(), latency.parse().unwrap())
-    }
-
-    fn cluster(nodes: u32, gpus_per_node: u32) -> Topology {
-        Topology::build(&ClusterSpec {
-            nodes,
-            gpus_per_node,
-            intra_node: IntraNode::NvSwitch(link("300 GB/s", "0.7 us")),
-            inter_node: link("200 Gb/s", "1 us"),
-        })
-        .unwrap()
-    }
-
-    #[test]
-    fn counts_match_the_shape() {
-        let topology = cluster(8, 8);
-        assert_eq!(topology.host_count(), 64);
-        assert_eq!(topology.switch_count(), 8 + 1);
-        // Each GPU: one cable to its NVSwitch and one to the network switch, two links each.
-        assert_eq!(topology.link_count(), 64 * 2 * 2);
-        assert_eq!(topology.node_of(HostId(9)).unwrap(), 1);
-    }
-
-    #[test]
-    fn intra_node_traffic_stays_on_nvswitch_and_inter_node_uses_the_nic() {
-        let topology = cluster(2, 4);
-        let inside = topology.shortest_path(HostId(0), HostId(3)).unwrap();
-        assert_eq!(inside.len(), 2);
-        assert!(inside.iter().all(|&l| topology.link(l).tier == Tier::IntraNode));
-        let across = topology.shortest_path(HostId(1), HostId(6)).unwrap();
-        assert_eq!(across.len(), 2);
-        assert!(across.iter().all(|&l| topology.link(l).tier == Tier::NetworkEdge));
-        assert!(topology.shortest_path(HostId(5), HostId(5)).unwrap().is_empty());
-        let all = topology.paths_from(HostId(1)).unwrap();
-        assert_eq!(all[6], across);
-    }
-
-    #[test]
-    fn structural_routes_are_shortest_paths() {
-        for topology in [cluster(3, 4), cluster(1, 8), cluster(5, 1)] {
-            for src in 0..topology.host_count() as u32 {
-                let paths = topology.paths_from(HostId(src)).unwrap();
-                for (dst, path) in paths.iter().enumerate() {
-                    let route = topology.route(HostId(src), HostId(dst as u32)).unwrap();
-                    assert_eq!(&*route, path.as_slice(), "{src} -> {dst}");
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn single_gpu_nodes_and_single_nodes_have_no_useless_switches() {
-        assert_eq!(cluster(1, 8).switch_count(), 1);
-        assert_eq!(cluster(4, 1).switch_count(), 1);
-        assert_eq!(cluster(1, 1).link_count(), 0);
-    }
-
-    #[test]
-    fn bad_shapes_and_hosts_are_errors() {
-        let spec = ClusterSpec {
-            nodes: 0,
-            gpus_per_node: 8,
-            intra_node: IntraNode::NvSwitch(link("1 GB/s", "1 us")),
-            inter_node: link("1 GB/s", "1 us"),
-        };
-        assert_eq!(Topology::build(&spec).unwrap_err(), TopologyError::Zero { what: "nodes" });
-        let topology = cluster(1, 2);
-        assert!(matches!(
-            topology.shortest_path(HostId(0), HostId(7)),
-            Err(TopologyError::UnknownHost { .. })
-        ));
-    }
-}
+mod tests;

@@ -12,7 +12,7 @@ use sim_core::graph::{
     Collective, CollectiveAlgorithm, CollectiveKind, ExecGraph, GraphBuilder, RankId, StreamId,
 };
 use sim_core::units::Bytes;
-use topology::{ClusterSpec, IntraNode, LinkSpec, Topology};
+use topology::{ClusterSpec, IntraNode, LinkSpec, NetworkSpec, Topology};
 
 /// `nodes` single-GPU hosts on one switch, every link `bandwidth` and `latency`.
 pub fn single_switch(nodes: u32, bandwidth: &str, latency: &str) -> (Topology, LinkSpec) {
@@ -21,7 +21,7 @@ pub fn single_switch(nodes: u32, bandwidth: &str, latency: &str) -> (Topology, L
         nodes,
         gpus_per_node: 1,
         intra_node: IntraNode::NvSwitch(link),
-        inter_node: link,
+        network: NetworkSpec::single_switch(link),
     })
     .unwrap();
     (topology, link)

@@ -6,7 +6,7 @@ use sim_core::graph::CollectiveKind;
 use sim_core::network::AnalyticalNetwork;
 use sim_core::units::{Bytes, SimDuration};
 
-use topology::{ClusterSpec, IntraNode, LinkSpec, Topology};
+use topology::{ClusterSpec, IntraNode, LinkSpec, NetworkSpec, Topology};
 
 use crate::{lone_collective, single_switch};
 
@@ -101,7 +101,7 @@ fn multi_node_ring_uses_every_nic_like_nccl_on_dgx_a100() {
             nodes,
             gpus_per_node: 8,
             intra_node: IntraNode::NvSwitch(nvswitch),
-            inter_node: nic,
+            network: NetworkSpec::single_switch(nic),
         })
         .unwrap();
         let ranks = nodes * 8;

@@ -1,0 +1,467 @@
+//! What the user asks for: the inter-node network ([`NetworkSpec`]), its fabric
+//! ([`FabricSpec`] and the per-shape specs) and its routing ([`Routing`]).
+//!
+//! These are plain data with public fields, checked when [`crate::Topology::build`] builds
+//! them. The constructors below fill in the standard shapes.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::{LinkSpec, TopologyError};
+
+/// The network between servers: its fabric, its routing and how servers attach to it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NetworkSpec {
+    /// The switches and cables between the NICs.
+    pub fabric: FabricSpec,
+    /// How routes are chosen; [`Routing::Auto`] is the fabric's default.
+    pub routing: Routing,
+    /// NICs per server; `None` is one per GPU (the GPU is then the fabric's terminal itself).
+    /// Otherwise in `1..=gpus_per_node`: NIC `i` of a server serves its GPUs
+    /// `i*g/n .. (i+1)*g/n` (integer division).
+    pub nics_per_node: Option<u32>,
+    /// Rail-optimized wiring: NIC `i` of every server is terminal `i * nodes + node`, so the
+    /// same NIC of consecutive servers shares a leaf (a "rail", as in DGX SuperPOD). Otherwise
+    /// a server's NICs are consecutive terminals and share a leaf.
+    pub rail_optimized: bool,
+    /// The PCIe link between a GPU and its NIC; used (and required) only when GPUs share NICs
+    /// (`nics_per_node` less than the GPUs per server).
+    pub gpu_to_nic: Option<LinkSpec>,
+}
+
+impl NetworkSpec {
+    /// One non-blocking switch, one `link` per GPU: the simplest cluster network.
+    pub fn single_switch(link: LinkSpec) -> NetworkSpec {
+        NetworkSpec::new(FabricSpec::Switch { link })
+    }
+
+    /// `fabric` with its default routing, one NIC per GPU, no rails.
+    pub fn new(fabric: FabricSpec) -> NetworkSpec {
+        NetworkSpec {
+            fabric,
+            routing: Routing::Auto,
+            nics_per_node: None,
+            rail_optimized: false,
+            gpu_to_nic: None,
+        }
+    }
+}
+
+/// The shape of the inter-node fabric. Every fabric has *terminals* (the NICs, or the GPUs
+/// when each GPU has its own NIC), numbered densely; see the crate documentation for how
+/// servers map onto them. A fabric may have more terminal positions than the cluster needs:
+/// the first ones are populated, the rest stay empty.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FabricSpec {
+    /// One non-blocking switch; every terminal has one `link` to it. Sized by the cluster.
+    Switch {
+        /// Terminal-to-switch link.
+        link: LinkSpec,
+    },
+    /// An extended generalized fat-tree (XGFT), which covers k-ary n-trees and leaf-spine.
+    FatTree(XgftSpec),
+    /// A dragonfly with all-to-all groups (Kim et al. 2008).
+    Dragonfly(DragonflySpec),
+    /// SimGrid 3.32's Cray-Cascade-like dragonfly (groups of chassis of routers).
+    CascadeDragonfly(CascadeSpec),
+    /// An n-dimensional torus of routers with wraparound links, one terminal per router
+    /// (routers in mixed-radix order, dimension 0 fastest). A dimension of size 2 has one
+    /// cable between its two routers, not two; a dimension of size 1 has none. The terminal
+    /// links are `link` too.
+    Torus {
+        /// Routers along each dimension.
+        dims: Vec<u32>,
+        /// Every link: router to router and terminal to router.
+        link: LinkSpec,
+    },
+    /// A bidirectional ring of routers, one per terminal: the one-dimensional torus sized by
+    /// the cluster.
+    Ring {
+        /// Every link: router to router and terminal to router.
+        link: LinkSpec,
+    },
+    /// A direct cable between every pair of terminals, no switches. Sized by the cluster.
+    FullyConnected {
+        /// Every terminal-to-terminal link.
+        link: LinkSpec,
+    },
+}
+
+impl FabricSpec {
+    /// The fabric's name, as scenario files and messages write it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            FabricSpec::Switch { .. } => "switch",
+            FabricSpec::FatTree(_) => "fat-tree",
+            FabricSpec::Dragonfly(_) => "dragonfly",
+            FabricSpec::CascadeDragonfly(_) => "cascade-dragonfly",
+            FabricSpec::Torus { .. } => "torus",
+            FabricSpec::Ring { .. } => "ring",
+            FabricSpec::FullyConnected { .. } => "fully-connected",
+        }
+    }
+
+    /// The routings this fabric accepts, the default first.
+    pub fn valid_routings(&self) -> &'static [Routing] {
+        match self {
+            FabricSpec::FatTree(_) => &[Routing::DModK, Routing::Ecmp],
+            FabricSpec::Dragonfly(_) | FabricSpec::CascadeDragonfly(_) => {
+                &[Routing::Minimal, Routing::Valiant, Routing::Ugal]
+            }
+            FabricSpec::Switch { .. }
+            | FabricSpec::Torus { .. }
+            | FabricSpec::Ring { .. }
+            | FabricSpec::FullyConnected { .. } => &[Routing::Shortest],
+        }
+    }
+
+    /// `routing` with [`Routing::Auto`] replaced by this fabric's default; an error naming the
+    /// valid ones if the fabric cannot route that way.
+    pub fn resolve_routing(&self, routing: Routing) -> Result<Routing, TopologyError> {
+        let valid = self.valid_routings();
+        if routing == Routing::Auto {
+            return Ok(valid[0]);
+        }
+        if valid.contains(&routing) {
+            Ok(routing)
+        } else {
+            let names: Vec<String> = valid
+                .iter()
+                .enumerate()
+                .map(|(i, r)| if i == 0 { format!("\"{r}\" (the default)") } else { format!("\"{r}\"") })
+                .collect();
+            Err(TopologyError::UnsupportedRouting {
+                routing,
+                fabric: self.name(),
+                valid: format!("{}, or \"auto\"", names.join(", ")),
+            })
+        }
+    }
+}
+
+impl fmt::Display for FabricSpec {
+    /// A one-line description: `fat-tree 3;2,2,4;1,2,2;1,1,1`, `torus 4x4x4`, ...
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let list = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>();
+        match self {
+            FabricSpec::Switch { link } | FabricSpec::Ring { link } | FabricSpec::FullyConnected { link } => {
+                write!(f, "{}, {} {} links", self.name(), link.bandwidth.display_bits(), link.latency)
+            }
+            FabricSpec::FatTree(x) => write!(
+                f,
+                "fat-tree {};{};{};{}",
+                x.levels,
+                list(&x.down).join(","),
+                list(&x.up).join(","),
+                list(&x.count).join(",")
+            ),
+            FabricSpec::Dragonfly(d) => write!(
+                f,
+                "dragonfly {} groups x {} routers x {} hosts, {} global links per router",
+                d.groups, d.routers_per_group, d.hosts_per_router, d.global_links_per_router
+            ),
+            FabricSpec::CascadeDragonfly(c) => write!(
+                f,
+                "cascade-dragonfly {},{};{},{};{},{};{}",
+                c.groups,
+                c.global_links,
+                c.chassis_per_group,
+                c.chassis_links,
+                c.routers_per_chassis,
+                c.router_links,
+                c.hosts_per_router
+            ),
+            FabricSpec::Torus { dims, link } => write!(
+                f,
+                "torus {}, {} {} links",
+                list(dims).join("x"),
+                link.bandwidth.display_bits(),
+                link.latency
+            ),
+        }
+    }
+}
+
+/// How a route is chosen among the fabric's paths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Routing {
+    /// The fabric's default: D-mod-K on fat-trees, minimal on dragonflies, shortest
+    /// (dimension order on tori) elsewhere.
+    Auto,
+    /// The fabric's unique or canonical shortest path: switch, fully connected, ring and
+    /// torus (dimension-order: dimension 0 first, the shorter way round, ties the positive
+    /// way).
+    Shortest,
+    /// Fat-trees: every up-port (and parallel cable) chosen by a deterministic hash of
+    /// (source host, destination host, flow id, level).
+    Ecmp,
+    /// Fat-trees: destination-mod-k, as SimGrid 3.32 and InfiniBand's ftree routing do.
+    DModK,
+    /// Dragonflies: at most one global hop.
+    Minimal,
+    /// Dragonflies: through an intermediate group chosen by a deterministic hash of
+    /// (source, destination, flow id), then minimally to the destination.
+    Valiant,
+    /// Dragonflies: minimal or Valiant per flow, chosen by the flow model from its link loads
+    /// (see [`crate::Topology::route_candidates`]).
+    Ugal,
+}
+
+impl Routing {
+    /// The name scenario files use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Routing::Auto => "auto",
+            Routing::Shortest => "shortest",
+            Routing::Ecmp => "ecmp",
+            Routing::DModK => "dmodk",
+            Routing::Minimal => "minimal",
+            Routing::Valiant => "valiant",
+            Routing::Ugal => "ugal",
+        }
+    }
+
+    const ALL: [Routing; 7] = [
+        Routing::Auto,
+        Routing::Shortest,
+        Routing::Ecmp,
+        Routing::DModK,
+        Routing::Minimal,
+        Routing::Valiant,
+        Routing::Ugal,
+    ];
+}
+
+impl fmt::Display for Routing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Routing {
+    type Err = TopologyError;
+    fn from_str(input: &str) -> Result<Routing, TopologyError> {
+        Routing::ALL.into_iter().find(|r| r.name() == input).ok_or_else(|| TopologyError::Invalid {
+            parameter: "routing",
+            problem: format!(
+                "unknown routing {input:?}; valid: \"auto\", \"shortest\", \"ecmp\", \"dmodk\", \"minimal\", \
+                 \"valiant\", \"ugal\""
+            ),
+        })
+    }
+}
+
+/// An extended generalized fat-tree, XGFT(levels; down; up) with parallel cables, in SimGrid's
+/// notation (`LEVELS;DOWN;UP;COUNT`). Level 0 is the terminals, level `levels` the top
+/// switches.
+///
+/// Switches at level `l` (1-based) number `prod(down[l..]) * prod(up[..l])`; terminal
+/// positions number `prod(down)`. Terminals are numbered so that consecutive ones share a leaf
+/// switch, then a pod, as in SimGrid (`h<i>` is leaf position `i`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct XgftSpec {
+    /// Number of switch levels.
+    pub levels: u32,
+    /// `down[l]`: children of each switch at level `l + 1`.
+    pub down: Vec<u32>,
+    /// `up[l]`: parents of each node at level `l` (`up[0]` = leaves per terminal).
+    pub up: Vec<u32>,
+    /// `count[l]`: parallel cables between a node at level `l` and each of its parents. Each
+    /// cable is its own pair of links (its own [`crate::LinkId`]s); see the crate
+    /// documentation for how D-mod-K picks among them.
+    pub count: Vec<u32>,
+    /// `links[l]`: the cables between level `l` and level `l + 1` (`links[0]`: terminal to
+    /// leaf).
+    pub links: Vec<LinkSpec>,
+    /// `oversubscription[l]` (at least 1) divides the bandwidth of the cables between level
+    /// `l` and level `l + 1`, both directions: `2.0` at the top tier of a 3-level tree is the
+    /// classic "2:1 at the core". The structure (how many parents) is unchanged; use `up` for
+    /// fewer parents. Empty means 1 everywhere.
+    pub oversubscription: Vec<f64>,
+}
+
+impl XgftSpec {
+    /// The k-ary n-tree of `levels` levels built from `k`-port switches: `2 (k/2)^levels`
+    /// hosts. With 3 levels it is the classic fat-tree of k^3/4 hosts, SimGrid
+    /// `3;k/2,k/2,k;1,k/2,k/2;1,1,1` (k = 4: 8 edge, 8 aggregation, 4 core switches); with 2,
+    /// it is [`XgftSpec::leaf_spine`]. `links`: one per level, terminal links first.
+    pub fn k_ary(k: u32, levels: u32, links: Vec<LinkSpec>) -> Result<XgftSpec, TopologyError> {
+        if k < 2 || k % 2 != 0 {
+            return Err(TopologyError::Invalid {
+                parameter: "fat-tree k",
+                problem: format!("switch radix must be even and at least 2, got {k}"),
+            });
+        }
+        if levels == 0 {
+            return Err(TopologyError::Zero { what: "fat-tree levels" });
+        }
+        let half = k / 2;
+        let n = levels as usize;
+        let mut down = vec![half; n];
+        down[n - 1] = k;
+        let mut up = vec![half; n];
+        up[0] = 1;
+        Ok(XgftSpec { levels, down, up, count: vec![1; n], links, oversubscription: Vec::new() })
+    }
+
+    /// A two-level leaf-spine fabric of `radix`-port switches: `radix` leaves of `radix/2`
+    /// hosts, `radix/2` spines; SimGrid `2;r/2,r;1,r/2;1,1`. `links`: terminal-to-leaf and
+    /// leaf-to-spine.
+    pub fn leaf_spine(radix: u32, links: Vec<LinkSpec>) -> Result<XgftSpec, TopologyError> {
+        XgftSpec::k_ary(radix, 2, links).map_err(|error| match error {
+            TopologyError::Invalid { problem, .. } => {
+                TopologyError::Invalid { parameter: "leaf-spine radix", problem }
+            }
+            other => other,
+        })
+    }
+
+    /// Parses SimGrid's `LEVELS;DOWN;UP;COUNT` string (e.g. `3;2,2,4;1,2,2;1,1,1`), every
+    /// level's cables being `link`.
+    pub fn from_simgrid(text: &str, link: LinkSpec) -> Result<XgftSpec, TopologyError> {
+        let invalid = |problem: String| TopologyError::Invalid { parameter: "fat-tree", problem };
+        let parts: Vec<&str> = text.split(';').collect();
+        let [levels, down, up, count] = parts[..] else {
+            return Err(invalid(format!(
+                "{text:?} is not LEVELS;DOWN;UP;COUNT (e.g. \"3;2,2,4;1,2,2;1,1,1\")"
+            )));
+        };
+        let number = |s: &str| {
+            s.trim().parse::<u32>().map_err(|_| invalid(format!("{s:?} in {text:?} is not a whole number")))
+        };
+        let list = |s: &str| s.split(',').map(number).collect::<Result<Vec<u32>, TopologyError>>();
+        let levels = number(levels)?;
+        Ok(XgftSpec {
+            levels,
+            down: list(down)?,
+            up: list(up)?,
+            count: list(count)?,
+            links: vec![link; levels as usize],
+            oversubscription: Vec::new(),
+        })
+    }
+
+    /// Terminal positions: the product of `down`.
+    pub fn terminal_capacity(&self) -> u64 {
+        self.down.iter().map(|&d| u64::from(d)).product()
+    }
+}
+
+/// A dragonfly with all-to-all groups (Kim, Dally, Scott, Abts 2008): `groups` groups of
+/// `routers_per_group` routers, every pair of routers of a group joined by a local link, each
+/// router with `hosts_per_router` terminals and `global_links_per_router` global ports.
+///
+/// Global links use the consecutive ("absolute") arrangement: group `i` has `a*h` global ports
+/// numbered `k = router * h + port`; with `m = floor(a*h / (groups - 1))` links per group
+/// pair, port `k` carries copy `k / (groups - 1)` of the link to the `k mod (groups - 1)`-th
+/// other group (other groups in increasing order, skipping `i`), and ports past `m *
+/// (groups - 1)` stay unused. With `groups = a*h + 1` (a balanced, maximum-size dragonfly)
+/// router `r` of group `i` reaches groups `r*h .. r*h + h - 1`, skipping `i`, once each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DragonflySpec {
+    /// Number of groups (at most `routers_per_group * global_links_per_router + 1`).
+    pub groups: u32,
+    /// Routers in a group (`a`).
+    pub routers_per_group: u32,
+    /// Terminals on each router (`p`).
+    pub hosts_per_router: u32,
+    /// Global ports on each router (`h`).
+    pub global_links_per_router: u32,
+    /// Terminal-to-router link.
+    pub terminal: LinkSpec,
+    /// Router-to-router link inside a group.
+    pub local: LinkSpec,
+    /// Link between groups.
+    pub global: LinkSpec,
+}
+
+impl DragonflySpec {
+    /// Kim et al.'s balanced maximum-size dragonfly for `h` global ports per router: `p = h`
+    /// terminals per router, `a = 2h` routers per group, `a*h + 1` groups.
+    pub fn balanced(h: u32, terminal: LinkSpec, local: LinkSpec, global: LinkSpec) -> DragonflySpec {
+        DragonflySpec {
+            groups: 2 * h * h + 1,
+            routers_per_group: 2 * h,
+            hosts_per_router: h,
+            global_links_per_router: h,
+            terminal,
+            local,
+            global,
+        }
+    }
+
+    /// Terminal positions: groups x routers x hosts per router.
+    pub fn terminal_capacity(&self) -> u64 {
+        u64::from(self.groups) * u64::from(self.routers_per_group) * u64::from(self.hosts_per_router)
+    }
+}
+
+/// SimGrid 3.32's Cray-Cascade-like dragonfly, `G,GL;C,CL;R,RL;NODES`: `groups` groups of
+/// `chassis_per_group` chassis of `routers_per_chassis` routers ("blades") with
+/// `hosts_per_router` terminals each. Routers of a chassis are all-to-all ("green" links);
+/// routers at the same blade position of the chassis of a group are all-to-all ("black");
+/// one "blue" link joins each pair of groups, attached in group `i` to router `j` (chassis 0,
+/// blade `j`) for the link to group `j`, which is why `groups <= routers_per_chassis`. A link
+/// of `k` parallel cables (`GL`, `CL`, `RL`) is one link of `k` times the bandwidth, as in
+/// SimGrid. Terminals are numbered group, chassis, blade, host, as SimGrid numbers its hosts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CascadeSpec {
+    /// Number of groups (`G`).
+    pub groups: u32,
+    /// Parallel cables of each blue link (`GL`).
+    pub global_links: u32,
+    /// Chassis per group (`C`).
+    pub chassis_per_group: u32,
+    /// Parallel cables of each black link (`CL`).
+    pub chassis_links: u32,
+    /// Routers (blades) per chassis (`R`).
+    pub routers_per_chassis: u32,
+    /// Parallel cables of each green link (`RL`).
+    pub router_links: u32,
+    /// Terminals per router (`NODES`).
+    pub hosts_per_router: u32,
+    /// Terminal-to-router link.
+    pub terminal: LinkSpec,
+    /// One cable of a green link (between routers of a chassis).
+    pub green: LinkSpec,
+    /// One cable of a black link (between chassis of a group).
+    pub black: LinkSpec,
+    /// One cable of a blue link (between groups).
+    pub blue: LinkSpec,
+}
+
+impl CascadeSpec {
+    /// Parses SimGrid's `G,GL;C,CL;R,RL;NODES` (e.g. `4,1;2,1;4,1;4`), every cable being
+    /// `link`.
+    pub fn from_simgrid(text: &str, link: LinkSpec) -> Result<CascadeSpec, TopologyError> {
+        let invalid = |problem: String| TopologyError::Invalid { parameter: "cascade-dragonfly", problem };
+        let numbers: Result<Vec<u32>, _> = text.split([';', ',']).map(|s| s.trim().parse::<u32>()).collect();
+        let shape_ok = text.split(';').map(|part| part.split(',').count()).eq([2, 2, 2, 1]);
+        match numbers {
+            Ok(n) if shape_ok => Ok(CascadeSpec {
+                groups: n[0],
+                global_links: n[1],
+                chassis_per_group: n[2],
+                chassis_links: n[3],
+                routers_per_chassis: n[4],
+                router_links: n[5],
+                hosts_per_router: n[6],
+                terminal: link,
+                green: link,
+                black: link,
+                blue: link,
+            }),
+            _ => Err(invalid(format!(
+                "{text:?} is not G,GL;C,CL;R,RL;NODES of whole numbers (e.g. \"4,1;2,1;4,1;4\")"
+            ))),
+        }
+    }
+
+    /// Terminal positions: groups x chassis x routers x hosts per router.
+    pub fn terminal_capacity(&self) -> u64 {
+        [self.groups, self.chassis_per_group, self.routers_per_chassis, self.hosts_per_router]
+            .iter()
+            .map(|&n| u64::from(n))
+            .product()
+    }
+}
