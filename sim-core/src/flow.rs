@@ -145,6 +145,8 @@ pub struct FlowNetwork<'t> {
     runs: Vec<Option<CollectiveRun>>,
     free_runs: Vec<u32>,
     next_flow_id: u64,
+    /// Per source host: the last destination and its route (see [`FlowNetwork::route`]).
+    last_route: Vec<(u32, Route)>,
     stats: FlowStats,
     // Scratch state of the max-min filling, reused across recomputations.
     epoch: u64,
@@ -192,6 +194,7 @@ impl<'t> FlowNetwork<'t> {
             runs: Vec::new(),
             free_runs: Vec::new(),
             next_flow_id: 0,
+            last_route: vec![(u32::MAX, Route::EMPTY); topology.host_count()],
             stats: FlowStats::default(),
             epoch: 0,
             link_epoch: vec![0; links],
@@ -240,12 +243,7 @@ impl<'t> FlowNetwork<'t> {
         bytes: f64,
         owner: Owner,
     ) -> Result<(), NetworkError> {
-        let (minimal, alternative) =
-            self.topology.route_candidates(HostId(src.0), HostId(dst.0), self.next_flow_id)?;
-        let route = match alternative {
-            Some(valiant) if self.congestion(&valiant) < self.congestion(&minimal) => valiant,
-            _ => minimal,
-        };
+        let route = self.route(src, dst)?;
         self.next_flow_id += 1;
         self.stats.flows += 1;
         if let Some(audit) = &mut self.audit {
@@ -283,6 +281,29 @@ impl<'t> FlowNetwork<'t> {
         Ok(())
     }
 
+    /// The route of the next flow from `src` to `dst`. When routes do not depend on the flow,
+    /// each source remembers its last destination's route (a ring sends to the same neighbour
+    /// every step).
+    fn route(&mut self, src: RankId, dst: RankId) -> Result<Route, NetworkError> {
+        let cacheable = !self.topology.routes_depend_on_flow();
+        if cacheable
+            && let Some(&(last, route)) = self.last_route.get(src.0 as usize)
+            && last == dst.0
+        {
+            return Ok(route);
+        }
+        let (minimal, alternative) =
+            self.topology.route_candidates(HostId(src.0), HostId(dst.0), self.next_flow_id)?;
+        let route = match alternative {
+            Some(valiant) if self.congestion(&valiant) < self.congestion(&minimal) => valiant,
+            _ => minimal,
+        };
+        if cacheable && let Some(slot) = self.last_route.get_mut(src.0 as usize) {
+            *slot = (dst.0, route);
+        }
+        Ok(route)
+    }
+
     /// UGAL's cost of a route: its hop count times (1 + the most flows on any of its links), so
     /// a longer non-minimal route is taken only when the minimal one is that much busier.
     fn congestion(&self, route: &Route) -> usize {
@@ -307,6 +328,17 @@ impl<'t> FlowNetwork<'t> {
         self.active_flows += 1;
         self.stats.peak_concurrent_flows = self.stats.peak_concurrent_flows.max(self.active_flows);
         let route = flow.route;
+        if route.iter().all(|link| self.on_link[link.0 as usize].len() == 1) {
+            // Alone on every link (the common uncontended case): its bottleneck's full rate,
+            // and nobody else's rate changes.
+            let rate = route.iter().map(|link| self.capacity[link.0 as usize]).fold(f64::INFINITY, f64::min);
+            let flow = &mut self.flows[id as usize];
+            flow.rate = rate;
+            flow.generation = flow.generation.wrapping_add(1);
+            let generation = flow.generation;
+            let delay = SimDuration::from_ps((flow.remaining / rate * 1e12).ceil() as u64);
+            return Ok(context.wake_after(delay, FlowEvent::Finish { flow: id, generation })?);
+        }
         self.refill(context, &route)
     }
 
@@ -344,7 +376,10 @@ impl<'t> FlowNetwork<'t> {
         flow.rate = 0.0;
         flow.remaining = 0.0;
         flow.generation = flow.generation.wrapping_add(1);
-        self.refill(context, &route)?;
+        // Re-fill only if the flow shared a link with others: their rates may rise.
+        if route.iter().any(|link| !self.on_link[link.0 as usize].is_empty()) {
+            self.refill(context, &route)?;
+        }
         self.release(context, id)
     }
 

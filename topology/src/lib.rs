@@ -544,6 +544,17 @@ impl Topology {
         self.routing
     }
 
+    /// True if two flows between the same hosts may take different routes (ECMP, Valiant and
+    /// UGAL hash the flow id; minimal routing on the canonical dragonfly hashes ties between
+    /// global links). When false, a caller may reuse a route for every flow of a pair.
+    pub fn routes_depend_on_flow(&self) -> bool {
+        match self.routing {
+            Routing::DModK | Routing::Shortest => false,
+            Routing::Minimal => matches!(self.spec.network.fabric, FabricSpec::Dragonfly(_)),
+            Routing::Auto | Routing::Ecmp | Routing::Valiant | Routing::Ugal => true,
+        }
+    }
+
     /// The spec this topology was built from.
     pub fn spec(&self) -> &ClusterSpec {
         &self.spec
