@@ -10,7 +10,8 @@
 //!
 //! Routes come from the topology per flow (ECMP hashes the flow id). Under UGAL routing on a
 //! dragonfly, a flow takes its Valiant route instead of the minimal one when the minimal
-//! route's hop count times (1 + the most flows on one of its links) is larger.
+//! route's hop count times (1 + the most unfinished flows routed over one of its links) is
+//! larger than the Valiant route's.
 //!
 //! Collectives run their [`Schedule`] message by message (`packet-steps` behaviour): each
 //! member posts the messages of a step, a message's flow starts once both its sender and its
@@ -40,7 +41,7 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
-use topology::{HostId, LinkId, LinkSpec, Route, Topology};
+use topology::{HostId, LinkId, LinkSpec, Route, Routing, Topology};
 use units::{Bytes, SimDuration, SimTime};
 
 use crate::collective::{CollectiveError, PathCost, Schedule};
@@ -145,6 +146,10 @@ pub struct FlowNetwork<'t> {
     runs: Vec<Option<CollectiveRun>>,
     free_runs: Vec<u32>,
     next_flow_id: u64,
+    /// Adaptive (UGAL) routing: routes are chosen from `routed`.
+    adaptive: bool,
+    /// Unfinished flows routed over each link (kept only for adaptive routing).
+    routed: Vec<u32>,
     /// Per source host: the last destination and its route (see [`FlowNetwork::route`]).
     last_route: Vec<(u32, Route)>,
     stats: FlowStats,
@@ -194,6 +199,8 @@ impl<'t> FlowNetwork<'t> {
             runs: Vec::new(),
             free_runs: Vec::new(),
             next_flow_id: 0,
+            adaptive: topology.routing() == Routing::Ugal,
+            routed: vec![0; links],
             last_route: vec![(u32::MAX, Route::EMPTY); topology.host_count()],
             stats: FlowStats::default(),
             epoch: 0,
@@ -244,6 +251,11 @@ impl<'t> FlowNetwork<'t> {
         owner: Owner,
     ) -> Result<(), NetworkError> {
         let route = self.route(src, dst)?;
+        if self.adaptive {
+            for link in route.iter() {
+                self.routed[link.0 as usize] += 1;
+            }
+        }
         self.next_flow_id += 1;
         self.stats.flows += 1;
         if let Some(audit) = &mut self.audit {
@@ -304,11 +316,12 @@ impl<'t> FlowNetwork<'t> {
         Ok(route)
     }
 
-    /// UGAL's cost of a route: its hop count times (1 + the most flows on any of its links), so
-    /// a longer non-minimal route is taken only when the minimal one is that much busier.
+    /// UGAL's cost of a route: its hop count times (1 + the most unfinished flows routed over
+    /// any of its links, including those whose first byte is still on its way), so a longer
+    /// non-minimal route is taken only when the minimal one is that much busier.
     fn congestion(&self, route: &Route) -> usize {
-        let busiest = route.iter().map(|link| self.on_link[link.0 as usize].len()).max().unwrap_or(0);
-        route.len() * (1 + busiest)
+        let busiest = route.iter().map(|link| self.routed[link.0 as usize]).max().unwrap_or(0);
+        route.len() * (1 + busiest as usize)
     }
 
     /// The flow's first byte has arrived: it joins its links and rates are re-filled.
@@ -386,6 +399,11 @@ impl<'t> FlowNetwork<'t> {
     /// Frees the flow's slot and tells its owner.
     fn release(&mut self, context: &mut NetContext<'_, FlowEvent>, id: u32) -> Result<(), NetworkError> {
         let owner = self.flows[id as usize].owner;
+        if self.adaptive {
+            for link in self.flows[id as usize].route.iter() {
+                self.routed[link.0 as usize] -= 1;
+            }
+        }
         self.free_flows.push(id);
         match owner {
             Owner::Single(token) => Ok(context.complete_after(SimDuration::ZERO, token)?),
