@@ -5,6 +5,7 @@ mod bench;
 mod report;
 mod run;
 mod scenario;
+mod topo;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -42,6 +43,15 @@ enum Command {
         /// Runs per configuration; the fastest is reported.
         #[arg(long, default_value_t = 3)]
         repeats: u32,
+    },
+    /// Describe a scenario's cluster: hosts, switches, links, bisection bandwidth, diameter,
+    /// path lengths.
+    Topo {
+        /// Scenario file (only its [cluster] table is read).
+        scenario: PathBuf,
+        /// Also write the graph in Graphviz format to this file.
+        #[arg(long)]
+        dot: Option<PathBuf>,
     },
 }
 
@@ -90,6 +100,11 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
         Command::Bench { gpus, repeats } => {
             let table = bench::run(&gpus, repeats)?;
             std::io::stdout().lock().write_all(table.as_bytes()).context("writing the table")?;
+            Ok(())
+        }
+        Command::Topo { scenario, dot } => {
+            let text = topo::describe(&scenario, dot.as_deref())?;
+            std::io::stdout().lock().write_all(text.as_bytes()).context("writing the description")?;
             Ok(())
         }
     }

@@ -7,8 +7,10 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use sim_core::graph::CollectiveAlgorithm;
 use sim_core::units::{Bandwidth, Bytes, SimDuration};
-use topology::{ClusterSpec, IntraNode, LinkSpec, NetworkSpec};
+use topology::{ClusterSpec, IntraNode, LinkSpec, Topology, TopologyError};
 use workloads::{ComputeModel, Device, DeviceCatalog, Dtype, Model, Optimizer, zoo};
+
+mod network;
 
 /// The example scenario the README runs, compiled in so `parasim run` works anywhere.
 pub const QUICKSTART: &str = include_str!("../scenarios/quickstart.toml");
@@ -46,7 +48,7 @@ pub enum ScenarioError {
         /// The file.
         file: PathBuf,
         /// The key at fault.
-        key: &'static str,
+        key: String,
         /// What is wrong and what would be valid.
         message: String,
     },
@@ -56,7 +58,7 @@ pub enum ScenarioError {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct ScenarioSpec {
     cluster: ClusterSection,
-    workload: WorkloadSection,
+    workload: Option<WorkloadSection>,
     #[serde(default)]
     parallelism: ParallelismSection,
     #[serde(default)]
@@ -76,7 +78,7 @@ struct ClusterSection {
     intra_node: Option<IntraNodeSection>,
     host_link: Option<LinkSection>,
     #[serde(default)]
-    network: NetworkSection,
+    network: network::NetworkSection,
 }
 
 fn one() -> u32 {
@@ -106,24 +108,6 @@ fn nvswitch() -> String {
 struct LinkSection {
     bandwidth: Option<Bandwidth>,
     latency: Option<SimDuration>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
-struct NetworkSection {
-    topology: String,
-    link_bandwidth: Bandwidth,
-    link_latency: SimDuration,
-}
-
-impl Default for NetworkSection {
-    fn default() -> Self {
-        NetworkSection {
-            topology: "switch".into(),
-            link_bandwidth: DEFAULT_NETWORK_BANDWIDTH,
-            link_latency: DEFAULT_LATENCY,
-        }
-    }
 }
 
 /// One 200 Gb/s HDR InfiniBand NIC per GPU, as in a DGX A100.
@@ -264,25 +248,49 @@ impl Scenario {
 
     /// Validates scenario `text`; `file` names it in messages.
     pub fn parse(text: &str, file: &Path) -> Result<Scenario, ScenarioError> {
-        let deserializer = toml::Deserializer::parse(text).map_err(|error| ScenarioError::Syntax {
-            file: file.to_path_buf(),
-            message: error.to_string(),
-        })?;
-        let spec: ScenarioSpec = serde_path_to_error::deserialize(deserializer).map_err(|error| {
-            let key = error.path().to_string();
-            ScenarioError::Format { file: file.to_path_buf(), key, message: error.into_inner().to_string() }
-        })?;
+        let spec = read_spec(text, file)?;
         validate(spec, file)
     }
 }
 
-fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> {
-    let invalid = |key: &'static str, message: String| ScenarioError::Invalid {
-        file: file.to_path_buf(),
-        key,
-        message,
-    };
-    let cluster = &spec.cluster;
+/// The validated `[cluster]` table: what `parasim topo` needs, and the first part of a
+/// scenario.
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    /// The cluster shape and network.
+    pub spec: ClusterSpec,
+    /// Each device's link to host memory.
+    pub host_link: LinkSpec,
+    /// The device of every GPU.
+    pub device: Device,
+}
+
+impl Cluster {
+    /// Reads and validates only the `[cluster]` table of the scenario at `path`; other tables
+    /// may be absent (`parasim topo` needs no workload).
+    pub fn load(path: &Path) -> Result<Cluster, ScenarioError> {
+        let text = fs_err::read_to_string(path)
+            .map_err(|error| ScenarioError::Read { message: error.to_string() })?;
+        validate_cluster(&read_spec(&text, path)?.cluster, path)
+    }
+}
+
+/// Parses scenario `text` into its wire form; `file` names it in messages.
+fn read_spec(text: &str, file: &Path) -> Result<ScenarioSpec, ScenarioError> {
+    let deserializer = toml::Deserializer::parse(text)
+        .map_err(|error| ScenarioError::Syntax { file: file.to_path_buf(), message: error.to_string() })?;
+    serde_path_to_error::deserialize(deserializer).map_err(|error| {
+        let key = error.path().to_string();
+        ScenarioError::Format { file: file.to_path_buf(), key, message: error.into_inner().to_string() }
+    })
+}
+
+fn invalid(file: &Path, key: &str, message: String) -> ScenarioError {
+    ScenarioError::Invalid { file: file.to_path_buf(), key: key.into(), message }
+}
+
+fn validate_cluster(cluster: &ClusterSection, file: &Path) -> Result<Cluster, ScenarioError> {
+    let invalid = |key: &str, message: String| invalid(file, key, message);
     for (key, value) in [("cluster.nodes", cluster.nodes), ("cluster.gpus-per-node", cluster.gpus_per_node)] {
         if value == 0 {
             return Err(invalid(key, "must be at least 1, got 0".into()));
@@ -317,25 +325,44 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
         cluster.host_link.as_ref().and_then(|l| l.bandwidth).unwrap_or(device.pcie_bandwidth),
         cluster.host_link.as_ref().and_then(|l| l.latency).unwrap_or(DEFAULT_LATENCY),
     );
-    let network = &cluster.network;
-    if network.topology != "switch" {
-        return Err(invalid(
-            "cluster.network.topology",
-            format!(
-                "unknown topology {:?}; valid: \"switch\" (one non-blocking switch, one link per GPU). \
-                 Fat-tree, dragonfly and torus are planned, not yet available",
-                network.topology
-            ),
-        ));
-    }
-    let gpus = cluster.nodes.checked_mul(cluster.gpus_per_node).ok_or_else(|| {
+    let network = cluster
+        .network
+        .to_spec(
+            LinkSpec::new(DEFAULT_NETWORK_BANDWIDTH, DEFAULT_LATENCY),
+            LinkSpec::new(device.pcie_bandwidth, DEFAULT_LATENCY),
+        )
+        .map_err(|(key, message)| invalid(&format!("cluster.network.{key}"), message))?;
+    let spec =
+        ClusterSpec { nodes: cluster.nodes, gpus_per_node: cluster.gpus_per_node, intra_node, network };
+    // Build once to check what only the whole shape can show (too many NICs for the fabric,
+    // a routing the fabric cannot do); `parasim run` builds it again, in milliseconds.
+    Topology::build(&spec).map_err(|error| {
+        let key = match &error {
+            TopologyError::Invalid { parameter, .. } => format!("cluster.network.{parameter}"),
+            TopologyError::UnsupportedRouting { .. } => "cluster.network.routing".into(),
+            _ => "cluster.network".into(),
+        };
+        invalid(&key, error.to_string())
+    })?;
+    Ok(Cluster { spec, host_link, device })
+}
+
+fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> {
+    let invalid = |key: &str, message: String| invalid(file, key, message);
+    let Cluster { spec: cluster_spec, host_link, device } = validate_cluster(&spec.cluster, file)?;
+    let gpus = cluster_spec.nodes.checked_mul(cluster_spec.gpus_per_node).ok_or_else(|| {
         invalid(
             "cluster.nodes",
-            format!("{} nodes x {} GPUs overflows", cluster.nodes, cluster.gpus_per_node),
+            format!("{} nodes x {} GPUs overflows", cluster_spec.nodes, cluster_spec.gpus_per_node),
         )
     })?;
-
-    let workload = &spec.workload;
+    let cluster = &spec.cluster;
+    let workload = spec.workload.as_ref().ok_or_else(|| {
+        invalid(
+            "workload",
+            "is missing: a scenario to run needs a [workload] table with at least `model`".into(),
+        )
+    })?;
     let model =
         zoo::by_name(&workload.model).map_err(|error| invalid("workload.model", error.to_string()))?;
     if workload.batch_per_device == 0 {
@@ -397,12 +424,7 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
 
     Ok(Scenario {
         source: file.display().to_string(),
-        cluster: ClusterSpec {
-            nodes: cluster.nodes,
-            gpus_per_node: cluster.gpus_per_node,
-            intra_node,
-            network: NetworkSpec::single_switch(LinkSpec::new(network.link_bandwidth, network.link_latency)),
-        },
+        cluster: cluster_spec,
         host_link,
         device,
         model,

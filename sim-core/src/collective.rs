@@ -17,9 +17,11 @@
 //! **Ring channels.** Like NCCL, a ring over a group that spans several servers runs as `c`
 //! parallel rings (channels), each carrying `1/c` of the buffer, where `c` is the smallest
 //! number of group members on one server. Channel `j` visits the servers in group order and,
-//! inside each server, its members rotated by `j`, so every channel leaves a server from a
-//! different GPU: with one NIC per GPU, every NIC carries one channel instead of one NIC
-//! carrying the whole ring. On 8-GPU servers with 8 x 200 Gb/s NICs the bus bandwidth
+//! inside each server, its members rotated by `j`, every other server backwards (a snake), so
+//! every channel leaves a server from a different GPU and every server-to-server hop joins
+//! two GPUs of the same local index: with one NIC per GPU, every NIC carries one channel
+//! instead of one NIC carrying the whole ring, and on rail-optimized networks (NIC i of every
+//! server on leaf i) the hops stay on their rail, as NCCL's rail-aligned rings do. On 8-GPU servers with 8 x 200 Gb/s NICs the bus bandwidth
 //! approaches 8 x 25 GB/s = 200 GB/s (NVIDIA reports 192 GB/s measured on DGX A100, nccl issue
 //! #1576). With one rank per server, `c = 1` and the ring is the textbook
 //! `2(p-1) alpha + 2(p-1)/p S/B`.
@@ -106,13 +108,20 @@ pub fn ring_channels(
         if servers.len() <= 1 { 1 } else { servers.iter().map(|(_, m)| m.len()).min().unwrap_or(1) };
     Ok((0..channels)
         .map(|j| {
-            servers
-                .iter()
-                .flat_map(|(_, members)| {
-                    let rotation = j % members.len();
-                    members[rotation..].iter().chain(&members[..rotation]).copied()
-                })
-                .collect()
+            let mut ring = Vec::with_capacity(group.len());
+            for (index, (_, members)) in servers.iter().enumerate() {
+                let rotation = j % members.len();
+                let start = ring.len();
+                ring.extend(members[rotation..].iter().chain(&members[..rotation]).copied());
+                if index % 2 == 1 {
+                    // Snake: every other server is walked backwards, so the ring enters it on
+                    // the GPU (and NIC) the previous server left from and leaves it on the one
+                    // the next server enters on: every server-to-server hop joins two NICs of
+                    // the same index (the same rail).
+                    ring[start..].reverse();
+                }
+            }
+            ring
         })
         .collect())
 }
@@ -377,11 +386,16 @@ mod tests {
         let network = Uniform { per_node: 4, ..uniform() };
         let channels = ring_channels(&ranks(8), |r| network.node_of(r)).unwrap();
         assert_eq!(channels.len(), 4);
-        assert_eq!(channels[0], ranks(8));
-        assert_eq!(channels[1], [1, 2, 3, 0, 5, 6, 7, 4].map(RankId));
-        // The server-crossing edges (last of server 0 -> first of server 1) are all different.
-        let exits: Vec<RankId> = channels.iter().map(|ring| ring[3]).collect();
-        assert_eq!(exits, [3, 0, 1, 2].map(RankId));
+        assert_eq!(channels[0], [0, 1, 2, 3, 7, 6, 5, 4].map(RankId));
+        assert_eq!(channels[1], [1, 2, 3, 0, 4, 7, 6, 5].map(RankId));
+        // The server-crossing edges join GPUs of the same local index, a different one per
+        // channel, both ways round the ring.
+        for (j, ring) in channels.iter().enumerate() {
+            assert_eq!(ring[3].0 % 4, ring[4].0 % 4, "channel {j} crosses rails going out");
+            assert_eq!(ring[7].0 % 4, ring[0].0 % 4, "channel {j} crosses rails coming back");
+        }
+        let exits: Vec<u32> = channels.iter().map(|ring| ring[3].0).collect();
+        assert_eq!(exits, [3, 0, 1, 2]);
         // A group inside one server, or one rank per server, is a single ring.
         assert_eq!(ring_channels(&ranks(4), |r| network.node_of(r)).unwrap().len(), 1);
         let one_per_server = uniform();

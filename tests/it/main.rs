@@ -3,6 +3,8 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
+mod network;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
