@@ -167,12 +167,8 @@ pub fn simulate(scenario: &Scenario) -> anyhow::Result<Outcome> {
     let lowering_wall = started.elapsed();
     let started = Instant::now();
     let timeline = match scenario.fidelity {
-        Fidelity::Analytical => {
-            exec::run(&lowered.graph, &mut AnalyticalNetwork::new(&topology, scenario.host_link))
-        }
-        Fidelity::Flow | Fidelity::PacketSteps => {
-            exec::run(&lowered.graph, &mut FlowNetwork::new(&topology, scenario.host_link))
-        }
+        Fidelity::Analytical => exec::run(&lowered.graph, &mut AnalyticalNetwork::new(&topology)),
+        Fidelity::Flow | Fidelity::PacketSteps => exec::run(&lowered.graph, &mut FlowNetwork::new(&topology)),
     }
     .context("simulating")?;
     let simulation_wall = started.elapsed();

@@ -208,8 +208,6 @@ pub struct Scenario {
     pub source: String,
     /// The cluster shape.
     pub cluster: ClusterSpec,
-    /// Each device's link to host memory.
-    pub host_link: LinkSpec,
     /// The device of every GPU.
     pub device: Device,
     /// The trained model.
@@ -259,8 +257,6 @@ impl Scenario {
 pub struct Cluster {
     /// The cluster shape and network.
     pub spec: ClusterSpec,
-    /// Each device's link to host memory.
-    pub host_link: LinkSpec,
     /// The device of every GPU.
     pub device: Device,
 }
@@ -332,8 +328,13 @@ fn validate_cluster(cluster: &ClusterSection, file: &Path) -> Result<Cluster, Sc
             LinkSpec::new(device.pcie_bandwidth, DEFAULT_LATENCY),
         )
         .map_err(|(key, message)| invalid(&format!("cluster.network.{key}"), message))?;
-    let spec =
-        ClusterSpec { nodes: cluster.nodes, gpus_per_node: cluster.gpus_per_node, intra_node, network };
+    let spec = ClusterSpec {
+        nodes: cluster.nodes,
+        gpus_per_node: cluster.gpus_per_node,
+        intra_node,
+        network,
+        host_memory: Some(host_link),
+    };
     // Build once to check what only the whole shape can show (too many NICs for the fabric,
     // a routing the fabric cannot do); `parasim run` builds it again, in milliseconds.
     Topology::build(&spec).map_err(|error| {
@@ -344,12 +345,12 @@ fn validate_cluster(cluster: &ClusterSection, file: &Path) -> Result<Cluster, Sc
         };
         invalid(&key, error.to_string())
     })?;
-    Ok(Cluster { spec, host_link, device })
+    Ok(Cluster { spec, device })
 }
 
 fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> {
     let invalid = |key: &str, message: String| invalid(file, key, message);
-    let Cluster { spec: cluster_spec, host_link, device } = validate_cluster(&spec.cluster, file)?;
+    let Cluster { spec: cluster_spec, device } = validate_cluster(&spec.cluster, file)?;
     let gpus = cluster_spec.nodes.checked_mul(cluster_spec.gpus_per_node).ok_or_else(|| {
         invalid(
             "cluster.nodes",
@@ -425,7 +426,6 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
     Ok(Scenario {
         source: file.display().to_string(),
         cluster: cluster_spec,
-        host_link,
         device,
         model,
         batch_per_device: workload.batch_per_device,

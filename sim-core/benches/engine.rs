@@ -65,16 +65,17 @@ fn engine(c: &mut Criterion) {
         gpus_per_node: 8,
         intra_node: IntraNode::NvSwitch(nvswitch),
         network: NetworkSpec::single_switch(link),
+        host_memory: None,
     })
     .expect("topology");
-    let events = run(&graph, &mut AnalyticalNetwork::new(&topology, link)).expect("run").events;
+    let events = run(&graph, &mut AnalyticalNetwork::new(&topology)).expect("run").events;
     println!("synthetic graph: {} ops, {} events per run", graph.op_count(), events);
 
     let mut group = c.benchmark_group("engine");
     group.sample_size(10);
     group.throughput(Throughput::Elements(events));
     group.bench_function("run 1.1M-op graph (events/s)", |b| {
-        b.iter(|| run(&graph, &mut AnalyticalNetwork::new(&topology, link)).expect("run"))
+        b.iter(|| run(&graph, &mut AnalyticalNetwork::new(&topology)).expect("run"))
     });
     group.throughput(Throughput::Elements(graph.op_count() as u64));
     group.bench_function("build + validate 1.1M-op graph (ops/s)", |b| b.iter(synthetic_graph));

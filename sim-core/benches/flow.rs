@@ -51,6 +51,7 @@ fn flow(c: &mut Criterion) {
         gpus_per_node: 1,
         intra_node: IntraNode::NvSwitch(link),
         network: NetworkSpec::new(FabricSpec::FatTree(fat_tree)),
+        host_memory: None,
     })
     .expect("topology");
     let mut group = c.benchmark_group("flow");
@@ -60,13 +61,13 @@ fn flow(c: &mut Criterion) {
     let transfers = u64::from(HOSTS) * 2 * u64::from(HOSTS - 1);
     group.throughput(Throughput::Elements(transfers));
     group.bench_function("k16 fat-tree: ring allreduce 1 GiB, per-step flows (transfers/s)", |b| {
-        b.iter(|| run(&ring, &mut FlowNetwork::new(&topology, link)).expect("run"))
+        b.iter(|| run(&ring, &mut FlowNetwork::new(&topology)).expect("run"))
     });
 
     let permutation = random_permutation();
     group.throughput(Throughput::Elements(u64::from(HOSTS)));
     group.bench_function("k16 fat-tree: random permutation of 1 GiB flows (transfers/s)", |b| {
-        b.iter(|| run(&permutation, &mut FlowNetwork::new(&topology, link)).expect("run"))
+        b.iter(|| run(&permutation, &mut FlowNetwork::new(&topology)).expect("run"))
     });
     group.finish();
 }

@@ -18,13 +18,13 @@
 //!
 //! let link = LinkSpec::new("100 Gb/s".parse().unwrap(), "1 us".parse().unwrap());
 //! let network = NetworkSpec::single_switch(link);
-//! let topology = Topology::build(&ClusterSpec { nodes: 2, gpus_per_node: 1, intra_node: IntraNode::NvSwitch(link), network }).unwrap();
+//! let topology = Topology::build(&ClusterSpec { nodes: 2, gpus_per_node: 1, intra_node: IntraNode::NvSwitch(link), network, host_memory: None  }).unwrap();
 //! let mut graph = GraphBuilder::new(2);
 //! let a = graph.compute(RankId(0), StreamId(0), SimDuration::from_us(5), "work", &[]);
 //! let send = graph.transfer(RankId(0), StreamId(0), RankId(1), "125 kB".parse().unwrap(), "send", &[a]);
 //! graph.compute(RankId(1), StreamId(0), SimDuration::from_us(5), "work", &[send]);
 //! let graph = graph.build().unwrap();
-//! let timeline = run(&graph, &mut AnalyticalNetwork::new(&topology, link)).unwrap();
+//! let timeline = run(&graph, &mut AnalyticalNetwork::new(&topology)).unwrap();
 //! // 5 us + (2 links x 1 us + 10 us on the wire) + 5 us.
 //! assert_eq!(timeline.makespan(), SimDuration::from_us(22));
 //! ```

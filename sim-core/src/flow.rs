@@ -27,12 +27,12 @@
 //!
 //! // Two senders into one receiver on a 100 Gb/s switch: they share its down-link.
 //! let link = LinkSpec::new("100 Gb/s".parse()?, "1 us".parse()?);
-//! let cluster = ClusterSpec { nodes: 3, gpus_per_node: 1, intra_node: IntraNode::NvSwitch(link), network: NetworkSpec::single_switch(link) };
+//! let cluster = ClusterSpec { nodes: 3, gpus_per_node: 1, intra_node: IntraNode::NvSwitch(link), network: NetworkSpec::single_switch(link), host_memory: None  };
 //! let topology = Topology::build(&cluster)?;
 //! let mut graph = GraphBuilder::new(3);
 //! graph.transfer(RankId(0), StreamId(0), RankId(2), Bytes(125_000_000), "a", &[]);
 //! graph.transfer(RankId(1), StreamId(0), RankId(2), Bytes(125_000_000), "b", &[]);
-//! let timeline = run(&graph.build()?, &mut FlowNetwork::new(&topology, link))?;
+//! let timeline = run(&graph.build()?, &mut FlowNetwork::new(&topology))?;
 //! // Each gets 6.25 GB/s: 2 us of latency + 125 MB / 6.25 GB/s = 20.002 ms.
 //! assert_eq!(timeline.makespan(), SimDuration::from_us(20_002));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -41,10 +41,10 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
-use topology::{HostId, LinkId, LinkSpec, Route, Routing, Topology};
+use topology::{HostId, LinkId, Route, Routing, Topology};
 use units::{Bytes, SimDuration, SimTime};
 
-use crate::collective::{CollectiveError, PathCost, Schedule};
+use crate::collective::{CollectiveError, Schedule};
 use crate::graph::{Collective, MemcpyDirection, RankId};
 use crate::network::{Completion, NetContext, Network, NetworkError};
 
@@ -135,7 +135,6 @@ pub struct FlowStats {
 #[derive(Debug)]
 pub struct FlowNetwork<'t> {
     topology: &'t Topology,
-    host_link: LinkSpec,
     /// Link capacities in bytes per second.
     capacity: Vec<f64>,
     flows: Vec<Flow>,
@@ -182,13 +181,11 @@ pub struct Audit {
 }
 
 impl<'t> FlowNetwork<'t> {
-    /// A flow model over `topology`; `host_link` is each device's link to host memory (copies
-    /// are timed alone, without contention).
-    pub fn new(topology: &'t Topology, host_link: LinkSpec) -> Self {
+    /// A flow model over `topology`. Host <-> device copies are flows on the GPU's host link.
+    pub fn new(topology: &'t Topology) -> Self {
         let links = topology.link_count();
         FlowNetwork {
             topology,
-            host_link,
             capacity: (0..links)
                 .map(|l| topology.link(LinkId(l as u32)).bandwidth.bytes_per_second())
                 .collect(),
@@ -251,6 +248,17 @@ impl<'t> FlowNetwork<'t> {
         owner: Owner,
     ) -> Result<(), NetworkError> {
         let route = self.route(src, dst)?;
+        self.start_flow_on(context, route, bytes, owner)
+    }
+
+    /// Starts a flow of `bytes` on `route` for `owner`.
+    fn start_flow_on(
+        &mut self,
+        context: &mut NetContext<'_, FlowEvent>,
+        route: Route,
+        bytes: f64,
+        owner: Owner,
+    ) -> Result<(), NetworkError> {
         if self.adaptive {
             for link in route.iter() {
                 self.routed[link.0 as usize] += 1;
@@ -731,12 +739,13 @@ impl Network for FlowNetwork<'_> {
         &mut self,
         context: &mut NetContext<'_, Self::Event>,
         token: Completion,
-        _rank: RankId,
-        _direction: MemcpyDirection,
+        rank: RankId,
+        direction: MemcpyDirection,
         bytes: Bytes,
     ) -> Result<(), NetworkError> {
-        let cost = PathCost { latency: self.host_link.latency, bandwidth: self.host_link.bandwidth };
-        Ok(context.complete_after(cost.time_for_share(bytes, 1)?, token)?)
+        let to_device = direction == MemcpyDirection::HostToDevice;
+        let route = self.topology.host_memory_route(HostId(rank.0), to_device)?;
+        self.start_flow_on(context, route, bytes.as_f64(), Owner::Single(token))
     }
 
     fn handle(

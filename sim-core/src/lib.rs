@@ -25,7 +25,7 @@
 //! // Four single-GPU hosts on one switch: 100 Gb/s, 1 us per link.
 //! let link = LinkSpec::new("100 Gb/s".parse()?, "1 us".parse()?);
 //! let network = NetworkSpec::single_switch(link);
-//! let cluster = ClusterSpec { nodes: 4, gpus_per_node: 1, intra_node: IntraNode::NvSwitch(link), network };
+//! let cluster = ClusterSpec { nodes: 4, gpus_per_node: 1, intra_node: IntraNode::NvSwitch(link), network, host_memory: None  };
 //! let topology = Topology::build(&cluster)?;
 //!
 //! // Every rank computes 100 us, then all-reduces 4 MiB.
@@ -42,7 +42,7 @@
 //!     graph.collective(rank, StreamId(1), allreduce, "allreduce", &[work]);
 //! }
 //! let graph = graph.build()?;
-//! let timeline = run(&graph, &mut AnalyticalNetwork::new(&topology, link))?;
+//! let timeline = run(&graph, &mut AnalyticalNetwork::new(&topology))?;
 //!
 //! // Ring allreduce: 2(p-1) steps of (2 links x 1 us + (S/p) / 12.5 GB/s).
 //! let step = SimDuration::from_us(2).checked_add("1 MiB".parse::<Bytes>().map(|b| link.bandwidth.time_to_send(b))??)?;

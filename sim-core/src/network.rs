@@ -10,7 +10,7 @@ use std::fmt;
 
 use std::collections::HashMap;
 
-use topology::{HostId, LinkId, LinkSpec, Route, Topology, TopologyError};
+use topology::{HostId, LinkId, Route, Topology, TopologyError};
 use units::{Bytes, SimDuration, SimTime, TimeOverflow, UnitError};
 
 use crate::collective::{CollectiveError, PathCost, StepNetwork, analytical_time};
@@ -132,7 +132,6 @@ pub trait Network {
 #[derive(Debug)]
 pub struct AnalyticalNetwork<'t> {
     topology: &'t Topology,
-    host_link: LinkSpec,
     /// Messages of the step being timed on each link; all zero between steps.
     link_load: Vec<u64>,
     /// The links whose load is non-zero, to clear them after the step.
@@ -142,11 +141,10 @@ pub struct AnalyticalNetwork<'t> {
 }
 
 impl<'t> AnalyticalNetwork<'t> {
-    /// An analytical model over `topology`; `host_link` is each device's link to host memory.
-    pub fn new(topology: &'t Topology, host_link: LinkSpec) -> Self {
+    /// An analytical model over `topology`.
+    pub fn new(topology: &'t Topology) -> Self {
         AnalyticalNetwork {
             topology,
-            host_link,
             link_load: vec![0; topology.link_count()],
             loaded_links: Vec::new(),
             known_collectives: HashMap::new(),
@@ -274,12 +272,19 @@ impl Network for AnalyticalNetwork<'_> {
         &mut self,
         context: &mut NetContext<'_, Self::Event>,
         token: Completion,
-        _rank: RankId,
-        _direction: MemcpyDirection,
+        rank: RankId,
+        direction: MemcpyDirection,
         bytes: Bytes,
     ) -> Result<(), NetworkError> {
-        let cost = PathCost { latency: self.host_link.latency, bandwidth: self.host_link.bandwidth };
-        Ok(context.complete_after(cost.time_for_share(bytes, 1)?, token)?)
+        let to_device = direction == MemcpyDirection::HostToDevice;
+        let route = self.topology.host_memory_route(HostId(rank.0), to_device)?;
+        let mut time = SimDuration::ZERO;
+        for &link in route.iter() {
+            let link = self.topology.link(link);
+            let cost = PathCost { latency: link.latency, bandwidth: link.bandwidth };
+            time = time.checked_add(cost.time_for_share(bytes, 1)?)?;
+        }
+        Ok(context.complete_after(time, token)?)
     }
 
     fn handle(

@@ -15,6 +15,7 @@
 //!     gpus_per_node: 8,
 //!     intra_node: IntraNode::NvSwitch(nvswitch),
 //!     network: NetworkSpec::single_switch(nic),
+//!     host_memory: None,
 //! };
 //! let topology = Topology::build(&cluster).unwrap();
 //! assert_eq!(topology.host_count(), 16);
@@ -30,6 +31,7 @@
 //!     gpus_per_node: 1,
 //!     intra_node: IntraNode::NvSwitch(nvswitch),
 //!     network: NetworkSpec::new(FabricSpec::FatTree(fat_tree)),
+//!     host_memory: None,
 //! };
 //! let topology = Topology::build(&cluster).unwrap();
 //! assert_eq!(topology.switch_count(), 8 + 8 + 4);
@@ -177,6 +179,8 @@ pub enum Tier {
     },
     /// A fully connected fabric's direct terminal-to-terminal cables.
     Direct,
+    /// A GPU's link to its server's host memory.
+    HostMemory,
 }
 
 /// A directed link of the graph.
@@ -213,6 +217,11 @@ pub enum Vertex {
         node: u32,
         /// Index among the server's NICs.
         index: u32,
+    },
+    /// The host memory of server `node` (reached over each GPU's host link).
+    HostMemory {
+        /// The server.
+        node: u32,
     },
     /// A network switch or router.
     NetworkSwitch {
@@ -254,6 +263,9 @@ pub struct ClusterSpec {
     pub intra_node: IntraNode,
     /// The network between servers.
     pub network: NetworkSpec,
+    /// Each GPU's link to its server's host memory (PCIe), for host <-> device copies
+    /// (offload, out-of-core training); `None` for none.
+    pub host_memory: Option<LinkSpec>,
 }
 
 /// A path through the network: up to [`Route::CAPACITY`] link ids stored inline (no heap),
@@ -340,6 +352,8 @@ pub struct Topology {
     /// The routing in force (never [`Routing::Auto`]).
     routing: Routing,
     spec: ClusterSpec,
+    /// Each host's (to memory, to device) links, if the cluster has host memory.
+    host_memory_links: Vec<(LinkId, LinkId)>,
 }
 
 impl Topology {
@@ -407,6 +421,7 @@ impl Topology {
         let mut hosts = Vec::with_capacity(host_count as usize);
         let mut node_switches = Vec::new();
         let mut nic_vertices = Vec::new();
+        let mut memories = Vec::new();
         for node in 0..nodes {
             if intra == Intra::Star {
                 node_switches.push(graph.add_node(Vertex::NodeSwitch { node }));
@@ -419,6 +434,9 @@ impl Topology {
                 for index in 0..nics {
                     nic_vertices.push(graph.add_node(Vertex::Nic { node, index }));
                 }
+            }
+            if spec.host_memory.is_some() {
+                memories.push(graph.add_node(Vertex::HostMemory { node }));
             }
         }
         let intra_link = fabric::link_of(spec.intra_node.link(), Tier::IntraNode);
@@ -454,6 +472,7 @@ impl Topology {
             fabric: None,
             routing,
             spec: spec.clone(),
+            host_memory_links: Vec::new(),
         };
         if has_network {
             if let Some(link) = gpu_to_nic.filter(|_| shared_nics) {
@@ -481,8 +500,32 @@ impl Topology {
             topology.fabric =
                 Some(Fabric::build(&network.fabric, routing, &topology.terminals, &mut wiring)?);
         }
+        // Host-memory cables come last, so that the fabric's link ids are SimGrid's.
+        if let Some(link) = spec.host_memory {
+            let link = fabric::link_of(link, Tier::HostMemory);
+            for (h, &gpu) in topology.hosts.iter().enumerate() {
+                let memory = memories[h / g as usize];
+                let up = graph.add_edge(gpu, memory, link);
+                let down = graph.add_edge(memory, gpu, link);
+                topology.host_memory_links.push((LinkId(up.index() as u32), LinkId(down.index() as u32)));
+            }
+        }
         topology.graph = graph;
         Ok(topology)
+    }
+
+    /// The route of a host <-> device copy of `host`: its host link, towards the device if
+    /// `to_device`, else towards host memory.
+    pub fn host_memory_route(&self, host: HostId, to_device: bool) -> Result<Route, TopologyError> {
+        self.check_host(host)?;
+        let &(up, down) =
+            self.host_memory_links.get(host.0 as usize).ok_or_else(|| TopologyError::Invalid {
+                parameter: "host-link",
+                problem:
+                    "the cluster has no host-memory links, so host <-> device copies cannot be simulated"
+                        .into(),
+            })?;
+        Route::try_from(&[if to_device { down } else { up }][..])
     }
 
     /// Which of its server's NICs host `h` uses: NIC `i` serves GPUs `i*g/n .. (i+1)*g/n`.
@@ -520,7 +563,8 @@ impl Topology {
     /// Number of switches (node-internal and network).
     pub fn switch_count(&self) -> usize {
         let nic_vertices = if self.shared_nics { self.terminals.len() } else { 0 };
-        self.graph.node_count() - self.hosts.len() - nic_vertices
+        let memories = if self.host_memory_links.is_empty() { 0 } else { self.nodes as usize };
+        self.graph.node_count() - self.hosts.len() - nic_vertices - memories
     }
 
     /// Number of NICs, that is, of the fabric's terminals (one per GPU unless GPUs share
@@ -724,8 +768,9 @@ impl Topology {
                 if !seen[next.index()] {
                     seen[next.index()] = true;
                     reached_by[next.index()] = Some(edge);
-                    // GPUs are endpoints, not routers: paths never pass through another GPU.
-                    if !is_gpu(next) {
+                    // GPUs and host memories are endpoints, not routers: paths never pass
+                    // through them.
+                    if !is_gpu(next) && !matches!(self.graph[next], Vertex::HostMemory { .. }) {
                         frontier.push_back(next);
                     }
                 }

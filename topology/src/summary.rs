@@ -171,6 +171,7 @@ impl Topology {
                 _ => format!("nvswitch {node}"),
             },
             Vertex::Nic { node, index } => format!("nic {node}.{index}"),
+            Vertex::HostMemory { node } => format!("host memory {node}"),
             Vertex::NetworkSwitch { index } => {
                 self.fabric.as_ref().map_or_else(|| format!("switch {index}"), |f| f.switch_name(index))
             }
@@ -179,9 +180,10 @@ impl Topology {
         for index in self.graph.node_indices() {
             let vertex = self.graph[index];
             let node = match vertex {
-                Vertex::Gpu { node, .. } | Vertex::NodeSwitch { node } | Vertex::Nic { node, .. } => {
-                    Some(node)
-                }
+                Vertex::Gpu { node, .. }
+                | Vertex::NodeSwitch { node }
+                | Vertex::Nic { node, .. }
+                | Vertex::HostMemory { node } => Some(node),
                 Vertex::NetworkSwitch { .. } => None,
             };
             if node != server {
@@ -196,6 +198,7 @@ impl Topology {
             let shape = match vertex {
                 Vertex::Gpu { .. } => "box",
                 Vertex::Nic { .. } => "note",
+                Vertex::HostMemory { .. } => "cylinder",
                 _ => "ellipse",
             };
             let indent = if node.is_some() { "    " } else { "  " };

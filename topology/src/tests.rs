@@ -14,6 +14,7 @@ fn cluster(nodes: u32, gpus_per_node: u32) -> Topology {
         gpus_per_node,
         intra_node: IntraNode::NvSwitch(link("300 GB/s", "0.7 us")),
         network: NetworkSpec::single_switch(link("200 Gb/s", "1 us")),
+        host_memory: None,
     })
     .unwrap()
 }
@@ -30,6 +31,7 @@ fn shared(nodes: u32, gpus: u32, nics: u32, rail_optimized: bool, intra_node: In
             gpu_to_nic: Some(link("32 GB/s", "0.5 us")),
             ..NetworkSpec::single_switch(link("400 Gb/s", "1 us"))
         },
+        host_memory: None,
     })
     .unwrap()
 }
@@ -90,6 +92,7 @@ fn nvlink_mesh_links_every_gpu_pair_directly() {
         gpus_per_node: 4,
         intra_node: mesh,
         network: NetworkSpec::single_switch(link("200 Gb/s", "1 us")),
+        host_memory: None,
     })
     .unwrap();
     // No node switches; 6 GPU pairs per server, plus 8 NIC cables.
@@ -158,6 +161,7 @@ fn routes_beyond_capacity_are_errors_not_panics() {
         gpus_per_node: 1,
         intra_node: IntraNode::NvSwitch(link("1 GB/s", "1 us")),
         network: NetworkSpec::new(FabricSpec::Ring { link: link("1 GB/s", "1 us") }),
+        host_memory: None,
     })
     .unwrap();
     // Neighbours are fine; the far side of a 40-router ring is 2 + 20 links away.
@@ -191,6 +195,7 @@ fn bad_shapes_and_hosts_are_errors() {
         gpus_per_node: 8,
         intra_node: IntraNode::NvSwitch(link("1 GB/s", "1 us")),
         network: NetworkSpec::single_switch(link("1 GB/s", "1 us")),
+        host_memory: None,
     };
     assert_eq!(Topology::build(&spec).unwrap_err(), TopologyError::Zero { what: "nodes" });
     let topology = cluster(1, 2);
@@ -205,6 +210,7 @@ fn nic_settings_are_checked() {
         gpus_per_node: 4,
         intra_node: IntraNode::NvSwitch(link("1 GB/s", "1 us")),
         network: NetworkSpec::single_switch(link("1 GB/s", "1 us")),
+        host_memory: None,
     };
     let with = |nics: Option<u32>, gpu_to_nic: Option<LinkSpec>| {
         let mut spec = base.clone();

@@ -12,28 +12,34 @@ use topology::{ClusterSpec, FabricSpec, IntraNode, NetworkSpec, Routing, Topolog
 use crate::{lone_collective, single_switch};
 
 /// 100 Gb/s = 12.5 GB/s links, 1 us each; every path between two hosts is 2 links.
-fn star(hosts: u32) -> (Topology, topology::LinkSpec) {
+fn star(hosts: u32) -> Topology {
     single_switch(hosts, "100 Gb/s", "1 us")
 }
 
 /// Runs simultaneous flows of `bytes` (src, dst) and returns each one's completion time.
 /// FT3-k4 (16 hosts) with ECMP routing.
-fn ecmp_fat_tree() -> (Topology, topology::LinkSpec) {
+fn ecmp_fat_tree() -> Topology {
     let link = topology::LinkSpec::new("100 Gb/s".parse().unwrap(), "1 us".parse().unwrap());
     let mut network = NetworkSpec::new(FabricSpec::FatTree(XgftSpec::k_ary(4, 3, vec![link; 3]).unwrap()));
     network.routing = Routing::Ecmp;
-    let cluster = ClusterSpec { nodes: 16, gpus_per_node: 1, intra_node: IntraNode::NvSwitch(link), network };
-    (Topology::build(&cluster).unwrap(), link)
+    let cluster = ClusterSpec {
+        nodes: 16,
+        gpus_per_node: 1,
+        intra_node: IntraNode::NvSwitch(link),
+        network,
+        host_memory: None,
+    };
+    Topology::build(&cluster).unwrap()
 }
 
 fn flows(hosts: u32, pairs: &[(u32, u32)], bytes: u64) -> Vec<SimDuration> {
-    let (topology, link) = star(hosts);
+    let topology = star(hosts);
     let mut graph = GraphBuilder::new(hosts);
     for (i, &(src, dst)) in pairs.iter().enumerate() {
         graph.transfer(RankId(src), StreamId(i as u16), RankId(dst), Bytes(bytes), "flow", &[]);
     }
     let graph = graph.build().unwrap();
-    let mut network = FlowNetwork::new(&topology, link).audited();
+    let mut network = FlowNetwork::new(&topology).audited();
     let timeline = run(&graph, &mut network).unwrap();
     let audit = network.audit().unwrap();
     assert_eq!(audit.violation, None);
@@ -92,13 +98,13 @@ fn a_flow_bottlenecked_elsewhere_leaves_its_share_to_others() {
 #[test]
 fn a_late_flow_slows_an_early_one_only_while_both_run() {
     // Flow a starts at 0, b joins 4 ms later on the same down-link.
-    let (topology, link) = star(3);
+    let topology = star(3);
     let mut graph = GraphBuilder::new(3);
     graph.transfer(RankId(0), StreamId(0), RankId(2), Bytes(100_000_000), "a", &[]);
     let wait = graph.compute(RankId(1), StreamId(0), SimDuration::from_ms(4), "wait", &[]);
     graph.transfer(RankId(1), StreamId(0), RankId(2), Bytes(100_000_000), "b", &[wait]);
     let graph = graph.build().unwrap();
-    let timeline = run(&graph, &mut FlowNetwork::new(&topology, link)).unwrap();
+    let timeline = run(&graph, &mut FlowNetwork::new(&topology)).unwrap();
     // a runs alone from 2 us to 4.002 ms (b enters after its own 2 us of latency) and delivers
     // 50 MB; the other 50 MB at half rate take 8 ms, so a ends at 12.002 ms. By then b has
     // delivered 50 MB and sends its other 50 MB alone at full rate: 4 ms more.
@@ -117,14 +123,14 @@ fn simgrid_two_flow_micro_test_shape_on_a_star() {
 }
 
 fn ring_time(ranks: u32, bytes: Bytes, flow: bool) -> (Timeline, Option<sim_core::flow::Audit>) {
-    let (topology, link) = star(ranks);
+    let topology = star(ranks);
     let graph = lone_collective(ranks, CollectiveKind::AllReduce, bytes);
     if flow {
-        let mut network = FlowNetwork::new(&topology, link).audited();
+        let mut network = FlowNetwork::new(&topology).audited();
         let timeline = run(&graph, &mut network).unwrap();
         (timeline, network.audit().cloned())
     } else {
-        (run(&graph, &mut AnalyticalNetwork::new(&topology, link)).unwrap(), None)
+        (run(&graph, &mut AnalyticalNetwork::new(&topology)).unwrap(), None)
     }
 }
 
@@ -153,7 +159,7 @@ proptest! {
     ) {
         // A star of 16 hosts, or a k = 4 fat-tree with ECMP (routes of 2, 4 and 6 links that
         // share core links in hashed ways).
-        let (topology, link) = if fat_tree { ecmp_fat_tree() } else { star(16) };
+        let topology = if fat_tree { ecmp_fat_tree() } else { star(16) };
         let mut graph = GraphBuilder::new(16);
         for (i, &(src, offset, bytes, delay_us)) in flows.iter().enumerate() {
             let dst = (src + offset) % 16;
@@ -162,7 +168,7 @@ proptest! {
             graph.transfer(RankId(src), stream, RankId(dst), Bytes(bytes), "flow", &[wait]);
         }
         let graph = graph.build().unwrap();
-        let mut network = FlowNetwork::new(&topology, link).audited();
+        let mut network = FlowNetwork::new(&topology).audited();
         let timeline = run(&graph, &mut network).unwrap();
         let audit = network.audit().unwrap();
         prop_assert_eq!(&audit.violation, &None);
@@ -175,4 +181,37 @@ proptest! {
             prop_assert!(took >= fastest, "flow {} ({} B after {} us) took {} < {}", i, bytes, delay_us, took, fastest);
         }
     }
+}
+
+#[test]
+fn host_device_copies_share_their_gpus_host_link() {
+    // Two 250 MB copies on one GPU's 25 GB/s host link (two streams) share it: 20 ms each;
+    // a copy on another GPU runs alone: 10 ms. The analytical model ignores the sharing.
+    let link = topology::LinkSpec::new("100 Gb/s".parse().unwrap(), "1 us".parse().unwrap());
+    let pcie = topology::LinkSpec::new("25 GB/s".parse().unwrap(), "1 us".parse().unwrap());
+    let cluster = ClusterSpec {
+        nodes: 1,
+        gpus_per_node: 2,
+        intra_node: IntraNode::NvSwitch(link),
+        network: NetworkSpec::single_switch(link),
+        host_memory: Some(pcie),
+    };
+    let topology = Topology::build(&cluster).unwrap();
+    let mut graph = GraphBuilder::new(2);
+    use sim_core::graph::MemcpyDirection::{DeviceToHost, HostToDevice};
+    graph.memcpy(RankId(0), StreamId(0), HostToDevice, Bytes(250_000_000), "weights in", &[]);
+    graph.memcpy(RankId(0), StreamId(1), HostToDevice, Bytes(250_000_000), "activations in", &[]);
+    graph.memcpy(RankId(1), StreamId(0), DeviceToHost, Bytes(250_000_000), "activations out", &[]);
+    let graph = graph.build().unwrap();
+    let flow = run(&graph, &mut FlowNetwork::new(&topology)).unwrap();
+    assert_eq!(flow.end[0].since_start(), SimDuration::from_us(20_001));
+    assert_eq!(flow.end[1].since_start(), SimDuration::from_us(20_001));
+    assert_eq!(flow.end[2].since_start(), SimDuration::from_us(10_001));
+    let analytical = run(&graph, &mut AnalyticalNetwork::new(&topology)).unwrap();
+    assert_eq!(analytical.end[0].since_start(), SimDuration::from_us(10_001));
+
+    // Without host memory in the cluster, a copy is an error that says so.
+    let topology = Topology::build(&ClusterSpec { host_memory: None, ..cluster }).unwrap();
+    let error = run(&graph, &mut FlowNetwork::new(&topology)).unwrap_err().to_string();
+    assert!(error.contains("host-memory") && error.contains("weights in"), "{error}");
 }

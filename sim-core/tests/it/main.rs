@@ -16,16 +16,16 @@ use sim_core::units::Bytes;
 use topology::{ClusterSpec, IntraNode, LinkSpec, NetworkSpec, Topology};
 
 /// `nodes` single-GPU hosts on one switch, every link `bandwidth` and `latency`.
-pub fn single_switch(nodes: u32, bandwidth: &str, latency: &str) -> (Topology, LinkSpec) {
+pub fn single_switch(nodes: u32, bandwidth: &str, latency: &str) -> Topology {
     let link = LinkSpec::new(bandwidth.parse().unwrap(), latency.parse().unwrap());
-    let topology = Topology::build(&ClusterSpec {
+    Topology::build(&ClusterSpec {
         nodes,
         gpus_per_node: 1,
         intra_node: IntraNode::NvSwitch(link),
         network: NetworkSpec::single_switch(link),
+        host_memory: None,
     })
-    .unwrap();
-    (topology, link)
+    .unwrap()
 }
 
 /// One collective of `kind` over all `ranks`, nothing else.

@@ -25,6 +25,7 @@ fn cluster(hosts: u32, network: NetworkSpec) -> Topology {
         gpus_per_node: 1,
         intra_node: IntraNode::NvSwitch(link()),
         network,
+        host_memory: None,
     })
     .unwrap()
 }
@@ -46,7 +47,7 @@ fn shift_permutation(hosts: u32, bytes: u64) -> ExecGraph {
 }
 
 fn makespan(topology: &Topology, graph: &ExecGraph) -> SimDuration {
-    run(graph, &mut FlowNetwork::new(topology, link())).unwrap().makespan()
+    run(graph, &mut FlowNetwork::new(topology)).unwrap().makespan()
 }
 
 /// SimGrid's topology strings for the labels of simulators.md.
@@ -115,7 +116,7 @@ fn simgrid_two_flow_micro_test() {
     let a = graph.transfer(RankId(0), StreamId(0), RankId(1), Bytes(125_000_000), "h0->h1", &[]);
     let b = graph.transfer(RankId(2), StreamId(0), RankId(1), Bytes(125_000_000), "h2->h1", &[]);
     let graph = graph.build().unwrap();
-    let timeline = run(&graph, &mut FlowNetwork::new(&topology, link())).unwrap();
+    let timeline = run(&graph, &mut FlowNetwork::new(&topology)).unwrap();
     assert_eq!(timeline.end[a.0 as usize].since_start(), SimDuration::from_us(20_000));
     assert_eq!(timeline.end[b.0 as usize].since_start(), SimDuration::from_us(20_002));
 }

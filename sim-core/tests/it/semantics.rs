@@ -150,24 +150,24 @@ proptest! {
         (ranks, steps) in (1u32..5).prop_flat_map(|ranks| (Just(ranks), prop::collection::vec(step(ranks), 1..60)))
     ) {
         let graph = build(ranks, &steps);
-        let (topology, link) = single_switch(ranks, "100 Gb/s", "1 us");
-        let timeline = run(&graph, &mut AnalyticalNetwork::new(&topology, link)).unwrap();
+        let topology = single_switch(ranks, "100 Gb/s", "1 us");
+        let timeline = run(&graph, &mut AnalyticalNetwork::new(&topology)).unwrap();
         check(&graph, &timeline)?;
         // Same graph, same network: the same timeline, event for event.
-        let again = run(&graph, &mut AnalyticalNetwork::new(&topology, link)).unwrap();
+        let again = run(&graph, &mut AnalyticalNetwork::new(&topology)).unwrap();
         prop_assert_eq!(timeline, again);
     }
 }
 
 #[test]
 fn compute_overlaps_communication_on_another_stream() {
-    let (topology, link) = single_switch(2, "100 Gb/s", "1 us");
+    let topology = single_switch(2, "100 Gb/s", "1 us");
     let mut graph = GraphBuilder::new(2);
     // Rank 0 sends 1.25 MB (2 us + 100 us) on stream 1 while computing 60 us on stream 0.
     graph.transfer(RankId(0), StreamId(1), RankId(1), Bytes(1_250_000), "send", &[]);
     graph.compute(RankId(0), StreamId(0), SimDuration::from_us(60), "compute", &[]);
     let graph = graph.build().unwrap();
-    let timeline = run(&graph, &mut AnalyticalNetwork::new(&topology, link)).unwrap();
+    let timeline = run(&graph, &mut AnalyticalNetwork::new(&topology)).unwrap();
     assert_eq!(timeline.end[0].since_start(), SimDuration::from_us(102));
     assert_eq!(timeline.end[1].since_start(), SimDuration::from_us(60));
     let split = sim_core::stats::breakdown(&graph, &timeline, SimTime::ZERO, timeline.end[0]);

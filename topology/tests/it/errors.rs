@@ -13,6 +13,7 @@ fn build(nodes: u32, fabric: FabricSpec, routing: Routing) -> Result<Topology, T
         gpus_per_node: 1,
         intra_node: IntraNode::NvSwitch(link("300 GB/s", "1 us")),
         network: NetworkSpec { routing, ..NetworkSpec::new(fabric) },
+        host_memory: None,
     })
 }
 

@@ -200,6 +200,7 @@ fn rail_optimized_servers_meet_their_rail_at_one_leaf() {
         gpus_per_node: 8,
         intra_node: topology::IntraNode::NvSwitch(link("300 GB/s", "0.7 us")),
         network: topology::NetworkSpec { rail_optimized, ..topology::NetworkSpec::new(fabric.clone()) },
+        host_memory: None,
     };
     let rails = Topology::build(&spec(true)).unwrap();
     let plain = Topology::build(&spec(false)).unwrap();

@@ -102,6 +102,7 @@ fn build(case: &Case, routing: Routing) -> Topology {
             rail_optimized: case.rails,
             gpu_to_nic: Some(LinkSpec::new("32 GB/s".parse().unwrap(), "0.5 us".parse().unwrap())),
         },
+        host_memory: None,
     })
     .unwrap_or_else(|error| panic!("{}: {error}", case.name))
 }

@@ -31,6 +31,7 @@ pub fn cluster(nodes: u32, gpus: u32, fabric: FabricSpec, routing: Routing) -> T
         gpus_per_node: gpus,
         intra_node: IntraNode::NvSwitch(link("300 GB/s", "0.7 us")),
         network: NetworkSpec { routing, ..NetworkSpec::new(fabric) },
+        host_memory: None,
     })
     .unwrap()
 }

@@ -41,6 +41,7 @@ fn a_k32_fat_tree_has_8192_hosts_and_linear_size() {
             rail_optimized: true,
             ..NetworkSpec::new(FabricSpec::FatTree(XgftSpec::k_ary(32, 3, vec![l; 3]).unwrap()))
         },
+        host_memory: None,
     };
     let topology = build_timed("k=32 fat-tree", &spec);
     assert_eq!(topology.host_count(), 8192);
@@ -59,6 +60,7 @@ fn a_16k_host_dragonfly_builds_in_linear_size() {
         gpus_per_node: 8,
         intra_node: IntraNode::NvSwitch(link("450 GB/s", "0.7 us")),
         network: NetworkSpec::new(FabricSpec::Dragonfly(DragonflySpec::balanced(8, l, l, l))),
+        host_memory: None,
     };
     let topology = build_timed("16k dragonfly", &spec);
     assert_eq!(topology.host_count(), 16_384);
@@ -72,6 +74,7 @@ fn a_16k_host_dragonfly_builds_in_linear_size() {
         network: NetworkSpec::new(FabricSpec::CascadeDragonfly(
             CascadeSpec::from_simgrid("16,1;8,1;16,1;8", l).unwrap(),
         )),
+        host_memory: None,
     };
     let topology = build_timed("16k cascade dragonfly", &cascade);
     assert_eq!(topology.host_count(), 16_384);

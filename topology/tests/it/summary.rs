@@ -55,6 +55,7 @@ fn other_fabrics_bisect_by_their_closed_forms() {
         gpus_per_node: 8,
         intra_node: IntraNode::NvLinkMesh(link("50 GB/s", "0.7 us")),
         network: NetworkSpec::single_switch(l),
+        host_memory: None,
     })
     .unwrap();
     let summary = server.summary();
@@ -71,6 +72,7 @@ fn large_topologies_sample_their_path_lengths_deterministically() {
         gpus_per_node: 8,
         intra_node: IntraNode::NvSwitch(link("450 GB/s", "0.7 us")),
         network: NetworkSpec::new(FabricSpec::FatTree(XgftSpec::k_ary(32, 3, vec![l; 3]).unwrap())),
+        host_memory: None,
     };
     let topology = Topology::build(&spec).unwrap();
     let summary = topology.summary();
@@ -90,6 +92,7 @@ fn dot_output_draws_every_vertex_and_cable_once() {
         gpus_per_node: 2,
         intra_node: IntraNode::NvSwitch(link("300 GB/s", "0.7 us")),
         network: NetworkSpec::new(FabricSpec::FatTree(XgftSpec::leaf_spine(4, vec![l; 2]).unwrap())),
+        host_memory: None,
     })
     .unwrap();
     let dot = topology.to_dot();
