@@ -2,6 +2,7 @@
 //! libraries and prints reports; no simulation logic lives here.
 
 mod bench;
+mod models;
 mod report;
 mod run;
 mod scenario;
@@ -52,6 +53,16 @@ enum Command {
         /// Also write the graph in Graphviz format to this file.
         #[arg(long)]
         dot: Option<PathBuf>,
+    },
+    /// List the model zoo: name, family, parameters, forward GFLOPs per sample, input shape.
+    Models,
+    /// Show one model layer by layer: output shapes, parameters, FLOPs, activations, totals.
+    Inspect {
+        /// A zoo model (`parasim models` lists them) or the path of a model file.
+        model: String,
+        /// Samples the FLOP and activation columns are computed for.
+        #[arg(long, default_value_t = 1)]
+        batch: u64,
     },
 }
 
@@ -105,6 +116,16 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
         Command::Topo { scenario, dot } => {
             let text = topo::describe(&scenario, dot.as_deref())?;
             std::io::stdout().lock().write_all(text.as_bytes()).context("writing the description")?;
+            Ok(())
+        }
+        Command::Models => {
+            let table = models::list()?;
+            std::io::stdout().lock().write_all(table.as_bytes()).context("writing the table")?;
+            Ok(())
+        }
+        Command::Inspect { model, batch } => {
+            let table = models::inspect(&model, batch)?;
+            std::io::stdout().lock().write_all(table.as_bytes()).context("writing the table")?;
             Ok(())
         }
     }

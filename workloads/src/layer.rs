@@ -2,15 +2,26 @@
 //! activations) of each kind of neural-network layer.
 //!
 //! Conventions used throughout:
-//! - Shapes are per sample, channels first, without the batch dimension (`3x224x224`).
-//! - One multiply-accumulate (MAC) is 2 FLOPs.
+//! - Shapes are per sample, without the batch dimension. Images and volumes are channels first
+//!   (`3x224x224`, `4x128x128x128`); sequences are tokens first, features last (`2048x12288`).
+//! - One multiply-accumulate (MAC) is 2 FLOPs. [`LayerCost::macs`] counts the MACs of matrix
+//!   products only, the number model papers quote as "FLOPs" or "MACs".
 //! - FLOPs and activation traffic are per sample and scale linearly with the batch; weights are
 //!   read (and their gradients written) once per batch, whatever its size.
-//! - Traffic is counted in elements; [`LayerCost::bytes`] turns it into bytes for a dtype.
+//! - Traffic is counted in elements; [`LayerCost::bytes`] turns it into bytes for a dtype. It is
+//!   the compulsory traffic of a straightforward kernel: each tensor read or written once per
+//!   kernel, tiles re-read from cache not counted.
 //! - Convolution and linear layers cost the same FLOPs in each of forward, backward-data and
 //!   backward-weight (three matrix products of the same size). Element-wise, normalization and
-//!   pooling layers count a few FLOPs per element: they are memory-bound on every GPU in the
-//!   catalog, so these counts barely matter.
+//!   pooling layers count a few FLOPs per element (the count of each is documented on its
+//!   kind): they are memory-bound on every GPU in the catalog, so these counts barely matter.
+//! - Normalization layers compute their scale and shift gradients in their backward-data
+//!   kernel, so their backward-weight pass is empty.
+//! - Attention: see [`LayerKind::Attention`] for the causal-masking convention.
+
+mod dense;
+mod pointwise;
+mod sequence;
 
 use std::fmt;
 
@@ -18,7 +29,7 @@ use serde::Serialize;
 
 use crate::device::Dtype;
 
-/// A per-sample tensor shape, channels first, without the batch dimension (`[3, 224, 224]`).
+/// A per-sample tensor shape without the batch dimension (`[3, 224, 224]`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct Shape(pub Vec<u64>);
 
@@ -67,43 +78,158 @@ impl fmt::Display for Shape {
     }
 }
 
-/// What a layer computes. Two-dimensional kinds take `[channels, height, width]`; pairs are
-/// `(height, width)`.
+/// How a convolution pads its input.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Padding {
+    /// This many zeros before and after the input, per spatial axis (PyTorch's `padding`).
+    Symmetric(Vec<u64>),
+    /// TensorFlow's `"same"`: the output has `ceil(input / stride)` positions; the zeros needed
+    /// are split evenly, the odd one after (so an even kernel pads one side only).
+    Same,
+}
+
+/// An element-wise activation function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Activation {
+    /// `max(x, 0)`: 1 FLOP forward, 1 backward per element.
+    Relu,
+    /// `max(x, a x)`: 2 FLOPs forward, 2 backward.
+    LeakyRelu,
+    /// Gaussian error linear unit (tanh approximation): 8 FLOPs forward, 12 backward.
+    Gelu,
+    /// Sigmoid-weighted linear unit `x sigmoid(x)` (Swish): 5 FLOPs forward, 8 backward.
+    Silu,
+    /// Logistic sigmoid: 4 FLOPs forward, 3 backward.
+    Sigmoid,
+    /// Hyperbolic tangent: 4 FLOPs forward, 3 backward.
+    Tanh,
+}
+
+impl Activation {
+    /// Every activation, in declaration order.
+    pub const ALL: [Activation; 6] = [
+        Activation::Relu,
+        Activation::LeakyRelu,
+        Activation::Gelu,
+        Activation::Silu,
+        Activation::Sigmoid,
+        Activation::Tanh,
+    ];
+
+    /// The lowercase name used in model files (`"leaky-relu"`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Activation::Relu => "relu",
+            Activation::LeakyRelu => "leaky-relu",
+            Activation::Gelu => "gelu",
+            Activation::Silu => "silu",
+            Activation::Sigmoid => "sigmoid",
+            Activation::Tanh => "tanh",
+        }
+    }
+
+    /// FLOPs per element of the forward and of the backward pass (documented on each variant).
+    pub const fn flops_per_element(self) -> (f64, f64) {
+        match self {
+            Activation::Relu => (1.0, 1.0),
+            Activation::LeakyRelu => (2.0, 2.0),
+            Activation::Gelu => (8.0, 12.0),
+            Activation::Silu => (5.0, 8.0),
+            Activation::Sigmoid | Activation::Tanh => (4.0, 3.0),
+        }
+    }
+}
+
+/// How an attention layer is computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AttentionKernel {
+    /// Three kernels: `S = Q K^T`, `P = softmax(S)`, `O = P V`, with the `heads x s x s` score
+    /// and probability matrices written to and read from device memory.
+    Standard,
+    /// One fused kernel (FlashAttention): scores stay on chip, only the output and the
+    /// per-row log-sum-exp are written; the backward recomputes `Q K^T`.
+    Flash,
+}
+
+impl AttentionKernel {
+    /// The lowercase name used in model files.
+    pub const fn name(self) -> &'static str {
+        match self {
+            AttentionKernel::Standard => "standard",
+            AttentionKernel::Flash => "flash",
+        }
+    }
+}
+
+/// How an upsampling layer interpolates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UpsampleMode {
+    /// Copies the nearest input element: no FLOPs.
+    Nearest,
+    /// Linear, bilinear or trilinear interpolation (by the number of spatial axes):
+    /// `2 * 2^axes - 1` FLOPs per output element.
+    Linear,
+}
+
+impl UpsampleMode {
+    /// The lowercase name used in model files.
+    pub const fn name(self) -> &'static str {
+        match self {
+            UpsampleMode::Nearest => "nearest",
+            UpsampleMode::Linear => "linear",
+        }
+    }
+}
+
+/// What a layer computes.
+///
+/// Spatial kinds (convolutions, pooling, upsampling) take `[channels, spatial...]` with one to
+/// three spatial axes; their per-axis parameters (kernel, stride, ...) have one entry per
+/// spatial axis. Sequence kinds take `[tokens, features]` and act on the last dimension.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case", tag = "kind")]
 pub enum LayerKind {
-    /// 2-D convolution (cross-correlation), dilation 1.
-    Conv2d {
+    /// 1-, 2- or 3-D convolution (cross-correlation), by the length of `kernel`.
+    Conv {
         /// Output channels.
         out_channels: u64,
-        /// Kernel size.
-        kernel: (u64, u64),
-        /// Stride.
-        stride: (u64, u64),
-        /// Zero padding added on each side.
-        padding: (u64, u64),
+        /// Kernel size per spatial axis.
+        kernel: Vec<u64>,
+        /// Stride per spatial axis.
+        stride: Vec<u64>,
+        /// Zero padding.
+        padding: Padding,
+        /// Spacing between kernel taps per spatial axis (1: a dense kernel).
+        dilation: Vec<u64>,
         /// Channel groups: 1 is a dense convolution, `in_channels` a depthwise one.
         groups: u64,
         /// Whether a bias is added per output channel.
         bias: bool,
     },
-    /// Batch normalization over each channel, in training mode (batch statistics), with a
-    /// learned scale and shift per channel.
-    BatchNorm2d,
-    /// Rectified linear unit.
-    Relu,
-    /// 2-D max pooling (floor rounding of the output size, as PyTorch's default).
-    MaxPool2d {
-        /// Window size.
-        kernel: (u64, u64),
-        /// Stride.
-        stride: (u64, u64),
-        /// Implicit padding on each side; at most half the window.
-        padding: (u64, u64),
+    /// Transposed convolution ("deconvolution"), PyTorch's `ConvTranspose{1,2,3}d`: output size
+    /// `(in - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1`.
+    ConvTranspose {
+        /// Output channels.
+        out_channels: u64,
+        /// Kernel size per spatial axis.
+        kernel: Vec<u64>,
+        /// Stride per spatial axis.
+        stride: Vec<u64>,
+        /// Padding removed from each side of the output, per spatial axis.
+        padding: Vec<u64>,
+        /// Extra positions added to one side of the output, per spatial axis.
+        output_padding: Vec<u64>,
+        /// Spacing between kernel taps per spatial axis.
+        dilation: Vec<u64>,
+        /// Channel groups.
+        groups: u64,
+        /// Whether a bias is added per output channel.
+        bias: bool,
     },
-    /// Average over all spatial positions of each channel: `[C, H, W]` -> `[C]` (includes the
-    /// flatten that follows it in torchvision models).
-    GlobalAvgPool,
     /// Fully connected layer applied to the last dimension.
     Linear {
         /// Output features.
@@ -111,25 +237,298 @@ pub enum LayerKind {
         /// Whether a bias is added.
         bias: bool,
     },
-    /// Reshape to one dimension. A view: no kernel, no traffic, no FLOPs.
-    Flatten,
+    /// A linear layer whose weight matrix belongs to another layer (weight tying: GPT's and
+    /// BERT's output layers reuse the input embedding's table). Its weights are counted as that
+    /// layer's parameters, not here (a bias is counted here); it costs a full linear layer's
+    /// FLOPs and traffic, and its weight gradient is added to the owner's.
+    TiedLinear {
+        /// Output features.
+        out_features: u64,
+        /// Whether a bias (owned by this layer) is added.
+        bias: bool,
+        /// The layer that owns the weights.
+        tied_to: String,
+    },
+    /// Batched product of the input `[batch..., m, k]` with another activation (not a weight)
+    /// of shape `[batch..., k, n]`, giving `[batch..., m, n]`.
+    Matmul {
+        /// Shape of the second operand.
+        other: Shape,
+    },
+    /// Batch normalization over each channel (dimension 0), in training mode (batch
+    /// statistics), with a learned scale and shift per channel. 7 FLOPs per element forward, 12
+    /// backward.
+    BatchNorm,
+    /// Layer normalization over the last dimension, with a learned scale (and shift). 7 FLOPs
+    /// per element forward, 12 backward.
+    LayerNorm {
+        /// Whether the learned shift is present.
+        bias: bool,
+    },
+    /// Root-mean-square normalization over the last dimension, learned scale only. 4 FLOPs per
+    /// element forward, 8 backward.
+    RmsNorm,
+    /// Max pooling; one comparison per window element.
+    MaxPool {
+        /// Window size per spatial axis.
+        kernel: Vec<u64>,
+        /// Stride per spatial axis.
+        stride: Vec<u64>,
+        /// Implicit padding on each side, at most half the window.
+        padding: Vec<u64>,
+        /// Round the output size up (PyTorch's `ceil_mode`, Caffe's and Chainer's default).
+        ceil_mode: bool,
+    },
+    /// Average pooling; one add per window element.
+    AvgPool {
+        /// Window size per spatial axis.
+        kernel: Vec<u64>,
+        /// Stride per spatial axis.
+        stride: Vec<u64>,
+        /// Implicit zero padding on each side, at most half the window.
+        padding: Vec<u64>,
+        /// Round the output size up.
+        ceil_mode: bool,
+    },
+    /// Average over all spatial positions of each channel: `[C, spatial...]` -> `[C]` (includes
+    /// the flatten that follows it in torchvision models).
+    GlobalAvgPool,
+    /// Maximum over all spatial positions of each channel: `[C, spatial...]` -> `[C]`.
+    GlobalMaxPool,
+    /// Average pooling to a fixed output size (PyTorch's `AdaptiveAvgPool`): output position
+    /// `i` of an axis averages inputs `floor(i * in / out)` to `ceil((i + 1) * in / out)`.
+    AdaptiveAvgPool {
+        /// Output size per spatial axis.
+        output: Vec<u64>,
+    },
+    /// An element-wise activation function.
+    Activation {
+        /// Which function.
+        function: Activation,
+    },
+    /// Gated linear unit: splits the last dimension `2f` into halves `a, b` and computes
+    /// `function(a) * b` (`[.., 2f]` -> `[.., f]`); SwiGLU with SiLU, GEGLU with GELU.
+    Glu {
+        /// The gate's activation.
+        function: Activation,
+    },
+    /// Softmax over the last dimension: 5 FLOPs per element forward, 4 backward.
+    Softmax,
+    /// Dropout (training): zeroes elements at random and rescales the rest. The mask is saved
+    /// for the backward; it is counted as one element per element (real masks take a byte or
+    /// a bit, so this over-counts in wide dtypes).
+    Dropout,
+    /// Softmax cross-entropy loss over the last dimension (the classes), averaged to one
+    /// number per sample. Saves the log-probabilities for the backward.
+    CrossEntropy,
+    /// Table lookup `[ids...]` -> `[ids..., dim]`. Memory-bound: no FLOPs forward; the weight
+    /// gradient is a scatter-add of the output gradient into a dense gradient table (PyTorch's
+    /// default), so the whole table's gradient is written once per batch.
+    Embedding {
+        /// Rows of the table (the vocabulary).
+        vocabulary: u64,
+        /// Columns of the table (the hidden size).
+        dim: u64,
+    },
+    /// Adds one learned row per token to `[tokens, dim]`: position embeddings (row = position,
+    /// so there must be at least as many rows as tokens) or BERT's token-type embeddings (row =
+    /// segment id).
+    AddEmbedding {
+        /// Rows of the table.
+        rows: u64,
+        /// Rows are indexed by position: the sequence may not be longer than `rows`.
+        positional: bool,
+    },
+    /// A bank of embedding tables looked up and sum-pooled in one fused kernel (DLRM's sparse
+    /// features): `[tables]` -> `[tables, dim]`. Updates are sparse (only the rows looked up),
+    /// as recommendation models train them.
+    EmbeddingBag {
+        /// Rows of each table.
+        tables: Vec<u64>,
+        /// Columns of every table.
+        dim: u64,
+        /// Rows looked up and summed per table and sample (1: one-hot features).
+        lookups: u64,
+    },
+    /// DLRM's dot-product feature interaction: for `[features, dim]` (the dense features'
+    /// vector first, then one per embedding table) computes all pairwise dot products and
+    /// outputs the first vector followed by the strictly lower triangle:
+    /// `[dim + features * (features - 1) / 2]`.
+    Interaction,
+    /// Multi-head scaled dot-product attention over packed projections. The input
+    /// `[tokens, (heads + 2 * kv_heads) * head_dim]` holds the queries, keys and values (as a
+    /// fused QKV projection writes them); the output is `[tokens, heads * head_dim]`.
+    /// `kv_heads == heads` is multi-head attention, `1` multi-query, anything dividing `heads`
+    /// grouped-query.
+    ///
+    /// Causal masking: the standard kernels compute the full `s x s` score matrix and mask it,
+    /// so a causal mask saves nothing and FLOPs count all `s^2` scores (as Megatron-LM's
+    /// FLOP formula does). A flash kernel skips the masked blocks, so causal flash attention
+    /// counts `s (s + 1) / 2` scores per head: half the matrix-product FLOPs.
+    Attention {
+        /// Query heads.
+        heads: u64,
+        /// Key/value heads; must divide `heads`.
+        kv_heads: u64,
+        /// Whether each token attends only to itself and earlier tokens.
+        causal: bool,
+        /// How the attention is computed.
+        implementation: AttentionKernel,
+    },
+    /// Rotary position embedding applied in place to the queries and keys of a packed QKV
+    /// tensor (as [`LayerKind::Attention`] takes it): 3 FLOPs per rotated element, no
+    /// parameters.
+    Rope {
+        /// Query heads.
+        heads: u64,
+        /// Key/value heads.
+        kv_heads: u64,
+    },
+    /// Mixture-of-experts router: a linear layer without bias from the hidden size to one
+    /// logit per expert, a softmax and a top-k selection. `[tokens, hidden]` ->
+    /// `[tokens, experts]` (the routing weights).
+    MoeRouter {
+        /// Experts to choose from.
+        experts: u64,
+        /// Experts each token is sent to.
+        top_k: u64,
+    },
+    /// A bank of feed-forward experts, each token processed by `top_k` of them and the results
+    /// combined with the routing weights: `[tokens, hidden]` -> `[tokens, hidden]`. Parameters
+    /// count all experts; FLOPs count the `top_k` each token visits (perfect load balance);
+    /// every expert's weights are read once per batch.
+    MoeExperts {
+        /// Experts in the bank.
+        experts: u64,
+        /// Experts each token visits.
+        top_k: u64,
+        /// Hidden size inside each expert.
+        ffn_hidden: u64,
+        /// The experts' activation function.
+        activation: Activation,
+        /// Gated experts (SwiGLU-style: two input projections, `function(a) * b`).
+        gated: bool,
+        /// Whether the expert projections have biases.
+        bias: bool,
+    },
+    /// Upsampling of the spatial axes by integer factors.
+    Upsample {
+        /// Factor per spatial axis.
+        scale: Vec<u64>,
+        /// Interpolation.
+        mode: UpsampleMode,
+    },
+    /// Center crop of the spatial axes (U-Net's skip connections): a copy.
+    Crop {
+        /// Output size per spatial axis.
+        size: Vec<u64>,
+    },
     /// Element-wise sum of two inputs of the same shape (a residual connection); the layer's
     /// input shape is the shape of each operand.
     Add,
+    /// Concatenation of the input and `others` along `axis`: a copy. All other dimensions must
+    /// agree.
+    Concat {
+        /// The axis joined along (0: channels of an image, tokens of a sequence).
+        axis: usize,
+        /// Shapes of the other operands, in order after the input.
+        others: Vec<Shape>,
+    },
+    /// Reshape to one dimension. A view: no kernel, no traffic, no FLOPs.
+    Flatten,
+    /// Reshape to any shape with the same number of elements. A view.
+    Reshape {
+        /// The new shape.
+        shape: Shape,
+    },
+    /// A contiguous range of one axis. A view.
+    Slice {
+        /// The axis sliced.
+        axis: usize,
+        /// First index kept.
+        start: u64,
+        /// Number of indices kept.
+        length: u64,
+    },
 }
 
 impl LayerKind {
-    /// Short lowercase name of the kind (`"conv2d"`), for tables and errors.
-    pub const fn name(&self) -> &'static str {
+    /// Short lowercase name of the kind (`"conv2d"`), as written in model files and tables.
+    pub fn name(&self) -> &'static str {
+        const fn by_axes(axes: usize, names: [&'static str; 4]) -> &'static str {
+            match axes {
+                1 => names[1],
+                2 => names[2],
+                3 => names[3],
+                _ => names[0],
+            }
+        }
         match self {
-            LayerKind::Conv2d { .. } => "conv2d",
-            LayerKind::BatchNorm2d => "batchnorm2d",
-            LayerKind::Relu => "relu",
-            LayerKind::MaxPool2d { .. } => "maxpool2d",
-            LayerKind::GlobalAvgPool => "global-avg-pool",
-            LayerKind::Linear { .. } => "linear",
-            LayerKind::Flatten => "flatten",
+            LayerKind::Conv { kernel, .. } => by_axes(kernel.len(), ["conv", "conv1d", "conv2d", "conv3d"]),
+            LayerKind::ConvTranspose { kernel, .. } => by_axes(
+                kernel.len(),
+                ["conv-transpose", "conv-transpose1d", "conv-transpose2d", "conv-transpose3d"],
+            ),
+            LayerKind::Linear { .. } | LayerKind::TiedLinear { .. } => "linear",
+            LayerKind::Matmul { .. } => "matmul",
+            LayerKind::BatchNorm => "batchnorm",
+            LayerKind::LayerNorm { .. } => "layernorm",
+            LayerKind::RmsNorm => "rmsnorm",
+            LayerKind::MaxPool { kernel, .. } => {
+                by_axes(kernel.len(), ["maxpool", "maxpool1d", "maxpool2d", "maxpool3d"])
+            }
+            LayerKind::AvgPool { kernel, .. } => {
+                by_axes(kernel.len(), ["avgpool", "avgpool1d", "avgpool2d", "avgpool3d"])
+            }
+            LayerKind::GlobalAvgPool => "global-avgpool",
+            LayerKind::GlobalMaxPool => "global-maxpool",
+            LayerKind::AdaptiveAvgPool { .. } => "adaptive-avgpool",
+            LayerKind::Activation { function } => function.name(),
+            LayerKind::Glu { function } => match function {
+                Activation::Silu => "swiglu",
+                Activation::Gelu => "geglu",
+                Activation::Sigmoid => "glu",
+                Activation::Relu => "reglu",
+                Activation::LeakyRelu | Activation::Tanh => "gated",
+            },
+            LayerKind::Softmax => "softmax",
+            LayerKind::Dropout => "dropout",
+            LayerKind::CrossEntropy => "cross-entropy",
+            LayerKind::Embedding { .. } => "embedding",
+            LayerKind::AddEmbedding { positional: true, .. } => "position-embedding",
+            LayerKind::AddEmbedding { positional: false, .. } => "token-type-embedding",
+            LayerKind::EmbeddingBag { .. } => "embedding-bag",
+            LayerKind::Interaction => "interaction",
+            LayerKind::Attention { .. } => "attention",
+            LayerKind::Rope { .. } => "rope",
+            LayerKind::MoeRouter { .. } => "moe-router",
+            LayerKind::MoeExperts { .. } => "moe-experts",
+            LayerKind::Upsample { .. } => "upsample",
+            LayerKind::Crop { .. } => "crop",
             LayerKind::Add => "add",
+            LayerKind::Concat { .. } => "concat",
+            LayerKind::Flatten => "flatten",
+            LayerKind::Reshape { .. } => "reshape",
+            LayerKind::Slice { .. } => "slice",
+        }
+    }
+
+    /// A ReLU.
+    pub const fn relu() -> LayerKind {
+        LayerKind::Activation { function: Activation::Relu }
+    }
+
+    /// A 2-D convolution with a square kernel, equal strides and padding, no dilation, no
+    /// groups and no bias (as in ResNets).
+    pub fn conv2d(out_channels: u64, kernel: u64, stride: u64, padding: u64) -> LayerKind {
+        LayerKind::Conv {
+            out_channels,
+            kernel: vec![kernel; 2],
+            stride: vec![stride; 2],
+            padding: Padding::Symmetric(vec![padding; 2]),
+            dilation: vec![1; 2],
+            groups: 1,
+            bias: false,
         }
     }
 }
@@ -138,11 +537,11 @@ impl LayerKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum OpClass {
-    /// Matrix products: convolution, linear, matmul. Usually compute-bound.
+    /// Matrix products: convolution, linear, matmul, attention. Usually compute-bound.
     Gemm,
-    /// One output per input element: activation functions, residual add, reshapes.
+    /// One output per input element: activation functions, residual add, copies, gathers.
     Elementwise,
-    /// Outputs that combine many inputs: normalization statistics, pooling.
+    /// Outputs that combine many inputs: normalization statistics, pooling, softmax.
     Reduction,
 }
 
@@ -185,14 +584,17 @@ impl Traffic {
 /// [`LayerCost::bytes`] for a batch.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LayerCost {
-    /// Learned parameters (weights and biases; not running statistics).
+    /// Learned parameters (weights and biases; not running statistics, not tied weights).
     pub params: u64,
+    /// Multiply-accumulates per sample of the forward pass's matrix products (convolution,
+    /// linear, matmul, attention, experts); 0 for other kinds.
+    pub macs: f64,
     /// Forward FLOPs per sample.
     pub forward_flops: f64,
     /// Backward FLOPs per sample to compute the input gradient.
     pub backward_data_flops: f64,
     /// Backward FLOPs per sample to compute the weight gradient (0 without weights; for
-    /// batch normalization the weight gradient comes out of the backward-data kernel and is
+    /// normalization layers the weight gradient comes out of the backward-data kernel and is
     /// counted there).
     pub backward_weight_flops: f64,
     /// Elements moved by the forward pass.
@@ -210,6 +612,22 @@ pub struct LayerCost {
 }
 
 impl LayerCost {
+    /// A layer that does nothing (a view): all zeros.
+    pub const fn free(class: OpClass) -> LayerCost {
+        LayerCost {
+            params: 0,
+            macs: 0.0,
+            forward_flops: 0.0,
+            backward_data_flops: 0.0,
+            backward_weight_flops: 0.0,
+            forward_traffic: Traffic { per_sample: 0, per_batch: 0 },
+            backward_data_traffic: Traffic { per_sample: 0, per_batch: 0 },
+            backward_weight_traffic: Traffic { per_sample: 0, per_batch: 0 },
+            activation_elements: 0,
+            class,
+        }
+    }
+
     /// FLOPs of `pass` for `batch` samples.
     pub fn flops(&self, pass: Pass, batch: u64) -> f64 {
         let per_sample = match pass {
@@ -282,13 +700,13 @@ pub enum LayerError {
         layer: String,
         /// The layer kind.
         kind: &'static str,
-        /// Which parameter.
+        /// The parameter.
         parameter: &'static str,
     },
-    /// Input or output channels are not a multiple of the groups.
+    /// Channels are not divisible by the convolution's groups.
     #[error(
-        "layer {layer} (conv2d): {in_channels} input and {out_channels} output channels must both be \
-         multiples of groups = {groups}"
+        "layer {layer}: {groups} groups do not divide the {in_channels} input and {out_channels} \
+         output channels"
     )]
     Groups {
         /// The layer's name.
@@ -302,39 +720,30 @@ pub enum LayerError {
     },
     /// The window does not fit in the padded input.
     #[error(
-        "layer {layer} ({kind}): kernel {kernel_h}x{kernel_w} is larger than the padded input \
-         {padded_h}x{padded_w}; use a smaller kernel or more padding"
+        "layer {layer} ({kind}): kernel {kernel} is larger than the padded input {padded}; use a \
+         smaller kernel or more padding"
     )]
     KernelTooLarge {
         /// The layer's name.
         layer: String,
         /// The layer kind.
         kind: &'static str,
-        /// Kernel height.
-        kernel_h: u64,
-        /// Kernel width.
-        kernel_w: u64,
-        /// Input height plus padding.
-        padded_h: u64,
-        /// Input width plus padding.
-        padded_w: u64,
+        /// Kernel size (with dilation) per spatial axis.
+        kernel: Shape,
+        /// Input plus padding per spatial axis.
+        padded: Shape,
     },
     /// Pooling padding larger than half the window (PyTorch rejects it too).
-    #[error(
-        "layer {layer} (maxpool2d): padding {padding_h}x{padding_w} is more than half the kernel \
-         {kernel_h}x{kernel_w}"
-    )]
+    #[error("layer {layer} ({kind}): padding {padding} is more than half the kernel {kernel}")]
     PaddingTooLarge {
         /// The layer's name.
         layer: String,
-        /// Padding height.
-        padding_h: u64,
-        /// Padding width.
-        padding_w: u64,
-        /// Kernel height.
-        kernel_h: u64,
-        /// Kernel width.
-        kernel_w: u64,
+        /// The layer kind.
+        kind: &'static str,
+        /// Padding per spatial axis.
+        padding: Shape,
+        /// Kernel size per spatial axis.
+        kernel: Shape,
     },
     /// The two operands of an add differ in shape.
     #[error("layer {layer} (add): operands {left} and {right} differ; a residual add needs equal shapes")]
@@ -355,6 +764,16 @@ pub enum LayerError {
         kind: &'static str,
         /// What overflowed.
         what: &'static str,
+    },
+    /// A parameter does not fit the input or the other parameters.
+    #[error("layer {layer} ({kind}): {message}")]
+    Invalid {
+        /// The layer's name.
+        layer: String,
+        /// The layer kind.
+        kind: &'static str,
+        /// What is wrong and what was expected.
+        message: String,
     },
 }
 
@@ -391,30 +810,15 @@ impl Layer {
         Layer::new(name, LayerKind::Add, left)
     }
 
-    /// Multiply-accumulates per sample of a convolution or linear layer; 0 for other kinds.
+    /// Multiply-accumulates per sample of the layer's matrix products (see
+    /// [`LayerCost::macs`]).
     pub fn macs(&self) -> f64 {
-        let outputs = self.output.elements() as f64;
-        match self.kind {
-            LayerKind::Conv2d { kernel, groups, .. } => {
-                let in_channels = self.input.0.first().copied().unwrap_or(0);
-                outputs
-                    * in_channels.checked_div(groups).unwrap_or(0) as f64
-                    * kernel.0 as f64
-                    * kernel.1 as f64
-            }
-            LayerKind::Linear { .. } => outputs * self.input.0.last().copied().unwrap_or(0) as f64,
-            LayerKind::BatchNorm2d
-            | LayerKind::Relu
-            | LayerKind::MaxPool2d { .. }
-            | LayerKind::GlobalAvgPool
-            | LayerKind::Flatten
-            | LayerKind::Add => 0.0,
-        }
+        self.cost.macs
     }
 }
 
 /// The largest element, weight or MAC count a layer may have: small multiples and sums of such
-/// counts (traffic is a few of them added) cannot overflow a `u64`.
+/// counts stay far from `u64::MAX`, and every sum is checked anyway.
 const COUNT_LIMIT: u64 = 1 << 61;
 
 /// Validation and cost arithmetic for one layer, carrying its name for errors.
@@ -442,6 +846,10 @@ impl Checker<'_> {
         LayerError::TooLarge { layer: self.layer.to_string(), kind: self.kind, what }
     }
 
+    fn invalid(&self, message: String) -> LayerError {
+        LayerError::Invalid { layer: self.layer.to_string(), kind: self.kind, message }
+    }
+
     /// `value` if it is known and at most [`COUNT_LIMIT`], else an error naming `what`.
     fn bounded(&self, what: &'static str, value: Option<u64>) -> Result<u64, LayerError> {
         value.filter(|&value| value <= COUNT_LIMIT).ok_or_else(|| self.too_large(what))
@@ -452,377 +860,140 @@ impl Checker<'_> {
         self.bounded(what, factors.iter().try_fold(1u64, |product, &factor| product.checked_mul(factor)))
     }
 
+    /// `sum(coefficient * count)`, or an error naming `what` if it exceeds [`COUNT_LIMIT`].
+    fn sum(&self, what: &'static str, terms: &[(u64, u64)]) -> Result<u64, LayerError> {
+        self.bounded(
+            what,
+            terms.iter().try_fold(0u64, |total, &(coefficient, count)| {
+                coefficient.checked_mul(count).and_then(|term| total.checked_add(term))
+            }),
+        )
+    }
+
     fn nonzero(&self, parameter: &'static str, values: &[u64]) -> Result<(), LayerError> {
         if values.contains(&0) { Err(self.zero(parameter)) } else { Ok(()) }
     }
 
-    /// `[C, H, W]` of a 2-D layer's input.
-    fn chw(&self, input: &Shape) -> Result<(u64, u64, u64), LayerError> {
+    /// The last dimension of a `[..., features]` input.
+    fn features(&self, input: &Shape) -> Result<u64, LayerError> {
+        input.0.last().copied().ok_or_else(|| self.rank(input, "at least 1 (features last)"))
+    }
+
+    /// `[tokens, features]` of a sequence layer's input.
+    fn sequence(&self, input: &Shape) -> Result<(u64, u64), LayerError> {
         match input.0[..] {
-            [c, h, w] => Ok((c, h, w)),
-            _ => Err(self.rank(input, "3 ([channels, height, width])")),
+            [tokens, features] => Ok((tokens, features)),
+            _ => Err(self.rank(input, "2 ([tokens, features])")),
         }
     }
 
-    /// Output size of a sliding window along one axis, or an error if it does not fit.
-    fn window(
-        &self,
-        input: (u64, u64),
-        kernel: (u64, u64),
-        stride: (u64, u64),
-        padding: (u64, u64),
-    ) -> Result<(u64, u64), LayerError> {
-        self.nonzero("kernel size", &[kernel.0, kernel.1])?;
-        self.nonzero("stride", &[stride.0, stride.1])?;
-        let padded = |size: u64, pad: u64| pad.checked_mul(2).and_then(|both| size.checked_add(both));
-        let (Some(padded_h), Some(padded_w)) = (padded(input.0, padding.0), padded(input.1, padding.1))
-        else {
-            return Err(self.too_large("the padded input"));
+    /// Channels and spatial sizes of a spatial layer with `axes` spatial axes.
+    fn spatial<'s>(&self, input: &'s Shape, axes: usize) -> Result<(u64, &'s [u64]), LayerError> {
+        let expected = match axes {
+            1 => "2 ([channels, length])",
+            2 => "3 ([channels, height, width])",
+            3 => "4 ([channels, depth, height, width])",
+            _ => {
+                return Err(self.invalid(format!(
+                    "{axes} spatial axes given by the per-axis parameters; 1, 2 or 3 are supported"
+                )));
+            }
         };
-        if kernel.0 > padded_h || kernel.1 > padded_w {
-            return Err(LayerError::KernelTooLarge {
-                layer: self.layer.to_string(),
-                kind: self.kind,
-                kernel_h: kernel.0,
-                kernel_w: kernel.1,
-                padded_h,
-                padded_w,
-            });
+        match input.0.split_first() {
+            Some((&channels, spatial)) if spatial.len() == axes => Ok((channels, spatial)),
+            _ => Err(self.rank(input, expected)),
         }
-        Ok(((padded_h - kernel.0) / stride.0 + 1, (padded_w - kernel.1) / stride.1 + 1))
+    }
+
+    /// Checks that a per-axis parameter has one value per spatial axis.
+    fn per_axis(&self, parameter: &'static str, values: &[u64], axes: usize) -> Result<(), LayerError> {
+        if values.len() == axes {
+            Ok(())
+        } else {
+            Err(self.invalid(format!(
+                "{parameter} has {} values but the kernel has {axes} axes; give one per spatial axis",
+                values.len()
+            )))
+        }
     }
 
     fn shape_and_cost(&self, kind: &LayerKind, input: &Shape) -> Result<(Shape, LayerCost), LayerError> {
         let elements_in = self.bounded("the input size", input.checked_elements())?;
         self.nonzero("an input dimension", &input.0)?;
-        match *kind {
-            LayerKind::Conv2d { out_channels, kernel, stride, padding, groups, bias } => {
-                let (channels, h, w) = self.chw(input)?;
-                self.nonzero("out_channels", &[out_channels])?;
-                self.nonzero("groups", &[groups])?;
-                if channels % groups != 0 || out_channels % groups != 0 {
-                    return Err(LayerError::Groups {
-                        layer: self.layer.to_string(),
-                        in_channels: channels,
-                        out_channels,
-                        groups,
-                    });
-                }
-                let (out_h, out_w) = self.window((h, w), kernel, stride, padding)?;
-                let output = Shape(vec![out_channels, out_h, out_w]);
-                let elements_out = self.product("the output size", &output.0)?;
-                let weights =
-                    self.product("the weight count", &[out_channels, channels / groups, kernel.0, kernel.1])?;
-                let macs =
-                    self.product("the MAC count", &[elements_out, channels / groups, kernel.0, kernel.1])?;
-                Ok((
-                    output,
-                    gemm_cost(weights, bias.then_some(out_channels), macs, elements_in, elements_out),
-                ))
+        match kind {
+            LayerKind::Conv { out_channels, kernel, stride, padding, dilation, groups, bias } => {
+                self.conv(input, *out_channels, kernel, stride, padding, dilation, *groups, *bias)
             }
-            LayerKind::Linear { out_features, bias } => {
-                let Some((&in_features, leading)) = input.0.split_last() else {
-                    return Err(self.rank(input, "at least 1 (features last)"));
-                };
-                self.nonzero("out_features", &[out_features])?;
-                let mut dims = leading.to_vec();
-                dims.push(out_features);
-                let output = Shape(dims);
-                let elements_out = self.product("the output size", &output.0)?;
-                let weights = self.product("the weight count", &[in_features, out_features])?;
-                let macs = self.product("the MAC count", &[elements_out, in_features])?;
-                Ok((
-                    output,
-                    gemm_cost(weights, bias.then_some(out_features), macs, elements_in, elements_out),
-                ))
+            LayerKind::ConvTranspose {
+                out_channels,
+                kernel,
+                stride,
+                padding,
+                output_padding,
+                dilation,
+                groups,
+                bias,
+            } => self.conv_transpose(
+                input,
+                *out_channels,
+                kernel,
+                stride,
+                padding,
+                output_padding,
+                dilation,
+                *groups,
+                *bias,
+            ),
+            LayerKind::Linear { out_features, bias } => self.linear(input, *out_features, *bias, false),
+            LayerKind::TiedLinear { out_features, bias, .. } => {
+                self.linear(input, *out_features, *bias, true)
             }
-            LayerKind::BatchNorm2d => {
-                let (channels, _, _) = self.chw(input)?;
-                let n = elements_in as f64;
-                let params = self.product("the parameter count", &[2, channels])?;
-                let cost = LayerCost {
-                    params,
-                    // Statistics (sum, sum of squares: 3 per element) then the affine
-                    // normalization (subtract, 2 multiplies, add: 4 per element).
-                    forward_flops: 7.0 * n,
-                    // Reductions for the scale and shift gradients, then the input gradient.
-                    backward_data_flops: 12.0 * n,
-                    backward_weight_flops: 0.0,
-                    // Read the input twice (statistics, normalize), write the output.
-                    forward_traffic: Traffic { per_sample: 3 * elements_in, per_batch: params },
-                    // Read gradient and input twice (reduce, then apply), write the input
-                    // gradient; read scale and shift, write their gradients.
-                    backward_data_traffic: Traffic { per_sample: 5 * elements_in, per_batch: 2 * params },
-                    backward_weight_traffic: Traffic::default(),
-                    activation_elements: elements_in,
-                    class: OpClass::Reduction,
-                };
-                Ok((input.clone(), cost))
+            LayerKind::Matmul { other } => self.matmul(input, other),
+            LayerKind::MaxPool { kernel, stride, padding, ceil_mode } => {
+                self.pool(input, kernel, stride, padding, *ceil_mode, true)
             }
-            LayerKind::Relu => {
-                let n = elements_in as f64;
-                let cost = LayerCost {
-                    params: 0,
-                    forward_flops: n,
-                    backward_data_flops: n,
-                    backward_weight_flops: 0.0,
-                    forward_traffic: Traffic { per_sample: 2 * elements_in, per_batch: 0 },
-                    // Read the output gradient and the saved output, write the input gradient.
-                    backward_data_traffic: Traffic { per_sample: 3 * elements_in, per_batch: 0 },
-                    backward_weight_traffic: Traffic::default(),
-                    activation_elements: elements_in,
-                    class: OpClass::Elementwise,
-                };
-                Ok((input.clone(), cost))
+            LayerKind::AvgPool { kernel, stride, padding, ceil_mode } => {
+                self.pool(input, kernel, stride, padding, *ceil_mode, false)
             }
-            LayerKind::MaxPool2d { kernel, stride, padding } => {
-                let (channels, h, w) = self.chw(input)?;
-                self.nonzero("kernel size", &[kernel.0, kernel.1])?;
-                if padding.0 > kernel.0 / 2 || padding.1 > kernel.1 / 2 {
-                    return Err(LayerError::PaddingTooLarge {
-                        layer: self.layer.to_string(),
-                        padding_h: padding.0,
-                        padding_w: padding.1,
-                        kernel_h: kernel.0,
-                        kernel_w: kernel.1,
-                    });
-                }
-                let (out_h, out_w) = self.window((h, w), kernel, stride, padding)?;
-                let output = Shape(vec![channels, out_h, out_w]);
-                let elements_out = self.product("the output size", &output.0)?;
-                let window = self.product("the window size", &[kernel.0, kernel.1])?;
-                let cost = LayerCost {
-                    params: 0,
-                    // One comparison per window element.
-                    forward_flops: elements_out as f64 * window as f64,
-                    backward_data_flops: elements_out as f64,
-                    backward_weight_flops: 0.0,
-                    // Read the input, write the output and the argmax indices.
-                    forward_traffic: Traffic { per_sample: elements_in + 2 * elements_out, per_batch: 0 },
-                    // Read the output gradient and the indices, write (scatter) the input gradient.
-                    backward_data_traffic: Traffic {
-                        per_sample: elements_in + 2 * elements_out,
-                        per_batch: 0,
-                    },
-                    backward_weight_traffic: Traffic::default(),
-                    // PyTorch keeps the input and the argmax indices.
-                    activation_elements: elements_in + elements_out,
-                    class: OpClass::Reduction,
-                };
-                Ok((output, cost))
+            LayerKind::GlobalAvgPool => self.global_pool(input, elements_in, false),
+            LayerKind::GlobalMaxPool => self.global_pool(input, elements_in, true),
+            LayerKind::AdaptiveAvgPool { output } => self.adaptive_pool(input, output),
+            LayerKind::Upsample { scale, mode } => self.upsample(input, scale, *mode),
+            LayerKind::Crop { size } => self.crop(input, size),
+            LayerKind::BatchNorm => self.batch_norm(input, elements_in),
+            LayerKind::LayerNorm { bias } => {
+                self.row_norm(input, elements_in, if *bias { 2 } else { 1 }, 7.0, 12.0)
             }
-            LayerKind::GlobalAvgPool => {
-                let (channels, _, _) = self.chw(input)?;
-                let cost = LayerCost {
-                    params: 0,
-                    // One add per input element, one divide per channel.
-                    forward_flops: (elements_in + channels) as f64,
-                    backward_data_flops: elements_in as f64,
-                    backward_weight_flops: 0.0,
-                    forward_traffic: Traffic { per_sample: elements_in + channels, per_batch: 0 },
-                    backward_data_traffic: Traffic { per_sample: elements_in + channels, per_batch: 0 },
-                    backward_weight_traffic: Traffic::default(),
-                    // The backward only needs the input's shape.
-                    activation_elements: 0,
-                    class: OpClass::Reduction,
-                };
-                Ok((Shape(vec![channels]), cost))
+            LayerKind::RmsNorm => self.row_norm(input, elements_in, 1, 4.0, 8.0),
+            LayerKind::Activation { function } => {
+                Ok((input.clone(), self.activation(elements_in, *function)))
             }
-            LayerKind::Flatten => {
-                let cost = LayerCost {
-                    params: 0,
-                    forward_flops: 0.0,
-                    backward_data_flops: 0.0,
-                    backward_weight_flops: 0.0,
-                    forward_traffic: Traffic::default(),
-                    backward_data_traffic: Traffic::default(),
-                    backward_weight_traffic: Traffic::default(),
-                    activation_elements: 0,
-                    class: OpClass::Elementwise,
-                };
-                Ok((Shape(vec![elements_in]), cost))
+            LayerKind::Glu { function } => self.glu(input, *function),
+            LayerKind::Softmax => self.softmax(input, elements_in),
+            LayerKind::Dropout => Ok((input.clone(), Checker::dropout(elements_in))),
+            LayerKind::CrossEntropy => self.cross_entropy(input, elements_in),
+            LayerKind::Add => Ok((input.clone(), Checker::add(elements_in))),
+            LayerKind::Concat { axis, others } => self.concat(input, *axis, others),
+            LayerKind::Flatten => Ok((Shape(vec![elements_in]), LayerCost::free(OpClass::Elementwise))),
+            LayerKind::Reshape { shape } => self.reshape(shape, elements_in),
+            LayerKind::Slice { axis, start, length } => self.slice(input, *axis, *start, *length),
+            LayerKind::Embedding { vocabulary, dim } => self.embedding(input, elements_in, *vocabulary, *dim),
+            LayerKind::AddEmbedding { rows, positional } => self.add_embedding(input, *rows, *positional),
+            LayerKind::EmbeddingBag { tables, dim, lookups } => {
+                self.embedding_bag(input, tables, *dim, *lookups)
             }
-            LayerKind::Add => {
-                let n = elements_in as f64;
-                let cost = LayerCost {
-                    params: 0,
-                    forward_flops: n,
-                    // The add's backward passes its gradient to both branches unchanged; the
-                    // two branch gradients are summed where the branches split, and that sum
-                    // is counted here.
-                    backward_data_flops: n,
-                    backward_weight_flops: 0.0,
-                    forward_traffic: Traffic { per_sample: 3 * elements_in, per_batch: 0 },
-                    backward_data_traffic: Traffic { per_sample: 3 * elements_in, per_batch: 0 },
-                    backward_weight_traffic: Traffic::default(),
-                    activation_elements: 0,
-                    class: OpClass::Elementwise,
-                };
-                Ok((input.clone(), cost))
+            LayerKind::Interaction => self.interaction(input),
+            LayerKind::Attention { heads, kv_heads, causal, implementation } => {
+                self.attention(input, *heads, *kv_heads, *causal, *implementation)
+            }
+            LayerKind::Rope { heads, kv_heads } => self.rope(input, *heads, *kv_heads),
+            LayerKind::MoeRouter { experts, top_k } => self.moe_router(input, *experts, *top_k),
+            LayerKind::MoeExperts { experts, top_k, ffn_hidden, activation, gated, bias } => {
+                self.moe_experts(input, *experts, *top_k, *ffn_hidden, *activation, *gated, *bias)
             }
         }
-    }
-}
-
-/// Cost of a convolution or linear layer: three products of `macs` MACs each.
-///
-/// Forward reads the input and the weights and writes the output; backward-data reads the
-/// output gradient and the weights and writes the input gradient; backward-weight reads the
-/// output gradient and the saved input and writes the weight (and bias) gradients.
-fn gemm_cost(weights: u64, bias: Option<u64>, macs: u64, elements_in: u64, elements_out: u64) -> LayerCost {
-    let bias = bias.unwrap_or(0);
-    let params = weights + bias;
-    let gemm_flops = 2.0 * macs as f64;
-    // A bias adds one FLOP per output element forward, and its gradient sums one per output
-    // element backward.
-    let bias_flops = if bias > 0 { elements_out as f64 } else { 0.0 };
-    let activations = elements_in + elements_out;
-    LayerCost {
-        params,
-        forward_flops: gemm_flops + bias_flops,
-        backward_data_flops: gemm_flops,
-        backward_weight_flops: gemm_flops + bias_flops,
-        forward_traffic: Traffic { per_sample: activations, per_batch: params },
-        backward_data_traffic: Traffic { per_sample: activations, per_batch: weights },
-        backward_weight_traffic: Traffic { per_sample: activations, per_batch: params },
-        activation_elements: elements_in,
-        class: OpClass::Gemm,
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn conv(out_channels: u64, kernel: u64, stride: u64, padding: u64) -> LayerKind {
-        LayerKind::Conv2d {
-            out_channels,
-            kernel: (kernel, kernel),
-            stride: (stride, stride),
-            padding: (padding, padding),
-            groups: 1,
-            bias: false,
-        }
-    }
-
-    #[test]
-    fn shapes_print_and_count() {
-        let shape = Shape::from([3, 224, 224]);
-        assert_eq!(shape.to_string(), "3x224x224");
-        assert_eq!(shape.elements(), 150_528);
-        assert_eq!(Shape(vec![]).to_string(), "scalar");
-        assert_eq!(Shape(vec![u64::MAX, 2]).checked_elements(), None);
-    }
-
-    #[test]
-    fn resnet_stem_convolution_has_the_textbook_shape_and_cost() {
-        let layer = Layer::new("conv1", conv(64, 7, 2, 3), Shape::from([3, 224, 224])).unwrap();
-        assert_eq!(layer.output, Shape::from([64, 112, 112]));
-        assert_eq!(layer.cost.params, 64 * 3 * 7 * 7);
-        assert_eq!(layer.macs(), (64 * 112 * 112 * 3 * 7 * 7) as f64);
-        assert_eq!(layer.cost.forward_flops, 2.0 * layer.macs());
-        assert_eq!(layer.cost.backward_data_flops, layer.cost.forward_flops);
-        assert_eq!(layer.cost.backward_weight_flops, layer.cost.forward_flops);
-        assert_eq!(layer.cost.activation_elements, 3 * 224 * 224);
-        assert_eq!(layer.cost.class, OpClass::Gemm);
-    }
-
-    #[test]
-    fn weights_are_read_once_per_batch_and_activations_per_sample() {
-        let layer =
-            Layer::new("fc", LayerKind::Linear { out_features: 1000, bias: true }, Shape::from([2048]))
-                .unwrap();
-        assert_eq!(layer.cost.params, 2048 * 1000 + 1000);
-        assert_eq!(layer.macs(), 2048.0 * 1000.0);
-        let one = layer.cost.forward_bytes(1, Dtype::Fp16);
-        let many = layer.cost.forward_bytes(64, Dtype::Fp16);
-        let activations = (2048 + 1000) as f64 * 2.0;
-        assert_eq!(one, activations + layer.cost.params as f64 * 2.0);
-        assert_eq!(many - one, 63.0 * activations);
-        assert_eq!(layer.cost.forward_bytes(1, Dtype::Fp32), 2.0 * one);
-        assert_eq!(layer.cost.flops(Pass::Forward, 64), 64.0 * layer.cost.forward_flops);
-        assert_eq!(
-            layer.cost.backward_bytes(8, Dtype::Fp32),
-            layer.cost.bytes(Pass::BackwardData, 8, Dtype::Fp32)
-                + layer.cost.bytes(Pass::BackwardWeight, 8, Dtype::Fp32)
-        );
-    }
-
-    #[test]
-    fn grouped_and_strided_convolutions() {
-        let depthwise = LayerKind::Conv2d {
-            out_channels: 32,
-            kernel: (3, 3),
-            stride: (2, 2),
-            padding: (1, 1),
-            groups: 32,
-            bias: true,
-        };
-        let layer = Layer::new("dw", depthwise, Shape::from([32, 15, 15])).unwrap();
-        assert_eq!(layer.output, Shape::from([32, 8, 8]));
-        assert_eq!(layer.cost.params, 32 * 9 + 32);
-        assert_eq!(layer.macs(), (32 * 8 * 8 * 9) as f64);
-    }
-
-    #[test]
-    fn pooling_and_elementwise_layers() {
-        let pool = LayerKind::MaxPool2d { kernel: (3, 3), stride: (2, 2), padding: (1, 1) };
-        let layer = Layer::new("maxpool", pool, Shape::from([64, 112, 112])).unwrap();
-        assert_eq!(layer.output, Shape::from([64, 56, 56]));
-        assert_eq!(layer.cost.class, OpClass::Reduction);
-        let gap = Layer::new("avgpool", LayerKind::GlobalAvgPool, Shape::from([2048, 7, 7])).unwrap();
-        assert_eq!(gap.output, Shape::from([2048]));
-        let bn = Layer::new("bn", LayerKind::BatchNorm2d, Shape::from([64, 56, 56])).unwrap();
-        assert_eq!(bn.cost.params, 128);
-        assert_eq!(bn.output, bn.input);
-        let relu = Layer::new("relu", LayerKind::Relu, Shape::from([64, 56, 56])).unwrap();
-        assert_eq!(relu.cost.class, OpClass::Elementwise);
-        assert_eq!(relu.macs(), 0.0);
-        let flat = Layer::new("flatten", LayerKind::Flatten, Shape::from([512, 1, 1])).unwrap();
-        assert_eq!(flat.output, Shape::from([512]));
-        assert!(flat.cost.is_free());
-        assert!(!relu.cost.is_free());
-    }
-
-    #[test]
-    fn bad_shapes_and_parameters_name_the_layer() {
-        let error = Layer::new("stem", conv(64, 7, 2, 3), Shape::from([224])).unwrap_err().to_string();
-        assert!(
-            error.contains("stem") && error.contains("rank 1") && error.contains("expected 3"),
-            "{error}"
-        );
-
-        let grouped = LayerKind::Conv2d {
-            out_channels: 64,
-            kernel: (3, 3),
-            stride: (1, 1),
-            padding: (1, 1),
-            groups: 4,
-            bias: false,
-        };
-        let error = Layer::new("layer2.0.conv2", grouped, Shape::from([30, 8, 8])).unwrap_err();
-        assert!(matches!(error, LayerError::Groups { in_channels: 30, groups: 4, .. }));
-        assert!(error.to_string().contains("layer2.0.conv2"), "{error}");
-
-        let error = Layer::new("big", conv(8, 9, 1, 0), Shape::from([3, 4, 4])).unwrap_err().to_string();
-        assert!(error.contains("big") && error.contains("9x9") && error.contains("4x4"), "{error}");
-
-        let error = Layer::new("z", conv(8, 3, 0, 1), Shape::from([3, 4, 4])).unwrap_err().to_string();
-        assert!(error.contains("stride is zero"), "{error}");
-
-        let pool = LayerKind::MaxPool2d { kernel: (2, 2), stride: (2, 2), padding: (2, 2) };
-        let error = Layer::new("pool", pool, Shape::from([3, 8, 8])).unwrap_err().to_string();
-        assert!(error.contains("pool") && error.contains("half"), "{error}");
-
-        let error =
-            Layer::residual_add("layer1.0.add", Shape::from([256, 56, 56]), &Shape::from([64, 56, 56]))
-                .unwrap_err()
-                .to_string();
-        assert!(error.contains("layer1.0.add") && error.contains("64x56x56"), "{error}");
-
-        let error = Layer::new("fc", LayerKind::Linear { out_features: 10, bias: true }, Shape(vec![]))
-            .unwrap_err()
-            .to_string();
-        assert!(error.contains("fc") && error.contains("rank 0"), "{error}");
-    }
-}
+mod tests;

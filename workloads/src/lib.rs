@@ -4,11 +4,13 @@
 //!   bandwidths), from the vendors' datasheets.
 //! - [`layer`] and [`model`]: layers with shape propagation and per-sample costs (parameters,
 //!   FLOPs per pass, memory traffic, saved activations), and models as layers in execution order.
-//! - [`zoo`]: well-known models by name (`resnet50`, ...).
+//! - [`zoo`]: well-known models by name (`resnet50`, `gpt3-175b`, `llama2-7b`, ...), defined by
+//!   the model files in `data/models/`; users' own model files (`docs/models.md`) load with
+//!   [`Model::from_file`] or [`zoo::load`].
 //! - [`compute`]: the roofline model that turns a kernel's FLOPs and bytes into a duration.
 //!
-//! This crate is a pure library: no event loop, no file access (the built-in device catalog is
-//! compiled in).
+//! This crate is a pure library: no event loop, and no file access except reading a user's model
+//! file in [`Model::from_file`] (the built-in device catalog and model zoo are compiled in).
 //!
 //! ```
 //! use workloads::{ComputeModel, DeviceCatalog, Dtype, Pass, zoo};
@@ -32,10 +34,15 @@ pub mod data_parallel;
 pub mod device;
 pub mod layer;
 pub mod model;
+mod model_file;
 pub mod zoo;
 
 pub use compute::{ComputeError, ComputeModel};
 pub use data_parallel::{DataParallel, Lowered, LoweringError, Optimizer};
 pub use device::{Device, DeviceCatalog, DeviceError, Dtype};
-pub use layer::{Layer, LayerCost, LayerError, LayerKind, OpClass, Pass, Shape, Traffic};
+pub use layer::{
+    Activation, AttentionKernel, Layer, LayerCost, LayerError, LayerKind, OpClass, Padding, Pass, Shape,
+    Traffic, UpsampleMode,
+};
 pub use model::{Model, ModelBuilder, ModelError};
+pub use model_file::{FAMILIES, LAYER_KINDS};

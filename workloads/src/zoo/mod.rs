@@ -1,32 +1,122 @@
-//! The model zoo: well-known networks by name, layer for layer as their reference
-//! implementations define them.
+//! The model zoo: well-known networks by name.
+//!
+//! The catalog is data: one model file per entry in `data/models/` (compiled in), each naming a
+//! parametric family and its parameters (`gpt3-175b.toml` is `[gpt]` with 96 layers, ...) or
+//! listing its layers. The families are built by the modules below, layer for layer as their
+//! reference implementations define them. Users' own files load with [`load`] or
+//! [`Model::from_file`](crate::Model::from_file).
 
+pub mod dlrm;
+pub mod inception;
 pub mod resnet;
+pub mod transformer;
+pub mod unet;
+pub mod vgg;
+
+use std::path::Path;
 
 pub use resnet::{Block, resnet, resnet18, resnet34, resnet50, resnet101, resnet152};
 
 use crate::model::{Model, ModelError};
 
+/// The built-in model files, in the order `parasim models` lists them.
+macro_rules! builtin {
+    ($($name:literal),* $(,)?) => {
+        [$(($name, include_str!(concat!("../../../data/models/", $name, ".toml")))),*]
+    };
+}
+
+const BUILTIN: [(&str, &str); 35] = builtin![
+    "resnet18",
+    "resnet34",
+    "resnet50",
+    "resnet101",
+    "resnet152",
+    "resnet164",
+    "resnet1001",
+    "vgg16",
+    "vgg19",
+    "alexnet",
+    "inception-v3",
+    "cosmoflow",
+    "cosmoflow-256",
+    "cosmoflow-512",
+    "unet3d",
+    "bert-base",
+    "bert-large",
+    "gpt3-175b",
+    "megatron-1.7b",
+    "megatron-3.6b",
+    "megatron-7.5b",
+    "megatron-18.4b",
+    "megatron-39.1b",
+    "megatron-76.1b",
+    "megatron-145.6b",
+    "megatron-310.1b",
+    "megatron-529.6b",
+    "megatron-1t",
+    "llama2-7b",
+    "llama2-13b",
+    "llama2-70b",
+    "llama3-8b",
+    "llama3-70b",
+    "mixtral-8x7b",
+    "dlrm",
+];
+
+const fn names<const N: usize>(files: &[(&'static str, &'static str); N]) -> [&'static str; N] {
+    let mut names = [""; N];
+    let mut index = 0;
+    while index < N {
+        names[index] = files[index].0;
+        index += 1;
+    }
+    names
+}
+
 /// Names [`by_name`] knows, in the order `parasim models` lists them.
-pub const NAMES: [&str; 5] = ["resnet18", "resnet34", "resnet50", "resnet101", "resnet152"];
+pub const NAMES: [&str; BUILTIN.len()] = names(&BUILTIN);
+
+/// The text of the built-in model file called `name` (exact, lowercase), if any.
+pub fn source(name: &str) -> Option<&'static str> {
+    BUILTIN.iter().find(|(known, _)| *known == name).map(|(_, text)| *text)
+}
 
 /// The zoo model called `name` (case does not matter), or an error listing the known names.
 ///
 /// ```
 /// let model = workloads::zoo::by_name("ResNet50")?;
 /// assert_eq!(model.name, "resnet50");
-/// assert!(workloads::zoo::by_name("vgg16").is_err());
+/// let gpt3 = workloads::zoo::by_name("gpt3-175b")?;
+/// assert_eq!(gpt3.family, "gpt");
+/// assert!(workloads::zoo::by_name("vgg17").is_err());
 /// # Ok::<(), workloads::ModelError>(())
 /// ```
 pub fn by_name(name: &str) -> Result<Model, ModelError> {
-    match name.trim().to_ascii_lowercase().as_str() {
-        "resnet18" => Ok(resnet18()),
-        "resnet34" => Ok(resnet34()),
-        "resnet50" => Ok(resnet50()),
-        "resnet101" => Ok(resnet101()),
-        "resnet152" => Ok(resnet152()),
-        _ => Err(ModelError::UnknownModel { given: name.to_string(), known: NAMES.join(", ") }),
+    let wanted = name.trim().to_ascii_lowercase();
+    match BUILTIN.iter().find(|(known, _)| *known == wanted) {
+        Some((known, text)) => Model::from_toml_str(text, &format!("data/models/{known}.toml")),
+        None => Err(ModelError::UnknownModel { given: name.to_string(), known: NAMES.join(", ") }),
     }
+}
+
+/// A zoo model by name, or a model file by path: `model` is read as a path if it is not a zoo
+/// name and contains a path separator, ends in `.toml` or names an existing file.
+pub fn load(model: &str) -> Result<Model, ModelError> {
+    match by_name(model) {
+        Ok(found) => Ok(found),
+        Err(unknown @ ModelError::UnknownModel { .. }) => {
+            let path = Path::new(model);
+            let looks_like_path = model.contains(['/', '\\']) || model.ends_with(".toml") || path.is_file();
+            if looks_like_path { Model::from_file(path) } else { Err(unknown) }
+        }
+        Err(other) => Err(other),
+    }
+}
+
+/// A [`ModelError::Invalid`] for model `model`'s parameter `key`.
+pub(crate) fn invalid(model: &str, key: &str, message: String) -> ModelError {
+    ModelError::Invalid { model: model.to_string(), key: key.to_string(), message }
 }
 
 #[cfg(test)]
@@ -36,13 +126,25 @@ mod tests {
     #[test]
     fn every_listed_name_builds_a_model_of_that_name() {
         for name in NAMES {
-            assert_eq!(by_name(name).unwrap().name, name);
+            let model = by_name(name).unwrap_or_else(|error| panic!("{error}"));
+            assert_eq!(model.name, name);
+            assert!(!model.description.is_empty(), "{name} has a description");
         }
+    }
+
+    #[test]
+    fn zoo_files_reproduce_the_builders() {
+        assert_eq!(by_name("resnet50").unwrap(), resnet50());
+        assert_eq!(by_name("resnet152").unwrap(), resnet152());
     }
 
     #[test]
     fn unknown_names_list_the_known_ones() {
         let error = by_name("resnet51").unwrap_err().to_string();
         assert!(error.contains("\"resnet51\"") && error.contains("resnet18, resnet34, resnet50"), "{error}");
+        let error = load("resnet51").unwrap_err().to_string();
+        assert!(error.contains("known models"), "{error}");
+        let error = load("no/such/model.toml").unwrap_err().to_string();
+        assert!(error.contains("no/such/model.toml"), "{error}");
     }
 }

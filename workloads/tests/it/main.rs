@@ -1,6 +1,12 @@
-//! Invariants of the public API across every zoo model, device and dtype.
+//! Invariants of the public API across every zoo model, device and dtype; the model file
+//! format; cross-checks against published totals and ParaDL's layer tables; build timings.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+mod model_files;
+mod paradl;
+mod published;
+mod timing;
 
 use workloads::{ComputeModel, DeviceCatalog, Pass, zoo};
 
@@ -55,6 +61,33 @@ fn every_layer_input_was_produced_earlier() {
                 .chain(model.layers[..index].iter().map(|earlier| &earlier.output))
                 .any(|shape| *shape == layer.input);
             assert!(produced, "{name}: {} reads {} that nothing produced", layer.name, layer.input);
+        }
+    }
+}
+
+/// Every zoo model's layers have sane costs: finite, non-negative FLOPs, and weights only where
+/// there are parameters or tied weights.
+#[test]
+fn every_zoo_layer_has_a_sane_cost() {
+    for name in zoo::NAMES {
+        let model = zoo::by_name(name).unwrap();
+        assert!(model.parameters() > 0 && model.forward_flops_per_sample() > 0.0, "{name}");
+        for layer in &model.layers {
+            for pass in Pass::ALL {
+                let flops = layer.cost.flops(pass, 1);
+                assert!(flops.is_finite() && flops >= 0.0, "{name} {} {pass:?}: {flops}", layer.name);
+            }
+            assert!(layer.cost.macs * 2.0 <= layer.cost.forward_flops, "{name} {}", layer.name);
+            // Lookups read only the rows they gather (per sample); every other layer with
+            // parameters reads all of them once per batch.
+            let lookup = layer.kind.name().contains("embedding");
+            if layer.cost.params > 0 && !lookup {
+                assert!(
+                    layer.cost.forward_traffic.per_batch >= layer.cost.params,
+                    "{name} {} reads its weights",
+                    layer.name
+                );
+            }
         }
     }
 }

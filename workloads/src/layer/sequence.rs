@@ -1,0 +1,369 @@
+//! Sequence and recommendation layers: embeddings, attention, rotary embeddings, mixture of
+//! experts, DLRM's interaction.
+
+use super::{Activation, AttentionKernel, Checker, LayerCost, LayerError, OpClass, Shape, Traffic};
+
+impl Checker<'_> {
+    pub(super) fn embedding(
+        &self,
+        input: &Shape,
+        ids: u64,
+        vocabulary: u64,
+        dim: u64,
+    ) -> Result<(Shape, LayerCost), LayerError> {
+        self.nonzero("vocabulary", &[vocabulary])?;
+        self.nonzero("dim", &[dim])?;
+        let mut dims = input.0.clone();
+        dims.push(dim);
+        let output = Shape(dims);
+        let params = self.product("the table size", &[vocabulary, dim])?;
+        let gathered = self.product("the output size", &[ids, dim])?;
+        let cost = LayerCost {
+            params,
+            // Read the ids and the rows, write the output.
+            forward_traffic: Traffic {
+                per_sample: self.sum("the traffic", &[(1, ids), (2, gathered)])?,
+                per_batch: 0,
+            },
+            // Scatter-add the output gradient into the rows of a dense gradient table (one add
+            // per element), which is zeroed and written in full once per batch.
+            backward_weight_flops: gathered as f64,
+            backward_weight_traffic: Traffic {
+                per_sample: self.sum("the traffic", &[(1, ids), (3, gathered)])?,
+                per_batch: params,
+            },
+            // The ids.
+            activation_elements: ids,
+            ..LayerCost::free(OpClass::Elementwise)
+        };
+        Ok((output, cost))
+    }
+
+    pub(super) fn add_embedding(
+        &self,
+        input: &Shape,
+        rows: u64,
+        positional: bool,
+    ) -> Result<(Shape, LayerCost), LayerError> {
+        let (tokens, dim) = self.sequence(input)?;
+        self.nonzero("rows", &[rows])?;
+        if positional && tokens > rows {
+            return Err(self.invalid(format!(
+                "the sequence has {tokens} tokens but the table only {rows} positions; use at most {rows} tokens"
+            )));
+        }
+        let params = self.product("the table size", &[rows, dim])?;
+        let elements = self.product("the input size", &[tokens, dim])?;
+        let cost = LayerCost {
+            params,
+            forward_flops: elements as f64,
+            // Read the input and one table row per token, write the output.
+            forward_traffic: Traffic { per_sample: 3 * elements, per_batch: 0 },
+            // The input gradient is the output gradient itself (no kernel); the table's gradient
+            // sums it per row.
+            backward_weight_flops: elements as f64,
+            backward_weight_traffic: Traffic { per_sample: 3 * elements, per_batch: params },
+            activation_elements: if positional { 0 } else { tokens },
+            ..LayerCost::free(OpClass::Elementwise)
+        };
+        Ok((input.clone(), cost))
+    }
+
+    pub(super) fn embedding_bag(
+        &self,
+        input: &Shape,
+        tables: &[u64],
+        dim: u64,
+        lookups: u64,
+    ) -> Result<(Shape, LayerCost), LayerError> {
+        let [count] = input.0[..] else {
+            return Err(self.rank(input, "1 ([tables]: one bag of ids per table)"));
+        };
+        if count != tables.len() as u64 {
+            return Err(self.invalid(format!(
+                "the input has {count} features but there are {} tables; give one table per sparse feature",
+                tables.len()
+            )));
+        }
+        self.nonzero("a table's row count", tables)?;
+        self.nonzero("dim", &[dim])?;
+        self.nonzero("lookups", &[lookups])?;
+        let rows = self.sum("the table rows", &tables.iter().map(|&rows| (1, rows)).collect::<Vec<_>>())?;
+        let params = self.product("the table size", &[rows, dim])?;
+        let ids = self.product("the ids", &[count, lookups])?;
+        let gathered = self.product("the rows looked up", &[ids, dim])?;
+        let pooled = self.product("the output size", &[count, dim])?;
+        let cost = LayerCost {
+            params,
+            // Sum-pool the rows of each bag.
+            forward_flops: (gathered - pooled) as f64,
+            forward_traffic: Traffic {
+                per_sample: self.sum("the traffic", &[(1, ids), (1, gathered), (1, pooled)])?,
+                per_batch: 0,
+            },
+            // Sparse update: add each bag's gradient to the rows it read.
+            backward_weight_flops: gathered as f64,
+            backward_weight_traffic: Traffic {
+                per_sample: self.sum("the traffic", &[(1, ids), (1, pooled), (2, gathered)])?,
+                per_batch: 0,
+            },
+            activation_elements: ids,
+            ..LayerCost::free(OpClass::Elementwise)
+        };
+        Ok((Shape(vec![count, dim]), cost))
+    }
+
+    pub(super) fn interaction(&self, input: &Shape) -> Result<(Shape, LayerCost), LayerError> {
+        let [features, dim] = input.0[..] else {
+            return Err(self.rank(input, "2 ([features, dim])"));
+        };
+        let pairs = self.product("the pair count", &[features, features - 1])? / 2;
+        let output = Shape(vec![self.sum("the output size", &[(1, dim), (1, pairs)])?]);
+        let elements_in = self.product("the input size", &[features, dim])?;
+        // One batched product T T^T; the strictly lower triangle is kept.
+        let macs = self.product("the MAC count", &[features, features, dim])?;
+        let products = features * features;
+        let cost = LayerCost {
+            macs: macs as f64,
+            forward_flops: 2.0 * macs as f64,
+            // dT = (dZ + dZ^T) T.
+            backward_data_flops: 2.0 * macs as f64 + products as f64,
+            forward_traffic: Traffic {
+                per_sample: self.sum("the traffic", &[(1, elements_in), (2, products), (1, output.0[0])])?,
+                per_batch: 0,
+            },
+            backward_data_traffic: Traffic {
+                per_sample: self.sum("the traffic", &[(3, elements_in), (2, products), (1, output.0[0])])?,
+                per_batch: 0,
+            },
+            activation_elements: elements_in,
+            ..LayerCost::free(OpClass::Gemm)
+        };
+        Ok((output, cost))
+    }
+
+    /// Checks heads against a packed `[tokens, (heads + 2 kv_heads) * head_dim]` input and
+    /// returns `(tokens, head_dim)`.
+    fn packed_heads(&self, input: &Shape, heads: u64, kv_heads: u64) -> Result<(u64, u64), LayerError> {
+        let (tokens, width) = self.sequence(input)?;
+        self.nonzero("heads", &[heads])?;
+        self.nonzero("kv_heads", &[kv_heads])?;
+        if heads % kv_heads != 0 {
+            return Err(self.invalid(format!(
+                "kv_heads {kv_heads} does not divide heads {heads}; each key/value head serves a whole group of query heads"
+            )));
+        }
+        let packed = self.sum("the head count", &[(1, heads), (2, kv_heads)])?;
+        if width % packed != 0 {
+            return Err(self.invalid(format!(
+                "the input width {width} is not a multiple of heads + 2 x kv_heads = {packed}; the input must \
+                 be the packed query, key and value projections, [tokens, (heads + 2 x kv_heads) x head_dim]"
+            )));
+        }
+        Ok((tokens, width / packed))
+    }
+
+    pub(super) fn attention(
+        &self,
+        input: &Shape,
+        heads: u64,
+        kv_heads: u64,
+        causal: bool,
+        kernel: AttentionKernel,
+    ) -> Result<(Shape, LayerCost), LayerError> {
+        let (tokens, head_dim) = self.packed_heads(input, heads, kv_heads)?;
+        let output = Shape(vec![tokens, self.product("the output width", &[heads, head_dim])?]);
+        let qkv = self.product("the input size", &input.0)?;
+        let out = self.product("the output size", &output.0)?;
+        let full = self.product("the score matrix", &[heads, tokens, tokens])?;
+        // Scores computed per head: a flash kernel skips the blocks a causal mask removes.
+        let computed = if causal && kernel == AttentionKernel::Flash {
+            self.product("the score matrix", &[heads, tokens * (tokens + 1) / 2])?
+        } else {
+            full
+        };
+        // Q K^T and P V.
+        let macs = self.product("the MAC count", &[2, computed, head_dim])?;
+        let product_flops = 2.0 * macs as f64;
+        let lse = self.product("the row statistics", &[heads, tokens])?;
+        let cost = match kernel {
+            AttentionKernel::Standard => LayerCost {
+                macs: macs as f64,
+                // The products, then scale, mask and softmax (5 per score).
+                forward_flops: product_flops + 5.0 * full as f64,
+                // Four products (dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q) and the
+                // softmax backward (4 per score).
+                backward_data_flops: 2.0 * product_flops + 4.0 * full as f64,
+                // Read Q, K, V; write S, read S, write P (softmax), read P; write O.
+                forward_traffic: Traffic {
+                    per_sample: self.sum("the traffic", &[(1, qkv), (4, full), (1, out)])?,
+                    per_batch: 0,
+                },
+                // Read dO twice, P twice, Q, K, V; write dP, read it and P, write dS, read dS
+                // twice; write dQ, dK, dV.
+                backward_data_traffic: Traffic {
+                    per_sample: self.sum("the traffic", &[(2, qkv), (7, full), (2, out)])?,
+                    per_batch: 0,
+                },
+                // Q, K, V and the probabilities.
+                activation_elements: self.sum("the saved activations", &[(1, qkv), (1, full)])?,
+                ..LayerCost::free(OpClass::Gemm)
+            },
+            AttentionKernel::Flash => LayerCost {
+                macs: macs as f64,
+                // The products and the online softmax (5 per computed score).
+                forward_flops: product_flops + 5.0 * computed as f64,
+                // Recompute Q K^T, then the four gradient products and the softmax backward.
+                backward_data_flops: 2.5 * product_flops + 4.0 * computed as f64,
+                // Read Q, K, V once (blocks re-read from cache are not counted), write O and the
+                // per-row log-sum-exp.
+                forward_traffic: Traffic {
+                    per_sample: self.sum("the traffic", &[(1, qkv), (1, out), (1, lse)])?,
+                    per_batch: 0,
+                },
+                // Read Q, K, V, O, dO and the log-sum-exp, write dQ, dK, dV.
+                backward_data_traffic: Traffic {
+                    per_sample: self.sum("the traffic", &[(2, qkv), (2, out), (1, lse)])?,
+                    per_batch: 0,
+                },
+                // Q, K, V, O and the log-sum-exp.
+                activation_elements: self.sum("the saved activations", &[(1, qkv), (1, out), (1, lse)])?,
+                ..LayerCost::free(OpClass::Gemm)
+            },
+        };
+        Ok((output, cost))
+    }
+
+    pub(super) fn rope(
+        &self,
+        input: &Shape,
+        heads: u64,
+        kv_heads: u64,
+    ) -> Result<(Shape, LayerCost), LayerError> {
+        let (tokens, head_dim) = self.packed_heads(input, heads, kv_heads)?;
+        // Queries and keys are rotated, values are not.
+        let rotated = self.product("the rotated elements", &[tokens, heads + kv_heads, head_dim])?;
+        // The cosine and sine tables: head_dim / 2 of each per position.
+        let tables = self.product("the tables", &[tokens, head_dim])?;
+        let traffic =
+            Traffic { per_sample: self.sum("the traffic", &[(2, rotated), (1, tables)])?, per_batch: 0 };
+        let cost = LayerCost {
+            // x cos + rotate(x) sin: 2 multiplies and an add per element.
+            forward_flops: 3.0 * rotated as f64,
+            // The same rotation by the opposite angle.
+            backward_data_flops: 3.0 * rotated as f64,
+            forward_traffic: traffic,
+            backward_data_traffic: traffic,
+            ..LayerCost::free(OpClass::Elementwise)
+        };
+        Ok((input.clone(), cost))
+    }
+
+    pub(super) fn moe_router(
+        &self,
+        input: &Shape,
+        experts: u64,
+        top_k: u64,
+    ) -> Result<(Shape, LayerCost), LayerError> {
+        self.features(input)?;
+        self.experts(experts, top_k)?;
+        let (output, mut cost) = self.linear(input, experts, false, false)?;
+        let logits = self.product("the output size", &output.0)?;
+        // Softmax over the experts (5 per logit) and a top-k selection (k comparisons per logit).
+        cost.forward_flops += (5 + top_k) as f64 * logits as f64;
+        cost.backward_data_flops += 4.0 * logits as f64;
+        cost.activation_elements += logits;
+        Ok((output, cost))
+    }
+
+    fn experts(&self, experts: u64, top_k: u64) -> Result<(), LayerError> {
+        self.nonzero("experts", &[experts])?;
+        self.nonzero("top_k", &[top_k])?;
+        if top_k > experts {
+            return Err(self.invalid(format!("top_k {top_k} is more than the {experts} experts")));
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)] // the fields of LayerKind::MoeExperts
+    pub(super) fn moe_experts(
+        &self,
+        input: &Shape,
+        experts: u64,
+        top_k: u64,
+        ffn_hidden: u64,
+        activation: Activation,
+        gated: bool,
+        bias: bool,
+    ) -> Result<(Shape, LayerCost), LayerError> {
+        let hidden = self.features(input)?;
+        self.experts(experts, top_k)?;
+        self.nonzero("ffn_hidden", &[ffn_hidden])?;
+        let tokens = self.product("the input size", &input.0)? / hidden;
+        // Per expert: an input projection to ffn_hidden (two if gated) and an output projection.
+        let projections_in = if gated { 2 } else { 1 };
+        let expert_weights =
+            self.product("the expert's weights", &[projections_in + 1, hidden, ffn_hidden])?;
+        let expert_biases = if bias {
+            self.sum("the expert's biases", &[(projections_in, ffn_hidden), (1, hidden)])?
+        } else {
+            0
+        };
+        let expert_params =
+            self.sum("the expert's parameters", &[(1, expert_weights), (1, expert_biases)])?;
+        let params = self.product("the parameter count", &[experts, expert_params])?;
+        // Each token visits top_k experts.
+        let routed = self.product("the routed tokens", &[tokens, top_k])?;
+        let macs = self.product("the MAC count", &[routed, expert_weights])?;
+        let intermediate = self.product("the intermediate size", &[routed, ffn_hidden])?;
+        let routed_hidden = self.product("the routed hidden states", &[routed, hidden])?;
+        let elements = self.product("the input size", &input.0)?;
+        let (act_forward, act_backward) = activation.flops_per_element();
+        let gate_flops = if gated { 1.0 } else { 0.0 };
+        let bias_flops = if bias { (routed_hidden + projections_in * intermediate) as f64 } else { 0.0 };
+        // Combine: a weighted sum of top_k outputs per token.
+        let combine_flops = 2.0 * routed_hidden as f64;
+        let cost = LayerCost {
+            params,
+            macs: macs as f64,
+            forward_flops: 2.0 * macs as f64
+                + (act_forward + gate_flops) * intermediate as f64
+                + bias_flops
+                + combine_flops,
+            backward_data_flops: 2.0 * macs as f64
+                + (act_backward + 2.0 * gate_flops) * intermediate as f64
+                + combine_flops,
+            backward_weight_flops: 2.0 * macs as f64 + bias_flops,
+            // Read the tokens, write and read them permuted to their experts, write and read
+            // the intermediate activations (and gate), write the experts' outputs, read them to
+            // combine, write the result. Every expert's weights are read.
+            forward_traffic: Traffic {
+                per_sample: self.sum(
+                    "the traffic",
+                    &[(2, elements), (4, routed_hidden), (2 * projections_in + 2, intermediate)],
+                )?,
+                per_batch: params,
+            },
+            backward_data_traffic: Traffic {
+                per_sample: self.sum(
+                    "the traffic",
+                    &[(2, elements), (4, routed_hidden), (3 * projections_in + 2, intermediate)],
+                )?,
+                per_batch: experts * expert_weights,
+            },
+            backward_weight_traffic: Traffic {
+                per_sample: self
+                    .sum("the traffic", &[(2, routed_hidden), (projections_in + 1, intermediate)])?,
+                per_batch: params,
+            },
+            // The permuted tokens, the intermediate activations (pre- and post-activation) and
+            // the routing choice per token.
+            activation_elements: self.sum(
+                "the saved activations",
+                &[(1, routed_hidden), (projections_in + 1, intermediate), (1, routed)],
+            )?,
+            class: OpClass::Gemm,
+        };
+        Ok((input.clone(), cost))
+    }
+}

@@ -1,0 +1,455 @@
+use super::*;
+
+fn conv(out_channels: u64, kernel: u64, stride: u64, padding: u64) -> LayerKind {
+    LayerKind::conv2d(out_channels, kernel, stride, padding)
+}
+
+fn layer(kind: LayerKind, input: impl Into<Shape>) -> Layer {
+    match Layer::new("test", kind, input.into()) {
+        Ok(layer) => layer,
+        Err(error) => panic!("{error}"),
+    }
+}
+
+fn error(kind: LayerKind, input: impl Into<Shape>) -> String {
+    match Layer::new("bad.layer", kind, input.into()) {
+        Ok(layer) => panic!("expected an error, got {layer:?}"),
+        Err(error) => {
+            let text = error.to_string();
+            assert!(text.contains("bad.layer"), "the error names the layer: {text}");
+            text
+        }
+    }
+}
+
+#[test]
+fn shapes_print_and_count() {
+    let shape = Shape::from([3, 224, 224]);
+    assert_eq!(shape.to_string(), "3x224x224");
+    assert_eq!(shape.elements(), 150_528);
+    assert_eq!(Shape(vec![]).to_string(), "scalar");
+    assert_eq!(Shape(vec![u64::MAX, 2]).checked_elements(), None);
+}
+
+#[test]
+fn resnet_stem_convolution_has_the_textbook_shape_and_cost() {
+    let layer = layer(conv(64, 7, 2, 3), [3, 224, 224]);
+    assert_eq!(layer.output, Shape::from([64, 112, 112]));
+    assert_eq!(layer.kind.name(), "conv2d");
+    assert_eq!(layer.cost.params, 64 * 3 * 7 * 7);
+    assert_eq!(layer.macs(), (64 * 112 * 112 * 3 * 7 * 7) as f64);
+    assert_eq!(layer.cost.forward_flops, 2.0 * layer.macs());
+    assert_eq!(layer.cost.backward_data_flops, layer.cost.forward_flops);
+    assert_eq!(layer.cost.backward_weight_flops, layer.cost.forward_flops);
+    assert_eq!(layer.cost.activation_elements, 3 * 224 * 224);
+    assert_eq!(layer.cost.class, OpClass::Gemm);
+}
+
+#[test]
+fn weights_are_read_once_per_batch_and_activations_per_sample() {
+    let layer = layer(LayerKind::Linear { out_features: 1000, bias: true }, [2048]);
+    assert_eq!(layer.cost.params, 2048 * 1000 + 1000);
+    assert_eq!(layer.macs(), 2048.0 * 1000.0);
+    let one = layer.cost.forward_bytes(1, Dtype::Fp16);
+    let many = layer.cost.forward_bytes(64, Dtype::Fp16);
+    let activations = (2048 + 1000) as f64 * 2.0;
+    assert_eq!(one, activations + layer.cost.params as f64 * 2.0);
+    assert_eq!(many - one, 63.0 * activations);
+    assert_eq!(layer.cost.forward_bytes(1, Dtype::Fp32), 2.0 * one);
+    assert_eq!(layer.cost.flops(Pass::Forward, 64), 64.0 * layer.cost.forward_flops);
+    assert_eq!(
+        layer.cost.backward_bytes(8, Dtype::Fp32),
+        layer.cost.bytes(Pass::BackwardData, 8, Dtype::Fp32)
+            + layer.cost.bytes(Pass::BackwardWeight, 8, Dtype::Fp32)
+    );
+}
+
+#[test]
+fn grouped_strided_and_dilated_convolutions() {
+    let depthwise = LayerKind::Conv {
+        out_channels: 32,
+        kernel: vec![3, 3],
+        stride: vec![2, 2],
+        padding: Padding::Symmetric(vec![1, 1]),
+        dilation: vec![1, 1],
+        groups: 32,
+        bias: true,
+    };
+    let layer = layer(depthwise, [32, 15, 15]);
+    assert_eq!(layer.output, Shape::from([32, 8, 8]));
+    assert_eq!(layer.cost.params, 32 * 9 + 32);
+    assert_eq!(layer.macs(), (32 * 8 * 8 * 9) as f64);
+
+    // Dilation 2 makes a 3-tap kernel span 5 positions (PyTorch: (L + 2p - d(k-1) - 1)/s + 1).
+    let dilated = LayerKind::Conv {
+        out_channels: 8,
+        kernel: vec![3],
+        stride: vec![1],
+        padding: Padding::Symmetric(vec![0]),
+        dilation: vec![2],
+        groups: 1,
+        bias: false,
+    };
+    let layer = super::tests::layer(dilated, [4, 100]);
+    assert_eq!(layer.kind.name(), "conv1d");
+    assert_eq!(layer.output, Shape::from([8, 96]));
+    assert_eq!(layer.cost.params, 8 * 4 * 3);
+    assert_eq!(layer.macs(), (8 * 96 * 4 * 3) as f64);
+}
+
+#[test]
+fn three_dimensional_and_same_padded_convolutions() {
+    let conv3d = LayerKind::Conv {
+        out_channels: 16,
+        kernel: vec![3, 3, 3],
+        stride: vec![1, 1, 1],
+        padding: Padding::Symmetric(vec![0, 0, 0]),
+        dilation: vec![1, 1, 1],
+        groups: 1,
+        bias: false,
+    };
+    let layer = layer(conv3d, [4, 512, 512, 512]);
+    assert_eq!(layer.kind.name(), "conv3d");
+    assert_eq!(layer.output, Shape::from([16, 510, 510, 510]));
+    assert_eq!(layer.cost.params, 4 * 16 * 27);
+    assert_eq!(layer.macs(), 16.0 * 510f64.powi(3) * 4.0 * 27.0);
+
+    // TensorFlow "same": an even kernel keeps the size (padding only after), a stride rounds up.
+    let same = |kernel: u64, stride: u64| LayerKind::Conv {
+        out_channels: 32,
+        kernel: vec![kernel; 3],
+        stride: vec![stride; 3],
+        padding: Padding::Same,
+        dilation: vec![1; 3],
+        groups: 1,
+        bias: true,
+    };
+    assert_eq!(super::tests::layer(same(2, 1), [4, 128, 128, 128]).output, Shape::from([32, 128, 128, 128]));
+    assert_eq!(super::tests::layer(same(3, 2), [4, 127, 127, 127]).output, Shape::from([32, 64, 64, 64]));
+}
+
+#[test]
+fn transposed_convolutions_invert_strided_ones() {
+    let up = LayerKind::ConvTranspose {
+        out_channels: 256,
+        kernel: vec![2, 2, 2],
+        stride: vec![2, 2, 2],
+        padding: vec![0; 3],
+        output_padding: vec![0; 3],
+        dilation: vec![1; 3],
+        groups: 1,
+        bias: false,
+    };
+    let layer = layer(up, [512, 9, 9, 7]);
+    assert_eq!(layer.kind.name(), "conv-transpose3d");
+    assert_eq!(layer.output, Shape::from([256, 18, 18, 14]));
+    assert_eq!(layer.cost.params, 512 * 256 * 8);
+    // Every input element is scattered into 256 kernels of 8 taps.
+    assert_eq!(layer.macs(), (512 * 9 * 9 * 7 * 256 * 8) as f64);
+
+    let bad = LayerKind::ConvTranspose {
+        out_channels: 4,
+        kernel: vec![3],
+        stride: vec![2],
+        padding: vec![0],
+        output_padding: vec![2],
+        dilation: vec![1],
+        groups: 1,
+        bias: false,
+    };
+    let text = error(bad, [4, 8]);
+    assert!(text.contains("output_padding 2"), "{text}");
+}
+
+#[test]
+fn pooling_and_elementwise_layers() {
+    let pool =
+        LayerKind::MaxPool { kernel: vec![3, 3], stride: vec![2, 2], padding: vec![1, 1], ceil_mode: false };
+    let layer = layer(pool, [64, 112, 112]);
+    assert_eq!(layer.output, Shape::from([64, 56, 56]));
+    assert_eq!(layer.cost.class, OpClass::Reduction);
+    let gap = super::tests::layer(LayerKind::GlobalAvgPool, [2048, 7, 7]);
+    assert_eq!(gap.output, Shape::from([2048]));
+    let bn = super::tests::layer(LayerKind::BatchNorm, [64, 56, 56]);
+    assert_eq!(bn.cost.params, 128);
+    assert_eq!(bn.output, bn.input);
+    let relu = super::tests::layer(LayerKind::relu(), [64, 56, 56]);
+    assert_eq!(relu.kind.name(), "relu");
+    assert_eq!(relu.cost.class, OpClass::Elementwise);
+    assert_eq!(relu.macs(), 0.0);
+    let flat = super::tests::layer(LayerKind::Flatten, [512, 1, 1]);
+    assert_eq!(flat.output, Shape::from([512]));
+    assert!(flat.cost.is_free());
+    assert!(!relu.cost.is_free());
+}
+
+#[test]
+fn ceil_mode_pooling_matches_pytorch_and_chainer() {
+    let pool = |kernel: u64, stride: u64, ceil_mode: bool| LayerKind::MaxPool {
+        kernel: vec![kernel; 2],
+        stride: vec![stride; 2],
+        padding: vec![0; 2],
+        ceil_mode,
+    };
+    // Chainer's cover_all (ParaDL's tables): 113 -> 56 with a 3x3/2 window, 113 -> 57 with 2x2/2.
+    assert_eq!(layer(pool(3, 2, true), [64, 113, 113]).output, Shape::from([64, 56, 56]));
+    assert_eq!(layer(pool(2, 2, true), [64, 113, 113]).output, Shape::from([64, 57, 57]));
+    assert_eq!(layer(pool(2, 2, false), [64, 113, 113]).output, Shape::from([64, 56, 56]));
+    // PyTorch drops a last window that would start in the right padding: 5 + 2 x 1 padded
+    // positions would give ceil(5 / 2) + 1 = 4 windows of 2, but the fourth starts at 6.
+    let padded = LayerKind::AvgPool { kernel: vec![2], stride: vec![2], padding: vec![1], ceil_mode: true };
+    assert_eq!(layer(padded, [1, 5]).output, Shape::from([1, 3]));
+}
+
+#[test]
+fn adaptive_pooling_upsampling_and_crops() {
+    let adaptive = layer(LayerKind::AdaptiveAvgPool { output: vec![6, 6] }, [256, 6, 6]);
+    assert_eq!(adaptive.output, Shape::from([256, 6, 6]));
+    // Identity-sized windows read each input once.
+    assert_eq!(adaptive.cost.forward_flops, 2.0 * 256.0 * 36.0);
+    let overlapping = layer(LayerKind::AdaptiveAvgPool { output: vec![3] }, [1, 7]);
+    // Windows [0,3) [2,5) [4,7): 9 reads and 3 divides.
+    assert_eq!(overlapping.cost.forward_flops, 12.0);
+
+    let up = layer(LayerKind::Upsample { scale: vec![2, 2], mode: UpsampleMode::Nearest }, [8, 5, 7]);
+    assert_eq!(up.output, Shape::from([8, 10, 14]));
+    assert_eq!(up.cost.forward_flops, 0.0);
+    let bilinear = layer(LayerKind::Upsample { scale: vec![2, 2], mode: UpsampleMode::Linear }, [8, 5, 7]);
+    assert_eq!(bilinear.cost.forward_flops, 7.0 * 8.0 * 10.0 * 14.0);
+
+    let crop = layer(LayerKind::Crop { size: vec![18, 18, 14] }, [256, 26, 26, 22]);
+    assert_eq!(crop.output, Shape::from([256, 18, 18, 14]));
+    let text = error(LayerKind::Crop { size: vec![30, 30, 30] }, [256, 26, 26, 22]);
+    assert!(text.contains("26x26x22") && text.contains("30x30x30"), "{text}");
+}
+
+#[test]
+fn sequence_layers_act_on_the_last_dimension() {
+    let ln = layer(LayerKind::LayerNorm { bias: true }, [2048, 1024]);
+    assert_eq!(ln.cost.params, 2048);
+    let rms = layer(LayerKind::RmsNorm, [2048, 1024]);
+    assert_eq!(rms.cost.params, 1024);
+    assert!(rms.cost.forward_flops < ln.cost.forward_flops);
+    let gelu = layer(LayerKind::Activation { function: Activation::Gelu }, [2048, 4096]);
+    assert_eq!(gelu.kind.name(), "gelu");
+    assert_eq!(gelu.cost.forward_flops, 8.0 * 2048.0 * 4096.0);
+    let swiglu = layer(LayerKind::Glu { function: Activation::Silu }, [2048, 2 * 11008]);
+    assert_eq!(swiglu.kind.name(), "swiglu");
+    assert_eq!(swiglu.output, Shape::from([2048, 11008]));
+    let text = error(LayerKind::Glu { function: Activation::Silu }, [16, 7]);
+    assert!(text.contains("even"), "{text}");
+    let softmax = layer(LayerKind::Softmax, [16, 100]);
+    assert_eq!(softmax.cost.activation_elements, 1600);
+    let dropout = layer(LayerKind::Dropout, [16, 100]);
+    assert_eq!(dropout.cost.params, 0);
+    let loss = layer(LayerKind::CrossEntropy, [2048, 50257]);
+    assert_eq!(loss.output, Shape(vec![]));
+    assert_eq!(loss.cost.activation_elements, 2048 * 50257);
+}
+
+#[test]
+fn embeddings_are_memory_bound_lookups() {
+    let wte = layer(LayerKind::Embedding { vocabulary: 51200, dim: 1024 }, [2048]);
+    assert_eq!(wte.output, Shape::from([2048, 1024]));
+    assert_eq!(wte.cost.params, 51200 * 1024);
+    assert_eq!(wte.cost.forward_flops, 0.0);
+    assert_eq!(wte.macs(), 0.0);
+    // No input gradient; the weight gradient is a scatter-add into a dense table.
+    assert_eq!(wte.cost.backward_data_flops, 0.0);
+    assert_eq!(wte.cost.backward_data_traffic, Traffic::default());
+    assert_eq!(wte.cost.backward_weight_flops, 2048.0 * 1024.0);
+    assert_eq!(wte.cost.backward_weight_traffic.per_batch, 51200 * 1024);
+
+    let positions = layer(LayerKind::AddEmbedding { rows: 2048, positional: true }, [2048, 1024]);
+    assert_eq!(positions.kind.name(), "position-embedding");
+    assert_eq!(positions.cost.params, 2048 * 1024);
+    let text = error(LayerKind::AddEmbedding { rows: 512, positional: true }, [1024, 768]);
+    assert!(text.contains("1024 tokens") && text.contains("512 positions"), "{text}");
+    let types = layer(LayerKind::AddEmbedding { rows: 2, positional: false }, [512, 768]);
+    assert_eq!(types.cost.params, 2 * 768);
+
+    let bag = layer(LayerKind::EmbeddingBag { tables: vec![10, 20, 30], dim: 4, lookups: 2 }, [3]);
+    assert_eq!(bag.output, Shape::from([3, 4]));
+    assert_eq!(bag.cost.params, 60 * 4);
+    assert_eq!(bag.cost.forward_flops, 12.0);
+    let text = error(LayerKind::EmbeddingBag { tables: vec![10, 20], dim: 4, lookups: 1 }, [3]);
+    assert!(text.contains("3 features") && text.contains("2 tables"), "{text}");
+
+    let interaction = layer(LayerKind::Interaction, [27, 128]);
+    assert_eq!(interaction.output, Shape::from([128 + 351]));
+}
+
+#[test]
+fn attention_counts_the_score_matrix_and_its_variants() {
+    let (s, h, heads) = (2048u64, 12288u64, 96u64);
+    let standard = |causal| LayerKind::Attention {
+        heads,
+        kv_heads: heads,
+        causal,
+        implementation: AttentionKernel::Standard,
+    };
+    let attention = layer(standard(true), [s, 3 * h]);
+    assert_eq!(attention.output, Shape::from([s, h]));
+    // Megatron: Q K^T and P V cost 2 s^2 h MACs, 4 s^2 h FLOPs per layer; the causal mask saves
+    // nothing in the standard kernels.
+    assert_eq!(attention.macs(), 2.0 * (s * s * h) as f64);
+    assert_eq!(layer(standard(false), [s, 3 * h]).cost, attention.cost);
+    // The s x s probabilities are kept per head.
+    assert!(attention.cost.activation_elements >= heads * s * s);
+
+    let flash = |causal| LayerKind::Attention {
+        heads,
+        kv_heads: heads,
+        causal,
+        implementation: AttentionKernel::Flash,
+    };
+    let full = layer(flash(false), [s, 3 * h]);
+    assert_eq!(full.macs(), attention.macs());
+    assert!(full.cost.activation_elements < s * 4 * h + s * heads + 1, "no s x s tensor is kept");
+    let causal = layer(flash(true), [s, 3 * h]);
+    let ratio = causal.macs() / full.macs();
+    assert!((ratio - 0.5).abs() < 1e-3, "causal flash attention computes half the scores: {ratio}");
+    assert!(full.cost.forward_traffic.per_sample < attention.cost.forward_traffic.per_sample / 10);
+
+    // Grouped-query attention: 32 query heads share 8 key/value heads of 128.
+    let gqa = layer(
+        LayerKind::Attention { heads: 32, kv_heads: 8, causal: true, implementation: AttentionKernel::Flash },
+        [4096, (32 + 16) * 128],
+    );
+    assert_eq!(gqa.output, Shape::from([4096, 4096]));
+    let text = error(
+        LayerKind::Attention { heads: 32, kv_heads: 6, causal: true, implementation: AttentionKernel::Flash },
+        [4096, 44 * 128],
+    );
+    assert!(text.contains("kv_heads 6 does not divide heads 32"), "{text}");
+    let text = error(
+        LayerKind::Attention {
+            heads: 12,
+            kv_heads: 12,
+            causal: false,
+            implementation: AttentionKernel::Standard,
+        },
+        [512, 1000],
+    );
+    assert!(text.contains("1000") && text.contains("36"), "{text}");
+
+    let rope = layer(LayerKind::Rope { heads: 32, kv_heads: 8 }, [4096, (32 + 16) * 128]);
+    assert_eq!(rope.output, rope.input);
+    assert_eq!(rope.cost.params, 0);
+    assert_eq!(rope.cost.forward_flops, 3.0 * (4096 * 40 * 128) as f64);
+}
+
+#[test]
+fn experts_count_all_parameters_but_only_top_k_flops() {
+    let experts = |top_k| LayerKind::MoeExperts {
+        experts: 8,
+        top_k,
+        ffn_hidden: 14336,
+        activation: Activation::Silu,
+        gated: true,
+        bias: false,
+    };
+    let two = layer(experts(2), [4096, 4096]);
+    let one = layer(experts(1), [4096, 4096]);
+    assert_eq!(two.cost.params, 8 * 3 * 4096 * 14336);
+    assert_eq!(two.cost.params, one.cost.params);
+    assert_eq!(two.macs(), 2.0 * one.macs());
+    assert_eq!(one.macs(), (4096u64 * 3 * 4096 * 14336) as f64);
+    let router = layer(LayerKind::MoeRouter { experts: 8, top_k: 2 }, [4096, 4096]);
+    assert_eq!(router.output, Shape::from([4096, 8]));
+    assert_eq!(router.cost.params, 4096 * 8);
+    let text = error(LayerKind::MoeRouter { experts: 8, top_k: 9 }, [4096, 4096]);
+    assert!(text.contains("top_k 9"), "{text}");
+}
+
+#[test]
+fn matmul_concat_and_views() {
+    let scores = layer(LayerKind::Matmul { other: Shape::from([12, 64, 512]) }, [12, 512, 64]);
+    assert_eq!(scores.output, Shape::from([12, 512, 512]));
+    assert_eq!(scores.macs(), (12 * 512 * 512 * 64) as f64);
+    assert_eq!(scores.cost.params, 0);
+    assert_eq!(scores.cost.backward_data_flops, 2.0 * scores.cost.forward_flops);
+    let text = error(LayerKind::Matmul { other: Shape::from([12, 32, 512]) }, [12, 512, 64]);
+    assert!(text.contains("12x512x64") && text.contains("12x32x512"), "{text}");
+
+    let concat = layer(LayerKind::Concat { axis: 0, others: vec![Shape::from([32, 8, 8])] }, [64, 8, 8]);
+    assert_eq!(concat.output, Shape::from([96, 8, 8]));
+    let text = error(LayerKind::Concat { axis: 0, others: vec![Shape::from([32, 4, 8])] }, [64, 8, 8]);
+    assert!(text.contains("32x4x8"), "{text}");
+
+    let reshape = layer(LayerKind::Reshape { shape: Shape::from([1, 128]) }, [128]);
+    assert!(reshape.cost.is_free());
+    let text = error(LayerKind::Reshape { shape: Shape::from([3, 50]) }, [128]);
+    assert!(text.contains("128") && text.contains("3x50"), "{text}");
+    let slice = layer(LayerKind::Slice { axis: 0, start: 13, length: 26 }, [39]);
+    assert_eq!(slice.output, Shape::from([26]));
+    let text = error(LayerKind::Slice { axis: 0, start: 13, length: 27 }, [39]);
+    assert!(text.contains("size 39"), "{text}");
+}
+
+#[test]
+fn tied_linear_layers_cost_flops_but_own_no_weights() {
+    let owned = layer(LayerKind::Linear { out_features: 51200, bias: false }, [2048, 1024]);
+    let tied = layer(
+        LayerKind::TiedLinear { out_features: 51200, bias: false, tied_to: "embedding".to_string() },
+        [2048, 1024],
+    );
+    assert_eq!(owned.cost.params, 51200 * 1024);
+    assert_eq!(tied.cost.params, 0);
+    assert_eq!(tied.cost.forward_flops, owned.cost.forward_flops);
+    assert_eq!(tied.cost.forward_traffic, owned.cost.forward_traffic);
+    assert_eq!(tied.kind.name(), "linear");
+}
+
+#[test]
+fn bad_shapes_and_parameters_name_the_layer() {
+    let text = error(conv(64, 7, 2, 3), [224]);
+    assert!(text.contains("rank 1") && text.contains("expected 3"), "{text}");
+
+    let grouped = LayerKind::Conv {
+        out_channels: 64,
+        kernel: vec![3, 3],
+        stride: vec![1, 1],
+        padding: Padding::Symmetric(vec![1, 1]),
+        dilation: vec![1, 1],
+        groups: 4,
+        bias: false,
+    };
+    let failure = Layer::new("layer2.0.conv2", grouped, Shape::from([30, 8, 8])).unwrap_err();
+    assert!(matches!(failure, LayerError::Groups { in_channels: 30, groups: 4, .. }));
+    assert!(failure.to_string().contains("layer2.0.conv2"), "{failure}");
+
+    let text = error(conv(8, 9, 1, 0), [3, 4, 4]);
+    assert!(text.contains("9x9") && text.contains("4x4"), "{text}");
+
+    let text = error(conv(8, 3, 0, 1), [3, 4, 4]);
+    assert!(text.contains("stride is zero"), "{text}");
+
+    let pool =
+        LayerKind::MaxPool { kernel: vec![2, 2], stride: vec![2, 2], padding: vec![2, 2], ceil_mode: false };
+    let text = error(pool, [3, 8, 8]);
+    assert!(text.contains("half"), "{text}");
+
+    let mismatched = LayerKind::Conv {
+        out_channels: 8,
+        kernel: vec![3, 3],
+        stride: vec![1],
+        padding: Padding::Symmetric(vec![0, 0]),
+        dilation: vec![1, 1],
+        groups: 1,
+        bias: false,
+    };
+    let text = error(mismatched, [3, 8, 8]);
+    assert!(text.contains("stride has 1 values") && text.contains("2 axes"), "{text}");
+
+    let text = Layer::residual_add("layer1.0.add", Shape::from([256, 56, 56]), &Shape::from([64, 56, 56]))
+        .unwrap_err()
+        .to_string();
+    assert!(text.contains("layer1.0.add") && text.contains("64x56x56"), "{text}");
+
+    let text = error(LayerKind::Linear { out_features: 10, bias: true }, Shape(vec![]));
+    assert!(text.contains("rank 0"), "{text}");
+
+    let text = error(LayerKind::Linear { out_features: 10, bias: true }, [u64::MAX / 2, 4]);
+    assert!(text.contains("too large"), "{text}");
+}

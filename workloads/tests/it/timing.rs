@@ -1,0 +1,61 @@
+//! How long building (and lowering) the largest zoo models takes. Printed, not timed: run
+//! `cargo test --release -p workloads --test it timing -- --nocapture` to read the numbers.
+//! The bound asserted is far above them (a debug build on a loaded CI runner), only to catch a
+//! pathological slowdown.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::time::{Duration, Instant};
+
+use sim_core::graph::CollectiveAlgorithm;
+use sim_core::units::Bytes;
+use workloads::{ComputeModel, DataParallel, DeviceCatalog, Dtype, Optimizer, zoo};
+
+/// The fastest of `runs` calls of `f`.
+fn fastest<T>(runs: u32, mut f: impl FnMut() -> T) -> (Duration, T) {
+    let mut best = None;
+    let mut last = None;
+    for _ in 0..runs {
+        let start = Instant::now();
+        let value = f();
+        let elapsed = start.elapsed();
+        best = Some(best.map_or(elapsed, |best: Duration| best.min(elapsed)));
+        last = Some(value);
+    }
+    (best.unwrap(), last.unwrap())
+}
+
+#[test]
+fn building_and_lowering_the_largest_models_takes_milliseconds() {
+    let compute = ComputeModel::default();
+    let device = DeviceCatalog::builtin().get("a100-sxm4-80gb").unwrap();
+    for name in ["gpt3-175b", "megatron-1t", "resnet1001", "llama3-70b", "inception-v3"] {
+        let (build, model) = fastest(5, || zoo::by_name(name).unwrap());
+        let spec = DataParallel {
+            model: &model,
+            device,
+            compute: &compute,
+            precision: Dtype::Bf16,
+            gradient_precision: Dtype::Fp32,
+            batch_per_device: 1,
+            ranks: 8,
+            bucket_cap: Bytes(25 << 20),
+            first_bucket_cap: Bytes(1 << 20),
+            optimizer: Optimizer::Adam,
+            algorithm: CollectiveAlgorithm::Auto,
+            iterations: 1,
+        };
+        let (lower, lowered) = fastest(5, || spec.lower().unwrap());
+        println!(
+            "{name:<14} {:>5} layers: build {:>8.3} ms, data-parallel lowering on 8 ranks {:>8.3} ms ({} ops)",
+            model.layers.len(),
+            build.as_secs_f64() * 1e3,
+            lower.as_secs_f64() * 1e3,
+            lowered.graph.ops().len()
+        );
+        assert!(
+            build < Duration::from_secs(2) && lower < Duration::from_secs(5),
+            "{name}: {build:?}, {lower:?}"
+        );
+    }
+}
