@@ -2,6 +2,8 @@
 
 use std::fmt::Write;
 
+use std::path::Path;
+
 use anyhow::Context;
 use workloads::{Model, zoo};
 
@@ -34,8 +36,26 @@ pub fn list() -> anyhow::Result<String> {
 /// activations for `batch` samples, then totals.
 pub fn inspect(model: &str, batch: u64) -> anyhow::Result<String> {
     anyhow::ensure!(batch > 0, "--batch must be at least 1");
-    let model = zoo::load(model).with_context(|| format!("cannot load model {model:?}"))?;
+    let model = load(model, Path::new("."))?;
     Ok(render(&model, batch))
+}
+
+/// A zoo model by name, or a model file by path (relative to `base`, the directory of the file
+/// that names it): `model` is read as a path if it is not a zoo name and contains a path
+/// separator or ends in `.toml`.
+pub fn load(model: &str, base: &Path) -> anyhow::Result<Model> {
+    match zoo::by_name(model) {
+        Ok(found) => Ok(found),
+        Err(unknown @ workloads::ModelError::UnknownModel { .. }) => {
+            if !(model.contains(['/', '\\']) || model.ends_with(".toml")) {
+                return Err(unknown.into());
+            }
+            let path = base.join(model);
+            let text = fs_err::read_to_string(&path).context("reading the model file")?;
+            Ok(Model::from_toml_str(&text, &path.display().to_string())?)
+        }
+        Err(other) => Err(other.into()),
+    }
 }
 
 fn render(model: &Model, batch: u64) -> String {
@@ -143,7 +163,7 @@ fn table<const N: usize>(header: &[&str; N], rows: &[[String; N]], right: &[usiz
 
 /// `25.56 M`, `174.60 B`, `512`: a count with a decimal prefix (K, M, B for thousand, million,
 /// billion, T for trillion).
-fn si(value: f64) -> String {
+pub fn si(value: f64) -> String {
     for (scale, suffix) in [(1e15, "P"), (1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")] {
         if value.abs() >= scale {
             return format!("{:.2} {suffix}", value / scale);
@@ -154,7 +174,7 @@ fn si(value: f64) -> String {
 
 /// `4.09 G` with SI prefixes for units (`GFLOP`, `TB`); a prefix-less value ends with a space,
 /// so that a unit can follow directly.
-fn si_unit(value: f64) -> String {
+pub fn si_unit(value: f64) -> String {
     for (scale, prefix) in [(1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")] {
         if value.abs() >= scale {
             return format!("{:.2} {prefix}", value / scale);
@@ -170,6 +190,10 @@ fn gflops(value: f64) -> String {
         grouped(value)
     } else if value >= 1.0 {
         format!("{value:.2}")
+    } else if value >= 0.001 {
+        // Three significant digits: 0.516, 0.00492.
+        let decimals = (2.0 - value.log10().floor()) as usize;
+        format!("{value:.decimals$}")
     } else {
         format!("{value:.2e}")
     }

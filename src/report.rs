@@ -18,10 +18,10 @@ pub fn human(outcome: &Outcome) -> String {
     let _ = writeln!(out, "scenario      {}", s.scenario);
     let _ = writeln!(
         out,
-        "model         {} ({:.2} M parameters, {:.2} GMAC per sample), batch {} per GPU, {} (gradients {}), {}",
+        "model         {} ({} parameters, {}MAC per sample), batch {} per GPU, {} (gradients {}), {}",
         m.name,
-        m.parameters as f64 / 1e6,
-        m.macs_per_sample / 1e9,
+        crate::models::si(m.parameters as f64),
+        crate::models::si_unit(m.macs_per_sample),
         m.batch_per_device,
         m.precision,
         m.gradient_precision,

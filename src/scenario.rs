@@ -8,7 +8,7 @@ use serde::Deserialize;
 use sim_core::graph::CollectiveAlgorithm;
 use sim_core::units::{Bandwidth, Bytes, SimDuration};
 use topology::{ClusterSpec, IntraNode, LinkSpec, Topology, TopologyError};
-use workloads::{ComputeModel, Device, DeviceCatalog, Dtype, Model, Optimizer, zoo};
+use workloads::{ComputeModel, Device, DeviceCatalog, Dtype, Model, Optimizer};
 
 mod network;
 
@@ -364,8 +364,9 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
             "is missing: a scenario to run needs a [workload] table with at least `model`".into(),
         )
     })?;
-    let model =
-        zoo::by_name(&workload.model).map_err(|error| invalid("workload.model", error.to_string()))?;
+    let base = file.parent().unwrap_or(Path::new("."));
+    let model = crate::models::load(&workload.model, base)
+        .map_err(|error| invalid("workload.model", format!("{error:#}")))?;
     if workload.batch_per_device == 0 {
         return Err(invalid("workload.batch-per-device", "must be at least 1, got 0".into()));
     }

@@ -5,12 +5,12 @@
 //! - [`layer`] and [`model`]: layers with shape propagation and per-sample costs (parameters,
 //!   FLOPs per pass, memory traffic, saved activations), and models as layers in execution order.
 //! - [`zoo`]: well-known models by name (`resnet50`, `gpt3-175b`, `llama2-7b`, ...), defined by
-//!   the model files in `data/models/`; users' own model files (`docs/models.md`) load with
-//!   [`Model::from_file`] or [`zoo::load`].
+//!   the model files in `data/models/`; users' own model files (`docs/models.md`) parse with
+//!   [`Model::from_toml_str`].
 //! - [`compute`]: the roofline model that turns a kernel's FLOPs and bytes into a duration.
 //!
-//! This crate is a pure library: no event loop, and no file access except reading a user's model
-//! file in [`Model::from_file`] (the built-in device catalog and model zoo are compiled in).
+//! This crate is a pure library: no event loop, no file access (the built-in device catalog and
+//! model zoo are compiled in; callers read users' files and pass their text).
 //!
 //! ```
 //! use workloads::{ComputeModel, DeviceCatalog, Dtype, Pass, zoo};

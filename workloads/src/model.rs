@@ -1,5 +1,5 @@
 //! Models: layers in forward execution order, and a builder that propagates shapes through
-//! them. Model files (TOML) are read by [`Model::from_file`] and [`Model::from_toml_str`]
+//! them. Model files (TOML) are parsed by [`Model::from_toml_str`] (the caller reads the file)
 //! (format in `docs/models.md`).
 
 use std::collections::BTreeMap;
@@ -57,14 +57,6 @@ pub enum ModelError {
         given: String,
         /// The zoo's names, comma-separated.
         known: String,
-    },
-    /// A model file could not be read.
-    #[error("{path}: {message}")]
-    Io {
-        /// The file.
-        path: String,
-        /// The operating system's error.
-        message: String,
     },
     /// A model file is not valid TOML or does not match the format.
     #[error("{file}: {message}")]

@@ -122,18 +122,6 @@ struct Header {
 }
 
 impl Model {
-    /// Reads a model file (format in `docs/models.md`). The model's name defaults to the file's
-    /// stem.
-    // std::fs rather than fs-err (not a dependency of this library): the error names the path.
-    #[allow(clippy::disallowed_methods)]
-    pub fn from_file(path: &Path) -> Result<Model, ModelError> {
-        let text = std::fs::read_to_string(path).map_err(|error| ModelError::Io {
-            path: path.display().to_string(),
-            message: error.to_string(),
-        })?;
-        Model::from_toml_str(&text, &path.display().to_string())
-    }
-
     /// Parses a model file's text; `origin` (a path) names it in errors and gives the default
     /// model name (its stem).
     ///

@@ -4,7 +4,7 @@
 //! parametric family and its parameters (`gpt3-175b.toml` is `[gpt]` with 96 layers, ...) or
 //! listing its layers. The families are built by the modules below, layer for layer as their
 //! reference implementations define them. Users' own files load with [`load`] or
-//! [`Model::from_file`](crate::Model::from_file).
+//! [`Model::from_toml_str`](crate::Model::from_toml_str).
 
 pub mod dlrm;
 pub mod inception;
@@ -12,8 +12,6 @@ pub mod resnet;
 pub mod transformer;
 pub mod unet;
 pub mod vgg;
-
-use std::path::Path;
 
 pub use resnet::{Block, resnet, resnet18, resnet34, resnet50, resnet101, resnet152};
 
@@ -100,20 +98,6 @@ pub fn by_name(name: &str) -> Result<Model, ModelError> {
     }
 }
 
-/// A zoo model by name, or a model file by path: `model` is read as a path if it is not a zoo
-/// name and contains a path separator, ends in `.toml` or names an existing file.
-pub fn load(model: &str) -> Result<Model, ModelError> {
-    match by_name(model) {
-        Ok(found) => Ok(found),
-        Err(unknown @ ModelError::UnknownModel { .. }) => {
-            let path = Path::new(model);
-            let looks_like_path = model.contains(['/', '\\']) || model.ends_with(".toml") || path.is_file();
-            if looks_like_path { Model::from_file(path) } else { Err(unknown) }
-        }
-        Err(other) => Err(other),
-    }
-}
-
 /// A [`ModelError::Invalid`] for model `model`'s parameter `key`.
 pub(crate) fn invalid(model: &str, key: &str, message: String) -> ModelError {
     ModelError::Invalid { model: model.to_string(), key: key.to_string(), message }
@@ -142,9 +126,5 @@ mod tests {
     fn unknown_names_list_the_known_ones() {
         let error = by_name("resnet51").unwrap_err().to_string();
         assert!(error.contains("\"resnet51\"") && error.contains("resnet18, resnet34, resnet50"), "{error}");
-        let error = load("resnet51").unwrap_err().to_string();
-        assert!(error.contains("known models"), "{error}");
-        let error = load("no/such/model.toml").unwrap_err().to_string();
-        assert!(error.contains("no/such/model.toml"), "{error}");
     }
 }

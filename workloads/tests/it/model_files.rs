@@ -249,26 +249,16 @@ fn format_errors_name_the_file_line_and_key() {
 }
 
 #[test]
-// std::fs: fs-err is not a dependency of workloads; the messages name the path.
-#[allow(clippy::disallowed_methods)]
-fn files_load_by_path_and_io_errors_name_the_path() {
-    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("residual-model.toml");
-    std::fs::write(&path, RESIDUAL).unwrap();
-    let model = Model::from_file(&path).unwrap();
+fn a_file_s_name_defaults_to_its_stem() {
+    let model = Model::from_toml_str(RESIDUAL, "models/residual-model.toml").unwrap();
     assert_eq!(model.name, "tiny-resnet");
-    assert_eq!(zoo::load(path.to_str().unwrap()).unwrap(), model);
-    let missing = Path::new(env!("CARGO_TARGET_TMPDIR")).join("no-such-model.toml");
-    let error = Model::from_file(&missing).unwrap_err().to_string();
-    assert!(error.contains("no-such-model.toml"), "{error}");
 }
 
 /// Every TOML example in `docs/models.md` is a complete model file that loads.
 #[test]
-// std::fs: fs-err is not a dependency of workloads; the messages name the path.
-#[allow(clippy::disallowed_methods)]
 fn the_documented_examples_load() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/models.md");
-    let text = std::fs::read_to_string(path).unwrap_or_else(|error| panic!("cannot read {path}: {error}"));
+    let text = fs_err::read_to_string(path).unwrap_or_else(|error| panic!("cannot read {path}: {error}"));
     let mut examples = 0;
     let mut rest = text.as_str();
     while let Some(start) = rest.find("```toml\n") {

@@ -78,11 +78,9 @@ fn paradl_dir() -> PathBuf {
 }
 
 /// The layer rows of `model/<file>`; a clear failure if `../shared/data/paradl` is missing.
-// std::fs: fs-err is not a dependency of workloads; the messages name the path.
-#[allow(clippy::disallowed_methods)]
 fn rows(file: &str) -> Vec<Row> {
     let path = paradl_dir().join("model").join(file);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|error| {
+    let text = fs_err::read_to_string(&path).unwrap_or_else(|error| {
         panic!(
             "cannot read {}: {error}. ParaDL's layer tables live in ../shared/data/paradl beside the checkout \
              (CI has it); these tests read them from there and never copy them",
