@@ -3,8 +3,6 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
-use std::path::Path;
-
 use workloads::{LayerKind, Model, ModelError, Shape, zoo};
 
 fn parse(text: &str) -> Result<Model, ModelError> {
