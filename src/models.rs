@@ -226,7 +226,9 @@ mod tests {
         assert_eq!(grouped(1_234_567.4), "1,234,567");
         assert_eq!(grouped(123.0), "123");
         assert_eq!(gflops(3.6412), "3.64");
-        assert_eq!(gflops(0.00492), "4.92e-3");
+        assert_eq!(gflops(0.516), "0.516");
+        assert_eq!(gflops(0.00492), "0.00492");
+        assert_eq!(gflops(0.000_012_3), "1.23e-5");
         assert_eq!(gflops(735_146.2), "735,146");
     }
 
