@@ -75,7 +75,7 @@ fn a_lone_flow_runs_at_line_rate() {
 }
 
 #[test]
-fn parking_lot_long_flow_gets_the_same_share_as_each_short_one() {
+fn two_link_parking_lot_on_a_star() {
     // The long flow 0->1 crosses host 0's up-link and host 1's down-link; one short flow shares
     // each of those links. Every link has two flows: everyone gets half.
     let done = flows(4, &[(0, 1), (0, 2), (3, 1)], 125_000_000);
@@ -214,4 +214,39 @@ fn host_device_copies_share_their_gpus_host_link() {
     let topology = Topology::build(&ClusterSpec { host_memory: None, ..cluster }).unwrap();
     let error = run(&graph, &mut FlowNetwork::new(&topology)).unwrap_err().to_string();
     assert!(error.contains("host-memory") && error.contains("weights in"), "{error}");
+}
+
+#[test]
+fn classic_three_link_parking_lot() {
+    // A ring of 7 routers, one host each. The long flow h0->h3 crosses ring links R0->R1,
+    // R1->R2 and R2->R3; three short flows each share exactly one of them (h6->h1 via R6, R0;
+    // h1->h2; h2->h4 via R3). Max-min gives every flow half a link, the long one included.
+    let link = topology::LinkSpec::new("100 Gb/s".parse().unwrap(), "1 us".parse().unwrap());
+    let cluster = ClusterSpec {
+        nodes: 7,
+        gpus_per_node: 1,
+        intra_node: IntraNode::NvSwitch(link),
+        network: NetworkSpec::new(FabricSpec::Ring { link }),
+        host_memory: None,
+    };
+    let topology = Topology::build(&cluster).unwrap();
+    let pairs = [(0u32, 3u32), (6, 1), (1, 2), (2, 4)];
+    let mut graph = GraphBuilder::new(7);
+    for (i, &(src, dst)) in pairs.iter().enumerate() {
+        graph.transfer(RankId(src), StreamId(i as u16), RankId(dst), Bytes(125_000_000), "flow", &[]);
+    }
+    let graph = graph.build().unwrap();
+    let mut network = FlowNetwork::new(&topology).audited();
+    let timeline = run(&graph, &mut network).unwrap();
+    assert_eq!(network.audit().unwrap().violation, None);
+    for (i, &(src, dst)) in pairs.iter().enumerate() {
+        let route = topology.route(topology::HostId(src), topology::HostId(dst)).unwrap();
+        let latency = route.len() as f64 * 1e-6;
+        let took = timeline.end[i].since_start().as_secs_f64() - latency;
+        // The flows enter a few microseconds apart; after that each runs at half a link.
+        let at_half = 125e6 / (LINK / 2.0);
+        assert!((took - at_half).abs() / at_half < 5e-4, "flow {src}->{dst}: {took} s vs {at_half} s");
+    }
+    // The long flow really crosses three ring links.
+    assert_eq!(topology.route(topology::HostId(0), topology::HostId(3)).unwrap().len(), 5);
 }
