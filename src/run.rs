@@ -230,10 +230,7 @@ pub fn simulate(scenario: &Scenario) -> anyhow::Result<Outcome> {
             data_parallel: scenario.data_parallel,
             gradient_buckets: lowered.buckets.len(),
             gradient_bytes: lowered.buckets.iter().map(|b| b.bytes.0).sum(),
-            allreduce: scenario
-                .allreduce
-                .resolve(sim_core::graph::CollectiveKind::AllReduce)
-                .map_or(scenario.allreduce.name(), |a| a.name()),
+            allreduce: scenario.allreduce.name(),
         },
         fidelity: scenario.fidelity.name(),
         iterations: scenario.iterations,

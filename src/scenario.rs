@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use sim_core::graph::CollectiveAlgorithm;
+use sim_core::graph::{CollectiveAlgorithm, CollectiveKind};
 use sim_core::units::{Bandwidth, Bytes, SimDuration};
 use topology::{ClusterSpec, IntraNode, LinkSpec, Topology, TopologyError};
 use workloads::{ComputeModel, Device, DeviceCatalog, Dtype, Model, Optimizer};
@@ -397,16 +397,26 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
     if parallelism.bucket_size.0 == 0 || parallelism.first_bucket_size.0 == 0 {
         return Err(invalid("parallelism.bucket-size", "bucket sizes must be greater than 0".into()));
     }
-    let allreduce = match parallelism.allreduce.as_str() {
-        "auto" => CollectiveAlgorithm::Auto,
-        "ring" => CollectiveAlgorithm::Ring,
-        other => {
-            return Err(invalid(
+    let allreduce: CollectiveAlgorithm = parallelism
+        .allreduce
+        .parse()
+        .ok()
+        .filter(|algorithm: &CollectiveAlgorithm| algorithm.supports(CollectiveKind::AllReduce))
+        .ok_or_else(|| {
+            let valid: Vec<&str> = CollectiveAlgorithm::ALL
+                .iter()
+                .filter(|a| a.supports(CollectiveKind::AllReduce))
+                .map(|a| a.name())
+                .collect();
+            invalid(
                 "parallelism.allreduce",
-                format!("unknown algorithm {other:?}; valid: \"auto\", \"ring\""),
-            ));
-        }
-    };
+                format!(
+                    "unknown allreduce algorithm {:?}; valid: {}",
+                    parallelism.allreduce,
+                    valid.join(", ")
+                ),
+            )
+        })?;
 
     let fidelity = match spec.simulation.fidelity.as_str() {
         "analytical" => Fidelity::Analytical,

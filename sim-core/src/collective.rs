@@ -1,18 +1,11 @@
-//! Collective algorithms as alpha-beta closed forms (the `analytical` fidelity).
+//! Collectives in the `analytical` fidelity, and the choice of algorithm.
 //!
-//! Each algorithm is a sequence of synchronous steps; in a step every participating pair moves
-//! one message, and the step lasts as long as its slowest message. A message costs the latency
-//! of its path plus its size over the bandwidth it gets, where the messages *of the same step*
-//! share every link they cross equally ([`StepNetwork::step_time`]). Traffic of anything else
-//! is ignored: this is the uncontended reference the flow-level models are tested against.
-//! Reduction arithmetic is not charged (it overlaps with the transfers on GPUs).
-//!
-//! | algorithm | kinds | steps | message per step |
-//! |---|---|---|---|
-//! | ring (c channels) | allreduce | 2(p-1) | S/(c p) per channel |
-//! | ring (c channels) | reduce-scatter, allgather | p-1 | S/(c p) per channel |
-//! | binomial tree | broadcast, reduce | ceil(log2 p) | S |
-//! | pairwise | all-to-all | p-1 | S/p |
+//! A collective runs as the [`Schedule`] of its algorithm: synchronous steps in which members
+//! exchange point-to-point messages. Analytically a step lasts as long as its slowest message,
+//! a message costing the latency of its path plus the bytes of the step on its busiest link
+//! over that link's bandwidth (the messages of one step share the links they cross). Traffic
+//! of anything else is ignored: this is the uncontended reference the flow-level models are
+//! tested against. Reduction arithmetic is not charged (it overlaps with the transfers).
 //!
 //! **Ring channels.** Like NCCL, a ring over a group that spans several servers runs as `c`
 //! parallel rings (channels), each carrying `1/c` of the buffer, where `c` is the smallest
@@ -21,14 +14,23 @@
 //! every channel leaves a server from a different GPU and every server-to-server hop joins
 //! two GPUs of the same local index: with one NIC per GPU, every NIC carries one channel
 //! instead of one NIC carrying the whole ring, and on rail-optimized networks (NIC i of every
-//! server on leaf i) the hops stay on their rail, as NCCL's rail-aligned rings do. On 8-GPU servers with 8 x 200 Gb/s NICs the bus bandwidth
-//! approaches 8 x 25 GB/s = 200 GB/s (NVIDIA reports 192 GB/s measured on DGX A100, nccl issue
-//! #1576). With one rank per server, `c = 1` and the ring is the textbook
-//! `2(p-1) alpha + 2(p-1)/p S/B`.
+//! server on leaf i) the hops stay on their rail, as NCCL's rail-aligned rings do. On 8-GPU
+//! servers with 8 x 200 Gb/s NICs the bus bandwidth approaches 8 x 25 GB/s = 200 GB/s (NVIDIA
+//! reports 192 GB/s measured on DGX A100, nccl issue #1576). With one rank per server, `c = 1`
+//! and the ring is the textbook `2(p-1) alpha + 2(p-1)/p S/B`.
+//!
+//! **Choosing (`auto`).** NCCL's tuner (`src/graph/tuning.cc`) estimates, for every algorithm
+//! it has for a collective, `latency + size / bandwidth` on the detected topology and runs the
+//! fastest. [`choose`] does the same with this module's alpha-beta model on the real topology:
+//! among [`CollectiveAlgorithm::candidates`] of the kind it picks the one with the smallest
+//! [`analytical_time`] (ties go to the first candidate). On a multi-server cluster that gives
+//! the tree for small allreduces (fewer latency terms: 2 log2 p against 2(p-1)) and the ring
+//! for large ones (the tree's pipeline moves each byte through more hops).
 
 use units::{Bandwidth, Bytes, SimDuration, UnitError};
 
 use crate::graph::{CollectiveAlgorithm, CollectiveKind, RankId};
+pub use crate::schedule::Schedule;
 
 /// Latency and bottleneck bandwidth of the path between two ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,15 +77,14 @@ pub trait StepNetwork {
     /// The server that `rank` sits in (ring channels are rotated within servers).
     fn node_of(&self, rank: RankId) -> Result<u32, CollectiveError>;
 
-    /// Duration of one synchronous step in which every `(src, dst)` pair sends `1/parts` of
-    /// `bytes`, the step's messages sharing each link they cross equally: the slowest message's
-    /// path latency plus its size times the number of the step's messages on its busiest link,
-    /// over that link's bandwidth.
+    /// Duration of one synchronous step in which every `(src, dst, num)` sends `num / den` of
+    /// `bytes`, the step's messages sharing the links they cross: the slowest message's path
+    /// latency plus the step's bytes on its busiest link over that link's bandwidth.
     fn step_time(
         &mut self,
-        pairs: &[(RankId, RankId)],
+        messages: &[(RankId, RankId, u64)],
         bytes: Bytes,
-        parts: u64,
+        den: u64,
     ) -> Result<SimDuration, CollectiveError>;
 }
 
@@ -126,154 +127,8 @@ pub fn ring_channels(
         .collect())
 }
 
-/// How messages flow in each step of an algorithm.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Pattern {
-    /// Position i sends to i+1 and receives from i-1, every step.
-    Ring,
-    /// Binomial tree from the root outwards (broadcast).
-    TreeOut {
-        /// Position of the root.
-        root: usize,
-    },
-    /// Binomial tree towards the root (reduce): the broadcast's rounds reversed.
-    TreeIn {
-        /// Position of the root.
-        root: usize,
-    },
-    /// In step t, position i sends to i+t+1 and receives from i-t-1.
-    Pairwise,
-}
-
-/// A collective as synchronous steps of point-to-point messages, on one or more independent
-/// lanes (ring channels). In each step every member of a lane sends at most one message and
-/// receives at most one, all of `bytes / parts`. The `analytical` model times the steps with
-/// closed forms; the `flow` model turns each message into a flow and lets each member move on
-/// to the next step once its own messages of the step are done (per-member dependencies, no
-/// global barrier, as SimGrid's reference harness does).
-#[derive(Debug, Clone)]
-pub struct Schedule {
-    lanes: Vec<Vec<RankId>>,
-    pattern: Pattern,
-    steps: u32,
-    bytes: Bytes,
-    parts: u64,
-}
-
-impl Schedule {
-    /// The schedule of `kind` by `algorithm` over `group`; `node_of` says which server a rank
-    /// is on (ring channels are rotated within servers).
-    pub fn new(
-        kind: CollectiveKind,
-        algorithm: CollectiveAlgorithm,
-        bytes: Bytes,
-        group: &[RankId],
-        node_of: impl Fn(RankId) -> Result<u32, CollectiveError>,
-    ) -> Result<Schedule, CollectiveError> {
-        let p = group.len();
-        let resolved = algorithm
-            .resolve(kind)
-            .ok_or(CollectiveError::Unsupported { algorithm: algorithm.name(), kind: kind.name() })?;
-        let single = || vec![group.to_vec()];
-        let rounds = usize::BITS - p.saturating_sub(1).leading_zeros(); // ceil(log2 p)
-        let (lanes, pattern, steps, parts) = match (resolved, kind) {
-            _ if p <= 1 => (single(), Pattern::Ring, 0, 1),
-            (CollectiveAlgorithm::Ring, _) => {
-                let channels = ring_channels(group, node_of)?;
-                let parts = (channels.len() * p) as u64;
-                let steps = if kind == CollectiveKind::AllReduce { 2 * (p - 1) } else { p - 1 };
-                (channels, Pattern::Ring, steps as u32, parts)
-            }
-            (CollectiveAlgorithm::BinomialTree, CollectiveKind::Reduce { root }) => {
-                (single(), Pattern::TreeIn { root: root as usize }, rounds, 1)
-            }
-            (CollectiveAlgorithm::BinomialTree, CollectiveKind::Broadcast { root }) => {
-                (single(), Pattern::TreeOut { root: root as usize }, rounds, 1)
-            }
-            (CollectiveAlgorithm::Pairwise, _) => (single(), Pattern::Pairwise, (p - 1) as u32, p as u64),
-            _ => return Err(CollectiveError::Unsupported { algorithm: algorithm.name(), kind: kind.name() }),
-        };
-        Ok(Schedule { lanes, pattern, steps, bytes, parts })
-    }
-
-    /// The lanes, each a permutation of the group.
-    pub fn lanes(&self) -> &[Vec<RankId>] {
-        &self.lanes
-    }
-
-    /// Number of steps (the same on every lane).
-    pub fn steps(&self) -> u32 {
-        self.steps
-    }
-
-    /// The buffer size and the number of parts it is cut into: a message is `bytes / parts`.
-    pub fn message(&self) -> (Bytes, u64) {
-        (self.bytes, self.parts)
-    }
-
-    /// True if every step has the same messages (a ring), so one step's time is all steps'.
-    pub fn steps_are_identical(&self) -> bool {
-        self.pattern == Pattern::Ring
-    }
-
-    fn members(&self) -> usize {
-        self.lanes.first().map_or(0, Vec::len)
-    }
-
-    /// The round of a binomial tree that `step` is, and the virtual position of `position`.
-    fn tree(&self, root: usize, step: u32, position: usize, inwards: bool) -> (usize, usize) {
-        let round = if inwards { self.steps - 1 - step } else { step };
-        let p = self.members();
-        (1usize << round, (position + p - root) % p)
-    }
-
-    /// The position that `position` sends to in `step`, if it sends.
-    pub fn send_to(&self, step: u32, position: usize) -> Option<usize> {
-        let p = self.members();
-        match self.pattern {
-            Pattern::Ring => Some((position + 1) % p),
-            Pattern::Pairwise => Some((position + step as usize + 1) % p),
-            Pattern::TreeOut { root } => {
-                let (span, v) = self.tree(root, step, position, false);
-                (v < span && v + span < p).then(|| (v + span + root) % p)
-            }
-            Pattern::TreeIn { root } => {
-                let (span, v) = self.tree(root, step, position, true);
-                (span <= v && v < 2 * span).then(|| (v - span + root) % p)
-            }
-        }
-    }
-
-    /// The position that `position` receives from in `step`, if it receives.
-    pub fn receive_from(&self, step: u32, position: usize) -> Option<usize> {
-        let p = self.members();
-        match self.pattern {
-            Pattern::Ring => Some((position + p - 1) % p),
-            Pattern::Pairwise => Some((position + p - (step as usize + 1) % p) % p),
-            Pattern::TreeOut { root } => {
-                let (span, v) = self.tree(root, step, position, false);
-                (span <= v && v < 2 * span).then(|| (v - span + root) % p)
-            }
-            Pattern::TreeIn { root } => {
-                let (span, v) = self.tree(root, step, position, true);
-                (v < span && v + span < p).then(|| (v + span + root) % p)
-            }
-        }
-    }
-
-    /// Appends the (sender, receiver) ranks of every message of `step` on every lane.
-    pub fn step_pairs(&self, step: u32, pairs: &mut Vec<(RankId, RankId)>) {
-        for lane in &self.lanes {
-            for (position, &rank) in lane.iter().enumerate() {
-                if let Some(to) = self.send_to(step, position) {
-                    pairs.push((rank, lane[to]));
-                }
-            }
-        }
-    }
-}
-
-/// The uncontended completion time of a collective of `bytes` over `group` (in ring order).
+/// The uncontended completion time of a collective of `bytes` over `group` (in ring order)
+/// by `algorithm`; `Auto` is resolved with [`choose`] first.
 pub fn analytical_time(
     kind: CollectiveKind,
     algorithm: CollectiveAlgorithm,
@@ -281,20 +136,27 @@ pub fn analytical_time(
     group: &[RankId],
     network: &mut impl StepNetwork,
 ) -> Result<SimDuration, CollectiveError> {
+    let algorithm = match algorithm {
+        CollectiveAlgorithm::Auto => choose(kind, bytes, group, network)?,
+        other => other,
+    };
     let schedule = Schedule::new(kind, algorithm, bytes, group, |rank| network.node_of(rank))?;
-    let (bytes, parts) = schedule.message();
+    let (bytes, den) = schedule.fraction();
     let overflow = || UnitError::OutOfRange {
         input: format!("{} of {bytes} over {} ranks", kind.name(), group.len()),
         quantity: "collective time",
         reason: "longer than the largest representable duration",
     };
-    let mut pairs = Vec::with_capacity(group.len() * schedule.lanes().len());
+    let mut messages = Vec::with_capacity(2 * group.len() * schedule.lanes().len());
     let timed_steps = if schedule.steps_are_identical() { schedule.steps().min(1) } else { schedule.steps() };
     let mut total = SimDuration::ZERO;
     for step in 0..timed_steps {
-        pairs.clear();
-        schedule.step_pairs(step, &mut pairs);
-        total = total.checked_add(network.step_time(&pairs, bytes, parts)?).map_err(|_| overflow())?;
+        messages.clear();
+        schedule.step_messages(step, &mut messages);
+        if messages.is_empty() {
+            continue;
+        }
+        total = total.checked_add(network.step_time(&messages, bytes, den)?).map_err(|_| overflow())?;
     }
     if schedule.steps_are_identical() {
         total = total.checked_mul(u64::from(schedule.steps())).map_err(|_| overflow())?;
@@ -302,11 +164,32 @@ pub fn analytical_time(
     Ok(total)
 }
 
+/// The algorithm `Auto` runs for this collective: the candidate with the smallest
+/// [`analytical_time`] on `network` (see the module documentation).
+pub fn choose(
+    kind: CollectiveKind,
+    bytes: Bytes,
+    group: &[RankId],
+    network: &mut impl StepNetwork,
+) -> Result<CollectiveAlgorithm, CollectiveError> {
+    let mut best: Option<(SimDuration, CollectiveAlgorithm)> = None;
+    for &candidate in CollectiveAlgorithm::candidates(kind) {
+        let time = analytical_time(kind, candidate, bytes, group, network)?;
+        if best.is_none_or(|(fastest, _)| time < fastest) {
+            best = Some((time, candidate));
+        }
+    }
+    best.map(|(_, algorithm)| algorithm)
+        .ok_or(CollectiveError::Unsupported { algorithm: "auto", kind: kind.name() })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use CollectiveAlgorithm as A;
+    use CollectiveKind as K;
 
-    /// Every pair has its own path of `cost`; `per_node` ranks per server.
+    /// Every message has its own path of `cost` (no sharing); `per_node` ranks per server.
     struct Uniform {
         cost: PathCost,
         per_node: u32,
@@ -318,12 +201,13 @@ mod tests {
         }
         fn step_time(
             &mut self,
-            pairs: &[(RankId, RankId)],
+            messages: &[(RankId, RankId, u64)],
             bytes: Bytes,
-            parts: u64,
+            den: u64,
         ) -> Result<SimDuration, CollectiveError> {
-            assert!(!pairs.is_empty());
-            Ok(self.cost.time_for_share(bytes, parts)?)
+            let largest = messages.iter().map(|m| m.2).max().expect("a step has messages");
+            let share = Bytes(bytes.0.checked_mul(largest).expect("small test sizes"));
+            Ok(self.cost.time_for_share(share, den)?)
         }
     }
 
@@ -338,47 +222,96 @@ mod tests {
         (0..p).map(RankId).collect()
     }
 
-    fn time(kind: CollectiveKind, p: u32, bytes: u64) -> SimDuration {
-        analytical_time(kind, CollectiveAlgorithm::Auto, Bytes(bytes), &ranks(p), &mut uniform()).unwrap()
+    /// Picoseconds of `kind` by `algorithm` over `p` ranks, `per_node` per server.
+    fn ps(kind: K, algorithm: A, p: u32, per_node: u32, bytes: u64) -> u64 {
+        let mut network = Uniform { per_node, ..uniform() };
+        analytical_time(kind, algorithm, Bytes(bytes), &ranks(p), &mut network).unwrap().as_ps()
     }
+
+    /// alpha = 2 us; 12.5 GB/s is 80 ps per byte.
+    const ALPHA: u64 = 2_000_000;
 
     #[test]
     fn ring_allreduce_is_the_textbook_formula() {
-        // 2(p-1) alpha + 2(p-1)/p S/B with alpha = 2 us, B = 12.5e9 B/s: exact in picoseconds.
+        // 2(p-1) alpha + 2(p-1)/p S/B: exact in picoseconds.
         for (p, bytes) in [(8u64, 1u64 << 20), (16, 64 << 20), (1024, 1 << 30)] {
-            let expected = 2 * (p - 1) * (2_000_000 + bytes * 80 / p);
-            assert_eq!(time(CollectiveKind::AllReduce, p as u32, bytes).as_ps(), expected, "p={p}");
+            let expected = 2 * (p - 1) * (ALPHA + bytes * 80 / p);
+            assert_eq!(ps(K::AllReduce, A::Ring, p as u32, 1, bytes), expected, "p={p}");
         }
     }
 
     #[test]
-    fn reduce_scatter_and_allgather_are_half_an_allreduce() {
-        let all = time(CollectiveKind::AllReduce, 16, 1 << 26);
-        assert_eq!(time(CollectiveKind::ReduceScatter, 16, 1 << 26).as_ps() * 2, all.as_ps());
-        assert_eq!(time(CollectiveKind::AllGather, 16, 1 << 26).as_ps() * 2, all.as_ps());
+    fn reduce_scatter_and_allgather_are_half_a_ring_allreduce() {
+        let all = ps(K::AllReduce, A::Ring, 16, 1, 1 << 26);
+        assert_eq!(ps(K::ReduceScatter, A::Ring, 16, 1, 1 << 26) * 2, all);
+        assert_eq!(ps(K::AllGather, A::Ring, 16, 1, 1 << 26) * 2, all);
+    }
+
+    #[test]
+    fn halving_doubling_is_2_log2_p_alpha_plus_2_p_minus_1_over_p_s_over_b() {
+        for p in [2u64, 4, 16, 64] {
+            let bytes = 64u64 << 20;
+            let log = 63 - p.leading_zeros() as u64;
+            let expected = 2 * log * ALPHA + 2 * (p - 1) * bytes * 80 / p;
+            assert_eq!(ps(K::AllReduce, A::HalvingDoubling, p as u32, 1, bytes), expected, "p={p}");
+        }
+        // Not a power of two: one fold and one unfold of the whole buffer more.
+        let (p, bytes) = (12u64, 12u64 << 20);
+        let expected = 2 * 3 * ALPHA + 2 * 7 * bytes * 80 / 8 + 2 * (ALPHA + bytes * 80);
+        assert_eq!(ps(K::AllReduce, A::HalvingDoubling, p as u32, 1, bytes), expected);
+    }
+
+    #[test]
+    fn recursive_doubling_is_log2_p_full_exchanges() {
+        let bytes = 1u64 << 16;
+        assert_eq!(ps(K::AllReduce, A::RecursiveDoubling, 32, 1, bytes), 5 * (ALPHA + bytes * 80));
+    }
+
+    #[test]
+    fn pipelined_chain_broadcast_is_chunks_plus_p_minus_2_steps() {
+        // 8 MiB in 1 MiB chunks over 16 ranks: (8 + 14) steps of one chunk.
+        let bytes = 8u64 << 20;
+        let chunk = ALPHA + (1 << 20) * 80;
+        assert_eq!(ps(K::Broadcast { root: 5 }, A::Chain, 16, 1, bytes), 22 * chunk);
+        assert_eq!(ps(K::Reduce { root: 0 }, A::Chain, 16, 1, bytes), 22 * chunk);
+    }
+
+    #[test]
+    fn double_binary_tree_is_chunks_plus_2h_minus_1_steps_of_half_chunks() {
+        // 16 MiB: each tree carries 8 MiB in 8 chunks of 1 MiB; 16 ranks: height 4.
+        let bytes = 16u64 << 20;
+        let step = ALPHA + (1 << 20) * 80;
+        assert_eq!(ps(K::AllReduce, A::DoubleBinaryTree, 16, 1, bytes), (8 + 2 * 4 - 1) * step);
+    }
+
+    #[test]
+    fn hierarchical_is_two_server_rings_around_a_ring_across_servers() {
+        // 4 servers of 8: 2 x 7 steps of S/8 inside, 2 x 3 steps of S/32 across.
+        let bytes = 32u64 << 20;
+        let expected = 14 * (ALPHA + bytes / 8 * 80) + 6 * (ALPHA + bytes / 32 * 80);
+        assert_eq!(ps(K::AllReduce, A::Hierarchical, 32, 8, bytes), expected);
+        // One rank per server: an ordinary ring.
+        assert_eq!(ps(K::AllReduce, A::Hierarchical, 8, 1, bytes), ps(K::AllReduce, A::Ring, 8, 1, bytes));
     }
 
     #[test]
     fn binomial_broadcast_takes_ceil_log2_rounds() {
-        let one = uniform().cost.time_for_share(Bytes(1 << 20), 1).unwrap();
+        let one = ALPHA + (1 << 20) * 80;
         for (p, rounds) in [(2u32, 1u64), (3, 2), (8, 3), (9, 4), (1000, 10)] {
             for root in [0, p - 1] {
-                assert_eq!(
-                    time(CollectiveKind::Broadcast { root }, p, 1 << 20).as_ps(),
-                    rounds * one.as_ps()
-                );
-                assert_eq!(time(CollectiveKind::Reduce { root }, p, 1 << 20).as_ps(), rounds * one.as_ps());
+                assert_eq!(ps(K::Broadcast { root }, A::BinomialTree, p, 1, 1 << 20), rounds * one);
+                assert_eq!(ps(K::Reduce { root }, A::BinomialTree, p, 1, 1 << 20), rounds * one);
             }
         }
     }
 
     #[test]
-    fn pairwise_all_to_all_takes_p_minus_1_rounds_of_one_share() {
+    fn all_to_all_pairwise_takes_p_minus_1_rounds_and_direct_one() {
         let p = 8u64;
-        assert_eq!(
-            time(CollectiveKind::AllToAll, p as u32, 1 << 20).as_ps(),
-            (p - 1) * (2_000_000 + (80 << 20) / p)
-        );
+        let share = ALPHA + (80 << 20) / p;
+        assert_eq!(ps(K::AllToAll, A::Pairwise, p as u32, 1, 1 << 20), (p - 1) * share);
+        // Without link sharing (this test network), all sends at once take one share's time.
+        assert_eq!(ps(K::AllToAll, A::Direct, p as u32, 1, 1 << 20), share);
     }
 
     #[test]
@@ -403,78 +336,20 @@ mod tests {
     }
 
     #[test]
-    fn every_send_has_a_matching_receive_in_every_step() {
-        for p in [2u32, 3, 5, 8, 13] {
-            for (kind, algorithm) in [
-                (CollectiveKind::AllReduce, CollectiveAlgorithm::Ring),
-                (CollectiveKind::AllGather, CollectiveAlgorithm::Ring),
-                (CollectiveKind::Broadcast { root: p / 2 }, CollectiveAlgorithm::BinomialTree),
-                (CollectiveKind::Reduce { root: p - 1 }, CollectiveAlgorithm::BinomialTree),
-                (CollectiveKind::AllToAll, CollectiveAlgorithm::Pairwise),
-            ] {
-                let network = uniform();
-                let schedule =
-                    Schedule::new(kind, algorithm, Bytes(1 << 20), &ranks(p), |r| network.node_of(r))
-                        .unwrap();
-                for step in 0..schedule.steps() {
-                    for position in 0..p as usize {
-                        if let Some(to) = schedule.send_to(step, position) {
-                            assert_ne!(to, position);
-                            assert_eq!(
-                                schedule.receive_from(step, to),
-                                Some(position),
-                                "{kind:?} p={p} step {step}"
-                            );
-                        }
-                        if let Some(from) = schedule.receive_from(step, position) {
-                            assert_eq!(
-                                schedule.send_to(step, from),
-                                Some(position),
-                                "{kind:?} p={p} step {step}"
-                            );
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn a_broadcast_reaches_everyone_and_a_reduce_collects_everyone() {
-        for p in [2u32, 3, 6, 8, 11] {
-            let root = p / 3;
-            let schedule = Schedule::new(
-                CollectiveKind::Broadcast { root },
-                CollectiveAlgorithm::BinomialTree,
-                Bytes(1),
-                &ranks(p),
-                |r| uniform().node_of(r),
-            )
-            .unwrap();
-            let mut has = vec![false; p as usize];
-            has[root as usize] = true;
-            for step in 0..schedule.steps() {
-                let senders: Vec<usize> =
-                    (0..p as usize).filter(|&i| schedule.send_to(step, i).is_some()).collect();
-                for i in senders {
-                    assert!(has[i], "p={p}: position {i} sends before it has the data");
-                    has[schedule.send_to(step, i).unwrap()] = true;
-                }
-            }
-            assert!(has.iter().all(|&h| h), "p={p}");
-        }
+    fn auto_takes_the_fastest_candidate() {
+        // A 4 KiB allreduce over 64 ranks is latency-bound: the tree's 2h + C - 1 = 12 steps
+        // beat the ring's 126. (Which wins for large buffers depends on link sharing, which
+        // this test network does not model: see the integration tests.)
+        let mut network = uniform();
+        assert_eq!(choose(K::AllReduce, Bytes(4096), &ranks(64), &mut network).unwrap(), A::DoubleBinaryTree);
+        let auto = ps(K::AllReduce, A::Auto, 64, 1, 4096);
+        assert_eq!(auto, ps(K::AllReduce, A::DoubleBinaryTree, 64, 1, 4096));
     }
 
     #[test]
     fn one_rank_costs_nothing_and_bad_algorithms_are_refused() {
-        assert_eq!(time(CollectiveKind::AllReduce, 1, 1 << 30), SimDuration::ZERO);
-        let refused = analytical_time(
-            CollectiveKind::AllReduce,
-            CollectiveAlgorithm::Pairwise,
-            Bytes(1),
-            &ranks(4),
-            &mut uniform(),
-        );
+        assert_eq!(ps(K::AllReduce, A::Ring, 1, 1, 1 << 30), 0);
+        let refused = analytical_time(K::AllReduce, A::Pairwise, Bytes(1), &ranks(4), &mut uniform());
         assert!(matches!(refused, Err(CollectiveError::Unsupported { .. })));
     }
 }

@@ -39,14 +39,16 @@
 //! ```
 
 use std::cmp::Ordering;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
 
 use topology::{HostId, LinkId, Route, Routing, Topology};
 use units::{Bytes, SimDuration, SimTime};
 
-use crate::collective::{CollectiveError, Schedule};
-use crate::graph::{Collective, MemcpyDirection, RankId};
+use crate::collective::{CollectiveError, Schedule, choose};
+use crate::graph::{Collective, CollectiveAlgorithm, MemcpyDirection, RankId};
+use crate::network::AnalyticalNetwork;
 use crate::network::{Completion, NetContext, Network, NetworkError};
+use crate::schedule::Message;
 
 /// A timer of the flow model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,7 +98,7 @@ struct CollectiveRun {
     /// Step each member has entered (`NOT_ENTERED` before), indexed lane * members + position.
     step: Vec<u32>,
     /// Messages of its current step each member still waits for.
-    pending: Vec<u8>,
+    pending: Vec<u32>,
     /// Members (over all lanes) that have finished every step.
     finished_members: usize,
 }
@@ -163,6 +165,12 @@ pub struct FlowNetwork<'t> {
     link_version: Vec<u32>,
     new_rate: Vec<f64>,
     heap: BinaryHeap<(std::cmp::Reverse<Share>, u32, u32)>,
+    /// Alpha-beta estimates for choosing `Auto` algorithms, and the choices made.
+    estimator: AnalyticalNetwork<'t>,
+    chosen: HashMap<Collective, CollectiveAlgorithm>,
+    /// Scratch for a member's messages of a step, and the ones to start now.
+    scratch_messages: Vec<Message>,
+    scratch_starts: Vec<(u32, u32, RankId, RankId, f64)>,
     /// Check the allocation after every re-fill (tests); the first violation found.
     audit: Option<Audit>,
 }
@@ -210,6 +218,10 @@ impl<'t> FlowNetwork<'t> {
             link_version: vec![0; links],
             new_rate: Vec::new(),
             heap: BinaryHeap::new(),
+            estimator: AnalyticalNetwork::new(topology),
+            chosen: HashMap::new(),
+            scratch_messages: Vec::new(),
+            scratch_starts: Vec::new(),
             audit: None,
         }
     }
@@ -580,8 +592,18 @@ impl<'t> FlowNetwork<'t> {
         let node_of = |rank: RankId| {
             topology.node_of(HostId(rank.0)).map_err(|error| CollectiveError::Network(error.to_string()))
         };
-        let schedule =
-            Schedule::new(collective.kind, collective.algorithm, collective.bytes, group, node_of)?;
+        let algorithm = match collective.algorithm {
+            CollectiveAlgorithm::Auto => match self.chosen.get(collective) {
+                Some(&algorithm) => algorithm,
+                None => {
+                    let algorithm = choose(collective.kind, collective.bytes, group, &mut self.estimator)?;
+                    self.chosen.insert(*collective, algorithm);
+                    algorithm
+                }
+            },
+            explicit => explicit,
+        };
+        let schedule = Schedule::new(collective.kind, algorithm, collective.bytes, group, node_of)?;
         let members = schedule.lanes().iter().map(Vec::len).sum::<usize>();
         if schedule.steps() == 0 {
             return Ok(context.complete_after(SimDuration::ZERO, token)?);
@@ -633,7 +655,27 @@ impl<'t> FlowNetwork<'t> {
         run: u32,
         lane: u32,
         position: u32,
+        step: u32,
+    ) -> Result<(), NetworkError> {
+        // Scratch buffers are lent out for the call and put back, so the loop allocates nothing.
+        let mut messages = std::mem::take(&mut self.scratch_messages);
+        let mut starts = std::mem::take(&mut self.scratch_starts);
+        let result = self.enter_step_with(context, run, lane, position, step, &mut messages, &mut starts);
+        self.scratch_messages = messages;
+        self.scratch_starts = starts;
+        result
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn enter_step_with(
+        &mut self,
+        context: &mut NetContext<'_, FlowEvent>,
+        run: u32,
+        lane: u32,
+        position: u32,
         mut step: u32,
+        messages: &mut Vec<Message>,
+        starts: &mut Vec<(u32, u32, RankId, RankId, f64)>,
     ) -> Result<(), NetworkError> {
         loop {
             let state = self.run(run);
@@ -651,24 +693,23 @@ impl<'t> FlowNetwork<'t> {
                 }
                 return Ok(());
             }
-            let send_to = state.schedule.send_to(step, position as usize);
-            let receive_from = state.schedule.receive_from(step, position as usize);
-            let (bytes, parts) = state.schedule.message();
-            let message = bytes.as_f64() / parts as f64;
+            messages.clear();
+            state.schedule.messages(lane as usize, step, position, messages);
+            let (bytes, den) = state.schedule.fraction();
             let lane_ranks = &state.schedule.lanes()[lane as usize];
             let base = lane as usize * members;
-            let mut starts = [None, None];
-            if let Some(to) = send_to
-                && state.step[base + to] == step
-            {
-                starts[0] = Some((position, to as u32, lane_ranks[position as usize], lane_ranks[to]));
+            // Start the messages whose other end has already reached this step; the others
+            // start when it does.
+            starts.clear();
+            for message in messages.iter() {
+                if state.step[base + message.peer as usize] == step {
+                    let size = bytes.as_f64() * message.num as f64 / den as f64;
+                    let (from, to) =
+                        if message.send { (position, message.peer) } else { (message.peer, position) };
+                    starts.push((from, to, lane_ranks[from as usize], lane_ranks[to as usize], size));
+                }
             }
-            if let Some(from) = receive_from
-                && state.step[base + from] == step
-            {
-                starts[1] = Some((from as u32, position, lane_ranks[from], lane_ranks[position as usize]));
-            }
-            let count = u8::from(send_to.is_some()) + u8::from(receive_from.is_some());
+            let count = messages.len() as u32;
             let state = self.run_mut(run);
             state.step[index] = step;
             state.pending[index] = count;
@@ -676,8 +717,8 @@ impl<'t> FlowNetwork<'t> {
                 step += 1;
                 continue;
             }
-            for (from, to, src, dst) in starts.into_iter().flatten() {
-                self.start_flow(context, src, dst, message, Owner::Message { run, lane, from, to })?;
+            for &(from, to, src, dst, size) in starts.iter() {
+                self.start_flow(context, src, dst, size, Owner::Message { run, lane, from, to })?;
             }
             return Ok(());
         }

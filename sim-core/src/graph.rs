@@ -108,45 +108,103 @@ impl CollectiveKind {
     }
 }
 
-/// How a collective is carried out on the network.
+/// How a collective is carried out on the network (see [`crate::schedule`] for each one's
+/// steps).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CollectiveAlgorithm {
-    /// Let the network model pick (ring for allreduce, reduce-scatter and allgather; binomial
-    /// tree for broadcast and reduce; pairwise exchange for all-to-all).
+    /// Let the network model pick among the kind's candidates the one its alpha-beta estimate
+    /// says is fastest on this topology, for this size and group, as NCCL's tuner does.
     Auto,
-    /// A ring through the group in list order (reduce-scatter then allgather for allreduce).
+    /// A ring (reduce-scatter then allgather for allreduce), with rail-aligned channels.
     Ring,
+    /// NCCL's double binary tree: two trees, each reducing then broadcasting half the buffer
+    /// in pipelined chunks (allreduce).
+    DoubleBinaryTree,
+    /// Rabenseifner's recursive halving reduce-scatter then recursive doubling allgather
+    /// (allreduce).
+    HalvingDoubling,
+    /// Full-buffer exchanges with partners at doubling distances (allreduce, small messages).
+    RecursiveDoubling,
+    /// Reduce-scatter inside each server, a ring allreduce across servers per local rank, an
+    /// allgather inside each server (allreduce; as NCCL/Horovod hierarchical).
+    Hierarchical,
     /// A binomial tree rooted at the root (broadcast, reduce).
     BinomialTree,
+    /// A pipelined chain from the root in group order (broadcast, reduce).
+    Chain,
     /// p-1 rounds; in round k rank i sends to rank i+k (all-to-all).
     Pairwise,
+    /// Every rank sends to every other at once (all-to-all, as NCCL's grouped send/receive).
+    Direct,
 }
 
 impl CollectiveAlgorithm {
+    /// Every algorithm, in the order listed in messages.
+    pub const ALL: [CollectiveAlgorithm; 10] = [
+        CollectiveAlgorithm::Auto,
+        CollectiveAlgorithm::Ring,
+        CollectiveAlgorithm::DoubleBinaryTree,
+        CollectiveAlgorithm::HalvingDoubling,
+        CollectiveAlgorithm::RecursiveDoubling,
+        CollectiveAlgorithm::Hierarchical,
+        CollectiveAlgorithm::BinomialTree,
+        CollectiveAlgorithm::Chain,
+        CollectiveAlgorithm::Pairwise,
+        CollectiveAlgorithm::Direct,
+    ];
+
     /// The name used in scenario files and reports.
     pub fn name(self) -> &'static str {
         match self {
             CollectiveAlgorithm::Auto => "auto",
             CollectiveAlgorithm::Ring => "ring",
+            CollectiveAlgorithm::DoubleBinaryTree => "double-binary-tree",
+            CollectiveAlgorithm::HalvingDoubling => "halving-doubling",
+            CollectiveAlgorithm::RecursiveDoubling => "recursive-doubling",
+            CollectiveAlgorithm::Hierarchical => "hierarchical",
             CollectiveAlgorithm::BinomialTree => "binomial-tree",
+            CollectiveAlgorithm::Chain => "chain",
             CollectiveAlgorithm::Pairwise => "pairwise",
+            CollectiveAlgorithm::Direct => "direct",
         }
     }
 
-    /// The concrete algorithm used for `kind`: resolves `Auto`, and returns `None` when the
-    /// algorithm cannot perform that kind.
-    pub fn resolve(self, kind: CollectiveKind) -> Option<CollectiveAlgorithm> {
+    /// True if this algorithm can carry out `kind` (`Auto` can carry out every kind).
+    pub fn supports(self, kind: CollectiveKind) -> bool {
         use CollectiveAlgorithm::*;
         use CollectiveKind::*;
-        match (self, kind) {
-            (Auto, AllReduce | ReduceScatter | AllGather) => Some(Ring),
-            (Auto, Broadcast { .. } | Reduce { .. }) => Some(BinomialTree),
-            (Auto, AllToAll) => Some(Pairwise),
-            (Ring, AllReduce | ReduceScatter | AllGather) => Some(Ring),
-            (BinomialTree, Broadcast { .. } | Reduce { .. }) => Some(BinomialTree),
-            (Pairwise, AllToAll) => Some(Pairwise),
-            _ => None,
+        match self {
+            Auto => true,
+            Ring => matches!(kind, AllReduce | ReduceScatter | AllGather),
+            DoubleBinaryTree | HalvingDoubling | RecursiveDoubling | Hierarchical => kind == AllReduce,
+            BinomialTree | Chain => matches!(kind, Broadcast { .. } | Reduce { .. }),
+            Pairwise | Direct => kind == AllToAll,
         }
+    }
+
+    /// What `Auto` chooses among for `kind`: NCCL's algorithms for it (ring and tree for
+    /// allreduce; ring for reduce-scatter and allgather; pipelined chain for broadcast and
+    /// reduce, plus the binomial tree MPI libraries use for small messages; all-to-all as all
+    /// sends at once or in pairwise rounds).
+    pub fn candidates(kind: CollectiveKind) -> &'static [CollectiveAlgorithm] {
+        use CollectiveAlgorithm::*;
+        use CollectiveKind::*;
+        match kind {
+            AllReduce => &[Ring, DoubleBinaryTree],
+            ReduceScatter | AllGather => &[Ring],
+            Broadcast { .. } | Reduce { .. } => &[Chain, BinomialTree],
+            AllToAll => &[Direct, Pairwise],
+        }
+    }
+}
+
+impl std::str::FromStr for CollectiveAlgorithm {
+    type Err = String;
+    fn from_str(name: &str) -> Result<Self, String> {
+        CollectiveAlgorithm::ALL.into_iter().find(|a| a.name() == name).ok_or_else(|| {
+            let valid: Vec<&str> = CollectiveAlgorithm::ALL.iter().map(|a| a.name()).collect();
+            format!("unknown algorithm {name:?}; valid: {}", valid.join(", "))
+        })
     }
 }
 
@@ -579,7 +637,7 @@ impl GraphBuilder {
                     reason: format!("root position {root} is outside its group of {} ranks", group.len()),
                 });
             }
-            if collective.algorithm.resolve(collective.kind).is_none() {
+            if !collective.algorithm.supports(collective.kind) {
                 return Err(GraphError::BadCollective {
                     what: what(),
                     reason: format!(

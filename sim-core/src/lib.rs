@@ -58,4 +58,5 @@ pub mod flow;
 pub mod graph;
 pub mod network;
 pub mod queue;
+pub mod schedule;
 pub mod stats;

@@ -156,54 +156,57 @@ impl<'t> AnalyticalNetwork<'t> {
         Ok(self.topology.route(HostId(src.0), HostId(dst.0))?)
     }
 
-    /// See [`StepNetwork::step_time`].
+    /// See [`StepNetwork::step_time`]; `link_load` sums the numerators of the step's messages
+    /// on each link.
     fn time_step(
         &mut self,
-        pairs: &[(RankId, RankId)],
+        messages: &[(RankId, RankId, u64)],
         bytes: Bytes,
-        parts: u64,
+        den: u64,
     ) -> Result<SimDuration, NetworkError> {
-        if pairs.len() == 1 {
+        if let [(src, dst, num)] = *messages {
             // A lone message (every point-to-point transfer) has its links to itself.
-            return self.slowest_message(pairs, bytes, parts);
+            return self.slowest_message(&[(src, dst, num)], bytes, den, true);
         }
-        for &(src, dst) in pairs {
+        for &(src, dst, num) in messages {
             for &link in self.route(src, dst)?.iter() {
                 let load = &mut self.link_load[link.0 as usize];
                 if *load == 0 {
                     self.loaded_links.push(link);
                 }
-                *load += 1;
+                *load += num;
             }
         }
-        let step = self.slowest_message(pairs, bytes, parts);
+        let step = self.slowest_message(messages, bytes, den, false);
         for link in self.loaded_links.drain(..) {
             self.link_load[link.0 as usize] = 0;
         }
         step
     }
 
-    /// The longest time of the step's messages given the link loads.
+    /// The longest time of the step's messages given the link loads (or, `alone`, as if each
+    /// message had its links to itself).
     fn slowest_message(
         &self,
-        pairs: &[(RankId, RankId)],
+        messages: &[(RankId, RankId, u64)],
         bytes: Bytes,
-        parts: u64,
+        den: u64,
+        alone: bool,
     ) -> Result<SimDuration, NetworkError> {
         let mut step = SimDuration::ZERO;
-        for &(src, dst) in pairs {
+        for &(src, dst, num) in messages {
             let mut latency = SimDuration::ZERO;
             let mut serialization = SimDuration::ZERO;
             for &link in self.route(src, dst)?.iter() {
                 let spec = self.topology.link(link);
                 latency = latency.checked_add(spec.latency)?;
-                let load = self.link_load[link.0 as usize].max(1);
+                let load = if alone { num } else { self.link_load[link.0 as usize] };
                 let shared = bytes.0.checked_mul(load).map(Bytes).ok_or_else(|| UnitError::OutOfRange {
-                    input: format!("{load} messages of {bytes}"),
+                    input: format!("{load}/{den} of {bytes}"),
                     quantity: "link load",
                     reason: "more than 16 EiB",
                 })?;
-                serialization = serialization.max(spec.bandwidth.time_to_send_share(shared, parts)?);
+                serialization = serialization.max(spec.bandwidth.time_to_send_share(shared, den)?);
             }
             step = step.max(latency.checked_add(serialization)?);
         }
@@ -218,11 +221,11 @@ impl StepNetwork for AnalyticalNetwork<'_> {
 
     fn step_time(
         &mut self,
-        pairs: &[(RankId, RankId)],
+        messages: &[(RankId, RankId, u64)],
         bytes: Bytes,
-        parts: u64,
+        den: u64,
     ) -> Result<SimDuration, CollectiveError> {
-        self.time_step(pairs, bytes, parts).map_err(|error| CollectiveError::Network(error.to_string()))
+        self.time_step(messages, bytes, den).map_err(|error| CollectiveError::Network(error.to_string()))
     }
 }
 
@@ -245,7 +248,7 @@ impl Network for AnalyticalNetwork<'_> {
         dst: RankId,
         bytes: Bytes,
     ) -> Result<(), NetworkError> {
-        let time = self.time_step(&[(src, dst)], bytes, 1)?;
+        let time = self.time_step(&[(src, dst, 1)], bytes, 1)?;
         Ok(context.complete_after(time, token)?)
     }
 

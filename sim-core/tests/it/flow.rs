@@ -4,7 +4,7 @@
 use proptest::prelude::*;
 use sim_core::exec::{Timeline, run};
 use sim_core::flow::FlowNetwork;
-use sim_core::graph::{CollectiveKind, GraphBuilder, OpId, RankId, StreamId};
+use sim_core::graph::{CollectiveAlgorithm, CollectiveKind, GraphBuilder, OpId, RankId, StreamId};
 use sim_core::network::AnalyticalNetwork;
 use sim_core::units::{Bytes, SimDuration};
 use topology::{ClusterSpec, FabricSpec, IntraNode, NetworkSpec, Routing, Topology, XgftSpec};
@@ -124,7 +124,7 @@ fn simgrid_two_flow_micro_test_shape_on_a_star() {
 
 fn ring_time(ranks: u32, bytes: Bytes, flow: bool) -> (Timeline, Option<sim_core::flow::Audit>) {
     let topology = star(ranks);
-    let graph = lone_collective(ranks, CollectiveKind::AllReduce, bytes);
+    let graph = lone_collective(ranks, CollectiveKind::AllReduce, CollectiveAlgorithm::Ring, bytes);
     if flow {
         let mut network = FlowNetwork::new(&topology).audited();
         let timeline = run(&graph, &mut network).unwrap();

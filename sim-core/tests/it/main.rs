@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
+mod collectives;
 mod flow;
 mod network;
 mod reference;
@@ -28,12 +29,16 @@ pub fn single_switch(nodes: u32, bandwidth: &str, latency: &str) -> Topology {
     .unwrap()
 }
 
-/// One collective of `kind` over all `ranks`, nothing else.
-pub fn lone_collective(ranks: u32, kind: CollectiveKind, bytes: Bytes) -> ExecGraph {
+/// One collective of `kind` by `algorithm` over all `ranks`, nothing else.
+pub fn lone_collective(
+    ranks: u32,
+    kind: CollectiveKind,
+    algorithm: CollectiveAlgorithm,
+    bytes: Bytes,
+) -> ExecGraph {
     let mut graph = GraphBuilder::new(ranks);
     let group = graph.add_group((0..ranks).map(RankId).collect());
-    let collective =
-        graph.add_collective(Collective { kind, group, bytes, algorithm: CollectiveAlgorithm::Auto });
+    let collective = graph.add_collective(Collective { kind, group, bytes, algorithm });
     for rank in 0..ranks {
         graph.collective(RankId(rank), StreamId(0), collective, kind.name(), &[]);
     }

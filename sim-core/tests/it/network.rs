@@ -5,7 +5,7 @@
 
 use sim_core::exec::run;
 use sim_core::flow::FlowNetwork;
-use sim_core::graph::{CollectiveKind, ExecGraph, GraphBuilder, RankId, StreamId};
+use sim_core::graph::{CollectiveAlgorithm, CollectiveKind, ExecGraph, GraphBuilder, RankId, StreamId};
 use sim_core::units::{Bytes, SimDuration};
 use topology::{
     CascadeSpec, ClusterSpec, DragonflySpec, FabricSpec, IntraNode, LinkSpec, NetworkSpec, Routing, Topology,
@@ -87,7 +87,7 @@ fn every_fat_tree_and_dragonfly_row_matches_simgrid_maxmin() {
         let maxmin_ms: f64 = cells[4].parse().unwrap();
         let topology = cluster(hosts, NetworkSpec::new(simgrid_fabric(label)));
         let graph = match pattern {
-            "ring" => lone_collective(hosts, CollectiveKind::AllReduce, bytes),
+            "ring" => lone_collective(hosts, CollectiveKind::AllReduce, CollectiveAlgorithm::Ring, bytes),
             "perm" => shift_permutation(hosts, bytes.0),
             other => panic!("unknown pattern {other}"),
         };

@@ -2,7 +2,7 @@
 //! in `../shared/reference/simulators.md` (read from there, never copied).
 
 use sim_core::exec::run;
-use sim_core::graph::CollectiveKind;
+use sim_core::graph::{CollectiveAlgorithm, CollectiveKind};
 use sim_core::network::AnalyticalNetwork;
 use sim_core::units::{Bytes, SimDuration};
 
@@ -23,7 +23,8 @@ fn ring_allreduce_equals_the_alpha_beta_closed_form() {
     // 2(p-1) alpha + 2(p-1)/p S/B, alpha = 2 links x 1.5 us, B = 25 GB/s (40 ps per byte).
     for (p, bytes) in [(2u64, 1000u64), (4, 1 << 20), (12, 12_000_000), (64, 1 << 30)] {
         let topology = single_switch(p as u32, "200 Gb/s", "1.5 us");
-        let graph = lone_collective(p as u32, CollectiveKind::AllReduce, Bytes(bytes));
+        let graph =
+            lone_collective(p as u32, CollectiveKind::AllReduce, CollectiveAlgorithm::Ring, Bytes(bytes));
         let timeline = run(&graph, &mut AnalyticalNetwork::new(&topology)).unwrap();
         let alpha = 3_000_000u64;
         let expected = 2 * (p - 1) * alpha + (2 * (p - 1) * bytes * 40).div_ceil(p);
@@ -51,7 +52,7 @@ fn single_switch_ring_matches_simgrid_and_astra_sim_within_0_01_percent() {
         let astra_unaware_ms: f64 = cells[4].parse().unwrap();
 
         let topology = single_switch(ranks, "100 Gb/s", "1 us");
-        let graph = lone_collective(ranks, CollectiveKind::AllReduce, bytes);
+        let graph = lone_collective(ranks, CollectiveKind::AllReduce, CollectiveAlgorithm::Ring, bytes);
         let timeline = run(&graph, &mut AnalyticalNetwork::new(&topology)).unwrap();
         let ours_ms = timeline.makespan().as_secs_f64() * 1e3;
         for (name, reference) in [("formula", formula_ms), ("SimGrid MAXMIN", simgrid_ms)] {
@@ -80,10 +81,16 @@ fn single_switch_ring_matches_simgrid_and_astra_sim_within_0_01_percent() {
 fn broadcast_and_all_to_all_follow_their_closed_forms() {
     let topology = single_switch(16, "100 Gb/s", "1 us");
     let message = 2_000_000 + 80 * (1 << 20); // 2 us + 1 MiB at 12.5 GB/s
-    let broadcast = lone_collective(16, CollectiveKind::Broadcast { root: 3 }, Bytes(1 << 20));
+    let broadcast = lone_collective(
+        16,
+        CollectiveKind::Broadcast { root: 3 },
+        CollectiveAlgorithm::BinomialTree,
+        Bytes(1 << 20),
+    );
     let timeline = run(&broadcast, &mut AnalyticalNetwork::new(&topology)).unwrap();
     assert_eq!(timeline.makespan(), SimDuration::from_ps(4 * message));
-    let all_to_all = lone_collective(16, CollectiveKind::AllToAll, Bytes(16 << 20));
+    let all_to_all =
+        lone_collective(16, CollectiveKind::AllToAll, CollectiveAlgorithm::Pairwise, Bytes(16 << 20));
     let timeline = run(&all_to_all, &mut AnalyticalNetwork::new(&topology)).unwrap();
     assert_eq!(timeline.makespan(), SimDuration::from_ps(15 * message));
 }
@@ -107,7 +114,7 @@ fn multi_node_ring_uses_every_nic_like_nccl_on_dgx_a100() {
         .unwrap();
         let ranks = nodes * 8;
         let bytes = Bytes(1 << 30);
-        let graph = lone_collective(ranks, CollectiveKind::AllReduce, bytes);
+        let graph = lone_collective(ranks, CollectiveKind::AllReduce, CollectiveAlgorithm::Ring, bytes);
         let seconds = run(&graph, &mut AnalyticalNetwork::new(&topology)).unwrap().makespan().as_secs_f64();
         let p = f64::from(ranks);
         let bus_bandwidth = bytes.as_f64() / seconds * 2.0 * (p - 1.0) / p / 1e9;

@@ -1,0 +1,181 @@
+//! Collective algorithms end to end: the flow model against the analytical closed forms where
+//! nothing else contends, NCCL-like choice, bus bandwidth, and all-to-all under
+//! oversubscription.
+
+use sim_core::collective::{analytical_time, choose};
+use sim_core::exec::run;
+use sim_core::flow::FlowNetwork;
+use sim_core::graph::{CollectiveAlgorithm, CollectiveKind, RankId};
+use sim_core::network::AnalyticalNetwork;
+use sim_core::units::Bytes;
+use topology::{ClusterSpec, FabricSpec, IntraNode, LinkSpec, NetworkSpec, Topology, XgftSpec};
+
+use crate::{lone_collective, single_switch};
+
+/// `nodes` DGX-like servers: 8 GPUs on an NVSwitch (300 GB/s, 0.7 us), one 200 Gb/s NIC each.
+fn dgx(nodes: u32) -> Topology {
+    let nvswitch = LinkSpec::new("300 GB/s".parse().unwrap(), "0.7 us".parse().unwrap());
+    let nic = LinkSpec::new("200 Gb/s".parse().unwrap(), "1 us".parse().unwrap());
+    Topology::build(&ClusterSpec {
+        nodes,
+        gpus_per_node: 8,
+        intra_node: IntraNode::NvSwitch(nvswitch),
+        network: NetworkSpec::single_switch(nic),
+        host_memory: None,
+    })
+    .unwrap()
+}
+
+fn times(
+    topology: &Topology,
+    kind: CollectiveKind,
+    algorithm: CollectiveAlgorithm,
+    bytes: u64,
+) -> (f64, f64) {
+    let ranks = topology.host_count() as u32;
+    let graph = lone_collective(ranks, kind, algorithm, Bytes(bytes));
+    let analytical = run(&graph, &mut AnalyticalNetwork::new(topology)).unwrap().makespan().as_secs_f64();
+    let flow = run(&graph, &mut FlowNetwork::new(topology)).unwrap().makespan().as_secs_f64();
+    (analytical, flow)
+}
+
+#[test]
+fn flow_and_analytical_agree_on_an_uncontended_network_for_large_messages() {
+    use CollectiveAlgorithm as A;
+    use CollectiveKind as K;
+    let switch = single_switch(16, "100 Gb/s", "1 us");
+    let servers = dgx(2);
+    let cases = [
+        (&switch, K::AllReduce, A::Ring),
+        (&switch, K::AllReduce, A::HalvingDoubling),
+        (&switch, K::AllReduce, A::DoubleBinaryTree),
+        (&switch, K::AllGather, A::Ring),
+        (&switch, K::ReduceScatter, A::Ring),
+        (&switch, K::Broadcast { root: 3 }, A::Chain),
+        (&switch, K::AllToAll, A::Pairwise),
+        (&servers, K::AllReduce, A::Ring),
+        (&servers, K::AllReduce, A::Hierarchical),
+    ];
+    for (topology, kind, algorithm) in cases {
+        let (analytical, flow) = times(topology, kind, algorithm, 64 << 20);
+        let gap = (flow - analytical) / analytical;
+        println!(
+            "{:>14} {:>18}: analytical {analytical:.6} s, flow {flow:.6} s ({:+.3}%)",
+            kind.name(),
+            algorithm.name(),
+            gap * 100.0
+        );
+        assert!(gap.abs() < 0.01, "{kind:?} by {algorithm:?}: analytical {analytical} s vs flow {flow} s");
+    }
+}
+
+#[test]
+fn ring_bus_bandwidth_approaches_the_link_bandwidth() {
+    let topology = single_switch(16, "100 Gb/s", "1 us");
+    let (analytical, flow) = times(&topology, CollectiveKind::AllReduce, CollectiveAlgorithm::Ring, 1 << 30);
+    for seconds in [analytical, flow] {
+        let bus_bandwidth = (1u64 << 30) as f64 / seconds * 2.0 * 15.0 / 16.0;
+        assert!(bus_bandwidth > 0.99 * 12.5e9 && bus_bandwidth <= 12.5e9, "busbw {bus_bandwidth} B/s");
+    }
+}
+
+#[test]
+fn auto_picks_the_tree_for_small_and_the_ring_for_large_allreduces_across_servers() {
+    let topology = dgx(4);
+    let group: Vec<RankId> = (0..32).map(RankId).collect();
+    let mut network = AnalyticalNetwork::new(&topology);
+    let mut crossover = None;
+    let mut previous = None;
+    for power in 10..=32 {
+        let bytes = Bytes(1 << power);
+        let chosen = choose(CollectiveKind::AllReduce, bytes, &group, &mut network).unwrap();
+        if power == 10 {
+            assert_eq!(chosen, CollectiveAlgorithm::DoubleBinaryTree, "1 KiB");
+        }
+        if previous == Some(CollectiveAlgorithm::DoubleBinaryTree) && chosen == CollectiveAlgorithm::Ring {
+            crossover = Some(bytes);
+        }
+        previous = Some(chosen);
+    }
+    assert_eq!(previous, Some(CollectiveAlgorithm::Ring), "4 GiB");
+    println!("tree up to, ring from {}", crossover.unwrap());
+    // Auto never does worse than either candidate.
+    for bytes in [1u64 << 12, 1 << 20, 1 << 26, 1 << 30] {
+        let mut time = |algorithm| {
+            analytical_time(CollectiveKind::AllReduce, algorithm, Bytes(bytes), &group, &mut network).unwrap()
+        };
+        let auto = time(CollectiveAlgorithm::Auto);
+        assert_eq!(auto, time(CollectiveAlgorithm::Ring).min(time(CollectiveAlgorithm::DoubleBinaryTree)));
+    }
+}
+
+/// A k = 4 fat-tree (16 hosts) whose core cables are `core` times oversubscribed.
+fn fat_tree(core: f64) -> Topology {
+    let link = LinkSpec::new("100 Gb/s".parse().unwrap(), "1 us".parse().unwrap());
+    let mut spec = XgftSpec::k_ary(4, 3, vec![link; 3]).unwrap();
+    spec.oversubscription = vec![1.0, 1.0, core];
+    Topology::build(&ClusterSpec {
+        nodes: 16,
+        gpus_per_node: 1,
+        intra_node: IntraNode::NvSwitch(link),
+        network: NetworkSpec::new(FabricSpec::FatTree(spec)),
+        host_memory: None,
+    })
+    .unwrap()
+}
+
+#[test]
+fn all_to_all_slows_by_the_oversubscription_factor_on_the_traffic_that_crosses_the_core() {
+    // On a k = 4 fat-tree a host's all-to-all sends 15 shares: 12 leave its pod over the core,
+    // whose links each carry 12 shares (48 out of a pod over 4 core links). Full bisection:
+    // the host links (15 shares) are the bottleneck. At 2:1 the core links behave like 24
+    // shares: the run takes 24/15 = 2 x 12/15 = 1.6 times as long (the oversubscription times
+    // the fraction of traffic that crosses the core, which tends to the full factor as pods
+    // get smaller relative to the cluster).
+    let bytes = 128u64 << 20;
+    let (full_analytical, full_flow) =
+        times(&fat_tree(1.0), CollectiveKind::AllToAll, CollectiveAlgorithm::Direct, bytes);
+    let (over_analytical, over_flow) =
+        times(&fat_tree(2.0), CollectiveKind::AllToAll, CollectiveAlgorithm::Direct, bytes);
+    let ratio = over_flow / full_flow;
+    println!(
+        "flow: full {full_flow:.6} s, 2:1 {over_flow:.6} s: {ratio:.3}x; analytical {full_analytical:.6} / {over_analytical:.6} s"
+    );
+    assert!((ratio - 1.6).abs() < 0.01, "2:1 oversubscription slowed all-to-all {ratio:.3}x, expected 1.6x");
+    assert!((over_analytical / full_analytical - 1.6).abs() < 0.01);
+}
+
+#[test]
+fn the_analytical_model_is_optimistic_when_collectives_contend() {
+    // A ring allreduce and, at the same time, a shift permutation on the same 16 hosts of a
+    // single switch: every host link carries both. The analytical model times each alone; the
+    // flow model shares the links and finishes later.
+    let topology = single_switch(16, "100 Gb/s", "1 us");
+    let mut graph = sim_core::graph::GraphBuilder::new(16);
+    let group = graph.add_group((0..16).map(RankId).collect());
+    let allreduce = graph.add_collective(sim_core::graph::Collective {
+        kind: CollectiveKind::AllReduce,
+        group,
+        bytes: Bytes(256 << 20),
+        algorithm: CollectiveAlgorithm::Ring,
+    });
+    for rank in 0..16 {
+        graph.collective(RankId(rank), sim_core::graph::StreamId(0), allreduce, "allreduce", &[]);
+        graph.transfer(
+            RankId(rank),
+            sim_core::graph::StreamId(1),
+            RankId((rank + 8) % 16),
+            Bytes(256 << 20),
+            "shift",
+            &[],
+        );
+    }
+    let graph = graph.build().unwrap();
+    let analytical = run(&graph, &mut AnalyticalNetwork::new(&topology)).unwrap().makespan().as_secs_f64();
+    let flow = run(&graph, &mut FlowNetwork::new(&topology)).unwrap().makespan().as_secs_f64();
+    println!("analytical {analytical:.6} s, flow {flow:.6} s");
+    // Alone: the allreduce moves 480 MiB per host link in 40 ms, the shift 256 MiB in 21 ms;
+    // together every link carries 736 MiB: at least 61 ms.
+    assert!(flow > 1.4 * analytical, "flow {flow} s vs analytical {analytical} s");
+    assert!(flow >= (736u64 << 20) as f64 / 12.5e9);
+}
