@@ -1,7 +1,29 @@
-//! The roofline compute model: how long one kernel takes on one device.
+//! The compute model: how long one kernel takes on one device.
 //!
-//! `time = max(flops / (peak(dtype) * efficiency(class)), bytes / (memory_bandwidth *
-//! memory_efficiency)) + launch_overhead`.
+//! A roofline per kernel with size-dependent efficiencies (documented with their sources in
+//! `docs/compute-model.md`):
+//!
+//! ```text
+//! time = max(flops / compute_rate, bytes / memory_rate) + launch_overhead
+//!
+//! GEMM class:              compute_rate = peak(dtype) * gemm_efficiency * w / (w + w_half)
+//!                          w = flops, w_half = gemm_half_time * reference_rate(device)
+//! element-wise, reduction: compute_rate = vector_peak(device, dtype) * vector_efficiency
+//! every class:             memory_rate  = bandwidth * memory_efficiency * q / (q + q_half)
+//!                          q = bytes, q_half = memory_half_time * bandwidth
+//! ```
+//!
+//! Both efficiencies rise with the work of the kernel and saturate: a large matrix product
+//! reaches `gemm_efficiency` of the dtype's peak, a small one cannot fill the device (too few
+//! tiles for its multiprocessors, pipeline fill and drain), and a small copy does not reach the
+//! memory's bandwidth. The hyperbolic form is the same as an affine time: a GEMM costs
+//! `(flops / peak + gemm_half_time * reference_rate / peak) / gemm_efficiency`, a fixed ramp plus
+//! work at the saturated rate; likewise for memory.
+//!
+//! Mixed precision: the dtype decides the peak a GEMM runs at (fp16/bf16/fp8/tf32 on the matrix
+//! units). Element-wise and reduction kernels compute in fp32 registers whatever the storage
+//! dtype (as PyTorch does for half-precision tensors), so their compute rate is the device's
+//! fp32 rate (fp64 for fp64 tensors); they move `dtype`-sized elements.
 
 use serde::{Deserialize, Serialize};
 use sim_core::units::{SimDuration, TimeOverflow, UnitError};
@@ -39,42 +61,62 @@ pub enum ComputeError {
     Overflow(TimeOverflow),
 }
 
-/// Roofline parameters: the fraction of peak compute and memory bandwidth kernels reach, and
-/// the fixed cost of launching one.
+/// The compute model's parameters: efficiency curves per operation class and the fixed cost of
+/// launching a kernel. A scenario's `[compute]` table sets them (kebab-case keys, unknown keys
+/// rejected); every key has the default below.
 ///
-/// The defaults (60% of peak FLOP/s, 70% of peak memory bandwidth, 4 us per kernel) are
-/// assumptions, not measurements: they stand until calibration from real traces (a later
-/// issue) replaces them.
+/// The defaults are documented with their sources in `docs/compute-model.md`: `gemm-efficiency`
+/// 0.8 is the median of the published maximum achievable matmul efficiencies of NVIDIA data
+/// centre GPUs (Bekman, "Machine Learning Engineering", MAMF table: A100 SXM 85.9%, GH200 83%,
+/// A100 PCIe 82.2%, H100 SXM 80.1%); the other five are assumptions informed by public
+/// measurements, to be replaced by calibration against traces.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ComputeModel {
-    /// Fraction of the device's peak FLOP/s that kernels reach, in (0, 1]. Applied to every
-    /// [`OpClass`]: element-wise and reduction kernels are memory-bound, so for them the
-    /// memory term decides and this value rarely matters.
+    /// Fraction of the dtype's peak FLOP/s that large GEMM-class kernels (matrix products,
+    /// convolutions, attention) reach, in (0, 1]: the curve's saturation value.
     pub gemm_efficiency: f64,
-    /// Fraction of the device's peak memory bandwidth that kernels reach, in (0, 1].
+    /// Work, expressed as time at the device's reference rate (its fp16 matrix rate, else bf16,
+    /// else its fastest), at which a GEMM reaches half of `gemm_efficiency`. Zero makes the GEMM
+    /// efficiency flat.
+    pub gemm_half_time: SimDuration,
+    /// Fraction of the device's fp32 rate (fp64 for fp64 tensors) that element-wise and
+    /// reduction kernels reach, in (0, 1]. They are memory-bound on every device in the
+    /// catalog, so this rarely decides a time.
+    pub vector_efficiency: f64,
+    /// Fraction of the device's peak memory bandwidth that large kernels reach, in (0, 1].
     pub memory_efficiency: f64,
+    /// Traffic, expressed as time at the device's peak bandwidth, at which a kernel reaches half
+    /// of `memory_efficiency`. Zero makes the bandwidth efficiency flat.
+    pub memory_half_time: SimDuration,
     /// Fixed time added to every kernel (launch and scheduling).
     pub launch_overhead: SimDuration,
 }
 
 impl Default for ComputeModel {
-    /// Assumed values until calibration lands: 0.6, 0.7 and 4 us.
+    /// The documented defaults: GEMMs saturate at 80% of peak and reach half of it at 3 us of
+    /// work, element-wise math at 50% of the fp32 rate, memory at 80% of its bandwidth with a
+    /// 1 us ramp, and 4 us per kernel launch.
     fn default() -> Self {
         ComputeModel {
-            gemm_efficiency: 0.6,
-            memory_efficiency: 0.7,
+            gemm_efficiency: 0.8,
+            gemm_half_time: SimDuration::from_us(3),
+            vector_efficiency: 0.5,
+            memory_efficiency: 0.8,
+            memory_half_time: SimDuration::from_us(1),
             launch_overhead: SimDuration::from_us(4),
         }
     }
 }
 
 impl ComputeModel {
-    /// Checks that both efficiencies are in (0, 1].
+    /// Checks that every efficiency is in (0, 1].
     pub fn validate(&self) -> Result<(), ComputeError> {
-        for (parameter, value) in
-            [("gemm-efficiency", self.gemm_efficiency), ("memory-efficiency", self.memory_efficiency)]
-        {
+        for (parameter, value) in [
+            ("gemm-efficiency", self.gemm_efficiency),
+            ("vector-efficiency", self.vector_efficiency),
+            ("memory-efficiency", self.memory_efficiency),
+        ] {
             // Written so that NaN fails too.
             if !(value > 0.0 && value <= 1.0) {
                 return Err(ComputeError::InvalidEfficiency { parameter, value: value.to_string() });
@@ -83,11 +125,99 @@ impl ComputeModel {
         Ok(())
     }
 
-    /// The compute efficiency applied to kernels of `class`.
+    /// The saturated compute efficiency of kernels of `class`: `gemm_efficiency` for GEMMs,
+    /// `vector_efficiency` (of the fp32 rate) for the others.
     pub fn compute_efficiency(&self, class: OpClass) -> f64 {
         match class {
-            OpClass::Gemm | OpClass::Elementwise | OpClass::Reduction => self.gemm_efficiency,
+            OpClass::Gemm => self.gemm_efficiency,
+            OpClass::Elementwise | OpClass::Reduction => self.vector_efficiency,
         }
+    }
+
+    /// The rate that sets the GEMM curve's scale on `device`: its fp16 matrix rate, else its
+    /// bf16 rate, else its fastest rate (CPU nodes: fp32). A bigger device needs more work to
+    /// fill; tying the half-saturation work to this rate says so with one parameter for all.
+    pub fn reference_rate(device: &Device) -> f64 {
+        device
+            .peak
+            .get(&Dtype::Fp16)
+            .or_else(|| device.peak.get(&Dtype::Bf16))
+            .copied()
+            .or_else(|| device.fastest_peak())
+            .map_or(0.0, |rate| rate.per_second())
+    }
+
+    /// FLOPs at which a GEMM on `device` reaches half of `gemm_efficiency`.
+    pub fn gemm_half_work(&self, device: &Device) -> f64 {
+        self.gemm_half_time.as_secs_f64() * Self::reference_rate(device)
+    }
+
+    /// Fraction of the dtype's peak a GEMM of `flops` FLOPs reaches on `device`:
+    /// `gemm_efficiency * flops / (flops + gemm_half_work)`. Never decreases with `flops`.
+    pub fn gemm_efficiency_at(&self, device: &Device, flops: f64) -> f64 {
+        let half = self.gemm_half_work(device);
+        if half <= 0.0 {
+            return self.gemm_efficiency;
+        }
+        self.gemm_efficiency * flops / (flops + half)
+    }
+
+    /// Bytes at which a kernel on `device` reaches half of `memory_efficiency`.
+    pub fn memory_half_bytes(&self, device: &Device) -> f64 {
+        self.memory_half_time.as_secs_f64() * device.memory_bandwidth.bytes_per_second()
+    }
+
+    /// Fraction of the peak bandwidth a kernel moving `bytes` reaches on `device`:
+    /// `memory_efficiency * bytes / (bytes + memory_half_bytes)`. Never decreases with `bytes`.
+    pub fn memory_efficiency_at(&self, device: &Device, bytes: f64) -> f64 {
+        let half = self.memory_half_bytes(device);
+        if half <= 0.0 {
+            return self.memory_efficiency;
+        }
+        self.memory_efficiency * bytes / (bytes + half)
+    }
+
+    /// The peak that element-wise and reduction kernels compute at: the device's fp64 rate for
+    /// fp64 tensors, its fp32 rate otherwise (the dtype's own rate if it lists no fp32).
+    fn vector_peak(device: &Device, dtype: Dtype) -> Result<f64, DeviceError> {
+        let wide = if dtype == Dtype::Fp64 { Dtype::Fp64 } else { Dtype::Fp32 };
+        match device.peak.get(&wide) {
+            Some(rate) => Ok(rate.per_second()),
+            None => Ok(device.peak(dtype)?.per_second()),
+        }
+    }
+
+    /// Seconds of the compute side of a kernel: 0 without FLOPs.
+    fn compute_seconds(
+        &self,
+        device: &Device,
+        dtype: Dtype,
+        flops: f64,
+        class: OpClass,
+    ) -> Result<f64, ComputeError> {
+        // The dtype must exist on the device whatever the class: a scenario in fp16 on a CPU
+        // node is an error even for its element-wise layers.
+        let peak = device.peak(dtype)?.per_second();
+        if flops == 0.0 {
+            return Ok(0.0);
+        }
+        Ok(match class {
+            // flops / (peak * e * w / (w + w_half)) = (w + w_half) / (peak * e): no division by
+            // a vanishing efficiency for tiny kernels.
+            OpClass::Gemm => (flops + self.gemm_half_work(device)) / (peak * self.gemm_efficiency),
+            OpClass::Elementwise | OpClass::Reduction => {
+                flops / (Self::vector_peak(device, dtype)? * self.vector_efficiency)
+            }
+        })
+    }
+
+    /// Seconds of the memory side of a kernel: 0 without traffic.
+    fn memory_seconds(&self, device: &Device, bytes: f64) -> f64 {
+        if bytes == 0.0 {
+            return 0.0;
+        }
+        (bytes + self.memory_half_bytes(device))
+            / (device.memory_bandwidth.bytes_per_second() * self.memory_efficiency)
     }
 
     /// Time of one kernel doing `flops` FLOPs and moving `bytes` bytes of device memory on
@@ -107,9 +237,8 @@ impl ComputeModel {
                 return Err(ComputeError::InvalidWork { quantity, value: value.to_string() });
             }
         }
-        let peak = device.peak(dtype)?.per_second() * self.compute_efficiency(class);
-        let bandwidth = device.memory_bandwidth.bytes_per_second() * self.memory_efficiency;
-        let seconds = (flops / peak).max(bytes / bandwidth);
+        let seconds =
+            self.compute_seconds(device, dtype, flops, class)?.max(self.memory_seconds(device, bytes));
         SimDuration::from_secs_f64(seconds)
             .map_err(ComputeError::Duration)?
             .checked_add(self.launch_overhead)
@@ -139,53 +268,150 @@ mod tests {
         DeviceCatalog::builtin().get("a100-sxm4-80gb").unwrap()
     }
 
+    fn ps(seconds: f64) -> f64 {
+        seconds * 1e12
+    }
+
     #[test]
-    fn a_big_gemm_is_compute_bound() {
+    fn a_big_gemm_is_compute_bound_near_the_saturated_efficiency() {
         let model = ComputeModel::default();
         // 8192^3 matrix product in fp16: 1.1 TFLOP over 3 x 128 MiB.
         let n = 8192.0_f64;
         let flops = 2.0 * n * n * n;
         let bytes = 3.0 * n * n * 2.0;
         let time = model.duration(a100(), Dtype::Fp16, flops, bytes, OpClass::Gemm).unwrap();
-        let expected_ps = (flops / (312e12 * 0.6) + 4e-6) * 1e12;
-        assert!((time.as_ps() as f64 - expected_ps).abs() <= 1.0, "{time} vs {expected_ps} ps");
-        let memory_ps = bytes / (2039e9 * 0.7) * 1e12;
-        assert!(expected_ps > 10.0 * memory_ps);
+        let half_work = 3e-6 * 312e12;
+        let expected = ps((flops + half_work) / (312e12 * 0.8) + 4e-6);
+        assert!((time.as_ps() as f64 - expected).abs() <= 1.0, "{time} vs {expected} ps");
+        assert!(model.gemm_efficiency_at(a100(), flops) > 0.999 * 0.8);
+        let memory = ps(bytes / (2039e9 * 0.8));
+        assert!(expected > 10.0 * memory);
     }
 
     #[test]
-    fn an_elementwise_op_is_memory_bound() {
+    fn a_tiny_gemm_is_launch_bound() {
+        let model = ComputeModel::default();
+        let n = 64.0_f64;
+        let flops = 2.0 * n * n * n;
+        let time = model.duration(a100(), Dtype::Fp16, flops, 3.0 * n * n * 2.0, OpClass::Gemm).unwrap();
+        assert!(model.gemm_efficiency_at(a100(), flops) < 0.001);
+        // Launch plus the GEMM ramp (3 us / 0.8); the FLOPs themselves add almost nothing.
+        let floor = 4e-6 + 3e-6 / 0.8;
+        assert!(time.as_secs_f64() >= floor && time.as_secs_f64() < floor * 1.01, "{time}");
+        // A kernel with no work at all costs the launch overhead alone.
+        let empty = model.duration(a100(), Dtype::Fp32, 0.0, 0.0, OpClass::Gemm).unwrap();
+        assert_eq!(empty, SimDuration::from_us(4));
+    }
+
+    #[test]
+    fn bigger_kernels_never_run_at_lower_efficiency_or_take_less_time() {
+        let model = ComputeModel::default();
+        for device in DeviceCatalog::builtin().devices() {
+            let mut previous = (0.0, 0.0, SimDuration::ZERO);
+            for step in 0..=160 {
+                let work = 10f64.powf(step as f64 / 10.0); // 1 to 1e16
+                let gemm = model.gemm_efficiency_at(device, work);
+                let memory = model.memory_efficiency_at(device, work);
+                let dtype = *device.peak.keys().next().unwrap();
+                let time = model.duration(device, dtype, work, work / 10.0, OpClass::Gemm).unwrap();
+                assert!(gemm >= previous.0 && memory >= previous.1, "{} at {work}", device.name);
+                assert!(time >= previous.2, "{} at {work}", device.name);
+                assert!(gemm <= model.gemm_efficiency && memory <= model.memory_efficiency);
+                previous = (gemm, memory, time);
+            }
+        }
+    }
+
+    #[test]
+    fn an_elementwise_op_is_memory_bound_at_the_memory_curve() {
         let model = ComputeModel::default();
         // ReLU over 64M fp16 elements: read and write.
         let elements = 64.0 * 1024.0 * 1024.0;
         let bytes = 2.0 * elements * 2.0;
         let time = model.duration(a100(), Dtype::Fp16, elements, bytes, OpClass::Elementwise).unwrap();
-        let expected_ps = (bytes / (2039e9 * 0.7) + 4e-6) * 1e12;
-        assert!((time.as_ps() as f64 - expected_ps).abs() <= 1.0, "{time} vs {expected_ps} ps");
+        let expected = ps((bytes + 1e-6 * 2039e9) / (2039e9 * 0.8) + 4e-6);
+        assert!((time.as_ps() as f64 - expected).abs() <= 1.0, "{time} vs {expected} ps");
+        // A small copy does not reach the bandwidth: 1 MB runs at under half the large rate.
+        assert!(model.memory_efficiency_at(a100(), 1e6) < 0.5 * 0.8);
+        assert!(model.memory_efficiency_at(a100(), 1e10) > 0.99 * 0.8);
     }
 
     #[test]
-    fn fp16_gemms_are_faster_than_fp32_on_a100() {
+    fn elementwise_math_runs_at_the_fp32_rate_whatever_the_storage_dtype() {
         let model = ComputeModel::default();
+        // Compute-heavy, no traffic: the fp32 rate (19.5 TFLOP/s) at 50%, not the 312 TFLOP/s
+        // of the fp16 matrix units.
         let flops = 1e12;
-        let half = model.duration(a100(), Dtype::Fp16, flops, 1e8, OpClass::Gemm).unwrap();
-        let single = model.duration(a100(), Dtype::Fp32, flops, 2e8, OpClass::Gemm).unwrap();
-        assert!(half < single, "{half} vs {single}");
+        for dtype in [Dtype::Fp16, Dtype::Bf16, Dtype::Fp32, Dtype::Tf32] {
+            let time = model.duration(a100(), dtype, flops, 0.0, OpClass::Elementwise).unwrap();
+            let expected = ps(flops / (19.5e12 * 0.5) + 4e-6);
+            assert!((time.as_ps() as f64 - expected).abs() <= 1.0, "{dtype}: {time}");
+        }
     }
 
     #[test]
-    fn empty_kernels_cost_the_launch_overhead() {
+    fn half_precision_gemms_are_faster_than_fp32_on_every_matrix_unit_device() {
         let model = ComputeModel::default();
-        let time = model.duration(a100(), Dtype::Fp32, 0.0, 0.0, OpClass::Elementwise).unwrap();
-        assert_eq!(time, SimDuration::from_us(4));
+        for device in DeviceCatalog::builtin().devices() {
+            let (Ok(half), Ok(single)) = (device.peak(Dtype::Fp16), device.peak(Dtype::Fp32)) else {
+                continue; // CPU nodes have no fp16
+            };
+            assert!(half.per_second() > single.per_second(), "{}", device.name);
+            for n in [256.0_f64, 1024.0, 8192.0] {
+                let flops = 2.0 * n * n * n;
+                let fp16 =
+                    model.duration(device, Dtype::Fp16, flops, 3.0 * n * n * 2.0, OpClass::Gemm).unwrap();
+                let fp32 =
+                    model.duration(device, Dtype::Fp32, flops, 3.0 * n * n * 4.0, OpClass::Gemm).unwrap();
+                assert!(fp16 < fp32, "{} n={n}: {fp16} vs {fp32}", device.name);
+            }
+        }
+    }
+
+    #[test]
+    fn the_curve_scales_with_the_device() {
+        let model = ComputeModel::default();
+        let catalog = DeviceCatalog::builtin();
+        let h100 = catalog.get("h100-sxm5-80gb").unwrap();
+        let cpu = catalog.get("xeon-8160-2s").unwrap();
+        // The same 2 GFLOP GEMM fills a CPU node but not an H100.
+        let flops = 2e9;
+        assert!(model.gemm_efficiency_at(cpu, flops) > 0.75);
+        assert!(model.gemm_efficiency_at(h100, flops) < 0.4);
+        assert!(model.gemm_efficiency_at(a100(), flops) > model.gemm_efficiency_at(h100, flops));
+        assert_eq!(ComputeModel::reference_rate(cpu), 6.144e12);
+        assert_eq!(ComputeModel::reference_rate(h100), 989.4e12);
+    }
+
+    #[test]
+    fn zero_half_times_give_the_flat_roofline() {
+        let flat = ComputeModel {
+            gemm_efficiency: 0.6,
+            gemm_half_time: SimDuration::ZERO,
+            memory_efficiency: 0.7,
+            memory_half_time: SimDuration::ZERO,
+            ..Default::default()
+        };
+        let (flops, bytes) = (1e9, 1e6);
+        let time = flat.duration(a100(), Dtype::Fp16, flops, bytes, OpClass::Gemm).unwrap();
+        let expected = ps((flops / (312e12 * 0.6)).max(bytes / (2039e9 * 0.7)) + 4e-6);
+        assert!((time.as_ps() as f64 - expected).abs() <= 1.0, "{time} vs {expected} ps");
+        assert_eq!(flat.gemm_efficiency_at(a100(), 1.0), 0.6);
+        assert_eq!(flat.memory_efficiency_at(a100(), 1.0), 0.7);
     }
 
     #[test]
     fn invalid_parameters_and_missing_dtypes_are_errors() {
         let device = a100();
-        for (gemm, memory) in [(0.0, 0.7), (1.5, 0.7), (0.6, -0.1), (0.6, f64::NAN)] {
-            let model =
-                ComputeModel { gemm_efficiency: gemm, memory_efficiency: memory, ..Default::default() };
+        for (gemm, vector, memory) in
+            [(0.0, 0.5, 0.7), (1.5, 0.5, 0.7), (0.6, 0.5, -0.1), (0.6, f64::NAN, 0.7)]
+        {
+            let model = ComputeModel {
+                gemm_efficiency: gemm,
+                vector_efficiency: vector,
+                memory_efficiency: memory,
+                ..Default::default()
+            };
             let error = model.duration(device, Dtype::Fp16, 1.0, 1.0, OpClass::Gemm).unwrap_err();
             assert!(matches!(error, ComputeError::InvalidEfficiency { .. }), "{error}");
             assert!(error.to_string().contains("at most 1"), "{error}");
@@ -196,6 +422,9 @@ mod tests {
             error.contains("a100-sxm4-80gb") && error.contains("fp8") && error.contains("bf16"),
             "{error}"
         );
+        let cpu = DeviceCatalog::builtin().get("xeon-8280-2s").unwrap();
+        let error = model.duration(cpu, Dtype::Fp16, 0.0, 1.0, OpClass::Elementwise).unwrap_err();
+        assert!(error.to_string().contains("no fp16 rate"), "{error}");
         let error = model.duration(device, Dtype::Fp16, -1.0, 1.0, OpClass::Gemm).unwrap_err().to_string();
         assert!(error.contains("flops"), "{error}");
         assert!(model.duration(device, Dtype::Fp16, 1e40, 0.0, OpClass::Gemm).is_err());
@@ -221,11 +450,17 @@ mod tests {
 
     #[test]
     fn scenario_files_can_override_parameters() {
-        let model: ComputeModel =
-            toml::from_str("gemm-efficiency = 0.5\nlaunch-overhead = \"2 us\"").unwrap();
+        let model: ComputeModel = toml::from_str(
+            "gemm-efficiency = 0.5\nlaunch-overhead = \"2 us\"\ngemm-half-time = \"5 us\"\nmemory-half-time = \"0 s\"\nvector-efficiency = 0.25",
+        )
+        .unwrap();
         assert_eq!(model.gemm_efficiency, 0.5);
-        assert_eq!(model.memory_efficiency, 0.7);
+        assert_eq!(model.memory_efficiency, 0.8);
         assert_eq!(model.launch_overhead, SimDuration::from_us(2));
+        assert_eq!(model.gemm_half_time, SimDuration::from_us(5));
+        assert_eq!(model.memory_half_time, SimDuration::ZERO);
+        assert_eq!(model.vector_efficiency, 0.25);
         assert!(toml::from_str::<ComputeModel>("gemm-eff = 0.5").is_err());
+        assert!(toml::from_str::<ComputeModel>("gemm-half-time = 3").is_err(), "a bare number needs a unit");
     }
 }

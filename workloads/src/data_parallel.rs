@@ -18,6 +18,16 @@
 //! layers (a layer's weight and bias go to the same bucket), which moves boundaries by at most
 //! one layer.
 //!
+//! Activation recomputation ([`Recompute`]) re-runs forward kernels in the backward pass:
+//! `selective` re-runs each standard attention core just before its backward, `full` re-runs a
+//! whole numbered block (a transformer layer, a residual block) before the block's backward, as
+//! [`MemoryPlan::recomputed_ranges`] lists them. Recomputed kernels take time but are not
+//! counted in [`Lowered::flops_per_rank_iteration`] (model FLOPs, for MFU).
+//!
+//! [`DataParallel::memory`] is what one rank holds: the model state, the activations of its
+//! batch and DDP's bucket buffers (DDP copies gradients into its buckets unless
+//! `gradient_as_bucket_view=True`, so the buckets are a second copy of the gradients).
+//!
 //! Not modelled (yet): data loading, the loss kernel, slowdown of compute kernels while NCCL
 //! kernels share the GPU, gradient scaling checks of mixed precision.
 
@@ -32,6 +42,7 @@ use sim_core::units::{Bytes, SimDuration};
 use crate::compute::{ComputeError, ComputeModel};
 use crate::device::{Device, Dtype};
 use crate::layer::{OpClass, Pass};
+use crate::memory::{MemoryBreakdown, MemoryError, MemoryPlan, Recompute, Sharding};
 use crate::model::Model;
 
 /// The stream compute kernels run on.
@@ -125,6 +136,8 @@ pub struct DataParallel<'a> {
     pub algorithm: CollectiveAlgorithm,
     /// Iterations to chain.
     pub iterations: u32,
+    /// Activations recomputed in the backward pass instead of kept.
+    pub recompute: Recompute,
 }
 
 /// The data-parallel graph could not be built.
@@ -169,11 +182,39 @@ pub struct Lowered {
     /// For each iteration, the optimizer op of every rank: the iteration is over when the
     /// last of them ends.
     pub iteration_ends: Vec<Vec<OpId>>,
-    /// FLOPs one rank executes per iteration (forward, backward, optimizer).
+    /// Model FLOPs of one rank per iteration (forward, backward, optimizer; recomputation not
+    /// included).
     pub flops_per_rank_iteration: f64,
 }
 
 impl DataParallel<'_> {
+    /// The memory plan of one rank: its whole batch in flight, DDP's bucket buffers when there
+    /// is more than one rank.
+    pub fn memory_plan(&self) -> MemoryPlan<'_> {
+        let buckets = if self.ranks > 1 {
+            Bytes(self.buckets().iter().map(|bucket| bucket.bytes.0).sum())
+        } else {
+            Bytes::ZERO
+        };
+        MemoryPlan {
+            model: self.model,
+            precision: self.precision,
+            gradient_precision: self.gradient_precision,
+            optimizer: self.optimizer,
+            micro_batch: self.batch_per_device,
+            micro_batches_in_flight: 1,
+            recompute: self.recompute,
+            sharding: Sharding::data_parallel(self.ranks),
+            communication_buffers: buckets,
+        }
+    }
+
+    /// What one rank holds at the peak of an iteration. [`MemoryBreakdown::check`] says whether
+    /// it fits the device.
+    pub fn memory(&self) -> Result<MemoryBreakdown, MemoryError> {
+        self.memory_plan().breakdown()
+    }
+
     /// Groups the layers with parameters into DDP buckets, in reverse model order.
     pub fn buckets(&self) -> Vec<Bucket> {
         let mut buckets = Vec::new();
@@ -245,6 +286,16 @@ impl DataParallel<'_> {
             .map_err(|source| LoweringError::Compute { layer: "optimizer".into(), source })?;
         flops += optimizer_flops;
 
+        // Forward kernels re-run just before the backward of the last layer of each range.
+        let mut recompute_before: Vec<Option<std::ops::Range<usize>>> = vec![None; layers.len()];
+        let mut recomputed = vec![false; layers.len()];
+        for range in self.memory_plan().recomputed_ranges() {
+            recomputed[range.clone()].iter_mut().for_each(|flag| *flag = true);
+            if let Some(last) = range.end.checked_sub(1) {
+                recompute_before[last] = Some(range);
+            }
+        }
+
         let buckets = self.buckets();
         // Which bucket (if any) closes when layer i's gradient is ready.
         let mut bucket_closed_by = vec![None; layers.len()];
@@ -270,6 +321,17 @@ impl DataParallel<'_> {
             .map(|(b, bucket)| graph.label(&format!("allreduce gradient bucket {b} ({})", bucket.bytes)))
             .collect();
         let optimizer_label = graph.label("optimizer step");
+        let recompute_names: Vec<LabelId> = layers
+            .iter()
+            .enumerate()
+            .map(|(index, l)| {
+                if recomputed[index] {
+                    graph.label(&format!("{} recompute", l.name))
+                } else {
+                    names[index][0]
+                }
+            })
+            .collect();
         let compute = |duration: SimDuration, rank, label| Op {
             kind: OpKind::Compute { duration },
             rank,
@@ -298,6 +360,13 @@ impl DataParallel<'_> {
                 }
                 let mut last_allreduce = None;
                 for index in (0..layers.len()).rev() {
+                    if let Some(range) = &recompute_before[index] {
+                        for again in range.clone() {
+                            if let Some((duration, _)) = forward[again] {
+                                graph.add_op(compute(duration, rank, recompute_names[again]), &[]);
+                            }
+                        }
+                    }
                     let mut gradient_ready = None;
                     for (pass, kernel) in [(1, &backward_data[index]), (2, &backward_weight[index])] {
                         if let Some((duration, _)) = kernel {
@@ -351,6 +420,7 @@ mod tests {
             optimizer: Optimizer::SgdMomentum,
             algorithm: CollectiveAlgorithm::Auto,
             iterations,
+            recompute: Recompute::None,
         }
     }
 
@@ -389,6 +459,43 @@ mod tests {
         }
         assert_eq!(lowered.iteration_ends.len(), 2);
         assert!(lowered.flops_per_rank_iteration > 3.0 * 64.0 * 4.0e9 * 2.0 * 0.9);
+    }
+
+    #[test]
+    fn recomputation_reruns_forward_kernels_without_counting_their_flops() {
+        let model = zoo::by_name("bert-base").unwrap();
+        let compute = ComputeModel::default();
+        let mut dp = spec(&model, &compute, 2, 1);
+        dp.batch_per_device = 4;
+        let none = dp.lower().unwrap();
+        dp.recompute = Recompute::Selective;
+        let selective = dp.lower().unwrap();
+        dp.recompute = Recompute::Full;
+        let full = dp.lower().unwrap();
+        let per_rank = |lowered: &Lowered| lowered.graph.op_count() / 2;
+        // BERT-base: 12 attention cores re-run under selective recomputation.
+        assert_eq!(per_rank(&selective), per_rank(&none) + 12);
+        // Full: every layer of the 12 encoder blocks re-runs its forward (views excepted).
+        let block_kernels =
+            model.layers.iter().filter(|l| l.name.starts_with("layers.") && !l.cost.is_free()).count();
+        assert_eq!(per_rank(&full), per_rank(&none) + block_kernels);
+        assert_eq!(none.flops_per_rank_iteration, full.flops_per_rank_iteration);
+    }
+
+    #[test]
+    fn memory_counts_the_ddp_buckets_once_there_are_peers() {
+        let (model, compute) = resnet50();
+        let dp = spec(&model, &compute, 8, 1);
+        let memory = dp.memory().unwrap();
+        let buckets: u64 = dp.buckets().iter().map(|bucket| bucket.bytes.0).sum();
+        assert_eq!(memory.communication, Bytes(buckets));
+        assert_eq!(memory.gradients, Bytes(4 * model.parameters()));
+        let alone = spec(&model, &compute, 1, 1).memory().unwrap();
+        assert_eq!(alone.communication, Bytes::ZERO);
+        // ResNet-50 at batch 64 in fp16 fits an 80 GB A100 with room to spare.
+        let a100 = DeviceCatalog::builtin().get("a100-sxm4-80gb").unwrap();
+        memory.check(a100).unwrap();
+        assert!(memory.activations > Bytes(1 << 30) && memory.total() < Bytes(40 << 30), "{memory}");
     }
 
     #[test]

@@ -147,6 +147,9 @@ pub struct Device {
     /// Total NVLink bandwidth per GPU, both directions added, as datasheets quote it (one
     /// direction is half); `None` for devices without NVLink.
     pub nvlink_bandwidth: Option<Bandwidth>,
+    /// Total AMD Infinity Fabric bandwidth between GPUs, both directions added, as AMD quotes
+    /// it; `None` for devices without it. A device has NVLink or Infinity Fabric, not both.
+    pub infinity_fabric_bandwidth: Option<Bandwidth>,
     /// Host link (PCIe) bandwidth per direction.
     pub pcie_bandwidth: Bandwidth,
     /// The datasheet the numbers come from: title and URL.
@@ -154,6 +157,17 @@ pub struct Device {
 }
 
 impl Device {
+    /// The total bandwidth of the device's GPU-to-GPU links, both directions added: NVLink or
+    /// Infinity Fabric, whichever it has; `None` if it has neither (PCIe cards, CPU nodes).
+    pub fn gpu_link_bandwidth(&self) -> Option<Bandwidth> {
+        self.nvlink_bandwidth.or(self.infinity_fabric_bandwidth)
+    }
+
+    /// The highest dense peak rate over the device's dtypes.
+    pub fn fastest_peak(&self) -> Option<FlopRate> {
+        self.peak.values().copied().max_by(|a, b| a.per_second().total_cmp(&b.per_second()))
+    }
+
     /// The dense peak rate for `dtype`, or an error naming the dtypes this device has.
     pub fn peak(&self, dtype: Dtype) -> Result<FlopRate, DeviceError> {
         self.peak.get(&dtype).copied().ok_or_else(|| DeviceError::UnsupportedDtype {
@@ -175,6 +189,7 @@ struct DeviceSpec {
     memory_bandwidth: Bandwidth,
     memory_capacity: Bytes,
     nvlink_bandwidth: Option<Bandwidth>,
+    infinity_fabric_bandwidth: Option<Bandwidth>,
     pcie_bandwidth: Bandwidth,
 }
 
@@ -206,6 +221,12 @@ impl DeviceSpec {
         if self.memory_capacity == Bytes::ZERO {
             return Err(invalid("memory-capacity", "must be greater than zero"));
         }
+        if self.nvlink_bandwidth.is_some() && self.infinity_fabric_bandwidth.is_some() {
+            return Err(invalid(
+                "infinity-fabric-bandwidth",
+                "is given together with `nvlink-bandwidth`; a device has one kind of GPU-to-GPU link",
+            ));
+        }
         Ok(Device {
             name: self.name,
             display_name: self.display_name,
@@ -213,6 +234,7 @@ impl DeviceSpec {
             memory_bandwidth: self.memory_bandwidth,
             memory_capacity: self.memory_capacity,
             nvlink_bandwidth: self.nvlink_bandwidth,
+            infinity_fabric_bandwidth: self.infinity_fabric_bandwidth,
             pcie_bandwidth: self.pcie_bandwidth,
             source: self.source,
         })
@@ -287,13 +309,104 @@ mod tests {
         let names: Vec<&str> = catalog.names().collect();
         assert_eq!(
             names,
-            ["v100-sxm2-16gb", "v100-sxm2-32gb", "a100-sxm4-40gb", "a100-sxm4-80gb", "h100-sxm5-80gb"]
+            [
+                "v100-sxm2-16gb",
+                "v100-sxm2-32gb",
+                "a100-sxm4-40gb",
+                "a100-sxm4-80gb",
+                "h100-sxm5-80gb",
+                "a100-pcie-40gb",
+                "a100-pcie-80gb",
+                "h100-pcie-80gb",
+                "h200-sxm-141gb",
+                "b200-sxm-180gb",
+                "mi250x",
+                "mi250x-gcd",
+                "mi300x",
+                "xeon-8160-2s",
+                "xeon-8280-2s",
+            ]
         );
         assert_eq!(&catalog, DeviceCatalog::builtin());
+        // Names are unique (the loader refuses duplicates, ignoring case; checked again here).
+        let mut lowercase: Vec<String> = names.iter().map(|name| name.to_lowercase()).collect();
+        lowercase.sort();
+        lowercase.dedup();
+        assert_eq!(lowercase.len(), names.len());
         for device in catalog.devices() {
             assert!(device.source.contains("https://"), "{} names no URL", device.name);
-            assert!(device.nvlink_bandwidth.is_some(), "{}", device.name);
+            assert!(device.peak.contains_key(&Dtype::Fp32), "{} has no fp32 rate", device.name);
+            assert!(device.peak.contains_key(&Dtype::Fp64), "{} has no fp64 rate", device.name);
+            // Matrix units are never slower than fp32, and narrower dtypes never slower than wider.
+            let rate = |dtype| device.peak.get(&dtype).map(|rate| rate.per_second());
+            let order = [Dtype::Fp64, Dtype::Fp32, Dtype::Tf32, Dtype::Fp16, Dtype::Fp8];
+            let rates: Vec<f64> = order.into_iter().filter_map(rate).collect();
+            assert!(rates.windows(2).all(|pair| pair[0] <= pair[1]), "{}: {rates:?}", device.name);
+            if let (Some(fp16), Some(bf16)) = (rate(Dtype::Fp16), rate(Dtype::Bf16)) {
+                assert_eq!(fp16, bf16, "{}", device.name);
+            }
+            assert!(device.memory_capacity >= Bytes(16 << 30), "{}", device.name);
         }
+    }
+
+    #[test]
+    fn every_gpu_has_one_kind_of_gpu_link_or_none() {
+        let catalog = DeviceCatalog::builtin();
+        for name in ["v100-sxm2-16gb", "a100-sxm4-80gb", "h100-sxm5-80gb", "h200-sxm-141gb", "b200-sxm-180gb"]
+        {
+            let device = catalog.get(name).unwrap();
+            assert!(
+                device.nvlink_bandwidth.is_some() && device.infinity_fabric_bandwidth.is_none(),
+                "{name}"
+            );
+        }
+        for name in ["mi250x", "mi250x-gcd", "mi300x"] {
+            let device = catalog.get(name).unwrap();
+            assert!(
+                device.nvlink_bandwidth.is_none() && device.infinity_fabric_bandwidth.is_some(),
+                "{name}"
+            );
+        }
+        for name in ["a100-pcie-40gb", "a100-pcie-80gb", "h100-pcie-80gb", "xeon-8160-2s", "xeon-8280-2s"] {
+            assert_eq!(catalog.get(name).unwrap().gpu_link_bandwidth(), None, "{name}");
+        }
+        let mi300x = catalog.get("mi300x").unwrap();
+        assert_eq!(mi300x.gpu_link_bandwidth().unwrap().bytes_per_second(), 896e9);
+    }
+
+    #[test]
+    fn new_entries_have_their_datasheet_numbers() {
+        let catalog = DeviceCatalog::builtin();
+        let a100 = catalog.get("a100-pcie-80gb").unwrap();
+        assert_eq!(a100.memory_bandwidth.bytes_per_second(), 1935e9);
+        assert_eq!(tflops(a100.peak(Dtype::Fp16).unwrap()), 312.0);
+        let h100 = catalog.get("h100-pcie-80gb").unwrap();
+        assert_eq!(tflops(h100.peak(Dtype::Fp16).unwrap()), 756.5);
+        assert_eq!(tflops(h100.peak(Dtype::Fp64).unwrap()), 51.0);
+        let h200 = catalog.get("h200-sxm-141gb").unwrap();
+        assert_eq!(h200.memory_capacity, Bytes(141 << 30));
+        assert_eq!(h200.memory_bandwidth.bytes_per_second(), 4.8e12);
+        let b200 = catalog.get("b200-sxm-180gb").unwrap();
+        assert_eq!(tflops(b200.peak(Dtype::Bf16).unwrap()), 2250.0);
+        assert_eq!(tflops(b200.peak(Dtype::Fp8).unwrap()), 4500.0);
+        assert_eq!(b200.nvlink_bandwidth.unwrap().bytes_per_second(), 1.8e12);
+        let mi250x = catalog.get("mi250x").unwrap();
+        let gcd = catalog.get("mi250x-gcd").unwrap();
+        assert_eq!(tflops(mi250x.peak(Dtype::Fp16).unwrap()), 383.0);
+        assert_eq!(tflops(gcd.peak(Dtype::Fp16).unwrap()) * 2.0, 383.0);
+        assert_eq!(gcd.memory_capacity.0 * 2, mi250x.memory_capacity.0);
+        assert!(mi250x.peak(Dtype::Tf32).is_err());
+        let mi300x = catalog.get("mi300x").unwrap();
+        assert_eq!(tflops(mi300x.peak(Dtype::Bf16).unwrap()), 1307.4);
+        assert_eq!(mi300x.memory_capacity, Bytes(192 << 30));
+        // CPU nodes: cores x AVX-512 all-core clock x 32 FP64 FLOPs per cycle.
+        let skx = catalog.get("xeon-8160-2s").unwrap();
+        assert!((tflops(skx.peak(Dtype::Fp64).unwrap()) - 48.0 * 2.0e9 * 32.0 / 1e12).abs() < 1e-9);
+        assert!(skx.peak(Dtype::Fp16).is_err());
+        let clx = catalog.get("xeon-8280-2s").unwrap();
+        assert!((tflops(clx.peak(Dtype::Fp32).unwrap()) - 56.0 * 2.4e9 * 64.0 / 1e12).abs() < 1e-9);
+        assert_eq!(clx.memory_capacity, Bytes(192 << 30));
+        assert_eq!(clx.fastest_peak().map(tflops), Some(tflops(clx.peak(Dtype::Fp32).unwrap())));
     }
 
     #[test]
@@ -393,6 +506,13 @@ mod tests {
         let twice = format!("{ONE_DEVICE}{}", ONE_DEVICE.replace("\"toy\"", "\"TOY\""));
         let error = DeviceCatalog::from_toml_str(&twice).unwrap_err().to_string();
         assert!(error.contains("twice"), "{error}");
+
+        let both_links = ONE_DEVICE.replace(
+            "pcie-bandwidth",
+            "nvlink-bandwidth = \"600 GB/s\"\ninfinity-fabric-bandwidth = \"800 GB/s\"\npcie-bandwidth",
+        );
+        let error = DeviceCatalog::from_toml_str(&both_links).unwrap_err().to_string();
+        assert!(error.contains("infinity-fabric-bandwidth") && error.contains("one kind"), "{error}");
 
         let no_peak = ONE_DEVICE.replace("fp32 = \"10 TFLOP/s\"", "");
         let error = DeviceCatalog::from_toml_str(&no_peak).unwrap_err().to_string();

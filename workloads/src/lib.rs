@@ -7,7 +7,10 @@
 //! - [`zoo`]: well-known models by name (`resnet50`, `gpt3-175b`, `llama2-7b`, ...), defined by
 //!   the model files in `data/models/`; users' own model files (`docs/models.md`) parse with
 //!   [`Model::from_toml_str`].
-//! - [`compute`]: the roofline model that turns a kernel's FLOPs and bytes into a duration.
+//! - [`compute`]: the roofline model with efficiency curves that turns a kernel's FLOPs and
+//!   bytes into a duration (`docs/compute-model.md`).
+//! - [`memory`]: what one device holds (weights, gradients, optimizer state, activations,
+//!   buffers) under a sharding, with or without recomputation, and whether it fits.
 //!
 //! This crate is a pure library: no event loop, no file access (the built-in device catalog and
 //! model zoo are compiled in; callers read users' files and pass their text).
@@ -33,6 +36,7 @@ pub mod compute;
 pub mod data_parallel;
 pub mod device;
 pub mod layer;
+pub mod memory;
 pub mod model;
 mod model_file;
 pub mod zoo;
@@ -44,5 +48,6 @@ pub use layer::{
     Activation, AttentionKernel, Layer, LayerCost, LayerError, LayerKind, OpClass, Padding, Pass, Shape,
     Traffic, UpsampleMode,
 };
+pub use memory::{ActivationBytes, MemoryBreakdown, MemoryError, MemoryPlan, Recompute, Sharding};
 pub use model::{Model, ModelBuilder, ModelError};
 pub use model_file::{FAMILIES, LAYER_KINDS};

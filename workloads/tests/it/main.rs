@@ -3,6 +3,8 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
+mod korthikanti;
+mod memory;
 mod model_files;
 mod paradl;
 mod published;

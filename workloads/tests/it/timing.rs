@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use sim_core::graph::CollectiveAlgorithm;
 use sim_core::units::Bytes;
-use workloads::{ComputeModel, DataParallel, DeviceCatalog, Dtype, Optimizer, zoo};
+use workloads::{ComputeModel, DataParallel, DeviceCatalog, Dtype, Optimizer, Recompute, zoo};
 
 /// The fastest of `runs` calls of `f`.
 fn fastest<T>(runs: u32, mut f: impl FnMut() -> T) -> (Duration, T) {
@@ -44,18 +44,25 @@ fn building_and_lowering_the_largest_models_takes_milliseconds() {
             optimizer: Optimizer::Adam,
             algorithm: CollectiveAlgorithm::Auto,
             iterations: 1,
+            recompute: Recompute::None,
         };
         let (lower, lowered) = fastest(5, || spec.lower().unwrap());
+        let full = DataParallel { recompute: Recompute::Full, ..spec.clone() };
+        let (memory, _) = fastest(5, || full.memory().unwrap());
         println!(
-            "{name:<14} {:>5} layers: build {:>8.3} ms, data-parallel lowering on 8 ranks {:>8.3} ms ({} ops)",
+            "{name:<14} {:>5} layers: build {:>8.3} ms, data-parallel lowering on 8 ranks {:>8.3} ms ({} ops), \
+             memory estimate (full recomputation) {:>7.3} ms",
             model.layers.len(),
             build.as_secs_f64() * 1e3,
             lower.as_secs_f64() * 1e3,
-            lowered.graph.ops().len()
+            lowered.graph.ops().len(),
+            memory.as_secs_f64() * 1e3
         );
         assert!(
-            build < Duration::from_secs(2) && lower < Duration::from_secs(5),
-            "{name}: {build:?}, {lower:?}"
+            build < Duration::from_secs(2)
+                && lower < Duration::from_secs(5)
+                && memory < Duration::from_secs(2),
+            "{name}: {build:?}, {lower:?}, {memory:?}"
         );
     }
 }

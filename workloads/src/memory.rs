@@ -1,0 +1,804 @@
+//! The memory model: what one device holds at the peak of a training iteration, split into
+//! weights, gradients, optimizer state, activations, temporary buffers and communication
+//! buffers, as a function of how the strategy shards the model ([`Sharding`]).
+//!
+//! Model state follows the ZeRO paper's accounting (Rajbhandari et al. 2020, "ZeRO: Memory
+//! Optimizations Toward Training Trillion Parameter Models", section 3.1), per parameter:
+//! - weights in the compute dtype (2 bytes in fp16/bf16; fp8 training keeps bf16 weights);
+//! - gradients in the gradient dtype;
+//! - optimizer state in fp32: an fp32 master copy of the weights when they are narrower than
+//!   fp32 (mixed precision), plus one fp32 tensor per state (momentum; Adam's two moments).
+//!   Adam in mixed precision is the paper's 2 + 2 + 12 = 16 bytes per parameter.
+//!
+//! ZeRO stage 1 shards the optimizer state over the data-parallel ranks, stage 2 also the
+//! gradients, stage 3 also the weights. Tensor parallelism shards every layer's parameters
+//! (Megatron-LM replicates norms and row-parallel biases, well under 0.1% of a transformer);
+//! pipeline parallelism gives each stage its share of the numbered blocks plus the layers before
+//! (first stage) or after (last stage) them, and the worse of the two stages is reported.
+//!
+//! Activations: each layer's [`LayerCost::activation_elements`](crate::LayerCost) are the tensors its backward
+//! reads. Neighbouring layers share tensors (a convolution keeps its input, which is the
+//! previous ReLU's output, which the ReLU keeps too), so the model identifies tensors and counts
+//! each once: a layer whose input shape is the previous layer's output shape reads that output;
+//! views (flatten, reshape, slice) pass their input's identity on. A layer that starts a branch
+//! (its input is not the previous output) is assumed to read a tensor of its own, so a branch
+//! input that another layer also keeps is counted twice (ResNet projection shortcuts, Inception
+//! branches): a small overestimate, never an underestimate. What PyTorch keeps per kind:
+//! convolutions, linear layers, batch/layer/RMS norm, GELU, SiLU keep their input; ReLU
+//! (torchvision's in-place ReLU), sigmoid, tanh and softmax their output; dropout a one-byte
+//! mask; max pooling its input and int64 indices; norms their fp32 statistics; cross-entropy
+//! its log-probabilities in fp32 under mixed precision (autocast runs it in fp32).
+//!
+//! Recomputation (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+//! Transformer Models"): `selective` drops the `heads x s x s` attention tensors (recomputed in
+//! the backward); `full` keeps only the input of each numbered block (`layers.<i>`,
+//! `layer<k>.<j>`: the name up to its first numeric component) and recomputes the block in its
+//! backward, so one block's activations are live on top of the checkpoints. A numbered name
+//! that only one layer has is not a block (VGG's `features.3`), and where checkpointing would
+//! keep more than it saves, the layers keep their activations. For a GPT layer in
+//! fp16 without recomputation this gives Korthikanti's `34 s b h` plus the attention scores
+//! (the zoo's GPT has no dropout on the attention probabilities, so `2 a s^2 b` instead of the
+//! paper's `5 a s^2 b`); `34 s b h` with selective; `2 s b h` with full.
+//!
+//! Under tensor parallelism, tensors of a block are split over the tensor ranks except those
+//! Megatron-LM replicates: tensors of the block's input shape (norm inputs, the inputs of the
+//! column-parallel projections, dropout masks) and norm statistics. The input of a linear layer
+//! whose output has the block's input shape (a row-parallel projection) is split. This is
+//! Korthikanti's `s b h (10 + 24/t + 5 a s/(h t))`; with sequence parallelism everything in a
+//! block is split (`34 s b h / t`). Outside the blocks tensors are replicated, except the
+//! cross-entropy's log-probabilities (Megatron's vocabulary-parallel loss).
+//!
+//! Temporary buffers: the largest pair of input and output gradients alive during one layer's
+//! backward, plus (ZeRO stage 3) the largest layer's gathered weights and gradients.
+//! Communication buffers are the strategy's (DDP's gradient buckets).
+//!
+//! Not modelled: the CUDA context and allocator fragmentation (a few hundred MB to a few GB in
+//! practice), the optimizer step's temporaries, NCCL's internal buffers, inputs prefetched by
+//! the data loader.
+
+use std::fmt;
+use std::ops::Range;
+
+use serde::Serialize;
+use sim_core::units::Bytes;
+
+use crate::data_parallel::Optimizer;
+use crate::device::{Device, Dtype};
+use crate::layer::{Activation, AttentionKernel, Layer, LayerKind};
+use crate::model::Model;
+
+/// Which activations are recomputed in the backward pass instead of being kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Recompute {
+    /// Keep everything the backward reads.
+    #[default]
+    None,
+    /// Recompute the attention scores and probabilities (Korthikanti et al.'s selective
+    /// recomputation): the `heads x s x s` tensors are not kept.
+    Selective,
+    /// Keep each numbered block's input only and recompute the block in its backward.
+    Full,
+}
+
+impl Recompute {
+    /// Every mode, for error messages.
+    pub const ALL: [Recompute; 3] = [Recompute::None, Recompute::Selective, Recompute::Full];
+
+    /// The name used in scenario files.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Recompute::None => "none",
+            Recompute::Selective => "selective",
+            Recompute::Full => "full",
+        }
+    }
+}
+
+impl fmt::Display for Recompute {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Recompute {
+    type Err = String;
+    fn from_str(name: &str) -> Result<Self, String> {
+        Recompute::ALL.into_iter().find(|mode| mode.name() == name).ok_or_else(|| {
+            let valid: Vec<&str> = Recompute::ALL.iter().map(|mode| mode.name()).collect();
+            format!("unknown recomputation {name:?}; valid: {}", valid.join(", "))
+        })
+    }
+}
+
+/// How a strategy splits the model over devices: the factors the memory of one device
+/// depends on. The data-parallel strategy uses [`Sharding::data_parallel`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Sharding {
+    /// Data-parallel ranks (ZeRO shards over these).
+    pub data: u32,
+    /// Tensor-parallel ranks (Megatron-LM style).
+    pub tensor: u32,
+    /// Pipeline stages.
+    pub pipeline: u32,
+    /// ZeRO stage: 0 (none), 1 (optimizer state), 2 (and gradients), 3 (and weights).
+    pub zero_stage: u8,
+    /// Megatron-LM sequence parallelism: activations of a block are all split over the tensor
+    /// ranks.
+    pub sequence_parallel: bool,
+}
+
+impl Sharding {
+    /// Plain data parallelism over `ranks` devices: every device holds everything.
+    pub const fn data_parallel(ranks: u32) -> Sharding {
+        Sharding { data: ranks, tensor: 1, pipeline: 1, zero_stage: 0, sequence_parallel: false }
+    }
+
+    /// Checks that every factor is at least 1 and the ZeRO stage at most 3.
+    pub fn validate(&self) -> Result<(), MemoryError> {
+        for (key, value) in [("data", self.data), ("tensor", self.tensor), ("pipeline", self.pipeline)] {
+            if value == 0 {
+                return Err(MemoryError::Invalid { key, message: "must be at least 1, got 0".into() });
+            }
+        }
+        if self.zero_stage > 3 {
+            return Err(MemoryError::Invalid {
+                key: "zero-stage",
+                message: format!("is {}; ZeRO stages are 0, 1, 2 and 3", self.zero_stage),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Default for Sharding {
+    /// One device.
+    fn default() -> Self {
+        Sharding::data_parallel(1)
+    }
+}
+
+/// The memory model's input could not be used.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum MemoryError {
+    /// A sharding factor or count is invalid.
+    #[error("memory model: `{key}` {message}")]
+    Invalid {
+        /// The parameter.
+        key: &'static str,
+        /// What is wrong and what would be valid.
+        message: String,
+    },
+    /// The configuration needs more memory than the device has.
+    #[error(
+        "does not fit in memory: needs {} per device, {device} has {} ({capacity}), {} over\n{breakdown}",
+        gigabytes(breakdown.total()),
+        gigabytes(*capacity),
+        gigabytes(Bytes(breakdown.total().0.saturating_sub(capacity.0)))
+    )]
+    DoesNotFit {
+        /// The device's name for reports.
+        device: String,
+        /// Its memory capacity.
+        capacity: Bytes,
+        /// What the configuration needs.
+        breakdown: MemoryBreakdown,
+    },
+}
+
+/// What one device holds at the peak of an iteration, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct MemoryBreakdown {
+    /// Model weights in the compute dtype (this device's shard).
+    pub weights: Bytes,
+    /// Gradients in the gradient dtype.
+    pub gradients: Bytes,
+    /// Optimizer state: fp32 master weights (mixed precision) and momenta / moments.
+    pub optimizer: Bytes,
+    /// Activations kept for the backward pass (checkpoints and one block's working set under
+    /// full recomputation).
+    pub activations: Bytes,
+    /// Transient buffers: gradients flowing through the backward, gathered ZeRO-3 weights.
+    pub temporary: Bytes,
+    /// Communication buffers (DDP's gradient buckets).
+    pub communication: Bytes,
+}
+
+impl MemoryBreakdown {
+    /// The sum of every part.
+    pub fn total(&self) -> Bytes {
+        Bytes(
+            [
+                self.weights,
+                self.gradients,
+                self.optimizer,
+                self.activations,
+                self.temporary,
+                self.communication,
+            ]
+            .iter()
+            .fold(0u64, |sum, part| sum.saturating_add(part.0)),
+        )
+    }
+
+    /// `Ok` if the total fits in `device`'s memory, else [`MemoryError::DoesNotFit`] with this
+    /// breakdown.
+    pub fn check(&self, device: &Device) -> Result<(), MemoryError> {
+        if self.total() <= device.memory_capacity {
+            Ok(())
+        } else {
+            Err(MemoryError::DoesNotFit {
+                device: device.display_name.clone(),
+                capacity: device.memory_capacity,
+                breakdown: *self,
+            })
+        }
+    }
+
+    /// The parts with their report names, in report order.
+    pub fn parts(&self) -> [(&'static str, Bytes); 6] {
+        [
+            ("weights", self.weights),
+            ("gradients", self.gradients),
+            ("optimizer state", self.optimizer),
+            ("activations", self.activations),
+            ("temporary buffers", self.temporary),
+            ("communication buffers", self.communication),
+        ]
+    }
+}
+
+/// `"85.90 GB"`: decimal gigabytes with two decimals, the unit memory reports use throughout.
+pub fn gigabytes(bytes: Bytes) -> String {
+    format!("{:.2} GB", bytes.as_f64() / 1e9)
+}
+
+impl fmt::Display for MemoryBreakdown {
+    /// One part per line, then the total, sizes in GB.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (name, bytes) in self.parts() {
+            writeln!(f, "  {name:<22} {:>12}", gigabytes(bytes))?;
+        }
+        write!(f, "  {:<22} {:>12}", "total", gigabytes(self.total()))
+    }
+}
+
+/// Everything the memory model needs: the model, the dtypes, the optimizer, the micro-batch and
+/// the strategy's sharding and buffers.
+#[derive(Debug, Clone)]
+pub struct MemoryPlan<'a> {
+    /// What is trained.
+    pub model: &'a Model,
+    /// Compute dtype: activations and working weights.
+    pub precision: Dtype,
+    /// Dtype of the gradients.
+    pub gradient_precision: Dtype,
+    /// The optimizer, whose state is kept in fp32.
+    pub optimizer: Optimizer,
+    /// Samples per device per forward pass.
+    pub micro_batch: u64,
+    /// Micro-batches whose activations are alive at once on the first pipeline stage: the
+    /// pipeline depth under 1F1B. Used only when `sharding.pipeline > 1`: without pipelining,
+    /// gradient accumulation runs one micro-batch at a time.
+    pub micro_batches_in_flight: u64,
+    /// What is recomputed instead of kept.
+    pub recompute: Recompute,
+    /// How the model is split.
+    pub sharding: Sharding,
+    /// Communication buffers the strategy allocates (e.g. DDP's gradient buckets).
+    pub communication_buffers: Bytes,
+}
+
+/// A tensor a layer keeps for its backward.
+#[derive(Debug, Clone, Copy)]
+struct Saved {
+    /// Identity: 0 is the model input, `i + 1` the output of layer `i`; `None` a tensor only
+    /// this layer keeps.
+    tensor: Option<usize>,
+    /// Elements per sample.
+    elements: u64,
+    /// Bytes per element.
+    width: u64,
+    /// Never split over tensor ranks (norm statistics).
+    replicated: bool,
+    /// The input of a linear layer whose output has the block's shape (row-parallel).
+    row_parallel_input: bool,
+}
+
+/// Activation bytes of one device for one micro-batch, split by where they live.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ActivationBytes {
+    /// Kept by the layers before the first numbered block (embeddings, a CNN's stem).
+    pub before_blocks: u64,
+    /// Kept inside the numbered blocks, all blocks together.
+    pub blocks: u64,
+    /// Kept by the layers after the last numbered block (the head, the loss).
+    pub after_blocks: u64,
+    /// Full recomputation: one block's activations, alive while it is recomputed.
+    pub working_set: u64,
+}
+
+impl ActivationBytes {
+    /// Everything, for one micro-batch on one pipeline stage.
+    pub fn total(&self) -> u64 {
+        self.before_blocks + self.blocks + self.after_blocks + self.working_set
+    }
+}
+
+/// The numbered block a layer belongs to: its name up to the first numeric component
+/// (`layers.3.attention.qkv` -> `layers.3`), or `None` (stem and head layers).
+fn block_of(name: &str) -> Option<&str> {
+    let mut end = 0;
+    for part in name.split('.') {
+        end += part.len();
+        if !part.is_empty() && part.bytes().all(|byte| byte.is_ascii_digit()) {
+            return Some(&name[..end]);
+        }
+        end += 1; // the dot
+    }
+    None
+}
+
+/// The block of every layer: [`block_of`] its name, if at least two consecutive layers share
+/// it (a "block" of one layer, such as VGG's `features.3`, is an ordinary layer).
+fn blocks(model: &Model) -> Vec<Option<&str>> {
+    let names: Vec<Option<&str>> = model.layers.iter().map(|layer| block_of(&layer.name)).collect();
+    (0..names.len())
+        .map(|index| {
+            let shared = (index > 0 && names[index - 1] == names[index])
+                || names.get(index + 1).is_some_and(|next| *next == names[index]);
+            names[index].filter(|_| shared)
+        })
+        .collect()
+}
+
+/// A view: the output is the input's storage.
+fn is_view(kind: &LayerKind) -> bool {
+    matches!(kind, LayerKind::Flatten | LayerKind::Reshape { .. } | LayerKind::Slice { .. })
+}
+
+impl MemoryPlan<'_> {
+    /// A plan for plain data parallelism without recomputation: one micro-batch in flight.
+    pub fn data_parallel<'m>(
+        model: &'m Model,
+        precision: Dtype,
+        gradient_precision: Dtype,
+        optimizer: Optimizer,
+        batch: u64,
+        ranks: u32,
+    ) -> MemoryPlan<'m> {
+        MemoryPlan {
+            model,
+            precision,
+            gradient_precision,
+            optimizer,
+            micro_batch: batch,
+            micro_batches_in_flight: 1,
+            recompute: Recompute::None,
+            sharding: Sharding::data_parallel(ranks),
+            communication_buffers: Bytes::ZERO,
+        }
+    }
+
+    /// Bytes per element of the working weights: the compute dtype's, but at least 2 (fp8
+    /// training keeps bf16 weights and casts per GEMM).
+    fn weight_width(&self) -> u64 {
+        self.precision.bytes().max(2)
+    }
+
+    /// Bytes per element of fp32 optimizer tensors (fp64 when training in fp64).
+    fn state_width(&self) -> u64 {
+        self.weight_width().max(4)
+    }
+
+    /// The tensors `layer` keeps, with `input` the identity of the tensor it reads.
+    fn saved(&self, layer: &Layer, input: Option<usize>, output: usize, block_elements: u64) -> Vec<Saved> {
+        let width = self.precision.bytes();
+        let elements_in = layer.input.elements();
+        let elements_out = layer.output.elements();
+        let kept = layer.cost.activation_elements;
+        let tensor = |tensor: Option<usize>, elements: u64, width: u64| Saved {
+            tensor,
+            elements,
+            width,
+            replicated: false,
+            row_parallel_input: false,
+        };
+        let keeps_input = |own_width: u64| {
+            let from_input = kept.min(elements_in);
+            let mut saved = vec![tensor(input, from_input, width)];
+            if kept > from_input {
+                saved.push(tensor(None, kept - from_input, own_width));
+            }
+            saved
+        };
+        let keeps_output = || vec![tensor(Some(output), kept.min(elements_out), width)];
+        if kept == 0 {
+            return Vec::new();
+        }
+        match &layer.kind {
+            LayerKind::Linear { .. } | LayerKind::TiedLinear { .. } => {
+                let mut saved = keeps_input(width);
+                saved[0].row_parallel_input = elements_out == block_elements;
+                saved
+            }
+            LayerKind::Conv { .. }
+            | LayerKind::ConvTranspose { .. }
+            | LayerKind::BatchNorm
+            | LayerKind::Glu { .. }
+            | LayerKind::Interaction
+            | LayerKind::Embedding { .. }
+            | LayerKind::EmbeddingBag { .. }
+            | LayerKind::MoeRouter { .. }
+            | LayerKind::Matmul { .. }
+            | LayerKind::Activation {
+                function: Activation::Gelu | Activation::Silu | Activation::LeakyRelu,
+            } => keeps_input(width),
+            LayerKind::Activation { function: Activation::Relu | Activation::Sigmoid | Activation::Tanh }
+            | LayerKind::Softmax => keeps_output(),
+            LayerKind::LayerNorm { .. } | LayerKind::RmsNorm => {
+                let mut saved = keeps_input(4);
+                for statistics in saved.iter_mut().skip(1) {
+                    statistics.replicated = true;
+                }
+                saved
+            }
+            LayerKind::MaxPool { .. } => keeps_input(8),
+            LayerKind::GlobalMaxPool => vec![tensor(None, kept, 8)],
+            LayerKind::Dropout => vec![tensor(None, kept, 1)],
+            LayerKind::CrossEntropy => vec![tensor(None, kept, width.max(4))],
+            LayerKind::Attention { implementation: AttentionKernel::Standard, .. } => {
+                let mut saved = keeps_input(width);
+                if self.recompute != Recompute::None {
+                    saved.truncate(1); // the scores are recomputed
+                }
+                saved
+            }
+            LayerKind::Attention { implementation: AttentionKernel::Flash, .. } => {
+                let from_input = kept.min(elements_in);
+                let from_output = (kept - from_input).min(elements_out);
+                let mut saved =
+                    vec![tensor(input, from_input, width), tensor(Some(output), from_output, width)];
+                let statistics = kept - from_input - from_output;
+                if statistics > 0 {
+                    saved.push(tensor(None, statistics, 4));
+                }
+                saved
+            }
+            _ => vec![tensor(None, kept, width)],
+        }
+    }
+
+    /// Activation bytes for one micro-batch of the whole model (every block, no pipeline
+    /// split), each tensor counted once.
+    pub fn activations(&self) -> ActivationBytes {
+        let layers = &self.model.layers;
+        let tensor_ranks = u64::from(self.sharding.tensor.max(1));
+        let batch = self.micro_batch;
+        // Identity of each layer's output: its own, or its input's for a view.
+        let mut output_of = vec![0usize; layers.len()];
+        let mut counted = vec![false; layers.len() + 1];
+        let blocks = blocks(self.model);
+        let first_block = blocks.iter().position(Option::is_some);
+        let last_block = blocks.iter().rposition(Option::is_some);
+        let mut result = ActivationBytes::default();
+        // Full recomputation: the current block's activations while it is recomputed, and the
+        // tensors they include (its checkpoint counts as already kept).
+        let mut block_bytes = 0u64;
+        let mut block_counted: Vec<usize> = Vec::new();
+        let mut block_input_elements = 0u64;
+        let full = self.recompute == Recompute::Full;
+        let sequence_split = if self.sharding.sequence_parallel { tensor_ranks } else { 1 };
+        for (index, layer) in layers.iter().enumerate() {
+            let previous = if index == 0 { &self.model.input } else { &layers[index - 1].output };
+            let input = (*previous == layer.input).then(|| if index == 0 { 0 } else { output_of[index - 1] });
+            output_of[index] = if is_view(&layer.kind) { input.unwrap_or(index + 1) } else { index + 1 };
+            let block = blocks[index];
+            let in_block = block.is_some();
+            if in_block && (index == 0 || blocks[index - 1] != block) {
+                result.working_set = result.working_set.max(block_bytes);
+                block_bytes = 0;
+                block_counted.clear();
+                block_input_elements = layer.input.elements();
+                if full {
+                    // The checkpoint: the block's input, kept once whatever else keeps it.
+                    let fresh = match input {
+                        Some(key) => !std::mem::replace(&mut counted[key], true),
+                        None => true,
+                    };
+                    if fresh {
+                        result.blocks = result.blocks.saturating_add(
+                            batch.saturating_mul(block_input_elements).saturating_mul(self.precision.bytes())
+                                / sequence_split,
+                        );
+                    }
+                    block_counted.extend(input);
+                }
+            }
+            for saved in self.saved(layer, input, output_of[index], block_input_elements) {
+                if let Some(key) = saved.tensor {
+                    if full && in_block {
+                        if block_counted.contains(&key) {
+                            continue;
+                        }
+                        block_counted.push(key);
+                    } else if std::mem::replace(&mut counted[key], true) {
+                        continue;
+                    }
+                }
+                let split = if in_block {
+                    let replicated = !self.sharding.sequence_parallel
+                        && (saved.replicated
+                            || (saved.elements == block_input_elements && !saved.row_parallel_input));
+                    if replicated { 1 } else { tensor_ranks }
+                } else if matches!(layer.kind, LayerKind::CrossEntropy) {
+                    tensor_ranks
+                } else {
+                    1
+                };
+                let bytes = batch.saturating_mul(saved.elements).saturating_mul(saved.width) / split;
+                if in_block {
+                    if full { block_bytes += bytes } else { result.blocks += bytes }
+                } else if first_block.is_none_or(|first| index < first) {
+                    result.before_blocks += bytes;
+                } else if last_block.is_some_and(|last| index > last) {
+                    result.after_blocks += bytes;
+                } else {
+                    result.blocks += bytes;
+                }
+            }
+        }
+        if full {
+            result.working_set = result.working_set.max(block_bytes);
+            // Checkpointing never costs more than keeping everything: a framework would not do it.
+            let kept = MemoryPlan { recompute: Recompute::None, ..self.clone() }.activations();
+            if kept.total() < result.total() {
+                return kept;
+            }
+        }
+        result
+    }
+
+    /// The layer ranges whose forward kernels the backward pass re-runs: each standard
+    /// attention layer under selective recomputation; each numbered block under full
+    /// recomputation, unless checkpointing would keep more than it saves (then none).
+    pub fn recomputed_ranges(&self) -> Vec<Range<usize>> {
+        let layers = &self.model.layers;
+        match self.recompute {
+            Recompute::None => Vec::new(),
+            Recompute::Selective => (0..layers.len())
+                .filter(|&index| {
+                    matches!(
+                        layers[index].kind,
+                        LayerKind::Attention { implementation: AttentionKernel::Standard, .. }
+                    )
+                })
+                .map(|index| index..index + 1)
+                .collect(),
+            Recompute::Full => {
+                let kept = MemoryPlan { recompute: Recompute::None, micro_batch: 1, ..self.clone() };
+                let checkpointed = MemoryPlan { micro_batch: 1, ..self.clone() };
+                if checkpointed.activations() == kept.activations() {
+                    return Vec::new();
+                }
+                let blocks = blocks(self.model);
+                let mut ranges: Vec<Range<usize>> = Vec::new();
+                for (index, block) in blocks.iter().enumerate() {
+                    if block.is_none() {
+                        continue;
+                    }
+                    match ranges.last_mut() {
+                        Some(range) if range.end == index && blocks[range.start] == *block => range.end += 1,
+                        _ => ranges.push(index..index + 1),
+                    }
+                }
+                ranges
+            }
+        }
+    }
+
+    /// Learned parameters before the first block, inside the blocks and after the last one.
+    fn parameters_by_part(&self) -> (u64, u64, u64) {
+        let layers = &self.model.layers;
+        let blocks = blocks(self.model);
+        let first = blocks.iter().position(Option::is_some);
+        let last = blocks.iter().rposition(Option::is_some);
+        let (mut before, mut inside, mut after) = (0u64, 0u64, 0u64);
+        for (index, layer) in layers.iter().enumerate() {
+            let params = layer.cost.params;
+            match (first, last) {
+                (Some(first), _) if index < first => before += params,
+                (_, Some(last)) if index > last => after += params,
+                (None, _) => before += params,
+                _ => inside += params,
+            }
+        }
+        (before, inside, after)
+    }
+
+    /// The memory of the most loaded device.
+    pub fn breakdown(&self) -> Result<MemoryBreakdown, MemoryError> {
+        self.sharding.validate()?;
+        if self.micro_batch == 0 || self.micro_batches_in_flight == 0 {
+            return Err(MemoryError::Invalid {
+                key: "batch",
+                message: "micro-batch size and micro-batches in flight must be at least 1".into(),
+            });
+        }
+        let sharding = self.sharding;
+        let tensor = u64::from(sharding.tensor);
+        let pipeline = u64::from(sharding.pipeline);
+        let data = u64::from(sharding.data);
+        let zero =
+            |stage: u8, bytes: u64| if sharding.zero_stage >= stage { bytes.div_ceil(data) } else { bytes };
+        let activations = self.activations();
+        let (before, inside, after) = self.parameters_by_part();
+        // First and last pipeline stage (the same stage without pipelining).
+        let stages = if pipeline == 1 {
+            vec![(before + inside + after, activations.total())]
+        } else {
+            let in_flight = self.micro_batches_in_flight;
+            let block_share = activations.blocks.div_ceil(pipeline);
+            vec![
+                (
+                    before + inside.div_ceil(pipeline),
+                    (activations.before_blocks + block_share) * in_flight + activations.working_set,
+                ),
+                (
+                    after + inside.div_ceil(pipeline),
+                    activations.after_blocks + block_share + activations.working_set,
+                ),
+            ]
+        };
+        let master = if self.weight_width() < 4 { self.state_width() } else { 0 };
+        let states = match self.optimizer {
+            Optimizer::Sgd => 0,
+            Optimizer::SgdMomentum => 1,
+            Optimizer::Adam => 2,
+        } * self.state_width();
+        let largest_gradient_pair = self
+            .model
+            .layers
+            .iter()
+            .map(|layer| layer.input.elements().saturating_add(layer.output.elements()))
+            .max()
+            .unwrap_or(0);
+        let largest_layer = self.model.layers.iter().map(|layer| layer.cost.params).max().unwrap_or(0);
+        let mut worst = MemoryBreakdown::default();
+        for (parameters, activation_bytes) in stages {
+            let parameters = parameters.div_ceil(tensor);
+            let gathered = if sharding.zero_stage >= 3 {
+                largest_layer.div_ceil(tensor) * (self.weight_width() + self.gradient_precision.bytes())
+            } else {
+                0
+            };
+            let breakdown = MemoryBreakdown {
+                weights: Bytes(zero(3, parameters.saturating_mul(self.weight_width()))),
+                gradients: Bytes(zero(2, parameters.saturating_mul(self.gradient_precision.bytes()))),
+                optimizer: Bytes(zero(1, parameters.saturating_mul(master + states))),
+                activations: Bytes(activation_bytes),
+                temporary: Bytes(
+                    self.micro_batch
+                        .saturating_mul(largest_gradient_pair)
+                        .saturating_mul(self.precision.bytes())
+                        .saturating_add(gathered),
+                ),
+                communication: self.communication_buffers,
+            };
+            if breakdown.total() > worst.total() {
+                worst = breakdown;
+            }
+        }
+        Ok(worst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::zoo;
+
+    #[test]
+    fn blocks_are_the_name_up_to_its_first_number() {
+        assert_eq!(block_of("layers.3.attention.qkv"), Some("layers.3"));
+        assert_eq!(block_of("layer1.0.conv1"), Some("layer1.0"));
+        assert_eq!(block_of("features.12"), Some("features.12"));
+        assert_eq!(block_of("conv1"), None);
+        assert_eq!(block_of("Mixed_5b.branch1x1.conv"), None);
+        assert_eq!(block_of("embedding.dropout"), None);
+    }
+
+    #[test]
+    fn adam_in_mixed_precision_is_sixteen_bytes_per_parameter() {
+        let model = zoo::by_name("llama2-7b").unwrap();
+        let plan = MemoryPlan::data_parallel(&model, Dtype::Bf16, Dtype::Bf16, Optimizer::Adam, 1, 8);
+        let memory = plan.breakdown().unwrap();
+        let parameters = model.parameters();
+        assert_eq!(memory.weights, Bytes(2 * parameters));
+        assert_eq!(memory.gradients, Bytes(2 * parameters));
+        assert_eq!(memory.optimizer, Bytes(12 * parameters));
+        // fp32 training: no master copy; SGD with momentum: one state.
+        let plan = MemoryPlan {
+            precision: Dtype::Fp32,
+            gradient_precision: Dtype::Fp32,
+            optimizer: Optimizer::SgdMomentum,
+            ..plan
+        };
+        let memory = plan.breakdown().unwrap();
+        assert_eq!(
+            (memory.weights, memory.gradients, memory.optimizer),
+            (Bytes(4 * parameters), Bytes(4 * parameters), Bytes(4 * parameters))
+        );
+        let plain = MemoryPlan { optimizer: Optimizer::Sgd, ..plan };
+        assert_eq!(plain.breakdown().unwrap().optimizer, Bytes::ZERO);
+    }
+
+    #[test]
+    fn zero_stages_shard_state_gradients_and_weights() {
+        let model = zoo::by_name("gpt3-175b").unwrap();
+        let base = MemoryPlan::data_parallel(&model, Dtype::Fp16, Dtype::Fp16, Optimizer::Adam, 1, 64);
+        let parameters = model.parameters();
+        let per_rank = |bytes: u64| Bytes(bytes.div_ceil(64));
+        for stage in 0..=3u8 {
+            let plan =
+                MemoryPlan { sharding: Sharding { zero_stage: stage, ..base.sharding }, ..base.clone() };
+            let memory = plan.breakdown().unwrap();
+            let expect = |from: u8, bytes: u64| if stage >= from { per_rank(bytes) } else { Bytes(bytes) };
+            assert_eq!(memory.optimizer, expect(1, 12 * parameters), "stage {stage}");
+            assert_eq!(memory.gradients, expect(2, 2 * parameters), "stage {stage}");
+            assert_eq!(memory.weights, expect(3, 2 * parameters), "stage {stage}");
+        }
+        let bad = MemoryPlan { sharding: Sharding { zero_stage: 4, ..base.sharding }, ..base.clone() };
+        assert!(bad.breakdown().unwrap_err().to_string().contains("zero-stage"));
+        let bad = MemoryPlan { sharding: Sharding { tensor: 0, ..base.sharding }, ..base };
+        assert!(bad.breakdown().unwrap_err().to_string().contains("`tensor`"));
+    }
+
+    #[test]
+    fn neighbouring_layers_share_their_tensors() {
+        // conv -> bn -> relu -> conv: the first conv keeps the input, bn its input (the conv
+        // output), relu its output, which is the second conv's input: three tensors, not four.
+        let mut builder = crate::ModelBuilder::new("toy", crate::Shape::from([8, 16, 16]));
+        builder.layer("conv1", LayerKind::conv2d(8, 3, 1, 1)).unwrap();
+        builder.layer("bn1", LayerKind::BatchNorm).unwrap();
+        builder.layer("relu1", LayerKind::relu()).unwrap();
+        builder.layer("conv2", LayerKind::conv2d(8, 3, 1, 1)).unwrap();
+        let model = builder.finish();
+        let plan = MemoryPlan::data_parallel(&model, Dtype::Fp16, Dtype::Fp32, Optimizer::Sgd, 4, 1);
+        let elements = 8 * 16 * 16;
+        assert_eq!(plan.activations().total(), 4 * 3 * elements * 2);
+        assert_eq!(model.activation_elements_per_sample(), 4 * elements, "the layers' sum counts one twice");
+    }
+
+    #[test]
+    fn full_recomputation_keeps_block_inputs_and_one_working_set() {
+        let model = zoo::by_name("resnet50").unwrap();
+        let plan = MemoryPlan::data_parallel(&model, Dtype::Fp16, Dtype::Fp32, Optimizer::SgdMomentum, 32, 1);
+        let none = plan.activations();
+        let full = MemoryPlan { recompute: Recompute::Full, ..plan.clone() }.activations();
+        assert!(full.total() < none.total() / 2, "{full:?} vs {none:?}");
+        assert!(full.working_set > 0);
+        assert_eq!(full.before_blocks, none.before_blocks);
+        // Selective recomputation only concerns attention: nothing changes for a CNN.
+        let selective = MemoryPlan { recompute: Recompute::Selective, ..plan };
+        assert_eq!(selective.activations(), none);
+    }
+
+    #[test]
+    fn recompute_names_parse_and_print() {
+        for mode in Recompute::ALL {
+            assert_eq!(mode.to_string().parse::<Recompute>().unwrap(), mode);
+        }
+        assert!("some".parse::<Recompute>().unwrap_err().contains("none, selective, full"));
+    }
+
+    #[test]
+    fn the_fit_check_names_device_capacity_and_overflow() {
+        let device = crate::DeviceCatalog::builtin().get("a100-sxm4-80gb").unwrap();
+        let breakdown = MemoryBreakdown { weights: Bytes(90 << 30), ..Default::default() };
+        let error = breakdown.check(device).unwrap_err().to_string();
+        assert!(error.contains("A100-SXM4-80GB has 85.90 GB (80 GiB), 10.74 GB over"), "{error}");
+        assert!(error.contains("weights") && error.contains("96.64 GB"), "{error}");
+        assert!(MemoryBreakdown::default().check(device).is_ok());
+    }
+}
