@@ -1,0 +1,388 @@
+//! Export of a simulated timeline as Chrome Trace Event JSON, the format Perfetto
+//! (<https://ui.perfetto.dev>) and `chrome://tracing` open.
+//!
+//! Every rank is a process (`pid` = rank) and every stream a thread (`tid` = stream). Every op
+//! is one complete (`"X"`) event whose `args` carry its id, label, layer and phase (when the
+//! label is a workload's `"<layer> <phase>"`), bytes, and for collectives the kind, algorithm,
+//! group size, collective id and the instant the last member arrived; a collective member
+//! that waited for its peers has a nested `wait for peers` slice. Every transfer is a flow
+//! arrow (`"s"` on the sender, `"f"` bound to the first op that depends on it on the
+//! receiver). Times are microseconds as floats (`ts`, `dur`), from picosecond integers.
+//!
+//! The writer streams: memory is independent of the number of ops.
+//!
+//! ```
+//! use sim_core::exec::run;
+//! use sim_core::graph::{GraphBuilder, RankId, StreamId};
+//! use sim_core::network::AnalyticalNetwork;
+//! use sim_core::units::SimDuration;
+//! use topology::{ClusterSpec, IntraNode, LinkSpec, NetworkSpec, Topology};
+//!
+//! let link = LinkSpec::new("100 Gb/s".parse()?, "1 us".parse()?);
+//! let topology = Topology::build(&ClusterSpec {
+//!     nodes: 2, gpus_per_node: 1, intra_node: IntraNode::NvSwitch(link),
+//!     network: NetworkSpec::single_switch(link), host_memory: None,
+//! })?;
+//! let mut graph = GraphBuilder::new(2);
+//! let work = graph.compute(RankId(0), StreamId(0), SimDuration::from_us(5), "layer1 forward", &[]);
+//! let send = graph.transfer(RankId(0), StreamId(1), RankId(1), "1 MB".parse()?, "activations", &[work]);
+//! graph.compute(RankId(1), StreamId(0), SimDuration::from_us(5), "layer2 forward", &[send]);
+//! let graph = graph.build()?;
+//! let timeline = run(&graph, &mut AnalyticalNetwork::new(&topology))?;
+//!
+//! let mut json = Vec::new();
+//! let stats = traces::chrome::ChromeTrace::new(&graph, &timeline).write(&mut json)?;
+//! assert_eq!((stats.ops, stats.flows), (3, 1));
+//! let parsed: serde_json::Value = serde_json::from_slice(&json)?;
+//! assert!(parsed["traceEvents"].as_array().is_some_and(|events| events.len() > 3));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::io::{self, Write};
+
+use serde::Serialize;
+use sim_core::exec::Timeline;
+use sim_core::graph::{ExecGraph, MemcpyDirection, OpId, OpKind, RankId, StreamId};
+use sim_core::units::SimTime;
+
+/// Names a (rank, stream) track.
+pub type StreamNamer<'a> = &'a dyn Fn(RankId, StreamId) -> String;
+
+/// A timeline ready to be written as Chrome Trace Event JSON.
+pub struct ChromeTrace<'a> {
+    graph: &'a ExecGraph,
+    timeline: &'a Timeline,
+    stream_name: Option<StreamNamer<'a>>,
+}
+
+/// What [`ChromeTrace::write`] wrote.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExportStats {
+    /// Events written, metadata included.
+    pub events: u64,
+    /// Op slices written (one per op).
+    pub ops: u64,
+    /// Transfer flow arrows written.
+    pub flows: u64,
+    /// Transfers without an arrow, because nothing on the receiver depends on them.
+    pub transfers_without_receiver: u64,
+}
+
+/// Phases a workload label can end with ("conv1 forward").
+const PHASES: &[&str] = &["forward", "backward-data", "backward-weight", "backward", "step"];
+
+#[derive(Serialize)]
+struct Args<'a> {
+    op: u32,
+    label: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    layer: Option<&'a str>,
+    phase: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    collective: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    algorithm: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    collective_id: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    group_size: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_member_arrived_us: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    peer: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    direction: Option<&'static str>,
+}
+
+#[derive(Serialize)]
+struct Complete<'a, A: Serialize> {
+    name: &'a str,
+    cat: &'static str,
+    ph: &'static str,
+    ts: f64,
+    dur: f64,
+    pid: u32,
+    tid: u16,
+    args: A,
+}
+
+#[derive(Serialize)]
+struct Flow {
+    name: &'static str,
+    cat: &'static str,
+    ph: &'static str,
+    id: u32,
+    ts: f64,
+    pid: u32,
+    tid: u16,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bp: Option<&'static str>,
+}
+
+#[derive(Serialize)]
+struct Metadata<A: Serialize> {
+    name: &'static str,
+    ph: &'static str,
+    pid: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tid: Option<u16>,
+    args: A,
+}
+
+#[derive(Serialize)]
+struct NameArg<'a> {
+    name: &'a str,
+}
+
+#[derive(Serialize)]
+struct SortArg {
+    sort_index: u64,
+}
+
+/// Picoseconds to Chrome-trace microseconds.
+fn micros(time: SimTime) -> f64 {
+    time.as_ps() as f64 / 1e6
+}
+
+/// Writes events separated by commas.
+struct EventWriter<W: Write> {
+    out: W,
+    first: bool,
+    count: u64,
+}
+
+impl<W: Write> EventWriter<W> {
+    fn event(&mut self, event: &impl Serialize) -> io::Result<()> {
+        if !self.first {
+            self.out.write_all(b",\n")?;
+        }
+        self.first = false;
+        self.count += 1;
+        serde_json::to_writer(&mut self.out, event).map_err(io::Error::other)
+    }
+}
+
+impl<'a> ChromeTrace<'a> {
+    /// The timeline of `graph` as run.
+    pub fn new(graph: &'a ExecGraph, timeline: &'a Timeline) -> Self {
+        ChromeTrace { graph, timeline, stream_name: None }
+    }
+
+    /// Names each (rank, stream) track with `namer` (default: "stream N").
+    pub fn with_stream_names(mut self, namer: StreamNamer<'a>) -> Self {
+        self.stream_name = Some(namer);
+        self
+    }
+
+    /// Writes the JSON object (`{"traceEvents": [...], ...}`) to `out`.
+    pub fn write(&self, out: impl Write) -> io::Result<ExportStats> {
+        let graph = self.graph;
+        let timeline = self.timeline;
+        if timeline.start.len() != graph.op_count() || timeline.end.len() != graph.op_count() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "the timeline has {} ops but the graph {}: they are not from the same run",
+                    timeline.start.len(),
+                    graph.op_count()
+                ),
+            ));
+        }
+        let mut out = io::BufWriter::new(out);
+        out.write_all(b"{\"displayTimeUnit\": \"ns\", \"otherData\": {\"generator\": \"parasim\"},\n\"traceEvents\": [\n")?;
+        let mut writer = EventWriter { out, first: true, count: 0 };
+        let mut stats = ExportStats::default();
+
+        // Track names: processes are ranks, threads are the streams each rank uses.
+        let streams = usize::from(graph.streams_per_rank());
+        let mut used = vec![false; graph.ranks() as usize * streams];
+        for op in graph.ops() {
+            used[op.rank.0 as usize * streams + usize::from(op.stream.0)] = true;
+        }
+        for rank in 0..graph.ranks() {
+            let name = format!("rank {rank}");
+            writer.event(&Metadata {
+                name: "process_name",
+                ph: "M",
+                pid: rank,
+                tid: None,
+                args: NameArg { name: &name },
+            })?;
+            writer.event(&Metadata {
+                name: "process_sort_index",
+                ph: "M",
+                pid: rank,
+                tid: None,
+                args: SortArg { sort_index: u64::from(rank) },
+            })?;
+            for stream in 0..streams {
+                if !used[rank as usize * streams + stream] {
+                    continue;
+                }
+                let stream = StreamId(stream as u16);
+                let name = match self.stream_name {
+                    Some(namer) => namer(RankId(rank), stream),
+                    None => format!("stream {}", stream.0),
+                };
+                writer.event(&Metadata {
+                    name: "thread_name",
+                    ph: "M",
+                    pid: rank,
+                    tid: Some(stream.0),
+                    args: NameArg { name: &name },
+                })?;
+                writer.event(&Metadata {
+                    name: "thread_sort_index",
+                    ph: "M",
+                    pid: rank,
+                    tid: Some(stream.0),
+                    args: SortArg { sort_index: u64::from(stream.0) },
+                })?;
+            }
+        }
+
+        for (index, op) in graph.ops().iter().enumerate() {
+            let id = OpId(index as u32);
+            let start = timeline.start[index];
+            let end = timeline.end[index];
+            let label = graph.label(op.label);
+            let (layer, phase) = split_phase(label);
+            let mut args = Args {
+                op: id.0,
+                label,
+                layer,
+                phase: phase.unwrap_or("compute"),
+                bytes: None,
+                collective: None,
+                algorithm: None,
+                collective_id: None,
+                group_size: None,
+                last_member_arrived_us: None,
+                peer: None,
+                direction: None,
+            };
+            let category = match op.kind {
+                OpKind::Compute { .. } => "compute",
+                OpKind::Transfer { dst, bytes } => {
+                    args.phase = phase.unwrap_or("communication");
+                    args.bytes = Some(bytes.0);
+                    args.peer = Some(dst.0);
+                    "transfer"
+                }
+                OpKind::Memcpy { direction, bytes } => {
+                    args.phase = phase.unwrap_or("copy");
+                    args.bytes = Some(bytes.0);
+                    args.direction = Some(match direction {
+                        MemcpyDirection::HostToDevice => "host-to-device",
+                        MemcpyDirection::DeviceToHost => "device-to-host",
+                    });
+                    "memcpy"
+                }
+                OpKind::Collective(collective) => {
+                    let spec = graph.collective(collective);
+                    args.phase = phase.unwrap_or("communication");
+                    args.bytes = Some(spec.bytes.0);
+                    args.collective = Some(spec.kind.name());
+                    args.algorithm = Some(spec.algorithm.name());
+                    args.collective_id = Some(collective.0);
+                    args.group_size = Some(graph.group(spec.group).len());
+                    let began =
+                        timeline.collective_begin.get(collective.0 as usize).copied().unwrap_or(start);
+                    args.last_member_arrived_us = Some(micros(began));
+                    "collective"
+                }
+            };
+            writer.event(&Complete {
+                name: label,
+                cat: category,
+                ph: "X",
+                ts: micros(start),
+                dur: micros(end) - micros(start),
+                pid: op.rank.0,
+                tid: op.stream.0,
+                args,
+            })?;
+            stats.ops += 1;
+            if let OpKind::Collective(collective) = op.kind {
+                let began = timeline.collective_begin.get(collective.0 as usize).copied().unwrap_or(start);
+                if began > start && began <= end {
+                    writer.event(&Complete {
+                        name: "wait for peers",
+                        cat: "collective-wait",
+                        ph: "X",
+                        ts: micros(start),
+                        dur: micros(began) - micros(start),
+                        pid: op.rank.0,
+                        tid: op.stream.0,
+                        args: NameArg { name: label },
+                    })?;
+                }
+            }
+            if let OpKind::Transfer { dst, .. } = op.kind {
+                // The arrow ends at the first op on the receiver that waits for the data.
+                let receiver = graph
+                    .dependents(id)
+                    .iter()
+                    .copied()
+                    .filter(|&d| graph.op(d).rank == dst)
+                    .min_by_key(|&d| (timeline.start[d.0 as usize], d));
+                match receiver {
+                    Some(receiver) => {
+                        let flow = |ph, ts, pid, tid, bp| Flow {
+                            name: "transfer",
+                            cat: "transfer",
+                            ph,
+                            id: id.0,
+                            ts,
+                            pid,
+                            tid,
+                            bp,
+                        };
+                        writer.event(&flow("s", micros(start), op.rank.0, op.stream.0, None))?;
+                        let target = graph.op(receiver);
+                        writer.event(&flow(
+                            "f",
+                            micros(timeline.start[receiver.0 as usize]),
+                            target.rank.0,
+                            target.stream.0,
+                            Some("e"),
+                        ))?;
+                        stats.flows += 1;
+                    }
+                    None => stats.transfers_without_receiver += 1,
+                }
+            }
+        }
+        stats.events = writer.count;
+        let mut out = writer.out;
+        out.write_all(b"\n]}\n")?;
+        out.flush()?;
+        Ok(stats)
+    }
+}
+
+/// "conv1 backward-data" -> (Some("conv1"), Some("backward-data")).
+fn split_phase(label: &str) -> (Option<&str>, Option<&str>) {
+    match label.rsplit_once(' ') {
+        Some((layer, phase)) if PHASES.contains(&phase) && !layer.is_empty() => (Some(layer), Some(phase)),
+        _ => (None, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phases_split_off_workload_labels() {
+        assert_eq!(split_phase("conv1 forward"), (Some("conv1"), Some("forward")));
+        assert_eq!(
+            split_phase("layer4.2.conv3 backward-weight"),
+            (Some("layer4.2.conv3"), Some("backward-weight"))
+        );
+        assert_eq!(split_phase("allreduce gradient bucket 0 (1 MiB)"), (None, None));
+        assert_eq!(split_phase("forward"), (None, None));
+    }
+}

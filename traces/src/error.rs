@@ -1,0 +1,83 @@
+//! Errors of the trace formats. Every variant names the file, and where it helps the event
+//! index, key, rank or collective at fault.
+
+use std::path::PathBuf;
+
+/// A trace could not be read, written, converted or turned into a replay graph.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    /// The file could not be opened, read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid JSON, or its top level is not a Chrome trace (an array of events
+    /// or an object with `traceEvents`).
+    #[error("{path}: {context}: {message}")]
+    Json {
+        /// The file.
+        path: PathBuf,
+        /// Where in the file: "event 1234", "key `deviceProperties`", ...
+        context: String,
+        /// The parser's message, with line and column.
+        message: String,
+    },
+    /// The trace parses but cannot be replayed meaningfully.
+    #[error("{path}: {reason}")]
+    Meaningless {
+        /// The file (or directory, or list of files).
+        path: PathBuf,
+        /// What is missing.
+        reason: String,
+    },
+    /// Two or more rank files do not belong together.
+    #[error("{reason}")]
+    Inconsistent {
+        /// Which files and what disagrees.
+        reason: String,
+    },
+    /// A collective cannot be matched across the ranks of its group.
+    #[error("cannot match collectives across ranks: {reason}")]
+    Unmatched {
+        /// Which collective, which group, which ranks have how many.
+        reason: String,
+    },
+    /// A binary `.pstrace` file is malformed.
+    #[error("{path}: {reason}")]
+    Binary {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong (bad magic number, unsupported version, truncated, corrupt).
+        reason: String,
+    },
+    /// Re-targeting to another number of ranks is not possible for this trace.
+    #[error("cannot re-target to {ranks} ranks: {reason}")]
+    Retarget {
+        /// The requested number of ranks.
+        ranks: u32,
+        /// Why not, naming the process group.
+        reason: String,
+    },
+    /// The replay graph is not well formed (a bug in the rules, or a corrupt trace).
+    #[error("building the replay graph: {0}")]
+    Graph(sim_core::graph::GraphError),
+    /// A time or size is out of range.
+    #[error("{what}: {message}")]
+    OutOfRange {
+        /// Which op or value.
+        what: String,
+        /// Why.
+        message: String,
+    },
+}
+
+impl TraceError {
+    /// An I/O error on `path`.
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        TraceError::Io { path: path.into(), source }
+    }
+}
