@@ -2,11 +2,13 @@
 //! libraries and prints reports; no simulation logic lives here.
 
 mod bench;
+mod collective_cmd;
 mod models;
 mod report;
 mod run;
 mod scenario;
 mod topo;
+mod trace_cmd;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -35,7 +37,43 @@ enum Command {
         /// Print the results as JSON (deterministic: wall-clock figures go to stderr).
         #[arg(long)]
         json: bool,
+        /// Also write the simulated timeline as a Chrome trace (open it in Perfetto).
+        #[arg(long, value_name = "FILE")]
+        trace: Option<PathBuf>,
     },
+    /// Replay real PyTorch profiler (Kineto) traces on a cluster and compare simulated with
+    /// measured iteration and collective times (docs/traces.md).
+    Replay {
+        /// Kineto JSON files (plain or gzipped, one per rank), directories of them, or one
+        /// .pstrace file.
+        #[arg(required = true)]
+        traces: Vec<PathBuf>,
+        /// Replay on the [cluster] of this scenario instead of the cluster the trace implies.
+        #[arg(long, value_name = "SCENARIO")]
+        cluster: Option<PathBuf>,
+        /// Device for the inferred cluster (a catalog name), when the trace records none or
+        /// another is wanted.
+        #[arg(long)]
+        device: Option<String>,
+        /// Network model.
+        #[arg(long, value_enum, default_value = "analytical")]
+        fidelity: trace_cmd::ReplayFidelity,
+        /// Re-target: simulate M ranks of data parallelism instead of the traced number.
+        #[arg(long, value_name = "M")]
+        ranks: Option<u32>,
+        /// Replay only this traced rank; the other ranks of the job run as its copies.
+        #[arg(long, value_name = "R")]
+        rank: Option<u32>,
+        /// Also write the simulated timeline as a Chrome trace (open it in Perfetto).
+        #[arg(long, value_name = "FILE")]
+        trace: Option<PathBuf>,
+        /// Print the comparison as JSON (wall-clock figures go to stderr).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Trace file utilities.
+    #[command(subcommand)]
+    Trace(TraceCommand),
     /// Time standard scenarios on this machine: wall time and events per second.
     Bench {
         /// GPU counts to run the quickstart at (multiples of 8).
@@ -44,6 +82,44 @@ enum Command {
         /// Runs per configuration; the fastest is reported.
         #[arg(long, default_value_t = 3)]
         repeats: u32,
+    },
+    /// Time one collective over a range of sizes, printed like nccl-tests
+    /// (`parasim collective allreduce --cluster SCENARIO --ranks 16 -b 8 -e 8G -f 2`).
+    Collective {
+        /// allreduce, reduce-scatter, allgather, alltoall, broadcast, reduce (or nccl-tests'
+        /// all_reduce, reduce_scatter, all_gather).
+        kind: String,
+        /// Scenario whose [cluster] is used (the built-in quickstart's if omitted).
+        #[arg(long)]
+        cluster: Option<PathBuf>,
+        /// Ranks taking part: the first N GPUs (all if omitted).
+        #[arg(long)]
+        ranks: Option<u32>,
+        /// Smallest size (8, 1K, 128M, 8G: powers of 1024).
+        #[arg(short = 'b', long = "minbytes", default_value = "8")]
+        min_bytes: String,
+        /// Largest size.
+        #[arg(short = 'e', long = "maxbytes", default_value = "128M")]
+        max_bytes: String,
+        /// Factor between sizes.
+        #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
+        factor: u64,
+        /// Algorithm: auto (the fastest by estimate, as NCCL's tuner) or one by name.
+        #[arg(long, default_value = "auto")]
+        algorithm: String,
+        /// Network model: analytical, flow or packet-steps.
+        #[arg(long, default_value = "flow")]
+        fidelity: String,
+        /// Element type (for the count column).
+        #[arg(short = 'd', long = "datatype", default_value = "float")]
+        dtype: String,
+        /// Fixed cost per collective launch (NCCL's tuning model: 8.4 us).
+        #[arg(long, default_value = "8.4 us")]
+        launch: String,
+        /// nccl-tests output (e.g. all_reduce_perf's) to print next to the simulation, with
+        /// the error per size.
+        #[arg(long)]
+        compare: Option<PathBuf>,
     },
     /// Describe a scenario's cluster: hosts, switches, links, bisection bandwidth, diameter,
     /// path lengths.
@@ -63,6 +139,17 @@ enum Command {
         /// Samples the FLOP and activation columns are computed for.
         #[arg(long, default_value_t = 1)]
         batch: u64,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum TraceCommand {
+    /// Convert between Kineto JSON (files or a directory, one rank per file) and the binary
+    /// .pstrace format, chosen by the output's extension (.pstrace, or .json / a directory).
+    Convert {
+        /// Input trace(s), then the output path.
+        #[arg(required = true, num_args = 2.., value_name = "INPUT... OUTPUT")]
+        paths: Vec<PathBuf>,
     },
 }
 
@@ -87,7 +174,7 @@ fn main() -> ExitCode {
 
 fn execute(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Run { scenario, json } => {
+        Command::Run { scenario, json, trace } => {
             let scenario = match scenario {
                 Some(path) => Scenario::load(&path)?,
                 None => {
@@ -98,6 +185,9 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                 }
             };
             let outcome = run::simulate(&scenario)?;
+            if let Some(path) = &trace {
+                trace_cmd::export_run(&outcome.graph, &outcome.timeline, path)?;
+            }
             let mut stdout = std::io::stdout().lock();
             if json {
                 serde_json::to_writer_pretty(&mut stdout, &outcome.summary).context("writing JSON")?;
@@ -108,8 +198,61 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Replay { traces, cluster, device, fidelity, ranks, rank, trace, json } => {
+            let args = trace_cmd::ReplayArgs {
+                traces,
+                cluster,
+                device,
+                fidelity,
+                ranks,
+                rank,
+                trace_out: trace,
+                json,
+            };
+            let text = trace_cmd::replay(&args)?;
+            std::io::stdout().lock().write_all(text.as_bytes()).context("writing the report")?;
+            Ok(())
+        }
+        Command::Trace(TraceCommand::Convert { mut paths }) => {
+            let output = paths.pop().context("no output path")?;
+            let text = trace_cmd::convert(&paths, &output)?;
+            std::io::stdout().lock().write_all(text.as_bytes()).context("writing the report")?;
+            Ok(())
+        }
         Command::Bench { gpus, repeats } => {
             let table = bench::run(&gpus, repeats)?;
+            std::io::stdout().lock().write_all(table.as_bytes()).context("writing the table")?;
+            Ok(())
+        }
+        Command::Collective {
+            kind,
+            cluster,
+            ranks,
+            min_bytes,
+            max_bytes,
+            factor,
+            algorithm,
+            fidelity,
+            dtype,
+            launch,
+            compare,
+        } => {
+            let fidelity = scenario::Fidelity::from_name(&fidelity).map_err(anyhow::Error::msg)?;
+            let launch = launch.parse().with_context(|| format!("--launch {launch:?}"))?;
+            let options = collective_cmd::Options {
+                kind: &kind,
+                cluster: cluster.as_deref(),
+                ranks,
+                min_bytes: &min_bytes,
+                max_bytes: &max_bytes,
+                factor,
+                algorithm: &algorithm,
+                fidelity,
+                dtype: &dtype,
+                launch,
+                compare: compare.as_deref(),
+            };
+            let table = collective_cmd::benchmark(&options)?;
             std::io::stdout().lock().write_all(table.as_bytes()).context("writing the table")?;
             Ok(())
         }

@@ -87,6 +87,28 @@ pub fn human(outcome: &Outcome) -> String {
         b.communication
     );
     let _ = writeln!(out);
+    let memory = &s.memory;
+    let gb = |bytes: u64| workloads::memory::gigabytes(Bytes(bytes));
+    let _ = writeln!(
+        out,
+        "memory        {} per GPU of {} ({}), {:.0}%; recomputation {}",
+        gb(memory.total),
+        gb(memory.capacity),
+        Bytes(memory.capacity),
+        100.0 * memory.total as f64 / memory.capacity.max(1) as f64,
+        memory.recompute
+    );
+    for (name, bytes) in [
+        ("weights", memory.weights),
+        ("gradients", memory.gradients),
+        ("optimizer state", memory.optimizer),
+        ("activations", memory.activations),
+        ("temporary buffers", memory.temporary),
+        ("communication buffers", memory.communication),
+    ] {
+        let _ = writeln!(out, "  {name:<22} {:>12}", gb(bytes));
+    }
+    let _ = writeln!(out);
     let _ = writeln!(out, "{}", engine_line(outcome));
     out
 }

@@ -10,7 +10,7 @@ use sim_core::network::AnalyticalNetwork;
 use sim_core::stats::breakdown;
 use sim_core::units::{SimDuration, SimTime};
 use topology::{FabricSpec, IntraNode, Topology};
-use workloads::DataParallel;
+use workloads::{DataParallel, MemoryBreakdown};
 
 use crate::scenario::{Fidelity, Scenario};
 
@@ -48,6 +48,8 @@ pub struct Summary {
     pub mfu: f64,
     /// Where one iteration's time goes, mean over GPUs.
     pub breakdown: Breakdown,
+    /// What one GPU holds at the peak of an iteration.
+    pub memory: MemorySummary,
     /// Engine counters.
     pub engine: EngineCounters,
 }
@@ -118,6 +120,45 @@ pub struct Breakdown {
     pub communication: SimDuration,
 }
 
+/// Memory of one GPU, in bytes, against its capacity.
+#[derive(Debug, Clone, Serialize)]
+pub struct MemorySummary {
+    /// Activations recomputed in the backward pass: `none`, `selective` or `full`.
+    pub recompute: String,
+    /// Model weights.
+    pub weights: u64,
+    /// Gradients.
+    pub gradients: u64,
+    /// Optimizer state (fp32 master weights and moments).
+    pub optimizer: u64,
+    /// Activations kept for the backward pass.
+    pub activations: u64,
+    /// Transient buffers of the backward pass.
+    pub temporary: u64,
+    /// Communication buffers (DDP gradient buckets).
+    pub communication: u64,
+    /// The sum of the above.
+    pub total: u64,
+    /// The device's memory.
+    pub capacity: u64,
+}
+
+impl MemorySummary {
+    fn new(memory: &MemoryBreakdown, scenario: &Scenario) -> MemorySummary {
+        MemorySummary {
+            recompute: scenario.recompute.to_string(),
+            weights: memory.weights.0,
+            gradients: memory.gradients.0,
+            optimizer: memory.optimizer.0,
+            activations: memory.activations.0,
+            temporary: memory.temporary.0,
+            communication: memory.communication.0,
+            total: memory.total().0,
+            capacity: scenario.device.memory_capacity.0,
+        }
+    }
+}
+
 /// Engine counters (deterministic).
 #[derive(Debug, Clone, Serialize)]
 pub struct EngineCounters {
@@ -143,6 +184,10 @@ pub struct Outcome {
     pub lowering_wall: Duration,
     /// Wall time of the event loop.
     pub simulation_wall: Duration,
+    /// The lowered execution graph (for `--trace`).
+    pub graph: sim_core::graph::ExecGraph,
+    /// When every op ran (for `--trace`).
+    pub timeline: sim_core::exec::Timeline,
 }
 
 /// Simulates `scenario`.
@@ -162,13 +207,25 @@ pub fn simulate(scenario: &Scenario) -> anyhow::Result<Outcome> {
         optimizer: scenario.optimizer,
         algorithm: scenario.allreduce,
         iterations: scenario.iterations,
+        recompute: scenario.recompute,
     };
+    // A configuration that does not fit is an error, not a simulation.
+    let memory = plan.memory().context("estimating the memory of one GPU")?;
+    memory.check(&scenario.device).with_context(|| {
+        format!("{}: {} at batch {} per GPU", scenario.source, scenario.model.name, scenario.batch_per_device)
+    })?;
     let lowered = plan.lower().context("lowering the data-parallel iteration to an execution graph")?;
     let lowering_wall = started.elapsed();
     let started = Instant::now();
     let timeline = match scenario.fidelity {
-        Fidelity::Analytical => exec::run(&lowered.graph, &mut AnalyticalNetwork::new(&topology)),
-        Fidelity::Flow | Fidelity::PacketSteps => exec::run(&lowered.graph, &mut FlowNetwork::new(&topology)),
+        Fidelity::Analytical => exec::run(
+            &lowered.graph,
+            &mut AnalyticalNetwork::new(&topology).with_collective_launch(scenario.collective_launch),
+        ),
+        Fidelity::Flow | Fidelity::PacketSteps => exec::run(
+            &lowered.graph,
+            &mut FlowNetwork::new(&topology).with_collective_launch(scenario.collective_launch),
+        ),
     }
     .context("simulating")?;
     let simulation_wall = started.elapsed();
@@ -247,7 +304,8 @@ pub fn simulate(scenario: &Scenario) -> anyhow::Result<Outcome> {
             idle: mean(|r| r.idle),
             communication: mean(|r| r.communication),
         },
+        memory: MemorySummary::new(&memory, scenario),
         engine: EngineCounters { ops: lowered.graph.op_count(), events: timeline.events },
     };
-    Ok(Outcome { summary, lowering_wall, simulation_wall })
+    Ok(Outcome { summary, lowering_wall, simulation_wall, graph: lowered.graph, timeline })
 }

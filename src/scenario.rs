@@ -8,7 +8,7 @@ use serde::Deserialize;
 use sim_core::graph::{CollectiveAlgorithm, CollectiveKind};
 use sim_core::units::{Bandwidth, Bytes, SimDuration};
 use topology::{ClusterSpec, IntraNode, LinkSpec, Topology, TopologyError};
-use workloads::{ComputeModel, Device, DeviceCatalog, Dtype, Model, Optimizer};
+use workloads::{ComputeModel, Device, DeviceCatalog, Dtype, Model, Optimizer, Recompute};
 
 mod network;
 
@@ -130,6 +130,8 @@ struct WorkloadSection {
     gradient_precision: String,
     #[serde(default = "sgd_momentum")]
     optimizer: String,
+    #[serde(default)]
+    recompute: Option<String>,
 }
 
 fn default_batch() -> u64 {
@@ -170,13 +172,23 @@ impl Default for ParallelismSection {
 struct SimulationSection {
     fidelity: String,
     iterations: u32,
+    collective_launch: SimDuration,
 }
 
 impl Default for SimulationSection {
     fn default() -> Self {
-        SimulationSection { fidelity: "analytical".into(), iterations: 1 }
+        SimulationSection {
+            fidelity: "analytical".into(),
+            iterations: 1,
+            collective_launch: NCCL_BASE_LATENCY,
+        }
     }
 }
+
+/// Fixed cost of launching one collective: NCCL's own tuning model charges a base latency of
+/// 8.4 us to ring and tree collectives with the Simple protocol (`baseLat` in
+/// `src/graph/tuning.cc`, NCCL 2.12 to 2.18).
+const NCCL_BASE_LATENCY: SimDuration = SimDuration::from_ps(8_400_000);
 
 /// The network model used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,6 +203,18 @@ pub enum Fidelity {
 }
 
 impl Fidelity {
+    /// The fidelity called `name`, or a message listing the valid names.
+    pub fn from_name(name: &str) -> Result<Fidelity, String> {
+        match name {
+            "analytical" => Ok(Fidelity::Analytical),
+            "flow" => Ok(Fidelity::Flow),
+            "packet-steps" => Ok(Fidelity::PacketSteps),
+            other => {
+                Err(format!("unknown fidelity {other:?}; valid: \"analytical\", \"flow\", \"packet-steps\""))
+            }
+        }
+    }
+
     /// The name used in scenario files and reports.
     pub fn name(self) -> &'static str {
         match self {
@@ -220,6 +244,8 @@ pub struct Scenario {
     pub gradient_precision: Dtype,
     /// Optimizer.
     pub optimizer: Optimizer,
+    /// Activations recomputed in the backward pass.
+    pub recompute: Recompute,
     /// Data-parallel ranks.
     pub data_parallel: u32,
     /// DDP bucket cap.
@@ -232,6 +258,8 @@ pub struct Scenario {
     pub fidelity: Fidelity,
     /// Iterations to simulate.
     pub iterations: u32,
+    /// Fixed cost of every collective launch.
+    pub collective_launch: SimDuration,
     /// Roofline parameters.
     pub compute: ComputeModel,
 }
@@ -268,6 +296,11 @@ impl Cluster {
         let text = fs_err::read_to_string(path)
             .map_err(|error| ScenarioError::Read { message: error.to_string() })?;
         validate_cluster(&read_spec(&text, path)?.cluster, path)
+    }
+
+    /// Validates the `[cluster]` table of scenario `text`; `file` names it in messages.
+    pub fn parse(text: &str, file: &Path) -> Result<Cluster, ScenarioError> {
+        validate_cluster(&read_spec(text, file)?.cluster, file)
     }
 }
 
@@ -381,6 +414,10 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
         .map_err(|error: workloads::DeviceError| invalid("workload.gradient-precision", error.to_string()))?;
     let optimizer: Optimizer =
         workload.optimizer.parse().map_err(|error| invalid("workload.optimizer", error))?;
+    let recompute: Recompute = match &workload.recompute {
+        Some(mode) => mode.parse().map_err(|error| invalid("workload.recompute", error))?,
+        None => Recompute::None,
+    };
 
     let parallelism = &spec.parallelism;
     let data_parallel = parallelism.data.unwrap_or(gpus);
@@ -443,20 +480,23 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
         precision,
         gradient_precision,
         optimizer,
+        recompute,
         data_parallel,
         bucket_size: parallelism.bucket_size,
         first_bucket_size: parallelism.first_bucket_size,
         allreduce,
         fidelity,
         iterations: spec.simulation.iterations,
+        collective_launch: spec.simulation.collective_launch,
         compute: spec.compute,
     })
 }
 
-/// NVSwitch default: half the datasheet's NVLink total (it adds both directions).
+/// NVSwitch default: half the datasheet's NVLink (or Infinity Fabric) total (it adds both
+/// directions).
 fn default_nvlink(device: &Device) -> LinkSpec {
     let per_direction = device
-        .nvlink_bandwidth
+        .gpu_link_bandwidth()
         .and_then(|total| Bandwidth::from_bits_per_second(total.bits_per_second() / 2))
         .unwrap_or(device.pcie_bandwidth);
     LinkSpec::new(per_direction, DEFAULT_LATENCY)

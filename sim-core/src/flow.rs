@@ -58,6 +58,11 @@ pub enum FlowEvent {
         /// The flow.
         flow: u32,
     },
+    /// A collective's launch overhead is over: its members enter their first step.
+    Begin {
+        /// The running collective.
+        run: u32,
+    },
     /// The flow's last byte is due, if its rate has not changed since (same generation).
     Finish {
         /// The flow.
@@ -165,6 +170,8 @@ pub struct FlowNetwork<'t> {
     link_version: Vec<u32>,
     new_rate: Vec<f64>,
     heap: BinaryHeap<(std::cmp::Reverse<Share>, u32, u32)>,
+    /// Fixed cost of every collective (see [`FlowNetwork::with_collective_launch`]).
+    collective_launch: SimDuration,
     /// Alpha-beta estimates for choosing `Auto` algorithms, and the choices made.
     estimator: AnalyticalNetwork<'t>,
     chosen: HashMap<Collective, CollectiveAlgorithm>,
@@ -218,6 +225,7 @@ impl<'t> FlowNetwork<'t> {
             link_version: vec![0; links],
             new_rate: Vec::new(),
             heap: BinaryHeap::new(),
+            collective_launch: SimDuration::ZERO,
             estimator: AnalyticalNetwork::new(topology),
             chosen: HashMap::new(),
             scratch_messages: Vec::new(),
@@ -238,6 +246,14 @@ impl<'t> FlowNetwork<'t> {
     /// The audit so far, if enabled.
     pub fn audit(&self) -> Option<&Audit> {
         self.audit.as_ref()
+    }
+
+    /// The same model with a fixed cost before every collective's first message: the
+    /// communication library's launch and synchronisation overhead (zero by default: pure
+    /// network).
+    pub fn with_collective_launch(mut self, launch: SimDuration) -> Self {
+        self.collective_launch = launch;
+        self
     }
 
     /// Counters so far.
@@ -606,7 +622,7 @@ impl<'t> FlowNetwork<'t> {
         let schedule = Schedule::new(collective.kind, algorithm, collective.bytes, group, node_of)?;
         let members = schedule.lanes().iter().map(Vec::len).sum::<usize>();
         if schedule.steps() == 0 {
-            return Ok(context.complete_after(SimDuration::ZERO, token)?);
+            return Ok(context.complete_after(self.collective_launch, token)?);
         }
         let run = CollectiveRun {
             schedule,
@@ -625,11 +641,16 @@ impl<'t> FlowNetwork<'t> {
                 (self.runs.len() - 1) as u32
             }
         };
-        let lanes = self.run(id).schedule.lanes().len();
-        let per_lane = group.len();
+        Ok(context.wake_after(self.collective_launch, FlowEvent::Begin { run: id })?)
+    }
+
+    /// Every member of every lane of `run` enters step 0.
+    fn begin_run(&mut self, context: &mut NetContext<'_, FlowEvent>, run: u32) -> Result<(), NetworkError> {
+        let lanes = self.run(run).schedule.lanes().len();
+        let per_lane = self.run(run).schedule.lanes()[0].len();
         for lane in 0..lanes {
             for position in 0..per_lane {
-                self.enter_step(context, id, lane as u32, position as u32, 0)?;
+                self.enter_step(context, run, lane as u32, position as u32, 0)?;
             }
         }
         Ok(())
@@ -796,6 +817,7 @@ impl Network for FlowNetwork<'_> {
     ) -> Result<(), NetworkError> {
         match event {
             FlowEvent::Enter { flow } => self.enter(context, flow),
+            FlowEvent::Begin { run } => self.begin_run(context, run),
             FlowEvent::Finish { flow, generation } => self.finish(context, flow, generation),
         }
     }

@@ -138,6 +138,8 @@ pub struct AnalyticalNetwork<'t> {
     loaded_links: Vec<LinkId>,
     /// Times of the collectives already seen.
     known_collectives: HashMap<Collective, SimDuration>,
+    /// Fixed cost of every collective (see [`AnalyticalNetwork::with_collective_launch`]).
+    collective_launch: SimDuration,
 }
 
 impl<'t> AnalyticalNetwork<'t> {
@@ -148,7 +150,16 @@ impl<'t> AnalyticalNetwork<'t> {
             link_load: vec![0; topology.link_count()],
             loaded_links: Vec::new(),
             known_collectives: HashMap::new(),
+            collective_launch: SimDuration::ZERO,
         }
+    }
+
+    /// The same model with a fixed cost added to every collective before its data moves: the
+    /// communication library's launch and synchronisation overhead (zero by default: pure
+    /// network).
+    pub fn with_collective_launch(mut self, launch: SimDuration) -> Self {
+        self.collective_launch = launch;
+        self
     }
 
     /// The route between two ranks (rank r runs on host r).
@@ -268,7 +279,7 @@ impl Network for AnalyticalNetwork<'_> {
                 time
             }
         };
-        Ok(context.complete_after(time, token)?)
+        Ok(context.complete_after(time.checked_add(self.collective_launch)?, token)?)
     }
 
     fn start_memcpy(

@@ -3,6 +3,8 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
+mod collective;
+mod memory;
 mod models;
 mod network;
 

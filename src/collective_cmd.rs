@@ -1,0 +1,288 @@
+//! `parasim collective`: a collective microbenchmark in the style of nccl-tests
+//! (`all_reduce_perf -b 8 -e 8G -f 2`), so real nccl-tests output can be pasted next to it.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use sim_core::exec::run;
+use sim_core::flow::FlowNetwork;
+use sim_core::graph::{Collective, CollectiveAlgorithm, CollectiveKind, GraphBuilder, RankId, StreamId};
+use sim_core::network::AnalyticalNetwork;
+use sim_core::units::{Bytes, SimDuration};
+use topology::Topology;
+
+use crate::scenario::{Cluster, Fidelity, QUICKSTART};
+
+/// What to measure.
+pub struct Options<'a> {
+    /// The collective (nccl-tests names are accepted too: all_reduce, all_gather, ...).
+    pub kind: &'a str,
+    /// Scenario whose [cluster] is used; the quickstart's if none.
+    pub cluster: Option<&'a Path>,
+    /// Ranks taking part (the first N GPUs); all GPUs if none.
+    pub ranks: Option<u32>,
+    /// Smallest size, e.g. "8" or "1K" (K, M, G are powers of 1024, as in nccl-tests).
+    pub min_bytes: &'a str,
+    /// Largest size.
+    pub max_bytes: &'a str,
+    /// Size multiplication factor between rows.
+    pub factor: u64,
+    /// Algorithm name, or "auto".
+    pub algorithm: &'a str,
+    /// Network fidelity.
+    pub fidelity: Fidelity,
+    /// Element type, for the count column.
+    pub dtype: &'a str,
+    /// Fixed cost per collective launch.
+    pub launch: SimDuration,
+    /// nccl-tests output to compare with (measured time per size).
+    pub compare: Option<&'a Path>,
+}
+
+/// Measured out-of-place times (us) by size from nccl-tests output: every line that is not a
+/// comment and starts with two integers (size, count) has the time in its sixth column.
+fn measured_times(path: &Path) -> anyhow::Result<std::collections::BTreeMap<u64, f64>> {
+    let text = fs_err::read_to_string(path).context("reading the nccl-tests output to compare with")?;
+    let mut times = std::collections::BTreeMap::new();
+    for (number, line) in text.lines().enumerate() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if line.trim_start().starts_with('#') || fields.len() < 6 {
+            continue;
+        }
+        let (Ok(size), Ok(_count)) = (fields[0].parse::<u64>(), fields[1].parse::<u64>()) else { continue };
+        let time: f64 = fields[5].parse().with_context(|| {
+            format!(
+                "{}:{}: the sixth column (time in us) is {:?}, not a number",
+                path.display(),
+                number + 1,
+                fields[5]
+            )
+        })?;
+        times.insert(size, time);
+    }
+    if times.is_empty() {
+        bail!("{}: no nccl-tests result lines (size count type redop root time ...)", path.display());
+    }
+    Ok(times)
+}
+
+/// The kind of collective named `name`, with nccl-tests' bus-bandwidth factor for `ranks`.
+fn kind_of(name: &str, ranks: u32) -> anyhow::Result<(CollectiveKind, f64, &'static str)> {
+    let n = f64::from(ranks);
+    let normalized = name.to_ascii_lowercase().replace('_', "-");
+    Ok(match normalized.as_str() {
+        "allreduce" | "all-reduce" => (CollectiveKind::AllReduce, 2.0 * (n - 1.0) / n, "sum"),
+        "reduce-scatter" | "reducescatter" => (CollectiveKind::ReduceScatter, (n - 1.0) / n, "sum"),
+        "allgather" | "all-gather" => (CollectiveKind::AllGather, (n - 1.0) / n, "none"),
+        "alltoall" | "all-to-all" => (CollectiveKind::AllToAll, (n - 1.0) / n, "none"),
+        "broadcast" => (CollectiveKind::Broadcast { root: 0 }, 1.0, "none"),
+        "reduce" => (CollectiveKind::Reduce { root: 0 }, 1.0, "sum"),
+        _ => bail!(
+            "unknown collective {name:?}; valid: allreduce, reduce-scatter, allgather, alltoall, broadcast, reduce \
+             (nccl-tests' all_reduce, reduce_scatter, all_gather also work)"
+        ),
+    })
+}
+
+/// `8`, `1K`, `128M`, `8G` (powers of 1024, as nccl-tests reads them), or any size with a
+/// unit (`"1 MiB"`).
+fn size(text: &str) -> anyhow::Result<u64> {
+    let trimmed = text.trim();
+    let (digits, scale) = match trimmed.chars().last() {
+        Some('K' | 'k') => (&trimmed[..trimmed.len() - 1], 1u64 << 10),
+        Some('M' | 'm') => (&trimmed[..trimmed.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&trimmed[..trimmed.len() - 1], 1 << 30),
+        _ => (trimmed, 1),
+    };
+    if let Ok(value) = digits.parse::<u64>() {
+        return value.checked_mul(scale).with_context(|| format!("size {text:?} is too large"));
+    }
+    let bytes: Bytes =
+        trimmed.parse().with_context(|| format!("size {text:?}: write e.g. 8, 1K, 128M, 8G or \"1 MiB\""))?;
+    Ok(bytes.0)
+}
+
+fn type_size(dtype: &str) -> anyhow::Result<u64> {
+    Ok(match dtype {
+        "int8" | "uint8" | "char" => 1,
+        "half" | "float16" | "bfloat16" | "bf16" | "fp16" => 2,
+        "float" | "float32" | "int32" | "uint32" | "int" | "fp32" => 4,
+        "double" | "float64" | "int64" | "uint64" | "fp64" => 8,
+        other => bail!("unknown type {other:?}; valid: int8, half, bfloat16, float, int32, double, int64"),
+    })
+}
+
+/// Runs the sweep and returns the nccl-tests-style table.
+pub fn benchmark(options: &Options) -> anyhow::Result<String> {
+    let cluster = match options.cluster {
+        Some(path) => Cluster::load(path)?,
+        None => Cluster::parse(QUICKSTART, Path::new("scenarios/quickstart.toml"))?,
+    };
+    let topology = Topology::build(&cluster.spec).context("building the cluster topology")?;
+    let gpus = topology.host_count() as u32;
+    let ranks = options.ranks.unwrap_or(gpus);
+    if ranks == 0 || ranks > gpus {
+        bail!("--ranks {ranks}: the cluster has {gpus} GPUs; give 1 to {gpus}");
+    }
+    let (kind, bus_factor, redop) = kind_of(options.kind, ranks)?;
+    let algorithm: CollectiveAlgorithm = options.algorithm.parse().map_err(anyhow::Error::msg)?;
+    if !algorithm.supports(kind) {
+        let valid: Vec<&str> =
+            CollectiveAlgorithm::ALL.iter().filter(|a| a.supports(kind)).map(|a| a.name()).collect();
+        bail!("--algorithm {} cannot perform {}; valid: {}", algorithm.name(), kind.name(), valid.join(", "));
+    }
+    let element = type_size(options.dtype)?;
+    let (min, max) = (size(options.min_bytes)?, size(options.max_bytes)?);
+    if min == 0 || max < min || options.factor < 2 {
+        bail!("sizes must satisfy 0 < -b <= -e, and -f must be at least 2");
+    }
+    let root = if matches!(kind, CollectiveKind::Broadcast { .. } | CollectiveKind::Reduce { .. }) {
+        "0"
+    } else {
+        "-1"
+    };
+
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# parasim collective {}: {ranks} ranks of {} x {} ({} nodes x {} GPUs), {} network, algorithm {}, launch {}",
+        kind.name(),
+        gpus,
+        cluster.device.display_name,
+        cluster.spec.nodes,
+        cluster.spec.gpus_per_node,
+        options.fidelity.name(),
+        algorithm.name(),
+        options.launch
+    );
+    let _ = writeln!(out, "#");
+    let measured = options.compare.map(measured_times).transpose()?;
+    let (measured_header, measured_units) =
+        if measured.is_some() { ("  measured    error", "      (us)") } else { ("", "") };
+    let _ = writeln!(
+        out,
+        "# {:>10} {:>13} {:>9} {:>7} {:>7} {:>10} {:>7} {:>7}{measured_header}  algorithm",
+        "size", "count", "type", "redop", "root", "time", "algbw", "busbw"
+    );
+    let _ = writeln!(
+        out,
+        "# {:>10} {:>13} {:>9} {:>7} {:>7} {:>10} {:>7} {:>7}{measured_units}",
+        "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)"
+    );
+    let mut errors = Vec::new();
+    let started = Instant::now();
+    let mut bus_sum = 0.0;
+    let mut rows = 0u32;
+    let mut bytes = min;
+    while bytes <= max {
+        let (time, chosen) = time_one(&topology, kind, algorithm, Bytes(bytes), ranks, options)?;
+        let seconds = time.as_secs_f64();
+        let algbw = bytes as f64 / seconds / 1e9;
+        let busbw = algbw * bus_factor;
+        bus_sum += busbw;
+        rows += 1;
+        let comparison = match measured.as_ref().map(|times| times.get(&bytes)) {
+            Some(Some(&real)) => {
+                let error = (seconds * 1e6 - real) / real;
+                errors.push(error.abs());
+                format!("  {real:>8.1} {:>+7.1}%", 100.0 * error)
+            }
+            Some(None) => format!("  {:>8} {:>8}", "-", ""),
+            None => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "  {:>10} {:>13} {:>9} {:>7} {:>7} {:>10.1} {:>7.2} {:>7.2}{comparison}  {}",
+            bytes,
+            bytes / element,
+            options.dtype,
+            redop,
+            root,
+            seconds * 1e6,
+            algbw,
+            busbw,
+            chosen.name()
+        );
+        bytes = match bytes.checked_mul(options.factor) {
+            Some(next) => next,
+            None => break,
+        };
+    }
+    let _ = writeln!(out, "# Avg bus bandwidth    : {:.3}", bus_sum / f64::from(rows.max(1)));
+    if !errors.is_empty() {
+        let mean = errors.iter().sum::<f64>() / errors.len() as f64;
+        let _ = writeln!(
+            out,
+            "# compared with {} measured sizes: mean |error| {:.1}%, accuracy (1 - |sim - real| / real) {:.1}%",
+            errors.len(),
+            100.0 * mean,
+            100.0 * (1.0 - mean)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# simulated {rows} sizes in {:.1} ms of wall time",
+        started.elapsed().as_secs_f64() * 1e3
+    );
+    Ok(out)
+}
+
+/// Simulates one collective of `bytes` over the first `ranks` GPUs; returns its time and the
+/// algorithm that ran (what `Auto` chose).
+fn time_one(
+    topology: &Topology,
+    kind: CollectiveKind,
+    algorithm: CollectiveAlgorithm,
+    bytes: Bytes,
+    ranks: u32,
+    options: &Options,
+) -> anyhow::Result<(SimDuration, CollectiveAlgorithm)> {
+    let group: Vec<RankId> = (0..ranks).map(RankId).collect();
+    let chosen = match algorithm {
+        CollectiveAlgorithm::Auto => {
+            sim_core::collective::choose(kind, bytes, &group, &mut AnalyticalNetwork::new(topology))?
+        }
+        explicit => explicit,
+    };
+    let mut graph = GraphBuilder::new(ranks);
+    let everyone = graph.add_group(group);
+    let collective = graph.add_collective(Collective { kind, group: everyone, bytes, algorithm: chosen });
+    for rank in 0..ranks {
+        graph.collective(RankId(rank), StreamId(0), collective, kind.name(), &[]);
+    }
+    let graph = graph.build()?;
+    let timeline = match options.fidelity {
+        Fidelity::Analytical => {
+            run(&graph, &mut AnalyticalNetwork::new(topology).with_collective_launch(options.launch))
+        }
+        Fidelity::Flow | Fidelity::PacketSteps => {
+            run(&graph, &mut FlowNetwork::new(topology).with_collective_launch(options.launch))
+        }
+    }
+    .with_context(|| format!("simulating {} of {bytes}", kind.name()))?;
+    Ok((timeline.makespan(), chosen))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_read_like_nccl_tests() {
+        assert_eq!(size("8").unwrap(), 8);
+        assert_eq!(size("1K").unwrap(), 1024);
+        assert_eq!(size("8G").unwrap(), 8 << 30);
+        assert_eq!(size("1 MiB").unwrap(), 1 << 20);
+        assert!(size("lots").is_err());
+    }
+
+    #[test]
+    fn bus_bandwidth_factors_are_nccl_tests_ones() {
+        assert_eq!(kind_of("all_reduce", 16).unwrap().1, 2.0 * 15.0 / 16.0);
+        assert_eq!(kind_of("all_gather", 16).unwrap().1, 15.0 / 16.0);
+        assert_eq!(kind_of("broadcast", 16).unwrap().1, 1.0);
+        assert!(kind_of("gossip", 4).is_err());
+    }
+}

@@ -1,0 +1,95 @@
+//! The memory section of `parasim run` and the refusal of configurations that do not fit.
+
+use crate::{QUICKSTART, assert_rejected, parasim, quickstart_with, scenario_file};
+
+#[test]
+fn the_quickstart_fits_and_reports_its_memory() {
+    let output = parasim(&["run", QUICKSTART]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let text = String::from_utf8(output.stdout).unwrap();
+    for needle in [
+        "memory ",
+        "per GPU of 85.90 GB (80 GiB)",
+        "recomputation none",
+        "weights",
+        "gradients",
+        "optimizer state",
+        "activations",
+        "temporary buffers",
+        "communication buffers",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+    }
+
+    let output = parasim(&["run", QUICKSTART, "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let memory = &json["memory"];
+    let part = |key: &str| memory[key].as_u64().unwrap_or_else(|| panic!("memory.{key} in {memory}"));
+    let parts = ["weights", "gradients", "optimizer", "activations", "temporary", "communication"];
+    assert_eq!(parts.iter().map(|key| part(key)).sum::<u64>(), part("total"));
+    assert_eq!(part("capacity"), 80 << 30);
+    assert!(part("total") < part("capacity"));
+    // ResNet-50 in fp16 with fp32 gradients and SGD momentum: 2 + 4 + (4 + 4) bytes per parameter.
+    assert_eq!(part("weights"), 2 * 25_557_032);
+    assert_eq!(part("optimizer"), 8 * 25_557_032);
+    assert_eq!(memory["recompute"], "none");
+}
+
+/// Llama-2-7B, data parallel with Adam on 80 GB A100s: 6.74 B parameters x 16 bytes of bf16
+/// weights and gradients, fp32 master weights and two moments = 108 GB before any activation.
+const LLAMA: &str = "[cluster]\nnodes = 1\ngpus-per-node = 8\ndevice = \"a100-sxm4-80gb\"\n\
+    [workload]\nmodel = \"llama2-7b\"\nbatch-per-device = 4\nprecision = \"bf16\"\n\
+    gradient-precision = \"bf16\"\noptimizer = \"adam\"\n";
+
+#[test]
+fn llama2_7b_with_adam_does_not_fit_an_a100_80gb() {
+    assert_rejected(
+        "llama2-7b-adam.toml",
+        LLAMA,
+        &[
+            "llama2-7b",
+            "does not fit in memory",
+            "A100-SXM4-80GB has 85.90 GB (80 GiB)",
+            "GB over",
+            "weights                    13.48 GB",
+            "gradients                  13.48 GB",
+            "optimizer state            80.86 GB",
+            "activations",
+            "communication buffers",
+            "total",
+        ],
+    );
+}
+
+#[test]
+fn recomputation_is_a_workload_key() {
+    // Full recomputation shrinks the activations of the quickstart, and costs time.
+    let run = |name: &str, text: &str| {
+        let path = scenario_file(name, text);
+        let output = parasim(&["run", path.to_str().unwrap(), "--json"]);
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        serde_json::from_slice::<serde_json::Value>(&output.stdout).unwrap()
+    };
+    let kept =
+        run("kept.toml", &quickstart_with("optimizer = \"sgd-momentum\"", "optimizer = \"sgd-momentum\""));
+    let full = run(
+        "recomputed.toml",
+        &quickstart_with(
+            "optimizer = \"sgd-momentum\"",
+            "optimizer = \"sgd-momentum\"\nrecompute = \"full\"",
+        ),
+    );
+    assert_eq!(full["memory"]["recompute"], "full");
+    let activations = |json: &serde_json::Value| json["memory"]["activations"].as_u64().unwrap();
+    assert!(activations(&full) < activations(&kept) / 2);
+    let time = |json: &serde_json::Value| json["iteration_time_s"].as_f64().unwrap();
+    assert!(time(&full) > time(&kept));
+    assert_rejected(
+        "bad-recompute.toml",
+        &quickstart_with(
+            "optimizer = \"sgd-momentum\"",
+            "optimizer = \"sgd-momentum\"\nrecompute = \"some\"",
+        ),
+        &["workload.recompute", "none, selective, full"],
+    );
+}
