@@ -7,13 +7,12 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
     /// The file could not be opened, read or written.
-    #[error("{path}: {source}")]
+    #[error("{path}: {message}")]
     Io {
         /// The file.
         path: PathBuf,
-        /// What went wrong.
-        #[source]
-        source: std::io::Error,
+        /// What went wrong (the operating system's message).
+        message: String,
     },
     /// The file is not valid JSON, or its top level is not a Chrome trace (an array of events
     /// or an object with `traceEvents`).
@@ -77,7 +76,10 @@ pub enum TraceError {
 
 impl TraceError {
     /// An I/O error on `path`.
-    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        TraceError::Io { path: path.into(), source }
+    pub(crate) fn io(path: impl Into<PathBuf>, error: std::io::Error) -> Self {
+        // fs-err's errors already name the path; keep only the operating system's message.
+        let message =
+            std::error::Error::source(&error).map_or_else(|| error.to_string(), |inner| inner.to_string());
+        TraceError::Io { path: path.into(), message }
     }
 }
