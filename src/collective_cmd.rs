@@ -257,7 +257,10 @@ fn time_one(
         Fidelity::Analytical => {
             run(&graph, &mut AnalyticalNetwork::new(topology).with_collective_launch(options.launch))
         }
-        Fidelity::Flow | Fidelity::PacketSteps => {
+        Fidelity::Flow => {
+            run(&graph, &mut FlowNetwork::new(topology).steady_state().with_collective_launch(options.launch))
+        }
+        Fidelity::PacketSteps => {
             run(&graph, &mut FlowNetwork::new(topology).with_collective_launch(options.launch))
         }
     }

@@ -222,7 +222,13 @@ pub fn simulate(scenario: &Scenario) -> anyhow::Result<Outcome> {
             &lowered.graph,
             &mut AnalyticalNetwork::new(&topology).with_collective_launch(scenario.collective_launch),
         ),
-        Fidelity::Flow | Fidelity::PacketSteps => exec::run(
+        Fidelity::Flow => exec::run(
+            &lowered.graph,
+            &mut FlowNetwork::new(&topology)
+                .steady_state()
+                .with_collective_launch(scenario.collective_launch),
+        ),
+        Fidelity::PacketSteps => exec::run(
             &lowered.graph,
             &mut FlowNetwork::new(&topology).with_collective_launch(scenario.collective_launch),
         ),

@@ -137,7 +137,7 @@ fn describe_cluster(spec: &ClusterSpec, device: &str) -> String {
 fn simulate(graph: &ExecGraph, topology: &Topology, fidelity: ReplayFidelity) -> anyhow::Result<Timeline> {
     let timeline = match fidelity {
         ReplayFidelity::Analytical => exec::run(graph, &mut AnalyticalNetwork::new(topology)),
-        ReplayFidelity::Flow => exec::run(graph, &mut FlowNetwork::new(topology)),
+        ReplayFidelity::Flow => exec::run(graph, &mut FlowNetwork::new(topology).steady_state()),
     };
     timeline.context("simulating the replay")
 }

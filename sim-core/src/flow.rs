@@ -44,8 +44,8 @@ use std::collections::{BinaryHeap, HashMap};
 use topology::{HostId, LinkId, Route, Routing, Topology};
 use units::{Bytes, SimDuration, SimTime};
 
-use crate::collective::{CollectiveError, Schedule, choose};
-use crate::graph::{Collective, CollectiveAlgorithm, MemcpyDirection, RankId};
+use crate::collective::{CollectiveError, Schedule, choose, ring_channels};
+use crate::graph::{Collective, CollectiveAlgorithm, CollectiveKind, MemcpyDirection, RankId};
 use crate::network::AnalyticalNetwork;
 use crate::network::{Completion, NetContext, Network, NetworkError};
 use crate::schedule::Message;
@@ -57,6 +57,11 @@ pub enum FlowEvent {
     Enter {
         /// The flow.
         flow: u32,
+    },
+    /// Every edge flow of a steady-state collective enters the network.
+    Couple {
+        /// The coupling.
+        coupling: u32,
     },
     /// A collective's launch overhead is over: its members enter their first step.
     Begin {
@@ -79,7 +84,23 @@ enum Owner {
     Single(Completion),
     /// One message of a running collective: sender and receiver positions on a lane.
     Message { run: u32, lane: u32, from: u32, to: u32 },
+    /// One edge flow of a steady-state collective.
+    Coupled { coupling: u32 },
 }
+
+/// A collective in its steady-state form: one long-lived flow per edge, all advancing at one
+/// common rate.
+#[derive(Debug)]
+struct Coupling {
+    members: Vec<u32>,
+    unfinished: usize,
+    token: Completion,
+    /// Latency still owed after the data has moved (the steps' latencies beyond the first).
+    tail: SimDuration,
+}
+
+/// `Flow::coupling` of an independent flow.
+const INDEPENDENT: u32 = u32::MAX;
 
 #[derive(Debug, Clone)]
 struct Flow {
@@ -93,6 +114,8 @@ struct Flow {
     updated: SimTime,
     generation: u32,
     owner: Owner,
+    /// The steady-state collective this flow is an edge of, or `INDEPENDENT`.
+    coupling: u32,
 }
 
 /// A collective in progress: where each member of each lane is in the schedule.
@@ -172,6 +195,12 @@ pub struct FlowNetwork<'t> {
     heap: BinaryHeap<(std::cmp::Reverse<Share>, u32, u32)>,
     /// Fixed cost of every collective (see [`FlowNetwork::with_collective_launch`]).
     collective_launch: SimDuration,
+    /// Run ring collectives in their steady-state form (see [`FlowNetwork::steady_state`]).
+    steady_state: bool,
+    couplings: Vec<Option<Coupling>>,
+    free_couplings: Vec<u32>,
+    /// Scratch: the flows to freeze together.
+    freeze_scratch: Vec<u32>,
     /// Alpha-beta estimates for choosing `Auto` algorithms, and the choices made.
     estimator: AnalyticalNetwork<'t>,
     chosen: HashMap<Collective, CollectiveAlgorithm>,
@@ -226,6 +255,10 @@ impl<'t> FlowNetwork<'t> {
             new_rate: Vec::new(),
             heap: BinaryHeap::new(),
             collective_launch: SimDuration::ZERO,
+            steady_state: false,
+            couplings: Vec::new(),
+            free_couplings: Vec::new(),
+            freeze_scratch: Vec::new(),
             estimator: AnalyticalNetwork::new(topology),
             chosen: HashMap::new(),
             scratch_messages: Vec::new(),
@@ -253,6 +286,15 @@ impl<'t> FlowNetwork<'t> {
     /// network).
     pub fn with_collective_launch(mut self, launch: SimDuration) -> Self {
         self.collective_launch = launch;
+        self
+    }
+
+    /// The same model running ring collectives in their steady-state form: one long-lived
+    /// flow per ring edge, all edges of a collective coupled to one common rate (the `flow`
+    /// fidelity; without it every message is its own flow, the `packet-steps` fidelity). Other
+    /// algorithms still run message by message.
+    pub fn steady_state(mut self) -> Self {
+        self.steady_state = true;
         self
     }
 
@@ -287,6 +329,19 @@ impl<'t> FlowNetwork<'t> {
         bytes: f64,
         owner: Owner,
     ) -> Result<(), NetworkError> {
+        let (id, latency) = self.new_flow(context.now(), route, bytes, owner)?;
+        context.wake_after(latency, FlowEvent::Enter { flow: id })?;
+        Ok(())
+    }
+
+    /// Allocates a flow (not yet on its links) and returns it with its route latency.
+    fn new_flow(
+        &mut self,
+        now: SimTime,
+        route: Route,
+        bytes: f64,
+        owner: Owner,
+    ) -> Result<(u32, SimDuration), NetworkError> {
         if self.adaptive {
             for link in route.iter() {
                 self.routed[link.0 as usize] += 1;
@@ -306,9 +361,10 @@ impl<'t> FlowNetwork<'t> {
             size: bytes,
             remaining: bytes,
             rate: 0.0,
-            updated: context.now(),
+            updated: now,
             generation: 0,
             owner,
+            coupling: INDEPENDENT,
         };
         let id = match self.free_flows.pop() {
             Some(id) => {
@@ -325,8 +381,81 @@ impl<'t> FlowNetwork<'t> {
                 (self.flows.len() - 1) as u32
             }
         };
-        context.wake_after(latency, FlowEvent::Enter { flow: id })?;
-        Ok(())
+        Ok((id, latency))
+    }
+
+    /// Starts a ring collective in its steady-state form: one flow per ring edge of every
+    /// channel, each carrying what the edge carries over the whole ring (2(p-1)/p of the
+    /// channel's share for an allreduce, (p-1)/p for reduce-scatter and allgather), all
+    /// advancing at one common rate, entering together after the longest edge latency, and
+    /// the remaining steps' latencies added at the end: uncontended, exactly the ring's
+    /// `steps * alpha + volume / B`.
+    fn start_coupled_ring(
+        &mut self,
+        context: &mut NetContext<'_, FlowEvent>,
+        token: Completion,
+        collective: &Collective,
+        group: &[RankId],
+    ) -> Result<(), NetworkError> {
+        let topology = self.topology;
+        let channels = ring_channels(group, |rank| {
+            topology.node_of(HostId(rank.0)).map_err(|error| CollectiveError::Network(error.to_string()))
+        })?;
+        let p = group.len() as f64;
+        let (steps, volume) = if collective.kind == CollectiveKind::AllReduce {
+            (2 * (group.len() - 1), 2.0 * (p - 1.0) / p)
+        } else {
+            (group.len() - 1, (p - 1.0) / p)
+        };
+        let bytes = collective.bytes.as_f64() * volume / channels.len() as f64;
+        let id = match self.free_couplings.pop() {
+            Some(id) => id,
+            None => {
+                self.couplings.push(None);
+                (self.couplings.len() - 1) as u32
+            }
+        };
+        let mut members = Vec::with_capacity(group.len() * channels.len());
+        let mut slowest = SimDuration::ZERO;
+        let now = context.now();
+        for ring in &channels {
+            for (position, &src) in ring.iter().enumerate() {
+                let dst = ring[(position + 1) % ring.len()];
+                let route = self.route(src, dst)?;
+                let (flow, latency) = self.new_flow(now, route, bytes, Owner::Coupled { coupling: id })?;
+                self.flows[flow as usize].coupling = id;
+                members.push(flow);
+                slowest = slowest.max(latency);
+            }
+        }
+        let tail = slowest.checked_mul(steps as u64 - 1)?;
+        let unfinished = members.len();
+        self.couplings[id as usize] = Some(Coupling { members, unfinished, token, tail });
+        Ok(context
+            .wake_after(self.collective_launch.checked_add(slowest)?, FlowEvent::Couple { coupling: id })?)
+    }
+
+    /// All edges of a steady-state collective enter the network together.
+    fn couple(&mut self, context: &mut NetContext<'_, FlowEvent>, coupling: u32) -> Result<(), NetworkError> {
+        let members = match self.couplings.get_mut(coupling as usize) {
+            Some(Some(state)) => std::mem::take(&mut state.members),
+            _ => return Ok(()),
+        };
+        let now = context.now();
+        let mut seeds = Vec::new();
+        for &flow in &members {
+            self.flows[flow as usize].updated = now;
+            for &link in self.flows[flow as usize].route.iter() {
+                self.on_link[link.0 as usize].push(flow);
+                seeds.push(link);
+            }
+        }
+        self.active_flows += members.len();
+        self.stats.peak_concurrent_flows = self.stats.peak_concurrent_flows.max(self.active_flows);
+        if let Some(Some(state)) = self.couplings.get_mut(coupling as usize) {
+            state.members = members;
+        }
+        self.refill(context, &seeds)
     }
 
     /// The route of the next flow from `src` to `dst`. When routes do not depend on the flow,
@@ -404,12 +533,20 @@ impl<'t> FlowNetwork<'t> {
             return Ok(()); // a stale completion: the rate changed since it was scheduled
         }
         let route = flow.route;
+        let coupling = flow.coupling;
         for &link in route.iter() {
             let flows = &mut self.on_link[link.0 as usize];
             if let Some(position) = flows.iter().position(|&f| f == id) {
                 flows.swap_remove(position);
             }
         }
+        // A finished edge no longer holds its partners back.
+        if let Some(Some(state)) = self.couplings.get_mut(coupling as usize)
+            && let Some(position) = state.members.iter().position(|&f| f == id)
+        {
+            state.members.swap_remove(position);
+        }
+        self.flows[id as usize].coupling = INDEPENDENT;
         self.active_flows -= 1;
         let now = context.now();
         let flow = &mut self.flows[id as usize];
@@ -447,6 +584,19 @@ impl<'t> FlowNetwork<'t> {
                 self.message_done(context, run, lane, from)?;
                 self.message_done(context, run, lane, to)
             }
+            Owner::Coupled { coupling } => {
+                let state = self.couplings[coupling as usize]
+                    .as_mut()
+                    .expect("a coupling lives until its last edge ends");
+                state.unfinished -= 1;
+                if state.unfinished == 0 {
+                    let (token, tail) = (state.token, state.tail);
+                    self.couplings[coupling as usize] = None;
+                    self.free_couplings.push(coupling);
+                    context.complete_after(tail, token)?;
+                }
+                Ok(())
+            }
         }
     }
 
@@ -477,12 +627,23 @@ impl<'t> FlowNetwork<'t> {
                 if self.flow_epoch[flow as usize] == epoch {
                     continue;
                 }
-                self.flow_epoch[flow as usize] = epoch;
-                self.component_flows.push(flow);
-                for &other in self.flows[flow as usize].route.iter() {
-                    if self.link_epoch[other.0 as usize] != epoch {
-                        self.link_epoch[other.0 as usize] = epoch;
-                        self.component_links.push(other.0);
+                // A coupled flow brings every edge of its collective into the component.
+                let coupling = self.flows[flow as usize].coupling;
+                let partners: &[u32] = match self.couplings.get(coupling as usize) {
+                    Some(Some(state)) => &state.members,
+                    _ => std::slice::from_ref(&flow),
+                };
+                for &member in partners {
+                    if self.flow_epoch[member as usize] == epoch {
+                        continue;
+                    }
+                    self.flow_epoch[member as usize] = epoch;
+                    self.component_flows.push(member);
+                    for &other in self.flows[member as usize].route.iter() {
+                        if self.link_epoch[other.0 as usize] != epoch {
+                            self.link_epoch[other.0 as usize] = epoch;
+                            self.component_links.push(other.0);
+                        }
                     }
                 }
             }
@@ -549,18 +710,38 @@ impl<'t> FlowNetwork<'t> {
                 if self.flow_epoch[flow as usize] != epoch {
                     continue; // already frozen
                 }
-                self.flow_epoch[flow as usize] = frozen;
-                self.new_rate[flow as usize] = share;
-                for &other in self.flows[flow as usize].route.iter() {
-                    let o = other.0 as usize;
-                    self.remaining_capacity[o] = (self.remaining_capacity[o] - share).max(0.0);
-                    self.unfrozen[o] -= 1;
-                    self.link_version[o] = self.link_version[o].wrapping_add(1);
-                    if o != l && self.unfrozen[o] > 0 {
-                        let next_share = self.remaining_capacity[o] / f64::from(self.unfrozen[o]);
-                        self.heap.push((std::cmp::Reverse(Share(next_share)), other.0, self.link_version[o]));
+                // The edges of a steady-state collective advance together: when one reaches
+                // its bottleneck, all freeze at that rate, and what the others leave unused on
+                // their links goes back to the rest of the traffic.
+                let coupling = self.flows[flow as usize].coupling;
+                let mut members = std::mem::take(&mut self.freeze_scratch);
+                members.clear();
+                match self.couplings.get(coupling as usize) {
+                    Some(Some(state)) => members.extend_from_slice(&state.members),
+                    _ => members.push(flow),
+                }
+                for &member in &members {
+                    if self.flow_epoch[member as usize] != epoch {
+                        continue;
+                    }
+                    self.flow_epoch[member as usize] = frozen;
+                    self.new_rate[member as usize] = share;
+                    for &other in self.flows[member as usize].route.iter() {
+                        let o = other.0 as usize;
+                        self.remaining_capacity[o] = (self.remaining_capacity[o] - share).max(0.0);
+                        self.unfrozen[o] -= 1;
+                        self.link_version[o] = self.link_version[o].wrapping_add(1);
+                        if self.unfrozen[o] > 0 {
+                            let next_share = self.remaining_capacity[o] / f64::from(self.unfrozen[o]);
+                            self.heap.push((
+                                std::cmp::Reverse(Share(next_share)),
+                                other.0,
+                                self.link_version[o],
+                            ));
+                        }
                     }
                 }
+                self.freeze_scratch = members;
             }
         }
     }
@@ -576,6 +757,10 @@ impl<'t> FlowNetwork<'t> {
             }
         }
         for &flow in &self.component_flows {
+            if self.flows[flow as usize].coupling != INDEPENDENT {
+                // A coupled edge may be held below its own links' share by a slower partner.
+                continue;
+            }
             let rate = self.flows[flow as usize].rate;
             let has_bottleneck = self.flows[flow as usize].route.iter().any(|&link| {
                 let l = link.0 as usize;
@@ -619,6 +804,9 @@ impl<'t> FlowNetwork<'t> {
             },
             explicit => explicit,
         };
+        if self.steady_state && algorithm == CollectiveAlgorithm::Ring && group.len() > 1 {
+            return self.start_coupled_ring(context, token, collective, group);
+        }
         let schedule = Schedule::new(collective.kind, algorithm, collective.bytes, group, node_of)?;
         let members = schedule.lanes().iter().map(Vec::len).sum::<usize>();
         if schedule.steps() == 0 {
@@ -818,6 +1006,7 @@ impl Network for FlowNetwork<'_> {
         match event {
             FlowEvent::Enter { flow } => self.enter(context, flow),
             FlowEvent::Begin { run } => self.begin_run(context, run),
+            FlowEvent::Couple { coupling } => self.couple(context, coupling),
             FlowEvent::Finish { flow, generation } => self.finish(context, flow, generation),
         }
     }
