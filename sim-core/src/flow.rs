@@ -39,7 +39,7 @@
 //! ```
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 
 use topology::{HostId, LinkId, Route, Routing, Topology};
 use units::{Bytes, SimDuration, SimTime};
@@ -57,6 +57,14 @@ pub enum FlowEvent {
     Enter {
         /// The flow.
         flow: u32,
+    },
+    /// Every edge of a steady-state collective has delivered its data, if their common rate has
+    /// not changed since (same generation).
+    CouplingDone {
+        /// The coupling.
+        coupling: u32,
+        /// Its generation when the event was scheduled.
+        generation: u32,
     },
     /// Every edge flow of a steady-state collective enters the network.
     Couple {
@@ -85,7 +93,7 @@ enum Owner {
     /// One message of a running collective: sender and receiver positions on a lane.
     Message { run: u32, lane: u32, from: u32, to: u32 },
     /// One edge flow of a steady-state collective.
-    Coupled { coupling: u32 },
+    Coupled,
 }
 
 /// A collective in its steady-state form: one long-lived flow per edge, all advancing at one
@@ -93,10 +101,20 @@ enum Owner {
 #[derive(Debug)]
 struct Coupling {
     members: Vec<u32>,
-    unfinished: usize,
     token: Completion,
     /// Latency still owed after the data has moved (the steps' latencies beyond the first).
     tail: SimDuration,
+    /// Bytes a pipeline's fill and drain add on its busiest edge, charged when the data has
+    /// moved at `fill_rate`: the slowest edge path's own bandwidth, because few edges are busy
+    /// while a pipeline fills or drains.
+    fill_bytes: f64,
+    fill_rate: f64,
+    /// Completion bookkeeping: the latest edge's remaining time as of the re-fill `epoch`
+    /// `due_generation`, whether it changed, and the generation of the pending completion.
+    due: SimDuration,
+    due_generation: u64,
+    rescheduled: bool,
+    generation: u32,
 }
 
 /// `Flow::coupling` of an independent flow.
@@ -289,10 +307,11 @@ impl<'t> FlowNetwork<'t> {
         self
     }
 
-    /// The same model running ring collectives in their steady-state form: one long-lived
-    /// flow per ring edge, all edges of a collective coupled to one common rate (the `flow`
-    /// fidelity; without it every message is its own flow, the `packet-steps` fidelity). Other
-    /// algorithms still run message by message.
+    /// The same model running ring and double-binary-tree collectives in their steady-state
+    /// form: one long-lived flow per edge, all edges of a collective coupled to one common rate
+    /// (the `flow` fidelity; without it every message is its own flow, the `packet-steps`
+    /// fidelity). Other algorithms still run message by message: a chain's fill runs at its
+    /// fast edges' pace, which one common rate would overcharge.
     pub fn steady_state(mut self) -> Self {
         self.steady_state = true;
         self
@@ -386,10 +405,7 @@ impl<'t> FlowNetwork<'t> {
 
     /// Starts a ring collective in its steady-state form: one flow per ring edge of every
     /// channel, each carrying what the edge carries over the whole ring (2(p-1)/p of the
-    /// channel's share for an allreduce, (p-1)/p for reduce-scatter and allgather), all
-    /// advancing at one common rate, entering together after the longest edge latency, and
-    /// the remaining steps' latencies added at the end: uncontended, exactly the ring's
-    /// `steps * alpha + volume / B`.
+    /// channel's share for an allreduce, (p-1)/p for reduce-scatter and allgather).
     fn start_coupled_ring(
         &mut self,
         context: &mut NetContext<'_, FlowEvent>,
@@ -408,6 +424,65 @@ impl<'t> FlowNetwork<'t> {
             (group.len() - 1, (p - 1.0) / p)
         };
         let bytes = collective.bytes.as_f64() * volume / channels.len() as f64;
+        let edges = channels
+            .iter()
+            .flat_map(|ring| (0..ring.len()).map(move |i| (ring[i], ring[(i + 1) % ring.len()], bytes)));
+        let edges: Vec<_> = edges.collect();
+        self.start_coupled(context, token, &edges, steps as u64, 0.0)
+    }
+
+    /// Starts a pipelined schedule (the double binary tree) in its steady-state form: one flow per edge
+    /// the schedule uses, carrying all its messages; the pipeline's fill and drain (the steps
+    /// in which even the busiest edge is idle) are charged at the end at the coupled rate.
+    fn start_coupled_pipeline(
+        &mut self,
+        context: &mut NetContext<'_, FlowEvent>,
+        token: Completion,
+        schedule: &Schedule,
+    ) -> Result<(), NetworkError> {
+        let (bytes, den) = schedule.fraction();
+        // Per edge: the steps it is used in and its largest message.
+        let mut usage: BTreeMap<(usize, u32, u32), (u64, u64)> = BTreeMap::new();
+        let mut messages = Vec::new();
+        for (lane, members) in schedule.lanes().iter().enumerate() {
+            for step in 0..schedule.steps() {
+                for position in 0..members.len() as u32 {
+                    messages.clear();
+                    schedule.messages(lane, step, position, &mut messages);
+                    for message in messages.iter().filter(|m| m.send) {
+                        let entry = usage.entry((lane, position, message.peer)).or_insert((0, 0));
+                        entry.0 += 1;
+                        entry.1 = entry.1.max(message.num);
+                    }
+                }
+            }
+        }
+        let steps = u64::from(schedule.steps());
+        let message = |num: u64| bytes.as_f64() * num as f64 / den as f64;
+        // Fill and drain: the steps in which even the busiest edge is idle.
+        let (busiest_count, busiest_num) = usage.values().copied().max().unwrap_or((0, 0));
+        let fill_bytes = steps.saturating_sub(busiest_count) as f64 * message(busiest_num);
+        let edges: Vec<_> = usage
+            .into_iter()
+            .map(|((lane, from, to), (count, num))| {
+                let lane = &schedule.lanes()[lane];
+                (lane[from as usize], lane[to as usize], count as f64 * message(num))
+            })
+            .collect();
+        self.start_coupled(context, token, &edges, steps, fill_bytes)
+    }
+
+    /// Starts a coupled collective over `edges` (src, dst, bytes): all edge flows advance at
+    /// one common rate, enter together after the longest edge latency, and the latencies of
+    /// the remaining `steps - 1` steps are added at the end.
+    fn start_coupled(
+        &mut self,
+        context: &mut NetContext<'_, FlowEvent>,
+        token: Completion,
+        edges: &[(RankId, RankId, f64)],
+        steps: u64,
+        fill_bytes: f64,
+    ) -> Result<(), NetworkError> {
         let id = match self.free_couplings.pop() {
             Some(id) => id,
             None => {
@@ -415,24 +490,93 @@ impl<'t> FlowNetwork<'t> {
                 (self.couplings.len() - 1) as u32
             }
         };
-        let mut members = Vec::with_capacity(group.len() * channels.len());
+        let mut members = Vec::with_capacity(edges.len());
         let mut slowest = SimDuration::ZERO;
         let now = context.now();
-        for ring in &channels {
-            for (position, &src) in ring.iter().enumerate() {
-                let dst = ring[(position + 1) % ring.len()];
-                let route = self.route(src, dst)?;
-                let (flow, latency) = self.new_flow(now, route, bytes, Owner::Coupled { coupling: id })?;
-                self.flows[flow as usize].coupling = id;
-                members.push(flow);
-                slowest = slowest.max(latency);
-            }
+        for &(src, dst, bytes) in edges {
+            let route = self.route(src, dst)?;
+            let (flow, latency) = self.new_flow(now, route, bytes, Owner::Coupled)?;
+            self.flows[flow as usize].coupling = id;
+            members.push(flow);
+            slowest = slowest.max(latency);
         }
-        let tail = slowest.checked_mul(steps as u64 - 1)?;
-        let unfinished = members.len();
-        self.couplings[id as usize] = Some(Coupling { members, unfinished, token, tail });
+        let tail = slowest.checked_mul(steps.saturating_sub(1))?;
+        let fill_rate = members
+            .iter()
+            .map(|&flow| {
+                self.flows[flow as usize]
+                    .route
+                    .iter()
+                    .map(|l| self.capacity[l.0 as usize])
+                    .fold(f64::INFINITY, f64::min)
+            })
+            .fold(f64::INFINITY, f64::min);
+        self.couplings[id as usize] = Some(Coupling {
+            members,
+            token,
+            tail,
+            fill_bytes,
+            fill_rate,
+            due: SimDuration::ZERO,
+            due_generation: 0,
+            rescheduled: false,
+            generation: 0,
+        });
         Ok(context
             .wake_after(self.collective_launch.checked_add(slowest)?, FlowEvent::Couple { coupling: id })?)
+    }
+
+    /// All edges of a steady-state collective leave the network at once; the others re-fill
+    /// once, and the collective completes after its remaining latency and pipeline fill.
+    fn coupling_done(
+        &mut self,
+        context: &mut NetContext<'_, FlowEvent>,
+        coupling: u32,
+        generation: u32,
+    ) -> Result<(), NetworkError> {
+        let members = match self.couplings.get_mut(coupling as usize) {
+            Some(Some(state)) if state.generation == generation => std::mem::take(&mut state.members),
+            _ => return Ok(()), // stale: the common rate changed since
+        };
+        let now = context.now();
+        let mut seeds = Vec::new();
+        for &id in &members {
+            let flow = &mut self.flows[id as usize];
+            if let Some(audit) = &mut self.audit {
+                let left = flow.remaining - flow.rate * now.saturating_since(flow.updated).as_secs_f64();
+                audit.bytes_delivered += flow.size - left.max(0.0);
+            }
+            flow.rate = 0.0;
+            flow.remaining = 0.0;
+            flow.generation = flow.generation.wrapping_add(1);
+            flow.coupling = INDEPENDENT;
+            let route = flow.route;
+            for &link in route.iter() {
+                let flows = &mut self.on_link[link.0 as usize];
+                if let Some(position) = flows.iter().position(|&f| f == id) {
+                    flows.swap_remove(position);
+                }
+                seeds.push(link);
+            }
+            if self.adaptive {
+                for link in route.iter() {
+                    self.routed[link.0 as usize] -= 1;
+                }
+            }
+            self.free_flows.push(id);
+        }
+        self.active_flows -= members.len();
+        let Some(state) = self.couplings[coupling as usize].take() else { return Ok(()) };
+        self.free_couplings.push(coupling);
+        if seeds.iter().any(|link| !self.on_link[link.0 as usize].is_empty()) {
+            self.refill(context, &seeds)?;
+        }
+        let fill = if state.fill_bytes > 0.0 && state.fill_rate.is_finite() && state.fill_rate > 0.0 {
+            SimDuration::from_ps((state.fill_bytes / state.fill_rate * 1e12).ceil() as u64)
+        } else {
+            SimDuration::ZERO
+        };
+        Ok(context.complete_after(state.tail.checked_add(fill)?, state.token)?)
     }
 
     /// All edges of a steady-state collective enter the network together.
@@ -533,20 +677,12 @@ impl<'t> FlowNetwork<'t> {
             return Ok(()); // a stale completion: the rate changed since it was scheduled
         }
         let route = flow.route;
-        let coupling = flow.coupling;
         for &link in route.iter() {
             let flows = &mut self.on_link[link.0 as usize];
             if let Some(position) = flows.iter().position(|&f| f == id) {
                 flows.swap_remove(position);
             }
         }
-        // A finished edge no longer holds its partners back.
-        if let Some(Some(state)) = self.couplings.get_mut(coupling as usize)
-            && let Some(position) = state.members.iter().position(|&f| f == id)
-        {
-            state.members.swap_remove(position);
-        }
-        self.flows[id as usize].coupling = INDEPENDENT;
         self.active_flows -= 1;
         let now = context.now();
         let flow = &mut self.flows[id as usize];
@@ -584,19 +720,8 @@ impl<'t> FlowNetwork<'t> {
                 self.message_done(context, run, lane, from)?;
                 self.message_done(context, run, lane, to)
             }
-            Owner::Coupled { coupling } => {
-                let state = self.couplings[coupling as usize]
-                    .as_mut()
-                    .expect("a coupling lives until its last edge ends");
-                state.unfinished -= 1;
-                if state.unfinished == 0 {
-                    let (token, tail) = (state.token, state.tail);
-                    self.couplings[coupling as usize] = None;
-                    self.free_couplings.push(coupling);
-                    context.complete_after(tail, token)?;
-                }
-                Ok(())
-            }
+            // Coupled edges never finish one by one: `coupling_done` ends them together.
+            Owner::Coupled => Ok(()),
         }
     }
 
@@ -676,7 +801,28 @@ impl<'t> FlowNetwork<'t> {
             let seconds = flow.remaining / rate;
             let delay = SimDuration::from_ps((seconds * 1e12).ceil() as u64);
             let generation = flow.generation;
-            context.wake_after(delay, FlowEvent::Finish { flow: id as u32, generation })?;
+            let coupling = flow.coupling;
+            if coupling == INDEPENDENT {
+                context.wake_after(delay, FlowEvent::Finish { flow: id as u32, generation })?;
+            } else if let Some(Some(state)) = self.couplings.get_mut(coupling as usize) {
+                // The edges of a coupled collective end together: one completion for all, at
+                // the latest of theirs, rescheduled whenever their common rate changes.
+                state.due = if state.due_generation == self.epoch { state.due.max(delay) } else { delay };
+                state.due_generation = self.epoch;
+                state.rescheduled = true;
+            }
+        }
+        // Schedule the completion of every coupling whose rate changed.
+        for index in 0..self.component_flows.len() {
+            let coupling = self.flows[self.component_flows[index] as usize].coupling;
+            if let Some(Some(state)) = self.couplings.get_mut(coupling as usize)
+                && state.rescheduled
+            {
+                state.rescheduled = false;
+                state.generation = state.generation.wrapping_add(1);
+                let (delay, generation) = (state.due, state.generation);
+                context.wake_after(delay, FlowEvent::CouplingDone { coupling, generation })?;
+            }
         }
         if self.audit.is_some() {
             self.check_allocation();
@@ -808,6 +954,9 @@ impl<'t> FlowNetwork<'t> {
             return self.start_coupled_ring(context, token, collective, group);
         }
         let schedule = Schedule::new(collective.kind, algorithm, collective.bytes, group, node_of)?;
+        if self.steady_state && schedule.steps() > 0 && algorithm == CollectiveAlgorithm::DoubleBinaryTree {
+            return self.start_coupled_pipeline(context, token, &schedule);
+        }
         let members = schedule.lanes().iter().map(Vec::len).sum::<usize>();
         if schedule.steps() == 0 {
             return Ok(context.complete_after(self.collective_launch, token)?);
@@ -1007,6 +1156,9 @@ impl Network for FlowNetwork<'_> {
             FlowEvent::Enter { flow } => self.enter(context, flow),
             FlowEvent::Begin { run } => self.begin_run(context, run),
             FlowEvent::Couple { coupling } => self.couple(context, coupling),
+            FlowEvent::CouplingDone { coupling, generation } => {
+                self.coupling_done(context, coupling, generation)
+            }
             FlowEvent::Finish { flow, generation } => self.finish(context, flow, generation),
         }
     }

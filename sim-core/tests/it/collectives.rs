@@ -263,3 +263,36 @@ fn steady_state_and_packet_steps_agree_under_contention() {
         }
     }
 }
+
+#[test]
+fn steady_state_trees_stay_close_to_packet_steps() {
+    use CollectiveAlgorithm as A;
+    use CollectiveKind as K;
+    for (topology, ranks) in [(single_switch(16, "100 Gb/s", "1 us"), 16u32), (dgx(2), 16)] {
+        for (kind, algorithm) in [(K::AllReduce, A::DoubleBinaryTree)] {
+            for bytes in [64u64 << 20, 1 << 30] {
+                let graph = lone_collective(ranks, kind, algorithm, Bytes(bytes));
+                let analytical =
+                    run(&graph, &mut AnalyticalNetwork::new(&topology)).unwrap().makespan().as_secs_f64();
+                let steps = run(&graph, &mut FlowNetwork::new(&topology)).unwrap().makespan().as_secs_f64();
+                let mut network = FlowNetwork::new(&topology).steady_state().audited();
+                let steady = run(&graph, &mut network).unwrap();
+                assert_eq!(network.audit().unwrap().violation, None);
+                let seconds = steady.makespan().as_secs_f64();
+                let gap = (seconds - steps) / steps;
+                println!(
+                    "{} {} {bytes} B: analytical {analytical:.6} s, packet-steps {steps:.6} s, steady {seconds:.6} s ({:+.2}% vs packet-steps), {} events",
+                    kind.name(),
+                    algorithm.name(),
+                    100.0 * gap,
+                    steady.events
+                );
+                assert!(
+                    gap.abs() < 0.05,
+                    "{kind:?} {algorithm:?} {bytes}: packet-steps {steps} vs steady {seconds}"
+                );
+                assert!(steady.events < 200, "{} events", steady.events);
+            }
+        }
+    }
+}
