@@ -117,6 +117,11 @@ struct Coupling {
     generation: u32,
 }
 
+/// The server of `rank` (rank r runs on host r), as collective schedules need it.
+fn server_of(topology: &Topology, rank: RankId) -> Result<u32, CollectiveError> {
+    topology.node_of(HostId(rank.0)).map_err(|error| CollectiveError::Network(error.to_string()))
+}
+
 /// `Flow::coupling` of an independent flow.
 const INDEPENDENT: u32 = u32::MAX;
 
@@ -414,9 +419,7 @@ impl<'t> FlowNetwork<'t> {
         group: &[RankId],
     ) -> Result<(), NetworkError> {
         let topology = self.topology;
-        let channels = ring_channels(group, |rank| {
-            topology.node_of(HostId(rank.0)).map_err(|error| CollectiveError::Network(error.to_string()))
-        })?;
+        let channels = ring_channels(group, |rank| server_of(topology, rank))?;
         let p = group.len() as f64;
         let (steps, volume) = if collective.kind == CollectiveKind::AllReduce {
             (2 * (group.len() - 1), 2.0 * (p - 1.0) / p)
@@ -936,9 +939,7 @@ impl<'t> FlowNetwork<'t> {
         group: &[RankId],
     ) -> Result<(), NetworkError> {
         let topology = self.topology;
-        let node_of = |rank: RankId| {
-            topology.node_of(HostId(rank.0)).map_err(|error| CollectiveError::Network(error.to_string()))
-        };
+        let node_of = |rank: RankId| server_of(topology, rank);
         let algorithm = match collective.algorithm {
             CollectiveAlgorithm::Auto => match self.chosen.get(collective) {
                 Some(&algorithm) => algorithm,
