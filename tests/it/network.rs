@@ -95,3 +95,31 @@ fn network_keys_are_checked_against_their_topology() {
         &["cluster.network.tier-bandwidth", "3 levels"],
     );
 }
+
+#[test]
+fn flow_fidelity_is_deterministic_and_agrees_with_analytical_when_uncontended() {
+    let flow = scenario_file(
+        "quickstart-flow.toml",
+        &quickstart_with("fidelity = \"analytical\"", "fidelity = \"flow\""),
+    );
+    let steps = scenario_file(
+        "quickstart-steps.toml",
+        &quickstart_with("fidelity = \"analytical\"", "fidelity = \"packet-steps\""),
+    );
+    let first = parasim(&["run", flow.to_str().unwrap(), "--json"]);
+    let second = parasim(&["run", flow.to_str().unwrap(), "--json"]);
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    assert_eq!(first.stdout, second.stdout);
+    let iteration = |output: &std::process::Output| {
+        let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        json["iteration_time_s"].as_f64().unwrap()
+    };
+    let analytical = iteration(&parasim(&["run", QUICKSTART, "--json"]));
+    let packet_steps = iteration(&parasim(&["run", steps.to_str().unwrap(), "--json"]));
+    for (name, seconds) in [("flow", iteration(&first)), ("packet-steps", packet_steps)] {
+        assert!(
+            (seconds - analytical).abs() / analytical < 0.01,
+            "{name} {seconds} s vs analytical {analytical} s"
+        );
+    }
+}
