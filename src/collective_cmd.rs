@@ -39,6 +39,8 @@ pub struct Options<'a> {
     pub launch: SimDuration,
     /// nccl-tests output to compare with (measured time per size).
     pub compare: Option<&'a Path>,
+    /// Chunk size of pipelined algorithms.
+    pub chunk: Bytes,
 }
 
 /// Measured out-of-place times (us) by size from nccl-tests output: every line that is not a
@@ -241,9 +243,12 @@ fn time_one(
 ) -> anyhow::Result<(SimDuration, CollectiveAlgorithm)> {
     let group: Vec<RankId> = (0..ranks).map(RankId).collect();
     let chosen = match algorithm {
-        CollectiveAlgorithm::Auto => {
-            sim_core::collective::choose(kind, bytes, &group, &mut AnalyticalNetwork::new(topology))?
-        }
+        CollectiveAlgorithm::Auto => sim_core::collective::choose(
+            kind,
+            bytes,
+            &group,
+            &mut AnalyticalNetwork::new(topology).with_chunk(options.chunk),
+        )?,
         explicit => explicit,
     };
     let mut graph = GraphBuilder::new(ranks);
@@ -254,15 +259,23 @@ fn time_one(
     }
     let graph = graph.build()?;
     let timeline = match options.fidelity {
-        Fidelity::Analytical => {
-            run(&graph, &mut AnalyticalNetwork::new(topology).with_collective_launch(options.launch))
-        }
-        Fidelity::Flow => {
-            run(&graph, &mut FlowNetwork::new(topology).steady_state().with_collective_launch(options.launch))
-        }
-        Fidelity::PacketSteps => {
-            run(&graph, &mut FlowNetwork::new(topology).with_collective_launch(options.launch))
-        }
+        Fidelity::Analytical => run(
+            &graph,
+            &mut AnalyticalNetwork::new(topology)
+                .with_collective_launch(options.launch)
+                .with_chunk(options.chunk),
+        ),
+        Fidelity::Flow => run(
+            &graph,
+            &mut FlowNetwork::new(topology)
+                .steady_state()
+                .with_collective_launch(options.launch)
+                .with_chunk(options.chunk),
+        ),
+        Fidelity::PacketSteps => run(
+            &graph,
+            &mut FlowNetwork::new(topology).with_collective_launch(options.launch).with_chunk(options.chunk),
+        ),
     }
     .with_context(|| format!("simulating {} of {bytes}", kind.name()))?;
     Ok((timeline.makespan(), chosen))

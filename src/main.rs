@@ -120,6 +120,9 @@ enum Command {
         /// the error per size.
         #[arg(long)]
         compare: Option<PathBuf>,
+        /// Chunk size of pipelined algorithms (tree, chain).
+        #[arg(long, default_value = "1 MiB")]
+        chunk: String,
     },
     /// Describe a scenario's cluster: hosts, switches, links, bisection bandwidth, diameter,
     /// path lengths.
@@ -236,6 +239,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             dtype,
             launch,
             compare,
+            chunk,
         } => {
             let fidelity = scenario::Fidelity::from_name(&fidelity).map_err(anyhow::Error::msg)?;
             let launch = launch.parse().with_context(|| format!("--launch {launch:?}"))?;
@@ -251,6 +255,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                 dtype: &dtype,
                 launch,
                 compare: compare.as_deref(),
+                chunk: chunk.parse().with_context(|| format!("--chunk {chunk:?}"))?,
             };
             let table = collective_cmd::benchmark(&options)?;
             std::io::stdout().lock().write_all(table.as_bytes()).context("writing the table")?;

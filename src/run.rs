@@ -220,17 +220,22 @@ pub fn simulate(scenario: &Scenario) -> anyhow::Result<Outcome> {
     let timeline = match scenario.fidelity {
         Fidelity::Analytical => exec::run(
             &lowered.graph,
-            &mut AnalyticalNetwork::new(&topology).with_collective_launch(scenario.collective_launch),
+            &mut AnalyticalNetwork::new(&topology)
+                .with_collective_launch(scenario.collective_launch)
+                .with_chunk(scenario.chunk_size),
         ),
         Fidelity::Flow => exec::run(
             &lowered.graph,
             &mut FlowNetwork::new(&topology)
                 .steady_state()
-                .with_collective_launch(scenario.collective_launch),
+                .with_collective_launch(scenario.collective_launch)
+                .with_chunk(scenario.chunk_size),
         ),
         Fidelity::PacketSteps => exec::run(
             &lowered.graph,
-            &mut FlowNetwork::new(&topology).with_collective_launch(scenario.collective_launch),
+            &mut FlowNetwork::new(&topology)
+                .with_collective_launch(scenario.collective_launch)
+                .with_chunk(scenario.chunk_size),
         ),
     }
     .context("simulating")?;

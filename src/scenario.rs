@@ -173,6 +173,7 @@ struct SimulationSection {
     fidelity: String,
     iterations: u32,
     collective_launch: SimDuration,
+    chunk_size: Bytes,
 }
 
 impl Default for SimulationSection {
@@ -181,6 +182,7 @@ impl Default for SimulationSection {
             fidelity: "analytical".into(),
             iterations: 1,
             collective_launch: NCCL_BASE_LATENCY,
+            chunk_size: Bytes(sim_core::schedule::CHUNK_BYTES),
         }
     }
 }
@@ -260,6 +262,8 @@ pub struct Scenario {
     pub iterations: u32,
     /// Fixed cost of every collective launch.
     pub collective_launch: SimDuration,
+    /// Chunk size of pipelined collective algorithms.
+    pub chunk_size: Bytes,
     /// Roofline parameters.
     pub compute: ComputeModel,
 }
@@ -466,6 +470,9 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
             ));
         }
     };
+    if spec.simulation.chunk_size.0 == 0 {
+        return Err(invalid("simulation.chunk-size", "must be greater than 0".into()));
+    }
     if spec.simulation.iterations == 0 {
         return Err(invalid("simulation.iterations", "must be at least 1, got 0".into()));
     }
@@ -488,6 +495,7 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
         fidelity,
         iterations: spec.simulation.iterations,
         collective_launch: spec.simulation.collective_launch,
+        chunk_size: spec.simulation.chunk_size,
         compute: spec.compute,
     })
 }

@@ -77,6 +77,11 @@ pub trait StepNetwork {
     /// The server that `rank` sits in (ring channels are rotated within servers).
     fn node_of(&self, rank: RankId) -> Result<u32, CollectiveError>;
 
+    /// The chunk size of pipelined algorithms (tree, chain).
+    fn chunk(&self) -> Bytes {
+        Bytes(crate::schedule::CHUNK_BYTES)
+    }
+
     /// Duration of one synchronous step in which every `(src, dst, num)` sends `num / den` of
     /// `bytes`, the step's messages sharing the links they cross: the slowest message's path
     /// latency plus the step's bytes on its busiest link over that link's bandwidth.
@@ -140,7 +145,8 @@ pub fn analytical_time(
         CollectiveAlgorithm::Auto => choose(kind, bytes, group, network)?,
         other => other,
     };
-    let schedule = Schedule::new(kind, algorithm, bytes, group, |rank| network.node_of(rank))?;
+    let chunk = network.chunk();
+    let schedule = Schedule::with_chunk(kind, algorithm, bytes, group, |rank| network.node_of(rank), chunk)?;
     let (bytes, den) = schedule.fraction();
     let overflow = || UnitError::OutOfRange {
         input: format!("{} of {bytes} over {} ranks", kind.name(), group.len()),

@@ -44,7 +44,7 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use topology::{HostId, LinkId, Route, Routing, Topology};
 use units::{Bytes, SimDuration, SimTime};
 
-use crate::collective::{CollectiveError, Schedule, choose, ring_channels};
+use crate::collective::{CollectiveError, Schedule, StepNetwork, choose, ring_channels};
 use crate::graph::{Collective, CollectiveAlgorithm, CollectiveKind, MemcpyDirection, RankId};
 use crate::network::AnalyticalNetwork;
 use crate::network::{Completion, NetContext, Network, NetworkError};
@@ -319,6 +319,13 @@ impl<'t> FlowNetwork<'t> {
     /// fast edges' pace, which one common rate would overcharge.
     pub fn steady_state(mut self) -> Self {
         self.steady_state = true;
+        self
+    }
+
+    /// The same model with pipelined collective algorithms (tree, chain) cut into chunks of at
+    /// most `chunk` (1 MiB by default).
+    pub fn with_chunk(mut self, chunk: Bytes) -> Self {
+        self.estimator = self.estimator.with_chunk(chunk);
         self
     }
 
@@ -954,7 +961,9 @@ impl<'t> FlowNetwork<'t> {
         if self.steady_state && algorithm == CollectiveAlgorithm::Ring && group.len() > 1 {
             return self.start_coupled_ring(context, token, collective, group);
         }
-        let schedule = Schedule::new(collective.kind, algorithm, collective.bytes, group, node_of)?;
+        let chunk = self.estimator.chunk();
+        let schedule =
+            Schedule::with_chunk(collective.kind, algorithm, collective.bytes, group, node_of, chunk)?;
         if self.steady_state && schedule.steps() > 0 && algorithm == CollectiveAlgorithm::DoubleBinaryTree {
             return self.start_coupled_pipeline(context, token, &schedule);
         }

@@ -140,6 +140,8 @@ pub struct AnalyticalNetwork<'t> {
     known_collectives: HashMap<Collective, SimDuration>,
     /// Fixed cost of every collective (see [`AnalyticalNetwork::with_collective_launch`]).
     collective_launch: SimDuration,
+    /// Chunk size of pipelined collective algorithms.
+    chunk: Bytes,
 }
 
 impl<'t> AnalyticalNetwork<'t> {
@@ -151,7 +153,15 @@ impl<'t> AnalyticalNetwork<'t> {
             loaded_links: Vec::new(),
             known_collectives: HashMap::new(),
             collective_launch: SimDuration::ZERO,
+            chunk: Bytes(crate::schedule::CHUNK_BYTES),
         }
+    }
+
+    /// The same model with pipelined collective algorithms (tree, chain) cut into chunks of at
+    /// most `chunk` (1 MiB by default).
+    pub fn with_chunk(mut self, chunk: Bytes) -> Self {
+        self.chunk = Bytes(chunk.0.max(1));
+        self
     }
 
     /// The same model with a fixed cost added to every collective before its data moves: the
@@ -228,6 +238,10 @@ impl<'t> AnalyticalNetwork<'t> {
 impl StepNetwork for AnalyticalNetwork<'_> {
     fn node_of(&self, rank: RankId) -> Result<u32, CollectiveError> {
         self.topology.node_of(HostId(rank.0)).map_err(|error| CollectiveError::Network(error.to_string()))
+    }
+
+    fn chunk(&self) -> Bytes {
+        self.chunk
     }
 
     fn step_time(

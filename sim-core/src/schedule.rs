@@ -19,15 +19,16 @@
 //! | `direct` | all-to-all | 1 | S/p to each peer |
 //!
 //! Here h is the height of a binary tree over p members (floor(log2 p)), g the members per
-//! server and n the servers. Pipelined algorithms cut the buffer into chunks of at most
-//! [`CHUNK_BYTES`] (C = ceil(message / chunk), at least 1).
+//! server and n the servers. Pipelined algorithms cut the buffer into chunks of at most the
+//! chunk size ([`CHUNK_BYTES`] unless [`Schedule::with_chunk`] says otherwise;
+//! C = ceil(message / chunk), at least 1).
 
 use units::Bytes;
 
 use crate::collective::{CollectiveError, ring_channels};
 use crate::graph::{CollectiveAlgorithm, CollectiveKind, RankId};
 
-/// Largest chunk of a pipelined algorithm (tree, chain): 1 MiB.
+/// Default largest chunk of a pipelined algorithm (tree, chain): 1 MiB.
 pub const CHUNK_BYTES: u64 = 1 << 20;
 
 /// One message of one member in one step.
@@ -109,14 +110,28 @@ pub struct Schedule {
 }
 
 impl Schedule {
-    /// The schedule of `kind` by `algorithm` (not `Auto`: choose first) over `group`;
-    /// `node_of` says which server a rank is on.
+    /// The schedule of `kind` by `algorithm` (not `Auto`: choose first) over `group`, with
+    /// pipelined algorithms cut into chunks of at most [`CHUNK_BYTES`]; `node_of` says which
+    /// server a rank is on.
     pub fn new(
         kind: CollectiveKind,
         algorithm: CollectiveAlgorithm,
         bytes: Bytes,
         group: &[RankId],
         node_of: impl Fn(RankId) -> Result<u32, CollectiveError>,
+    ) -> Result<Schedule, CollectiveError> {
+        Schedule::with_chunk(kind, algorithm, bytes, group, node_of, Bytes(CHUNK_BYTES))
+    }
+
+    /// [`Schedule::new`] with pipelined algorithms (tree, chain) cut into chunks of at most
+    /// `chunk` (at least one byte).
+    pub fn with_chunk(
+        kind: CollectiveKind,
+        algorithm: CollectiveAlgorithm,
+        bytes: Bytes,
+        group: &[RankId],
+        node_of: impl Fn(RankId) -> Result<u32, CollectiveError>,
+        chunk: Bytes,
     ) -> Result<Schedule, CollectiveError> {
         use CollectiveAlgorithm as A;
         use CollectiveKind as K;
@@ -129,7 +144,7 @@ impl Schedule {
         if p <= 1 {
             return Ok(Schedule { lanes: single(), pattern: Pattern::Direct, steps: 0, bytes, den: 1 });
         }
-        let chunks = |message: u64| message.div_ceil(CHUNK_BYTES).max(1);
+        let chunks = |message: u64| message.div_ceil(chunk.0.max(1)).max(1);
         let recursive = Recursive::new(p);
         let (lanes, pattern, steps, den) = match (algorithm, kind) {
             (A::Ring, _) => {
@@ -159,7 +174,7 @@ impl Schedule {
                     (vec![lane], Pattern::Hierarchical { g, n }, steps, u64::from(g * n))
                 }
                 // Not several servers of equally many members: an ordinary ring.
-                None => return Schedule::new(kind, A::Ring, bytes, group, node_of),
+                None => return Schedule::with_chunk(kind, A::Ring, bytes, group, node_of, chunk),
             },
             (A::BinomialTree, K::Broadcast { root } | K::Reduce { root }) => {
                 let rounds = usize::BITS - (p - 1).leading_zeros(); // ceil(log2 p)

@@ -296,3 +296,24 @@ fn steady_state_trees_stay_close_to_packet_steps() {
         }
     }
 }
+
+#[test]
+fn the_chunk_size_sets_the_pipeline_depth() {
+    // A pipelined chain broadcast of 8 MiB over 16 ranks: C + p - 2 steps of one chunk.
+    let topology = single_switch(16, "100 Gb/s", "1 us");
+    let graph = lone_collective(
+        16,
+        CollectiveKind::Broadcast { root: 0 },
+        CollectiveAlgorithm::Chain,
+        Bytes(8 << 20),
+    );
+    let step = |chunk: u64| 2_000_000 + chunk * 80; // 2 links of 1 us + the chunk at 12.5 GB/s
+    for (chunk, chunks) in [(1u64 << 20, 8u64), (4 << 20, 2), (8 << 20, 1)] {
+        let expected = (chunks + 14) * step(chunk);
+        let analytical =
+            run(&graph, &mut AnalyticalNetwork::new(&topology).with_chunk(Bytes(chunk))).unwrap().makespan();
+        let flow = run(&graph, &mut FlowNetwork::new(&topology).with_chunk(Bytes(chunk))).unwrap().makespan();
+        assert_eq!(analytical.as_ps(), expected, "chunk {chunk}");
+        assert!(flow.as_ps().abs_diff(expected) < 100, "chunk {chunk}: flow {flow} vs {expected} ps");
+    }
+}
