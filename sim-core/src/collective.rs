@@ -268,6 +268,20 @@ mod tests {
     }
 
     #[test]
+    fn recursive_halving_reduce_scatter_and_doubling_allgather_are_half_of_halving_doubling() {
+        // log2 p alpha + (p-1)/p S/B each.
+        let (p, bytes) = (16u64, 64u64 << 20);
+        let expected = 4 * ALPHA + (p - 1) * bytes * 80 / p;
+        assert_eq!(ps(K::ReduceScatter, A::HalvingDoubling, p as u32, 1, bytes), expected);
+        assert_eq!(ps(K::AllGather, A::HalvingDoubling, p as u32, 1, bytes), expected);
+        // Not a power of two: a ring.
+        assert_eq!(
+            ps(K::AllGather, A::HalvingDoubling, 12, 1, bytes),
+            ps(K::AllGather, A::Ring, 12, 1, bytes)
+        );
+    }
+
+    #[test]
     fn recursive_doubling_is_log2_p_full_exchanges() {
         let bytes = 1u64 << 16;
         assert_eq!(ps(K::AllReduce, A::RecursiveDoubling, 32, 1, bytes), 5 * (ALPHA + bytes * 80));

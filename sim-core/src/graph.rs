@@ -121,7 +121,8 @@ pub enum CollectiveAlgorithm {
     /// in pipelined chunks (allreduce).
     DoubleBinaryTree,
     /// Rabenseifner's recursive halving reduce-scatter then recursive doubling allgather
-    /// (allreduce).
+    /// (allreduce); either half alone for a reduce-scatter or an allgather over a
+    /// power-of-two group (a ring otherwise).
     HalvingDoubling,
     /// Full-buffer exchanges with partners at doubling distances (allreduce, small messages).
     RecursiveDoubling,
@@ -176,7 +177,8 @@ impl CollectiveAlgorithm {
         match self {
             Auto => true,
             Ring => matches!(kind, AllReduce | ReduceScatter | AllGather),
-            DoubleBinaryTree | HalvingDoubling | RecursiveDoubling | Hierarchical => kind == AllReduce,
+            HalvingDoubling => matches!(kind, AllReduce | ReduceScatter | AllGather),
+            DoubleBinaryTree | RecursiveDoubling | Hierarchical => kind == AllReduce,
             BinomialTree | Chain => matches!(kind, Broadcast { .. } | Reduce { .. }),
             Pairwise | Direct => kind == AllToAll,
         }

@@ -49,7 +49,7 @@ enum Pattern {
     Ring,
     /// Rabenseifner: fold the extra members, recursive-halving reduce-scatter,
     /// recursive-doubling allgather, unfold.
-    HalvingDoubling(Recursive),
+    HalvingDoubling(Recursive, Phases),
     /// Fold, full-buffer exchanges with partners at doubling distances, unfold.
     RecursiveDoubling(Recursive),
     /// Binomial tree from the root outwards (broadcast) or inwards (reduce).
@@ -65,6 +65,15 @@ enum Pattern {
     Direct,
     /// Servers of `g` members, `n` servers, lane in server-major order.
     Hierarchical { g: u32, n: u32 },
+}
+
+/// Which halves of halving-doubling run: both for an allreduce, the recursive-halving
+/// reduce-scatter alone, or the recursive-doubling allgather alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phases {
+    Both,
+    ReduceScatter,
+    AllGather,
 }
 
 /// The power-of-two core of a recursive algorithm over p members: `power = 2^log <= p`, and
@@ -153,9 +162,28 @@ impl Schedule {
                 let steps = if kind == K::AllReduce { 2 * (p - 1) } else { p - 1 };
                 (channels, Pattern::Ring, steps as u32, den)
             }
-            (A::HalvingDoubling, _) => {
+            (A::HalvingDoubling, K::AllReduce) => {
                 let steps = 2 * recursive.log + 2 * recursive.folds();
-                (single(), Pattern::HalvingDoubling(recursive), steps, u64::from(recursive.power))
+                (
+                    single(),
+                    Pattern::HalvingDoubling(recursive, Phases::Both),
+                    steps,
+                    u64::from(recursive.power),
+                )
+            }
+            // A reduce-scatter by recursive halving, an allgather by recursive doubling:
+            // power-of-two groups only (each member ends with its own 1/p); others use a ring.
+            (A::HalvingDoubling, K::ReduceScatter | K::AllGather) if recursive.extra == 0 => {
+                let phases = if kind == K::ReduceScatter { Phases::ReduceScatter } else { Phases::AllGather };
+                (
+                    single(),
+                    Pattern::HalvingDoubling(recursive, phases),
+                    recursive.log,
+                    u64::from(recursive.power),
+                )
+            }
+            (A::HalvingDoubling, _) => {
+                return Schedule::with_chunk(kind, A::Ring, bytes, group, node_of, chunk);
             }
             (A::RecursiveDoubling, _) => {
                 let steps = recursive.log + 2 * recursive.folds();
@@ -301,8 +329,8 @@ impl Schedule {
                     out.push(receive((position - 1) / 2, 1));
                 }
             }
-            Pattern::HalvingDoubling(r) | Pattern::RecursiveDoubling(r) => {
-                let halving = matches!(self.pattern, Pattern::HalvingDoubling(_));
+            Pattern::HalvingDoubling(r, _) | Pattern::RecursiveDoubling(r) => {
+                let halving = matches!(self.pattern, Pattern::HalvingDoubling(..));
                 let core_steps = if halving { 2 * r.log } else { r.log };
                 let full = if halving { u64::from(r.power) } else { 1 };
                 let first_core = r.folds();
@@ -318,7 +346,11 @@ impl Schedule {
                     return;
                 }
                 let Some(v) = r.virtual_of(position) else { return };
-                let core = step - first_core;
+                // An allgather alone is the second half of halving-doubling.
+                let core = match self.pattern {
+                    Pattern::HalvingDoubling(_, Phases::AllGather) => step + r.log,
+                    _ => step - first_core,
+                };
                 let (distance, num) = if !halving {
                     (1 << core, 1)
                 } else if core < r.log {
@@ -418,6 +450,8 @@ mod tests {
             (K::AllGather, A::Ring, 1),
             (K::ReduceScatter, A::Ring, 2),
             (K::AllReduce, A::HalvingDoubling, 1),
+            (K::ReduceScatter, A::HalvingDoubling, 1),
+            (K::AllGather, A::HalvingDoubling, 1),
             (K::AllReduce, A::RecursiveDoubling, 1),
             (K::AllReduce, A::DoubleBinaryTree, 1),
             (K::AllReduce, A::Hierarchical, 4),

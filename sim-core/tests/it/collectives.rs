@@ -51,6 +51,8 @@ fn flow_and_analytical_agree_on_an_uncontended_network_for_large_messages() {
         (&switch, K::AllReduce, A::DoubleBinaryTree),
         (&switch, K::AllGather, A::Ring),
         (&switch, K::ReduceScatter, A::Ring),
+        (&switch, K::ReduceScatter, A::HalvingDoubling),
+        (&switch, K::AllGather, A::HalvingDoubling),
         (&switch, K::Broadcast { root: 3 }, A::Chain),
         (&switch, K::AllToAll, A::Pairwise),
         (&servers, K::AllReduce, A::Ring),
