@@ -109,6 +109,10 @@ struct Coupling {
     /// while a pipeline fills or drains.
     fill_bytes: f64,
     fill_rate: f64,
+    /// For a ring: its steps, its shortest edge latency, its slowest uncontended step
+    /// (latency plus one step's message at the path's own bandwidth, over all edges), and when
+    /// its data started moving (see [`FlowNetwork::coupling_done`]).
+    ring: Option<RingTiming>,
     /// Completion bookkeeping: the latest edge's remaining time as of the re-fill `epoch`
     /// `due_generation`, whether it changed, and the generation of the pending completion.
     due: SimDuration,
@@ -120,6 +124,16 @@ struct Coupling {
 /// The server of `rank` (rank r runs on host r), as collective schedules need it.
 fn server_of(topology: &Topology, rank: RankId) -> Result<u32, CollectiveError> {
     topology.node_of(HostId(rank.0)).map_err(|error| CollectiveError::Network(error.to_string()))
+}
+
+/// What a steady-state ring needs to turn its data time into its step-by-step time.
+#[derive(Debug, Clone, Copy)]
+struct RingTiming {
+    steps: u64,
+    shortest_latency: SimDuration,
+    slowest_uncontended_step: SimDuration,
+    entered: SimTime,
+    entry_latency: SimDuration,
 }
 
 /// `Flow::coupling` of an independent flow.
@@ -438,7 +452,7 @@ impl<'t> FlowNetwork<'t> {
             .iter()
             .flat_map(|ring| (0..ring.len()).map(move |i| (ring[i], ring[(i + 1) % ring.len()], bytes)));
         let edges: Vec<_> = edges.collect();
-        self.start_coupled(context, token, &edges, steps as u64, 0.0)
+        self.start_coupled(context, token, &edges, steps as u64, 0.0, true)
     }
 
     /// Starts a pipelined schedule (the double binary tree) in its steady-state form: one flow per edge
@@ -479,7 +493,7 @@ impl<'t> FlowNetwork<'t> {
                 (lane[from as usize], lane[to as usize], count as f64 * message(num))
             })
             .collect();
-        self.start_coupled(context, token, &edges, steps, fill_bytes)
+        self.start_coupled(context, token, &edges, steps, fill_bytes, false)
     }
 
     /// Starts a coupled collective over `edges` (src, dst, bytes): all edge flows advance at
@@ -492,6 +506,7 @@ impl<'t> FlowNetwork<'t> {
         edges: &[(RankId, RankId, f64)],
         steps: u64,
         fill_bytes: f64,
+        ring: bool,
     ) -> Result<(), NetworkError> {
         let id = match self.free_couplings.pop() {
             Some(id) => id,
@@ -502,13 +517,20 @@ impl<'t> FlowNetwork<'t> {
         };
         let mut members = Vec::with_capacity(edges.len());
         let mut slowest = SimDuration::ZERO;
+        let mut shortest = SimDuration::MAX;
+        let mut slowest_step = SimDuration::ZERO;
         let now = context.now();
         for &(src, dst, bytes) in edges {
             let route = self.route(src, dst)?;
+            let alone = route.iter().map(|l| self.capacity[l.0 as usize]).fold(f64::INFINITY, f64::min);
             let (flow, latency) = self.new_flow(now, route, bytes, Owner::Coupled)?;
             self.flows[flow as usize].coupling = id;
             members.push(flow);
             slowest = slowest.max(latency);
+            shortest = shortest.min(latency);
+            let per_step = bytes / steps.max(1) as f64 / alone;
+            slowest_step =
+                slowest_step.max(latency.checked_add(SimDuration::from_ps((per_step * 1e12).ceil() as u64))?);
         }
         let tail = slowest.checked_mul(steps.saturating_sub(1))?;
         let fill_rate = members
@@ -521,8 +543,16 @@ impl<'t> FlowNetwork<'t> {
                     .fold(f64::INFINITY, f64::min)
             })
             .fold(f64::INFINITY, f64::min);
+        let ring = ring.then_some(RingTiming {
+            steps,
+            shortest_latency: shortest,
+            slowest_uncontended_step: slowest_step,
+            entered: SimTime::ZERO,
+            entry_latency: slowest,
+        });
         self.couplings[id as usize] = Some(Coupling {
             members,
+            ring,
             token,
             tail,
             fill_bytes,
@@ -581,6 +611,18 @@ impl<'t> FlowNetwork<'t> {
         if seeds.iter().any(|link| !self.on_link[link.0 as usize].is_empty()) {
             self.refill(context, &seeds)?;
         }
+        if let Some(timing) = state.ring {
+            // Step by step, a ring step lasts as long as its slowest message: either the
+            // longest edge at its own bandwidth, or the bottleneck edges at the rate the data
+            // actually moved (taking the shortest latency for them). Ring time = steps times
+            // that; the data time and the entry latency are already behind us.
+            let data = now.saturating_since(timing.entered);
+            let per_step = SimDuration::from_ps(data.as_ps() / timing.steps.max(1));
+            let step = timing.slowest_uncontended_step.max(timing.shortest_latency.checked_add(per_step)?);
+            let total = step.checked_mul(timing.steps)?;
+            let behind = timing.entry_latency.checked_add(data)?;
+            return Ok(context.complete_after(total.saturating_sub(behind), state.token)?);
+        }
         let fill = if state.fill_bytes > 0.0 && state.fill_rate.is_finite() && state.fill_rate > 0.0 {
             SimDuration::from_ps((state.fill_bytes / state.fill_rate * 1e12).ceil() as u64)
         } else {
@@ -596,6 +638,9 @@ impl<'t> FlowNetwork<'t> {
             _ => return Ok(()),
         };
         let now = context.now();
+        if let Some(Some(Coupling { ring: Some(timing), .. })) = self.couplings.get_mut(coupling as usize) {
+            timing.entered = now;
+        }
         let mut seeds = Vec::new();
         for &flow in &members {
             self.flows[flow as usize].updated = now;
