@@ -124,10 +124,7 @@ impl SyntheticJob {
                 correlation += 1;
                 event(
                     &mut out,
-                    format!(
-                        "{{\"ph\": \"X\", \"cat\": \"cuda_runtime\", \"name\": \"cudaLaunchKernel\", \"pid\": {host}, \"tid\": {host}, \
-                         \"ts\": {clock:.3}, \"dur\": 4, \"args\": {{\"cbid\": 211, \"correlation\": {correlation}, \"External id\": {external}}}}}"
-                    ),
+                    runtime_call(host, "cudaLaunchKernel", 211, clock, 4, correlation, Some(external)),
                 )?;
                 let start = (clock + 3.0).max(compute_free);
                 pending.push(format!(
@@ -171,19 +168,19 @@ impl SyntheticJob {
                     correlation += 1;
                     event(
                         &mut out,
-                        format!(
-                            "{{\"ph\": \"X\", \"cat\": \"cuda_runtime\", \"name\": \"cudaStreamWaitEvent\", \"pid\": {host}, \"tid\": {host}, \
-                             \"ts\": {:.3}, \"dur\": 2, \"args\": {{\"cbid\": 147, \"correlation\": {correlation}}}}}",
-                            clock + 2.0
-                        ),
+                        runtime_call(host, "cudaStreamWaitEvent", 147, clock + 2.0, 2, correlation, None),
                     )?;
                     correlation += 1;
                     event(
                         &mut out,
-                        format!(
-                            "{{\"ph\": \"X\", \"cat\": \"cuda_runtime\", \"name\": \"cudaLaunchKernel\", \"pid\": {host}, \"tid\": {host}, \
-                             \"ts\": {:.3}, \"dur\": 5, \"args\": {{\"cbid\": 211, \"correlation\": {correlation}, \"External id\": {external}}}}}",
-                            clock + 5.0
+                        runtime_call(
+                            host,
+                            "cudaLaunchKernel",
+                            211,
+                            clock + 5.0,
+                            5,
+                            correlation,
+                            Some(external),
                         ),
                     )?;
                     let start = (clock + 8.0).max(compute_free).max(comm_free);
@@ -200,22 +197,10 @@ impl SyntheticJob {
             }
             // The compute stream waits for the last allreduce; optimizer; synchronize.
             correlation += 1;
-            event(
-                &mut out,
-                format!(
-                    "{{\"ph\": \"X\", \"cat\": \"cuda_runtime\", \"name\": \"cudaStreamWaitEvent\", \"pid\": {host}, \"tid\": {host}, \
-                     \"ts\": {clock:.3}, \"dur\": 2, \"args\": {{\"cbid\": 147, \"correlation\": {correlation}}}}}"
-                ),
-            )?;
+            event(&mut out, runtime_call(host, "cudaStreamWaitEvent", 147, clock, 2, correlation, None))?;
             clock += 3.0;
             correlation += 1;
-            event(
-                &mut out,
-                format!(
-                    "{{\"ph\": \"X\", \"cat\": \"cuda_runtime\", \"name\": \"cudaLaunchKernel\", \"pid\": {host}, \"tid\": {host}, \
-                     \"ts\": {clock:.3}, \"dur\": 4, \"args\": {{\"cbid\": 211, \"correlation\": {correlation}}}}}"
-                ),
-            )?;
+            event(&mut out, runtime_call(host, "cudaLaunchKernel", 211, clock, 4, correlation, None))?;
             let start = (clock + 3.0).max(compute_free).max(last_allreduce_end);
             pending.push(format!(
                 "{{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"void synthetic_optimizer_kernel(float*, float const*, int)\", \
@@ -252,6 +237,25 @@ impl SyntheticJob {
         out.write_all(b"\n]}\n")?;
         out.flush()
     }
+}
+
+/// One `cuda_runtime` event of the host thread `host`: the API call `name` (callback id `cbid`)
+/// at `ts` µs lasting `dur` µs, linked to its kernel by `correlation` and, for launches made
+/// by an operator, to that operator by `external`.
+fn runtime_call(
+    host: u64,
+    name: &str,
+    cbid: u32,
+    ts: f64,
+    dur: u32,
+    correlation: u64,
+    external: Option<u64>,
+) -> String {
+    let external = external.map(|id| format!(", \"External id\": {id}")).unwrap_or_default();
+    format!(
+        "{{\"ph\": \"X\", \"cat\": \"cuda_runtime\", \"name\": \"{name}\", \"pid\": {host}, \"tid\": {host}, \
+         \"ts\": {ts:.3}, \"dur\": {dur}, \"args\": {{\"cbid\": {cbid}, \"correlation\": {correlation}{external}}}}}"
+    )
 }
 
 /// Counts what passes through.
