@@ -93,13 +93,12 @@ pub trait StepNetwork {
     ) -> Result<SimDuration, CollectiveError>;
 }
 
-/// The rings a ring collective over `group` runs: `c` channels, each a permutation of the
-/// group (see the module documentation).
-pub fn ring_channels(
+/// The members of `group` per server: servers in order of first appearance, members in group
+/// order.
+pub(crate) fn members_by_server(
     group: &[RankId],
-    node_of: impl Fn(RankId) -> Result<u32, CollectiveError>,
-) -> Result<Vec<Vec<RankId>>, CollectiveError> {
-    // Members per server, servers in order of first appearance, members in group order.
+    node_of: &impl Fn(RankId) -> Result<u32, CollectiveError>,
+) -> Result<Vec<(u32, Vec<RankId>)>, CollectiveError> {
     let mut servers: Vec<(u32, Vec<RankId>)> = Vec::new();
     let mut position_of_node = std::collections::BTreeMap::new();
     for &rank in group {
@@ -110,6 +109,16 @@ pub fn ring_channels(
         });
         servers[position].1.push(rank);
     }
+    Ok(servers)
+}
+
+/// The rings a ring collective over `group` runs: `c` channels, each a permutation of the
+/// group (see the module documentation).
+pub fn ring_channels(
+    group: &[RankId],
+    node_of: impl Fn(RankId) -> Result<u32, CollectiveError>,
+) -> Result<Vec<Vec<RankId>>, CollectiveError> {
+    let servers = members_by_server(group, &node_of)?;
     let channels =
         if servers.len() <= 1 { 1 } else { servers.iter().map(|(_, m)| m.len()).min().unwrap_or(1) };
     Ok((0..channels)

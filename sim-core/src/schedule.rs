@@ -25,7 +25,7 @@
 
 use units::Bytes;
 
-use crate::collective::{CollectiveError, ring_channels};
+use crate::collective::{CollectiveError, members_by_server, ring_channels};
 use crate::graph::{CollectiveAlgorithm, CollectiveKind, RankId};
 
 /// Default largest chunk of a pipelined algorithm (tree, chain): 1 MiB.
@@ -404,16 +404,7 @@ fn servers(
     group: &[RankId],
     node_of: &impl Fn(RankId) -> Result<u32, CollectiveError>,
 ) -> Result<Option<(Vec<RankId>, u32, u32)>, CollectiveError> {
-    let mut servers: Vec<(u32, Vec<RankId>)> = Vec::new();
-    let mut position_of_node = std::collections::BTreeMap::new();
-    for &rank in group {
-        let node = node_of(rank)?;
-        let position = *position_of_node.entry(node).or_insert_with(|| {
-            servers.push((node, Vec::new()));
-            servers.len() - 1
-        });
-        servers[position].1.push(rank);
-    }
+    let servers = members_by_server(group, node_of)?;
     let g = servers[0].1.len();
     if servers.len() < 2 || g < 2 || servers.iter().any(|(_, members)| members.len() != g) {
         return Ok(None);
