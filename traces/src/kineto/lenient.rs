@@ -154,140 +154,68 @@ impl<'de> Deserialize<'de> for LenientString {
     }
 }
 
-/// The number of elements of the first tensor of an `Input Dims` list (`[[8, 1024], [], ...]`
-/// -> 8192); `None` when the first input is not a flat list of sizes (a tensor list, a
-/// scalar) or the list is missing.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub(crate) struct FirstTensorElements(pub Option<u64>);
+/// A JSON array of lenient values (`Input Dims`, `Input type`), or `None` for any other value
+/// (skipped). Elements that are not what `T` expects become `T`'s own `None`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct LenientList<T>(pub Option<Vec<T>>);
 
-impl<'de> Deserialize<'de> for FirstTensorElements {
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for LenientList<T> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        /// One tensor's dims: the product if every element is a non-negative integer.
-        struct Dims(Option<u64>);
-        impl<'de> Deserialize<'de> for Dims {
-            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                struct V;
-                impl<'de> Visitor<'de> for V {
-                    type Value = Dims;
-                    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                        f.write_str("a list of sizes")
-                    }
-                    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Dims, A::Error> {
-                        let mut product: Option<u64> = Some(1);
-                        let mut any = false;
-                        while let Some(LenientNumber(value)) = seq.next_element()? {
-                            any = true;
-                            product = match (product, value.and_then(Number::as_u64)) {
-                                (Some(p), Some(v)) => p.checked_mul(v),
-                                _ => None,
-                            };
-                        }
-                        // `[]` is a scalar or an untracked input, not a zero-dimensional size.
-                        Ok(Dims(if any { product } else { None }))
-                    }
-                    fn visit_u64<E>(self, _: u64) -> Result<Dims, E> {
-                        Ok(Dims(None))
-                    }
-                    fn visit_i64<E>(self, _: i64) -> Result<Dims, E> {
-                        Ok(Dims(None))
-                    }
-                    fn visit_f64<E>(self, _: f64) -> Result<Dims, E> {
-                        Ok(Dims(None))
-                    }
-                    fn visit_str<E>(self, _: &str) -> Result<Dims, E> {
-                        Ok(Dims(None))
-                    }
-                    fn visit_bool<E>(self, _: bool) -> Result<Dims, E> {
-                        Ok(Dims(None))
-                    }
-                    fn visit_unit<E>(self) -> Result<Dims, E> {
-                        Ok(Dims(None))
-                    }
-                    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Dims, A::Error> {
-                        drain_map(map).map(|()| Dims(None))
-                    }
-                }
-                deserializer.deserialize_any(V)
-            }
-        }
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = FirstTensorElements;
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = LenientList<T>;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a list of tensor dims")
+                f.write_str("a list")
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<FirstTensorElements, A::Error> {
-                let first = seq.next_element::<Dims>()?.and_then(|dims| dims.0);
-                drain_seq(seq)?;
-                Ok(FirstTensorElements(first))
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<LenientList<T>, A::Error> {
+                let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
+                while let Some(item) = seq.next_element()? {
+                    items.push(item);
+                }
+                Ok(LenientList(Some(items)))
             }
-            fn visit_u64<E>(self, _: u64) -> Result<FirstTensorElements, E> {
-                Ok(FirstTensorElements(None))
+            fn visit_str<E>(self, _: &str) -> Result<LenientList<T>, E> {
+                Ok(LenientList(None))
             }
-            fn visit_i64<E>(self, _: i64) -> Result<FirstTensorElements, E> {
-                Ok(FirstTensorElements(None))
+            fn visit_u64<E>(self, _: u64) -> Result<LenientList<T>, E> {
+                Ok(LenientList(None))
             }
-            fn visit_f64<E>(self, _: f64) -> Result<FirstTensorElements, E> {
-                Ok(FirstTensorElements(None))
+            fn visit_i64<E>(self, _: i64) -> Result<LenientList<T>, E> {
+                Ok(LenientList(None))
             }
-            fn visit_str<E>(self, _: &str) -> Result<FirstTensorElements, E> {
-                Ok(FirstTensorElements(None))
+            fn visit_f64<E>(self, _: f64) -> Result<LenientList<T>, E> {
+                Ok(LenientList(None))
             }
-            fn visit_bool<E>(self, _: bool) -> Result<FirstTensorElements, E> {
-                Ok(FirstTensorElements(None))
+            fn visit_bool<E>(self, _: bool) -> Result<LenientList<T>, E> {
+                Ok(LenientList(None))
             }
-            fn visit_unit<E>(self) -> Result<FirstTensorElements, E> {
-                Ok(FirstTensorElements(None))
+            fn visit_unit<E>(self) -> Result<LenientList<T>, E> {
+                Ok(LenientList(None))
             }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<FirstTensorElements, A::Error> {
-                drain_map(map).map(|()| FirstTensorElements(None))
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<LenientList<T>, A::Error> {
+                drain_map(map).map(|()| LenientList(None))
             }
         }
-        deserializer.deserialize_any(V)
+        deserializer.deserialize_any(V(std::marker::PhantomData))
     }
 }
 
-/// The first string of a list (`Input type`: `["float", "Scalar"]` -> "float").
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct FirstString(pub Option<String>);
+/// One argument of an `Input Dims` list: its sizes if it is a flat list of non-negative
+/// integers (`[]` included: a scalar, a zero-dimensional tensor or an untracked input), else
+/// `None` (a tensor list's nested sizes, a string, a missing entry).
+pub(crate) fn sizes(dims: &LenientList<LenientNumber>) -> Option<Vec<u64>> {
+    dims.0.as_ref()?.iter().map(|n| n.0.and_then(Number::as_u64)).collect()
+}
 
-impl<'de> Deserialize<'de> for FirstString {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = FirstString;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a list of strings")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<FirstString, A::Error> {
-                let first = seq.next_element::<LenientString>()?.and_then(|s| s.0);
-                drain_seq(seq)?;
-                Ok(FirstString(first))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<FirstString, E> {
-                Ok(FirstString(Some(v.to_string())))
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<FirstString, E> {
-                Ok(FirstString(None))
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<FirstString, E> {
-                Ok(FirstString(None))
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<FirstString, E> {
-                Ok(FirstString(None))
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<FirstString, E> {
-                Ok(FirstString(None))
-            }
-            fn visit_unit<E>(self) -> Result<FirstString, E> {
-                Ok(FirstString(None))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<FirstString, A::Error> {
-                drain_map(map).map(|()| FirstString(None))
-            }
-        }
-        deserializer.deserialize_any(V)
+/// The element count of the first argument of an `Input Dims` list (`[[8, 1024], [], ...]` ->
+/// 8192); `None` when it is not a non-empty flat list of sizes (`[]` is a scalar or an
+/// untracked input, not a zero-dimensional size).
+pub(crate) fn first_tensor_elements(dims: &LenientList<LenientList<LenientNumber>>) -> Option<u64> {
+    let first = sizes(dims.0.as_ref()?.first()?)?;
+    if first.is_empty() {
+        return None;
     }
+    first.iter().try_fold(1u64, |product, &size| product.checked_mul(size))
 }
 
 /// A list of ranks, written as a JSON array (`[0, 1]`) or as a string of one
@@ -408,14 +336,19 @@ mod tests {
         assert_eq!(n.0, Some(Number::Unsigned(42)));
         let s: LenientString = serde_json::from_str("[1, \"x\"]").unwrap();
         assert_eq!(s.0, None);
-        let dims: FirstTensorElements = serde_json::from_str("[[8, 1024, 3], [], [2]]").unwrap();
-        assert_eq!(dims.0, Some(24_576));
-        let dims: FirstTensorElements = serde_json::from_str("[[], [4]]").unwrap();
-        assert_eq!(dims.0, None);
-        let dims: FirstTensorElements = serde_json::from_str("[[[1, 2], [3]]]").unwrap();
-        assert_eq!(dims.0, None);
-        let first: FirstString = serde_json::from_str("[\"float\", \"Scalar\"]").unwrap();
-        assert_eq!(first.0.as_deref(), Some("float"));
+        type Dims = LenientList<LenientList<LenientNumber>>;
+        let dims: Dims = serde_json::from_str("[[8, 1024, 3], [], [2]]").unwrap();
+        assert_eq!(first_tensor_elements(&dims), Some(24_576));
+        let all: Vec<_> = dims.0.as_ref().unwrap().iter().map(sizes).collect();
+        assert_eq!(all, vec![Some(vec![8, 1024, 3]), Some(vec![]), Some(vec![2])]);
+        let dims: Dims = serde_json::from_str("[[], [4]]").unwrap();
+        assert_eq!(first_tensor_elements(&dims), None);
+        let dims: Dims = serde_json::from_str("[[[1, 2], [3]], \"x\"]").unwrap();
+        assert_eq!(first_tensor_elements(&dims), None);
+        assert_eq!(dims.0.as_ref().unwrap().iter().map(sizes).collect::<Vec<_>>(), vec![None, None]);
+        let types: LenientList<LenientString> = serde_json::from_str("[\"float\", 3, \"Scalar\"]").unwrap();
+        let types: Vec<_> = types.0.unwrap().into_iter().map(|t| t.0).collect();
+        assert_eq!(types, vec![Some("float".to_string()), None, Some("Scalar".to_string())]);
         let ranks: RankList = serde_json::from_str("\"[0, 1, 5]\"").unwrap();
         assert_eq!(ranks.0, Some(vec![0, 1, 5]));
         let ranks: RankList = serde_json::from_str("[3, 4]").unwrap();

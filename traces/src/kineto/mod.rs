@@ -6,15 +6,20 @@
 //! become counted warnings. Import fails only when the result would be meaningless: a file
 //! that is not JSON, no GPU activity at all, two files claiming the same rank, files of
 //! different jobs, or collectives that cannot be matched across the traced ranks (named).
+//!
+//! [`operators`] reads the same files for calibration instead: host operators with their
+//! argument shapes, each with the GPU kernels it launched.
 
 mod lenient;
 mod link;
+pub mod operators;
 pub(crate) mod raw;
 mod write;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+pub use operators::{OperatorImport, import_operators};
 pub use write::{write_rank, write_trace_files};
 
 use crate::error::TraceError;
@@ -77,7 +82,7 @@ pub fn import(paths: &[PathBuf]) -> Result<Imported, TraceError> {
     let mut world_sizes: Vec<(u32, PathBuf)> = Vec::new();
     let mut device: Option<DeviceInfo> = None;
     for (position, path) in files.iter().enumerate() {
-        let raw = raw::parse_file(path, &mut names)?;
+        let raw = raw::parse_file(path, &mut names, false)?;
         warnings.extend(&raw.warnings);
         let info = raw.distributed.clone().unwrap_or_default();
         let rank = match info.rank.0.and_then(Number::as_u64).and_then(|r| u32::try_from(r).ok()) {
@@ -152,7 +157,7 @@ fn files_label(files: &[PathBuf]) -> PathBuf {
 }
 
 /// The device entry of the GPU this rank used (the `pid` of its GPU events), else the first.
-fn device_info(raw: &raw::RawFile) -> Option<DeviceInfo> {
+pub(crate) fn device_info(raw: &raw::RawFile) -> Option<DeviceInfo> {
     let used = raw.gpu.first().map(|g| u64::from(g.device));
     let entry = raw
         .devices

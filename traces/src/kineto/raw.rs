@@ -14,9 +14,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use super::lenient::{
-    FirstString, FirstTensorElements, LenientNumber, LenientString, Number, ObjectOr, RankList,
-};
+use super::lenient::{LenientList, LenientNumber, LenientString, Number, ObjectOr, RankList, first_tensor_elements, sizes};
 use crate::error::TraceError;
 use crate::model::{CollectiveType, NameId};
 use crate::nccl;
@@ -120,6 +118,20 @@ pub(crate) struct RawAnnotation {
     pub(crate) comms: Option<Box<CommsArgs>>,
 }
 
+/// A host operator (`cpu_op`) with the shapes and types of its arguments, kept only when the
+/// caller asks for operators (calibration): replay does not need them.
+#[derive(Debug, Clone)]
+pub(crate) struct RawOperator {
+    pub(crate) name: NameId,
+    pub(crate) thread: u64,
+    pub(crate) ts_ns: i64,
+    pub(crate) duration_ns: u64,
+    /// `Input Dims`, one entry per argument (see [`sizes`]); empty if not recorded.
+    pub(crate) dims: Vec<Option<Vec<u64>>>,
+    /// `Input type`, one entry per argument; empty if not recorded.
+    pub(crate) types: Vec<Option<String>>,
+}
+
 /// A Kineto `cuda_sync` event: a stream waited on an event recorded on another stream.
 #[derive(Debug, Clone)]
 pub(crate) struct RawStreamSync {
@@ -166,6 +178,8 @@ pub(crate) struct RawFile {
     pub(crate) gpu: Vec<RawGpu>,
     pub(crate) calls: Vec<RawCall>,
     pub(crate) annotations: Vec<RawAnnotation>,
+    /// Host operators with their argument shapes, when asked for.
+    pub(crate) operators: Vec<RawOperator>,
     pub(crate) stream_syncs: Vec<RawStreamSync>,
     /// Exact stream waits as parasim writes them (`parasimStreamWaits`: `[op, after]` pairs
     /// of GPU op positions in (stream, start) order).
@@ -221,9 +235,9 @@ struct RawArgs {
     #[serde(default, rename = "Process Group Ranks")]
     group_ranks: RankList,
     #[serde(default, rename = "Input Dims")]
-    input_dims: FirstTensorElements,
+    input_dims: LenientList<LenientList<LenientNumber>>,
     #[serde(default, rename = "Input type")]
-    input_type: FirstString,
+    input_type: LenientList<LenientString>,
     #[serde(default)]
     wait_on_stream: LenientNumber,
     #[serde(default)]
@@ -239,8 +253,8 @@ impl RawArgs {
             dtype: self.dtype.0.take(),
             group_size: self.group_size.0.and_then(Number::as_u64),
             group_ranks: self.group_ranks.0.take(),
-            input_elements: self.input_dims.0,
-            input_type: self.input_type.0.take(),
+            input_elements: first_tensor_elements(&self.input_dims),
+            input_type: self.input_type.0.as_mut().and_then(|types| types.first_mut()).and_then(|t| t.0.take()),
         }
     }
 }
@@ -264,6 +278,7 @@ const SKIPPED_CATEGORIES: &[&str] = &[
 struct Collector<'a> {
     file: &'a mut RawFile,
     names: &'a mut Interner,
+    keep_operators: bool,
 }
 
 impl Collector<'_> {
@@ -280,6 +295,12 @@ impl Collector<'_> {
             "gpu_memcpy" | "Memcpy" => self.push_gpu(GpuCategory::Memcpy, event),
             "gpu_memset" | "Memset" => self.push_gpu(GpuCategory::Memset, event),
             "cuda_runtime" | "Runtime" | "cuda_driver" | "Driver" => self.push_call(event),
+            "cpu_op" | "Operator" if self.keep_operators => {
+                self.push_operator(&event);
+                if category == "cpu_op" {
+                    self.push_annotation(event);
+                }
+            }
             "cpu_op" | "user_annotation" => self.push_annotation(event),
             "cuda_sync" => self.push_stream_sync(event),
             other if SKIPPED_CATEGORIES.contains(&other) => {}
@@ -395,6 +416,24 @@ impl Collector<'_> {
             external_id: args.external_id.0.and_then(Number::as_u64),
             comms,
         });
+    }
+
+    fn push_operator(&mut self, event: &RawEvent) {
+        let Some(name) = event.name.0.as_deref() else { return };
+        let Some((ts_ns, duration_ns)) = self.times(event, "cpu_op") else { return };
+        let Some(thread) = event.tid.0.and_then(Number::as_id) else {
+            self.file.warnings.add("cpu_op events without a numeric thread id skipped");
+            return;
+        };
+        let args = event.args.0.as_ref();
+        let dims = args
+            .and_then(|a| a.input_dims.0.as_ref())
+            .map_or_else(Vec::new, |list| list.iter().map(sizes).collect());
+        let types = args
+            .and_then(|a| a.input_type.0.as_ref())
+            .map_or_else(Vec::new, |list| list.iter().map(|t| t.0.clone()).collect());
+        let name = self.names.intern(name);
+        self.file.operators.push(RawOperator { name, thread, ts_ns, duration_ns, dims, types });
     }
 
     fn push_stream_sync(&mut self, mut event: RawEvent) {
@@ -522,10 +561,11 @@ pub(crate) fn open(path: &Path) -> Result<Box<dyn BufRead>, TraceError> {
     }
 }
 
-/// Parses one Kineto file.
-pub(crate) fn parse_file(path: &Path, names: &mut Interner) -> Result<RawFile, TraceError> {
+/// Parses one Kineto file; host operators are kept (with their argument shapes) only if
+/// `keep_operators`.
+pub(crate) fn parse_file(path: &Path, names: &mut Interner, keep_operators: bool) -> Result<RawFile, TraceError> {
     let reader = open(path)?;
-    parse_reader(reader, path, names)
+    parse_reader(reader, path, names, keep_operators)
 }
 
 /// Parses a Kineto document from `reader`; `path` names it in errors.
@@ -533,11 +573,12 @@ pub(crate) fn parse_reader(
     reader: impl Read,
     path: &Path,
     names: &mut Interner,
+    keep_operators: bool,
 ) -> Result<RawFile, TraceError> {
     let mut file = RawFile { path: path.to_path_buf(), ..RawFile::default() };
     let mut position = Position::default();
     let result = {
-        let mut collector = Collector { file: &mut file, names };
+        let mut collector = Collector { file: &mut file, names, keep_operators };
         let mut deserializer = serde_json::Deserializer::from_reader(reader);
         DocumentSeed { collector: &mut collector, position: &mut position }
             .deserialize(&mut deserializer)
@@ -564,7 +605,7 @@ mod tests {
     use super::*;
 
     fn parse(text: &str) -> Result<RawFile, TraceError> {
-        parse_reader(text.as_bytes(), Path::new("test.json"), &mut Interner::default())
+        parse_reader(text.as_bytes(), Path::new("test.json"), &mut Interner::default(), false)
     }
 
     #[test]
