@@ -2,6 +2,7 @@
 //! libraries and prints reports; no simulation logic lives here.
 
 mod bench;
+mod calibrate_cmd;
 mod collective_cmd;
 mod models;
 mod report;
@@ -70,6 +71,27 @@ enum Command {
         /// Print the comparison as JSON (wall-clock figures go to stderr).
         #[arg(long)]
         json: bool,
+    },
+    /// Fit the compute model to the kernels of real PyTorch profiler traces of one device type
+    /// and write a profile a scenario can name (`[compute] profile = "FILE"`); reports the fit
+    /// error per operation class (docs/compute-model.md).
+    Calibrate {
+        /// Kineto JSON files (plain or gzipped) or directories of them, recorded with
+        /// `record_shapes=True`, all on one GPU type.
+        #[arg(required = true)]
+        traces: Vec<PathBuf>,
+        /// The traced GPU's catalog name (data/devices.toml), e.g. a100-sxm4-40gb.
+        #[arg(long)]
+        device: String,
+        /// Where to write the profile (TOML).
+        #[arg(short, long, value_name = "PROFILE")]
+        output: PathBuf,
+        /// Print the profile as JSON instead of the report.
+        #[arg(long)]
+        json: bool,
+        /// Also report the fit's error per operator name (aten::mm, aten::add, ...).
+        #[arg(long)]
+        by_operator: bool,
     },
     /// Trace file utilities.
     #[command(subcommand)]
@@ -213,6 +235,12 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                 json,
             };
             let text = trace_cmd::replay(&args)?;
+            std::io::stdout().lock().write_all(text.as_bytes()).context("writing the report")?;
+            Ok(())
+        }
+        Command::Calibrate { traces, device, output, json, by_operator } => {
+            let args = calibrate_cmd::Args { traces, device, output, json, by_operator };
+            let text = calibrate_cmd::calibrate(&args)?;
             std::io::stdout().lock().write_all(text.as_bytes()).context("writing the report")?;
             Ok(())
         }

@@ -126,7 +126,7 @@ fn render(model: &Model, batch: u64) -> String {
 }
 
 /// Left-aligned columns, except the right-aligned ones listed in `right`.
-fn table<const N: usize>(header: &[&str; N], rows: &[[String; N]], right: &[usize]) -> String {
+pub(crate) fn table<const N: usize>(header: &[&str; N], rows: &[[String; N]], right: &[usize]) -> String {
     let mut widths = header.map(str::len);
     for row in rows {
         for (width, cell) in widths.iter_mut().zip(row) {

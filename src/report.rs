@@ -64,6 +64,7 @@ pub fn human(outcome: &Outcome) -> String {
         s.peak_tflops_per_device,
         m.precision
     );
+    let _ = writeln!(out, "compute model {}", m.compute_model);
     let _ = writeln!(out);
     let b = &s.breakdown;
     let _ = writeln!(out, "per iteration, mean over GPUs");

@@ -71,6 +71,8 @@ pub struct ModelSummary {
     pub gradient_precision: String,
     /// Optimizer.
     pub optimizer: String,
+    /// Where the compute model's parameters came from (defaults or a calibrated profile).
+    pub compute_model: String,
 }
 
 /// The cluster part of the summary.
@@ -284,6 +286,7 @@ pub fn simulate(scenario: &Scenario) -> anyhow::Result<Outcome> {
             batch_per_device: scenario.batch_per_device,
             precision: scenario.precision.to_string(),
             gradient_precision: scenario.gradient_precision.to_string(),
+            compute_model: scenario.compute_source.clone(),
             optimizer: scenario.optimizer.to_string(),
         },
         cluster: ClusterSummary {

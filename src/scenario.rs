@@ -8,6 +8,7 @@ use serde::Deserialize;
 use sim_core::graph::{CollectiveAlgorithm, CollectiveKind};
 use sim_core::units::{Bandwidth, Bytes, SimDuration};
 use topology::{ClusterSpec, IntraNode, LinkSpec, Topology, TopologyError};
+use workloads::calibrate::Profile;
 use workloads::{ComputeModel, Device, DeviceCatalog, Dtype, Model, Optimizer, Recompute};
 
 mod network;
@@ -64,7 +65,22 @@ struct ScenarioSpec {
     #[serde(default)]
     simulation: SimulationSection,
     #[serde(default)]
-    compute: ComputeModel,
+    compute: ComputeSection,
+}
+
+/// `[compute]`: a calibrated profile (file or built-in name) and/or single parameters, which
+/// override the profile's. Without either, the documented defaults.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct ComputeSection {
+    profile: Option<String>,
+    gemm_efficiency: Option<f64>,
+    gemm_half_time: Option<SimDuration>,
+    vector_efficiency: Option<f64>,
+    memory_efficiency: Option<f64>,
+    reduction_memory_efficiency: Option<f64>,
+    memory_half_time: Option<SimDuration>,
+    launch_overhead: Option<SimDuration>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -266,6 +282,8 @@ pub struct Scenario {
     pub chunk_size: Bytes,
     /// Roofline parameters.
     pub compute: ComputeModel,
+    /// Where they came from: "defaults", or the profile (and whether keys override it).
+    pub compute_source: String,
 }
 
 impl Scenario {
@@ -476,7 +494,7 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
     if spec.simulation.iterations == 0 {
         return Err(invalid("simulation.iterations", "must be at least 1, got 0".into()));
     }
-    spec.compute.validate().map_err(|error| invalid("compute", error.to_string()))?;
+    let (compute, compute_source) = compute_model(&spec.compute, &device, file)?;
 
     Ok(Scenario {
         source: file.display().to_string(),
@@ -496,8 +514,81 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
         iterations: spec.simulation.iterations,
         collective_launch: spec.simulation.collective_launch,
         chunk_size: spec.simulation.chunk_size,
-        compute: spec.compute,
+        compute,
+        compute_source,
     })
+}
+
+/// The compute model of `[compute]`: the named profile's (or the defaults), with the keys the
+/// scenario sets on top; and a description of where it came from.
+fn compute_model(
+    section: &ComputeSection,
+    device: &Device,
+    file: &Path,
+) -> Result<(ComputeModel, String), ScenarioError> {
+    let (mut model, mut source) = match &section.profile {
+        None => (ComputeModel::default(), "defaults (docs/compute-model.md)".to_string()),
+        Some(name) => {
+            let (profile, label) = load_profile(name, file)?;
+            if profile.device != device.name {
+                return Err(invalid(
+                    file,
+                    "compute.profile",
+                    format!(
+                        "{label} was calibrated on {}, but cluster.device is {}: a profile describes \
+                         one device type (built-in profiles: {})",
+                        profile.device,
+                        device.name,
+                        Profile::builtin_names().join(", ")
+                    ),
+                ));
+            }
+            (profile.compute, format!("profile {label}"))
+        }
+    };
+    let mut overridden = 0;
+    let mut set = |slot: &mut f64, value: Option<f64>| {
+        if let Some(value) = value {
+            *slot = value;
+            overridden += 1;
+        }
+    };
+    set(&mut model.gemm_efficiency, section.gemm_efficiency);
+    set(&mut model.vector_efficiency, section.vector_efficiency);
+    set(&mut model.memory_efficiency, section.memory_efficiency);
+    set(&mut model.reduction_memory_efficiency, section.reduction_memory_efficiency);
+    for (slot, value) in [
+        (&mut model.gemm_half_time, section.gemm_half_time),
+        (&mut model.memory_half_time, section.memory_half_time),
+        (&mut model.launch_overhead, section.launch_overhead),
+    ] {
+        if let Some(value) = value {
+            *slot = value;
+            overridden += 1;
+        }
+    }
+    if overridden > 0 {
+        source.push_str(&format!(", {overridden} key(s) set in [compute]"));
+    }
+    model.validate().map_err(|error| invalid(file, "compute", error.to_string()))?;
+    Ok((model, source))
+}
+
+/// A profile named by `compute.profile`: a file (relative to the scenario's directory) if the
+/// value looks like a path, else a built-in profile by device name.
+fn load_profile(name: &str, file: &Path) -> Result<(Profile, String), ScenarioError> {
+    let looks_like_path = name.ends_with(".toml") || name.contains('/') || name.contains('\\');
+    if !looks_like_path {
+        let profile =
+            Profile::builtin(name).map_err(|error| invalid(file, "compute.profile", error.to_string()))?;
+        return Ok((profile, format!("{name} (built-in)")));
+    }
+    let path = file.parent().unwrap_or(Path::new(".")).join(name);
+    let text =
+        fs_err::read_to_string(&path).map_err(|error| invalid(file, "compute.profile", error.to_string()))?;
+    let profile = Profile::from_toml_str(&text)
+        .map_err(|error| invalid(file, "compute.profile", format!("{}: {error}", path.display())))?;
+    Ok((profile, path.display().to_string()))
 }
 
 /// NVSwitch default: half the datasheet's NVLink (or Infinity Fabric) total (it adds both

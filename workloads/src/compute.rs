@@ -9,8 +9,10 @@
 //! GEMM class:              compute_rate = peak(dtype) * gemm_efficiency * w / (w + w_half)
 //!                          w = flops, w_half = gemm_half_time * reference_rate(device)
 //! element-wise, reduction: compute_rate = vector_peak(device, dtype) * vector_efficiency
-//! every class:             memory_rate  = bandwidth * memory_efficiency * q / (q + q_half)
+//! every class:             memory_rate  = bandwidth * e_mem * q / (q + q_half)
 //!                          q = bytes, q_half = memory_half_time * bandwidth
+//!                          e_mem = reduction_memory_efficiency for reductions,
+//!                                  memory_efficiency for the others
 //! ```
 //!
 //! Both efficiencies rise with the work of the kernel and saturate: a large matrix product
@@ -84,8 +86,13 @@ pub struct ComputeModel {
     /// reduction kernels reach, in (0, 1]. They are memory-bound on every device in the
     /// catalog, so this rarely decides a time.
     pub vector_efficiency: f64,
-    /// Fraction of the device's peak memory bandwidth that large kernels reach, in (0, 1].
+    /// Fraction of the device's peak memory bandwidth that large GEMM and element-wise kernels
+    /// reach, in (0, 1].
     pub memory_efficiency: f64,
+    /// Fraction of the peak memory bandwidth that large reduction kernels (norms, softmax,
+    /// sums, pooling) reach, in (0, 1]: their rows and columns are reduced by cooperating
+    /// threads, so they stream less evenly than element-wise kernels.
+    pub reduction_memory_efficiency: f64,
     /// Traffic, expressed as time at the device's peak bandwidth, at which a kernel reaches half
     /// of `memory_efficiency`. Zero makes the bandwidth efficiency flat.
     pub memory_half_time: SimDuration,
@@ -103,6 +110,7 @@ impl Default for ComputeModel {
             gemm_half_time: SimDuration::from_us(3),
             vector_efficiency: 0.5,
             memory_efficiency: 0.8,
+            reduction_memory_efficiency: 0.8,
             memory_half_time: SimDuration::from_us(1),
             launch_overhead: SimDuration::from_us(4),
         }
@@ -116,6 +124,7 @@ impl ComputeModel {
             ("gemm-efficiency", self.gemm_efficiency),
             ("vector-efficiency", self.vector_efficiency),
             ("memory-efficiency", self.memory_efficiency),
+            ("reduction-memory-efficiency", self.reduction_memory_efficiency),
         ] {
             // Written so that NaN fails too.
             if !(value > 0.0 && value <= 1.0) {
@@ -177,6 +186,83 @@ impl ComputeModel {
         self.memory_efficiency * bytes / (bytes + half)
     }
 
+    /// The model's curves in seconds, for arithmetic that must not round to picoseconds
+    /// (calibration differentiates through them).
+    pub(crate) fn curves(&self) -> Curves {
+        Curves {
+            gemm_efficiency: self.gemm_efficiency,
+            gemm_half_s: self.gemm_half_time.as_secs_f64(),
+            vector_efficiency: self.vector_efficiency,
+            memory_efficiency: self.memory_efficiency,
+            reduction_memory_efficiency: self.reduction_memory_efficiency,
+            memory_half_s: self.memory_half_time.as_secs_f64(),
+        }
+    }
+
+    /// Seconds of one kernel without the launch overhead: the slower of its compute and memory
+    /// sides (unrounded).
+    pub fn kernel_seconds(
+        &self,
+        device: &Device,
+        dtype: Dtype,
+        flops: f64,
+        bytes: f64,
+        class: OpClass,
+    ) -> Result<f64, ComputeError> {
+        self.curves().kernel_seconds(device, dtype, flops, bytes, class)
+    }
+
+    /// Time of one kernel doing `flops` FLOPs and moving `bytes` bytes of device memory on
+    /// `device` in `dtype`: the slower of its compute and memory times, plus the launch
+    /// overhead, rounded to the nearest picosecond.
+    pub fn duration(
+        &self,
+        device: &Device,
+        dtype: Dtype,
+        flops: f64,
+        bytes: f64,
+        class: OpClass,
+    ) -> Result<SimDuration, ComputeError> {
+        self.validate()?;
+        for (quantity, value) in [("flops", flops), ("bytes", bytes)] {
+            if !(value.is_finite() && value >= 0.0) {
+                return Err(ComputeError::InvalidWork { quantity, value: value.to_string() });
+            }
+        }
+        let seconds = self.kernel_seconds(device, dtype, flops, bytes, class)?;
+        SimDuration::from_secs_f64(seconds)
+            .map_err(ComputeError::Duration)?
+            .checked_add(self.launch_overhead)
+            .map_err(ComputeError::Overflow)
+    }
+
+    /// Time of `pass` of `layer` for `batch` samples on `device` in `dtype`.
+    pub fn layer_duration(
+        &self,
+        device: &Device,
+        dtype: Dtype,
+        layer: &Layer,
+        pass: Pass,
+        batch: u64,
+    ) -> Result<SimDuration, ComputeError> {
+        let cost = &layer.cost;
+        self.duration(device, dtype, cost.flops(pass, batch), cost.bytes(pass, batch, dtype), cost.class)
+    }
+}
+
+/// The efficiency curves with half-times in seconds: the arithmetic of [`ComputeModel`] in
+/// plain floats.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Curves {
+    pub(crate) gemm_efficiency: f64,
+    pub(crate) gemm_half_s: f64,
+    pub(crate) vector_efficiency: f64,
+    pub(crate) memory_efficiency: f64,
+    pub(crate) reduction_memory_efficiency: f64,
+    pub(crate) memory_half_s: f64,
+}
+
+impl Curves {
     /// The peak that element-wise and reduction kernels compute at: the device's fp64 rate for
     /// fp64 tensors, its fp32 rate otherwise (the dtype's own rate if it lists no fp32).
     fn vector_peak(device: &Device, dtype: Dtype) -> Result<f64, DeviceError> {
@@ -204,7 +290,10 @@ impl ComputeModel {
         Ok(match class {
             // flops / (peak * e * w / (w + w_half)) = (w + w_half) / (peak * e): no division by
             // a vanishing efficiency for tiny kernels.
-            OpClass::Gemm => (flops + self.gemm_half_work(device)) / (peak * self.gemm_efficiency),
+            OpClass::Gemm => {
+                (flops + self.gemm_half_s * ComputeModel::reference_rate(device))
+                    / (peak * self.gemm_efficiency)
+            }
             OpClass::Elementwise | OpClass::Reduction => {
                 flops / (Self::vector_peak(device, dtype)? * self.vector_efficiency)
             }
@@ -212,50 +301,28 @@ impl ComputeModel {
     }
 
     /// Seconds of the memory side of a kernel: 0 without traffic.
-    fn memory_seconds(&self, device: &Device, bytes: f64) -> f64 {
+    fn memory_seconds(&self, device: &Device, bytes: f64, class: OpClass) -> f64 {
         if bytes == 0.0 {
             return 0.0;
         }
-        (bytes + self.memory_half_bytes(device))
-            / (device.memory_bandwidth.bytes_per_second() * self.memory_efficiency)
+        let efficiency = match class {
+            OpClass::Reduction => self.reduction_memory_efficiency,
+            OpClass::Gemm | OpClass::Elementwise => self.memory_efficiency,
+        };
+        let bandwidth = device.memory_bandwidth.bytes_per_second();
+        (bytes + self.memory_half_s * bandwidth) / (bandwidth * efficiency)
     }
 
-    /// Time of one kernel doing `flops` FLOPs and moving `bytes` bytes of device memory on
-    /// `device` in `dtype`: the slower of its compute and memory times, plus the launch
-    /// overhead, rounded to the nearest picosecond.
-    pub fn duration(
+    /// Seconds of one kernel without the launch overhead.
+    pub(crate) fn kernel_seconds(
         &self,
         device: &Device,
         dtype: Dtype,
         flops: f64,
         bytes: f64,
         class: OpClass,
-    ) -> Result<SimDuration, ComputeError> {
-        self.validate()?;
-        for (quantity, value) in [("flops", flops), ("bytes", bytes)] {
-            if !(value.is_finite() && value >= 0.0) {
-                return Err(ComputeError::InvalidWork { quantity, value: value.to_string() });
-            }
-        }
-        let seconds =
-            self.compute_seconds(device, dtype, flops, class)?.max(self.memory_seconds(device, bytes));
-        SimDuration::from_secs_f64(seconds)
-            .map_err(ComputeError::Duration)?
-            .checked_add(self.launch_overhead)
-            .map_err(ComputeError::Overflow)
-    }
-
-    /// Time of `pass` of `layer` for `batch` samples on `device` in `dtype`.
-    pub fn layer_duration(
-        &self,
-        device: &Device,
-        dtype: Dtype,
-        layer: &Layer,
-        pass: Pass,
-        batch: u64,
-    ) -> Result<SimDuration, ComputeError> {
-        let cost = &layer.cost;
-        self.duration(device, dtype, cost.flops(pass, batch), cost.bytes(pass, batch, dtype), cost.class)
+    ) -> Result<f64, ComputeError> {
+        Ok(self.compute_seconds(device, dtype, flops, class)?.max(self.memory_seconds(device, bytes, class)))
     }
 }
 
@@ -381,6 +448,21 @@ mod tests {
         assert!(model.gemm_efficiency_at(a100(), flops) > model.gemm_efficiency_at(h100, flops));
         assert_eq!(ComputeModel::reference_rate(cpu), 6.144e12);
         assert_eq!(ComputeModel::reference_rate(h100), 989.4e12);
+    }
+
+    #[test]
+    fn reductions_stream_at_their_own_efficiency() {
+        let model = ComputeModel {
+            reduction_memory_efficiency: 0.4,
+            memory_half_time: SimDuration::ZERO,
+            ..Default::default()
+        };
+        let bytes = 1e9;
+        let seconds = |class| model.kernel_seconds(a100(), Dtype::Fp32, 0.0, bytes, class).unwrap();
+        assert!((seconds(OpClass::Reduction) - bytes / (2039e9 * 0.4)).abs() < 1e-12);
+        assert!((seconds(OpClass::Elementwise) - bytes / (2039e9 * 0.8)).abs() < 1e-12);
+        let invalid = ComputeModel { reduction_memory_efficiency: 0.0, ..Default::default() };
+        assert!(invalid.validate().unwrap_err().to_string().contains("reduction-memory-efficiency"));
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //!   [`Model::from_toml_str`].
 //! - [`compute`]: the roofline model with efficiency curves that turns a kernel's FLOPs and
 //!   bytes into a duration (`docs/compute-model.md`).
+//! - [`aten`]: FLOPs, bytes, class and rate dtype of a profiled PyTorch operator, for calibration.
 //! - [`memory`]: what one device holds (weights, gradients, optimizer state, activations,
 //!   buffers) under a sharding, with or without recomputation, and whether it fits.
 //!
@@ -32,6 +33,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod aten;
+pub mod calibrate;
 pub mod compute;
 pub mod data_parallel;
 pub mod device;

@@ -113,7 +113,8 @@ pub fn import_operators(paths: &[PathBuf]) -> Result<OperatorImport, TraceError>
         if raw.gpu.is_empty() {
             return Err(TraceError::Meaningless {
                 path: path.clone(),
-                reason: "no GPU kernels, copies or memsets: was the profiler run with CUDA activities?".into(),
+                reason: "no GPU kernels, copies or memsets: was the profiler run with CUDA activities?"
+                    .into(),
             });
         }
         out.push(attribute(&raw, path, &names.names));
@@ -168,7 +169,8 @@ fn attribute(raw: &RawFile, path: &Path, names: &[String]) -> OperatorFile {
     for op in &raw.operators {
         by_thread.entry(op.thread).or_default().push(op);
     }
-    let nestings: HashMap<u64, Nesting> = by_thread.into_iter().map(|(t, ops)| (t, Nesting::new(ops))).collect();
+    let nestings: HashMap<u64, Nesting> =
+        by_thread.into_iter().map(|(t, ops)| (t, Nesting::new(ops))).collect();
     let calls: HashMap<u64, (u64, i64)> =
         raw.calls.iter().filter_map(|c| c.correlation.map(|id| (id, (c.thread, c.ts_ns)))).collect();
 
@@ -191,10 +193,10 @@ fn attribute(raw: &RawFile, path: &Path, names: &[String]) -> OperatorFile {
             nestings.get(&thread).and_then(|n| n.innermost(ts)).map(|position| ((thread, position), ts))
         });
         match owner {
-            Some((key, ts)) => launched.entry(key).or_default().push((
-                ts,
-                Activity { name: gpu.name, kind, duration_ns: gpu.duration_ns },
-            )),
+            Some((key, ts)) => launched
+                .entry(key)
+                .or_default()
+                .push((ts, Activity { name: gpu.name, kind, duration_ns: gpu.duration_ns })),
             None => unattributed += 1,
         }
     }

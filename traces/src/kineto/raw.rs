@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use super::lenient::{LenientList, LenientNumber, LenientString, Number, ObjectOr, RankList, first_tensor_elements, sizes};
+use super::lenient::{
+    LenientList, LenientNumber, LenientString, Number, ObjectOr, RankList, first_tensor_elements, sizes,
+};
 use crate::error::TraceError;
 use crate::model::{CollectiveType, NameId};
 use crate::nccl;
@@ -254,7 +256,12 @@ impl RawArgs {
             group_size: self.group_size.0.and_then(Number::as_u64),
             group_ranks: self.group_ranks.0.take(),
             input_elements: first_tensor_elements(&self.input_dims),
-            input_type: self.input_type.0.as_mut().and_then(|types| types.first_mut()).and_then(|t| t.0.take()),
+            input_type: self
+                .input_type
+                .0
+                .as_mut()
+                .and_then(|types| types.first_mut())
+                .and_then(|t| t.0.take()),
         }
     }
 }
@@ -563,7 +570,11 @@ pub(crate) fn open(path: &Path) -> Result<Box<dyn BufRead>, TraceError> {
 
 /// Parses one Kineto file; host operators are kept (with their argument shapes) only if
 /// `keep_operators`.
-pub(crate) fn parse_file(path: &Path, names: &mut Interner, keep_operators: bool) -> Result<RawFile, TraceError> {
+pub(crate) fn parse_file(
+    path: &Path,
+    names: &mut Interner,
+    keep_operators: bool,
+) -> Result<RawFile, TraceError> {
     let reader = open(path)?;
     parse_reader(reader, path, names, keep_operators)
 }

@@ -1,0 +1,424 @@
+//! `parasim calibrate`: fit the compute model to the kernels of real PyTorch profiler traces
+//! of one device type and write the result as a profile a scenario can name.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use traces::kineto::operators::{ActivityKind, OperatorImport, ProfiledOperator};
+use workloads::aten::{OperatorCall, Uncosted, operator_work};
+use workloads::calibrate::{self, CalibrationRecord, ClassError, PARAMETERS, Profile, Sample, class_errors};
+use workloads::{ComputeModel, Device, DeviceCatalog};
+
+use crate::models::table;
+
+/// Folds of the held-out check.
+const FOLDS: u64 = 5;
+
+/// A parameter decided by fewer operators than this is reported as kept near its default.
+const MIN_SUPPORT: usize = 10;
+
+/// What `parasim calibrate` was asked to do.
+#[derive(Debug)]
+pub struct Args {
+    /// Kineto traces (files or directories).
+    pub traces: Vec<PathBuf>,
+    /// Catalog name of the traced device.
+    pub device: String,
+    /// Where the profile goes.
+    pub output: PathBuf,
+    /// Print the profile as JSON instead of the report.
+    pub json: bool,
+    /// Add the fit's error per operator name to the report.
+    pub by_operator: bool,
+}
+
+/// Why an operator was left out of the fit, with how much kernel time it had.
+#[derive(Debug, Default)]
+struct Left {
+    operators: u64,
+    kernel_s: f64,
+}
+
+/// The operators of the traces as fit samples, and what was left out.
+#[derive(Debug, Default)]
+struct Collected {
+    samples: Vec<Sample>,
+    /// The operator name of each sample.
+    names: Vec<String>,
+    gemm_dtypes: BTreeSet<String>,
+    /// (reason, operator name) -> count and time.
+    left_out: BTreeMap<(String, String), Left>,
+    kernel_s: f64,
+    fitted_s: f64,
+}
+
+/// Runs the calibration and writes the profile; returns the report.
+pub fn calibrate(args: &Args) -> anyhow::Result<String> {
+    let device = DeviceCatalog::builtin().get(&args.device).context("--device")?;
+    let import = traces::kineto::import_operators(&args.traces)
+        .with_context(|| format!("reading {}", traces::kineto::describe_inputs(&args.traces)))?;
+    let trace_device = check_device(&import, device)?;
+    let collected = collect(&import);
+    if collected.samples.is_empty() {
+        anyhow::bail!(
+            "{}: no operator with kernel time could be costed ({}); calibration needs traces \
+             recorded with `torch.profiler.profile(record_shapes=True)`",
+            traces::kineto::describe_inputs(&args.traces),
+            top_reasons(&collected)
+        );
+    }
+    let default = ComputeModel::default();
+    let fit = calibrate::fit(device, &collected.samples, &default)?;
+    let samples = &collected.samples;
+    let predicted = calibrate::predictions(&fit.model, device, samples)?;
+    let fitted = class_errors(samples, &predicted);
+    let before = class_errors(samples, &calibrate::predictions(&default, device, samples)?);
+    let held_out = class_errors(samples, &calibrate::cross_validate(device, samples, &default, FOLDS)?);
+    let support: BTreeMap<String, usize> =
+        PARAMETERS.iter().zip(fit.support).map(|(name, count)| (name.to_string(), count)).collect();
+    let profile = Profile {
+        device: device.name.clone(),
+        compute: fit.model.clone(),
+        calibration: Some(CalibrationRecord {
+            traces: import
+                .files
+                .iter()
+                .map(|f| {
+                    f.path.file_name().map_or(f.path.display().to_string(), |n| n.to_string_lossy().into())
+                })
+                .collect(),
+            trace_device: trace_device.clone(),
+            operators: samples.len(),
+            gemm_dtypes: collected.gemm_dtypes.iter().cloned().collect(),
+            support,
+            fit: fitted,
+            held_out,
+            default_model: before,
+        }),
+    };
+    let header = vec![
+        format!(
+            "Compute profile of {} ({}), written by `parasim calibrate`.",
+            device.name, device.display_name
+        ),
+        format!(
+            "Fitted to {} operators ({:.1}% of the traces' compute-kernel time) measured on {trace_device}.",
+            samples.len(),
+            100.0 * collected.fitted_s / collected.kernel_s
+        ),
+        "Use it from a scenario: [compute] profile = \"<this file>\" (or the device name for a built-in)."
+            .into(),
+        "Errors are |predicted/measured - 1| per operator: median, and weighted by time.".into(),
+    ];
+    let text = profile.to_toml(&header)?;
+    fs_err::write(&args.output, &text)
+        .with_context(|| format!("writing the profile {}", args.output.display()))?;
+    if args.json {
+        return Ok(serde_json::to_string_pretty(&profile)? + "\n");
+    }
+    let mut text = report(&args.output, &profile, &collected, &fit, &default, &import);
+    if args.by_operator {
+        text.push_str(&by_operator(&collected, &predicted));
+    }
+    Ok(text)
+}
+
+/// The traced GPU's name, after checking that every file records the same GPU and that it is
+/// the catalog device given (by memory capacity, within 10%).
+fn check_device(import: &OperatorImport, device: &Device) -> anyhow::Result<String> {
+    let recorded: Vec<(&Path, &traces::model::DeviceInfo)> =
+        import.files.iter().filter_map(|f| f.device.as_ref().map(|d| (f.path.as_path(), d))).collect();
+    let Some(&(first_path, first)) = recorded.first() else {
+        eprintln!("warning: no trace records its GPU (deviceProperties); trusting --device {}", device.name);
+        return Ok(format!("{} (from --device)", device.name));
+    };
+    if let Some((path, other)) = recorded.iter().find(|(_, d)| d.name != first.name) {
+        anyhow::bail!(
+            "the traces come from different GPUs: {} ({}) and {} ({}); a profile describes one \
+             device type, so calibrate each type separately",
+            first.name,
+            first_path.display(),
+            other.name,
+            path.display()
+        );
+    }
+    let capacity = device.memory_capacity.as_f64();
+    let traced = first.memory_bytes as f64;
+    if traced > 0.0 && (traced / capacity - 1.0).abs() > 0.1 {
+        anyhow::bail!(
+            "{} was recorded on a {} with {:.1} GB of memory, but --device {} has {:.1} GB: give \
+             the catalog entry of the traced GPU (`parasim models` does not list devices; see \
+             data/devices.toml)",
+            first_path.display(),
+            first.name,
+            traced / 1e9,
+            device.name,
+            capacity / 1e9
+        );
+    }
+    Ok(first.name.clone())
+}
+
+/// Costs every operator that launched compute kernels and nothing else that the device's
+/// roofline does not describe.
+fn collect(import: &OperatorImport) -> Collected {
+    let mut out = Collected::default();
+    for file in &import.files {
+        out.kernel_s += file.kernel_ns as f64 * 1e-9;
+        for op in &file.operators {
+            let has = |kind: ActivityKind| op.activities.iter().any(|a| a.kind == kind);
+            let name = import.name(op.name);
+            let mut leave = |reason: &str| {
+                let entry = out.left_out.entry((reason.to_string(), name.to_string())).or_default();
+                entry.operators += 1;
+                entry.kernel_s += op.duration_ns(ActivityKind::Kernel) as f64 * 1e-9;
+            };
+            if has(ActivityKind::Nccl) {
+                leave("communication");
+                continue;
+            }
+            if !has(ActivityKind::Kernel) && !has(ActivityKind::Memset) {
+                // Only copies: the host link's business, not the device's roofline.
+                continue;
+            }
+            if has(ActivityKind::Memcpy) {
+                leave("copies over the host link");
+                continue;
+            }
+            let kernel_ns = op.duration_ns(ActivityKind::Kernel) + op.duration_ns(ActivityKind::Memset);
+            if kernel_ns == 0 {
+                leave("kernel time rounds to 0 us");
+                continue;
+            }
+            let kernels = op.activities.iter().filter(|a| a.kind != ActivityKind::Memcpy).count();
+            let kernel_names: Vec<&str> = op.activities.iter().map(|a| import.name(a.name)).collect();
+            let call = OperatorCall { name, dims: &op.dims, types: &op.types, kernel_names: &kernel_names };
+            match operator_work(&call) {
+                Ok(work) => {
+                    if work.class == workloads::OpClass::Gemm {
+                        out.gemm_dtypes.insert(work.dtype.name().to_string());
+                    }
+                    out.fitted_s += op.duration_ns(ActivityKind::Kernel) as f64 * 1e-9;
+                    out.samples.push(Sample {
+                        class: work.class,
+                        dtype: work.dtype,
+                        flops: work.flops,
+                        bytes: work.bytes,
+                        kernels: kernels as u32,
+                        measured_s: kernel_ns as f64 * 1e-9,
+                        group: shape_key(name, op),
+                    });
+                    out.names.push(name.to_string());
+                }
+                Err(Uncosted::UnknownOperator) => leave("no cost formula"),
+                Err(Uncosted::MissingShapes) => leave("shapes not recorded"),
+                Err(Uncosted::UnsupportedDtype(_)) => leave("unsupported dtype"),
+                Err(Uncosted::Malformed(_)) => leave("malformed shapes"),
+            }
+        }
+    }
+    out
+}
+
+/// Operators with the same name, shapes and types share a key.
+fn shape_key(name: &str, op: &ProfiledOperator) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    (name, &op.dims, &op.types).hash(&mut hasher);
+    hasher.finish()
+}
+
+/// The three biggest reasons operators were left out, for the error message.
+fn top_reasons(collected: &Collected) -> String {
+    let mut by_reason: BTreeMap<&str, f64> = BTreeMap::new();
+    for ((reason, _), left) in &collected.left_out {
+        *by_reason.entry(reason).or_default() += left.kernel_s;
+    }
+    let mut reasons: Vec<(&str, f64)> = by_reason.into_iter().collect();
+    reasons.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let listed: Vec<String> =
+        reasons.iter().take(3).map(|(r, s)| format!("{r}: {:.1} ms of kernels", s * 1e3)).collect();
+    if listed.is_empty() { "no operator launched a compute kernel".into() } else { listed.join("; ") }
+}
+
+fn percent(x: f64) -> String {
+    format!("{:.1}%", 100.0 * x)
+}
+
+fn signed_percent(x: f64) -> String {
+    format!("{:+.1}%", 100.0 * x)
+}
+
+/// The human report: coverage, parameters, errors per class, what was left out.
+fn report(
+    output: &Path,
+    profile: &Profile,
+    collected: &Collected,
+    fit: &calibrate::Fit,
+    default: &ComputeModel,
+    import: &OperatorImport,
+) -> String {
+    let mut out = String::new();
+    let Some(record) = &profile.calibration else { return out };
+    let _ = writeln!(
+        out,
+        "calibrated {} on {} ({} trace files)",
+        profile.device,
+        record.trace_device,
+        import.files.len()
+    );
+    let _ = writeln!(
+        out,
+        "fitted {} operators: {:.1} ms of {:.1} ms compute-kernel time ({})\n",
+        record.operators,
+        collected.fitted_s * 1e3,
+        collected.kernel_s * 1e3,
+        percent(collected.fitted_s / collected.kernel_s)
+    );
+    let values = |m: &ComputeModel| {
+        [
+            format!("{:.3}", m.gemm_efficiency),
+            m.gemm_half_time.to_string(),
+            format!("{:.3}", m.memory_efficiency),
+            format!("{:.3}", m.reduction_memory_efficiency),
+            m.memory_half_time.to_string(),
+            format!("{:.3}", m.vector_efficiency),
+            m.launch_overhead.to_string(),
+        ]
+    };
+    let rows: Vec<[String; 4]> = PARAMETERS
+        .iter()
+        .zip(values(default))
+        .zip(values(&profile.compute))
+        .zip(fit.support)
+        .map(|(((name, before), after), support)| {
+            let note = if support < MIN_SUPPORT { " (too few: kept near default)" } else { "" };
+            [name.to_string(), before, after, format!("{support}{note}")]
+        })
+        .collect();
+    out.push_str(&table(&["parameter", "default", "fitted", "operators deciding it"], &rows, &[1, 2]));
+    let m = &profile.compute;
+    for (name, value) in [
+        ("gemm-efficiency", m.gemm_efficiency),
+        ("memory-efficiency", m.memory_efficiency),
+        ("reduction-memory-efficiency", m.reduction_memory_efficiency),
+    ] {
+        if !(0.05..=0.99).contains(&value) {
+            let _ = writeln!(
+                out,
+                "warning: {name} = {value:.3} is at the edge of (0, 1]: the roofline does not describe \
+                 these kernels well (see --by-operator); use this profile with care"
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\nerror per operation class (|predicted/measured - 1|: median / weighted by time; total = sum predicted / sum measured - 1)"
+    );
+    let find = |list: &[ClassError], class: &str| list.iter().find(|e| e.class == class).cloned();
+    let mut rows: Vec<[String; 8]> = Vec::new();
+    for now in &record.fit {
+        let (Some(before), Some(held)) =
+            (find(&record.default_model, &now.class), find(&record.held_out, &now.class))
+        else {
+            continue;
+        };
+        let cell = |e: &ClassError| format!("{} / {}", percent(e.median_error), percent(e.weighted_error));
+        rows.push([
+            now.class.clone(),
+            now.samples.to_string(),
+            format!("{:.2}", now.measured_s * 1e3),
+            cell(&before),
+            cell(now),
+            cell(&held),
+            signed_percent(before.total_error()),
+            signed_percent(now.total_error()),
+        ]);
+    }
+    out.push_str(&table(
+        &[
+            "class",
+            "operators",
+            "measured ms",
+            "default",
+            "fitted",
+            "held-out shapes",
+            "default total",
+            "fitted total",
+        ],
+        &rows,
+        &[1, 2, 3, 4, 5, 6, 7],
+    ));
+    let mut left: Vec<(&(String, String), &Left)> = collected.left_out.iter().collect();
+    left.sort_by(|a, b| b.1.kernel_s.total_cmp(&a.1.kernel_s));
+    if !left.is_empty() {
+        let _ = writeln!(out, "\nleft out of the fit (largest kernel time first):");
+        let rows: Vec<[String; 4]> = left
+            .iter()
+            .take(10)
+            .map(|((reason, name), l)| {
+                [name.clone(), reason.clone(), l.operators.to_string(), format!("{:.2}", l.kernel_s * 1e3)]
+            })
+            .collect();
+        out.push_str(&table(&["operator", "why", "count", "kernel ms"], &rows, &[2, 3]));
+        if left.len() > 10 {
+            let rest: f64 = left[10..].iter().map(|(_, l)| l.kernel_s).sum();
+            let _ = writeln!(out, "... and {} more operator kinds, {:.2} ms", left.len() - 10, rest * 1e3);
+        }
+    }
+    if !import.warnings.is_empty() {
+        let _ = writeln!(out, "\nimport warnings:\n{}", import.warnings);
+    }
+    let _ = writeln!(
+        out,
+        "\nGEMMs were measured in {}; wrote {}",
+        record.gemm_dtypes.join(", "),
+        output.display()
+    );
+    out
+}
+
+/// The fitted model's error per operator name, largest measured time first.
+fn by_operator(collected: &Collected, predicted: &[f64]) -> String {
+    let mut groups: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, name) in collected.names.iter().enumerate() {
+        groups.entry(name).or_default().push(i);
+    }
+    let samples = &collected.samples;
+    let mut rows: Vec<(f64, [String; 6])> = groups
+        .into_iter()
+        .map(|(name, members)| {
+            let subset: Vec<Sample> = members.iter().map(|&i| samples[i].clone()).collect();
+            let predictions: Vec<f64> = members.iter().map(|&i| predicted[i]).collect();
+            let errors = class_errors(&subset, &predictions);
+            let all = errors.last().cloned().unwrap_or_else(|| ClassError {
+                class: String::new(),
+                samples: 0,
+                measured_s: 0.0,
+                predicted_s: 0.0,
+                median_error: 0.0,
+                weighted_error: 0.0,
+            });
+            (
+                all.measured_s,
+                [
+                    name.to_string(),
+                    calibrate::class_name(subset[0].class).to_string(),
+                    members.len().to_string(),
+                    format!("{:.2}", all.measured_s * 1e3),
+                    format!("{} / {}", percent(all.median_error), percent(all.weighted_error)),
+                    signed_percent(all.total_error()),
+                ],
+            )
+        })
+        .collect();
+    rows.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let rows: Vec<[String; 6]> = rows.into_iter().map(|(_, row)| row).collect();
+    format!(
+        "\nfitted error per operator (median / weighted by time)\n{}",
+        table(&["operator", "class", "count", "measured ms", "error", "total"], &rows, &[2, 3, 4, 5])
+    )
+}

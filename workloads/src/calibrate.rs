@@ -1,0 +1,730 @@
+//! Calibration: the compute model's efficiency parameters fitted to measured kernels.
+//!
+//! Each [`Sample`] is one profiled operator: the work the model sees (class, dtype, FLOPs,
+//! bytes, number of kernels) and the GPU time it measured. [`fit`] finds the six parameters of
+//! [`ComputeModel`] that minimize the squared log-ratio of predicted to measured time over all
+//! samples (relative error: a 3 us element-wise kernel counts as much as a 3 ms GEMM), by
+//! Levenberg-Marquardt in an unconstrained parametrization (logit of the efficiencies, log of
+//! the times). A weak pull towards the starting model keeps parameters that no sample decides
+//! (the element-wise compute rate of a memory-bound GPU) where they were; [`Fit::support`]
+//! says how many samples decide each parameter.
+//!
+//! The prediction is exactly what a simulation charges an operator: the slower of its compute
+//! and memory sides, plus `launch-overhead` per kernel. Measured time is kernel time on the GPU,
+//! so the fitted `launch-overhead` is the fixed cost of a kernel on the device (ramp, tail,
+//! scheduling), not the host's launch rate.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use sim_core::units::SimDuration;
+
+use crate::compute::{ComputeError, ComputeModel, Curves};
+use crate::device::{Device, Dtype};
+use crate::layer::OpClass;
+
+/// One measured operator.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    /// Its operation class.
+    pub class: OpClass,
+    /// The dtype that decides its peak rate.
+    pub dtype: Dtype,
+    /// FLOPs it performs.
+    pub flops: f64,
+    /// Bytes of device memory it moves.
+    pub bytes: f64,
+    /// Kernels it launched (each pays the launch overhead).
+    pub kernels: u32,
+    /// Measured GPU time of its kernels, seconds (must be positive).
+    pub measured_s: f64,
+    /// Samples of the same operator and shapes share a group: cross-validation holds out whole
+    /// groups, so it measures how well the fit predicts shapes it has not seen.
+    pub group: u64,
+}
+
+/// Calibration could not run.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CalibrationError {
+    /// There is nothing to fit.
+    #[error("calibration: no measured operators to fit ({0})")]
+    NoSamples(String),
+    /// A sample has a non-positive or non-finite time or work.
+    #[error("calibration: sample {index} is invalid: {reason}")]
+    InvalidSample {
+        /// Its position.
+        index: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The model cannot price a sample (e.g. the device lacks its dtype).
+    #[error(transparent)]
+    Compute(#[from] ComputeError),
+}
+
+/// The fitted parameters, in the order of [`PARAMETERS`].
+const COUNT: usize = 7;
+
+/// The parameters calibration fits, by their scenario keys.
+pub const PARAMETERS: [&str; COUNT] = [
+    "gemm-efficiency",
+    "gemm-half-time",
+    "memory-efficiency",
+    "reduction-memory-efficiency",
+    "memory-half-time",
+    "vector-efficiency",
+    "launch-overhead",
+];
+
+/// Positions of the efficiencies (fitted as logits) among [`PARAMETERS`]; the others are times
+/// (fitted as logarithms).
+const EFFICIENCIES: [usize; 4] = [0, 2, 3, 5];
+
+/// Weight of the pull towards the starting model, per unit of the unconstrained parameter; a
+/// sample's residual is a log-ratio, so this is worth one sample off by 1% per e-fold change.
+const PRIOR_WEIGHT: f64 = 0.01;
+
+/// A sample "depends on" a parameter if its predicted time's elasticity to the parameter
+/// (relative change of the time per relative change of the parameter) exceeds this.
+const SUPPORT_THRESHOLD: f64 = 0.05;
+
+/// Efficiencies stay inside (0, 1] with a margin the logit can reach.
+const EFFICIENCY_MAX: f64 = 0.999;
+
+fn logit(p: f64) -> f64 {
+    let p = p.clamp(1e-6, EFFICIENCY_MAX);
+    (p / (1.0 - p)).ln()
+}
+
+fn sigmoid(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// Times are fitted as ln(microseconds), floored at 1 ps.
+fn log_us(seconds: f64) -> f64 {
+    (seconds.max(1e-12) * 1e6).ln()
+}
+
+/// The model as a point in unconstrained coordinates.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Point([f64; COUNT]);
+
+impl Point {
+    fn of(model: &ComputeModel) -> Point {
+        Point([
+            logit(model.gemm_efficiency),
+            log_us(model.gemm_half_time.as_secs_f64()),
+            logit(model.memory_efficiency),
+            logit(model.reduction_memory_efficiency),
+            log_us(model.memory_half_time.as_secs_f64()),
+            logit(model.vector_efficiency),
+            log_us(model.launch_overhead.as_secs_f64()),
+        ])
+    }
+
+    fn curves(&self) -> (Curves, f64) {
+        let [ge, gh, me, re, mh, ve, launch] = self.0;
+        let curves = Curves {
+            gemm_efficiency: sigmoid(ge),
+            gemm_half_s: gh.exp() * 1e-6,
+            vector_efficiency: sigmoid(ve),
+            memory_efficiency: sigmoid(me),
+            reduction_memory_efficiency: sigmoid(re),
+            memory_half_s: mh.exp() * 1e-6,
+        };
+        (curves, launch.exp() * 1e-6)
+    }
+
+    /// The point as a model, rounded to what measurements support: efficiencies to four
+    /// decimals, times to the nanosecond (profiles stay readable; predictions move by far less
+    /// than the fit's error).
+    fn model(&self) -> ComputeModel {
+        let (curves, launch) = self.curves();
+        let duration = |s: f64| SimDuration::from_ns((s * 1e9).round().max(0.0) as u64);
+        let efficiency = |e: f64| ((e * 1e4).round() / 1e4).clamp(1e-4, 1.0);
+        ComputeModel {
+            gemm_efficiency: efficiency(curves.gemm_efficiency),
+            gemm_half_time: duration(curves.gemm_half_s),
+            vector_efficiency: efficiency(curves.vector_efficiency),
+            memory_efficiency: efficiency(curves.memory_efficiency),
+            reduction_memory_efficiency: efficiency(curves.reduction_memory_efficiency),
+            memory_half_time: duration(curves.memory_half_s),
+            launch_overhead: duration(launch),
+        }
+    }
+}
+
+/// Predicted seconds of `sample` under `curves` and a per-kernel `launch` cost.
+fn predict_with(curves: &Curves, launch: f64, device: &Device, sample: &Sample) -> Result<f64, ComputeError> {
+    let kernel = curves.kernel_seconds(device, sample.dtype, sample.flops, sample.bytes, sample.class)?;
+    Ok(kernel + f64::from(sample.kernels) * launch)
+}
+
+/// Predicted seconds of `sample` under `model`: what a simulation charges it.
+pub fn predict(model: &ComputeModel, device: &Device, sample: &Sample) -> Result<f64, ComputeError> {
+    predict_with(&model.curves(), model.launch_overhead.as_secs_f64(), device, sample)
+}
+
+/// Residuals: one log-ratio per sample, then the prior's pulls.
+fn residuals(
+    point: &Point,
+    prior: &Point,
+    device: &Device,
+    samples: &[Sample],
+) -> Result<Vec<f64>, ComputeError> {
+    let (curves, launch) = point.curves();
+    let mut out = Vec::with_capacity(samples.len() + COUNT);
+    for sample in samples {
+        out.push((predict_with(&curves, launch, device, sample)? / sample.measured_s).ln());
+    }
+    out.extend(point.0.iter().zip(&prior.0).map(|(x, x0)| PRIOR_WEIGHT * (x - x0)));
+    Ok(out)
+}
+
+fn sum_of_squares(residuals: &[f64]) -> f64 {
+    residuals.iter().map(|r| r * r).sum()
+}
+
+/// Forward-difference Jacobian, column per parameter.
+fn jacobian(
+    point: &Point,
+    base: &[f64],
+    prior: &Point,
+    device: &Device,
+    samples: &[Sample],
+) -> Result<Vec<Vec<f64>>, ComputeError> {
+    const STEP: f64 = 1e-6;
+    let mut columns = Vec::with_capacity(COUNT);
+    for j in 0..COUNT {
+        let mut moved = *point;
+        moved.0[j] += STEP;
+        let r = residuals(&moved, prior, device, samples)?;
+        columns.push(r.iter().zip(base).map(|(a, b)| (a - b) / STEP).collect());
+    }
+    Ok(columns)
+}
+
+/// Solves the symmetric positive definite system `a x = b` by Gaussian elimination with
+/// partial pivoting; `None` if singular.
+fn solve(mut a: [[f64; COUNT]; COUNT], mut b: [f64; COUNT]) -> Option<[f64; COUNT]> {
+    for col in 0..COUNT {
+        let pivot = (col..COUNT).max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs()))?;
+        if a[pivot][col].abs() < 1e-300 {
+            return None;
+        }
+        a.swap(col, pivot);
+        b.swap(col, pivot);
+        let pivot_row = a[col];
+        for row in col + 1..COUNT {
+            let factor = a[row][col] / pivot_row[col];
+            for (value, above) in a[row][col..].iter_mut().zip(&pivot_row[col..]) {
+                *value -= factor * above;
+            }
+            b[row] -= factor * b[col];
+        }
+    }
+    let mut x = [0.0; COUNT];
+    for row in (0..COUNT).rev() {
+        let tail: f64 = (row + 1..COUNT).map(|k| a[row][k] * x[k]).sum();
+        x[row] = (b[row] - tail) / a[row][row];
+    }
+    Some(x)
+}
+
+/// Levenberg-Marquardt from `start`; returns the best point and its sum of squares.
+fn levenberg_marquardt(
+    start: Point,
+    prior: &Point,
+    device: &Device,
+    samples: &[Sample],
+) -> Result<(Point, f64, u32), ComputeError> {
+    let mut point = start;
+    let mut r = residuals(&point, prior, device, samples)?;
+    let mut cost = sum_of_squares(&r);
+    let mut damping = 1e-3;
+    let mut iterations = 0;
+    for _ in 0..300 {
+        iterations += 1;
+        let columns = jacobian(&point, &r, prior, device, samples)?;
+        let mut normal = [[0.0; COUNT]; COUNT];
+        let mut gradient = [0.0; COUNT];
+        for i in 0..COUNT {
+            gradient[i] = -columns[i].iter().zip(&r).map(|(j, r)| j * r).sum::<f64>();
+            for k in 0..COUNT {
+                normal[i][k] = columns[i].iter().zip(&columns[k]).map(|(a, b)| a * b).sum();
+            }
+        }
+        let mut improved = false;
+        while damping < 1e12 {
+            let mut damped = normal;
+            for (i, row) in damped.iter_mut().enumerate() {
+                row[i] += damping * (normal[i][i] + 1e-9);
+            }
+            let Some(step) = solve(damped, gradient) else {
+                damping *= 10.0;
+                continue;
+            };
+            let mut trial = point;
+            for (x, dx) in trial.0.iter_mut().zip(step) {
+                // Bounded steps: no e-fold jump past 20 (a half-time from 1 us to 5e8 us).
+                *x = (*x + dx).clamp(-20.0, 20.0);
+            }
+            let trial_r = residuals(&trial, prior, device, samples)?;
+            let trial_cost = sum_of_squares(&trial_r);
+            if trial_cost < cost {
+                let gain = (cost - trial_cost) / cost.max(1e-300);
+                point = trial;
+                r = trial_r;
+                cost = trial_cost;
+                damping = (damping / 3.0).max(1e-12);
+                improved = gain > 1e-12;
+                break;
+            }
+            damping *= 4.0;
+        }
+        if !improved {
+            break;
+        }
+    }
+    Ok((point, cost, iterations))
+}
+
+/// The fitted model and how well it is determined.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fit {
+    /// The calibrated model.
+    pub model: ComputeModel,
+    /// For each of [`PARAMETERS`], how many samples' predictions depend on it materially: a
+    /// parameter decided by few samples stayed near the starting model.
+    pub support: [usize; COUNT],
+    /// Root mean square of the log-ratio predicted/measured over the samples.
+    pub rms_log_error: f64,
+    /// Levenberg-Marquardt iterations of the winning start.
+    pub iterations: u32,
+}
+
+fn check(samples: &[Sample]) -> Result<(), CalibrationError> {
+    if samples.is_empty() {
+        return Err(CalibrationError::NoSamples("the input has no costed operator with kernel time".into()));
+    }
+    for (index, sample) in samples.iter().enumerate() {
+        let valid = |x: f64| x.is_finite() && x >= 0.0;
+        if !(sample.measured_s.is_finite() && sample.measured_s > 0.0) {
+            return Err(CalibrationError::InvalidSample {
+                index,
+                reason: format!("measured time {} s; it must be positive", sample.measured_s),
+            });
+        }
+        if !valid(sample.flops) || !valid(sample.bytes) {
+            return Err(CalibrationError::InvalidSample {
+                index,
+                reason: format!(
+                    "work {} FLOPs, {} bytes; both must be finite, not negative",
+                    sample.flops, sample.bytes
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Fits the compute model to `samples` measured on `device`, starting from (and weakly pulled
+/// towards) `start`. Deterministic: the same samples give the same model.
+pub fn fit(device: &Device, samples: &[Sample], start: &ComputeModel) -> Result<Fit, CalibrationError> {
+    check(samples)?;
+    start.validate()?;
+    let prior = Point::of(start);
+    // Several starts: the max() of the roofline makes the loss piecewise smooth, with a local
+    // minimum wherever a class sits exactly on its ridge.
+    let mut best: Option<(Point, f64, u32)> = None;
+    for (half, launch) in [(0.0, 0.0), (-2.3, 0.0), (2.3, 0.0), (0.0, -0.7), (-2.3, -0.7)] {
+        let mut begin = prior;
+        begin.0[1] += half;
+        begin.0[4] += half;
+        begin.0[6] += launch;
+        let result = levenberg_marquardt(begin, &prior, device, samples)?;
+        if best.as_ref().is_none_or(|b| result.1 < b.1) {
+            best = Some(result);
+        }
+    }
+    let Some((point, _, iterations)) = best else {
+        return Err(CalibrationError::NoSamples("no start converged".into()));
+    };
+    let model = point.model();
+    // Support: samples whose log-prediction moves by more than the threshold per e-fold change
+    // of the parameter (elasticity). The Jacobian is per unit of the unconstrained coordinate:
+    // a log for times, a logit for efficiencies, whose derivative is (1 - p) times the
+    // elasticity.
+    let base = residuals(&point, &point, device, samples)?;
+    let columns = jacobian(&point, &base, &point, device, samples)?;
+    let mut support = [0; COUNT];
+    for (j, (count, column)) in support.iter_mut().zip(&columns).enumerate() {
+        let scale = if EFFICIENCIES.contains(&j) { 1.0 / (1.0 - sigmoid(point.0[j])) } else { 1.0 };
+        *count = column[..samples.len()].iter().filter(|d| (*d * scale).abs() > SUPPORT_THRESHOLD).count();
+    }
+    let rms_log_error = (sum_of_squares(&base[..samples.len()]) / samples.len() as f64).sqrt();
+    Ok(Fit { model, support, rms_log_error, iterations })
+}
+
+/// How well a model predicts one class of samples (or all of them).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct ClassError {
+    /// "gemm", "elementwise", "reduction" or "all".
+    pub class: String,
+    /// Samples.
+    pub samples: usize,
+    /// Measured time, seconds.
+    pub measured_s: f64,
+    /// Predicted time, seconds.
+    pub predicted_s: f64,
+    /// Median of |predicted / measured - 1| over the samples.
+    pub median_error: f64,
+    /// Sum of |predicted - measured| over the sum of measured: the error weighted by time.
+    pub weighted_error: f64,
+}
+
+impl ClassError {
+    /// Predicted total over measured total, minus one: the error of the class's summed time.
+    pub fn total_error(&self) -> f64 {
+        self.predicted_s / self.measured_s - 1.0
+    }
+}
+
+/// The report name of a class.
+pub fn class_name(class: OpClass) -> &'static str {
+    match class {
+        OpClass::Gemm => "gemm",
+        OpClass::Elementwise => "elementwise",
+        OpClass::Reduction => "reduction",
+    }
+}
+
+/// Errors per class (in the order gemm, elementwise, reduction; absent classes left out) and
+/// over all samples, for `predictions[i]` of `samples[i]`.
+pub fn class_errors(samples: &[Sample], predictions: &[f64]) -> Vec<ClassError> {
+    let mut groups: BTreeMap<u8, Vec<usize>> = BTreeMap::new();
+    for (i, sample) in samples.iter().enumerate() {
+        groups.entry(sample.class as u8).or_default().push(i);
+    }
+    let summarize = |name: &str, members: &[usize]| {
+        let mut errors: Vec<f64> =
+            members.iter().map(|&i| (predictions[i] / samples[i].measured_s - 1.0).abs()).collect();
+        errors.sort_by(f64::total_cmp);
+        let measured: f64 = members.iter().map(|&i| samples[i].measured_s).sum();
+        let predicted: f64 = members.iter().map(|&i| predictions[i]).sum();
+        let absolute: f64 = members.iter().map(|&i| (predictions[i] - samples[i].measured_s).abs()).sum();
+        // Rounded for the profile file: seconds to the nanosecond, errors to 0.01%.
+        let ns = |s: f64| (s * 1e9).round() / 1e9;
+        let ratio = |r: f64| (r * 1e4).round() / 1e4;
+        ClassError {
+            class: name.to_string(),
+            samples: members.len(),
+            measured_s: ns(measured),
+            predicted_s: ns(predicted),
+            median_error: ratio(median(&errors)),
+            weighted_error: ratio(absolute / measured),
+        }
+    };
+    let mut out: Vec<ClassError> =
+        groups.values().map(|members| summarize(class_name(samples[members[0]].class), members)).collect();
+    let all: Vec<usize> = (0..samples.len()).collect();
+    if !all.is_empty() {
+        out.push(summarize("all", &all));
+    }
+    out
+}
+
+fn median(sorted: &[f64]) -> f64 {
+    match sorted.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]),
+    }
+}
+
+/// Predictions of every sample under `model`.
+pub fn predictions(
+    model: &ComputeModel,
+    device: &Device,
+    samples: &[Sample],
+) -> Result<Vec<f64>, ComputeError> {
+    samples.iter().map(|s| predict(model, device, s)).collect()
+}
+
+/// Held-out predictions: samples are split into `folds` by their group (whole shapes held out
+/// together), each fold predicted by a model fitted to the others. Groups are assigned to folds
+/// by a hash, so the split is deterministic.
+pub fn cross_validate(
+    device: &Device,
+    samples: &[Sample],
+    start: &ComputeModel,
+    folds: u64,
+) -> Result<Vec<f64>, CalibrationError> {
+    check(samples)?;
+    let folds = folds.max(2);
+    let fold_of = |s: &Sample| splitmix(s.group) % folds;
+    let mut out = vec![f64::NAN; samples.len()];
+    for fold in 0..folds {
+        let training: Vec<Sample> = samples.iter().filter(|s| fold_of(s) != fold).cloned().collect();
+        if training.is_empty() || training.len() == samples.len() {
+            continue;
+        }
+        let model = fit(device, &training, start)?.model;
+        for (i, sample) in samples.iter().enumerate() {
+            if fold_of(sample) == fold {
+                out[i] = predict(&model, device, sample)?;
+            }
+        }
+    }
+    // With every group in one fold, fall back to the in-sample fit for the rest.
+    if out.iter().any(|p| p.is_nan()) {
+        let model = fit(device, samples, start)?.model;
+        for (prediction, sample) in out.iter_mut().zip(samples) {
+            if prediction.is_nan() {
+                *prediction = predict(&model, device, sample)?;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// SplitMix64: spreads group keys over folds.
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// A calibrated compute model for one device type, as `parasim calibrate` writes it and a
+/// scenario's `[compute] profile` reads it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Profile {
+    /// Catalog name of the device type the traces were measured on; a scenario may use the
+    /// profile only on that device.
+    pub device: String,
+    /// The fitted parameters.
+    pub compute: ComputeModel,
+    /// Where the parameters came from and how well they fit (informational).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<CalibrationRecord>,
+}
+
+/// Provenance and quality of a calibration, kept in the profile it produced.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct CalibrationRecord {
+    /// The trace files, by file name.
+    pub traces: Vec<String>,
+    /// The GPU as the traces name it (`deviceProperties`).
+    pub trace_device: String,
+    /// Operators fitted.
+    pub operators: usize,
+    /// Dtypes of the fitted GEMMs: the GEMM efficiency is measured on these.
+    pub gemm_dtypes: Vec<String>,
+    /// For each parameter, the operators whose predicted time depends on it; a parameter with
+    /// few stayed near its default.
+    pub support: BTreeMap<String, usize>,
+    /// In-sample errors of the fitted model, per class and over all.
+    pub fit: Vec<ClassError>,
+    /// Errors on shapes held out of the fit (5-fold cross-validation by operator shape).
+    pub held_out: Vec<ClassError>,
+    /// Errors of the default model on the same operators, for comparison.
+    pub default_model: Vec<ClassError>,
+}
+
+/// A profile file could not be read.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ProfileError {
+    /// Not TOML, or a key is missing, unknown or mistyped.
+    #[error("compute profile: {0}")]
+    Parse(String),
+    /// No built-in profile has the name.
+    #[error("no built-in compute profile `{name}`; built-in profiles: {known}")]
+    UnknownBuiltin {
+        /// The name asked for.
+        name: String,
+        /// The names that exist.
+        known: String,
+    },
+    /// A parameter is out of range.
+    #[error("compute profile: {0}")]
+    Invalid(#[from] ComputeError),
+}
+
+/// Profiles shipped with parasim (`data/profiles/`), fitted to the public traces named in them.
+const BUILTIN_PROFILES: [(&str, &str); 2] = [
+    ("a100-sxm4-40gb", include_str!("../../data/profiles/a100-sxm4-40gb.toml")),
+    ("v100-sxm2-16gb", include_str!("../../data/profiles/v100-sxm2-16gb.toml")),
+];
+
+impl Profile {
+    /// Reads a profile in the format [`Profile::to_toml`] writes, and checks its parameters.
+    pub fn from_toml_str(text: &str) -> Result<Profile, ProfileError> {
+        let profile: Profile = toml::from_str(text).map_err(|e| ProfileError::Parse(e.to_string()))?;
+        profile.compute.validate()?;
+        Ok(profile)
+    }
+
+    /// The built-in profile of a device type, by the device's catalog name.
+    pub fn builtin(name: &str) -> Result<Profile, ProfileError> {
+        let Some((_, text)) = BUILTIN_PROFILES.iter().find(|(n, _)| *n == name) else {
+            return Err(ProfileError::UnknownBuiltin {
+                name: name.to_string(),
+                known: Self::builtin_names().join(", "),
+            });
+        };
+        Self::from_toml_str(text)
+    }
+
+    /// Names of the built-in profiles.
+    pub fn builtin_names() -> Vec<&'static str> {
+        BUILTIN_PROFILES.iter().map(|(n, _)| *n).collect()
+    }
+
+    /// The profile as TOML, with `header` lines written first as comments.
+    pub fn to_toml(&self, header: &[String]) -> Result<String, ProfileError> {
+        let body = toml::to_string(self).map_err(|e| ProfileError::Parse(e.to_string()))?;
+        let mut text = String::new();
+        for line in header {
+            text.push_str("# ");
+            text.push_str(line);
+            text.push('\n');
+        }
+        if !header.is_empty() {
+            text.push('\n');
+        }
+        text.push_str(&body);
+        Ok(text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::DeviceCatalog;
+
+    fn a100() -> &'static Device {
+        DeviceCatalog::builtin().get("a100-sxm4-40gb").unwrap()
+    }
+
+    #[test]
+    fn builtin_profiles_parse_and_round_trip() {
+        for name in Profile::builtin_names() {
+            let profile = Profile::builtin(name).unwrap();
+            assert_eq!(profile.device, name);
+            assert!(DeviceCatalog::builtin().get(name).is_ok());
+            let again = Profile::from_toml_str(&profile.to_toml(&["x".into()]).unwrap()).unwrap();
+            assert_eq!(again, profile);
+        }
+        let error = Profile::builtin("tpu-v9").unwrap_err().to_string();
+        assert!(error.contains("tpu-v9") && error.contains("a100-sxm4-40gb"), "{error}");
+        let error = Profile::from_toml_str("device = \"x\"\n[compute]\ngemm-efficiency = 2.0\n").unwrap_err();
+        assert!(error.to_string().contains("gemm-efficiency"), "{error}");
+    }
+
+    /// GEMMs and element-wise kernels over four decades of size, priced by `truth`.
+    fn synthetic(truth: &ComputeModel, noise: impl Fn(usize) -> f64) -> Vec<Sample> {
+        let mut samples = Vec::new();
+        for (i, n) in [64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0].into_iter().enumerate() {
+            let n: f64 = n;
+            samples.push(Sample {
+                class: OpClass::Gemm,
+                dtype: Dtype::Fp32,
+                flops: 2.0 * n * n * n,
+                bytes: 12.0 * n * n,
+                kernels: 1,
+                measured_s: 0.0,
+                group: i as u64,
+            });
+            for (j, (class, flops_per)) in
+                [(OpClass::Elementwise, 1.0), (OpClass::Reduction, 5.0)].into_iter().enumerate()
+            {
+                samples.push(Sample {
+                    class,
+                    dtype: Dtype::Fp32,
+                    flops: flops_per * n * n,
+                    bytes: 8.0 * n * n,
+                    kernels: 1 + j as u32,
+                    measured_s: 0.0,
+                    group: 100 + 10 * i as u64 + j as u64,
+                });
+            }
+        }
+        for (i, sample) in samples.iter_mut().enumerate() {
+            sample.measured_s = predict(truth, a100(), sample).unwrap() * noise(i);
+        }
+        samples
+    }
+
+    fn truth() -> ComputeModel {
+        ComputeModel {
+            gemm_efficiency: 0.62,
+            gemm_half_time: SimDuration::from_ns(1500),
+            vector_efficiency: 0.5,
+            memory_efficiency: 0.71,
+            reduction_memory_efficiency: 0.45,
+            memory_half_time: SimDuration::from_ns(2500),
+            launch_overhead: SimDuration::from_ns(2200),
+        }
+    }
+
+    #[test]
+    fn recovers_the_model_that_produced_the_samples() {
+        let samples = synthetic(&truth(), |_| 1.0);
+        let fit = fit(a100(), &samples, &ComputeModel::default()).unwrap();
+        let m = &fit.model;
+        let close = |a: f64, b: f64, tolerance: f64| (a / b - 1.0).abs() < tolerance;
+        assert!(close(m.gemm_efficiency, 0.62, 0.01), "{m:?}");
+        assert!(close(m.memory_efficiency, 0.71, 0.01), "{m:?}");
+        assert!(close(m.reduction_memory_efficiency, 0.45, 0.01), "{m:?}");
+        assert!(close(m.gemm_half_time.as_secs_f64(), 1.5e-6, 0.01), "{m:?}");
+        // A memory-bound kernel's fixed costs, memory-half-time / efficiency + launch, trade
+        // off against each other; only GEMMs and multi-kernel operators tell them apart, and
+        // the weak pull towards the start takes a little of that: a few percent.
+        assert!(close(m.memory_half_time.as_secs_f64(), 2.5e-6, 0.03), "{m:?}");
+        assert!(close(m.launch_overhead.as_secs_f64(), 2.2e-6, 0.03), "{m:?}");
+        assert!(fit.rms_log_error < 1e-3, "{}", fit.rms_log_error);
+        // No sample is compute-bound on the vector units: that parameter has no support.
+        assert_eq!(fit.support[5], 0, "{:?}", fit.support);
+        assert!(fit.support[0] >= 3 && fit.support[6] >= 3, "{:?}", fit.support);
+        let errors = class_errors(&samples, &predictions(m, a100(), &samples).unwrap());
+        assert!(errors.iter().all(|e| e.weighted_error < 0.01), "{errors:?}");
+    }
+
+    #[test]
+    fn noisy_samples_still_give_the_model_within_a_few_percent() {
+        // Deterministic +-10% multiplicative noise.
+        let noise = |i: usize| 1.0 + 0.1 * ((splitmix(i as u64) % 2001) as f64 / 1000.0 - 1.0);
+        let mut samples = Vec::new();
+        for copy in 0..20 {
+            let mut batch = synthetic(&truth(), |i| noise(i + 1000 * copy));
+            samples.append(&mut batch);
+        }
+        let m = fit(a100(), &samples, &ComputeModel::default()).unwrap().model;
+        assert!((m.gemm_efficiency / 0.62 - 1.0).abs() < 0.05, "{m:?}");
+        assert!((m.memory_efficiency / 0.71 - 1.0).abs() < 0.05, "{m:?}");
+    }
+
+    #[test]
+    fn held_out_shapes_are_predicted_by_models_that_never_saw_them() {
+        let samples = synthetic(&truth(), |_| 1.0);
+        let held_out = cross_validate(a100(), &samples, &ComputeModel::default(), 5).unwrap();
+        assert!(held_out.iter().all(|p| p.is_finite()));
+        let errors = class_errors(&samples, &held_out);
+        let all = errors.last().unwrap();
+        assert_eq!(all.class, "all");
+        assert!(all.weighted_error < 0.05, "{errors:?}");
+    }
+
+    #[test]
+    fn bad_input_is_refused_by_name() {
+        assert!(matches!(fit(a100(), &[], &ComputeModel::default()), Err(CalibrationError::NoSamples(_))));
+        let mut samples = synthetic(&truth(), |_| 1.0);
+        samples[3].measured_s = 0.0;
+        let error = fit(a100(), &samples, &ComputeModel::default()).unwrap_err().to_string();
+        assert!(error.contains("sample 3") && error.contains("positive"), "{error}");
+    }
+}
