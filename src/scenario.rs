@@ -494,7 +494,7 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
     if spec.simulation.iterations == 0 {
         return Err(invalid("simulation.iterations", "must be at least 1, got 0".into()));
     }
-    let (compute, compute_source) = compute_model(&spec.compute, &device, file)?;
+    let (compute, compute_source) = compute_model(&spec.compute, &device, precision, file)?;
 
     Ok(Scenario {
         source: file.display().to_string(),
@@ -524,6 +524,7 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
 fn compute_model(
     section: &ComputeSection,
     device: &Device,
+    precision: Dtype,
     file: &Path,
 ) -> Result<(ComputeModel, String), ScenarioError> {
     let (mut model, mut source) = match &section.profile {
@@ -543,7 +544,19 @@ fn compute_model(
                     ),
                 ));
             }
-            (profile.compute, format!("profile {label}"))
+            let mut source = format!("profile {label}");
+            // GEMM efficiency is a fraction of the dtype's peak; measured in one dtype, it is
+            // an extrapolation in another. Say so.
+            if let Some(record) = &profile.calibration
+                && !record.gemm_dtypes.is_empty()
+                && !record.gemm_dtypes.iter().any(|d| d == precision.name())
+            {
+                source.push_str(&format!(
+                    " (GEMMs calibrated in {}, extrapolated to {precision})",
+                    record.gemm_dtypes.join(", ")
+                ));
+            }
+            (profile.compute, source)
         }
     };
     let mut overridden = 0;

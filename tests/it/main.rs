@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
+mod calibrate;
 mod collective;
 mod memory;
 mod models;

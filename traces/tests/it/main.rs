@@ -8,4 +8,5 @@ mod binary;
 mod common;
 mod export;
 mod kineto;
+mod operators;
 mod replay;

@@ -1,0 +1,203 @@
+//! `parasim calibrate` on the real traces in ../shared (read from there, never copied), and
+//! scenarios that name the profiles it writes.
+
+use std::path::PathBuf;
+
+use workloads::calibrate::{ClassError, Profile};
+
+use super::{QUICKSTART, parasim, quickstart_with, scenario_file};
+
+/// A file under `../shared/data/traces`, which must exist (CI has it).
+fn shared_trace(relative: &str) -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data/traces");
+    assert!(
+        root.is_dir(),
+        "the real traces are missing: expected the shared data folder at {} (beside the checkout; \
+         its PROVENANCE.md lists the files). These tests read them from there and never copy them.",
+        root.display()
+    );
+    let path = root.join(relative);
+    assert!(path.is_file(), "missing shared trace {} (see PROVENANCE.md there)", path.display());
+    path
+}
+
+fn scratch(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name)
+}
+
+fn class<'a>(list: &'a [ClassError], name: &str) -> &'a ClassError {
+    list.iter().find(|e| e.class == name).unwrap_or_else(|| panic!("no {name} row in {list:?}"))
+}
+
+/// Each shipped profile is what `parasim calibrate` writes for its trace today (the files in
+/// data/profiles cannot go stale or be edited by hand), and it predicts the kernels better
+/// than the defaults do.
+#[test]
+fn the_shipped_profiles_are_reproduced_from_their_traces_and_beat_the_defaults() {
+    for (trace, device, dtype) in [
+        ("HolisticTraceAnalysis/trace_diff/control/control.json.gz", "a100-sxm4-40gb", "tf32"),
+        ("HolisticTraceAnalysis/trace_diff/test/test.json.gz", "v100-sxm2-16gb", "fp32"),
+    ] {
+        let output = scratch(&format!("{device}.toml"));
+        let trace = shared_trace(trace);
+        let run = parasim(&[
+            "calibrate",
+            trace.to_str().unwrap(),
+            "--device",
+            device,
+            "-o",
+            output.to_str().unwrap(),
+            "--by-operator",
+        ]);
+        let report = String::from_utf8_lossy(&run.stdout);
+        assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+        for needle in ["gemm-efficiency", "held-out shapes", "aten::mm", "left out of the fit"] {
+            assert!(report.contains(needle), "{needle:?} missing from:\n{report}");
+        }
+        let written = Profile::from_toml_str(&fs_err::read_to_string(&output).unwrap()).unwrap();
+        let shipped = Profile::builtin(device).unwrap();
+        assert_eq!(
+            written.compute, shipped.compute,
+            "data/profiles/{device}.toml is stale: re-run calibrate"
+        );
+        assert_eq!(written.calibration, shipped.calibration);
+
+        let record = written.calibration.unwrap();
+        assert!(record.gemm_dtypes.iter().any(|d| d == dtype), "{:?}", record.gemm_dtypes);
+        assert!(record.operators > 1000, "{}", record.operators);
+        let (fitted, default) = (class(&record.fit, "all"), class(&record.default_model, "all"));
+        assert!(fitted.median_error < default.median_error, "{fitted:?} vs {default:?}");
+        assert!(
+            fitted.total_error().abs() < default.total_error().abs().max(0.08),
+            "{fitted:?} vs {default:?}"
+        );
+        // Shapes the fit never saw are predicted about as well as the fitted ones.
+        let held_out = class(&record.held_out, "all");
+        assert!(held_out.weighted_error < 1.25 * fitted.weighted_error, "{held_out:?} vs {fitted:?}");
+    }
+}
+
+#[test]
+fn a_trace_of_another_gpu_is_refused_by_name() {
+    let trace = shared_trace("HolisticTraceAnalysis/trace_diff/control/control.json.gz");
+    let output = scratch("wrong-device.toml");
+    let run = parasim(&[
+        "calibrate",
+        trace.to_str().unwrap(),
+        "--device",
+        "v100-sxm2-16gb",
+        "-o",
+        output.to_str().unwrap(),
+    ]);
+    assert_eq!(run.status.code(), Some(2));
+    let error = String::from_utf8_lossy(&run.stderr);
+    assert!(error.contains("A100-PG509-200") && error.contains("v100-sxm2-16gb"), "{error}");
+    assert!(!output.exists(), "nothing is written on error");
+
+    let other = shared_trace("HolisticTraceAnalysis/trace_diff/test/test.json.gz");
+    let run = parasim(&[
+        "calibrate",
+        trace.to_str().unwrap(),
+        other.to_str().unwrap(),
+        "--device",
+        "a100-sxm4-40gb",
+        "-o",
+        output.to_str().unwrap(),
+    ]);
+    assert_eq!(run.status.code(), Some(2));
+    let error = String::from_utf8_lossy(&run.stderr);
+    assert!(error.contains("different GPUs") && error.contains("V100"), "{error}");
+}
+
+#[test]
+fn a_trace_without_shapes_says_how_to_record_them() {
+    let trace = shared_trace("HolisticTraceAnalysis/df_index_resolver/df_index_resolver.json.gz");
+    let output = scratch("no-shapes.toml");
+    let run = parasim(&[
+        "calibrate",
+        trace.to_str().unwrap(),
+        "--device",
+        "v100-sxm2-32gb",
+        "-o",
+        output.to_str().unwrap(),
+    ]);
+    assert_eq!(run.status.code(), Some(2));
+    let error = String::from_utf8_lossy(&run.stderr);
+    assert!(error.contains("record_shapes=True") && error.contains("df_index_resolver"), "{error}");
+}
+
+#[test]
+fn a_scenario_names_a_profile_by_device_or_by_file() {
+    let a100_40 = quickstart_with("device = \"a100-sxm4-80gb\"", "device = \"a100-sxm4-40gb\"");
+    let defaults = scenario_file("profile-none.toml", &a100_40);
+    let builtin = scenario_file(
+        "profile-builtin.toml",
+        &format!("{a100_40}\n[compute]\nprofile = \"a100-sxm4-40gb\"\n"),
+    );
+    let json = |path: &PathBuf| {
+        let run = parasim(&["run", path.to_str().unwrap(), "--json"]);
+        assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+        serde_json::from_slice::<serde_json::Value>(&run.stdout).unwrap()
+    };
+    let (plain, calibrated) = (json(&defaults), json(&builtin));
+    assert!(plain["model"]["compute_model"].as_str().unwrap().starts_with("defaults"));
+    let source = calibrated["model"]["compute_model"].as_str().unwrap();
+    assert!(
+        source.contains("a100-sxm4-40gb (built-in)") && source.contains("extrapolated to fp16"),
+        "{source}"
+    );
+    assert_ne!(plain["iteration_time_s"], calibrated["iteration_time_s"]);
+
+    // A file next to the scenario, with one key overridden.
+    let profile =
+        fs_err::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/data/profiles/a100-sxm4-40gb.toml"))
+            .unwrap();
+    fs_err::write(scratch("my-a100.toml"), profile).unwrap();
+    let by_file = scenario_file(
+        "profile-file.toml",
+        &format!("{a100_40}\n[compute]\nprofile = \"my-a100.toml\"\nlaunch-overhead = \"1 us\"\n"),
+    );
+    let source = json(&by_file)["model"]["compute_model"].as_str().unwrap().to_string();
+    assert!(source.contains("my-a100.toml") && source.contains("1 key(s) set"), "{source}");
+}
+
+#[test]
+fn a_profile_of_another_device_or_a_broken_one_is_an_error_naming_the_key() {
+    // The quickstart runs on 80 GB A100s.
+    let wrong = scenario_file(
+        "profile-wrong-device.toml",
+        &format!(
+            "{}\n[compute]\nprofile = \"v100-sxm2-16gb\"\n",
+            fs_err::read_to_string(QUICKSTART).unwrap()
+        ),
+    );
+    let run = parasim(&["run", wrong.to_str().unwrap()]);
+    assert_eq!(run.status.code(), Some(2));
+    let error = String::from_utf8_lossy(&run.stderr);
+    assert!(error.contains("compute.profile") && error.contains("calibrated on v100-sxm2-16gb"), "{error}");
+
+    fs_err::write(
+        scratch("broken-profile.toml"),
+        "device = \"a100-sxm4-80gb\"\n[compute]\ngemm-efficiency = 1.5\n",
+    )
+    .unwrap();
+    let broken = scenario_file(
+        "profile-broken.toml",
+        &format!(
+            "{}\n[compute]\nprofile = \"broken-profile.toml\"\n",
+            fs_err::read_to_string(QUICKSTART).unwrap()
+        ),
+    );
+    let run = parasim(&["run", broken.to_str().unwrap()]);
+    assert_eq!(run.status.code(), Some(2));
+    let error = String::from_utf8_lossy(&run.stderr);
+    assert!(error.contains("broken-profile.toml") && error.contains("gemm-efficiency"), "{error}");
+
+    let unknown = scenario_file(
+        "profile-unknown.toml",
+        &format!("{}\n[compute]\nprofile = \"tpu-v9\"\n", fs_err::read_to_string(QUICKSTART).unwrap()),
+    );
+    let run = parasim(&["run", unknown.to_str().unwrap()]);
+    let error = String::from_utf8_lossy(&run.stderr);
+    assert!(error.contains("tpu-v9") && error.contains("v100-sxm2-16gb"), "{error}");
+}
