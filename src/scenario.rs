@@ -75,6 +75,7 @@ struct ScenarioSpec {
 struct ComputeSection {
     profile: Option<String>,
     gemm_efficiency: Option<f64>,
+    unaligned_gemm_efficiency: Option<f64>,
     gemm_half_time: Option<SimDuration>,
     vector_efficiency: Option<f64>,
     memory_efficiency: Option<f64>,
@@ -567,6 +568,7 @@ fn compute_model(
         }
     };
     set(&mut model.gemm_efficiency, section.gemm_efficiency);
+    set(&mut model.unaligned_gemm_efficiency, section.unaligned_gemm_efficiency);
     set(&mut model.vector_efficiency, section.vector_efficiency);
     set(&mut model.memory_efficiency, section.memory_efficiency);
     set(&mut model.reduction_memory_efficiency, section.reduction_memory_efficiency);

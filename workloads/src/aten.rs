@@ -132,6 +132,11 @@ pub struct OperatorWork {
     pub flops: f64,
     /// Bytes of device memory read plus written.
     pub bytes: f64,
+    /// False for a product whose dimensions are not all multiples of 16 bytes of its elements
+    /// (4 fp32, 8 fp16 or bf16 values): the kernels libraries pick for such shapes load
+    /// narrower vectors and run far below the aligned rate (NVIDIA, *Matrix Multiplication
+    /// Background User's Guide*, "Tensor Core Requirements"). Always true for other classes.
+    pub aligned: bool,
 }
 
 /// Why an operator has no cost. The caller names the operator.
@@ -455,6 +460,12 @@ impl Element {
     }
 }
 
+/// Whether every one of `dims` is a multiple of 16 bytes of `element`s.
+fn aligned(element: Element, dims: &[u64]) -> bool {
+    let per_vector = (16.0 / element.size()).max(1.0) as u64;
+    dims.iter().all(|d| d % per_vector == 0)
+}
+
 /// `Input type` entries of arguments that are not tensors: scalars, None, lists of numbers.
 fn is_not_tensor(name: &str) -> bool {
     matches!(name, "" | "Scalar") || name.ends_with("[]") || (name.ends_with("List") && name != "TensorList")
@@ -567,7 +578,7 @@ fn broadcasts_onto(shape: &[u64], target: &[u64]) -> Result<(), Uncosted> {
 /// Element-wise and reduction work: fp64 if an input is double, else fp32.
 fn vector(class: OpClass, inputs: &[Tensor], flops: f64, bytes: f64) -> OperatorWork {
     let double = inputs.iter().any(|tensor| tensor.element == Element::Float(Dtype::Fp64));
-    OperatorWork { class, dtype: if double { Dtype::Fp64 } else { Dtype::Fp32 }, flops, bytes }
+    OperatorWork { class, dtype: if double { Dtype::Fp64 } else { Dtype::Fp32 }, flops, bytes, aligned: true }
 }
 
 /// The rate dtype of a product whose first operand is `first`.
@@ -609,7 +620,9 @@ fn product(args: &Args, addend: bool, kernels: &[&str]) -> Result<OperatorWork, 
         flops += outputs;
         bytes += input.bytes();
     }
-    Ok(OperatorWork { class: OpClass::Gemm, dtype: gemm_dtype(&a, kernels)?, flops, bytes })
+    // A matrix-vector product has no N to align.
+    let aligned = aligned(a.element, &[m, k]) && (n == 1 || aligned(a.element, &[n]));
+    Ok(OperatorWork { class: OpClass::Gemm, dtype: gemm_dtype(&a, kernels)?, flops, bytes, aligned })
 }
 
 /// `convolution_backward(grad_output, input, weight, ...)`: input and weight gradients.
@@ -636,7 +649,15 @@ fn convolution_backward(args: &Args, kernels: &[&str]) -> Result<OperatorWork, U
     };
     let macs = grad.dims[0] as f64 * count(positions) * weight.elements();
     let bytes = grad.bytes() + 2.0 * input.bytes() + 2.0 * weight.bytes();
-    Ok(OperatorWork { class: OpClass::Gemm, dtype: gemm_dtype(&grad, kernels)?, flops: 4.0 * macs, bytes })
+    // Implicit GEMM: the channel counts are the products' aligned dimensions.
+    let aligned = aligned(grad.element, &[grad.dims[1], input.dims[1]]);
+    Ok(OperatorWork {
+        class: OpClass::Gemm,
+        dtype: gemm_dtype(&grad, kernels)?,
+        flops: 4.0 * macs,
+        bytes,
+        aligned,
+    })
 }
 
 /// Fused attention, forward or backward.
@@ -675,7 +696,8 @@ fn fused_attention(
     let inputs = q.bytes() + k.bytes() + v.bytes();
     let (flops, bytes) =
         if backward { (2.5 * forward, 2.0 * (inputs + out)) } else { (forward, inputs + out) };
-    Ok(OperatorWork { class: OpClass::Gemm, dtype: gemm_dtype(&q, kernels)?, flops, bytes })
+    let aligned = aligned(q.element, &[depth, value_depth]);
+    Ok(OperatorWork { class: OpClass::Gemm, dtype: gemm_dtype(&q, kernels)?, flops, bytes, aligned })
 }
 
 /// Element-wise arithmetic, activations, comparisons, in place or not.

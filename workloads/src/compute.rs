@@ -78,6 +78,11 @@ pub struct ComputeModel {
     /// Fraction of the dtype's peak FLOP/s that large GEMM-class kernels (matrix products,
     /// convolutions, attention) reach, in (0, 1]: the curve's saturation value.
     pub gemm_efficiency: f64,
+    /// Factor on `gemm-efficiency` for products whose dimensions are not multiples of 16 bytes
+    /// of their elements (4 fp32, 8 fp16 values), in (0, 1]. Layers are priced as aligned (the
+    /// zoo's shapes are); calibration measures the factor on traces' unaligned products so
+    /// that they do not drag the aligned efficiency down.
+    pub unaligned_gemm_efficiency: f64,
     /// Work, expressed as time at the device's reference rate (its fp16 matrix rate, else bf16,
     /// else its fastest), at which a GEMM reaches half of `gemm_efficiency`. Zero makes the GEMM
     /// efficiency flat.
@@ -107,6 +112,7 @@ impl Default for ComputeModel {
     fn default() -> Self {
         ComputeModel {
             gemm_efficiency: 0.8,
+            unaligned_gemm_efficiency: 1.0,
             gemm_half_time: SimDuration::from_us(3),
             vector_efficiency: 0.5,
             memory_efficiency: 0.8,
@@ -122,6 +128,7 @@ impl ComputeModel {
     pub fn validate(&self) -> Result<(), ComputeError> {
         for (parameter, value) in [
             ("gemm-efficiency", self.gemm_efficiency),
+            ("unaligned-gemm-efficiency", self.unaligned_gemm_efficiency),
             ("vector-efficiency", self.vector_efficiency),
             ("memory-efficiency", self.memory_efficiency),
             ("reduction-memory-efficiency", self.reduction_memory_efficiency),
@@ -191,6 +198,7 @@ impl ComputeModel {
     pub(crate) fn curves(&self) -> Curves {
         Curves {
             gemm_efficiency: self.gemm_efficiency,
+            unaligned_gemm_efficiency: self.unaligned_gemm_efficiency,
             gemm_half_s: self.gemm_half_time.as_secs_f64(),
             vector_efficiency: self.vector_efficiency,
             memory_efficiency: self.memory_efficiency,
@@ -200,7 +208,7 @@ impl ComputeModel {
     }
 
     /// Seconds of one kernel without the launch overhead: the slower of its compute and memory
-    /// sides (unrounded).
+    /// sides (unrounded). `aligned` is false for a GEMM with dimensions off the 16-byte grid.
     pub fn kernel_seconds(
         &self,
         device: &Device,
@@ -208,8 +216,9 @@ impl ComputeModel {
         flops: f64,
         bytes: f64,
         class: OpClass,
+        aligned: bool,
     ) -> Result<f64, ComputeError> {
-        self.curves().kernel_seconds(device, dtype, flops, bytes, class)
+        self.curves().kernel_seconds(device, dtype, flops, bytes, class, aligned)
     }
 
     /// Time of one kernel doing `flops` FLOPs and moving `bytes` bytes of device memory on
@@ -229,7 +238,7 @@ impl ComputeModel {
                 return Err(ComputeError::InvalidWork { quantity, value: value.to_string() });
             }
         }
-        let seconds = self.kernel_seconds(device, dtype, flops, bytes, class)?;
+        let seconds = self.kernel_seconds(device, dtype, flops, bytes, class, true)?;
         SimDuration::from_secs_f64(seconds)
             .map_err(ComputeError::Duration)?
             .checked_add(self.launch_overhead)
@@ -255,6 +264,7 @@ impl ComputeModel {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Curves {
     pub(crate) gemm_efficiency: f64,
+    pub(crate) unaligned_gemm_efficiency: f64,
     pub(crate) gemm_half_s: f64,
     pub(crate) vector_efficiency: f64,
     pub(crate) memory_efficiency: f64,
@@ -280,6 +290,7 @@ impl Curves {
         dtype: Dtype,
         flops: f64,
         class: OpClass,
+        aligned: bool,
     ) -> Result<f64, ComputeError> {
         // The dtype must exist on the device whatever the class: a scenario in fp16 on a CPU
         // node is an error even for its element-wise layers.
@@ -291,8 +302,9 @@ impl Curves {
             // flops / (peak * e * w / (w + w_half)) = (w + w_half) / (peak * e): no division by
             // a vanishing efficiency for tiny kernels.
             OpClass::Gemm => {
-                (flops + self.gemm_half_s * ComputeModel::reference_rate(device))
-                    / (peak * self.gemm_efficiency)
+                let efficiency =
+                    self.gemm_efficiency * if aligned { 1.0 } else { self.unaligned_gemm_efficiency };
+                (flops + self.gemm_half_s * ComputeModel::reference_rate(device)) / (peak * efficiency)
             }
             OpClass::Elementwise | OpClass::Reduction => {
                 flops / (Self::vector_peak(device, dtype)? * self.vector_efficiency)
@@ -321,8 +333,11 @@ impl Curves {
         flops: f64,
         bytes: f64,
         class: OpClass,
+        aligned: bool,
     ) -> Result<f64, ComputeError> {
-        Ok(self.compute_seconds(device, dtype, flops, class)?.max(self.memory_seconds(device, bytes, class)))
+        Ok(self
+            .compute_seconds(device, dtype, flops, class, aligned)?
+            .max(self.memory_seconds(device, bytes, class)))
     }
 }
 
@@ -458,7 +473,7 @@ mod tests {
             ..Default::default()
         };
         let bytes = 1e9;
-        let seconds = |class| model.kernel_seconds(a100(), Dtype::Fp32, 0.0, bytes, class).unwrap();
+        let seconds = |class| model.kernel_seconds(a100(), Dtype::Fp32, 0.0, bytes, class, true).unwrap();
         assert!((seconds(OpClass::Reduction) - bytes / (2039e9 * 0.4)).abs() < 1e-12);
         assert!((seconds(OpClass::Elementwise) - bytes / (2039e9 * 0.8)).abs() < 1e-12);
         let invalid = ComputeModel { reduction_memory_efficiency: 0.0, ..Default::default() };

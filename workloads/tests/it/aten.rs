@@ -394,3 +394,18 @@ proptest! {
         prop_assert_eq!(work.class, OpClass::Elementwise);
     }
 }
+
+#[test]
+fn products_off_the_16_byte_grid_are_marked_unaligned() {
+    let aligned = |name: &str, dims: &[&[u64]], types: &[&str]| work(name, dims, types).unwrap().aligned;
+    // The A100 trace's slow products have K = 1705 (fp32: 4 values per 16 bytes).
+    assert!(!aligned("aten::mm", &[&[1024, 1705], &[1705, 512]], &["float", "float"]));
+    assert!(aligned("aten::mm", &[&[1024, 1024], &[1024, 2048]], &["float", "float"]));
+    // 1028 is a multiple of 4 but not of 8: aligned in fp32, not in fp16.
+    assert!(aligned("aten::mm", &[&[1024, 1028], &[1028, 512]], &["float", "float"]));
+    assert!(!aligned("aten::mm", &[&[1024, 1028], &[1028, 512]], &["c10::Half", "c10::Half"]));
+    assert!(aligned("aten::bmm", &[&[3, 64, 32], &[3, 32, 16]], &["float", "float"]));
+    // A matrix-vector product has no N to align; element-wise work is always aligned.
+    assert!(aligned("aten::mv", &[&[64, 32], &[32]], &["float", "float"]));
+    assert!(aligned("aten::add", &[&[7, 3], &[7, 3]], &["float", "float"]));
+}
