@@ -28,8 +28,11 @@ pub struct Args {
     pub traces: Vec<PathBuf>,
     /// Catalog name of the traced device.
     pub device: String,
-    /// Where the profile goes.
-    pub output: PathBuf,
+    /// Where the profile goes (required unless `check`).
+    pub output: Option<PathBuf>,
+    /// Instead of fitting, measure how well this profile (a file or a built-in name) predicts
+    /// the traces' kernels.
+    pub check: Option<String>,
     /// Print the profile as JSON instead of the report.
     pub json: bool,
     /// Add the fit's error per operator name to the report.
@@ -72,6 +75,11 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
         );
     }
     let default = ComputeModel::default();
+    if let Some(name) = &args.check {
+        return check_profile(name, device, &trace_device, &collected, &default);
+    }
+    let output =
+        args.output.as_ref().context("give -o PROFILE (where to write the profile) or --check PROFILE")?;
     let fit = calibrate::fit(device, &collected.samples, &default)?;
     let samples = &collected.samples;
     let predicted = calibrate::predictions(&fit.model, device, samples)?;
@@ -115,12 +123,11 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
         "Errors are |predicted/measured - 1| per operator: median, and weighted by time.".into(),
     ];
     let text = profile.to_toml(&header)?;
-    fs_err::write(&args.output, &text)
-        .with_context(|| format!("writing the profile {}", args.output.display()))?;
+    fs_err::write(output, &text).with_context(|| format!("writing the profile {}", output.display()))?;
     if args.json {
         return Ok(serde_json::to_string_pretty(&profile)? + "\n");
     }
-    let mut text = report(&args.output, &profile, &collected, &fit, &default, &import);
+    let mut text = report(output, &profile, &collected, &fit, &default, &import);
     if args.by_operator {
         text.push_str(&by_operator(&collected, &predicted));
     }
@@ -428,4 +435,56 @@ fn by_operator(collected: &Collected, predicted: &[f64]) -> String {
         "\nfitted error per operator (median / weighted by time)\n{}",
         table(&["operator", "class", "count", "measured ms", "error", "total"], &rows, &[2, 3, 4, 5])
     )
+}
+
+/// `--check`: the errors of an existing profile on these traces' kernels, next to the
+/// defaults'. The profile may come from another device (that is what the check is for).
+fn check_profile(
+    name: &str,
+    device: &Device,
+    trace_device: &str,
+    collected: &Collected,
+    default: &ComputeModel,
+) -> anyhow::Result<String> {
+    let path = Path::new(name);
+    let profile = if path.is_file() {
+        let text = fs_err::read_to_string(path)?;
+        Profile::from_toml_str(&text).with_context(|| format!("reading {}", path.display()))?
+    } else {
+        Profile::builtin(name).context("--check")?
+    };
+    let samples = &collected.samples;
+    let with_profile = class_errors(samples, &calibrate::predictions(&profile.compute, device, samples)?);
+    let with_defaults = class_errors(samples, &calibrate::predictions(default, device, samples)?);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "checked profile {name} (calibrated on {}) against {} operators measured on {trace_device}, priced as {}",
+        profile.device,
+        samples.len(),
+        device.name
+    );
+    let _ = writeln!(out, "error per operation class (|predicted/measured - 1|: median / weighted by time)");
+    let cell = |e: &ClassError| format!("{} / {}", percent(e.median_error), percent(e.weighted_error));
+    let rows: Vec<[String; 7]> = with_profile
+        .iter()
+        .zip(&with_defaults)
+        .map(|(p, d)| {
+            [
+                p.class.clone(),
+                p.samples.to_string(),
+                format!("{:.2}", p.measured_s * 1e3),
+                cell(d),
+                cell(p),
+                signed_percent(d.total_error()),
+                signed_percent(p.total_error()),
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        &["class", "operators", "measured ms", "default", "profile", "default total", "profile total"],
+        &rows,
+        &[1, 2, 3, 4, 5, 6],
+    ));
+    Ok(out)
 }

@@ -84,8 +84,12 @@ enum Command {
         #[arg(long)]
         device: String,
         /// Where to write the profile (TOML).
-        #[arg(short, long, value_name = "PROFILE")]
-        output: PathBuf,
+        #[arg(short, long, value_name = "PROFILE", required_unless_present = "check")]
+        output: Option<PathBuf>,
+        /// Do not fit: report how well this profile (a file, or a built-in by device name)
+        /// predicts the traces' kernels, next to the defaults.
+        #[arg(long, value_name = "PROFILE", conflicts_with = "output")]
+        check: Option<String>,
         /// Print the profile as JSON instead of the report.
         #[arg(long)]
         json: bool,
@@ -238,8 +242,8 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             std::io::stdout().lock().write_all(text.as_bytes()).context("writing the report")?;
             Ok(())
         }
-        Command::Calibrate { traces, device, output, json, by_operator } => {
-            let args = calibrate_cmd::Args { traces, device, output, json, by_operator };
+        Command::Calibrate { traces, device, output, check, json, by_operator } => {
+            let args = calibrate_cmd::Args { traces, device, output, check, json, by_operator };
             let text = calibrate_cmd::calibrate(&args)?;
             std::io::stdout().lock().write_all(text.as_bytes()).context("writing the report")?;
             Ok(())

@@ -201,3 +201,29 @@ fn a_profile_of_another_device_or_a_broken_one_is_an_error_naming_the_key() {
     let error = String::from_utf8_lossy(&run.stderr);
     assert!(error.contains("tpu-v9") && error.contains("v100-sxm2-16gb"), "{error}");
 }
+
+/// `--check` prices another trace with an existing profile: the A100 40 GB profile (a DLRM
+/// trace) against a TorchRec trace measured on an 80 GB A100, which it never saw.
+#[test]
+fn check_measures_a_profile_on_traces_it_was_not_fitted_to() {
+    let trace = shared_trace("HolisticTraceAnalysis/negative_queue_length_values_check/rank0.json.gz");
+    let run = parasim(&[
+        "calibrate",
+        trace.to_str().unwrap(),
+        "--device",
+        "a100-sxm4-80gb",
+        "--check",
+        "a100-sxm4-40gb",
+    ]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let report = String::from_utf8_lossy(&run.stdout);
+    let all = report.lines().find(|l| l.starts_with("all ")).unwrap_or_else(|| panic!("{report}"));
+    // class, operators, measured ms, default "m% / w%", profile "m% / w%", totals.
+    let weighted: Vec<f64> = all
+        .split('/')
+        .skip(1)
+        .take(2)
+        .map(|part| part.split_whitespace().next().unwrap().trim_end_matches('%').parse().unwrap())
+        .collect();
+    assert!(weighted[1] < weighted[0], "the profile should beat the defaults on the unseen trace: {all}");
+}
