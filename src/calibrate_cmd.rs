@@ -447,8 +447,8 @@ fn check_profile(
     default: &ComputeModel,
 ) -> anyhow::Result<String> {
     let path = Path::new(name);
-    let profile = if path.is_file() {
-        let text = fs_err::read_to_string(path)?;
+    let profile = if crate::scenario::is_profile_path(name) {
+        let text = fs_err::read_to_string(path).context("--check")?;
         Profile::from_toml_str(&text).with_context(|| format!("reading {}", path.display()))?
     } else {
         Profile::builtin(name).context("--check")?

@@ -589,11 +589,16 @@ fn compute_model(
     Ok((model, source))
 }
 
+/// Whether a profile name is a file path (it ends in `.toml` or has a directory) rather than
+/// a shipped profile's device name.
+pub fn is_profile_path(name: &str) -> bool {
+    name.ends_with(".toml") || name.contains('/') || name.contains('\\')
+}
+
 /// A profile named by `compute.profile`: a file (relative to the scenario's directory) if the
 /// value looks like a path, else a built-in profile by device name.
 fn load_profile(name: &str, file: &Path) -> Result<(Profile, String), ScenarioError> {
-    let looks_like_path = name.ends_with(".toml") || name.contains('/') || name.contains('\\');
-    if !looks_like_path {
+    if !is_profile_path(name) {
         let profile =
             Profile::builtin(name).map_err(|error| invalid(file, "compute.profile", error.to_string()))?;
         return Ok((profile, format!("{name} (built-in)")));
