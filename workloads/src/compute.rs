@@ -78,10 +78,10 @@ pub struct ComputeModel {
     /// Fraction of the dtype's peak FLOP/s that large GEMM-class kernels (matrix products,
     /// convolutions, attention) reach, in (0, 1]: the curve's saturation value.
     pub gemm_efficiency: f64,
-    /// Factor on `gemm-efficiency` for products whose dimensions are not multiples of 16 bytes
-    /// of their elements (4 fp32, 8 fp16 values), in (0, 1]. Layers are priced as aligned (the
-    /// zoo's shapes are); calibration measures the factor on traces' unaligned products so
-    /// that they do not drag the aligned efficiency down.
+    /// Factor on `gemm-efficiency` for products whose feature dimensions are not multiples of
+    /// 16 bytes of their elements (4 fp32, 8 fp16 values; [`Layer::gemm_aligned`]), in (0, 1]:
+    /// libraries run such shapes with narrower-vector kernels. 1 by default; calibration
+    /// measures it on traces' unaligned products.
     pub unaligned_gemm_efficiency: f64,
     /// Work, expressed as time at the device's reference rate (its fp16 matrix rate, else bf16,
     /// else its fastest), at which a GEMM reaches half of `gemm_efficiency`. Zero makes the GEMM
@@ -232,20 +232,35 @@ impl ComputeModel {
         bytes: f64,
         class: OpClass,
     ) -> Result<SimDuration, ComputeError> {
+        self.duration_of(device, dtype, flops, bytes, class, true)
+    }
+
+    /// [`ComputeModel::duration`] for a kernel that may be a product off the 16-byte grid.
+    fn duration_of(
+        &self,
+        device: &Device,
+        dtype: Dtype,
+        flops: f64,
+        bytes: f64,
+        class: OpClass,
+        aligned: bool,
+    ) -> Result<SimDuration, ComputeError> {
         self.validate()?;
         for (quantity, value) in [("flops", flops), ("bytes", bytes)] {
             if !(value.is_finite() && value >= 0.0) {
                 return Err(ComputeError::InvalidWork { quantity, value: value.to_string() });
             }
         }
-        let seconds = self.kernel_seconds(device, dtype, flops, bytes, class, true)?;
+        let seconds = self.kernel_seconds(device, dtype, flops, bytes, class, aligned)?;
         SimDuration::from_secs_f64(seconds)
             .map_err(ComputeError::Duration)?
             .checked_add(self.launch_overhead)
             .map_err(ComputeError::Overflow)
     }
 
-    /// Time of `pass` of `layer` for `batch` samples on `device` in `dtype`.
+    /// Time of `pass` of `layer` for `batch` samples on `device` in `dtype`. A matrix-product
+    /// layer whose feature dimensions are off the 16-byte grid ([`Layer::gemm_aligned`]) runs
+    /// at `unaligned-gemm-efficiency`.
     pub fn layer_duration(
         &self,
         device: &Device,
@@ -255,7 +270,15 @@ impl ComputeModel {
         batch: u64,
     ) -> Result<SimDuration, ComputeError> {
         let cost = &layer.cost;
-        self.duration(device, dtype, cost.flops(pass, batch), cost.bytes(pass, batch, dtype), cost.class)
+        let aligned = cost.class != OpClass::Gemm || layer.gemm_aligned(dtype);
+        self.duration_of(
+            device,
+            dtype,
+            cost.flops(pass, batch),
+            cost.bytes(pass, batch, dtype),
+            cost.class,
+            aligned,
+        )
     }
 }
 

@@ -793,6 +793,45 @@ pub struct Layer {
 }
 
 impl Layer {
+    /// The feature dimensions of the layer's matrix products, which libraries need on a 16-byte
+    /// grid for their fastest kernels: input and output channels per group of a convolution,
+    /// in and out features of a linear layer, m, k and n of a matmul, the head size of
+    /// attention, hidden and expert sizes of MoE experts. The batch and spatial dimensions are
+    /// left out (the batch is chosen at run time, and products over many positions are tiled
+    /// whatever their count). Empty for other layers.
+    pub fn gemm_dims(&self) -> Vec<u64> {
+        let channels = self.input.0.first().copied().unwrap_or(0);
+        let features = self.input.0.last().copied().unwrap_or(0);
+        match &self.kind {
+            LayerKind::Conv { out_channels, groups, .. }
+            | LayerKind::ConvTranspose { out_channels, groups, .. } => {
+                let groups = (*groups).max(1);
+                vec![channels / groups, out_channels / groups]
+            }
+            LayerKind::Linear { out_features, .. } | LayerKind::TiedLinear { out_features, .. } => {
+                vec![features, *out_features]
+            }
+            LayerKind::Matmul { other } => {
+                let rows =
+                    self.input.0.len().checked_sub(2).and_then(|i| self.input.0.get(i)).copied().unwrap_or(0);
+                vec![rows, features, other.0.last().copied().unwrap_or(0)]
+            }
+            LayerKind::Attention { heads, kv_heads, .. } => {
+                let packed = heads + 2 * kv_heads;
+                vec![if packed > 0 { features / packed } else { 0 }]
+            }
+            LayerKind::MoeExperts { ffn_hidden, .. } => vec![features, *ffn_hidden],
+            _ => Vec::new(),
+        }
+    }
+
+    /// Whether every [`Layer::gemm_dims`] is a multiple of 16 bytes of `dtype` (4 fp32, 8 fp16
+    /// or bf16 values); true for layers without products.
+    pub fn gemm_aligned(&self, dtype: Dtype) -> bool {
+        let per_vector = (16 / dtype.bytes()).max(1);
+        self.gemm_dims().iter().all(|d| d % per_vector == 0)
+    }
+
     /// A layer of `kind` applied to `input`, with its output shape and cost; an error if the
     /// input shape or the parameters do not fit the kind.
     pub fn new(name: impl Into<String>, kind: LayerKind, input: Shape) -> Result<Layer, LayerError> {

@@ -94,3 +94,42 @@ fn every_zoo_layer_has_a_sane_cost() {
         }
     }
 }
+
+/// Products with feature dimensions off the 16-byte grid are the ones libraries run slowly:
+/// the RGB input convolution, small classifier heads, unpadded vocabularies. Megatron's padded
+/// vocabulary (51,200) is aligned.
+#[test]
+fn unaligned_products_are_the_odd_shaped_layers_and_pay_the_unaligned_factor() {
+    use workloads::{Dtype, OpClass};
+    let unaligned = |name: &str, dtype: Dtype| -> Vec<String> {
+        let model = zoo::by_name(name).unwrap();
+        model
+            .layers
+            .iter()
+            .filter(|l| l.cost.class == OpClass::Gemm && !l.gemm_aligned(dtype))
+            .map(|l| l.name.clone())
+            .collect()
+    };
+    assert_eq!(unaligned("resnet50", Dtype::Fp16), ["conv1"]);
+    assert_eq!(unaligned("resnet50", Dtype::Fp32), ["conv1"]);
+    assert_eq!(unaligned("gpt3-175b", Dtype::Bf16), ["logits"]);
+    assert!(unaligned("megatron-1.7b", Dtype::Fp16).is_empty());
+    assert!(unaligned("llama2-7b", Dtype::Bf16).is_empty());
+
+    let model = zoo::by_name("gpt3-175b").unwrap();
+    let a100 = DeviceCatalog::builtin().get("a100-sxm4-80gb").unwrap();
+    let default = ComputeModel::default();
+    let penalized = ComputeModel { unaligned_gemm_efficiency: 0.5, ..ComputeModel::default() };
+    let time = |compute: &ComputeModel, layer: &str| {
+        let layer = model.layers.iter().find(|l| l.name == layer).unwrap();
+        compute.layer_duration(a100, Dtype::Bf16, layer, Pass::Forward, 8).unwrap().as_secs_f64()
+    };
+    // The logits product is compute-bound: half the efficiency, twice the time (less the
+    // fixed launch overhead).
+    let launch = default.launch_overhead.as_secs_f64();
+    let ratio = (time(&penalized, "logits") - launch) / (time(&default, "logits") - launch);
+    assert!((ratio - 2.0).abs() < 1e-6, "{ratio}");
+    let aligned =
+        model.layers.iter().find(|l| l.cost.class == OpClass::Gemm && l.gemm_aligned(Dtype::Bf16)).unwrap();
+    assert_eq!(time(&penalized, &aligned.name), time(&default, &aligned.name));
+}
