@@ -818,7 +818,7 @@ impl Layer {
             }
             LayerKind::Attention { heads, kv_heads, .. } => {
                 let packed = heads + 2 * kv_heads;
-                vec![if packed > 0 { features / packed } else { 0 }]
+                vec![features.checked_div(packed).unwrap_or(0)]
             }
             LayerKind::MoeExperts { ffn_hidden, .. } => vec![features, *ffn_hidden],
             _ => Vec::new(),
