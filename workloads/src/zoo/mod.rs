@@ -3,8 +3,8 @@
 //! The catalog is data: one model file per entry in `data/models/` (compiled in), each naming a
 //! parametric family and its parameters (`gpt3-175b.toml` is `[gpt]` with 96 layers, ...) or
 //! listing its layers. The families are built by the modules below, layer for layer as their
-//! reference implementations define them. Users' own files load with [`load`] or
-//! [`Model::from_toml_str`](crate::Model::from_toml_str).
+//! reference implementations define them. Users' own files load with
+//! [`Model::from_toml_str`](crate::Model::from_toml_str) (the CLI reads the file).
 
 pub mod dlrm;
 pub mod inception;
