@@ -1,8 +1,8 @@
 //! Import of PyTorch profiler (Kineto) traces: one JSON file per rank, plain or gzipped, or a
 //! directory of them.
 //!
-//! Parsing streams (see [`raw`]); what a replay needs is kept and linked per rank (see
-//! [`link`]); the ranks are put together into one [`Trace`]. Unknown or malformed events
+//! Parsing streams (see `raw.rs`); what a replay needs is kept and linked per rank (see
+//! `link.rs`); the ranks are put together into one [`Trace`]. Unknown or malformed events
 //! become counted warnings. Import fails only when the result would be meaningless: a file
 //! that is not JSON, no GPU activity at all, two files claiming the same rank, files of
 //! different jobs, or collectives that cannot be matched across the traced ranks (named).
