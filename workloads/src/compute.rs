@@ -7,7 +7,7 @@
 //! time = max(flops / compute_rate, bytes / memory_rate) + launch_overhead
 //!
 //! GEMM class:              compute_rate = peak(dtype) * gemm_efficiency * w / (w + w_half)
-//!                          w = flops, w_half = gemm_half_time * reference_rate(device)
+//!                          w = flops, w_half = gemm_half_time * reference_rate(device, dtype)
 //! element-wise, reduction: compute_rate = vector_peak(device, dtype) * vector_efficiency
 //! every class:             memory_rate  = bandwidth * e_mem * q / (q + q_half)
 //!                          q = bytes, q_half = memory_half_time * bandwidth
@@ -150,10 +150,18 @@ impl ComputeModel {
         }
     }
 
-    /// The rate that sets the GEMM curve's scale on `device`: its fp16 matrix rate, else its
-    /// bf16 rate, else its fastest rate (CPU nodes: fp32). A bigger device needs more work to
-    /// fill; tying the half-saturation work to this rate says so with one parameter for all.
-    pub fn reference_rate(device: &Device) -> f64 {
+    /// The rate that sets the GEMM curve's scale for `dtype` products on `device`. Products in
+    /// a matrix-unit dtype (tf32, fp16, bf16, fp8) share the device's fp16 matrix rate (else
+    /// bf16, else its fastest): the same tiles fill the device whatever units multiply them.
+    /// fp32 and fp64 products run on their own units (SIMT cores, fp64 pipes), which fill with
+    /// fewer FLOPs: their own peak sets the scale. A bigger device needs more work to fill;
+    /// tying the half-saturation work to these rates says so with one parameter for all.
+    pub fn reference_rate(device: &Device, dtype: Dtype) -> f64 {
+        if matches!(dtype, Dtype::Fp32 | Dtype::Fp64)
+            && let Some(rate) = device.peak.get(&dtype)
+        {
+            return rate.per_second();
+        }
         device
             .peak
             .get(&Dtype::Fp16)
@@ -163,15 +171,15 @@ impl ComputeModel {
             .map_or(0.0, |rate| rate.per_second())
     }
 
-    /// FLOPs at which a GEMM on `device` reaches half of `gemm_efficiency`.
-    pub fn gemm_half_work(&self, device: &Device) -> f64 {
-        self.gemm_half_time.as_secs_f64() * Self::reference_rate(device)
+    /// FLOPs at which a `dtype` GEMM on `device` reaches half of `gemm_efficiency`.
+    pub fn gemm_half_work(&self, device: &Device, dtype: Dtype) -> f64 {
+        self.gemm_half_time.as_secs_f64() * Self::reference_rate(device, dtype)
     }
 
-    /// Fraction of the dtype's peak a GEMM of `flops` FLOPs reaches on `device`:
+    /// Fraction of the dtype's peak a `dtype` GEMM of `flops` FLOPs reaches on `device`:
     /// `gemm_efficiency * flops / (flops + gemm_half_work)`. Never decreases with `flops`.
-    pub fn gemm_efficiency_at(&self, device: &Device, flops: f64) -> f64 {
-        let half = self.gemm_half_work(device);
+    pub fn gemm_efficiency_at(&self, device: &Device, dtype: Dtype, flops: f64) -> f64 {
+        let half = self.gemm_half_work(device, dtype);
         if half <= 0.0 {
             return self.gemm_efficiency;
         }
@@ -327,7 +335,7 @@ impl Curves {
             OpClass::Gemm => {
                 let efficiency =
                     self.gemm_efficiency * if aligned { 1.0 } else { self.unaligned_gemm_efficiency };
-                (flops + self.gemm_half_s * ComputeModel::reference_rate(device)) / (peak * efficiency)
+                (flops + self.gemm_half_s * ComputeModel::reference_rate(device, dtype)) / (peak * efficiency)
             }
             OpClass::Elementwise | OpClass::Reduction => {
                 flops / (Self::vector_peak(device, dtype)? * self.vector_efficiency)
@@ -388,7 +396,7 @@ mod tests {
         let half_work = 3e-6 * 312e12;
         let expected = ps((flops + half_work) / (312e12 * 0.8) + 4e-6);
         assert!((time.as_ps() as f64 - expected).abs() <= 1.0, "{time} vs {expected} ps");
-        assert!(model.gemm_efficiency_at(a100(), flops) > 0.999 * 0.8);
+        assert!(model.gemm_efficiency_at(a100(), Dtype::Fp16, flops) > 0.999 * 0.8);
         let memory = ps(bytes / (2039e9 * 0.8));
         assert!(expected > 10.0 * memory);
     }
@@ -399,7 +407,7 @@ mod tests {
         let n = 64.0_f64;
         let flops = 2.0 * n * n * n;
         let time = model.duration(a100(), Dtype::Fp16, flops, 3.0 * n * n * 2.0, OpClass::Gemm).unwrap();
-        assert!(model.gemm_efficiency_at(a100(), flops) < 0.001);
+        assert!(model.gemm_efficiency_at(a100(), Dtype::Fp16, flops) < 0.001);
         // Launch plus the GEMM ramp (3 us / 0.8); the FLOPs themselves add almost nothing.
         let floor = 4e-6 + 3e-6 / 0.8;
         assert!(time.as_secs_f64() >= floor && time.as_secs_f64() < floor * 1.01, "{time}");
@@ -415,9 +423,9 @@ mod tests {
             let mut previous = (0.0, 0.0, SimDuration::ZERO);
             for step in 0..=160 {
                 let work = 10f64.powf(step as f64 / 10.0); // 1 to 1e16
-                let gemm = model.gemm_efficiency_at(device, work);
-                let memory = model.memory_efficiency_at(device, work);
                 let dtype = *device.peak.keys().next().unwrap();
+                let gemm = model.gemm_efficiency_at(device, dtype, work);
+                let memory = model.memory_efficiency_at(device, work);
                 let time = model.duration(device, dtype, work, work / 10.0, OpClass::Gemm).unwrap();
                 assert!(gemm >= previous.0 && memory >= previous.1, "{} at {work}", device.name);
                 assert!(time >= previous.2, "{} at {work}", device.name);
@@ -481,11 +489,17 @@ mod tests {
         let cpu = catalog.get("xeon-8160-2s").unwrap();
         // The same 2 GFLOP GEMM fills a CPU node but not an H100.
         let flops = 2e9;
-        assert!(model.gemm_efficiency_at(cpu, flops) > 0.75);
-        assert!(model.gemm_efficiency_at(h100, flops) < 0.4);
-        assert!(model.gemm_efficiency_at(a100(), flops) > model.gemm_efficiency_at(h100, flops));
-        assert_eq!(ComputeModel::reference_rate(cpu), 6.144e12);
-        assert_eq!(ComputeModel::reference_rate(h100), 989.4e12);
+        let fp16 = |device| model.gemm_efficiency_at(device, Dtype::Fp16, flops);
+        assert!(model.gemm_efficiency_at(cpu, Dtype::Fp32, flops) > 0.75);
+        assert!(fp16(h100) < 0.4);
+        assert!(fp16(a100()) > fp16(h100));
+        assert_eq!(ComputeModel::reference_rate(cpu, Dtype::Fp32), 6.144e12);
+        assert_eq!(ComputeModel::reference_rate(h100, Dtype::Fp16), 989.4e12);
+        // Every matrix-unit dtype shares the fp16 scale; fp32 products fill the SIMT cores,
+        // whose own peak sets theirs.
+        assert_eq!(ComputeModel::reference_rate(h100, Dtype::Bf16), 989.4e12);
+        assert_eq!(ComputeModel::reference_rate(h100, Dtype::Tf32), 989.4e12);
+        assert_eq!(ComputeModel::reference_rate(a100(), Dtype::Fp32), 19.5e12);
     }
 
     #[test]
@@ -516,7 +530,7 @@ mod tests {
         let time = flat.duration(a100(), Dtype::Fp16, flops, bytes, OpClass::Gemm).unwrap();
         let expected = ps((flops / (312e12 * 0.6)).max(bytes / (2039e9 * 0.7)) + 4e-6);
         assert!((time.as_ps() as f64 - expected).abs() <= 1.0, "{time} vs {expected} ps");
-        assert_eq!(flat.gemm_efficiency_at(a100(), 1.0), 0.6);
+        assert_eq!(flat.gemm_efficiency_at(a100(), Dtype::Fp16, 1.0), 0.6);
         assert_eq!(flat.memory_efficiency_at(a100(), 1.0), 0.7);
     }
 
