@@ -134,40 +134,46 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
     Ok(text)
 }
 
-/// The traced GPU's name, after checking that every file records the same GPU and that it is
-/// the catalog device given (by memory capacity, within 10%).
+/// The traced GPUs' names, after checking that every file that records its GPU ran on
+/// `device` or on a catalog device that computes exactly like it (the same peaks and memory
+/// bandwidth: V100-SXM2 16 GB and 32 GB). GPUs are recognized by their memory capacity, within
+/// 10%, since traces name them in many ways ("A100-PG509-200" is an A100 SXM4 40 GB).
 fn check_device(import: &OperatorImport, device: &Device) -> anyhow::Result<String> {
     let recorded: Vec<(&Path, &traces::model::DeviceInfo)> =
         import.files.iter().filter_map(|f| f.device.as_ref().map(|d| (f.path.as_path(), d))).collect();
-    let Some(&(first_path, first)) = recorded.first() else {
+    if recorded.is_empty() {
         eprintln!("warning: no trace records its GPU (deviceProperties); trusting --device {}", device.name);
         return Ok(format!("{} (from --device)", device.name));
-    };
-    if let Some((path, other)) = recorded.iter().find(|(_, d)| d.name != first.name) {
-        anyhow::bail!(
-            "the traces come from different GPUs: {} ({}) and {} ({}); a profile describes one \
-             device type, so calibrate each type separately",
-            first.name,
-            first_path.display(),
-            other.name,
-            path.display()
-        );
     }
-    let capacity = device.memory_capacity.as_f64();
-    let traced = first.memory_bytes as f64;
-    if traced > 0.0 && (traced / capacity - 1.0).abs() > 0.1 {
-        anyhow::bail!(
-            "{} was recorded on a {} with {:.1} GB of memory, but --device {} has {:.1} GB: give \
-             the catalog entry of the traced GPU (`parasim models` does not list devices; see \
-             data/devices.toml)",
-            first_path.display(),
-            first.name,
-            traced / 1e9,
-            device.name,
-            capacity / 1e9
-        );
+    let catalog = DeviceCatalog::builtin();
+    let near =
+        |bytes: f64, candidate: &Device| (bytes / candidate.memory_capacity.as_f64() - 1.0).abs() <= 0.1;
+    for (path, traced) in &recorded {
+        let bytes = traced.memory_bytes as f64;
+        if bytes <= 0.0 {
+            continue;
+        }
+        let matches = catalog.devices().iter().any(|d| near(bytes, d) && d.same_compute(device));
+        if !matches {
+            let same_size: Vec<&str> =
+                catalog.devices().iter().filter(|d| near(bytes, d)).map(|d| d.name.as_str()).collect();
+            anyhow::bail!(
+                "{} was recorded on a {} with {:.1} GB of memory, which is not --device {} ({:.1} GB) \
+                 or a device that computes like it; a profile describes one device type. Catalog \
+                 devices of that memory size: {}",
+                path.display(),
+                traced.name,
+                bytes / 1e9,
+                device.name,
+                device.memory_capacity.as_f64() / 1e9,
+                if same_size.is_empty() { "none".to_string() } else { same_size.join(", ") }
+            );
+        }
     }
-    Ok(first.name.clone())
+    let mut names: Vec<&str> = recorded.iter().map(|(_, d)| d.name.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    Ok(names.join(", "))
 }
 
 /// Costs every operator that launched compute kernels and nothing else that the device's
@@ -290,6 +296,7 @@ fn report(
         [
             format!("{:.3}", m.gemm_efficiency),
             format!("{:.3}", m.unaligned_gemm_efficiency),
+            format!("{:.3}", m.gemm_ramp_exponent),
             m.gemm_half_time.to_string(),
             format!("{:.3}", m.memory_efficiency),
             format!("{:.3}", m.reduction_memory_efficiency),
@@ -320,7 +327,7 @@ fn report(
             PARAMETERS.iter().position(|p| *p == name).is_some_and(|i| fit.support[i] >= MIN_SUPPORT);
         // A factor of 1 (no penalty for unaligned products) is a legitimate answer.
         let upper = if name == "unaligned-gemm-efficiency" { 1.0 } else { 0.99 };
-        if decided && !(0.05..=upper).contains(&value) {
+        if decided && !(0.1..=upper).contains(&value) {
             let _ = writeln!(
                 out,
                 "warning: {name} = {value:.3} is at the edge of (0, 1]: the roofline does not describe \

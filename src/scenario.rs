@@ -76,6 +76,7 @@ struct ComputeSection {
     profile: Option<String>,
     gemm_efficiency: Option<f64>,
     unaligned_gemm_efficiency: Option<f64>,
+    gemm_ramp_exponent: Option<f64>,
     gemm_half_time: Option<SimDuration>,
     vector_efficiency: Option<f64>,
     memory_efficiency: Option<f64>,
@@ -532,7 +533,9 @@ fn compute_model(
         None => (ComputeModel::default(), "defaults (docs/compute-model.md)".to_string()),
         Some(name) => {
             let (profile, label) = load_profile(name, file)?;
-            if profile.device != device.name {
+            let same_compute =
+                DeviceCatalog::builtin().get(&profile.device).is_ok_and(|d| d.same_compute(device));
+            if profile.device != device.name && !same_compute {
                 return Err(invalid(
                     file,
                     "compute.profile",
@@ -569,6 +572,7 @@ fn compute_model(
     };
     set(&mut model.gemm_efficiency, section.gemm_efficiency);
     set(&mut model.unaligned_gemm_efficiency, section.unaligned_gemm_efficiency);
+    set(&mut model.gemm_ramp_exponent, section.gemm_ramp_exponent);
     set(&mut model.vector_efficiency, section.vector_efficiency);
     set(&mut model.memory_efficiency, section.memory_efficiency);
     set(&mut model.reduction_memory_efficiency, section.reduction_memory_efficiency);

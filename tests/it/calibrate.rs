@@ -21,6 +21,22 @@ fn shared_trace(relative: &str) -> PathBuf {
     path
 }
 
+/// The 8 rank files of param's `dlrm_kineto.tar.gz` (V100-SXM2-32GB), unpacked once.
+fn dlrm_directory() -> PathBuf {
+    static UNPACKED: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    UNPACKED
+        .get_or_init(|| {
+            let archive = shared_trace("param/et_replay/tests/inputs/dlrm_kineto.tar.gz");
+            let target = scratch("calibrate-dlrm");
+            let _ = std::fs::remove_dir_all(&target);
+            fs_err::create_dir_all(&target).unwrap();
+            let file = fs_err::File::open(&archive).unwrap();
+            tar::Archive::new(flate2::read::GzDecoder::new(file)).unpack(&target).unwrap();
+            target.join("dlrm_kineto")
+        })
+        .clone()
+}
+
 fn scratch(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name)
 }
@@ -34,21 +50,20 @@ fn class<'a>(list: &'a [ClassError], name: &str) -> &'a ClassError {
 /// than the defaults do.
 #[test]
 fn the_shipped_profiles_are_reproduced_from_their_traces_and_beat_the_defaults() {
-    for (trace, device, dtype) in [
-        ("HolisticTraceAnalysis/trace_diff/control/control.json.gz", "a100-sxm4-40gb", "tf32"),
-        ("HolisticTraceAnalysis/trace_diff/test/test.json.gz", "v100-sxm2-16gb", "fp32"),
-    ] {
+    let v100 = [
+        shared_trace("HolisticTraceAnalysis/trace_diff/test/test.json.gz"),
+        // Same silicon as the 16 GB card (same peaks and bandwidth): one device type.
+        dlrm_directory(),
+    ];
+    let a100 = [shared_trace("HolisticTraceAnalysis/trace_diff/control/control.json.gz")];
+    for (traces, device, dtype) in
+        [(&a100[..], "a100-sxm4-40gb", "tf32"), (&v100[..], "v100-sxm2-16gb", "fp32")]
+    {
         let output = scratch(&format!("{device}.toml"));
-        let trace = shared_trace(trace);
-        let run = parasim(&[
-            "calibrate",
-            trace.to_str().unwrap(),
-            "--device",
-            device,
-            "-o",
-            output.to_str().unwrap(),
-            "--by-operator",
-        ]);
+        let mut args: Vec<&str> = vec!["calibrate"];
+        args.extend(traces.iter().map(|t| t.to_str().unwrap()));
+        args.extend(["--device", device, "-o", output.to_str().unwrap(), "--by-operator"]);
+        let run = parasim(&args);
         let report = String::from_utf8_lossy(&run.stdout);
         assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
         for needle in ["gemm-efficiency", "held-out shapes", "aten::mm", "left out of the fit"] {
@@ -106,7 +121,12 @@ fn a_trace_of_another_gpu_is_refused_by_name() {
     ]);
     assert_eq!(run.status.code(), Some(2));
     let error = String::from_utf8_lossy(&run.stderr);
-    assert!(error.contains("different GPUs") && error.contains("V100"), "{error}");
+    assert!(
+        error.contains("test.json.gz")
+            && error.contains("V100-SXM2-16GB")
+            && error.contains("a100-sxm4-40gb"),
+        "{error}"
+    );
 }
 
 #[test]

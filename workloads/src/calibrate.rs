@@ -66,12 +66,13 @@ pub enum CalibrationError {
 }
 
 /// The fitted parameters, in the order of [`PARAMETERS`].
-const COUNT: usize = 8;
+const COUNT: usize = 9;
 
 /// The parameters calibration fits, by their scenario keys.
 pub const PARAMETERS: [&str; COUNT] = [
     "gemm-efficiency",
     "unaligned-gemm-efficiency",
+    "gemm-ramp-exponent",
     "gemm-half-time",
     "memory-efficiency",
     "reduction-memory-efficiency",
@@ -82,7 +83,7 @@ pub const PARAMETERS: [&str; COUNT] = [
 
 /// Positions of the efficiencies (fitted as logits) among [`PARAMETERS`]; the others are times
 /// (fitted as logarithms).
-const EFFICIENCIES: [usize; 5] = [0, 1, 3, 4, 6];
+const EFFICIENCIES: [usize; 6] = [0, 1, 2, 4, 5, 7];
 
 /// Weight of the pull towards the starting model, per unit of the unconstrained parameter; a
 /// sample's residual is a log-ratio, so this is worth one sample off by 1% per e-fold change.
@@ -118,6 +119,7 @@ impl Point {
         Point([
             logit(model.gemm_efficiency),
             logit(model.unaligned_gemm_efficiency),
+            logit(model.gemm_ramp_exponent),
             log_us(model.gemm_half_time.as_secs_f64()),
             logit(model.memory_efficiency),
             logit(model.reduction_memory_efficiency),
@@ -128,10 +130,11 @@ impl Point {
     }
 
     fn curves(&self) -> (Curves, f64) {
-        let [ge, ue, gh, me, re, mh, ve, launch] = self.0;
+        let [ge, ue, gr, gh, me, re, mh, ve, launch] = self.0;
         let curves = Curves {
             gemm_efficiency: sigmoid(ge),
             unaligned_gemm_efficiency: sigmoid(ue),
+            gemm_ramp_exponent: sigmoid(gr),
             gemm_half_s: gh.exp() * 1e-6,
             vector_efficiency: sigmoid(ve),
             memory_efficiency: sigmoid(me),
@@ -151,6 +154,7 @@ impl Point {
         ComputeModel {
             gemm_efficiency: efficiency(curves.gemm_efficiency),
             unaligned_gemm_efficiency: efficiency(curves.unaligned_gemm_efficiency),
+            gemm_ramp_exponent: efficiency(curves.gemm_ramp_exponent),
             gemm_half_time: duration(curves.gemm_half_s),
             vector_efficiency: efficiency(curves.vector_efficiency),
             memory_efficiency: efficiency(curves.memory_efficiency),
@@ -355,9 +359,10 @@ pub fn fit(device: &Device, samples: &[Sample], start: &ComputeModel) -> Result<
         // From mid-range: the default factor 1 sits where the logit is flat, and LM would
         // not leave it.
         begin.0[1] = begin.0[1].min(0.0);
-        begin.0[2] += half;
-        begin.0[5] += half;
-        begin.0[7] += launch;
+        begin.0[2] = begin.0[2].min(logit(0.8));
+        begin.0[3] += half;
+        begin.0[6] += half;
+        begin.0[8] += launch;
         begin
     });
     fit_from(device, samples, &prior, &starts)
@@ -647,6 +652,10 @@ mod tests {
             let again = Profile::from_toml_str(&profile.to_toml(&["x".into()]).unwrap()).unwrap();
             assert_eq!(again, profile);
         }
+        // A device that computes exactly like a shipped one shares its profile; one with other
+        // bandwidth does not.
+        assert_eq!(Profile::builtin("v100-sxm2-32gb").unwrap().device, "v100-sxm2-16gb");
+        assert!(Profile::builtin("a100-sxm4-80gb").is_err());
         let error = Profile::builtin("tpu-v9").unwrap_err().to_string();
         assert!(error.contains("tpu-v9") && error.contains("a100-sxm4-40gb"), "{error}");
         let error = Profile::from_toml_str("device = \"x\"\n[compute]\ngemm-efficiency = 2.0\n").unwrap_err();

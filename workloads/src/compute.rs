@@ -83,6 +83,11 @@ pub struct ComputeModel {
     /// libraries run such shapes with narrower-vector kernels. 1 by default; calibration
     /// measures it on traces' unaligned products.
     pub unaligned_gemm_efficiency: f64,
+    /// How gradually GEMM efficiency rises with work, in (0, 1]: the efficiency at `w` FLOPs is
+    /// `gemm-efficiency * w^g / (w^g + w_half^g)`. 1 is the hyperbola (10% to 90% of the
+    /// ceiling over two decades of work); smaller values spread the rise over more decades, as
+    /// products of many shapes do.
+    pub gemm_ramp_exponent: f64,
     /// Work, expressed as time at the device's reference rate (its fp16 matrix rate, else bf16,
     /// else its fastest), at which a GEMM reaches half of `gemm_efficiency`. Zero makes the GEMM
     /// efficiency flat.
@@ -113,6 +118,7 @@ impl Default for ComputeModel {
         ComputeModel {
             gemm_efficiency: 0.8,
             unaligned_gemm_efficiency: 1.0,
+            gemm_ramp_exponent: 1.0,
             gemm_half_time: SimDuration::from_us(3),
             vector_efficiency: 0.5,
             memory_efficiency: 0.8,
@@ -129,6 +135,7 @@ impl ComputeModel {
         for (parameter, value) in [
             ("gemm-efficiency", self.gemm_efficiency),
             ("unaligned-gemm-efficiency", self.unaligned_gemm_efficiency),
+            ("gemm-ramp-exponent", self.gemm_ramp_exponent),
             ("vector-efficiency", self.vector_efficiency),
             ("memory-efficiency", self.memory_efficiency),
             ("reduction-memory-efficiency", self.reduction_memory_efficiency),
@@ -207,6 +214,7 @@ impl ComputeModel {
         Curves {
             gemm_efficiency: self.gemm_efficiency,
             unaligned_gemm_efficiency: self.unaligned_gemm_efficiency,
+            gemm_ramp_exponent: self.gemm_ramp_exponent,
             gemm_half_s: self.gemm_half_time.as_secs_f64(),
             vector_efficiency: self.vector_efficiency,
             memory_efficiency: self.memory_efficiency,
@@ -296,6 +304,7 @@ impl ComputeModel {
 pub(crate) struct Curves {
     pub(crate) gemm_efficiency: f64,
     pub(crate) unaligned_gemm_efficiency: f64,
+    pub(crate) gemm_ramp_exponent: f64,
     pub(crate) gemm_half_s: f64,
     pub(crate) vector_efficiency: f64,
     pub(crate) memory_efficiency: f64,
@@ -335,7 +344,14 @@ impl Curves {
             OpClass::Gemm => {
                 let efficiency =
                     self.gemm_efficiency * if aligned { 1.0 } else { self.unaligned_gemm_efficiency };
-                (flops + self.gemm_half_s * ComputeModel::reference_rate(device, dtype)) / (peak * efficiency)
+                let half = self.gemm_half_s * ComputeModel::reference_rate(device, dtype);
+                // w / (w^g / (w^g + h^g)) = w + h^g w^(1-g): the hyperbola's fixed ramp when g = 1.
+                let ramp = if self.gemm_ramp_exponent == 1.0 {
+                    half
+                } else {
+                    half.powf(self.gemm_ramp_exponent) * flops.powf(1.0 - self.gemm_ramp_exponent)
+                };
+                (flops + ramp) / (peak * efficiency)
             }
             OpClass::Elementwise | OpClass::Reduction => {
                 flops / (Self::vector_peak(device, dtype)? * self.vector_efficiency)

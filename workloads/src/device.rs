@@ -163,6 +163,13 @@ impl Device {
         self.nvlink_bandwidth.or(self.infinity_fabric_bandwidth)
     }
 
+    /// Whether `other` computes exactly like this device: the same peak rate for every dtype
+    /// and the same memory bandwidth (V100-SXM2 16 GB and 32 GB; not A100 40 GB and 80 GB,
+    /// whose bandwidths differ). A compute profile of one serves the other.
+    pub fn same_compute(&self, other: &Device) -> bool {
+        self.peak == other.peak && self.memory_bandwidth == other.memory_bandwidth
+    }
+
     /// The highest dense peak rate over the device's dtypes.
     pub fn fastest_peak(&self) -> Option<FlopRate> {
         self.peak.values().copied().max_by(|a, b| a.per_second().total_cmp(&b.per_second()))
