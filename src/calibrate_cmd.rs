@@ -381,7 +381,7 @@ fn report(
             .iter()
             .take(10)
             .map(|((reason, name), l)| {
-                [name.clone(), reason.clone(), l.operators.to_string(), format!("{:.2}", l.kernel_s * 1e3)]
+                [short(name), reason.clone(), l.operators.to_string(), format!("{:.2}", l.kernel_s * 1e3)]
             })
             .collect();
         out.push_str(&table(&["operator", "why", "count", "kernel ms"], &rows, &[2, 3]));
@@ -494,4 +494,13 @@ fn check_profile(
         &[1, 2, 3, 4, 5, 6],
     ));
     Ok(out)
+}
+
+/// A name cut to 60 characters for tables (C++ template names run to hundreds).
+fn short(name: &str) -> String {
+    if name.chars().count() <= 60 {
+        return name.to_string();
+    }
+    let head: String = name.chars().take(57).collect();
+    format!("{head}...")
 }

@@ -179,6 +179,17 @@ fn a_scenario_names_a_profile_by_device_or_by_file() {
     );
     let source = json(&by_file)["model"]["compute_model"].as_str().unwrap().to_string();
     assert!(source.contains("my-a100.toml") && source.contains("1 key(s) set"), "{source}");
+
+    // The V100 32 GB computes like the 16 GB card: the shipped V100 profile serves it.
+    let v100_32 = scenario_file(
+        "profile-v100-32.toml",
+        &format!(
+            "{}\n[compute]\nprofile = \"v100-sxm2-32gb\"\n",
+            quickstart_with("device = \"a100-sxm4-80gb\"", "device = \"v100-sxm2-32gb\"")
+        ),
+    );
+    let source = json(&v100_32)["model"]["compute_model"].as_str().unwrap().to_string();
+    assert!(source.contains("v100-sxm2-32gb (built-in)"), "{source}");
 }
 
 #[test]
