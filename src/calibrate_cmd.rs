@@ -217,11 +217,7 @@ fn collect(import: &OperatorImport) -> Collected {
                     }
                     out.fitted_s += op.duration_ns(ActivityKind::Kernel) as f64 * 1e-9;
                     out.samples.push(Sample {
-                        class: work.class,
-                        dtype: work.dtype,
-                        flops: work.flops,
-                        bytes: work.bytes,
-                        aligned: work.aligned,
+                        work,
                         kernels: kernels as u32,
                         measured_s: kernel_ns as f64 * 1e-9,
                         group: shape_key(name, op),
@@ -427,7 +423,7 @@ fn by_operator(collected: &Collected, predicted: &[f64]) -> String {
                 all.measured_s,
                 [
                     name.to_string(),
-                    calibrate::class_name(subset[0].class).to_string(),
+                    calibrate::class_name(subset[0].work.class).to_string(),
                     members.len().to_string(),
                     format!("{:.2}", all.measured_s * 1e3),
                     format!("{} / {}", percent(all.median_error), percent(all.weighted_error)),

@@ -100,6 +100,7 @@
 //! kernels (`aten::linear`, `aten::matmul`, `aten::conv2d`, ...) are not in the table: the
 //! caller costs the innermost operators.
 
+use crate::compute::KernelWork;
 use crate::device::Dtype;
 use crate::layer::OpClass;
 
@@ -119,24 +120,6 @@ pub struct OperatorCall<'a> {
     /// Names of the GPU kernels the operator launched; `tf32` in one marks an fp32 product that
     /// ran on TF32 tensor cores.
     pub kernel_names: &'a [&'a str],
-}
-
-/// What one operator costs the device.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct OperatorWork {
-    /// The kind of kernel, which decides the efficiency the compute model applies.
-    pub class: OpClass,
-    /// The dtype whose peak rate the operator computes at.
-    pub dtype: Dtype,
-    /// Floating-point operations.
-    pub flops: f64,
-    /// Bytes of device memory read plus written.
-    pub bytes: f64,
-    /// False for a product whose dimensions are not all multiples of 16 bytes of its elements
-    /// (4 fp32, 8 fp16 or bf16 values): the kernels libraries pick for such shapes load
-    /// narrower vectors and run far below the aligned rate (NVIDIA, *Matrix Multiplication
-    /// Background User's Guide*, "Tensor Core Requirements"). Always true for other classes.
-    pub aligned: bool,
 }
 
 /// Why an operator has no cost. The caller names the operator.
@@ -161,7 +144,7 @@ pub enum Uncosted {
 }
 
 /// The work of one operator, from the formulas in the [module documentation](self).
-pub fn operator_work(call: &OperatorCall) -> Result<OperatorWork, Uncosted> {
+pub fn operator_work(call: &OperatorCall) -> Result<KernelWork, Uncosted> {
     use OpClass::{Elementwise, Reduction};
     let rule = lookup(call.name).ok_or(Uncosted::UnknownOperator)?;
     if call.dims.is_empty() || call.types.is_empty() {
@@ -576,9 +559,9 @@ fn broadcasts_onto(shape: &[u64], target: &[u64]) -> Result<(), Uncosted> {
 }
 
 /// Element-wise and reduction work: fp64 if an input is double, else fp32.
-fn vector(class: OpClass, inputs: &[Tensor], flops: f64, bytes: f64) -> OperatorWork {
+fn vector(class: OpClass, inputs: &[Tensor], flops: f64, bytes: f64) -> KernelWork {
     let double = inputs.iter().any(|tensor| tensor.element == Element::Float(Dtype::Fp64));
-    OperatorWork { class, dtype: if double { Dtype::Fp64 } else { Dtype::Fp32 }, flops, bytes, aligned: true }
+    KernelWork { class, dtype: if double { Dtype::Fp64 } else { Dtype::Fp32 }, flops, bytes, aligned: true }
 }
 
 /// The rate dtype of a product whose first operand is `first`.
@@ -597,7 +580,7 @@ fn gemm_dtype(first: &Tensor, kernels: &[&str]) -> Result<Dtype, Uncosted> {
 }
 
 /// mm, bmm, mv and, with an addend broadcast onto the product, addmm, baddbmm, addmv.
-fn product(args: &Args, addend: bool, kernels: &[&str]) -> Result<OperatorWork, Uncosted> {
+fn product(args: &Args, addend: bool, kernels: &[&str]) -> Result<KernelWork, Uncosted> {
     let first = usize::from(addend);
     let (a, b) = (args.tensor(first)?, args.tensor(first + 1)?);
     let malformed = |why: &str| Uncosted::Malformed(format!("{why}: {:?} x {:?}", a.dims, b.dims));
@@ -622,11 +605,11 @@ fn product(args: &Args, addend: bool, kernels: &[&str]) -> Result<OperatorWork, 
     }
     // A matrix-vector product has no N to align.
     let aligned = aligned(a.element, &[m, k]) && (n == 1 || aligned(a.element, &[n]));
-    Ok(OperatorWork { class: OpClass::Gemm, dtype: gemm_dtype(&a, kernels)?, flops, bytes, aligned })
+    Ok(KernelWork { class: OpClass::Gemm, dtype: gemm_dtype(&a, kernels)?, flops, bytes, aligned })
 }
 
 /// `convolution_backward(grad_output, input, weight, ...)`: input and weight gradients.
-fn convolution_backward(args: &Args, kernels: &[&str]) -> Result<OperatorWork, Uncosted> {
+fn convolution_backward(args: &Args, kernels: &[&str]) -> Result<KernelWork, Uncosted> {
     let (grad, input, weight) = (args.tensor(0)?, args.tensor(1)?, args.tensor(2)?);
     let malformed = |why: &str| {
         Uncosted::Malformed(format!(
@@ -651,7 +634,7 @@ fn convolution_backward(args: &Args, kernels: &[&str]) -> Result<OperatorWork, U
     let bytes = grad.bytes() + 2.0 * input.bytes() + 2.0 * weight.bytes();
     // Implicit GEMM: the channel counts are the products' aligned dimensions.
     let aligned = aligned(grad.element, &[grad.dims[1], input.dims[1]]);
-    Ok(OperatorWork {
+    Ok(KernelWork {
         class: OpClass::Gemm,
         dtype: gemm_dtype(&grad, kernels)?,
         flops: 4.0 * macs,
@@ -667,7 +650,7 @@ fn fused_attention(
     seq_axis: usize,
     packed: Option<usize>,
     kernels: &[&str],
-) -> Result<OperatorWork, Uncosted> {
+) -> Result<KernelWork, Uncosted> {
     let first = usize::from(backward);
     let (q, k, v) = (args.tensor(first)?, args.tensor(first + 1)?, args.tensor(first + 2)?);
     // A packed variable-length batch ([total, h, d], or cumulative lengths given): the
@@ -697,11 +680,11 @@ fn fused_attention(
     let (flops, bytes) =
         if backward { (2.5 * forward, 2.0 * (inputs + out)) } else { (forward, inputs + out) };
     let aligned = aligned(q.element, &[depth, value_depth]);
-    Ok(OperatorWork { class: OpClass::Gemm, dtype: gemm_dtype(&q, kernels)?, flops, bytes, aligned })
+    Ok(KernelWork { class: OpClass::Gemm, dtype: gemm_dtype(&q, kernels)?, flops, bytes, aligned })
 }
 
 /// Element-wise arithmetic, activations, comparisons, in place or not.
-fn pointwise(args: &Args, output: Output, in_place: bool) -> Result<OperatorWork, Uncosted> {
+fn pointwise(args: &Args, output: Output, in_place: bool) -> Result<KernelWork, Uncosted> {
     let inputs = args.tensors()?;
     let Some(first) = inputs.first() else {
         return Err(Uncosted::Malformed("no tensor argument".to_string()));
@@ -743,7 +726,7 @@ fn norm(
     bias: Option<usize>,
     statistics: f64,
     per_element: f64,
-) -> Result<OperatorWork, Uncosted> {
+) -> Result<KernelWork, Uncosted> {
     let input = args.tensor(0)?;
     let weight = args.arg(weight)?;
     let bias = match bias {

@@ -19,24 +19,15 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use sim_core::units::SimDuration;
 
-use crate::compute::{ComputeError, ComputeModel, Curves};
-use crate::device::{Device, Dtype};
+use crate::compute::{ComputeError, ComputeModel, Curves, KernelWork};
+use crate::device::Device;
 use crate::layer::OpClass;
 
 /// One measured operator.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
-    /// Its operation class.
-    pub class: OpClass,
-    /// The dtype that decides its peak rate.
-    pub dtype: Dtype,
-    /// FLOPs it performs.
-    pub flops: f64,
-    /// Bytes of device memory it moves.
-    pub bytes: f64,
-    /// False for a GEMM whose dimensions are off the 16-byte grid (see
-    /// [`crate::aten::OperatorWork::aligned`]).
-    pub aligned: bool,
+    /// What it computes and moves.
+    pub work: KernelWork,
     /// Kernels it launched (each pays the launch overhead).
     pub kernels: u32,
     /// Measured GPU time of its kernels, seconds (must be positive).
@@ -167,14 +158,7 @@ impl Point {
 
 /// Predicted seconds of `sample` under `curves` and a per-kernel `launch` cost.
 fn predict_with(curves: &Curves, launch: f64, device: &Device, sample: &Sample) -> Result<f64, ComputeError> {
-    let kernel = curves.kernel_seconds(
-        device,
-        sample.dtype,
-        sample.flops,
-        sample.bytes,
-        sample.class,
-        sample.aligned,
-    )?;
+    let kernel = curves.kernel_seconds(device, &sample.work)?;
     Ok(kernel + f64::from(sample.kernels) * launch)
 }
 
@@ -333,12 +317,12 @@ fn check(samples: &[Sample]) -> Result<(), CalibrationError> {
                 reason: format!("measured time {} s; it must be positive", sample.measured_s),
             });
         }
-        if !valid(sample.flops) || !valid(sample.bytes) {
+        if !valid(sample.work.flops) || !valid(sample.work.bytes) {
             return Err(CalibrationError::InvalidSample {
                 index,
                 reason: format!(
                     "work {} FLOPs, {} bytes; both must be finite, not negative",
-                    sample.flops, sample.bytes
+                    sample.work.flops, sample.work.bytes
                 ),
             });
         }
@@ -440,7 +424,7 @@ pub fn class_name(class: OpClass) -> &'static str {
 pub fn class_errors(samples: &[Sample], predictions: &[f64]) -> Vec<ClassError> {
     let mut groups: BTreeMap<u8, Vec<usize>> = BTreeMap::new();
     for (i, sample) in samples.iter().enumerate() {
-        groups.entry(sample.class as u8).or_default().push(i);
+        groups.entry(sample.work.class as u8).or_default().push(i);
     }
     let summarize = |name: &str, members: &[usize]| {
         let mut errors: Vec<f64> =
@@ -461,8 +445,10 @@ pub fn class_errors(samples: &[Sample], predictions: &[f64]) -> Vec<ClassError> 
             weighted_error: ratio(absolute / measured),
         }
     };
-    let mut out: Vec<ClassError> =
-        groups.values().map(|members| summarize(class_name(samples[members[0]].class), members)).collect();
+    let mut out: Vec<ClassError> = groups
+        .values()
+        .map(|members| summarize(class_name(samples[members[0]].work.class), members))
+        .collect();
     let all: Vec<usize> = (0..samples.len()).collect();
     if !all.is_empty() {
         out.push(summarize("all", &all));
@@ -648,6 +634,7 @@ impl Profile {
 mod tests {
     use super::*;
     use crate::device::DeviceCatalog;
+    use crate::device::Dtype;
 
     fn a100() -> &'static Device {
         DeviceCatalog::builtin().get("a100-sxm4-40gb").unwrap()
@@ -682,12 +669,14 @@ mod tests {
         let mut samples = Vec::new();
         for (i, &n) in sizes.iter().enumerate() {
             samples.push(Sample {
-                class: OpClass::Gemm,
-                dtype: Dtype::Fp32,
-                flops: 2.0 * n * n * n,
-                bytes: 12.0 * n * n,
-                // Every other size off the 16-byte grid, as a trace's odd shapes are.
-                aligned: i % 2 == 0,
+                work: KernelWork {
+                    class: OpClass::Gemm,
+                    dtype: Dtype::Fp32,
+                    flops: 2.0 * n * n * n,
+                    bytes: 12.0 * n * n,
+                    // Every other size off the 16-byte grid, as a trace's odd shapes are.
+                    aligned: i % 2 == 0,
+                },
                 kernels: 1,
                 measured_s: 0.0,
                 group: i as u64,
@@ -696,11 +685,13 @@ mod tests {
                 [(OpClass::Elementwise, 1.0), (OpClass::Reduction, 5.0)].into_iter().enumerate()
             {
                 samples.push(Sample {
-                    class,
-                    dtype: Dtype::Fp32,
-                    flops: flops_per * n * n,
-                    bytes: 8.0 * n * n,
-                    aligned: true,
+                    work: KernelWork {
+                        class,
+                        dtype: Dtype::Fp32,
+                        flops: flops_per * n * n,
+                        bytes: 8.0 * n * n,
+                        aligned: true,
+                    },
                     kernels: 1 + j as u32,
                     measured_s: 0.0,
                     group: 100 + 10 * i as u64 + j as u64,

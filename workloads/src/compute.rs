@@ -63,6 +63,24 @@ pub enum ComputeError {
     Overflow(TimeOverflow),
 }
 
+/// The work of one kernel as the compute model prices it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KernelWork {
+    /// The kind of kernel, which decides the efficiencies that apply.
+    pub class: OpClass,
+    /// The dtype whose peak rate it computes at.
+    pub dtype: Dtype,
+    /// Floating-point operations.
+    pub flops: f64,
+    /// Bytes of device memory read plus written.
+    pub bytes: f64,
+    /// False for a product whose feature dimensions are not all multiples of 16 bytes of its
+    /// elements (4 fp32, 8 fp16 or bf16 values): libraries run such shapes with
+    /// narrower-vector kernels, far below the aligned rate (NVIDIA, *Matrix Multiplication
+    /// Background User's Guide*, "Tensor Core Requirements"). Always true for other classes.
+    pub aligned: bool,
+}
+
 /// The compute model's parameters: efficiency curves per operation class and the fixed cost of
 /// launching a kernel. A scenario's `[compute]` table sets them (kebab-case keys, unknown keys
 /// rejected); every key has the default below.
@@ -224,17 +242,9 @@ impl ComputeModel {
     }
 
     /// Seconds of one kernel without the launch overhead: the slower of its compute and memory
-    /// sides (unrounded). `aligned` is false for a GEMM with dimensions off the 16-byte grid.
-    pub fn kernel_seconds(
-        &self,
-        device: &Device,
-        dtype: Dtype,
-        flops: f64,
-        bytes: f64,
-        class: OpClass,
-        aligned: bool,
-    ) -> Result<f64, ComputeError> {
-        self.curves().kernel_seconds(device, dtype, flops, bytes, class, aligned)
+    /// sides (unrounded).
+    pub fn kernel_seconds(&self, device: &Device, work: &KernelWork) -> Result<f64, ComputeError> {
+        self.curves().kernel_seconds(device, work)
     }
 
     /// Time of one kernel doing `flops` FLOPs and moving `bytes` bytes of device memory on
@@ -248,26 +258,19 @@ impl ComputeModel {
         bytes: f64,
         class: OpClass,
     ) -> Result<SimDuration, ComputeError> {
-        self.duration_of(device, dtype, flops, bytes, class, true)
+        self.work_duration(device, &KernelWork { class, dtype, flops, bytes, aligned: true })
     }
 
-    /// [`ComputeModel::duration`] for a kernel that may be a product off the 16-byte grid.
-    fn duration_of(
-        &self,
-        device: &Device,
-        dtype: Dtype,
-        flops: f64,
-        bytes: f64,
-        class: OpClass,
-        aligned: bool,
-    ) -> Result<SimDuration, ComputeError> {
+    /// [`ComputeModel::duration`] of a kernel's work, which may be a product off the 16-byte
+    /// grid.
+    pub fn work_duration(&self, device: &Device, work: &KernelWork) -> Result<SimDuration, ComputeError> {
         self.validate()?;
-        for (quantity, value) in [("flops", flops), ("bytes", bytes)] {
+        for (quantity, value) in [("flops", work.flops), ("bytes", work.bytes)] {
             if !(value.is_finite() && value >= 0.0) {
                 return Err(ComputeError::InvalidWork { quantity, value: value.to_string() });
             }
         }
-        let seconds = self.kernel_seconds(device, dtype, flops, bytes, class, aligned)?;
+        let seconds = self.kernel_seconds(device, work)?;
         SimDuration::from_secs_f64(seconds)
             .map_err(ComputeError::Duration)?
             .checked_add(self.launch_overhead)
@@ -286,15 +289,14 @@ impl ComputeModel {
         batch: u64,
     ) -> Result<SimDuration, ComputeError> {
         let cost = &layer.cost;
-        let aligned = cost.class != OpClass::Gemm || layer.gemm_aligned(dtype);
-        self.duration_of(
-            device,
+        let work = KernelWork {
+            class: cost.class,
             dtype,
-            cost.flops(pass, batch),
-            cost.bytes(pass, batch, dtype),
-            cost.class,
-            aligned,
-        )
+            flops: cost.flops(pass, batch),
+            bytes: cost.bytes(pass, batch, dtype),
+            aligned: cost.class != OpClass::Gemm || layer.gemm_aligned(dtype),
+        };
+        self.work_duration(device, &work)
     }
 }
 
@@ -373,18 +375,9 @@ impl Curves {
     }
 
     /// Seconds of one kernel without the launch overhead.
-    pub(crate) fn kernel_seconds(
-        &self,
-        device: &Device,
-        dtype: Dtype,
-        flops: f64,
-        bytes: f64,
-        class: OpClass,
-        aligned: bool,
-    ) -> Result<f64, ComputeError> {
-        Ok(self
-            .compute_seconds(device, dtype, flops, class, aligned)?
-            .max(self.memory_seconds(device, bytes, class)))
+    pub(crate) fn kernel_seconds(&self, device: &Device, work: &KernelWork) -> Result<f64, ComputeError> {
+        let compute = self.compute_seconds(device, work.dtype, work.flops, work.class, work.aligned)?;
+        Ok(compute.max(self.memory_seconds(device, work.bytes, work.class)))
     }
 }
 
@@ -526,7 +519,10 @@ mod tests {
             ..Default::default()
         };
         let bytes = 1e9;
-        let seconds = |class| model.kernel_seconds(a100(), Dtype::Fp32, 0.0, bytes, class, true).unwrap();
+        let seconds = |class| {
+            let work = KernelWork { class, dtype: Dtype::Fp32, flops: 0.0, bytes, aligned: true };
+            model.kernel_seconds(a100(), &work).unwrap()
+        };
         assert!((seconds(OpClass::Reduction) - bytes / (2039e9 * 0.4)).abs() < 1e-12);
         assert!((seconds(OpClass::Elementwise) - bytes / (2039e9 * 0.8)).abs() < 1e-12);
         let invalid = ComputeModel { reduction_memory_efficiency: 0.0, ..Default::default() };

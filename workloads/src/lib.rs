@@ -44,7 +44,7 @@ pub mod model;
 mod model_file;
 pub mod zoo;
 
-pub use compute::{ComputeError, ComputeModel};
+pub use compute::{ComputeError, ComputeModel, KernelWork};
 pub use data_parallel::{DataParallel, Lowered, LoweringError, Optimizer};
 pub use device::{Device, DeviceCatalog, DeviceError, Dtype};
 pub use layer::{

@@ -4,17 +4,18 @@
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use proptest::prelude::*;
-use workloads::aten::{KNOWN_OPERATORS, OperatorCall, OperatorWork, Uncosted, operator_work};
+use workloads::KernelWork;
+use workloads::aten::{KNOWN_OPERATORS, OperatorCall, Uncosted, operator_work};
 use workloads::{Dtype, OpClass};
 
 /// The work of `name` on arguments with these sizes and `Input type` strings, launching `kernels`.
-fn launched(name: &str, dims: &[&[u64]], types: &[&str], kernels: &[&str]) -> Result<OperatorWork, Uncosted> {
+fn launched(name: &str, dims: &[&[u64]], types: &[&str], kernels: &[&str]) -> Result<KernelWork, Uncosted> {
     let dims: Vec<Option<Vec<u64>>> = dims.iter().map(|dims| Some(dims.to_vec())).collect();
     let types: Vec<Option<String>> = types.iter().map(|name| Some(name.to_string())).collect();
     operator_work(&OperatorCall { name, dims: &dims, types: &types, kernel_names: kernels })
 }
 
-fn work(name: &str, dims: &[&[u64]], types: &[&str]) -> Result<OperatorWork, Uncosted> {
+fn work(name: &str, dims: &[&[u64]], types: &[&str]) -> Result<KernelWork, Uncosted> {
     launched(name, dims, types, &[])
 }
 
