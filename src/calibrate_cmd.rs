@@ -1,10 +1,8 @@
 //! `parasim calibrate`: fit the compute model to the kernels of real PyTorch profiler traces
 //! of one device type and write the result as a profile a scenario can name.
 
-use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
-use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -85,7 +83,8 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
     let predicted = calibrate::predictions(&fit.model, device, samples)?;
     let fitted = class_errors(samples, &predicted);
     let before = class_errors(samples, &calibrate::predictions(&default, device, samples)?);
-    let held_out = class_errors(samples, &calibrate::cross_validate(device, samples, &default, FOLDS)?);
+    let held_out =
+        class_errors(samples, &calibrate::cross_validate(device, samples, &default, &fit.model, FOLDS)?);
     let support: BTreeMap<String, usize> =
         PARAMETERS.iter().zip(fit.support).map(|(name, count)| (name.to_string(), count)).collect();
     let profile = Profile {
@@ -235,10 +234,13 @@ fn collect(import: &OperatorImport) -> Collected {
 }
 
 /// Operators with the same name, shapes and types share a key.
+/// FNV-1a over the operator's name, shapes and types as text: stable across Rust versions
+/// (the standard library's hasher is not), so the held-out folds, and the errors a profile
+/// records, do not change with the toolchain.
 fn shape_key(name: &str, op: &ProfiledOperator) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    (name, &op.dims, &op.types).hash(&mut hasher);
-    hasher.finish()
+    let text = format!("{name}|{:?}|{:?}", op.dims, op.types);
+    text.bytes()
+        .fold(0xcbf2_9ce4_8422_2325, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// The three biggest reasons operators were left out, for the error message.
