@@ -224,7 +224,7 @@ fn collect(import: &OperatorImport) -> Collected {
                     out.names.push(name.to_string());
                 }
                 Err(Uncosted::UnknownOperator) => leave("no cost formula"),
-                Err(Uncosted::MissingShapes) => leave("shapes not recorded"),
+                Err(Uncosted::MissingShapes) => leave("shapes or values not recorded"),
                 Err(Uncosted::UnsupportedDtype(_)) => leave("unsupported dtype"),
                 Err(Uncosted::Malformed(_)) => leave("malformed shapes"),
             }
@@ -233,8 +233,7 @@ fn collect(import: &OperatorImport) -> Collected {
     out
 }
 
-/// Operators with the same name, shapes and types share a key.
-/// FNV-1a over the operator's name, shapes and types as text: stable across Rust versions
+/// Operators with the same name, shapes and types share a key: FNV-1a over the operator's name, shapes and types as text: stable across Rust versions
 /// (the standard library's hasher is not), so the held-out folds, and the errors a profile
 /// records, do not change with the toolchain.
 fn shape_key(name: &str, op: &ProfiledOperator) -> u64 {
