@@ -76,6 +76,18 @@ pub const PARAMETERS: [&str; COUNT] = [
 /// (fitted as logarithms).
 const EFFICIENCIES: [usize; 6] = [0, 1, 2, 4, 5, 7];
 
+/// Lowest fitted efficiency. Below 5% of a peak a kernel is not limited by the rate the
+/// roofline describes but by its parallelism (a reduction over six rows, a tiny product):
+/// fitting such kernels with a tiny efficiency would price every large kernel of the class as
+/// if it were one of them. An efficiency at this bound is reported as a warning instead.
+pub const MIN_EFFICIENCY: f64 = 0.05;
+
+/// The lowest value of unconstrained coordinate `j`: the logit of [`MIN_EFFICIENCY`] for an
+/// efficiency; for a time, e^-20 us (no e-fold jump past 20 from 1 us).
+fn lower_bound(j: usize) -> f64 {
+    if EFFICIENCIES.contains(&j) { logit(MIN_EFFICIENCY) } else { -20.0 }
+}
+
 /// Weight of the pull towards the starting model, per unit of the unconstrained parameter; a
 /// sample's residual is a log-ratio, so this is worth one sample off by 1% per e-fold change.
 const PRIOR_WEIGHT: f64 = 0.01;
@@ -267,9 +279,8 @@ fn levenberg_marquardt(
                 continue;
             };
             let mut trial = point;
-            for (x, dx) in trial.0.iter_mut().zip(step) {
-                // Bounded steps: no e-fold jump past 20 (a half-time from 1 us to 5e8 us).
-                *x = (*x + dx).clamp(-20.0, 20.0);
+            for (j, (x, dx)) in trial.0.iter_mut().zip(step).enumerate() {
+                *x = (*x + dx).clamp(lower_bound(j), 20.0);
             }
             let trial_r = residuals(&trial, prior, device, samples)?;
             let trial_cost = sum_of_squares(&trial_r);

@@ -4,13 +4,14 @@
 //! `docs/compute-model.md`):
 //!
 //! ```text
-//! time = max(flops / compute_rate, bytes / memory_rate) + launch_overhead
+//! time = max(flops / compute_rate, memory_time) + launch_overhead
 //!
-//! GEMM class:              compute_rate = peak(dtype) * gemm_efficiency * w / (w + w_half)
+//! GEMM class:              compute_rate = peak(dtype) * gemm_efficiency * a * w^g / (w^g + w_half^g)
 //!                          w = flops, w_half = gemm_half_time * reference_rate(device, dtype)
+//!                          g = gemm_ramp_exponent, a = 1 or unaligned_gemm_efficiency
 //! element-wise, reduction: compute_rate = vector_peak(device, dtype) * vector_efficiency
-//! every class:             memory_rate  = bandwidth * e_mem * q / (q + q_half)
-//!                          q = bytes, q_half = memory_half_time * bandwidth
+//! every class:             memory_time  = bytes / (bandwidth * e_mem)
+//!                                         + memory_half_time / memory_efficiency
 //!                          e_mem = reduction_memory_efficiency for reductions,
 //!                                  memory_efficiency for the others
 //! ```
@@ -119,7 +120,8 @@ pub struct ComputeModel {
     pub memory_efficiency: f64,
     /// Fraction of the peak memory bandwidth that large reduction kernels (norms, softmax,
     /// sums, pooling) reach, in (0, 1]: their rows and columns are reduced by cooperating
-    /// threads, so they stream less evenly than element-wise kernels.
+    /// threads, so they stream less evenly than element-wise kernels. Only the sustained rate:
+    /// their ramp is everyone's, `memory_half_time / memory_efficiency`.
     pub reduction_memory_efficiency: f64,
     /// Traffic, expressed as time at the device's peak bandwidth, at which a kernel reaches half
     /// of `memory_efficiency`. Zero makes the bandwidth efficiency flat.
@@ -201,14 +203,16 @@ impl ComputeModel {
         self.gemm_half_time.as_secs_f64() * Self::reference_rate(device, dtype)
     }
 
-    /// Fraction of the dtype's peak a `dtype` GEMM of `flops` FLOPs reaches on `device`:
-    /// `gemm_efficiency * flops / (flops + gemm_half_work)`. Never decreases with `flops`.
+    /// Fraction of the dtype's peak an aligned `dtype` GEMM of `flops` FLOPs reaches on
+    /// `device`: `gemm_efficiency * w^g / (w^g + gemm_half_work^g)`, g the ramp exponent. Never
+    /// decreases with `flops`.
     pub fn gemm_efficiency_at(&self, device: &Device, dtype: Dtype, flops: f64) -> f64 {
         let half = self.gemm_half_work(device, dtype);
         if half <= 0.0 {
             return self.gemm_efficiency;
         }
-        self.gemm_efficiency * flops / (flops + half)
+        let g = self.gemm_ramp_exponent;
+        self.gemm_efficiency * flops.powf(g) / (flops.powf(g) + half.powf(g))
     }
 
     /// Bytes at which a kernel on `device` reaches half of `memory_efficiency`.
@@ -216,8 +220,8 @@ impl ComputeModel {
         self.memory_half_time.as_secs_f64() * device.memory_bandwidth.bytes_per_second()
     }
 
-    /// Fraction of the peak bandwidth a kernel moving `bytes` reaches on `device`:
-    /// `memory_efficiency * bytes / (bytes + memory_half_bytes)`. Never decreases with `bytes`.
+    /// Fraction of the peak bandwidth a GEMM or element-wise kernel moving `bytes` reaches on
+    /// `device`: `memory_efficiency * bytes / (bytes + memory_half_bytes)`. Never decreases.
     pub fn memory_efficiency_at(&self, device: &Device, bytes: f64) -> f64 {
         let half = self.memory_half_bytes(device);
         if half <= 0.0 {
@@ -370,8 +374,10 @@ impl Curves {
             OpClass::Reduction => self.reduction_memory_efficiency,
             OpClass::Gemm | OpClass::Elementwise => self.memory_efficiency,
         };
+        // The ramp (filling the memory pipeline) is the same for every class; only the sustained
+        // rate differs. For element-wise kernels this is (bytes + q_half) / (bandwidth * e).
         let bandwidth = device.memory_bandwidth.bytes_per_second();
-        (bytes + self.memory_half_s * bandwidth) / (bandwidth * efficiency)
+        bytes / (bandwidth * efficiency) + self.memory_half_s / self.memory_efficiency
     }
 
     /// Seconds of one kernel without the launch overhead.
@@ -527,6 +533,29 @@ mod tests {
         assert!((seconds(OpClass::Elementwise) - bytes / (2039e9 * 0.8)).abs() < 1e-12);
         let invalid = ComputeModel { reduction_memory_efficiency: 0.0, ..Default::default() };
         assert!(invalid.validate().unwrap_err().to_string().contains("reduction-memory-efficiency"));
+    }
+
+    #[test]
+    fn the_ramp_exponent_spreads_the_curve_and_agrees_with_kernel_time() {
+        let model = ComputeModel { gemm_ramp_exponent: 0.7, ..Default::default() };
+        let hyperbola = ComputeModel::default();
+        let half = model.gemm_half_work(a100(), Dtype::Fp16);
+        // Half of the ceiling at the half point whatever the exponent; flatter on both sides.
+        assert!((model.gemm_efficiency_at(a100(), Dtype::Fp16, half) - 0.4).abs() < 1e-12);
+        assert!(
+            model.gemm_efficiency_at(a100(), Dtype::Fp16, half / 100.0)
+                > hyperbola.gemm_efficiency_at(a100(), Dtype::Fp16, half / 100.0)
+        );
+        assert!(
+            model.gemm_efficiency_at(a100(), Dtype::Fp16, half * 100.0)
+                < hyperbola.gemm_efficiency_at(a100(), Dtype::Fp16, half * 100.0)
+        );
+        // A compute-bound product's time is its FLOPs at that efficiency.
+        let flops = 3.0 * half;
+        let work = KernelWork { class: OpClass::Gemm, dtype: Dtype::Fp16, flops, bytes: 0.0, aligned: true };
+        let seconds = model.kernel_seconds(a100(), &work).unwrap();
+        let expected = flops / (312e12 * model.gemm_efficiency_at(a100(), Dtype::Fp16, flops));
+        assert!((seconds / expected - 1.0).abs() < 1e-12, "{seconds} vs {expected}");
     }
 
     #[test]
