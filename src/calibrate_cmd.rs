@@ -35,6 +35,8 @@ pub struct Args {
     pub json: bool,
     /// Add the fit's error per operator name to the report.
     pub by_operator: bool,
+    /// `KEY=VALUE` pairs: parameters held at these values instead of fitted.
+    pub hold: Vec<String>,
 }
 
 /// Why an operator was left out of the fit, with how much kernel time it had.
@@ -78,13 +80,15 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
     }
     let output =
         args.output.as_ref().context("give -o PROFILE (where to write the profile) or --check PROFILE")?;
-    let fit = calibrate::fit(device, &collected.samples, &default)?;
+    let (start, held) = held_start(&args.hold)?;
+    let hold: Vec<&str> = held.keys().map(String::as_str).collect();
+    let fit = calibrate::fit(device, &collected.samples, &start, &hold)?;
     let samples = &collected.samples;
     let predicted = calibrate::predictions(&fit.model, device, samples)?;
     let fitted = class_errors(samples, &predicted);
     let before = class_errors(samples, &calibrate::predictions(&default, device, samples)?);
     let held_out =
-        class_errors(samples, &calibrate::cross_validate(device, samples, &default, &fit.model, FOLDS)?);
+        class_errors(samples, &calibrate::cross_validate(device, samples, &start, &hold, &fit.model, FOLDS)?);
     let support: BTreeMap<String, usize> =
         PARAMETERS.iter().zip(fit.support).map(|(name, count)| (name.to_string(), count)).collect();
     let profile = Profile {
@@ -102,6 +106,7 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
             operators: samples.len(),
             gemm_dtypes: collected.gemm_dtypes.iter().cloned().collect(),
             support,
+            held,
             fit: fitted,
             held_out,
             default_model: before,
@@ -131,6 +136,36 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
         text.push_str(&by_operator(&collected, &predicted));
     }
     Ok(text)
+}
+
+/// The defaults with the `--hold KEY=VALUE` pairs set, and those pairs by key. A value is read
+/// as a number if it is one (`gemm-ramp-exponent=1`), else as a quantity (`launch-overhead=2us`).
+fn held_start(pairs: &[String]) -> anyhow::Result<(ComputeModel, BTreeMap<String, String>)> {
+    let mut table = toml::Table::try_from(ComputeModel::default()).context("the default compute model")?;
+    let mut held = BTreeMap::new();
+    for pair in pairs {
+        let Some((key, value)) = pair.split_once('=') else {
+            anyhow::bail!(
+                "--hold {pair:?}: expected KEY=VALUE, e.g. gemm-ramp-exponent=1 or launch-overhead=\"2 us\""
+            );
+        };
+        let (key, value) = (key.trim(), value.trim().trim_matches('"'));
+        if !PARAMETERS.contains(&key) {
+            anyhow::bail!(
+                "--hold {pair:?}: no parameter `{key}`; the parameters are {}",
+                PARAMETERS.join(", ")
+            );
+        }
+        let parsed = match value.parse::<f64>() {
+            Ok(number) => toml::Value::Float(number),
+            Err(_) => toml::Value::String(value.to_string()),
+        };
+        table.insert(key.to_string(), parsed);
+        held.insert(key.to_string(), value.to_string());
+    }
+    let start: ComputeModel = table.try_into().with_context(|| format!("--hold {}", pairs.join(" ")))?;
+    start.validate().with_context(|| format!("--hold {}", pairs.join(" ")))?;
+    Ok((start, held))
 }
 
 /// The traced GPUs' names, after checking that every file that records its GPU ran on
@@ -308,8 +343,14 @@ fn report(
         .zip(values(&profile.compute))
         .zip(fit.support)
         .map(|(((name, before), after), support)| {
-            let note = if support < MIN_SUPPORT { " (too few: kept near default)" } else { "" };
-            [name.to_string(), before, after, format!("{support}{note}")]
+            let decided = if record.held.contains_key(*name) {
+                "held".to_string()
+            } else if support < MIN_SUPPORT {
+                format!("{support} (too few: kept near default)")
+            } else {
+                support.to_string()
+            };
+            [name.to_string(), before, after, decided]
         })
         .collect();
     out.push_str(&table(&["parameter", "default", "fitted", "operators deciding it"], &rows, &[1, 2]));

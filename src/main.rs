@@ -96,6 +96,10 @@ enum Command {
         /// Also report the fit's error per operator name (aten::mm, aten::add, ...).
         #[arg(long)]
         by_operator: bool,
+        /// Hold a parameter at a value instead of fitting it (repeatable), e.g.
+        /// `--hold gemm-ramp-exponent=1` or `--hold launch-overhead="2 us"`.
+        #[arg(long, value_name = "KEY=VALUE")]
+        hold: Vec<String>,
     },
     /// Trace file utilities.
     #[command(subcommand)]
@@ -242,8 +246,8 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             std::io::stdout().lock().write_all(text.as_bytes()).context("writing the report")?;
             Ok(())
         }
-        Command::Calibrate { traces, device, output, check, json, by_operator } => {
-            let args = calibrate_cmd::Args { traces, device, output, check, json, by_operator };
+        Command::Calibrate { traces, device, output, check, json, by_operator, hold } => {
+            let args = calibrate_cmd::Args { traces, device, output, check, json, by_operator, hold };
             let text = calibrate_cmd::calibrate(&args)?;
             std::io::stdout().lock().write_all(text.as_bytes()).context("writing the report")?;
             Ok(())

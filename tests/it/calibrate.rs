@@ -258,3 +258,44 @@ fn check_measures_a_profile_on_traces_it_was_not_fitted_to() {
         .collect();
     assert!(weighted[1] < weighted[0], "the profile should beat the defaults on the unseen trace: {all}");
 }
+
+/// `--hold KEY=VALUE` keeps a parameter out of the fit, exactly at its value, and the profile
+/// records it.
+#[test]
+fn held_parameters_stay_exactly_where_they_were_put() {
+    let trace = shared_trace("HolisticTraceAnalysis/trace_diff/test/test.json.gz");
+    let output = scratch("held.toml");
+    let run = parasim(&[
+        "calibrate",
+        trace.to_str().unwrap(),
+        "--device",
+        "v100-sxm2-16gb",
+        "-o",
+        output.to_str().unwrap(),
+        "--hold",
+        "gemm-ramp-exponent=1",
+        "--hold",
+        "launch-overhead=2 us",
+    ]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let profile = Profile::from_toml_str(&fs_err::read_to_string(&output).unwrap()).unwrap();
+    assert_eq!(profile.compute.gemm_ramp_exponent, 1.0);
+    assert_eq!(profile.compute.launch_overhead.to_string(), "2 us");
+    let held = profile.calibration.unwrap().held;
+    assert_eq!(held.keys().collect::<Vec<_>>(), ["gemm-ramp-exponent", "launch-overhead"]);
+    assert!(String::from_utf8_lossy(&run.stdout).contains("held"));
+
+    let run = parasim(&[
+        "calibrate",
+        trace.to_str().unwrap(),
+        "--device",
+        "v100-sxm2-16gb",
+        "-o",
+        output.to_str().unwrap(),
+        "--hold",
+        "gemm-ramp=1",
+    ]);
+    assert_eq!(run.status.code(), Some(2));
+    let error = String::from_utf8_lossy(&run.stderr);
+    assert!(error.contains("gemm-ramp") && error.contains("gemm-ramp-exponent"), "{error}");
+}

@@ -51,6 +51,14 @@ pub enum CalibrationError {
         /// What is wrong.
         reason: String,
     },
+    /// A parameter to hold is not one of [`PARAMETERS`].
+    #[error("calibration: no parameter `{name}` to hold; the parameters are {known}")]
+    UnknownParameter {
+        /// The name given.
+        name: String,
+        /// The valid names.
+        known: String,
+    },
     /// The model cannot price a sample (e.g. the device lacks its dtype).
     #[error(transparent)]
     Compute(#[from] ComputeError),
@@ -113,13 +121,39 @@ fn log_us(seconds: f64) -> f64 {
     (seconds.max(1e-12) * 1e6).ln()
 }
 
-/// The model as a point in unconstrained coordinates.
+/// The model as a point in unconstrained coordinates, plus the exact values of held
+/// parameters (a logit cannot reach an efficiency of 1, and a held value must stay as given).
 #[derive(Debug, Clone, Copy, PartialEq)]
-struct Point([f64; COUNT]);
+struct Point {
+    x: [f64; COUNT],
+    fixed: [Option<f64>; COUNT],
+}
 
 impl Point {
+    /// `model` as a point whose `held` parameters keep `model`'s exact values.
+    fn holding(model: &ComputeModel, held: &Held) -> Point {
+        let natural = [
+            model.gemm_efficiency,
+            model.unaligned_gemm_efficiency,
+            model.gemm_ramp_exponent,
+            model.gemm_half_time.as_secs_f64(),
+            model.memory_efficiency,
+            model.reduction_memory_efficiency,
+            model.memory_half_time.as_secs_f64(),
+            model.vector_efficiency,
+            model.launch_overhead.as_secs_f64(),
+        ];
+        let mut point = Point::of(model);
+        for (j, fixed) in point.fixed.iter_mut().enumerate() {
+            if held[j] {
+                *fixed = Some(natural[j]);
+            }
+        }
+        point
+    }
+
     fn of(model: &ComputeModel) -> Point {
-        Point([
+        let x = [
             logit(model.gemm_efficiency),
             logit(model.unaligned_gemm_efficiency),
             logit(model.gemm_ramp_exponent),
@@ -129,22 +163,31 @@ impl Point {
             log_us(model.memory_half_time.as_secs_f64()),
             logit(model.vector_efficiency),
             log_us(model.launch_overhead.as_secs_f64()),
-        ])
+        ];
+        Point { x, fixed: [None; COUNT] }
+    }
+
+    /// Parameter `j` in its own units (a fraction, or seconds).
+    fn value(&self, j: usize) -> f64 {
+        match self.fixed[j] {
+            Some(value) => value,
+            None if EFFICIENCIES.contains(&j) => sigmoid(self.x[j]),
+            None => self.x[j].exp() * 1e-6,
+        }
     }
 
     fn curves(&self) -> (Curves, f64) {
-        let [ge, ue, gr, gh, me, re, mh, ve, launch] = self.0;
         let curves = Curves {
-            gemm_efficiency: sigmoid(ge),
-            unaligned_gemm_efficiency: sigmoid(ue),
-            gemm_ramp_exponent: sigmoid(gr),
-            gemm_half_s: gh.exp() * 1e-6,
-            vector_efficiency: sigmoid(ve),
-            memory_efficiency: sigmoid(me),
-            reduction_memory_efficiency: sigmoid(re),
-            memory_half_s: mh.exp() * 1e-6,
+            gemm_efficiency: self.value(0),
+            unaligned_gemm_efficiency: self.value(1),
+            gemm_ramp_exponent: self.value(2),
+            gemm_half_s: self.value(3),
+            memory_efficiency: self.value(4),
+            reduction_memory_efficiency: self.value(5),
+            memory_half_s: self.value(6),
+            vector_efficiency: self.value(7),
         };
-        (curves, launch.exp() * 1e-6)
+        (curves, self.value(8))
     }
 
     /// The point as a model, rounded to what measurements support: efficiencies to four
@@ -191,7 +234,7 @@ fn residuals(
     for sample in samples {
         out.push((predict_with(&curves, launch, device, sample)? / sample.measured_s).ln());
     }
-    out.extend(point.0.iter().zip(&prior.0).map(|(x, x0)| PRIOR_WEIGHT * (x - x0)));
+    out.extend(point.x.iter().zip(&prior.x).map(|(x, x0)| PRIOR_WEIGHT * (x - x0)));
     Ok(out)
 }
 
@@ -211,7 +254,7 @@ fn jacobian(
     let mut columns = Vec::with_capacity(COUNT);
     for j in 0..COUNT {
         let mut moved = *point;
-        moved.0[j] += STEP;
+        moved.x[j] += STEP;
         let r = residuals(&moved, prior, device, samples)?;
         columns.push(r.iter().zip(base).map(|(a, b)| (a - b) / STEP).collect());
     }
@@ -245,10 +288,30 @@ fn solve(mut a: [[f64; COUNT]; COUNT], mut b: [f64; COUNT]) -> Option<[f64; COUN
     Some(x)
 }
 
-/// Levenberg-Marquardt from `start`; returns the best point and its sum of squares.
+/// Which parameters a fit leaves where its start put them.
+type Held = [bool; COUNT];
+
+/// The [`Held`] set of parameter `names`; an error for a name not in [`PARAMETERS`].
+fn held_set(names: &[&str]) -> Result<Held, CalibrationError> {
+    let mut held = [false; COUNT];
+    for name in names {
+        let Some(j) = PARAMETERS.iter().position(|p| p == name) else {
+            return Err(CalibrationError::UnknownParameter {
+                name: name.to_string(),
+                known: PARAMETERS.join(", "),
+            });
+        };
+        held[j] = true;
+    }
+    Ok(held)
+}
+
+/// Levenberg-Marquardt from `start`, leaving `held` coordinates alone; returns the best point
+/// and its sum of squares.
 fn levenberg_marquardt(
     start: Point,
     prior: &Point,
+    held: &Held,
     device: &Device,
     samples: &[Sample],
 ) -> Result<(Point, f64, u32), ComputeError> {
@@ -279,8 +342,10 @@ fn levenberg_marquardt(
                 continue;
             };
             let mut trial = point;
-            for (j, (x, dx)) in trial.0.iter_mut().zip(step).enumerate() {
-                *x = (*x + dx).clamp(lower_bound(j), 20.0);
+            for (j, (x, dx)) in trial.x.iter_mut().zip(step).enumerate() {
+                if !held[j] {
+                    *x = (*x + dx).clamp(lower_bound(j), 20.0);
+                }
             }
             let trial_r = residuals(&trial, prior, device, samples)?;
             let trial_cost = sum_of_squares(&trial_r);
@@ -342,25 +407,37 @@ fn check(samples: &[Sample]) -> Result<(), CalibrationError> {
 }
 
 /// Fits the compute model to `samples` measured on `device`, starting from (and weakly pulled
-/// towards) `start`. Deterministic: the same samples give the same model.
-pub fn fit(device: &Device, samples: &[Sample], start: &ComputeModel) -> Result<Fit, CalibrationError> {
+/// towards) `start`; the parameters named in `hold` keep `start`'s values. Deterministic: the
+/// same samples give the same model.
+pub fn fit(
+    device: &Device,
+    samples: &[Sample],
+    start: &ComputeModel,
+    hold: &[&str],
+) -> Result<Fit, CalibrationError> {
     check(samples)?;
     start.validate()?;
-    let prior = Point::of(start);
+    let held = held_set(hold)?;
+    let prior = Point::holding(start, &held);
     // Several starts: the max() of the roofline makes the loss piecewise smooth, with a local
     // minimum wherever a class sits exactly on its ridge.
     let starts = [(0.0, 0.0), (-2.3, 0.0), (2.3, 0.0), (0.0, -0.7), (-2.3, -0.7)].map(|(half, launch)| {
         let mut begin = prior;
         // From mid-range: the default factor 1 sits where the logit is flat, and LM would
         // not leave it.
-        begin.0[1] = begin.0[1].min(0.0);
-        begin.0[2] = begin.0[2].min(logit(0.8));
-        begin.0[3] += half;
-        begin.0[6] += half;
-        begin.0[8] += launch;
+        begin.x[1] = begin.x[1].min(0.0);
+        begin.x[2] = begin.x[2].min(logit(0.8));
+        begin.x[3] += half;
+        begin.x[6] += half;
+        begin.x[8] += launch;
+        for (j, x) in begin.x.iter_mut().enumerate() {
+            if held[j] {
+                *x = prior.x[j];
+            }
+        }
         begin
     });
-    fit_from(device, samples, &prior, &starts)
+    fit_from(device, samples, &prior, &held, &starts)
 }
 
 /// Fits from each of `starts` (pulled towards `prior`) and keeps the best.
@@ -368,11 +445,12 @@ fn fit_from(
     device: &Device,
     samples: &[Sample],
     prior: &Point,
+    held: &Held,
     starts: &[Point],
 ) -> Result<Fit, CalibrationError> {
     let mut best: Option<(Point, f64, u32)> = None;
     for begin in starts {
-        let result = levenberg_marquardt(*begin, prior, device, samples)?;
+        let result = levenberg_marquardt(*begin, prior, held, device, samples)?;
         if best.as_ref().is_none_or(|b| result.1 < b.1) {
             best = Some(result);
         }
@@ -389,7 +467,7 @@ fn fit_from(
     let columns = jacobian(&point, &base, &point, device, samples)?;
     let mut support = [0; COUNT];
     for (j, (count, column)) in support.iter_mut().zip(&columns).enumerate() {
-        let scale = if EFFICIENCIES.contains(&j) { 1.0 / (1.0 - sigmoid(point.0[j])) } else { 1.0 };
+        let scale = if EFFICIENCIES.contains(&j) { 1.0 / (1.0 - sigmoid(point.x[j])) } else { 1.0 };
         *count = column[..samples.len()].iter().filter(|d| (*d * scale).abs() > SUPPORT_THRESHOLD).count();
     }
     let rms_log_error = (sum_of_squares(&base[..samples.len()]) / samples.len() as f64).sqrt();
@@ -488,19 +566,21 @@ pub fn predictions(
 /// together), each fold predicted by a model fitted to the others. Groups are assigned to folds
 /// by a hash, so the split is deterministic. `full` is [`fit`]'s model for all the samples
 /// from `start`: each fold starts there (one start instead of five: the same minimum, found
-/// faster), with the same pull towards `start`.
+/// faster), with the same pull towards `start` and the same parameters held.
 pub fn cross_validate(
     device: &Device,
     samples: &[Sample],
     start: &ComputeModel,
+    hold: &[&str],
     full: &ComputeModel,
     folds: u64,
 ) -> Result<Vec<f64>, CalibrationError> {
     check(samples)?;
+    let held = held_set(hold)?;
     let folds = folds.max(2);
     let fold_of = |s: &Sample| splitmix(s.group) % folds;
-    let prior = Point::of(start);
-    let warm = [Point::of(full)];
+    let prior = Point::holding(start, &held);
+    let warm = [Point { x: Point::of(full).x, fixed: prior.fixed }];
     let mut out = vec![f64::NAN; samples.len()];
     for fold in 0..folds {
         let training: Vec<Sample> = samples.iter().filter(|s| fold_of(s) != fold).cloned().collect();
@@ -508,7 +588,7 @@ pub fn cross_validate(
         let model = if training.is_empty() || training.len() == samples.len() {
             full.clone()
         } else {
-            fit_from(device, &training, &prior, &warm)?.model
+            fit_from(device, &training, &prior, &held, &warm)?.model
         };
         for (prediction, sample) in out.iter_mut().zip(samples) {
             if fold_of(sample) == fold {
@@ -557,6 +637,9 @@ pub struct CalibrationRecord {
     /// For each parameter, the operators whose predicted time depends on it; a parameter with
     /// few stayed near its default.
     pub support: BTreeMap<String, usize>,
+    /// Parameters held at a given value instead of fitted (`parasim calibrate --hold`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub held: BTreeMap<String, String>,
     /// In-sample errors of the fitted model, per class and over all.
     pub fit: Vec<ClassError>,
     /// Errors on shapes held out of the fit (5-fold cross-validation by operator shape).
@@ -732,7 +815,7 @@ mod tests {
     #[test]
     fn recovers_the_model_that_produced_the_samples() {
         let samples = synthetic(&truth(), |_| 1.0);
-        let fit = fit(a100(), &samples, &ComputeModel::default()).unwrap();
+        let fit = fit(a100(), &samples, &ComputeModel::default(), &[]).unwrap();
         let m = &fit.model;
         let close = |a: f64, b: f64, tolerance: f64| (a / b - 1.0).abs() < tolerance;
         assert!(close(m.gemm_efficiency, 0.62, 0.01), "{m:?}");
@@ -761,6 +844,23 @@ mod tests {
     }
 
     #[test]
+    fn held_parameters_keep_their_start_and_the_rest_compensates() {
+        let samples = synthetic(&truth(), |_| 1.0);
+        let start = ComputeModel {
+            gemm_ramp_exponent: 1.0,
+            launch_overhead: SimDuration::from_ns(2200),
+            ..Default::default()
+        };
+        let fit = fit(a100(), &samples, &start, &["gemm-ramp-exponent", "launch-overhead"]).unwrap();
+        assert_eq!(fit.model.gemm_ramp_exponent, 1.0);
+        assert_eq!(fit.model.launch_overhead, SimDuration::from_ns(2200));
+        // The truth has an exponent of 0.75: held at 1 the GEMMs cannot all be fitted...
+        assert!(fit.rms_log_error > 1e-2, "{}", fit.rms_log_error);
+        // ...while the memory-bound classes, which do not depend on it, still are.
+        assert!((fit.model.memory_efficiency / 0.71 - 1.0).abs() < 0.01, "{:?}", fit.model);
+    }
+
+    #[test]
     fn noisy_samples_still_give_the_model_within_a_few_percent() {
         // Deterministic +-10% multiplicative noise.
         let noise = |i: usize| 1.0 + 0.1 * ((splitmix(i as u64) % 2001) as f64 / 1000.0 - 1.0);
@@ -769,7 +869,7 @@ mod tests {
             let mut batch = synthetic(&truth(), |i| noise(i + 1000 * copy));
             samples.append(&mut batch);
         }
-        let m = fit(a100(), &samples, &ComputeModel::default()).unwrap().model;
+        let m = fit(a100(), &samples, &ComputeModel::default(), &[]).unwrap().model;
         assert!((m.gemm_efficiency / 0.62 - 1.0).abs() < 0.05, "{m:?}");
         assert!((m.memory_efficiency / 0.71 - 1.0).abs() < 0.05, "{m:?}");
     }
@@ -779,8 +879,8 @@ mod tests {
         // Sizes a factor 1.26 apart: every held-out size has neighbours in the training folds.
         let sizes: Vec<f64> = (0..19).map(|k| 64.0 * 2f64.powf(k as f64 / 3.0)).collect();
         let samples = synthetic_sizes(&truth(), |_| 1.0, &sizes);
-        let full = fit(a100(), &samples, &ComputeModel::default()).unwrap().model;
-        let held_out = cross_validate(a100(), &samples, &ComputeModel::default(), &full, 5).unwrap();
+        let full = fit(a100(), &samples, &ComputeModel::default(), &[]).unwrap().model;
+        let held_out = cross_validate(a100(), &samples, &ComputeModel::default(), &[], &full, 5).unwrap();
         assert!(held_out.iter().all(|p| p.is_finite()));
         let errors = class_errors(&samples, &held_out);
         let all = errors.last().unwrap();
@@ -790,10 +890,16 @@ mod tests {
 
     #[test]
     fn bad_input_is_refused_by_name() {
-        assert!(matches!(fit(a100(), &[], &ComputeModel::default()), Err(CalibrationError::NoSamples(_))));
+        assert!(matches!(
+            fit(a100(), &[], &ComputeModel::default(), &[]),
+            Err(CalibrationError::NoSamples(_))
+        ));
+        let samples = synthetic(&truth(), |_| 1.0);
+        let error = fit(a100(), &samples, &ComputeModel::default(), &["gemm-ramp"]).unwrap_err().to_string();
+        assert!(error.contains("gemm-ramp") && error.contains("gemm-ramp-exponent"), "{error}");
         let mut samples = synthetic(&truth(), |_| 1.0);
         samples[3].measured_s = 0.0;
-        let error = fit(a100(), &samples, &ComputeModel::default()).unwrap_err().to_string();
+        let error = fit(a100(), &samples, &ComputeModel::default(), &[]).unwrap_err().to_string();
         assert!(error.contains("sample 3") && error.contains("positive"), "{error}");
     }
 }
