@@ -491,13 +491,8 @@ fn check_profile(
     collected: &Collected,
     default: &ComputeModel,
 ) -> anyhow::Result<String> {
-    let path = Path::new(name);
-    let profile = if crate::scenario::is_profile_path(name) {
-        let text = fs_err::read_to_string(path).context("--check")?;
-        Profile::from_toml_str(&text).with_context(|| format!("reading {}", path.display()))?
-    } else {
-        Profile::builtin(name).context("--check")?
-    };
+    let (profile, _) =
+        crate::scenario::read_profile(name, Path::new("")).map_err(anyhow::Error::msg).context("--check")?;
     let samples = &collected.samples;
     let with_profile = class_errors(samples, &calibrate::predictions(&profile.compute, device, samples)?);
     let with_defaults = class_errors(samples, &calibrate::predictions(default, device, samples)?);

@@ -595,23 +595,27 @@ fn compute_model(
 
 /// Whether a profile name is a file path (it ends in `.toml` or has a directory) rather than
 /// a shipped profile's device name.
-pub fn is_profile_path(name: &str) -> bool {
+fn is_profile_path(name: &str) -> bool {
     name.ends_with(".toml") || name.contains('/') || name.contains('\\')
 }
 
 /// A profile named by `compute.profile`: a file (relative to the scenario's directory) if the
 /// value looks like a path, else a built-in profile by device name.
 fn load_profile(name: &str, file: &Path) -> Result<(Profile, String), ScenarioError> {
+    read_profile(name, file.parent().unwrap_or(Path::new(".")))
+        .map_err(|error| invalid(file, "compute.profile", error))
+}
+
+/// A profile by name: a file relative to `directory` if the name looks like a path, else a
+/// built-in profile by device name; with a label for reports, or a message naming what failed.
+pub fn read_profile(name: &str, directory: &Path) -> Result<(Profile, String), String> {
     if !is_profile_path(name) {
-        let profile =
-            Profile::builtin(name).map_err(|error| invalid(file, "compute.profile", error.to_string()))?;
+        let profile = Profile::builtin(name).map_err(|error| error.to_string())?;
         return Ok((profile, format!("{name} (built-in)")));
     }
-    let path = file.parent().unwrap_or(Path::new(".")).join(name);
-    let text =
-        fs_err::read_to_string(&path).map_err(|error| invalid(file, "compute.profile", error.to_string()))?;
-    let profile = Profile::from_toml_str(&text)
-        .map_err(|error| invalid(file, "compute.profile", format!("{}: {error}", path.display())))?;
+    let path = directory.join(name);
+    let text = fs_err::read_to_string(&path).map_err(|error| error.to_string())?;
+    let profile = Profile::from_toml_str(&text).map_err(|error| format!("{}: {error}", path.display()))?;
     Ok((profile, path.display().to_string()))
 }
 
