@@ -2,6 +2,7 @@
 //! scenarios that name the profiles it writes.
 
 use std::path::PathBuf;
+use std::process::Output;
 
 use workloads::calibrate::{ClassError, Profile};
 
@@ -37,6 +38,15 @@ fn dlrm_directory() -> PathBuf {
         .clone()
 }
 
+/// `parasim calibrate TRACES... --device DEVICE REST...`.
+fn calibrate(traces: &[&PathBuf], device: &str, rest: &[&str]) -> Output {
+    let mut args = vec!["calibrate"];
+    args.extend(traces.iter().map(|t| t.to_str().unwrap()));
+    args.extend(["--device", device]);
+    args.extend(rest);
+    parasim(&args)
+}
+
 fn scratch(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name)
 }
@@ -60,10 +70,8 @@ fn the_shipped_profiles_are_reproduced_from_their_traces_and_beat_the_defaults()
         [(&a100[..], "a100-sxm4-40gb", "tf32"), (&v100[..], "v100-sxm2-16gb", "fp32")]
     {
         let output = scratch(&format!("{device}.toml"));
-        let mut args: Vec<&str> = vec!["calibrate"];
-        args.extend(traces.iter().map(|t| t.to_str().unwrap()));
-        args.extend(["--device", device, "-o", output.to_str().unwrap(), "--by-operator"]);
-        let run = parasim(&args);
+        let traces: Vec<&PathBuf> = traces.iter().collect();
+        let run = calibrate(&traces, device, &["-o", output.to_str().unwrap(), "--by-operator"]);
         let report = String::from_utf8_lossy(&run.stdout);
         assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
         for needle in ["gemm-efficiency", "held-out shapes", "aten::mm", "left out of the fit"] {
@@ -96,29 +104,14 @@ fn the_shipped_profiles_are_reproduced_from_their_traces_and_beat_the_defaults()
 fn a_trace_of_another_gpu_is_refused_by_name() {
     let trace = shared_trace("HolisticTraceAnalysis/trace_diff/control/control.json.gz");
     let output = scratch("wrong-device.toml");
-    let run = parasim(&[
-        "calibrate",
-        trace.to_str().unwrap(),
-        "--device",
-        "v100-sxm2-16gb",
-        "-o",
-        output.to_str().unwrap(),
-    ]);
+    let run = calibrate(&[&trace], "v100-sxm2-16gb", &["-o", output.to_str().unwrap()]);
     assert_eq!(run.status.code(), Some(2));
     let error = String::from_utf8_lossy(&run.stderr);
     assert!(error.contains("A100-PG509-200") && error.contains("v100-sxm2-16gb"), "{error}");
     assert!(!output.exists(), "nothing is written on error");
 
     let other = shared_trace("HolisticTraceAnalysis/trace_diff/test/test.json.gz");
-    let run = parasim(&[
-        "calibrate",
-        trace.to_str().unwrap(),
-        other.to_str().unwrap(),
-        "--device",
-        "a100-sxm4-40gb",
-        "-o",
-        output.to_str().unwrap(),
-    ]);
+    let run = calibrate(&[&trace, &other], "a100-sxm4-40gb", &["-o", output.to_str().unwrap()]);
     assert_eq!(run.status.code(), Some(2));
     let error = String::from_utf8_lossy(&run.stderr);
     assert!(
@@ -133,14 +126,7 @@ fn a_trace_of_another_gpu_is_refused_by_name() {
 fn a_trace_without_shapes_says_how_to_record_them() {
     let trace = shared_trace("HolisticTraceAnalysis/df_index_resolver/df_index_resolver.json.gz");
     let output = scratch("no-shapes.toml");
-    let run = parasim(&[
-        "calibrate",
-        trace.to_str().unwrap(),
-        "--device",
-        "v100-sxm2-32gb",
-        "-o",
-        output.to_str().unwrap(),
-    ]);
+    let run = calibrate(&[&trace], "v100-sxm2-32gb", &["-o", output.to_str().unwrap()]);
     assert_eq!(run.status.code(), Some(2));
     let error = String::from_utf8_lossy(&run.stderr);
     assert!(error.contains("record_shapes=True") && error.contains("df_index_resolver"), "{error}");
@@ -238,14 +224,7 @@ fn a_profile_of_another_device_or_a_broken_one_is_an_error_naming_the_key() {
 #[test]
 fn check_measures_a_profile_on_traces_it_was_not_fitted_to() {
     let trace = shared_trace("HolisticTraceAnalysis/negative_queue_length_values_check/rank0.json.gz");
-    let run = parasim(&[
-        "calibrate",
-        trace.to_str().unwrap(),
-        "--device",
-        "a100-sxm4-80gb",
-        "--check",
-        "a100-sxm4-40gb",
-    ]);
+    let run = calibrate(&[&trace], "a100-sxm4-80gb", &["--check", "a100-sxm4-40gb"]);
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let report = String::from_utf8_lossy(&run.stdout);
     let all = report.lines().find(|l| l.starts_with("all ")).unwrap_or_else(|| panic!("{report}"));
@@ -265,18 +244,11 @@ fn check_measures_a_profile_on_traces_it_was_not_fitted_to() {
 fn held_parameters_stay_exactly_where_they_were_put() {
     let trace = shared_trace("HolisticTraceAnalysis/trace_diff/test/test.json.gz");
     let output = scratch("held.toml");
-    let run = parasim(&[
-        "calibrate",
-        trace.to_str().unwrap(),
-        "--device",
+    let run = calibrate(
+        &[&trace],
         "v100-sxm2-16gb",
-        "-o",
-        output.to_str().unwrap(),
-        "--hold",
-        "gemm-ramp-exponent=1",
-        "--hold",
-        "launch-overhead=2 us",
-    ]);
+        &["-o", output.to_str().unwrap(), "--hold", "gemm-ramp-exponent=1", "--hold", "launch-overhead=2 us"],
+    );
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let profile = Profile::from_toml_str(&fs_err::read_to_string(&output).unwrap()).unwrap();
     assert_eq!(profile.compute.gemm_ramp_exponent, 1.0);
@@ -285,16 +257,8 @@ fn held_parameters_stay_exactly_where_they_were_put() {
     assert_eq!(held.keys().collect::<Vec<_>>(), ["gemm-ramp-exponent", "launch-overhead"]);
     assert!(String::from_utf8_lossy(&run.stdout).contains("held"));
 
-    let run = parasim(&[
-        "calibrate",
-        trace.to_str().unwrap(),
-        "--device",
-        "v100-sxm2-16gb",
-        "-o",
-        output.to_str().unwrap(),
-        "--hold",
-        "gemm-ramp=1",
-    ]);
+    let run =
+        calibrate(&[&trace], "v100-sxm2-16gb", &["-o", output.to_str().unwrap(), "--hold", "gemm-ramp=1"]);
     assert_eq!(run.status.code(), Some(2));
     let error = String::from_utf8_lossy(&run.stderr);
     assert!(error.contains("gemm-ramp") && error.contains("gemm-ramp-exponent"), "{error}");
