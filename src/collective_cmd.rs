@@ -6,14 +6,12 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use sim_core::exec::run;
-use sim_core::flow::FlowNetwork;
+use sim_core::fidelity::{Fidelity, NetworkSettings};
 use sim_core::graph::{Collective, CollectiveAlgorithm, CollectiveKind, GraphBuilder, RankId, StreamId};
-use sim_core::network::AnalyticalNetwork;
 use sim_core::units::{Bytes, SimDuration};
 use topology::Topology;
 
-use crate::scenario::{Cluster, Fidelity, QUICKSTART};
+use crate::scenario::{Cluster, QUICKSTART};
 
 /// What to measure.
 pub struct Options<'a> {
@@ -31,16 +29,12 @@ pub struct Options<'a> {
     pub factor: u64,
     /// Algorithm name, or "auto".
     pub algorithm: &'a str,
-    /// Network fidelity.
-    pub fidelity: Fidelity,
+    /// Network model, collective launch cost and chunk size.
+    pub network: NetworkSettings,
     /// Element type, for the count column.
     pub dtype: &'a str,
-    /// Fixed cost per collective launch.
-    pub launch: SimDuration,
     /// nccl-tests output to compare with (measured time per size).
     pub compare: Option<&'a Path>,
-    /// Chunk size of pipelined algorithms.
-    pub chunk: Bytes,
 }
 
 /// Measured out-of-place times (us) by size from nccl-tests output: every line that is not a
@@ -155,9 +149,9 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
         cluster.device.display_name,
         cluster.spec.nodes,
         cluster.spec.gpus_per_node,
-        options.fidelity.name(),
+        options.network.fidelity.name(),
         algorithm.name(),
-        options.launch
+        options.network.collective_launch
     );
     let _ = writeln!(out, "#");
     let measured = options.compare.map(measured_times).transpose()?;
@@ -247,7 +241,9 @@ fn time_one(
             kind,
             bytes,
             &group,
-            &mut AnalyticalNetwork::new(topology).with_chunk(options.chunk),
+            &mut NetworkSettings::new(Fidelity::Analytical)
+                .with_chunk(options.network.chunk)
+                .analytical(topology),
         )?,
         explicit => explicit,
     };
@@ -258,26 +254,10 @@ fn time_one(
         graph.collective(RankId(rank), StreamId(0), collective, kind.name(), &[]);
     }
     let graph = graph.build()?;
-    let timeline = match options.fidelity {
-        Fidelity::Analytical => run(
-            &graph,
-            &mut AnalyticalNetwork::new(topology)
-                .with_collective_launch(options.launch)
-                .with_chunk(options.chunk),
-        ),
-        Fidelity::Flow => run(
-            &graph,
-            &mut FlowNetwork::new(topology)
-                .steady_state()
-                .with_collective_launch(options.launch)
-                .with_chunk(options.chunk),
-        ),
-        Fidelity::PacketSteps => run(
-            &graph,
-            &mut FlowNetwork::new(topology).with_collective_launch(options.launch).with_chunk(options.chunk),
-        ),
-    }
-    .with_context(|| format!("simulating {} of {bytes}", kind.name()))?;
+    let timeline = options
+        .network
+        .run(&graph, topology)
+        .with_context(|| format!("simulating {} of {bytes}", kind.name()))?;
     Ok((timeline.makespan(), chosen))
 }
 

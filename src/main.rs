@@ -56,9 +56,16 @@ enum Command {
         /// another is wanted.
         #[arg(long)]
         device: Option<String>,
-        /// Network model.
-        #[arg(long, value_enum, default_value = "analytical")]
-        fidelity: trace_cmd::ReplayFidelity,
+        /// Network model: analytical, flow or packet-steps.
+        #[arg(long, default_value = "analytical")]
+        fidelity: String,
+        /// Fixed cost per collective launch, on top of the network (0: the traced collectives'
+        /// kernels already include NCCL's own launch).
+        #[arg(long, default_value = "0 us")]
+        launch: String,
+        /// Chunk size of pipelined collective algorithms (tree, chain).
+        #[arg(long, default_value = "1 MiB")]
+        chunk: String,
         /// Re-target: simulate M ranks of data parallelism instead of the traced number.
         #[arg(long, value_name = "M")]
         ranks: Option<u32>,
@@ -231,12 +238,12 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Replay { traces, cluster, device, fidelity, ranks, rank, trace, json } => {
+        Command::Replay { traces, cluster, device, fidelity, launch, chunk, ranks, rank, trace, json } => {
             let args = trace_cmd::ReplayArgs {
                 traces,
                 cluster,
                 device,
-                fidelity,
+                network: network_settings(&fidelity, &launch, &chunk)?,
                 ranks,
                 rank,
                 trace_out: trace,
@@ -277,8 +284,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             compare,
             chunk,
         } => {
-            let fidelity = scenario::Fidelity::from_name(&fidelity).map_err(anyhow::Error::msg)?;
-            let launch = launch.parse().with_context(|| format!("--launch {launch:?}"))?;
+            let network = network_settings(&fidelity, &launch, &chunk)?;
             let options = collective_cmd::Options {
                 kind: &kind,
                 cluster: cluster.as_deref(),
@@ -287,11 +293,9 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                 max_bytes: &max_bytes,
                 factor,
                 algorithm: &algorithm,
-                fidelity,
+                network,
                 dtype: &dtype,
-                launch,
                 compare: compare.as_deref(),
-                chunk: chunk.parse().with_context(|| format!("--chunk {chunk:?}"))?,
             };
             let table = collective_cmd::benchmark(&options)?;
             std::io::stdout().lock().write_all(table.as_bytes()).context("writing the table")?;
@@ -313,4 +317,20 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// The network settings of `--fidelity`, `--launch` and `--chunk`.
+fn network_settings(
+    fidelity: &str,
+    launch: &str,
+    chunk: &str,
+) -> anyhow::Result<sim_core::fidelity::NetworkSettings> {
+    let fidelity: sim_core::fidelity::Fidelity =
+        fidelity.parse().map_err(|message: String| anyhow::anyhow!("--fidelity: {message}"))?;
+    let launch = launch.parse().with_context(|| format!("--launch {launch:?}"))?;
+    let chunk: sim_core::units::Bytes = chunk.parse().with_context(|| format!("--chunk {chunk:?}"))?;
+    if chunk.0 == 0 {
+        anyhow::bail!("--chunk must be greater than 0");
+    }
+    Ok(sim_core::fidelity::NetworkSettings::new(fidelity).with_collective_launch(launch).with_chunk(chunk))
 }

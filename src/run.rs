@@ -4,15 +4,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use serde::{Serialize, Serializer};
-use sim_core::exec;
-use sim_core::flow::FlowNetwork;
-use sim_core::network::AnalyticalNetwork;
 use sim_core::stats::breakdown;
 use sim_core::units::{SimDuration, SimTime};
 use topology::{FabricSpec, IntraNode, Topology};
 use workloads::{DataParallel, MemoryBreakdown};
 
-use crate::scenario::{Fidelity, Scenario};
+use crate::scenario::Scenario;
 
 /// Everything `parasim run` reports. A pure function of the scenario: no wall-clock numbers,
 /// so two runs print byte-identical JSON.
@@ -219,28 +216,7 @@ pub fn simulate(scenario: &Scenario) -> anyhow::Result<Outcome> {
     let lowered = plan.lower().context("lowering the data-parallel iteration to an execution graph")?;
     let lowering_wall = started.elapsed();
     let started = Instant::now();
-    let timeline = match scenario.fidelity {
-        Fidelity::Analytical => exec::run(
-            &lowered.graph,
-            &mut AnalyticalNetwork::new(&topology)
-                .with_collective_launch(scenario.collective_launch)
-                .with_chunk(scenario.chunk_size),
-        ),
-        Fidelity::Flow => exec::run(
-            &lowered.graph,
-            &mut FlowNetwork::new(&topology)
-                .steady_state()
-                .with_collective_launch(scenario.collective_launch)
-                .with_chunk(scenario.chunk_size),
-        ),
-        Fidelity::PacketSteps => exec::run(
-            &lowered.graph,
-            &mut FlowNetwork::new(&topology)
-                .with_collective_launch(scenario.collective_launch)
-                .with_chunk(scenario.chunk_size),
-        ),
-    }
-    .context("simulating")?;
+    let timeline = scenario.network.run(&lowered.graph, &topology).context("simulating")?;
     let simulation_wall = started.elapsed();
 
     // Iteration k ends when the last rank finishes its optimizer step.
@@ -303,7 +279,7 @@ pub fn simulate(scenario: &Scenario) -> anyhow::Result<Outcome> {
             gradient_bytes: lowered.buckets.iter().map(|b| b.bytes.0).sum(),
             allreduce: scenario.allreduce.name(),
         },
-        fidelity: scenario.fidelity.name(),
+        fidelity: scenario.network.fidelity.name(),
         iterations: scenario.iterations,
         iteration_time,
         iteration_times,

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+use sim_core::fidelity::{Fidelity, NetworkSettings};
 use sim_core::graph::{CollectiveAlgorithm, CollectiveKind};
 use sim_core::units::{Bandwidth, Bytes, SimDuration};
 use topology::{ClusterSpec, IntraNode, LinkSpec, Topology, TopologyError};
@@ -210,41 +211,6 @@ impl Default for SimulationSection {
 /// `src/graph/tuning.cc`, NCCL 2.12 to 2.18).
 const NCCL_BASE_LATENCY: SimDuration = SimDuration::from_ps(8_400_000);
 
-/// The network model used.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fidelity {
-    /// Alpha-beta closed forms, no contention.
-    Analytical,
-    /// Fluid flows with max-min fair sharing. Until the steady-state collective form lands,
-    /// collectives run message by message, as in `PacketSteps`.
-    Flow,
-    /// Fluid flows, every collective step its own flows.
-    PacketSteps,
-}
-
-impl Fidelity {
-    /// The fidelity called `name`, or a message listing the valid names.
-    pub fn from_name(name: &str) -> Result<Fidelity, String> {
-        match name {
-            "analytical" => Ok(Fidelity::Analytical),
-            "flow" => Ok(Fidelity::Flow),
-            "packet-steps" => Ok(Fidelity::PacketSteps),
-            other => {
-                Err(format!("unknown fidelity {other:?}; valid: \"analytical\", \"flow\", \"packet-steps\""))
-            }
-        }
-    }
-
-    /// The name used in scenario files and reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            Fidelity::Analytical => "analytical",
-            Fidelity::Flow => "flow",
-            Fidelity::PacketSteps => "packet-steps",
-        }
-    }
-}
-
 /// A validated scenario.
 #[derive(Debug, Clone)]
 pub struct Scenario {
@@ -274,14 +240,10 @@ pub struct Scenario {
     pub first_bucket_size: Bytes,
     /// Allreduce algorithm.
     pub allreduce: CollectiveAlgorithm,
-    /// Network model.
-    pub fidelity: Fidelity,
+    /// Network model and collective settings.
+    pub network: NetworkSettings,
     /// Iterations to simulate.
     pub iterations: u32,
-    /// Fixed cost of every collective launch.
-    pub collective_launch: SimDuration,
-    /// Chunk size of pipelined collective algorithms.
-    pub chunk_size: Bytes,
     /// Roofline parameters.
     pub compute: ComputeModel,
     /// Where they came from: "defaults", or the profile (and whether keys override it).
@@ -479,17 +441,8 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
             )
         })?;
 
-    let fidelity = match spec.simulation.fidelity.as_str() {
-        "analytical" => Fidelity::Analytical,
-        "flow" => Fidelity::Flow,
-        "packet-steps" => Fidelity::PacketSteps,
-        other => {
-            return Err(invalid(
-                "simulation.fidelity",
-                format!("unknown fidelity {other:?}; valid: \"analytical\", \"flow\", \"packet-steps\""),
-            ));
-        }
-    };
+    let fidelity: Fidelity =
+        spec.simulation.fidelity.parse().map_err(|message| invalid("simulation.fidelity", message))?;
     if spec.simulation.chunk_size.0 == 0 {
         return Err(invalid("simulation.chunk-size", "must be greater than 0".into()));
     }
@@ -512,10 +465,10 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
         bucket_size: parallelism.bucket_size,
         first_bucket_size: parallelism.first_bucket_size,
         allreduce,
-        fidelity,
+        network: NetworkSettings::new(fidelity)
+            .with_collective_launch(spec.simulation.collective_launch)
+            .with_chunk(spec.simulation.chunk_size),
         iterations: spec.simulation.iterations,
-        collective_launch: spec.simulation.collective_launch,
-        chunk_size: spec.simulation.chunk_size,
         compute,
         compute_source,
     })

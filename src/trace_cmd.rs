@@ -8,34 +8,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use serde::Serialize;
-use sim_core::exec::{self, Timeline};
-use sim_core::flow::FlowNetwork;
+use sim_core::exec::Timeline;
+use sim_core::fidelity::NetworkSettings;
 use sim_core::graph::ExecGraph;
-use sim_core::network::AnalyticalNetwork;
 use sim_core::units::{Bandwidth, Bytes, SimDuration};
 use topology::{ClusterSpec, FabricSpec, IntraNode, LinkSpec, NetworkSpec, Topology};
 use traces::replay::{Comparison, Replay, ReplayOptions};
 use workloads::{Device, DeviceCatalog};
 
 use crate::scenario::Cluster;
-
-/// The network model of a replay.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ReplayFidelity {
-    /// Alpha-beta closed forms, no contention.
-    Analytical,
-    /// Fluid flows with max-min fair sharing.
-    Flow,
-}
-
-impl ReplayFidelity {
-    fn name(self) -> &'static str {
-        match self {
-            ReplayFidelity::Analytical => "analytical",
-            ReplayFidelity::Flow => "flow",
-        }
-    }
-}
 
 /// What `parasim replay` was asked.
 #[derive(Debug, Clone)]
@@ -46,8 +27,8 @@ pub struct ReplayArgs {
     pub cluster: Option<PathBuf>,
     /// Device for the inferred cluster, overriding the trace's.
     pub device: Option<String>,
-    /// Network model.
-    pub fidelity: ReplayFidelity,
+    /// Network model, collective launch cost and chunk size.
+    pub network: NetworkSettings,
     /// Ranks to simulate (re-targeting).
     pub ranks: Option<u32>,
     /// Replay only this traced rank (the others as its copies).
@@ -133,13 +114,9 @@ fn describe_cluster(spec: &ClusterSpec, device: &str) -> String {
     )
 }
 
-/// Runs `graph` on `topology` with `fidelity`.
-fn simulate(graph: &ExecGraph, topology: &Topology, fidelity: ReplayFidelity) -> anyhow::Result<Timeline> {
-    let timeline = match fidelity {
-        ReplayFidelity::Analytical => exec::run(graph, &mut AnalyticalNetwork::new(topology)),
-        ReplayFidelity::Flow => exec::run(graph, &mut FlowNetwork::new(topology).steady_state()),
-    };
-    timeline.context("simulating the replay")
+/// Runs `graph` on `topology` under `network`.
+fn simulate(graph: &ExecGraph, topology: &Topology, network: &NetworkSettings) -> anyhow::Result<Timeline> {
+    network.run(graph, topology).context("simulating the replay")
 }
 
 /// Writes `graph`'s `timeline` as Chrome trace JSON to `path`, naming tracks with `names`.
@@ -221,7 +198,7 @@ pub fn replay(args: &ReplayArgs) -> anyhow::Result<String> {
     }
     let topology = Topology::build(&spec).context("building the cluster topology")?;
     let started = Instant::now();
-    let timeline = simulate(&replay.graph, &topology, args.fidelity)?;
+    let timeline = simulate(&replay.graph, &topology, &args.network)?;
     let simulation_wall = started.elapsed();
     let comparison = replay.compare(&timeline);
 
@@ -240,7 +217,7 @@ pub fn replay(args: &ReplayArgs) -> anyhow::Result<String> {
             simulated_ranks: ranks,
             device: trace.device.as_ref().map(|d| d.name.as_str()),
             cluster: cluster_text,
-            fidelity: args.fidelity.name(),
+            fidelity: args.network.fidelity.name(),
             graph: replay.counts,
             comparison: &comparison,
             warnings: warnings.iter().map(|(m, c)| (m.to_string(), c)).collect(),
@@ -315,7 +292,7 @@ fn human_report(
         }
     );
     let _ = writeln!(out, "cluster       {cluster}");
-    let _ = writeln!(out, "network model {}", args.fidelity.name());
+    let _ = writeln!(out, "network model {}", args.network.fidelity.name());
     let counts = &replay.counts;
     let _ = writeln!(
         out,

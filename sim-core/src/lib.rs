@@ -10,6 +10,7 @@
 //! - [`exec`]: the executor that runs a graph on a network model and records every op's start
 //!   and end;
 //! - [`network`]: the narrow seam to the network models, and the `analytical` model;
+//! - [`fidelity`]: the one place a fidelity name becomes a network model with its settings;
 //! - [`collective`]: collective algorithms as step-by-step closed forms;
 //! - [`stats`]: where the time went (compute / exposed communication / idle per rank).
 //!
@@ -54,6 +55,7 @@ pub use units;
 
 pub mod collective;
 pub mod exec;
+pub mod fidelity;
 pub mod flow;
 pub mod graph;
 pub mod network;

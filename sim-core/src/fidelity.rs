@@ -1,0 +1,139 @@
+//! The one home of network fidelity: which network model runs a graph, and with which
+//! collective settings. `run`, `collective`, `replay` and every library caller build their
+//! network here, so a setting added to the models reaches all of them.
+
+use std::fmt;
+
+use topology::Topology;
+use units::{Bytes, SimDuration};
+
+use crate::exec::{self, ExecError, Timeline};
+use crate::flow::FlowNetwork;
+use crate::graph::ExecGraph;
+use crate::network::AnalyticalNetwork;
+
+/// The network model used to simulate a graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fidelity {
+    /// Alpha-beta closed forms on topology paths, no contention between collectives.
+    #[default]
+    Analytical,
+    /// Fluid flows with max-min fair sharing; rings and double binary trees as coupled
+    /// steady-state edge flows.
+    Flow,
+    /// Fluid flows, every message of every collective step its own flow.
+    PacketSteps,
+}
+
+impl Fidelity {
+    /// Every fidelity, cheapest first.
+    pub const ALL: [Fidelity; 3] = [Fidelity::Analytical, Fidelity::Flow, Fidelity::PacketSteps];
+
+    /// The name used in scenario files, command lines and reports.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Fidelity::Analytical => "analytical",
+            Fidelity::Flow => "flow",
+            Fidelity::PacketSteps => "packet-steps",
+        }
+    }
+
+    /// The valid names, quoted and comma-separated, for error messages.
+    pub fn valid_names() -> String {
+        Fidelity::ALL.iter().map(|f| format!("{:?}", f.name())).collect::<Vec<_>>().join(", ")
+    }
+}
+
+impl fmt::Display for Fidelity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Fidelity {
+    type Err = String;
+    fn from_str(name: &str) -> Result<Fidelity, String> {
+        Fidelity::ALL
+            .into_iter()
+            .find(|f| f.name() == name)
+            .ok_or_else(|| format!("unknown fidelity {name:?}; valid: {}", Fidelity::valid_names()))
+    }
+}
+
+/// A network model and its collective settings: everything needed to turn a graph and a
+/// topology into a timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NetworkSettings {
+    /// Which model.
+    pub fidelity: Fidelity,
+    /// Fixed cost of every collective before its data moves (library launch and
+    /// synchronisation).
+    pub collective_launch: SimDuration,
+    /// Chunk size of pipelined collective algorithms (tree, chain).
+    pub chunk: Bytes,
+}
+
+impl NetworkSettings {
+    /// `fidelity` with no launch cost and the default chunk: the pure network.
+    pub const fn new(fidelity: Fidelity) -> NetworkSettings {
+        NetworkSettings {
+            fidelity,
+            collective_launch: SimDuration::ZERO,
+            chunk: Bytes(crate::schedule::CHUNK_BYTES),
+        }
+    }
+
+    /// The same settings with a fixed cost per collective.
+    pub const fn with_collective_launch(mut self, launch: SimDuration) -> NetworkSettings {
+        self.collective_launch = launch;
+        self
+    }
+
+    /// The same settings with another chunk size (at least one byte).
+    pub const fn with_chunk(mut self, chunk: Bytes) -> NetworkSettings {
+        self.chunk = Bytes(if chunk.0 == 0 { 1 } else { chunk.0 });
+        self
+    }
+
+    /// The analytical model with these collective settings (also the estimator that resolves
+    /// `auto` algorithms, whatever the fidelity).
+    pub fn analytical<'t>(&self, topology: &'t Topology) -> AnalyticalNetwork<'t> {
+        AnalyticalNetwork::new(topology).with_collective_launch(self.collective_launch).with_chunk(self.chunk)
+    }
+
+    /// Runs `graph` on `topology` under this model.
+    pub fn run(&self, graph: &ExecGraph, topology: &Topology) -> Result<Timeline, ExecError> {
+        match self.fidelity {
+            Fidelity::Analytical => exec::run(graph, &mut self.analytical(topology)),
+            Fidelity::Flow | Fidelity::PacketSteps => {
+                let mut network = FlowNetwork::new(topology)
+                    .with_collective_launch(self.collective_launch)
+                    .with_chunk(self.chunk);
+                if self.fidelity == Fidelity::Flow {
+                    network = network.steady_state();
+                }
+                exec::run(graph, &mut network)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_unknown_names_list_the_valid_ones() {
+        for fidelity in Fidelity::ALL {
+            assert_eq!(fidelity.name().parse::<Fidelity>(), Ok(fidelity));
+        }
+        let error = "fluid".parse::<Fidelity>().unwrap_err();
+        assert!(error.contains("\"analytical\", \"flow\", \"packet-steps\""), "{error}");
+    }
+
+    #[test]
+    fn a_zero_chunk_becomes_one_byte() {
+        assert_eq!(NetworkSettings::new(Fidelity::Flow).with_chunk(Bytes(0)).chunk, Bytes(1));
+    }
+}
