@@ -4,8 +4,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::run::simulate;
-use crate::scenario::{QUICKSTART, Scenario};
+use workloads::scenario::{QUICKSTART, Scenario};
+use workloads::simulation::simulate;
 
 /// One benchmarked configuration.
 struct Measurement {

@@ -491,8 +491,9 @@ fn check_profile(
     collected: &Collected,
     default: &ComputeModel,
 ) -> anyhow::Result<String> {
-    let (profile, _) =
-        crate::scenario::read_profile(name, Path::new("")).map_err(anyhow::Error::msg).context("--check")?;
+    let (profile, _) = workloads::scenario::read_profile(name, Path::new(""))
+        .map_err(anyhow::Error::msg)
+        .context("--check")?;
     let samples = &collected.samples;
     let with_profile = class_errors(samples, &calibrate::predictions(&profile.compute, device, samples)?);
     let with_defaults = class_errors(samples, &calibrate::predictions(default, device, samples)?);

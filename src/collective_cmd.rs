@@ -11,7 +11,7 @@ use sim_core::graph::{Collective, CollectiveAlgorithm, CollectiveKind, GraphBuil
 use sim_core::units::{Bytes, SimDuration};
 use topology::Topology;
 
-use crate::scenario::{Cluster, QUICKSTART};
+use workloads::scenario::{Cluster, QUICKSTART};
 
 /// What to measure.
 pub struct Options<'a> {

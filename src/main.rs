@@ -6,8 +6,6 @@ mod calibrate_cmd;
 mod collective_cmd;
 mod models;
 mod report;
-mod run;
-mod scenario;
 mod topo;
 mod trace_cmd;
 
@@ -18,7 +16,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
-use crate::scenario::Scenario;
+use workloads::scenario::Scenario;
 
 /// Discrete-event simulator of distributed deep-learning training on GPU clusters.
 #[derive(Debug, Parser)]
@@ -221,10 +219,10 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                     eprintln!(
                         "no scenario given: running the built-in quickstart (scenarios/quickstart.toml)"
                     );
-                    Scenario::parse(scenario::QUICKSTART, Path::new("scenarios/quickstart.toml"))?
+                    Scenario::parse(workloads::scenario::QUICKSTART, Path::new("scenarios/quickstart.toml"))?
                 }
             };
-            let outcome = run::simulate(&scenario)?;
+            let outcome = workloads::simulation::simulate(&scenario)?;
             if let Some(path) = &trace {
                 trace_cmd::export_run(&outcome.graph, &outcome.timeline, path)?;
             }

@@ -40,22 +40,10 @@ pub fn inspect(model: &str, batch: u64) -> anyhow::Result<String> {
     Ok(render(&model, batch))
 }
 
-/// A zoo model by name, or a model file by path (relative to `base`, the directory of the file
-/// that names it): `model` is read as a path if it is not a zoo name and contains a path
-/// separator or ends in `.toml`.
+/// A zoo model by name, or a model file by path relative to `base`
+/// (see [`workloads::scenario::load_model`]).
 pub fn load(model: &str, base: &Path) -> anyhow::Result<Model> {
-    match zoo::by_name(model) {
-        Ok(found) => Ok(found),
-        Err(unknown @ workloads::ModelError::UnknownModel { .. }) => {
-            if !(model.contains(['/', '\\']) || model.ends_with(".toml")) {
-                return Err(unknown.into());
-            }
-            let path = base.join(model);
-            let text = fs_err::read_to_string(&path).context("reading the model file")?;
-            Ok(Model::from_toml_str(&text, &path.display().to_string())?)
-        }
-        Err(other) => Err(other.into()),
-    }
+    workloads::scenario::load_model(model, base).map_err(anyhow::Error::msg)
 }
 
 fn render(model: &Model, batch: u64) -> String {

@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::Context;
 use topology::Topology;
 
-use crate::scenario::Cluster;
+use workloads::scenario::Cluster;
 
 /// The description of the cluster in `scenario`; writes `dot` if given.
 pub fn describe(scenario: &Path, dot: Option<&Path>) -> anyhow::Result<String> {

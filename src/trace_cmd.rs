@@ -16,7 +16,7 @@ use topology::{ClusterSpec, FabricSpec, IntraNode, LinkSpec, NetworkSpec, Topolo
 use traces::replay::{Comparison, Replay, ReplayOptions};
 use workloads::{Device, DeviceCatalog};
 
-use crate::scenario::Cluster;
+use workloads::scenario::Cluster;
 
 /// What `parasim replay` was asked.
 #[derive(Debug, Clone)]
@@ -441,7 +441,7 @@ pub fn export_run(graph: &ExecGraph, timeline: &Timeline, path: &Path) -> anyhow
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scenario::{QUICKSTART, Scenario};
+    use workloads::scenario::{QUICKSTART, Scenario};
 
     #[test]
     fn trace_device_names_map_to_the_catalog() {
@@ -469,7 +469,7 @@ mod tests {
     #[test]
     fn run_trace_export_matches_the_run() {
         let scenario = Scenario::parse(QUICKSTART, Path::new("scenarios/quickstart.toml")).unwrap();
-        let outcome = crate::run::simulate(&scenario).unwrap();
+        let outcome = workloads::simulation::simulate(&scenario).unwrap();
         let path = std::env::temp_dir().join(format!("parasim-run-trace-{}.json", std::process::id()));
         export_run(&outcome.graph, &outcome.timeline, &path).unwrap();
         let json: serde_json::Value = serde_json::from_slice(&fs_err::read(&path).unwrap()).unwrap();

@@ -31,8 +31,6 @@
 //! Not modelled (yet): data loading, the loss kernel, slowdown of compute kernels while NCCL
 //! kernels share the GPU, gradient scaling checks of mixed precision.
 
-use std::fmt;
-
 use sim_core::graph::{
     Collective, CollectiveAlgorithm, CollectiveKind, ExecGraph, GraphBuilder, GraphError, LabelId, Op, OpId,
     OpKind, RankId, StreamId,
@@ -44,70 +42,12 @@ use crate::device::{Device, Dtype};
 use crate::layer::{OpClass, Pass};
 use crate::memory::{MemoryBreakdown, MemoryError, MemoryPlan, Recompute, Sharding};
 use crate::model::Model;
+use crate::optimizer::Optimizer;
 
 /// The stream compute kernels run on.
 pub const COMPUTE_STREAM: StreamId = StreamId(0);
 /// The stream gradient allreduces run on.
 pub const COMMUNICATION_STREAM: StreamId = StreamId(1);
-
-/// The optimizer whose step ends every iteration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Optimizer {
-    /// Plain SGD: read weight and gradient, write weight.
-    Sgd,
-    /// SGD with momentum (torchvision's ResNet recipe): also read and write the momentum.
-    SgdMomentum,
-    /// Adam / AdamW: also read and write the first and second moments.
-    Adam,
-}
-
-impl Optimizer {
-    /// Every optimizer, for error messages.
-    pub const ALL: [Optimizer; 3] = [Optimizer::Sgd, Optimizer::SgdMomentum, Optimizer::Adam];
-
-    /// The name used in scenario files.
-    pub fn name(self) -> &'static str {
-        match self {
-            Optimizer::Sgd => "sgd",
-            Optimizer::SgdMomentum => "sgd-momentum",
-            Optimizer::Adam => "adam",
-        }
-    }
-
-    /// fp32 tensors read or written per parameter by one fused step (weight, gradient, state).
-    fn tensors_touched(self) -> u64 {
-        match self {
-            Optimizer::Sgd => 3,
-            Optimizer::SgdMomentum => 5,
-            Optimizer::Adam => 7,
-        }
-    }
-
-    /// Arithmetic per parameter of one step (a handful of multiply-adds; memory-bound anyway).
-    fn flops_per_parameter(self) -> f64 {
-        match self {
-            Optimizer::Sgd => 2.0,
-            Optimizer::SgdMomentum => 4.0,
-            Optimizer::Adam => 12.0,
-        }
-    }
-}
-
-impl fmt::Display for Optimizer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for Optimizer {
-    type Err = String;
-    fn from_str(name: &str) -> Result<Self, String> {
-        Optimizer::ALL.into_iter().find(|o| o.name() == name).ok_or_else(|| {
-            let valid: Vec<&str> = Optimizer::ALL.iter().map(|o| o.name()).collect();
-            format!("unknown optimizer {name:?}; valid: {}", valid.join(", "))
-        })
-    }
-}
 
 /// Everything the data-parallel lowering needs.
 #[derive(Debug, Clone)]

@@ -12,9 +12,13 @@
 //! - [`aten`]: FLOPs, bytes, class and rate dtype of a profiled PyTorch operator, for calibration.
 //! - [`memory`]: what one device holds (weights, gradients, optimizer state, activations,
 //!   buffers) under a sharding, with or without recomputation, and whether it fits.
+//! - [`scenario`]: the scenario file format, validated into a [`scenario::Scenario`];
+//!   [`simulation::simulate`] runs one and summarises it (what `run`, `validate`, `sweep` and
+//!   `plan` share).
 //!
-//! This crate is a pure library: no event loop, no file access (the built-in device catalog and
-//! model zoo are compiled in; callers read users' files and pass their text).
+//! No event loop lives here (the engine is `sim-core`'s). Only [`scenario`] reads files: the
+//! scenario and the model files and profiles it names; the rest takes text (the built-in device
+//! catalog and model zoo are compiled in).
 //!
 //! ```
 //! use workloads::{ComputeModel, DeviceCatalog, Dtype, Pass, zoo};
@@ -42,10 +46,13 @@ pub mod layer;
 pub mod memory;
 pub mod model;
 mod model_file;
+pub mod optimizer;
+pub mod scenario;
+pub mod simulation;
 pub mod zoo;
 
 pub use compute::{ComputeError, ComputeModel, KernelWork};
-pub use data_parallel::{DataParallel, Lowered, LoweringError, Optimizer};
+pub use data_parallel::{DataParallel, Lowered, LoweringError};
 pub use device::{Device, DeviceCatalog, DeviceError, Dtype};
 pub use layer::{
     Activation, AttentionKernel, Layer, LayerCost, LayerError, LayerKind, OpClass, Padding, Pass, Shape,
@@ -54,3 +61,4 @@ pub use layer::{
 pub use memory::{ActivationBytes, MemoryBreakdown, MemoryError, MemoryPlan, Recompute, Sharding};
 pub use model::{Model, ModelBuilder, ModelError};
 pub use model_file::{FAMILIES, LAYER_KINDS};
+pub use optimizer::Optimizer;

@@ -62,10 +62,10 @@ use std::ops::Range;
 use serde::Serialize;
 use sim_core::units::Bytes;
 
-use crate::data_parallel::Optimizer;
 use crate::device::{Device, Dtype};
 use crate::layer::{Activation, AttentionKernel, Layer, LayerKind};
 use crate::model::Model;
+use crate::optimizer::Optimizer;
 
 /// Which activations are recomputed in the backward pass instead of being kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]

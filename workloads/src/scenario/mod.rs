@@ -4,18 +4,18 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::calibrate::Profile;
+use crate::{ComputeModel, Device, DeviceCatalog, Dtype, Model, ModelError, Optimizer, Recompute, zoo};
 use serde::Deserialize;
 use sim_core::fidelity::{Fidelity, NetworkSettings};
 use sim_core::graph::{CollectiveAlgorithm, CollectiveKind};
 use sim_core::units::{Bandwidth, Bytes, SimDuration};
 use topology::{ClusterSpec, IntraNode, LinkSpec, Topology, TopologyError};
-use workloads::calibrate::Profile;
-use workloads::{ComputeModel, Device, DeviceCatalog, Dtype, Model, Optimizer, Recompute};
 
 mod network;
 
 /// The example scenario the README runs, compiled in so `parasim run` works anywhere.
-pub const QUICKSTART: &str = include_str!("../scenarios/quickstart.toml");
+pub const QUICKSTART: &str = include_str!("../../../scenarios/quickstart.toml");
 
 /// A scenario file could not be read or is not valid.
 #[derive(Debug, thiserror::Error)]
@@ -290,6 +290,25 @@ impl Cluster {
     }
 }
 
+/// A zoo model by name, or a model file by path (relative to `base`, the directory of the file
+/// that names it): `model` is read as a path if it is not a zoo name and contains a path
+/// separator or ends in `.toml`. The error names the file and what is wrong.
+pub fn load_model(model: &str, base: &Path) -> Result<Model, String> {
+    match zoo::by_name(model) {
+        Ok(found) => Ok(found),
+        Err(unknown @ ModelError::UnknownModel { .. }) => {
+            if !(model.contains(['/', '\\']) || model.ends_with(".toml")) {
+                return Err(unknown.to_string());
+            }
+            let path = base.join(model);
+            let text =
+                fs_err::read_to_string(&path).map_err(|error| format!("reading the model file: {error}"))?;
+            Model::from_toml_str(&text, &path.display().to_string()).map_err(|error| error.to_string())
+        }
+        Err(other) => Err(other.to_string()),
+    }
+}
+
 /// Parses scenario `text` into its wire form; `file` names it in messages.
 fn read_spec(text: &str, file: &Path) -> Result<ScenarioSpec, ScenarioError> {
     let deserializer = toml::Deserializer::parse(text)
@@ -384,20 +403,19 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
         )
     })?;
     let base = file.parent().unwrap_or(Path::new("."));
-    let model = crate::models::load(&workload.model, base)
-        .map_err(|error| invalid("workload.model", format!("{error:#}")))?;
+    let model = load_model(&workload.model, base).map_err(|error| invalid("workload.model", error))?;
     if workload.batch_per_device == 0 {
         return Err(invalid("workload.batch-per-device", "must be at least 1, got 0".into()));
     }
     let precision: Dtype = workload
         .precision
         .parse()
-        .map_err(|error: workloads::DeviceError| invalid("workload.precision", error.to_string()))?;
+        .map_err(|error: crate::DeviceError| invalid("workload.precision", error.to_string()))?;
     device.peak(precision).map_err(|error| invalid("workload.precision", error.to_string()))?;
     let gradient_precision: Dtype = workload
         .gradient_precision
         .parse()
-        .map_err(|error: workloads::DeviceError| invalid("workload.gradient-precision", error.to_string()))?;
+        .map_err(|error: crate::DeviceError| invalid("workload.gradient-precision", error.to_string()))?;
     let optimizer: Optimizer =
         workload.optimizer.parse().map_err(|error| invalid("workload.optimizer", error))?;
     let recompute: Recompute = match &workload.recompute {

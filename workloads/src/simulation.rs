@@ -1,14 +1,17 @@
-//! `parasim run`: scenario -> topology + data-parallel lowering -> engine -> summary.
+//! One simulation of a scenario: topology + lowering -> engine -> [`Summary`]. The function
+//! `parasim run`, `validate`, `sweep` and `plan` share, so each of them reports the same
+//! numbers for the same scenario.
 
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use serde::{Serialize, Serializer};
 use sim_core::stats::breakdown;
 use sim_core::units::{SimDuration, SimTime};
-use topology::{FabricSpec, IntraNode, Topology};
-use workloads::{DataParallel, MemoryBreakdown};
+use topology::{FabricSpec, IntraNode, Topology, TopologyError};
 
+use crate::data_parallel::{DataParallel, LoweringError};
+use crate::device::DeviceError;
+use crate::memory::{MemoryBreakdown, MemoryError};
 use crate::scenario::Scenario;
 
 /// Everything `parasim run` reports. A pure function of the scenario: no wall-clock numbers,
@@ -189,10 +192,36 @@ pub struct Outcome {
     pub timeline: sim_core::exec::Timeline,
 }
 
+/// A scenario could not be simulated.
+#[derive(Debug, thiserror::Error)]
+pub enum SimulationError {
+    /// The cluster's graph could not be built.
+    #[error("building the cluster topology: {0}")]
+    Topology(#[from] TopologyError),
+    /// The memory model refused the configuration, or it does not fit.
+    #[error("{context}: {source}")]
+    Memory {
+        /// The scenario and the configuration.
+        context: String,
+        /// Why.
+        #[source]
+        source: MemoryError,
+    },
+    /// The strategy could not be lowered to an execution graph.
+    #[error("lowering the iteration to an execution graph: {0}")]
+    Lowering(#[from] LoweringError),
+    /// The engine failed.
+    #[error("simulating: {0}")]
+    Exec(#[from] sim_core::exec::ExecError),
+    /// The device has no peak for the compute dtype.
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+}
+
 /// Simulates `scenario`.
-pub fn simulate(scenario: &Scenario) -> anyhow::Result<Outcome> {
+pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
     let started = Instant::now();
-    let topology = Topology::build(&scenario.cluster).context("building the cluster topology")?;
+    let topology = Topology::build(&scenario.cluster)?;
     let plan = DataParallel {
         model: &scenario.model,
         device: &scenario.device,
@@ -209,14 +238,17 @@ pub fn simulate(scenario: &Scenario) -> anyhow::Result<Outcome> {
         recompute: scenario.recompute,
     };
     // A configuration that does not fit is an error, not a simulation.
-    let memory = plan.memory().context("estimating the memory of one GPU")?;
-    memory.check(&scenario.device).with_context(|| {
+    let context = || {
         format!("{}: {} at batch {} per GPU", scenario.source, scenario.model.name, scenario.batch_per_device)
-    })?;
-    let lowered = plan.lower().context("lowering the data-parallel iteration to an execution graph")?;
+    };
+    let memory = plan.memory().map_err(|source| SimulationError::Memory { context: context(), source })?;
+    memory
+        .check(&scenario.device)
+        .map_err(|source| SimulationError::Memory { context: context(), source })?;
+    let lowered = plan.lower()?;
     let lowering_wall = started.elapsed();
     let started = Instant::now();
-    let timeline = scenario.network.run(&lowered.graph, &topology).context("simulating")?;
+    let timeline = scenario.network.run(&lowered.graph, &topology)?;
     let simulation_wall = started.elapsed();
 
     // Iteration k ends when the last rank finishes its optimizer step.
