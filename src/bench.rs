@@ -28,7 +28,9 @@ pub fn run(gpu_counts: &[u32], repeats: u32) -> anyhow::Result<String> {
         );
         let mut scenario = base.clone();
         scenario.cluster.nodes = gpus / 8;
-        scenario.data_parallel = gpus;
+        scenario.global_batch =
+            scenario.global_batch / u64::from(scenario.parallelism.data) * u64::from(gpus);
+        scenario.parallelism.data = gpus;
         let mut best: Option<Measurement> = None;
         for _ in 0..repeats.max(1) {
             let outcome = simulate(&scenario)?;

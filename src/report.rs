@@ -16,13 +16,23 @@ pub fn human(outcome: &Outcome) -> String {
         |d: SimDuration| 100.0 * d.as_secs_f64() / s.iteration_time.as_secs_f64().max(f64::MIN_POSITIVE);
     // Writing to a String cannot fail.
     let _ = writeln!(out, "scenario      {}", s.scenario);
+    let st = &s.strategy;
+    let data_parallel_only =
+        st.tensor == 1 && st.pipeline == 1 && st.context == 1 && st.expert == 1 && st.zero == 0;
+    let batch = if data_parallel_only && st.micro_batches == 1 {
+        format!("batch {} per GPU", m.batch_per_device)
+    } else {
+        format!(
+            "global batch {}, micro-batch {} ({} per replica)",
+            st.global_batch, st.micro_batch, st.micro_batches
+        )
+    };
     let _ = writeln!(
         out,
-        "model         {} ({} parameters, {}MAC per sample), batch {} per GPU, {} (gradients {}), {}",
+        "model         {} ({} parameters, {}MAC per sample), {batch}, {} (gradients {}), {}",
         m.name,
         crate::models::si(m.parameters as f64),
         crate::models::si_unit(m.macs_per_sample),
-        m.batch_per_device,
         m.precision,
         m.gradient_precision,
         m.optimizer
@@ -33,14 +43,48 @@ pub fn human(outcome: &Outcome) -> String {
         c.gpus, c.device, c.nodes, c.gpus_per_node
     );
     let _ = writeln!(out, "              intra-node {}; network {}", c.intra_node, c.network);
-    let _ = writeln!(
-        out,
-        "strategy      data parallel x{}: {} gradient buckets, {} per iteration, {} allreduce",
-        s.strategy.data_parallel,
-        s.strategy.gradient_buckets,
-        Bytes(s.strategy.gradient_bytes),
-        s.strategy.allreduce
-    );
+    if data_parallel_only {
+        let _ = writeln!(
+            out,
+            "strategy      data parallel x{}: {} gradient buckets, {} per iteration, {} allreduce",
+            st.data_parallel,
+            st.gradient_buckets,
+            Bytes(st.gradient_bytes),
+            st.allreduce
+        );
+    } else {
+        let mut degrees = vec![format!("data {}", st.data_parallel)];
+        if st.tensor > 1 {
+            degrees.push(format!(
+                "tensor {}{}",
+                st.tensor,
+                if st.sequence_parallel { " (sequence parallel)" } else { "" }
+            ));
+        }
+        if st.pipeline > 1 {
+            let virtual_stages = if st.virtual_stages > 1 {
+                format!(", {} chunks per stage", st.virtual_stages)
+            } else {
+                String::new()
+            };
+            degrees.push(format!("pipeline {} ({}{virtual_stages})", st.pipeline, st.schedule));
+        }
+        if st.context > 1 {
+            degrees.push(format!("context {}", st.context));
+        }
+        if st.expert > 1 {
+            degrees.push(format!("expert {}", st.expert));
+        }
+        let zero = if st.zero > 0 { format!(", ZeRO-{}", st.zero) } else { String::new() };
+        let _ = writeln!(out, "strategy      {}{zero}; ranks ordered {}", degrees.join(" x "), st.order);
+        let _ = writeln!(
+            out,
+            "              {} gradient buckets, {} per stage-0 GPU, {} data-parallel collectives",
+            st.gradient_buckets,
+            workloads::memory::gigabytes(Bytes(st.gradient_bytes)),
+            st.allreduce
+        );
+    }
     let _ = writeln!(out, "network model {}", s.fidelity);
     let _ = writeln!(out);
     let _ = writeln!(
@@ -64,6 +108,14 @@ pub fn human(outcome: &Outcome) -> String {
         s.peak_tflops_per_device,
         m.precision
     );
+    if !data_parallel_only {
+        let _ = writeln!(
+            out,
+            "              model FLOPs utilization {:.1}% (6 x MACs x samples), hardware {:.1}% (recomputation included)",
+            100.0 * s.model_flops_utilization,
+            100.0 * s.hardware_flops_utilization
+        );
+    }
     let _ = writeln!(out, "compute model {}", m.compute_model);
     let _ = writeln!(out);
     let b = &s.breakdown;
@@ -75,7 +127,28 @@ pub fn human(outcome: &Outcome) -> String {
         b.exposed_communication,
         share(b.exposed_communication)
     );
-    let _ = writeln!(out, "  idle                  {:>12.3}  {:5.1}%", b.idle, share(b.idle));
+    if !data_parallel_only {
+        let groups = &b.exposed_by_group;
+        for (name, seconds) in [
+            ("tensor", groups.tensor),
+            ("pipeline", groups.pipeline),
+            ("data", groups.data),
+            ("context", groups.context),
+            ("expert", groups.expert),
+        ] {
+            if seconds > 0.0 {
+                let d = SimDuration::from_secs_f64(seconds).unwrap_or(SimDuration::ZERO);
+                let _ = writeln!(out, "    {name:<20}{:>12.3}  {:5.1}%", d, share(d));
+            }
+        }
+    }
+    if st.pipeline > 1 {
+        let _ = writeln!(out, "  pipeline bubble       {:>12.3}  {:5.1}%", b.bubble, share(b.bubble));
+        let rest = b.idle.saturating_sub(b.bubble);
+        let _ = writeln!(out, "  other idle            {:>12.3}  {:5.1}%", rest, share(rest));
+    } else {
+        let _ = writeln!(out, "  idle                  {:>12.3}  {:5.1}%", b.idle, share(b.idle));
+    }
     let hidden = b.communication.saturating_sub(b.exposed_communication);
     let hidden_share = if b.communication > SimDuration::ZERO {
         100.0 * hidden.as_secs_f64() / b.communication.as_secs_f64()
@@ -108,6 +181,25 @@ pub fn human(outcome: &Outcome) -> String {
         ("communication buffers", memory.communication),
     ] {
         let _ = writeln!(out, "  {name:<22} {:>12}", gb(bytes));
+    }
+    if s.stages.len() > 1 {
+        let _ = writeln!(
+            out,
+            "  per stage: {:>5} {:>8} {:>10} {:>9} {:>10} {:>9}",
+            "stage", "blocks", "params", "in flight", "activations", "total"
+        );
+        for stage in &s.stages {
+            let _ = writeln!(
+                out,
+                "             {:>5} {:>8} {:>10} {:>9.1} {:>11} {:>9}",
+                stage.stage,
+                stage.blocks,
+                crate::models::si(stage.parameters as f64),
+                stage.peak_micro_batches_in_flight,
+                gb(stage.memory.activations),
+                gb(stage.memory.total)
+            );
+        }
     }
     let _ = writeln!(out);
     let _ = writeln!(out, "{}", engine_line(outcome));

@@ -57,6 +57,102 @@ pub fn breakdown(graph: &ExecGraph, timeline: &Timeline, from: SimTime, to: SimT
         .collect()
 }
 
+/// Exposed communication of every rank over `[from, to)` split by class: `class` maps a
+/// communication op's stream to one of `classes` classes (`None`: not counted). Time when no
+/// compute op runs and communication of several classes does is shared equally among them,
+/// so the classes add up to [`RankBreakdown::exposed_communication`] when every stream has a
+/// class. Returns, per rank, the exposed time of each class.
+pub fn exposed_by_class(
+    graph: &ExecGraph,
+    timeline: &Timeline,
+    from: SimTime,
+    to: SimTime,
+    class: &dyn Fn(crate::graph::StreamId) -> Option<usize>,
+    classes: usize,
+) -> Vec<Vec<SimDuration>> {
+    let ranks = graph.ranks() as usize;
+    // Per rank: (time, +1/-1, class or usize::MAX for compute).
+    let mut edges: Vec<Vec<(SimTime, i8, usize)>> = vec![Vec::new(); ranks];
+    for (index, op) in graph.ops().iter().enumerate() {
+        let start = timeline.start[index].max(from);
+        let end = timeline.end[index].min(to);
+        if start >= end {
+            continue;
+        }
+        let tag = if op.kind.is_communication() {
+            match class(op.stream) {
+                Some(c) if c < classes => c,
+                _ => continue,
+            }
+        } else {
+            usize::MAX
+        };
+        let list = &mut edges[op.rank.0 as usize];
+        list.push((start, 1, tag));
+        list.push((end, -1, tag));
+    }
+    edges
+        .iter_mut()
+        .map(|list| {
+            list.sort_unstable();
+            let mut totals = vec![0u128; classes];
+            let mut active = vec![0i64; classes];
+            let mut computing = 0i64;
+            let mut last = from;
+            for &(time, delta, tag) in list.iter() {
+                if time > last && computing == 0 {
+                    let busy: Vec<usize> = (0..classes).filter(|&c| active[c] > 0).collect();
+                    if !busy.is_empty() {
+                        let share = u128::from(time.saturating_since(last).as_ps()) / busy.len() as u128;
+                        for c in busy {
+                            totals[c] += share;
+                        }
+                    }
+                }
+                last = last.max(time);
+                if tag == usize::MAX {
+                    computing += i64::from(delta);
+                } else {
+                    active[tag] += i64::from(delta);
+                }
+            }
+            totals.into_iter().map(|ps| SimDuration::from_ps(ps as u64)).collect()
+        })
+        .collect()
+}
+
+/// Idle time of every rank from `from` until its own `until[rank]`: no op of the rank running,
+/// ops for which `ignore` is true not counted as running (a collective a rank only waits in).
+pub fn idle_until(
+    graph: &ExecGraph,
+    timeline: &Timeline,
+    from: SimTime,
+    until: &[SimTime],
+    ignore: &dyn Fn(&crate::graph::Op) -> bool,
+) -> Vec<SimDuration> {
+    let ranks = graph.ranks() as usize;
+    let mut busy: Vec<Vec<(SimTime, SimTime)>> = vec![Vec::new(); ranks];
+    for (index, op) in graph.ops().iter().enumerate() {
+        if ignore(op) {
+            continue;
+        }
+        let rank = op.rank.0 as usize;
+        let end_of_window = until.get(rank).copied().unwrap_or(from);
+        let start = timeline.start[index].max(from);
+        let end = timeline.end[index].min(end_of_window);
+        if start < end {
+            busy[rank].push((start, end));
+        }
+    }
+    busy.iter_mut()
+        .enumerate()
+        .map(|(rank, intervals)| {
+            let window = until.get(rank).copied().unwrap_or(from).saturating_since(from);
+            window.saturating_sub(union_length(intervals))
+        })
+        .collect()
+}
+
 /// Total length covered by `intervals` (sorted in place), overlaps counted once.
 fn union_length(intervals: &mut [(SimTime, SimTime)]) -> SimDuration {
     intervals.sort_unstable();
@@ -84,6 +180,29 @@ mod tests {
 
     fn t(us: u64) -> SimTime {
         SimTime::from_ps(us * 1_000_000)
+    }
+
+    #[test]
+    fn exposed_time_is_split_by_class_and_idle_is_measured_per_rank() {
+        use crate::graph::{GraphBuilder, RankId, StreamId};
+        // Rank 0: compute 0-10, a transfer on stream 1 ending at 30 (exposed 10-30 on class 0).
+        let mut builder = GraphBuilder::new(2);
+        let compute = builder.compute(RankId(0), StreamId(0), SimDuration::from_us(10), "c", &[]);
+        builder.transfer(RankId(0), StreamId(1), RankId(1), units::Bytes(1), "t", &[compute]);
+        let graph = builder.build().unwrap();
+        let timeline = Timeline {
+            start: vec![t(0), t(0)],
+            end: vec![t(10), t(30)],
+            collective_begin: Vec::new(),
+            events: 0,
+        };
+        let exposed = exposed_by_class(&graph, &timeline, t(0), t(40), &|s| (s.0 == 1).then_some(0), 1);
+        assert_eq!(exposed[0], vec![SimDuration::from_us(20)]);
+        // Rank 0 busy 0-30: idle until 40 is 10; rank 1 has nothing: idle 0-5 is 5.
+        assert_eq!(
+            idle_until(&graph, &timeline, t(0), &[t(40), t(5)], &|_| false),
+            vec![SimDuration::from_us(10), SimDuration::from_us(5)]
+        );
     }
 
     #[test]

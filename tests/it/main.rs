@@ -8,6 +8,7 @@ mod collective;
 mod memory;
 mod models;
 mod network;
+mod strategies;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

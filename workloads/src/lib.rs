@@ -40,7 +40,6 @@
 pub mod aten;
 pub mod calibrate;
 pub mod compute;
-pub mod data_parallel;
 pub mod device;
 pub mod layer;
 pub mod memory;
@@ -49,10 +48,10 @@ mod model_file;
 pub mod optimizer;
 pub mod scenario;
 pub mod simulation;
+pub mod strategy;
 pub mod zoo;
 
 pub use compute::{ComputeError, ComputeModel, KernelWork};
-pub use data_parallel::{DataParallel, Lowered, LoweringError};
 pub use device::{Device, DeviceCatalog, DeviceError, Dtype};
 pub use layer::{
     Activation, AttentionKernel, Layer, LayerCost, LayerError, LayerKind, OpClass, Padding, Pass, Shape,

@@ -352,6 +352,11 @@ fn blocks(model: &Model) -> Vec<Option<&str>> {
         .collect()
 }
 
+/// [`blocks`] for the strategy layer: the numbered block of every layer, if any.
+pub(crate) fn block_names(model: &Model) -> Vec<Option<&str>> {
+    blocks(model)
+}
+
 /// A view: the output is the input's storage.
 fn is_view(kind: &LayerKind) -> bool {
     matches!(kind, LayerKind::Flatten | LayerKind::Reshape { .. } | LayerKind::Slice { .. })
@@ -628,9 +633,6 @@ impl MemoryPlan<'_> {
         let sharding = self.sharding;
         let tensor = u64::from(sharding.tensor);
         let pipeline = u64::from(sharding.pipeline);
-        let data = u64::from(sharding.data);
-        let zero =
-            |stage: u8, bytes: u64| if sharding.zero_stage >= stage { bytes.div_ceil(data) } else { bytes };
         let activations = self.activations();
         let (before, inside, after) = self.parameters_by_part();
         // First and last pipeline stage (the same stage without pipelining).
@@ -650,12 +652,6 @@ impl MemoryPlan<'_> {
                 ),
             ]
         };
-        let master = if self.weight_width() < 4 { self.state_width() } else { 0 };
-        let states = match self.optimizer {
-            Optimizer::Sgd => 0,
-            Optimizer::SgdMomentum => 1,
-            Optimizer::Adam => 2,
-        } * self.state_width();
         let largest_gradient_pair = self
             .model
             .layers
@@ -666,30 +662,58 @@ impl MemoryPlan<'_> {
         let largest_layer = self.model.layers.iter().map(|layer| layer.cost.params).max().unwrap_or(0);
         let mut worst = MemoryBreakdown::default();
         for (parameters, activation_bytes) in stages {
-            let parameters = parameters.div_ceil(tensor);
-            let gathered = if sharding.zero_stage >= 3 {
-                largest_layer.div_ceil(tensor) * (self.weight_width() + self.gradient_precision.bytes())
-            } else {
-                0
-            };
-            let breakdown = MemoryBreakdown {
-                weights: Bytes(zero(3, parameters.saturating_mul(self.weight_width()))),
-                gradients: Bytes(zero(2, parameters.saturating_mul(self.gradient_precision.bytes()))),
-                optimizer: Bytes(zero(1, parameters.saturating_mul(master + states))),
-                activations: Bytes(activation_bytes),
-                temporary: Bytes(
-                    self.micro_batch
-                        .saturating_mul(largest_gradient_pair)
-                        .saturating_mul(self.precision.bytes())
-                        .saturating_add(gathered),
-                ),
-                communication: self.communication_buffers,
-            };
+            let breakdown = self.device_breakdown(
+                parameters.div_ceil(tensor),
+                activation_bytes,
+                largest_gradient_pair,
+                largest_layer.div_ceil(tensor),
+            );
             if breakdown.total() > worst.total() {
                 worst = breakdown;
             }
         }
         Ok(worst)
+    }
+
+    /// What one device holds with `parameters` of its own (already split over tensor ranks and
+    /// pipeline stages), `activation_bytes` of activations, the largest input-plus-output
+    /// gradient pair of its layers (elements per sample) and its largest layer's parameters:
+    /// the ZeRO stage of [`MemoryPlan::sharding`] shards the model state over its data ranks.
+    pub fn device_breakdown(
+        &self,
+        parameters: u64,
+        activation_bytes: u64,
+        largest_gradient_pair: u64,
+        largest_layer: u64,
+    ) -> MemoryBreakdown {
+        let sharding = self.sharding;
+        let data = u64::from(sharding.data.max(1));
+        let zero =
+            |stage: u8, bytes: u64| if sharding.zero_stage >= stage { bytes.div_ceil(data) } else { bytes };
+        let master = if self.weight_width() < 4 { self.state_width() } else { 0 };
+        let states = match self.optimizer {
+            Optimizer::Sgd => 0,
+            Optimizer::SgdMomentum => 1,
+            Optimizer::Adam => 2,
+        } * self.state_width();
+        let gathered = if sharding.zero_stage >= 3 {
+            largest_layer * (self.weight_width() + self.gradient_precision.bytes())
+        } else {
+            0
+        };
+        MemoryBreakdown {
+            weights: Bytes(zero(3, parameters.saturating_mul(self.weight_width()))),
+            gradients: Bytes(zero(2, parameters.saturating_mul(self.gradient_precision.bytes()))),
+            optimizer: Bytes(zero(1, parameters.saturating_mul(master + states))),
+            activations: Bytes(activation_bytes),
+            temporary: Bytes(
+                self.micro_batch
+                    .saturating_mul(largest_gradient_pair)
+                    .saturating_mul(self.precision.bytes())
+                    .saturating_add(gathered),
+            ),
+            communication: self.communication_buffers,
+        }
     }
 }
 

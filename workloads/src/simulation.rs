@@ -5,14 +5,15 @@
 use std::time::{Duration, Instant};
 
 use serde::{Serialize, Serializer};
-use sim_core::stats::breakdown;
+use sim_core::stats::{breakdown, exposed_by_class, idle_until};
 use sim_core::units::{SimDuration, SimTime};
 use topology::{FabricSpec, IntraNode, Topology, TopologyError};
 
-use crate::data_parallel::{DataParallel, LoweringError};
 use crate::device::DeviceError;
 use crate::memory::{MemoryBreakdown, MemoryError};
 use crate::scenario::Scenario;
+use crate::strategy::{Axis, GroupKind, Parallelism, StrategyError, group_of_stream, is_flush};
+use sim_core::graph::RankId;
 
 /// Everything `parasim run` reports. A pure function of the scenario: no wall-clock numbers,
 /// so two runs print byte-identical JSON.
@@ -48,8 +49,16 @@ pub struct Summary {
     pub mfu: f64,
     /// Where one iteration's time goes, mean over GPUs.
     pub breakdown: Breakdown,
-    /// What one GPU holds at the peak of an iteration.
+    /// What one GPU of the most loaded stage holds at the peak of an iteration.
     pub memory: MemorySummary,
+    /// Model FLOPs of one iteration (Megatron-LM: 6 x multiply-accumulates x samples).
+    pub model_flops_per_iteration: f64,
+    /// Model FLOPs utilization: model FLOPs per second per GPU over the peak.
+    pub model_flops_utilization: f64,
+    /// Hardware FLOPs utilization: FLOPs the GPUs execute (recomputation included) over the peak.
+    pub hardware_flops_utilization: f64,
+    /// Every pipeline stage's layers and memory.
+    pub stages: Vec<StageMemory>,
     /// Engine counters.
     pub engine: EngineCounters,
 }
@@ -103,6 +112,62 @@ pub struct StrategySummary {
     pub gradient_bytes: u64,
     /// Allreduce algorithm.
     pub allreduce: &'static str,
+    /// Tensor-parallel degree.
+    pub tensor: u32,
+    /// Megatron sequence parallelism.
+    pub sequence_parallel: bool,
+    /// Pipeline stages.
+    pub pipeline: u32,
+    /// Model chunks per pipeline rank.
+    pub virtual_stages: u32,
+    /// Pipeline schedule (`gpipe`, `1f1b`, `interleaved-1f1b`).
+    pub schedule: &'static str,
+    /// Context-parallel degree.
+    pub context: u32,
+    /// Expert-parallel degree.
+    pub expert: u32,
+    /// ZeRO stage.
+    pub zero: u8,
+    /// Rank order, fastest dimension first.
+    pub order: String,
+    /// Samples per iteration.
+    pub global_batch: u64,
+    /// Samples per micro-batch.
+    pub micro_batch: u64,
+    /// Micro-batches per replica per iteration.
+    pub micro_batches: u32,
+}
+
+/// Exposed communication (no compute running) by communicator kind, in seconds.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExposedByGroup {
+    /// Tensor (and sequence) parallel collectives.
+    pub tensor: f64,
+    /// Pipeline sends.
+    pub pipeline: f64,
+    /// Data-parallel gradient and parameter synchronisation.
+    pub data: f64,
+    /// Context-parallel ring.
+    pub context: f64,
+    /// Expert-parallel all-to-all.
+    pub expert: f64,
+}
+
+/// One pipeline stage's layers and memory.
+#[derive(Debug, Clone, Serialize)]
+pub struct StageMemory {
+    /// Stage index.
+    pub stage: u32,
+    /// First and last layer of each of its model chunks.
+    pub layers: Vec<String>,
+    /// Numbered blocks it holds.
+    pub blocks: usize,
+    /// Parameters one of its GPUs holds (after tensor and expert splitting, before ZeRO).
+    pub parameters: u64,
+    /// Micro-batches of activations held at the peak.
+    pub peak_micro_batches_in_flight: f64,
+    /// What one of its GPUs holds at its peak.
+    pub memory: MemorySummary,
 }
 
 /// One iteration's time split three ways, mean over GPUs.
@@ -120,6 +185,13 @@ pub struct Breakdown {
     /// All communication, hidden or not.
     #[serde(rename = "communication_s", serialize_with = "seconds")]
     pub communication: SimDuration,
+    /// Exposed communication by communicator kind.
+    #[serde(rename = "exposed_by_group_s")]
+    pub exposed_by_group: ExposedByGroup,
+    /// Pipeline bubble: idle time until the last backward kernel of the rank's pipeline
+    /// (the rest of `idle` is waiting for gradient synchronisation and the optimizer after it).
+    #[serde(rename = "bubble_s", serialize_with = "seconds")]
+    pub bubble: SimDuration,
 }
 
 /// Memory of one GPU, in bytes, against its capacity.
@@ -170,6 +242,23 @@ pub struct EngineCounters {
     pub events: u64,
 }
 
+fn seconds_of(duration: SimDuration) -> f64 {
+    duration.as_secs_f64()
+}
+
+/// `"data 8 x tensor 8 x pipeline 16"`: the degrees other than 1.
+pub fn describe_parallelism(p: &Parallelism) -> String {
+    let mut parts = vec![format!("data {}", p.data)];
+    for (name, value) in
+        [("tensor", p.tensor), ("pipeline", p.pipeline), ("context", p.context), ("expert", p.expert)]
+    {
+        if value > 1 {
+            parts.push(format!("{name} {value}"));
+        }
+    }
+    parts.join(" x ")
+}
+
 fn seconds<S: Serializer>(duration: &SimDuration, serializer: S) -> Result<S::Ok, S::Error> {
     serializer.serialize_f64(duration.as_secs_f64())
 }
@@ -208,8 +297,8 @@ pub enum SimulationError {
         source: MemoryError,
     },
     /// The strategy could not be lowered to an execution graph.
-    #[error("lowering the iteration to an execution graph: {0}")]
-    Lowering(#[from] LoweringError),
+    #[error(transparent)]
+    Strategy(#[from] StrategyError),
     /// The engine failed.
     #[error("simulating: {0}")]
     Exec(#[from] sim_core::exec::ExecError),
@@ -222,30 +311,27 @@ pub enum SimulationError {
 pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
     let started = Instant::now();
     let topology = Topology::build(&scenario.cluster)?;
-    let plan = DataParallel {
-        model: &scenario.model,
-        device: &scenario.device,
-        compute: &scenario.compute,
-        precision: scenario.precision,
-        gradient_precision: scenario.gradient_precision,
-        batch_per_device: scenario.batch_per_device,
-        ranks: scenario.data_parallel,
-        bucket_cap: scenario.bucket_size,
-        first_bucket_cap: scenario.first_bucket_size,
-        optimizer: scenario.optimizer,
-        algorithm: scenario.allreduce,
-        iterations: scenario.iterations,
-        recompute: scenario.recompute,
-    };
-    // A configuration that does not fit is an error, not a simulation.
+    let strategy = scenario.strategy();
     let context = || {
-        format!("{}: {} at batch {} per GPU", scenario.source, scenario.model.name, scenario.batch_per_device)
+        format!(
+            "{}: {} at micro-batch {} ({})",
+            scenario.source,
+            scenario.model.name,
+            scenario.micro_batch,
+            describe_parallelism(&scenario.parallelism)
+        )
     };
-    let memory = plan.memory().map_err(|source| SimulationError::Memory { context: context(), source })?;
+    let lowered = strategy.lower()?;
+    // A configuration that does not fit is an error, not a simulation: the most loaded stage.
+    let memory = lowered
+        .stages
+        .iter()
+        .map(|stage| stage.memory)
+        .max_by_key(|memory| memory.total())
+        .unwrap_or_default();
     memory
         .check(&scenario.device)
         .map_err(|source| SimulationError::Memory { context: context(), source })?;
-    let lowered = plan.lower()?;
     let lowering_wall = started.elapsed();
     let started = Instant::now();
     let timeline = scenario.network.run(&lowered.graph, &topology)?;
@@ -265,13 +351,65 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
     let seconds = iteration_time.as_secs_f64();
 
     let per_rank = breakdown(&lowered.graph, &timeline, SimTime::ZERO, previous_end);
+    let by_group = exposed_by_class(
+        &lowered.graph,
+        &timeline,
+        SimTime::ZERO,
+        previous_end,
+        &|stream| group_of_stream(stream).and_then(|kind| GroupKind::ALL.iter().position(|k| *k == kind)),
+        GroupKind::ALL.len(),
+    );
+    // The pipeline bubble: idle time until the last backward of the rank's pipeline, counting
+    // the wait in the pipeline flush as idle (the breakdown counted it as exposed pipeline
+    // communication: move it).
+    let mut bubble_ps = 0u128;
+    let mut flush_wait_ps = 0u128;
+    if scenario.parallelism.pipeline > 1 {
+        let layout = scenario.parallelism.layout();
+        let mut start = SimTime::ZERO;
+        for (iteration_ends, pipeline_ends) in lowered.iteration_ends.iter().zip(&lowered.pipeline_ends) {
+            let ends: Vec<SimTime> = pipeline_ends.iter().map(|op| timeline.end[op.0 as usize]).collect();
+            let until: Vec<SimTime> = (0..layout.ranks())
+                .map(|rank| {
+                    layout
+                        .group(Axis::Pipeline, RankId(rank))
+                        .iter()
+                        .map(|member| ends[member.0 as usize])
+                        .max()
+                        .unwrap_or(SimTime::ZERO)
+                })
+                .collect();
+            let sum =
+                |durations: Vec<SimDuration>| durations.iter().map(|d| u128::from(d.as_ps())).sum::<u128>();
+            let with_flush = sum(idle_until(&lowered.graph, &timeline, start, &until, &is_flush));
+            let without = sum(idle_until(&lowered.graph, &timeline, start, &until, &|_| false));
+            bubble_ps += with_flush;
+            flush_wait_ps += with_flush.saturating_sub(without);
+            start = iteration_ends.iter().map(|op| timeline.end[op.0 as usize]).max().unwrap_or(start);
+        }
+    }
     let ranks = per_rank.len().max(1) as u64;
     let mean = |field: fn(&sim_core::stats::RankBreakdown) -> SimDuration| {
         let sum: u128 = per_rank.iter().map(|r| u128::from(field(r).as_ps())).sum();
         SimDuration::from_ps((sum / u128::from(ranks * iterations)) as u64)
     };
     let gpus = scenario.cluster.nodes * scenario.cluster.gpus_per_node;
-    let samples = scenario.batch_per_device as f64 * f64::from(scenario.data_parallel);
+    let samples = scenario.global_batch as f64;
+    let exposed_of = |kind: GroupKind| {
+        let index = GroupKind::ALL.iter().position(|k| *k == kind).unwrap_or(0);
+        let mut sum: u128 = by_group.iter().map(|r| u128::from(r[index].as_ps())).sum();
+        if kind == GroupKind::Pipeline {
+            sum = sum.saturating_sub(flush_wait_ps);
+        }
+        seconds_of(SimDuration::from_ps((sum / u128::from(ranks * iterations)) as u64))
+    };
+    let flush_wait = SimDuration::from_ps((flush_wait_ps / u128::from(ranks * iterations)) as u64);
+    let bubble = SimDuration::from_ps((bubble_ps / u128::from(ranks * iterations)) as u64);
+    // Megatron-LM's model FLOPs: 2 per multiply-accumulate of the matrix products, three
+    // passes (forward, backward-data, backward-weight), every sample of the iteration.
+    let model_flops = 6.0 * scenario.model.macs_per_sample() * scenario.global_batch as f64;
+    let hardware_flops = lowered.flops_per_rank_iteration + lowered.recompute_flops_per_rank_iteration;
+    let p = &scenario.parallelism;
     let peak = scenario.device.peak(scenario.precision)?.per_second();
     let achieved = lowered.flops_per_rank_iteration / seconds;
     let intra = match scenario.cluster.intra_node {
@@ -291,7 +429,7 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
             name: scenario.model.name.clone(),
             parameters: scenario.model.parameters(),
             macs_per_sample: scenario.model.macs_per_sample(),
-            batch_per_device: scenario.batch_per_device,
+            batch_per_device: scenario.global_batch / u64::from(scenario.parallelism.data),
             precision: scenario.precision.to_string(),
             gradient_precision: scenario.gradient_precision.to_string(),
             compute_model: scenario.compute_source.clone(),
@@ -306,10 +444,26 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
             network,
         },
         strategy: StrategySummary {
-            data_parallel: scenario.data_parallel,
+            data_parallel: p.data,
             gradient_buckets: lowered.buckets.len(),
-            gradient_bytes: lowered.buckets.iter().map(|b| b.bytes.0).sum(),
-            allreduce: scenario.allreduce.name(),
+            gradient_bytes: lowered.gradient_bytes,
+            allreduce: p.data_algorithm.name(),
+            tensor: p.tensor,
+            sequence_parallel: p.sequence_parallel,
+            pipeline: p.pipeline,
+            virtual_stages: p.virtual_stages,
+            schedule: if p.pipeline > 1 && p.virtual_stages > 1 {
+                "interleaved-1f1b"
+            } else {
+                p.schedule.name()
+            },
+            context: p.context,
+            expert: p.expert,
+            zero: p.zero,
+            order: p.order.to_string(),
+            global_batch: scenario.global_batch,
+            micro_batch: scenario.micro_batch,
+            micro_batches: lowered.micro_batches,
         },
         fidelity: scenario.network.fidelity.name(),
         iterations: scenario.iterations,
@@ -322,10 +476,41 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
         mfu: achieved / peak,
         breakdown: Breakdown {
             compute: mean(|r| r.compute),
-            exposed_communication: mean(|r| r.exposed_communication),
-            idle: mean(|r| r.idle),
+            exposed_communication: mean(|r| r.exposed_communication).saturating_sub(flush_wait),
+            idle: mean(|r| r.idle).saturating_add(flush_wait),
             communication: mean(|r| r.communication),
+            exposed_by_group: ExposedByGroup {
+                tensor: exposed_of(GroupKind::Tensor),
+                pipeline: exposed_of(GroupKind::Pipeline),
+                data: exposed_of(GroupKind::Data),
+                context: exposed_of(GroupKind::Context),
+                expert: exposed_of(GroupKind::Expert),
+            },
+            bubble,
         },
+        model_flops_per_iteration: model_flops,
+        model_flops_utilization: model_flops / seconds / f64::from(gpus) / peak,
+        hardware_flops_utilization: hardware_flops / seconds / peak,
+        stages: lowered
+            .stages
+            .iter()
+            .map(|stage| StageMemory {
+                stage: stage.stage,
+                layers: stage
+                    .layers
+                    .iter()
+                    .map(|r| {
+                        let first = &scenario.model.layers[r.start].name;
+                        let last = &scenario.model.layers[r.end - 1].name;
+                        format!("{first} .. {last}")
+                    })
+                    .collect(),
+                blocks: stage.blocks,
+                parameters: stage.parameters,
+                peak_micro_batches_in_flight: stage.peak_micro_batches_in_flight,
+                memory: MemorySummary::new(&stage.memory, scenario),
+            })
+            .collect(),
         memory: MemorySummary::new(&memory, scenario),
         engine: EngineCounters { ops: lowered.graph.op_count(), events: timeline.events },
     };

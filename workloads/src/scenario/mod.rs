@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::calibrate::Profile;
+use crate::strategy::{Parallelism, PipelineSchedule, RankOrder};
 use crate::{ComputeModel, Device, DeviceCatalog, Dtype, Model, ModelError, Optimizer, Recompute, zoo};
 use serde::Deserialize;
 use sim_core::fidelity::{Fidelity, NetworkSettings};
@@ -141,8 +142,10 @@ const DEFAULT_LATENCY: SimDuration = SimDuration::from_us(1);
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct WorkloadSection {
     model: String,
-    #[serde(default = "default_batch")]
-    batch_per_device: u64,
+    batch_per_device: Option<u64>,
+    global_batch: Option<u64>,
+    micro_batch: Option<u64>,
+    sequence_length: Option<u64>,
     #[serde(default = "fp16")]
     precision: String,
     #[serde(default = "fp32")]
@@ -153,9 +156,6 @@ struct WorkloadSection {
     recompute: Option<String>,
 }
 
-fn default_batch() -> u64 {
-    32
-}
 fn fp16() -> String {
     "fp16".into()
 }
@@ -170,6 +170,15 @@ fn sgd_momentum() -> String {
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 struct ParallelismSection {
     data: Option<u32>,
+    tensor: u32,
+    sequence_parallel: bool,
+    pipeline: u32,
+    virtual_stages: u32,
+    schedule: String,
+    context: u32,
+    expert: u32,
+    zero: u8,
+    order: String,
     bucket_size: Bytes,
     first_bucket_size: Bytes,
     allreduce: String,
@@ -179,6 +188,15 @@ impl Default for ParallelismSection {
     fn default() -> Self {
         ParallelismSection {
             data: None,
+            tensor: 1,
+            sequence_parallel: false,
+            pipeline: 1,
+            virtual_stages: 1,
+            schedule: "1f1b".into(),
+            context: 1,
+            expert: 1,
+            zero: 0,
+            order: "tp-cp-dp-pp".into(),
             bucket_size: Bytes(25 << 20),
             first_bucket_size: Bytes(1 << 20),
             allreduce: "auto".into(),
@@ -222,8 +240,10 @@ pub struct Scenario {
     pub device: Device,
     /// The trained model.
     pub model: Model,
-    /// Samples per GPU per iteration.
-    pub batch_per_device: u64,
+    /// Samples per iteration over all data-parallel replicas.
+    pub global_batch: u64,
+    /// Samples per micro-batch.
+    pub micro_batch: u64,
     /// Compute dtype.
     pub precision: Dtype,
     /// Dtype of the all-reduced gradients.
@@ -232,14 +252,8 @@ pub struct Scenario {
     pub optimizer: Optimizer,
     /// Activations recomputed in the backward pass.
     pub recompute: Recompute,
-    /// Data-parallel ranks.
-    pub data_parallel: u32,
-    /// DDP bucket cap.
-    pub bucket_size: Bytes,
-    /// DDP first-bucket cap.
-    pub first_bucket_size: Bytes,
-    /// Allreduce algorithm.
-    pub allreduce: CollectiveAlgorithm,
+    /// How the model is split over the GPUs.
+    pub parallelism: Parallelism,
     /// Network model and collective settings.
     pub network: NetworkSettings,
     /// Iterations to simulate.
@@ -251,6 +265,23 @@ pub struct Scenario {
 }
 
 impl Scenario {
+    /// The strategy of this scenario, ready to lower.
+    pub fn strategy(&self) -> crate::strategy::Strategy<'_> {
+        crate::strategy::Strategy {
+            model: &self.model,
+            device: &self.device,
+            compute: &self.compute,
+            precision: self.precision,
+            gradient_precision: self.gradient_precision,
+            optimizer: self.optimizer,
+            recompute: self.recompute,
+            global_batch: self.global_batch,
+            micro_batch: self.micro_batch,
+            parallelism: self.parallelism,
+            iterations: self.iterations,
+        }
+    }
+
     /// Reads and validates the scenario file at `path`.
     pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
         let text = fs_err::read_to_string(path)
@@ -307,6 +338,37 @@ pub fn load_model(model: &str, base: &Path) -> Result<Model, String> {
         }
         Err(other) => Err(other.to_string()),
     }
+}
+
+/// [`load_model`] with the sequence length of a parametric model family set to `tokens`
+/// (`workload.sequence-length`).
+pub fn load_model_with_sequence(model: &str, base: &Path, tokens: u64) -> Result<Model, String> {
+    let (text, origin) = match zoo::source(&model.trim().to_ascii_lowercase()) {
+        Some(text) => (text.to_string(), format!("data/models/{}.toml", model.trim().to_ascii_lowercase())),
+        None => {
+            let path = base.join(model);
+            if !(model.contains(['/', '\\']) || model.ends_with(".toml")) {
+                return Err(load_model(model, base).err().unwrap_or_default());
+            }
+            (
+                fs_err::read_to_string(&path).map_err(|error| format!("reading the model file: {error}"))?,
+                path.display().to_string(),
+            )
+        }
+    };
+    let mut table: toml::Table = text.parse().map_err(|error| format!("{origin}: {error}"))?;
+    let family = table
+        .iter_mut()
+        .filter(|(key, _)| key.as_str() != "model")
+        .find_map(|(_, value)| value.as_table_mut().filter(|t| t.contains_key("sequence")));
+    let Some(family) = family else {
+        return Err(format!(
+            "is {tokens}, but model {model} has no `sequence` to override (only parametric sequence models such as gpt, bert, llama and mixtral have one; a layer-by-layer model fixes its shapes)"
+        ));
+    };
+    let tokens = i64::try_from(tokens).map_err(|_| format!("{tokens} tokens is too many"))?;
+    family.insert("sequence".into(), toml::Value::Integer(tokens));
+    Model::from_toml_str(&table.to_string(), &origin).map_err(|error| error.to_string())
 }
 
 /// Parses scenario `text` into its wire form; `file` names it in messages.
@@ -403,10 +465,16 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
         )
     })?;
     let base = file.parent().unwrap_or(Path::new("."));
-    let model = load_model(&workload.model, base).map_err(|error| invalid("workload.model", error))?;
-    if workload.batch_per_device == 0 {
-        return Err(invalid("workload.batch-per-device", "must be at least 1, got 0".into()));
+    let model = match workload.sequence_length {
+        None => load_model(&workload.model, base),
+        Some(tokens) => load_model_with_sequence(&workload.model, base, tokens),
     }
+    .map_err(|error| {
+        invalid(
+            if workload.sequence_length.is_some() { "workload.sequence-length" } else { "workload.model" },
+            error,
+        )
+    })?;
     let precision: Dtype = workload
         .precision
         .parse()
@@ -423,22 +491,108 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
         None => Recompute::None,
     };
 
-    let parallelism = &spec.parallelism;
-    let data_parallel = parallelism.data.unwrap_or(gpus);
-    if data_parallel != gpus {
+    let parallelism = parallelism(&spec.parallelism, gpus, cluster, &invalid)?;
+    let (global_batch, micro_batch) = batch(workload, &parallelism, &invalid)?;
+    let fidelity: Fidelity =
+        spec.simulation.fidelity.parse().map_err(|message| invalid("simulation.fidelity", message))?;
+    if spec.simulation.chunk_size.0 == 0 {
+        return Err(invalid("simulation.chunk-size", "must be greater than 0".into()));
+    }
+    if spec.simulation.iterations == 0 {
+        return Err(invalid("simulation.iterations", "must be at least 1, got 0".into()));
+    }
+    let (compute, compute_source) = compute_model(&spec.compute, &device, precision, file)?;
+
+    let scenario = Scenario {
+        source: file.display().to_string(),
+        cluster: cluster_spec,
+        device,
+        model,
+        global_batch,
+        micro_batch,
+        precision,
+        gradient_precision,
+        optimizer,
+        recompute,
+        parallelism,
+        network: NetworkSettings::new(fidelity)
+            .with_collective_launch(spec.simulation.collective_launch)
+            .with_chunk(spec.simulation.chunk_size),
+        iterations: spec.simulation.iterations,
+        compute,
+        compute_source,
+    };
+    scenario.strategy().check().map_err(|error| match error {
+        crate::strategy::StrategyError::Invalid { key, message } => invalid(key, message),
+        other => invalid("parallelism", other.to_string()),
+    })?;
+    Ok(scenario)
+}
+
+/// The validated `[parallelism]` table on `gpus` GPUs.
+fn parallelism(
+    section: &ParallelismSection,
+    gpus: u32,
+    cluster: &ClusterSection,
+    invalid: &dyn Fn(&str, String) -> ScenarioError,
+) -> Result<Parallelism, ScenarioError> {
+    for (key, value) in [
+        ("parallelism.tensor", section.tensor),
+        ("parallelism.pipeline", section.pipeline),
+        ("parallelism.virtual-stages", section.virtual_stages),
+        ("parallelism.context", section.context),
+        ("parallelism.expert", section.expert),
+    ] {
+        if value == 0 {
+            return Err(invalid(key, "must be at least 1, got 0".into()));
+        }
+    }
+    let model_parallel = u64::from(section.tensor) * u64::from(section.pipeline) * u64::from(section.context);
+    let shape = format!("{} nodes x {} GPUs", cluster.nodes, cluster.gpus_per_node);
+    let data = match section.data {
+        Some(0) => return Err(invalid("parallelism.data", "must be at least 1, got 0".into())),
+        Some(data) => data,
+        None => {
+            if u64::from(gpus) % model_parallel != 0 {
+                return Err(invalid(
+                    "parallelism.tensor",
+                    format!(
+                        "tensor x pipeline x context = {} x {} x {} = {model_parallel} does not divide the cluster's {gpus} GPUs ({shape}), so no data-parallel degree uses them all",
+                        section.tensor, section.pipeline, section.context
+                    ),
+                ));
+            }
+            (u64::from(gpus) / model_parallel) as u32
+        }
+    };
+    if u64::from(data) * model_parallel != u64::from(gpus) {
         return Err(invalid(
             "parallelism.data",
             format!(
-                "is {data_parallel}, but the cluster has {gpus} GPUs ({} nodes x {}); data parallelism \
-                 is the only strategy so far, so it must use every GPU",
-                cluster.nodes, cluster.gpus_per_node
+                "data x tensor x pipeline x context = {data} x {} x {} x {} = {}, but the cluster has {gpus} GPUs ({shape}); the product must use every GPU (leave `data` out to derive it)",
+                section.tensor,
+                section.pipeline,
+                section.context,
+                u64::from(data) * model_parallel
             ),
         ));
     }
-    if parallelism.bucket_size.0 == 0 || parallelism.first_bucket_size.0 == 0 {
+    if section.zero > 3 {
+        return Err(invalid(
+            "parallelism.zero",
+            format!(
+                "is {}; valid: 0 (none), 1 (optimizer state, Megatron's distributed optimizer), 2 (+ gradients),                  3 (+ parameters: FSDP full shard)",
+                section.zero
+            ),
+        ));
+    }
+    if section.bucket_size.0 == 0 || section.first_bucket_size.0 == 0 {
         return Err(invalid("parallelism.bucket-size", "bucket sizes must be greater than 0".into()));
     }
-    let allreduce: CollectiveAlgorithm = parallelism
+    let schedule: PipelineSchedule =
+        section.schedule.parse().map_err(|message| invalid("parallelism.schedule", message))?;
+    let order: RankOrder = section.order.parse().map_err(|message| invalid("parallelism.order", message))?;
+    let allreduce: CollectiveAlgorithm = section
         .allreduce
         .parse()
         .ok()
@@ -451,45 +605,76 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
                 .collect();
             invalid(
                 "parallelism.allreduce",
-                format!(
-                    "unknown allreduce algorithm {:?}; valid: {}",
-                    parallelism.allreduce,
-                    valid.join(", ")
-                ),
+                format!("unknown allreduce algorithm {:?}; valid: {}", section.allreduce, valid.join(", ")),
             )
         })?;
-
-    let fidelity: Fidelity =
-        spec.simulation.fidelity.parse().map_err(|message| invalid("simulation.fidelity", message))?;
-    if spec.simulation.chunk_size.0 == 0 {
-        return Err(invalid("simulation.chunk-size", "must be greater than 0".into()));
-    }
-    if spec.simulation.iterations == 0 {
-        return Err(invalid("simulation.iterations", "must be at least 1, got 0".into()));
-    }
-    let (compute, compute_source) = compute_model(&spec.compute, &device, precision, file)?;
-
-    Ok(Scenario {
-        source: file.display().to_string(),
-        cluster: cluster_spec,
-        device,
-        model,
-        batch_per_device: workload.batch_per_device,
-        precision,
-        gradient_precision,
-        optimizer,
-        recompute,
-        data_parallel,
-        bucket_size: parallelism.bucket_size,
-        first_bucket_size: parallelism.first_bucket_size,
-        allreduce,
-        network: NetworkSettings::new(fidelity)
-            .with_collective_launch(spec.simulation.collective_launch)
-            .with_chunk(spec.simulation.chunk_size),
-        iterations: spec.simulation.iterations,
-        compute,
-        compute_source,
+    Ok(Parallelism {
+        data,
+        tensor: section.tensor,
+        sequence_parallel: section.sequence_parallel,
+        pipeline: section.pipeline,
+        virtual_stages: section.virtual_stages,
+        schedule,
+        context: section.context,
+        expert: section.expert,
+        zero: section.zero,
+        order,
+        bucket_cap: section.bucket_size,
+        first_bucket_cap: section.first_bucket_size,
+        data_algorithm: allreduce,
     })
+}
+
+/// Samples per iteration and per micro-batch from `[workload]`: `global-batch` (with
+/// `micro-batch`), or `batch-per-device` for pure data parallelism (32 if neither is given).
+fn batch(
+    workload: &WorkloadSection,
+    parallelism: &Parallelism,
+    invalid: &dyn Fn(&str, String) -> ScenarioError,
+) -> Result<(u64, u64), ScenarioError> {
+    let data = u64::from(parallelism.data);
+    for (key, value) in [
+        ("workload.batch-per-device", workload.batch_per_device),
+        ("workload.global-batch", workload.global_batch),
+        ("workload.micro-batch", workload.micro_batch),
+    ] {
+        if value == Some(0) {
+            return Err(invalid(key, "must be at least 1, got 0".into()));
+        }
+    }
+    match (workload.batch_per_device, workload.global_batch) {
+        (Some(_), Some(_)) => Err(invalid(
+            "workload.batch-per-device",
+            "and `global-batch` are both given: give `global-batch` (and `micro-batch`), or `batch-per-device`              for pure data parallelism"
+                .into(),
+        )),
+        (Some(_), None) if !(parallelism.tensor == 1 && parallelism.pipeline == 1 && parallelism.context == 1) => {
+            Err(invalid(
+                "workload.batch-per-device",
+                "is for pure data parallelism; with tensor, pipeline or context parallelism give `global-batch` (samples per iteration over all replicas) and `micro-batch`"
+                    .into(),
+            ))
+        }
+        (per_device, None) => {
+            let per_device = per_device.unwrap_or(32);
+            let micro = workload.micro_batch.unwrap_or(per_device);
+            if per_device % micro != 0 {
+                return Err(invalid(
+                    "workload.micro-batch",
+                    format!("is {micro}, which does not divide batch-per-device = {per_device}"),
+                ));
+            }
+            let global = per_device.checked_mul(data).ok_or_else(|| {
+                invalid("workload.batch-per-device", format!("{per_device} x {data} replicas overflows"))
+            })?;
+            Ok((global, micro))
+        }
+        (None, Some(global)) => {
+            // One micro-batch per replica without a pipeline; 1 sample per micro-batch with one.
+            let micro = workload.micro_batch.unwrap_or(if parallelism.pipeline > 1 { 1 } else { global / data.max(1) }).max(1);
+            Ok((global, micro))
+        }
+    }
 }
 
 /// The compute model of `[compute]`: the named profile's (or the defaults), with the keys the

@@ -7,9 +7,8 @@
 
 use std::time::{Duration, Instant};
 
-use sim_core::graph::CollectiveAlgorithm;
-use sim_core::units::Bytes;
-use workloads::{ComputeModel, DataParallel, DeviceCatalog, Dtype, Optimizer, Recompute, zoo};
+use workloads::strategy::{Parallelism, Strategy};
+use workloads::{ComputeModel, DeviceCatalog, Dtype, Optimizer, Recompute, zoo};
 
 /// The fastest of `runs` calls of `f`.
 fn fastest<T>(runs: u32, mut f: impl FnMut() -> T) -> (Duration, T) {
@@ -31,27 +30,25 @@ fn building_and_lowering_the_largest_models_takes_milliseconds() {
     let device = DeviceCatalog::builtin().get("a100-sxm4-80gb").unwrap();
     for name in ["gpt3-175b", "megatron-1t", "resnet1001", "llama3-70b", "inception-v3"] {
         let (build, model) = fastest(5, || zoo::by_name(name).unwrap());
-        let spec = DataParallel {
+        let spec = Strategy {
             model: &model,
             device,
             compute: &compute,
             precision: Dtype::Bf16,
             gradient_precision: Dtype::Fp32,
-            batch_per_device: 1,
-            ranks: 8,
-            bucket_cap: Bytes(25 << 20),
-            first_bucket_cap: Bytes(1 << 20),
             optimizer: Optimizer::Adam,
-            algorithm: CollectiveAlgorithm::Auto,
-            iterations: 1,
             recompute: Recompute::None,
+            global_batch: 8,
+            micro_batch: 1,
+            parallelism: Parallelism::data_parallel(8),
+            iterations: 1,
         };
         let (lower, lowered) = fastest(5, || spec.lower().unwrap());
-        let full = DataParallel { recompute: Recompute::Full, ..spec.clone() };
-        let (memory, _) = fastest(5, || full.memory().unwrap());
+        let full = Strategy { recompute: Recompute::Full, ..spec.clone() };
+        let (memory, _) = fastest(5, || full.lower().unwrap().stages[0].memory);
         println!(
             "{name:<14} {:>5} layers: build {:>8.3} ms, data-parallel lowering on 8 ranks {:>8.3} ms ({} ops), \
-             memory estimate (full recomputation) {:>7.3} ms",
+             lowering with full recomputation {:>7.3} ms",
             model.layers.len(),
             build.as_secs_f64() * 1e3,
             lower.as_secs_f64() * 1e3,

@@ -1,0 +1,214 @@
+//! Strategies through the binary: plain data parallelism keeps the results the DDP lowering
+//! gave before the strategy layer existed, tensor/pipeline scenarios run and report their
+//! degrees, bubble and per-stage memory, and every bad `[parallelism]` or batch is named.
+
+use crate::{QUICKSTART, assert_rejected, parasim, quickstart_with, scenario_file};
+
+/// Every value of `pinned` (recursively) equals the one at the same key of `actual`.
+fn assert_contains(pinned: &serde_json::Value, actual: &serde_json::Value, path: &str) {
+    match pinned {
+        serde_json::Value::Object(map) => {
+            for (key, value) in map {
+                let Some(found) = actual.get(key) else { panic!("{path}.{key} is gone from the output") };
+                assert_contains(value, found, &format!("{path}.{key}"));
+            }
+        }
+        other => assert_eq!(other, actual, "{path} changed"),
+    }
+}
+
+#[test]
+fn plain_data_parallelism_reproduces_the_ddp_lowering_to_the_last_bit() {
+    // The quickstart's `run --json` as the data-parallel lowering printed it before the
+    // strategy layer (commit 994d157): every number must stay identical.
+    let pinned: serde_json::Value = serde_json::from_str(include_str!("pinned/quickstart-ddp.json")).unwrap();
+    let output = parasim(&["run", "scenarios/quickstart.toml", "--json"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let actual: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_contains(&pinned, &actual, "");
+}
+
+const MEGATRON: &str = r#"
+[cluster]
+nodes = 4
+gpus-per-node = 8
+device = "a100-sxm4-80gb"
+intra-node = { kind = "nvswitch", bandwidth = "300 GB/s", latency = "0.7 us" }
+[cluster.network]
+link-bandwidth = "200 Gb/s"
+[workload]
+model = "megatron-1.7b"
+global-batch = 128
+micro-batch = 4
+optimizer = "adam"
+[parallelism]
+tensor = 2
+sequence-parallel = true
+pipeline = 4
+virtual-stages = 2
+[simulation]
+fidelity = "analytical"
+"#;
+
+#[test]
+fn a_tensor_and_pipeline_scenario_reports_degrees_bubble_and_stages() {
+    let path = scenario_file("megatron.toml", MEGATRON);
+    let output = parasim(&["run", path.to_str().unwrap(), "--json"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let strategy = &json["strategy"];
+    assert_eq!(strategy["data_parallel"], 4);
+    assert_eq!(strategy["tensor"], 2);
+    assert_eq!(strategy["pipeline"], 4);
+    assert_eq!(strategy["schedule"], "interleaved-1f1b");
+    assert_eq!(strategy["micro_batches"], 8);
+    let b = &json["breakdown"];
+    let iteration = json["iteration_time_s"].as_f64().unwrap();
+    let parts = b["compute_s"].as_f64().unwrap()
+        + b["exposed_communication_s"].as_f64().unwrap()
+        + b["idle_s"].as_f64().unwrap();
+    assert!((parts - iteration).abs() <= 1e-9 * iteration, "{parts} vs {iteration}");
+    let bubble = b["bubble_s"].as_f64().unwrap();
+    assert!(bubble > 0.05 * iteration && bubble <= b["idle_s"].as_f64().unwrap(), "bubble {bubble}");
+    let groups = &b["exposed_by_group_s"];
+    let by_group: f64 =
+        ["tensor", "pipeline", "data", "context", "expert"].iter().map(|k| groups[k].as_f64().unwrap()).sum();
+    assert!((by_group - b["exposed_communication_s"].as_f64().unwrap()).abs() < 1e-6 * iteration);
+    assert!(groups["tensor"].as_f64().unwrap() > 0.0);
+    let stages = json["stages"].as_array().unwrap();
+    assert_eq!(stages.len(), 4);
+    // 1F1B: the first stage holds the most micro-batches.
+    let in_flight: Vec<f64> =
+        stages.iter().map(|s| s["peak_micro_batches_in_flight"].as_f64().unwrap()).collect();
+    assert!(in_flight.windows(2).all(|w| w[0] >= w[1]), "{in_flight:?}");
+    let mfu = json["model_flops_utilization"].as_f64().unwrap();
+    assert!(mfu > 0.1 && mfu < 0.8, "{mfu}");
+
+    let text = parasim(&["run", path.to_str().unwrap()]);
+    let report = String::from_utf8_lossy(&text.stdout);
+    for needle in
+        ["tensor 2 (sequence parallel)", "pipeline 4 (interleaved-1f1b", "pipeline bubble", "per stage"]
+    {
+        assert!(report.contains(needle), "{needle:?} missing from:\n{report}");
+    }
+}
+
+#[test]
+fn bad_strategies_name_the_key_and_what_would_be_valid() {
+    let megatron = |from: &str, to: &str| {
+        assert!(MEGATRON.contains(from), "{from}");
+        MEGATRON.replacen(from, to, 1)
+    };
+    assert_rejected("tp-heads.toml", &megatron("tensor = 2", "tensor = 5\ndata = 1"), &["parallelism.", "5"]);
+    assert_rejected(
+        "tp-heads2.toml",
+        &megatron("tensor = 2\n", "tensor = 16\n").replace("pipeline = 4", "pipeline = 2"),
+        &["parallelism.tensor", "24 attention heads"],
+    );
+    assert_rejected(
+        "too-many-stages.toml",
+        &megatron("pipeline = 4", "pipeline = 16")
+            .replace("tensor = 2", "tensor = 1")
+            .replace("global-batch = 128", "global-batch = 256"),
+        &["parallelism.", "24 numbered blocks"],
+    );
+    assert_rejected(
+        "batch.toml",
+        &megatron("global-batch = 128", "global-batch = 100"),
+        &["workload.global-batch", "multiple of"],
+    );
+    assert_rejected(
+        "both-batches.toml",
+        &megatron("global-batch = 128", "global-batch = 128\nbatch-per-device = 4"),
+        &["workload.batch-per-device", "global-batch"],
+    );
+    assert_rejected(
+        "per-device-with-tp.toml",
+        &megatron("global-batch = 128\nmicro-batch = 4", "batch-per-device = 4"),
+        &["workload.batch-per-device", "pure data parallelism"],
+    );
+    assert_rejected(
+        "gpus.toml",
+        &megatron("pipeline = 4", "pipeline = 3"),
+        &["parallelism.tensor", "does not divide", "32 GPUs"],
+    );
+    assert_rejected(
+        "data.toml",
+        &megatron("pipeline = 4", "pipeline = 4\ndata = 2"),
+        &["parallelism.data", "32 GPUs"],
+    );
+    assert_rejected(
+        "schedule.toml",
+        &megatron("virtual-stages = 2", "virtual-stages = 2\nschedule = \"gpipe\""),
+        &["parallelism.virtual-stages", "1f1b"],
+    );
+    assert_rejected(
+        "schedule-name.toml",
+        &megatron("virtual-stages = 2", "schedule = \"zb\""),
+        &["parallelism.schedule", "gpipe"],
+    );
+    assert_rejected(
+        "order.toml",
+        &megatron("virtual-stages = 2", "order = \"tp-dp-pp\""),
+        &["parallelism.order", "exactly once"],
+    );
+    assert_rejected("zero.toml", &megatron("virtual-stages = 2", "zero = 5"), &["parallelism.zero", "FSDP"]);
+    let cnn = |from: &str, to: &str| {
+        quickstart_with(from, to).replace("batch-per-device = 64", "global-batch = 64")
+    };
+    assert_rejected(
+        "context.toml",
+        &cnn("data = 64", "context = 2"),
+        &["parallelism.context", "no attention"],
+    );
+    assert_rejected(
+        "expert.toml",
+        &megatron("virtual-stages = 2", "expert = 2"),
+        &["parallelism.expert", "no mixture-of-experts"],
+    );
+    assert_rejected(
+        "tp-cnn.toml",
+        &cnn("data = 64", "tensor = 2"),
+        &["parallelism.tensor", "conv2d", "transformer layers"],
+    );
+    assert_rejected(
+        "sequence.toml",
+        &megatron("model = \"megatron-1.7b\"", "model = \"resnet50\"\nsequence-length = 4096"),
+        &["workload.sequence-length", "no `sequence`"],
+    );
+    assert_rejected(
+        "micro.toml",
+        &megatron("micro-batch = 4", "micro-batch = 0"),
+        &["workload.micro-batch", "at least 1"],
+    );
+}
+
+#[test]
+fn sequence_length_overrides_the_models_and_gradient_accumulation_runs_with_data_parallelism() {
+    let longer = MEGATRON.replacen(
+        "model = \"megatron-1.7b\"",
+        "model = \"megatron-1.7b\"\nsequence-length = 4096",
+        1,
+    );
+    let path = scenario_file("longer.toml", &longer);
+    let output = parasim(&["run", path.to_str().unwrap(), "--json"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let base = parasim(&["run", scenario_file("base.toml", MEGATRON).to_str().unwrap(), "--json"]);
+    let base: serde_json::Value = serde_json::from_slice(&base.stdout).unwrap();
+    let flops = |j: &serde_json::Value| j["model_flops_per_iteration"].as_f64().unwrap();
+    // Twice the tokens: more than twice the FLOPs (attention grows with the square).
+    assert!(flops(&json) > 2.0 * flops(&base));
+
+    let accumulated = quickstart_with("batch-per-device = 64", "batch-per-device = 64\nmicro-batch = 16");
+    let output =
+        parasim(&["run", scenario_file("accumulate.toml", &accumulated).to_str().unwrap(), "--json"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(json["strategy"]["micro_batches"], 4);
+    let plain = parasim(&["run", QUICKSTART, "--json"]);
+    let plain: serde_json::Value = serde_json::from_slice(&plain.stdout).unwrap();
+    // Four smaller micro-batches hold a quarter of the activations.
+    let activations = |j: &serde_json::Value| j["memory"]["activations"].as_u64().unwrap();
+    assert_eq!(activations(&plain), 4 * activations(&json));
+}

@@ -1,0 +1,956 @@
+//! The per-stage, per-micro-batch emitter: turns a [`Strategy`] into execution-graph ops.
+//!
+//! Each rank's ops of one iteration are emitted into a buffer in schedule order, with
+//! dependencies on other ranks' ops named by key (a pipeline send of micro-batch `m`, chunk
+//! `k`; a context-ring step). When every rank of the iteration is emitted, the buffers are
+//! appended rank after rank and the keys resolved, so a rank's ops are contiguous and plain
+//! data parallelism keeps the op order it always had.
+//!
+//! Streams: compute kernels on [`COMPUTE_STREAM`]; each communicator kind on its own stream
+//! ([`super::group_of_stream`]), so a pipeline send or a gradient bucket overlaps compute while
+//! a tensor-parallel allreduce, which the next kernel needs, does not.
+//!
+//! Per micro-batch and chunk, forward: receive the activation from the previous chunk's
+//! stage, run each layer's collectives and kernels, send the output on. Backward: receive the
+//! output gradient, then per layer in reverse: recomputation (forward kernels and their
+//! collectives again), the collectives before the backward, backward-data, the collectives on
+//! the input gradient (overlapped by the backward-weight kernel), backward-weight, and, in the
+//! last micro-batch, the gradient bucket the layer closes. After the schedule: the optimizer
+//! step on the rank's parameters, then (ZeRO stages 1 and 2) the parameter allgather.
+
+use std::collections::HashMap;
+use std::ops::Range;
+
+use sim_core::graph::{
+    Collective, CollectiveAlgorithm, CollectiveKind, GraphBuilder, GroupId, LabelId, Op, OpId, OpKind,
+    RankId, StreamId,
+};
+use sim_core::units::{Bytes, SimDuration};
+
+use super::{
+    Axis, Bucket, COMPUTE_STREAM, CONTEXT_STREAM, Comm, DATA_STREAM, EXPERT_STREAM, GroupKind, Lowered,
+    PIPELINE_STREAM, RankLayout, Role, StageSummary, Strategy, StrategyError, TENSOR_STREAM, pipeline, shard,
+};
+use crate::layer::Pass;
+use crate::memory::MemoryBreakdown;
+use crate::model::Model;
+
+/// A dependency of a buffered op.
+#[derive(Debug, Clone, Copy)]
+enum Dep {
+    /// An op of the same rank's buffer.
+    Local(u32),
+    /// An op already in the graph (an earlier iteration).
+    Global(OpId),
+    /// Another rank's op of this iteration, by what it is.
+    Key(Key),
+}
+
+/// Names an op another rank depends on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Key {
+    /// The pipeline send of `sender`: micro-batch, global chunk, forward or backward.
+    Stage { sender: u32, micro: u32, chunk: u32, forward: bool },
+    /// Step `step` of the context ring of layer `layer` on `sender`; `pass` 0 forward, 1
+    /// recomputation, 2 backward.
+    Ring { sender: u32, layer: u32, micro: u32, step: u32, pass: u8 },
+}
+
+/// Kinds of communicator groups, for interning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum GroupClass {
+    Tensor,
+    ModelParallel,
+    Expert,
+    Data,
+    ExpertData,
+}
+
+/// One kernel: duration and FLOPs.
+type Kernel = Option<(SimDuration, f64)>;
+
+/// What every rank shares: computed once.
+struct Plan<'s> {
+    strategy: &'s Strategy<'s>,
+    layout: RankLayout,
+    micro_batches: u32,
+    local: Vec<shard::LocalLayer>,
+    /// Forward, backward-data, backward-weight per layer.
+    kernels: Vec<[Kernel; 3]>,
+    /// Layer range of each global chunk.
+    chunk_layers: Vec<Range<usize>>,
+    /// Recomputation: the forward range re-run before the backward of its last layer.
+    recompute_before: Vec<Option<Range<usize>>>,
+    /// Schedule of each stage.
+    actions: Vec<Vec<pipeline::Action>>,
+    /// Gradient buckets of each chunk, and which bucket each layer closes.
+    buckets: Vec<Vec<PlannedBucket>>,
+    bucket_closed_by: Vec<Option<usize>>,
+    /// Optimizer step of each stage.
+    optimizer: Vec<(SimDuration, f64)>,
+    /// Bytes sent between consecutive chunks (activation or gradient of one micro-batch).
+    boundary_bytes: Vec<Bytes>,
+}
+
+/// A gradient bucket with its communicator and labels.
+struct SyncBucket {
+    bucket: Bucket,
+    /// Expert parameters: synchronised over the expert-data group.
+    expert: bool,
+    sync_label: LabelId,
+    gather_label: LabelId,
+    /// Parameter bytes (for the ZeRO parameter allgather).
+    parameter_bytes: Bytes,
+}
+
+/// Labels interned once.
+struct Labels {
+    passes: Vec<[LabelId; 3]>,
+    recompute: Vec<LabelId>,
+    optimizer: LabelId,
+    send_forward: LabelId,
+    send_backward: LabelId,
+    ring: LabelId,
+}
+
+/// The graph under construction and the collective instances shared by group members.
+struct Shared {
+    graph: GraphBuilder,
+    groups: HashMap<(GroupClass, u32), GroupId>,
+    instances: HashMap<GroupId, Vec<sim_core::graph::CollectiveId>>,
+    /// Per rank: collectives issued so far on each group.
+    issued: Vec<HashMap<GroupId, u32>>,
+    comm_labels: HashMap<&'static str, LabelId>,
+    keys: HashMap<Key, (u32, u32)>,
+}
+
+/// One rank's buffered ops of one iteration.
+struct Buffer {
+    ops: Vec<Op>,
+    dep_ends: Vec<u32>,
+    deps: Vec<Dep>,
+}
+
+impl Buffer {
+    fn push(&mut self, op: Op, deps: &[Dep]) -> u32 {
+        self.ops.push(op);
+        self.deps.extend_from_slice(deps);
+        self.dep_ends.push(self.deps.len() as u32);
+        self.ops.len() as u32 - 1
+    }
+}
+
+pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
+    let plan = Plan::new(strategy)?;
+    let ranks = plan.layout.ranks();
+    let mut shared = Shared {
+        graph: GraphBuilder::new(ranks),
+        groups: HashMap::new(),
+        instances: HashMap::new(),
+        issued: vec![HashMap::new(); ranks as usize],
+        comm_labels: HashMap::new(),
+        keys: HashMap::new(),
+    };
+    let labels = plan.labels(&mut shared.graph);
+    let buckets: Vec<Vec<SyncBucket>> = plan
+        .buckets
+        .iter()
+        .map(|chunk| {
+            chunk
+                .iter()
+                .enumerate()
+                .map(|(index, b)| SyncBucket {
+                    bucket: b.bucket.clone(),
+                    expert: b.expert,
+                    sync_label: shared.graph.label(&b.sync_name(index, strategy.parallelism.zero)),
+                    gather_label: shared
+                        .graph
+                        .label(&format!("allgather parameter bucket ({})", b.parameter_bytes)),
+                    parameter_bytes: b.parameter_bytes,
+                })
+                .collect()
+        })
+        .collect();
+    let mut iteration_ends = Vec::with_capacity(strategy.iterations as usize);
+    let mut pipeline_ends = Vec::with_capacity(strategy.iterations as usize);
+    let mut previous_end: Vec<Option<OpId>> = vec![None; ranks as usize];
+    for _ in 0..strategy.iterations {
+        shared.keys.clear();
+        let mut buffers = Vec::with_capacity(ranks as usize);
+        let mut ends = Vec::with_capacity(ranks as usize);
+        for rank in 0..ranks {
+            let mut emitter = RankEmitter {
+                plan: &plan,
+                labels: &labels,
+                buckets: &buckets,
+                shared: &mut shared,
+                rank,
+                buffer: Buffer { ops: Vec::new(), dep_ends: Vec::new(), deps: Vec::new() },
+                waiting: Vec::new(),
+                last_compute: None,
+            };
+            let (end, pipeline_end) = emitter.iteration(previous_end[rank as usize])?;
+            buffers.push(emitter.buffer);
+            ends.push((end, pipeline_end));
+        }
+        // Append rank after rank, resolving keys.
+        let mut offsets = Vec::with_capacity(ranks as usize);
+        let mut next = shared.graph.op_count() as u32;
+        for buffer in &buffers {
+            offsets.push(next);
+            next += buffer.ops.len() as u32;
+        }
+        let mut resolved = Vec::new();
+        for (rank, buffer) in buffers.into_iter().enumerate() {
+            let mut start = 0usize;
+            for (op, &end) in buffer.ops.into_iter().zip(&buffer.dep_ends) {
+                resolved.clear();
+                for dep in &buffer.deps[start..end as usize] {
+                    resolved.push(match *dep {
+                        Dep::Local(index) => OpId(offsets[rank] + index),
+                        Dep::Global(id) => id,
+                        Dep::Key(key) => {
+                            let (owner, index) = shared.keys.get(&key).copied().ok_or_else(|| {
+                                StrategyError::Internal(format!(
+                                    "rank {rank} waits for {key:?}, which no rank sends"
+                                ))
+                            })?;
+                            OpId(offsets[owner as usize] + index)
+                        }
+                    });
+                }
+                start = end as usize;
+                shared.graph.add_op(op, &resolved);
+            }
+        }
+        let iteration_end: Vec<OpId> =
+            ends.iter().enumerate().map(|(rank, (end, _))| OpId(offsets[rank] + end)).collect();
+        pipeline_ends.push(ends.iter().enumerate().map(|(rank, (_, p))| OpId(offsets[rank] + p)).collect());
+        for (rank, end) in iteration_end.iter().enumerate() {
+            previous_end[rank] = Some(*end);
+        }
+        iteration_ends.push(iteration_end);
+    }
+    let stages = plan.stages()?;
+    let p = strategy.parallelism.pipeline;
+    let flops_per_rank_iteration = if p == 1 {
+        plan.stage_flops(0).0
+    } else {
+        (0..p).map(|stage| plan.stage_flops(stage).0).sum::<f64>() / f64::from(p)
+    };
+    let recompute_flops_per_rank_iteration =
+        (0..p).map(|stage| plan.stage_flops(stage).1).sum::<f64>() / f64::from(p);
+    let stage0: Vec<Bucket> = (0..plan.chunk_layers.len())
+        .filter(|k| *k as u32 % p == 0)
+        .flat_map(|k| plan.buckets[k].iter().map(|b| b.bucket.clone()))
+        .collect();
+    Ok(Lowered {
+        graph: shared.graph.build()?,
+        iteration_ends,
+        pipeline_ends,
+        gradient_bytes: stage0.iter().map(|b| b.bytes.0).sum(),
+        buckets: stage0,
+        flops_per_rank_iteration,
+        recompute_flops_per_rank_iteration,
+        micro_batches: plan.micro_batches,
+        stages,
+    })
+}
+
+/// A chunk's bucket before labels are interned.
+struct PlannedBucket {
+    bucket: Bucket,
+    expert: bool,
+    parameter_bytes: Bytes,
+}
+
+impl PlannedBucket {
+    /// `"allreduce gradient bucket 3 (24.00 MiB)"`.
+    fn sync_name(&self, index: usize, zero: u8) -> String {
+        let kind = if zero >= 1 { "reduce-scatter" } else { "allreduce" };
+        let expert = if self.expert { "expert " } else { "" };
+        format!("{kind} {expert}gradient bucket {index} ({})", self.bucket.bytes)
+    }
+}
+
+impl<'s> Plan<'s> {
+    fn new(strategy: &'s Strategy<'s>) -> Result<Plan<'s>, StrategyError> {
+        let p = &strategy.parallelism;
+        let model = strategy.model;
+        let micro_batches = strategy.micro_batches()?;
+        let local = shard::local_layers(model, p.split(), strategy.micro_batch, strategy.precision)?;
+        let mut kernels = Vec::with_capacity(local.len());
+        for (index, layer) in local.iter().enumerate() {
+            let forward = strategy.kernel(layer, Pass::Forward)?;
+            // The input of the first layer needs no gradient.
+            let backward_data = if index == 0 { None } else { strategy.kernel(layer, Pass::BackwardData)? };
+            let backward_weight = strategy.kernel(layer, Pass::BackwardWeight)?;
+            kernels.push([forward, backward_data, backward_weight]);
+        }
+        let chunk_layers = Self::partition(model, &kernels, p.chunks() as usize);
+
+        let mut recompute_before: Vec<Option<Range<usize>>> = vec![None; local.len()];
+        for range in strategy.memory_plan(model, Bytes::ZERO).recomputed_ranges() {
+            if let Some(last) = range.end.checked_sub(1) {
+                recompute_before[last] = Some(range);
+            }
+        }
+        let actions = (0..p.pipeline)
+            .map(|stage| pipeline::actions(p.schedule, p.pipeline, p.virtual_stages, stage, micro_batches))
+            .collect();
+
+        let gradient_width = strategy.gradient_precision.bytes();
+        let weight_width = strategy.precision.bytes().max(2);
+        let mut buckets = Vec::with_capacity(chunk_layers.len());
+        let mut bucket_closed_by = vec![None; local.len()];
+        let separate_experts = p.expert > 1;
+        for range in &chunk_layers {
+            let mut chunk_buckets: Vec<PlannedBucket> = Vec::new();
+            for expert in [false, true] {
+                if expert && !separate_experts {
+                    continue;
+                }
+                let mut current = Bucket { layers: Vec::new(), bytes: Bytes::ZERO };
+                let mut parameters = 0u64;
+                let mut count = 0;
+                let close = |current: &mut Bucket, parameters: &mut u64, list: &mut Vec<PlannedBucket>| {
+                    let bucket =
+                        std::mem::replace(current, Bucket { layers: Vec::new(), bytes: Bytes::ZERO });
+                    let parameter_bytes = Bytes(*parameters * weight_width);
+                    *parameters = 0;
+                    list.push(PlannedBucket { bucket, expert, parameter_bytes });
+                };
+                for index in range.clone().rev() {
+                    let layer = &local[index];
+                    let params = layer.layer.cost.params;
+                    if params == 0 || (separate_experts && (layer.role == Role::Experts) != expert) {
+                        continue;
+                    }
+                    current.layers.push(index);
+                    current.bytes.0 += params * gradient_width;
+                    parameters += params;
+                    let cap = if count == 0 { p.first_bucket_cap } else { p.bucket_cap };
+                    if current.bytes >= cap {
+                        close(&mut current, &mut parameters, &mut chunk_buckets);
+                        count += 1;
+                    }
+                }
+                if !current.layers.is_empty() {
+                    close(&mut current, &mut parameters, &mut chunk_buckets);
+                }
+            }
+            buckets.push(chunk_buckets);
+        }
+        // Which bucket each layer closes (its last gradient).
+        // DDP launches its bucket allreduces whatever the world size; other strategies
+        // synchronise only over more than one rank.
+        let sync_ranks = p.data * p.context;
+        if sync_ranks > 1 || p.is_data_parallel() {
+            for chunk in &buckets {
+                for (b, bucket) in chunk.iter().enumerate() {
+                    if let Some(&last) = bucket.bucket.layers.last() {
+                        bucket_closed_by[last] = Some(b);
+                    }
+                }
+            }
+        }
+        let mut optimizer = Vec::with_capacity(p.pipeline as usize);
+        for stage in 0..p.pipeline {
+            let parameters: u64 = Self::stage_layers(&chunk_layers, p.pipeline, stage)
+                .flat_map(|range| range.clone())
+                .map(|index| local[index].layer.cost.params)
+                .sum();
+            let held = if p.zero >= 1 { parameters.div_ceil(u64::from(sync_ranks)) } else { parameters };
+            optimizer.push(strategy.optimizer_step(if p.is_data_parallel() {
+                model.parameters()
+            } else {
+                held
+            })?);
+        }
+        let width = strategy.precision.bytes();
+        let boundary_bytes = chunk_layers
+            .iter()
+            .map(|range| {
+                let last = range.end.saturating_sub(1);
+                Bytes(local[last].layer.output.elements() * strategy.micro_batch * width)
+            })
+            .collect();
+        Ok(Plan {
+            strategy,
+            layout: p.layout(),
+            micro_batches,
+            local,
+            kernels,
+            chunk_layers,
+            recompute_before,
+            actions,
+            buckets,
+            bucket_closed_by,
+            optimizer,
+            boundary_bytes,
+        })
+    }
+
+    /// The layer ranges of the chunks stage `stage` holds (global chunk `k` is on stage
+    /// `k % pipeline`).
+    fn stage_layers(
+        chunk_layers: &[Range<usize>],
+        pipeline: u32,
+        stage: u32,
+    ) -> impl Iterator<Item = &Range<usize>> {
+        chunk_layers.iter().enumerate().filter(move |(k, _)| *k as u32 % pipeline == stage).map(|(_, r)| r)
+    }
+
+    /// Layer ranges of `chunks` pipeline chunks: whole numbered blocks, the layers before the
+    /// first block on the first chunk and after the last on the last chunk.
+    fn partition(model: &Model, kernels: &[[Kernel; 3]], chunks: usize) -> Vec<Range<usize>> {
+        let layers = model.layers.len();
+        if chunks <= 1 {
+            return std::iter::once(0..layers).collect();
+        }
+        let blocks = shard::block_indexes(model);
+        let count = blocks.iter().flatten().max().map_or(0, |b| b + 1);
+        // Layer range of each block; the stem joins the first, the head the last.
+        let mut starts = vec![usize::MAX; count];
+        for (index, block) in blocks.iter().enumerate() {
+            if let Some(b) = block
+                && starts[*b] == usize::MAX
+            {
+                starts[*b] = index;
+            }
+        }
+        let mut units: Vec<Range<usize>> =
+            (0..count).map(|b| starts[b]..if b + 1 < count { starts[b + 1] } else { layers }).collect();
+        units[0].start = 0;
+        let cost = |range: &Range<usize>| -> f64 {
+            range
+                .clone()
+                .map(|index| kernels[index].iter().flatten().map(|(d, _)| d.as_secs_f64()).sum::<f64>())
+                .sum()
+        };
+        let costs: Vec<f64> = units.iter().map(cost).collect();
+        pipeline::partition(&costs, chunks)
+            .into_iter()
+            .map(|group| units[group.start].start..units[group.end - 1].end)
+            .collect()
+    }
+
+    fn labels(&self, graph: &mut GraphBuilder) -> Labels {
+        let layers = &self.strategy.model.layers;
+        let passes: Vec<[LabelId; 3]> = layers
+            .iter()
+            .map(|l| {
+                ["forward", "backward-data", "backward-weight"]
+                    .map(|pass| graph.label(&format!("{} {pass}", l.name)))
+            })
+            .collect();
+        let optimizer = graph.label("optimizer step");
+        let recompute = layers
+            .iter()
+            .enumerate()
+            .map(|(index, l)| {
+                let recomputed = self.recompute_before.iter().flatten().any(|range| range.contains(&index));
+                if recomputed { graph.label(&format!("{} recompute", l.name)) } else { passes[index][0] }
+            })
+            .collect();
+        Labels {
+            passes,
+            recompute,
+            optimizer,
+            send_forward: graph.label("pipeline send activations"),
+            send_backward: graph.label("pipeline send gradients"),
+            ring: graph.label("cp ring send key/value"),
+        }
+    }
+
+    /// FLOPs of one rank of `stage` per iteration (kernels of every micro-batch and the
+    /// optimizer), and FLOPs of its recomputation.
+    fn stage_flops(&self, stage: u32) -> (f64, f64) {
+        let mut flops = 0.0;
+        let mut recompute = 0.0;
+        for range in Self::stage_layers(&self.chunk_layers, self.strategy.parallelism.pipeline, stage) {
+            for index in range.clone() {
+                flops += self.kernels[index].iter().filter_map(|k| k.map(|(_, f)| f)).sum::<f64>();
+                if let Some(again) = &self.recompute_before[index] {
+                    recompute +=
+                        again.clone().filter_map(|i| self.kernels[i][0].map(|(_, f)| f)).sum::<f64>();
+                }
+            }
+        }
+        let m = f64::from(self.micro_batches);
+        if self.micro_batches > 1 {
+            flops *= m;
+        }
+        flops += self.optimizer[stage as usize].1;
+        (flops, recompute * m)
+    }
+
+    /// Memory and layers of every stage.
+    fn stages(&self) -> Result<Vec<StageSummary>, StrategyError> {
+        let strategy = self.strategy;
+        let p = &strategy.parallelism;
+        let model = strategy.model;
+        let sync_ranks = p.data * p.context;
+        let blocks = shard::block_indexes(model);
+        let mut stages = Vec::with_capacity(p.pipeline as usize);
+        for stage in 0..p.pipeline {
+            let ranges: Vec<Range<usize>> =
+                Self::stage_layers(&self.chunk_layers, p.pipeline, stage).cloned().collect();
+            let chunk_indexes: Vec<usize> =
+                (0..self.chunk_layers.len()).filter(|k| *k as u32 % p.pipeline == stage).collect();
+            let buffers = if sync_ranks > 1 && p.zero == 0 {
+                Bytes(chunk_indexes.iter().flat_map(|&k| &self.buckets[k]).map(|b| b.bucket.bytes.0).sum())
+            } else {
+                Bytes::ZERO
+            };
+            // Activations of one micro-batch of each chunk.
+            let mut per_chunk = Vec::with_capacity(ranges.len());
+            let mut working_set = 0u64;
+            for range in &ranges {
+                let activations = if ranges.len() == 1 && range.start == 0 && range.end == model.layers.len()
+                {
+                    strategy.memory_plan(model, buffers).activations()
+                } else {
+                    let sub = Model {
+                        name: model.name.clone(),
+                        family: model.family.clone(),
+                        description: String::new(),
+                        input: if range.start == 0 {
+                            model.input.clone()
+                        } else {
+                            model.layers[range.start].input.clone()
+                        },
+                        layers: model.layers[range.clone()].to_vec(),
+                    };
+                    strategy.memory_plan(&sub, buffers).activations()
+                };
+                let context = u64::from(p.context);
+                working_set = working_set.max(activations.working_set / context);
+                per_chunk.push((activations.total() - activations.working_set) / context);
+            }
+            let actions = &self.actions[stage as usize];
+            let peak = pipeline::peak_in_flight(actions, &per_chunk) + working_set;
+            let per_micro: u64 = per_chunk.iter().sum();
+            let parameters: u64 =
+                ranges.iter().flat_map(|r| r.clone()).map(|i| self.local[i].layer.cost.params).sum();
+            let largest_pair = ranges
+                .iter()
+                .flat_map(|r| r.clone())
+                .map(|i| {
+                    let layer = if p.is_data_parallel() { &model.layers[i] } else { &self.local[i].layer };
+                    layer.input.elements().saturating_add(layer.output.elements())
+                })
+                .max()
+                .unwrap_or(0);
+            let largest_layer = ranges
+                .iter()
+                .flat_map(|r| r.clone())
+                .map(|i| self.local[i].layer.cost.params)
+                .max()
+                .unwrap_or(0);
+            let plan = strategy.memory_plan(model, buffers);
+            let memory: MemoryBreakdown =
+                plan.device_breakdown(parameters, peak, largest_pair, largest_layer);
+            stages.push(StageSummary {
+                stage,
+                blocks: ranges
+                    .iter()
+                    .flat_map(|r| r.clone())
+                    .filter_map(|i| blocks[i])
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .len(),
+                layers: ranges,
+                parameters,
+                memory,
+                peak_micro_batches_in_flight: if per_micro == 0 {
+                    0.0
+                } else {
+                    (peak - working_set) as f64 / per_micro as f64
+                },
+            });
+        }
+        Ok(stages)
+    }
+}
+
+/// Emits one rank's ops of one iteration.
+struct RankEmitter<'p, 's> {
+    plan: &'p Plan<'s>,
+    labels: &'p Labels,
+    buckets: &'p [Vec<SyncBucket>],
+    shared: &'p mut Shared,
+    rank: u32,
+    buffer: Buffer,
+    /// What the next compute op must wait for besides its stream.
+    waiting: Vec<Dep>,
+    /// The last compute op emitted.
+    last_compute: Option<u32>,
+}
+
+impl RankEmitter<'_, '_> {
+    /// Emits the iteration; returns the local index of the rank's last op and of its last
+    /// compute op of the schedule.
+    fn iteration(&mut self, previous_end: Option<OpId>) -> Result<(u32, u32), StrategyError> {
+        let plan = self.plan;
+        let p = &plan.strategy.parallelism;
+        let rank = RankId(self.rank);
+        let coordinates = plan.layout.coordinates(rank);
+        let stage = coordinates.pipeline;
+        let chunks = p.chunks();
+        let stage_rank = |target: u32| {
+            let mut c = coordinates;
+            c.pipeline = target;
+            plan.layout.rank(c).0
+        };
+        // ZeRO 1/2: the next iteration's forward waits for the parameter allgather.
+        if let Some(end) = previous_end
+            && p.zero >= 1
+        {
+            self.waiting.push(Dep::Global(end));
+        }
+        let mut last_sync: Vec<Option<u32>> = vec![None; chunks as usize];
+        for action in &plan.actions[stage as usize] {
+            let chunk = action.chunk * p.pipeline + stage;
+            let micro = action.micro_batch;
+            if action.forward {
+                if chunk > 0 {
+                    let sender = stage_rank((chunk - 1) % p.pipeline);
+                    self.waiting.push(Dep::Key(Key::Stage {
+                        sender,
+                        micro,
+                        chunk: chunk - 1,
+                        forward: true,
+                    }));
+                }
+                self.forward_chunk(chunk as usize, micro)?;
+                if chunk + 1 < chunks {
+                    let to = stage_rank((chunk + 1) % p.pipeline);
+                    let key = Key::Stage { sender: self.rank, micro, chunk, forward: true };
+                    self.send(to, plan.boundary_bytes[chunk as usize], self.labels.send_forward, key);
+                }
+            } else {
+                if chunk + 1 < chunks {
+                    let sender = stage_rank((chunk + 1) % p.pipeline);
+                    self.waiting.push(Dep::Key(Key::Stage {
+                        sender,
+                        micro,
+                        chunk: chunk + 1,
+                        forward: false,
+                    }));
+                }
+                let last = micro + 1 == plan.micro_batches;
+                if let Some(sync) = self.backward_chunk(chunk as usize, micro, last)? {
+                    last_sync[chunk as usize] = Some(sync);
+                }
+                if chunk > 0 {
+                    let to = stage_rank((chunk - 1) % p.pipeline);
+                    let key = Key::Stage { sender: self.rank, micro, chunk, forward: false };
+                    self.send(to, plan.boundary_bytes[chunk as usize - 1], self.labels.send_backward, key);
+                }
+            }
+        }
+        let pipeline_end = self.last_compute.unwrap_or(0);
+        let mut deps: Vec<Dep> = last_sync.iter().flatten().map(|&op| Dep::Local(op)).collect();
+        // Megatron-LM clips gradients by their global norm: an allreduce of one fp32 value over
+        // the model-parallel (tensor x pipeline) group before the optimizer, so no stage steps
+        // before the whole pipeline has flushed.
+        if p.tensor * p.pipeline > 1 {
+            let comm = Comm {
+                group: GroupKind::Pipeline,
+                kind: CollectiveKind::AllReduce,
+                bytes: Bytes(4),
+                what: "gradient norm allreduce",
+            };
+            let group = self.group(GroupClass::ModelParallel);
+            let label = self.comm_label(comm.what);
+            let mut norm_deps = std::mem::take(&mut deps);
+            norm_deps.extend(self.last_compute.map(Dep::Local));
+            deps.push(Dep::Local(self.collective(comm, PIPELINE_STREAM, group, label, &norm_deps)));
+        }
+        let (duration, _) = plan.optimizer[stage as usize];
+        let optimizer = self.buffer.push(
+            Op {
+                kind: OpKind::Compute { duration },
+                rank,
+                stream: COMPUTE_STREAM,
+                label: self.labels.optimizer,
+            },
+            &deps,
+        );
+        self.last_compute = Some(optimizer);
+        let mut end = optimizer;
+        if p.zero >= 1 && p.data * p.context > 1 {
+            for k in (0..chunks).filter(|k| k % p.pipeline == stage) {
+                for bucket in &self.buckets[k as usize] {
+                    let comm = Comm {
+                        group: GroupKind::Data,
+                        kind: CollectiveKind::AllGather,
+                        bytes: bucket.parameter_bytes,
+                        what: "",
+                    };
+                    let group = self.sync_group(bucket.expert);
+                    end = self.collective(
+                        comm,
+                        DATA_STREAM,
+                        group,
+                        bucket.gather_label,
+                        &[Dep::Local(optimizer)],
+                    );
+                }
+            }
+        }
+        Ok((end, pipeline_end))
+    }
+
+    fn forward_chunk(&mut self, chunk: usize, micro: u32) -> Result<(), StrategyError> {
+        let plan = self.plan;
+        for index in plan.chunk_layers[chunk].clone() {
+            self.forward_layer(index, micro, false)?;
+        }
+        Ok(())
+    }
+
+    /// One layer's forward (or its recomputation).
+    fn forward_layer(&mut self, index: usize, micro: u32, recompute: bool) -> Result<(), StrategyError> {
+        let plan = self.plan;
+        let local = &plan.local[index];
+        for comm in &local.before_forward {
+            self.comm(*comm);
+        }
+        if let Some((duration, _)) = plan.kernels[index][0] {
+            let label = if recompute { self.labels.recompute[index] } else { self.labels.passes[index][0] };
+            match local.context_ring {
+                Some(bytes) => {
+                    self.ring(index, micro, duration, bytes, label, if recompute { 1 } else { 0 });
+                }
+                None => {
+                    self.compute(duration, label);
+                }
+            }
+        }
+        for comm in &local.after_forward {
+            self.comm(*comm);
+        }
+        Ok(())
+    }
+
+    /// Backward of one chunk; returns the last gradient synchronisation op, if any.
+    fn backward_chunk(&mut self, chunk: usize, micro: u32, last: bool) -> Result<Option<u32>, StrategyError> {
+        let plan = self.plan;
+        let mut last_sync = None;
+        for index in plan.chunk_layers[chunk].clone().rev() {
+            if let Some(range) = &plan.recompute_before[index] {
+                for again in range.clone() {
+                    self.forward_layer(again, micro, true)?;
+                }
+            }
+            let local = &plan.local[index];
+            for comm in &local.before_backward {
+                self.comm(*comm);
+            }
+            let [_, data, weight] = plan.kernels[index];
+            let mut gradient_ready = None;
+            if let Some((duration, _)) = data {
+                let label = self.labels.passes[index][1];
+                gradient_ready = Some(match local.context_ring {
+                    Some(bytes) => self.ring(index, micro, duration, Bytes(bytes.0 * 2), label, 2),
+                    None => self.compute(duration, label),
+                });
+            }
+            // Collectives on the input gradient run while backward-weight computes.
+            let mut deferred = Vec::new();
+            for comm in &local.after_backward_data {
+                self.comm(*comm);
+                deferred.append(&mut self.waiting);
+            }
+            if let Some((duration, _)) = weight {
+                gradient_ready = Some(self.compute(duration, self.labels.passes[index][2]));
+            }
+            self.waiting.extend(deferred);
+            if last && let (Some(b), Some(ready)) = (plan.bucket_closed_by[index], gradient_ready) {
+                let bucket = &self.buckets[chunk][b];
+                let kind = if plan.strategy.parallelism.zero >= 1 {
+                    CollectiveKind::ReduceScatter
+                } else {
+                    CollectiveKind::AllReduce
+                };
+                let comm = Comm { group: GroupKind::Data, kind, bytes: bucket.bucket.bytes, what: "" };
+                let group = self.sync_group(bucket.expert);
+                last_sync =
+                    Some(self.collective(comm, DATA_STREAM, group, bucket.sync_label, &[Dep::Local(ready)]));
+            }
+        }
+        Ok(last_sync)
+    }
+
+    /// A compute op after everything waited for; returns its local index.
+    fn compute(&mut self, duration: SimDuration, label: LabelId) -> u32 {
+        let deps = std::mem::take(&mut self.waiting);
+        let op = self.buffer.push(
+            Op { kind: OpKind::Compute { duration }, rank: RankId(self.rank), stream: COMPUTE_STREAM, label },
+            &deps,
+        );
+        self.last_compute = Some(op);
+        op
+    }
+
+    /// A layer collective after the last compute op and anything waited for; the next compute
+    /// op waits for it.
+    fn comm(&mut self, comm: Comm) {
+        let (stream, group) = match comm.group {
+            GroupKind::Tensor => (TENSOR_STREAM, self.group(GroupClass::Tensor)),
+            GroupKind::Expert => (EXPERT_STREAM, self.group(GroupClass::Expert)),
+            _ => (DATA_STREAM, self.group(GroupClass::Data)),
+        };
+        let label = self.comm_label(comm.what);
+        let mut deps = std::mem::take(&mut self.waiting);
+        deps.extend(self.last_compute.map(Dep::Local));
+        let op = self.collective(comm, stream, group, label, &deps);
+        self.waiting.push(Dep::Local(op));
+    }
+
+    /// The label of a collective called `what`, interned once.
+    fn comm_label(&mut self, what: &'static str) -> LabelId {
+        match self.shared.comm_labels.get(what) {
+            Some(&label) => label,
+            None => {
+                let label = self.shared.graph.label(what);
+                self.shared.comm_labels.insert(what, label);
+                label
+            }
+        }
+    }
+
+    /// This rank's part in the next collective of `group`.
+    fn collective(
+        &mut self,
+        comm: Comm,
+        stream: StreamId,
+        group: GroupId,
+        label: LabelId,
+        deps: &[Dep],
+    ) -> u32 {
+        let algorithm = if comm.group == GroupKind::Data {
+            self.plan.strategy.parallelism.data_algorithm
+        } else {
+            CollectiveAlgorithm::Auto
+        };
+        let issued = self.shared.issued[self.rank as usize].entry(group).or_insert(0);
+        let sequence = *issued as usize;
+        *issued += 1;
+        let instances = self.shared.instances.entry(group).or_default();
+        if sequence == instances.len() {
+            let id = self.shared.graph.add_collective(Collective {
+                kind: comm.kind,
+                group,
+                bytes: comm.bytes,
+                algorithm,
+            });
+            instances.push(id);
+        }
+        let id = instances[sequence];
+        self.buffer.push(Op { kind: OpKind::Collective(id), rank: RankId(self.rank), stream, label }, deps)
+    }
+
+    /// A pipeline send to `to` after the last compute op, registered under `key`.
+    fn send(&mut self, to: u32, bytes: Bytes, label: LabelId, key: Key) {
+        let deps: Vec<Dep> = self.last_compute.map(Dep::Local).into_iter().collect();
+        let op = self.buffer.push(
+            Op {
+                kind: OpKind::Transfer { dst: RankId(to), bytes },
+                rank: RankId(self.rank),
+                stream: PIPELINE_STREAM,
+                label,
+            },
+            &deps,
+        );
+        self.shared.keys.insert(key, (self.rank, op));
+    }
+
+    /// Context-parallel attention: `context` compute steps of `duration / context`, the key/value
+    /// chunk of each step passed on to the next context rank while the next step computes.
+    /// Returns the last step's op.
+    fn ring(
+        &mut self,
+        layer: usize,
+        micro: u32,
+        duration: SimDuration,
+        bytes: Bytes,
+        label: LabelId,
+        pass: u8,
+    ) -> u32 {
+        let plan = self.plan;
+        let rank = RankId(self.rank);
+        let members = plan.layout.group(Axis::Context, rank);
+        let c = members.len() as u32;
+        let position = members.iter().position(|r| *r == rank).unwrap_or(0) as u32;
+        let next = members[((position + 1) % c) as usize].0;
+        let previous = members[((position + c - 1) % c) as usize].0;
+        let step = SimDuration::from_ps(duration.as_ps() / u64::from(c));
+        let producer: Vec<Dep> =
+            self.waiting.iter().copied().chain(self.last_compute.map(Dep::Local)).collect();
+        let mut op = self.compute(step, label);
+        let received =
+            |step: u32| Dep::Key(Key::Ring { sender: previous, layer: layer as u32, micro, step, pass });
+        for j in 0..c - 1 {
+            let deps = if j == 0 { producer.clone() } else { vec![received(j - 1)] };
+            let send = self.buffer.push(
+                Op {
+                    kind: OpKind::Transfer { dst: RankId(next), bytes },
+                    rank,
+                    stream: CONTEXT_STREAM,
+                    label: self.labels.ring,
+                },
+                &deps,
+            );
+            self.shared.keys.insert(
+                Key::Ring { sender: self.rank, layer: layer as u32, micro, step: j, pass },
+                (self.rank, send),
+            );
+            self.waiting.push(received(j));
+            op = self.compute(step, label);
+        }
+        op
+    }
+
+    /// The gradient-synchronisation group: data (x context) ranks, or the expert-data group
+    /// for expert parameters.
+    fn sync_group(&mut self, expert: bool) -> GroupId {
+        self.group(if expert { GroupClass::ExpertData } else { GroupClass::Data })
+    }
+
+    /// The group of `class` this rank belongs to, interned on first use.
+    fn group(&mut self, class: GroupClass) -> GroupId {
+        let layout = &self.plan.layout;
+        let rank = RankId(self.rank);
+        let members = match class {
+            GroupClass::Tensor => layout.group(Axis::Tensor, rank),
+            GroupClass::ModelParallel => layout
+                .group(Axis::Pipeline, rank)
+                .into_iter()
+                .flat_map(|member| layout.group(Axis::Tensor, member))
+                .collect(),
+            GroupClass::Expert => layout.expert_group(rank),
+            GroupClass::Data => {
+                if layout.size(Axis::Context) > 1 {
+                    layout.data_context_group(rank)
+                } else {
+                    layout.group(Axis::Data, rank)
+                }
+            }
+            GroupClass::ExpertData => {
+                let all = layout.data_context_group(rank);
+                let expert = layout.expert() as usize;
+                let position = all.iter().position(|r| *r == rank).unwrap_or(0) % expert;
+                all.into_iter().enumerate().filter(|(i, _)| i % expert == position).map(|(_, r)| r).collect()
+            }
+        };
+        let key = (class, members[0].0);
+        if let Some(&group) = self.shared.groups.get(&key) {
+            return group;
+        }
+        let group = self.shared.graph.add_group(members);
+        self.shared.groups.insert(key, group);
+        group
+    }
+}

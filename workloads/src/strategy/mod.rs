@@ -1,0 +1,444 @@
+//! The strategy layer: any product of data, tensor (+ sequence), pipeline, context and expert
+//! parallelism with a ZeRO stage, lowered to one execution graph, with its memory per stage.
+//!
+//! The lowering is built from reusable parts, so that every strategy is a configuration of
+//! them rather than a copy of another:
+//! - [`layout`]: ranks to (tensor, context, data, pipeline) coordinates and the communicator
+//!   groups of each dimension;
+//! - [`shard`]: each layer as one rank runs it (its local shapes) and the collectives around
+//!   it;
+//! - [`pipeline`]: the stage partition and the per-stage schedule of micro-batches;
+//! - the kernel-time table (one entry per local layer and pass, computed once), the
+//!   recomputation plan, the gradient-synchronisation policy (DDP buckets, ZeRO
+//!   reduce-scatter + allgather) and the per-stage, per-micro-batch emitter (`emit`).
+//!
+//! Plain data parallelism is the configuration with every other degree 1 and one micro-batch:
+//! it lowers to the same graph, op for op, as the PyTorch DDP lowering always did.
+
+mod emit;
+pub mod layout;
+pub mod pipeline;
+pub mod shard;
+#[cfg(test)]
+mod tests;
+
+use std::ops::Range;
+
+use sim_core::graph::{CollectiveAlgorithm, ExecGraph, GraphError, OpId, StreamId};
+use sim_core::units::{Bytes, SimDuration};
+
+use crate::compute::{ComputeError, ComputeModel};
+use crate::device::{Device, Dtype};
+use crate::layer::{OpClass, Pass};
+use crate::memory::{MemoryBreakdown, MemoryError, MemoryPlan, Recompute, Sharding};
+use crate::model::Model;
+use crate::optimizer::Optimizer;
+
+pub use layout::{Axis, Coordinates, RankLayout, RankOrder};
+pub use pipeline::{Action, PipelineSchedule};
+pub use shard::{Comm, GroupKind, LocalLayer, Role, ShardError, Split};
+
+/// The stream compute kernels run on.
+pub const COMPUTE_STREAM: StreamId = StreamId(0);
+/// The stream data-parallel gradient and parameter synchronisation runs on.
+pub const DATA_STREAM: StreamId = StreamId(1);
+/// The stream of tensor-parallel collectives.
+pub const TENSOR_STREAM: StreamId = StreamId(2);
+/// The stream pipeline sends are issued on.
+pub const PIPELINE_STREAM: StreamId = StreamId(3);
+/// The stream of the context-parallel key/value ring.
+pub const CONTEXT_STREAM: StreamId = StreamId(4);
+/// The stream of expert-parallel all-to-alls.
+pub const EXPERT_STREAM: StreamId = StreamId(5);
+/// The stream ZeRO-3 parameter allgathers are prefetched on.
+pub const GATHER_STREAM: StreamId = StreamId(6);
+
+/// The communicator kind of the ops on `stream`, if it is a communication stream.
+pub fn group_of_stream(stream: StreamId) -> Option<GroupKind> {
+    match stream {
+        DATA_STREAM | GATHER_STREAM => Some(GroupKind::Data),
+        TENSOR_STREAM => Some(GroupKind::Tensor),
+        PIPELINE_STREAM => Some(GroupKind::Pipeline),
+        CONTEXT_STREAM => Some(GroupKind::Context),
+        EXPERT_STREAM => Some(GroupKind::Expert),
+        _ => None,
+    }
+}
+
+/// Whether `op` is the pipeline flush (the gradient-norm allreduce over the model-parallel
+/// group before the optimizer): time a rank spends in it is waiting for the pipeline to drain,
+/// so it counts as bubble, not communication.
+pub fn is_flush(op: &sim_core::graph::Op) -> bool {
+    op.stream == PIPELINE_STREAM && matches!(op.kind, sim_core::graph::OpKind::Collective(_))
+}
+
+/// How the model is split over the GPUs, and how gradients are synchronised.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Parallelism {
+    /// Data-parallel replicas.
+    pub data: u32,
+    /// Tensor-parallel degree.
+    pub tensor: u32,
+    /// Megatron-LM sequence parallelism on the tensor ranks.
+    pub sequence_parallel: bool,
+    /// Pipeline stages.
+    pub pipeline: u32,
+    /// Model chunks per pipeline rank (interleaved 1F1B when > 1).
+    pub virtual_stages: u32,
+    /// Pipeline schedule.
+    pub schedule: PipelineSchedule,
+    /// Context-parallel degree.
+    pub context: u32,
+    /// Expert-parallel degree (inside data x context).
+    pub expert: u32,
+    /// ZeRO stage: 0 none, 1 optimizer state, 2 + gradients, 3 + parameters.
+    pub zero: u8,
+    /// Rank numbering.
+    pub order: RankOrder,
+    /// Gradient bucket cap (DDP: 25 MiB).
+    pub bucket_cap: Bytes,
+    /// First bucket's cap (DDP: 1 MiB).
+    pub first_bucket_cap: Bytes,
+    /// Algorithm of the data-parallel gradient collectives.
+    pub data_algorithm: CollectiveAlgorithm,
+}
+
+impl Parallelism {
+    /// Plain data parallelism over `ranks` GPUs with DDP's buckets.
+    pub fn data_parallel(ranks: u32) -> Parallelism {
+        Parallelism {
+            data: ranks,
+            tensor: 1,
+            sequence_parallel: false,
+            pipeline: 1,
+            virtual_stages: 1,
+            schedule: PipelineSchedule::OneFOneB,
+            context: 1,
+            expert: 1,
+            zero: 0,
+            order: RankOrder::default(),
+            bucket_cap: Bytes(25 << 20),
+            first_bucket_cap: Bytes(1 << 20),
+            data_algorithm: CollectiveAlgorithm::Auto,
+        }
+    }
+
+    /// GPUs used: data x tensor x pipeline x context.
+    pub fn gpus(&self) -> u64 {
+        [self.data, self.tensor, self.pipeline, self.context].iter().map(|&d| u64::from(d)).product()
+    }
+
+    /// Model chunks in the whole pipeline: pipeline x virtual stages.
+    pub fn chunks(&self) -> u32 {
+        self.pipeline * self.virtual_stages
+    }
+
+    /// The rank layout.
+    pub fn layout(&self) -> RankLayout {
+        RankLayout::new(self.tensor, self.context, self.data, self.pipeline, self.expert, self.order)
+    }
+
+    /// What shapes one rank's layers.
+    pub fn split(&self) -> Split {
+        Split {
+            tensor: self.tensor,
+            sequence_parallel: self.sequence_parallel,
+            context: self.context,
+            expert: self.expert,
+        }
+    }
+
+    /// The memory model's view of the split.
+    pub fn sharding(&self) -> Sharding {
+        Sharding {
+            data: self.data * self.context,
+            tensor: self.tensor,
+            pipeline: 1,
+            zero_stage: self.zero,
+            sequence_parallel: self.sequence_parallel,
+        }
+    }
+
+    /// Whether this is plain data parallelism (every other degree 1, no ZeRO).
+    pub fn is_data_parallel(&self) -> bool {
+        self.tensor == 1 && self.pipeline == 1 && self.context == 1 && self.expert == 1 && self.zero == 0
+    }
+}
+
+/// A strategy cannot be lowered.
+#[derive(Debug, thiserror::Error)]
+pub enum StrategyError {
+    /// A degree, batch or combination is not valid; `key` is the scenario key at fault.
+    #[error("{key}: {message}")]
+    Invalid {
+        /// Dotted scenario key (`parallelism.pipeline`, `workload.global-batch`).
+        key: &'static str,
+        /// What is wrong and what would be valid.
+        message: String,
+    },
+    /// The model cannot be split as asked.
+    #[error(transparent)]
+    Shard(#[from] ShardError),
+    /// A kernel time could not be computed.
+    #[error("layer {layer}: {source}")]
+    Compute {
+        /// The layer.
+        layer: String,
+        /// Why.
+        #[source]
+        source: ComputeError,
+    },
+    /// The memory model refused the configuration.
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+    /// The graph is malformed (a bug in the lowering).
+    #[error("internal error in the lowering: {0}")]
+    Graph(#[from] GraphError),
+    /// The lowering contradicts itself (a bug).
+    #[error("internal error in the lowering: {0}")]
+    Internal(String),
+}
+
+fn invalid(key: &'static str, message: String) -> StrategyError {
+    StrategyError::Invalid { key, message }
+}
+
+/// Everything the lowering needs: what is trained, on what, and how it is split.
+#[derive(Debug, Clone)]
+pub struct Strategy<'a> {
+    /// What is trained.
+    pub model: &'a Model,
+    /// On what.
+    pub device: &'a Device,
+    /// How kernel times are estimated.
+    pub compute: &'a ComputeModel,
+    /// Dtype of activations and of the matrix units.
+    pub precision: Dtype,
+    /// Dtype of the synchronised gradients.
+    pub gradient_precision: Dtype,
+    /// The optimizer step at the end of the iteration.
+    pub optimizer: Optimizer,
+    /// Activations recomputed in the backward pass.
+    pub recompute: Recompute,
+    /// Samples per iteration over all data-parallel replicas.
+    pub global_batch: u64,
+    /// Samples per micro-batch.
+    pub micro_batch: u64,
+    /// How the model is split.
+    pub parallelism: Parallelism,
+    /// Iterations to chain.
+    pub iterations: u32,
+}
+
+/// One gradient bucket: which layers' gradients it carries and how many bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bucket {
+    /// Indexes into the model's layers, in the order their gradients become ready.
+    pub layers: Vec<usize>,
+    /// Gradient bytes.
+    pub bytes: Bytes,
+}
+
+/// One pipeline stage as the report shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StageSummary {
+    /// Stage index.
+    pub stage: u32,
+    /// The model layers of each of its chunks.
+    pub layers: Vec<Range<usize>>,
+    /// Numbered blocks (transformer layers, residual blocks) it holds.
+    pub blocks: usize,
+    /// Parameters one of its GPUs holds (after tensor and expert splitting, before ZeRO).
+    pub parameters: u64,
+    /// What one of its GPUs holds at its peak.
+    pub memory: MemoryBreakdown,
+    /// Micro-batches whose activations it holds at its peak (in chunk units: a full stage).
+    pub peak_micro_batches_in_flight: f64,
+}
+
+/// The lowered graph plus what the report needs to interpret it.
+#[derive(Debug, Clone)]
+pub struct Lowered {
+    /// The execution graph.
+    pub graph: ExecGraph,
+    /// For each iteration, the last op of every rank: the iteration is over when the last of
+    /// them ends.
+    pub iteration_ends: Vec<Vec<OpId>>,
+    /// For each iteration, the last pipeline compute op (last backward kernel) of every rank:
+    /// idle time before it is pipeline bubble, after it waiting for synchronisation.
+    pub pipeline_ends: Vec<Vec<OpId>>,
+    /// Gradient buckets of one iteration (of stage 0's chunks; for the report).
+    pub buckets: Vec<Bucket>,
+    /// Gradient bytes one rank synchronises per iteration (stage 0).
+    pub gradient_bytes: u64,
+    /// Mean over ranks of the FLOPs one rank executes per iteration (forward, backward,
+    /// optimizer; recomputation not included).
+    pub flops_per_rank_iteration: f64,
+    /// Mean over ranks of the FLOPs recomputation adds per iteration.
+    pub recompute_flops_per_rank_iteration: f64,
+    /// Micro-batches per iteration per data-parallel replica.
+    pub micro_batches: u32,
+    /// The stages.
+    pub stages: Vec<StageSummary>,
+}
+
+impl Strategy<'_> {
+    /// Micro-batches each replica runs per iteration, or why the batch does not divide.
+    pub fn micro_batches(&self) -> Result<u32, StrategyError> {
+        let p = &self.parallelism;
+        if self.global_batch == 0 {
+            return Err(invalid("workload.global-batch", "must be at least 1, got 0".into()));
+        }
+        if self.micro_batch == 0 {
+            return Err(invalid("workload.micro-batch", "must be at least 1, got 0".into()));
+        }
+        let per_replica = u64::from(p.data) * self.micro_batch;
+        if self.global_batch % per_replica != 0 {
+            return Err(invalid(
+                "workload.global-batch",
+                format!(
+                    "is {}, which does not divide into micro-batches of {} over {} data-parallel replicas: \
+                     make it a multiple of micro-batch x data = {per_replica}",
+                    self.global_batch, self.micro_batch, p.data
+                ),
+            ));
+        }
+        let micro_batches = self.global_batch / per_replica;
+        u32::try_from(micro_batches).map_err(|_| {
+            invalid(
+                "workload.global-batch",
+                format!("gives {micro_batches} micro-batches per replica; at most {}", u32::MAX),
+            )
+        })
+    }
+
+    /// Checks every degree and combination, with messages that say what would be valid.
+    pub fn check(&self) -> Result<(), StrategyError> {
+        let p = &self.parallelism;
+        for (key, value) in [
+            ("parallelism.data", p.data),
+            ("parallelism.tensor", p.tensor),
+            ("parallelism.pipeline", p.pipeline),
+            ("parallelism.virtual-stages", p.virtual_stages),
+            ("parallelism.context", p.context),
+            ("parallelism.expert", p.expert),
+        ] {
+            if value == 0 {
+                return Err(invalid(key, "must be at least 1, got 0".into()));
+            }
+        }
+        if self.iterations == 0 {
+            return Err(invalid("simulation.iterations", "must be at least 1, got 0".into()));
+        }
+        if p.zero > 3 {
+            return Err(invalid(
+                "parallelism.zero",
+                format!(
+                    "is {}; ZeRO stages are 0 (none), 1 (optimizer state), 2 (+ gradients), 3 (+ parameters)",
+                    p.zero
+                ),
+            ));
+        }
+        if u64::from(p.data) * u64::from(p.context) % u64::from(p.expert) != 0 {
+            return Err(invalid(
+                "parallelism.expert",
+                format!(
+                    "is {}, but expert groups are carved out of data x context = {} ranks: the expert \
+                     degree must divide it",
+                    p.expert,
+                    p.data * p.context
+                ),
+            ));
+        }
+        shard::check(self.model, p.split()).map_err(|error| match error {
+            ShardError::Invalid { key, message } => invalid(shard_key(key), message),
+            other => StrategyError::Shard(other),
+        })?;
+        let micro_batches = self.micro_batches()?;
+        let blocks = shard::block_indexes(self.model).iter().flatten().max().map_or(0, |b| b + 1);
+        let chunks = p.chunks();
+        if chunks > 1 && blocks < chunks as usize {
+            return Err(invalid(
+                if p.virtual_stages > 1 { "parallelism.virtual-stages" } else { "parallelism.pipeline" },
+                format!(
+                    "pipeline x virtual-stages = {chunks} model chunks, but model {} has {blocks} numbered \
+                     blocks (transformer layers or residual blocks) to split: at most {blocks} chunks",
+                    self.model.name
+                ),
+            ));
+        }
+        pipeline::check_schedule(p.schedule, p.pipeline, p.virtual_stages, micro_batches).map_err(
+            |message| {
+                invalid(
+                    if p.virtual_stages > 1 { "parallelism.virtual-stages" } else { "parallelism.schedule" },
+                    message,
+                )
+            },
+        )?;
+        Ok(())
+    }
+
+    /// The memory plan of the whole model under this strategy (shared settings; stages take
+    /// their own layers).
+    fn memory_plan<'m>(&self, model: &'m Model, buffers: Bytes) -> MemoryPlan<'m> {
+        MemoryPlan {
+            model,
+            precision: self.precision,
+            gradient_precision: self.gradient_precision,
+            optimizer: self.optimizer,
+            micro_batch: self.micro_batch,
+            micro_batches_in_flight: 1,
+            recompute: self.recompute,
+            sharding: self.parallelism.sharding(),
+            communication_buffers: buffers,
+        }
+    }
+
+    /// Builds the execution graph (and the per-stage memory).
+    pub fn lower(&self) -> Result<Lowered, StrategyError> {
+        self.check()?;
+        emit::lower(self)
+    }
+
+    /// The time and FLOPs of one pass of one local layer for one micro-batch, or `None` if
+    /// the pass does nothing.
+    fn kernel(&self, local: &LocalLayer, pass: Pass) -> Result<Option<(SimDuration, f64)>, StrategyError> {
+        let layer = &local.layer;
+        let flops = layer.cost.flops(pass, self.micro_batch);
+        let bytes = layer.cost.bytes(pass, self.micro_batch, self.precision);
+        if flops == 0.0 && bytes == 0.0 {
+            return Ok(None);
+        }
+        let duration = self
+            .compute
+            .layer_duration(self.device, self.precision, layer, pass, self.micro_batch)
+            .map_err(|source| StrategyError::Compute { layer: layer.name.clone(), source })?;
+        let divisor = local.work_divisor.max(1);
+        if divisor == 1 {
+            return Ok(Some((duration, flops)));
+        }
+        Ok(Some((SimDuration::from_ps(duration.as_ps() / u64::from(divisor)), flops / f64::from(divisor))))
+    }
+
+    /// The optimizer step over `parameters` held by one rank.
+    fn optimizer_step(&self, parameters: u64) -> Result<(SimDuration, f64), StrategyError> {
+        let flops = self.optimizer.flops_per_parameter() * parameters as f64;
+        let bytes = (self.optimizer.tensors_touched() * Dtype::Fp32.bytes() * parameters) as f64;
+        let time = self
+            .compute
+            .duration(self.device, Dtype::Fp32, flops, bytes, OpClass::Elementwise)
+            .map_err(|source| StrategyError::Compute { layer: "optimizer".into(), source })?;
+        Ok((time, flops))
+    }
+}
+
+/// The scenario key of a [`ShardError::Invalid`] key.
+fn shard_key(key: &'static str) -> &'static str {
+    match key {
+        "tensor" => "parallelism.tensor",
+        "context" => "parallelism.context",
+        "expert" => "parallelism.expert",
+        "sequence-parallel" => "parallelism.sequence-parallel",
+        other => other,
+    }
+}

@@ -1,0 +1,669 @@
+//! What one rank computes of each layer under tensor, sequence, context and expert
+//! parallelism, and the collectives each layer needs around it.
+//!
+//! Every layer gets a [`Role`] and a *local layer*: the same kind on the rank's own shapes
+//! (built with [`Layer::new`], so the compute model sees the shapes the rank really
+//! multiplies). Roles follow Megatron-LM:
+//! - inside a numbered block, the first linear layer met while activations are replicated is
+//!   *column-parallel* (output features split: QKV, `fc1`, gate/up) and the next one
+//!   *row-parallel* (input features split: the attention projection, `fc2`); attention, rotary
+//!   embeddings, activations and dropout between them work on the split features (heads split);
+//! - norms, dropout and residual adds outside those regions are replicated, or split along the
+//!   sequence with sequence parallelism;
+//! - the input embedding and the output layer are vocabulary-parallel (the table's rows and the
+//!   logits split), the loss is Megatron's vocabulary-parallel cross-entropy;
+//! - mixture-of-experts banks hold `experts / expert` experts per rank, each split over the
+//!   tensor ranks like an MLP.
+//!
+//! Collectives per transformer layer (Korthikanti et al. 2022, section 4.2.2): with tensor
+//! parallelism, an allreduce of `b s h` after each row-parallel layer (forward) and after each
+//! column-parallel layer's input gradient (backward): 4 per layer. With sequence parallelism
+//! each allreduce becomes a reduce-scatter and an allgather moves before the column-parallel
+//! layer (forward) or the row-parallel layer's backward: the same bytes. Context parallelism
+//! splits the sequence into `context` chunks and passes key/value chunks around the context
+//! ring during attention (the backward passes them and their gradients). Expert parallelism
+//! sends each token to its experts and back by all-to-all (dispatch and combine, mirrored in
+//! the backward).
+
+use sim_core::graph::CollectiveKind;
+use sim_core::units::Bytes;
+
+use crate::device::Dtype;
+use crate::layer::{Layer, LayerError, LayerKind, Shape};
+use crate::model::Model;
+
+/// A communicator kind: which parallel dimension a collective or transfer belongs to (the
+/// report's breakdown of exposed communication is by these).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GroupKind {
+    /// Tensor (and sequence) parallel collectives.
+    Tensor,
+    /// Pipeline sends and receives between stages.
+    Pipeline,
+    /// Gradient and parameter synchronisation over data-parallel replicas.
+    Data,
+    /// Context-parallel key/value ring.
+    Context,
+    /// Expert-parallel all-to-all.
+    Expert,
+}
+
+impl GroupKind {
+    /// Every kind, in report order.
+    pub const ALL: [GroupKind; 5] =
+        [GroupKind::Tensor, GroupKind::Pipeline, GroupKind::Data, GroupKind::Context, GroupKind::Expert];
+
+    /// The name used in reports.
+    pub const fn name(self) -> &'static str {
+        match self {
+            GroupKind::Tensor => "tensor",
+            GroupKind::Pipeline => "pipeline",
+            GroupKind::Data => "data",
+            GroupKind::Context => "context",
+            GroupKind::Expert => "expert",
+        }
+    }
+}
+
+/// How a layer is split over the tensor ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Every tensor rank computes it whole (or its sequence share, with sequence parallelism).
+    Replicated,
+    /// Linear layer with its output features split.
+    Column,
+    /// Linear layer with its input features split; its partial outputs are summed.
+    Row,
+    /// Works on features already split by a column-parallel layer (attention heads, the MLP's
+    /// activation).
+    Split,
+    /// Input embedding with its vocabulary rows split.
+    VocabularyEmbedding,
+    /// Output layer with its logits split over the vocabulary.
+    VocabularyOutput,
+    /// Cross-entropy over vocabulary-split logits.
+    VocabularyLoss,
+    /// A bank of experts: `experts / expert` per rank, each split over the tensor ranks.
+    Experts,
+}
+
+/// One collective a layer needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Comm {
+    /// Over which communicator.
+    pub group: GroupKind,
+    /// What it computes.
+    pub kind: CollectiveKind,
+    /// Size of the full buffer (the convention of `sim_core::graph::Collective`).
+    pub bytes: Bytes,
+    /// What it is, for labels (`"tp allreduce"`).
+    pub what: &'static str,
+}
+
+/// One layer as one rank runs it.
+#[derive(Debug, Clone)]
+pub struct LocalLayer {
+    /// Index of the layer in the model.
+    pub index: usize,
+    /// How it is split.
+    pub role: Role,
+    /// The layer on this rank's shapes (per sample).
+    pub layer: Layer,
+    /// The rank does `1 / work_divisor` of the local layer's work: context-parallel attention
+    /// computes its queries against every key chunk in turn, `1 / context` of the
+    /// full-sequence attention (balanced causal masking).
+    pub work_divisor: u32,
+    /// Collectives before the forward kernel, in order.
+    pub before_forward: Vec<Comm>,
+    /// Collectives after the forward kernel, in order.
+    pub after_forward: Vec<Comm>,
+    /// Collectives before the backward kernels (on the output gradient), in order.
+    pub before_backward: Vec<Comm>,
+    /// Collectives on the input gradient, after the backward-data kernel; the backward-weight
+    /// kernel overlaps them.
+    pub after_backward_data: Vec<Comm>,
+    /// Context-parallel ring: bytes of the key/value chunk passed to the next context rank at
+    /// each of the `context - 1` steps of the forward (the backward passes twice as much: the
+    /// chunk and its gradient).
+    pub context_ring: Option<Bytes>,
+}
+
+/// The degrees that shape one rank's work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Split {
+    /// Tensor-parallel degree.
+    pub tensor: u32,
+    /// Megatron sequence parallelism on the tensor ranks.
+    pub sequence_parallel: bool,
+    /// Context-parallel degree.
+    pub context: u32,
+    /// Expert-parallel degree.
+    pub expert: u32,
+}
+
+/// A model cannot be split as asked.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ShardError {
+    /// The split is not valid for this model; the message says what would be.
+    #[error("parallelism.{key}: {message}")]
+    Invalid {
+        /// The scenario key at fault (`tensor`, `context`, `expert`).
+        key: &'static str,
+        /// What is wrong and what would be valid.
+        message: String,
+    },
+    /// A local layer could not be built (a bug: the checks above should have caught it).
+    #[error("splitting layer {layer}: {source}")]
+    Layer {
+        /// The layer.
+        layer: String,
+        /// Why.
+        #[source]
+        source: LayerError,
+    },
+}
+
+fn invalid(key: &'static str, message: String) -> ShardError {
+    ShardError::Invalid { key, message }
+}
+
+/// The numbered block of every layer (see `memory::blocks`): `Some(block index)` inside one.
+pub(crate) fn block_indexes(model: &Model) -> Vec<Option<usize>> {
+    let names = crate::memory::block_names(model);
+    let mut result = Vec::with_capacity(names.len());
+    let mut count = 0usize;
+    for (index, name) in names.iter().enumerate() {
+        result.push(name.map(|name| {
+            if index == 0 || names[index - 1] != Some(name) {
+                count += 1;
+            }
+            count - 1
+        }));
+    }
+    result
+}
+
+/// The vocabulary of the model's input embedding, if it has one.
+fn vocabulary(model: &Model) -> Option<u64> {
+    model.layers.iter().find_map(|layer| match layer.kind {
+        LayerKind::Embedding { vocabulary, .. } => Some(vocabulary),
+        _ => None,
+    })
+}
+
+/// The sequence length: the first dimension of the first embedding's input, if the model
+/// starts with token ids.
+pub(crate) fn sequence_length(model: &Model) -> Option<u64> {
+    match model.layers.first().map(|layer| &layer.kind) {
+        Some(LayerKind::Embedding { .. }) => model.input.0.first().copied(),
+        _ => None,
+    }
+}
+
+/// The role of every layer, or why the model cannot be split over `tensor` ranks.
+pub fn roles(model: &Model, tensor: u32) -> Result<Vec<Role>, ShardError> {
+    let blocks = block_indexes(model);
+    let vocabulary = vocabulary(model);
+    let mut roles = Vec::with_capacity(model.layers.len());
+    let mut split = false;
+    for (index, layer) in model.layers.iter().enumerate() {
+        let in_block = blocks[index].is_some();
+        if in_block && (index == 0 || blocks[index - 1] != blocks[index]) {
+            split = false;
+        }
+        let role = match &layer.kind {
+            LayerKind::Embedding { .. } => Role::VocabularyEmbedding,
+            LayerKind::Linear { out_features, .. } | LayerKind::TiedLinear { out_features, .. }
+                if !in_block && Some(*out_features) == vocabulary =>
+            {
+                Role::VocabularyOutput
+            }
+            LayerKind::CrossEntropy if index > 0 && roles.last() == Some(&Role::VocabularyOutput) => {
+                Role::VocabularyLoss
+            }
+            LayerKind::Linear { .. } if in_block => {
+                split = !split;
+                if split { Role::Column } else { Role::Row }
+            }
+            LayerKind::MoeExperts { .. } => Role::Experts,
+            LayerKind::Attention { .. } | LayerKind::Rope { .. } if tensor > 1 && !split => {
+                return Err(invalid(
+                    "tensor",
+                    format!(
+                        "layer {} ({}) is not between a column- and a row-parallel linear layer, so it \
+                         cannot be split over tensor ranks",
+                        layer.name,
+                        layer.kind.name()
+                    ),
+                ));
+            }
+            LayerKind::Conv { .. }
+            | LayerKind::ConvTranspose { .. }
+            | LayerKind::BatchNorm
+            | LayerKind::EmbeddingBag { .. }
+            | LayerKind::Interaction
+                if tensor > 1 =>
+            {
+                return Err(invalid(
+                    "tensor",
+                    format!(
+                        "is {tensor}, but model {} has a {} layer ({}): tensor parallelism splits \
+                         transformer layers (attention and MLP); use data parallelism for this model",
+                        model.name,
+                        layer.kind.name(),
+                        layer.name
+                    ),
+                ));
+            }
+            _ if split => Role::Split,
+            _ => Role::Replicated,
+        };
+        roles.push(role);
+        let block_ends = in_block && blocks.get(index + 1).copied().flatten() != blocks[index];
+        if block_ends && split && tensor > 1 {
+            return Err(invalid(
+                "tensor",
+                format!(
+                    "block ending at layer {} leaves its features split (a column-parallel linear \
+                     layer without its row-parallel partner), so it cannot be split over tensor ranks",
+                    layer.name
+                ),
+            ));
+        }
+    }
+    Ok(roles)
+}
+
+/// Checks that `split` divides what it must divide in `model`.
+pub fn check(model: &Model, split: Split) -> Result<(), ShardError> {
+    let Split { tensor, context, expert, .. } = split;
+    for (key, value) in [("tensor", tensor), ("context", context), ("expert", expert)] {
+        if value == 0 {
+            return Err(invalid(key, "must be at least 1, got 0".into()));
+        }
+    }
+    let sequence = sequence_length(model);
+    let has_attention = model.layers.iter().any(|l| matches!(l.kind, LayerKind::Attention { .. }));
+    if context > 1 {
+        if !has_attention {
+            return Err(invalid(
+                "context",
+                format!(
+                    "is {context}, but model {} has no attention layer: context parallelism splits \
+                     the sequence of attention models; use 1",
+                    model.name
+                ),
+            ));
+        }
+        let sequence = sequence.unwrap_or(0);
+        if sequence % (2 * u64::from(context)) != 0 {
+            return Err(invalid(
+                "context",
+                format!(
+                    "is {context}: the sequence ({sequence} tokens) must divide into 2 x context \
+                     chunks (causal load balancing gives each context rank two chunks)"
+                ),
+            ));
+        }
+    }
+    if split.sequence_parallel && tensor > 1 {
+        let tokens = sequence.unwrap_or(0) / u64::from(context);
+        if tokens % u64::from(tensor) != 0 {
+            return Err(invalid(
+                "sequence-parallel",
+                format!("the {tokens} tokens of each context rank do not divide over {tensor} tensor ranks"),
+            ));
+        }
+    }
+    let experts = model.layers.iter().find_map(|l| match l.kind {
+        LayerKind::MoeExperts { experts, .. } => Some(experts),
+        _ => None,
+    });
+    if expert > 1 {
+        match experts {
+            None => {
+                return Err(invalid(
+                    "expert",
+                    format!("is {expert}, but model {} has no mixture-of-experts layer; use 1", model.name),
+                ));
+            }
+            Some(experts) if experts % u64::from(expert) != 0 => {
+                return Err(invalid(
+                    "expert",
+                    format!(
+                        "is {expert}, but the model has {experts} experts per layer: the expert \
+                         degree must divide it (valid: {})",
+                        divisors(experts)
+                    ),
+                ));
+            }
+            _ => {}
+        }
+    }
+    if tensor > 1 {
+        let t = u64::from(tensor);
+        // Attention first: the head count is the constraint users know.
+        let mut ordered: Vec<&Layer> = model.layers.iter().collect();
+        ordered.sort_by_key(|layer| !matches!(layer.kind, LayerKind::Attention { .. }));
+        for layer in ordered {
+            let bad = match &layer.kind {
+                LayerKind::Attention { heads, kv_heads, .. } => {
+                    if heads % t != 0 {
+                        Some(format!("its {heads} attention heads (valid: {})", divisors(*heads)))
+                    } else if kv_heads % t != 0 {
+                        Some(format!(
+                            "its {kv_heads} key/value heads (Megatron-LM splits query groups over the \
+                             tensor ranks; valid: {})",
+                            divisors(*kv_heads)
+                        ))
+                    } else {
+                        None
+                    }
+                }
+                LayerKind::Linear { out_features, .. } if layer.input.0.len() >= 2 => {
+                    let inputs = layer.input.0.last().copied().unwrap_or(1);
+                    (out_features % t != 0 && inputs % t != 0)
+                        .then(|| format!("the features of {} ({inputs} -> {out_features})", layer.name))
+                }
+                LayerKind::MoeExperts { ffn_hidden, .. } if ffn_hidden % t != 0 => {
+                    Some(format!("the experts' hidden size {ffn_hidden} (valid: {})", divisors(*ffn_hidden)))
+                }
+                _ => None,
+            };
+            if let Some(what) = bad {
+                return Err(invalid(
+                    "tensor",
+                    format!("is {tensor}, which does not divide {what} in layer {}", layer.name),
+                ));
+            }
+        }
+    }
+    roles(model, tensor)?;
+    Ok(())
+}
+
+/// `"1, 2, 4, 8"`: the divisors of `n` up to 64, for error messages.
+pub(crate) fn divisors(n: u64) -> String {
+    let list: Vec<String> = (1..=n.min(64)).filter(|d| n % d == 0).map(|d| d.to_string()).collect();
+    list.join(", ")
+}
+
+/// Every layer of `model` as one rank runs it for `micro_batch` samples in `precision`.
+pub fn local_layers(
+    model: &Model,
+    split: Split,
+    micro_batch: u64,
+    precision: Dtype,
+) -> Result<Vec<LocalLayer>, ShardError> {
+    check(model, split)?;
+    let roles = roles(model, split.tensor)?;
+    let t = u64::from(split.tensor);
+    let c = u64::from(split.context);
+    let sequence = sequence_length(model);
+    let width = precision.bytes();
+    let tp = split.tensor > 1;
+    let sp = split.sequence_parallel && tp;
+    // Tokens of a sequence-shaped tensor: split over context ranks, and over tensor ranks where
+    // sequence parallelism applies.
+    let is_sequence = |shape: &Shape| sequence.is_some_and(|s| shape.0.len() >= 2 && shape.0[0] == s);
+    let localise = |shape: &Shape, tokens: u64, features: u64| -> Shape {
+        let mut dims = shape.0.clone();
+        if is_sequence(shape) {
+            dims[0] /= tokens;
+        } else if sequence.is_some() && dims.len() == 1 && Some(dims[0]) == sequence {
+            dims[0] /= tokens; // token ids
+        }
+        if features > 1 && dims.len() >= 2 {
+            let last = dims.len() - 1;
+            dims[last] = dims[last].div_ceil(features);
+        }
+        Shape(dims)
+    };
+    // Bytes of one micro-batch's full activation of `features` per token (this context rank's
+    // tokens).
+    let activation = |features: u64| -> Bytes {
+        let tokens = sequence.unwrap_or(1) / c;
+        Bytes(micro_batch * tokens * features * width)
+    };
+    let tensor_comm = |kind, bytes, what| Comm { group: GroupKind::Tensor, kind, bytes, what };
+    let mut result = Vec::with_capacity(model.layers.len());
+    for (index, (layer, role)) in model.layers.iter().zip(&roles).enumerate() {
+        let replicated_tokens = if sp { c * t } else { c };
+        let hidden_in = layer.input.0.last().copied().unwrap_or(1);
+        let hidden_out = layer.output.0.last().copied().unwrap_or(1);
+        let (kind, input) = match (role, &layer.kind) {
+            (Role::Column, LayerKind::Linear { out_features, bias }) => (
+                LayerKind::Linear { out_features: out_features.div_ceil(t), bias: *bias },
+                localise(&layer.input, c, 1),
+            ),
+            (Role::Row, kind) => (kind.clone(), localise(&layer.input, c, t)),
+            (Role::Split, LayerKind::Attention { heads, kv_heads, causal, implementation }) => (
+                LayerKind::Attention {
+                    heads: heads / t,
+                    kv_heads: kv_heads / t,
+                    causal: *causal,
+                    implementation: *implementation,
+                },
+                // Every key of the sequence: the local queries meet all of them in turn.
+                localise(&layer.input, 1, t),
+            ),
+            (Role::Split, LayerKind::Rope { heads, kv_heads }) => {
+                (LayerKind::Rope { heads: heads / t, kv_heads: kv_heads / t }, localise(&layer.input, c, t))
+            }
+            (Role::Split, kind) => (kind.clone(), localise(&layer.input, c, t)),
+            (Role::VocabularyEmbedding, LayerKind::Embedding { vocabulary, dim }) => (
+                LayerKind::Embedding { vocabulary: vocabulary.div_ceil(t), dim: *dim },
+                localise(&layer.input, c, 1),
+            ),
+            (Role::VocabularyOutput, LayerKind::Linear { out_features, bias }) => (
+                LayerKind::Linear { out_features: out_features.div_ceil(t), bias: *bias },
+                localise(&layer.input, c, 1),
+            ),
+            (Role::VocabularyOutput, LayerKind::TiedLinear { out_features, bias, tied_to }) => (
+                LayerKind::TiedLinear {
+                    out_features: out_features.div_ceil(t),
+                    bias: *bias,
+                    tied_to: tied_to.clone(),
+                },
+                localise(&layer.input, c, 1),
+            ),
+            (Role::VocabularyLoss, kind) => (kind.clone(), localise(&layer.input, c, t)),
+            (
+                Role::Experts,
+                LayerKind::MoeExperts { experts, top_k, ffn_hidden, activation, gated, bias },
+            ) => (
+                LayerKind::MoeExperts {
+                    experts: experts / u64::from(split.expert),
+                    top_k: *top_k,
+                    ffn_hidden: ffn_hidden / t,
+                    activation: *activation,
+                    gated: *gated,
+                    bias: *bias,
+                },
+                localise(&layer.input, c, 1),
+            ),
+            (_, kind) => (kind.clone(), localise(&layer.input, replicated_tokens, 1)),
+        };
+        let local = Layer::new(layer.name.clone(), kind, input)
+            .map_err(|source| ShardError::Layer { layer: layer.name.clone(), source })?;
+        let mut entry = LocalLayer {
+            index,
+            role: *role,
+            layer: local,
+            work_divisor: 1,
+            before_forward: Vec::new(),
+            after_forward: Vec::new(),
+            before_backward: Vec::new(),
+            after_backward_data: Vec::new(),
+            context_ring: None,
+        };
+        use CollectiveKind::{AllGather, AllReduce, AllToAll, ReduceScatter};
+        match role {
+            Role::Column | Role::VocabularyOutput if tp => {
+                let bytes = activation(hidden_in);
+                if sp {
+                    entry.before_forward.push(tensor_comm(AllGather, bytes, "tp allgather"));
+                    entry.after_backward_data.push(tensor_comm(ReduceScatter, bytes, "tp reduce-scatter"));
+                } else {
+                    entry.after_backward_data.push(tensor_comm(AllReduce, bytes, "tp allreduce"));
+                }
+            }
+            Role::Row if tp => {
+                let bytes = activation(hidden_out);
+                if sp {
+                    entry.after_forward.push(tensor_comm(ReduceScatter, bytes, "tp reduce-scatter"));
+                    entry.before_backward.push(tensor_comm(AllGather, bytes, "tp allgather"));
+                } else {
+                    entry.after_forward.push(tensor_comm(AllReduce, bytes, "tp allreduce"));
+                }
+            }
+            Role::VocabularyEmbedding if tp => {
+                let bytes = activation(hidden_out);
+                let kind = if sp { ReduceScatter } else { AllReduce };
+                entry.after_forward.push(tensor_comm(kind, bytes, "tp embedding reduce"));
+            }
+            Role::VocabularyLoss if tp => {
+                // Megatron's vocabulary-parallel cross-entropy: three fp32 allreduces of one value
+                // per token (logit maximum, sum of exponentials, target logit), sent as one.
+                let tokens = sequence.unwrap_or(1) / c;
+                let bytes = Bytes(3 * 4 * micro_batch * tokens);
+                entry.after_forward.push(tensor_comm(AllReduce, bytes, "tp cross-entropy allreduce"));
+            }
+            Role::Experts => {
+                let LayerKind::MoeExperts { top_k, .. } = layer.kind else { unreachable!("experts role") };
+                let routed = Bytes(activation(hidden_in).0 / if sp { t } else { 1 } * top_k);
+                let expert_comm =
+                    |what| Comm { group: GroupKind::Expert, kind: AllToAll, bytes: routed, what };
+                if sp {
+                    entry.before_forward.push(tensor_comm(AllGather, activation(hidden_in), "tp allgather"));
+                }
+                if split.expert > 1 {
+                    entry.before_forward.push(expert_comm("ep dispatch"));
+                    entry.after_forward.push(expert_comm("ep combine"));
+                    entry.before_backward.push(expert_comm("ep combine backward"));
+                    entry.after_backward_data.push(expert_comm("ep dispatch backward"));
+                }
+                if tp {
+                    let bytes = activation(hidden_out);
+                    if sp {
+                        entry.after_forward.push(tensor_comm(ReduceScatter, bytes, "tp reduce-scatter"));
+                        entry.before_backward.insert(0, tensor_comm(AllGather, bytes, "tp allgather"));
+                        entry.after_backward_data.push(tensor_comm(
+                            ReduceScatter,
+                            activation(hidden_in),
+                            "tp reduce-scatter",
+                        ));
+                    } else {
+                        entry.after_forward.push(tensor_comm(AllReduce, bytes, "tp allreduce"));
+                        entry.after_backward_data.push(tensor_comm(AllReduce, bytes, "tp allreduce"));
+                    }
+                }
+            }
+            _ => {}
+        }
+        if let LayerKind::Attention { heads, kv_heads, .. } = layer.kind
+            && split.context > 1
+        {
+            entry.work_divisor = split.context;
+            let head_dim = hidden_in / (heads + 2 * kv_heads);
+            let chunk = micro_batch * (sequence.unwrap_or(1) / c) * 2 * (kv_heads / t) * head_dim * width;
+            entry.context_ring = Some(Bytes(chunk));
+        }
+        result.push(entry);
+    }
+    Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::zoo;
+
+    fn split(tensor: u32, sequence_parallel: bool) -> Split {
+        Split { tensor, sequence_parallel, context: 1, expert: 1 }
+    }
+
+    #[test]
+    fn gpt_layers_get_megatron_roles() {
+        let model = zoo::by_name("megatron-1.7b").unwrap();
+        let roles = roles(&model, 2).unwrap();
+        let role = |name: &str| roles[model.layers.iter().position(|l| l.name == name).unwrap()];
+        assert_eq!(role("embedding"), Role::VocabularyEmbedding);
+        assert_eq!(role("layers.0.norm1"), Role::Replicated);
+        assert_eq!(role("layers.0.attention.qkv"), Role::Column);
+        assert_eq!(role("layers.0.attention.core"), Role::Split);
+        assert_eq!(role("layers.0.attention.proj"), Role::Row);
+        assert_eq!(role("layers.0.mlp.fc1"), Role::Column);
+        assert_eq!(role("layers.0.mlp.gelu"), Role::Split);
+        assert_eq!(role("layers.0.mlp.fc2"), Role::Row);
+        assert_eq!(role("layers.0.add2"), Role::Replicated);
+    }
+
+    #[test]
+    fn tensor_parallelism_splits_the_work_of_a_block_by_its_degree() {
+        let model = zoo::by_name("megatron-1.7b").unwrap();
+        let whole = local_layers(&model, split(1, false), 1, Dtype::Fp16).unwrap();
+        let halves = local_layers(&model, split(4, false), 1, Dtype::Fp16).unwrap();
+        let block_flops = |layers: &[LocalLayer]| -> f64 {
+            layers
+                .iter()
+                .filter(|l| l.layer.name.starts_with("layers.3.") && l.role != Role::Replicated)
+                .map(|l| l.layer.cost.training_flops())
+                .sum()
+        };
+        let ratio = block_flops(&whole) / block_flops(&halves);
+        // Row-parallel biases are added after the reduction, on every rank: a hair over 1/4.
+        assert!((ratio - 4.0).abs() < 1e-3, "{ratio}");
+    }
+
+    #[test]
+    fn four_tensor_allreduces_per_layer_and_sequence_parallel_moves_the_same_bytes() {
+        let model = zoo::by_name("megatron-1.7b").unwrap();
+        let (b, s, h) = (2u64, 2048u64, 2304u64);
+        for sp in [false, true] {
+            let layers = local_layers(&model, split(4, sp), b, Dtype::Fp16).unwrap();
+            let comms: Vec<&Comm> = layers
+                .iter()
+                .filter(|l| l.layer.name.starts_with("layers.5."))
+                .flat_map(|l| {
+                    l.before_forward
+                        .iter()
+                        .chain(&l.after_forward)
+                        .chain(&l.before_backward)
+                        .chain(&l.after_backward_data)
+                })
+                .collect();
+            let allreduce_equivalents: u64 = comms
+                .iter()
+                .map(|c| match c.kind {
+                    CollectiveKind::AllReduce => 2 * c.bytes.0,
+                    _ => c.bytes.0,
+                })
+                .sum();
+            assert_eq!(allreduce_equivalents, 4 * 2 * b * s * h * 2, "sequence parallel {sp}");
+            assert_eq!(comms.len(), if sp { 8 } else { 4 });
+        }
+    }
+
+    #[test]
+    fn splits_that_do_not_divide_say_what_would() {
+        let model = zoo::by_name("megatron-1.7b").unwrap(); // 24 heads
+        let error = check(&model, split(5, false)).unwrap_err().to_string();
+        assert!(
+            error.contains("24 attention heads") && error.contains("1, 2, 3, 4, 6, 8, 12, 24"),
+            "{error}"
+        );
+        let resnet = zoo::by_name("resnet50").unwrap();
+        let error = check(&resnet, split(2, false)).unwrap_err().to_string();
+        assert!(error.contains("tensor parallelism splits transformer layers"), "{error}");
+        let error = check(&resnet, Split { tensor: 1, sequence_parallel: false, context: 2, expert: 1 })
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("no attention layer"), "{error}");
+        let error = check(&model, Split { tensor: 1, sequence_parallel: false, context: 1, expert: 2 })
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("no mixture-of-experts"), "{error}");
+    }
+}

@@ -1,0 +1,422 @@
+//! The strategy layer against closed forms: pipeline bubbles and in-flight micro-batches,
+//! tensor- and sequence-parallel bytes, context-parallel key/value bytes, expert all-to-all
+//! bytes, ZeRO traffic, and plain data parallelism through the general emitter.
+
+use super::is_flush;
+use sim_core::fidelity::{Fidelity, NetworkSettings};
+use sim_core::graph::{CollectiveKind, ExecGraph, OpKind, RankId};
+use sim_core::stats::idle_until;
+use sim_core::units::{Bandwidth, SimDuration, SimTime};
+use topology::{ClusterSpec, IntraNode, LinkSpec, NetworkSpec, Topology};
+
+use super::*;
+use crate::device::DeviceCatalog;
+use crate::layer::{LayerKind, Shape};
+use crate::model::ModelBuilder;
+use crate::zoo;
+
+/// `blocks` identical blocks of two square linear layers on `[1024, hidden]` samples, after a
+/// free reshape (so every linear layer has a backward-data kernel): uniform pipeline stages.
+fn uniform_model(blocks: usize, hidden: u64) -> Model {
+    let mut builder = ModelBuilder::new("uniform", Shape::from([1024, hidden]));
+    builder.layer("stem", LayerKind::Reshape { shape: Shape::from([1024, hidden]) }).unwrap();
+    for block in 0..blocks {
+        for name in ["fc1", "fc2"] {
+            builder
+                .layer(
+                    format!("layers.{block}.{name}"),
+                    LayerKind::Linear { out_features: hidden, bias: false },
+                )
+                .unwrap();
+        }
+    }
+    builder.finish()
+}
+
+/// One server of `gpus` GPUs behind a switch so fast that transfers take next to no time.
+fn instant_server(gpus: u32) -> Topology {
+    let link =
+        LinkSpec::new(Bandwidth::from_bits_per_second(8_000_000_000_000_000_000).unwrap(), SimDuration::ZERO);
+    Topology::build(&ClusterSpec {
+        nodes: 1,
+        gpus_per_node: gpus,
+        intra_node: IntraNode::NvSwitch(link),
+        network: NetworkSpec::single_switch(link),
+        host_memory: None,
+    })
+    .unwrap()
+}
+
+/// A DGX-A100-like cluster: `nodes` servers of 8 GPUs, 300 GB/s NVSwitch, 200 Gb/s NICs.
+fn dgx(nodes: u32) -> Topology {
+    let nvlink = LinkSpec::new("300 GB/s".parse().unwrap(), "0.7 us".parse().unwrap());
+    let nic = LinkSpec::new("200 Gb/s".parse().unwrap(), "1 us".parse().unwrap());
+    Topology::build(&ClusterSpec {
+        nodes,
+        gpus_per_node: 8,
+        intra_node: IntraNode::NvSwitch(nvlink),
+        network: NetworkSpec::single_switch(nic),
+        host_memory: None,
+    })
+    .unwrap()
+}
+
+fn strategy<'a>(
+    model: &'a Model,
+    compute: &'a ComputeModel,
+    parallelism: Parallelism,
+    global: u64,
+    micro: u64,
+) -> Strategy<'a> {
+    Strategy {
+        model,
+        device: DeviceCatalog::builtin().get("a100-sxm4-80gb").unwrap(),
+        compute,
+        precision: Dtype::Fp16,
+        gradient_precision: Dtype::Fp32,
+        optimizer: Optimizer::Adam,
+        recompute: Recompute::None,
+        global_batch: global,
+        micro_batch: micro,
+        parallelism,
+        iterations: 1,
+    }
+}
+
+fn pipelined(stages: u32, chunks: u32, schedule: PipelineSchedule) -> Parallelism {
+    Parallelism {
+        data: 1,
+        pipeline: stages,
+        virtual_stages: chunks,
+        schedule,
+        ..Parallelism::data_parallel(1)
+    }
+}
+
+/// Mean over ranks of the idle time before the last backward of the pipeline, over the
+/// length of the pipeline phase (first op to last backward), and the compute time per rank.
+fn bubble(lowered: &Lowered, topology: &Topology) -> (f64, f64) {
+    let timeline = NetworkSettings::new(Fidelity::Analytical).run(&lowered.graph, topology).unwrap();
+    let end = lowered.pipeline_ends[0].iter().map(|op| timeline.end[op.0 as usize]).max().unwrap();
+    let ranks = lowered.graph.ranks() as usize;
+    let idle = idle_until(&lowered.graph, &timeline, SimTime::ZERO, &vec![end; ranks], &is_flush);
+    let mean_idle = idle.iter().map(|d| d.as_secs_f64()).sum::<f64>() / ranks as f64;
+    (mean_idle / end.since_start().as_secs_f64(), mean_idle)
+}
+
+/// Compute time of one rank in the pipeline phase (every kernel but the optimizer).
+fn rank_compute(graph: &ExecGraph, rank: u32) -> f64 {
+    graph
+        .ops()
+        .iter()
+        .filter(|op| op.rank == RankId(rank) && graph.label(op.label) != "optimizer step")
+        .filter_map(|op| match op.kind {
+            OpKind::Compute { duration } => Some(duration.as_secs_f64()),
+            _ => None,
+        })
+        .sum()
+}
+
+#[test]
+fn gpipe_and_1f1b_bubbles_are_p_minus_1_over_m_plus_p_minus_1() {
+    let model = uniform_model(8, 4096);
+    let compute = ComputeModel::default();
+    let topology = instant_server(4);
+    for schedule in [PipelineSchedule::GPipe, PipelineSchedule::OneFOneB] {
+        for m in [4u64, 8, 16] {
+            let lowered = strategy(&model, &compute, pipelined(4, 1, schedule), m * 2, 2).lower().unwrap();
+            let (fraction, _) = bubble(&lowered, &topology);
+            let expected = 3.0 / (m as f64 + 3.0);
+            assert!(
+                (fraction - expected).abs() < 0.002,
+                "{schedule:?} m={m}: bubble {fraction:.4}, closed form {expected:.4}"
+            );
+        }
+    }
+}
+
+#[test]
+fn interleaving_divides_the_bubble_by_the_virtual_stages() {
+    let model = uniform_model(16, 4096);
+    let compute = ComputeModel::default();
+    let topology = instant_server(4);
+    for (chunks, m) in [(2u32, 8u64), (4, 8), (2, 16)] {
+        let lowered = strategy(&model, &compute, pipelined(4, chunks, PipelineSchedule::OneFOneB), m * 2, 2)
+            .lower()
+            .unwrap();
+        let (_, idle) = bubble(&lowered, &topology);
+        let ratio = idle / rank_compute(&lowered.graph, 0);
+        let expected = 3.0 / (f64::from(chunks) * m as f64);
+        assert!(
+            (ratio - expected).abs() < 0.01 * expected + 0.002,
+            "v={chunks} m={m}: bubble/compute {ratio:.4}, closed form {expected:.4}"
+        );
+    }
+}
+
+#[test]
+fn one_f_one_b_holds_p_micro_batches_on_the_first_stage_and_gpipe_all_of_them() {
+    let model = uniform_model(8, 1024);
+    let compute = ComputeModel::default();
+    let lowered =
+        strategy(&model, &compute, pipelined(4, 1, PipelineSchedule::OneFOneB), 16, 1).lower().unwrap();
+    let in_flight: Vec<f64> = lowered.stages.iter().map(|s| s.peak_micro_batches_in_flight).collect();
+    assert_eq!(in_flight, vec![4.0, 3.0, 2.0, 1.0]);
+    let gpipe = strategy(&model, &compute, pipelined(4, 1, PipelineSchedule::GPipe), 16, 1).lower().unwrap();
+    assert!(gpipe.stages.iter().all(|s| s.peak_micro_batches_in_flight == 16.0));
+    // Activations grow with what is in flight; the other parts do not.
+    assert!(lowered.stages[0].memory.activations.0 == 4 * lowered.stages[3].memory.activations.0);
+}
+
+/// Bytes of the collectives and transfers of `graph` on `rank`, by (kind, stream).
+fn rank_traffic(
+    graph: &ExecGraph,
+    rank: u32,
+    stream: sim_core::graph::StreamId,
+) -> Vec<(Option<CollectiveKind>, u64)> {
+    graph
+        .ops()
+        .iter()
+        .filter(|op| op.rank == RankId(rank) && op.stream == stream)
+        .filter_map(|op| match op.kind {
+            OpKind::Collective(id) => {
+                let c = graph.collective(id);
+                Some((Some(c.kind), c.bytes.0))
+            }
+            OpKind::Transfer { bytes, .. } => Some((None, bytes.0)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn megatron_tensor_parallel_bytes_per_layer_and_sequence_parallel_moves_the_same() {
+    let model = zoo::by_name("megatron-1.7b").unwrap(); // 24 layers, hidden 2304, sequence 2048
+    let compute = ComputeModel::default();
+    let (b, s, h, layers) = (2u64, 2048u64, 2304u64, 24u64);
+    let mut totals = Vec::new();
+    for sequence_parallel in [false, true] {
+        let parallelism =
+            Parallelism { data: 1, tensor: 4, sequence_parallel, ..Parallelism::data_parallel(1) };
+        let lowered = strategy(&model, &compute, parallelism, b, b).lower().unwrap();
+        let traffic = rank_traffic(&lowered.graph, 0, TENSOR_STREAM);
+        // Allreduce = reduce-scatter + allgather of the same buffer.
+        let equivalent: u64 = traffic
+            .iter()
+            .map(|(kind, bytes)| if *kind == Some(CollectiveKind::AllReduce) { 2 * bytes } else { *bytes })
+            .sum();
+        // 4 allreduces of b s h (fp16) per layer, plus the embedding's and the loss's.
+        let per_layers = layers * 4 * 2 * b * s * h * 2;
+        let embedding = if sequence_parallel { b * s * h * 2 } else { 2 * b * s * h * 2 };
+        let loss = 2 * 3 * 4 * b * s;
+        let output_layer = 2 * b * s * h * 2;
+        assert_eq!(
+            equivalent,
+            per_layers + embedding + loss + output_layer,
+            "sequence parallel {sequence_parallel}"
+        );
+        totals.push(per_layers);
+    }
+    assert_eq!(totals[0], totals[1]);
+}
+
+#[test]
+fn context_parallel_ring_passes_every_other_ranks_key_value_chunk() {
+    let model = zoo::by_name("llama3-8b").unwrap();
+    let compute = ComputeModel::default();
+    let parallelism = Parallelism { data: 1, context: 4, ..Parallelism::data_parallel(1) };
+    let lowered = strategy(&model, &compute, parallelism, 1, 1).lower().unwrap();
+    let sends = rank_traffic(&lowered.graph, 0, CONTEXT_STREAM);
+    let LayerKind::Attention { heads, kv_heads, .. } =
+        model.layers.iter().find(|l| matches!(l.kind, LayerKind::Attention { .. })).unwrap().kind
+    else {
+        unreachable!()
+    };
+    let attention_layers =
+        model.layers.iter().filter(|l| matches!(l.kind, LayerKind::Attention { .. })).count() as u64;
+    let sequence = model.input.0[0];
+    let head_dim = 4096 / heads;
+    // Forward: 3 steps of the K and V of a quarter of the sequence; backward: twice that.
+    let chunk = (sequence / 4) * 2 * kv_heads * head_dim * 2;
+    assert_eq!(sends.len() as u64, attention_layers * 3 * 2);
+    assert_eq!(sends.iter().map(|(_, b)| b).sum::<u64>(), attention_layers * 3 * chunk * 3);
+}
+
+#[test]
+fn expert_all_to_all_moves_two_times_tokens_times_hidden_off_each_rank_per_layer() {
+    let model = zoo::by_name("mixtral-8x7b").unwrap();
+    let compute = ComputeModel::default();
+    let experts_per_rank = 4;
+    let parallelism =
+        Parallelism { data: experts_per_rank, expert: experts_per_rank, ..Parallelism::data_parallel(4) };
+    let lowered = strategy(&model, &compute, parallelism, 4, 1).lower().unwrap();
+    let traffic = rank_traffic(&lowered.graph, 0, EXPERT_STREAM);
+    let (tokens, hidden, top_k, layers) = (4096u64, 4096u64, 2u64, 32u64);
+    // An all-to-all's buffer is the whole send buffer; (1 - 1/E) of it leaves the rank.
+    let forward_off_rank: f64 = traffic.iter().take(2).map(|(_, b)| *b as f64 * (1.0 - 1.0 / 4.0)).sum();
+    assert_eq!(forward_off_rank, 2.0 * (tokens * top_k * hidden * 2) as f64 * 0.75);
+    assert_eq!(traffic.len() as u64, layers * 4);
+}
+
+#[test]
+fn plain_data_parallelism_is_one_micro_batch_of_the_general_emitter() {
+    let model = zoo::by_name("resnet50").unwrap();
+    let compute = ComputeModel::default();
+    let lowered = strategy(&model, &compute, Parallelism::data_parallel(8), 8 * 64, 64).lower().unwrap();
+    assert_eq!(lowered.micro_batches, 1);
+    // Every rank: the same ops, one allreduce per bucket on the data stream.
+    let per_rank = lowered.graph.op_count() / 8;
+    assert_eq!(lowered.graph.op_count() % 8, 0);
+    assert_eq!(lowered.graph.collectives().len(), lowered.buckets.len());
+    let total: u64 = lowered.buckets.iter().map(|b| b.bytes.0).sum();
+    assert_eq!(total, model.parameters() * 4);
+    assert!(per_rank > 100);
+    // Gradient accumulation: 4 micro-batches of 16, still one allreduce per bucket.
+    let accumulated = strategy(&model, &compute, Parallelism::data_parallel(8), 8 * 64, 16).lower().unwrap();
+    assert_eq!(accumulated.micro_batches, 4);
+    assert_eq!(accumulated.graph.collectives().len(), lowered.buckets.len());
+    let timeline = NetworkSettings::new(Fidelity::Analytical).run(&accumulated.graph, &dgx(1)).unwrap();
+    assert!(timeline.makespan() > SimDuration::ZERO);
+}
+
+#[test]
+fn zero_1_reduce_scatters_gradients_and_allgathers_parameters() {
+    let model = zoo::by_name("megatron-1.7b").unwrap();
+    let compute = ComputeModel::default();
+    let plain = strategy(&model, &compute, Parallelism::data_parallel(8), 8, 1).lower().unwrap();
+    let zero = strategy(&model, &compute, Parallelism { zero: 1, ..Parallelism::data_parallel(8) }, 8, 1)
+        .lower()
+        .unwrap();
+    let kinds = |lowered: &Lowered| {
+        let traffic = rank_traffic(&lowered.graph, 0, DATA_STREAM);
+        let of = |kind| traffic.iter().filter(|(k, _)| *k == Some(kind)).map(|(_, b)| b).sum::<u64>();
+        (of(CollectiveKind::AllReduce), of(CollectiveKind::ReduceScatter), of(CollectiveKind::AllGather))
+    };
+    let (allreduce, _, _) = kinds(&plain);
+    let (none, reduce_scatter, allgather) = kinds(&zero);
+    assert_eq!(none, 0);
+    assert_eq!(reduce_scatter, allreduce);
+    // fp16 parameters gathered, fp32 gradients scattered.
+    assert_eq!(allgather * 2, reduce_scatter);
+}
+
+fn resnet_data_parallel<'a>(model: &'a Model, compute: &'a ComputeModel, ranks: u32) -> Strategy<'a> {
+    Strategy {
+        optimizer: Optimizer::SgdMomentum,
+        ..strategy(model, compute, Parallelism::data_parallel(ranks), u64::from(ranks) * 64, 64)
+    }
+}
+
+#[test]
+fn ddp_buckets_hold_every_gradient_once_and_respect_the_caps() {
+    let model = zoo::by_name("resnet50").unwrap();
+    let compute = ComputeModel::default();
+    let buckets = resnet_data_parallel(&model, &compute, 4).lower().unwrap().buckets;
+    let total: u64 = buckets.iter().map(|b| b.bytes.0).sum();
+    assert_eq!(total, model.parameters() * 4);
+    // Every bucket but the last reached its cap; none exceeds it by more than one layer.
+    let largest_layer = model.layers.iter().map(|l| l.cost.params * 4).max().unwrap();
+    for (i, bucket) in buckets.iter().enumerate() {
+        let cap = if i == 0 { 1 << 20 } else { 25 << 20 };
+        if i + 1 < buckets.len() {
+            assert!(bucket.bytes.0 >= cap, "bucket {i} closed early");
+        }
+        assert!(bucket.bytes.0 < cap + largest_layer, "bucket {i} overfull");
+    }
+    // The first bucket starts with the classifier, the last gradient to be produced is conv1's.
+    assert_eq!(model.layers[buckets[0].layers[0]].name, "fc");
+    assert_eq!(model.layers[*buckets.last().unwrap().layers.last().unwrap()].name, "conv1");
+}
+
+#[test]
+fn recomputation_reruns_forward_kernels_without_counting_their_flops() {
+    let model = zoo::by_name("bert-base").unwrap();
+    let compute = ComputeModel::default();
+    let mut spec = strategy(&model, &compute, Parallelism::data_parallel(2), 8, 4);
+    let none = spec.lower().unwrap();
+    spec.recompute = Recompute::Selective;
+    let selective = spec.lower().unwrap();
+    spec.recompute = Recompute::Full;
+    let full = spec.lower().unwrap();
+    let per_rank = |lowered: &Lowered| lowered.graph.op_count() / 2;
+    // BERT-base: 12 attention cores re-run under selective recomputation.
+    assert_eq!(per_rank(&selective), per_rank(&none) + 12);
+    // Full: every layer of the 12 encoder blocks re-runs its forward (views excepted).
+    let block_kernels =
+        model.layers.iter().filter(|l| l.name.starts_with("layers.") && !l.cost.is_free()).count();
+    assert_eq!(per_rank(&full), per_rank(&none) + block_kernels);
+    assert_eq!(none.flops_per_rank_iteration, full.flops_per_rank_iteration);
+    assert!(full.recompute_flops_per_rank_iteration > selective.recompute_flops_per_rank_iteration);
+    assert_eq!(none.recompute_flops_per_rank_iteration, 0.0);
+}
+
+#[test]
+fn memory_counts_the_ddp_buckets_once_there_are_peers() {
+    let model = zoo::by_name("resnet50").unwrap();
+    let compute = ComputeModel::default();
+    let lowered = resnet_data_parallel(&model, &compute, 8).lower().unwrap();
+    let memory = lowered.stages[0].memory;
+    let buckets: u64 = lowered.buckets.iter().map(|bucket| bucket.bytes.0).sum();
+    assert_eq!(memory.communication, Bytes(buckets));
+    assert_eq!(memory.gradients, Bytes(4 * model.parameters()));
+    let alone = resnet_data_parallel(&model, &compute, 1).lower().unwrap().stages[0].memory;
+    assert_eq!(alone.communication, Bytes::ZERO);
+    // ResNet-50 at batch 64 in fp16 fits an 80 GB A100 with room to spare.
+    let a100 = DeviceCatalog::builtin().get("a100-sxm4-80gb").unwrap();
+    memory.check(a100).unwrap();
+    assert!(memory.activations > Bytes(1 << 30) && memory.total() < Bytes(40 << 30), "{memory}");
+}
+
+#[test]
+fn impossible_strategies_are_refused_with_the_key_and_what_would_be_valid() {
+    let model = zoo::by_name("megatron-1.7b").unwrap(); // 24 layers, 24 heads
+    let compute = ComputeModel::default();
+    let cases: Vec<(Parallelism, u64, u64, &str, &str)> = vec![
+        (
+            Parallelism { pipeline: 32, ..pipelined(32, 1, PipelineSchedule::OneFOneB) },
+            64,
+            1,
+            "parallelism.pipeline",
+            "at most 24 chunks",
+        ),
+        (pipelined(4, 2, PipelineSchedule::GPipe), 8, 1, "parallelism.virtual-stages", "1f1b"),
+        (pipelined(4, 2, PipelineSchedule::OneFOneB), 6, 1, "parallelism.virtual-stages", "multiple of 4"),
+        (
+            Parallelism { tensor: 5, ..Parallelism::data_parallel(1) },
+            1,
+            1,
+            "parallelism.tensor",
+            "24 attention heads",
+        ),
+        (Parallelism::data_parallel(4), 6, 1, "workload.global-batch", "multiple of micro-batch x data = 4"),
+        (Parallelism { zero: 4, ..Parallelism::data_parallel(2) }, 2, 1, "parallelism.zero", "ZeRO stages"),
+        (
+            Parallelism { expert: 2, ..Parallelism::data_parallel(2) },
+            2,
+            1,
+            "parallelism.expert",
+            "no mixture-of-experts",
+        ),
+        (
+            Parallelism { data: 2, expert: 4, ..Parallelism::data_parallel(2) },
+            2,
+            1,
+            "parallelism.expert",
+            "must divide",
+        ),
+    ];
+    for (parallelism, global, micro, key, text) in cases {
+        let model = if key == "parallelism.expert" && text == "must divide" {
+            zoo::by_name("mixtral-8x7b").unwrap()
+        } else {
+            model.clone()
+        };
+        match strategy(&model, &compute, parallelism, global, micro).check() {
+            Err(StrategyError::Invalid { key: got, message }) => {
+                assert_eq!(got, key, "{message}");
+                assert!(message.contains(text), "{key}: {message}");
+            }
+            other => panic!("{key}: expected an error, got {other:?}"),
+        }
+    }
+}
