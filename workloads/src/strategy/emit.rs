@@ -28,8 +28,9 @@ use sim_core::graph::{
 use sim_core::units::{Bytes, SimDuration};
 
 use super::{
-    Axis, Bucket, COMPUTE_STREAM, CONTEXT_STREAM, Comm, DATA_STREAM, EXPERT_STREAM, GroupKind, Lowered,
-    PIPELINE_STREAM, RankLayout, Role, StageSummary, Strategy, StrategyError, TENSOR_STREAM, pipeline, shard,
+    Axis, Bucket, COMPUTE_STREAM, CONTEXT_STREAM, Comm, DATA_STREAM, EXPERT_STREAM, GATHER_STREAM, GroupKind,
+    Lowered, PIPELINE_STREAM, RankLayout, Role, StageSummary, Strategy, StrategyError, TENSOR_STREAM,
+    pipeline, shard,
 };
 use crate::layer::Pass;
 use crate::memory::MemoryBreakdown;
@@ -90,6 +91,18 @@ struct Plan<'s> {
     optimizer: Vec<(SimDuration, f64)>,
     /// Bytes sent between consecutive chunks (activation or gradient of one micro-batch).
     boundary_bytes: Vec<Bytes>,
+    /// ZeRO-3 units (FSDP's wrapping: each numbered block, and the layers around them) of
+    /// each chunk.
+    units: Vec<Vec<Unit>>,
+}
+
+/// A group of layers whose parameters ZeRO-3 gathers and whose gradients it scatters together.
+struct Unit {
+    layers: Range<usize>,
+    /// Parameters in the compute dtype.
+    parameter_bytes: Bytes,
+    /// Gradients in the gradient dtype.
+    gradient_bytes: Bytes,
 }
 
 /// A gradient bucket with its communicator and labels.
@@ -111,6 +124,8 @@ struct Labels {
     send_forward: LabelId,
     send_backward: LabelId,
     ring: LabelId,
+    gather: LabelId,
+    scatter: LabelId,
 }
 
 /// The graph under construction and the collective instances shared by group members.
@@ -345,7 +360,7 @@ impl<'s> Plan<'s> {
         // DDP launches its bucket allreduces whatever the world size; other strategies
         // synchronise only over more than one rank.
         let sync_ranks = p.data * p.context;
-        if sync_ranks > 1 || p.is_data_parallel() {
+        if (sync_ranks > 1 || p.is_data_parallel()) && p.zero < 3 {
             for chunk in &buckets {
                 for (b, bucket) in chunk.iter().enumerate() {
                     if let Some(&last) = bucket.bucket.layers.last() {
@@ -375,8 +390,32 @@ impl<'s> Plan<'s> {
                 Bytes(local[last].layer.output.elements() * strategy.micro_batch * width)
             })
             .collect();
+        let blocks = shard::block_indexes(model);
+        let units = chunk_layers
+            .iter()
+            .map(|range| {
+                let mut units: Vec<Unit> = Vec::new();
+                for index in range.clone() {
+                    let params = local[index].layer.cost.params;
+                    match units.last_mut() {
+                        Some(unit) if blocks[unit.layers.start] == blocks[index] => {
+                            unit.layers.end = index + 1;
+                            unit.parameter_bytes.0 += params * weight_width;
+                            unit.gradient_bytes.0 += params * gradient_width;
+                        }
+                        _ => units.push(Unit {
+                            layers: index..index + 1,
+                            parameter_bytes: Bytes(params * weight_width),
+                            gradient_bytes: Bytes(params * gradient_width),
+                        }),
+                    }
+                }
+                units
+            })
+            .collect();
         Ok(Plan {
             strategy,
+            units,
             layout: p.layout(),
             micro_batches,
             local,
@@ -460,6 +499,8 @@ impl<'s> Plan<'s> {
             send_forward: graph.label("pipeline send activations"),
             send_backward: graph.label("pipeline send gradients"),
             ring: graph.label("cp ring send key/value"),
+            gather: graph.label("zero-3 allgather parameters"),
+            scatter: graph.label("zero-3 reduce-scatter gradients"),
         }
     }
 
@@ -679,7 +720,7 @@ impl RankEmitter<'_, '_> {
         );
         self.last_compute = Some(optimizer);
         let mut end = optimizer;
-        if p.zero >= 1 && p.data * p.context > 1 {
+        if (1..3).contains(&p.zero) && p.data * p.context > 1 {
             for k in (0..chunks).filter(|k| k % p.pipeline == stage) {
                 for bucket in &self.buckets[k as usize] {
                     let comm = Comm {
@@ -704,10 +745,38 @@ impl RankEmitter<'_, '_> {
 
     fn forward_chunk(&mut self, chunk: usize, micro: u32) -> Result<(), StrategyError> {
         let plan = self.plan;
-        for index in plan.chunk_layers[chunk].clone() {
-            self.forward_layer(index, micro, false)?;
+        if plan.strategy.parallelism.zero < 3 {
+            for index in plan.chunk_layers[chunk].clone() {
+                self.forward_layer(index, micro, false)?;
+            }
+            return Ok(());
+        }
+        // ZeRO-3 / FSDP: gather each unit's parameters before its forward, the next unit's
+        // as soon as this one starts (one unit of prefetch), and free them after.
+        let units = &plan.units[chunk];
+        let mut gathered = self.gather(chunk, 0, &[]);
+        for (u, unit) in units.iter().enumerate() {
+            self.waiting.push(Dep::Local(gathered));
+            let first = self.buffer.ops.len();
+            for index in unit.layers.clone() {
+                self.forward_layer(index, micro, false)?;
+            }
+            if u + 1 < units.len() {
+                let start: Vec<Dep> =
+                    (first < self.buffer.ops.len()).then_some(Dep::Local(first as u32)).into_iter().collect();
+                gathered = self.gather(chunk, u + 1, &start);
+            }
         }
         Ok(())
+    }
+
+    /// The allgather of unit `unit`'s parameters (ZeRO-3), on the gather stream.
+    fn gather(&mut self, chunk: usize, unit: usize, deps: &[Dep]) -> u32 {
+        let bytes = self.plan.units[chunk][unit].parameter_bytes;
+        let comm = Comm { group: GroupKind::Data, kind: CollectiveKind::AllGather, bytes, what: "" };
+        let group = self.group(GroupClass::Data);
+        let label = self.labels.gather;
+        self.collective(comm, GATHER_STREAM, group, label, deps)
     }
 
     /// One layer's forward (or its recomputation).
@@ -737,8 +806,69 @@ impl RankEmitter<'_, '_> {
     /// Backward of one chunk; returns the last gradient synchronisation op, if any.
     fn backward_chunk(&mut self, chunk: usize, micro: u32, last: bool) -> Result<Option<u32>, StrategyError> {
         let plan = self.plan;
+        if plan.strategy.parallelism.zero >= 3 {
+            return self.backward_chunk_sharded(chunk, micro);
+        }
         let mut last_sync = None;
         for index in plan.chunk_layers[chunk].clone().rev() {
+            let ready = self.backward_layer(index, micro)?;
+            if last && let (Some(b), Some(ready)) = (plan.bucket_closed_by[index], ready) {
+                let bucket = &self.buckets[chunk][b];
+                let kind = if plan.strategy.parallelism.zero >= 1 {
+                    CollectiveKind::ReduceScatter
+                } else {
+                    CollectiveKind::AllReduce
+                };
+                let comm = Comm { group: GroupKind::Data, kind, bytes: bucket.bucket.bytes, what: "" };
+                let group = self.sync_group(bucket.expert);
+                last_sync =
+                    Some(self.collective(comm, DATA_STREAM, group, bucket.sync_label, &[Dep::Local(ready)]));
+            }
+        }
+        Ok(last_sync)
+    }
+
+    /// ZeRO-3 / FSDP backward: per unit in reverse, gather its parameters (prefetched one unit
+    /// ahead), run its backward, reduce-scatter its gradients; every micro-batch.
+    fn backward_chunk_sharded(&mut self, chunk: usize, micro: u32) -> Result<Option<u32>, StrategyError> {
+        let plan = self.plan;
+        let units = &plan.units[chunk];
+        let mut last_sync = None;
+        let mut gathered = self.gather(chunk, units.len() - 1, &[]);
+        for u in (0..units.len()).rev() {
+            self.waiting.push(Dep::Local(gathered));
+            let first = self.buffer.ops.len();
+            let mut ready = None;
+            for index in units[u].layers.clone().rev() {
+                ready = self.backward_layer(index, micro)?.or(ready);
+            }
+            if u > 0 {
+                let start: Vec<Dep> =
+                    (first < self.buffer.ops.len()).then_some(Dep::Local(first as u32)).into_iter().collect();
+                gathered = self.gather(chunk, u - 1, &start);
+            }
+            if let Some(ready) = ready
+                && units[u].gradient_bytes.0 > 0
+            {
+                let comm = Comm {
+                    group: GroupKind::Data,
+                    kind: CollectiveKind::ReduceScatter,
+                    bytes: units[u].gradient_bytes,
+                    what: "",
+                };
+                let group = self.group(GroupClass::Data);
+                let label = self.labels.scatter;
+                last_sync = Some(self.collective(comm, DATA_STREAM, group, label, &[Dep::Local(ready)]));
+            }
+        }
+        Ok(last_sync)
+    }
+
+    /// One layer's backward (with its recomputation and collectives); returns the op after
+    /// which its weight gradient is ready, if it has a backward kernel.
+    fn backward_layer(&mut self, index: usize, micro: u32) -> Result<Option<u32>, StrategyError> {
+        let plan = self.plan;
+        {
             if let Some(range) = &plan.recompute_before[index] {
                 for again in range.clone() {
                     self.forward_layer(again, micro, true)?;
@@ -767,20 +897,8 @@ impl RankEmitter<'_, '_> {
                 gradient_ready = Some(self.compute(duration, self.labels.passes[index][2]));
             }
             self.waiting.extend(deferred);
-            if last && let (Some(b), Some(ready)) = (plan.bucket_closed_by[index], gradient_ready) {
-                let bucket = &self.buckets[chunk][b];
-                let kind = if plan.strategy.parallelism.zero >= 1 {
-                    CollectiveKind::ReduceScatter
-                } else {
-                    CollectiveKind::AllReduce
-                };
-                let comm = Comm { group: GroupKind::Data, kind, bytes: bucket.bucket.bytes, what: "" };
-                let group = self.sync_group(bucket.expert);
-                last_sync =
-                    Some(self.collective(comm, DATA_STREAM, group, bucket.sync_label, &[Dep::Local(ready)]));
-            }
+            Ok(gradient_ready)
         }
-        Ok(last_sync)
     }
 
     /// A compute op after everything waited for; returns its local index.

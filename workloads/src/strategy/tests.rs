@@ -420,3 +420,33 @@ fn impossible_strategies_are_refused_with_the_key_and_what_would_be_valid() {
         }
     }
 }
+
+#[test]
+fn zero_3_moves_one_and_a_half_times_the_bytes_of_plain_data_parallelism() {
+    let model = zoo::by_name("megatron-1.7b").unwrap();
+    let compute = ComputeModel::default();
+    let bf16 = |parallelism| Strategy {
+        gradient_precision: Dtype::Fp16,
+        ..strategy(&model, &compute, parallelism, 8, 1)
+    };
+    let plain = bf16(Parallelism::data_parallel(8)).lower().unwrap();
+    let sharded = bf16(Parallelism { zero: 3, ..Parallelism::data_parallel(8) }).lower().unwrap();
+    // Bytes each rank puts on the wire: (d-1)/d of an allgather's or reduce-scatter's buffer,
+    // twice that for an allreduce.
+    let wire = |lowered: &Lowered| -> u64 {
+        [DATA_STREAM, GATHER_STREAM]
+            .iter()
+            .flat_map(|stream| rank_traffic(&lowered.graph, 0, *stream))
+            .map(|(kind, bytes)| if kind == Some(CollectiveKind::AllReduce) { 2 * bytes } else { bytes })
+            .sum()
+    };
+    assert_eq!(2 * wire(&sharded), 3 * wire(&plain));
+    // Parameters gathered per unit twice (forward and backward), gradients scattered once.
+    let gathers = rank_traffic(&sharded.graph, 0, GATHER_STREAM);
+    assert!(gathers.iter().all(|(kind, _)| *kind == Some(CollectiveKind::AllGather)));
+    assert_eq!(gathers.iter().map(|(_, b)| b).sum::<u64>(), 2 * 2 * model.parameters());
+    // And it runs: every rank's optimizer holds an eighth of the parameters.
+    let timeline = NetworkSettings::new(Fidelity::Analytical).run(&sharded.graph, &dgx(1)).unwrap();
+    assert!(timeline.makespan() > SimDuration::ZERO);
+    assert!(sharded.stages[0].memory.weights.0 * 8 <= 2 * model.parameters() + 8);
+}
