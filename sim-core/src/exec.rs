@@ -29,9 +29,11 @@
 //! assert_eq!(timeline.makespan(), SimDuration::from_us(22));
 //! ```
 
+use std::collections::HashMap;
+
 use units::{SimDuration, SimTime, TimeOverflow};
 
-use crate::graph::{ExecGraph, OpId, OpKind};
+use crate::graph::{ExecGraph, GroupId, OpId, OpKind, RankId};
 use crate::network::{Completion, Event, NetContext, Network, NetworkError};
 use crate::queue::EventQueue;
 
@@ -111,6 +113,14 @@ struct Executor<'g, E> {
     arrived: Vec<u32>,
     timeline: Timeline,
     finished: usize,
+    /// Whether activities are replayed on the graph's symmetric images (see
+    /// [`crate::graph::GraphBuilder::set_symmetry`]).
+    shadows: bool,
+    /// Per rank: some transfer or collective (or one of its images) moves data between it and
+    /// another rank of its server, so its intra-server links may be shared.
+    intra_server_active: Vec<bool>,
+    /// The shadow groups of each group, computed on first use.
+    shadow_groups: HashMap<GroupId, Vec<Vec<RankId>>>,
 }
 
 impl<'g, E: Copy + std::fmt::Debug> Executor<'g, E> {
@@ -133,13 +143,108 @@ impl<'g, E: Copy + std::fmt::Debug> Executor<'g, E> {
                 events: 0,
             },
             finished: 0,
+            shadows: false,
+            intra_server_active: Vec::new(),
+            shadow_groups: HashMap::new(),
         }
+    }
+
+    /// Prepares shadows: on when the graph has images and the network has contention.
+    fn prepare_shadows<N: Network<Event = E>>(&mut self, network: &N) {
+        self.shadows = !self.graph.images().is_empty() && network.carries_shadows();
+        if !self.shadows {
+            return;
+        }
+        // A shadow confined to one server shares links only with traffic between ranks of
+        // that server. Mark every rank that such traffic (of any op or of its images) reaches;
+        // a confined shadow touching none of them changes nothing elsewhere and is skipped.
+        let graph = self.graph;
+        let mut active = vec![false; graph.ranks() as usize];
+        let mut mark = |ranks: &[RankId]| {
+            let mut by_server: Vec<(u32, RankId)> =
+                ranks.iter().filter_map(|r| network.server_of(*r).map(|s| (s, *r))).collect();
+            by_server.sort_unstable();
+            for pair in by_server.windows(2) {
+                if pair[0].0 == pair[1].0 {
+                    active[pair[0].1.0 as usize] = true;
+                    active[pair[1].1.0 as usize] = true;
+                }
+            }
+        };
+        let identity: Vec<RankId> = (0..graph.ranks()).map(RankId).collect();
+        let maps: Vec<&Vec<RankId>> = std::iter::once(&identity).chain(graph.images()).collect();
+        let mut groups: Vec<GroupId> = graph.collectives().iter().map(|c| c.group).collect();
+        groups.sort_unstable();
+        groups.dedup();
+        // Real activities mark their servers' ranks; images only when they span servers (a
+        // confined image is a candidate for skipping, not a reason to keep others).
+        let spans_servers = |ranks: &[RankId]| {
+            let first = ranks.first().and_then(|r| network.server_of(*r));
+            ranks.iter().any(|r| network.server_of(*r) != first)
+        };
+        for group in groups {
+            for (index, map) in maps.iter().enumerate() {
+                let mapped: Vec<RankId> = graph.group(group).iter().map(|r| map[r.0 as usize]).collect();
+                if index == 0 || spans_servers(&mapped) {
+                    mark(&mapped);
+                }
+            }
+        }
+        let mut pairs: Vec<(RankId, RankId)> = graph
+            .ops()
+            .iter()
+            .filter_map(|op| match op.kind {
+                OpKind::Transfer { dst, .. } => Some((op.rank, dst)),
+                _ => None,
+            })
+            .collect();
+        pairs.sort_unstable();
+        pairs.dedup();
+        for (src, dst) in pairs {
+            // A transfer inside one server marks only as itself (its images would be skipped).
+            mark(&[src, dst]);
+        }
+        self.intra_server_active = active;
+    }
+
+    /// Whether `ranks` all live on one server and no other traffic shares their links there.
+    fn confined_to_quiet_server<N: Network<Event = E>>(&self, network: &N, ranks: &[RankId]) -> bool {
+        let Some(first) = ranks.first().and_then(|r| network.server_of(*r)) else { return false };
+        ranks.iter().all(|r| network.server_of(*r) == Some(first) && !self.intra_server_active[r.0 as usize])
+    }
+
+    /// The images of `group` that are distinct from it and from each other, and not confined
+    /// to a quiet server.
+    fn shadow_groups_of<N: Network<Event = E>>(&mut self, network: &N, group: GroupId) -> Vec<Vec<RankId>> {
+        if let Some(found) = self.shadow_groups.get(&group) {
+            return found.clone();
+        }
+        let members = self.graph.group(group);
+        let mut key: Vec<RankId> = members.to_vec();
+        key.sort_unstable();
+        let mut seen = vec![key];
+        let mut result = Vec::new();
+        for image in self.graph.images() {
+            let mapped: Vec<RankId> = members.iter().map(|r| image[r.0 as usize]).collect();
+            let mut key = mapped.clone();
+            key.sort_unstable();
+            if seen.contains(&key) {
+                continue;
+            }
+            seen.push(key);
+            if !self.confined_to_quiet_server(network, &mapped) {
+                result.push(mapped);
+            }
+        }
+        self.shadow_groups.insert(group, result.clone());
+        result
     }
 
     fn run<N: Network<Event = E>>(mut self, network: &mut N) -> Result<Timeline, ExecError> {
         if self.graph.ranks() as usize > network.host_count() {
             return Err(ExecError::TooFewHosts { ranks: self.graph.ranks(), hosts: network.host_count() });
         }
+        self.prepare_shadows(network);
         for op in (0..self.graph.op_count() as u32).map(OpId) {
             if self.waiting_on[op.0 as usize] == 0 {
                 self.start(op, network)?;
@@ -154,6 +259,7 @@ impl<'g, E: Copy + std::fmt::Debug> Executor<'g, E> {
                         self.finish(member, network)?;
                     }
                 }
+                Event::Done(Completion::Shadow) => {}
                 Event::Network(event) => {
                     let mut context = NetContext { queue: &mut self.queue };
                     network
@@ -200,15 +306,40 @@ impl<'g, E: Copy + std::fmt::Debug> Executor<'g, E> {
                 .schedule_after(duration, Event::Done(Completion::Op(op)))
                 .map(|_| ())
                 .map_err(|source| ExecError::Time { op: graph.describe(op), source }),
-            OpKind::Transfer { dst, bytes } => network
-                .start_transfer(
-                    &mut NetContext { queue: &mut self.queue },
-                    Completion::Op(op),
-                    spec.rank,
-                    dst,
-                    bytes,
-                )
-                .map_err(network_error),
+            OpKind::Transfer { dst, bytes } => {
+                network
+                    .start_transfer(
+                        &mut NetContext { queue: &mut self.queue },
+                        Completion::Op(op),
+                        spec.rank,
+                        dst,
+                        bytes,
+                    )
+                    .map_err(network_error)?;
+                if self.shadows {
+                    let mut pairs: Vec<(RankId, RankId)> = graph
+                        .images()
+                        .iter()
+                        .map(|image| (image[spec.rank.0 as usize], image[dst.0 as usize]))
+                        .filter(|&pair| pair != (spec.rank, dst))
+                        .filter(|&(src, dst)| !self.confined_to_quiet_server(network, &[src, dst]))
+                        .collect();
+                    pairs.sort_unstable();
+                    pairs.dedup();
+                    for (src, dst) in pairs {
+                        network
+                            .start_transfer(
+                                &mut NetContext { queue: &mut self.queue },
+                                Completion::Shadow,
+                                src,
+                                dst,
+                                bytes,
+                            )
+                            .map_err(network_error)?;
+                    }
+                }
+                Ok(())
+            }
             OpKind::Memcpy { direction, bytes } => network
                 .start_memcpy(
                     &mut NetContext { queue: &mut self.queue },
@@ -233,7 +364,20 @@ impl<'g, E: Copy + std::fmt::Debug> Executor<'g, E> {
                         collective_spec,
                         graph.group(collective_spec.group),
                     )
-                    .map_err(network_error)
+                    .map_err(network_error)?;
+                if self.shadows {
+                    for shadow in self.shadow_groups_of(network, collective_spec.group) {
+                        network
+                            .start_collective(
+                                &mut NetContext { queue: &mut self.queue },
+                                Completion::Shadow,
+                                collective_spec,
+                                &shadow,
+                            )
+                            .map_err(network_error)?;
+                    }
+                }
+                Ok(())
             }
         }
     }

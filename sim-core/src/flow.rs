@@ -1168,6 +1168,10 @@ impl Network for FlowNetwork<'_> {
         self.topology.host_count()
     }
 
+    fn server_of(&self, rank: RankId) -> Option<u32> {
+        self.topology.node_of(HostId(rank.0)).ok()
+    }
+
     fn start_transfer(
         &mut self,
         context: &mut NetContext<'_, Self::Event>,

@@ -377,6 +377,7 @@ pub struct GraphBuilder {
     collectives: Vec<Collective>,
     labels: Vec<String>,
     label_ids: HashMap<String, LabelId>,
+    images: Vec<Vec<RankId>>,
 }
 
 impl GraphBuilder {
@@ -404,6 +405,16 @@ impl GraphBuilder {
         self.labels.push(name.to_string());
         self.label_ids.insert(name.to_string(), id);
         id
+    }
+
+    /// Declares the job symmetric under each rank map of `images` (`images[i][r]`: the rank
+    /// that plays rank `r`'s role in copy `i`), so that only representative ranks need ops:
+    /// a rank without ops stands for the copy of a rank that has them. Collectives may then
+    /// list ranks without a member op (they arrive with their representative), and the executor
+    /// replays every transfer and collective on each image ("shadows") so the network still
+    /// carries every rank's traffic. Each map must be a permutation of the ranks.
+    pub fn set_symmetry(&mut self, images: Vec<Vec<RankId>>) {
+        self.images = images;
     }
 
     /// Adds a communicator over `ranks` (in ring order) and returns its id.
@@ -490,6 +501,19 @@ impl GraphBuilder {
         }
         let describe = |id: usize| self.labels[self.ops[id].label.0 as usize].clone();
         self.check_groups_and_collectives()?;
+        for (index, image) in self.images.iter().enumerate() {
+            let mut seen = vec![false; self.ranks as usize];
+            let valid = image.len() == self.ranks as usize
+                && image
+                    .iter()
+                    .all(|rank| rank.0 < self.ranks && !std::mem::replace(&mut seen[rank.0 as usize], true));
+            if !valid {
+                return Err(GraphError::BadCollective {
+                    what: format!("symmetry {index}"),
+                    reason: format!("is not a permutation of the {} ranks", self.ranks),
+                });
+            }
+        }
 
         // Ops: ranks, collectives, dependencies.
         for (index, op) in self.ops.iter().enumerate() {
@@ -594,6 +618,7 @@ impl GraphBuilder {
             member_offsets,
             members,
             labels: self.labels,
+            images: self.images,
         };
         graph.check_acyclic()?;
         Ok(graph)
@@ -654,6 +679,12 @@ impl GraphBuilder {
     }
 
     fn check_membership(&self, member_offsets: &[u32], members: &[OpId]) -> Result<(), GraphError> {
+        // Under a symmetry, ranks without any op are represented by others.
+        let mut has_ops = vec![self.images.is_empty(); self.ranks as usize];
+        for op in &self.ops {
+            has_ops[op.rank.0 as usize] = true;
+        }
+        let mut seen = vec![false; self.ranks as usize];
         for (index, collective) in self.collectives.iter().enumerate() {
             let group = &self.groups[collective.group.0 as usize];
             let ops = &members[member_offsets[index] as usize..member_offsets[index + 1] as usize];
@@ -663,7 +694,12 @@ impl GraphBuilder {
                 group: collective.group.0,
                 reason,
             };
-            let mut seen = vec![false; self.ranks as usize];
+            for rank in group {
+                seen[rank.0 as usize] = false;
+            }
+            if ops.is_empty() {
+                return Err(error("has no member op at all".into()));
+            }
             for &op in ops {
                 let rank = self.ops[op.0 as usize].rank;
                 let label = &self.labels[self.ops[op.0 as usize].label.0 as usize];
@@ -676,7 +712,7 @@ impl GraphBuilder {
                     )));
                 }
             }
-            if let Some(rank) = group.iter().find(|rank| !seen[rank.0 as usize]) {
+            if let Some(rank) = group.iter().find(|rank| !seen[rank.0 as usize] && has_ops[rank.0 as usize]) {
                 return Err(error(format!(
                     "{rank} is in the group but has no op for it, so the others would wait forever"
                 )));
@@ -718,9 +754,16 @@ pub struct ExecGraph {
     member_offsets: Vec<u32>,
     members: Vec<OpId>,
     labels: Vec<String>,
+    images: Vec<Vec<RankId>>,
 }
 
 impl ExecGraph {
+    /// The rank maps the job is symmetric under ([`GraphBuilder::set_symmetry`]); empty when
+    /// every rank has its own ops.
+    pub fn images(&self) -> &[Vec<RankId>] {
+        &self.images
+    }
+
     /// Number of ranks.
     pub fn ranks(&self) -> u32 {
         self.ranks

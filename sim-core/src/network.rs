@@ -24,6 +24,9 @@ pub enum Completion {
     Op(OpId),
     /// All member ops of a collective.
     Collective(CollectiveId),
+    /// A shadow: the copy of a transfer or collective on a symmetric image of its ranks, which
+    /// loads the network but nothing waits for.
+    Shadow,
 }
 
 /// An event of the engine's queue: a completion, or a network model's own timer.
@@ -84,6 +87,19 @@ pub trait Network {
 
     /// Number of hosts; rank `r` runs on host `r`.
     fn host_count(&self) -> usize;
+
+    /// Whether shadows (copies of activities on symmetric ranks) can change this model's
+    /// timing: true for models with contention.
+    fn carries_shadows(&self) -> bool {
+        true
+    }
+
+    /// The server (node) of `rank`, if the model knows it: a shadow confined to a server with no
+    /// simulated rank cannot share a link with simulated traffic and is skipped.
+    fn server_of(&self, rank: RankId) -> Option<u32> {
+        let _ = rank;
+        None
+    }
 
     /// Starts sending `bytes` from `src` to `dst`; report `token` when the last byte arrives.
     fn start_transfer(
@@ -263,6 +279,10 @@ impl Network for AnalyticalNetwork<'_> {
 
     fn host_count(&self) -> usize {
         self.topology.host_count()
+    }
+
+    fn carries_shadows(&self) -> bool {
+        false // no contention: a copy elsewhere changes nothing here
     }
 
     fn start_transfer(

@@ -212,3 +212,53 @@ fn sequence_length_overrides_the_models_and_gradient_accumulation_runs_with_data
     let activations = |j: &serde_json::Value| j["memory"]["activations"].as_u64().unwrap();
     assert_eq!(activations(&plain), 4 * activations(&json));
 }
+
+#[test]
+fn folding_symmetric_ranks_gives_the_full_graphs_result_at_64_gpus() {
+    // 64 GPUs under the flow model: tensor 2 x data 32 (identical results), and tensor 2 x
+    // pipeline 4 x data 8 on a switch and on an ECMP leaf-spine (within 50 parts per million).
+    let scenario = |fabric: &str| {
+        MEGATRON
+            .replace("nodes = 4", "nodes = 8")
+            .replace("link-bandwidth = \"200 Gb/s\"", &format!("{fabric}\nlink-bandwidth = \"200 Gb/s\""))
+            .replace("global-batch = 128", "global-batch = 256")
+            .replace("fidelity = \"analytical\"", "fidelity = \"flow\"")
+    };
+    let run = |text: &str, fold: bool| -> serde_json::Value {
+        let text = text.replace("[simulation]", &format!("[simulation]\nfold-symmetric-ranks = {fold}"));
+        let path = scenario_file(&format!("fold-{fold}-{}.toml", text.len()), &text);
+        let output = parasim(&["run", path.to_str().unwrap(), "--json"]);
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let mut json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        let ops = json["engine"]["ops"].as_u64().unwrap();
+        json.as_object_mut().unwrap().remove("engine");
+        json.as_object_mut().unwrap().remove("scenario");
+        json["ops"] = ops.into();
+        json
+    };
+    let iteration = |j: &serde_json::Value| j["iteration_time_s"].as_f64().unwrap();
+    let ops = |j: &mut serde_json::Value| j.as_object_mut().unwrap().remove("ops").unwrap().as_u64().unwrap();
+    // Tensor x data on a switch: every replica and tensor rank sees the same network.
+    let symmetric = scenario("topology = \"switch\"").replace("pipeline = 4\nvirtual-stages = 2", "");
+    let (mut folded, mut full) = (run(&symmetric, true), run(&symmetric, false));
+    assert_eq!(full["cluster"]["gpus"], 64);
+    let (folded_ops, full_ops) = (ops(&mut folded), ops(&mut full));
+    assert!(folded_ops * 10 < full_ops, "{folded_ops} vs {full_ops}");
+    assert_eq!(folded, full);
+    // With a pipeline, a stage's sends share NICs with the data-parallel ring's channels, which
+    // NCCL's rail-aligned rings load unevenly; ECMP hashes each flow to its own spine: the
+    // replicas differ by microseconds (parts per million), which folding does not see.
+    for fabric in ["topology = \"switch\"", "topology = \"leaf-spine\"\nradix = 16"] {
+        let text = scenario(fabric);
+        let (mut folded, mut full) = (run(&text, true), run(&text, false));
+        let (folded_ops, full_ops) = (ops(&mut folded), ops(&mut full));
+        assert!(folded_ops * 10 < full_ops, "{folded_ops} vs {full_ops}");
+        let difference = (iteration(&folded) / iteration(&full) - 1.0).abs();
+        assert!(
+            difference < 5e-5,
+            "{fabric}: folded {} s vs full {} s",
+            iteration(&folded),
+            iteration(&full)
+        );
+    }
+}

@@ -350,15 +350,27 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
     let iteration_time = SimDuration::from_ps(total.as_ps() / iterations);
     let seconds = iteration_time.as_secs_f64();
 
-    let per_rank = breakdown(&lowered.graph, &timeline, SimTime::ZERO, previous_end);
-    let by_group = exposed_by_class(
+    // Means over the simulated ranks (with folding, each stands for its symmetric copies).
+    let simulated = |rank: usize| lowered.ranks.binary_search(&RankId(rank as u32)).is_ok();
+    let per_rank: Vec<_> = breakdown(&lowered.graph, &timeline, SimTime::ZERO, previous_end)
+        .into_iter()
+        .enumerate()
+        .filter(|(rank, _)| simulated(*rank))
+        .map(|(_, b)| b)
+        .collect();
+    let by_group: Vec<_> = exposed_by_class(
         &lowered.graph,
         &timeline,
         SimTime::ZERO,
         previous_end,
         &|stream| group_of_stream(stream).and_then(|kind| GroupKind::ALL.iter().position(|k| *k == kind)),
         GroupKind::ALL.len(),
-    );
+    )
+    .into_iter()
+    .enumerate()
+    .filter(|(rank, _)| simulated(*rank))
+    .map(|(_, b)| b)
+    .collect();
     // The pipeline bubble: idle time until the last backward of the rank's pipeline, counting
     // the wait in the pipeline flush as idle (the breakdown counted it as exposed pipeline
     // communication: move it).
@@ -368,15 +380,19 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
         let layout = scenario.parallelism.layout();
         let mut start = SimTime::ZERO;
         for (iteration_ends, pipeline_ends) in lowered.iteration_ends.iter().zip(&lowered.pipeline_ends) {
-            let ends: Vec<SimTime> = pipeline_ends.iter().map(|op| timeline.end[op.0 as usize]).collect();
+            let mut ends = vec![None; layout.ranks() as usize];
+            for (rank, op) in lowered.ranks.iter().zip(pipeline_ends) {
+                ends[rank.0 as usize] = Some(timeline.end[op.0 as usize]);
+            }
             let until: Vec<SimTime> = (0..layout.ranks())
-                .map(|rank| {
-                    layout
+                .map(|rank| match ends[rank as usize] {
+                    None => start, // not simulated: an empty window
+                    Some(_) => layout
                         .group(Axis::Pipeline, RankId(rank))
                         .iter()
-                        .map(|member| ends[member.0 as usize])
+                        .filter_map(|member| ends[member.0 as usize])
                         .max()
-                        .unwrap_or(SimTime::ZERO)
+                        .unwrap_or(start),
                 })
                 .collect();
             let sum =

@@ -211,6 +211,7 @@ struct SimulationSection {
     iterations: u32,
     collective_launch: SimDuration,
     chunk_size: Bytes,
+    fold_symmetric_ranks: Option<bool>,
 }
 
 impl Default for SimulationSection {
@@ -220,6 +221,7 @@ impl Default for SimulationSection {
             iterations: 1,
             collective_launch: NCCL_BASE_LATENCY,
             chunk_size: Bytes(sim_core::schedule::CHUNK_BYTES),
+            fold_symmetric_ranks: None,
         }
     }
 }
@@ -254,6 +256,10 @@ pub struct Scenario {
     pub recompute: Recompute,
     /// How the model is split over the GPUs.
     pub parallelism: Parallelism,
+    /// Simulate one of each set of symmetric ranks (tensor ranks, replicas) and replay its
+    /// traffic on the others (`simulation.fold-symmetric-ranks`; default: on, except for
+    /// plain data parallelism, whose engine counters stay those of every rank).
+    pub fold_symmetric_ranks: bool,
     /// Network model and collective settings.
     pub network: NetworkSettings,
     /// Iterations to simulate.
@@ -279,6 +285,7 @@ impl Scenario {
             micro_batch: self.micro_batch,
             parallelism: self.parallelism,
             iterations: self.iterations,
+            fold_symmetric_ranks: self.fold_symmetric_ranks,
         }
     }
 
@@ -514,6 +521,7 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
         gradient_precision,
         optimizer,
         recompute,
+        fold_symmetric_ranks: spec.simulation.fold_symmetric_ranks.unwrap_or(!parallelism.is_data_parallel()),
         parallelism,
         network: NetworkSettings::new(fidelity)
             .with_collective_launch(spec.simulation.collective_launch)

@@ -166,6 +166,39 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
         comm_labels: HashMap::new(),
         keys: HashMap::new(),
     };
+    // Folding: tensor ranks and data-parallel replicas do the same work at the same times, so
+    // only tensor rank 0 of replica 0 of each (pipeline, context) position gets ops; the
+    // engine replays their traffic on the other ranks (shadows), so the network still carries
+    // every rank's bytes.
+    let fold =
+        strategy.fold_symmetric_ranks && plan.layout.size(Axis::Tensor) * plan.layout.size(Axis::Data) > 1;
+    let simulated: Vec<u32> = (0..ranks)
+        .filter(|&rank| {
+            let c = plan.layout.coordinates(RankId(rank));
+            !fold || (c.tensor == 0 && c.data == 0)
+        })
+        .collect();
+    let mut position_of = vec![u32::MAX; ranks as usize];
+    for (position, &rank) in simulated.iter().enumerate() {
+        position_of[rank as usize] = position as u32;
+    }
+    if fold {
+        let (t, d) = (plan.layout.size(Axis::Tensor), plan.layout.size(Axis::Data));
+        let images = (0..t * d)
+            .skip(1)
+            .map(|shift| {
+                (0..ranks)
+                    .map(|rank| {
+                        let mut c = plan.layout.coordinates(RankId(rank));
+                        c.tensor = (c.tensor + shift % t) % t;
+                        c.data = (c.data + shift / t) % d;
+                        plan.layout.rank(c)
+                    })
+                    .collect()
+            })
+            .collect();
+        shared.graph.set_symmetry(images);
+    }
     let labels = plan.labels(&mut shared.graph);
     let buckets: Vec<Vec<SyncBucket>> = plan
         .buckets
@@ -188,12 +221,12 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
         .collect();
     let mut iteration_ends = Vec::with_capacity(strategy.iterations as usize);
     let mut pipeline_ends = Vec::with_capacity(strategy.iterations as usize);
-    let mut previous_end: Vec<Option<OpId>> = vec![None; ranks as usize];
+    let mut previous_end: Vec<Option<OpId>> = vec![None; simulated.len()];
     for _ in 0..strategy.iterations {
         shared.keys.clear();
-        let mut buffers = Vec::with_capacity(ranks as usize);
-        let mut ends = Vec::with_capacity(ranks as usize);
-        for rank in 0..ranks {
+        let mut buffers = Vec::with_capacity(simulated.len());
+        let mut ends = Vec::with_capacity(simulated.len());
+        for (position, &rank) in simulated.iter().enumerate() {
             let mut emitter = RankEmitter {
                 plan: &plan,
                 labels: &labels,
@@ -204,12 +237,12 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
                 waiting: Vec::new(),
                 last_compute: None,
             };
-            let (end, pipeline_end) = emitter.iteration(previous_end[rank as usize])?;
+            let (end, pipeline_end) = emitter.iteration(previous_end[position])?;
             buffers.push(emitter.buffer);
             ends.push((end, pipeline_end));
         }
         // Append rank after rank, resolving keys.
-        let mut offsets = Vec::with_capacity(ranks as usize);
+        let mut offsets = Vec::with_capacity(simulated.len());
         let mut next = shared.graph.op_count() as u32;
         for buffer in &buffers {
             offsets.push(next);
@@ -230,7 +263,7 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
                                     "rank {rank} waits for {key:?}, which no rank sends"
                                 ))
                             })?;
-                            OpId(offsets[owner as usize] + index)
+                            OpId(offsets[position_of[owner as usize] as usize] + index)
                         }
                     });
                 }
@@ -261,6 +294,7 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
         .collect();
     Ok(Lowered {
         graph: shared.graph.build()?,
+        ranks: simulated.into_iter().map(RankId).collect(),
         iteration_ends,
         pipeline_ends,
         gradient_bytes: stage0.iter().map(|b| b.bytes.0).sum(),
@@ -693,9 +727,11 @@ impl RankEmitter<'_, '_> {
         let pipeline_end = self.last_compute.unwrap_or(0);
         let mut deps: Vec<Dep> = last_sync.iter().flatten().map(|&op| Dep::Local(op)).collect();
         // Megatron-LM clips gradients by their global norm: an allreduce of one fp32 value over
-        // the model-parallel (tensor x pipeline) group before the optimizer, so no stage steps
-        // before the whole pipeline has flushed.
-        if p.tensor * p.pipeline > 1 {
+        // the model-parallel group before the optimizer, so no stage steps before the whole
+        // pipeline has flushed. Modelled over the pipeline stages only: the tensor ranks of a
+        // stage are in step already, and 4 bytes over NVLink change nothing measurable (while
+        // keeping the group off the servers lets folded runs skip the tensor ranks' shadows).
+        if p.pipeline > 1 {
             let comm = Comm {
                 group: GroupKind::Pipeline,
                 kind: CollectiveKind::AllReduce,
@@ -1043,11 +1079,7 @@ impl RankEmitter<'_, '_> {
         let rank = RankId(self.rank);
         let members = match class {
             GroupClass::Tensor => layout.group(Axis::Tensor, rank),
-            GroupClass::ModelParallel => layout
-                .group(Axis::Pipeline, rank)
-                .into_iter()
-                .flat_map(|member| layout.group(Axis::Tensor, member))
-                .collect(),
+            GroupClass::ModelParallel => layout.group(Axis::Pipeline, rank),
             GroupClass::Expert => layout.expert_group(rank),
             GroupClass::Data => {
                 if layout.size(Axis::Context) > 1 {

@@ -228,6 +228,10 @@ pub struct Strategy<'a> {
     pub parallelism: Parallelism,
     /// Iterations to chain.
     pub iterations: u32,
+    /// Simulate one rank per set of ranks that do the same work at the same times (tensor
+    /// ranks, data-parallel replicas) and replay its traffic on the others: the same result on
+    /// a symmetric fabric, far fewer ops.
+    pub fold_symmetric_ranks: bool,
 }
 
 /// One gradient bucket: which layers' gradients it carries and how many bytes.
@@ -261,8 +265,11 @@ pub struct StageSummary {
 pub struct Lowered {
     /// The execution graph.
     pub graph: ExecGraph,
-    /// For each iteration, the last op of every rank: the iteration is over when the last of
-    /// them ends.
+    /// The ranks that have ops (all of them, or one per folded set of symmetric ranks);
+    /// `iteration_ends` and `pipeline_ends` list their ops in this order.
+    pub ranks: Vec<sim_core::graph::RankId>,
+    /// For each iteration, the last op of every simulated rank: the iteration is over when the
+    /// last of them ends.
     pub iteration_ends: Vec<Vec<OpId>>,
     /// For each iteration, the last pipeline compute op (last backward kernel) of every rank:
     /// idle time before it is pipeline bubble, after it waiting for synchronisation.

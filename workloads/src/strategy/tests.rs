@@ -80,6 +80,7 @@ fn strategy<'a>(
         micro_batch: micro,
         parallelism,
         iterations: 1,
+        fold_symmetric_ranks: false,
     }
 }
 

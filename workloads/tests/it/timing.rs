@@ -42,6 +42,7 @@ fn building_and_lowering_the_largest_models_takes_milliseconds() {
             micro_batch: 1,
             parallelism: Parallelism::data_parallel(8),
             iterations: 1,
+            fold_symmetric_ranks: false,
         };
         let (lower, lowered) = fastest(5, || spec.lower().unwrap());
         let full = Strategy { recompute: Recompute::Full, ..spec.clone() };
