@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
+use sim_core::fidelity::Fidelity;
 use workloads::scenario::{QUICKSTART, Scenario};
 use workloads::simulation::simulate;
 
@@ -14,6 +15,28 @@ struct Measurement {
     events: u64,
     lowering: Duration,
     simulation: Duration,
+}
+
+/// The fastest of `repeats` simulations of `scenario`.
+fn fastest(scenario: &Scenario, gpus: u32, repeats: u32) -> anyhow::Result<Measurement> {
+    let mut best: Option<Measurement> = None;
+    for _ in 0..repeats.max(1) {
+        let outcome = simulate(scenario)?;
+        let measurement = Measurement {
+            gpus,
+            ops: outcome.summary.engine.ops,
+            events: outcome.summary.engine.events,
+            lowering: outcome.lowering_wall,
+            simulation: outcome.simulation_wall,
+        };
+        if best
+            .as_ref()
+            .is_none_or(|b| measurement.lowering + measurement.simulation < b.lowering + b.simulation)
+        {
+            best = Some(measurement);
+        }
+    }
+    best.ok_or_else(|| anyhow::anyhow!("no run"))
 }
 
 /// Runs the quickstart (ResNet-50, data parallel, A100 servers of 8) at each GPU count,
@@ -31,24 +54,7 @@ pub fn run(gpu_counts: &[u32], repeats: u32) -> anyhow::Result<String> {
         scenario.global_batch =
             scenario.global_batch / u64::from(scenario.parallelism.data) * u64::from(gpus);
         scenario.parallelism.data = gpus;
-        let mut best: Option<Measurement> = None;
-        for _ in 0..repeats.max(1) {
-            let outcome = simulate(&scenario)?;
-            let measurement = Measurement {
-                gpus,
-                ops: outcome.summary.engine.ops,
-                events: outcome.summary.engine.events,
-                lowering: outcome.lowering_wall,
-                simulation: outcome.simulation_wall,
-            };
-            if best
-                .as_ref()
-                .is_none_or(|b| measurement.lowering + measurement.simulation < b.lowering + b.simulation)
-            {
-                best = Some(measurement);
-            }
-        }
-        rows.extend(best);
+        rows.push(fastest(&scenario, gpus, repeats)?);
     }
     let mut out = String::new();
     let _ = writeln!(
@@ -56,10 +62,79 @@ pub fn run(gpu_counts: &[u32], repeats: u32) -> anyhow::Result<String> {
         "ResNet-50 data parallel, analytical network, one iteration; fastest of {} runs",
         repeats.max(1)
     );
+    table(&mut out, "", &rows);
+    Ok(out)
+}
+
+/// The GPT-3 175B scenario the strategy benchmark scales.
+const GPT3_1024: &str = include_str!("../scenarios/gpt3-175b-1024.toml");
+
+/// Runs the GPT-3 175B Megatron scenario (tensor 8 x pipeline 16, 1F1B, symmetric ranks folded)
+/// at each (GPUs, fidelity) of `configurations` on one non-blocking switch, `repeats` times,
+/// keeping the fastest, and returns the table with the process's peak memory.
+pub fn strategies(configurations: &[(u32, Fidelity)], repeats: u32) -> anyhow::Result<String> {
+    let base = Scenario::parse(GPT3_1024, Path::new("scenarios/gpt3-175b-1024.toml"))?;
+    let link = match &base.cluster.network.fabric {
+        topology::FabricSpec::FatTree(spec) => spec.links[0],
+        _ => anyhow::bail!("scenarios/gpt3-175b-1024.toml is expected to use a fat-tree"),
+    };
+    let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:>6} {:>10} {:>10} {:>12} {:>14} {:>12} {:>14}",
-        "GPUs", "ops", "events", "lowering", "simulation", "total", "events/s"
+        "GPT-3 175B, tensor 8 x pipeline 16 x data GPUs/128, global batch 1.5 x GPUs, micro-batch 1, \
+         one iteration on one switch; fastest of {} runs",
+        repeats.max(1)
+    );
+    let mut rows = Vec::new();
+    let mut names = Vec::new();
+    for &(gpus, fidelity) in configurations {
+        anyhow::ensure!(
+            gpus > 0 && gpus % 128 == 0,
+            "the GPT-3 benchmark needs a multiple of 128 GPUs, got {gpus}"
+        );
+        let mut scenario = base.clone();
+        scenario.cluster.nodes = gpus / 8;
+        scenario.cluster.network = topology::NetworkSpec::single_switch(link);
+        scenario.parallelism.data = gpus / 128;
+        scenario.global_batch = 12 * u64::from(gpus) / 8;
+        scenario.network.fidelity = fidelity;
+        rows.push(fastest(&scenario, gpus, repeats)?);
+        names.push(fidelity.name());
+    }
+    table(&mut out, "fidelity", &rows);
+    let mut lines: Vec<String> = out.lines().map(str::to_string).collect();
+    for (line, name) in lines.iter_mut().skip(2).zip(&names) {
+        line.push_str(&format!("   {name}"));
+    }
+    let mut out = lines.join("\n");
+    out.push('\n');
+    if let Some(peak) = peak_resident_memory() {
+        let _ = writeln!(out, "peak resident memory of this process: {:.0} MB", peak as f64 / 1e6);
+    }
+    Ok(out)
+}
+
+/// The process's peak resident set size in bytes (Linux: `VmHWM` in /proc/self/status).
+fn peak_resident_memory() -> Option<u64> {
+    let status = fs_err::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kilobytes: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kilobytes * 1024)
+}
+
+/// Appends the header (with `extra` as a last column title) and one line per measurement.
+fn table(out: &mut String, extra: &str, rows: &[Measurement]) {
+    let _ = writeln!(
+        out,
+        "{:>6} {:>10} {:>10} {:>12} {:>14} {:>12} {:>14}{}",
+        "GPUs",
+        "ops",
+        "events",
+        "lowering",
+        "simulation",
+        "total",
+        "events/s",
+        if extra.is_empty() { String::new() } else { format!("   {extra}") }
     );
     for row in rows {
         let simulation = row.simulation.as_secs_f64();
@@ -75,5 +150,4 @@ pub fn run(gpu_counts: &[u32], repeats: u32) -> anyhow::Result<String> {
             row.events as f64 / simulation.max(1e-9) / 1e6
         );
     }
-    Ok(out)
 }

@@ -117,6 +117,10 @@ enum Command {
         /// Runs per configuration; the fastest is reported.
         #[arg(long, default_value_t = 3)]
         repeats: u32,
+        /// Also time GPT-3 175B (tensor 8 x pipeline 16) at these GPU counts (multiples of
+        /// 128): `flow` at 1024 GPUs and less, `analytical` above.
+        #[arg(long, value_delimiter = ',', default_value = "1024,16384")]
+        strategy_gpus: Vec<u32>,
     },
     /// Time one collective over a range of sizes, printed like nccl-tests
     /// (`parasim collective allreduce --cluster SCENARIO --ranks 16 -b 8 -e 8G -f 2`).
@@ -224,7 +228,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             };
             let outcome = workloads::simulation::simulate(&scenario)?;
             if let Some(path) = &trace {
-                trace_cmd::export_run(&outcome.graph, &outcome.timeline, path)?;
+                trace_cmd::export_run(&outcome, path)?;
             }
             let mut stdout = std::io::stdout().lock();
             if json {
@@ -263,8 +267,23 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             std::io::stdout().lock().write_all(text.as_bytes()).context("writing the report")?;
             Ok(())
         }
-        Command::Bench { gpus, repeats } => {
-            let table = bench::run(&gpus, repeats)?;
+        Command::Bench { gpus, repeats, strategy_gpus } => {
+            let mut table = bench::run(&gpus, repeats)?;
+            if !strategy_gpus.is_empty() {
+                let configurations: Vec<(u32, sim_core::fidelity::Fidelity)> = strategy_gpus
+                    .iter()
+                    .map(|&g| {
+                        let fidelity = if g <= 1024 {
+                            sim_core::fidelity::Fidelity::Flow
+                        } else {
+                            sim_core::fidelity::Fidelity::Analytical
+                        };
+                        (g, fidelity)
+                    })
+                    .collect();
+                table.push('\n');
+                table.push_str(&bench::strategies(&configurations, repeats)?);
+            }
             std::io::stdout().lock().write_all(table.as_bytes()).context("writing the table")?;
             Ok(())
         }

@@ -79,8 +79,9 @@ pub fn human(outcome: &Outcome) -> String {
         let _ = writeln!(out, "strategy      {}{zero}; ranks ordered {}", degrees.join(" x "), st.order);
         let _ = writeln!(
             out,
-            "              {} gradient buckets, {} per stage-0 GPU, {} data-parallel collectives",
+            "              {} {}, {} per stage-0 GPU, {} data-parallel collectives",
             st.gradient_buckets,
+            if st.zero >= 3 { "units gathered and scattered whole (FSDP)" } else { "gradient buckets" },
             workloads::memory::gigabytes(Bytes(st.gradient_bytes)),
             st.allreduce
         );
@@ -94,12 +95,25 @@ pub fn human(outcome: &Outcome) -> String {
         s.iterations,
         if s.iterations == 1 { "" } else { "s" }
     );
-    let _ = writeln!(
-        out,
-        "throughput    {} samples/s ({} per GPU)",
-        thousands(s.samples_per_second),
-        thousands(s.samples_per_second_per_device)
-    );
+    match s.tokens_per_second {
+        Some(tokens) if !data_parallel_only => {
+            let _ = writeln!(
+                out,
+                "throughput    {:.2} samples/s, {} tokens/s ({} per GPU)",
+                s.samples_per_second,
+                thousands(tokens),
+                thousands(tokens / f64::from(c.gpus))
+            );
+        }
+        _ => {
+            let _ = writeln!(
+                out,
+                "throughput    {} samples/s ({} per GPU)",
+                thousands(s.samples_per_second),
+                thousands(s.samples_per_second_per_device)
+            );
+        }
+    }
     let _ = writeln!(
         out,
         "compute       {:.1} TFLOP/s per GPU achieved, MFU {:.1}% of {:.0} TFLOP/s {}",

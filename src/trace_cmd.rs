@@ -425,8 +425,37 @@ pub fn convert(inputs: &[PathBuf], output: &Path) -> anyhow::Result<String> {
 }
 
 /// Writes a `parasim run` timeline for `--trace`, and says so on stderr.
-pub fn export_run(graph: &ExecGraph, timeline: &Timeline, path: &Path) -> anyhow::Result<()> {
-    let stats = export_timeline(graph, timeline, None, path)?;
+pub fn export_run(outcome: &workloads::simulation::Outcome, path: &Path) -> anyhow::Result<()> {
+    let spans: Vec<traces::chrome::Span> = outcome
+        .spans
+        .iter()
+        .map(|s| traces::chrome::Span {
+            rank: s.rank,
+            stream: workloads::strategy::COMPUTE_STREAM,
+            name: s.name.clone(),
+            first: s.first,
+            last: s.last,
+        })
+        .collect();
+    let names = |rank: sim_core::graph::RankId| {
+        outcome.rank_names.get(rank.0 as usize).cloned().unwrap_or_else(|| format!("rank {}", rank.0))
+    };
+    let streams = |_: sim_core::graph::RankId, stream: sim_core::graph::StreamId| {
+        match workloads::strategy::group_of_stream(stream) {
+            None => "compute".to_string(),
+            Some(kind) if stream == workloads::strategy::GATHER_STREAM => {
+                format!("{} (parameter gathers)", kind.name())
+            }
+            Some(kind) => format!("{} communication", kind.name()),
+        }
+    };
+    let file = fs_err::File::create(path)?;
+    let stats = traces::chrome::ChromeTrace::new(&outcome.graph, &outcome.timeline)
+        .with_stream_names(&streams)
+        .with_process_names(&names)
+        .with_spans(&spans)
+        .write(file)
+        .context("writing the timeline")?;
     let mut stderr = std::io::stderr().lock();
     let _ = writeln!(
         stderr,
@@ -471,7 +500,7 @@ mod tests {
         let scenario = Scenario::parse(QUICKSTART, Path::new("scenarios/quickstart.toml")).unwrap();
         let outcome = workloads::simulation::simulate(&scenario).unwrap();
         let path = std::env::temp_dir().join(format!("parasim-run-trace-{}.json", std::process::id()));
-        export_run(&outcome.graph, &outcome.timeline, &path).unwrap();
+        export_run(&outcome, &path).unwrap();
         let json: serde_json::Value = serde_json::from_slice(&fs_err::read(&path).unwrap()).unwrap();
         let _ = fs_err::remove_file(&path);
         let mut seen = vec![0u32; outcome.summary.engine.ops];

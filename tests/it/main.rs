@@ -8,6 +8,7 @@ mod collective;
 mod memory;
 mod models;
 mod network;
+mod readme;
 mod strategies;
 
 use std::path::{Path, PathBuf};

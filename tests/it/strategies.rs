@@ -262,3 +262,36 @@ fn folding_symmetric_ranks_gives_the_full_graphs_result_at_64_gpus() {
         );
     }
 }
+
+#[test]
+fn the_trace_shows_stages_as_processes_and_micro_batches_as_slices() {
+    let one_f_one_b = MEGATRON.replace("virtual-stages = 2", "virtual-stages = 1");
+    let path = scenario_file("trace-1f1b.toml", &one_f_one_b);
+    let trace = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("trace-1f1b.json");
+    let output = parasim(&["run", path.to_str().unwrap(), "--trace", trace.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&fs_err::read(&trace).unwrap()).unwrap();
+    let events = json["traceEvents"].as_array().unwrap();
+    let processes: Vec<&str> = events
+        .iter()
+        .filter(|e| e["name"] == "process_name")
+        .map(|e| e["args"]["name"].as_str().unwrap())
+        .collect();
+    // Folded: one simulated rank per stage.
+    assert_eq!(processes.len(), 4, "{processes:?}");
+    assert!(processes[3].starts_with("stage 3"), "{processes:?}");
+    // The last stage runs 1F1B without warm-up: F0 B0 F1 B1 ...; the first warms up with 3.
+    let steps = |pid: u64| -> Vec<String> {
+        let mut spans: Vec<(f64, String)> = events
+            .iter()
+            .filter(|e| e["cat"] == "span" && e["pid"] == pid)
+            .map(|e| (e["ts"].as_f64().unwrap(), e["name"].as_str().unwrap().to_string()))
+            .collect();
+        spans.sort_by(|a, b| a.0.total_cmp(&b.0));
+        spans.into_iter().map(|(_, name)| name).collect()
+    };
+    let last_stage = 3 * 8; // tensor 2 x data 4 ranks per stage
+    assert_eq!(&steps(last_stage)[..4], ["F0", "B0", "F1", "B1"]);
+    assert_eq!(&steps(0)[..5], ["F0", "F1", "F2", "F3", "B0"]);
+    assert_eq!(steps(0).len(), 16);
+}

@@ -48,11 +48,32 @@ use sim_core::units::SimTime;
 /// Names a (rank, stream) track.
 pub type StreamNamer<'a> = &'a dyn Fn(RankId, StreamId) -> String;
 
+/// Names a rank's process (default: "rank N").
+pub type ProcessNamer<'a> = &'a dyn Fn(RankId) -> String;
+
+/// A named slice over a run of ops on one track, drawn around them (a micro-batch's forward of
+/// one pipeline stage, say): from the start of `first` to the end of `last`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Span {
+    /// The rank.
+    pub rank: RankId,
+    /// The stream its ops run on.
+    pub stream: StreamId,
+    /// What it is (`"F12"`).
+    pub name: String,
+    /// Its first op.
+    pub first: OpId,
+    /// Its last op.
+    pub last: OpId,
+}
+
 /// A timeline ready to be written as Chrome Trace Event JSON.
 pub struct ChromeTrace<'a> {
     graph: &'a ExecGraph,
     timeline: &'a Timeline,
     stream_name: Option<StreamNamer<'a>>,
+    process_name: Option<ProcessNamer<'a>>,
+    spans: &'a [Span],
 }
 
 /// What [`ChromeTrace::write`] wrote.
@@ -167,7 +188,19 @@ impl<W: Write> EventWriter<W> {
 impl<'a> ChromeTrace<'a> {
     /// The timeline of `graph` as run.
     pub fn new(graph: &'a ExecGraph, timeline: &'a Timeline) -> Self {
-        ChromeTrace { graph, timeline, stream_name: None }
+        ChromeTrace { graph, timeline, stream_name: None, process_name: None, spans: &[] }
+    }
+
+    /// Names each rank's process with `namer` (default: "rank N").
+    pub fn with_process_names(mut self, namer: ProcessNamer<'a>) -> Self {
+        self.process_name = Some(namer);
+        self
+    }
+
+    /// Draws `spans` around the ops they cover.
+    pub fn with_spans(mut self, spans: &'a [Span]) -> Self {
+        self.spans = spans;
+        self
     }
 
     /// Names each (rank, stream) track with `namer` (default: "stream N").
@@ -202,7 +235,14 @@ impl<'a> ChromeTrace<'a> {
             used[op.rank.0 as usize * streams + usize::from(op.stream.0)] = true;
         }
         for rank in 0..graph.ranks() {
-            let name = format!("rank {rank}");
+            // Ranks without ops (folded by symmetry) get no track.
+            if !used[rank as usize * streams..(rank as usize + 1) * streams].iter().any(|&u| u) {
+                continue;
+            }
+            let name = match self.process_name {
+                Some(namer) => namer(RankId(rank)),
+                None => format!("rank {rank}"),
+            };
             writer.event(&Metadata {
                 name: "process_name",
                 ph: "M",
@@ -243,6 +283,23 @@ impl<'a> ChromeTrace<'a> {
             }
         }
 
+        for span in self.spans {
+            let (Some(&start), Some(&end)) =
+                (timeline.start.get(span.first.0 as usize), timeline.end.get(span.last.0 as usize))
+            else {
+                continue;
+            };
+            writer.event(&Complete {
+                name: &span.name,
+                cat: "span",
+                ph: "X",
+                ts: micros(start),
+                dur: micros(end) - micros(start),
+                pid: span.rank.0,
+                tid: span.stream.0,
+                args: NameArg { name: &span.name },
+            })?;
+        }
         for (index, op) in graph.ops().iter().enumerate() {
             let id = OpId(index as u32);
             let start = timeline.start[index];

@@ -41,6 +41,8 @@ pub struct Summary {
     pub samples_per_second: f64,
     /// Throughput per GPU.
     pub samples_per_second_per_device: f64,
+    /// Tokens per second of the whole job, for sequence models.
+    pub tokens_per_second: Option<f64>,
     /// FLOP/s one GPU achieves, in TFLOP/s.
     pub achieved_tflops_per_device: f64,
     /// The device's datasheet peak for the compute dtype, in TFLOP/s.
@@ -279,6 +281,10 @@ pub struct Outcome {
     pub graph: sim_core::graph::ExecGraph,
     /// When every op ran (for `--trace`).
     pub timeline: sim_core::exec::Timeline,
+    /// Each micro-batch step of each simulated rank (for `--trace`).
+    pub spans: Vec<crate::strategy::ScheduleSpan>,
+    /// A name for each rank's timeline track: its stage and coordinates.
+    pub rank_names: Vec<String>,
 }
 
 /// A scenario could not be simulated.
@@ -487,6 +493,8 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
         iteration_times,
         samples_per_second: samples / seconds,
         samples_per_second_per_device: samples / seconds / f64::from(gpus),
+        tokens_per_second: crate::strategy::shard::sequence_length(&scenario.model)
+            .map(|tokens| samples * tokens as f64 / seconds),
         achieved_tflops_per_device: achieved / 1e12,
         peak_tflops_per_device: peak / 1e12,
         mfu: achieved / peak,
@@ -530,5 +538,27 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
         memory: MemorySummary::new(&memory, scenario),
         engine: EngineCounters { ops: lowered.graph.op_count(), events: timeline.events },
     };
-    Ok(Outcome { summary, lowering_wall, simulation_wall, graph: lowered.graph, timeline })
+    let layout = scenario.parallelism.layout();
+    let rank_names = (0..layout.ranks())
+        .map(|rank| {
+            let c = layout.coordinates(RankId(rank));
+            if scenario.parallelism.is_data_parallel() {
+                format!("rank {rank}")
+            } else {
+                format!(
+                    "stage {} · rank {rank} (tp {}, cp {}, dp {})",
+                    c.pipeline, c.tensor, c.context, c.data
+                )
+            }
+        })
+        .collect();
+    Ok(Outcome {
+        summary,
+        lowering_wall,
+        simulation_wall,
+        graph: lowered.graph,
+        timeline,
+        spans: lowered.spans,
+        rank_names,
+    })
 }

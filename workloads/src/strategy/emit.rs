@@ -222,9 +222,11 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
     let mut iteration_ends = Vec::with_capacity(strategy.iterations as usize);
     let mut pipeline_ends = Vec::with_capacity(strategy.iterations as usize);
     let mut previous_end: Vec<Option<OpId>> = vec![None; simulated.len()];
+    let mut spans = Vec::new();
     for _ in 0..strategy.iterations {
         shared.keys.clear();
         let mut buffers = Vec::with_capacity(simulated.len());
+        let mut span_buffers: Vec<Vec<(String, u32, u32)>> = Vec::with_capacity(simulated.len());
         let mut ends = Vec::with_capacity(simulated.len());
         for (position, &rank) in simulated.iter().enumerate() {
             let mut emitter = RankEmitter {
@@ -236,10 +238,13 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
                 buffer: Buffer { ops: Vec::new(), dep_ends: Vec::new(), deps: Vec::new() },
                 waiting: Vec::new(),
                 last_compute: None,
+                spans: Vec::new(),
             };
             let (end, pipeline_end) = emitter.iteration(previous_end[position])?;
+            let rank_spans = std::mem::take(&mut emitter.spans);
             buffers.push(emitter.buffer);
             ends.push((end, pipeline_end));
+            span_buffers.push(rank_spans);
         }
         // Append rank after rank, resolving keys.
         let mut offsets = Vec::with_capacity(simulated.len());
@@ -271,6 +276,16 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
                 shared.graph.add_op(op, &resolved);
             }
         }
+        for (position, rank_spans) in span_buffers.into_iter().enumerate() {
+            for (name, first, last) in rank_spans {
+                spans.push(super::ScheduleSpan {
+                    rank: RankId(simulated[position]),
+                    name,
+                    first: OpId(offsets[position] + first),
+                    last: OpId(offsets[position] + last),
+                });
+            }
+        }
         let iteration_end: Vec<OpId> =
             ends.iter().enumerate().map(|(rank, (end, _))| OpId(offsets[rank] + end)).collect();
         pipeline_ends.push(ends.iter().enumerate().map(|(rank, (_, p))| OpId(offsets[rank] + p)).collect());
@@ -288,13 +303,25 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
     };
     let recompute_flops_per_rank_iteration =
         (0..p).map(|stage| plan.stage_flops(stage).1).sum::<f64>() / f64::from(p);
+    // Stage 0's gradient buckets, or its ZeRO-3 units (each gathered and scattered whole).
     let stage0: Vec<Bucket> = (0..plan.chunk_layers.len())
         .filter(|k| *k as u32 % p == 0)
-        .flat_map(|k| plan.buckets[k].iter().map(|b| b.bucket.clone()))
+        .flat_map(|k| -> Vec<Bucket> {
+            if strategy.parallelism.zero >= 3 {
+                plan.units[k]
+                    .iter()
+                    .filter(|unit| unit.gradient_bytes.0 > 0)
+                    .map(|unit| Bucket { layers: unit.layers.clone().collect(), bytes: unit.gradient_bytes })
+                    .collect()
+            } else {
+                plan.buckets[k].iter().map(|b| b.bucket.clone()).collect()
+            }
+        })
         .collect();
     Ok(Lowered {
         graph: shared.graph.build()?,
         ranks: simulated.into_iter().map(RankId).collect(),
+        spans,
         iteration_ends,
         pipeline_ends,
         gradient_bytes: stage0.iter().map(|b| b.bytes.0).sum(),
@@ -660,6 +687,8 @@ struct RankEmitter<'p, 's> {
     waiting: Vec<Dep>,
     /// The last compute op emitted.
     last_compute: Option<u32>,
+    /// Schedule steps as (name, first compute op, last compute op), local indexes.
+    spans: Vec<(String, u32, u32)>,
 }
 
 impl RankEmitter<'_, '_> {
@@ -687,6 +716,7 @@ impl RankEmitter<'_, '_> {
         for action in &plan.actions[stage as usize] {
             let chunk = action.chunk * p.pipeline + stage;
             let micro = action.micro_batch;
+            let mark = self.buffer.ops.len();
             if action.forward {
                 if chunk > 0 {
                     let sender = stage_rank((chunk - 1) % p.pipeline);
@@ -722,6 +752,19 @@ impl RankEmitter<'_, '_> {
                     let key = Key::Stage { sender: self.rank, micro, chunk, forward: false };
                     self.send(to, plan.boundary_bytes[chunk as usize - 1], self.labels.send_backward, key);
                 }
+            }
+            // The step as one named slice around its kernels (a 1F1B schedule in Perfetto).
+            let first = self.buffer.ops[mark..].iter().position(|op| op.stream == COMPUTE_STREAM);
+            if let (Some(first), Some(last)) = (first, self.last_compute)
+                && last as usize >= mark
+            {
+                let direction = if action.forward { "F" } else { "B" };
+                let name = if p.virtual_stages > 1 {
+                    format!("{direction}{micro} chunk {}", action.chunk)
+                } else {
+                    format!("{direction}{micro}")
+                };
+                self.spans.push((name, (mark + first) as u32, last));
             }
         }
         let pipeline_end = self.last_compute.unwrap_or(0);
@@ -1073,16 +1116,44 @@ impl RankEmitter<'_, '_> {
         self.group(if expert { GroupClass::ExpertData } else { GroupClass::Data })
     }
 
-    /// The group of `class` this rank belongs to, interned on first use.
+    /// The group of `class` this rank belongs to, interned on first use (keyed by its first
+    /// member, computed without listing the members).
     fn group(&mut self, class: GroupClass) -> GroupId {
         let layout = &self.plan.layout;
         let rank = RankId(self.rank);
+        let mut first = layout.coordinates(rank);
+        let contexts = layout.size(Axis::Context);
+        let expert = layout.expert();
+        // Index along (context, data), context fastest.
+        let index = first.context + contexts * first.data;
+        match class {
+            GroupClass::Tensor => first.tensor = 0,
+            GroupClass::ModelParallel => first.pipeline = 0,
+            GroupClass::Data => {
+                first.data = 0;
+                first.context = 0;
+            }
+            GroupClass::Expert => {
+                let start = index - index % expert;
+                first.context = start % contexts;
+                first.data = start / contexts;
+            }
+            GroupClass::ExpertData => {
+                let start = index % expert;
+                first.context = start % contexts;
+                first.data = start / contexts;
+            }
+        }
+        let key = (class, layout.rank(first).0);
+        if let Some(&group) = self.shared.groups.get(&key) {
+            return group;
+        }
         let members = match class {
             GroupClass::Tensor => layout.group(Axis::Tensor, rank),
             GroupClass::ModelParallel => layout.group(Axis::Pipeline, rank),
             GroupClass::Expert => layout.expert_group(rank),
             GroupClass::Data => {
-                if layout.size(Axis::Context) > 1 {
+                if contexts > 1 {
                     layout.data_context_group(rank)
                 } else {
                     layout.group(Axis::Data, rank)
@@ -1090,15 +1161,12 @@ impl RankEmitter<'_, '_> {
             }
             GroupClass::ExpertData => {
                 let all = layout.data_context_group(rank);
-                let expert = layout.expert() as usize;
+                let expert = expert as usize;
                 let position = all.iter().position(|r| *r == rank).unwrap_or(0) % expert;
                 all.into_iter().enumerate().filter(|(i, _)| i % expert == position).map(|(_, r)| r).collect()
             }
         };
-        let key = (class, members[0].0);
-        if let Some(&group) = self.shared.groups.get(&key) {
-            return group;
-        }
+        debug_assert_eq!(members[0].0, key.1, "group key of {class:?}");
         let group = self.shared.graph.add_group(members);
         self.shared.groups.insert(key, group);
         group

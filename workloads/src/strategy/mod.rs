@@ -260,6 +260,20 @@ pub struct StageSummary {
     pub peak_micro_batches_in_flight: f64,
 }
 
+/// One step of a rank's schedule (a micro-batch's forward or backward of one chunk), for the
+/// timeline export: the compute ops from `first` to `last`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleSpan {
+    /// The rank.
+    pub rank: sim_core::graph::RankId,
+    /// `"F12"`, `"B12"`, `"F12 chunk 1"`.
+    pub name: String,
+    /// Its first compute op.
+    pub first: OpId,
+    /// Its last compute op.
+    pub last: OpId,
+}
+
 /// The lowered graph plus what the report needs to interpret it.
 #[derive(Debug, Clone)]
 pub struct Lowered {
@@ -268,6 +282,8 @@ pub struct Lowered {
     /// The ranks that have ops (all of them, or one per folded set of symmetric ranks);
     /// `iteration_ends` and `pipeline_ends` list their ops in this order.
     pub ranks: Vec<sim_core::graph::RankId>,
+    /// Every schedule step of every simulated rank.
+    pub spans: Vec<ScheduleSpan>,
     /// For each iteration, the last op of every simulated rank: the iteration is over when the
     /// last of them ends.
     pub iteration_ends: Vec<Vec<OpId>>,

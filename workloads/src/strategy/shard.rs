@@ -194,7 +194,7 @@ fn vocabulary(model: &Model) -> Option<u64> {
 
 /// The sequence length: the first dimension of the first embedding's input, if the model
 /// starts with token ids.
-pub(crate) fn sequence_length(model: &Model) -> Option<u64> {
+pub fn sequence_length(model: &Model) -> Option<u64> {
     match model.layers.first().map(|layer| &layer.kind) {
         Some(LayerKind::Embedding { .. }) => model.input.0.first().copied(),
         _ => None,
@@ -472,9 +472,29 @@ pub fn local_layers(
             (
                 Role::Experts,
                 LayerKind::MoeExperts { experts, top_k, ffn_hidden, activation, gated, bias },
+            ) if split.expert > 1 => {
+                // Balanced routing: each rank receives as many (token, expert) pairs as its
+                // own tokens times top-k, each for one of its `experts / expert` experts.
+                let mut input = localise(&layer.input, c, 1);
+                input.0[0] *= top_k;
+                (
+                    LayerKind::MoeExperts {
+                        experts: experts / u64::from(split.expert),
+                        top_k: 1,
+                        ffn_hidden: ffn_hidden / t,
+                        activation: *activation,
+                        gated: *gated,
+                        bias: *bias,
+                    },
+                    input,
+                )
+            }
+            (
+                Role::Experts,
+                LayerKind::MoeExperts { experts, top_k, ffn_hidden, activation, gated, bias },
             ) => (
                 LayerKind::MoeExperts {
-                    experts: experts / u64::from(split.expert),
+                    experts: *experts,
                     top_k: *top_k,
                     ffn_hidden: ffn_hidden / t,
                     activation: *activation,
