@@ -146,6 +146,7 @@ struct WorkloadSection {
     global_batch: Option<u64>,
     micro_batch: Option<u64>,
     sequence_length: Option<u64>,
+    capacity_factor: Option<f64>,
     #[serde(default = "fp16")]
     precision: String,
     #[serde(default = "fp32")]
@@ -177,6 +178,7 @@ struct ParallelismSection {
     schedule: String,
     context: u32,
     expert: u32,
+    expert_skew: f64,
     zero: u8,
     order: String,
     bucket_size: Bytes,
@@ -195,6 +197,7 @@ impl Default for ParallelismSection {
             schedule: "1f1b".into(),
             context: 1,
             expert: 1,
+            expert_skew: 1.0,
             zero: 0,
             order: "tp-cp-dp-pp".into(),
             bucket_size: Bytes(25 << 20),
@@ -498,7 +501,18 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
         None => Recompute::None,
     };
 
-    let parallelism = parallelism(&spec.parallelism, gpus, cluster, &invalid)?;
+    let mut parallelism = parallelism(&spec.parallelism, gpus, cluster, &invalid)?;
+    if let Some(capacity) = workload.capacity_factor {
+        if !(capacity.is_finite() && capacity > 0.0) {
+            return Err(invalid(
+                "workload.capacity-factor",
+                format!(
+                    "is {capacity}; give a positive factor (1.25 keeps up to 1.25 x the balanced tokens per expert)"
+                ),
+            ));
+        }
+        parallelism.capacity_factor = Some(capacity);
+    }
     let (global_batch, micro_batch) = batch(workload, &parallelism, &invalid)?;
     let fidelity: Fidelity =
         spec.simulation.fidelity.parse().map_err(|message| invalid("simulation.fidelity", message))?;
@@ -597,6 +611,15 @@ fn parallelism(
     if section.bucket_size.0 == 0 || section.first_bucket_size.0 == 0 {
         return Err(invalid("parallelism.bucket-size", "bucket sizes must be greater than 0".into()));
     }
+    if !(section.expert_skew.is_finite() && section.expert_skew >= 1.0) {
+        return Err(invalid(
+            "parallelism.expert-skew",
+            format!(
+                "is {}; give the busiest expert's tokens relative to balanced routing, at least 1 (1 = balanced)",
+                section.expert_skew
+            ),
+        ));
+    }
     let schedule: PipelineSchedule =
         section.schedule.parse().map_err(|message| invalid("parallelism.schedule", message))?;
     let order: RankOrder = section.order.parse().map_err(|message| invalid("parallelism.order", message))?;
@@ -626,6 +649,8 @@ fn parallelism(
         context: section.context,
         expert: section.expert,
         zero: section.zero,
+        expert_skew: section.expert_skew,
+        capacity_factor: None,
         order,
         bucket_cap: section.bucket_size,
         first_bucket_cap: section.first_bucket_size,

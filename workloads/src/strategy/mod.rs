@@ -93,6 +93,11 @@ pub struct Parallelism {
     pub expert: u32,
     /// ZeRO stage: 0 none, 1 optimizer state, 2 + gradients, 3 + parameters.
     pub zero: u8,
+    /// Tokens the busiest expert receives relative to balanced routing (1: balanced).
+    pub expert_skew: f64,
+    /// Expert capacity factor: tokens above `capacity x balanced` are dropped (`None`:
+    /// dropless, as Megatron-Core's default).
+    pub capacity_factor: Option<f64>,
     /// Rank numbering.
     pub order: RankOrder,
     /// Gradient bucket cap (DDP: 25 MiB).
@@ -116,6 +121,8 @@ impl Parallelism {
             context: 1,
             expert: 1,
             zero: 0,
+            expert_skew: 1.0,
+            capacity_factor: None,
             order: RankOrder::default(),
             bucket_cap: Bytes(25 << 20),
             first_bucket_cap: Bytes(1 << 20),
@@ -145,6 +152,7 @@ impl Parallelism {
             sequence_parallel: self.sequence_parallel,
             context: self.context,
             expert: self.expert,
+            expert_load: self.capacity_factor.map_or(self.expert_skew, |cap| self.expert_skew.min(cap)),
         }
     }
 
@@ -436,6 +444,14 @@ impl Strategy<'_> {
             .compute
             .layer_duration(self.device, self.precision, layer, pass, self.micro_batch)
             .map_err(|source| StrategyError::Compute { layer: layer.name.clone(), source })?;
+        if local.work_multiplier != 1.0 {
+            let scaled =
+                SimDuration::from_secs_f64(duration.as_secs_f64() * local.work_multiplier).map_err(|_| {
+                    invalid("parallelism.expert-skew", format!("makes layer {} take too long", layer.name))
+                })?;
+            // The busiest rank's time; the FLOPs stay the mean rank's.
+            return Ok(Some((scaled, flops)));
+        }
         let divisor = local.work_divisor.max(1);
         if divisor == 1 {
             return Ok(Some((duration, flops)));
@@ -462,6 +478,7 @@ fn shard_key(key: &'static str) -> &'static str {
         "context" => "parallelism.context",
         "expert" => "parallelism.expert",
         "sequence-parallel" => "parallelism.sequence-parallel",
+        "expert-skew" => "parallelism.expert-skew",
         other => other,
     }
 }

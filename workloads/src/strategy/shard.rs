@@ -114,6 +114,9 @@ pub struct LocalLayer {
     /// computes its queries against every key chunk in turn, `1 / context` of the
     /// full-sequence attention (balanced causal masking).
     pub work_divisor: u32,
+    /// The rank does `work_multiplier` times the local layer's work (the busiest rank of an
+    /// expert group under skewed routing).
+    pub work_multiplier: f64,
     /// Collectives before the forward kernel, in order.
     pub before_forward: Vec<Comm>,
     /// Collectives after the forward kernel, in order.
@@ -130,7 +133,7 @@ pub struct LocalLayer {
 }
 
 /// The degrees that shape one rank's work.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Split {
     /// Tensor-parallel degree.
     pub tensor: u32,
@@ -140,6 +143,10 @@ pub struct Split {
     pub context: u32,
     /// Expert-parallel degree.
     pub expert: u32,
+    /// Tokens the busiest expert rank receives, relative to balanced routing (1: balanced;
+    /// already capped by the capacity factor). Every rank of the expert group waits for it at
+    /// the combine, so its load sets the layer's time and all-to-all size.
+    pub expert_load: f64,
 }
 
 /// A model cannot be split as asked.
@@ -277,7 +284,15 @@ pub fn roles(model: &Model, tensor: u32) -> Result<Vec<Role>, ShardError> {
 
 /// Checks that `split` divides what it must divide in `model`.
 pub fn check(model: &Model, split: Split) -> Result<(), ShardError> {
-    let Split { tensor, context, expert, .. } = split;
+    let Split { tensor, context, expert, expert_load, .. } = split;
+    if !(expert_load.is_finite() && expert_load > 0.0) {
+        return Err(invalid(
+            "expert-skew",
+            format!(
+                "gives a busiest-expert load of {expert_load}; give a finite skew of at least 1 (1 = balanced routing)"
+            ),
+        ));
+    }
     for (key, value) in [("tensor", tensor), ("context", context), ("expert", expert)] {
         if value == 0 {
             return Err(invalid(key, "must be at least 1, got 0".into()));
@@ -320,6 +335,12 @@ pub fn check(model: &Model, split: Split) -> Result<(), ShardError> {
         LayerKind::MoeExperts { experts, .. } => Some(experts),
         _ => None,
     });
+    if expert_load != 1.0 && experts.is_none() {
+        return Err(invalid(
+            "expert-skew",
+            format!("applies to mixture-of-experts models; model {} has no expert layer", model.name),
+        ));
+    }
     if expert > 1 {
         match experts {
             None => {
@@ -512,6 +533,7 @@ pub fn local_layers(
             role: *role,
             layer: local,
             work_divisor: 1,
+            work_multiplier: 1.0,
             before_forward: Vec::new(),
             after_forward: Vec::new(),
             before_backward: Vec::new(),
@@ -552,7 +574,9 @@ pub fn local_layers(
             }
             Role::Experts => {
                 let LayerKind::MoeExperts { top_k, .. } = layer.kind else { unreachable!("experts role") };
-                let routed = Bytes(activation(hidden_in).0 / if sp { t } else { 1 } * top_k);
+                let balanced = activation(hidden_in).0 / if sp { t } else { 1 } * top_k;
+                let routed = Bytes((balanced as f64 * split.expert_load).round() as u64);
+                entry.work_multiplier = split.expert_load;
                 let expert_comm =
                     |what| Comm { group: GroupKind::Expert, kind: AllToAll, bytes: routed, what };
                 if sp {
@@ -601,7 +625,7 @@ mod tests {
     use crate::zoo;
 
     fn split(tensor: u32, sequence_parallel: bool) -> Split {
-        Split { tensor, sequence_parallel, context: 1, expert: 1 }
+        Split { tensor, sequence_parallel, context: 1, expert: 1, expert_load: 1.0 }
     }
 
     #[test]
@@ -677,13 +701,19 @@ mod tests {
         let resnet = zoo::by_name("resnet50").unwrap();
         let error = check(&resnet, split(2, false)).unwrap_err().to_string();
         assert!(error.contains("tensor parallelism splits transformer layers"), "{error}");
-        let error = check(&resnet, Split { tensor: 1, sequence_parallel: false, context: 2, expert: 1 })
-            .unwrap_err()
-            .to_string();
+        let error = check(
+            &resnet,
+            Split { tensor: 1, sequence_parallel: false, context: 2, expert: 1, expert_load: 1.0 },
+        )
+        .unwrap_err()
+        .to_string();
         assert!(error.contains("no attention layer"), "{error}");
-        let error = check(&model, Split { tensor: 1, sequence_parallel: false, context: 1, expert: 2 })
-            .unwrap_err()
-            .to_string();
+        let error = check(
+            &model,
+            Split { tensor: 1, sequence_parallel: false, context: 1, expert: 2, expert_load: 1.0 },
+        )
+        .unwrap_err()
+        .to_string();
         assert!(error.contains("no mixture-of-experts"), "{error}");
     }
 }

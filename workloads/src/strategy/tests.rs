@@ -451,3 +451,38 @@ fn zero_3_moves_one_and_a_half_times_the_bytes_of_plain_data_parallelism() {
     assert!(timeline.makespan() > SimDuration::ZERO);
     assert!(sharded.stages[0].memory.weights.0 * 8 <= 2 * model.parameters() + 8);
 }
+
+#[test]
+fn skewed_routing_slows_the_expert_layers_up_to_the_capacity_factor() {
+    let model = zoo::by_name("mixtral-8x7b").unwrap();
+    let compute = ComputeModel::default();
+    let expert_time = |skew: f64, capacity: Option<f64>| -> (f64, u64) {
+        let parallelism = Parallelism {
+            data: 4,
+            expert: 4,
+            expert_skew: skew,
+            capacity_factor: capacity,
+            ..Parallelism::data_parallel(4)
+        };
+        let lowered = strategy(&model, &compute, parallelism, 4, 1).lower().unwrap();
+        let graph = &lowered.graph;
+        let time = graph
+            .ops()
+            .iter()
+            .filter(|op| op.rank == RankId(0) && graph.label(op.label) == "layers.0.moe.experts forward")
+            .map(|op| match op.kind {
+                OpKind::Compute { duration } => duration.as_secs_f64(),
+                _ => 0.0,
+            })
+            .sum();
+        let bytes = rank_traffic(graph, 0, EXPERT_STREAM)[0].1;
+        (time, bytes)
+    };
+    let (balanced, balanced_bytes) = expert_time(1.0, None);
+    let (skewed, skewed_bytes) = expert_time(2.0, None);
+    let (capped, capped_bytes) = expert_time(2.0, Some(1.25));
+    assert!((skewed / balanced - 2.0).abs() < 1e-6, "{skewed} vs {balanced}");
+    assert!((capped / balanced - 1.25).abs() < 1e-6, "{capped} vs {balanced}");
+    assert_eq!(skewed_bytes, 2 * balanced_bytes);
+    assert_eq!(capped_bytes * 4, balanced_bytes * 5);
+}
