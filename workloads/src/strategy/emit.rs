@@ -61,6 +61,7 @@ enum Key {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum GroupClass {
     Tensor,
+    Embedding,
     ModelParallel,
     Expert,
     Data,
@@ -94,6 +95,9 @@ struct Plan<'s> {
     /// ZeRO-3 units (FSDP's wrapping: each numbered block, and the layers around them) of
     /// each chunk.
     units: Vec<Vec<Unit>>,
+    /// Parameters of the embedding copy the last stage keeps for a tied output layer (0
+    /// without a pipeline or tying).
+    tied_embedding: u64,
 }
 
 /// A group of layers whose parameters ZeRO-3 gathers and whose gradients it scatters together.
@@ -430,12 +434,21 @@ impl<'s> Plan<'s> {
                 }
             }
         }
+        // An output layer tied to the input embedding on another stage: Megatron-LM keeps a
+        // copy of the embedding on the last stage and all-reduces the two copies' gradients.
+        let tied = local.iter().any(|l| matches!(l.layer.kind, crate::layer::LayerKind::TiedLinear { .. }));
+        let tied_embedding = if tied && p.pipeline > 1 {
+            local.iter().find(|l| l.role == Role::VocabularyEmbedding).map_or(0, |l| l.layer.cost.params)
+        } else {
+            0
+        };
         let mut optimizer = Vec::with_capacity(p.pipeline as usize);
         for stage in 0..p.pipeline {
             let parameters: u64 = Self::stage_layers(&chunk_layers, p.pipeline, stage)
                 .flat_map(|range| range.clone())
                 .map(|index| local[index].layer.cost.params)
-                .sum();
+                .sum::<u64>()
+                + if stage + 1 == p.pipeline { tied_embedding } else { 0 };
             let held = if p.zero >= 1 { parameters.div_ceil(u64::from(sync_ranks)) } else { parameters };
             optimizer.push(strategy.optimizer_step(if p.is_data_parallel() {
                 model.parameters()
@@ -477,6 +490,7 @@ impl<'s> Plan<'s> {
         Ok(Plan {
             strategy,
             units,
+            tied_embedding,
             layout: p.layout(),
             micro_batches,
             local,
@@ -634,7 +648,8 @@ impl<'s> Plan<'s> {
             let peak = pipeline::peak_in_flight(actions, &per_chunk) + working_set;
             let per_micro: u64 = per_chunk.iter().sum();
             let parameters: u64 =
-                ranges.iter().flat_map(|r| r.clone()).map(|i| self.local[i].layer.cost.params).sum();
+                ranges.iter().flat_map(|r| r.clone()).map(|i| self.local[i].layer.cost.params).sum::<u64>()
+                    + if stage + 1 == p.pipeline { self.tied_embedding } else { 0 };
             let largest_pair = ranges
                 .iter()
                 .flat_map(|r| r.clone())
@@ -769,6 +784,20 @@ impl RankEmitter<'_, '_> {
         }
         let pipeline_end = self.last_compute.unwrap_or(0);
         let mut deps: Vec<Dep> = last_sync.iter().flatten().map(|&op| Dep::Local(op)).collect();
+        // The tied embedding's two copies (first and last stage) sum their gradients.
+        if plan.tied_embedding > 0 && (stage == 0 || stage + 1 == p.pipeline) {
+            let comm = Comm {
+                group: GroupKind::Data,
+                kind: CollectiveKind::AllReduce,
+                bytes: Bytes(plan.tied_embedding * plan.strategy.gradient_precision.bytes()),
+                what: "tied embedding gradient allreduce",
+            };
+            let group = self.group(GroupClass::Embedding);
+            let label = self.comm_label(comm.what);
+            let mut embedding_deps = std::mem::take(&mut deps);
+            embedding_deps.extend(self.last_compute.map(Dep::Local));
+            deps.push(Dep::Local(self.collective(comm, DATA_STREAM, group, label, &embedding_deps)));
+        }
         // Megatron-LM clips gradients by their global norm: an allreduce of one fp32 value over
         // the model-parallel group before the optimizer, so no stage steps before the whole
         // pipeline has flushed. Modelled over the pipeline stages only: the tensor ranks of a
@@ -1128,7 +1157,7 @@ impl RankEmitter<'_, '_> {
         let index = first.context + contexts * first.data;
         match class {
             GroupClass::Tensor => first.tensor = 0,
-            GroupClass::ModelParallel => first.pipeline = 0,
+            GroupClass::ModelParallel | GroupClass::Embedding => first.pipeline = 0,
             GroupClass::Data => {
                 first.data = 0;
                 first.context = 0;
@@ -1151,6 +1180,10 @@ impl RankEmitter<'_, '_> {
         let members = match class {
             GroupClass::Tensor => layout.group(Axis::Tensor, rank),
             GroupClass::ModelParallel => layout.group(Axis::Pipeline, rank),
+            GroupClass::Embedding => {
+                let all = layout.group(Axis::Pipeline, rank);
+                vec![all[0], all[all.len() - 1]]
+            }
             GroupClass::Expert => layout.expert_group(rank),
             GroupClass::Data => {
                 if contexts > 1 {

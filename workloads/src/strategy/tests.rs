@@ -486,3 +486,34 @@ fn skewed_routing_slows_the_expert_layers_up_to_the_capacity_factor() {
     assert_eq!(skewed_bytes, 2 * balanced_bytes);
     assert_eq!(capped_bytes * 4, balanced_bytes * 5);
 }
+
+#[test]
+fn a_tied_output_layer_sums_its_embedding_copies_between_the_first_and_last_stages() {
+    let model = zoo::by_name("megatron-1.7b").unwrap(); // output layer tied to the embedding
+    let compute = ComputeModel::default();
+    let lowered =
+        strategy(&model, &compute, pipelined(4, 1, PipelineSchedule::OneFOneB), 8, 1).lower().unwrap();
+    let graph = &lowered.graph;
+    let tied = |rank: u32| -> Vec<u64> {
+        graph
+            .ops()
+            .iter()
+            .filter(|op| {
+                op.rank == RankId(rank) && graph.label(op.label) == "tied embedding gradient allreduce"
+            })
+            .map(|op| match op.kind {
+                OpKind::Collective(id) => graph.collective(id).bytes.0,
+                _ => 0,
+            })
+            .collect()
+    };
+    let vocabulary = 51_200u64; // Megatron's padded GPT-2 vocabulary
+    let embedding = vocabulary * 2304;
+    assert_eq!(tied(0), vec![embedding * 4]);
+    assert_eq!(tied(3), vec![embedding * 4]);
+    assert!(tied(1).is_empty() && tied(2).is_empty());
+    // The last stage holds the copy.
+    let last = &lowered.stages[3];
+    let first = &lowered.stages[0];
+    assert!(last.parameters > embedding && first.parameters > embedding);
+}
