@@ -517,3 +517,40 @@ fn a_tied_output_layer_sums_its_embedding_copies_between_the_first_and_last_stag
     let first = &lowered.stages[0];
     assert!(last.parameters > embedding && first.parameters > embedding);
 }
+
+#[test]
+fn llama_405b_on_8_by_8_chunks_gives_each_end_one_layer_as_megatron_core_does() {
+    // 126 layers do not divide into 64 chunks; counting the embedding and the output layer as
+    // layers (Megatron-Core's account_for_embedding_in_pipeline_split) gives each end one.
+    let model = zoo::by_name("llama3-405b").unwrap();
+    assert!((model.parameters() as f64 / 405.85e9 - 1.0).abs() < 0.001, "{}", model.parameters());
+    let compute = ComputeModel::default();
+    let parallelism = Parallelism { tensor: 8, ..pipelined(8, 8, PipelineSchedule::OneFOneB) };
+    let lowered = strategy(&model, &compute, parallelism, 8, 1).lower().unwrap();
+    let blocks_per_chunk: Vec<Vec<usize>> = lowered
+        .stages
+        .iter()
+        .map(|stage| {
+            stage
+                .layers
+                .iter()
+                .map(|range| {
+                    let names: std::collections::BTreeSet<&str> = model.layers[range.clone()]
+                        .iter()
+                        .filter_map(|l| {
+                            l.name.strip_prefix("layers.").and_then(|rest| rest.split('.').next())
+                        })
+                        .collect();
+                    names.len()
+                })
+                .collect()
+        })
+        .collect();
+    // Chunk k is on stage k % 8: the first chunk (stage 0, chunk 0) and the last (stage 7,
+    // chunk 7) hold one layer, every other two.
+    assert_eq!(blocks_per_chunk[0][0], 1, "{blocks_per_chunk:?}");
+    assert_eq!(blocks_per_chunk[7][7], 1, "{blocks_per_chunk:?}");
+    let total: usize = blocks_per_chunk.iter().flatten().sum();
+    assert_eq!(total, 126);
+    assert!(blocks_per_chunk.iter().flatten().filter(|&&n| n == 2).count() == 62);
+}

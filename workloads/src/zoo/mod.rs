@@ -24,7 +24,7 @@ macro_rules! builtin {
     };
 }
 
-const BUILTIN: [(&str, &str); 35] = builtin![
+const BUILTIN: [(&str, &str); 36] = builtin![
     "resnet18",
     "resnet34",
     "resnet50",
@@ -58,6 +58,7 @@ const BUILTIN: [(&str, &str); 35] = builtin![
     "llama2-70b",
     "llama3-8b",
     "llama3-70b",
+    "llama3-405b",
     "mixtral-8x7b",
     "dlrm",
 ];
