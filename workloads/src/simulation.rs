@@ -74,7 +74,7 @@ pub struct ModelSummary {
     pub parameters: u64,
     /// Multiply-accumulates of one sample's forward pass.
     pub macs_per_sample: f64,
-    /// Samples per GPU per iteration.
+    /// Samples per data-parallel replica per iteration (per GPU under pure data parallelism).
     pub batch_per_device: u64,
     /// Compute dtype.
     pub precision: String,
