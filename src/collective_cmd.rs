@@ -37,31 +37,10 @@ pub struct Options<'a> {
     pub compare: Option<&'a Path>,
 }
 
-/// Measured out-of-place times (us) by size from nccl-tests output: every line that is not a
-/// comment and starts with two integers (size, count) has the time in its sixth column.
-fn measured_times(path: &Path) -> anyhow::Result<std::collections::BTreeMap<u64, f64>> {
+/// The nccl-tests output to compare with (both column layouts, MPI-tagged lines too).
+fn measured(path: &Path) -> anyhow::Result<traces::nccl::TestsOutput> {
     let text = fs_err::read_to_string(path).context("reading the nccl-tests output to compare with")?;
-    let mut times = std::collections::BTreeMap::new();
-    for (number, line) in text.lines().enumerate() {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        if line.trim_start().starts_with('#') || fields.len() < 6 {
-            continue;
-        }
-        let (Ok(size), Ok(_count)) = (fields[0].parse::<u64>(), fields[1].parse::<u64>()) else { continue };
-        let time: f64 = fields[5].parse().with_context(|| {
-            format!(
-                "{}:{}: the sixth column (time in us) is {:?}, not a number",
-                path.display(),
-                number + 1,
-                fields[5]
-            )
-        })?;
-        times.insert(size, time);
-    }
-    if times.is_empty() {
-        bail!("{}: no nccl-tests result lines (size count type redop root time ...)", path.display());
-    }
-    Ok(times)
+    Ok(traces::nccl::parse_tests_output(&text, path)?)
 }
 
 /// The kind of collective named `name`, with nccl-tests' bus-bandwidth factor for `ranks`.
@@ -118,7 +97,9 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
     };
     let topology = Topology::build(&cluster.spec).context("building the cluster topology")?;
     let gpus = topology.host_count() as u32;
-    let ranks = options.ranks.unwrap_or(gpus);
+    let measured = options.compare.map(measured).transpose()?;
+    // Without --ranks, a compared run with a header says how many ranks it had.
+    let ranks = options.ranks.or(measured.as_ref().and_then(|m| m.ranks)).unwrap_or(gpus);
     if ranks == 0 || ranks > gpus {
         bail!("--ranks {ranks}: the cluster has {gpus} GPUs; give 1 to {gpus}");
     }
@@ -154,7 +135,6 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
         options.network.collective_launch
     );
     let _ = writeln!(out, "#");
-    let measured = options.compare.map(measured_times).transpose()?;
     let (measured_header, measured_units) =
         if measured.is_some() { ("  measured    error", "      (us)") } else { ("", "") };
     let _ = writeln!(
@@ -179,8 +159,8 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
         let busbw = algbw * bus_factor;
         bus_sum += busbw;
         rows += 1;
-        let comparison = match measured.as_ref().map(|times| times.get(&bytes)) {
-            Some(Some(&real)) => {
+        let comparison = match measured.as_ref().map(|m| m.rows.get(&bytes).map(|row| row.time_us)) {
+            Some(Some(real)) => {
                 let error = (seconds * 1e6 - real) / real;
                 errors.push(error.abs());
                 format!("  {real:>8.1} {:>+7.1}%", 100.0 * error)

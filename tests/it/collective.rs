@@ -1,9 +1,42 @@
 //! `parasim collective`: nccl-tests-style output, comparison with measured output, errors.
 
+use std::path::PathBuf;
+
 use crate::parasim;
 
 const H100: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/nccl-2x8-h100.toml");
 const MEASURED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/validation/nccl-allreduce-2x8-h100.txt");
+const AZURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/azure-nd-a100-v4.toml");
+
+/// `all_reduce_perf_N.log` of the Azure ND A100 v4 runs in `../shared/data/nccl-tests`, which
+/// must exist (CI has it beside the checkout; the logs are read from there, never copied).
+fn azure_log(ranks: u32) -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data/nccl-tests/echo-azure-a100");
+    assert!(
+        root.is_dir(),
+        "the measured nccl-tests logs are missing: expected the shared data folder at {} (beside the \
+         checkout; see PROVENANCE.md there)",
+        root.display()
+    );
+    let path = root.join(format!("all_reduce_perf_{ranks}.log"));
+    assert!(path.is_file(), "missing {}", path.display());
+    path
+}
+
+/// Runs `parasim collective allreduce` on `cluster` against `measured` and returns (sizes
+/// compared, accuracy in percent) from its summary line.
+fn accuracy(cluster: &str, measured: &str, extra: &[&str]) -> (u32, f64) {
+    let mut args = vec!["collective", "allreduce", "--cluster", cluster, "-b", "8", "-e", "16G", "-f", "2"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--compare", measured]);
+    let output = parasim(&args);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let text = String::from_utf8(output.stdout).unwrap();
+    let line = text.lines().find(|l| l.contains("# compared with")).unwrap_or_else(|| panic!("{text}"));
+    let sizes = line.split_whitespace().nth(3).unwrap().parse().unwrap();
+    let accuracy = line.rsplit(' ').next().unwrap().trim_end_matches('%').parse().unwrap();
+    (sizes, accuracy)
+}
 
 /// The data rows of an nccl-tests-style table: (size, time us, busbw).
 fn rows(text: &str) -> Vec<(u64, f64, f64)> {
@@ -88,4 +121,33 @@ fn bad_arguments_are_errors() {
         assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
     }
+}
+
+#[test]
+fn reads_nccl_tests_logs_without_the_root_column_under_mpi() {
+    // The Azure logs have the older layout (no `root` column) and MPI's `[1,0]<stdout>:`
+    // prefix; the run's 16 ranks come from the log's header.
+    let log = azure_log(16);
+    let (sizes, accuracy) = accuracy(AZURE, log.to_str().unwrap(), &[]);
+    assert_eq!(sizes, 25);
+    assert!(accuracy.is_finite() && accuracy > 0.0, "{accuracy}");
+}
+
+/// Accuracy (100 - mean |error| %) on every measured curve, with one cluster scenario per
+/// cluster and nothing set per curve. The bounds only ratchet up: raise them when the model
+/// improves, never lower them.
+#[test]
+fn accuracy_on_measured_nccl_tests_curves_does_not_regress() {
+    let mut report = Vec::new();
+    let mut failed = false;
+    for (ranks, bound) in [(1, 19.0), (2, 58.0), (4, 69.0), (8, 56.0), (16, 67.0), (32, 62.0), (64, 55.0)] {
+        let log = azure_log(ranks);
+        let (_, accuracy) = accuracy(AZURE, log.to_str().unwrap(), &[]);
+        failed |= accuracy < bound;
+        report.push(format!("azure {ranks}: {accuracy:.1}% (bound {bound}%)"));
+    }
+    let (_, h100) = accuracy(H100, MEASURED, &[]);
+    failed |= h100 < 42.0;
+    report.push(format!("h100 2x8: {h100:.1}% (bound 42%)"));
+    assert!(!failed, "accuracy regressed:\n{}", report.join("\n"));
 }
