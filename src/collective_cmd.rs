@@ -6,8 +6,10 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
+use sim_core::collective::{Choice, choose_for};
 use sim_core::fidelity::{Fidelity, NetworkSettings};
 use sim_core::graph::{Collective, CollectiveAlgorithm, CollectiveKind, GraphBuilder, RankId, StreamId};
+use sim_core::tuner::GpuGeneration;
 use sim_core::units::{Bytes, SimDuration};
 use topology::Topology;
 
@@ -35,6 +37,17 @@ pub struct Options<'a> {
     pub dtype: &'a str,
     /// nccl-tests output to compare with (measured time per size).
     pub compare: Option<&'a Path>,
+    /// GPUs each benchmark process drives (nccl-tests' `-g`); the compared output's `nGpus`,
+    /// else 1, if none.
+    pub gpus_per_process: Option<u32>,
+    /// The host time nccl-tests spends launching one collective on one GPU (`ncclAllReduce`
+    /// and the kernel launch). nccl-tests times a loop of back-to-back iterations, so a
+    /// process that drives `g` GPUs from one thread (`-g g`) cannot report less than `g`
+    /// launches per iteration, however fast the GPUs finish. The command's default, 4 us, is
+    /// read from the one-server floors of `all_reduce_perf` on Azure ND A100 v4
+    /// (../shared/data/nccl-tests/echo-azure-a100: 4.47 us with one GPU, 8.6 with two, 16.3
+    /// with four, 31.0 with eight, all in one process), so those floors do not validate it.
+    pub host_launch: SimDuration,
 }
 
 /// The nccl-tests output to compare with (both column layouts, MPI-tagged lines too).
@@ -96,6 +109,10 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
         None => Cluster::parse(QUICKSTART, Path::new("scenarios/quickstart.toml"))?,
     };
     let topology = Topology::build(&cluster.spec).context("building the cluster topology")?;
+    let options = &Options {
+        network: options.network.with_generation(GpuGeneration::of_device(&cluster.device.name)),
+        ..*options
+    };
     let gpus = topology.host_count() as u32;
     let measured = options.compare.map(measured).transpose()?;
     // Without --ranks, a compared run with a header says how many ranks it had.
@@ -103,6 +120,9 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
     if ranks == 0 || ranks > gpus {
         bail!("--ranks {ranks}: the cluster has {gpus} GPUs; give 1 to {gpus}");
     }
+    let gpus_per_process =
+        options.gpus_per_process.or(measured.as_ref().and_then(|m| m.gpus_per_process)).unwrap_or(1).max(1);
+    let host_floor = options.host_launch.checked_mul(u64::from(gpus_per_process.min(ranks)))?;
     let (kind, bus_factor, redop) = kind_of(options.kind, ranks)?;
     let algorithm: CollectiveAlgorithm = options.algorithm.parse().map_err(anyhow::Error::msg)?;
     if !algorithm.supports(kind) {
@@ -124,7 +144,7 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "# parasim collective {}: {ranks} ranks of {} x {} ({} nodes x {} GPUs), {} network, algorithm {}, launch {}",
+        "# parasim collective {}: {ranks} ranks of {} x {} ({} nodes x {} GPUs), {} network, algorithm {}, protocol {}, launch {}, {} GPU(s) per process",
         kind.name(),
         gpus,
         cluster.device.display_name,
@@ -132,7 +152,9 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
         cluster.spec.gpus_per_node,
         options.network.fidelity.name(),
         algorithm.name(),
-        options.network.collective_launch
+        options.network.protocols,
+        options.network.collective_launch,
+        gpus_per_process
     );
     let _ = writeln!(out, "#");
     let (measured_header, measured_units) =
@@ -153,8 +175,17 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
     let mut rows = 0u32;
     let mut bytes = min;
     while bytes <= max {
-        let (time, chosen) = time_one(&topology, kind, algorithm, Bytes(bytes), ranks, options)?;
-        let seconds = time.as_secs_f64();
+        let (time, chosen) = if ranks == 1 {
+            // One rank: NCCL copies the buffer to the output (out-of-place), reading and
+            // writing device memory.
+            let copy =
+                cluster.device.memory_bandwidth.time_to_send_share(Bytes(bytes.saturating_mul(2)), 1)?;
+            (copy, "copy".to_string())
+        } else {
+            let (time, choice) = time_one(&topology, kind, algorithm, Bytes(bytes), ranks, options)?;
+            (time, choice.to_string())
+        };
+        let seconds = time.max(host_floor).as_secs_f64();
         let algbw = bytes as f64 / seconds / 1e9;
         let busbw = algbw * bus_factor;
         bus_sum += busbw;
@@ -179,7 +210,7 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
             seconds * 1e6,
             algbw,
             busbw,
-            chosen.name()
+            chosen
         );
         bytes = match bytes.checked_mul(options.factor) {
             Some(next) => next,
@@ -214,22 +245,14 @@ fn time_one(
     bytes: Bytes,
     ranks: u32,
     options: &Options,
-) -> anyhow::Result<(SimDuration, CollectiveAlgorithm)> {
+) -> anyhow::Result<(SimDuration, Choice)> {
     let group: Vec<RankId> = (0..ranks).map(RankId).collect();
-    let chosen = match algorithm {
-        CollectiveAlgorithm::Auto => sim_core::collective::choose(
-            kind,
-            bytes,
-            &group,
-            &mut NetworkSettings::new(Fidelity::Analytical)
-                .with_chunk(options.network.chunk)
-                .analytical(topology),
-        )?,
-        explicit => explicit,
-    };
+    let estimator = NetworkSettings { fidelity: Fidelity::Analytical, ..options.network };
+    let chosen = choose_for(kind, algorithm, bytes, &group, &mut estimator.analytical(topology))?;
     let mut graph = GraphBuilder::new(ranks);
     let everyone = graph.add_group(group);
-    let collective = graph.add_collective(Collective { kind, group: everyone, bytes, algorithm: chosen });
+    let collective =
+        graph.add_collective(Collective { kind, group: everyone, bytes, algorithm: chosen.algorithm });
     for rank in 0..ranks {
         graph.collective(RankId(rank), StreamId(0), collective, kind.name(), &[]);
     }

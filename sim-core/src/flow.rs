@@ -44,10 +44,13 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use topology::{HostId, LinkId, Route, Routing, Topology};
 use units::{Bytes, SimDuration, SimTime};
 
-use crate::collective::{CollectiveError, Schedule, StepNetwork, choose, ring_channels};
+use crate::collective::{
+    Choice, CollectiveError, Schedule, StepNetwork, choose_for, protocol_overhead, ring_channels, wire_bytes,
+};
 use crate::graph::{Collective, CollectiveAlgorithm, CollectiveKind, MemcpyDirection, RankId};
 use crate::network::AnalyticalNetwork;
 use crate::network::{Completion, NetContext, Network, NetworkError};
+use crate::protocol::ProtocolChoice;
 use crate::schedule::Message;
 
 /// A timer of the flow model.
@@ -240,12 +243,26 @@ pub struct FlowNetwork<'t> {
     freeze_scratch: Vec<u32>,
     /// Alpha-beta estimates for choosing `Auto` algorithms, and the choices made.
     estimator: AnalyticalNetwork<'t>,
-    chosen: HashMap<Collective, CollectiveAlgorithm>,
+    chosen: HashMap<Collective, (Choice, SimDuration, Bytes)>,
     /// Scratch for a member's messages of a step, and the ones to start now.
     scratch_messages: Vec<Message>,
     scratch_starts: Vec<(u32, u32, RankId, RankId, f64)>,
     /// Check the allocation after every re-fill (tests); the first violation found.
     audit: Option<Audit>,
+}
+
+/// How a coupled collective's time adds up besides its data (see `start_coupled`).
+#[derive(Debug, Clone, Copy)]
+struct CoupledTiming {
+    /// Steps of the schedule.
+    steps: u64,
+    /// Bytes of the pipeline's fill and drain, charged at the end at the coupled rate.
+    fill_bytes: f64,
+    /// The sum of every step's latency (a pipeline), or `None`: every step costs the slowest
+    /// edge's (a ring).
+    latency_sum: Option<SimDuration>,
+    /// Fixed cost before the first byte (launch, protocol latencies).
+    delay: SimDuration,
 }
 
 /// Invariant checks of a run with [`FlowNetwork::audited`].
@@ -323,6 +340,21 @@ impl<'t> FlowNetwork<'t> {
     /// network).
     pub fn with_collective_launch(mut self, launch: SimDuration) -> Self {
         self.collective_launch = launch;
+        self.estimator = self.estimator.with_collective_launch(launch);
+        self
+    }
+
+    /// The same model with collectives run by `protocols` (see [`crate::protocol`]): their
+    /// bandwidth share scales the bytes on the wire, their base and per-hop latencies delay
+    /// the first message.
+    pub fn with_protocols(mut self, protocols: ProtocolChoice) -> Self {
+        self.estimator = self.estimator.with_protocols(protocols);
+        self
+    }
+
+    /// The same model tuning for GPUs of `generation` (see [`crate::tuner`]).
+    pub fn with_generation(mut self, generation: crate::tuner::GpuGeneration) -> Self {
+        self.estimator = self.estimator.with_generation(generation);
         self
     }
 
@@ -438,6 +470,7 @@ impl<'t> FlowNetwork<'t> {
         token: Completion,
         collective: &Collective,
         group: &[RankId],
+        delay: SimDuration,
     ) -> Result<(), NetworkError> {
         let topology = self.topology;
         let channels = ring_channels(group, |rank| server_of(topology, rank))?;
@@ -452,7 +485,8 @@ impl<'t> FlowNetwork<'t> {
             .iter()
             .flat_map(|ring| (0..ring.len()).map(move |i| (ring[i], ring[(i + 1) % ring.len()], bytes)));
         let edges: Vec<_> = edges.collect();
-        self.start_coupled(context, token, &edges, steps as u64, 0.0, true)
+        let timing = CoupledTiming { steps: steps as u64, fill_bytes: 0.0, latency_sum: None, delay };
+        self.start_coupled(context, token, &edges, timing)
     }
 
     /// Starts a pipelined schedule (the double binary tree) in its steady-state form: one flow per edge
@@ -463,10 +497,15 @@ impl<'t> FlowNetwork<'t> {
         context: &mut NetContext<'_, FlowEvent>,
         token: Completion,
         schedule: &Schedule,
+        delay: SimDuration,
     ) -> Result<(), NetworkError> {
         let (bytes, den) = schedule.fraction();
-        // Per edge: the steps it is used in and its largest message.
+        // Per edge: the steps it is used in and its largest message; per step, the latency of
+        // its slowest path (a tree's steps near the leaves cross other links than near the
+        // root, so the steps do not all cost the slowest edge's latency).
         let mut usage: BTreeMap<(usize, u32, u32), (u64, u64)> = BTreeMap::new();
+        let mut edge_latency: BTreeMap<(RankId, RankId), SimDuration> = BTreeMap::new();
+        let mut step_latency = vec![SimDuration::ZERO; schedule.steps() as usize];
         let mut messages = Vec::new();
         for (lane, members) in schedule.lanes().iter().enumerate() {
             for step in 0..schedule.steps() {
@@ -477,10 +516,25 @@ impl<'t> FlowNetwork<'t> {
                         let entry = usage.entry((lane, position, message.peer)).or_insert((0, 0));
                         entry.0 += 1;
                         entry.1 = entry.1.max(message.num);
+                        let edge = (members[position as usize], members[message.peer as usize]);
+                        let latency = match edge_latency.get(&edge) {
+                            Some(&latency) => latency,
+                            None => {
+                                let route = self.route(edge.0, edge.1)?;
+                                let latency = route.iter().fold(SimDuration::ZERO, |sum, &l| {
+                                    sum.saturating_add(self.topology.link(l).latency)
+                                });
+                                edge_latency.insert(edge, latency);
+                                latency
+                            }
+                        };
+                        let slot = &mut step_latency[step as usize];
+                        *slot = (*slot).max(latency);
                     }
                 }
             }
         }
+        let latency_sum = step_latency.iter().fold(SimDuration::ZERO, |sum, &l| sum.saturating_add(l));
         let steps = u64::from(schedule.steps());
         let message = |num: u64| bytes.as_f64() * num as f64 / den as f64;
         // Fill and drain: the steps in which even the busiest edge is idle.
@@ -493,7 +547,8 @@ impl<'t> FlowNetwork<'t> {
                 (lane[from as usize], lane[to as usize], count as f64 * message(num))
             })
             .collect();
-        self.start_coupled(context, token, &edges, steps, fill_bytes, false)
+        let timing = CoupledTiming { steps, fill_bytes, latency_sum: Some(latency_sum), delay };
+        self.start_coupled(context, token, &edges, timing)
     }
 
     /// Starts a coupled collective over `edges` (src, dst, bytes): all edge flows advance at
@@ -504,10 +559,11 @@ impl<'t> FlowNetwork<'t> {
         context: &mut NetContext<'_, FlowEvent>,
         token: Completion,
         edges: &[(RankId, RankId, f64)],
-        steps: u64,
-        fill_bytes: f64,
-        ring: bool,
+        timing: CoupledTiming,
     ) -> Result<(), NetworkError> {
+        let CoupledTiming { steps, fill_bytes, latency_sum, delay } = timing;
+        // A ring's steps all cost the same; a pipeline's are summed by the caller.
+        let ring = latency_sum.is_none();
         let id = match self.free_couplings.pop() {
             Some(id) => id,
             None => {
@@ -532,7 +588,11 @@ impl<'t> FlowNetwork<'t> {
             slowest_step =
                 slowest_step.max(latency.checked_add(SimDuration::from_ps((per_step * 1e12).ceil() as u64))?);
         }
-        let tail = slowest.checked_mul(steps.saturating_sub(1))?;
+        let tail = match latency_sum {
+            // The remaining steps' latencies: every step's own, less the entry latency.
+            Some(sum) => sum.saturating_sub(slowest),
+            None => slowest.checked_mul(steps.saturating_sub(1))?,
+        };
         let fill_rate = members
             .iter()
             .map(|&flow| {
@@ -562,8 +622,7 @@ impl<'t> FlowNetwork<'t> {
             rescheduled: false,
             generation: 0,
         });
-        Ok(context
-            .wake_after(self.collective_launch.checked_add(slowest)?, FlowEvent::Couple { coupling: id })?)
+        Ok(context.wake_after(delay.checked_add(slowest)?, FlowEvent::Couple { coupling: id })?)
     }
 
     /// All edges of a steady-state collective leave the network at once; the others re-fill
@@ -992,29 +1051,38 @@ impl<'t> FlowNetwork<'t> {
     ) -> Result<(), NetworkError> {
         let topology = self.topology;
         let node_of = |rank: RankId| server_of(topology, rank);
-        let algorithm = match collective.algorithm {
-            CollectiveAlgorithm::Auto => match self.chosen.get(collective) {
-                Some(&algorithm) => algorithm,
-                None => {
-                    let algorithm = choose(collective.kind, collective.bytes, group, &mut self.estimator)?;
-                    self.chosen.insert(*collective, algorithm);
-                    algorithm
-                }
-            },
-            explicit => explicit,
+        let (choice, delay, wire) = match self.chosen.get(collective) {
+            Some(&resolved) => resolved,
+            None => {
+                let estimator = &mut self.estimator;
+                let (kind, bytes) = (collective.kind, collective.bytes);
+                let choice = choose_for(kind, collective.algorithm, bytes, group, estimator)?;
+                let delay = protocol_overhead(kind, choice, bytes, group, estimator)?;
+                let wire = wire_bytes(kind, choice, bytes, group, estimator)?;
+                self.chosen.insert(*collective, (choice, delay, wire));
+                (choice, delay, wire)
+            }
         };
+        let algorithm = choice.algorithm;
+        if crate::collective::is_nvls(algorithm) {
+            // The switch's reduction is not a flow: NVLS is timed in closed form.
+            let time = crate::nvls::time(algorithm, collective.bytes, group, &self.estimator)?;
+            return Ok(context.complete_after(delay.checked_add(time)?, token)?);
+        }
+        let wired = Collective { bytes: wire, algorithm, ..*collective };
         if self.steady_state && algorithm == CollectiveAlgorithm::Ring && group.len() > 1 {
-            return self.start_coupled_ring(context, token, collective, group);
+            return self.start_coupled_ring(context, token, &wired, group, delay);
         }
         let chunk = self.estimator.chunk();
-        let schedule =
-            Schedule::with_chunk(collective.kind, algorithm, collective.bytes, group, node_of, chunk)?;
+        let schedule = Schedule::with_chunk(collective.kind, algorithm, wire, group, node_of, chunk)?;
+        // NCCL's tree runs message by message: its edges carry unequal loads (the servers'
+        // heads more than the chains), which one common rate overcharges.
         if self.steady_state && schedule.steps() > 0 && algorithm == CollectiveAlgorithm::DoubleBinaryTree {
-            return self.start_coupled_pipeline(context, token, &schedule);
+            return self.start_coupled_pipeline(context, token, &schedule, delay);
         }
         let members = schedule.lanes().iter().map(Vec::len).sum::<usize>();
         if schedule.steps() == 0 {
-            return Ok(context.complete_after(self.collective_launch, token)?);
+            return Ok(context.complete_after(delay, token)?);
         }
         let run = CollectiveRun {
             schedule,
@@ -1033,7 +1101,7 @@ impl<'t> FlowNetwork<'t> {
                 (self.runs.len() - 1) as u32
             }
         };
-        Ok(context.wake_after(self.collective_launch, FlowEvent::Begin { run: id })?)
+        Ok(context.wake_after(delay, FlowEvent::Begin { run: id })?)
     }
 
     /// Every member of every lane of `run` enters step 0.

@@ -15,7 +15,9 @@ use units::{Bytes, SimDuration, SimTime, TimeOverflow, UnitError};
 
 use crate::collective::{CollectiveError, PathCost, StepNetwork, analytical_time};
 use crate::graph::{Collective, CollectiveId, MemcpyDirection, OpId, RankId};
+use crate::protocol::{Hop, ProtocolChoice};
 use crate::queue::EventQueue;
+use crate::tuner::{GpuGeneration, TunerFabric};
 
 /// What a finished data movement completes: one op, or every member op of a collective.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,6 +144,10 @@ pub struct AnalyticalNetwork<'t> {
     collective_launch: SimDuration,
     /// Chunk size of pipelined collective algorithms.
     chunk: Bytes,
+    /// Which protocols collectives use.
+    protocols: ProtocolChoice,
+    /// The GPUs' generation, for NCCL's tuner.
+    generation: GpuGeneration,
 }
 
 impl<'t> AnalyticalNetwork<'t> {
@@ -154,7 +160,21 @@ impl<'t> AnalyticalNetwork<'t> {
             known_collectives: HashMap::new(),
             collective_launch: SimDuration::ZERO,
             chunk: Bytes(crate::schedule::CHUNK_BYTES),
+            protocols: ProtocolChoice::Off,
+            generation: GpuGeneration::default(),
         }
+    }
+
+    /// The same model tuning for GPUs of `generation` (NCCL's tuning tables differ by it).
+    pub fn with_generation(mut self, generation: GpuGeneration) -> Self {
+        self.generation = generation;
+        self
+    }
+
+    /// The same model with collectives run by `protocols` (see [`crate::protocol`]).
+    pub fn with_protocols(mut self, protocols: ProtocolChoice) -> Self {
+        self.protocols = protocols;
+        self
     }
 
     /// The same model with pipelined collective algorithms (tree, chain) cut into chunks of at
@@ -244,6 +264,53 @@ impl StepNetwork for AnalyticalNetwork<'_> {
         self.chunk
     }
 
+    fn path_latency(&mut self, src: RankId, dst: RankId) -> Result<SimDuration, CollectiveError> {
+        let route = self.route(src, dst).map_err(|error| CollectiveError::Network(error.to_string()))?;
+        let mut latency = SimDuration::ZERO;
+        for &link in route.iter() {
+            latency = latency.saturating_add(self.topology.link(link).latency);
+        }
+        Ok(latency)
+    }
+
+    fn intra_hop(&self) -> Hop {
+        match self.topology.spec().intra_node {
+            topology::IntraNode::PcieSwitch(_) => Hop::Pci,
+            topology::IntraNode::NvSwitch(_) | topology::IntraNode::NvLinkMesh(_) => Hop::NvLink,
+        }
+    }
+
+    fn message_overhead(&self) -> SimDuration {
+        self.topology.spec().network.transport.message_overhead
+    }
+
+    fn collective_launch(&self) -> SimDuration {
+        self.collective_launch
+    }
+
+    fn protocols(&self) -> ProtocolChoice {
+        self.protocols
+    }
+
+    fn nvls(&self) -> bool {
+        matches!(self.topology.spec().intra_node, topology::IntraNode::NvSwitch(_))
+    }
+
+    fn tuner_fabric(&self) -> Option<TunerFabric> {
+        let spec = self.topology.spec();
+        let gb = |bandwidth: units::Bandwidth| bandwidth.bytes_per_second() / 1e9;
+        let intra = gb(spec.intra_node.link().bandwidth);
+        let nic = spec.network.fabric.terminal_link().map_or(intra, |link| gb(link.bandwidth));
+        Some(TunerFabric {
+            intra,
+            intra_hop: self.intra_hop(),
+            nic,
+            nics_per_node: spec.network.nics_per_node.unwrap_or(spec.gpus_per_node),
+            net_latency_us: self.message_overhead().as_ps() as f64 / 1e6,
+            generation: self.generation,
+        })
+    }
+
     fn step_time(
         &mut self,
         messages: &[(RankId, RankId, u64)],
@@ -293,7 +360,8 @@ impl Network for AnalyticalNetwork<'_> {
                 time
             }
         };
-        Ok(context.complete_after(time.checked_add(self.collective_launch)?, token)?)
+        // The time includes the collective's fixed cost (launch, or protocol base latency).
+        Ok(context.complete_after(time, token)?)
     }
 
     fn start_memcpy(

@@ -78,10 +78,12 @@ fn prints_nccl_tests_columns_for_every_size() {
         rows.iter().map(|r| r.0).collect::<Vec<_>>(),
         (0..14).map(|i| 8u64 << (2 * i)).collect::<Vec<_>>()
     );
-    // Time grows with size; bus bandwidth rises to a plateau below 8 NICs x 25 GB/s.
+    // Time grows with size; bus bandwidth rises towards NVLS-tree's bound: each NIC carries
+    // an eighth of the buffer each way, 2 x 15/16 x 8 x 25 GB/s = 375 GB/s (measured: 298 at
+    // 1 GiB, 339 at 8 GiB).
     assert!(rows.windows(2).all(|w| w[1].1 >= w[0].1));
     let plateau = rows.last().unwrap().2;
-    assert!(plateau > 190.0 && plateau <= 200.0, "busbw at 512 MiB: {plateau}");
+    assert!(plateau > 300.0 && plateau <= 375.0, "busbw at 1 GiB: {plateau}");
 }
 
 #[test]
@@ -140,14 +142,14 @@ fn reads_nccl_tests_logs_without_the_root_column_under_mpi() {
 fn accuracy_on_measured_nccl_tests_curves_does_not_regress() {
     let mut report = Vec::new();
     let mut failed = false;
-    for (ranks, bound) in [(1, 19.0), (2, 58.0), (4, 69.0), (8, 56.0), (16, 67.0), (32, 62.0), (64, 55.0)] {
+    for (ranks, bound) in [(1, 83.0), (2, 67.0), (4, 82.0), (8, 88.0), (16, 83.0), (32, 86.0), (64, 77.0)] {
         let log = azure_log(ranks);
         let (_, accuracy) = accuracy(AZURE, log.to_str().unwrap(), &[]);
         failed |= accuracy < bound;
         report.push(format!("azure {ranks}: {accuracy:.1}% (bound {bound}%)"));
     }
     let (_, h100) = accuracy(H100, MEASURED, &[]);
-    failed |= h100 < 42.0;
-    report.push(format!("h100 2x8: {h100:.1}% (bound 42%)"));
+    failed |= h100 < 72.0;
+    report.push(format!("h100 2x8: {h100:.1}% (bound 72%)"));
     assert!(!failed, "accuracy regressed:\n{}", report.join("\n"));
 }
