@@ -177,10 +177,10 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
     while bytes <= max {
         let (time, chosen) = if ranks == 1 {
             // One rank: NCCL copies the buffer to the output (out-of-place), reading and
-            // writing device memory.
+            // writing device memory, after its launch.
             let copy =
                 cluster.device.memory_bandwidth.time_to_send_share(Bytes(bytes.saturating_mul(2)), 1)?;
-            (copy, "copy".to_string())
+            (copy.checked_add(options.host_launch)?, "copy".to_string())
         } else {
             let (time, choice) = time_one(&topology, kind, algorithm, Bytes(bytes), ranks, options)?;
             (time, choice.to_string())
