@@ -172,6 +172,10 @@ enum Command {
         /// faster than the launches of every GPU of a process).
         #[arg(long, default_value = "4 us")]
         host_launch: String,
+        /// Write an SVG plot of bus bandwidth against size (simulated, and measured with
+        /// --compare) to this file.
+        #[arg(long)]
+        plot: Option<PathBuf>,
     },
     /// Describe a scenario's cluster: hosts, switches, links, bisection bandwidth, diameter,
     /// path lengths.
@@ -298,6 +302,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             protocol,
             gpus_per_process,
             host_launch,
+            plot,
         } => {
             let protocols: sim_core::protocol::ProtocolChoice =
                 protocol.parse().map_err(anyhow::Error::msg).context("--protocol")?;
@@ -317,6 +322,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                 compare: compare.as_deref(),
                 gpus_per_process,
                 host_launch,
+                plot: plot.as_deref(),
             };
             let table = collective_cmd::benchmark(&options)?;
             std::io::stdout().lock().write_all(table.as_bytes()).context("writing the table")?;
