@@ -256,6 +256,41 @@ pub fn wire_bytes(
     Ok(Bytes((u128::from(bytes.0) * u128::from(num) / u128::from(den)).min(u128::from(u64::MAX)) as u64))
 }
 
+/// The chunk size of `choice`'s pipeline: with a protocol, NCCL's tree chunks (its step
+/// size, `buffSize / NCCL_STEPS`: 512 KiB with Simple, 32 KiB of data with LL, 576,000 bytes
+/// with LL128, halved for LL128 while a channel has too few chunks to fill the pipeline, as
+/// `calcCollChunking` in `enqueue.cc` does); otherwise the network's chunk setting.
+pub fn chunk_for(
+    choice: Choice,
+    bytes: Bytes,
+    group: &[RankId],
+    network: &impl StepNetwork,
+) -> Result<Bytes, CollectiveError> {
+    let (Some(protocol), CollectiveAlgorithm::Tree) = (choice.protocol, choice.algorithm) else {
+        return Ok(network.chunk());
+    };
+    Ok(Bytes(match protocol {
+        Protocol::Simple => 512 << 10,
+        Protocol::Ll => 32 << 10,
+        Protocol::Ll128 => {
+            let servers = members_by_server(group, &|rank| network.node_of(rank))?;
+            let nodes = servers.len() as u64;
+            let channels = servers.iter().map(|(_, m)| m.len() as u64).min().unwrap_or(1).max(1);
+            let ppn = group.len() as f64 / nodes as f64;
+            let steps = 1.0 + nodes.ilog2() as f64 + 0.1 * ppn;
+            let mut chunk: u64 = 576_000;
+            let per_channel = |chunk: u64| (bytes.0 / (channels * chunk)) as f64;
+            while per_channel(chunk) < steps * 64.0 / ppn && chunk > 131_072 {
+                chunk /= 2;
+            }
+            while per_channel(chunk) < steps * 16.0 / ppn && chunk > 32_768 {
+                chunk /= 2;
+            }
+            chunk
+        }
+    }))
+}
+
 /// True if every member of `group` is on one server.
 pub fn single_server(group: &[RankId], network: &impl StepNetwork) -> Result<bool, CollectiveError> {
     let Some(&first) = group.first() else { return Ok(true) };
@@ -288,20 +323,30 @@ pub fn protocol_overhead(
         return Ok(SimDuration::ZERO);
     }
     let family = family(choice.algorithm);
-    let chunk = network.chunk();
+    let chunk = chunk_for(choice, bytes, group, network)?;
     let wire = wire_bytes(kind, choice, bytes, group, network)?;
     let schedule =
         Schedule::with_chunk(kind, choice.algorithm, wire, group, |rank| network.node_of(rank), chunk)?;
     let mut total = protocol.base_latency(family, launch);
     let mut messages = Vec::new();
     let identical = schedule.steps_are_identical();
-    let timed_steps = if identical { schedule.steps().min(1) } else { schedule.steps() };
-    let mut per_step = Vec::with_capacity(timed_steps as usize);
+    let weights = schedule.step_weights();
+    let mut per_step = Vec::with_capacity(weights.len());
     let multi_server = !single_server(group, network)?;
-    for step in 0..timed_steps {
-        messages.clear();
-        schedule.step_messages(step, &mut messages);
-        per_step.push(step_extra(protocol, family, multi_server, identical, &messages, network)?);
+    if let Some(levels) = schedule.critical_hops() {
+        // A pipeline pays its hops' protocol latencies once, on its first chunk's way.
+        for level in levels {
+            let hops: Vec<(RankId, RankId, u64)> =
+                level.into_iter().map(|(src, dst)| (src, dst, 1)).collect();
+            per_step.push((step_extra(protocol, family, multi_server, false, &hops, network)?, 1));
+        }
+    } else {
+        for &(step, repeat) in &weights {
+            messages.clear();
+            schedule.step_messages(step, &mut messages);
+            per_step
+                .push((step_extra(protocol, family, multi_server, identical, &messages, network)?, repeat));
+        }
     }
     let overflow = |_| {
         CollectiveError::Time(UnitError::OutOfRange {
@@ -310,8 +355,7 @@ pub fn protocol_overhead(
             reason: "longer than the largest representable duration",
         })
     };
-    for extra in &per_step {
-        let repeat = if identical { u64::from(schedule.steps()) } else { 1 };
+    for &(extra, repeat) in &per_step {
         total = total.checked_add(extra.checked_mul(repeat).map_err(overflow)?).map_err(overflow)?;
     }
     if family == Family::Ring
@@ -401,7 +445,7 @@ pub fn data_time(
     if is_nvls(choice.algorithm) {
         return crate::nvls::time(choice.algorithm, bytes, group, network);
     }
-    let chunk = network.chunk();
+    let chunk = chunk_for(choice, bytes, group, network)?;
     let wire = wire_bytes(kind, choice, bytes, group, network)?;
     let schedule =
         Schedule::with_chunk(kind, choice.algorithm, wire, group, |rank| network.node_of(rank), chunk)?;
@@ -412,18 +456,35 @@ pub fn data_time(
         reason: "longer than the largest representable duration",
     };
     let mut messages = Vec::with_capacity(2 * group.len() * schedule.lanes().len());
-    let timed_steps = if schedule.steps_are_identical() { schedule.steps().min(1) } else { schedule.steps() };
     let mut total = SimDuration::ZERO;
-    for step in 0..timed_steps {
+    let critical = schedule.critical_hops();
+    let pipelined = critical.is_some();
+    for level in critical.iter().flatten() {
+        let mut latency = SimDuration::ZERO;
+        for &(src, dst) in level {
+            latency = latency.max(network.path_latency(src, dst)?);
+        }
+        total = total.checked_add(latency).map_err(|_| overflow())?;
+    }
+    for (step_index, repeat) in schedule.step_weights() {
         messages.clear();
-        schedule.step_messages(step, &mut messages);
+        schedule.step_messages(step_index, &mut messages);
         if messages.is_empty() {
             continue;
         }
-        total = total.checked_add(network.step_time(&messages, bytes, den)?).map_err(|_| overflow())?;
-    }
-    if schedule.steps_are_identical() {
-        total = total.checked_mul(u64::from(schedule.steps())).map_err(|_| overflow())?;
+        let step = network.step_time(&messages, bytes, den)?;
+        let time = if pipelined {
+            // NCCL's tree keeps several chunks in flight on every edge (8 per connection), so
+            // a step adds only its transfer; the latency is its first chunk's journey, below.
+            let mut latency = SimDuration::ZERO;
+            for &(src, dst, _) in &messages {
+                latency = latency.max(network.path_latency(src, dst)?);
+            }
+            step.saturating_sub(latency).checked_mul(repeat).map_err(|_| overflow())?
+        } else {
+            step.checked_mul(repeat).map_err(|_| overflow())?
+        };
+        total = total.checked_add(time).map_err(|_| overflow())?;
     }
     Ok(total)
 }

@@ -45,7 +45,8 @@ use topology::{HostId, LinkId, Route, Routing, Topology};
 use units::{Bytes, SimDuration, SimTime};
 
 use crate::collective::{
-    Choice, CollectiveError, Schedule, StepNetwork, choose_for, protocol_overhead, ring_channels, wire_bytes,
+    Choice, CollectiveError, Schedule, choose_for, chunk_for, data_time, protocol_overhead, ring_channels,
+    wire_bytes,
 };
 use crate::graph::{Collective, CollectiveAlgorithm, CollectiveKind, MemcpyDirection, RankId};
 use crate::network::AnalyticalNetwork;
@@ -244,6 +245,8 @@ pub struct FlowNetwork<'t> {
     /// Alpha-beta estimates for choosing `Auto` algorithms, and the choices made.
     estimator: AnalyticalNetwork<'t>,
     chosen: HashMap<Collective, (Choice, SimDuration, Bytes)>,
+    /// The analytical data time of the NCCL trees already seen (see `start_coupled_tree`).
+    tree_reference: HashMap<Collective, SimDuration>,
     /// Scratch for a member's messages of a step, and the ones to start now.
     scratch_messages: Vec<Message>,
     scratch_starts: Vec<(u32, u32, RankId, RankId, f64)>,
@@ -263,6 +266,10 @@ struct CoupledTiming {
     latency_sum: Option<SimDuration>,
     /// Fixed cost before the first byte (launch, protocol latencies).
     delay: SimDuration,
+    /// The collective's uncontended time by the analytical model, if the coupled flows
+    /// stand for its steady state only: what they take alone is topped up to it, and
+    /// contention stretches the flows (NCCL's tree).
+    reference: Option<SimDuration>,
 }
 
 /// Invariant checks of a run with [`FlowNetwork::audited`].
@@ -315,6 +322,7 @@ impl<'t> FlowNetwork<'t> {
             freeze_scratch: Vec::new(),
             estimator: AnalyticalNetwork::new(topology),
             chosen: HashMap::new(),
+            tree_reference: HashMap::new(),
             scratch_messages: Vec::new(),
             scratch_starts: Vec::new(),
             audit: None,
@@ -485,7 +493,8 @@ impl<'t> FlowNetwork<'t> {
             .iter()
             .flat_map(|ring| (0..ring.len()).map(move |i| (ring[i], ring[(i + 1) % ring.len()], bytes)));
         let edges: Vec<_> = edges.collect();
-        let timing = CoupledTiming { steps: steps as u64, fill_bytes: 0.0, latency_sum: None, delay };
+        let timing =
+            CoupledTiming { steps: steps as u64, fill_bytes: 0.0, latency_sum: None, delay, reference: None };
         self.start_coupled(context, token, &edges, timing)
     }
 
@@ -547,7 +556,55 @@ impl<'t> FlowNetwork<'t> {
                 (lane[from as usize], lane[to as usize], count as f64 * message(num))
             })
             .collect();
-        let timing = CoupledTiming { steps, fill_bytes, latency_sum: Some(latency_sum), delay };
+        let timing =
+            CoupledTiming { steps, fill_bytes, latency_sum: Some(latency_sum), delay, reference: None };
+        self.start_coupled(context, token, &edges, timing)
+    }
+
+    /// Starts NCCL's tree in its steady-state form: one flow per edge carrying its chunks both
+    /// ways, coupled to one rate, topped up to `reference` (the analytical time) when alone.
+    /// Its pipeline has unequal edges and, for few chunks, mostly fill and drain, which the
+    /// coupled flows alone would overcharge; contention still stretches its data.
+    fn start_coupled_tree(
+        &mut self,
+        context: &mut NetContext<'_, FlowEvent>,
+        token: Completion,
+        schedule: &Schedule,
+        delay: SimDuration,
+        reference: SimDuration,
+    ) -> Result<(), NetworkError> {
+        let (bytes, den) = schedule.fraction();
+        let mut usage: BTreeMap<(usize, u32, u32), (u64, u64)> = BTreeMap::new();
+        let mut messages = Vec::new();
+        let weights = schedule.step_weights();
+        for (lane, members) in schedule.lanes().iter().enumerate() {
+            for &(step, repeat) in &weights {
+                for position in 0..members.len() as u32 {
+                    messages.clear();
+                    schedule.messages(lane, step, position, &mut messages);
+                    for message in messages.iter().filter(|m| m.send) {
+                        let entry = usage.entry((lane, position, message.peer)).or_insert((0, 0));
+                        entry.0 += repeat;
+                        entry.1 = entry.1.max(message.num);
+                    }
+                }
+            }
+        }
+        let message = |num: u64| bytes.as_f64() * num as f64 / den as f64;
+        let edges: Vec<_> = usage
+            .into_iter()
+            .map(|((lane, from, to), (count, num))| {
+                let lane = &schedule.lanes()[lane];
+                (lane[from as usize], lane[to as usize], count as f64 * message(num))
+            })
+            .collect();
+        let timing = CoupledTiming {
+            steps: u64::from(schedule.steps()),
+            fill_bytes: 0.0,
+            latency_sum: Some(SimDuration::ZERO),
+            delay,
+            reference: Some(reference),
+        };
         self.start_coupled(context, token, &edges, timing)
     }
 
@@ -561,7 +618,7 @@ impl<'t> FlowNetwork<'t> {
         edges: &[(RankId, RankId, f64)],
         timing: CoupledTiming,
     ) -> Result<(), NetworkError> {
-        let CoupledTiming { steps, fill_bytes, latency_sum, delay } = timing;
+        let CoupledTiming { steps, fill_bytes, latency_sum, delay, reference } = timing;
         // A ring's steps all cost the same; a pipeline's are summed by the caller.
         let ring = latency_sum.is_none();
         let id = match self.free_couplings.pop() {
@@ -588,10 +645,28 @@ impl<'t> FlowNetwork<'t> {
             slowest_step =
                 slowest_step.max(latency.checked_add(SimDuration::from_ps((per_step * 1e12).ceil() as u64))?);
         }
-        let tail = match latency_sum {
+        let tail = match (reference, latency_sum) {
+            (Some(reference), _) => {
+                // Alone, the flows share only the links they cross together: the common rate
+                // is the smallest capacity per member flow on any of their links.
+                let mut on_link: BTreeMap<u32, u32> = BTreeMap::new();
+                for &flow in &members {
+                    for link in self.flows[flow as usize].route.iter() {
+                        *on_link.entry(link.0).or_insert(0) += 1;
+                    }
+                }
+                let rate = on_link
+                    .iter()
+                    .map(|(&link, &count)| self.capacity[link as usize] / f64::from(count))
+                    .fold(f64::INFINITY, f64::min);
+                let largest = edges.iter().map(|e| e.2).fold(0.0, f64::max);
+                let data = if rate.is_finite() && rate > 0.0 { largest / rate } else { 0.0 };
+                let alone = slowest.checked_add(SimDuration::from_ps((data * 1e12).ceil() as u64))?;
+                reference.saturating_sub(alone)
+            }
             // The remaining steps' latencies: every step's own, less the entry latency.
-            Some(sum) => sum.saturating_sub(slowest),
-            None => slowest.checked_mul(steps.saturating_sub(1))?,
+            (None, Some(sum)) => sum.saturating_sub(slowest),
+            (None, None) => slowest.checked_mul(steps.saturating_sub(1))?,
         };
         let fill_rate = members
             .iter()
@@ -1073,10 +1148,20 @@ impl<'t> FlowNetwork<'t> {
         if self.steady_state && algorithm == CollectiveAlgorithm::Ring && group.len() > 1 {
             return self.start_coupled_ring(context, token, &wired, group, delay);
         }
-        let chunk = self.estimator.chunk();
+        let chunk = chunk_for(choice, collective.bytes, group, &self.estimator)?;
         let schedule = Schedule::with_chunk(collective.kind, algorithm, wire, group, node_of, chunk)?;
-        // NCCL's tree runs message by message: its edges carry unequal loads (the servers'
-        // heads more than the chains), which one common rate overcharges.
+        if self.steady_state && schedule.steps() > 0 && algorithm == CollectiveAlgorithm::Tree {
+            let reference = match self.tree_reference.get(collective) {
+                Some(&reference) => reference,
+                None => {
+                    let reference =
+                        data_time(collective.kind, choice, collective.bytes, group, &mut self.estimator)?;
+                    self.tree_reference.insert(*collective, reference);
+                    reference
+                }
+            };
+            return self.start_coupled_tree(context, token, &schedule, delay, reference);
+        }
         if self.steady_state && schedule.steps() > 0 && algorithm == CollectiveAlgorithm::DoubleBinaryTree {
             return self.start_coupled_pipeline(context, token, &schedule, delay);
         }

@@ -356,6 +356,58 @@ impl Schedule {
         matches!(self.pattern, Pattern::Ring) || self.steps <= 1
     }
 
+    /// The steps to time, each with how many steps it stands for: every step once, except
+    /// that identical steps are timed once. A ring's steps are all alike; a pipelined tree's
+    /// are alike from step 2h to step C-1, where every edge carries a chunk both ways (it
+    /// reduces chunk t - (h - d) and broadcasts chunk t - (h + d) at depth d).
+    pub fn step_weights(&self) -> Vec<(u32, u64)> {
+        if self.steps == 0 {
+            return Vec::new();
+        }
+        if self.steps_are_identical() {
+            return vec![(0, u64::from(self.steps))];
+        }
+        let steady = match self.pattern {
+            Pattern::DoubleTree { chunks, height } | Pattern::Trees { chunks, height, .. } => {
+                let first = 2 * u64::from(height);
+                (chunks > first + 1).then_some((first as u32, chunks as u32))
+            }
+            _ => None,
+        };
+        match steady {
+            Some((first, end)) => (0..first)
+                .map(|step| (step, 1))
+                .chain(std::iter::once((first, u64::from(end - first))))
+                .chain((end..self.steps).map(|step| (step, 1)))
+                .collect(),
+            None => (0..self.steps).map(|step| (step, 1)).collect(),
+        }
+    }
+
+    /// For a pipeline whose latency is paid once along its critical path (NCCL's tree, which
+    /// keeps several chunks in flight on every edge): the hops of the first chunk's journey,
+    /// level by level (up from the deepest members, then down from the roots), each level
+    /// as the (sender, receiver) pairs that carry it; `None` for other schedules, whose steps
+    /// each pay their latency.
+    pub fn critical_hops(&self) -> Option<Vec<Vec<(RankId, RankId)>>> {
+        let Pattern::Trees { height, ref shapes, .. } = self.pattern else { return None };
+        let mut levels = vec![Vec::new(); 2 * height as usize];
+        for (lane, shape) in self.lanes.iter().zip(shapes) {
+            for (position, &parent) in shape.parent.iter().enumerate() {
+                if parent == u32::MAX {
+                    continue;
+                }
+                let depth = shape.depth[position] as usize;
+                let (me, up) = (lane[position], lane[parent as usize]);
+                // Reduce: depth d sends up at level h - d; broadcast: its parent sends down
+                // at level h + d - 1.
+                levels[height as usize - depth].push((me, up));
+                levels[height as usize + depth - 1].push((up, me));
+            }
+        }
+        Some(levels)
+    }
+
     /// Appends the messages member `position` of `lane` sends and receives in `step`.
     pub fn messages(&self, lane: usize, step: u32, position: u32, out: &mut Vec<Message>) {
         let p = self.lanes[lane].len() as u32;
@@ -673,6 +725,25 @@ mod tests {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn steady_tree_steps_are_alike() {
+        // Every step from 2h to C-1 has the same messages as step 2h.
+        for algorithm in [CollectiveAlgorithm::DoubleBinaryTree, CollectiveAlgorithm::Tree] {
+            let s = schedule(CollectiveKind::AllReduce, algorithm, 12, 4, 256 << 20);
+            let weights = s.step_weights();
+            assert_eq!(weights.iter().map(|w| w.1).sum::<u64>(), u64::from(s.steps()));
+            let &(first, count) = weights.iter().find(|w| w.1 > 1).expect("a steady range");
+            let messages = |step| {
+                let mut out = Vec::new();
+                s.step_messages(step, &mut out);
+                out
+            };
+            for step in first..first + count as u32 {
+                assert_eq!(messages(step), messages(first), "{algorithm:?} step {step}");
             }
         }
     }
