@@ -122,6 +122,21 @@ pub trait StepNetwork {
         None
     }
 
+    /// [`StepNetwork::step_time`] without the path latencies: how long the step's busiest
+    /// link takes to carry its bytes (a pipeline's steady steps, whose latency overlaps).
+    fn step_transfer_time(
+        &mut self,
+        messages: &[(RankId, RankId, u64)],
+        bytes: Bytes,
+        den: u64,
+    ) -> Result<SimDuration, CollectiveError> {
+        let mut latency = SimDuration::ZERO;
+        for &(src, dst, _) in messages {
+            latency = latency.max(self.path_latency(src, dst)?);
+        }
+        Ok(self.step_time(messages, bytes, den)?.saturating_sub(latency))
+    }
+
     /// Duration of one synchronous step in which every `(src, dst, num)` sends `num / den` of
     /// `bytes`, the step's messages sharing the links they cross: the slowest message's path
     /// latency plus the step's bytes on its busiest link over that link's bandwidth.
@@ -472,17 +487,12 @@ pub fn data_time(
         if messages.is_empty() {
             continue;
         }
-        let step = network.step_time(&messages, bytes, den)?;
         let time = if pipelined {
             // NCCL's tree keeps several chunks in flight on every edge (8 per connection), so
-            // a step adds only its transfer; the latency is its first chunk's journey, below.
-            let mut latency = SimDuration::ZERO;
-            for &(src, dst, _) in &messages {
-                latency = latency.max(network.path_latency(src, dst)?);
-            }
-            step.saturating_sub(latency).checked_mul(repeat).map_err(|_| overflow())?
+            // a step adds only its transfer; the latency is its first chunk's journey, above.
+            network.step_transfer_time(&messages, bytes, den)?.checked_mul(repeat).map_err(|_| overflow())?
         } else {
-            step.checked_mul(repeat).map_err(|_| overflow())?
+            network.step_time(&messages, bytes, den)?.checked_mul(repeat).map_err(|_| overflow())?
         };
         total = total.checked_add(time).map_err(|_| overflow())?;
     }

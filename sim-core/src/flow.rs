@@ -574,29 +574,12 @@ impl<'t> FlowNetwork<'t> {
         reference: SimDuration,
     ) -> Result<(), NetworkError> {
         let (bytes, den) = schedule.fraction();
-        let mut usage: BTreeMap<(usize, u32, u32), (u64, u64)> = BTreeMap::new();
-        let mut messages = Vec::new();
-        let weights = schedule.step_weights();
-        for (lane, members) in schedule.lanes().iter().enumerate() {
-            for &(step, repeat) in &weights {
-                for position in 0..members.len() as u32 {
-                    messages.clear();
-                    schedule.messages(lane, step, position, &mut messages);
-                    for message in messages.iter().filter(|m| m.send) {
-                        let entry = usage.entry((lane, position, message.peer)).or_insert((0, 0));
-                        entry.0 += repeat;
-                        entry.1 = entry.1.max(message.num);
-                    }
-                }
-            }
-        }
-        let message = |num: u64| bytes.as_f64() * num as f64 / den as f64;
-        let edges: Vec<_> = usage
+        let message = bytes.as_f64() / den as f64;
+        let edges: Vec<_> = schedule
+            .tree_edges()
+            .unwrap_or_default()
             .into_iter()
-            .map(|((lane, from, to), (count, num))| {
-                let lane = &schedule.lanes()[lane];
-                (lane[from as usize], lane[to as usize], count as f64 * message(num))
-            })
+            .map(|(src, dst, count)| (src, dst, count as f64 * message))
             .collect();
         let timing = CoupledTiming {
             steps: u64::from(schedule.steps()),

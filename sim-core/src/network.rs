@@ -205,9 +205,20 @@ impl<'t> AnalyticalNetwork<'t> {
         bytes: Bytes,
         den: u64,
     ) -> Result<SimDuration, NetworkError> {
+        self.time_step_with(messages, bytes, den, true)
+    }
+
+    /// [`AnalyticalNetwork::time_step`], with or without the messages' path latencies.
+    fn time_step_with(
+        &mut self,
+        messages: &[(RankId, RankId, u64)],
+        bytes: Bytes,
+        den: u64,
+        with_latency: bool,
+    ) -> Result<SimDuration, NetworkError> {
         if let [(src, dst, num)] = *messages {
             // A lone message (every point-to-point transfer) has its links to itself.
-            return self.slowest_message(&[(src, dst, num)], bytes, den, true);
+            return self.slowest_message(&[(src, dst, num)], bytes, den, true, with_latency);
         }
         for &(src, dst, num) in messages {
             for &link in self.route(src, dst)?.iter() {
@@ -218,7 +229,7 @@ impl<'t> AnalyticalNetwork<'t> {
                 *load += num;
             }
         }
-        let step = self.slowest_message(messages, bytes, den, false);
+        let step = self.slowest_message(messages, bytes, den, false, with_latency);
         for link in self.loaded_links.drain(..) {
             self.link_load[link.0 as usize] = 0;
         }
@@ -233,6 +244,7 @@ impl<'t> AnalyticalNetwork<'t> {
         bytes: Bytes,
         den: u64,
         alone: bool,
+        with_latency: bool,
     ) -> Result<SimDuration, NetworkError> {
         let mut step = SimDuration::ZERO;
         for &(src, dst, num) in messages {
@@ -249,7 +261,7 @@ impl<'t> AnalyticalNetwork<'t> {
                 })?;
                 serialization = serialization.max(spec.bandwidth.time_to_send_share(shared, den)?);
             }
-            step = step.max(latency.checked_add(serialization)?);
+            step = step.max(if with_latency { latency.checked_add(serialization)? } else { serialization });
         }
         Ok(step)
     }
@@ -318,6 +330,16 @@ impl StepNetwork for AnalyticalNetwork<'_> {
         den: u64,
     ) -> Result<SimDuration, CollectiveError> {
         self.time_step(messages, bytes, den).map_err(|error| CollectiveError::Network(error.to_string()))
+    }
+
+    fn step_transfer_time(
+        &mut self,
+        messages: &[(RankId, RankId, u64)],
+        bytes: Bytes,
+        den: u64,
+    ) -> Result<SimDuration, CollectiveError> {
+        self.time_step_with(messages, bytes, den, false)
+            .map_err(|error| CollectiveError::Network(error.to_string()))
     }
 }
 

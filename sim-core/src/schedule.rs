@@ -384,6 +384,23 @@ impl Schedule {
         }
     }
 
+    /// The edges of a pipelined tree (NCCL's) with the messages each carries over the whole
+    /// collective: every chunk once up from each member to its parent and once down to it
+    /// (each message `1 / den` of the buffer); `None` for other schedules.
+    pub fn tree_edges(&self) -> Option<Vec<(RankId, RankId, u64)>> {
+        let Pattern::Trees { chunks, ref shapes, .. } = self.pattern else { return None };
+        let mut edges = Vec::new();
+        for (lane, shape) in self.lanes.iter().zip(shapes) {
+            for (position, &parent) in shape.parent.iter().enumerate() {
+                if parent != u32::MAX {
+                    edges.push((lane[position], lane[parent as usize], chunks));
+                    edges.push((lane[parent as usize], lane[position], chunks));
+                }
+            }
+        }
+        Some(edges)
+    }
+
     /// For a pipeline whose latency is paid once along its critical path (NCCL's tree, which
     /// keeps several chunks in flight on every edge): the hops of the first chunk's journey,
     /// level by level (up from the deepest members, then down from the roots), each level
@@ -727,6 +744,25 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn tree_edges_carry_every_chunk_both_ways() {
+        let s = schedule(CollectiveKind::AllReduce, CollectiveAlgorithm::Tree, 12, 4, 256 << 20);
+        let mut counted: std::collections::BTreeMap<(RankId, RankId), u64> = Default::default();
+        let mut messages = Vec::new();
+        for step in 0..s.steps() {
+            messages.clear();
+            s.step_messages(step, &mut messages);
+            for &(src, dst, _) in &messages {
+                *counted.entry((src, dst)).or_insert(0) += 1;
+            }
+        }
+        let mut listed: std::collections::BTreeMap<(RankId, RankId), u64> = Default::default();
+        for (src, dst, count) in s.tree_edges().unwrap() {
+            *listed.entry((src, dst)).or_insert(0) += count;
+        }
+        assert_eq!(counted, listed);
     }
 
     #[test]
