@@ -355,6 +355,29 @@ pub fn protocol_overhead(
                 level.into_iter().map(|(src, dst)| (src, dst, 1)).collect();
             per_step.push((step_extra(protocol, family, multi_server, false, &hops, network)?, 1));
         }
+    } else if choice.algorithm == CollectiveAlgorithm::Direct {
+        // NCCL's all-to-all posts one send and one receive per peer, one after another: after
+        // the first, every further peer costs its hop's protocol latency (the mean over the
+        // peers, the transport's overhead included on network hops).
+        let peers = group.len() as u64 - 1;
+        for &(step, repeat) in &weights {
+            messages.clear();
+            schedule.step_messages(step, &mut messages);
+            let first = step_extra(protocol, family, multi_server, false, &messages, network)?;
+            let mut sum = 0u128;
+            for &(src, dst, _) in &messages {
+                let across = network.node_of(src)? != network.node_of(dst)?;
+                let hop = if across { Hop::Net } else { network.intra_hop() };
+                let mut cost = protocol.hop_latency(Family::Ring, hop);
+                if across {
+                    cost = cost.saturating_add(network.message_overhead());
+                }
+                sum += u128::from(cost.as_ps());
+            }
+            let mean = (sum / messages.len().max(1) as u128) as u64;
+            let rest = SimDuration::from_ps(mean.saturating_mul(peers.saturating_sub(1)));
+            per_step.push((first.saturating_add(rest), repeat));
+        }
     } else {
         for &(step, repeat) in &weights {
             messages.clear();

@@ -319,3 +319,24 @@ fn the_chunk_size_sets_the_pipeline_depth() {
         assert!(flow.as_ps().abs_diff(expected) < 100, "chunk {chunk}: flow {flow} vs {expected} ps");
     }
 }
+
+#[test]
+fn all_to_all_pays_a_protocol_hop_per_peer() {
+    // NCCL posts one send and one receive per peer: on one DGX-like server with LL, each
+    // further peer adds LL's 0.6 us NVLink hop (the data of 8 bytes is negligible).
+    let topology = dgx(1);
+    let mut network = AnalyticalNetwork::new(&topology)
+        .with_protocols(ProtocolChoice::Only(sim_core::protocol::Protocol::Ll))
+        .with_collective_launch(sim_core::units::SimDuration::from_ns(8_400));
+    let mut time = |ranks: u32| {
+        let group: Vec<RankId> = (0..ranks).map(RankId).collect();
+        analytical_time(CollectiveKind::AllToAll, CollectiveAlgorithm::Direct, Bytes(8), &group, &mut network)
+            .unwrap()
+            .as_ps() as f64
+            / 1e6
+    };
+    let (four, eight) = (time(4), time(8));
+    assert!((eight - four - 4.0 * 0.6).abs() < 0.01, "4 ranks {four} us, 8 ranks {eight} us");
+    // LL's base latency (6.6 us) and one hop over the NVSwitch (2 x 0.7 us) come first.
+    assert!((four - (6.6 + 1.4 + 2.0 * 0.6)).abs() < 0.01, "{four} us");
+}
