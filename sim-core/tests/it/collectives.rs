@@ -340,3 +340,53 @@ fn all_to_all_pays_a_protocol_hop_per_peer() {
     // LL's base latency (6.6 us) and one hop over the NVSwitch (2 x 0.7 us) come first.
     assert!((four - (6.6 + 1.4 + 2.0 * 0.6)).abs() < 0.01, "{four} us");
 }
+
+#[test]
+fn nccl_tree_steady_form_is_its_closed_form_alone_and_slows_under_contention() {
+    use CollectiveAlgorithm as A;
+    use CollectiveKind as K;
+    let topology = dgx(4);
+    for bytes in [1u64 << 20, 64 << 20, 1 << 30] {
+        let graph = lone_collective(32, K::AllReduce, A::Tree, Bytes(bytes));
+        let analytical =
+            run(&graph, &mut AnalyticalNetwork::new(&topology)).unwrap().makespan().as_secs_f64();
+        let steps = run(&graph, &mut FlowNetwork::new(&topology)).unwrap().makespan().as_secs_f64();
+        let mut network = FlowNetwork::new(&topology).steady_state().audited();
+        let steady = run(&graph, &mut network).unwrap();
+        assert_eq!(network.audit().unwrap().violation, None);
+        let seconds = steady.makespan().as_secs_f64();
+        println!(
+            "tree {bytes} B: analytical {analytical:.6} s, packet-steps {steps:.6} s ({:+.2}%), steady {seconds:.6} s, {} events",
+            100.0 * (steps - analytical) / analytical,
+            steady.events
+        );
+        assert!(
+            (seconds - analytical).abs() / analytical < 1e-4,
+            "{bytes}: steady {seconds} vs analytical {analytical}"
+        );
+        assert!(steady.events < 200, "{} events", steady.events);
+    }
+    // A 1 GiB transfer out of GPU 0 (channel 0's head in its server) shares its NIC.
+    let bytes = Bytes(256 << 20);
+    let mut builder = sim_core::graph::GraphBuilder::new(32);
+    let group = builder.add_group((0..32).map(RankId).collect());
+    let collective = builder.add_collective(sim_core::graph::Collective {
+        kind: K::AllReduce,
+        group,
+        bytes,
+        algorithm: A::Tree,
+    });
+    for rank in 0..32 {
+        builder.collective(RankId(rank), sim_core::graph::StreamId(0), collective, "allreduce", &[]);
+    }
+    builder.transfer(RankId(0), sim_core::graph::StreamId(1), RankId(8), Bytes(1 << 30), "bulk", &[]);
+    let contended = builder.build().unwrap();
+    let alone = lone_collective(32, K::AllReduce, A::Tree, bytes);
+    let mut time = |graph: &sim_core::graph::ExecGraph| {
+        let timeline = run(graph, &mut FlowNetwork::new(&topology).steady_state()).unwrap();
+        timeline.end.iter().take(32).map(|end| end.since_start().as_secs_f64()).fold(0.0, f64::max)
+    };
+    let (quiet, busy) = (time(&alone), time(&contended));
+    println!("tree 256 MiB alone {quiet:.6} s, beside a 1 GiB transfer {busy:.6} s");
+    assert!(busy > quiet * 1.05, "alone {quiet} s, contended {busy} s");
+}
