@@ -382,7 +382,7 @@ fn nccl_tree_steady_form_is_its_closed_form_alone_and_slows_under_contention() {
     builder.transfer(RankId(0), sim_core::graph::StreamId(1), RankId(8), Bytes(1 << 30), "bulk", &[]);
     let contended = builder.build().unwrap();
     let alone = lone_collective(32, K::AllReduce, A::Tree, bytes);
-    let mut time = |graph: &sim_core::graph::ExecGraph| {
+    let time = |graph: &sim_core::graph::ExecGraph| {
         let timeline = run(graph, &mut FlowNetwork::new(&topology).steady_state()).unwrap();
         timeline.end.iter().take(32).map(|end| end.since_start().as_secs_f64()).fold(0.0, f64::max)
     };
