@@ -148,6 +148,8 @@ pub struct AnalyticalNetwork<'t> {
     protocols: ProtocolChoice,
     /// The GPUs' generation, for NCCL's tuner.
     generation: GpuGeneration,
+    /// Scratch: the routes of the step being timed, one per message.
+    step_routes: Vec<Route>,
 }
 
 impl<'t> AnalyticalNetwork<'t> {
@@ -162,6 +164,7 @@ impl<'t> AnalyticalNetwork<'t> {
             chunk: Bytes(crate::schedule::CHUNK_BYTES),
             protocols: ProtocolChoice::Off,
             generation: GpuGeneration::default(),
+            step_routes: Vec::new(),
         }
     }
 
@@ -218,18 +221,25 @@ impl<'t> AnalyticalNetwork<'t> {
     ) -> Result<SimDuration, NetworkError> {
         if let [(src, dst, num)] = *messages {
             // A lone message (every point-to-point transfer) has its links to itself.
-            return self.slowest_message(&[(src, dst, num)], bytes, den, true, with_latency);
+            let route = [self.route(src, dst)?];
+            return self.slowest_message(&[(src, dst, num)], &route, bytes, den, true, with_latency);
         }
+        // Each message's route once: for the loads, then for the times.
+        let mut routes = std::mem::take(&mut self.step_routes);
+        routes.clear();
         for &(src, dst, num) in messages {
-            for &link in self.route(src, dst)?.iter() {
+            let route = self.route(src, dst)?;
+            for &link in route.iter() {
                 let load = &mut self.link_load[link.0 as usize];
                 if *load == 0 {
                     self.loaded_links.push(link);
                 }
                 *load += num;
             }
+            routes.push(route);
         }
-        let step = self.slowest_message(messages, bytes, den, false, with_latency);
+        let step = self.slowest_message(messages, &routes, bytes, den, false, with_latency);
+        self.step_routes = routes;
         for link in self.loaded_links.drain(..) {
             self.link_load[link.0 as usize] = 0;
         }
@@ -241,16 +251,17 @@ impl<'t> AnalyticalNetwork<'t> {
     fn slowest_message(
         &self,
         messages: &[(RankId, RankId, u64)],
+        routes: &[Route],
         bytes: Bytes,
         den: u64,
         alone: bool,
         with_latency: bool,
     ) -> Result<SimDuration, NetworkError> {
         let mut step = SimDuration::ZERO;
-        for &(src, dst, num) in messages {
+        for (&(_, _, num), route) in messages.iter().zip(routes) {
             let mut latency = SimDuration::ZERO;
             let mut serialization = SimDuration::ZERO;
-            for &link in self.route(src, dst)?.iter() {
+            for &link in route.iter() {
                 let spec = self.topology.link(link);
                 latency = latency.checked_add(spec.latency)?;
                 let load = if alone { num } else { self.link_load[link.0 as usize] };
