@@ -570,6 +570,9 @@ pub fn choose_for(
         let launch_us = network.collective_launch().as_ps() as f64 / 1e6;
         let mut best: Option<(f64, Choice)> = None;
         for &candidate in algorithms {
+            if is_nvls(candidate) && crate::nvls::shape(candidate, group, network)?.is_none() {
+                continue;
+            }
             for &protocol in protocols.iter().flatten() {
                 let estimate = allreduce_time(
                     &fabric,
@@ -607,8 +610,14 @@ pub fn choose_for(
             }
         }
     }
-    best.map(|(_, choice)| choice)
-        .ok_or(CollectiveError::Unsupported { algorithm: "auto", kind: kind.name() })
+    best.map(|(_, choice)| choice).ok_or(match algorithm {
+        CollectiveAlgorithm::Nvls | CollectiveAlgorithm::NvlsTree => CollectiveError::Unsupported {
+            algorithm: algorithm.name(),
+            kind: "allreduce here: NVLS needs an NVSwitch and Hopper or later GPUs (nvls: one server; nvls-tree: \
+                   several, the same number of GPUs on each)",
+        },
+        _ => CollectiveError::Unsupported { algorithm: algorithm.name(), kind: kind.name() },
+    })
 }
 
 #[cfg(test)]

@@ -117,6 +117,11 @@ fn bad_arguments_are_errors() {
         (vec!["collective", "allreduce", "--ranks", "999"], "--ranks 999"),
         (vec!["collective", "allreduce", "-b", "lots"], "size \"lots\""),
         (vec!["collective", "allreduce", "--fidelity", "exact"], "unknown fidelity"),
+        (vec!["collective", "allreduce", "--protocol", "fast"], "unknown protocol \"fast\""),
+        (
+            vec!["collective", "allreduce", "--algorithm", "nvls", "-e", "8"],
+            "NVLS needs an NVSwitch and Hopper",
+        ),
     ] {
         let output = parasim(&args);
         let stderr = String::from_utf8_lossy(&output.stderr);
