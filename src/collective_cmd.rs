@@ -177,13 +177,19 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
     let started = Instant::now();
     let mut bus_sum = 0.0;
     let mut rows = 0u32;
+    let memory_efficiency = workloads::calibrate::Profile::builtin(&cluster.device.name)
+        .map_or(workloads::compute::ComputeModel::default().memory_efficiency, |p| {
+            p.compute.memory_efficiency
+        });
+    let copy_rate = cluster.device.memory_bandwidth.bytes_per_second() * memory_efficiency;
     let mut bytes = min;
     while bytes <= max {
         let (time, chosen) = if ranks == 1 {
             // One rank: NCCL copies the buffer to the output (out-of-place), reading and
-            // writing device memory, after its launch.
-            let copy =
-                cluster.device.memory_bandwidth.time_to_send_share(Bytes(bytes.saturating_mul(2)), 1)?;
+            // writing device memory at the rate large memory-bound kernels reach on it (the
+            // device's calibrated profile, else the compute model's default), after its launch.
+            let copy = Bytes(bytes.saturating_mul(2));
+            let copy = SimDuration::from_secs_f64(copy.as_f64() / copy_rate)?;
             (copy.checked_add(options.host_launch)?, "copy".to_string())
         } else {
             let (time, choice) = time_one(&topology, kind, algorithm, Bytes(bytes), ranks, options)?;
