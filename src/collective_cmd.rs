@@ -6,8 +6,10 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
+use sim_core::collective::{Choice, choose_for};
 use sim_core::fidelity::{Fidelity, NetworkSettings};
 use sim_core::graph::{Collective, CollectiveAlgorithm, CollectiveKind, GraphBuilder, RankId, StreamId};
+use sim_core::tuner::GpuGeneration;
 use sim_core::units::{Bytes, SimDuration};
 use topology::Topology;
 
@@ -35,33 +37,25 @@ pub struct Options<'a> {
     pub dtype: &'a str,
     /// nccl-tests output to compare with (measured time per size).
     pub compare: Option<&'a Path>,
+    /// GPUs each benchmark process drives (nccl-tests' `-g`); the compared output's `nGpus`,
+    /// else 1, if none.
+    pub gpus_per_process: Option<u32>,
+    /// Write an SVG plot of simulated (and measured) bus bandwidth against size here.
+    pub plot: Option<&'a Path>,
+    /// The host time nccl-tests spends launching one collective on one GPU (`ncclAllReduce`
+    /// and the kernel launch). nccl-tests times a loop of back-to-back iterations, so a
+    /// process that drives `g` GPUs from one thread (`-g g`) cannot report less than `g`
+    /// launches per iteration, however fast the GPUs finish. The command's default, 4 us, is
+    /// read from the one-server floors of `all_reduce_perf` on Azure ND A100 v4
+    /// (../shared/data/nccl-tests/echo-azure-a100: 4.47 us with one GPU, 8.6 with two, 16.3
+    /// with four, 31.0 with eight, all in one process), so those floors do not validate it.
+    pub host_launch: SimDuration,
 }
 
-/// Measured out-of-place times (us) by size from nccl-tests output: every line that is not a
-/// comment and starts with two integers (size, count) has the time in its sixth column.
-fn measured_times(path: &Path) -> anyhow::Result<std::collections::BTreeMap<u64, f64>> {
+/// The nccl-tests output to compare with (both column layouts, MPI-tagged lines too).
+fn measured(path: &Path) -> anyhow::Result<traces::nccl::TestsOutput> {
     let text = fs_err::read_to_string(path).context("reading the nccl-tests output to compare with")?;
-    let mut times = std::collections::BTreeMap::new();
-    for (number, line) in text.lines().enumerate() {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        if line.trim_start().starts_with('#') || fields.len() < 6 {
-            continue;
-        }
-        let (Ok(size), Ok(_count)) = (fields[0].parse::<u64>(), fields[1].parse::<u64>()) else { continue };
-        let time: f64 = fields[5].parse().with_context(|| {
-            format!(
-                "{}:{}: the sixth column (time in us) is {:?}, not a number",
-                path.display(),
-                number + 1,
-                fields[5]
-            )
-        })?;
-        times.insert(size, time);
-    }
-    if times.is_empty() {
-        bail!("{}: no nccl-tests result lines (size count type redop root time ...)", path.display());
-    }
-    Ok(times)
+    Ok(traces::nccl::parse_tests_output(&text, path)?)
 }
 
 /// The kind of collective named `name`, with nccl-tests' bus-bandwidth factor for `ranks`.
@@ -117,11 +111,20 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
         None => Cluster::parse(QUICKSTART, Path::new("scenarios/quickstart.toml"))?,
     };
     let topology = Topology::build(&cluster.spec).context("building the cluster topology")?;
+    let options = &Options {
+        network: options.network.with_generation(GpuGeneration::of_device(&cluster.device.name)),
+        ..*options
+    };
     let gpus = topology.host_count() as u32;
-    let ranks = options.ranks.unwrap_or(gpus);
+    let measured = options.compare.map(measured).transpose()?;
+    // Without --ranks, a compared run with a header says how many ranks it had.
+    let ranks = options.ranks.or(measured.as_ref().and_then(|m| m.ranks)).unwrap_or(gpus);
     if ranks == 0 || ranks > gpus {
         bail!("--ranks {ranks}: the cluster has {gpus} GPUs; give 1 to {gpus}");
     }
+    let gpus_per_process =
+        options.gpus_per_process.or(measured.as_ref().and_then(|m| m.gpus_per_process)).unwrap_or(1).max(1);
+    let host_floor = options.host_launch.checked_mul(u64::from(gpus_per_process.min(ranks)))?;
     let (kind, bus_factor, redop) = kind_of(options.kind, ranks)?;
     let algorithm: CollectiveAlgorithm = options.algorithm.parse().map_err(anyhow::Error::msg)?;
     if !algorithm.supports(kind) {
@@ -143,7 +146,7 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "# parasim collective {}: {ranks} ranks of {} x {} ({} nodes x {} GPUs), {} network, algorithm {}, launch {}",
+        "# parasim collective {}: {ranks} ranks of {} x {} ({} nodes x {} GPUs), {} network, algorithm {}, protocol {}, launch {}, {} GPU(s) per process",
         kind.name(),
         gpus,
         cluster.device.display_name,
@@ -151,10 +154,11 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
         cluster.spec.gpus_per_node,
         options.network.fidelity.name(),
         algorithm.name(),
-        options.network.collective_launch
+        options.network.protocols,
+        options.network.collective_launch,
+        gpus_per_process
     );
     let _ = writeln!(out, "#");
-    let measured = options.compare.map(measured_times).transpose()?;
     let (measured_header, measured_units) =
         if measured.is_some() { ("  measured    error", "      (us)") } else { ("", "") };
     let _ = writeln!(
@@ -168,19 +172,37 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
         "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)"
     );
     let mut errors = Vec::new();
+    // (size, simulated busbw, measured busbw) for the plot.
+    let mut points: Vec<(u64, f64, Option<f64>)> = Vec::new();
     let started = Instant::now();
     let mut bus_sum = 0.0;
     let mut rows = 0u32;
+    let memory_efficiency = workloads::calibrate::Profile::builtin(&cluster.device.name)
+        .map_or(workloads::compute::ComputeModel::default().memory_efficiency, |p| {
+            p.compute.memory_efficiency
+        });
+    let copy_rate = cluster.device.memory_bandwidth.bytes_per_second() * memory_efficiency;
     let mut bytes = min;
     while bytes <= max {
-        let (time, chosen) = time_one(&topology, kind, algorithm, Bytes(bytes), ranks, options)?;
-        let seconds = time.as_secs_f64();
+        let (time, chosen) = if ranks == 1 {
+            // One rank: NCCL copies the buffer to the output (out-of-place), reading and
+            // writing device memory at the rate large memory-bound kernels reach on it (the
+            // device's calibrated profile, else the compute model's default), after its launch.
+            let copy = Bytes(bytes.saturating_mul(2));
+            let copy = SimDuration::from_secs_f64(copy.as_f64() / copy_rate)?;
+            (copy.checked_add(options.host_launch)?, "copy".to_string())
+        } else {
+            let (time, choice) = time_one(&topology, kind, algorithm, Bytes(bytes), ranks, options)?;
+            (time, choice.to_string())
+        };
+        let seconds = time.max(host_floor).as_secs_f64();
         let algbw = bytes as f64 / seconds / 1e9;
         let busbw = algbw * bus_factor;
         bus_sum += busbw;
         rows += 1;
-        let comparison = match measured.as_ref().map(|times| times.get(&bytes)) {
-            Some(Some(&real)) => {
+        points.push((bytes, busbw, measured.as_ref().and_then(|m| m.rows.get(&bytes)).map(|row| row.busbw)));
+        let comparison = match measured.as_ref().map(|m| m.rows.get(&bytes).map(|row| row.time_us)) {
+            Some(Some(real)) => {
                 let error = (seconds * 1e6 - real) / real;
                 errors.push(error.abs());
                 format!("  {real:>8.1} {:>+7.1}%", 100.0 * error)
@@ -199,7 +221,7 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
             seconds * 1e6,
             algbw,
             busbw,
-            chosen.name()
+            chosen
         );
         bytes = match bytes.checked_mul(options.factor) {
             Some(next) => next,
@@ -222,7 +244,92 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
         "# simulated {rows} sizes in {:.1} ms of wall time",
         started.elapsed().as_secs_f64() * 1e3
     );
+    if let Some(path) = options.plot {
+        let title = format!(
+            "allreduce, {ranks} x {} ({} per server): simulated{}",
+            cluster.device.display_name,
+            cluster.spec.gpus_per_node,
+            if measured.is_some() { " and measured" } else { "" }
+        );
+        fs_err::write(path, plot_svg(&title, &points)).context("writing the plot")?;
+    }
     Ok(out)
+}
+
+/// An SVG line plot of bus bandwidth (GB/s, linear) against size (bytes, log scale):
+/// simulated in blue, measured in orange where there is a measurement.
+fn plot_svg(title: &str, points: &[(u64, f64, Option<f64>)]) -> String {
+    let (width, height, left, right, top, bottom) = (720.0, 420.0, 70.0, 20.0, 40.0, 50.0);
+    let log = |bytes: u64| (bytes.max(1) as f64).log2();
+    let (x0, x1) = match (points.first(), points.last()) {
+        (Some(first), Some(last)) => (log(first.0), log(last.0).max(log(first.0) + 1.0)),
+        _ => (0.0, 1.0),
+    };
+    let top_value = points.iter().flat_map(|p| [p.1, p.2.unwrap_or(0.0)]).fold(1.0_f64, f64::max) * 1.1;
+    let x = |bytes: u64| left + (log(bytes) - x0) / (x1 - x0) * (width - left - right);
+    let y = |busbw: f64| height - bottom - busbw / top_value * (height - top - bottom);
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+         <text x=\"{left}\" y=\"20\" font-size=\"14\">{title}</text>\n"
+    );
+    let (x_end, y_end) = (width - right, height - bottom);
+    let _ =
+        writeln!(svg, "<line x1=\"{left}\" y1=\"{y_end}\" x2=\"{x_end}\" y2=\"{y_end}\" stroke=\"black\"/>");
+    let _ = writeln!(svg, "<line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{y_end}\" stroke=\"black\"/>");
+    for power in (x0.ceil() as u32..=x1.floor() as u32).filter(|p| p % 4 == 0) {
+        let bytes = 1u64 << power;
+        let label = match power {
+            0..10 => format!("{bytes} B"),
+            10..20 => format!("{} KiB", bytes >> 10),
+            20..30 => format!("{} MiB", bytes >> 20),
+            _ => format!("{} GiB", bytes >> 30),
+        };
+        let at = x(bytes);
+        let _ = writeln!(
+            svg,
+            "<text x=\"{at:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{label}</text>",
+            y_end + 18.0
+        );
+    }
+    for tick in 0..=5 {
+        let value = top_value / 5.0 * f64::from(tick);
+        let at = y(value);
+        let _ = writeln!(
+            svg,
+            "<text x=\"{:.1}\" y=\"{at:.1}\" text-anchor=\"end\">{value:.0}</text>",
+            left - 6.0
+        );
+        let _ = writeln!(
+            svg,
+            "<line x1=\"{left}\" y1=\"{at:.1}\" x2=\"{x_end}\" y2=\"{at:.1}\" stroke=\"#ddd\"/>"
+        );
+    }
+    let _ = writeln!(
+        svg,
+        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">size</text>\n\
+         <text x=\"16\" y=\"{:.1}\" transform=\"rotate(-90 16 {:.1})\" text-anchor=\"middle\">bus bandwidth (GB/s)</text>",
+        (left + x_end) / 2.0,
+        height - 8.0,
+        (top + y_end) / 2.0,
+        (top + y_end) / 2.0
+    );
+    let line = |values: Vec<(u64, f64)>, color: &str, name: &str, row: f64| {
+        let path: Vec<String> = values.iter().map(|&(b, v)| format!("{:.1},{:.1}", x(b), y(v))).collect();
+        format!(
+            "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{}\"/>\n\
+             <text x=\"{:.1}\" y=\"{row:.1}\" fill=\"{color}\">{name}</text>\n",
+            path.join(" "),
+            left + 10.0
+        )
+    };
+    svg += &line(points.iter().map(|p| (p.0, p.1)).collect(), "#1f77b4", "simulated", top + 14.0);
+    let measured: Vec<(u64, f64)> = points.iter().filter_map(|p| p.2.map(|m| (p.0, m))).collect();
+    if !measured.is_empty() {
+        svg += &line(measured, "#ff7f0e", "measured", top + 30.0);
+    }
+    svg += "</svg>\n";
+    svg
 }
 
 /// Simulates one collective of `bytes` over the first `ranks` GPUs; returns its time and the
@@ -234,22 +341,14 @@ fn time_one(
     bytes: Bytes,
     ranks: u32,
     options: &Options,
-) -> anyhow::Result<(SimDuration, CollectiveAlgorithm)> {
+) -> anyhow::Result<(SimDuration, Choice)> {
     let group: Vec<RankId> = (0..ranks).map(RankId).collect();
-    let chosen = match algorithm {
-        CollectiveAlgorithm::Auto => sim_core::collective::choose(
-            kind,
-            bytes,
-            &group,
-            &mut NetworkSettings::new(Fidelity::Analytical)
-                .with_chunk(options.network.chunk)
-                .analytical(topology),
-        )?,
-        explicit => explicit,
-    };
+    let estimator = NetworkSettings { fidelity: Fidelity::Analytical, ..options.network };
+    let chosen = choose_for(kind, algorithm, bytes, &group, &mut estimator.analytical(topology))?;
     let mut graph = GraphBuilder::new(ranks);
     let everyone = graph.add_group(group);
-    let collective = graph.add_collective(Collective { kind, group: everyone, bytes, algorithm: chosen });
+    let collective =
+        graph.add_collective(Collective { kind, group: everyone, bytes, algorithm: chosen.algorithm });
     for rank in 0..ranks {
         graph.collective(RankId(rank), StreamId(0), collective, kind.name(), &[]);
     }

@@ -162,6 +162,22 @@ enum Command {
         /// Chunk size of pipelined algorithms (tree, chain).
         #[arg(long, default_value = "1 MiB")]
         chunk: String,
+        /// NCCL protocol: auto (the fastest by NCCL's model), LL, LL128, Simple, or off (pure
+        /// network).
+        #[arg(long, default_value = "auto")]
+        protocol: String,
+        /// GPUs driven by each benchmark process (nccl-tests' -g); from the compared output's
+        /// header, else 1, if omitted.
+        #[arg(short = 'g', long = "gpus-per-process")]
+        gpus_per_process: Option<u32>,
+        /// Host time to launch one collective on one GPU (nccl-tests' iterations cannot run
+        /// faster than the launches of every GPU of a process).
+        #[arg(long, default_value = "4 us")]
+        host_launch: String,
+        /// Write an SVG plot of bus bandwidth against size (simulated, and measured with
+        /// --compare) to this file.
+        #[arg(long)]
+        plot: Option<PathBuf>,
     },
     /// Describe a scenario's cluster: hosts, switches, links, bisection bandwidth, diameter,
     /// path lengths.
@@ -300,8 +316,16 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             launch,
             compare,
             chunk,
+            protocol,
+            gpus_per_process,
+            host_launch,
+            plot,
         } => {
-            let network = network_settings(&fidelity, &launch, &chunk)?;
+            let protocols: sim_core::protocol::ProtocolChoice =
+                protocol.parse().map_err(anyhow::Error::msg).context("--protocol")?;
+            let network = network_settings(&fidelity, &launch, &chunk)?.with_protocols(protocols);
+            let host_launch =
+                host_launch.parse().with_context(|| format!("--host-launch {host_launch:?}"))?;
             let options = collective_cmd::Options {
                 kind: &kind,
                 cluster: cluster.as_deref(),
@@ -313,6 +337,9 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                 network,
                 dtype: &dtype,
                 compare: compare.as_deref(),
+                gpus_per_process,
+                host_launch,
+                plot: plot.as_deref(),
             };
             let table = collective_cmd::benchmark(&options)?;
             std::io::stdout().lock().write_all(table.as_bytes()).context("writing the table")?;

@@ -27,10 +27,14 @@
 //! the tree for small allreduces (fewer latency terms: 2 log2 p against 2(p-1)) and the ring
 //! for large ones (the tree's pipeline moves each byte through more hops).
 
+use std::fmt;
+
 use units::{Bandwidth, Bytes, SimDuration, UnitError};
 
 use crate::graph::{CollectiveAlgorithm, CollectiveKind, RankId};
+use crate::protocol::{Family, Hop, Protocol, ProtocolChoice};
 pub use crate::schedule::Schedule;
+use crate::tuner::{TunerFabric, allreduce_time};
 
 /// Latency and bottleneck bandwidth of the path between two ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +84,57 @@ pub trait StepNetwork {
     /// The chunk size of pipelined algorithms (tree, chain).
     fn chunk(&self) -> Bytes {
         Bytes(crate::schedule::CHUNK_BYTES)
+    }
+
+    /// The sum of link latencies between two ranks (what a protocol's per-hop latency
+    /// replaces when it is larger).
+    fn path_latency(&mut self, _src: RankId, _dst: RankId) -> Result<SimDuration, CollectiveError> {
+        Ok(SimDuration::ZERO)
+    }
+
+    /// The links inside a server (NVLink or PCIe), for the protocols' per-hop latencies.
+    fn intra_hop(&self) -> Hop {
+        Hop::NvLink
+    }
+
+    /// The transport's software cost per message that crosses the network.
+    fn message_overhead(&self) -> SimDuration {
+        SimDuration::ZERO
+    }
+
+    /// The fixed cost of every collective (with protocols: the Simple protocol's base latency).
+    fn collective_launch(&self) -> SimDuration {
+        SimDuration::ZERO
+    }
+
+    /// Which protocols collectives use.
+    fn protocols(&self) -> ProtocolChoice {
+        ProtocolChoice::Off
+    }
+
+    /// True if the servers' NVSwitches can reduce (NVLS), given a GPU generation that has it.
+    fn nvls(&self) -> bool {
+        false
+    }
+
+    /// The cluster as NCCL's tuner sees it; `None` to choose by this network's own estimate.
+    fn tuner_fabric(&self) -> Option<TunerFabric> {
+        None
+    }
+
+    /// [`StepNetwork::step_time`] without the path latencies: how long the step's busiest
+    /// link takes to carry its bytes (a pipeline's steady steps, whose latency overlaps).
+    fn step_transfer_time(
+        &mut self,
+        messages: &[(RankId, RankId, u64)],
+        bytes: Bytes,
+        den: u64,
+    ) -> Result<SimDuration, CollectiveError> {
+        let mut latency = SimDuration::ZERO;
+        for &(src, dst, _) in messages {
+            latency = latency.max(self.path_latency(src, dst)?);
+        }
+        Ok(self.step_time(messages, bytes, den)?.saturating_sub(latency))
     }
 
     /// Duration of one synchronous step in which every `(src, dst, num)` sends `num / den` of
@@ -141,8 +196,44 @@ pub fn ring_channels(
         .collect())
 }
 
+/// What runs a collective: the algorithm and, with protocols on, the protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Choice {
+    /// The algorithm (never `Auto`).
+    pub algorithm: CollectiveAlgorithm,
+    /// The protocol, `None` when protocols are off.
+    pub protocol: Option<Protocol>,
+}
+
+impl fmt::Display for Choice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.protocol {
+            Some(protocol) => write!(f, "{}/{}", self.algorithm.name(), protocol.name()),
+            None => f.write_str(self.algorithm.name()),
+        }
+    }
+}
+
+/// The latency family of an algorithm (see [`crate::protocol`]).
+pub fn family(algorithm: CollectiveAlgorithm) -> Family {
+    use CollectiveAlgorithm as A;
+    match algorithm {
+        A::DoubleBinaryTree | A::Tree | A::Chain | A::BinomialTree => Family::Tree,
+        A::Auto
+        | A::Ring
+        | A::Nvls
+        | A::NvlsTree
+        | A::HalvingDoubling
+        | A::RecursiveDoubling
+        | A::Hierarchical
+        | A::Pairwise
+        | A::Direct => Family::Ring,
+    }
+}
+
 /// The uncontended completion time of a collective of `bytes` over `group` (in ring order)
-/// by `algorithm`; `Auto` is resolved with [`choose`] first.
+/// by `algorithm`, its fixed cost included; `Auto` (and the protocol, when protocols are
+/// `auto`) are resolved with [`choose`] first.
 pub fn analytical_time(
     kind: CollectiveKind,
     algorithm: CollectiveAlgorithm,
@@ -150,12 +241,252 @@ pub fn analytical_time(
     group: &[RankId],
     network: &mut impl StepNetwork,
 ) -> Result<SimDuration, CollectiveError> {
-    let algorithm = match algorithm {
-        CollectiveAlgorithm::Auto => choose(kind, bytes, group, network)?,
-        other => other,
+    let choice = choose_for(kind, algorithm, bytes, group, network)?;
+    time_of(kind, choice, bytes, group, network)
+}
+
+/// The bytes a collective of `bytes` puts on the wire under `choice`'s protocol: for an
+/// allreduce on a cluster NCCL's tuner knows, its model's slowdown over the bare links (the
+/// protocol's share and the per-channel limits, [`crate::tuner::allreduce_slowdown`]);
+/// otherwise the protocol's own share ([`Protocol::wire_ratio`]).
+pub fn wire_bytes(
+    kind: CollectiveKind,
+    choice: Choice,
+    bytes: Bytes,
+    group: &[RankId],
+    network: &impl StepNetwork,
+) -> Result<Bytes, CollectiveError> {
+    let Some(protocol) = choice.protocol else { return Ok(bytes) };
+    if kind == CollectiveKind::AllReduce
+        && let Some(fabric) = network.tuner_fabric()
+    {
+        let nodes = members_by_server(group, &|rank| network.node_of(rank))?.len() as u32;
+        if let Some(slowdown) =
+            crate::tuner::allreduce_slowdown(&fabric, choice.algorithm, protocol, group.len() as u32, nodes)
+        {
+            return Ok(Bytes((bytes.0 as f64 * slowdown).round().min(u64::MAX as f64) as u64));
+        }
+    }
+    let (num, den) = protocol.wire_ratio(family(choice.algorithm), single_server(group, network)?);
+    Ok(Bytes((u128::from(bytes.0) * u128::from(num) / u128::from(den)).min(u128::from(u64::MAX)) as u64))
+}
+
+/// The chunk size of `choice`'s pipeline: with a protocol, NCCL's tree chunks (its step
+/// size, `buffSize / NCCL_STEPS`: 512 KiB with Simple, 32 KiB of data with LL, 576,000 bytes
+/// with LL128, halved for LL128 while a channel has too few chunks to fill the pipeline, as
+/// `calcCollChunking` in `enqueue.cc` does); otherwise the network's chunk setting.
+pub fn chunk_for(
+    choice: Choice,
+    bytes: Bytes,
+    group: &[RankId],
+    network: &impl StepNetwork,
+) -> Result<Bytes, CollectiveError> {
+    let (Some(protocol), CollectiveAlgorithm::Tree) = (choice.protocol, choice.algorithm) else {
+        return Ok(network.chunk());
     };
-    let chunk = network.chunk();
-    let schedule = Schedule::with_chunk(kind, algorithm, bytes, group, |rank| network.node_of(rank), chunk)?;
+    Ok(Bytes(match protocol {
+        Protocol::Simple => 512 << 10,
+        Protocol::Ll => 32 << 10,
+        Protocol::Ll128 => {
+            let servers = members_by_server(group, &|rank| network.node_of(rank))?;
+            let nodes = servers.len() as u64;
+            let channels = servers.iter().map(|(_, m)| m.len() as u64).min().unwrap_or(1).max(1);
+            let ppn = group.len() as f64 / nodes as f64;
+            let steps = 1.0 + nodes.ilog2() as f64 + 0.1 * ppn;
+            let mut chunk: u64 = 576_000;
+            let per_channel = |chunk: u64| (bytes.0 / (channels * chunk)) as f64;
+            while per_channel(chunk) < steps * 64.0 / ppn && chunk > 131_072 {
+                chunk /= 2;
+            }
+            while per_channel(chunk) < steps * 16.0 / ppn && chunk > 32_768 {
+                chunk /= 2;
+            }
+            chunk
+        }
+    }))
+}
+
+/// True if every member of `group` is on one server.
+pub fn single_server(group: &[RankId], network: &impl StepNetwork) -> Result<bool, CollectiveError> {
+    let Some(&first) = group.first() else { return Ok(true) };
+    let node = network.node_of(first)?;
+    for &rank in group {
+        if network.node_of(rank)? != node {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// The fixed cost and the per-step protocol latencies of a collective under `choice`, beyond
+/// what the links' own latencies and bandwidths account for: with protocols off, the
+/// collective launch; with a protocol, its base latency plus, for every step, how much its
+/// per-hop latency (and the transport's message overhead, on network hops) exceeds the path
+/// latency of the step's messages. The flow models add this to the data movement they
+/// simulate.
+pub fn protocol_overhead(
+    kind: CollectiveKind,
+    choice: Choice,
+    bytes: Bytes,
+    group: &[RankId],
+    network: &mut impl StepNetwork,
+) -> Result<SimDuration, CollectiveError> {
+    let launch = network.collective_launch();
+    let Some(protocol) = choice.protocol else { return Ok(launch) };
+    if group.len() <= 1 || is_nvls(choice.algorithm) {
+        // NVLS's latency is part of its closed form (NCCL's base latency for it is zero).
+        return Ok(SimDuration::ZERO);
+    }
+    let family = family(choice.algorithm);
+    let chunk = chunk_for(choice, bytes, group, network)?;
+    let wire = wire_bytes(kind, choice, bytes, group, network)?;
+    let schedule =
+        Schedule::with_chunk(kind, choice.algorithm, wire, group, |rank| network.node_of(rank), chunk)?;
+    let mut total = protocol.base_latency(family, launch);
+    let mut messages = Vec::new();
+    let identical = schedule.steps_are_identical();
+    let weights = schedule.step_weights();
+    let mut per_step = Vec::with_capacity(weights.len());
+    let multi_server = !single_server(group, network)?;
+    if let Some(levels) = schedule.critical_hops() {
+        // A pipeline pays its hops' protocol latencies once, on its first chunk's way.
+        for level in levels {
+            let hops: Vec<(RankId, RankId, u64)> =
+                level.into_iter().map(|(src, dst)| (src, dst, 1)).collect();
+            per_step.push((step_extra(protocol, family, multi_server, false, &hops, network)?, 1));
+        }
+    } else if choice.algorithm == CollectiveAlgorithm::Direct {
+        // NCCL's all-to-all posts one send and one receive per peer, one after another: after
+        // the first, every further peer costs its hop's protocol latency (the mean over the
+        // peers, the transport's overhead included on network hops).
+        let peers = group.len() as u64 - 1;
+        for &(step, repeat) in &weights {
+            messages.clear();
+            schedule.step_messages(step, &mut messages);
+            let first = step_extra(protocol, family, multi_server, false, &messages, network)?;
+            let mut sum = 0u128;
+            for &(src, dst, _) in &messages {
+                let across = network.node_of(src)? != network.node_of(dst)?;
+                let hop = if across { Hop::Net } else { network.intra_hop() };
+                let mut cost = protocol.hop_latency(Family::Ring, hop);
+                if across {
+                    cost = cost.saturating_add(network.message_overhead());
+                }
+                sum += u128::from(cost.as_ps());
+            }
+            let mean = (sum / messages.len().max(1) as u128) as u64;
+            let rest = SimDuration::from_ps(mean.saturating_mul(peers.saturating_sub(1)));
+            per_step.push((first.saturating_add(rest), repeat));
+        }
+    } else {
+        for &(step, repeat) in &weights {
+            messages.clear();
+            schedule.step_messages(step, &mut messages);
+            per_step
+                .push((step_extra(protocol, family, multi_server, identical, &messages, network)?, repeat));
+        }
+    }
+    let overflow = |_| {
+        CollectiveError::Time(UnitError::OutOfRange {
+            input: format!("{} of {bytes}", kind.name()),
+            quantity: "protocol latency",
+            reason: "longer than the largest representable duration",
+        })
+    };
+    for &(extra, repeat) in &per_step {
+        total = total.checked_add(extra.checked_mul(repeat).map_err(overflow)?).map_err(overflow)?;
+    }
+    if family == Family::Ring
+        && multi_server
+        && kind == CollectiveKind::AllReduce
+        && protocol == Protocol::Simple
+    {
+        // NCCL's "plateau effect" of pipelined rings across servers (Ampere and later):
+        // 1.4 times the latency once each channel's share is at least 64 bytes per rank.
+        let channels = schedule.lanes().len() as u64;
+        if bytes.0 / (channels * group.len() as u64).max(1) >= 64 {
+            let base = protocol.base_latency(family, launch);
+            let latency = total.saturating_sub(base);
+            total = base.checked_add(SimDuration::from_ps(latency.as_ps() / 5 * 7)).map_err(overflow)?;
+        }
+    }
+    Ok(total)
+}
+
+/// How much `protocol`'s per-hop latency on the slowest hop of a step exceeds the hop's path
+/// latency (plus the transport overhead on network hops). In a pipelined ring (`lapping`:
+/// every step alike) a chunk crosses every edge in turn, so a step costs the edges' mean, not
+/// their maximum: a ring across servers pays the network's latency on its `2(n-1)` hops
+/// between servers, not on all `2(p-1)`, as NCCL's model has it.
+fn step_extra(
+    protocol: Protocol,
+    family: Family,
+    multi_server: bool,
+    lapping: bool,
+    messages: &[(RankId, RankId, u64)],
+    network: &mut impl StepNetwork,
+) -> Result<SimDuration, CollectiveError> {
+    let mut extra = SimDuration::ZERO;
+    let mut sum = 0u128;
+    for &(src, dst, _) in messages {
+        let across = network.node_of(src)? != network.node_of(dst)?;
+        let hop = if across { Hop::Net } else { network.intra_hop() };
+        let mut floor = protocol.hop_latency(family, hop);
+        if family == Family::Ring && multi_server && !across {
+            floor = floor.max(protocol.ring_net_overhead());
+        }
+        let mut this = floor.saturating_sub(network.path_latency(src, dst)?);
+        if across {
+            this = this.saturating_add(network.message_overhead());
+        }
+        extra = extra.max(this);
+        sum += u128::from(this.as_ps());
+    }
+    if lapping && family == Family::Ring && !messages.is_empty() {
+        return Ok(SimDuration::from_ps((sum / messages.len() as u128) as u64));
+    }
+    Ok(extra)
+}
+
+/// The completion time of a collective under a resolved `choice`, fixed costs included.
+pub fn time_of(
+    kind: CollectiveKind,
+    choice: Choice,
+    bytes: Bytes,
+    group: &[RankId],
+    network: &mut impl StepNetwork,
+) -> Result<SimDuration, CollectiveError> {
+    let overflow = || UnitError::OutOfRange {
+        input: format!("{} of {bytes} over {} ranks", kind.name(), group.len()),
+        quantity: "collective time",
+        reason: "longer than the largest representable duration",
+    };
+    let data = data_time(kind, choice, bytes, group, network)?;
+    let overhead = protocol_overhead(kind, choice, bytes, group, network)?;
+    Ok(data.checked_add(overhead).map_err(|_| overflow())?)
+}
+
+/// True for the NVLS algorithms, which are timed in closed form (see [`crate::nvls`]).
+pub fn is_nvls(algorithm: CollectiveAlgorithm) -> bool {
+    matches!(algorithm, CollectiveAlgorithm::Nvls | CollectiveAlgorithm::NvlsTree)
+}
+
+/// The time the links take to move a collective's data under `choice` (path latencies
+/// included, fixed costs not; NVLS: its closed form, latency included).
+pub fn data_time(
+    kind: CollectiveKind,
+    choice: Choice,
+    bytes: Bytes,
+    group: &[RankId],
+    network: &mut impl StepNetwork,
+) -> Result<SimDuration, CollectiveError> {
+    if is_nvls(choice.algorithm) {
+        return crate::nvls::time(choice.algorithm, bytes, group, network);
+    }
+    let chunk = chunk_for(choice, bytes, group, network)?;
+    let wire = wire_bytes(kind, choice, bytes, group, network)?;
+    let schedule =
+        Schedule::with_chunk(kind, choice.algorithm, wire, group, |rank| network.node_of(rank), chunk)?;
     let (bytes, den) = schedule.fraction();
     let overflow = || UnitError::OutOfRange {
         input: format!("{} of {bytes} over {} ranks", kind.name(), group.len()),
@@ -163,39 +494,130 @@ pub fn analytical_time(
         reason: "longer than the largest representable duration",
     };
     let mut messages = Vec::with_capacity(2 * group.len() * schedule.lanes().len());
-    let timed_steps = if schedule.steps_are_identical() { schedule.steps().min(1) } else { schedule.steps() };
     let mut total = SimDuration::ZERO;
-    for step in 0..timed_steps {
+    let critical = schedule.critical_hops();
+    let pipelined = critical.is_some();
+    for level in critical.iter().flatten() {
+        let mut latency = SimDuration::ZERO;
+        for &(src, dst) in level {
+            latency = latency.max(network.path_latency(src, dst)?);
+        }
+        total = total.checked_add(latency).map_err(|_| overflow())?;
+    }
+    for (step_index, repeat) in schedule.step_weights() {
         messages.clear();
-        schedule.step_messages(step, &mut messages);
+        schedule.step_messages(step_index, &mut messages);
         if messages.is_empty() {
             continue;
         }
-        total = total.checked_add(network.step_time(&messages, bytes, den)?).map_err(|_| overflow())?;
-    }
-    if schedule.steps_are_identical() {
-        total = total.checked_mul(u64::from(schedule.steps())).map_err(|_| overflow())?;
+        let time = if pipelined {
+            // NCCL's tree keeps several chunks in flight on every edge (8 per connection), so
+            // a step adds only its transfer; the latency is its first chunk's journey, above.
+            network.step_transfer_time(&messages, bytes, den)?.checked_mul(repeat).map_err(|_| overflow())?
+        } else {
+            network.step_time(&messages, bytes, den)?.checked_mul(repeat).map_err(|_| overflow())?
+        };
+        total = total.checked_add(time).map_err(|_| overflow())?;
     }
     Ok(total)
 }
 
-/// The algorithm `Auto` runs for this collective: the candidate with the smallest
-/// [`analytical_time`] on `network` (see the module documentation).
+/// What `Auto` runs for this collective: the candidate algorithm (and protocol) with the
+/// smallest [`time_of`] on `network` (see the module documentation).
 pub fn choose(
     kind: CollectiveKind,
     bytes: Bytes,
     group: &[RankId],
     network: &mut impl StepNetwork,
-) -> Result<CollectiveAlgorithm, CollectiveError> {
-    let mut best: Option<(SimDuration, CollectiveAlgorithm)> = None;
-    for &candidate in CollectiveAlgorithm::candidates(kind) {
-        let time = analytical_time(kind, candidate, bytes, group, network)?;
-        if best.is_none_or(|(fastest, _)| time < fastest) {
-            best = Some((time, candidate));
+) -> Result<Choice, CollectiveError> {
+    choose_for(kind, CollectiveAlgorithm::Auto, bytes, group, network)
+}
+
+/// [`choose`] among `algorithm` alone unless it is `Auto`; the protocol is the fastest of the
+/// network's protocol choice (none when protocols are off).
+pub fn choose_for(
+    kind: CollectiveKind,
+    algorithm: CollectiveAlgorithm,
+    bytes: Bytes,
+    group: &[RankId],
+    network: &mut impl StepNetwork,
+) -> Result<Choice, CollectiveError> {
+    let algorithms: &[CollectiveAlgorithm] = match algorithm {
+        CollectiveAlgorithm::Auto => CollectiveAlgorithm::candidates(kind),
+        _ => std::slice::from_ref(&algorithm),
+    };
+    let protocols: Vec<Option<Protocol>> = match network.protocols() {
+        ProtocolChoice::Off => vec![None],
+        choice => choice.candidates().iter().copied().map(Some).collect(),
+    };
+    if algorithms.len() == 1 && protocols.len() == 1 {
+        if !algorithms[0].supports(kind) {
+            return Err(CollectiveError::Unsupported { algorithm: algorithms[0].name(), kind: kind.name() });
+        }
+        let protocol =
+            if is_nvls(algorithms[0]) { protocols[0].map(|_| Protocol::Simple) } else { protocols[0] };
+        return Ok(Choice { algorithm: algorithms[0], protocol });
+    }
+    if kind == CollectiveKind::AllReduce
+        && network.protocols() != ProtocolChoice::Off
+        && let Some(fabric) = network.tuner_fabric()
+        && algorithms
+            .iter()
+            .all(|&a| matches!(a, CollectiveAlgorithm::Ring | CollectiveAlgorithm::Tree) || is_nvls(a))
+    {
+        // As NCCL: its own latency/bandwidth model picks, not a simulation.
+        let nodes = members_by_server(group, &|rank| network.node_of(rank))?.len() as u32;
+        let launch_us = network.collective_launch().as_ps() as f64 / 1e6;
+        let mut best: Option<(f64, Choice)> = None;
+        for &candidate in algorithms {
+            if is_nvls(candidate) && crate::nvls::shape(candidate, group, network)?.is_none() {
+                continue;
+            }
+            for &protocol in protocols.iter().flatten() {
+                let estimate = allreduce_time(
+                    &fabric,
+                    candidate,
+                    protocol,
+                    group.len() as u32,
+                    nodes,
+                    launch_us,
+                    bytes.0,
+                );
+                if let Some(time) = estimate
+                    && best.is_none_or(|(fastest, _)| time < fastest)
+                {
+                    best = Some((time, Choice { algorithm: candidate, protocol: Some(protocol) }));
+                }
+            }
+        }
+        if let Some((_, choice)) = best {
+            return Ok(choice);
         }
     }
-    best.map(|(_, algorithm)| algorithm)
-        .ok_or(CollectiveError::Unsupported { algorithm: "auto", kind: kind.name() })
+    let mut best: Option<(SimDuration, Choice)> = None;
+    for &candidate in algorithms {
+        if is_nvls(candidate) && crate::nvls::shape(candidate, group, network)?.is_none() {
+            continue;
+        }
+        for &protocol in &protocols {
+            if is_nvls(candidate) && protocol.is_some_and(|p| p != Protocol::Simple) {
+                continue;
+            }
+            let choice = Choice { algorithm: candidate, protocol };
+            let time = time_of(kind, choice, bytes, group, network)?;
+            if best.is_none_or(|(fastest, _)| time < fastest) {
+                best = Some((time, choice));
+            }
+        }
+    }
+    best.map(|(_, choice)| choice).ok_or(match algorithm {
+        CollectiveAlgorithm::Nvls | CollectiveAlgorithm::NvlsTree => CollectiveError::Unsupported {
+            algorithm: algorithm.name(),
+            kind: "allreduce here: NVLS needs an NVSwitch and Hopper or later GPUs (nvls: one server; nvls-tree: \
+                   several, the same number of GPUs on each)",
+        },
+        _ => CollectiveError::Unsupported { algorithm: algorithm.name(), kind: kind.name() },
+    })
 }
 
 #[cfg(test)]
@@ -314,6 +736,17 @@ mod tests {
     }
 
     #[test]
+    fn nccl_tree_is_chunks_plus_twice_its_height_steps_over_its_channels() {
+        // 4 servers of 8: 8 channels of two trees, each carrying S/16 in 1 MiB chunks; height
+        // 7 (the chain) + 2 (the tree over 4 servers).
+        let bytes = 64u64 << 20;
+        let step = ALPHA + (1 << 20) * 80;
+        assert_eq!(ps(K::AllReduce, A::Tree, 32, 8, bytes), (4 + 2 * 9 - 1) * step);
+        // One server: the chain alone (height 7), 8 channels.
+        assert_eq!(ps(K::AllReduce, A::Tree, 8, 8, bytes), (4 + 2 * 7 - 1) * step);
+    }
+
+    #[test]
     fn hierarchical_is_two_server_rings_around_a_ring_across_servers() {
         // 4 servers of 8: 2 x 7 steps of S/8 inside, 2 x 3 steps of S/32 across.
         let bytes = 32u64 << 20;
@@ -370,9 +803,11 @@ mod tests {
         // beat the ring's 126. (Which wins for large buffers depends on link sharing, which
         // this test network does not model: see the integration tests.)
         let mut network = uniform();
-        assert_eq!(choose(K::AllReduce, Bytes(4096), &ranks(64), &mut network).unwrap(), A::DoubleBinaryTree);
+        // NCCL's tree with one rank per server is the double binary tree.
+        assert_eq!(choose(K::AllReduce, Bytes(4096), &ranks(64), &mut network).unwrap().algorithm, A::Tree);
         let auto = ps(K::AllReduce, A::Auto, 64, 1, 4096);
         assert_eq!(auto, ps(K::AllReduce, A::DoubleBinaryTree, 64, 1, 4096));
+        assert_eq!(auto, ps(K::AllReduce, A::Tree, 64, 1, 4096));
     }
 
     #[test]

@@ -11,6 +11,8 @@ use crate::exec::{self, ExecError, Timeline};
 use crate::flow::FlowNetwork;
 use crate::graph::ExecGraph;
 use crate::network::AnalyticalNetwork;
+use crate::protocol::ProtocolChoice;
+use crate::tuner::GpuGeneration;
 
 /// The network model used to simulate a graph.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
@@ -72,6 +74,10 @@ pub struct NetworkSettings {
     pub collective_launch: SimDuration,
     /// Chunk size of pipelined collective algorithms (tree, chain).
     pub chunk: Bytes,
+    /// Which NCCL protocols collectives use (off: the pure network, the launch as is).
+    pub protocols: ProtocolChoice,
+    /// The GPUs' generation, for NCCL's tuner (which it uses once protocols are on).
+    pub generation: GpuGeneration,
 }
 
 impl NetworkSettings {
@@ -81,7 +87,21 @@ impl NetworkSettings {
             fidelity,
             collective_launch: SimDuration::ZERO,
             chunk: Bytes(crate::schedule::CHUNK_BYTES),
+            protocols: ProtocolChoice::Off,
+            generation: GpuGeneration::Ampere,
         }
+    }
+
+    /// The same settings tuning for GPUs of `generation`.
+    pub const fn with_generation(mut self, generation: GpuGeneration) -> NetworkSettings {
+        self.generation = generation;
+        self
+    }
+
+    /// The same settings with collectives run by `protocols` (see [`crate::protocol`]).
+    pub const fn with_protocols(mut self, protocols: ProtocolChoice) -> NetworkSettings {
+        self.protocols = protocols;
+        self
     }
 
     /// The same settings with a fixed cost per collective.
@@ -99,7 +119,11 @@ impl NetworkSettings {
     /// The analytical model with these collective settings (also the estimator that resolves
     /// `auto` algorithms, whatever the fidelity).
     pub fn analytical<'t>(&self, topology: &'t Topology) -> AnalyticalNetwork<'t> {
-        AnalyticalNetwork::new(topology).with_collective_launch(self.collective_launch).with_chunk(self.chunk)
+        AnalyticalNetwork::new(topology)
+            .with_collective_launch(self.collective_launch)
+            .with_chunk(self.chunk)
+            .with_protocols(self.protocols)
+            .with_generation(self.generation)
     }
 
     /// Runs `graph` on `topology` under this model.
@@ -109,7 +133,9 @@ impl NetworkSettings {
             Fidelity::Flow | Fidelity::PacketSteps => {
                 let mut network = FlowNetwork::new(topology)
                     .with_collective_launch(self.collective_launch)
-                    .with_chunk(self.chunk);
+                    .with_chunk(self.chunk)
+                    .with_protocols(self.protocols)
+                    .with_generation(self.generation);
                 if self.fidelity == Fidelity::Flow {
                     network = network.steady_state();
                 }

@@ -44,10 +44,14 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use topology::{HostId, LinkId, Route, Routing, Topology};
 use units::{Bytes, SimDuration, SimTime};
 
-use crate::collective::{CollectiveError, Schedule, StepNetwork, choose, ring_channels};
+use crate::collective::{
+    Choice, CollectiveError, Schedule, choose_for, chunk_for, data_time, protocol_overhead, ring_channels,
+    wire_bytes,
+};
 use crate::graph::{Collective, CollectiveAlgorithm, CollectiveKind, MemcpyDirection, RankId};
 use crate::network::AnalyticalNetwork;
 use crate::network::{Completion, NetContext, Network, NetworkError};
+use crate::protocol::ProtocolChoice;
 use crate::schedule::Message;
 
 /// A timer of the flow model.
@@ -240,12 +244,32 @@ pub struct FlowNetwork<'t> {
     freeze_scratch: Vec<u32>,
     /// Alpha-beta estimates for choosing `Auto` algorithms, and the choices made.
     estimator: AnalyticalNetwork<'t>,
-    chosen: HashMap<Collective, CollectiveAlgorithm>,
+    chosen: HashMap<Collective, (Choice, SimDuration, Bytes)>,
+    /// The analytical data time of the NCCL trees already seen (see `start_coupled_tree`).
+    tree_reference: HashMap<Collective, SimDuration>,
     /// Scratch for a member's messages of a step, and the ones to start now.
     scratch_messages: Vec<Message>,
     scratch_starts: Vec<(u32, u32, RankId, RankId, f64)>,
     /// Check the allocation after every re-fill (tests); the first violation found.
     audit: Option<Audit>,
+}
+
+/// How a coupled collective's time adds up besides its data (see `start_coupled`).
+#[derive(Debug, Clone, Copy)]
+struct CoupledTiming {
+    /// Steps of the schedule.
+    steps: u64,
+    /// Bytes of the pipeline's fill and drain, charged at the end at the coupled rate.
+    fill_bytes: f64,
+    /// The sum of every step's latency (a pipeline), or `None`: every step costs the slowest
+    /// edge's (a ring).
+    latency_sum: Option<SimDuration>,
+    /// Fixed cost before the first byte (launch, protocol latencies).
+    delay: SimDuration,
+    /// The collective's uncontended time by the analytical model, if the coupled flows
+    /// stand for its steady state only: what they take alone is topped up to it, and
+    /// contention stretches the flows (NCCL's tree).
+    reference: Option<SimDuration>,
 }
 
 /// Invariant checks of a run with [`FlowNetwork::audited`].
@@ -298,6 +322,7 @@ impl<'t> FlowNetwork<'t> {
             freeze_scratch: Vec::new(),
             estimator: AnalyticalNetwork::new(topology),
             chosen: HashMap::new(),
+            tree_reference: HashMap::new(),
             scratch_messages: Vec::new(),
             scratch_starts: Vec::new(),
             audit: None,
@@ -323,6 +348,21 @@ impl<'t> FlowNetwork<'t> {
     /// network).
     pub fn with_collective_launch(mut self, launch: SimDuration) -> Self {
         self.collective_launch = launch;
+        self.estimator = self.estimator.with_collective_launch(launch);
+        self
+    }
+
+    /// The same model with collectives run by `protocols` (see [`crate::protocol`]): their
+    /// bandwidth share scales the bytes on the wire, their base and per-hop latencies delay
+    /// the first message.
+    pub fn with_protocols(mut self, protocols: ProtocolChoice) -> Self {
+        self.estimator = self.estimator.with_protocols(protocols);
+        self
+    }
+
+    /// The same model tuning for GPUs of `generation` (see [`crate::tuner`]).
+    pub fn with_generation(mut self, generation: crate::tuner::GpuGeneration) -> Self {
+        self.estimator = self.estimator.with_generation(generation);
         self
     }
 
@@ -438,6 +478,7 @@ impl<'t> FlowNetwork<'t> {
         token: Completion,
         collective: &Collective,
         group: &[RankId],
+        delay: SimDuration,
     ) -> Result<(), NetworkError> {
         let topology = self.topology;
         let channels = ring_channels(group, |rank| server_of(topology, rank))?;
@@ -452,7 +493,9 @@ impl<'t> FlowNetwork<'t> {
             .iter()
             .flat_map(|ring| (0..ring.len()).map(move |i| (ring[i], ring[(i + 1) % ring.len()], bytes)));
         let edges: Vec<_> = edges.collect();
-        self.start_coupled(context, token, &edges, steps as u64, 0.0, true)
+        let timing =
+            CoupledTiming { steps: steps as u64, fill_bytes: 0.0, latency_sum: None, delay, reference: None };
+        self.start_coupled(context, token, &edges, timing)
     }
 
     /// Starts a pipelined schedule (the double binary tree) in its steady-state form: one flow per edge
@@ -463,10 +506,15 @@ impl<'t> FlowNetwork<'t> {
         context: &mut NetContext<'_, FlowEvent>,
         token: Completion,
         schedule: &Schedule,
+        delay: SimDuration,
     ) -> Result<(), NetworkError> {
         let (bytes, den) = schedule.fraction();
-        // Per edge: the steps it is used in and its largest message.
+        // Per edge: the steps it is used in and its largest message; per step, the latency of
+        // its slowest path (a tree's steps near the leaves cross other links than near the
+        // root, so the steps do not all cost the slowest edge's latency).
         let mut usage: BTreeMap<(usize, u32, u32), (u64, u64)> = BTreeMap::new();
+        let mut edge_latency: BTreeMap<(RankId, RankId), SimDuration> = BTreeMap::new();
+        let mut step_latency = vec![SimDuration::ZERO; schedule.steps() as usize];
         let mut messages = Vec::new();
         for (lane, members) in schedule.lanes().iter().enumerate() {
             for step in 0..schedule.steps() {
@@ -477,10 +525,25 @@ impl<'t> FlowNetwork<'t> {
                         let entry = usage.entry((lane, position, message.peer)).or_insert((0, 0));
                         entry.0 += 1;
                         entry.1 = entry.1.max(message.num);
+                        let edge = (members[position as usize], members[message.peer as usize]);
+                        let latency = match edge_latency.get(&edge) {
+                            Some(&latency) => latency,
+                            None => {
+                                let route = self.route(edge.0, edge.1)?;
+                                let latency = route.iter().fold(SimDuration::ZERO, |sum, &l| {
+                                    sum.saturating_add(self.topology.link(l).latency)
+                                });
+                                edge_latency.insert(edge, latency);
+                                latency
+                            }
+                        };
+                        let slot = &mut step_latency[step as usize];
+                        *slot = (*slot).max(latency);
                     }
                 }
             }
         }
+        let latency_sum = step_latency.iter().fold(SimDuration::ZERO, |sum, &l| sum.saturating_add(l));
         let steps = u64::from(schedule.steps());
         let message = |num: u64| bytes.as_f64() * num as f64 / den as f64;
         // Fill and drain: the steps in which even the busiest edge is idle.
@@ -493,7 +556,39 @@ impl<'t> FlowNetwork<'t> {
                 (lane[from as usize], lane[to as usize], count as f64 * message(num))
             })
             .collect();
-        self.start_coupled(context, token, &edges, steps, fill_bytes, false)
+        let timing =
+            CoupledTiming { steps, fill_bytes, latency_sum: Some(latency_sum), delay, reference: None };
+        self.start_coupled(context, token, &edges, timing)
+    }
+
+    /// Starts NCCL's tree in its steady-state form: one flow per edge carrying its chunks both
+    /// ways, coupled to one rate, topped up to `reference` (the analytical time) when alone.
+    /// Its pipeline has unequal edges and, for few chunks, mostly fill and drain, which the
+    /// coupled flows alone would overcharge; contention still stretches its data.
+    fn start_coupled_tree(
+        &mut self,
+        context: &mut NetContext<'_, FlowEvent>,
+        token: Completion,
+        schedule: &Schedule,
+        delay: SimDuration,
+        reference: SimDuration,
+    ) -> Result<(), NetworkError> {
+        let (bytes, den) = schedule.fraction();
+        let message = bytes.as_f64() / den as f64;
+        let edges: Vec<_> = schedule
+            .tree_edges()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(src, dst, count)| (src, dst, count as f64 * message))
+            .collect();
+        let timing = CoupledTiming {
+            steps: u64::from(schedule.steps()),
+            fill_bytes: 0.0,
+            latency_sum: Some(SimDuration::ZERO),
+            delay,
+            reference: Some(reference),
+        };
+        self.start_coupled(context, token, &edges, timing)
     }
 
     /// Starts a coupled collective over `edges` (src, dst, bytes): all edge flows advance at
@@ -504,10 +599,11 @@ impl<'t> FlowNetwork<'t> {
         context: &mut NetContext<'_, FlowEvent>,
         token: Completion,
         edges: &[(RankId, RankId, f64)],
-        steps: u64,
-        fill_bytes: f64,
-        ring: bool,
+        timing: CoupledTiming,
     ) -> Result<(), NetworkError> {
+        let CoupledTiming { steps, fill_bytes, latency_sum, delay, reference } = timing;
+        // A ring's steps all cost the same; a pipeline's are summed by the caller.
+        let ring = latency_sum.is_none();
         let id = match self.free_couplings.pop() {
             Some(id) => id,
             None => {
@@ -532,7 +628,29 @@ impl<'t> FlowNetwork<'t> {
             slowest_step =
                 slowest_step.max(latency.checked_add(SimDuration::from_ps((per_step * 1e12).ceil() as u64))?);
         }
-        let tail = slowest.checked_mul(steps.saturating_sub(1))?;
+        let tail = match (reference, latency_sum) {
+            (Some(reference), _) => {
+                // Alone, the flows share only the links they cross together: the common rate
+                // is the smallest capacity per member flow on any of their links.
+                let mut on_link: BTreeMap<u32, u32> = BTreeMap::new();
+                for &flow in &members {
+                    for link in self.flows[flow as usize].route.iter() {
+                        *on_link.entry(link.0).or_insert(0) += 1;
+                    }
+                }
+                let rate = on_link
+                    .iter()
+                    .map(|(&link, &count)| self.capacity[link as usize] / f64::from(count))
+                    .fold(f64::INFINITY, f64::min);
+                let largest = edges.iter().map(|e| e.2).fold(0.0, f64::max);
+                let data = if rate.is_finite() && rate > 0.0 { largest / rate } else { 0.0 };
+                let alone = slowest.checked_add(SimDuration::from_ps((data * 1e12).ceil() as u64))?;
+                reference.saturating_sub(alone)
+            }
+            // The remaining steps' latencies: every step's own, less the entry latency.
+            (None, Some(sum)) => sum.saturating_sub(slowest),
+            (None, None) => slowest.checked_mul(steps.saturating_sub(1))?,
+        };
         let fill_rate = members
             .iter()
             .map(|&flow| {
@@ -562,8 +680,7 @@ impl<'t> FlowNetwork<'t> {
             rescheduled: false,
             generation: 0,
         });
-        Ok(context
-            .wake_after(self.collective_launch.checked_add(slowest)?, FlowEvent::Couple { coupling: id })?)
+        Ok(context.wake_after(delay.checked_add(slowest)?, FlowEvent::Couple { coupling: id })?)
     }
 
     /// All edges of a steady-state collective leave the network at once; the others re-fill
@@ -992,29 +1109,48 @@ impl<'t> FlowNetwork<'t> {
     ) -> Result<(), NetworkError> {
         let topology = self.topology;
         let node_of = |rank: RankId| server_of(topology, rank);
-        let algorithm = match collective.algorithm {
-            CollectiveAlgorithm::Auto => match self.chosen.get(collective) {
-                Some(&algorithm) => algorithm,
-                None => {
-                    let algorithm = choose(collective.kind, collective.bytes, group, &mut self.estimator)?;
-                    self.chosen.insert(*collective, algorithm);
-                    algorithm
-                }
-            },
-            explicit => explicit,
+        let (choice, delay, wire) = match self.chosen.get(collective) {
+            Some(&resolved) => resolved,
+            None => {
+                let estimator = &mut self.estimator;
+                let (kind, bytes) = (collective.kind, collective.bytes);
+                let choice = choose_for(kind, collective.algorithm, bytes, group, estimator)?;
+                let delay = protocol_overhead(kind, choice, bytes, group, estimator)?;
+                let wire = wire_bytes(kind, choice, bytes, group, estimator)?;
+                self.chosen.insert(*collective, (choice, delay, wire));
+                (choice, delay, wire)
+            }
         };
-        if self.steady_state && algorithm == CollectiveAlgorithm::Ring && group.len() > 1 {
-            return self.start_coupled_ring(context, token, collective, group);
+        let algorithm = choice.algorithm;
+        if crate::collective::is_nvls(algorithm) {
+            // The switch's reduction is not a flow: NVLS is timed in closed form.
+            let time = crate::nvls::time(algorithm, collective.bytes, group, &self.estimator)?;
+            return Ok(context.complete_after(delay.checked_add(time)?, token)?);
         }
-        let chunk = self.estimator.chunk();
-        let schedule =
-            Schedule::with_chunk(collective.kind, algorithm, collective.bytes, group, node_of, chunk)?;
+        let wired = Collective { bytes: wire, algorithm, ..*collective };
+        if self.steady_state && algorithm == CollectiveAlgorithm::Ring && group.len() > 1 {
+            return self.start_coupled_ring(context, token, &wired, group, delay);
+        }
+        let chunk = chunk_for(choice, collective.bytes, group, &self.estimator)?;
+        let schedule = Schedule::with_chunk(collective.kind, algorithm, wire, group, node_of, chunk)?;
+        if self.steady_state && schedule.steps() > 0 && algorithm == CollectiveAlgorithm::Tree {
+            let reference = match self.tree_reference.get(collective) {
+                Some(&reference) => reference,
+                None => {
+                    let reference =
+                        data_time(collective.kind, choice, collective.bytes, group, &mut self.estimator)?;
+                    self.tree_reference.insert(*collective, reference);
+                    reference
+                }
+            };
+            return self.start_coupled_tree(context, token, &schedule, delay, reference);
+        }
         if self.steady_state && schedule.steps() > 0 && algorithm == CollectiveAlgorithm::DoubleBinaryTree {
-            return self.start_coupled_pipeline(context, token, &schedule);
+            return self.start_coupled_pipeline(context, token, &schedule, delay);
         }
         let members = schedule.lanes().iter().map(Vec::len).sum::<usize>();
         if schedule.steps() == 0 {
-            return Ok(context.complete_after(self.collective_launch, token)?);
+            return Ok(context.complete_after(delay, token)?);
         }
         let run = CollectiveRun {
             schedule,
@@ -1033,7 +1169,7 @@ impl<'t> FlowNetwork<'t> {
                 (self.runs.len() - 1) as u32
             }
         };
-        Ok(context.wake_after(self.collective_launch, FlowEvent::Begin { run: id })?)
+        Ok(context.wake_after(delay, FlowEvent::Begin { run: id })?)
     }
 
     /// Every member of every lane of `run` enters step 0.

@@ -120,6 +120,16 @@ pub enum CollectiveAlgorithm {
     /// NCCL's double binary tree: two trees, each reducing then broadcasting half the buffer
     /// in pipelined chunks (allreduce).
     DoubleBinaryTree,
+    /// NCCL's topology-aware tree (allreduce): a chain through the GPUs of each server and a
+    /// double binary tree across servers, one pair of trees per channel, each channel's
+    /// trees entering and leaving the servers through another GPU (and NIC); pipelined
+    /// chunks reduced up and broadcast down.
+    Tree,
+    /// NVLink SHARP (allreduce inside one server): the NVSwitch reduces what the GPUs send it
+    /// and multicasts the result (NVSwitch 3, Hopper and later).
+    Nvls,
+    /// NVLink SHARP inside every server and a tree across servers, pipelined (allreduce).
+    NvlsTree,
     /// Rabenseifner's recursive halving reduce-scatter then recursive doubling allgather
     /// (allreduce); either half alone for a reduce-scatter or an allgather over a
     /// power-of-two group (a ring otherwise).
@@ -141,9 +151,12 @@ pub enum CollectiveAlgorithm {
 
 impl CollectiveAlgorithm {
     /// Every algorithm, in the order listed in messages.
-    pub const ALL: [CollectiveAlgorithm; 10] = [
+    pub const ALL: [CollectiveAlgorithm; 13] = [
         CollectiveAlgorithm::Auto,
         CollectiveAlgorithm::Ring,
+        CollectiveAlgorithm::Tree,
+        CollectiveAlgorithm::Nvls,
+        CollectiveAlgorithm::NvlsTree,
         CollectiveAlgorithm::DoubleBinaryTree,
         CollectiveAlgorithm::HalvingDoubling,
         CollectiveAlgorithm::RecursiveDoubling,
@@ -160,6 +173,9 @@ impl CollectiveAlgorithm {
             CollectiveAlgorithm::Auto => "auto",
             CollectiveAlgorithm::Ring => "ring",
             CollectiveAlgorithm::DoubleBinaryTree => "double-binary-tree",
+            CollectiveAlgorithm::Tree => "tree",
+            CollectiveAlgorithm::Nvls => "nvls",
+            CollectiveAlgorithm::NvlsTree => "nvls-tree",
             CollectiveAlgorithm::HalvingDoubling => "halving-doubling",
             CollectiveAlgorithm::RecursiveDoubling => "recursive-doubling",
             CollectiveAlgorithm::Hierarchical => "hierarchical",
@@ -178,13 +194,14 @@ impl CollectiveAlgorithm {
             Auto => true,
             Ring => matches!(kind, AllReduce | ReduceScatter | AllGather),
             HalvingDoubling => matches!(kind, AllReduce | ReduceScatter | AllGather),
-            DoubleBinaryTree | RecursiveDoubling | Hierarchical => kind == AllReduce,
+            DoubleBinaryTree | Tree | Nvls | NvlsTree | RecursiveDoubling | Hierarchical => kind == AllReduce,
             BinomialTree | Chain => matches!(kind, Broadcast { .. } | Reduce { .. }),
             Pairwise | Direct => kind == AllToAll,
         }
     }
 
-    /// What `Auto` chooses among for `kind`: NCCL's algorithms for it (ring and tree for
+    /// What `Auto` chooses among for `kind`: NCCL's algorithms for it (ring, NCCL's
+    /// topology-aware tree and, where the NVSwitches can reduce, NVLS and NVLS-tree for
     /// allreduce; ring for reduce-scatter and allgather; pipelined chain for broadcast and
     /// reduce, plus the binomial tree MPI libraries use for small messages; all-to-all as all
     /// sends at once or in pairwise rounds).
@@ -192,7 +209,7 @@ impl CollectiveAlgorithm {
         use CollectiveAlgorithm::*;
         use CollectiveKind::*;
         match kind {
-            AllReduce => &[Ring, DoubleBinaryTree],
+            AllReduce => &[Ring, Tree, Nvls, NvlsTree],
             ReduceScatter | AllGather => &[Ring],
             Broadcast { .. } | Reduce { .. } => &[Chain, BinomialTree],
             AllToAll => &[Direct, Pairwise],

@@ -11,7 +11,12 @@
 //!   and end;
 //! - [`network`]: the narrow seam to the network models, and the `analytical` model;
 //! - [`fidelity`]: the one place a fidelity name becomes a network model with its settings;
-//! - [`collective`]: collective algorithms as step-by-step closed forms;
+//! - [`collective`]: collective algorithms as step-by-step closed forms, and `auto`;
+//! - [`protocol`]: NCCL's protocols (LL, LL128, Simple) and their latencies and bandwidth
+//!   shares;
+//! - [`tuner`]: NCCL's own latency/bandwidth model, which picks an allreduce's algorithm and
+//!   protocol as NCCL does;
+//! - [`nvls`]: NVLink SHARP allreduce (reduction in the NVSwitch), in closed form;
 //! - [`stats`]: where the time went (compute / exposed communication / idle per rank).
 //!
 //! `sim-core` never names a neural-network concept: it simulates ops, ranks and bytes.
@@ -59,6 +64,9 @@ pub mod fidelity;
 pub mod flow;
 pub mod graph;
 pub mod network;
+pub mod nvls;
+pub mod protocol;
 pub mod queue;
 pub mod schedule;
 pub mod stats;
+pub mod tuner;

@@ -15,7 +15,9 @@ use units::{Bytes, SimDuration, SimTime, TimeOverflow, UnitError};
 
 use crate::collective::{CollectiveError, PathCost, StepNetwork, analytical_time};
 use crate::graph::{Collective, CollectiveId, MemcpyDirection, OpId, RankId};
+use crate::protocol::{Hop, ProtocolChoice};
 use crate::queue::EventQueue;
+use crate::tuner::{GpuGeneration, TunerFabric};
 
 /// What a finished data movement completes: one op, or every member op of a collective.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,6 +160,12 @@ pub struct AnalyticalNetwork<'t> {
     collective_launch: SimDuration,
     /// Chunk size of pipelined collective algorithms.
     chunk: Bytes,
+    /// Which protocols collectives use.
+    protocols: ProtocolChoice,
+    /// The GPUs' generation, for NCCL's tuner.
+    generation: GpuGeneration,
+    /// Scratch: the routes of the step being timed, one per message.
+    step_routes: Vec<Route>,
 }
 
 impl<'t> AnalyticalNetwork<'t> {
@@ -170,7 +178,22 @@ impl<'t> AnalyticalNetwork<'t> {
             known_collectives: HashMap::new(),
             collective_launch: SimDuration::ZERO,
             chunk: Bytes(crate::schedule::CHUNK_BYTES),
+            protocols: ProtocolChoice::Off,
+            generation: GpuGeneration::default(),
+            step_routes: Vec::new(),
         }
+    }
+
+    /// The same model tuning for GPUs of `generation` (NCCL's tuning tables differ by it).
+    pub fn with_generation(mut self, generation: GpuGeneration) -> Self {
+        self.generation = generation;
+        self
+    }
+
+    /// The same model with collectives run by `protocols` (see [`crate::protocol`]).
+    pub fn with_protocols(mut self, protocols: ProtocolChoice) -> Self {
+        self.protocols = protocols;
+        self
     }
 
     /// The same model with pipelined collective algorithms (tree, chain) cut into chunks of at
@@ -201,20 +224,38 @@ impl<'t> AnalyticalNetwork<'t> {
         bytes: Bytes,
         den: u64,
     ) -> Result<SimDuration, NetworkError> {
+        self.time_step_with(messages, bytes, den, true)
+    }
+
+    /// [`AnalyticalNetwork::time_step`], with or without the messages' path latencies.
+    fn time_step_with(
+        &mut self,
+        messages: &[(RankId, RankId, u64)],
+        bytes: Bytes,
+        den: u64,
+        with_latency: bool,
+    ) -> Result<SimDuration, NetworkError> {
         if let [(src, dst, num)] = *messages {
             // A lone message (every point-to-point transfer) has its links to itself.
-            return self.slowest_message(&[(src, dst, num)], bytes, den, true);
+            let route = [self.route(src, dst)?];
+            return self.slowest_message(&[(src, dst, num)], &route, bytes, den, true, with_latency);
         }
+        // Each message's route once: for the loads, then for the times.
+        let mut routes = std::mem::take(&mut self.step_routes);
+        routes.clear();
         for &(src, dst, num) in messages {
-            for &link in self.route(src, dst)?.iter() {
+            let route = self.route(src, dst)?;
+            for &link in route.iter() {
                 let load = &mut self.link_load[link.0 as usize];
                 if *load == 0 {
                     self.loaded_links.push(link);
                 }
                 *load += num;
             }
+            routes.push(route);
         }
-        let step = self.slowest_message(messages, bytes, den, false);
+        let step = self.slowest_message(messages, &routes, bytes, den, false, with_latency);
+        self.step_routes = routes;
         for link in self.loaded_links.drain(..) {
             self.link_load[link.0 as usize] = 0;
         }
@@ -226,15 +267,17 @@ impl<'t> AnalyticalNetwork<'t> {
     fn slowest_message(
         &self,
         messages: &[(RankId, RankId, u64)],
+        routes: &[Route],
         bytes: Bytes,
         den: u64,
         alone: bool,
+        with_latency: bool,
     ) -> Result<SimDuration, NetworkError> {
         let mut step = SimDuration::ZERO;
-        for &(src, dst, num) in messages {
+        for (&(_, _, num), route) in messages.iter().zip(routes) {
             let mut latency = SimDuration::ZERO;
             let mut serialization = SimDuration::ZERO;
-            for &link in self.route(src, dst)?.iter() {
+            for &link in route.iter() {
                 let spec = self.topology.link(link);
                 latency = latency.checked_add(spec.latency)?;
                 let load = if alone { num } else { self.link_load[link.0 as usize] };
@@ -245,7 +288,7 @@ impl<'t> AnalyticalNetwork<'t> {
                 })?;
                 serialization = serialization.max(spec.bandwidth.time_to_send_share(shared, den)?);
             }
-            step = step.max(latency.checked_add(serialization)?);
+            step = step.max(if with_latency { latency.checked_add(serialization)? } else { serialization });
         }
         Ok(step)
     }
@@ -260,6 +303,53 @@ impl StepNetwork for AnalyticalNetwork<'_> {
         self.chunk
     }
 
+    fn path_latency(&mut self, src: RankId, dst: RankId) -> Result<SimDuration, CollectiveError> {
+        let route = self.route(src, dst).map_err(|error| CollectiveError::Network(error.to_string()))?;
+        let mut latency = SimDuration::ZERO;
+        for &link in route.iter() {
+            latency = latency.saturating_add(self.topology.link(link).latency);
+        }
+        Ok(latency)
+    }
+
+    fn intra_hop(&self) -> Hop {
+        match self.topology.spec().intra_node {
+            topology::IntraNode::PcieSwitch(_) => Hop::Pci,
+            topology::IntraNode::NvSwitch(_) | topology::IntraNode::NvLinkMesh(_) => Hop::NvLink,
+        }
+    }
+
+    fn message_overhead(&self) -> SimDuration {
+        self.topology.spec().network.transport.message_overhead
+    }
+
+    fn collective_launch(&self) -> SimDuration {
+        self.collective_launch
+    }
+
+    fn protocols(&self) -> ProtocolChoice {
+        self.protocols
+    }
+
+    fn nvls(&self) -> bool {
+        matches!(self.topology.spec().intra_node, topology::IntraNode::NvSwitch(_))
+    }
+
+    fn tuner_fabric(&self) -> Option<TunerFabric> {
+        let spec = self.topology.spec();
+        let gb = |bandwidth: units::Bandwidth| bandwidth.bytes_per_second() / 1e9;
+        let intra = gb(spec.intra_node.link().bandwidth);
+        let nic = spec.network.fabric.terminal_link().map_or(intra, |link| gb(link.bandwidth));
+        Some(TunerFabric {
+            intra,
+            intra_hop: self.intra_hop(),
+            nic,
+            nics_per_node: spec.network.nics_per_node.unwrap_or(spec.gpus_per_node),
+            net_latency_us: self.message_overhead().as_ps() as f64 / 1e6,
+            generation: self.generation,
+        })
+    }
+
     fn step_time(
         &mut self,
         messages: &[(RankId, RankId, u64)],
@@ -267,6 +357,16 @@ impl StepNetwork for AnalyticalNetwork<'_> {
         den: u64,
     ) -> Result<SimDuration, CollectiveError> {
         self.time_step(messages, bytes, den).map_err(|error| CollectiveError::Network(error.to_string()))
+    }
+
+    fn step_transfer_time(
+        &mut self,
+        messages: &[(RankId, RankId, u64)],
+        bytes: Bytes,
+        den: u64,
+    ) -> Result<SimDuration, CollectiveError> {
+        self.time_step_with(messages, bytes, den, false)
+            .map_err(|error| CollectiveError::Network(error.to_string()))
     }
 }
 
@@ -313,7 +413,8 @@ impl Network for AnalyticalNetwork<'_> {
                 time
             }
         };
-        Ok(context.complete_after(time.checked_add(self.collective_launch)?, token)?)
+        // The time includes the collective's fixed cost (launch, or protocol base latency).
+        Ok(context.complete_after(time, token)?)
     }
 
     fn start_memcpy(

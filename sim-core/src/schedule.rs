@@ -10,6 +10,7 @@
 //! |---|---|---|---|
 //! | `ring` (c rail-aligned channels) | allreduce; reduce-scatter, allgather | 2(p-1); p-1 | S/(c p) |
 //! | `double-binary-tree` (two trees, C pipelined chunks) | allreduce | C + 2h - 1 | S/(2C) |
+//! | `tree` (NCCL: chain in each server, double binary tree across servers, c channels) | allreduce | C + 2H - 1 | S/(2cC) |
 //! | `halving-doubling` (Rabenseifner) | allreduce | 2 log2 p (+2 if p is not a power of 2) | S/2 ... S/p ... S/2 |
 //! | `recursive-doubling` | allreduce | log2 p (+2) | S |
 //! | `hierarchical` (intra-server RS, inter-server ring AR, intra-server AG) | allreduce | 2(g-1) + 2(n-1) | S/g, S/(g n) |
@@ -19,7 +20,8 @@
 //! | `direct` | all-to-all | 1 | S/p to each peer |
 //!
 //! Here h is the height of a binary tree over p members (floor(log2 p)), g the members per
-//! server and n the servers. Pipelined algorithms cut the buffer into chunks of at most the
+//! server, n the servers, c the channels (the fewest members on one server) and H = g - 1 +
+//! floor(log2 n) the height of NCCL's tree. Pipelined algorithms cut the buffer into chunks of at most the
 //! chunk size ([`CHUNK_BYTES`] unless [`Schedule::with_chunk`] says otherwise;
 //! C = ceil(message / chunk), at least 1).
 
@@ -59,12 +61,107 @@ enum Pattern {
     /// Two heap-ordered binary trees (the second over the reversed group), each reducing then
     /// broadcasting half the buffer in pipelined chunks.
     DoubleTree { chunks: u64, height: u32 },
+    /// Pipelined trees of any shape (one per lane), reducing then broadcasting in chunks.
+    Trees { chunks: u64, height: u32, shapes: Vec<TreeShape> },
     /// In step t, position i sends to i+t+1 and receives from i-t-1.
     Pairwise,
     /// One step: everyone sends to everyone.
     Direct,
     /// Servers of `g` members, `n` servers, lane in server-major order.
     Hierarchical { g: u32, n: u32 },
+}
+
+/// The shape of one tree over a lane's positions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct TreeShape {
+    /// Parent of each position (`u32::MAX` for the root).
+    parent: Vec<u32>,
+    /// Depth of each position (the root is 0).
+    depth: Vec<u32>,
+    /// Children of position i: `children[child_start[i]..child_start[i + 1]]`.
+    child_start: Vec<u32>,
+    children: Vec<u32>,
+}
+
+impl TreeShape {
+    fn new(parent: Vec<u32>) -> TreeShape {
+        let p = parent.len();
+        let mut depth = vec![u32::MAX; p];
+        // Parents come before children in every lane built here, but do not rely on it.
+        fn depth_of(i: usize, parent: &[u32], depth: &mut [u32]) -> u32 {
+            if depth[i] != u32::MAX {
+                return depth[i];
+            }
+            let d = if parent[i] == u32::MAX { 0 } else { depth_of(parent[i] as usize, parent, depth) + 1 };
+            depth[i] = d;
+            d
+        }
+        for i in 0..p {
+            depth_of(i, &parent, &mut depth);
+        }
+        let mut counts = vec![0u32; p + 1];
+        for &q in parent.iter().filter(|&&q| q != u32::MAX) {
+            counts[q as usize + 1] += 1;
+        }
+        for i in 0..p {
+            counts[i + 1] += counts[i];
+        }
+        let child_start = counts.clone();
+        let mut fill = counts;
+        let mut children = vec![0u32; child_start[p] as usize];
+        for (i, &q) in parent.iter().enumerate() {
+            if q != u32::MAX {
+                children[fill[q as usize] as usize] = i as u32;
+                fill[q as usize] += 1;
+            }
+        }
+        TreeShape { parent, depth, child_start, children }
+    }
+
+    fn children(&self, position: u32) -> &[u32] {
+        let i = position as usize;
+        &self.children[self.child_start[i] as usize..self.child_start[i + 1] as usize]
+    }
+}
+
+/// NCCL's trees over `group`: for each of `c` channels (the fewest members on one server),
+/// two trees. Inside a server the members form a chain from the channel's head (the member at
+/// local index `j`, rotated like ring channels so every channel leaves through another GPU
+/// and NIC); the heads form a binary tree across servers in heap order, the second tree over
+/// the servers in reverse order (a double binary tree: the first tree's inner servers are
+/// mostly the second's leaves).
+fn nccl_trees(servers: &[(u32, Vec<RankId>)]) -> (Vec<Vec<RankId>>, Vec<TreeShape>) {
+    let channels = servers.iter().map(|(_, m)| m.len()).min().unwrap_or(1).max(1);
+    let mut lanes = Vec::with_capacity(2 * channels);
+    let mut shapes = Vec::with_capacity(2 * channels);
+    for j in 0..channels {
+        for mirrored in [false, true] {
+            let order: Vec<usize> =
+                if mirrored { (0..servers.len()).rev().collect() } else { (0..servers.len()).collect() };
+            let mut lane = Vec::new();
+            let mut parent = Vec::new();
+            let mut heads = Vec::with_capacity(order.len());
+            for (q, &server) in order.iter().enumerate() {
+                let members = &servers[server].1;
+                let rotation = j % members.len();
+                let head = lane.len() as u32;
+                heads.push(head);
+                for (offset, &rank) in members[rotation..].iter().chain(&members[..rotation]).enumerate() {
+                    lane.push(rank);
+                    parent.push(if offset > 0 {
+                        head + offset as u32 - 1
+                    } else if q > 0 {
+                        heads[(q - 1) / 2]
+                    } else {
+                        u32::MAX
+                    });
+                }
+            }
+            lanes.push(lane);
+            shapes.push(TreeShape::new(parent));
+        }
+    }
+    (lanes, shapes)
 }
 
 /// Which halves of halving-doubling run: both for an allreduce, the recursive-halving
@@ -196,6 +293,15 @@ impl Schedule {
                 let steps = (chunks + 2 * u64::from(height) - 1) as u32;
                 (vec![group.to_vec(), reversed], Pattern::DoubleTree { chunks, height }, steps, 2 * chunks)
             }
+            (A::Tree, _) => {
+                let servers = members_by_server(group, &node_of)?;
+                let (lanes, shapes) = nccl_trees(&servers);
+                let lane_count = lanes.len() as u64;
+                let chunks = chunks(bytes.0.div_ceil(lane_count));
+                let height = shapes.iter().flat_map(|s| s.depth.iter().copied()).max().unwrap_or(0);
+                let steps = (chunks + 2 * u64::from(height) - 1) as u32;
+                (lanes, Pattern::Trees { chunks, height, shapes }, steps, lane_count * chunks)
+            }
             (A::Hierarchical, _) => match servers(group, &node_of)? {
                 Some((lane, g, n)) => {
                     let steps = 2 * (g - 1) + 2 * (n - 1);
@@ -250,12 +356,104 @@ impl Schedule {
         matches!(self.pattern, Pattern::Ring) || self.steps <= 1
     }
 
+    /// The steps to time, each with how many steps it stands for: every step once, except
+    /// that identical steps are timed once. A ring's steps are all alike; a pipelined tree's
+    /// are alike from step 2h to step C-1, where every edge carries a chunk both ways (it
+    /// reduces chunk t - (h - d) and broadcasts chunk t - (h + d) at depth d).
+    pub fn step_weights(&self) -> Vec<(u32, u64)> {
+        if self.steps == 0 {
+            return Vec::new();
+        }
+        if self.steps_are_identical() {
+            return vec![(0, u64::from(self.steps))];
+        }
+        let steady = match self.pattern {
+            Pattern::DoubleTree { chunks, height } | Pattern::Trees { chunks, height, .. } => {
+                let first = 2 * u64::from(height);
+                (chunks > first + 1).then_some((first as u32, chunks as u32))
+            }
+            _ => None,
+        };
+        match steady {
+            Some((first, end)) => (0..first)
+                .map(|step| (step, 1))
+                .chain(std::iter::once((first, u64::from(end - first))))
+                .chain((end..self.steps).map(|step| (step, 1)))
+                .collect(),
+            None => (0..self.steps).map(|step| (step, 1)).collect(),
+        }
+    }
+
+    /// The edges of a pipelined tree (NCCL's) with the messages each carries over the whole
+    /// collective: every chunk once up from each member to its parent and once down to it
+    /// (each message `1 / den` of the buffer); `None` for other schedules.
+    pub fn tree_edges(&self) -> Option<Vec<(RankId, RankId, u64)>> {
+        let Pattern::Trees { chunks, ref shapes, .. } = self.pattern else { return None };
+        let mut edges = Vec::new();
+        for (lane, shape) in self.lanes.iter().zip(shapes) {
+            for (position, &parent) in shape.parent.iter().enumerate() {
+                if parent != u32::MAX {
+                    edges.push((lane[position], lane[parent as usize], chunks));
+                    edges.push((lane[parent as usize], lane[position], chunks));
+                }
+            }
+        }
+        Some(edges)
+    }
+
+    /// For a pipeline whose latency is paid once along its critical path (NCCL's tree, which
+    /// keeps several chunks in flight on every edge): the hops of the first chunk's journey,
+    /// level by level (up from the deepest members, then down from the roots), each level
+    /// as the (sender, receiver) pairs that carry it; `None` for other schedules, whose steps
+    /// each pay their latency.
+    pub fn critical_hops(&self) -> Option<Vec<Vec<(RankId, RankId)>>> {
+        let Pattern::Trees { height, ref shapes, .. } = self.pattern else { return None };
+        let mut levels = vec![Vec::new(); 2 * height as usize];
+        for (lane, shape) in self.lanes.iter().zip(shapes) {
+            for (position, &parent) in shape.parent.iter().enumerate() {
+                if parent == u32::MAX {
+                    continue;
+                }
+                let depth = shape.depth[position] as usize;
+                let (me, up) = (lane[position], lane[parent as usize]);
+                // Reduce: depth d sends up at level h - d; broadcast: its parent sends down
+                // at level h + d - 1.
+                levels[height as usize - depth].push((me, up));
+                levels[height as usize + depth - 1].push((up, me));
+            }
+        }
+        Some(levels)
+    }
+
     /// Appends the messages member `position` of `lane` sends and receives in `step`.
     pub fn messages(&self, lane: usize, step: u32, position: u32, out: &mut Vec<Message>) {
         let p = self.lanes[lane].len() as u32;
         let send = |peer: u32, num: u64| Message { peer, send: true, num };
         let receive = |peer: u32, num: u64| Message { peer, send: false, num };
         match self.pattern {
+            Pattern::Trees { chunks, height, ref shapes } => {
+                let shape = &shapes[lane];
+                let in_range = |chunk: i64| (0..chunks as i64).contains(&chunk);
+                let (t, h) = (i64::from(step), i64::from(height));
+                let d = i64::from(shape.depth[position as usize]);
+                let parent = shape.parent[position as usize];
+                // As the double binary tree: depth d reduces chunk t - (h - d) to its parent
+                // and broadcasts chunk t - (h + d) to its children.
+                if parent != u32::MAX && in_range(t - (h - d)) {
+                    out.push(send(parent, 1));
+                }
+                for &child in shape.children(position) {
+                    if in_range(t - (h - d - 1)) {
+                        out.push(receive(child, 1));
+                    }
+                    if in_range(t - (h + d)) {
+                        out.push(send(child, 1));
+                    }
+                }
+                if parent != u32::MAX && in_range(t - (h + d - 1)) {
+                    out.push(receive(parent, 1));
+                }
+            }
             Pattern::Ring => {
                 out.push(send((position + 1) % p, 1));
                 out.push(receive((position + p - 1) % p, 1));
@@ -445,6 +643,9 @@ mod tests {
             (K::AllGather, A::HalvingDoubling, 1),
             (K::AllReduce, A::RecursiveDoubling, 1),
             (K::AllReduce, A::DoubleBinaryTree, 1),
+            (K::AllReduce, A::Tree, 1),
+            (K::AllReduce, A::Tree, 4),
+            (K::AllReduce, A::Tree, 3),
             (K::AllReduce, A::Hierarchical, 4),
             (K::Broadcast { root: p / 2 }, A::BinomialTree, 1),
             (K::Reduce { root: p - 1 }, A::BinomialTree, 1),
@@ -541,6 +742,44 @@ mod tests {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn tree_edges_carry_every_chunk_both_ways() {
+        let s = schedule(CollectiveKind::AllReduce, CollectiveAlgorithm::Tree, 12, 4, 256 << 20);
+        let mut counted: std::collections::BTreeMap<(RankId, RankId), u64> = Default::default();
+        let mut messages = Vec::new();
+        for step in 0..s.steps() {
+            messages.clear();
+            s.step_messages(step, &mut messages);
+            for &(src, dst, _) in &messages {
+                *counted.entry((src, dst)).or_insert(0) += 1;
+            }
+        }
+        let mut listed: std::collections::BTreeMap<(RankId, RankId), u64> = Default::default();
+        for (src, dst, count) in s.tree_edges().unwrap() {
+            *listed.entry((src, dst)).or_insert(0) += count;
+        }
+        assert_eq!(counted, listed);
+    }
+
+    #[test]
+    fn steady_tree_steps_are_alike() {
+        // Every step from 2h to C-1 has the same messages as step 2h.
+        for algorithm in [CollectiveAlgorithm::DoubleBinaryTree, CollectiveAlgorithm::Tree] {
+            let s = schedule(CollectiveKind::AllReduce, algorithm, 12, 4, 256 << 20);
+            let weights = s.step_weights();
+            assert_eq!(weights.iter().map(|w| w.1).sum::<u64>(), u64::from(s.steps()));
+            let &(first, count) = weights.iter().find(|w| w.1 > 1).expect("a steady range");
+            let messages = |step| {
+                let mut out = Vec::new();
+                s.step_messages(step, &mut out);
+                out
+            };
+            for step in first..first + count as u32 {
+                assert_eq!(messages(step), messages(first), "{algorithm:?} step {step}");
             }
         }
     }

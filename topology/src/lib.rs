@@ -115,7 +115,9 @@ use petgraph::visit::EdgeRef;
 use units::{Bandwidth, SimDuration};
 
 pub use error::TopologyError;
-pub use spec::{CascadeSpec, DragonflySpec, FabricSpec, NetworkSpec, Routing, XgftSpec};
+pub use spec::{
+    CascadeSpec, DragonflySpec, FabricSpec, NetworkSpec, Routing, Transport, TransportKind, XgftSpec,
+};
 pub use summary::{PathLengths, TopologySummary};
 
 use fabric::{Fabric, Wiring, backward, forward, pair_index};

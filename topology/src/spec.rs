@@ -7,6 +7,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+use units::SimDuration;
+
 use crate::{LinkSpec, TopologyError};
 
 /// The network between servers: its fabric, its routing and how servers attach to it.
@@ -27,6 +29,94 @@ pub struct NetworkSpec {
     /// The PCIe link between a GPU and its NIC; used (and required) only when GPUs share NICs
     /// (`nics_per_node` less than the GPUs per server).
     pub gpu_to_nic: Option<LinkSpec>,
+    /// The transport the communication library runs over the fabric, and its costs.
+    pub transport: Transport,
+}
+
+/// The kind of transport between servers: what carries a communication library's messages
+/// over the fabric (NCCL's net plugin).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TransportKind {
+    /// InfiniBand verbs with GPUDirect RDMA (NCCL's `IB` transport).
+    #[default]
+    InfiniBand,
+    /// RDMA over Converged Ethernet (NCCL's `IB` transport on RoCE NICs).
+    Roce,
+    /// TCP-based GPUDirect (GCP's GPUDirect-TCPX / TCPXO net plugins).
+    TcpDirect,
+    /// Plain TCP sockets through host memory (NCCL's `Socket` transport).
+    Ethernet,
+}
+
+impl TransportKind {
+    /// Every kind, in the order error messages list them.
+    pub const ALL: [TransportKind; 4] =
+        [TransportKind::InfiniBand, TransportKind::Roce, TransportKind::TcpDirect, TransportKind::Ethernet];
+
+    /// The name scenario files use.
+    pub const fn name(self) -> &'static str {
+        match self {
+            TransportKind::InfiniBand => "infiniband",
+            TransportKind::Roce => "roce",
+            TransportKind::TcpDirect => "tcp-direct",
+            TransportKind::Ethernet => "ethernet",
+        }
+    }
+
+    /// The software cost of one message over the fabric on top of NCCL's own per-hop network
+    /// latencies (which NCCL measured on InfiniBand): zero for RDMA transports; for TCP-based
+    /// ones the proxy/network-thread cost of every message. `tcp-direct`'s 50 us comes from
+    /// the one published TCPXO curve in `data/validation` (its small-size floor), so that
+    /// floor does not validate it; plain sockets add their copies through host memory on top.
+    pub const fn default_message_overhead(self) -> SimDuration {
+        match self {
+            TransportKind::InfiniBand | TransportKind::Roce => SimDuration::ZERO,
+            TransportKind::TcpDirect => SimDuration::from_us(50),
+            TransportKind::Ethernet => SimDuration::from_us(60),
+        }
+    }
+}
+
+impl fmt::Display for TransportKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for TransportKind {
+    type Err = TopologyError;
+    fn from_str(input: &str) -> Result<TransportKind, TopologyError> {
+        TransportKind::ALL.into_iter().find(|k| k.name() == input).ok_or_else(|| TopologyError::Invalid {
+            parameter: "transport",
+            problem: format!(
+                "unknown transport {input:?}; valid: {}",
+                TransportKind::ALL.map(|k| format!("{:?}", k.name())).join(", ")
+            ),
+        })
+    }
+}
+
+/// The transport between servers and what it costs beyond the links' latency and bandwidth.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Transport {
+    /// What carries the messages.
+    pub kind: TransportKind,
+    /// Software cost per message per network hop, added to every step of a collective that
+    /// crosses the fabric (see [`TransportKind::default_message_overhead`]).
+    pub message_overhead: SimDuration,
+}
+
+impl Transport {
+    /// `kind` with its default costs.
+    pub const fn new(kind: TransportKind) -> Transport {
+        Transport { kind, message_overhead: kind.default_message_overhead() }
+    }
+}
+
+impl Default for Transport {
+    fn default() -> Transport {
+        Transport::new(TransportKind::InfiniBand)
+    }
 }
 
 impl NetworkSpec {
@@ -43,6 +133,7 @@ impl NetworkSpec {
             nics_per_node: None,
             rail_optimized: false,
             gpu_to_nic: None,
+            transport: Transport::default(),
         }
     }
 }
@@ -88,6 +179,20 @@ pub enum FabricSpec {
 }
 
 impl FabricSpec {
+    /// The link between a terminal (a NIC) and the fabric (`None` for a fat-tree without
+    /// levels, which [`crate::Topology::build`] refuses).
+    pub fn terminal_link(&self) -> Option<LinkSpec> {
+        match self {
+            FabricSpec::Switch { link }
+            | FabricSpec::Torus { link, .. }
+            | FabricSpec::Ring { link }
+            | FabricSpec::FullyConnected { link } => Some(*link),
+            FabricSpec::FatTree(spec) => spec.links.first().copied(),
+            FabricSpec::Dragonfly(spec) => Some(spec.terminal),
+            FabricSpec::CascadeDragonfly(spec) => Some(spec.terminal),
+        }
+    }
+
     /// The fabric's name, as scenario files and messages write it.
     pub fn name(&self) -> &'static str {
         match self {

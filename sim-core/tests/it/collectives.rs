@@ -7,6 +7,7 @@ use sim_core::exec::run;
 use sim_core::flow::FlowNetwork;
 use sim_core::graph::{CollectiveAlgorithm, CollectiveKind, RankId};
 use sim_core::network::AnalyticalNetwork;
+use sim_core::protocol::ProtocolChoice;
 use sim_core::units::Bytes;
 use topology::{ClusterSpec, FabricSpec, IntraNode, LinkSpec, NetworkSpec, Topology, XgftSpec};
 
@@ -83,31 +84,34 @@ fn ring_bus_bandwidth_approaches_the_link_bandwidth() {
 
 #[test]
 fn auto_picks_the_tree_for_small_and_the_ring_for_large_allreduces_across_servers() {
+    // As NCCL's tuner does, with its protocols: its per-channel tree bandwidth caps make the
+    // ring win large allreduces across servers.
     let topology = dgx(4);
     let group: Vec<RankId> = (0..32).map(RankId).collect();
-    let mut network = AnalyticalNetwork::new(&topology);
+    let mut network = AnalyticalNetwork::new(&topology).with_protocols(ProtocolChoice::Auto);
     let mut crossover = None;
     let mut previous = None;
     for power in 10..=32 {
         let bytes = Bytes(1 << power);
-        let chosen = choose(CollectiveKind::AllReduce, bytes, &group, &mut network).unwrap();
+        let chosen = choose(CollectiveKind::AllReduce, bytes, &group, &mut network).unwrap().algorithm;
         if power == 10 {
-            assert_eq!(chosen, CollectiveAlgorithm::DoubleBinaryTree, "1 KiB");
+            assert_eq!(chosen, CollectiveAlgorithm::Tree, "1 KiB");
         }
-        if previous == Some(CollectiveAlgorithm::DoubleBinaryTree) && chosen == CollectiveAlgorithm::Ring {
+        if previous == Some(CollectiveAlgorithm::Tree) && chosen == CollectiveAlgorithm::Ring {
             crossover = Some(bytes);
         }
         previous = Some(chosen);
     }
     assert_eq!(previous, Some(CollectiveAlgorithm::Ring), "4 GiB");
     println!("tree up to, ring from {}", crossover.unwrap());
-    // Auto never does worse than either candidate.
+    // Without protocols, auto is the fastest candidate on the links alone.
+    let mut network = AnalyticalNetwork::new(&topology);
     for bytes in [1u64 << 12, 1 << 20, 1 << 26, 1 << 30] {
         let mut time = |algorithm| {
             analytical_time(CollectiveKind::AllReduce, algorithm, Bytes(bytes), &group, &mut network).unwrap()
         };
         let auto = time(CollectiveAlgorithm::Auto);
-        assert_eq!(auto, time(CollectiveAlgorithm::Ring).min(time(CollectiveAlgorithm::DoubleBinaryTree)));
+        assert_eq!(auto, time(CollectiveAlgorithm::Ring).min(time(CollectiveAlgorithm::Tree)));
     }
 }
 
@@ -314,4 +318,75 @@ fn the_chunk_size_sets_the_pipeline_depth() {
         assert_eq!(analytical.as_ps(), expected, "chunk {chunk}");
         assert!(flow.as_ps().abs_diff(expected) < 100, "chunk {chunk}: flow {flow} vs {expected} ps");
     }
+}
+
+#[test]
+fn all_to_all_pays_a_protocol_hop_per_peer() {
+    // NCCL posts one send and one receive per peer: on one DGX-like server with LL, each
+    // further peer adds LL's 0.6 us NVLink hop (the data of 8 bytes is negligible).
+    let topology = dgx(1);
+    let mut network = AnalyticalNetwork::new(&topology)
+        .with_protocols(ProtocolChoice::Only(sim_core::protocol::Protocol::Ll))
+        .with_collective_launch(sim_core::units::SimDuration::from_ns(8_400));
+    let mut time = |ranks: u32| {
+        let group: Vec<RankId> = (0..ranks).map(RankId).collect();
+        analytical_time(CollectiveKind::AllToAll, CollectiveAlgorithm::Direct, Bytes(8), &group, &mut network)
+            .unwrap()
+            .as_ps() as f64
+            / 1e6
+    };
+    let (four, eight) = (time(4), time(8));
+    assert!((eight - four - 4.0 * 0.6).abs() < 0.01, "4 ranks {four} us, 8 ranks {eight} us");
+    // LL's base latency (6.6 us) and one hop over the NVSwitch (2 x 0.7 us) come first.
+    assert!((four - (6.6 + 1.4 + 2.0 * 0.6)).abs() < 0.01, "{four} us");
+}
+
+#[test]
+fn nccl_tree_steady_form_is_its_closed_form_alone_and_slows_under_contention() {
+    use CollectiveAlgorithm as A;
+    use CollectiveKind as K;
+    let topology = dgx(4);
+    for bytes in [1u64 << 20, 64 << 20, 1 << 30] {
+        let graph = lone_collective(32, K::AllReduce, A::Tree, Bytes(bytes));
+        let analytical =
+            run(&graph, &mut AnalyticalNetwork::new(&topology)).unwrap().makespan().as_secs_f64();
+        let steps = run(&graph, &mut FlowNetwork::new(&topology)).unwrap().makespan().as_secs_f64();
+        let mut network = FlowNetwork::new(&topology).steady_state().audited();
+        let steady = run(&graph, &mut network).unwrap();
+        assert_eq!(network.audit().unwrap().violation, None);
+        let seconds = steady.makespan().as_secs_f64();
+        println!(
+            "tree {bytes} B: analytical {analytical:.6} s, packet-steps {steps:.6} s ({:+.2}%), steady {seconds:.6} s, {} events",
+            100.0 * (steps - analytical) / analytical,
+            steady.events
+        );
+        assert!(
+            (seconds - analytical).abs() / analytical < 1e-4,
+            "{bytes}: steady {seconds} vs analytical {analytical}"
+        );
+        assert!(steady.events < 200, "{} events", steady.events);
+    }
+    // A 1 GiB transfer out of GPU 0 (channel 0's head in its server) shares its NIC.
+    let bytes = Bytes(256 << 20);
+    let mut builder = sim_core::graph::GraphBuilder::new(32);
+    let group = builder.add_group((0..32).map(RankId).collect());
+    let collective = builder.add_collective(sim_core::graph::Collective {
+        kind: K::AllReduce,
+        group,
+        bytes,
+        algorithm: A::Tree,
+    });
+    for rank in 0..32 {
+        builder.collective(RankId(rank), sim_core::graph::StreamId(0), collective, "allreduce", &[]);
+    }
+    builder.transfer(RankId(0), sim_core::graph::StreamId(1), RankId(8), Bytes(1 << 30), "bulk", &[]);
+    let contended = builder.build().unwrap();
+    let alone = lone_collective(32, K::AllReduce, A::Tree, bytes);
+    let time = |graph: &sim_core::graph::ExecGraph| {
+        let timeline = run(graph, &mut FlowNetwork::new(&topology).steady_state()).unwrap();
+        timeline.end.iter().take(32).map(|end| end.since_start().as_secs_f64()).fold(0.0, f64::max)
+    };
+    let (quiet, busy) = (time(&alone), time(&contended));
+    println!("tree 256 MiB alone {quiet:.6} s, beside a 1 GiB transfer {busy:.6} s");
+    assert!(busy > quiet * 1.05, "alone {quiet} s, contended {busy} s");
 }

@@ -101,6 +101,7 @@ fn build(case: &Case, routing: Routing) -> Topology {
             nics_per_node: case.nics,
             rail_optimized: case.rails,
             gpu_to_nic: Some(LinkSpec::new("32 GB/s".parse().unwrap(), "0.5 us".parse().unwrap())),
+            transport: topology::Transport::default(),
         },
         host_memory: None,
     })

@@ -4,7 +4,10 @@
 
 use serde::Deserialize;
 use sim_core::units::{Bandwidth, SimDuration};
-use topology::{CascadeSpec, DragonflySpec, FabricSpec, LinkSpec, NetworkSpec, Routing, XgftSpec};
+use topology::{
+    CascadeSpec, DragonflySpec, FabricSpec, LinkSpec, NetworkSpec, Routing, Transport, TransportKind,
+    XgftSpec,
+};
 
 use super::LinkSection;
 
@@ -37,6 +40,9 @@ pub(super) struct NetworkSection {
     global_bandwidth: Option<Bandwidth>,
     global_latency: Option<SimDuration>,
     dims: Option<Vec<u32>>,
+    transport: Option<String>,
+    message_overhead: Option<SimDuration>,
+    efficiency: Option<f64>,
 }
 
 /// The topologies `cluster.network.topology` accepts, with the keys each one uses besides the
@@ -74,6 +80,9 @@ const COMMON: &[&str] = &[
     "nics-per-node",
     "rail-optimized",
     "gpu-to-nic",
+    "transport",
+    "message-overhead",
+    "efficiency",
 ];
 
 /// A problem with one key of `[cluster.network]`: the key (without the `cluster.network.`
@@ -83,7 +92,7 @@ pub(super) type KeyError = (&'static str, String);
 impl NetworkSection {
     /// The keys present in the file, as written there.
     fn present(&self) -> Vec<&'static str> {
-        let flags: [(&'static str, bool); 25] = [
+        let flags: [(&'static str, bool); 28] = [
             ("topology", self.topology.is_some()),
             ("link-bandwidth", self.link_bandwidth.is_some()),
             ("link-latency", self.link_latency.is_some()),
@@ -109,6 +118,9 @@ impl NetworkSection {
             ("global-bandwidth", self.global_bandwidth.is_some()),
             ("global-latency", self.global_latency.is_some()),
             ("dims", self.dims.is_some()),
+            ("transport", self.transport.is_some()),
+            ("message-overhead", self.message_overhead.is_some()),
+            ("efficiency", self.efficiency.is_some()),
         ];
         flags.into_iter().filter(|&(_, present)| present).map(|(key, _)| key).collect()
     }
@@ -135,6 +147,21 @@ impl NetworkSection {
                 format!("does not apply to topology {topology:?}; its keys are: {}", valid.join(", ")),
             ));
         }
+        let efficiency = self.efficiency.unwrap_or(1.0);
+        if !(efficiency.is_finite() && efficiency > 0.0 && efficiency <= 1.0) {
+            return Err((
+                "efficiency",
+                format!("{efficiency} is not a fraction in (0, 1] of the links' line rate"),
+            ));
+        }
+        let kind = match &self.transport {
+            Some(name) => name.parse::<TransportKind>().map_err(|e| ("transport", e.to_string()))?,
+            None => TransportKind::default(),
+        };
+        let transport = Transport {
+            kind,
+            message_overhead: self.message_overhead.unwrap_or(kind.default_message_overhead()),
+        };
         let link = LinkSpec::new(
             self.link_bandwidth.unwrap_or(default_link.bandwidth),
             self.link_latency.unwrap_or(default_link.latency),
@@ -243,7 +270,9 @@ impl NetworkSection {
                 section.latency.unwrap_or(default_gpu_to_nic.latency),
             )
         });
+        let fabric = scale_fabric(fabric, efficiency)?;
         Ok(NetworkSpec {
+            transport,
             fabric,
             routing,
             nics_per_node: self.nics_per_node,
@@ -304,4 +333,43 @@ impl NetworkSection {
         }
         Ok(())
     }
+}
+
+/// `fabric` with every cable carrying `efficiency` of its line rate (`efficiency` key: what
+/// the transport delivers of the links' signalling rate).
+fn scale_fabric(fabric: FabricSpec, efficiency: f64) -> Result<FabricSpec, KeyError> {
+    if efficiency == 1.0 {
+        return Ok(fabric);
+    }
+    let scale = |link: LinkSpec| -> Result<LinkSpec, KeyError> {
+        let bits = (link.bandwidth.bits_per_second() as f64 * efficiency).round() as u64;
+        let bandwidth = Bandwidth::from_bits_per_second(bits).ok_or((
+            "efficiency",
+            format!("{efficiency} of {} is not a representable bandwidth", link.bandwidth),
+        ))?;
+        Ok(LinkSpec::new(bandwidth, link.latency))
+    };
+    Ok(match fabric {
+        FabricSpec::Switch { link } => FabricSpec::Switch { link: scale(link)? },
+        FabricSpec::Ring { link } => FabricSpec::Ring { link: scale(link)? },
+        FabricSpec::FullyConnected { link } => FabricSpec::FullyConnected { link: scale(link)? },
+        FabricSpec::Torus { dims, link } => FabricSpec::Torus { dims, link: scale(link)? },
+        FabricSpec::FatTree(mut spec) => {
+            spec.links = spec.links.into_iter().map(scale).collect::<Result<_, _>>()?;
+            FabricSpec::FatTree(spec)
+        }
+        FabricSpec::Dragonfly(spec) => FabricSpec::Dragonfly(DragonflySpec {
+            terminal: scale(spec.terminal)?,
+            local: scale(spec.local)?,
+            global: scale(spec.global)?,
+            ..spec
+        }),
+        FabricSpec::CascadeDragonfly(spec) => FabricSpec::CascadeDragonfly(CascadeSpec {
+            terminal: scale(spec.terminal)?,
+            green: scale(spec.green)?,
+            black: scale(spec.black)?,
+            blue: scale(spec.blue)?,
+            ..spec
+        }),
+    })
 }

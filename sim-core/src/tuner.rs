@@ -1,0 +1,370 @@
+//! NCCL's tuner: how NCCL picks the algorithm and protocol of an allreduce.
+//!
+//! NCCL does not simulate its algorithms to choose among them: at initialisation it fills a
+//! table of `latency` and `bandwidth` per (algorithm, protocol) from the topology it detected
+//! (`ncclTopoTuneModel` in `src/graph/tuning.cc`) and runs, for every collective, the entry
+//! with the smallest `latency + size / bandwidth` (`ncclTopoGetAlgoTime`). This module is that
+//! model, with the topology's numbers (channels and their bandwidths) derived from parasim's
+//! [`TunerFabric`] instead of NCCL's graph search:
+//!
+//! - **Channels and their bandwidth.** Inside one server, one channel per NVLink
+//!   (per-GPU NVLink bandwidth over NCCL's per-link rate, `SM80_NVLINK_BW` = 20 GB/s and
+//!   friends in `src/graph/topo.h`); across servers, one channel per NIC, each at the smaller of
+//!   its NIC's rate and its share of the GPU's intra-server bandwidth.
+//! - **Bus bandwidth** `channels x bandwidth`, then NCCL's refinements: LL rings at half of it
+//!   and at most `llMaxBw`; LL128 rings at 0.92 of it and at most 20-40 GB/s per channel;
+//!   trees at 0.92 of it and at most `perChMaxTreeBw` per channel, LL trees at 1/3.8 of it,
+//!   LL128 trees at 120/128 (7/9 in one server); a ring's algorithm bandwidth is
+//!   `ranks / steps` of it, a tree's half. Medium-sized trees are further corrected by NCCL's
+//!   `treeCorrectionFactor` table.
+//! - **Latency**: the base latency of the (algorithm, protocol) plus, for a ring,
+//!   `2(p-1)` hop latencies (the `2(n-1)` hops between servers at the network's, the others at
+//!   least at the network post overhead), for a tree `2((ppn - 1) intra + log2(n) inter)`;
+//!   the network latency adds the transport's message overhead (twice for Simple, whose data
+//!   is flushed). Rings across servers in their bandwidth regime pay 1.4 times their latency.
+//!
+//! The CPU-dependent LL bandwidth of NCCL's table is taken for Intel hosts.
+
+use crate::graph::CollectiveAlgorithm;
+use crate::protocol::{Family, Hop, Protocol};
+
+/// GPU generations, as NCCL's tuning tables index them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GpuGeneration {
+    /// Volta (sm70).
+    Volta,
+    /// Ampere (sm80).
+    #[default]
+    Ampere,
+    /// Hopper (sm90).
+    Hopper,
+    /// Blackwell (sm100).
+    Blackwell,
+}
+
+impl GpuGeneration {
+    fn index(self) -> usize {
+        match self {
+            GpuGeneration::Volta => 0,
+            GpuGeneration::Ampere => 1,
+            GpuGeneration::Hopper => 2,
+            GpuGeneration::Blackwell => 3,
+        }
+    }
+
+    /// NCCL's data rate of one NVLink (GB/s, `src/graph/topo.h`).
+    pub fn nvlink_rate(self) -> f64 {
+        match self {
+            GpuGeneration::Volta | GpuGeneration::Ampere => 20.0,
+            GpuGeneration::Hopper => 20.6,
+            GpuGeneration::Blackwell => 40.1,
+        }
+    }
+
+    /// The generation of a device by its catalog name (`a100-sxm4-80gb`, `h100-...`, ...);
+    /// Ampere when the name says nothing NCCL would distinguish.
+    pub fn of_device(name: &str) -> GpuGeneration {
+        let name = name.to_ascii_lowercase();
+        if name.starts_with("v100") {
+            GpuGeneration::Volta
+        } else if name.starts_with("h100") || name.starts_with("h200") || name.starts_with("gh200") {
+            GpuGeneration::Hopper
+        } else if name.starts_with("b100") || name.starts_with("b200") || name.starts_with("gb200") {
+            GpuGeneration::Blackwell
+        } else {
+            GpuGeneration::Ampere
+        }
+    }
+}
+
+/// What NCCL's tuner needs to know about the cluster.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TunerFabric {
+    /// Per-GPU bandwidth inside a server, one direction (GB/s).
+    pub intra: f64,
+    /// Links inside a server.
+    pub intra_hop: Hop,
+    /// Bandwidth of one NIC, one direction (GB/s).
+    pub nic: f64,
+    /// NICs per server.
+    pub nics_per_node: u32,
+    /// The transport's message overhead (us): NCCL's `latencyInter`.
+    pub net_latency_us: f64,
+    /// The GPUs' generation.
+    pub generation: GpuGeneration,
+}
+
+/// NCCL's channels and the bandwidth of each (GB/s): its graph search, simplified (see the
+/// module documentation).
+fn channels(fabric: &TunerFabric, ranks: u32, nodes: u32) -> (f64, f64) {
+    if nodes <= 1 {
+        let channels = (fabric.intra / fabric.generation.nvlink_rate()).round().clamp(1.0, 32.0);
+        (channels, fabric.intra / channels)
+    } else {
+        let ppn = f64::from(ranks) / f64::from(nodes);
+        let channels = f64::from(fabric.nics_per_node.max(1)).min(ppn.max(1.0));
+        (channels, fabric.nic.min(fabric.intra / channels))
+    }
+}
+
+/// NCCL's bus bandwidth of a ring or tree allreduce on the links alone and after its
+/// protocol and per-channel refinements (GB/s).
+fn bus_bandwidths(
+    fabric: &TunerFabric,
+    family: Family,
+    protocol: Protocol,
+    ranks: u32,
+    nodes: u32,
+) -> (f64, f64) {
+    let g = fabric.generation.index();
+    let n_index = if nodes <= 2 { nodes as usize - 1 } else { 2 };
+    let (channels, per_channel) = channels(fabric, ranks, nodes);
+    let link_bus = channels * per_channel;
+    let mut bus = link_bus;
+    const LL_MAX: [[f64; 3]; 4] =
+        [[39.0, 39.0, 20.4], [87.7, 22.5, 19.0], [141.0, 45.0, 35.0], [282.0, 90.0, 70.0]];
+    const RING_LL128: [f64; 4] = [20.0, 20.0, 36.7, 40.0];
+    const TREE_LL128: [[f64; 3]; 4] =
+        [[20.0, 20.0, 20.0], [20.0, 20.0, 20.0], [36.7, 36.7, 29.0], [55.6, 31.67, 20.0]];
+    const TREE: [[f64; 3]; 4] =
+        [[26.5, 18.5, 10.0], [24.0, 23.6, 17.8], [38.7, 41.4, 36.0], [70.0, 42.8, 24.0]];
+    // Single server: the GPU's row; several: the CPU's (Intel).
+    let ll_max = LL_MAX[if nodes == 1 { g } else { 0 }][n_index];
+    match (family, protocol) {
+        (Family::Ring, Protocol::Ll) => bus = ll_max.min(bus * 0.5),
+        (Family::Ring, Protocol::Ll128) => bus = (bus * 0.92).min(channels * RING_LL128[g]),
+        (Family::Ring, Protocol::Simple) => {}
+        (Family::Tree, _) => {
+            bus = (bus * 0.92).min(channels * TREE[g][n_index]);
+            match protocol {
+                Protocol::Ll => bus = (bus / 3.8).min(ll_max),
+                Protocol::Ll128 => {
+                    let factor = if nodes == 1 { 7.0 / 9.0 } else { 120.0 / 128.0 };
+                    bus = (bus * factor).min(channels * TREE_LL128[g][n_index]);
+                }
+                Protocol::Simple => {}
+            }
+        }
+    }
+    (link_bus, bus)
+}
+
+/// How much slower than its links NCCL's model says an allreduce by `algorithm` and
+/// `protocol` moves its data: the links' bus bandwidth over NCCL's refined one (at least 1;
+/// `None` for algorithms the model does not refine). The flow models carry this many bytes
+/// per byte of data, so a protocol's bandwidth share and its per-channel limits hold in
+/// every fidelity, contended or not.
+pub fn allreduce_slowdown(
+    fabric: &TunerFabric,
+    algorithm: CollectiveAlgorithm,
+    protocol: Protocol,
+    ranks: u32,
+    nodes: u32,
+) -> Option<f64> {
+    let family = match algorithm {
+        CollectiveAlgorithm::Ring => Family::Ring,
+        CollectiveAlgorithm::Tree => Family::Tree,
+        _ => return None,
+    };
+    if ranks <= 1 || nodes == 0 {
+        return None;
+    }
+    let (link_bus, bus) = bus_bandwidths(fabric, family, protocol, ranks, nodes);
+    (bus > 0.0).then(|| (link_bus / bus).max(1.0))
+}
+
+/// NCCL's latency (us) and algorithm bandwidth (GB/s) of an allreduce over `ranks` ranks on
+/// `nodes` servers by `algorithm` (ring or tree) and `protocol`, for a collective launch of
+/// `launch_us`; `None` if NCCL would not use the combination.
+pub fn allreduce_model(
+    fabric: &TunerFabric,
+    algorithm: CollectiveAlgorithm,
+    protocol: Protocol,
+    ranks: u32,
+    nodes: u32,
+    launch_us: f64,
+) -> Option<(f64, f64)> {
+    if ranks <= 1 || nodes == 0 {
+        return None;
+    }
+    let family = match algorithm {
+        CollectiveAlgorithm::Ring => Family::Ring,
+        CollectiveAlgorithm::Tree => Family::Tree,
+        CollectiveAlgorithm::Nvls | CollectiveAlgorithm::NvlsTree => {
+            return nvls_model(fabric, algorithm, protocol, ranks, nodes);
+        }
+        _ => return None,
+    };
+    // LL128 needs NVLink inside servers (NCCL enables it up to PATH_NVB).
+    if protocol == Protocol::Ll128 && fabric.intra_hop != Hop::NvLink {
+        return None;
+    }
+    let ppn = f64::from(ranks) / f64::from(nodes);
+    let (_, bus) = bus_bandwidths(fabric, family, protocol, ranks, nodes);
+    let steps = 2.0 * f64::from(ranks - 1);
+    let algbw = if family == Family::Ring { bus * f64::from(ranks) / steps } else { bus * 0.5 };
+    // Latency.
+    let us = |d: units::SimDuration| d.as_ps() as f64 / 1e6;
+    let base =
+        us(protocol.base_latency(family, units::SimDuration::from_ps((launch_us * 1e6).round() as u64)));
+    let intra = us(protocol.hop_latency(family, fabric.intra_hop));
+    let mut inter = us(protocol.hop_latency(if ppn <= 1.0 { Family::Tree } else { family }, Hop::Net))
+        + fabric.net_latency_us;
+    if protocol == Protocol::Simple {
+        inter += fabric.net_latency_us;
+    }
+    let latency = match family {
+        Family::Ring => {
+            let intra = if nodes > 1 { intra.max(us(protocol.ring_net_overhead())) } else { intra };
+            let inter_steps = if nodes == 1 { 0.0 } else { 2.0 * f64::from(nodes - 1) };
+            base + (steps - inter_steps) * intra + inter_steps * inter
+        }
+        Family::Tree => base + 2.0 * ((ppn - 1.0) * intra + f64::from(nodes.ilog2()) * inter),
+    };
+    Some((latency, algbw))
+}
+
+/// NCCL's NVLS channels on NVSwitch 3 systems (`NCCL_NVLS_NCHANNELS`' default).
+const NVLS_CHANNELS: f64 = 16.0;
+
+/// NCCL's model of NVLS (one server) and NVLS-tree (several): Simple protocol only, no base
+/// latency, 25 us over NVLink plus 20.9 us (and the transport's overhead, twice) per tree
+/// level and direction across servers; per channel, the smaller of the switch's rate
+/// (`nvlsEfficiency` of the channel's NVLink share, doubled for allreduce's two pipelined
+/// operations) and the NICs' share (doubled on two servers), NVLS-tree at most
+/// `perChMaxNVLSTreeBw`.
+fn nvls_model(
+    fabric: &TunerFabric,
+    algorithm: CollectiveAlgorithm,
+    protocol: Protocol,
+    ranks: u32,
+    nodes: u32,
+) -> Option<(f64, f64)> {
+    let tree = algorithm == CollectiveAlgorithm::NvlsTree;
+    let efficiency = match fabric.generation {
+        GpuGeneration::Volta | GpuGeneration::Ampere => return None,
+        GpuGeneration::Hopper => 0.85,
+        GpuGeneration::Blackwell => 0.74,
+    };
+    if protocol != Protocol::Simple || fabric.intra_hop != Hop::NvLink || tree != (nodes > 1) {
+        return None;
+    }
+    let channels = NVLS_CHANNELS;
+    let intra = fabric.intra / channels * efficiency * (channels - 1.0) / channels * 2.0;
+    let mut bw = intra;
+    if tree {
+        let nics = fabric.nic * f64::from(fabric.nics_per_node.max(1));
+        let inter = nics / channels * if nodes <= 2 { 2.0 } else { 1.0 };
+        const NVLS_TREE: [[f64; 3]; 4] =
+            [[26.5, 18.5, 10.0], [24.0, 23.6, 17.8], [0.0, 57.7, 45.5], [0.0, 96.0, 80.0]];
+        let n_index = if nodes <= 2 { nodes as usize - 1 } else { 2 };
+        bw = bw.min(inter).min(NVLS_TREE[fabric.generation.index()][n_index]);
+    }
+    let algbw = channels * bw * f64::from(ranks) / (2.0 * f64::from(ranks - 1));
+    let net = 20.9 + 2.0 * fabric.net_latency_us;
+    let latency = 25.0 + if tree { 2.0 * f64::from(nodes.ilog2()) * net } else { 0.0 };
+    Some((latency, algbw))
+}
+
+/// NCCL's estimated time (us) of an allreduce of `bytes` (see [`allreduce_model`]), with its
+/// per-size corrections: medium trees are slower than the model, and rings across servers in
+/// their bandwidth regime pay 1.4 times their latency.
+pub fn allreduce_time(
+    fabric: &TunerFabric,
+    algorithm: CollectiveAlgorithm,
+    protocol: Protocol,
+    ranks: u32,
+    nodes: u32,
+    launch_us: f64,
+    bytes: u64,
+) -> Option<f64> {
+    let (mut latency, mut bandwidth) = allreduce_model(fabric, algorithm, protocol, ranks, nodes, launch_us)?;
+    if bandwidth <= 0.0 {
+        return None;
+    }
+    // NCCL's treeCorrectionFactor (powers of two from 64 B).
+    const CORRECTION: [[f64; 23]; 3] = [
+        [
+            1.0, 1.0, 1.0, 1.0, 0.9, 0.8, 0.7, 0.7, 0.7, 0.7, 0.6, 0.5, 0.4, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9,
+            1.0, 1.0, 1.0, 1.0,
+        ],
+        [
+            1.0, 1.0, 1.0, 1.0, 1.0, 0.9, 0.8, 0.8, 0.8, 0.7, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.8, 0.9, 0.9,
+            0.9, 0.9, 1.0, 1.0,
+        ],
+        [
+            0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.8, 0.7, 0.6, 0.6, 0.5, 0.5, 0.5, 0.5, 0.6, 0.7, 0.8, 0.7,
+            0.7, 0.8, 0.9, 0.9,
+        ],
+    ];
+    let sixty_fourths = bytes >> 6;
+    if algorithm == CollectiveAlgorithm::Tree && sixty_fourths > 0 {
+        let log = sixty_fourths.ilog2() as usize;
+        let row = match protocol {
+            Protocol::Ll => 0,
+            Protocol::Ll128 => 1,
+            Protocol::Simple => 2,
+        };
+        if log < 23 {
+            bandwidth *= CORRECTION[row][log];
+        }
+    }
+    if algorithm == CollectiveAlgorithm::Ring && protocol == Protocol::Simple && nodes > 1 {
+        let channels = channels(fabric, ranks, nodes).0 as u64;
+        if bytes / (channels * u64::from(ranks)).max(1) >= 64 {
+            latency *= if fabric.generation == GpuGeneration::Volta { 1.9 } else { 1.4 };
+        }
+    }
+    Some(latency + bytes as f64 / (1000.0 * bandwidth))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dgx_a100() -> TunerFabric {
+        TunerFabric {
+            intra: 240.0,
+            intra_hop: Hop::NvLink,
+            nic: 25.0,
+            nics_per_node: 8,
+            net_latency_us: 0.0,
+            generation: GpuGeneration::Ampere,
+        }
+    }
+
+    #[test]
+    fn ring_latency_and_bandwidth_follow_nccls_table() {
+        // One server of 8: ring LL latency 6.6 + 14 x 0.6 us; bus bandwidth min(87.7, 240/2).
+        let (latency, algbw) =
+            allreduce_model(&dgx_a100(), CollectiveAlgorithm::Ring, Protocol::Ll, 8, 1, 8.4).unwrap();
+        assert!((latency - (6.6 + 14.0 * 0.6)).abs() < 1e-9, "{latency}");
+        assert!((algbw - 87.7 * 8.0 / 14.0).abs() < 1e-9, "{algbw}");
+        // Two servers, tree Simple: 8.4 + 2 (7 x 4.0 + 1 x 14) us; 8 channels of 25 GB/s at
+        // 0.92, at most 23.6 each, halved.
+        let (latency, algbw) =
+            allreduce_model(&dgx_a100(), CollectiveAlgorithm::Tree, Protocol::Simple, 16, 2, 8.4).unwrap();
+        assert!((latency - (8.4 + 2.0 * (7.0 * 4.0 + 14.0))).abs() < 1e-9, "{latency}");
+        assert!((algbw - 0.5 * (8.0 * 25.0 * 0.92_f64).min(8.0 * 23.6)).abs() < 1e-9, "{algbw}");
+    }
+
+    #[test]
+    fn small_allreduces_take_a_low_latency_protocol_and_large_ones_simple() {
+        let fastest = |bytes: u64| {
+            let mut best = (f64::INFINITY, CollectiveAlgorithm::Ring, Protocol::Simple);
+            for algorithm in [CollectiveAlgorithm::Ring, CollectiveAlgorithm::Tree] {
+                for protocol in Protocol::ALL {
+                    if let Some(t) = allreduce_time(&dgx_a100(), algorithm, protocol, 64, 8, 8.4, bytes)
+                        && t < best.0
+                    {
+                        best = (t, algorithm, protocol);
+                    }
+                }
+            }
+            best
+        };
+        assert_eq!(fastest(1024).2, Protocol::Ll);
+        assert_eq!(fastest(1024).1, CollectiveAlgorithm::Tree);
+        assert_eq!(fastest(1 << 30).2, Protocol::Simple);
+    }
+}
