@@ -84,6 +84,10 @@ struct ComputeSection {
     reduction_memory_efficiency: Option<f64>,
     memory_half_time: Option<SimDuration>,
     launch_overhead: Option<SimDuration>,
+    gemm_tile_half_intensity: Option<f64>,
+    gemm_wave_overhead: Option<SimDuration>,
+    dispatch_overhead: Option<SimDuration>,
+    cuda_graphs: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -529,10 +533,17 @@ fn compute_model(
     set(&mut model.vector_efficiency, section.vector_efficiency);
     set(&mut model.memory_efficiency, section.memory_efficiency);
     set(&mut model.reduction_memory_efficiency, section.reduction_memory_efficiency);
+    set(&mut model.gemm_tile_half_intensity, section.gemm_tile_half_intensity);
+    if let Some(graphs) = section.cuda_graphs {
+        model.cuda_graphs = graphs;
+        overridden += 1;
+    }
     for (slot, value) in [
         (&mut model.gemm_half_time, section.gemm_half_time),
         (&mut model.memory_half_time, section.memory_half_time),
         (&mut model.launch_overhead, section.launch_overhead),
+        (&mut model.gemm_wave_overhead, section.gemm_wave_overhead),
+        (&mut model.dispatch_overhead, section.dispatch_overhead),
     ] {
         if let Some(value) = value {
             *slot = value;

@@ -21,6 +21,8 @@ use sim_core::units::SimDuration;
 
 use crate::compute::{ComputeError, ComputeModel, Curves, KernelWork};
 use crate::device::Device;
+#[cfg(test)]
+use crate::kernel_shape::KernelShape;
 use crate::layer::OpClass;
 
 /// One measured operator.
@@ -65,7 +67,7 @@ pub enum CalibrationError {
 }
 
 /// The fitted parameters, in the order of [`PARAMETERS`].
-const COUNT: usize = 9;
+const COUNT: usize = 11;
 
 /// The parameters calibration fits, by their scenario keys.
 pub const PARAMETERS: [&str; COUNT] = [
@@ -78,7 +80,13 @@ pub const PARAMETERS: [&str; COUNT] = [
     "memory-half-time",
     "vector-efficiency",
     "launch-overhead",
+    "gemm-tile-half-intensity",
+    "gemm-wave-overhead",
 ];
+
+/// Position of the one parameter that is neither an efficiency nor a time (fitted as its
+/// logarithm).
+const INTENSITY: usize = 9;
 
 /// Positions of the efficiencies (fitted as logits) among [`PARAMETERS`]; the others are times
 /// (fitted as logarithms).
@@ -142,6 +150,8 @@ impl Point {
             model.memory_half_time.as_secs_f64(),
             model.vector_efficiency,
             model.launch_overhead.as_secs_f64(),
+            model.gemm_tile_half_intensity,
+            model.gemm_wave_overhead.as_secs_f64(),
         ];
         let mut point = Point::of(model);
         for (j, fixed) in point.fixed.iter_mut().enumerate() {
@@ -163,6 +173,8 @@ impl Point {
             log_us(model.memory_half_time.as_secs_f64()),
             logit(model.vector_efficiency),
             log_us(model.launch_overhead.as_secs_f64()),
+            model.gemm_tile_half_intensity.max(1e-6).ln(),
+            log_us(model.gemm_wave_overhead.as_secs_f64()),
         ];
         Point { x, fixed: [None; COUNT] }
     }
@@ -172,6 +184,7 @@ impl Point {
         match self.fixed[j] {
             Some(value) => value,
             None if EFFICIENCIES.contains(&j) => sigmoid(self.x[j]),
+            None if j == INTENSITY => self.x[j].exp(),
             None => self.x[j].exp() * 1e-6,
         }
     }
@@ -186,6 +199,8 @@ impl Point {
             reduction_memory_efficiency: self.value(5),
             memory_half_s: self.value(6),
             vector_efficiency: self.value(7),
+            tile_half_intensity: self.value(INTENSITY),
+            wave_overhead_s: self.value(10),
         };
         (curves, self.value(8))
     }
@@ -207,6 +222,9 @@ impl Point {
             reduction_memory_efficiency: efficiency(curves.reduction_memory_efficiency),
             memory_half_time: duration(curves.memory_half_s),
             launch_overhead: duration(launch),
+            gemm_tile_half_intensity: (curves.tile_half_intensity * 1e3).round() / 1e3,
+            gemm_wave_overhead: duration(curves.wave_overhead_s),
+            ..ComputeModel::default()
         }
     }
 }
@@ -770,6 +788,7 @@ mod tests {
                     bytes: 12.0 * n * n,
                     // Every other size off the 16-byte grid, as a trace's odd shapes are.
                     aligned: i % 2 == 0,
+                    shape: KernelShape::Unknown,
                 },
                 kernels: 1,
                 measured_s: 0.0,
@@ -785,6 +804,7 @@ mod tests {
                         flops: flops_per * n * n,
                         bytes: 8.0 * n * n,
                         aligned: true,
+                        shape: KernelShape::Unknown,
                     },
                     kernels: 1 + j as u32,
                     measured_s: 0.0,
@@ -809,6 +829,7 @@ mod tests {
             reduction_memory_efficiency: 0.45,
             memory_half_time: SimDuration::from_ns(2500),
             launch_overhead: SimDuration::from_ns(2200),
+            ..ComputeModel::default()
         }
     }
 

@@ -37,16 +37,20 @@ pub mod aten;
 pub mod calibrate;
 pub mod compute;
 pub mod data_parallel;
+pub mod deepbench;
 pub mod device;
+pub mod dispatch;
+pub mod kernel_shape;
 pub mod layer;
 pub mod memory;
 pub mod model;
 mod model_file;
 pub mod zoo;
 
-pub use compute::{ComputeError, ComputeModel, KernelWork};
+pub use compute::{ComputeError, ComputeModel, KernelWork, OptimizerStep};
 pub use data_parallel::{DataParallel, Lowered, LoweringError, Optimizer};
-pub use device::{Device, DeviceCatalog, DeviceError, Dtype};
+pub use device::{Device, DeviceCatalog, DeviceError, Dtype, Execution};
+pub use kernel_shape::{AttentionShape, ConvDirection, ConvShape, GemmShape, KernelShape};
 pub use layer::{
     Activation, AttentionKernel, Layer, LayerCost, LayerError, LayerKind, OpClass, Padding, Pass, Shape,
     Traffic, UpsampleMode,

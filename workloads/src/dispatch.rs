@@ -1,0 +1,98 @@
+//! Host dispatch: a rank's host thread issues its kernels one after another, each costing host
+//! time (framework dispatch and the CUDA launch call), and the GPU cannot start a kernel before
+//! it has been issued. Short kernels therefore leave the GPU waiting on the host: the step is
+//! host-bound.
+//!
+//! [`issue`] is the closed form for one in-order stream: kernel `i` is issued at
+//! `issue_i = (i + 1) * cost` and starts at `start_i = max(end_{i-1}, issue_i)`. Under CUDA
+//! graphs the cost is zero ([`crate::ComputeModel::host_cost_per_kernel`]) and every kernel
+//! starts when its predecessor ends.
+//!
+//! ```
+//! use sim_core::units::SimDuration;
+//! use workloads::dispatch::issue;
+//!
+//! let us = SimDuration::from_us;
+//! // Three 5 us kernels issued at 10 us each: the GPU waits for the host.
+//! let schedule = issue(&[us(5), us(5), us(5)], us(10))?;
+//! assert_eq!(schedule.starts, [us(10), us(20), us(30)]);
+//! assert_eq!(schedule.end, us(35));
+//! assert_eq!(schedule.host_bound, us(10)); // two 5 us gaps after the first kernel
+//! # Ok::<(), sim_core::units::TimeOverflow>(())
+//! ```
+
+use sim_core::units::{SimDuration, TimeOverflow};
+
+/// When a rank's kernels run if one host thread issues them in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Schedule {
+    /// GPU start of each kernel, from the moment the host begins issuing.
+    pub starts: Vec<SimDuration>,
+    /// When the last kernel ends (zero without kernels).
+    pub end: SimDuration,
+    /// GPU time spent waiting for the host between kernels (not counting the wait for the
+    /// first kernel, which overlaps whatever preceded the stream).
+    pub host_bound: SimDuration,
+}
+
+/// The start times of kernels of `durations`, in issue order, when the host spends `cost` on
+/// each before the GPU may start it: `start_i = max(end_{i-1}, (i + 1) * cost)`.
+pub fn issue(durations: &[SimDuration], cost: SimDuration) -> Result<Schedule, TimeOverflow> {
+    let mut starts = Vec::with_capacity(durations.len());
+    let mut issued = SimDuration::ZERO;
+    let mut end = SimDuration::ZERO;
+    let mut host_bound = SimDuration::ZERO;
+    for (index, &duration) in durations.iter().enumerate() {
+        issued = issued.checked_add(cost)?;
+        let start = if issued > end {
+            if index > 0 {
+                host_bound = host_bound.checked_add(SimDuration::from_ps(issued.as_ps() - end.as_ps()))?;
+            }
+            issued
+        } else {
+            end
+        };
+        starts.push(start);
+        end = start.checked_add(duration)?;
+    }
+    Ok(Schedule { starts, end, host_bound })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn us(value: u64) -> SimDuration {
+        SimDuration::from_us(value)
+    }
+
+    #[test]
+    fn long_kernels_hide_the_host_and_short_ones_expose_it() {
+        // GPU-bound: after the first issue the queue never drains.
+        let schedule = issue(&[us(50), us(50), us(50)], us(10)).unwrap();
+        assert_eq!(schedule.starts, [us(10), us(60), us(110)]);
+        assert_eq!((schedule.end, schedule.host_bound), (us(160), SimDuration::ZERO));
+        // Host-bound: the step takes the host's time plus the last kernel.
+        let short = vec![us(2); 100];
+        let schedule = issue(&short, us(10)).unwrap();
+        assert_eq!(schedule.end, us(1000 + 2));
+        assert_eq!(schedule.host_bound, us(99 * 8));
+        // Mixed: a long kernel lets the host run ahead, the short ones after it catch up.
+        let schedule = issue(&[us(100), us(1), us(1), us(1)], us(10)).unwrap();
+        assert_eq!(schedule.starts, [us(10), us(110), us(111), us(112)]);
+    }
+
+    #[test]
+    fn cuda_graphs_remove_the_host_cost() {
+        let schedule = issue(&[us(3), us(4)], SimDuration::ZERO).unwrap();
+        assert_eq!(schedule.starts, [SimDuration::ZERO, us(3)]);
+        assert_eq!((schedule.end, schedule.host_bound), (us(7), SimDuration::ZERO));
+        assert_eq!(issue(&[], us(5)).unwrap().end, SimDuration::ZERO);
+    }
+
+    #[test]
+    fn overflow_is_an_error() {
+        let huge = SimDuration::from_ps(u64::MAX / 2 + 1);
+        assert!(issue(&[huge, huge], SimDuration::ZERO).is_err());
+    }
+}
