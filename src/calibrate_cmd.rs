@@ -1,5 +1,6 @@
 //! `parasim calibrate`: fit the compute model to the kernels of real PyTorch profiler traces
-//! of one device type and write the result as a profile a scenario can name.
+//! and kernel benchmark tables (DeepBench's `*-gemm.csv` and `*-conv.csv`) of one device type,
+//! and write the result as a profile a scenario can name.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
@@ -9,7 +10,7 @@ use anyhow::Context;
 use traces::kineto::operators::{ActivityKind, OperatorImport, ProfiledOperator};
 use workloads::aten::{OperatorCall, Uncosted, operator_work};
 use workloads::calibrate::{self, CalibrationRecord, ClassError, PARAMETERS, Profile, Sample, class_errors};
-use workloads::{ComputeModel, Device, DeviceCatalog};
+use workloads::{ComputeModel, Device, DeviceCatalog, Dtype, deepbench};
 
 use crate::models::table;
 
@@ -62,10 +63,23 @@ struct Collected {
 /// Runs the calibration and writes the profile; returns the report.
 pub fn calibrate(args: &Args) -> anyhow::Result<String> {
     let device = DeviceCatalog::builtin().get(&args.device).context("--device")?;
-    let import = traces::kineto::import_operators(&args.traces)
-        .with_context(|| format!("reading {}", traces::kineto::describe_inputs(&args.traces)))?;
-    let trace_device = check_device(&import, device)?;
-    let collected = collect(&import);
+    let (tables, trace_paths) = split_inputs(&args.traces)?;
+    let (import, mut trace_device) = if trace_paths.is_empty() {
+        let empty =
+            OperatorImport { names: Vec::new(), files: Vec::new(), warnings: traces::Warnings::new() };
+        (empty, String::new())
+    } else {
+        let import = traces::kineto::import_operators(&trace_paths)
+            .with_context(|| format!("reading {}", traces::kineto::describe_inputs(&trace_paths)))?;
+        let trace_device = check_device(&import, device)?;
+        (import, trace_device)
+    };
+    let mut collected = collect(&import);
+    if !tables.is_empty() {
+        let described = add_tables(&mut collected, &tables, device)?;
+        trace_device =
+            if trace_device.is_empty() { described } else { format!("{trace_device}; {described}") };
+    }
     if collected.samples.is_empty() {
         anyhow::bail!(
             "{}: no operator with kernel time could be costed ({}); calibration needs traces \
@@ -82,7 +96,7 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
         args.output.as_ref().context("give -o PROFILE (where to write the profile) or --check PROFILE")?;
     let (start, held) = held_start(&args.hold)?;
     let hold: Vec<&str> = held.keys().map(String::as_str).collect();
-    let fit = calibrate::fit(device, &collected.samples, &start, &hold)?;
+    let fit = calibrate::fit_staged(device, &collected.samples, &start, &hold)?;
     let samples = &collected.samples;
     let predicted = calibrate::predictions(&fit.model, device, samples)?;
     let fitted = class_errors(samples, &predicted);
@@ -98,8 +112,10 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
             traces: import
                 .files
                 .iter()
-                .map(|f| {
-                    f.path.file_name().map_or(f.path.display().to_string(), |n| n.to_string_lossy().into())
+                .map(|f| f.path.as_path())
+                .chain(tables.iter().map(PathBuf::as_path))
+                .map(|path| {
+                    path.file_name().map_or(path.display().to_string(), |n| n.to_string_lossy().into())
                 })
                 .collect(),
             trace_device: trace_device.clone(),
@@ -268,6 +284,99 @@ fn collect(import: &OperatorImport) -> Collected {
     out
 }
 
+/// Kernel benchmark tables (DeepBench's `<family>-<precision>-gemm.csv` and `-conv.csv`,
+/// given as files or as directories holding them) apart from traces.
+fn split_inputs(paths: &[PathBuf]) -> anyhow::Result<(Vec<PathBuf>, Vec<PathBuf>)> {
+    let is_table = |path: &Path| {
+        path.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.ends_with("-gemm.csv") || n.ends_with("-conv.csv"))
+    };
+    let (mut tables, mut traces) = (Vec::new(), Vec::new());
+    for path in paths {
+        if path.is_dir() {
+            let mut inside: Vec<PathBuf> = fs_err::read_dir(path)?
+                .filter_map(Result::ok)
+                .map(|entry| entry.path())
+                .filter(|p| is_table(p))
+                .collect();
+            if inside.is_empty() {
+                traces.push(path.clone());
+            } else {
+                inside.sort();
+                tables.extend(inside);
+            }
+        } else if is_table(path) {
+            tables.push(path.clone());
+        } else {
+            traces.push(path.clone());
+        }
+    }
+    Ok((tables, traces))
+}
+
+/// Adds the kernels of DeepBench tables measured on `device`'s family (the file name's first
+/// word, `v100` for `v100-sxm2-16gb`; a directory's tables of other families are skipped),
+/// and describes them for the report.
+fn add_tables(collected: &mut Collected, tables: &[PathBuf], device: &Device) -> anyhow::Result<String> {
+    let family = device.name.split('-').next().unwrap_or_default();
+    let mut used = Vec::new();
+    for path in tables {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let Some(stem) = name.strip_suffix("-gemm.csv").or_else(|| name.strip_suffix("-conv.csv")) else {
+            continue;
+        };
+        let Some((table_family, precision)) = stem.split_once('-') else {
+            anyhow::bail!("{}: expected a name <device>-<precision>-gemm.csv or -conv.csv", path.display());
+        };
+        if table_family != family {
+            continue;
+        }
+        let dtype = match precision {
+            "fp32" => Dtype::Fp32,
+            "fp16" | "fp16-mixed" => Dtype::Fp16,
+            other => anyhow::bail!("{}: unknown precision {other:?} (fp32 or fp16-mixed)", path.display()),
+        };
+        let text = fs_err::read_to_string(path)?;
+        let samples = if name.ends_with("-gemm.csv") {
+            deepbench::samples(
+                &deepbench::parse_gemms(&text).with_context(|| path.display().to_string())?,
+                &[],
+                dtype,
+            )
+        } else {
+            deepbench::samples(
+                &[],
+                &deepbench::parse_convs(&text).with_context(|| path.display().to_string())?,
+                dtype,
+            )
+        };
+        collected.gemm_dtypes.insert(dtype.name().to_string());
+        for sample in samples {
+            let kind = match sample.work.shape {
+                workloads::KernelShape::Conv { direction, .. } => match direction {
+                    workloads::ConvDirection::Forward => "convolution forward",
+                    workloads::ConvDirection::BackwardData => "convolution backward-data",
+                    workloads::ConvDirection::BackwardWeight => "convolution backward-weight",
+                },
+                _ => "gemm",
+            };
+            collected.kernel_s += sample.measured_s;
+            collected.fitted_s += sample.measured_s;
+            collected.names.push(format!("deepbench {precision} {kind}"));
+            collected.samples.push(sample);
+        }
+        used.push(name.to_string());
+    }
+    if used.is_empty() {
+        anyhow::bail!(
+            "no kernel table of the {family} family among {} (file names start with the device family)",
+            tables.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        );
+    }
+    Ok(format!("DeepBench tables {}", used.join(", ")))
+}
+
 /// Operators with the same name, shapes and types share a key: FNV-1a over the operator's name, shapes and types as text: stable across Rust versions
 /// (the standard library's hasher is not), so the held-out folds, and the errors a profile
 /// records, do not change with the toolchain.
@@ -335,6 +444,11 @@ fn report(
             m.memory_half_time.to_string(),
             format!("{:.3}", m.vector_efficiency),
             m.launch_overhead.to_string(),
+            format!("{:.3}", m.gemm_tile_half_intensity),
+            m.gemm_wave_overhead.to_string(),
+            format!("{:.3}", m.conv_efficiency),
+            format!("{:.3}", m.conv_backward_weight_efficiency),
+            format!("{:.3}", m.vector_gemm_efficiency),
         ]
     };
     let rows: Vec<[String; 4]> = PARAMETERS
@@ -357,6 +471,7 @@ fn report(
     let m = &profile.compute;
     for (name, value) in [
         ("gemm-efficiency", m.gemm_efficiency),
+        ("vector-gemm-efficiency", m.vector_gemm_efficiency),
         ("unaligned-gemm-efficiency", m.unaligned_gemm_efficiency),
         ("memory-efficiency", m.memory_efficiency),
         ("reduction-memory-efficiency", m.reduction_memory_efficiency),
@@ -364,7 +479,7 @@ fn report(
         let decided =
             PARAMETERS.iter().position(|p| *p == name).is_some_and(|i| fit.support[i] >= MIN_SUPPORT);
         // A factor of 1 (no penalty for unaligned products) is a legitimate answer.
-        let upper = if name == "unaligned-gemm-efficiency" { 1.0 } else { 0.99 };
+        let upper = if name == "unaligned-gemm-efficiency" || name.starts_with("conv-") { 1.0 } else { 0.99 };
         if decided && !(0.1..=upper).contains(&value) {
             let _ = writeln!(
                 out,

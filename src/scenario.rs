@@ -76,6 +76,7 @@ struct ScenarioSpec {
 struct ComputeSection {
     profile: Option<String>,
     gemm_efficiency: Option<f64>,
+    vector_gemm_efficiency: Option<f64>,
     unaligned_gemm_efficiency: Option<f64>,
     gemm_ramp_exponent: Option<f64>,
     gemm_half_time: Option<SimDuration>,
@@ -86,6 +87,8 @@ struct ComputeSection {
     launch_overhead: Option<SimDuration>,
     gemm_tile_half_intensity: Option<f64>,
     gemm_wave_overhead: Option<SimDuration>,
+    conv_efficiency: Option<f64>,
+    conv_backward_weight_efficiency: Option<f64>,
     dispatch_overhead: Option<SimDuration>,
     cuda_graphs: Option<bool>,
 }
@@ -528,12 +531,15 @@ fn compute_model(
         }
     };
     set(&mut model.gemm_efficiency, section.gemm_efficiency);
+    set(&mut model.vector_gemm_efficiency, section.vector_gemm_efficiency);
     set(&mut model.unaligned_gemm_efficiency, section.unaligned_gemm_efficiency);
     set(&mut model.gemm_ramp_exponent, section.gemm_ramp_exponent);
     set(&mut model.vector_efficiency, section.vector_efficiency);
     set(&mut model.memory_efficiency, section.memory_efficiency);
     set(&mut model.reduction_memory_efficiency, section.reduction_memory_efficiency);
     set(&mut model.gemm_tile_half_intensity, section.gemm_tile_half_intensity);
+    set(&mut model.conv_efficiency, section.conv_efficiency);
+    set(&mut model.conv_backward_weight_efficiency, section.conv_backward_weight_efficiency);
     if let Some(graphs) = section.cuda_graphs {
         model.cuda_graphs = graphs;
         overridden += 1;

@@ -263,3 +263,44 @@ fn held_parameters_stay_exactly_where_they_were_put() {
     let error = String::from_utf8_lossy(&run.stderr);
     assert!(error.contains("gemm-ramp") && error.contains("gemm-ramp-exponent"), "{error}");
 }
+
+/// The shipped P100 profile is what `parasim calibrate` writes for DeepBench's P100 fp32 tables
+/// (kernel benchmark tables are inputs like traces), and it predicts them better than the
+/// defaults, on shapes it never saw too. A directory of tables contributes the device family's.
+#[test]
+fn the_p100_profile_is_reproduced_from_deepbench() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data/kernels/deepbench");
+    let tables = [root.join("p100-fp32-gemm.csv"), root.join("p100-fp32-conv.csv")];
+    for table in &tables {
+        assert!(table.is_file(), "missing DeepBench table {} (see PROVENANCE.md there)", table.display());
+    }
+    let output = scratch("p100-pcie-16gb.toml");
+    let run =
+        calibrate(&tables.iter().collect::<Vec<_>>(), "p100-pcie-16gb", &["-o", output.to_str().unwrap()]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let report = String::from_utf8_lossy(&run.stdout);
+    assert!(report.contains("DeepBench tables p100-fp32-gemm.csv, p100-fp32-conv.csv"), "{report}");
+    let written = Profile::from_toml_str(&fs_err::read_to_string(&output).unwrap()).unwrap();
+    let shipped = Profile::builtin("p100-pcie-16gb").unwrap();
+    assert_eq!(
+        written.compute, shipped.compute,
+        "data/profiles/p100-pcie-16gb.toml is stale: re-run calibrate"
+    );
+    assert_eq!(written.calibration, shipped.calibration);
+    let record = written.calibration.unwrap();
+    let (fitted, default, held_out) =
+        (class(&record.fit, "all"), class(&record.default_model, "all"), class(&record.held_out, "all"));
+    assert!(fitted.weighted_error < 0.5 * default.weighted_error, "{fitted:?} vs {default:?}");
+    assert!(held_out.weighted_error < 0.5 * default.weighted_error, "{held_out:?} vs {default:?}");
+
+    // The whole directory: only the P100 tables are read for a P100 (fp32 and fp16).
+    let run = calibrate(&[&root], "p100-pcie-16gb", &["-o", scratch("p100-all.toml").to_str().unwrap()]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let report = String::from_utf8_lossy(&run.stdout);
+    assert!(report.contains("p100-fp16-mixed-conv.csv") && !report.contains("v100"), "{report}");
+    // A family without tables is refused by name.
+    let run =
+        calibrate(&[&tables[0]], "a100-sxm4-40gb", &["-o", scratch("a100-none.toml").to_str().unwrap()]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("a100 family"));
+}

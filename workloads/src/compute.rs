@@ -33,7 +33,7 @@ use sim_core::units::{SimDuration, TimeOverflow, UnitError};
 
 use crate::data_parallel::Optimizer;
 use crate::device::{Device, DeviceError, Dtype};
-use crate::kernel_shape::{GemmShape, KernelShape};
+use crate::kernel_shape::{ConvDirection, GemmShape, KernelShape};
 use crate::layer::{Layer, OpClass, Pass};
 
 /// A kernel's time could not be computed.
@@ -110,6 +110,11 @@ pub struct ComputeModel {
     /// Fraction of the dtype's peak FLOP/s that large GEMM-class kernels (matrix products,
     /// convolutions, attention) reach, in (0, 1]: the curve's saturation value.
     pub gemm_efficiency: f64,
+    /// The same ceiling for products on a device's vector units (dtypes its catalog entry does
+    /// not list under `matrix-dtypes`: fp32 SGEMM on a V100, every product on a P100), in
+    /// (0, 1]. Vector and matrix units saturate differently, and a trace of one says nothing
+    /// about the other. Devices without execution data use `gemm-efficiency` for all.
+    pub vector_gemm_efficiency: f64,
     /// Factor on `gemm-efficiency` for products whose feature dimensions are not multiples of
     /// 16 bytes of their elements (4 fp32, 8 fp16 values; [`Layer::gemm_aligned`]), in (0, 1]:
     /// libraries run such shapes with narrower-vector kernels. 1 by default; calibration
@@ -149,6 +154,12 @@ pub struct ComputeModel {
     /// Fixed time of each wave of thread blocks of a shaped GEMM (filling the block's
     /// pipeline, writing its tile).
     pub gemm_wave_overhead: SimDuration,
+    /// Factor on `gemm-efficiency` for convolutions priced by their shape, in (0, 1]: implicit
+    /// GEMM gathers its operands through index arithmetic instead of streaming them.
+    pub conv_efficiency: f64,
+    /// Further factor for the backward-weight (wgrad) kernels of convolutions, in (0, 1]: their
+    /// long reductions over batch and positions are split and summed across blocks.
+    pub conv_backward_weight_efficiency: f64,
     /// Host time to issue one kernel (framework dispatch plus the CUDA launch call) in eager
     /// mode: a rank's GPU cannot start a kernel before its host thread has issued it.
     pub dispatch_overhead: SimDuration,
@@ -164,6 +175,7 @@ impl Default for ComputeModel {
     fn default() -> Self {
         ComputeModel {
             gemm_efficiency: 0.8,
+            vector_gemm_efficiency: 0.8,
             unaligned_gemm_efficiency: 1.0,
             gemm_ramp_exponent: 1.0,
             gemm_half_time: SimDuration::from_us(3),
@@ -174,6 +186,8 @@ impl Default for ComputeModel {
             launch_overhead: SimDuration::from_us(4),
             gemm_tile_half_intensity: 6.0,
             gemm_wave_overhead: SimDuration::from_us(2),
+            conv_efficiency: 1.0,
+            conv_backward_weight_efficiency: 1.0,
             dispatch_overhead: SimDuration::from_us(DEFAULT_DISPATCH_US),
             cuda_graphs: false,
         }
@@ -188,11 +202,14 @@ impl ComputeModel {
     pub fn validate(&self) -> Result<(), ComputeError> {
         for (parameter, value) in [
             ("gemm-efficiency", self.gemm_efficiency),
+            ("vector-gemm-efficiency", self.vector_gemm_efficiency),
             ("unaligned-gemm-efficiency", self.unaligned_gemm_efficiency),
             ("gemm-ramp-exponent", self.gemm_ramp_exponent),
             ("vector-efficiency", self.vector_efficiency),
             ("memory-efficiency", self.memory_efficiency),
             ("reduction-memory-efficiency", self.reduction_memory_efficiency),
+            ("conv-efficiency", self.conv_efficiency),
+            ("conv-backward-weight-efficiency", self.conv_backward_weight_efficiency),
         ] {
             // Written so that NaN fails too.
             if !(value > 0.0 && value <= 1.0) {
@@ -250,10 +267,10 @@ impl ComputeModel {
     pub fn gemm_efficiency_at(&self, device: &Device, dtype: Dtype, flops: f64) -> f64 {
         let half = self.gemm_half_work(device, dtype);
         if half <= 0.0 {
-            return self.gemm_efficiency;
+            return self.curves().gemm_ceiling(device, dtype);
         }
         let g = self.gemm_ramp_exponent;
-        self.gemm_efficiency * flops.powf(g) / (flops.powf(g) + half.powf(g))
+        self.curves().gemm_ceiling(device, dtype) * flops.powf(g) / (flops.powf(g) + half.powf(g))
     }
 
     /// Bytes at which a kernel on `device` reaches half of `memory_efficiency`.
@@ -276,6 +293,7 @@ impl ComputeModel {
     pub(crate) fn curves(&self) -> Curves {
         Curves {
             gemm_efficiency: self.gemm_efficiency,
+            vector_gemm_efficiency: self.vector_gemm_efficiency,
             unaligned_gemm_efficiency: self.unaligned_gemm_efficiency,
             gemm_ramp_exponent: self.gemm_ramp_exponent,
             gemm_half_s: self.gemm_half_time.as_secs_f64(),
@@ -285,6 +303,8 @@ impl ComputeModel {
             memory_half_s: self.memory_half_time.as_secs_f64(),
             tile_half_intensity: self.gemm_tile_half_intensity,
             wave_overhead_s: self.gemm_wave_overhead.as_secs_f64(),
+            conv_efficiency: self.conv_efficiency,
+            conv_backward_weight_efficiency: self.conv_backward_weight_efficiency,
         }
     }
 
@@ -438,6 +458,7 @@ impl ComputeModel {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Curves {
     pub(crate) gemm_efficiency: f64,
+    pub(crate) vector_gemm_efficiency: f64,
     pub(crate) unaligned_gemm_efficiency: f64,
     pub(crate) gemm_ramp_exponent: f64,
     pub(crate) gemm_half_s: f64,
@@ -447,6 +468,8 @@ pub(crate) struct Curves {
     pub(crate) memory_half_s: f64,
     pub(crate) tile_half_intensity: f64,
     pub(crate) wave_overhead_s: f64,
+    pub(crate) conv_efficiency: f64,
+    pub(crate) conv_backward_weight_efficiency: f64,
 }
 
 impl Curves {
@@ -457,6 +480,15 @@ impl Curves {
         match device.peak.get(&wide) {
             Some(rate) => Ok(rate.per_second()),
             None => Ok(device.peak(dtype)?.per_second()),
+        }
+    }
+
+    /// The saturated efficiency of `dtype` products on `device`: `vector-gemm-efficiency` on
+    /// its vector units, `gemm-efficiency` on its matrix units (or without execution data).
+    pub(crate) fn gemm_ceiling(&self, device: &Device, dtype: Dtype) -> f64 {
+        match &device.execution {
+            Some(execution) if !execution.on_matrix_units(dtype) => self.vector_gemm_efficiency,
+            _ => self.gemm_efficiency,
         }
     }
 
@@ -471,8 +503,8 @@ impl Curves {
         }
         Ok(match class {
             OpClass::Gemm => {
-                let efficiency =
-                    self.gemm_efficiency * if aligned { 1.0 } else { self.unaligned_gemm_efficiency };
+                let efficiency = self.gemm_ceiling(device, dtype)
+                    * if aligned { 1.0 } else { self.unaligned_gemm_efficiency };
                 if let Some(seconds) = self.shaped_seconds(device, work, peak, efficiency) {
                     return Ok(seconds);
                 }
@@ -498,7 +530,10 @@ impl Curves {
     fn shaped_seconds(&self, device: &Device, work: &KernelWork, peak: f64, efficiency: f64) -> Option<f64> {
         let execution = device.execution.as_ref()?;
         let matrix = execution.on_matrix_units(work.dtype);
-        let tiled = |shape: &GemmShape| self.tiled_seconds(device, work.dtype, shape, peak, efficiency);
+        // Matrix-unit kernels step through the reduction in 16-byte vectors.
+        let vector = (16 / work.dtype.bytes()).max(1);
+        let grid = if matrix { vector } else { 1 };
+        let tiled = |shape: &GemmShape| self.tiled_seconds(device, shape, peak, efficiency, grid);
         let bytes = work.dtype.bytes() as f64;
         match &work.shape {
             KernelShape::Unknown => None,
@@ -513,12 +548,27 @@ impl Curves {
                 Some(seconds * work.flops / shape_flops.max(1.0))
             }
             KernelShape::Conv { shape, direction } => {
-                // Matrix-unit kernels need channels on the 16-byte grid; libraries pad them.
-                let grid = if matrix { (16 / work.dtype.bytes()).max(1) } else { 1 };
+                let mut efficiency = efficiency * self.conv_efficiency;
+                if *direction == ConvDirection::BackwardWeight {
+                    efficiency *= self.conv_backward_weight_efficiency;
+                }
+                // Channels off the 16-byte grid (an RGB input, CosmoFlow's 4 channels) keep a
+                // convolution off the matrix units: cuDNN's Tensor Core kernels need them
+                // aligned. It runs on the vector units at the fp32 rate.
+                let groups = shape.groups.max(1);
+                let channels_aligned =
+                    (shape.in_channels / groups) % vector == 0 && (shape.out_channels / groups) % vector == 0;
+                let (peak, grid) = if matrix && !channels_aligned {
+                    (Self::vector_peak(device, work.dtype).ok()?, 1)
+                } else {
+                    (peak, grid)
+                };
+                let on_vector_units = grid == 1;
+                let tiled = |shape: &GemmShape| self.tiled_seconds(device, shape, peak, efficiency, grid);
                 let mut best = tiled(&shape.implicit_gemm(*direction, grid))?;
                 // Vector-unit convolutions may use Winograd (cuDNN's benchmark mode picks the
                 // fastest algorithm): fewer multiplications, plus transforms through memory.
-                if !matrix && shape.winograd_applies() {
+                if on_vector_units && shape.winograd_applies() {
                     let bandwidth = device.memory_bandwidth.bytes_per_second() * self.memory_efficiency;
                     for tile in [2, 4] {
                         let (product, elements) = shape.winograd(*direction, tile);
@@ -538,16 +588,14 @@ impl Curves {
     fn tiled_seconds(
         &self,
         device: &Device,
-        dtype: Dtype,
         shape: &GemmShape,
         peak: f64,
         efficiency: f64,
+        grid: u64,
     ) -> Option<f64> {
         let execution = device.execution.as_ref()?;
         let units = f64::from(execution.sm_count);
         let per_unit = peak / units;
-        // Matrix-unit kernels step through the reduction in 16-byte vectors.
-        let grid = if execution.on_matrix_units(dtype) { (16 / dtype.bytes()).max(1) } else { 1 };
         let depth = shape.k.div_ceil(grid) * grid;
         if shape.batch == 0 || shape.m == 0 || shape.n == 0 || depth == 0 {
             return Some(0.0);

@@ -116,10 +116,10 @@ fn a_profile_fitted_on_half_the_shapes_predicts_the_other_half() {
             }
         }
     }
-    let fit = workloads::calibrate::fit(v100, &training, &ComputeModel::default(), &[]).unwrap();
+    let fit = workloads::calibrate::fit_staged(v100, &training, &ComputeModel::default(), &[]).unwrap();
     println!("fitted on {} V100 kernels: {:?}", training.len(), fit.model);
     // (precision, gemm bound, conv bound) on the held-out half.
-    let bounds = [("fp32", 0.74, 0.69), ("fp16-mixed", 0.84, 0.72)];
+    let bounds = [("fp32", 0.92, 0.69), ("fp16-mixed", 0.859, 0.70)];
     for (precision, gemm_bound, conv_bound) in bounds {
         let (gemms, convs): (Vec<_>, Vec<_>) = held_out
             .iter()
@@ -141,5 +141,139 @@ fn a_profile_fitted_on_half_the_shapes_predicts_the_other_half() {
     }
     let (gemm, conv) = measure(&fit.model, "p100-pcie-16gb", "fp32", Dtype::Fp32);
     println!("V100 profile on P100 fp32: GEMMs {:.1}%, convolutions {:.1}%", gemm * 100.0, conv * 100.0);
-    assert!(gemm >= 0.71 && conv >= 0.71, "{gemm} {conv}");
+    assert!(gemm >= 0.77 && conv >= 0.70, "{gemm} {conv}");
+}
+
+/// Prints every kernel's prediction (for analysis): `cargo test -p workloads --test it
+/// deepbench::dump -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn dump() {
+    let model = ComputeModel::default();
+    for (device, precision, dtype) in CASES {
+        let (gemms, convs) = tables(device.split('-').next().unwrap(), precision);
+        let catalog = DeviceCatalog::builtin().get(device).unwrap();
+        for (row, sample) in gemms.iter().zip(deepbench::samples(&gemms, &[], dtype)) {
+            let p = predict(&model, catalog, &sample).unwrap();
+            let s = row.shape;
+            println!(
+                "DUMP {device} {precision} gemm {} {} {} {}{} {:.3} {:.3}",
+                s.m,
+                s.n,
+                s.k,
+                if row.transposed[0] { "T" } else { "N" },
+                if row.transposed[1] { "T" } else { "N" },
+                sample.measured_s * 1e6,
+                p * 1e6
+            );
+        }
+        for row in &convs {
+            for (i, direction) in deepbench::DIRECTIONS.into_iter().enumerate() {
+                let Some(measured) = row.seconds[i] else { continue };
+                let sample =
+                    Sample { work: row.work(direction, dtype), kernels: 1, measured_s: measured, group: 0 };
+                let p = predict(&model, catalog, &sample).unwrap();
+                let s = row.shape;
+                println!(
+                    "DUMP {device} {precision} conv{i} N{} C{} {}x{} K{} f{}x{} s{} {} {:.3} {:.3}",
+                    s.batch,
+                    s.in_channels,
+                    s.input[0],
+                    s.input[1],
+                    s.out_channels,
+                    s.kernel[0],
+                    s.kernel[1],
+                    s.stride[0],
+                    row.forward_algorithm,
+                    measured * 1e6,
+                    p * 1e6
+                );
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore]
+fn explore() {
+    for e in [0.8, 0.86, 0.9, 0.93, 0.96] {
+        for h in [2.0, 6.0, 12.0] {
+            let model =
+                ComputeModel { gemm_efficiency: e, gemm_tile_half_intensity: h, ..ComputeModel::default() };
+            let r: Vec<String> = CASES
+                .into_iter()
+                .map(|(d, p, t)| {
+                    let (g, c) = measure(&model, d, p, t);
+                    format!("{:.1}/{:.1}", g * 100.0, c * 100.0)
+                })
+                .collect();
+            println!("EXPLORE e {e} h {h}: {}", r.join("  "));
+        }
+    }
+}
+
+#[test]
+#[ignore]
+fn explore_fit() {
+    let v100 = DeviceCatalog::builtin().get("v100-sxm2-16gb").unwrap();
+    let mut training = Vec::new();
+    let mut held_out = Vec::new();
+    for (device, precision, dtype) in &CASES[..2] {
+        let (gemms, _convs) = tables(device.split('-').next().unwrap(), precision);
+        for sample in deepbench::samples(&gemms, &[], *dtype) {
+            if half_of(sample.group) == 0 { training.push(sample) } else { held_out.push(sample) }
+        }
+    }
+    let fit = workloads::calibrate::fit(v100, &training, &ComputeModel::default(), &[]).unwrap();
+    println!("EXPLORE gemm-only fit {:?}", fit.model);
+    println!(
+        "EXPLORE train {:.3} -> {:.3}; held-out {:.3} -> {:.3}",
+        accuracy(&ComputeModel::default(), v100, &training),
+        accuracy(&fit.model, v100, &training),
+        accuracy(&ComputeModel::default(), v100, &held_out),
+        accuracy(&fit.model, v100, &held_out)
+    );
+    for s in &held_out {
+        let p = predict(&fit.model, v100, s).unwrap();
+        let d = predict(&ComputeModel::default(), v100, s).unwrap();
+        if let workloads::KernelShape::Gemm(g) = s.work.shape {
+            println!(
+                "EXPLORE {:?} {} {} {} meas {:.1} fit {:.1} default {:.1}",
+                s.work.dtype,
+                g.m,
+                g.n,
+                g.k,
+                s.measured_s * 1e6,
+                p * 1e6,
+                d * 1e6
+            );
+        }
+    }
+}
+
+/// Profiles transfer: a shipped profile fitted to other workloads (the V100 one to DLRM traces,
+/// the P100 one to DeepBench's fp32 tables, applied to its fp16 ones) prices DeepBench's kernels
+/// no more than 2 points worse than the defaults, per table and class (issue 12's rule).
+#[test]
+fn shipped_profiles_do_not_make_deepbench_worse_than_the_defaults() {
+    let default = ComputeModel::default();
+    for (device, precision, dtype) in CASES {
+        let Ok(profile) = workloads::calibrate::Profile::builtin(device) else { continue };
+        // A profile fitted to this very table is not a transfer (its fit is reported by
+        // `parasim calibrate`).
+        let table = format!("{}-{precision}-gemm.csv", device.split('-').next().unwrap());
+        if profile.calibration.as_ref().is_some_and(|record| record.traces.contains(&table)) {
+            continue;
+        }
+        let (gemm, conv) = measure(&profile.compute, device, precision, dtype);
+        let (default_gemm, default_conv) = measure(&default, device, precision, dtype);
+        println!(
+            "profile {device} on {precision}: GEMMs {:.1}% (defaults {:.1}%), convolutions {:.1}% (defaults {:.1}%)",
+            gemm * 100.0,
+            default_gemm * 100.0,
+            conv * 100.0,
+            default_conv * 100.0
+        );
+        assert!(gemm >= default_gemm - 0.02 && conv >= default_conv - 0.02, "{device} {precision}");
+    }
 }
