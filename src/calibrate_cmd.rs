@@ -94,7 +94,10 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
     }
     let output =
         args.output.as_ref().context("give -o PROFILE (where to write the profile) or --check PROFILE")?;
-    let (start, held) = held_start(&args.hold)?;
+    let (mut start, held) = held_start(&args.hold)?;
+    // Kernel benchmarks time every convolution algorithm and keep the fastest (Winograd too);
+    // they are priced that way. The profile leaves the choice to the scenario.
+    start.winograd_convolutions = !tables.is_empty();
     let hold: Vec<&str> = held.keys().map(String::as_str).collect();
     let fit = calibrate::fit_staged(device, &collected.samples, &start, &hold)?;
     let samples = &collected.samples;
@@ -107,7 +110,7 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
         PARAMETERS.iter().zip(fit.support).map(|(name, count)| (name.to_string(), count)).collect();
     let profile = Profile {
         device: device.name.clone(),
-        compute: fit.model.clone(),
+        compute: ComputeModel { winograd_convolutions: false, ..fit.model.clone() },
         calibration: Some(CalibrationRecord {
             traces: import
                 .files

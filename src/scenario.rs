@@ -91,6 +91,7 @@ struct ComputeSection {
     conv_backward_weight_efficiency: Option<f64>,
     dispatch_overhead: Option<SimDuration>,
     cuda_graphs: Option<bool>,
+    winograd_convolutions: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -540,9 +541,14 @@ fn compute_model(
     set(&mut model.gemm_tile_half_intensity, section.gemm_tile_half_intensity);
     set(&mut model.conv_efficiency, section.conv_efficiency);
     set(&mut model.conv_backward_weight_efficiency, section.conv_backward_weight_efficiency);
-    if let Some(graphs) = section.cuda_graphs {
-        model.cuda_graphs = graphs;
-        overridden += 1;
+    for (slot, value) in [
+        (&mut model.cuda_graphs, section.cuda_graphs),
+        (&mut model.winograd_convolutions, section.winograd_convolutions),
+    ] {
+        if let Some(value) = value {
+            *slot = value;
+            overridden += 1;
+        }
     }
     for (slot, value) in [
         (&mut model.gemm_half_time, section.gemm_half_time),

@@ -138,6 +138,8 @@ fn log_us(seconds: f64) -> f64 {
 struct Point {
     x: [f64; COUNT],
     fixed: [Option<f64>; COUNT],
+    /// The starting model's convolution-algorithm setting, not fitted.
+    winograd: bool,
 }
 
 impl Point {
@@ -185,7 +187,7 @@ impl Point {
             logit(model.conv_backward_weight_efficiency),
             logit(model.vector_gemm_efficiency),
         ];
-        Point { x, fixed: [None; COUNT] }
+        Point { x, fixed: [None; COUNT], winograd: model.winograd_convolutions }
     }
 
     /// Parameter `j` in its own units (a fraction, or seconds).
@@ -213,6 +215,7 @@ impl Point {
             conv_efficiency: self.value(11),
             conv_backward_weight_efficiency: self.value(12),
             vector_gemm_efficiency: self.value(13),
+            winograd: self.winograd,
         };
         (curves, self.value(8))
     }
@@ -239,6 +242,7 @@ impl Point {
             conv_efficiency: efficiency(curves.conv_efficiency),
             conv_backward_weight_efficiency: efficiency(curves.conv_backward_weight_efficiency),
             vector_gemm_efficiency: efficiency(curves.vector_gemm_efficiency),
+            winograd_convolutions: self.winograd,
             ..ComputeModel::default()
         }
     }
@@ -656,7 +660,7 @@ pub fn cross_validate(
     let folds = folds.max(2);
     let fold_of = |s: &Sample| splitmix(s.group) % folds;
     let prior = Point::holding(start, &held);
-    let warm = [Point { x: Point::of(full).x, fixed: prior.fixed }];
+    let warm = [Point { x: Point::of(full).x, ..prior }];
     let mut out = vec![f64::NAN; samples.len()];
     for fold in 0..folds {
         let training: Vec<Sample> = samples.iter().filter(|s| fold_of(s) != fold).cloned().collect();

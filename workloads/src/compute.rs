@@ -166,6 +166,11 @@ pub struct ComputeModel {
     /// Whether kernels are replayed from a CUDA graph: the host issues a whole step at once and
     /// the per-kernel dispatch cost disappears.
     pub cuda_graphs: bool,
+    /// Whether vector-unit 3x3 convolutions may run as Winograd kernels, as cuDNN's benchmark
+    /// mode picks them when faster (PyTorch's `cudnn.benchmark = True`, DeepBench). Off by
+    /// default: the frameworks' default heuristics with a small workspace (Chainer's 8 MiB)
+    /// run implicit GEMM.
+    pub winograd_convolutions: bool,
 }
 
 impl Default for ComputeModel {
@@ -190,6 +195,7 @@ impl Default for ComputeModel {
             conv_backward_weight_efficiency: 1.0,
             dispatch_overhead: SimDuration::from_us(DEFAULT_DISPATCH_US),
             cuda_graphs: false,
+            winograd_convolutions: false,
         }
     }
 }
@@ -305,6 +311,7 @@ impl ComputeModel {
             wave_overhead_s: self.gemm_wave_overhead.as_secs_f64(),
             conv_efficiency: self.conv_efficiency,
             conv_backward_weight_efficiency: self.conv_backward_weight_efficiency,
+            winograd: self.winograd_convolutions,
         }
     }
 
@@ -470,6 +477,7 @@ pub(crate) struct Curves {
     pub(crate) wave_overhead_s: f64,
     pub(crate) conv_efficiency: f64,
     pub(crate) conv_backward_weight_efficiency: f64,
+    pub(crate) winograd: bool,
 }
 
 impl Curves {
@@ -568,7 +576,7 @@ impl Curves {
                 let mut best = tiled(&shape.implicit_gemm(*direction, grid))?;
                 // Vector-unit convolutions may use Winograd (cuDNN's benchmark mode picks the
                 // fastest algorithm): fewer multiplications, plus transforms through memory.
-                if on_vector_units && shape.winograd_applies() {
+                if self.winograd && on_vector_units && shape.winograd_applies() {
                     let bandwidth = device.memory_bandwidth.bytes_per_second() * self.memory_efficiency;
                     for tile in [2, 4] {
                         let (product, elements) = shape.winograd(*direction, tile);
@@ -953,7 +961,7 @@ mod tests {
 
     #[test]
     fn vector_unit_convolutions_may_use_winograd() {
-        let model = ComputeModel::default();
+        let model = ComputeModel { winograd_convolutions: true, ..ComputeModel::default() };
         let catalog = DeviceCatalog::builtin();
         let v100 = catalog.get("v100-sxm2-16gb").unwrap();
         let conv = crate::layer::Layer::new(

@@ -88,7 +88,8 @@ impl ConvShape {
     /// (the vector width the kernels need):
     /// - forward: `m = N·P·Q(·O)`, `n = K`, `k = C·R·S(·T)`;
     /// - backward-data: `m = N·H·W(·D)`, `n = C`, `k = K · Π ceil(R/stride)`: a strided
-    ///   convolution's input position receives `ceil(R/stride)` taps per axis;
+    ///   convolution's input position receives `ceil(R/stride)` taps per axis (and a kernel
+    ///   narrower than its stride reaches only `P·R` of the `H` positions per axis);
     /// - backward-weight: `m = K`, `n = C·R·S(·T)`, `k = N·P·Q(·O)`.
     ///
     /// Groups multiply the batch of products and divide the channels.
@@ -99,13 +100,16 @@ impl ConvShape {
         let k_out = (self.out_channels / groups).div_ceil(grid) * grid;
         let taps = Self::product(self.kernel);
         let outputs = self.batch * Self::product(self.output);
-        let inputs = self.batch * Self::product(self.input);
         let (m, n, k) = match direction {
             ConvDirection::Forward => (outputs, k_out, c * taps),
             ConvDirection::BackwardData => {
                 let strided_taps: u64 =
                     (0..3).map(|axis| self.kernel[axis].div_ceil(self.stride[axis].max(1))).product();
-                (inputs, c, k_out * strided_taps)
+                // A kernel narrower than its stride leaves input positions no output reads:
+                // their gradient is zero, written but not computed.
+                let reached: u64 =
+                    (0..3).map(|axis| self.input[axis].min(self.output[axis] * self.kernel[axis])).product();
+                (self.batch * reached, c, k_out * strided_taps)
             }
             ConvDirection::BackwardWeight => (k_out, c * taps, outputs),
         };

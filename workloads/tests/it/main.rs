@@ -10,6 +10,7 @@ mod memory;
 mod model_files;
 mod paradl;
 mod published;
+mod single_gpu;
 mod timing;
 
 use workloads::{ComputeModel, DeviceCatalog, Pass, zoo};

@@ -1,0 +1,63 @@
+//! Single-GPU training steps against real measurements: ParaDL's one-V100 data-parallel logs
+//! (`../shared/data/published-measurements.md`, section 6.3: Chainer, fp32, ResNet-50 at 64
+//! images per step, VGG-16 at 32). The measured times include data loading (a 20-thread
+//! prefetching iterator) and the Adam update; ours are the compute of forward, backward and
+//! the optimizer step, with the default compute model.
+
+use workloads::{ComputeModel, DeviceCatalog, Dtype, KernelShape, Optimizer, OptimizerStep, Pass, zoo};
+
+/// Seconds of one training step of `model` at `batch` in fp32 on a V100 (forward, both
+/// backward passes of every layer, Adam one tensor at a time as Chainer runs it), and the part
+/// in convolutions. Includes the first layer's backward-data pass, which frameworks skip.
+fn step(compute: &ComputeModel, model: &str, batch: u64) -> (f64, f64) {
+    let model = zoo::by_name(model).unwrap();
+    let v100 = DeviceCatalog::builtin().get("v100-sxm2-16gb").unwrap();
+    let (mut total, mut conv) = (0.0, 0.0);
+    for layer in &model.layers {
+        if layer.cost.is_free() {
+            continue;
+        }
+        for pass in Pass::ALL {
+            if pass == Pass::BackwardWeight && layer.cost.backward_weight_flops == 0.0 {
+                continue;
+            }
+            let seconds =
+                compute.layer_duration(v100, Dtype::Fp32, layer, pass, batch).unwrap().as_secs_f64();
+            total += seconds;
+            if matches!(KernelShape::of_layer(layer, pass, batch), KernelShape::Conv { .. }) {
+                conv += seconds;
+            }
+        }
+    }
+    let adam = OptimizerStep {
+        optimizer: Optimizer::Adam,
+        parameters: model.parameters(),
+        tensors: model.layers.iter().filter(|l| l.cost.params > 0).count() as u64,
+        fused: false,
+        gradient_bytes: 4,
+        low_precision_copy: false,
+    };
+    total += compute.optimizer_step_duration(v100, &adam).unwrap().as_secs_f64();
+    (total, conv)
+}
+
+#[test]
+fn resnet50_and_vgg16_steps_on_one_v100() {
+    let compute = ComputeModel::default();
+    // (model, images per step, measured seconds, accuracy bound recorded with the defaults)
+    for (model, batch, measured, bound) in [("resnet50", 64, 0.1855, 0.81), ("vgg16", 32, 0.2633, 0.94)] {
+        let (ours, conv) = step(&compute, model, batch);
+        let winograd =
+            step(&ComputeModel { winograd_convolutions: true, ..ComputeModel::default() }, model, batch).0;
+        let accuracy = 1.0 - (ours / measured - 1.0).abs();
+        println!(
+            "{model} b={batch}: {:.1} ms (convolutions {:.1} ms; with Winograd {:.1} ms), measured {:.1} ms: {:.1}%",
+            ours * 1e3,
+            conv * 1e3,
+            winograd * 1e3,
+            measured * 1e3,
+            accuracy * 100.0
+        );
+        assert!(accuracy >= bound, "{model}: {accuracy}");
+    }
+}
