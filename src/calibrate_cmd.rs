@@ -7,9 +7,12 @@ use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use sim_core::units::SimDuration;
 use traces::kineto::operators::{ActivityKind, OperatorImport, ProfiledOperator};
 use workloads::aten::{OperatorCall, Uncosted, operator_work};
-use workloads::calibrate::{self, CalibrationRecord, ClassError, PARAMETERS, Profile, Sample, class_errors};
+use workloads::calibrate::{
+    self, CalibrationRecord, ClassError, LaunchRecord, PARAMETERS, Profile, Sample, class_errors,
+};
 use workloads::{ComputeModel, Device, DeviceCatalog, Dtype, deepbench};
 
 use crate::models::table;
@@ -108,9 +111,14 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
         class_errors(samples, &calibrate::cross_validate(device, samples, &start, &hold, &fit.model, FOLDS)?);
     let support: BTreeMap<String, usize> =
         PARAMETERS.iter().zip(fit.support).map(|(name, count)| (name.to_string(), count)).collect();
+    let launches = if trace_paths.is_empty() { None } else { launch_record(&trace_paths)? };
+    let mut compute = ComputeModel { winograd_convolutions: false, ..fit.model.clone() };
+    if let Some(record) = &launches {
+        compute.dispatch_overhead = SimDuration::from_ns((record.p25_us * 1e3).round() as u64);
+    }
     let profile = Profile {
         device: device.name.clone(),
-        compute: ComputeModel { winograd_convolutions: false, ..fit.model.clone() },
+        compute,
         calibration: Some(CalibrationRecord {
             traces: import
                 .files
@@ -129,6 +137,7 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
             fit: fitted,
             held_out,
             default_model: before,
+            launch_intervals: launches,
         }),
     };
     let header = vec![
@@ -285,6 +294,48 @@ fn collect(import: &OperatorImport) -> Collected {
         }
     }
     out
+}
+
+/// The launch intervals of the traces' host threads ([`workloads::dispatch::launch_intervals`]),
+/// or `None` if no thread launched twice in a row.
+fn launch_record(paths: &[PathBuf]) -> anyhow::Result<Option<LaunchRecord>> {
+    use traces::model::CallKind;
+    use workloads::dispatch::{HostCall, launch_intervals};
+    let mut threads: Vec<Vec<HostCall>> = Vec::new();
+    // Each input is its own job (a file, or a directory of one job's ranks).
+    let mut ranks = Vec::new();
+    for path in paths {
+        let job = std::slice::from_ref(path);
+        let imported = traces::kineto::import(job)
+            .with_context(|| format!("reading host calls of {}", traces::kineto::describe_inputs(job)))?;
+        ranks.extend(imported.trace.ranks);
+    }
+    for rank in &ranks {
+        // Calls are sorted by (thread, start).
+        let mut current: Option<u32> = None;
+        for call in &rank.calls {
+            if current != Some(call.thread) {
+                threads.push(Vec::new());
+                current = Some(call.thread);
+            }
+            let host = match call.kind {
+                CallKind::Launch => HostCall::Launch(call.start_ns),
+                CallKind::Synchronize(_) => HostCall::Synchronize,
+                CallKind::StreamWaitEvent => continue,
+            };
+            if let Some(thread) = threads.last_mut() {
+                thread.push(host);
+            }
+        }
+    }
+    let us = |d: SimDuration| (d.as_secs_f64() * 1e7).round() / 10.0;
+    Ok(launch_intervals(&threads).map(|stats| LaunchRecord {
+        intervals: stats.intervals,
+        p10_us: us(stats.p10),
+        p25_us: us(stats.p25),
+        median_us: us(stats.median),
+        p75_us: us(stats.p75),
+    }))
 }
 
 /// Kernel benchmark tables (DeepBench's `<family>-<precision>-gemm.csv` and `-conv.csv`,
@@ -545,6 +596,14 @@ fn report(
             let rest: f64 = left[10..].iter().map(|(_, l)| l.kernel_s).sum();
             let _ = writeln!(out, "... and {} more operator kinds, {:.2} ms", left.len() - 10, rest * 1e3);
         }
+    }
+    if let Some(launches) = &record.launch_intervals {
+        let _ = writeln!(
+            out,
+            "\nhost dispatch: {} intervals between kernel launches of one host thread: 10% {} us, \
+             25% {} us, median {} us, 75% {} us; dispatch-overhead = the lower quartile",
+            launches.intervals, launches.p10_us, launches.p25_us, launches.median_us, launches.p75_us
+        );
     }
     if !import.warnings.is_empty() {
         let _ = writeln!(out, "\nimport warnings:\n{}", import.warnings);

@@ -304,3 +304,59 @@ fn the_p100_profile_is_reproduced_from_deepbench() {
     assert_eq!(run.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&run.stderr).contains("a100 family"));
 }
+
+/// The default `dispatch-overhead` is the median, over the six real traces with host calls, of
+/// each trace's lower quartile of launch intervals (the statistic `parasim calibrate` writes
+/// into a profile). `cargo test -p parasim --test it dispatch -- --nocapture` prints them.
+#[test]
+fn the_default_dispatch_overhead_is_measured_on_the_real_traces() {
+    use traces::model::CallKind;
+    use workloads::dispatch::{HostCall, launch_intervals};
+    let inputs = [
+        shared_trace("HolisticTraceAnalysis/trace_diff/test/test.json.gz"),
+        shared_trace("HolisticTraceAnalysis/trace_diff/control/control.json.gz"),
+        shared_trace("HolisticTraceAnalysis/df_index_resolver/df_index_resolver.json.gz"),
+        shared_trace("HolisticTraceAnalysis/negative_queue_length_values_check/rank0.json.gz"),
+        shared_trace("HolisticTraceAnalysis/nccl_parser_config/nccl_data.json.gz"),
+        dlrm_directory(),
+    ];
+    let mut quartiles = Vec::new();
+    for input in &inputs {
+        let imported = traces::kineto::import(std::slice::from_ref(input)).unwrap();
+        let mut threads: Vec<Vec<HostCall>> = Vec::new();
+        for rank in &imported.trace.ranks {
+            let mut current = None;
+            for call in &rank.calls {
+                if current != Some(call.thread) {
+                    threads.push(Vec::new());
+                    current = Some(call.thread);
+                }
+                let host = match call.kind {
+                    CallKind::Launch => HostCall::Launch(call.start_ns),
+                    CallKind::Synchronize(_) => HostCall::Synchronize,
+                    CallKind::StreamWaitEvent => continue,
+                };
+                threads.last_mut().unwrap().push(host);
+            }
+        }
+        let stats = launch_intervals(&threads).unwrap();
+        println!(
+            "{}: {} intervals, 10% {} 25% {} median {} 75% {}",
+            input.file_name().unwrap().to_string_lossy(),
+            stats.intervals,
+            stats.p10,
+            stats.p25,
+            stats.median,
+            stats.p75
+        );
+        quartiles.push(stats.p25);
+    }
+    quartiles.sort();
+    let median = (quartiles[2].as_ps() + quartiles[3].as_ps()) / 2;
+    let default = workloads::ComputeModel::default().dispatch_overhead;
+    println!(
+        "median of the lower quartiles: {} (default {default})",
+        sim_core::units::SimDuration::from_ps(median)
+    );
+    assert!((default.as_ps() as f64 / median as f64 - 1.0).abs() < 0.05, "{default} vs {median} ps");
+}

@@ -730,6 +730,27 @@ pub struct CalibrationRecord {
     pub held_out: Vec<ClassError>,
     /// Errors of the default model on the same operators, for comparison.
     pub default_model: Vec<ClassError>,
+    /// The host's launch intervals measured on the traces, which set `dispatch-overhead` (their
+    /// lower quartile); absent without traces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch_intervals: Option<LaunchRecord>,
+}
+
+/// Launch intervals of the traces' host threads, in microseconds
+/// ([`crate::dispatch::launch_intervals`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct LaunchRecord {
+    /// Intervals measured.
+    pub intervals: usize,
+    /// 10th percentile, us.
+    pub p10_us: f64,
+    /// Lower quartile, us: the profile's `dispatch-overhead`.
+    pub p25_us: f64,
+    /// Median, us.
+    pub median_us: f64,
+    /// Upper quartile, us.
+    pub p75_us: f64,
 }
 
 /// A profile file could not be read.

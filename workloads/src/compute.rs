@@ -193,15 +193,16 @@ impl Default for ComputeModel {
             gemm_wave_overhead: SimDuration::from_us(2),
             conv_efficiency: 1.0,
             conv_backward_weight_efficiency: 1.0,
-            dispatch_overhead: SimDuration::from_us(DEFAULT_DISPATCH_US),
+            dispatch_overhead: SimDuration::from_ns(DEFAULT_DISPATCH_NS),
             cuda_graphs: false,
             winograd_convolutions: false,
         }
     }
 }
 
-/// Default host time per kernel, microseconds: see `docs/compute-model.md`, "Host dispatch".
-pub const DEFAULT_DISPATCH_US: u64 = 22;
+/// Default host time per kernel, nanoseconds: the median over six real traces of their launch
+/// intervals' lower quartile (`docs/compute-model.md`, "Host dispatch"; checked by a test).
+pub const DEFAULT_DISPATCH_NS: u64 = 18_500;
 
 impl ComputeModel {
     /// Checks that every efficiency is in (0, 1].

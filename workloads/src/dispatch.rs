@@ -58,6 +58,69 @@ pub fn issue(durations: &[SimDuration], cost: SimDuration) -> Result<Schedule, T
     Ok(Schedule { starts, end, host_bound })
 }
 
+/// How far apart one host thread issued its kernels, over the intervals between consecutive
+/// launch calls (an interval across a synchronizing call is left out: the host was waiting
+/// for the GPU, not dispatching).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchIntervals {
+    /// Intervals measured.
+    pub intervals: usize,
+    /// 10th percentile.
+    pub p10: SimDuration,
+    /// Lower quartile: the dispatch cost estimate. When the host is what limits the step it
+    /// issues back to back, one operator after another; longer intervals hold host work
+    /// between operators (Python, data loading, logging).
+    pub p25: SimDuration,
+    /// Median.
+    pub median: SimDuration,
+    /// Upper quartile.
+    pub p75: SimDuration,
+}
+
+/// One host thread's runtime calls, in start order, as the interval statistics need them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostCall {
+    /// A kernel (or copy, or memset) launch starting at this time (ns).
+    Launch(u64),
+    /// A call that waits for the GPU.
+    Synchronize,
+}
+
+/// Launch-interval statistics over `threads` (each one thread's calls in start order); `None`
+/// without two consecutive launches anywhere.
+pub fn launch_intervals(threads: &[Vec<HostCall>]) -> Option<LaunchIntervals> {
+    let mut gaps: Vec<u64> = Vec::new();
+    for calls in threads {
+        let mut previous: Option<u64> = None;
+        for call in calls {
+            match *call {
+                HostCall::Launch(start) => {
+                    if let Some(before) = previous {
+                        gaps.push(start.saturating_sub(before));
+                    }
+                    previous = Some(start);
+                }
+                HostCall::Synchronize => previous = None,
+            }
+        }
+    }
+    if gaps.is_empty() {
+        return None;
+    }
+    gaps.sort_unstable();
+    let at = |fraction: f64| {
+        let index = ((gaps.len() - 1) as f64 * fraction).round() as usize;
+        SimDuration::from_ns(gaps[index])
+    };
+    Some(LaunchIntervals {
+        intervals: gaps.len(),
+        p10: at(0.1),
+        p25: at(0.25),
+        median: at(0.5),
+        p75: at(0.75),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,6 +151,20 @@ mod tests {
         assert_eq!(schedule.starts, [SimDuration::ZERO, us(3)]);
         assert_eq!((schedule.end, schedule.host_bound), (us(7), SimDuration::ZERO));
         assert_eq!(issue(&[], us(5)).unwrap().end, SimDuration::ZERO);
+    }
+
+    #[test]
+    fn launch_intervals_skip_synchronizations_and_give_quartiles() {
+        use HostCall::{Launch, Synchronize};
+        let thread =
+            vec![Launch(0), Launch(10_000), Launch(20_000), Synchronize, Launch(900_000), Launch(950_000)];
+        let other = vec![Launch(0), Launch(30_000)];
+        let stats = launch_intervals(&[thread, other]).unwrap();
+        // Intervals 10, 10, 50, 30 us; the 870 us wait across the synchronization is left out.
+        assert_eq!(stats.intervals, 4);
+        assert_eq!((stats.p10, stats.p25, stats.median), (us(10), us(10), us(30)));
+        assert_eq!(stats.p75, us(30));
+        assert_eq!(launch_intervals(&[vec![Launch(5)]]), None);
     }
 
     #[test]
