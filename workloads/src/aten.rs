@@ -613,10 +613,11 @@ fn product(args: &Args, addend: bool, kernels: &[&str]) -> Result<KernelWork, Un
     }
     // A matrix-vector product has no N to align.
     let aligned = aligned(a.element, &[m, k]) && (n == 1 || aligned(a.element, &[n]));
-    // Priced by FLOPs although the shape is known: with `KernelShape::Gemm` the fitted GEMMs
-    // of the A100 DLRM trace went from 26.9% to 37.2% time-weighted error (V100 traces, all
-    // operators: 22.1% to 25.2%; docs/compute-model.md), so traces keep the FLOPs model until
-    // the tile model covers their tall and skinny products.
+    // Priced by FLOPs although the shape is known: with `KernelShape::Gemm`, the default model
+    // prices the traces' GEMMs better (time-weighted error, V100: 25.5% -> 21.8%, A100: 36.2%
+    // -> 33.1%) but the fitted one worse (14.2% -> 23.9%, 26.5% -> 31.4%): the FLOP ramp with a
+    // fitted exponent follows these DLRM products' mix more closely than the tile model
+    // (docs/compute-model.md, "Shapes").
     Ok(KernelWork {
         class: OpClass::Gemm,
         dtype: gemm_dtype(&a, kernels)?,
