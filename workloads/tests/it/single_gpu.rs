@@ -61,3 +61,36 @@ fn resnet50_and_vgg16_steps_on_one_v100() {
         assert!(accuracy >= bound, "{model}: {accuracy}");
     }
 }
+
+/// Megatron-LM's 1.7B GPT (Narayanan et al. 2021, Table 1: 32 A100s, data parallel, micro-batch
+/// 16, s = 2048, full recomputation, 137 TFLOP/s per GPU = 3.53 s per iteration): the compute
+/// of one GPU's micro-batch (forward, recomputed forward, backward; Adam), without the
+/// gradient all-reduce, which overlaps the backward.
+#[test]
+fn megatron_1_7b_micro_batch_on_one_a100() {
+    let model = zoo::by_name("megatron-1.7b").unwrap();
+    let a100 = DeviceCatalog::builtin().get("a100-sxm4-80gb").unwrap();
+    let measured = 3.53;
+    let compute = ComputeModel::default();
+    let (mut shaped, mut flat) = (0.0, 0.0);
+    for layer in &model.layers {
+        if layer.cost.is_free() {
+            continue;
+        }
+        for pass in [Pass::Forward, Pass::Forward, Pass::BackwardData, Pass::BackwardWeight] {
+            if pass == Pass::BackwardWeight && layer.cost.backward_weight_flops == 0.0 {
+                continue;
+            }
+            shaped += compute.layer_duration(a100, Dtype::Fp16, layer, pass, 16).unwrap().as_secs_f64();
+            let (flops, bytes) = (layer.cost.flops(pass, 16), layer.cost.bytes(pass, 16, Dtype::Fp16));
+            flat +=
+                compute.duration(a100, Dtype::Fp16, flops, bytes, layer.cost.class).unwrap().as_secs_f64();
+        }
+    }
+    let accuracy = 1.0 - (shaped / measured - 1.0).abs();
+    println!(
+        "megatron-1.7b micro-batch 16: {shaped:.3} s (FLOPs only: {flat:.3} s), measured {measured} s: {:.1}%",
+        accuracy * 100.0
+    );
+    assert!(accuracy >= 0.77, "{accuracy}");
+}
