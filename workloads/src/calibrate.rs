@@ -1,7 +1,7 @@
 //! Calibration: the compute model's efficiency parameters fitted to measured kernels.
 //!
 //! Each [`Sample`] is one profiled operator: the work the model sees (class, dtype, FLOPs,
-//! bytes, number of kernels) and the GPU time it measured. [`fit`] finds the six parameters of
+//! bytes, number of kernels) and the GPU time it measured. [`fit`] finds the parameters of
 //! [`ComputeModel`] that minimize the squared log-ratio of predicted to measured time over all
 //! samples (relative error: a 3 us element-wise kernel counts as much as a 3 ms GEMM), by
 //! Levenberg-Marquardt in an unconstrained parametrization (logit of the efficiencies, log of
