@@ -93,7 +93,10 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
     }
     let default = ComputeModel::default();
     if let Some(name) = &args.check {
-        return check_profile(name, device, &trace_device, &collected, &default);
+        // Kernel benchmarks keep the fastest convolution algorithm: price them that way.
+        let winograd = !tables.is_empty();
+        let default = ComputeModel { winograd_convolutions: winograd, ..default };
+        return check_profile(name, device, &trace_device, &collected, &default, winograd);
     }
     let output =
         args.output.as_ref().context("give -o PROFILE (where to write the profile) or --check PROFILE")?;
@@ -160,6 +163,12 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
         return Ok(serde_json::to_string_pretty(&profile)? + "\n");
     }
     let mut text = report(output, &profile, &collected, &fit, &default, &import);
+    let before_predictions = calibrate::predictions(&default, device, samples)?;
+    text.push_str(&regime_table(
+        &calibrate::regime_errors(device, samples, &before_predictions),
+        &calibrate::regime_errors(device, samples, &predicted),
+        "fitted",
+    ));
     if args.by_operator {
         text.push_str(&by_operator(&collected, &predicted));
     }
@@ -667,9 +676,11 @@ fn check_profile(
     trace_device: &str,
     collected: &Collected,
     default: &ComputeModel,
+    winograd: bool,
 ) -> anyhow::Result<String> {
-    let (profile, _) =
+    let (mut profile, _) =
         crate::scenario::read_profile(name, Path::new("")).map_err(anyhow::Error::msg).context("--check")?;
+    profile.compute.winograd_convolutions |= winograd;
     let samples = &collected.samples;
     let with_profile = class_errors(samples, &calibrate::predictions(&profile.compute, device, samples)?);
     let with_defaults = class_errors(samples, &calibrate::predictions(default, device, samples)?);
@@ -703,7 +714,45 @@ fn check_profile(
         &rows,
         &[1, 2, 3, 4, 5, 6],
     ));
+    out.push_str(&regime_table(
+        &calibrate::regime_errors(device, samples, &calibrate::predictions(default, device, samples)?),
+        &calibrate::regime_errors(
+            device,
+            samples,
+            &calibrate::predictions(&profile.compute, device, samples)?,
+        ),
+        "profile",
+    ));
     Ok(out)
+}
+
+/// The errors per shape regime ([`calibrate::regime_errors`]) of the defaults and of a profile.
+fn regime_table(default: &[ClassError], profile: &[ClassError], label: &str) -> String {
+    let cell = |e: &ClassError| format!("{} / {}", percent(e.median_error), percent(e.weighted_error));
+    let rows: Vec<[String; 7]> = default
+        .iter()
+        .zip(profile)
+        .map(|(d, p)| {
+            [
+                p.class.clone(),
+                p.samples.to_string(),
+                format!("{:.2}", p.measured_s * 1e3),
+                cell(d),
+                cell(p),
+                signed_percent(d.total_error()),
+                signed_percent(p.total_error()),
+            ]
+        })
+        .collect();
+    let total = format!("{label} total");
+    format!(
+        "\nerror per shape regime (median / weighted by time)\n{}",
+        table(
+            &["regime", "kernels", "measured ms", "default", label, "default total", &total],
+            &rows,
+            &[1, 2, 3, 4, 5, 6]
+        )
+    )
 }
 
 /// A name cut to 60 characters for tables (C++ template names run to hundreds).

@@ -280,6 +280,10 @@ fn the_p100_profile_is_reproduced_from_deepbench() {
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let report = String::from_utf8_lossy(&run.stdout);
     assert!(report.contains("DeepBench tables p100-fp32-gemm.csv, p100-fp32-conv.csv"), "{report}");
+    // Errors per shape regime: products by shape, convolutions by direction.
+    for regime in ["error per shape regime", "gemm thin", "gemm large", "conv backward-weight"] {
+        assert!(report.contains(regime), "{regime:?} missing from:\n{report}");
+    }
     let written = Profile::from_toml_str(&fs_err::read_to_string(&output).unwrap()).unwrap();
     let shipped = Profile::builtin("p100-pcie-16gb").unwrap();
     assert_eq!(

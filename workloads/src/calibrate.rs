@@ -591,9 +591,75 @@ pub fn class_name(class: OpClass) -> &'static str {
 /// Errors per class (in the order gemm, elementwise, reduction; absent classes left out) and
 /// over all samples, for `predictions[i]` of `samples[i]`.
 pub fn class_errors(samples: &[Sample], predictions: &[f64]) -> Vec<ClassError> {
-    let mut groups: BTreeMap<u8, Vec<usize>> = BTreeMap::new();
-    for (i, sample) in samples.iter().enumerate() {
-        groups.entry(sample.work.class as u8).or_default().push(i);
+    let keys: Vec<(u8, String)> =
+        samples.iter().map(|s| (s.work.class as u8, class_name(s.work.class).to_string())).collect();
+    grouped_errors(samples, predictions, &keys, true)
+}
+
+/// Errors per shape regime, in the order below (absent regimes left out), for `predictions[i]`
+/// of `samples[i]` on `device`:
+/// - shaped products: `gemm thin` (an output side of at most 64), `gemm under one wave` (fewer
+///   128 x 128 tiles than the device has multiprocessors), `gemm large`;
+/// - convolutions by direction: `conv forward`, `conv backward-data`, `conv backward-weight`;
+/// - products without a shape by FLOPs: `gemm < 0.1 GFLOP`, `gemm 0.1-10 GFLOP`,
+///   `gemm > 10 GFLOP`;
+/// - element-wise and reduction kernels by bytes: `< 1 MB`, `1-100 MB`, `> 100 MB`.
+pub fn regime_errors(device: &Device, samples: &[Sample], predictions: &[f64]) -> Vec<ClassError> {
+    use crate::kernel_shape::{ConvDirection, KernelShape};
+    let units = device.execution.as_ref().map_or(u64::MAX, |e| u64::from(e.sm_count));
+    let keys: Vec<(u8, String)> = samples
+        .iter()
+        .map(|sample| {
+            let work = &sample.work;
+            let (rank, name): (u8, &str) = match (&work.shape, work.class) {
+                (KernelShape::Gemm(g), _) if g.m.min(g.n) <= 64 => (0, "gemm thin"),
+                (KernelShape::Gemm(g), _) if g.batch * g.m.div_ceil(128) * g.n.div_ceil(128) < units => {
+                    (1, "gemm under one wave")
+                }
+                (KernelShape::Gemm(_), _) => (2, "gemm large"),
+                (KernelShape::Conv { direction, .. }, _) => match direction {
+                    ConvDirection::Forward => (3, "conv forward"),
+                    ConvDirection::BackwardData => (4, "conv backward-data"),
+                    ConvDirection::BackwardWeight => (5, "conv backward-weight"),
+                },
+                (KernelShape::Attention(_), _) => (6, "attention"),
+                (KernelShape::Unknown, OpClass::Gemm) if work.flops < 1e8 => (7, "gemm < 0.1 GFLOP"),
+                (KernelShape::Unknown, OpClass::Gemm) if work.flops <= 1e10 => (8, "gemm 0.1-10 GFLOP"),
+                (KernelShape::Unknown, OpClass::Gemm) => (9, "gemm > 10 GFLOP"),
+                (KernelShape::Unknown, class) => {
+                    let base = if class == OpClass::Elementwise { 10 } else { 13 };
+                    let size = if work.bytes < 1e6 {
+                        0
+                    } else if work.bytes <= 1e8 {
+                        1
+                    } else {
+                        2
+                    };
+                    let names = if class == OpClass::Elementwise {
+                        ["elementwise < 1 MB", "elementwise 1-100 MB", "elementwise > 100 MB"]
+                    } else {
+                        ["reduction < 1 MB", "reduction 1-100 MB", "reduction > 100 MB"]
+                    };
+                    (base + size, names[usize::from(size)])
+                }
+            };
+            (rank, name.to_string())
+        })
+        .collect();
+    grouped_errors(samples, predictions, &keys, false)
+}
+
+/// Errors of the samples grouped by `keys[i]` (ordered by the number, named by the text), and
+/// over all of them if `total`.
+fn grouped_errors(
+    samples: &[Sample],
+    predictions: &[f64],
+    keys: &[(u8, String)],
+    total: bool,
+) -> Vec<ClassError> {
+    let mut groups: BTreeMap<u8, (String, Vec<usize>)> = BTreeMap::new();
+    for (i, (rank, name)) in keys.iter().enumerate() {
+        groups.entry(*rank).or_insert_with(|| (name.clone(), Vec::new())).1.push(i);
     }
     let summarize = |name: &str, members: &[usize]| {
         let mut errors: Vec<f64> =
@@ -614,12 +680,9 @@ pub fn class_errors(samples: &[Sample], predictions: &[f64]) -> Vec<ClassError> 
             weighted_error: ratio(absolute / measured),
         }
     };
-    let mut out: Vec<ClassError> = groups
-        .values()
-        .map(|members| summarize(class_name(samples[members[0]].work.class), members))
-        .collect();
+    let mut out: Vec<ClassError> = groups.values().map(|(name, members)| summarize(name, members)).collect();
     let all: Vec<usize> = (0..samples.len()).collect();
-    if !all.is_empty() {
+    if total && !all.is_empty() {
         out.push(summarize("all", &all));
     }
     out
