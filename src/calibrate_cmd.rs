@@ -512,6 +512,7 @@ fn report(
             format!("{:.3}", m.conv_efficiency),
             format!("{:.3}", m.conv_backward_weight_efficiency),
             format!("{:.3}", m.vector_gemm_efficiency),
+            m.reduction_half_time.to_string(),
         ]
     };
     let rows: Vec<[String; 4]> = PARAMETERS

@@ -84,6 +84,7 @@ struct ComputeSection {
     memory_efficiency: Option<f64>,
     reduction_memory_efficiency: Option<f64>,
     memory_half_time: Option<SimDuration>,
+    reduction_half_time: Option<SimDuration>,
     launch_overhead: Option<SimDuration>,
     gemm_tile_half_intensity: Option<f64>,
     gemm_wave_overhead: Option<SimDuration>,
@@ -553,6 +554,7 @@ fn compute_model(
     for (slot, value) in [
         (&mut model.gemm_half_time, section.gemm_half_time),
         (&mut model.memory_half_time, section.memory_half_time),
+        (&mut model.reduction_half_time, section.reduction_half_time),
         (&mut model.launch_overhead, section.launch_overhead),
         (&mut model.gemm_wave_overhead, section.gemm_wave_overhead),
         (&mut model.dispatch_overhead, section.dispatch_overhead),

@@ -141,6 +141,12 @@ pub struct ComputeModel {
     /// threads, so they stream less evenly than element-wise kernels. Only the sustained rate:
     /// their ramp is everyone's, `memory_half_time / memory_efficiency`.
     pub reduction_memory_efficiency: f64,
+    /// Traffic of a reduction, expressed as time at the device's peak bandwidth, at which its
+    /// sustained efficiency is halfway from `reduction-memory-efficiency` to
+    /// `memory-efficiency`: small reductions are starved of parallelism, large ones (a batch
+    /// norm over a whole activation) stream like copies. Zero keeps every reduction at
+    /// `reduction-memory-efficiency`.
+    pub reduction_half_time: SimDuration,
     /// Traffic, expressed as time at the device's peak bandwidth, at which a kernel reaches half
     /// of `memory_efficiency`. Zero makes the bandwidth efficiency flat.
     pub memory_half_time: SimDuration,
@@ -187,6 +193,7 @@ impl Default for ComputeModel {
             vector_efficiency: 0.5,
             memory_efficiency: 0.8,
             reduction_memory_efficiency: 0.8,
+            reduction_half_time: SimDuration::from_us(10),
             memory_half_time: SimDuration::from_us(1),
             launch_overhead: SimDuration::from_us(4),
             gemm_tile_half_intensity: 6.0,
@@ -308,6 +315,7 @@ impl ComputeModel {
             memory_efficiency: self.memory_efficiency,
             reduction_memory_efficiency: self.reduction_memory_efficiency,
             memory_half_s: self.memory_half_time.as_secs_f64(),
+            reduction_half_s: self.reduction_half_time.as_secs_f64(),
             tile_half_intensity: self.gemm_tile_half_intensity,
             wave_overhead_s: self.gemm_wave_overhead.as_secs_f64(),
             conv_efficiency: self.conv_efficiency,
@@ -474,6 +482,7 @@ pub(crate) struct Curves {
     pub(crate) memory_efficiency: f64,
     pub(crate) reduction_memory_efficiency: f64,
     pub(crate) memory_half_s: f64,
+    pub(crate) reduction_half_s: f64,
     pub(crate) tile_half_intensity: f64,
     pub(crate) wave_overhead_s: f64,
     pub(crate) conv_efficiency: f64,
@@ -646,13 +655,21 @@ impl Curves {
         if bytes == 0.0 {
             return 0.0;
         }
+        let bandwidth = device.memory_bandwidth.bytes_per_second();
         let efficiency = match class {
-            OpClass::Reduction => self.reduction_memory_efficiency,
+            // Small reductions (few rows, or few blocks per row) cannot keep the memory busy;
+            // large ones stream like copies. Their sustained efficiency moves from
+            // `reduction-memory-efficiency` to `memory-efficiency` with their size.
+            OpClass::Reduction => {
+                let half = self.reduction_half_s * bandwidth;
+                let large = if half > 0.0 { bytes / (bytes + half) } else { 0.0 };
+                self.reduction_memory_efficiency
+                    + (self.memory_efficiency - self.reduction_memory_efficiency) * large
+            }
             OpClass::Gemm | OpClass::Elementwise => self.memory_efficiency,
         };
         // The ramp (filling the memory pipeline) is the same for every class; only the sustained
         // rate differs. For element-wise kernels this is (bytes + q_half) / (bandwidth * e).
-        let bandwidth = device.memory_bandwidth.bytes_per_second();
         bytes / (bandwidth * efficiency) + self.memory_half_s / self.memory_efficiency
     }
 
@@ -798,6 +815,7 @@ mod tests {
     fn reductions_stream_at_their_own_efficiency() {
         let model = ComputeModel {
             reduction_memory_efficiency: 0.4,
+            reduction_half_time: SimDuration::ZERO,
             memory_half_time: SimDuration::ZERO,
             ..Default::default()
         };
@@ -815,6 +833,16 @@ mod tests {
         };
         assert!((seconds(OpClass::Reduction) - bytes / (2039e9 * 0.4)).abs() < 1e-12);
         assert!((seconds(OpClass::Elementwise) - bytes / (2039e9 * 0.8)).abs() < 1e-12);
+        // With a reduction half-time, large reductions stream like copies and small ones at
+        // their own efficiency.
+        let curved = ComputeModel { reduction_half_time: SimDuration::from_us(10), ..model.clone() };
+        let reduction = |bytes: f64| {
+            let work = KernelWork::flat(OpClass::Reduction, Dtype::Fp32, 0.0, bytes);
+            bytes / curved.kernel_seconds(a100(), &work).unwrap() / 2039e9
+        };
+        let half = 10e-6 * 2039e9;
+        assert!((reduction(half) - 0.6).abs() < 1e-9, "{}", reduction(half));
+        assert!(reduction(1e3) < 0.401 && reduction(1e12) > 0.799);
         let invalid = ComputeModel { reduction_memory_efficiency: 0.0, ..Default::default() };
         assert!(invalid.validate().unwrap_err().to_string().contains("reduction-memory-efficiency"));
     }
