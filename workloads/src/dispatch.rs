@@ -35,6 +35,12 @@ pub struct Schedule {
     pub host_bound: SimDuration,
 }
 
+/// [`issue`] at the model's host cost per kernel (`dispatch-overhead`, or nothing under CUDA
+/// graphs): what a lowering calls for each rank's in-order stream.
+pub fn issue_with(model: &crate::ComputeModel, durations: &[SimDuration]) -> Result<Schedule, TimeOverflow> {
+    issue(durations, model.host_cost_per_kernel())
+}
+
 /// The start times of kernels of `durations`, in issue order, when the host spends `cost` on
 /// each before the GPU may start it: `start_i = max(end_{i-1}, (i + 1) * cost)`.
 pub fn issue(durations: &[SimDuration], cost: SimDuration) -> Result<Schedule, TimeOverflow> {
@@ -147,6 +153,10 @@ mod tests {
 
     #[test]
     fn cuda_graphs_remove_the_host_cost() {
+        let graphs = crate::ComputeModel { cuda_graphs: true, ..Default::default() };
+        assert_eq!(issue_with(&graphs, &[us(3), us(4)]).unwrap().end, us(7));
+        let eager = crate::ComputeModel::default();
+        assert_eq!(issue_with(&eager, &[us(3)]).unwrap().starts, [SimDuration::from_ns(18_500)]);
         let schedule = issue(&[us(3), us(4)], SimDuration::ZERO).unwrap();
         assert_eq!(schedule.starts, [SimDuration::ZERO, us(3)]);
         assert_eq!((schedule.end, schedule.host_bound), (us(7), SimDuration::ZERO));
