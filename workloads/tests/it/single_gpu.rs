@@ -1,8 +1,10 @@
 //! Single-GPU training steps against real measurements: ParaDL's one-V100 data-parallel logs
 //! (`../shared/data/published-measurements.md`, section 6.3: Chainer, fp32, ResNet-50 at 64
-//! images per step, VGG-16 at 32). The measured times include data loading (a 20-thread
-//! prefetching iterator) and the Adam update; ours are the compute of forward, backward and
-//! the optimizer step, with the default compute model.
+//! images per step, VGG-16 at 32) and its layer-wise AlexNet runs (`../shared/data/paradl/
+//! MEASURED.md`: four V100s used one after another, no micro-batching, so a step is one GPU's
+//! worth of compute plus the activation copies between them). The measured times include data
+//! loading (a prefetching iterator) and the Adam update; ours are the compute of forward,
+//! backward and the optimizer step, with the default compute model.
 
 use workloads::{ComputeModel, DeviceCatalog, Dtype, KernelShape, Optimizer, OptimizerStep, Pass, zoo};
 
@@ -11,7 +13,11 @@ use workloads::{ComputeModel, DeviceCatalog, Dtype, KernelShape, Optimizer, Opti
 /// convolutions, and the step priced by FLOPs alone (the model before shapes). The first layer
 /// has no backward-data pass.
 fn step(compute: &ComputeModel, model: &str, batch: u64) -> (f64, f64, f64) {
-    let model = zoo::by_name(model).unwrap();
+    step_of(compute, &zoo::by_name(model).unwrap(), batch)
+}
+
+/// [`step`] of a model given as layers.
+fn step_of(compute: &ComputeModel, model: &workloads::Model, batch: u64) -> (f64, f64, f64) {
     let v100 = DeviceCatalog::builtin().get("v100-sxm2-16gb").unwrap();
     let (mut total, mut conv, mut flat) = (0.0, 0.0, 0.0);
     // One GEMM ceiling for all units: the model before shapes.
@@ -69,6 +75,28 @@ fn resnet50_and_vgg16_steps_on_one_v100() {
             accuracy * 100.0
         );
         assert!(accuracy >= bound, "{model}: {accuracy}");
+    }
+}
+
+/// ParaDL's layer-wise model-parallel AlexNet (Chainer's single-tower AlexNet at 226x226, fp32,
+/// four V100s in turn): 0.034, 0.047 and 0.092 s per step at 32, 64 and 128 images. Ours leaves
+/// out the copies between GPUs (the largest activation, conv1's output, is 56 MB at 128 images:
+/// under 1 ms over NVLink).
+#[test]
+fn chainer_alexnet_steps_on_v100s_in_turn() {
+    let model = crate::paradl::chainer_alexnet();
+    for (batch, measured, bound) in [(32, 0.034, 0.63), (64, 0.047, 0.83), (128, 0.092, 0.79)] {
+        let (ours, conv, flat) = step_of(&ComputeModel::default(), &model, batch);
+        let accuracy = 1.0 - (ours / measured - 1.0).abs();
+        println!(
+            "alexnet (Chainer) b={batch}: {:.1} ms (convolutions {:.1} ms; FLOPs only {:.1} ms), measured {:.1} ms: {:.1}%",
+            ours * 1e3,
+            conv * 1e3,
+            flat * 1e3,
+            measured * 1e3,
+            accuracy * 100.0
+        );
+        assert!(accuracy >= bound, "b={batch}: {accuracy}");
     }
 }
 
