@@ -186,9 +186,9 @@ pub enum KernelShape {
 }
 
 impl KernelShape {
-    /// The shape of `pass` of `layer` for `batch` samples: convolutions, linear layers,
-    /// matmuls, attention and MoE experts; [`KernelShape::Unknown`] for other layers (and for
-    /// transposed convolutions, priced by FLOPs).
+    /// The shape of `pass` of `layer` for `batch` samples: convolutions (transposed ones too),
+    /// linear layers, matmuls, attention and MoE experts; [`KernelShape::Unknown`] for other
+    /// layers.
     pub fn of_layer(layer: &Layer, pass: Pass, batch: u64) -> KernelShape {
         let input = &layer.input.0;
         let leading = |dims: &[u64]| dims.iter().product::<u64>() * batch;
@@ -215,6 +215,37 @@ impl KernelShape {
                     shape.stride[axis] = stride.get(axis).copied().unwrap_or(1);
                 }
                 KernelShape::Conv { shape, direction: pass.into() }
+            }
+            // A transposed convolution is the backward-data pass of the convolution that maps
+            // its output back to its input, and its backward-data pass that convolution's
+            // forward.
+            LayerKind::ConvTranspose { out_channels, kernel, stride, groups, .. } => {
+                let axes = kernel.len();
+                if !(1..=3).contains(&axes) || input.len() != axes + 1 || layer.output.0.len() != axes + 1 {
+                    return KernelShape::Unknown;
+                }
+                let mut shape = ConvShape {
+                    batch,
+                    in_channels: *out_channels,
+                    out_channels: input[0],
+                    groups: *groups,
+                    input: [1; 3],
+                    output: [1; 3],
+                    kernel: [1; 3],
+                    stride: [1; 3],
+                };
+                for axis in 0..axes {
+                    shape.input[axis] = layer.output.0[axis + 1];
+                    shape.output[axis] = input[axis + 1];
+                    shape.kernel[axis] = kernel[axis];
+                    shape.stride[axis] = stride.get(axis).copied().unwrap_or(1);
+                }
+                let direction = match pass {
+                    Pass::Forward => ConvDirection::BackwardData,
+                    Pass::BackwardData => ConvDirection::Forward,
+                    Pass::BackwardWeight => ConvDirection::BackwardWeight,
+                };
+                KernelShape::Conv { shape, direction }
             }
             LayerKind::Linear { out_features, .. } | LayerKind::TiedLinear { out_features, .. } => {
                 let Some((&features, rows)) = input.split_last() else { return KernelShape::Unknown };
@@ -299,6 +330,34 @@ mod tests {
         let KernelShape::Conv { shape, .. } = KernelShape::of_layer(&rgb, Pass::Forward, 1) else { panic!() };
         assert_eq!(shape.implicit_gemm(ConvDirection::Forward, 8).k, 8 * 49);
         assert!(!shape.winograd_applies());
+    }
+
+    #[test]
+    fn a_transposed_convolution_is_the_backward_data_of_its_mirror() {
+        let up = Layer::new(
+            "up",
+            LayerKind::ConvTranspose {
+                out_channels: 64,
+                kernel: vec![2, 2],
+                stride: vec![2, 2],
+                padding: vec![0, 0],
+                output_padding: vec![0, 0],
+                dilation: vec![1, 1],
+                groups: 1,
+                bias: false,
+            },
+            Shape::from([128, 28, 28]),
+        )
+        .unwrap();
+        let KernelShape::Conv { shape, direction } = KernelShape::of_layer(&up, Pass::Forward, 4) else {
+            panic!()
+        };
+        assert_eq!(direction, ConvDirection::BackwardData);
+        assert_eq!((shape.in_channels, shape.out_channels), (64, 128));
+        assert_eq!((shape.input, shape.output), ([56, 56, 1], [28, 28, 1]));
+        // Its product does the layer's forward FLOPs.
+        let gemm = shape.implicit_gemm(direction, 1);
+        assert_eq!(gemm.flops(), up.cost.flops(Pass::Forward, 4));
     }
 
     #[test]
