@@ -513,6 +513,7 @@ fn report(
             format!("{:.3}", m.conv_backward_weight_efficiency),
             format!("{:.3}", m.vector_gemm_efficiency),
             m.reduction_half_time.to_string(),
+            format!("{:.3}", m.conv_backward_data_efficiency),
         ]
     };
     let rows: Vec<[String; 4]> = PARAMETERS

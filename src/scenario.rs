@@ -90,6 +90,7 @@ struct ComputeSection {
     gemm_wave_overhead: Option<SimDuration>,
     conv_efficiency: Option<f64>,
     conv_backward_weight_efficiency: Option<f64>,
+    conv_backward_data_efficiency: Option<f64>,
     dispatch_overhead: Option<SimDuration>,
     cuda_graphs: Option<bool>,
     winograd_convolutions: Option<bool>,
@@ -542,6 +543,7 @@ fn compute_model(
     set(&mut model.gemm_tile_half_intensity, section.gemm_tile_half_intensity);
     set(&mut model.conv_efficiency, section.conv_efficiency);
     set(&mut model.conv_backward_weight_efficiency, section.conv_backward_weight_efficiency);
+    set(&mut model.conv_backward_data_efficiency, section.conv_backward_data_efficiency);
     for (slot, value) in [
         (&mut model.cuda_graphs, section.cuda_graphs),
         (&mut model.winograd_convolutions, section.winograd_convolutions),

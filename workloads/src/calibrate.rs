@@ -67,7 +67,7 @@ pub enum CalibrationError {
 }
 
 /// The fitted parameters, in the order of [`PARAMETERS`].
-const COUNT: usize = 15;
+const COUNT: usize = 16;
 
 /// The parameters calibration fits, by their scenario keys.
 pub const PARAMETERS: [&str; COUNT] = [
@@ -86,6 +86,7 @@ pub const PARAMETERS: [&str; COUNT] = [
     "conv-backward-weight-efficiency",
     "vector-gemm-efficiency",
     "reduction-half-time",
+    "conv-backward-data-efficiency",
 ];
 
 /// Position of the one parameter that is neither an efficiency nor a time (fitted as its
@@ -94,7 +95,7 @@ const INTENSITY: usize = 9;
 
 /// Positions of the efficiencies (fitted as logits) among [`PARAMETERS`]; the others are times
 /// (fitted as logarithms).
-const EFFICIENCIES: [usize; 9] = [0, 1, 2, 4, 5, 7, 11, 12, 13];
+const EFFICIENCIES: [usize; 10] = [0, 1, 2, 4, 5, 7, 11, 12, 13, 15];
 
 /// Lowest fitted efficiency. Below 5% of a peak a kernel is not limited by the rate the
 /// roofline describes but by its parallelism (a reduction over six rows, a tiny product):
@@ -162,6 +163,7 @@ impl Point {
             model.conv_backward_weight_efficiency,
             model.vector_gemm_efficiency,
             model.reduction_half_time.as_secs_f64(),
+            model.conv_backward_data_efficiency,
         ];
         let mut point = Point::of(model);
         for (j, fixed) in point.fixed.iter_mut().enumerate() {
@@ -189,6 +191,7 @@ impl Point {
             logit(model.conv_backward_weight_efficiency),
             logit(model.vector_gemm_efficiency),
             log_us(model.reduction_half_time.as_secs_f64()),
+            logit(model.conv_backward_data_efficiency),
         ];
         Point { x, fixed: [None; COUNT], winograd: model.winograd_convolutions }
     }
@@ -219,6 +222,7 @@ impl Point {
             conv_backward_weight_efficiency: self.value(12),
             vector_gemm_efficiency: self.value(13),
             reduction_half_s: self.value(14),
+            conv_backward_data_efficiency: self.value(15),
             winograd: self.winograd,
         };
         (curves, self.value(8))
@@ -247,6 +251,7 @@ impl Point {
             conv_backward_weight_efficiency: efficiency(curves.conv_backward_weight_efficiency),
             vector_gemm_efficiency: efficiency(curves.vector_gemm_efficiency),
             reduction_half_time: duration(curves.reduction_half_s),
+            conv_backward_data_efficiency: efficiency(curves.conv_backward_data_efficiency),
             winograd_convolutions: self.winograd,
             ..ComputeModel::default()
         }
@@ -470,6 +475,7 @@ pub fn fit(
         begin.x[1] = begin.x[1].min(0.0);
         begin.x[11] = begin.x[11].min(0.0);
         begin.x[12] = begin.x[12].min(0.0);
+        begin.x[15] = begin.x[15].min(0.0);
         begin.x[2] = begin.x[2].min(logit(0.8));
         begin.x[3] += half;
         begin.x[6] += half;
@@ -485,7 +491,8 @@ pub fn fit(
 }
 
 /// The parameters only convolutions decide.
-pub const CONV_PARAMETERS: [&str; 2] = ["conv-efficiency", "conv-backward-weight-efficiency"];
+pub const CONV_PARAMETERS: [&str; 3] =
+    ["conv-efficiency", "conv-backward-weight-efficiency", "conv-backward-data-efficiency"];
 
 /// [`fit`] in two stages when `samples` mix plain products and shaped convolutions: the
 /// device's curves from everything but the convolutions (GEMMs, element-wise, reductions),

@@ -166,6 +166,9 @@ pub struct ComputeModel {
     /// Further factor for the backward-weight (wgrad) kernels of convolutions, in (0, 1]: their
     /// long reductions over batch and positions are split and summed across blocks.
     pub conv_backward_weight_efficiency: f64,
+    /// Further factor for the backward-data (dgrad) kernels of convolutions, in (0, 1]: strided
+    /// ones scatter into a larger input.
+    pub conv_backward_data_efficiency: f64,
     /// Host time to issue one kernel (framework dispatch plus the CUDA launch call) in eager
     /// mode: a rank's GPU cannot start a kernel before its host thread has issued it.
     pub dispatch_overhead: SimDuration,
@@ -200,6 +203,7 @@ impl Default for ComputeModel {
             gemm_wave_overhead: SimDuration::from_us(2),
             conv_efficiency: 1.0,
             conv_backward_weight_efficiency: 1.0,
+            conv_backward_data_efficiency: 1.0,
             dispatch_overhead: SimDuration::from_ns(DEFAULT_DISPATCH_NS),
             cuda_graphs: false,
             winograd_convolutions: false,
@@ -224,6 +228,7 @@ impl ComputeModel {
             ("reduction-memory-efficiency", self.reduction_memory_efficiency),
             ("conv-efficiency", self.conv_efficiency),
             ("conv-backward-weight-efficiency", self.conv_backward_weight_efficiency),
+            ("conv-backward-data-efficiency", self.conv_backward_data_efficiency),
         ] {
             // Written so that NaN fails too.
             if !(value > 0.0 && value <= 1.0) {
@@ -320,6 +325,7 @@ impl ComputeModel {
             wave_overhead_s: self.gemm_wave_overhead.as_secs_f64(),
             conv_efficiency: self.conv_efficiency,
             conv_backward_weight_efficiency: self.conv_backward_weight_efficiency,
+            conv_backward_data_efficiency: self.conv_backward_data_efficiency,
             winograd: self.winograd_convolutions,
         }
     }
@@ -487,6 +493,7 @@ pub(crate) struct Curves {
     pub(crate) wave_overhead_s: f64,
     pub(crate) conv_efficiency: f64,
     pub(crate) conv_backward_weight_efficiency: f64,
+    pub(crate) conv_backward_data_efficiency: f64,
     pub(crate) winograd: bool,
 }
 
@@ -567,9 +574,11 @@ impl Curves {
             }
             KernelShape::Conv { shape, direction } => {
                 let mut efficiency = efficiency * self.conv_efficiency;
-                if *direction == ConvDirection::BackwardWeight {
-                    efficiency *= self.conv_backward_weight_efficiency;
-                }
+                efficiency *= match direction {
+                    ConvDirection::Forward => 1.0,
+                    ConvDirection::BackwardData => self.conv_backward_data_efficiency,
+                    ConvDirection::BackwardWeight => self.conv_backward_weight_efficiency,
+                };
                 // Channels off the 16-byte grid (an RGB input, CosmoFlow's 4 channels) keep a
                 // convolution off the matrix units: cuDNN's Tensor Core kernels need them
                 // aligned. It runs on the vector units at the fp32 rate.
