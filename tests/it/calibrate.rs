@@ -364,3 +364,30 @@ fn the_default_dispatch_overhead_is_measured_on_the_real_traces() {
     );
     assert!((default.as_ps() as f64 / median as f64 - 1.0).abs() < 0.05, "{default} vs {median} ps");
 }
+
+/// Every compute key a scenario may set, the shape and host keys included, parses and counts;
+/// a misspelt one is refused by name.
+#[test]
+fn a_scenario_sets_the_shape_and_host_keys() {
+    let keys = "[compute]\nvector-gemm-efficiency = 0.95\ngemm-tile-half-intensity = 4.0\n\
+                gemm-wave-overhead = \"1 us\"\nconv-efficiency = 0.9\nconv-backward-data-efficiency = 0.9\n\
+                conv-backward-weight-efficiency = 0.8\nreduction-half-time = \"5 us\"\n\
+                winograd-convolutions = true\ndispatch-overhead = \"5 us\"\ncuda-graphs = true\n";
+    let scenario = scenario_file(
+        "compute-keys.toml",
+        &format!("{}\n{keys}", fs_err::read_to_string(QUICKSTART).unwrap()),
+    );
+    let run = parasim(&["run", scenario.to_str().unwrap(), "--json"]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    let source = json["model"]["compute_model"].as_str().unwrap();
+    assert!(source.contains("10 key(s) set"), "{source}");
+
+    let wrong = scenario_file(
+        "compute-wrong-key.toml",
+        &format!("{}\n[compute]\ncuda-graph = true\n", fs_err::read_to_string(QUICKSTART).unwrap()),
+    );
+    let run = parasim(&["run", wrong.to_str().unwrap()]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("cuda-graph"));
+}
