@@ -573,23 +573,25 @@ impl Curves {
                 Some(seconds * work.flops / shape_flops.max(1.0))
             }
             KernelShape::Conv { shape, direction } => {
-                let mut efficiency = efficiency * self.conv_efficiency;
-                efficiency *= match direction {
-                    ConvDirection::Forward => 1.0,
-                    ConvDirection::BackwardData => self.conv_backward_data_efficiency,
-                    ConvDirection::BackwardWeight => self.conv_backward_weight_efficiency,
-                };
                 // Channels off the 16-byte grid (an RGB input, CosmoFlow's 4 channels) keep a
                 // convolution off the matrix units: cuDNN's Tensor Core kernels need them
-                // aligned. It runs on the vector units at the fp32 rate.
+                // aligned. It runs on the vector units at the fp32 rate and their ceiling,
+                // which replaces the unaligned factor.
                 let groups = shape.groups.max(1);
                 let channels_aligned =
                     (shape.in_channels / groups) % vector == 0 && (shape.out_channels / groups) % vector == 0;
-                let (peak, grid) = if matrix && !channels_aligned {
-                    (Self::vector_peak(device, work.dtype).ok()?, 1)
+                let (peak, grid, efficiency) = if matrix && !channels_aligned {
+                    (Self::vector_peak(device, work.dtype).ok()?, 1, self.vector_gemm_efficiency)
                 } else {
-                    (peak, grid)
+                    (peak, grid, efficiency)
                 };
+                let efficiency = efficiency
+                    * self.conv_efficiency
+                    * match direction {
+                        ConvDirection::Forward => 1.0,
+                        ConvDirection::BackwardData => self.conv_backward_data_efficiency,
+                        ConvDirection::BackwardWeight => self.conv_backward_weight_efficiency,
+                    };
                 let on_vector_units = grid == 1;
                 let tiled = |shape: &GemmShape| self.tiled_seconds(device, shape, peak, efficiency, grid);
                 let mut best = tiled(&shape.implicit_gemm(*direction, grid))?;
