@@ -1,15 +1,19 @@
 //! `parasim calibrate`: fit the compute model to the kernels of real PyTorch profiler traces
-//! of one device type and write the result as a profile a scenario can name.
+//! and kernel benchmark tables (DeepBench's `*-gemm.csv` and `*-conv.csv`) of one device type,
+//! and write the result as a profile a scenario can name.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use sim_core::units::SimDuration;
 use traces::kineto::operators::{ActivityKind, OperatorImport, ProfiledOperator};
 use workloads::aten::{OperatorCall, Uncosted, operator_work};
-use workloads::calibrate::{self, CalibrationRecord, ClassError, PARAMETERS, Profile, Sample, class_errors};
-use workloads::{ComputeModel, Device, DeviceCatalog};
+use workloads::calibrate::{
+    self, CalibrationRecord, ClassError, LaunchRecord, PARAMETERS, Profile, Sample, class_errors,
+};
+use workloads::{ComputeModel, Device, DeviceCatalog, Dtype, deepbench};
 
 use crate::models::table;
 
@@ -62,10 +66,23 @@ struct Collected {
 /// Runs the calibration and writes the profile; returns the report.
 pub fn calibrate(args: &Args) -> anyhow::Result<String> {
     let device = DeviceCatalog::builtin().get(&args.device).context("--device")?;
-    let import = traces::kineto::import_operators(&args.traces)
-        .with_context(|| format!("reading {}", traces::kineto::describe_inputs(&args.traces)))?;
-    let trace_device = check_device(&import, device)?;
-    let collected = collect(&import);
+    let (tables, trace_paths) = split_inputs(&args.traces)?;
+    let (import, mut trace_device) = if trace_paths.is_empty() {
+        let empty =
+            OperatorImport { names: Vec::new(), files: Vec::new(), warnings: traces::Warnings::new() };
+        (empty, String::new())
+    } else {
+        let import = traces::kineto::import_operators(&trace_paths)
+            .with_context(|| format!("reading {}", traces::kineto::describe_inputs(&trace_paths)))?;
+        let trace_device = check_device(&import, device)?;
+        (import, trace_device)
+    };
+    let mut collected = collect(&import);
+    if !tables.is_empty() {
+        let described = add_tables(&mut collected, &tables, device)?;
+        trace_device =
+            if trace_device.is_empty() { described } else { format!("{trace_device}; {described}") };
+    }
     if collected.samples.is_empty() {
         anyhow::bail!(
             "{}: no operator with kernel time could be costed ({}); calibration needs traces \
@@ -76,13 +93,19 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
     }
     let default = ComputeModel::default();
     if let Some(name) = &args.check {
-        return check_profile(name, device, &trace_device, &collected, &default);
+        // Kernel benchmarks keep the fastest convolution algorithm: price them that way.
+        let winograd = !tables.is_empty();
+        let default = ComputeModel { winograd_convolutions: winograd, ..default };
+        return check_profile(name, device, &trace_device, &collected, &default, winograd);
     }
     let output =
         args.output.as_ref().context("give -o PROFILE (where to write the profile) or --check PROFILE")?;
-    let (start, held) = held_start(&args.hold)?;
+    let (mut start, held) = held_start(&args.hold)?;
+    // Kernel benchmarks time every convolution algorithm and keep the fastest (Winograd too);
+    // they are priced that way. The profile leaves the choice to the scenario.
+    start.winograd_convolutions = !tables.is_empty();
     let hold: Vec<&str> = held.keys().map(String::as_str).collect();
-    let fit = calibrate::fit(device, &collected.samples, &start, &hold)?;
+    let fit = calibrate::fit_staged(device, &collected.samples, &start, &hold)?;
     let samples = &collected.samples;
     let predicted = calibrate::predictions(&fit.model, device, samples)?;
     let fitted = class_errors(samples, &predicted);
@@ -91,15 +114,22 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
         class_errors(samples, &calibrate::cross_validate(device, samples, &start, &hold, &fit.model, FOLDS)?);
     let support: BTreeMap<String, usize> =
         PARAMETERS.iter().zip(fit.support).map(|(name, count)| (name.to_string(), count)).collect();
+    let launches = if trace_paths.is_empty() { None } else { launch_record(&trace_paths)? };
+    let mut compute = ComputeModel { winograd_convolutions: false, ..fit.model.clone() };
+    if let Some(record) = &launches {
+        compute.dispatch_overhead = SimDuration::from_ns((record.p25_us * 1e3).round() as u64);
+    }
     let profile = Profile {
         device: device.name.clone(),
-        compute: fit.model.clone(),
+        compute,
         calibration: Some(CalibrationRecord {
             traces: import
                 .files
                 .iter()
-                .map(|f| {
-                    f.path.file_name().map_or(f.path.display().to_string(), |n| n.to_string_lossy().into())
+                .map(|f| f.path.as_path())
+                .chain(tables.iter().map(PathBuf::as_path))
+                .map(|path| {
+                    path.file_name().map_or(path.display().to_string(), |n| n.to_string_lossy().into())
                 })
                 .collect(),
             trace_device: trace_device.clone(),
@@ -110,6 +140,7 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
             fit: fitted,
             held_out,
             default_model: before,
+            launch_intervals: launches,
         }),
     };
     let header = vec![
@@ -132,6 +163,12 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
         return Ok(serde_json::to_string_pretty(&profile)? + "\n");
     }
     let mut text = report(output, &profile, &collected, &fit, &default, &import);
+    let before_predictions = calibrate::predictions(&default, device, samples)?;
+    text.push_str(&regime_table(
+        &calibrate::regime_errors(device, samples, &before_predictions),
+        &calibrate::regime_errors(device, samples, &predicted),
+        "fitted",
+    ));
     if args.by_operator {
         text.push_str(&by_operator(&collected, &predicted));
     }
@@ -268,6 +305,141 @@ fn collect(import: &OperatorImport) -> Collected {
     out
 }
 
+/// The launch intervals of the traces' host threads ([`workloads::dispatch::launch_intervals`]),
+/// or `None` if no thread launched twice in a row.
+fn launch_record(paths: &[PathBuf]) -> anyhow::Result<Option<LaunchRecord>> {
+    use traces::model::CallKind;
+    use workloads::dispatch::{HostCall, launch_intervals};
+    let mut threads: Vec<Vec<HostCall>> = Vec::new();
+    // Each input is its own job (a file, or a directory of one job's ranks).
+    let mut ranks = Vec::new();
+    for path in paths {
+        let job = std::slice::from_ref(path);
+        let imported = traces::kineto::import(job)
+            .with_context(|| format!("reading host calls of {}", traces::kineto::describe_inputs(job)))?;
+        ranks.extend(imported.trace.ranks);
+    }
+    for rank in &ranks {
+        // Calls are sorted by (thread, start).
+        let mut current: Option<u32> = None;
+        for call in &rank.calls {
+            if current != Some(call.thread) {
+                threads.push(Vec::new());
+                current = Some(call.thread);
+            }
+            let host = match call.kind {
+                CallKind::Launch => HostCall::Launch(call.start_ns),
+                CallKind::Synchronize(_) => HostCall::Synchronize,
+                CallKind::StreamWaitEvent => continue,
+            };
+            if let Some(thread) = threads.last_mut() {
+                thread.push(host);
+            }
+        }
+    }
+    let us = |d: SimDuration| (d.as_secs_f64() * 1e7).round() / 10.0;
+    Ok(launch_intervals(&threads).map(|stats| LaunchRecord {
+        intervals: stats.intervals,
+        p10_us: us(stats.p10),
+        p25_us: us(stats.p25),
+        median_us: us(stats.median),
+        p75_us: us(stats.p75),
+    }))
+}
+
+/// Kernel benchmark tables (DeepBench's `<family>-<precision>-gemm.csv` and `-conv.csv`,
+/// given as files or as directories holding them) apart from traces.
+fn split_inputs(paths: &[PathBuf]) -> anyhow::Result<(Vec<PathBuf>, Vec<PathBuf>)> {
+    let is_table = |path: &Path| {
+        path.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.ends_with("-gemm.csv") || n.ends_with("-conv.csv"))
+    };
+    let (mut tables, mut traces) = (Vec::new(), Vec::new());
+    for path in paths {
+        if path.is_dir() {
+            let mut inside: Vec<PathBuf> = fs_err::read_dir(path)?
+                .filter_map(Result::ok)
+                .map(|entry| entry.path())
+                .filter(|p| is_table(p))
+                .collect();
+            if inside.is_empty() {
+                traces.push(path.clone());
+            } else {
+                inside.sort();
+                tables.extend(inside);
+            }
+        } else if is_table(path) {
+            tables.push(path.clone());
+        } else {
+            traces.push(path.clone());
+        }
+    }
+    Ok((tables, traces))
+}
+
+/// Adds the kernels of DeepBench tables measured on `device`'s family (the file name's first
+/// word, `v100` for `v100-sxm2-16gb`; a directory's tables of other families are skipped),
+/// and describes them for the report.
+fn add_tables(collected: &mut Collected, tables: &[PathBuf], device: &Device) -> anyhow::Result<String> {
+    let family = device.name.split('-').next().unwrap_or_default();
+    let mut used = Vec::new();
+    for path in tables {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let Some(stem) = name.strip_suffix("-gemm.csv").or_else(|| name.strip_suffix("-conv.csv")) else {
+            continue;
+        };
+        let Some((table_family, precision)) = stem.split_once('-') else {
+            anyhow::bail!("{}: expected a name <device>-<precision>-gemm.csv or -conv.csv", path.display());
+        };
+        if table_family != family {
+            continue;
+        }
+        let dtype = match precision {
+            "fp32" => Dtype::Fp32,
+            "fp16" | "fp16-mixed" => Dtype::Fp16,
+            other => anyhow::bail!("{}: unknown precision {other:?} (fp32 or fp16-mixed)", path.display()),
+        };
+        let text = fs_err::read_to_string(path)?;
+        let samples = if name.ends_with("-gemm.csv") {
+            deepbench::samples(
+                &deepbench::parse_gemms(&text).with_context(|| path.display().to_string())?,
+                &[],
+                dtype,
+            )
+        } else {
+            deepbench::samples(
+                &[],
+                &deepbench::parse_convs(&text).with_context(|| path.display().to_string())?,
+                dtype,
+            )
+        };
+        collected.gemm_dtypes.insert(dtype.name().to_string());
+        for sample in samples {
+            let kind = match sample.work.shape {
+                workloads::KernelShape::Conv { direction, .. } => match direction {
+                    workloads::ConvDirection::Forward => "convolution forward",
+                    workloads::ConvDirection::BackwardData => "convolution backward-data",
+                    workloads::ConvDirection::BackwardWeight => "convolution backward-weight",
+                },
+                _ => "gemm",
+            };
+            collected.kernel_s += sample.measured_s;
+            collected.fitted_s += sample.measured_s;
+            collected.names.push(format!("deepbench {precision} {kind}"));
+            collected.samples.push(sample);
+        }
+        used.push(name.to_string());
+    }
+    if used.is_empty() {
+        anyhow::bail!(
+            "no kernel table of the {family} family among {} (file names start with the device family)",
+            tables.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        );
+    }
+    Ok(format!("DeepBench tables {}", used.join(", ")))
+}
+
 /// Operators with the same name, shapes and types share a key: FNV-1a over the operator's name, shapes and types as text: stable across Rust versions
 /// (the standard library's hasher is not), so the held-out folds, and the errors a profile
 /// records, do not change with the toolchain.
@@ -335,6 +507,13 @@ fn report(
             m.memory_half_time.to_string(),
             format!("{:.3}", m.vector_efficiency),
             m.launch_overhead.to_string(),
+            format!("{:.3}", m.gemm_tile_half_intensity),
+            m.gemm_wave_overhead.to_string(),
+            format!("{:.3}", m.conv_efficiency),
+            format!("{:.3}", m.conv_backward_weight_efficiency),
+            format!("{:.3}", m.vector_gemm_efficiency),
+            m.reduction_half_time.to_string(),
+            format!("{:.3}", m.conv_backward_data_efficiency),
         ]
     };
     let rows: Vec<[String; 4]> = PARAMETERS
@@ -357,6 +536,7 @@ fn report(
     let m = &profile.compute;
     for (name, value) in [
         ("gemm-efficiency", m.gemm_efficiency),
+        ("vector-gemm-efficiency", m.vector_gemm_efficiency),
         ("unaligned-gemm-efficiency", m.unaligned_gemm_efficiency),
         ("memory-efficiency", m.memory_efficiency),
         ("reduction-memory-efficiency", m.reduction_memory_efficiency),
@@ -364,7 +544,7 @@ fn report(
         let decided =
             PARAMETERS.iter().position(|p| *p == name).is_some_and(|i| fit.support[i] >= MIN_SUPPORT);
         // A factor of 1 (no penalty for unaligned products) is a legitimate answer.
-        let upper = if name == "unaligned-gemm-efficiency" { 1.0 } else { 0.99 };
+        let upper = if name == "unaligned-gemm-efficiency" || name.starts_with("conv-") { 1.0 } else { 0.99 };
         if decided && !(0.1..=upper).contains(&value) {
             let _ = writeln!(
                 out,
@@ -428,6 +608,14 @@ fn report(
             let _ = writeln!(out, "... and {} more operator kinds, {:.2} ms", left.len() - 10, rest * 1e3);
         }
     }
+    if let Some(launches) = &record.launch_intervals {
+        let _ = writeln!(
+            out,
+            "\nhost dispatch: {} intervals between kernel launches of one host thread: 10% {} us, \
+             25% {} us, median {} us, 75% {} us; dispatch-overhead = the lower quartile",
+            launches.intervals, launches.p10_us, launches.p25_us, launches.median_us, launches.p75_us
+        );
+    }
     if !import.warnings.is_empty() {
         let _ = writeln!(out, "\nimport warnings:\n{}", import.warnings);
     }
@@ -490,10 +678,12 @@ fn check_profile(
     trace_device: &str,
     collected: &Collected,
     default: &ComputeModel,
+    winograd: bool,
 ) -> anyhow::Result<String> {
-    let (profile, _) = workloads::scenario::read_profile(name, Path::new(""))
+    let (mut profile, _) = workloads::scenario::read_profile(name, Path::new(""))
         .map_err(anyhow::Error::msg)
         .context("--check")?;
+    profile.compute.winograd_convolutions |= winograd;
     let samples = &collected.samples;
     let with_profile = class_errors(samples, &calibrate::predictions(&profile.compute, device, samples)?);
     let with_defaults = class_errors(samples, &calibrate::predictions(default, device, samples)?);
@@ -527,7 +717,45 @@ fn check_profile(
         &rows,
         &[1, 2, 3, 4, 5, 6],
     ));
+    out.push_str(&regime_table(
+        &calibrate::regime_errors(device, samples, &calibrate::predictions(default, device, samples)?),
+        &calibrate::regime_errors(
+            device,
+            samples,
+            &calibrate::predictions(&profile.compute, device, samples)?,
+        ),
+        "profile",
+    ));
     Ok(out)
+}
+
+/// The errors per shape regime ([`calibrate::regime_errors`]) of the defaults and of a profile.
+fn regime_table(default: &[ClassError], profile: &[ClassError], label: &str) -> String {
+    let cell = |e: &ClassError| format!("{} / {}", percent(e.median_error), percent(e.weighted_error));
+    let rows: Vec<[String; 7]> = default
+        .iter()
+        .zip(profile)
+        .map(|(d, p)| {
+            [
+                p.class.clone(),
+                p.samples.to_string(),
+                format!("{:.2}", p.measured_s * 1e3),
+                cell(d),
+                cell(p),
+                signed_percent(d.total_error()),
+                signed_percent(p.total_error()),
+            ]
+        })
+        .collect();
+    let total = format!("{label} total");
+    format!(
+        "\nerror per shape regime (median / weighted by time)\n{}",
+        table(
+            &["regime", "kernels", "measured ms", "default", label, "default total", &total],
+            &rows,
+            &[1, 2, 3, 4, 5, 6]
+        )
+    )
 }
 
 /// A name cut to 60 characters for tables (C++ template names run to hundreds).

@@ -263,3 +263,131 @@ fn held_parameters_stay_exactly_where_they_were_put() {
     let error = String::from_utf8_lossy(&run.stderr);
     assert!(error.contains("gemm-ramp") && error.contains("gemm-ramp-exponent"), "{error}");
 }
+
+/// The shipped P100 profile is what `parasim calibrate` writes for DeepBench's P100 fp32 tables
+/// (kernel benchmark tables are inputs like traces), and it predicts them better than the
+/// defaults, on shapes it never saw too. A directory of tables contributes the device family's.
+#[test]
+fn the_p100_profile_is_reproduced_from_deepbench() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/data/kernels/deepbench");
+    let tables = [root.join("p100-fp32-gemm.csv"), root.join("p100-fp32-conv.csv")];
+    for table in &tables {
+        assert!(table.is_file(), "missing DeepBench table {} (see PROVENANCE.md there)", table.display());
+    }
+    let output = scratch("p100-pcie-16gb.toml");
+    let run =
+        calibrate(&tables.iter().collect::<Vec<_>>(), "p100-pcie-16gb", &["-o", output.to_str().unwrap()]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let report = String::from_utf8_lossy(&run.stdout);
+    assert!(report.contains("DeepBench tables p100-fp32-gemm.csv, p100-fp32-conv.csv"), "{report}");
+    // Errors per shape regime: products by shape, convolutions by direction.
+    for regime in ["error per shape regime", "gemm thin", "gemm large", "conv backward-weight"] {
+        assert!(report.contains(regime), "{regime:?} missing from:\n{report}");
+    }
+    let written = Profile::from_toml_str(&fs_err::read_to_string(&output).unwrap()).unwrap();
+    let shipped = Profile::builtin("p100-pcie-16gb").unwrap();
+    assert_eq!(
+        written.compute, shipped.compute,
+        "data/profiles/p100-pcie-16gb.toml is stale: re-run calibrate"
+    );
+    assert_eq!(written.calibration, shipped.calibration);
+    let record = written.calibration.unwrap();
+    let (fitted, default, held_out) =
+        (class(&record.fit, "all"), class(&record.default_model, "all"), class(&record.held_out, "all"));
+    assert!(fitted.weighted_error < 0.5 * default.weighted_error, "{fitted:?} vs {default:?}");
+    assert!(held_out.weighted_error < 0.5 * default.weighted_error, "{held_out:?} vs {default:?}");
+
+    // The whole directory: only the P100 tables are read for a P100 (fp32 and fp16).
+    let run = calibrate(&[&root], "p100-pcie-16gb", &["-o", scratch("p100-all.toml").to_str().unwrap()]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let report = String::from_utf8_lossy(&run.stdout);
+    assert!(report.contains("p100-fp16-mixed-conv.csv") && !report.contains("v100"), "{report}");
+    // A family without tables is refused by name.
+    let run =
+        calibrate(&[&tables[0]], "a100-sxm4-40gb", &["-o", scratch("a100-none.toml").to_str().unwrap()]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("a100 family"));
+}
+
+/// The default `dispatch-overhead` is the median, over the six real traces with host calls, of
+/// each trace's lower quartile of launch intervals (the statistic `parasim calibrate` writes
+/// into a profile). `cargo test -p parasim --test it dispatch -- --nocapture` prints them.
+#[test]
+fn the_default_dispatch_overhead_is_measured_on_the_real_traces() {
+    use traces::model::CallKind;
+    use workloads::dispatch::{HostCall, launch_intervals};
+    let inputs = [
+        shared_trace("HolisticTraceAnalysis/trace_diff/test/test.json.gz"),
+        shared_trace("HolisticTraceAnalysis/trace_diff/control/control.json.gz"),
+        shared_trace("HolisticTraceAnalysis/df_index_resolver/df_index_resolver.json.gz"),
+        shared_trace("HolisticTraceAnalysis/negative_queue_length_values_check/rank0.json.gz"),
+        shared_trace("HolisticTraceAnalysis/nccl_parser_config/nccl_data.json.gz"),
+        dlrm_directory(),
+    ];
+    let mut quartiles = Vec::new();
+    for input in &inputs {
+        let imported = traces::kineto::import(std::slice::from_ref(input)).unwrap();
+        let mut threads: Vec<Vec<HostCall>> = Vec::new();
+        for rank in &imported.trace.ranks {
+            let mut current = None;
+            for call in &rank.calls {
+                if current != Some(call.thread) {
+                    threads.push(Vec::new());
+                    current = Some(call.thread);
+                }
+                let host = match call.kind {
+                    CallKind::Launch => HostCall::Launch(call.start_ns),
+                    CallKind::Synchronize(_) => HostCall::Synchronize,
+                    CallKind::StreamWaitEvent => continue,
+                };
+                threads.last_mut().unwrap().push(host);
+            }
+        }
+        let stats = launch_intervals(&threads).unwrap();
+        println!(
+            "{}: {} intervals, 10% {} 25% {} median {} 75% {}",
+            input.file_name().unwrap().to_string_lossy(),
+            stats.intervals,
+            stats.p10,
+            stats.p25,
+            stats.median,
+            stats.p75
+        );
+        quartiles.push(stats.p25);
+    }
+    quartiles.sort();
+    let median = (quartiles[2].as_ps() + quartiles[3].as_ps()) / 2;
+    let default = workloads::ComputeModel::default().dispatch_overhead;
+    println!(
+        "median of the lower quartiles: {} (default {default})",
+        sim_core::units::SimDuration::from_ps(median)
+    );
+    assert!((default.as_ps() as f64 / median as f64 - 1.0).abs() < 0.05, "{default} vs {median} ps");
+}
+
+/// Every compute key a scenario may set, the shape and host keys included, parses and counts;
+/// a misspelt one is refused by name.
+#[test]
+fn a_scenario_sets_the_shape_and_host_keys() {
+    let keys = "[compute]\nvector-gemm-efficiency = 0.95\ngemm-tile-half-intensity = 4.0\n\
+                gemm-wave-overhead = \"1 us\"\nconv-efficiency = 0.9\nconv-backward-data-efficiency = 0.9\n\
+                conv-backward-weight-efficiency = 0.8\nreduction-half-time = \"5 us\"\n\
+                winograd-convolutions = true\ndispatch-overhead = \"5 us\"\ncuda-graphs = true\n";
+    let scenario = scenario_file(
+        "compute-keys.toml",
+        &format!("{}\n{keys}", fs_err::read_to_string(QUICKSTART).unwrap()),
+    );
+    let run = parasim(&["run", scenario.to_str().unwrap(), "--json"]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    let source = json["model"]["compute_model"].as_str().unwrap();
+    assert!(source.contains("10 key(s) set"), "{source}");
+
+    let wrong = scenario_file(
+        "compute-wrong-key.toml",
+        &format!("{}\n[compute]\ncuda-graph = true\n", fs_err::read_to_string(QUICKSTART).unwrap()),
+    );
+    let run = parasim(&["run", wrong.to_str().unwrap()]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("cuda-graph"));
+}

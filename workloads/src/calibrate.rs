@@ -1,7 +1,7 @@
 //! Calibration: the compute model's efficiency parameters fitted to measured kernels.
 //!
 //! Each [`Sample`] is one profiled operator: the work the model sees (class, dtype, FLOPs,
-//! bytes, number of kernels) and the GPU time it measured. [`fit`] finds the six parameters of
+//! bytes, number of kernels) and the GPU time it measured. [`fit`] finds the parameters of
 //! [`ComputeModel`] that minimize the squared log-ratio of predicted to measured time over all
 //! samples (relative error: a 3 us element-wise kernel counts as much as a 3 ms GEMM), by
 //! Levenberg-Marquardt in an unconstrained parametrization (logit of the efficiencies, log of
@@ -21,6 +21,8 @@ use sim_core::units::SimDuration;
 
 use crate::compute::{ComputeError, ComputeModel, Curves, KernelWork};
 use crate::device::Device;
+#[cfg(test)]
+use crate::kernel_shape::KernelShape;
 use crate::layer::OpClass;
 
 /// One measured operator.
@@ -65,7 +67,7 @@ pub enum CalibrationError {
 }
 
 /// The fitted parameters, in the order of [`PARAMETERS`].
-const COUNT: usize = 9;
+const COUNT: usize = 16;
 
 /// The parameters calibration fits, by their scenario keys.
 pub const PARAMETERS: [&str; COUNT] = [
@@ -78,11 +80,22 @@ pub const PARAMETERS: [&str; COUNT] = [
     "memory-half-time",
     "vector-efficiency",
     "launch-overhead",
+    "gemm-tile-half-intensity",
+    "gemm-wave-overhead",
+    "conv-efficiency",
+    "conv-backward-weight-efficiency",
+    "vector-gemm-efficiency",
+    "reduction-half-time",
+    "conv-backward-data-efficiency",
 ];
+
+/// Position of the one parameter that is neither an efficiency nor a time (fitted as its
+/// logarithm).
+const INTENSITY: usize = 9;
 
 /// Positions of the efficiencies (fitted as logits) among [`PARAMETERS`]; the others are times
 /// (fitted as logarithms).
-const EFFICIENCIES: [usize; 6] = [0, 1, 2, 4, 5, 7];
+const EFFICIENCIES: [usize; 10] = [0, 1, 2, 4, 5, 7, 11, 12, 13, 15];
 
 /// Lowest fitted efficiency. Below 5% of a peak a kernel is not limited by the rate the
 /// roofline describes but by its parallelism (a reduction over six rows, a tiny product):
@@ -127,6 +140,8 @@ fn log_us(seconds: f64) -> f64 {
 struct Point {
     x: [f64; COUNT],
     fixed: [Option<f64>; COUNT],
+    /// The starting model's convolution-algorithm setting, not fitted.
+    winograd: bool,
 }
 
 impl Point {
@@ -142,6 +157,13 @@ impl Point {
             model.memory_half_time.as_secs_f64(),
             model.vector_efficiency,
             model.launch_overhead.as_secs_f64(),
+            model.gemm_tile_half_intensity,
+            model.gemm_wave_overhead.as_secs_f64(),
+            model.conv_efficiency,
+            model.conv_backward_weight_efficiency,
+            model.vector_gemm_efficiency,
+            model.reduction_half_time.as_secs_f64(),
+            model.conv_backward_data_efficiency,
         ];
         let mut point = Point::of(model);
         for (j, fixed) in point.fixed.iter_mut().enumerate() {
@@ -163,8 +185,15 @@ impl Point {
             log_us(model.memory_half_time.as_secs_f64()),
             logit(model.vector_efficiency),
             log_us(model.launch_overhead.as_secs_f64()),
+            model.gemm_tile_half_intensity.max(1e-6).ln(),
+            log_us(model.gemm_wave_overhead.as_secs_f64()),
+            logit(model.conv_efficiency),
+            logit(model.conv_backward_weight_efficiency),
+            logit(model.vector_gemm_efficiency),
+            log_us(model.reduction_half_time.as_secs_f64()),
+            logit(model.conv_backward_data_efficiency),
         ];
-        Point { x, fixed: [None; COUNT] }
+        Point { x, fixed: [None; COUNT], winograd: model.winograd_convolutions }
     }
 
     /// Parameter `j` in its own units (a fraction, or seconds).
@@ -172,6 +201,7 @@ impl Point {
         match self.fixed[j] {
             Some(value) => value,
             None if EFFICIENCIES.contains(&j) => sigmoid(self.x[j]),
+            None if j == INTENSITY => self.x[j].exp(),
             None => self.x[j].exp() * 1e-6,
         }
     }
@@ -186,6 +216,14 @@ impl Point {
             reduction_memory_efficiency: self.value(5),
             memory_half_s: self.value(6),
             vector_efficiency: self.value(7),
+            tile_half_intensity: self.value(INTENSITY),
+            wave_overhead_s: self.value(10),
+            conv_efficiency: self.value(11),
+            conv_backward_weight_efficiency: self.value(12),
+            vector_gemm_efficiency: self.value(13),
+            reduction_half_s: self.value(14),
+            conv_backward_data_efficiency: self.value(15),
+            winograd: self.winograd,
         };
         (curves, self.value(8))
     }
@@ -207,6 +245,15 @@ impl Point {
             reduction_memory_efficiency: efficiency(curves.reduction_memory_efficiency),
             memory_half_time: duration(curves.memory_half_s),
             launch_overhead: duration(launch),
+            gemm_tile_half_intensity: (curves.tile_half_intensity * 1e3).round() / 1e3,
+            gemm_wave_overhead: duration(curves.wave_overhead_s),
+            conv_efficiency: efficiency(curves.conv_efficiency),
+            conv_backward_weight_efficiency: efficiency(curves.conv_backward_weight_efficiency),
+            vector_gemm_efficiency: efficiency(curves.vector_gemm_efficiency),
+            reduction_half_time: duration(curves.reduction_half_s),
+            conv_backward_data_efficiency: efficiency(curves.conv_backward_data_efficiency),
+            winograd_convolutions: self.winograd,
+            ..ComputeModel::default()
         }
     }
 }
@@ -426,6 +473,9 @@ pub fn fit(
         // From mid-range: the default factor 1 sits where the logit is flat, and LM would
         // not leave it.
         begin.x[1] = begin.x[1].min(0.0);
+        begin.x[11] = begin.x[11].min(0.0);
+        begin.x[12] = begin.x[12].min(0.0);
+        begin.x[15] = begin.x[15].min(0.0);
         begin.x[2] = begin.x[2].min(logit(0.8));
         begin.x[3] += half;
         begin.x[6] += half;
@@ -438,6 +488,48 @@ pub fn fit(
         begin
     });
     fit_from(device, samples, &prior, &held, &starts)
+}
+
+/// The parameters only convolutions decide.
+pub const CONV_PARAMETERS: [&str; 3] =
+    ["conv-efficiency", "conv-backward-weight-efficiency", "conv-backward-data-efficiency"];
+
+/// [`fit`] in two stages when `samples` mix plain products and shaped convolutions: the
+/// device's curves from everything but the convolutions (GEMMs, element-wise, reductions),
+/// then the convolution factors alone from the convolutions with the rest held. Convolutions
+/// carry errors of their own (the library's algorithm choice per direction) that a joint fit
+/// would push into the device's GEMM curve. Without shaped convolutions this is [`fit`].
+pub fn fit_staged(
+    device: &Device,
+    samples: &[Sample],
+    start: &ComputeModel,
+    hold: &[&str],
+) -> Result<Fit, CalibrationError> {
+    let is_conv = |s: &Sample| matches!(s.work.shape, crate::kernel_shape::KernelShape::Conv { .. });
+    let (convs, rest): (Vec<Sample>, Vec<Sample>) = samples.iter().cloned().partition(is_conv);
+    if convs.is_empty() || rest.is_empty() {
+        return fit(device, samples, start, hold);
+    }
+    let mut first_hold: Vec<&str> = hold.to_vec();
+    first_hold.extend(CONV_PARAMETERS);
+    let first = fit(device, &rest, start, &first_hold)?;
+    let mut second_hold: Vec<&str> =
+        PARAMETERS.iter().copied().filter(|p| !CONV_PARAMETERS.contains(p)).collect();
+    second_hold.extend(hold.iter().copied().filter(|p| CONV_PARAMETERS.contains(p)));
+    let second = fit(device, &convs, &first.model, &second_hold)?;
+    // Support over all samples, each parameter counted in the stage that fitted it.
+    let mut support = first.support;
+    for (j, name) in PARAMETERS.iter().enumerate() {
+        if CONV_PARAMETERS.contains(name) {
+            support[j] = second.support[j];
+        }
+    }
+    let mut squares = 0.0;
+    for sample in samples {
+        squares += (predict(&second.model, device, sample)? / sample.measured_s).ln().powi(2);
+    }
+    let rms_log_error = (squares / samples.len() as f64).sqrt();
+    Ok(Fit { model: second.model, support, rms_log_error, iterations: first.iterations + second.iterations })
 }
 
 /// Fits from each of `starts` (pulled towards `prior`) and keeps the best.
@@ -511,9 +603,75 @@ pub fn class_name(class: OpClass) -> &'static str {
 /// Errors per class (in the order gemm, elementwise, reduction; absent classes left out) and
 /// over all samples, for `predictions[i]` of `samples[i]`.
 pub fn class_errors(samples: &[Sample], predictions: &[f64]) -> Vec<ClassError> {
-    let mut groups: BTreeMap<u8, Vec<usize>> = BTreeMap::new();
-    for (i, sample) in samples.iter().enumerate() {
-        groups.entry(sample.work.class as u8).or_default().push(i);
+    let keys: Vec<(u8, String)> =
+        samples.iter().map(|s| (s.work.class as u8, class_name(s.work.class).to_string())).collect();
+    grouped_errors(samples, predictions, &keys, true)
+}
+
+/// Errors per shape regime, in the order below (absent regimes left out), for `predictions[i]`
+/// of `samples[i]` on `device`:
+/// - shaped products: `gemm thin` (an output side of at most 64), `gemm under one wave` (fewer
+///   128 x 128 tiles than the device has multiprocessors), `gemm large`;
+/// - convolutions by direction: `conv forward`, `conv backward-data`, `conv backward-weight`;
+/// - products without a shape by FLOPs: `gemm < 0.1 GFLOP`, `gemm 0.1-10 GFLOP`,
+///   `gemm > 10 GFLOP`;
+/// - element-wise and reduction kernels by bytes: `< 1 MB`, `1-100 MB`, `> 100 MB`.
+pub fn regime_errors(device: &Device, samples: &[Sample], predictions: &[f64]) -> Vec<ClassError> {
+    use crate::kernel_shape::{ConvDirection, KernelShape};
+    let units = device.execution.as_ref().map_or(u64::MAX, |e| u64::from(e.sm_count));
+    let keys: Vec<(u8, String)> = samples
+        .iter()
+        .map(|sample| {
+            let work = &sample.work;
+            let (rank, name): (u8, &str) = match (&work.shape, work.class) {
+                (KernelShape::Gemm(g), _) if g.m.min(g.n) <= 64 => (0, "gemm thin"),
+                (KernelShape::Gemm(g), _) if g.batch * g.m.div_ceil(128) * g.n.div_ceil(128) < units => {
+                    (1, "gemm under one wave")
+                }
+                (KernelShape::Gemm(_), _) => (2, "gemm large"),
+                (KernelShape::Conv { direction, .. }, _) => match direction {
+                    ConvDirection::Forward => (3, "conv forward"),
+                    ConvDirection::BackwardData => (4, "conv backward-data"),
+                    ConvDirection::BackwardWeight => (5, "conv backward-weight"),
+                },
+                (KernelShape::Attention(_), _) => (6, "attention"),
+                (KernelShape::Unknown, OpClass::Gemm) if work.flops < 1e8 => (7, "gemm < 0.1 GFLOP"),
+                (KernelShape::Unknown, OpClass::Gemm) if work.flops <= 1e10 => (8, "gemm 0.1-10 GFLOP"),
+                (KernelShape::Unknown, OpClass::Gemm) => (9, "gemm > 10 GFLOP"),
+                (KernelShape::Unknown, class) => {
+                    let base = if class == OpClass::Elementwise { 10 } else { 13 };
+                    let size = if work.bytes < 1e6 {
+                        0
+                    } else if work.bytes <= 1e8 {
+                        1
+                    } else {
+                        2
+                    };
+                    let names = if class == OpClass::Elementwise {
+                        ["elementwise < 1 MB", "elementwise 1-100 MB", "elementwise > 100 MB"]
+                    } else {
+                        ["reduction < 1 MB", "reduction 1-100 MB", "reduction > 100 MB"]
+                    };
+                    (base + size, names[usize::from(size)])
+                }
+            };
+            (rank, name.to_string())
+        })
+        .collect();
+    grouped_errors(samples, predictions, &keys, false)
+}
+
+/// Errors of the samples grouped by `keys[i]` (ordered by the number, named by the text), and
+/// over all of them if `total`.
+fn grouped_errors(
+    samples: &[Sample],
+    predictions: &[f64],
+    keys: &[(u8, String)],
+    total: bool,
+) -> Vec<ClassError> {
+    let mut groups: BTreeMap<u8, (String, Vec<usize>)> = BTreeMap::new();
+    for (i, (rank, name)) in keys.iter().enumerate() {
+        groups.entry(*rank).or_insert_with(|| (name.clone(), Vec::new())).1.push(i);
     }
     let summarize = |name: &str, members: &[usize]| {
         let mut errors: Vec<f64> =
@@ -534,12 +692,9 @@ pub fn class_errors(samples: &[Sample], predictions: &[f64]) -> Vec<ClassError> 
             weighted_error: ratio(absolute / measured),
         }
     };
-    let mut out: Vec<ClassError> = groups
-        .values()
-        .map(|members| summarize(class_name(samples[members[0]].work.class), members))
-        .collect();
+    let mut out: Vec<ClassError> = groups.values().map(|(name, members)| summarize(name, members)).collect();
     let all: Vec<usize> = (0..samples.len()).collect();
-    if !all.is_empty() {
+    if total && !all.is_empty() {
         out.push(summarize("all", &all));
     }
     out
@@ -580,13 +735,17 @@ pub fn cross_validate(
     let folds = folds.max(2);
     let fold_of = |s: &Sample| splitmix(s.group) % folds;
     let prior = Point::holding(start, &held);
-    let warm = [Point { x: Point::of(full).x, fixed: prior.fixed }];
+    let warm = [Point { x: Point::of(full).x, ..prior }];
     let mut out = vec![f64::NAN; samples.len()];
     for fold in 0..folds {
         let training: Vec<Sample> = samples.iter().filter(|s| fold_of(s) != fold).cloned().collect();
         // With every group in one fold there is nothing to train on: the full fit predicts.
+        let staged =
+            training.iter().any(|s| matches!(s.work.shape, crate::kernel_shape::KernelShape::Conv { .. }));
         let model = if training.is_empty() || training.len() == samples.len() {
             full.clone()
+        } else if staged {
+            fit_staged(device, &training, start, hold)?.model
         } else {
             fit_from(device, &training, &prior, &held, &warm)?.model
         };
@@ -646,6 +805,27 @@ pub struct CalibrationRecord {
     pub held_out: Vec<ClassError>,
     /// Errors of the default model on the same operators, for comparison.
     pub default_model: Vec<ClassError>,
+    /// The host's launch intervals measured on the traces, which set `dispatch-overhead` (their
+    /// lower quartile); absent without traces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch_intervals: Option<LaunchRecord>,
+}
+
+/// Launch intervals of the traces' host threads, in microseconds
+/// ([`crate::dispatch::launch_intervals`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct LaunchRecord {
+    /// Intervals measured.
+    pub intervals: usize,
+    /// 10th percentile, us.
+    pub p10_us: f64,
+    /// Lower quartile, us: the profile's `dispatch-overhead`.
+    pub p25_us: f64,
+    /// Median, us.
+    pub median_us: f64,
+    /// Upper quartile, us.
+    pub p75_us: f64,
 }
 
 /// A profile file could not be read.
@@ -668,9 +848,10 @@ pub enum ProfileError {
 }
 
 /// Profiles shipped with parasim (`data/profiles/`), fitted to the public traces named in them.
-const BUILTIN_PROFILES: [(&str, &str); 2] = [
+const BUILTIN_PROFILES: [(&str, &str); 3] = [
     ("a100-sxm4-40gb", include_str!("../../data/profiles/a100-sxm4-40gb.toml")),
     ("v100-sxm2-16gb", include_str!("../../data/profiles/v100-sxm2-16gb.toml")),
+    ("p100-pcie-16gb", include_str!("../../data/profiles/p100-pcie-16gb.toml")),
 ];
 
 impl Profile {
@@ -770,6 +951,7 @@ mod tests {
                     bytes: 12.0 * n * n,
                     // Every other size off the 16-byte grid, as a trace's odd shapes are.
                     aligned: i % 2 == 0,
+                    shape: KernelShape::Unknown,
                 },
                 kernels: 1,
                 measured_s: 0.0,
@@ -785,6 +967,7 @@ mod tests {
                         flops: flops_per * n * n,
                         bytes: 8.0 * n * n,
                         aligned: true,
+                        shape: KernelShape::Unknown,
                     },
                     kernels: 1 + j as u32,
                     measured_s: 0.0,
@@ -800,7 +983,9 @@ mod tests {
 
     fn truth() -> ComputeModel {
         ComputeModel {
-            gemm_efficiency: 0.62,
+            // The synthetic products are fp32 on an A100: its vector units (tf32 is its matrix
+            // dtype for fp32 tensors).
+            vector_gemm_efficiency: 0.62,
             unaligned_gemm_efficiency: 0.4,
             gemm_ramp_exponent: 0.75,
             gemm_half_time: SimDuration::from_ns(1500),
@@ -809,6 +994,7 @@ mod tests {
             reduction_memory_efficiency: 0.45,
             memory_half_time: SimDuration::from_ns(2500),
             launch_overhead: SimDuration::from_ns(2200),
+            ..ComputeModel::default()
         }
     }
 
@@ -818,7 +1004,7 @@ mod tests {
         let fit = fit(a100(), &samples, &ComputeModel::default(), &[]).unwrap();
         let m = &fit.model;
         let close = |a: f64, b: f64, tolerance: f64| (a / b - 1.0).abs() < tolerance;
-        assert!(close(m.gemm_efficiency, 0.62, 0.01), "{m:?}");
+        assert!(close(m.vector_gemm_efficiency, 0.62, 0.01), "{m:?}");
         assert!(close(m.unaligned_gemm_efficiency, 0.4, 0.01), "{m:?}");
         assert!(close(m.gemm_ramp_exponent, 0.75, 0.01), "{m:?}");
         assert!(close(m.memory_efficiency, 0.71, 0.01), "{m:?}");
@@ -830,12 +1016,13 @@ mod tests {
         // the weak pull towards the start takes a little of that: a few percent.
         assert!(close(m.memory_half_time.as_secs_f64(), 2.5e-6, 0.03), "{m:?}");
         assert!(close(m.launch_overhead.as_secs_f64(), 2.2e-6, 0.03), "{m:?}");
-        assert!(fit.rms_log_error < 1e-3, "{}", fit.rms_log_error);
+        // (The reduction curve's half point trades off a little with the fixed costs.)
+        assert!(fit.rms_log_error < 2e-3, "{}", fit.rms_log_error);
         // No sample is compute-bound on the vector units: that parameter has no support.
         let support = |name: &str| fit.support[PARAMETERS.iter().position(|p| *p == name).unwrap()];
         assert_eq!(support("vector-efficiency"), 0, "{:?}", fit.support);
         for decided in
-            ["gemm-efficiency", "unaligned-gemm-efficiency", "gemm-ramp-exponent", "launch-overhead"]
+            ["vector-gemm-efficiency", "unaligned-gemm-efficiency", "gemm-ramp-exponent", "launch-overhead"]
         {
             assert!(support(decided) >= 3, "{decided}: {:?}", fit.support);
         }
@@ -870,7 +1057,7 @@ mod tests {
             samples.append(&mut batch);
         }
         let m = fit(a100(), &samples, &ComputeModel::default(), &[]).unwrap().model;
-        assert!((m.gemm_efficiency / 0.62 - 1.0).abs() < 0.05, "{m:?}");
+        assert!((m.vector_gemm_efficiency / 0.62 - 1.0).abs() < 0.05, "{m:?}");
         assert!((m.memory_efficiency / 0.71 - 1.0).abs() < 0.05, "{m:?}");
     }
 

@@ -32,7 +32,9 @@ use serde::{Deserialize, Serialize};
 use sim_core::units::{SimDuration, TimeOverflow, UnitError};
 
 use crate::device::{Device, DeviceError, Dtype};
+use crate::kernel_shape::{ConvDirection, GemmShape, KernelShape};
 use crate::layer::{Layer, OpClass, Pass};
+use crate::optimizer::Optimizer;
 
 /// A kernel's time could not be computed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -80,6 +82,17 @@ pub struct KernelWork {
     /// narrower-vector kernels, far below the aligned rate (NVIDIA, *Matrix Multiplication
     /// Background User's Guide*, "Tensor Core Requirements"). Always true for other classes.
     pub aligned: bool,
+    /// The product's shape, when known: GEMM-class kernels with a shape on a device whose
+    /// catalog entry has [`crate::device::Execution`] data are priced by tile and wave
+    /// quantization; others by their FLOPs.
+    pub shape: KernelShape,
+}
+
+impl KernelWork {
+    /// Work without a shape, priced by its FLOPs and bytes.
+    pub const fn flat(class: OpClass, dtype: Dtype, flops: f64, bytes: f64) -> KernelWork {
+        KernelWork { class, dtype, flops, bytes, aligned: true, shape: KernelShape::Unknown }
+    }
 }
 
 /// The compute model's parameters: efficiency curves per operation class and the fixed cost of
@@ -97,6 +110,11 @@ pub struct ComputeModel {
     /// Fraction of the dtype's peak FLOP/s that large GEMM-class kernels (matrix products,
     /// convolutions, attention) reach, in (0, 1]: the curve's saturation value.
     pub gemm_efficiency: f64,
+    /// The same ceiling for products on a device's vector units (dtypes its catalog entry does
+    /// not list under `matrix-dtypes`: fp32 SGEMM on a V100, every product on a P100), in
+    /// (0, 1]. Vector and matrix units saturate differently, and a trace of one says nothing
+    /// about the other. Devices without execution data use `gemm-efficiency` for all.
+    pub vector_gemm_efficiency: f64,
     /// Factor on `gemm-efficiency` for products whose feature dimensions are not multiples of
     /// 16 bytes of their elements (4 fp32, 8 fp16 values; [`Layer::gemm_aligned`]), in (0, 1]:
     /// libraries run such shapes with narrower-vector kernels. 1 by default; calibration
@@ -123,11 +141,45 @@ pub struct ComputeModel {
     /// threads, so they stream less evenly than element-wise kernels. Only the sustained rate:
     /// their ramp is everyone's, `memory_half_time / memory_efficiency`.
     pub reduction_memory_efficiency: f64,
+    /// Traffic of a reduction, expressed as time at the device's peak bandwidth, at which its
+    /// sustained efficiency is halfway from `reduction-memory-efficiency` to
+    /// `memory-efficiency`: small reductions are starved of parallelism, large ones (a batch
+    /// norm over a whole activation) stream like copies. Zero keeps every reduction at
+    /// `reduction-memory-efficiency`.
+    pub reduction_half_time: SimDuration,
     /// Traffic, expressed as time at the device's peak bandwidth, at which a kernel reaches half
     /// of `memory_efficiency`. Zero makes the bandwidth efficiency flat.
     pub memory_half_time: SimDuration,
     /// Fixed time added to every kernel (launch and scheduling).
     pub launch_overhead: SimDuration,
+    /// Operand reuse of a GEMM tile, `rows * columns / (rows + columns)` elements, at which a
+    /// thread block reaches half of `gemm-efficiency`: small tiles load more operand bytes per
+    /// multiply-add and keep the matrix units less busy. Used for products with a shape on
+    /// devices with execution data; 0 makes every tile equally efficient.
+    pub gemm_tile_half_intensity: f64,
+    /// Fixed time of each wave of thread blocks of a shaped GEMM (filling the block's
+    /// pipeline, writing its tile).
+    pub gemm_wave_overhead: SimDuration,
+    /// Factor on `gemm-efficiency` for convolutions priced by their shape, in (0, 1]: implicit
+    /// GEMM gathers its operands through index arithmetic instead of streaming them.
+    pub conv_efficiency: f64,
+    /// Further factor for the backward-weight (wgrad) kernels of convolutions, in (0, 1]: their
+    /// long reductions over batch and positions are split and summed across blocks.
+    pub conv_backward_weight_efficiency: f64,
+    /// Further factor for the backward-data (dgrad) kernels of convolutions, in (0, 1]: strided
+    /// ones scatter into a larger input.
+    pub conv_backward_data_efficiency: f64,
+    /// Host time to issue one kernel (framework dispatch plus the CUDA launch call) in eager
+    /// mode: a rank's GPU cannot start a kernel before its host thread has issued it.
+    pub dispatch_overhead: SimDuration,
+    /// Whether kernels are replayed from a CUDA graph: the host issues a whole step at once and
+    /// the per-kernel dispatch cost disappears.
+    pub cuda_graphs: bool,
+    /// Whether vector-unit 3x3 convolutions may run as Winograd kernels, as cuDNN's benchmark
+    /// mode picks them when faster (PyTorch's `cudnn.benchmark = True`, DeepBench). Off by
+    /// default: the frameworks' default heuristics with a small workspace (Chainer's 8 MiB)
+    /// run implicit GEMM.
+    pub winograd_convolutions: bool,
 }
 
 impl Default for ComputeModel {
@@ -137,33 +189,58 @@ impl Default for ComputeModel {
     fn default() -> Self {
         ComputeModel {
             gemm_efficiency: 0.8,
+            vector_gemm_efficiency: 0.9,
             unaligned_gemm_efficiency: 1.0,
             gemm_ramp_exponent: 1.0,
             gemm_half_time: SimDuration::from_us(3),
             vector_efficiency: 0.5,
             memory_efficiency: 0.8,
             reduction_memory_efficiency: 0.8,
+            reduction_half_time: SimDuration::from_us(10),
             memory_half_time: SimDuration::from_us(1),
             launch_overhead: SimDuration::from_us(4),
+            gemm_tile_half_intensity: 6.0,
+            gemm_wave_overhead: SimDuration::from_us(2),
+            conv_efficiency: 1.0,
+            conv_backward_weight_efficiency: 1.0,
+            conv_backward_data_efficiency: 1.0,
+            dispatch_overhead: SimDuration::from_ns(DEFAULT_DISPATCH_NS),
+            cuda_graphs: false,
+            winograd_convolutions: false,
         }
     }
 }
+
+/// Default host time per kernel, nanoseconds: the median over six real traces of their launch
+/// intervals' lower quartile (`docs/compute-model.md`, "Host dispatch"; checked by a test).
+pub const DEFAULT_DISPATCH_NS: u64 = 18_500;
 
 impl ComputeModel {
     /// Checks that every efficiency is in (0, 1].
     pub fn validate(&self) -> Result<(), ComputeError> {
         for (parameter, value) in [
             ("gemm-efficiency", self.gemm_efficiency),
+            ("vector-gemm-efficiency", self.vector_gemm_efficiency),
             ("unaligned-gemm-efficiency", self.unaligned_gemm_efficiency),
             ("gemm-ramp-exponent", self.gemm_ramp_exponent),
             ("vector-efficiency", self.vector_efficiency),
             ("memory-efficiency", self.memory_efficiency),
             ("reduction-memory-efficiency", self.reduction_memory_efficiency),
+            ("conv-efficiency", self.conv_efficiency),
+            ("conv-backward-weight-efficiency", self.conv_backward_weight_efficiency),
+            ("conv-backward-data-efficiency", self.conv_backward_data_efficiency),
         ] {
             // Written so that NaN fails too.
             if !(value > 0.0 && value <= 1.0) {
                 return Err(ComputeError::InvalidEfficiency { parameter, value: value.to_string() });
             }
+        }
+        let intensity = self.gemm_tile_half_intensity;
+        if !(intensity.is_finite() && intensity >= 0.0) {
+            return Err(ComputeError::InvalidWork {
+                quantity: "gemm-tile-half-intensity",
+                value: intensity.to_string(),
+            });
         }
         Ok(())
     }
@@ -209,10 +286,10 @@ impl ComputeModel {
     pub fn gemm_efficiency_at(&self, device: &Device, dtype: Dtype, flops: f64) -> f64 {
         let half = self.gemm_half_work(device, dtype);
         if half <= 0.0 {
-            return self.gemm_efficiency;
+            return self.curves().gemm_ceiling(device, dtype);
         }
         let g = self.gemm_ramp_exponent;
-        self.gemm_efficiency * flops.powf(g) / (flops.powf(g) + half.powf(g))
+        self.curves().gemm_ceiling(device, dtype) * flops.powf(g) / (flops.powf(g) + half.powf(g))
     }
 
     /// Bytes at which a kernel on `device` reaches half of `memory_efficiency`.
@@ -235,6 +312,7 @@ impl ComputeModel {
     pub(crate) fn curves(&self) -> Curves {
         Curves {
             gemm_efficiency: self.gemm_efficiency,
+            vector_gemm_efficiency: self.vector_gemm_efficiency,
             unaligned_gemm_efficiency: self.unaligned_gemm_efficiency,
             gemm_ramp_exponent: self.gemm_ramp_exponent,
             gemm_half_s: self.gemm_half_time.as_secs_f64(),
@@ -242,7 +320,19 @@ impl ComputeModel {
             memory_efficiency: self.memory_efficiency,
             reduction_memory_efficiency: self.reduction_memory_efficiency,
             memory_half_s: self.memory_half_time.as_secs_f64(),
+            reduction_half_s: self.reduction_half_time.as_secs_f64(),
+            tile_half_intensity: self.gemm_tile_half_intensity,
+            wave_overhead_s: self.gemm_wave_overhead.as_secs_f64(),
+            conv_efficiency: self.conv_efficiency,
+            conv_backward_weight_efficiency: self.conv_backward_weight_efficiency,
+            conv_backward_data_efficiency: self.conv_backward_data_efficiency,
+            winograd: self.winograd_convolutions,
         }
+    }
+
+    /// Host time to issue one kernel: `dispatch-overhead`, or nothing under CUDA graphs.
+    pub fn host_cost_per_kernel(&self) -> SimDuration {
+        if self.cuda_graphs { SimDuration::ZERO } else { self.dispatch_overhead }
     }
 
     /// Seconds of one kernel without the launch overhead: the slower of its compute and memory
@@ -262,7 +352,7 @@ impl ComputeModel {
         bytes: f64,
         class: OpClass,
     ) -> Result<SimDuration, ComputeError> {
-        self.work_duration(device, &KernelWork { class, dtype, flops, bytes, aligned: true })
+        self.work_duration(device, &KernelWork::flat(class, dtype, flops, bytes))
     }
 
     /// [`ComputeModel::duration`] of a kernel's work, which may be a product off the 16-byte
@@ -281,9 +371,10 @@ impl ComputeModel {
             .map_err(ComputeError::Overflow)
     }
 
-    /// Time of `pass` of `layer` for `batch` samples on `device` in `dtype`. A matrix-product
-    /// layer whose feature dimensions are off the 16-byte grid ([`Layer::gemm_aligned`]) runs
-    /// at `unaligned-gemm-efficiency`.
+    /// Time of `pass` of `layer` for `batch` samples on `device` in `dtype`. Matrix-product
+    /// layers are priced by their shape ([`KernelShape::of_layer`]) where the device has
+    /// execution data; one whose feature dimensions are off the 16-byte grid
+    /// ([`Layer::gemm_aligned`]) runs at `unaligned-gemm-efficiency`.
     pub fn layer_duration(
         &self,
         device: &Device,
@@ -299,8 +390,88 @@ impl ComputeModel {
             flops: cost.flops(pass, batch),
             bytes: cost.bytes(pass, batch, dtype),
             aligned: cost.class != OpClass::Gemm || layer.gemm_aligned(dtype),
+            shape: if cost.class == OpClass::Gemm {
+                KernelShape::of_layer(layer, pass, batch)
+            } else {
+                KernelShape::Unknown
+            },
         };
         self.work_duration(device, &work)
+    }
+}
+
+/// The optimizer step of one rank: memory-bound element-wise kernels over the parameters it
+/// holds (all of them, or its ZeRO shard).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OptimizerStep {
+    /// The update rule.
+    pub optimizer: Optimizer,
+    /// Parameters this rank updates.
+    pub parameters: u64,
+    /// Parameter tensors they are split into (weights and biases of each layer).
+    pub tensors: u64,
+    /// One multi-tensor kernel over every parameter (PyTorch's `fused=True` or apex's fused
+    /// optimizers) instead of one kernel per tensor (the `foreach=False` loop).
+    pub fused: bool,
+    /// Bytes of one gradient element (2 in mixed precision, 4 in fp32).
+    pub gradient_bytes: u64,
+    /// Whether the fp32 master weights are copied back to a narrower compute copy (mixed
+    /// precision: 2 more bytes written per parameter).
+    pub low_precision_copy: bool,
+}
+
+impl OptimizerStep {
+    /// fp32 state tensors the rule reads and writes per parameter besides the weight:
+    /// momentum for SGD with momentum, two moments for Adam.
+    fn states(&self) -> u64 {
+        match self.optimizer {
+            Optimizer::Sgd => 0,
+            Optimizer::SgdMomentum => 1,
+            Optimizer::Adam => 2,
+        }
+    }
+
+    /// Bytes moved per parameter: read the fp32 weight, the gradient and the states; write the
+    /// weight and the states (and the low-precision copy).
+    pub fn bytes_per_parameter(&self) -> u64 {
+        let fp32 = Dtype::Fp32.bytes();
+        let read = fp32 * (1 + self.states()) + self.gradient_bytes;
+        let written = fp32 * (1 + self.states()) + if self.low_precision_copy { 2 } else { 0 };
+        read + written
+    }
+
+    /// FLOPs per parameter: SGD 2 (scale, add), with momentum 4, Adam 12 (moments, bias
+    /// correction, square root, division, weight decay).
+    pub fn flops_per_parameter(&self) -> f64 {
+        match self.optimizer {
+            Optimizer::Sgd => 2.0,
+            Optimizer::SgdMomentum => 4.0,
+            Optimizer::Adam => 12.0,
+        }
+    }
+}
+
+impl ComputeModel {
+    /// Time of `step` on `device`: one element-wise kernel over all parameters when fused, else
+    /// one per tensor over an equal share (each pays the launch overhead and the memory ramp).
+    pub fn optimizer_step_duration(
+        &self,
+        device: &Device,
+        step: &OptimizerStep,
+    ) -> Result<SimDuration, ComputeError> {
+        if step.parameters == 0 {
+            return Ok(SimDuration::ZERO);
+        }
+        let kernels = if step.fused { 1 } else { step.tensors.clamp(1, step.parameters) };
+        let per_kernel = step.parameters as f64 / kernels as f64;
+        let work = KernelWork::flat(
+            OpClass::Elementwise,
+            Dtype::Fp32,
+            step.flops_per_parameter() * per_kernel,
+            step.bytes_per_parameter() as f64 * per_kernel,
+        );
+        let one = self.work_duration(device, &work)?;
+        SimDuration::from_secs_f64(one.as_secs_f64() * kernels as f64).map_err(ComputeError::Duration)
     }
 }
 
@@ -309,6 +480,7 @@ impl ComputeModel {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Curves {
     pub(crate) gemm_efficiency: f64,
+    pub(crate) vector_gemm_efficiency: f64,
     pub(crate) unaligned_gemm_efficiency: f64,
     pub(crate) gemm_ramp_exponent: f64,
     pub(crate) gemm_half_s: f64,
@@ -316,6 +488,13 @@ pub(crate) struct Curves {
     pub(crate) memory_efficiency: f64,
     pub(crate) reduction_memory_efficiency: f64,
     pub(crate) memory_half_s: f64,
+    pub(crate) reduction_half_s: f64,
+    pub(crate) tile_half_intensity: f64,
+    pub(crate) wave_overhead_s: f64,
+    pub(crate) conv_efficiency: f64,
+    pub(crate) conv_backward_weight_efficiency: f64,
+    pub(crate) conv_backward_data_efficiency: f64,
+    pub(crate) winograd: bool,
 }
 
 impl Curves {
@@ -329,15 +508,18 @@ impl Curves {
         }
     }
 
+    /// The saturated efficiency of `dtype` products on `device`: `vector-gemm-efficiency` on
+    /// its vector units, `gemm-efficiency` on its matrix units (or without execution data).
+    pub(crate) fn gemm_ceiling(&self, device: &Device, dtype: Dtype) -> f64 {
+        match &device.execution {
+            Some(execution) if !execution.on_matrix_units(dtype) => self.vector_gemm_efficiency,
+            _ => self.gemm_efficiency,
+        }
+    }
+
     /// Seconds of the compute side of a kernel: 0 without FLOPs.
-    fn compute_seconds(
-        &self,
-        device: &Device,
-        dtype: Dtype,
-        flops: f64,
-        class: OpClass,
-        aligned: bool,
-    ) -> Result<f64, ComputeError> {
+    fn compute_seconds(&self, device: &Device, work: &KernelWork) -> Result<f64, ComputeError> {
+        let KernelWork { class, dtype, flops, aligned, .. } = *work;
         // The dtype must exist on the device whatever the class: a scenario in fp16 on a CPU
         // node is an error even for its element-wise layers.
         let peak = device.peak(dtype)?.per_second();
@@ -345,11 +527,14 @@ impl Curves {
             return Ok(0.0);
         }
         Ok(match class {
-            // flops / (peak * e * w / (w + w_half)) = (w + w_half) / (peak * e): no division by
-            // a vanishing efficiency for tiny kernels.
             OpClass::Gemm => {
-                let efficiency =
-                    self.gemm_efficiency * if aligned { 1.0 } else { self.unaligned_gemm_efficiency };
+                let efficiency = self.gemm_ceiling(device, dtype)
+                    * if aligned { 1.0 } else { self.unaligned_gemm_efficiency };
+                if let Some(seconds) = self.shaped_seconds(device, work, peak, efficiency) {
+                    return Ok(seconds);
+                }
+                // flops / (peak * e * w / (w + w_half)) = (w + w_half) / (peak * e): no division
+                // by a vanishing efficiency for tiny kernels.
                 let half = self.gemm_half_s * ComputeModel::reference_rate(device, dtype);
                 // w / (w^g / (w^g + h^g)) = w + h^g w^(1-g): the hyperbola's fixed ramp when g = 1.
                 let ramp = if self.gemm_ramp_exponent == 1.0 {
@@ -365,24 +550,143 @@ impl Curves {
         })
     }
 
+    /// Seconds of a shaped GEMM-class kernel by tile and wave quantization, or `None` when the
+    /// kernel has no shape or the device no execution data.
+    fn shaped_seconds(&self, device: &Device, work: &KernelWork, peak: f64, efficiency: f64) -> Option<f64> {
+        let execution = device.execution.as_ref()?;
+        let matrix = execution.on_matrix_units(work.dtype);
+        // Matrix-unit kernels step through the reduction in 16-byte vectors.
+        let vector = (16 / work.dtype.bytes()).max(1);
+        let grid = if matrix { vector } else { 1 };
+        let tiled = |shape: &GemmShape| self.tiled_seconds(device, shape, peak, efficiency, grid);
+        let bytes = work.dtype.bytes() as f64;
+        match &work.shape {
+            KernelShape::Unknown => None,
+            KernelShape::Gemm(shape) => {
+                let scale = work.flops / shape.flops().max(1.0);
+                Some(tiled(shape)? * scale)
+            }
+            KernelShape::Attention(shape) => {
+                let products = shape.products();
+                let shape_flops: f64 = products.iter().map(GemmShape::flops).sum();
+                let seconds = products.iter().map(tiled).sum::<Option<f64>>()?;
+                Some(seconds * work.flops / shape_flops.max(1.0))
+            }
+            KernelShape::Conv { shape, direction } => {
+                // Channels off the 16-byte grid (an RGB input, CosmoFlow's 4 channels) keep a
+                // convolution off the matrix units: cuDNN's Tensor Core kernels need them
+                // aligned. It runs on the vector units at the fp32 rate and their ceiling,
+                // which replaces the unaligned factor.
+                let groups = shape.groups.max(1);
+                let channels_aligned =
+                    (shape.in_channels / groups) % vector == 0 && (shape.out_channels / groups) % vector == 0;
+                let (peak, grid, efficiency) = if matrix && !channels_aligned {
+                    (Self::vector_peak(device, work.dtype).ok()?, 1, self.vector_gemm_efficiency)
+                } else {
+                    (peak, grid, efficiency)
+                };
+                let efficiency = efficiency
+                    * self.conv_efficiency
+                    * match direction {
+                        ConvDirection::Forward => 1.0,
+                        ConvDirection::BackwardData => self.conv_backward_data_efficiency,
+                        ConvDirection::BackwardWeight => self.conv_backward_weight_efficiency,
+                    };
+                let on_vector_units = grid == 1;
+                let tiled = |shape: &GemmShape| self.tiled_seconds(device, shape, peak, efficiency, grid);
+                let mut best = tiled(&shape.implicit_gemm(*direction, grid))?;
+                // Vector-unit convolutions may use Winograd (cuDNN's benchmark mode picks the
+                // fastest algorithm): fewer multiplications, plus transforms through memory.
+                if self.winograd && on_vector_units && shape.winograd_applies() {
+                    let bandwidth = device.memory_bandwidth.bytes_per_second() * self.memory_efficiency;
+                    for tile in [2, 4] {
+                        let (product, elements) = shape.winograd(*direction, tile);
+                        best = best.min(tiled(&product)? + elements * bytes / bandwidth);
+                    }
+                }
+                Some(best)
+            }
+        }
+    }
+
+    /// Seconds of one (batched) product by tile and wave quantization: for every tile shape the
+    /// device's libraries offer and every split of the reduction, the tiles are spread over the
+    /// multiprocessors in waves; each wave takes its tile's FLOPs at the multiprocessor's share
+    /// of the peak, scaled by the tile's efficiency, plus `gemm-wave-overhead`. The fastest
+    /// choice wins, as a library's heuristic (or autotuner) picks it.
+    fn tiled_seconds(
+        &self,
+        device: &Device,
+        shape: &GemmShape,
+        peak: f64,
+        efficiency: f64,
+        grid: u64,
+    ) -> Option<f64> {
+        let execution = device.execution.as_ref()?;
+        let units = f64::from(execution.sm_count);
+        let per_unit = peak / units;
+        let depth = shape.k.div_ceil(grid) * grid;
+        if shape.batch == 0 || shape.m == 0 || shape.n == 0 || depth == 0 {
+            return Some(0.0);
+        }
+        let bandwidth = device.memory_bandwidth.bytes_per_second() * self.memory_efficiency;
+        let reuse = |rows: u64, columns: u64| (rows * columns) as f64 / (rows + columns) as f64;
+        let saturation = |reuse: f64| reuse / (reuse + self.tile_half_intensity);
+        // The best-reusing tile runs at `efficiency`: large products reach gemm-efficiency.
+        let widest =
+            execution.tiles().iter().map(|&[r, c]| reuse(u64::from(r), u64::from(c))).fold(0.0, f64::max);
+        let mut best = f64::INFINITY;
+        for &[rows, columns] in execution.tiles() {
+            let (rows, columns) = (u64::from(rows), u64::from(columns));
+            let tile_efficiency = efficiency * saturation(reuse(rows, columns)) / saturation(widest);
+            let tiles = shape.batch as f64 * shape.m.div_ceil(rows) as f64 * shape.n.div_ceil(columns) as f64;
+            for split in [1u64, 2, 4, 8, 16, 32] {
+                // Each split of the reduction keeps at least 128 of it.
+                if split > 1 && depth / split < 128 {
+                    break;
+                }
+                let slice = depth.div_ceil(split) as f64;
+                let waves = (tiles * split as f64 / units).ceil();
+                let wave = 2.0 * (rows * columns) as f64 * slice / (per_unit * tile_efficiency)
+                    + self.wave_overhead_s;
+                let mut seconds = waves * wave;
+                if split > 1 {
+                    // Partial tiles written and summed in fp32.
+                    let partials = shape.batch as f64 * shape.m as f64 * shape.n as f64 * split as f64;
+                    seconds += 2.0 * 4.0 * partials / bandwidth + self.memory_half_s / self.memory_efficiency;
+                }
+                best = best.min(seconds);
+            }
+        }
+        Some(best)
+    }
+
     /// Seconds of the memory side of a kernel: 0 without traffic.
     fn memory_seconds(&self, device: &Device, bytes: f64, class: OpClass) -> f64 {
         if bytes == 0.0 {
             return 0.0;
         }
+        let bandwidth = device.memory_bandwidth.bytes_per_second();
         let efficiency = match class {
-            OpClass::Reduction => self.reduction_memory_efficiency,
+            // Small reductions (few rows, or few blocks per row) cannot keep the memory busy;
+            // large ones stream like copies. Their sustained efficiency moves from
+            // `reduction-memory-efficiency` to `memory-efficiency` with their size.
+            OpClass::Reduction => {
+                let half = self.reduction_half_s * bandwidth;
+                let large = if half > 0.0 { bytes / (bytes + half) } else { 0.0 };
+                self.reduction_memory_efficiency
+                    + (self.memory_efficiency - self.reduction_memory_efficiency) * large
+            }
             OpClass::Gemm | OpClass::Elementwise => self.memory_efficiency,
         };
         // The ramp (filling the memory pipeline) is the same for every class; only the sustained
         // rate differs. For element-wise kernels this is (bytes + q_half) / (bandwidth * e).
-        let bandwidth = device.memory_bandwidth.bytes_per_second();
         bytes / (bandwidth * efficiency) + self.memory_half_s / self.memory_efficiency
     }
 
     /// Seconds of one kernel without the launch overhead.
     pub(crate) fn kernel_seconds(&self, device: &Device, work: &KernelWork) -> Result<f64, ComputeError> {
-        let compute = self.compute_seconds(device, work.dtype, work.flops, work.class, work.aligned)?;
+        let compute = self.compute_seconds(device, work)?;
         Ok(compute.max(self.memory_seconds(device, work.bytes, work.class)))
     }
 }
@@ -444,7 +748,8 @@ mod tests {
                 let time = model.duration(device, dtype, work, work / 10.0, OpClass::Gemm).unwrap();
                 assert!(gemm >= previous.0 && memory >= previous.1, "{} at {work}", device.name);
                 assert!(time >= previous.2, "{} at {work}", device.name);
-                assert!(gemm <= model.gemm_efficiency && memory <= model.memory_efficiency);
+                let ceiling = model.gemm_efficiency.max(model.vector_gemm_efficiency);
+                assert!(gemm <= ceiling && memory <= model.memory_efficiency);
                 previous = (gemm, memory, time);
             }
         }
@@ -484,6 +789,12 @@ mod tests {
             let (Ok(half), Ok(single)) = (device.peak(Dtype::Fp16), device.peak(Dtype::Fp32)) else {
                 continue; // CPU nodes have no fp16
             };
+            let matrix = device.execution.as_ref().is_none_or(|e| e.on_matrix_units(Dtype::Fp16));
+            if !matrix {
+                // P100: no matrix units; mixed-precision products run at the fp32 rate.
+                assert_eq!(half, single, "{}", device.name);
+                continue;
+            }
             assert!(half.per_second() > single.per_second(), "{}", device.name);
             for n in [256.0_f64, 1024.0, 8192.0] {
                 let flops = 2.0 * n * n * n;
@@ -521,16 +832,34 @@ mod tests {
     fn reductions_stream_at_their_own_efficiency() {
         let model = ComputeModel {
             reduction_memory_efficiency: 0.4,
+            reduction_half_time: SimDuration::ZERO,
             memory_half_time: SimDuration::ZERO,
             ..Default::default()
         };
         let bytes = 1e9;
         let seconds = |class| {
-            let work = KernelWork { class, dtype: Dtype::Fp32, flops: 0.0, bytes, aligned: true };
+            let work = KernelWork {
+                class,
+                dtype: Dtype::Fp32,
+                flops: 0.0,
+                bytes,
+                aligned: true,
+                shape: KernelShape::Unknown,
+            };
             model.kernel_seconds(a100(), &work).unwrap()
         };
         assert!((seconds(OpClass::Reduction) - bytes / (2039e9 * 0.4)).abs() < 1e-12);
         assert!((seconds(OpClass::Elementwise) - bytes / (2039e9 * 0.8)).abs() < 1e-12);
+        // With a reduction half-time, large reductions stream like copies and small ones at
+        // their own efficiency.
+        let curved = ComputeModel { reduction_half_time: SimDuration::from_us(10), ..model.clone() };
+        let reduction = |bytes: f64| {
+            let work = KernelWork::flat(OpClass::Reduction, Dtype::Fp32, 0.0, bytes);
+            bytes / curved.kernel_seconds(a100(), &work).unwrap() / 2039e9
+        };
+        let half = 10e-6 * 2039e9;
+        assert!((reduction(half) - 0.6).abs() < 1e-9, "{}", reduction(half));
+        assert!(reduction(1e3) < 0.401 && reduction(1e12) > 0.799);
         let invalid = ComputeModel { reduction_memory_efficiency: 0.0, ..Default::default() };
         assert!(invalid.validate().unwrap_err().to_string().contains("reduction-memory-efficiency"));
     }
@@ -552,7 +881,14 @@ mod tests {
         );
         // A compute-bound product's time is its FLOPs at that efficiency.
         let flops = 3.0 * half;
-        let work = KernelWork { class: OpClass::Gemm, dtype: Dtype::Fp16, flops, bytes: 0.0, aligned: true };
+        let work = KernelWork {
+            class: OpClass::Gemm,
+            dtype: Dtype::Fp16,
+            flops,
+            bytes: 0.0,
+            aligned: true,
+            shape: KernelShape::Unknown,
+        };
         let seconds = model.kernel_seconds(a100(), &work).unwrap();
         let expected = flops / (312e12 * model.gemm_efficiency_at(a100(), Dtype::Fp16, flops));
         assert!((seconds / expected - 1.0).abs() < 1e-12, "{seconds} vs {expected}");
@@ -606,21 +942,123 @@ mod tests {
     }
 
     #[test]
-    fn layer_durations_use_the_layer_cost() {
+    fn layer_durations_use_the_layer_cost_and_shape() {
         let model = ComputeModel::default();
         let resnet = crate::zoo::resnet50();
         let conv = resnet.layer("layer3.0.conv2").unwrap();
         let forward = model.layer_duration(a100(), Dtype::Fp16, conv, Pass::Forward, 256).unwrap();
-        let direct = model
+        let mut work = KernelWork::flat(
+            OpClass::Gemm,
+            Dtype::Fp16,
+            conv.cost.flops(Pass::Forward, 256),
+            conv.cost.forward_bytes(256, Dtype::Fp16),
+        );
+        let flat = model.work_duration(a100(), &work).unwrap();
+        work.shape = KernelShape::of_layer(conv, Pass::Forward, 256);
+        assert_eq!(forward, model.work_duration(a100(), &work).unwrap());
+        assert_ne!(forward, flat, "the shape decides the time on a device with execution data");
+        // Without execution data (CPU nodes) the shape is ignored.
+        let cpu = DeviceCatalog::builtin().get("xeon-8160-2s").unwrap();
+        let on_cpu = model.layer_duration(cpu, Dtype::Fp32, conv, Pass::Forward, 8).unwrap();
+        let flat_cpu = model
             .duration(
-                a100(),
-                Dtype::Fp16,
-                conv.cost.flops(Pass::Forward, 256),
-                conv.cost.forward_bytes(256, Dtype::Fp16),
+                cpu,
+                Dtype::Fp32,
+                conv.cost.flops(Pass::Forward, 8),
+                conv.cost.forward_bytes(8, Dtype::Fp32),
                 OpClass::Gemm,
             )
             .unwrap();
-        assert_eq!(forward, direct);
+        assert_eq!(on_cpu, flat_cpu);
+    }
+
+    #[test]
+    fn tiles_and_waves_quantize_products() {
+        let model = ComputeModel { gemm_wave_overhead: SimDuration::ZERO, ..Default::default() };
+        let v100 = DeviceCatalog::builtin().get("v100-sxm2-16gb").unwrap();
+        let seconds = |m: u64, n: u64, k: u64| {
+            let shape = GemmShape::new(m, n, k);
+            let work = KernelWork {
+                shape: KernelShape::Gemm(shape),
+                ..KernelWork::flat(OpClass::Gemm, Dtype::Fp16, shape.flops(), 0.0)
+            };
+            model.kernel_seconds(v100, &work).unwrap()
+        };
+        // 80 tiles of 256 x 128 fill the 80 SMs in one wave; one row more needs a second
+        // wave of narrower tiles, and costs more than its share of FLOPs.
+        let full = seconds(256 * 10, 128 * 8, 4096);
+        let over = seconds(256 * 10 + 1, 128 * 8, 4096);
+        assert!(over > full * 1.05, "{over} vs {full}");
+        // One wave of the largest tile: the product runs at gemm-efficiency of the peak.
+        let rate = 125e12 * 0.8;
+        let expected = 2.0 * 256.0 * 10.0 * 1024.0 * 4096.0 / rate;
+        assert!((full / expected - 1.0).abs() < 1e-9, "{full} vs {expected}");
+        // Thin products run far below the peak: narrow tiles reuse their operands less.
+        let thin = seconds(4096, 16, 4096);
+        let thin_rate = 2.0 * 4096.0 * 16.0 * 4096.0 / thin;
+        assert!(thin_rate < 0.4 * 125e12, "{thin_rate}");
+        // Never faster for more work.
+        let mut previous = 0.0;
+        for m in (64..=4096).step_by(64) {
+            let time = seconds(m, 1024, 1024);
+            assert!(time >= previous, "m = {m}");
+            previous = time;
+        }
+    }
+
+    #[test]
+    fn vector_unit_convolutions_may_use_winograd() {
+        let model = ComputeModel { winograd_convolutions: true, ..ComputeModel::default() };
+        let catalog = DeviceCatalog::builtin();
+        let v100 = catalog.get("v100-sxm2-16gb").unwrap();
+        let conv = crate::layer::Layer::new(
+            "conv",
+            crate::layer::LayerKind::conv2d(256, 3, 1, 1),
+            crate::layer::Shape::from([256, 28, 28]),
+        )
+        .unwrap();
+        let shape = KernelShape::of_layer(&conv, Pass::Forward, 16);
+        let KernelShape::Conv { shape: conv_shape, .. } = shape else { panic!() };
+        let flops = conv.cost.flops(Pass::Forward, 16);
+        let implicit =
+            KernelShape::Gemm(conv_shape.implicit_gemm(crate::kernel_shape::ConvDirection::Forward, 1));
+        let fp32 = |shape| {
+            let work = KernelWork { shape, ..KernelWork::flat(OpClass::Gemm, Dtype::Fp32, flops, 0.0) };
+            model.kernel_seconds(v100, &work).unwrap()
+        };
+        // Winograd beats the implicit GEMM of a 3x3 convolution on the fp32 units.
+        assert!(fp32(shape) < 0.8 * fp32(implicit), "{} vs {}", fp32(shape), fp32(implicit));
+    }
+
+    #[test]
+    fn optimizer_steps_are_memory_bound_and_fusing_saves_launches() {
+        let model = ComputeModel::default();
+        let adam = OptimizerStep {
+            optimizer: Optimizer::Adam,
+            parameters: 1_000_000_000,
+            tensors: 400,
+            fused: true,
+            gradient_bytes: 2,
+            low_precision_copy: true,
+        };
+        // 4 + 8 + 2 read, 4 + 8 + 2 written.
+        assert_eq!(adam.bytes_per_parameter(), 28);
+        let fused = model.optimizer_step_duration(a100(), &adam).unwrap().as_secs_f64();
+        let streaming = 28e9 / (2039e9 * 0.8);
+        assert!(fused > streaming && fused < streaming * 1.01, "{fused} vs {streaming}");
+        let per_tensor = model
+            .optimizer_step_duration(a100(), &OptimizerStep { fused: false, ..adam })
+            .unwrap()
+            .as_secs_f64();
+        // 399 more launches and memory ramps: 399 x (4 us + 1.25 us).
+        assert!((per_tensor - fused - 399.0 * 5.25e-6).abs() < 1e-6, "{per_tensor} vs {fused}");
+        let sgd =
+            OptimizerStep { optimizer: Optimizer::Sgd, gradient_bytes: 4, low_precision_copy: false, ..adam };
+        assert_eq!(sgd.bytes_per_parameter(), 12);
+        assert_eq!(
+            model.optimizer_step_duration(a100(), &OptimizerStep { parameters: 0, ..adam }).unwrap(),
+            SimDuration::ZERO
+        );
     }
 
     #[test]

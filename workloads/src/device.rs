@@ -154,6 +154,64 @@ pub struct Device {
     pub pcie_bandwidth: Bandwidth,
     /// The datasheet the numbers come from: title and URL.
     pub source: String,
+    /// How the device executes matrix products, for the shape-aware GEMM model; `None` where
+    /// the catalog does not record it (CPU nodes), and GEMMs are priced by their FLOPs alone.
+    pub execution: Option<Execution>,
+}
+
+/// The execution resources of a GPU that decide how well a matrix product of a given shape
+/// fills it, from the architecture whitepaper named in `execution-source`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Execution {
+    /// Streaming multiprocessors (NVIDIA) or compute units (AMD): the cores a kernel's thread
+    /// blocks are spread over, one wave of tiles at a time.
+    pub sm_count: u32,
+    /// Boost clock, MHz: the clock the datasheet's peak rates are computed at.
+    pub boost_clock_mhz: f64,
+    /// Last-level on-chip cache (L2) in bytes.
+    pub l2_cache: Bytes,
+    /// Dtypes whose products run on matrix units (Tensor Cores, Matrix Cores). Products in other
+    /// dtypes run on the vector units, where convolution libraries also use Winograd kernels.
+    pub matrix_dtypes: Vec<Dtype>,
+    /// Output tile shapes (rows x columns of the product one thread block computes) that the
+    /// device's GEMM libraries choose from; empty means [`DEFAULT_TILES`].
+    #[serde(default)]
+    pub tiles: Vec<[u32; 2]>,
+    /// The whitepaper or datasheet these numbers come from.
+    pub source: String,
+}
+
+/// The thread-block tiles of cuBLAS's and CUTLASS's Volta-to-Hopper GEMM kernels, largest
+/// first (CUTLASS `default_gemm_configuration.h` and its profiler's kernel list: 256x128 and
+/// 128x256 down to 64x64 for Tensor Core kernels, with 128x32, 32x128 and smaller SIMT tiles
+/// for thin products).
+pub const DEFAULT_TILES: [[u32; 2]; 13] = [
+    [256, 128],
+    [128, 256],
+    [128, 128],
+    [128, 64],
+    [64, 128],
+    [64, 64],
+    [128, 32],
+    [32, 128],
+    [64, 32],
+    [32, 64],
+    [128, 16],
+    [16, 128],
+    [32, 32],
+];
+
+impl Execution {
+    /// The tiles GEMMs choose from on this device.
+    pub fn tiles(&self) -> &[[u32; 2]] {
+        if self.tiles.is_empty() { &DEFAULT_TILES } else { &self.tiles }
+    }
+
+    /// Whether `dtype` products run on the matrix units.
+    pub fn on_matrix_units(&self, dtype: Dtype) -> bool {
+        self.matrix_dtypes.contains(&dtype)
+    }
 }
 
 impl Device {
@@ -167,7 +225,9 @@ impl Device {
     /// and the same memory bandwidth (V100-SXM2 16 GB and 32 GB; not A100 40 GB and 80 GB,
     /// whose bandwidths differ). A compute profile of one serves the other.
     pub fn same_compute(&self, other: &Device) -> bool {
-        self.peak == other.peak && self.memory_bandwidth == other.memory_bandwidth
+        self.peak == other.peak
+            && self.memory_bandwidth == other.memory_bandwidth
+            && self.execution == other.execution
     }
 
     /// The highest dense peak rate over the device's dtypes.
@@ -198,6 +258,7 @@ struct DeviceSpec {
     nvlink_bandwidth: Option<Bandwidth>,
     infinity_fabric_bandwidth: Option<Bandwidth>,
     pcie_bandwidth: Bandwidth,
+    execution: Option<Execution>,
 }
 
 /// A catalog file: a list of `[[device]]` tables.
@@ -228,6 +289,23 @@ impl DeviceSpec {
         if self.memory_capacity == Bytes::ZERO {
             return Err(invalid("memory-capacity", "must be greater than zero"));
         }
+        if let Some(execution) = &self.execution {
+            if execution.sm_count == 0 {
+                return Err(invalid("execution.sm-count", "must be at least 1"));
+            }
+            if !(execution.boost_clock_mhz.is_finite() && execution.boost_clock_mhz > 0.0) {
+                return Err(invalid("execution.boost-clock-mhz", "must be a positive number of MHz"));
+            }
+            if execution.tiles.iter().any(|tile| tile[0] == 0 || tile[1] == 0) {
+                return Err(invalid("execution.tiles", "must be positive [rows, columns] pairs"));
+            }
+            if execution.matrix_dtypes.iter().any(|dtype| !self.peak.contains_key(dtype)) {
+                return Err(invalid("execution.matrix-dtypes", "lists a dtype without a `peak` rate"));
+            }
+            if execution.source.trim().is_empty() {
+                return Err(invalid("execution.source", "must name the document the numbers come from"));
+            }
+        }
         if self.nvlink_bandwidth.is_some() && self.infinity_fabric_bandwidth.is_some() {
             return Err(invalid(
                 "infinity-fabric-bandwidth",
@@ -244,6 +322,7 @@ impl DeviceSpec {
             infinity_fabric_bandwidth: self.infinity_fabric_bandwidth,
             pcie_bandwidth: self.pcie_bandwidth,
             source: self.source,
+            execution: self.execution,
         })
     }
 }
@@ -319,6 +398,7 @@ mod tests {
             [
                 "v100-sxm2-16gb",
                 "v100-sxm2-32gb",
+                "p100-pcie-16gb",
                 "a100-sxm4-40gb",
                 "a100-sxm4-80gb",
                 "h100-sxm5-80gb",
@@ -354,6 +434,35 @@ mod tests {
             }
             assert!(device.memory_capacity >= Bytes(16 << 30), "{}", device.name);
         }
+    }
+
+    #[test]
+    fn execution_resources_agree_with_the_peak_rates() {
+        // Peak = units x clock x FLOPs per unit per clock: the SM count and clock of each entry
+        // must give its fp32 rate with a whole number of FLOPs per clock (128 on Pascal to
+        // Ampere NVIDIA SMs, 256 on Hopper and on AMD's matrix fp32), within the datasheets'
+        // rounding.
+        let catalog = DeviceCatalog::builtin();
+        let mut with_execution = 0;
+        for device in catalog.devices() {
+            let Some(execution) = &device.execution else { continue };
+            with_execution += 1;
+            let fp32 = device.peak(Dtype::Fp32).unwrap().per_second();
+            let per_clock = fp32 / (f64::from(execution.sm_count) * execution.boost_clock_mhz * 1e6);
+            let whole = if per_clock < 192.0 { 128.0 } else { 256.0 };
+            assert!((per_clock / whole - 1.0).abs() < 0.01, "{}: {per_clock} FLOP/clock/SM", device.name);
+            assert!(execution.source.contains("https://"), "{}", device.name);
+            assert!(execution.l2_cache >= Bytes(4 << 20), "{}", device.name);
+        }
+        assert_eq!(with_execution, 13);
+        let p100 = catalog.get("p100-pcie-16gb").unwrap();
+        assert_eq!(tflops(p100.peak(Dtype::Fp32).unwrap()), 9.3);
+        assert_eq!(p100.memory_bandwidth.bytes_per_second(), 732e9);
+        let execution = p100.execution.as_ref().unwrap();
+        assert_eq!((execution.sm_count, execution.matrix_dtypes.len()), (56, 0));
+        let v100 = catalog.get("v100-sxm2-16gb").unwrap().execution.as_ref().unwrap();
+        assert!(v100.on_matrix_units(Dtype::Fp16) && !v100.on_matrix_units(Dtype::Fp32));
+        assert_eq!(v100.tiles(), &DEFAULT_TILES);
     }
 
     #[test]
@@ -524,5 +633,14 @@ mod tests {
         let no_peak = ONE_DEVICE.replace("fp32 = \"10 TFLOP/s\"", "");
         let error = DeviceCatalog::from_toml_str(&no_peak).unwrap_err().to_string();
         assert!(error.contains("`peak`") && error.contains("toy"), "{error}");
+
+        let execution = format!(
+            "{ONE_DEVICE}\n[device.execution]\nsm-count = 0\nboost-clock-mhz = 1000\nl2-cache = \"1 MiB\"\nmatrix-dtypes = []\nsource = \"x\""
+        );
+        let error = DeviceCatalog::from_toml_str(&execution).unwrap_err().to_string();
+        assert!(error.contains("sm-count"), "{error}");
+        let matrix = execution.replace("sm-count = 0", "sm-count = 8").replace("[]", "[\"fp16\"]");
+        let error = DeviceCatalog::from_toml_str(&matrix).unwrap_err().to_string();
+        assert!(error.contains("matrix-dtypes"), "{error}");
     }
 }

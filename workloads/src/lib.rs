@@ -40,7 +40,10 @@
 pub mod aten;
 pub mod calibrate;
 pub mod compute;
+pub mod deepbench;
 pub mod device;
+pub mod dispatch;
+pub mod kernel_shape;
 pub mod layer;
 pub mod memory;
 pub mod model;
@@ -51,8 +54,9 @@ pub mod simulation;
 pub mod strategy;
 pub mod zoo;
 
-pub use compute::{ComputeError, ComputeModel, KernelWork};
-pub use device::{Device, DeviceCatalog, DeviceError, Dtype};
+pub use compute::{ComputeError, ComputeModel, KernelWork, OptimizerStep};
+pub use device::{Device, DeviceCatalog, DeviceError, Dtype, Execution};
+pub use kernel_shape::{AttentionShape, ConvDirection, ConvShape, GemmShape, KernelShape};
 pub use layer::{
     Activation, AttentionKernel, Layer, LayerCost, LayerError, LayerKind, OpClass, Padding, Pass, Shape,
     Traffic, UpsampleMode,

@@ -77,6 +77,7 @@ struct ScenarioSpec {
 struct ComputeSection {
     profile: Option<String>,
     gemm_efficiency: Option<f64>,
+    vector_gemm_efficiency: Option<f64>,
     unaligned_gemm_efficiency: Option<f64>,
     gemm_ramp_exponent: Option<f64>,
     gemm_half_time: Option<SimDuration>,
@@ -84,7 +85,16 @@ struct ComputeSection {
     memory_efficiency: Option<f64>,
     reduction_memory_efficiency: Option<f64>,
     memory_half_time: Option<SimDuration>,
+    reduction_half_time: Option<SimDuration>,
     launch_overhead: Option<SimDuration>,
+    gemm_tile_half_intensity: Option<f64>,
+    gemm_wave_overhead: Option<SimDuration>,
+    conv_efficiency: Option<f64>,
+    conv_backward_weight_efficiency: Option<f64>,
+    conv_backward_data_efficiency: Option<f64>,
+    dispatch_overhead: Option<SimDuration>,
+    cuda_graphs: Option<bool>,
+    winograd_convolutions: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -760,15 +770,32 @@ fn compute_model(
         }
     };
     set(&mut model.gemm_efficiency, section.gemm_efficiency);
+    set(&mut model.vector_gemm_efficiency, section.vector_gemm_efficiency);
     set(&mut model.unaligned_gemm_efficiency, section.unaligned_gemm_efficiency);
     set(&mut model.gemm_ramp_exponent, section.gemm_ramp_exponent);
     set(&mut model.vector_efficiency, section.vector_efficiency);
     set(&mut model.memory_efficiency, section.memory_efficiency);
     set(&mut model.reduction_memory_efficiency, section.reduction_memory_efficiency);
+    set(&mut model.gemm_tile_half_intensity, section.gemm_tile_half_intensity);
+    set(&mut model.conv_efficiency, section.conv_efficiency);
+    set(&mut model.conv_backward_weight_efficiency, section.conv_backward_weight_efficiency);
+    set(&mut model.conv_backward_data_efficiency, section.conv_backward_data_efficiency);
+    for (slot, value) in [
+        (&mut model.cuda_graphs, section.cuda_graphs),
+        (&mut model.winograd_convolutions, section.winograd_convolutions),
+    ] {
+        if let Some(value) = value {
+            *slot = value;
+            overridden += 1;
+        }
+    }
     for (slot, value) in [
         (&mut model.gemm_half_time, section.gemm_half_time),
         (&mut model.memory_half_time, section.memory_half_time),
+        (&mut model.reduction_half_time, section.reduction_half_time),
         (&mut model.launch_overhead, section.launch_overhead),
+        (&mut model.gemm_wave_overhead, section.gemm_wave_overhead),
+        (&mut model.dispatch_overhead, section.dispatch_overhead),
     ] {
         if let Some(value) = value {
             *slot = value;

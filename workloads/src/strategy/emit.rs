@@ -450,11 +450,11 @@ impl<'s> Plan<'s> {
                 .sum::<u64>()
                 + if stage + 1 == p.pipeline { tied_embedding } else { 0 };
             let held = if p.zero >= 1 { parameters.div_ceil(u64::from(sync_ranks)) } else { parameters };
-            optimizer.push(strategy.optimizer_step(if p.is_data_parallel() {
-                model.parameters()
-            } else {
-                held
-            })?);
+            let tensors = Self::stage_layers(&chunk_layers, p.pipeline, stage)
+                .flat_map(|range| range.clone())
+                .filter(|&index| local[index].layer.cost.params > 0)
+                .count() as u64;
+            optimizer.push(strategy.optimizer_step(held, tensors)?);
         }
         let width = strategy.precision.bytes();
         let boundary_bytes = chunk_layers

@@ -29,7 +29,7 @@ use sim_core::units::{Bytes, SimDuration};
 
 use crate::compute::{ComputeError, ComputeModel};
 use crate::device::{Device, Dtype};
-use crate::layer::{OpClass, Pass};
+use crate::layer::Pass;
 use crate::memory::{MemoryBreakdown, MemoryError, MemoryPlan, Recompute, Sharding};
 use crate::model::Model;
 use crate::optimizer::Optimizer;
@@ -459,15 +459,22 @@ impl Strategy<'_> {
         Ok(Some((SimDuration::from_ps(duration.as_ps() / u64::from(divisor)), flops / f64::from(divisor))))
     }
 
-    /// The optimizer step over `parameters` held by one rank.
-    fn optimizer_step(&self, parameters: u64) -> Result<(SimDuration, f64), StrategyError> {
-        let flops = self.optimizer.flops_per_parameter() * parameters as f64;
-        let bytes = (self.optimizer.tensors_touched() * Dtype::Fp32.bytes() * parameters) as f64;
+    /// The optimizer step over `parameters` in `tensors` parameter tensors held by one rank:
+    /// a multi-tensor (fused) kernel, as Megatron-LM's and PyTorch's default optimizers run.
+    fn optimizer_step(&self, parameters: u64, tensors: u64) -> Result<(SimDuration, f64), StrategyError> {
+        let step = crate::compute::OptimizerStep {
+            optimizer: self.optimizer,
+            parameters,
+            tensors,
+            fused: true,
+            gradient_bytes: self.gradient_precision.bytes(),
+            low_precision_copy: self.precision.bytes() < 4,
+        };
         let time = self
             .compute
-            .duration(self.device, Dtype::Fp32, flops, bytes, OpClass::Elementwise)
+            .optimizer_step_duration(self.device, &step)
             .map_err(|source| StrategyError::Compute { layer: "optimizer".into(), source })?;
-        Ok((time, flops))
+        Ok((time, step.flops_per_parameter() * parameters as f64))
     }
 }
 

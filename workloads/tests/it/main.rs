@@ -4,11 +4,13 @@
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 mod aten;
+mod deepbench;
 mod korthikanti;
 mod memory;
 mod model_files;
 mod paradl;
 mod published;
+mod single_gpu;
 mod timing;
 
 use workloads::{ComputeModel, DeviceCatalog, Pass, zoo};
@@ -125,10 +127,10 @@ fn unaligned_products_are_the_odd_shaped_layers_and_pay_the_unaligned_factor() {
         compute.layer_duration(a100, Dtype::Bf16, layer, Pass::Forward, 8).unwrap().as_secs_f64()
     };
     // The logits product is compute-bound: half the efficiency, twice the time (less the
-    // fixed launch overhead).
+    // fixed launch overhead and the tile waves' fixed overhead, which do not scale).
     let launch = default.launch_overhead.as_secs_f64();
     let ratio = (time(&penalized, "logits") - launch) / (time(&default, "logits") - launch);
-    assert!((ratio - 2.0).abs() < 1e-6, "{ratio}");
+    assert!(ratio > 1.95 && ratio <= 2.0 + 1e-9, "{ratio}");
     let aligned =
         model.layers.iter().find(|l| l.cost.class == OpClass::Gemm && l.gemm_aligned(Dtype::Bf16)).unwrap();
     assert_eq!(time(&penalized, &aligned.name), time(&default, &aligned.name));

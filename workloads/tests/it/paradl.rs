@@ -283,9 +283,9 @@ fn resnet50_matches_paradls_table_but_for_the_stem_and_the_missing_shortcuts() {
     assert_eq!(paradl + shortcuts + batch_norm + 1000, torchvision.parameters());
 }
 
-#[test]
-fn alexnet_matches_paradls_table_in_chainers_variant() {
-    // Chainer's AlexNet example, as ParaDL's table lays it out, built from our layer kinds.
+/// Chainer's AlexNet example (single tower, 96-256-384-384-256 channels) at ParaDL's 226x226
+/// input with round-up pooling, built from our layer kinds.
+pub fn chainer_alexnet() -> Model {
     let pool = || LayerKind::MaxPool {
         kernel: vec![3, 3],
         stride: vec![2, 2],
@@ -328,7 +328,12 @@ fn alexnet_matches_paradls_table_in_chainers_variant() {
     for (name, kind) in layers {
         b.layer(name, kind).unwrap();
     }
-    let model = b.finish();
+    b.finish()
+}
+
+#[test]
+fn alexnet_matches_paradls_table_in_chainers_variant() {
+    let model = chainer_alexnet();
     assert_eq!(compare(&model, "ALEXNET_ImageNet.net", |_| false), Vec::<usize>::new());
     assert_eq!(compare(&model, "ALEXNET_ImageNet_profall.net_sc", |_| false), Vec::<usize>::new());
     // FORMAT.md: 62,367,776 weights, 1.1315 GMAC. torchvision's AlexNet (the zoo's) is a

@@ -1,0 +1,391 @@
+//! The shapes of matrix-product kernels: what the compute model needs to price tile and wave
+//! quantization, thin products and convolution algorithms (`docs/compute-model.md`, "Shapes").
+//!
+//! A [`KernelShape`] travels with a kernel's FLOPs and bytes in [`crate::KernelWork`]. Layers
+//! give theirs through [`KernelShape::of_layer`] (from their per-sample input and output shapes,
+//! which the lowering has already divided over tensor-parallel ranks); kernel benchmarks and
+//! profiled operators give theirs directly.
+
+use serde::Serialize;
+
+use crate::layer::{Layer, LayerKind, Pass};
+
+/// A (batched) matrix product `C[m, n] = A[m, k] B[k, n]`, `batch` times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct GemmShape {
+    /// Independent products of the same shape (batched GEMM, groups, attention heads).
+    pub batch: u64,
+    /// Rows of the output.
+    pub m: u64,
+    /// Columns of the output.
+    pub n: u64,
+    /// The reduction dimension.
+    pub k: u64,
+}
+
+impl GemmShape {
+    /// One product of `m x k` by `k x n`.
+    pub const fn new(m: u64, n: u64, k: u64) -> GemmShape {
+        GemmShape { batch: 1, m, n, k }
+    }
+
+    /// Multiply-adds counted as 2 FLOPs each.
+    pub fn flops(&self) -> f64 {
+        2.0 * self.batch as f64 * self.m as f64 * self.n as f64 * self.k as f64
+    }
+}
+
+/// Which of a convolution's three training computations a kernel is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ConvDirection {
+    /// Output from input ("fprop").
+    Forward,
+    /// Input gradient from output gradient ("dgrad").
+    BackwardData,
+    /// Weight gradient from input and output gradient ("wgrad").
+    BackwardWeight,
+}
+
+impl From<Pass> for ConvDirection {
+    fn from(pass: Pass) -> ConvDirection {
+        match pass {
+            Pass::Forward => ConvDirection::Forward,
+            Pass::BackwardData => ConvDirection::BackwardData,
+            Pass::BackwardWeight => ConvDirection::BackwardWeight,
+        }
+    }
+}
+
+/// A 1-, 2- or 3-D convolution over a batch, spatial axes padded to three with 1s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ConvShape {
+    /// Samples.
+    pub batch: u64,
+    /// Input channels (all groups).
+    pub in_channels: u64,
+    /// Output channels (all groups).
+    pub out_channels: u64,
+    /// Channel groups (1: dense).
+    pub groups: u64,
+    /// Input size per spatial axis.
+    pub input: [u64; 3],
+    /// Output size per spatial axis.
+    pub output: [u64; 3],
+    /// Kernel size per spatial axis (dilation included in the output size, not here).
+    pub kernel: [u64; 3],
+    /// Stride per spatial axis.
+    pub stride: [u64; 3],
+}
+
+impl ConvShape {
+    fn product(values: [u64; 3]) -> u64 {
+        values.iter().product()
+    }
+
+    /// The implicit GEMM that computes `direction` (NVIDIA, *Convolutional Layers User's
+    /// Guide*, "Convolution Algorithms"), channels padded to multiples of `channel_grid`
+    /// (the vector width the kernels need):
+    /// - forward: `m = N·P·Q(·O)`, `n = K`, `k = C·R·S(·T)`;
+    /// - backward-data: `m = N·H·W(·D)`, `n = C`, `k = K · Π ceil(R/stride)`: a strided
+    ///   convolution's input position receives `ceil(R/stride)` taps per axis (and a kernel
+    ///   narrower than its stride reaches only `P·R` of the `H` positions per axis);
+    /// - backward-weight: `m = K`, `n = C·R·S(·T)`, `k = N·P·Q(·O)`.
+    ///
+    /// Groups multiply the batch of products and divide the channels.
+    pub fn implicit_gemm(&self, direction: ConvDirection, channel_grid: u64) -> GemmShape {
+        let groups = self.groups.max(1);
+        let grid = channel_grid.max(1);
+        let c = (self.in_channels / groups).div_ceil(grid) * grid;
+        let k_out = (self.out_channels / groups).div_ceil(grid) * grid;
+        let taps = Self::product(self.kernel);
+        let outputs = self.batch * Self::product(self.output);
+        let (m, n, k) = match direction {
+            ConvDirection::Forward => (outputs, k_out, c * taps),
+            ConvDirection::BackwardData => {
+                let strided_taps: u64 =
+                    (0..3).map(|axis| self.kernel[axis].div_ceil(self.stride[axis].max(1))).product();
+                // A kernel narrower than its stride leaves input positions no output reads:
+                // their gradient is zero, written but not computed.
+                let reached: u64 =
+                    (0..3).map(|axis| self.input[axis].min(self.output[axis] * self.kernel[axis])).product();
+                (self.batch * reached, c, k_out * strided_taps)
+            }
+            ConvDirection::BackwardWeight => (k_out, c * taps, outputs),
+        };
+        GemmShape { batch: groups, m, n, k }
+    }
+
+    /// Whether Winograd's minimal filtering applies: a dense 2-D 3x3 convolution with unit
+    /// stride (cuDNN's and MIOpen's Winograd kernels).
+    pub fn winograd_applies(&self) -> bool {
+        self.groups == 1 && self.kernel == [3, 3, 1] && self.stride == [1, 1, 1]
+    }
+
+    /// The batched products of Winograd F(`m`x`m`, 3x3) for `direction`: `(m + 2)^2`
+    /// independent products over the output's `m x m` tiles, and the elements its transforms
+    /// read and write (input and output, and both transformed tensors).
+    pub fn winograd(&self, direction: ConvDirection, tile: u64) -> (GemmShape, f64) {
+        let alpha = tile + 2;
+        let tiles = self.batch * self.output[0].div_ceil(tile) * self.output[1].div_ceil(tile);
+        let (c, k) = (self.in_channels, self.out_channels);
+        let (m, n, depth) = match direction {
+            ConvDirection::Forward => (tiles, k, c),
+            ConvDirection::BackwardData => (tiles, c, k),
+            ConvDirection::BackwardWeight => (k, c, tiles),
+        };
+        let shape = GemmShape { batch: alpha * alpha, m, n, k: depth };
+        let plain = self.batch * (c * Self::product(self.input) + k * Self::product(self.output));
+        let transformed = alpha * alpha * tiles * (c + k);
+        (shape, (plain + transformed) as f64)
+    }
+}
+
+/// Scaled dot-product attention's two products per head: scores `Q·K^T` (`s x s_kv` over the
+/// head size) and the weighted sum `P·V`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct AttentionShape {
+    /// Samples times query heads.
+    pub heads: u64,
+    /// Query positions.
+    pub queries: u64,
+    /// Key and value positions.
+    pub keys: u64,
+    /// Head size.
+    pub head_dim: u64,
+}
+
+impl AttentionShape {
+    /// The two products of the forward pass; the backward runs two of each shape.
+    pub fn products(&self) -> [GemmShape; 2] {
+        [
+            GemmShape { batch: self.heads, m: self.queries, n: self.keys, k: self.head_dim },
+            GemmShape { batch: self.heads, m: self.queries, n: self.head_dim, k: self.keys },
+        ]
+    }
+}
+
+/// The shape of a kernel, when it has one the model can use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum KernelShape {
+    /// No shape: the kernel is priced by its FLOPs and bytes alone.
+    #[default]
+    Unknown,
+    /// A (batched) matrix product.
+    Gemm(GemmShape),
+    /// A convolution in one direction.
+    Conv {
+        /// The convolution.
+        shape: ConvShape,
+        /// Which of its three computations.
+        direction: ConvDirection,
+    },
+    /// Attention's products.
+    Attention(AttentionShape),
+}
+
+impl KernelShape {
+    /// The shape of `pass` of `layer` for `batch` samples: convolutions (transposed ones too),
+    /// linear layers, matmuls, attention and MoE experts; [`KernelShape::Unknown`] for other
+    /// layers.
+    pub fn of_layer(layer: &Layer, pass: Pass, batch: u64) -> KernelShape {
+        let input = &layer.input.0;
+        let leading = |dims: &[u64]| dims.iter().product::<u64>() * batch;
+        match &layer.kind {
+            LayerKind::Conv { out_channels, kernel, stride, groups, .. } => {
+                let axes = kernel.len();
+                if !(1..=3).contains(&axes) || input.len() != axes + 1 || layer.output.0.len() != axes + 1 {
+                    return KernelShape::Unknown;
+                }
+                let mut shape = ConvShape {
+                    batch,
+                    in_channels: input[0],
+                    out_channels: *out_channels,
+                    groups: *groups,
+                    input: [1; 3],
+                    output: [1; 3],
+                    kernel: [1; 3],
+                    stride: [1; 3],
+                };
+                for axis in 0..axes {
+                    shape.input[axis] = input[axis + 1];
+                    shape.output[axis] = layer.output.0[axis + 1];
+                    shape.kernel[axis] = kernel[axis];
+                    shape.stride[axis] = stride.get(axis).copied().unwrap_or(1);
+                }
+                KernelShape::Conv { shape, direction: pass.into() }
+            }
+            // A transposed convolution is the backward-data pass of the convolution that maps
+            // its output back to its input, and its backward-data pass that convolution's
+            // forward.
+            LayerKind::ConvTranspose { out_channels, kernel, stride, groups, .. } => {
+                let axes = kernel.len();
+                if !(1..=3).contains(&axes) || input.len() != axes + 1 || layer.output.0.len() != axes + 1 {
+                    return KernelShape::Unknown;
+                }
+                let mut shape = ConvShape {
+                    batch,
+                    in_channels: *out_channels,
+                    out_channels: input[0],
+                    groups: *groups,
+                    input: [1; 3],
+                    output: [1; 3],
+                    kernel: [1; 3],
+                    stride: [1; 3],
+                };
+                for axis in 0..axes {
+                    shape.input[axis] = layer.output.0[axis + 1];
+                    shape.output[axis] = input[axis + 1];
+                    shape.kernel[axis] = kernel[axis];
+                    shape.stride[axis] = stride.get(axis).copied().unwrap_or(1);
+                }
+                let direction = match pass {
+                    Pass::Forward => ConvDirection::BackwardData,
+                    Pass::BackwardData => ConvDirection::Forward,
+                    Pass::BackwardWeight => ConvDirection::BackwardWeight,
+                };
+                KernelShape::Conv { shape, direction }
+            }
+            LayerKind::Linear { out_features, .. } | LayerKind::TiedLinear { out_features, .. } => {
+                let Some((&features, rows)) = input.split_last() else { return KernelShape::Unknown };
+                let tokens = leading(rows);
+                KernelShape::Gemm(match pass {
+                    Pass::Forward => GemmShape::new(tokens, *out_features, features),
+                    Pass::BackwardData => GemmShape::new(tokens, features, *out_features),
+                    Pass::BackwardWeight => GemmShape::new(*out_features, features, tokens),
+                })
+            }
+            LayerKind::Matmul { other } => {
+                let (Some(&n), true) = (other.0.last(), input.len() >= 2) else {
+                    return KernelShape::Unknown;
+                };
+                let (m, k) = (input[input.len() - 2], input[input.len() - 1]);
+                let products = leading(&input[..input.len() - 2]);
+                let (m, n, k) = match pass {
+                    Pass::Forward => (m, n, k),
+                    // dA = dC B^T (and dB = A^T dC, the same work)
+                    Pass::BackwardData | Pass::BackwardWeight => (m, k, n),
+                };
+                KernelShape::Gemm(GemmShape { batch: products, m, n, k })
+            }
+            LayerKind::Attention { heads, kv_heads, .. } => {
+                let (Some(&features), Some(&tokens)) = (input.last(), input.first()) else {
+                    return KernelShape::Unknown;
+                };
+                let packed = heads + 2 * kv_heads;
+                let Some(head_dim) = features.checked_div(packed) else { return KernelShape::Unknown };
+                KernelShape::Attention(AttentionShape {
+                    heads: batch * heads,
+                    queries: tokens,
+                    keys: tokens,
+                    head_dim,
+                })
+            }
+            LayerKind::MoeExperts { experts, top_k, ffn_hidden, .. } => {
+                let Some((&hidden, rows)) = input.split_last() else { return KernelShape::Unknown };
+                let routed = leading(rows) * top_k;
+                let per_expert = routed.div_ceil((*experts).max(1));
+                KernelShape::Gemm(match pass {
+                    Pass::Forward | Pass::BackwardData => {
+                        GemmShape { batch: *experts, m: per_expert, n: *ffn_hidden, k: hidden }
+                    }
+                    Pass::BackwardWeight => {
+                        GemmShape { batch: *experts, m: hidden, n: *ffn_hidden, k: per_expert }
+                    }
+                })
+            }
+            _ => KernelShape::Unknown,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layer::{Layer, LayerKind, Shape};
+
+    #[test]
+    fn convolutions_map_to_their_implicit_gemms() {
+        let conv = Layer::new("conv", LayerKind::conv2d(128, 3, 2, 1), Shape::from([64, 56, 56])).unwrap();
+        let KernelShape::Conv { shape, direction } = KernelShape::of_layer(&conv, Pass::Forward, 8) else {
+            panic!("a convolution has a conv shape")
+        };
+        assert_eq!(direction, ConvDirection::Forward);
+        assert_eq!((shape.output, shape.kernel, shape.stride), ([28, 28, 1], [3, 3, 1], [2, 2, 1]));
+        assert_eq!(shape.implicit_gemm(ConvDirection::Forward, 1), GemmShape::new(8 * 28 * 28, 128, 64 * 9));
+        // dgrad: every input position gets ceil(3 / 2)^2 = 4 taps.
+        assert_eq!(
+            shape.implicit_gemm(ConvDirection::BackwardData, 1),
+            GemmShape::new(8 * 56 * 56, 64, 128 * 4)
+        );
+        assert_eq!(
+            shape.implicit_gemm(ConvDirection::BackwardWeight, 1),
+            GemmShape::new(128, 64 * 9, 8 * 28 * 28)
+        );
+        // Forward FLOPs are the layer's (less its bias).
+        assert_eq!(shape.implicit_gemm(ConvDirection::Forward, 1).flops(), conv.cost.flops(Pass::Forward, 8));
+        // Three input channels padded to 8 for fp16 kernels.
+        let rgb = Layer::new("rgb", LayerKind::conv2d(64, 7, 2, 3), Shape::from([3, 224, 224])).unwrap();
+        let KernelShape::Conv { shape, .. } = KernelShape::of_layer(&rgb, Pass::Forward, 1) else { panic!() };
+        assert_eq!(shape.implicit_gemm(ConvDirection::Forward, 8).k, 8 * 49);
+        assert!(!shape.winograd_applies());
+    }
+
+    #[test]
+    fn a_transposed_convolution_is_the_backward_data_of_its_mirror() {
+        let up = Layer::new(
+            "up",
+            LayerKind::ConvTranspose {
+                out_channels: 64,
+                kernel: vec![2, 2],
+                stride: vec![2, 2],
+                padding: vec![0, 0],
+                output_padding: vec![0, 0],
+                dilation: vec![1, 1],
+                groups: 1,
+                bias: false,
+            },
+            Shape::from([128, 28, 28]),
+        )
+        .unwrap();
+        let KernelShape::Conv { shape, direction } = KernelShape::of_layer(&up, Pass::Forward, 4) else {
+            panic!()
+        };
+        assert_eq!(direction, ConvDirection::BackwardData);
+        assert_eq!((shape.in_channels, shape.out_channels), (64, 128));
+        assert_eq!((shape.input, shape.output), ([56, 56, 1], [28, 28, 1]));
+        // Its product does the layer's forward FLOPs.
+        let gemm = shape.implicit_gemm(direction, 1);
+        assert_eq!(gemm.flops(), up.cost.flops(Pass::Forward, 4));
+    }
+
+    #[test]
+    fn linear_layers_and_attention_have_their_products() {
+        let linear = Layer::new(
+            "fc",
+            LayerKind::Linear { out_features: 4096, bias: false },
+            Shape::from([2048, 1024]),
+        )
+        .unwrap();
+        assert_eq!(
+            KernelShape::of_layer(&linear, Pass::BackwardWeight, 4),
+            KernelShape::Gemm(GemmShape::new(4096, 1024, 8192))
+        );
+        let attention = Layer::new(
+            "attn",
+            LayerKind::Attention {
+                heads: 16,
+                kv_heads: 16,
+                causal: false,
+                implementation: crate::layer::AttentionKernel::Standard,
+            },
+            Shape::from([2048, 3 * 1024]),
+        )
+        .unwrap();
+        let KernelShape::Attention(shape) = KernelShape::of_layer(&attention, Pass::Forward, 2) else {
+            panic!()
+        };
+        assert_eq!(shape.products()[0], GemmShape { batch: 32, m: 2048, n: 2048, k: 64 });
+    }
+}

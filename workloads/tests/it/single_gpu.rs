@@ -1,0 +1,149 @@
+//! Single-GPU training steps against real measurements: ParaDL's one-V100 data-parallel logs
+//! (`../shared/data/published-measurements.md`, section 6.3: Chainer, fp32, ResNet-50 at 64
+//! images per step, VGG-16 at 32) and its layer-wise AlexNet runs (`../shared/data/paradl/
+//! MEASURED.md`: four V100s used one after another, no micro-batching, so a step is one GPU's
+//! worth of compute plus the activation copies between them). The measured times include data
+//! loading (a prefetching iterator) and the Adam update; ours are the compute of forward,
+//! backward and the optimizer step, with the default compute model.
+
+use workloads::{ComputeModel, DeviceCatalog, Dtype, KernelShape, Optimizer, OptimizerStep, Pass, zoo};
+
+/// Seconds of one training step of `model` at `batch` in fp32 on a V100 (forward, both
+/// backward passes of every layer, Adam one tensor at a time as Chainer runs it), the part in
+/// convolutions, and the step priced by FLOPs alone (the model before shapes). The first layer
+/// has no backward-data pass.
+fn step(compute: &ComputeModel, model: &str, batch: u64) -> (f64, f64, f64) {
+    step_of(compute, &zoo::by_name(model).unwrap(), batch)
+}
+
+/// [`step`] of a model given as layers.
+fn step_of(compute: &ComputeModel, model: &workloads::Model, batch: u64) -> (f64, f64, f64) {
+    let v100 = DeviceCatalog::builtin().get("v100-sxm2-16gb").unwrap();
+    let (mut total, mut conv, mut flat) = (0.0, 0.0, 0.0);
+    // One GEMM ceiling for all units: the model before shapes.
+    let before = ComputeModel { vector_gemm_efficiency: compute.gemm_efficiency, ..compute.clone() };
+    for (index, layer) in model.layers.iter().enumerate() {
+        if layer.cost.is_free() {
+            continue;
+        }
+        for pass in Pass::ALL {
+            if pass == Pass::BackwardWeight && layer.cost.backward_weight_flops == 0.0 {
+                continue;
+            }
+            // The input of the first layer needs no gradient (as the lowering does).
+            if pass == Pass::BackwardData && index == 0 {
+                continue;
+            }
+            let seconds =
+                compute.layer_duration(v100, Dtype::Fp32, layer, pass, batch).unwrap().as_secs_f64();
+            total += seconds;
+            let (flops, bytes) = (layer.cost.flops(pass, batch), layer.cost.bytes(pass, batch, Dtype::Fp32));
+            flat += before.duration(v100, Dtype::Fp32, flops, bytes, layer.cost.class).unwrap().as_secs_f64();
+            if matches!(KernelShape::of_layer(layer, pass, batch), KernelShape::Conv { .. }) {
+                conv += seconds;
+            }
+        }
+    }
+    let adam = OptimizerStep {
+        optimizer: Optimizer::Adam,
+        parameters: model.parameters(),
+        tensors: model.layers.iter().filter(|l| l.cost.params > 0).count() as u64,
+        fused: false,
+        gradient_bytes: 4,
+        low_precision_copy: false,
+    };
+    let optimizer = compute.optimizer_step_duration(v100, &adam).unwrap().as_secs_f64();
+    (total + optimizer, conv, flat + optimizer)
+}
+
+#[test]
+fn resnet50_and_vgg16_steps_on_one_v100() {
+    let compute = ComputeModel::default();
+    // (model, images per step, measured seconds, accuracy bound recorded with the defaults)
+    for (model, batch, measured, bound) in [("resnet50", 64, 0.1855, 0.96), ("vgg16", 32, 0.2633, 0.93)] {
+        let (ours, conv, flat) = step(&compute, model, batch);
+        let winograd =
+            step(&ComputeModel { winograd_convolutions: true, ..ComputeModel::default() }, model, batch).0;
+        let accuracy = 1.0 - (ours / measured - 1.0).abs();
+        println!(
+            "{model} b={batch}: {:.1} ms (convolutions {:.1} ms; with Winograd {:.1} ms; FLOPs only {:.1} ms), measured {:.1} ms: {:.1}%",
+            ours * 1e3,
+            conv * 1e3,
+            winograd * 1e3,
+            flat * 1e3,
+            measured * 1e3,
+            accuracy * 100.0
+        );
+        assert!(accuracy >= bound, "{model}: {accuracy}");
+    }
+}
+
+/// ParaDL's layer-wise model-parallel AlexNet (Chainer's single-tower AlexNet at 226x226, fp32,
+/// four V100s in turn): 0.034, 0.047 and 0.092 s per step at 32, 64 and 128 images. Ours leaves
+/// out the copies between GPUs (the largest activation, conv1's output, is 56 MB at 128 images:
+/// under 1 ms over NVLink).
+#[test]
+fn chainer_alexnet_steps_on_v100s_in_turn() {
+    let model = crate::paradl::chainer_alexnet();
+    for (batch, measured, bound) in [(32, 0.034, 0.63), (64, 0.047, 0.83), (128, 0.092, 0.79)] {
+        let (ours, conv, flat) = step_of(&ComputeModel::default(), &model, batch);
+        let accuracy = 1.0 - (ours / measured - 1.0).abs();
+        println!(
+            "alexnet (Chainer) b={batch}: {:.1} ms (convolutions {:.1} ms; FLOPs only {:.1} ms), measured {:.1} ms: {:.1}%",
+            ours * 1e3,
+            conv * 1e3,
+            flat * 1e3,
+            measured * 1e3,
+            accuracy * 100.0
+        );
+        assert!(accuracy >= bound, "b={batch}: {accuracy}");
+    }
+}
+
+/// Megatron-LM's 1.7B GPT (Narayanan et al. 2021, Table 1: 32 A100s, data parallel, micro-batch
+/// 16, s = 2048, full recomputation, 137 TFLOP/s per GPU = 3.53 s per iteration): the compute
+/// of one GPU's micro-batch (forward, recomputed forward, backward; Adam), without the
+/// gradient all-reduce, which overlaps the backward.
+#[test]
+fn megatron_1_7b_micro_batch_on_one_a100() {
+    let model = zoo::by_name("megatron-1.7b").unwrap();
+    let a100 = DeviceCatalog::builtin().get("a100-sxm4-80gb").unwrap();
+    let measured = 3.53;
+    let compute = ComputeModel::default();
+    let (mut shaped, mut flat) = (0.0, 0.0);
+    for layer in &model.layers {
+        if layer.cost.is_free() {
+            continue;
+        }
+        for pass in [Pass::Forward, Pass::Forward, Pass::BackwardData, Pass::BackwardWeight] {
+            if pass == Pass::BackwardWeight && layer.cost.backward_weight_flops == 0.0 {
+                continue;
+            }
+            shaped += compute.layer_duration(a100, Dtype::Fp16, layer, pass, 16).unwrap().as_secs_f64();
+            let (flops, bytes) = (layer.cost.flops(pass, 16), layer.cost.bytes(pass, 16, Dtype::Fp16));
+            flat +=
+                compute.duration(a100, Dtype::Fp16, flops, bytes, layer.cost.class).unwrap().as_secs_f64();
+        }
+    }
+    let accuracy = 1.0 - (shaped / measured - 1.0).abs();
+    println!(
+        "megatron-1.7b micro-batch 16: {shaped:.3} s (FLOPs only: {flat:.3} s), measured {measured} s: {:.1}%",
+        accuracy * 100.0
+    );
+    assert!(accuracy >= 0.77, "{accuracy}");
+}
+
+/// The shipped profiles on these steps, next to the defaults. Issue 12 asks that a profile fitted
+/// to other workloads be at most 2 points worse than the defaults; the V100 profile (DLRM traces)
+/// is not yet on ResNet-50 (see docs/compute-model.md, "One-GPU steps"). The bounds ratchet.
+#[test]
+fn shipped_profiles_on_the_one_gpu_steps() {
+    let v100 = workloads::calibrate::Profile::builtin("v100-sxm2-16gb").unwrap().compute;
+    let accuracy = |ours: f64, measured: f64| 1.0 - (ours / measured - 1.0).abs();
+    for (model, batch, measured, bound) in [("resnet50", 64, 0.1855, 0.91), ("vgg16", 32, 0.2633, 0.98)] {
+        let default = accuracy(step(&ComputeModel::default(), model, batch).0, measured);
+        let profile = accuracy(step(&v100, model, batch).0, measured);
+        println!("V100 profile on {model}: {:.1}% (defaults {:.1}%)", profile * 100.0, default * 100.0);
+        assert!(profile >= bound, "{model}: {profile}");
+    }
+}
