@@ -659,12 +659,24 @@ impl<'s> Plan<'s> {
                 })
                 .max()
                 .unwrap_or(0);
-            let largest_layer = ranges
-                .iter()
-                .flat_map(|r| r.clone())
-                .map(|i| self.local[i].layer.cost.params)
-                .max()
-                .unwrap_or(0);
+            // What ZeRO-3 holds gathered at once: the unit being computed and the one
+            // prefetched (FSDP frees each after use); otherwise the largest layer.
+            let largest_layer = if p.zero >= 3 {
+                let mut units: Vec<u64> = chunk_indexes
+                    .iter()
+                    .flat_map(|&k| &self.units[k])
+                    .map(|unit| unit.layers.clone().map(|i| self.local[i].layer.cost.params).sum::<u64>())
+                    .collect();
+                units.sort_unstable_by(|a, b| b.cmp(a));
+                units.iter().take(2).sum()
+            } else {
+                ranges
+                    .iter()
+                    .flat_map(|r| r.clone())
+                    .map(|i| self.local[i].layer.cost.params)
+                    .max()
+                    .unwrap_or(0)
+            };
             let plan = strategy.memory_plan(model, buffers);
             let memory: MemoryBreakdown =
                 plan.device_breakdown(parameters, peak, largest_pair, largest_layer);
