@@ -163,6 +163,14 @@ pub fn human(outcome: &Outcome) -> String {
     } else {
         let _ = writeln!(out, "  idle                  {:>12.3}  {:5.1}%", b.idle, share(b.idle));
     }
+    if share(b.host_bound) >= 0.05 {
+        let _ = writeln!(
+            out,
+            "    of which host-bound {:>10.3}  {:5.1}%  (the GPU waiting for kernel launches)",
+            b.host_bound,
+            share(b.host_bound)
+        );
+    }
     let hidden = b.communication.saturating_sub(b.exposed_communication);
     let hidden_share = if b.communication > SimDuration::ZERO {
         100.0 * hidden.as_secs_f64() / b.communication.as_secs_f64()

@@ -442,6 +442,7 @@ pub fn export_run(outcome: &workloads::simulation::Outcome, path: &Path) -> anyh
     };
     let streams = |_: sim_core::graph::RankId, stream: sim_core::graph::StreamId| {
         match workloads::strategy::group_of_stream(stream) {
+            None if stream == workloads::strategy::HOST_STREAM => "host (kernel launches)".to_string(),
             None => "compute".to_string(),
             Some(kind) if stream == workloads::strategy::GATHER_STREAM => {
                 format!("{} (parameter gathers)", kind.name())

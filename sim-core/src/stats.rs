@@ -26,10 +26,24 @@ pub struct RankBreakdown {
 
 /// Splits `[from, to)` of every rank's timeline into compute, exposed communication and idle.
 pub fn breakdown(graph: &ExecGraph, timeline: &Timeline, from: SimTime, to: SimTime) -> Vec<RankBreakdown> {
+    breakdown_ignoring(graph, timeline, from, to, &|_| false)
+}
+
+/// [`breakdown`] without the ops `ignore` picks (work off the device, such as a host thread's).
+pub fn breakdown_ignoring(
+    graph: &ExecGraph,
+    timeline: &Timeline,
+    from: SimTime,
+    to: SimTime,
+    ignore: &dyn Fn(&crate::graph::Op) -> bool,
+) -> Vec<RankBreakdown> {
     let ranks = graph.ranks() as usize;
     let mut compute: Vec<Vec<(SimTime, SimTime)>> = vec![Vec::new(); ranks];
     let mut communication: Vec<Vec<(SimTime, SimTime)>> = vec![Vec::new(); ranks];
     for (index, op) in graph.ops().iter().enumerate() {
+        if ignore(op) {
+            continue;
+        }
         let start = timeline.start[index].max(from);
         let end = timeline.end[index].min(to);
         if start >= end {
@@ -61,7 +75,7 @@ pub fn breakdown(graph: &ExecGraph, timeline: &Timeline, from: SimTime, to: SimT
 /// communication op's stream to one of `classes` classes (`None`: not counted). Time when no
 /// compute op runs and communication of several classes does is shared equally among them,
 /// so the classes add up to [`RankBreakdown::exposed_communication`] when every stream has a
-/// class. Returns, per rank, the exposed time of each class.
+/// class. Ops `ignore` picks are left out. Returns, per rank, the exposed time of each class.
 pub fn exposed_by_class(
     graph: &ExecGraph,
     timeline: &Timeline,
@@ -69,6 +83,7 @@ pub fn exposed_by_class(
     to: SimTime,
     class: &dyn Fn(crate::graph::StreamId) -> Option<usize>,
     classes: usize,
+    ignore: &dyn Fn(&crate::graph::Op) -> bool,
 ) -> Vec<Vec<SimDuration>> {
     let ranks = graph.ranks() as usize;
     // Per rank: (time, +1/-1, class or usize::MAX for compute).
@@ -76,7 +91,7 @@ pub fn exposed_by_class(
     for (index, op) in graph.ops().iter().enumerate() {
         let start = timeline.start[index].max(from);
         let end = timeline.end[index].min(to);
-        if start >= end {
+        if start >= end || ignore(op) {
             continue;
         }
         let tag = if op.kind.is_communication() {
@@ -196,7 +211,8 @@ mod tests {
             collective_begin: Vec::new(),
             events: 0,
         };
-        let exposed = exposed_by_class(&graph, &timeline, t(0), t(40), &|s| (s.0 == 1).then_some(0), 1);
+        let exposed =
+            exposed_by_class(&graph, &timeline, t(0), t(40), &|s| (s.0 == 1).then_some(0), 1, &|_| false);
         assert_eq!(exposed[0], vec![SimDuration::from_us(20)]);
         // Rank 0 busy 0-30: idle until 40 is 10; rank 1 has nothing: idle 0-5 is 5.
         assert_eq!(

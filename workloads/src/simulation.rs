@@ -5,14 +5,14 @@
 use std::time::{Duration, Instant};
 
 use serde::{Serialize, Serializer};
-use sim_core::stats::{breakdown, exposed_by_class, idle_until};
+use sim_core::stats::{breakdown_ignoring, exposed_by_class, idle_until};
 use sim_core::units::{SimDuration, SimTime};
 use topology::{FabricSpec, IntraNode, Topology, TopologyError};
 
 use crate::device::DeviceError;
 use crate::memory::{MemoryBreakdown, MemoryError};
 use crate::scenario::Scenario;
-use crate::strategy::{Axis, GroupKind, Parallelism, StrategyError, group_of_stream, is_flush};
+use crate::strategy::{Axis, GroupKind, Parallelism, StrategyError, group_of_stream, is_flush, is_host};
 use sim_core::graph::RankId;
 
 /// Everything `parasim run` reports. A pure function of the scenario: no wall-clock numbers,
@@ -194,6 +194,10 @@ pub struct Breakdown {
     /// (the rest of `idle` is waiting for gradient synchronisation and the optimizer after it).
     #[serde(rename = "bubble_s", serialize_with = "seconds")]
     pub bubble: SimDuration,
+    /// Time the GPU waited for the host to launch its next kernel (part of `idle`):
+    /// host-bound steps show it.
+    #[serde(rename = "host_bound_s", serialize_with = "seconds")]
+    pub host_bound: SimDuration,
 }
 
 /// Memory of one GPU, in bytes, against its capacity.
@@ -358,12 +362,13 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
 
     // Means over the simulated ranks (with folding, each stands for its symmetric copies).
     let simulated = |rank: usize| lowered.ranks.binary_search(&RankId(rank as u32)).is_ok();
-    let per_rank: Vec<_> = breakdown(&lowered.graph, &timeline, SimTime::ZERO, previous_end)
-        .into_iter()
-        .enumerate()
-        .filter(|(rank, _)| simulated(*rank))
-        .map(|(_, b)| b)
-        .collect();
+    let per_rank: Vec<_> =
+        breakdown_ignoring(&lowered.graph, &timeline, SimTime::ZERO, previous_end, &is_host)
+            .into_iter()
+            .enumerate()
+            .filter(|(rank, _)| simulated(*rank))
+            .map(|(_, b)| b)
+            .collect();
     let by_group: Vec<_> = exposed_by_class(
         &lowered.graph,
         &timeline,
@@ -371,6 +376,7 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
         previous_end,
         &|stream| group_of_stream(stream).and_then(|kind| GroupKind::ALL.iter().position(|k| *k == kind)),
         GroupKind::ALL.len(),
+        &is_host,
     )
     .into_iter()
     .enumerate()
@@ -403,8 +409,9 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
                 .collect();
             let sum =
                 |durations: Vec<SimDuration>| durations.iter().map(|d| u128::from(d.as_ps())).sum::<u128>();
-            let with_flush = sum(idle_until(&lowered.graph, &timeline, start, &until, &is_flush));
-            let without = sum(idle_until(&lowered.graph, &timeline, start, &until, &|_| false));
+            let with_flush =
+                sum(idle_until(&lowered.graph, &timeline, start, &until, &|op| is_flush(op) || is_host(op)));
+            let without = sum(idle_until(&lowered.graph, &timeline, start, &until, &is_host));
             bubble_ps += with_flush;
             flush_wait_ps += with_flush.saturating_sub(without);
             start = iteration_ends.iter().map(|op| timeline.end[op.0 as usize]).max().unwrap_or(start);
@@ -426,6 +433,33 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
         seconds_of(SimDuration::from_ps((sum / u128::from(ranks * iterations)) as u64))
     };
     let flush_wait = SimDuration::from_ps((flush_wait_ps / u128::from(ranks * iterations)) as u64);
+    // Host-bound: a kernel whose launch on the host ends after everything else it waits for
+    // (its stream predecessor included) started late by that much: the GPU idled for the host.
+    let graph = &lowered.graph;
+    let mut host_bound_ps = 0u128;
+    for (index, op) in graph.ops().iter().enumerate() {
+        if is_host(op) || !simulated(op.rank.0 as usize) {
+            continue;
+        }
+        let id = sim_core::graph::OpId(index as u32);
+        let mut launch = None;
+        let mut ready = graph.previous_in_stream(id).map_or(SimTime::ZERO, |p| timeline.end[p.0 as usize]);
+        for dep in graph.deps(id) {
+            let end = timeline.end[dep.0 as usize];
+            if is_host(graph.op(*dep)) {
+                launch = Some(end);
+            } else {
+                ready = ready.max(end);
+            }
+        }
+        if let Some(launch) = launch
+            && launch > ready
+            && graph.previous_in_stream(id).is_some()
+        {
+            host_bound_ps += u128::from(launch.saturating_since(ready).as_ps());
+        }
+    }
+    let host_bound = SimDuration::from_ps((host_bound_ps / u128::from(ranks * iterations)) as u64);
     let bubble = SimDuration::from_ps((bubble_ps / u128::from(ranks * iterations)) as u64);
     // Megatron-LM's model FLOPs: 2 per multiply-accumulate of the matrix products, three
     // passes (forward, backward-data, backward-weight), every sample of the iteration.
@@ -511,6 +545,7 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
                 expert: exposed_of(GroupKind::Expert),
             },
             bubble,
+            host_bound,
         },
         model_flops_per_iteration: model_flops,
         model_flops_utilization: model_flops / seconds / f64::from(gpus) / peak,

@@ -92,6 +92,8 @@ struct Plan<'s> {
     optimizer: Vec<(SimDuration, f64)>,
     /// Bytes sent between consecutive chunks (activation or gradient of one micro-batch).
     boundary_bytes: Vec<Bytes>,
+    /// Host time to launch one kernel (zero under CUDA graphs).
+    host_cost: SimDuration,
     /// ZeRO-3 units (FSDP's wrapping: each numbered block, and the layers around them) of
     /// each chunk.
     units: Vec<Vec<Unit>>,
@@ -128,6 +130,7 @@ struct Labels {
     send_forward: LabelId,
     send_backward: LabelId,
     ring: LabelId,
+    dispatch: LabelId,
     gather: LabelId,
     scatter: LabelId,
 }
@@ -243,6 +246,7 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
                 waiting: Vec::new(),
                 last_compute: None,
                 spans: Vec::new(),
+                host_start: previous_end[position].map(Dep::Global),
             };
             let (end, pipeline_end) = emitter.iteration(previous_end[position])?;
             let rank_spans = std::mem::take(&mut emitter.spans);
@@ -489,6 +493,7 @@ impl<'s> Plan<'s> {
             .collect();
         Ok(Plan {
             strategy,
+            host_cost: strategy.compute.host_cost_per_kernel(),
             units,
             tied_embedding,
             layout: p.layout(),
@@ -574,6 +579,7 @@ impl<'s> Plan<'s> {
             send_forward: graph.label("pipeline send activations"),
             send_backward: graph.label("pipeline send gradients"),
             ring: graph.label("cp ring send key/value"),
+            dispatch: graph.label("host: launch kernel"),
             gather: graph.label("zero-3 allgather parameters"),
             scatter: graph.label("zero-3 reduce-scatter gradients"),
         }
@@ -716,6 +722,9 @@ struct RankEmitter<'p, 's> {
     last_compute: Option<u32>,
     /// Schedule steps as (name, first compute op, last compute op), local indexes.
     spans: Vec<(String, u32, u32)>,
+    /// What the first host launch of the iteration waits for (the previous iteration's end:
+    /// the framework synchronises once per step).
+    host_start: Option<Dep>,
 }
 
 impl RankEmitter<'_, '_> {
@@ -1023,7 +1032,21 @@ impl RankEmitter<'_, '_> {
 
     /// A compute op after everything waited for; returns its local index.
     fn compute(&mut self, duration: SimDuration, label: LabelId) -> u32 {
-        let deps = std::mem::take(&mut self.waiting);
+        let mut deps = std::mem::take(&mut self.waiting);
+        if self.plan.host_cost > SimDuration::ZERO {
+            // The host thread launches the kernel; it runs ahead of the GPU as far as it can.
+            let anchor: Vec<Dep> = self.host_start.take().into_iter().collect();
+            let launch = self.buffer.push(
+                Op {
+                    kind: OpKind::Compute { duration: self.plan.host_cost },
+                    rank: RankId(self.rank),
+                    stream: super::HOST_STREAM,
+                    label: self.labels.dispatch,
+                },
+                &anchor,
+            );
+            deps.push(Dep::Local(launch));
+        }
         let op = self.buffer.push(
             Op { kind: OpKind::Compute { duration }, rank: RankId(self.rank), stream: COMPUTE_STREAM, label },
             &deps,

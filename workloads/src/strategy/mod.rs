@@ -52,6 +52,14 @@ pub const CONTEXT_STREAM: StreamId = StreamId(4);
 pub const EXPERT_STREAM: StreamId = StreamId(5);
 /// The stream ZeRO-3 parameter allgathers are prefetched on.
 pub const GATHER_STREAM: StreamId = StreamId(6);
+/// The host thread that launches a rank's kernels: one op per kernel, each costing the compute
+/// model's dispatch time, which the kernel waits for. Host time, not GPU time.
+pub const HOST_STREAM: StreamId = StreamId(7);
+
+/// Whether `op` runs on the host thread rather than on the GPU.
+pub fn is_host(op: &sim_core::graph::Op) -> bool {
+    op.stream == HOST_STREAM
+}
 
 /// The communicator kind of the ops on `stream`, if it is a communication stream.
 pub fn group_of_stream(stream: StreamId) -> Option<GroupKind> {

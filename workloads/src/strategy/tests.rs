@@ -2,7 +2,7 @@
 //! tensor- and sequence-parallel bytes, context-parallel key/value bytes, expert all-to-all
 //! bytes, ZeRO traffic, and plain data parallelism through the general emitter.
 
-use super::is_flush;
+use super::{is_flush, is_host};
 use sim_core::fidelity::{Fidelity, NetworkSettings};
 use sim_core::graph::{CollectiveKind, ExecGraph, OpKind, RankId};
 use sim_core::stats::idle_until;
@@ -100,7 +100,9 @@ fn bubble(lowered: &Lowered, topology: &Topology) -> (f64, f64) {
     let timeline = NetworkSettings::new(Fidelity::Analytical).run(&lowered.graph, topology).unwrap();
     let end = lowered.pipeline_ends[0].iter().map(|op| timeline.end[op.0 as usize]).max().unwrap();
     let ranks = lowered.graph.ranks() as usize;
-    let idle = idle_until(&lowered.graph, &timeline, SimTime::ZERO, &vec![end; ranks], &is_flush);
+    let idle = idle_until(&lowered.graph, &timeline, SimTime::ZERO, &vec![end; ranks], &|op| {
+        is_flush(op) || is_host(op)
+    });
     let mean_idle = idle.iter().map(|d| d.as_secs_f64()).sum::<f64>() / ranks as f64;
     (mean_idle / end.since_start().as_secs_f64(), mean_idle)
 }
@@ -110,7 +112,11 @@ fn rank_compute(graph: &ExecGraph, rank: u32) -> f64 {
     graph
         .ops()
         .iter()
-        .filter(|op| op.rank == RankId(rank) && graph.label(op.label) != "optimizer step")
+        .filter(|op| {
+            op.rank == RankId(rank)
+                && op.stream == COMPUTE_STREAM
+                && graph.label(op.label) != "optimizer step"
+        })
         .filter_map(|op| match op.kind {
             OpKind::Compute { duration } => Some(duration.as_secs_f64()),
             _ => None,
@@ -339,7 +345,7 @@ fn recomputation_reruns_forward_kernels_without_counting_their_flops() {
     let selective = spec.lower().unwrap();
     spec.recompute = Recompute::Full;
     let full = spec.lower().unwrap();
-    let per_rank = |lowered: &Lowered| lowered.graph.op_count() / 2;
+    let per_rank = |lowered: &Lowered| lowered.graph.ops().iter().filter(|op| !is_host(op)).count() / 2;
     // BERT-base: 12 attention cores re-run under selective recomputation.
     assert_eq!(per_rank(&selective), per_rank(&none) + 12);
     // Full: every layer of the 12 encoder blocks re-runs its forward (views excepted).
@@ -553,4 +559,30 @@ fn llama_405b_on_8_by_8_chunks_gives_each_end_one_layer_as_megatron_core_does() 
     let total: usize = blocks_per_chunk.iter().flatten().sum();
     assert_eq!(total, 126);
     assert!(blocks_per_chunk.iter().flatten().filter(|&&n| n == 2).count() == 62);
+}
+
+#[test]
+fn tiny_kernels_wait_for_the_host_unless_cuda_graphs_launch_them() {
+    // 16 linear layers of 64 features on 1024 tokens: each kernel takes a few microseconds, less
+    // than the 50 us the host spends launching it, so the step is host-bound.
+    let model = uniform_model(8, 64);
+    let host = SimDuration::from_us(50);
+    let eager = ComputeModel { dispatch_overhead: host, ..ComputeModel::default() };
+    let graphs = ComputeModel { cuda_graphs: true, ..eager.clone() };
+    let time = |compute: &ComputeModel| {
+        let lowered = strategy(&model, compute, Parallelism::data_parallel(1), 1, 1).lower().unwrap();
+        let kernels = lowered.graph.ops().iter().filter(|op| op.stream == COMPUTE_STREAM).count() as u64;
+        let timeline =
+            NetworkSettings::new(Fidelity::Analytical).run(&lowered.graph, &instant_server(1)).unwrap();
+        (timeline.makespan(), kernels)
+    };
+    let (eager_time, kernels) = time(&eager);
+    let (graph_time, _) = time(&graphs);
+    // Every kernel but the optimizer is launched by the host, 50 us apart; the last then runs.
+    let launches = host.checked_mul(kernels - 1).unwrap();
+    assert!(
+        eager_time > launches && eager_time < launches.checked_add(SimDuration::from_us(200)).unwrap(),
+        "{eager_time} for {kernels} kernels"
+    );
+    assert!(graph_time.checked_mul(4).unwrap() < eager_time, "CUDA graphs {graph_time}, eager {eager_time}");
 }
