@@ -1033,26 +1033,33 @@ impl RankEmitter<'_, '_> {
     /// A compute op after everything waited for; returns its local index.
     fn compute(&mut self, duration: SimDuration, label: LabelId) -> u32 {
         let mut deps = std::mem::take(&mut self.waiting);
-        if self.plan.host_cost > SimDuration::ZERO {
-            // The host thread launches the kernel; it runs ahead of the GPU as far as it can.
-            let anchor: Vec<Dep> = self.host_start.take().into_iter().collect();
-            let launch = self.buffer.push(
-                Op {
-                    kind: OpKind::Compute { duration: self.plan.host_cost },
-                    rank: RankId(self.rank),
-                    stream: super::HOST_STREAM,
-                    label: self.labels.dispatch,
-                },
-                &anchor,
-            );
-            deps.push(Dep::Local(launch));
-        }
+        deps.extend(self.launch());
         let op = self.buffer.push(
             Op { kind: OpKind::Compute { duration }, rank: RankId(self.rank), stream: COMPUTE_STREAM, label },
             &deps,
         );
         self.last_compute = Some(op);
         op
+    }
+
+    /// The host thread's launch of the next kernel (compute, collective or send), which the
+    /// kernel waits for; `None` under CUDA graphs. The host runs ahead of the GPU as far as it
+    /// can; its first launch of an iteration waits for the previous iteration's end.
+    fn launch(&mut self) -> Option<Dep> {
+        if self.plan.host_cost == SimDuration::ZERO {
+            return None;
+        }
+        let anchor: Vec<Dep> = self.host_start.take().into_iter().collect();
+        let launch = self.buffer.push(
+            Op {
+                kind: OpKind::Compute { duration: self.plan.host_cost },
+                rank: RankId(self.rank),
+                stream: super::HOST_STREAM,
+                label: self.labels.dispatch,
+            },
+            &anchor,
+        );
+        Some(Dep::Local(launch))
     }
 
     /// A layer collective after the last compute op and anything waited for; the next compute
@@ -1110,12 +1117,15 @@ impl RankEmitter<'_, '_> {
             instances.push(id);
         }
         let id = instances[sequence];
-        self.buffer.push(Op { kind: OpKind::Collective(id), rank: RankId(self.rank), stream, label }, deps)
+        let mut deps = deps.to_vec();
+        deps.extend(self.launch());
+        self.buffer.push(Op { kind: OpKind::Collective(id), rank: RankId(self.rank), stream, label }, &deps)
     }
 
     /// A pipeline send to `to` after the last compute op, registered under `key`.
     fn send(&mut self, to: u32, bytes: Bytes, label: LabelId, key: Key) {
-        let deps: Vec<Dep> = self.last_compute.map(Dep::Local).into_iter().collect();
+        let mut deps: Vec<Dep> = self.last_compute.map(Dep::Local).into_iter().collect();
+        deps.extend(self.launch());
         let op = self.buffer.push(
             Op {
                 kind: OpKind::Transfer { dst: RankId(to), bytes },
@@ -1154,7 +1164,8 @@ impl RankEmitter<'_, '_> {
         let received =
             |step: u32| Dep::Key(Key::Ring { sender: previous, layer: layer as u32, micro, step, pass });
         for j in 0..c - 1 {
-            let deps = if j == 0 { producer.clone() } else { vec![received(j - 1)] };
+            let mut deps = if j == 0 { producer.clone() } else { vec![received(j - 1)] };
+            deps.extend(self.launch());
             let send = self.buffer.push(
                 Op {
                     kind: OpKind::Transfer { dst: RankId(next), bytes },
