@@ -121,6 +121,8 @@ struct Executor<'g, E> {
     intra_server_active: Vec<bool>,
     /// The shadow groups of each group, computed on first use.
     shadow_groups: HashMap<GroupId, Vec<Vec<RankId>>>,
+    /// The shadow (source, destination) pairs of each transfer's pair, computed on first use.
+    shadow_pairs: HashMap<(RankId, RankId), Vec<(RankId, RankId)>>,
 }
 
 impl<'g, E: Copy + std::fmt::Debug> Executor<'g, E> {
@@ -146,6 +148,7 @@ impl<'g, E: Copy + std::fmt::Debug> Executor<'g, E> {
             shadows: false,
             intra_server_active: Vec::new(),
             shadow_groups: HashMap::new(),
+            shadow_pairs: HashMap::new(),
         }
     }
 
@@ -215,10 +218,7 @@ impl<'g, E: Copy + std::fmt::Debug> Executor<'g, E> {
 
     /// The images of `group` that are distinct from it and from each other, and not confined
     /// to a quiet server.
-    fn shadow_groups_of<N: Network<Event = E>>(&mut self, network: &N, group: GroupId) -> Vec<Vec<RankId>> {
-        if let Some(found) = self.shadow_groups.get(&group) {
-            return found.clone();
-        }
+    fn shadow_groups_of<N: Network<Event = E>>(&self, network: &N, group: GroupId) -> Vec<Vec<RankId>> {
         let members = self.graph.group(group);
         let mut key: Vec<RankId> = members.to_vec();
         key.sort_unstable();
@@ -236,8 +236,28 @@ impl<'g, E: Copy + std::fmt::Debug> Executor<'g, E> {
                 result.push(mapped);
             }
         }
-        self.shadow_groups.insert(group, result.clone());
         result
+    }
+
+    /// The images of the transfer pair `(src, dst)`, distinct from it and from each other, and
+    /// not confined to a quiet server.
+    fn shadow_pairs_of<N: Network<Event = E>>(
+        &self,
+        network: &N,
+        src: RankId,
+        dst: RankId,
+    ) -> Vec<(RankId, RankId)> {
+        let mut pairs: Vec<(RankId, RankId)> = self
+            .graph
+            .images()
+            .iter()
+            .map(|image| (image[src.0 as usize], image[dst.0 as usize]))
+            .filter(|&pair| pair != (src, dst))
+            .filter(|&(s, d)| !self.confined_to_quiet_server(network, &[s, d]))
+            .collect();
+        pairs.sort_unstable();
+        pairs.dedup();
+        pairs
     }
 
     fn run<N: Network<Event = E>>(mut self, network: &mut N) -> Result<Timeline, ExecError> {
@@ -317,16 +337,13 @@ impl<'g, E: Copy + std::fmt::Debug> Executor<'g, E> {
                     )
                     .map_err(network_error)?;
                 if self.shadows {
-                    let mut pairs: Vec<(RankId, RankId)> = graph
-                        .images()
-                        .iter()
-                        .map(|image| (image[spec.rank.0 as usize], image[dst.0 as usize]))
-                        .filter(|&pair| pair != (spec.rank, dst))
-                        .filter(|&(src, dst)| !self.confined_to_quiet_server(network, &[src, dst]))
-                        .collect();
-                    pairs.sort_unstable();
-                    pairs.dedup();
-                    for (src, dst) in pairs {
+                    // Taken out of the cache while the network uses the queue, then put back.
+                    let key = (spec.rank, dst);
+                    let pairs = match self.shadow_pairs.remove(&key) {
+                        Some(pairs) => pairs,
+                        None => self.shadow_pairs_of(network, spec.rank, dst),
+                    };
+                    for &(src, dst) in &pairs {
                         network
                             .start_transfer(
                                 &mut NetContext { queue: &mut self.queue },
@@ -337,6 +354,7 @@ impl<'g, E: Copy + std::fmt::Debug> Executor<'g, E> {
                             )
                             .map_err(network_error)?;
                     }
+                    self.shadow_pairs.insert(key, pairs);
                 }
                 Ok(())
             }
@@ -366,16 +384,22 @@ impl<'g, E: Copy + std::fmt::Debug> Executor<'g, E> {
                     )
                     .map_err(network_error)?;
                 if self.shadows {
-                    for shadow in self.shadow_groups_of(network, collective_spec.group) {
+                    let group = collective_spec.group;
+                    let shadows = match self.shadow_groups.remove(&group) {
+                        Some(shadows) => shadows,
+                        None => self.shadow_groups_of(network, group),
+                    };
+                    for shadow in &shadows {
                         network
                             .start_collective(
                                 &mut NetContext { queue: &mut self.queue },
                                 Completion::Shadow,
                                 collective_spec,
-                                &shadow,
+                                shadow,
                             )
                             .map_err(network_error)?;
                     }
+                    self.shadow_groups.insert(group, shadows);
                 }
                 Ok(())
             }

@@ -100,26 +100,22 @@ struct Plan<'s> {
     /// Parameters of the embedding copy the last stage keeps for a tied output layer (0
     /// without a pipeline or tying).
     tied_embedding: u64,
+    /// Parameters one GPU of each stage holds (after tensor and expert splitting, before
+    /// ZeRO), the last stage's embedding copy included.
+    stage_parameters: Vec<u64>,
 }
 
 /// A group of layers whose parameters ZeRO-3 gathers and whose gradients it scatters together.
 struct Unit {
     layers: Range<usize>,
-    /// Parameters in the compute dtype.
-    parameter_bytes: Bytes,
-    /// Gradients in the gradient dtype.
-    gradient_bytes: Bytes,
+    /// Parameters of one rank.
+    parameters: u64,
 }
 
-/// A gradient bucket with its communicator and labels.
-struct SyncBucket {
-    bucket: Bucket,
-    /// Expert parameters: synchronised over the expert-data group.
-    expert: bool,
-    sync_label: LabelId,
-    gather_label: LabelId,
-    /// Parameter bytes (for the ZeRO parameter allgather).
-    parameter_bytes: Bytes,
+/// The global chunks stage `stage` of `pipeline` holds among `chunks` (chunk `k` is on stage
+/// `k % pipeline`).
+fn chunks_of_stage(chunks: usize, pipeline: u32, stage: u32) -> impl Iterator<Item = usize> {
+    (stage as usize..chunks).step_by(pipeline.max(1) as usize)
 }
 
 /// Labels interned once.
@@ -207,21 +203,19 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
         shared.graph.set_symmetry(images);
     }
     let labels = plan.labels(&mut shared.graph);
-    let buckets: Vec<Vec<SyncBucket>> = plan
+    // (synchronisation, parameter allgather) labels of each bucket of each chunk.
+    let bucket_labels: Vec<Vec<(LabelId, LabelId)>> = plan
         .buckets
         .iter()
         .map(|chunk| {
             chunk
                 .iter()
                 .enumerate()
-                .map(|(index, b)| SyncBucket {
-                    bucket: b.bucket.clone(),
-                    expert: b.expert,
-                    sync_label: shared.graph.label(&b.sync_name(index, strategy.parallelism.zero)),
-                    gather_label: shared
-                        .graph
-                        .label(&format!("allgather parameter bucket ({})", b.parameter_bytes)),
-                    parameter_bytes: b.parameter_bytes,
+                .map(|(index, b)| {
+                    let sync = shared.graph.label(&b.sync_name(index, strategy.parallelism.zero));
+                    let gather =
+                        shared.graph.label(&format!("allgather parameter bucket ({})", b.parameter_bytes));
+                    (sync, gather)
                 })
                 .collect()
         })
@@ -239,14 +233,14 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
             let mut emitter = RankEmitter {
                 plan: &plan,
                 labels: &labels,
-                buckets: &buckets,
+                bucket_labels: &bucket_labels,
                 shared: &mut shared,
                 rank,
                 buffer: Buffer { ops: Vec::new(), dep_ends: Vec::new(), deps: Vec::new() },
                 waiting: Vec::new(),
                 last_compute: None,
                 spans: Vec::new(),
-                host_start: previous_end[position].map(Dep::Global),
+                host_start: None,
             };
             let (end, pipeline_end) = emitter.iteration(previous_end[position])?;
             let rank_spans = std::mem::take(&mut emitter.spans);
@@ -304,22 +298,24 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
     }
     let stages = plan.stages()?;
     let p = strategy.parallelism.pipeline;
-    let flops_per_rank_iteration = if p == 1 {
-        plan.stage_flops(0).0
-    } else {
-        (0..p).map(|stage| plan.stage_flops(stage).0).sum::<f64>() / f64::from(p)
-    };
-    let recompute_flops_per_rank_iteration =
-        (0..p).map(|stage| plan.stage_flops(stage).1).sum::<f64>() / f64::from(p);
+    // Means over stages (every stage has as many ranks).
+    let (flops, recompute_flops) = (0..p)
+        .map(|stage| plan.stage_flops(stage))
+        .fold((0.0, 0.0), |(f, r), (stage_f, stage_r)| (f + stage_f, r + stage_r));
+    let (flops_per_rank_iteration, recompute_flops_per_rank_iteration) =
+        (flops / f64::from(p), recompute_flops / f64::from(p));
     // Stage 0's gradient buckets, or its ZeRO-3 units (each gathered and scattered whole).
-    let stage0: Vec<Bucket> = (0..plan.chunk_layers.len())
-        .filter(|k| *k as u32 % p == 0)
+    let stage0: Vec<Bucket> = plan
+        .chunks_of(0)
         .flat_map(|k| -> Vec<Bucket> {
             if strategy.parallelism.zero >= 3 {
                 plan.units[k]
                     .iter()
-                    .filter(|unit| unit.gradient_bytes.0 > 0)
-                    .map(|unit| Bucket { layers: unit.layers.clone().collect(), bytes: unit.gradient_bytes })
+                    .filter(|unit| unit.parameters > 0)
+                    .map(|unit| Bucket {
+                        layers: unit.layers.clone().collect(),
+                        bytes: plan.gradient_bytes(unit.parameters),
+                    })
                     .collect()
             } else {
                 plan.buckets[k].iter().map(|b| b.bucket.clone()).collect()
@@ -341,7 +337,9 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
     })
 }
 
-/// A chunk's bucket before labels are interned.
+/// A gradient bucket of one chunk: its layers and gradient bytes, whether it holds expert
+/// parameters (synchronised over the expert-data group), and its parameter bytes (for ZeRO's
+/// parameter allgather).
 struct PlannedBucket {
     bucket: Bucket,
     expert: bool,
@@ -447,18 +445,17 @@ impl<'s> Plan<'s> {
             0
         };
         let mut optimizer = Vec::with_capacity(p.pipeline as usize);
+        let mut stage_parameters = Vec::with_capacity(p.pipeline as usize);
         for stage in 0..p.pipeline {
-            let parameters: u64 = Self::stage_layers(&chunk_layers, p.pipeline, stage)
-                .flat_map(|range| range.clone())
-                .map(|index| local[index].layer.cost.params)
-                .sum::<u64>()
+            let layers = || {
+                chunks_of_stage(chunk_layers.len(), p.pipeline, stage).flat_map(|k| chunk_layers[k].clone())
+            };
+            let parameters = layers().map(|index| local[index].layer.cost.params).sum::<u64>()
                 + if stage + 1 == p.pipeline { tied_embedding } else { 0 };
             let held = if p.zero >= 1 { parameters.div_ceil(u64::from(sync_ranks)) } else { parameters };
-            let tensors = Self::stage_layers(&chunk_layers, p.pipeline, stage)
-                .flat_map(|range| range.clone())
-                .filter(|&index| local[index].layer.cost.params > 0)
-                .count() as u64;
+            let tensors = layers().filter(|&index| local[index].layer.cost.params > 0).count() as u64;
             optimizer.push(strategy.optimizer_step(held, tensors)?);
+            stage_parameters.push(parameters);
         }
         let width = strategy.precision.bytes();
         let boundary_bytes = chunk_layers
@@ -474,18 +471,13 @@ impl<'s> Plan<'s> {
             .map(|range| {
                 let mut units: Vec<Unit> = Vec::new();
                 for index in range.clone() {
-                    let params = local[index].layer.cost.params;
+                    let parameters = local[index].layer.cost.params;
                     match units.last_mut() {
                         Some(unit) if blocks[unit.layers.start] == blocks[index] => {
                             unit.layers.end = index + 1;
-                            unit.parameter_bytes.0 += params * weight_width;
-                            unit.gradient_bytes.0 += params * gradient_width;
+                            unit.parameters += parameters;
                         }
-                        _ => units.push(Unit {
-                            layers: index..index + 1,
-                            parameter_bytes: Bytes(params * weight_width),
-                            gradient_bytes: Bytes(params * gradient_width),
-                        }),
+                        _ => units.push(Unit { layers: index..index + 1, parameters }),
                     }
                 }
                 units
@@ -496,6 +488,7 @@ impl<'s> Plan<'s> {
             host_cost: strategy.compute.host_cost_per_kernel(),
             units,
             tied_embedding,
+            stage_parameters,
             layout: p.layout(),
             micro_batches,
             local,
@@ -510,14 +503,24 @@ impl<'s> Plan<'s> {
         })
     }
 
-    /// The layer ranges of the chunks stage `stage` holds (global chunk `k` is on stage
-    /// `k % pipeline`).
-    fn stage_layers(
-        chunk_layers: &[Range<usize>],
-        pipeline: u32,
-        stage: u32,
-    ) -> impl Iterator<Item = &Range<usize>> {
-        chunk_layers.iter().enumerate().filter(move |(k, _)| *k as u32 % pipeline == stage).map(|(_, r)| r)
+    /// The global chunks stage `stage` holds.
+    fn chunks_of(&self, stage: u32) -> impl Iterator<Item = usize> + use<> {
+        chunks_of_stage(self.chunk_layers.len(), self.strategy.parallelism.pipeline, stage)
+    }
+
+    /// Bytes of `parameters` in the working-weight dtype (ZeRO gathers these).
+    fn weight_bytes(&self, parameters: u64) -> Bytes {
+        Bytes(parameters * self.strategy.precision.bytes().max(2))
+    }
+
+    /// Bytes of `parameters`' gradients (ZeRO scatters these).
+    fn gradient_bytes(&self, parameters: u64) -> Bytes {
+        Bytes(parameters * self.strategy.gradient_precision.bytes())
+    }
+
+    /// The layers stage `stage` holds, chunk after chunk.
+    fn stage_layers(&self, stage: u32) -> impl Iterator<Item = usize> + '_ {
+        self.chunks_of(stage).flat_map(|k| self.chunk_layers[k].clone())
     }
 
     /// Layer ranges of `chunks` pipeline chunks: whole numbered blocks, the layers before the
@@ -590,20 +593,14 @@ impl<'s> Plan<'s> {
     fn stage_flops(&self, stage: u32) -> (f64, f64) {
         let mut flops = 0.0;
         let mut recompute = 0.0;
-        for range in Self::stage_layers(&self.chunk_layers, self.strategy.parallelism.pipeline, stage) {
-            for index in range.clone() {
-                flops += self.kernels[index].iter().filter_map(|k| k.map(|(_, f)| f)).sum::<f64>();
-                if let Some(again) = &self.recompute_before[index] {
-                    recompute +=
-                        again.clone().filter_map(|i| self.kernels[i][0].map(|(_, f)| f)).sum::<f64>();
-                }
+        for index in self.stage_layers(stage) {
+            flops += self.kernels[index].iter().filter_map(|k| k.map(|(_, f)| f)).sum::<f64>();
+            if let Some(again) = &self.recompute_before[index] {
+                recompute += again.clone().filter_map(|i| self.kernels[i][0].map(|(_, f)| f)).sum::<f64>();
             }
         }
         let m = f64::from(self.micro_batches);
-        if self.micro_batches > 1 {
-            flops *= m;
-        }
-        flops += self.optimizer[stage as usize].1;
+        flops = flops * m + self.optimizer[stage as usize].1;
         (flops, recompute * m)
     }
 
@@ -616,10 +613,9 @@ impl<'s> Plan<'s> {
         let blocks = shard::block_indexes(model);
         let mut stages = Vec::with_capacity(p.pipeline as usize);
         for stage in 0..p.pipeline {
+            let chunk_indexes: Vec<usize> = self.chunks_of(stage).collect();
             let ranges: Vec<Range<usize>> =
-                Self::stage_layers(&self.chunk_layers, p.pipeline, stage).cloned().collect();
-            let chunk_indexes: Vec<usize> =
-                (0..self.chunk_layers.len()).filter(|k| *k as u32 % p.pipeline == stage).collect();
+                chunk_indexes.iter().map(|&k| self.chunk_layers[k].clone()).collect();
             let buffers = if sync_ranks > 1 && p.zero == 0 {
                 Bytes(chunk_indexes.iter().flat_map(|&k| &self.buckets[k]).map(|b| b.bucket.bytes.0).sum())
             } else {
@@ -653,14 +649,11 @@ impl<'s> Plan<'s> {
             let actions = &self.actions[stage as usize];
             let peak = pipeline::peak_in_flight(actions, &per_chunk) + working_set;
             let per_micro: u64 = per_chunk.iter().sum();
-            let parameters: u64 =
-                ranges.iter().flat_map(|r| r.clone()).map(|i| self.local[i].layer.cost.params).sum::<u64>()
-                    + if stage + 1 == p.pipeline { self.tied_embedding } else { 0 };
-            let largest_pair = ranges
-                .iter()
-                .flat_map(|r| r.clone())
+            let parameters = self.stage_parameters[stage as usize];
+            let largest_pair = self
+                .stage_layers(stage)
                 .map(|i| {
-                    let layer = if p.is_data_parallel() { &model.layers[i] } else { &self.local[i].layer };
+                    let layer = &self.local[i].layer;
                     layer.input.elements().saturating_add(layer.output.elements())
                 })
                 .max()
@@ -668,20 +661,12 @@ impl<'s> Plan<'s> {
             // What ZeRO-3 holds gathered at once: the unit being computed and the one
             // prefetched (FSDP frees each after use); otherwise the largest layer.
             let largest_layer = if p.zero >= 3 {
-                let mut units: Vec<u64> = chunk_indexes
-                    .iter()
-                    .flat_map(|&k| &self.units[k])
-                    .map(|unit| unit.layers.clone().map(|i| self.local[i].layer.cost.params).sum::<u64>())
-                    .collect();
+                let mut units: Vec<u64> =
+                    chunk_indexes.iter().flat_map(|&k| &self.units[k]).map(|unit| unit.parameters).collect();
                 units.sort_unstable_by(|a, b| b.cmp(a));
                 units.iter().take(2).sum()
             } else {
-                ranges
-                    .iter()
-                    .flat_map(|r| r.clone())
-                    .map(|i| self.local[i].layer.cost.params)
-                    .max()
-                    .unwrap_or(0)
+                self.stage_layers(stage).map(|i| self.local[i].layer.cost.params).max().unwrap_or(0)
             };
             let plan = strategy.memory_plan(model, buffers);
             let memory: MemoryBreakdown =
@@ -712,7 +697,8 @@ impl<'s> Plan<'s> {
 struct RankEmitter<'p, 's> {
     plan: &'p Plan<'s>,
     labels: &'p Labels,
-    buckets: &'p [Vec<SyncBucket>],
+    /// (synchronisation, parameter allgather) labels of each bucket of each chunk.
+    bucket_labels: &'p [Vec<(LabelId, LabelId)>],
     shared: &'p mut Shared,
     rank: u32,
     buffer: Buffer,
@@ -742,6 +728,7 @@ impl RankEmitter<'_, '_> {
             c.pipeline = target;
             plan.layout.rank(c).0
         };
+        self.host_start = previous_end.map(Dep::Global);
         // ZeRO 1/2: the next iteration's forward waits for the parameter allgather.
         if let Some(end) = previous_end
             && p.zero >= 1
@@ -810,7 +797,7 @@ impl RankEmitter<'_, '_> {
             let comm = Comm {
                 group: GroupKind::Data,
                 kind: CollectiveKind::AllReduce,
-                bytes: Bytes(plan.tied_embedding * plan.strategy.gradient_precision.bytes()),
+                bytes: plan.gradient_bytes(plan.tied_embedding),
                 what: "tied embedding gradient allreduce",
             };
             let group = self.group(GroupClass::Embedding);
@@ -850,8 +837,8 @@ impl RankEmitter<'_, '_> {
         self.last_compute = Some(optimizer);
         let mut end = optimizer;
         if (1..3).contains(&p.zero) && p.data * p.context > 1 {
-            for k in (0..chunks).filter(|k| k % p.pipeline == stage) {
-                for bucket in &self.buckets[k as usize] {
+            for k in plan.chunks_of(stage) {
+                for (b, bucket) in plan.buckets[k].iter().enumerate() {
                     let comm = Comm {
                         group: GroupKind::Data,
                         kind: CollectiveKind::AllGather,
@@ -859,13 +846,8 @@ impl RankEmitter<'_, '_> {
                         what: "",
                     };
                     let group = self.sync_group(bucket.expert);
-                    end = self.collective(
-                        comm,
-                        DATA_STREAM,
-                        group,
-                        bucket.gather_label,
-                        &[Dep::Local(optimizer)],
-                    );
+                    let label = self.bucket_labels[k][b].1;
+                    end = self.collective(comm, DATA_STREAM, group, label, &[Dep::Local(optimizer)]);
                 }
             }
         }
@@ -901,7 +883,7 @@ impl RankEmitter<'_, '_> {
 
     /// The allgather of unit `unit`'s parameters (ZeRO-3), on the gather stream.
     fn gather(&mut self, chunk: usize, unit: usize, deps: &[Dep]) -> u32 {
-        let bytes = self.plan.units[chunk][unit].parameter_bytes;
+        let bytes = self.plan.weight_bytes(self.plan.units[chunk][unit].parameters);
         let comm = Comm { group: GroupKind::Data, kind: CollectiveKind::AllGather, bytes, what: "" };
         let group = self.group(GroupClass::Data);
         let label = self.labels.gather;
@@ -942,7 +924,8 @@ impl RankEmitter<'_, '_> {
         for index in plan.chunk_layers[chunk].clone().rev() {
             let ready = self.backward_layer(index, micro)?;
             if last && let (Some(b), Some(ready)) = (plan.bucket_closed_by[index], ready) {
-                let bucket = &self.buckets[chunk][b];
+                let bucket = &plan.buckets[chunk][b];
+                let label = self.bucket_labels[chunk][b].0;
                 let kind = if plan.strategy.parallelism.zero >= 1 {
                     CollectiveKind::ReduceScatter
                 } else {
@@ -950,8 +933,7 @@ impl RankEmitter<'_, '_> {
                 };
                 let comm = Comm { group: GroupKind::Data, kind, bytes: bucket.bucket.bytes, what: "" };
                 let group = self.sync_group(bucket.expert);
-                last_sync =
-                    Some(self.collective(comm, DATA_STREAM, group, bucket.sync_label, &[Dep::Local(ready)]));
+                last_sync = Some(self.collective(comm, DATA_STREAM, group, label, &[Dep::Local(ready)]));
             }
         }
         Ok(last_sync)
@@ -977,12 +959,12 @@ impl RankEmitter<'_, '_> {
                 gathered = self.gather(chunk, u - 1, &start);
             }
             if let Some(ready) = ready
-                && units[u].gradient_bytes.0 > 0
+                && units[u].parameters > 0
             {
                 let comm = Comm {
                     group: GroupKind::Data,
                     kind: CollectiveKind::ReduceScatter,
-                    bytes: units[u].gradient_bytes,
+                    bytes: plan.gradient_bytes(units[u].parameters),
                     what: "",
                 };
                 let group = self.group(GroupClass::Data);

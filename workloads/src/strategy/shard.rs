@@ -284,6 +284,11 @@ pub fn roles(model: &Model, tensor: u32) -> Result<Vec<Role>, ShardError> {
 
 /// Checks that `split` divides what it must divide in `model`.
 pub fn check(model: &Model, split: Split) -> Result<(), ShardError> {
+    checked_roles(model, split).map(|_| ())
+}
+
+/// [`check`], returning every layer's role when the split is valid.
+fn checked_roles(model: &Model, split: Split) -> Result<Vec<Role>, ShardError> {
     let Split { tensor, context, expert, expert_load, .. } = split;
     if !(expert_load.is_finite() && expert_load > 0.0) {
         return Err(invalid(
@@ -400,8 +405,7 @@ pub fn check(model: &Model, split: Split) -> Result<(), ShardError> {
             }
         }
     }
-    roles(model, tensor)?;
-    Ok(())
+    roles(model, tensor)
 }
 
 /// `"1, 2, 4, 8"`: the divisors of `n` up to 64, for error messages.
@@ -417,8 +421,7 @@ pub fn local_layers(
     micro_batch: u64,
     precision: Dtype,
 ) -> Result<Vec<LocalLayer>, ShardError> {
-    check(model, split)?;
-    let roles = roles(model, split.tensor)?;
+    let roles = checked_roles(model, split)?;
     let t = u64::from(split.tensor);
     let c = u64::from(split.context);
     let sequence = sequence_length(model);
