@@ -6,12 +6,10 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use sim_core::collective::{Choice, choose_for};
-use sim_core::fidelity::{Fidelity, NetworkSettings};
-use sim_core::graph::{Collective, CollectiveAlgorithm, CollectiveKind, GraphBuilder, RankId, StreamId};
-use sim_core::tuner::GpuGeneration;
+use sim_core::fidelity::NetworkSettings;
+use sim_core::graph::{CollectiveAlgorithm, CollectiveKind};
 use sim_core::units::{Bytes, SimDuration};
-use topology::Topology;
+use workloads::collective_bench::{BenchSettings, CollectiveBench, CollectiveBenchError, NamedCollective};
 
 use workloads::scenario::{Cluster, QUICKSTART};
 
@@ -58,24 +56,6 @@ fn measured(path: &Path) -> anyhow::Result<traces::nccl::TestsOutput> {
     Ok(traces::nccl::parse_tests_output(&text, path)?)
 }
 
-/// The kind of collective named `name`, with nccl-tests' bus-bandwidth factor for `ranks`.
-fn kind_of(name: &str, ranks: u32) -> anyhow::Result<(CollectiveKind, f64, &'static str)> {
-    let n = f64::from(ranks);
-    let normalized = name.to_ascii_lowercase().replace('_', "-");
-    Ok(match normalized.as_str() {
-        "allreduce" | "all-reduce" => (CollectiveKind::AllReduce, 2.0 * (n - 1.0) / n, "sum"),
-        "reduce-scatter" | "reducescatter" => (CollectiveKind::ReduceScatter, (n - 1.0) / n, "sum"),
-        "allgather" | "all-gather" => (CollectiveKind::AllGather, (n - 1.0) / n, "none"),
-        "alltoall" | "all-to-all" => (CollectiveKind::AllToAll, (n - 1.0) / n, "none"),
-        "broadcast" => (CollectiveKind::Broadcast { root: 0 }, 1.0, "none"),
-        "reduce" => (CollectiveKind::Reduce { root: 0 }, 1.0, "sum"),
-        _ => bail!(
-            "unknown collective {name:?}; valid: allreduce, reduce-scatter, allgather, alltoall, broadcast, reduce \
-             (nccl-tests' all_reduce, reduce_scatter, all_gather also work)"
-        ),
-    })
-}
-
 /// `8`, `1K`, `128M`, `8G` (powers of 1024, as nccl-tests reads them), or any size with a
 /// unit (`"1 MiB"`).
 fn size(text: &str) -> anyhow::Result<u64> {
@@ -110,28 +90,35 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
         Some(path) => Cluster::load(path)?,
         None => Cluster::parse(QUICKSTART, Path::new("scenarios/quickstart.toml"))?,
     };
-    let topology = Topology::build(&cluster.spec).context("building the cluster topology")?;
-    let options = &Options {
-        network: options.network.with_generation(GpuGeneration::of_device(&cluster.device.name)),
-        ..*options
-    };
-    let gpus = topology.host_count() as u32;
     let measured = options.compare.map(measured).transpose()?;
+    let gpus = cluster.spec.nodes.saturating_mul(cluster.spec.gpus_per_node);
     // Without --ranks, a compared run with a header says how many ranks it had.
     let ranks = options.ranks.or(measured.as_ref().and_then(|m| m.ranks)).unwrap_or(gpus);
-    if ranks == 0 || ranks > gpus {
-        bail!("--ranks {ranks}: the cluster has {gpus} GPUs; give 1 to {gpus}");
-    }
     let gpus_per_process =
         options.gpus_per_process.or(measured.as_ref().and_then(|m| m.gpus_per_process)).unwrap_or(1).max(1);
-    let host_floor = options.host_launch.checked_mul(u64::from(gpus_per_process.min(ranks)))?;
-    let (kind, bus_factor, redop) = kind_of(options.kind, ranks)?;
     let algorithm: CollectiveAlgorithm = options.algorithm.parse().map_err(anyhow::Error::msg)?;
-    if !algorithm.supports(kind) {
-        let valid: Vec<&str> =
-            CollectiveAlgorithm::ALL.iter().filter(|a| a.supports(kind)).map(|a| a.name()).collect();
-        bail!("--algorithm {} cannot perform {}; valid: {}", algorithm.name(), kind.name(), valid.join(", "));
-    }
+    let bench = CollectiveBench::new(
+        &cluster,
+        options.kind,
+        BenchSettings {
+            ranks,
+            algorithm,
+            network: options.network,
+            host_launch: options.host_launch,
+            gpus_per_process,
+        },
+    )
+    .map_err(|error| match error {
+        CollectiveBenchError::Ranks { ranks, gpus } => {
+            anyhow::anyhow!("--ranks {ranks}: the cluster has {gpus} GPUs; give 1 to {gpus}")
+        }
+        CollectiveBenchError::Unsupported { algorithm, kind, valid } => {
+            anyhow::anyhow!("--algorithm {algorithm} cannot perform {kind}; valid: {valid}")
+        }
+        other => other.into(),
+    })?;
+    let NamedCollective { kind, redop, .. } = bench.collective();
+    let network = bench.settings().network;
     let element = type_size(options.dtype)?;
     let (min, max) = (size(options.min_bytes)?, size(options.max_bytes)?);
     if min == 0 || max < min || options.factor < 2 {
@@ -148,14 +135,14 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
         out,
         "# parasim collective {}: {ranks} ranks of {} x {} ({} nodes x {} GPUs), {} network, algorithm {}, protocol {}, launch {}, {} GPU(s) per process",
         kind.name(),
-        gpus,
+        bench.gpus(),
         cluster.device.display_name,
         cluster.spec.nodes,
         cluster.spec.gpus_per_node,
-        options.network.fidelity.name(),
+        network.fidelity.name(),
         algorithm.name(),
-        options.network.protocols,
-        options.network.collective_launch,
+        network.protocols,
+        network.collective_launch,
         gpus_per_process
     );
     let _ = writeln!(out, "#");
@@ -177,33 +164,19 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
     let started = Instant::now();
     let mut bus_sum = 0.0;
     let mut rows = 0u32;
-    let memory_efficiency = workloads::calibrate::Profile::builtin(&cluster.device.name)
-        .map_or(workloads::compute::ComputeModel::default().memory_efficiency, |p| {
-            p.compute.memory_efficiency
-        });
-    let copy_rate = cluster.device.memory_bandwidth.bytes_per_second() * memory_efficiency;
     let mut bytes = min;
     while bytes <= max {
-        let (time, chosen) = if ranks == 1 {
-            // One rank: NCCL copies the buffer to the output (out-of-place), reading and
-            // writing device memory at the rate large memory-bound kernels reach on it (the
-            // device's calibrated profile, else the compute model's default), after its launch.
-            let copy = Bytes(bytes.saturating_mul(2));
-            let copy = SimDuration::from_secs_f64(copy.as_f64() / copy_rate)?;
-            (copy.checked_add(options.host_launch)?, "copy".to_string())
-        } else {
-            let (time, choice) = time_one(&topology, kind, algorithm, Bytes(bytes), ranks, options)?;
-            (time, choice.to_string())
-        };
-        let seconds = time.max(host_floor).as_secs_f64();
-        let algbw = bytes as f64 / seconds / 1e9;
-        let busbw = algbw * bus_factor;
-        bus_sum += busbw;
+        let point = bench.time(bytes)?;
+        bus_sum += point.busbw;
         rows += 1;
-        points.push((bytes, busbw, measured.as_ref().and_then(|m| m.rows.get(&bytes)).map(|row| row.busbw)));
+        points.push((
+            bytes,
+            point.busbw,
+            measured.as_ref().and_then(|m| m.rows.get(&bytes)).map(|row| row.busbw),
+        ));
         let comparison = match measured.as_ref().map(|m| m.rows.get(&bytes).map(|row| row.time_us)) {
             Some(Some(real)) => {
-                let error = (seconds * 1e6 - real) / real;
+                let error = (point.seconds * 1e6 - real) / real;
                 errors.push(error.abs());
                 format!("  {real:>8.1} {:>+7.1}%", 100.0 * error)
             }
@@ -218,10 +191,10 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
             options.dtype,
             redop,
             root,
-            seconds * 1e6,
-            algbw,
-            busbw,
-            chosen
+            point.seconds * 1e6,
+            point.algbw,
+            point.busbw,
+            point.chosen
         );
         bytes = match bytes.checked_mul(options.factor) {
             Some(next) => next,
@@ -332,34 +305,6 @@ fn plot_svg(title: &str, points: &[(u64, f64, Option<f64>)]) -> String {
     svg
 }
 
-/// Simulates one collective of `bytes` over the first `ranks` GPUs; returns its time and the
-/// algorithm that ran (what `Auto` chose).
-fn time_one(
-    topology: &Topology,
-    kind: CollectiveKind,
-    algorithm: CollectiveAlgorithm,
-    bytes: Bytes,
-    ranks: u32,
-    options: &Options,
-) -> anyhow::Result<(SimDuration, Choice)> {
-    let group: Vec<RankId> = (0..ranks).map(RankId).collect();
-    let estimator = NetworkSettings { fidelity: Fidelity::Analytical, ..options.network };
-    let chosen = choose_for(kind, algorithm, bytes, &group, &mut estimator.analytical(topology))?;
-    let mut graph = GraphBuilder::new(ranks);
-    let everyone = graph.add_group(group);
-    let collective =
-        graph.add_collective(Collective { kind, group: everyone, bytes, algorithm: chosen.algorithm });
-    for rank in 0..ranks {
-        graph.collective(RankId(rank), StreamId(0), collective, kind.name(), &[]);
-    }
-    let graph = graph.build()?;
-    let timeline = options
-        .network
-        .run(&graph, topology)
-        .with_context(|| format!("simulating {} of {bytes}", kind.name()))?;
-    Ok((timeline.makespan(), chosen))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -371,13 +316,5 @@ mod tests {
         assert_eq!(size("8G").unwrap(), 8 << 30);
         assert_eq!(size("1 MiB").unwrap(), 1 << 20);
         assert!(size("lots").is_err());
-    }
-
-    #[test]
-    fn bus_bandwidth_factors_are_nccl_tests_ones() {
-        assert_eq!(kind_of("all_reduce", 16).unwrap().1, 2.0 * 15.0 / 16.0);
-        assert_eq!(kind_of("all_gather", 16).unwrap().1, 15.0 / 16.0);
-        assert_eq!(kind_of("broadcast", 16).unwrap().1, 1.0);
-        assert!(kind_of("gossip", 4).is_err());
     }
 }

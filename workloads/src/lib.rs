@@ -39,6 +39,7 @@
 
 pub mod aten;
 pub mod calibrate;
+pub mod collective_bench;
 pub mod compute;
 pub mod deepbench;
 pub mod device;
