@@ -6,15 +6,15 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use serde::Serialize;
 use sim_core::exec::Timeline;
 use sim_core::fidelity::NetworkSettings;
 use sim_core::graph::ExecGraph;
-use sim_core::units::{Bandwidth, Bytes, SimDuration};
-use topology::{ClusterSpec, FabricSpec, IntraNode, LinkSpec, NetworkSpec, Topology};
-use traces::replay::{Comparison, Replay, ReplayOptions};
-use workloads::{Device, DeviceCatalog};
+use sim_core::units::Bytes;
+use topology::{ClusterSpec, FabricSpec, IntraNode};
+use traces::replay::{Comparison, Replay};
+use validation::replay::{ReplayRequest, ReplayRun, abbreviate};
 
 use workloads::scenario::Cluster;
 
@@ -39,60 +39,6 @@ pub struct ReplayArgs {
     pub json: bool,
 }
 
-/// Defaults of the cluster inferred from a trace; docs/traces.md lists them.
-const INFERRED_NETWORK_BANDWIDTH_BITS: u64 = 200_000_000_000;
-const INFERRED_LATENCY: SimDuration = SimDuration::from_us(1);
-/// GPUs per server when the trace does not list its host's devices.
-const INFERRED_GPUS_PER_NODE: u32 = 8;
-
-/// The catalog device a profiler's device name means: "Tesla V100-SXM2-32GB" is
-/// `v100-sxm2-32gb`; an unlisted variant ("NVIDIA A100-PG509-200") is the catalog entry of
-/// its family ("a100") with the closest memory size.
-pub fn device_for(name: &str, memory_bytes: u64) -> anyhow::Result<Device> {
-    let catalog = DeviceCatalog::builtin();
-    let lower = name.trim().to_ascii_lowercase();
-    let stripped = lower.trim_start_matches("nvidia ").trim_start_matches("tesla ").replace(' ', "-");
-    if let Ok(device) = catalog.get(&stripped) {
-        return Ok(device.clone());
-    }
-    let family = stripped.split('-').next().unwrap_or_default().to_string();
-    let candidates = catalog.devices().iter().filter(|d| d.name.split('-').next() == Some(family.as_str()));
-    let closest = candidates.min_by_key(|d| d.memory_capacity.0.abs_diff(memory_bytes));
-    match closest {
-        Some(device) if !family.is_empty() => Ok(device.clone()),
-        _ => bail!(
-            "the trace's device {name:?} is not in the catalog; pass --device with one of: {}, or --cluster SCENARIO",
-            catalog.names().collect::<Vec<_>>().join(", ")
-        ),
-    }
-}
-
-/// The cluster a trace implies: its device, `devices_per_host` GPUs per server (the
-/// `deviceProperties` count, else 8, at most the rank count) behind an NVSwitch at half the
-/// device's NVLink total per direction, servers on one switch at 200 Gb/s per GPU, 1 us per
-/// link, and each GPU's PCIe link to host memory.
-pub fn inferred_cluster(
-    device: &Device,
-    devices_per_host: Option<u32>,
-    ranks: u32,
-) -> anyhow::Result<ClusterSpec> {
-    let per_node = devices_per_host.filter(|&d| d > 0).unwrap_or(INFERRED_GPUS_PER_NODE).min(ranks).max(1);
-    let nodes = ranks.div_ceil(per_node);
-    let nvlink = device
-        .nvlink_bandwidth
-        .and_then(|total| Bandwidth::from_bits_per_second(total.bits_per_second() / 2))
-        .unwrap_or(device.pcie_bandwidth);
-    let network =
-        Bandwidth::from_bits_per_second(INFERRED_NETWORK_BANDWIDTH_BITS).context("network bandwidth")?;
-    Ok(ClusterSpec {
-        nodes,
-        gpus_per_node: per_node,
-        intra_node: IntraNode::NvSwitch(LinkSpec::new(nvlink, INFERRED_LATENCY)),
-        network: NetworkSpec::single_switch(LinkSpec::new(network, INFERRED_LATENCY)),
-        host_memory: Some(LinkSpec::new(device.pcie_bandwidth, INFERRED_LATENCY)),
-    })
-}
-
 fn describe_cluster(spec: &ClusterSpec, device: &str) -> String {
     let intra = match spec.intra_node {
         IntraNode::NvSwitch(link) => format!("nvswitch {} {}", link.bandwidth, link.latency),
@@ -112,11 +58,6 @@ fn describe_cluster(spec: &ClusterSpec, device: &str) -> String {
         if spec.nodes == 1 { "" } else { "s" },
         spec.gpus_per_node
     )
-}
-
-/// Runs `graph` on `topology` under `network`.
-fn simulate(graph: &ExecGraph, topology: &Topology, network: &NetworkSettings) -> anyhow::Result<Timeline> {
-    network.run(graph, topology).context("simulating the replay")
 }
 
 /// Writes `graph`'s `timeline` as Chrome trace JSON to `path`, naming tracks with `names`.
@@ -159,54 +100,28 @@ fn percent(error: f64) -> String {
 
 /// `parasim replay`: returns the report to print.
 pub fn replay(args: &ReplayArgs) -> anyhow::Result<String> {
-    let started = Instant::now();
-    let mut loaded = traces::load(&args.traces)?;
-    let load_wall = started.elapsed();
-    if let Some(rank) = args.rank
-        && !loaded.trace.keep_only_rank(rank)
-    {
-        let traced: Vec<u32> = loaded.trace.ranks.iter().map(|r| r.rank).collect();
-        bail!("--rank {rank}: the trace has {}", abbreviate(&traced));
-    }
+    let cluster = args.cluster.as_deref().map(Cluster::load).transpose()?;
+    let run = validation::replay::replay(&ReplayRequest {
+        traces: args.traces.clone(),
+        cluster,
+        device: args.device.clone(),
+        network: args.network,
+        ranks: args.ranks,
+        rank: args.rank,
+    })?;
+    let ReplayRun { loaded, replay, spec, device_name, ranks, timeline, comparison, .. } = &run;
     let trace = &loaded.trace;
-    let ranks = args.ranks.unwrap_or(trace.world_size);
-
-    let started = Instant::now();
-    let replay = traces::replay::build(trace, &ReplayOptions { ranks: args.ranks })?;
-    let build_wall = started.elapsed();
-
-    let (spec, device_name, cluster_origin) = match &args.cluster {
-        Some(path) => {
-            let cluster = Cluster::load(path)?;
-            (cluster.spec, cluster.device.display_name.clone(), format!("{}", path.display()))
-        }
-        None => {
-            let device = match (&args.device, &trace.device) {
-                (Some(name), _) => DeviceCatalog::builtin().get(name).context("--device")?.clone(),
-                (None, Some(info)) => device_for(&info.name, info.memory_bytes)?,
-                (None, None) => bail!(
-                    "the trace does not record its GPU (no deviceProperties): pass --device NAME or --cluster SCENARIO"
-                ),
-            };
-            let spec = inferred_cluster(&device, trace.device.as_ref().map(|d| d.devices_per_host), ranks)?;
-            (spec, device.display_name.clone(), "inferred from the trace".to_string())
-        }
+    let cluster_origin = match &args.cluster {
+        Some(path) => path.display().to_string(),
+        None => "inferred from the trace".to_string(),
     };
-    let gpus = spec.nodes * spec.gpus_per_node;
-    if gpus < ranks {
-        bail!("the cluster has {gpus} GPUs, but the replay needs {ranks} ranks (one per GPU)");
-    }
-    let topology = Topology::build(&spec).context("building the cluster topology")?;
-    let started = Instant::now();
-    let timeline = simulate(&replay.graph, &topology, &args.network)?;
-    let simulation_wall = started.elapsed();
-    let comparison = replay.compare(&timeline);
-
+    let (load_wall, build_wall, simulation_wall) = (run.load_wall, run.build_wall, run.simulation_wall);
+    let ranks = *ranks;
     if let Some(path) = &args.trace_out {
         let names = |rank, stream| replay.stream_name(rank, stream);
-        export_timeline(&replay.graph, &timeline, Some(&names), path)?;
+        export_timeline(&replay.graph, timeline, Some(&names), path)?;
     }
-    let cluster_text = format!("{} ({cluster_origin})", describe_cluster(&spec, &device_name));
+    let cluster_text = format!("{} ({cluster_origin})", describe_cluster(spec, device_name));
     let mut warnings = loaded.warnings.clone();
     warnings.extend(&replay.warnings);
     if args.json {
@@ -219,19 +134,16 @@ pub fn replay(args: &ReplayArgs) -> anyhow::Result<String> {
             cluster: cluster_text,
             fidelity: args.network.fidelity.name(),
             graph: replay.counts,
-            comparison: &comparison,
+            comparison,
             warnings: warnings.iter().map(|(m, c)| (m.to_string(), c)).collect(),
         };
         let mut text = serde_json::to_string_pretty(&report).context("writing JSON")?;
         text.push('\n');
-        eprintln!(
-            "{}",
-            engine_line(&replay, &timeline, load_wall, build_wall, simulation_wall, loaded.binary)
-        );
+        eprintln!("{}", engine_line(replay, timeline, load_wall, build_wall, simulation_wall, loaded.binary));
         return Ok(text);
     }
-    Ok(human_report(args, &loaded, &replay, &comparison, &cluster_text, ranks, &warnings)
-        + &engine_line(&replay, &timeline, load_wall, build_wall, simulation_wall, loaded.binary)
+    Ok(human_report(args, loaded, replay, comparison, &cluster_text, ranks, &warnings)
+        + &engine_line(replay, timeline, load_wall, build_wall, simulation_wall, loaded.binary)
         + "\n")
 }
 
@@ -374,17 +286,6 @@ fn human_report(
     out
 }
 
-fn abbreviate(ranks: &[u32]) -> String {
-    match ranks {
-        [] => "none".into(),
-        [one] => format!("rank {one}"),
-        _ if ranks.windows(2).all(|w| w[1] == w[0] + 1) => {
-            format!("ranks {}-{}", ranks[0], ranks[ranks.len() - 1])
-        }
-        _ => format!("ranks {}", ranks.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ")),
-    }
-}
-
 /// `parasim trace convert INPUT... OUTPUT`: returns the report to print.
 pub fn convert(inputs: &[PathBuf], output: &Path) -> anyhow::Result<String> {
     let started = Instant::now();
@@ -472,27 +373,6 @@ pub fn export_run(outcome: &workloads::simulation::Outcome, path: &Path) -> anyh
 mod tests {
     use super::*;
     use workloads::scenario::{QUICKSTART, Scenario};
-
-    #[test]
-    fn trace_device_names_map_to_the_catalog() {
-        assert_eq!(device_for("Tesla V100-SXM2-32GB", 0).unwrap().name, "v100-sxm2-32gb");
-        assert_eq!(device_for("NVIDIA A100-SXM4-80GB", 0).unwrap().name, "a100-sxm4-80gb");
-        // Meta's A100 variant with 40 GB: the A100 of the closest memory size.
-        assert_eq!(device_for("NVIDIA A100-PG509-200", 42_505_273_344).unwrap().name, "a100-sxm4-40gb");
-        let error = device_for("Quantum QPU-9000", 1).unwrap_err().to_string();
-        assert!(error.contains("--device"), "{error}");
-    }
-
-    #[test]
-    fn inferred_clusters_hold_every_rank() {
-        let device = device_for("Tesla V100-SXM2-32GB", 0).unwrap();
-        let spec = inferred_cluster(&device, Some(8), 16).unwrap();
-        assert_eq!((spec.nodes, spec.gpus_per_node), (2, 8));
-        let spec = inferred_cluster(&device, Some(8), 2).unwrap();
-        assert_eq!((spec.nodes, spec.gpus_per_node), (1, 2));
-        let spec = inferred_cluster(&device, None, 20).unwrap();
-        assert_eq!((spec.nodes, spec.gpus_per_node), (3, 8));
-    }
 
     /// `parasim run --trace`: the file is valid Chrome trace JSON with every op of the run
     /// exactly once, at its simulated times.

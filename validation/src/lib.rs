@@ -1,5 +1,6 @@
-//! Simulated-versus-measured comparison: accuracy metrics and the bundled suite of published
-//! measurements and real traces (`data/validation/`), run by `parasim validate`.
-//!
-//! Status: empty. The suite lands with the validation issue; this crate will only compare
-//! results, never reach into engine internals.
+//! Simulated against measured: the bundled suite of published measurements and real traces
+//! (`data/validation/`) that `parasim validate` runs, and the replay of real traces behind
+//! `parasim replay`. This crate only compares results; it never reaches into engine
+//! internals.
+
+pub mod replay;

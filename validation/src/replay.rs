@@ -1,0 +1,250 @@
+//! Replaying real profiler traces on a cluster and comparing with their measurement: the
+//! engine behind `parasim replay` and the suite's `replay` cases.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use sim_core::exec::{ExecError, Timeline};
+use sim_core::fidelity::NetworkSettings;
+use sim_core::units::{Bandwidth, SimDuration};
+use topology::{ClusterSpec, IntraNode, LinkSpec, NetworkSpec, Topology, TopologyError};
+use traces::replay::{Comparison, Replay, ReplayOptions};
+use traces::{Loaded, TraceError};
+use workloads::scenario::Cluster;
+use workloads::{Device, DeviceCatalog};
+
+/// Defaults of the cluster inferred from a trace; docs/traces.md lists them.
+const INFERRED_NETWORK_BANDWIDTH_BITS: u64 = 200_000_000_000;
+const INFERRED_LATENCY: SimDuration = SimDuration::from_us(1);
+/// GPUs per server when the trace does not list its host's devices.
+const INFERRED_GPUS_PER_NODE: u32 = 8;
+
+/// Why a replay cannot run.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// The traces cannot be read.
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    /// `--rank` names a rank the trace does not hold.
+    #[error("--rank {rank}: the trace has {traced}")]
+    NoSuchRank {
+        /// The rank asked for.
+        rank: u32,
+        /// The ranks it has, abbreviated.
+        traced: String,
+    },
+    /// The trace's device is not in the catalog.
+    #[error(
+        "the trace's device {name:?} is not in the catalog; pass --device with one of: {valid}, or --cluster SCENARIO"
+    )]
+    UnknownDevice {
+        /// The profiler's device name.
+        name: String,
+        /// Catalog names.
+        valid: String,
+    },
+    /// A device named by the user is not in the catalog.
+    #[error("--device: {0}")]
+    Device(String),
+    /// Neither the trace nor the user names a device.
+    #[error(
+        "the trace does not record its GPU (no deviceProperties): pass --device NAME or --cluster SCENARIO"
+    )]
+    NoDevice,
+    /// The cluster is smaller than the replay.
+    #[error("the cluster has {gpus} GPUs, but the replay needs {ranks} ranks (one per GPU)")]
+    TooFewGpus {
+        /// GPUs in the cluster.
+        gpus: u32,
+        /// Ranks replayed.
+        ranks: u32,
+    },
+    /// The cluster cannot be built.
+    #[error("building the cluster topology: {0}")]
+    Topology(#[from] TopologyError),
+    /// The engine failed.
+    #[error("simulating the replay: {0}")]
+    Simulation(#[from] Box<ExecError>),
+}
+
+/// What to replay, and on what.
+#[derive(Debug, Clone)]
+pub struct ReplayRequest {
+    /// Kineto JSON files or directories, or one `.pstrace`.
+    pub traces: Vec<PathBuf>,
+    /// The cluster to replay on; inferred from the trace if `None`.
+    pub cluster: Option<Cluster>,
+    /// Device for the inferred cluster (a catalog name), overriding the trace's.
+    pub device: Option<String>,
+    /// Network model, collective launch cost and chunk size.
+    pub network: NetworkSettings,
+    /// Ranks to simulate (re-targeting data parallelism).
+    pub ranks: Option<u32>,
+    /// Replay only this traced rank (the others as its copies).
+    pub rank: Option<u32>,
+}
+
+/// A replay that ran: its inputs, the simulated timeline and the comparison.
+pub struct ReplayRun {
+    /// The traces as loaded.
+    pub loaded: Loaded,
+    /// The execution graph built from them.
+    pub replay: Replay,
+    /// The cluster it ran on.
+    pub spec: ClusterSpec,
+    /// Its device's display name.
+    pub device_name: String,
+    /// True if the cluster was inferred from the trace.
+    pub inferred: bool,
+    /// Ranks simulated.
+    pub ranks: u32,
+    /// The simulation.
+    pub timeline: Timeline,
+    /// Simulated against measured.
+    pub comparison: Comparison,
+    /// Wall time loading the traces.
+    pub load_wall: Duration,
+    /// Wall time building the graph.
+    pub build_wall: Duration,
+    /// Wall time simulating.
+    pub simulation_wall: Duration,
+}
+
+/// Loads, builds, simulates and compares.
+pub fn replay(request: &ReplayRequest) -> Result<ReplayRun, ReplayError> {
+    let started = Instant::now();
+    let mut loaded = traces::load(&request.traces)?;
+    let load_wall = started.elapsed();
+    if let Some(rank) = request.rank
+        && !loaded.trace.keep_only_rank(rank)
+    {
+        let traced: Vec<u32> = loaded.trace.ranks.iter().map(|r| r.rank).collect();
+        return Err(ReplayError::NoSuchRank { rank, traced: abbreviate(&traced) });
+    }
+    let trace = &loaded.trace;
+    let ranks = request.ranks.unwrap_or(trace.world_size);
+
+    let started = Instant::now();
+    let replay = traces::replay::build(trace, &ReplayOptions { ranks: request.ranks })?;
+    let build_wall = started.elapsed();
+
+    let (spec, device_name, inferred) = match &request.cluster {
+        Some(cluster) => (cluster.spec.clone(), cluster.device.display_name.clone(), false),
+        None => {
+            let device = match (&request.device, &trace.device) {
+                (Some(name), _) => DeviceCatalog::builtin()
+                    .get(name)
+                    .map_err(|e| ReplayError::Device(e.to_string()))?
+                    .clone(),
+                (None, Some(info)) => device_for(&info.name, info.memory_bytes)?,
+                (None, None) => return Err(ReplayError::NoDevice),
+            };
+            let spec = inferred_cluster(&device, trace.device.as_ref().map(|d| d.devices_per_host), ranks);
+            (spec, device.display_name.clone(), true)
+        }
+    };
+    let gpus = spec.nodes * spec.gpus_per_node;
+    if gpus < ranks {
+        return Err(ReplayError::TooFewGpus { gpus, ranks });
+    }
+    let topology = Topology::build(&spec)?;
+    let started = Instant::now();
+    let timeline = request.network.run(&replay.graph, &topology).map_err(Box::new)?;
+    let simulation_wall = started.elapsed();
+    let comparison = replay.compare(&timeline);
+    Ok(ReplayRun {
+        loaded,
+        replay,
+        spec,
+        device_name,
+        inferred,
+        ranks,
+        timeline,
+        comparison,
+        load_wall,
+        build_wall,
+        simulation_wall,
+    })
+}
+
+/// The catalog device a profiler's device name means: "Tesla V100-SXM2-32GB" is
+/// `v100-sxm2-32gb`; an unlisted variant ("NVIDIA A100-PG509-200") is the catalog entry of
+/// its family ("a100") with the closest memory size.
+pub fn device_for(name: &str, memory_bytes: u64) -> Result<Device, ReplayError> {
+    let catalog = DeviceCatalog::builtin();
+    let lower = name.trim().to_ascii_lowercase();
+    let stripped = lower.trim_start_matches("nvidia ").trim_start_matches("tesla ").replace(' ', "-");
+    if let Ok(device) = catalog.get(&stripped) {
+        return Ok(device.clone());
+    }
+    let family = stripped.split('-').next().unwrap_or_default().to_string();
+    let candidates = catalog.devices().iter().filter(|d| d.name.split('-').next() == Some(family.as_str()));
+    let closest = candidates.min_by_key(|d| d.memory_capacity.0.abs_diff(memory_bytes));
+    match closest {
+        Some(device) if !family.is_empty() => Ok(device.clone()),
+        _ => Err(ReplayError::UnknownDevice {
+            name: name.to_string(),
+            valid: catalog.names().collect::<Vec<_>>().join(", "),
+        }),
+    }
+}
+
+/// The cluster a trace implies: its device, `devices_per_host` GPUs per server (the
+/// `deviceProperties` count, else 8, at most the rank count) behind an NVSwitch at half the
+/// device's NVLink total per direction, servers on one switch at 200 Gb/s per GPU, 1 us per
+/// link, and each GPU's PCIe link to host memory.
+pub fn inferred_cluster(device: &Device, devices_per_host: Option<u32>, ranks: u32) -> ClusterSpec {
+    let per_node = devices_per_host.filter(|&d| d > 0).unwrap_or(INFERRED_GPUS_PER_NODE).min(ranks).max(1);
+    let nodes = ranks.div_ceil(per_node);
+    let nvlink = device
+        .nvlink_bandwidth
+        .and_then(|total| Bandwidth::from_bits_per_second(total.bits_per_second() / 2))
+        .unwrap_or(device.pcie_bandwidth);
+    let network =
+        Bandwidth::from_bits_per_second(INFERRED_NETWORK_BANDWIDTH_BITS).unwrap_or(device.pcie_bandwidth);
+    ClusterSpec {
+        nodes,
+        gpus_per_node: per_node,
+        intra_node: IntraNode::NvSwitch(LinkSpec::new(nvlink, INFERRED_LATENCY)),
+        network: NetworkSpec::single_switch(LinkSpec::new(network, INFERRED_LATENCY)),
+        host_memory: Some(LinkSpec::new(device.pcie_bandwidth, INFERRED_LATENCY)),
+    }
+}
+
+/// "rank 3", "ranks 0-7", "ranks 0, 2, 5".
+pub fn abbreviate(ranks: &[u32]) -> String {
+    match ranks {
+        [] => "none".into(),
+        [one] => format!("rank {one}"),
+        _ if ranks.windows(2).all(|w| w[1] == w[0] + 1) => {
+            format!("ranks {}-{}", ranks[0], ranks[ranks.len() - 1])
+        }
+        _ => format!("ranks {}", ranks.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trace_device_names_map_to_the_catalog() {
+        assert_eq!(device_for("Tesla V100-SXM2-32GB", 0).unwrap().name, "v100-sxm2-32gb");
+        assert_eq!(device_for("NVIDIA A100-SXM4-80GB", 0).unwrap().name, "a100-sxm4-80gb");
+        // Meta's A100 variant with 40 GB: the A100 of the closest memory size.
+        assert_eq!(device_for("NVIDIA A100-PG509-200", 42_505_273_344).unwrap().name, "a100-sxm4-40gb");
+        let error = device_for("Quantum QPU-9000", 1).unwrap_err().to_string();
+        assert!(error.contains("--device"), "{error}");
+    }
+
+    #[test]
+    fn inferred_clusters_hold_every_rank() {
+        let device = device_for("Tesla V100-SXM2-32GB", 0).unwrap();
+        let spec = inferred_cluster(&device, Some(8), 16);
+        assert_eq!((spec.nodes, spec.gpus_per_node), (2, 8));
+        let spec = inferred_cluster(&device, Some(8), 2);
+        assert_eq!((spec.nodes, spec.gpus_per_node), (1, 2));
+        let spec = inferred_cluster(&device, None, 20);
+        assert_eq!((spec.nodes, spec.gpus_per_node), (3, 8));
+    }
+}

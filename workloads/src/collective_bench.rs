@@ -1,0 +1,240 @@
+//! One collective timed alone on a cluster, size by size, the way nccl-tests times it: the
+//! engine behind `parasim collective` and the validation suite's nccl-tests cases.
+
+use sim_core::collective::{Choice, CollectiveError, choose_for};
+use sim_core::exec::ExecError;
+use sim_core::fidelity::{Fidelity, NetworkSettings};
+use sim_core::graph::{
+    Collective, CollectiveAlgorithm, CollectiveKind, GraphBuilder, GraphError, RankId, StreamId,
+};
+use sim_core::tuner::GpuGeneration;
+use sim_core::units::{Bytes, SimDuration, TimeOverflow, UnitError};
+use topology::{Topology, TopologyError};
+
+use crate::scenario::Cluster;
+
+/// Why a collective benchmark cannot be set up or run.
+#[derive(Debug, thiserror::Error)]
+pub enum CollectiveBenchError {
+    /// The collective's name is not one parasim knows.
+    #[error(
+        "unknown collective {0:?}; valid: allreduce, reduce-scatter, allgather, alltoall, broadcast, reduce \
+         (nccl-tests' all_reduce, reduce_scatter, all_gather also work)"
+    )]
+    UnknownCollective(String),
+    /// More ranks than GPUs, or none.
+    #[error("{ranks} ranks: the cluster has {gpus} GPUs; give 1 to {gpus}")]
+    Ranks {
+        /// Ranks asked for.
+        ranks: u32,
+        /// GPUs in the cluster.
+        gpus: u32,
+    },
+    /// The algorithm cannot perform this collective.
+    #[error("algorithm {algorithm} cannot perform {kind}; valid: {valid}")]
+    Unsupported {
+        /// The algorithm asked for.
+        algorithm: &'static str,
+        /// The collective.
+        kind: &'static str,
+        /// The algorithms that can.
+        valid: String,
+    },
+    /// The cluster's topology cannot be built.
+    #[error("building the cluster topology: {0}")]
+    Topology(#[from] TopologyError),
+    /// The tuner could not choose.
+    #[error(transparent)]
+    Choice(#[from] CollectiveError),
+    /// The one-collective graph is invalid.
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    /// The engine failed.
+    #[error("simulating {kind} of {bytes}: {source}")]
+    Simulation {
+        /// The collective.
+        kind: &'static str,
+        /// Its size.
+        bytes: Bytes,
+        /// The engine's error.
+        source: Box<ExecError>,
+    },
+    /// A time does not fit the simulator's clock.
+    #[error(transparent)]
+    Time(#[from] TimeOverflow),
+    /// A duration is not representable.
+    #[error(transparent)]
+    Duration(#[from] UnitError),
+}
+
+/// A collective by name, with nccl-tests' bus-bandwidth factor and reduction name.
+#[derive(Debug, Clone, Copy)]
+pub struct NamedCollective {
+    /// The collective.
+    pub kind: CollectiveKind,
+    /// busbw = algbw x this (nccl-tests' PERFORMANCE.md) for `ranks` ranks.
+    pub bus_factor: f64,
+    /// nccl-tests' `redop` column.
+    pub redop: &'static str,
+}
+
+/// Parses `name` (parasim's or nccl-tests' spelling) for a run over `ranks` ranks.
+pub fn collective_named(name: &str, ranks: u32) -> Result<NamedCollective, CollectiveBenchError> {
+    let n = f64::from(ranks);
+    let normalized = name.to_ascii_lowercase().replace('_', "-");
+    let (kind, bus_factor, redop) = match normalized.as_str() {
+        "allreduce" | "all-reduce" => (CollectiveKind::AllReduce, 2.0 * (n - 1.0) / n, "sum"),
+        "reduce-scatter" | "reducescatter" => (CollectiveKind::ReduceScatter, (n - 1.0) / n, "sum"),
+        "allgather" | "all-gather" => (CollectiveKind::AllGather, (n - 1.0) / n, "none"),
+        "alltoall" | "all-to-all" => (CollectiveKind::AllToAll, (n - 1.0) / n, "none"),
+        "broadcast" => (CollectiveKind::Broadcast { root: 0 }, 1.0, "none"),
+        "reduce" => (CollectiveKind::Reduce { root: 0 }, 1.0, "sum"),
+        _ => return Err(CollectiveBenchError::UnknownCollective(name.to_string())),
+    };
+    Ok(NamedCollective { kind, bus_factor, redop })
+}
+
+/// How to time a collective: what nccl-tests would be asked, and the cost of its host loop.
+#[derive(Debug, Clone, Copy)]
+pub struct BenchSettings {
+    /// Ranks taking part: the first N GPUs.
+    pub ranks: u32,
+    /// Algorithm, or `Auto` for the tuner's choice.
+    pub algorithm: CollectiveAlgorithm,
+    /// Network model, collective launch cost, chunk and protocols.
+    pub network: NetworkSettings,
+    /// Host time to launch one collective on one GPU.
+    pub host_launch: SimDuration,
+    /// GPUs each benchmark process drives from one thread (nccl-tests' `-g`).
+    pub gpus_per_process: u32,
+}
+
+/// One size's result.
+#[derive(Debug, Clone)]
+pub struct BenchPoint {
+    /// Message size in bytes.
+    pub bytes: u64,
+    /// Time of one collective, as nccl-tests reports it (seconds).
+    pub seconds: f64,
+    /// Algorithm bandwidth, bytes / time (GB/s).
+    pub algbw: f64,
+    /// Bus bandwidth (GB/s).
+    pub busbw: f64,
+    /// What ran: `algorithm/protocol`, or `copy` for one rank.
+    pub chosen: String,
+}
+
+/// A collective ready to be timed at any size on one cluster.
+pub struct CollectiveBench {
+    topology: Topology,
+    collective: NamedCollective,
+    settings: BenchSettings,
+    /// Bytes per second a one-rank (copy) collective moves through device memory.
+    copy_rate: f64,
+    /// No iteration of the benchmark loop is faster than its host launches.
+    host_floor: SimDuration,
+}
+
+impl CollectiveBench {
+    /// Prepares `name` over the first `settings.ranks` GPUs of `cluster`.
+    pub fn new(cluster: &Cluster, name: &str, settings: BenchSettings) -> Result<Self, CollectiveBenchError> {
+        let topology = Topology::build(&cluster.spec)?;
+        let gpus = topology.host_count() as u32;
+        if settings.ranks == 0 || settings.ranks > gpus {
+            return Err(CollectiveBenchError::Ranks { ranks: settings.ranks, gpus });
+        }
+        let collective = collective_named(name, settings.ranks)?;
+        if !settings.algorithm.supports(collective.kind) {
+            let valid: Vec<&str> = CollectiveAlgorithm::ALL
+                .iter()
+                .filter(|a| a.supports(collective.kind))
+                .map(|a| a.name())
+                .collect();
+            return Err(CollectiveBenchError::Unsupported {
+                algorithm: settings.algorithm.name(),
+                kind: collective.kind.name(),
+                valid: valid.join(", "),
+            });
+        }
+        let settings = BenchSettings {
+            network: settings.network.with_generation(GpuGeneration::of_device(&cluster.device.name)),
+            gpus_per_process: settings.gpus_per_process.max(1),
+            ..settings
+        };
+        let host_floor =
+            settings.host_launch.checked_mul(u64::from(settings.gpus_per_process.min(settings.ranks)))?;
+        // One rank: NCCL copies the buffer to the output (out-of-place), reading and writing
+        // device memory at the rate large memory-bound kernels reach on it (the device's
+        // calibrated profile, else the compute model's default).
+        let memory_efficiency = crate::calibrate::Profile::builtin(&cluster.device.name)
+            .map_or(crate::compute::ComputeModel::default().memory_efficiency, |p| {
+                p.compute.memory_efficiency
+            });
+        let copy_rate = cluster.device.memory_bandwidth.bytes_per_second() * memory_efficiency;
+        Ok(CollectiveBench { topology, collective, settings, copy_rate, host_floor })
+    }
+
+    /// The collective being timed.
+    pub fn collective(&self) -> NamedCollective {
+        self.collective
+    }
+
+    /// The settings in force (the network's GPU generation filled in from the cluster).
+    pub fn settings(&self) -> &BenchSettings {
+        &self.settings
+    }
+
+    /// GPUs in the cluster.
+    pub fn gpus(&self) -> u32 {
+        self.topology.host_count() as u32
+    }
+
+    /// Times one collective of `bytes`.
+    pub fn time(&self, bytes: u64) -> Result<BenchPoint, CollectiveBenchError> {
+        let (time, chosen) = if self.settings.ranks == 1 {
+            let copy = bytes.saturating_mul(2) as f64 / self.copy_rate;
+            (SimDuration::from_secs_f64(copy)?.checked_add(self.settings.host_launch)?, "copy".to_string())
+        } else {
+            let (time, choice) = self.simulate(Bytes(bytes))?;
+            (time, choice.to_string())
+        };
+        let seconds = time.max(self.host_floor).as_secs_f64();
+        let algbw = bytes as f64 / seconds / 1e9;
+        Ok(BenchPoint { bytes, seconds, algbw, busbw: algbw * self.collective.bus_factor, chosen })
+    }
+
+    /// Simulates one collective of `bytes` over the ranks; returns its time and the algorithm
+    /// that ran (what `Auto` chose).
+    fn simulate(&self, bytes: Bytes) -> Result<(SimDuration, Choice), CollectiveBenchError> {
+        let BenchSettings { ranks, algorithm, network, .. } = self.settings;
+        let kind = self.collective.kind;
+        let group: Vec<RankId> = (0..ranks).map(RankId).collect();
+        let estimator = NetworkSettings { fidelity: Fidelity::Analytical, ..network };
+        let chosen = choose_for(kind, algorithm, bytes, &group, &mut estimator.analytical(&self.topology))?;
+        let mut graph = GraphBuilder::new(ranks);
+        let everyone = graph.add_group(group);
+        let collective =
+            graph.add_collective(Collective { kind, group: everyone, bytes, algorithm: chosen.algorithm });
+        for rank in 0..ranks {
+            graph.collective(RankId(rank), StreamId(0), collective, kind.name(), &[]);
+        }
+        let graph = graph.build()?;
+        let timeline = network.run(&graph, &self.topology).map_err(|source| {
+            CollectiveBenchError::Simulation { kind: kind.name(), bytes, source: Box::new(source) }
+        })?;
+        Ok((timeline.makespan(), chosen))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bus_bandwidth_factors_are_nccl_tests_ones() {
+        assert_eq!(collective_named("all_reduce", 16).unwrap().bus_factor, 2.0 * 15.0 / 16.0);
+        assert_eq!(collective_named("all_gather", 16).unwrap().bus_factor, 15.0 / 16.0);
+        assert_eq!(collective_named("broadcast", 16).unwrap().bus_factor, 1.0);
+        assert!(collective_named("gossip", 4).is_err());
+    }
+}
