@@ -8,6 +8,7 @@ mod models;
 mod report;
 mod topo;
 mod trace_cmd;
+mod validate_cmd;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -179,6 +180,52 @@ enum Command {
         #[arg(long)]
         plot: Option<PathBuf>,
     },
+    /// Run the validation suite (data/validation/): every published measurement as a case,
+    /// simulated in parallel, with accuracy per case, per family and overall
+    /// (docs/validation.md).
+    Validate {
+        /// Only this family (repeatable), e.g. megatron-sc21-table1.
+        #[arg(long = "suite", value_name = "FAMILY")]
+        suites: Vec<String>,
+        /// Only this case (repeatable): family/case, or a case id.
+        #[arg(long = "case", value_name = "ID")]
+        cases: Vec<String>,
+        /// Only the families of the CI ratchet (ci = true: seconds each).
+        #[arg(long)]
+        ci: bool,
+        /// List the selected cases and whether they run, without running them.
+        #[arg(long)]
+        list: bool,
+        /// Print JSON (every case and point, families, rankings, overall).
+        #[arg(long, conflicts_with = "csv")]
+        json: bool,
+        /// Print CSV, one row per case (per point with --points).
+        #[arg(long)]
+        csv: bool,
+        /// Also show every point of multi-point cases (nccl-tests sizes, DeepBench kernels).
+        #[arg(long)]
+        points: bool,
+        /// Write an SVG plot of simulated against measured (log-log) to this file.
+        #[arg(long, value_name = "FILE.svg")]
+        plot: Option<PathBuf>,
+        /// Exit with status 1 if a family's mean or a case falls below its recorded floor
+        /// (data/validation/bounds.toml).
+        #[arg(long)]
+        check_bounds: bool,
+        /// Raise the recorded floors to this run's results (never lowers one).
+        #[arg(long)]
+        update_bounds: bool,
+        /// The suite's folder (default: data/validation of the checkout).
+        #[arg(long, value_name = "DIR")]
+        suite_dir: Option<PathBuf>,
+        /// The shared data folder with traces, nccl-tests logs and kernel tables
+        /// (default: $PARASIM_SHARED_DATA, else ../shared/data beside the checkout).
+        #[arg(long, value_name = "DIR")]
+        shared: Option<PathBuf>,
+        /// Worker threads (default: every core).
+        #[arg(long, short = 'j')]
+        jobs: Option<usize>,
+    },
     /// Describe a scenario's cluster: hosts, switches, links, bisection bandwidth, diameter,
     /// path lengths.
     Topo {
@@ -225,6 +272,9 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             eprintln!("error: {error:#}");
+            if error.downcast_ref::<validate_cmd::BoundsBroken>().is_some() {
+                return ExitCode::from(1);
+            }
             ExitCode::from(2)
         }
     }
@@ -343,6 +393,38 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             };
             let table = collective_cmd::benchmark(&options)?;
             std::io::stdout().lock().write_all(table.as_bytes()).context("writing the table")?;
+            Ok(())
+        }
+        Command::Validate {
+            suites,
+            cases,
+            ci,
+            list,
+            json,
+            csv,
+            points,
+            plot,
+            check_bounds,
+            update_bounds,
+            suite_dir,
+            shared,
+            jobs,
+        } => {
+            let args = validate_cmd::ValidateArgs {
+                selection: validation::suite::Selection { families: suites, cases, ci_only: ci },
+                json,
+                csv,
+                points,
+                plot,
+                check_bounds,
+                update_bounds,
+                list,
+                suite_dir,
+                shared,
+                jobs,
+            };
+            let text = validate_cmd::validate(&args)?;
+            std::io::stdout().lock().write_all(text.as_bytes()).context("writing the report")?;
             Ok(())
         }
         Command::Topo { scenario, dot } => {

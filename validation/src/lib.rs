@@ -3,4 +3,10 @@
 //! `parasim replay`. This crate only compares results; it never reaches into engine
 //! internals.
 
+pub mod bounds;
+pub mod case;
+pub mod plot;
 pub mod replay;
+pub mod report;
+pub mod run;
+pub mod suite;

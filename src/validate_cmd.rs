@@ -1,0 +1,189 @@
+//! `parasim validate`: the validation suite of `data/validation/`, run in parallel, printed,
+//! plotted and checked against its recorded floors.
+
+use std::collections::BTreeSet;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+use validation::bounds::Bounds;
+use validation::case::{Paths, load_suite};
+use validation::suite::{Selection, run};
+
+/// What `parasim validate` was asked.
+#[derive(Debug, Clone, Default)]
+pub struct ValidateArgs {
+    /// Which cases.
+    pub selection: Selection,
+    /// Print JSON.
+    pub json: bool,
+    /// Print CSV.
+    pub csv: bool,
+    /// Print every point of multi-point cases.
+    pub points: bool,
+    /// Write the SVG plot here.
+    pub plot: Option<PathBuf>,
+    /// Fail if a recorded floor is broken.
+    pub check_bounds: bool,
+    /// Raise the recorded floors to this run's results.
+    pub update_bounds: bool,
+    /// Only list the cases.
+    pub list: bool,
+    /// The suite's folder.
+    pub suite_dir: Option<PathBuf>,
+    /// The shared data folder.
+    pub shared: Option<PathBuf>,
+    /// Worker threads (all cores if none).
+    pub jobs: Option<usize>,
+}
+
+/// Recorded floors were broken: `parasim validate` exits with status 1.
+#[derive(Debug)]
+pub struct BoundsBroken(pub usize);
+
+impl std::fmt::Display for BoundsBroken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} recorded accuracy floor(s) broken (data/validation/bounds.toml)", self.0)
+    }
+}
+
+impl std::error::Error for BoundsBroken {}
+
+/// The suite's folder: `--suite-dir`, else `data/validation` under the working directory,
+/// else the one of the checkout this binary was built from.
+fn suite_dir(args: &ValidateArgs) -> PathBuf {
+    if let Some(dir) = &args.suite_dir {
+        return dir.clone();
+    }
+    let local = PathBuf::from("data/validation");
+    if local.is_dir() {
+        return local;
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("data/validation")
+}
+
+/// The shared data folder: `--shared`, else `PARASIM_SHARED_DATA`, else `../shared/data`
+/// beside the checkout that holds the suite.
+fn shared_dir(args: &ValidateArgs, suite: &Path) -> PathBuf {
+    if let Some(dir) = &args.shared {
+        return dir.clone();
+    }
+    if let Some(dir) = std::env::var_os("PARASIM_SHARED_DATA") {
+        return PathBuf::from(dir);
+    }
+    suite.join("../../../shared/data")
+}
+
+/// Runs the command; returns what to print on stdout.
+pub fn validate(args: &ValidateArgs) -> anyhow::Result<String> {
+    let dir = suite_dir(args);
+    let families = load_suite(&dir)?;
+    let chosen = args.selection.choose(&families)?;
+    if args.list {
+        let mut out = String::new();
+        for (family, case) in &chosen {
+            let state = case.pending.as_deref().map_or("runnable".to_string(), |r| format!("pending: {r}"));
+            out += &format!("{:<52} {:<10} {}\n", family.case_id(case), family.header.kind.name(), state);
+        }
+        return Ok(out);
+    }
+    if chosen.is_empty() {
+        bail!(
+            "no case selected (the suite has {} families; --ci selects those marked ci = true)",
+            families.len()
+        );
+    }
+    let shared = shared_dir(args, &dir);
+    let needs_shared = chosen.iter().any(|(family, case)| {
+        case.pending.is_none()
+            && [&case.log, &case.table].iter().any(|p| p.as_deref().is_some_and(|p| p.starts_with("shared:")))
+            || case.traces.iter().any(|t| t.starts_with("shared:"))
+            || family.header.kind == validation::case::Kind::Replay
+    });
+    if needs_shared && !shared.is_dir() {
+        bail!(
+            "the shared data folder {} is missing (nccl-tests logs, DeepBench tables and traces are read from it, never copied): put ../shared/data beside the checkout, or pass --shared DIR",
+            shared.display()
+        );
+    }
+    let paths = Paths { shared };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(args.jobs.unwrap_or(0))
+        .build()
+        .context("starting the worker threads")?;
+    let bar = if std::io::stderr().is_terminal() {
+        let bar = ProgressBar::new(chosen.len() as u64);
+        bar.set_style(
+            ProgressStyle::with_template("{bar:40} {pos}/{len} cases, {elapsed} elapsed, ETA {eta}  {msg}")
+                .context("progress style")?,
+        );
+        Some(bar)
+    } else {
+        None
+    };
+    let slowest = Mutex::new((0.0f64, String::new()));
+    let started = Instant::now();
+    let done = |result: &validation::run::CaseResult| {
+        if let Ok(mut slowest) = slowest.lock()
+            && result.wall_s > slowest.0
+        {
+            *slowest = (result.wall_s, result.id.clone());
+        }
+        if let Some(bar) = &bar {
+            bar.set_message(result.id.clone());
+            bar.inc(1);
+        }
+    };
+    let report = pool.install(|| run(&families, &chosen, &paths, &done));
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+    let (slowest_s, slowest_id) = slowest.into_inner().unwrap_or_default();
+    eprintln!(
+        "ran {} cases in {:.1} s on {} threads (slowest: {slowest_id}, {slowest_s:.2} s)",
+        chosen.len(),
+        started.elapsed().as_secs_f64(),
+        pool.current_num_threads()
+    );
+
+    let mut out = if args.json {
+        let mut text = serde_json::to_string_pretty(&report).context("writing JSON")?;
+        text.push('\n');
+        text
+    } else if args.csv {
+        report.csv(args.points)
+    } else {
+        report.text(args.points)
+    };
+    if let Some(path) = &args.plot {
+        fs_err::write(path, validation::plot::svg(&report)).context("writing the plot")?;
+        eprintln!("plot          {}", path.display());
+    }
+    let bounds_path = dir.join("bounds.toml");
+    let bounds = Bounds::load(&bounds_path)?;
+    if args.update_bounds {
+        let raised = bounds.raised(&report);
+        fs_err::write(&bounds_path, raised.to_toml()).context("writing the bounds")?;
+        eprintln!("bounds        {} (raised where this run did better)", bounds_path.display());
+    }
+    if args.check_bounds {
+        let suite_cases: BTreeSet<String> =
+            families.iter().flat_map(|f| f.cases.iter().map(|c| f.case_id(c))).collect();
+        let violations = bounds.check(&report, &suite_cases);
+        if !violations.is_empty() {
+            std::io::Write::write_all(&mut std::io::stdout().lock(), out.as_bytes())
+                .context("writing the report")?;
+            for violation in &violations {
+                eprintln!("broken floor  {}: {}", violation.id, violation.message);
+            }
+            return Err(BoundsBroken(violations.len()).into());
+        }
+        if !args.json && !args.csv {
+            out += &format!("\nbounds: every recorded floor holds ({})\n", bounds_path.display());
+        }
+    }
+    Ok(out)
+}

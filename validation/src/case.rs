@@ -1,0 +1,474 @@
+//! The suite's cases as data: `data/validation/<family>.toml`, one family of cases from one
+//! source per file (data/validation/README.md documents the format).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Why the suite cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum CaseError {
+    /// A file or folder cannot be read.
+    #[error("{path}: {message}")]
+    Read {
+        /// The file or folder.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// A family file is not valid TOML or has a wrong key.
+    #[error("{file}: {key}: {message}")]
+    Format {
+        /// The family file.
+        file: PathBuf,
+        /// The key, e.g. `case[3].measured` (empty for a syntax error).
+        key: String,
+        /// What is wrong and what would be valid.
+        message: String,
+    },
+}
+
+/// What a family's cases measure, and so how they run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// Time of one training iteration (or epoch) of a scenario.
+    Iteration,
+    /// Scaling efficiency of a scenario over a baseline.
+    Scaling,
+    /// An nccl-tests curve: time per size.
+    NcclTests,
+    /// A DeepBench kernel table: time per kernel.
+    Deepbench,
+    /// A real profiler trace: its iteration time, replayed.
+    Replay,
+}
+
+impl Kind {
+    /// The name used in files and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Iteration => "iteration",
+            Kind::Scaling => "scaling",
+            Kind::NcclTests => "nccl-tests",
+            Kind::Deepbench => "deepbench",
+            Kind::Replay => "replay",
+        }
+    }
+}
+
+/// A family's header: the `[family]` table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct FamilyHeader {
+    /// Unique id, `[a-z0-9-]`.
+    pub id: String,
+    /// One line saying what the family is.
+    pub title: String,
+    /// The publication or repository the measurements come from.
+    pub source: String,
+    /// What the cases measure.
+    pub kind: Kind,
+    /// The unit of `measured`.
+    pub unit: String,
+    /// True if the family is part of the CI ratchet (its cases run in seconds).
+    #[serde(default)]
+    pub ci: bool,
+    /// Caveats of every case.
+    #[serde(default)]
+    pub caveats: Vec<String>,
+    /// Scenario keys every case starts from.
+    #[serde(default)]
+    pub scenario: Option<toml::Table>,
+}
+
+/// One `[[case]]` as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct CaseEntry {
+    /// Unique within the family.
+    pub id: String,
+    /// Where in the family's source (table, row).
+    pub source: String,
+    /// The measured value, in the family's unit (iteration and scaling cases).
+    #[serde(default)]
+    pub measured: Option<f64>,
+    /// How the measured value was derived.
+    #[serde(default)]
+    pub derivation: Option<String>,
+    /// Caveats of this case.
+    #[serde(default)]
+    pub caveats: Vec<String>,
+    /// Cases sharing a ranking group are compared by rank (Kendall tau).
+    #[serde(default)]
+    pub ranking: Option<String>,
+    /// Why the case cannot run yet; it is listed and counted, not run.
+    #[serde(default)]
+    pub pending: Option<String>,
+    /// A scenario file the case starts from (relative to the family file).
+    #[serde(default)]
+    pub scenario_file: Option<String>,
+    /// Scenario keys of this case, merged over the family's and the file's.
+    #[serde(default)]
+    pub scenario: Option<toml::Table>,
+    /// Iterations per epoch, for a family measured in `s/epoch`.
+    #[serde(default)]
+    pub iterations_per_epoch: Option<f64>,
+    /// Scaling cases: dotted scenario keys replaced to make the baseline.
+    #[serde(default)]
+    pub baseline: Option<toml::Table>,
+    /// nccl-tests cases: the log (`shared:` or relative path).
+    #[serde(default)]
+    pub log: Option<String>,
+    /// nccl-tests cases: the collective (allreduce, ...).
+    #[serde(default)]
+    pub collective: Option<String>,
+    /// nccl-tests cases: ranks, if the log does not say.
+    #[serde(default)]
+    pub ranks: Option<u32>,
+    /// nccl-tests cases: GPUs per benchmark process, if the log does not say.
+    #[serde(default)]
+    pub gpus_per_process: Option<u32>,
+    /// DeepBench cases: the table (`shared:` or relative path).
+    #[serde(default)]
+    pub table: Option<String>,
+    /// DeepBench and replay cases: the catalog device.
+    #[serde(default)]
+    pub device: Option<String>,
+    /// DeepBench cases: the table's precision (fp32, fp16).
+    #[serde(default)]
+    pub precision: Option<String>,
+    /// DeepBench cases: gemm or conv.
+    #[serde(default)]
+    pub operation: Option<String>,
+    /// Replay cases: trace files or folders.
+    #[serde(default)]
+    pub traces: Vec<String>,
+}
+
+/// A family file as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FamilyFile {
+    family: FamilyHeader,
+    #[serde(default)]
+    case: Vec<CaseEntry>,
+}
+
+/// A family of cases, read and checked.
+#[derive(Debug, Clone)]
+pub struct Family {
+    /// The header.
+    pub header: FamilyHeader,
+    /// The file it came from.
+    pub file: PathBuf,
+    /// Its cases, in file order.
+    pub cases: Vec<CaseEntry>,
+}
+
+impl Family {
+    /// The full id of case `case`: `family/case`.
+    pub fn case_id(&self, case: &CaseEntry) -> String {
+        format!("{}/{}", self.header.id, case.id)
+    }
+}
+
+/// Reads every family file in `directory` (all `*.toml` but `bounds.toml`), sorted by id.
+pub fn load_suite(directory: &Path) -> Result<Vec<Family>, CaseError> {
+    let read_error = |path: &Path, error: std::io::Error| CaseError::Read {
+        path: path.to_path_buf(),
+        message: format!(
+            "{error} (the suite lives in data/validation/ of the parasim checkout; pass --suite-dir)"
+        ),
+    };
+    let mut files = Vec::new();
+    for entry in fs_err::read_dir(directory).map_err(|e| read_error(directory, e))? {
+        let path = entry.map_err(|e| read_error(directory, e))?.path();
+        let is_family = path.extension().is_some_and(|e| e == "toml")
+            && path.file_name().is_some_and(|n| n != "bounds.toml");
+        if is_family {
+            files.push(path);
+        }
+    }
+    let mut families = files.iter().map(|path| load_family(path)).collect::<Result<Vec<_>, _>>()?;
+    families.sort_by(|a, b| a.header.id.cmp(&b.header.id));
+    for pair in families.windows(2) {
+        if pair[0].header.id == pair[1].header.id {
+            return Err(CaseError::Format {
+                file: pair[1].file.clone(),
+                key: "family.id".into(),
+                message: format!("{:?} is also the id of {}", pair[1].header.id, pair[0].file.display()),
+            });
+        }
+    }
+    Ok(families)
+}
+
+/// Reads and checks one family file.
+pub fn load_family(path: &Path) -> Result<Family, CaseError> {
+    let text = fs_err::read_to_string(path)
+        .map_err(|error| CaseError::Read { path: path.to_path_buf(), message: error.to_string() })?;
+    parse_family(&text, path)
+}
+
+/// Parses and checks family `text`; `file` names it in messages and anchors relative paths.
+pub fn parse_family(text: &str, file: &Path) -> Result<Family, CaseError> {
+    let format = |key: String, message: String| CaseError::Format { file: file.to_path_buf(), key, message };
+    let deserializer =
+        toml::Deserializer::parse(text).map_err(|error| format(String::new(), error.to_string()))?;
+    let parsed: FamilyFile = serde_path_to_error::deserialize(deserializer)
+        .map_err(|error| format(error.path().to_string(), error.into_inner().to_string()))?;
+    let family = Family { header: parsed.family, file: file.to_path_buf(), cases: parsed.case };
+    check(&family).map_err(|(key, message)| format(key, message))?;
+    Ok(family)
+}
+
+fn is_id(text: &str) -> bool {
+    !text.is_empty()
+        && text.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+}
+
+/// The checks serde cannot make: ids, and each kind's required and forbidden keys.
+fn check(family: &Family) -> Result<(), (String, String)> {
+    let header = &family.header;
+    if !is_id(&header.id) {
+        return Err((
+            "family.id".into(),
+            format!("{:?}: use lower-case letters, digits, '-' and '.'", header.id),
+        ));
+    }
+    for (key, value) in [("family.title", &header.title), ("family.source", &header.source)] {
+        if value.trim().is_empty() {
+            return Err((key.into(), "must say something".into()));
+        }
+    }
+    let units: &[&str] = match header.kind {
+        Kind::Iteration => &["s/iter", "s/epoch"],
+        Kind::Scaling => &["fraction"],
+        Kind::NcclTests | Kind::Replay => &["s"],
+        Kind::Deepbench => &["s"],
+    };
+    if !units.contains(&header.unit.as_str()) {
+        return Err((
+            "family.unit".into(),
+            format!("{:?} for a {} family; valid: {}", header.unit, header.kind.name(), units.join(", ")),
+        ));
+    }
+    let mut seen = BTreeSet::new();
+    for (index, case) in family.cases.iter().enumerate() {
+        let key = |name: &str| format!("case[{index}].{name}");
+        if !is_id(&case.id) {
+            return Err((key("id"), format!("{:?}: use lower-case letters, digits, '-' and '.'", case.id)));
+        }
+        if !seen.insert(case.id.as_str()) {
+            return Err((key("id"), format!("{:?} appears twice in the family", case.id)));
+        }
+        if case.source.trim().is_empty() {
+            return Err((key("source"), "must say where in the family's source the case is".into()));
+        }
+        if case.pending.as_deref().is_some_and(|reason| reason.trim().is_empty()) {
+            return Err((key("pending"), "must give the reason the case cannot run".into()));
+        }
+        if let Some(measured) = case.measured
+            && !(measured.is_finite() && measured > 0.0)
+        {
+            return Err((key("measured"), format!("{measured}: must be a positive number")));
+        }
+        let measured_in_file = matches!(header.kind, Kind::Iteration | Kind::Scaling);
+        match (measured_in_file, case.measured) {
+            (true, None) => {
+                return Err((
+                    key("measured"),
+                    format!("is required in a {} family ({})", header.kind.name(), header.unit),
+                ));
+            }
+            (false, Some(_)) => {
+                return Err((
+                    key("measured"),
+                    format!("is read from the {} data, not written in the case", header.kind.name()),
+                ));
+            }
+            _ => {}
+        }
+        if measured_in_file && case.derivation.as_deref().is_none_or(|d| d.trim().is_empty()) {
+            return Err((key("derivation"), "is required: how the measured value was derived".into()));
+        }
+        let required: &[(&str, bool)] = match header.kind {
+            Kind::Iteration | Kind::Scaling => &[],
+            Kind::NcclTests => &[("log", case.log.is_some()), ("collective", case.collective.is_some())],
+            Kind::Deepbench => &[
+                ("table", case.table.is_some()),
+                ("device", case.device.is_some()),
+                ("precision", case.precision.is_some()),
+                ("operation", case.operation.is_some()),
+            ],
+            Kind::Replay => &[("traces", !case.traces.is_empty())],
+        };
+        for (name, present) in required {
+            if !present {
+                return Err((key(name), format!("is required in a {} family", header.kind.name())));
+            }
+        }
+        if header.kind == Kind::Scaling && case.baseline.is_none() && case.pending.is_none() {
+            return Err((
+                key("baseline"),
+                "is required in a scaling family: the keys that make the baseline run".into(),
+            ));
+        }
+        if header.kind == Kind::Iteration
+            && header.unit == "s/epoch"
+            && case.iterations_per_epoch.is_none()
+            && case.pending.is_none()
+        {
+            return Err((
+                key("iterations-per-epoch"),
+                "is required when the family's unit is s/epoch".into(),
+            ));
+        }
+        if let Some(operation) = &case.operation
+            && !["gemm", "conv"].contains(&operation.as_str())
+        {
+            return Err((key("operation"), format!("{operation:?}; valid: gemm, conv")));
+        }
+        if let Some(precision) = &case.precision
+            && !["fp32", "fp16"].contains(&precision.as_str())
+        {
+            return Err((key("precision"), format!("{precision:?}; valid: fp32, fp16")));
+        }
+    }
+    Ok(())
+}
+
+/// Where `shared:` paths and the suite's relative paths point.
+#[derive(Debug, Clone)]
+pub struct Paths {
+    /// The shared data folder (`../shared/data` beside the checkout).
+    pub shared: PathBuf,
+}
+
+impl Paths {
+    /// `text` as a path: `shared:x` under the shared data folder, else relative to `file`'s
+    /// folder.
+    pub fn resolve(&self, text: &str, file: &Path) -> PathBuf {
+        match text.strip_prefix("shared:") {
+            Some(rest) => self.shared.join(rest),
+            None => file.parent().unwrap_or(Path::new(".")).join(text),
+        }
+    }
+}
+
+/// Merges `over` into `base`, table by table, key by key (a value in `over` wins).
+pub fn merge(base: &mut toml::Table, over: &toml::Table) {
+    for (key, value) in over {
+        match (base.get_mut(key), value) {
+            (Some(toml::Value::Table(existing)), toml::Value::Table(table)) => merge(existing, table),
+            _ => {
+                base.insert(key.clone(), value.clone());
+            }
+        }
+    }
+}
+
+/// Replaces the dotted keys of `changes` (`"parallelism.data" = 8`) in `table`.
+pub fn set_dotted(table: &mut toml::Table, changes: &toml::Table) -> Result<(), String> {
+    for (dotted, value) in changes {
+        let mut parts: Vec<&str> = dotted.split('.').collect();
+        let Some(last) = parts.pop() else { continue };
+        let mut current = &mut *table;
+        for part in parts {
+            let entry =
+                current.entry(part.to_string()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            current = entry.as_table_mut().ok_or_else(|| format!("{dotted}: {part} is not a table"))?;
+        }
+        current.insert(last.to_string(), value.clone());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FAMILY: &str = r#"
+[family]
+id = "demo"
+title = "A demo family"
+source = "nowhere, table 1"
+kind = "iteration"
+unit = "s/iter"
+
+[family.scenario.workload]
+model = "resnet50"
+
+[[case]]
+id = "one"
+source = "row 1"
+measured = 0.5
+derivation = "read off"
+[case.scenario.parallelism]
+data = 8
+"#;
+
+    fn parse(text: &str) -> Result<Family, CaseError> {
+        parse_family(text, Path::new("data/validation/demo.toml"))
+    }
+
+    #[test]
+    fn a_family_parses() {
+        let family = parse(FAMILY).unwrap();
+        assert_eq!(family.header.kind, Kind::Iteration);
+        assert_eq!(family.case_id(&family.cases[0]), "demo/one");
+    }
+
+    #[test]
+    fn mistakes_name_the_key() {
+        for (change, key) in [
+            (("measured = 0.5", "measured = -1.0"), "case[0].measured"),
+            (("measured = 0.5", ""), "case[0].measured"),
+            (("derivation = \"read off\"", ""), "case[0].derivation"),
+            (("id = \"one\"", "id = \"One\""), "case[0].id"),
+            (("unit = \"s/iter\"", "unit = \"ms\""), "family.unit"),
+            (("kind = \"iteration\"", "kind = \"guess\""), "family.kind"),
+            (("source = \"row 1\"", "source = \"row 1\"\nmeasurd = 3"), "case[0]"),
+        ] {
+            let error = parse(&FAMILY.replace(change.0, change.1)).unwrap_err().to_string();
+            assert!(error.contains("demo.toml") && error.contains(key), "{change:?}: {error}");
+        }
+        let twice =
+            format!("{FAMILY}\n[[case]]\nid = \"one\"\nsource = \"r\"\nmeasured = 1.0\nderivation = \"d\"\n");
+        assert!(parse(&twice).unwrap_err().to_string().contains("twice"));
+        let nccl = FAMILY.replace("kind = \"iteration\"", "kind = \"nccl-tests\"").replace("s/iter", "s");
+        assert!(parse(&nccl).unwrap_err().to_string().contains("read from the nccl-tests data"));
+    }
+
+    #[test]
+    fn scenarios_merge_table_by_table() {
+        let mut base: toml::Table =
+            toml::from_str("[workload]\nmodel = \"a\"\nprecision = \"fp16\"\n").unwrap();
+        let over: toml::Table =
+            toml::from_str("[workload]\nmodel = \"b\"\n[parallelism]\ndata = 2\n").unwrap();
+        merge(&mut base, &over);
+        assert_eq!(base["workload"]["model"].as_str(), Some("b"));
+        assert_eq!(base["workload"]["precision"].as_str(), Some("fp16"));
+        assert_eq!(base["parallelism"]["data"].as_integer(), Some(2));
+        let changes: toml::Table =
+            toml::from_str("\"parallelism.data\" = 1\n\"cluster.nodes\" = 1\n").unwrap();
+        set_dotted(&mut base, &changes).unwrap();
+        assert_eq!(base["parallelism"]["data"].as_integer(), Some(1));
+        assert_eq!(base["cluster"]["nodes"].as_integer(), Some(1));
+        let bad: toml::Table = toml::from_str("\"workload.model.x\" = 1\n").unwrap();
+        assert!(set_dotted(&mut base, &bad).is_err());
+    }
+
+    #[test]
+    fn shared_paths_resolve_under_the_shared_folder() {
+        let paths = Paths { shared: PathBuf::from("/s/data") };
+        let file = Path::new("/repo/data/validation/x.toml");
+        assert_eq!(paths.resolve("shared:a/b.log", file), PathBuf::from("/s/data/a/b.log"));
+        assert_eq!(
+            paths.resolve("../../scenarios/y.toml", file),
+            PathBuf::from("/repo/data/validation/../../scenarios/y.toml")
+        );
+    }
+}

@@ -1,0 +1,470 @@
+//! The suite's statistics and how they are printed: per case, per family, overall, and the
+//! ranking agreement of strategy comparisons.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::run::{CaseResult, Status};
+
+/// Accuracy statistics of a set of cases that ran.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Stats {
+    /// Cases that ran and were compared.
+    pub ran: usize,
+    /// Cases pending (not runnable yet).
+    pub pending: usize,
+    /// Cases that failed to run.
+    pub failed: usize,
+    /// Mean accuracy of the cases that ran.
+    pub mean: Option<f64>,
+    /// Median accuracy.
+    pub median: Option<f64>,
+    /// The least accurate case: (id, accuracy).
+    pub worst: Option<(String, f64)>,
+}
+
+impl Stats {
+    /// The statistics of `results`.
+    pub fn of<'a>(results: impl IntoIterator<Item = &'a CaseResult>) -> Stats {
+        let mut ran = Vec::new();
+        let (mut pending, mut failed) = (0, 0);
+        for result in results {
+            match (&result.status, result.accuracy) {
+                (Status::Ok, Some(accuracy)) => ran.push((result.id.as_str(), accuracy)),
+                (Status::Pending { .. }, _) => pending += 1,
+                _ => failed += 1,
+            }
+        }
+        let mut sorted: Vec<f64> = ran.iter().map(|&(_, a)| a).collect();
+        sorted.sort_by(f64::total_cmp);
+        let median = match sorted.len() {
+            0 => None,
+            n if n % 2 == 1 => Some(sorted[n / 2]),
+            n => Some((sorted[n / 2 - 1] + sorted[n / 2]) / 2.0),
+        };
+        let mean = (!sorted.is_empty()).then(|| sorted.iter().sum::<f64>() / sorted.len() as f64);
+        let worst = ran.iter().min_by(|a, b| a.1.total_cmp(&b.1)).map(|&(id, a)| (id.to_string(), a));
+        Stats { ran: ran.len(), pending, failed, mean, median, worst }
+    }
+}
+
+/// A strategy comparison: cases of one ranking group, measured order against simulated.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Ranking {
+    /// The group.
+    pub group: String,
+    /// Case ids, fastest first by measurement.
+    pub measured_order: Vec<String>,
+    /// Case ids, fastest first by simulation.
+    pub simulated_order: Vec<String>,
+    /// Kendall's tau-b between the two (1: same order, -1: reversed).
+    pub kendall_tau: f64,
+    /// Cases of the group that did not run (pending or failed), left out of the ranking.
+    pub not_ranked: usize,
+}
+
+/// Kendall's tau-b of paired values (ties in either count as neither concordant nor
+/// discordant); 1 for fewer than two pairs.
+pub fn kendall_tau(pairs: &[(f64, f64)]) -> f64 {
+    let (mut concordant, mut discordant, mut ties_x, mut ties_y) = (0i64, 0i64, 0i64, 0i64);
+    for (i, a) in pairs.iter().enumerate() {
+        for b in &pairs[i + 1..] {
+            let dx = (a.0 - b.0).signum();
+            let dy = (a.1 - b.1).signum();
+            match (a.0 == b.0, a.1 == b.1) {
+                (true, true) => {}
+                (true, false) => ties_x += 1,
+                (false, true) => ties_y += 1,
+                (false, false) if dx == dy => concordant += 1,
+                _ => discordant += 1,
+            }
+        }
+    }
+    let n0 = (concordant + discordant + ties_x) as f64;
+    let n1 = (concordant + discordant + ties_y) as f64;
+    if n0 == 0.0 || n1 == 0.0 {
+        return 1.0;
+    }
+    (concordant - discordant) as f64 / (n0 * n1).sqrt()
+}
+
+/// Every ranking group of `results`.
+pub fn rankings(results: &[CaseResult]) -> Vec<Ranking> {
+    let mut groups: BTreeMap<&str, Vec<&CaseResult>> = BTreeMap::new();
+    for result in results {
+        if let Some(group) = &result.ranking {
+            groups.entry(group.as_str()).or_default().push(result);
+        }
+    }
+    groups
+        .into_iter()
+        .filter_map(|(group, members)| {
+            let ran: Vec<&CaseResult> =
+                members.iter().copied().filter(|r| r.measured.is_some() && r.simulated.is_some()).collect();
+            if ran.len() < 2 {
+                return None;
+            }
+            let order = |value: fn(&CaseResult) -> f64| {
+                let mut ids: Vec<(&str, f64)> = ran.iter().map(|r| (r.id.as_str(), value(r))).collect();
+                ids.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(b.0)));
+                ids.into_iter().map(|(id, _)| id.to_string()).collect::<Vec<_>>()
+            };
+            let pairs: Vec<(f64, f64)> = ran
+                .iter()
+                .map(|r| (r.measured.unwrap_or_default(), r.simulated.unwrap_or_default()))
+                .collect();
+            Some(Ranking {
+                group: group.to_string(),
+                measured_order: order(|r| r.measured.unwrap_or_default()),
+                simulated_order: order(|r| r.simulated.unwrap_or_default()),
+                kendall_tau: kendall_tau(&pairs),
+                not_ranked: members.len() - ran.len(),
+            })
+        })
+        .collect()
+}
+
+/// One family's summary.
+#[derive(Debug, Clone, Serialize)]
+pub struct FamilySummary {
+    /// The family id.
+    pub id: String,
+    /// Its title.
+    pub title: String,
+    /// Its source.
+    pub source: String,
+    /// Its accuracy statistics.
+    #[serde(flatten)]
+    pub stats: Stats,
+}
+
+/// The whole run: every case, every family, overall, rankings.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Every case, in suite order.
+    pub cases: Vec<CaseResult>,
+    /// Every family that had a case selected.
+    pub families: Vec<FamilySummary>,
+    /// Every ranking group with at least two cases that ran.
+    pub rankings: Vec<Ranking>,
+    /// Over every case that ran.
+    pub overall: Stats,
+}
+
+impl Report {
+    /// Summarizes `cases` of `families` (id, title, source).
+    pub fn new(cases: Vec<CaseResult>, families: &[(String, String, String)]) -> Report {
+        let summaries = families
+            .iter()
+            .filter(|(id, ..)| cases.iter().any(|c| &c.family == id))
+            .map(|(id, title, source)| FamilySummary {
+                id: id.clone(),
+                title: title.clone(),
+                source: source.clone(),
+                stats: Stats::of(cases.iter().filter(|c| &c.family == id)),
+            })
+            .collect();
+        let rankings = rankings(&cases);
+        let overall = Stats::of(&cases);
+        Report { cases, families: summaries, rankings, overall }
+    }
+
+    /// The human table: one row per case (per point too with `points`), then families,
+    /// rankings, overall, and pending/failed cases with their reasons.
+    pub fn text(&self, points: bool) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "{:<46} {:>6} {:<22} {:>11} {:>11} {:>8} {:>8}",
+            "case", "GPUs", "what ran", "measured", "simulated", "error", "accuracy"
+        );
+        let mut family = "";
+        for case in &self.cases {
+            if case.family != family {
+                family = &case.family;
+                let _ = writeln!(out, "{family}");
+            }
+            let short = case.id.strip_prefix(&format!("{}/", case.family)).unwrap_or(&case.id);
+            let gpus = case.gpus.map_or("-".to_string(), |g| g.to_string());
+            match &case.status {
+                Status::Ok => {
+                    let _ = writeln!(
+                        out,
+                        "  {:<44} {:>6} {:<22} {:>11} {:>11} {:>8} {:>8}",
+                        short,
+                        gpus,
+                        truncate(&case.strategy, 22),
+                        value(case.measured, &case.unit),
+                        value(case.simulated, &case.unit),
+                        case.error.map_or("-".into(), |e| format!("{:+.1}%", 100.0 * e)),
+                        case.accuracy.map_or("-".into(), |a| format!("{:.1}%", 100.0 * a)),
+                    );
+                    if points && case.points.len() > 1 {
+                        for point in &case.points {
+                            let _ = writeln!(
+                                out,
+                                "    {:<42} {:>6} {:<22} {:>11} {:>11} {:>8} {:>8}",
+                                truncate(&point.label, 42),
+                                "",
+                                "",
+                                value(Some(point.measured), &case.unit),
+                                value(Some(point.simulated), &case.unit),
+                                format!(
+                                    "{:+.1}%",
+                                    100.0 * (point.simulated - point.measured) / point.measured
+                                ),
+                                format!("{:.1}%", 100.0 * point.accuracy),
+                            );
+                        }
+                    }
+                }
+                Status::Pending { .. } => {
+                    let _ = writeln!(out, "  {:<44} {:>6} {:<22} {:>11}", short, gpus, "", "pending");
+                }
+                Status::Failed { .. } => {
+                    let _ = writeln!(out, "  {:<44} {:>6} {:<22} {:>11}", short, gpus, "", "FAILED");
+                }
+            }
+        }
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "{:<28} {:>4} {:>8} {:>7} {:>8} {:>8}  worst case",
+            "family", "ran", "pending", "failed", "mean", "median"
+        );
+        for family in &self.families {
+            let _ = writeln!(out, "{}", stats_row(&family.id, &family.stats));
+        }
+        let _ = writeln!(out, "{}", stats_row("overall", &self.overall));
+        if !self.rankings.is_empty() {
+            let _ = writeln!(out);
+            let _ = writeln!(out, "strategy rankings (fastest first)   Kendall tau");
+            for ranking in &self.rankings {
+                let strip = |ids: &[String]| {
+                    ids.iter()
+                        .map(|id| id.rsplit('/').next().unwrap_or(id).to_string())
+                        .collect::<Vec<_>>()
+                        .join(" < ")
+                };
+                let _ = writeln!(out, "  {:<33} {:>+5.2}", ranking.group, ranking.kendall_tau);
+                let _ = writeln!(out, "    measured  {}", strip(&ranking.measured_order));
+                let _ = writeln!(out, "    simulated {}", strip(&ranking.simulated_order));
+                if ranking.not_ranked > 0 {
+                    let _ = writeln!(out, "    ({} case(s) of the group did not run)", ranking.not_ranked);
+                }
+            }
+        }
+        let failed: Vec<&CaseResult> =
+            self.cases.iter().filter(|c| matches!(c.status, Status::Failed { .. })).collect();
+        if !failed.is_empty() {
+            let _ = writeln!(out);
+            let _ = writeln!(out, "failed");
+            for case in failed {
+                if let Status::Failed { error } = &case.status {
+                    let _ = writeln!(out, "  {}: {error}", case.id);
+                }
+            }
+        }
+        let mut reasons: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for case in &self.cases {
+            if let Status::Pending { reason } = &case.status {
+                reasons.entry(reason.as_str()).or_default().push(case.id.as_str());
+            }
+        }
+        if !reasons.is_empty() {
+            let _ = writeln!(out);
+            let _ = writeln!(out, "pending");
+            for (reason, ids) in reasons {
+                let shown = if ids.len() > 3 {
+                    format!("{}, {} and {} more", ids[0], ids[1], ids.len() - 2)
+                } else {
+                    ids.join(", ")
+                };
+                let _ = writeln!(out, "  {} case(s): {reason}\n    ({shown})", ids.len());
+            }
+        }
+        out
+    }
+
+    /// One CSV row per case (per point with `points`), RFC 4180 quoting.
+    pub fn csv(&self, points: bool) -> String {
+        let mut out = String::from(
+            "id,family,kind,source,gpus,what_ran,status,point,unit,measured,simulated,error,accuracy,reason\n",
+        );
+        for case in &self.cases {
+            let reason = match &case.status {
+                Status::Ok => String::new(),
+                Status::Pending { reason } => reason.clone(),
+                Status::Failed { error } => error.clone(),
+            };
+            let status = match case.status {
+                Status::Ok => "ok",
+                Status::Pending { .. } => "pending",
+                Status::Failed { .. } => "failed",
+            };
+            let number = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v}"));
+            let mut row = |point: &str, measured: Option<f64>, simulated: Option<f64>, error, accuracy| {
+                let fields = [
+                    case.id.clone(),
+                    case.family.clone(),
+                    case.kind.to_string(),
+                    case.source.clone(),
+                    case.gpus.map_or(String::new(), |g| g.to_string()),
+                    case.strategy.clone(),
+                    status.to_string(),
+                    point.to_string(),
+                    case.unit.clone(),
+                    number(measured),
+                    number(simulated),
+                    number(error),
+                    number(accuracy),
+                    reason.clone(),
+                ];
+                let quoted: Vec<String> = fields.iter().map(|f| quote(f)).collect();
+                out.push_str(&quoted.join(","));
+                out.push('\n');
+            };
+            if points && case.points.len() > 1 {
+                for p in &case.points {
+                    let error = (p.simulated - p.measured) / p.measured;
+                    row(&p.label, Some(p.measured), Some(p.simulated), Some(error), Some(p.accuracy));
+                }
+            } else {
+                row("", case.measured, case.simulated, case.error, case.accuracy);
+            }
+        }
+        out
+    }
+}
+
+fn quote(field: &str) -> String {
+    if field.contains([',', '"', '\n']) {
+        format!("\"{}\"", field.replace('"', "\"\""))
+    } else {
+        field.to_string()
+    }
+}
+
+fn truncate(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        text.to_string()
+    } else {
+        let kept: String = text.chars().take(width.saturating_sub(1)).collect();
+        format!("{kept}~")
+    }
+}
+
+/// A value in its unit, short: seconds as s/ms/us, fractions as percentages.
+fn value(value: Option<f64>, unit: &str) -> String {
+    let Some(v) = value else { return "-".into() };
+    match unit {
+        "fraction" => format!("{:.1}%", 100.0 * v),
+        _ if v >= 1.0 => format!("{v:.2} s"),
+        _ if v >= 1e-3 => format!("{:.2} ms", v * 1e3),
+        _ => format!("{:.1} us", v * 1e6),
+    }
+}
+
+fn stats_row(label: &str, stats: &Stats) -> String {
+    let percent = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.1}%", 100.0 * v));
+    let worst = stats.worst.as_ref().map_or(String::new(), |(id, a)| format!("{id} ({:.1}%)", 100.0 * a));
+    format!(
+        "{:<28} {:>4} {:>8} {:>7} {:>8} {:>8}  {worst}",
+        label,
+        stats.ran,
+        stats.pending,
+        stats.failed,
+        percent(stats.mean),
+        percent(stats.median)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run::Point;
+
+    fn case(id: &str, status: Status, measured: f64, simulated: f64, ranking: Option<&str>) -> CaseResult {
+        let accuracy = crate::run::accuracy(simulated, measured);
+        CaseResult {
+            id: format!("f/{id}"),
+            family: "f".into(),
+            kind: "iteration",
+            source: "t".into(),
+            unit: "s/iter".into(),
+            gpus: Some(8),
+            strategy: "DP8".into(),
+            status,
+            measured: Some(measured),
+            simulated: Some(simulated),
+            error: Some((simulated - measured) / measured),
+            accuracy: Some(accuracy),
+            points: vec![Point { label: "x".into(), measured, simulated, accuracy }],
+            caveats: vec![],
+            ranking: ranking.map(String::from),
+            wall_s: 0.0,
+        }
+    }
+
+    #[test]
+    fn accuracy_is_floored_at_zero() {
+        assert_eq!(crate::run::accuracy(1.0, 1.0), 1.0);
+        assert!((crate::run::accuracy(0.9, 1.0) - 0.9).abs() < 1e-12);
+        assert!((crate::run::accuracy(1.1, 1.0) - 0.9).abs() < 1e-12);
+        assert_eq!(crate::run::accuracy(3.0, 1.0), 0.0);
+    }
+
+    #[test]
+    fn stats_count_every_status_and_find_the_worst() {
+        let results = vec![
+            case("a", Status::Ok, 1.0, 0.9, None),
+            case("b", Status::Ok, 1.0, 0.5, None),
+            case("c", Status::Ok, 1.0, 1.0, None),
+            case("d", Status::Pending { reason: "later".into() }, 1.0, 1.0, None),
+            case("e", Status::Failed { error: "boom".into() }, 1.0, 1.0, None),
+        ];
+        let stats = Stats::of(&results);
+        assert_eq!((stats.ran, stats.pending, stats.failed), (3, 1, 1));
+        assert!((stats.mean.unwrap() - 0.8).abs() < 1e-12);
+        assert!((stats.median.unwrap() - 0.9).abs() < 1e-12);
+        assert_eq!(stats.worst.unwrap().0, "f/b");
+    }
+
+    #[test]
+    fn kendall_tau_of_known_orders() {
+        assert_eq!(kendall_tau(&[(1.0, 10.0), (2.0, 20.0), (3.0, 30.0)]), 1.0);
+        assert_eq!(kendall_tau(&[(1.0, 30.0), (2.0, 20.0), (3.0, 10.0)]), -1.0);
+        // One swapped pair of three: (2 - 1) / 3.
+        assert!((kendall_tau(&[(1.0, 1.0), (2.0, 3.0), (3.0, 2.0)]) - 1.0 / 3.0).abs() < 1e-12);
+        assert_eq!(kendall_tau(&[(1.0, 1.0)]), 1.0);
+    }
+
+    #[test]
+    fn rankings_leave_out_cases_that_did_not_run() {
+        let results = vec![
+            case("fast", Status::Ok, 1.0, 2.0, Some("g")),
+            case("slow", Status::Ok, 3.0, 1.0, Some("g")),
+            case("later", Status::Pending { reason: "x".into() }, 2.0, 0.0, Some("g")),
+        ];
+        let mut results = results;
+        results[2].simulated = None;
+        let rankings = rankings(&results);
+        assert_eq!(rankings.len(), 1);
+        assert_eq!(rankings[0].measured_order, ["f/fast", "f/slow"]);
+        assert_eq!(rankings[0].simulated_order, ["f/slow", "f/fast"]);
+        assert_eq!(rankings[0].kendall_tau, -1.0);
+        assert_eq!(rankings[0].not_ranked, 1);
+    }
+
+    #[test]
+    fn csv_quotes_fields() {
+        let report = Report::new(
+            vec![case("a", Status::Failed { error: "bad, \"very\"".into() }, 1.0, 1.0, None)],
+            &[("f".into(), "F".into(), "S".into())],
+        );
+        let csv = report.csv(false);
+        assert!(csv.lines().nth(1).unwrap().ends_with("\"bad, \"\"very\"\"\""), "{csv}");
+    }
+}

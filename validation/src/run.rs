@@ -1,0 +1,403 @@
+//! Running one case: the scenario, collective, kernel table or trace it names, simulated and
+//! set against its measurement.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::Serialize;
+use sim_core::fidelity::{Fidelity, NetworkSettings};
+use sim_core::graph::CollectiveAlgorithm;
+use sim_core::protocol::ProtocolChoice;
+use sim_core::units::{Bytes, SimDuration};
+use workloads::collective_bench::{BenchSettings, CollectiveBench};
+use workloads::scenario::{Cluster, Scenario};
+use workloads::simulation::{StrategySummary, Summary, simulate};
+use workloads::{ComputeModel, DeviceCatalog, Dtype};
+
+use crate::case::{CaseEntry, Family, Kind, Paths, merge, set_dotted};
+use crate::replay::{ReplayRequest, replay};
+
+/// `1 - |simulated - measured| / measured`, floored at 0: the suite's accuracy.
+pub fn accuracy(simulated: f64, measured: f64) -> f64 {
+    (1.0 - ((simulated - measured) / measured).abs()).max(0.0)
+}
+
+/// One measured point and its simulation (a multi-point case has many).
+#[derive(Debug, Clone, Serialize)]
+pub struct Point {
+    /// What the point is: a size, a kernel shape.
+    pub label: String,
+    /// Measured, in the family's unit.
+    pub measured: f64,
+    /// Simulated, in the family's unit.
+    pub simulated: f64,
+    /// Its accuracy.
+    pub accuracy: f64,
+}
+
+/// How a case ended.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "status", rename_all = "kebab-case")]
+pub enum Status {
+    /// Ran and compared.
+    Ok,
+    /// Not runnable yet, for this reason.
+    Pending {
+        /// Why.
+        reason: String,
+    },
+    /// Could not run: the error.
+    Failed {
+        /// What went wrong.
+        error: String,
+    },
+}
+
+/// One case's result.
+#[derive(Debug, Clone, Serialize)]
+pub struct CaseResult {
+    /// `family/case`.
+    pub id: String,
+    /// The family's id.
+    pub family: String,
+    /// The family's kind.
+    pub kind: &'static str,
+    /// Where the measurement comes from: the case's place in the family's source.
+    pub source: String,
+    /// The family's unit.
+    pub unit: String,
+    /// GPUs of the job (ranks of a collective; none for a kernel table).
+    pub gpus: Option<u32>,
+    /// What ran: the strategy, the collective, the kernel kind.
+    pub strategy: String,
+    /// Ran, pending or failed.
+    #[serde(flatten)]
+    pub status: Status,
+    /// Measured (a multi-point case: the sum of its points).
+    pub measured: Option<f64>,
+    /// Simulated (a multi-point case: the sum of its points).
+    pub simulated: Option<f64>,
+    /// (simulated - measured) / measured (a multi-point case: the mean over its points).
+    pub error: Option<f64>,
+    /// The accuracy (a multi-point case: the mean over its points).
+    pub accuracy: Option<f64>,
+    /// Every measured point (one for a single-value case).
+    pub points: Vec<Point>,
+    /// The case's and its family's caveats.
+    pub caveats: Vec<String>,
+    /// Its ranking group, if any.
+    pub ranking: Option<String>,
+    /// Wall time of the simulation, seconds (left out of the JSON: not deterministic).
+    #[serde(skip)]
+    pub wall_s: f64,
+}
+
+/// What a run produced, before it is set against the measurement.
+struct Simulated {
+    gpus: Option<u32>,
+    strategy: String,
+    points: Vec<Point>,
+}
+
+/// Runs `case` of `family`.
+pub fn run_case(family: &Family, case: &CaseEntry, paths: &Paths) -> CaseResult {
+    let started = Instant::now();
+    let mut caveats = family.header.caveats.clone();
+    caveats.extend(case.caveats.iter().cloned());
+    let mut result = CaseResult {
+        id: family.case_id(case),
+        family: family.header.id.clone(),
+        kind: family.header.kind.name(),
+        source: case.source.clone(),
+        unit: family.header.unit.clone(),
+        gpus: None,
+        strategy: String::new(),
+        status: Status::Ok,
+        measured: case.measured,
+        simulated: None,
+        error: None,
+        accuracy: None,
+        points: Vec::new(),
+        caveats,
+        ranking: case.ranking.clone(),
+        wall_s: 0.0,
+    };
+    if let Some(reason) = &case.pending {
+        result.status = Status::Pending { reason: reason.clone() };
+        return result;
+    }
+    let outcome = match family.header.kind {
+        Kind::Iteration => iteration(family, case, paths),
+        Kind::Scaling => scaling(family, case, paths),
+        Kind::NcclTests => nccl_tests(family, case, paths),
+        Kind::Deepbench => deepbench(case, family, paths),
+        Kind::Replay => replayed(family, case, paths),
+    };
+    result.wall_s = started.elapsed().as_secs_f64();
+    match outcome {
+        Ok(simulated) => {
+            result.gpus = simulated.gpus;
+            result.strategy = simulated.strategy;
+            let points = simulated.points;
+            if points.is_empty() {
+                result.status = Status::Failed { error: "no measured point to compare with".into() };
+                return result;
+            }
+            let n = points.len() as f64;
+            result.measured = Some(points.iter().map(|p| p.measured).sum());
+            result.simulated = Some(points.iter().map(|p| p.simulated).sum());
+            result.error =
+                Some(points.iter().map(|p| (p.simulated - p.measured) / p.measured).sum::<f64>() / n);
+            result.accuracy = Some(points.iter().map(|p| p.accuracy).sum::<f64>() / n);
+            result.points = points;
+        }
+        Err(error) => result.status = Status::Failed { error },
+    }
+    result
+}
+
+fn point(label: impl Into<String>, measured: f64, simulated: f64) -> Point {
+    Point { label: label.into(), measured, simulated, accuracy: accuracy(simulated, measured) }
+}
+
+/// The case's scenario keys: the family's, then the scenario file's, then the case's own;
+/// with the path relative files in it resolve against.
+fn scenario_table(
+    family: &Family,
+    case: &CaseEntry,
+    paths: &Paths,
+) -> Result<(toml::Table, PathBuf), String> {
+    let mut table = family.header.scenario.clone().unwrap_or_default();
+    let mut anchor = family.file.clone();
+    if let Some(file) = &case.scenario_file {
+        let path = paths.resolve(file, &family.file);
+        let text = fs_err::read_to_string(&path).map_err(|e| format!("scenario-file: {e}"))?;
+        let from_file: toml::Table =
+            toml::from_str(&text).map_err(|e| format!("scenario-file {}: {e}", path.display()))?;
+        merge(&mut table, &from_file);
+        anchor = path;
+    }
+    if let Some(own) = &case.scenario {
+        merge(&mut table, own);
+    }
+    Ok((table, anchor))
+}
+
+fn scenario_of(table: &toml::Table, anchor: &Path, label: &str) -> Result<Scenario, String> {
+    let text = toml::to_string(table).map_err(|e| format!("writing the {label} scenario: {e}"))?;
+    Scenario::parse(&text, anchor).map_err(|e| format!("the {label} scenario: {e}"))
+}
+
+fn describe_strategy(s: &StrategySummary) -> String {
+    let mut parts = vec![format!("DP{}", s.data_parallel)];
+    for (name, value) in [("TP", s.tensor), ("PP", s.pipeline), ("CP", s.context), ("EP", s.expert)] {
+        if value > 1 {
+            parts.push(format!("{name}{value}"));
+        }
+    }
+    let mut text = parts.join(" ");
+    if s.virtual_stages > 1 {
+        text += &format!(" v{}", s.virtual_stages);
+    }
+    if s.sequence_parallel {
+        text += " SP";
+    }
+    if s.zero > 0 {
+        text += &format!(" ZeRO-{}", s.zero);
+    }
+    text
+}
+
+fn run_scenario(scenario: &Scenario) -> Result<Summary, String> {
+    simulate(scenario).map(|outcome| outcome.summary).map_err(|e| e.to_string())
+}
+
+fn iteration(family: &Family, case: &CaseEntry, paths: &Paths) -> Result<Simulated, String> {
+    let (table, anchor) = scenario_table(family, case, paths)?;
+    let summary = run_scenario(&scenario_of(&table, &anchor, "case's")?)?;
+    let mut simulated = summary.iteration_time.as_secs_f64();
+    if family.header.unit == "s/epoch" {
+        simulated *= case.iterations_per_epoch.ok_or("iterations-per-epoch is missing")?;
+    }
+    let measured = case.measured.ok_or("measured is missing")?;
+    Ok(Simulated {
+        gpus: Some(summary.cluster.gpus),
+        strategy: describe_strategy(&summary.strategy),
+        points: vec![point(family.header.unit.clone(), measured, simulated)],
+    })
+}
+
+fn scaling(family: &Family, case: &CaseEntry, paths: &Paths) -> Result<Simulated, String> {
+    let (table, anchor) = scenario_table(family, case, paths)?;
+    let mut baseline = table.clone();
+    set_dotted(&mut baseline, case.baseline.as_ref().ok_or("baseline is missing")?)
+        .map_err(|e| format!("baseline: {e}"))?;
+    let large = run_scenario(&scenario_of(&table, &anchor, "case's")?)?;
+    let small = run_scenario(&scenario_of(&baseline, &anchor, "baseline")?)?;
+    let per_gpu = |s: &Summary| s.samples_per_second / f64::from(s.cluster.gpus);
+    let efficiency = per_gpu(&large) / per_gpu(&small);
+    let measured = case.measured.ok_or("measured is missing")?;
+    Ok(Simulated {
+        gpus: Some(large.cluster.gpus),
+        strategy: format!("{} vs {} GPUs", describe_strategy(&large.strategy), small.cluster.gpus),
+        points: vec![point("efficiency", measured, efficiency)],
+    })
+}
+
+/// nccl-tests cases run as `parasim collective` does by default: the flow network, NCCL's
+/// tuner, its launch cost, 1 MiB chunks, 4 us per host launch.
+fn nccl_tests(family: &Family, case: &CaseEntry, paths: &Paths) -> Result<Simulated, String> {
+    let (table, anchor) = scenario_table(family, case, paths)?;
+    let text = toml::to_string(&table).map_err(|e| e.to_string())?;
+    let cluster = Cluster::parse(&text, &anchor).map_err(|e| e.to_string())?;
+    let log = paths.resolve(case.log.as_deref().ok_or("log is missing")?, &family.file);
+    let log_text =
+        fs_err::read_to_string(&log).map_err(|e| format!("{e} (the shared data folder: --shared)"))?;
+    let measured = traces::nccl::parse_tests_output(&log_text, &log).map_err(|e| e.to_string())?;
+    let gpus = cluster.spec.nodes.saturating_mul(cluster.spec.gpus_per_node);
+    let ranks = case.ranks.or(measured.ranks).unwrap_or(gpus);
+    let gpus_per_process = case.gpus_per_process.or(measured.gpus_per_process).unwrap_or(1);
+    let network = NetworkSettings::new(Fidelity::Flow)
+        .with_collective_launch(SimDuration::from_ns(8_400))
+        .with_chunk(Bytes(1 << 20))
+        .with_protocols(ProtocolChoice::Auto);
+    let name = case.collective.as_deref().ok_or("collective is missing")?;
+    let bench = CollectiveBench::new(
+        &cluster,
+        name,
+        BenchSettings {
+            ranks,
+            algorithm: CollectiveAlgorithm::Auto,
+            network,
+            host_launch: SimDuration::from_us(4),
+            gpus_per_process,
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let mut points = Vec::new();
+    for (&bytes, row) in &measured.rows {
+        let simulated = bench.time(bytes).map_err(|e| e.to_string())?;
+        points.push(point(format!("{bytes} B"), row.time_us * 1e-6, simulated.seconds));
+    }
+    Ok(Simulated { gpus: Some(ranks), strategy: bench.collective().kind.name().to_string(), points })
+}
+
+/// DeepBench cases: every kernel of the table priced by the default compute model, with every
+/// convolution algorithm available as DeepBench times them all and keeps the fastest.
+fn deepbench(case: &CaseEntry, family: &Family, paths: &Paths) -> Result<Simulated, String> {
+    let path = paths.resolve(case.table.as_deref().ok_or("table is missing")?, &family.file);
+    let text =
+        fs_err::read_to_string(&path).map_err(|e| format!("{e} (the shared data folder: --shared)"))?;
+    let device_name = case.device.as_deref().ok_or("device is missing")?;
+    let device = DeviceCatalog::builtin().get(device_name).map_err(|e| format!("device: {e}"))?;
+    let dtype = match case.precision.as_deref() {
+        Some("fp16") => Dtype::Fp16,
+        _ => Dtype::Fp32,
+    };
+    let operation = case.operation.as_deref().unwrap_or("gemm");
+    let samples = if operation == "gemm" {
+        let rows =
+            workloads::deepbench::parse_gemms(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        workloads::deepbench::samples(&rows, &[], dtype)
+    } else {
+        let rows =
+            workloads::deepbench::parse_convs(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        workloads::deepbench::samples(&[], &rows, dtype)
+    };
+    let model = ComputeModel { winograd_convolutions: true, ..ComputeModel::default() };
+    let mut points = Vec::with_capacity(samples.len());
+    for (index, sample) in samples.iter().enumerate() {
+        let predicted = workloads::calibrate::predict(&model, device, sample).map_err(|e| e.to_string())?;
+        points.push(point(format!("{operation} {}", index + 1), sample.measured_s, predicted));
+    }
+    Ok(Simulated { gpus: None, strategy: format!("{operation} kernels"), points })
+}
+
+/// Replay cases run as `parasim replay` does by default: the analytical network, no extra
+/// launch cost (the traced NCCL kernels include theirs), on the cluster the trace implies.
+fn replayed(family: &Family, case: &CaseEntry, paths: &Paths) -> Result<Simulated, String> {
+    let mut traces = Vec::new();
+    let mut scratch = Vec::new();
+    for path in case.traces.iter().map(|t| paths.resolve(t, &family.file)) {
+        if !path.exists() {
+            return Err(format!("{} is missing (the shared data folder: --shared)", path.display()));
+        }
+        if is_archive(&path) {
+            let directory = unpack(&path, &family.case_id(case))?;
+            scratch.push(directory.clone());
+            // An archive of one folder (dlrm_kineto/...): the traces are in that folder.
+            let entries: Vec<PathBuf> = fs_err::read_dir(&directory)
+                .map_err(|e| e.to_string())?
+                .filter_map(|entry| entry.ok().map(|e| e.path()))
+                .collect();
+            match entries.as_slice() {
+                [only] if only.is_dir() => traces.push(only.clone()),
+                _ => traces.push(directory),
+            }
+        } else {
+            traces.push(path);
+        }
+    }
+    let outcome = replay_traces(family, case, paths, traces);
+    for directory in scratch {
+        let _ = fs_err::remove_dir_all(directory);
+    }
+    outcome
+}
+
+fn is_archive(path: &Path) -> bool {
+    let name = path.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    name.ends_with(".tar.gz") || name.ends_with(".tgz")
+}
+
+/// Unpacks a `.tar.gz` of traces (as repositories publish multi-rank traces) into a fresh
+/// scratch folder, removed after the replay.
+fn unpack(archive: &Path, id: &str) -> Result<PathBuf, String> {
+    let directory = std::env::temp_dir().join(format!(
+        "parasim-validate-{}-{}",
+        std::process::id(),
+        id.replace(['/', '.'], "-")
+    ));
+    let _ = fs_err::remove_dir_all(&directory);
+    fs_err::create_dir_all(&directory).map_err(|e| e.to_string())?;
+    let file = fs_err::File::open(archive).map_err(|e| e.to_string())?;
+    tar::Archive::new(flate2::read::GzDecoder::new(file))
+        .unpack(&directory)
+        .map_err(|e| format!("unpacking {}: {e}", archive.display()))?;
+    Ok(directory)
+}
+
+fn replay_traces(
+    family: &Family,
+    case: &CaseEntry,
+    paths: &Paths,
+    traces: Vec<PathBuf>,
+) -> Result<Simulated, String> {
+    let cluster = match &case.scenario {
+        Some(_) => {
+            let (table, anchor) = scenario_table(family, case, paths)?;
+            let text = toml::to_string(&table).map_err(|e| e.to_string())?;
+            Some(Cluster::parse(&text, &anchor).map_err(|e| e.to_string())?)
+        }
+        None => None,
+    };
+    let run = replay(&ReplayRequest {
+        traces,
+        cluster,
+        device: case.device.clone(),
+        network: NetworkSettings::new(Fidelity::Analytical).with_chunk(Bytes(1 << 20)),
+        ranks: None,
+        rank: None,
+    })
+    .map_err(|e| e.to_string())?;
+    let comparison = &run.comparison;
+    let (measured, simulated) = comparison.steady_mean_s.unwrap_or(comparison.mean_s);
+    if comparison.steps.is_empty() {
+        return Err("the trace marks no iteration (no ProfilerStep#N)".into());
+    }
+    Ok(Simulated {
+        gpus: Some(run.ranks),
+        strategy: format!("replay of {} traced rank(s)", run.loaded.trace.ranks.len()),
+        points: vec![point("iteration", measured, simulated)],
+    })
+}
