@@ -1,5 +1,21 @@
 //! Simulated-versus-measured comparison: accuracy metrics and the bundled suite of published
 //! measurements and real traces (`data/validation/`), run by `parasim validate`.
 //!
-//! Status: empty. The suite lands with the validation issue; this crate will only compare
-//! results, never reach into engine internals.
+//! - [`compare`]: a scenario's simulated strategy against a real multi-rank profiler trace of
+//!   the same job (`parasim compare`): iteration time, GPU time per kernel class and NCCL time
+//!   per collective kind, per rank per iteration, sorted by how far apart they are.
+//!
+//! This crate only compares results; it never reaches into engine internals.
+//!
+//! ```no_run
+//! use std::path::{Path, PathBuf};
+//! let loaded = traces::load(&[PathBuf::from("dlrm_kineto/")])?;
+//! let scenario = workloads::scenario::Scenario::load(Path::new("scenarios/dlrm-8xv100.toml"))?;
+//! let comparison = validation::compare::compare(&loaded.trace, "dlrm_kineto/", &scenario)?;
+//! for row in &comparison.kernels {
+//!     println!("{}: measured {:.3} ms, simulated {:.3} ms", row.name, row.measured_s * 1e3, row.simulated_s * 1e3);
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod compare;
