@@ -4,6 +4,7 @@
 mod bench;
 mod calibrate_cmd;
 mod collective_cmd;
+mod compare_cmd;
 mod models;
 mod report;
 mod topo;
@@ -106,6 +107,18 @@ enum Command {
         /// `--hold gemm-ramp-exponent=1` or `--hold launch-overhead="2 us"`.
         #[arg(long, value_name = "KEY=VALUE")]
         hold: Vec<String>,
+    },
+    /// Compare a scenario's simulated strategy with a real multi-rank profiler trace of the same
+    /// job: iteration time, GPU time per kernel class, NCCL time per collective kind
+    /// (docs/traces.md).
+    Compare {
+        /// Kineto trace: a directory of rank files, rank files, or a .pstrace file.
+        trace: PathBuf,
+        /// Scenario of the traced job (same GPU count as the trace's world size).
+        scenario: PathBuf,
+        /// Print the comparison as JSON (deterministic).
+        #[arg(long)]
+        json: bool,
     },
     /// Trace file utilities.
     #[command(subcommand)]
@@ -324,6 +337,11 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
         Command::Calibrate { traces, device, output, check, json, by_operator, hold } => {
             let args = calibrate_cmd::Args { traces, device, output, check, json, by_operator, hold };
             let text = calibrate_cmd::calibrate(&args)?;
+            std::io::stdout().lock().write_all(text.as_bytes()).context("writing the report")?;
+            Ok(())
+        }
+        Command::Compare { trace, scenario, json } => {
+            let text = compare_cmd::compare(&trace, &scenario, json)?;
             std::io::stdout().lock().write_all(text.as_bytes()).context("writing the report")?;
             Ok(())
         }

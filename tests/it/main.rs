@@ -5,6 +5,7 @@
 
 mod calibrate;
 mod collective;
+mod compare;
 mod memory;
 mod models;
 mod network;
