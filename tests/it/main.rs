@@ -11,6 +11,7 @@ mod models;
 mod network;
 mod readme;
 mod strategies;
+mod validate;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -255,9 +255,15 @@ fn check(family: &Family) -> Result<(), (String, String)> {
             format!("{:?} for a {} family; valid: {}", header.unit, header.kind.name(), units.join(", ")),
         ));
     }
+    if let Some(scenario) = &header.scenario {
+        check_honesty(scenario).map_err(|(key, message)| (format!("family.{key}"), message))?;
+    }
     let mut seen = BTreeSet::new();
     for (index, case) in family.cases.iter().enumerate() {
         let key = |name: &str| format!("case[{index}].{name}");
+        if let Some(scenario) = &case.scenario {
+            check_honesty(scenario).map_err(|(k, message)| (key(&k), message))?;
+        }
         if !is_id(&case.id) {
             return Err((key("id"), format!("{:?}: use lower-case letters, digits, '-' and '.'", case.id)));
         }
@@ -335,6 +341,29 @@ fn check(family: &Family) -> Result<(), (String, String)> {
             && !["fp32", "fp16"].contains(&precision.as_str())
         {
             return Err((key("precision"), format!("{precision:?}; valid: fp32, fp16")));
+        }
+    }
+    Ok(())
+}
+
+/// The `[compute]` keys a case may set: facts of the measured software, not calibration.
+/// Everything else in `[compute]` (efficiencies, dispatch costs, profiles) is calibration,
+/// which is per device type (the catalog and its built-in profiles), never per case.
+pub const CASE_COMPUTE_KEYS: [&str; 1] = ["cuda-graphs"];
+
+/// Refuses calibration in a case's scenario keys: the key that breaks the rule, and why.
+pub fn check_honesty(scenario: &toml::Table) -> Result<(), (String, String)> {
+    if let Some(compute) = scenario.get("compute").and_then(toml::Value::as_table) {
+        for key in compute.keys() {
+            if !CASE_COMPUTE_KEYS.contains(&key.as_str()) {
+                return Err((
+                    format!("scenario.compute.{key}"),
+                    format!(
+                        "is calibration, and a validation case may not calibrate: calibration is per device type (data/devices.toml, built-in profiles), never per case; a case may set only {}",
+                        CASE_COMPUTE_KEYS.join(", ")
+                    ),
+                ));
+            }
         }
     }
     Ok(())
@@ -431,6 +460,10 @@ data = 8
             (("unit = \"s/iter\"", "unit = \"ms\""), "family.unit"),
             (("kind = \"iteration\"", "kind = \"guess\""), "family.kind"),
             (("source = \"row 1\"", "source = \"row 1\"\nmeasurd = 3"), "case[0]"),
+            (
+                ("data = 8", "data = 8\n[case.scenario.compute]\ngemm-efficiency = 0.9"),
+                "case[0].scenario.compute.gemm-efficiency",
+            ),
         ] {
             let error = parse(&FAMILY.replace(change.0, change.1)).unwrap_err().to_string();
             assert!(error.contains("demo.toml") && error.contains(key), "{change:?}: {error}");

@@ -14,7 +14,7 @@ use workloads::scenario::{Cluster, Scenario};
 use workloads::simulation::{StrategySummary, Summary, simulate};
 use workloads::{ComputeModel, DeviceCatalog, Dtype};
 
-use crate::case::{CaseEntry, Family, Kind, Paths, merge, set_dotted};
+use crate::case::{CaseEntry, Family, Kind, Paths, check_honesty, merge, set_dotted};
 use crate::replay::{ReplayRequest, replay};
 
 /// `1 - |simulated - measured| / measured`, floored at 0: the suite's accuracy.
@@ -180,6 +180,7 @@ fn scenario_table(
     if let Some(own) = &case.scenario {
         merge(&mut table, own);
     }
+    check_honesty(&table).map_err(|(key, message)| format!("{key} {message}"))?;
     Ok((table, anchor))
 }
 
