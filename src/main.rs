@@ -210,11 +210,18 @@ enum Command {
         #[arg(long)]
         list: bool,
         /// Print JSON (every case and point, families, rankings, overall).
-        #[arg(long, conflicts_with = "csv")]
+        #[arg(long, conflicts_with_all = ["csv", "markdown"])]
         json: bool,
         /// Print CSV, one row per case (per point with --points).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "markdown")]
         csv: bool,
+        /// Print Markdown: the summary, a table per family, pending reasons, rankings.
+        #[arg(long)]
+        markdown: bool,
+        /// Rewrite the generated part of this Markdown file (between its markers) with the
+        /// Markdown report: `--write-doc docs/validation.md`.
+        #[arg(long, value_name = "FILE.md")]
+        write_doc: Option<PathBuf>,
         /// Also show every point of multi-point cases (nccl-tests sizes, DeepBench kernels).
         #[arg(long)]
         points: bool,
@@ -420,6 +427,8 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             list,
             json,
             csv,
+            markdown,
+            write_doc,
             points,
             plot,
             check_bounds,
@@ -432,6 +441,8 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                 selection: validation::suite::Selection { families: suites, cases, ci_only: ci },
                 json,
                 csv,
+                markdown,
+                write_doc,
                 points,
                 plot,
                 check_bounds,

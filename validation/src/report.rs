@@ -288,6 +288,98 @@ impl Report {
         out
     }
 
+    /// The report as Markdown: the summary table, then one table per family (its source,
+    /// caveats, cases and pending reasons), then the strategy rankings. docs/validation.md
+    /// holds this between markers, rewritten by `parasim validate --write-doc`.
+    pub fn markdown(&self, caveats: &BTreeMap<String, Vec<String>>) -> String {
+        let mut out = String::new();
+        let percent = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.1}%", 100.0 * v));
+        let _ = writeln!(out, "| family | ran | pending | failed | mean | median | worst case |");
+        let _ = writeln!(out, "|---|---|---|---|---|---|---|");
+        for family in self.families.iter().map(|f| (f.id.as_str(), &f.stats)).chain([("**overall**", &self.overall)]) {
+            let (id, stats) = family;
+            let worst = stats.worst.as_ref().map_or("-".to_string(), |(w, a)| format!("{w} ({:.1}%)", 100.0 * a));
+            let _ = writeln!(
+                out,
+                "| {id} | {} | {} | {} | {} | {} | {worst} |",
+                stats.ran,
+                stats.pending,
+                stats.failed,
+                percent(stats.mean),
+                percent(stats.median)
+            );
+        }
+        for family in &self.families {
+            let _ = writeln!(out, "\n### {}\n\n{}.\nSource: {}.\n", family.id, family.title, family.source);
+            if let Some(notes) = caveats.get(&family.id)
+                && !notes.is_empty()
+            {
+                for note in notes {
+                    let _ = writeln!(out, "- {note}");
+                }
+                let _ = writeln!(out);
+            }
+            let cases: Vec<&CaseResult> = self.cases.iter().filter(|c| c.family == family.id).collect();
+            let ran: Vec<&&CaseResult> = cases.iter().filter(|c| !matches!(c.status, Status::Pending { .. })).collect();
+            if !ran.is_empty() {
+                let _ = writeln!(out, "| case | GPUs | what ran | measured | simulated | error | accuracy |");
+                let _ = writeln!(out, "|---|---|---|---|---|---|---|");
+                for case in ran {
+                    let short = case.id.rsplit('/').next().unwrap_or(&case.id);
+                    let gpus = case.gpus.map_or("-".to_string(), |g| g.to_string());
+                    match &case.status {
+                        Status::Failed { error } => {
+                            let error = error.lines().next().unwrap_or_default().replace('|', "/");
+                            let _ = writeln!(out, "| {short} | {gpus} | | failed: {error} | | | |");
+                        }
+                        _ => {
+                            let _ = writeln!(
+                                out,
+                                "| {short} | {gpus} | {} | {} | {} | {} | {} |",
+                                case.strategy,
+                                value(case.measured, &case.unit),
+                                value(case.simulated, &case.unit),
+                                case.error.map_or("-".into(), |e| format!("{:+.1}%", 100.0 * e)),
+                                percent(case.accuracy)
+                            );
+                        }
+                    }
+                }
+            }
+            let mut reasons: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+            for case in &cases {
+                if let Status::Pending { reason } = &case.status {
+                    reasons.entry(reason.as_str()).or_default().push(case.id.rsplit('/').next().unwrap_or(&case.id));
+                }
+            }
+            if !reasons.is_empty() {
+                let _ = writeln!(out, "\nPending:\n");
+                for (reason, ids) in reasons {
+                    let _ = writeln!(out, "- {} case(s), {reason}: {}", ids.len(), ids.join(", "));
+                }
+            }
+        }
+        if !self.rankings.is_empty() {
+            let _ = writeln!(out, "\n### Strategy rankings\n");
+            let _ = writeln!(out, "| group | measured, fastest first | simulated, fastest first | Kendall tau |");
+            let _ = writeln!(out, "|---|---|---|---|");
+            for ranking in &self.rankings {
+                let strip = |ids: &[String]| {
+                    ids.iter().map(|id| id.rsplit('/').next().unwrap_or(id).to_string()).collect::<Vec<_>>().join(" < ")
+                };
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} | {:+.2} |",
+                    ranking.group,
+                    strip(&ranking.measured_order),
+                    strip(&ranking.simulated_order),
+                    ranking.kendall_tau
+                );
+            }
+        }
+        out
+    }
+
     /// One CSV row per case (per point with `points`), RFC 4180 quoting.
     pub fn csv(&self, points: bool) -> String {
         let mut out = String::from(
