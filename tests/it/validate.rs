@@ -49,16 +49,40 @@ fn fixture_family(measured: f64) -> String {
 #[test]
 fn ci_families_hold_their_recorded_floors() {
     let shared = shared();
-    let output = parasim(&["validate", "--ci", "--check-bounds", "--shared", shared.to_str().unwrap()]);
+    let output =
+        parasim(&["validate", "--ci", "--check-bounds", "--markdown", "--shared", shared.to_str().unwrap()]);
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stdout}\n{stderr}");
-    assert!(stdout.contains("every recorded floor holds"), "{stdout}");
     // Every CI family has a floor, so none can regress unnoticed.
     let bounds = fs_err::read_to_string(Path::new(SUITE).join("bounds.toml")).unwrap();
-    for family in ["nccl-tests", "deepbench", "trace-replays", "paradl-data-parallel"] {
+    let doc =
+        fs_err::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/validation.md")).unwrap();
+    for family in
+        ["nccl-tests", "deepbench", "trace-replays", "paradl-data-parallel", "scaling-goyal-horovod"]
+    {
         assert!(bounds.contains(&format!("[family.{family}]")), "no floor for {family}");
-        assert!(stdout.lines().any(|l| l.starts_with(family)), "{family} did not run:\n{stdout}");
+        // docs/validation.md shows what the binary prints for this family: its summary row
+        // and every case row (regenerate: parasim validate --write-doc docs/validation.md).
+        let summary = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("| {family} |")))
+            .unwrap_or_else(|| panic!("{family} did not run:\n{stdout}"));
+        assert!(
+            doc.contains(summary),
+            "docs/validation.md's summary of {family} drifted: the binary prints\n{summary}"
+        );
+        let section = stdout.split(&format!("### {family}\n")).nth(1).unwrap_or_default();
+        for row in section
+            .lines()
+            .take_while(|l| !l.starts_with("### "))
+            .filter(|l| l.starts_with("| ") && !l.starts_with("| case"))
+        {
+            assert!(
+                doc.contains(row),
+                "docs/validation.md's row of {family} drifted: the binary prints\n{row}"
+            );
+        }
     }
 }
 

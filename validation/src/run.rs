@@ -398,7 +398,7 @@ fn replay_traces(
     }
     Ok(Simulated {
         gpus: Some(run.ranks),
-        strategy: format!("replay of {} traced rank(s)", run.loaded.trace.ranks.len()),
+        strategy: format!("replay ({} traced)", run.loaded.trace.ranks.len()),
         points: vec![point("iteration", measured, simulated)],
     })
 }
