@@ -124,6 +124,12 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
     if min == 0 || max < min || options.factor < 2 {
         bail!("sizes must satisfy 0 < -b <= -e, and -f must be at least 2");
     }
+    if min < element {
+        bail!(
+            "-b {min}: smaller than one {} element ({element} B); nccl-tests counts whole elements, so give at least {element}",
+            options.dtype
+        );
+    }
     let root = if matches!(kind, CollectiveKind::Broadcast { .. } | CollectiveKind::Reduce { .. }) {
         "0"
     } else {

@@ -129,7 +129,7 @@ enum Command {
         #[arg(long, value_delimiter = ',', default_value = "64,1024,16384")]
         gpus: Vec<u32>,
         /// Runs per configuration; the fastest is reported.
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
         repeats: u32,
         /// Also time GPT-3 175B (tensor 8 x pipeline 16) at these GPU counts (multiples of
         /// 128): `flow` at 1024 GPUs and less, `analytical` above.
@@ -262,7 +262,7 @@ enum Command {
         /// A zoo model (`parasim models` lists them) or the path of a model file.
         model: String,
         /// Samples the FLOP and activation columns are computed for.
-        #[arg(long, default_value_t = 1)]
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1 << 30))]
         batch: u64,
     },
 }

@@ -6,13 +6,13 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use serde::Serialize;
 use sim_core::exec::Timeline;
 use sim_core::fidelity::NetworkSettings;
 use sim_core::graph::ExecGraph;
 use sim_core::units::Bytes;
-use topology::{ClusterSpec, FabricSpec, IntraNode};
+use topology::ClusterSpec;
 use traces::replay::{Comparison, Replay};
 use validation::replay::{ReplayRequest, ReplayRun, abbreviate};
 
@@ -40,17 +40,8 @@ pub struct ReplayArgs {
 }
 
 fn describe_cluster(spec: &ClusterSpec, device: &str) -> String {
-    let intra = match spec.intra_node {
-        IntraNode::NvSwitch(link) => format!("nvswitch {} {}", link.bandwidth, link.latency),
-        IntraNode::PcieSwitch(link) => format!("pcie-switch {} {}", link.bandwidth, link.latency),
-        IntraNode::NvLinkMesh(link) => format!("nvlink-mesh {} {}", link.bandwidth, link.latency),
-    };
-    let network = match &spec.network.fabric {
-        FabricSpec::Switch { link } => {
-            format!("switch, {} {} per GPU", link.bandwidth.display_bits(), link.latency)
-        }
-        fabric => fabric.to_string(),
-    };
+    let intra = spec.intra_node.describe();
+    let network = spec.network.describe(spec.gpus_per_node);
     format!(
         "{} x {device} = {} node{} x {} GPUs; intra-node {intra}; network {network}",
         spec.nodes * spec.gpus_per_node,
@@ -288,6 +279,15 @@ fn human_report(
 
 /// `parasim trace convert INPUT... OUTPUT`: returns the report to print.
 pub fn convert(inputs: &[PathBuf], output: &Path) -> anyhow::Result<String> {
+    let extension = output.extension().map(|e| e.to_string_lossy().to_ascii_lowercase());
+    if let Some(extension) = extension.as_deref()
+        && !["pstrace", "json"].contains(&extension)
+    {
+        bail!(
+            "{}: the output's extension .{extension} names no format; write OUT.pstrace (binary), OUT.json (one rank) or a directory without an extension (one JSON file per rank)",
+            output.display()
+        );
+    }
     let started = Instant::now();
     let loaded = traces::load(inputs)?;
     let load_wall = started.elapsed();

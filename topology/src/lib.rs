@@ -245,6 +245,16 @@ pub enum IntraNode {
 }
 
 impl IntraNode {
+    /// "nvswitch 300 GB/s 0.7 us": the kind, rate and latency, as reports print it.
+    pub fn describe(self) -> String {
+        let (kind, link) = match self {
+            IntraNode::NvSwitch(link) => ("nvswitch", link),
+            IntraNode::PcieSwitch(link) => ("pcie-switch", link),
+            IntraNode::NvLinkMesh(link) => ("nvlink-mesh", link),
+        };
+        format!("{kind} {} {}", link.bandwidth, link.latency)
+    }
+
     /// The GPU-to-switch (or, for a mesh, GPU-to-GPU) link.
     pub fn link(self) -> LinkSpec {
         match self {

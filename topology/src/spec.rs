@@ -120,6 +120,24 @@ impl Default for Transport {
 }
 
 impl NetworkSpec {
+    /// "switch, 200 Gb/s 1 us per GPU" (or "per NIC, 4 NICs for 8 GPUs" when GPUs share
+    /// NICs), or the fabric's own description: what reports print for the network between
+    /// servers of `gpus_per_node` GPUs.
+    pub fn describe(&self, gpus_per_node: u32) -> String {
+        match &self.fabric {
+            FabricSpec::Switch { link } => {
+                let per = match self.nics_per_node {
+                    Some(nics) if nics < gpus_per_node => {
+                        format!("per NIC, {nics} NICs for {gpus_per_node} GPUs per node")
+                    }
+                    _ => "per GPU".to_string(),
+                };
+                format!("switch, {} {} {per}", link.bandwidth.display_bits(), link.latency)
+            }
+            fabric => fabric.to_string(),
+        }
+    }
+
     /// One non-blocking switch, one `link` per GPU: the simplest cluster network.
     pub fn single_switch(link: LinkSpec) -> NetworkSpec {
         NetworkSpec::new(FabricSpec::Switch { link })

@@ -207,7 +207,12 @@ impl Model {
                 ));
             }
         }
-        let line_of = |offset: usize| text.get(..offset).map(|before| before.matches('\n').count() + 1);
+        // Line numbers by binary search over the newlines' offsets, found once: counting them
+        // again for every layer made loading a long layer-by-layer file quadratic.
+        let newlines: Vec<usize> = text.match_indices('\n').map(|(offset, _)| offset).collect();
+        let line_of = |offset: usize| {
+            (offset <= text.len()).then(|| newlines.partition_point(|&newline| newline < offset) + 1)
+        };
         let built = |section: &str, span: std::ops::Range<usize>, result: Result<Model, ModelError>| {
             result.map_err(|error| ModelError::InFile { file: file.clone(), line: line_of(span.start), error: Box::new(error) })
                 .and_then(|model| {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde::{Serialize, Serializer};
 use sim_core::stats::{breakdown_ignoring, exposed_by_class, idle_until};
 use sim_core::units::{SimDuration, SimTime};
-use topology::{FabricSpec, IntraNode, Topology, TopologyError};
+use topology::{Topology, TopologyError};
 
 use crate::device::DeviceError;
 use crate::memory::{MemoryBreakdown, MemoryError};
@@ -468,17 +468,8 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
     let p = &scenario.parallelism;
     let peak = scenario.device.peak(scenario.precision)?.per_second();
     let achieved = lowered.flops_per_rank_iteration / seconds;
-    let intra = match scenario.cluster.intra_node {
-        IntraNode::NvSwitch(link) => format!("nvswitch {} {}", link.bandwidth, link.latency),
-        IntraNode::PcieSwitch(link) => format!("pcie-switch {} {}", link.bandwidth, link.latency),
-        IntraNode::NvLinkMesh(link) => format!("nvlink-mesh {} {}", link.bandwidth, link.latency),
-    };
-    let network = match &scenario.cluster.network.fabric {
-        FabricSpec::Switch { link } => {
-            format!("switch, {} {} per GPU", link.bandwidth.display_bits(), link.latency)
-        }
-        fabric => fabric.to_string(),
-    };
+    let intra = scenario.cluster.intra_node.describe();
+    let network = scenario.cluster.network.describe(scenario.cluster.gpus_per_node);
     let summary = Summary {
         scenario: scenario.source.clone(),
         model: ModelSummary {

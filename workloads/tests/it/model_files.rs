@@ -291,3 +291,22 @@ fn every_kind_in_the_zoo_can_be_written_in_a_file() {
         }
     }
 }
+
+/// A layer-by-layer file of 100,000 layers loads, and an error in its last layer names the
+/// right line. Line numbers were once found by recounting newlines from the file's start for
+/// every layer, which made this file take minutes (40,000 layers: 23 s); now they come from
+/// one pass over the text.
+#[test]
+fn long_layer_files_load_in_linear_time_with_exact_lines() {
+    let layers = 100_000;
+    let mut text = String::from("[model]\ninput = [64]\n");
+    for index in 0..layers {
+        text += &format!("\n[[layers]]\nname = \"fc{index}\"\nkind = \"linear\"\nout-features = 64\n");
+    }
+    let model = parse(&text).unwrap();
+    assert_eq!(model.layers.len(), layers);
+    // The last layer starts at line 3 + 5 * (layers - 1) + 1.
+    let last_line = 3 + 5 * (layers - 1) + 1;
+    let broken = format!("{text}oops = 1\n");
+    rejected(&broken, &[&format!("line {last_line}"), &format!("layers[{}].oops", layers - 1)]);
+}

@@ -1,0 +1,42 @@
+//! Bad command-line input: each is refused with exit code 2 and a message that says what
+//! would be valid (issue: accepted nonsense), never run with a silent substitute.
+
+use crate::parasim;
+
+#[test]
+fn nonsense_arguments_are_refused_with_what_is_valid() {
+    let cases: &[(&[&str], &[&str])] = &[
+        (&["collective", "allreduce", "--chunk", "0B", "-b", "8", "-e", "8"], &["--chunk", "greater than 0"]),
+        (&["collective", "allreduce", "-b", "3", "-e", "3"], &["-b 3", "one float element (4 B)"]),
+        (&["collective", "allreduce", "-b", "1", "-e", "8", "-d", "double"], &["one double element (8 B)"]),
+        (&["inspect", "resnet50", "--batch", "18446744073709551615"], &["--batch", "1..=1073741824"]),
+        (&["inspect", "resnet50", "--batch", "0"], &["--batch"]),
+        (&["bench", "--repeats", "0"], &["--repeats", "1.."]),
+        (&["trace", "convert", "in.json", "out.txt"], &["out.txt", ".txt names no format", "OUT.pstrace"]),
+    ];
+    for (args, needles) in cases {
+        let output = parasim(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        for needle in *needles {
+            assert!(stderr.contains(needle), "{args:?}: {needle:?} not in {stderr}");
+        }
+    }
+    assert!(!std::path::Path::new("out.txt").exists(), "trace convert created out.txt");
+}
+
+/// GPUs sharing NICs are reported as such, not as a NIC per GPU.
+#[test]
+fn shared_nics_are_reported_per_nic() {
+    let text = crate::quickstart_with(
+        "link-latency = \"1 us\"",
+        "link-latency = \"1 us\"\nnics-per-node = 4\ngpu-to-nic = { bandwidth = \"32 GB/s\", latency = \"1 us\" }",
+    );
+    let path = crate::scenario_file("shared-nics.toml", &text);
+    let output = parasim(&["run", path.to_str().unwrap(), "--json"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let network = json["cluster"]["network"].as_str().unwrap();
+    assert!(network.ends_with("per NIC, 4 NICs for 8 GPUs per node"), "{network}");
+}
