@@ -683,6 +683,17 @@ fn check_profile(
     let (mut profile, _) = workloads::scenario::read_profile(name, Path::new(""))
         .map_err(anyhow::Error::msg)
         .context("--check")?;
+    // As in a scenario: a profile describes one device type (or one with the same compute).
+    let same_compute =
+        workloads::DeviceCatalog::builtin().get(&profile.device).is_ok_and(|d| d.same_compute(device));
+    if profile.device != device.name && !same_compute {
+        anyhow::bail!(
+            "--check {name}: the profile was calibrated on {}, but --device is {}: a profile describes one device type (built-in profiles: {})",
+            profile.device,
+            device.name,
+            workloads::calibrate::Profile::builtin_names().join(", ")
+        );
+    }
     profile.compute.winograd_convolutions |= winograd;
     let samples = &collected.samples;
     let with_profile = class_errors(samples, &calibrate::predictions(&profile.compute, device, samples)?);

@@ -238,6 +238,16 @@ fn check_measures_a_profile_on_traces_it_was_not_fitted_to() {
     assert!(weighted[1] < weighted[0], "the profile should beat the defaults on the unseen trace: {all}");
 }
 
+/// `--check` refuses a profile of another device type, as a scenario does.
+#[test]
+fn check_refuses_a_profile_of_another_device() {
+    let trace = shared_trace("HolisticTraceAnalysis/trace_diff/test/test.json.gz");
+    let run = calibrate(&[&trace], "v100-sxm2-16gb", &["--check", "a100-sxm4-40gb"]);
+    assert_eq!(run.status.code(), Some(2));
+    let error = String::from_utf8_lossy(&run.stderr);
+    assert!(error.contains("calibrated on a100-sxm4-40gb") && error.contains("v100-sxm2-16gb"), "{error}");
+}
+
 /// `--hold KEY=VALUE` keeps a parameter out of the fit, exactly at its value, and the profile
 /// records it.
 #[test]
