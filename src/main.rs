@@ -291,13 +291,29 @@ fn main() -> ExitCode {
             }) {
                 return ExitCode::SUCCESS;
             }
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", message(&error));
             if error.downcast_ref::<validate_cmd::BoundsBroken>().is_some() {
                 return ExitCode::from(1);
             }
             ExitCode::from(2)
         }
     }
+}
+
+/// The error and its causes, each cause once: library errors often print their source in
+/// their own message too, and `{:#}` would repeat it at every level.
+fn message(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&cause);
+        }
+    }
+    text
 }
 
 fn execute(cli: Cli) -> anyhow::Result<()> {

@@ -239,9 +239,12 @@ fn split_number(input: &str) -> Option<(f64, &str)> {
         .char_indices()
         .find(|&(_, c)| !(c.is_ascii_digit() || matches!(c, '.' | '+' | '-' | 'e' | 'E' | '_')))
         .map_or(text.len(), |(i, _)| i);
-    let number: String = text[..end].chars().filter(|&c| c != '_').collect();
-    let value = number.parse::<f64>().ok()?;
-    Some((value, text[end..].trim()))
+    // The longest prefix that reads as a number: in "8E" or "2e" the letter is a unit, not
+    // an exponent.
+    (1..=end).rev().find_map(|end| {
+        let number: String = text[..end].chars().filter(|&c| c != '_').collect();
+        number.parse::<f64>().ok().map(|value| (value, text[end..].trim()))
+    })
 }
 
 /// Reads `<number> <unit>` where the unit is looked up in `units` (unit name -> scale).
@@ -641,6 +644,17 @@ serde_via_string!(FlopRate, "a compute rate such as \"312 TFLOP/s\"");
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_letter_after_the_number_is_read_as_a_unit() {
+        let error = "8E".parse::<Bandwidth>().unwrap_err().to_string();
+        assert!(error.contains("unknown unit \"E\""), "{error}");
+        let error = "2e".parse::<Bytes>().unwrap_err().to_string();
+        assert!(error.contains("unknown unit \"e\""), "{error}");
+        assert_eq!("1e3 B".parse::<Bytes>().unwrap(), Bytes(1000));
+        let error = "GB".parse::<Bytes>().unwrap_err().to_string();
+        assert!(error.contains("no number at the start"), "{error}");
+    }
 
     #[test]
     fn durations_parse_and_print_round_trip() {
