@@ -72,8 +72,13 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
             OperatorImport { names: Vec::new(), files: Vec::new(), warnings: traces::Warnings::new() };
         (empty, String::new())
     } else {
-        let import = traces::kineto::import_operators(&trace_paths)
-            .with_context(|| format!("reading {}", traces::kineto::describe_inputs(&trace_paths)))?;
+        if let Some(binary) = trace_paths.iter().find(|p| p.extension().is_some_and(|e| e == "pstrace")) {
+            anyhow::bail!(
+                "{}: calibrate reads Kineto JSON traces recorded with record_shapes=True; a .pstrace keeps no operator shapes: give the JSON files",
+                binary.display()
+            );
+        }
+        let import = traces::kineto::import_operators(&trace_paths)?;
         let trace_device = check_device(&import, device)?;
         (import, trace_device)
     };

@@ -40,3 +40,44 @@ fn shared_nics_are_reported_per_nic() {
     let network = json["cluster"]["network"].as_str().unwrap();
     assert!(network.ends_with("per NIC, 4 NICs for 8 GPUs per node"), "{network}");
 }
+
+/// Messages that once named the wrong thing, or said it three times.
+#[test]
+fn messages_name_the_right_thing_once() {
+    let empty = crate::scenario_file("errors-empty.toml", "");
+    let fake = crate::scenario_file("errors-fake.pstrace", "{}");
+    let slow = crate::scenario_file(
+        "errors-slow.toml",
+        &crate::quickstart_with("link-bandwidth = \"200 Gb/s\"", "link-bandwidth = \"1 b/s\""),
+    );
+    let unit = crate::scenario_file(
+        "errors-unit.toml",
+        &crate::quickstart_with("link-bandwidth = \"200 Gb/s\"", "link-bandwidth = \"8E\""),
+    );
+    let cases: Vec<(Vec<&str>, Vec<&str>)> = vec![
+        (
+            vec!["run", empty.to_str().unwrap()],
+            vec!["errors-empty.toml", "key `cluster`", "no [cluster] table"],
+        ),
+        (vec!["replay", fake.to_str().unwrap()], vec!["errors-fake.pstrace", "no PSTRACE magic number"]),
+        (
+            vec!["calibrate", fake.to_str().unwrap(), "--device", "v100-sxm2-16gb", "-o", "x.toml"],
+            vec!["errors-fake.pstrace", "Kineto JSON"],
+        ),
+        (vec!["run", unit.to_str().unwrap()], vec!["cluster.network.link-bandwidth", "unknown unit \"E\""]),
+        (vec!["run", slow.to_str().unwrap()], vec!["out of range"]),
+    ];
+    for (args, needles) in cases {
+        let output = parasim(&args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        for needle in needles {
+            assert!(stderr.contains(needle), "{args:?}: {needle:?} not in {stderr}");
+        }
+        // No message repeats itself: every line of the error is said once.
+        let first = stderr.lines().next().unwrap_or_default();
+        for part in first.split(": ").filter(|p| p.len() > 20) {
+            assert_eq!(first.matches(part).count(), 1, "{args:?} repeats {part:?}: {first}");
+        }
+    }
+}

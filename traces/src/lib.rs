@@ -62,6 +62,16 @@ pub fn load(paths: &[PathBuf]) -> Result<Loaded, TraceError> {
     {
         return Ok(Loaded { trace: binary::read(path)?, warnings: Warnings::new(), binary: true });
     }
+    // A file named .pstrace that is not one: say so, rather than report it as broken JSON.
+    if let Some(path) = paths
+        .iter()
+        .find(|p| p.is_file() && p.extension().is_some_and(|e| e == "pstrace") && !binary::has_magic(p))
+    {
+        return Err(TraceError::Meaningless {
+            path: path.clone(),
+            reason: "named .pstrace but not a parasim binary trace (no PSTRACE magic number at the start); write one with `parasim trace convert`".into(),
+        });
+    }
     if let Some(path) = paths.iter().find(|p| p.is_file() && binary::has_magic(p)) {
         return Err(TraceError::Meaningless {
             path: path.clone(),

@@ -397,7 +397,22 @@ fn read_spec(text: &str, file: &Path) -> Result<ScenarioSpec, ScenarioError> {
         .map_err(|error| ScenarioError::Syntax { file: file.to_path_buf(), message: error.to_string() })?;
     serde_path_to_error::deserialize(deserializer).map_err(|error| {
         let key = error.path().to_string();
-        ScenarioError::Format { file: file.to_path_buf(), key, message: error.into_inner().to_string() }
+        let message = error.into_inner().to_string();
+        // A table missing at the top level: name the table, not the path "." and a TOML
+        // excerpt pointing at line 1.
+        if key == "."
+            && let Some(field) =
+                message.split("missing field `").nth(1).and_then(|rest| rest.split('`').next())
+        {
+            return ScenarioError::Format {
+                file: file.to_path_buf(),
+                key: field.to_string(),
+                message: format!(
+                    "the scenario has no [{field}] table (see the scenario format in the README)"
+                ),
+            };
+        }
+        ScenarioError::Format { file: file.to_path_buf(), key, message }
     })
 }
 
