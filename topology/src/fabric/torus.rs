@@ -36,13 +36,13 @@ impl Torus {
     pub(crate) fn validate(fabric: &FabricSpec, dims: &[u32], terminals: u64) -> Result<(), TopologyError> {
         if dims.is_empty() {
             return Err(TopologyError::Invalid {
-                parameter: "torus dims",
+                parameter: "dims",
                 problem: "is empty; give the number of routers along each dimension, e.g. [4, 4, 4]".into(),
             });
         }
         if let Some(k) = dims.iter().position(|&d| d == 0) {
             return Err(TopologyError::Invalid {
-                parameter: "torus dims",
+                parameter: "dims",
                 problem: format!("dimension {k} is 0; every dimension needs at least 1 router"),
             });
         }

@@ -109,10 +109,10 @@ fn bad_dragonflies_name_the_parameter() {
 #[test]
 fn bad_tori_and_oversized_fabrics_are_errors() {
     let l = link("100 Gb/s", "1 us");
-    assert_mentions(&message(2, FabricSpec::Torus { dims: vec![], link: l }), &["torus dims", "is empty"]);
+    assert_mentions(&message(2, FabricSpec::Torus { dims: vec![], link: l }), &["dims", "is empty"]);
     assert_mentions(
         &message(2, FabricSpec::Torus { dims: vec![4, 0], link: l }),
-        &["torus dims", "dimension 1 is 0"],
+        &["dims", "dimension 1 is 0"],
     );
     assert_mentions(
         &message(20, FabricSpec::Torus { dims: vec![4, 4], link: l }),
