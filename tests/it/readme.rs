@@ -1,46 +1,69 @@
 //! Output shown in the README is the binary's: each block marked `<!-- snapshot: parasim ARGS
 //! ... -->` (optionally starting with the command line) must equal what `parasim ARGS` prints,
-//! except the `engine` line (wall times).
+//! except wall-clock lines (the `engine` line, "... of wall time"). `parasim ARGS | head -N`
+//! compares the first N lines; a marker ending in `(stderr) -->` compares the error a bad
+//! input gets, which must exit with code 2.
 
 use crate::parasim;
 
-/// The blocks of README.md marked as snapshots: (arguments, expected lines).
-fn snapshots() -> Vec<(Vec<String>, Vec<String>)> {
+/// One marked block: the arguments, the line limit, whether it shows stderr, the lines.
+struct Snapshot {
+    arguments: Vec<String>,
+    head: Option<usize>,
+    stderr: bool,
+    expected: Vec<String>,
+}
+
+/// The blocks of README.md marked as snapshots.
+fn snapshots() -> Vec<Snapshot> {
     let readme = include_str!("../../README.md");
     let mut found = Vec::new();
     let mut lines = readme.lines();
     while let Some(line) = lines.next() {
         let Some(rest) = line.strip_prefix("<!-- snapshot: parasim ") else { continue };
-        let arguments: Vec<String> = rest
-            .split(" (")
-            .next()
-            .unwrap_or(rest)
-            .trim_end_matches(" -->")
-            .split_whitespace()
-            .map(String::from)
-            .collect();
+        let stderr = rest.ends_with("(stderr) -->");
+        let command = rest.split(" (").next().unwrap_or(rest).trim_end_matches(" -->");
+        let (command, head) = match command.split_once(" | head -") {
+            Some((command, n)) => (command, Some(n.trim().parse::<usize>().expect("head -N takes a number"))),
+            None => (command, None),
+        };
+        let arguments: Vec<String> = command.split_whitespace().map(String::from).collect();
         assert_eq!(lines.next(), Some("```"), "a snapshot marker must be followed by a code block");
-        let mut block: Vec<String> = lines.by_ref().take_while(|l| *l != "```").map(String::from).collect();
-        if block.first().is_some_and(|l| l.starts_with("$ parasim")) {
-            block.remove(0); // the command, shown as typed
+        let mut expected: Vec<String> =
+            lines.by_ref().take_while(|l| *l != "```").map(String::from).collect();
+        if expected.first().is_some_and(|l| l.starts_with("$ parasim")) {
+            expected.remove(0); // the command, shown as typed
         }
-        found.push((arguments, block));
+        found.push(Snapshot { arguments, head, stderr, expected });
     }
     found
+}
+
+/// Lines whose content is wall-clock time, which no two runs share.
+fn is_wall_time(line: &&str) -> bool {
+    line.starts_with("engine ") || line.ends_with("of wall time")
 }
 
 #[test]
 fn readme_output_is_what_the_binary_prints() {
     let snapshots = snapshots();
-    assert!(!snapshots.is_empty(), "README.md has no snapshot markers");
-    for (arguments, expected) in snapshots {
-        let arguments: Vec<&str> = arguments.iter().map(String::as_str).collect();
+    assert!(snapshots.len() >= 5, "README.md lost its snapshot markers");
+    for snapshot in snapshots {
+        let arguments: Vec<&str> = snapshot.arguments.iter().map(String::as_str).collect();
         let output = parasim(&arguments);
-        assert!(output.status.success(), "{arguments:?}: {}", String::from_utf8_lossy(&output.stderr));
-        let text = String::from_utf8_lossy(&output.stdout);
-        let keep = |line: &&str| !line.starts_with("engine ");
-        let actual: Vec<&str> = text.lines().filter(keep).collect();
-        let expected: Vec<&str> = expected.iter().map(String::as_str).filter(keep).collect();
+        let text = if snapshot.stderr {
+            assert_eq!(output.status.code(), Some(2), "{arguments:?} should be refused");
+            String::from_utf8_lossy(&output.stderr).to_string()
+        } else {
+            assert!(output.status.success(), "{arguments:?}: {}", String::from_utf8_lossy(&output.stderr));
+            String::from_utf8_lossy(&output.stdout).to_string()
+        };
+        let mut actual: Vec<&str> = text.trim_end().lines().filter(|l| !is_wall_time(l)).collect();
+        if let Some(head) = snapshot.head {
+            actual.truncate(head);
+        }
+        let expected: Vec<&str> =
+            snapshot.expected.iter().map(String::as_str).filter(|l| !is_wall_time(l)).collect();
         assert_eq!(
             actual,
             expected,
