@@ -81,3 +81,14 @@ fn messages_name_the_right_thing_once() {
         }
     }
 }
+
+/// Inputs that would be accepted and then eat the machine are refused up front.
+#[test]
+fn unbounded_inputs_are_refused_before_they_are_built() {
+    let text = crate::quickstart_with("iterations = 1", "iterations = 10000000");
+    let path = crate::scenario_file("errors-iterations.toml", &text);
+    let output = parasim(&["run", path.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("simulation.iterations") && stderr.contains("at most 100"), "{stderr}");
+}

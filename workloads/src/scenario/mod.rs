@@ -316,6 +316,10 @@ impl Scenario {
     }
 }
 
+/// The most iterations one run simulates: the graph holds every iteration at once, so memory
+/// and time grow with the count, while the mean iteration time settles after two or three.
+pub const MAX_ITERATIONS: u32 = 100;
+
 /// The validated `[cluster]` table: what `parasim topo` needs, and the first part of a
 /// scenario.
 #[derive(Debug, Clone)]
@@ -546,6 +550,15 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
     }
     if spec.simulation.iterations == 0 {
         return Err(invalid("simulation.iterations", "must be at least 1, got 0".into()));
+    }
+    if spec.simulation.iterations > MAX_ITERATIONS {
+        return Err(invalid(
+            "simulation.iterations",
+            format!(
+                "is {}; at most {MAX_ITERATIONS}: every iteration is built in memory before the run (about as much as the first), and the report is their mean, which the second or third iteration already reaches",
+                spec.simulation.iterations
+            ),
+        ));
     }
     let (compute, compute_source) = compute_model(&spec.compute, &device, precision, file)?;
 
