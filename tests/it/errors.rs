@@ -92,3 +92,15 @@ fn unbounded_inputs_are_refused_before_they_are_built() {
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("simulation.iterations") && stderr.contains("at most 100"), "{stderr}");
 }
+
+/// A replay re-targeted to more ranks than fit in memory is refused with the estimate.
+#[test]
+fn oversized_replays_are_refused_with_the_estimate() {
+    let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/data/traces/HolisticTraceAnalysis/trace_diff/test/test.json.gz");
+    assert!(trace.is_file(), "missing the shared trace {}", trace.display());
+    let output = parasim(&["replay", trace.to_str().unwrap(), "--ranks", "1048576"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("1048576 ranks") && stderr.contains("30000000"), "{stderr}");
+}

@@ -19,6 +19,9 @@ const INFERRED_LATENCY: SimDuration = SimDuration::from_us(1);
 /// GPUs per server when the trace does not list its host's devices.
 const INFERRED_GPUS_PER_NODE: u32 = 8;
 
+/// The largest replay graph built (ops): about 90 bytes each, so some 3 GB.
+pub const MAX_REPLAY_OPS: u64 = 30_000_000;
+
 /// Why a replay cannot run.
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
@@ -58,6 +61,18 @@ pub enum ReplayError {
         gpus: u32,
         /// Ranks replayed.
         ranks: u32,
+    },
+    /// The replay graph would not fit in memory.
+    #[error(
+        "replaying {ranks} ranks of about {per_rank} ops each needs about {estimate} ops, more than the {MAX_REPLAY_OPS} parasim builds (about 90 bytes each); replay fewer ranks (--ranks), or simulate the job at scale with `parasim run` and a scenario"
+    )]
+    TooLarge {
+        /// Ranks asked for.
+        ranks: u32,
+        /// Ops and host calls per traced rank.
+        per_rank: u64,
+        /// The estimated graph size.
+        estimate: u64,
     },
     /// The cluster cannot be built.
     #[error("building the cluster topology: {0}")]
@@ -123,6 +138,14 @@ pub fn replay(request: &ReplayRequest) -> Result<ReplayRun, ReplayError> {
     }
     let trace = &loaded.trace;
     let ranks = request.ranks.unwrap_or(trace.world_size);
+    // Every simulated rank replays a traced rank's ops and host calls: refuse, before building
+    // it, a graph that would not fit this machine.
+    let per_rank =
+        trace.ranks.iter().map(|r| r.gpu_ops.len() + r.calls.len()).sum::<usize>() / trace.ranks.len().max(1);
+    let estimate = per_rank as u64 * u64::from(ranks);
+    if estimate > MAX_REPLAY_OPS {
+        return Err(ReplayError::TooLarge { ranks, per_rank: per_rank as u64, estimate });
+    }
 
     let started = Instant::now();
     let replay = traces::replay::build(trace, &ReplayOptions { ranks: request.ranks })?;
