@@ -35,6 +35,8 @@ pub struct Args {
     /// Instead of fitting, measure how well this profile (a file or a built-in name) predicts
     /// the traces' kernels.
     pub check: Option<String>,
+    /// Let `check` price with a profile of another device type.
+    pub any_device: bool,
     /// Print the profile as JSON instead of the report.
     pub json: bool,
     /// Add the fit's error per operator name to the report.
@@ -101,7 +103,7 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
         // Kernel benchmarks keep the fastest convolution algorithm: price them that way.
         let winograd = !tables.is_empty();
         let default = ComputeModel { winograd_convolutions: winograd, ..default };
-        return check_profile(name, device, &trace_device, &collected, &default, winograd);
+        return check_profile(name, device, &trace_device, &collected, &default, winograd, args.any_device);
     }
     let output =
         args.output.as_ref().context("give -o PROFILE (where to write the profile) or --check PROFILE")?;
@@ -684,6 +686,7 @@ fn check_profile(
     collected: &Collected,
     default: &ComputeModel,
     winograd: bool,
+    any_device: bool,
 ) -> anyhow::Result<String> {
     let (mut profile, _) = workloads::scenario::read_profile(name, Path::new(""))
         .map_err(anyhow::Error::msg)
@@ -691,9 +694,9 @@ fn check_profile(
     // As in a scenario: a profile describes one device type (or one with the same compute).
     let same_compute =
         workloads::DeviceCatalog::builtin().get(&profile.device).is_ok_and(|d| d.same_compute(device));
-    if profile.device != device.name && !same_compute {
+    if profile.device != device.name && !same_compute && !any_device {
         anyhow::bail!(
-            "--check {name}: the profile was calibrated on {}, but --device is {}: a profile describes one device type (built-in profiles: {})",
+            "--check {name}: the profile was calibrated on {}, but --device is {}: a profile describes one device type (built-in profiles: {}); add --any-device to measure how it transfers",
             profile.device,
             device.name,
             workloads::calibrate::Profile::builtin_names().join(", ")

@@ -97,6 +97,10 @@ enum Command {
         /// predicts the traces' kernels, next to the defaults.
         #[arg(long, value_name = "PROFILE", conflicts_with = "output")]
         check: Option<String>,
+        /// With --check: allow a profile calibrated on another device type, to measure how a
+        /// profile transfers (`run` refuses such a profile).
+        #[arg(long, requires = "check")]
+        any_device: bool,
         /// Print the profile as JSON instead of the report.
         #[arg(long)]
         json: bool,
@@ -357,8 +361,9 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             std::io::stdout().lock().write_all(text.as_bytes()).context("writing the report")?;
             Ok(())
         }
-        Command::Calibrate { traces, device, output, check, json, by_operator, hold } => {
-            let args = calibrate_cmd::Args { traces, device, output, check, json, by_operator, hold };
+        Command::Calibrate { traces, device, output, check, any_device, json, by_operator, hold } => {
+            let args =
+                calibrate_cmd::Args { traces, device, output, check, any_device, json, by_operator, hold };
             let text = calibrate_cmd::calibrate(&args)?;
             std::io::stdout().lock().write_all(text.as_bytes()).context("writing the report")?;
             Ok(())

@@ -233,7 +233,7 @@ fn a_scenario_that_fails_is_a_failed_row_and_the_rest_run() {
         broken < fixture && csv[broken..].contains(",failed,") && csv[fixture..].contains(",ok,"),
         "{csv}"
     );
-    assert!(csv.contains("missing field `cluster`"), "the error says what is wrong: {csv}");
+    assert!(csv.contains("no [cluster] table"), "the error says what is wrong: {csv}");
 }
 
 #[test]
