@@ -296,9 +296,12 @@ impl Report {
         let percent = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.1}%", 100.0 * v));
         let _ = writeln!(out, "| family | ran | pending | failed | mean | median | worst case |");
         let _ = writeln!(out, "|---|---|---|---|---|---|---|");
-        for family in self.families.iter().map(|f| (f.id.as_str(), &f.stats)).chain([("**overall**", &self.overall)]) {
+        for family in
+            self.families.iter().map(|f| (f.id.as_str(), &f.stats)).chain([("**overall**", &self.overall)])
+        {
             let (id, stats) = family;
-            let worst = stats.worst.as_ref().map_or("-".to_string(), |(w, a)| format!("{w} ({:.1}%)", 100.0 * a));
+            let worst =
+                stats.worst.as_ref().map_or("-".to_string(), |(w, a)| format!("{w} ({:.1}%)", 100.0 * a));
             let _ = writeln!(
                 out,
                 "| {id} | {} | {} | {} | {} | {} | {worst} |",
@@ -320,7 +323,8 @@ impl Report {
                 let _ = writeln!(out);
             }
             let cases: Vec<&CaseResult> = self.cases.iter().filter(|c| c.family == family.id).collect();
-            let ran: Vec<&&CaseResult> = cases.iter().filter(|c| !matches!(c.status, Status::Pending { .. })).collect();
+            let ran: Vec<&&CaseResult> =
+                cases.iter().filter(|c| !matches!(c.status, Status::Pending { .. })).collect();
             if !ran.is_empty() {
                 let _ = writeln!(out, "| case | GPUs | what ran | measured | simulated | error | accuracy |");
                 let _ = writeln!(out, "|---|---|---|---|---|---|---|");
@@ -349,7 +353,10 @@ impl Report {
             let mut reasons: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
             for case in &cases {
                 if let Status::Pending { reason } = &case.status {
-                    reasons.entry(reason.as_str()).or_default().push(case.id.rsplit('/').next().unwrap_or(&case.id));
+                    reasons
+                        .entry(reason.as_str())
+                        .or_default()
+                        .push(case.id.rsplit('/').next().unwrap_or(&case.id));
                 }
             }
             if !reasons.is_empty() {
@@ -361,11 +368,15 @@ impl Report {
         }
         if !self.rankings.is_empty() {
             let _ = writeln!(out, "\n### Strategy rankings\n");
-            let _ = writeln!(out, "| group | measured, fastest first | simulated, fastest first | Kendall tau |");
+            let _ =
+                writeln!(out, "| group | measured, fastest first | simulated, fastest first | Kendall tau |");
             let _ = writeln!(out, "|---|---|---|---|");
             for ranking in &self.rankings {
                 let strip = |ids: &[String]| {
-                    ids.iter().map(|id| id.rsplit('/').next().unwrap_or(id).to_string()).collect::<Vec<_>>().join(" < ")
+                    ids.iter()
+                        .map(|id| id.rsplit('/').next().unwrap_or(id).to_string())
+                        .collect::<Vec<_>>()
+                        .join(" < ")
                 };
                 let _ = writeln!(
                     out,
