@@ -371,10 +371,12 @@ impl ComputeModel {
             .map_err(ComputeError::Overflow)
     }
 
-    /// Time of `pass` of `layer` for `batch` samples on `device` in `dtype`. Matrix-product
-    /// layers are priced by their shape ([`KernelShape::of_layer`]) where the device has
-    /// execution data; one whose feature dimensions are off the 16-byte grid
-    /// ([`Layer::gemm_aligned`]) runs at `unaligned-gemm-efficiency`.
+    /// Time of `pass` of `layer` for `batch` samples on `device` in `dtype`: the sum of its
+    /// kernels ([`Layer::kernels`]: one, or a standard attention core's products, softmax and
+    /// dropout), each with its launch overhead. Matrix-product kernels are priced by their
+    /// shape ([`KernelShape::of_layer`]) where the device has execution data; one whose
+    /// feature dimensions are off the 16-byte grid ([`Layer::gemm_aligned`]) runs at
+    /// `unaligned-gemm-efficiency`. A pass without work takes no time.
     pub fn layer_duration(
         &self,
         device: &Device,
@@ -383,20 +385,26 @@ impl ComputeModel {
         pass: Pass,
         batch: u64,
     ) -> Result<SimDuration, ComputeError> {
-        let cost = &layer.cost;
-        let work = KernelWork {
-            class: cost.class,
-            dtype,
-            flops: cost.flops(pass, batch),
-            bytes: cost.bytes(pass, batch, dtype),
-            aligned: cost.class != OpClass::Gemm || layer.gemm_aligned(dtype),
-            shape: if cost.class == OpClass::Gemm {
-                KernelShape::of_layer(layer, pass, batch)
-            } else {
-                KernelShape::Unknown
-            },
-        };
-        self.work_duration(device, &work)
+        let mut total = SimDuration::ZERO;
+        let kernels = layer.kernels(pass);
+        if kernels.is_empty() {
+            // Kept as before: a pass without work still pays a launch when asked for.
+            let work = KernelWork::flat(layer.cost.class, dtype, 0.0, 0.0);
+            return self.work_duration(device, &work);
+        }
+        for part in kernels {
+            let gemm = part.class == OpClass::Gemm;
+            let work = KernelWork {
+                class: part.class,
+                dtype,
+                flops: part.flops * batch as f64,
+                bytes: part.bytes(batch, dtype),
+                aligned: !gemm || layer.gemm_aligned(dtype),
+                shape: if gemm { KernelShape::of_layer(layer, pass, batch) } else { KernelShape::Unknown },
+            };
+            total = total.checked_add(self.work_duration(device, &work)?).map_err(ComputeError::Overflow)?;
+        }
+        Ok(total)
     }
 }
 

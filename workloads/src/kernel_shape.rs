@@ -379,6 +379,7 @@ mod tests {
                 kv_heads: 16,
                 causal: false,
                 implementation: crate::layer::AttentionKernel::Standard,
+                dropout: false,
             },
             Shape::from([2048, 3 * 1024]),
         )

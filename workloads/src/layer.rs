@@ -28,6 +28,7 @@ use std::fmt;
 use serde::Serialize;
 
 use crate::device::Dtype;
+use sequence::AttentionCost;
 
 /// A per-sample tensor shape without the batch dimension (`[3, 224, 224]`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
@@ -374,6 +375,12 @@ pub enum LayerKind {
         causal: bool,
         /// How the attention is computed.
         implementation: AttentionKernel,
+        /// Dropout on the attention probabilities (`torch.nn.Dropout` between the softmax and
+        /// `P V`, Megatron-LM's `--attention-dropout`). With standard kernels it is a kernel of
+        /// its own each way: the forward reads the probabilities, writes the dropped ones and a
+        /// one-byte mask, which the backward reads with the gradient. A flash kernel draws the
+        /// mask on chip (no traffic), and recomputes it in its backward.
+        dropout: bool,
     },
     /// Rotary position embedding applied in place to the queries and keys of a packed QKV
     /// tensor (as [`LayerKind::Attention`] takes it): 3 FLOPs per rotated element, no
@@ -607,8 +614,50 @@ pub struct LayerCost {
     /// backward reads). Consecutive layers often keep the same tensor (a ReLU's output is the
     /// next convolution's input), so a sum over layers is an upper bound on activation memory.
     pub activation_elements: u64,
+    /// One-byte elements per sample (dropout masks: PyTorch's are `bool`, whatever the compute
+    /// dtype) read or written by the forward, backward-data and backward-weight passes, on top
+    /// of the traffic counted in compute-dtype elements.
+    pub mask_bytes: [u64; 3],
     /// Kernel class, for the compute model's efficiencies.
     pub class: OpClass,
+}
+
+/// One kernel of a layer's pass: most passes are one kernel, a standard attention core is
+/// several ([`Layer::kernels`]). FLOPs and traffic are per sample, as in [`LayerCost`].
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct KernelPart {
+    /// What the kernel computes.
+    pub role: KernelRole,
+    /// Kernel class, for the compute model's efficiencies.
+    pub class: OpClass,
+    /// FLOPs per sample.
+    pub flops: f64,
+    /// Elements moved (compute dtype).
+    pub traffic: Traffic,
+    /// One-byte mask elements moved per sample.
+    pub mask_bytes: u64,
+}
+
+impl KernelPart {
+    /// Bytes moved for `batch` samples stored as `dtype`.
+    pub fn bytes(&self, batch: u64, dtype: Dtype) -> f64 {
+        self.traffic.elements(batch) * dtype.bytes() as f64 + (batch as f64) * self.mask_bytes as f64
+    }
+}
+
+/// What one [`KernelPart`] of a layer is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KernelRole {
+    /// The whole pass of the layer in one kernel.
+    Whole,
+    /// The matrix products of an attention core (`Q K^T` and `P V`, or their gradients).
+    AttentionProducts,
+    /// The scale, causal mask and softmax of an attention core (Megatron-LM's fused
+    /// `scaled_upper_triang_masked_softmax`), or its backward.
+    AttentionSoftmax,
+    /// Dropout on the attention probabilities, or its backward.
+    AttentionDropout,
 }
 
 impl LayerCost {
@@ -624,6 +673,7 @@ impl LayerCost {
             backward_data_traffic: Traffic { per_sample: 0, per_batch: 0 },
             backward_weight_traffic: Traffic { per_sample: 0, per_batch: 0 },
             activation_elements: 0,
+            mask_bytes: [0; 3],
             class,
         }
     }
@@ -647,9 +697,19 @@ impl LayerCost {
         }
     }
 
-    /// Bytes moved by `pass` for `batch` samples stored as `dtype`.
+    /// One-byte mask elements moved per sample by `pass`.
+    pub fn mask_bytes(&self, pass: Pass) -> u64 {
+        match pass {
+            Pass::Forward => self.mask_bytes[0],
+            Pass::BackwardData => self.mask_bytes[1],
+            Pass::BackwardWeight => self.mask_bytes[2],
+        }
+    }
+
+    /// Bytes moved by `pass` for `batch` samples stored as `dtype` (masks in one byte).
     pub fn bytes(&self, pass: Pass, batch: u64, dtype: Dtype) -> f64 {
         self.traffic(pass).elements(batch) * dtype.bytes() as f64
+            + batch as f64 * self.mask_bytes(pass) as f64
     }
 
     /// Bytes moved by the forward pass for `batch` samples stored as `dtype`.
@@ -670,9 +730,11 @@ impl LayerCost {
     /// True if the layer does no work at all (a view such as [`LayerKind::Flatten`]): a lowering
     /// can skip it instead of paying a kernel launch.
     pub fn is_free(&self) -> bool {
-        Pass::ALL
-            .into_iter()
-            .all(|pass| self.flops(pass, 1) == 0.0 && self.traffic(pass) == Traffic::default())
+        Pass::ALL.into_iter().all(|pass| {
+            self.flops(pass, 1) == 0.0
+                && self.traffic(pass) == Traffic::default()
+                && self.mask_bytes(pass) == 0
+        })
     }
 }
 
@@ -854,6 +916,50 @@ impl Layer {
     pub fn macs(&self) -> f64 {
         self.cost.macs
     }
+
+    /// The kernels `pass` runs, in order: one ([`KernelRole::Whole`], the layer's cost) for
+    /// every layer but a standard attention core, which runs its products, its softmax and its
+    /// dropout as kernels of their own (none for a pass without work). Their FLOPs and traffic
+    /// add up to [`LayerCost`]'s.
+    pub fn kernels(&self, pass: Pass) -> Vec<KernelPart> {
+        if let LayerKind::Attention {
+            heads,
+            kv_heads,
+            causal,
+            implementation: AttentionKernel::Standard,
+            dropout,
+        } = self.kind
+            && let Ok((_, AttentionCost { parts: Some(mut parts), .. })) =
+                (Checker { layer: &self.name, kind: self.kind.name() }).attention(
+                    &self.input,
+                    heads,
+                    kv_heads,
+                    causal,
+                    AttentionKernel::Standard,
+                    dropout,
+                )
+        {
+            let index = match pass {
+                Pass::Forward => 0,
+                Pass::BackwardData => 1,
+                Pass::BackwardWeight => 2,
+            };
+            return std::mem::take(&mut parts[index]);
+        }
+        let cost = &self.cost;
+        let whole = KernelPart {
+            role: KernelRole::Whole,
+            class: cost.class,
+            flops: cost.flops(pass, 1),
+            traffic: cost.traffic(pass),
+            mask_bytes: cost.mask_bytes(pass),
+        };
+        if whole.flops == 0.0 && whole.traffic == Traffic::default() && whole.mask_bytes == 0 {
+            Vec::new()
+        } else {
+            vec![whole]
+        }
+    }
 }
 
 /// The largest element, weight or MAC count a layer may have: small multiples and sums of such
@@ -1022,9 +1128,9 @@ impl Checker<'_> {
                 self.embedding_bag(input, tables, *dim, *lookups)
             }
             LayerKind::Interaction => self.interaction(input),
-            LayerKind::Attention { heads, kv_heads, causal, implementation } => {
-                self.attention(input, *heads, *kv_heads, *causal, *implementation)
-            }
+            LayerKind::Attention { heads, kv_heads, causal, implementation, dropout } => self
+                .attention(input, *heads, *kv_heads, *causal, *implementation, *dropout)
+                .map(|(output, parts)| (output, parts.cost)),
             LayerKind::Rope { heads, kv_heads } => self.rope(input, *heads, *kv_heads),
             LayerKind::MoeRouter { experts, top_k } => self.moe_router(input, *experts, *top_k),
             LayerKind::MoeExperts { experts, top_k, ffn_hidden, activation, gated, bias } => {

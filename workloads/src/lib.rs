@@ -59,8 +59,8 @@ pub use compute::{ComputeError, ComputeModel, KernelWork, OptimizerStep};
 pub use device::{Device, DeviceCatalog, DeviceError, Dtype, Execution};
 pub use kernel_shape::{AttentionShape, ConvDirection, ConvShape, GemmShape, KernelShape};
 pub use layer::{
-    Activation, AttentionKernel, Layer, LayerCost, LayerError, LayerKind, OpClass, Padding, Pass, Shape,
-    Traffic, UpsampleMode,
+    Activation, AttentionKernel, KernelPart, KernelRole, Layer, LayerCost, LayerError, LayerKind, OpClass,
+    Padding, Pass, Shape, Traffic, UpsampleMode,
 };
 pub use memory::{ActivationBytes, MemoryBreakdown, MemoryError, MemoryPlan, Recompute, Sharding};
 pub use model::{Model, ModelBuilder, ModelError};

@@ -36,9 +36,9 @@
 //! backward, so one block's activations are live on top of the checkpoints. A numbered name
 //! that only one layer has is not a block (VGG's `features.3`), and where checkpointing would
 //! keep more than it saves, the layers keep their activations. For a GPT layer in
-//! fp16 without recomputation this gives Korthikanti's `34 s b h` plus the attention scores
-//! (the zoo's GPT has no dropout on the attention probabilities, so `2 a s^2 b` instead of the
-//! paper's `5 a s^2 b`); `34 s b h` with selective; `2 s b h` with full.
+//! fp16 without recomputation this gives Korthikanti's `34 s b h + 5 a s^2 b` (the softmax
+//! output, the attention dropout's one-byte mask and its output: 2 + 1 + 2 bytes per score);
+//! `34 s b h` with selective; `2 s b h` with full.
 //!
 //! Under tensor parallelism, tensors of a block are split over the tensor ranks except those
 //! Megatron-LM replicates: tensors of the block's input shape (norm inputs, the inputs of the
@@ -452,10 +452,17 @@ impl MemoryPlan<'_> {
             LayerKind::GlobalMaxPool => vec![tensor(None, kept, 8)],
             LayerKind::Dropout => vec![tensor(None, kept, 1)],
             LayerKind::CrossEntropy => vec![tensor(None, kept, width.max(4))],
-            LayerKind::Attention { implementation: AttentionKernel::Standard, .. } => {
+            LayerKind::Attention { implementation: AttentionKernel::Standard, dropout, heads, .. } => {
                 let mut saved = keeps_input(width);
                 if self.recompute != Recompute::None {
-                    saved.truncate(1); // the scores are recomputed
+                    saved.truncate(1); // the probabilities (and the dropout's tensors) are recomputed
+                } else if *dropout && saved.len() == 2 {
+                    // The probabilities and the dropped probabilities in the compute dtype, and
+                    // PyTorch's one-byte (`bool`) mask: Korthikanti's 2 + 2 + 1 bytes per score.
+                    let tokens = layer.input.0.first().copied().unwrap_or(0);
+                    let mask = heads.saturating_mul(tokens).saturating_mul(tokens).min(saved[1].elements);
+                    saved[1].elements -= mask;
+                    saved.push(tensor(None, mask, 1));
                 }
                 saved
             }

@@ -681,6 +681,13 @@ fn step<'t>(fields: &mut Fields<'t>, kind: &str, input: &Shape) -> Result<Step<'
                     &[("standard", AttentionKernel::Standard), ("flash", AttentionKernel::Flash)],
                     AttentionKernel::Standard,
                 )?,
+                dropout: match fields.float("dropout")? {
+                    None => false,
+                    Some(probability) if (0.0..1.0).contains(&probability) => probability > 0.0,
+                    Some(probability) => {
+                        return Err(fields.error("dropout", format!("{probability} is not in [0, 1)")));
+                    }
+                },
             })
         }
         "rope" => {

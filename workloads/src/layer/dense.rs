@@ -424,6 +424,7 @@ fn gemm_cost(
         backward_data_traffic: Traffic { per_sample: activations, per_batch: weights },
         backward_weight_traffic: Traffic { per_sample: activations, per_batch: weights + bias },
         activation_elements: elements_in,
+        mask_bytes: [0; 3],
         class: OpClass::Gemm,
     }
 }

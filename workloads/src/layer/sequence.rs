@@ -1,7 +1,40 @@
 //! Sequence and recommendation layers: embeddings, attention, rotary embeddings, mixture of
 //! experts, DLRM's interaction.
 
-use super::{Activation, AttentionKernel, Checker, LayerCost, LayerError, OpClass, Shape, Traffic};
+use super::{
+    Activation, AttentionKernel, Checker, KernelPart, KernelRole, LayerCost, LayerError, OpClass, Shape,
+    Traffic,
+};
+
+/// An attention core's cost, and its kernels per pass when it runs as several.
+pub(super) struct AttentionCost {
+    pub(super) cost: LayerCost,
+    pub(super) parts: Option<[Vec<KernelPart>; 3]>,
+}
+
+impl AttentionCost {
+    /// The cost summed over the kernels of the forward and backward-data passes (an attention
+    /// core has no weights).
+    fn of_parts(macs: f64, forward: Vec<KernelPart>, backward: Vec<KernelPart>, saved: u64) -> AttentionCost {
+        let flops = |parts: &[KernelPart]| parts.iter().map(|p| p.flops).sum::<f64>();
+        let traffic = |parts: &[KernelPart]| Traffic {
+            per_sample: parts.iter().map(|p| p.traffic.per_sample).sum(),
+            per_batch: parts.iter().map(|p| p.traffic.per_batch).sum(),
+        };
+        let masks = |parts: &[KernelPart]| parts.iter().map(|p| p.mask_bytes).sum::<u64>();
+        let cost = LayerCost {
+            macs,
+            forward_flops: flops(&forward),
+            backward_data_flops: flops(&backward),
+            forward_traffic: traffic(&forward),
+            backward_data_traffic: traffic(&backward),
+            activation_elements: saved,
+            mask_bytes: [masks(&forward), masks(&backward), 0],
+            ..LayerCost::free(OpClass::Gemm)
+        };
+        AttentionCost { cost, parts: Some([forward, backward, Vec::new()]) }
+    }
+}
 
 impl Checker<'_> {
     pub(super) fn embedding(
@@ -163,6 +196,12 @@ impl Checker<'_> {
         Ok((tokens, width / packed))
     }
 
+    /// The cost of an attention core and, for standard kernels, its kernels per pass
+    /// (forward, backward-data, backward-weight): the products, the fused scale-mask-softmax
+    /// and, with `dropout`, the dropout on the probabilities, each a kernel of its own as
+    /// PyTorch runs them (Megatron-LM 2021: `baddbmm`, `ScaledUpperTriangMaskedSoftmax`,
+    /// `torch.nn.Dropout`, `bmm`). The cost is the sum of the kernels. A flash core is one
+    /// kernel each way.
     pub(super) fn attention(
         &self,
         input: &Shape,
@@ -170,7 +209,8 @@ impl Checker<'_> {
         kv_heads: u64,
         causal: bool,
         kernel: AttentionKernel,
-    ) -> Result<(Shape, LayerCost), LayerError> {
+        dropout: bool,
+    ) -> Result<(Shape, AttentionCost), LayerError> {
         let (tokens, head_dim) = self.packed_heads(input, heads, kv_heads)?;
         let output = Shape(vec![tokens, self.product("the output width", &[heads, head_dim])?]);
         let qkv = self.product("the input size", &input.0)?;
@@ -186,50 +226,107 @@ impl Checker<'_> {
         let macs = self.product("the MAC count", &[2, computed, head_dim])?;
         let product_flops = 2.0 * macs as f64;
         let lse = self.product("the row statistics", &[heads, tokens])?;
+        let n = full as f64;
+        let traffic = |terms: &[(u64, u64)]| -> Result<Traffic, LayerError> {
+            Ok(Traffic { per_sample: self.sum("the traffic", terms)?, per_batch: 0 })
+        };
+        let part =
+            |role, class, flops, traffic, mask_bytes| KernelPart { role, class, flops, traffic, mask_bytes };
         let cost = match kernel {
-            AttentionKernel::Standard => LayerCost {
-                macs: macs as f64,
-                // The products, then scale, mask and softmax (5 per score).
-                forward_flops: product_flops + 5.0 * full as f64,
-                // Four products (dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q) and the
-                // softmax backward (4 per score).
-                backward_data_flops: 2.0 * product_flops + 4.0 * full as f64,
-                // Read Q, K, V; write S, read S, write P (softmax), read P; write O.
-                forward_traffic: Traffic {
-                    per_sample: self.sum("the traffic", &[(1, qkv), (4, full), (1, out)])?,
-                    per_batch: 0,
-                },
-                // Read dO twice, P twice, Q, K, V; write dP, read it and P, write dS, read dS
-                // twice; write dQ, dK, dV.
-                backward_data_traffic: Traffic {
-                    per_sample: self.sum("the traffic", &[(2, qkv), (7, full), (2, out)])?,
-                    per_batch: 0,
-                },
-                // Q, K, V and the probabilities.
-                activation_elements: self.sum("the saved activations", &[(1, qkv), (1, full)])?,
-                ..LayerCost::free(OpClass::Gemm)
-            },
-            AttentionKernel::Flash => LayerCost {
-                macs: macs as f64,
-                // The products and the online softmax (5 per computed score).
-                forward_flops: product_flops + 5.0 * computed as f64,
-                // Recompute Q K^T, then the four gradient products and the softmax backward.
-                backward_data_flops: 2.5 * product_flops + 4.0 * computed as f64,
-                // Read Q, K, V once (blocks re-read from cache are not counted), write O and the
-                // per-row log-sum-exp.
-                forward_traffic: Traffic {
-                    per_sample: self.sum("the traffic", &[(1, qkv), (1, out), (1, lse)])?,
-                    per_batch: 0,
-                },
-                // Read Q, K, V, O, dO and the log-sum-exp, write dQ, dK, dV.
-                backward_data_traffic: Traffic {
-                    per_sample: self.sum("the traffic", &[(2, qkv), (2, out), (1, lse)])?,
-                    per_batch: 0,
-                },
-                // Q, K, V, O and the log-sum-exp.
-                activation_elements: self.sum("the saved activations", &[(1, qkv), (1, out), (1, lse)])?,
-                ..LayerCost::free(OpClass::Gemm)
-            },
+            AttentionKernel::Standard => {
+                // The products read Q, K, V and write the scores S, read the (dropped)
+                // probabilities and write O.
+                let mut forward = vec![
+                    part(
+                        KernelRole::AttentionProducts,
+                        OpClass::Gemm,
+                        product_flops,
+                        traffic(&[(1, qkv), (2, full), (1, out)])?,
+                        0,
+                    ),
+                    // Scale, mask, softmax (5 per score): read S, write P.
+                    part(
+                        KernelRole::AttentionSoftmax,
+                        OpClass::Reduction,
+                        5.0 * n,
+                        traffic(&[(2, full)])?,
+                        0,
+                    ),
+                ];
+                // Four products (dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q): read dO
+                // twice, P, dS twice, Q, K, V; write dP, dQ, dK, dV.
+                let mut backward = vec![
+                    part(
+                        KernelRole::AttentionProducts,
+                        OpClass::Gemm,
+                        2.0 * product_flops,
+                        traffic(&[(2, qkv), (4, full), (2, out)])?,
+                        0,
+                    ),
+                    // dS = P (dP - sum(P dP)), 4 per score: read dP and P, write dS.
+                    part(
+                        KernelRole::AttentionSoftmax,
+                        OpClass::Reduction,
+                        4.0 * n,
+                        traffic(&[(3, full)])?,
+                        0,
+                    ),
+                ];
+                if dropout {
+                    // Draw, compare and scale (2 per score): read P, write the dropped P and
+                    // the one-byte mask.
+                    forward.push(part(
+                        KernelRole::AttentionDropout,
+                        OpClass::Elementwise,
+                        2.0 * n,
+                        traffic(&[(2, full)])?,
+                        full,
+                    ));
+                    // Masked scale of the gradient: read it and the mask, write the gradient.
+                    backward.insert(
+                        1,
+                        part(
+                            KernelRole::AttentionDropout,
+                            OpClass::Elementwise,
+                            n,
+                            traffic(&[(2, full)])?,
+                            full,
+                        ),
+                    );
+                }
+                // Q, K, V and the probabilities; with dropout also the dropped probabilities
+                // (read by dV = P^T dO) and the mask (counted as elements here; the memory
+                // model gives it one byte).
+                let saved = if dropout { [(1, qkv), (3, full)] } else { [(1, qkv), (1, full)] };
+                AttentionCost::of_parts(
+                    macs as f64,
+                    forward,
+                    backward,
+                    self.sum("the saved activations", &saved)?,
+                )
+            }
+            AttentionKernel::Flash => {
+                // Dropout runs on chip: the mask is drawn from the random state and never
+                // stored (the backward draws it again).
+                let (dropout_forward, dropout_backward) = if dropout { (2.0, 3.0) } else { (0.0, 0.0) };
+                let cost = LayerCost {
+                    macs: macs as f64,
+                    // The products and the online softmax (5 per computed score).
+                    forward_flops: product_flops + (5.0 + dropout_forward) * computed as f64,
+                    // Recompute Q K^T, then the four gradient products and the softmax backward.
+                    backward_data_flops: 2.5 * product_flops + (4.0 + dropout_backward) * computed as f64,
+                    // Read Q, K, V once (blocks re-read from cache are not counted), write O and
+                    // the per-row log-sum-exp.
+                    forward_traffic: traffic(&[(1, qkv), (1, out), (1, lse)])?,
+                    // Read Q, K, V, O, dO and the log-sum-exp, write dQ, dK, dV.
+                    backward_data_traffic: traffic(&[(2, qkv), (2, out), (1, lse)])?,
+                    // Q, K, V, O and the log-sum-exp.
+                    activation_elements: self
+                        .sum("the saved activations", &[(1, qkv), (1, out), (1, lse)])?,
+                    ..LayerCost::free(OpClass::Gemm)
+                };
+                AttentionCost { cost, parts: None }
+            }
         };
         Ok((output, cost))
     }
@@ -362,6 +459,7 @@ impl Checker<'_> {
                 "the saved activations",
                 &[(1, routed_hidden), (projections_in + 1, intermediate), (1, routed)],
             )?,
+            mask_bytes: [0; 3],
             class: OpClass::Gemm,
         };
         Ok((input.clone(), cost))

@@ -280,6 +280,65 @@ fn embeddings_are_memory_bound_lookups() {
 }
 
 #[test]
+fn attention_dropout_is_a_kernel_of_its_own_each_way() {
+    // A Megatron-LM 1.7B layer: 24 heads of 96, s = 2048.
+    let (s, heads, d) = (2048u64, 24u64, 96u64);
+    let kind = |dropout| LayerKind::Attention {
+        heads,
+        kv_heads: heads,
+        causal: true,
+        implementation: AttentionKernel::Standard,
+        dropout,
+    };
+    let with = layer(kind(true), [s, 3 * heads * d]);
+    let without = layer(kind(false), [s, 3 * heads * d]);
+    let scores = heads * s * s;
+    let n = scores as f64;
+    // Forward: draw, compare, scale (2 FLOPs per score); read P, write the dropped P (2 elements)
+    // and the one-byte mask. Backward: scale by the mask (1 FLOP); read the gradient and the
+    // mask, write the gradient.
+    let dropout_forward =
+        with.kernels(Pass::Forward).into_iter().find(|k| k.role == KernelRole::AttentionDropout);
+    let dropout_backward =
+        with.kernels(Pass::BackwardData).into_iter().find(|k| k.role == KernelRole::AttentionDropout);
+    let (forward, backward) = (dropout_forward.unwrap(), dropout_backward.unwrap());
+    assert_eq!(
+        (forward.class, forward.flops, forward.traffic.per_sample, forward.mask_bytes),
+        (OpClass::Elementwise, 2.0 * n, 2 * scores, scores)
+    );
+    assert_eq!((backward.flops, backward.traffic.per_sample, backward.mask_bytes), (n, 2 * scores, scores));
+    // In fp16: 5 bytes per score each way, on top of the core without dropout.
+    for pass in [Pass::Forward, Pass::BackwardData] {
+        let extra = with.cost.bytes(pass, 1, Dtype::Fp16) - without.cost.bytes(pass, 1, Dtype::Fp16);
+        assert_eq!(extra, 5.0 * n, "{pass:?}");
+    }
+    assert_eq!(with.cost.forward_flops - without.cost.forward_flops, 2.0 * n);
+    assert_eq!(with.cost.backward_data_flops - without.cost.backward_data_flops, n);
+    // Saved: the dropped probabilities and the mask besides Q, K, V and the probabilities.
+    assert_eq!(with.cost.activation_elements - without.cost.activation_elements, 2 * scores);
+    // The kernels of each pass add up to the layer's cost: products, softmax, dropout.
+    for pass in Pass::ALL {
+        let kernels = with.kernels(pass);
+        let flops: f64 = kernels.iter().map(|k| k.flops).sum();
+        let bytes: f64 = kernels.iter().map(|k| k.bytes(3, Dtype::Fp16)).sum();
+        assert_eq!(flops, with.cost.flops(pass, 1), "{pass:?}");
+        assert_eq!(bytes, with.cost.bytes(pass, 3, Dtype::Fp16), "{pass:?}");
+    }
+    let roles: Vec<KernelRole> = with.kernels(Pass::Forward).iter().map(|k| k.role).collect();
+    assert_eq!(
+        roles,
+        [KernelRole::AttentionProducts, KernelRole::AttentionSoftmax, KernelRole::AttentionDropout]
+    );
+    assert!(with.kernels(Pass::BackwardWeight).is_empty());
+    // Any other layer is one kernel with the layer's cost.
+    let linear = layer(LayerKind::Linear { out_features: 16, bias: true }, [8, 32]);
+    let kernels = linear.kernels(Pass::Forward);
+    assert_eq!(kernels.len(), 1);
+    assert_eq!(kernels[0].role, KernelRole::Whole);
+    assert_eq!(kernels[0].flops, linear.cost.forward_flops);
+}
+
+#[test]
 fn attention_counts_the_score_matrix_and_its_variants() {
     let (s, h, heads) = (2048u64, 12288u64, 96u64);
     let standard = |causal| LayerKind::Attention {
@@ -287,6 +346,7 @@ fn attention_counts_the_score_matrix_and_its_variants() {
         kv_heads: heads,
         causal,
         implementation: AttentionKernel::Standard,
+        dropout: false,
     };
     let attention = layer(standard(true), [s, 3 * h]);
     assert_eq!(attention.output, Shape::from([s, h]));
@@ -302,6 +362,7 @@ fn attention_counts_the_score_matrix_and_its_variants() {
         kv_heads: heads,
         causal,
         implementation: AttentionKernel::Flash,
+        dropout: false,
     };
     let full = layer(flash(false), [s, 3 * h]);
     assert_eq!(full.macs(), attention.macs());
@@ -313,12 +374,24 @@ fn attention_counts_the_score_matrix_and_its_variants() {
 
     // Grouped-query attention: 32 query heads share 8 key/value heads of 128.
     let gqa = layer(
-        LayerKind::Attention { heads: 32, kv_heads: 8, causal: true, implementation: AttentionKernel::Flash },
+        LayerKind::Attention {
+            heads: 32,
+            kv_heads: 8,
+            causal: true,
+            implementation: AttentionKernel::Flash,
+            dropout: false,
+        },
         [4096, (32 + 16) * 128],
     );
     assert_eq!(gqa.output, Shape::from([4096, 4096]));
     let text = error(
-        LayerKind::Attention { heads: 32, kv_heads: 6, causal: true, implementation: AttentionKernel::Flash },
+        LayerKind::Attention {
+            heads: 32,
+            kv_heads: 6,
+            causal: true,
+            implementation: AttentionKernel::Flash,
+            dropout: false,
+        },
         [4096, 44 * 128],
     );
     assert!(text.contains("kv_heads 6 does not divide heads 32"), "{text}");
@@ -328,6 +401,7 @@ fn attention_counts_the_score_matrix_and_its_variants() {
             kv_heads: 12,
             causal: false,
             implementation: AttentionKernel::Standard,
+            dropout: false,
         },
         [512, 1000],
     );

@@ -462,12 +462,13 @@ pub fn local_layers(
                 localise(&layer.input, c, 1),
             ),
             (Role::Row, kind) => (kind.clone(), localise(&layer.input, c, t)),
-            (Role::Split, LayerKind::Attention { heads, kv_heads, causal, implementation }) => (
+            (Role::Split, LayerKind::Attention { heads, kv_heads, causal, implementation, dropout }) => (
                 LayerKind::Attention {
                     heads: heads / t,
                     kv_heads: kv_heads / t,
                     causal: *causal,
                     implementation: *implementation,
+                    dropout: *dropout,
                 },
                 // Every key of the sequence: the local queries meet all of them in turn.
                 localise(&layer.input, 1, t),

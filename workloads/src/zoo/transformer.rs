@@ -102,8 +102,11 @@ pub struct Transformer {
     pub positions: Positions,
     /// Biases in the projections.
     pub bias: bool,
-    /// Dropout after embeddings, attention and MLP.
-    pub dropout: bool,
+    /// Dropout on the hidden states: after the embeddings, the attention projection and the
+    /// MLP (Megatron-LM's `--hidden-dropout`).
+    pub hidden_dropout: bool,
+    /// Dropout on the attention probabilities (Megatron-LM's `--attention-dropout`).
+    pub attention_dropout: bool,
     /// Causal (decoder) attention.
     pub causal: bool,
     /// Attention kernel.
@@ -196,7 +199,7 @@ impl Transformer {
         if !self.pre_norm {
             b.layer("embedding.norm", self.norm())?;
         }
-        if self.dropout {
+        if self.hidden_dropout {
             b.layer("embedding.dropout", LayerKind::Dropout)?;
         }
         let qkv_width = (self.heads + 2 * self.kv_heads) * head_dim;
@@ -222,10 +225,11 @@ impl Transformer {
                 kv_heads: self.kv_heads,
                 causal: self.causal,
                 implementation: self.attention,
+                dropout: self.attention_dropout,
             };
             b.layer(format!("{p}.attention.core"), core)?;
             b.layer(format!("{p}.attention.proj"), LayerKind::Linear { out_features: h, bias: self.bias })?;
-            if self.dropout {
+            if self.hidden_dropout {
                 b.layer(format!("{p}.attention.dropout"), LayerKind::Dropout)?;
             }
             b.add(format!("{p}.add1"), &residual)?;
@@ -285,7 +289,7 @@ impl Transformer {
                     }
                 },
             }
-            if self.dropout {
+            if self.hidden_dropout {
                 b.layer(format!("{p}.mlp.dropout"), LayerKind::Dropout)?;
             }
             b.add(format!("{p}.add2"), &residual)?;
@@ -331,9 +335,16 @@ pub fn megatron_parameters(layers: u64, hidden: u64, vocabulary: u64, sequence: 
     12.0 * l * h * h * (1.0 + 13.0 / (12.0 * h) + (v + s) / (12.0 * l * h))
 }
 
+/// Megatron-LM's default dropout probabilities, `--attention-dropout` and `--hidden-dropout`
+/// (`megatron/arguments.py`, `_add_regularization_args`, 0.1 each in the 2021 code the SC'21
+/// runs used, commit de7dc40f88 of NVIDIA/Megatron-LM; `examples/sc21/CONFIG.sh` does not
+/// override them).
+pub const MEGATRON_DROPOUT: f64 = 0.1;
+
 /// A GPT, the `[gpt]` section of a model file (Megatron-LM's layout: learned positions, pre-norm
-/// layer norm, GELU MLP of 4h, biases, output layer tied to the embeddings, dropout).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+/// layer norm, GELU MLP of 4h, biases, output layer tied to the embeddings, dropout on the
+/// attention probabilities and the hidden states).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Gpt {
     /// Transformer layers `l`.
@@ -361,9 +372,18 @@ pub struct Gpt {
     /// `"standard"` (default, as Megatron-LM's 2021 runs) or `"flash"`.
     #[serde(default)]
     pub attention: Option<String>,
-    /// Dropout layers. Default true.
+    /// Dropout layers at all: `false` removes both kinds whatever their probabilities.
+    /// Default true.
     #[serde(default)]
     pub dropout: Option<bool>,
+    /// Dropout probability on the attention probabilities, in [0, 1); 0 runs no dropout.
+    /// Default 0.1 ([`MEGATRON_DROPOUT`]).
+    #[serde(default)]
+    pub attention_dropout: Option<f64>,
+    /// Dropout probability on the hidden states (after the embeddings, the attention
+    /// projection and the MLP), in [0, 1); 0 runs no dropout. Default 0.1.
+    #[serde(default)]
+    pub hidden_dropout: Option<f64>,
     /// Output layer tied to the word embeddings. Default true.
     #[serde(default)]
     pub tied_embeddings: Option<bool>,
@@ -373,6 +393,15 @@ impl Gpt {
     /// The transformer this section describes.
     pub fn transformer(&self, name: &str) -> Result<Transformer, ModelError> {
         let sequence = self.sequence.unwrap_or(2048);
+        let enabled = self.dropout.unwrap_or(true);
+        // The probability only decides whether the kernels run: their cost does not depend on it.
+        let dropout = |key: &str, given: Option<f64>| -> Result<bool, ModelError> {
+            let probability = given.unwrap_or(MEGATRON_DROPOUT);
+            if !(0.0..1.0).contains(&probability) {
+                return Err(invalid(name, &format!("gpt.{key}"), format!("{probability} is not in [0, 1)")));
+            }
+            Ok(enabled && probability > 0.0)
+        };
         Ok(Transformer {
             family: "gpt",
             layers: self.layers,
@@ -388,7 +417,8 @@ impl Gpt {
             mlp: Mlp::Gelu,
             positions: Positions::Learned { max_positions: self.max_positions.unwrap_or(sequence) },
             bias: true,
-            dropout: self.dropout.unwrap_or(true),
+            hidden_dropout: dropout("hidden-dropout", self.hidden_dropout)?,
+            attention_dropout: dropout("attention-dropout", self.attention_dropout)?,
             causal: true,
             attention: attention_kernel(name, "gpt", self.attention.as_deref(), AttentionKernel::Standard)?,
             moe: None,
@@ -453,7 +483,10 @@ impl Bert {
             mlp: Mlp::Gelu,
             positions: Positions::Learned { max_positions: self.max_positions.unwrap_or(512) },
             bias: true,
-            dropout: true,
+            hidden_dropout: true,
+            // Hugging Face's BertSelfAttention drops attention probabilities too; kept off so
+            // that BERT's costs stay as they were (not validated against a measurement yet).
+            attention_dropout: false,
             causal: false,
             attention: attention_kernel(name, "bert", self.attention.as_deref(), AttentionKernel::Standard)?,
             moe: None,
@@ -538,7 +571,8 @@ impl Llama {
             mlp: Mlp::SwiGlu,
             positions: Positions::Rope,
             bias: false,
-            dropout: false,
+            hidden_dropout: false,
+            attention_dropout: false,
             causal: true,
             attention: attention_kernel(name, family, self.attention.as_deref(), AttentionKernel::Flash)?,
             moe,
@@ -595,6 +629,8 @@ mod tests {
             kv_heads: None,
             attention: None,
             dropout: None,
+            attention_dropout: None,
+            hidden_dropout: None,
             tied_embeddings: None,
         }
     }

@@ -24,6 +24,7 @@ fn tensor_parallel_layer(hidden: u64, heads: u64, sequence: u64, tensor: u64) ->
         kv_heads: heads / tensor,
         causal: true,
         implementation: AttentionKernel::Standard,
+        dropout: true,
     };
     b.layer("core", attention).unwrap();
     b.layer("proj", LayerKind::Linear { out_features: hidden, bias: true }).unwrap();

@@ -61,20 +61,32 @@ fn per_layer_activations_match_korthikanti_table_2() {
         // Layer norms keep mean and 1/std per token in fp32: 2 norms x 2 x 4 bytes x s b. The
         // paper leaves them out (4 / h of the total).
         let statistics = 16 * s * b;
-        let scores = 2 * a * s * s * b; // fp16 softmax output kept by the attention core
-        let paper_scores = 5 * a * s * s * b; // plus the attention-dropout mask and output
+        // The fp16 softmax output, the attention dropout's one-byte mask and its fp16 output.
+        let scores = 5 * a * s * s * b;
         let no_split = tensor_parallel(1, 1, false);
 
+        // Korthikanti's sbh (34 + 5 a s / h), exactly, plus the statistics.
         let none = per_layer(h, a, b, Recompute::None, no_split);
         assert_eq!(none, 34 * sbh + scores + statistics, "{name}: no recomputation");
-        let paper = 34 * sbh + paper_scores;
         println!(
-            "{name:>5}: no recomputation {:8.1} MB per layer vs the paper's sbh(34 + 5as/h) {:8.1} MB \
-             ({:+.1}%: the zoo's GPT has no attention dropout)",
+            "{name:>5}: no recomputation {:8.1} MB per layer (the paper's sbh(34 + 5as/h) plus statistics)",
             none as f64 / 1e6,
-            paper as f64 / 1e6,
-            100.0 * (none as f64 / paper as f64 - 1.0)
         );
+        // Without attention dropout the core keeps only the softmax output: 2 a s^2 b.
+        let without = {
+            let text = |layers: u64| {
+                format!(
+                    "[model]\nname = \"g\"\n[gpt]\nlayers = {layers}\nhidden = {h}\nheads = {a}\n\
+                     attention-dropout = 0.0\n"
+                )
+            };
+            let bytes = |layers| {
+                let model = Model::from_toml_str(&text(layers), "test").unwrap();
+                plan(&model, b, Recompute::None, no_split).activations().blocks
+            };
+            bytes(2) - bytes(1)
+        };
+        assert_eq!(without, 34 * sbh + 2 * a * s * s * b + statistics, "{name}: no attention dropout");
 
         let selective = per_layer(h, a, b, Recompute::Selective, no_split);
         assert_eq!(selective, 34 * sbh + statistics, "{name}: selective");
@@ -94,7 +106,7 @@ fn per_layer_activations_match_korthikanti_table_2() {
             "{name:>5}: t = {t}: {:.1} MB per layer (paper sbh(10 + 24/t + 5as/(ht)): {:.1} MB); selective + \
              sequence parallel {:.1} MB (paper 34sbh/t: {:.1} MB)",
             split as f64 / 1e6,
-            (10 * sbh + 24 * sbh / t + paper_scores / t) as f64 / 1e6,
+            (10 * sbh + 24 * sbh / t + scores / t) as f64 / 1e6,
             sequence as f64 / 1e6,
             (34 * sbh / t) as f64 / 1e6
         );
