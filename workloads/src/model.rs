@@ -149,6 +149,10 @@ impl Model {
     }
 }
 
+/// The most layers a model may have: 1,000 times the deepest network trained so far, and
+/// still a graph of a few hundred MB once lowered for one GPU.
+pub const MAX_LAYERS: usize = 1_000_000;
+
 /// Builds a [`Model`] layer by layer, feeding each layer the current tensor's shape.
 ///
 /// ```
@@ -303,6 +307,15 @@ impl ModelBuilder {
     }
 
     fn push(&mut self, layer: Layer) -> Result<&Shape, ModelError> {
+        if self.model.layers.len() >= MAX_LAYERS {
+            return Err(ModelError::Invalid {
+                model: self.model.name.clone(),
+                key: "layers".into(),
+                message: format!(
+                    "more than {MAX_LAYERS} layers: a model this deep would not fit in memory once lowered (every layer becomes several ops per micro-batch and GPU); the deepest trained networks have a few thousand"
+                ),
+            });
+        }
         if self.index.contains_key(&layer.name) {
             return Err(ModelError::DuplicateLayer { model: self.model.name.clone(), layer: layer.name });
         }

@@ -296,6 +296,18 @@ fn default_cifar_classes() -> u64 {
 impl PreActResNet {
     /// Builds the network, named `name`.
     pub fn build(&self, name: &str) -> Result<Model, ModelError> {
+        let most = (crate::model::MAX_LAYERS / 3) as u64;
+        if self.depth > most {
+            return Err(invalid(
+                name,
+                "preact-resnet.depth",
+                format!(
+                    "{} is more than {most}, the deepest network parasim builds (a model of at most {} layers)",
+                    self.depth,
+                    crate::model::MAX_LAYERS
+                ),
+            ));
+        }
         if self.depth < 11 || (self.depth - 2) % 9 != 0 {
             return Err(invalid(
                 name,

@@ -121,6 +121,19 @@ impl Transformer {
     /// Checks the sizes fit together; errors name the key.
     fn validate(&self, name: &str) -> Result<(), ModelError> {
         let key = |field: &str| format!("{}.{field}", self.family);
+        // About a dozen layers per block: refuse before building what the builder would.
+        let most = (crate::model::MAX_LAYERS / 16) as u64;
+        if self.layers > most {
+            return Err(invalid(
+                name,
+                &key("layers"),
+                format!(
+                    "{} is more than {most}, the most blocks parasim builds (a model of at most {} layers)",
+                    self.layers,
+                    crate::model::MAX_LAYERS
+                ),
+            ));
+        }
         for (field, value) in [
             ("layers", self.layers),
             ("hidden", self.hidden),

@@ -310,3 +310,17 @@ fn long_layer_files_load_in_linear_time_with_exact_lines() {
     let broken = format!("{text}oops = 1\n");
     rejected(&broken, &[&format!("line {last_line}"), &format!("layers[{}].oops", layers - 1)]);
 }
+
+/// Sizes that would allocate until the machine gives up are refused up front, naming the key
+/// and the limit.
+#[test]
+fn absurd_model_sizes_are_refused_before_they_are_built() {
+    rejected("[gpt]\nlayers = 1000000000\nhidden = 64\nheads = 2\n", &["gpt.layers", "1000000000", "62500"]);
+    rejected("[preact-resnet]\ndepth = 9000002\n", &["preact-resnet.depth", "333333"]);
+    // A layer-by-layer file stops at the builder's limit.
+    let mut text = String::from("[model]\ninput = [8]\n");
+    for index in 0..=workloads::model::MAX_LAYERS {
+        text += &format!("[[layers]]\nname = \"l{index}\"\nkind = \"relu\"\n");
+    }
+    rejected(&text, &["more than 1000000 layers"]);
+}
