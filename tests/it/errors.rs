@@ -104,3 +104,110 @@ fn oversized_replays_are_refused_with_the_estimate() {
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("1048576 ranks") && stderr.contains("30000000"), "{stderr}");
 }
+
+/// One entry of docs/errors.md: how to make the bad input, and the message.
+struct CatalogEntry {
+    title: String,
+    args: Vec<String>,
+    /// The scenario the entry's `bad.toml` starts from, if any.
+    base: Option<String>,
+    /// `(from, to)`: the one change that makes it bad.
+    replace: Option<(String, String)>,
+    /// Text appended to the base.
+    append: Option<String>,
+    /// `bad.toml` is empty.
+    empty: bool,
+    /// `bad.pstrace` is a JSON file pretending to be a binary trace.
+    fake_pstrace: bool,
+    message: String,
+}
+
+/// The text between the first pair of backticks after `label` in `spec`.
+fn ticked<'a>(spec: &'a str, label: &str) -> Option<&'a str> {
+    let rest = &spec[spec.find(label)? + label.len()..];
+    let start = rest.find('`')? + 1;
+    let end = start + rest[start..].find('`')?;
+    Some(&rest[start..end])
+}
+
+fn catalog() -> Vec<CatalogEntry> {
+    let doc = include_str!("../../docs/errors.md");
+    let mut entries = Vec::new();
+    let mut title = String::new();
+    let mut lines = doc.lines();
+    while let Some(line) = lines.next() {
+        if let Some(heading) = line.strip_prefix("### ") {
+            title = heading.to_string();
+        }
+        let Some(spec) = line.strip_prefix("<!-- error: ") else { continue };
+        let unescape = |text: &str| text.replace("\\n", "\n");
+        let replace = spec.contains("replace `").then(|| {
+            let from = ticked(spec, "replace ").unwrap_or_default();
+            let to = ticked(spec, "` with ").unwrap_or_default();
+            (unescape(from), unescape(to))
+        });
+        assert_eq!(lines.next(), Some("```"), "{title}: the marker must precede a code block");
+        let block: Vec<&str> = lines.by_ref().take_while(|l| *l != "```").collect();
+        assert!(
+            block.first().is_some_and(|l| l.starts_with("$ parasim ")),
+            "{title}: the block starts with the command"
+        );
+        entries.push(CatalogEntry {
+            title: title.clone(),
+            args: ticked(spec, "args ").unwrap_or_default().split_whitespace().map(String::from).collect(),
+            base: ticked(spec, "base ").map(String::from),
+            replace,
+            append: ticked(spec, "append ").map(unescape),
+            empty: spec.contains(" ; empty"),
+            fake_pstrace: spec.contains("fake-pstrace"),
+            message: block[1..].join("\n"),
+        });
+    }
+    entries
+}
+
+/// docs/errors.md is what the binary says: every entry's input, made as the entry describes,
+/// gets exactly that message, exit code 2 and no panic.
+#[test]
+fn the_error_catalog_is_what_the_binary_says() {
+    let entries = catalog();
+    assert!(entries.len() >= 60, "docs/errors.md lost entries: {}", entries.len());
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (index, entry) in entries.iter().enumerate() {
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("errors-catalog-{index}"));
+        let _ = fs_err::remove_dir_all(&dir);
+        fs_err::create_dir_all(&dir).unwrap();
+        if entry.fake_pstrace {
+            fs_err::write(dir.join("bad.pstrace"), "{}").unwrap();
+        }
+        if let Some(base) = &entry.base {
+            let mut text = fs_err::read_to_string(root.join(base)).unwrap();
+            if let Some((from, to)) = &entry.replace {
+                assert!(text.contains(from.as_str()), "{}: {base} no longer contains {from:?}", entry.title);
+                text = text.replacen(from.as_str(), to, 1);
+            }
+            if let Some(append) = &entry.append {
+                text.push_str(append);
+            }
+            if entry.empty {
+                text.clear();
+            }
+            fs_err::write(dir.join("bad.toml"), text).unwrap();
+        }
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_parasim"))
+            .args(&entry.args)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{}: {stderr}", entry.title);
+        assert!(!stderr.contains("panicked"), "{}: {stderr}", entry.title);
+        assert_eq!(
+            stderr.trim_end(),
+            entry.message,
+            "docs/errors.md's entry {:?} drifted from the binary",
+            entry.title
+        );
+        let _ = fs_err::remove_dir_all(&dir);
+    }
+}

@@ -310,8 +310,13 @@ pub enum SimulationError {
     #[error(transparent)]
     Strategy(#[from] StrategyError),
     /// The engine failed.
-    #[error("simulating: {0}")]
-    Exec(#[from] sim_core::exec::ExecError),
+    #[error("{scenario}: simulating: {source}")]
+    Exec {
+        /// The scenario file.
+        scenario: String,
+        /// The engine's error.
+        source: sim_core::exec::ExecError,
+    },
     /// The device has no peak for the compute dtype.
     #[error(transparent)]
     Device(#[from] DeviceError),
@@ -344,7 +349,10 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
         .map_err(|source| SimulationError::Memory { context: context(), source })?;
     let lowering_wall = started.elapsed();
     let started = Instant::now();
-    let timeline = scenario.network.run(&lowered.graph, &topology)?;
+    let timeline = scenario
+        .network
+        .run(&lowered.graph, &topology)
+        .map_err(|source| SimulationError::Exec { scenario: scenario.source.clone(), source })?;
     let simulation_wall = started.elapsed();
 
     // Iteration k ends when the last rank finishes its optimizer step.

@@ -480,6 +480,7 @@ fn validate_cluster(cluster: &ClusterSection, file: &Path) -> Result<Cluster, Sc
         let key = match &error {
             TopologyError::Invalid { parameter, .. } => format!("cluster.network.{parameter}"),
             TopologyError::UnsupportedRouting { .. } => "cluster.network.routing".into(),
+            TopologyError::Zero { what } => format!("cluster.network.{what}"),
             _ => "cluster.network".into(),
         };
         invalid(&key, error.to_string())
@@ -641,7 +642,7 @@ fn parallelism(
         return Err(invalid(
             "parallelism.zero",
             format!(
-                "is {}; valid: 0 (none), 1 (optimizer state, Megatron's distributed optimizer), 2 (+ gradients),                  3 (+ parameters: FSDP full shard)",
+                "is {}; valid: 0 (none), 1 (optimizer state, Megatron's distributed optimizer), 2 (+ gradients), 3 (+ parameters: FSDP full shard)",
                 section.zero
             ),
         ));
