@@ -315,7 +315,7 @@ pub enum SimulationError {
         /// The scenario file.
         scenario: String,
         /// The engine's error.
-        source: sim_core::exec::ExecError,
+        source: Box<sim_core::exec::ExecError>,
     },
     /// The device has no peak for the compute dtype.
     #[error(transparent)]
@@ -349,10 +349,9 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
         .map_err(|source| SimulationError::Memory { context: context(), source })?;
     let lowering_wall = started.elapsed();
     let started = Instant::now();
-    let timeline = scenario
-        .network
-        .run(&lowered.graph, &topology)
-        .map_err(|source| SimulationError::Exec { scenario: scenario.source.clone(), source })?;
+    let timeline = scenario.network.run(&lowered.graph, &topology).map_err(|source| {
+        SimulationError::Exec { scenario: scenario.source.clone(), source: Box::new(source) }
+    })?;
     let simulation_wall = started.elapsed();
 
     // Iteration k ends when the last rank finishes its optimizer step.
