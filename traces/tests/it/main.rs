@@ -7,6 +7,7 @@
 mod binary;
 mod common;
 mod export;
+mod fuzz;
 mod kineto;
 mod operators;
 mod replay;

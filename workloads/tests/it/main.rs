@@ -5,6 +5,7 @@
 
 mod aten;
 mod deepbench;
+mod fuzz;
 mod korthikanti;
 mod memory;
 mod model_files;
