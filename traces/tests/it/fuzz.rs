@@ -30,7 +30,7 @@ fn edit() -> impl Strategy<Value = Edit> {
 }
 
 /// `seed` with `edits` applied, in order.
-pub fn mutate(seed: &[u8], edits: &[Edit]) -> Vec<u8> {
+fn mutate(seed: &[u8], edits: &[Edit]) -> Vec<u8> {
     let mut bytes = seed.to_vec();
     for edit in edits {
         if bytes.is_empty() {
