@@ -16,7 +16,9 @@ use topology::{ClusterSpec, IntraNode, LinkSpec, Topology, TopologyError};
 mod network;
 mod overrides;
 
-pub use overrides::{InlineValue, OverrideError, dotted_leaves, get_dotted, merge, set_dotted, set_dotted_key};
+pub use overrides::{
+    InlineValue, OverrideError, dotted_leaves, get_dotted, merge, set_dotted, set_dotted_key,
+};
 
 /// The example scenario the README runs, compiled in so `parasim run` works anywhere.
 pub const QUICKSTART: &str = include_str!("../../../scenarios/quickstart.toml");
@@ -417,7 +419,12 @@ fn spec_of_table(table: &toml::Table, file: &Path) -> Result<ScenarioSpec, Scena
         let key = error.path().to_string();
         let message = error.into_inner().to_string();
         let key = if key == "." {
-            message.split("missing field `").nth(1).and_then(|rest| rest.split('`').next()).unwrap_or(&key).to_string()
+            message
+                .split("missing field `")
+                .nth(1)
+                .and_then(|rest| rest.split('`').next())
+                .unwrap_or(&key)
+                .to_string()
         } else {
             key
         };

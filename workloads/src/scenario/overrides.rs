@@ -57,7 +57,11 @@ pub fn set_dotted(table: &mut toml::Table, changes: &toml::Table) -> Result<(), 
 
 /// Sets one dotted key (`"cluster.network.link-bandwidth"`) in `table` to `value`, creating
 /// the tables on its path that are missing.
-pub fn set_dotted_key(table: &mut toml::Table, dotted: &str, value: toml::Value) -> Result<(), OverrideError> {
+pub fn set_dotted_key(
+    table: &mut toml::Table,
+    dotted: &str,
+    value: toml::Value,
+) -> Result<(), OverrideError> {
     let mut parts: Vec<&str> = dotted.split('.').collect();
     let Some(last) = parts.pop() else { return Ok(()) };
     let mut current = table;
