@@ -656,8 +656,8 @@ fn lookup(table: &toml::Table, defaults: &toml::Table, key: &str) -> Result<Valu
 }
 
 /// The metric columns: every number, string and boolean of `run --json`'s summary, by dotted
-/// name (`iteration_time_s`, `breakdown.exposed_by_group_s.data`, `memory.total`), in the
-/// summary's order. Lists (per-iteration times, per-stage memory) are left out; the scenario
+/// name (`iteration_time_s`, `breakdown.exposed_by_group_s.data`, `memory.total`), sorted by
+/// name. Lists (per-iteration times, per-stage memory) are left out; the scenario
 /// path is the same in every row and is left out too.
 pub fn metric_columns() -> Vec<String> {
     let summary = serde_json::to_value(Summary::default()).unwrap_or_default();
