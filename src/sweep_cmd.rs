@@ -374,7 +374,8 @@ fn run(args: &RunArgs) -> anyhow::Result<()> {
         .collect();
     eprintln!("sweep         {what}: ran {ran} ({})", statuses.join(", "));
     eprintln!(
-        "wall time     {elapsed:.2} s on {threads} threads, {:.1} configurations/s",
+        "wall time     {elapsed:.2} s on {threads} thread{}, {:.1} configurations/s",
+        if threads == 1 { "" } else { "s" },
         if elapsed > 0.0 { ran as f64 / elapsed } else { 0.0 }
     );
     if ran > 0 {
