@@ -67,7 +67,9 @@ fn rows_are_in_order_whatever_the_thread_count() {
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 2 + 12);
     assert!(lines[0].starts_with("# parasim sweep: configurations=12 fingerprint="), "{}", lines[0]);
-    assert!(lines[1].starts_with("index,cluster.nodes,workload.batch-per-device,cluster.network.link-bandwidth,parallelism.data,"));
+    assert!(lines[1].starts_with(
+        "index,cluster.nodes,workload.batch-per-device,cluster.network.link-bandwidth,parallelism.data,"
+    ));
     assert!(lines[1].ends_with(",status,error"));
     let status = |i: usize| {
         let line = lines[2 + i];
@@ -85,7 +87,10 @@ fn rows_are_in_order_whatever_the_thread_count() {
     assert_eq!(status(9), "ok");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("ran 12 (3 ok, 4 failed, 2 skipped, 3 does-not-fit)"), "{stderr}");
-    assert!(stderr.contains("p50") && stderr.contains("p99") && stderr.contains("configurations/s"), "{stderr}");
+    assert!(
+        stderr.contains("p50") && stderr.contains("p99") && stderr.contains("configurations/s"),
+        "{stderr}"
+    );
 
     // JSON Lines: the same rows as objects.
     let jsonl = dir.join("rows.jsonl");
@@ -113,10 +118,10 @@ fn shards_merge_into_the_unsharded_output_byte_for_byte() {
                 command.args(["--shard", &format!("{i}/3")]);
             }
             "slurm" => {
-                command.env("SLURM_ARRAY_TASK_ID", (i + 10).to_string()).env("SLURM_ARRAY_TASK_MIN", "10").env(
-                    "SLURM_ARRAY_TASK_MAX",
-                    "12",
-                );
+                command
+                    .env("SLURM_ARRAY_TASK_ID", (i + 10).to_string())
+                    .env("SLURM_ARRAY_TASK_MIN", "10")
+                    .env("SLURM_ARRAY_TASK_MAX", "12");
             }
             _ => {
                 command.env("JOB_COMPLETION_INDEX", i.to_string()).env("SWEEP_SHARDS", "3");
@@ -183,7 +188,8 @@ fn resume_completes_a_cut_output_identically() {
     for cut_at in [text.len() / 2, text.find("index").unwrap() + 3, text.len() - 1] {
         let resumed = dir.join("resumed.csv");
         fs_err::write(&resumed, &text[..cut_at]).unwrap();
-        let output = parasim(&["sweep", sweep.to_str().unwrap(), "--resume", "-o", resumed.to_str().unwrap()]);
+        let output =
+            parasim(&["sweep", sweep.to_str().unwrap(), "--resume", "-o", resumed.to_str().unwrap()]);
         if cut_at < text.find('\n').unwrap() + 40 {
             // A cut inside the header: not a sweep output any more, refused.
             assert_eq!(output.status.code(), Some(2));
@@ -205,7 +211,11 @@ fn bad_sweep_files_name_the_file_and_the_key() {
     for (name, text, needles) in [
         ("unknown-key.toml", "\"cluster.nodez\" = [1]", &["axes.\"cluster.nodez\"", "nodez"][..]),
         ("wrong-type.toml", "\"cluster.nodes\" = [\"two\"]", &["axes.\"cluster.nodes\"", "\"two\""]),
-        ("bad-expression.toml", "[derived]\n\"parallelism.data\" = \"gpus * (\"", &["derived.\"parallelism.data\"", "column"]),
+        (
+            "bad-expression.toml",
+            "[derived]\n\"parallelism.data\" = \"gpus * (\"",
+            &["derived.\"parallelism.data\"", "column"],
+        ),
     ] {
         let path = scenario_file(name, &format!("base = {QUICKSTART:?}\n[axes]\n{text}\n"));
         let output = parasim(&["sweep", path.to_str().unwrap()]);
@@ -233,7 +243,12 @@ fn slurm_script(binary: &str, sweep: &Path, dir: &Path) -> String {
 
 /// Why a real Slurm cannot be used here, if it cannot.
 fn slurm_unavailable() -> Option<String> {
-    let has = |tool: &str| Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().is_ok_and(|o| o.status.success());
+    let has = |tool: &str| {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
     if !["sbatch", "sinfo", "slurmctld", "munged"].iter().all(|t| has(t)) {
         return Some("Slurm is not installed (Debian: slurm-wlm and munge; ../shared/reference/slurm/local-slurm.sh start installs and starts it as root)".into());
     }
@@ -252,7 +267,9 @@ fn slurm_unavailable() -> Option<String> {
     }
     match Command::new("bash").arg(&script).arg("start").output() {
         Ok(output) if output.status.success() && idle() => None,
-        Ok(output) => Some(format!("local-slurm.sh start failed: {}", String::from_utf8_lossy(&output.stderr).trim())),
+        Ok(output) => {
+            Some(format!("local-slurm.sh start failed: {}", String::from_utf8_lossy(&output.stderr).trim()))
+        }
         Err(error) => Some(format!("cannot run local-slurm.sh: {error}")),
     }
 }
@@ -286,7 +303,8 @@ fn a_slurm_job_array_merges_into_the_unsharded_output() {
         String::from_utf8_lossy(&submitted.stderr)
     );
     let merged = dir.join("merged.csv");
-    let shards: Vec<String> = (0..3).map(|i| dir.join(format!("shard-{i}.csv")).display().to_string()).collect();
+    let shards: Vec<String> =
+        (0..3).map(|i| dir.join(format!("shard-{i}.csv")).display().to_string()).collect();
     let mut args = vec!["sweep", "merge", merged.to_str().unwrap()];
     args.extend(shards.iter().map(String::as_str));
     ok(parasim(&args));

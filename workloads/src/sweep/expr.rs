@@ -214,9 +214,8 @@ fn tokenize(text: &str) -> Result<Vec<(Token, usize)>, (usize, String)> {
         } else if is_name_start(c) {
             let start = i;
             while i < chars.len() {
-                if is_name_char(chars[i]) {
-                    i += 1;
-                } else if chars[i] == '-' && chars.get(i + 1).is_some_and(|d| d.is_ascii_alphabetic()) {
+                let hyphen = chars[i] == '-' && chars.get(i + 1).is_some_and(|d| d.is_ascii_alphabetic());
+                if is_name_char(chars[i]) || hyphen {
                     i += 1;
                 } else {
                     break;
