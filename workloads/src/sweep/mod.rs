@@ -14,7 +14,7 @@
 //!
 //! let text = format!(
 //!     "{}\n[axes]\n\"cluster.nodes\" = [1, 2]\n[derived]\n\"parallelism.data\" = \"gpus\"\n",
-//!     workloads::scenario::QUICKSTART.replace("[cluster]", "[base.cluster]")
+//!     workloads::scenario::QUICKSTART.replace("[cluster", "[base.cluster")
 //!         .replace("[workload]", "[base.workload]").replace("[parallelism]", "[base.parallelism]")
 //!         .replace("[simulation]", "[base.simulation]"),
 //! );
