@@ -7,6 +7,7 @@ mod collective_cmd;
 mod compare_cmd;
 mod models;
 mod report;
+mod sweep_cmd;
 mod topo;
 mod trace_cmd;
 mod validate_cmd;
@@ -124,6 +125,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run a parameter sweep on every core (`parasim sweep SWEEP.toml [-o OUT.csv]`), or merge
+    /// the outputs of its shards (`parasim sweep merge OUT.csv SHARD...`); docs/sweep.md.
+    Sweep(sweep_cmd::SweepCli),
     /// Trace file utilities.
     #[command(subcommand)]
     Trace(TraceCommand),
@@ -373,6 +377,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             std::io::stdout().lock().write_all(text.as_bytes()).context("writing the report")?;
             Ok(())
         }
+        Command::Sweep(args) => sweep_cmd::sweep(args),
         Command::Trace(TraceCommand::Convert { mut paths }) => {
             let output = paths.pop().context("no output path")?;
             let text = trace_cmd::convert(&paths, &output)?;

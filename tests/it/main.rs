@@ -12,6 +12,7 @@ mod models;
 mod network;
 mod readme;
 mod strategies;
+mod sweep;
 mod validate;
 
 use std::path::{Path, PathBuf};

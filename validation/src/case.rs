@@ -387,34 +387,6 @@ impl Paths {
     }
 }
 
-/// Merges `over` into `base`, table by table, key by key (a value in `over` wins).
-pub fn merge(base: &mut toml::Table, over: &toml::Table) {
-    for (key, value) in over {
-        match (base.get_mut(key), value) {
-            (Some(toml::Value::Table(existing)), toml::Value::Table(table)) => merge(existing, table),
-            _ => {
-                base.insert(key.clone(), value.clone());
-            }
-        }
-    }
-}
-
-/// Replaces the dotted keys of `changes` (`"parallelism.data" = 8`) in `table`.
-pub fn set_dotted(table: &mut toml::Table, changes: &toml::Table) -> Result<(), String> {
-    for (dotted, value) in changes {
-        let mut parts: Vec<&str> = dotted.split('.').collect();
-        let Some(last) = parts.pop() else { continue };
-        let mut current = &mut *table;
-        for part in parts {
-            let entry =
-                current.entry(part.to_string()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
-            current = entry.as_table_mut().ok_or_else(|| format!("{dotted}: {part} is not a table"))?;
-        }
-        current.insert(last.to_string(), value.clone());
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -473,25 +445,6 @@ data = 8
         assert!(parse(&twice).unwrap_err().to_string().contains("twice"));
         let nccl = FAMILY.replace("kind = \"iteration\"", "kind = \"nccl-tests\"").replace("s/iter", "s");
         assert!(parse(&nccl).unwrap_err().to_string().contains("read from the nccl-tests data"));
-    }
-
-    #[test]
-    fn scenarios_merge_table_by_table() {
-        let mut base: toml::Table =
-            toml::from_str("[workload]\nmodel = \"a\"\nprecision = \"fp16\"\n").unwrap();
-        let over: toml::Table =
-            toml::from_str("[workload]\nmodel = \"b\"\n[parallelism]\ndata = 2\n").unwrap();
-        merge(&mut base, &over);
-        assert_eq!(base["workload"]["model"].as_str(), Some("b"));
-        assert_eq!(base["workload"]["precision"].as_str(), Some("fp16"));
-        assert_eq!(base["parallelism"]["data"].as_integer(), Some(2));
-        let changes: toml::Table =
-            toml::from_str("\"parallelism.data\" = 1\n\"cluster.nodes\" = 1\n").unwrap();
-        set_dotted(&mut base, &changes).unwrap();
-        assert_eq!(base["parallelism"]["data"].as_integer(), Some(1));
-        assert_eq!(base["cluster"]["nodes"].as_integer(), Some(1));
-        let bad: toml::Table = toml::from_str("\"workload.model.x\" = 1\n").unwrap();
-        assert!(set_dotted(&mut base, &bad).is_err());
     }
 
     #[test]

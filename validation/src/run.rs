@@ -10,11 +10,11 @@ use sim_core::graph::CollectiveAlgorithm;
 use sim_core::protocol::ProtocolChoice;
 use sim_core::units::{Bytes, SimDuration};
 use workloads::collective_bench::{BenchSettings, CollectiveBench};
-use workloads::scenario::{Cluster, Scenario};
+use workloads::scenario::{Cluster, Scenario, merge, set_dotted};
 use workloads::simulation::{StrategySummary, Summary, simulate};
 use workloads::{ComputeModel, DeviceCatalog, Dtype};
 
-use crate::case::{CaseEntry, Family, Kind, Paths, check_honesty, merge, set_dotted};
+use crate::case::{CaseEntry, Family, Kind, Paths, check_honesty};
 use crate::replay::{ReplayRequest, replay};
 
 /// `1 - |simulated - measured| / measured`, floored at 0: the suite's accuracy.

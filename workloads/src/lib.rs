@@ -53,6 +53,7 @@ pub mod optimizer;
 pub mod scenario;
 pub mod simulation;
 pub mod strategy;
+pub mod sweep;
 pub mod zoo;
 
 pub use compute::{ComputeError, ComputeModel, KernelWork, OptimizerStep};

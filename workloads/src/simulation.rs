@@ -17,7 +17,7 @@ use sim_core::graph::RankId;
 
 /// Everything `parasim run` reports. A pure function of the scenario: no wall-clock numbers,
 /// so two runs print byte-identical JSON.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Summary {
     /// The scenario file.
     pub scenario: String,
@@ -66,7 +66,7 @@ pub struct Summary {
 }
 
 /// The model part of the summary.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct ModelSummary {
     /// Zoo name.
     pub name: String,
@@ -87,7 +87,7 @@ pub struct ModelSummary {
 }
 
 /// The cluster part of the summary.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct ClusterSummary {
     /// Total GPUs.
     pub gpus: u32,
@@ -104,7 +104,7 @@ pub struct ClusterSummary {
 }
 
 /// The parallel strategy part of the summary.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct StrategySummary {
     /// Data-parallel ranks.
     pub data_parallel: u32,
@@ -141,7 +141,7 @@ pub struct StrategySummary {
 }
 
 /// Exposed communication (no compute running) by communicator kind, in seconds.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct ExposedByGroup {
     /// Tensor (and sequence) parallel collectives.
     pub tensor: f64,
@@ -173,7 +173,7 @@ pub struct StageMemory {
 }
 
 /// One iteration's time split three ways, mean over GPUs.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Breakdown {
     /// Some compute kernel running.
     #[serde(rename = "compute_s", serialize_with = "seconds")]
@@ -201,7 +201,7 @@ pub struct Breakdown {
 }
 
 /// Memory of one GPU, in bytes, against its capacity.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct MemorySummary {
     /// Activations recomputed in the backward pass: `none`, `selective` or `full`.
     pub recompute: String,
@@ -240,7 +240,7 @@ impl MemorySummary {
 }
 
 /// Engine counters (deterministic).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct EngineCounters {
     /// Ops in the execution graph.
     pub ops: usize,

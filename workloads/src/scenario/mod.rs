@@ -14,6 +14,11 @@ use sim_core::units::{Bandwidth, Bytes, SimDuration};
 use topology::{ClusterSpec, IntraNode, LinkSpec, Topology, TopologyError};
 
 mod network;
+mod overrides;
+
+pub use overrides::{
+    InlineValue, OverrideError, dotted_leaves, get_dotted, merge, set_dotted, set_dotted_key,
+};
 
 /// The example scenario the README runs, compiled in so `parasim run` works anywhere.
 pub const QUICKSTART: &str = include_str!("../../../scenarios/quickstart.toml");
@@ -314,6 +319,19 @@ impl Scenario {
         let spec = read_spec(text, file)?;
         validate(spec, file)
     }
+
+    /// Validates a scenario given as a TOML table (a file changed by [`merge`] or
+    /// [`set_dotted`]); `file` names it in messages and anchors the relative paths in it.
+    pub fn from_table(table: &toml::Table, file: &Path) -> Result<Scenario, ScenarioError> {
+        validate(spec_of_table(table, file)?, file)
+    }
+
+    /// Checks that `table` has the scenario format's keys and value types, without
+    /// validating values or reading the files it names: cheap enough to check every value of
+    /// a sweep's axes before running any.
+    pub fn check_format(table: &toml::Table, file: &Path) -> Result<(), ScenarioError> {
+        spec_of_table(table, file).map(|_| ())
+    }
 }
 
 /// The most iterations one run simulates: the graph holds every iteration at once, so memory
@@ -393,6 +411,51 @@ pub fn load_model_with_sequence(model: &str, base: &Path, tokens: u64) -> Result
     let tokens = i64::try_from(tokens).map_err(|_| format!("{tokens} tokens is too many"))?;
     family.insert("sequence".into(), toml::Value::Integer(tokens));
     Model::from_toml_str(&table.to_string(), &origin).map_err(|error| error.to_string())
+}
+
+/// The wire form of a scenario given as a table; `file` names it in messages.
+fn spec_of_table(table: &toml::Table, file: &Path) -> Result<ScenarioSpec, ScenarioError> {
+    serde_path_to_error::deserialize(toml::Value::Table(table.clone())).map_err(|error| {
+        let key = error.path().to_string();
+        let message = error.into_inner().to_string();
+        let key = if key == "." {
+            message
+                .split("missing field `")
+                .nth(1)
+                .and_then(|rest| rest.split('`').next())
+                .unwrap_or(&key)
+                .to_string()
+        } else {
+            key
+        };
+        ScenarioError::Format { file: file.to_path_buf(), key, message: message.trim().to_string() }
+    })
+}
+
+/// The values the scenario format gives the numeric keys a sweep expression may read when a
+/// scenario leaves them out (`cluster.nodes` 1, `cluster.gpus-per-node` 8, every parallel
+/// degree but `data` 1, ...), as a table of the scenario's shape.
+pub fn numeric_defaults() -> toml::Table {
+    let parallelism = ParallelismSection::default();
+    let simulation = SimulationSection::default();
+    let mut table = toml::Table::new();
+    let integer = |n: u32| toml::Value::Integer(i64::from(n));
+    let entries = [
+        ("cluster.nodes", integer(one())),
+        ("cluster.gpus-per-node", integer(eight())),
+        ("parallelism.tensor", integer(parallelism.tensor)),
+        ("parallelism.pipeline", integer(parallelism.pipeline)),
+        ("parallelism.virtual-stages", integer(parallelism.virtual_stages)),
+        ("parallelism.context", integer(parallelism.context)),
+        ("parallelism.expert", integer(parallelism.expert)),
+        ("parallelism.zero", integer(u32::from(parallelism.zero))),
+        ("simulation.iterations", integer(simulation.iterations)),
+    ];
+    for (key, value) in entries {
+        // The keys are literals with no non-table parts on their paths.
+        let _ = set_dotted_key(&mut table, key, value);
+    }
+    table
 }
 
 /// Parses scenario `text` into its wire form; `file` names it in messages.

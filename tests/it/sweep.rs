@@ -1,0 +1,313 @@
+//! `parasim sweep`: rows in configuration order whatever the thread count, shards that merge
+//! into the unsharded output byte for byte, resume after a cut, and errors that name the key;
+//! and the same over a real Slurm job array where one can be started.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use crate::{QUICKSTART, parasim, scenario_file};
+
+const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/sweeps/quickstart-scaling.toml");
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("sweep").join(name);
+    let _ = fs_err::remove_dir_all(&dir);
+    fs_err::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn ok(output: Output) -> Output {
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    output
+}
+
+/// A small sweep (a ResNet-18 on 1-2 servers) with a broken configuration (0 nodes), a
+/// skipped ones and ones that do not fit: 3 x 2 x 2 = 12 configurations.
+fn small_sweep(dir: &Path) -> PathBuf {
+    let text = r#"
+[base.cluster]
+nodes = 1
+device = "a100-sxm4-80gb"
+[base.cluster.network]
+link-bandwidth = "200 Gb/s"
+[base.workload]
+model = "resnet18"
+batch-per-device = 16
+[axes]
+"cluster.nodes" = [0, 1, 2]
+"workload.batch-per-device" = [16, 200000]
+"cluster.network.link-bandwidth" = ["100 Gb/s", "200 Gb/s"]
+[derived]
+"parallelism.data" = "gpus"
+[[filter]]
+when = "nodes == 2 and link-bandwidth == '100 Gb/s'"
+reason = "no 100 Gb/s fabric for two servers"
+"#;
+    let path = dir.join("small.toml");
+    fs_err::write(&path, text).unwrap();
+    path
+}
+
+fn read(path: &Path) -> String {
+    fs_err::read_to_string(path).unwrap()
+}
+
+#[test]
+fn rows_are_in_order_whatever_the_thread_count() {
+    let dir = scratch("threads");
+    let sweep = small_sweep(&dir);
+    let one = dir.join("one.csv");
+    let two = dir.join("two.csv");
+    ok(parasim(&["sweep", sweep.to_str().unwrap(), "-j", "1", "-o", one.to_str().unwrap()]));
+    let output = ok(parasim(&["sweep", sweep.to_str().unwrap(), "-j", "2", "-o", two.to_str().unwrap()]));
+    assert_eq!(read(&one), read(&two));
+    let stdout = ok(parasim(&["sweep", sweep.to_str().unwrap()])).stdout;
+    assert_eq!(String::from_utf8(stdout).unwrap(), read(&one));
+    let text = read(&one);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2 + 12);
+    assert!(lines[0].starts_with("# parasim sweep: configurations=12 fingerprint="), "{}", lines[0]);
+    assert!(lines[1].starts_with(
+        "index,cluster.nodes,workload.batch-per-device,cluster.network.link-bandwidth,parallelism.data,"
+    ));
+    assert!(lines[1].ends_with(",status,error"));
+    let status = |i: usize| {
+        let line = lines[2 + i];
+        ["ok", "failed", "skipped", "does-not-fit"]
+            .into_iter()
+            .find(|s| line.contains(&format!(",{s},")))
+            .unwrap_or("?")
+    };
+    // 0 nodes: failed with the scenario's message, and the batch goes on.
+    assert_eq!((0..4).map(status).collect::<Vec<_>>(), ["failed"; 4]);
+    assert!(lines[2].contains("cluster.nodes"), "{}", lines[2]);
+    assert_eq!((4..8).map(status).collect::<Vec<_>>(), ["ok", "ok", "does-not-fit", "does-not-fit"]);
+    assert_eq!(status(8), "skipped");
+    assert!(lines[2 + 8].ends_with(",skipped,no 100 Gb/s fabric for two servers"), "{}", lines[10]);
+    assert_eq!(status(9), "ok");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("ran 12 (3 ok, 4 failed, 2 skipped, 3 does-not-fit)"), "{stderr}");
+    assert!(
+        stderr.contains("p50") && stderr.contains("p99") && stderr.contains("configurations/s"),
+        "{stderr}"
+    );
+
+    // JSON Lines: the same rows as objects.
+    let jsonl = dir.join("rows.jsonl");
+    ok(parasim(&["sweep", sweep.to_str().unwrap(), "-o", jsonl.to_str().unwrap()]));
+    let text = read(&jsonl);
+    let objects: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(objects[0]["parasim_sweep"]["configurations"], 12);
+    assert_eq!(objects[1 + 5]["status"], "ok");
+    assert_eq!(objects[1 + 5]["cluster.gpus"], 8);
+    assert!(objects[1 + 5]["iteration_time_s"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn shards_merge_into_the_unsharded_output_byte_for_byte() {
+    let dir = scratch("shards");
+    let sweep = small_sweep(&dir);
+    let whole = dir.join("whole.csv");
+    ok(parasim(&["sweep", sweep.to_str().unwrap(), "-o", whole.to_str().unwrap()]));
+    let shard = |i: u32, how: &str| {
+        let out = dir.join(format!("shard-{i}.csv"));
+        let mut command = Command::new(env!("CARGO_BIN_EXE_parasim"));
+        command.args(["sweep", sweep.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+        match how {
+            "flag" => {
+                command.args(["--shard", &format!("{i}/3")]);
+            }
+            "slurm" => {
+                command
+                    .env("SLURM_ARRAY_TASK_ID", (i + 10).to_string())
+                    .env("SLURM_ARRAY_TASK_MIN", "10")
+                    .env("SLURM_ARRAY_TASK_MAX", "12");
+            }
+            _ => {
+                command.env("JOB_COMPLETION_INDEX", i.to_string()).env("SWEEP_SHARDS", "3");
+            }
+        }
+        ok(command.output().unwrap());
+        out
+    };
+    for how in ["flag", "slurm", "kubernetes"] {
+        let shards: Vec<PathBuf> = (0..3).map(|i| shard(i, how)).collect();
+        assert!(read(&shards[1]).lines().next().unwrap().contains("shard=1/3"));
+        let merged = dir.join("merged.csv");
+        let mut args = vec!["sweep", "merge", merged.to_str().unwrap()];
+        args.extend(shards.iter().rev().map(|p| p.to_str().unwrap()));
+        ok(parasim(&args));
+        assert_eq!(read(&merged), read(&whole), "{how}");
+    }
+}
+
+#[test]
+fn merge_refuses_overlapping_incomplete_and_foreign_shards() {
+    let dir = scratch("merge-errors");
+    let sweep = small_sweep(&dir);
+    let shard = |spec: &str, name: &str| {
+        let out = dir.join(name);
+        ok(parasim(&["sweep", sweep.to_str().unwrap(), "--shard", spec, "-o", out.to_str().unwrap()]));
+        out.to_str().unwrap().to_string()
+    };
+    let a = shard("0/2", "a.csv");
+    let b = shard("1/2", "b.csv");
+    let merged = dir.join("m.csv");
+    let merge = |inputs: &[&str]| {
+        let mut args = vec!["sweep", "merge", merged.to_str().unwrap()];
+        args.extend(inputs);
+        let output = parasim(&args);
+        assert_eq!(output.status.code(), Some(2), "{inputs:?} should be refused");
+        String::from_utf8_lossy(&output.stderr).to_string()
+    };
+    assert!(merge(&[&a, &a]).contains("overlap"));
+    assert!(merge(&[&a]).contains("missing"));
+    let text = read(Path::new(&b));
+    let cut = dir.join("cut.csv");
+    fs_err::write(&cut, &text[..text.len() - 40]).unwrap();
+    assert!(merge(&[&a, cut.to_str().unwrap()]).contains("partial row"));
+    let lines: Vec<&str> = text.lines().collect();
+    let short = dir.join("short.csv");
+    fs_err::write(&short, lines[..lines.len() - 1].join("\n") + "\n").unwrap();
+    let error = merge(&[&a, short.to_str().unwrap()]);
+    assert!(error.contains("short.csv is incomplete"), "{error}");
+    let other = dir.join("other.toml");
+    fs_err::write(&other, read(&sweep).replace("[16, 200000]", "[32, 200000]")).unwrap();
+    let foreign = dir.join("foreign.csv");
+    ok(parasim(&["sweep", other.to_str().unwrap(), "--shard", "1/2", "-o", foreign.to_str().unwrap()]));
+    assert!(merge(&[&a, foreign.to_str().unwrap()]).contains("another sweep"));
+}
+
+#[test]
+fn resume_completes_a_cut_output_identically() {
+    let dir = scratch("resume");
+    let sweep = small_sweep(&dir);
+    let whole = dir.join("whole.csv");
+    ok(parasim(&["sweep", sweep.to_str().unwrap(), "-o", whole.to_str().unwrap()]));
+    let text = read(&whole);
+    for cut_at in [text.len() / 2, text.find("index").unwrap() + 3, text.len() - 1] {
+        let resumed = dir.join("resumed.csv");
+        fs_err::write(&resumed, &text[..cut_at]).unwrap();
+        let output =
+            parasim(&["sweep", sweep.to_str().unwrap(), "--resume", "-o", resumed.to_str().unwrap()]);
+        if cut_at < text.find('\n').unwrap() + 40 {
+            // A cut inside the header: not a sweep output any more, refused.
+            assert_eq!(output.status.code(), Some(2));
+            continue;
+        }
+        ok(output);
+        assert_eq!(read(&resumed), text, "cut at byte {cut_at}");
+    }
+    // Resuming a complete file runs nothing; resuming another sweep's file is refused.
+    let output = ok(parasim(&["sweep", sweep.to_str().unwrap(), "--resume", "-o", whole.to_str().unwrap()]));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("12 already in the output: ran 0"));
+    let output = parasim(&["sweep", EXAMPLE, "--resume", "-o", whole.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("not this sweep's"));
+}
+
+#[test]
+fn bad_sweep_files_name_the_file_and_the_key() {
+    for (name, text, needles) in [
+        ("unknown-key.toml", "\"cluster.nodez\" = [1]", &["axes.\"cluster.nodez\"", "nodez"][..]),
+        ("wrong-type.toml", "\"cluster.nodes\" = [\"two\"]", &["axes.\"cluster.nodes\"", "\"two\""]),
+        (
+            "bad-expression.toml",
+            "[derived]\n\"parallelism.data\" = \"gpus * (\"",
+            &["derived.\"parallelism.data\"", "column"],
+        ),
+    ] {
+        let path = scenario_file(name, &format!("base = {QUICKSTART:?}\n[axes]\n{text}\n"));
+        let output = parasim(&["sweep", path.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{name}: {stderr}");
+        assert!(stderr.contains(name), "{name}: {stderr}");
+        for needle in needles {
+            assert!(stderr.contains(needle), "{name}: expected {needle:?} in {stderr}");
+        }
+        assert!(output.stdout.is_empty());
+    }
+    let output = parasim(&["sweep", EXAMPLE, "--shard", "4/4"]);
+    assert!(String::from_utf8_lossy(&output.stderr).contains("numbered 0 to 3"));
+}
+
+/// The job script docs/slurm.md gives, for an array of `shards` tasks.
+fn slurm_script(binary: &str, sweep: &Path, dir: &Path) -> String {
+    format!(
+        "#!/bin/bash\n#SBATCH --job-name=parasim-sweep\n#SBATCH --output={dir}/slurm-%A_%a.log\n#SBATCH --cpus-per-task=1\n\
+         {binary} sweep {sweep} -j \"${{SLURM_CPUS_PER_TASK:-1}}\" --resume -o {dir}/shard-$SLURM_ARRAY_TASK_ID.csv\n",
+        dir = dir.display(),
+        sweep = sweep.display(),
+    )
+}
+
+/// Why a real Slurm cannot be used here, if it cannot.
+fn slurm_unavailable() -> Option<String> {
+    let has = |tool: &str| {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !["sbatch", "sinfo", "slurmctld", "munged"].iter().all(|t| has(t)) {
+        return Some("Slurm is not installed (Debian: slurm-wlm and munge; ../shared/reference/slurm/local-slurm.sh start installs and starts it as root)".into());
+    }
+    let idle = || {
+        Command::new("sinfo")
+            .args(["-h", "-o", "%T"])
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("idle"))
+    };
+    if idle() {
+        return None;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/reference/slurm/local-slurm.sh");
+    if !script.exists() {
+        return Some(format!("no idle Slurm node and no {} to start one", script.display()));
+    }
+    match Command::new("bash").arg(&script).arg("start").output() {
+        Ok(output) if output.status.success() && idle() => None,
+        Ok(output) => {
+            Some(format!("local-slurm.sh start failed: {}", String::from_utf8_lossy(&output.stderr).trim()))
+        }
+        Err(error) => Some(format!("cannot run local-slurm.sh: {error}")),
+    }
+}
+
+#[test]
+fn a_slurm_job_array_merges_into_the_unsharded_output() {
+    if let Some(reason) = slurm_unavailable() {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    let dir = scratch("slurm");
+    let whole = dir.join("whole.csv");
+    ok(parasim(&["sweep", EXAMPLE, "-o", whole.to_str().unwrap()]));
+    let script = dir.join("sweep.sbatch");
+    fs_err::write(&script, slurm_script(env!("CARGO_BIN_EXE_parasim"), Path::new(EXAMPLE), &dir)).unwrap();
+    let submitted = Command::new("timeout")
+        .args(["300", "sbatch", "--wait", "--array=0-2", script.to_str().unwrap()])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let logs: String = fs_err::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .map(|p| read(&p))
+        .collect();
+    assert!(
+        submitted.status.success(),
+        "sbatch: {}{}\n{logs}",
+        String::from_utf8_lossy(&submitted.stdout),
+        String::from_utf8_lossy(&submitted.stderr)
+    );
+    let merged = dir.join("merged.csv");
+    let shards: Vec<String> =
+        (0..3).map(|i| dir.join(format!("shard-{i}.csv")).display().to_string()).collect();
+    let mut args = vec!["sweep", "merge", merged.to_str().unwrap()];
+    args.extend(shards.iter().map(String::as_str));
+    ok(parasim(&args));
+    assert_eq!(read(&merged), read(&whole));
+    assert!(logs.contains("shard 2/3"), "{logs}");
+}

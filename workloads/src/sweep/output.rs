@@ -1,0 +1,378 @@
+//! The sweep's output files (docs/sweep.md): CSV or JSON Lines, a header that names the sweep,
+//! then one line per configuration in configuration order.
+//!
+//! CSV starts with a comment line `# parasim sweep: configurations=N fingerprint=HEX
+//! [shard=I/N] file=NAME` (pandas: `read_csv(path, comment="#")`), then the column names.
+//! JSON Lines starts with `{"parasim_sweep": {...}}` holding the same and the columns. A row
+//! never spans lines (error messages are joined onto one), so a file cut short ends in at most
+//! one partial line, which [`read_existing`] reports and a resumed run cuts off.
+
+use std::fmt::Write as _;
+
+use super::Row;
+
+/// FNV-1a, 64 bits: a fingerprint stable across machines and Rust versions.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in bytes {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
+/// An output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Comma-separated values.
+    Csv,
+    /// One JSON object per line.
+    Jsonl,
+}
+
+impl Format {
+    /// The format a file name asks for: `.jsonl` / `.ndjson` JSON Lines, `.csv` CSV.
+    pub fn of_name(name: &str) -> Option<Format> {
+        let lower = name.to_ascii_lowercase();
+        if lower.ends_with(".jsonl") || lower.ends_with(".ndjson") {
+            Some(Format::Jsonl)
+        } else if lower.ends_with(".csv") {
+            Some(Format::Csv)
+        } else {
+            None
+        }
+    }
+
+    /// The format of a file's text, from its first byte.
+    pub fn of_text(text: &str) -> Format {
+        if text.starts_with('{') { Format::Jsonl } else { Format::Csv }
+    }
+}
+
+/// One of N deterministic slices of a sweep: configuration `i` belongs to shard `i mod N`
+/// (interleaved, so every shard gets a share of the large and the small configurations).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    /// This shard, `0..count`.
+    pub index: u64,
+    /// How many shards.
+    pub count: u64,
+}
+
+impl Shard {
+    /// `I/N`, 0-based.
+    pub fn parse(text: &str) -> Result<Shard, String> {
+        let (index, count) = text
+            .split_once('/')
+            .ok_or_else(|| format!("{text:?}: write I/N, e.g. 0/4 (shards are numbered from 0)"))?;
+        let index: u64 =
+            index.trim().parse().map_err(|_| format!("{text:?}: {index:?} is not a shard number"))?;
+        let count: u64 =
+            count.trim().parse().map_err(|_| format!("{text:?}: {count:?} is not a shard count"))?;
+        Shard::new(index, count).map_err(|message| format!("{text:?}: {message}"))
+    }
+
+    /// Shard `index` of `count`.
+    pub fn new(index: u64, count: u64) -> Result<Shard, String> {
+        if count == 0 {
+            return Err("the shard count must be at least 1".into());
+        }
+        if index >= count {
+            return Err(format!("shard {index} of {count}: shards are numbered 0 to {}", count - 1));
+        }
+        Ok(Shard { index, count })
+    }
+
+    /// Whether configuration `i` is in this shard.
+    pub fn contains(self, i: u64) -> bool {
+        i % self.count == self.index
+    }
+
+    /// This shard's configurations of a sweep of `total`, in order.
+    pub fn indices(self, total: u64) -> impl Iterator<Item = u64> {
+        (self.index..total).step_by(usize::try_from(self.count).unwrap_or(usize::MAX))
+    }
+}
+
+/// What names a sweep's output: it must match for a resume to append and for shards to merge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    /// The sweep file's name (no folder, so shards run from anywhere agree).
+    pub file: String,
+    /// Configurations in the whole sweep.
+    pub configurations: u64,
+    /// [`super::Sweep::fingerprint`].
+    pub fingerprint: u64,
+    /// The slice this file holds; `None` for all of it.
+    pub shard: Option<Shard>,
+    /// The columns.
+    pub columns: Vec<String>,
+}
+
+impl Header {
+    /// The header lines of `format`, each ending in a newline.
+    pub fn text(&self, format: Format) -> String {
+        match format {
+            Format::Csv => {
+                let mut text = format!(
+                    "# parasim sweep: configurations={} fingerprint={:016x}",
+                    self.configurations, self.fingerprint
+                );
+                if let Some(shard) = self.shard {
+                    let _ = write!(text, " shard={}/{}", shard.index, shard.count);
+                }
+                let _ = writeln!(text, " file={}", self.file);
+                let names: Vec<String> =
+                    self.columns.iter().map(|c| csv_field(&serde_json::json!(c))).collect();
+                text + &names.join(",") + "\n"
+            }
+            Format::Jsonl => {
+                let meta = serde_json::json!({ "parasim_sweep": {
+                    "file": self.file,
+                    "configurations": self.configurations,
+                    "fingerprint": format!("{:016x}", self.fingerprint),
+                    "shard": self.shard.map(|s| format!("{}/{}", s.index, s.count)),
+                    "columns": self.columns,
+                }});
+                format!("{meta}\n")
+            }
+        }
+    }
+
+    /// Reads the header at the start of `text`: the header and its length in bytes.
+    pub fn parse(text: &str) -> Result<(Header, usize), String> {
+        let first_end = text.find('\n').ok_or("the file has no complete header line")?;
+        let first = &text[..first_end];
+        match Format::of_text(text) {
+            Format::Jsonl => {
+                let value: serde_json::Value = serde_json::from_str(first)
+                    .map_err(|e| format!("the first line is not a sweep header: {e}"))?;
+                let meta =
+                    value.get("parasim_sweep").ok_or("the first line is not a parasim sweep header")?;
+                let field = |name: &str| meta.get(name).ok_or(format!("the header has no `{name}`"));
+                let header = Header {
+                    file: field("file")?.as_str().unwrap_or_default().to_string(),
+                    configurations: field("configurations")?.as_u64().ok_or("bad `configurations`")?,
+                    fingerprint: u64::from_str_radix(field("fingerprint")?.as_str().unwrap_or_default(), 16)
+                        .map_err(|_| "bad `fingerprint`")?,
+                    shard: match meta.get("shard").and_then(|s| s.as_str()) {
+                        Some(shard) => Some(Shard::parse(shard)?),
+                        None => None,
+                    },
+                    columns: serde_json::from_value(field("columns")?.clone())
+                        .map_err(|e| format!("bad `columns`: {e}"))?,
+                };
+                Ok((header, first_end + 1))
+            }
+            Format::Csv => {
+                let rest = first
+                    .strip_prefix("# parasim sweep: ")
+                    .ok_or("the first line is not a parasim sweep header")?;
+                let (fields, file) = rest.split_once(" file=").ok_or("the header has no file=")?;
+                let mut configurations = None;
+                let mut fingerprint = None;
+                let mut shard = None;
+                for field in fields.split_whitespace() {
+                    match field.split_once('=') {
+                        Some(("configurations", n)) => configurations = n.parse().ok(),
+                        Some(("fingerprint", hex)) => fingerprint = u64::from_str_radix(hex, 16).ok(),
+                        Some(("shard", s)) => shard = Some(Shard::parse(s)?),
+                        _ => return Err(format!("unexpected {field:?} in the header")),
+                    }
+                }
+                let second_end =
+                    text[first_end + 1..].find('\n').ok_or("the file has no complete column line")?
+                        + first_end
+                        + 1;
+                let columns = split_csv(&text[first_end + 1..second_end])?;
+                let header = Header {
+                    file: file.to_string(),
+                    configurations: configurations.ok_or("the header has no configurations=")?,
+                    fingerprint: fingerprint.ok_or("the header has no fingerprint=")?,
+                    shard,
+                    columns,
+                };
+                Ok((header, second_end + 1))
+            }
+        }
+    }
+}
+
+/// One row as a line of `format`, ending in a newline; `columns` are the header's.
+pub fn encode_row(format: Format, columns: &[String], row: &Row) -> String {
+    let cells = std::iter::once(serde_json::Value::from(row.index))
+        .chain(row.values.iter().cloned())
+        .chain(row.metrics.iter().cloned())
+        .chain([row.status.name().into(), row.error.clone().into()]);
+    match format {
+        Format::Csv => {
+            let fields: Vec<String> = cells.map(|cell| csv_field(&cell)).collect();
+            fields.join(",") + "\n"
+        }
+        Format::Jsonl => {
+            let mut line = String::from("{");
+            for (i, (column, cell)) in columns.iter().zip(cells).enumerate() {
+                if i > 0 {
+                    line.push(',');
+                }
+                let _ = write!(line, "{}:{}", serde_json::Value::from(column.as_str()), cell);
+            }
+            line + "}\n"
+        }
+    }
+}
+
+fn csv_field(cell: &serde_json::Value) -> String {
+    match cell {
+        serde_json::Value::Null => String::new(),
+        serde_json::Value::String(text) => {
+            let needs_quotes =
+                text.contains([',', '"', '\n', '\r', '#']) || text.starts_with(' ') || text.ends_with(' ');
+            if needs_quotes { format!("\"{}\"", text.replace('"', "\"\"")) } else { text.clone() }
+        }
+        other => other.to_string(),
+    }
+}
+
+fn split_csv(line: &str) -> Result<Vec<String>, String> {
+    let mut fields = Vec::new();
+    let mut field = String::new();
+    let mut chars = line.chars().peekable();
+    let mut quoted = false;
+    while let Some(c) = chars.next() {
+        match (quoted, c) {
+            (true, '"') if chars.peek() == Some(&'"') => {
+                chars.next();
+                field.push('"');
+            }
+            (true, '"') => quoted = false,
+            (false, '"') if field.is_empty() => quoted = true,
+            (false, ',') => fields.push(std::mem::take(&mut field)),
+            (_, c) => field.push(c),
+        }
+    }
+    if quoted {
+        return Err("a quoted field is not closed".into());
+    }
+    fields.push(field);
+    Ok(fields)
+}
+
+/// The configuration number a row line starts with.
+fn row_index(line: &str) -> Option<u64> {
+    let digits = line.strip_prefix("{\"index\":").unwrap_or(line);
+    let end = digits.find(|c: char| !c.is_ascii_digit()).unwrap_or(digits.len());
+    digits[..end].parse().ok()
+}
+
+/// An output file as found on disk.
+#[derive(Debug, Clone)]
+pub struct Existing {
+    /// Its header.
+    pub header: Header,
+    /// The configuration numbers of its complete rows, in file order.
+    pub rows: Vec<u64>,
+    /// Bytes up to the end of the last complete line; more is a partial row to cut off.
+    pub complete_len: usize,
+}
+
+/// Reads an output file's text: its header, the numbers of its complete rows, and where a
+/// partial last line (a run stopped mid-write) starts.
+pub fn read_existing(text: &str) -> Result<Existing, String> {
+    let (header, mut at) = Header::parse(text)?;
+    let mut rows = Vec::new();
+    while let Some(end) = text[at..].find('\n') {
+        let line = &text[at..at + end];
+        let index = row_index(line)
+            .ok_or_else(|| format!("row {} is not a sweep row: {line:.60}", rows.len() + 1))?;
+        rows.push(index);
+        at += end + 1;
+    }
+    Ok(Existing { header, rows, complete_len: at })
+}
+
+/// Merges shard outputs (name, text) into one output of the whole sweep, in configuration
+/// order. The shards must be of one sweep (same header but for the shard), each complete,
+/// and together hold every configuration exactly once.
+pub fn merge(inputs: &[(String, String)]) -> Result<String, String> {
+    let Some((first_name, first_text)) = inputs.first() else {
+        return Err("no shard files to merge".into());
+    };
+    let format = Format::of_text(first_text);
+    let (first_header, _) = Header::parse(first_text).map_err(|e| format!("{first_name}: {e}"))?;
+    let mut owner: Vec<Option<usize>> = vec![None; usize::try_from(first_header.configurations).unwrap_or(0)];
+    let mut lines: Vec<&str> = vec![""; owner.len()];
+    for (i, (name, text)) in inputs.iter().enumerate() {
+        if Format::of_text(text) != format {
+            return Err(format!(
+                "{name} is not in the format of {first_name} (CSV and JSON Lines do not mix)"
+            ));
+        }
+        let (header, mut at) = Header::parse(text).map_err(|e| format!("{name}: {e}"))?;
+        let unsharded = |h: &Header| Header { shard: None, ..h.clone() };
+        if unsharded(&header) != unsharded(&first_header) {
+            let what = if header.fingerprint != first_header.fingerprint {
+                "another sweep (its fingerprint differs: another sweep file, base scenario or parasim version)"
+            } else if header.columns != first_header.columns {
+                "another sweep (its columns differ)"
+            } else {
+                "another sweep (its header differs)"
+            };
+            return Err(format!("{name} is from {what} than {first_name}"));
+        }
+        let mut held = Vec::new();
+        while let Some(end) = text[at..].find('\n') {
+            let line = &text[at..at + end];
+            let index = row_index(line)
+                .filter(|index| *index < first_header.configurations)
+                .ok_or_else(|| format!("{name}: a line is not a row of this sweep: {line:.60}"))?;
+            let slot = usize::try_from(index).unwrap_or(usize::MAX);
+            if let Some(other) = owner[slot] {
+                return Err(format!(
+                    "configuration {index} is in both {} and {name}: the shards overlap",
+                    inputs[other].0
+                ));
+            }
+            owner[slot] = Some(i);
+            lines[slot] = line;
+            held.push(index);
+            at += end + 1;
+        }
+        if at < text.len() {
+            return Err(format!(
+                "{name} ends in a partial row: the run stopped mid-write; finish it with --resume"
+            ));
+        }
+        let expected: Vec<u64> = match header.shard {
+            Some(shard) => shard.indices(header.configurations).collect(),
+            None => (0..header.configurations).collect(),
+        };
+        if held != expected {
+            let missing = expected.iter().filter(|e| !held.contains(e)).count();
+            let first_missing = expected.iter().find(|e| !held.contains(e));
+            let slice =
+                header.shard.map_or("the sweep".to_string(), |s| format!("shard {}/{}", s.index, s.count));
+            return Err(match first_missing {
+                Some(first) => format!(
+                    "{name} is incomplete: {missing} of the {} configurations of {slice} are missing (the first: {first}); finish it with --resume",
+                    expected.len()
+                ),
+                None => format!("{name} does not hold {slice}'s configurations in order"),
+            });
+        }
+    }
+    if let Some(missing) = owner.iter().position(Option::is_none) {
+        let count = owner.iter().filter(|o| o.is_none()).count();
+        return Err(format!(
+            "the shards hold {} of {} configurations: {count} are missing (the first: {missing}); is a shard file left out?",
+            owner.len() - count,
+            owner.len()
+        ));
+    }
+    let mut merged = Header { shard: None, ..first_header }.text(format);
+    for line in lines {
+        merged.push_str(line);
+        merged.push('\n');
+    }
+    Ok(merged)
+}
