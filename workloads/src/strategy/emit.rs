@@ -967,6 +967,10 @@ impl RankEmitter<'_, '_> {
                     CollectiveKind::AllReduce
                 };
                 let comm = Comm { group: GroupKind::Data, kind, bytes: bucket.bucket.bytes, what: "" };
+                if plan.strategy.parallelism.spatial > 1 {
+                    last_sync = Some(self.spatial_sync(comm, label, ready));
+                    continue;
+                }
                 let group = self.sync_group(bucket.expert);
                 last_sync = Some(self.collective(comm, DATA_STREAM, group, label, &[Dep::Local(ready)]));
             }
@@ -1286,6 +1290,24 @@ impl RankEmitter<'_, '_> {
         received
     }
 
+    /// The gradient allreduce of a bucket over spatial x data ranks, hierarchical as ParaDL's
+    /// (local, then across groups): a reduce-scatter inside the spatial group, an allreduce of
+    /// each rank's share across the groups, an allgather inside the group. Returns the last op.
+    fn spatial_sync(&mut self, comm: Comm, label: LabelId, ready: u32) -> u32 {
+        let p = u64::from(self.plan.strategy.parallelism.spatial);
+        let local = self.group(GroupClass::Tensor);
+        let scatter = Comm { kind: CollectiveKind::ReduceScatter, ..comm };
+        let op = self.collective(scatter, DATA_STREAM, local, label, &[Dep::Local(ready)]);
+        let mut last = op;
+        if self.plan.strategy.parallelism.data > 1 {
+            let across = self.group(GroupClass::Data);
+            let share = Comm { bytes: Bytes(comm.bytes.0.div_ceil(p)), ..comm };
+            last = self.collective(share, DATA_STREAM, across, label, &[Dep::Local(op)]);
+        }
+        let gather = Comm { kind: CollectiveKind::AllGather, ..comm };
+        self.collective(gather, DATA_STREAM, local, label, &[Dep::Local(last)])
+    }
+
     /// The gradient-synchronisation group: data (x context) ranks, or the expert-data group
     /// for expert parameters.
     fn sync_group(&mut self, expert: bool) -> GroupId {
@@ -1308,9 +1330,6 @@ impl RankEmitter<'_, '_> {
             GroupClass::Data => {
                 first.data = 0;
                 first.context = 0;
-                if self.plan.strategy.parallelism.spatial > 1 {
-                    first.tensor = 0;
-                }
             }
             GroupClass::Expert => {
                 let start = index - index % expert;
@@ -1335,15 +1354,6 @@ impl RankEmitter<'_, '_> {
                 vec![all[0], all[all.len() - 1]]
             }
             GroupClass::Expert => layout.expert_group(rank),
-            GroupClass::Data if self.plan.strategy.parallelism.spatial > 1 => {
-                // Spatial ranks hold replicated weights: their gradients are summed over the
-                // spatial x data ranks (NCCL's ring over the node-local ranks, then across).
-                let mut members = Vec::new();
-                for group in layout.group(Axis::Data, rank) {
-                    members.extend(layout.group(Axis::Tensor, group));
-                }
-                members
-            }
             GroupClass::Data => {
                 if contexts > 1 {
                     layout.data_context_group(rank)
