@@ -17,8 +17,14 @@ pub fn human(outcome: &Outcome) -> String {
     // Writing to a String cannot fail.
     let _ = writeln!(out, "scenario      {}", s.scenario);
     let st = &s.strategy;
-    let data_parallel_only =
-        st.tensor == 1 && st.pipeline == 1 && st.context == 1 && st.expert == 1 && st.zero == 0;
+    let data_parallel_only = st.tensor == 1
+        && st.pipeline == 1
+        && st.context == 1
+        && st.expert == 1
+        && st.zero == 0
+        && st.filter == 1
+        && st.channel == 1
+        && st.spatial == 1;
     let batch = if data_parallel_only && st.micro_batches == 1 {
         format!("batch {} per GPU", m.batch_per_device)
     } else {
@@ -74,6 +80,15 @@ pub fn human(outcome: &Outcome) -> String {
         }
         if st.expert > 1 {
             degrees.push(format!("expert {}", st.expert));
+        }
+        if st.filter > 1 {
+            degrees.push(format!("filter {}", st.filter));
+        }
+        if st.channel > 1 {
+            degrees.push(format!("channel {}", st.channel));
+        }
+        if st.spatial > 1 {
+            degrees.push(format!("spatial {} ({})", st.spatial, st.spatial_dims.unwrap_or("h")));
         }
         let zero = if st.zero > 0 { format!(", ZeRO-{}", st.zero) } else { String::new() };
         let _ = writeln!(out, "strategy      {}{zero}; ranks ordered {}", degrees.join(" x "), st.order);
@@ -149,6 +164,9 @@ pub fn human(outcome: &Outcome) -> String {
             ("data", groups.data),
             ("context", groups.context),
             ("expert", groups.expert),
+            ("filter", groups.filter),
+            ("channel", groups.channel),
+            ("spatial", groups.spatial),
         ] {
             if seconds > 0.0 {
                 let d = SimDuration::from_secs_f64(seconds).unwrap_or(SimDuration::ZERO);

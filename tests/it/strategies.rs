@@ -185,6 +185,91 @@ fn bad_strategies_name_the_key_and_what_would_be_valid() {
 }
 
 #[test]
+fn bad_cnn_strategies_name_the_key_and_what_would_be_valid() {
+    let cnn = |from: &str, to: &str| {
+        quickstart_with(from, to).replace("batch-per-device = 64", "global-batch = 256\nmicro-batch = 16")
+    };
+    for key in ["filter", "channel", "spatial"] {
+        assert_rejected(
+            &format!("{key}-zero.toml"),
+            &cnn("data = 64", &format!("{key} = 0")),
+            &[&format!("parallelism.{key}"), "at least 1"],
+        );
+    }
+    assert_rejected(
+        "spatial-dims.toml",
+        &cnn("data = 64", "spatial = 4\nspatial-dims = \"xy\""),
+        &["parallelism.spatial-dims", "\"hw\""],
+    );
+    assert_rejected(
+        "spatial-dims-3d.toml",
+        &cnn("data = 64", "spatial = 4\nspatial-dims = \"dhw\""),
+        &["parallelism.spatial-dims", "\"h\", \"hw\""],
+    );
+    assert_rejected(
+        "spatial-too-many.toml",
+        &cnn("data = 64", "spatial = 8"),
+        &["parallelism.spatial", "7 positions along the height"],
+    );
+    assert_rejected(
+        "channel-rgb.toml",
+        &cnn("data = 64", "channel = 4"),
+        &["parallelism.channel", "conv1 has 3 input channels", "valid: 1 to 3"],
+    );
+    assert_rejected(
+        "filter-channel.toml",
+        &cnn("data = 64", "filter = 2\nchannel = 2"),
+        &["parallelism.filter", "one CNN strategy"],
+    );
+    assert_rejected(
+        "filter-tensor.toml",
+        &cnn("data = 64", "filter = 2\ntensor = 2"),
+        &["parallelism.filter", "tensor = 2 is not supported yet"],
+    );
+    assert_rejected(
+        "filter-gpus.toml",
+        &cnn("data = 64", "filter = 3"),
+        &["parallelism.tensor", "does not divide", "64 GPUs"],
+    );
+    assert_rejected(
+        "filter-per-device.toml",
+        &quickstart_with("data = 64", "filter = 4"),
+        &["workload.batch-per-device", "filter, channel or spatial"],
+    );
+    let transformer = MEGATRON.replace("tensor = 2", "filter = 2").replace("pipeline = 4", "pipeline = 1");
+    assert_rejected("filter-gpt.toml", &transformer, &["parallelism.filter"]);
+}
+
+#[test]
+fn cnn_strategies_run_and_split_the_memory() {
+    let run = |name: &str, to: &str| -> serde_json::Value {
+        let text = quickstart_with("data = 64", to)
+            .replace("batch-per-device = 64", "global-batch = 512\nmicro-batch = 16");
+        let path = scenario_file(name, &text);
+        let output = parasim(&["run", path.to_str().unwrap(), "--json"]);
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        serde_json::from_slice(&output.stdout).unwrap()
+    };
+    let weights = |json: &serde_json::Value| json["stages"][0]["memory"]["weights"].as_f64().unwrap();
+    let activations = |json: &serde_json::Value| json["stages"][0]["memory"]["activations"].as_f64().unwrap();
+    let filter = run("filter.toml", "filter = 4");
+    let spatial = run("spatial.toml", "spatial = 4");
+    let channel = run("channel.toml", "channel = 2\ndata = 32");
+    assert_eq!(filter["strategy"]["filter"], 4);
+    assert_eq!(spatial["strategy"]["spatial_dims"], "h");
+    // Filter shards the convolutions' weights (batch norms stay whole); spatial replicates
+    // them and splits the activations of the convolutional part.
+    assert!(weights(&filter) < 0.3 * weights(&spatial), "{} vs {}", weights(&filter), weights(&spatial));
+    assert!(weights(&channel) < 0.6 * weights(&spatial));
+    assert!(
+        activations(&spatial) < 0.3 * activations(&filter),
+        "{} vs {}",
+        activations(&spatial),
+        activations(&filter)
+    );
+}
+
+#[test]
 fn sequence_length_overrides_the_models_and_gradient_accumulation_runs_with_data_parallelism() {
     let longer = MEGATRON.replacen(
         "model = \"megatron-1.7b\"",

@@ -191,7 +191,15 @@ fn scenario_of(table: &toml::Table, anchor: &Path, label: &str) -> Result<Scenar
 
 fn describe_strategy(s: &StrategySummary) -> String {
     let mut parts = vec![format!("DP{}", s.data_parallel)];
-    for (name, value) in [("TP", s.tensor), ("PP", s.pipeline), ("CP", s.context), ("EP", s.expert)] {
+    for (name, value) in [
+        ("TP", s.tensor),
+        ("PP", s.pipeline),
+        ("CP", s.context),
+        ("EP", s.expert),
+        ("filter", s.filter),
+        ("channel", s.channel),
+        ("spatial", s.spatial),
+    ] {
         if value > 1 {
             parts.push(format!("{name}{value}"));
         }

@@ -128,6 +128,18 @@ pub struct StrategySummary {
     pub context: u32,
     /// Expert-parallel degree.
     pub expert: u32,
+    /// Filter-parallel degree (omitted when 1).
+    #[serde(skip_serializing_if = "is_one")]
+    pub filter: u32,
+    /// Channel-parallel degree (omitted when 1).
+    #[serde(skip_serializing_if = "is_one")]
+    pub channel: u32,
+    /// Spatial-parallel degree (omitted when 1).
+    #[serde(skip_serializing_if = "is_one")]
+    pub spatial: u32,
+    /// The spatially split dimensions (omitted without spatial parallelism).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spatial_dims: Option<&'static str>,
     /// ZeRO stage.
     pub zero: u8,
     /// Rank order, fastest dimension first.
@@ -153,6 +165,23 @@ pub struct ExposedByGroup {
     pub context: f64,
     /// Expert-parallel all-to-all.
     pub expert: f64,
+    /// Filter-parallel allgathers and allreduces (omitted when zero).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub filter: f64,
+    /// Channel-parallel allreduces and allgathers (omitted when zero).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub channel: f64,
+    /// Spatial halo exchanges and allgather (omitted when zero).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub spatial: f64,
+}
+
+fn is_one(value: &u32) -> bool {
+    *value == 1
+}
+
+fn is_zero(value: &f64) -> bool {
+    *value == 0.0
 }
 
 /// One pipeline stage's layers and memory.
@@ -513,6 +542,10 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
             },
             context: p.context,
             expert: p.expert,
+            filter: p.filter,
+            channel: p.channel,
+            spatial: p.spatial,
+            spatial_dims: (p.spatial > 1).then_some(p.spatial_dims.name()),
             zero: p.zero,
             order: p.order.to_string(),
             global_batch: scenario.global_batch,
@@ -541,6 +574,9 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
                 data: exposed_of(GroupKind::Data),
                 context: exposed_of(GroupKind::Context),
                 expert: exposed_of(GroupKind::Expert),
+                filter: exposed_of(GroupKind::Filter),
+                channel: exposed_of(GroupKind::Channel),
+                spatial: exposed_of(GroupKind::Spatial),
             },
             bubble,
             host_bound,

@@ -199,6 +199,10 @@ struct ParallelismSection {
     bucket_size: Bytes,
     first_bucket_size: Bytes,
     allreduce: String,
+    filter: u32,
+    channel: u32,
+    spatial: u32,
+    spatial_dims: String,
 }
 
 impl Default for ParallelismSection {
@@ -218,6 +222,10 @@ impl Default for ParallelismSection {
             bucket_size: Bytes(25 << 20),
             first_bucket_size: Bytes(1 << 20),
             allreduce: "auto".into(),
+            filter: 1,
+            channel: 1,
+            spatial: 1,
+            spatial_dims: "h".into(),
         }
     }
 }
@@ -666,12 +674,19 @@ fn parallelism(
         ("parallelism.virtual-stages", section.virtual_stages),
         ("parallelism.context", section.context),
         ("parallelism.expert", section.expert),
+        ("parallelism.filter", section.filter),
+        ("parallelism.channel", section.channel),
+        ("parallelism.spatial", section.spatial),
     ] {
         if value == 0 {
             return Err(invalid(key, "must be at least 1, got 0".into()));
         }
     }
-    let model_parallel = u64::from(section.tensor) * u64::from(section.pipeline) * u64::from(section.context);
+    let spatial_dims: crate::strategy::SpatialDims =
+        section.spatial_dims.parse().map_err(|message| invalid("parallelism.spatial-dims", message))?;
+    let cnn = u64::from(section.filter) * u64::from(section.channel) * u64::from(section.spatial);
+    let model_parallel =
+        u64::from(section.tensor) * u64::from(section.pipeline) * u64::from(section.context) * cnn;
     let shape = format!("{} nodes x {} GPUs", cluster.nodes, cluster.gpus_per_node);
     let data = match section.data {
         Some(0) => return Err(invalid("parallelism.data", "must be at least 1, got 0".into())),
@@ -681,8 +696,13 @@ fn parallelism(
                 return Err(invalid(
                     "parallelism.tensor",
                     format!(
-                        "tensor x pipeline x context = {} x {} x {} = {model_parallel} does not divide the cluster's {gpus} GPUs ({shape}), so no data-parallel degree uses them all",
-                        section.tensor, section.pipeline, section.context
+                        "tensor x pipeline x context x filter x channel x spatial = {} x {} x {} x {} x {} x {} = {model_parallel} does not divide the cluster's {gpus} GPUs ({shape}), so no data-parallel degree uses them all",
+                        section.tensor,
+                        section.pipeline,
+                        section.context,
+                        section.filter,
+                        section.channel,
+                        section.spatial
                     ),
                 ));
             }
@@ -693,10 +713,13 @@ fn parallelism(
         return Err(invalid(
             "parallelism.data",
             format!(
-                "data x tensor x pipeline x context = {data} x {} x {} x {} = {}, but the cluster has {gpus} GPUs ({shape}); the product must use every GPU (leave `data` out to derive it)",
+                "data x tensor x pipeline x context x filter x channel x spatial = {data} x {} x {} x {} x {} x {} x {} = {}, but the cluster has {gpus} GPUs ({shape}); the product must use every GPU (leave `data` out to derive it)",
                 section.tensor,
                 section.pipeline,
                 section.context,
+                section.filter,
+                section.channel,
+                section.spatial,
                 u64::from(data) * model_parallel
             ),
         ));
@@ -757,6 +780,10 @@ fn parallelism(
         bucket_cap: section.bucket_size,
         first_bucket_cap: section.first_bucket_size,
         data_algorithm: allreduce,
+        filter: section.filter,
+        channel: section.channel,
+        spatial: section.spatial,
+        spatial_dims,
     })
 }
 
@@ -783,10 +810,15 @@ fn batch(
             "and `global-batch` are both given: give `global-batch` (and `micro-batch`), or `batch-per-device`              for pure data parallelism"
                 .into(),
         )),
-        (Some(_), None) if !(parallelism.tensor == 1 && parallelism.pipeline == 1 && parallelism.context == 1) => {
+        (Some(_), None)
+            if !(parallelism.tensor == 1
+                && parallelism.pipeline == 1
+                && parallelism.context == 1
+                && parallelism.cnn_degree() == 1) =>
+        {
             Err(invalid(
                 "workload.batch-per-device",
-                "is for pure data parallelism; with tensor, pipeline or context parallelism give `global-batch` (samples per iteration over all replicas) and `micro-batch`"
+                "is for pure data parallelism; with tensor, pipeline, context, filter, channel or spatial parallelism give `global-batch` (samples per iteration over all replicas) and `micro-batch`"
                     .into(),
             ))
         }

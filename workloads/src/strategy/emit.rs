@@ -28,9 +28,9 @@ use sim_core::graph::{
 use sim_core::units::{Bytes, SimDuration};
 
 use super::{
-    Axis, Bucket, COMPUTE_STREAM, CONTEXT_STREAM, Comm, DATA_STREAM, EXPERT_STREAM, GATHER_STREAM, GroupKind,
-    Lowered, PIPELINE_STREAM, RankLayout, Role, StageSummary, Strategy, StrategyError, TENSOR_STREAM,
-    pipeline, shard,
+    Axis, Bucket, CHANNEL_STREAM, COMPUTE_STREAM, CONTEXT_STREAM, CnnSplit, Comm, DATA_STREAM, EXPERT_STREAM,
+    FILTER_STREAM, GATHER_STREAM, GroupKind, HALO_STREAM, Lowered, PIPELINE_STREAM, RankLayout, Role,
+    SPATIAL_STREAM, StageSummary, Strategy, StrategyError, TENSOR_STREAM, cnn, pipeline, shard,
 };
 use crate::layer::Pass;
 use crate::memory::MemoryBreakdown;
@@ -55,6 +55,9 @@ enum Key {
     /// Step `step` of the context ring of layer `layer` on `sender`; `pass` 0 forward, 1
     /// recomputation, 2 backward.
     Ring { sender: u32, layer: u32, micro: u32, step: u32, pass: u8 },
+    /// The halo `sender` sends along grid dimension `dim` of layer `layer` to its upper (or
+    /// lower) neighbour; `pass` 0 forward, 1 recomputation, 2 backward (the halo's gradient).
+    Halo { sender: u32, layer: u32, micro: u32, dim: u8, up: bool, pass: u8 },
 }
 
 /// Kinds of communicator groups, for interning.
@@ -103,6 +106,11 @@ struct Plan<'s> {
     /// Parameters one GPU of each stage holds (after tensor and expert splitting, before
     /// ZeRO), the last stage's embedding copy included.
     stage_parameters: Vec<u64>,
+    /// Under filter, channel or spatial parallelism, the model as one rank runs it (its local
+    /// layers), for the memory model.
+    local_model: Option<Model>,
+    /// Under spatial parallelism, the rank grid of a group.
+    spatial_grid: Vec<u32>,
 }
 
 /// A group of layers whose parameters ZeRO-3 gathers and whose gradients it scatters together.
@@ -129,6 +137,8 @@ struct Labels {
     dispatch: LabelId,
     gather: LabelId,
     scatter: LabelId,
+    /// Halo sends: forward, backward.
+    halo: [LabelId; 2],
 }
 
 /// The graph under construction and the collective instances shared by group members.
@@ -173,12 +183,15 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
     // only tensor rank 0 of replica 0 of each (pipeline, context) position gets ops; the
     // engine replays their traffic on the other ranks (shadows), so the network still carries
     // every rank's bytes.
-    let fold =
-        strategy.fold_symmetric_ranks && plan.layout.size(Axis::Tensor) * plan.layout.size(Axis::Data) > 1;
+    // Spatial ranks differ (a tile on the border has one neighbour, not two): all of them get
+    // ops, and only the replicas are folded.
+    let spatial = matches!(strategy.parallelism.cnn(), CnnSplit::Spatial { .. });
+    let folded_tensor = if spatial { 1 } else { plan.layout.size(Axis::Tensor) };
+    let fold = strategy.fold_symmetric_ranks && folded_tensor * plan.layout.size(Axis::Data) > 1;
     let simulated: Vec<u32> = (0..ranks)
         .filter(|&rank| {
             let c = plan.layout.coordinates(RankId(rank));
-            !fold || (c.tensor == 0 && c.data == 0)
+            !fold || ((spatial || c.tensor == 0) && c.data == 0)
         })
         .collect();
     let mut position_of = vec![u32::MAX; ranks as usize];
@@ -186,14 +199,16 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
         position_of[rank as usize] = position as u32;
     }
     if fold {
-        let (t, d) = (plan.layout.size(Axis::Tensor), plan.layout.size(Axis::Data));
+        let (t, d) = (folded_tensor, plan.layout.size(Axis::Data));
         let images = (0..t * d)
             .skip(1)
             .map(|shift| {
                 (0..ranks)
                     .map(|rank| {
                         let mut c = plan.layout.coordinates(RankId(rank));
-                        c.tensor = (c.tensor + shift % t) % t;
+                        if !spatial {
+                            c.tensor = (c.tensor + shift % t) % t;
+                        }
                         c.data = (c.data + shift / t) % d;
                         plan.layout.rank(c)
                     })
@@ -426,7 +441,7 @@ impl<'s> Plan<'s> {
         // Which bucket each layer closes (its last gradient).
         // DDP launches its bucket allreduces whatever the world size; other strategies
         // synchronise only over more than one rank.
-        let sync_ranks = p.data * p.context;
+        let sync_ranks = p.gradient_sync_ranks();
         if (sync_ranks > 1 || p.is_data_parallel()) && p.zero < 3 {
             for chunk in &buckets {
                 for (b, bucket) in chunk.iter().enumerate() {
@@ -483,7 +498,20 @@ impl<'s> Plan<'s> {
                 units
             })
             .collect();
+        let local_model = (p.cnn() != CnnSplit::None).then(|| Model {
+            name: model.name.clone(),
+            family: model.family.clone(),
+            description: String::new(),
+            input: local.first().map_or_else(|| model.input.clone(), |l| l.layer.input.clone()),
+            layers: local.iter().map(|l| l.layer.clone()).collect(),
+        });
+        let spatial_grid = match p.cnn() {
+            CnnSplit::Spatial { degree, dims } => cnn::spatial_grid(degree, dims),
+            _ => Vec::new(),
+        };
         Ok(Plan {
+            local_model,
+            spatial_grid,
             strategy,
             host_cost: strategy.compute.host_cost_per_kernel(),
             units,
@@ -585,6 +613,7 @@ impl<'s> Plan<'s> {
             dispatch: graph.label("host: launch kernel"),
             gather: graph.label("zero-3 allgather parameters"),
             scatter: graph.label("zero-3 reduce-scatter gradients"),
+            halo: [graph.label("spatial halo send"), graph.label("spatial halo gradient send")],
         }
     }
 
@@ -609,8 +638,10 @@ impl<'s> Plan<'s> {
         let strategy = self.strategy;
         let p = &strategy.parallelism;
         let model = strategy.model;
-        let sync_ranks = p.data * p.context;
+        let sync_ranks = p.gradient_sync_ranks();
         let blocks = shard::block_indexes(model);
+        // Under the CNN strategies the memory model sees the layers as one rank holds them.
+        let model = self.local_model.as_ref().unwrap_or(model);
         let mut stages = Vec::with_capacity(p.pipeline as usize);
         for stage in 0..p.pipeline {
             let chunk_indexes: Vec<usize> = self.chunks_of(stage).collect();
@@ -897,6 +928,10 @@ impl RankEmitter<'_, '_> {
         for comm in &local.before_forward {
             self.comm(*comm);
         }
+        if let Some(halo) = &local.halo {
+            let received = self.halo(index, micro, halo, if recompute { 1 } else { 0 });
+            self.waiting.extend(received);
+        }
         if let Some((duration, _)) = plan.kernels[index][0] {
             let label = if recompute { self.labels.recompute[index] } else { self.labels.passes[index][0] };
             match local.context_ring {
@@ -932,6 +967,10 @@ impl RankEmitter<'_, '_> {
                     CollectiveKind::AllReduce
                 };
                 let comm = Comm { group: GroupKind::Data, kind, bytes: bucket.bucket.bytes, what: "" };
+                if plan.strategy.parallelism.spatial > 1 {
+                    last_sync = Some(self.spatial_sync(comm, label, ready));
+                    continue;
+                }
                 let group = self.sync_group(bucket.expert);
                 last_sync = Some(self.collective(comm, DATA_STREAM, group, label, &[Dep::Local(ready)]));
             }
@@ -1000,6 +1039,11 @@ impl RankEmitter<'_, '_> {
             }
             // Collectives on the input gradient run while backward-weight computes.
             let mut deferred = Vec::new();
+            if let Some(halo) = &local.halo
+                && data.is_some()
+            {
+                deferred.extend(self.halo(index, micro, halo, 2));
+            }
             for comm in &local.after_backward_data {
                 self.comm(*comm);
                 deferred.append(&mut self.waiting);
@@ -1050,6 +1094,9 @@ impl RankEmitter<'_, '_> {
         let (stream, group) = match comm.group {
             GroupKind::Tensor => (TENSOR_STREAM, self.group(GroupClass::Tensor)),
             GroupKind::Expert => (EXPERT_STREAM, self.group(GroupClass::Expert)),
+            GroupKind::Filter => (FILTER_STREAM, self.group(GroupClass::Tensor)),
+            GroupKind::Channel => (CHANNEL_STREAM, self.group(GroupClass::Tensor)),
+            GroupKind::Spatial => (SPATIAL_STREAM, self.group(GroupClass::Tensor)),
             _ => (DATA_STREAM, self.group(GroupClass::Data)),
         };
         let label = self.comm_label(comm.what);
@@ -1165,6 +1212,100 @@ impl RankEmitter<'_, '_> {
             op = self.compute(step, label);
         }
         op
+    }
+
+    /// The halo exchange of layer `layer` with this rank's grid neighbours, dimension after
+    /// dimension (a dimension's sends wait for the previous dimension's halos, so corners travel
+    /// with the later dimension): `pass` 0 or 1 sends the rows before the forward kernel, 2
+    /// sends the halo's gradient back after the backward-data kernel (dimensions in reverse).
+    /// Returns the receptions the next kernel waits for.
+    fn halo(&mut self, layer: usize, micro: u32, halo: &cnn::Halo, pass: u8) -> Vec<Dep> {
+        let plan = self.plan;
+        let rank = RankId(self.rank);
+        let grid = &plan.spatial_grid;
+        let mut coordinates = plan.layout.coordinates(rank);
+        let position = cnn::grid_coordinates(coordinates.tensor, grid);
+        let neighbour = |axis: usize, up: bool| -> Option<u32> {
+            let c = position[axis];
+            let moved = if up { (c + 1 < grid[axis]).then_some(c + 1) } else { c.checked_sub(1) }?;
+            let mut at = position.clone();
+            at[axis] = moved;
+            Some(cnn::grid_index(&at, grid))
+        };
+        let mut producer: Vec<Dep> = self.waiting.clone();
+        producer.extend(self.last_compute.map(Dep::Local));
+        let backward = pass == 2;
+        let order: Vec<usize> =
+            if backward { (0..halo.dims.len()).rev().collect() } else { (0..halo.dims.len()).collect() };
+        let mut received = Vec::new();
+        for d in order {
+            let dim = halo.dims[d];
+            let mut this_dim = Vec::new();
+            // Bytes every rank sends up (to its upper neighbour) or down. Forward: the upper
+            // neighbour's lower halo is `from_lower` of my rows. Backward: the gradient of the
+            // rows I received goes back to their owner.
+            let sent = |up: bool| if up != backward { dim.from_lower } else { dim.from_upper };
+            for up in [true, false] {
+                let bytes = sent(up);
+                if bytes.0 == 0 {
+                    continue;
+                }
+                if let Some(index) = neighbour(dim.grid_axis, up) {
+                    coordinates.tensor = index;
+                    let to = plan.layout.rank(coordinates).0;
+                    let mut deps = producer.clone();
+                    deps.extend(self.launch());
+                    let send = self.buffer.push(
+                        Op {
+                            kind: OpKind::Transfer { dst: RankId(to), bytes },
+                            rank,
+                            stream: if up { SPATIAL_STREAM } else { HALO_STREAM },
+                            label: self.labels.halo[usize::from(backward)],
+                        },
+                        &deps,
+                    );
+                    let key =
+                        Key::Halo { sender: self.rank, layer: layer as u32, micro, dim: d as u8, up, pass };
+                    self.shared.keys.insert(key, (self.rank, send));
+                }
+                // The neighbour on the other side sends the same way to me.
+                if let Some(index) = neighbour(dim.grid_axis, !up) {
+                    coordinates.tensor = index;
+                    let sender = plan.layout.rank(coordinates).0;
+                    this_dim.push(Dep::Key(Key::Halo {
+                        sender,
+                        layer: layer as u32,
+                        micro,
+                        dim: d as u8,
+                        up,
+                        pass,
+                    }));
+                }
+            }
+            received.extend(this_dim.iter().copied());
+            if !this_dim.is_empty() {
+                producer = this_dim;
+            }
+        }
+        received
+    }
+
+    /// The gradient allreduce of a bucket over spatial x data ranks, hierarchical as ParaDL's
+    /// (local, then across groups): a reduce-scatter inside the spatial group, an allreduce of
+    /// each rank's share across the groups, an allgather inside the group. Returns the last op.
+    fn spatial_sync(&mut self, comm: Comm, label: LabelId, ready: u32) -> u32 {
+        let p = u64::from(self.plan.strategy.parallelism.spatial);
+        let local = self.group(GroupClass::Tensor);
+        let scatter = Comm { kind: CollectiveKind::ReduceScatter, ..comm };
+        let op = self.collective(scatter, DATA_STREAM, local, label, &[Dep::Local(ready)]);
+        let mut last = op;
+        if self.plan.strategy.parallelism.data > 1 {
+            let across = self.group(GroupClass::Data);
+            let share = Comm { bytes: Bytes(comm.bytes.0.div_ceil(p)), ..comm };
+            last = self.collective(share, DATA_STREAM, across, label, &[Dep::Local(op)]);
+        }
+        let gather = Comm { kind: CollectiveKind::AllGather, ..comm };
+        self.collective(gather, DATA_STREAM, local, label, &[Dep::Local(last)])
     }
 
     /// The gradient-synchronisation group: data (x context) ranks, or the expert-data group

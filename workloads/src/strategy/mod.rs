@@ -15,6 +15,7 @@
 //! Plain data parallelism is the configuration with every other degree 1 and one micro-batch:
 //! it lowers to the same graph, op for op, as the PyTorch DDP lowering always did.
 
+pub mod cnn;
 mod emit;
 pub mod layout;
 pub mod pipeline;
@@ -34,6 +35,7 @@ use crate::memory::{MemoryBreakdown, MemoryError, MemoryPlan, Recompute, Shardin
 use crate::model::Model;
 use crate::optimizer::Optimizer;
 
+pub use cnn::{CnnSplit, SpatialDims};
 pub use layout::{Axis, Coordinates, RankLayout, RankOrder};
 pub use pipeline::{Action, PipelineSchedule};
 pub use shard::{Comm, GroupKind, LocalLayer, Role, ShardError, Split};
@@ -55,6 +57,14 @@ pub const GATHER_STREAM: StreamId = StreamId(6);
 /// The host thread that launches a rank's kernels: one op per kernel, each costing the compute
 /// model's dispatch time, which the kernel waits for. Host time, not GPU time.
 pub const HOST_STREAM: StreamId = StreamId(7);
+/// The stream of filter-parallel collectives.
+pub const FILTER_STREAM: StreamId = StreamId(8);
+/// The stream of channel-parallel collectives.
+pub const CHANNEL_STREAM: StreamId = StreamId(9);
+/// The stream of the spatial allgather and of halo sends to the upper neighbour.
+pub const SPATIAL_STREAM: StreamId = StreamId(10);
+/// The stream of halo sends to the lower neighbour (both directions at once).
+pub const HALO_STREAM: StreamId = StreamId(11);
 
 /// Whether `op` runs on the host thread rather than on the GPU.
 pub fn is_host(op: &sim_core::graph::Op) -> bool {
@@ -69,6 +79,9 @@ pub fn group_of_stream(stream: StreamId) -> Option<GroupKind> {
         PIPELINE_STREAM => Some(GroupKind::Pipeline),
         CONTEXT_STREAM => Some(GroupKind::Context),
         EXPERT_STREAM => Some(GroupKind::Expert),
+        FILTER_STREAM => Some(GroupKind::Filter),
+        CHANNEL_STREAM => Some(GroupKind::Channel),
+        SPATIAL_STREAM | HALO_STREAM => Some(GroupKind::Spatial),
         _ => None,
     }
 }
@@ -114,6 +127,14 @@ pub struct Parallelism {
     pub first_bucket_cap: Bytes,
     /// Algorithm of the data-parallel gradient collectives.
     pub data_algorithm: CollectiveAlgorithm,
+    /// Filter-parallel degree (CNNs: output channels split inside a group).
+    pub filter: u32,
+    /// Channel-parallel degree (CNNs: input channels split inside a group).
+    pub channel: u32,
+    /// Spatial-parallel degree (CNNs: activations split along `spatial_dims` inside a group).
+    pub spatial: u32,
+    /// The dimensions spatial parallelism splits.
+    pub spatial_dims: SpatialDims,
 }
 
 impl Parallelism {
@@ -135,12 +156,44 @@ impl Parallelism {
             bucket_cap: Bytes(25 << 20),
             first_bucket_cap: Bytes(1 << 20),
             data_algorithm: CollectiveAlgorithm::Auto,
+            filter: 1,
+            channel: 1,
+            spatial: 1,
+            spatial_dims: SpatialDims::H,
         }
     }
 
-    /// GPUs used: data x tensor x pipeline x context.
+    /// GPUs used: data x tensor x pipeline x context x the CNN group.
     pub fn gpus(&self) -> u64 {
-        [self.data, self.tensor, self.pipeline, self.context].iter().map(|&d| u64::from(d)).product()
+        [self.data, self.tensor, self.pipeline, self.context, self.cnn_degree()]
+            .iter()
+            .map(|&d| u64::from(d))
+            .product()
+    }
+
+    /// Ranks of the CNN model-parallel group: filter x channel x spatial (one of them is
+    /// above 1 at most).
+    pub fn cnn_degree(&self) -> u32 {
+        self.filter.saturating_mul(self.channel).saturating_mul(self.spatial)
+    }
+
+    /// The CNN strategy inside a group, if any.
+    pub fn cnn(&self) -> CnnSplit {
+        if self.filter > 1 {
+            CnnSplit::Filter(self.filter)
+        } else if self.channel > 1 {
+            CnnSplit::Channel(self.channel)
+        } else if self.spatial > 1 {
+            CnnSplit::Spatial { degree: self.spatial, dims: self.spatial_dims }
+        } else {
+            CnnSplit::None
+        }
+    }
+
+    /// Ranks each gradient is summed over: data x context, times the spatial ranks (which hold
+    /// replicated weights; filter and channel ranks hold shards).
+    pub fn gradient_sync_ranks(&self) -> u32 {
+        self.data * self.context * self.spatial
     }
 
     /// Model chunks in the whole pipeline: pipeline x virtual stages.
@@ -150,7 +203,15 @@ impl Parallelism {
 
     /// The rank layout.
     pub fn layout(&self) -> RankLayout {
-        RankLayout::new(self.tensor, self.context, self.data, self.pipeline, self.expert, self.order)
+        // The CNN group takes the tensor dimension's place: contiguous ranks, inside a node.
+        RankLayout::new(
+            self.tensor * self.cnn_degree(),
+            self.context,
+            self.data,
+            self.pipeline,
+            self.expert,
+            self.order,
+        )
     }
 
     /// What shapes one rank's layers.
@@ -161,6 +222,7 @@ impl Parallelism {
             context: self.context,
             expert: self.expert,
             expert_load: self.capacity_factor.map_or(self.expert_skew, |cap| self.expert_skew.min(cap)),
+            cnn: self.cnn(),
         }
     }
 
@@ -177,7 +239,12 @@ impl Parallelism {
 
     /// Whether this is plain data parallelism (every other degree 1, no ZeRO).
     pub fn is_data_parallel(&self) -> bool {
-        self.tensor == 1 && self.pipeline == 1 && self.context == 1 && self.expert == 1 && self.zero == 0
+        self.tensor == 1
+            && self.pipeline == 1
+            && self.context == 1
+            && self.expert == 1
+            && self.zero == 0
+            && self.cnn_degree() == 1
     }
 }
 
@@ -361,9 +428,57 @@ impl Strategy<'_> {
             ("parallelism.virtual-stages", p.virtual_stages),
             ("parallelism.context", p.context),
             ("parallelism.expert", p.expert),
+            ("parallelism.filter", p.filter),
+            ("parallelism.channel", p.channel),
+            ("parallelism.spatial", p.spatial),
         ] {
             if value == 0 {
                 return Err(invalid(key, "must be at least 1, got 0".into()));
+            }
+        }
+        let cnn_strategies: Vec<&str> =
+            [("filter", p.filter), ("channel", p.channel), ("spatial", p.spatial)]
+                .iter()
+                .filter(|(_, degree)| *degree > 1)
+                .map(|(name, _)| *name)
+                .collect();
+        if cnn_strategies.len() > 1 {
+            return Err(invalid(
+                "parallelism.filter",
+                format!(
+                    "{} are all above 1; one CNN strategy per group: give one of filter, channel, spatial \
+                     (combined with data parallelism across groups)",
+                    cnn_strategies.join(" and ")
+                ),
+            ));
+        }
+        if let Some(name) = cnn_strategies.first() {
+            let key = match *name {
+                "filter" => "parallelism.filter",
+                "channel" => "parallelism.channel",
+                _ => "parallelism.spatial",
+            };
+            for (other, degree) in
+                [("tensor", p.tensor), ("pipeline", p.pipeline), ("context", p.context), ("expert", p.expert)]
+            {
+                if degree > 1 {
+                    return Err(invalid(
+                        key,
+                        format!(
+                            "{name} parallelism with {other} = {degree} is not supported yet: combine {name} \
+                             with data parallelism only (set {other} = 1)"
+                        ),
+                    ));
+                }
+            }
+            if p.zero > 0 {
+                return Err(invalid(
+                    key,
+                    format!(
+                        "{name} parallelism with ZeRO (zero = {}) is not supported yet: set zero = 0",
+                        p.zero
+                    ),
+                ));
             }
         }
         if self.iterations == 0 {
@@ -494,6 +609,10 @@ fn shard_key(key: &'static str) -> &'static str {
         "expert" => "parallelism.expert",
         "sequence-parallel" => "parallelism.sequence-parallel",
         "expert-skew" => "parallelism.expert-skew",
+        "filter" => "parallelism.filter",
+        "channel" => "parallelism.channel",
+        "spatial" => "parallelism.spatial",
+        "spatial-dims" => "parallelism.spatial-dims",
         other => other,
     }
 }

@@ -47,12 +47,26 @@ pub enum GroupKind {
     Context,
     /// Expert-parallel all-to-all.
     Expert,
+    /// Filter-parallel allgathers and input-gradient allreduces (CNNs).
+    Filter,
+    /// Channel-parallel allreduces and input-gradient allgathers (CNNs).
+    Channel,
+    /// Spatial halo exchanges and the allgather before the first non-spatial layer (CNNs).
+    Spatial,
 }
 
 impl GroupKind {
     /// Every kind, in report order.
-    pub const ALL: [GroupKind; 5] =
-        [GroupKind::Tensor, GroupKind::Pipeline, GroupKind::Data, GroupKind::Context, GroupKind::Expert];
+    pub const ALL: [GroupKind; 8] = [
+        GroupKind::Tensor,
+        GroupKind::Pipeline,
+        GroupKind::Data,
+        GroupKind::Context,
+        GroupKind::Expert,
+        GroupKind::Filter,
+        GroupKind::Channel,
+        GroupKind::Spatial,
+    ];
 
     /// The name used in reports.
     pub const fn name(self) -> &'static str {
@@ -62,6 +76,9 @@ impl GroupKind {
             GroupKind::Data => "data",
             GroupKind::Context => "context",
             GroupKind::Expert => "expert",
+            GroupKind::Filter => "filter",
+            GroupKind::Channel => "channel",
+            GroupKind::Spatial => "spatial",
         }
     }
 }
@@ -86,6 +103,12 @@ pub enum Role {
     VocabularyLoss,
     /// A bank of experts: `experts / expert` per rank, each split over the tensor ranks.
     Experts,
+    /// Convolution or fully connected layer with its output channels split (filter parallelism).
+    FilterSplit,
+    /// Convolution or fully connected layer with its input channels split (channel parallelism).
+    ChannelSplit,
+    /// Layer on a spatial tile of the activations (spatial parallelism).
+    SpatialSplit,
 }
 
 /// One collective a layer needs.
@@ -130,6 +153,9 @@ pub struct LocalLayer {
     /// each of the `context - 1` steps of the forward (the backward passes twice as much: the
     /// chunk and its gradient).
     pub context_ring: Option<Bytes>,
+    /// Spatial parallelism: the halo exchange before the forward kernel (and, reversed, the
+    /// halo gradients sent back after the backward-data kernel).
+    pub halo: Option<super::cnn::Halo>,
 }
 
 /// The degrees that shape one rank's work.
@@ -147,6 +173,8 @@ pub struct Split {
     /// already capped by the capacity factor). Every rank of the expert group waits for it at
     /// the combine, so its load sets the layer's time and all-to-all size.
     pub expert_load: f64,
+    /// The CNN strategy inside the model-parallel group (filter, channel, spatial).
+    pub cnn: super::cnn::CnnSplit,
 }
 
 /// A model cannot be split as asked.
@@ -289,6 +317,7 @@ pub fn check(model: &Model, split: Split) -> Result<(), ShardError> {
 
 /// [`check`], returning every layer's role when the split is valid.
 fn checked_roles(model: &Model, split: Split) -> Result<Vec<Role>, ShardError> {
+    super::cnn::check(model, split.cnn)?;
     let Split { tensor, context, expert, expert_load, .. } = split;
     if !(expert_load.is_finite() && expert_load > 0.0) {
         return Err(invalid(
@@ -421,6 +450,9 @@ pub fn local_layers(
     micro_batch: u64,
     precision: Dtype,
 ) -> Result<Vec<LocalLayer>, ShardError> {
+    if split.cnn != super::cnn::CnnSplit::None {
+        return super::cnn::local_layers(model, split.cnn, micro_batch, precision);
+    }
     let roles = checked_roles(model, split)?;
     let t = u64::from(split.tensor);
     let c = u64::from(split.context);
@@ -543,6 +575,7 @@ pub fn local_layers(
             before_backward: Vec::new(),
             after_backward_data: Vec::new(),
             context_ring: None,
+            halo: None,
         };
         use CollectiveKind::{AllGather, AllReduce, AllToAll, ReduceScatter};
         match role {
@@ -629,7 +662,14 @@ mod tests {
     use crate::zoo;
 
     fn split(tensor: u32, sequence_parallel: bool) -> Split {
-        Split { tensor, sequence_parallel, context: 1, expert: 1, expert_load: 1.0 }
+        Split {
+            tensor,
+            sequence_parallel,
+            context: 1,
+            expert: 1,
+            expert_load: 1.0,
+            cnn: super::super::cnn::CnnSplit::None,
+        }
     }
 
     #[test]
@@ -707,14 +747,28 @@ mod tests {
         assert!(error.contains("tensor parallelism splits transformer layers"), "{error}");
         let error = check(
             &resnet,
-            Split { tensor: 1, sequence_parallel: false, context: 2, expert: 1, expert_load: 1.0 },
+            Split {
+                tensor: 1,
+                sequence_parallel: false,
+                context: 2,
+                expert: 1,
+                expert_load: 1.0,
+                cnn: super::super::cnn::CnnSplit::None,
+            },
         )
         .unwrap_err()
         .to_string();
         assert!(error.contains("no attention layer"), "{error}");
         let error = check(
             &model,
-            Split { tensor: 1, sequence_parallel: false, context: 1, expert: 2, expert_load: 1.0 },
+            Split {
+                tensor: 1,
+                sequence_parallel: false,
+                context: 1,
+                expert: 2,
+                expert_load: 1.0,
+                cnn: super::super::cnn::CnnSplit::None,
+            },
         )
         .unwrap_err()
         .to_string();

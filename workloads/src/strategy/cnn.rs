@@ -1,0 +1,716 @@
+//! The CNN strategies of ParaDL (Kahira et al., HPDC'21): filter, channel and spatial
+//! parallelism inside a model-parallel group of contiguous ranks, optionally combined with data
+//! parallelism across groups.
+//!
+//! - **Filter** (output channels split over `p` ranks) on every convolution and fully connected
+//!   layer: each rank computes `K / p` output channels; an allgather of the layer's output after
+//!   its forward (the next layers run on the gathered, replicated activation: batch norm,
+//!   activations, pooling and residual adds are replicated, as ParaDL's `filter_*.lc` mark only
+//!   the split layers); in the backward, an allreduce of the input gradient (each rank's partial
+//!   gradient from its `K / p` output channels). Weights sharded; gradients synchronised over
+//!   `data` only.
+//! - **Channel** (input channels split): each rank holds the weights of `C / p` input channels
+//!   and computes a partial sum of every output channel; an allreduce of the output after the
+//!   forward; in the backward the rank's input gradient covers its `C / p` channels only, and
+//!   the replicated layers in front of the next split layer need all of them: an allgather of
+//!   the input gradient. Weights sharded.
+//! - **Spatial**: activations split along H (ParaDL's row stripes), H and W, or D, H and W, up to
+//!   the first layer that is not spatial (global or adaptive pooling, flatten, fully connected);
+//!   every convolution or pooling whose window crosses a tile boundary first exchanges halos
+//!   with its neighbours (point-to-point, one dimension after the other so corners travel with
+//!   the second dimension), and sends the halo's gradient back after its backward-data kernel;
+//!   an allgather of the activation before the first replicated layer; weights replicated and
+//!   gradients allreduced over the spatial x data ranks.
+//!
+//! A degree that does not divide a layer's channels or extent splits it unevenly (NumPy's
+//! `array_split`, as ParaDL's code does: its channel runs use 3 ranks on 64-channel
+//! convolutions); every rank is given the busiest rank's share, which sets the step time.
+
+use sim_core::graph::CollectiveKind;
+use sim_core::units::Bytes;
+
+use super::shard::{Comm, GroupKind, LocalLayer, Role, ShardError};
+use crate::device::Dtype;
+use crate::layer::{Layer, LayerKind, Padding, Shape};
+use crate::model::Model;
+
+/// Which spatial dimensions the spatial strategy splits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SpatialDims {
+    /// Rows only (ParaDL's row stripes); for 3-D volumes the H axis (ParaDL's axis -2).
+    #[default]
+    H,
+    /// Rows and columns: a 2-D grid of tiles.
+    Hw,
+    /// Depth, rows and columns of 3-D volumes: a 3-D grid of blocks.
+    Dhw,
+}
+
+impl SpatialDims {
+    /// Every value.
+    pub const ALL: [SpatialDims; 3] = [SpatialDims::H, SpatialDims::Hw, SpatialDims::Dhw];
+
+    /// The name used in scenario files.
+    pub const fn name(self) -> &'static str {
+        match self {
+            SpatialDims::H => "h",
+            SpatialDims::Hw => "hw",
+            SpatialDims::Dhw => "dhw",
+        }
+    }
+
+    /// Number of split dimensions.
+    pub const fn count(self) -> usize {
+        match self {
+            SpatialDims::H => 1,
+            SpatialDims::Hw => 2,
+            SpatialDims::Dhw => 3,
+        }
+    }
+}
+
+impl std::str::FromStr for SpatialDims {
+    type Err = String;
+    fn from_str(name: &str) -> Result<Self, String> {
+        SpatialDims::ALL.into_iter().find(|d| d.name() == name).ok_or_else(|| {
+            format!("unknown spatial dimensions {name:?}; valid: \"h\" (row stripes), \"hw\", \"dhw\" (3-D volumes)")
+        })
+    }
+}
+
+/// The CNN strategy inside a model-parallel group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CnnSplit {
+    /// None: the group is one rank.
+    #[default]
+    None,
+    /// Output channels split over this many ranks.
+    Filter(u32),
+    /// Input channels split over this many ranks.
+    Channel(u32),
+    /// Activations split over this many ranks along `dims`.
+    Spatial {
+        /// Ranks of the group.
+        degree: u32,
+        /// Split dimensions.
+        dims: SpatialDims,
+    },
+}
+
+impl CnnSplit {
+    /// Ranks of the model-parallel group.
+    pub fn degree(self) -> u32 {
+        match self {
+            CnnSplit::None => 1,
+            CnnSplit::Filter(p) | CnnSplit::Channel(p) | CnnSplit::Spatial { degree: p, .. } => p,
+        }
+    }
+
+    /// The scenario key (under `parallelism`) of the strategy.
+    pub fn key(self) -> &'static str {
+        match self {
+            CnnSplit::None => "data",
+            CnnSplit::Filter(_) => "filter",
+            CnnSplit::Channel(_) => "channel",
+            CnnSplit::Spatial { .. } => "spatial",
+        }
+    }
+}
+
+/// One dimension of a halo exchange: the bytes a rank receives from its lower neighbour (the
+/// rows just before its tile) and from its upper neighbour (the rows just after), for one
+/// micro-batch. Every rank of the grid exchanges the same sizes (tiles are the busiest rank's);
+/// ranks on the grid's border skip the missing neighbour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HaloDim {
+    /// Index of the dimension in the rank grid ([`spatial_grid`]).
+    pub grid_axis: usize,
+    /// Bytes received from the lower neighbour (sent by every rank to its upper neighbour).
+    pub from_lower: Bytes,
+    /// Bytes received from the upper neighbour (sent by every rank to its lower neighbour).
+    pub from_upper: Bytes,
+}
+
+/// The halo exchange before a convolution or pooling layer, dimension after dimension.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Halo {
+    /// The exchanged dimensions, in order.
+    pub dims: Vec<HaloDim>,
+}
+
+/// The rank grid of `degree` ranks over `dims`: one factor per split dimension (outermost
+/// first), as even as possible, the larger factors outermost.
+pub fn spatial_grid(degree: u32, dims: SpatialDims) -> Vec<u32> {
+    let divisors = |n: u32| (1..=n).filter(move |d| n % d == 0);
+    match dims.count() {
+        1 => vec![degree],
+        2 => {
+            let inner = divisors(degree).filter(|d| d * d <= degree).max().unwrap_or(1);
+            vec![degree / inner, inner]
+        }
+        _ => {
+            let mut best = vec![degree, 1, 1];
+            for a in divisors(degree) {
+                for b in divisors(degree / a) {
+                    let c = degree / a / b;
+                    let mut grid = vec![a, b, c];
+                    grid.sort_unstable_by(|x, y| y.cmp(x));
+                    if grid[0] - grid[2] < best[0] - best[2] {
+                        best = grid;
+                    }
+                }
+            }
+            best
+        }
+    }
+}
+
+/// The grid coordinates of group rank `index` (last dimension fastest).
+pub fn grid_coordinates(index: u32, grid: &[u32]) -> Vec<u32> {
+    let mut rest = index;
+    let mut coordinates = vec![0; grid.len()];
+    for (slot, size) in coordinates.iter_mut().zip(grid).rev() {
+        *slot = rest % size;
+        rest /= size;
+    }
+    coordinates
+}
+
+/// The group rank at grid `coordinates`.
+pub fn grid_index(coordinates: &[u32], grid: &[u32]) -> u32 {
+    coordinates.iter().zip(grid).fold(0, |index, (c, size)| index * size + c)
+}
+
+fn invalid(key: &'static str, message: String) -> ShardError {
+    ShardError::Invalid { key, message }
+}
+
+fn is_conv(kind: &LayerKind) -> bool {
+    matches!(kind, LayerKind::Conv { .. })
+}
+
+/// The index of the first layer the spatial split does not reach (global or adaptive pooling,
+/// flatten, fully connected, or a non-spatial tensor): its input is allgathered.
+pub fn spatial_region_end(model: &Model) -> usize {
+    model
+        .layers
+        .iter()
+        .position(|layer| {
+            layer.input.0.len() < 2
+                || matches!(
+                    layer.kind,
+                    LayerKind::GlobalAvgPool
+                        | LayerKind::GlobalMaxPool
+                        | LayerKind::AdaptiveAvgPool { .. }
+                        | LayerKind::Flatten
+                        | LayerKind::Linear { .. }
+                        | LayerKind::TiedLinear { .. }
+                        | LayerKind::Matmul { .. }
+                )
+        })
+        .unwrap_or(model.layers.len())
+}
+
+/// The shape axes `dims` splits in a `[C, (D,) H, W]` shape of `rank` dimensions.
+fn split_axes(rank: usize, dims: SpatialDims) -> Vec<usize> {
+    match dims {
+        SpatialDims::H => vec![rank - 2],
+        SpatialDims::Hw => vec![rank - 2, rank - 1],
+        SpatialDims::Dhw => vec![rank - 3, rank - 2, rank - 1],
+    }
+}
+
+/// Dimensions of a sample (channels included) that `dims` needs.
+fn needed_rank(dims: SpatialDims) -> usize {
+    if dims == SpatialDims::Dhw { 4 } else { 3 }
+}
+
+/// The output channels (filter) or input channels (channel) a split layer divides, if it is
+/// split.
+fn split_channels(layer: &Layer, filter: bool) -> Option<u64> {
+    match &layer.kind {
+        LayerKind::Conv { out_channels, .. } => {
+            Some(if filter { *out_channels } else { layer.input.0.first().copied().unwrap_or(1) })
+        }
+        LayerKind::Linear { out_features, .. } => {
+            Some(if filter { *out_features } else { layer.input.0.last().copied().unwrap_or(1) })
+        }
+        _ => None,
+    }
+}
+
+/// Checks that `split` can split `model`, with messages that say what would be valid.
+pub fn check(model: &Model, split: CnnSplit) -> Result<(), ShardError> {
+    let degree = split.degree();
+    if split == CnnSplit::None || degree == 1 {
+        return Ok(());
+    }
+    let key = split.key();
+    if !model.layers.iter().any(|l| is_conv(&l.kind)) {
+        return Err(invalid(
+            key,
+            format!(
+                "is {degree}, but model {} has no convolution: {key} parallelism splits CNNs; use 1 \
+                 (tensor or context parallelism split transformers)",
+                model.name
+            ),
+        ));
+    }
+    match split {
+        CnnSplit::None => Ok(()),
+        CnnSplit::Filter(_) | CnnSplit::Channel(_) => {
+            let filter = matches!(split, CnnSplit::Filter(_));
+            let what = if filter { "output channels" } else { "input channels" };
+            let mut fewest: Option<(u64, &str)> = None;
+            for layer in &model.layers {
+                if let LayerKind::Conv { groups, .. } = layer.kind
+                    && groups > 1
+                {
+                    return Err(invalid(
+                        key,
+                        format!(
+                            "is {degree}, but layer {} is a grouped convolution ({groups} groups), which \
+                             {key} parallelism does not split; use 1",
+                            layer.name
+                        ),
+                    ));
+                }
+                if let Some(channels) = split_channels(layer, filter)
+                    && fewest.is_none_or(|(n, _)| channels < n)
+                {
+                    fewest = Some((channels, &layer.name));
+                }
+            }
+            let (channels, name) = fewest.unwrap_or((1, ""));
+            if u64::from(degree) > channels {
+                return Err(invalid(
+                    key,
+                    format!(
+                        "is {degree}, but layer {name} has {channels} {what}: every rank needs at least one; \
+                         valid: 1 to {channels} (divisors of every split layer's {what} split evenly: {})",
+                        common_divisors(model, filter)
+                    ),
+                ));
+            }
+            Ok(())
+        }
+        CnnSplit::Spatial { degree, dims } => {
+            let end = spatial_region_end(model);
+            if end == 0 {
+                return Err(invalid(
+                    key,
+                    format!("is {degree}, but model {} starts with a non-spatial layer; use 1", model.name),
+                ));
+            }
+            let grid = spatial_grid(degree, dims);
+            let names = ["depth", "height", "width"];
+            for layer in &model.layers[..end] {
+                for shape in [&layer.input, &layer.output] {
+                    let rank = shape.0.len();
+                    if rank < needed_rank(dims) {
+                        return Err(invalid(
+                            "spatial-dims",
+                            format!(
+                                "is {:?}, which splits {} dimensions, but layer {} has {}-D samples ({:?}); \
+                                 valid for this model: {}",
+                                dims.name(),
+                                dims.count(),
+                                layer.name,
+                                rank.saturating_sub(1),
+                                shape.0,
+                                if rank >= 4 { "\"h\", \"hw\", \"dhw\"" } else { "\"h\", \"hw\"" }
+                            ),
+                        ));
+                    }
+                    for (axis, &parts) in split_axes(rank, dims).into_iter().zip(&grid) {
+                        let extent = shape.0[axis];
+                        if u64::from(parts) > extent {
+                            let name = names[names.len() - (rank - axis)];
+                            return Err(invalid(
+                                key,
+                                format!(
+                                    "is {degree} ({parts} parts along the {name}), but layer {} has {extent} \
+                                     positions along the {name} (shape {:?}), the smallest before the \
+                                     non-spatial layers: a part needs at least one; use at most {extent} \
+                                     parts along it",
+                                    layer.name, shape.0
+                                ),
+                            ));
+                        }
+                    }
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+/// `"1, 2, 4"`: the degrees that divide every split layer's channels.
+fn common_divisors(model: &Model, filter: bool) -> String {
+    let channels: Vec<u64> = model.layers.iter().filter_map(|l| split_channels(l, filter)).collect();
+    let smallest = channels.iter().copied().min().unwrap_or(1);
+    let list: Vec<String> = (1..=smallest.min(1024))
+        .filter(|d| channels.iter().all(|c| c % d == 0))
+        .map(|d| d.to_string())
+        .collect();
+    list.join(", ")
+}
+
+/// The padding before the window along kernel axis `j`.
+fn padding_before(padding: &Padding, j: usize, window: u64, stride: u64) -> u64 {
+    match padding {
+        Padding::Symmetric(values) => values.get(j).or(values.first()).copied().unwrap_or(0),
+        Padding::Same => window.saturating_sub(stride) / 2,
+    }
+}
+
+/// Rows of the neighbours' tiles a windowed layer reads along kernel axis `j`, before and after
+/// its own tile, when each rank computes `stride x` as many input rows as output rows (tiles
+/// aligned with the stride): `padding` rows before, `window - stride - padding` after (ParaDL's
+/// `(K - 1) / 2` each side for odd kernels of stride 1).
+fn halo_rows(kind: &LayerKind, j: usize) -> Option<(u64, u64)> {
+    let (kernel, stride, before) = match kind {
+        LayerKind::Conv { kernel, stride, padding, dilation, .. } => {
+            let k = kernel.get(j).copied().unwrap_or(1);
+            let d = dilation.get(j).copied().unwrap_or(1);
+            let window = d * (k - 1) + 1;
+            let s = stride.get(j).copied().unwrap_or(1);
+            (window, s, padding_before(padding, j, window, s))
+        }
+        LayerKind::MaxPool { kernel, stride, padding, .. }
+        | LayerKind::AvgPool { kernel, stride, padding, .. } => {
+            let k = kernel.get(j).copied().unwrap_or(1);
+            let s = stride.get(j).copied().unwrap_or(k);
+            (k, s, padding.get(j).copied().unwrap_or(0))
+        }
+        _ => return None,
+    };
+    let before = before.min(kernel.saturating_sub(1));
+    Some((before, kernel.saturating_sub(stride + before)))
+}
+
+/// The halo exchange of `layer` (whole-model shapes) split over `grid` along `dims`, for
+/// `micro_batch` samples of `width` bytes; `None` if its window never crosses a tile boundary.
+pub fn halo(layer: &Layer, grid: &[u32], dims: SpatialDims, micro_batch: u64, width: u64) -> Option<Halo> {
+    let shape = &layer.input.0;
+    let rank = shape.len();
+    let axes = split_axes(rank, dims);
+    let tile = |axis: usize, parts: u32| shape[axis].div_ceil(u64::from(parts));
+    let mut widened: Vec<u64> = shape.clone();
+    for (&axis, &parts) in axes.iter().zip(grid) {
+        widened[axis] = tile(axis, parts);
+    }
+    let mut result = Halo::default();
+    for (position, (&axis, &parts)) in axes.iter().zip(grid).enumerate() {
+        let (before, after) = halo_rows(&layer.kind, axis - 1)?;
+        if parts > 1 && before + after > 0 {
+            // The slab: the halo rows across the other axes (earlier split axes already widened
+            // by their halos, so corners come along).
+            let across: u64 =
+                widened.iter().enumerate().filter(|(i, _)| *i != axis).map(|(_, &e)| e).product();
+            let slab = |rows: u64| Bytes(rows * across * micro_batch * width);
+            result.dims.push(HaloDim {
+                grid_axis: position,
+                from_lower: slab(before),
+                from_upper: slab(after),
+            });
+        }
+        widened[axis] += before + after;
+    }
+    (!result.dims.is_empty()).then_some(result)
+}
+
+/// Every layer of `model` as one rank of the group runs it for `micro_batch` samples.
+pub fn local_layers(
+    model: &Model,
+    split: CnnSplit,
+    micro_batch: u64,
+    precision: Dtype,
+) -> Result<Vec<LocalLayer>, ShardError> {
+    check(model, split)?;
+    let width = precision.bytes();
+    let bytes = |shape: &Shape| Bytes(shape.elements() * micro_batch * width);
+    let p = u64::from(split.degree());
+    let comm = |group, kind, bytes, what| Comm { group, kind, bytes, what };
+    let region = match split {
+        CnnSplit::Spatial { .. } => spatial_region_end(model),
+        _ => 0,
+    };
+    let mut result = Vec::with_capacity(model.layers.len());
+    for (index, layer) in model.layers.iter().enumerate() {
+        let mut entry = LocalLayer {
+            index,
+            role: Role::Replicated,
+            layer: layer.clone(),
+            work_divisor: 1,
+            work_multiplier: 1.0,
+            before_forward: Vec::new(),
+            after_forward: Vec::new(),
+            before_backward: Vec::new(),
+            after_backward_data: Vec::new(),
+            context_ring: None,
+            halo: None,
+        };
+        let rebuild = |kind: LayerKind, input: Shape| {
+            Layer::new(layer.name.clone(), kind, input)
+                .map_err(|source| ShardError::Layer { layer: layer.name.clone(), source })
+        };
+        use CollectiveKind::{AllGather, AllReduce};
+        match split {
+            CnnSplit::None => {}
+            CnnSplit::Filter(_) => {
+                let kind = match &layer.kind {
+                    LayerKind::Conv { out_channels, kernel, stride, padding, dilation, groups, bias } => {
+                        Some(LayerKind::Conv {
+                            out_channels: out_channels.div_ceil(p),
+                            kernel: kernel.clone(),
+                            stride: stride.clone(),
+                            padding: padding.clone(),
+                            dilation: dilation.clone(),
+                            groups: *groups,
+                            bias: *bias,
+                        })
+                    }
+                    LayerKind::Linear { out_features, bias } => {
+                        Some(LayerKind::Linear { out_features: out_features.div_ceil(p), bias: *bias })
+                    }
+                    _ => None,
+                };
+                if let Some(kind) = kind {
+                    entry.layer = rebuild(kind, layer.input.clone())?;
+                    entry.role = Role::FilterSplit;
+                    entry.after_forward.push(comm(
+                        GroupKind::Filter,
+                        AllGather,
+                        bytes(&layer.output),
+                        "filter allgather",
+                    ));
+                    if index > 0 {
+                        entry.after_backward_data.push(comm(
+                            GroupKind::Filter,
+                            AllReduce,
+                            bytes(&layer.input),
+                            "filter allreduce input gradient",
+                        ));
+                    }
+                }
+            }
+            CnnSplit::Channel(_) => {
+                let channel_axis = match layer.kind {
+                    LayerKind::Conv { .. } => Some(0),
+                    LayerKind::Linear { .. } => Some(layer.input.0.len().saturating_sub(1)),
+                    _ => None,
+                };
+                if let Some(axis) = channel_axis {
+                    let mut input = layer.input.clone();
+                    input.0[axis] = input.0[axis].div_ceil(p);
+                    entry.layer = rebuild(layer.kind.clone(), input)?;
+                    entry.role = Role::ChannelSplit;
+                    entry.after_forward.push(comm(
+                        GroupKind::Channel,
+                        AllReduce,
+                        bytes(&layer.output),
+                        "channel allreduce",
+                    ));
+                    if index > 0 {
+                        entry.after_backward_data.push(comm(
+                            GroupKind::Channel,
+                            AllGather,
+                            bytes(&layer.input),
+                            "channel allgather input gradient",
+                        ));
+                    }
+                }
+            }
+            CnnSplit::Spatial { degree, dims } => {
+                let grid = spatial_grid(degree, dims);
+                if index < region {
+                    let mut input = layer.input.clone();
+                    for (axis, &parts) in split_axes(input.0.len(), dims).into_iter().zip(&grid) {
+                        input.0[axis] = input.0[axis].div_ceil(u64::from(parts));
+                    }
+                    entry.layer = rebuild(layer.kind.clone(), input)?;
+                    entry.role = Role::SpatialSplit;
+                    entry.halo = halo(layer, &grid, dims, micro_batch, width);
+                } else if index == region {
+                    entry.before_forward.push(comm(
+                        GroupKind::Spatial,
+                        AllGather,
+                        bytes(&layer.input),
+                        "spatial allgather",
+                    ));
+                }
+            }
+        }
+        result.push(entry);
+    }
+    Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::zoo;
+
+    fn conv3x3(channels: u64, height: u64, width: u64) -> Layer {
+        let kind = LayerKind::Conv {
+            out_channels: channels,
+            kernel: vec![3, 3],
+            stride: vec![1, 1],
+            padding: Padding::Symmetric(vec![1, 1]),
+            dilation: vec![1, 1],
+            groups: 1,
+            bias: false,
+        };
+        Layer::new("conv", kind, Shape(vec![channels, height, width])).unwrap()
+    }
+
+    #[test]
+    fn halo_of_a_3x3_stride_1_convolution_is_one_row_each_side() {
+        // ParaDL: (K - 1) / 2 rows of C x W per neighbour and sample.
+        let (c, h, w, b, width) = (64u64, 56u64, 56u64, 8u64, 4u64);
+        let layer = conv3x3(c, h, w);
+        let rows = halo(&layer, &[2], SpatialDims::H, b, width).unwrap();
+        let kernel = 3u64;
+        let row = Bytes((kernel - 1) / 2 * c * w * b * width);
+        assert_eq!(rows.dims, vec![HaloDim { grid_axis: 0, from_lower: row, from_upper: row }]);
+        // 2 x 2 tiles of (H/2) x (W/2): rows of W/2 first, then columns of H/2 + 2 (the rows
+        // just received, so the corner comes along).
+        let tiles = halo(&layer, &spatial_grid(4, SpatialDims::Hw), SpatialDims::Hw, b, width).unwrap();
+        let rows_bytes = Bytes(c * (w / 2) * b * width);
+        let columns_bytes = Bytes(c * (h / 2 + 2) * b * width);
+        assert_eq!(
+            tiles.dims,
+            vec![
+                HaloDim { grid_axis: 0, from_lower: rows_bytes, from_upper: rows_bytes },
+                HaloDim { grid_axis: 1, from_lower: columns_bytes, from_upper: columns_bytes },
+            ]
+        );
+    }
+
+    #[test]
+    fn strided_windows_aligned_with_their_stride_need_less_halo() {
+        let resnet = zoo::by_name("resnet50").unwrap();
+        let layer = |name: &str| resnet.layers.iter().find(|l| l.name == name).unwrap();
+        // 7x7 stride 2 padding 3: 3 rows from below, 2 from above.
+        let stem = halo(layer("conv1"), &[4], SpatialDims::H, 1, 4).unwrap();
+        assert_eq!(stem.dims[0].from_lower, Bytes(3 * 3 * 224 * 4));
+        assert_eq!(stem.dims[0].from_upper, Bytes(2 * 3 * 224 * 4));
+        // 1x1 convolutions never exchange.
+        assert!(halo(layer("layer1.0.conv1"), &[4], SpatialDims::H, 1, 4).is_none());
+        let vgg = zoo::by_name("vgg16").unwrap();
+        // 2x2 stride-2 pooling on even tiles: none.
+        assert!(halo(&vgg.layers[4], &[4], SpatialDims::H, 1, 4).is_none());
+    }
+
+    #[test]
+    fn grids_are_as_even_as_possible() {
+        assert_eq!(spatial_grid(4, SpatialDims::Hw), vec![2, 2]);
+        assert_eq!(spatial_grid(8, SpatialDims::Hw), vec![4, 2]);
+        assert_eq!(spatial_grid(8, SpatialDims::Dhw), vec![2, 2, 2]);
+        assert_eq!(spatial_grid(12, SpatialDims::Dhw), vec![3, 2, 2]);
+        for index in 0..12 {
+            let grid = [3, 2, 2];
+            assert_eq!(grid_index(&grid_coordinates(index, &grid), &grid), index);
+        }
+    }
+
+    fn flops_of(layers: &[LocalLayer], index: usize) -> f64 {
+        layers[index].layer.cost.training_flops()
+    }
+
+    #[test]
+    fn filter_channel_and_spatial_conserve_the_flops_of_split_layers() {
+        let model = zoo::by_name("vgg16").unwrap();
+        let whole = local_layers(&model, CnnSplit::None, 1, Dtype::Fp32).unwrap();
+        for split in [
+            CnnSplit::Filter(4),
+            CnnSplit::Channel(2),
+            CnnSplit::Spatial { degree: 4, dims: SpatialDims::H },
+            CnnSplit::Spatial { degree: 4, dims: SpatialDims::Hw },
+        ] {
+            let layers = local_layers(&model, split, 1, Dtype::Fp32).unwrap();
+            for (index, layer) in model.layers.iter().enumerate() {
+                if !matches!(layer.kind, LayerKind::Conv { .. }) || index == 0 {
+                    continue;
+                }
+                // Uneven tiles (14 rows over 4 ranks) give every rank the busiest one's share.
+                if let CnnSplit::Spatial { degree, dims } = split {
+                    let grid = spatial_grid(degree, dims);
+                    let axes = split_axes(3, dims);
+                    let even =
+                        |shape: &Shape| axes.iter().zip(&grid).all(|(&a, &g)| shape.0[a] % u64::from(g) == 0);
+                    if !(even(&layer.input) && even(&layer.output)) {
+                        continue;
+                    }
+                }
+                let sum = f64::from(split.degree()) * flops_of(&layers, index);
+                let full = flops_of(&whole, index);
+                // Channel ranks each add the bias to their partial sums: a hair over.
+                let tolerance = if matches!(split, CnnSplit::Channel(_)) { 1e-3 } else { 1e-9 };
+                assert!((sum / full - 1.0).abs() < tolerance, "{split:?} {}: {sum} vs {full}", layer.name);
+            }
+        }
+    }
+
+    #[test]
+    fn filter_allgathers_outputs_and_channel_allreduces_them() {
+        let model = zoo::by_name("vgg16").unwrap();
+        let (b, width) = (32u64, 4u64);
+        let filter = local_layers(&model, CnnSplit::Filter(4), b, Dtype::Fp32).unwrap();
+        let channel = local_layers(&model, CnnSplit::Channel(2), b, Dtype::Fp32).unwrap();
+        let conv = 2; // features.2: 64 x 224 x 224 in and out
+        let activation = Bytes(64 * 224 * 224 * b * width);
+        let gather = filter[conv].after_forward[0];
+        assert_eq!((gather.kind, gather.bytes), (CollectiveKind::AllGather, activation));
+        // Each rank's allgather share moves activation x (p - 1) / p.
+        assert_eq!(gather.bytes.0 * 3 / 4, 64 * 224 * 224 * b * width * 3 / 4);
+        assert_eq!(filter[conv].after_backward_data[0].kind, CollectiveKind::AllReduce);
+        assert_eq!(filter[conv].layer.output.0, vec![16, 224, 224]);
+        let reduce = channel[conv].after_forward[0];
+        assert_eq!((reduce.kind, reduce.bytes), (CollectiveKind::AllReduce, activation));
+        assert_eq!(channel[conv].layer.input.0, vec![32, 224, 224]);
+        assert_eq!(channel[conv].after_backward_data[0].kind, CollectiveKind::AllGather);
+        // Replicated layers between: full shapes, no collective.
+        assert_eq!(filter[conv + 1].role, Role::Replicated);
+        assert_eq!(filter[conv + 1].layer.input.0, vec![64, 224, 224]);
+        // The first layer needs no input gradient.
+        assert!(filter[0].after_backward_data.is_empty());
+    }
+
+    #[test]
+    fn spatial_gathers_before_the_first_non_spatial_layer() {
+        let model = zoo::by_name("resnet50").unwrap();
+        let layers =
+            local_layers(&model, CnnSplit::Spatial { degree: 4, dims: SpatialDims::H }, 2, Dtype::Fp32)
+                .unwrap();
+        let end = spatial_region_end(&model);
+        assert!(matches!(model.layers[end].kind, LayerKind::GlobalAvgPool));
+        assert_eq!(layers[end].before_forward[0].bytes, Bytes(2048 * 7 * 7 * 2 * 4));
+        assert_eq!(layers[end].before_forward[0].kind, CollectiveKind::AllGather);
+        assert_eq!(layers[0].layer.input.0, vec![3, 56, 224]);
+        assert_eq!(layers[end + 1].role, Role::Replicated);
+    }
+
+    #[test]
+    fn degrees_that_cannot_split_say_what_would() {
+        let resnet = zoo::by_name("resnet50").unwrap();
+        // ParaDL's channel = 3 on the RGB input splits it 1 channel per rank (and the
+        // 64-channel convolutions unevenly); 4 ranks cannot share 3 channels.
+        assert!(check(&resnet, CnnSplit::Channel(3)).is_ok());
+        let error = check(&resnet, CnnSplit::Channel(4)).unwrap_err().to_string();
+        assert!(error.contains("conv1 has 3 input channels") && error.contains("valid: 1 to 3"), "{error}");
+        let error = check(&resnet, CnnSplit::Filter(128)).unwrap_err().to_string();
+        assert!(error.contains("64 output channels") && error.contains("evenly: 1, 2, 4, 8)"), "{error}");
+        let error =
+            check(&resnet, CnnSplit::Spatial { degree: 8, dims: SpatialDims::H }).unwrap_err().to_string();
+        assert!(error.contains("7 positions along the height") && error.contains("at most 7"), "{error}");
+        let error =
+            check(&resnet, CnnSplit::Spatial { degree: 8, dims: SpatialDims::Dhw }).unwrap_err().to_string();
+        assert!(error.contains("spatial-dims") && error.contains("\"h\", \"hw\""), "{error}");
+        let gpt = zoo::by_name("megatron-1.7b").unwrap();
+        let error = check(&gpt, CnnSplit::Filter(2)).unwrap_err().to_string();
+        assert!(error.contains("no convolution"), "{error}");
+    }
+}
