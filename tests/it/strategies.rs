@@ -229,7 +229,7 @@ fn bad_cnn_strategies_name_the_key_and_what_would_be_valid() {
     assert_rejected(
         "filter-gpus.toml",
         &cnn("data = 64", "filter = 3"),
-        &["parallelism.tensor", "does not divide", "64 GPUs"],
+        &["parallelism.filter", "filter = 3", "does not divide", "64 GPUs"],
     );
     assert_rejected(
         "filter-per-device.toml",

@@ -688,21 +688,45 @@ fn parallelism(
     let model_parallel =
         u64::from(section.tensor) * u64::from(section.pipeline) * u64::from(section.context) * cnn;
     let shape = format!("{} nodes x {} GPUs", cluster.nodes, cluster.gpus_per_node);
+    // The model-parallel degrees in use (above 1), named and multiplied, for the messages:
+    // "tensor x pipeline = 8 x 16".
+    let degrees: Vec<(&str, u32)> = [
+        ("tensor", section.tensor),
+        ("pipeline", section.pipeline),
+        ("context", section.context),
+        ("filter", section.filter),
+        ("channel", section.channel),
+        ("spatial", section.spatial),
+    ]
+    .into_iter()
+    .filter(|&(_, degree)| degree > 1)
+    .collect();
+    let product = |leading: Option<u32>| {
+        let names: Vec<&str> =
+            leading.map(|_| "data").into_iter().chain(degrees.iter().map(|d| d.0)).collect();
+        let values: Vec<String> =
+            leading.into_iter().chain(degrees.iter().map(|d| d.1)).map(|v| v.to_string()).collect();
+        let named = format!("{} = {}", names.join(" x "), values.join(" x "));
+        // A product of several is worth its total; one degree is its own.
+        if names.len() > 1 {
+            format!("{named} = {}", u64::from(leading.unwrap_or(1)) * model_parallel)
+        } else {
+            named
+        }
+    };
     let data = match section.data {
         Some(0) => return Err(invalid("parallelism.data", "must be at least 1, got 0".into())),
         Some(data) => data,
         None => {
             if u64::from(gpus) % model_parallel != 0 {
+                let key = degrees
+                    .first()
+                    .map_or("parallelism.tensor".to_string(), |d| format!("parallelism.{}", d.0));
                 return Err(invalid(
-                    "parallelism.tensor",
+                    &key,
                     format!(
-                        "tensor x pipeline x context x filter x channel x spatial = {} x {} x {} x {} x {} x {} = {model_parallel} does not divide the cluster's {gpus} GPUs ({shape}), so no data-parallel degree uses them all",
-                        section.tensor,
-                        section.pipeline,
-                        section.context,
-                        section.filter,
-                        section.channel,
-                        section.spatial
+                        "{} does not divide the cluster's {gpus} GPUs ({shape}), so no data-parallel degree uses them all",
+                        product(None)
                     ),
                 ));
             }
@@ -710,17 +734,11 @@ fn parallelism(
         }
     };
     if u64::from(data) * model_parallel != u64::from(gpus) {
+        let shown = product(Some(data));
         return Err(invalid(
             "parallelism.data",
             format!(
-                "data x tensor x pipeline x context x filter x channel x spatial = {data} x {} x {} x {} x {} x {} x {} = {}, but the cluster has {gpus} GPUs ({shape}); the product must use every GPU (leave `data` out to derive it)",
-                section.tensor,
-                section.pipeline,
-                section.context,
-                section.filter,
-                section.channel,
-                section.spatial,
-                u64::from(data) * model_parallel
+                "{shown}, but the cluster has {gpus} GPUs ({shape}); the product of the degrees must use every GPU (leave `data` out to derive it)"
             ),
         ));
     }
