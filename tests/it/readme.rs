@@ -1,8 +1,8 @@
 //! Output shown in the README is the binary's: each block marked `<!-- snapshot: parasim ARGS
 //! ... -->` (optionally starting with the command line) must equal what `parasim ARGS` prints,
 //! except wall-clock lines (the `engine` line, "... of wall time"). `parasim ARGS | head -N`
-//! compares the first N lines; a marker ending in `(stderr) -->` compares the error a bad
-//! input gets, which must exit with code 2.
+//! compares the first N lines, `| tail -N` the last N; a marker ending in `(stderr) -->`
+//! compares the error a bad input gets, which must exit with code 2.
 
 use crate::parasim;
 
@@ -10,6 +10,7 @@ use crate::parasim;
 struct Snapshot {
     arguments: Vec<String>,
     head: Option<usize>,
+    tail: Option<usize>,
     stderr: bool,
     expected: Vec<String>,
 }
@@ -27,6 +28,10 @@ fn snapshots() -> Vec<Snapshot> {
             Some((command, n)) => (command, Some(n.trim().parse::<usize>().expect("head -N takes a number"))),
             None => (command, None),
         };
+        let (command, tail) = match command.split_once(" | tail -") {
+            Some((command, n)) => (command, Some(n.trim().parse::<usize>().expect("tail -N takes a number"))),
+            None => (command, None),
+        };
         let arguments: Vec<String> = command.split_whitespace().map(String::from).collect();
         assert_eq!(lines.next(), Some("```"), "a snapshot marker must be followed by a code block");
         let mut expected: Vec<String> =
@@ -34,7 +39,7 @@ fn snapshots() -> Vec<Snapshot> {
         if expected.first().is_some_and(|l| l.starts_with("$ parasim")) {
             expected.remove(0); // the command, shown as typed
         }
-        found.push(Snapshot { arguments, head, stderr, expected });
+        found.push(Snapshot { arguments, head, tail, stderr, expected });
     }
     found
 }
@@ -61,6 +66,9 @@ fn readme_output_is_what_the_binary_prints() {
         let mut actual: Vec<&str> = text.trim_end().lines().filter(|l| !is_wall_time(l)).collect();
         if let Some(head) = snapshot.head {
             actual.truncate(head);
+        }
+        if let Some(tail) = snapshot.tail {
+            actual = actual.split_off(actual.len().saturating_sub(tail));
         }
         let expected: Vec<&str> =
             snapshot.expected.iter().map(String::as_str).filter(|l| !is_wall_time(l)).collect();
