@@ -211,3 +211,45 @@ fn the_error_catalog_is_what_the_binary_says() {
         let _ = fs_err::remove_dir_all(&dir);
     }
 }
+
+/// Absurd inputs to every command family are refused cleanly (exit 2, a message) inside a
+/// 1 GiB address space: nothing is built before its size is checked.
+#[test]
+fn absurd_inputs_are_refused_within_a_gibibyte() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("errors-ulimit");
+    let _ = fs_err::remove_dir_all(&dir);
+    fs_err::create_dir_all(&dir).unwrap();
+    let quickstart = fs_err::read_to_string(root.join("scenarios/quickstart.toml")).unwrap();
+    fs_err::write(dir.join("iterations.toml"), quickstart.replace("iterations = 1", "iterations = 10000000"))
+        .unwrap();
+    fs_err::write(dir.join("deep.toml"), "[gpt]\nlayers = 1000000000\nhidden = 64\nheads = 2\n").unwrap();
+    fs_err::write(
+        dir.join("huge-sweep.toml"),
+        format!(
+            "base = \"{}\"\n[axes]\n\"cluster.nodes\" = {{ from = 1, to = 10000, step = 1 }}\n\"workload.batch-per-device\" = {{ from = 1, to = 10000, step = 1 }}\n",
+            root.join("scenarios/quickstart.toml").display()
+        ),
+    )
+    .unwrap();
+    let trace = root.join("../shared/data/traces/HolisticTraceAnalysis/trace_diff/test/test.json.gz");
+    assert!(trace.is_file(), "missing the shared trace {}", trace.display());
+    let binary = env!("CARGO_BIN_EXE_parasim");
+    let cases = [
+        format!("{binary} run iterations.toml"),
+        format!("{binary} inspect deep.toml"),
+        format!("{binary} sweep huge-sweep.toml"),
+        format!("{binary} replay {} --ranks 1048576", trace.display()),
+    ];
+    for command in cases {
+        let output = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("ulimit -v 1048576 && exec {command}"))
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{command}: {stderr}");
+        assert!(stderr.starts_with("error: ") && !stderr.contains("panicked"), "{command}: {stderr}");
+    }
+}
