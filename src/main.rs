@@ -204,56 +204,7 @@ enum Command {
     /// Run the validation suite (data/validation/): every published measurement as a case,
     /// simulated in parallel, with accuracy per case, per family and overall
     /// (docs/validation.md).
-    Validate {
-        /// Only this family (repeatable), e.g. megatron-sc21-table1.
-        #[arg(long = "suite", value_name = "FAMILY")]
-        suites: Vec<String>,
-        /// Only this case (repeatable): family/case, or a case id.
-        #[arg(long = "case", value_name = "ID")]
-        cases: Vec<String>,
-        /// Only the families of the CI ratchet (ci = true: seconds each).
-        #[arg(long)]
-        ci: bool,
-        /// List the selected cases and whether they run, without running them.
-        #[arg(long)]
-        list: bool,
-        /// Print JSON (every case and point, families, rankings, overall).
-        #[arg(long, conflicts_with_all = ["csv", "markdown"])]
-        json: bool,
-        /// Print CSV, one row per case (per point with --points).
-        #[arg(long, conflicts_with = "markdown")]
-        csv: bool,
-        /// Print Markdown: the summary, a table per family, pending reasons, rankings.
-        #[arg(long)]
-        markdown: bool,
-        /// Rewrite the generated part of this Markdown file (between its markers) with the
-        /// Markdown report: `--write-doc docs/validation.md`.
-        #[arg(long, value_name = "FILE.md")]
-        write_doc: Option<PathBuf>,
-        /// Also show every point of multi-point cases (nccl-tests sizes, DeepBench kernels).
-        #[arg(long)]
-        points: bool,
-        /// Write an SVG plot of simulated against measured (log-log) to this file.
-        #[arg(long, value_name = "FILE.svg")]
-        plot: Option<PathBuf>,
-        /// Exit with status 1 if a family's mean or a case falls below its recorded floor
-        /// (data/validation/bounds.toml).
-        #[arg(long)]
-        check_bounds: bool,
-        /// Raise the recorded floors to this run's results (never lowers one).
-        #[arg(long)]
-        update_bounds: bool,
-        /// The suite's folder (default: data/validation of the checkout).
-        #[arg(long, value_name = "DIR")]
-        suite_dir: Option<PathBuf>,
-        /// The shared data folder with traces, nccl-tests logs and kernel tables
-        /// (default: $PARASIM_SHARED_DATA, else ../shared/data beside the checkout).
-        #[arg(long, value_name = "DIR")]
-        shared: Option<PathBuf>,
-        /// Worker threads (default: every core).
-        #[arg(long, short = 'j')]
-        jobs: Option<usize>,
-    },
+    Validate(validate_cmd::ValidateArgs),
     /// Describe a scenario's cluster: hosts, switches, links, bisection bandwidth, diameter,
     /// path lengths.
     Topo {
@@ -446,38 +397,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             std::io::stdout().lock().write_all(table.as_bytes()).context("writing the table")?;
             Ok(())
         }
-        Command::Validate {
-            suites,
-            cases,
-            ci,
-            list,
-            json,
-            csv,
-            markdown,
-            write_doc,
-            points,
-            plot,
-            check_bounds,
-            update_bounds,
-            suite_dir,
-            shared,
-            jobs,
-        } => {
-            let args = validate_cmd::ValidateArgs {
-                selection: validation::suite::Selection { families: suites, cases, ci_only: ci },
-                json,
-                csv,
-                markdown,
-                write_doc,
-                points,
-                plot,
-                check_bounds,
-                update_bounds,
-                list,
-                suite_dir,
-                shared,
-                jobs,
-            };
+        Command::Validate(args) => {
             let text = validate_cmd::validate(&args)?;
             std::io::stdout().lock().write_all(text.as_bytes()).context("writing the report")?;
             Ok(())

@@ -189,15 +189,8 @@ fn gflops(value: f64) -> String {
 
 /// `1,234,567`: rounded, with thousands separators.
 fn grouped(value: f64) -> String {
-    let digits = format!("{:.0}", value.abs());
-    let mut out = String::new();
-    for (index, digit) in digits.chars().enumerate() {
-        if index > 0 && (digits.len() - index) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(digit);
-    }
-    if value < 0.0 { format!("-{out}") } else { out }
+    let digits = sim_core::units::thousands(value.abs().round() as u64);
+    if value < 0.0 { format!("-{digits}") } else { digits }
 }
 
 #[cfg(test)]

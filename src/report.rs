@@ -262,13 +262,5 @@ pub fn engine_line(outcome: &Outcome) -> String {
 
 /// 12345.6 -> "12,346".
 fn thousands(value: f64) -> String {
-    let digits = format!("{:.0}", value.max(0.0));
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
+    sim_core::units::thousands(value.max(0.0).round() as u64)
 }

@@ -13,35 +13,64 @@ use validation::bounds::Bounds;
 use validation::case::{Paths, load_suite};
 use validation::suite::{Selection, run};
 
-/// What `parasim validate` was asked.
-#[derive(Debug, Clone, Default)]
+/// What `parasim validate` was asked: its command-line arguments.
+#[derive(Debug, Clone, Default, clap::Args)]
 pub struct ValidateArgs {
-    /// Which cases.
-    pub selection: Selection,
-    /// Print JSON.
-    pub json: bool,
-    /// Print CSV.
-    pub csv: bool,
-    /// Print Markdown.
-    pub markdown: bool,
-    /// Rewrite the generated part of this Markdown file.
-    pub write_doc: Option<PathBuf>,
-    /// Print every point of multi-point cases.
-    pub points: bool,
-    /// Write the SVG plot here.
-    pub plot: Option<PathBuf>,
-    /// Fail if a recorded floor is broken.
-    pub check_bounds: bool,
-    /// Raise the recorded floors to this run's results.
-    pub update_bounds: bool,
-    /// Only list the cases.
+    /// Only this family (repeatable), e.g. megatron-sc21-table1.
+    #[arg(long = "suite", value_name = "FAMILY")]
+    pub suites: Vec<String>,
+    /// Only this case (repeatable): family/case, or a case id.
+    #[arg(long = "case", value_name = "ID")]
+    pub cases: Vec<String>,
+    /// Only the families of the CI ratchet (ci = true: seconds each).
+    #[arg(long)]
+    pub ci: bool,
+    /// List the selected cases and whether they run, without running them.
+    #[arg(long)]
     pub list: bool,
-    /// The suite's folder.
+    /// Print JSON (every case and point, families, rankings, overall).
+    #[arg(long, conflicts_with_all = ["csv", "markdown"])]
+    pub json: bool,
+    /// Print CSV, one row per case (per point with --points).
+    #[arg(long, conflicts_with = "markdown")]
+    pub csv: bool,
+    /// Print Markdown: the summary, a table per family, pending reasons, rankings.
+    #[arg(long)]
+    pub markdown: bool,
+    /// Rewrite the generated part of this Markdown file (between its markers) with the
+    /// Markdown report: `--write-doc docs/validation.md`.
+    #[arg(long, value_name = "FILE.md")]
+    pub write_doc: Option<PathBuf>,
+    /// Also show every point of multi-point cases (nccl-tests sizes, DeepBench kernels).
+    #[arg(long)]
+    pub points: bool,
+    /// Write an SVG plot of simulated against measured (log-log) to this file.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+    /// Exit with status 1 if a family's mean or a case falls below its recorded floor
+    /// (data/validation/bounds.toml).
+    #[arg(long)]
+    pub check_bounds: bool,
+    /// Raise the recorded floors to this run's results (never lowers one).
+    #[arg(long)]
+    pub update_bounds: bool,
+    /// The suite's folder (default: data/validation of the checkout).
+    #[arg(long, value_name = "DIR")]
     pub suite_dir: Option<PathBuf>,
-    /// The shared data folder.
+    /// The shared data folder with traces, nccl-tests logs and kernel tables
+    /// (default: $PARASIM_SHARED_DATA, else ../shared/data beside the checkout).
+    #[arg(long, value_name = "DIR")]
     pub shared: Option<PathBuf>,
-    /// Worker threads (all cores if none).
+    /// Worker threads (default: every core).
+    #[arg(long, short = 'j')]
     pub jobs: Option<usize>,
+}
+
+impl ValidateArgs {
+    /// The cases the arguments select.
+    fn selection(&self) -> Selection {
+        Selection { families: self.suites.clone(), cases: self.cases.clone(), ci_only: self.ci }
+    }
 }
 
 /// Recorded floors were broken: `parasim validate` exits with status 1.
@@ -85,7 +114,8 @@ fn shared_dir(args: &ValidateArgs, suite: &Path) -> PathBuf {
 pub fn validate(args: &ValidateArgs) -> anyhow::Result<String> {
     let dir = suite_dir(args);
     let families = load_suite(&dir)?;
-    let chosen = args.selection.choose(&families)?;
+    let selection = args.selection();
+    let chosen = selection.choose(&families)?;
     if args.list {
         let mut out = String::new();
         for (family, case) in &chosen {
@@ -101,11 +131,12 @@ pub fn validate(args: &ValidateArgs) -> anyhow::Result<String> {
         );
     }
     let shared = shared_dir(args, &dir);
-    let needs_shared = chosen.iter().any(|(family, case)| {
+    let needs_shared = chosen.iter().any(|(_, case)| {
+        let shared = |path: &str| path.starts_with("shared:");
         case.pending.is_none()
-            && [&case.log, &case.table].iter().any(|p| p.as_deref().is_some_and(|p| p.starts_with("shared:")))
-            || case.traces.iter().any(|t| t.starts_with("shared:"))
-            || family.header.kind == validation::case::Kind::Replay
+            && (case.log.as_deref().is_some_and(shared)
+                || case.table.as_deref().is_some_and(shared)
+                || case.traces.iter().any(|t| shared(t)))
     });
     if needs_shared && !shared.is_dir() {
         bail!(

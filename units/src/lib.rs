@@ -641,9 +641,30 @@ serde_via_string!(Bytes, "a size such as \"25 MB\" or \"80 GiB\"");
 serde_via_string!(Bandwidth, "a bandwidth such as \"200 Gb/s\" or \"25 GB/s\"");
 serde_via_string!(FlopRate, "a compute rate such as \"312 TFLOP/s\"");
 
+/// 1234567 -> "1,234,567": a count with thousands separators, as reports print counts.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_get_thousands_separators() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1000), "1,000");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+    }
 
     #[test]
     fn a_letter_after_the_number_is_read_as_a_unit() {

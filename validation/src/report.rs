@@ -242,15 +242,9 @@ impl Report {
             let _ = writeln!(out);
             let _ = writeln!(out, "strategy rankings (fastest first)   Kendall tau");
             for ranking in &self.rankings {
-                let strip = |ids: &[String]| {
-                    ids.iter()
-                        .map(|id| id.rsplit('/').next().unwrap_or(id).to_string())
-                        .collect::<Vec<_>>()
-                        .join(" < ")
-                };
                 let _ = writeln!(out, "  {:<33} {:>+5.2}", ranking.group, ranking.kendall_tau);
-                let _ = writeln!(out, "    measured  {}", strip(&ranking.measured_order));
-                let _ = writeln!(out, "    simulated {}", strip(&ranking.simulated_order));
+                let _ = writeln!(out, "    measured  {}", order(&ranking.measured_order));
+                let _ = writeln!(out, "    simulated {}", order(&ranking.simulated_order));
                 if ranking.not_ranked > 0 {
                     let _ = writeln!(out, "    ({} case(s) of the group did not run)", ranking.not_ranked);
                 }
@@ -372,18 +366,12 @@ impl Report {
                 writeln!(out, "| group | measured, fastest first | simulated, fastest first | Kendall tau |");
             let _ = writeln!(out, "|---|---|---|---|");
             for ranking in &self.rankings {
-                let strip = |ids: &[String]| {
-                    ids.iter()
-                        .map(|id| id.rsplit('/').next().unwrap_or(id).to_string())
-                        .collect::<Vec<_>>()
-                        .join(" < ")
-                };
                 let _ = writeln!(
                     out,
                     "| {} | {} | {} | {:+.2} |",
                     ranking.group,
-                    strip(&ranking.measured_order),
-                    strip(&ranking.simulated_order),
+                    order(&ranking.measured_order),
+                    order(&ranking.simulated_order),
                     ranking.kendall_tau
                 );
             }
@@ -440,6 +428,11 @@ impl Report {
         }
         out
     }
+}
+
+/// "a < b < c": case ids without their family, fastest first.
+fn order(ids: &[String]) -> String {
+    ids.iter().map(|id| id.rsplit('/').next().unwrap_or(id)).collect::<Vec<_>>().join(" < ")
 }
 
 fn quote(field: &str) -> String {

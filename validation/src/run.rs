@@ -130,7 +130,7 @@ pub fn run_case(family: &Family, case: &CaseEntry, paths: &Paths) -> CaseResult 
         Kind::Iteration => iteration(family, case, paths),
         Kind::Scaling => scaling(family, case, paths),
         Kind::NcclTests => nccl_tests(family, case, paths),
-        Kind::Deepbench => deepbench(case, family, paths),
+        Kind::Deepbench => deepbench(family, case, paths),
         Kind::Replay => replayed(family, case, paths),
     };
     result.wall_s = started.elapsed().as_secs_f64();
@@ -293,7 +293,7 @@ fn nccl_tests(family: &Family, case: &CaseEntry, paths: &Paths) -> Result<Simula
 
 /// DeepBench cases: every kernel of the table priced by the default compute model, with every
 /// convolution algorithm available as DeepBench times them all and keeps the fastest.
-fn deepbench(case: &CaseEntry, family: &Family, paths: &Paths) -> Result<Simulated, String> {
+fn deepbench(family: &Family, case: &CaseEntry, paths: &Paths) -> Result<Simulated, String> {
     let path = paths.resolve(case.table.as_deref().ok_or("table is missing")?, &family.file);
     let text =
         fs_err::read_to_string(&path).map_err(|e| format!("{e} (the shared data folder: --shared)"))?;

@@ -425,19 +425,30 @@ pub fn load_model_with_sequence(model: &str, base: &Path, tokens: u64) -> Result
 fn spec_of_table(table: &toml::Table, file: &Path) -> Result<ScenarioSpec, ScenarioError> {
     serde_path_to_error::deserialize(toml::Value::Table(table.clone())).map_err(|error| {
         let key = error.path().to_string();
-        let message = error.into_inner().to_string();
-        let key = if key == "." {
-            message
-                .split("missing field `")
-                .nth(1)
-                .and_then(|rest| rest.split('`').next())
-                .unwrap_or(&key)
-                .to_string()
-        } else {
-            key
-        };
-        ScenarioError::Format { file: file.to_path_buf(), key, message: message.trim().to_string() }
+        format_error(file, &key, error.into_inner().to_string().trim().to_string())
     })
+}
+
+/// The top-level table a deserializer error at path `.` says is missing (`missing field
+/// `cluster``), if that is what it says: the key to name instead of `.`.
+pub fn missing_top_level_table(path: &str, message: &str) -> Option<String> {
+    (path == ".")
+        .then(|| message.split("missing field `").nth(1).and_then(|rest| rest.split('`').next()))
+        .flatten()
+        .map(str::to_string)
+}
+
+/// A format error at `key`: a table missing at the top level is named as such, not as the
+/// path "." with a TOML excerpt pointing at line 1.
+fn format_error(file: &Path, key: &str, message: String) -> ScenarioError {
+    match missing_top_level_table(key, &message) {
+        Some(table) => ScenarioError::Format {
+            file: file.to_path_buf(),
+            key: table.clone(),
+            message: format!("the scenario has no [{table}] table (see the scenario format in the README)"),
+        },
+        None => ScenarioError::Format { file: file.to_path_buf(), key: key.to_string(), message },
+    }
 }
 
 /// The values the scenario format gives the numeric keys a sweep expression may read when a
@@ -472,22 +483,7 @@ fn read_spec(text: &str, file: &Path) -> Result<ScenarioSpec, ScenarioError> {
         .map_err(|error| ScenarioError::Syntax { file: file.to_path_buf(), message: error.to_string() })?;
     serde_path_to_error::deserialize(deserializer).map_err(|error| {
         let key = error.path().to_string();
-        let message = error.into_inner().to_string();
-        // A table missing at the top level: name the table, not the path "." and a TOML
-        // excerpt pointing at line 1.
-        if key == "."
-            && let Some(field) =
-                message.split("missing field `").nth(1).and_then(|rest| rest.split('`').next())
-        {
-            return ScenarioError::Format {
-                file: file.to_path_buf(),
-                key: field.to_string(),
-                message: format!(
-                    "the scenario has no [{field}] table (see the scenario format in the README)"
-                ),
-            };
-        }
-        ScenarioError::Format { file: file.to_path_buf(), key, message }
+        format_error(file, &key, error.into_inner().to_string())
     })
 }
 

@@ -439,19 +439,7 @@ pub fn local_layers(
     };
     let mut result = Vec::with_capacity(model.layers.len());
     for (index, layer) in model.layers.iter().enumerate() {
-        let mut entry = LocalLayer {
-            index,
-            role: Role::Replicated,
-            layer: layer.clone(),
-            work_divisor: 1,
-            work_multiplier: 1.0,
-            before_forward: Vec::new(),
-            after_forward: Vec::new(),
-            before_backward: Vec::new(),
-            after_backward_data: Vec::new(),
-            context_ring: None,
-            halo: None,
-        };
+        let mut entry = LocalLayer::new(index, Role::Replicated, layer.clone());
         let rebuild = |kind: LayerKind, input: Shape| {
             Layer::new(layer.name.clone(), kind, input)
                 .map_err(|source| ShardError::Layer { layer: layer.name.clone(), source })
@@ -460,40 +448,27 @@ pub fn local_layers(
         match split {
             CnnSplit::None => {}
             CnnSplit::Filter(_) => {
-                let kind = match &layer.kind {
-                    LayerKind::Conv { out_channels, kernel, stride, padding, dilation, groups, bias } => {
-                        Some(LayerKind::Conv {
-                            out_channels: out_channels.div_ceil(p),
-                            kernel: kernel.clone(),
-                            stride: stride.clone(),
-                            padding: padding.clone(),
-                            dilation: dilation.clone(),
-                            groups: *groups,
-                            bias: *bias,
-                        })
+                // The output channels (or features) split: the same layer with `K / p` of them.
+                let mut kind = layer.kind.clone();
+                let split = match &mut kind {
+                    LayerKind::Conv { out_channels: outputs, .. }
+                    | LayerKind::Linear { out_features: outputs, .. } => {
+                        *outputs = outputs.div_ceil(p);
+                        true
                     }
-                    LayerKind::Linear { out_features, bias } => {
-                        Some(LayerKind::Linear { out_features: out_features.div_ceil(p), bias: *bias })
-                    }
-                    _ => None,
+                    _ => false,
                 };
-                if let Some(kind) = kind {
+                if split {
                     entry.layer = rebuild(kind, layer.input.clone())?;
                     entry.role = Role::FilterSplit;
-                    entry.after_forward.push(comm(
+                    around_split(
+                        &mut entry,
+                        layer,
+                        &bytes,
                         GroupKind::Filter,
-                        AllGather,
-                        bytes(&layer.output),
-                        "filter allgather",
-                    ));
-                    if index > 0 {
-                        entry.after_backward_data.push(comm(
-                            GroupKind::Filter,
-                            AllReduce,
-                            bytes(&layer.input),
-                            "filter allreduce input gradient",
-                        ));
-                    }
+                        (AllGather, "filter allgather"),
+                        (AllReduce, "filter allreduce input gradient"),
+                    );
                 }
             }
             CnnSplit::Channel(_) => {
@@ -507,20 +482,14 @@ pub fn local_layers(
                     input.0[axis] = input.0[axis].div_ceil(p);
                     entry.layer = rebuild(layer.kind.clone(), input)?;
                     entry.role = Role::ChannelSplit;
-                    entry.after_forward.push(comm(
+                    around_split(
+                        &mut entry,
+                        layer,
+                        &bytes,
                         GroupKind::Channel,
-                        AllReduce,
-                        bytes(&layer.output),
-                        "channel allreduce",
-                    ));
-                    if index > 0 {
-                        entry.after_backward_data.push(comm(
-                            GroupKind::Channel,
-                            AllGather,
-                            bytes(&layer.input),
-                            "channel allgather input gradient",
-                        ));
-                    }
+                        (AllReduce, "channel allreduce"),
+                        (AllGather, "channel allgather input gradient"),
+                    );
                 }
             }
             CnnSplit::Spatial { degree, dims } => {
@@ -546,6 +515,26 @@ pub fn local_layers(
         result.push(entry);
     }
     Ok(result)
+}
+
+/// The collectives around a filter- or channel-split layer: `forward` on the whole `layer`'s
+/// output after the forward kernel, `backward` on its input gradient after the backward-data
+/// kernel (none for the first layer, whose input needs no gradient). `bytes` sizes a shape
+/// for the micro-batch.
+fn around_split(
+    entry: &mut LocalLayer,
+    layer: &Layer,
+    bytes: &dyn Fn(&Shape) -> Bytes,
+    group: GroupKind,
+    forward: (CollectiveKind, &'static str),
+    backward: (CollectiveKind, &'static str),
+) {
+    let (kind, what) = forward;
+    entry.after_forward.push(Comm { group, kind, bytes: bytes(&layer.output), what });
+    if entry.index > 0 {
+        let (kind, what) = backward;
+        entry.after_backward_data.push(Comm { group, kind, bytes: bytes(&layer.input), what });
+    }
 }
 
 #[cfg(test)]

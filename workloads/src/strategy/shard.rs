@@ -158,6 +158,25 @@ pub struct LocalLayer {
     pub halo: Option<super::cnn::Halo>,
 }
 
+impl LocalLayer {
+    /// Layer `index` as `layer` under `role`: whole work, no collectives yet.
+    pub fn new(index: usize, role: Role, layer: Layer) -> LocalLayer {
+        LocalLayer {
+            index,
+            role,
+            layer,
+            work_divisor: 1,
+            work_multiplier: 1.0,
+            before_forward: Vec::new(),
+            after_forward: Vec::new(),
+            before_backward: Vec::new(),
+            after_backward_data: Vec::new(),
+            context_ring: None,
+            halo: None,
+        }
+    }
+}
+
 /// The degrees that shape one rank's work.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Split {
@@ -564,19 +583,7 @@ pub fn local_layers(
         };
         let local = Layer::new(layer.name.clone(), kind, input)
             .map_err(|source| ShardError::Layer { layer: layer.name.clone(), source })?;
-        let mut entry = LocalLayer {
-            index,
-            role: *role,
-            layer: local,
-            work_divisor: 1,
-            work_multiplier: 1.0,
-            before_forward: Vec::new(),
-            after_forward: Vec::new(),
-            before_backward: Vec::new(),
-            after_backward_data: Vec::new(),
-            context_ring: None,
-            halo: None,
-        };
+        let mut entry = LocalLayer::new(index, *role, local);
         use CollectiveKind::{AllGather, AllReduce, AllToAll, ReduceScatter};
         match role {
             Role::Column | Role::VocabularyOutput if tp => {

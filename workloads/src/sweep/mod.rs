@@ -229,16 +229,7 @@ impl Sweep {
         let spec: SweepSpec = serde_path_to_error::deserialize(deserializer).map_err(|error| {
             let key = error.path().to_string();
             let message = error.into_inner().to_string();
-            let key = if key == "." {
-                message
-                    .split("missing field `")
-                    .nth(1)
-                    .and_then(|r| r.split('`').next())
-                    .unwrap_or("")
-                    .to_string()
-            } else {
-                key
-            };
+            let key = crate::scenario::missing_top_level_table(&key, &message).unwrap_or(key);
             key_error(&key, message.trim().to_string())
         })?;
         let order = key_order(text);
@@ -367,7 +358,7 @@ impl Sweep {
         if count.is_none_or(|count| count > MAX_CONFIGURATIONS) {
             return Err(SweepError::TooMany {
                 file: file.to_path_buf(),
-                count: count.map_or_else(|| format!("more than {}", u64::MAX), group_thousands),
+                count: count.map_or_else(|| format!("more than {}", u64::MAX), sim_core::units::thousands),
                 product: lengths.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(" x "),
             });
         }
@@ -708,18 +699,6 @@ fn json_of(value: &toml::Value) -> serde_json::Value {
 /// An error message on one line: a row is one line of the output.
 fn one_line(text: &str) -> String {
     text.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" | ")
-}
-
-fn group_thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// Where each key of `[axes]`, `[zip]` and `[derived]` is written in the file, so they keep
