@@ -6,6 +6,7 @@ mod calibrate_cmd;
 mod collective_cmd;
 mod compare_cmd;
 mod models;
+mod plan_cmd;
 mod report;
 mod sweep_cmd;
 mod topo;
@@ -128,6 +129,12 @@ enum Command {
     /// Run a parameter sweep on every core (`parasim sweep SWEEP.toml [-o OUT.csv]`), or merge
     /// the outputs of its shards (`parasim sweep merge OUT.csv SHARD...`); docs/sweep.md.
     Sweep(sweep_cmd::SweepCli),
+    /// The strategy oracle: search every way of splitting a model over a cluster (data, tensor,
+    /// sequence, pipeline, virtual stages, context, expert, ZeRO, micro-batch, recomputation;
+    /// CNNs: data, spatial, filter, channel, pipeline), refuse what does not fit, simulate the
+    /// rest cheapest bound first, print the best and why (`parasim plan --model gpt3-175b
+    /// --cluster scenarios/gpt3-175b-1024.toml`)
+    Plan(plan_cmd::PlanArgs),
     /// Trace file utilities.
     #[command(subcommand)]
     Trace(TraceCommand),
@@ -329,6 +336,11 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Sweep(args) => sweep_cmd::sweep(args),
+        Command::Plan(args) => {
+            let text = plan_cmd::plan(&args)?;
+            std::io::stdout().lock().write_all(text.as_bytes()).context("writing the plan")?;
+            Ok(())
+        }
         Command::Trace(TraceCommand::Convert { mut paths }) => {
             let output = paths.pop().context("no output path")?;
             let text = trace_cmd::convert(&paths, &output)?;

@@ -50,6 +50,7 @@ pub mod memory;
 pub mod model;
 mod model_file;
 pub mod optimizer;
+pub mod plan;
 pub mod scenario;
 pub mod simulation;
 pub mod strategy;

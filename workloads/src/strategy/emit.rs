@@ -352,6 +352,81 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
     })
 }
 
+/// The memory of every stage and a lower bound of the iteration time, from the kernel-time
+/// table and the schedule alone: no graph is built.
+///
+/// The bound: a rank's compute kernels run one after another on its compute stream, so a
+/// stage takes at least the sum of its kernels over every micro-batch (recomputation
+/// included) plus its optimizer step; and stage `s` cannot start before micro-batch 0 has
+/// gone forward through chunks `0..s`, nor finish before its last backward has gone back
+/// through them (the fill and drain of the pipeline). The layer collectives a kernel waits for
+/// (tensor-parallel allreduces, expert all-to-alls) add `comm_floor` each, a time no network
+/// can beat; gradient synchronisation, pipeline sends and the host are left out, so a
+/// simulation never comes out faster (`tests.rs` checks it).
+pub(super) fn estimate(
+    strategy: &Strategy<'_>,
+    comm_floor: &dyn Fn(&Comm) -> SimDuration,
+) -> Result<super::Estimate, StrategyError> {
+    let plan = Plan::new(strategy)?;
+    let stages = plan.stages()?;
+    let p = strategy.parallelism.pipeline;
+    let kernel_ps = |kernel: &Kernel| kernel.map_or(0u128, |(duration, _)| u128::from(duration.as_ps()));
+    let comms_ps = |comms: &[Comm]| comms.iter().map(|c| u128::from(comm_floor(c).as_ps())).sum::<u128>();
+    // A layer's forward: the collectives before it, its kernel, the collectives after it;
+    // the next kernel waits for each.
+    let forward_ps = |i: usize| {
+        let local = &plan.local[i];
+        comms_ps(&local.before_forward) + kernel_ps(&plan.kernels[i][0]) + comms_ps(&local.after_forward)
+    };
+    // Backward: recomputation, the collectives before it, backward-data, then backward-weight
+    // and the input gradient's collectives side by side.
+    let backward_ps = |i: usize| {
+        let local = &plan.local[i];
+        let again = plan.recompute_before[i].as_ref().map_or(0, |r| r.clone().map(forward_ps).sum::<u128>());
+        again
+            + comms_ps(&local.before_backward)
+            + kernel_ps(&plan.kernels[i][1])
+            + kernel_ps(&plan.kernels[i][2]).max(if plan.kernels[i][1].is_some() {
+                comms_ps(&local.after_backward_data)
+            } else {
+                0
+            })
+    };
+    // Forward and backward of one micro-batch of each global chunk.
+    let chunk_times: Vec<(u128, u128)> = plan
+        .chunk_layers
+        .iter()
+        .map(|range| {
+            (range.clone().map(forward_ps).sum::<u128>(), range.clone().map(backward_ps).sum::<u128>())
+        })
+        .collect();
+    let micro_batches = u128::from(plan.micro_batches);
+    let mut bound = 0u128;
+    let mut fill_and_drain = 0u128;
+    for stage in 0..p {
+        let work: u128 = plan.chunks_of(stage).map(|k| chunk_times[k].0 + chunk_times[k].1).sum::<u128>()
+            * micro_batches
+            + u128::from(plan.optimizer[stage as usize].0.as_ps());
+        bound = bound.max(work + fill_and_drain);
+        if let Some((forward, backward)) = chunk_times.get(stage as usize) {
+            fill_and_drain += forward + backward;
+        }
+    }
+    // A context-parallel ring splits a kernel into `context` steps, each rounded down to the
+    // picosecond.
+    let rounding = u128::from(strategy.parallelism.context) * plan.local.len() as u128 * micro_batches * 3;
+    let bound = bound.saturating_sub(rounding);
+    let (flops, _) = (0..p)
+        .map(|stage| plan.stage_flops(stage))
+        .fold((0.0, 0.0), |(f, r), (stage_f, stage_r)| (f + stage_f, r + stage_r));
+    Ok(super::Estimate {
+        stages,
+        micro_batches: plan.micro_batches,
+        time_lower_bound: SimDuration::from_ps(u64::try_from(bound).unwrap_or(u64::MAX)),
+        flops_per_rank_iteration: flops / f64::from(p),
+    })
+}
+
 /// A gradient bucket of one chunk: its layers and gradient bytes, whether it holds expert
 /// parameters (synchronised over the expert-data group), and its parameter bytes (for ZeRO's
 /// parameter allgather).

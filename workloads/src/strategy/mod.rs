@@ -388,6 +388,28 @@ pub struct Lowered {
     pub stages: Vec<StageSummary>,
 }
 
+/// What a strategy costs before any simulation: per-stage memory and a lower bound of the
+/// iteration time ([`Strategy::estimate`]); what `parasim plan` screens configurations with.
+#[derive(Debug, Clone)]
+pub struct Estimate {
+    /// Memory and layers of every pipeline stage (as [`Lowered::stages`]).
+    pub stages: Vec<StageSummary>,
+    /// Micro-batches per iteration per data-parallel replica.
+    pub micro_batches: u32,
+    /// No simulation of this strategy takes less per iteration: the busiest stage's kernels
+    /// and the layer collectives they wait for, plus the pipeline's fill and drain.
+    pub time_lower_bound: SimDuration,
+    /// Mean over ranks of the FLOPs one rank executes per iteration.
+    pub flops_per_rank_iteration: f64,
+}
+
+impl Estimate {
+    /// The memory of the most loaded stage.
+    pub fn peak_memory(&self) -> MemoryBreakdown {
+        self.stages.iter().map(|stage| stage.memory).max_by_key(|memory| memory.total()).unwrap_or_default()
+    }
+}
+
 impl Strategy<'_> {
     /// Micro-batches each replica runs per iteration, or why the batch does not divide.
     pub fn micro_batches(&self) -> Result<u32, StrategyError> {
@@ -552,6 +574,14 @@ impl Strategy<'_> {
     pub fn lower(&self) -> Result<Lowered, StrategyError> {
         self.check()?;
         emit::lower(self)
+    }
+
+    /// Per-stage memory and a lower bound of the iteration time, without building the graph
+    /// (milliseconds where lowering a large job takes a second).
+    /// `comm_floor` is a lower bound of one layer collective's time (zero is always valid).
+    pub fn estimate(&self, comm_floor: &dyn Fn(&Comm) -> SimDuration) -> Result<Estimate, StrategyError> {
+        self.check()?;
+        emit::estimate(self, comm_floor)
     }
 
     /// The time and FLOPs of one pass of one local layer for one micro-batch, or `None` if

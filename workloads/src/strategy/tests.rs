@@ -586,3 +586,79 @@ fn tiny_kernels_wait_for_the_host_unless_cuda_graphs_launch_them() {
     );
     assert!(graph_time.checked_mul(4).unwrap() < eager_time, "CUDA graphs {graph_time}, eager {eager_time}");
 }
+
+#[test]
+fn the_estimate_bounds_every_simulation_from_below_and_is_exact_for_an_uncontended_pipeline() {
+    // Closed form: on an instant network 1F1B and GPipe take (m + p - 1)(F + B) plus the
+    // optimizer step, which is the bound.
+    let model = uniform_model(8, 4096);
+    let compute = ComputeModel::default();
+    for schedule in [PipelineSchedule::GPipe, PipelineSchedule::OneFOneB] {
+        for (chunks, m) in [(1u32, 4u64), (1, 16), (2, 8)] {
+            if schedule == PipelineSchedule::GPipe && chunks > 1 {
+                continue;
+            }
+            let s = strategy(&model, &compute, pipelined(4, chunks, schedule), m * 2, 2);
+            let bound = s.estimate(&|_| SimDuration::ZERO).unwrap().time_lower_bound.as_secs_f64();
+            let lowered = s.lower().unwrap();
+            let timeline =
+                NetworkSettings::new(Fidelity::Analytical).run(&lowered.graph, &instant_server(4)).unwrap();
+            let simulated = timeline.makespan().as_secs_f64();
+            assert!(
+                bound <= simulated,
+                "{schedule:?} v={chunks} m={m}: bound {bound} > simulated {simulated}"
+            );
+            if chunks == 1 {
+                assert!(
+                    bound > 0.995 * simulated,
+                    "{schedule:?} m={m}: bound {bound}, simulated {simulated}"
+                );
+            }
+        }
+    }
+    // Real models with communication, recomputation, ZeRO-3, context and the host: below.
+    let gpt = zoo::by_name("megatron-1.7b").unwrap();
+    let host = ComputeModel { dispatch_overhead: SimDuration::from_us(20), ..ComputeModel::default() };
+    let cases: Vec<(Parallelism, Recompute, u64, u64)> = vec![
+        (Parallelism { tensor: 8, data: 2, ..Parallelism::data_parallel(2) }, Recompute::Selective, 16, 2),
+        (
+            Parallelism {
+                tensor: 2,
+                sequence_parallel: true,
+                pipeline: 4,
+                data: 2,
+                ..Parallelism::data_parallel(2)
+            },
+            Recompute::Full,
+            32,
+            1,
+        ),
+        (
+            Parallelism { pipeline: 4, virtual_stages: 2, data: 4, ..Parallelism::data_parallel(4) },
+            Recompute::None,
+            32,
+            1,
+        ),
+        (Parallelism { zero: 3, ..Parallelism::data_parallel(16) }, Recompute::None, 32, 2),
+        (
+            Parallelism { context: 2, tensor: 2, data: 4, ..Parallelism::data_parallel(4) },
+            Recompute::None,
+            8,
+            2,
+        ),
+    ];
+    for (parallelism, recompute, global, micro) in cases {
+        for compute in [&compute, &host] {
+            let s = Strategy { recompute, ..strategy(&gpt, compute, parallelism, global, micro) };
+            let bound = s.estimate(&|_| SimDuration::ZERO).unwrap().time_lower_bound.as_secs_f64();
+            let lowered = s.lower().unwrap();
+            let timeline = NetworkSettings::new(Fidelity::Analytical).run(&lowered.graph, &dgx(2)).unwrap();
+            let simulated = timeline.makespan().as_secs_f64();
+            assert!(
+                bound <= simulated && bound > 0.3 * simulated,
+                "{}: bound {bound}, simulated {simulated}",
+                crate::simulation::describe_parallelism(&parallelism)
+            );
+        }
+    }
+}

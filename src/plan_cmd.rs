@@ -1,0 +1,655 @@
+//! `parasim plan`: the strategy oracle. Reads a cluster (any scenario file's `[cluster]`,
+//! `[compute]` and `[simulation]` tables), searches the ways of splitting a model over it
+//! (workloads::plan) and prints the best with the winner explained against the runner-up.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use serde::Serialize;
+use sim_core::units::SimDuration;
+use workloads::memory::Recompute;
+use workloads::plan::{Budget, Fixed, Objective, PlanOptions, PlanReport, Ranked};
+use workloads::scenario::{Scenario, get_dotted, set_dotted_key};
+use workloads::simulation::Summary;
+
+/// `parasim plan --model M --cluster CLUSTER.toml --gpus N ...`.
+#[derive(Debug, clap::Args)]
+pub struct PlanArgs {
+    /// The cluster: a scenario file whose `[cluster]`, `[compute]` and `[simulation]` tables
+    /// are used (its `[workload]` gives defaults for the model, batch and precision; the
+    /// degrees of its `[parallelism]` are what plan chooses, so they are ignored).
+    #[arg(long, value_name = "CLUSTER.toml")]
+    cluster: PathBuf,
+    /// The model: a zoo name (`parasim models`) or a model file. Default: the cluster file's
+    /// `workload.model`.
+    #[arg(long)]
+    model: Option<String>,
+    /// GPU counts to plan for, comma-separated (each a multiple of the cluster's GPUs per
+    /// node). Default: the cluster's.
+    #[arg(long, value_name = "N[,N...]", value_delimiter = ',')]
+    gpus: Vec<u64>,
+    /// Samples (sequences) per iteration over all replicas. Default: the cluster file's
+    /// `workload.global-batch`.
+    #[arg(long, value_name = "B")]
+    global_batch: Option<u64>,
+    /// Sequence length (tokens), overriding the model's.
+    #[arg(long, value_name = "S")]
+    seq: Option<u64>,
+    /// Compute precision (fp16, bf16, fp8...). Default: the cluster file's, else bf16 where
+    /// the device has it, else fp16.
+    #[arg(long)]
+    precision: Option<String>,
+    /// What to rank by.
+    #[arg(long, value_enum, default_value = "time")]
+    objective: ObjectiveArg,
+    /// How many configurations to list.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=100))]
+    top: u64,
+    /// Tokens to train (for time-to-train and cost): `300e9`, `300G`.
+    #[arg(long, value_name = "T", conflicts_with = "samples")]
+    tokens: Option<String>,
+    /// Samples to train (for time-to-train and cost): `115.2e6` (90 epochs of ImageNet-1k).
+    #[arg(long, value_name = "S")]
+    samples: Option<String>,
+    /// Price of one GPU-hour, for the cost column.
+    #[arg(long, value_name = "PRICE")]
+    gpu_hour_price: Option<f64>,
+    /// Share of each GPU's memory kept free for the CUDA context, NCCL and allocator
+    /// fragmentation (0 to 0.9).
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.1)]
+    memory_headroom: f64,
+    /// Fix a scenario key instead of searching it (repeatable): `--set parallelism.tensor=8`,
+    /// `--set workload.recompute=full`, `--set parallelism.sequence-parallel=false`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Worker threads (default: every core).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
+    threads: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum ObjectiveArg {
+    Time,
+    Throughput,
+    Cost,
+}
+
+/// Degrees plan chooses: ignored in the cluster file's `[parallelism]`.
+const CHOSEN_PARALLELISM: [&str; 11] = [
+    "data",
+    "tensor",
+    "sequence-parallel",
+    "pipeline",
+    "virtual-stages",
+    "context",
+    "expert",
+    "zero",
+    "filter",
+    "channel",
+    "spatial",
+];
+
+/// Runs the search and returns what to print.
+pub fn plan(args: &PlanArgs) -> anyhow::Result<String> {
+    let file = &args.cluster;
+    let text = fs_err::read_to_string(file)?;
+    let source: toml::Table =
+        toml::from_str(&text).with_context(|| format!("{}: not a valid TOML file", file.display()))?;
+    if !source.contains_key("cluster") {
+        bail!("{}: has no [cluster] table: give a scenario or cluster file (see scenarios/)", file.display());
+    }
+    let mut ignored = Vec::new();
+    let mut table = toml::Table::new();
+    for key in ["cluster", "compute", "simulation"] {
+        if let Some(value) = source.get(key) {
+            table.insert(key.into(), value.clone());
+        }
+    }
+    let mut workload = toml::Table::new();
+    if let Some(toml::Value::Table(given)) = source.get("workload") {
+        for (key, value) in given {
+            match key.as_str() {
+                "micro-batch" | "recompute" | "batch-per-device" => ignored.push(format!("workload.{key}")),
+                _ => {
+                    workload.insert(key.clone(), value.clone());
+                }
+            }
+        }
+    }
+    let mut parallelism = toml::Table::new();
+    if let Some(toml::Value::Table(given)) = source.get("parallelism") {
+        for (key, value) in given {
+            if CHOSEN_PARALLELISM.contains(&key.as_str()) {
+                ignored.push(format!("parallelism.{key}"));
+            } else {
+                parallelism.insert(key.clone(), value.clone());
+            }
+        }
+    }
+    if let Some(model) = &args.model {
+        workload.insert("model".into(), model.clone().into());
+    }
+    if !workload.contains_key("model") {
+        bail!(
+            "no model: give --model NAME (`parasim models` lists the zoo) or a [workload] model in {}",
+            file.display()
+        );
+    }
+    if let Some(batch) = args.global_batch {
+        workload.insert("global-batch".into(), integer("--global-batch", batch)?);
+    }
+    let global_batch = match workload.get("global-batch") {
+        Some(toml::Value::Integer(n)) if *n >= 1 => *n as u64,
+        Some(other) => bail!("{}: workload.global-batch is {other}; give a positive integer", file.display()),
+        None => bail!(
+            "no global batch: give --global-batch B (samples per iteration over all replicas) or workload.global-batch in {}",
+            file.display()
+        ),
+    };
+    if args.global_batch == Some(0) {
+        bail!("--global-batch must be at least 1");
+    }
+    if let Some(seq) = args.seq {
+        workload.insert("sequence-length".into(), integer("--seq", seq)?);
+    }
+    if let Some(precision) = &args.precision {
+        workload.insert("precision".into(), precision.clone().into());
+    }
+    table.insert("workload".into(), workload.into());
+    table.insert("parallelism".into(), parallelism.into());
+
+    // Fixed keys.
+    let mut fixed_keys = Vec::new();
+    for assignment in &args.set {
+        let (key, value) = assignment
+            .split_once('=')
+            .with_context(|| format!("--set {assignment:?}: give KEY=VALUE, e.g. parallelism.tensor=8"))?;
+        let key = key.trim();
+        let value = parse_value(value.trim());
+        set_dotted_key(&mut table, key, value).with_context(|| format!("--set {assignment:?}"))?;
+        fixed_keys.push(key.to_string());
+    }
+    let fixed = fixed_of(&table, &fixed_keys)?;
+    let per_node = match get_dotted(&table, "cluster.gpus-per-node") {
+        Some(toml::Value::Integer(n)) if *n >= 1 => *n as u64,
+        _ => 1,
+    };
+    let nodes = match get_dotted(&table, "cluster.nodes") {
+        Some(toml::Value::Integer(n)) if *n >= 1 => *n as u64,
+        _ => 1,
+    };
+    let gpu_counts = if args.gpus.is_empty() { vec![nodes * per_node] } else { args.gpus.clone() };
+    let mut bases = Vec::new();
+    for &gpus in &gpu_counts {
+        if gpus == 0 || gpus % per_node != 0 {
+            bail!("--gpus {gpus}: must be a positive multiple of the cluster's {per_node} GPUs per node");
+        }
+        bases.push(base_scenario(
+            &table,
+            file,
+            gpus / per_node,
+            gpus,
+            global_batch,
+            &fixed,
+            args.precision.is_some(),
+        )?);
+    }
+    let budget = match (&args.tokens, &args.samples) {
+        (Some(tokens), _) => Some(Budget::Tokens(count("--tokens", tokens)?)),
+        (_, Some(samples)) => Some(Budget::Samples(count("--samples", samples)?)),
+        _ => None,
+    };
+    if let Some(price) = args.gpu_hour_price
+        && !(price.is_finite() && price >= 0.0)
+    {
+        bail!("--gpu-hour-price {price}: give a non-negative price");
+    }
+    let objective = match args.objective {
+        ObjectiveArg::Time => Objective::Time,
+        ObjectiveArg::Throughput => Objective::Throughput,
+        ObjectiveArg::Cost => Objective::Cost,
+    };
+    if !(0.0..=0.9).contains(&args.memory_headroom) {
+        bail!(
+            "--memory-headroom {}: give a fraction from 0 to 0.9 (0.1 keeps 10% of each GPU free)",
+            args.memory_headroom
+        );
+    }
+    let options = PlanOptions {
+        memory_headroom: args.memory_headroom,
+        objective,
+        top: args.top as usize,
+        budget,
+        gpu_hour_price: args.gpu_hour_price,
+    };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(args.threads.map_or(0, |n| n as usize))
+        .build()
+        .context("starting the worker threads")?;
+    let report = pool.install(|| workloads::plan::plan(&bases, &fixed, &options))?;
+    if args.json {
+        let json = JsonPlan::new(&report, &bases[0], &options, &ignored);
+        return Ok(serde_json::to_string_pretty(&json)? + "\n");
+    }
+    Ok(human(&report, &bases, &options, &ignored, &fixed_keys))
+}
+
+fn integer(flag: &str, value: u64) -> anyhow::Result<toml::Value> {
+    i64::try_from(value).map(toml::Value::Integer).with_context(|| format!("{flag} {value} is too large"))
+}
+
+/// A `--set` value: TOML if it parses (numbers, booleans, quoted strings), else a string.
+fn parse_value(text: &str) -> toml::Value {
+    toml::from_str::<toml::Table>(&format!("v = {text}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(text.to_string()))
+}
+
+/// `300e9`, `300G`, `1.2T`, `115.2M` as a number.
+fn count(flag: &str, text: &str) -> anyhow::Result<f64> {
+    let trimmed = text.trim();
+    let (number, scale) = match trimmed.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&trimmed[..i], 1e3),
+        Some((i, 'M')) => (&trimmed[..i], 1e6),
+        Some((i, 'G' | 'B')) => (&trimmed[..i], 1e9),
+        Some((i, 'T')) => (&trimmed[..i], 1e12),
+        _ => (trimmed, 1.0),
+    };
+    let value: f64 = number
+        .trim()
+        .parse()
+        .ok()
+        .filter(|v: &f64| v.is_finite() && *v > 0.0)
+        .with_context(|| format!("{flag} {text:?}: give a positive count such as 300e9 or 300G"))?;
+    Ok(value * scale)
+}
+
+/// The user's fixed settings, read back from the table.
+fn fixed_of(table: &toml::Table, keys: &[String]) -> anyhow::Result<Fixed> {
+    let mut fixed = Fixed::default();
+    for key in keys {
+        let value = get_dotted(table, key).cloned().unwrap_or(toml::Value::Boolean(false));
+        let degree = |value: &toml::Value| -> anyhow::Result<u32> {
+            match value {
+                toml::Value::Integer(n) if *n >= 1 && *n <= i64::from(u32::MAX) => Ok(*n as u32),
+                other => bail!("--set {key}={other}: give a positive integer"),
+            }
+        };
+        match key.as_str() {
+            "parallelism.tensor" => fixed.tensor = Some(degree(&value)?),
+            "parallelism.pipeline" => fixed.pipeline = Some(degree(&value)?),
+            "parallelism.virtual-stages" => fixed.virtual_stages = Some(degree(&value)?),
+            "parallelism.context" => fixed.context = Some(degree(&value)?),
+            "parallelism.expert" => fixed.expert = Some(degree(&value)?),
+            "parallelism.data" => fixed.data = Some(degree(&value)?),
+            "parallelism.filter" => fixed.filter = Some(degree(&value)?),
+            "parallelism.channel" => fixed.channel = Some(degree(&value)?),
+            "parallelism.spatial" => fixed.spatial = Some(degree(&value)?),
+            "parallelism.zero" => match value {
+                toml::Value::Integer(n @ 0..=3) => fixed.zero = Some(n as u8),
+                other => bail!("--set {key}={other}: ZeRO stages are 0, 1, 2 and 3"),
+            },
+            "parallelism.sequence-parallel" => match value {
+                toml::Value::Boolean(b) => fixed.sequence_parallel = Some(b),
+                other => bail!("--set {key}={other}: give true or false"),
+            },
+            "simulation.fold-symmetric-ranks" => match value {
+                toml::Value::Boolean(b) => fixed.fold_symmetric_ranks = Some(b),
+                other => bail!("--set {key}={other}: give true or false"),
+            },
+            "workload.micro-batch" => fixed.micro_batch = Some(u64::from(degree(&value)?)),
+            "workload.recompute" => {
+                let text = value.as_str().unwrap_or_default();
+                let mode: Recompute = text
+                    .parse()
+                    .map_err(|message: String| anyhow::anyhow!("--set {key}={value}: {message}"))?;
+                fixed.recompute = Some(mode);
+            }
+            _ => {}
+        }
+    }
+    Ok(fixed)
+}
+
+/// The validated scenario of `nodes` nodes that every configuration of that GPU count starts
+/// from. Validated with a batch every degree divides (one sample per micro-batch per rank);
+/// the real global batch is set after, and each configuration's strategy checks it.
+fn base_scenario(
+    table: &toml::Table,
+    file: &Path,
+    nodes: u64,
+    gpus: u64,
+    global_batch: u64,
+    fixed: &Fixed,
+    precision_given: bool,
+) -> anyhow::Result<Scenario> {
+    let mut table = table.clone();
+    set_dotted_key(&mut table, "cluster.nodes", integer("--gpus", nodes)?)?;
+    let micro = fixed.micro_batch.unwrap_or(1);
+    set_dotted_key(&mut table, "workload.global-batch", integer("--global-batch", gpus * micro)?)?;
+    set_dotted_key(&mut table, "workload.micro-batch", integer("workload.micro-batch", micro)?)?;
+    if precision_given || get_dotted(&table, "workload.precision").is_some() {
+        let mut scenario = Scenario::from_table(&table, file)?;
+        scenario.global_batch = global_batch;
+        return Ok(scenario);
+    }
+    // Not set anywhere: bf16, or fp16 on devices without it.
+    set_dotted_key(&mut table, "workload.precision", "bf16".into())?;
+    let mut scenario = match Scenario::from_table(&table, file) {
+        Err(workloads::scenario::ScenarioError::Invalid { key, .. }) if key == "workload.precision" => {
+            set_dotted_key(&mut table, "workload.precision", "fp16".into())?;
+            Scenario::from_table(&table, file)?
+        }
+        other => other?,
+    };
+    scenario.global_batch = global_batch;
+    Ok(scenario)
+}
+
+fn seconds(value: f64) -> String {
+    SimDuration::from_secs_f64(value).map_or_else(|_| format!("{value:.3} s"), |d| d.to_string())
+}
+
+/// A duration in days, hours or minutes.
+fn long_duration(seconds: f64) -> String {
+    if seconds >= 2.0 * 86_400.0 {
+        format!("{:.1} days", seconds / 86_400.0)
+    } else if seconds >= 2.0 * 3600.0 {
+        format!("{:.1} h", seconds / 3600.0)
+    } else {
+        format!("{:.1} min", seconds / 60.0)
+    }
+}
+
+fn human(
+    report: &PlanReport,
+    bases: &[Scenario],
+    options: &PlanOptions,
+    ignored: &[String],
+    fixed_keys: &[String],
+) -> String {
+    let mut out = String::new();
+    let base = &bases[0];
+    let gpus: Vec<String> = bases
+        .iter()
+        .map(|b| (u64::from(b.cluster.nodes) * u64::from(b.cluster.gpus_per_node)).to_string())
+        .collect();
+    let sequence = workloads::strategy::shard::sequence_length(&base.model)
+        .map_or(String::new(), |s| format!(", sequence {s}"));
+    let _ = writeln!(
+        out,
+        "plan          {} on {} x {} ({} GPUs per node), global batch {}{sequence}, {}",
+        base.model.name,
+        gpus.join(" | "),
+        base.device.display_name,
+        base.cluster.gpus_per_node,
+        base.global_batch,
+        base.precision,
+    );
+    let objective = match options.objective {
+        Objective::Time => "iteration time",
+        Objective::Throughput => "throughput per GPU",
+        Objective::Cost => "GPU-hours of the budget",
+    };
+    let _ = writeln!(out, "objective     {objective}");
+    if !fixed_keys.is_empty() {
+        let _ = writeln!(out, "fixed         {}", fixed_keys.join(", "));
+    }
+    if !ignored.is_empty() {
+        let _ =
+            writeln!(out, "ignored       {} (from the cluster file: plan chooses them)", ignored.join(", "));
+    }
+    let rejected: u64 = report.rejected.values().map(|r| r.count).sum();
+    let _ = writeln!(
+        out,
+        "searched      {} configurations: {} valid and fit, {} rejected",
+        sim_core::units::thousands(report.enumerated),
+        sim_core::units::thousands(report.valid),
+        sim_core::units::thousands(rejected)
+    );
+    let mut reasons: Vec<_> = report.rejected.iter().collect();
+    reasons.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(b.0)));
+    for (reason, rejection) in reasons {
+        let _ = writeln!(
+            out,
+            "  {:>8}  {reason} (e.g. {})",
+            sim_core::units::thousands(rejection.count),
+            rejection.example
+        );
+    }
+    let [estimate, screen, finals] = report.walls;
+    let _ = writeln!(
+        out,
+        "screened      {} simulated (analytical network) in order of their lower bound; {} could not beat the \
+         {}th best and were skipped",
+        sim_core::units::thousands(report.screened),
+        sim_core::units::thousands(report.bounded_out),
+        report.keep
+    );
+    if report.finals > 0 {
+        let _ = writeln!(
+            out,
+            "final         the best {} simulated again with the {} network",
+            report.finals,
+            report.fidelity.name()
+        );
+    }
+    let _ = writeln!(
+        out,
+        "wall time     {:.2} s estimates, {:.2} s screen, {:.2} s final",
+        estimate.as_secs_f64(),
+        screen.as_secs_f64(),
+        finals.as_secs_f64()
+    );
+    for (label, message) in report.failed.iter().take(3) {
+        let _ = writeln!(out, "failed        {label}: {message}");
+    }
+    let _ = writeln!(out);
+    let has_budget = report.top.iter().any(|r| r.time_to_train_s.is_some());
+    let has_cost = report.top.iter().any(|r| r.cost.is_some());
+    let mut header = format!(
+        "{:<4} {:>5} {:<34} {:>11} {:>13} {:>6} {:>11}",
+        "rank", "GPUs", "configuration", "iteration", "samples/s/GPU", "MFU", "memory/GPU"
+    );
+    if has_budget {
+        let _ = write!(header, " {:>12} {:>10}", "to train", "GPU-hours");
+    }
+    if has_cost {
+        let _ = write!(header, " {:>10}", "cost");
+    }
+    let _ = writeln!(out, "{header}");
+    for (i, ranked) in report.top.iter().enumerate() {
+        let s = &ranked.summary;
+        let mut line = format!(
+            "{:<4} {:>5} {:<34} {:>11} {:>13.2} {:>5.1}% {:>8.1} GB",
+            i + 1,
+            ranked.choice.gpus,
+            ranked.choice.label(),
+            s.iteration_time.to_string(),
+            s.samples_per_second_per_device,
+            100.0 * s.model_flops_utilization,
+            s.memory.total as f64 / 1e9
+        );
+        if let (Some(t), Some(h)) = (ranked.time_to_train_s, ranked.gpu_hours) {
+            let _ = write!(
+                line,
+                " {:>12} {:>10}",
+                long_duration(t),
+                sim_core::units::thousands(h.round() as u64)
+            );
+        }
+        if let Some(cost) = ranked.cost {
+            let _ = write!(line, " {:>10}", sim_core::units::thousands(cost.round() as u64));
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
+    if let [first, second, ..] = report.top.as_slice() {
+        let _ = writeln!(out);
+        let _ = write!(out, "{}", explain(first, second));
+    }
+    out
+}
+
+/// The winner against the runner-up: their breakdowns side by side and the largest
+/// differences named.
+fn explain(first: &Ranked, second: &Ranked) -> String {
+    let mut out = String::new();
+    let (a, b) = (&first.summary, &second.summary);
+    let faster = 100.0 * (b.iteration_time.as_secs_f64() / a.iteration_time.as_secs_f64().max(1e-30) - 1.0);
+    let _ = writeln!(
+        out,
+        "why #1: {} per iteration against {} for #2 ({:+.1}%), per GPU (mean):",
+        a.iteration_time, b.iteration_time, -faster
+    );
+    let rows = breakdown_rows(a, b);
+    let _ = writeln!(out, "  {:<28} {:>12} {:>12} {:>12}", "", "#1", "#2", "#1 - #2");
+    for (name, x, y) in &rows {
+        if *x == 0.0 && *y == 0.0 {
+            continue;
+        }
+        let _ = writeln!(out, "  {name:<28} {:>12} {:>12} {:>12}", seconds(*x), seconds(*y), signed(x - y));
+    }
+    let _ = writeln!(
+        out,
+        "  {:<28} {:>9.1} GB {:>9.1} GB",
+        "memory per GPU",
+        a.memory.total as f64 / 1e9,
+        b.memory.total as f64 / 1e9
+    );
+    let mut gaps: Vec<&(&str, f64, f64)> =
+        rows.iter().filter(|(name, _, _)| !name.starts_with("  ")).collect();
+    gaps.sort_by(|x, y| (x.1 - x.2).abs().total_cmp(&(y.1 - y.2).abs()).reverse());
+    if let Some((name, x, y)) = gaps.first() {
+        let _ = writeln!(out, "  the largest difference is {name}: {} against {}", seconds(*x), seconds(*y));
+    }
+    out
+}
+
+fn signed(value: f64) -> String {
+    if value < 0.0 { format!("-{}", seconds(-value)) } else { format!("+{}", seconds(value)) }
+}
+
+/// (name, #1 seconds, #2 seconds) of the breakdown; sub-rows are indented.
+fn breakdown_rows<'a>(a: &Summary, b: &Summary) -> Vec<(&'a str, f64, f64)> {
+    let (x, y) = (&a.breakdown, &b.breakdown);
+    let (gx, gy) = (&x.exposed_by_group, &y.exposed_by_group);
+    let other_idle = |s: &Summary| {
+        (s.breakdown.idle.as_secs_f64()
+            - s.breakdown.bubble.as_secs_f64()
+            - s.breakdown.host_bound.as_secs_f64())
+        .max(0.0)
+    };
+    vec![
+        ("compute", x.compute.as_secs_f64(), y.compute.as_secs_f64()),
+        (
+            "exposed communication",
+            x.exposed_communication.as_secs_f64(),
+            y.exposed_communication.as_secs_f64(),
+        ),
+        ("  tensor", gx.tensor, gy.tensor),
+        ("  pipeline", gx.pipeline, gy.pipeline),
+        ("  data", gx.data, gy.data),
+        ("  context", gx.context, gy.context),
+        ("  expert", gx.expert, gy.expert),
+        ("pipeline bubble", x.bubble.as_secs_f64(), y.bubble.as_secs_f64()),
+        ("host-bound", x.host_bound.as_secs_f64(), y.host_bound.as_secs_f64()),
+        ("other idle", other_idle(a), other_idle(b)),
+    ]
+}
+
+/// `plan --json`.
+#[derive(Serialize)]
+struct JsonPlan<'a> {
+    model: &'a str,
+    device: &'a str,
+    global_batch: u64,
+    objective: Objective,
+    budget: Option<Budget>,
+    enumerated: u64,
+    valid: u64,
+    rejected: &'a std::collections::BTreeMap<String, workloads::plan::Rejection>,
+    screened: u64,
+    bounded_out: u64,
+    final_fidelity: &'static str,
+    ignored: &'a [String],
+    top: Vec<JsonRanked<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonRanked<'a> {
+    gpus: u64,
+    configuration: String,
+    tensor: u32,
+    sequence_parallel: bool,
+    pipeline: u32,
+    virtual_stages: u32,
+    context: u32,
+    expert: u32,
+    data: u32,
+    zero: u8,
+    filter: u32,
+    channel: u32,
+    spatial: u32,
+    micro_batch: u64,
+    recompute: String,
+    lower_bound_s: f64,
+    time_to_train_s: Option<f64>,
+    gpu_hours: Option<f64>,
+    cost: Option<f64>,
+    fidelity: &'static str,
+    summary: &'a Summary,
+}
+
+impl<'a> JsonPlan<'a> {
+    fn new(report: &'a PlanReport, base: &'a Scenario, options: &PlanOptions, ignored: &'a [String]) -> Self {
+        JsonPlan {
+            model: &base.model.name,
+            device: &base.device.name,
+            global_batch: base.global_batch,
+            objective: options.objective,
+            budget: options.budget,
+            enumerated: report.enumerated,
+            valid: report.valid,
+            rejected: &report.rejected,
+            screened: report.screened,
+            bounded_out: report.bounded_out,
+            final_fidelity: report.fidelity.name(),
+            ignored,
+            top: report
+                .top
+                .iter()
+                .map(|r| {
+                    let p = &r.choice.parallelism;
+                    JsonRanked {
+                        gpus: r.choice.gpus,
+                        configuration: r.choice.label(),
+                        tensor: p.tensor,
+                        sequence_parallel: p.sequence_parallel,
+                        pipeline: p.pipeline,
+                        virtual_stages: p.virtual_stages,
+                        context: p.context,
+                        expert: p.expert,
+                        data: p.data,
+                        zero: p.zero,
+                        filter: p.filter,
+                        channel: p.channel,
+                        spatial: p.spatial,
+                        micro_batch: r.choice.micro_batch,
+                        recompute: r.choice.recompute.to_string(),
+                        lower_bound_s: r.bound.as_secs_f64(),
+                        time_to_train_s: r.time_to_train_s,
+                        gpu_hours: r.gpu_hours,
+                        cost: r.cost,
+                        fidelity: r.fidelity.name(),
+                        summary: &r.summary,
+                    }
+                })
+                .collect(),
+        }
+    }
+}
