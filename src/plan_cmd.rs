@@ -59,10 +59,18 @@ pub struct PlanArgs {
     /// fragmentation (0 to 0.9).
     #[arg(long, value_name = "FRACTION", default_value_t = 0.1)]
     memory_headroom: f64,
+    /// Wall-clock limit in seconds of each final simulation with the cluster's network model
+    /// (flow at 1024 GPUs can take minutes for some strategies); one over it keeps its
+    /// analytical result, marked `*`. 0: no limit.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    final_time_limit: u64,
     /// Fix a scenario key instead of searching it (repeatable): `--set parallelism.tensor=8`,
     /// `--set workload.recompute=full`, `--set parallelism.sequence-parallel=false`.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
+    /// No progress lines on standard error (a terminal shows a spinner instead).
+    #[arg(long)]
+    quiet: bool,
     /// Print JSON instead of the table.
     #[arg(long)]
     json: bool,
@@ -221,6 +229,8 @@ pub fn plan(args: &PlanArgs) -> anyhow::Result<String> {
     }
     let options = PlanOptions {
         memory_headroom: args.memory_headroom,
+        final_time_limit: (args.final_time_limit > 0)
+            .then(|| std::time::Duration::from_secs(args.final_time_limit)),
         objective,
         top: args.top as usize,
         budget,
@@ -230,7 +240,21 @@ pub fn plan(args: &PlanArgs) -> anyhow::Result<String> {
         .num_threads(args.threads.map_or(0, |n| n as usize))
         .build()
         .context("starting the worker threads")?;
-    let report = pool.install(|| workloads::plan::plan(&bases, &fixed, &options))?;
+    // Progress on standard error: a spinner on a terminal, plain lines otherwise.
+    let bar = std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.enable_steady_tick(std::time::Duration::from_millis(200));
+        bar
+    });
+    let progress = |message: &str| match &bar {
+        Some(bar) => bar.set_message(message.to_string()),
+        None if args.quiet => {}
+        None => eprintln!("plan: {message}"),
+    };
+    let report = pool.install(|| workloads::plan::plan_with_progress(&bases, &fixed, &options, &progress))?;
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
     if args.json {
         let json = JsonPlan::new(&report, &bases[0], &options, &ignored);
         return Ok(serde_json::to_string_pretty(&json)? + "\n");
@@ -470,7 +494,7 @@ fn human(
             i + 1,
             ranked.choice.gpus,
             ranked.choice.label(),
-            s.iteration_time.to_string(),
+            format!("{}{}", s.iteration_time, if ranked.over_time_limit { "*" } else { "" }),
             s.samples_per_second_per_device,
             100.0 * s.model_flops_utilization,
             s.memory.total as f64 / 1e9
@@ -487,6 +511,13 @@ fn human(
             let _ = write!(line, " {:>10}", sim_core::units::thousands(cost.round() as u64));
         }
         let _ = writeln!(out, "{}", line.trim_end());
+    }
+    if report.top.iter().any(|r| r.over_time_limit) {
+        let _ = writeln!(
+            out,
+            "* analytical: the {} simulation ran over --final-time-limit",
+            report.fidelity.name()
+        );
     }
     if let [first, second, ..] = report.top.as_slice() {
         let _ = writeln!(out);
@@ -602,6 +633,7 @@ struct JsonRanked<'a> {
     gpu_hours: Option<f64>,
     cost: Option<f64>,
     fidelity: &'static str,
+    over_time_limit: bool,
     summary: &'a Summary,
 }
 
@@ -646,6 +678,7 @@ impl<'a> JsonPlan<'a> {
                         gpu_hours: r.gpu_hours,
                         cost: r.cost,
                         fidelity: r.fidelity.name(),
+                        over_time_limit: r.over_time_limit,
                         summary: &r.summary,
                     }
                 })

@@ -78,6 +78,8 @@ pub struct NetworkSettings {
     pub protocols: ProtocolChoice,
     /// The GPUs' generation, for NCCL's tuner (which it uses once protocols are on).
     pub generation: GpuGeneration,
+    /// Wall-clock time after which a flow or packet run gives up (none by default).
+    pub deadline: Option<std::time::Instant>,
 }
 
 impl NetworkSettings {
@@ -89,6 +91,7 @@ impl NetworkSettings {
             chunk: Bytes(crate::schedule::CHUNK_BYTES),
             protocols: ProtocolChoice::Off,
             generation: GpuGeneration::Ampere,
+            deadline: None,
         }
     }
 
@@ -135,7 +138,8 @@ impl NetworkSettings {
                     .with_collective_launch(self.collective_launch)
                     .with_chunk(self.chunk)
                     .with_protocols(self.protocols)
-                    .with_generation(self.generation);
+                    .with_generation(self.generation)
+                    .with_deadline(self.deadline);
                 if self.fidelity == Fidelity::Flow {
                     network = network.steady_state();
                 }

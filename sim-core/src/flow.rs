@@ -223,6 +223,8 @@ pub struct FlowNetwork<'t> {
     /// Per source host: the last destination and its route (see [`FlowNetwork::route`]).
     last_route: Vec<(u32, Route)>,
     stats: FlowStats,
+    /// Wall-clock time after which the run gives up ([`NetworkError::OutOfTime`]).
+    deadline: Option<std::time::Instant>,
     // Scratch state of the max-min filling, reused across recomputations.
     epoch: u64,
     link_epoch: Vec<u64>,
@@ -305,6 +307,7 @@ impl<'t> FlowNetwork<'t> {
             routed: vec![0; links],
             last_route: vec![(u32::MAX, Route::EMPTY); topology.host_count()],
             stats: FlowStats::default(),
+            deadline: None,
             epoch: 0,
             link_epoch: vec![0; links],
             flow_epoch: Vec::new(),
@@ -380,6 +383,14 @@ impl<'t> FlowNetwork<'t> {
     /// most `chunk` (1 MiB by default).
     pub fn with_chunk(mut self, chunk: Bytes) -> Self {
         self.estimator = self.estimator.with_chunk(chunk);
+        self
+    }
+
+    /// The same model giving up with [`NetworkError::OutOfTime`] once the wall clock passes
+    /// `deadline` (checked every 256 rate recomputations): for callers that rank many
+    /// configurations and must not wait on one.
+    pub fn with_deadline(mut self, deadline: Option<std::time::Instant>) -> Self {
+        self.deadline = deadline;
         self
     }
 
@@ -904,6 +915,12 @@ impl<'t> FlowNetwork<'t> {
         seeds: &[LinkId],
     ) -> Result<(), NetworkError> {
         self.stats.recomputations += 1;
+        if self.stats.recomputations % 256 == 0
+            && let Some(deadline) = self.deadline
+            && std::time::Instant::now() > deadline
+        {
+            return Err(NetworkError::OutOfTime);
+        }
         // Two marks per recomputation: `epoch` = in the component, `epoch + 1` = frozen.
         self.epoch = self.epoch.wrapping_add(2);
         let epoch = self.epoch;

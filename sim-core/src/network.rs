@@ -77,6 +77,9 @@ pub enum NetworkError {
     /// A quantity was out of range.
     #[error(transparent)]
     Unit(#[from] units::UnitError),
+    /// The run passed the wall-clock deadline it was given.
+    #[error("gave up: the simulation passed its wall-clock time limit")]
+    OutOfTime,
 }
 
 /// A network model: moves data between ranks and reports when it is done.

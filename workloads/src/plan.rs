@@ -66,6 +66,9 @@ pub struct PlanOptions {
     /// Share of each device's memory kept free (CUDA context, NCCL buffers, allocator
     /// fragmentation): a configuration fits in `(1 - headroom) x capacity`.
     pub memory_headroom: f64,
+    /// Wall-clock limit of each final simulation: one that runs over keeps its screening
+    /// (analytical) result, marked as such. `None`: no limit.
+    pub final_time_limit: Option<Duration>,
 }
 
 /// Degrees and settings the user fixed: those are not enumerated.
@@ -172,6 +175,8 @@ pub struct Ranked {
     pub summary: Summary,
     /// The network model of `summary`.
     pub fidelity: Fidelity,
+    /// The final simulation ran over its time limit: `summary` is the screen's.
+    pub over_time_limit: bool,
     /// Time to train the budget, in seconds.
     pub time_to_train_s: Option<f64>,
     /// GPU-hours to train the budget.
@@ -223,6 +228,17 @@ const BATCH: usize = 8;
 /// Searches the configurations of `bases` (one validated scenario per GPU count: cluster,
 /// model, batch, precision and every fixed setting), ranked by `options.objective`.
 pub fn plan(bases: &[Scenario], fixed: &Fixed, options: &PlanOptions) -> Result<PlanReport, PlanError> {
+    plan_with_progress(bases, fixed, options, &|_| {})
+}
+
+/// [`plan`], telling `progress` what it is doing (after the estimates and after each screened
+/// batch), for a progress bar.
+pub fn plan_with_progress(
+    bases: &[Scenario],
+    fixed: &Fixed,
+    options: &PlanOptions,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<PlanReport, PlanError> {
     if bases.is_empty() {
         return Err(PlanError::NoGpus);
     }
@@ -274,6 +290,12 @@ pub fn plan(bases: &[Scenario], fixed: &Fixed, options: &PlanOptions) -> Result<
         }
     }
     let estimate_wall = started.elapsed();
+    progress(&format!(
+        "{} configurations, {} valid and fit ({:.1} s); screening in order of their lower bound",
+        choices.len(),
+        valid.len(),
+        estimate_wall.as_secs_f64()
+    ));
     let objective = options.objective;
     let score = |choice: &Choice, time: SimDuration| -> f64 {
         match objective {
@@ -317,6 +339,21 @@ pub fn plan(bases: &[Scenario], fixed: &Fixed, options: &PlanOptions) -> Result<
             }
         }
         screened.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let best = screened.first().map_or(0.0, |s| s.0);
+        let next_bound = valid.get(next).map_or(f64::INFINITY, |&(i, b)| score(&choices[i], b));
+        progress(&format!(
+            "screened {next} of {}: best {best:.4}, {}th best {:.4}, next bound {next_bound:.4}",
+            valid.len(),
+            keep,
+            screened.get(keep - 1).map_or(f64::INFINITY, |s| s.0)
+        ));
+    }
+    if fidelity_of(bases) != Fidelity::Analytical {
+        progress(&format!(
+            "simulating the best {} with the {} network",
+            screened.len().min(keep),
+            fidelity_of(bases).name()
+        ));
     }
     let screened_count = next as u64;
     let bounded_out = (valid.len() - next) as u64;
@@ -327,39 +364,48 @@ pub fn plan(bases: &[Scenario], fixed: &Fixed, options: &PlanOptions) -> Result<
     let started = Instant::now();
     let fidelity = bases[0].network.fidelity;
     let mut finals = 0;
-    let mut ranked: Vec<(f64, usize, SimDuration, Summary, Fidelity)> = if fidelity == Fidelity::Analytical {
-        screened.into_iter().map(|(s, i, b, summary)| (s, i, b, summary, Fidelity::Analytical)).collect()
-    } else {
-        finals = screened.len() as u64;
-        let results: Vec<_> = screened
-            .into_par_iter()
-            .map(|(_, index, bound, screen)| {
-                let choice = &choices[index];
-                let scenario = scenario_of(&bases[choice.base], choice, fixed);
-                (index, bound, screen, simulate(&scenario).map(|outcome| outcome.summary))
-            })
-            .collect();
-        let mut ranked = Vec::new();
-        for (index, bound, _screen, result) in results {
-            match result {
-                Ok(summary) => ranked.push((
-                    score(&choices[index], summary.iteration_time),
-                    index,
-                    bound,
-                    summary,
-                    fidelity,
-                )),
-                Err(error) => failed.push((choices[index].label(), error.to_string())),
+    let mut ranked: Vec<(f64, usize, SimDuration, Summary, Fidelity, bool)> =
+        if fidelity == Fidelity::Analytical {
+            screened
+                .into_iter()
+                .map(|(s, i, b, summary)| (s, i, b, summary, Fidelity::Analytical, false))
+                .collect()
+        } else {
+            finals = screened.len() as u64;
+            let results: Vec<_> = screened
+                .into_par_iter()
+                .map(|(screen_score, index, bound, screen)| {
+                    let choice = &choices[index];
+                    let mut scenario = scenario_of(&bases[choice.base], choice, fixed);
+                    scenario.network.deadline = options.final_time_limit.map(|limit| Instant::now() + limit);
+                    (screen_score, index, bound, screen, simulate(&scenario).map(|outcome| outcome.summary))
+                })
+                .collect();
+            let mut ranked = Vec::new();
+            for (screen_score, index, bound, screen, result) in results {
+                match result {
+                    Ok(summary) => ranked.push((
+                        score(&choices[index], summary.iteration_time),
+                        index,
+                        bound,
+                        summary,
+                        fidelity,
+                        false,
+                    )),
+                    Err(error) if out_of_time(&error) => {
+                        ranked.push((screen_score, index, bound, screen, Fidelity::Analytical, true));
+                    }
+                    Err(error) => failed.push((choices[index].label(), error.to_string())),
+                }
             }
-        }
-        ranked
-    };
+            ranked
+        };
     ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
     ranked.truncate(options.top.max(1));
     let final_wall = started.elapsed();
     let top = ranked
         .into_iter()
-        .map(|(_, index, bound, summary, fidelity)| {
+        .map(|(_, index, bound, summary, fidelity, over_time_limit)| {
             let choice = choices[index].clone();
             let base = &bases[choice.base];
             let iterations = options.budget.map(|budget| match budget {
@@ -372,7 +418,7 @@ pub fn plan(bases: &[Scenario], fixed: &Fixed, options: &PlanOptions) -> Result<
             let time_to_train_s = iterations.map(|n| n * summary.iteration_time.as_secs_f64());
             let gpu_hours = time_to_train_s.map(|t| t * choice.gpus as f64 / 3600.0);
             let cost = gpu_hours.zip(options.gpu_hour_price).map(|(h, price)| h * price);
-            Ranked { choice, bound, summary, fidelity, time_to_train_s, gpu_hours, cost }
+            Ranked { choice, bound, summary, fidelity, over_time_limit, time_to_train_s, gpu_hours, cost }
         })
         .collect();
     Ok(PlanReport {
@@ -388,6 +434,25 @@ pub fn plan(bases: &[Scenario], fixed: &Fixed, options: &PlanOptions) -> Result<
         fidelity,
         keep,
     })
+}
+
+/// Whether a simulation gave up at its wall-clock limit.
+fn out_of_time(error: &crate::simulation::SimulationError) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(error) = source {
+        if matches!(
+            error.downcast_ref::<sim_core::network::NetworkError>(),
+            Some(sim_core::network::NetworkError::OutOfTime)
+        ) {
+            return true;
+        }
+        source = error.source();
+    }
+    false
+}
+
+fn fidelity_of(bases: &[Scenario]) -> Fidelity {
+    bases.first().map_or(Fidelity::Analytical, |base| base.network.fidelity)
 }
 
 /// `base` with `choice`'s degrees and settings.
