@@ -738,6 +738,7 @@ fidelity = "analytical"
             budget: None,
             gpu_hour_price: None,
             memory_headroom: 0.1,
+            final_time_limit: None,
         }
     }
 
