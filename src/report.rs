@@ -70,7 +70,7 @@ pub fn human(outcome: &Outcome) -> String {
                  parameters ({}) all-reduced across nodes by one GPU per node, {}{wait}",
                 daso.node_gpus,
                 daso.global_sync_every,
-                Bytes(daso.global_bytes),
+                workloads::memory::gigabytes(Bytes(daso.global_bytes)),
                 daso.global_sync
             );
         }
@@ -80,8 +80,8 @@ pub fn human(outcome: &Outcome) -> String {
                 "              out-of-core: {} to host memory, {} out and {} back per iteration per GPU; \
                  host memory {} of {} per node",
                 offload.offload,
-                Bytes(offload.to_host_bytes),
-                Bytes(offload.to_device_bytes),
+                workloads::memory::gigabytes(Bytes(offload.to_host_bytes)),
+                workloads::memory::gigabytes(Bytes(offload.to_device_bytes)),
                 workloads::memory::gigabytes(Bytes(offload.host_memory_bytes)),
                 workloads::memory::gigabytes(Bytes(offload.host_memory_capacity))
             );

@@ -1336,8 +1336,10 @@ impl RankEmitter<'_, '_> {
         label: LabelId,
         deps: &[Dep],
     ) -> u32 {
-        let algorithm = if comm.group == GroupKind::Data {
-            self.plan.strategy.parallelism.data_algorithm
+        let data_algorithm = self.plan.strategy.parallelism.data_algorithm;
+        // The data-parallel algorithm is an allreduce's; DASO's node broadcast picks its own.
+        let algorithm = if comm.group == GroupKind::Data && data_algorithm.supports(comm.kind) {
+            data_algorithm
         } else {
             CollectiveAlgorithm::Auto
         };

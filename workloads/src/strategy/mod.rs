@@ -22,6 +22,8 @@ pub mod pipeline;
 pub mod shard;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_sync;
 
 use std::ops::Range;
 
