@@ -403,9 +403,12 @@ pub enum SimulationError {
     Device(#[from] DeviceError),
     /// Out-of-core training needs more host memory than a node has.
     #[error(
-        "{context}: key `cluster.host-memory`: out-of-core training keeps {per_gpu} per GPU in host memory, \
-         {needed} for the {gpus} GPUs of a node, but a node has {capacity}: give nodes more host memory, \
-         a smaller micro-batch, or more GPUs (data parallelism) to split the batch"
+        "{context}: key `cluster.host-memory`: out-of-core training keeps {} per GPU in host memory, \
+         {} for the {gpus} GPUs of a node, but a node has {} ({capacity}): give nodes more host memory, \
+         a smaller micro-batch, or more GPUs (data parallelism) to split the batch",
+        crate::memory::gigabytes(*per_gpu),
+        crate::memory::gigabytes(*needed),
+        crate::memory::gigabytes(*capacity)
     )]
     HostMemory {
         /// The scenario and the configuration.
