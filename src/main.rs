@@ -295,6 +295,9 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                 }
             };
             let outcome = workloads::simulation::simulate(&scenario)?;
+            for warning in &outcome.summary.warnings {
+                eprintln!("warning: {}: {warning}", scenario.source);
+            }
             if let Some(path) = &trace {
                 trace_cmd::export_run(&outcome, path)?;
             }

@@ -58,6 +58,34 @@ pub fn human(outcome: &Outcome) -> String {
             Bytes(st.gradient_bytes),
             st.allreduce
         );
+        if let Some(daso) = &st.daso {
+            let wait = if daso.global_sync == "blocking" {
+                String::new()
+            } else {
+                format!(", received {} iteration(s) later", daso.global_sync_wait)
+            };
+            let _ = writeln!(
+                out,
+                "              DASO: buckets all-reduced inside each node of {} GPUs; every {} iterations the \
+                 parameters ({}) all-reduced across nodes by one GPU per node, {}{wait}",
+                daso.node_gpus,
+                daso.global_sync_every,
+                workloads::memory::gigabytes(Bytes(daso.global_bytes)),
+                daso.global_sync
+            );
+        }
+        if let Some(offload) = &st.offload {
+            let _ = writeln!(
+                out,
+                "              out-of-core: {} to host memory, {} out and {} back per iteration per GPU; \
+                 host memory {} of {} per node",
+                offload.offload,
+                workloads::memory::gigabytes(Bytes(offload.to_host_bytes)),
+                workloads::memory::gigabytes(Bytes(offload.to_device_bytes)),
+                workloads::memory::gigabytes(Bytes(offload.host_memory_bytes)),
+                workloads::memory::gigabytes(Bytes(offload.host_memory_capacity))
+            );
+        }
     } else {
         let mut degrees = vec![format!("data {}", st.data_parallel)];
         if st.tensor > 1 {
@@ -173,6 +201,14 @@ pub fn human(outcome: &Outcome) -> String {
                 let _ = writeln!(out, "    {name:<20}{:>12.3}  {:5.1}%", d, share(d));
             }
         }
+    }
+    if b.offload_stall > SimDuration::ZERO {
+        let _ = writeln!(
+            out,
+            "    offload stall       {:>12.3}  {:5.1}%  (copies to or from host memory, no kernel running)",
+            b.offload_stall,
+            share(b.offload_stall)
+        );
     }
     if st.pipeline > 1 {
         let _ = writeln!(out, "  pipeline bubble       {:>12.3}  {:5.1}%", b.bubble, share(b.bubble));

@@ -285,6 +285,9 @@ pub struct Audit {
     pub bytes_delivered: f64,
     /// Re-fills checked.
     pub checks: u64,
+    /// Bytes of the flows started on each link (indexed by `LinkId`; empty until the first
+    /// flow): what a test counts on one tier (the inter-node network, the host links).
+    pub link_bytes: Vec<f64>,
 }
 
 impl<'t> FlowNetwork<'t> {
@@ -447,6 +450,12 @@ impl<'t> FlowNetwork<'t> {
         self.stats.flows += 1;
         if let Some(audit) = &mut self.audit {
             audit.bytes_sent += bytes;
+            if audit.link_bytes.is_empty() {
+                audit.link_bytes = vec![0.0; self.topology.link_count()];
+            }
+            for link in route.iter() {
+                audit.link_bytes[link.0 as usize] += bytes;
+            }
         }
         let mut latency = SimDuration::ZERO;
         for &link in route.iter() {

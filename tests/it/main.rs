@@ -6,6 +6,7 @@
 mod calibrate;
 mod collective;
 mod compare;
+mod daso;
 mod errors;
 mod memory;
 mod models;

@@ -484,7 +484,20 @@ impl MemoryPlan<'_> {
     /// Activation bytes for one micro-batch of the whole model (every block, no pipeline
     /// split), each tensor counted once.
     pub fn activations(&self) -> ActivationBytes {
+        self.activation_accounting().0
+    }
+
+    /// The activation bytes each layer keeps for one micro-batch (each tensor counted once, at
+    /// the first layer that keeps it): what out-of-core training copies to host memory after
+    /// the layer's forward. Without recomputation they add up to [`MemoryPlan::activations`].
+    pub fn activations_per_layer(&self) -> Vec<u64> {
+        self.activation_accounting().1
+    }
+
+    /// [`MemoryPlan::activations`] and the bytes attributed to each layer.
+    fn activation_accounting(&self) -> (ActivationBytes, Vec<u64>) {
         let layers = &self.model.layers;
+        let mut per_layer = vec![0u64; layers.len()];
         let tensor_ranks = u64::from(self.sharding.tensor.max(1));
         let batch = self.micro_batch;
         // Identity of each layer's output: its own, or its input's for a view.
@@ -549,6 +562,7 @@ impl MemoryPlan<'_> {
                     1
                 };
                 let bytes = batch.saturating_mul(saved.elements).saturating_mul(saved.width) / split;
+                per_layer[index] = per_layer[index].saturating_add(bytes);
                 if in_block {
                     if full { block_bytes += bytes } else { result.blocks += bytes }
                 } else if first_block.is_none_or(|first| index < first) {
@@ -563,12 +577,12 @@ impl MemoryPlan<'_> {
         if full {
             result.working_set = result.working_set.max(block_bytes);
             // Checkpointing never costs more than keeping everything: a framework would not do it.
-            let kept = MemoryPlan { recompute: Recompute::None, ..self.clone() }.activations();
-            if kept.total() < result.total() {
+            let kept = MemoryPlan { recompute: Recompute::None, ..self.clone() }.activation_accounting();
+            if kept.0.total() < result.total() {
                 return kept;
             }
         }
-        result
+        (result, per_layer)
     }
 
     /// The layer ranges whose forward kernels the backward pass re-runs: each standard

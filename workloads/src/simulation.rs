@@ -63,6 +63,10 @@ pub struct Summary {
     pub stages: Vec<StageMemory>,
     /// Engine counters.
     pub engine: EngineCounters,
+    /// What the user should know about this configuration that is not an error (out-of-core
+    /// training on a configuration that fits without it). Omitted when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// The model part of the summary.
@@ -150,6 +154,42 @@ pub struct StrategySummary {
     pub micro_batch: u64,
     /// Micro-batches per replica per iteration.
     pub micro_batches: u32,
+    /// DASO's settings (omitted with a flat allreduce).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub daso: Option<DasoSummary>,
+    /// Out-of-core training (omitted without offloading).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offload: Option<OffloadSummary>,
+}
+
+/// DASO's synchronisation as simulated.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DasoSummary {
+    /// GPUs of a node: the node-local allreduce group.
+    pub node_gpus: u32,
+    /// Iterations between global synchronisations.
+    pub global_sync_every: u32,
+    /// `"blocking"` or `"non-blocking"`.
+    pub global_sync: &'static str,
+    /// Non-blocking: iterations between sending a global sync and receiving it (0 blocking).
+    pub global_sync_wait: u32,
+    /// Parameter bytes of one global allreduce.
+    pub global_bytes: u64,
+}
+
+/// Out-of-core training as simulated.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct OffloadSummary {
+    /// `"activations"` or `"activations+weights"`.
+    pub offload: &'static str,
+    /// Bytes one GPU copies to host memory per iteration.
+    pub to_host_bytes: u64,
+    /// Bytes one GPU copies back per iteration.
+    pub to_device_bytes: u64,
+    /// Host memory one node needs for its GPUs' offloaded data.
+    pub host_memory_bytes: u64,
+    /// Host memory of one node (`cluster.host-memory`).
+    pub host_memory_capacity: u64,
 }
 
 /// Exposed communication (no compute running) by communicator kind, in seconds.
@@ -227,6 +267,18 @@ pub struct Breakdown {
     /// host-bound steps show it.
     #[serde(rename = "host_bound_s", serialize_with = "seconds")]
     pub host_bound: SimDuration,
+    /// Out-of-core training: time no kernel runs while a copy to or from host memory does
+    /// (the host link not keeping up); part of `exposed_communication`. Omitted when zero.
+    #[serde(
+        rename = "offload_stall_s",
+        serialize_with = "seconds",
+        skip_serializing_if = "is_zero_duration"
+    )]
+    pub offload_stall: SimDuration,
+}
+
+fn is_zero_duration(duration: &SimDuration) -> bool {
+    *duration == SimDuration::ZERO
 }
 
 /// Memory of one GPU, in bytes, against its capacity.
@@ -349,6 +401,27 @@ pub enum SimulationError {
     /// The device has no peak for the compute dtype.
     #[error(transparent)]
     Device(#[from] DeviceError),
+    /// Out-of-core training needs more host memory than a node has.
+    #[error(
+        "{context}: key `cluster.host-memory`: out-of-core training keeps {} per GPU in host memory, \
+         {} for the {gpus} GPUs of a node, but a node has {} ({capacity}): give nodes more host memory, \
+         a smaller micro-batch, or more GPUs (data parallelism) to split the batch",
+        crate::memory::gigabytes(*per_gpu),
+        crate::memory::gigabytes(*needed),
+        crate::memory::gigabytes(*capacity)
+    )]
+    HostMemory {
+        /// The scenario and the configuration.
+        context: String,
+        /// Host bytes the node's GPUs need.
+        needed: sim_core::units::Bytes,
+        /// `cluster.host-memory`.
+        capacity: sim_core::units::Bytes,
+        /// Host bytes one GPU needs.
+        per_gpu: sim_core::units::Bytes,
+        /// GPUs per node.
+        gpus: u32,
+    },
 }
 
 /// Simulates `scenario`.
@@ -376,6 +449,30 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
     memory
         .check(&scenario.device)
         .map_err(|source| SimulationError::Memory { context: context(), source })?;
+    let mut warnings = Vec::new();
+    if let Some(offload) = &lowered.offload {
+        let node = u64::from(scenario.cluster.gpus_per_node);
+        let needed = offload.host_bytes.saturating_mul(node);
+        let capacity = scenario.host_memory.unwrap_or(sim_core::units::Bytes::ZERO);
+        if needed > capacity.0 {
+            return Err(SimulationError::HostMemory {
+                context: context(),
+                needed: sim_core::units::Bytes(needed),
+                capacity,
+                per_gpu: sim_core::units::Bytes(offload.host_bytes),
+                gpus: scenario.cluster.gpus_per_node,
+            });
+        }
+        if offload.without.total() <= scenario.device.memory_capacity {
+            warnings.push(format!(
+                "workload.offload = {:?}, but the configuration fits in GPU memory without it ({} of {}): \
+                 offloading only adds host-link traffic (set offload = \"none\")",
+                scenario.parallelism.offload.name(),
+                crate::memory::gigabytes(offload.without.total()),
+                crate::memory::gigabytes(scenario.device.memory_capacity)
+            ));
+        }
+    }
     let lowering_wall = started.elapsed();
     let started = Instant::now();
     let timeline = scenario.network.run(&lowered.graph, &topology).map_err(|source| {
@@ -419,6 +516,21 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
     .filter(|(rank, _)| simulated(*rank))
     .map(|(_, b)| b)
     .collect();
+    // Out-of-core: time a copy to or from host memory runs while no kernel does.
+    let offload_stall_ps: u128 = if lowered.offload.is_some() {
+        let offload = |stream| match stream {
+            crate::strategy::OFFLOAD_STREAM | crate::strategy::PREFETCH_STREAM => Some(0),
+            _ => Some(1),
+        };
+        exposed_by_class(&lowered.graph, &timeline, SimTime::ZERO, previous_end, &offload, 2, &is_host)
+            .into_iter()
+            .enumerate()
+            .filter(|(rank, _)| simulated(*rank))
+            .map(|(_, b)| u128::from(b[0].as_ps()))
+            .sum()
+    } else {
+        0
+    };
     // The pipeline bubble: idle time until the last backward of the rank's pipeline, counting
     // the wait in the pipeline flush as idle (the breakdown counted it as exposed pipeline
     // communication: move it).
@@ -551,6 +663,23 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
             global_batch: scenario.global_batch,
             micro_batch: scenario.micro_batch,
             micro_batches: lowered.micro_batches,
+            daso: match p.sync {
+                crate::strategy::GradientSync::Daso { every, blocking, wait, node } => Some(DasoSummary {
+                    node_gpus: node,
+                    global_sync_every: every,
+                    global_sync: if blocking { "blocking" } else { "non-blocking" },
+                    global_sync_wait: if blocking { 0 } else { wait },
+                    global_bytes: scenario.model.parameters() * scenario.gradient_precision.bytes(),
+                }),
+                crate::strategy::GradientSync::AllReduce => None,
+            },
+            offload: lowered.offload.as_ref().map(|offload| OffloadSummary {
+                offload: p.offload.name(),
+                to_host_bytes: offload.to_host_bytes,
+                to_device_bytes: offload.to_device_bytes,
+                host_memory_bytes: offload.host_bytes * u64::from(scenario.cluster.gpus_per_node),
+                host_memory_capacity: scenario.host_memory.map_or(0, |b| b.0),
+            }),
         },
         fidelity: scenario.network.fidelity.name(),
         iterations: scenario.iterations,
@@ -580,6 +709,7 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
             },
             bubble,
             host_bound,
+            offload_stall: SimDuration::from_ps((offload_stall_ps / u128::from(ranks * iterations)) as u64),
         },
         model_flops_per_iteration: model_flops,
         model_flops_utilization: model_flops / seconds / f64::from(gpus) / peak,
@@ -606,6 +736,7 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
             .collect(),
         memory: MemorySummary::new(&memory, scenario),
         engine: EngineCounters { ops: lowered.graph.op_count(), events: timeline.events },
+        warnings,
     };
     let layout = scenario.parallelism.layout();
     let rank_names = (0..layout.ranks())

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::calibrate::Profile;
-use crate::strategy::{Parallelism, PipelineSchedule, RankOrder};
+use crate::strategy::{GradientSync, Offload, Parallelism, PipelineSchedule, RankOrder};
 use crate::{ComputeModel, Device, DeviceCatalog, Dtype, Model, ModelError, Optimizer, Recompute, zoo};
 use serde::Deserialize;
 use sim_core::fidelity::{Fidelity, NetworkSettings};
@@ -112,6 +112,7 @@ struct ClusterSection {
     device: String,
     intra_node: Option<IntraNodeSection>,
     host_link: Option<LinkSection>,
+    host_memory: Option<Bytes>,
     #[serde(default)]
     network: network::NetworkSection,
 }
@@ -170,6 +171,7 @@ struct WorkloadSection {
     optimizer: String,
     #[serde(default)]
     recompute: Option<String>,
+    offload: Option<String>,
 }
 
 fn fp16() -> String {
@@ -203,6 +205,10 @@ struct ParallelismSection {
     channel: u32,
     spatial: u32,
     spatial_dims: String,
+    sync: String,
+    global_sync_every: Option<u32>,
+    global_sync: Option<String>,
+    global_sync_wait: Option<u32>,
 }
 
 impl Default for ParallelismSection {
@@ -226,6 +232,10 @@ impl Default for ParallelismSection {
             channel: 1,
             spatial: 1,
             spatial_dims: "h".into(),
+            sync: "allreduce".into(),
+            global_sync_every: None,
+            global_sync: None,
+            global_sync_wait: None,
         }
     }
 }
@@ -294,6 +304,9 @@ pub struct Scenario {
     pub compute: ComputeModel,
     /// Where they came from: "defaults", or the profile (and whether keys override it).
     pub compute_source: String,
+    /// Host memory of one node (`cluster.host-memory`), if given: what out-of-core training
+    /// may fill.
+    pub host_memory: Option<Bytes>,
 }
 
 impl Scenario {
@@ -599,6 +612,19 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
     };
 
     let mut parallelism = parallelism(&spec.parallelism, gpus, cluster, &invalid)?;
+    if let Some(offload) = &workload.offload {
+        parallelism.offload = offload.parse().map_err(|message| invalid("workload.offload", message))?;
+    }
+    if parallelism.offload != Offload::None && cluster.host_memory.is_none() {
+        return Err(invalid(
+            "cluster.host-memory",
+            format!(
+                "is missing: workload.offload = {:?} keeps data in the nodes' host memory, so give its size \
+                 per node (e.g. host-memory = \"384 GiB\" for an ABCI node)",
+                parallelism.offload.name()
+            ),
+        ));
+    }
     if let Some(capacity) = workload.capacity_factor {
         if !(capacity.is_finite() && capacity > 0.0) {
             return Err(invalid(
@@ -649,6 +675,7 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
         iterations: spec.simulation.iterations,
         compute,
         compute_source,
+        host_memory: cluster.host_memory,
     };
     scenario.strategy().check().map_err(|error| match error {
         crate::strategy::StrategyError::Invalid { key, message } => invalid(key, message),
@@ -798,8 +825,89 @@ fn parallelism(
         channel: section.channel,
         spatial: section.spatial,
         spatial_dims,
+        sync: gradient_sync(section, cluster, invalid)?,
+        offload: crate::strategy::Offload::None,
     })
 }
+
+/// `parallelism.sync` and DASO's keys.
+fn gradient_sync(
+    section: &ParallelismSection,
+    cluster: &ClusterSection,
+    invalid: &dyn Fn(&str, String) -> ScenarioError,
+) -> Result<GradientSync, ScenarioError> {
+    match section.sync.as_str() {
+        "allreduce" => {
+            for (key, given) in [
+                ("parallelism.global-sync-every", section.global_sync_every.is_some()),
+                ("parallelism.global-sync", section.global_sync.is_some()),
+                ("parallelism.global-sync-wait", section.global_sync_wait.is_some()),
+            ] {
+                if given {
+                    return Err(invalid(
+                        key,
+                        "applies to DASO only: set parallelism.sync = \"daso\" (or remove the key)".into(),
+                    ));
+                }
+            }
+            Ok(GradientSync::AllReduce)
+        }
+        "daso" => {
+            let every = section.global_sync_every.unwrap_or(DASO_GLOBAL_SKIP);
+            if every == 0 {
+                return Err(invalid(
+                    "parallelism.global-sync-every",
+                    format!(
+                        "must be at least 1, got 0: the iterations between two global synchronisations \
+                         (1 = every iteration; DASO's default {DASO_GLOBAL_SKIP})"
+                    ),
+                ));
+            }
+            let blocking = match section.global_sync.as_deref().unwrap_or("non-blocking") {
+                "blocking" => true,
+                "non-blocking" => false,
+                other => {
+                    return Err(invalid(
+                        "parallelism.global-sync",
+                        format!(
+                            "unknown mode {other:?}; valid: \"blocking\" (every rank waits for the global \
+                             allreduce), \"non-blocking\" (it overlaps the next iterations)"
+                        ),
+                    ));
+                }
+            };
+            // DASO sets batches_to_wait to global_skip / local_skip_factor (4), at least 1.
+            let wait = section.global_sync_wait.unwrap_or((every / 4).max(1));
+            if blocking && section.global_sync_wait.is_some() {
+                return Err(invalid(
+                    "parallelism.global-sync-wait",
+                    "applies to global-sync = \"non-blocking\" only (a blocking sync is received at once)"
+                        .into(),
+                ));
+            }
+            if !blocking && !(1..=every).contains(&wait) {
+                return Err(invalid(
+                    "parallelism.global-sync-wait",
+                    format!(
+                        "is {wait}; the iterations between sending a global sync and receiving it must be \
+                         1..={every} (at most global-sync-every = {every})"
+                    ),
+                ));
+            }
+            Ok(GradientSync::Daso { every, blocking, wait, node: cluster.gpus_per_node })
+        }
+        other => Err(invalid(
+            "parallelism.sync",
+            format!(
+                "unknown synchronisation {other:?}; valid: \"allreduce\" (every replica every iteration), \
+                 \"daso\" (node-local every iteration, global every global-sync-every iterations)"
+            ),
+        )),
+    }
+}
+
+/// DASO's global skip after its warm-up (`heat.optim.DASO.epoch_loss_logic`: 4).
+const DASO_GLOBAL_SKIP: u32 = 4;
 
 /// Samples per iteration and per micro-batch from `[workload]`: `global-batch` (with
 /// `micro-batch`), or `batch-per-device` for pure data parallelism (32 if neither is given).

@@ -22,15 +22,16 @@ use std::collections::HashMap;
 use std::ops::Range;
 
 use sim_core::graph::{
-    Collective, CollectiveAlgorithm, CollectiveKind, GraphBuilder, GroupId, LabelId, Op, OpId, OpKind,
-    RankId, StreamId,
+    Collective, CollectiveAlgorithm, CollectiveKind, GraphBuilder, GroupId, LabelId, MemcpyDirection, Op,
+    OpId, OpKind, RankId, StreamId,
 };
 use sim_core::units::{Bytes, SimDuration};
 
 use super::{
-    Axis, Bucket, CHANNEL_STREAM, COMPUTE_STREAM, CONTEXT_STREAM, CnnSplit, Comm, DATA_STREAM, EXPERT_STREAM,
-    FILTER_STREAM, GATHER_STREAM, GroupKind, HALO_STREAM, Lowered, PIPELINE_STREAM, RankLayout, Role,
-    SPATIAL_STREAM, StageSummary, Strategy, StrategyError, TENSOR_STREAM, cnn, pipeline, shard,
+    Axis, Bucket, CHANNEL_STREAM, COMPUTE_STREAM, CONTEXT_STREAM, CnnSplit, Comm, DASO_STREAM, DATA_STREAM,
+    EXPERT_STREAM, FILTER_STREAM, GATHER_STREAM, GroupKind, HALO_STREAM, Lowered, PIPELINE_STREAM,
+    RankLayout, Role, SPATIAL_STREAM, StageSummary, Strategy, StrategyError, TENSOR_STREAM, cnn, pipeline,
+    shard,
 };
 use crate::layer::Pass;
 use crate::memory::MemoryBreakdown;
@@ -69,7 +70,15 @@ enum GroupClass {
     Expert,
     Data,
     ExpertData,
+    /// DASO: the GPUs of one node.
+    Node,
+    /// DASO: the GPUs of one local rank, one per node.
+    Global,
 }
+
+/// DASO sends its parameters in chunks of at most this many elements (`sending_chunk_size`,
+/// 10,000,000 in `heat.optim.DASO`), each its own non-blocking allreduce.
+const DASO_CHUNK_ELEMENTS: u64 = 10_000_000;
 
 /// One kernel: duration and FLOPs.
 type Kernel = Option<(SimDuration, f64)>;
@@ -111,6 +120,74 @@ struct Plan<'s> {
     local_model: Option<Model>,
     /// Under spatial parallelism, the rank grid of a group.
     spatial_grid: Vec<u32>,
+    /// Out-of-core training: what each layer copies out and back, and when.
+    offload: Option<OffloadPlan>,
+    /// Out-of-core training: the memory the device would need without it (set by `stages`).
+    without_offload: std::cell::Cell<Option<MemoryBreakdown>>,
+}
+
+/// Out-of-core training (vDNN-like): each layer's saved activations are copied to host memory
+/// after its forward and prefetched before its backward, on their own streams, with at most
+/// `window` bytes of them on the device at once.
+struct OffloadPlan {
+    /// Saved activation bytes of each layer for one micro-batch.
+    bytes: Vec<u64>,
+    /// Device bytes the offloaded activations may occupy at once: twice the largest layer's
+    /// (one layer's being written while the previous one's drains to the host).
+    window: u64,
+    /// Before the forward of layer `j`: the layer whose copy to the host must have ended so
+    /// that the resident activations stay within the window.
+    forward_wait: Vec<Option<usize>>,
+    /// For each layer `m`, the layers whose prefetch starts once `m`'s backward is done
+    /// (descending); `untriggered` start with the backward pass.
+    prefetch_after: Vec<Vec<usize>>,
+    untriggered: Vec<usize>,
+}
+
+impl OffloadPlan {
+    fn new(bytes: Vec<u64>) -> OffloadPlan {
+        let layers = bytes.len();
+        let window = 2 * bytes.iter().copied().max().unwrap_or(0);
+        let mut forward_wait = vec![None; layers];
+        for (j, wait) in forward_wait.iter_mut().enumerate() {
+            // The latest m < j with bytes[m..=j] over the window.
+            let mut sum = bytes[j];
+            for m in (0..j).rev() {
+                sum += bytes[m];
+                if bytes[m] > 0 && sum > window {
+                    *wait = Some(m);
+                    break;
+                }
+            }
+        }
+        let mut prefetch_after = vec![Vec::new(); layers];
+        let mut untriggered = Vec::new();
+        for l in (0..layers).rev() {
+            if bytes[l] == 0 {
+                continue;
+            }
+            // The first m > l with bytes[l..=m] over the window: its backward frees room.
+            let mut sum = bytes[l];
+            let mut trigger = None;
+            for (m, &b) in bytes.iter().enumerate().skip(l + 1) {
+                sum += b;
+                if b > 0 && sum > window {
+                    trigger = Some(m);
+                    break;
+                }
+            }
+            match trigger {
+                Some(m) => prefetch_after[m].push(l),
+                None => untriggered.push(l),
+            }
+        }
+        OffloadPlan { bytes, window, forward_wait, prefetch_after, untriggered }
+    }
+
+    /// Bytes copied each way per micro-batch.
+    fn total(&self) -> u64 {
+        self.bytes.iter().sum()
+    }
 }
 
 /// A group of layers whose parameters ZeRO-3 gathers and whose gradients it scatters together.
@@ -187,7 +264,9 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
     // ops, and only the replicas are folded.
     let spatial = matches!(strategy.parallelism.cnn(), CnnSplit::Spatial { .. });
     let folded_tensor = if spatial { 1 } else { plan.layout.size(Axis::Tensor) };
-    let fold = strategy.fold_symmetric_ranks && folded_tensor * plan.layout.size(Axis::Data) > 1;
+    // DASO's global sync rotates over the local ranks of a node, so replicas differ: no folding.
+    let daso = matches!(strategy.parallelism.sync, super::GradientSync::Daso { .. });
+    let fold = strategy.fold_symmetric_ranks && !daso && folded_tensor * plan.layout.size(Axis::Data) > 1;
     let simulated: Vec<u32> = (0..ranks)
         .filter(|&rank| {
             let c = plan.layout.coordinates(RankId(rank));
@@ -239,11 +318,14 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
     let mut pipeline_ends = Vec::with_capacity(strategy.iterations as usize);
     let mut previous_end: Vec<Option<OpId>> = vec![None; simulated.len()];
     let mut spans = Vec::new();
-    for _ in 0..strategy.iterations {
+    // DASO: each simulated rank's last global allreduce op of each iteration, if it sent one.
+    let mut daso_sent: Vec<Vec<Option<OpId>>> = Vec::with_capacity(strategy.iterations as usize);
+    for iteration in 0..strategy.iterations {
         shared.keys.clear();
         let mut buffers = Vec::with_capacity(simulated.len());
         let mut span_buffers: Vec<Vec<(String, u32, u32)>> = Vec::with_capacity(simulated.len());
         let mut ends = Vec::with_capacity(simulated.len());
+        let mut daso_local: Vec<Option<u32>> = Vec::with_capacity(simulated.len());
         for (position, &rank) in simulated.iter().enumerate() {
             let mut emitter = RankEmitter {
                 plan: &plan,
@@ -256,8 +338,15 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
                 last_compute: None,
                 spans: Vec::new(),
                 host_start: None,
+                iteration,
+                daso_pending: None,
+                daso_sent: None,
+                offloaded: HashMap::new(),
+                prefetched: HashMap::new(),
             };
+            emitter.daso_pending = daso_pending(&plan, &daso_sent, iteration, position);
             let (end, pipeline_end) = emitter.iteration(previous_end[position])?;
+            daso_local.push(emitter.daso_sent);
             let rank_spans = std::mem::take(&mut emitter.spans);
             buffers.push(emitter.buffer);
             ends.push((end, pipeline_end));
@@ -309,6 +398,13 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
         for (rank, end) in iteration_end.iter().enumerate() {
             previous_end[rank] = Some(*end);
         }
+        daso_sent.push(
+            daso_local
+                .iter()
+                .enumerate()
+                .map(|(rank, sent)| sent.map(|op| OpId(offsets[rank] + op)))
+                .collect(),
+        );
         iteration_ends.push(iteration_end);
     }
     let stages = plan.stages()?;
@@ -337,7 +433,17 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
             }
         })
         .collect();
+    let offload = plan.offload.as_ref().map(|offload| {
+        let bytes = offload.total() * u64::from(plan.micro_batches);
+        super::OffloadTotals {
+            to_host_bytes: bytes,
+            to_device_bytes: bytes,
+            host_bytes: offload.total(),
+            without: plan.without_offload.get().unwrap_or_default(),
+        }
+    });
     Ok(Lowered {
+        offload,
         graph: shared.graph.build()?,
         ranks: simulated.into_iter().map(RankId).collect(),
         spans,
@@ -425,6 +531,22 @@ pub(super) fn estimate(
         time_lower_bound: SimDuration::from_ps(u64::try_from(bound).unwrap_or(u64::MAX)),
         flops_per_rank_iteration: flops / f64::from(p),
     })
+}
+
+/// DASO, non-blocking: the global allreduce that the rank at `position` sent `wait` iterations
+/// before `iteration` and must wait for now, if this is a receiving iteration and it was the
+/// sender.
+fn daso_pending(
+    plan: &Plan<'_>,
+    sent: &[Vec<Option<OpId>>],
+    iteration: u32,
+    position: usize,
+) -> Option<OpId> {
+    let super::GradientSync::Daso { blocking: false, wait, .. } = plan.strategy.parallelism.sync else {
+        return None;
+    };
+    let from = iteration.checked_sub(wait)?;
+    sent.get(from as usize).and_then(|ranks| ranks.get(position)).copied().flatten()
 }
 
 /// A gradient bucket of one chunk: its layers and gradient bytes, whether it holds expert
@@ -584,7 +706,11 @@ impl<'s> Plan<'s> {
             CnnSplit::Spatial { degree, dims } => cnn::spatial_grid(degree, dims),
             _ => Vec::new(),
         };
+        let offload = (p.offload != super::Offload::None)
+            .then(|| OffloadPlan::new(strategy.memory_plan(model, Bytes::ZERO).activations_per_layer()));
         Ok(Plan {
+            without_offload: std::cell::Cell::new(None),
+            offload,
             local_model,
             spatial_grid,
             strategy,
@@ -775,8 +901,21 @@ impl<'s> Plan<'s> {
                 self.stage_layers(stage).map(|i| self.local[i].layer.cost.params).max().unwrap_or(0)
             };
             let plan = strategy.memory_plan(model, buffers);
+            // Out-of-core: the device holds only the window of activations in transit.
+            let held = match &self.offload {
+                Some(offload) => {
+                    self.without_offload.set(Some(plan.device_breakdown(
+                        parameters,
+                        peak,
+                        largest_pair,
+                        largest_layer,
+                    )));
+                    offload.window.min(peak)
+                }
+                None => peak,
+            };
             let memory: MemoryBreakdown =
-                plan.device_breakdown(parameters, peak, largest_pair, largest_layer);
+                plan.device_breakdown(parameters, held, largest_pair, largest_layer);
             stages.push(StageSummary {
                 stage,
                 blocks: ranges
@@ -817,6 +956,16 @@ struct RankEmitter<'p, 's> {
     /// What the first host launch of the iteration waits for (the previous iteration's end:
     /// the framework synchronises once per step).
     host_start: Option<Dep>,
+    /// The iteration being emitted (0-based).
+    iteration: u32,
+    /// DASO, non-blocking: this rank's global allreduce to wait for at this iteration's step.
+    daso_pending: Option<OpId>,
+    /// DASO: this rank's last global allreduce op of this iteration (local index), if it sent.
+    daso_sent: Option<u32>,
+    /// Out-of-core: the copy to the host (local index) of each (micro-batch, layer), and the
+    /// prefetch back.
+    offloaded: HashMap<(u32, usize), u32>,
+    prefetched: HashMap<(u32, usize), u32>,
 }
 
 impl RankEmitter<'_, '_> {
@@ -836,8 +985,9 @@ impl RankEmitter<'_, '_> {
         };
         self.host_start = previous_end.map(Dep::Global);
         // ZeRO 1/2: the next iteration's forward waits for the parameter allgather.
+        let daso = matches!(p.sync, super::GradientSync::Daso { .. });
         if let Some(end) = previous_end
-            && p.zero >= 1
+            && (p.zero >= 1 || daso)
         {
             self.waiting.push(Dep::Global(end));
         }
@@ -942,6 +1092,9 @@ impl RankEmitter<'_, '_> {
         );
         self.last_compute = Some(optimizer);
         let mut end = optimizer;
+        if let super::GradientSync::Daso { every, blocking, wait, node } = p.sync {
+            end = self.daso_step(optimizer, every, blocking, wait, node);
+        }
         if (1..3).contains(&p.zero) && p.data * p.context > 1 {
             for k in plan.chunks_of(stage) {
                 for (b, bucket) in plan.buckets[k].iter().enumerate() {
@@ -1007,6 +1160,12 @@ impl RankEmitter<'_, '_> {
             let received = self.halo(index, micro, halo, if recompute { 1 } else { 0 });
             self.waiting.extend(received);
         }
+        if let Some(offload) = &plan.offload
+            && let Some(m) = offload.forward_wait[index]
+            && let Some(&copy) = self.offloaded.get(&(micro, m))
+        {
+            self.waiting.push(Dep::Local(copy));
+        }
         if let Some((duration, _)) = plan.kernels[index][0] {
             let label = if recompute { self.labels.recompute[index] } else { self.labels.passes[index][0] };
             match local.context_ring {
@@ -1021,7 +1180,45 @@ impl RankEmitter<'_, '_> {
         for comm in &local.after_forward {
             self.comm(*comm);
         }
+        if let Some(offload) = &plan.offload
+            && offload.bytes[index] > 0
+            && !recompute
+        {
+            let bytes = Bytes(offload.bytes[index]);
+            let deps: Vec<Dep> = self.last_compute.map(Dep::Local).into_iter().collect();
+            let copy = self.memcpy(MemcpyDirection::DeviceToHost, bytes, &deps);
+            self.offloaded.insert((micro, index), copy);
+        }
         Ok(())
+    }
+
+    /// A copy between the device and host memory, on the offload (to host) or prefetch (to
+    /// device) stream.
+    fn memcpy(&mut self, direction: MemcpyDirection, bytes: Bytes, deps: &[Dep]) -> u32 {
+        let (stream, label) = match direction {
+            MemcpyDirection::DeviceToHost => (super::OFFLOAD_STREAM, "offload activations to host"),
+            MemcpyDirection::HostToDevice => (super::PREFETCH_STREAM, "prefetch activations to device"),
+        };
+        let label = self.comm_label(label);
+        let mut deps = deps.to_vec();
+        deps.extend(self.launch());
+        self.buffer.push(
+            Op { kind: OpKind::Memcpy { direction, bytes }, rank: RankId(self.rank), stream, label },
+            &deps,
+        )
+    }
+
+    /// Out-of-core: the prefetches of `layers` back to the device (each after its copy out).
+    fn prefetch(&mut self, micro: u32, layers: &[usize]) {
+        let Some(offload) = &self.plan.offload else { return };
+        for &l in layers {
+            let bytes = Bytes(offload.bytes[l]);
+            let mut deps: Vec<Dep> =
+                self.offloaded.get(&(micro, l)).map(|&op| Dep::Local(op)).into_iter().collect();
+            deps.extend(self.last_compute.map(Dep::Local));
+            let op = self.memcpy(MemcpyDirection::HostToDevice, bytes, &deps);
+            self.prefetched.insert((micro, l), op);
+        }
     }
 
     /// Backward of one chunk; returns the last gradient synchronisation op, if any.
@@ -1031,8 +1228,17 @@ impl RankEmitter<'_, '_> {
             return self.backward_chunk_sharded(chunk, micro);
         }
         let mut last_sync = None;
+        if let Some(offload) = &plan.offload {
+            self.prefetch(micro, &offload.untriggered);
+        }
         for index in plan.chunk_layers[chunk].clone().rev() {
+            if let Some(&prefetch) = self.prefetched.get(&(micro, index)) {
+                self.waiting.push(Dep::Local(prefetch));
+            }
             let ready = self.backward_layer(index, micro)?;
+            if let Some(offload) = &plan.offload {
+                self.prefetch(micro, &offload.prefetch_after[index]);
+            }
             if last && let (Some(b), Some(ready)) = (plan.bucket_closed_by[index], ready) {
                 let bucket = &plan.buckets[chunk][b];
                 let label = self.bucket_labels[chunk][b].0;
@@ -1046,7 +1252,10 @@ impl RankEmitter<'_, '_> {
                     last_sync = Some(self.spatial_sync(comm, label, ready));
                     continue;
                 }
-                let group = self.sync_group(bucket.expert);
+                let group = match plan.strategy.parallelism.sync {
+                    super::GradientSync::Daso { node, .. } => self.daso_group(false, node, self.rank % node),
+                    super::GradientSync::AllReduce => self.sync_group(bucket.expert),
+                };
                 last_sync = Some(self.collective(comm, DATA_STREAM, group, label, &[Dep::Local(ready)]));
             }
         }
@@ -1202,8 +1411,10 @@ impl RankEmitter<'_, '_> {
         label: LabelId,
         deps: &[Dep],
     ) -> u32 {
-        let algorithm = if comm.group == GroupKind::Data {
-            self.plan.strategy.parallelism.data_algorithm
+        let data_algorithm = self.plan.strategy.parallelism.data_algorithm;
+        // The data-parallel algorithm is an allreduce's; DASO's node broadcast picks its own.
+        let algorithm = if comm.group == GroupKind::Data && data_algorithm.supports(comm.kind) {
+            data_algorithm
         } else {
             CollectiveAlgorithm::Auto
         };
@@ -1383,6 +1594,88 @@ impl RankEmitter<'_, '_> {
         self.collective(gather, DATA_STREAM, local, label, &[Dep::Local(last)])
     }
 
+    /// DASO's step after the local optimizer step (`heat.optim.DASO.step`): on every
+    /// `every`-th iteration the GPUs of one local rank (rotating, DASO's `_send_mod`) all-reduce
+    /// the parameters across the nodes in chunks of 10 M elements (`sending_chunk_size`), then
+    /// (blocking) broadcast them inside their node; non-blocking, the broadcast comes `wait`
+    /// iterations later, after the sender has waited for its allreduce. Returns the op the next
+    /// iteration waits for.
+    fn daso_step(&mut self, optimizer: u32, every: u32, blocking: bool, wait: u32, node: u32) -> u32 {
+        let plan = self.plan;
+        let local = self.rank % node;
+        let iteration = self.iteration;
+        let interval = i64::from(iteration / every);
+        // The local rank that sends in interval `j` (the previous interval's for `j = -1`).
+        let sender = |j: i64| j.rem_euclid(i64::from(node)) as u32;
+        let sends = iteration % every == 0;
+        let bytes = plan.gradient_bytes(plan.stage_parameters[0]).0;
+        let chunk = DASO_CHUNK_ELEMENTS * plan.strategy.gradient_precision.bytes();
+        let mut end = optimizer;
+        let broadcast = |this: &mut Self, root: u32, deps: &[Dep]| -> u32 {
+            let comm = Comm {
+                group: GroupKind::Data,
+                kind: CollectiveKind::Broadcast { root },
+                bytes: Bytes(bytes),
+                what: "daso node broadcast parameters",
+            };
+            let group = this.daso_group(false, node, local);
+            let label = this.comm_label(comm.what);
+            this.collective(comm, DATA_STREAM, group, label, deps)
+        };
+        // Non-blocking: receive the sync sent `wait` iterations ago (before the window for an
+        // interval-long wait at iteration 0: only its broadcast is simulated).
+        let receives = !blocking && iteration % every == wait % every;
+        if receives {
+            let from = (i64::from(iteration) - i64::from(wait)).div_euclid(i64::from(every));
+            let mut deps = vec![Dep::Local(optimizer)];
+            deps.extend(self.daso_pending.map(Dep::Global));
+            end = broadcast(self, sender(from), &deps);
+        }
+        if sends && local == sender(interval) {
+            let group = self.daso_group(true, node, local);
+            let label = self.comm_label("daso global allreduce parameters");
+            let mut last = end;
+            let mut offset = 0u64;
+            while offset < bytes {
+                let size = chunk.min(bytes - offset);
+                offset += size;
+                let comm = Comm {
+                    group: GroupKind::Data,
+                    kind: CollectiveKind::AllReduce,
+                    bytes: Bytes(size),
+                    what: "",
+                };
+                last = self.collective(comm, DASO_STREAM, group, label, &[Dep::Local(end)]);
+            }
+            self.daso_sent = Some(last);
+            if blocking {
+                end = broadcast(self, local, &[Dep::Local(last)]);
+            }
+        } else if sends && blocking {
+            end = broadcast(self, sender(interval), &[Dep::Local(end)]);
+        }
+        end
+    }
+
+    /// A DASO group: the GPUs of this rank's node (`global` false), or the GPUs of local rank
+    /// `local` on every node (`global` true).
+    fn daso_group(&mut self, global: bool, node: u32, local: u32) -> GroupId {
+        let ranks = self.plan.layout.ranks();
+        let (class, members): (GroupClass, Vec<RankId>) = if global {
+            (GroupClass::Global, (local..ranks).step_by(node as usize).map(RankId).collect())
+        } else {
+            let first = self.rank - self.rank % node;
+            (GroupClass::Node, (first..first + node).map(RankId).collect())
+        };
+        let key = (class, members[0].0);
+        if let Some(&group) = self.shared.groups.get(&key) {
+            return group;
+        }
+        let group = self.shared.graph.add_group(members);
+        self.shared.groups.insert(key, group);
+        group
+    }
+
     /// The gradient-synchronisation group: data (x context) ranks, or the expert-data group
     /// for expert parameters.
     fn sync_group(&mut self, expert: bool) -> GroupId {
@@ -1399,6 +1692,9 @@ impl RankEmitter<'_, '_> {
         let expert = layout.expert();
         // Index along (context, data), context fastest.
         let index = first.context + contexts * first.data;
+        // DASO's groups are interned by `daso_group` (they need the node size).
+        let class =
+            if matches!(class, GroupClass::Node | GroupClass::Global) { GroupClass::Data } else { class };
         match class {
             GroupClass::Tensor => first.tensor = 0,
             GroupClass::ModelParallel | GroupClass::Embedding => first.pipeline = 0,
@@ -1416,6 +1712,7 @@ impl RankEmitter<'_, '_> {
                 first.context = start % contexts;
                 first.data = start / contexts;
             }
+            GroupClass::Node | GroupClass::Global => {}
         }
         let key = (class, layout.rank(first).0);
         if let Some(&group) = self.shared.groups.get(&key) {
@@ -1429,7 +1726,7 @@ impl RankEmitter<'_, '_> {
                 vec![all[0], all[all.len() - 1]]
             }
             GroupClass::Expert => layout.expert_group(rank),
-            GroupClass::Data => {
+            GroupClass::Data | GroupClass::Node | GroupClass::Global => {
                 if contexts > 1 {
                     layout.data_context_group(rank)
                 } else {

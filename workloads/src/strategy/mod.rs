@@ -22,6 +22,8 @@ pub mod pipeline;
 pub mod shard;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_sync;
 
 use std::ops::Range;
 
@@ -66,6 +68,14 @@ pub const SPATIAL_STREAM: StreamId = StreamId(10);
 /// The stream of halo sends to the lower neighbour (both directions at once).
 pub const HALO_STREAM: StreamId = StreamId(11);
 
+/// The stream of DASO's global parameter allreduce (overlapped with the next iterations when
+/// non-blocking).
+pub const DASO_STREAM: StreamId = StreamId(12);
+/// The stream out-of-core training copies activations (and weights) to host memory on.
+pub const OFFLOAD_STREAM: StreamId = StreamId(13);
+/// The stream out-of-core training prefetches them back on (the host link is full duplex).
+pub const PREFETCH_STREAM: StreamId = StreamId(14);
+
 /// Whether `op` runs on the host thread rather than on the GPU.
 pub fn is_host(op: &sim_core::graph::Op) -> bool {
     op.stream == HOST_STREAM
@@ -74,7 +84,7 @@ pub fn is_host(op: &sim_core::graph::Op) -> bool {
 /// The communicator kind of the ops on `stream`, if it is a communication stream.
 pub fn group_of_stream(stream: StreamId) -> Option<GroupKind> {
     match stream {
-        DATA_STREAM | GATHER_STREAM => Some(GroupKind::Data),
+        DATA_STREAM | GATHER_STREAM | DASO_STREAM => Some(GroupKind::Data),
         TENSOR_STREAM => Some(GroupKind::Tensor),
         PIPELINE_STREAM => Some(GroupKind::Pipeline),
         CONTEXT_STREAM => Some(GroupKind::Context),
@@ -135,6 +145,85 @@ pub struct Parallelism {
     pub spatial: u32,
     /// The dimensions spatial parallelism splits.
     pub spatial_dims: SpatialDims,
+    /// How the data-parallel replicas synchronise: one allreduce per iteration, or DASO's
+    /// node-local allreduce with a periodic global one.
+    pub sync: GradientSync,
+    /// What is kept in host memory instead of on the device (out-of-core training).
+    pub offload: Offload,
+}
+
+/// How data-parallel replicas synchronise (`parallelism.sync`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GradientSync {
+    /// Every gradient bucket all-reduced over every replica, every iteration (PyTorch DDP).
+    #[default]
+    AllReduce,
+    /// DASO (Coquelin et al. 2022): gradient buckets all-reduced inside each node every
+    /// iteration; every `every` iterations the parameters all-reduced across the nodes by one
+    /// GPU per node (the GPUs of one local rank, rotating) and broadcast inside the node.
+    Daso {
+        /// Iterations between global synchronisations (`global-sync-every`, DASO's
+        /// `global_skip`).
+        every: u32,
+        /// Wait for the global allreduce at once (`global-sync = "blocking"`); otherwise it
+        /// overlaps the next `wait` iterations and the iteration that needs it waits.
+        blocking: bool,
+        /// Iterations between sending and receiving a non-blocking global sync (DASO's
+        /// `batches_to_wait`).
+        wait: u32,
+        /// GPUs per node: the node-local group.
+        node: u32,
+    },
+}
+
+impl GradientSync {
+    /// `"allreduce"` or `"daso"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            GradientSync::AllReduce => "allreduce",
+            GradientSync::Daso { .. } => "daso",
+        }
+    }
+}
+
+/// What out-of-core training keeps in host memory (`workload.offload`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Offload {
+    /// Everything on the device.
+    #[default]
+    None,
+    /// Each layer's saved activations copied to host memory after its forward and prefetched
+    /// before its backward (vDNN, OC-DNN).
+    Activations,
+    /// The activations, and each layer's weights too: fetched before its forward and before its
+    /// backward, its gradient written back after its backward.
+    ActivationsAndWeights,
+}
+
+impl Offload {
+    /// The scenario value: `"none"`, `"activations"`, `"activations+weights"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Offload::None => "none",
+            Offload::Activations => "activations",
+            Offload::ActivationsAndWeights => "activations+weights",
+        }
+    }
+}
+
+impl std::str::FromStr for Offload {
+    type Err = String;
+    fn from_str(value: &str) -> Result<Self, String> {
+        match value {
+            "none" => Ok(Offload::None),
+            "activations" => Ok(Offload::Activations),
+            "activations+weights" => Ok(Offload::ActivationsAndWeights),
+            other => Err(format!(
+                "unknown offload {other:?}; valid: \"none\", \"activations\" (saved activations to host memory \
+                 after their forward, back before their backward), \"activations+weights\" (the weights too)"
+            )),
+        }
+    }
 }
 
 impl Parallelism {
@@ -160,6 +249,8 @@ impl Parallelism {
             channel: 1,
             spatial: 1,
             spatial_dims: SpatialDims::H,
+            sync: GradientSync::AllReduce,
+            offload: Offload::None,
         }
     }
 
@@ -386,6 +477,21 @@ pub struct Lowered {
     pub micro_batches: u32,
     /// The stages.
     pub stages: Vec<StageSummary>,
+    /// Out-of-core training: what one GPU moves and keeps in host memory.
+    pub offload: Option<OffloadTotals>,
+}
+
+/// What out-of-core training moves over one GPU's host link and keeps in host memory.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OffloadTotals {
+    /// Bytes copied to host memory per iteration.
+    pub to_host_bytes: u64,
+    /// Bytes prefetched back per iteration.
+    pub to_device_bytes: u64,
+    /// Host memory one GPU's offloaded data occupies at its peak (one micro-batch's).
+    pub host_bytes: u64,
+    /// The device memory the same configuration needs without offloading.
+    pub without: MemoryBreakdown,
 }
 
 /// What a strategy costs before any simulation: per-stage memory and a lower bound of the
@@ -506,6 +612,8 @@ impl Strategy<'_> {
         if self.iterations == 0 {
             return Err(invalid("simulation.iterations", "must be at least 1, got 0".into()));
         }
+        self.check_daso()?;
+        self.check_offload()?;
         if p.zero > 3 {
             return Err(invalid(
                 "parallelism.zero",
@@ -551,6 +659,129 @@ impl Strategy<'_> {
                 )
             },
         )?;
+        Ok(())
+    }
+
+    /// The degrees in use other than data parallelism (`"tensor = 2, zero = 1"`), empty for
+    /// plain data parallelism: what DASO and out-of-core training do not combine with yet.
+    fn other_degrees(&self) -> String {
+        let p = &self.parallelism;
+        let mut used: Vec<String> = [
+            ("tensor", p.tensor),
+            ("pipeline", p.pipeline),
+            ("context", p.context),
+            ("expert", p.expert),
+            ("filter", p.filter),
+            ("channel", p.channel),
+            ("spatial", p.spatial),
+        ]
+        .iter()
+        .filter(|(_, degree)| *degree > 1)
+        .map(|(name, degree)| format!("{name} = {degree}"))
+        .collect();
+        if p.zero > 0 {
+            used.push(format!("zero = {}", p.zero));
+        }
+        used.join(", ")
+    }
+
+    /// DASO: data parallelism only, over several multi-GPU nodes, simulated over whole global
+    /// intervals.
+    fn check_daso(&self) -> Result<(), StrategyError> {
+        let p = &self.parallelism;
+        let GradientSync::Daso { every, blocking, wait, node } = p.sync else {
+            return Ok(());
+        };
+        let others = self.other_degrees();
+        if !others.is_empty() {
+            return Err(invalid(
+                "parallelism.sync",
+                format!(
+                    "\"daso\" synchronises data-parallel replicas only, but {others}: with DASO set every \
+                     other degree to 1 and zero = 0"
+                ),
+            ));
+        }
+        if node < 2 {
+            return Err(invalid(
+                "parallelism.sync",
+                format!(
+                    "\"daso\" needs multi-GPU nodes (its node-local allreduce runs over the GPUs of a node), \
+                     but cluster.gpus-per-node = {node}: give at least 2 GPUs per node, or sync = \"allreduce\""
+                ),
+            ));
+        }
+        if p.data % node != 0 || p.data / node < 2 {
+            return Err(invalid(
+                "parallelism.sync",
+                format!(
+                    "\"daso\" needs at least 2 whole nodes of {node} GPUs (its global allreduce runs across \
+                     nodes), but data = {}: use more nodes, or sync = \"allreduce\"",
+                    p.data
+                ),
+            ));
+        }
+        if every == 0 {
+            return Err(invalid("parallelism.global-sync-every", "must be at least 1, got 0".into()));
+        }
+        if !blocking && !(1..=every).contains(&wait) {
+            return Err(invalid(
+                "parallelism.global-sync-wait",
+                format!("is {wait}; valid: 1..={every} (at most global-sync-every)"),
+            ));
+        }
+        if self.iterations % every != 0 {
+            let valid: Vec<String> = (1..=3).map(|n| (n * every).to_string()).collect();
+            return Err(invalid(
+                "simulation.iterations",
+                format!(
+                    "is {}, but DASO synchronises globally every {every} iterations: simulate whole intervals \
+                     so that the mean per iteration is the steady state's (iterations = {}, ...; at most {})",
+                    self.iterations,
+                    valid.join(", "),
+                    crate::scenario::MAX_ITERATIONS / every * every
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Out-of-core training: data parallelism only, without recomputation.
+    fn check_offload(&self) -> Result<(), StrategyError> {
+        let p = &self.parallelism;
+        if p.offload == Offload::None {
+            return Ok(());
+        }
+        let others = self.other_degrees();
+        if !others.is_empty() {
+            return Err(invalid(
+                "workload.offload",
+                format!(
+                    "{:?} is modelled with data parallelism only, but {others}: set every other degree \
+                     to 1 and zero = 0, or offload = \"none\"",
+                    p.offload.name()
+                ),
+            ));
+        }
+        if p.offload == Offload::ActivationsAndWeights {
+            return Err(invalid(
+                "workload.offload",
+                "\"activations+weights\" is not modelled yet (the optimizer step would have to stream \
+                 the weights and their state too); valid today: \"none\", \"activations\""
+                    .into(),
+            ));
+        }
+        if self.recompute != Recompute::None {
+            return Err(invalid(
+                "workload.offload",
+                format!(
+                    "{:?} with recompute = \"{}\" is not modelled: offloading keeps every activation \
+                     (in host memory), so set recompute = \"none\"",
+                    p.offload.name(),
+                    self.recompute
+                ),
+            ));
+        }
         Ok(())
     }
 

@@ -1,0 +1,109 @@
+//! DASO and out-of-core training: the scenarios of `scenarios/daso/` and
+//! `scenarios/out-of-core/` against what their papers claim.
+
+use crate::parasim;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+/// `parasim run FILE --json` (with `from` replaced by `to` in the file), as JSON.
+fn run(file: &str, edits: &[(&str, &str)]) -> serde_json::Value {
+    let mut text = fs_err::read_to_string(format!("{ROOT}/{file}")).unwrap();
+    for (from, to) in edits {
+        assert!(text.contains(from), "{file} no longer contains {from:?}");
+        text = text.replacen(from, to, 1);
+    }
+    // Beside the original, so that relative model paths resolve.
+    let path = format!("{ROOT}/{file}.test-{}.toml", std::process::id());
+    fs_err::write(&path, &text).unwrap();
+    let output = parasim(&["run", &path, "--json"]);
+    let _ = fs_err::remove_file(&path);
+    assert!(output.status.success(), "{file}: {}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+fn iteration(json: &serde_json::Value) -> f64 {
+    json["iteration_time_s"].as_f64().unwrap()
+}
+
+/// Coquelin et al. 2022 (DASO): "a reduction in training time of up to 34%" against optimized
+/// data parallel training. ResNet-50 on 8 to 64 nodes of 4 A100s, DASO (k = 4, non-blocking)
+/// against flat DDP: DASO is never slower, its reduction grows with the node count and stays
+/// within the paper's bound. On one 200 Gb/s NIC per GPU the flat allreduce is already mostly
+/// hidden behind the backward pass, so the simulated reduction is small (docs/strategies.md);
+/// with one 100 Gb/s NIC per node it is not.
+#[test]
+fn daso_reduces_resnet50_iteration_time_within_the_papers_bound() {
+    let file = "scenarios/daso/resnet50-8x4-a100.toml";
+    let mut previous = 0.0;
+    for nodes in [8, 16, 32, 64] {
+        let count = format!("nodes = {nodes}");
+        let daso = iteration(&run(file, &[("nodes = 8", &count)]));
+        let flat =
+            iteration(&run(file, &[("nodes = 8", &count), ("sync = \"daso\"", "sync = \"allreduce\"")]));
+        let reduction = 1.0 - daso / flat;
+        eprintln!("{nodes} nodes: flat {flat:.6} s, DASO {daso:.6} s, {:.2}% less", 100.0 * reduction);
+        assert!(reduction > 0.0 && reduction <= 0.34, "{nodes} nodes: reduction {reduction}");
+        assert!(
+            reduction >= previous,
+            "{nodes} nodes: reduction {reduction} below {previous} at fewer nodes"
+        );
+        previous = reduction;
+    }
+    let shared_nic = [
+        ("nodes = 8", "nodes = 64"),
+        ("link-bandwidth = \"200 Gb/s\"", "link-bandwidth = \"100 Gb/s\"\nnics-per-node = 1"),
+    ];
+    let daso = iteration(&run(file, &shared_nic));
+    let mut flat_edits = shared_nic.to_vec();
+    flat_edits.push(("sync = \"daso\"", "sync = \"allreduce\""));
+    let flat = iteration(&run(file, &flat_edits));
+    let reduction = 1.0 - daso / flat;
+    eprintln!(
+        "64 nodes, one 100 Gb/s NIC per node: flat {flat:.6} s, DASO {daso:.6} s, {:.1}% less",
+        100.0 * reduction
+    );
+    assert!(reduction > 0.05 && reduction <= 0.34, "one NIC per node: reduction {reduction}");
+}
+
+/// Awan et al.'s question (OC-DNN): on one ABCI node, is ResNet-1001 at 224x224 (30 GB of
+/// activations at 4 images per 16 GB V100) faster out-of-core or split? The host link moves
+/// 2 x 30 GB per GPU per iteration at 15.75 GB/s, far longer than the compute: splitting wins,
+/// spatially more than by pipeline (no bubble), and the offload stall dominates the
+/// out-of-core iteration.
+#[test]
+fn out_of_core_resnet1001_loses_to_spatial_and_pipeline_parallelism() {
+    let offload = run("scenarios/out-of-core/resnet1001-offload.toml", &[]);
+    let pipeline = iteration(&run("scenarios/out-of-core/resnet1001-pipeline.toml", &[]));
+    let spatial = iteration(&run("scenarios/out-of-core/resnet1001-spatial.toml", &[]));
+    let out_of_core = iteration(&offload);
+    eprintln!(
+        "out-of-core {out_of_core:.3} s, pipeline {pipeline:.3} s, spatial {spatial:.3} s per 16 images"
+    );
+    assert!(spatial < pipeline && pipeline < out_of_core, "ranking");
+    let stall = offload["breakdown"]["offload_stall_s"].as_f64().unwrap();
+    assert!(stall > 0.5 * out_of_core, "offload stall {stall} s of {out_of_core} s");
+    // The host link's time bounds the iteration from below: 2 x the offloaded bytes.
+    let moved = offload["strategy"]["offload"]["to_host_bytes"].as_f64().unwrap()
+        + offload["strategy"]["offload"]["to_device_bytes"].as_f64().unwrap();
+    assert!(out_of_core >= moved / 15.75e9 / 2.0, "faster than the host link allows");
+    // Without offloading the same job does not fit.
+    let output = parasim(&["run", &format!("{ROOT}/scenarios/out-of-core/resnet1001-offload.toml")]);
+    assert!(output.status.success());
+}
+
+/// Offloading a configuration that fits is a warning, not an error.
+#[test]
+fn out_of_core_on_a_configuration_that_fits_warns() {
+    let text =
+        crate::quickstart_with("precision = \"fp16\" ", "offload = \"activations\"\nprecision = \"fp16\" ")
+            .replacen(
+                "device = \"a100-sxm4-80gb\"",
+                "device = \"a100-sxm4-80gb\"\nhost-memory = \"1 TiB\"",
+                1,
+            );
+    let path = crate::scenario_file("offload-fits.toml", &text);
+    let output = parasim(&["run", path.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("warning:") && stderr.contains("fits in GPU memory without it"), "{stderr}");
+}
