@@ -6,6 +6,7 @@ mod calibrate_cmd;
 mod collective_cmd;
 mod compare_cmd;
 mod models;
+mod plot_cmd;
 mod report;
 mod sweep_cmd;
 mod topo;
@@ -128,6 +129,9 @@ enum Command {
     /// Run a parameter sweep on every core (`parasim sweep SWEEP.toml [-o OUT.csv]`), or merge
     /// the outputs of its shards (`parasim sweep merge OUT.csv SHARD...`); docs/sweep.md.
     Sweep(sweep_cmd::SweepCli),
+    /// Draw a chart of a sweep's CSV (scaling curves, stacked time breakdowns, heatmaps) or of
+    /// `parasim validate --csv` (simulated against measured), as SVG or PNG.
+    Plot(plot_cmd::PlotCli),
     /// Trace file utilities.
     #[command(subcommand)]
     Trace(TraceCommand),
@@ -329,6 +333,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Sweep(args) => sweep_cmd::sweep(args),
+        Command::Plot(args) => plot_cmd::plot(args),
         Command::Trace(TraceCommand::Convert { mut paths }) => {
             let output = paths.pop().context("no output path")?;
             let text = trace_cmd::convert(&paths, &output)?;
