@@ -209,6 +209,7 @@ impl Ticks {
                 let value = 2f64.powf(at);
                 if value >= 1.0 { format!("{}", value.round()) } else { format_number(value) }
             }
+            Some(10) if at.fract() == 0.0 && !(-3.0..=5.0).contains(&at) => format!("1e{at}"),
             Some(base) => format_number(f64::from(base).powf(at)),
             None => {
                 // One suffix and one number of decimals for every tick of the axis.
@@ -261,6 +262,8 @@ impl Ranged for Ticks {
 pub(crate) enum Marker {
     /// A line with a dot: a series.
     Line,
+    /// A plain line: a reference line.
+    Rule,
     /// A filled square: a bar segment or a shaded band.
     Square,
     /// A dot: a scatter group.
@@ -310,6 +313,10 @@ pub(crate) fn draw_legend<DB: DrawingBackend>(
                 area.draw(&PathElement::new(vec![(6, y), (30, y)], colour.stroke_width(2)))
                     .map_err(draw_error)?;
                 area.draw(&Circle::new((18, y), 3, colour.filled())).map_err(draw_error)?;
+            }
+            Marker::Rule => {
+                area.draw(&PathElement::new(vec![(6, y), (30, y)], colour.stroke_width(2)))
+                    .map_err(draw_error)?;
             }
             Marker::Square => {
                 area.draw(&Rectangle::new([(10, y - 7), (24, y + 7)], colour.filled()))

@@ -106,7 +106,7 @@ pub(crate) fn draw<DB: DrawingBackend>(
     entries.push(LegendEntry {
         text: "simulated = measured".into(),
         colour: line_colour,
-        marker: Marker::Line,
+        marker: Marker::Rule,
     });
     let (plot, legend) = with_legend(area, &entries, 0)?;
     let all = chart.groups.iter().flat_map(|g| g.points.iter()).flat_map(|p| [p.0, p.1]);

@@ -10,6 +10,7 @@ mod errors;
 mod memory;
 mod models;
 mod network;
+mod plot;
 mod readme;
 mod strategies;
 mod sweep;
