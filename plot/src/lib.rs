@@ -88,7 +88,7 @@ pub enum PlotError {
         axis: &'static str,
     },
     /// Nothing is left to plot.
-    #[error("{file}: no rows to plot{}", if skipped.is_empty() { String::new() } else { format!(" (every row was skipped: {skipped})") })]
+    #[error("{file}: no rows to plot: {}", if skipped.is_empty() { "the file has column names and no rows".to_string() } else { format!("only rows with status ok have results, and this file has none ({skipped})") })]
     NoData {
         /// The file.
         file: String,
