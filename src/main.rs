@@ -217,9 +217,16 @@ enum Command {
         /// Also write the graph in Graphviz format to this file.
         #[arg(long)]
         dot: Option<PathBuf>,
+        /// Print the description as JSON (numbers in SI base units: bytes/s, seconds).
+        #[arg(long)]
+        json: bool,
     },
     /// List the model zoo: name, family, parameters, forward GFLOPs per sample, input shape.
-    Models,
+    Models {
+        /// Print the list as JSON (FLOPs, not GFLOPs).
+        #[arg(long)]
+        json: bool,
+    },
     /// Show one model layer by layer: output shapes, parameters, FLOPs, activations, totals.
     Inspect {
         /// A zoo model (`parasim models` lists them) or the path of a model file.
@@ -227,6 +234,9 @@ enum Command {
         /// Samples the FLOP and activation columns are computed for.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1 << 30))]
         batch: u64,
+        /// Print the layers and totals as JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -407,18 +417,18 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             std::io::stdout().lock().write_all(text.as_bytes()).context("writing the report")?;
             Ok(())
         }
-        Command::Topo { scenario, dot } => {
-            let text = topo::describe(&scenario, dot.as_deref())?;
+        Command::Topo { scenario, dot, json } => {
+            let text = topo::describe(&scenario, dot.as_deref(), json)?;
             std::io::stdout().lock().write_all(text.as_bytes()).context("writing the description")?;
             Ok(())
         }
-        Command::Models => {
-            let table = models::list()?;
+        Command::Models { json } => {
+            let table = models::list(json)?;
             std::io::stdout().lock().write_all(table.as_bytes()).context("writing the table")?;
             Ok(())
         }
-        Command::Inspect { model, batch } => {
-            let table = models::inspect(&model, batch)?;
+        Command::Inspect { model, batch, json } => {
+            let table = models::inspect(&model, batch, json)?;
             std::io::stdout().lock().write_all(table.as_bytes()).context("writing the table")?;
             Ok(())
         }
