@@ -147,6 +147,9 @@ enum Command {
         /// 128): `flow` at 1024 GPUs and less, `analytical` above.
         #[arg(long, value_delimiter = ',', default_value = "1024,16384")]
         strategy_gpus: Vec<u32>,
+        /// Print the measurements as JSON (seconds, events per second).
+        #[arg(long)]
+        json: bool,
     },
     /// Time one collective over a range of sizes, printed like nccl-tests
     /// (`parasim collective allreduce --cluster SCENARIO --ranks 16 -b 8 -e 8G -f 2`).
@@ -204,6 +207,9 @@ enum Command {
         /// --compare) to this file.
         #[arg(long)]
         plot: Option<PathBuf>,
+        /// Print the sizes as JSON (seconds, bytes/s) instead of the nccl-tests table.
+        #[arg(long)]
+        json: bool,
     },
     /// Run the validation suite (data/validation/): every published measurement as a case,
     /// simulated in parallel, with accuracy per case, per family and overall
@@ -350,24 +356,31 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             std::io::stdout().lock().write_all(text.as_bytes()).context("writing the report")?;
             Ok(())
         }
-        Command::Bench { gpus, repeats, strategy_gpus } => {
-            let mut table = bench::run(&gpus, repeats)?;
-            if !strategy_gpus.is_empty() {
-                let configurations: Vec<(u32, sim_core::fidelity::Fidelity)> = strategy_gpus
-                    .iter()
-                    .map(|&g| {
-                        let fidelity = if g <= 1024 {
-                            sim_core::fidelity::Fidelity::Flow
-                        } else {
-                            sim_core::fidelity::Fidelity::Analytical
-                        };
-                        (g, fidelity)
-                    })
-                    .collect();
-                table.push('\n');
-                table.push_str(&bench::strategies(&configurations, repeats)?);
-            }
-            std::io::stdout().lock().write_all(table.as_bytes()).context("writing the table")?;
+        Command::Bench { gpus, repeats, strategy_gpus, json } => {
+            let quickstart = bench::run(&gpus, repeats)?;
+            let configurations: Vec<(u32, sim_core::fidelity::Fidelity)> = strategy_gpus
+                .iter()
+                .map(|&g| {
+                    let fidelity = if g <= 1024 {
+                        sim_core::fidelity::Fidelity::Flow
+                    } else {
+                        sim_core::fidelity::Fidelity::Analytical
+                    };
+                    (g, fidelity)
+                })
+                .collect();
+            let gpt3 = bench::strategies(&configurations, repeats)?;
+            let text = if json {
+                bench::json(&quickstart, &gpt3, repeats)?
+            } else {
+                let mut table = bench::run_table(&quickstart, repeats);
+                if !gpt3.is_empty() {
+                    table.push('\n');
+                    table.push_str(&bench::strategies_table(&gpt3, repeats));
+                }
+                table
+            };
+            std::io::stdout().lock().write_all(text.as_bytes()).context("writing the table")?;
             Ok(())
         }
         Command::Collective {
@@ -387,6 +400,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             gpus_per_process,
             host_launch,
             plot,
+            json,
         } => {
             let protocols: sim_core::protocol::ProtocolChoice =
                 protocol.parse().map_err(anyhow::Error::msg).context("--protocol")?;
@@ -407,6 +421,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                 gpus_per_process,
                 host_launch,
                 plot: plot.as_deref(),
+                json,
             };
             let table = collective_cmd::benchmark(&options)?;
             std::io::stdout().lock().write_all(table.as_bytes()).context("writing the table")?;
