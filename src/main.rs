@@ -5,6 +5,7 @@ mod bench;
 mod calibrate_cmd;
 mod collective_cmd;
 mod compare_cmd;
+mod layers_csv;
 mod models;
 mod plot_cmd;
 mod report;
@@ -43,6 +44,14 @@ enum Command {
         /// Also write the simulated timeline as a Chrome trace (open it in Perfetto).
         #[arg(long, value_name = "FILE")]
         trace: Option<PathBuf>,
+        /// Also write a per-layer breakdown as CSV: one row per layer and pass (forward,
+        /// backward-data, backward-weight, recompute) per pipeline stage, with FLOPs and kernel
+        /// time, and the optimizer step.
+        #[arg(long, value_name = "FILE.csv")]
+        csv: Option<PathBuf>,
+        /// Also write the gradient buckets as CSV: stage, collective, bytes, layers.
+        #[arg(long, value_name = "FILE.csv")]
+        buckets_csv: Option<PathBuf>,
     },
     /// Replay real PyTorch profiler (Kineto) traces on a cluster and compare simulated with
     /// measured iteration and collective times (docs/traces.md).
@@ -144,8 +153,8 @@ enum Command {
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
         repeats: u32,
         /// Also time GPT-3 175B (tensor 8 x pipeline 16) at these GPU counts (multiples of
-        /// 128): `flow` at 1024 GPUs and less, `analytical` above.
-        #[arg(long, value_delimiter = ',', default_value = "1024,16384")]
+        /// 128): `flow` at 1024 GPUs and less, `analytical` above. With no value, skips it.
+        #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "1024,16384")]
         strategy_gpus: Vec<u32>,
         /// Print the measurements as JSON (seconds, events per second).
         #[arg(long)]
@@ -297,7 +306,7 @@ fn message(error: &anyhow::Error) -> String {
 
 fn execute(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Run { scenario, json, trace } => {
+        Command::Run { scenario, json, trace, csv, buckets_csv } => {
             let scenario = match scenario {
                 Some(path) => Scenario::load(&path)?,
                 None => {
@@ -310,6 +319,9 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             let outcome = workloads::simulation::simulate(&scenario)?;
             if let Some(path) = &trace {
                 trace_cmd::export_run(&outcome, path)?;
+            }
+            if csv.is_some() || buckets_csv.is_some() {
+                layers_csv::write(&scenario, csv.as_deref(), buckets_csv.as_deref())?;
             }
             let mut stdout = std::io::stdout().lock();
             if json {

@@ -7,6 +7,7 @@ mod calibrate;
 mod collective;
 mod compare;
 mod errors;
+mod json;
 mod memory;
 mod models;
 mod network;
