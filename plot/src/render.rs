@@ -119,8 +119,9 @@ pub(crate) fn draw_error(error: impl std::fmt::Display) -> PlotError {
     PlotError::Draw(error.to_string())
 }
 
-/// Tableau's 10 colours: distinct, and readable for most colour-blind viewers.
-pub(crate) const PALETTE: [RGBColor; 10] = [
+/// Tableau's 10 colours (distinct, and readable for most colour-blind viewers), then two dark
+/// ones, so a dozen series (the validation suite's families) never share a colour.
+pub(crate) const PALETTE: [RGBColor; 12] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -131,6 +132,8 @@ pub(crate) const PALETTE: [RGBColor; 10] = [
     RGBColor(127, 127, 127),
     RGBColor(188, 189, 34),
     RGBColor(23, 190, 207),
+    RGBColor(57, 59, 121),
+    RGBColor(173, 73, 74),
 ];
 
 /// The `i`th colour of the palette (cycling).
