@@ -315,7 +315,7 @@ mod tests {
 
     #[test]
     fn the_zoo_lists_every_model() {
-        let text = list().unwrap();
+        let text = list(false).unwrap();
         for name in zoo::NAMES {
             assert!(
                 text.lines().any(|line| line.starts_with(&format!("{name} "))),
@@ -329,7 +329,7 @@ mod tests {
     #[test]
     fn every_zoo_model_can_be_inspected() {
         for name in zoo::NAMES {
-            let text = inspect(name, 2).unwrap();
+            let text = inspect(name, 2, false).unwrap();
             let model = zoo::by_name(name).unwrap();
             // Models serialize (for a future `--json`).
             assert!(serde_json::to_string(&model).is_ok(), "{name}");
@@ -340,12 +340,12 @@ mod tests {
 
     #[test]
     fn inspect_prints_every_layer_and_the_totals() {
-        let text = inspect("resnet50", 32).unwrap();
+        let text = inspect("resnet50", 32, false).unwrap();
         assert!(text.contains("layer4.2.relu3") && text.contains("2048x7x7"), "{text}");
         assert!(text.contains("parameters    25,557,032"), "{text}");
         assert!(text.contains("batch 32"), "{text}");
-        assert!(inspect("resnet50", 0).is_err());
-        let error = format!("{:#}", inspect("resnet51", 1).unwrap_err());
+        assert!(inspect("resnet50", 0, false).is_err());
+        let error = format!("{:#}", inspect("resnet51", 1, false).unwrap_err());
         assert!(error.contains("known models"), "{error}");
     }
 }

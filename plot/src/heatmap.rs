@@ -78,10 +78,7 @@ impl Heatmap {
                     file: table.file.clone(),
                     first,
                     second: row.line,
-                    x_column: options.x.clone(),
-                    x: xs[i].clone(),
-                    y_column: options.y.clone(),
-                    y: ys[j].clone(),
+                    cell: format!("{} = {:?} and {} = {:?}", options.x, xs[i], options.y, ys[j]),
                 });
             }
             cells[j][i] = Some((value, row.line));

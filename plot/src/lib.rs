@@ -97,7 +97,7 @@ pub enum PlotError {
     },
     /// Two rows fall on one heatmap cell.
     #[error(
-        "{file}: lines {first} and {second} both have {x_column} = {x:?} and {y_column} = {y:?}: a heatmap cell must be one row (sweep fewer axes, or plot a slice of the file)"
+        "{file}: lines {first} and {second} both have {cell}: a heatmap cell must be one row (sweep fewer axes, or plot a slice of the file)"
     )]
     DuplicateCell {
         /// The file.
@@ -106,14 +106,8 @@ pub enum PlotError {
         first: usize,
         /// The second row's line.
         second: usize,
-        /// The x column.
-        x_column: String,
-        /// Its value.
-        x: String,
-        /// The y column.
-        y_column: String,
-        /// Its value.
-        y: String,
+        /// The cell: `X = "a" and Y = "b"`.
+        cell: String,
     },
     /// The output's extension names no format.
     #[error("{path}: {reason}; write a file name ending in .svg or .png")]

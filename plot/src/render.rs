@@ -114,6 +114,9 @@ fn draw<DB: DrawingBackend>(chart: &Chart, root: &DrawingArea<DB, Shift>) -> Res
     }
 }
 
+/// A drawing area in pixels.
+pub(crate) type Area<DB> = DrawingArea<DB, Shift>;
+
 /// A plotters error as ours.
 pub(crate) fn draw_error(error: impl std::fmt::Display) -> PlotError {
     PlotError::Draw(error.to_string())
@@ -290,7 +293,7 @@ pub(crate) fn with_legend<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     entries: &[LegendEntry],
     extra_width: u32,
-) -> Result<(DrawingArea<DB, Shift>, DrawingArea<DB, Shift>), PlotError> {
+) -> Result<(Area<DB>, Area<DB>), PlotError> {
     let (width, _) = area.dim_in_pixel();
     let style = (FAMILY, LEGEND_FONT).into_text_style(area);
     let mut widest = extra_width;

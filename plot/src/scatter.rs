@@ -46,7 +46,8 @@ impl Scatter {
         let accuracy = table.column("accuracy").ok();
         table.require_rows()?;
         // (name, unit, points, accuracies)
-        let mut groups: Vec<(String, String, Vec<(f64, f64)>, Vec<f64>)> = Vec::new();
+        type Collected = (String, String, Vec<(f64, f64)>, Vec<f64>);
+        let mut groups: Vec<Collected> = Vec::new();
         let mut unplottable = 0;
         for row in &table.rows {
             let point = (table.number(row, measured)?, table.number(row, simulated)?);
