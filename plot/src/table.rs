@@ -70,11 +70,8 @@ impl Table {
     /// Parses CSV `text` read from `file` (the name errors print).
     pub fn parse(text: &str, file: &str) -> Result<Table, PlotError> {
         let records = records(text, file)?;
-        let mut records = records.into_iter().filter(|(_, cells)| {
-            let blank = cells.len() == 1 && cells[0].trim().is_empty();
-            let comment = cells.first().is_some_and(|c| c.starts_with('#'));
-            !blank && !comment
-        });
+        let mut records =
+            records.into_iter().filter(|(_, cells)| !(cells.len() == 1 && cells[0].trim().is_empty()));
         let Some((_, columns)) = records.next() else {
             return Err(PlotError::Csv {
                 file: file.to_string(),
@@ -153,6 +150,18 @@ fn records(text: &str, file: &str) -> Result<Vec<(usize, Vec<String>)>, PlotErro
     let mut was_quoted = false;
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
+        // A line that starts with an unquoted `#` is a comment (the sweep's header; writers
+        // quote a field that starts with `#`).
+        if c == '#' && !quoted && field.is_empty() && fields.is_empty() && !was_quoted {
+            for c in chars.by_ref() {
+                if c == '\n' {
+                    break;
+                }
+            }
+            line += 1;
+            start_line = line;
+            continue;
+        }
         match (quoted, c) {
             (true, '"') if chars.peek() == Some(&'"') => {
                 chars.next();
@@ -210,7 +219,7 @@ mod tests {
                     index,name,value,status,error\n\
                     0,\"a, \"\"b\"\"\",1.5,ok,\n\
                     1,c,,failed,\"two\nlines\"\n\
-                    2,d,2,ok,\n";
+                    2,\"#d\",2,ok,\n";
         let table = Table::parse(text, "t.csv").unwrap();
         assert_eq!(table.columns.len(), 5);
         assert_eq!(table.rows.len(), 2);
@@ -218,6 +227,7 @@ mod tests {
         assert_eq!(table.rows[1].line, 6, "the quoted line break counts");
         assert_eq!(table.skipped().to_string(), "1 failed");
         assert_eq!(table.number(&table.rows[0], 2).unwrap(), 1.5);
+        assert_eq!(table.rows[1].cells[1], "#d", "a quoted # is data, not a comment");
     }
 
     #[test]
