@@ -4,13 +4,18 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
+use anyhow::Context;
+use serde::Serialize;
 use sim_core::fidelity::Fidelity;
 use workloads::scenario::{QUICKSTART, Scenario};
 use workloads::simulation::simulate;
 
 /// One benchmarked configuration.
-struct Measurement {
+#[derive(Debug, Clone)]
+pub struct Measurement {
     gpus: u32,
+    /// The network model, where the table names it.
+    fidelity: Option<Fidelity>,
     ops: usize,
     events: u64,
     lowering: Duration,
@@ -24,6 +29,7 @@ fn fastest(scenario: &Scenario, gpus: u32, repeats: u32) -> anyhow::Result<Measu
         let outcome = simulate(scenario)?;
         let measurement = Measurement {
             gpus,
+            fidelity: None,
             ops: outcome.summary.engine.ops,
             events: outcome.summary.engine.events,
             lowering: outcome.lowering_wall,
@@ -40,8 +46,8 @@ fn fastest(scenario: &Scenario, gpus: u32, repeats: u32) -> anyhow::Result<Measu
 }
 
 /// Runs the quickstart (ResNet-50, data parallel, A100 servers of 8) at each GPU count,
-/// `repeats` times, keeping the fastest run, and returns the table.
-pub fn run(gpu_counts: &[u32], repeats: u32) -> anyhow::Result<String> {
+/// `repeats` times, keeping the fastest run.
+pub fn run(gpu_counts: &[u32], repeats: u32) -> anyhow::Result<Vec<Measurement>> {
     let base = Scenario::parse(QUICKSTART, Path::new("scenarios/quickstart.toml"))?;
     let mut rows = Vec::new();
     for &gpus in gpu_counts {
@@ -56,14 +62,19 @@ pub fn run(gpu_counts: &[u32], repeats: u32) -> anyhow::Result<String> {
         scenario.parallelism.data = gpus;
         rows.push(fastest(&scenario, gpus, repeats)?);
     }
+    Ok(rows)
+}
+
+/// The quickstart table of [`run`]'s measurements.
+pub fn run_table(rows: &[Measurement], repeats: u32) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
         "ResNet-50 data parallel, analytical network, one iteration; fastest of {} runs",
         repeats.max(1)
     );
-    table(&mut out, "", &rows);
-    Ok(out)
+    table(&mut out, "", rows);
+    out
 }
 
 /// The GPT-3 175B scenario the strategy benchmark scales.
@@ -71,22 +82,14 @@ const GPT3_1024: &str = include_str!("../scenarios/gpt3-175b-1024.toml");
 
 /// Runs the GPT-3 175B Megatron scenario (tensor 8 x pipeline 16, 1F1B, symmetric ranks folded)
 /// at each (GPUs, fidelity) of `configurations` on one non-blocking switch, `repeats` times,
-/// keeping the fastest, and returns the table with the process's peak memory.
-pub fn strategies(configurations: &[(u32, Fidelity)], repeats: u32) -> anyhow::Result<String> {
+/// keeping the fastest.
+pub fn strategies(configurations: &[(u32, Fidelity)], repeats: u32) -> anyhow::Result<Vec<Measurement>> {
     let base = Scenario::parse(GPT3_1024, Path::new("scenarios/gpt3-175b-1024.toml"))?;
     let link = match &base.cluster.network.fabric {
         topology::FabricSpec::FatTree(spec) => spec.links[0],
         _ => anyhow::bail!("scenarios/gpt3-175b-1024.toml is expected to use a fat-tree"),
     };
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "GPT-3 175B, tensor 8 x pipeline 16 x data GPUs/128, global batch 1.5 x GPUs, micro-batch 1, \
-         one iteration on one switch; fastest of {} runs",
-        repeats.max(1)
-    );
     let mut rows = Vec::new();
-    let mut names = Vec::new();
     for &(gpus, fidelity) in configurations {
         anyhow::ensure!(
             gpus > 0 && gpus % 128 == 0,
@@ -98,20 +101,85 @@ pub fn strategies(configurations: &[(u32, Fidelity)], repeats: u32) -> anyhow::R
         scenario.parallelism.data = gpus / 128;
         scenario.global_batch = 12 * u64::from(gpus) / 8;
         scenario.network.fidelity = fidelity;
-        rows.push(fastest(&scenario, gpus, repeats)?);
-        names.push(fidelity.name());
+        rows.push(Measurement { fidelity: Some(fidelity), ..fastest(&scenario, gpus, repeats)? });
     }
-    table(&mut out, "fidelity", &rows);
+    Ok(rows)
+}
+
+/// The GPT-3 table of [`strategies`]' measurements, with the process's peak memory.
+pub fn strategies_table(rows: &[Measurement], repeats: u32) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "GPT-3 175B, tensor 8 x pipeline 16 x data GPUs/128, global batch 1.5 x GPUs, micro-batch 1, \
+         one iteration on one switch; fastest of {} runs",
+        repeats.max(1)
+    );
+    table(&mut out, "fidelity", rows);
     let mut lines: Vec<String> = out.lines().map(str::to_string).collect();
-    for (line, name) in lines.iter_mut().skip(2).zip(&names) {
-        line.push_str(&format!("   {name}"));
+    for (line, row) in lines.iter_mut().skip(2).zip(rows) {
+        line.push_str(&format!("   {}", row.fidelity.map_or("", Fidelity::name)));
     }
     let mut out = lines.join("\n");
     out.push('\n');
     if let Some(peak) = peak_resident_memory() {
         let _ = writeln!(out, "peak resident memory of this process: {:.0} MB", peak as f64 / 1e6);
     }
-    Ok(out)
+    out
+}
+
+/// One configuration of `parasim bench --json`.
+#[derive(Debug, Serialize)]
+struct MeasurementJson {
+    gpus: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fidelity: Option<&'static str>,
+    ops: usize,
+    events: u64,
+    lowering_s: f64,
+    simulation_s: f64,
+    total_s: f64,
+    events_per_s: f64,
+}
+
+impl From<&Measurement> for MeasurementJson {
+    fn from(row: &Measurement) -> MeasurementJson {
+        let simulation = row.simulation.as_secs_f64();
+        MeasurementJson {
+            gpus: row.gpus,
+            fidelity: row.fidelity.map(Fidelity::name),
+            ops: row.ops,
+            events: row.events,
+            lowering_s: row.lowering.as_secs_f64(),
+            simulation_s: simulation,
+            total_s: (row.lowering + row.simulation).as_secs_f64(),
+            events_per_s: row.events as f64 / simulation.max(1e-9),
+        }
+    }
+}
+
+/// `parasim bench --json`: both tables (wall-clock figures: they vary from run to run).
+#[derive(Debug, Serialize)]
+struct BenchJson {
+    /// Runs per configuration; the fastest is reported.
+    repeats: u32,
+    /// ResNet-50 data parallel, analytical network, one iteration.
+    quickstart: Vec<MeasurementJson>,
+    /// GPT-3 175B, tensor 8 x pipeline 16, one iteration on one switch.
+    gpt3_175b: Vec<MeasurementJson>,
+    /// Peak resident memory of the process (Linux), in bytes.
+    peak_resident_memory_bytes: Option<u64>,
+}
+
+/// Both benchmarks' results as JSON.
+pub fn json(quickstart: &[Measurement], gpt3: &[Measurement], repeats: u32) -> anyhow::Result<String> {
+    let report = BenchJson {
+        repeats: repeats.max(1),
+        quickstart: quickstart.iter().map(MeasurementJson::from).collect(),
+        gpt3_175b: gpt3.iter().map(MeasurementJson::from).collect(),
+        peak_resident_memory_bytes: peak_resident_memory(),
+    };
+    Ok(serde_json::to_string_pretty(&report).context("writing JSON")? + "\n")
 }
 
 /// The process's peak resident set size in bytes (Linux: `VmHWM` in /proc/self/status).

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
+use serde::Serialize;
 use sim_core::fidelity::NetworkSettings;
 use sim_core::graph::{CollectiveAlgorithm, CollectiveKind};
 use sim_core::units::{Bytes, SimDuration};
@@ -40,6 +41,8 @@ pub struct Options<'a> {
     pub gpus_per_process: Option<u32>,
     /// Write an SVG plot of simulated (and measured) bus bandwidth against size here.
     pub plot: Option<&'a Path>,
+    /// Return JSON instead of the nccl-tests table (the wall time goes to stderr).
+    pub json: bool,
     /// The host time nccl-tests spends launching one collective on one GPU (`ncclAllReduce`
     /// and the kernel launch). nccl-tests times a loop of back-to-back iterations, so a
     /// process that drives `g` GPUs from one thread (`-g g`) cannot report less than `g`
@@ -48,6 +51,51 @@ pub struct Options<'a> {
     /// (../shared/data/nccl-tests/echo-azure-a100: 4.47 us with one GPU, 8.6 with two, 16.3
     /// with four, 31.0 with eight, all in one process), so those floors do not validate it.
     pub host_launch: SimDuration,
+}
+
+/// One size of `parasim collective --json`.
+#[derive(Debug, Serialize)]
+struct SizeJson {
+    bytes: u64,
+    /// Elements of the element type.
+    count: u64,
+    time_s: f64,
+    /// Bytes / time.
+    algorithm_bandwidth_bytes_per_s: f64,
+    /// nccl-tests' bus bandwidth.
+    bus_bandwidth_bytes_per_s: f64,
+    /// What ran: `algorithm/protocol`.
+    algorithm: String,
+    /// With --compare: the measured time at this size, if the output has it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    measured_time_s: Option<f64>,
+    /// With --compare: (simulated - measured) / measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<f64>,
+}
+
+/// `parasim collective --json`: the header, every size, and the averages of the table.
+#[derive(Debug, Serialize)]
+struct CollectiveJson {
+    collective: String,
+    ranks: u32,
+    gpus: u32,
+    device: String,
+    nodes: u32,
+    gpus_per_node: u32,
+    fidelity: String,
+    algorithm: String,
+    protocol: String,
+    launch_s: f64,
+    gpus_per_process: u32,
+    datatype: String,
+    redop: String,
+    root: i32,
+    sizes: Vec<SizeJson>,
+    average_bus_bandwidth_bytes_per_s: f64,
+    /// With --compare: the mean |error| over the sizes measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mean_absolute_error: Option<f64>,
 }
 
 /// The nccl-tests output to compare with (both column layouts, MPI-tagged lines too).
@@ -165,6 +213,7 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
         "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)"
     );
     let mut errors = Vec::new();
+    let mut sizes = Vec::new();
     // (size, simulated busbw, measured busbw) for the plot.
     let mut points: Vec<(u64, f64, Option<f64>)> = Vec::new();
     let started = Instant::now();
@@ -180,6 +229,17 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
             point.busbw,
             measured.as_ref().and_then(|m| m.rows.get(&bytes)).map(|row| row.busbw),
         ));
+        let real_us = measured.as_ref().and_then(|m| m.rows.get(&bytes)).map(|row| row.time_us);
+        sizes.push(SizeJson {
+            bytes,
+            count: bytes / element,
+            time_s: point.seconds,
+            algorithm_bandwidth_bytes_per_s: point.algbw * 1e9,
+            bus_bandwidth_bytes_per_s: point.busbw * 1e9,
+            algorithm: point.chosen.clone(),
+            measured_time_s: real_us.map(|us| us * 1e-6),
+            error: real_us.map(|us| (point.seconds * 1e6 - us) / us),
+        });
         let comparison = match measured.as_ref().map(|m| m.rows.get(&bytes).map(|row| row.time_us)) {
             Some(Some(real)) => {
                 let error = (point.seconds * 1e6 - real) / real;
@@ -218,11 +278,13 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
             100.0 * (1.0 - mean)
         );
     }
-    let _ = writeln!(
-        out,
-        "# simulated {rows} sizes in {:.1} ms of wall time",
-        started.elapsed().as_secs_f64() * 1e3
-    );
+    let wall =
+        format!("# simulated {rows} sizes in {:.1} ms of wall time", started.elapsed().as_secs_f64() * 1e3);
+    if options.json {
+        eprintln!("{}", wall.trim_start_matches("# "));
+    } else {
+        let _ = writeln!(out, "{wall}");
+    }
     if let Some(path) = options.plot {
         let title = format!(
             "allreduce, {ranks} x {} ({} per server): simulated{}",
@@ -231,6 +293,29 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
             if measured.is_some() { " and measured" } else { "" }
         );
         fs_err::write(path, plot_svg(&title, &points)).context("writing the plot")?;
+    }
+    if options.json {
+        let report = CollectiveJson {
+            collective: kind.name().to_string(),
+            ranks,
+            gpus: bench.gpus(),
+            device: cluster.device.display_name.clone(),
+            nodes: cluster.spec.nodes,
+            gpus_per_node: cluster.spec.gpus_per_node,
+            fidelity: network.fidelity.name().to_string(),
+            algorithm: algorithm.name().to_string(),
+            protocol: network.protocols.to_string(),
+            launch_s: network.collective_launch.as_secs_f64(),
+            gpus_per_process,
+            datatype: options.dtype.to_string(),
+            redop: redop.to_string(),
+            root: if root == "0" { 0 } else { -1 },
+            sizes,
+            average_bus_bandwidth_bytes_per_s: bus_sum / f64::from(rows.max(1)) * 1e9,
+            mean_absolute_error: (!errors.is_empty())
+                .then(|| errors.iter().sum::<f64>() / errors.len() as f64),
+        };
+        return Ok(serde_json::to_string_pretty(&report).context("writing JSON")? + "\n");
     }
     Ok(out)
 }

@@ -5,8 +5,10 @@ mod bench;
 mod calibrate_cmd;
 mod collective_cmd;
 mod compare_cmd;
+mod layers_csv;
 mod models;
 mod plan_cmd;
+mod plot_cmd;
 mod report;
 mod sweep_cmd;
 mod topo;
@@ -43,6 +45,14 @@ enum Command {
         /// Also write the simulated timeline as a Chrome trace (open it in Perfetto).
         #[arg(long, value_name = "FILE")]
         trace: Option<PathBuf>,
+        /// Also write a per-layer breakdown as CSV: one row per layer and pass (forward,
+        /// backward-data, backward-weight, recompute) per pipeline stage, with FLOPs and kernel
+        /// time, and the optimizer step.
+        #[arg(long, value_name = "FILE.csv")]
+        csv: Option<PathBuf>,
+        /// Also write the gradient buckets as CSV: stage, collective, bytes, layers.
+        #[arg(long, value_name = "FILE.csv")]
+        buckets_csv: Option<PathBuf>,
     },
     /// Replay real PyTorch profiler (Kineto) traces on a cluster and compare simulated with
     /// measured iteration and collective times (docs/traces.md).
@@ -135,6 +145,9 @@ enum Command {
     /// rest cheapest bound first, print the best and why (`parasim plan --model gpt3-175b
     /// --cluster scenarios/gpt3-175b-1024.toml`)
     Plan(plan_cmd::PlanArgs),
+    /// Draw a chart of a sweep's CSV (scaling curves, stacked time breakdowns, heatmaps) or of
+    /// `parasim validate --csv` (simulated against measured), as SVG or PNG.
+    Plot(plot_cmd::PlotCli),
     /// Trace file utilities.
     #[command(subcommand)]
     Trace(TraceCommand),
@@ -147,9 +160,12 @@ enum Command {
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
         repeats: u32,
         /// Also time GPT-3 175B (tensor 8 x pipeline 16) at these GPU counts (multiples of
-        /// 128): `flow` at 1024 GPUs and less, `analytical` above.
-        #[arg(long, value_delimiter = ',', default_value = "1024,16384")]
+        /// 128): `flow` at 1024 GPUs and less, `analytical` above. With no value, skips it.
+        #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "1024,16384")]
         strategy_gpus: Vec<u32>,
+        /// Print the measurements as JSON (seconds, events per second).
+        #[arg(long)]
+        json: bool,
     },
     /// Time one collective over a range of sizes, printed like nccl-tests
     /// (`parasim collective allreduce --cluster SCENARIO --ranks 16 -b 8 -e 8G -f 2`).
@@ -207,6 +223,9 @@ enum Command {
         /// --compare) to this file.
         #[arg(long)]
         plot: Option<PathBuf>,
+        /// Print the sizes as JSON (seconds, bytes/s) instead of the nccl-tests table.
+        #[arg(long)]
+        json: bool,
     },
     /// Run the validation suite (data/validation/): every published measurement as a case,
     /// simulated in parallel, with accuracy per case, per family and overall
@@ -220,9 +239,16 @@ enum Command {
         /// Also write the graph in Graphviz format to this file.
         #[arg(long)]
         dot: Option<PathBuf>,
+        /// Print the description as JSON (numbers in SI base units: bytes/s, seconds).
+        #[arg(long)]
+        json: bool,
     },
     /// List the model zoo: name, family, parameters, forward GFLOPs per sample, input shape.
-    Models,
+    Models {
+        /// Print the list as JSON (FLOPs, not GFLOPs).
+        #[arg(long)]
+        json: bool,
+    },
     /// Show one model layer by layer: output shapes, parameters, FLOPs, activations, totals.
     Inspect {
         /// A zoo model (`parasim models` lists them) or the path of a model file.
@@ -230,6 +256,9 @@ enum Command {
         /// Samples the FLOP and activation columns are computed for.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1 << 30))]
         batch: u64,
+        /// Print the layers and totals as JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -284,7 +313,7 @@ fn message(error: &anyhow::Error) -> String {
 
 fn execute(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Run { scenario, json, trace } => {
+        Command::Run { scenario, json, trace, csv, buckets_csv } => {
             let scenario = match scenario {
                 Some(path) => Scenario::load(&path)?,
                 None => {
@@ -300,6 +329,9 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             }
             if let Some(path) = &trace {
                 trace_cmd::export_run(&outcome, path)?;
+            }
+            if csv.is_some() || buckets_csv.is_some() {
+                layers_csv::write(&scenario, csv.as_deref(), buckets_csv.as_deref())?;
             }
             let mut stdout = std::io::stdout().lock();
             if json {
@@ -344,30 +376,38 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             std::io::stdout().lock().write_all(text.as_bytes()).context("writing the plan")?;
             Ok(())
         }
+        Command::Plot(args) => plot_cmd::plot(args),
         Command::Trace(TraceCommand::Convert { mut paths }) => {
             let output = paths.pop().context("no output path")?;
             let text = trace_cmd::convert(&paths, &output)?;
             std::io::stdout().lock().write_all(text.as_bytes()).context("writing the report")?;
             Ok(())
         }
-        Command::Bench { gpus, repeats, strategy_gpus } => {
-            let mut table = bench::run(&gpus, repeats)?;
-            if !strategy_gpus.is_empty() {
-                let configurations: Vec<(u32, sim_core::fidelity::Fidelity)> = strategy_gpus
-                    .iter()
-                    .map(|&g| {
-                        let fidelity = if g <= 1024 {
-                            sim_core::fidelity::Fidelity::Flow
-                        } else {
-                            sim_core::fidelity::Fidelity::Analytical
-                        };
-                        (g, fidelity)
-                    })
-                    .collect();
-                table.push('\n');
-                table.push_str(&bench::strategies(&configurations, repeats)?);
-            }
-            std::io::stdout().lock().write_all(table.as_bytes()).context("writing the table")?;
+        Command::Bench { gpus, repeats, strategy_gpus, json } => {
+            let quickstart = bench::run(&gpus, repeats)?;
+            let configurations: Vec<(u32, sim_core::fidelity::Fidelity)> = strategy_gpus
+                .iter()
+                .map(|&g| {
+                    let fidelity = if g <= 1024 {
+                        sim_core::fidelity::Fidelity::Flow
+                    } else {
+                        sim_core::fidelity::Fidelity::Analytical
+                    };
+                    (g, fidelity)
+                })
+                .collect();
+            let gpt3 = bench::strategies(&configurations, repeats)?;
+            let text = if json {
+                bench::json(&quickstart, &gpt3, repeats)?
+            } else {
+                let mut table = bench::run_table(&quickstart, repeats);
+                if !gpt3.is_empty() {
+                    table.push('\n');
+                    table.push_str(&bench::strategies_table(&gpt3, repeats));
+                }
+                table
+            };
+            std::io::stdout().lock().write_all(text.as_bytes()).context("writing the table")?;
             Ok(())
         }
         Command::Collective {
@@ -387,6 +427,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             gpus_per_process,
             host_launch,
             plot,
+            json,
         } => {
             let protocols: sim_core::protocol::ProtocolChoice =
                 protocol.parse().map_err(anyhow::Error::msg).context("--protocol")?;
@@ -407,6 +448,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                 gpus_per_process,
                 host_launch,
                 plot: plot.as_deref(),
+                json,
             };
             let table = collective_cmd::benchmark(&options)?;
             std::io::stdout().lock().write_all(table.as_bytes()).context("writing the table")?;
@@ -417,18 +459,18 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             std::io::stdout().lock().write_all(text.as_bytes()).context("writing the report")?;
             Ok(())
         }
-        Command::Topo { scenario, dot } => {
-            let text = topo::describe(&scenario, dot.as_deref())?;
+        Command::Topo { scenario, dot, json } => {
+            let text = topo::describe(&scenario, dot.as_deref(), json)?;
             std::io::stdout().lock().write_all(text.as_bytes()).context("writing the description")?;
             Ok(())
         }
-        Command::Models => {
-            let table = models::list()?;
+        Command::Models { json } => {
+            let table = models::list(json)?;
             std::io::stdout().lock().write_all(table.as_bytes()).context("writing the table")?;
             Ok(())
         }
-        Command::Inspect { model, batch } => {
-            let table = models::inspect(&model, batch)?;
+        Command::Inspect { model, batch, json } => {
+            let table = models::inspect(&model, batch, json)?;
             std::io::stdout().lock().write_all(table.as_bytes()).context("writing the table")?;
             Ok(())
         }

@@ -5,14 +5,73 @@ use std::fmt::Write;
 use std::path::Path;
 
 use anyhow::Context;
+use serde::Serialize;
 use workloads::{Model, zoo};
+
+/// One zoo model, for `parasim models --json`.
+#[derive(Debug, Serialize)]
+struct ZooEntryJson {
+    name: String,
+    family: String,
+    parameters: u64,
+    /// Forward pass, one sample.
+    forward_flops_per_sample: f64,
+    /// Per sample, e.g. `[3, 224, 224]`.
+    input_shape: Vec<u64>,
+    description: String,
+}
+
+/// One layer, for `parasim inspect --json`.
+#[derive(Debug, Serialize)]
+struct LayerJson {
+    index: usize,
+    name: String,
+    kind: String,
+    /// Per sample.
+    output_shape: Vec<u64>,
+    parameters: u64,
+    /// Forward pass, for the batch.
+    forward_flops: f64,
+    /// Elements saved for the backward pass, for the batch.
+    activation_elements: f64,
+}
+
+/// `parasim inspect --json`: the layers and the totals of the text report.
+#[derive(Debug, Serialize)]
+struct InspectJson {
+    model: String,
+    family: String,
+    description: String,
+    batch: u64,
+    input_shape: Vec<u64>,
+    output_shape: Vec<u64>,
+    layers: Vec<LayerJson>,
+    parameters: u64,
+    forward_flops_per_sample: f64,
+    forward_flops: f64,
+    /// Forward + backward-data + backward-weight, for the batch.
+    training_flops: f64,
+    macs_per_sample: f64,
+    activation_elements: f64,
+    /// The activations in fp16 (a sum over layers, so an upper bound).
+    activation_bytes_fp16: f64,
+}
 
 /// The zoo as a table: name, family, parameters, forward GFLOPs per sample, input shape and
 /// description, one model per line, in catalog order.
-pub fn list() -> anyhow::Result<String> {
+pub fn list(json: bool) -> anyhow::Result<String> {
     let mut rows = Vec::with_capacity(zoo::NAMES.len());
+    let mut entries = Vec::with_capacity(zoo::NAMES.len());
     for name in zoo::NAMES {
         let model = zoo::by_name(name).with_context(|| format!("building zoo model {name}"))?;
+        entries.push(ZooEntryJson {
+            name: model.name.clone(),
+            family: model.family.clone(),
+            parameters: model.parameters(),
+            forward_flops_per_sample: model.forward_flops_per_sample(),
+            input_shape: model.input.0.clone(),
+            description: model.description.clone(),
+        });
         rows.push([
             model.name.clone(),
             model.family.clone(),
@@ -21,6 +80,9 @@ pub fn list() -> anyhow::Result<String> {
             model.input.to_string(),
             model.description.clone(),
         ]);
+    }
+    if json {
+        return Ok(serde_json::to_string_pretty(&entries).context("writing JSON")? + "\n");
     }
     let mut out =
         table(&["model", "family", "parameters", "GFLOP/sample", "input", "description"], &rows, &[2, 3]);
@@ -34,10 +96,48 @@ pub fn list() -> anyhow::Result<String> {
 
 /// One model layer by layer: name, kind, output shape, parameters, forward FLOPs and saved
 /// activations for `batch` samples, then totals.
-pub fn inspect(model: &str, batch: u64) -> anyhow::Result<String> {
+pub fn inspect(model: &str, batch: u64, json: bool) -> anyhow::Result<String> {
     anyhow::ensure!(batch > 0, "--batch must be at least 1");
     let model = load(model, Path::new("."))?;
+    if json {
+        return Ok(serde_json::to_string_pretty(&inspect_json(&model, batch)).context("writing JSON")? + "\n");
+    }
     Ok(render(&model, batch))
+}
+
+fn inspect_json(model: &Model, batch: u64) -> InspectJson {
+    let b = batch as f64;
+    let layers = model
+        .layers
+        .iter()
+        .enumerate()
+        .map(|(index, layer)| LayerJson {
+            index,
+            name: layer.name.clone(),
+            kind: layer.kind.name().to_string(),
+            output_shape: layer.output.0.clone(),
+            parameters: layer.cost.params,
+            forward_flops: layer.cost.forward_flops * b,
+            activation_elements: layer.cost.activation_elements as f64 * b,
+        })
+        .collect();
+    let activations = model.activation_elements_per_sample() as f64 * b;
+    InspectJson {
+        model: model.name.clone(),
+        family: model.family.clone(),
+        description: model.description.clone(),
+        batch,
+        input_shape: model.input.0.clone(),
+        output_shape: model.output().0.clone(),
+        layers,
+        parameters: model.parameters(),
+        forward_flops_per_sample: model.forward_flops_per_sample(),
+        forward_flops: model.forward_flops_per_sample() * b,
+        training_flops: model.training_flops_per_sample() * b,
+        macs_per_sample: model.macs_per_sample(),
+        activation_elements: activations,
+        activation_bytes_fp16: 2.0 * activations,
+    }
 }
 
 /// A zoo model by name, or a model file by path relative to `base`
@@ -215,7 +315,7 @@ mod tests {
 
     #[test]
     fn the_zoo_lists_every_model() {
-        let text = list().unwrap();
+        let text = list(false).unwrap();
         for name in zoo::NAMES {
             assert!(
                 text.lines().any(|line| line.starts_with(&format!("{name} "))),
@@ -229,7 +329,7 @@ mod tests {
     #[test]
     fn every_zoo_model_can_be_inspected() {
         for name in zoo::NAMES {
-            let text = inspect(name, 2).unwrap();
+            let text = inspect(name, 2, false).unwrap();
             let model = zoo::by_name(name).unwrap();
             // Models serialize (for a future `--json`).
             assert!(serde_json::to_string(&model).is_ok(), "{name}");
@@ -240,12 +340,12 @@ mod tests {
 
     #[test]
     fn inspect_prints_every_layer_and_the_totals() {
-        let text = inspect("resnet50", 32).unwrap();
+        let text = inspect("resnet50", 32, false).unwrap();
         assert!(text.contains("layer4.2.relu3") && text.contains("2048x7x7"), "{text}");
         assert!(text.contains("parameters    25,557,032"), "{text}");
         assert!(text.contains("batch 32"), "{text}");
-        assert!(inspect("resnet50", 0).is_err());
-        let error = format!("{:#}", inspect("resnet51", 1).unwrap_err());
+        assert!(inspect("resnet50", 0, false).is_err());
+        let error = format!("{:#}", inspect("resnet51", 1, false).unwrap_err());
         assert!(error.contains("known models"), "{error}");
     }
 }

@@ -44,8 +44,9 @@ pub struct ValidateArgs {
     /// Also show every point of multi-point cases (nccl-tests sizes, DeepBench kernels).
     #[arg(long)]
     pub points: bool,
-    /// Write an SVG plot of simulated against measured (log-log) to this file.
-    #[arg(long, value_name = "FILE.svg")]
+    /// Write a plot of simulated against measured (log-log), every point of every case, to
+    /// this file (SVG or PNG by its extension; the same chart as `parasim plot accuracy`).
+    #[arg(long, value_name = "FILE.svg|FILE.png")]
     pub plot: Option<PathBuf>,
     /// Exit with status 1 if a family's mean or a case falls below its recorded floor
     /// (data/validation/bounds.toml).
@@ -112,6 +113,7 @@ fn shared_dir(args: &ValidateArgs, suite: &Path) -> PathBuf {
 
 /// Runs the command; returns what to print on stdout.
 pub fn validate(args: &ValidateArgs) -> anyhow::Result<String> {
+    let plot_format = args.plot.as_deref().map(plot::Format::of_path).transpose()?;
     let dir = suite_dir(args);
     let families = load_suite(&dir)?;
     let selection = args.selection();
@@ -201,8 +203,13 @@ pub fn validate(args: &ValidateArgs) -> anyhow::Result<String> {
     } else {
         report.text(args.points)
     };
-    if let Some(path) = &args.plot {
-        fs_err::write(path, validation::plot::svg(&report)).context("writing the plot")?;
+    if let (Some(path), Some(format)) = (&args.plot, plot_format) {
+        crate::plot_cmd::write_chart(
+            &accuracy_chart(&report)?,
+            format,
+            plot::Size { width: 1100, height: 760 },
+            path,
+        )?;
         eprintln!("plot          {}", path.display());
     }
     let bounds_path = dir.join("bounds.toml");
@@ -229,6 +236,26 @@ pub fn validate(args: &ValidateArgs) -> anyhow::Result<String> {
         }
     }
     Ok(out)
+}
+
+/// The accuracy scatter of `report`: its CSV with every point, drawn as `parasim plot
+/// accuracy` draws it, with each family's mean accuracy over its cases in the legend.
+fn accuracy_chart(report: &validation::report::Report) -> anyhow::Result<plot::Chart> {
+    let table = plot::table::Table::parse(&report.csv(true), "the validation report")?;
+    let mut scatter = plot::scatter::Scatter::from_table(&table, None)?;
+    let points: usize = scatter.groups.iter().map(|g| g.points.len()).sum();
+    scatter.title = Some(format!(
+        "parasim validate: simulated against measured ({points} points, each in its family's unit)"
+    ));
+    for group in &mut scatter.groups {
+        if let Some(family) = report.families.iter().find(|f| f.id == group.name)
+            && let Some(mean) = family.stats.mean
+        {
+            let unit = report.cases.iter().find(|c| c.family == group.name).map_or("", |c| c.unit.as_str());
+            group.label = format!("{}, {unit} ({:.1}%)", group.name, 100.0 * mean);
+        }
+    }
+    Ok(plot::Chart::Scatter(scatter))
 }
 
 /// The markers around the generated part of a Markdown file.

@@ -119,6 +119,8 @@ struct CatalogEntry {
     empty: bool,
     /// `bad.pstrace` is a JSON file pretending to be a binary trace.
     fake_pstrace: bool,
+    /// The text of `bad.csv`, if any.
+    csv: Option<String>,
     message: String,
 }
 
@@ -160,6 +162,7 @@ fn catalog() -> Vec<CatalogEntry> {
             append: ticked(spec, "append ").map(unescape),
             empty: spec.contains(" ; empty"),
             fake_pstrace: spec.contains("fake-pstrace"),
+            csv: ticked(spec, "; csv ").map(unescape),
             message: block[1..].join("\n"),
         });
     }
@@ -179,6 +182,9 @@ fn the_error_catalog_is_what_the_binary_says() {
         fs_err::create_dir_all(&dir).unwrap();
         if entry.fake_pstrace {
             fs_err::write(dir.join("bad.pstrace"), "{}").unwrap();
+        }
+        if let Some(csv) = &entry.csv {
+            fs_err::write(dir.join("bad.csv"), csv).unwrap();
         }
         if let Some(base) = &entry.base {
             let mut text = fs_err::read_to_string(root.join(base)).unwrap();

@@ -275,5 +275,5 @@ fn the_plot_has_a_dot_per_point() {
     let svg = fs_err::read_to_string(&plot).unwrap();
     // Six replays ran: six dots, plus the legend's one.
     assert_eq!(svg.matches("<circle").count(), 6 + 1, "{svg}");
-    assert!(svg.contains("within 10%") && svg.starts_with("<svg"));
+    assert!(svg.contains("within ±10%") && svg.starts_with("<svg"));
 }

@@ -2,8 +2,8 @@
 //! (`data/validation/`) that `parasim validate` runs, the replay of real traces behind
 //! `parasim replay`, and the trace-against-scenario view of `parasim compare`.
 //!
-//! - [`case`], [`suite`], [`run`], [`report`], [`bounds`], [`plot`]: the suite, from its data
-//!   files to the table, the plot and the ratchet.
+//! - [`case`], [`suite`], [`run`], [`report`], [`bounds`]: the suite, from its data
+//!   files to the table and the ratchet (the binary draws the plot with the `plot` crate).
 //! - [`replay`]: a real trace replayed on a cluster, against its measurement.
 //! - [`compare`]: a scenario's simulated strategy against a real multi-rank profiler trace of
 //!   the same job: iteration time, GPU time per kernel class and NCCL time per collective
@@ -25,7 +25,6 @@
 pub mod bounds;
 pub mod case;
 pub mod compare;
-pub mod plot;
 pub mod replay;
 pub mod report;
 pub mod run;

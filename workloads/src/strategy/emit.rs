@@ -18,6 +18,8 @@
 //! last micro-batch, the gradient bucket the layer closes. After the schedule: the optimizer
 //! step on the rank's parameters, then (ZeRO stages 1 and 2) the parameter allgather.
 
+pub mod kernel_table;
+
 use std::collections::HashMap;
 use std::ops::Range;
 

@@ -38,6 +38,7 @@ use crate::model::Model;
 use crate::optimizer::Optimizer;
 
 pub use cnn::{CnnSplit, SpatialDims};
+pub use emit::kernel_table::{BucketRow, KernelRow, KernelTable, RowPass};
 pub use layout::{Axis, Coordinates, RankLayout, RankOrder};
 pub use pipeline::{Action, PipelineSchedule};
 pub use shard::{Comm, GroupKind, LocalLayer, Role, ShardError, Split};

@@ -1,0 +1,245 @@
+//! A CSV table as `parasim sweep` and `parasim validate --csv` write it: optional `#` comment
+//! lines (the sweep's header), a line of column names, then rows. Quoted fields may hold
+//! commas, doubled quotes and line breaks (RFC 4180).
+//!
+//! Rows whose `status` column is anything but `ok` (a sweep's `failed`, `skipped`,
+//! `does-not-fit`; a validation case's `pending`, `failed`) are set aside and counted
+//! ([`Table::skipped`]): they have no results, and a chart must not draw them as zeros.
+
+use std::fmt;
+
+use crate::PlotError;
+
+/// One row: its cells and the line of the file it starts on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    /// 1-based line number in the file.
+    pub line: usize,
+    /// The cells, one per column.
+    pub cells: Vec<String>,
+}
+
+/// Rows left out, counted by status in order of first appearance.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Skipped(pub Vec<(String, usize)>);
+
+impl Skipped {
+    /// No row was left out.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// How many rows were left out.
+    pub fn total(&self) -> usize {
+        self.0.iter().map(|(_, n)| n).sum()
+    }
+
+    fn add(&mut self, status: &str) {
+        match self.0.iter_mut().find(|(s, _)| s == status) {
+            Some((_, n)) => *n += 1,
+            None => self.0.push((status.to_string(), 1)),
+        }
+    }
+}
+
+impl fmt::Display for Skipped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self
+            .0
+            .iter()
+            .map(|(status, n)| format!("{n} {}", if status.is_empty() { "without a status" } else { status }))
+            .collect();
+        f.write_str(&parts.join(", "))
+    }
+}
+
+/// A parsed CSV file: its columns and its rows with status `ok` (or every row when it has no
+/// `status` column).
+#[derive(Debug, Clone)]
+pub struct Table {
+    /// The file's name, as errors print it.
+    pub file: String,
+    /// The column names.
+    pub columns: Vec<String>,
+    /// The rows kept.
+    pub rows: Vec<Row>,
+    skipped: Skipped,
+}
+
+impl Table {
+    /// Parses CSV `text` read from `file` (the name errors print).
+    pub fn parse(text: &str, file: &str) -> Result<Table, PlotError> {
+        let records = records(text, file)?;
+        let mut records =
+            records.into_iter().filter(|(_, cells)| !(cells.len() == 1 && cells[0].trim().is_empty()));
+        let Some((_, columns)) = records.next() else {
+            return Err(PlotError::Csv {
+                file: file.to_string(),
+                line: 1,
+                message: "the file has no line of column names".into(),
+            });
+        };
+        let status = columns.iter().position(|c| c == "status");
+        let mut rows = Vec::new();
+        let mut skipped = Skipped::default();
+        for (line, cells) in records {
+            if cells.len() != columns.len() {
+                return Err(PlotError::Csv {
+                    file: file.to_string(),
+                    line,
+                    message: format!("{} fields, but the header has {} columns", cells.len(), columns.len()),
+                });
+            }
+            match status.map(|s| cells[s].as_str()) {
+                Some(status) if status != "ok" => skipped.add(status),
+                _ => rows.push(Row { line, cells }),
+            }
+        }
+        Ok(Table { file: file.to_string(), columns, rows, skipped })
+    }
+
+    /// The rows left out because their status is not `ok`.
+    pub fn skipped(&self) -> &Skipped {
+        &self.skipped
+    }
+
+    /// The index of column `name`.
+    pub fn column(&self, name: &str) -> Result<usize, PlotError> {
+        self.column_or(name, "")
+    }
+
+    /// The index of column `name`; `hint` (e.g. " (written by parasim sweep)") goes into the
+    /// error when it is missing.
+    pub fn column_or(&self, name: &str, hint: &str) -> Result<usize, PlotError> {
+        self.columns.iter().position(|c| c == name).ok_or_else(|| PlotError::MissingColumn {
+            file: self.file.clone(),
+            column: name.to_string(),
+            hint: hint.to_string(),
+            available: self.columns.clone(),
+        })
+    }
+
+    /// Row `row`'s cell of column `column` as a number.
+    pub fn number(&self, row: &Row, column: usize) -> Result<f64, PlotError> {
+        let text = row.cells[column].trim();
+        text.parse::<f64>().ok().filter(|v| v.is_finite()).ok_or_else(|| PlotError::NotANumber {
+            file: self.file.clone(),
+            line: row.line,
+            column: self.columns[column].clone(),
+            value: text.to_string(),
+        })
+    }
+
+    /// An error if no row is left to plot.
+    pub fn require_rows(&self) -> Result<(), PlotError> {
+        if self.rows.is_empty() {
+            return Err(PlotError::NoData { file: self.file.clone(), skipped: self.skipped.to_string() });
+        }
+        Ok(())
+    }
+}
+
+/// Every record of `text` with the line it starts on.
+fn records(text: &str, file: &str) -> Result<Vec<(usize, Vec<String>)>, PlotError> {
+    let mut out = Vec::new();
+    let mut line = 1;
+    let mut start_line = 1;
+    let mut fields = Vec::new();
+    let mut field = String::new();
+    let mut quoted = false;
+    let mut was_quoted = false;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        // A line that starts with an unquoted `#` is a comment (the sweep's header; writers
+        // quote a field that starts with `#`).
+        if c == '#' && !quoted && field.is_empty() && fields.is_empty() && !was_quoted {
+            for c in chars.by_ref() {
+                if c == '\n' {
+                    break;
+                }
+            }
+            line += 1;
+            start_line = line;
+            continue;
+        }
+        match (quoted, c) {
+            (true, '"') if chars.peek() == Some(&'"') => {
+                chars.next();
+                field.push('"');
+            }
+            (true, '"') => quoted = false,
+            (true, c) => {
+                if c == '\n' {
+                    line += 1;
+                }
+                field.push(c);
+            }
+            (false, '"') if field.is_empty() && !was_quoted => {
+                quoted = true;
+                was_quoted = true;
+            }
+            (false, ',') => {
+                fields.push(std::mem::take(&mut field));
+                was_quoted = false;
+            }
+            (false, '\r') if chars.peek() == Some(&'\n') => {}
+            (false, '\n') => {
+                fields.push(std::mem::take(&mut field));
+                out.push((start_line, std::mem::take(&mut fields)));
+                was_quoted = false;
+                line += 1;
+                start_line = line;
+            }
+            (false, c) => field.push(c),
+        }
+    }
+    if quoted {
+        return Err(PlotError::Csv {
+            file: file.to_string(),
+            line: start_line,
+            message: "a quoted field is not closed".into(),
+        });
+    }
+    if !field.is_empty() || !fields.is_empty() {
+        fields.push(field);
+        out.push((start_line, fields));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn comments_quotes_and_statuses() {
+        let text = "# parasim sweep: configurations=3 fingerprint=0 file=a.toml\n\
+                    index,name,value,status,error\n\
+                    0,\"a, \"\"b\"\"\",1.5,ok,\n\
+                    1,c,,failed,\"two\nlines\"\n\
+                    2,\"#d\",2,ok,\n";
+        let table = Table::parse(text, "t.csv").unwrap();
+        assert_eq!(table.columns.len(), 5);
+        assert_eq!(table.rows.len(), 2);
+        assert_eq!(table.rows[0].cells[1], "a, \"b\"");
+        assert_eq!(table.rows[1].line, 6, "the quoted line break counts");
+        assert_eq!(table.skipped().to_string(), "1 failed");
+        assert_eq!(table.number(&table.rows[0], 2).unwrap(), 1.5);
+        assert_eq!(table.rows[1].cells[1], "#d", "a quoted # is data, not a comment");
+    }
+
+    #[test]
+    fn errors_name_the_file_line_and_column() {
+        let table = Table::parse("x,y\n1,abc\n", "t.csv").unwrap();
+        let error = table.number(&table.rows[0], 1).unwrap_err().to_string();
+        assert_eq!(error, "t.csv: line 2: column `y`: \"abc\" is not a number");
+        let error = table.column("z").unwrap_err().to_string();
+        assert_eq!(error, "t.csv: no column `z`; the columns are: x, y");
+        let error = Table::parse("x,y\n1\n", "t.csv").unwrap_err().to_string();
+        assert_eq!(error, "t.csv: line 2: 1 fields, but the header has 2 columns");
+        let error = Table::parse("", "t.csv").unwrap_err().to_string();
+        assert!(error.contains("no line of column names"), "{error}");
+    }
+}

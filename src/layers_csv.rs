@@ -1,0 +1,87 @@
+//! `parasim run --csv` and `--buckets-csv`: the run's per-layer breakdown (every kernel of
+//! every layer, as one rank of each pipeline stage runs it) and its gradient buckets, as CSV.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Context;
+use workloads::scenario::Scenario;
+use workloads::strategy::KernelTable;
+
+/// The columns of the per-layer CSV.
+pub const LAYER_COLUMNS: &str = "stage,chunk,layer,name,kind,pass,runs_per_iteration,flops,kernel_time_s,flops_per_iteration,kernel_time_per_iteration_s";
+/// The columns of the bucket CSV.
+pub const BUCKET_COLUMNS: &str = "stage,chunk,bucket,collective,expert,bytes,layers,first_layer,last_layer";
+
+fn quote(field: &str) -> String {
+    if field.contains([',', '"', '\n']) {
+        format!("\"{}\"", field.replace('"', "\"\""))
+    } else {
+        field.to_string()
+    }
+}
+
+/// The per-layer CSV of `table`.
+pub fn layers(table: &KernelTable) -> String {
+    let mut out = format!("{LAYER_COLUMNS}\n");
+    for row in &table.kernels {
+        let time = row.time.as_secs_f64();
+        let runs = f64::from(row.runs);
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{},{},{},{},{},{},{}",
+            row.stage,
+            row.chunk,
+            row.layer.map_or(String::new(), |l| l.to_string()),
+            quote(&row.name),
+            quote(&row.kind),
+            row.pass.name(),
+            row.runs,
+            row.flops,
+            time,
+            row.flops * runs,
+            time * runs
+        );
+    }
+    out
+}
+
+/// The bucket CSV of `table`; `names` are the model's layer names.
+pub fn buckets(table: &KernelTable, names: &[String]) -> String {
+    let name = |index: Option<&usize>| index.and_then(|&i| names.get(i)).map_or(String::new(), |n| quote(n));
+    let mut out = format!("{BUCKET_COLUMNS}\n");
+    for row in &table.buckets {
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{},{},{},{},{}",
+            row.stage,
+            row.chunk,
+            row.index,
+            row.collective,
+            row.expert,
+            row.bytes.0,
+            row.layers.len(),
+            name(row.layers.first()),
+            name(row.layers.last())
+        );
+    }
+    out
+}
+
+/// Writes the per-layer CSV to `layers_path` and the bucket CSV to `buckets_path` (either may
+/// be absent).
+pub fn write(
+    scenario: &Scenario,
+    layers_path: Option<&Path>,
+    buckets_path: Option<&Path>,
+) -> anyhow::Result<()> {
+    let table = scenario.strategy().kernel_table().context("building the per-layer table")?;
+    if let Some(path) = layers_path {
+        fs_err::write(path, layers(&table)).context("writing the per-layer CSV")?;
+    }
+    if let Some(path) = buckets_path {
+        let names: Vec<String> = scenario.model.layers.iter().map(|l| l.name.clone()).collect();
+        fs_err::write(path, buckets(&table, &names)).context("writing the bucket CSV")?;
+    }
+    Ok(())
+}

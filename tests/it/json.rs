@@ -1,0 +1,159 @@
+//! Machine-readable output: every `--json` parses and has its keys, in SI base units; `run
+//! --csv`'s per-layer FLOPs add up to the run's FLOPs per rank per iteration.
+
+use std::path::Path;
+
+use crate::{QUICKSTART, parasim};
+
+fn json(args: &[&str]) -> serde_json::Value {
+    let output = parasim(args);
+    assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{args:?}: not JSON: {e}"))
+}
+
+fn has_keys(value: &serde_json::Value, keys: &[&str]) {
+    for key in keys {
+        assert!(value.get(key).is_some(), "no {key:?} in {value}");
+    }
+}
+
+#[test]
+fn collective_json_has_every_size_in_si_units() {
+    let value = json(&["collective", "allreduce", "-b", "1K", "-e", "1M", "-f", "32", "--json"]);
+    has_keys(
+        &value,
+        &["collective", "ranks", "gpus", "device", "fidelity", "algorithm", "protocol", "launch_s", "sizes"],
+    );
+    let sizes = value["sizes"].as_array().unwrap();
+    assert_eq!(sizes.len(), 3);
+    for size in sizes {
+        has_keys(
+            size,
+            &[
+                "bytes",
+                "count",
+                "time_s",
+                "algorithm_bandwidth_bytes_per_s",
+                "bus_bandwidth_bytes_per_s",
+                "algorithm",
+            ],
+        );
+        let algbw = size["bytes"].as_f64().unwrap() / size["time_s"].as_f64().unwrap();
+        let reported = size["algorithm_bandwidth_bytes_per_s"].as_f64().unwrap();
+        assert!((algbw - reported).abs() <= 1e-9 * algbw, "{algbw} vs {reported}");
+    }
+    assert_eq!(value["ranks"], 64);
+}
+
+#[test]
+fn topo_models_and_inspect_json() {
+    let topo = json(&["topo", QUICKSTART, "--json"]);
+    has_keys(
+        &topo,
+        &[
+            "gpus",
+            "nodes",
+            "intra_node",
+            "fabric",
+            "routing",
+            "switches",
+            "links",
+            "bisection_bandwidth_bytes_per_s",
+            "diameter_links",
+            "path_lengths",
+        ],
+    );
+    assert_eq!(topo["gpus"], 64);
+    // 32 NICs of 200 Gb/s across the cut: 800 GB/s.
+    assert_eq!(topo["bisection_bandwidth_bytes_per_s"].as_f64(), Some(800e9));
+    assert_eq!(topo["intra_node"]["bandwidth_bytes_per_s"].as_f64(), Some(300e9));
+
+    let models = json(&["models", "--json"]);
+    let resnet = models.as_array().unwrap().iter().find(|m| m["name"] == "resnet50").unwrap();
+    has_keys(resnet, &["family", "parameters", "forward_flops_per_sample", "input_shape", "description"]);
+    assert_eq!(resnet["parameters"], 25_557_032);
+
+    let inspect = json(&["inspect", "resnet50", "--batch", "2", "--json"]);
+    has_keys(
+        &inspect,
+        &["model", "batch", "layers", "parameters", "forward_flops", "training_flops", "activation_elements"],
+    );
+    let layers = inspect["layers"].as_array().unwrap();
+    let parameters: u64 = layers.iter().map(|l| l["parameters"].as_u64().unwrap()).sum();
+    assert_eq!(parameters, 25_557_032);
+    let forward: f64 = layers.iter().map(|l| l["forward_flops"].as_f64().unwrap()).sum();
+    let total = inspect["forward_flops"].as_f64().unwrap();
+    assert!((forward - total).abs() <= 1e-9 * total, "{forward} vs {total}");
+}
+
+#[test]
+fn bench_json_has_both_tables() {
+    let value = json(&["bench", "--gpus", "8", "--strategy-gpus", "--repeats", "1", "--json"]);
+    has_keys(&value, &["repeats", "quickstart", "gpt3_175b", "peak_resident_memory_bytes"]);
+    let row = &value["quickstart"][0];
+    has_keys(row, &["gpus", "ops", "events", "lowering_s", "simulation_s", "total_s", "events_per_s"]);
+    assert_eq!(row["gpus"], 8);
+}
+
+/// The per-layer CSV's FLOPs (recomputation aside), summed per stage and averaged over the
+/// stages, are the run's FLOPs per rank per iteration (achieved FLOP/s x iteration time).
+fn assert_layer_flops_add_up(scenario: &Path, name: &str) {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("json-{name}"));
+    fs_err::create_dir_all(&dir).unwrap();
+    let layers = dir.join("layers.csv");
+    let buckets = dir.join("buckets.csv");
+    let run = json(&[
+        "run",
+        scenario.to_str().unwrap(),
+        "--json",
+        "--csv",
+        layers.to_str().unwrap(),
+        "--buckets-csv",
+        buckets.to_str().unwrap(),
+    ]);
+    let text = fs_err::read_to_string(&layers).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let column = |name: &str| header.iter().position(|c| *c == name).unwrap();
+    let (stage, pass, flops) = (column("stage"), column("pass"), column("flops_per_iteration"));
+    let mut per_stage = std::collections::BTreeMap::<u32, f64>::new();
+    let mut passes = std::collections::BTreeSet::new();
+    for line in lines {
+        let cells: Vec<&str> = line.split(',').collect();
+        assert_eq!(cells.len(), header.len(), "{line}");
+        passes.insert(cells[pass].to_string());
+        if cells[pass] != "recompute" {
+            *per_stage.entry(cells[stage].parse().unwrap()).or_default() +=
+                cells[flops].parse::<f64>().unwrap();
+        }
+    }
+    let stages = run["strategy"]["pipeline"].as_u64().unwrap() as usize;
+    assert_eq!(per_stage.len(), stages, "{name}: a row per stage");
+    let mean = per_stage.values().sum::<f64>() / stages as f64;
+    let reported = run["achieved_tflops_per_device"].as_f64().unwrap()
+        * 1e12
+        * run["iteration_time_s"].as_f64().unwrap();
+    assert!((mean - reported).abs() <= 1e-9 * reported, "{name}: layers {mean} vs run {reported}");
+    for expected in ["forward", "backward-data", "backward-weight", "optimizer"] {
+        assert!(passes.contains(expected), "{name}: no {expected} rows");
+    }
+    let buckets = fs_err::read_to_string(&buckets).unwrap();
+    assert!(
+        buckets.starts_with("stage,chunk,bucket,collective,expert,bytes,layers,first_layer,last_layer\n")
+    );
+    let bytes: u64 =
+        buckets.lines().skip(1).map(|l| l.split(',').nth(5).unwrap().parse::<u64>().unwrap()).sum();
+    assert!(bytes > 0, "{name}: no gradient bytes");
+}
+
+#[test]
+fn run_csv_layer_flops_are_the_runs_flops() {
+    assert_layer_flops_add_up(Path::new(QUICKSTART), "quickstart");
+    // Pipeline parallelism and full recomputation: per-stage rows.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = fs_err::read_to_string(root.join("scenarios/megatron-sc21/gpt-1.7b.toml")).unwrap();
+    assert!(text.contains("pipeline = 1"));
+    let scenario =
+        crate::scenario_file("json-gpt-pipeline.toml", &text.replacen("pipeline = 1", "pipeline = 4", 1));
+    assert_layer_flops_add_up(&scenario, "gpt-pipeline");
+}

@@ -1,0 +1,225 @@
+//! `parasim plot`: every kind draws a valid SVG with its series and axis labels from a real
+//! sweep or validation CSV; PNG output is a PNG of the requested size; rows without results
+//! are left out and counted; `validate --plot` draws the same scatter.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use crate::parasim;
+
+const SCALING: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/sweeps/quickstart-scaling.toml");
+const TP_PP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/sweeps/megatron-1.7b-tp-pp.toml");
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("plot").join(name);
+    let _ = fs_err::remove_dir_all(&dir);
+    fs_err::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn ok(output: Output) -> Output {
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    output
+}
+
+/// Runs a sweep into `dir/name.csv`.
+fn sweep(sweep: &str, dir: &Path, name: &str) -> PathBuf {
+    let csv = dir.join(format!("{name}.csv"));
+    ok(parasim(&["sweep", sweep, "-o", csv.to_str().unwrap()]));
+    csv
+}
+
+/// Runs `parasim plot` and returns the SVG it wrote and its stderr.
+fn plot_svg(args: &[&str], out: &Path) -> (String, String) {
+    let mut all: Vec<&str> = vec!["plot"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["-o", out.to_str().unwrap()]);
+    let output = ok(parasim(&all));
+    let svg = fs_err::read_to_string(out).unwrap();
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"), "not an SVG document: {svg:.200}");
+    (svg, String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+fn assert_contains(text: &str, needles: &[&str]) {
+    for needle in needles {
+        assert!(text.contains(needle), "{needle:?} is not in the picture");
+    }
+}
+
+#[test]
+fn line_bars_and_heatmap_of_a_sweep() {
+    let dir = scratch("sweep");
+    let scaling = sweep(SCALING, &dir, "scaling");
+    let csv = scaling.to_str().unwrap();
+    let (svg, _) = plot_svg(
+        &[
+            "line",
+            csv,
+            "--x",
+            "cluster.gpus",
+            "--y",
+            "samples_per_second",
+            "--series",
+            "cluster.network.link-bandwidth",
+            "--logx=2",
+            "--title",
+            "ResNet-50 scaling",
+        ],
+        &dir.join("line.svg"),
+    );
+    assert_contains(
+        &svg,
+        &["100 Gb/s", "200 Gb/s", "throughput (samples/s)", "cluster GPUs", "ResNet-50 scaling"],
+    );
+    // Powers of two on the log2 axis.
+    for tick in ["8", "16", "32", "64"] {
+        assert!(svg.lines().any(|line| line.trim() == tick), "no x tick {tick}");
+    }
+    // Two series of four points: eight dots.
+    assert_eq!(svg.matches("<circle").count(), 8 + 2, "points plus the legend's markers");
+
+    let (svg, _) = plot_svg(
+        &[
+            "heatmap",
+            csv,
+            "--x",
+            "cluster.nodes",
+            "--y",
+            "cluster.network.link-bandwidth",
+            "--z",
+            "iteration_time_s",
+        ],
+        &dir.join("heatmap.svg"),
+    );
+    assert_contains(
+        &svg,
+        &["cluster nodes", "cluster network link bandwidth", "iteration time (ms)", "28.04"],
+    );
+
+    let tp_pp = sweep(TP_PP, &dir, "tp-pp");
+    let (svg, stderr) = plot_svg(&["bars", tp_pp.to_str().unwrap()], &dir.join("bars.svg"));
+    assert_contains(
+        &svg,
+        &[
+            "compute",
+            "exposed tensor communication",
+            "pipeline bubble",
+            "time per iteration (s)",
+            "tensor 2, pipeline 4, data 4",
+        ],
+    );
+    // The configuration whose data degree is not an integer failed: counted, not drawn.
+    assert!(stderr.contains("1 row(s) left out (1 failed)"), "{stderr}");
+    assert!(!svg.contains("tensor 8, pipeline 8"), "a failed row was drawn");
+    let (svg, _) = plot_svg(
+        &["bars", tp_pp.to_str().unwrap(), "--fraction", "--x", "parallelism.pipeline"],
+        &dir.join("shares.svg"),
+    );
+    assert_contains(&svg, &["share of the iteration (%)", "pipeline 8"]);
+}
+
+#[test]
+fn accuracy_scatter_of_validate_csv_and_validate_plot() {
+    let dir = scratch("accuracy");
+    let output = ok(parasim(&["validate", "--suite", "nccl-tests", "--csv", "--points"]));
+    let csv = dir.join("validate.csv");
+    fs_err::write(&csv, &output.stdout).unwrap();
+    let (svg, _) = plot_svg(&["accuracy", csv.to_str().unwrap()], &dir.join("accuracy.svg"));
+    assert_contains(
+        &svg,
+        &["nccl-tests, s (", "within ±10%", "simulated = measured", "measured (each family"],
+    );
+
+    let png = dir.join("validate.png");
+    ok(parasim(&["validate", "--suite", "nccl-tests", "--plot", png.to_str().unwrap()]));
+    assert_png(&png, 1100, 760);
+    let svg = dir.join("validate.svg");
+    ok(parasim(&["validate", "--suite", "nccl-tests", "--plot", svg.to_str().unwrap()]));
+    assert_contains(
+        &fs_err::read_to_string(&svg).unwrap(),
+        &["parasim validate: simulated against measured", "nccl-tests"],
+    );
+}
+
+fn assert_png(path: &Path, width: u32, height: u32) {
+    let bytes = fs_err::read(path).unwrap();
+    assert_eq!(bytes[..8], [0x89, b'P', b'N', b'G', b'\r', b'\n', 0x1a, b'\n'], "no PNG signature");
+    assert_eq!(&bytes[12..16], b"IHDR");
+    assert_eq!(u32::from_be_bytes(bytes[16..20].try_into().unwrap()), width);
+    assert_eq!(u32::from_be_bytes(bytes[20..24].try_into().unwrap()), height);
+    assert_eq!(&bytes[bytes.len() - 8..bytes.len() - 4], b"IEND");
+}
+
+#[test]
+fn png_has_the_requested_size() {
+    let dir = scratch("png");
+    let csv = dir.join("small.csv");
+    fs_err::write(
+        &csv,
+        "index,cluster.gpus,mfu,status,error\n0,8,0.4,ok,\n1,16,0.38,ok,\n2,32,,does-not-fit,too big\n",
+    )
+    .unwrap();
+    let png = dir.join("small.png");
+    let output = ok(parasim(&[
+        "plot",
+        "line",
+        csv.to_str().unwrap(),
+        "--x",
+        "cluster.gpus",
+        "--y",
+        "mfu",
+        "--width",
+        "640",
+        "--height",
+        "400",
+        "-o",
+        png.to_str().unwrap(),
+    ]));
+    assert_png(&png, 640, 400);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("1 row(s) left out (1 does-not-fit)"), "{stderr}");
+}
+
+#[test]
+fn bad_plots_are_refused_with_what_is_valid() {
+    let dir = scratch("errors");
+    let csv = dir.join("t.csv");
+    fs_err::write(&csv, "index,cluster.gpus,mfu,status,error\n0,8,0.4,ok,\n1,0,0.38,ok,\n").unwrap();
+    let csv = csv.to_str().unwrap();
+    let out = dir.join("x.svg");
+    let out = out.to_str().unwrap();
+    let cases: &[(&[&str], &[&str])] = &[
+        (
+            &["plot", "line", csv, "--x", "gpus", "--y", "mfu", "-o", out],
+            &["t.csv", "no column `gpus`", "cluster.gpus, mfu"],
+        ),
+        (
+            &["plot", "line", csv, "--x", "cluster.gpus", "--y", "status", "-o", out],
+            &["line 2", "column `status`", "\"ok\" is not a number"],
+        ),
+        (
+            &["plot", "line", csv, "--x", "cluster.gpus", "--y", "mfu", "--logx", "-o", out],
+            &["line 3", "cluster.gpus", "logarithmic"],
+        ),
+        (
+            &["plot", "line", csv, "--x", "cluster.gpus", "--y", "mfu", "-o", "x.jpg"],
+            &["x.jpg", ".svg or .png"],
+        ),
+        (&["plot", "bars", csv, "-o", out], &["no column `breakdown.compute_s`", "parasim sweep"]),
+        (&["plot", "accuracy", csv, "-o", out], &["no column `measured`", "validate --csv"]),
+        (
+            &["plot", "line", csv, "--x", "cluster.gpus", "--y", "mfu", "--logx=3", "-o", out],
+            &["write 2 or 10"],
+        ),
+    ];
+    for (args, needles) in cases {
+        let output = parasim(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        for needle in *needles {
+            assert!(stderr.contains(needle), "{args:?}: {needle:?} not in {stderr}");
+        }
+    }
+    assert!(!Path::new("x.jpg").exists());
+}

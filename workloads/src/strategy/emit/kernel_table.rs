@@ -1,0 +1,197 @@
+//! The kernel table of a strategy, for a per-layer breakdown of one run (`parasim run --csv`,
+//! the layer-by-layer view ASTRA-sim's and SimAI's workload files give): every layer's
+//! kernels as one rank of its pipeline stage runs them, recomputation, the optimizer step, and
+//! the gradient buckets. It reads the same plan the emitter lowers, so its FLOPs and kernel
+//! times are the simulated ones.
+
+use sim_core::units::{Bytes, SimDuration};
+
+use super::{Plan, chunks_of_stage};
+use crate::strategy::{Strategy, StrategyError};
+
+/// What a kernel row is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowPass {
+    /// A layer's forward kernel.
+    Forward,
+    /// A layer's input-gradient kernel.
+    BackwardData,
+    /// A layer's weight-gradient kernel.
+    BackwardWeight,
+    /// A forward kernel run again before the backward (activation recomputation).
+    Recompute,
+    /// The optimizer step of the stage's parameters (once per iteration).
+    Optimizer,
+}
+
+impl RowPass {
+    /// `forward`, `backward-data`, `backward-weight`, `recompute`, `optimizer`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RowPass::Forward => "forward",
+            RowPass::BackwardData => "backward-data",
+            RowPass::BackwardWeight => "backward-weight",
+            RowPass::Recompute => "recompute",
+            RowPass::Optimizer => "optimizer",
+        }
+    }
+}
+
+/// One kernel of one rank of a stage.
+#[derive(Debug, Clone)]
+pub struct KernelRow {
+    /// The pipeline stage.
+    pub stage: u32,
+    /// The global pipeline chunk (the stage under non-interleaved schedules).
+    pub chunk: usize,
+    /// The layer's index in the model (`None` for the optimizer step).
+    pub layer: Option<usize>,
+    /// The layer's name, or `optimizer step`.
+    pub name: String,
+    /// The layer's kind (`conv2d`, `linear`, ...), or `optimizer`.
+    pub kind: String,
+    /// Which kernel.
+    pub pass: RowPass,
+    /// Kernel time of one run of it (one micro-batch; the optimizer's: one iteration).
+    pub time: SimDuration,
+    /// FLOPs of one run of it.
+    pub flops: f64,
+    /// Runs per iteration (the micro-batches; 1 for the optimizer step).
+    pub runs: u32,
+}
+
+/// One gradient bucket (or ZeRO-3 unit) of one rank of a stage.
+#[derive(Debug, Clone)]
+pub struct BucketRow {
+    /// The pipeline stage.
+    pub stage: u32,
+    /// The global pipeline chunk.
+    pub chunk: usize,
+    /// The bucket's number within its chunk, in the order they are synchronised.
+    pub index: usize,
+    /// `allreduce` (DDP), `reduce-scatter` (ZeRO-1/2), `gather-scatter` (a ZeRO-3 unit: its
+    /// parameters gathered, its gradients scattered).
+    pub collective: &'static str,
+    /// Expert parameters (synchronised over the expert-data group).
+    pub expert: bool,
+    /// Gradient bytes.
+    pub bytes: Bytes,
+    /// The layers, in the order their gradients become ready (model indexes).
+    pub layers: Vec<usize>,
+}
+
+/// The kernel table of a strategy.
+#[derive(Debug, Clone)]
+pub struct KernelTable {
+    /// Micro-batches per iteration per replica.
+    pub micro_batches: u32,
+    /// Pipeline stages.
+    pub stages: u32,
+    /// Every kernel, stage by stage, layer by layer in model order, forward, backward-data,
+    /// backward-weight, then recomputation and the optimizer step.
+    pub kernels: Vec<KernelRow>,
+    /// Gradient buckets, stage by stage (empty when gradients are not synchronised).
+    pub buckets: Vec<BucketRow>,
+}
+
+impl KernelTable {
+    /// FLOPs one rank of `stage` executes per iteration, recomputation excluded (the run's
+    /// `achieved_tflops_per_device` is the mean of this over stages, per second).
+    pub fn stage_flops(&self, stage: u32) -> f64 {
+        self.kernels
+            .iter()
+            .filter(|k| k.stage == stage && k.pass != RowPass::Recompute)
+            .map(|k| k.flops * f64::from(k.runs))
+            .sum()
+    }
+}
+
+impl Strategy<'_> {
+    /// Every layer's kernels, recomputation, optimizer step and gradient buckets, as one rank
+    /// of each pipeline stage runs them: what [`Strategy::lower`] emits, as a table.
+    pub fn kernel_table(&self) -> Result<KernelTable, StrategyError> {
+        let plan = Plan::new(self)?;
+        let p = &self.parallelism;
+        let mut kernels = Vec::new();
+        let mut buckets = Vec::new();
+        let synchronised = (p.gradient_sync_ranks() > 1 || p.is_data_parallel()) && p.zero < 3;
+        for stage in 0..p.pipeline {
+            let mut recompute = Vec::new();
+            for chunk in chunks_of_stage(plan.chunk_layers.len(), p.pipeline, stage) {
+                for index in plan.chunk_layers[chunk].clone() {
+                    let local = &plan.local[index];
+                    let row = |pass, (time, flops), runs| KernelRow {
+                        stage,
+                        chunk,
+                        layer: Some(local.index),
+                        name: local.layer.name.clone(),
+                        kind: local.layer.kind.name().to_string(),
+                        pass,
+                        time,
+                        flops,
+                        runs,
+                    };
+                    let passes = [RowPass::Forward, RowPass::BackwardData, RowPass::BackwardWeight];
+                    for (pass, kernel) in passes.into_iter().zip(plan.kernels[index]) {
+                        if let Some(kernel) = kernel {
+                            kernels.push(row(pass, kernel, plan.micro_batches));
+                        }
+                    }
+                    if let Some(again) = &plan.recompute_before[index] {
+                        for i in again.clone() {
+                            if let Some(kernel) = plan.kernels[i][0] {
+                                let local = &plan.local[i];
+                                recompute.push(KernelRow {
+                                    layer: Some(local.index),
+                                    name: local.layer.name.clone(),
+                                    kind: local.layer.kind.name().to_string(),
+                                    ..row(RowPass::Recompute, kernel, plan.micro_batches)
+                                });
+                            }
+                        }
+                    }
+                }
+                if p.zero >= 3 {
+                    let units = plan.units[chunk].iter().filter(|unit| unit.parameters > 0);
+                    for (i, unit) in units.enumerate() {
+                        buckets.push(BucketRow {
+                            stage,
+                            chunk,
+                            index: i,
+                            collective: "gather-scatter",
+                            expert: false,
+                            bytes: plan.gradient_bytes(unit.parameters),
+                            layers: unit.layers.clone().map(|l| plan.local[l].index).collect(),
+                        });
+                    }
+                } else if synchronised {
+                    for (i, bucket) in plan.buckets[chunk].iter().enumerate() {
+                        buckets.push(BucketRow {
+                            stage,
+                            chunk,
+                            index: i,
+                            collective: if p.zero >= 1 { "reduce-scatter" } else { "allreduce" },
+                            expert: bucket.expert,
+                            bytes: bucket.bucket.bytes,
+                            layers: bucket.bucket.layers.iter().map(|&l| plan.local[l].index).collect(),
+                        });
+                    }
+                }
+            }
+            kernels.extend(recompute);
+            let (time, flops) = plan.optimizer[stage as usize];
+            kernels.push(KernelRow {
+                stage,
+                chunk: chunks_of_stage(plan.chunk_layers.len(), p.pipeline, stage).next().unwrap_or(0),
+                layer: None,
+                name: "optimizer step".into(),
+                kind: "optimizer".into(),
+                pass: RowPass::Optimizer,
+                time,
+                flops,
+                runs: 1,
+            });
+        }
+        Ok(KernelTable { micro_batches: plan.micro_batches, stages: p.pipeline, kernels, buckets })
+    }
+}
