@@ -255,6 +255,22 @@ pub fn plan(args: &PlanArgs) -> anyhow::Result<String> {
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
+    if report.top.is_empty() {
+        let mut reasons: Vec<String> = report
+            .rejected
+            .iter()
+            .map(|(reason, r)| format!("{} {reason} (e.g. {})", r.count, r.example))
+            .collect();
+        reasons.extend(
+            report.failed.iter().take(3).map(|(label, message)| format!("{label} failed: {message}")),
+        );
+        bail!(
+            "no configuration of {} fits on this cluster: of {} tried, {}",
+            bases[0].model.name,
+            report.enumerated,
+            reasons.join("; ")
+        );
+    }
     if args.json {
         let json = JsonPlan::new(&report, &bases[0], &options, &ignored);
         return Ok(serde_json::to_string_pretty(&json)? + "\n");

@@ -12,6 +12,7 @@ mod json;
 mod memory;
 mod models;
 mod network;
+mod plan;
 mod plot;
 mod readme;
 mod strategies;

@@ -246,10 +246,16 @@ pub fn plan_with_progress(
     let choices: Vec<Choice> =
         bases.iter().enumerate().flat_map(|(index, base)| enumerate(index, base, fixed)).collect();
     if choices.is_empty() {
-        return Err(PlanError::Empty(
-            "the fixed settings leave no configuration to try: check the --set values against the GPU count"
-                .into(),
-        ));
+        let gpus: Vec<String> = bases
+            .iter()
+            .map(|b| (u64::from(b.cluster.nodes) * u64::from(b.cluster.gpus_per_node)).to_string())
+            .collect();
+        return Err(PlanError::Empty(format!(
+            "no configuration to try on {} GPUs: the degrees must multiply to the GPU count, and data x \
+             micro-batch must divide the global batch ({}); check the fixed settings and the batch",
+            gpus.join(" or "),
+            bases[0].global_batch
+        )));
     }
     let estimates: Vec<Result<SimDuration, (String, String)>> = choices
         .par_iter()

@@ -1,0 +1,134 @@
+//! `parasim plan`: the strategy oracle against known-good answers (Megatron-LM SC'21 Table 1's
+//! configurations), its JSON, fixed settings, and refusals.
+
+use super::parasim;
+
+const SC21: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/megatron-sc21/");
+
+/// `plan --json` on a Table 1 row with the features Megatron-LM had in 2021 fixed (full
+/// recomputation, no sequence parallelism, no distributed optimizer); the top configurations.
+fn plan_sc21(row: &str, top: &str) -> serde_json::Value {
+    let cluster = format!("{SC21}{row}.toml");
+    let output = parasim(&[
+        "plan",
+        "--cluster",
+        &cluster,
+        "--set",
+        "workload.recompute=full",
+        "--set",
+        "parallelism.sequence-parallel=false",
+        "--set",
+        "parallelism.zero=0",
+        "--top",
+        top,
+        "--json",
+        "--quiet",
+    ]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+#[test]
+fn megatron_table_1_configurations_are_in_the_top_3_of_plan() {
+    // Rows small enough for CI; docs/plan.md lists every row's rank (the larger ones miss).
+    for (row, tensor, pipeline) in [("gpt-1.7b", 1, 1), ("gpt-3.6b", 2, 1), ("gpt-7.5b", 4, 1)] {
+        let plan = plan_sc21(row, "3");
+        let top = plan["top"].as_array().unwrap();
+        assert_eq!(top.len(), 3);
+        let found = top.iter().any(|c| c["tensor"] == tensor && c["pipeline"] == pipeline);
+        let listed: Vec<&str> = top.iter().map(|c| c["configuration"].as_str().unwrap()).collect();
+        assert!(found, "{row}: the paper's tensor {tensor} x pipeline {pipeline} is not in {listed:?}");
+        // Ranked best first, every one simulated, each below its lower bound's floor.
+        let times: Vec<f64> =
+            top.iter().map(|c| c["summary"]["iteration_time_s"].as_f64().unwrap()).collect();
+        assert!(times.windows(2).all(|w| w[0] <= w[1]), "{row}: {times:?}");
+        for c in top {
+            assert!(
+                c["lower_bound_s"].as_f64().unwrap() <= c["summary"]["iteration_time_s"].as_f64().unwrap()
+            );
+            assert_eq!(c["recompute"], "full");
+            assert_eq!(c["sequence_parallel"], false);
+        }
+        assert!(plan["bounded_out"].as_u64().unwrap() > 0, "{row}: the bound skipped nothing");
+    }
+}
+
+#[test]
+fn budgets_give_time_to_train_and_cost_and_fixed_degrees_hold() {
+    let cluster = format!("{SC21}gpt-1.7b.toml");
+    let output = parasim(&[
+        "plan",
+        "--cluster",
+        &cluster,
+        "--set",
+        "parallelism.tensor=2",
+        "--set",
+        "workload.recompute=selective",
+        "--tokens",
+        "10G",
+        "--gpu-hour-price",
+        "2",
+        "--top",
+        "2",
+        "--json",
+        "--quiet",
+    ]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let plan: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    for c in plan["top"].as_array().unwrap() {
+        assert_eq!(c["tensor"], 2);
+        let iteration = c["summary"]["iteration_time_s"].as_f64().unwrap();
+        // 10e9 tokens / (512 sequences x 2048 tokens) iterations.
+        let expected = 10e9 / (512.0 * 2048.0) * iteration;
+        let time = c["time_to_train_s"].as_f64().unwrap();
+        assert!((time / expected - 1.0).abs() < 1e-9, "{time} vs {expected}");
+        let hours = c["gpu_hours"].as_f64().unwrap();
+        assert!((hours - time * 32.0 / 3600.0).abs() < 1e-6 * hours);
+        assert!((c["cost"].as_f64().unwrap() - 2.0 * hours).abs() < 1e-6 * hours);
+    }
+}
+
+#[test]
+fn the_text_report_explains_the_winner_against_the_runner_up() {
+    let cluster = format!("{SC21}gpt-1.7b.toml");
+    let output = parasim(&[
+        "plan",
+        "--cluster",
+        &cluster,
+        "--set",
+        "workload.recompute=full",
+        "--top",
+        "2",
+        "--quiet",
+    ]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let text = String::from_utf8(output.stdout).unwrap();
+    for wanted in
+        ["searched", "valid and fit", "screened", "rank", "why #1", "compute", "the largest difference is"]
+    {
+        assert!(text.contains(wanted), "no {wanted:?} in\n{text}");
+    }
+}
+
+#[test]
+fn a_model_that_fits_nowhere_is_an_error_with_the_reasons() {
+    let quickstart = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/quickstart.toml");
+    let output = parasim(&[
+        "plan",
+        "--cluster",
+        quickstart,
+        "--model",
+        "megatron-1t",
+        "--global-batch",
+        "64",
+        "--gpus",
+        "8",
+        "--quiet",
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("no configuration of megatron-1t fits") && stderr.contains("does not fit in memory"),
+        "{stderr}"
+    );
+}
