@@ -259,13 +259,13 @@ pub fn plan(args: &PlanArgs) -> anyhow::Result<String> {
         let mut reasons: Vec<String> = report
             .rejected
             .iter()
-            .map(|(reason, r)| format!("{} {reason} (e.g. {})", r.count, r.example))
+            .map(|(reason, r)| format!("{reason}: {} (e.g. {})", r.count, r.example))
             .collect();
         reasons.extend(
             report.failed.iter().take(3).map(|(label, message)| format!("{label} failed: {message}")),
         );
         bail!(
-            "no configuration of {} fits on this cluster: of {} tried, {}",
+            "no configuration of {} fits on this cluster; of {} tried, rejected by {}",
             bases[0].model.name,
             report.enumerated,
             reasons.join("; ")
