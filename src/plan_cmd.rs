@@ -182,6 +182,7 @@ pub fn plan(args: &PlanArgs) -> anyhow::Result<String> {
         fixed_keys.push(key.to_string());
     }
     let fixed = fixed_of(&table, &fixed_keys)?;
+    ignored.retain(|key| !fixed_keys.contains(key));
     let per_node = match get_dotted(&table, "cluster.gpus-per-node") {
         Some(toml::Value::Integer(n)) if *n >= 1 => *n as u64,
         _ => 1,
@@ -568,11 +569,28 @@ fn explain(first: &Ranked, second: &Ranked) -> String {
         a.memory.total as f64 / 1e9,
         b.memory.total as f64 / 1e9
     );
-    let mut gaps: Vec<&(&str, f64, f64)> =
-        rows.iter().filter(|(name, _, _)| !name.starts_with("  ")).collect();
-    gaps.sort_by(|x, y| (x.1 - x.2).abs().total_cmp(&(y.1 - y.2).abs()).reverse());
-    if let Some((name, x, y)) = gaps.first() {
-        let _ = writeln!(out, "  the largest difference is {name}: {} against {}", seconds(*x), seconds(*y));
+    // Where #1 gains and where it loses (top-level rows, 1 ms or 0.1% of the iteration at least).
+    let noise = (1e-3f64).min(a.iteration_time.as_secs_f64() * 1e-3);
+    let mut gaps: Vec<(&str, f64)> = rows
+        .iter()
+        .filter(|(name, _, _)| !name.starts_with("  "))
+        .map(|(name, x, y)| (*name, x - y))
+        .filter(|(_, gap)| gap.abs() >= noise)
+        .collect();
+    gaps.sort_by(|x, y| x.1.abs().total_cmp(&y.1.abs()).reverse());
+    let list = |gain: bool| -> String {
+        gaps.iter()
+            .filter(|(_, gap)| (*gap < 0.0) == gain)
+            .map(|(name, gap)| format!("{name} ({})", signed(*gap)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let (gains, losses) = (list(true), list(false));
+    if !gains.is_empty() {
+        let _ = writeln!(out, "  #1 gains in {gains}");
+    }
+    if !losses.is_empty() {
+        let _ = writeln!(out, "  #1 loses in {losses}");
     }
     out
 }

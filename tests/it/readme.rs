@@ -46,7 +46,7 @@ fn snapshots() -> Vec<Snapshot> {
 
 /// Lines whose content is wall-clock time, which no two runs share.
 fn is_wall_time(line: &&str) -> bool {
-    line.starts_with("engine ") || line.ends_with("of wall time")
+    line.starts_with("engine ") || line.starts_with("wall time ") || line.ends_with("of wall time")
 }
 
 #[test]
