@@ -130,3 +130,28 @@ fn a_model_that_fits_nowhere_is_an_error_with_the_reasons() {
         "{stderr}"
     );
 }
+
+#[test]
+fn the_answer_is_the_same_bytes_whatever_the_thread_count() {
+    let cluster = format!("{SC21}gpt-1.7b.toml");
+    let run = |threads: &str| {
+        let output = parasim(&[
+            "plan",
+            "--cluster",
+            &cluster,
+            "--set",
+            "workload.recompute=selective",
+            "--top",
+            "4",
+            "--json",
+            "--quiet",
+            "--threads",
+            threads,
+        ]);
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        output.stdout
+    };
+    let one = run("1");
+    assert_eq!(one, run("2"));
+    assert_eq!(one, run("8"));
+}

@@ -61,6 +61,9 @@ fn rows_are_in_order_whatever_the_thread_count() {
     ok(parasim(&["sweep", sweep.to_str().unwrap(), "-j", "1", "-o", one.to_str().unwrap()]));
     let output = ok(parasim(&["sweep", sweep.to_str().unwrap(), "-j", "2", "-o", two.to_str().unwrap()]));
     assert_eq!(read(&one), read(&two));
+    let eight = dir.join("eight.csv");
+    ok(parasim(&["sweep", sweep.to_str().unwrap(), "-j", "8", "-o", eight.to_str().unwrap()]));
+    assert_eq!(read(&one), read(&eight));
     let stdout = ok(parasim(&["sweep", sweep.to_str().unwrap()])).stdout;
     assert_eq!(String::from_utf8(stdout).unwrap(), read(&one));
     let text = read(&one);
