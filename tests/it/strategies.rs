@@ -111,7 +111,7 @@ fn bad_strategies_name_the_key_and_what_would_be_valid() {
         &megatron("pipeline = 4", "pipeline = 16")
             .replace("tensor = 2", "tensor = 1")
             .replace("global-batch = 128", "global-batch = 256"),
-        &["parallelism.", "24 numbered blocks"],
+        &["parallelism.", "24 units to split"],
     );
     assert_rejected(
         "batch.toml",

@@ -526,7 +526,7 @@ pub fn enumerate(index: usize, base: &Scenario, fixed: &Fixed) -> Vec<Choice> {
     let gpus = u64::from(base.cluster.nodes) * u64::from(base.cluster.gpus_per_node);
     let per_node = u64::from(base.cluster.gpus_per_node);
     let model = &base.model;
-    let blocks = shard::block_indexes(model).iter().flatten().max().map_or(0, |b| b + 1) as u64;
+    let blocks = shard::pipeline_units(model).len() as u64;
     let sequence = shard::sequence_length(model);
     let transformer = sequence.is_some();
     let one =

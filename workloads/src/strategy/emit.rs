@@ -754,27 +754,14 @@ impl<'s> Plan<'s> {
         self.chunks_of(stage).flat_map(|k| self.chunk_layers[k].clone())
     }
 
-    /// Layer ranges of `chunks` pipeline chunks: whole numbered blocks, the layers before the
-    /// first block on the first chunk and after the last on the last chunk.
+    /// Layer ranges of `chunks` pipeline chunks: whole units ([`shard::pipeline_units`]:
+    /// numbered blocks, or layers of a plain CNN), balanced by compute.
     fn partition(model: &Model, kernels: &[[Kernel; 3]], chunks: usize) -> Vec<Range<usize>> {
         let layers = model.layers.len();
         if chunks <= 1 {
             return std::iter::once(0..layers).collect();
         }
-        let blocks = shard::block_indexes(model);
-        let count = blocks.iter().flatten().max().map_or(0, |b| b + 1);
-        // Layer range of each block; the stem joins the first, the head the last.
-        let mut starts = vec![usize::MAX; count];
-        for (index, block) in blocks.iter().enumerate() {
-            if let Some(b) = block
-                && starts[*b] == usize::MAX
-            {
-                starts[*b] = index;
-            }
-        }
-        let mut units: Vec<Range<usize>> =
-            (0..count).map(|b| starts[b]..if b + 1 < count { starts[b + 1] } else { layers }).collect();
-        units[0].start = 0;
+        let units = shard::pipeline_units(model);
         let cost = |range: &Range<usize>| -> f64 {
             range
                 .clone()

@@ -640,14 +640,15 @@ impl Strategy<'_> {
             other => StrategyError::Shard(other),
         })?;
         let micro_batches = self.micro_batches()?;
-        let blocks = shard::block_indexes(self.model).iter().flatten().max().map_or(0, |b| b + 1);
+        let blocks = shard::pipeline_units(self.model).len();
         let chunks = p.chunks();
         if chunks > 1 && blocks < chunks as usize {
             return Err(invalid(
                 if p.virtual_stages > 1 { "parallelism.virtual-stages" } else { "parallelism.pipeline" },
                 format!(
-                    "pipeline x virtual-stages = {chunks} model chunks, but model {} has {blocks} numbered \
-                     blocks (transformer layers or residual blocks) to split: at most {blocks} chunks",
+                    "pipeline x virtual-stages = {chunks} model chunks, but model {} has {blocks} units to \
+                     split (numbered blocks such as transformer layers or residual blocks, else layers \
+                     with parameters): at most {blocks} chunks",
                     self.model.name
                 ),
             ));

@@ -238,6 +238,35 @@ pub(crate) fn block_indexes(model: &Model) -> Vec<Option<usize>> {
     result
 }
 
+/// The units a pipeline partition cuts between, as layer ranges covering the model: each
+/// numbered block (transformer layer, residual block) with the stem joined to the first and
+/// the head to the last; in a model without blocks (VGG, AlexNet: a plain sequence of layers,
+/// as GPipe and HyPar-Flow partition them) each layer with parameters and the parameter-free
+/// layers after it (activation, pooling, dropout).
+pub fn pipeline_units(model: &Model) -> Vec<std::ops::Range<usize>> {
+    let layers = model.layers.len();
+    let blocks = block_indexes(model);
+    let count = blocks.iter().flatten().max().map_or(0, |b| b + 1);
+    let mut starts: Vec<usize> = if count > 0 {
+        let mut starts = vec![usize::MAX; count];
+        for (index, block) in blocks.iter().enumerate() {
+            if let Some(b) = block
+                && starts[*b] == usize::MAX
+            {
+                starts[*b] = index;
+            }
+        }
+        starts
+    } else {
+        (0..layers).filter(|&index| model.layers[index].cost.params > 0).collect()
+    };
+    if starts.is_empty() {
+        starts.push(0);
+    }
+    starts[0] = 0;
+    (0..starts.len()).map(|u| starts[u]..if u + 1 < starts.len() { starts[u + 1] } else { layers }).collect()
+}
+
 /// The vocabulary of the model's input embedding, if it has one.
 fn vocabulary(model: &Model) -> Option<u64> {
     model.layers.iter().find_map(|layer| match layer.kind {

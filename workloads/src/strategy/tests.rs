@@ -662,3 +662,41 @@ fn the_estimate_bounds_every_simulation_from_below_and_is_exact_for_an_uncontend
         }
     }
 }
+
+#[test]
+fn a_plain_cnn_pipelines_layer_by_layer_sending_its_activation_per_micro_batch() {
+    // HyPar-Flow / GPipe on VGG-16 (no residual blocks): stages cut between layers with
+    // parameters; each stage sends, per micro-batch, the output of its last layer forward
+    // and receives its gradient (the same bytes) backward.
+    let model = zoo::by_name("vgg16").unwrap();
+    let compute = ComputeModel::default();
+    let (micro, micro_batches) = (8u64, 4u64);
+    let s =
+        strategy(&model, &compute, pipelined(4, 1, PipelineSchedule::GPipe), micro * micro_batches, micro);
+    let lowered = s.lower().unwrap();
+    assert_eq!(lowered.stages.len(), 4);
+    let units = shard::pipeline_units(&model);
+    assert_eq!(units.len(), 16, "13 convolutions and 3 linear layers");
+    for (stage, summary) in lowered.stages.iter().enumerate() {
+        let range = &summary.layers[0];
+        assert!(
+            units.iter().any(|u| u.start == range.start),
+            "stage {stage} starts inside a unit: {range:?}"
+        );
+        let sent: Vec<u64> = rank_traffic(&lowered.graph, stage as u32, PIPELINE_STREAM)
+            .into_iter()
+            .filter(|(kind, _)| kind.is_none()) // sends, not the gradient-norm allreduce
+            .map(|(_, bytes)| bytes)
+            .collect();
+        if stage == 0 {
+            // Forward sends only (the first stage receives gradients, sends none back).
+            let activation = model.layers[range.end - 1].output.elements() * micro * 2;
+            assert_eq!(sent, vec![activation; micro_batches as usize], "stage 0");
+        } else if stage == 3 {
+            let gradient = model.layers[range.start].input.elements() * micro * 2;
+            assert_eq!(sent, vec![gradient; micro_batches as usize], "stage 3");
+        } else {
+            assert_eq!(sent.len(), 2 * micro_batches as usize, "stage {stage}");
+        }
+    }
+}
