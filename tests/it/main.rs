@@ -8,6 +8,7 @@ mod collective;
 mod compare;
 mod daso;
 mod errors;
+mod hyparflow;
 mod json;
 mod memory;
 mod models;
