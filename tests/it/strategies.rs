@@ -383,3 +383,31 @@ fn the_trace_shows_stages_as_processes_and_micro_batches_as_slices() {
     assert_eq!(&steps(0)[..5], ["F0", "F1", "F2", "F3", "B0"]);
     assert_eq!(steps(0).len(), 16);
 }
+
+#[test]
+fn what_if_device_scales_speed_up_compute_and_refuse_nonsense() {
+    let compute = |extra: &str| -> f64 {
+        let text = super::quickstart_with(
+            "device = \"a100-sxm4-80gb\"",
+            &format!("device = \"a100-sxm4-80gb\"\n{extra}"),
+        );
+        let path = super::scenario_file(&format!("scale-{}.toml", extra.len()), &text);
+        let output = parasim(&["run", path.to_str().unwrap(), "--json"]);
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        json["breakdown"]["compute_s"].as_f64().unwrap()
+    };
+    let base = compute("");
+    let both = compute("flops-scale = 2\nmemory-bandwidth-scale = 2");
+    let flops = compute("flops-scale = 2");
+    // Every kernel is bound by one of the two rates plus fixed ramps and launches: twice both
+    // rates takes a little over half the time; twice the FLOP/s alone helps less.
+    assert!(both > 0.5 * base && both < 0.6 * base, "{both} vs {base}");
+    assert!(flops < base && flops > both, "{flops} vs {base}, {both}");
+    let text =
+        super::quickstart_with("device = \"a100-sxm4-80gb\"", "device = \"a100-sxm4-80gb\"\nflops-scale = 0");
+    let path = super::scenario_file("scale-zero.toml", &text);
+    let output = parasim(&["run", path.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("cluster.flops-scale"));
+}

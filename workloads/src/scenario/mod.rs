@@ -113,6 +113,8 @@ struct ClusterSection {
     intra_node: Option<IntraNodeSection>,
     host_link: Option<LinkSection>,
     host_memory: Option<Bytes>,
+    flops_scale: Option<f64>,
+    memory_bandwidth_scale: Option<f64>,
     #[serde(default)]
     network: network::NetworkSection,
 }
@@ -511,10 +513,36 @@ fn validate_cluster(cluster: &ClusterSection, file: &Path) -> Result<Cluster, Sc
             return Err(invalid(key, "must be at least 1, got 0".into()));
         }
     }
-    let device = DeviceCatalog::builtin()
+    let mut device = DeviceCatalog::builtin()
         .get(&cluster.device)
         .map_err(|error| invalid("cluster.device", error.to_string()))?
         .clone();
+    // What-if knobs: the device with faster or slower matrix units or memory.
+    for (key, scale) in [
+        ("cluster.flops-scale", cluster.flops_scale),
+        ("cluster.memory-bandwidth-scale", cluster.memory_bandwidth_scale),
+    ] {
+        let Some(scale) = scale else { continue };
+        if !(scale.is_finite() && scale > 0.0 && scale <= 1000.0) {
+            return Err(invalid(
+                key,
+                format!("is {scale}; give a factor above 0 and at most 1000 (2 doubles the device's rate)"),
+            ));
+        }
+        if key == "cluster.flops-scale" {
+            for rate in device.peak.values_mut() {
+                *rate = rate
+                    .scaled(scale)
+                    .ok_or_else(|| invalid(key, format!("{scale} overflows the peak rate")))?;
+            }
+        } else {
+            device.memory_bandwidth = Bandwidth::from_bytes_per_second(
+                (device.memory_bandwidth.bytes_per_second() * scale).round() as u64,
+            )
+            .ok_or_else(|| invalid(key, format!("{scale} gives no memory bandwidth")))?;
+        }
+        device.display_name = format!("{} ({key} {scale})", device.display_name);
+    }
 
     let intra_node = match &cluster.intra_node {
         None => IntraNode::NvSwitch(default_nvlink(&device)),
