@@ -5,27 +5,23 @@ use super::parasim;
 
 const SC21: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/megatron-sc21/");
 
+/// `parasim plan --cluster` a Table 1 row's scenario with `args`, `--quiet`; its standard
+/// output (the run must succeed).
+fn plan(row: &str, args: &[&str]) -> Vec<u8> {
+    let cluster = format!("{SC21}{row}.toml");
+    let mut all = vec!["plan", "--cluster", &cluster, "--quiet"];
+    all.extend_from_slice(args);
+    let output = parasim(&all);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    output.stdout
+}
+
 /// `plan --json` on a Table 1 row with the features Megatron-LM had in 2021 fixed (full
 /// recomputation, no sequence parallelism, no distributed optimizer); the top configurations.
 fn plan_sc21(row: &str, top: &str) -> serde_json::Value {
-    let cluster = format!("{SC21}{row}.toml");
-    let output = parasim(&[
-        "plan",
-        "--cluster",
-        &cluster,
-        "--set",
-        "workload.recompute=full",
-        "--set",
-        "parallelism.sequence-parallel=false",
-        "--set",
-        "parallelism.zero=0",
-        "--top",
-        top,
-        "--json",
-        "--quiet",
-    ]);
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    serde_json::from_slice(&output.stdout).unwrap()
+    let args = ["--set", "workload.recompute=full", "--set", "parallelism.sequence-parallel=false"];
+    let args = [&args[..], &["--set", "parallelism.zero=0", "--top", top, "--json"]].concat();
+    serde_json::from_slice(&plan(row, &args)).unwrap()
 }
 
 #[test]
@@ -55,26 +51,9 @@ fn megatron_table_1_configurations_are_in_the_top_3_of_plan() {
 
 #[test]
 fn budgets_give_time_to_train_and_cost_and_fixed_degrees_hold() {
-    let cluster = format!("{SC21}gpt-1.7b.toml");
-    let output = parasim(&[
-        "plan",
-        "--cluster",
-        &cluster,
-        "--set",
-        "parallelism.tensor=2",
-        "--set",
-        "workload.recompute=selective",
-        "--tokens",
-        "10G",
-        "--gpu-hour-price",
-        "2",
-        "--top",
-        "2",
-        "--json",
-        "--quiet",
-    ]);
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let plan: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let args = ["--set", "parallelism.tensor=2", "--set", "workload.recompute=selective", "--tokens", "10G"];
+    let args = [&args[..], &["--gpu-hour-price", "2", "--top", "2", "--json"]].concat();
+    let plan: serde_json::Value = serde_json::from_slice(&plan("gpt-1.7b", &args)).unwrap();
     for c in plan["top"].as_array().unwrap() {
         assert_eq!(c["tensor"], 2);
         let iteration = c["summary"]["iteration_time_s"].as_f64().unwrap();
@@ -90,19 +69,8 @@ fn budgets_give_time_to_train_and_cost_and_fixed_degrees_hold() {
 
 #[test]
 fn the_text_report_explains_the_winner_against_the_runner_up() {
-    let cluster = format!("{SC21}gpt-1.7b.toml");
-    let output = parasim(&[
-        "plan",
-        "--cluster",
-        &cluster,
-        "--set",
-        "workload.recompute=full",
-        "--top",
-        "2",
-        "--quiet",
-    ]);
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let text = String::from_utf8(output.stdout).unwrap();
+    let text =
+        String::from_utf8(plan("gpt-1.7b", &["--set", "workload.recompute=full", "--top", "2"])).unwrap();
     for wanted in ["searched", "valid and fit", "screened", "rank", "why #1", "compute", "#1 gains in"] {
         assert!(text.contains(wanted), "no {wanted:?} in\n{text}");
     }
@@ -133,23 +101,11 @@ fn a_model_that_fits_nowhere_is_an_error_with_the_reasons() {
 
 #[test]
 fn the_answer_is_the_same_bytes_whatever_the_thread_count() {
-    let cluster = format!("{SC21}gpt-1.7b.toml");
     let run = |threads: &str| {
-        let output = parasim(&[
-            "plan",
-            "--cluster",
-            &cluster,
-            "--set",
-            "workload.recompute=selective",
-            "--top",
-            "4",
-            "--json",
-            "--quiet",
-            "--threads",
-            threads,
-        ]);
-        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-        output.stdout
+        plan(
+            "gpt-1.7b",
+            &["--set", "workload.recompute=selective", "--top", "4", "--json", "--threads", threads],
+        )
     };
     let one = run("1");
     assert_eq!(one, run("2"));

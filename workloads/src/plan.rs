@@ -354,11 +354,12 @@ pub fn plan_with_progress(
             screened.get(keep - 1).map_or(f64::INFINITY, |s| s.0)
         ));
     }
-    if fidelity_of(bases) != Fidelity::Analytical {
+    let fidelity = bases[0].network.fidelity;
+    if fidelity != Fidelity::Analytical {
         progress(&format!(
             "simulating the best {} with the {} network",
             screened.len().min(keep),
-            fidelity_of(bases).name()
+            fidelity.name()
         ));
     }
     let screened_count = next as u64;
@@ -368,7 +369,6 @@ pub fn plan_with_progress(
 
     // The final ranking with the cluster's network model.
     let started = Instant::now();
-    let fidelity = bases[0].network.fidelity;
     let mut finals = 0;
     let mut ranked: Vec<(f64, usize, SimDuration, Summary, Fidelity, bool)> =
         if fidelity == Fidelity::Analytical {
@@ -455,10 +455,6 @@ fn out_of_time(error: &crate::simulation::SimulationError) -> bool {
         source = error.source();
     }
     false
-}
-
-fn fidelity_of(bases: &[Scenario]) -> Fidelity {
-    bases.first().map_or(Fidelity::Analytical, |base| base.network.fidelity)
 }
 
 /// `base` with `choice`'s degrees and settings.

@@ -410,13 +410,7 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
         iteration_ends.push(iteration_end);
     }
     let stages = plan.stages()?;
-    let p = strategy.parallelism.pipeline;
-    // Means over stages (every stage has as many ranks).
-    let (flops, recompute_flops) = (0..p)
-        .map(|stage| plan.stage_flops(stage))
-        .fold((0.0, 0.0), |(f, r), (stage_f, stage_r)| (f + stage_f, r + stage_r));
-    let (flops_per_rank_iteration, recompute_flops_per_rank_iteration) =
-        (flops / f64::from(p), recompute_flops / f64::from(p));
+    let (flops_per_rank_iteration, recompute_flops_per_rank_iteration) = plan.mean_flops_per_rank();
     // Stage 0's gradient buckets, or its ZeRO-3 units (each gathered and scattered whole).
     let stage0: Vec<Bucket> = plan
         .chunks_of(0)
@@ -524,14 +518,11 @@ pub(super) fn estimate(
     // picosecond.
     let rounding = u128::from(strategy.parallelism.context) * plan.local.len() as u128 * micro_batches * 3;
     let bound = bound.saturating_sub(rounding);
-    let (flops, _) = (0..p)
-        .map(|stage| plan.stage_flops(stage))
-        .fold((0.0, 0.0), |(f, r), (stage_f, stage_r)| (f + stage_f, r + stage_r));
     Ok(super::Estimate {
         stages,
         micro_batches: plan.micro_batches,
         time_lower_bound: SimDuration::from_ps(u64::try_from(bound).unwrap_or(u64::MAX)),
-        flops_per_rank_iteration: flops / f64::from(p),
+        flops_per_rank_iteration: plan.mean_flops_per_rank().0,
     })
 }
 
@@ -821,6 +812,15 @@ impl<'s> Plan<'s> {
         let m = f64::from(self.micro_batches);
         flops = flops * m + self.optimizer[stage as usize].1;
         (flops, recompute * m)
+    }
+
+    /// Means over stages (every stage has as many ranks) of [`Plan::stage_flops`].
+    fn mean_flops_per_rank(&self) -> (f64, f64) {
+        let p = self.strategy.parallelism.pipeline;
+        let (flops, recompute) = (0..p)
+            .map(|stage| self.stage_flops(stage))
+            .fold((0.0, 0.0), |(f, r), (stage_f, stage_r)| (f + stage_f, r + stage_r));
+        (flops / f64::from(p), recompute / f64::from(p))
     }
 
     /// Memory and layers of every stage.
