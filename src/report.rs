@@ -129,6 +129,24 @@ pub fn human(outcome: &Outcome) -> String {
             st.allreduce
         );
     }
+    if let Some(input) = &st.input {
+        let broadcast = if input.broadcast_bytes > 0 {
+            let rate = input
+                .broadcast_rate
+                .map_or(String::new(), |rate| format!(", serialised at {:.2} GB/s", rate / 1e9));
+            format!(
+                "; the batch ({}) broadcast to the group{rate}",
+                workloads::memory::gigabytes(Bytes(input.broadcast_bytes))
+            )
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            out,
+            "input         {} loader: {} samples per iteration at {} samples/s, {} batch(es) ahead{broadcast}",
+            input.loader, input.samples_per_loader, input.rate, input.prefetch
+        );
+    }
     let _ = writeln!(out, "network model {}", s.fidelity);
     let _ = writeln!(out);
     let _ = writeln!(
@@ -223,6 +241,14 @@ pub fn human(outcome: &Outcome) -> String {
             "    of which host-bound {:>10.3}  {:5.1}%  (the GPU waiting for kernel launches)",
             b.host_bound,
             share(b.host_bound)
+        );
+    }
+    if b.input_bound > SimDuration::ZERO {
+        let _ = writeln!(
+            out,
+            "    of which input-bound {:>9.3}  {:5.1}%  (the GPU waiting for its batch: loader, broadcast)",
+            b.input_bound,
+            share(b.input_bound)
         );
     }
     let hidden = b.communication.saturating_sub(b.exposed_communication);

@@ -193,6 +193,13 @@ fn bad_input_names_the_file_and_key() {
             ),
             "may not calibrate",
         ),
+        (
+            (
+                "derivation = \"chosen by the test\"",
+                "derivation = \"x\"\n[case.scenario.workload.input]\nloader = \"per-rank\"\nrate = 100",
+            ),
+            "case[0].scenario.workload.input.rate: is a platform constant",
+        ),
     ] {
         let dir = scratch_suite("bad", &[("fixture.toml", &family.replace(change.0, change.1))], None);
         let output = parasim(&["validate", "--suite-dir", dir.to_str().unwrap()]);

@@ -263,6 +263,7 @@ fn check(family: &Family) -> Result<(), (String, String)> {
         let key = |name: &str| format!("case[{index}].{name}");
         if let Some(scenario) = &case.scenario {
             check_honesty(scenario).map_err(|(k, message)| (key(&k), message))?;
+            check_case_input(scenario).map_err(|(k, message)| (key(&k), message))?;
         }
         if !is_id(&case.id) {
             return Err((key("id"), format!("{:?}: use lower-case letters, digits, '-' and '.'", case.id)));
@@ -362,6 +363,32 @@ pub fn check_honesty(scenario: &toml::Table) -> Result<(), (String, String)> {
                         "is calibration, and a validation case may not calibrate: calibration is per device type (data/devices.toml, built-in profiles), never per case; a case may set only {}",
                         CASE_COMPUTE_KEYS.join(", ")
                     ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The `[workload.input]` keys a case may not set: the loader's rate and the host's broadcast
+/// rate are properties of a platform and its framework, measured once and shared by every case
+/// of the family (its `[family.scenario]`), never fitted per case. Which loader the measured
+/// software used (`loader`, `prefetch`, `sample-bytes`) is a fact of the run and may differ.
+pub const FAMILY_INPUT_KEYS: [&str; 2] = ["rate", "broadcast-rate"];
+
+/// Refuses a case's own `[workload.input]` rate constants (see [`FAMILY_INPUT_KEYS`]).
+pub fn check_case_input(scenario: &toml::Table) -> Result<(), (String, String)> {
+    let input = scenario
+        .get("workload")
+        .and_then(toml::Value::as_table)
+        .and_then(|workload| workload.get("input"))
+        .and_then(toml::Value::as_table);
+    if let Some(input) = input {
+        for key in FAMILY_INPUT_KEYS {
+            if input.contains_key(key) {
+                return Err((
+                    format!("scenario.workload.input.{key}"),
+                    "is a platform constant, and a validation case may not set its own: give it once in the family's [family.scenario.workload.input], shared by every case".into(),
                 ));
             }
         }

@@ -9,6 +9,7 @@
 //!   [`Model::from_toml_str`].
 //! - [`compute`]: the roofline model with efficiency curves that turns a kernel's FLOPs and
 //!   bytes into a duration (`docs/compute-model.md`).
+//! - [`input`]: the data loader (decode rate, prefetching, per-group broadcast of the batch).
 //! - [`aten`]: FLOPs, bytes, class and rate dtype of a profiled PyTorch operator, for calibration.
 //! - [`memory`]: what one device holds (weights, gradients, optimizer state, activations,
 //!   buffers) under a sharding, with or without recomputation, and whether it fits.
@@ -44,6 +45,7 @@ pub mod compute;
 pub mod deepbench;
 pub mod device;
 pub mod dispatch;
+pub mod input;
 pub mod kernel_shape;
 pub mod layer;
 pub mod memory;

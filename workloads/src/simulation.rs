@@ -12,7 +12,10 @@ use topology::{Topology, TopologyError};
 use crate::device::DeviceError;
 use crate::memory::{MemoryBreakdown, MemoryError};
 use crate::scenario::Scenario;
-use crate::strategy::{Axis, GroupKind, Parallelism, StrategyError, group_of_stream, is_flush, is_host};
+use crate::strategy::{
+    Axis, GroupKind, LOADER_STREAM, Parallelism, StrategyError, group_of_stream, is_flush, is_host, is_input,
+    is_launch,
+};
 use sim_core::graph::RankId;
 
 /// Everything `parasim run` reports. A pure function of the scenario: no wall-clock numbers,
@@ -160,6 +163,27 @@ pub struct StrategySummary {
     /// Out-of-core training (omitted without offloading).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub offload: Option<OffloadSummary>,
+    /// The data loader (omitted when not modelled).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input: Option<InputSummary>,
+}
+
+/// The data loader as simulated (`[workload.input]`).
+#[derive(Debug, Clone, Serialize)]
+pub struct InputSummary {
+    /// `per-rank` or `per-group`.
+    pub loader: &'static str,
+    /// Samples per second one loader produces.
+    pub rate: f64,
+    /// Batches loaded ahead.
+    pub prefetch: u32,
+    /// Samples one loader loads per iteration.
+    pub samples_per_loader: u64,
+    /// Bytes a per-group loader broadcasts per iteration (0 without a broadcast).
+    pub broadcast_bytes: u64,
+    /// Host serialisation rate of the broadcast, bytes per second (omitted if not given).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub broadcast_rate: Option<f64>,
 }
 
 /// DASO's synchronisation as simulated.
@@ -267,6 +291,11 @@ pub struct Breakdown {
     /// host-bound steps show it.
     #[serde(rename = "host_bound_s", serialize_with = "seconds")]
     pub host_bound: SimDuration,
+    /// Time the GPU waited for its input (part of `idle`): the data loader not keeping up,
+    /// and a per-group loader's broadcast of the batch (`[workload.input]`). Omitted when
+    /// zero.
+    #[serde(rename = "input_bound_s", serialize_with = "seconds", skip_serializing_if = "is_zero_duration")]
+    pub input_bound: SimDuration,
     /// Out-of-core training: time no kernel runs while a copy to or from host memory does
     /// (the host link not keeping up); part of `exposed_communication`. Omitted when zero.
     #[serde(
@@ -583,22 +612,49 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
     let flush_wait = SimDuration::from_ps((flush_wait_ps / u128::from(ranks * iterations)) as u64);
     // Host-bound: a kernel whose launch on the host ends after everything else it waits for
     // (its stream predecessor included) started late by that much: the GPU idled for the host.
+    // Input-bound: the same for a kernel waiting for its batch (taken, broadcast, unpacked),
+    // and for the loop's fetch of the next batch waiting for the loader.
     let graph = &lowered.graph;
     let mut host_bound_ps = 0u128;
+    let mut input_bound_ps = 0u128;
     for (index, op) in graph.ops().iter().enumerate() {
-        if is_host(op) || !simulated(op.rank.0 as usize) {
+        if !simulated(op.rank.0 as usize) || is_launch(op) || (is_input(op) && op.stream == LOADER_STREAM) {
             continue;
         }
         let id = sim_core::graph::OpId(index as u32);
         let mut launch = None;
+        let mut input = None;
         let mut ready = graph.previous_in_stream(id).map_or(SimTime::ZERO, |p| timeline.end[p.0 as usize]);
         for dep in graph.deps(id) {
             let end = timeline.end[dep.0 as usize];
-            if is_host(graph.op(*dep)) {
+            let dep = graph.op(*dep);
+            if is_launch(dep) {
                 launch = Some(end);
+            } else if is_input(dep) && (!is_input(op) || dep.stream == LOADER_STREAM) {
+                input = Some(input.unwrap_or(end).max(end));
             } else {
                 ready = ready.max(end);
             }
+        }
+        if is_input(op) {
+            // A take or a fetch waiting for the loader beyond the end of the step before it
+            // (the broadcast's wait for the serialised batch is counted where a kernel waits
+            // for the broadcast).
+            if let Some(input) = input
+                && matches!(op.kind, sim_core::graph::OpKind::Compute { .. })
+                && input > ready
+                && ready > SimTime::ZERO
+            {
+                input_bound_ps += u128::from(input.saturating_since(ready).as_ps());
+            }
+            continue;
+        }
+        if let Some(input) = input
+            && input > ready.max(launch.unwrap_or(SimTime::ZERO))
+        {
+            input_bound_ps +=
+                u128::from(input.saturating_since(ready.max(launch.unwrap_or(SimTime::ZERO))).as_ps());
+            ready = input;
         }
         if let Some(launch) = launch
             && launch > ready
@@ -607,6 +663,7 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
             host_bound_ps += u128::from(launch.saturating_since(ready).as_ps());
         }
     }
+    let input_bound = SimDuration::from_ps((input_bound_ps / u128::from(ranks * iterations)) as u64);
     let host_bound = SimDuration::from_ps((host_bound_ps / u128::from(ranks * iterations)) as u64);
     let bubble = SimDuration::from_ps((bubble_ps / u128::from(ranks * iterations)) as u64);
     // Megatron-LM's model FLOPs: 2 per multiply-accumulate of the matrix products, three
@@ -680,6 +737,23 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
                 host_memory_bytes: offload.host_bytes * u64::from(scenario.cluster.gpus_per_node),
                 host_memory_capacity: scenario.host_memory.map_or(0, |b| b.0),
             }),
+            input: scenario.input.as_ref().map(|input| {
+                let samples = scenario.global_batch / u64::from(p.data.max(1));
+                let broadcast =
+                    input.loader == crate::input::Loader::PerGroup && p.layout().size(Axis::Tensor) > 1;
+                InputSummary {
+                    loader: input.loader.name(),
+                    rate: input.rate,
+                    prefetch: input.prefetch,
+                    samples_per_loader: samples,
+                    broadcast_bytes: if broadcast {
+                        input.bytes_per_sample(scenario.model.input.elements()).0.saturating_mul(samples)
+                    } else {
+                        0
+                    },
+                    broadcast_rate: input.broadcast_rate.map(|rate| rate.bytes_per_second()),
+                }
+            }),
         },
         fidelity: scenario.network.fidelity.name(),
         iterations: scenario.iterations,
@@ -709,6 +783,7 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
             },
             bubble,
             host_bound,
+            input_bound,
             offload_stall: SimDuration::from_ps((offload_stall_ps / u128::from(ranks * iterations)) as u64),
         },
         model_flops_per_iteration: model_flops,

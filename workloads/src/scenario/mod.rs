@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::calibrate::Profile;
+use crate::input::{InputPipeline, Loader};
 use crate::strategy::{GradientSync, Offload, Parallelism, PipelineSchedule, RankOrder};
 use crate::{ComputeModel, Device, DeviceCatalog, Dtype, Model, ModelError, Optimizer, Recompute, zoo};
 use serde::Deserialize;
@@ -119,10 +120,6 @@ struct ClusterSection {
     network: network::NetworkSection,
 }
 
-fn one() -> u32 {
-    1
-}
-
 /// DGX/HGX-style servers hold 8 GPUs.
 fn eight() -> u32 {
     8
@@ -174,6 +171,23 @@ struct WorkloadSection {
     #[serde(default)]
     recompute: Option<String>,
     offload: Option<String>,
+    input: Option<InputSection>,
+}
+
+/// `[workload.input]`: the data loader (see [`crate::input`]).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct InputSection {
+    loader: String,
+    rate: Option<f64>,
+    #[serde(default = "one")]
+    prefetch: u32,
+    broadcast_rate: Option<Bandwidth>,
+    sample_bytes: Option<Bytes>,
+}
+
+fn one() -> u32 {
+    1
 }
 
 fn fp16() -> String {
@@ -309,6 +323,8 @@ pub struct Scenario {
     /// Host memory of one node (`cluster.host-memory`), if given: what out-of-core training
     /// may fill.
     pub host_memory: Option<Bytes>,
+    /// The data loader (`[workload.input]`), if modelled.
+    pub input: Option<InputPipeline>,
 }
 
 impl Scenario {
@@ -327,6 +343,7 @@ impl Scenario {
             parallelism: self.parallelism,
             iterations: self.iterations,
             fold_symmetric_ranks: self.fold_symmetric_ranks,
+            input: self.input.as_ref(),
         }
     }
 
@@ -682,6 +699,10 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
             ),
         ));
     }
+    let input = match &workload.input {
+        Some(section) => input_pipeline(section, &invalid)?,
+        None => None,
+    };
     let (compute, compute_source) = compute_model(&spec.compute, &device, precision, file)?;
 
     let scenario = Scenario {
@@ -704,12 +725,43 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
         compute,
         compute_source,
         host_memory: cluster.host_memory,
+        input,
     };
     scenario.strategy().check().map_err(|error| match error {
         crate::strategy::StrategyError::Invalid { key, message } => invalid(key, message),
         other => invalid("parallelism", other.to_string()),
     })?;
     Ok(scenario)
+}
+
+/// The validated `[workload.input]` table; `None` for `loader = "none"`.
+fn input_pipeline(
+    section: &InputSection,
+    invalid: &dyn Fn(&str, String) -> ScenarioError,
+) -> Result<Option<InputPipeline>, ScenarioError> {
+    let loader: Loader =
+        section.loader.parse().map_err(|message| invalid("workload.input.loader", message))?;
+    if loader == Loader::None {
+        return Ok(None);
+    }
+    let Some(rate) = section.rate else {
+        return Err(invalid(
+            "workload.input.rate",
+            format!(
+                "is missing: loader = {:?} needs the samples per second one loader decodes and augments (e.g. rate = 345)",
+                loader.name()
+            ),
+        ));
+    };
+    let input = InputPipeline {
+        loader,
+        rate,
+        prefetch: section.prefetch,
+        broadcast_rate: section.broadcast_rate,
+        sample_bytes: section.sample_bytes,
+    };
+    input.validate().map_err(|(key, message)| invalid(&format!("workload.input.{key}"), message))?;
+    Ok(Some(input))
 }
 
 /// The validated `[parallelism]` table on `gpus` GPUs.

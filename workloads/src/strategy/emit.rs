@@ -20,7 +20,7 @@
 
 pub mod kernel_table;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 
 use sim_core::graph::{
@@ -31,10 +31,11 @@ use sim_core::units::{Bytes, SimDuration};
 
 use super::{
     Axis, Bucket, CHANNEL_STREAM, COMPUTE_STREAM, CONTEXT_STREAM, CnnSplit, Comm, DASO_STREAM, DATA_STREAM,
-    EXPERT_STREAM, FILTER_STREAM, GATHER_STREAM, GroupKind, HALO_STREAM, Lowered, PIPELINE_STREAM,
-    RankLayout, Role, SPATIAL_STREAM, StageSummary, Strategy, StrategyError, TENSOR_STREAM, cnn, pipeline,
-    shard,
+    EXPERT_STREAM, FILTER_STREAM, GATHER_STREAM, GroupKind, HALO_STREAM, INPUT_STREAM, LOADER_STREAM,
+    Lowered, PIPELINE_STREAM, RankLayout, Role, SPATIAL_STREAM, StageSummary, Strategy, StrategyError,
+    TENSOR_STREAM, cnn, pipeline, shard,
 };
+use crate::input::Loader;
 use crate::layer::Pass;
 use crate::memory::MemoryBreakdown;
 use crate::model::Model;
@@ -108,6 +109,8 @@ struct Plan<'s> {
     boundary_bytes: Vec<Bytes>,
     /// Host time to launch one kernel (zero under CUDA graphs).
     host_cost: SimDuration,
+    /// The data loader's work per iteration, if modelled.
+    input: Option<InputPlan>,
     /// ZeRO-3 units (FSDP's wrapping: each numbered block, and the layers around them) of
     /// each chunk.
     units: Vec<Vec<Unit>>,
@@ -126,6 +129,44 @@ struct Plan<'s> {
     offload: Option<OffloadPlan>,
     /// Out-of-core training: the memory the device would need without it (set by `stages`).
     without_offload: std::cell::Cell<Option<MemoryBreakdown>>,
+}
+
+/// What the data loader does each iteration (`[workload.input]`, [`crate::input`]).
+struct InputPlan {
+    /// Whether the replica's batch is loaded by one rank of its model-parallel group and
+    /// broadcast (a group of one rank loads for itself).
+    broadcast: bool,
+    /// Batches loaded ahead.
+    prefetch: u32,
+    /// One loader's time for the replica's batch.
+    load: SimDuration,
+    /// Host time to serialise the broadcast batch on the loader, and to unpack it on each
+    /// receiver.
+    pack: SimDuration,
+    /// The broadcast batch.
+    bytes: Bytes,
+}
+
+impl InputPlan {
+    fn new(strategy: &Strategy<'_>) -> Result<Option<InputPlan>, StrategyError> {
+        let Some(input) = strategy.input else { return Ok(None) };
+        let p = &strategy.parallelism;
+        let samples = strategy.global_batch / u64::from(p.data.max(1));
+        let bytes = Bytes(input.bytes_per_sample(strategy.model.input.elements()).0.saturating_mul(samples));
+        let time = |result: Result<SimDuration, sim_core::units::UnitError>, key: &'static str| {
+            result.map_err(|error| StrategyError::Invalid { key, message: format!("{error}") })
+        };
+        Ok(match input.loader {
+            Loader::None => None,
+            loader => Some(InputPlan {
+                broadcast: loader == Loader::PerGroup && p.layout().size(Axis::Tensor) > 1,
+                prefetch: input.prefetch,
+                load: time(input.load_time(samples), "workload.input.rate")?,
+                pack: time(input.unpack_time(bytes), "workload.input.broadcast-rate")?,
+                bytes,
+            }),
+        })
+    }
 }
 
 /// Out-of-core training (vDNN-like): each layer's saved activations are copied to host memory
@@ -218,6 +259,13 @@ struct Labels {
     scatter: LabelId,
     /// Halo sends: forward, backward.
     halo: [LabelId; 2],
+    /// Input pipeline: load a batch, take it from the loader, serialise it for the broadcast,
+    /// unpack it on a receiver, the loop's fetch of the next batch.
+    load: LabelId,
+    take: LabelId,
+    pack: LabelId,
+    unpack: LabelId,
+    fetch: LabelId,
 }
 
 /// The graph under construction and the collective instances shared by group members.
@@ -322,12 +370,15 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
     let mut spans = Vec::new();
     // DASO: each simulated rank's last global allreduce op of each iteration, if it sent one.
     let mut daso_sent: Vec<Vec<Option<OpId>>> = Vec::with_capacity(strategy.iterations as usize);
+    // Each simulated rank's loader batches in flight, carried from one iteration to the next.
+    let mut loads: Vec<VecDeque<(u32, Dep)>> = vec![VecDeque::new(); simulated.len()];
     for iteration in 0..strategy.iterations {
         shared.keys.clear();
         let mut buffers = Vec::with_capacity(simulated.len());
         let mut span_buffers: Vec<Vec<(String, u32, u32)>> = Vec::with_capacity(simulated.len());
         let mut ends = Vec::with_capacity(simulated.len());
         let mut daso_local: Vec<Option<u32>> = Vec::with_capacity(simulated.len());
+        let mut rank_loads: Vec<VecDeque<(u32, Dep)>> = Vec::with_capacity(simulated.len());
         for (position, &rank) in simulated.iter().enumerate() {
             let mut emitter = RankEmitter {
                 plan: &plan,
@@ -345,10 +396,12 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
                 daso_sent: None,
                 offloaded: HashMap::new(),
                 prefetched: HashMap::new(),
+                loads: std::mem::take(&mut loads[position]),
             };
             emitter.daso_pending = daso_pending(&plan, &daso_sent, iteration, position);
             let (end, pipeline_end) = emitter.iteration(previous_end[position])?;
             daso_local.push(emitter.daso_sent);
+            rank_loads.push(std::mem::take(&mut emitter.loads));
             let rank_spans = std::mem::take(&mut emitter.spans);
             buffers.push(emitter.buffer);
             ends.push((end, pipeline_end));
@@ -383,6 +436,14 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
                 start = end as usize;
                 shared.graph.add_op(op, &resolved);
             }
+        }
+        for (position, mut in_flight) in rank_loads.into_iter().enumerate() {
+            for (_, dep) in in_flight.iter_mut() {
+                if let Dep::Local(index) = *dep {
+                    *dep = Dep::Global(OpId(offsets[position] + index));
+                }
+            }
+            loads[position] = in_flight;
         }
         for (position, rank_spans) in span_buffers.into_iter().enumerate() {
             for (name, first, last) in rank_spans {
@@ -708,6 +769,7 @@ impl<'s> Plan<'s> {
             spatial_grid,
             strategy,
             host_cost: strategy.compute.host_cost_per_kernel(),
+            input: InputPlan::new(strategy)?,
             units,
             tied_embedding,
             stage_parameters,
@@ -795,6 +857,11 @@ impl<'s> Plan<'s> {
             gather: graph.label("zero-3 allgather parameters"),
             scatter: graph.label("zero-3 reduce-scatter gradients"),
             halo: [graph.label("spatial halo send"), graph.label("spatial halo gradient send")],
+            load: graph.label("input: load batch"),
+            take: graph.label("input: take batch"),
+            pack: graph.label("input: serialise batch"),
+            unpack: graph.label("input: unpack batch"),
+            fetch: graph.label("input: fetch next batch"),
         }
     }
 
@@ -955,6 +1022,8 @@ struct RankEmitter<'p, 's> {
     /// prefetch back.
     offloaded: HashMap<(u32, usize), u32>,
     prefetched: HashMap<(u32, usize), u32>,
+    /// The loader's batches in flight: (batch, its load op), oldest first.
+    loads: VecDeque<(u32, Dep)>,
 }
 
 impl RankEmitter<'_, '_> {
@@ -973,6 +1042,7 @@ impl RankEmitter<'_, '_> {
             plan.layout.rank(c).0
         };
         self.host_start = previous_end.map(Dep::Global);
+        let loader = if stage == 0 { self.take_batch(coordinates.tensor == 0) } else { false };
         // ZeRO 1/2: the next iteration's forward waits for the parameter allgather.
         let daso = matches!(p.sync, super::GradientSync::Daso { .. });
         if let Some(end) = previous_end
@@ -1099,7 +1169,87 @@ impl RankEmitter<'_, '_> {
                 }
             }
         }
+        if loader {
+            end = self.fetch_next_batch(end);
+        }
         Ok((end, pipeline_end))
+    }
+
+    /// The input pipeline at the start of an iteration on a rank of the first stage: the
+    /// batch is taken from the loader (waiting for it if it is not ready), broadcast to the
+    /// group by a per-group loader, and the loader starts on the batch `prefetch` ahead; the
+    /// first kernel waits for the batch. `group_root`: the rank is its model-parallel group's
+    /// first (the per-group loader). Returns whether the rank runs a loader.
+    fn take_batch(&mut self, group_root: bool) -> bool {
+        let Some(input) = &self.plan.input else { return false };
+        let batch = self.iteration;
+        let loader = group_root || !input.broadcast;
+        let previous: Vec<Dep> = self.host_start.into_iter().collect();
+        let comm = Comm {
+            group: GroupKind::Tensor,
+            kind: CollectiveKind::Broadcast { root: 0 },
+            bytes: input.bytes,
+            what: "input: broadcast batch",
+        };
+        if !loader {
+            // A receiver: the broadcast, then unpacking the batch on its host.
+            let broadcast = self.host_collective(comm, &previous);
+            let unpack = self.host_op(INPUT_STREAM, input.pack, self.labels.unpack, &[Dep::Local(broadcast)]);
+            self.waiting.push(Dep::Local(unpack));
+            return false;
+        }
+        // The batch's load, if it was not prefetched before the first iteration.
+        let mut deps = previous;
+        if self.loads.front().is_some_and(|(b, _)| *b == batch)
+            && let Some((_, load)) = self.loads.pop_front()
+        {
+            deps.push(load);
+        }
+        // What the next load starts after, and what the first kernel waits for.
+        let (taken, ready) = if input.broadcast {
+            // Serialising holds the loader's interpreter: on the loader's stream, and the next
+            // load starts after it.
+            let pack = self.host_op(LOADER_STREAM, input.pack, self.labels.pack, &deps);
+            (pack, self.host_collective(comm, &[Dep::Local(pack)]))
+        } else {
+            let take = self.host_op(INPUT_STREAM, SimDuration::ZERO, self.labels.take, &deps);
+            (take, take)
+        };
+        self.waiting.push(Dep::Local(ready));
+        // Batches up to the one after the last iteration's: the last iteration ends when the
+        // loop could fetch it.
+        let ahead = batch + input.prefetch;
+        if ahead <= self.plan.strategy.iterations {
+            let load = self.host_op(LOADER_STREAM, input.load, self.labels.load, &[Dep::Local(taken)]);
+            self.loads.push_back((ahead, Dep::Local(load)));
+        }
+        true
+    }
+
+    /// The end of a loader rank's iteration: the training loop's fetch of the next batch,
+    /// which waits for the loader if it is behind. Returns the op that ends the iteration.
+    fn fetch_next_batch(&mut self, end: u32) -> u32 {
+        let next = self.iteration + 1;
+        let Some(&(_, load)) = self.loads.iter().find(|(b, _)| *b == next) else { return end };
+        self.host_op(INPUT_STREAM, SimDuration::ZERO, self.labels.fetch, &[Dep::Local(end), load])
+    }
+
+    /// A host-side op of the input pipeline on `stream`; returns its local index.
+    fn host_op(&mut self, stream: StreamId, duration: SimDuration, label: LabelId, deps: &[Dep]) -> u32 {
+        self.buffer
+            .push(Op { kind: OpKind::Compute { duration }, rank: RankId(self.rank), stream, label }, deps)
+    }
+
+    /// The broadcast of the batch over the rank's model-parallel group, sent by the host (no
+    /// kernel launch): ChainerMN's `bcast_obj` over MPI.
+    fn host_collective(&mut self, comm: Comm, deps: &[Dep]) -> u32 {
+        let group = self.group(GroupClass::Tensor);
+        let label = self.comm_label(comm.what);
+        let id = self.collective_instance(comm, group);
+        self.buffer.push(
+            Op { kind: OpKind::Collective(id), rank: RankId(self.rank), stream: INPUT_STREAM, label },
+            deps,
+        )
     }
 
     fn forward_chunk(&mut self, chunk: usize, micro: u32) -> Result<(), StrategyError> {
@@ -1400,6 +1550,15 @@ impl RankEmitter<'_, '_> {
         label: LabelId,
         deps: &[Dep],
     ) -> u32 {
+        let id = self.collective_instance(comm, group);
+        let mut deps = deps.to_vec();
+        deps.extend(self.launch());
+        self.buffer.push(Op { kind: OpKind::Collective(id), rank: RankId(self.rank), stream, label }, &deps)
+    }
+
+    /// The rank's next collective of `group`: created by the first member to reach it, shared
+    /// by the others (members issue a group's collectives in the same order).
+    fn collective_instance(&mut self, comm: Comm, group: GroupId) -> sim_core::graph::CollectiveId {
         let data_algorithm = self.plan.strategy.parallelism.data_algorithm;
         // The data-parallel algorithm is an allreduce's; DASO's node broadcast picks its own.
         let algorithm = if comm.group == GroupKind::Data && data_algorithm.supports(comm.kind) {
@@ -1420,10 +1579,7 @@ impl RankEmitter<'_, '_> {
             });
             instances.push(id);
         }
-        let id = instances[sequence];
-        let mut deps = deps.to_vec();
-        deps.extend(self.launch());
-        self.buffer.push(Op { kind: OpKind::Collective(id), rank: RankId(self.rank), stream, label }, &deps)
+        instances[sequence]
     }
 
     /// A pipeline send to `to` after the last compute op, registered under `key`.

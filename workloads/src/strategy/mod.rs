@@ -76,10 +76,28 @@ pub const DASO_STREAM: StreamId = StreamId(12);
 pub const OFFLOAD_STREAM: StreamId = StreamId(13);
 /// The stream out-of-core training prefetches them back on (the host link is full duplex).
 pub const PREFETCH_STREAM: StreamId = StreamId(14);
+/// The data loader of a rank that loads (`[workload.input]`): host work, one batch after
+/// another (and, for a per-group loader, the serialisation of the batch it broadcasts, which
+/// holds the same interpreter).
+pub const LOADER_STREAM: StreamId = StreamId(15);
+/// Where a rank takes its batch: the hand-over from the loader, the broadcast of a per-group
+/// loader's batch and its unpacking, and the end of the iteration (the loop's next fetch).
+pub const INPUT_STREAM: StreamId = StreamId(16);
 
-/// Whether `op` runs on the host thread rather than on the GPU.
+/// Whether `op` runs on the host rather than on the GPU: kernel launches and the input
+/// pipeline.
 pub fn is_host(op: &sim_core::graph::Op) -> bool {
+    op.stream == HOST_STREAM || is_input(op)
+}
+
+/// Whether `op` is the host thread's launch of a kernel (host dispatch).
+pub fn is_launch(op: &sim_core::graph::Op) -> bool {
     op.stream == HOST_STREAM
+}
+
+/// Whether `op` belongs to the input pipeline (loading, broadcasting or taking a batch).
+pub fn is_input(op: &sim_core::graph::Op) -> bool {
+    op.stream == LOADER_STREAM || op.stream == INPUT_STREAM
 }
 
 /// The communicator kind of the ops on `stream`, if it is a communication stream.
@@ -407,6 +425,8 @@ pub struct Strategy<'a> {
     /// ranks, data-parallel replicas) and replay its traffic on the others: the same result on
     /// a symmetric fabric, far fewer ops.
     pub fold_symmetric_ranks: bool,
+    /// The data loader, if modelled (`[workload.input]`).
+    pub input: Option<&'a crate::input::InputPipeline>,
 }
 
 /// One gradient bucket: which layers' gradients it carries and how many bytes.

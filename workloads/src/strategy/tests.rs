@@ -81,6 +81,7 @@ fn strategy<'a>(
         parallelism,
         iterations: 1,
         fold_symmetric_ranks: false,
+        input: None,
     }
 }
 

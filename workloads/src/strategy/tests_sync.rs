@@ -90,6 +90,7 @@ fn data_parallel<'a>(
         parallelism,
         iterations,
         fold_symmetric_ranks: false,
+        input: None,
     }
 }
 

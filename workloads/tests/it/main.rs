@@ -6,6 +6,7 @@
 mod aten;
 mod deepbench;
 mod fuzz;
+mod input;
 mod korthikanti;
 mod memory;
 mod model_files;
