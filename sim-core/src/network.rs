@@ -326,6 +326,10 @@ impl StepNetwork for AnalyticalNetwork<'_> {
         self.topology.spec().network.transport.message_overhead
     }
 
+    fn channel_overhead(&self) -> SimDuration {
+        self.topology.spec().network.transport.channel_overhead
+    }
+
     fn collective_launch(&self) -> SimDuration {
         self.collective_launch
     }
