@@ -808,6 +808,7 @@ mod tests {
                 intra: 240.0,
                 intra_hop: Hop::NvLink,
                 nic: 25.0,
+                nic_line_rate: 25.0,
                 nics_per_node: 8,
                 net_latency_us: 0.0,
                 generation: crate::tuner::GpuGeneration::Ampere,

@@ -351,6 +351,7 @@ impl StepNetwork for AnalyticalNetwork<'_> {
             intra,
             intra_hop: self.intra_hop(),
             nic,
+            nic_line_rate: nic / spec.network.transport.efficiency,
             nics_per_node: spec.network.nics_per_node.unwrap_or(spec.gpus_per_node),
             net_latency_us: self.message_overhead().as_ps() as f64 / 1e6,
             generation: self.generation,

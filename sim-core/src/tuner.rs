@@ -23,7 +23,9 @@
 //!   the network latency adds the transport's message overhead (twice for Simple, whose data
 //!   is flushed). Rings across servers in their bandwidth regime pay 1.4 times their latency.
 //!
-//! The CPU-dependent LL bandwidth of NCCL's table is taken for Intel hosts.
+//! The CPU-dependent LL bandwidth of NCCL's table is taken for Intel hosts. The model sees
+//! the NICs' line rate ([`TunerFabric::nic_line_rate`]), as NCCL does; the per-protocol
+//! slowdown ([`allreduce_slowdown`]) applies to what they deliver.
 
 use crate::graph::CollectiveAlgorithm;
 use crate::protocol::{Family, Hop, Protocol};
@@ -84,8 +86,11 @@ pub struct TunerFabric {
     pub intra: f64,
     /// Links inside a server.
     pub intra_hop: Hop,
-    /// Bandwidth of one NIC, one direction (GB/s).
+    /// Bandwidth of one NIC, one direction (GB/s): what it delivers.
     pub nic: f64,
+    /// The NIC's line rate (GB/s): what NCCL detects and its tuner chooses by, before the
+    /// transport's efficiency ([`TunerFabric::nic`] over the `efficiency` key).
+    pub nic_line_rate: f64,
     /// NICs per server.
     pub nics_per_node: u32,
     /// The transport's message overhead (us): NCCL's `latencyInter`.
@@ -248,6 +253,8 @@ pub fn allreduce_model(
     if ranks <= 1 || nodes == 0 {
         return None;
     }
+    // NCCL's tuner sees the NICs' line rate, not what the transport delivers.
+    let fabric = &TunerFabric { nic: fabric.nic_line_rate, ..*fabric };
     let family = match algorithm {
         CollectiveAlgorithm::Ring => Family::Ring,
         CollectiveAlgorithm::Tree => Family::Tree,
@@ -388,6 +395,7 @@ mod tests {
             intra: 240.0,
             intra_hop: Hop::NvLink,
             nic: 25.0,
+            nic_line_rate: 25.0,
             nics_per_node: 8,
             net_latency_us: 0.0,
             generation: GpuGeneration::Ampere,
@@ -436,6 +444,20 @@ mod tests {
         assert_eq!(launch_channels(&a100, Family::Tree, Protocol::Ll128, 16, 2, 1 << 20), 16);
         // Simple: 512 threads x 64 bytes = 32 KiB per channel, whatever the ranks.
         assert_eq!(launch_channels(&a100, Family::Ring, Protocol::Simple, 2, 1, 96 << 10), 3);
+    }
+
+    #[test]
+    fn the_tuner_chooses_by_line_rate_and_the_links_move_what_they_deliver() {
+        // NICs delivering 16 of their 25 GB/s: NCCL's model is the line rate's...
+        let derated = TunerFabric { nic: 16.0, ..dgx_a100() };
+        let model =
+            |f: &TunerFabric| allreduce_model(f, CollectiveAlgorithm::Tree, Protocol::Ll128, 16, 2, 8.4);
+        assert_eq!(model(&derated), model(&dgx_a100()));
+        // ...while the protocol's slowdown is over the delivered rate: 8 x 16 x 0.92 is below
+        // the 8 x 20 GB/s LL128 limit, so only the protocol's share remains.
+        let slowdown =
+            allreduce_slowdown(&derated, CollectiveAlgorithm::Ring, Protocol::Ll128, 16, 2).unwrap();
+        assert!((slowdown - 1.0 / 0.92).abs() < 1e-9, "{slowdown}");
     }
 
     #[test]

@@ -109,6 +109,9 @@ pub struct Transport {
     /// of its per-step latencies. NCCL runs fewer channels for smaller buffers (`enqueue.cc`),
     /// so this cost grows with the size until every channel is in use. Zero by default.
     pub channel_overhead: SimDuration,
+    /// The share of the links' line rate the transport delivers (the fabric's links are
+    /// already scaled by it; kept for what sees line rates, such as NCCL's tuner).
+    pub efficiency: f64,
 }
 
 impl Transport {
@@ -118,6 +121,7 @@ impl Transport {
             kind,
             message_overhead: kind.default_message_overhead(),
             channel_overhead: SimDuration::ZERO,
+            efficiency: 1.0,
         }
     }
 }

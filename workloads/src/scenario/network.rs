@@ -165,6 +165,7 @@ impl NetworkSection {
             kind,
             message_overhead: self.message_overhead.unwrap_or(kind.default_message_overhead()),
             channel_overhead: self.channel_overhead.unwrap_or(SimDuration::ZERO),
+            efficiency,
         };
         let link = LinkSpec::new(
             self.link_bandwidth.unwrap_or(default_link.bandwidth),
