@@ -102,6 +102,12 @@ pub trait StepNetwork {
         SimDuration::ZERO
     }
 
+    /// The fixed cost of every channel a collective runs on, with protocols (see
+    /// [`channel_time`]).
+    fn channel_overhead(&self) -> SimDuration {
+        SimDuration::ZERO
+    }
+
     /// The fixed cost of every collective (with protocols: the Simple protocol's base latency).
     fn collective_launch(&self) -> SimDuration {
         SimDuration::ZERO
@@ -396,6 +402,7 @@ pub fn protocol_overhead(
     for &(extra, repeat) in &per_step {
         total = total.checked_add(extra.checked_mul(repeat).map_err(overflow)?).map_err(overflow)?;
     }
+    total = total.checked_add(channel_time(kind, choice, bytes, group, network)?).map_err(overflow)?;
     if family == Family::Ring
         && multi_server
         && kind == CollectiveKind::AllReduce
@@ -411,6 +418,40 @@ pub fn protocol_overhead(
         }
     }
     Ok(total)
+}
+
+/// What the channels of an allreduce under `choice` cost: the network's per-channel overhead
+/// times the channels NCCL launches for its size ([`crate::tuner::launch_channels`]: fewer
+/// for smaller buffers, `enqueue.cc`). Zero without a protocol, for other kinds, for NVLS
+/// (timed in closed form) and where NCCL's tuner does not know the cluster.
+pub fn channel_time(
+    kind: CollectiveKind,
+    choice: Choice,
+    bytes: Bytes,
+    group: &[RankId],
+    network: &impl StepNetwork,
+) -> Result<SimDuration, CollectiveError> {
+    let per_channel = network.channel_overhead();
+    let (Some(protocol), Some(fabric)) = (choice.protocol, network.tuner_fabric()) else {
+        return Ok(SimDuration::ZERO);
+    };
+    let ring_or_tree = matches!(choice.algorithm, CollectiveAlgorithm::Ring | CollectiveAlgorithm::Tree);
+    if per_channel == SimDuration::ZERO
+        || kind != CollectiveKind::AllReduce
+        || !ring_or_tree
+        || group.len() <= 1
+    {
+        return Ok(SimDuration::ZERO);
+    }
+    let nodes = members_by_server(group, &|rank| network.node_of(rank))?.len() as u32;
+    let family = family(choice.algorithm);
+    let channels =
+        crate::tuner::launch_channels(&fabric, family, protocol, group.len() as u32, nodes, bytes.0);
+    Ok(per_channel.checked_mul(u64::from(channels)).map_err(|_| UnitError::OutOfRange {
+        input: format!("{channels} channels of {per_channel}"),
+        quantity: "channel overhead",
+        reason: "longer than the largest representable duration",
+    })?)
 }
 
 /// How much `protocol`'s per-hop latency on the slowest hop of a step exceeds the hop's path
@@ -744,6 +785,71 @@ mod tests {
         assert_eq!(ps(K::AllReduce, A::Tree, 32, 8, bytes), (4 + 2 * 9 - 1) * step);
         // One server: the chain alone (height 7), 8 channels.
         assert_eq!(ps(K::AllReduce, A::Tree, 8, 8, bytes), (4 + 2 * 7 - 1) * step);
+    }
+
+    /// [`Uniform`] as NCCL's tuner sees a DGX-A100-like server, with a per-channel cost.
+    struct Tuned {
+        inner: Uniform,
+        per_channel: SimDuration,
+    }
+
+    impl StepNetwork for Tuned {
+        fn node_of(&self, rank: RankId) -> Result<u32, CollectiveError> {
+            self.inner.node_of(rank)
+        }
+        fn channel_overhead(&self) -> SimDuration {
+            self.per_channel
+        }
+        fn protocols(&self) -> ProtocolChoice {
+            ProtocolChoice::Auto
+        }
+        fn tuner_fabric(&self) -> Option<TunerFabric> {
+            Some(TunerFabric {
+                intra: 240.0,
+                intra_hop: Hop::NvLink,
+                nic: 25.0,
+                nic_line_rate: 25.0,
+                nics_per_node: 8,
+                net_latency_us: 0.0,
+                generation: crate::tuner::GpuGeneration::Ampere,
+            })
+        }
+        fn step_time(
+            &mut self,
+            messages: &[(RankId, RankId, u64)],
+            bytes: Bytes,
+            den: u64,
+        ) -> Result<SimDuration, CollectiveError> {
+            self.inner.step_time(messages, bytes, den)
+        }
+    }
+
+    #[test]
+    fn every_channel_nccl_launches_costs_the_channel_overhead() {
+        let mut network =
+            Tuned { inner: Uniform { per_node: 8, ..uniform() }, per_channel: SimDuration::from_ns(1_200) };
+        let ring_ll = Choice { algorithm: A::Ring, protocol: Some(Protocol::Ll) };
+        let group = ranks(8);
+        // 256 KiB over 8 ranks, ring/LL: 256 KiB / (512 threads x 64 bytes) = 8 channels.
+        let channels = channel_time(K::AllReduce, ring_ll, Bytes(256 << 10), &group, &network).unwrap();
+        assert_eq!(channels, SimDuration::from_ns(8 * 1_200));
+        // The protocol overhead carries it on top of the latencies it had without.
+        let with = protocol_overhead(K::AllReduce, ring_ll, Bytes(256 << 10), &group, &mut network).unwrap();
+        network.per_channel = SimDuration::ZERO;
+        let without =
+            protocol_overhead(K::AllReduce, ring_ll, Bytes(256 << 10), &group, &mut network).unwrap();
+        assert_eq!(with, without.checked_add(channels).unwrap());
+        // 1 GiB uses all 24 of the communicator's channels; other kinds and no protocol: none.
+        network.per_channel = SimDuration::from_ns(1_200);
+        let all = channel_time(K::AllReduce, ring_ll, Bytes(1 << 30), &group, &network).unwrap();
+        assert_eq!(all, SimDuration::from_ns(24 * 1_200));
+        let scatter = channel_time(K::ReduceScatter, ring_ll, Bytes(1 << 30), &group, &network).unwrap();
+        assert_eq!(scatter, SimDuration::ZERO);
+        let off = Choice { algorithm: A::Ring, protocol: None };
+        assert_eq!(
+            channel_time(K::AllReduce, off, Bytes(1 << 30), &group, &network).unwrap(),
+            SimDuration::ZERO
+        );
     }
 
     #[test]

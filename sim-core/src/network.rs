@@ -326,6 +326,10 @@ impl StepNetwork for AnalyticalNetwork<'_> {
         self.topology.spec().network.transport.message_overhead
     }
 
+    fn channel_overhead(&self) -> SimDuration {
+        self.topology.spec().network.transport.channel_overhead
+    }
+
     fn collective_launch(&self) -> SimDuration {
         self.collective_launch
     }
@@ -347,6 +351,7 @@ impl StepNetwork for AnalyticalNetwork<'_> {
             intra,
             intra_hop: self.intra_hop(),
             nic,
+            nic_line_rate: nic / spec.network.transport.efficiency,
             nics_per_node: spec.network.nics_per_node.unwrap_or(spec.gpus_per_node),
             net_latency_us: self.message_overhead().as_ps() as f64 / 1e6,
             generation: self.generation,

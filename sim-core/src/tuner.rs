@@ -23,7 +23,9 @@
 //!   the network latency adds the transport's message overhead (twice for Simple, whose data
 //!   is flushed). Rings across servers in their bandwidth regime pay 1.4 times their latency.
 //!
-//! The CPU-dependent LL bandwidth of NCCL's table is taken for Intel hosts.
+//! The CPU-dependent LL bandwidth of NCCL's table is taken for Intel hosts. The model sees
+//! the NICs' line rate ([`TunerFabric::nic_line_rate`]), as NCCL does; the per-protocol
+//! slowdown ([`allreduce_slowdown`]) applies to what they deliver.
 
 use crate::graph::CollectiveAlgorithm;
 use crate::protocol::{Family, Hop, Protocol};
@@ -84,8 +86,11 @@ pub struct TunerFabric {
     pub intra: f64,
     /// Links inside a server.
     pub intra_hop: Hop,
-    /// Bandwidth of one NIC, one direction (GB/s).
+    /// Bandwidth of one NIC, one direction (GB/s): what it delivers.
     pub nic: f64,
+    /// The NIC's line rate (GB/s): what NCCL detects and its tuner chooses by, before the
+    /// transport's efficiency ([`TunerFabric::nic`] over the `efficiency` key).
+    pub nic_line_rate: f64,
     /// NICs per server.
     pub nics_per_node: u32,
     /// The transport's message overhead (us): NCCL's `latencyInter`.
@@ -105,6 +110,67 @@ fn channels(fabric: &TunerFabric, ranks: u32, nodes: u32) -> (f64, f64) {
         let channels = f64::from(fabric.nics_per_node.max(1)).min(ppn.max(1.0));
         (channels, fabric.nic.min(fabric.intra / channels))
     }
+}
+
+/// NCCL's `MAXCHANNELS` (`src/include/device.h`): no communicator has more channels.
+const MAX_CHANNELS: u32 = 32;
+
+/// The channels of an NCCL communicator: the graph search's channels ([`channels`]) doubled
+/// by `ncclTopoPostset` (`src/graph/connect.cc`: "Duplication should be complete now",
+/// `nChannels = comm->nChannels = std::min(MAXCHANNELS, nChannels*2)`), at most
+/// `MAXCHANNELS`: 24 on one 8-GPU A100 server (12 NVLinks' worth), 16 across servers with 8
+/// NICs each.
+pub fn comm_channels(fabric: &TunerFabric, ranks: u32, nodes: u32) -> u32 {
+    let (graph, _) = channels(fabric, ranks, nodes);
+    ((graph as u32).max(1) * 2).min(MAX_CHANNELS)
+}
+
+/// NCCL's threads per channel before it shrinks a launch (`comm->maxThreads`, set by
+/// `ncclTopoTuneModel` in `src/graph/tuning.cc` from `NCCL_LL_MAX_NTHREADS` = 512,
+/// `NCCL_LL128_MAX_NTHREADS` = 640 and `NCCL_SIMPLE_MAX_NTHREADS` = 512; a Simple ring whose
+/// graph moves at most `PCI_BW` = 12 GB/s gets 256).
+pub fn max_threads(fabric: &TunerFabric, family: Family, protocol: Protocol, ranks: u32, nodes: u32) -> u32 {
+    match protocol {
+        Protocol::Ll => 512,
+        Protocol::Ll128 => 640,
+        Protocol::Simple => {
+            let (count, per_channel) = channels(fabric, ranks, nodes);
+            if family == Family::Ring && count * per_channel <= 12.0 { 256 } else { 512 }
+        }
+    }
+}
+
+/// NCCL's bytes of a collective per thread below which it launches fewer channels
+/// (`comm->threadThresholds`: `NCCL_LL_THREAD_THRESHOLD` = 8 times the ranks on rings,
+/// `NCCL_LL128_THREAD_THRESHOLD` = 8, `NCCL_SIMPLE_THREAD_THRESHOLD` = 64; `src/include/comm.h`
+/// and `ncclTopoTuneModel`).
+pub fn thread_threshold(family: Family, protocol: Protocol, ranks: u32) -> u64 {
+    match (protocol, family) {
+        (Protocol::Ll, Family::Ring) => 8 * u64::from(ranks),
+        (Protocol::Ll, Family::Tree) | (Protocol::Ll128, _) => 8,
+        (Protocol::Simple, _) => 64,
+    }
+}
+
+/// How many channels NCCL runs a ring or tree collective of `bytes` on: all of the
+/// communicator's ([`comm_channels`]), one fewer while `bytes < channels x threads x
+/// threshold` and more than one is left (`getAlgoInfo` in `src/enqueue.cc` up to NCCL 2.18,
+/// `topoGetAlgoInfo` since: "Ring/Tree channel tuning"). Small collectives run on few
+/// channels; on one 8-GPU A100 server a ring/LL allreduce uses one channel per 32 KiB.
+pub fn launch_channels(
+    fabric: &TunerFabric,
+    family: Family,
+    protocol: Protocol,
+    ranks: u32,
+    nodes: u32,
+    bytes: u64,
+) -> u32 {
+    let threads = u64::from(max_threads(fabric, family, protocol, ranks, nodes));
+    let per_channel = threads * thread_threshold(family, protocol, ranks);
+    let all = comm_channels(fabric, ranks, nodes);
+    // The largest count c <= all with bytes >= c x per_channel, at least one.
+    let fit = bytes / per_channel.max(1);
+    fit.clamp(1, u64::from(all)) as u32
 }
 
 /// NCCL's bus bandwidth of a ring or tree allreduce on the links alone and after its
@@ -187,6 +253,8 @@ pub fn allreduce_model(
     if ranks <= 1 || nodes == 0 {
         return None;
     }
+    // NCCL's tuner sees the NICs' line rate, not what the transport delivers.
+    let fabric = &TunerFabric { nic: fabric.nic_line_rate, ..*fabric };
     let family = match algorithm {
         CollectiveAlgorithm::Ring => Family::Ring,
         CollectiveAlgorithm::Tree => Family::Tree,
@@ -327,6 +395,7 @@ mod tests {
             intra: 240.0,
             intra_hop: Hop::NvLink,
             nic: 25.0,
+            nic_line_rate: 25.0,
             nics_per_node: 8,
             net_latency_us: 0.0,
             generation: GpuGeneration::Ampere,
@@ -346,6 +415,58 @@ mod tests {
             allreduce_model(&dgx_a100(), CollectiveAlgorithm::Tree, Protocol::Simple, 16, 2, 8.4).unwrap();
         assert!((latency - (8.4 + 2.0 * (7.0 * 4.0 + 14.0))).abs() < 1e-9, "{latency}");
         assert!((algbw - 0.5 * (8.0 * 25.0 * 0.92_f64).min(8.0 * 23.6)).abs() < 1e-9, "{algbw}");
+    }
+
+    #[test]
+    fn a_communicator_has_twice_its_graphs_channels() {
+        // One A100 server: 240 / 20 GB/s = 12 graph channels, 24 in the communicator; two
+        // servers of 8 GPUs with 8 NICs: 8 and 16; never more than MAXCHANNELS.
+        assert_eq!(comm_channels(&dgx_a100(), 8, 1), 24);
+        assert_eq!(comm_channels(&dgx_a100(), 16, 2), 16);
+        let wide = TunerFabric { intra: 900.0, ..dgx_a100() };
+        assert_eq!(comm_channels(&wide, 8, 1), 32);
+    }
+
+    #[test]
+    fn nccl_launches_one_channel_per_threads_times_threshold_bytes() {
+        let a100 = dgx_a100();
+        // Ring/LL over 8 ranks: 512 threads x 8 x 8 bytes = 32 KiB per channel.
+        let ring_ll = |ranks, bytes| launch_channels(&a100, Family::Ring, Protocol::Ll, ranks, 1, bytes);
+        assert_eq!(ring_ll(8, 8), 1);
+        assert_eq!(ring_ll(8, 64 << 10), 2);
+        assert_eq!(ring_ll(8, (256 << 10) - 1), 7);
+        assert_eq!(ring_ll(8, 256 << 10), 8);
+        assert_eq!(ring_ll(8, 1 << 20), 24, "capped at the communicator's 24");
+        // Two ranks: 512 x 8 x 2 = 8 KiB per channel.
+        assert_eq!(ring_ll(2, 16 << 10), 2);
+        // Tree/LL128 across two servers: 640 threads x 8 bytes; 16 channels at most.
+        assert_eq!(launch_channels(&a100, Family::Tree, Protocol::Ll128, 16, 2, 64 << 10), 12);
+        assert_eq!(launch_channels(&a100, Family::Tree, Protocol::Ll128, 16, 2, 1 << 20), 16);
+        // Simple: 512 threads x 64 bytes = 32 KiB per channel, whatever the ranks.
+        assert_eq!(launch_channels(&a100, Family::Ring, Protocol::Simple, 2, 1, 96 << 10), 3);
+    }
+
+    #[test]
+    fn the_tuner_chooses_by_line_rate_and_the_links_move_what_they_deliver() {
+        // NICs delivering 16 of their 25 GB/s: NCCL's model is the line rate's...
+        let derated = TunerFabric { nic: 16.0, ..dgx_a100() };
+        let model =
+            |f: &TunerFabric| allreduce_model(f, CollectiveAlgorithm::Tree, Protocol::Ll128, 16, 2, 8.4);
+        assert_eq!(model(&derated), model(&dgx_a100()));
+        // ...while the protocol's slowdown is over the delivered rate: 8 x 16 x 0.92 is below
+        // the 8 x 20 GB/s LL128 limit, so only the protocol's share remains.
+        let slowdown =
+            allreduce_slowdown(&derated, CollectiveAlgorithm::Ring, Protocol::Ll128, 16, 2).unwrap();
+        assert!((slowdown - 1.0 / 0.92).abs() < 1e-9, "{slowdown}");
+    }
+
+    #[test]
+    fn slow_simple_rings_get_half_the_threads() {
+        let pcie = TunerFabric { intra: 10.0, intra_hop: Hop::Pci, ..dgx_a100() };
+        assert_eq!(max_threads(&pcie, Family::Ring, Protocol::Simple, 4, 1), 256);
+        assert_eq!(max_threads(&pcie, Family::Tree, Protocol::Simple, 4, 1), 512);
+        assert_eq!(max_threads(&dgx_a100(), Family::Ring, Protocol::Simple, 8, 1), 512);
+        assert_eq!(max_threads(&dgx_a100(), Family::Ring, Protocol::Ll128, 8, 1), 640);
     }
 
     #[test]

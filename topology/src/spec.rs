@@ -104,12 +104,25 @@ pub struct Transport {
     /// Software cost per message per network hop, added to every step of a collective that
     /// crosses the fabric (see [`TransportKind::default_message_overhead`]).
     pub message_overhead: SimDuration,
+    /// Fixed cost of every channel (CUDA block) a collective runs on, inside servers as well
+    /// as across them: the communication library's per-channel work on this system, on top
+    /// of its per-step latencies. NCCL runs fewer channels for smaller buffers (`enqueue.cc`),
+    /// so this cost grows with the size until every channel is in use. Zero by default.
+    pub channel_overhead: SimDuration,
+    /// The share of the links' line rate the transport delivers (the fabric's links are
+    /// already scaled by it; kept for what sees line rates, such as NCCL's tuner).
+    pub efficiency: f64,
 }
 
 impl Transport {
     /// `kind` with its default costs.
     pub const fn new(kind: TransportKind) -> Transport {
-        Transport { kind, message_overhead: kind.default_message_overhead() }
+        Transport {
+            kind,
+            message_overhead: kind.default_message_overhead(),
+            channel_overhead: SimDuration::ZERO,
+            efficiency: 1.0,
+        }
     }
 }
 

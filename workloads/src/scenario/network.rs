@@ -42,6 +42,7 @@ pub(super) struct NetworkSection {
     dims: Option<Vec<u32>>,
     transport: Option<String>,
     message_overhead: Option<SimDuration>,
+    channel_overhead: Option<SimDuration>,
     efficiency: Option<f64>,
 }
 
@@ -82,6 +83,7 @@ const COMMON: &[&str] = &[
     "gpu-to-nic",
     "transport",
     "message-overhead",
+    "channel-overhead",
     "efficiency",
 ];
 
@@ -92,7 +94,7 @@ pub(super) type KeyError = (&'static str, String);
 impl NetworkSection {
     /// The keys present in the file, as written there.
     fn present(&self) -> Vec<&'static str> {
-        let flags: [(&'static str, bool); 28] = [
+        let flags: [(&'static str, bool); 29] = [
             ("topology", self.topology.is_some()),
             ("link-bandwidth", self.link_bandwidth.is_some()),
             ("link-latency", self.link_latency.is_some()),
@@ -120,6 +122,7 @@ impl NetworkSection {
             ("dims", self.dims.is_some()),
             ("transport", self.transport.is_some()),
             ("message-overhead", self.message_overhead.is_some()),
+            ("channel-overhead", self.channel_overhead.is_some()),
             ("efficiency", self.efficiency.is_some()),
         ];
         flags.into_iter().filter(|&(_, present)| present).map(|(key, _)| key).collect()
@@ -161,6 +164,8 @@ impl NetworkSection {
         let transport = Transport {
             kind,
             message_overhead: self.message_overhead.unwrap_or(kind.default_message_overhead()),
+            channel_overhead: self.channel_overhead.unwrap_or(SimDuration::ZERO),
+            efficiency,
         };
         let link = LinkSpec::new(
             self.link_bandwidth.unwrap_or(default_link.bandwidth),
