@@ -628,7 +628,7 @@ pub fn enumerate(index: usize, base: &Scenario, fixed: &Fixed) -> Vec<Choice> {
                 (fixed.spatial.is_none_or(|s| u64::from(s) == degree)
                     && fixed.filter.is_none()
                     && fixed.channel.is_none())
-                .then_some(CnnSplit::Spatial { degree: degree as u32, dims: spatial_dims }),
+                .then_some(CnnSplit::Spatial { degree: degree as u32, dims: spatial_dims, until: None }),
                 (fixed.filter.is_none_or(|s| u64::from(s) == degree)
                     && fixed.spatial.is_none()
                     && fixed.channel.is_none())
@@ -665,7 +665,7 @@ pub fn enumerate(index: usize, base: &Scenario, fixed: &Fixed) -> Vec<Choice> {
                 let (filter, channel, spatial, dims) = match split {
                     CnnSplit::Filter(d) => (d, 1, 1, spatial_dims),
                     CnnSplit::Channel(d) => (1, d, 1, spatial_dims),
-                    CnnSplit::Spatial { degree, dims } => (1, 1, degree, dims),
+                    CnnSplit::Spatial { degree, dims, .. } => (1, 1, degree, dims),
                     CnnSplit::None => (1, 1, 1, spatial_dims),
                 };
                 for micro in micro_batches(data) {

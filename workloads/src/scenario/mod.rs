@@ -221,6 +221,7 @@ struct ParallelismSection {
     channel: u32,
     spatial: u32,
     spatial_dims: String,
+    spatial_until: Option<String>,
     sync: String,
     global_sync_every: Option<u32>,
     global_sync: Option<String>,
@@ -248,6 +249,7 @@ impl Default for ParallelismSection {
             channel: 1,
             spatial: 1,
             spatial_dims: "h".into(),
+            spatial_until: None,
             sync: "allreduce".into(),
             global_sync_every: None,
             global_sync: None,
@@ -657,6 +659,9 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
     };
 
     let mut parallelism = parallelism(&spec.parallelism, gpus, cluster, &invalid)?;
+    if let Some(name) = &spec.parallelism.spatial_until {
+        parallelism.spatial_until = Some(spatial_until(name, &parallelism, &model, &invalid)?);
+    }
     if let Some(offload) = &workload.offload {
         parallelism.offload = offload.parse().map_err(|message| invalid("workload.offload", message))?;
     }
@@ -732,6 +737,40 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
         other => invalid("parallelism", other.to_string()),
     })?;
     Ok(scenario)
+}
+
+/// `parallelism.spatial-until`: the index of the named layer, which must be one spatial
+/// parallelism can split.
+fn spatial_until(
+    name: &str,
+    parallelism: &Parallelism,
+    model: &Model,
+    invalid: &dyn Fn(&str, String) -> ScenarioError,
+) -> Result<u32, ScenarioError> {
+    let key = "parallelism.spatial-until";
+    if parallelism.spatial <= 1 {
+        return Err(invalid(
+            key,
+            "applies to spatial parallelism only: set parallelism.spatial above 1 (or remove the key)".into(),
+        ));
+    }
+    let end = crate::strategy::cnn::automatic_spatial_end(model);
+    let splittable: Vec<&str> = model.layers[..end].iter().map(|layer| layer.name.as_str()).collect();
+    let valid = match (splittable.first(), splittable.last()) {
+        (Some(first), Some(last)) => format!("a layer from {first} to {last}"),
+        _ => "none: the model starts with a non-spatial layer".into(),
+    };
+    match model.layers.iter().position(|layer| layer.name == name) {
+        Some(index) if index < end => Ok(index as u32),
+        Some(_) => Err(invalid(
+            key,
+            format!(
+                "{name:?} is past the layers spatial parallelism can split in {}; valid: {valid}",
+                model.name
+            ),
+        )),
+        None => Err(invalid(key, format!("{name:?} is no layer of {}; valid: {valid}", model.name))),
+    }
 }
 
 /// The validated `[workload.input]` table; `None` for `loader = "none"`.
@@ -905,6 +944,7 @@ fn parallelism(
         channel: section.channel,
         spatial: section.spatial,
         spatial_dims,
+        spatial_until: None,
         sync: gradient_sync(section, cluster, invalid)?,
         offload: crate::strategy::Offload::None,
     })

@@ -95,6 +95,9 @@ pub enum CnnSplit {
         degree: u32,
         /// Split dimensions.
         dims: SpatialDims,
+        /// The last layer computed on tiles (`parallelism.spatial-until`, an index into the
+        /// model's layers); `None`: every layer up to the first non-spatial one.
+        until: Option<u32>,
     },
 }
 
@@ -190,9 +193,17 @@ fn is_conv(kind: &LayerKind) -> bool {
     matches!(kind, LayerKind::Conv { .. })
 }
 
-/// The index of the first layer the spatial split does not reach (global or adaptive pooling,
-/// flatten, fully connected, or a non-spatial tensor): its input is allgathered.
-pub fn spatial_region_end(model: &Model) -> usize {
+/// The index of the first layer the spatial split does not reach: the layer after `until` if
+/// given (ParaDL's CosmoFlow gathers after its second convolution block), else the first
+/// non-spatial layer (global or adaptive pooling, flatten, fully connected, or a non-spatial
+/// tensor). Its input is allgathered.
+pub fn spatial_region_end(model: &Model, until: Option<u32>) -> usize {
+    let automatic = automatic_spatial_end(model);
+    until.map_or(automatic, |last| automatic.min(last as usize + 1))
+}
+
+/// The first layer no spatial split can reach (see [`spatial_region_end`]).
+pub fn automatic_spatial_end(model: &Model) -> usize {
     model
         .layers
         .iter()
@@ -295,8 +306,8 @@ pub fn check(model: &Model, split: CnnSplit) -> Result<(), ShardError> {
             }
             Ok(())
         }
-        CnnSplit::Spatial { degree, dims } => {
-            let end = spatial_region_end(model);
+        CnnSplit::Spatial { degree, dims, until } => {
+            let end = spatial_region_end(model, until);
             if end == 0 {
                 return Err(invalid(
                     key,
@@ -434,7 +445,7 @@ pub fn local_layers(
     let p = u64::from(split.degree());
     let comm = |group, kind, bytes, what| Comm { group, kind, bytes, what };
     let region = match split {
-        CnnSplit::Spatial { .. } => spatial_region_end(model),
+        CnnSplit::Spatial { until, .. } => spatial_region_end(model, until),
         _ => 0,
     };
     let mut result = Vec::with_capacity(model.layers.len());
@@ -492,7 +503,7 @@ pub fn local_layers(
                     );
                 }
             }
-            CnnSplit::Spatial { degree, dims } => {
+            CnnSplit::Spatial { degree, dims, .. } => {
                 let grid = spatial_grid(degree, dims);
                 if index < region {
                     let mut input = layer.input.clone();
@@ -616,8 +627,8 @@ mod tests {
         for split in [
             CnnSplit::Filter(4),
             CnnSplit::Channel(2),
-            CnnSplit::Spatial { degree: 4, dims: SpatialDims::H },
-            CnnSplit::Spatial { degree: 4, dims: SpatialDims::Hw },
+            CnnSplit::Spatial { degree: 4, dims: SpatialDims::H, until: None },
+            CnnSplit::Spatial { degree: 4, dims: SpatialDims::Hw, until: None },
         ] {
             let layers = local_layers(&model, split, 1, Dtype::Fp32).unwrap();
             for (index, layer) in model.layers.iter().enumerate() {
@@ -625,7 +636,7 @@ mod tests {
                     continue;
                 }
                 // Uneven tiles (14 rows over 4 ranks) give every rank the busiest one's share.
-                if let CnnSplit::Spatial { degree, dims } = split {
+                if let CnnSplit::Spatial { degree, dims, .. } = split {
                     let grid = spatial_grid(degree, dims);
                     let axes = split_axes(3, dims);
                     let even =
@@ -671,15 +682,47 @@ mod tests {
     #[test]
     fn spatial_gathers_before_the_first_non_spatial_layer() {
         let model = zoo::by_name("resnet50").unwrap();
-        let layers =
-            local_layers(&model, CnnSplit::Spatial { degree: 4, dims: SpatialDims::H }, 2, Dtype::Fp32)
-                .unwrap();
-        let end = spatial_region_end(&model);
+        let layers = local_layers(
+            &model,
+            CnnSplit::Spatial { degree: 4, dims: SpatialDims::H, until: None },
+            2,
+            Dtype::Fp32,
+        )
+        .unwrap();
+        let end = spatial_region_end(&model, None);
         assert!(matches!(model.layers[end].kind, LayerKind::GlobalAvgPool));
         assert_eq!(layers[end].before_forward[0].bytes, Bytes(2048 * 7 * 7 * 2 * 4));
         assert_eq!(layers[end].before_forward[0].kind, CollectiveKind::AllGather);
         assert_eq!(layers[0].layer.input.0, vec![3, 56, 224]);
         assert_eq!(layers[end + 1].role, Role::Replicated);
+    }
+
+    #[test]
+    fn an_earlier_gather_point_splits_only_the_layers_up_to_it() {
+        // ParaDL's CosmoFlow: CONV_1 .. APOOL_2 on slabs, an allgather of APOOL_2's output,
+        // CONV_3 onwards replicated (spatial_cosmoflow.py).
+        let model = zoo::by_name("cosmoflow-256").unwrap();
+        let last = model.layers.iter().position(|l| l.name == "APOOL_2").unwrap();
+        let split = CnnSplit::Spatial { degree: 4, dims: SpatialDims::H, until: Some(last as u32) };
+        let layers = local_layers(&model, split, 1, Dtype::Fp32).unwrap();
+        assert_eq!(spatial_region_end(&model, Some(last as u32)), last + 1);
+        for layer in &layers[..=last] {
+            assert_eq!(layer.role, Role::SpatialSplit, "{}", layer.layer.name);
+        }
+        let conv3 = &layers[last + 1];
+        assert_eq!(conv3.layer.name, "CONV_3");
+        assert_eq!(conv3.role, Role::Replicated);
+        // The whole APOOL_2 output (32 x 64^3 fp32) is gathered before CONV_3.
+        assert_eq!(conv3.before_forward[0].kind, CollectiveKind::AllGather);
+        assert_eq!(conv3.before_forward[0].bytes, Bytes(32 * 64 * 64 * 64 * 4));
+        assert_eq!(conv3.layer.input.0, vec![32, 64, 64, 64]);
+        // Past the automatic end, the automatic end holds.
+        assert_eq!(spatial_region_end(&model, Some(10_000)), automatic_spatial_end(&model));
+        // The split is cheaper per rank than one device's whole model, and the replicated tail
+        // costs every rank the same.
+        let split_flops: f64 = layers[..=last].iter().map(|l| l.layer.cost.forward_flops).sum();
+        let whole: f64 = model.layers[..=last].iter().map(|l| l.cost.forward_flops).sum();
+        assert!(split_flops < whole / 3.5, "{split_flops} vs {whole}");
     }
 
     #[test]
@@ -692,11 +735,13 @@ mod tests {
         assert!(error.contains("conv1 has 3 input channels") && error.contains("valid: 1 to 3"), "{error}");
         let error = check(&resnet, CnnSplit::Filter(128)).unwrap_err().to_string();
         assert!(error.contains("64 output channels") && error.contains("evenly: 1, 2, 4, 8)"), "{error}");
-        let error =
-            check(&resnet, CnnSplit::Spatial { degree: 8, dims: SpatialDims::H }).unwrap_err().to_string();
+        let error = check(&resnet, CnnSplit::Spatial { degree: 8, dims: SpatialDims::H, until: None })
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("7 positions along the height") && error.contains("at most 7"), "{error}");
-        let error =
-            check(&resnet, CnnSplit::Spatial { degree: 8, dims: SpatialDims::Dhw }).unwrap_err().to_string();
+        let error = check(&resnet, CnnSplit::Spatial { degree: 8, dims: SpatialDims::Dhw, until: None })
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("spatial-dims") && error.contains("\"h\", \"hw\""), "{error}");
         let gpt = zoo::by_name("megatron-1.7b").unwrap();
         let error = check(&gpt, CnnSplit::Filter(2)).unwrap_err().to_string();

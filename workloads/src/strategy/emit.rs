@@ -757,7 +757,7 @@ impl<'s> Plan<'s> {
             layers: local.iter().map(|l| l.layer.clone()).collect(),
         });
         let spatial_grid = match p.cnn() {
-            CnnSplit::Spatial { degree, dims } => cnn::spatial_grid(degree, dims),
+            CnnSplit::Spatial { degree, dims, .. } => cnn::spatial_grid(degree, dims),
             _ => Vec::new(),
         };
         let offload = (p.offload != super::Offload::None)

@@ -164,6 +164,9 @@ pub struct Parallelism {
     pub spatial: u32,
     /// The dimensions spatial parallelism splits.
     pub spatial_dims: SpatialDims,
+    /// The last layer spatial parallelism splits (an index into the model's layers;
+    /// `parallelism.spatial-until`); `None`: up to the first non-spatial layer.
+    pub spatial_until: Option<u32>,
     /// How the data-parallel replicas synchronise: one allreduce per iteration, or DASO's
     /// node-local allreduce with a periodic global one.
     pub sync: GradientSync,
@@ -268,6 +271,7 @@ impl Parallelism {
             channel: 1,
             spatial: 1,
             spatial_dims: SpatialDims::H,
+            spatial_until: None,
             sync: GradientSync::AllReduce,
             offload: Offload::None,
         }
@@ -294,7 +298,7 @@ impl Parallelism {
         } else if self.channel > 1 {
             CnnSplit::Channel(self.channel)
         } else if self.spatial > 1 {
-            CnnSplit::Spatial { degree: self.spatial, dims: self.spatial_dims }
+            CnnSplit::Spatial { degree: self.spatial, dims: self.spatial_dims, until: self.spatial_until }
         } else {
             CnnSplit::None
         }
