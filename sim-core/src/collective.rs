@@ -812,6 +812,7 @@ mod tests {
                 nics_per_node: 8,
                 net_latency_us: 0.0,
                 generation: crate::tuner::GpuGeneration::Ampere,
+                amd_hosts: false,
             })
         }
         fn step_time(

@@ -355,6 +355,7 @@ impl StepNetwork for AnalyticalNetwork<'_> {
             nics_per_node: spec.network.nics_per_node.unwrap_or(spec.gpus_per_node),
             net_latency_us: self.message_overhead().as_ps() as f64 / 1e6,
             generation: self.generation,
+            amd_hosts: spec.network.transport.host_cpu == topology::HostCpu::Amd,
         })
     }
 

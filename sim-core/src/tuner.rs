@@ -23,7 +23,8 @@
 //!   the network latency adds the transport's message overhead (twice for Simple, whose data
 //!   is flushed). Rings across servers in their bandwidth regime pay 1.4 times their latency.
 //!
-//! The CPU-dependent LL bandwidth of NCCL's table is taken for Intel hosts. The model sees
+//! The CPU-dependent LL bandwidth of NCCL's table across servers takes the AMD row for AMD
+//! hosts (`cluster.network.host-cpu`), else the Intel row. The model sees
 //! the NICs' line rate ([`TunerFabric::nic_line_rate`]), as NCCL does; the per-protocol
 //! slowdown ([`allreduce_slowdown`]) applies to what they deliver.
 
@@ -97,6 +98,8 @@ pub struct TunerFabric {
     pub net_latency_us: f64,
     /// The GPUs' generation.
     pub generation: GpuGeneration,
+    /// The servers' CPUs are AMD's: NCCL's LL cap across servers takes its AMD row.
+    pub amd_hosts: bool,
 }
 
 /// NCCL's channels and the bandwidth of each (GB/s): its graph search, simplified (see the
@@ -194,8 +197,10 @@ fn bus_bandwidths(
         [[20.0, 20.0, 20.0], [20.0, 20.0, 20.0], [36.7, 36.7, 29.0], [55.6, 31.67, 20.0]];
     const TREE: [[f64; 3]; 4] =
         [[26.5, 18.5, 10.0], [24.0, 23.6, 17.8], [38.7, 41.4, 36.0], [70.0, 42.8, 24.0]];
-    // Single server: the GPU's row; several: the CPU's (Intel).
-    let ll_max = LL_MAX[if nodes == 1 { g } else { 0 }][n_index];
+    // Single server: the GPU's row; several: the CPU's, AMD's (row 1) or Intel's (row 0)
+    // (`index1` in `ncclTopoTuneModel`).
+    let cpu_row = if fabric.amd_hosts { 1 } else { 0 };
+    let ll_max = LL_MAX[if nodes == 1 { g } else { cpu_row }][n_index];
     match (family, protocol) {
         (Family::Ring, Protocol::Ll) => bus = ll_max.min(bus * 0.5),
         (Family::Ring, Protocol::Ll128) => bus = (bus * 0.92).min(channels * RING_LL128[g]),
@@ -399,7 +404,22 @@ mod tests {
             nics_per_node: 8,
             net_latency_us: 0.0,
             generation: GpuGeneration::Ampere,
+            amd_hosts: false,
         }
+    }
+
+    #[test]
+    fn amd_hosts_take_the_amd_row_of_the_ll_cap_across_servers() {
+        // Two servers: ring LL is min(llMaxBw, bus / 2); 8 NICs x 25 GB/s = 200, halved 100,
+        // capped at 39.0 (Intel row) or 22.5 (AMD row); one server keeps the GPU's row.
+        let amd = TunerFabric { amd_hosts: true, ..dgx_a100() };
+        assert_eq!(bus_bandwidths(&dgx_a100(), Family::Ring, Protocol::Ll, 16, 2).1, 39.0);
+        assert_eq!(bus_bandwidths(&amd, Family::Ring, Protocol::Ll, 16, 2).1, 22.5);
+        assert_eq!(bus_bandwidths(&amd, Family::Ring, Protocol::Ll, 64, 8).1, 19.0);
+        assert_eq!(
+            bus_bandwidths(&amd, Family::Ring, Protocol::Ll, 8, 1),
+            bus_bandwidths(&dgx_a100(), Family::Ring, Protocol::Ll, 8, 1)
+        );
     }
 
     #[test]

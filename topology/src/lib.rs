@@ -116,7 +116,7 @@ use units::{Bandwidth, SimDuration};
 
 pub use error::TopologyError;
 pub use spec::{
-    CascadeSpec, DragonflySpec, FabricSpec, NetworkSpec, Routing, Transport, TransportKind, XgftSpec,
+    CascadeSpec, DragonflySpec, FabricSpec, HostCpu, NetworkSpec, Routing, Transport, TransportKind, XgftSpec,
 };
 pub use summary::{PathLengths, TopologySummary};
 

@@ -112,6 +112,47 @@ pub struct Transport {
     /// The share of the links' line rate the transport delivers (the fabric's links are
     /// already scaled by it; kept for what sees line rates, such as NCCL's tuner).
     pub efficiency: f64,
+    /// The servers' CPU vendor: NCCL's tuner caps the LL protocol's bandwidth across servers
+    /// by a row of its table chosen by it (`llMaxBws`, `tuning.cc`).
+    pub host_cpu: HostCpu,
+}
+
+/// The vendor of the servers' CPUs, as NCCL's topology detection reports it
+/// (`ncclTopoCpuType`): its tuner takes the AMD row of its LL bandwidth table for AMD hosts
+/// and the Intel row for every other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HostCpu {
+    /// Intel Xeon (NCCL's default row).
+    #[default]
+    Intel,
+    /// AMD EPYC.
+    Amd,
+    /// Arm (Grace and others).
+    Arm,
+    /// IBM POWER.
+    Power,
+}
+
+impl HostCpu {
+    /// The scenario spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            HostCpu::Intel => "intel",
+            HostCpu::Amd => "amd",
+            HostCpu::Arm => "arm",
+            HostCpu::Power => "power",
+        }
+    }
+}
+
+impl std::str::FromStr for HostCpu {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        [HostCpu::Intel, HostCpu::Amd, HostCpu::Arm, HostCpu::Power]
+            .into_iter()
+            .find(|cpu| cpu.name() == text)
+            .ok_or_else(|| format!("unknown host CPU {text:?}; valid: intel, amd, arm, power"))
+    }
 }
 
 impl Transport {
@@ -122,6 +163,7 @@ impl Transport {
             message_overhead: kind.default_message_overhead(),
             channel_overhead: SimDuration::ZERO,
             efficiency: 1.0,
+            host_cpu: HostCpu::Intel,
         }
     }
 }

@@ -44,6 +44,7 @@ pub(super) struct NetworkSection {
     message_overhead: Option<SimDuration>,
     channel_overhead: Option<SimDuration>,
     efficiency: Option<f64>,
+    host_cpu: Option<String>,
 }
 
 /// The topologies `cluster.network.topology` accepts, with the keys each one uses besides the
@@ -85,6 +86,7 @@ const COMMON: &[&str] = &[
     "message-overhead",
     "channel-overhead",
     "efficiency",
+    "host-cpu",
 ];
 
 /// A problem with one key of `[cluster.network]`: the key (without the `cluster.network.`
@@ -94,7 +96,7 @@ pub(super) type KeyError = (&'static str, String);
 impl NetworkSection {
     /// The keys present in the file, as written there.
     fn present(&self) -> Vec<&'static str> {
-        let flags: [(&'static str, bool); 29] = [
+        let flags: [(&'static str, bool); 30] = [
             ("topology", self.topology.is_some()),
             ("link-bandwidth", self.link_bandwidth.is_some()),
             ("link-latency", self.link_latency.is_some()),
@@ -124,6 +126,7 @@ impl NetworkSection {
             ("message-overhead", self.message_overhead.is_some()),
             ("channel-overhead", self.channel_overhead.is_some()),
             ("efficiency", self.efficiency.is_some()),
+            ("host-cpu", self.host_cpu.is_some()),
         ];
         flags.into_iter().filter(|&(_, present)| present).map(|(key, _)| key).collect()
     }
@@ -166,6 +169,10 @@ impl NetworkSection {
             message_overhead: self.message_overhead.unwrap_or(kind.default_message_overhead()),
             channel_overhead: self.channel_overhead.unwrap_or(SimDuration::ZERO),
             efficiency,
+            host_cpu: match &self.host_cpu {
+                Some(name) => name.parse::<topology::HostCpu>().map_err(|message| ("host-cpu", message))?,
+                None => topology::HostCpu::default(),
+            },
         };
         let link = LinkSpec::new(
             self.link_bandwidth.unwrap_or(default_link.bandwidth),
