@@ -602,15 +602,20 @@ impl Curves {
                         ConvDirection::BackwardWeight => self.conv_backward_weight_efficiency,
                     };
                 let on_vector_units = grid == 1;
-                let tiled = |shape: &GemmShape| self.tiled_seconds(device, shape, peak, efficiency, grid, tiles);
-                // Implicit GEMM on the vector units runs cuDNN's SIMT kernels, whose tiles are
-                // 128 positions by 128, 64 or 32 channels (`CONV_VECTOR_TILES`): thin channel
-                // counts waste part of every tile. Forward and backward-data put the positions
-                // on the rows; which operand of backward-weight's `K x C·R·S(·T)` product takes
-                // the 128 is not documented, so both orientations are tried.
+                let tiled =
+                    |shape: &GemmShape| self.tiled_seconds(device, shape, peak, efficiency, grid, tiles);
+                // Implicit GEMM in a vector-unit dtype (fp32 on a V100 or an A100, everything on
+                // a P100) runs cuDNN's SIMT kernels, whose tiles are 128 positions by 128, 64 or
+                // 32 channels (`CONV_VECTOR_TILES`): thin channel counts waste part of every
+                // tile. Forward and backward-data put the positions on the rows; which operand
+                // of backward-weight's `K x C·R·S(·T)` product takes the 128 is not documented,
+                // so both orientations are tried. A half-precision convolution moved off the
+                // matrix units by unaligned channels keeps the GEMM tiles: newer cuDNN versions
+                // pad such channels onto Tensor Cores instead.
                 let gemm = shape.implicit_gemm(*direction, grid);
-                let mut best = if on_vector_units {
-                    let conv = |tiles: &[[u32; 2]]| self.tiled_seconds(device, &gemm, peak, efficiency, 1, tiles);
+                let mut best = if !matrix {
+                    let conv =
+                        |tiles: &[[u32; 2]]| self.tiled_seconds(device, &gemm, peak, efficiency, 1, tiles);
                     let upright = conv(&CONV_VECTOR_TILES)?;
                     if *direction == ConvDirection::BackwardWeight {
                         upright.min(conv(&CONV_VECTOR_TILES.map(|[rows, columns]| [columns, rows]))?)

@@ -159,7 +159,9 @@ fn shipped_profiles_on_the_one_gpu_steps() {
 #[test]
 fn cosmoflow_steps_on_one_v100() {
     let compute = ComputeModel::default();
-    for (model, measured, bound) in [("cosmoflow-256", 0.263517898, 0.31), ("cosmoflow-512", 2.108143184, 0.28)] {
+    for (model, measured, bound) in
+        [("cosmoflow-256", 0.263517898, 0.31), ("cosmoflow-512", 2.108143184, 0.28)]
+    {
         let (ours, conv, flat) = step(&compute, model, 1);
         let accuracy = 1.0 - (ours / measured - 1.0).abs();
         println!(
