@@ -31,7 +31,7 @@
 use serde::{Deserialize, Serialize};
 use sim_core::units::{SimDuration, TimeOverflow, UnitError};
 
-use crate::device::{Device, DeviceError, Dtype};
+use crate::device::{CONV_VECTOR_TILES, Device, DeviceError, Dtype};
 use crate::kernel_shape::{ConvDirection, GemmShape, KernelShape};
 use crate::layer::{Layer, OpClass, Pass};
 use crate::optimizer::Optimizer;
@@ -566,7 +566,8 @@ impl Curves {
         // Matrix-unit kernels step through the reduction in 16-byte vectors.
         let vector = (16 / work.dtype.bytes()).max(1);
         let grid = if matrix { vector } else { 1 };
-        let tiled = |shape: &GemmShape| self.tiled_seconds(device, shape, peak, efficiency, grid);
+        let tiles = execution.tiles();
+        let tiled = |shape: &GemmShape| self.tiled_seconds(device, shape, peak, efficiency, grid, tiles);
         let bytes = work.dtype.bytes() as f64;
         match &work.shape {
             KernelShape::Unknown => None,
@@ -601,8 +602,29 @@ impl Curves {
                         ConvDirection::BackwardWeight => self.conv_backward_weight_efficiency,
                     };
                 let on_vector_units = grid == 1;
-                let tiled = |shape: &GemmShape| self.tiled_seconds(device, shape, peak, efficiency, grid);
-                let mut best = tiled(&shape.implicit_gemm(*direction, grid))?;
+                let tiled =
+                    |shape: &GemmShape| self.tiled_seconds(device, shape, peak, efficiency, grid, tiles);
+                // Implicit GEMM in a vector-unit dtype (fp32 on a V100 or an A100, everything on
+                // a P100) runs cuDNN's SIMT kernels, whose tiles are 128 positions by 128, 64 or
+                // 32 channels (`CONV_VECTOR_TILES`): thin channel counts waste part of every
+                // tile. Forward and backward-data put the positions on the rows; which operand
+                // of backward-weight's `K x C·R·S(·T)` product takes the 128 is not documented,
+                // so both orientations are tried. A half-precision convolution moved off the
+                // matrix units by unaligned channels keeps the GEMM tiles: newer cuDNN versions
+                // pad such channels onto Tensor Cores instead.
+                let gemm = shape.implicit_gemm(*direction, grid);
+                let mut best = if !matrix {
+                    let conv =
+                        |tiles: &[[u32; 2]]| self.tiled_seconds(device, &gemm, peak, efficiency, 1, tiles);
+                    let upright = conv(&CONV_VECTOR_TILES)?;
+                    if *direction == ConvDirection::BackwardWeight {
+                        upright.min(conv(&CONV_VECTOR_TILES.map(|[rows, columns]| [columns, rows]))?)
+                    } else {
+                        upright
+                    }
+                } else {
+                    tiled(&gemm)?
+                };
                 // Vector-unit convolutions may use Winograd (cuDNN's benchmark mode picks the
                 // fastest algorithm): fewer multiplications, plus transforms through memory.
                 if self.winograd && on_vector_units && shape.winograd_applies() {
@@ -617,10 +639,11 @@ impl Curves {
         }
     }
 
-    /// Seconds of one (batched) product by tile and wave quantization: for every tile shape the
-    /// device's libraries offer and every split of the reduction, the tiles are spread over the
-    /// multiprocessors in waves; each wave takes its tile's FLOPs at the multiprocessor's share
-    /// of the peak, scaled by the tile's efficiency, plus `gemm-wave-overhead`. The fastest
+    /// Seconds of one (batched) product by tile and wave quantization: for every tile shape in
+    /// `tiles` (what the kernel library offers for this product) and every split of the
+    /// reduction, the tiles are spread over the multiprocessors in waves; each wave takes its
+    /// tile's FLOPs at the multiprocessor's share of the peak, scaled by the tile's efficiency
+    /// relative to the device's best-reusing GEMM tile, plus `gemm-wave-overhead`. The fastest
     /// choice wins, as a library's heuristic (or autotuner) picks it.
     fn tiled_seconds(
         &self,
@@ -629,6 +652,7 @@ impl Curves {
         peak: f64,
         efficiency: f64,
         grid: u64,
+        tiles: &[[u32; 2]],
     ) -> Option<f64> {
         let execution = device.execution.as_ref()?;
         let units = f64::from(execution.sm_count);
@@ -644,7 +668,7 @@ impl Curves {
         let widest =
             execution.tiles().iter().map(|&[r, c]| reuse(u64::from(r), u64::from(c))).fold(0.0, f64::max);
         let mut best = f64::INFINITY;
-        for &[rows, columns] in execution.tiles() {
+        for &[rows, columns] in tiles {
             let (rows, columns) = (u64::from(rows), u64::from(columns));
             let tile_efficiency = efficiency * saturation(reuse(rows, columns)) / saturation(widest);
             let tiles = shape.batch as f64 * shape.m.div_ceil(rows) as f64 * shape.n.div_ceil(columns) as f64;
@@ -1012,6 +1036,60 @@ mod tests {
             assert!(time >= previous, "m = {m}");
             previous = time;
         }
+    }
+
+    #[test]
+    fn a_thin_convolution_runs_at_its_tile_occupancy() {
+        // cuDNN's fp32 convolution tiles are 128 positions by at least 32 channels, so 16 output
+        // channels fill half of each tile: the convolution takes as long as one with 32, and
+        // runs at half its efficiency. Hand-computed: 3-D 3x3x3 convolutions of 64 channels
+        // over 40x32x32 = 40,960 output positions are 320 tiles of 128x32, four full waves on
+        // the V100's 80 SMs, each K = 64 * 27 = 1728 deep.
+        let model = ComputeModel { gemm_wave_overhead: SimDuration::ZERO, ..Default::default() };
+        let v100 = DeviceCatalog::builtin().get("v100-sxm2-16gb").unwrap();
+        let peak = v100.peak(Dtype::Fp32).unwrap().per_second();
+        let conv = |out_channels: u64, direction: ConvDirection| {
+            let shape = crate::kernel_shape::ConvShape {
+                batch: 1,
+                in_channels: 64,
+                out_channels,
+                groups: 1,
+                input: [42, 34, 34],
+                output: [40, 32, 32],
+                kernel: [3, 3, 3],
+                stride: [1, 1, 1],
+            };
+            let flops = shape.implicit_gemm(ConvDirection::Forward, 1).flops();
+            let work = KernelWork {
+                shape: KernelShape::Conv { shape, direction },
+                ..KernelWork::flat(OpClass::Gemm, Dtype::Fp32, flops, 0.0)
+            };
+            let seconds = model.kernel_seconds(v100, &work).unwrap();
+            (flops / seconds / peak, seconds)
+        };
+        // The 128x32 tile's efficiency: vector-gemm-efficiency x u(128x32) / u(256x128),
+        // u = r / (r + gemm-tile-half-intensity), r = rows x cols / (rows + cols).
+        let u = |rows: f64, cols: f64| {
+            let r = rows * cols / (rows + cols);
+            r / (r + model.gemm_tile_half_intensity)
+        };
+        let full = 0.9 * u(128.0, 32.0) / u(256.0, 128.0);
+        let (wide, wide_seconds) = conv(32, ConvDirection::Forward);
+        let (thin, thin_seconds) = conv(16, ConvDirection::Forward);
+        assert!((wide / full - 1.0).abs() < 1e-9, "{wide} vs {full}");
+        assert!((thin / (full * 16.0 / 32.0) - 1.0).abs() < 1e-9, "{thin} vs {}", full / 2.0);
+        assert!((thin_seconds / wide_seconds - 1.0).abs() < 1e-12);
+        // cuBLAS and CUTLASS have 128x16 tiles: the same product as a plain GEMM wastes less.
+        let gemm = GemmShape::new(40 * 32 * 32, 16, 64 * 27);
+        let work = KernelWork {
+            shape: KernelShape::Gemm(gemm),
+            ..KernelWork::flat(OpClass::Gemm, Dtype::Fp32, gemm.flops(), 0.0)
+        };
+        assert!(model.kernel_seconds(v100, &work).unwrap() < 0.8 * thin_seconds);
+        // Backward-weight (16 x 1728 x 40,960) may put the 128 on either side: its 16 rows fill
+        // half of a 32-row tile, not an eighth of a 128-row one.
+        let (wgrad, _) = conv(16, ConvDirection::BackwardWeight);
+        assert!(wgrad > 0.3 && wgrad < 0.5, "{wgrad}");
     }
 
     #[test]

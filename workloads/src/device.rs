@@ -202,6 +202,20 @@ pub const DEFAULT_TILES: [[u32; 2]; 13] = [
     [32, 32],
 ];
 
+/// The thread-block tiles of cuDNN's implicit-GEMM convolution kernels on vector units (fp32
+/// SIMT, and every dtype on devices without matrix units): 128 output positions (rows) by 128,
+/// 64 or 32 channels (columns). cuDNN 7 names them by tile: forward
+/// `volta_scudnn_128x{128,64,32}_relu_{small,medium,interior}_nn_v1` (2-D) and
+/// `volta_scudnn_128x{64,32}_3dconv_fprop_small_nn_v1` (3-D), backward-data
+/// `volta_scudnn_128x64_stridedB_{small,interior}_nn_v1`, backward-weight
+/// `volta_scudnn_128x{128,64}_stridedB_splitK_{small,interior,medium}_nn_v1` (kernel names
+/// recorded in public TensorFlow and PyTorch profiles of V100s, and in a Nsight Compute roofline
+/// of CosmoFlow's layers on a GV100; Maxwell and Pascal run the same tiles as
+/// `maxwell_scudnn_128x*`). There is no tile narrower than 32 channels: a convolution with 16
+/// output channels (CosmoFlow's first layer) fills half of each 128x32 tile, which cuBLAS's and
+/// CUTLASS's 128x16 GEMM tiles would not waste.
+pub const CONV_VECTOR_TILES: [[u32; 2]; 3] = [[128, 128], [128, 64], [128, 32]];
+
 impl Execution {
     /// The tiles GEMMs choose from on this device.
     pub fn tiles(&self) -> &[[u32; 2]] {
