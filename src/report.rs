@@ -235,21 +235,19 @@ pub fn human(outcome: &Outcome) -> String {
     } else {
         let _ = writeln!(out, "  idle                  {:>12.3}  {:5.1}%", b.idle, share(b.idle));
     }
-    if share(b.host_bound) >= 0.05 {
-        let _ = writeln!(
-            out,
-            "    of which host-bound {:>10.3}  {:5.1}%  (the GPU waiting for kernel launches)",
-            b.host_bound,
-            share(b.host_bound)
-        );
-    }
-    if b.input_bound > SimDuration::ZERO {
-        let _ = writeln!(
-            out,
-            "    of which input-bound {:>9.3}  {:5.1}%  (the GPU waiting for its batch: loader, broadcast)",
+    // Parts of idle with a cause: (label padded to the column, time, shown, why).
+    for (label, time, shown, why) in [
+        ("host-bound ", b.host_bound, share(b.host_bound) >= 0.05, "the GPU waiting for kernel launches"),
+        (
+            "input-bound",
             b.input_bound,
-            share(b.input_bound)
-        );
+            b.input_bound > SimDuration::ZERO,
+            "the GPU waiting for its batch: loader, broadcast",
+        ),
+    ] {
+        if shown {
+            let _ = writeln!(out, "    of which {label}{:>10.3}  {:5.1}%  ({why})", time, share(time));
+        }
     }
     let hidden = b.communication.saturating_sub(b.exposed_communication);
     let hidden_share = if b.communication > SimDuration::ZERO {

@@ -804,16 +804,7 @@ mod tests {
             ProtocolChoice::Auto
         }
         fn tuner_fabric(&self) -> Option<TunerFabric> {
-            Some(TunerFabric {
-                intra: 240.0,
-                intra_hop: Hop::NvLink,
-                nic: 25.0,
-                nic_line_rate: 25.0,
-                nics_per_node: 8,
-                net_latency_us: 0.0,
-                generation: crate::tuner::GpuGeneration::Ampere,
-                amd_hosts: false,
-            })
+            Some(crate::tuner::dgx_a100())
         }
         fn step_time(
             &mut self,

@@ -391,22 +391,24 @@ pub fn allreduce_time(
     Some(latency + bytes as f64 / (1000.0 * bandwidth))
 }
 
+/// A DGX A100-like server for tests: 240 GB/s NVLink per GPU, 8 NICs of 25 GB/s.
+#[cfg(test)]
+pub(crate) fn dgx_a100() -> TunerFabric {
+    TunerFabric {
+        intra: 240.0,
+        intra_hop: Hop::NvLink,
+        nic: 25.0,
+        nic_line_rate: 25.0,
+        nics_per_node: 8,
+        net_latency_us: 0.0,
+        generation: GpuGeneration::Ampere,
+        amd_hosts: false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn dgx_a100() -> TunerFabric {
-        TunerFabric {
-            intra: 240.0,
-            intra_hop: Hop::NvLink,
-            nic: 25.0,
-            nic_line_rate: 25.0,
-            nics_per_node: 8,
-            net_latency_us: 0.0,
-            generation: GpuGeneration::Ampere,
-            amd_hosts: false,
-        }
-    }
 
     #[test]
     fn amd_hosts_take_the_amd_row_of_the_ll_cap_across_servers() {
