@@ -13,8 +13,8 @@ use crate::device::DeviceError;
 use crate::memory::{MemoryBreakdown, MemoryError};
 use crate::scenario::Scenario;
 use crate::strategy::{
-    Axis, GroupKind, LOADER_STREAM, Parallelism, StrategyError, group_of_stream, is_flush, is_host, is_input,
-    is_launch,
+    Axis, GroupKind, Parallelism, StrategyError, group_of_stream, is_flush, is_host, is_input, is_launch,
+    is_loader,
 };
 use sim_core::graph::RankId;
 
@@ -617,8 +617,9 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
     let graph = &lowered.graph;
     let mut host_bound_ps = 0u128;
     let mut input_bound_ps = 0u128;
+    let waited = |until: SimTime, from: SimTime| u128::from(until.saturating_since(from).as_ps());
     for (index, op) in graph.ops().iter().enumerate() {
-        if !simulated(op.rank.0 as usize) || is_launch(op) || (is_input(op) && op.stream == LOADER_STREAM) {
+        if !simulated(op.rank.0 as usize) || is_launch(op) || is_loader(op) {
             continue;
         }
         let id = sim_core::graph::OpId(index as u32);
@@ -630,7 +631,7 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
             let dep = graph.op(*dep);
             if is_launch(dep) {
                 launch = Some(end);
-            } else if is_input(dep) && (!is_input(op) || dep.stream == LOADER_STREAM) {
+            } else if is_loader(dep) || (is_input(dep) && !is_input(op)) {
                 input = Some(input.unwrap_or(end).max(end));
             } else {
                 ready = ready.max(end);
@@ -642,25 +643,23 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
             // for the broadcast).
             if let Some(input) = input
                 && matches!(op.kind, sim_core::graph::OpKind::Compute { .. })
-                && input > ready
                 && ready > SimTime::ZERO
             {
-                input_bound_ps += u128::from(input.saturating_since(ready).as_ps());
+                input_bound_ps += waited(input, ready);
             }
             continue;
         }
-        if let Some(input) = input
-            && input > ready.max(launch.unwrap_or(SimTime::ZERO))
-        {
-            input_bound_ps +=
-                u128::from(input.saturating_since(ready.max(launch.unwrap_or(SimTime::ZERO))).as_ps());
-            ready = input;
+        if let Some(input) = input {
+            let started = ready.max(launch.unwrap_or(SimTime::ZERO));
+            if input > started {
+                input_bound_ps += waited(input, started);
+                ready = input;
+            }
         }
         if let Some(launch) = launch
-            && launch > ready
             && graph.previous_in_stream(id).is_some()
         {
-            host_bound_ps += u128::from(launch.saturating_since(ready).as_ps());
+            host_bound_ps += waited(launch, ready);
         }
     }
     let input_bound = SimDuration::from_ps((input_bound_ps / u128::from(ranks * iterations)) as u64);
@@ -737,22 +736,13 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
                 host_memory_bytes: offload.host_bytes * u64::from(scenario.cluster.gpus_per_node),
                 host_memory_capacity: scenario.host_memory.map_or(0, |b| b.0),
             }),
-            input: scenario.input.as_ref().map(|input| {
-                let samples = scenario.global_batch / u64::from(p.data.max(1));
-                let broadcast =
-                    input.loader == crate::input::Loader::PerGroup && p.layout().size(Axis::Tensor) > 1;
-                InputSummary {
-                    loader: input.loader.name(),
-                    rate: input.rate,
-                    prefetch: input.prefetch,
-                    samples_per_loader: samples,
-                    broadcast_bytes: if broadcast {
-                        input.bytes_per_sample(scenario.model.input.elements()).0.saturating_mul(samples)
-                    } else {
-                        0
-                    },
-                    broadcast_rate: input.broadcast_rate.map(|rate| rate.bytes_per_second()),
-                }
+            input: strategy.input_batch().map(|(input, batch)| InputSummary {
+                loader: input.loader.name(),
+                rate: input.rate,
+                prefetch: input.prefetch,
+                samples_per_loader: batch.samples,
+                broadcast_bytes: batch.broadcast.map_or(0, |bytes| bytes.0),
+                broadcast_rate: input.broadcast_rate.map(|rate| rate.bytes_per_second()),
             }),
         },
         fidelity: scenario.network.fidelity.name(),

@@ -35,7 +35,6 @@ use super::{
     Lowered, PIPELINE_STREAM, RankLayout, Role, SPATIAL_STREAM, StageSummary, Strategy, StrategyError,
     TENSOR_STREAM, cnn, pipeline, shard,
 };
-use crate::input::Loader;
 use crate::layer::Pass;
 use crate::memory::MemoryBreakdown;
 use crate::model::Model;
@@ -149,23 +148,18 @@ struct InputPlan {
 
 impl InputPlan {
     fn new(strategy: &Strategy<'_>) -> Result<Option<InputPlan>, StrategyError> {
-        let Some(input) = strategy.input else { return Ok(None) };
-        let p = &strategy.parallelism;
-        let samples = strategy.global_batch / u64::from(p.data.max(1));
-        let bytes = Bytes(input.bytes_per_sample(strategy.model.input.elements()).0.saturating_mul(samples));
+        let Some((input, batch)) = strategy.input_batch() else { return Ok(None) };
         let time = |result: Result<SimDuration, sim_core::units::UnitError>, key: &'static str| {
             result.map_err(|error| StrategyError::Invalid { key, message: format!("{error}") })
         };
-        Ok(match input.loader {
-            Loader::None => None,
-            loader => Some(InputPlan {
-                broadcast: loader == Loader::PerGroup && p.layout().size(Axis::Tensor) > 1,
-                prefetch: input.prefetch,
-                load: time(input.load_time(samples), "workload.input.rate")?,
-                pack: time(input.unpack_time(bytes), "workload.input.broadcast-rate")?,
-                bytes,
-            }),
-        })
+        let bytes = batch.broadcast.unwrap_or(Bytes::ZERO);
+        Ok(Some(InputPlan {
+            broadcast: batch.broadcast.is_some(),
+            prefetch: input.prefetch,
+            load: time(input.load_time(batch.samples), "workload.input.rate")?,
+            pack: time(input.unpack_time(bytes), "workload.input.broadcast-rate")?,
+            bytes,
+        }))
     }
 }
 

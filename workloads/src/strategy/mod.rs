@@ -97,7 +97,12 @@ pub fn is_launch(op: &sim_core::graph::Op) -> bool {
 
 /// Whether `op` belongs to the input pipeline (loading, broadcasting or taking a batch).
 pub fn is_input(op: &sim_core::graph::Op) -> bool {
-    op.stream == LOADER_STREAM || op.stream == INPUT_STREAM
+    is_loader(op) || op.stream == INPUT_STREAM
+}
+
+/// Whether `op` is a data loader's work (loading a batch, serialising it for the broadcast).
+pub fn is_loader(op: &sim_core::graph::Op) -> bool {
+    op.stream == LOADER_STREAM
 }
 
 /// The communicator kind of the ops on `stream`, if it is a communication stream.
@@ -541,7 +546,28 @@ impl Estimate {
     }
 }
 
+/// What one data loader handles per iteration (`[workload.input]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InputBatch {
+    /// Samples of the replica's batch, which the loader loads.
+    pub samples: u64,
+    /// Bytes a per-group loader broadcasts to its model-parallel group; `None` when nothing is
+    /// broadcast (per-rank loaders, or a group of one rank, which loads for itself).
+    pub broadcast: Option<Bytes>,
+}
+
 impl Strategy<'_> {
+    /// The data loader and its batch, if one is modelled: what the lowering emits and the
+    /// report shows.
+    pub fn input_batch(&self) -> Option<(&crate::input::InputPipeline, InputBatch)> {
+        let input = self.input.filter(|input| input.loader != crate::input::Loader::None)?;
+        let p = &self.parallelism;
+        let samples = self.global_batch / u64::from(p.data.max(1));
+        let broadcast = (input.loader == crate::input::Loader::PerGroup && p.layout().size(Axis::Tensor) > 1)
+            .then(|| Bytes(input.bytes_per_sample(self.model.input.elements()).0.saturating_mul(samples)));
+        Some((input, InputBatch { samples, broadcast }))
+    }
+
     /// Micro-batches each replica runs per iteration, or why the batch does not divide.
     pub fn micro_batches(&self) -> Result<u32, StrategyError> {
         let p = &self.parallelism;

@@ -77,20 +77,12 @@ fn data_parallel<'a>(
     parallelism: Parallelism,
     iterations: u32,
 ) -> Strategy<'a> {
+    let global = u64::from(parallelism.data) * 8;
     Strategy {
-        model,
         device: DeviceCatalog::builtin().get("a100-sxm4-40gb").unwrap(),
-        compute,
-        precision: Dtype::Fp16,
-        gradient_precision: Dtype::Fp32,
         optimizer: Optimizer::SgdMomentum,
-        recompute: Recompute::None,
-        global_batch: u64::from(parallelism.data) * 8,
-        micro_batch: 8,
-        parallelism,
         iterations,
-        fold_symmetric_ranks: false,
-        input: None,
+        ..super::tests::strategy(model, compute, parallelism, global, 8)
     }
 }
 
