@@ -78,6 +78,11 @@ enum Command {
         /// Chunk size of pipelined collective algorithms (tree, chain).
         #[arg(long, default_value = "1 MiB")]
         chunk: String,
+        /// NCCL protocol: auto (NCCL's tuner; the default for NVIDIA GPUs), LL, LL128, Simple,
+        /// or off (the links alone; the default for devices whose catalog `collectives` is not
+        /// nccl).
+        #[arg(long)]
+        protocol: Option<String>,
         /// Re-target: simulate M ranks of data parallelism instead of the traced number.
         #[arg(long, value_name = "M")]
         ranks: Option<u32>,
@@ -343,12 +348,30 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Replay { traces, cluster, device, fidelity, launch, chunk, ranks, rank, trace, json } => {
+        Command::Replay {
+            traces,
+            cluster,
+            device,
+            fidelity,
+            launch,
+            chunk,
+            protocol,
+            ranks,
+            rank,
+            trace,
+            json,
+        } => {
+            let protocols = protocol
+                .map(|name| name.parse::<sim_core::protocol::ProtocolChoice>())
+                .transpose()
+                .map_err(anyhow::Error::msg)
+                .context("--protocol")?;
             let args = trace_cmd::ReplayArgs {
                 traces,
                 cluster,
                 device,
                 network: network_settings(&fidelity, &launch, &chunk)?,
+                protocols,
                 ranks,
                 rank,
                 trace_out: trace,

@@ -147,7 +147,12 @@ pub fn human(outcome: &Outcome) -> String {
             input.loader, input.samples_per_loader, input.rate, input.prefetch
         );
     }
-    let _ = writeln!(out, "network model {}", s.fidelity);
+    let protocols = match s.protocol.as_str() {
+        "off" => "collectives on the links alone (protocol off)".to_string(),
+        "auto" => "NCCL protocols chosen by its tuner (protocol auto)".to_string(),
+        one => format!("NCCL protocol {one}"),
+    };
+    let _ = writeln!(out, "network model {}; {protocols}", s.fidelity);
     let _ = writeln!(out);
     let _ = writeln!(
         out,

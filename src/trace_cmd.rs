@@ -29,6 +29,8 @@ pub struct ReplayArgs {
     pub device: Option<String>,
     /// Network model, collective launch cost and chunk size.
     pub network: NetworkSettings,
+    /// NCCL protocols (`None`: by the device's collective library).
+    pub protocols: Option<sim_core::protocol::ProtocolChoice>,
     /// Ranks to simulate (re-targeting).
     pub ranks: Option<u32>,
     /// Replay only this traced rank (the others as its copies).
@@ -97,6 +99,7 @@ pub fn replay(args: &ReplayArgs) -> anyhow::Result<String> {
         cluster,
         device: args.device.clone(),
         network: args.network,
+        protocols: args.protocols,
         ranks: args.ranks,
         rank: args.rank,
     })?;
@@ -133,7 +136,7 @@ pub fn replay(args: &ReplayArgs) -> anyhow::Result<String> {
         eprintln!("{}", engine_line(replay, timeline, load_wall, build_wall, simulation_wall, loaded.binary));
         return Ok(text);
     }
-    Ok(human_report(args, loaded, replay, comparison, &cluster_text, ranks, &warnings)
+    Ok(human_report(args, &run, &cluster_text, &warnings)
         + &engine_line(replay, timeline, load_wall, build_wall, simulation_wall, loaded.binary)
         + "\n")
 }
@@ -157,15 +160,9 @@ fn engine_line(
     )
 }
 
-fn human_report(
-    args: &ReplayArgs,
-    loaded: &traces::Loaded,
-    replay: &Replay,
-    comparison: &Comparison,
-    cluster: &str,
-    ranks: u32,
-    warnings: &traces::Warnings,
-) -> String {
+fn human_report(args: &ReplayArgs, run: &ReplayRun, cluster: &str, warnings: &traces::Warnings) -> String {
+    let ReplayRun { loaded, replay, comparison, network, ranks, .. } = run;
+    let ranks = *ranks;
     let trace = &loaded.trace;
     let mut out = String::new();
     let inputs: Vec<String> = args.traces.iter().map(|p| p.display().to_string()).collect();
@@ -195,7 +192,7 @@ fn human_report(
         }
     );
     let _ = writeln!(out, "cluster       {cluster}");
-    let _ = writeln!(out, "network model {}", args.network.fidelity.name());
+    let _ = writeln!(out, "network model {}; protocol {}", network.fidelity.name(), network.protocols);
     let counts = &replay.counts;
     let _ = writeln!(
         out,

@@ -65,10 +65,11 @@ impl GpuGeneration {
     }
 
     /// The generation of a device by its catalog name (`a100-sxm4-80gb`, `h100-...`, ...);
-    /// Ampere when the name says nothing NCCL would distinguish.
+    /// Ampere when the name says nothing NCCL would distinguish. Pascal (`p100`) is Volta's row:
+    /// NCCL's tuner has no row before sm70 (`compCapIndex` in `tuning.cc`).
     pub fn of_device(name: &str) -> GpuGeneration {
         let name = name.to_ascii_lowercase();
-        if name.starts_with("v100") {
+        if name.starts_with("v100") || name.starts_with("p100") {
             GpuGeneration::Volta
         } else if name.starts_with("h100") || name.starts_with("h200") || name.starts_with("gh200") {
             GpuGeneration::Hopper

@@ -672,13 +672,15 @@ fn build_template(
     template
 }
 
-/// The concrete algorithm to ask for, from NCCL's name for the one it used.
-fn algorithm(kind: CollectiveKind, nccl: Option<&str>) -> CollectiveAlgorithm {
+/// The concrete algorithm to ask for, from NCCL's name for the one it used. A job re-targeted
+/// to another size gets `Auto`: NCCL's tuner chooses again at the new size (a ring traced on 8
+/// GPUs is not what NCCL runs on 64 servers).
+fn algorithm(kind: CollectiveKind, nccl: Option<&str>, retargeted: bool) -> CollectiveAlgorithm {
     match (nccl, kind) {
         (
             Some("RING"),
             CollectiveKind::AllReduce | CollectiveKind::ReduceScatter | CollectiveKind::AllGather,
-        ) => CollectiveAlgorithm::Ring,
+        ) if !retargeted => CollectiveAlgorithm::Ring,
         _ => CollectiveAlgorithm::Auto,
     }
 }
@@ -813,7 +815,7 @@ pub fn build(trace: &Trace, options: &ReplayOptions) -> Result<Replay, TraceErro
                 kind: sim_kind,
                 group: *group,
                 bytes: Bytes(bytes),
-                algorithm: algorithm(sim_kind, calls[0].1.algorithm.as_deref()),
+                algorithm: algorithm(sim_kind, calls[0].1.algorithm.as_deref(), world != traced_world),
             });
             collectives += 1;
             for &(m, _) in &calls {

@@ -6,10 +6,13 @@ use std::time::{Duration, Instant};
 
 use sim_core::exec::{ExecError, Timeline};
 use sim_core::fidelity::NetworkSettings;
+use sim_core::protocol::ProtocolChoice;
+use sim_core::tuner::GpuGeneration;
 use sim_core::units::{Bandwidth, SimDuration};
 use topology::{ClusterSpec, IntraNode, LinkSpec, NetworkSpec, Topology, TopologyError};
 use traces::replay::{Comparison, Replay, ReplayOptions};
 use traces::{Loaded, TraceError};
+use workloads::device::CollectiveLibrary;
 use workloads::scenario::Cluster;
 use workloads::{Device, DeviceCatalog};
 
@@ -91,8 +94,12 @@ pub struct ReplayRequest {
     pub cluster: Option<Cluster>,
     /// Device for the inferred cluster (a catalog name), overriding the trace's.
     pub device: Option<String>,
-    /// Network model, collective launch cost and chunk size.
+    /// Network model, collective launch cost and chunk size (the GPU generation is the
+    /// replayed device's).
     pub network: NetworkSettings,
+    /// NCCL protocols; `None`: NCCL's tuner (`auto`) on devices whose jobs use NCCL, off on
+    /// others (the catalog's `collectives`).
+    pub protocols: Option<ProtocolChoice>,
     /// Ranks to simulate (re-targeting data parallelism).
     pub ranks: Option<u32>,
     /// Replay only this traced rank (the others as its copies).
@@ -111,6 +118,8 @@ pub struct ReplayRun {
     pub device_name: String,
     /// True if the cluster was inferred from the trace.
     pub inferred: bool,
+    /// The network settings it ran with (the device's GPU generation and protocols resolved).
+    pub network: NetworkSettings,
     /// Ranks simulated.
     pub ranks: u32,
     /// The simulation.
@@ -151,8 +160,8 @@ pub fn replay(request: &ReplayRequest) -> Result<ReplayRun, ReplayError> {
     let replay = traces::replay::build(trace, &ReplayOptions { ranks: request.ranks })?;
     let build_wall = started.elapsed();
 
-    let (spec, device_name, inferred) = match &request.cluster {
-        Some(cluster) => (cluster.spec.clone(), cluster.device.display_name.clone(), false),
+    let (spec, device, inferred) = match &request.cluster {
+        Some(cluster) => (cluster.spec.clone(), cluster.device.clone(), false),
         None => {
             let device = match (&request.device, &trace.device) {
                 (Some(name), _) => DeviceCatalog::builtin()
@@ -163,16 +172,24 @@ pub fn replay(request: &ReplayRequest) -> Result<ReplayRun, ReplayError> {
                 (None, None) => return Err(ReplayError::NoDevice),
             };
             let spec = inferred_cluster(&device, trace.device.as_ref().map(|d| d.devices_per_host), ranks);
-            (spec, device.display_name.clone(), true)
+            (spec, device, true)
         }
     };
+    let device_name = device.display_name.clone();
+    let network = request.network.with_generation(GpuGeneration::of_device(&device.name)).with_protocols(
+        match (request.protocols, device.collectives) {
+            (Some(choice), _) => choice,
+            (None, CollectiveLibrary::Nccl) => ProtocolChoice::Auto,
+            (None, CollectiveLibrary::Rccl | CollectiveLibrary::Mpi) => ProtocolChoice::Off,
+        },
+    );
     let gpus = spec.nodes * spec.gpus_per_node;
     if gpus < ranks {
         return Err(ReplayError::TooFewGpus { gpus, ranks });
     }
     let topology = Topology::build(&spec)?;
     let started = Instant::now();
-    let timeline = request.network.run(&replay.graph, &topology).map_err(Box::new)?;
+    let timeline = network.run(&replay.graph, &topology).map_err(Box::new)?;
     let simulation_wall = started.elapsed();
     let comparison = replay.compare(&timeline);
     Ok(ReplayRun {
@@ -181,6 +198,7 @@ pub fn replay(request: &ReplayRequest) -> Result<ReplayRun, ReplayError> {
         spec,
         device_name,
         inferred,
+        network,
         ranks,
         timeline,
         comparison,

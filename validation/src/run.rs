@@ -395,6 +395,7 @@ fn replay_traces(
         cluster,
         device: case.device.clone(),
         network: NetworkSettings::new(Fidelity::Analytical).with_chunk(Bytes(1 << 20)),
+        protocols: None,
         ranks: None,
         rank: None,
     })

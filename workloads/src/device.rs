@@ -157,6 +157,34 @@ pub struct Device {
     /// How the device executes matrix products, for the shape-aware GEMM model; `None` where
     /// the catalog does not record it (CPU nodes), and GEMMs are priced by their FLOPs alone.
     pub execution: Option<Execution>,
+    /// The library training jobs on this device run their collectives with.
+    pub collectives: CollectiveLibrary,
+}
+
+/// The collective library of a device's training jobs: it decides whether NCCL's protocols
+/// and tuner apply (`simulation.protocol`'s default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CollectiveLibrary {
+    /// NVIDIA's NCCL: LL/LL128/Simple protocols, chosen per collective by its tuner.
+    #[default]
+    Nccl,
+    /// AMD's RCCL, NCCL's fork with its own tuning constants, which parasim does not have:
+    /// collectives run on the links alone.
+    Rccl,
+    /// MPI on CPU nodes (its own algorithms, no NCCL protocols).
+    Mpi,
+}
+
+impl CollectiveLibrary {
+    /// The catalog's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            CollectiveLibrary::Nccl => "nccl",
+            CollectiveLibrary::Rccl => "rccl",
+            CollectiveLibrary::Mpi => "mpi",
+        }
+    }
 }
 
 /// The execution resources of a GPU that decide how well a matrix product of a given shape
@@ -273,6 +301,8 @@ struct DeviceSpec {
     infinity_fabric_bandwidth: Option<Bandwidth>,
     pcie_bandwidth: Bandwidth,
     execution: Option<Execution>,
+    #[serde(default)]
+    collectives: CollectiveLibrary,
 }
 
 /// A catalog file: a list of `[[device]]` tables.
@@ -337,6 +367,7 @@ impl DeviceSpec {
             pcie_bandwidth: self.pcie_bandwidth,
             source: self.source,
             execution: self.execution,
+            collectives: self.collectives,
         })
     }
 }

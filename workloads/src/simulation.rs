@@ -32,6 +32,8 @@ pub struct Summary {
     pub strategy: StrategySummary,
     /// Network model.
     pub fidelity: &'static str,
+    /// NCCL protocols of the collectives (`simulation.protocol`): `auto`, one protocol, or `off`.
+    pub protocol: String,
     /// Iterations simulated.
     pub iterations: u32,
     /// Mean time of one iteration.
@@ -746,6 +748,7 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
             }),
         },
         fidelity: scenario.network.fidelity.name(),
+        protocol: scenario.network.protocols.to_string(),
         iterations: scenario.iterations,
         iteration_time,
         iteration_times,

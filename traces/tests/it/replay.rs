@@ -2,7 +2,7 @@
 
 use sim_core::exec::run;
 use sim_core::flow::FlowNetwork;
-use sim_core::graph::{CollectiveKind, OpKind};
+use sim_core::graph::{CollectiveAlgorithm, CollectiveKind, OpKind};
 use sim_core::network::AnalyticalNetwork;
 use topology::{ClusterSpec, IntraNode, LinkSpec, NetworkSpec, Topology};
 use traces::kineto::import;
@@ -155,8 +155,11 @@ fn subgroups_tile_and_strided_groups_grow() {
         .map(|c| replay.graph.group(c.group).iter().map(|r| r.0).collect())
         .collect();
     assert_eq!(groups, vec![vec![0, 1], vec![2, 3]]);
+    // At the traced size the traced RING is replayed; re-targeted, NCCL's tuner chooses again.
+    assert!(replay.graph.collectives().iter().all(|c| c.algorithm == CollectiveAlgorithm::Ring));
     let replay = build(&trace, &ReplayOptions { ranks: Some(8) }).unwrap();
     assert_eq!(replay.counts.collectives, 4);
+    assert!(replay.graph.collectives().iter().all(|c| c.algorithm == CollectiveAlgorithm::Auto));
     let error = build(&trace, &ReplayOptions { ranks: Some(5) }).unwrap_err().to_string();
     assert!(error.contains("[0, 1]") && error.contains("multiple"), "{error}");
 }

@@ -5,12 +5,15 @@
 use std::path::{Path, PathBuf};
 
 use crate::calibrate::Profile;
+use crate::device::CollectiveLibrary;
 use crate::input::{InputPipeline, Loader};
 use crate::strategy::{GradientSync, Offload, Parallelism, PipelineSchedule, RankOrder};
 use crate::{ComputeModel, Device, DeviceCatalog, Dtype, Model, ModelError, Optimizer, Recompute, zoo};
 use serde::Deserialize;
 use sim_core::fidelity::{Fidelity, NetworkSettings};
 use sim_core::graph::{CollectiveAlgorithm, CollectiveKind};
+use sim_core::protocol::ProtocolChoice;
+use sim_core::tuner::GpuGeneration;
 use sim_core::units::{Bandwidth, Bytes, SimDuration};
 use topology::{ClusterSpec, IntraNode, LinkSpec, Topology, TopologyError};
 
@@ -265,6 +268,7 @@ struct SimulationSection {
     iterations: u32,
     collective_launch: SimDuration,
     chunk_size: Bytes,
+    protocol: Option<String>,
     fold_symmetric_ranks: Option<bool>,
 }
 
@@ -275,6 +279,7 @@ impl Default for SimulationSection {
             iterations: 1,
             collective_launch: NCCL_BASE_LATENCY,
             chunk_size: Bytes(sim_core::schedule::CHUNK_BYTES),
+            protocol: None,
             fold_symmetric_ranks: None,
         }
     }
@@ -704,6 +709,8 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
             ),
         ));
     }
+    let protocols = protocols(spec.simulation.protocol.as_deref(), &device, &invalid)?;
+    let generation = GpuGeneration::of_device(&device.name);
     let input = match &workload.input {
         Some(section) => input_pipeline(section, &invalid)?,
         None => None,
@@ -725,7 +732,9 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
         parallelism,
         network: NetworkSettings::new(fidelity)
             .with_collective_launch(spec.simulation.collective_launch)
-            .with_chunk(spec.simulation.chunk_size),
+            .with_chunk(spec.simulation.chunk_size)
+            .with_protocols(protocols)
+            .with_generation(generation),
         iterations: spec.simulation.iterations,
         compute,
         compute_source,
@@ -737,6 +746,38 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
         other => invalid("parallelism", other.to_string()),
     })?;
     Ok(scenario)
+}
+
+/// `simulation.protocol`: NCCL's protocols, chosen per collective by its tuner (`auto`, the
+/// default on devices whose jobs use NCCL), one protocol for all, or `off` (collectives on the
+/// links alone: the default for RCCL and MPI, whose tuning parasim does not model).
+fn protocols(
+    given: Option<&str>,
+    device: &Device,
+    invalid: &dyn Fn(&str, String) -> ScenarioError,
+) -> Result<ProtocolChoice, ScenarioError> {
+    let key = "simulation.protocol";
+    let library = device.collectives;
+    let Some(given) = given else {
+        return Ok(match library {
+            CollectiveLibrary::Nccl => ProtocolChoice::Auto,
+            CollectiveLibrary::Rccl | CollectiveLibrary::Mpi => ProtocolChoice::Off,
+        });
+    };
+    let choice: ProtocolChoice = given
+        .parse()
+        .map_err(|_| invalid(key, format!("is {given:?}; valid: auto, LL, LL128, Simple, off")))?;
+    if choice != ProtocolChoice::Off && library != CollectiveLibrary::Nccl {
+        return Err(invalid(
+            key,
+            format!(
+                "is {given:?}, but {} runs its collectives with {} (catalog `collectives`), which has no NCCL protocols: use \"off\" (or remove the key)",
+                device.name,
+                library.name()
+            ),
+        ));
+    }
+    Ok(choice)
 }
 
 /// `parallelism.spatial-until`: the index of the named layer, which must be one spatial
