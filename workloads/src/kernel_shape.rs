@@ -88,8 +88,10 @@ impl ConvShape {
     /// (the vector width the kernels need):
     /// - forward: `m = N·P·Q(·O)`, `n = K`, `k = C·R·S(·T)`;
     /// - backward-data: `m = N·H·W(·D)`, `n = C`, `k = K · Π ceil(R/stride)`: a strided
-    ///   convolution's input position receives `ceil(R/stride)` taps per axis (and a kernel
-    ///   narrower than its stride reaches only `P·R` of the `H` positions per axis);
+    ///   convolution's input position receives `ceil(R/stride)` taps per axis. Every input
+    ///   position is a row, also those a kernel narrower than its stride never reaches (a 1x1
+    ///   stride-2 convolution's): cuDNN's kernels compute them, DeepBench's 1x1 stride-2
+    ///   backward-data passes take 1-3.7 times their forward's time;
     /// - backward-weight: `m = K`, `n = C·R·S(·T)`, `k = N·P·Q(·O)`.
     ///
     /// Groups multiply the batch of products and divide the channels.
@@ -105,11 +107,7 @@ impl ConvShape {
             ConvDirection::BackwardData => {
                 let strided_taps: u64 =
                     (0..3).map(|axis| self.kernel[axis].div_ceil(self.stride[axis].max(1))).product();
-                // A kernel narrower than its stride leaves input positions no output reads:
-                // their gradient is zero, written but not computed.
-                let reached: u64 =
-                    (0..3).map(|axis| self.input[axis].min(self.output[axis] * self.kernel[axis])).product();
-                (self.batch * reached, c, k_out * strided_taps)
+                (self.batch * Self::product(self.input), c, k_out * strided_taps)
             }
             ConvDirection::BackwardWeight => (k_out, c * taps, outputs),
         };
@@ -123,8 +121,12 @@ impl ConvShape {
     }
 
     /// The batched products of Winograd F(`m`x`m`, 3x3) for `direction`: `(m + 2)^2`
-    /// independent products over the output's `m x m` tiles, and the elements its transforms
-    /// read and write (input and output, and both transformed tensors).
+    /// independent products over the output's `m x m` tiles, and the elements its transform
+    /// kernels read and write: the input and output (or gradients), the filter, and the three
+    /// transformed tensors (input and output tiles, `(m + 2)^2 · C·K` filter elements) each
+    /// once, written by one kernel; the product reads or writes them under its compute time, as
+    /// any GEMM's operands (Lavin and Gray 2016, "Fast Algorithms for Convolutional Neural
+    /// Networks": the filter transform `G g G^T` per input and output channel).
     pub fn winograd(&self, direction: ConvDirection, tile: u64) -> (GemmShape, f64) {
         let alpha = tile + 2;
         let tiles = self.batch * self.output[0].div_ceil(tile) * self.output[1].div_ceil(tile);
@@ -135,8 +137,9 @@ impl ConvShape {
             ConvDirection::BackwardWeight => (k, c, tiles),
         };
         let shape = GemmShape { batch: alpha * alpha, m, n, k: depth };
-        let plain = self.batch * (c * Self::product(self.input) + k * Self::product(self.output));
-        let transformed = alpha * alpha * tiles * (c + k);
+        let filter = c * k * Self::product(self.kernel);
+        let plain = self.batch * (c * Self::product(self.input) + k * Self::product(self.output)) + filter;
+        let transformed = alpha * alpha * (tiles * (c + k) + c * k);
         (shape, (plain + transformed) as f64)
     }
 }
