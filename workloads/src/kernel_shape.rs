@@ -88,10 +88,8 @@ impl ConvShape {
     /// (the vector width the kernels need):
     /// - forward: `m = N·P·Q(·O)`, `n = K`, `k = C·R·S(·T)`;
     /// - backward-data: `m = N·H·W(·D)`, `n = C`, `k = K · Π ceil(R/stride)`: a strided
-    ///   convolution's input position receives `ceil(R/stride)` taps per axis. Every input
-    ///   position is a row, also those a kernel narrower than its stride never reaches (a 1x1
-    ///   stride-2 convolution's): cuDNN's kernels compute them, DeepBench's 1x1 stride-2
-    ///   backward-data passes take 1-3.7 times their forward's time;
+    ///   convolution's input position receives `ceil(R/stride)` taps per axis (and a kernel
+    ///   narrower than its stride reaches only `P·R` of the `H` positions per axis);
     /// - backward-weight: `m = K`, `n = C·R·S(·T)`, `k = N·P·Q(·O)`.
     ///
     /// Groups multiply the batch of products and divide the channels.
@@ -107,7 +105,11 @@ impl ConvShape {
             ConvDirection::BackwardData => {
                 let strided_taps: u64 =
                     (0..3).map(|axis| self.kernel[axis].div_ceil(self.stride[axis].max(1))).product();
-                (self.batch * Self::product(self.input), c, k_out * strided_taps)
+                // A kernel narrower than its stride leaves input positions no output reads:
+                // their gradient is zero, written but not computed.
+                let reached: u64 =
+                    (0..3).map(|axis| self.input[axis].min(self.output[axis] * self.kernel[axis])).product();
+                (self.batch * reached, c, k_out * strided_taps)
             }
             ConvDirection::BackwardWeight => (k_out, c * taps, outputs),
         };
