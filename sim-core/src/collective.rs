@@ -123,6 +123,11 @@ pub trait StepNetwork {
         false
     }
 
+    /// True if the switches between servers reduce (InfiniBand SHARP: NCCL's CollNet).
+    fn sharp(&self) -> bool {
+        false
+    }
+
     /// The cluster as NCCL's tuner sees it; `None` to choose by this network's own estimate.
     fn tuner_fabric(&self) -> Option<TunerFabric> {
         None
@@ -229,6 +234,8 @@ pub fn family(algorithm: CollectiveAlgorithm) -> Family {
         | A::Ring
         | A::Nvls
         | A::NvlsTree
+        | A::CollNetDirect
+        | A::CollNetChain
         | A::HalvingDoubling
         | A::RecursiveDoubling
         | A::Hierarchical
@@ -339,8 +346,9 @@ pub fn protocol_overhead(
 ) -> Result<SimDuration, CollectiveError> {
     let launch = network.collective_launch();
     let Some(protocol) = choice.protocol else { return Ok(launch) };
-    if group.len() <= 1 || is_nvls(choice.algorithm) {
-        // NVLS's latency is part of its closed form (NCCL's base latency for it is zero).
+    if group.len() <= 1 || is_in_network(choice.algorithm) {
+        // NVLS's and CollNet's latencies are part of their closed forms (NCCL's base latency
+        // for them is zero).
         return Ok(SimDuration::ZERO);
     }
     let family = family(choice.algorithm);
@@ -512,6 +520,40 @@ pub fn is_nvls(algorithm: CollectiveAlgorithm) -> bool {
     matches!(algorithm, CollectiveAlgorithm::Nvls | CollectiveAlgorithm::NvlsTree)
 }
 
+/// True for the algorithms whose reduction happens in a switch (NVLS in the NVSwitch, CollNet
+/// in InfiniBand switches): timed in closed form at every fidelity, Simple protocol only.
+pub fn is_in_network(algorithm: CollectiveAlgorithm) -> bool {
+    is_nvls(algorithm)
+        || matches!(algorithm, CollectiveAlgorithm::CollNetDirect | CollectiveAlgorithm::CollNetChain)
+}
+
+/// Whether an in-network algorithm ([`is_in_network`]) can run on `group`.
+pub fn in_network_fits(
+    algorithm: CollectiveAlgorithm,
+    group: &[RankId],
+    network: &impl StepNetwork,
+) -> Result<bool, CollectiveError> {
+    Ok(if is_nvls(algorithm) {
+        crate::nvls::shape(algorithm, group, network)?.is_some()
+    } else {
+        crate::collnet::shape(algorithm, group, network)?.is_some()
+    })
+}
+
+/// The closed-form time of an in-network algorithm ([`is_in_network`]), latency included.
+pub fn in_network_time(
+    algorithm: CollectiveAlgorithm,
+    bytes: Bytes,
+    group: &[RankId],
+    network: &impl StepNetwork,
+) -> Result<SimDuration, CollectiveError> {
+    if is_nvls(algorithm) {
+        crate::nvls::time(algorithm, bytes, group, network)
+    } else {
+        crate::collnet::time(algorithm, bytes, group, network)
+    }
+}
+
 /// The time the links take to move a collective's data under `choice` (path latencies
 /// included, fixed costs not; NVLS: its closed form, latency included).
 pub fn data_time(
@@ -521,8 +563,8 @@ pub fn data_time(
     group: &[RankId],
     network: &mut impl StepNetwork,
 ) -> Result<SimDuration, CollectiveError> {
-    if is_nvls(choice.algorithm) {
-        return crate::nvls::time(choice.algorithm, bytes, group, network);
+    if is_in_network(choice.algorithm) {
+        return in_network_time(choice.algorithm, bytes, group, network);
     }
     let chunk = chunk_for(choice, bytes, group, network)?;
     let wire = wire_bytes(kind, choice, bytes, group, network)?;
@@ -596,7 +638,7 @@ pub fn choose_for(
             return Err(CollectiveError::Unsupported { algorithm: algorithms[0].name(), kind: kind.name() });
         }
         let protocol =
-            if is_nvls(algorithms[0]) { protocols[0].map(|_| Protocol::Simple) } else { protocols[0] };
+            if is_in_network(algorithms[0]) { protocols[0].map(|_| Protocol::Simple) } else { protocols[0] };
         return Ok(Choice { algorithm: algorithms[0], protocol });
     }
     if kind == CollectiveKind::AllReduce
@@ -604,14 +646,14 @@ pub fn choose_for(
         && let Some(fabric) = network.tuner_fabric()
         && algorithms
             .iter()
-            .all(|&a| matches!(a, CollectiveAlgorithm::Ring | CollectiveAlgorithm::Tree) || is_nvls(a))
+            .all(|&a| matches!(a, CollectiveAlgorithm::Ring | CollectiveAlgorithm::Tree) || is_in_network(a))
     {
         // As NCCL: its own latency/bandwidth model picks, not a simulation.
         let nodes = members_by_server(group, &|rank| network.node_of(rank))?.len() as u32;
         let launch_us = network.collective_launch().as_ps() as f64 / 1e6;
         let mut best: Option<(f64, Choice)> = None;
         for &candidate in algorithms {
-            if is_nvls(candidate) && crate::nvls::shape(candidate, group, network)?.is_none() {
+            if is_in_network(candidate) && !in_network_fits(candidate, group, network)? {
                 continue;
             }
             for &protocol in protocols.iter().flatten() {
@@ -637,11 +679,11 @@ pub fn choose_for(
     }
     let mut best: Option<(SimDuration, Choice)> = None;
     for &candidate in algorithms {
-        if is_nvls(candidate) && crate::nvls::shape(candidate, group, network)?.is_none() {
+        if is_in_network(candidate) && !in_network_fits(candidate, group, network)? {
             continue;
         }
         for &protocol in &protocols {
-            if is_nvls(candidate) && protocol.is_some_and(|p| p != Protocol::Simple) {
+            if is_in_network(candidate) && protocol.is_some_and(|p| p != Protocol::Simple) {
                 continue;
             }
             let choice = Choice { algorithm: candidate, protocol };
@@ -657,6 +699,9 @@ pub fn choose_for(
             kind: "allreduce here: NVLS needs an NVSwitch and Hopper or later GPUs (nvls: one server; nvls-tree: \
                    several, the same number of GPUs on each)",
         },
+        CollectiveAlgorithm::CollNetDirect | CollectiveAlgorithm::CollNetChain => {
+            CollectiveError::Unsupported { algorithm: algorithm.name(), kind: crate::collnet::UNSUPPORTED }
+        }
         _ => CollectiveError::Unsupported { algorithm: algorithm.name(), kind: kind.name() },
     })
 }

@@ -1148,9 +1148,10 @@ impl<'t> FlowNetwork<'t> {
             }
         };
         let algorithm = choice.algorithm;
-        if crate::collective::is_nvls(algorithm) {
-            // The switch's reduction is not a flow: NVLS is timed in closed form.
-            let time = crate::nvls::time(algorithm, collective.bytes, group, &self.estimator)?;
+        if crate::collective::is_in_network(algorithm) {
+            // The switch's reduction is not a flow: NVLS and CollNet are timed in closed form.
+            let time =
+                crate::collective::in_network_time(algorithm, collective.bytes, group, &self.estimator)?;
             return Ok(context.complete_after(delay.checked_add(time)?, token)?);
         }
         let wired = Collective { bytes: wire, algorithm, ..*collective };

@@ -130,6 +130,14 @@ pub enum CollectiveAlgorithm {
     Nvls,
     /// NVLink SHARP inside every server and a tree across servers, pipelined (allreduce).
     NvlsTree,
+    /// NCCL's CollNet Direct (allreduce; NVSwitch servers, InfiniBand switches with SHARP):
+    /// every GPU sends each NIC owner of its server its share, the switches reduce across
+    /// servers, the results come back directly.
+    CollNetDirect,
+    /// NCCL's CollNet Chain (allreduce; InfiniBand switches with SHARP): a chain through each
+    /// server's GPUs per channel reduces towards the NIC, the switches reduce across servers,
+    /// the chain broadcasts the result.
+    CollNetChain,
     /// Rabenseifner's recursive halving reduce-scatter then recursive doubling allgather
     /// (allreduce); either half alone for a reduce-scatter or an allgather over a
     /// power-of-two group (a ring otherwise).
@@ -151,12 +159,14 @@ pub enum CollectiveAlgorithm {
 
 impl CollectiveAlgorithm {
     /// Every algorithm, in the order listed in messages.
-    pub const ALL: [CollectiveAlgorithm; 13] = [
+    pub const ALL: [CollectiveAlgorithm; 15] = [
         CollectiveAlgorithm::Auto,
         CollectiveAlgorithm::Ring,
         CollectiveAlgorithm::Tree,
         CollectiveAlgorithm::Nvls,
         CollectiveAlgorithm::NvlsTree,
+        CollectiveAlgorithm::CollNetDirect,
+        CollectiveAlgorithm::CollNetChain,
         CollectiveAlgorithm::DoubleBinaryTree,
         CollectiveAlgorithm::HalvingDoubling,
         CollectiveAlgorithm::RecursiveDoubling,
@@ -176,6 +186,8 @@ impl CollectiveAlgorithm {
             CollectiveAlgorithm::Tree => "tree",
             CollectiveAlgorithm::Nvls => "nvls",
             CollectiveAlgorithm::NvlsTree => "nvls-tree",
+            CollectiveAlgorithm::CollNetDirect => "collnet-direct",
+            CollectiveAlgorithm::CollNetChain => "collnet-chain",
             CollectiveAlgorithm::HalvingDoubling => "halving-doubling",
             CollectiveAlgorithm::RecursiveDoubling => "recursive-doubling",
             CollectiveAlgorithm::Hierarchical => "hierarchical",
@@ -194,7 +206,8 @@ impl CollectiveAlgorithm {
             Auto => true,
             Ring => matches!(kind, AllReduce | ReduceScatter | AllGather),
             HalvingDoubling => matches!(kind, AllReduce | ReduceScatter | AllGather),
-            DoubleBinaryTree | Tree | Nvls | NvlsTree | RecursiveDoubling | Hierarchical => kind == AllReduce,
+            DoubleBinaryTree | Tree | Nvls | NvlsTree | CollNetDirect | CollNetChain | RecursiveDoubling
+            | Hierarchical => kind == AllReduce,
             BinomialTree | Chain => matches!(kind, Broadcast { .. } | Reduce { .. }),
             Pairwise | Direct => kind == AllToAll,
         }
@@ -209,7 +222,7 @@ impl CollectiveAlgorithm {
         use CollectiveAlgorithm::*;
         use CollectiveKind::*;
         match kind {
-            AllReduce => &[Ring, Tree, Nvls, NvlsTree],
+            AllReduce => &[Ring, Tree, Nvls, NvlsTree, CollNetDirect, CollNetChain],
             ReduceScatter | AllGather => &[Ring],
             Broadcast { .. } | Reduce { .. } => &[Chain, BinomialTree],
             AllToAll => &[Direct, Pairwise],

@@ -17,6 +17,8 @@
 //! - [`tuner`]: NCCL's own latency/bandwidth model, which picks an allreduce's algorithm and
 //!   protocol as NCCL does;
 //! - [`nvls`]: NVLink SHARP allreduce (reduction in the NVSwitch), in closed form;
+//! - [`collnet`]: NCCL's CollNet allreduce (reduction in InfiniBand switches with SHARP), in
+//!   closed form;
 //! - [`stats`]: where the time went (compute / exposed communication / idle per rank).
 //!
 //! `sim-core` never names a neural-network concept: it simulates ops, ranks and bytes.
@@ -59,6 +61,7 @@
 pub use units;
 
 pub mod collective;
+pub mod collnet;
 pub mod exec;
 pub mod fidelity;
 pub mod flow;

@@ -342,6 +342,10 @@ impl StepNetwork for AnalyticalNetwork<'_> {
         matches!(self.topology.spec().intra_node, topology::IntraNode::NvSwitch(_))
     }
 
+    fn sharp(&self) -> bool {
+        self.topology.spec().network.transport.sharp
+    }
+
     fn tuner_fabric(&self) -> Option<TunerFabric> {
         let spec = self.topology.spec();
         let gb = |bandwidth: units::Bandwidth| bandwidth.bytes_per_second() / 1e9;

@@ -267,6 +267,13 @@ pub fn allreduce_model(
         CollectiveAlgorithm::Nvls | CollectiveAlgorithm::NvlsTree => {
             return nvls_model(fabric, algorithm, protocol, ranks, nodes);
         }
+        CollectiveAlgorithm::CollNetDirect | CollectiveAlgorithm::CollNetChain => {
+            // Simple only, as NCCL; the switches' reduction needs at least two servers.
+            if protocol != Protocol::Simple || nodes < 2 {
+                return None;
+            }
+            return crate::collnet::model(fabric, algorithm, ranks / nodes);
+        }
         _ => return None,
     };
     // LL128 needs NVLink inside servers (NCCL enables it up to PATH_NVB).

@@ -115,6 +115,9 @@ pub struct Transport {
     /// The servers' CPU vendor: NCCL's tuner caps the LL protocol's bandwidth across servers
     /// by a row of its table chosen by it (`llMaxBws`, `tuning.cc`).
     pub host_cpu: HostCpu,
+    /// The switches reduce in the network (InfiniBand SHARP): NCCL's CollNet algorithms can
+    /// run an allreduce's cross-server part in the switches.
+    pub sharp: bool,
 }
 
 /// The vendor of the servers' CPUs, as NCCL's topology detection reports it
@@ -164,6 +167,7 @@ impl Transport {
             channel_overhead: SimDuration::ZERO,
             efficiency: 1.0,
             host_cpu: HostCpu::Intel,
+            sharp: false,
         }
     }
 }
@@ -177,8 +181,13 @@ impl Default for Transport {
 impl NetworkSpec {
     /// "switch, 200 Gb/s 1 us per GPU" (or "per NIC, 4 NICs for 8 GPUs" when GPUs share
     /// NICs), or the fabric's own description: what reports print for the network between
-    /// servers of `gpus_per_node` GPUs.
+    /// servers of `gpus_per_node` GPUs; ", SHARP" when the switches reduce.
     pub fn describe(&self, gpus_per_node: u32) -> String {
+        let fabric = self.describe_fabric(gpus_per_node);
+        if self.transport.sharp { format!("{fabric}, SHARP") } else { fabric }
+    }
+
+    fn describe_fabric(&self, gpus_per_node: u32) -> String {
         match &self.fabric {
             FabricSpec::Switch { link } => {
                 let per = match self.nics_per_node {

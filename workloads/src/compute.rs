@@ -211,6 +211,10 @@ impl Default for ComputeModel {
     }
 }
 
+/// Most slices a shaped product's reduction is split into (cuBLAS's and CUTLASS's split-K, and
+/// cuDNN's backward-weight kernels).
+const GEMM_MAX_SPLIT: u64 = 32;
+
 /// Default host time per kernel, nanoseconds: the median over six real traces of their launch
 /// intervals' lower quartile (`docs/compute-model.md`, "Host dispatch"; checked by a test).
 pub const DEFAULT_DISPATCH_NS: u64 = 18_500;
@@ -567,7 +571,9 @@ impl Curves {
         let vector = (16 / work.dtype.bytes()).max(1);
         let grid = if matrix { vector } else { 1 };
         let tiles = execution.tiles();
-        let tiled = |shape: &GemmShape| self.tiled_seconds(device, shape, peak, efficiency, grid, tiles);
+        let tiled = |shape: &GemmShape| {
+            self.tiled_seconds(device, shape, peak, efficiency, grid, tiles, GEMM_MAX_SPLIT)
+        };
         let bytes = work.dtype.bytes() as f64;
         match &work.shape {
             KernelShape::Unknown => None,
@@ -602,8 +608,15 @@ impl Curves {
                         ConvDirection::BackwardWeight => self.conv_backward_weight_efficiency,
                     };
                 let on_vector_units = grid == 1;
-                let tiled =
-                    |shape: &GemmShape| self.tiled_seconds(device, shape, peak, efficiency, grid, tiles);
+                let tiled = |shape: &GemmShape| {
+                    self.tiled_seconds(device, shape, peak, efficiency, grid, tiles, GEMM_MAX_SPLIT)
+                };
+                // cuDNN splits the reduction only in its backward-weight kernels (named
+                // `*_splitK_*`), whose reduction over N·P·Q(·O) positions is long and whose
+                // output (K x C·R·S) is small. Forward and backward-data kernels keep each
+                // output tile's whole reduction in one thread block: a product with few
+                // output tiles (a 7x7 layer of a small batch) leaves multiprocessors idle.
+                let max_split = if *direction == ConvDirection::BackwardWeight { GEMM_MAX_SPLIT } else { 1 };
                 // Implicit GEMM in a vector-unit dtype (fp32 on a V100 or an A100, everything on
                 // a P100) runs cuDNN's SIMT kernels, whose tiles are 128 positions by 128, 64 or
                 // 32 channels (`CONV_VECTOR_TILES`): thin channel counts waste part of every
@@ -614,8 +627,9 @@ impl Curves {
                 // pad such channels onto Tensor Cores instead.
                 let gemm = shape.implicit_gemm(*direction, grid);
                 let mut best = if !matrix {
-                    let conv =
-                        |tiles: &[[u32; 2]]| self.tiled_seconds(device, &gemm, peak, efficiency, 1, tiles);
+                    let conv = |tiles: &[[u32; 2]]| {
+                        self.tiled_seconds(device, &gemm, peak, efficiency, 1, tiles, max_split)
+                    };
                     let upright = conv(&CONV_VECTOR_TILES)?;
                     if *direction == ConvDirection::BackwardWeight {
                         upright.min(conv(&CONV_VECTOR_TILES.map(|[rows, columns]| [columns, rows]))?)
@@ -623,7 +637,7 @@ impl Curves {
                         upright
                     }
                 } else {
-                    tiled(&gemm)?
+                    self.tiled_seconds(device, &gemm, peak, efficiency, grid, tiles, max_split)?
                 };
                 // Vector-unit convolutions may use Winograd (cuDNN's benchmark mode picks the
                 // fastest algorithm): fewer multiplications, plus transforms through memory.
@@ -644,7 +658,9 @@ impl Curves {
     /// reduction, the tiles are spread over the multiprocessors in waves; each wave takes its
     /// tile's FLOPs at the multiprocessor's share of the peak, scaled by the tile's efficiency
     /// relative to the device's best-reusing GEMM tile, plus `gemm-wave-overhead`. The fastest
-    /// choice wins, as a library's heuristic (or autotuner) picks it.
+    /// choice wins, as a library's heuristic (or autotuner) picks it. The reduction is split
+    /// into at most `max_split` slices (1: never split).
+    #[allow(clippy::too_many_arguments)]
     fn tiled_seconds(
         &self,
         device: &Device,
@@ -653,6 +669,7 @@ impl Curves {
         efficiency: f64,
         grid: u64,
         tiles: &[[u32; 2]],
+        max_split: u64,
     ) -> Option<f64> {
         let execution = device.execution.as_ref()?;
         let units = f64::from(execution.sm_count);
@@ -674,7 +691,7 @@ impl Curves {
             let tiles = shape.batch as f64 * shape.m.div_ceil(rows) as f64 * shape.n.div_ceil(columns) as f64;
             for split in [1u64, 2, 4, 8, 16, 32] {
                 // Each split of the reduction keeps at least 128 of it.
-                if split > 1 && depth / split < 128 {
+                if split > max_split || (split > 1 && depth / split < 128) {
                     break;
                 }
                 let slice = depth.div_ceil(split) as f64;

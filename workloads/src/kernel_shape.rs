@@ -123,8 +123,12 @@ impl ConvShape {
     }
 
     /// The batched products of Winograd F(`m`x`m`, 3x3) for `direction`: `(m + 2)^2`
-    /// independent products over the output's `m x m` tiles, and the elements its transforms
-    /// read and write (input and output, and both transformed tensors).
+    /// independent products over the output's `m x m` tiles, and the elements its transform
+    /// kernels read and write: the input and output (or gradients), the filter, and the three
+    /// transformed tensors (input and output tiles, `(m + 2)^2 · C·K` filter elements) each
+    /// once, written by one kernel; the product reads or writes them under its compute time, as
+    /// any GEMM's operands (Lavin and Gray 2016, "Fast Algorithms for Convolutional Neural
+    /// Networks": the filter transform `G g G^T` per input and output channel).
     pub fn winograd(&self, direction: ConvDirection, tile: u64) -> (GemmShape, f64) {
         let alpha = tile + 2;
         let tiles = self.batch * self.output[0].div_ceil(tile) * self.output[1].div_ceil(tile);
@@ -135,8 +139,9 @@ impl ConvShape {
             ConvDirection::BackwardWeight => (k, c, tiles),
         };
         let shape = GemmShape { batch: alpha * alpha, m, n, k: depth };
-        let plain = self.batch * (c * Self::product(self.input) + k * Self::product(self.output));
-        let transformed = alpha * alpha * tiles * (c + k);
+        let filter = c * k * Self::product(self.kernel);
+        let plain = self.batch * (c * Self::product(self.input) + k * Self::product(self.output)) + filter;
+        let transformed = alpha * alpha * (tiles * (c + k) + c * k);
         (shape, (plain + transformed) as f64)
     }
 }

@@ -390,3 +390,70 @@ fn nccl_tree_steady_form_is_its_closed_form_alone_and_slows_under_contention() {
     println!("tree 256 MiB alone {quiet:.6} s, beside a 1 GiB transfer {busy:.6} s");
     assert!(busy > quiet * 1.05, "alone {quiet} s, contended {busy} s");
 }
+
+/// `nodes` DGX-like servers (as [`dgx`]) whose InfiniBand switch reduces (SHARP).
+fn dgx_sharp(nodes: u32) -> Topology {
+    let mut spec = dgx(nodes).spec().clone();
+    spec.network.transport.sharp = true;
+    Topology::build(&spec).unwrap()
+}
+
+#[test]
+fn collnet_carries_each_nics_share_once_at_every_fidelity() {
+    // CollNet Chain: NCCL's latency (2 x 7 hops x 2.8 us + 30 us) plus the buffer over the
+    // server's 8 NICs of 25 GB/s (the chain's NVLink, 300 GB/s, is faster), whatever the
+    // number of servers; timed in closed form, so the flow model agrees exactly.
+    let bytes = 1u64 << 30;
+    let expected = 69.2e-6 + bytes as f64 / 200e9;
+    for nodes in [2, 4, 16] {
+        let topology = dgx_sharp(nodes);
+        let group: Vec<RankId> = (0..nodes * 8).map(RankId).collect();
+        let mut network = AnalyticalNetwork::new(&topology).with_protocols(ProtocolChoice::Auto);
+        let chain = analytical_time(
+            CollectiveKind::AllReduce,
+            CollectiveAlgorithm::CollNetChain,
+            Bytes(bytes),
+            &group,
+            &mut network,
+        )
+        .unwrap()
+        .as_secs_f64();
+        assert!((chain - expected).abs() < 1e-9, "{nodes} servers: {chain} s, expected {expected} s");
+        let graph = lone_collective(
+            nodes * 8,
+            CollectiveKind::AllReduce,
+            CollectiveAlgorithm::CollNetChain,
+            Bytes(bytes),
+        );
+        let flow = run(&graph, &mut FlowNetwork::new(&topology).with_protocols(ProtocolChoice::Auto))
+            .unwrap()
+            .makespan()
+            .as_secs_f64();
+        assert!((flow - chain).abs() < 1e-9, "{nodes} servers: flow {flow} s, analytical {chain} s");
+    }
+    // NCCL's tuner takes CollNet Direct (NVSwitch servers, lower latency) for a large
+    // allreduce over 16 servers with SHARP; without SHARP CollNet is not a candidate, and
+    // asking for it is an error that says what it needs.
+    let group: Vec<RankId> = (0..128).map(RankId).collect();
+    let sharp = dgx_sharp(16);
+    let mut network = AnalyticalNetwork::new(&sharp).with_protocols(ProtocolChoice::Auto);
+    let chosen = choose(CollectiveKind::AllReduce, Bytes(1 << 28), &group, &mut network).unwrap();
+    assert_eq!(chosen.algorithm, CollectiveAlgorithm::CollNetDirect);
+    let plain = dgx(16);
+    let mut network = AnalyticalNetwork::new(&plain).with_protocols(ProtocolChoice::Auto);
+    let chosen = choose(CollectiveKind::AllReduce, Bytes(1 << 28), &group, &mut network).unwrap();
+    assert!(!matches!(
+        chosen.algorithm,
+        CollectiveAlgorithm::CollNetDirect | CollectiveAlgorithm::CollNetChain
+    ));
+    let error = analytical_time(
+        CollectiveKind::AllReduce,
+        CollectiveAlgorithm::CollNetChain,
+        Bytes(1 << 20),
+        &group,
+        &mut network,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("cluster.network.sharp = true"), "{error}");
+}

@@ -664,6 +664,19 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
     };
 
     let mut parallelism = parallelism(&spec.parallelism, gpus, cluster, &invalid)?;
+    if matches!(
+        parallelism.data_algorithm,
+        CollectiveAlgorithm::CollNetDirect | CollectiveAlgorithm::CollNetChain
+    ) && !cluster_spec.network.transport.sharp
+    {
+        return Err(invalid(
+            "parallelism.allreduce",
+            format!(
+                "is {:?}: CollNet reduces in the InfiniBand switches, so set cluster.network.sharp = true (switches with SHARP), or choose another algorithm",
+                parallelism.data_algorithm.name()
+            ),
+        ));
+    }
     if let Some(name) = &spec.parallelism.spatial_until {
         parallelism.spatial_until = Some(spatial_until(name, &parallelism, &model, &invalid)?);
     }

@@ -45,6 +45,7 @@ pub(super) struct NetworkSection {
     channel_overhead: Option<SimDuration>,
     efficiency: Option<f64>,
     host_cpu: Option<String>,
+    sharp: Option<bool>,
 }
 
 /// The topologies `cluster.network.topology` accepts, with the keys each one uses besides the
@@ -87,6 +88,7 @@ const COMMON: &[&str] = &[
     "channel-overhead",
     "efficiency",
     "host-cpu",
+    "sharp",
 ];
 
 /// A problem with one key of `[cluster.network]`: the key (without the `cluster.network.`
@@ -96,7 +98,7 @@ pub(super) type KeyError = (&'static str, String);
 impl NetworkSection {
     /// The keys present in the file, as written there.
     fn present(&self) -> Vec<&'static str> {
-        let flags: [(&'static str, bool); 30] = [
+        let flags: [(&'static str, bool); 31] = [
             ("topology", self.topology.is_some()),
             ("link-bandwidth", self.link_bandwidth.is_some()),
             ("link-latency", self.link_latency.is_some()),
@@ -127,6 +129,7 @@ impl NetworkSection {
             ("channel-overhead", self.channel_overhead.is_some()),
             ("efficiency", self.efficiency.is_some()),
             ("host-cpu", self.host_cpu.is_some()),
+            ("sharp", self.sharp.is_some()),
         ];
         flags.into_iter().filter(|&(_, present)| present).map(|(key, _)| key).collect()
     }
@@ -173,7 +176,17 @@ impl NetworkSection {
                 Some(name) => name.parse::<topology::HostCpu>().map_err(|message| ("host-cpu", message))?,
                 None => topology::HostCpu::default(),
             },
+            sharp: self.sharp.unwrap_or(false),
         };
+        if transport.sharp && kind != TransportKind::InfiniBand {
+            return Err((
+                "sharp",
+                format!(
+                    "needs InfiniBand switches (SHARP is theirs), but the transport is {:?}: set transport = \"infiniband\" or remove the key",
+                    kind.name()
+                ),
+            ));
+        }
         let link = LinkSpec::new(
             self.link_bandwidth.unwrap_or(default_link.bandwidth),
             self.link_latency.unwrap_or(default_link.latency),
