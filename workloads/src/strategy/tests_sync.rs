@@ -53,7 +53,7 @@ fn bytes_on(strategy: &Strategy<'_>, topology: &Topology, tier: Tier) -> f64 {
 /// A small CNN: convolutions with ReLUs, then a classifier.
 fn small_cnn() -> Model {
     let mut builder = ModelBuilder::new("small-cnn", Shape::from([3, 32, 32]));
-    for (i, channels) in [16u64, 32, 32].iter().enumerate() {
+    for (i, channels) in [16u64, 32, 32, 32, 32].iter().enumerate() {
         builder
             .layer(
                 format!("conv{i}"),
@@ -175,7 +175,8 @@ fn out_of_core_weights_move_activations_weights_gradients_and_the_optimizer_stat
     // state. Gradients in fp32.
     for (precision, weight, master) in [(Dtype::Fp16, 2u64, 4u64), (Dtype::Fp32, 4, 0)] {
         let (gradient, states) = (4u64, 4u64);
-        let parallelism = Parallelism { offload: Offload::ActivationsAndWeights, ..Parallelism::data_parallel(2) };
+        let parallelism =
+            Parallelism { offload: Offload::ActivationsAndWeights, ..Parallelism::data_parallel(2) };
         let strategy = Strategy { precision, ..data_parallel(&model, &compute, parallelism, 1) };
         let moved = bytes_on(&strategy, &topology, Tier::HostMemory);
         let activations = strategy.memory_plan(&model, Bytes::ZERO).activations().total();
@@ -191,7 +192,11 @@ fn out_of_core_weights_move_activations_weights_gradients_and_the_optimizer_stat
         assert_eq!(moved, 2.0 * per_gpu as f64, "{precision:?}: 2 GPUs x {per_gpu} bytes");
         let lowered = strategy.lower().unwrap();
         let totals = lowered.offload.unwrap();
-        assert_eq!(totals.to_host_bytes + totals.to_device_bytes, per_gpu, "{precision:?}: the report's totals");
+        assert_eq!(
+            totals.to_host_bytes + totals.to_device_bytes,
+            per_gpu,
+            "{precision:?}: the report's totals"
+        );
         assert_eq!(
             (totals.weight_bytes, totals.gradient_bytes, totals.optimizer_to_device_bytes),
             (weights, gradient * parameters, optimizer_in)
@@ -202,11 +207,16 @@ fn out_of_core_weights_move_activations_weights_gradients_and_the_optimizer_stat
             activations + parameters * (weight + gradient + master + states),
             "{precision:?}: host bytes"
         );
-        // The device keeps two layers' weights and gradients, not the model's.
+        // The device keeps four layers' weights and two layers' gradients, not the model's.
         let memory = lowered.stages[0].memory;
         let mut sizes: Vec<u64> = model.layers.iter().map(|l| l.cost.params).collect();
         sizes.sort_unstable_by(|a, b| b.cmp(a));
-        assert_eq!(memory.weights.0, (sizes[0] + sizes[1]) * weight, "{precision:?}: weights window");
+        assert_eq!(
+            memory.weights.0,
+            sizes[..4].iter().sum::<u64>() * weight,
+            "{precision:?}: weights window"
+        );
+        assert_eq!(memory.gradients.0, (sizes[0] + sizes[1]) * gradient, "{precision:?}: gradients window");
         assert!(memory.weights < totals.without.weights, "{precision:?}");
         // The optimizer's buffers: one chunk here (a small model), with its gradients, fp32
         // weights, states and working weights.
@@ -243,7 +253,8 @@ fn out_of_core_weights_over_an_infinitely_fast_host_link_cost_nothing() {
     }
     // Over a real link the weights cost time.
     let slow = cluster_with_host_link(1, 2, "1 GB/s", "1 us");
-    let parallelism = Parallelism { offload: Offload::ActivationsAndWeights, ..Parallelism::data_parallel(2) };
+    let parallelism =
+        Parallelism { offload: Offload::ActivationsAndWeights, ..Parallelism::data_parallel(2) };
     let lowered = data_parallel(&model, &compute, parallelism, 3).lower().unwrap();
     let timeline = sim_core::fidelity::NetworkSettings::new(sim_core::fidelity::Fidelity::Flow)
         .run(&lowered.graph, &slow)
@@ -293,7 +304,12 @@ fn daso_and_offload_refuse_what_they_do_not_model_with_the_key() {
     // Gradient accumulation: 16 samples over 2 replicas in micro-batches of 8.
     let accumulating = Strategy {
         global_batch: 32,
-        ..data_parallel(&model, &compute, Parallelism { offload: weights, ..Parallelism::data_parallel(2) }, 1)
+        ..data_parallel(
+            &model,
+            &compute,
+            Parallelism { offload: weights, ..Parallelism::data_parallel(2) },
+            1,
+        )
     };
     match accumulating.check() {
         Err(StrategyError::Invalid { key, message }) => {
@@ -305,7 +321,12 @@ fn daso_and_offload_refuse_what_they_do_not_model_with_the_key() {
     // Activations alone accumulate as before.
     let activations = Strategy {
         global_batch: 32,
-        ..data_parallel(&model, &compute, Parallelism { offload: Offload::Activations, ..Parallelism::data_parallel(2) }, 1)
+        ..data_parallel(
+            &model,
+            &compute,
+            Parallelism { offload: Offload::Activations, ..Parallelism::data_parallel(2) },
+            1,
+        )
     };
     assert!(activations.check().is_ok());
 }
