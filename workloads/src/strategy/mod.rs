@@ -249,7 +249,8 @@ impl std::str::FromStr for Offload {
             "activations+weights" => Ok(Offload::ActivationsAndWeights),
             other => Err(format!(
                 "unknown offload {other:?}; valid: \"none\", \"activations\" (saved activations to host memory \
-                 after their forward, back before their backward), \"activations+weights\" (the weights too)"
+                 after their forward, back before their backward), \"activations+weights\" (the weights, \
+                 gradients and optimizer state too)"
             )),
         }
     }
