@@ -85,6 +85,18 @@ pub fn human(outcome: &Outcome) -> String {
                 workloads::memory::gigabytes(Bytes(offload.host_memory_bytes)),
                 workloads::memory::gigabytes(Bytes(offload.host_memory_capacity))
             );
+            if offload.weight_bytes > 0 {
+                let _ = writeln!(
+                    out,
+                    "              out-of-core weights: activations {} each way, weights {} prefetched, \
+                     gradients {} out, optimizer step {} in and {} out",
+                    workloads::memory::gigabytes(Bytes(offload.activation_bytes)),
+                    workloads::memory::gigabytes(Bytes(offload.weight_bytes)),
+                    workloads::memory::gigabytes(Bytes(offload.gradient_bytes)),
+                    workloads::memory::gigabytes(Bytes(offload.optimizer_to_device_bytes)),
+                    workloads::memory::gigabytes(Bytes(offload.optimizer_to_host_bytes))
+                );
+            }
         }
     } else {
         let mut degrees = vec![format!("data {}", st.data_parallel)];

@@ -212,6 +212,19 @@ pub struct OffloadSummary {
     pub to_host_bytes: u64,
     /// Bytes one GPU copies back per iteration.
     pub to_device_bytes: u64,
+    /// Of these, saved activation bytes one GPU copies out (and as many back) per iteration.
+    pub activation_bytes: u64,
+    /// Weight bytes one GPU prefetches per iteration, before each layer's forward and backward
+    /// (`"activations+weights"`; 0 otherwise).
+    pub weight_bytes: u64,
+    /// Gradient bytes one GPU writes to host memory per iteration.
+    pub gradient_bytes: u64,
+    /// Bytes the optimizer step streams into one GPU per iteration (gradients, fp32 weights,
+    /// optimizer state).
+    pub optimizer_to_device_bytes: u64,
+    /// Bytes the optimizer step streams back per iteration (fp32 weights, optimizer state,
+    /// working weights).
+    pub optimizer_to_host_bytes: u64,
     /// Host memory one node needs for its GPUs' offloaded data.
     pub host_memory_bytes: u64,
     /// Host memory of one node (`cluster.host-memory`).
@@ -735,6 +748,11 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
                 offload: p.offload.name(),
                 to_host_bytes: offload.to_host_bytes,
                 to_device_bytes: offload.to_device_bytes,
+                activation_bytes: offload.activation_bytes,
+                weight_bytes: offload.weight_bytes,
+                gradient_bytes: offload.gradient_bytes,
+                optimizer_to_device_bytes: offload.optimizer_to_device_bytes,
+                optimizer_to_host_bytes: offload.optimizer_to_host_bytes,
                 host_memory_bytes: offload.host_bytes * u64::from(scenario.cluster.gpus_per_node),
                 host_memory_capacity: scenario.host_memory.map_or(0, |b| b.0),
             }),

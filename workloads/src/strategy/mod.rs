@@ -222,8 +222,10 @@ pub enum Offload {
     /// Each layer's saved activations copied to host memory after its forward and prefetched
     /// before its backward (vDNN, OC-DNN).
     Activations,
-    /// The activations, and each layer's weights too: fetched before its forward and before its
-    /// backward, its gradient written back after its backward.
+    /// The activations, and each layer's weights too (ZeRO-Offload / ZeRO-Infinity style): the
+    /// weights, gradients and optimizer state live in host memory; each layer's weights are
+    /// prefetched before its forward and before its backward, its gradient written back after
+    /// its synchronisation, and the optimizer step streams the state through the GPU in chunks.
     ActivationsAndWeights,
 }
 
@@ -247,7 +249,8 @@ impl std::str::FromStr for Offload {
             "activations+weights" => Ok(Offload::ActivationsAndWeights),
             other => Err(format!(
                 "unknown offload {other:?}; valid: \"none\", \"activations\" (saved activations to host memory \
-                 after their forward, back before their backward), \"activations+weights\" (the weights too)"
+                 after their forward, back before their backward), \"activations+weights\" (the weights, \
+                 gradients and optimizer state too)"
             )),
         }
     }
@@ -514,11 +517,24 @@ pub struct Lowered {
 /// What out-of-core training moves over one GPU's host link and keeps in host memory.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct OffloadTotals {
-    /// Bytes copied to host memory per iteration.
+    /// Bytes copied to host memory per iteration (all of the parts below that go out).
     pub to_host_bytes: u64,
-    /// Bytes prefetched back per iteration.
+    /// Bytes prefetched back per iteration (all of the parts below that come in).
     pub to_device_bytes: u64,
-    /// Host memory one GPU's offloaded data occupies at its peak (one micro-batch's).
+    /// Saved activation bytes copied out, and as many back, per iteration.
+    pub activation_bytes: u64,
+    /// Weight bytes prefetched per iteration: before each layer's forward and its backward
+    /// (`"activations+weights"`; 0 otherwise).
+    pub weight_bytes: u64,
+    /// Gradient bytes written to host memory per iteration (after their synchronisation).
+    pub gradient_bytes: u64,
+    /// Bytes the optimizer step streams in (gradients, fp32 weights, optimizer state).
+    pub optimizer_to_device_bytes: u64,
+    /// Bytes the optimizer step streams out (fp32 weights, optimizer state, and the working
+    /// weights when they are narrower).
+    pub optimizer_to_host_bytes: u64,
+    /// Host memory one GPU's offloaded data occupies at its peak: one micro-batch's
+    /// activations, and (weights offloaded) the weights, gradients and optimizer state.
     pub host_bytes: u64,
     /// The device memory the same configuration needs without offloading.
     pub without: MemoryBreakdown,
@@ -816,12 +832,28 @@ impl Strategy<'_> {
             ));
         }
         if p.offload == Offload::ActivationsAndWeights {
-            return Err(invalid(
-                "workload.offload",
-                "\"activations+weights\" is not modelled yet (the optimizer step would have to stream \
-                 the weights and their state too); valid today: \"none\", \"activations\""
-                    .into(),
-            ));
+            if let GradientSync::Daso { .. } = p.sync {
+                return Err(invalid(
+                    "workload.offload",
+                    "\"activations+weights\" with sync = \"daso\" is not modelled: DASO all-reduces the \
+                     parameters, which offloading keeps in host memory; set sync = \"allreduce\", or \
+                     offload = \"activations\""
+                        .into(),
+                ));
+            }
+            let micro_batches = self.micro_batches()?;
+            if micro_batches > 1 {
+                return Err(invalid(
+                    "workload.offload",
+                    format!(
+                        "\"activations+weights\" with {micro_batches} micro-batches per replica is not \
+                         modelled: each layer's gradient is written to host memory after its backward, so it \
+                         is not accumulated on the device; run one micro-batch per replica (global-batch = \
+                         micro-batch x data = {}), or offload = \"activations\"",
+                        self.micro_batch * u64::from(p.data)
+                    ),
+                ));
+            }
         }
         if self.recompute != Recompute::None {
             return Err(invalid(

@@ -1,7 +1,8 @@
 //! DASO and out-of-core training against closed forms, counting the bytes the flow model
 //! carries on each link (the audit's per-link counter), not re-deriving them from the
-//! lowering: DASO's inter-node traffic is 1/k of flat data parallelism's, and out-of-core
-//! training moves twice the offloaded activations over the host link.
+//! lowering: DASO's inter-node traffic is 1/k of flat data parallelism's, out-of-core
+//! training moves twice the offloaded activations over the host link, and out-of-core
+//! weights add the weights twice, the gradients and the optimizer's stream.
 
 use sim_core::flow::FlowNetwork;
 use sim_core::graph::CollectiveAlgorithm;
@@ -9,15 +10,20 @@ use topology::{ClusterSpec, IntraNode, LinkId, LinkSpec, NetworkSpec, Tier, Topo
 
 use super::*;
 use crate::compute::ComputeModel;
-use crate::device::DeviceCatalog;
+use crate::device::{DeviceCatalog, Dtype};
 use crate::layer::{LayerKind, Shape};
 use crate::model::ModelBuilder;
 
 /// `nodes` servers of `gpus` GPUs, each GPU with its own NIC on one switch and a host link.
 fn cluster(nodes: u32, gpus: u32) -> Topology {
+    cluster_with_host_link(nodes, gpus, "16 GB/s", "1 us")
+}
+
+/// [`cluster`] with the host link's bandwidth and latency.
+fn cluster_with_host_link(nodes: u32, gpus: u32, bandwidth: &str, latency: &str) -> Topology {
     let nvlink = LinkSpec::new("300 GB/s".parse().unwrap(), "0.7 us".parse().unwrap());
     let nic = LinkSpec::new("200 Gb/s".parse().unwrap(), "1 us".parse().unwrap());
-    let host = LinkSpec::new("16 GB/s".parse().unwrap(), "1 us".parse().unwrap());
+    let host = LinkSpec::new(bandwidth.parse().unwrap(), latency.parse().unwrap());
     Topology::build(&ClusterSpec {
         nodes,
         gpus_per_node: gpus,
@@ -47,7 +53,7 @@ fn bytes_on(strategy: &Strategy<'_>, topology: &Topology, tier: Tier) -> f64 {
 /// A small CNN: convolutions with ReLUs, then a classifier.
 fn small_cnn() -> Model {
     let mut builder = ModelBuilder::new("small-cnn", Shape::from([3, 32, 32]));
-    for (i, channels) in [16u64, 32, 32].iter().enumerate() {
+    for (i, channels) in [16u64, 32, 32, 32, 32].iter().enumerate() {
         builder
             .layer(
                 format!("conv{i}"),
@@ -157,6 +163,107 @@ fn out_of_core_moves_twice_the_offloaded_activations_over_the_host_link() {
 }
 
 #[test]
+fn out_of_core_weights_move_activations_weights_gradients_and_the_optimizer_state() {
+    let model = small_cnn();
+    let compute = ComputeModel::default();
+    let topology = cluster(1, 2);
+    let parameters: u64 = model.layers.iter().map(|l| l.cost.params).sum();
+    // The first convolution's backward computes only its weight gradient: no weight prefetch.
+    let first = model.layers[0].cost.params;
+    assert!(first > 0 && parameters > first);
+    // (precision, working weight, gradient, master copy) bytes; SGD with momentum: one fp32
+    // state. Gradients in fp32.
+    for (precision, weight, master) in [(Dtype::Fp16, 2u64, 4u64), (Dtype::Fp32, 4, 0)] {
+        let (gradient, states) = (4u64, 4u64);
+        let parallelism =
+            Parallelism { offload: Offload::ActivationsAndWeights, ..Parallelism::data_parallel(2) };
+        let strategy = Strategy { precision, ..data_parallel(&model, &compute, parallelism, 1) };
+        let moved = bytes_on(&strategy, &topology, Tier::HostMemory);
+        let activations = strategy.memory_plan(&model, Bytes::ZERO).activations().total();
+        // Weights before every forward and before every backward but the first layer's.
+        let weights = weight * (2 * parameters - first);
+        // The optimizer streams in the gradient, the fp32 weight (the master copy, or the
+        // weight itself in fp32) and the state; out the fp32 weight, the state and the working
+        // weight when it is narrower.
+        let fp32_weight = if master > 0 { master } else { weight };
+        let optimizer_in = parameters * (gradient + fp32_weight + states);
+        let optimizer_out = parameters * (fp32_weight + states + if master > 0 { weight } else { 0 });
+        let per_gpu = 2 * activations + weights + gradient * parameters + optimizer_in + optimizer_out;
+        assert_eq!(moved, 2.0 * per_gpu as f64, "{precision:?}: 2 GPUs x {per_gpu} bytes");
+        let lowered = strategy.lower().unwrap();
+        let totals = lowered.offload.unwrap();
+        assert_eq!(
+            totals.to_host_bytes + totals.to_device_bytes,
+            per_gpu,
+            "{precision:?}: the report's totals"
+        );
+        assert_eq!(
+            (totals.weight_bytes, totals.gradient_bytes, totals.optimizer_to_device_bytes),
+            (weights, gradient * parameters, optimizer_in)
+        );
+        // Host memory: one micro-batch's activations and the whole model state.
+        assert_eq!(
+            totals.host_bytes,
+            activations + parameters * (weight + gradient + master + states),
+            "{precision:?}: host bytes"
+        );
+        // The device keeps four layers' weights and two layers' gradients, not the model's.
+        let memory = lowered.stages[0].memory;
+        let mut sizes: Vec<u64> = model.layers.iter().map(|l| l.cost.params).collect();
+        sizes.sort_unstable_by(|a, b| b.cmp(a));
+        assert_eq!(
+            memory.weights.0,
+            sizes[..4].iter().sum::<u64>() * weight,
+            "{precision:?}: weights window"
+        );
+        assert_eq!(memory.gradients.0, (sizes[0] + sizes[1]) * gradient, "{precision:?}: gradients window");
+        assert!(memory.weights < totals.without.weights, "{precision:?}");
+        // The optimizer's buffers: one chunk here (a small model), with its gradients, fp32
+        // weights, states and working weights.
+        assert_eq!(memory.optimizer.0, parameters * (weight + gradient + master + states), "{precision:?}");
+    }
+}
+
+/// With a host link no copy waits for, out-of-core weights cost no time: every kernel runs as
+/// it would with the model on the device. Kernels replayed from a CUDA graph, so that the host
+/// thread issues no copy either: in eager mode each copy is one more host dispatch, and this
+/// small CNN's iteration is bound by its host thread.
+#[test]
+fn out_of_core_weights_over_an_infinitely_fast_host_link_cost_nothing() {
+    let model = small_cnn();
+    let compute = ComputeModel { cuda_graphs: true, ..ComputeModel::default() };
+    let topology = cluster_with_host_link(1, 2, "1000000 TB/s", "0 s");
+    let time = |offload: Offload| {
+        let parallelism = Parallelism { offload, ..Parallelism::data_parallel(2) };
+        let strategy = data_parallel(&model, &compute, parallelism, 3);
+        let lowered = strategy.lower().unwrap();
+        let timeline = sim_core::fidelity::NetworkSettings::new(sim_core::fidelity::Fidelity::Flow)
+            .run(&lowered.graph, &topology)
+            .unwrap();
+        let end = lowered.iteration_ends.last().unwrap().iter().map(|op| timeline.end[op.0 as usize]).max();
+        end.unwrap().since_start().as_secs_f64()
+    };
+    let resident = time(Offload::None);
+    for offload in [Offload::Activations, Offload::ActivationsAndWeights] {
+        let offloaded = time(offload);
+        assert!(
+            (offloaded / resident - 1.0).abs() < 1e-6,
+            "{offload:?}: {offloaded} s against {resident} s with everything on the device"
+        );
+    }
+    // Over a real link the weights cost time.
+    let slow = cluster_with_host_link(1, 2, "1 GB/s", "1 us");
+    let parallelism =
+        Parallelism { offload: Offload::ActivationsAndWeights, ..Parallelism::data_parallel(2) };
+    let lowered = data_parallel(&model, &compute, parallelism, 3).lower().unwrap();
+    let timeline = sim_core::fidelity::NetworkSettings::new(sim_core::fidelity::Fidelity::Flow)
+        .run(&lowered.graph, &slow)
+        .unwrap();
+    let end = lowered.iteration_ends.last().unwrap().iter().map(|op| timeline.end[op.0 as usize]).max();
+    assert!(end.unwrap().since_start().as_secs_f64() > resident * 1.01);
+}
+
+#[test]
 fn daso_and_offload_refuse_what_they_do_not_model_with_the_key() {
     let model = small_cnn();
     let compute = ComputeModel::default();
@@ -185,4 +292,41 @@ fn daso_and_offload_refuse_what_they_do_not_model_with_the_key() {
     );
     assert_eq!(key, "workload.offload");
     assert!(message.contains("pipeline = 2"), "{message}");
+    let weights = Offload::ActivationsAndWeights;
+    let (key, message) =
+        refused(Parallelism { offload: weights, zero: 1, ..Parallelism::data_parallel(2) }, 1);
+    assert_eq!(key, "workload.offload");
+    assert!(message.contains("zero = 1"), "{message}");
+    let (key, message) =
+        refused(Parallelism { offload: weights, sync: daso(4, 4), ..Parallelism::data_parallel(8) }, 4);
+    assert_eq!(key, "workload.offload");
+    assert!(message.contains("sync = \"allreduce\""), "{message}");
+    // Gradient accumulation: 16 samples over 2 replicas in micro-batches of 8.
+    let accumulating = Strategy {
+        global_batch: 32,
+        ..data_parallel(
+            &model,
+            &compute,
+            Parallelism { offload: weights, ..Parallelism::data_parallel(2) },
+            1,
+        )
+    };
+    match accumulating.check() {
+        Err(StrategyError::Invalid { key, message }) => {
+            assert_eq!(key, "workload.offload");
+            assert!(message.contains("2 micro-batches") && message.contains("global-batch"), "{message}");
+        }
+        other => panic!("gradient accumulation not refused: {other:?}"),
+    }
+    // Activations alone accumulate as before.
+    let activations = Strategy {
+        global_batch: 32,
+        ..data_parallel(
+            &model,
+            &compute,
+            Parallelism { offload: Offload::Activations, ..Parallelism::data_parallel(2) },
+            1,
+        )
+    };
+    assert!(activations.check().is_ok());
 }
