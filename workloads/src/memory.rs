@@ -339,22 +339,26 @@ fn block_of(name: &str) -> Option<&str> {
     None
 }
 
-/// The block of every layer: [`block_of`] its name, if at least two consecutive layers share
-/// it (a "block" of one layer, such as VGG's `features.3`, is an ordinary layer).
-fn blocks(model: &Model) -> Vec<Option<&str>> {
+/// The block of every layer, numbered in order: [`block_of`] its name, if at least two
+/// consecutive layers share it (a "block" of one layer, such as VGG's `features.3`, is an
+/// ordinary layer). Consecutive layers are in the same block when their numbers are equal.
+/// Parsed once per model ([`Model::blocks`] keeps it).
+pub(crate) fn block_ids(model: &Model) -> Vec<Option<u32>> {
     let names: Vec<Option<&str>> = model.layers.iter().map(|layer| block_of(&layer.name)).collect();
-    (0..names.len())
-        .map(|index| {
-            let shared = (index > 0 && names[index - 1] == names[index])
-                || names.get(index + 1).is_some_and(|next| *next == names[index]);
-            names[index].filter(|_| shared)
-        })
-        .collect()
-}
-
-/// [`blocks`] for the strategy layer: the numbered block of every layer, if any.
-pub(crate) fn block_names(model: &Model) -> Vec<Option<&str>> {
-    blocks(model)
+    let mut ids: Vec<Option<u32>> = Vec::with_capacity(names.len());
+    let mut count = 0u32;
+    for index in 0..names.len() {
+        let shared = (index > 0 && names[index - 1] == names[index])
+            || names.get(index + 1).is_some_and(|next| *next == names[index]);
+        ids.push(names[index].filter(|_| shared).map(|_| {
+            // A new block unless the previous layer is in this one.
+            if !(index > 0 && ids[index - 1].is_some() && names[index - 1] == names[index]) {
+                count += 1;
+            }
+            count - 1
+        }));
+    }
+    ids
 }
 
 /// A view: the output is the input's storage.
@@ -494,16 +498,44 @@ impl MemoryPlan<'_> {
         self.activation_accounting().1
     }
 
+    /// [`MemoryPlan::activations`] of the model made of layers `range` alone (taking the
+    /// first one's input), as a pipeline chunk holds them: the same as a [`Model`] of those
+    /// layers, without copying them. A block cut by the range's ends counts where at least two
+    /// of its layers are inside, as in such a model.
+    pub(crate) fn activations_of(&self, range: Range<usize>) -> ActivationBytes {
+        let all = self.model.blocks();
+        let blocks: Vec<Option<u32>> = range
+            .clone()
+            .map(|index| {
+                let shared = (index > range.start && all[index - 1] == all[index])
+                    || (index + 1 < range.end && all[index + 1] == all[index]);
+                all[index].filter(|_| shared)
+            })
+            .collect();
+        let input = if range.start == 0 { &self.model.input } else { &self.model.layers[range.start].input };
+        self.accounting(&self.model.layers[range], input, &blocks).0
+    }
+
     /// [`MemoryPlan::activations`] and the bytes attributed to each layer.
     fn activation_accounting(&self) -> (ActivationBytes, Vec<u64>) {
-        let layers = &self.model.layers;
+        self.accounting(&self.model.layers, &self.model.input, self.model.blocks())
+    }
+
+    /// [`MemoryPlan::activation_accounting`] of `layers`, which take `input` and are in the
+    /// numbered `blocks`.
+    fn accounting(
+        &self,
+        layers: &[Layer],
+        input: &crate::layer::Shape,
+        blocks: &[Option<u32>],
+    ) -> (ActivationBytes, Vec<u64>) {
+        let model_input = input;
         let mut per_layer = vec![0u64; layers.len()];
         let tensor_ranks = u64::from(self.sharding.tensor.max(1));
         let batch = self.micro_batch;
         // Identity of each layer's output: its own, or its input's for a view.
         let mut output_of = vec![0usize; layers.len()];
         let mut counted = vec![false; layers.len() + 1];
-        let blocks = blocks(self.model);
         let first_block = blocks.iter().position(Option::is_some);
         let last_block = blocks.iter().rposition(Option::is_some);
         let mut result = ActivationBytes::default();
@@ -515,7 +547,7 @@ impl MemoryPlan<'_> {
         let full = self.recompute == Recompute::Full;
         let sequence_split = if self.sharding.sequence_parallel { tensor_ranks } else { 1 };
         for (index, layer) in layers.iter().enumerate() {
-            let previous = if index == 0 { &self.model.input } else { &layers[index - 1].output };
+            let previous = if index == 0 { model_input } else { &layers[index - 1].output };
             let input = (*previous == layer.input).then(|| if index == 0 { 0 } else { output_of[index - 1] });
             output_of[index] = if is_view(&layer.kind) { input.unwrap_or(index + 1) } else { index + 1 };
             let block = blocks[index];
@@ -577,7 +609,11 @@ impl MemoryPlan<'_> {
         if full {
             result.working_set = result.working_set.max(block_bytes);
             // Checkpointing never costs more than keeping everything: a framework would not do it.
-            let kept = MemoryPlan { recompute: Recompute::None, ..self.clone() }.activation_accounting();
+            let kept = MemoryPlan { recompute: Recompute::None, ..self.clone() }.accounting(
+                layers,
+                model_input,
+                blocks,
+            );
             if kept.0.total() < result.total() {
                 return kept;
             }
@@ -607,7 +643,7 @@ impl MemoryPlan<'_> {
                 if checkpointed.activations() == kept.activations() {
                     return Vec::new();
                 }
-                let blocks = blocks(self.model);
+                let blocks = self.model.blocks();
                 let mut ranges: Vec<Range<usize>> = Vec::new();
                 for (index, block) in blocks.iter().enumerate() {
                     if block.is_none() {
@@ -626,7 +662,7 @@ impl MemoryPlan<'_> {
     /// Learned parameters before the first block, inside the blocks and after the last one.
     fn parameters_by_part(&self) -> (u64, u64, u64) {
         let layers = &self.model.layers;
-        let blocks = blocks(self.model);
+        let blocks = self.model.blocks();
         let first = blocks.iter().position(Option::is_some);
         let last = blocks.iter().rposition(Option::is_some);
         let (mut before, mut inside, mut after) = (0u64, 0u64, 0u64);

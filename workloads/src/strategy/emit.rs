@@ -581,6 +581,43 @@ pub(super) fn estimate(
     })
 }
 
+/// For every layer in a numbered block, the layer at the same position in the block before
+/// (if that block is as long), a candidate for the same kernels.
+fn block_twins(blocks: &[Option<u32>]) -> Vec<Option<usize>> {
+    let mut twins = vec![None; blocks.len()];
+    // Layer ranges of the previous block and of the current one.
+    let mut previous: Option<Range<usize>> = None;
+    let mut current: Option<Range<usize>> = None;
+    for (index, block) in blocks.iter().enumerate() {
+        let Some(block) = block else { continue };
+        match &mut current {
+            Some(range) if range.end == index && blocks[range.start] == Some(*block) => range.end += 1,
+            _ => {
+                previous = current.take();
+                current = Some(index..index + 1);
+            }
+        }
+        if let (Some(previous), Some(current)) = (&previous, &current) {
+            let twin = previous.start + (index - current.start);
+            if twin < previous.end {
+                twins[index] = Some(twin);
+            }
+        }
+    }
+    twins
+}
+
+/// Whether two local layers price the same: the same kind, shapes and cost (the name aside),
+/// and the same share of the work.
+fn same_work(a: &shard::LocalLayer, b: &shard::LocalLayer) -> bool {
+    a.work_divisor == b.work_divisor
+        && a.work_multiplier.to_bits() == b.work_multiplier.to_bits()
+        && a.layer.kind == b.layer.kind
+        && a.layer.input == b.layer.input
+        && a.layer.output == b.layer.output
+        && a.layer.cost == b.layer.cost
+}
+
 /// DASO, non-blocking: the global allreduce that the rank at `position` sent `wait` iterations
 /// before `iteration` and must wait for now, if this is a receiving iteration and it was the
 /// sender.
@@ -621,8 +658,19 @@ impl<'s> Plan<'s> {
         let model = strategy.model;
         let micro_batches = strategy.micro_batches()?;
         let local = shard::local_layers(model, p.split(), strategy.micro_batch, strategy.precision)?;
-        let mut kernels = Vec::with_capacity(local.len());
+        let mut kernels: Vec<[Kernel; 3]> = Vec::with_capacity(local.len());
+        // Repeated blocks (a transformer's layers, a ResNet stage's bottlenecks) run the same
+        // kernels: a layer doing the same work as the one at its position in the previous block
+        // takes its times instead of pricing them again.
+        let twins = block_twins(model.blocks());
         for (index, layer) in local.iter().enumerate() {
+            if let Some(twin) = twins.get(index).copied().flatten()
+                && twin > 0
+                && same_work(&local[twin], layer)
+            {
+                kernels.push(kernels[twin]);
+                continue;
+            }
             let forward = strategy.kernel(layer, Pass::Forward)?;
             // The input of the first layer needs no gradient.
             let backward_data = if index == 0 { None } else { strategy.kernel(layer, Pass::BackwardData)? };
@@ -725,7 +773,7 @@ impl<'s> Plan<'s> {
                 Bytes(local[last].layer.output.elements() * strategy.micro_batch * width)
             })
             .collect();
-        let blocks = shard::block_indexes(model);
+        let blocks = model.blocks();
         let units = chunk_layers
             .iter()
             .map(|range| {
@@ -749,6 +797,7 @@ impl<'s> Plan<'s> {
             description: String::new(),
             input: local.first().map_or_else(|| model.input.clone(), |l| l.layer.input.clone()),
             layers: local.iter().map(|l| l.layer.clone()).collect(),
+            structure: Default::default(),
         });
         let spatial_grid = match p.cnn() {
             CnnSplit::Spatial { degree, dims, .. } => cnn::spatial_grid(degree, dims),
@@ -890,7 +939,7 @@ impl<'s> Plan<'s> {
         let p = &strategy.parallelism;
         let model = strategy.model;
         let sync_ranks = p.gradient_sync_ranks();
-        let blocks = shard::block_indexes(model);
+        let blocks = model.blocks();
         // Under the CNN strategies the memory model sees the layers as one rank holds them.
         let model = self.local_model.as_ref().unwrap_or(model);
         let mut stages = Vec::with_capacity(p.pipeline as usize);
@@ -911,18 +960,7 @@ impl<'s> Plan<'s> {
                 {
                     strategy.memory_plan(model, buffers).activations()
                 } else {
-                    let sub = Model {
-                        name: model.name.clone(),
-                        family: model.family.clone(),
-                        description: String::new(),
-                        input: if range.start == 0 {
-                            model.input.clone()
-                        } else {
-                            model.layers[range.start].input.clone()
-                        },
-                        layers: model.layers[range.clone()].to_vec(),
-                    };
-                    strategy.memory_plan(&sub, buffers).activations()
+                    strategy.memory_plan(model, buffers).activations_of(range.clone())
                 };
                 let context = u64::from(p.context);
                 working_set = working_set.max(activations.working_set / context);
