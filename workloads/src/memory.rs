@@ -305,6 +305,53 @@ struct Saved {
     row_parallel_input: bool,
 }
 
+/// The tensors one layer keeps: at most three (input, output or own tensor, and statistics or
+/// a mask), held inline because the accounting asks for them once per layer and strategy.
+#[derive(Debug, Clone, Copy)]
+struct SavedTensors {
+    list: [Saved; 3],
+    len: usize,
+}
+
+impl SavedTensors {
+    const NONE: Saved =
+        Saved { tensor: None, elements: 0, width: 0, replicated: false, row_parallel_input: false };
+
+    fn new() -> SavedTensors {
+        SavedTensors { list: [Self::NONE; 3], len: 0 }
+    }
+
+    fn of(saved: &[Saved]) -> SavedTensors {
+        let mut list = SavedTensors::new();
+        for &one in saved {
+            list.push(one);
+        }
+        list
+    }
+
+    fn push(&mut self, saved: Saved) {
+        self.list[self.len] = saved;
+        self.len += 1;
+    }
+
+    fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+}
+
+impl std::ops::Deref for SavedTensors {
+    type Target = [Saved];
+    fn deref(&self) -> &[Saved] {
+        &self.list[..self.len]
+    }
+}
+
+impl std::ops::DerefMut for SavedTensors {
+    fn deref_mut(&mut self) -> &mut [Saved] {
+        &mut self.list[..self.len]
+    }
+}
+
 /// Activation bytes of one device for one micro-batch, split by where they live.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ActivationBytes {
@@ -401,7 +448,7 @@ impl MemoryPlan<'_> {
     }
 
     /// The tensors `layer` keeps, with `input` the identity of the tensor it reads.
-    fn saved(&self, layer: &Layer, input: Option<usize>, output: usize, block_elements: u64) -> Vec<Saved> {
+    fn saved(&self, layer: &Layer, input: Option<usize>, output: usize, block_elements: u64) -> SavedTensors {
         let width = self.precision.bytes();
         let elements_in = layer.input.elements();
         let elements_out = layer.output.elements();
@@ -415,15 +462,15 @@ impl MemoryPlan<'_> {
         };
         let keeps_input = |own_width: u64| {
             let from_input = kept.min(elements_in);
-            let mut saved = vec![tensor(input, from_input, width)];
+            let mut saved = SavedTensors::of(&[tensor(input, from_input, width)]);
             if kept > from_input {
                 saved.push(tensor(None, kept - from_input, own_width));
             }
             saved
         };
-        let keeps_output = || vec![tensor(Some(output), kept.min(elements_out), width)];
+        let keeps_output = || SavedTensors::of(&[tensor(Some(output), kept.min(elements_out), width)]);
         if kept == 0 {
-            return Vec::new();
+            return SavedTensors::new();
         }
         match &layer.kind {
             LayerKind::Linear { .. } | LayerKind::TiedLinear { .. } => {
@@ -453,9 +500,9 @@ impl MemoryPlan<'_> {
                 saved
             }
             LayerKind::MaxPool { .. } => keeps_input(8),
-            LayerKind::GlobalMaxPool => vec![tensor(None, kept, 8)],
-            LayerKind::Dropout => vec![tensor(None, kept, 1)],
-            LayerKind::CrossEntropy => vec![tensor(None, kept, width.max(4))],
+            LayerKind::GlobalMaxPool => SavedTensors::of(&[tensor(None, kept, 8)]),
+            LayerKind::Dropout => SavedTensors::of(&[tensor(None, kept, 1)]),
+            LayerKind::CrossEntropy => SavedTensors::of(&[tensor(None, kept, width.max(4))]),
             LayerKind::Attention { implementation: AttentionKernel::Standard, dropout, heads, .. } => {
                 let mut saved = keeps_input(width);
                 if self.recompute != Recompute::None {
@@ -473,15 +520,17 @@ impl MemoryPlan<'_> {
             LayerKind::Attention { implementation: AttentionKernel::Flash, .. } => {
                 let from_input = kept.min(elements_in);
                 let from_output = (kept - from_input).min(elements_out);
-                let mut saved =
-                    vec![tensor(input, from_input, width), tensor(Some(output), from_output, width)];
+                let mut saved = SavedTensors::of(&[
+                    tensor(input, from_input, width),
+                    tensor(Some(output), from_output, width),
+                ]);
                 let statistics = kept - from_input - from_output;
                 if statistics > 0 {
                     saved.push(tensor(None, statistics, 4));
                 }
                 saved
             }
-            _ => vec![tensor(None, kept, width)],
+            _ => SavedTensors::of(&[tensor(None, kept, width)]),
         }
     }
 
@@ -572,7 +621,7 @@ impl MemoryPlan<'_> {
                     block_counted.extend(input);
                 }
             }
-            for saved in self.saved(layer, input, output_of[index], block_input_elements) {
+            for &saved in self.saved(layer, input, output_of[index], block_input_elements).iter() {
                 if let Some(key) = saved.tensor {
                     if full && in_block {
                         if block_counted.contains(&key) {

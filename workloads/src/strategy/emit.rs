@@ -22,6 +22,7 @@ pub mod kernel_table;
 
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
+use std::sync::{Arc, RwLock};
 
 use sim_core::graph::{
     Collective, CollectiveAlgorithm, CollectiveKind, GraphBuilder, GroupId, LabelId, MemcpyDirection, Op,
@@ -35,6 +36,8 @@ use super::{
     Lowered, PIPELINE_STREAM, RankLayout, Role, SPATIAL_STREAM, StageSummary, Strategy, StrategyError,
     TENSOR_STREAM, cnn, pipeline, shard,
 };
+use crate::compute::ComputeModel;
+use crate::device::{Device, Dtype};
 use crate::layer::Pass;
 use crate::memory::MemoryBreakdown;
 use crate::model::Model;
@@ -90,9 +93,9 @@ struct Plan<'s> {
     strategy: &'s Strategy<'s>,
     layout: RankLayout,
     micro_batches: u32,
-    local: Vec<shard::LocalLayer>,
+    local: Arc<Vec<shard::LocalLayer>>,
     /// Forward, backward-data, backward-weight per layer.
-    kernels: Vec<[Kernel; 3]>,
+    kernels: Arc<Vec<[Kernel; 3]>>,
     /// Layer range of each global chunk.
     chunk_layers: Vec<Range<usize>>,
     /// Recomputation: the forward range re-run before the backward of its last layer.
@@ -323,12 +326,15 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
     }
     if fold {
         let (t, d) = (folded_tensor, plan.layout.size(Axis::Data));
+        // Every rank's coordinates once, not once per image (t x d images of every rank).
+        let coordinates: Vec<_> = (0..ranks).map(|rank| plan.layout.coordinates(RankId(rank))).collect();
         let images = (0..t * d)
             .skip(1)
             .map(|shift| {
-                (0..ranks)
-                    .map(|rank| {
-                        let mut c = plan.layout.coordinates(RankId(rank));
+                coordinates
+                    .iter()
+                    .map(|&c| {
+                        let mut c = c;
                         if !spatial {
                             c.tensor = (c.tensor + shift % t) % t;
                         }
@@ -581,6 +587,110 @@ pub(super) fn estimate(
     })
 }
 
+/// Local layers and their kernel times, shared by the configurations of a search that split a
+/// model the same way ("kernel tables shared between configurations"): the estimate and the
+/// lowering of every strategy with the same split, micro-batch and precision take them from
+/// here instead of building and pricing them again. Bound to one model, device and compute
+/// model: a strategy on other ones (compared by address) does not use it.
+pub struct LayerTables<'a> {
+    model: &'a Model,
+    device: &'a Device,
+    compute: &'a ComputeModel,
+    /// A search has a few dozen splits: a list is as fast as a map and needs no hashing of
+    /// floats.
+    tables: RwLock<Vec<(TableKey, LayerTable)>>,
+}
+
+/// What the local layers and their kernel times depend on besides the model, device and
+/// compute model.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct TableKey {
+    split: shard::Split,
+    micro_batch: u64,
+    precision: Dtype,
+}
+
+/// Every layer as one rank runs it, and its forward, backward-data and backward-weight
+/// kernels.
+type LayerTable = (Arc<Vec<shard::LocalLayer>>, Arc<Vec<[Kernel; 3]>>);
+
+impl std::fmt::Debug for LayerTables<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let tables = self.tables.read().map_or(0, |tables| tables.len());
+        f.debug_struct("LayerTables").field("model", &self.model.name).field("tables", &tables).finish()
+    }
+}
+
+impl<'a> LayerTables<'a> {
+    /// Empty tables for strategies on `model`, `device` and `compute`.
+    pub fn new(model: &'a Model, device: &'a Device, compute: &'a ComputeModel) -> LayerTables<'a> {
+        LayerTables { model, device, compute, tables: RwLock::new(Vec::new()) }
+    }
+
+    /// Whether `strategy` runs on this table's model, device and compute model.
+    fn serves(&self, strategy: &Strategy<'_>) -> bool {
+        std::ptr::eq(self.model, strategy.model)
+            && std::ptr::eq(self.device, strategy.device)
+            && std::ptr::eq(self.compute, strategy.compute)
+    }
+
+    /// `strategy`'s local layers and kernels: from its tables if it has them and they hold
+    /// this split, else built (and kept there). Errors are not kept: the next strategy with
+    /// the split gets the same error again.
+    fn layers_and_kernels(strategy: &Strategy<'_>) -> Result<LayerTable, StrategyError> {
+        let key = TableKey {
+            split: strategy.parallelism.split(),
+            micro_batch: strategy.micro_batch,
+            precision: strategy.precision,
+        };
+        let Some(tables) = strategy.layer_tables.filter(|tables| tables.serves(strategy)) else {
+            return build_layer_table(strategy);
+        };
+        let found = |list: &[(TableKey, LayerTable)]| {
+            list.iter().find(|(k, _)| *k == key).map(|(_, (local, kernels))| (local.clone(), kernels.clone()))
+        };
+        if let Some(table) = tables.tables.read().ok().and_then(|list| found(&list)) {
+            return Ok(table);
+        }
+        let table = build_layer_table(strategy)?;
+        if let Ok(mut list) = tables.tables.write() {
+            // Another thread may have built it meanwhile: keep one copy (they are equal).
+            if let Some(existing) = found(&list) {
+                return Ok(existing);
+            }
+            list.push((key, (table.0.clone(), table.1.clone())));
+        }
+        Ok(table)
+    }
+}
+
+/// Every layer of `strategy`'s model as one rank runs it, and its kernels' times.
+fn build_layer_table(strategy: &Strategy<'_>) -> Result<LayerTable, StrategyError> {
+    let model = strategy.model;
+    let p = &strategy.parallelism;
+    let local = shard::local_layers(model, p.split(), strategy.micro_batch, strategy.precision)?;
+    let mut kernels: Vec<[Kernel; 3]> = Vec::with_capacity(local.len());
+    // Repeated blocks (a transformer's layers, a ResNet stage's bottlenecks) run the same
+    // kernels: a layer doing the same work as the one at its position in the previous block
+    // takes its times instead of pricing them again.
+    let twins = block_twins(model.blocks());
+    for (index, layer) in local.iter().enumerate() {
+        if let Some(twin) = twins.get(index).copied().flatten()
+            && twin > 0
+            && same_work(&local[twin], layer)
+        {
+            kernels.push(kernels[twin]);
+            continue;
+        }
+        let forward = strategy.kernel(layer, Pass::Forward)?;
+        // The input of the first layer needs no gradient.
+        let backward_data = if index == 0 { None } else { strategy.kernel(layer, Pass::BackwardData)? };
+        let backward_weight = strategy.kernel(layer, Pass::BackwardWeight)?;
+        kernels.push([forward, backward_data, backward_weight]);
+    }
+    Ok((Arc::new(local), Arc::new(kernels)))
+}
+
 /// For every layer in a numbered block, the layer at the same position in the block before
 /// (if that block is as long), a candidate for the same kernels.
 fn block_twins(blocks: &[Option<u32>]) -> Vec<Option<usize>> {
@@ -657,26 +767,7 @@ impl<'s> Plan<'s> {
         let p = &strategy.parallelism;
         let model = strategy.model;
         let micro_batches = strategy.micro_batches()?;
-        let local = shard::local_layers(model, p.split(), strategy.micro_batch, strategy.precision)?;
-        let mut kernels: Vec<[Kernel; 3]> = Vec::with_capacity(local.len());
-        // Repeated blocks (a transformer's layers, a ResNet stage's bottlenecks) run the same
-        // kernels: a layer doing the same work as the one at its position in the previous block
-        // takes its times instead of pricing them again.
-        let twins = block_twins(model.blocks());
-        for (index, layer) in local.iter().enumerate() {
-            if let Some(twin) = twins.get(index).copied().flatten()
-                && twin > 0
-                && same_work(&local[twin], layer)
-            {
-                kernels.push(kernels[twin]);
-                continue;
-            }
-            let forward = strategy.kernel(layer, Pass::Forward)?;
-            // The input of the first layer needs no gradient.
-            let backward_data = if index == 0 { None } else { strategy.kernel(layer, Pass::BackwardData)? };
-            let backward_weight = strategy.kernel(layer, Pass::BackwardWeight)?;
-            kernels.push([forward, backward_data, backward_weight]);
-        }
+        let (local, kernels) = LayerTables::layers_and_kernels(strategy)?;
         let chunk_layers = Self::partition(model, &kernels, p.chunks() as usize);
 
         let mut recompute_before: Vec<Option<Range<usize>>> = vec![None; local.len()];

@@ -84,6 +84,7 @@ pub(super) fn strategy<'a>(
         iterations: 1,
         fold_symmetric_ranks: false,
         input: None,
+        layer_tables: None,
     }
 }
 
