@@ -839,6 +839,61 @@ mod tests {
     }
 
     #[test]
+    fn a_layer_range_counts_as_a_model_of_those_layers() {
+        // `activations_of` reads the layers in place; a model built from them (as the strategy
+        // layer once did for each pipeline chunk) is the reference.
+        for name in ["megatron-1.7b", "resnet50", "vgg16"] {
+            let model = zoo::by_name(name).unwrap();
+            let n = model.layers.len();
+            let ranges = [0..n, 0..n / 3, n / 3..n, n / 4..n / 2, 5..6, 1..n - 1, n - 7..n];
+            for recompute in Recompute::ALL {
+                for sequence_parallel in [false, true] {
+                    let sharding = Sharding { tensor: 2, sequence_parallel, ..Sharding::data_parallel(4) };
+                    let plan = MemoryPlan {
+                        recompute,
+                        sharding,
+                        ..MemoryPlan::data_parallel(&model, Dtype::Fp16, Dtype::Fp16, Optimizer::Adam, 4, 4)
+                    };
+                    for range in ranges.iter().cloned() {
+                        let sub = Model {
+                            name: model.name.clone(),
+                            family: model.family.clone(),
+                            description: String::new(),
+                            input: if range.start == 0 {
+                                model.input.clone()
+                            } else {
+                                model.layers[range.start].input.clone()
+                            },
+                            layers: model.layers[range.clone()].to_vec(),
+                            structure: Default::default(),
+                        };
+                        let expected = MemoryPlan { model: &sub, ..plan.clone() }.activations();
+                        assert_eq!(
+                            plan.activations_of(range.clone()),
+                            expected,
+                            "{name} {recompute} {range:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn block_numbers_follow_the_names() {
+        let model = zoo::by_name("resnet50").unwrap();
+        let blocks = model.blocks();
+        let names: Vec<Option<&str>> = model.layers.iter().map(|l| block_of(&l.name)).collect();
+        assert_eq!(blocks.iter().flatten().max(), Some(&15), "16 bottlenecks");
+        for index in 1..blocks.len() {
+            if blocks[index].is_some() && blocks[index - 1].is_some() {
+                assert_eq!(blocks[index] == blocks[index - 1], names[index] == names[index - 1]);
+            }
+        }
+        assert_eq!(blocks[0], None, "the stem");
+    }
+
+    #[test]
     fn adam_in_mixed_precision_is_sixteen_bytes_per_parameter() {
         let model = zoo::by_name("llama2-7b").unwrap();
         let plan = MemoryPlan::data_parallel(&model, Dtype::Bf16, Dtype::Bf16, Optimizer::Adam, 1, 8);
