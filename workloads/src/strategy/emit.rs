@@ -22,7 +22,7 @@ pub mod kernel_table;
 
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use sim_core::graph::{
     Collective, CollectiveAlgorithm, CollectiveKind, GraphBuilder, GroupId, LabelId, MemcpyDirection, Op,
@@ -598,7 +598,7 @@ pub struct LayerTables<'a> {
     compute: &'a ComputeModel,
     /// A search has a few dozen splits: a list is as fast as a map and needs no hashing of
     /// floats.
-    tables: RwLock<Vec<(TableKey, LayerTable)>>,
+    tables: RwLock<Vec<(TableKey, Arc<LayerTable>)>>,
 }
 
 /// What the local layers and their kernel times depend on besides the model, device and
@@ -610,9 +610,35 @@ struct TableKey {
     precision: Dtype,
 }
 
-/// Every layer as one rank runs it, and its forward, backward-data and backward-weight
-/// kernels.
-type LayerTable = (Arc<Vec<shard::LocalLayer>>, Arc<Vec<[Kernel; 3]>>);
+/// Every layer as one rank runs it, its forward, backward-data and backward-weight kernels,
+/// and the pipeline partitions these kernels give.
+#[derive(Debug)]
+struct LayerTable {
+    local: Arc<Vec<shard::LocalLayer>>,
+    kernels: Arc<Vec<[Kernel; 3]>>,
+    /// Layer ranges of each chunk, by chunk count ([`Plan::partition`]).
+    partitions: Mutex<Vec<(usize, Vec<Range<usize>>)>>,
+}
+
+impl LayerTable {
+    /// [`Plan::partition`] of `model` into `chunks` by this table's kernels, computed once
+    /// per chunk count.
+    fn partition(&self, model: &Model, chunks: usize) -> Vec<Range<usize>> {
+        let cached = |list: &[(usize, Vec<Range<usize>>)]| {
+            list.iter().find(|(count, _)| *count == chunks).map(|(_, ranges)| ranges.clone())
+        };
+        if let Some(ranges) = self.partitions.lock().ok().and_then(|list| cached(&list)) {
+            return ranges;
+        }
+        let ranges = Plan::partition(model, &self.kernels, chunks);
+        if let Ok(mut list) = self.partitions.lock()
+            && cached(&list).is_none()
+        {
+            list.push((chunks, ranges.clone()));
+        }
+        ranges
+    }
+}
 
 impl std::fmt::Debug for LayerTables<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -637,7 +663,7 @@ impl<'a> LayerTables<'a> {
     /// `strategy`'s local layers and kernels: from its tables if it has them and they hold
     /// this split, else built (and kept there). Errors are not kept: the next strategy with
     /// the split gets the same error again.
-    fn layers_and_kernels(strategy: &Strategy<'_>) -> Result<LayerTable, StrategyError> {
+    fn layers_and_kernels(strategy: &Strategy<'_>) -> Result<Arc<LayerTable>, StrategyError> {
         let key = TableKey {
             split: strategy.parallelism.split(),
             micro_batch: strategy.micro_batch,
@@ -646,8 +672,8 @@ impl<'a> LayerTables<'a> {
         let Some(tables) = strategy.layer_tables.filter(|tables| tables.serves(strategy)) else {
             return build_layer_table(strategy);
         };
-        let found = |list: &[(TableKey, LayerTable)]| {
-            list.iter().find(|(k, _)| *k == key).map(|(_, (local, kernels))| (local.clone(), kernels.clone()))
+        let found = |list: &[(TableKey, Arc<LayerTable>)]| {
+            list.iter().find(|(k, _)| *k == key).map(|(_, table)| Arc::clone(table))
         };
         if let Some(table) = tables.tables.read().ok().and_then(|list| found(&list)) {
             return Ok(table);
@@ -658,14 +684,14 @@ impl<'a> LayerTables<'a> {
             if let Some(existing) = found(&list) {
                 return Ok(existing);
             }
-            list.push((key, (table.0.clone(), table.1.clone())));
+            list.push((key, Arc::clone(&table)));
         }
         Ok(table)
     }
 }
 
 /// Every layer of `strategy`'s model as one rank runs it, and its kernels' times.
-fn build_layer_table(strategy: &Strategy<'_>) -> Result<LayerTable, StrategyError> {
+fn build_layer_table(strategy: &Strategy<'_>) -> Result<Arc<LayerTable>, StrategyError> {
     let model = strategy.model;
     let p = &strategy.parallelism;
     let local = shard::local_layers(model, p.split(), strategy.micro_batch, strategy.precision)?;
@@ -688,7 +714,11 @@ fn build_layer_table(strategy: &Strategy<'_>) -> Result<LayerTable, StrategyErro
         let backward_weight = strategy.kernel(layer, Pass::BackwardWeight)?;
         kernels.push([forward, backward_data, backward_weight]);
     }
-    Ok((Arc::new(local), Arc::new(kernels)))
+    Ok(Arc::new(LayerTable {
+        local: Arc::new(local),
+        kernels: Arc::new(kernels),
+        partitions: Mutex::new(Vec::new()),
+    }))
 }
 
 /// For every layer in a numbered block, the layer at the same position in the block before
@@ -767,8 +797,9 @@ impl<'s> Plan<'s> {
         let p = &strategy.parallelism;
         let model = strategy.model;
         let micro_batches = strategy.micro_batches()?;
-        let (local, kernels) = LayerTables::layers_and_kernels(strategy)?;
-        let chunk_layers = Self::partition(model, &kernels, p.chunks() as usize);
+        let table = LayerTables::layers_and_kernels(strategy)?;
+        let (local, kernels) = (Arc::clone(&table.local), Arc::clone(&table.kernels));
+        let chunk_layers = table.partition(model, p.chunks() as usize);
 
         let mut recompute_before: Vec<Option<Range<usize>>> = vec![None; local.len()];
         for range in strategy.memory_plan(model, Bytes::ZERO).recomputed_ranges() {

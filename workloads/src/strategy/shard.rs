@@ -434,9 +434,11 @@ fn checked_roles(model: &Model, split: Split) -> Result<Vec<Role>, ShardError> {
     }
     if tensor > 1 {
         let t = u64::from(tensor);
-        // Attention first: the head count is the constraint users know.
-        let mut ordered: Vec<&Layer> = model.layers.iter().collect();
-        ordered.sort_by_key(|layer| !matches!(layer.kind, LayerKind::Attention { .. }));
+        // Attention first: the head count is the constraint users know. (Two passes rather
+        // than a sorted copy: a plan checks thousands of configurations.)
+        let is_attention = |layer: &&Layer| matches!(layer.kind, LayerKind::Attention { .. });
+        let ordered =
+            model.layers.iter().filter(is_attention).chain(model.layers.iter().filter(|l| !is_attention(l)));
         for layer in ordered {
             let bad = match &layer.kind {
                 LayerKind::Attention { heads, kv_heads, .. } => {
