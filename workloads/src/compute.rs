@@ -363,6 +363,16 @@ impl ComputeModel {
     /// grid.
     pub fn work_duration(&self, device: &Device, work: &KernelWork) -> Result<SimDuration, ComputeError> {
         self.validate()?;
+        self.validated_work_duration(device, work)
+    }
+
+    /// [`ComputeModel::work_duration`] of a model already validated (a layer checks it once for
+    /// all its kernels).
+    fn validated_work_duration(
+        &self,
+        device: &Device,
+        work: &KernelWork,
+    ) -> Result<SimDuration, ComputeError> {
         for (quantity, value) in [("flops", work.flops), ("bytes", work.bytes)] {
             if !(value.is_finite() && value >= 0.0) {
                 return Err(ComputeError::InvalidWork { quantity, value: value.to_string() });
@@ -389,12 +399,13 @@ impl ComputeModel {
         pass: Pass,
         batch: u64,
     ) -> Result<SimDuration, ComputeError> {
+        self.validate()?;
         let mut total = SimDuration::ZERO;
         let kernels = layer.kernels(pass);
         if kernels.is_empty() {
             // Kept as before: a pass without work still pays a launch when asked for.
             let work = KernelWork::flat(layer.cost.class, dtype, 0.0, 0.0);
-            return self.work_duration(device, &work);
+            return self.validated_work_duration(device, &work);
         }
         for part in kernels {
             let gemm = part.class == OpClass::Gemm;
@@ -406,7 +417,9 @@ impl ComputeModel {
                 aligned: !gemm || layer.gemm_aligned(dtype),
                 shape: if gemm { KernelShape::of_layer(layer, pass, batch) } else { KernelShape::Unknown },
             };
-            total = total.checked_add(self.work_duration(device, &work)?).map_err(ComputeError::Overflow)?;
+            total = total
+                .checked_add(self.validated_work_duration(device, &work)?)
+                .map_err(ComputeError::Overflow)?;
         }
         Ok(total)
     }

@@ -305,6 +305,53 @@ struct Saved {
     row_parallel_input: bool,
 }
 
+/// The tensors one layer keeps: at most three (input, output or own tensor, and statistics or
+/// a mask), held inline because the accounting asks for them once per layer and strategy.
+#[derive(Debug, Clone, Copy)]
+struct SavedTensors {
+    list: [Saved; 3],
+    len: usize,
+}
+
+impl SavedTensors {
+    const NONE: Saved =
+        Saved { tensor: None, elements: 0, width: 0, replicated: false, row_parallel_input: false };
+
+    fn new() -> SavedTensors {
+        SavedTensors { list: [Self::NONE; 3], len: 0 }
+    }
+
+    fn of(saved: &[Saved]) -> SavedTensors {
+        let mut list = SavedTensors::new();
+        for &one in saved {
+            list.push(one);
+        }
+        list
+    }
+
+    fn push(&mut self, saved: Saved) {
+        self.list[self.len] = saved;
+        self.len += 1;
+    }
+
+    fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+}
+
+impl std::ops::Deref for SavedTensors {
+    type Target = [Saved];
+    fn deref(&self) -> &[Saved] {
+        &self.list[..self.len]
+    }
+}
+
+impl std::ops::DerefMut for SavedTensors {
+    fn deref_mut(&mut self) -> &mut [Saved] {
+        &mut self.list[..self.len]
+    }
+}
+
 /// Activation bytes of one device for one micro-batch, split by where they live.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ActivationBytes {
@@ -339,22 +386,26 @@ fn block_of(name: &str) -> Option<&str> {
     None
 }
 
-/// The block of every layer: [`block_of`] its name, if at least two consecutive layers share
-/// it (a "block" of one layer, such as VGG's `features.3`, is an ordinary layer).
-fn blocks(model: &Model) -> Vec<Option<&str>> {
+/// The block of every layer, numbered in order: [`block_of`] its name, if at least two
+/// consecutive layers share it (a "block" of one layer, such as VGG's `features.3`, is an
+/// ordinary layer). Consecutive layers are in the same block when their numbers are equal.
+/// Parsed once per model ([`Model::blocks`] keeps it).
+pub(crate) fn block_ids(model: &Model) -> Vec<Option<u32>> {
     let names: Vec<Option<&str>> = model.layers.iter().map(|layer| block_of(&layer.name)).collect();
-    (0..names.len())
-        .map(|index| {
-            let shared = (index > 0 && names[index - 1] == names[index])
-                || names.get(index + 1).is_some_and(|next| *next == names[index]);
-            names[index].filter(|_| shared)
-        })
-        .collect()
-}
-
-/// [`blocks`] for the strategy layer: the numbered block of every layer, if any.
-pub(crate) fn block_names(model: &Model) -> Vec<Option<&str>> {
-    blocks(model)
+    let mut ids: Vec<Option<u32>> = Vec::with_capacity(names.len());
+    let mut count = 0u32;
+    for index in 0..names.len() {
+        let shared = (index > 0 && names[index - 1] == names[index])
+            || names.get(index + 1).is_some_and(|next| *next == names[index]);
+        ids.push(names[index].filter(|_| shared).map(|_| {
+            // A new block unless the previous layer is in this one.
+            if !(index > 0 && ids[index - 1].is_some() && names[index - 1] == names[index]) {
+                count += 1;
+            }
+            count - 1
+        }));
+    }
+    ids
 }
 
 /// A view: the output is the input's storage.
@@ -397,7 +448,7 @@ impl MemoryPlan<'_> {
     }
 
     /// The tensors `layer` keeps, with `input` the identity of the tensor it reads.
-    fn saved(&self, layer: &Layer, input: Option<usize>, output: usize, block_elements: u64) -> Vec<Saved> {
+    fn saved(&self, layer: &Layer, input: Option<usize>, output: usize, block_elements: u64) -> SavedTensors {
         let width = self.precision.bytes();
         let elements_in = layer.input.elements();
         let elements_out = layer.output.elements();
@@ -411,15 +462,15 @@ impl MemoryPlan<'_> {
         };
         let keeps_input = |own_width: u64| {
             let from_input = kept.min(elements_in);
-            let mut saved = vec![tensor(input, from_input, width)];
+            let mut saved = SavedTensors::of(&[tensor(input, from_input, width)]);
             if kept > from_input {
                 saved.push(tensor(None, kept - from_input, own_width));
             }
             saved
         };
-        let keeps_output = || vec![tensor(Some(output), kept.min(elements_out), width)];
+        let keeps_output = || SavedTensors::of(&[tensor(Some(output), kept.min(elements_out), width)]);
         if kept == 0 {
-            return Vec::new();
+            return SavedTensors::new();
         }
         match &layer.kind {
             LayerKind::Linear { .. } | LayerKind::TiedLinear { .. } => {
@@ -449,9 +500,9 @@ impl MemoryPlan<'_> {
                 saved
             }
             LayerKind::MaxPool { .. } => keeps_input(8),
-            LayerKind::GlobalMaxPool => vec![tensor(None, kept, 8)],
-            LayerKind::Dropout => vec![tensor(None, kept, 1)],
-            LayerKind::CrossEntropy => vec![tensor(None, kept, width.max(4))],
+            LayerKind::GlobalMaxPool => SavedTensors::of(&[tensor(None, kept, 8)]),
+            LayerKind::Dropout => SavedTensors::of(&[tensor(None, kept, 1)]),
+            LayerKind::CrossEntropy => SavedTensors::of(&[tensor(None, kept, width.max(4))]),
             LayerKind::Attention { implementation: AttentionKernel::Standard, dropout, heads, .. } => {
                 let mut saved = keeps_input(width);
                 if self.recompute != Recompute::None {
@@ -469,15 +520,17 @@ impl MemoryPlan<'_> {
             LayerKind::Attention { implementation: AttentionKernel::Flash, .. } => {
                 let from_input = kept.min(elements_in);
                 let from_output = (kept - from_input).min(elements_out);
-                let mut saved =
-                    vec![tensor(input, from_input, width), tensor(Some(output), from_output, width)];
+                let mut saved = SavedTensors::of(&[
+                    tensor(input, from_input, width),
+                    tensor(Some(output), from_output, width),
+                ]);
                 let statistics = kept - from_input - from_output;
                 if statistics > 0 {
                     saved.push(tensor(None, statistics, 4));
                 }
                 saved
             }
-            _ => vec![tensor(None, kept, width)],
+            _ => SavedTensors::of(&[tensor(None, kept, width)]),
         }
     }
 
@@ -494,16 +547,44 @@ impl MemoryPlan<'_> {
         self.activation_accounting().1
     }
 
+    /// [`MemoryPlan::activations`] of the model made of layers `range` alone (taking the
+    /// first one's input), as a pipeline chunk holds them: the same as a [`Model`] of those
+    /// layers, without copying them. A block cut by the range's ends counts where at least two
+    /// of its layers are inside, as in such a model.
+    pub(crate) fn activations_of(&self, range: Range<usize>) -> ActivationBytes {
+        let all = self.model.blocks();
+        let blocks: Vec<Option<u32>> = range
+            .clone()
+            .map(|index| {
+                let shared = (index > range.start && all[index - 1] == all[index])
+                    || (index + 1 < range.end && all[index + 1] == all[index]);
+                all[index].filter(|_| shared)
+            })
+            .collect();
+        let input = if range.start == 0 { &self.model.input } else { &self.model.layers[range.start].input };
+        self.accounting(&self.model.layers[range], input, &blocks).0
+    }
+
     /// [`MemoryPlan::activations`] and the bytes attributed to each layer.
     fn activation_accounting(&self) -> (ActivationBytes, Vec<u64>) {
-        let layers = &self.model.layers;
+        self.accounting(&self.model.layers, &self.model.input, self.model.blocks())
+    }
+
+    /// [`MemoryPlan::activation_accounting`] of `layers`, which take `input` and are in the
+    /// numbered `blocks`.
+    fn accounting(
+        &self,
+        layers: &[Layer],
+        input: &crate::layer::Shape,
+        blocks: &[Option<u32>],
+    ) -> (ActivationBytes, Vec<u64>) {
+        let model_input = input;
         let mut per_layer = vec![0u64; layers.len()];
         let tensor_ranks = u64::from(self.sharding.tensor.max(1));
         let batch = self.micro_batch;
         // Identity of each layer's output: its own, or its input's for a view.
         let mut output_of = vec![0usize; layers.len()];
         let mut counted = vec![false; layers.len() + 1];
-        let blocks = blocks(self.model);
         let first_block = blocks.iter().position(Option::is_some);
         let last_block = blocks.iter().rposition(Option::is_some);
         let mut result = ActivationBytes::default();
@@ -515,7 +596,7 @@ impl MemoryPlan<'_> {
         let full = self.recompute == Recompute::Full;
         let sequence_split = if self.sharding.sequence_parallel { tensor_ranks } else { 1 };
         for (index, layer) in layers.iter().enumerate() {
-            let previous = if index == 0 { &self.model.input } else { &layers[index - 1].output };
+            let previous = if index == 0 { model_input } else { &layers[index - 1].output };
             let input = (*previous == layer.input).then(|| if index == 0 { 0 } else { output_of[index - 1] });
             output_of[index] = if is_view(&layer.kind) { input.unwrap_or(index + 1) } else { index + 1 };
             let block = blocks[index];
@@ -540,7 +621,7 @@ impl MemoryPlan<'_> {
                     block_counted.extend(input);
                 }
             }
-            for saved in self.saved(layer, input, output_of[index], block_input_elements) {
+            for &saved in self.saved(layer, input, output_of[index], block_input_elements).iter() {
                 if let Some(key) = saved.tensor {
                     if full && in_block {
                         if block_counted.contains(&key) {
@@ -577,7 +658,11 @@ impl MemoryPlan<'_> {
         if full {
             result.working_set = result.working_set.max(block_bytes);
             // Checkpointing never costs more than keeping everything: a framework would not do it.
-            let kept = MemoryPlan { recompute: Recompute::None, ..self.clone() }.activation_accounting();
+            let kept = MemoryPlan { recompute: Recompute::None, ..self.clone() }.accounting(
+                layers,
+                model_input,
+                blocks,
+            );
             if kept.0.total() < result.total() {
                 return kept;
             }
@@ -607,7 +692,7 @@ impl MemoryPlan<'_> {
                 if checkpointed.activations() == kept.activations() {
                     return Vec::new();
                 }
-                let blocks = blocks(self.model);
+                let blocks = self.model.blocks();
                 let mut ranges: Vec<Range<usize>> = Vec::new();
                 for (index, block) in blocks.iter().enumerate() {
                     if block.is_none() {
@@ -626,7 +711,7 @@ impl MemoryPlan<'_> {
     /// Learned parameters before the first block, inside the blocks and after the last one.
     fn parameters_by_part(&self) -> (u64, u64, u64) {
         let layers = &self.model.layers;
-        let blocks = blocks(self.model);
+        let blocks = self.model.blocks();
         let first = blocks.iter().position(Option::is_some);
         let last = blocks.iter().rposition(Option::is_some);
         let (mut before, mut inside, mut after) = (0u64, 0u64, 0u64);
@@ -751,6 +836,61 @@ mod tests {
         assert_eq!(block_of("conv1"), None);
         assert_eq!(block_of("Mixed_5b.branch1x1.conv"), None);
         assert_eq!(block_of("embedding.dropout"), None);
+    }
+
+    #[test]
+    fn a_layer_range_counts_as_a_model_of_those_layers() {
+        // `activations_of` reads the layers in place; a model built from them (as the strategy
+        // layer once did for each pipeline chunk) is the reference.
+        for name in ["megatron-1.7b", "resnet50", "vgg16"] {
+            let model = zoo::by_name(name).unwrap();
+            let n = model.layers.len();
+            let ranges = [0..n, 0..n / 3, n / 3..n, n / 4..n / 2, 5..6, 1..n - 1, n - 7..n];
+            for recompute in Recompute::ALL {
+                for sequence_parallel in [false, true] {
+                    let sharding = Sharding { tensor: 2, sequence_parallel, ..Sharding::data_parallel(4) };
+                    let plan = MemoryPlan {
+                        recompute,
+                        sharding,
+                        ..MemoryPlan::data_parallel(&model, Dtype::Fp16, Dtype::Fp16, Optimizer::Adam, 4, 4)
+                    };
+                    for range in ranges.iter().cloned() {
+                        let sub = Model {
+                            name: model.name.clone(),
+                            family: model.family.clone(),
+                            description: String::new(),
+                            input: if range.start == 0 {
+                                model.input.clone()
+                            } else {
+                                model.layers[range.start].input.clone()
+                            },
+                            layers: model.layers[range.clone()].to_vec(),
+                            structure: Default::default(),
+                        };
+                        let expected = MemoryPlan { model: &sub, ..plan.clone() }.activations();
+                        assert_eq!(
+                            plan.activations_of(range.clone()),
+                            expected,
+                            "{name} {recompute} {range:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn block_numbers_follow_the_names() {
+        let model = zoo::by_name("resnet50").unwrap();
+        let blocks = model.blocks();
+        let names: Vec<Option<&str>> = model.layers.iter().map(|l| block_of(&l.name)).collect();
+        assert_eq!(blocks.iter().flatten().max(), Some(&15), "16 bottlenecks");
+        for index in 1..blocks.len() {
+            if blocks[index].is_some() && blocks[index - 1].is_some() {
+                assert_eq!(blocks[index] == blocks[index - 1], names[index] == names[index - 1]);
+            }
+        }
+        assert_eq!(blocks[0], None, "the stem");
     }
 
     #[test]

@@ -3,6 +3,8 @@
 //! (format in `docs/models.md`).
 
 use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::{Arc, OnceLock};
 
 use serde::Serialize;
 
@@ -108,6 +110,33 @@ pub struct Model {
     pub input: Shape,
     /// Layers in forward execution order.
     pub layers: Vec<Layer>,
+    /// The block structure, computed from the layers' names on first use (the strategy layer
+    /// asks for it several times per configuration, and a plan prices thousands).
+    #[serde(skip)]
+    pub(crate) structure: StructureCache,
+}
+
+/// Where each layer sits in the model's numbered blocks, and the units a pipeline cuts
+/// between: derived from the layers alone (their names and parameters).
+#[derive(Debug, PartialEq)]
+pub(crate) struct Structure {
+    /// The numbered block of every layer (`Some(block index)` inside one), see
+    /// `memory::block_ids`.
+    pub(crate) blocks: Vec<Option<u32>>,
+    /// `strategy::shard::pipeline_units`.
+    pub(crate) units: Vec<Range<usize>>,
+}
+
+/// A model's [`Structure`], computed once. The layers must not change after the first query
+/// (models are built by [`ModelBuilder`] and not edited afterwards); debug builds check it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct StructureCache(OnceLock<Arc<Structure>>);
+
+impl PartialEq for StructureCache {
+    /// A cache: equal models are equal whatever it holds.
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 impl Model {
@@ -147,6 +176,26 @@ impl Model {
     pub fn layer(&self, name: &str) -> Option<&Layer> {
         self.layers.iter().find(|layer| layer.name == name)
     }
+
+    /// The model's block structure, parsed from the layer names once.
+    pub(crate) fn structure(&self) -> &Structure {
+        let structure = self.structure.0.get_or_init(|| Arc::new(Structure::of(self)));
+        debug_assert_eq!(**structure, Structure::of(self), "model {}: layers changed after use", self.name);
+        structure
+    }
+
+    /// The numbered block of every layer: `Some(block index)` inside one.
+    pub(crate) fn blocks(&self) -> &[Option<u32>] {
+        &self.structure().blocks
+    }
+}
+
+impl Structure {
+    fn of(model: &Model) -> Structure {
+        let blocks = crate::memory::block_ids(model);
+        let units = crate::strategy::shard::units_of(model, &blocks);
+        Structure { blocks, units }
+    }
 }
 
 /// The most layers a model may have: 1,000 times the deepest network trained so far, and
@@ -183,6 +232,7 @@ impl ModelBuilder {
             description: String::new(),
             input: input.clone(),
             layers: Vec::new(),
+            structure: StructureCache::default(),
         };
         ModelBuilder { model, current: input, index: BTreeMap::new() }
     }

@@ -27,7 +27,7 @@ use sim_core::units::SimDuration;
 use crate::memory::Recompute;
 use crate::scenario::Scenario;
 use crate::simulation::{Summary, simulate};
-use crate::strategy::{CnnSplit, Comm, GroupKind, Parallelism, StrategyError, shard};
+use crate::strategy::{CnnSplit, Comm, GroupKind, LayerTables, Parallelism, Strategy, StrategyError, shard};
 
 /// What the ranking minimises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -257,17 +257,31 @@ pub fn plan_with_progress(
             bases[0].global_batch
         )));
     }
+    // Configurations with the same split, micro-batch and precision share their local layers
+    // and kernel times.
+    let tables: Vec<LayerTables<'_>> =
+        bases.iter().map(|base| LayerTables::new(&base.model, &base.device, &base.compute)).collect();
     let estimates: Vec<Result<SimDuration, (String, String)>> = choices
         .par_iter()
         .map(|choice| {
-            let scenario = scenario_of(&bases[choice.base], choice, fixed);
-            let floor = comm_floor(&scenario);
-            let estimate = scenario.strategy().estimate(&floor).map_err(|error| match error {
+            // The base's strategy with the choice's settings (as `scenario_of` sets them),
+            // without copying the scenario and its model.
+            let base = &bases[choice.base];
+            let strategy = Strategy {
+                parallelism: choice.parallelism,
+                micro_batch: choice.micro_batch,
+                recompute: choice.recompute,
+                fold_symmetric_ranks: fixed.fold_symmetric_ranks.unwrap_or(true),
+                layer_tables: Some(&tables[choice.base]),
+                ..base.strategy()
+            };
+            let floor = cluster_comm_floor(&base.cluster, choice.parallelism);
+            let estimate = strategy.estimate(&floor).map_err(|error| match error {
                 StrategyError::Invalid { key, message } => (key.to_string(), format!("{key}: {message}")),
                 other => ("other".to_string(), other.to_string()),
             })?;
             let memory = estimate.peak_memory().total().0 as f64;
-            let capacity = scenario.device.memory_capacity.0 as f64;
+            let capacity = base.device.memory_capacity.0 as f64;
             if memory > capacity * (1.0 - options.memory_headroom) {
                 return Err((
                     "does not fit in memory".to_string(),
@@ -471,7 +485,14 @@ fn scenario_of(base: &Scenario, choice: &Choice, fixed: &Fixed) -> Scenario {
 /// receive at least `(n - 1) / n` of the buffer, and no GPU receives faster than all its links
 /// together (inside the server and its NIC).
 pub fn comm_floor(scenario: &Scenario) -> impl Fn(&Comm) -> SimDuration + use<> {
-    let cluster = &scenario.cluster;
+    cluster_comm_floor(&scenario.cluster, scenario.parallelism)
+}
+
+/// [`comm_floor`] of `parallelism` on `cluster`.
+fn cluster_comm_floor(
+    cluster: &topology::ClusterSpec,
+    p: Parallelism,
+) -> impl Fn(&Comm) -> SimDuration + use<> {
     let intra = cluster.intra_node.link().bandwidth.bytes_per_second();
     let intra = match cluster.intra_node {
         topology::IntraNode::NvLinkMesh(_) => {
@@ -486,7 +507,6 @@ pub fn comm_floor(scenario: &Scenario) -> impl Fn(&Comm) -> SimDuration + use<> 
         .terminal_link()
         .map_or(f64::INFINITY, |link| link.bandwidth.bytes_per_second());
     let per_gpu = intra + nic;
-    let p = scenario.parallelism;
     move |comm: &Comm| {
         let n = match comm.group {
             GroupKind::Tensor => p.tensor,

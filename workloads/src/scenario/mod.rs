@@ -351,6 +351,7 @@ impl Scenario {
             iterations: self.iterations,
             fold_symmetric_ranks: self.fold_symmetric_ranks,
             input: self.input.as_ref(),
+            layer_tables: None,
         }
     }
 

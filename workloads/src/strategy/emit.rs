@@ -22,6 +22,7 @@ pub mod kernel_table;
 
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
+use std::sync::{Arc, Mutex, RwLock};
 
 use sim_core::graph::{
     Collective, CollectiveAlgorithm, CollectiveKind, GraphBuilder, GroupId, LabelId, MemcpyDirection, Op,
@@ -35,6 +36,8 @@ use super::{
     Lowered, PIPELINE_STREAM, RankLayout, Role, SPATIAL_STREAM, StageSummary, Strategy, StrategyError,
     TENSOR_STREAM, cnn, pipeline, shard,
 };
+use crate::compute::ComputeModel;
+use crate::device::{Device, Dtype};
 use crate::layer::Pass;
 use crate::memory::MemoryBreakdown;
 use crate::model::Model;
@@ -90,9 +93,9 @@ struct Plan<'s> {
     strategy: &'s Strategy<'s>,
     layout: RankLayout,
     micro_batches: u32,
-    local: Vec<shard::LocalLayer>,
+    local: Arc<Vec<shard::LocalLayer>>,
     /// Forward, backward-data, backward-weight per layer.
-    kernels: Vec<[Kernel; 3]>,
+    kernels: Arc<Vec<[Kernel; 3]>>,
     /// Layer range of each global chunk.
     chunk_layers: Vec<Range<usize>>,
     /// Recomputation: the forward range re-run before the backward of its last layer.
@@ -390,12 +393,15 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
     }
     if fold {
         let (t, d) = (folded_tensor, plan.layout.size(Axis::Data));
+        // Every rank's coordinates once, not once per image (t x d images of every rank).
+        let coordinates: Vec<_> = (0..ranks).map(|rank| plan.layout.coordinates(RankId(rank))).collect();
         let images = (0..t * d)
             .skip(1)
             .map(|shift| {
-                (0..ranks)
-                    .map(|rank| {
-                        let mut c = plan.layout.coordinates(RankId(rank));
+                coordinates
+                    .iter()
+                    .map(|&c| {
+                        let mut c = c;
                         if !spatial {
                             c.tensor = (c.tensor + shift % t) % t;
                         }
@@ -643,6 +649,177 @@ pub(super) fn estimate(
     })
 }
 
+/// Local layers and their kernel times, shared by the configurations of a search that split a
+/// model the same way ("kernel tables shared between configurations"): the estimate and the
+/// lowering of every strategy with the same split, micro-batch and precision take them from
+/// here instead of building and pricing them again. Bound to one model, device and compute
+/// model: a strategy on other ones (compared by address) does not use it.
+pub struct LayerTables<'a> {
+    model: &'a Model,
+    device: &'a Device,
+    compute: &'a ComputeModel,
+    /// A search has a few dozen splits: a list is as fast as a map and needs no hashing of
+    /// floats.
+    tables: RwLock<Vec<(TableKey, Arc<LayerTable>)>>,
+}
+
+/// What the local layers and their kernel times depend on besides the model, device and
+/// compute model.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct TableKey {
+    split: shard::Split,
+    micro_batch: u64,
+    precision: Dtype,
+}
+
+/// Every layer as one rank runs it, its forward, backward-data and backward-weight kernels,
+/// and the pipeline partitions these kernels give.
+#[derive(Debug)]
+struct LayerTable {
+    local: Arc<Vec<shard::LocalLayer>>,
+    kernels: Arc<Vec<[Kernel; 3]>>,
+    /// Layer ranges of each chunk, by chunk count ([`Plan::partition`]).
+    partitions: Mutex<Vec<(usize, Vec<Range<usize>>)>>,
+}
+
+impl LayerTable {
+    /// [`Plan::partition`] of `model` into `chunks` by this table's kernels, computed once
+    /// per chunk count.
+    fn partition(&self, model: &Model, chunks: usize) -> Vec<Range<usize>> {
+        let cached = |list: &[(usize, Vec<Range<usize>>)]| {
+            list.iter().find(|(count, _)| *count == chunks).map(|(_, ranges)| ranges.clone())
+        };
+        if let Some(ranges) = self.partitions.lock().ok().and_then(|list| cached(&list)) {
+            return ranges;
+        }
+        let ranges = Plan::partition(model, &self.kernels, chunks);
+        if let Ok(mut list) = self.partitions.lock()
+            && cached(&list).is_none()
+        {
+            list.push((chunks, ranges.clone()));
+        }
+        ranges
+    }
+}
+
+impl std::fmt::Debug for LayerTables<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let tables = self.tables.read().map_or(0, |tables| tables.len());
+        f.debug_struct("LayerTables").field("model", &self.model.name).field("tables", &tables).finish()
+    }
+}
+
+impl<'a> LayerTables<'a> {
+    /// Empty tables for strategies on `model`, `device` and `compute`.
+    pub fn new(model: &'a Model, device: &'a Device, compute: &'a ComputeModel) -> LayerTables<'a> {
+        LayerTables { model, device, compute, tables: RwLock::new(Vec::new()) }
+    }
+
+    /// Whether `strategy` runs on this table's model, device and compute model.
+    fn serves(&self, strategy: &Strategy<'_>) -> bool {
+        std::ptr::eq(self.model, strategy.model)
+            && std::ptr::eq(self.device, strategy.device)
+            && std::ptr::eq(self.compute, strategy.compute)
+    }
+
+    /// `strategy`'s local layers and kernels: from its tables if it has them and they hold
+    /// this split, else built (and kept there). Errors are not kept: the next strategy with
+    /// the split gets the same error again.
+    fn layers_and_kernels(strategy: &Strategy<'_>) -> Result<Arc<LayerTable>, StrategyError> {
+        let key = TableKey {
+            split: strategy.parallelism.split(),
+            micro_batch: strategy.micro_batch,
+            precision: strategy.precision,
+        };
+        let Some(tables) = strategy.layer_tables.filter(|tables| tables.serves(strategy)) else {
+            return build_layer_table(strategy);
+        };
+        let found = |list: &[(TableKey, Arc<LayerTable>)]| {
+            list.iter().find(|(k, _)| *k == key).map(|(_, table)| Arc::clone(table))
+        };
+        if let Some(table) = tables.tables.read().ok().and_then(|list| found(&list)) {
+            return Ok(table);
+        }
+        let table = build_layer_table(strategy)?;
+        if let Ok(mut list) = tables.tables.write() {
+            // Another thread may have built it meanwhile: keep one copy (they are equal).
+            if let Some(existing) = found(&list) {
+                return Ok(existing);
+            }
+            list.push((key, Arc::clone(&table)));
+        }
+        Ok(table)
+    }
+}
+
+/// Every layer of `strategy`'s model as one rank runs it, and its kernels' times.
+fn build_layer_table(strategy: &Strategy<'_>) -> Result<Arc<LayerTable>, StrategyError> {
+    let model = strategy.model;
+    let p = &strategy.parallelism;
+    let local = shard::local_layers(model, p.split(), strategy.micro_batch, strategy.precision)?;
+    let mut kernels: Vec<[Kernel; 3]> = Vec::with_capacity(local.len());
+    // Repeated blocks (a transformer's layers, a ResNet stage's bottlenecks) run the same
+    // kernels: a layer doing the same work as the one at its position in the previous block
+    // takes its times instead of pricing them again.
+    let twins = block_twins(model.blocks());
+    for (index, layer) in local.iter().enumerate() {
+        if let Some(twin) = twins.get(index).copied().flatten()
+            && twin > 0
+            && same_work(&local[twin], layer)
+        {
+            kernels.push(kernels[twin]);
+            continue;
+        }
+        let forward = strategy.kernel(layer, Pass::Forward)?;
+        // The input of the first layer needs no gradient.
+        let backward_data = if index == 0 { None } else { strategy.kernel(layer, Pass::BackwardData)? };
+        let backward_weight = strategy.kernel(layer, Pass::BackwardWeight)?;
+        kernels.push([forward, backward_data, backward_weight]);
+    }
+    Ok(Arc::new(LayerTable {
+        local: Arc::new(local),
+        kernels: Arc::new(kernels),
+        partitions: Mutex::new(Vec::new()),
+    }))
+}
+
+/// For every layer in a numbered block, the layer at the same position in the block before
+/// (if that block is as long), a candidate for the same kernels.
+fn block_twins(blocks: &[Option<u32>]) -> Vec<Option<usize>> {
+    let mut twins = vec![None; blocks.len()];
+    // Layer ranges of the previous block and of the current one.
+    let mut previous: Option<Range<usize>> = None;
+    let mut current: Option<Range<usize>> = None;
+    for (index, block) in blocks.iter().enumerate() {
+        let Some(block) = block else { continue };
+        match &mut current {
+            Some(range) if range.end == index && blocks[range.start] == Some(*block) => range.end += 1,
+            _ => {
+                previous = current.take();
+                current = Some(index..index + 1);
+            }
+        }
+        if let (Some(previous), Some(current)) = (&previous, &current) {
+            let twin = previous.start + (index - current.start);
+            if twin < previous.end {
+                twins[index] = Some(twin);
+            }
+        }
+    }
+    twins
+}
+
+/// Whether two local layers price the same: the same kind, shapes and cost (the name aside),
+/// and the same share of the work.
+fn same_work(a: &shard::LocalLayer, b: &shard::LocalLayer) -> bool {
+    a.work_divisor == b.work_divisor
+        && a.work_multiplier.to_bits() == b.work_multiplier.to_bits()
+        && a.layer.kind == b.layer.kind
+        && a.layer.input == b.layer.input
+        && a.layer.output == b.layer.output
+        && a.layer.cost == b.layer.cost
+}
+
 /// DASO, non-blocking: the global allreduce that the rank at `position` sent `wait` iterations
 /// before `iteration` and must wait for now, if this is a receiving iteration and it was the
 /// sender.
@@ -682,16 +859,9 @@ impl<'s> Plan<'s> {
         let p = &strategy.parallelism;
         let model = strategy.model;
         let micro_batches = strategy.micro_batches()?;
-        let local = shard::local_layers(model, p.split(), strategy.micro_batch, strategy.precision)?;
-        let mut kernels = Vec::with_capacity(local.len());
-        for (index, layer) in local.iter().enumerate() {
-            let forward = strategy.kernel(layer, Pass::Forward)?;
-            // The input of the first layer needs no gradient.
-            let backward_data = if index == 0 { None } else { strategy.kernel(layer, Pass::BackwardData)? };
-            let backward_weight = strategy.kernel(layer, Pass::BackwardWeight)?;
-            kernels.push([forward, backward_data, backward_weight]);
-        }
-        let chunk_layers = Self::partition(model, &kernels, p.chunks() as usize);
+        let table = LayerTables::layers_and_kernels(strategy)?;
+        let (local, kernels) = (Arc::clone(&table.local), Arc::clone(&table.kernels));
+        let chunk_layers = table.partition(model, p.chunks() as usize);
 
         let mut recompute_before: Vec<Option<Range<usize>>> = vec![None; local.len()];
         for range in strategy.memory_plan(model, Bytes::ZERO).recomputed_ranges() {
@@ -787,7 +957,7 @@ impl<'s> Plan<'s> {
                 Bytes(local[last].layer.output.elements() * strategy.micro_batch * width)
             })
             .collect();
-        let blocks = shard::block_indexes(model);
+        let blocks = model.blocks();
         let units = chunk_layers
             .iter()
             .map(|range| {
@@ -811,6 +981,7 @@ impl<'s> Plan<'s> {
             description: String::new(),
             input: local.first().map_or_else(|| model.input.clone(), |l| l.layer.input.clone()),
             layers: local.iter().map(|l| l.layer.clone()).collect(),
+            structure: Default::default(),
         });
         let spatial_grid = match p.cnn() {
             CnnSplit::Spatial { degree, dims, .. } => cnn::spatial_grid(degree, dims),
@@ -1025,7 +1196,7 @@ impl<'s> Plan<'s> {
         let p = &strategy.parallelism;
         let model = strategy.model;
         let sync_ranks = p.gradient_sync_ranks();
-        let blocks = shard::block_indexes(model);
+        let blocks = model.blocks();
         // Under the CNN strategies the memory model sees the layers as one rank holds them.
         let model = self.local_model.as_ref().unwrap_or(model);
         let mut stages = Vec::with_capacity(p.pipeline as usize);
@@ -1046,18 +1217,7 @@ impl<'s> Plan<'s> {
                 {
                     strategy.memory_plan(model, buffers).activations()
                 } else {
-                    let sub = Model {
-                        name: model.name.clone(),
-                        family: model.family.clone(),
-                        description: String::new(),
-                        input: if range.start == 0 {
-                            model.input.clone()
-                        } else {
-                            model.layers[range.start].input.clone()
-                        },
-                        layers: model.layers[range.clone()].to_vec(),
-                    };
-                    strategy.memory_plan(&sub, buffers).activations()
+                    strategy.memory_plan(model, buffers).activations_of(range.clone())
                 };
                 let context = u64::from(p.context);
                 working_set = working_set.max(activations.working_set / context);

@@ -38,6 +38,7 @@ use crate::model::Model;
 use crate::optimizer::Optimizer;
 
 pub use cnn::{CnnSplit, SpatialDims};
+pub use emit::LayerTables;
 pub use emit::kernel_table::{BucketRow, KernelRow, KernelTable, RowPass};
 pub use layout::{Axis, Coordinates, RankLayout, RankOrder};
 pub use pipeline::{Action, PipelineSchedule};
@@ -439,6 +440,10 @@ pub struct Strategy<'a> {
     pub fold_symmetric_ranks: bool,
     /// The data loader, if modelled (`[workload.input]`).
     pub input: Option<&'a crate::input::InputPipeline>,
+    /// Local layers and kernel times shared with other strategies on the same model, device
+    /// and compute model (a search's configurations), if any: the same results, computed once
+    /// per split.
+    pub layer_tables: Option<&'a LayerTables<'a>>,
 }
 
 /// One gradient bucket: which layers' gradients it carries and how many bytes.

@@ -222,38 +222,26 @@ fn invalid(key: &'static str, message: String) -> ShardError {
     ShardError::Invalid { key, message }
 }
 
-/// The numbered block of every layer (see `memory::blocks`): `Some(block index)` inside one.
-pub(crate) fn block_indexes(model: &Model) -> Vec<Option<usize>> {
-    let names = crate::memory::block_names(model);
-    let mut result = Vec::with_capacity(names.len());
-    let mut count = 0usize;
-    for (index, name) in names.iter().enumerate() {
-        result.push(name.map(|name| {
-            if index == 0 || names[index - 1] != Some(name) {
-                count += 1;
-            }
-            count - 1
-        }));
-    }
-    result
-}
-
 /// The units a pipeline partition cuts between, as layer ranges covering the model: each
 /// numbered block (transformer layer, residual block) with the stem joined to the first and
 /// the head to the last; in a model without blocks (VGG, AlexNet: a plain sequence of layers,
 /// as GPipe and HyPar-Flow partition them) each layer with parameters and the parameter-free
-/// layers after it (activation, pooling, dropout).
-pub fn pipeline_units(model: &Model) -> Vec<std::ops::Range<usize>> {
+/// layers after it (activation, pooling, dropout). Computed once per model.
+pub fn pipeline_units(model: &Model) -> &[std::ops::Range<usize>] {
+    &model.structure().units
+}
+
+/// [`pipeline_units`] of `model`, whose layers are in the numbered `blocks`.
+pub(crate) fn units_of(model: &Model, blocks: &[Option<u32>]) -> Vec<std::ops::Range<usize>> {
     let layers = model.layers.len();
-    let blocks = block_indexes(model);
-    let count = blocks.iter().flatten().max().map_or(0, |b| b + 1);
+    let count = blocks.iter().flatten().max().map_or(0, |&b| b as usize + 1);
     let mut starts: Vec<usize> = if count > 0 {
         let mut starts = vec![usize::MAX; count];
         for (index, block) in blocks.iter().enumerate() {
             if let Some(b) = block
-                && starts[*b] == usize::MAX
+                && starts[*b as usize] == usize::MAX
             {
-                starts[*b] = index;
+                starts[*b as usize] = index;
             }
         }
         starts
@@ -286,7 +274,7 @@ pub fn sequence_length(model: &Model) -> Option<u64> {
 
 /// The role of every layer, or why the model cannot be split over `tensor` ranks.
 pub fn roles(model: &Model, tensor: u32) -> Result<Vec<Role>, ShardError> {
-    let blocks = block_indexes(model);
+    let blocks = model.blocks();
     let vocabulary = vocabulary(model);
     let mut roles = Vec::with_capacity(model.layers.len());
     let mut split = false;
@@ -446,9 +434,11 @@ fn checked_roles(model: &Model, split: Split) -> Result<Vec<Role>, ShardError> {
     }
     if tensor > 1 {
         let t = u64::from(tensor);
-        // Attention first: the head count is the constraint users know.
-        let mut ordered: Vec<&Layer> = model.layers.iter().collect();
-        ordered.sort_by_key(|layer| !matches!(layer.kind, LayerKind::Attention { .. }));
+        // Attention first: the head count is the constraint users know. (Two passes rather
+        // than a sorted copy: a plan checks thousands of configurations.)
+        let is_attention = |layer: &&Layer| matches!(layer.kind, LayerKind::Attention { .. });
+        let ordered =
+            model.layers.iter().filter(is_attention).chain(model.layers.iter().filter(|l| !is_attention(l)));
         for layer in ordered {
             let bad = match &layer.kind {
                 LayerKind::Attention { heads, kv_heads, .. } => {

@@ -84,6 +84,7 @@ pub(super) fn strategy<'a>(
         iterations: 1,
         fold_symmetric_ranks: false,
         input: None,
+        layer_tables: None,
     }
 }
 
@@ -588,6 +589,65 @@ fn tiny_kernels_wait_for_the_host_unless_cuda_graphs_launch_them() {
         "{eager_time} for {kernels} kernels"
     );
     assert!(graph_time.checked_mul(4).unwrap() < eager_time, "CUDA graphs {graph_time}, eager {eager_time}");
+}
+
+#[test]
+fn shared_layer_tables_give_the_same_estimates_and_graphs() {
+    let compute = ComputeModel::default();
+    for name in ["megatron-1.7b", "resnet50"] {
+        let model = zoo::by_name(name).unwrap();
+        let transformer = name.starts_with("megatron");
+        let device = DeviceCatalog::builtin().get("a100-sxm4-80gb").unwrap();
+        let tables = LayerTables::new(&model, device, &compute);
+        let mut configurations =
+            vec![Parallelism::data_parallel(8), pipelined(4, 1, PipelineSchedule::OneFOneB)];
+        if transformer {
+            configurations.push(Parallelism { tensor: 2, ..Parallelism::data_parallel(4) });
+            configurations.push(Parallelism {
+                tensor: 4,
+                sequence_parallel: true,
+                ..pipelined(2, 2, PipelineSchedule::OneFOneB)
+            });
+        } else {
+            configurations.push(Parallelism { channel: 2, ..Parallelism::data_parallel(4) });
+        }
+        // Twice over: the second round reads every table the first built.
+        for _ in 0..2 {
+            for &parallelism in &configurations {
+                for micro in [1u64, 2] {
+                    let plain =
+                        Strategy { device, ..strategy(&model, &compute, parallelism, 16 * micro, micro) };
+                    let shared = Strategy { layer_tables: Some(&tables), ..plain.clone() };
+                    let (a, b) =
+                        (plain.estimate(&|_| SimDuration::ZERO), shared.estimate(&|_| SimDuration::ZERO));
+                    let label = format!("{name} {parallelism:?} micro {micro}");
+                    match (a, b) {
+                        (Ok(a), Ok(b)) => {
+                            assert_eq!(a.time_lower_bound, b.time_lower_bound, "{label}");
+                            assert_eq!(
+                                a.flops_per_rank_iteration.to_bits(),
+                                b.flops_per_rank_iteration.to_bits()
+                            );
+                            assert_eq!(a.stages, b.stages, "{label}");
+                            let (a, b) = (plain.lower().unwrap(), shared.lower().unwrap());
+                            assert_eq!(format!("{:?}", a.graph), format!("{:?}", b.graph), "{label}");
+                        }
+                        (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{label}"),
+                        (a, b) => panic!("{label}: {a:?} against {b:?}"),
+                    }
+                }
+            }
+        }
+        // A strategy on another compute model does not use them.
+        let other = ComputeModel { gemm_efficiency: 0.5, ..ComputeModel::default() };
+        let plain = strategy(&model, &other, Parallelism::data_parallel(8), 16, 2);
+        let shared = Strategy { layer_tables: Some(&tables), device, ..plain.clone() };
+        let plain = Strategy { device, ..plain };
+        assert_eq!(
+            plain.estimate(&|_| SimDuration::ZERO).unwrap().time_lower_bound,
+            shared.estimate(&|_| SimDuration::ZERO).unwrap().time_lower_bound
+        );
+    }
 }
 
 #[test]

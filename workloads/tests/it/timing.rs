@@ -44,6 +44,7 @@ fn building_and_lowering_the_largest_models_takes_milliseconds() {
             iterations: 1,
             fold_symmetric_ranks: false,
             input: None,
+            layer_tables: None,
         };
         let (lower, lowered) = fastest(5, || spec.lower().unwrap());
         let full = Strategy { recompute: Recompute::Full, ..spec.clone() };
