@@ -157,6 +157,9 @@ pub struct AnalyticalNetwork<'t> {
     link_load: Vec<u64>,
     /// The links whose load is non-zero, to clear them after the step.
     loaded_links: Vec<LinkId>,
+    /// Serialization time of each loaded link's share of the step being timed (valid for the
+    /// links in `loaded_links`): computed once per link, not once per message crossing it.
+    link_time: Vec<SimDuration>,
     /// Times of the collectives already seen.
     known_collectives: HashMap<Collective, SimDuration>,
     /// Fixed cost of every collective (see [`AnalyticalNetwork::with_collective_launch`]).
@@ -178,6 +181,7 @@ impl<'t> AnalyticalNetwork<'t> {
             topology,
             link_load: vec![0; topology.link_count()],
             loaded_links: Vec::new(),
+            link_time: vec![SimDuration::ZERO; topology.link_count()],
             known_collectives: HashMap::new(),
             collective_launch: SimDuration::ZERO,
             chunk: Bytes(crate::schedule::CHUNK_BYTES),
@@ -257,7 +261,19 @@ impl<'t> AnalyticalNetwork<'t> {
             }
             routes.push(route);
         }
-        let step = self.slowest_message(messages, &routes, bytes, den, false, with_latency);
+        let mut step = Ok(SimDuration::ZERO);
+        for &link in &self.loaded_links {
+            match self.link_share_time(link, self.link_load[link.0 as usize], bytes, den) {
+                Ok(time) => self.link_time[link.0 as usize] = time,
+                Err(error) => {
+                    step = Err(error);
+                    break;
+                }
+            }
+        }
+        if step.is_ok() {
+            step = self.slowest_message(messages, &routes, bytes, den, false, with_latency);
+        }
         self.step_routes = routes;
         for link in self.loaded_links.drain(..) {
             self.link_load[link.0 as usize] = 0;
@@ -265,8 +281,24 @@ impl<'t> AnalyticalNetwork<'t> {
         step
     }
 
-    /// The longest time of the step's messages given the link loads (or, `alone`, as if each
-    /// message had its links to itself).
+    /// How long `link` takes to carry `load / den` of `bytes`.
+    fn link_share_time(
+        &self,
+        link: LinkId,
+        load: u64,
+        bytes: Bytes,
+        den: u64,
+    ) -> Result<SimDuration, NetworkError> {
+        let shared = bytes.0.checked_mul(load).map(Bytes).ok_or_else(|| UnitError::OutOfRange {
+            input: format!("{load}/{den} of {bytes}"),
+            quantity: "link load",
+            reason: "more than 16 EiB",
+        })?;
+        Ok(self.topology.link(link).bandwidth.time_to_send_share(shared, den)?)
+    }
+
+    /// The longest time of the step's messages given the link loads and their times (or,
+    /// `alone`, as if each message had its links to itself).
     fn slowest_message(
         &self,
         messages: &[(RankId, RankId, u64)],
@@ -283,13 +315,12 @@ impl<'t> AnalyticalNetwork<'t> {
             for &link in route.iter() {
                 let spec = self.topology.link(link);
                 latency = latency.checked_add(spec.latency)?;
-                let load = if alone { num } else { self.link_load[link.0 as usize] };
-                let shared = bytes.0.checked_mul(load).map(Bytes).ok_or_else(|| UnitError::OutOfRange {
-                    input: format!("{load}/{den} of {bytes}"),
-                    quantity: "link load",
-                    reason: "more than 16 EiB",
-                })?;
-                serialization = serialization.max(spec.bandwidth.time_to_send_share(shared, den)?);
+                let time = if alone {
+                    self.link_share_time(link, num, bytes, den)?
+                } else {
+                    self.link_time[link.0 as usize]
+                };
+                serialization = serialization.max(time);
             }
             step = step.max(if with_latency { latency.checked_add(serialization)? } else { serialization });
         }
