@@ -547,11 +547,18 @@ pub fn in_network_time(
     group: &[RankId],
     network: &impl StepNetwork,
 ) -> Result<SimDuration, CollectiveError> {
-    if is_nvls(algorithm) {
-        crate::nvls::time(algorithm, bytes, group, network)
+    let (seconds, quantity) = if is_nvls(algorithm) {
+        (crate::nvls::seconds(algorithm, bytes, group, network)?, "NVLS allreduce time")
     } else {
-        crate::collnet::time(algorithm, bytes, group, network)
-    }
+        (crate::collnet::seconds(algorithm, bytes, group, network)?, "CollNet allreduce time")
+    };
+    SimDuration::from_secs_f64(seconds).map_err(|_: UnitError| {
+        CollectiveError::Time(UnitError::OutOfRange {
+            input: format!("{bytes}"),
+            quantity,
+            reason: "longer than the largest representable duration",
+        })
+    })
 }
 
 /// The time the links take to move a collective's data under `choice` (path latencies

@@ -21,7 +21,7 @@
 //! on Hopper; parasim keeps that. NCCL's own bandwidth for CollNet comes from its graph
 //! search; parasim uses the links' rates instead, so the tuner and the timing agree.
 
-use units::{Bytes, SimDuration, UnitError};
+use units::Bytes;
 
 use crate::collective::{CollectiveError, StepNetwork, members_by_server};
 use crate::graph::{CollectiveAlgorithm, RankId};
@@ -84,25 +84,19 @@ pub fn model(fabric: &TunerFabric, algorithm: CollectiveAlgorithm, g: u32) -> Op
     Some((latency, algbw))
 }
 
-/// The time of a CollNet allreduce of `bytes` over `group`, latency included.
-pub fn time(
+/// The seconds of a CollNet allreduce of `bytes` over `group`, latency included
+/// ([`crate::collective::in_network_time`] makes it a duration).
+pub fn seconds(
     algorithm: CollectiveAlgorithm,
     bytes: Bytes,
     group: &[RankId],
     network: &impl StepNetwork,
-) -> Result<SimDuration, CollectiveError> {
+) -> Result<f64, CollectiveError> {
     let unsupported = || CollectiveError::Unsupported { algorithm: algorithm.name(), kind: UNSUPPORTED };
     let (_, g) = shape(algorithm, group, network)?.ok_or_else(unsupported)?;
     let fabric = network.tuner_fabric().ok_or_else(unsupported)?;
     let (latency_us, algbw) = model(&fabric, algorithm, g).ok_or_else(unsupported)?;
-    let seconds = latency_us * 1e-6 + bytes.0 as f64 / (algbw * 1e9);
-    SimDuration::from_secs_f64(seconds).map_err(|_: UnitError| {
-        CollectiveError::Time(UnitError::OutOfRange {
-            input: format!("{bytes}"),
-            quantity: "CollNet allreduce time",
-            reason: "longer than the largest representable duration",
-        })
-    })
+    Ok(latency_us * 1e-6 + bytes.0 as f64 / (algbw * 1e9))
 }
 
 /// What CollNet needs, for the error of an explicit `collnet-*` choice that cannot run.

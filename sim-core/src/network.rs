@@ -261,24 +261,24 @@ impl<'t> AnalyticalNetwork<'t> {
             }
             routes.push(route);
         }
-        let mut step = Ok(SimDuration::ZERO);
-        for &link in &self.loaded_links {
-            match self.link_share_time(link, self.link_load[link.0 as usize], bytes, den) {
-                Ok(time) => self.link_time[link.0 as usize] = time,
-                Err(error) => {
-                    step = Err(error);
-                    break;
-                }
-            }
-        }
-        if step.is_ok() {
-            step = self.slowest_message(messages, &routes, bytes, den, false, with_latency);
-        }
+        let step = self
+            .time_loaded_links(bytes, den)
+            .and_then(|()| self.slowest_message(messages, &routes, bytes, den, false, with_latency));
         self.step_routes = routes;
         for link in self.loaded_links.drain(..) {
             self.link_load[link.0 as usize] = 0;
         }
         step
+    }
+
+    /// Each loaded link's time for its load of the step being timed, into `link_time`.
+    fn time_loaded_links(&mut self, bytes: Bytes, den: u64) -> Result<(), NetworkError> {
+        for index in 0..self.loaded_links.len() {
+            let link = self.loaded_links[index];
+            self.link_time[link.0 as usize] =
+                self.link_share_time(link, self.link_load[link.0 as usize], bytes, den)?;
+        }
+        Ok(())
     }
 
     /// How long `link` takes to carry `load / den` of `bytes`.

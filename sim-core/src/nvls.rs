@@ -16,7 +16,7 @@
 //! over NVLink; every tree level across servers costs NVLS-tree's 20.9 us network latency
 //! (each way), plus the transport's message overhead, twice (Simple protocol, flushed).
 
-use units::{Bytes, SimDuration, UnitError};
+use units::Bytes;
 
 use crate::collective::{CollectiveError, StepNetwork, members_by_server};
 use crate::graph::{CollectiveAlgorithm, RankId};
@@ -47,13 +47,14 @@ pub fn shape(
     Ok(fits.then_some((n, g as u32)))
 }
 
-/// The time of an NVLS or NVLS-tree allreduce of `bytes` over `group`, latency included.
-pub fn time(
+/// The seconds of an NVLS or NVLS-tree allreduce of `bytes` over `group`, latency included
+/// ([`crate::collective::in_network_time`] makes it a duration).
+pub fn seconds(
     algorithm: CollectiveAlgorithm,
     bytes: Bytes,
     group: &[RankId],
     network: &impl StepNetwork,
-) -> Result<SimDuration, CollectiveError> {
+) -> Result<f64, CollectiveError> {
     let unsupported =
         || CollectiveError::Unsupported { algorithm: algorithm.name(), kind: "allreduce on this cluster" };
     let (n, g) = shape(algorithm, group, network)?.ok_or_else(unsupported)?;
@@ -71,12 +72,5 @@ pub fn time(
     };
     let net = 20.9e-6 + 2.0 * fabric.net_latency_us * 1e-6;
     let latency = 25e-6 + 2.0 * f64::from(n.ilog2()) * net;
-    let seconds = intra.max(inter) + latency;
-    SimDuration::from_secs_f64(seconds).map_err(|_: UnitError| {
-        CollectiveError::Time(UnitError::OutOfRange {
-            input: format!("{bytes}"),
-            quantity: "NVLS allreduce time",
-            reason: "longer than the largest representable duration",
-        })
-    })
+    Ok(intra.max(inter) + latency)
 }

@@ -221,3 +221,34 @@ fn transport_keys_are_checked() {
     let (ib, tcp) = (floor(DGX_A100, "ib.toml"), floor(&tcp, "tcp.toml"));
     assert!(tcp >= ib + 2.0 * 50.0 - 1e-6, "infiniband {ib} us, tcp-direct {tcp} us");
 }
+
+#[test]
+fn a_scenario_asking_for_collnet_gets_what_it_needs_named() {
+    // CollNet Direct on servers without an NVSwitch (SHARP switches present): refused before
+    // the run, naming the key and the algorithm that would run there.
+    let scenario = crate::quickstart_with(
+        "first-bucket-size = \"1 MiB\"",
+        "first-bucket-size = \"1 MiB\"\nallreduce = \"collnet-direct\"",
+    )
+    .replace(
+        "kind = \"nvswitch\", bandwidth = \"300 GB/s\"",
+        "kind = \"pcie-switch\", bandwidth = \"32 GB/s\"",
+    )
+    .replace("link-latency = \"1 us\"", "link-latency = \"1 us\"\nsharp = true");
+    let path = crate::scenario_file("collnet-direct-pcie.toml", &scenario);
+    let output = parasim(&["run", path.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("parallelism.allreduce") && stderr.contains("collnet-chain runs on any"),
+        "{stderr}"
+    );
+    // With an NVSwitch the same scenario runs.
+    let nvswitch = scenario.replace(
+        "kind = \"pcie-switch\", bandwidth = \"32 GB/s\"",
+        "kind = \"nvswitch\", bandwidth = \"300 GB/s\"",
+    );
+    let path = crate::scenario_file("collnet-direct-nvswitch.toml", &nvswitch);
+    let output = parasim(&["run", path.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+}

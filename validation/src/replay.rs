@@ -12,7 +12,6 @@ use sim_core::units::{Bandwidth, SimDuration};
 use topology::{ClusterSpec, IntraNode, LinkSpec, NetworkSpec, Topology, TopologyError};
 use traces::replay::{Comparison, Replay, ReplayOptions};
 use traces::{Loaded, TraceError};
-use workloads::device::CollectiveLibrary;
 use workloads::scenario::Cluster;
 use workloads::{Device, DeviceCatalog};
 
@@ -49,6 +48,9 @@ pub enum ReplayError {
         /// Catalog names.
         valid: String,
     },
+    /// `--protocol` names NCCL protocols for a device whose jobs do not use NCCL.
+    #[error("--protocol: {0}")]
+    Protocol(String),
     /// A device named by the user is not in the catalog.
     #[error("--device: {0}")]
     Device(String),
@@ -176,13 +178,12 @@ pub fn replay(request: &ReplayRequest) -> Result<ReplayRun, ReplayError> {
         }
     };
     let device_name = device.display_name.clone();
-    let network = request.network.with_generation(GpuGeneration::of_device(&device.name)).with_protocols(
-        match (request.protocols, device.collectives) {
-            (Some(choice), _) => choice,
-            (None, CollectiveLibrary::Nccl) => ProtocolChoice::Auto,
-            (None, CollectiveLibrary::Rccl | CollectiveLibrary::Mpi) => ProtocolChoice::Off,
-        },
-    );
+    let protocols = device
+        .collectives
+        .protocols(request.protocols)
+        .map_err(|message| ReplayError::Protocol(format!("{} {message}", device.name)))?;
+    let network =
+        request.network.with_generation(GpuGeneration::of_device(&device.name)).with_protocols(protocols);
     let gpus = spec.nodes * spec.gpus_per_node;
     if gpus < ranks {
         return Err(ReplayError::TooFewGpus { gpus, ranks });

@@ -10,6 +10,7 @@ use std::str::FromStr;
 use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
+use sim_core::protocol::ProtocolChoice;
 use sim_core::units::{Bandwidth, Bytes, FlopRate};
 
 /// The built-in catalog's text, checked by a unit test.
@@ -177,6 +178,21 @@ pub enum CollectiveLibrary {
 }
 
 impl CollectiveLibrary {
+    /// The NCCL protocols of this library's collectives, `given` or by default: NCCL's tuner
+    /// (`auto`) for NCCL, `off` for the others (parasim has no tuning of theirs); a protocol
+    /// for a library without NCCL's protocols is an error that says what is valid.
+    pub fn protocols(self, given: Option<ProtocolChoice>) -> Result<ProtocolChoice, String> {
+        match (given, self) {
+            (None, CollectiveLibrary::Nccl) => Ok(ProtocolChoice::Auto),
+            (None, _) | (Some(ProtocolChoice::Off), _) => Ok(ProtocolChoice::Off),
+            (Some(choice), CollectiveLibrary::Nccl) => Ok(choice),
+            (Some(_), library) => Err(format!(
+                "runs its collectives with {} (catalog `collectives`), which has no NCCL protocols: use \"off\"",
+                library.name()
+            )),
+        }
+    }
+
     /// The catalog's spelling.
     pub fn name(self) -> &'static str {
         match self {

@@ -5,7 +5,6 @@
 use std::path::{Path, PathBuf};
 
 use crate::calibrate::Profile;
-use crate::device::CollectiveLibrary;
 use crate::input::{InputPipeline, Loader};
 use crate::strategy::{GradientSync, Offload, Parallelism, PipelineSchedule, RankOrder};
 use crate::{ComputeModel, Device, DeviceCatalog, Dtype, Model, ModelError, Optimizer, Recompute, zoo};
@@ -665,17 +664,25 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
     };
 
     let mut parallelism = parallelism(&spec.parallelism, gpus, cluster, &invalid)?;
-    if matches!(
-        parallelism.data_algorithm,
+    let collnet_needs = match parallelism.data_algorithm {
         CollectiveAlgorithm::CollNetDirect | CollectiveAlgorithm::CollNetChain
-    ) && !cluster_spec.network.transport.sharp
-    {
+            if !cluster_spec.network.transport.sharp =>
+        {
+            Some(
+                "CollNet reduces in the InfiniBand switches, so set cluster.network.sharp = true (switches with SHARP)",
+            )
+        }
+        CollectiveAlgorithm::CollNetDirect if !matches!(cluster_spec.intra_node, IntraNode::NvSwitch(_)) => {
+            Some(
+                "CollNet Direct needs an NVSwitch in each server (cluster.intra-node kind \"nvswitch\"); collnet-chain runs on any",
+            )
+        }
+        _ => None,
+    };
+    if let Some(needs) = collnet_needs {
         return Err(invalid(
             "parallelism.allreduce",
-            format!(
-                "is {:?}: CollNet reduces in the InfiniBand switches, so set cluster.network.sharp = true (switches with SHARP), or choose another algorithm",
-                parallelism.data_algorithm.name()
-            ),
+            format!("is {:?}: {needs}, or choose another algorithm", parallelism.data_algorithm.name()),
         ));
     }
     if let Some(name) = &spec.parallelism.spatial_until {
@@ -771,27 +778,19 @@ fn protocols(
     invalid: &dyn Fn(&str, String) -> ScenarioError,
 ) -> Result<ProtocolChoice, ScenarioError> {
     let key = "simulation.protocol";
-    let library = device.collectives;
-    let Some(given) = given else {
-        return Ok(match library {
-            CollectiveLibrary::Nccl => ProtocolChoice::Auto,
-            CollectiveLibrary::Rccl | CollectiveLibrary::Mpi => ProtocolChoice::Off,
-        });
-    };
-    let choice: ProtocolChoice = given
-        .parse()
-        .map_err(|_| invalid(key, format!("is {given:?}; valid: auto, LL, LL128, Simple, off")))?;
-    if choice != ProtocolChoice::Off && library != CollectiveLibrary::Nccl {
-        return Err(invalid(
+    let choice = given
+        .map(|given| {
+            given
+                .parse::<ProtocolChoice>()
+                .map_err(|_| invalid(key, format!("is {given:?}; valid: auto, LL, LL128, Simple, off")))
+        })
+        .transpose()?;
+    device.collectives.protocols(choice).map_err(|message| {
+        invalid(
             key,
-            format!(
-                "is {given:?}, but {} runs its collectives with {} (catalog `collectives`), which has no NCCL protocols: use \"off\" (or remove the key)",
-                device.name,
-                library.name()
-            ),
-        ));
-    }
-    Ok(choice)
+            format!("is {:?}, but {} {message} (or remove the key)", given.unwrap_or_default(), device.name),
+        )
+    })
 }
 
 /// `parallelism.spatial-until`: the index of the named layer, which must be one spatial
