@@ -44,6 +44,10 @@ pub struct ValidateArgs {
     /// Also show every point of multi-point cases (nccl-tests sizes, DeepBench kernels).
     #[arg(long)]
     pub points: bool,
+    /// Print each case's source (paper and table row, or repository @ commit : path) under
+    /// its row; families always show theirs.
+    #[arg(long)]
+    pub sources: bool,
     /// Write a plot of simulated against measured (log-log), every point of every case, to
     /// this file (SVG or PNG by its extension; the same chart as `parasim plot accuracy`).
     #[arg(long, value_name = "FILE.svg|FILE.png")]
@@ -201,7 +205,7 @@ pub fn validate(args: &ValidateArgs) -> anyhow::Result<String> {
     } else if args.markdown {
         report.markdown(&caveats)
     } else {
-        report.text(args.points)
+        report.text(args.points, args.sources)
     };
     if let (Some(path), Some(format)) = (&args.plot, plot_format) {
         crate::plot_cmd::write_chart(

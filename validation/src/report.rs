@@ -171,9 +171,10 @@ impl Report {
         Report { cases, families: summaries, rankings, overall }
     }
 
-    /// The human table: one row per case (per point too with `points`), then families,
-    /// rankings, overall, and pending/failed cases with their reasons.
-    pub fn text(&self, points: bool) -> String {
+    /// The human table: one row per case (per point too with `points`; its source under it
+    /// with `sources`), each family headed by its source, then families, rankings, overall,
+    /// and pending/failed cases with their reasons.
+    pub fn text(&self, points: bool, sources: bool) -> String {
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -185,6 +186,9 @@ impl Report {
             if case.family != family {
                 family = &case.family;
                 let _ = writeln!(out, "{family}");
+                if let Some(summary) = self.families.iter().find(|f| f.id == case.family) {
+                    let _ = writeln!(out, "  source: {}", summary.source);
+                }
             }
             let short = case.id.strip_prefix(&format!("{}/", case.family)).unwrap_or(&case.id);
             let gpus = case.gpus.map_or("-".to_string(), |g| g.to_string());
@@ -226,6 +230,9 @@ impl Report {
                 Status::Failed { .. } => {
                     let _ = writeln!(out, "  {:<44} {:>6} {:<22} {:>11}", short, gpus, "", "FAILED");
                 }
+            }
+            if sources {
+                let _ = writeln!(out, "      source: {}", case.source);
             }
         }
         let _ = writeln!(out);
@@ -358,6 +365,15 @@ impl Report {
                 for (reason, ids) in reasons {
                     let _ = writeln!(out, "- {} case(s), {reason}: {}", ids.len(), ids.join(", "));
                 }
+            }
+            if !cases.is_empty() {
+                let _ =
+                    writeln!(out, "\n<details><summary>Sources of the {} case(s)</summary>\n", cases.len());
+                for case in &cases {
+                    let short = case.id.rsplit('/').next().unwrap_or(&case.id);
+                    let _ = writeln!(out, "- {short}: {}", case.source);
+                }
+                let _ = writeln!(out, "\n</details>");
             }
         }
         if !self.rankings.is_empty() {
@@ -562,5 +578,24 @@ mod tests {
         );
         let csv = report.csv(false);
         assert!(csv.lines().nth(1).unwrap().ends_with("\"bad, \"\"very\"\"\""), "{csv}");
+    }
+
+    #[test]
+    fn every_case_can_show_its_source() {
+        let mut pending = case("b", Status::Pending { reason: "later".into() }, 1.0, 1.0, None);
+        pending.source = "Table 2, row 3".into();
+        let report = Report::new(
+            vec![case("a", Status::Ok, 1.0, 0.9, None), pending],
+            &[("f".into(), "F".into(), "Paper, 2021".into())],
+        );
+        let plain = report.text(false, false);
+        assert!(plain.contains("  source: Paper, 2021"), "{plain}");
+        assert!(!plain.contains("source: t\n"), "{plain}");
+        let text = report.text(false, true);
+        let lines: Vec<&str> = text.lines().collect();
+        let row = lines.iter().position(|l| l.trim_start().starts_with("b ")).unwrap();
+        assert_eq!(lines[row + 1].trim(), "source: Table 2, row 3");
+        let markdown = report.markdown(&BTreeMap::new());
+        assert!(markdown.contains("- a: t\n- b: Table 2, row 3"), "{markdown}");
     }
 }
