@@ -145,8 +145,31 @@ pub fn idle_until(
     until: &[SimTime],
     ignore: &dyn Fn(&crate::graph::Op) -> bool,
 ) -> Vec<SimDuration> {
+    idle_until_besides(graph, timeline, from, until, ignore, &[])
+}
+
+/// [`idle_until`], with time inside `accounted[rank]`'s intervals not counted as idle either:
+/// idle time already given another cause (a GPU waiting for its host to launch the next
+/// kernel is host-bound, not a pipeline bubble). Ranks past the end of `accounted` have none.
+pub fn idle_until_besides(
+    graph: &ExecGraph,
+    timeline: &Timeline,
+    from: SimTime,
+    until: &[SimTime],
+    ignore: &dyn Fn(&crate::graph::Op) -> bool,
+    accounted: &[Vec<(SimTime, SimTime)>],
+) -> Vec<SimDuration> {
     let ranks = graph.ranks() as usize;
     let mut busy: Vec<Vec<(SimTime, SimTime)>> = vec![Vec::new(); ranks];
+    for (rank, intervals) in accounted.iter().enumerate().take(ranks) {
+        let end_of_window = until.get(rank).copied().unwrap_or(from);
+        busy[rank].extend(
+            intervals
+                .iter()
+                .map(|&(start, end)| (start.max(from), end.min(end_of_window)))
+                .filter(|(start, end)| start < end),
+        );
+    }
     for (index, op) in graph.ops().iter().enumerate() {
         if ignore(op) {
             continue;
@@ -218,6 +241,19 @@ mod tests {
         assert_eq!(
             idle_until(&graph, &timeline, t(0), &[t(40), t(5)], &|_| false),
             vec![SimDuration::from_us(10), SimDuration::from_us(5)]
+        );
+        // Rank 0's 28-35 already has a cause: 5 of its 10 idle us are left (28-30 overlaps
+        // its op); rank 1's interval is clipped to its window, 0-5: 2-9 leaves 2.
+        assert_eq!(
+            idle_until_besides(
+                &graph,
+                &timeline,
+                t(0),
+                &[t(40), t(5)],
+                &|_| false,
+                &[vec![(t(28), t(35))], vec![(t(2), t(9))]]
+            ),
+            vec![SimDuration::from_us(5), SimDuration::from_us(2)]
         );
     }
 

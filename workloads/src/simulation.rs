@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use serde::{Serialize, Serializer};
-use sim_core::stats::{breakdown_ignoring, exposed_by_class, idle_until};
+use sim_core::stats::{breakdown_ignoring, exposed_by_class, idle_until_besides};
 use sim_core::units::{SimDuration, SimTime};
 use topology::{Topology, TopologyError};
 
@@ -298,8 +298,9 @@ pub struct Breakdown {
     /// Exposed communication by communicator kind.
     #[serde(rename = "exposed_by_group_s")]
     pub exposed_by_group: ExposedByGroup,
-    /// Pipeline bubble: idle time until the last backward kernel of the rank's pipeline
-    /// (the rest of `idle` is waiting for gradient synchronisation and the optimizer after it).
+    /// Pipeline bubble: idle time until the last backward kernel of the rank's pipeline, not
+    /// counting the time the GPU waited for its own host (`host_bound`); the rest of `idle` is
+    /// waiting for gradient synchronisation and the optimizer after it.
     #[serde(rename = "bubble_s", serialize_with = "seconds")]
     pub bubble: SimDuration,
     /// Time the GPU waited for the host to launch its next kernel (part of `idle`):
@@ -575,56 +576,6 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
     } else {
         0
     };
-    // The pipeline bubble: idle time until the last backward of the rank's pipeline, counting
-    // the wait in the pipeline flush as idle (the breakdown counted it as exposed pipeline
-    // communication: move it).
-    let mut bubble_ps = 0u128;
-    let mut flush_wait_ps = 0u128;
-    if scenario.parallelism.pipeline > 1 {
-        let layout = scenario.parallelism.layout();
-        let mut start = SimTime::ZERO;
-        for (iteration_ends, pipeline_ends) in lowered.iteration_ends.iter().zip(&lowered.pipeline_ends) {
-            let mut ends = vec![None; layout.ranks() as usize];
-            for (rank, op) in lowered.ranks.iter().zip(pipeline_ends) {
-                ends[rank.0 as usize] = Some(timeline.end[op.0 as usize]);
-            }
-            let until: Vec<SimTime> = (0..layout.ranks())
-                .map(|rank| match ends[rank as usize] {
-                    None => start, // not simulated: an empty window
-                    Some(_) => layout
-                        .group(Axis::Pipeline, RankId(rank))
-                        .iter()
-                        .filter_map(|member| ends[member.0 as usize])
-                        .max()
-                        .unwrap_or(start),
-                })
-                .collect();
-            let sum =
-                |durations: Vec<SimDuration>| durations.iter().map(|d| u128::from(d.as_ps())).sum::<u128>();
-            let with_flush =
-                sum(idle_until(&lowered.graph, &timeline, start, &until, &|op| is_flush(op) || is_host(op)));
-            let without = sum(idle_until(&lowered.graph, &timeline, start, &until, &is_host));
-            bubble_ps += with_flush;
-            flush_wait_ps += with_flush.saturating_sub(without);
-            start = iteration_ends.iter().map(|op| timeline.end[op.0 as usize]).max().unwrap_or(start);
-        }
-    }
-    let ranks = per_rank.len().max(1) as u64;
-    let mean = |field: fn(&sim_core::stats::RankBreakdown) -> SimDuration| {
-        let sum: u128 = per_rank.iter().map(|r| u128::from(field(r).as_ps())).sum();
-        SimDuration::from_ps((sum / u128::from(ranks * iterations)) as u64)
-    };
-    let gpus = scenario.cluster.nodes * scenario.cluster.gpus_per_node;
-    let samples = scenario.global_batch as f64;
-    let exposed_of = |kind: GroupKind| {
-        let index = GroupKind::ALL.iter().position(|k| *k == kind).unwrap_or(0);
-        let mut sum: u128 = by_group.iter().map(|r| u128::from(r[index].as_ps())).sum();
-        if kind == GroupKind::Pipeline {
-            sum = sum.saturating_sub(flush_wait_ps);
-        }
-        seconds_of(SimDuration::from_ps((sum / u128::from(ranks * iterations)) as u64))
-    };
-    let flush_wait = SimDuration::from_ps((flush_wait_ps / u128::from(ranks * iterations)) as u64);
     // Host-bound: a kernel whose launch on the host ends after everything else it waits for
     // (its stream predecessor included) started late by that much: the GPU idled for the host.
     // Input-bound: the same for a kernel waiting for its batch (taken, broadcast, unpacked),
@@ -632,6 +583,10 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
     let graph = &lowered.graph;
     let mut host_bound_ps = 0u128;
     let mut input_bound_ps = 0u128;
+    // Each rank's host waits, so that the pipeline bubble below does not count them again.
+    let pipelined = scenario.parallelism.pipeline > 1;
+    let mut host_waits: Vec<Vec<(SimTime, SimTime)>> =
+        if pipelined { vec![Vec::new(); graph.ranks() as usize] } else { Vec::new() };
     let waited = |until: SimTime, from: SimTime| u128::from(until.saturating_since(from).as_ps());
     for (index, op) in graph.ops().iter().enumerate() {
         if !simulated(op.rank.0 as usize) || is_launch(op) || is_loader(op) {
@@ -675,8 +630,63 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
             && graph.previous_in_stream(id).is_some()
         {
             host_bound_ps += waited(launch, ready);
+            if pipelined && launch > ready {
+                host_waits[op.rank.0 as usize].push((ready, launch));
+            }
         }
     }
+    // The pipeline bubble: idle time until the last backward of the rank's pipeline, counting
+    // the wait in the pipeline flush as idle (the breakdown counted it as exposed pipeline
+    // communication: move it), and not the time the GPU waited for its own host (host-bound).
+    let mut bubble_ps = 0u128;
+    let mut flush_wait_ps = 0u128;
+    if pipelined {
+        let layout = scenario.parallelism.layout();
+        let mut start = SimTime::ZERO;
+        for (iteration_ends, pipeline_ends) in lowered.iteration_ends.iter().zip(&lowered.pipeline_ends) {
+            let mut ends = vec![None; layout.ranks() as usize];
+            for (rank, op) in lowered.ranks.iter().zip(pipeline_ends) {
+                ends[rank.0 as usize] = Some(timeline.end[op.0 as usize]);
+            }
+            let until: Vec<SimTime> = (0..layout.ranks())
+                .map(|rank| match ends[rank as usize] {
+                    None => start, // not simulated: an empty window
+                    Some(_) => layout
+                        .group(Axis::Pipeline, RankId(rank))
+                        .iter()
+                        .filter_map(|member| ends[member.0 as usize])
+                        .max()
+                        .unwrap_or(start),
+                })
+                .collect();
+            let sum =
+                |durations: Vec<SimDuration>| durations.iter().map(|d| u128::from(d.as_ps())).sum::<u128>();
+            let idle = |ignore: &dyn Fn(&sim_core::graph::Op) -> bool| {
+                sum(idle_until_besides(&lowered.graph, &timeline, start, &until, ignore, &host_waits))
+            };
+            let with_flush = idle(&|op| is_flush(op) || is_host(op));
+            let without = idle(&is_host);
+            bubble_ps += with_flush;
+            flush_wait_ps += with_flush.saturating_sub(without);
+            start = iteration_ends.iter().map(|op| timeline.end[op.0 as usize]).max().unwrap_or(start);
+        }
+    }
+    let ranks = per_rank.len().max(1) as u64;
+    let mean = |field: fn(&sim_core::stats::RankBreakdown) -> SimDuration| {
+        let sum: u128 = per_rank.iter().map(|r| u128::from(field(r).as_ps())).sum();
+        SimDuration::from_ps((sum / u128::from(ranks * iterations)) as u64)
+    };
+    let gpus = scenario.cluster.nodes * scenario.cluster.gpus_per_node;
+    let samples = scenario.global_batch as f64;
+    let exposed_of = |kind: GroupKind| {
+        let index = GroupKind::ALL.iter().position(|k| *k == kind).unwrap_or(0);
+        let mut sum: u128 = by_group.iter().map(|r| u128::from(r[index].as_ps())).sum();
+        if kind == GroupKind::Pipeline {
+            sum = sum.saturating_sub(flush_wait_ps);
+        }
+        seconds_of(SimDuration::from_ps((sum / u128::from(ranks * iterations)) as u64))
+    };
+    let flush_wait = SimDuration::from_ps((flush_wait_ps / u128::from(ranks * iterations)) as u64);
     let input_bound = SimDuration::from_ps((input_bound_ps / u128::from(ranks * iterations)) as u64);
     let host_bound = SimDuration::from_ps((host_bound_ps / u128::from(ranks * iterations)) as u64);
     let bubble = SimDuration::from_ps((bubble_ps / u128::from(ranks * iterations)) as u64);
