@@ -284,3 +284,22 @@ fn the_plot_has_a_dot_per_point() {
     assert_eq!(svg.matches("<circle").count(), 6 + 1, "{svg}");
     assert!(svg.contains("within ±10%") && svg.starts_with("<svg"));
 }
+
+/// A layer case times one block between its neighbours' starts: a block at the edge of the
+/// model has no neighbour there, and the row says so instead of printing a number.
+#[test]
+fn a_layer_case_needs_a_block_on_each_side() {
+    let family = fs_err::read_to_string(Path::new(SUITE).join("korthikanti-table4.toml"))
+        .unwrap()
+        .replace("\"../models/", &format!("\"{}/data/models/", env!("CARGO_MANIFEST_DIR")))
+        .replace("layer = 6", "layer = 11");
+    let dir = scratch_suite("layer-edge", &[("k.toml", &family)], None);
+    let output = parasim(&["validate", "--suite-dir", dir.to_str().unwrap(), "--case", "baseline", "--csv"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let csv = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        csv.contains(",failed,")
+            && csv.contains("layer 11: the model has no forward of blocks layers.10 to layers.12"),
+        "{csv}"
+    );
+}

@@ -43,6 +43,9 @@ pub enum Kind {
     Deepbench,
     /// A real profiler trace: its iteration time, replayed.
     Replay,
+    /// Forward and backward time of one transformer block inside a scenario's iteration
+    /// (per-layer timings such as Korthikanti et al.'s Table 4).
+    Layer,
 }
 
 impl Kind {
@@ -54,6 +57,7 @@ impl Kind {
             Kind::NcclTests => "nccl-tests",
             Kind::Deepbench => "deepbench",
             Kind::Replay => "replay",
+            Kind::Layer => "layer",
         }
     }
 }
@@ -145,6 +149,17 @@ pub struct CaseEntry {
     /// Replay cases: trace files or folders.
     #[serde(default)]
     pub traces: Vec<String>,
+    /// Layer cases: the transformer block timed (its index in the model's `layers.N`); the
+    /// blocks on both sides of it must exist, as its time is measured between their starts.
+    #[serde(default)]
+    pub layer: Option<u32>,
+    /// Layer cases: the measured forward time of the block, in the family's unit.
+    #[serde(default)]
+    pub forward: Option<f64>,
+    /// Layer cases: the measured backward time of the block (its recomputation included), in
+    /// the family's unit.
+    #[serde(default)]
+    pub backward: Option<f64>,
 }
 
 /// A family file as written.
@@ -248,6 +263,7 @@ fn check(family: &Family) -> Result<(), (String, String)> {
         Kind::Scaling => &["fraction"],
         Kind::NcclTests | Kind::Replay => &["s"],
         Kind::Deepbench => &["s"],
+        Kind::Layer => &["ms"],
     };
     if !units.contains(&header.unit.as_str()) {
         return Err((
@@ -298,7 +314,9 @@ fn check(family: &Family) -> Result<(), (String, String)> {
             }
             _ => {}
         }
-        if measured_in_file && case.derivation.as_deref().is_none_or(|d| d.trim().is_empty()) {
+        if (measured_in_file || header.kind == Kind::Layer)
+            && case.derivation.as_deref().is_none_or(|d| d.trim().is_empty())
+        {
             return Err((key("derivation"), "is required: how the measured value was derived".into()));
         }
         let required: &[(&str, bool)] = match header.kind {
@@ -311,11 +329,26 @@ fn check(family: &Family) -> Result<(), (String, String)> {
                 ("operation", case.operation.is_some()),
             ],
             Kind::Replay => &[("traces", !case.traces.is_empty())],
+            Kind::Layer => &[
+                ("layer", case.layer.is_some()),
+                ("forward", case.forward.is_some()),
+                ("backward", case.backward.is_some()),
+            ],
         };
         for (name, present) in required {
             if !present {
                 return Err((key(name), format!("is required in a {} family", header.kind.name())));
             }
+        }
+        for (name, value) in [("forward", case.forward), ("backward", case.backward)] {
+            if let Some(value) = value
+                && !(value.is_finite() && value > 0.0)
+            {
+                return Err((key(name), format!("{value}: must be a positive number")));
+            }
+        }
+        if case.layer == Some(0) {
+            return Err((key("layer"), "0: the block timed needs one before it (use 1 or more)".into()));
         }
         if header.kind == Kind::Scaling && case.baseline.is_none() && case.pending.is_none() {
             return Err((
@@ -472,6 +505,46 @@ data = 8
         assert!(parse(&twice).unwrap_err().to_string().contains("twice"));
         let nccl = FAMILY.replace("kind = \"iteration\"", "kind = \"nccl-tests\"").replace("s/iter", "s");
         assert!(parse(&nccl).unwrap_err().to_string().contains("read from the nccl-tests data"));
+    }
+
+    const LAYER: &str = r#"
+[family]
+id = "demo"
+title = "A demo family"
+source = "nowhere, table 4"
+kind = "layer"
+unit = "ms"
+
+[[case]]
+id = "one"
+source = "row 1"
+layer = 3
+forward = 7.7
+backward = 11.9
+derivation = "read off"
+"#;
+
+    #[test]
+    fn a_layer_family_needs_its_block_and_both_times() {
+        let family = parse(LAYER).unwrap();
+        assert_eq!(family.header.kind, Kind::Layer);
+        assert_eq!((family.cases[0].forward, family.cases[0].backward), (Some(7.7), Some(11.9)));
+        for (change, key, says) in [
+            (("layer = 3", ""), "case[0].layer", "required"),
+            (("layer = 3", "layer = 0"), "case[0].layer", "one before it"),
+            (("forward = 7.7", ""), "case[0].forward", "required"),
+            (("backward = 11.9", "backward = -2.0"), "case[0].backward", "positive"),
+            (("derivation = \"read off\"", ""), "case[0].derivation", "required"),
+            (("unit = \"ms\"", "unit = \"s\""), "family.unit", "valid: ms"),
+            (
+                ("derivation = \"read off\"", "derivation = \"d\"\nmeasured = 19.6"),
+                "case[0].measured",
+                "not written",
+            ),
+        ] {
+            let error = parse(&LAYER.replace(change.0, change.1)).unwrap_err().to_string();
+            assert!(error.contains(key) && error.contains(says), "{change:?}: {error}");
+        }
     }
 
     #[test]

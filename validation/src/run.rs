@@ -8,7 +8,7 @@ use serde::Serialize;
 use sim_core::fidelity::{Fidelity, NetworkSettings};
 use sim_core::graph::CollectiveAlgorithm;
 use sim_core::protocol::ProtocolChoice;
-use sim_core::units::{Bytes, SimDuration};
+use sim_core::units::{Bytes, SimDuration, SimTime};
 use workloads::collective_bench::{BenchSettings, CollectiveBench};
 use workloads::scenario::{Cluster, Scenario, merge, set_dotted};
 use workloads::simulation::{StrategySummary, Summary, simulate};
@@ -132,6 +132,7 @@ pub fn run_case(family: &Family, case: &CaseEntry, paths: &Paths) -> CaseResult 
         Kind::NcclTests => nccl_tests(family, case, paths),
         Kind::Deepbench => deepbench(family, case, paths),
         Kind::Replay => replayed(family, case, paths),
+        Kind::Layer => layer(family, case, paths),
     };
     result.wall_s = started.elapsed().as_secs_f64();
     match outcome {
@@ -324,6 +325,72 @@ fn deepbench(family: &Family, case: &CaseEntry, paths: &Paths) -> Result<Simulat
 
 /// Replay cases run as `parasim replay` does by default: the analytical network, no extra
 /// launch cost (the traced NCCL kernels include theirs), on the cluster the trace implies.
+/// A transformer block's forward and backward time inside a simulated iteration, on rank 0:
+/// from the start of the block's first op to the start of the next block's (forward) or of
+/// the previous block's (backward, recomputation included), so the block's tensor-parallel
+/// communication and any wait inside it count, as in a per-layer timing of a real run.
+fn layer(family: &Family, case: &CaseEntry, paths: &Paths) -> Result<Simulated, String> {
+    let (table, anchor) = scenario_table(family, case, paths)?;
+    let scenario = scenario_of(&table, &anchor, "case's")?;
+    let outcome = simulate(&scenario).map_err(|e| e.to_string())?;
+    let block = case.layer.ok_or("layer is missing")?;
+    let starts = block_starts(&outcome.graph, &outcome.timeline, block);
+    let span = |from: Option<SimTime>, to: Option<SimTime>, what: &str| match (from, to) {
+        (Some(from), Some(to)) if to > from => Ok(to.saturating_since(from).as_secs_f64() * 1e3),
+        _ => Err(format!(
+            "layer {block}: the model has no {what} of blocks layers.{} to layers.{} on rank 0 \
+             (the block timed needs a block on each side)",
+            block - 1,
+            block + 1
+        )),
+    };
+    let forward = span(starts.forward[1], starts.forward[2], "forward")?;
+    let backward = span(starts.backward[1], starts.backward[0], "backward")?;
+    Ok(Simulated {
+        gpus: Some(scenario.cluster.nodes * scenario.cluster.gpus_per_node),
+        strategy: describe_strategy(&outcome.summary.strategy),
+        points: vec![
+            point("forward", case.forward.ok_or("forward is missing")?, forward),
+            point("backward", case.backward.ok_or("backward is missing")?, backward),
+        ],
+    })
+}
+
+/// The first start on rank 0 of blocks `block - 1`, `block` and `block + 1` (index 0, 1, 2),
+/// in the forward pass and in the backward pass (recomputation, backward-data, backward-weight).
+struct BlockStarts {
+    forward: [Option<SimTime>; 3],
+    backward: [Option<SimTime>; 3],
+}
+
+fn block_starts(
+    graph: &sim_core::graph::ExecGraph,
+    timeline: &sim_core::exec::Timeline,
+    block: u32,
+) -> BlockStarts {
+    let mut starts = BlockStarts { forward: [None; 3], backward: [None; 3] };
+    for (index, op) in graph.ops().iter().enumerate() {
+        if op.rank.0 != 0 {
+            continue;
+        }
+        let label = graph.label(op.label);
+        let Some(rest) = label.strip_prefix("layers.") else { continue };
+        let Some((number, _)) = rest.split_once('.') else { continue };
+        let Ok(number) = number.parse::<u32>() else { continue };
+        let Some(slot) = (number + 1).checked_sub(block).filter(|slot| *slot < 3) else { continue };
+        let pass = label.rsplit(' ').next().unwrap_or_default();
+        let phase = match pass {
+            "forward" => &mut starts.forward,
+            "recompute" | "backward-data" | "backward-weight" => &mut starts.backward,
+            _ => continue,
+        };
+        let start = timeline.start[index];
+        let first = &mut phase[slot as usize];
+        *first = Some(first.map_or(start, |known: SimTime| known.min(start)));
+    }
+    starts
+}
+
 fn replayed(family: &Family, case: &CaseEntry, paths: &Paths) -> Result<Simulated, String> {
     let mut traces = Vec::new();
     let mut scratch = Vec::new();
