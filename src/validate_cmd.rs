@@ -44,6 +44,11 @@ pub struct ValidateArgs {
     /// Also show every point of multi-point cases (nccl-tests sizes, DeepBench kernels).
     #[arg(long)]
     pub points: bool,
+    /// Price every case on a device with this calibrated compute profile (a built-in profile's
+    /// device name, or a profile file; repeatable): how a profile fitted to one workload
+    /// transfers to the suite. Cases never name a profile themselves.
+    #[arg(long = "profile", value_name = "PROFILE")]
+    pub profiles: Vec<String>,
     /// Print each case's source (paper and table row, or repository @ commit : path) under
     /// its row; families always show theirs.
     #[arg(long)]
@@ -150,7 +155,22 @@ pub fn validate(args: &ValidateArgs) -> anyhow::Result<String> {
             shared.display()
         );
     }
-    let paths = Paths { shared };
+    let mut profiles = Vec::new();
+    for name in &args.profiles {
+        let (profile, label) = workloads::scenario::read_profile(name, Path::new("."))
+            .map_err(|error| anyhow::anyhow!("--profile {name}: {error}"))?;
+        let name = if Path::new(name).exists() {
+            fs_err::canonicalize(name).with_context(|| format!("--profile {name}"))?.display().to_string()
+        } else {
+            name.clone()
+        };
+        eprintln!(
+            "profile       {label} prices every case on {} (or a device that computes the same)",
+            profile.device
+        );
+        profiles.push((profile.device, name));
+    }
+    let paths = Paths { shared, profiles };
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(args.jobs.unwrap_or(0))
         .build()

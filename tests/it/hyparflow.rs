@@ -30,7 +30,9 @@ fn resnet_1001_data_parallel_on_128_cpu_nodes_scales_near_the_papers_110x() {
     // parasim's hybrid pays micro-batch 8 kernels, 16 times the launches and the bubble; the
     // paper's 1.6x gain over data parallelism is not reproduced (docs/strategies.md).
     assert!(hybrid < data, "hybrid {hybrid:.1}x, data parallel {data:.1}x");
-    println!("Stampede2, speedup over one node at 128: data parallel {data:.1}x, hybrid {hybrid:.1}x (paper: 110x)");
+    println!(
+        "Stampede2, speedup over one node at 128: data parallel {data:.1}x, hybrid {hybrid:.1}x (paper: 110x)"
+    );
 }
 
 #[test]
@@ -39,5 +41,7 @@ fn resnet_1001_data_parallel_on_512_frontera_nodes_scales_near_the_papers_481x()
     // The paper: 481x at 512 nodes, configuration unpublished (32 samples per node assumed).
     assert!(data > 0.8 * 481.0 && data <= 512.0, "data parallel {data:.1}x");
     assert!(hybrid < data, "hybrid {hybrid:.1}x, data parallel {data:.1}x");
-    println!("Frontera, speedup over one node at 512: data parallel {data:.1}x, hybrid {hybrid:.1}x (paper: 481x)");
+    println!(
+        "Frontera, speedup over one node at 512: data parallel {data:.1}x, hybrid {hybrid:.1}x (paper: 481x)"
+    );
 }

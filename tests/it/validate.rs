@@ -58,9 +58,14 @@ fn ci_families_hold_their_recorded_floors() {
     let bounds = fs_err::read_to_string(Path::new(SUITE).join("bounds.toml")).unwrap();
     let doc =
         fs_err::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/validation.md")).unwrap();
-    for family in
-        ["nccl-tests", "deepbench", "trace-replays", "paradl-data-parallel", "scaling-goyal-horovod"]
-    {
+    for family in [
+        "nccl-tests",
+        "deepbench",
+        "trace-replays",
+        "paradl-data-parallel",
+        "scaling-goyal-horovod",
+        "korthikanti-table4",
+    ] {
         assert!(bounds.contains(&format!("[family.{family}]")), "no floor for {family}");
         // docs/validation.md shows what the binary prints for this family: its summary row
         // and every case row (regenerate: parasim validate --write-doc docs/validation.md).
@@ -302,4 +307,48 @@ fn a_layer_case_needs_a_block_on_each_side() {
             && csv.contains("layer 11: the model has no forward of blocks layers.10 to layers.12"),
         "{csv}"
     );
+}
+
+/// Issue 12's transfer rule on the suite: a shipped profile, fitted to other workloads (V100:
+/// DLRM traces; P100: DeepBench's tables; A100 40 GB: a DLRM trace), prices the suite's cases
+/// on its device no more than 2 points below the defaults, family by family. The profiles'
+/// devices do not overlap, so one run with all of them measures each. One exception is
+/// recorded, and may not grow: the P100 profile makes compute slower, so Horovod's
+/// communication hides better and its scaling efficiency (already above the measured 90%)
+/// rises further: -2.003 points (docs/compute-model.md, "Transfers, checked").
+#[test]
+fn shipped_profiles_transfer_to_the_suite() {
+    let shared = shared();
+    // The families with cases on the profiles' devices (replays time the traces' own kernels).
+    let families = ["paradl-data-parallel", "scaling-goyal-horovod"];
+    let run = |profiles: &[&str]| -> serde_json::Value {
+        let mut args = vec!["validate", "--json", "--shared", shared.to_str().unwrap()];
+        for family in families {
+            args.extend(["--suite", family]);
+        }
+        for profile in profiles {
+            args.extend(["--profile", profile]);
+        }
+        let output = parasim(&args);
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        serde_json::from_slice(&output.stdout).unwrap()
+    };
+    let defaults = run(&[]);
+    let profiled = run(&["v100-sxm2-16gb", "p100-pcie-16gb", "a100-sxm4-40gb"]);
+    let exceptions = [("scaling-goyal-horovod", 0.02003)];
+    let mut moved = 0;
+    for (before, after) in
+        defaults["families"].as_array().unwrap().iter().zip(profiled["families"].as_array().unwrap())
+    {
+        let id = before["id"].as_str().unwrap();
+        let (before, after) = (before["mean"].as_f64().unwrap(), after["mean"].as_f64().unwrap());
+        let allowed = exceptions.iter().find(|(family, _)| *family == id).map_or(0.02, |(_, drop)| *drop);
+        assert!(
+            before - after <= allowed + 1e-6,
+            "{id}: {before:.4} with the defaults, {after:.4} with the profiles"
+        );
+        moved += usize::from(before != after);
+    }
+    // The profiles reach the ParaDL (V100) and Horovod (P100) cases.
+    assert!(moved >= 2, "the profiles changed {moved} families");
 }

@@ -429,11 +429,16 @@ pub fn check_case_input(scenario: &toml::Table) -> Result<(), (String, String)> 
     Ok(())
 }
 
-/// Where `shared:` paths and the suite's relative paths point.
-#[derive(Debug, Clone)]
+/// Where `shared:` paths and the suite's relative paths point, and what every case runs with.
+#[derive(Debug, Clone, Default)]
 pub struct Paths {
     /// The shared data folder (`../shared/data` beside the checkout).
     pub shared: PathBuf,
+    /// Compute profiles applied to every scenario case on their device type (`parasim
+    /// validate --profile`): (the profile's device, its name as `compute.profile` takes it,
+    /// an absolute path for a file). Measures how a profile transfers to the suite; cases
+    /// themselves never name one.
+    pub profiles: Vec<(String, String)>,
 }
 
 impl Paths {

@@ -182,7 +182,29 @@ fn scenario_table(
         merge(&mut table, own);
     }
     check_honesty(&table).map_err(|(key, message)| format!("{key} {message}"))?;
+    apply_profiles(&mut table, &paths.profiles);
     Ok((table, anchor))
+}
+
+/// Sets `compute.profile` to the first of `profiles` made for the scenario's device type (the
+/// same device, or one the catalog says computes the same), leaving the case's own
+/// `compute.cuda-graphs`.
+fn apply_profiles(table: &mut toml::Table, profiles: &[(String, String)]) {
+    let Some(device) = table.get("cluster").and_then(|c| c.get("device")).and_then(toml::Value::as_str)
+    else {
+        return;
+    };
+    let catalog = DeviceCatalog::builtin();
+    let fits = |profile_device: &str| {
+        profile_device == device
+            || matches!((catalog.get(profile_device), catalog.get(device)), (Ok(a), Ok(b)) if a.same_compute(b))
+    };
+    if let Some((_, name)) = profiles.iter().find(|(profile_device, _)| fits(profile_device)) {
+        let compute = table.entry("compute").or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if let Some(compute) = compute.as_table_mut() {
+            compute.insert("profile".into(), toml::Value::String(name.clone()));
+        }
+    }
 }
 
 fn scenario_of(table: &toml::Table, anchor: &Path, label: &str) -> Result<Scenario, String> {
