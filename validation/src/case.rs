@@ -554,7 +554,7 @@ derivation = "read off"
 
     #[test]
     fn shared_paths_resolve_under_the_shared_folder() {
-        let paths = Paths { shared: PathBuf::from("/s/data") };
+        let paths = Paths { shared: PathBuf::from("/s/data"), ..Paths::default() };
         let file = Path::new("/repo/data/validation/x.toml");
         assert_eq!(paths.resolve("shared:a/b.log", file), PathBuf::from("/s/data/a/b.log"));
         assert_eq!(
