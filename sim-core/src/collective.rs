@@ -157,6 +157,50 @@ pub trait StepNetwork {
         bytes: Bytes,
         den: u64,
     ) -> Result<SimDuration, CollectiveError>;
+
+    /// The time a pipelined schedule ([`Schedule::is_pipelined`]: NCCL's tree) takes to move
+    /// its data: its first chunk's journey (each level's slowest path latency) plus every
+    /// step's [`StepNetwork::step_transfer_time`], since the tree keeps several chunks in
+    /// flight on every edge (8 per connection) and a step adds only its transfer. By default
+    /// message by message ([`pipeline_time_by_steps`]); a network may time it by its levels
+    /// ([`crate::schedule::Pipeline`]) as long as the result is the same.
+    fn pipeline_time(&mut self, schedule: &Schedule) -> Result<SimDuration, CollectiveError> {
+        pipeline_time_by_steps(self, schedule)
+    }
+}
+
+/// [`StepNetwork::pipeline_time`] message by message: each step's messages listed and timed
+/// (identical steps once).
+pub fn pipeline_time_by_steps<N: StepNetwork + ?Sized>(
+    network: &mut N,
+    schedule: &Schedule,
+) -> Result<SimDuration, CollectiveError> {
+    let (bytes, den) = schedule.fraction();
+    let overflow = || UnitError::OutOfRange {
+        input: format!("a pipeline of {bytes} over {} ranks", schedule.lanes().first().map_or(0, Vec::len)),
+        quantity: "collective time",
+        reason: "longer than the largest representable duration",
+    };
+    let mut total = SimDuration::ZERO;
+    for level in schedule.critical_hops().iter().flatten() {
+        let mut latency = SimDuration::ZERO;
+        for &(src, dst) in level {
+            latency = latency.max(network.path_latency(src, dst)?);
+        }
+        total = total.checked_add(latency).map_err(|_| overflow())?;
+    }
+    let mut messages = Vec::new();
+    for (step_index, repeat) in schedule.step_weights() {
+        messages.clear();
+        schedule.step_messages(step_index, &mut messages);
+        if messages.is_empty() {
+            continue;
+        }
+        let time =
+            network.step_transfer_time(&messages, bytes, den)?.checked_mul(repeat).map_err(|_| overflow())?;
+        total = total.checked_add(time).map_err(|_| overflow())?;
+    }
+    Ok(total)
 }
 
 /// The members of `group` per server: servers in order of first appearance, members in group
@@ -583,30 +627,18 @@ pub fn data_time(
         quantity: "collective time",
         reason: "longer than the largest representable duration",
     };
+    if schedule.is_pipelined() {
+        return network.pipeline_time(&schedule);
+    }
     let mut messages = Vec::with_capacity(2 * group.len() * schedule.lanes().len());
     let mut total = SimDuration::ZERO;
-    let critical = schedule.critical_hops();
-    let pipelined = critical.is_some();
-    for level in critical.iter().flatten() {
-        let mut latency = SimDuration::ZERO;
-        for &(src, dst) in level {
-            latency = latency.max(network.path_latency(src, dst)?);
-        }
-        total = total.checked_add(latency).map_err(|_| overflow())?;
-    }
     for (step_index, repeat) in schedule.step_weights() {
         messages.clear();
         schedule.step_messages(step_index, &mut messages);
         if messages.is_empty() {
             continue;
         }
-        let time = if pipelined {
-            // NCCL's tree keeps several chunks in flight on every edge (8 per connection), so
-            // a step adds only its transfer; the latency is its first chunk's journey, above.
-            network.step_transfer_time(&messages, bytes, den)?.checked_mul(repeat).map_err(|_| overflow())?
-        } else {
-            network.step_time(&messages, bytes, den)?.checked_mul(repeat).map_err(|_| overflow())?
-        };
+        let time = network.step_time(&messages, bytes, den)?.checked_mul(repeat).map_err(|_| overflow())?;
         total = total.checked_add(time).map_err(|_| overflow())?;
     }
     Ok(total)
