@@ -8,12 +8,16 @@
 
 use std::fmt;
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use topology::{HostId, LinkId, Route, Topology, TopologyError};
 use units::{Bandwidth, Bytes, SimDuration, SimTime, TimeOverflow, UnitError};
 
-use crate::collective::{CollectiveError, PathCost, StepNetwork, analytical_time, pipeline_time_by_steps};
+use crate::collective::{
+    CollectiveError, LevelLatencies, PathCost, StepNetwork, analytical_time, pipeline_time_by_steps,
+};
 use crate::graph::{Collective, CollectiveId, MemcpyDirection, OpId, RankId};
 use crate::protocol::{Hop, ProtocolChoice};
 use crate::queue::EventQueue;
@@ -175,7 +179,7 @@ pub struct AnalyticalNetwork<'t> {
     step_routes: Vec<Route>,
     /// What the levels of each pipelined tree seen so far put on the links, by the tree's
     /// levels (NCCL's tree over a group is the same for every collective of the group).
-    tree_levels: HashMap<Vec<Vec<(RankId, RankId)>>, LevelLoads>,
+    tree_levels: TreeCache,
     /// The loaded links of a pipeline's step, counted by bandwidth and load.
     load_counts: LoadCounts,
 }
@@ -183,8 +187,8 @@ pub struct AnalyticalNetwork<'t> {
 /// What the levels of a pipelined tree ([`Pipeline`]) put on the links of a topology.
 #[derive(Debug)]
 struct LevelLoads {
-    /// Each level's slowest hop: the largest path latency among its hops.
-    latencies: Vec<SimDuration>,
+    /// Each level's hops' path latencies.
+    latencies: Vec<LevelLatencies>,
     /// Each level's messages on each link its hops cross, as (link, messages).
     links: Vec<Vec<(LinkId, u64)>>,
 }
@@ -256,6 +260,58 @@ impl LoadCounts {
         }
     }
 
+    /// The time of a pipeline of `levels` on the links: its levels' longest path latencies
+    /// plus, for every step, its busiest link's time, each level's loads added when the level
+    /// starts and removed when it ends. `loads` is zero on every link before and after.
+    fn time_steps(
+        &mut self,
+        loads: &mut [u64],
+        levels: &LevelLoads,
+        steps: PipelineSteps,
+        bytes: Bytes,
+        den: u64,
+    ) -> Result<SimDuration, NetworkError> {
+        let mut active = 0..0;
+        let time = self.step_through(loads, levels, steps, bytes, den, &mut active);
+        // Whatever happened, the loads go back to zero for the next pipeline or step.
+        for level in &levels.links[active] {
+            self.remove(loads, level);
+        }
+        time
+    }
+
+    /// The steps of [`LoadCounts::time_steps`] (`active`: the levels loaded on return).
+    fn step_through(
+        &mut self,
+        loads: &mut [u64],
+        levels: &LevelLoads,
+        steps: PipelineSteps,
+        bytes: Bytes,
+        den: u64,
+        active: &mut std::ops::Range<usize>,
+    ) -> Result<SimDuration, NetworkError> {
+        let mut total = SimDuration::ZERO;
+        for level in &levels.latencies {
+            total = total.checked_add(level.longest())?;
+        }
+        let mut step = 0;
+        while step < steps.count() {
+            let now = steps.active_levels(step);
+            while active.end < now.end {
+                self.add(loads, &levels.links[active.end]);
+                active.end += 1;
+            }
+            while active.start < now.start {
+                self.remove(loads, &levels.links[active.start]);
+                active.start += 1;
+            }
+            let next = steps.next_change(step);
+            total = total.checked_add(self.busiest(bytes, den)?.checked_mul(next - step)?)?;
+            step = next;
+        }
+        Ok(total)
+    }
+
     /// The time of the busiest loaded link for its load: each load `load / den` of `bytes`.
     fn busiest(&self, bytes: Bytes, den: u64) -> Result<SimDuration, NetworkError> {
         let mut step = SimDuration::ZERO;
@@ -278,6 +334,92 @@ fn share_time(bandwidth: Bandwidth, load: u64, bytes: Bytes, den: u64) -> Result
     Ok(bandwidth.time_to_send_share(shared, den)?)
 }
 
+/// What each of a tree's levels (`hops`, see [`Pipeline::levels`]) puts on the links of
+/// `topology`, and its hops' path latencies. `loads` (zero on every link) and `loaded` are
+/// scratch, left as they were found.
+fn level_loads(
+    topology: &Topology,
+    loads: &mut [u64],
+    loaded: &mut Vec<LinkId>,
+    hops: &[Vec<(RankId, RankId)>],
+) -> Result<LevelLoads, NetworkError> {
+    let mut latencies = Vec::with_capacity(hops.len());
+    let mut links = Vec::with_capacity(hops.len());
+    for level in hops {
+        let mut level_latencies = LevelLatencies::default();
+        for &(src, dst) in level {
+            let hop = topology.node_of(HostId(src.0)).and_then(|server| {
+                Ok((
+                    server != topology.node_of(HostId(dst.0))?,
+                    topology.route(HostId(src.0), HostId(dst.0))?,
+                ))
+            });
+            let (across, route) = match hop {
+                Ok(hop) => hop,
+                Err(error) => {
+                    for link in loaded.drain(..) {
+                        loads[link.0 as usize] = 0;
+                    }
+                    return Err(error.into());
+                }
+            };
+            let mut latency = SimDuration::ZERO;
+            for &link in route.iter() {
+                latency = latency.saturating_add(topology.link(link).latency);
+                let load = &mut loads[link.0 as usize];
+                if *load == 0 {
+                    loaded.push(link);
+                }
+                *load += 1;
+            }
+            level_latencies.add(across, latency);
+        }
+        latencies.push(level_latencies);
+        links
+            .push(loaded.drain(..).map(|link| (link, std::mem::take(&mut loads[link.0 as usize]))).collect());
+    }
+    Ok(LevelLoads { latencies, links })
+}
+
+/// The trees seen so far by their levels' hops: looked up, never iterated, so the hash
+/// (FxHash's multiply-rotate, over a few hundred thousand rank pairs for a large tree) needs
+/// to be fast, not to resist crafted collisions.
+type TreeCache = HashMap<Vec<Vec<(RankId, RankId)>>, LevelLoads, BuildHasherDefault<RankPairHasher>>;
+
+/// The hasher of [`TreeCache`].
+#[derive(Debug, Default)]
+struct RankPairHasher(u64);
+
+impl RankPairHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl Hasher for RankPairHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.add(u64::from(byte));
+        }
+    }
+
+    fn write_u32(&mut self, word: u32) {
+        self.add(u64::from(word));
+    }
+
+    fn write_u64(&mut self, word: u64) {
+        self.add(word);
+    }
+
+    fn write_usize(&mut self, word: usize) {
+        self.add(word as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 impl<'t> AnalyticalNetwork<'t> {
     /// An analytical model over `topology`.
     pub fn new(topology: &'t Topology) -> Self {
@@ -292,7 +434,7 @@ impl<'t> AnalyticalNetwork<'t> {
             protocols: ProtocolChoice::Off,
             generation: GpuGeneration::default(),
             step_routes: Vec::new(),
-            tree_levels: HashMap::new(),
+            tree_levels: TreeCache::default(),
             load_counts: LoadCounts::default(),
         }
     }
@@ -409,94 +551,18 @@ impl<'t> AnalyticalNetwork<'t> {
         bytes: Bytes,
         den: u64,
     ) -> Result<SimDuration, NetworkError> {
-        self.load_counts.classify(self.topology);
         let steps = pipeline.steps();
-        let hops = pipeline.levels;
-        let levels = match self.tree_levels.remove(hops.as_slice()) {
-            Some(levels) => levels,
-            None => self.level_loads(&hops)?,
+        let levels = match self.tree_levels.entry(pipeline.levels) {
+            Entry::Occupied(entry) => entry.into_mut(),
+            Entry::Vacant(entry) => {
+                let levels =
+                    level_loads(self.topology, &mut self.link_load, &mut self.loaded_links, entry.key())?;
+                entry.insert(levels)
+            }
         };
-        let mut active = 0..0;
-        let time = self.time_levels(&levels, steps, bytes, den, &mut active);
-        // Whatever happened, the loads go back to zero for the next step to be timed.
-        for level in &levels.links[active] {
-            self.load_counts.remove(&mut self.link_load, level);
-        }
-        self.tree_levels.insert(hops, levels);
-        time
+        self.load_counts.classify(self.topology);
+        self.load_counts.time_steps(&mut self.link_load, levels, steps, bytes, den)
     }
-
-    /// The steps of [`AnalyticalNetwork::time_pipeline`], each level added when it starts and
-    /// removed when it ends (`active`: the levels loaded on return).
-    fn time_levels(
-        &mut self,
-        levels: &LevelLoads,
-        steps: PipelineSteps,
-        bytes: Bytes,
-        den: u64,
-        active: &mut std::ops::Range<usize>,
-    ) -> Result<SimDuration, NetworkError> {
-        let mut total = SimDuration::ZERO;
-        for &latency in &levels.latencies {
-            total = total.checked_add(latency)?;
-        }
-        let mut step = 0;
-        while step < steps.count() {
-            let now = steps.active_levels(step);
-            while active.end < now.end {
-                self.load_counts.add(&mut self.link_load, &levels.links[active.end]);
-                active.end += 1;
-            }
-            while active.start < now.start {
-                self.load_counts.remove(&mut self.link_load, &levels.links[active.start]);
-                active.start += 1;
-            }
-            let next = steps.next_change(step);
-            total = total.checked_add(self.load_counts.busiest(bytes, den)?.checked_mul(next - step)?)?;
-            step = next;
-        }
-        Ok(total)
-    }
-
-    /// What each of a tree's levels (`hops`, see [`Pipeline::levels`]) puts on the links, and
-    /// its slowest hop's path latency.
-    fn level_loads(&mut self, hops: &[Vec<(RankId, RankId)>]) -> Result<LevelLoads, NetworkError> {
-        let mut latencies = Vec::with_capacity(hops.len());
-        let mut links = Vec::with_capacity(hops.len());
-        for level in hops {
-            let mut slowest = SimDuration::ZERO;
-            for &(src, dst) in level {
-                let route = match self.route(src, dst) {
-                    Ok(route) => route,
-                    Err(error) => {
-                        for link in self.loaded_links.drain(..) {
-                            self.link_load[link.0 as usize] = 0;
-                        }
-                        return Err(error);
-                    }
-                };
-                let mut latency = SimDuration::ZERO;
-                for &link in route.iter() {
-                    latency = latency.saturating_add(self.topology.link(link).latency);
-                    let load = &mut self.link_load[link.0 as usize];
-                    if *load == 0 {
-                        self.loaded_links.push(link);
-                    }
-                    *load += 1;
-                }
-                slowest = slowest.max(latency);
-            }
-            latencies.push(slowest);
-            links.push(
-                self.loaded_links
-                    .drain(..)
-                    .map(|link| (link, std::mem::take(&mut self.link_load[link.0 as usize])))
-                    .collect(),
-            );
-        }
-        Ok(LevelLoads { latencies, links })
-    }
-
     /// The longest time of the step's messages given the link loads and their times (or,
     /// `alone`, as if each message had its links to itself).
     fn slowest_message(
@@ -618,6 +684,18 @@ impl StepNetwork for AnalyticalNetwork<'_> {
         let (bytes, den) = schedule.fraction();
         self.time_pipeline(pipeline, bytes, den).map_err(|error| CollectiveError::Network(error.to_string()))
     }
+
+    fn level_latencies(&mut self, pipeline: &Pipeline) -> Result<Vec<LevelLatencies>, CollectiveError> {
+        if let Some(levels) = self.tree_levels.get(pipeline.levels.as_slice()) {
+            return Ok(levels.latencies.clone());
+        }
+        let levels =
+            level_loads(self.topology, &mut self.link_load, &mut self.loaded_links, &pipeline.levels)
+                .map_err(|error| CollectiveError::Network(error.to_string()))?;
+        let latencies = levels.latencies.clone();
+        self.tree_levels.insert(pipeline.levels.clone(), levels);
+        Ok(latencies)
+    }
 }
 
 impl Network for AnalyticalNetwork<'_> {
@@ -698,7 +776,9 @@ impl Network for AnalyticalNetwork<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::collective::{Choice, level_extra, level_latencies_by_hops, step_extra, time_of};
     use crate::graph::{CollectiveAlgorithm, CollectiveKind};
+    use crate::protocol::{Family, Protocol};
     use topology::{ClusterSpec, FabricSpec, IntraNode, LinkSpec, NetworkSpec, XgftSpec};
 
     fn link(bandwidth: &str, latency: &str) -> LinkSpec {
@@ -749,6 +829,91 @@ mod tests {
         vec![all, uneven, scrambled]
     }
 
+    /// The analytical network without its level-based timing of trees: every pipeline timed
+    /// message by message, step by step, through the defaults of [`StepNetwork`].
+    struct MessageByMessage<'n, 't>(&'n mut AnalyticalNetwork<'t>);
+
+    impl StepNetwork for MessageByMessage<'_, '_> {
+        fn node_of(&self, rank: RankId) -> Result<u32, CollectiveError> {
+            self.0.node_of(rank)
+        }
+        fn chunk(&self) -> Bytes {
+            self.0.chunk()
+        }
+        fn path_latency(&mut self, src: RankId, dst: RankId) -> Result<SimDuration, CollectiveError> {
+            self.0.path_latency(src, dst)
+        }
+        fn intra_hop(&self) -> Hop {
+            self.0.intra_hop()
+        }
+        fn message_overhead(&self) -> SimDuration {
+            self.0.message_overhead()
+        }
+        fn channel_overhead(&self) -> SimDuration {
+            self.0.channel_overhead()
+        }
+        fn collective_launch(&self) -> SimDuration {
+            self.0.collective_launch()
+        }
+        fn protocols(&self) -> ProtocolChoice {
+            self.0.protocols()
+        }
+        fn nvls(&self) -> bool {
+            self.0.nvls()
+        }
+        fn sharp(&self) -> bool {
+            self.0.sharp()
+        }
+        fn tuner_fabric(&self) -> Option<TunerFabric> {
+            self.0.tuner_fabric()
+        }
+        fn step_transfer_time(
+            &mut self,
+            messages: &[(RankId, RankId, u64)],
+            bytes: Bytes,
+            den: u64,
+        ) -> Result<SimDuration, CollectiveError> {
+            self.0.step_transfer_time(messages, bytes, den)
+        }
+        fn step_time(
+            &mut self,
+            messages: &[(RankId, RankId, u64)],
+            bytes: Bytes,
+            den: u64,
+        ) -> Result<SimDuration, CollectiveError> {
+            self.0.step_time(messages, bytes, den)
+        }
+    }
+
+    #[test]
+    fn a_tree_with_its_protocols_takes_as_long_by_levels_as_message_by_message() {
+        let protocols = [None, Some(Protocol::Ll), Some(Protocol::Ll128), Some(Protocol::Simple)];
+        for topology in clusters() {
+            let mut network = AnalyticalNetwork::new(&topology)
+                .with_protocols(ProtocolChoice::Auto)
+                .with_collective_launch(SimDuration::from_us(8));
+            for group in groups(topology.host_count() as u32) {
+                for bytes in [8u64, 100_000, 3 << 20, 64 << 20, 1 << 30] {
+                    for protocol in protocols {
+                        let choice = Choice { algorithm: CollectiveAlgorithm::Tree, protocol };
+                        let kind = CollectiveKind::AllReduce;
+                        let by_levels = time_of(kind, choice, Bytes(bytes), &group, &mut network).unwrap();
+                        let by_steps =
+                            time_of(kind, choice, Bytes(bytes), &group, &mut MessageByMessage(&mut network))
+                                .unwrap();
+                        assert_eq!(
+                            by_levels,
+                            by_steps,
+                            "{} servers, group of {}, {bytes} bytes by {choice}",
+                            topology.spec().nodes,
+                            group.len()
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn a_tree_timed_by_its_levels_takes_as_long_as_message_by_message() {
         for topology in clusters() {
@@ -774,6 +939,25 @@ mod tests {
                     assert_eq!(schedule.pipeline().unwrap().chunks, chunks);
                     let by_levels = network.pipeline_time(&schedule).unwrap();
                     let by_steps = pipeline_time_by_steps(&mut network, &schedule).unwrap();
+                    let pipeline = schedule.pipeline().unwrap();
+                    let latencies = network.level_latencies(&pipeline).unwrap();
+                    assert_eq!(latencies, level_latencies_by_hops(&mut network, &pipeline).unwrap());
+                    // A level's protocol latency, from each kind of hop's shortest path, is its
+                    // slowest hop's, hop by hop.
+                    for (level, &latencies) in pipeline.levels.iter().zip(&latencies) {
+                        let hops: Vec<_> = level.iter().map(|&(src, dst)| (src, dst, 1)).collect();
+                        for (protocol, family, multi_server) in [
+                            (Protocol::Ll, Family::Tree, true),
+                            (Protocol::Ll128, Family::Tree, false),
+                            (Protocol::Simple, Family::Ring, true),
+                        ] {
+                            assert_eq!(
+                                level_extra(protocol, family, multi_server, latencies, &network),
+                                step_extra(protocol, family, multi_server, false, &hops, &mut network)
+                                    .unwrap()
+                            );
+                        }
+                    }
                     assert_eq!(
                         by_levels,
                         by_steps,
