@@ -33,6 +33,7 @@ use units::{Bandwidth, Bytes, SimDuration, UnitError};
 
 use crate::graph::{CollectiveAlgorithm, CollectiveKind, RankId};
 use crate::protocol::{Family, Hop, Protocol, ProtocolChoice};
+use crate::schedule::Pipeline;
 pub use crate::schedule::Schedule;
 use crate::tuner::{TunerFabric, allreduce_time};
 
@@ -157,6 +158,101 @@ pub trait StepNetwork {
         bytes: Bytes,
         den: u64,
     ) -> Result<SimDuration, CollectiveError>;
+
+    /// The time a pipelined schedule ([`Schedule::is_pipelined`]: NCCL's tree) takes to move
+    /// its data: its first chunk's journey (each level's slowest path latency) plus every
+    /// step's [`StepNetwork::step_transfer_time`], since the tree keeps several chunks in
+    /// flight on every edge (8 per connection) and a step adds only its transfer. By default
+    /// message by message ([`pipeline_time_by_steps`]); a network may time it by its levels
+    /// ([`crate::schedule::Pipeline`]) as long as the result is the same.
+    fn pipeline_time(&mut self, schedule: &Schedule) -> Result<SimDuration, CollectiveError> {
+        pipeline_time_by_steps(self, schedule)
+    }
+
+    /// The path latencies of each level of `pipeline`, split by whether its hops cross
+    /// servers (what the protocols' per-hop latencies are compared with). By default hop by
+    /// hop ([`level_latencies_by_hops`]).
+    fn level_latencies(&mut self, pipeline: &Pipeline) -> Result<Vec<LevelLatencies>, CollectiveError> {
+        level_latencies_by_hops(self, pipeline)
+    }
+}
+
+/// The hops of one level of a pipeline by their path latencies: the shortest and the longest
+/// among the hops inside a server, and among the hops between servers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LevelLatencies {
+    /// (shortest, longest) path latency of the level's hops inside a server, if it has any.
+    pub within: Option<(SimDuration, SimDuration)>,
+    /// (shortest, longest) path latency of the level's hops between servers, if it has any.
+    pub across: Option<(SimDuration, SimDuration)>,
+}
+
+impl LevelLatencies {
+    /// Counts a hop of path latency `latency`, between servers if `across`.
+    pub fn add(&mut self, across: bool, latency: SimDuration) {
+        let kind = if across { &mut self.across } else { &mut self.within };
+        *kind = Some(match *kind {
+            Some((shortest, longest)) => (shortest.min(latency), longest.max(latency)),
+            None => (latency, latency),
+        });
+    }
+
+    /// The longest path latency of the level's hops (zero without hops).
+    pub fn longest(&self) -> SimDuration {
+        let longest = |kind: Option<(SimDuration, SimDuration)>| kind.map_or(SimDuration::ZERO, |(_, l)| l);
+        longest(self.within).max(longest(self.across))
+    }
+}
+
+/// [`StepNetwork::level_latencies`] hop by hop.
+pub fn level_latencies_by_hops<N: StepNetwork + ?Sized>(
+    network: &mut N,
+    pipeline: &Pipeline,
+) -> Result<Vec<LevelLatencies>, CollectiveError> {
+    let mut levels = Vec::with_capacity(pipeline.levels.len());
+    for level in &pipeline.levels {
+        let mut latencies = LevelLatencies::default();
+        for &(src, dst) in level {
+            let across = network.node_of(src)? != network.node_of(dst)?;
+            latencies.add(across, network.path_latency(src, dst)?);
+        }
+        levels.push(latencies);
+    }
+    Ok(levels)
+}
+
+/// [`StepNetwork::pipeline_time`] message by message: each step's messages listed and timed
+/// (identical steps once).
+pub fn pipeline_time_by_steps<N: StepNetwork + ?Sized>(
+    network: &mut N,
+    schedule: &Schedule,
+) -> Result<SimDuration, CollectiveError> {
+    let (bytes, den) = schedule.fraction();
+    let overflow = || UnitError::OutOfRange {
+        input: format!("a pipeline of {bytes} over {} ranks", schedule.lanes().first().map_or(0, Vec::len)),
+        quantity: "collective time",
+        reason: "longer than the largest representable duration",
+    };
+    let mut total = SimDuration::ZERO;
+    for level in schedule.critical_hops().iter().flatten() {
+        let mut latency = SimDuration::ZERO;
+        for &(src, dst) in level {
+            latency = latency.max(network.path_latency(src, dst)?);
+        }
+        total = total.checked_add(latency).map_err(|_| overflow())?;
+    }
+    let mut messages = Vec::new();
+    for (step_index, repeat) in schedule.step_weights() {
+        messages.clear();
+        schedule.step_messages(step_index, &mut messages);
+        if messages.is_empty() {
+            continue;
+        }
+        let time =
+            network.step_transfer_time(&messages, bytes, den)?.checked_mul(repeat).map_err(|_| overflow())?;
+        total = total.checked_add(time).map_err(|_| overflow())?;
+    }
+    Ok(total)
 }
 
 /// The members of `group` per server: servers in order of first appearance, members in group
@@ -344,6 +440,19 @@ pub fn protocol_overhead(
     group: &[RankId],
     network: &mut impl StepNetwork,
 ) -> Result<SimDuration, CollectiveError> {
+    protocol_overhead_with(kind, choice, bytes, group, None, network)
+}
+
+/// [`protocol_overhead`], with the collective's schedule ([`schedule_of`]) if the caller has
+/// it.
+fn protocol_overhead_with(
+    kind: CollectiveKind,
+    choice: Choice,
+    bytes: Bytes,
+    group: &[RankId],
+    schedule: Option<&Schedule>,
+    network: &mut impl StepNetwork,
+) -> Result<SimDuration, CollectiveError> {
     let launch = network.collective_launch();
     let Some(protocol) = choice.protocol else { return Ok(launch) };
     if group.len() <= 1 || is_in_network(choice.algorithm) {
@@ -352,22 +461,24 @@ pub fn protocol_overhead(
         return Ok(SimDuration::ZERO);
     }
     let family = family(choice.algorithm);
-    let chunk = chunk_for(choice, bytes, group, network)?;
-    let wire = wire_bytes(kind, choice, bytes, group, network)?;
-    let schedule =
-        Schedule::with_chunk(kind, choice.algorithm, wire, group, |rank| network.node_of(rank), chunk)?;
+    let built;
+    let schedule = match schedule {
+        Some(schedule) => schedule,
+        None => {
+            built = schedule_of(kind, choice, bytes, group, network)?;
+            &built
+        }
+    };
     let mut total = protocol.base_latency(family, launch);
     let mut messages = Vec::new();
     let identical = schedule.steps_are_identical();
     let weights = schedule.step_weights();
     let mut per_step = Vec::with_capacity(weights.len());
     let multi_server = !single_server(group, network)?;
-    if let Some(levels) = schedule.critical_hops() {
+    if let Some(pipeline) = schedule.pipeline() {
         // A pipeline pays its hops' protocol latencies once, on its first chunk's way.
-        for level in levels {
-            let hops: Vec<(RankId, RankId, u64)> =
-                level.into_iter().map(|(src, dst)| (src, dst, 1)).collect();
-            per_step.push((step_extra(protocol, family, multi_server, false, &hops, network)?, 1));
+        for level in network.level_latencies(&pipeline)? {
+            per_step.push((level_extra(protocol, family, multi_server, level, network), 1));
         }
     } else if choice.algorithm == CollectiveAlgorithm::Direct {
         // NCCL's all-to-all posts one send and one receive per peer, one after another: after
@@ -467,7 +578,7 @@ pub fn channel_time(
 /// every step alike) a chunk crosses every edge in turn, so a step costs the edges' mean, not
 /// their maximum: a ring across servers pays the network's latency on its `2(n-1)` hops
 /// between servers, not on all `2(p-1)`, as NCCL's model has it.
-fn step_extra(
+pub(crate) fn step_extra(
     protocol: Protocol,
     family: Family,
     multi_server: bool,
@@ -479,15 +590,8 @@ fn step_extra(
     let mut sum = 0u128;
     for &(src, dst, _) in messages {
         let across = network.node_of(src)? != network.node_of(dst)?;
-        let hop = if across { Hop::Net } else { network.intra_hop() };
-        let mut floor = protocol.hop_latency(family, hop);
-        if family == Family::Ring && multi_server && !across {
-            floor = floor.max(protocol.ring_net_overhead());
-        }
-        let mut this = floor.saturating_sub(network.path_latency(src, dst)?);
-        if across {
-            this = this.saturating_add(network.message_overhead());
-        }
+        let this =
+            hop_extra(protocol, family, multi_server, across, network.path_latency(src, dst)?, network);
         extra = extra.max(this);
         sum += u128::from(this.as_ps());
     }
@@ -495,6 +599,44 @@ fn step_extra(
         return Ok(SimDuration::from_ps((sum / messages.len() as u128) as u64));
     }
     Ok(extra)
+}
+
+/// [`step_extra`] of a pipeline's level, not lapping: a hop's extra only shrinks as its path
+/// latency grows, so the shortest path of each kind of hop (inside a server, between
+/// servers) decides.
+pub(crate) fn level_extra(
+    protocol: Protocol,
+    family: Family,
+    multi_server: bool,
+    level: LevelLatencies,
+    network: &impl StepNetwork,
+) -> SimDuration {
+    let mut extra = SimDuration::ZERO;
+    for (across, latencies) in [(false, level.within), (true, level.across)] {
+        if let Some((shortest, _)) = latencies {
+            extra = extra.max(hop_extra(protocol, family, multi_server, across, shortest, network));
+        }
+    }
+    extra
+}
+
+/// How much `protocol`'s per-hop latency exceeds a hop's path latency `latency` (plus the
+/// transport overhead on network hops: `across` servers).
+fn hop_extra(
+    protocol: Protocol,
+    family: Family,
+    multi_server: bool,
+    across: bool,
+    latency: SimDuration,
+    network: &impl StepNetwork,
+) -> SimDuration {
+    let hop = if across { Hop::Net } else { network.intra_hop() };
+    let mut floor = protocol.hop_latency(family, hop);
+    if family == Family::Ring && multi_server && !across {
+        floor = floor.max(protocol.ring_net_overhead());
+    }
+    let extra = floor.saturating_sub(latency);
+    if across { extra.saturating_add(network.message_overhead()) } else { extra }
 }
 
 /// The completion time of a collective under a resolved `choice`, fixed costs included.
@@ -510,9 +652,33 @@ pub fn time_of(
         quantity: "collective time",
         reason: "longer than the largest representable duration",
     };
-    let data = data_time(kind, choice, bytes, group, network)?;
-    let overhead = protocol_overhead(kind, choice, bytes, group, network)?;
+    let (data, overhead) = if is_in_network(choice.algorithm) {
+        (
+            data_time(kind, choice, bytes, group, network)?,
+            protocol_overhead(kind, choice, bytes, group, network)?,
+        )
+    } else {
+        let schedule = schedule_of(kind, choice, bytes, group, network)?;
+        (
+            schedule_time(kind, group, &schedule, network)?,
+            protocol_overhead_with(kind, choice, bytes, group, Some(&schedule), network)?,
+        )
+    };
     Ok(data.checked_add(overhead).map_err(|_| overflow())?)
+}
+
+/// The schedule a collective of `bytes` runs under `choice` (not an in-network algorithm): its
+/// wire bytes ([`wire_bytes`]) in the chunks of [`chunk_for`].
+fn schedule_of(
+    kind: CollectiveKind,
+    choice: Choice,
+    bytes: Bytes,
+    group: &[RankId],
+    network: &impl StepNetwork,
+) -> Result<Schedule, CollectiveError> {
+    let chunk = chunk_for(choice, bytes, group, network)?;
+    let wire = wire_bytes(kind, choice, bytes, group, network)?;
+    Schedule::with_chunk(kind, choice.algorithm, wire, group, |rank| network.node_of(rank), chunk)
 }
 
 /// True for the NVLS algorithms, which are timed in closed form (see [`crate::nvls`]).
@@ -573,40 +739,35 @@ pub fn data_time(
     if is_in_network(choice.algorithm) {
         return in_network_time(choice.algorithm, bytes, group, network);
     }
-    let chunk = chunk_for(choice, bytes, group, network)?;
-    let wire = wire_bytes(kind, choice, bytes, group, network)?;
-    let schedule =
-        Schedule::with_chunk(kind, choice.algorithm, wire, group, |rank| network.node_of(rank), chunk)?;
+    let schedule = schedule_of(kind, choice, bytes, group, network)?;
+    schedule_time(kind, group, &schedule, network)
+}
+
+/// [`data_time`] of a collective's schedule.
+fn schedule_time(
+    kind: CollectiveKind,
+    group: &[RankId],
+    schedule: &Schedule,
+    network: &mut impl StepNetwork,
+) -> Result<SimDuration, CollectiveError> {
     let (bytes, den) = schedule.fraction();
     let overflow = || UnitError::OutOfRange {
         input: format!("{} of {bytes} over {} ranks", kind.name(), group.len()),
         quantity: "collective time",
         reason: "longer than the largest representable duration",
     };
+    if schedule.is_pipelined() {
+        return network.pipeline_time(schedule);
+    }
     let mut messages = Vec::with_capacity(2 * group.len() * schedule.lanes().len());
     let mut total = SimDuration::ZERO;
-    let critical = schedule.critical_hops();
-    let pipelined = critical.is_some();
-    for level in critical.iter().flatten() {
-        let mut latency = SimDuration::ZERO;
-        for &(src, dst) in level {
-            latency = latency.max(network.path_latency(src, dst)?);
-        }
-        total = total.checked_add(latency).map_err(|_| overflow())?;
-    }
     for (step_index, repeat) in schedule.step_weights() {
         messages.clear();
         schedule.step_messages(step_index, &mut messages);
         if messages.is_empty() {
             continue;
         }
-        let time = if pipelined {
-            // NCCL's tree keeps several chunks in flight on every edge (8 per connection), so
-            // a step adds only its transfer; the latency is its first chunk's journey, above.
-            network.step_transfer_time(&messages, bytes, den)?.checked_mul(repeat).map_err(|_| overflow())?
-        } else {
-            network.step_time(&messages, bytes, den)?.checked_mul(repeat).map_err(|_| overflow())?
-        };
+        let time = network.step_time(&messages, bytes, den)?.checked_mul(repeat).map_err(|_| overflow())?;
         total = total.checked_add(time).map_err(|_| overflow())?;
     }
     Ok(total)

@@ -8,15 +8,20 @@
 
 use std::fmt;
 
-use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use topology::{HostId, LinkId, Route, Topology, TopologyError};
-use units::{Bytes, SimDuration, SimTime, TimeOverflow, UnitError};
+use units::{Bandwidth, Bytes, SimDuration, SimTime, TimeOverflow, UnitError};
 
-use crate::collective::{CollectiveError, PathCost, StepNetwork, analytical_time};
+use crate::collective::{
+    CollectiveError, LevelLatencies, PathCost, StepNetwork, analytical_time, pipeline_time_by_steps,
+};
 use crate::graph::{Collective, CollectiveId, MemcpyDirection, OpId, RankId};
 use crate::protocol::{Hop, ProtocolChoice};
 use crate::queue::EventQueue;
+use crate::schedule::{Pipeline, PipelineSteps, Schedule};
 use crate::tuner::{GpuGeneration, TunerFabric};
 
 /// What a finished data movement completes: one op, or every member op of a collective.
@@ -172,6 +177,247 @@ pub struct AnalyticalNetwork<'t> {
     generation: GpuGeneration,
     /// Scratch: the routes of the step being timed, one per message.
     step_routes: Vec<Route>,
+    /// What the levels of each pipelined tree seen so far put on the links, by the tree's
+    /// levels (NCCL's tree over a group is the same for every collective of the group).
+    tree_levels: TreeCache,
+    /// The loaded links of a pipeline's step, counted by bandwidth and load.
+    load_counts: LoadCounts,
+}
+
+/// What the levels of a pipelined tree ([`Pipeline`]) put on the links of a topology.
+#[derive(Debug)]
+struct LevelLoads {
+    /// Each level's hops' path latencies.
+    latencies: Vec<LevelLatencies>,
+    /// Each level's messages on each link its hops cross, as (link, messages).
+    links: Vec<Vec<(LinkId, u64)>>,
+}
+
+/// The links loaded by a pipeline's step, counted by bandwidth and load: a step's busiest
+/// link is found from these counts as levels come and go, without visiting every link. A
+/// link's time for a step depends only on its bandwidth and its load, so the slowest of the
+/// links is the slowest of the (bandwidth, load) pairs that some link has.
+#[derive(Debug, Default)]
+struct LoadCounts {
+    /// The bandwidth class of each link of the topology (empty until a pipeline is timed).
+    class: Vec<u32>,
+    /// The bandwidth of each class.
+    bandwidths: Vec<Bandwidth>,
+    /// `links[class][load]`: how many links of the class carry `load` messages (`load` > 0),
+    /// without trailing zeros, so a class's largest load is its length minus one.
+    links: Vec<Vec<u64>>,
+}
+
+impl LoadCounts {
+    /// Classes for the links of `topology`, if not done yet.
+    fn classify(&mut self, topology: &Topology) {
+        if self.class.len() == topology.link_count() {
+            return;
+        }
+        let mut classes = BTreeMap::new();
+        self.bandwidths.clear();
+        self.class.clear();
+        for link in 0..topology.link_count() {
+            let bandwidth = topology.link(LinkId(link as u32)).bandwidth;
+            let class = *classes.entry(bandwidth).or_insert_with(|| {
+                self.bandwidths.push(bandwidth);
+                self.bandwidths.len() as u32 - 1
+            });
+            self.class.push(class);
+        }
+        self.links = vec![Vec::new(); self.bandwidths.len()];
+    }
+
+    /// Adds a level's messages to the links' loads (`loads`, indexed by link).
+    fn add(&mut self, loads: &mut [u64], level: &[(LinkId, u64)]) {
+        for &(link, messages) in level {
+            let load = &mut loads[link.0 as usize];
+            let counts = &mut self.links[self.class[link.0 as usize] as usize];
+            if *load > 0 {
+                counts[*load as usize] -= 1;
+            }
+            *load += messages;
+            if counts.len() <= *load as usize {
+                counts.resize(*load as usize + 1, 0);
+            }
+            counts[*load as usize] += 1;
+        }
+    }
+
+    /// Takes a level's messages off the links' loads.
+    fn remove(&mut self, loads: &mut [u64], level: &[(LinkId, u64)]) {
+        for &(link, messages) in level {
+            let load = &mut loads[link.0 as usize];
+            let counts = &mut self.links[self.class[link.0 as usize] as usize];
+            counts[*load as usize] -= 1;
+            *load -= messages;
+            if *load > 0 {
+                counts[*load as usize] += 1;
+            }
+            while counts.last() == Some(&0) {
+                counts.pop();
+            }
+        }
+    }
+
+    /// The time of a pipeline of `levels` on the links: its levels' longest path latencies
+    /// plus, for every step, its busiest link's time, each level's loads added when the level
+    /// starts and removed when it ends. `loads` is zero on every link before and after.
+    fn time_steps(
+        &mut self,
+        loads: &mut [u64],
+        levels: &LevelLoads,
+        steps: PipelineSteps,
+        bytes: Bytes,
+        den: u64,
+    ) -> Result<SimDuration, NetworkError> {
+        let mut active = 0..0;
+        let time = self.step_through(loads, levels, steps, bytes, den, &mut active);
+        // Whatever happened, the loads go back to zero for the next pipeline or step.
+        for level in &levels.links[active] {
+            self.remove(loads, level);
+        }
+        time
+    }
+
+    /// The steps of [`LoadCounts::time_steps`] (`active`: the levels loaded on return).
+    fn step_through(
+        &mut self,
+        loads: &mut [u64],
+        levels: &LevelLoads,
+        steps: PipelineSteps,
+        bytes: Bytes,
+        den: u64,
+        active: &mut std::ops::Range<usize>,
+    ) -> Result<SimDuration, NetworkError> {
+        let mut total = SimDuration::ZERO;
+        for level in &levels.latencies {
+            total = total.checked_add(level.longest())?;
+        }
+        let mut step = 0;
+        while step < steps.count() {
+            let now = steps.active_levels(step);
+            while active.end < now.end {
+                self.add(loads, &levels.links[active.end]);
+                active.end += 1;
+            }
+            while active.start < now.start {
+                self.remove(loads, &levels.links[active.start]);
+                active.start += 1;
+            }
+            let next = steps.next_change(step);
+            total = total.checked_add(self.busiest(bytes, den)?.checked_mul(next - step)?)?;
+            step = next;
+        }
+        Ok(total)
+    }
+
+    /// The time of the busiest loaded link for its load: each load `load / den` of `bytes`.
+    fn busiest(&self, bytes: Bytes, den: u64) -> Result<SimDuration, NetworkError> {
+        let mut step = SimDuration::ZERO;
+        for (&bandwidth, counts) in self.bandwidths.iter().zip(&self.links) {
+            if let Some(load) = counts.len().checked_sub(1).filter(|&load| load > 0) {
+                step = step.max(share_time(bandwidth, load as u64, bytes, den)?);
+            }
+        }
+        Ok(step)
+    }
+}
+
+/// How long a link of `bandwidth` takes to carry `load / den` of `bytes`.
+fn share_time(bandwidth: Bandwidth, load: u64, bytes: Bytes, den: u64) -> Result<SimDuration, NetworkError> {
+    let shared = bytes.0.checked_mul(load).map(Bytes).ok_or_else(|| UnitError::OutOfRange {
+        input: format!("{load}/{den} of {bytes}"),
+        quantity: "link load",
+        reason: "more than 16 EiB",
+    })?;
+    Ok(bandwidth.time_to_send_share(shared, den)?)
+}
+
+/// What each of a tree's levels (`hops`, see [`Pipeline::levels`]) puts on the links of
+/// `topology`, and its hops' path latencies. `loads` (zero on every link) and `loaded` are
+/// scratch, left as they were found.
+fn level_loads(
+    topology: &Topology,
+    loads: &mut [u64],
+    loaded: &mut Vec<LinkId>,
+    hops: &[Vec<(RankId, RankId)>],
+) -> Result<LevelLoads, NetworkError> {
+    let mut latencies = Vec::with_capacity(hops.len());
+    let mut links = Vec::with_capacity(hops.len());
+    for level in hops {
+        let mut level_latencies = LevelLatencies::default();
+        for &(src, dst) in level {
+            let hop = topology.node_of(HostId(src.0)).and_then(|server| {
+                Ok((
+                    server != topology.node_of(HostId(dst.0))?,
+                    topology.route(HostId(src.0), HostId(dst.0))?,
+                ))
+            });
+            let (across, route) = match hop {
+                Ok(hop) => hop,
+                Err(error) => {
+                    for link in loaded.drain(..) {
+                        loads[link.0 as usize] = 0;
+                    }
+                    return Err(error.into());
+                }
+            };
+            let mut latency = SimDuration::ZERO;
+            for &link in route.iter() {
+                latency = latency.saturating_add(topology.link(link).latency);
+                let load = &mut loads[link.0 as usize];
+                if *load == 0 {
+                    loaded.push(link);
+                }
+                *load += 1;
+            }
+            level_latencies.add(across, latency);
+        }
+        latencies.push(level_latencies);
+        links
+            .push(loaded.drain(..).map(|link| (link, std::mem::take(&mut loads[link.0 as usize]))).collect());
+    }
+    Ok(LevelLoads { latencies, links })
+}
+
+/// The trees seen so far by their levels' hops: looked up, never iterated, so the hash
+/// (FxHash's multiply-rotate, over a few hundred thousand rank pairs for a large tree) needs
+/// to be fast, not to resist crafted collisions.
+type TreeCache = HashMap<Vec<Vec<(RankId, RankId)>>, LevelLoads, BuildHasherDefault<RankPairHasher>>;
+
+/// The hasher of [`TreeCache`].
+#[derive(Debug, Default)]
+struct RankPairHasher(u64);
+
+impl RankPairHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl Hasher for RankPairHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.add(u64::from(byte));
+        }
+    }
+
+    fn write_u32(&mut self, word: u32) {
+        self.add(u64::from(word));
+    }
+
+    fn write_u64(&mut self, word: u64) {
+        self.add(word);
+    }
+
+    fn write_usize(&mut self, word: usize) {
+        self.add(word as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 impl<'t> AnalyticalNetwork<'t> {
@@ -188,6 +434,8 @@ impl<'t> AnalyticalNetwork<'t> {
             protocols: ProtocolChoice::Off,
             generation: GpuGeneration::default(),
             step_routes: Vec::new(),
+            tree_levels: TreeCache::default(),
+            load_counts: LoadCounts::default(),
         }
     }
 
@@ -289,14 +537,32 @@ impl<'t> AnalyticalNetwork<'t> {
         bytes: Bytes,
         den: u64,
     ) -> Result<SimDuration, NetworkError> {
-        let shared = bytes.0.checked_mul(load).map(Bytes).ok_or_else(|| UnitError::OutOfRange {
-            input: format!("{load}/{den} of {bytes}"),
-            quantity: "link load",
-            reason: "more than 16 EiB",
-        })?;
-        Ok(self.topology.link(link).bandwidth.time_to_send_share(shared, den)?)
+        share_time(self.topology.link(link).bandwidth, load, bytes, den)
     }
 
+    /// [`StepNetwork::pipeline_time`] by the pipeline's levels: the same time as step by step
+    /// ([`pipeline_time_by_steps`]), since a step's messages are the hops of its active levels
+    /// and a step's transfer time is its busiest link's, but each level's routes are found
+    /// once per tree (and kept for the next collective over the same tree), and a step adds
+    /// or removes whole levels' link loads instead of routing its messages.
+    fn time_pipeline(
+        &mut self,
+        pipeline: Pipeline,
+        bytes: Bytes,
+        den: u64,
+    ) -> Result<SimDuration, NetworkError> {
+        let steps = pipeline.steps();
+        let levels = match self.tree_levels.entry(pipeline.levels) {
+            Entry::Occupied(entry) => entry.into_mut(),
+            Entry::Vacant(entry) => {
+                let levels =
+                    level_loads(self.topology, &mut self.link_load, &mut self.loaded_links, entry.key())?;
+                entry.insert(levels)
+            }
+        };
+        self.load_counts.classify(self.topology);
+        self.load_counts.time_steps(&mut self.link_load, levels, steps, bytes, den)
+    }
     /// The longest time of the step's messages given the link loads and their times (or,
     /// `alone`, as if each message had its links to itself).
     fn slowest_message(
@@ -412,6 +678,24 @@ impl StepNetwork for AnalyticalNetwork<'_> {
         self.time_step_with(messages, bytes, den, false)
             .map_err(|error| CollectiveError::Network(error.to_string()))
     }
+
+    fn pipeline_time(&mut self, schedule: &Schedule) -> Result<SimDuration, CollectiveError> {
+        let Some(pipeline) = schedule.pipeline() else { return pipeline_time_by_steps(self, schedule) };
+        let (bytes, den) = schedule.fraction();
+        self.time_pipeline(pipeline, bytes, den).map_err(|error| CollectiveError::Network(error.to_string()))
+    }
+
+    fn level_latencies(&mut self, pipeline: &Pipeline) -> Result<Vec<LevelLatencies>, CollectiveError> {
+        if let Some(levels) = self.tree_levels.get(pipeline.levels.as_slice()) {
+            return Ok(levels.latencies.clone());
+        }
+        let levels =
+            level_loads(self.topology, &mut self.link_load, &mut self.loaded_links, &pipeline.levels)
+                .map_err(|error| CollectiveError::Network(error.to_string()))?;
+        let latencies = levels.latencies.clone();
+        self.tree_levels.insert(pipeline.levels.clone(), levels);
+        Ok(latencies)
+    }
 }
 
 impl Network for AnalyticalNetwork<'_> {
@@ -486,5 +770,205 @@ impl Network for AnalyticalNetwork<'_> {
         event: Self::Event,
     ) -> Result<(), NetworkError> {
         match event {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collective::{Choice, level_extra, level_latencies_by_hops, step_extra, time_of};
+    use crate::graph::{CollectiveAlgorithm, CollectiveKind};
+    use crate::protocol::{Family, Protocol};
+    use topology::{ClusterSpec, FabricSpec, IntraNode, LinkSpec, NetworkSpec, XgftSpec};
+
+    fn link(bandwidth: &str, latency: &str) -> LinkSpec {
+        LinkSpec::new(bandwidth.parse().unwrap(), latency.parse().unwrap())
+    }
+
+    /// `nodes` servers of `gpus` GPUs on an NVSwitch, on `network`.
+    fn cluster(nodes: u32, gpus: u32, network: NetworkSpec) -> Topology {
+        let intra_node = IntraNode::NvSwitch(link("300 GB/s", "0.7 us"));
+        Topology::build(&ClusterSpec { nodes, gpus_per_node: gpus, intra_node, network, host_memory: None })
+            .unwrap()
+    }
+
+    /// Clusters whose trees load links differently: one NIC per GPU on one switch; fat-trees
+    /// (D-mod-K routes through shared uplinks); two GPUs per NIC (a NIC carries two chains);
+    /// rail-optimized leaves.
+    fn clusters() -> Vec<Topology> {
+        let nic = link("200 Gb/s", "1 us");
+        let fat_tree = |k, levels| {
+            let mut links = vec![nic, link("400 Gb/s", "0.5 us"), link("800 Gb/s", "0.3 us")];
+            links.truncate(levels as usize);
+            NetworkSpec::new(FabricSpec::FatTree(XgftSpec::k_ary(k, levels, links).unwrap()))
+        };
+        let shared_nics = NetworkSpec {
+            nics_per_node: Some(2),
+            gpu_to_nic: Some(link("32 GB/s", "0.2 us")),
+            ..fat_tree(6, 2)
+        };
+        let rails = NetworkSpec { rail_optimized: true, ..fat_tree(8, 2) };
+        vec![
+            cluster(2, 8, NetworkSpec::single_switch(nic)),
+            cluster(5, 8, NetworkSpec::single_switch(nic)),
+            cluster(16, 4, NetworkSpec::single_switch(nic)),
+            cluster(16, 1, fat_tree(4, 3)),
+            cluster(7, 4, shared_nics),
+            cluster(4, 8, rails),
+        ]
+    }
+
+    /// Groups over `hosts` ranks: everyone, an odd number of servers with a short last one, and
+    /// everyone in a scrambled order.
+    fn groups(hosts: u32) -> Vec<Vec<RankId>> {
+        let all: Vec<RankId> = (0..hosts).map(RankId).collect();
+        let uneven = all[..(hosts * 3 / 5).max(2) as usize].to_vec();
+        let mut scrambled = all.clone();
+        scrambled.sort_by_key(|rank| (rank.0 * 7 + 3) % hosts);
+        scrambled.reverse();
+        vec![all, uneven, scrambled]
+    }
+
+    /// The analytical network without its level-based timing of trees: every pipeline timed
+    /// message by message, step by step, through the defaults of [`StepNetwork`].
+    struct MessageByMessage<'n, 't>(&'n mut AnalyticalNetwork<'t>);
+
+    impl StepNetwork for MessageByMessage<'_, '_> {
+        fn node_of(&self, rank: RankId) -> Result<u32, CollectiveError> {
+            self.0.node_of(rank)
+        }
+        fn chunk(&self) -> Bytes {
+            self.0.chunk()
+        }
+        fn path_latency(&mut self, src: RankId, dst: RankId) -> Result<SimDuration, CollectiveError> {
+            self.0.path_latency(src, dst)
+        }
+        fn intra_hop(&self) -> Hop {
+            self.0.intra_hop()
+        }
+        fn message_overhead(&self) -> SimDuration {
+            self.0.message_overhead()
+        }
+        fn channel_overhead(&self) -> SimDuration {
+            self.0.channel_overhead()
+        }
+        fn collective_launch(&self) -> SimDuration {
+            self.0.collective_launch()
+        }
+        fn protocols(&self) -> ProtocolChoice {
+            self.0.protocols()
+        }
+        fn nvls(&self) -> bool {
+            self.0.nvls()
+        }
+        fn sharp(&self) -> bool {
+            self.0.sharp()
+        }
+        fn tuner_fabric(&self) -> Option<TunerFabric> {
+            self.0.tuner_fabric()
+        }
+        fn step_transfer_time(
+            &mut self,
+            messages: &[(RankId, RankId, u64)],
+            bytes: Bytes,
+            den: u64,
+        ) -> Result<SimDuration, CollectiveError> {
+            self.0.step_transfer_time(messages, bytes, den)
+        }
+        fn step_time(
+            &mut self,
+            messages: &[(RankId, RankId, u64)],
+            bytes: Bytes,
+            den: u64,
+        ) -> Result<SimDuration, CollectiveError> {
+            self.0.step_time(messages, bytes, den)
+        }
+    }
+
+    #[test]
+    fn a_tree_with_its_protocols_takes_as_long_by_levels_as_message_by_message() {
+        let protocols = [None, Some(Protocol::Ll), Some(Protocol::Ll128), Some(Protocol::Simple)];
+        for topology in clusters() {
+            let mut network = AnalyticalNetwork::new(&topology)
+                .with_protocols(ProtocolChoice::Auto)
+                .with_collective_launch(SimDuration::from_us(8));
+            for group in groups(topology.host_count() as u32) {
+                for bytes in [8u64, 100_000, 3 << 20, 64 << 20, 1 << 30] {
+                    for protocol in protocols {
+                        let choice = Choice { algorithm: CollectiveAlgorithm::Tree, protocol };
+                        let kind = CollectiveKind::AllReduce;
+                        let by_levels = time_of(kind, choice, Bytes(bytes), &group, &mut network).unwrap();
+                        let by_steps =
+                            time_of(kind, choice, Bytes(bytes), &group, &mut MessageByMessage(&mut network))
+                                .unwrap();
+                        assert_eq!(
+                            by_levels,
+                            by_steps,
+                            "{} servers, group of {}, {bytes} bytes by {choice}",
+                            topology.spec().nodes,
+                            group.len()
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_tree_timed_by_its_levels_takes_as_long_as_message_by_message() {
+        for topology in clusters() {
+            let mut network = AnalyticalNetwork::new(&topology);
+            for group in groups(topology.host_count() as u32) {
+                let chunk = Bytes(1 << 16);
+                let tree = |bytes| {
+                    Schedule::with_chunk(
+                        CollectiveKind::AllReduce,
+                        CollectiveAlgorithm::Tree,
+                        Bytes(bytes),
+                        &group,
+                        |rank| Ok(topology.node_of(HostId(rank.0)).unwrap()),
+                        chunk,
+                    )
+                    .unwrap()
+                };
+                let lanes = tree(1).lanes().len() as u64;
+                // Fewer chunks than levels, about as many, and a long steady state; twice, the
+                // second time from the kept levels.
+                for chunks in [1, 2, 5, 9, 10, 11, 12, 40, 1, 40] {
+                    let schedule = tree(lanes * chunk.0 * chunks - 5);
+                    assert_eq!(schedule.pipeline().unwrap().chunks, chunks);
+                    let by_levels = network.pipeline_time(&schedule).unwrap();
+                    let by_steps = pipeline_time_by_steps(&mut network, &schedule).unwrap();
+                    let pipeline = schedule.pipeline().unwrap();
+                    let latencies = network.level_latencies(&pipeline).unwrap();
+                    assert_eq!(latencies, level_latencies_by_hops(&mut network, &pipeline).unwrap());
+                    // A level's protocol latency, from each kind of hop's shortest path, is its
+                    // slowest hop's, hop by hop.
+                    for (level, &latencies) in pipeline.levels.iter().zip(&latencies) {
+                        let hops: Vec<_> = level.iter().map(|&(src, dst)| (src, dst, 1)).collect();
+                        for (protocol, family, multi_server) in [
+                            (Protocol::Ll, Family::Tree, true),
+                            (Protocol::Ll128, Family::Tree, false),
+                            (Protocol::Simple, Family::Ring, true),
+                        ] {
+                            assert_eq!(
+                                level_extra(protocol, family, multi_server, latencies, &network),
+                                step_extra(protocol, family, multi_server, false, &hops, &mut network)
+                                    .unwrap()
+                            );
+                        }
+                    }
+                    assert_eq!(
+                        by_levels,
+                        by_steps,
+                        "{} servers, group of {}, {chunks} chunks",
+                        topology.spec().nodes,
+                        group.len()
+                    );
+                }
+            }
+            assert!(network.link_load.iter().all(|&load| load == 0), "the loads are cleared after each tree");
+            assert!(network.load_counts.links.iter().all(Vec::is_empty));
+        }
     }
 }

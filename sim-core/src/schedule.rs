@@ -44,6 +44,63 @@ pub struct Message {
     pub num: u64,
 }
 
+/// A pipelined tree by its levels: the hops of the first chunk's journey, up from the deepest
+/// members (level 0) to the roots, then down from the roots (level `2h - 1` reaches the
+/// deepest members), each level as the (sender, receiver) pairs that carry it.
+///
+/// Level `l` carries one chunk on each of its hops in every step from `l` to
+/// `l + chunks - 1`, so the messages of step `t` are the hops of the levels
+/// [`Pipeline::active_levels`]`(t)`, each `1 / den` of the buffer: the levels are what a
+/// step is made of, and a step is timed by adding up the loads its levels put on each link
+/// instead of listing its messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pipeline {
+    /// The hops of each level, in the order the first chunk takes them.
+    pub levels: Vec<Vec<(RankId, RankId)>>,
+    /// The chunks every hop carries.
+    pub chunks: u64,
+}
+
+impl Pipeline {
+    /// Which levels are active in which steps.
+    pub fn steps(&self) -> PipelineSteps {
+        PipelineSteps { levels: self.levels.len(), chunks: self.chunks }
+    }
+}
+
+/// The steps of a [`Pipeline`] of `levels` levels and `chunks` chunks: level `l` is active in
+/// steps `l .. l + chunks`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PipelineSteps {
+    /// Number of levels (`2h`).
+    pub levels: usize,
+    /// The chunks every hop carries (at least 1).
+    pub chunks: u64,
+}
+
+impl PipelineSteps {
+    /// Number of steps: `chunks + 2h - 1` (none without levels).
+    pub fn count(self) -> u64 {
+        if self.levels == 0 { 0 } else { self.chunks + self.levels as u64 - 1 }
+    }
+
+    /// The levels whose hops carry a chunk in `step`.
+    pub fn active_levels(self, step: u64) -> std::ops::Range<usize> {
+        let levels = self.levels as u64;
+        let first = step.saturating_sub(self.chunks.saturating_sub(1)).min(levels) as usize;
+        let end = step.saturating_add(1).min(levels) as usize;
+        first..end.max(first)
+    }
+
+    /// The first step after `step` whose levels differ from `step`'s (or the end): the
+    /// steps in between are alike (every level active, once the pipeline is full).
+    pub fn next_change(self, step: u64) -> u64 {
+        let next = step.saturating_add(1);
+        let change = if next < self.levels as u64 || next >= self.chunks { next } else { self.chunks };
+        change.min(self.count()).max(next)
+    }
+}
+
 /// How messages flow in each step.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Pattern {
@@ -407,7 +464,18 @@ impl Schedule {
     /// as the (sender, receiver) pairs that carry it; `None` for other schedules, whose steps
     /// each pay their latency.
     pub fn critical_hops(&self) -> Option<Vec<Vec<(RankId, RankId)>>> {
-        let Pattern::Trees { height, ref shapes, .. } = self.pattern else { return None };
+        self.pipeline().map(|pipeline| pipeline.levels)
+    }
+
+    /// True for a pipeline whose latency is paid once along its critical path (see
+    /// [`Schedule::pipeline`]).
+    pub fn is_pipelined(&self) -> bool {
+        matches!(self.pattern, Pattern::Trees { .. })
+    }
+
+    /// NCCL's tree by its levels (see [`Pipeline`]); `None` for other schedules.
+    pub fn pipeline(&self) -> Option<Pipeline> {
+        let Pattern::Trees { chunks, height, ref shapes } = self.pattern else { return None };
         let mut levels = vec![Vec::new(); 2 * height as usize];
         for (lane, shape) in self.lanes.iter().zip(shapes) {
             for (position, &parent) in shape.parent.iter().enumerate() {
@@ -422,7 +490,7 @@ impl Schedule {
                 levels[height as usize + depth - 1].push((up, me));
             }
         }
-        Some(levels)
+        Some(Pipeline { levels, chunks })
     }
 
     /// Appends the messages member `position` of `lane` sends and receives in `step`.
@@ -763,6 +831,43 @@ mod tests {
             *listed.entry((src, dst)).or_insert(0) += count;
         }
         assert_eq!(counted, listed);
+    }
+
+    #[test]
+    fn a_tree_step_is_the_hops_of_its_active_levels() {
+        // Servers of 4 (also a short last one), chunk counts around twice the height.
+        for (p, per_node) in [(2u32, 1u32), (8, 4), (12, 4), (13, 4), (20, 4), (5, 1), (16, 2)] {
+            for chunks in [1u64, 2, 5, 8, 9, 10, 30] {
+                let tree = |bytes| {
+                    schedule(CollectiveKind::AllReduce, CollectiveAlgorithm::Tree, p, per_node, bytes)
+                };
+                let lanes = tree(1).lanes().len() as u64;
+                let s = tree(lanes * chunks * CHUNK_BYTES);
+                let pipeline = s.pipeline().expect("a tree is a pipeline");
+                let steps = pipeline.steps();
+                assert_eq!(steps.chunks, chunks);
+                assert_eq!(steps.count(), u64::from(s.steps()), "p={p} chunks={chunks}");
+                let mut messages = Vec::new();
+                let mut step = 0;
+                while step < steps.count() {
+                    let next = steps.next_change(step);
+                    assert!(next > step);
+                    for alike in step..next {
+                        assert_eq!(steps.active_levels(alike), steps.active_levels(step));
+                        messages.clear();
+                        s.step_messages(alike as u32, &mut messages);
+                        let mut listed: Vec<_> = messages.iter().map(|&(src, dst, _)| (src, dst)).collect();
+                        let mut levels: Vec<_> =
+                            pipeline.levels[steps.active_levels(alike)].iter().flatten().copied().collect();
+                        listed.sort();
+                        levels.sort();
+                        assert_eq!(listed, levels, "p={p} chunks={chunks} step {alike}");
+                        assert!(messages.iter().all(|m| m.2 == 1));
+                    }
+                    step = next;
+                }
+            }
+        }
     }
 
     #[test]
