@@ -548,13 +548,14 @@ impl GraphBuilder {
         // Ops: ranks, collectives, dependencies.
         for (index, op) in self.ops.iter().enumerate() {
             let id = OpId(index as u32);
-            let mut ranks = vec![op.rank];
+            // The op's rank and, for a transfer, its destination (no allocation per op).
+            let mut ranks = [op.rank, op.rank];
             match op.kind {
                 OpKind::Transfer { dst, .. } => {
                     if dst == op.rank {
                         return Err(GraphError::SelfTransfer { op: id, label: describe(index), rank: dst });
                     }
-                    ranks.push(dst);
+                    ranks[1] = dst;
                 }
                 OpKind::Collective(collective) if collective.0 as usize >= self.collectives.len() => {
                     return Err(GraphError::CollectiveOutOfRange {
