@@ -5,6 +5,12 @@
 //! values (ids, not payloads), so pushing and popping allocates nothing once the heap has grown
 //! to its working size.
 //!
+//! Events scheduled with no delay (a completion reported at once) skip the heap: they wait in
+//! a first-in first-out list, which pops after the heap's events due at the same instant.
+//! That is their `(time, sequence)` order: the heap's events due now were all scheduled before
+//! the clock reached now, so before any zero-delay event of this instant; and the clock moves
+//! on only once the list is empty.
+//!
 //! ```
 //! use sim_core::queue::EventQueue;
 //! use sim_core::units::SimDuration;
@@ -17,7 +23,7 @@
 //! ```
 
 use std::cmp::Ordering;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 
 use units::{SimDuration, SimTime, TimeOverflow};
 
@@ -59,6 +65,8 @@ impl<E> Ord for Entry<E> {
 #[derive(Debug, Clone)]
 pub struct EventQueue<E> {
     heap: BinaryHeap<Entry<E>>,
+    /// Events due now, scheduled with no delay, in the order they were scheduled.
+    due_now: VecDeque<E>,
     next_sequence: u64,
     now: SimTime,
 }
@@ -77,7 +85,12 @@ impl<E: Copy> EventQueue<E> {
 
     /// An empty queue with room for `capacity` pending events.
     pub fn with_capacity(capacity: usize) -> Self {
-        EventQueue { heap: BinaryHeap::with_capacity(capacity), next_sequence: 0, now: SimTime::ZERO }
+        EventQueue {
+            heap: BinaryHeap::with_capacity(capacity),
+            due_now: VecDeque::new(),
+            next_sequence: 0,
+            now: SimTime::ZERO,
+        }
     }
 
     /// The time of the last popped event (zero before the first).
@@ -87,17 +100,21 @@ impl<E: Copy> EventQueue<E> {
 
     /// Number of pending events.
     pub fn len(&self) -> usize {
-        self.heap.len()
+        self.heap.len() + self.due_now.len()
     }
 
     /// True if no event is pending.
     pub fn is_empty(&self) -> bool {
-        self.heap.is_empty()
+        self.heap.is_empty() && self.due_now.is_empty()
     }
 
     /// Schedules `event` `delay` after now and returns its due time. Events can never be
     /// scheduled in the past; past the end of representable time is an error.
     pub fn schedule_after(&mut self, delay: SimDuration, event: E) -> Result<SimTime, TimeOverflow> {
+        if delay == SimDuration::ZERO {
+            self.due_now.push_back(event);
+            return Ok(self.now);
+        }
         let time = self.now.checked_add(delay)?;
         self.heap.push(Entry { time: time.as_ps(), sequence: self.next_sequence, event });
         self.next_sequence += 1;
@@ -106,6 +123,10 @@ impl<E: Copy> EventQueue<E> {
 
     /// Removes the earliest event, advances the clock to its time, and returns both.
     pub fn pop(&mut self) -> Option<(SimTime, E)> {
+        let heap_due_now = self.heap.peek().is_some_and(|entry| entry.time == self.now.as_ps());
+        if !heap_due_now && let Some(event) = self.due_now.pop_front() {
+            return Some((self.now, event));
+        }
         let entry = self.heap.pop()?;
         self.now = SimTime::from_ps(entry.time);
         Some((self.now, entry.event))
@@ -136,6 +157,39 @@ mod tests {
                 popped.push((time.as_ps(), index));
             }
             prop_assert_eq!(popped, expected);
+        }
+    }
+
+    proptest! {
+        /// Scheduling while popping (zero delays included) gives the `(time, insertion)` order
+        /// of a plain sorted list.
+        #[test]
+        fn zero_delays_keep_time_then_insertion_order(
+            plan in proptest::collection::vec(proptest::collection::vec(0u64..4, 0..4), 1..60)
+        ) {
+            let mut queue = EventQueue::new();
+            // Reference: (time, sequence, id), the earliest removed first.
+            let mut reference: Vec<(u64, u64, usize)> = Vec::new();
+            let mut sequence = 0;
+            let mut next_id = 0;
+            let mut schedule = |queue: &mut EventQueue<usize>, reference: &mut Vec<(u64, u64, usize)>, now: u64, delay: u64| {
+                queue.schedule_after(SimDuration::from_ps(delay), next_id).unwrap();
+                reference.push((now + delay, sequence, next_id));
+                sequence += 1;
+                next_id += 1;
+            };
+            schedule(&mut queue, &mut reference, 0, 0);
+            schedule(&mut queue, &mut reference, 0, 1);
+            for delays in &plan {
+                let Some((time, id)) = queue.pop() else { break };
+                let earliest = (0..reference.len()).min_by_key(|&i| (reference[i].0, reference[i].1)).unwrap();
+                let (expected_time, _, expected_id) = reference.remove(earliest);
+                prop_assert_eq!((time.as_ps(), id), (expected_time, expected_id));
+                for &delay in delays {
+                    schedule(&mut queue, &mut reference, time.as_ps(), delay);
+                }
+            }
+            prop_assert_eq!(queue.len(), reference.len());
         }
     }
 
