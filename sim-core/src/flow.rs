@@ -287,6 +287,10 @@ pub struct FlowNetwork<'t> {
     scratch_starts: Vec<(u32, u32, RankId, RankId, f64)>,
     /// Scratch for the edges (source, destination, bytes) of a coupled collective.
     scratch_edges: Vec<(RankId, RankId, f64)>,
+    /// Scratch for the links a coupled collective enters or leaves.
+    scratch_seeds: Vec<LinkId>,
+    /// Member lists of finished couplings, reused by the next ones.
+    spare_members: Vec<Vec<u32>>,
     /// Check the allocation after every re-fill (tests); the first violation found.
     audit: Option<Audit>,
 }
@@ -375,6 +379,8 @@ impl<'t> FlowNetwork<'t> {
             scratch_messages: Vec::new(),
             scratch_starts: Vec::new(),
             scratch_edges: Vec::new(),
+            scratch_seeds: Vec::new(),
+            spare_members: Vec::new(),
             audit: None,
         }
     }
@@ -687,7 +693,8 @@ impl<'t> FlowNetwork<'t> {
                 (self.couplings.len() - 1) as u32
             }
         };
-        let mut members = Vec::with_capacity(edges.len());
+        let mut members = self.spare_members.pop().unwrap_or_default();
+        members.clear();
         let mut slowest = SimDuration::ZERO;
         let mut shortest = SimDuration::MAX;
         let mut slowest_step = SimDuration::ZERO;
@@ -771,7 +778,8 @@ impl<'t> FlowNetwork<'t> {
             _ => return Ok(()), // stale: the common rate changed since
         };
         let now = context.now();
-        let mut seeds = Vec::new();
+        let mut seeds = std::mem::take(&mut self.scratch_seeds);
+        seeds.clear();
         for &id in &members {
             let flow = &mut self.flows[id as usize];
             if let Some(audit) = &mut self.audit {
@@ -798,11 +806,13 @@ impl<'t> FlowNetwork<'t> {
             self.free_flows.push(id);
         }
         self.active_flows -= members.len();
+        self.spare_members.push(members);
         let Some(state) = self.couplings[coupling as usize].take() else { return Ok(()) };
         self.free_couplings.push(coupling);
-        if seeds.iter().any(|link| !self.on_link[link.0 as usize].is_empty()) {
-            self.refill(context, &seeds)?;
-        }
+        let shared = seeds.iter().any(|link| !self.on_link[link.0 as usize].is_empty());
+        let refilled = if shared { self.refill(context, &seeds) } else { Ok(()) };
+        self.scratch_seeds = seeds;
+        refilled?;
         if let Some(timing) = state.ring {
             // Step by step, a ring step lasts as long as its slowest message: either the
             // longest edge at its own bandwidth, or the bottleneck edges at the rate the data
@@ -833,7 +843,8 @@ impl<'t> FlowNetwork<'t> {
         if let Some(Some(Coupling { ring: Some(timing), .. })) = self.couplings.get_mut(coupling as usize) {
             timing.entered = now;
         }
-        let mut seeds = Vec::new();
+        let mut seeds = std::mem::take(&mut self.scratch_seeds);
+        seeds.clear();
         for &flow in &members {
             self.flows[flow as usize].updated = now;
             for &link in self.flows[flow as usize].route.iter() {
@@ -846,7 +857,9 @@ impl<'t> FlowNetwork<'t> {
         if let Some(Some(state)) = self.couplings.get_mut(coupling as usize) {
             state.members = members;
         }
-        self.refill(context, &seeds)
+        let refilled = self.refill(context, &seeds);
+        self.scratch_seeds = seeds;
+        refilled
     }
 
     /// The route of the next flow from `src` to `dst`.
