@@ -426,6 +426,14 @@ impl GraphBuilder {
         self.ops.len()
     }
 
+    /// Makes room for `ops` more ops with `deps` more dependencies in all, so that adding them
+    /// does not grow (and copy) the graph's arrays again and again.
+    pub fn reserve(&mut self, ops: usize, deps: usize) {
+        self.ops.reserve(ops);
+        self.dep_offsets.reserve(ops);
+        self.deps.reserve(deps);
+    }
+
     /// Interns `name` and returns its id (the same name always gets the same id).
     pub fn label(&mut self, name: &str) -> LabelId {
         if let Some(&id) = self.label_ids.get(name) {
