@@ -289,6 +289,8 @@ pub struct FlowNetwork<'t> {
     scratch_edges: Vec<(RankId, RankId, f64)>,
     /// Scratch for the links a coupled collective enters or leaves.
     scratch_seeds: Vec<LinkId>,
+    /// Scratch: a coupled collective's edge flows on each link (see `start_coupled`).
+    link_members: Vec<u32>,
     /// Member lists of finished couplings, reused by the next ones.
     spare_members: Vec<Vec<u32>>,
     /// Check the allocation after every re-fill (tests); the first violation found.
@@ -381,6 +383,7 @@ impl<'t> FlowNetwork<'t> {
             scratch_edges: Vec::new(),
             scratch_seeds: Vec::new(),
             spare_members: Vec::new(),
+            link_members: vec![0; links],
             audit: None,
         }
     }
@@ -714,16 +717,26 @@ impl<'t> FlowNetwork<'t> {
             (Some(reference), _) => {
                 // Alone, the flows share only the links they cross together: the common rate
                 // is the smallest capacity per member flow on any of their links.
-                let mut on_link: BTreeMap<u32, u32> = BTreeMap::new();
+                // Member flows per link, counted over the links `touched`.
+                let mut touched = std::mem::take(&mut self.scratch_seeds);
+                touched.clear();
                 for &flow in &members {
-                    for link in self.flows[flow as usize].route.iter() {
-                        *on_link.entry(link.0).or_insert(0) += 1;
+                    for &link in self.flows[flow as usize].route.iter() {
+                        touched.push(link);
+                        self.link_members[link.0 as usize] = 0;
                     }
                 }
-                let rate = on_link
+                for &link in &touched {
+                    self.link_members[link.0 as usize] += 1;
+                }
+                // The minimum does not depend on the order: each link once is enough.
+                let rate = touched
                     .iter()
-                    .map(|(&link, &count)| self.capacity[link as usize] / f64::from(count))
+                    .map(|&link| {
+                        self.capacity[link.0 as usize] / f64::from(self.link_members[link.0 as usize])
+                    })
                     .fold(f64::INFINITY, f64::min);
+                self.scratch_seeds = touched;
                 let largest = edges.iter().map(|e| e.2).fold(0.0, f64::max);
                 let data = if rate.is_finite() && rate > 0.0 { largest / rate } else { 0.0 };
                 let alone = slowest.checked_add(SimDuration::from_ps((data * 1e12).ceil() as u64))?;
