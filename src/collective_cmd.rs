@@ -6,11 +6,14 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
+use rayon::prelude::*;
 use serde::Serialize;
 use sim_core::fidelity::NetworkSettings;
 use sim_core::graph::{CollectiveAlgorithm, CollectiveKind};
 use sim_core::units::{Bytes, SimDuration};
-use workloads::collective_bench::{BenchSettings, CollectiveBench, CollectiveBenchError, NamedCollective};
+use workloads::collective_bench::{
+    BenchPoint, BenchSettings, CollectiveBench, CollectiveBenchError, NamedCollective,
+};
 
 use workloads::scenario::{Cluster, QUICKSTART};
 
@@ -219,9 +222,19 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
     let started = Instant::now();
     let mut bus_sum = 0.0;
     let mut rows = 0u32;
+    let mut all_sizes = Vec::new();
     let mut bytes = min;
     while bytes <= max {
-        let point = bench.time(bytes)?;
+        all_sizes.push(bytes);
+        bytes = match bytes.checked_mul(options.factor) {
+            Some(next) => next,
+            None => break,
+        };
+    }
+    // Each size is its own simulation: they run on every core, and are reported in order.
+    let timed: Vec<BenchPoint> =
+        all_sizes.par_iter().map(|&bytes| bench.time(bytes)).collect::<Result<_, _>>()?;
+    for (&bytes, point) in all_sizes.iter().zip(timed) {
         bus_sum += point.busbw;
         rows += 1;
         points.push((
@@ -262,10 +275,6 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
             point.busbw,
             point.chosen
         );
-        bytes = match bytes.checked_mul(options.factor) {
-            Some(next) => next,
-            None => break,
-        };
     }
     let _ = writeln!(out, "# Avg bus bandwidth    : {:.3}", bus_sum / f64::from(rows.max(1)));
     if !errors.is_empty() {

@@ -48,6 +48,7 @@ use crate::collective::{
     Choice, CollectiveError, Schedule, choose_for, chunk_for, data_time, protocol_overhead, ring_channels,
     wire_bytes,
 };
+use crate::fast_hash::FastMap;
 use crate::graph::{Collective, CollectiveAlgorithm, CollectiveKind, MemcpyDirection, RankId};
 use crate::network::AnalyticalNetwork;
 use crate::network::{Completion, NetContext, Network, NetworkError};
@@ -130,6 +131,24 @@ fn server_of(topology: &Topology, rank: RankId) -> Result<u32, CollectiveError> 
     topology.node_of(HostId(rank.0)).map_err(|error| CollectiveError::Network(error.to_string()))
 }
 
+/// The rings a ring collective over one group runs, as edges.
+#[derive(Debug)]
+struct RingEdges {
+    /// Rings (NCCL's channels).
+    channels: usize,
+    /// Every ring's edges (source, destination), ring after ring.
+    edges: Vec<(RankId, RankId)>,
+}
+
+/// The time a flow's first byte takes over `route`: the sum of its links' latencies.
+fn route_latency(topology: &Topology, route: &Route) -> Result<SimDuration, NetworkError> {
+    let mut latency = SimDuration::ZERO;
+    for &link in route.iter() {
+        latency = latency.checked_add(topology.link(link).latency)?;
+    }
+    Ok(latency)
+}
+
 /// What a steady-state ring needs to turn its data time into its step-by-step time.
 #[derive(Debug, Clone, Copy)]
 struct RingTiming {
@@ -142,6 +161,16 @@ struct RingTiming {
 
 /// `Flow::coupling` of an independent flow.
 const INDEPENDENT: u32 = u32::MAX;
+
+/// A route with what every flow on it needs: the sum of its link latencies (the time its first
+/// byte takes) and its slowest link's capacity (its rate alone), computed once per pair of
+/// ranks when routes do not depend on the flow.
+#[derive(Debug, Clone, Copy)]
+struct Path {
+    route: Route,
+    latency: SimDuration,
+    alone: f64,
+}
 
 #[derive(Debug, Clone)]
 struct Flow {
@@ -220,8 +249,12 @@ pub struct FlowNetwork<'t> {
     adaptive: bool,
     /// Unfinished flows routed over each link (kept only for adaptive routing).
     routed: Vec<u32>,
-    /// Per source host: the last destination and its route (see [`FlowNetwork::route`]).
-    last_route: Vec<(u32, Route)>,
+    /// Per source host: the last destination and its path (see [`FlowNetwork::path`]).
+    last_path: Vec<(u32, Path)>,
+    /// The path of every (source, destination) pair seen (see [`FlowNetwork::path`]).
+    paths: FastMap<(u32, u32), Path>,
+    /// The rings of each group's ring collectives (see [`FlowNetwork::start_coupled_ring`]).
+    ring_edges: FastMap<Vec<RankId>, RingEdges>,
     stats: FlowStats,
     /// Wall-clock time after which the run gives up ([`NetworkError::OutOfTime`]).
     deadline: Option<std::time::Instant>,
@@ -252,6 +285,14 @@ pub struct FlowNetwork<'t> {
     /// Scratch for a member's messages of a step, and the ones to start now.
     scratch_messages: Vec<Message>,
     scratch_starts: Vec<(u32, u32, RankId, RankId, f64)>,
+    /// Scratch for the edges (source, destination, bytes) of a coupled collective.
+    scratch_edges: Vec<(RankId, RankId, f64)>,
+    /// Scratch for the links a coupled collective enters or leaves.
+    scratch_seeds: Vec<LinkId>,
+    /// Scratch: a coupled collective's edge flows on each link (see `start_coupled`).
+    link_members: Vec<u32>,
+    /// Member lists of finished couplings, reused by the next ones.
+    spare_members: Vec<Vec<u32>>,
     /// Check the allocation after every re-fill (tests); the first violation found.
     audit: Option<Audit>,
 }
@@ -308,7 +349,15 @@ impl<'t> FlowNetwork<'t> {
             next_flow_id: 0,
             adaptive: topology.routing() == Routing::Ugal,
             routed: vec![0; links],
-            last_route: vec![(u32::MAX, Route::EMPTY); topology.host_count()],
+            last_path: vec![
+                (
+                    u32::MAX,
+                    Path { route: Route::EMPTY, latency: SimDuration::ZERO, alone: f64::INFINITY }
+                );
+                topology.host_count()
+            ],
+            paths: FastMap::default(),
+            ring_edges: FastMap::default(),
             stats: FlowStats::default(),
             deadline: None,
             epoch: 0,
@@ -331,6 +380,10 @@ impl<'t> FlowNetwork<'t> {
             tree_reference: HashMap::new(),
             scratch_messages: Vec::new(),
             scratch_starts: Vec::new(),
+            scratch_edges: Vec::new(),
+            scratch_seeds: Vec::new(),
+            spare_members: Vec::new(),
+            link_members: vec![0; links],
             audit: None,
         }
     }
@@ -416,8 +469,10 @@ impl<'t> FlowNetwork<'t> {
         bytes: f64,
         owner: Owner,
     ) -> Result<(), NetworkError> {
-        let route = self.route(src, dst)?;
-        self.start_flow_on(context, route, bytes, owner)
+        let path = self.path(src, dst)?;
+        let (id, latency) = self.new_flow(context.now(), path.route, path.latency, bytes, owner)?;
+        context.wake_after(latency, FlowEvent::Enter { flow: id })?;
+        Ok(())
     }
 
     /// Starts a flow of `bytes` on `route` for `owner`.
@@ -428,16 +483,19 @@ impl<'t> FlowNetwork<'t> {
         bytes: f64,
         owner: Owner,
     ) -> Result<(), NetworkError> {
-        let (id, latency) = self.new_flow(context.now(), route, bytes, owner)?;
+        let latency = route_latency(self.topology, &route)?;
+        let (id, latency) = self.new_flow(context.now(), route, latency, bytes, owner)?;
         context.wake_after(latency, FlowEvent::Enter { flow: id })?;
         Ok(())
     }
 
-    /// Allocates a flow (not yet on its links) and returns it with its route latency.
+    /// Allocates a flow on `route`, whose links' latencies sum to `latency` (not yet on its
+    /// links) and returns it with that latency.
     fn new_flow(
         &mut self,
         now: SimTime,
         route: Route,
+        latency: SimDuration,
         bytes: f64,
         owner: Owner,
     ) -> Result<(u32, SimDuration), NetworkError> {
@@ -456,10 +514,6 @@ impl<'t> FlowNetwork<'t> {
             for link in route.iter() {
                 audit.link_bytes[link.0 as usize] += bytes;
             }
-        }
-        let mut latency = SimDuration::ZERO;
-        for &link in route.iter() {
-            latency = latency.checked_add(self.topology.link(link).latency)?;
         }
         let mut flow = Flow {
             route,
@@ -500,22 +554,33 @@ impl<'t> FlowNetwork<'t> {
         group: &[RankId],
         delay: SimDuration,
     ) -> Result<(), NetworkError> {
-        let topology = self.topology;
-        let channels = ring_channels(group, |rank| server_of(topology, rank))?;
+        // A group's rings are the same every time: computed on its first collective.
+        if !self.ring_edges.contains_key(group) {
+            let topology = self.topology;
+            let channels = ring_channels(group, |rank| server_of(topology, rank))?;
+            let edges = channels
+                .iter()
+                .flat_map(|ring| (0..ring.len()).map(move |i| (ring[i], ring[(i + 1) % ring.len()])))
+                .collect();
+            self.ring_edges.insert(group.to_vec(), RingEdges { channels: channels.len(), edges });
+        }
         let p = group.len() as f64;
         let (steps, volume) = if collective.kind == CollectiveKind::AllReduce {
             (2 * (group.len() - 1), 2.0 * (p - 1.0) / p)
         } else {
             (group.len() - 1, (p - 1.0) / p)
         };
-        let bytes = collective.bytes.as_f64() * volume / channels.len() as f64;
-        let edges = channels
-            .iter()
-            .flat_map(|ring| (0..ring.len()).map(move |i| (ring[i], ring[(i + 1) % ring.len()], bytes)));
-        let edges: Vec<_> = edges.collect();
+        let mut edges = std::mem::take(&mut self.scratch_edges);
+        edges.clear();
+        if let Some(rings) = self.ring_edges.get(group) {
+            let bytes = collective.bytes.as_f64() * volume / rings.channels as f64;
+            edges.extend(rings.edges.iter().map(|&(src, dst)| (src, dst, bytes)));
+        }
         let timing =
             CoupledTiming { steps: steps as u64, fill_bytes: 0.0, latency_sum: None, delay, reference: None };
-        self.start_coupled(context, token, &edges, timing)
+        let result = self.start_coupled(context, token, &edges, timing);
+        self.scratch_edges = edges;
+        result
     }
 
     /// Starts a pipelined schedule (the double binary tree) in its steady-state form: one flow per edge
@@ -631,15 +696,15 @@ impl<'t> FlowNetwork<'t> {
                 (self.couplings.len() - 1) as u32
             }
         };
-        let mut members = Vec::with_capacity(edges.len());
+        let mut members = self.spare_members.pop().unwrap_or_default();
+        members.clear();
         let mut slowest = SimDuration::ZERO;
         let mut shortest = SimDuration::MAX;
         let mut slowest_step = SimDuration::ZERO;
         let now = context.now();
         for &(src, dst, bytes) in edges {
-            let route = self.route(src, dst)?;
-            let alone = route.iter().map(|l| self.capacity[l.0 as usize]).fold(f64::INFINITY, f64::min);
-            let (flow, latency) = self.new_flow(now, route, bytes, Owner::Coupled)?;
+            let Path { route, latency, alone } = self.path(src, dst)?;
+            let (flow, latency) = self.new_flow(now, route, latency, bytes, Owner::Coupled)?;
             self.flows[flow as usize].coupling = id;
             members.push(flow);
             slowest = slowest.max(latency);
@@ -652,16 +717,26 @@ impl<'t> FlowNetwork<'t> {
             (Some(reference), _) => {
                 // Alone, the flows share only the links they cross together: the common rate
                 // is the smallest capacity per member flow on any of their links.
-                let mut on_link: BTreeMap<u32, u32> = BTreeMap::new();
+                // Member flows per link, counted over the links `touched`.
+                let mut touched = std::mem::take(&mut self.scratch_seeds);
+                touched.clear();
                 for &flow in &members {
-                    for link in self.flows[flow as usize].route.iter() {
-                        *on_link.entry(link.0).or_insert(0) += 1;
+                    for &link in self.flows[flow as usize].route.iter() {
+                        touched.push(link);
+                        self.link_members[link.0 as usize] = 0;
                     }
                 }
-                let rate = on_link
+                for &link in &touched {
+                    self.link_members[link.0 as usize] += 1;
+                }
+                // The minimum does not depend on the order: each link once is enough.
+                let rate = touched
                     .iter()
-                    .map(|(&link, &count)| self.capacity[link as usize] / f64::from(count))
+                    .map(|&link| {
+                        self.capacity[link.0 as usize] / f64::from(self.link_members[link.0 as usize])
+                    })
                     .fold(f64::INFINITY, f64::min);
+                self.scratch_seeds = touched;
                 let largest = edges.iter().map(|e| e.2).fold(0.0, f64::max);
                 let data = if rate.is_finite() && rate > 0.0 { largest / rate } else { 0.0 };
                 let alone = slowest.checked_add(SimDuration::from_ps((data * 1e12).ceil() as u64))?;
@@ -716,7 +791,8 @@ impl<'t> FlowNetwork<'t> {
             _ => return Ok(()), // stale: the common rate changed since
         };
         let now = context.now();
-        let mut seeds = Vec::new();
+        let mut seeds = std::mem::take(&mut self.scratch_seeds);
+        seeds.clear();
         for &id in &members {
             let flow = &mut self.flows[id as usize];
             if let Some(audit) = &mut self.audit {
@@ -743,11 +819,13 @@ impl<'t> FlowNetwork<'t> {
             self.free_flows.push(id);
         }
         self.active_flows -= members.len();
+        self.spare_members.push(members);
         let Some(state) = self.couplings[coupling as usize].take() else { return Ok(()) };
         self.free_couplings.push(coupling);
-        if seeds.iter().any(|link| !self.on_link[link.0 as usize].is_empty()) {
-            self.refill(context, &seeds)?;
-        }
+        let shared = seeds.iter().any(|link| !self.on_link[link.0 as usize].is_empty());
+        let refilled = if shared { self.refill(context, &seeds) } else { Ok(()) };
+        self.scratch_seeds = seeds;
+        refilled?;
         if let Some(timing) = state.ring {
             // Step by step, a ring step lasts as long as its slowest message: either the
             // longest edge at its own bandwidth, or the bottleneck edges at the rate the data
@@ -778,7 +856,8 @@ impl<'t> FlowNetwork<'t> {
         if let Some(Some(Coupling { ring: Some(timing), .. })) = self.couplings.get_mut(coupling as usize) {
             timing.entered = now;
         }
-        let mut seeds = Vec::new();
+        let mut seeds = std::mem::take(&mut self.scratch_seeds);
+        seeds.clear();
         for &flow in &members {
             self.flows[flow as usize].updated = now;
             for &link in self.flows[flow as usize].route.iter() {
@@ -791,19 +870,33 @@ impl<'t> FlowNetwork<'t> {
         if let Some(Some(state)) = self.couplings.get_mut(coupling as usize) {
             state.members = members;
         }
-        self.refill(context, &seeds)
+        let refilled = self.refill(context, &seeds);
+        self.scratch_seeds = seeds;
+        refilled
     }
 
-    /// The route of the next flow from `src` to `dst`. When routes do not depend on the flow,
-    /// each source remembers its last destination's route (a ring sends to the same neighbour
-    /// every step).
+    /// The route of the next flow from `src` to `dst`.
     fn route(&mut self, src: RankId, dst: RankId) -> Result<Route, NetworkError> {
+        Ok(self.path(src, dst)?.route)
+    }
+
+    /// The path of the next flow from `src` to `dst`. When routes do not depend on the flow,
+    /// each pair's path is computed once, and each source remembers its last destination's
+    /// (a ring sends to the same neighbour every step) in front of the map of all pairs.
+    fn path(&mut self, src: RankId, dst: RankId) -> Result<Path, NetworkError> {
         let cacheable = !self.topology.routes_depend_on_flow();
-        if cacheable
-            && let Some(&(last, route)) = self.last_route.get(src.0 as usize)
-            && last == dst.0
-        {
-            return Ok(route);
+        if cacheable {
+            if let Some(&(last, path)) = self.last_path.get(src.0 as usize)
+                && last == dst.0
+            {
+                return Ok(path);
+            }
+            if let Some(&path) = self.paths.get(&(src.0, dst.0)) {
+                if let Some(slot) = self.last_path.get_mut(src.0 as usize) {
+                    *slot = (dst.0, path);
+                }
+                return Ok(path);
+            }
         }
         let (minimal, alternative) =
             self.topology.route_candidates(HostId(src.0), HostId(dst.0), self.next_flow_id)?;
@@ -811,10 +904,16 @@ impl<'t> FlowNetwork<'t> {
             Some(valiant) if self.congestion(&valiant) < self.congestion(&minimal) => valiant,
             _ => minimal,
         };
-        if cacheable && let Some(slot) = self.last_route.get_mut(src.0 as usize) {
-            *slot = (dst.0, route);
+        let latency = route_latency(self.topology, &route)?;
+        let alone = route.iter().map(|l| self.capacity[l.0 as usize]).fold(f64::INFINITY, f64::min);
+        let path = Path { route, latency, alone };
+        if cacheable {
+            self.paths.insert((src.0, dst.0), path);
+            if let Some(slot) = self.last_path.get_mut(src.0 as usize) {
+                *slot = (dst.0, path);
+            }
         }
-        Ok(route)
+        Ok(path)
     }
 
     /// UGAL's cost of a route: its hop count times (1 + the most unfinished flows routed over
@@ -978,6 +1077,12 @@ impl<'t> FlowNetwork<'t> {
             let route = self.flows[flow as usize].route;
             self.new_rate[flow as usize] =
                 route.iter().map(|l| self.capacity[l.0 as usize]).fold(f64::INFINITY, f64::min);
+        } else if let Some(share) = self.lone_coupling_share() {
+            // One collective's edges and nothing else: they all freeze at the first link the
+            // filling would fill, the one with the smallest fair share.
+            for index in 0..self.component_flows.len() {
+                self.new_rate[self.component_flows[index] as usize] = share;
+            }
         } else {
             self.fill(epoch);
         }
@@ -1026,6 +1131,28 @@ impl<'t> FlowNetwork<'t> {
             self.check_allocation();
         }
         Ok(())
+    }
+
+    /// If the current component is the edges of one steady-state collective and no other flow,
+    /// the rate progressive filling gives them all: the smallest fair share of any of their
+    /// links (capacity over flows on it), exactly the first share [`FlowNetwork::fill`] would pop.
+    fn lone_coupling_share(&self) -> Option<f64> {
+        let &first = self.component_flows.first()?;
+        let coupling = self.flows[first as usize].coupling;
+        let Some(Some(state)) = self.couplings.get(coupling as usize) else { return None };
+        // The search brings every edge of a coupling in: if there are as many flows as edges,
+        // they are all of them.
+        if state.members.len() != self.component_flows.len()
+            || self.component_flows.iter().any(|&flow| self.flows[flow as usize].coupling != coupling)
+        {
+            return None;
+        }
+        let share = self
+            .component_links
+            .iter()
+            .map(|&link| self.capacity[link as usize] / f64::from(self.on_link[link as usize].len() as u32))
+            .fold(f64::INFINITY, f64::min);
+        Some(share)
     }
 
     /// Progressive filling over the current component with a min-heap of link fair shares

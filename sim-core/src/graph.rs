@@ -426,6 +426,14 @@ impl GraphBuilder {
         self.ops.len()
     }
 
+    /// Makes room for `ops` more ops with `deps` more dependencies in all, so that adding them
+    /// does not grow (and copy) the graph's arrays again and again.
+    pub fn reserve(&mut self, ops: usize, deps: usize) {
+        self.ops.reserve(ops);
+        self.dep_offsets.reserve(ops);
+        self.deps.reserve(deps);
+    }
+
     /// Interns `name` and returns its id (the same name always gets the same id).
     pub fn label(&mut self, name: &str) -> LabelId {
         if let Some(&id) = self.label_ids.get(name) {
@@ -548,13 +556,14 @@ impl GraphBuilder {
         // Ops: ranks, collectives, dependencies.
         for (index, op) in self.ops.iter().enumerate() {
             let id = OpId(index as u32);
-            let mut ranks = vec![op.rank];
+            // The op's rank and, for a transfer, its destination (no allocation per op).
+            let mut ranks = [op.rank, op.rank];
             match op.kind {
                 OpKind::Transfer { dst, .. } => {
                     if dst == op.rank {
                         return Err(GraphError::SelfTransfer { op: id, label: describe(index), rank: dst });
                     }
-                    ranks.push(dst);
+                    ranks[1] = dst;
                 }
                 OpKind::Collective(collective) if collective.0 as usize >= self.collectives.len() => {
                     return Err(GraphError::CollectiveOutOfRange {

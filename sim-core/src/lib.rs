@@ -63,6 +63,7 @@ pub use units;
 pub mod collective;
 pub mod collnet;
 pub mod exec;
+mod fast_hash;
 pub mod fidelity;
 pub mod flow;
 pub mod graph;

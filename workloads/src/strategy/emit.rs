@@ -357,6 +357,12 @@ impl Buffer {
         self.dep_ends.push(self.deps.len() as u32);
         self.ops.len() as u32 - 1
     }
+
+    /// [`Buffer::push`] with `last` after `deps`.
+    fn push_with(&mut self, op: Op, deps: &[Dep], last: Dep) -> u32 {
+        self.deps.extend_from_slice(deps);
+        self.push(op, &[last])
+    }
 }
 
 pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
@@ -447,13 +453,19 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
         let mut daso_local: Vec<Option<u32>> = Vec::with_capacity(simulated.len());
         let mut rank_loads: Vec<VecDeque<(u32, Dep)>> = Vec::with_capacity(simulated.len());
         for (position, &rank) in simulated.iter().enumerate() {
+            // Ranks emit about as many ops as each other: room for the previous one's.
+            let (ops, deps) = buffers.last().map_or((0, 0), |b: &Buffer| (b.ops.len(), b.deps.len()));
             let mut emitter = RankEmitter {
                 plan: &plan,
                 labels: &labels,
                 bucket_labels: &bucket_labels,
                 shared: &mut shared,
                 rank,
-                buffer: Buffer { ops: Vec::new(), dep_ends: Vec::new(), deps: Vec::new() },
+                buffer: Buffer {
+                    ops: Vec::with_capacity(ops),
+                    dep_ends: Vec::with_capacity(ops),
+                    deps: Vec::with_capacity(deps),
+                },
                 waiting: Vec::new(),
                 last_compute: None,
                 spans: Vec::new(),
@@ -484,6 +496,9 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
             offsets.push(next);
             next += buffer.ops.len() as u32;
         }
+        shared
+            .graph
+            .reserve(buffers.iter().map(|b| b.ops.len()).sum(), buffers.iter().map(|b| b.deps.len()).sum());
         let mut resolved = Vec::new();
         for (rank, buffer) in buffers.into_iter().enumerate() {
             let mut start = 0usize;
@@ -1931,12 +1946,16 @@ impl RankEmitter<'_, '_> {
 
     /// A compute op after everything waited for; returns its local index.
     fn compute(&mut self, duration: SimDuration, label: LabelId) -> u32 {
+        // The launch goes first in the buffer; the waiting list's buffer is kept for reuse.
+        let launch = self.launch();
         let mut deps = std::mem::take(&mut self.waiting);
-        deps.extend(self.launch());
+        deps.extend(launch);
         let op = self.buffer.push(
             Op { kind: OpKind::Compute { duration }, rank: RankId(self.rank), stream: COMPUTE_STREAM, label },
             &deps,
         );
+        deps.clear();
+        self.waiting = deps;
         self.last_compute = Some(op);
         op
     }
@@ -1976,7 +1995,9 @@ impl RankEmitter<'_, '_> {
         let mut deps = std::mem::take(&mut self.waiting);
         deps.extend(self.last_compute.map(Dep::Local));
         let op = self.collective(comm, stream, group, label, &deps);
-        self.waiting.push(Dep::Local(op));
+        deps.clear();
+        deps.push(Dep::Local(op));
+        self.waiting = deps;
     }
 
     /// The label of a collective called `what`, interned once.
@@ -2001,9 +2022,12 @@ impl RankEmitter<'_, '_> {
         deps: &[Dep],
     ) -> u32 {
         let id = self.collective_instance(comm, group);
-        let mut deps = deps.to_vec();
-        deps.extend(self.launch());
-        self.buffer.push(Op { kind: OpKind::Collective(id), rank: RankId(self.rank), stream, label }, &deps)
+        let launch = self.launch();
+        let op = Op { kind: OpKind::Collective(id), rank: RankId(self.rank), stream, label };
+        match launch {
+            Some(launch) => self.buffer.push_with(op, deps, launch),
+            None => self.buffer.push(op, deps),
+        }
     }
 
     /// The rank's next collective of `group`: created by the first member to reach it, shared
