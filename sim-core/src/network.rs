@@ -10,7 +10,6 @@ use std::fmt;
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
 
 use topology::{HostId, LinkId, Route, Topology, TopologyError};
 use units::{Bandwidth, Bytes, SimDuration, SimTime, TimeOverflow, UnitError};
@@ -18,6 +17,7 @@ use units::{Bandwidth, Bytes, SimDuration, SimTime, TimeOverflow, UnitError};
 use crate::collective::{
     CollectiveError, LevelLatencies, PathCost, StepNetwork, analytical_time, pipeline_time_by_steps,
 };
+use crate::fast_hash::FastMap;
 use crate::graph::{Collective, CollectiveId, MemcpyDirection, OpId, RankId};
 use crate::protocol::{Hop, ProtocolChoice};
 use crate::queue::EventQueue;
@@ -381,44 +381,9 @@ fn level_loads(
     Ok(LevelLoads { latencies, links })
 }
 
-/// The trees seen so far by their levels' hops: looked up, never iterated, so the hash
-/// (FxHash's multiply-rotate, over a few hundred thousand rank pairs for a large tree) needs
-/// to be fast, not to resist crafted collisions.
-type TreeCache = HashMap<Vec<Vec<(RankId, RankId)>>, LevelLoads, BuildHasherDefault<RankPairHasher>>;
-
-/// The hasher of [`TreeCache`].
-#[derive(Debug, Default)]
-struct RankPairHasher(u64);
-
-impl RankPairHasher {
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
-impl Hasher for RankPairHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for &byte in bytes {
-            self.add(u64::from(byte));
-        }
-    }
-
-    fn write_u32(&mut self, word: u32) {
-        self.add(u64::from(word));
-    }
-
-    fn write_u64(&mut self, word: u64) {
-        self.add(word);
-    }
-
-    fn write_usize(&mut self, word: usize) {
-        self.add(word as u64);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
+/// The trees seen so far by their levels' hops: looked up, never iterated, so the fast hash
+/// (over a few hundred thousand rank pairs for a large tree) keeps results deterministic.
+type TreeCache = FastMap<Vec<Vec<(RankId, RankId)>>, LevelLoads>;
 
 impl<'t> AnalyticalNetwork<'t> {
     /// An analytical model over `topology`.
