@@ -539,9 +539,16 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
     let seconds = iteration_time.as_secs_f64();
 
     // Means over the simulated ranks (with folding, each stands for its symmetric copies).
-    let simulated = |rank: usize| lowered.ranks.binary_search(&RankId(rank as u32)).is_ok();
+    let mut is_simulated = vec![false; lowered.graph.ranks() as usize];
+    for rank in &lowered.ranks {
+        is_simulated[rank.0 as usize] = true;
+    }
+    let simulated = |rank: usize| is_simulated[rank];
+    // The statistics below skip the ops of ranks that are not simulated (shadow copies of
+    // folded ranks' transfers) as well as host work: only the simulated ranks' are reported.
+    let off_device = |op: &sim_core::graph::Op| is_host(op) || !is_simulated[op.rank.0 as usize];
     let per_rank: Vec<_> =
-        breakdown_ignoring(&lowered.graph, &timeline, SimTime::ZERO, previous_end, &is_host)
+        breakdown_ignoring(&lowered.graph, &timeline, SimTime::ZERO, previous_end, &off_device)
             .into_iter()
             .enumerate()
             .filter(|(rank, _)| simulated(*rank))
@@ -554,7 +561,7 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
         previous_end,
         &|stream| group_of_stream(stream).and_then(|kind| GroupKind::ALL.iter().position(|k| *k == kind)),
         GroupKind::ALL.len(),
-        &is_host,
+        &off_device,
     )
     .into_iter()
     .enumerate()
@@ -567,7 +574,7 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
             crate::strategy::OFFLOAD_STREAM | crate::strategy::PREFETCH_STREAM => Some(0),
             _ => Some(1),
         };
-        exposed_by_class(&lowered.graph, &timeline, SimTime::ZERO, previous_end, &offload, 2, &is_host)
+        exposed_by_class(&lowered.graph, &timeline, SimTime::ZERO, previous_end, &offload, 2, &off_device)
             .into_iter()
             .enumerate()
             .filter(|(rank, _)| simulated(*rank))
