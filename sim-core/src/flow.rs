@@ -274,7 +274,8 @@ pub struct FlowNetwork<'t> {
     /// Run ring collectives in their steady-state form (see [`FlowNetwork::steady_state`]).
     steady_state: bool,
     couplings: Vec<Option<Coupling>>,
-    free_couplings: Vec<u32>,
+    /// Free coupling slots, with the generation their last coupling ended at.
+    free_couplings: Vec<(u32, u32)>,
     /// Scratch: the flows to freeze together.
     freeze_scratch: Vec<u32>,
     /// Alpha-beta estimates for choosing `Auto` algorithms, and the choices made.
@@ -689,11 +690,13 @@ impl<'t> FlowNetwork<'t> {
         let CoupledTiming { steps, fill_bytes, latency_sum, delay, reference } = timing;
         // A ring's steps all cost the same; a pipeline's are summed by the caller.
         let ring = latency_sum.is_none();
-        let id = match self.free_couplings.pop() {
-            Some(id) => id,
+        // Generations keep counting across reuse of a slot, so a stale completion of the slot's
+        // previous coupling can never match the new one.
+        let (id, generation) = match self.free_couplings.pop() {
+            Some((id, generation)) => (id, generation.wrapping_add(1)),
             None => {
                 self.couplings.push(None);
-                (self.couplings.len() - 1) as u32
+                ((self.couplings.len() - 1) as u32, 0)
             }
         };
         let mut members = self.spare_members.pop().unwrap_or_default();
@@ -773,7 +776,7 @@ impl<'t> FlowNetwork<'t> {
             due: SimDuration::ZERO,
             due_generation: 0,
             rescheduled: false,
-            generation: 0,
+            generation,
         });
         Ok(context.wake_after(delay.checked_add(slowest)?, FlowEvent::Couple { coupling: id })?)
     }
@@ -821,7 +824,7 @@ impl<'t> FlowNetwork<'t> {
         self.active_flows -= members.len();
         self.spare_members.push(members);
         let Some(state) = self.couplings[coupling as usize].take() else { return Ok(()) };
-        self.free_couplings.push(coupling);
+        self.free_couplings.push((coupling, state.generation));
         let shared = seeds.iter().any(|link| !self.on_link[link.0 as usize].is_empty());
         let refilled = if shared { self.refill(context, &seeds) } else { Ok(()) };
         self.scratch_seeds = seeds;
