@@ -7,6 +7,13 @@
 //! when a flow enters or leaves, and then only for the flows connected to it through shared
 //! links (its connected component): those are re-filled, their progress is brought up to date,
 //! and their completion is rescheduled (stale completion events are skipped by generation).
+//! The re-fill waits until every event of the current instant has run ([`FlowEvent::Refill`]):
+//! when many flows enter and leave at once (every message of a collective step), their
+//! components are re-filled once, together, and rates that would have lived for no time are
+//! never computed. Until then the old rates stand, which is exact: no time passes. Routes that
+//! depend on the flow (ECMP hashes its serial number, UGAL counts the flows already routed) are
+//! the exception: batching reorders the completions of one instant, hence the order in which
+//! the next flows start and the routes they draw, so there every change re-fills at once.
 //!
 //! Routes come from the topology per flow (ECMP hashes the flow id). Under UGAL routing on a
 //! dragonfly, a flow takes its Valiant route instead of the minimal one when the minimal
@@ -88,6 +95,9 @@ pub enum FlowEvent {
         /// Its generation when the event was scheduled.
         generation: u32,
     },
+    /// Flows entered or left at this instant: once no other event is due now, the rates of
+    /// the flows connected to their links are re-filled, all at once.
+    Refill,
 }
 
 /// Who is waiting for a flow.
@@ -223,7 +233,10 @@ impl Ord for Share {
 pub struct FlowStats {
     /// Flows started (one per transfer, one per collective message).
     pub flows: u64,
-    /// Rate recomputations (one per flow entering or leaving).
+    /// Rate recomputations: one per simulated instant at which flows entered or left links
+    /// they share, however many changed then (a completion due at once, at the new rates, may
+    /// add one more); with [`FlowNetwork::refilling_immediately`], one per such change. A flow
+    /// alone on its links gets its rate without one.
     pub recomputations: u64,
     /// Flows whose rate was re-filled, summed over recomputations.
     pub refilled_flows: u64,
@@ -274,7 +287,8 @@ pub struct FlowNetwork<'t> {
     /// Run ring collectives in their steady-state form (see [`FlowNetwork::steady_state`]).
     steady_state: bool,
     couplings: Vec<Option<Coupling>>,
-    free_couplings: Vec<u32>,
+    /// Free coupling slots, with the generation their last coupling ended at.
+    free_couplings: Vec<(u32, u32)>,
     /// Scratch: the flows to freeze together.
     freeze_scratch: Vec<u32>,
     /// Alpha-beta estimates for choosing `Auto` algorithms, and the choices made.
@@ -295,6 +309,13 @@ pub struct FlowNetwork<'t> {
     spare_members: Vec<Vec<u32>>,
     /// Check the allocation after every re-fill (tests); the first violation found.
     audit: Option<Audit>,
+    /// Links where flows entered or left since the last re-fill (see [`FlowEvent::Refill`]).
+    pending_seeds: Vec<LinkId>,
+    /// A [`FlowEvent::Refill`] is scheduled for the current instant.
+    refill_scheduled: bool,
+    /// Re-fill after every change instead of once per instant: when routes depend on the
+    /// flow (see the module documentation), and in tests that compare the two.
+    immediate: bool,
 }
 
 /// How a coupled collective's time adds up besides its data (see `start_coupled`).
@@ -385,6 +406,9 @@ impl<'t> FlowNetwork<'t> {
             spare_members: Vec::new(),
             link_members: vec![0; links],
             audit: None,
+            pending_seeds: Vec::new(),
+            refill_scheduled: false,
+            immediate: topology.routes_depend_on_flow(),
         }
     }
 
@@ -394,6 +418,13 @@ impl<'t> FlowNetwork<'t> {
     /// component per re-fill.
     pub fn audited(mut self) -> Self {
         self.audit = Some(Audit::default());
+        self
+    }
+
+    /// The same model re-filling rates after every flow that enters or leaves, as it did before
+    /// re-fills were batched per instant: the same rates, computed more often (for tests).
+    pub fn refilling_immediately(mut self) -> Self {
+        self.immediate = true;
         self
     }
 
@@ -689,11 +720,13 @@ impl<'t> FlowNetwork<'t> {
         let CoupledTiming { steps, fill_bytes, latency_sum, delay, reference } = timing;
         // A ring's steps all cost the same; a pipeline's are summed by the caller.
         let ring = latency_sum.is_none();
-        let id = match self.free_couplings.pop() {
-            Some(id) => id,
+        // Generations keep counting across reuse of a slot, so a stale completion of the slot's
+        // previous coupling can never match the new one.
+        let (id, generation) = match self.free_couplings.pop() {
+            Some((id, generation)) => (id, generation.wrapping_add(1)),
             None => {
                 self.couplings.push(None);
-                (self.couplings.len() - 1) as u32
+                ((self.couplings.len() - 1) as u32, 0)
             }
         };
         let mut members = self.spare_members.pop().unwrap_or_default();
@@ -773,7 +806,7 @@ impl<'t> FlowNetwork<'t> {
             due: SimDuration::ZERO,
             due_generation: 0,
             rescheduled: false,
-            generation: 0,
+            generation,
         });
         Ok(context.wake_after(delay.checked_add(slowest)?, FlowEvent::Couple { coupling: id })?)
     }
@@ -821,9 +854,9 @@ impl<'t> FlowNetwork<'t> {
         self.active_flows -= members.len();
         self.spare_members.push(members);
         let Some(state) = self.couplings[coupling as usize].take() else { return Ok(()) };
-        self.free_couplings.push(coupling);
+        self.free_couplings.push((coupling, state.generation));
         let shared = seeds.iter().any(|link| !self.on_link[link.0 as usize].is_empty());
-        let refilled = if shared { self.refill(context, &seeds) } else { Ok(()) };
+        let refilled = if shared { self.request_refill(context, &seeds) } else { Ok(()) };
         self.scratch_seeds = seeds;
         refilled?;
         if let Some(timing) = state.ring {
@@ -870,7 +903,7 @@ impl<'t> FlowNetwork<'t> {
         if let Some(Some(state)) = self.couplings.get_mut(coupling as usize) {
             state.members = members;
         }
-        let refilled = self.refill(context, &seeds);
+        let refilled = self.request_refill(context, &seeds);
         self.scratch_seeds = seeds;
         refilled
     }
@@ -952,7 +985,7 @@ impl<'t> FlowNetwork<'t> {
             let delay = SimDuration::from_ps((flow.remaining / rate * 1e12).ceil() as u64);
             return Ok(context.wake_after(delay, FlowEvent::Finish { flow: id, generation })?);
         }
-        self.refill(context, &route)
+        self.request_refill(context, &route)
     }
 
     /// The flow's last byte has arrived: it leaves its links, the others re-fill, and its
@@ -991,7 +1024,7 @@ impl<'t> FlowNetwork<'t> {
         flow.generation = flow.generation.wrapping_add(1);
         // Re-fill only if the flow shared a link with others: their rates may rise.
         if route.iter().any(|link| !self.on_link[link.0 as usize].is_empty()) {
-            self.refill(context, &route)?;
+            self.request_refill(context, &route)?;
         }
         self.release(context, id)
     }
@@ -1014,6 +1047,42 @@ impl<'t> FlowNetwork<'t> {
             // Coupled edges never finish one by one: `coupling_done` ends them together.
             Owner::Coupled => Ok(()),
         }
+    }
+
+    /// Flows entered or left `seeds`: their neighbours' rates are re-filled once every event
+    /// of this instant has run (or now, with [`FlowNetwork::refilling_immediately`]). Until
+    /// then every flow keeps the rate it had, which no one reads before time moves on: a
+    /// completion due now was scheduled at that rate and still holds, and a flow that entered
+    /// now has rate 0 and no completion yet.
+    fn request_refill(
+        &mut self,
+        context: &mut NetContext<'_, FlowEvent>,
+        seeds: &[LinkId],
+    ) -> Result<(), NetworkError> {
+        if self.immediate {
+            return self.refill(context, seeds);
+        }
+        self.pending_seeds.extend_from_slice(seeds);
+        if !self.refill_scheduled {
+            self.refill_scheduled = true;
+            context.wake_after(SimDuration::ZERO, FlowEvent::Refill)?;
+        }
+        Ok(())
+    }
+
+    /// The batched re-fill of this instant, once it is the last event due now: events due at
+    /// the same time but scheduled after it (completions that start new flows, flows that
+    /// finish as soon as they enter) run first, so one re-fill covers every change.
+    fn refill_pending(&mut self, context: &mut NetContext<'_, FlowEvent>) -> Result<(), NetworkError> {
+        if context.more_due_now() {
+            return Ok(context.wake_after(SimDuration::ZERO, FlowEvent::Refill)?);
+        }
+        self.refill_scheduled = false;
+        let seeds = std::mem::take(&mut self.pending_seeds);
+        let refilled = self.refill(context, &seeds);
+        self.pending_seeds = seeds;
+        self.pending_seeds.clear();
+        refilled
     }
 
     /// Max-min fair rates for every flow connected to `seeds` through shared links.
@@ -1509,6 +1578,7 @@ impl Network for FlowNetwork<'_> {
                 self.coupling_done(context, coupling, generation)
             }
             FlowEvent::Finish { flow, generation } => self.finish(context, flow, generation),
+            FlowEvent::Refill => self.refill_pending(context),
         }
     }
 }

@@ -56,6 +56,12 @@ impl<E: Copy> NetContext<'_, E> {
         self.queue.now()
     }
 
+    /// True if another event is due at the current time: a model that batches its work per
+    /// instant waits until this is false.
+    pub fn more_due_now(&self) -> bool {
+        self.queue.has_due_now()
+    }
+
     /// Reports `token` done `delay` from now.
     pub fn complete_after(&mut self, delay: SimDuration, token: Completion) -> Result<(), TimeOverflow> {
         self.queue.schedule_after(delay, Event::Done(token)).map(|_| ())

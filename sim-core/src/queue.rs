@@ -86,6 +86,12 @@ impl<E: Copy> EventQueue<E> {
         self.len == 0
     }
 
+    /// True if another event is due at the current time (all of them wait in the list once
+    /// the clock has reached their time).
+    pub fn has_due_now(&self) -> bool {
+        !self.due_now.is_empty()
+    }
+
     /// Schedules `event` `delay` after now and returns its due time. Events can never be
     /// scheduled in the past; past the end of representable time is an error.
     pub fn schedule_after(&mut self, delay: SimDuration, event: E) -> Result<SimTime, TimeOverflow> {
@@ -196,6 +202,20 @@ mod tests {
             }
             prop_assert_eq!(queue.len(), reference.len());
         }
+    }
+
+    #[test]
+    fn events_due_now_are_visible() {
+        let mut queue = EventQueue::new();
+        queue.schedule_after(SimDuration::from_us(1), 1).unwrap();
+        queue.schedule_after(SimDuration::from_us(1), 2).unwrap();
+        assert!(!queue.has_due_now());
+        queue.pop();
+        assert!(queue.has_due_now());
+        queue.pop();
+        assert!(!queue.has_due_now());
+        queue.schedule_after(SimDuration::ZERO, 3).unwrap();
+        assert!(queue.has_due_now());
     }
 
     #[test]

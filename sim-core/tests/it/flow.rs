@@ -250,3 +250,41 @@ fn classic_three_link_parking_lot() {
     // The long flow really crosses three ring links.
     assert_eq!(topology.route(topology::HostId(0), topology::HostId(3)).unwrap().len(), 5);
 }
+
+/// Eight senders into one receiver, four of 125 MB and four of 250 MB: they enter together, the
+/// small ones leave together, then the large ones. Re-filled after every change (as before
+/// batching) that is 7 + 4 + 3 re-fills; batched per instant, one per instant, with the same
+/// completion times to the picosecond.
+#[test]
+fn flows_changing_at_one_instant_refill_once() {
+    let topology = star(9);
+    let mut graph = GraphBuilder::new(9);
+    for src in 0..8u32 {
+        let bytes = if src < 4 { 125_000_000 } else { 250_000_000 };
+        graph.transfer(RankId(src), StreamId(0), RankId(8), Bytes(bytes), "flow", &[]);
+    }
+    let graph = graph.build().unwrap();
+    let mut results = Vec::new();
+    for immediate in [true, false] {
+        let network = FlowNetwork::new(&topology).audited();
+        let mut network = if immediate { network.refilling_immediately() } else { network };
+        let timeline = run(&graph, &mut network).unwrap();
+        let audit = network.audit().unwrap();
+        assert_eq!(audit.violation, None);
+        assert!((audit.bytes_sent - audit.bytes_delivered).abs() < 1.0, "{audit:?}");
+        let ends: Vec<SimDuration> = (0..8).map(|i| timeline.end[i].since_start()).collect();
+        results.push((ends, network.stats().recomputations, network.stats().refilled_flows));
+    }
+    let (immediate, batched) = (&results[0], &results[1]);
+    assert_eq!(batched.0, immediate.0);
+    assert_eq!(immediate.1, 7 + 4 + 3);
+    assert_eq!(batched.1, 3);
+    // Each instant re-fills its component once: the 8 flows entering, the 4 large ones left
+    // after the small ones, and nobody after the large ones.
+    assert_eq!(batched.2, 8 + 4);
+    // Eight flows share the receiver's link: 1.5625 GB/s each; then four share it at 3.125 GB/s.
+    let small = expected(125e6, LINK / 8.0);
+    assert!(close(batched.0[0], small), "{}", batched.0[0]);
+    let large = SimDuration::from_ps(small.as_ps() + (125e6 / (LINK / 4.0) * 1e12).ceil() as u64);
+    assert!(batched.0[7].as_ps().abs_diff(large.as_ps()) <= 4, "{} vs {large}", batched.0[7]);
+}
