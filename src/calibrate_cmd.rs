@@ -692,9 +692,8 @@ fn check_profile(
         .map_err(anyhow::Error::msg)
         .context("--check")?;
     // As in a scenario: a profile describes one device type (or one with the same compute).
-    let same_compute =
-        workloads::DeviceCatalog::builtin().get(&profile.device).is_ok_and(|d| d.same_compute(device));
-    if profile.device != device.name && !same_compute && !any_device {
+    let same_type = workloads::DeviceCatalog::builtin().same_type(&profile.device, device);
+    if !same_type && !any_device {
         anyhow::bail!(
             "--check {name}: the profile was calibrated on {}, but --device is {}: a profile describes one device type (built-in profiles: {}); add --any-device to measure how it transfers",
             profile.device,

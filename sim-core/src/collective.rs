@@ -234,7 +234,7 @@ pub fn pipeline_time_by_steps<N: StepNetwork + ?Sized>(
         reason: "longer than the largest representable duration",
     };
     let mut total = SimDuration::ZERO;
-    for level in schedule.critical_hops().iter().flatten() {
+    for level in schedule.pipeline().iter().flat_map(|pipeline| &pipeline.levels) {
         let mut latency = SimDuration::ZERO;
         for &(src, dst) in level {
             latency = latency.max(network.path_latency(src, dst)?);

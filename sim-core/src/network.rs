@@ -534,6 +534,7 @@ impl<'t> AnalyticalNetwork<'t> {
         self.load_counts.classify(self.topology);
         self.load_counts.time_steps(&mut self.link_load, levels, steps, bytes, den)
     }
+
     /// The longest time of the step's messages given the link loads and their times (or,
     /// `alone`, as if each message had its links to itself).
     fn slowest_message(

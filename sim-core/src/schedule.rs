@@ -458,15 +458,6 @@ impl Schedule {
         Some(edges)
     }
 
-    /// For a pipeline whose latency is paid once along its critical path (NCCL's tree, which
-    /// keeps several chunks in flight on every edge): the hops of the first chunk's journey,
-    /// level by level (up from the deepest members, then down from the roots), each level
-    /// as the (sender, receiver) pairs that carry it; `None` for other schedules, whose steps
-    /// each pay their latency.
-    pub fn critical_hops(&self) -> Option<Vec<Vec<(RankId, RankId)>>> {
-        self.pipeline().map(|pipeline| pipeline.levels)
-    }
-
     /// True for a pipeline whose latency is paid once along its critical path (see
     /// [`Schedule::pipeline`]).
     pub fn is_pipelined(&self) -> bool {

@@ -293,10 +293,14 @@ fn check(family: &Family) -> Result<(), (String, String)> {
         if case.pending.as_deref().is_some_and(|reason| reason.trim().is_empty()) {
             return Err((key("pending"), "must give the reason the case cannot run".into()));
         }
-        if let Some(measured) = case.measured
-            && !(measured.is_finite() && measured > 0.0)
+        for (name, value) in
+            [("measured", case.measured), ("forward", case.forward), ("backward", case.backward)]
         {
-            return Err((key("measured"), format!("{measured}: must be a positive number")));
+            if let Some(value) = value
+                && !(value.is_finite() && value > 0.0)
+            {
+                return Err((key(name), format!("{value}: must be a positive number")));
+            }
         }
         let measured_in_file = matches!(header.kind, Kind::Iteration | Kind::Scaling);
         match (measured_in_file, case.measured) {
@@ -338,13 +342,6 @@ fn check(family: &Family) -> Result<(), (String, String)> {
         for (name, present) in required {
             if !present {
                 return Err((key(name), format!("is required in a {} family", header.kind.name())));
-            }
-        }
-        for (name, value) in [("forward", case.forward), ("backward", case.backward)] {
-            if let Some(value) = value
-                && !(value.is_finite() && value > 0.0)
-            {
-                return Err((key(name), format!("{value}: must be a positive number")));
             }
         }
         if case.layer == Some(0) {

@@ -195,11 +195,10 @@ fn apply_profiles(table: &mut toml::Table, profiles: &[(String, String)]) {
         return;
     };
     let catalog = DeviceCatalog::builtin();
-    let fits = |profile_device: &str| {
-        profile_device == device
-            || matches!((catalog.get(profile_device), catalog.get(device)), (Ok(a), Ok(b)) if a.same_compute(b))
-    };
-    if let Some((_, name)) = profiles.iter().find(|(profile_device, _)| fits(profile_device)) {
+    let Ok(device) = catalog.get(device) else { return }; // the scenario names the error
+    if let Some((_, name)) =
+        profiles.iter().find(|(calibrated_on, _)| catalog.same_type(calibrated_on, device))
+    {
         let compute = table.entry("compute").or_insert_with(|| toml::Value::Table(toml::Table::new()));
         if let Some(compute) = compute.as_table_mut() {
             compute.insert("profile".into(), toml::Value::String(name.clone()));
@@ -345,8 +344,6 @@ fn deepbench(family: &Family, case: &CaseEntry, paths: &Paths) -> Result<Simulat
     Ok(Simulated { gpus: None, strategy: format!("{operation} kernels"), points })
 }
 
-/// Replay cases run as `parasim replay` does by default: the analytical network, no extra
-/// launch cost (the traced NCCL kernels include theirs), on the cluster the trace implies.
 /// A transformer block's forward and backward time inside a simulated iteration, on rank 0:
 /// from the start of the block's first op to the start of the next block's (forward) or of
 /// the previous block's (backward, recomputation included), so the block's tensor-parallel
@@ -413,6 +410,8 @@ fn block_starts(
     starts
 }
 
+/// Replay cases run as `parasim replay` does by default: the analytical network, no extra
+/// launch cost (the traced NCCL kernels include theirs), on the cluster the trace implies.
 fn replayed(family: &Family, case: &CaseEntry, paths: &Paths) -> Result<Simulated, String> {
     let mut traces = Vec::new();
     let mut scratch = Vec::new();

@@ -404,6 +404,13 @@ impl DeviceCatalog {
         })
     }
 
+    /// Whether what was measured on the catalog device `calibrated_on` (a compute profile)
+    /// describes `device`: the same device, or one that computes exactly like it
+    /// ([`Device::same_compute`]: the same peaks, memory bandwidth and execution).
+    pub fn same_type(&self, calibrated_on: &str, device: &Device) -> bool {
+        calibrated_on == device.name || self.get(calibrated_on).is_ok_and(|d| d.same_compute(device))
+    }
+
     /// Reads a catalog in the `data/devices.toml` format and validates every entry.
     pub fn from_toml_str(text: &str) -> Result<DeviceCatalog, DeviceError> {
         let file: CatalogFile = toml::from_str(text).map_err(|error| DeviceError::Parse { error })?;

@@ -671,8 +671,8 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
             let idle = |ignore: &dyn Fn(&sim_core::graph::Op) -> bool| {
                 sum(idle_until_besides(&lowered.graph, &timeline, start, &until, ignore, &host_waits))
             };
-            let with_flush = idle(&|op| is_flush(op) || is_host(op));
-            let without = idle(&is_host);
+            let with_flush = idle(&|op| is_flush(op) || off_device(op));
+            let without = idle(&off_device);
             bubble_ps += with_flush;
             flush_wait_ps += with_flush.saturating_sub(without);
             start = iteration_ends.iter().map(|op| timeline.end[op.0 as usize]).max().unwrap_or(start);

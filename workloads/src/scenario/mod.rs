@@ -1152,9 +1152,7 @@ fn compute_model(
         None => (ComputeModel::default(), "defaults (docs/compute-model.md)".to_string()),
         Some(name) => {
             let (profile, label) = load_profile(name, file)?;
-            let same_compute =
-                DeviceCatalog::builtin().get(&profile.device).is_ok_and(|d| d.same_compute(device));
-            if profile.device != device.name && !same_compute {
+            if !DeviceCatalog::builtin().same_type(&profile.device, device) {
                 return Err(invalid(
                     file,
                     "compute.profile",
