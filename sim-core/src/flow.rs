@@ -169,8 +169,29 @@ struct RingTiming {
     entry_latency: SimDuration,
 }
 
+/// Algorithms that run under `flow` as coupled edge flows topped up to their analytical time
+/// (see `FlowNetwork::start_coupled_schedule`): those with many messages and no barrier
+/// between them that other traffic could turn into a wait (a hierarchical allreduce's
+/// 2(g-1) + 2(n-1) ring steps, a chain's C + p - 2 pipeline steps, the direct all-to-all's
+/// p(p-1) concurrent sends, as NCCL posts them). Halving-doubling, recursive doubling and
+/// binomial trees (log2 p steps) and the pairwise all-to-all (p-1 steps) wait for each step's
+/// slowest message before the next, as MPI runs them: they stay message by message, where a
+/// member slowed by other traffic holds every later step up. A steady form would miss that
+/// (with one GPU's link shared by a 1 GiB transfer on four DGX-like servers: pairwise 10.8 ms
+/// against 20.9 ms message by message, halving-doubling 24.6 against 32.6 ms).
+fn has_coupled_form(algorithm: CollectiveAlgorithm) -> bool {
+    matches!(
+        algorithm,
+        CollectiveAlgorithm::Hierarchical | CollectiveAlgorithm::Chain | CollectiveAlgorithm::Direct
+    )
+}
+
 /// `Flow::coupling` of an independent flow.
 const INDEPENDENT: u32 = u32::MAX;
+
+/// The smallest weight an edge of a weighted coupling claims (see `Flow::weight`): an edge a
+/// million times smaller than the largest still holds a share, so no division by zero.
+const MIN_WEIGHT: f64 = 1e-9;
 
 /// A route with what every flow on it needs: the sum of its link latencies (the time its first
 /// byte takes) and its slowest link's capacity (its rate alone), computed once per pair of
@@ -196,6 +217,10 @@ struct Flow {
     owner: Owner,
     /// The steady-state collective this flow is an edge of, or `INDEPENDENT`.
     coupling: u32,
+    /// Its claim in max-min filling, in flows: 1, except for the edges of a coupled collective
+    /// whose edges carry different amounts (each edge's bytes over the largest edge's), so that
+    /// all its edges finish together (see [`FlowNetwork::fill`]).
+    weight: f64,
 }
 
 /// A collective in progress: where each member of each lane is in the schedule.
@@ -284,7 +309,7 @@ pub struct FlowNetwork<'t> {
     heap: BinaryHeap<(std::cmp::Reverse<Share>, u32, u32)>,
     /// Fixed cost of every collective (see [`FlowNetwork::with_collective_launch`]).
     collective_launch: SimDuration,
-    /// Run ring collectives in their steady-state form (see [`FlowNetwork::steady_state`]).
+    /// Run collectives in their steady-state form (see [`FlowNetwork::steady_state`]).
     steady_state: bool,
     couplings: Vec<Option<Coupling>>,
     /// Free coupling slots, with the generation their last coupling ended at.
@@ -294,8 +319,9 @@ pub struct FlowNetwork<'t> {
     /// Alpha-beta estimates for choosing `Auto` algorithms, and the choices made.
     estimator: AnalyticalNetwork<'t>,
     chosen: HashMap<Collective, (Choice, SimDuration, Bytes)>,
-    /// The analytical data time of the NCCL trees already seen (see `start_coupled_tree`).
-    tree_reference: HashMap<Collective, SimDuration>,
+    /// The analytical data time of the collectives already seen that run as coupled flows
+    /// topped up to it (see `start_coupled_tree` and `start_coupled_schedule`).
+    references: HashMap<Collective, SimDuration>,
     /// Scratch for a member's messages of a step, and the ones to start now.
     scratch_messages: Vec<Message>,
     scratch_starts: Vec<(u32, u32, RankId, RankId, f64)>,
@@ -304,7 +330,15 @@ pub struct FlowNetwork<'t> {
     /// Scratch for the links a coupled collective enters or leaves.
     scratch_seeds: Vec<LinkId>,
     /// Scratch: a coupled collective's edge flows on each link (see `start_coupled`).
-    link_members: Vec<u32>,
+    link_members: Vec<f64>,
+    /// Flows of weight other than 1 on each link: where this is 0, a link's weight is its
+    /// flow count (see [`FlowNetwork::link_weight`]).
+    weighted_on_link: Vec<u32>,
+    /// Links a finished coupling's edges leave, marked with `leave_stamp` (see `coupling_done`).
+    leave_mark: Vec<u64>,
+    leave_stamp: u64,
+    /// The weight of the flows not yet frozen on each link of the component being filled.
+    unfrozen_weight: Vec<f64>,
     /// Member lists of finished couplings, reused by the next ones.
     spare_members: Vec<Vec<u32>>,
     /// Check the allocation after every re-fill (tests); the first violation found.
@@ -334,6 +368,10 @@ struct CoupledTiming {
     /// stand for its steady state only: what they take alone is topped up to it, and
     /// contention stretches the flows (NCCL's tree).
     reference: Option<SimDuration>,
+    /// Edges carry different amounts and advance in proportion to them, all finishing
+    /// together (each edge's weight is its bytes over the largest edge's); otherwise every
+    /// edge advances at the same rate.
+    weighted: bool,
 }
 
 /// Invariant checks of a run with [`FlowNetwork::audited`].
@@ -398,13 +436,17 @@ impl<'t> FlowNetwork<'t> {
             freeze_scratch: Vec::new(),
             estimator: AnalyticalNetwork::new(topology),
             chosen: HashMap::new(),
-            tree_reference: HashMap::new(),
+            references: HashMap::new(),
             scratch_messages: Vec::new(),
             scratch_starts: Vec::new(),
             scratch_edges: Vec::new(),
             scratch_seeds: Vec::new(),
             spare_members: Vec::new(),
-            link_members: vec![0; links],
+            link_members: vec![0.0; links],
+            weighted_on_link: vec![0; links],
+            leave_mark: vec![0; links],
+            leave_stamp: 0,
+            unfrozen_weight: vec![0.0; links],
             audit: None,
             pending_seeds: Vec::new(),
             refill_scheduled: false,
@@ -456,11 +498,13 @@ impl<'t> FlowNetwork<'t> {
         self
     }
 
-    /// The same model running ring and double-binary-tree collectives in their steady-state
-    /// form: one long-lived flow per edge, all edges of a collective coupled to one common rate
-    /// (the `flow` fidelity; without it every message is its own flow, the `packet-steps`
-    /// fidelity). Other algorithms still run message by message: a chain's fill runs at its
-    /// fast edges' pace, which one common rate would overcharge.
+    /// The same model running collectives in their steady-state form: one long-lived flow per
+    /// edge, all edges of a collective coupled (the `flow` fidelity; without it every message
+    /// is its own flow, the `packet-steps` fidelity). Rings and double binary trees share one
+    /// rate; NCCL's tree, the hierarchical allreduce, chains and the direct all-to-all advance
+    /// each edge in proportion to its bytes, topped up to their analytical time. Log-step
+    /// algorithms and the pairwise all-to-all stay message by message (see
+    /// `has_coupled_form`).
     pub fn steady_state(mut self) -> Self {
         self.steady_state = true;
         self
@@ -554,6 +598,7 @@ impl<'t> FlowNetwork<'t> {
             updated: now,
             generation: 0,
             owner,
+            weight: 1.0,
             coupling: INDEPENDENT,
         };
         let id = match self.free_flows.pop() {
@@ -607,8 +652,14 @@ impl<'t> FlowNetwork<'t> {
             let bytes = collective.bytes.as_f64() * volume / rings.channels as f64;
             edges.extend(rings.edges.iter().map(|&(src, dst)| (src, dst, bytes)));
         }
-        let timing =
-            CoupledTiming { steps: steps as u64, fill_bytes: 0.0, latency_sum: None, delay, reference: None };
+        let timing = CoupledTiming {
+            steps: steps as u64,
+            fill_bytes: 0.0,
+            latency_sum: None,
+            delay,
+            reference: None,
+            weighted: false,
+        };
         let result = self.start_coupled(context, token, &edges, timing);
         self.scratch_edges = edges;
         result
@@ -672,8 +723,14 @@ impl<'t> FlowNetwork<'t> {
                 (lane[from as usize], lane[to as usize], count as f64 * message(num))
             })
             .collect();
-        let timing =
-            CoupledTiming { steps, fill_bytes, latency_sum: Some(latency_sum), delay, reference: None };
+        let timing = CoupledTiming {
+            steps,
+            fill_bytes,
+            latency_sum: Some(latency_sum),
+            delay,
+            reference: None,
+            weighted: false,
+        };
         self.start_coupled(context, token, &edges, timing)
     }
 
@@ -703,8 +760,87 @@ impl<'t> FlowNetwork<'t> {
             latency_sum: Some(SimDuration::ZERO),
             delay,
             reference: Some(reference),
+            weighted: false,
         };
         self.start_coupled(context, token, &edges, timing)
+    }
+
+    /// Starts a hierarchical allreduce, a chain or an all-to-all ([`has_coupled_form`]) in its
+    /// steady-state form: one flow per edge the schedule uses,
+    /// carrying all its messages over the whole collective, each edge advancing in proportion
+    /// to its bytes so that all finish together, topped up to `reference` (the analytical time)
+    /// when alone. Uncontended, the collective takes exactly its analytical time; traffic on
+    /// an edge's links stretches its data. What this form does not see is which step an
+    /// edge's bytes belong to: traffic that would have fitted between a hierarchical
+    /// allreduce's phases on an idle link slows it all the same.
+    fn start_coupled_schedule(
+        &mut self,
+        context: &mut NetContext<'_, FlowEvent>,
+        token: Completion,
+        schedule: &Schedule,
+        delay: SimDuration,
+        reference: SimDuration,
+    ) -> Result<(), NetworkError> {
+        let (bytes, den) = schedule.fraction();
+        let message = bytes.as_f64() / den as f64;
+        let mut edges = std::mem::take(&mut self.scratch_edges);
+        edges.clear();
+        let mut index: FastMap<(u32, u32), usize> = FastMap::default();
+        let mut messages = Vec::new();
+        for (step, repeat) in schedule.step_weights() {
+            messages.clear();
+            schedule.step_messages(step, &mut messages);
+            for &(src, dst, num) in &messages {
+                let amount = message * num as f64 * repeat as f64;
+                match index.entry((src.0, dst.0)) {
+                    std::collections::hash_map::Entry::Occupied(slot) => edges[*slot.get()].2 += amount,
+                    std::collections::hash_map::Entry::Vacant(slot) => {
+                        slot.insert(edges.len());
+                        edges.push((src, dst, amount));
+                    }
+                }
+            }
+        }
+        let timing = CoupledTiming {
+            steps: u64::from(schedule.steps()),
+            fill_bytes: 0.0,
+            latency_sum: Some(SimDuration::ZERO),
+            delay,
+            reference: Some(reference),
+            weighted: true,
+        };
+        let result = self.start_coupled(context, token, &edges, timing);
+        self.scratch_edges = edges;
+        result
+    }
+
+    /// The bytes one unit of weight stands for in a weighted coupling over `edges`: the mean
+    /// bytes of the edges on its bottleneck link (the link with the most bytes per unit of
+    /// capacity), so that on that link its edges claim one flow's share each, as the messages
+    /// of the step that crosses it would. Edges elsewhere weigh in proportion to their bytes:
+    /// heavier where they carry more, as the fast links inside a server do.
+    fn bottleneck_edge_bytes(&mut self, edges: &[(RankId, RankId, f64)]) -> Result<f64, NetworkError> {
+        let mut load: FastMap<u32, (f64, u32)> = FastMap::default();
+        for &(src, dst, bytes) in edges {
+            for &link in self.path(src, dst)?.route.iter() {
+                let entry = load.entry(link.0).or_insert((0.0, 0));
+                entry.0 += bytes;
+                entry.1 += 1;
+            }
+        }
+        // The most loaded link per capacity; ties go to the lowest link id (deterministic).
+        let mut best: Option<(f64, u32, f64)> = None;
+        for (&link, &(bytes, count)) in &load {
+            let time = bytes / self.capacity[link as usize];
+            let better = match best {
+                None => true,
+                Some((top, id, _)) => time > top || (time == top && link < id),
+            };
+            if better {
+                best = Some((time, link, bytes / f64::from(count)));
+            }
+        }
+        Ok(best.map_or(0.0, |(_, _, mean)| mean))
     }
 
     /// Starts a coupled collective over `edges` (src, dst, bytes): all edge flows advance at
@@ -717,7 +853,8 @@ impl<'t> FlowNetwork<'t> {
         edges: &[(RankId, RankId, f64)],
         timing: CoupledTiming,
     ) -> Result<(), NetworkError> {
-        let CoupledTiming { steps, fill_bytes, latency_sum, delay, reference } = timing;
+        let CoupledTiming { steps, fill_bytes, latency_sum, delay, reference, weighted } = timing;
+        let unit = if weighted { self.bottleneck_edge_bytes(edges)? } else { 0.0 };
         // A ring's steps all cost the same; a pipeline's are summed by the caller.
         let ring = latency_sum.is_none();
         // Generations keep counting across reuse of a slot, so a stale completion of the slot's
@@ -739,6 +876,9 @@ impl<'t> FlowNetwork<'t> {
             let Path { route, latency, alone } = self.path(src, dst)?;
             let (flow, latency) = self.new_flow(now, route, latency, bytes, Owner::Coupled)?;
             self.flows[flow as usize].coupling = id;
+            if unit > 0.0 {
+                self.flows[flow as usize].weight = (bytes / unit).max(MIN_WEIGHT);
+            }
             members.push(flow);
             slowest = slowest.max(latency);
             shortest = shortest.min(latency);
@@ -749,29 +889,37 @@ impl<'t> FlowNetwork<'t> {
         let tail = match (reference, latency_sum) {
             (Some(reference), _) => {
                 // Alone, the flows share only the links they cross together: the common rate
-                // is the smallest capacity per member flow on any of their links.
-                // Member flows per link, counted over the links `touched`.
+                // (per unit of weight) is the smallest capacity per member weight on any of
+                // their links. Member weight per link, summed over the links `touched`.
                 let mut touched = std::mem::take(&mut self.scratch_seeds);
                 touched.clear();
                 for &flow in &members {
                     for &link in self.flows[flow as usize].route.iter() {
                         touched.push(link);
-                        self.link_members[link.0 as usize] = 0;
+                        self.link_members[link.0 as usize] = 0.0;
                     }
                 }
-                for &link in &touched {
-                    self.link_members[link.0 as usize] += 1;
+                for &flow in &members {
+                    let weight = self.flows[flow as usize].weight;
+                    for &link in self.flows[flow as usize].route.iter() {
+                        self.link_members[link.0 as usize] += weight;
+                    }
                 }
                 // The minimum does not depend on the order: each link once is enough.
                 let rate = touched
                     .iter()
-                    .map(|&link| {
-                        self.capacity[link.0 as usize] / f64::from(self.link_members[link.0 as usize])
-                    })
+                    .map(|&link| self.capacity[link.0 as usize] / self.link_members[link.0 as usize])
                     .fold(f64::INFINITY, f64::min);
                 self.scratch_seeds = touched;
-                let largest = edges.iter().map(|e| e.2).fold(0.0, f64::max);
-                let data = if rate.is_finite() && rate > 0.0 { largest / rate } else { 0.0 };
+                // Every edge moves its bytes in the same time: the largest's at its weight.
+                let data = members
+                    .iter()
+                    .map(|&flow| {
+                        let flow = &self.flows[flow as usize];
+                        flow.size / (flow.weight * rate)
+                    })
+                    .filter(|seconds| seconds.is_finite())
+                    .fold(0.0, f64::max);
                 let alone = slowest.checked_add(SimDuration::from_ps((data * 1e12).ceil() as u64))?;
                 reference.saturating_sub(alone)
             }
@@ -826,6 +974,22 @@ impl<'t> FlowNetwork<'t> {
         let now = context.now();
         let mut seeds = std::mem::take(&mut self.scratch_seeds);
         seeds.clear();
+        // Every edge leaves its links in one pass per link (a coupling can have a million
+        // edges, hundreds of them on one link), keeping the order of the flows that stay.
+        self.leave_stamp = self.leave_stamp.wrapping_add(1);
+        for &id in &members {
+            for &link in self.flows[id as usize].route.iter() {
+                let l = link.0 as usize;
+                if self.leave_mark[l] != self.leave_stamp {
+                    self.leave_mark[l] = self.leave_stamp;
+                    seeds.push(link);
+                }
+            }
+        }
+        let flows = &self.flows;
+        for &link in &seeds {
+            self.on_link[link.0 as usize].retain(|&f| flows[f as usize].coupling != coupling);
+        }
         for &id in &members {
             let flow = &mut self.flows[id as usize];
             if let Some(audit) = &mut self.audit {
@@ -836,13 +1000,13 @@ impl<'t> FlowNetwork<'t> {
             flow.remaining = 0.0;
             flow.generation = flow.generation.wrapping_add(1);
             flow.coupling = INDEPENDENT;
+            let weighted = flow.weight != 1.0;
+            flow.weight = 1.0;
             let route = flow.route;
-            for &link in route.iter() {
-                let flows = &mut self.on_link[link.0 as usize];
-                if let Some(position) = flows.iter().position(|&f| f == id) {
-                    flows.swap_remove(position);
+            if weighted {
+                for &link in route.iter() {
+                    self.weighted_on_link[link.0 as usize] -= 1;
                 }
-                seeds.push(link);
             }
             if self.adaptive {
                 for link in route.iter() {
@@ -893,8 +1057,12 @@ impl<'t> FlowNetwork<'t> {
         seeds.clear();
         for &flow in &members {
             self.flows[flow as usize].updated = now;
+            let weighted = self.flows[flow as usize].weight != 1.0;
             for &link in self.flows[flow as usize].route.iter() {
                 self.on_link[link.0 as usize].push(flow);
+                if weighted {
+                    self.weighted_on_link[link.0 as usize] += 1;
+                }
                 seeds.push(link);
             }
         }
@@ -1150,7 +1318,8 @@ impl<'t> FlowNetwork<'t> {
             // One collective's edges and nothing else: they all freeze at the first link the
             // filling would fill, the one with the smallest fair share.
             for index in 0..self.component_flows.len() {
-                self.new_rate[self.component_flows[index] as usize] = share;
+                let flow = self.component_flows[index] as usize;
+                self.new_rate[flow] = share * self.flows[flow].weight;
             }
         } else {
             self.fill(epoch);
@@ -1219,9 +1388,19 @@ impl<'t> FlowNetwork<'t> {
         let share = self
             .component_links
             .iter()
-            .map(|&link| self.capacity[link as usize] / f64::from(self.on_link[link as usize].len() as u32))
+            .map(|&link| self.capacity[link as usize] / self.link_weight(link as usize))
             .fold(f64::INFINITY, f64::min);
         Some(share)
+    }
+
+    /// The summed weight of the flows on link `l`: its flow count unless a weighted coupled
+    /// edge is on it.
+    fn link_weight(&self, l: usize) -> f64 {
+        if self.weighted_on_link[l] == 0 {
+            f64::from(self.on_link[l].len() as u32)
+        } else {
+            self.on_link[l].iter().map(|&flow| self.flows[flow as usize].weight).sum()
+        }
     }
 
     /// Progressive filling over the current component with a min-heap of link fair shares
@@ -1233,9 +1412,10 @@ impl<'t> FlowNetwork<'t> {
             let l = link as usize;
             self.remaining_capacity[l] = self.capacity[l];
             self.unfrozen[l] = self.on_link[l].len() as u32;
+            self.unfrozen_weight[l] = self.link_weight(l);
             self.link_version[l] = self.link_version[l].wrapping_add(1);
             if self.unfrozen[l] > 0 {
-                let share = self.capacity[l] / f64::from(self.unfrozen[l]);
+                let share = self.capacity[l] / self.unfrozen_weight[l];
                 self.heap.push((std::cmp::Reverse(Share(share)), link, self.link_version[l]));
             }
         }
@@ -1265,14 +1445,17 @@ impl<'t> FlowNetwork<'t> {
                         continue;
                     }
                     self.flow_epoch[member as usize] = frozen;
-                    self.new_rate[member as usize] = share;
+                    let weight = self.flows[member as usize].weight;
+                    let rate = share * weight;
+                    self.new_rate[member as usize] = rate;
                     for &other in self.flows[member as usize].route.iter() {
                         let o = other.0 as usize;
-                        self.remaining_capacity[o] = (self.remaining_capacity[o] - share).max(0.0);
+                        self.remaining_capacity[o] = (self.remaining_capacity[o] - rate).max(0.0);
                         self.unfrozen[o] -= 1;
+                        self.unfrozen_weight[o] = (self.unfrozen_weight[o] - weight).max(MIN_WEIGHT);
                         self.link_version[o] = self.link_version[o].wrapping_add(1);
                         if self.unfrozen[o] > 0 {
-                            let next_share = self.remaining_capacity[o] / f64::from(self.unfrozen[o]);
+                            let next_share = self.remaining_capacity[o] / self.unfrozen_weight[o];
                             self.heap.push((
                                 std::cmp::Reverse(Share(next_share)),
                                 other.0,
@@ -1356,20 +1539,28 @@ impl<'t> FlowNetwork<'t> {
         }
         let chunk = chunk_for(choice, collective.bytes, group, &self.estimator)?;
         let schedule = Schedule::with_chunk(collective.kind, algorithm, wire, group, node_of, chunk)?;
-        if self.steady_state && schedule.steps() > 0 && algorithm == CollectiveAlgorithm::Tree {
-            let reference = match self.tree_reference.get(collective) {
+        if self.steady_state && schedule.steps() > 0 && algorithm == CollectiveAlgorithm::DoubleBinaryTree {
+            return self.start_coupled_pipeline(context, token, &schedule, delay);
+        }
+        if self.steady_state
+            && schedule.steps() > 0
+            && (algorithm == CollectiveAlgorithm::Tree || has_coupled_form(algorithm))
+        {
+            let reference = match self.references.get(collective) {
                 Some(&reference) => reference,
                 None => {
                     let reference =
                         data_time(collective.kind, choice, collective.bytes, group, &mut self.estimator)?;
-                    self.tree_reference.insert(*collective, reference);
+                    self.references.insert(*collective, reference);
                     reference
                 }
             };
-            return self.start_coupled_tree(context, token, &schedule, delay, reference);
-        }
-        if self.steady_state && schedule.steps() > 0 && algorithm == CollectiveAlgorithm::DoubleBinaryTree {
-            return self.start_coupled_pipeline(context, token, &schedule, delay);
+            if algorithm == CollectiveAlgorithm::Tree {
+                return self.start_coupled_tree(context, token, &schedule, delay, reference);
+            }
+            if has_coupled_form(algorithm) {
+                return self.start_coupled_schedule(context, token, &schedule, delay, reference);
+            }
         }
         let members = schedule.lanes().iter().map(Vec::len).sum::<usize>();
         if schedule.steps() == 0 {

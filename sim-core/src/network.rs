@@ -154,6 +154,65 @@ pub trait Network {
     ) -> Result<(), NetworkError>;
 }
 
+/// Rank pairs' paths (route and latency), each computed once. Paths are kept in the order
+/// they were first asked for, so a collective that walks its pairs in the same order every step
+/// (an all-to-all: each source's destinations in turn) reads them sequentially. Pairs are found
+/// through a table indexed by source and destination on clusters of up to
+/// [`PathCache::DENSE_HOSTS`] hosts (4 bytes per pair), else through a hash map.
+#[derive(Debug)]
+struct PathCache {
+    hosts: usize,
+    dense: Vec<u32>,
+    sparse: FastMap<(u32, u32), u32>,
+    paths: Vec<(Route, SimDuration)>,
+}
+
+impl PathCache {
+    /// The largest cluster indexed by a table: 16 MB of indices at 2048 hosts.
+    const DENSE_HOSTS: usize = 2048;
+    /// The most paths kept (about 80 MB): every pair of 1024 ranks, as an all-to-all over
+    /// them needs. Beyond, pairs are routed every time.
+    const LIMIT: usize = 1 << 20;
+    const NONE: u32 = u32::MAX;
+
+    fn new(hosts: usize) -> Self {
+        PathCache { hosts, dense: Vec::new(), sparse: FastMap::default(), paths: Vec::new() }
+    }
+
+    fn slot(&self, src: u32, dst: u32) -> Option<usize> {
+        let (src, dst) = (src as usize, dst as usize);
+        (self.hosts <= Self::DENSE_HOSTS && src < self.hosts && dst < self.hosts)
+            .then(|| src * self.hosts + dst)
+    }
+
+    fn get(&self, src: u32, dst: u32) -> Option<(Route, SimDuration)> {
+        let index = match self.slot(src, dst) {
+            Some(slot) => *self.dense.get(slot)?,
+            None => *self.sparse.get(&(src, dst))?,
+        };
+        self.paths.get(index as usize).copied()
+    }
+
+    fn insert(&mut self, src: u32, dst: u32, path: (Route, SimDuration)) {
+        if self.paths.len() >= Self::LIMIT {
+            return;
+        }
+        let index = self.paths.len() as u32;
+        match self.slot(src, dst) {
+            Some(slot) => {
+                if self.dense.is_empty() {
+                    self.dense = vec![Self::NONE; self.hosts * self.hosts];
+                }
+                self.dense[slot] = index;
+            }
+            None => {
+                self.sparse.insert((src, dst), index);
+            }
+        }
+        self.paths.push(path);
+    }
+}
+
 /// The `analytical` fidelity: alpha-beta costs on topology paths, no contention with other
 /// traffic.
 ///
@@ -183,6 +242,10 @@ pub struct AnalyticalNetwork<'t> {
     generation: GpuGeneration,
     /// Scratch: the routes of the step being timed, one per message.
     step_routes: Vec<Route>,
+    /// Each rank pair's route and path latency, found once (the analytical model routes
+    /// without a flow, so a pair's route never changes): collectives over large groups time
+    /// the same pairs step after step and size after size.
+    paths: PathCache,
     /// What the levels of each pipelined tree seen so far put on the links, by the tree's
     /// levels (NCCL's tree over a group is the same for every collective of the group).
     tree_levels: TreeCache,
@@ -405,6 +468,7 @@ impl<'t> AnalyticalNetwork<'t> {
             protocols: ProtocolChoice::Off,
             generation: GpuGeneration::default(),
             step_routes: Vec::new(),
+            paths: PathCache::new(topology.host_count()),
             tree_levels: TreeCache::default(),
             load_counts: LoadCounts::default(),
         }
@@ -438,8 +502,22 @@ impl<'t> AnalyticalNetwork<'t> {
     }
 
     /// The route between two ranks (rank r runs on host r).
-    fn route(&self, src: RankId, dst: RankId) -> Result<Route, NetworkError> {
-        Ok(self.topology.route(HostId(src.0), HostId(dst.0))?)
+    fn route(&mut self, src: RankId, dst: RankId) -> Result<Route, NetworkError> {
+        Ok(self.path(src, dst)?.0)
+    }
+
+    /// The route between two ranks and the sum of its links' latencies, computed once per pair.
+    fn path(&mut self, src: RankId, dst: RankId) -> Result<(Route, SimDuration), NetworkError> {
+        if let Some(path) = self.paths.get(src.0, dst.0) {
+            return Ok(path);
+        }
+        let route = self.topology.route(HostId(src.0), HostId(dst.0))?;
+        let mut latency = SimDuration::ZERO;
+        for &link in route.iter() {
+            latency = latency.saturating_add(self.topology.link(link).latency);
+        }
+        self.paths.insert(src.0, dst.0, (route, latency));
+        Ok((route, latency))
     }
 
     /// See [`StepNetwork::step_time`]; `link_load` sums the numerators of the step's messages
@@ -576,12 +654,7 @@ impl StepNetwork for AnalyticalNetwork<'_> {
     }
 
     fn path_latency(&mut self, src: RankId, dst: RankId) -> Result<SimDuration, CollectiveError> {
-        let route = self.route(src, dst).map_err(|error| CollectiveError::Network(error.to_string()))?;
-        let mut latency = SimDuration::ZERO;
-        for &link in route.iter() {
-            latency = latency.saturating_add(self.topology.link(link).latency);
-        }
-        Ok(latency)
+        Ok(self.path(src, dst).map_err(|error| CollectiveError::Network(error.to_string()))?.1)
     }
 
     fn intra_hop(&self) -> Hop {

@@ -416,7 +416,8 @@ impl Schedule {
     /// The steps to time, each with how many steps it stands for: every step once, except
     /// that identical steps are timed once. A ring's steps are all alike; a pipelined tree's
     /// are alike from step 2h to step C-1, where every edge carries a chunk both ways (it
-    /// reduces chunk t - (h - d) and broadcasts chunk t - (h + d) at depth d).
+    /// reduces chunk t - (h - d) and broadcasts chunk t - (h + d) at depth d); a chain's from
+    /// step p-2 to C-1; a hierarchical allreduce's inside the servers, and across them.
     pub fn step_weights(&self) -> Vec<(u32, u64)> {
         if self.steps == 0 {
             return Vec::new();
@@ -428,6 +429,16 @@ impl Schedule {
             Pattern::DoubleTree { chunks, height } | Pattern::Trees { chunks, height, .. } => {
                 let first = 2 * u64::from(height);
                 (chunks > first + 1).then_some((first as u32, chunks as u32))
+            }
+            Pattern::Chain { chunks, .. } => {
+                // From step p - 2 to C - 1 every member but the last sends a chunk on.
+                let first = self.lanes.first().map_or(0, Vec::len).saturating_sub(2) as u64;
+                (chunks > first + 1).then_some((first as u32, chunks as u32))
+            }
+            Pattern::Hierarchical { g, n } => {
+                // The steps inside the servers (reduce-scatter, then allgather) are all alike,
+                // and so are the ring steps across them.
+                return vec![(0, 2 * u64::from(g - 1)), (g - 1, 2 * u64::from(n - 1))];
             }
             _ => None,
         };
@@ -673,6 +684,7 @@ fn servers(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     fn ranks(p: u32) -> Vec<RankId> {
         (0..p).map(RankId).collect()
@@ -876,6 +888,46 @@ mod tests {
             };
             for step in first..first + count as u32 {
                 assert_eq!(messages(step), messages(first), "{algorithm:?} step {step}");
+            }
+        }
+    }
+
+    #[test]
+    fn step_weights_stand_for_every_step() {
+        // The weighted steps carry exactly the messages of all the steps, as a multiset.
+        let cases = [
+            (CollectiveKind::AllReduce, CollectiveAlgorithm::Hierarchical, 12, 4),
+            (CollectiveKind::AllReduce, CollectiveAlgorithm::Hierarchical, 16, 2),
+            (CollectiveKind::Broadcast { root: 0 }, CollectiveAlgorithm::Chain, 12, 1),
+            (CollectiveKind::Reduce { root: 3 }, CollectiveAlgorithm::Chain, 10, 2),
+            (CollectiveKind::AllReduce, CollectiveAlgorithm::Tree, 12, 4),
+            (CollectiveKind::AllReduce, CollectiveAlgorithm::HalvingDoubling, 6, 1),
+            (CollectiveKind::AllToAll, CollectiveAlgorithm::Pairwise, 7, 1),
+        ];
+        for (kind, algorithm, p, per_node) in cases {
+            let s = schedule(kind, algorithm, p, per_node, 64 << 20);
+            let step = |step| {
+                let mut out = Vec::new();
+                s.step_messages(step, &mut out);
+                out
+            };
+            let mut all: BTreeMap<(RankId, RankId, u64), u64> = BTreeMap::new();
+            for t in 0..s.steps() {
+                for message in step(t) {
+                    *all.entry(message).or_default() += 1;
+                }
+            }
+            let mut weighted: BTreeMap<(RankId, RankId, u64), u64> = BTreeMap::new();
+            let weights = s.step_weights();
+            for &(t, repeat) in &weights {
+                for message in step(t) {
+                    *weighted.entry(message).or_default() += repeat;
+                }
+            }
+            assert_eq!(weights.iter().map(|w| w.1).sum::<u64>(), u64::from(s.steps()), "{algorithm:?}");
+            assert_eq!(weighted, all, "{kind:?} {algorithm:?} p={p} per node {per_node}");
+            if matches!(algorithm, CollectiveAlgorithm::Hierarchical | CollectiveAlgorithm::Chain) {
+                assert!(weights.len() < s.steps() as usize, "{algorithm:?}: identical steps timed once");
             }
         }
     }

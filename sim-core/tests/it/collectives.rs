@@ -391,6 +391,101 @@ fn nccl_tree_steady_form_is_its_closed_form_alone_and_slows_under_contention() {
     assert!(busy > quiet * 1.05, "alone {quiet} s, contended {busy} s");
 }
 
+#[test]
+fn every_schedules_steady_form_is_its_closed_form_alone_and_slows_under_contention() {
+    // The hierarchical allreduce, chains and all-to-alls run under `flow` as one coupled flow
+    // per edge, each edge advancing in proportion to its bytes, topped up to the analytical
+    // time: alone they take exactly that, in a few events; every byte sent is delivered and no
+    // link is over capacity. Log-step algorithms stay message by message, exact too.
+    use CollectiveAlgorithm as A;
+    use CollectiveKind as K;
+    let switch = single_switch(16, "100 Gb/s", "1 us");
+    let servers = dgx(4);
+    let cases = [
+        (&switch, 16, K::AllReduce, A::HalvingDoubling),
+        (&switch, 12, K::AllReduce, A::HalvingDoubling),
+        (&switch, 16, K::AllReduce, A::RecursiveDoubling),
+        (&switch, 16, K::ReduceScatter, A::HalvingDoubling),
+        (&switch, 16, K::AllGather, A::HalvingDoubling),
+        (&switch, 16, K::Broadcast { root: 3 }, A::Chain),
+        (&switch, 16, K::Reduce { root: 0 }, A::BinomialTree),
+        (&switch, 16, K::AllToAll, A::Pairwise),
+        (&switch, 16, K::AllToAll, A::Direct),
+        (&servers, 32, K::AllReduce, A::Hierarchical),
+        (&servers, 32, K::AllReduce, A::HalvingDoubling),
+        (&servers, 32, K::AllToAll, A::Direct),
+    ];
+    for (topology, ranks, kind, algorithm) in cases {
+        for bytes in [1u64 << 20, 256 << 20] {
+            let graph = lone_collective(ranks, kind, algorithm, Bytes(bytes));
+            let analytical =
+                run(&graph, &mut AnalyticalNetwork::new(topology)).unwrap().makespan().as_secs_f64();
+            let steps = run(&graph, &mut FlowNetwork::new(topology)).unwrap().makespan().as_secs_f64();
+            let mut network = FlowNetwork::new(topology).steady_state().audited();
+            let steady = run(&graph, &mut network).unwrap();
+            let audit = network.audit().unwrap();
+            assert_eq!(audit.violation, None, "{kind:?} {algorithm:?}");
+            assert!((audit.bytes_delivered - audit.bytes_sent).abs() <= 1e-6 * audit.bytes_sent);
+            let seconds = steady.makespan().as_secs_f64();
+            println!(
+                "{:>14} {:>18} {ranks} ranks {bytes} B: analytical {analytical:.6} s, packet-steps {steps:.6} s, steady {seconds:.6} s, {} events",
+                kind.name(),
+                algorithm.name(),
+                steady.events
+            );
+            assert!(
+                (seconds - analytical).abs() / analytical < 1e-6,
+                "{kind:?} {algorithm:?} {bytes}: steady {seconds} vs analytical {analytical}"
+            );
+            assert!(
+                steady.events < 200 + 40 * u64::from(ranks),
+                "{kind:?} {algorithm:?}: {} events",
+                steady.events
+            );
+        }
+    }
+    // Beside a 1 GiB transfer out of GPU 0's NIC they slow down as message by message they
+    // do: on its bottleneck link a coupled collective claims one flow's share per edge.
+    for (kind, algorithm) in
+        [(K::AllReduce, A::Hierarchical), (K::Broadcast { root: 0 }, A::Chain), (K::AllToAll, A::Direct)]
+    {
+        let bytes = Bytes(256 << 20);
+        let mut builder = sim_core::graph::GraphBuilder::new(32);
+        let group = builder.add_group((0..32).map(RankId).collect());
+        let collective =
+            builder.add_collective(sim_core::graph::Collective { kind, group, bytes, algorithm });
+        for rank in 0..32 {
+            builder.collective(RankId(rank), sim_core::graph::StreamId(0), collective, "collective", &[]);
+        }
+        builder.transfer(RankId(0), sim_core::graph::StreamId(1), RankId(8), Bytes(1 << 30), "bulk", &[]);
+        let contended = builder.build().unwrap();
+        let alone = lone_collective(32, kind, algorithm, bytes);
+        let time = |graph: &sim_core::graph::ExecGraph, steady: bool| {
+            let network = FlowNetwork::new(&servers);
+            let timeline =
+                if steady { run(graph, &mut network.steady_state()) } else { run(graph, &mut { network }) };
+            timeline
+                .unwrap()
+                .end
+                .iter()
+                .take(32)
+                .map(|end| end.since_start().as_secs_f64())
+                .fold(0.0, f64::max)
+        };
+        let (quiet, busy) = (time(&alone, true), time(&contended, true));
+        let busy_steps = time(&contended, false);
+        println!(
+            "{} 256 MiB: steady alone {quiet:.6} s, beside 1 GiB {busy:.6} s; packet-steps beside it {busy_steps:.6} s",
+            algorithm.name()
+        );
+        assert!(busy > quiet, "{algorithm:?}: alone {quiet} s, contended {busy} s");
+        assert!(
+            (busy - busy_steps).abs() / busy_steps < 0.05,
+            "{algorithm:?}: steady {busy} s vs packet-steps {busy_steps} s under contention"
+        );
+    }
+}
+
 /// `nodes` DGX-like servers (as [`dgx`]) whose InfiniBand switch reduces (SHARP).
 fn dgx_sharp(nodes: u32) -> Topology {
     let mut spec = dgx(nodes).spec().clone();
