@@ -170,7 +170,7 @@ struct RingTiming {
 }
 
 /// Algorithms that run under `flow` as coupled edge flows topped up to their analytical time
-/// (see `FlowNetwork::start_coupled_schedule`): those with many messages and no barrier
+/// (see `FlowNetwork::start_topped_up`): those with many messages and no barrier
 /// between them that other traffic could turn into a wait (a hierarchical allreduce's
 /// 2(g-1) + 2(n-1) ring steps, a chain's C + p - 2 pipeline steps, the direct all-to-all's
 /// p(p-1) concurrent sends, as NCCL posts them). Halving-doubling, recursive doubling and
@@ -320,7 +320,7 @@ pub struct FlowNetwork<'t> {
     estimator: AnalyticalNetwork<'t>,
     chosen: HashMap<Collective, (Choice, SimDuration, Bytes)>,
     /// The analytical data time of the collectives already seen that run as coupled flows
-    /// topped up to it (see `start_coupled_tree` and `start_coupled_schedule`).
+    /// topped up to it (see `start_topped_up`).
     references: HashMap<Collective, SimDuration>,
     /// Scratch for a member's messages of a step, and the ones to start now.
     scratch_messages: Vec<Message>,
@@ -734,46 +734,20 @@ impl<'t> FlowNetwork<'t> {
         self.start_coupled(context, token, &edges, timing)
     }
 
-    /// Starts NCCL's tree in its steady-state form: one flow per edge carrying its chunks both
-    /// ways, coupled to one rate, topped up to `reference` (the analytical time) when alone.
-    /// Its pipeline has unequal edges and, for few chunks, mostly fill and drain, which the
-    /// coupled flows alone would overcharge; contention still stretches its data.
-    fn start_coupled_tree(
-        &mut self,
-        context: &mut NetContext<'_, FlowEvent>,
-        token: Completion,
-        schedule: &Schedule,
-        delay: SimDuration,
-        reference: SimDuration,
-    ) -> Result<(), NetworkError> {
-        let (bytes, den) = schedule.fraction();
-        let message = bytes.as_f64() / den as f64;
-        let edges: Vec<_> = schedule
-            .tree_edges()
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(src, dst, count)| (src, dst, count as f64 * message))
-            .collect();
-        let timing = CoupledTiming {
-            steps: u64::from(schedule.steps()),
-            fill_bytes: 0.0,
-            latency_sum: Some(SimDuration::ZERO),
-            delay,
-            reference: Some(reference),
-            weighted: false,
-        };
-        self.start_coupled(context, token, &edges, timing)
-    }
-
-    /// Starts a hierarchical allreduce, a chain or an all-to-all ([`has_coupled_form`]) in its
-    /// steady-state form: one flow per edge the schedule uses,
-    /// carrying all its messages over the whole collective, each edge advancing in proportion
-    /// to its bytes so that all finish together, topped up to `reference` (the analytical time)
-    /// when alone. Uncontended, the collective takes exactly its analytical time; traffic on
-    /// an edge's links stretches its data. What this form does not see is which step an
-    /// edge's bytes belong to: traffic that would have fitted between a hierarchical
-    /// allreduce's phases on an idle link slows it all the same.
-    fn start_coupled_schedule(
+    /// Starts a collective in a steady-state form topped up to `reference` (its analytical
+    /// time) when alone: one flow per edge the schedule uses, carrying all its messages over
+    /// the whole collective. Uncontended, the collective takes exactly its analytical time;
+    /// traffic on an edge's links stretches its data.
+    ///
+    /// - NCCL's tree: its edges carry its chunks both ways, coupled to one rate. Its pipeline
+    ///   has unequal edges and, for few chunks, mostly fill and drain, which the coupled flows
+    ///   alone would overcharge.
+    /// - A hierarchical allreduce, a chain or the direct all-to-all ([`has_coupled_form`]):
+    ///   each edge advances in proportion to its bytes so that all finish together (see
+    ///   [`FlowNetwork::bottleneck_edge_bytes`]). What this form does not see is which step an
+    ///   edge's bytes belong to: traffic that would have fitted between a hierarchical
+    ///   allreduce's phases on an idle link slows it all the same.
+    fn start_topped_up(
         &mut self,
         context: &mut NetContext<'_, FlowEvent>,
         token: Completion,
@@ -785,18 +759,29 @@ impl<'t> FlowNetwork<'t> {
         let message = bytes.as_f64() / den as f64;
         let mut edges = std::mem::take(&mut self.scratch_edges);
         edges.clear();
-        let mut index: FastMap<(u32, u32), usize> = FastMap::default();
-        let mut messages = Vec::new();
-        for (step, repeat) in schedule.step_weights() {
-            messages.clear();
-            schedule.step_messages(step, &mut messages);
-            for &(src, dst, num) in &messages {
-                let amount = message * num as f64 * repeat as f64;
-                match index.entry((src.0, dst.0)) {
-                    std::collections::hash_map::Entry::Occupied(slot) => edges[*slot.get()].2 += amount,
-                    std::collections::hash_map::Entry::Vacant(slot) => {
-                        slot.insert(edges.len());
-                        edges.push((src, dst, amount));
+        let tree = schedule.tree_edges();
+        let weighted = tree.is_none();
+        match tree {
+            Some(tree) => {
+                edges.extend(tree.into_iter().map(|(src, dst, count)| (src, dst, count as f64 * message)))
+            }
+            None => {
+                let mut index: FastMap<(u32, u32), usize> = FastMap::default();
+                let mut messages = Vec::new();
+                for (step, repeat) in schedule.step_weights() {
+                    messages.clear();
+                    schedule.step_messages(step, &mut messages);
+                    for &(src, dst, num) in &messages {
+                        let amount = message * num as f64 * repeat as f64;
+                        match index.entry((src.0, dst.0)) {
+                            std::collections::hash_map::Entry::Occupied(slot) => {
+                                edges[*slot.get()].2 += amount
+                            }
+                            std::collections::hash_map::Entry::Vacant(slot) => {
+                                slot.insert(edges.len());
+                                edges.push((src, dst, amount));
+                            }
+                        }
                     }
                 }
             }
@@ -807,7 +792,7 @@ impl<'t> FlowNetwork<'t> {
             latency_sum: Some(SimDuration::ZERO),
             delay,
             reference: Some(reference),
-            weighted: true,
+            weighted,
         };
         let result = self.start_coupled(context, token, &edges, timing);
         self.scratch_edges = edges;
@@ -1555,12 +1540,7 @@ impl<'t> FlowNetwork<'t> {
                     reference
                 }
             };
-            if algorithm == CollectiveAlgorithm::Tree {
-                return self.start_coupled_tree(context, token, &schedule, delay, reference);
-            }
-            if has_coupled_form(algorithm) {
-                return self.start_coupled_schedule(context, token, &schedule, delay, reference);
-            }
+            return self.start_topped_up(context, token, &schedule, delay, reference);
         }
         let members = schedule.lanes().iter().map(Vec::len).sum::<usize>();
         if schedule.steps() == 0 {
