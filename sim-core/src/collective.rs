@@ -370,9 +370,14 @@ pub fn wire_bytes(
         && let Some(fabric) = network.tuner_fabric()
     {
         let nodes = members_by_server(group, &|rank| network.node_of(rank))?.len() as u32;
-        if let Some(slowdown) =
-            crate::tuner::allreduce_slowdown(&fabric, choice.algorithm, protocol, group.len() as u32, nodes)
-        {
+        if let Some(slowdown) = crate::tuner::allreduce_slowdown(
+            &fabric,
+            choice.algorithm,
+            protocol,
+            group.len() as u32,
+            nodes,
+            bytes.0,
+        ) {
             return Ok(Bytes((bytes.0 as f64 * slowdown).round().min(u64::MAX as f64) as u64));
         }
     }
@@ -588,12 +593,19 @@ pub(crate) fn step_extra(
 ) -> Result<SimDuration, CollectiveError> {
     let mut extra = SimDuration::ZERO;
     let mut sum = 0u128;
+    // A pipelined ring across servers moves every step's data over its network hops at the
+    // NICs' rate, far below NVLink's: its in-server hops finish their share (latency included)
+    // while the network hops of the same step are still sending, so only the network hops'
+    // latencies lengthen the ring.
+    let hidden_inside = lapping && family == Family::Ring && multi_server;
     for &(src, dst, _) in messages {
         let across = network.node_of(src)? != network.node_of(dst)?;
         let this =
             hop_extra(protocol, family, multi_server, across, network.path_latency(src, dst)?, network);
         extra = extra.max(this);
-        sum += u128::from(this.as_ps());
+        if across || !hidden_inside {
+            sum += u128::from(this.as_ps());
+        }
     }
     if lapping && family == Family::Ring && !messages.is_empty() {
         return Ok(SimDuration::from_ps((sum / messages.len() as u128) as u64));
@@ -1055,6 +1067,21 @@ mod tests {
             channel_time(K::AllReduce, off, Bytes(1 << 30), &group, &network).unwrap(),
             SimDuration::ZERO
         );
+    }
+
+    #[test]
+    fn a_ring_across_servers_pays_only_its_network_hops_latency() {
+        // One lapping ring step over 2 servers of 4 (path latency 0 in this test network):
+        // the two messages that cross servers cost Simple's network hop (14 us) each, the six
+        // inside servers nothing, as their share is done while the network hops still send.
+        let mut network = Uniform { per_node: 4, ..uniform() };
+        let ring: Vec<(RankId, RankId, u64)> = (0..8).map(|r| (RankId(r), RankId((r + 1) % 8), 1)).collect();
+        let extra = step_extra(Protocol::Simple, Family::Ring, true, true, &ring, &mut network).unwrap();
+        assert_eq!(extra, SimDuration::from_ps(2 * 14_000_000 / 8));
+        // Inside one server every hop pays NCCL's NVLink hop latency (3.4 us for Simple).
+        let mut one = Uniform { per_node: 8, ..uniform() };
+        let extra = step_extra(Protocol::Simple, Family::Ring, false, true, &ring, &mut one).unwrap();
+        assert_eq!(extra, SimDuration::from_ns(3_400));
     }
 
     #[test]

@@ -17,9 +17,12 @@
 //!
 //! LL sends 8-byte lines of 4 data bytes and a 4-byte flag (half the bandwidth, no memory
 //! fence: the lowest latency); LL128 sends 128-byte lines with 8 flag bytes; Simple sends
-//! large chunks behind a fence. A ring over several servers also pays NCCL's network post
-//! overhead on each of its in-server steps (1 us, 3 us with Simple), and a pipelined ring in
-//! its bandwidth regime 1.4 times its latency (NCCL's "plateau effect", Ampere and later).
+//! large chunks behind a fence. NCCL's tuner also charges a ring over several servers its
+//! network post overhead on each in-server step (1 us, 3 us with Simple), and a pipelined ring
+//! in its bandwidth regime 1.4 times its latency (NCCL's "plateau effect", Ampere and later).
+//! parasim's timing keeps the plateau but lets a ring across servers pay its network hops
+//! only: its in-server hops are done while the network hops of the same step still send
+//! (`collective::step_extra`).
 //!
 //! Base latencies scale with the network settings' collective launch (8.4 us by default, the
 //! Simple base): a launch of zero (replayed kernels that already include it) zeroes them all.
@@ -109,8 +112,9 @@ impl Protocol {
         SimDuration::from_ns(table[row][self.index()])
     }
 
-    /// The network post overhead every in-server step of a ring across servers pays at least
-    /// (NCCL's `getNetOverhead`, 1 us on x86, tripled for Simple).
+    /// The network post overhead NCCL's tuner charges every in-server step of a ring across
+    /// servers at least (NCCL's `getNetOverhead`, 1 us on x86, tripled for Simple); in a ring
+    /// whose steps are alike it is hidden behind the network hops (`collective::step_extra`).
     pub fn ring_net_overhead(self) -> SimDuration {
         SimDuration::from_us(if self == Protocol::Simple { 3 } else { 1 })
     }

@@ -225,13 +225,15 @@ fn bus_bandwidths(
 /// `protocol` moves its data: the links' bus bandwidth over NCCL's refined one (at least 1;
 /// `None` for algorithms the model does not refine). The flow models carry this many bytes
 /// per byte of data, so a protocol's bandwidth share and its per-channel limits hold in
-/// every fidelity, contended or not.
+/// every fidelity, contended or not. A tree of `bytes` is further slowed by NCCL's
+/// [`tree_correction`] for its size.
 pub fn allreduce_slowdown(
     fabric: &TunerFabric,
     algorithm: CollectiveAlgorithm,
     protocol: Protocol,
     ranks: u32,
     nodes: u32,
+    bytes: u64,
 ) -> Option<f64> {
     let family = match algorithm {
         CollectiveAlgorithm::Ring => Family::Ring,
@@ -241,7 +243,10 @@ pub fn allreduce_slowdown(
     if ranks <= 1 || nodes == 0 {
         return None;
     }
-    let (link_bus, bus) = bus_bandwidths(fabric, family, protocol, ranks, nodes);
+    let (link_bus, mut bus) = bus_bandwidths(fabric, family, protocol, ranks, nodes);
+    if family == Family::Tree {
+        bus *= tree_correction(protocol, bytes);
+    }
     (bus > 0.0).then(|| (link_bus / bus).max(1.0))
 }
 
@@ -347,6 +352,43 @@ fn nvls_model(
     Some((latency, algbw))
 }
 
+// NCCL's treeCorrectionFactor (powers of two from 64 B).
+const TREE_CORRECTION: [[f64; 23]; 3] = [
+    [
+        1.0, 1.0, 1.0, 1.0, 0.9, 0.8, 0.7, 0.7, 0.7, 0.7, 0.6, 0.5, 0.4, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0,
+        1.0, 1.0, 1.0,
+    ],
+    [
+        1.0, 1.0, 1.0, 1.0, 1.0, 0.9, 0.8, 0.8, 0.8, 0.7, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.8, 0.9, 0.9, 0.9,
+        0.9, 1.0, 1.0,
+    ],
+    [
+        0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.8, 0.7, 0.6, 0.6, 0.5, 0.5, 0.5, 0.5, 0.6, 0.7, 0.8, 0.7, 0.7,
+        0.8, 0.9, 0.9,
+    ],
+];
+
+/// NCCL's `treeCorrectionFactor` (`ncclTopoGetAlgoTime` in `src/graph/tuning.cc`, the same
+/// table from NCCL 2.5 to 2.2x): "Trees are not perfectly sticking to the model for medium
+/// sizes", so NCCL scales a tree's bandwidth by a factor per power of two of the size (64 B
+/// to 256 MiB, one row per protocol): down to 0.4 for LL at 256-512 KiB, 0.6 for LL128 from
+/// 64 KiB to 4 MiB, 0.5 for Simple from 128 KiB to 1 MiB. The table is NCCL's own reading of
+/// how fast its trees really move medium buffers (unchanged from NCCL 2.4 to 2.2x), so parasim
+/// applies it to the tree's data ([`allreduce_slowdown`]) as well as to the choice.
+pub fn tree_correction(protocol: Protocol, bytes: u64) -> f64 {
+    let sixty_fourths = bytes >> 6;
+    if sixty_fourths == 0 {
+        return 1.0;
+    }
+    let log = sixty_fourths.ilog2() as usize;
+    let row = match protocol {
+        Protocol::Ll => 0,
+        Protocol::Ll128 => 1,
+        Protocol::Simple => 2,
+    };
+    TREE_CORRECTION[row].get(log).copied().unwrap_or(1.0)
+}
+
 /// NCCL's estimated time (us) of an allreduce of `bytes` (see [`allreduce_model`]), with its
 /// per-size corrections: medium trees are slower than the model, and rings across servers in
 /// their bandwidth regime pay 1.4 times their latency.
@@ -363,32 +405,8 @@ pub fn allreduce_time(
     if bandwidth <= 0.0 {
         return None;
     }
-    // NCCL's treeCorrectionFactor (powers of two from 64 B).
-    const CORRECTION: [[f64; 23]; 3] = [
-        [
-            1.0, 1.0, 1.0, 1.0, 0.9, 0.8, 0.7, 0.7, 0.7, 0.7, 0.6, 0.5, 0.4, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9,
-            1.0, 1.0, 1.0, 1.0,
-        ],
-        [
-            1.0, 1.0, 1.0, 1.0, 1.0, 0.9, 0.8, 0.8, 0.8, 0.7, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6, 0.8, 0.9, 0.9,
-            0.9, 0.9, 1.0, 1.0,
-        ],
-        [
-            0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.8, 0.7, 0.6, 0.6, 0.5, 0.5, 0.5, 0.5, 0.6, 0.7, 0.8, 0.7,
-            0.7, 0.8, 0.9, 0.9,
-        ],
-    ];
-    let sixty_fourths = bytes >> 6;
-    if algorithm == CollectiveAlgorithm::Tree && sixty_fourths > 0 {
-        let log = sixty_fourths.ilog2() as usize;
-        let row = match protocol {
-            Protocol::Ll => 0,
-            Protocol::Ll128 => 1,
-            Protocol::Simple => 2,
-        };
-        if log < 23 {
-            bandwidth *= CORRECTION[row][log];
-        }
+    if algorithm == CollectiveAlgorithm::Tree {
+        bandwidth *= tree_correction(protocol, bytes);
     }
     if algorithm == CollectiveAlgorithm::Ring && protocol == Protocol::Simple && nodes > 1 {
         let channels = channels(fabric, ranks, nodes).0 as u64;
@@ -486,8 +504,27 @@ mod tests {
         // ...while the protocol's slowdown is over the delivered rate: 8 x 16 x 0.92 is below
         // the 8 x 20 GB/s LL128 limit, so only the protocol's share remains.
         let slowdown =
-            allreduce_slowdown(&derated, CollectiveAlgorithm::Ring, Protocol::Ll128, 16, 2).unwrap();
+            allreduce_slowdown(&derated, CollectiveAlgorithm::Ring, Protocol::Ll128, 16, 2, 1 << 30).unwrap();
         assert!((slowdown - 1.0 / 0.92).abs() < 1e-9, "{slowdown}");
+    }
+
+    #[test]
+    fn medium_trees_move_their_data_at_nccls_corrected_rate() {
+        // treeCorrectionFactor: LL at 256 KiB (64 B x 2^12) 0.4, LL128 at 1 MiB 0.6, Simple at
+        // 64 B and 256 MiB 0.9, and 1 beyond the table (512 MiB and up).
+        assert_eq!(tree_correction(Protocol::Ll, 256 << 10), 0.4);
+        assert_eq!(tree_correction(Protocol::Ll128, 1 << 20), 0.6);
+        assert_eq!(tree_correction(Protocol::Simple, 64), 0.9);
+        assert_eq!(tree_correction(Protocol::Simple, 256 << 20), 0.9);
+        assert_eq!(tree_correction(Protocol::Simple, 1 << 30), 1.0);
+        assert_eq!(tree_correction(Protocol::Ll, 8), 1.0);
+        // The tree's slowdown over its links grows by the same factor; rings are not corrected.
+        let tree =
+            |bytes| allreduce_slowdown(&dgx_a100(), CollectiveAlgorithm::Tree, Protocol::Ll128, 16, 2, bytes);
+        assert!((tree(1 << 20).unwrap() * 0.6 - tree(1 << 30).unwrap()).abs() < 1e-9);
+        let ring =
+            |bytes| allreduce_slowdown(&dgx_a100(), CollectiveAlgorithm::Ring, Protocol::Ll128, 16, 2, bytes);
+        assert_eq!(ring(1 << 20), ring(1 << 30));
     }
 
     #[test]
