@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use sim_core::units::SimDuration;
 use traces::kineto::operators::{ActivityKind, OperatorImport, ProfiledOperator};
-use workloads::aten::{OperatorCall, Uncosted, operator_work};
+use workloads::aten::{OperatorCall, Uncosted, operator_kernels};
 use workloads::calibrate::{
     self, CalibrationRecord, ClassError, LaunchRecord, PARAMETERS, Profile, Sample, class_errors,
 };
@@ -63,6 +63,9 @@ struct Collected {
     left_out: BTreeMap<(String, String), Left>,
     kernel_s: f64,
     fitted_s: f64,
+    /// Whether each sample's kernels shared the GPU with another stream's work for more than
+    /// half their time.
+    shared: Vec<bool>,
 }
 
 /// Runs the calibration and writes the profile; returns the report.
@@ -176,6 +179,7 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
         &calibrate::regime_errors(device, samples, &predicted),
         "fitted",
     ));
+    text.push_str(&sharing_table(&collected, &before_predictions, &predicted, "fitted"));
     if args.by_operator {
         text.push_str(&by_operator(&collected, &predicted));
     }
@@ -288,19 +292,29 @@ fn collect(import: &OperatorImport) -> Collected {
             let kernels = op.activities.iter().filter(|a| a.kind != ActivityKind::Memcpy).count();
             let kernel_names: Vec<&str> = op.activities.iter().map(|a| import.name(a.name)).collect();
             let call = OperatorCall { name, dims: &op.dims, types: &op.types, kernel_names: &kernel_names };
-            match operator_work(&call) {
-                Ok(work) => {
+            match operator_kernels(&call) {
+                Ok(works) => {
+                    let mut works = works.into_iter();
+                    let Some(work) = works.next() else { continue };
                     if work.class == workloads::OpClass::Gemm {
                         out.gemm_dtypes.insert(work.dtype.name().to_string());
                     }
                     out.fitted_s += op.duration_ns(ActivityKind::Kernel) as f64 * 1e-9;
                     out.samples.push(Sample {
                         work,
+                        after: works.collect(),
                         kernels: kernels as u32,
                         measured_s: kernel_ns as f64 * 1e-9,
                         group: shape_key(name, op),
                     });
                     out.names.push(name.to_string());
+                    let concurrent: u64 = op
+                        .activities
+                        .iter()
+                        .filter(|a| a.kind != ActivityKind::Memcpy)
+                        .map(|a| a.concurrent_ns)
+                        .sum();
+                    out.shared.push(2 * concurrent > kernel_ns);
                 }
                 Err(Uncosted::UnknownOperator) => leave("no cost formula"),
                 Err(Uncosted::MissingShapes) => leave("shapes or values not recorded"),
@@ -434,6 +448,7 @@ fn add_tables(collected: &mut Collected, tables: &[PathBuf], device: &Device) ->
             collected.kernel_s += sample.measured_s;
             collected.fitted_s += sample.measured_s;
             collected.names.push(format!("deepbench {precision} {kind}"));
+            collected.shared.push(false);
             collected.samples.push(sample);
         }
         used.push(name.to_string());
@@ -735,16 +750,57 @@ fn check_profile(
         &rows,
         &[1, 2, 3, 4, 5, 6],
     ));
+    let default_predictions = calibrate::predictions(default, device, samples)?;
+    let profile_predictions = calibrate::predictions(&profile.compute, device, samples)?;
     out.push_str(&regime_table(
-        &calibrate::regime_errors(device, samples, &calibrate::predictions(default, device, samples)?),
-        &calibrate::regime_errors(
-            device,
-            samples,
-            &calibrate::predictions(&profile.compute, device, samples)?,
-        ),
+        &calibrate::regime_errors(device, samples, &default_predictions),
+        &calibrate::regime_errors(device, samples, &profile_predictions),
         "profile",
     ));
+    out.push_str(&sharing_table(collected, &default_predictions, &profile_predictions, "profile"));
     Ok(out)
+}
+
+/// The errors of operators whose kernels ran alone on their GPU and of those that shared it
+/// with another stream's kernels or copies for more than half their time (an NCCL kernel
+/// beside them, a host copy): the latter's times are not their own, and no parameter of a
+/// kernel's model describes them. Empty when no operator shared its GPU.
+fn sharing_table(collected: &Collected, default: &[f64], profile: &[f64], label: &str) -> String {
+    let shared = |i: usize| collected.shared.get(i).copied().unwrap_or(false);
+    if !(0..collected.samples.len()).any(shared) {
+        return String::new();
+    }
+    let cell = |e: &ClassError| format!("{} / {}", percent(e.median_error), percent(e.weighted_error));
+    let mut rows: Vec<[String; 7]> = Vec::new();
+    for (sharing, name) in [(false, "alone"), (true, "beside other streams")] {
+        let pick: Vec<usize> = (0..collected.samples.len()).filter(|&i| shared(i) == sharing).collect();
+        if pick.is_empty() {
+            continue;
+        }
+        let samples: Vec<Sample> = pick.iter().map(|&i| collected.samples[i].clone()).collect();
+        let subset = |predictions: &[f64]| -> Vec<f64> { pick.iter().map(|&i| predictions[i]).collect() };
+        let (d, p) = (class_errors(&samples, &subset(default)), class_errors(&samples, &subset(profile)));
+        for (d, p) in d.iter().zip(&p) {
+            rows.push([
+                format!("{name}: {}", p.class),
+                p.samples.to_string(),
+                format!("{:.2}", p.measured_s * 1e3),
+                cell(d),
+                cell(p),
+                signed_percent(d.total_error()),
+                signed_percent(p.total_error()),
+            ]);
+        }
+    }
+    let total = format!("{label} total");
+    format!(
+        "\nerror of operators that ran alone on their GPU and of those beside another stream's work for most of their time\n{}",
+        table(
+            &["operators", "count", "measured ms", "default", label, "default total", &total],
+            &rows,
+            &[1, 2, 3, 4, 5, 6]
+        )
+    )
 }
 
 /// The errors per shape regime ([`calibrate::regime_errors`]) of the defaults and of a profile.

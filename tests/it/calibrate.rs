@@ -66,12 +66,18 @@ fn the_shipped_profiles_are_reproduced_from_their_traces_and_beat_the_defaults()
         dlrm_directory(),
     ];
     let a100 = [shared_trace("HolisticTraceAnalysis/trace_diff/control/control.json.gz")];
-    for (traces, device, dtype) in
-        [(&a100[..], "a100-sxm4-40gb", "tf32"), (&v100[..], "v100-sxm2-16gb", "fp32")]
+    // DLRM's fp32 products stop short of saturation, so the V100 traces cannot decide the
+    // vector units' ceiling: it stays at its default, measured on DeepBench's largest products
+    // (docs/compute-model.md, "Results").
+    let held: &[&str] = &["--hold", "vector-gemm-efficiency=0.9"];
+    for (traces, device, dtype, hold) in
+        [(&a100[..], "a100-sxm4-40gb", "tf32", &[][..]), (&v100[..], "v100-sxm2-16gb", "fp32", held)]
     {
         let output = scratch(&format!("{device}.toml"));
         let traces: Vec<&PathBuf> = traces.iter().collect();
-        let run = calibrate(&traces, device, &["-o", output.to_str().unwrap(), "--by-operator"]);
+        let mut rest = vec!["-o", output.to_str().unwrap(), "--by-operator"];
+        rest.extend(hold);
+        let run = calibrate(&traces, device, &rest);
         let report = String::from_utf8_lossy(&run.stdout);
         assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
         for needle in ["gemm-efficiency", "held-out shapes", "aten::mm", "left out of the fit"] {

@@ -40,7 +40,9 @@
 //!
 //! # Formulas
 //!
-//! GEMM class (b: batch, 1 for mm; out in the first operand's dtype):
+//! GEMM class (b: batch, 1 for mm; out in the first operand's dtype). A product that launched
+//! further kernels (split-K reduction, bias epilogue) has one element-wise pass per further
+//! kernel, reading and writing out once ([`operator_kernels`]):
 //! ```text
 //! mm A[M,K]·B[K,N], bmm [b,M,K]·[b,K,N], mv [M,K]·[K]   flops 2bMKN        bytes B(A)+B(B)+B(out)
 //! addmm, baddbmm, addmv: + an input broadcast onto out   flops + bMN        bytes + B(input)
@@ -61,6 +63,8 @@
 //! arithmetic, activations, their backward kernels    flops n   bytes all inputs + B(out)
 //!     1 FLOP per element for every op, transcendental ones too: all are memory-bound
 //! in place (add_, relu_, ...): out is the first input, written in its own dtype
+//! an out= tensor (the .out variants: a tensor argument after the functional form's
+//!     positional arguments, `mul.out(self, other, *, out)`): written in its own dtype, not read
 //! comparisons and logical ops: out is bool, 1 byte per element
 //! copy_(self, src)            flops 0   bytes B(src) + B(self), each in its own dtype
 //! fill_, zero_                flops 0   bytes B(self)
@@ -159,7 +163,7 @@ pub fn operator_work(call: &OperatorCall) -> Result<KernelWork, Uncosted> {
         Rule::Attention { backward, seq_axis, packed } => {
             fused_attention(&args, backward, seq_axis, packed, kernels)
         }
-        Rule::Pointwise { output, in_place } => pointwise(&args, output, in_place),
+        Rule::Pointwise { output, in_place } => pointwise(&args, output, in_place, arity(call.name)),
         Rule::Copy => {
             let (target, source) = (args.tensor(0)?, args.tensor(1)?);
             broadcasts_onto(source.dims, target.dims)?;
@@ -229,6 +233,32 @@ pub fn operator_work(call: &OperatorCall) -> Result<KernelWork, Uncosted> {
         }
         Rule::Unrecorded => Err(Uncosted::MissingShapes),
     }
+}
+
+/// The work of each compute kernel an operator ran, in launch order: [`operator_work`]'s, then,
+/// for a matrix product that launched more kernels than its product (cuBLAS's split-K
+/// reduction `splitKreduce_kernel`, or its bias epilogue `epilogue::impl::globalKernel` after an
+/// `addmm`), one element-wise pass over the product's output per further kernel, reading and
+/// writing it once. Those passes run after the product, not under its arithmetic: in HTA's V100
+/// trace (`trace_diff/test`) an `addmm` of `[1024, 64] x [64, 512]` ran `volta_sgemm_128x32_tn`
+/// for 16 us, then the epilogue for 11 us. Memsets and copies
+/// among `kernel_names` (Kineto names them `Memset ...`, `Memcpy ...`) are not kernels here.
+pub fn operator_kernels(call: &OperatorCall) -> Result<Vec<KernelWork>, Uncosted> {
+    let main = operator_work(call)?;
+    let Some(Rule::Product { addend }) = lookup(call.name) else { return Ok(vec![main]) };
+    let launched = call
+        .kernel_names
+        .iter()
+        .filter(|name| !name.starts_with("Memset") && !name.starts_with("Memcpy"))
+        .count();
+    let args = Args { dims: call.dims, types: call.types };
+    let (outputs, element) = product_output(&args, addend)?;
+    // Element-wise math runs at the fp32 rate, fp64 for double products (as `vector` decides).
+    let dtype = if element == Element::Float(Dtype::Fp64) { Dtype::Fp64 } else { Dtype::Fp32 };
+    let pass = KernelWork::flat(OpClass::Elementwise, dtype, outputs, 2.0 * outputs * element.size());
+    let mut kernels = vec![main];
+    kernels.extend(std::iter::repeat_n(pass, launched.saturating_sub(1)));
+    Ok(kernels)
 }
 
 /// The operator names [`operator_work`] knows, for documentation and reports. The element-wise
@@ -529,7 +559,19 @@ impl<'a> Args<'a> {
 
     /// Every tensor argument, in order.
     fn tensors(&self) -> Result<Vec<Tensor<'a>>, Uncosted> {
-        (0..self.dims.len().max(self.types.len()))
+        self.tensors_before(usize::MAX)
+    }
+
+    /// The tensor arguments before position `end`, in order.
+    fn tensors_before(&self, end: usize) -> Result<Vec<Tensor<'a>>, Uncosted> {
+        (0..self.dims.len().max(self.types.len()).min(end))
+            .filter_map(|position| self.arg(position).transpose())
+            .collect()
+    }
+
+    /// The tensor arguments from position `start` on, in order.
+    fn tensors_from(&self, start: usize) -> Result<Vec<Tensor<'a>>, Uncosted> {
+        (start..self.dims.len().max(self.types.len()))
             .filter_map(|position| self.arg(position).transpose())
             .collect()
     }
@@ -585,6 +627,19 @@ fn gemm_dtype(first: &Tensor, kernels: &[&str]) -> Result<Dtype, Uncosted> {
         Element::Float(dtype) => Ok(dtype),
         Element::Integer(_) => Err(Uncosted::UnsupportedDtype(first.type_name.to_string())),
     }
+}
+
+/// A product's output elements and element type (the first operand's).
+fn product_output(args: &Args, addend: bool) -> Result<(f64, Element), Uncosted> {
+    let first = usize::from(addend);
+    let (a, b) = (args.tensor(first)?, args.tensor(first + 1)?);
+    let outputs = match (a.dims, b.dims) {
+        (&[m, _], &[_]) => m,
+        (&[m, _], &[_, n]) => m * n,
+        (&[batch, m, _], &[_, _, n]) => batch * m * n,
+        _ => return Err(Uncosted::Malformed(format!("not a matrix product: {:?} x {:?}", a.dims, b.dims))),
+    };
+    Ok((outputs as f64, a.element))
 }
 
 /// mm, bmm, mv and, with an addend broadcast onto the product, addmm, baddbmm, addmv.
@@ -711,9 +766,52 @@ fn fused_attention(
     })
 }
 
-/// Element-wise arithmetic, activations, comparisons, in place or not.
-fn pointwise(args: &Args, output: Output, in_place: bool) -> Result<KernelWork, Uncosted> {
-    let inputs = args.tensors()?;
+/// The positional arguments of an element-wise operator's functional form (`mul(self,
+/// other)`: 2), after which a profiler records the `out=` tensor of its `.out` variant
+/// (`mul.out(self, other, *, out)`); `None` for operators not listed, whose tensors are all read.
+fn arity(name: &str) -> Option<usize> {
+    let base = name.strip_prefix("aten::")?;
+    Some(match base {
+        "neg" | "abs" | "exp" | "log" | "log2" | "log1p" | "sqrt" | "rsqrt" | "reciprocal" | "sin"
+        | "cos" | "erf" | "sigmoid" | "tanh" | "relu" | "silu" | "bitwise_not" | "logical_not" => 1,
+        "mul" | "div" | "pow" | "maximum" | "minimum" | "bitwise_and" | "bitwise_or" | "bitwise_xor"
+        | "gelu" | "leaky_relu" | "clamp_min" | "clamp_max" | "eq" | "ne" | "lt" | "le" | "gt" | "ge"
+        | "logical_and" | "logical_or" | "sigmoid_backward" | "tanh_backward" | "silu_backward" => 2,
+        "add"
+        | "sub"
+        | "rsub"
+        | "clamp"
+        | "hardtanh"
+        | "threshold"
+        | "where"
+        | "masked_fill"
+        | "lerp"
+        | "threshold_backward"
+        | "gelu_backward"
+        | "native_dropout_backward" => 3,
+        "nan_to_num" | "addcmul" | "addcdiv" | "elu" | "hardtanh_backward" | "leaky_relu_backward" => 4,
+        "elu_backward" => 6,
+        _ => return None,
+    })
+}
+
+/// Element-wise arithmetic, activations, comparisons, in place or not; a tensor at or after
+/// position `arity` is the `out=` tensor, written and not read.
+fn pointwise(
+    args: &Args,
+    output: Output,
+    in_place: bool,
+    arity: Option<usize>,
+) -> Result<KernelWork, Uncosted> {
+    let mut inputs = args.tensors_before(arity.filter(|_| !in_place).unwrap_or(usize::MAX))?;
+    let out = match arity {
+        Some(arity) if !in_place => args.tensors_from(arity)?.pop(),
+        _ => None,
+    };
+    if inputs.is_empty() {
+        // Only an `out=` tensor: the functional arguments were scalars.
+        inputs.extend(out);
+    }
     let Some(first) = inputs.first() else {
         return Err(Uncosted::Malformed("no tensor argument".to_string()));
     };
@@ -721,6 +819,8 @@ fn pointwise(args: &Args, output: Output, in_place: bool) -> Result<KernelWork, 
     let shape = broadcast(&shapes)?;
     let (elements, written) = if in_place {
         (first.elements(), first.bytes())
+    } else if let Some(out) = out.filter(|out| broadcasts_onto(&shape, out.dims).is_ok()) {
+        (out.elements(), out.bytes())
     } else {
         let size = match output {
             Output::Bool => 1.0,

@@ -30,6 +30,9 @@ use crate::layer::OpClass;
 pub struct Sample {
     /// What it computes and moves.
     pub work: KernelWork,
+    /// The work of kernels it ran after `work`, each priced on its own (a product's bias or
+    /// split-K epilogue, [`crate::aten::operator_kernels`]); empty for one-kernel operators.
+    pub after: Vec<KernelWork>,
     /// Kernels it launched (each pays the launch overhead).
     pub kernels: u32,
     /// Measured GPU time of its kernels, seconds (must be positive).
@@ -260,7 +263,10 @@ impl Point {
 
 /// Predicted seconds of `sample` under `curves` and a per-kernel `launch` cost.
 fn predict_with(curves: &Curves, launch: f64, device: &Device, sample: &Sample) -> Result<f64, ComputeError> {
-    let kernel = curves.kernel_seconds(device, &sample.work)?;
+    let mut kernel = curves.kernel_seconds(device, &sample.work)?;
+    for work in &sample.after {
+        kernel += curves.kernel_seconds(device, work)?;
+    }
     Ok(kernel + f64::from(sample.kernels) * launch)
 }
 
@@ -440,14 +446,16 @@ fn check(samples: &[Sample]) -> Result<(), CalibrationError> {
                 reason: format!("measured time {} s; it must be positive", sample.measured_s),
             });
         }
-        if !valid(sample.work.flops) || !valid(sample.work.bytes) {
-            return Err(CalibrationError::InvalidSample {
-                index,
-                reason: format!(
-                    "work {} FLOPs, {} bytes; both must be finite, not negative",
-                    sample.work.flops, sample.work.bytes
-                ),
-            });
+        for work in std::iter::once(&sample.work).chain(&sample.after) {
+            if !valid(work.flops) || !valid(work.bytes) {
+                return Err(CalibrationError::InvalidSample {
+                    index,
+                    reason: format!(
+                        "work {} FLOPs, {} bytes; both must be finite, not negative",
+                        work.flops, work.bytes
+                    ),
+                });
+            }
         }
     }
     Ok(())
@@ -953,6 +961,7 @@ mod tests {
                     aligned: i % 2 == 0,
                     shape: KernelShape::Unknown,
                 },
+                after: Vec::new(),
                 kernels: 1,
                 measured_s: 0.0,
                 group: i as u64,
@@ -969,6 +978,7 @@ mod tests {
                         aligned: true,
                         shape: KernelShape::Unknown,
                     },
+                    after: Vec::new(),
                     kernels: 1 + j as u32,
                     measured_s: 0.0,
                     group: 100 + 10 * i as u64 + j as u64,

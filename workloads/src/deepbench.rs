@@ -251,7 +251,13 @@ pub fn samples(gemms: &[GemmRow], convs: &[ConvRow], dtype: Dtype) -> Vec<Sample
     for row in gemms {
         let GemmShape { m, n, k, .. } = row.shape;
         let group = group_of(&[1, m, n, k]);
-        samples.push(Sample { work: row.work(dtype), kernels: 1, measured_s: row.seconds, group });
+        samples.push(Sample {
+            work: row.work(dtype),
+            after: Vec::new(),
+            kernels: 1,
+            measured_s: row.seconds,
+            group,
+        });
     }
     for row in convs {
         for (index, direction) in DIRECTIONS.into_iter().enumerate() {
@@ -261,6 +267,7 @@ pub fn samples(gemms: &[GemmRow], convs: &[ConvRow], dtype: Dtype) -> Vec<Sample
             key.extend(s.input.iter().chain(&s.kernel).chain(&s.stride));
             samples.push(Sample {
                 work: row.work(direction, dtype),
+                after: Vec::new(),
                 kernels: 1,
                 measured_s: seconds,
                 group: group_of(&key),

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use super::raw::{self, GpuCategory, RawFile, RawOperator};
+use super::raw::{self, GpuCategory, RawFile, RawGpu, RawOperator};
 use crate::error::TraceError;
 use crate::model::DeviceInfo;
 use crate::nccl;
@@ -39,6 +39,11 @@ pub struct Activity {
     pub kind: ActivityKind,
     /// Measured duration (ns).
     pub duration_ns: u64,
+    /// How long (ns) another stream of the same GPU had an activity (a kernel, copy or memset)
+    /// running while this one ran. Such an activity shared the GPU's multiprocessors or memory,
+    /// and its duration is not its own alone (`parasim calibrate` reports the operators that
+    /// ran alone and those beside other streams apart).
+    pub concurrent_ns: u64,
 }
 
 /// One host operator and the GPU activities it launched directly (not through a nested
@@ -159,6 +164,46 @@ impl<'a> Nesting<'a> {
     }
 }
 
+/// For each GPU activity, how long (ns) activities of other streams of its device ran while it
+/// did: its overlap with the union of their intervals.
+fn concurrency(gpu: &[RawGpu]) -> Vec<u64> {
+    let interval =
+        |g: &RawGpu| (g.ts_ns, g.ts_ns.saturating_add(i64::try_from(g.duration_ns).unwrap_or(i64::MAX)));
+    let mut streams: Vec<(u32, u64)> = gpu.iter().map(|g| (g.device, g.stream)).collect();
+    streams.sort_unstable();
+    streams.dedup();
+    let mut out = vec![0; gpu.len()];
+    for &(device, stream) in &streams {
+        // The busy periods of the device's other streams, merged.
+        let mut others: Vec<(i64, i64)> =
+            gpu.iter().filter(|g| g.device == device && g.stream != stream).map(interval).collect();
+        if others.is_empty() {
+            continue;
+        }
+        others.sort_unstable();
+        let mut busy: Vec<(i64, i64)> = Vec::with_capacity(others.len());
+        for (start, stop) in others {
+            match busy.last_mut() {
+                Some(last) if start <= last.1 => last.1 = last.1.max(stop),
+                _ => busy.push((start, stop)),
+            }
+        }
+        for (g, slot) in gpu.iter().zip(&mut out) {
+            if g.device != device || g.stream != stream {
+                continue;
+            }
+            let (start, stop) = interval(g);
+            let first = busy.partition_point(|&(_, busy_stop)| busy_stop <= start);
+            *slot = busy[first..]
+                .iter()
+                .take_while(|&&(busy_start, _)| busy_start < stop)
+                .map(|&(busy_start, busy_stop)| (busy_stop.min(stop) - busy_start.max(start)).max(0) as u64)
+                .sum();
+        }
+    }
+    out
+}
+
 fn end(op: &RawOperator) -> i64 {
     op.ts_ns.saturating_add(i64::try_from(op.duration_ns).unwrap_or(i64::MAX))
 }
@@ -178,7 +223,8 @@ fn attribute(raw: &RawFile, path: &Path, names: &[String]) -> OperatorFile {
     let mut launched: HashMap<(u64, usize), Vec<(i64, Activity)>> = HashMap::new();
     let mut unattributed = 0;
     let mut kernel_ns = 0;
-    for gpu in &raw.gpu {
+    let concurrent = concurrency(&raw.gpu);
+    for (gpu, &concurrent_ns) in raw.gpu.iter().zip(&concurrent) {
         let name = names.get(gpu.name as usize).map_or("", String::as_str);
         let kind = match gpu.category {
             GpuCategory::Kernel if nccl::is_nccl_kernel(name) => ActivityKind::Nccl,
@@ -196,7 +242,7 @@ fn attribute(raw: &RawFile, path: &Path, names: &[String]) -> OperatorFile {
             Some((key, ts)) => launched
                 .entry(key)
                 .or_default()
-                .push((ts, Activity { name: gpu.name, kind, duration_ns: gpu.duration_ns })),
+                .push((ts, Activity { name: gpu.name, kind, duration_ns: gpu.duration_ns, concurrent_ns })),
             None => unattributed += 1,
         }
     }
@@ -276,6 +322,39 @@ mod tests {
         assert_eq!(addmm.dims[3], Some(vec![]));
         assert_eq!(addmm.types[3].as_deref(), Some("Scalar"));
         assert_eq!(trace.name(file.operators[0].activities[0].name), "bias");
+    }
+
+    #[test]
+    fn activities_beside_other_streams_record_how_long_they_shared_the_gpu() {
+        let trace = import(
+            r#"{"traceEvents": [
+              {"ph": "X", "cat": "cpu_op", "name": "aten::mul", "tid": 1, "ts": 0, "dur": 100, "args": {}},
+              {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "tid": 1, "ts": 1, "dur": 1,
+               "args": {"correlation": 1}},
+              {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "tid": 1, "ts": 3, "dur": 1,
+               "args": {"correlation": 2}},
+              {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "tid": 1, "ts": 5, "dur": 1,
+               "args": {"correlation": 3}},
+              {"ph": "X", "cat": "kernel", "name": "mul", "pid": 0, "tid": 7, "ts": 10, "dur": 10,
+               "args": {"correlation": 1, "stream": 7, "device": 0}},
+              {"ph": "X", "cat": "kernel", "name": "mul", "pid": 0, "tid": 7, "ts": 30, "dur": 10,
+               "args": {"correlation": 2, "stream": 7, "device": 0}},
+              {"ph": "X", "cat": "kernel", "name": "mul", "pid": 0, "tid": 7, "ts": 50, "dur": 10,
+               "args": {"correlation": 3, "stream": 7, "device": 0}},
+              {"ph": "X", "cat": "kernel", "name": "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t", "pid": 0,
+               "tid": 9, "ts": 15, "dur": 20, "args": {"stream": 9, "device": 0}},
+              {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": 0, "tid": 8,
+               "ts": 33, "dur": 4, "args": {"stream": 8, "device": 0}},
+              {"ph": "X", "cat": "kernel", "name": "other_gpu", "pid": 1, "tid": 9, "ts": 50, "dur": 10,
+               "args": {"stream": 9, "device": 1}}
+            ]}"#,
+        );
+        let shared: Vec<u64> =
+            trace.files[0].operators[0].activities.iter().map(|a| a.concurrent_ns).collect();
+        // The first kernel beside the NCCL kernel for 5 us; the second beside it for 5 us and
+        // beside the copy (which overlaps the NCCL kernel) for 2 us more; the third alone on
+        // its GPU (the kernel at the same time runs on another device).
+        assert_eq!(shared, [5_000, 7_000, 0]);
     }
 
     #[test]

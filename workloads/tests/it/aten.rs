@@ -5,7 +5,7 @@
 
 use proptest::prelude::*;
 use workloads::KernelWork;
-use workloads::aten::{KNOWN_OPERATORS, OperatorCall, Uncosted, operator_work};
+use workloads::aten::{KNOWN_OPERATORS, OperatorCall, Uncosted, operator_kernels, operator_work};
 use workloads::{Dtype, OpClass};
 
 /// The work of `name` on arguments with these sizes and `Input type` strings, launching `kernels`.
@@ -184,6 +184,75 @@ fn in_place_broadcast_add_reads_both_and_writes_the_first() {
     assert_eq!((out.flops, out.bytes), (elements, 4.0 * (15.0 + 2.0 * elements)));
     let impossible = work("aten::add", &[&[3, 4], &[5]], &["float", "float"]);
     assert!(matches!(impossible, Err(Uncosted::Malformed(_))), "{impossible:?}");
+}
+
+#[test]
+fn an_out_argument_is_written_not_read() {
+    // mul.out(self, other, *, out) as HTA's V100 trace records it: a tensor times a zero-dim
+    // double, into a float tensor.
+    let mul = work("aten::mul", &[&[512], &[], &[512]], &["float", "double", "float"]).unwrap();
+    assert_eq!((mul.flops, mul.bytes), (512.0, 4.0 * 512.0 + 8.0 + 4.0 * 512.0));
+    // nan_to_num.out(self, nan, posinf, neginf, *, out), from the same trace.
+    let types = ["float", "Scalar", "", "", "float"];
+    let nan = work("aten::nan_to_num", &[&[1024, 64], &[], &[], &[], &[1024, 64]], &types).unwrap();
+    assert_eq!(nan.bytes, 2.0 * 4.0 * 1024.0 * 64.0);
+    // The out tensor's own element type is what is written.
+    let half =
+        work("aten::add", &[&[64], &[64], &[], &[64]], &["float", "float", "Scalar", "c10::Half"]).unwrap();
+    assert_eq!(half.bytes, 4.0 * 64.0 * 2.0 + 2.0 * 64.0);
+    // Without the out tensor, and in place, every tensor is read.
+    let plain = work("aten::mul", &[&[512], &[512]], &["float", "float"]).unwrap();
+    assert_eq!(plain.bytes, 3.0 * 4.0 * 512.0);
+    let in_place =
+        work("aten::addcmul_", &[&[512], &[512], &[512], &[]], &["float", "float", "float", "Scalar"]);
+    assert_eq!(in_place.unwrap().bytes, 4.0 * 4.0 * 512.0);
+}
+
+/// The works of `name`'s kernels, with these sizes and types, launching `kernels`.
+fn kernels(name: &str, dims: &[&[u64]], types: &[&str], kernels: &[&str]) -> Vec<KernelWork> {
+    let dims: Vec<Option<Vec<u64>>> = dims.iter().map(|dims| Some(dims.to_vec())).collect();
+    let types: Vec<Option<String>> = types.iter().map(|name| Some(name.to_string())).collect();
+    operator_kernels(&OperatorCall { name, dims: &dims, types: &types, kernel_names: kernels }).unwrap()
+}
+
+#[test]
+fn a_product_s_epilogue_kernels_pass_over_its_output() {
+    // HTA's V100 trace: addmm's sgemm, then cuBLAS's bias epilogue, after a memset.
+    let addmm =
+        ([&[512][..], &[1024, 64], &[64, 512], &[], &[]], ["float", "float", "float", "Scalar", "Scalar"]);
+    let launched = [
+        "Memset (Device)",
+        "volta_sgemm_128x32_tn",
+        "void cublasLt::epilogue::impl::globalKernel<8, 32, float, float, float, true, false, false>",
+    ];
+    let works = kernels("aten::addmm", &addmm.0, &addmm.1, &launched);
+    assert_eq!(works.len(), 2);
+    assert_eq!(works[0], work("aten::addmm", &addmm.0, &addmm.1).unwrap());
+    let outputs = 1024.0 * 512.0;
+    assert_eq!(
+        (works[1].class, works[1].flops, works[1].bytes),
+        (OpClass::Elementwise, outputs, 8.0 * outputs)
+    );
+    // Split-K: the partial products summed by a second kernel.
+    let split = kernels(
+        "aten::bmm",
+        &[&[4, 96, 1024], &[4, 1024, 32]],
+        &["float", "float"],
+        &["volta_sgemm_32x32_sliced1x4_nt", "splitKreduce_kernel"],
+    );
+    assert_eq!(split[1].bytes, 2.0 * 4.0 * 4.0 * 96.0 * 32.0);
+    // One kernel, or an operator that is not a product: one work.
+    assert_eq!(
+        kernels("aten::mm", &[&[8, 8], &[8, 8]], &["float", "float"], &["volta_sgemm_128x32_nn"]).len(),
+        1
+    );
+    let sum = kernels(
+        "aten::sum",
+        &[&[1024, 512], &[], &[], &[]],
+        &["float", "", "Scalar", ""],
+        &["Memset (Device)", "reduce_kernel"],
+    );
+    assert_eq!(sum.len(), 1);
 }
 
 #[test]

@@ -178,8 +178,13 @@ fn dump() {
         for row in &convs {
             for (i, direction) in deepbench::DIRECTIONS.into_iter().enumerate() {
                 let Some(measured) = row.seconds[i] else { continue };
-                let sample =
-                    Sample { work: row.work(direction, dtype), kernels: 1, measured_s: measured, group: 0 };
+                let sample = Sample {
+                    work: row.work(direction, dtype),
+                    after: Vec::new(),
+                    kernels: 1,
+                    measured_s: measured,
+                    group: 0,
+                };
                 let p = predict(&model, catalog, &sample).unwrap();
                 let s = row.shape;
                 println!(

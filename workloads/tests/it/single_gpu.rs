@@ -134,17 +134,25 @@ fn megatron_1_7b_micro_batch_on_one_a100() {
 }
 
 /// The shipped profiles on these steps, next to the defaults. Issue 12 asks that a profile fitted
-/// to other workloads be at most 2 points worse than the defaults; the V100 profile (DLRM traces)
-/// is not yet on ResNet-50 (see docs/compute-model.md, "One-GPU steps"). The bounds ratchet.
+/// to other workloads be at most 2 points worse than the defaults, and the V100 profile (DLRM
+/// traces) is, on both steps. The floors ratchet, with one recorded step down: VGG-16 reached
+/// 99.4% with the profile's earlier fp32 ceiling of 0.851, fitted through the FLOP ramp to
+/// DLRM's unsaturated products, which made VGG's convolutions slower than the defaults by
+/// chance; held at the default ceiling it is 95.8% (defaults 95.3%) and ResNet-50 rose from
+/// 89.4% to 93.0% (docs/compute-model.md, "Results").
 #[test]
 fn shipped_profiles_on_the_one_gpu_steps() {
     let v100 = workloads::calibrate::Profile::builtin("v100-sxm2-16gb").unwrap().compute;
     let accuracy = |ours: f64, measured: f64| 1.0 - (ours / measured - 1.0).abs();
-    for (model, batch, measured, bound) in [("resnet50", 64, 0.1855, 0.89), ("vgg16", 32, 0.2633, 0.99)] {
+    for (model, batch, measured, bound) in [("resnet50", 64, 0.1855, 0.925), ("vgg16", 32, 0.2633, 0.955)] {
         let default = accuracy(step(&ComputeModel::default(), model, batch).0, measured);
         let profile = accuracy(step(&v100, model, batch).0, measured);
         println!("V100 profile on {model}: {:.1}% (defaults {:.1}%)", profile * 100.0, default * 100.0);
         assert!(profile >= bound, "{model}: {profile}");
+        assert!(
+            profile >= default - 0.02,
+            "{model}: {profile} with the profile, {default} with the defaults"
+        );
     }
 }
 
