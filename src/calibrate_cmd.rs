@@ -770,7 +770,6 @@ fn sharing_table(collected: &Collected, default: &[f64], profile: &[f64], label:
     if !(0..collected.samples.len()).any(shared) {
         return String::new();
     }
-    let cell = |e: &ClassError| format!("{} / {}", percent(e.median_error), percent(e.weighted_error));
     let mut rows: Vec<[String; 7]> = Vec::new();
     for (sharing, name) in [(false, "alone"), (true, "beside other streams")] {
         let pick: Vec<usize> = (0..collected.samples.len()).filter(|&i| shared(i) == sharing).collect();
@@ -780,17 +779,7 @@ fn sharing_table(collected: &Collected, default: &[f64], profile: &[f64], label:
         let samples: Vec<Sample> = pick.iter().map(|&i| collected.samples[i].clone()).collect();
         let subset = |predictions: &[f64]| -> Vec<f64> { pick.iter().map(|&i| predictions[i]).collect() };
         let (d, p) = (class_errors(&samples, &subset(default)), class_errors(&samples, &subset(profile)));
-        for (d, p) in d.iter().zip(&p) {
-            rows.push([
-                format!("{name}: {}", p.class),
-                p.samples.to_string(),
-                format!("{:.2}", p.measured_s * 1e3),
-                cell(d),
-                cell(p),
-                signed_percent(d.total_error()),
-                signed_percent(p.total_error()),
-            ]);
-        }
+        rows.extend(d.iter().zip(&p).map(|(d, p)| error_row(format!("{name}: {}", p.class), d, p)));
     }
     let total = format!("{label} total");
     format!(
@@ -803,24 +792,25 @@ fn sharing_table(collected: &Collected, default: &[f64], profile: &[f64], label:
     )
 }
 
+/// One row of a default-against-profile error table: the label, the samples, the measured time,
+/// median / weighted error of each, and each one's total error.
+fn error_row(label: String, default: &ClassError, profile: &ClassError) -> [String; 7] {
+    let cell = |e: &ClassError| format!("{} / {}", percent(e.median_error), percent(e.weighted_error));
+    [
+        label,
+        profile.samples.to_string(),
+        format!("{:.2}", profile.measured_s * 1e3),
+        cell(default),
+        cell(profile),
+        signed_percent(default.total_error()),
+        signed_percent(profile.total_error()),
+    ]
+}
+
 /// The errors per shape regime ([`calibrate::regime_errors`]) of the defaults and of a profile.
 fn regime_table(default: &[ClassError], profile: &[ClassError], label: &str) -> String {
-    let cell = |e: &ClassError| format!("{} / {}", percent(e.median_error), percent(e.weighted_error));
-    let rows: Vec<[String; 7]> = default
-        .iter()
-        .zip(profile)
-        .map(|(d, p)| {
-            [
-                p.class.clone(),
-                p.samples.to_string(),
-                format!("{:.2}", p.measured_s * 1e3),
-                cell(d),
-                cell(p),
-                signed_percent(d.total_error()),
-                signed_percent(p.total_error()),
-            ]
-        })
-        .collect();
+    let rows: Vec<[String; 7]> =
+        default.iter().zip(profile).map(|(d, p)| error_row(p.class.clone(), d, p)).collect();
     let total = format!("{label} total");
     format!(
         "\nerror per shape regime (median / weighted by time)\n{}",
