@@ -587,14 +587,13 @@ fn report(
         else {
             continue;
         };
-        let cell = |e: &ClassError| format!("{} / {}", percent(e.median_error), percent(e.weighted_error));
         rows.push([
             now.class.clone(),
             now.samples.to_string(),
             format!("{:.2}", now.measured_s * 1e3),
-            cell(&before),
-            cell(now),
-            cell(&held),
+            error_cell(&before),
+            error_cell(now),
+            error_cell(&held),
             signed_percent(before.total_error()),
             signed_percent(now.total_error()),
         ]);
@@ -718,8 +717,10 @@ fn check_profile(
     }
     profile.compute.winograd_convolutions |= winograd;
     let samples = &collected.samples;
-    let with_profile = class_errors(samples, &calibrate::predictions(&profile.compute, device, samples)?);
-    let with_defaults = class_errors(samples, &calibrate::predictions(default, device, samples)?);
+    let default_predictions = calibrate::predictions(default, device, samples)?;
+    let profile_predictions = calibrate::predictions(&profile.compute, device, samples)?;
+    let with_profile = class_errors(samples, &profile_predictions);
+    let with_defaults = class_errors(samples, &default_predictions);
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -729,29 +730,13 @@ fn check_profile(
         device.name
     );
     let _ = writeln!(out, "error per operation class (|predicted/measured - 1|: median / weighted by time)");
-    let cell = |e: &ClassError| format!("{} / {}", percent(e.median_error), percent(e.weighted_error));
-    let rows: Vec<[String; 7]> = with_profile
-        .iter()
-        .zip(&with_defaults)
-        .map(|(p, d)| {
-            [
-                p.class.clone(),
-                p.samples.to_string(),
-                format!("{:.2}", p.measured_s * 1e3),
-                cell(d),
-                cell(p),
-                signed_percent(d.total_error()),
-                signed_percent(p.total_error()),
-            ]
-        })
-        .collect();
+    let rows: Vec<[String; 7]> =
+        with_profile.iter().zip(&with_defaults).map(|(p, d)| error_row(p.class.clone(), d, p)).collect();
     out.push_str(&table(
         &["class", "operators", "measured ms", "default", "profile", "default total", "profile total"],
         &rows,
         &[1, 2, 3, 4, 5, 6],
     ));
-    let default_predictions = calibrate::predictions(default, device, samples)?;
-    let profile_predictions = calibrate::predictions(&profile.compute, device, samples)?;
     out.push_str(&regime_table(
         &calibrate::regime_errors(device, samples, &default_predictions),
         &calibrate::regime_errors(device, samples, &profile_predictions),
@@ -792,16 +777,20 @@ fn sharing_table(collected: &Collected, default: &[f64], profile: &[f64], label:
     )
 }
 
+/// A class's "median / weighted" error cell.
+fn error_cell(error: &ClassError) -> String {
+    format!("{} / {}", percent(error.median_error), percent(error.weighted_error))
+}
+
 /// One row of a default-against-profile error table: the label, the samples, the measured time,
 /// median / weighted error of each, and each one's total error.
 fn error_row(label: String, default: &ClassError, profile: &ClassError) -> [String; 7] {
-    let cell = |e: &ClassError| format!("{} / {}", percent(e.median_error), percent(e.weighted_error));
     [
         label,
         profile.samples.to_string(),
         format!("{:.2}", profile.measured_s * 1e3),
-        cell(default),
-        cell(profile),
+        error_cell(default),
+        error_cell(profile),
         signed_percent(default.total_error()),
         signed_percent(profile.total_error()),
     ]

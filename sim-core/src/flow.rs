@@ -150,15 +150,6 @@ struct RingEdges {
     edges: Vec<(RankId, RankId)>,
 }
 
-/// The time a flow's first byte takes over `route`: the sum of its links' latencies.
-fn route_latency(topology: &Topology, route: &Route) -> Result<SimDuration, NetworkError> {
-    let mut latency = SimDuration::ZERO;
-    for &link in route.iter() {
-        latency = latency.checked_add(topology.link(link).latency)?;
-    }
-    Ok(latency)
-}
-
 /// What a steady-state ring needs to turn its data time into its step-by-step time.
 #[derive(Debug, Clone, Copy)]
 struct RingTiming {
@@ -176,9 +167,9 @@ struct RingTiming {
 /// p(p-1) concurrent sends, as NCCL posts them). Halving-doubling, recursive doubling and
 /// binomial trees (log2 p steps) and the pairwise all-to-all (p-1 steps) wait for each step's
 /// slowest message before the next, as MPI runs them: they stay message by message, where a
-/// member slowed by other traffic holds every later step up. A steady form would miss that
-/// (with one GPU's link shared by a 1 GiB transfer on four DGX-like servers: pairwise 10.8 ms
-/// against 20.9 ms message by message, halving-doubling 24.6 against 32.6 ms).
+/// member slowed by other traffic holds every later step up. A steady form would miss that:
+/// tried on them, it came out far faster than message by message beside a transfer that
+/// shares one GPU's link (docs/collectives.md, "Fidelities").
 fn has_coupled_form(algorithm: CollectiveAlgorithm) -> bool {
     matches!(
         algorithm,
@@ -217,9 +208,9 @@ struct Flow {
     owner: Owner,
     /// The steady-state collective this flow is an edge of, or `INDEPENDENT`.
     coupling: u32,
-    /// Its claim in max-min filling, in flows: 1, except for the edges of a coupled collective
-    /// whose edges carry different amounts (each edge's bytes over the largest edge's), so that
-    /// all its edges finish together (see [`FlowNetwork::fill`]).
+    /// Its claim in max-min filling, in flows: 1, except for the edges of a weighted coupled
+    /// collective, whose edges carry different amounts and advance in proportion to them (see
+    /// [`FlowNetwork::weigh_by_bottleneck`] and [`FlowNetwork::fill`]).
     weight: f64,
 }
 
@@ -334,9 +325,6 @@ pub struct FlowNetwork<'t> {
     /// Flows of weight other than 1 on each link: where this is 0, a link's weight is its
     /// flow count (see [`FlowNetwork::link_weight`]).
     weighted_on_link: Vec<u32>,
-    /// Links a finished coupling's edges leave, marked with `leave_stamp` (see `coupling_done`).
-    leave_mark: Vec<u64>,
-    leave_stamp: u64,
     /// The weight of the flows not yet frozen on each link of the component being filled.
     unfrozen_weight: Vec<f64>,
     /// Member lists of finished couplings, reused by the next ones.
@@ -369,8 +357,8 @@ struct CoupledTiming {
     /// contention stretches the flows (NCCL's tree).
     reference: Option<SimDuration>,
     /// Edges carry different amounts and advance in proportion to them, all finishing
-    /// together (each edge's weight is its bytes over the largest edge's); otherwise every
-    /// edge advances at the same rate.
+    /// together (see [`FlowNetwork::weigh_by_bottleneck`]); otherwise every edge advances at
+    /// the same rate.
     weighted: bool,
 }
 
@@ -444,8 +432,6 @@ impl<'t> FlowNetwork<'t> {
             spare_members: Vec::new(),
             link_members: vec![0.0; links],
             weighted_on_link: vec![0; links],
-            leave_mark: vec![0; links],
-            leave_stamp: 0,
             unfrozen_weight: vec![0.0; links],
             audit: None,
             pending_seeds: Vec::new(),
@@ -500,9 +486,10 @@ impl<'t> FlowNetwork<'t> {
 
     /// The same model running collectives in their steady-state form: one long-lived flow per
     /// edge, all edges of a collective coupled (the `flow` fidelity; without it every message
-    /// is its own flow, the `packet-steps` fidelity). Rings and double binary trees share one
-    /// rate; NCCL's tree, the hierarchical allreduce, chains and the direct all-to-all advance
-    /// each edge in proportion to its bytes, topped up to their analytical time. Log-step
+    /// is its own flow, the `packet-steps` fidelity). Rings, double binary trees and NCCL's tree
+    /// share one rate; the hierarchical allreduce, chains and the direct all-to-all advance each
+    /// edge in proportion to its bytes. NCCL's tree and those three are topped up to their
+    /// analytical time. Log-step
     /// algorithms and the pairwise all-to-all stay message by message (see
     /// `has_coupled_form`).
     pub fn steady_state(mut self) -> Self {
@@ -558,7 +545,7 @@ impl<'t> FlowNetwork<'t> {
         bytes: f64,
         owner: Owner,
     ) -> Result<(), NetworkError> {
-        let latency = route_latency(self.topology, &route)?;
+        let latency = self.topology.route_latency(&route);
         let (id, latency) = self.new_flow(context.now(), route, latency, bytes, owner)?;
         context.wake_after(latency, FlowEvent::Enter { flow: id })?;
         Ok(())
@@ -696,10 +683,7 @@ impl<'t> FlowNetwork<'t> {
                         let latency = match edge_latency.get(&edge) {
                             Some(&latency) => latency,
                             None => {
-                                let route = self.route(edge.0, edge.1)?;
-                                let latency = route.iter().fold(SimDuration::ZERO, |sum, &l| {
-                                    sum.saturating_add(self.topology.link(l).latency)
-                                });
+                                let latency = self.path(edge.0, edge.1)?.latency;
                                 edge_latency.insert(edge, latency);
                                 latency
                             }
@@ -744,7 +728,7 @@ impl<'t> FlowNetwork<'t> {
     ///   alone would overcharge.
     /// - A hierarchical allreduce, a chain or the direct all-to-all ([`has_coupled_form`]):
     ///   each edge advances in proportion to its bytes so that all finish together (see
-    ///   [`FlowNetwork::bottleneck_edge_bytes`]). What this form does not see is which step an
+    ///   [`FlowNetwork::weigh_by_bottleneck`]). What this form does not see is which step an
     ///   edge's bytes belong to: traffic that would have fitted between a hierarchical
     ///   allreduce's phases on an idle link slows it all the same.
     fn start_topped_up(
@@ -799,17 +783,18 @@ impl<'t> FlowNetwork<'t> {
         result
     }
 
-    /// The bytes one unit of weight stands for in a weighted coupling over `edges`: the mean
-    /// bytes of the edges on its bottleneck link (the link with the most bytes per unit of
-    /// capacity), so that on that link its edges claim one flow's share each, as the messages
-    /// of the step that crosses it would. Edges elsewhere weigh in proportion to their bytes:
-    /// heavier where they carry more, as the fast links inside a server do.
-    fn bottleneck_edge_bytes(&mut self, edges: &[(RankId, RankId, f64)]) -> Result<f64, NetworkError> {
+    /// Weighs the edge flows `members` of a coupling by their bytes over the mean bytes of the
+    /// edges on its bottleneck link (the link with the most bytes per unit of capacity), so
+    /// that on that link its edges claim one flow's share each, as the messages of the step
+    /// that crosses it would. Edges elsewhere weigh in proportion to their bytes: heavier where
+    /// they carry more, as the fast links inside a server do.
+    fn weigh_by_bottleneck(&mut self, members: &[u32]) {
         let mut load: FastMap<u32, (f64, u32)> = FastMap::default();
-        for &(src, dst, bytes) in edges {
-            for &link in self.path(src, dst)?.route.iter() {
+        for &flow in members {
+            let flow = &self.flows[flow as usize];
+            for &link in flow.route.iter() {
                 let entry = load.entry(link.0).or_insert((0.0, 0));
-                entry.0 += bytes;
+                entry.0 += flow.size;
                 entry.1 += 1;
             }
         }
@@ -825,7 +810,13 @@ impl<'t> FlowNetwork<'t> {
                 best = Some((time, link, bytes / f64::from(count)));
             }
         }
-        Ok(best.map_or(0.0, |(_, _, mean)| mean))
+        let unit = best.map_or(0.0, |(_, _, mean)| mean);
+        if unit > 0.0 {
+            for &flow in members {
+                let flow = &mut self.flows[flow as usize];
+                flow.weight = (flow.size / unit).max(MIN_WEIGHT);
+            }
+        }
     }
 
     /// Starts a coupled collective over `edges` (src, dst, bytes): all edge flows advance at
@@ -839,7 +830,6 @@ impl<'t> FlowNetwork<'t> {
         timing: CoupledTiming,
     ) -> Result<(), NetworkError> {
         let CoupledTiming { steps, fill_bytes, latency_sum, delay, reference, weighted } = timing;
-        let unit = if weighted { self.bottleneck_edge_bytes(edges)? } else { 0.0 };
         // A ring's steps all cost the same; a pipeline's are summed by the caller.
         let ring = latency_sum.is_none();
         // Generations keep counting across reuse of a slot, so a stale completion of the slot's
@@ -861,15 +851,15 @@ impl<'t> FlowNetwork<'t> {
             let Path { route, latency, alone } = self.path(src, dst)?;
             let (flow, latency) = self.new_flow(now, route, latency, bytes, Owner::Coupled)?;
             self.flows[flow as usize].coupling = id;
-            if unit > 0.0 {
-                self.flows[flow as usize].weight = (bytes / unit).max(MIN_WEIGHT);
-            }
             members.push(flow);
             slowest = slowest.max(latency);
             shortest = shortest.min(latency);
             let per_step = bytes / steps.max(1) as f64 / alone;
             slowest_step =
                 slowest_step.max(latency.checked_add(SimDuration::from_ps((per_step * 1e12).ceil() as u64))?);
+        }
+        if weighted {
+            self.weigh_by_bottleneck(&members);
         }
         let tail = match (reference, latency_sum) {
             (Some(reference), _) => {
@@ -961,12 +951,14 @@ impl<'t> FlowNetwork<'t> {
         seeds.clear();
         // Every edge leaves its links in one pass per link (a coupling can have a million
         // edges, hundreds of them on one link), keeping the order of the flows that stay.
-        self.leave_stamp = self.leave_stamp.wrapping_add(1);
+        // Each link once: marked with a fresh epoch, as a re-fill marks its component's.
+        self.epoch = self.epoch.wrapping_add(2);
+        let mark = self.epoch;
         for &id in &members {
             for &link in self.flows[id as usize].route.iter() {
                 let l = link.0 as usize;
-                if self.leave_mark[l] != self.leave_stamp {
-                    self.leave_mark[l] = self.leave_stamp;
+                if self.link_epoch[l] != mark {
+                    self.link_epoch[l] = mark;
                     seeds.push(link);
                 }
             }
@@ -1061,11 +1053,6 @@ impl<'t> FlowNetwork<'t> {
         refilled
     }
 
-    /// The route of the next flow from `src` to `dst`.
-    fn route(&mut self, src: RankId, dst: RankId) -> Result<Route, NetworkError> {
-        Ok(self.path(src, dst)?.route)
-    }
-
     /// The path of the next flow from `src` to `dst`. When routes do not depend on the flow,
     /// each pair's path is computed once, and each source remembers its last destination's
     /// (a ring sends to the same neighbour every step) in front of the map of all pairs.
@@ -1090,7 +1077,7 @@ impl<'t> FlowNetwork<'t> {
             Some(valiant) if self.congestion(&valiant) < self.congestion(&minimal) => valiant,
             _ => minimal,
         };
-        let latency = route_latency(self.topology, &route)?;
+        let latency = self.topology.route_latency(&route);
         let alone = route.iter().map(|l| self.capacity[l.0 as usize]).fold(f64::INFINITY, f64::min);
         let path = Path { route, latency, alone };
         if cacheable {

@@ -512,10 +512,7 @@ impl<'t> AnalyticalNetwork<'t> {
             return Ok(path);
         }
         let route = self.topology.route(HostId(src.0), HostId(dst.0))?;
-        let mut latency = SimDuration::ZERO;
-        for &link in route.iter() {
-            latency = latency.saturating_add(self.topology.link(link).latency);
-        }
+        let latency = self.topology.route_latency(&route);
         self.paths.insert(src.0, dst.0, (route, latency));
         Ok((route, latency))
     }

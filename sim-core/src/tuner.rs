@@ -368,13 +368,13 @@ const TREE_CORRECTION: [[f64; 23]; 3] = [
     ],
 ];
 
-/// NCCL's `treeCorrectionFactor` (`ncclTopoGetAlgoTime` in `src/graph/tuning.cc`, the same
-/// table from NCCL 2.5 to 2.2x): "Trees are not perfectly sticking to the model for medium
-/// sizes", so NCCL scales a tree's bandwidth by a factor per power of two of the size (64 B
-/// to 256 MiB, one row per protocol): down to 0.4 for LL at 256-512 KiB, 0.6 for LL128 from
-/// 64 KiB to 4 MiB, 0.5 for Simple from 128 KiB to 1 MiB. The table is NCCL's own reading of
-/// how fast its trees really move medium buffers (unchanged from NCCL 2.4 to 2.2x), so parasim
-/// applies it to the tree's data ([`allreduce_slowdown`]) as well as to the choice.
+/// NCCL's `treeCorrectionFactor` (`ncclTopoGetAlgoTime` in `src/graph/tuning.cc`):
+/// "Trees are not perfectly sticking to the model for medium sizes", so NCCL scales a tree's
+/// bandwidth by a factor per power of two of the size (64 B to 256 MiB, one row per
+/// protocol): down to 0.4 for LL at 256-512 KiB, 0.6 for LL128 from 64 KiB to 4 MiB, 0.5 for
+/// Simple from 128 KiB to 1 MiB. The table is NCCL's own reading of how fast its trees really
+/// move medium buffers (unchanged from NCCL 2.4 to 2.2x), so parasim applies it to the tree's
+/// data ([`allreduce_slowdown`]) as well as to the choice.
 pub fn tree_correction(protocol: Protocol, bytes: u64) -> f64 {
     let sixty_fourths = bytes >> 6;
     if sixty_fourths == 0 {

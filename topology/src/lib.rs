@@ -635,6 +635,11 @@ impl Topology {
         &self.graph[EdgeIndex::new(id.0 as usize)]
     }
 
+    /// The time a message's first byte takes over `route`: the sum of its links' latencies.
+    pub fn route_latency(&self, route: &Route) -> SimDuration {
+        route.iter().fold(SimDuration::ZERO, |sum, &link| sum.saturating_add(self.link(link).latency))
+    }
+
     /// The route traffic from `src` to `dst` takes: [`Topology::route_for_flow`] for flow 0.
     pub fn route(&self, src: HostId, dst: HostId) -> Result<Route, TopologyError> {
         self.route_for_flow(src, dst, 0)
