@@ -160,6 +160,22 @@ pub struct CaseEntry {
     /// the family's unit.
     #[serde(default)]
     pub backward: Option<f64>,
+    /// What other models (a paper's own analytical model, another simulator) predicted for
+    /// this case, as published: the report sets them against the measurement next to parasim.
+    #[serde(default, rename = "prediction")]
+    pub predictions: Vec<Prediction>,
+}
+
+/// Another model's published prediction of a case (`[[case.prediction]]`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Prediction {
+    /// Which model, as the report names it (e.g. "ParaDL oracle").
+    pub model: String,
+    /// Its predicted value, in the family's unit.
+    pub value: f64,
+    /// Where it is published (table, row, column).
+    pub source: String,
 }
 
 /// A family file as written.
@@ -303,6 +319,29 @@ fn check(family: &Family) -> Result<(), (String, String)> {
             }
         }
         let measured_in_file = matches!(header.kind, Kind::Iteration | Kind::Scaling);
+        for (number, prediction) in case.predictions.iter().enumerate() {
+            let key = |name: &str| key(&format!("prediction[{number}].{name}"));
+            if !measured_in_file {
+                return Err((
+                    key("model"),
+                    format!(
+                        "predictions compare one value; a {} case has many points (valid in iteration and scaling families)",
+                        header.kind.name()
+                    ),
+                ));
+            }
+            for (name, text) in [("model", &prediction.model), ("source", &prediction.source)] {
+                if text.trim().is_empty() {
+                    return Err((key(name), "must say something".into()));
+                }
+            }
+            if !(prediction.value.is_finite() && prediction.value > 0.0) {
+                return Err((key("value"), format!("{}: must be a positive number", prediction.value)));
+            }
+            if case.predictions[..number].iter().any(|p| p.model == prediction.model) {
+                return Err((key("model"), format!("{:?} predicts this case twice", prediction.model)));
+            }
+        }
         match (measured_in_file, case.measured) {
             (true, None) => {
                 return Err((
@@ -507,6 +546,23 @@ data = 8
         assert!(parse(&twice).unwrap_err().to_string().contains("twice"));
         let nccl = FAMILY.replace("kind = \"iteration\"", "kind = \"nccl-tests\"").replace("s/iter", "s");
         assert!(parse(&nccl).unwrap_err().to_string().contains("read from the nccl-tests data"));
+    }
+
+    #[test]
+    fn predictions_parse_and_their_mistakes_name_the_key() {
+        let one = "\n[[case.prediction]]\nmodel = \"oracle\"\nvalue = 0.4\nsource = \"Table 8\"\n";
+        let family = parse(&format!("{FAMILY}{one}")).unwrap();
+        assert_eq!(family.cases[0].predictions.len(), 1);
+        assert_eq!(family.cases[0].predictions[0].value, 0.4);
+        for (text, key, says) in [
+            (one.replace("0.4", "-2.0"), "case[0].prediction[0].value", "positive"),
+            (one.replace("Table 8", " "), "case[0].prediction[0].source", "must say"),
+            (format!("{one}{one}"), "case[0].prediction[1].model", "twice"),
+            (one.replace("value", "valu"), "case[0].prediction[0]", "valu"),
+        ] {
+            let error = parse(&format!("{FAMILY}{text}")).unwrap_err().to_string();
+            assert!(error.contains("demo.toml") && error.contains(key) && error.contains(says), "{error}");
+        }
     }
 
     const LAYER: &str = r#"

@@ -140,6 +140,45 @@ pub struct FamilySummary {
     pub stats: Stats,
 }
 
+/// Another model against parasim on the cases of one family it predicted (and parasim ran).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ModelComparison {
+    /// The family.
+    pub family: String,
+    /// The other model, as the case files name it.
+    pub model: String,
+    /// Cases both predicted.
+    pub cases: usize,
+    /// The other model's mean accuracy on them.
+    pub model_mean: f64,
+    /// parasim's mean accuracy on the same cases.
+    pub parasim_mean: f64,
+}
+
+/// Every (family, model) pair of `results`' published predictions, over the cases that ran.
+pub fn comparisons(results: &[CaseResult]) -> Vec<ModelComparison> {
+    let mut pairs: BTreeMap<(&str, &str), (usize, f64, f64)> = BTreeMap::new();
+    for result in results {
+        let (Status::Ok, Some(parasim)) = (&result.status, result.accuracy) else { continue };
+        for prediction in &result.predictions {
+            let entry = pairs.entry((result.family.as_str(), prediction.model.as_str())).or_default();
+            entry.0 += 1;
+            entry.1 += prediction.accuracy;
+            entry.2 += parasim;
+        }
+    }
+    pairs
+        .into_iter()
+        .map(|((family, model), (cases, model_sum, parasim_sum))| ModelComparison {
+            family: family.to_string(),
+            model: model.to_string(),
+            cases,
+            model_mean: model_sum / cases as f64,
+            parasim_mean: parasim_sum / cases as f64,
+        })
+        .collect()
+}
+
 /// The whole run: every case, every family, overall, rankings.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -149,6 +188,8 @@ pub struct Report {
     pub families: Vec<FamilySummary>,
     /// Every ranking group with at least two cases that ran.
     pub rankings: Vec<Ranking>,
+    /// Other models' published predictions against parasim, per family and model.
+    pub comparisons: Vec<ModelComparison>,
     /// Over every case that ran.
     pub overall: Stats,
 }
@@ -167,8 +208,9 @@ impl Report {
             })
             .collect();
         let rankings = rankings(&cases);
+        let comparisons = comparisons(&cases);
         let overall = Stats::of(&cases);
-        Report { cases, families: summaries, rankings, overall }
+        Report { cases, families: summaries, rankings, comparisons, overall }
     }
 
     /// The human table: one row per case (per point too with `points`; its source under it
@@ -255,6 +297,24 @@ impl Report {
                 if ranking.not_ranked > 0 {
                     let _ = writeln!(out, "    ({} case(s) of the group did not run)", ranking.not_ranked);
                 }
+            }
+        }
+        if !self.comparisons.is_empty() {
+            let _ = writeln!(out);
+            let _ = writeln!(
+                out,
+                "{:<48} {:>5} {:>8} {:>8}",
+                "other models on the same cases (published)", "cases", "model", "parasim"
+            );
+            for c in &self.comparisons {
+                let _ = writeln!(
+                    out,
+                    "  {:<46} {:>5} {:>7.1}% {:>7.1}%",
+                    truncate(&format!("{}: {}", c.family, c.model), 46),
+                    c.cases,
+                    100.0 * c.model_mean,
+                    100.0 * c.parasim_mean
+                );
             }
         }
         let failed: Vec<&CaseResult> =
@@ -348,6 +408,32 @@ impl Report {
                                 percent(case.accuracy)
                             );
                         }
+                    }
+                }
+            }
+            for comparison in self.comparisons.iter().filter(|c| c.family == family.id) {
+                let _ = writeln!(
+                    out,
+                    "\n{} (published predictions) on the same {} case(s): mean accuracy {}, parasim {}.\n",
+                    comparison.model,
+                    comparison.cases,
+                    percent(Some(comparison.model_mean)),
+                    percent(Some(comparison.parasim_mean))
+                );
+                let _ =
+                    writeln!(out, "| case | measured | {} | its accuracy | parasim's |", comparison.model);
+                let _ = writeln!(out, "|---|---|---|---|---|");
+                for case in cases.iter().filter(|c| matches!(c.status, Status::Ok)) {
+                    if let Some(p) = case.predictions.iter().find(|p| p.model == comparison.model) {
+                        let _ = writeln!(
+                            out,
+                            "| {} | {} | {} | {} | {} |",
+                            case.id.rsplit('/').next().unwrap_or(&case.id),
+                            value(case.measured, &case.unit),
+                            value(Some(p.value), &case.unit),
+                            percent(Some(p.accuracy)),
+                            percent(case.accuracy)
+                        );
                     }
                 }
             }
@@ -517,8 +603,46 @@ mod tests {
             points: vec![Point { label: "x".into(), measured, simulated, accuracy }],
             caveats: vec![],
             ranking: ranking.map(String::from),
+            predictions: vec![],
             wall_s: 0.0,
         }
+    }
+
+    fn predicted(mut result: CaseResult, model: &str, value: f64) -> CaseResult {
+        let accuracy = crate::run::accuracy(value, result.measured.unwrap());
+        result.predictions.push(crate::run::PredictionResult { model: model.into(), value, accuracy });
+        result
+    }
+
+    #[test]
+    fn other_models_are_compared_on_the_cases_both_ran() {
+        let results = vec![
+            // parasim 90%, oracle 50% (2.0 against 4.0 measured).
+            predicted(case("a", Status::Ok, 4.0, 3.6, None), "oracle", 2.0),
+            // parasim 100%, oracle 80%.
+            predicted(case("b", Status::Ok, 1.0, 1.0, None), "oracle", 0.8),
+            // Not run by parasim: left out of both means.
+            predicted(case("c", Status::Pending { reason: "later".into() }, 1.0, 1.0, None), "oracle", 1.0),
+            // No prediction: parasim's 50% here is not in the comparison.
+            case("d", Status::Ok, 1.0, 0.5, None),
+        ];
+        let comparisons = comparisons(&results);
+        assert_eq!(comparisons.len(), 1);
+        let c = &comparisons[0];
+        assert_eq!((c.family.as_str(), c.model.as_str(), c.cases), ("f", "oracle", 2));
+        assert!((c.model_mean - 0.65).abs() < 1e-12, "{c:?}");
+        assert!((c.parasim_mean - 0.95).abs() < 1e-12, "{c:?}");
+        let report = Report::new(results, &[("f".into(), "F".into(), "S".into())]);
+        let text = report.text(false, false);
+        assert!(text.contains("  f: oracle") && text.contains("65.0%") && text.contains("95.0%"), "{text}");
+        let markdown = report.markdown(&BTreeMap::new());
+        assert!(
+            markdown.contains(
+                "oracle (published predictions) on the same 2 case(s): mean accuracy 65.0%, parasim 95.0%."
+            ),
+            "{markdown}"
+        );
+        assert!(markdown.contains("| a | 4.00 s | 2.00 s | 50.0% | 90.0% |"), "{markdown}");
     }
 
     #[test]

@@ -87,9 +87,23 @@ pub struct CaseResult {
     pub caveats: Vec<String>,
     /// Its ranking group, if any.
     pub ranking: Option<String>,
+    /// Other models' published predictions, each set against the measurement.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub predictions: Vec<PredictionResult>,
     /// Wall time of the simulation, seconds (left out of the JSON: not deterministic).
     #[serde(skip)]
     pub wall_s: f64,
+}
+
+/// Another model's prediction of a case, and how close it came to the measurement.
+#[derive(Debug, Clone, Serialize)]
+pub struct PredictionResult {
+    /// The model, as the case file names it.
+    pub model: String,
+    /// Its predicted value, in the family's unit.
+    pub value: f64,
+    /// Its accuracy against the measurement, by the suite's rule ([`accuracy`]).
+    pub accuracy: f64,
 }
 
 /// What a run produced, before it is set against the measurement.
@@ -120,6 +134,19 @@ pub fn run_case(family: &Family, case: &CaseEntry, paths: &Paths) -> CaseResult 
         points: Vec::new(),
         caveats,
         ranking: case.ranking.clone(),
+        predictions: case
+            .measured
+            .map(|measured| {
+                case.predictions
+                    .iter()
+                    .map(|p| PredictionResult {
+                        model: p.model.clone(),
+                        value: p.value,
+                        accuracy: accuracy(p.value, measured),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
         wall_s: 0.0,
     };
     if let Some(reason) = &case.pending {
