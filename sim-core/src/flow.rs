@@ -295,9 +295,10 @@ pub struct FlowNetwork<'t> {
     component_flows: Vec<u32>,
     remaining_capacity: Vec<f64>,
     unfrozen: Vec<u32>,
-    link_version: Vec<u32>,
     new_rate: Vec<f64>,
-    heap: BinaryHeap<(std::cmp::Reverse<Share>, u32, u32)>,
+    /// Each component link's fair share when it was last pushed: a lower bound of its current
+    /// share, since shares only grow as flows freeze (see [`FlowNetwork::fill`]).
+    heap: BinaryHeap<(std::cmp::Reverse<Share>, u32)>,
     /// Fixed cost of every collective (see [`FlowNetwork::with_collective_launch`]).
     collective_launch: SimDuration,
     /// Run collectives in their steady-state form (see [`FlowNetwork::steady_state`]).
@@ -414,7 +415,6 @@ impl<'t> FlowNetwork<'t> {
             component_flows: Vec::new(),
             remaining_capacity: vec![0.0; links],
             unfrozen: vec![0; links],
-            link_version: vec![0; links],
             new_rate: Vec::new(),
             heap: BinaryHeap::new(),
             collective_launch: SimDuration::ZERO,
@@ -1375,9 +1375,18 @@ impl<'t> FlowNetwork<'t> {
         }
     }
 
-    /// Progressive filling over the current component with a min-heap of link fair shares
-    /// (lazy: entries of a link whose share changed since are skipped by version). Flows of the
-    /// component are marked `epoch`; each is marked `epoch + 1` once its rate is frozen.
+    /// Progressive filling over the current component with a min-heap of link fair shares.
+    /// Flows of the component are marked `epoch`; each is marked `epoch + 1` once its rate is
+    /// frozen.
+    ///
+    /// The heap is lazy: freezing a flow lowers its links' remaining capacity and weight but
+    /// pushes nothing. A link's fair share never falls while the filling runs (a flow freezes
+    /// at the smallest share `s <= r / w` of its links, which leaves another link of it at
+    /// `(r - a s) / (w - a) >= r / w`), so an entry's key is a lower bound of its link's
+    /// share: a popped link whose share has grown since goes back in at its current share, and
+    /// the first link popped at its current share is the bottleneck. Each link has one entry at
+    /// a time; a freeze costs its routes' arithmetic, not a heap push per link it crosses, and
+    /// the filling stops when the last flow freezes instead of draining the heap.
     fn fill(&mut self, epoch: u64) {
         self.heap.clear();
         for &link in &self.component_links {
@@ -1385,16 +1394,24 @@ impl<'t> FlowNetwork<'t> {
             self.remaining_capacity[l] = self.capacity[l];
             self.unfrozen[l] = self.on_link[l].len() as u32;
             self.unfrozen_weight[l] = self.link_weight(l);
-            self.link_version[l] = self.link_version[l].wrapping_add(1);
             if self.unfrozen[l] > 0 {
                 let share = self.capacity[l] / self.unfrozen_weight[l];
-                self.heap.push((std::cmp::Reverse(Share(share)), link, self.link_version[l]));
+                self.heap.push((std::cmp::Reverse(Share(share)), link));
             }
         }
         let frozen = epoch.wrapping_add(1);
-        while let Some((std::cmp::Reverse(Share(share)), link, version)) = self.heap.pop() {
+        // Once every flow is frozen the links left in the heap have nothing to decide.
+        let mut unfrozen_flows = self.component_flows.len();
+        while unfrozen_flows > 0
+            && let Some((std::cmp::Reverse(Share(key)), link)) = self.heap.pop()
+        {
             let l = link as usize;
-            if version != self.link_version[l] || self.unfrozen[l] == 0 {
+            if self.unfrozen[l] == 0 {
+                continue;
+            }
+            let share = self.remaining_capacity[l] / self.unfrozen_weight[l];
+            if share > key {
+                self.heap.push((std::cmp::Reverse(Share(share)), link));
                 continue;
             }
             for index in 0..self.on_link[l].len() {
@@ -1417,6 +1434,7 @@ impl<'t> FlowNetwork<'t> {
                         continue;
                     }
                     self.flow_epoch[member as usize] = frozen;
+                    unfrozen_flows -= 1;
                     let weight = self.flows[member as usize].weight;
                     let rate = share * weight;
                     self.new_rate[member as usize] = rate;
@@ -1425,15 +1443,6 @@ impl<'t> FlowNetwork<'t> {
                         self.remaining_capacity[o] = (self.remaining_capacity[o] - rate).max(0.0);
                         self.unfrozen[o] -= 1;
                         self.unfrozen_weight[o] = (self.unfrozen_weight[o] - weight).max(MIN_WEIGHT);
-                        self.link_version[o] = self.link_version[o].wrapping_add(1);
-                        if self.unfrozen[o] > 0 {
-                            let next_share = self.remaining_capacity[o] / self.unfrozen_weight[o];
-                            self.heap.push((
-                                std::cmp::Reverse(Share(next_share)),
-                                other.0,
-                                self.link_version[o],
-                            ));
-                        }
                     }
                 }
                 self.freeze_scratch = members;
