@@ -59,9 +59,11 @@ pub struct PlanArgs {
     /// fragmentation (0 to 0.9).
     #[arg(long, value_name = "FRACTION", default_value_t = 0.1)]
     memory_headroom: f64,
-    /// Wall-clock limit in seconds of each final simulation with the cluster's network model
-    /// (flow at 1024 GPUs can take minutes for some strategies); one over it keeps its
-    /// analytical result, marked `*`. 0: no limit.
+    /// Limit of each final simulation with the cluster's network model, in seconds of the
+    /// 2-core development VM (flow at 1024 GPUs can take minutes for some strategies). It is
+    /// counted as the flow model's work, not measured on the clock, so the same search gives
+    /// the same answer on any machine and under any load. One over it keeps its analytical
+    /// result, marked `*`, and ranks after those that finished. 0: no limit.
     #[arg(long, value_name = "SECONDS", default_value_t = 10)]
     final_time_limit: u64,
     /// Fix a scenario key instead of searching it (repeatable): `--set parallelism.tensor=8`,
@@ -230,8 +232,8 @@ pub fn plan(args: &PlanArgs) -> anyhow::Result<String> {
     }
     let options = PlanOptions {
         memory_headroom: args.memory_headroom,
-        final_time_limit: (args.final_time_limit > 0)
-            .then(|| std::time::Duration::from_secs(args.final_time_limit)),
+        final_work_budget: (args.final_time_limit > 0)
+            .then(|| args.final_time_limit * workloads::plan::FLOW_WORK_PER_SECOND),
         objective,
         top: args.top as usize,
         budget,
@@ -532,7 +534,7 @@ fn human(
     if report.top.iter().any(|r| r.over_time_limit) {
         let _ = writeln!(
             out,
-            "* analytical: the {} simulation ran over --final-time-limit",
+            "* analytical, ranked after the rest: the {} simulation ran over --final-time-limit",
             report.fidelity.name()
         );
     }

@@ -78,8 +78,8 @@ pub struct NetworkSettings {
     pub protocols: ProtocolChoice,
     /// The GPUs' generation, for NCCL's tuner (which it uses once protocols are on).
     pub generation: GpuGeneration,
-    /// Wall-clock time after which a flow or packet run gives up (none by default).
-    pub deadline: Option<std::time::Instant>,
+    /// Work (`FlowStats::work`) after which a flow or packet run gives up (none by default).
+    pub work_budget: Option<u64>,
 }
 
 impl NetworkSettings {
@@ -91,7 +91,7 @@ impl NetworkSettings {
             chunk: Bytes(crate::schedule::CHUNK_BYTES),
             protocols: ProtocolChoice::Off,
             generation: GpuGeneration::Ampere,
-            deadline: None,
+            work_budget: None,
         }
     }
 
@@ -139,7 +139,7 @@ impl NetworkSettings {
                     .with_chunk(self.chunk)
                     .with_protocols(self.protocols)
                     .with_generation(self.generation)
-                    .with_deadline(self.deadline);
+                    .with_work_budget(self.work_budget);
                 if self.fidelity == Fidelity::Flow {
                     network = network.steady_state();
                 }

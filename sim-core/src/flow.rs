@@ -258,6 +258,10 @@ pub struct FlowStats {
     pub refilled_flows: u64,
     /// Most flows sharing the network at once.
     pub peak_concurrent_flows: usize,
+    /// The model's work so far, in flow and link visits: one per flow started, and per rate
+    /// recomputation one per flow and per link of the component it re-filled. What a run's
+    /// wall time grows with, counted the same on every machine ([`FlowNetwork::with_work_budget`]).
+    pub work: u64,
 }
 
 /// The `flow` fidelity (see the module documentation). Rank `r` runs on host `r`.
@@ -285,8 +289,8 @@ pub struct FlowNetwork<'t> {
     /// The rings of each group's ring collectives (see [`FlowNetwork::start_coupled_ring`]).
     ring_edges: FastMap<Vec<RankId>, RingEdges>,
     stats: FlowStats,
-    /// Wall-clock time after which the run gives up ([`NetworkError::OutOfTime`]).
-    deadline: Option<std::time::Instant>,
+    /// Work after which the run gives up ([`NetworkError::OverBudget`]).
+    work_budget: Option<u64>,
     // Scratch state of the max-min filling, reused across recomputations.
     epoch: u64,
     link_epoch: Vec<u64>,
@@ -407,7 +411,7 @@ impl<'t> FlowNetwork<'t> {
             paths: FastMap::default(),
             ring_edges: FastMap::default(),
             stats: FlowStats::default(),
-            deadline: None,
+            work_budget: None,
             epoch: 0,
             link_epoch: vec![0; links],
             flow_epoch: Vec::new(),
@@ -504,11 +508,12 @@ impl<'t> FlowNetwork<'t> {
         self
     }
 
-    /// The same model giving up with [`NetworkError::OutOfTime`] once the wall clock passes
-    /// `deadline` (checked every 256 rate recomputations): for callers that rank many
-    /// configurations and must not wait on one.
-    pub fn with_deadline(mut self, deadline: Option<std::time::Instant>) -> Self {
-        self.deadline = deadline;
+    /// The same model giving up with [`NetworkError::OverBudget`] at the first rate
+    /// recomputation after its work ([`FlowStats::work`]) passes `budget`: for callers that
+    /// rank many configurations and must not wait on one. A budget, unlike a wall-clock limit, gives up at the same point on
+    /// every machine and under any load, so such a caller's answer does not depend on them.
+    pub fn with_work_budget(mut self, budget: Option<u64>) -> Self {
+        self.work_budget = budget;
         self
     }
 
@@ -568,6 +573,7 @@ impl<'t> FlowNetwork<'t> {
         }
         self.next_flow_id += 1;
         self.stats.flows += 1;
+        self.stats.work += 1;
         if let Some(audit) = &mut self.audit {
             audit.bytes_sent += bytes;
             if audit.link_bytes.is_empty() {
@@ -1232,12 +1238,6 @@ impl<'t> FlowNetwork<'t> {
         seeds: &[LinkId],
     ) -> Result<(), NetworkError> {
         self.stats.recomputations += 1;
-        if self.stats.recomputations % 256 == 0
-            && let Some(deadline) = self.deadline
-            && std::time::Instant::now() > deadline
-        {
-            return Err(NetworkError::OutOfTime);
-        }
         // Two marks per recomputation: `epoch` = in the component, `epoch + 1` = frozen.
         self.epoch = self.epoch.wrapping_add(2);
         let epoch = self.epoch;
@@ -1280,6 +1280,12 @@ impl<'t> FlowNetwork<'t> {
             }
         }
         self.stats.refilled_flows += self.component_flows.len() as u64;
+        self.stats.work += (self.component_flows.len() + self.component_links.len()) as u64;
+        if let Some(budget) = self.work_budget
+            && self.stats.work > budget
+        {
+            return Err(NetworkError::OverBudget { budget });
+        }
 
         if let [flow] = self.component_flows[..] {
             // A flow alone on its links (the common uncontended case) runs at its bottleneck.

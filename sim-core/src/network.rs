@@ -88,9 +88,12 @@ pub enum NetworkError {
     /// A quantity was out of range.
     #[error(transparent)]
     Unit(#[from] units::UnitError),
-    /// The run passed the wall-clock deadline it was given.
-    #[error("gave up: the simulation passed its wall-clock time limit")]
-    OutOfTime,
+    /// The run passed the work budget it was given (`FlowNetwork::with_work_budget`).
+    #[error("gave up: the simulation passed its work budget of {budget} flow and link updates")]
+    OverBudget {
+        /// The budget, in the flow model's units of work (`FlowStats::work`).
+        budget: u64,
+    },
 }
 
 /// A network model: moves data between ranks and reports when it is done.

@@ -66,10 +66,17 @@ pub struct PlanOptions {
     /// Share of each device's memory kept free (CUDA context, NCCL buffers, allocator
     /// fragmentation): a configuration fits in `(1 - headroom) x capacity`.
     pub memory_headroom: f64,
-    /// Wall-clock limit of each final simulation: one that runs over keeps its screening
-    /// (analytical) result, marked as such. `None`: no limit.
-    pub final_time_limit: Option<Duration>,
+    /// Work budget of each final simulation (`sim_core::flow::FlowStats::work`): one that
+    /// runs over keeps its screening (analytical) result, marked as such. `None`: no limit. A
+    /// budget rather than a wall-clock limit, so that the same search gives the same answer
+    /// on any machine and under any load; [`FLOW_WORK_PER_SECOND`] converts seconds.
+    pub final_work_budget: Option<u64>,
 }
+
+/// The flow model's work (`sim_core::flow::FlowStats::work`) per second of wall time, measured
+/// on the 2-core development VM (docs/plan.md): converts `--final-time-limit`'s seconds into
+/// [`PlanOptions::final_work_budget`].
+pub const FLOW_WORK_PER_SECOND: u64 = 20_000_000;
 
 /// Degrees and settings the user fixed: those are not enumerated.
 #[derive(Debug, Clone, Default)]
@@ -175,7 +182,8 @@ pub struct Ranked {
     pub summary: Summary,
     /// The network model of `summary`.
     pub fidelity: Fidelity,
-    /// The final simulation ran over its time limit: `summary` is the screen's.
+    /// The final simulation ran over its work budget: `summary` is the screen's, and it ranks
+    /// after the configurations whose final simulation finished.
     pub over_time_limit: bool,
     /// Time to train the budget, in seconds.
     pub time_to_train_s: Option<f64>,
@@ -397,7 +405,7 @@ pub fn plan_with_progress(
                 .map(|(screen_score, index, bound, screen)| {
                     let choice = &choices[index];
                     let mut scenario = scenario_of(&bases[choice.base], choice, fixed);
-                    scenario.network.deadline = options.final_time_limit.map(|limit| Instant::now() + limit);
+                    scenario.network.work_budget = options.final_work_budget;
                     (screen_score, index, bound, screen, simulate(&scenario).map(|outcome| outcome.summary))
                 })
                 .collect();
@@ -412,7 +420,7 @@ pub fn plan_with_progress(
                         fidelity,
                         false,
                     )),
-                    Err(error) if out_of_time(&error) => {
+                    Err(error) if over_budget(&error) => {
                         ranked.push((screen_score, index, bound, screen, Fidelity::Analytical, true));
                     }
                     Err(error) => failed.push((choices[index].label(), error.to_string())),
@@ -420,7 +428,7 @@ pub fn plan_with_progress(
             }
             ranked
         };
-    ranked.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    ranked.sort_by(|a, b| final_order((a.5, a.0, a.1), (b.5, b.0, b.1)));
     ranked.truncate(options.top.max(1));
     let final_wall = started.elapsed();
     let top = ranked
@@ -456,13 +464,21 @@ pub fn plan_with_progress(
     })
 }
 
-/// Whether a simulation gave up at its wall-clock limit.
-fn out_of_time(error: &crate::simulation::SimulationError) -> bool {
+/// The final ranking's order of (over budget, score, index): results of the cluster's network
+/// model first, since an analytical result kept because its final simulation ran over budget is
+/// not comparable with them (the analytical network leaves contention out and is often the
+/// faster); then by score, then by enumeration order.
+fn final_order(a: (bool, f64, usize), b: (bool, f64, usize)) -> std::cmp::Ordering {
+    a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2))
+}
+
+/// Whether a simulation gave up at its work budget.
+fn over_budget(error: &crate::simulation::SimulationError) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
     while let Some(error) = source {
         if matches!(
             error.downcast_ref::<sim_core::network::NetworkError>(),
-            Some(sim_core::network::NetworkError::OutOfTime)
+            Some(sim_core::network::NetworkError::OverBudget { .. })
         ) {
             return true;
         }
@@ -760,7 +776,7 @@ fidelity = "analytical"
             budget: None,
             gpu_hour_price: None,
             memory_headroom: 0.1,
-            final_time_limit: None,
+            final_work_budget: None,
         }
     }
 
@@ -822,5 +838,32 @@ fidelity = "analytical"
         assert!(choices.iter().all(|c| c.parallelism.tensor == 1 && c.parallelism.zero == 0));
         let report = plan(&[scenario], &Fixed::default(), &options(2)).unwrap();
         assert_eq!(report.top.len(), 2);
+    }
+
+    #[test]
+    fn a_final_over_its_work_budget_keeps_its_screen_result_and_ranks_after_the_finished() {
+        let mut flow = base("");
+        flow.network.fidelity = sim_core::fidelity::Fidelity::Flow;
+        let fixed = Fixed { recompute: Some(Recompute::Selective), zero: Some(1), ..Fixed::default() };
+        let unlimited = plan(std::slice::from_ref(&flow), &fixed, &options(4)).unwrap();
+        assert!(unlimited.top.iter().all(|r| !r.over_time_limit && r.fidelity == Fidelity::Flow));
+        // No budget at all: every final gives up and keeps its analytical result, in the
+        // screen's order.
+        let starved = PlanOptions { final_work_budget: Some(0), ..options(4) };
+        let report = plan(std::slice::from_ref(&flow), &fixed, &starved).unwrap();
+        assert!(report.top.iter().all(|r| r.over_time_limit && r.fidelity == Fidelity::Analytical));
+        let times: Vec<_> = report.top.iter().map(|r| r.summary.iteration_time).collect();
+        assert!(times.windows(2).all(|pair| pair[0] <= pair[1]), "{times:?}");
+        // The same budget gives the same answer however often it runs.
+        let again = plan(std::slice::from_ref(&flow), &fixed, &starved).unwrap();
+        let labels = |r: &PlanReport| r.top.iter().map(|t| t.choice.label()).collect::<Vec<_>>();
+        assert_eq!(labels(&report), labels(&again));
+    }
+
+    #[test]
+    fn finished_finals_rank_before_those_over_budget_whatever_their_score() {
+        let mut rows = [(true, 1.0, 0), (false, 3.0, 1), (false, 2.0, 2), (true, 0.5, 3)];
+        rows.sort_by(|a, b| final_order(*a, *b));
+        assert_eq!(rows.map(|r| r.2), [2, 1, 3, 0]);
     }
 }

@@ -288,3 +288,31 @@ fn flows_changing_at_one_instant_refill_once() {
     let large = SimDuration::from_ps(small.as_ps() + (125e6 / (LINK / 4.0) * 1e12).ceil() as u64);
     assert!(batched.0[7].as_ps().abs_diff(large.as_ps()) <= 4, "{} vs {large}", batched.0[7]);
 }
+
+/// The work budget gives up at the same point on every run, whatever the machine: the work is
+/// counted in flow and link updates, and a run within its budget is the unbudgeted run.
+#[test]
+fn a_work_budget_is_deterministic_and_does_not_change_a_run_within_it() {
+    let topology = star(8);
+    let mut graph = GraphBuilder::new(8);
+    for i in 0..8u32 {
+        // Every host sends to the next two: flows share links, so rates are re-filled.
+        for k in 1..3u32 {
+            graph.transfer(RankId(i), StreamId(k as u16), RankId((i + k) % 8), Bytes(1 << 20), "flow", &[]);
+        }
+    }
+    let graph = graph.build().unwrap();
+    let mut free = FlowNetwork::new(&topology);
+    let unbudgeted = run(&graph, &mut free).unwrap();
+    let work = free.stats().work;
+    assert!(work > 16, "16 flows started and at least one re-fill: {work}");
+    let mut again = FlowNetwork::new(&topology);
+    run(&graph, &mut again).unwrap();
+    assert_eq!(again.stats().work, work, "the same run does the same work");
+
+    let mut enough = FlowNetwork::new(&topology).with_work_budget(Some(work));
+    assert_eq!(run(&graph, &mut enough).unwrap().end, unbudgeted.end);
+    let mut short = FlowNetwork::new(&topology).with_work_budget(Some(work - 1));
+    let error = run(&graph, &mut short).unwrap_err().to_string();
+    assert!(error.contains(&format!("work budget of {}", work - 1)), "{error}");
+}
