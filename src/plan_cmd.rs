@@ -481,6 +481,16 @@ fn human(
             report.finals,
             report.fidelity.name()
         );
+        if report.could_beat_final > 0 {
+            let _ = writeln!(
+                out,
+                "unchecked     {} more could still beat the {} winner: their lower bound (their analytical time \
+                 if screened) is below its result; raise --top to simulate more of them with {}",
+                sim_core::units::thousands(report.could_beat_final),
+                report.fidelity.name(),
+                report.fidelity.name()
+            );
+        }
     }
     let _ = writeln!(
         out,
@@ -643,6 +653,7 @@ struct JsonPlan<'a> {
     screened: u64,
     bounded_out: u64,
     final_fidelity: &'static str,
+    could_beat_final: u64,
     ignored: &'a [String],
     top: Vec<JsonRanked<'a>>,
 }
@@ -687,6 +698,7 @@ impl<'a> JsonPlan<'a> {
             screened: report.screened,
             bounded_out: report.bounded_out,
             final_fidelity: report.fidelity.name(),
+            could_beat_final: report.could_beat_final,
             ignored,
             top: report
                 .top

@@ -16,7 +16,7 @@
 //!
 //! Degrees a user fixes (`--set parallelism.tensor=8`) are not enumerated.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
@@ -219,6 +219,12 @@ pub struct PlanReport {
     pub failed: Vec<(String, String)>,
     /// Simulated again with the cluster's own network model.
     pub finals: u64,
+    /// Configurations not simulated with the cluster's network model that might still beat
+    /// the best of those that were: their lower bound (their analytical time when the screen
+    /// ran them, which leaves contention out) is below the winner's score. The search is exact
+    /// with respect to the screen; this says how far it is from exact with respect to the
+    /// final model. 0 with the analytical network.
+    pub could_beat_final: u64,
     /// The best configurations, best first.
     pub top: Vec<Ranked>,
     /// Wall time of enumeration and estimates, of the screen and of the final simulations.
@@ -386,6 +392,9 @@ pub fn plan_with_progress(
     }
     let screened_count = next as u64;
     let bounded_out = (valid.len() - next) as u64;
+    // Every screened configuration's analytical score: a tighter floor than its bound for the
+    // final model's (which adds contention).
+    let screen_scores: HashMap<usize, f64> = screened.iter().map(|s| (s.1, s.0)).collect();
     screened.truncate(keep);
     let screen_wall = started.elapsed();
 
@@ -429,6 +438,19 @@ pub fn plan_with_progress(
             ranked
         };
     ranked.sort_by(|a, b| final_order((a.5, a.0, a.1), (b.5, b.0, b.1)));
+    let could_beat_final = match ranked.iter().find(|r| !r.5) {
+        Some(winner) if finals > 0 => {
+            let simulated: HashSet<usize> = ranked.iter().filter(|r| !r.5).map(|r| r.1).collect();
+            valid
+                .iter()
+                .filter(|&&(index, bound)| {
+                    let floor = screen_scores.get(&index).copied().unwrap_or(score(&choices[index], bound));
+                    !simulated.contains(&index) && floor < winner.0
+                })
+                .count() as u64
+        }
+        _ => 0,
+    };
     ranked.truncate(options.top.max(1));
     let final_wall = started.elapsed();
     let top = ranked
@@ -457,6 +479,7 @@ pub fn plan_with_progress(
         bounded_out,
         failed,
         finals,
+        could_beat_final,
         top,
         walls: [estimate_wall, screen_wall, final_wall],
         fidelity,
@@ -847,11 +870,18 @@ fidelity = "analytical"
         let fixed = Fixed { recompute: Some(Recompute::Selective), zero: Some(1), ..Fixed::default() };
         let unlimited = plan(std::slice::from_ref(&flow), &fixed, &options(4)).unwrap();
         assert!(unlimited.top.iter().all(|r| !r.over_time_limit && r.fidelity == Fidelity::Flow));
+        assert!(unlimited.could_beat_final <= unlimited.valid - unlimited.finals);
+        // Simulating every valid configuration with flow leaves none unchecked.
+        let everything = options(unlimited.valid as usize);
+        let exhaustive = plan(std::slice::from_ref(&flow), &fixed, &everything).unwrap();
+        assert_eq!(exhaustive.finals, exhaustive.valid);
+        assert_eq!(exhaustive.could_beat_final, 0);
         // No budget at all: every final gives up and keeps its analytical result, in the
         // screen's order.
         let starved = PlanOptions { final_work_budget: Some(0), ..options(4) };
         let report = plan(std::slice::from_ref(&flow), &fixed, &starved).unwrap();
         assert!(report.top.iter().all(|r| r.over_time_limit && r.fidelity == Fidelity::Analytical));
+        assert_eq!(report.could_beat_final, 0, "no final finished: no winner to beat");
         let times: Vec<_> = report.top.iter().map(|r| r.summary.iteration_time).collect();
         assert!(times.windows(2).all(|pair| pair[0] <= pair[1]), "{times:?}");
         // The same budget gives the same answer however often it runs.
