@@ -560,8 +560,13 @@ fn protocol_overhead_with(
 
 /// What the channels of an allreduce under `choice` cost: the network's per-channel overhead
 /// times the channels NCCL launches for its size ([`crate::tuner::launch_channels`]: fewer
-/// for smaller buffers, `enqueue.cc`). Zero without a protocol, for other kinds, for NVLS
-/// (timed in closed form) and where NCCL's tuner does not know the cluster.
+/// for smaller buffers, `enqueue.cc`) beyond the first. NCCL passes the first channel's work
+/// element to the kernel as its argument and frees it at once (`ncclKernel` in
+/// `src/collectives/device/common.h` and `setupLaunch` in `src/enqueue.cc`, v2.11.4-1: "To
+/// optimize for latency, (only) the first operation is passed as argument"); every further
+/// channel's block reads its 512-byte `ncclWork` from the work FIFO in host-mapped memory and
+/// writes its `active` flag back. Zero without a protocol, for other kinds, for NVLS (timed in
+/// closed form) and where NCCL's tuner does not know the cluster.
 pub fn channel_time(
     kind: CollectiveKind,
     choice: Choice,
@@ -585,8 +590,9 @@ pub fn channel_time(
     let family = family(choice.algorithm);
     let channels =
         crate::tuner::launch_channels(&fabric, family, protocol, group.len() as u32, nodes, bytes.0);
-    Ok(per_channel.checked_mul(u64::from(channels)).map_err(|_| UnitError::OutOfRange {
-        input: format!("{channels} channels of {per_channel}"),
+    let beyond_first = channels.saturating_sub(1);
+    Ok(per_channel.checked_mul(u64::from(beyond_first)).map_err(|_| UnitError::OutOfRange {
+        input: format!("{beyond_first} channels of {per_channel}"),
         quantity: "channel overhead",
         reason: "longer than the largest representable duration",
     })?)
@@ -1068,9 +1074,13 @@ mod tests {
             Tuned { inner: Uniform { per_node: 8, ..uniform() }, per_channel: SimDuration::from_ns(1_200) };
         let ring_ll = Choice { algorithm: A::Ring, protocol: Some(Protocol::Ll) };
         let group = ranks(8);
-        // 256 KiB over 8 ranks, ring/LL: 256 KiB / (512 threads x 64 bytes) = 8 channels.
+        // 256 KiB over 8 ranks, ring/LL: 256 KiB / (512 threads x 64 bytes) = 8 channels, the
+        // first one's work passed as the kernel's argument: 7 pay.
         let channels = channel_time(K::AllReduce, ring_ll, Bytes(256 << 10), &group, &network).unwrap();
-        assert_eq!(channels, SimDuration::from_ns(8 * 1_200));
+        assert_eq!(channels, SimDuration::from_ns(7 * 1_200));
+        // 32 KiB runs on one channel: nothing.
+        let one = channel_time(K::AllReduce, ring_ll, Bytes(32 << 10), &group, &network).unwrap();
+        assert_eq!(one, SimDuration::ZERO);
         // The protocol overhead carries it on top of the latencies it had without.
         let with = protocol_overhead(K::AllReduce, ring_ll, Bytes(256 << 10), &group, &mut network).unwrap();
         network.per_channel = SimDuration::ZERO;
@@ -1080,7 +1090,7 @@ mod tests {
         // 1 GiB uses all 24 of the communicator's channels; other kinds and no protocol: none.
         network.per_channel = SimDuration::from_ns(1_200);
         let all = channel_time(K::AllReduce, ring_ll, Bytes(1 << 30), &group, &network).unwrap();
-        assert_eq!(all, SimDuration::from_ns(24 * 1_200));
+        assert_eq!(all, SimDuration::from_ns(23 * 1_200));
         let scatter = channel_time(K::ReduceScatter, ring_ll, Bytes(1 << 30), &group, &network).unwrap();
         assert_eq!(scatter, SimDuration::ZERO);
         let off = Choice { algorithm: A::Ring, protocol: None };
