@@ -381,7 +381,8 @@ pub fn wire_bytes(
             return Ok(Bytes((bytes.0 as f64 * slowdown).round().min(u64::MAX as f64) as u64));
         }
     }
-    let (num, den) = protocol.wire_ratio(family(choice.algorithm), single_server(group, network)?);
+    let (num, den) =
+        protocol.wire_ratio(nccl_table(network), family(choice.algorithm), single_server(group, network)?);
     Ok(Bytes((u128::from(bytes.0) * u128::from(num) / u128::from(den)).min(u128::from(u64::MAX)) as u64))
 }
 
@@ -474,7 +475,8 @@ fn protocol_overhead_with(
             &built
         }
     };
-    let mut total = protocol.base_latency(family, launch);
+    let table = nccl_table(network);
+    let mut total = protocol.base_latency(table, family, launch);
     let mut messages = Vec::new();
     let identical = schedule.steps_are_identical();
     let weights = schedule.step_weights();
@@ -498,7 +500,7 @@ fn protocol_overhead_with(
             for &(src, dst, _) in &messages {
                 let across = network.node_of(src)? != network.node_of(dst)?;
                 let hop = if across { Hop::Net } else { network.intra_hop() };
-                let mut cost = protocol.hop_latency(Family::Ring, hop);
+                let mut cost = protocol.hop_latency(table, Family::Ring, hop, multi_server);
                 if across {
                     cost = cost.saturating_add(network.message_overhead());
                 }
@@ -532,13 +534,25 @@ fn protocol_overhead_with(
         && kind == CollectiveKind::AllReduce
         && protocol == Protocol::Simple
     {
-        // NCCL's "plateau effect" of pipelined rings across servers (Ampere and later):
-        // 1.4 times the latency once each channel's share is at least 64 bytes per rank.
+        // NCCL's "plateau effect" of pipelined rings across servers: the release's factor
+        // (1.4 on Ampere and later in 2.2x, 1.9 in 2.11) on the latency once the buffer is
+        // large enough (`crate::tuner::ring_plateau`).
         let channels = schedule.lanes().len() as u64;
-        if bytes.0 / (channels * group.len() as u64).max(1) >= 64 {
-            let base = protocol.base_latency(family, launch);
+        let generation =
+            network.tuner_fabric().map_or(crate::tuner::GpuGeneration::default(), |f| f.generation);
+        let factor = crate::tuner::ring_plateau(table, generation, bytes.0, channels, group.len() as u32);
+        if factor != 1.0 {
+            let base = protocol.base_latency(table, family, launch);
             let latency = total.saturating_sub(base);
-            total = base.checked_add(SimDuration::from_ps(latency.as_ps() / 5 * 7)).map_err(overflow)?;
+            // The factor in whole tenths, reduced (1.4 = 7/5, 1.9 = 19/10), in integer picoseconds.
+            let (mut num, mut den) = ((factor * 10.0).round() as u64, 10u64);
+            while num % 2 == 0 && den % 2 == 0 {
+                (num, den) = (num / 2, den / 2);
+            }
+            if num % 5 == 0 && den % 5 == 0 {
+                (num, den) = (num / 5, den / 5);
+            }
+            total = base.checked_add(SimDuration::from_ps(latency.as_ps() / den * num)).map_err(overflow)?;
         }
     }
     Ok(total)
@@ -546,8 +560,13 @@ fn protocol_overhead_with(
 
 /// What the channels of an allreduce under `choice` cost: the network's per-channel overhead
 /// times the channels NCCL launches for its size ([`crate::tuner::launch_channels`]: fewer
-/// for smaller buffers, `enqueue.cc`). Zero without a protocol, for other kinds, for NVLS
-/// (timed in closed form) and where NCCL's tuner does not know the cluster.
+/// for smaller buffers, `enqueue.cc`) beyond the first. NCCL passes the first channel's work
+/// element to the kernel as its argument and frees it at once (`ncclKernel` in
+/// `src/collectives/device/common.h` and `setupLaunch` in `src/enqueue.cc`, v2.11.4-1: "To
+/// optimize for latency, (only) the first operation is passed as argument"); every further
+/// channel's block reads its 512-byte `ncclWork` from the work FIFO in host-mapped memory and
+/// writes its `active` flag back. Zero without a protocol, for other kinds, for NVLS (timed in
+/// closed form) and where NCCL's tuner does not know the cluster.
 pub fn channel_time(
     kind: CollectiveKind,
     choice: Choice,
@@ -571,8 +590,9 @@ pub fn channel_time(
     let family = family(choice.algorithm);
     let channels =
         crate::tuner::launch_channels(&fabric, family, protocol, group.len() as u32, nodes, bytes.0);
-    Ok(per_channel.checked_mul(u64::from(channels)).map_err(|_| UnitError::OutOfRange {
-        input: format!("{channels} channels of {per_channel}"),
+    let beyond_first = channels.saturating_sub(1);
+    Ok(per_channel.checked_mul(u64::from(beyond_first)).map_err(|_| UnitError::OutOfRange {
+        input: format!("{beyond_first} channels of {per_channel}"),
         quantity: "channel overhead",
         reason: "longer than the largest representable duration",
     })?)
@@ -643,9 +663,10 @@ fn hop_extra(
     network: &impl StepNetwork,
 ) -> SimDuration {
     let hop = if across { Hop::Net } else { network.intra_hop() };
-    let mut floor = protocol.hop_latency(family, hop);
+    let table = nccl_table(network);
+    let mut floor = protocol.hop_latency(table, family, hop, multi_server);
     if family == Family::Ring && multi_server && !across {
-        floor = floor.max(protocol.ring_net_overhead());
+        floor = floor.max(protocol.ring_net_overhead(table));
     }
     let extra = floor.saturating_sub(latency);
     if across { extra.saturating_add(network.message_overhead()) } else { extra }
@@ -691,6 +712,12 @@ fn schedule_of(
     let chunk = chunk_for(choice, bytes, group, network)?;
     let wire = wire_bytes(kind, choice, bytes, group, network)?;
     Schedule::with_chunk(kind, choice.algorithm, wire, group, |rank| network.node_of(rank), chunk)
+}
+
+/// The NCCL release constants `network` is priced with: its tuner fabric's release, else the
+/// default's.
+fn nccl_table(network: &impl StepNetwork) -> &'static crate::nccl::NcclTable {
+    network.tuner_fabric().map_or(crate::nccl::NcclTable::default_table(), |fabric| fabric.table())
 }
 
 /// True for the NVLS algorithms, which are timed in closed form (see [`crate::nvls`]).
@@ -1047,9 +1074,13 @@ mod tests {
             Tuned { inner: Uniform { per_node: 8, ..uniform() }, per_channel: SimDuration::from_ns(1_200) };
         let ring_ll = Choice { algorithm: A::Ring, protocol: Some(Protocol::Ll) };
         let group = ranks(8);
-        // 256 KiB over 8 ranks, ring/LL: 256 KiB / (512 threads x 64 bytes) = 8 channels.
+        // 256 KiB over 8 ranks, ring/LL: 256 KiB / (512 threads x 64 bytes) = 8 channels, the
+        // first one's work passed as the kernel's argument: 7 pay.
         let channels = channel_time(K::AllReduce, ring_ll, Bytes(256 << 10), &group, &network).unwrap();
-        assert_eq!(channels, SimDuration::from_ns(8 * 1_200));
+        assert_eq!(channels, SimDuration::from_ns(7 * 1_200));
+        // 32 KiB runs on one channel: nothing.
+        let one = channel_time(K::AllReduce, ring_ll, Bytes(32 << 10), &group, &network).unwrap();
+        assert_eq!(one, SimDuration::ZERO);
         // The protocol overhead carries it on top of the latencies it had without.
         let with = protocol_overhead(K::AllReduce, ring_ll, Bytes(256 << 10), &group, &mut network).unwrap();
         network.per_channel = SimDuration::ZERO;
@@ -1059,7 +1090,7 @@ mod tests {
         // 1 GiB uses all 24 of the communicator's channels; other kinds and no protocol: none.
         network.per_channel = SimDuration::from_ns(1_200);
         let all = channel_time(K::AllReduce, ring_ll, Bytes(1 << 30), &group, &network).unwrap();
-        assert_eq!(all, SimDuration::from_ns(24 * 1_200));
+        assert_eq!(all, SimDuration::from_ns(23 * 1_200));
         let scatter = channel_time(K::ReduceScatter, ring_ll, Bytes(1 << 30), &group, &network).unwrap();
         assert_eq!(scatter, SimDuration::ZERO);
         let off = Choice { algorithm: A::Ring, protocol: None };

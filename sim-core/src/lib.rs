@@ -67,6 +67,7 @@ mod fast_hash;
 pub mod fidelity;
 pub mod flow;
 pub mod graph;
+pub mod nccl;
 pub mod network;
 pub mod nvls;
 pub mod protocol;

@@ -702,6 +702,7 @@ impl StepNetwork for AnalyticalNetwork<'_> {
             net_latency_us: self.message_overhead().as_ps() as f64 / 1e6,
             generation: self.generation,
             amd_hosts: spec.network.transport.host_cpu == topology::HostCpu::Amd,
+            nccl: spec.network.transport.nccl_version,
         })
     }
 

@@ -2,9 +2,10 @@
 //! a latency per hop by the kind of link crossed, and the share of the link bandwidth that
 //! carries data.
 //!
-//! The numbers are NCCL's own tuning constants (`src/graph/tuning.cc`, `ncclTunerConstants`
-//! and the "model refinements" of `ncclTopoTuneModel`, NCCL 2.2x), which NCCL uses to choose a
-//! protocol and an algorithm for every collective:
+//! The numbers are NCCL's own tuning constants (`src/graph/tuning.cc`, `baseLat`, `hwLat`
+//! and the "model refinements" of `ncclTopoTuneModel`), which NCCL uses to choose a
+//! protocol and an algorithm for every collective. They differ between releases, so every
+//! method takes the scenario's release table ([`NcclTable`]); the default (NCCL 2.23-2.27):
 //!
 //! | | LL | LL128 | Simple |
 //! |---|---|---|---|
@@ -31,6 +32,8 @@ use std::fmt;
 use std::str::FromStr;
 
 use units::SimDuration;
+
+use crate::nccl::NcclTable;
 
 /// An NCCL protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -80,53 +83,40 @@ impl Protocol {
         }
     }
 
-    fn index(self) -> usize {
-        match self {
-            Protocol::Ll => 0,
-            Protocol::Ll128 => 1,
-            Protocol::Simple => 2,
-        }
-    }
-
     /// Base latency of one collective with this protocol, for a collective launch `launch`
-    /// (NCCL's table scaled by `launch / 8.4 us`).
-    pub fn base_latency(self, family: Family, launch: SimDuration) -> SimDuration {
-        const RING: [f64; 3] = [6.6, 14.0, 8.4];
-        const TREE: [f64; 3] = [6.8, 14.0, 8.4];
-        let table = if family == Family::Ring { RING } else { TREE };
-        let ps = launch.as_ps() as f64 * table[self.index()] / SIMPLE_BASE_US;
+    /// (the release's `baseLat`, [`NcclTable::base_latency`], scaled by `launch / 8.4 us`).
+    pub fn base_latency(self, table: &NcclTable, family: Family, launch: SimDuration) -> SimDuration {
+        let ps = launch.as_ps() as f64 * table.base_latency_us(family, self) / SIMPLE_BASE_US;
         SimDuration::from_ps(ps.round() as u64)
     }
 
-    /// Latency of one hop of a step (NCCL's `hwLat`).
-    pub fn hop_latency(self, family: Family, hop: Hop) -> SimDuration {
-        const NVLINK: [[u64; 3]; 2] = [[600, 1_900, 3_400], [600, 1_250, 4_000]];
-        const PCI: [[u64; 3]; 2] = [[1_000, 2_500, 5_700], [1_000, 1_900, 4_000]];
-        const NET: [[u64; 3]; 2] = [[2_700, 4_000, 14_000], [5_000, 8_500, 14_000]];
-        let table = match hop {
-            Hop::NvLink => NVLINK,
-            Hop::Pci => PCI,
-            Hop::Net => NET,
-        };
-        let row = if family == Family::Ring { 0 } else { 1 };
-        SimDuration::from_ns(table[row][self.index()])
+    /// Latency of one hop of a step (the release's `hwLat`, [`NcclTable::hop_latency_us`]);
+    /// `multi_server`: the collective spans servers.
+    pub fn hop_latency(self, table: &NcclTable, family: Family, hop: Hop, multi_server: bool) -> SimDuration {
+        let ns = table.hop_latency_us(family, self, hop, multi_server) * 1e3;
+        SimDuration::from_ps((ns * 1e3).round() as u64)
     }
 
     /// The network post overhead NCCL's tuner charges every in-server step of a ring across
-    /// servers at least (NCCL's `getNetOverhead`, 1 us on x86, tripled for Simple); in a ring
-    /// whose steps are alike it is hidden behind the network hops (`collective::step_extra`).
-    pub fn ring_net_overhead(self) -> SimDuration {
+    /// servers at least (NCCL's `getNetOverhead`, 1 us on x86, tripled for Simple; zero in
+    /// releases without it); in a ring whose steps are alike it is hidden behind the network
+    /// hops (`collective::step_extra`).
+    pub fn ring_net_overhead(self, table: &NcclTable) -> SimDuration {
+        if !table.ring_net_overhead {
+            return SimDuration::ZERO;
+        }
         SimDuration::from_us(if self == Protocol::Simple { 3 } else { 1 })
     }
 
     /// Bytes on the wire per byte of data, as `(numerator, denominator)`: the inverse of
     /// NCCL's bandwidth factor for this protocol (`single_server`: the group is inside one
     /// server, where LL128 trees reach 7/9 rather than 120/128).
-    pub fn wire_ratio(self, family: Family, single_server: bool) -> (u64, u64) {
+    /// Ring/LL moves the release's [`NcclTable::ring_ll_share`] (1/2, or 1/4 in NCCL 2.11).
+    pub fn wire_ratio(self, table: &NcclTable, family: Family, single_server: bool) -> (u64, u64) {
         match (self, family) {
             (Protocol::Simple, Family::Ring) => (1, 1),
             (Protocol::Simple, Family::Tree) => (25, 23), // 1 / 0.92
-            (Protocol::Ll, Family::Ring) => (2, 1),
+            (Protocol::Ll, Family::Ring) => ((1.0 / table.ring_ll_share).round() as u64, 1),
             (Protocol::Ll, Family::Tree) => (19, 5), // 3.8
             (Protocol::Ll128, Family::Ring) => (25, 23),
             (Protocol::Ll128, Family::Tree) if single_server => (9, 7),
@@ -204,10 +194,15 @@ mod tests {
     #[test]
     fn base_latencies_are_nccls_at_the_default_launch_and_vanish_without_one() {
         let launch = SimDuration::from_ns(8_400);
-        assert_eq!(Protocol::Ll.base_latency(Family::Ring, launch), SimDuration::from_ns(6_600));
-        assert_eq!(Protocol::Ll128.base_latency(Family::Tree, launch), SimDuration::from_us(14));
-        assert_eq!(Protocol::Simple.base_latency(Family::Tree, launch), launch);
-        assert_eq!(Protocol::Ll.base_latency(Family::Tree, SimDuration::ZERO), SimDuration::ZERO);
+        let table = NcclTable::default_table();
+        assert_eq!(Protocol::Ll.base_latency(table, Family::Ring, launch), SimDuration::from_ns(6_600));
+        assert_eq!(Protocol::Ll128.base_latency(table, Family::Tree, launch), SimDuration::from_us(14));
+        assert_eq!(Protocol::Simple.base_latency(table, Family::Tree, launch), launch);
+        assert_eq!(Protocol::Ll.base_latency(table, Family::Tree, SimDuration::ZERO), SimDuration::ZERO);
+        // NCCL 2.11: ring/LL 3.6 us, tree/Simple none (its 28 us hops carry it).
+        let old = NcclTable::of(crate::nccl::NcclVersion::V2_11);
+        assert_eq!(Protocol::Ll.base_latency(old, Family::Ring, launch), SimDuration::from_ns(3_600));
+        assert_eq!(Protocol::Simple.base_latency(old, Family::Tree, launch), SimDuration::ZERO);
     }
 
     #[test]
@@ -223,11 +218,14 @@ mod tests {
 
     #[test]
     fn ll_halves_the_bandwidth_and_simple_keeps_it_on_rings() {
-        assert_eq!(Protocol::Ll.wire_ratio(Family::Ring, false), (2, 1));
-        assert_eq!(Protocol::Simple.wire_ratio(Family::Ring, false), (1, 1));
+        let table = NcclTable::default_table();
+        assert_eq!(Protocol::Ll.wire_ratio(table, Family::Ring, false), (2, 1));
+        assert_eq!(Protocol::Simple.wire_ratio(table, Family::Ring, false), (1, 1));
+        let old = NcclTable::of(crate::nccl::NcclVersion::V2_11);
+        assert_eq!(Protocol::Ll.wire_ratio(old, Family::Ring, false), (4, 1));
         assert!(
-            Protocol::Ll.hop_latency(Family::Ring, Hop::Net)
-                < Protocol::Simple.hop_latency(Family::Ring, Hop::Net)
+            Protocol::Ll.hop_latency(table, Family::Ring, Hop::Net, true)
+                < Protocol::Simple.hop_latency(table, Family::Ring, Hop::Net, true)
         );
     }
 }

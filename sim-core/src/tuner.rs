@@ -29,6 +29,7 @@
 //! slowdown ([`allreduce_slowdown`]) applies to what they deliver.
 
 use crate::graph::CollectiveAlgorithm;
+use crate::nccl::{NcclTable, NcclVersion, PlateauRule};
 use crate::protocol::{Family, Hop, Protocol};
 
 /// GPU generations, as NCCL's tuning tables index them.
@@ -46,7 +47,8 @@ pub enum GpuGeneration {
 }
 
 impl GpuGeneration {
-    fn index(self) -> usize {
+    /// The generation's row in NCCL's tables (Volta 0 to Blackwell 3).
+    pub fn index(self) -> usize {
         match self {
             GpuGeneration::Volta => 0,
             GpuGeneration::Ampere => 1,
@@ -101,14 +103,24 @@ pub struct TunerFabric {
     pub generation: GpuGeneration,
     /// The servers' CPUs are AMD's: NCCL's LL cap across servers takes its AMD row.
     pub amd_hosts: bool,
+    /// The NCCL release whose constants ([`NcclTable`]) the model uses.
+    pub nccl: NcclVersion,
 }
 
-/// NCCL's channels and the bandwidth of each (GB/s): its graph search, simplified (see the
-/// module documentation).
+impl TunerFabric {
+    /// The constants of this fabric's NCCL release.
+    pub fn table(&self) -> &'static NcclTable {
+        NcclTable::of(self.nccl)
+    }
+}
+
+/// NCCL's channels and the bandwidth of each (GB/s) as its release sees them: its graph
+/// search, simplified (see the module documentation; one server: [`NcclTable::intra_graph`]
+/// over the GPU's NVLinks, counted at parasim's per-link rate).
 fn channels(fabric: &TunerFabric, ranks: u32, nodes: u32) -> (f64, f64) {
     if nodes <= 1 {
-        let channels = (fabric.intra / fabric.generation.nvlink_rate()).round().clamp(1.0, 32.0);
-        (channels, fabric.intra / channels)
+        let nvlinks = fabric.intra / fabric.generation.nvlink_rate();
+        fabric.table().intra_graph(fabric.generation.index(), nvlinks)
     } else {
         let ppn = f64::from(ranks) / f64::from(nodes);
         let channels = f64::from(fabric.nics_per_node.max(1)).min(ppn.max(1.0));
@@ -186,33 +198,35 @@ fn bus_bandwidths(
     ranks: u32,
     nodes: u32,
 ) -> (f64, f64) {
+    let table = fabric.table();
     let g = fabric.generation.index();
     let n_index = if nodes <= 2 { nodes as usize - 1 } else { 2 };
     let (channels, per_channel) = channels(fabric, ranks, nodes);
-    let link_bus = channels * per_channel;
-    let mut bus = link_bus;
-    const LL_MAX: [[f64; 3]; 4] =
-        [[39.0, 39.0, 20.4], [87.7, 22.5, 19.0], [141.0, 45.0, 35.0], [282.0, 90.0, 70.0]];
-    const RING_LL128: [f64; 4] = [20.0, 20.0, 36.7, 40.0];
-    const TREE_LL128: [[f64; 3]; 4] =
-        [[20.0, 20.0, 20.0], [20.0, 20.0, 20.0], [36.7, 36.7, 29.0], [55.6, 31.67, 20.0]];
-    const TREE: [[f64; 3]; 4] =
-        [[26.5, 18.5, 10.0], [24.0, 23.6, 17.8], [38.7, 41.4, 36.0], [70.0, 42.8, 24.0]];
-    // Single server: the GPU's row; several: the CPU's, AMD's (row 1) or Intel's (row 0)
-    // (`index1` in `ncclTopoTuneModel`).
+    // What the links carry (parasim's rates) and what NCCL's release sees of them.
+    let link_bus = if nodes <= 1 { fabric.intra } else { channels * per_channel };
+    let mut bus = channels * per_channel;
+    if let Some(cap) = table.bus_cap[g] {
+        bus = bus.min(cap);
+    }
+    // Single server: the GPU's row; several: the CPU's, AMD's or Intel's (`index1` in
+    // `ncclTopoTuneModel`).
     let cpu_row = if fabric.amd_hosts { 1 } else { 0 };
-    let ll_max = LL_MAX[if nodes == 1 { g } else { cpu_row }][n_index];
+    let ll_max = if nodes == 1 { table.ll_max_gpu[g][n_index] } else { table.ll_max_cpu[cpu_row][n_index] };
+    let ppn = f64::from(ranks) / f64::from(nodes.max(1));
     match (family, protocol) {
-        (Family::Ring, Protocol::Ll) => bus = ll_max.min(bus * 0.5),
-        (Family::Ring, Protocol::Ll128) => bus = (bus * 0.92).min(channels * RING_LL128[g]),
+        (Family::Ring, Protocol::Ll) => bus = ll_max.min(bus * table.ring_ll_share),
+        (Family::Ring, Protocol::Ll128) => {
+            let share = if ppn < 2.0 { table.ring_ll128_share_one_per_node } else { 0.92 };
+            bus = (bus * share).min(channels * table.ring_ll128_per_channel[g][n_index]);
+        }
         (Family::Ring, Protocol::Simple) => {}
         (Family::Tree, _) => {
-            bus = (bus * 0.92).min(channels * TREE[g][n_index]);
+            bus = (bus * 0.92).min(channels * table.tree_per_channel[g][n_index]);
             match protocol {
                 Protocol::Ll => bus = (bus / 3.8).min(ll_max),
                 Protocol::Ll128 => {
                     let factor = if nodes == 1 { 7.0 / 9.0 } else { 120.0 / 128.0 };
-                    bus = (bus * factor).min(channels * TREE_LL128[g][n_index]);
+                    bus = (bus * factor).min(channels * table.tree_ll128_per_channel[g][n_index]);
                 }
                 Protocol::Simple => {}
             }
@@ -281,8 +295,12 @@ pub fn allreduce_model(
         }
         _ => return None,
     };
-    // LL128 needs NVLink inside servers (NCCL enables it up to PATH_NVB).
-    if protocol == Protocol::Ll128 && fabric.intra_hop != Hop::NvLink {
+    let table = fabric.table();
+    // LL128 needs NVLink inside servers (NCCL enables it up to PATH_NVB), and on the GPUs the
+    // release enables it on.
+    if protocol == Protocol::Ll128
+        && (fabric.intra_hop != Hop::NvLink || !table.ll128_generations[fabric.generation.index()])
+    {
         return None;
     }
     let ppn = f64::from(ranks) / f64::from(nodes);
@@ -291,17 +309,24 @@ pub fn allreduce_model(
     let algbw = if family == Family::Ring { bus * f64::from(ranks) / steps } else { bus * 0.5 };
     // Latency.
     let us = |d: units::SimDuration| d.as_ps() as f64 / 1e6;
-    let base =
-        us(protocol.base_latency(family, units::SimDuration::from_ps((launch_us * 1e6).round() as u64)));
-    let intra = us(protocol.hop_latency(family, fabric.intra_hop));
-    let mut inter = us(protocol.hop_latency(if ppn <= 1.0 { Family::Tree } else { family }, Hop::Net))
-        + fabric.net_latency_us;
-    if protocol == Protocol::Simple {
+    let multi_server = nodes > 1;
+    let base = us(protocol.base_latency(
+        table,
+        family,
+        units::SimDuration::from_ps((launch_us * 1e6).round() as u64),
+    ));
+    let intra = table.hop_latency_us(family, protocol, fabric.intra_hop, multi_server);
+    let net_family = if ppn <= 1.0 && table.one_per_node_tree_net_hop { Family::Tree } else { family };
+    let mut inter = table.hop_latency_us(net_family, protocol, Hop::Net, multi_server);
+    if table.tuner_net_latency {
         inter += fabric.net_latency_us;
+        if protocol == Protocol::Simple {
+            inter += fabric.net_latency_us;
+        }
     }
     let latency = match family {
         Family::Ring => {
-            let intra = if nodes > 1 { intra.max(us(protocol.ring_net_overhead())) } else { intra };
+            let intra = if nodes > 1 { intra.max(us(protocol.ring_net_overhead(table))) } else { intra };
             let inter_steps = if nodes == 1 { 0.0 } else { 2.0 * f64::from(nodes - 1) };
             base + (steps - inter_steps) * intra + inter_steps * inter
         }
@@ -327,6 +352,9 @@ fn nvls_model(
     nodes: u32,
 ) -> Option<(f64, f64)> {
     let tree = algorithm == CollectiveAlgorithm::NvlsTree;
+    if !fabric.table().nvls {
+        return None;
+    }
     let efficiency = match fabric.generation {
         GpuGeneration::Volta | GpuGeneration::Ampere => return None,
         GpuGeneration::Hopper => 0.85,
@@ -410,11 +438,26 @@ pub fn allreduce_time(
     }
     if algorithm == CollectiveAlgorithm::Ring && protocol == Protocol::Simple && nodes > 1 {
         let channels = channels(fabric, ranks, nodes).0 as u64;
-        if bytes / (channels * u64::from(ranks)).max(1) >= 64 {
-            latency *= if fabric.generation == GpuGeneration::Volta { 1.9 } else { 1.4 };
-        }
+        latency *= ring_plateau(fabric.table(), fabric.generation, bytes, channels, ranks);
     }
     Some(latency + bytes as f64 / (1000.0 * bandwidth))
+}
+
+/// NCCL's "plateau effect" factor on the latency of a ring/Simple allreduce of `bytes` across
+/// servers on `channels` channels of `ranks` ranks: the release's factor
+/// ([`NcclTable::plateau`]) once its rule holds, else 1.
+pub fn ring_plateau(
+    table: &NcclTable,
+    generation: GpuGeneration,
+    bytes: u64,
+    channels: u64,
+    ranks: u32,
+) -> f64 {
+    let applies = match table.plateau_rule {
+        PlateauRule::BytesPerRank(per_rank) => bytes >= u64::from(ranks) * per_rank,
+        PlateauRule::BytesPerChannelRank(per) => bytes / (channels * u64::from(ranks)).max(1) >= per,
+    };
+    if applies { table.plateau[generation.index()] } else { 1.0 }
 }
 
 /// A DGX A100-like server for tests: 240 GB/s NVLink per GPU, 8 NICs of 25 GB/s.
@@ -429,6 +472,7 @@ pub(crate) fn dgx_a100() -> TunerFabric {
         net_latency_us: 0.0,
         generation: GpuGeneration::Ampere,
         amd_hosts: false,
+        nccl: NcclVersion::V2_27,
     }
 }
 
@@ -534,6 +578,83 @@ mod tests {
         assert_eq!(max_threads(&pcie, Family::Tree, Protocol::Simple, 4, 1), 512);
         assert_eq!(max_threads(&dgx_a100(), Family::Ring, Protocol::Simple, 8, 1), 512);
         assert_eq!(max_threads(&dgx_a100(), Family::Ring, Protocol::Ll128, 8, 1), 640);
+    }
+
+    /// The (algorithm, protocol) NCCL's model picks for an allreduce of `bytes`.
+    fn fastest(fabric: &TunerFabric, ranks: u32, nodes: u32, bytes: u64) -> (CollectiveAlgorithm, Protocol) {
+        let mut best = (f64::INFINITY, CollectiveAlgorithm::Ring, Protocol::Simple);
+        for algorithm in [CollectiveAlgorithm::Ring, CollectiveAlgorithm::Tree] {
+            for protocol in Protocol::ALL {
+                if let Some(t) = allreduce_time(fabric, algorithm, protocol, ranks, nodes, 8.4, bytes)
+                    && t < best.0
+                {
+                    best = (t, algorithm, protocol);
+                }
+            }
+        }
+        (best.1, best.2)
+    }
+
+    #[test]
+    fn nccl_2_11_prices_one_a100_server_as_its_tuning_cc() {
+        // v2.11.4-1: 12 NVLinks at SM80_NVLINK_WIDTH 22 = 264 GB/s, capped at 235 on sm80;
+        // ring/LL at a quarter of it (58.75), latency 3.6 + 14 x 0.47 us.
+        let old = TunerFabric { nccl: NcclVersion::V2_11, ..dgx_a100() };
+        let (latency, algbw) =
+            allreduce_model(&old, CollectiveAlgorithm::Ring, Protocol::Ll, 8, 1, 8.4).unwrap();
+        assert!((latency - (3.6 + 14.0 * 0.47)).abs() < 1e-9, "{latency}");
+        assert!((algbw - 235.0 / 4.0 * 8.0 / 14.0).abs() < 1e-9, "{algbw}");
+        // Ring/LL128: 10 + 14 x 1.9 us, min(235 x 0.92, 12 channels x 20 GB/s).
+        let (latency, algbw) =
+            allreduce_model(&old, CollectiveAlgorithm::Ring, Protocol::Ll128, 8, 1, 8.4).unwrap();
+        assert!((latency - (10.0 + 14.0 * 1.9)).abs() < 1e-9, "{latency}");
+        assert!((algbw - 235.0 * 0.92 * 8.0 / 14.0).abs() < 1e-9, "{algbw}");
+        // Tree/Simple: no base latency, 28 us per hop.
+        let (latency, _) =
+            allreduce_model(&old, CollectiveAlgorithm::Tree, Protocol::Simple, 8, 1, 8.4).unwrap();
+        assert!((latency - 2.0 * 7.0 * 28.0).abs() < 1e-9, "{latency}");
+        // The same communicator's channels: 12 graph channels at 22 GB/s, 24 in all.
+        assert_eq!(comm_channels(&old, 8, 1), 24);
+    }
+
+    #[test]
+    fn each_nccl_release_chooses_as_its_model_says() {
+        // One A100 server of 8 (NCCL's own arithmetic, from the tables above): at 64 KiB both
+        // take ring/LL; at 2 MiB 2.11's quartered LL loses to LL128 (10.18 + 62.5 us against
+        // 36.6 + 17.0), while 2.27's halved LL still wins (15.0 + 41.9 against 40.6 + 16.6);
+        // at 32 MiB both take Simple.
+        let old = TunerFabric { nccl: NcclVersion::V2_11, ..dgx_a100() };
+        let new = dgx_a100();
+        assert_eq!(fastest(&old, 8, 1, 64 << 10), (CollectiveAlgorithm::Ring, Protocol::Ll));
+        assert_eq!(fastest(&new, 8, 1, 64 << 10), (CollectiveAlgorithm::Ring, Protocol::Ll));
+        assert_eq!(fastest(&old, 8, 1, 2 << 20), (CollectiveAlgorithm::Ring, Protocol::Ll128));
+        assert_eq!(fastest(&new, 8, 1, 2 << 20), (CollectiveAlgorithm::Ring, Protocol::Ll));
+        assert_eq!(fastest(&old, 8, 1, 32 << 20), (CollectiveAlgorithm::Ring, Protocol::Simple));
+        assert_eq!(fastest(&new, 8, 1, 32 << 20), (CollectiveAlgorithm::Ring, Protocol::Simple));
+        // Eight servers: small buffers take tree/LL in both releases.
+        assert_eq!(fastest(&old, 64, 8, 8 << 10), (CollectiveAlgorithm::Tree, Protocol::Ll));
+        assert_eq!(fastest(&new, 64, 8, 8 << 10), (CollectiveAlgorithm::Tree, Protocol::Ll));
+    }
+
+    #[test]
+    fn nccl_2_11_has_no_nvls_and_no_ll128_on_hopper() {
+        let hopper = TunerFabric { intra: 370.0, generation: GpuGeneration::Hopper, ..dgx_a100() };
+        let old = TunerFabric { nccl: NcclVersion::V2_11, ..hopper };
+        assert!(allreduce_model(&hopper, CollectiveAlgorithm::Nvls, Protocol::Simple, 8, 1, 8.4).is_some());
+        assert!(allreduce_model(&old, CollectiveAlgorithm::Nvls, Protocol::Simple, 8, 1, 8.4).is_none());
+        assert!(allreduce_model(&hopper, CollectiveAlgorithm::Ring, Protocol::Ll128, 8, 1, 8.4).is_some());
+        assert!(allreduce_model(&old, CollectiveAlgorithm::Ring, Protocol::Ll128, 8, 1, 8.4).is_none());
+    }
+
+    #[test]
+    fn the_ring_plateau_is_the_releases() {
+        let (old, new) = (NcclTable::of(NcclVersion::V2_11), NcclTable::of(NcclVersion::V2_27));
+        // 2.11: 1.9 once the buffer is ranks x 4 KiB; 2.27: 1.4 on Ampere once each channel
+        // has 64 bytes per rank.
+        assert_eq!(ring_plateau(old, GpuGeneration::Ampere, 16 * 4096, 8, 16), 1.9);
+        assert_eq!(ring_plateau(old, GpuGeneration::Ampere, 16 * 4096 - 1, 8, 16), 1.0);
+        assert_eq!(ring_plateau(new, GpuGeneration::Ampere, 8 * 16 * 64, 8, 16), 1.4);
+        assert_eq!(ring_plateau(new, GpuGeneration::Volta, 8 * 16 * 64, 8, 16), 1.9);
     }
 
     #[test]

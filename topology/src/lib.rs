@@ -116,7 +116,8 @@ use units::{Bandwidth, SimDuration};
 
 pub use error::TopologyError;
 pub use spec::{
-    CascadeSpec, DragonflySpec, FabricSpec, HostCpu, NetworkSpec, Routing, Transport, TransportKind, XgftSpec,
+    CascadeSpec, DragonflySpec, FabricSpec, HostCpu, NcclVersion, NetworkSpec, Routing, Transport,
+    TransportKind, XgftSpec,
 };
 pub use summary::{PathLengths, TopologySummary};
 

@@ -115,6 +115,9 @@ pub struct Transport {
     /// The servers' CPU vendor: NCCL's tuner caps the LL protocol's bandwidth across servers
     /// by a row of its table chosen by it (`llMaxBws`, `tuning.cc`).
     pub host_cpu: HostCpu,
+    /// The NCCL release whose tuner constants price and choose the collectives
+    /// (`sim_core::nccl::NcclTable`): NCCL's tables changed between releases.
+    pub nccl_version: NcclVersion,
     /// The switches reduce in the network (InfiniBand SHARP): NCCL's CollNet algorithms can
     /// run an allreduce's cross-server part in the switches.
     pub sharp: bool,
@@ -158,6 +161,57 @@ impl std::str::FromStr for HostCpu {
     }
 }
 
+/// An NCCL release line with its own tuner constants (`src/graph/tuning.cc`,
+/// `src/graph/search.cc`, `src/enqueue.cc`). Releases whose constants are the same share a
+/// variant; the scenario names one release of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, PartialOrd, Ord, Hash)]
+pub enum NcclVersion {
+    /// NCCL 2.10 and 2.11 (tables as at tag v2.11.4-1): ring/LL at a quarter of the links,
+    /// base latencies 3.6/10/8.4 us (ring) and 4.4/4.4/0 us (tree), no NVLS.
+    V2_11,
+    /// NCCL 2.12 and 2.13 (v2.12.12-1): as 2.11, except a ring/Simple network hop of 28 us.
+    V2_12,
+    /// NCCL 2.23 to 2.27 (v2.27.3-1), parasim's tables before versions were selectable and
+    /// the default: ring/LL at half the links, base latencies 6.6/14/8.4 us (ring) and
+    /// 6.8/14/8.4 us (tree), NVLS on Hopper and later.
+    #[default]
+    V2_27,
+}
+
+impl NcclVersion {
+    /// Every version, oldest first.
+    pub const ALL: [NcclVersion; 3] = [NcclVersion::V2_11, NcclVersion::V2_12, NcclVersion::V2_27];
+
+    /// The scenario spelling (`"2.11"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            NcclVersion::V2_11 => "2.11",
+            NcclVersion::V2_12 => "2.12",
+            NcclVersion::V2_27 => "2.27",
+        }
+    }
+
+    /// The releases that share this version's constants (`"2.10, 2.11"`).
+    pub fn releases(self) -> &'static [&'static str] {
+        match self {
+            NcclVersion::V2_11 => &["2.10", "2.11"],
+            NcclVersion::V2_12 => &["2.12", "2.13"],
+            NcclVersion::V2_27 => &["2.23", "2.24", "2.25", "2.26", "2.27"],
+        }
+    }
+}
+
+impl std::str::FromStr for NcclVersion {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        NcclVersion::ALL.into_iter().find(|version| version.releases().contains(&text)).ok_or_else(|| {
+            let valid: Vec<&str> =
+                NcclVersion::ALL.iter().flat_map(|version| version.releases().iter().copied()).collect();
+            format!("unknown NCCL version {text:?}; valid: {}", valid.join(", "))
+        })
+    }
+}
+
 impl Transport {
     /// `kind` with its default costs.
     pub const fn new(kind: TransportKind) -> Transport {
@@ -167,6 +221,7 @@ impl Transport {
             channel_overhead: SimDuration::ZERO,
             efficiency: 1.0,
             host_cpu: HostCpu::Intel,
+            nccl_version: NcclVersion::V2_27,
             sharp: false,
         }
     }

@@ -189,18 +189,36 @@ impl CollectiveBench {
         self.topology.host_count() as u32
     }
 
-    /// Times one collective of `bytes`.
+    /// Times one collective of `bytes`: the larger of the simulated collective and the
+    /// benchmark loop's serial host path (the process's launches, one per GPU it drives, plus
+    /// what the collective's channels cost beyond the first: [`CollectiveBench::serial_channels`]).
     pub fn time(&self, bytes: u64) -> Result<BenchPoint, CollectiveBenchError> {
-        let (time, chosen) = if self.settings.ranks == 1 {
+        let (time, serial, chosen) = if self.settings.ranks == 1 {
             let copy = bytes.saturating_mul(2) as f64 / self.copy_rate;
-            (SimDuration::from_secs_f64(copy)?.checked_add(self.settings.host_launch)?, "copy".to_string())
+            let time = SimDuration::from_secs_f64(copy)?.checked_add(self.settings.host_launch)?;
+            (time, self.host_floor, "copy".to_string())
         } else {
             let (time, choice) = self.simulate(Bytes(bytes))?;
-            (time, choice.to_string())
+            let serial = self.host_floor.checked_add(self.serial_channels(choice, Bytes(bytes))?)?;
+            (time, serial, choice.to_string())
         };
-        let seconds = time.max(self.host_floor).as_secs_f64();
+        let seconds = time.max(serial).as_secs_f64();
         let algbw = bytes as f64 / seconds / 1e9;
         Ok(BenchPoint { bytes, seconds, algbw, busbw: algbw * self.collective.bus_factor, chosen })
+    }
+
+    /// What the channels NCCL launches for a collective of `bytes` under `choice` add to the
+    /// benchmark loop's host floor ([`sim_core::collective::channel_time`]: `channel-overhead`
+    /// per channel beyond the first). The one-server curves measured with one process driving
+    /// g GPUs rise above their floor of g launches by this much from the first size that runs
+    /// on two channels, whatever g (docs/collectives.md, "Channels per size"): the cost is
+    /// serial with the launches, not hidden under them as a kernel's time is.
+    fn serial_channels(&self, choice: Choice, bytes: Bytes) -> Result<SimDuration, CollectiveBenchError> {
+        let BenchSettings { ranks, network, .. } = self.settings;
+        let group: Vec<RankId> = (0..ranks).map(RankId).collect();
+        let estimator =
+            NetworkSettings { fidelity: Fidelity::Analytical, ..network }.analytical(&self.topology);
+        Ok(sim_core::collective::channel_time(self.collective.kind, choice, bytes, &group, &estimator)?)
     }
 
     /// Simulates one collective of `bytes` over the ranks; returns its time and the algorithm
@@ -236,5 +254,51 @@ mod tests {
         assert_eq!(collective_named("all_gather", 16).unwrap().bus_factor, 15.0 / 16.0);
         assert_eq!(collective_named("broadcast", 16).unwrap().bus_factor, 1.0);
         assert!(collective_named("gossip", 4).is_err());
+    }
+
+    /// One server of 8 A100s with a per-channel cost, NCCL 2.11.
+    fn server(channel_overhead: &str) -> Cluster {
+        let text = format!(
+            "[cluster]\nnodes = 1\ngpus-per-node = 8\ndevice = \"a100-sxm4-40gb\"\n\
+             intra-node = {{ kind = \"nvswitch\", bandwidth = \"240 GB/s\", latency = \"0.3 us\" }}\n\
+             [cluster.network]\ntopology = \"switch\"\nlink-bandwidth = \"200 Gb/s\"\n\
+             channel-overhead = \"{channel_overhead}\"\nnccl-version = \"2.11\"\n"
+        );
+        Cluster::parse(&text, std::path::Path::new("server.toml")).unwrap()
+    }
+
+    fn bench(cluster: &Cluster, ranks: u32, gpus_per_process: u32) -> CollectiveBench {
+        let settings = BenchSettings {
+            ranks,
+            algorithm: CollectiveAlgorithm::Auto,
+            network: NetworkSettings::new(Fidelity::Analytical)
+                .with_collective_launch(SimDuration::from_ns(8_400))
+                .with_chunk(Bytes(1 << 20))
+                .with_protocols(sim_core::protocol::ProtocolChoice::Auto),
+            host_launch: SimDuration::from_us(4),
+            gpus_per_process,
+        };
+        CollectiveBench::new(cluster, "allreduce", settings).unwrap()
+    }
+
+    #[test]
+    fn channels_beyond_the_first_add_to_the_host_launches() {
+        let (with, without) = (server("1.5 us"), server("0 us"));
+        // 4 GPUs in one process: ring/LL runs one channel per 512 threads x 8 x 4 ranks = 16 KiB.
+        // Host-bound sizes cost 4 launches + 1.5 us per channel beyond the first.
+        let host = |bench: &CollectiveBench, bytes: u64| bench.time(bytes).unwrap().seconds;
+        let (four, bare) = (bench(&with, 4, 4), bench(&without, 4, 4));
+        for (bytes, channels) in [(8u64, 1u64), (16 << 10, 1), (32 << 10, 2), (64 << 10, 4)] {
+            assert_eq!(bare.time(bytes).unwrap().chosen, "ring/LL");
+            let expected = 16e-6 + 1.5e-6 * (channels - 1) as f64;
+            assert!((host(&four, bytes) - expected).abs() < 1e-12, "{bytes} B: {}", host(&four, bytes));
+            assert!((host(&bare, bytes) - 16e-6).abs() < 1e-12);
+        }
+        // One process per GPU: the single launch is far below the kernel, which carries the
+        // same per-channel cost inside; the serial path does not add it twice.
+        let alone = bench(&with, 4, 1).time(1 << 30).unwrap().seconds;
+        let kernel_only = bench(&without, 4, 1).time(1 << 30).unwrap().seconds;
+        // At most 24 channels (a communicator's most on one A100 server), 23 of them paying.
+        assert!(alone > kernel_only && alone - kernel_only <= 23.0 * 1.5e-6 + 1e-9);
     }
 }

@@ -45,6 +45,7 @@ pub(super) struct NetworkSection {
     channel_overhead: Option<SimDuration>,
     efficiency: Option<f64>,
     host_cpu: Option<String>,
+    nccl_version: Option<String>,
     sharp: Option<bool>,
 }
 
@@ -88,6 +89,7 @@ const COMMON: &[&str] = &[
     "channel-overhead",
     "efficiency",
     "host-cpu",
+    "nccl-version",
     "sharp",
 ];
 
@@ -98,7 +100,7 @@ pub(super) type KeyError = (&'static str, String);
 impl NetworkSection {
     /// The keys present in the file, as written there.
     fn present(&self) -> Vec<&'static str> {
-        let flags: [(&'static str, bool); 31] = [
+        let flags: [(&'static str, bool); 32] = [
             ("topology", self.topology.is_some()),
             ("link-bandwidth", self.link_bandwidth.is_some()),
             ("link-latency", self.link_latency.is_some()),
@@ -129,6 +131,7 @@ impl NetworkSection {
             ("channel-overhead", self.channel_overhead.is_some()),
             ("efficiency", self.efficiency.is_some()),
             ("host-cpu", self.host_cpu.is_some()),
+            ("nccl-version", self.nccl_version.is_some()),
             ("sharp", self.sharp.is_some()),
         ];
         flags.into_iter().filter(|&(_, present)| present).map(|(key, _)| key).collect()
@@ -175,6 +178,12 @@ impl NetworkSection {
             host_cpu: match &self.host_cpu {
                 Some(name) => name.parse::<topology::HostCpu>().map_err(|message| ("host-cpu", message))?,
                 None => topology::HostCpu::default(),
+            },
+            nccl_version: match &self.nccl_version {
+                Some(name) => {
+                    name.parse::<topology::NcclVersion>().map_err(|message| ("nccl-version", message))?
+                }
+                None => topology::NcclVersion::default(),
             },
             sharp: self.sharp.unwrap_or(false),
         };
