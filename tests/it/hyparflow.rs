@@ -45,3 +45,31 @@ fn resnet_1001_data_parallel_on_512_frontera_nodes_scales_near_the_papers_481x()
         "Frontera, speedup over one node at 512: data parallel {data:.1}x, hybrid {hybrid:.1}x (paper: 481x)"
     );
 }
+
+/// `run --json` of a scenario of scenarios/hyparflow/.
+fn run_json(file: &str) -> serde_json::Value {
+    let path = format!("{}/scenarios/hyparflow/{file}", env!("CARGO_MANIFEST_DIR"));
+    let output = parasim(&["run", &path, "--json"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+#[test]
+fn one_rank_per_socket_does_the_nodes_work_in_halves_and_adds_the_socket_hop() {
+    let node = run_json("stampede2.toml");
+    let socket = run_json("stampede2-per-socket.toml");
+    let f = |json: &serde_json::Value, key: &str| json[key].as_f64().unwrap();
+    // Each socket has half the cores and half the batch: the same compute per iteration,
+    // to the kernels' size effects (a 16-image kernel is a little less efficient).
+    let (node_compute, socket_compute) = (
+        node["breakdown"]["compute_s"].as_f64().unwrap(),
+        socket["breakdown"]["compute_s"].as_f64().unwrap(),
+    );
+    assert!((socket_compute / node_compute - 1.0).abs() < 0.02, "{socket_compute} s vs {node_compute} s");
+    assert!((f(&socket, "peak_tflops_per_device") * 2.0 - f(&node, "peak_tflops_per_device")).abs() < 1e-9);
+    // Twice the ranks in the ring: the gradients also cross each node's UPI link, so the
+    // allreduce takes longer over the same network.
+    let comm = |json: &serde_json::Value| json["breakdown"]["communication_s"].as_f64().unwrap();
+    assert!(comm(&socket) > comm(&node), "{} s vs {} s", comm(&socket), comm(&node));
+    assert!((f(&socket, "samples_per_second") / f(&node, "samples_per_second") - 1.0).abs() < 0.02);
+}

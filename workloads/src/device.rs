@@ -479,10 +479,23 @@ mod tests {
                 "mi250x-gcd",
                 "mi300x",
                 "xeon-8160-2s",
+                "xeon-8160-1s",
                 "xeon-8280-2s",
+                "xeon-8280-1s",
             ]
         );
         assert_eq!(&catalog, DeviceCatalog::builtin());
+        // One socket is half its two-socket node: cores (peak), memory channels and DIMMs.
+        for (node, socket) in [("xeon-8160-2s", "xeon-8160-1s"), ("xeon-8280-2s", "xeon-8280-1s")] {
+            let (node, socket) = (catalog.get(node).unwrap(), catalog.get(socket).unwrap());
+            for dtype in [Dtype::Fp32, Dtype::Fp64] {
+                assert_eq!(node.peak[&dtype].per_second(), 2.0 * socket.peak[&dtype].per_second());
+            }
+            let ratio = node.memory_bandwidth.bytes_per_second() as f64
+                / socket.memory_bandwidth.bytes_per_second() as f64;
+            assert!((ratio - 2.0).abs() < 0.001, "{}: {ratio}", socket.name);
+            assert_eq!(node.memory_capacity.0, 2 * socket.memory_capacity.0);
+        }
         // Names are unique (the loader refuses duplicates, ignoring case; checked again here).
         let mut lowercase: Vec<String> = names.iter().map(|name| name.to_lowercase()).collect();
         lowercase.sort();
