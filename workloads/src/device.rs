@@ -491,8 +491,7 @@ mod tests {
             for dtype in [Dtype::Fp32, Dtype::Fp64] {
                 assert_eq!(node.peak[&dtype].per_second(), 2.0 * socket.peak[&dtype].per_second());
             }
-            let ratio = node.memory_bandwidth.bytes_per_second() as f64
-                / socket.memory_bandwidth.bytes_per_second() as f64;
+            let ratio = node.memory_bandwidth.bytes_per_second() / socket.memory_bandwidth.bytes_per_second();
             assert!((ratio - 2.0).abs() < 0.001, "{}: {ratio}", socket.name);
             assert_eq!(node.memory_capacity.0, 2 * socket.memory_capacity.0);
         }
