@@ -123,6 +123,31 @@ struct Executor<'g, E> {
     shadow_groups: HashMap<GroupId, Vec<Vec<RankId>>>,
     /// The shadow (source, destination) pairs of each transfer's pair, computed on first use.
     shadow_pairs: HashMap<(RankId, RankId), Vec<(RankId, RankId)>>,
+    /// Kernels slowed beside communication ([`crate::graph::GraphBuilder::compute_slowed`]);
+    /// `None` when the graph has none, and then nothing below is tracked.
+    slowdowns: Option<Slowdowns>,
+}
+
+/// The state of kernels that run slower while their rank communicates.
+#[derive(Debug, Default)]
+struct Slowdowns {
+    /// Per rank: its transfers, copies and collective members running now (a transfer counts
+    /// on both its ranks).
+    communicating: Vec<u32>,
+    /// Per rank: its slowed kernels running now.
+    running: Vec<Vec<RunningKernel>>,
+    /// Per op: rate changes so far (an end scheduled at an older one is stale).
+    generation: Vec<u32>,
+}
+
+/// A slowed kernel in progress.
+#[derive(Debug, Clone, Copy)]
+struct RunningKernel {
+    op: OpId,
+    /// Share of its work still to do.
+    remaining: f64,
+    /// When `remaining` was last brought up to date.
+    updated: SimTime,
 }
 
 impl<'g, E: Copy + std::fmt::Debug> Executor<'g, E> {
@@ -149,7 +174,63 @@ impl<'g, E: Copy + std::fmt::Debug> Executor<'g, E> {
             intra_server_active: Vec::new(),
             shadow_groups: HashMap::new(),
             shadow_pairs: HashMap::new(),
+            slowdowns: graph.has_slowdowns().then(|| Slowdowns {
+                communicating: vec![0; graph.ranks() as usize],
+                running: vec![Vec::new(); graph.ranks() as usize],
+                generation: vec![0; op_count],
+            }),
         }
+    }
+
+    /// A slowed kernel's durations alone and beside communication.
+    fn durations(&self, op: OpId) -> (SimDuration, SimDuration) {
+        let alone = match self.graph.op(op).kind {
+            OpKind::Compute { duration } => duration,
+            _ => SimDuration::ZERO,
+        };
+        (alone, self.graph.beside_communication(op).unwrap_or(alone))
+    }
+
+    /// Schedules the end of slowed kernel `kernel` at its current rate (`slowed` or not).
+    fn schedule_kernel(&mut self, kernel: RunningKernel, slowed: bool) -> Result<(), ExecError> {
+        let (alone, beside) = self.durations(kernel.op);
+        let full = if slowed { beside } else { alone };
+        let delay = SimDuration::from_ps((kernel.remaining * full.as_ps() as f64).round() as u64);
+        let Some(state) = &mut self.slowdowns else { return Ok(()) };
+        let generation = &mut state.generation[kernel.op.0 as usize];
+        *generation = generation.wrapping_add(1);
+        let event = Event::Done(Completion::Kernel { op: kernel.op, generation: *generation });
+        self.queue
+            .schedule_after(delay, event)
+            .map(|_| ())
+            .map_err(|source| ExecError::Time { op: self.graph.describe(kernel.op), source })
+    }
+
+    /// `rank` starts (`+1`) or stops (`-1`) one communication; when it goes from none to some
+    /// or back, its running slowed kernels change rate.
+    fn communicating(&mut self, rank: RankId, change: i32) -> Result<(), ExecError> {
+        let now = self.queue.now();
+        let Some(state) = &mut self.slowdowns else { return Ok(()) };
+        let count = &mut state.communicating[rank.0 as usize];
+        let before = *count > 0;
+        *count = count.saturating_add_signed(change);
+        let after = *count > 0;
+        if before == after {
+            return Ok(());
+        }
+        let mut kernels = std::mem::take(&mut state.running[rank.0 as usize]);
+        for kernel in &mut kernels {
+            let (alone, beside) = self.durations(kernel.op);
+            let full = if before { beside } else { alone };
+            let elapsed = now.saturating_since(kernel.updated).as_ps() as f64;
+            kernel.remaining = (kernel.remaining - elapsed / full.as_ps().max(1) as f64).max(0.0);
+            kernel.updated = now;
+            self.schedule_kernel(*kernel, after)?;
+        }
+        if let Some(state) = &mut self.slowdowns {
+            state.running[rank.0 as usize] = kernels;
+        }
+        Ok(())
     }
 
     /// Prepares shadows: on when the graph has images and the network has contention.
@@ -273,9 +354,33 @@ impl<'g, E: Copy + std::fmt::Debug> Executor<'g, E> {
         while let Some((_, event)) = self.queue.pop() {
             self.timeline.events += 1;
             match event {
-                Event::Done(Completion::Op(op)) => self.finish(op, network)?,
+                Event::Done(Completion::Op(op)) => {
+                    if self.slowdowns.is_some() {
+                        match self.graph.op(op).kind {
+                            OpKind::Transfer { dst, .. } => {
+                                self.communicating(self.graph.op(op).rank, -1)?;
+                                self.communicating(dst, -1)?;
+                            }
+                            OpKind::Memcpy { .. } => self.communicating(self.graph.op(op).rank, -1)?,
+                            _ => {}
+                        }
+                    }
+                    self.finish(op, network)?
+                }
+                Event::Done(Completion::Kernel { op, generation }) => {
+                    let rank = self.graph.op(op).rank.0 as usize;
+                    let Some(state) = &mut self.slowdowns else { continue };
+                    if state.generation[op.0 as usize] != generation {
+                        continue; // rescheduled since
+                    }
+                    state.running[rank].retain(|kernel| kernel.op != op);
+                    self.finish(op, network)?
+                }
                 Event::Done(Completion::Collective(collective)) => {
                     for &member in self.graph.members(collective) {
+                        if self.slowdowns.is_some() {
+                            self.communicating(self.graph.op(member).rank, -1)?;
+                        }
                         self.finish(member, network)?;
                     }
                 }
@@ -321,12 +426,25 @@ impl<'g, E: Copy + std::fmt::Debug> Executor<'g, E> {
         let spec = graph.op(op);
         let network_error = |source| ExecError::Network { op: graph.describe(op), source };
         match spec.kind {
-            OpKind::Compute { duration } => self
-                .queue
-                .schedule_after(duration, Event::Done(Completion::Op(op)))
-                .map(|_| ())
-                .map_err(|source| ExecError::Time { op: graph.describe(op), source }),
+            OpKind::Compute { duration } => {
+                if let Some(state) = &mut self.slowdowns
+                    && graph.beside_communication(op).is_some_and(|beside| beside > duration)
+                {
+                    let kernel = RunningKernel { op, remaining: 1.0, updated: now };
+                    state.running[spec.rank.0 as usize].push(kernel);
+                    let slowed = state.communicating[spec.rank.0 as usize] > 0;
+                    return self.schedule_kernel(kernel, slowed);
+                }
+                self.queue
+                    .schedule_after(duration, Event::Done(Completion::Op(op)))
+                    .map(|_| ())
+                    .map_err(|source| ExecError::Time { op: graph.describe(op), source })
+            }
             OpKind::Transfer { dst, bytes } => {
+                if self.slowdowns.is_some() {
+                    self.communicating(spec.rank, 1)?;
+                    self.communicating(dst, 1)?;
+                }
                 network
                     .start_transfer(
                         &mut NetContext { queue: &mut self.queue },
@@ -358,16 +476,25 @@ impl<'g, E: Copy + std::fmt::Debug> Executor<'g, E> {
                 }
                 Ok(())
             }
-            OpKind::Memcpy { direction, bytes } => network
-                .start_memcpy(
-                    &mut NetContext { queue: &mut self.queue },
-                    Completion::Op(op),
-                    spec.rank,
-                    direction,
-                    bytes,
-                )
-                .map_err(network_error),
+            OpKind::Memcpy { direction, bytes } => {
+                if self.slowdowns.is_some() {
+                    self.communicating(spec.rank, 1)?;
+                }
+                network
+                    .start_memcpy(
+                        &mut NetContext { queue: &mut self.queue },
+                        Completion::Op(op),
+                        spec.rank,
+                        direction,
+                        bytes,
+                    )
+                    .map_err(network_error)
+            }
             OpKind::Collective(collective) => {
+                // A member's kernel occupies its GPU from its launch, before the others arrive.
+                if self.slowdowns.is_some() {
+                    self.communicating(spec.rank, 1)?;
+                }
                 let arrived = &mut self.arrived[collective.0 as usize];
                 *arrived += 1;
                 if *arrived as usize != graph.members(collective).len() {

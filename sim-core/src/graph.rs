@@ -408,6 +408,8 @@ pub struct GraphBuilder {
     labels: Vec<String>,
     label_ids: HashMap<String, LabelId>,
     images: Vec<Vec<RankId>>,
+    /// Compute ops that run slower beside communication, with their duration when they do.
+    beside_communication: Vec<(OpId, SimDuration)>,
 }
 
 impl GraphBuilder {
@@ -488,6 +490,28 @@ impl GraphBuilder {
     ) -> OpId {
         let label = self.label(label);
         self.add_op(Op { kind: OpKind::Compute { duration }, rank, stream, label }, deps)
+    }
+
+    /// Adds a compute op like [`GraphBuilder::compute`] that runs slower while its rank's GPU
+    /// also communicates: it takes `beside_communication` (at least `duration`) if a transfer,
+    /// copy or collective of its rank runs the whole time, and in proportion for a partial
+    /// overlap (the executor advances it at `1 / duration` of its work per second alone and
+    /// `1 / beside_communication` beside communication). For kernels sharing the GPU's
+    /// multiprocessors and memory with NCCL's kernels and copies (docs/compute-model.md).
+    pub fn compute_slowed(
+        &mut self,
+        rank: RankId,
+        stream: StreamId,
+        duration: SimDuration,
+        beside_communication: SimDuration,
+        label: &str,
+        deps: &[OpId],
+    ) -> OpId {
+        let op = self.compute(rank, stream, duration, label, deps);
+        if beside_communication > duration {
+            self.beside_communication.push((op, beside_communication));
+        }
+        op
     }
 
     /// Adds a point-to-point transfer of `bytes` from `rank` to `dst`, issued on `rank`'s `stream`.
@@ -642,7 +666,22 @@ impl GraphBuilder {
             }
         }
 
+        let mut beside_communication = Vec::new();
+        if !self.beside_communication.is_empty() {
+            beside_communication = self
+                .ops
+                .iter()
+                .map(|op| match op.kind {
+                    OpKind::Compute { duration } => duration,
+                    _ => SimDuration::ZERO,
+                })
+                .collect();
+            for &(op, slowed) in &self.beside_communication {
+                beside_communication[op.0 as usize] = slowed;
+            }
+        }
         let graph = ExecGraph {
+            beside_communication,
             ranks: self.ranks,
             streams_per_rank,
             ops: self.ops,
@@ -794,9 +833,29 @@ pub struct ExecGraph {
     members: Vec<OpId>,
     labels: Vec<String>,
     images: Vec<Vec<RankId>>,
+    /// Per op, a compute op's duration beside communication
+    /// ([`GraphBuilder::compute_slowed`]); empty when no op is slowed.
+    beside_communication: Vec<SimDuration>,
 }
 
 impl ExecGraph {
+    /// Whether some compute op runs slower beside communication
+    /// ([`GraphBuilder::compute_slowed`]).
+    pub fn has_slowdowns(&self) -> bool {
+        !self.beside_communication.is_empty()
+    }
+
+    /// How long compute op `op` takes if its rank communicates the whole time: more than its
+    /// duration for an op added with [`GraphBuilder::compute_slowed`], else its duration.
+    pub fn beside_communication(&self, op: OpId) -> Option<SimDuration> {
+        match self.ops[op.0 as usize].kind {
+            OpKind::Compute { duration } => {
+                Some(self.beside_communication.get(op.0 as usize).copied().unwrap_or(duration))
+            }
+            _ => None,
+        }
+    }
+
     /// The rank maps the job is symmetric under ([`GraphBuilder::set_symmetry`]); empty when
     /// every rank has its own ops.
     pub fn images(&self) -> &[Vec<RankId>] {

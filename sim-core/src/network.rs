@@ -34,6 +34,14 @@ pub enum Completion {
     /// A shadow: the copy of a transfer or collective on a symmetric image of its ranks, which
     /// loads the network but nothing waits for.
     Shadow,
+    /// A compute op that runs slower beside communication, as scheduled at its `generation`th
+    /// rate change: an end scheduled before a later change is stale (the executor's own).
+    Kernel {
+        /// The op.
+        op: OpId,
+        /// Its rate changes when this end was scheduled.
+        generation: u32,
+    },
 }
 
 /// An event of the engine's queue: a completion, or a network model's own timer.

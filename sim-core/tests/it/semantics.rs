@@ -176,3 +176,74 @@ fn compute_overlaps_communication_on_another_stream() {
     assert_eq!(split[0].idle, SimDuration::ZERO);
     assert_eq!(split[1].idle, SimDuration::from_us(102));
 }
+
+/// A kernel slowed beside communication ([`GraphBuilder::compute_slowed`]): alone it takes its
+/// duration, fully beside a transfer its slowed duration, and partly beside one in proportion:
+/// `c + (1 - c / beside) x duration` when the transfer ends at `c`, before the kernel.
+#[test]
+fn a_kernel_beside_communication_runs_at_its_slowed_rate_while_it_lasts() {
+    let topology = crate::single_switch(2, "100 Gb/s", "1 us");
+    let (alone, beside) = (SimDuration::from_us(100), SimDuration::from_us(200));
+    // A transfer of `bytes` from rank 0 on another stream, started with the kernel: 2 links of
+    // 1 us and the bytes at 12.5 GB/s.
+    let end = |bytes: Option<u64>| {
+        let mut graph = GraphBuilder::new(2);
+        let kernel = graph.compute_slowed(RankId(0), StreamId(0), alone, beside, "kernel", &[]);
+        if let Some(bytes) = bytes {
+            graph.transfer(RankId(0), StreamId(1), RankId(1), Bytes(bytes), "send", &[]);
+        }
+        let timeline = run(&graph.build().unwrap(), &mut AnalyticalNetwork::new(&topology)).unwrap();
+        timeline.end[kernel.0 as usize].since_start()
+    };
+    assert_eq!(end(None), alone);
+    // 1 MB: 2 + 80 = 82 us of transfer; the kernel did 82/200 of its work, 59 us left alone.
+    assert_eq!(end(Some(1_000_000)), SimDuration::from_us(141));
+    // 5 MB: 402 us of transfer, longer than the kernel even slowed.
+    assert_eq!(end(Some(5_000_000)), beside);
+    // The receiving rank's kernel is slowed too.
+    let mut graph = GraphBuilder::new(2);
+    let kernel = graph.compute_slowed(RankId(1), StreamId(0), alone, beside, "kernel", &[]);
+    graph.transfer(RankId(0), StreamId(1), RankId(1), Bytes(5_000_000), "send", &[]);
+    let timeline = run(&graph.build().unwrap(), &mut AnalyticalNetwork::new(&topology)).unwrap();
+    assert_eq!(timeline.end[kernel.0 as usize].since_start(), beside);
+    // A plain kernel and one whose slowed duration is no longer are not slowed.
+    let mut graph = GraphBuilder::new(2);
+    let plain = graph.compute(RankId(0), StreamId(0), alone, "plain", &[]);
+    let same = graph.compute_slowed(RankId(0), StreamId(2), alone, alone, "same", &[]);
+    graph.transfer(RankId(0), StreamId(1), RankId(1), Bytes(5_000_000), "send", &[]);
+    let graph = graph.build().unwrap();
+    assert!(!graph.has_slowdowns());
+    let timeline = run(&graph, &mut AnalyticalNetwork::new(&topology)).unwrap();
+    assert_eq!(timeline.end[plain.0 as usize].since_start(), alone);
+    assert_eq!(timeline.end[same.0 as usize].since_start(), alone);
+}
+
+/// The same beside a collective: its member's kernel occupies the GPU from its own launch, and
+/// a kernel after the communication runs at full speed.
+#[test]
+fn a_kernel_is_slowed_from_its_ranks_collective_launch_to_its_end() {
+    let topology = crate::single_switch(2, "100 Gb/s", "1 us");
+    let (alone, beside) = (SimDuration::from_us(100), SimDuration::from_us(150));
+    let mut graph = GraphBuilder::new(2);
+    let group = graph.add_group(vec![RankId(0), RankId(1)]);
+    let kernel = graph.compute_slowed(RankId(0), StreamId(0), alone, beside, "kernel", &[]);
+    // Rank 1 arrives 30 us late: rank 0's member waits on its GPU from time 0.
+    let late = graph.compute(RankId(1), StreamId(0), SimDuration::from_us(30), "late", &[]);
+    let collective = graph.add_collective(Collective {
+        kind: CollectiveKind::AllReduce,
+        group,
+        bytes: Bytes(5_000_000),
+        algorithm: CollectiveAlgorithm::Ring,
+    });
+    let members = [
+        graph.collective(RankId(0), StreamId(1), collective, "allreduce", &[]),
+        graph.collective(RankId(1), StreamId(1), collective, "allreduce", &[late]),
+    ];
+    let after = graph.compute_slowed(RankId(0), StreamId(0), alone, beside, "after", &[members[0]]);
+    let graph = graph.build().unwrap();
+    let timeline = run(&graph, &mut AnalyticalNetwork::new(&topology)).unwrap();
+    let done = timeline.end[members[0].0 as usize].since_start();
+    assert!(done > beside, "the allreduce ends at {done}, after the slowed kernel");
+    assert_eq!(timeline.end[kernel.0 as usize].since_start(), beside);
+    assert_eq!(timeline.end[after.0 as usize].since_start().as_ps(), done.as_ps() + alone.as_ps());
+}
