@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use sim_core::units::SimDuration;
-use traces::kineto::operators::{ActivityKind, OperatorImport, ProfiledOperator};
+use traces::kineto::operators::{Activity, ActivityKind, OperatorImport, ProfiledOperator};
 use workloads::aten::{OperatorCall, Uncosted, operator_kernels};
 use workloads::calibrate::{
     self, CalibrationRecord, ClassError, LaunchRecord, PARAMETERS, Profile, Sample, class_errors,
@@ -300,21 +300,20 @@ fn collect(import: &OperatorImport) -> Collected {
                         out.gemm_dtypes.insert(work.dtype.name().to_string());
                     }
                     out.fitted_s += op.duration_ns(ActivityKind::Kernel) as f64 * 1e-9;
+                    let beside = |share: fn(&Activity) -> u64| -> u64 {
+                        op.activities.iter().filter(|a| a.kind != ActivityKind::Memcpy).map(share).sum()
+                    };
+                    let communication_ns = beside(|a| a.communication_ns);
                     out.samples.push(Sample {
                         work,
                         after: works.collect(),
                         kernels: kernels as u32,
                         measured_s: kernel_ns as f64 * 1e-9,
+                        communication: (communication_ns as f64 / kernel_ns as f64).min(1.0),
                         group: shape_key(name, op),
                     });
                     out.names.push(name.to_string());
-                    let concurrent: u64 = op
-                        .activities
-                        .iter()
-                        .filter(|a| a.kind != ActivityKind::Memcpy)
-                        .map(|a| a.concurrent_ns)
-                        .sum();
-                    out.shared.push(2 * concurrent > kernel_ns);
+                    out.shared.push(2 * beside(|a| a.concurrent_ns) > kernel_ns);
                 }
                 Err(Uncosted::UnknownOperator) => leave("no cost formula"),
                 Err(Uncosted::MissingShapes) => leave("shapes or values not recorded"),
@@ -536,6 +535,9 @@ fn report(
             format!("{:.3}", m.vector_gemm_efficiency),
             m.reduction_half_time.to_string(),
             format!("{:.3}", m.conv_backward_data_efficiency),
+            format!("{:.3}", m.communication_memory_slowdown),
+            format!("{:.3}", m.communication_compute_slowdown),
+            format!("{:.3}", m.communication_launch_slowdown),
         ]
     };
     let rows: Vec<[String; 4]> = PARAMETERS

@@ -37,6 +37,11 @@ pub struct Sample {
     pub kernels: u32,
     /// Measured GPU time of its kernels, seconds (must be positive).
     pub measured_s: f64,
+    /// The share of `measured_s`, in [0, 1], during which a communication kernel or copy of
+    /// another stream ran on the same GPU (`Activity::communication_ns` of the trace import):
+    /// the kernels progressed at `1 / communication-slowdown` of their own rate meanwhile. 0
+    /// for kernel benchmarks.
+    pub communication: f64,
     /// Samples of the same operator and shapes share a group: cross-validation holds out whole
     /// groups, so it measures how well the fit predicts shapes it has not seen.
     pub group: u64,
@@ -70,7 +75,7 @@ pub enum CalibrationError {
 }
 
 /// The fitted parameters, in the order of [`PARAMETERS`].
-const COUNT: usize = 16;
+const COUNT: usize = 19;
 
 /// The parameters calibration fits, by their scenario keys.
 pub const PARAMETERS: [&str; COUNT] = [
@@ -90,15 +95,24 @@ pub const PARAMETERS: [&str; COUNT] = [
     "vector-gemm-efficiency",
     "reduction-half-time",
     "conv-backward-data-efficiency",
+    "communication-memory-slowdown",
+    "communication-compute-slowdown",
+    "communication-launch-slowdown",
 ];
 
 /// Position of the one parameter that is neither an efficiency nor a time (fitted as its
 /// logarithm).
 const INTENSITY: usize = 9;
 
+/// Positions of `communication-memory-slowdown`, `communication-compute-slowdown` and
+/// `communication-launch-slowdown`, each fitted as its inverse (the rate a kernel keeps beside
+/// communication), an efficiency.
+const SLOWDOWNS: [usize; 3] = [16, 17, 18];
+
 /// Positions of the efficiencies (fitted as logits) among [`PARAMETERS`]; the others are times
 /// (fitted as logarithms).
-const EFFICIENCIES: [usize; 10] = [0, 1, 2, 4, 5, 7, 11, 12, 13, 15];
+const EFFICIENCIES: [usize; 13] =
+    [0, 1, 2, 4, 5, 7, 11, 12, 13, 15, SLOWDOWNS[0], SLOWDOWNS[1], SLOWDOWNS[2]];
 
 /// Lowest fitted efficiency. Below 5% of a peak a kernel is not limited by the rate the
 /// roofline describes but by its parallelism (a reduction over six rows, a tiny product):
@@ -167,6 +181,9 @@ impl Point {
             model.vector_gemm_efficiency,
             model.reduction_half_time.as_secs_f64(),
             model.conv_backward_data_efficiency,
+            1.0 / model.communication_memory_slowdown,
+            1.0 / model.communication_compute_slowdown,
+            1.0 / model.communication_launch_slowdown,
         ];
         let mut point = Point::of(model);
         for (j, fixed) in point.fixed.iter_mut().enumerate() {
@@ -195,6 +212,9 @@ impl Point {
             logit(model.vector_gemm_efficiency),
             log_us(model.reduction_half_time.as_secs_f64()),
             logit(model.conv_backward_data_efficiency),
+            logit(1.0 / model.communication_memory_slowdown),
+            logit(1.0 / model.communication_compute_slowdown),
+            logit(1.0 / model.communication_launch_slowdown),
         ];
         Point { x, fixed: [None; COUNT], winograd: model.winograd_convolutions }
     }
@@ -209,7 +229,9 @@ impl Point {
         }
     }
 
-    fn curves(&self) -> (Curves, f64) {
+    /// The kernel curves, the launch overhead (seconds) and the rates kernels keep beside
+    /// communication (the inverse slowdowns).
+    fn curves(&self) -> (Curves, f64, Rates) {
         let curves = Curves {
             gemm_efficiency: self.value(0),
             unaligned_gemm_efficiency: self.value(1),
@@ -228,16 +250,25 @@ impl Point {
             conv_backward_data_efficiency: self.value(15),
             winograd: self.winograd,
         };
-        (curves, self.value(8))
+        (
+            curves,
+            self.value(8),
+            Rates {
+                memory: self.value(SLOWDOWNS[0]),
+                compute: self.value(SLOWDOWNS[1]),
+                launch: self.value(SLOWDOWNS[2]),
+            },
+        )
     }
 
     /// The point as a model, rounded to what measurements support: efficiencies to four
     /// decimals, times to the nanosecond (profiles stay readable; predictions move by far less
     /// than the fit's error).
     fn model(&self) -> ComputeModel {
-        let (curves, launch) = self.curves();
+        let (curves, launch, rates) = self.curves();
         let duration = |s: f64| SimDuration::from_ns((s * 1e9).round().max(0.0) as u64);
         let efficiency = |e: f64| ((e * 1e4).round() / 1e4).clamp(1e-4, 1.0);
+        let slowdown = |rate: f64| ((1e4 / rate).round() / 1e4).max(1.0);
         ComputeModel {
             gemm_efficiency: efficiency(curves.gemm_efficiency),
             unaligned_gemm_efficiency: efficiency(curves.unaligned_gemm_efficiency),
@@ -255,24 +286,69 @@ impl Point {
             vector_gemm_efficiency: efficiency(curves.vector_gemm_efficiency),
             reduction_half_time: duration(curves.reduction_half_s),
             conv_backward_data_efficiency: efficiency(curves.conv_backward_data_efficiency),
+            communication_memory_slowdown: slowdown(rates.memory),
+            communication_compute_slowdown: slowdown(rates.compute),
+            communication_launch_slowdown: slowdown(rates.launch),
             winograd_convolutions: self.winograd,
             ..ComputeModel::default()
         }
     }
 }
 
-/// Predicted seconds of `sample` under `curves` and a per-kernel `launch` cost.
-fn predict_with(curves: &Curves, launch: f64, device: &Device, sample: &Sample) -> Result<f64, ComputeError> {
-    let mut kernel = curves.kernel_seconds(device, &sample.work)?;
-    for work in &sample.after {
-        kernel += curves.kernel_seconds(device, work)?;
+/// The rates kernels keep beside communication: the inverses of `communication-memory-slowdown`
+/// (the work of memory-bound kernels), `communication-compute-slowdown` (of compute-bound ones)
+/// and `communication-launch-slowdown` (every kernel's fixed cost).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Rates {
+    memory: f64,
+    compute: f64,
+    launch: f64,
+}
+
+/// Predicted seconds of `sample` under `curves`, a per-kernel `launch` cost and the `rates` its
+/// kernels keep beside communication: each kernel's work at the rate of the resource that
+/// bounds it, its launch at the launch rate (kernels beyond the modelled ones, memsets, are
+/// launches alone, counted with the first).
+fn predict_with(
+    curves: &Curves,
+    launch: f64,
+    rates: Rates,
+    device: &Device,
+    sample: &Sample,
+) -> Result<f64, ComputeError> {
+    let modelled = 1 + sample.after.len() as u32;
+    let extra = f64::from(sample.kernels.saturating_sub(modelled)) * launch;
+    let mut total = 0.0;
+    for (i, work) in std::iter::once(&sample.work).chain(&sample.after).enumerate() {
+        let seconds = curves.kernel_seconds(device, work)?;
+        let fixed = if i < sample.kernels as usize { launch } else { 0.0 } + if i == 0 { extra } else { 0.0 };
+        if sample.communication == 0.0 {
+            total += seconds + fixed;
+            continue;
+        }
+        let rate = if curves.bound_by_memory(device, work)? { rates.memory } else { rates.compute };
+        total += beside_communication(seconds, sample.communication, rate)
+            + beside_communication(fixed, sample.communication, rates.launch);
     }
-    Ok(kernel + f64::from(sample.kernels) * launch)
+    Ok(total)
+}
+
+/// The measured-time equivalent of `alone` seconds of work that spent the share `shared` of its
+/// measured time beside communication, progressing at `rate` of its own speed meanwhile:
+/// `alone = d (1 - shared) + d shared rate`, solved for `d`. This is what the executor's
+/// slowdown gives a kernel whose overlap with communication is that share.
+fn beside_communication(alone: f64, shared: f64, rate: f64) -> f64 {
+    alone / (1.0 - shared * (1.0 - rate))
 }
 
 /// Predicted seconds of `sample` under `model`: what a simulation charges it.
 pub fn predict(model: &ComputeModel, device: &Device, sample: &Sample) -> Result<f64, ComputeError> {
-    predict_with(&model.curves(), model.launch_overhead.as_secs_f64(), device, sample)
+    let rates = Rates {
+        memory: 1.0 / model.communication_memory_slowdown,
+        compute: 1.0 / model.communication_compute_slowdown,
+        launch: 1.0 / model.communication_launch_slowdown,
+    };
+    predict_with(&model.curves(), model.launch_overhead.as_secs_f64(), rates, device, sample)
 }
 
 /// Residuals: one log-ratio per sample, then the prior's pulls.
@@ -282,10 +358,10 @@ fn residuals(
     device: &Device,
     samples: &[Sample],
 ) -> Result<Vec<f64>, ComputeError> {
-    let (curves, launch) = point.curves();
+    let (curves, launch, rates) = point.curves();
     let mut out = Vec::with_capacity(samples.len() + COUNT);
     for sample in samples {
-        out.push((predict_with(&curves, launch, device, sample)? / sample.measured_s).ln());
+        out.push((predict_with(&curves, launch, rates, device, sample)? / sample.measured_s).ln());
     }
     out.extend(point.x.iter().zip(&prior.x).map(|(x, x0)| PRIOR_WEIGHT * (x - x0)));
     Ok(out)
@@ -344,8 +420,10 @@ fn solve(mut a: [[f64; COUNT]; COUNT], mut b: [f64; COUNT]) -> Option<[f64; COUN
 /// Which parameters a fit leaves where its start put them.
 type Held = [bool; COUNT];
 
-/// The [`Held`] set of parameter `names`; an error for a name not in [`PARAMETERS`].
-fn held_set(names: &[&str]) -> Result<Held, CalibrationError> {
+/// The [`Held`] set of parameter `names`, plus the communication slowdowns when no sample ran
+/// beside communication (nothing decides it, and it stays exactly at its start); an error for a
+/// name not in [`PARAMETERS`].
+fn held_set(names: &[&str], samples: &[Sample]) -> Result<Held, CalibrationError> {
     let mut held = [false; COUNT];
     for name in names {
         let Some(j) = PARAMETERS.iter().position(|p| p == name) else {
@@ -355,6 +433,11 @@ fn held_set(names: &[&str]) -> Result<Held, CalibrationError> {
             });
         };
         held[j] = true;
+    }
+    if samples.iter().all(|s| s.communication == 0.0) {
+        for j in SLOWDOWNS {
+            held[j] = true;
+        }
     }
     Ok(held)
 }
@@ -446,6 +529,15 @@ fn check(samples: &[Sample]) -> Result<(), CalibrationError> {
                 reason: format!("measured time {} s; it must be positive", sample.measured_s),
             });
         }
+        if !(0.0..=1.0).contains(&sample.communication) {
+            return Err(CalibrationError::InvalidSample {
+                index,
+                reason: format!(
+                    "share of its time beside communication {}; it must be in [0, 1]",
+                    sample.communication
+                ),
+            });
+        }
         for work in std::iter::once(&sample.work).chain(&sample.after) {
             if !valid(work.flops) || !valid(work.bytes) {
                 return Err(CalibrationError::InvalidSample {
@@ -472,7 +564,7 @@ pub fn fit(
 ) -> Result<Fit, CalibrationError> {
     check(samples)?;
     start.validate()?;
-    let held = held_set(hold)?;
+    let held = held_set(hold, samples)?;
     let prior = Point::holding(start, &held);
     // Several starts: the max() of the roofline makes the loss piecewise smooth, with a local
     // minimum wherever a class sits exactly on its ridge.
@@ -484,6 +576,9 @@ pub fn fit(
         begin.x[11] = begin.x[11].min(0.0);
         begin.x[12] = begin.x[12].min(0.0);
         begin.x[15] = begin.x[15].min(0.0);
+        for j in SLOWDOWNS {
+            begin.x[j] = begin.x[j].min(0.0);
+        }
         begin.x[2] = begin.x[2].min(logit(0.8));
         begin.x[3] += half;
         begin.x[6] += half;
@@ -739,7 +834,7 @@ pub fn cross_validate(
     folds: u64,
 ) -> Result<Vec<f64>, CalibrationError> {
     check(samples)?;
-    let held = held_set(hold)?;
+    let held = held_set(hold, samples)?;
     let folds = folds.max(2);
     let fold_of = |s: &Sample| splitmix(s.group) % folds;
     let prior = Point::holding(start, &held);
@@ -964,6 +1059,7 @@ mod tests {
                 after: Vec::new(),
                 kernels: 1,
                 measured_s: 0.0,
+                communication: 0.0,
                 group: i as u64,
             });
             for (j, (class, flops_per)) in
@@ -981,6 +1077,7 @@ mod tests {
                     after: Vec::new(),
                     kernels: 1 + j as u32,
                     measured_s: 0.0,
+                    communication: 0.0,
                     group: 100 + 10 * i as u64 + j as u64,
                 });
             }
@@ -1041,6 +1138,73 @@ mod tests {
     }
 
     #[test]
+    fn a_kernel_beside_communication_takes_its_time_times_the_slowdown_in_proportion() {
+        // Fully beside: T * s. Half its measured time beside, at rate 1/s meanwhile:
+        // T = d/2 + d/(2s), so d = 2 T s / (s + 1).
+        assert!((beside_communication(3.0, 1.0, 1.0 / 2.0) - 6.0).abs() < 1e-12);
+        assert!((beside_communication(3.0, 0.5, 1.0 / 2.0) - 4.0).abs() < 1e-12);
+        assert_eq!(beside_communication(3.0, 0.0, 0.5), 3.0);
+        assert_eq!(beside_communication(3.0, 1.0, 1.0), 3.0);
+        // The model's own fully-beside time: a memory-bound kernel's work times the memory
+        // slowdown plus its launch times the launch slowdown.
+        let model = ComputeModel {
+            communication_memory_slowdown: 1.5,
+            communication_compute_slowdown: 1.2,
+            communication_launch_slowdown: 2.0,
+            ..ComputeModel::default()
+        };
+        let copy = KernelWork::flat(OpClass::Elementwise, Dtype::Fp32, 1e6, 1e9);
+        let alone = model.kernel_seconds(a100(), &copy).unwrap();
+        let beside = model.beside_communication_seconds(a100(), &copy).unwrap();
+        assert!((beside - (1.5 * alone + 2.0 * 4e-6)).abs() < 1e-12, "{beside} {alone}");
+        let sample = Sample {
+            work: copy,
+            after: Vec::new(),
+            kernels: 1,
+            measured_s: 1.0,
+            communication: 1.0,
+            group: 0,
+        };
+        assert!((predict(&model, a100(), &sample).unwrap() - beside).abs() < 1e-12);
+        let product = KernelWork::flat(OpClass::Gemm, Dtype::Fp16, 1e13, 1e6);
+        let alone = model.kernel_seconds(a100(), &product).unwrap();
+        let beside = model.beside_communication_seconds(a100(), &product).unwrap();
+        assert!((beside - (1.2 * alone + 2.0 * 4e-6)).abs() < 1e-12, "{beside} {alone}");
+    }
+
+    #[test]
+    fn recovers_the_slowdowns_beside_communication() {
+        let slowed = ComputeModel {
+            communication_memory_slowdown: 1.1,
+            communication_launch_slowdown: 1.9,
+            communication_compute_slowdown: 1.3,
+            ..truth()
+        };
+        let mut samples = synthetic(&slowed, |_| 1.0);
+        // Every other operator ran beside communication, for a share that varies.
+        for (i, sample) in samples.iter_mut().enumerate() {
+            sample.communication = if i % 2 == 0 { 0.0 } else { 0.3 + 0.7 * ((i / 2) % 4) as f64 / 3.0 };
+            sample.measured_s = predict(&slowed, a100(), sample).unwrap();
+        }
+        let m = fit(a100(), &samples, &ComputeModel::default(), &[]).unwrap().model;
+        let close = |a: f64, b: f64| (a / b - 1.0).abs() < 0.03;
+        assert!(close(m.communication_memory_slowdown, 1.1), "{m:?}");
+        assert!(close(m.communication_compute_slowdown, 1.3), "{m:?}");
+        assert!(close(m.communication_launch_slowdown, 1.9), "{m:?}");
+        // Without operators beside communication the slowdowns stay exactly at their start.
+        let alone = synthetic(&truth(), |_| 1.0);
+        let m = fit(a100(), &alone, &ComputeModel::default(), &[]).unwrap().model;
+        assert_eq!(
+            (
+                m.communication_memory_slowdown,
+                m.communication_compute_slowdown,
+                m.communication_launch_slowdown
+            ),
+            (1.0, 1.0, 1.0)
+        );
+    }
+
+    #[test]
     fn held_parameters_keep_their_start_and_the_rest_compensates() {
         let samples = synthetic(&truth(), |_| 1.0);
         let start = ComputeModel {
@@ -1098,5 +1262,12 @@ mod tests {
         samples[3].measured_s = 0.0;
         let error = fit(a100(), &samples, &ComputeModel::default(), &[]).unwrap_err().to_string();
         assert!(error.contains("sample 3") && error.contains("positive"), "{error}");
+        let mut samples = synthetic(&truth(), |_| 1.0);
+        samples[2].communication = 1.5;
+        let error = fit(a100(), &samples, &ComputeModel::default(), &[]).unwrap_err().to_string();
+        assert!(error.contains("sample 2") && error.contains("beside communication"), "{error}");
+        let slow = ComputeModel { communication_launch_slowdown: 0.5, ..ComputeModel::default() };
+        let error = fit(a100(), &synthetic(&truth(), |_| 1.0), &slow, &[]).unwrap_err().to_string();
+        assert!(error.contains("communication-launch-slowdown") && error.contains("at least 1"), "{error}");
     }
 }

@@ -47,6 +47,16 @@ pub enum ComputeError {
         /// The value given.
         value: String,
     },
+    /// A slowdown factor is below 1 or not finite.
+    #[error(
+        "compute model: `{parameter}` is {value}; it must be a finite number of at least 1 (1 is no slowdown)"
+    )]
+    InvalidSlowdown {
+        /// The parameter's name as written in scenario files.
+        parameter: &'static str,
+        /// The value given.
+        value: String,
+    },
     /// A FLOP or byte count is negative or not a number.
     #[error("compute model: {quantity} is {value}; it must be a finite number, not negative")]
     InvalidWork {
@@ -169,6 +179,24 @@ pub struct ComputeModel {
     /// Further factor for the backward-data (dgrad) kernels of convolutions, in (0, 1]: strided
     /// ones scatter into a larger input.
     pub conv_backward_data_efficiency: f64,
+    /// How much slower a memory-bound kernel progresses while a communication kernel or copy
+    /// runs on the same GPU, at least 1: a kernel of time `T` alone takes
+    /// `T * communication-memory-slowdown` fully beside communication, and in proportion for a
+    /// partial overlap (its rate is the inverse while communication runs). NCCL's kernels and
+    /// copies stream through the same memory, so this is a property of the device (and of the
+    /// communication library), not of a workload: `1 / (1 - s)` for a share `s` of the
+    /// bandwidth they take. 1 (off) by default; calibration fits it from the operators that
+    /// ran beside communication against those that ran alone, and the executor applies it
+    /// ([`ComputeModel::communication_slowdown`]).
+    pub communication_memory_slowdown: f64,
+    /// The same for compute-bound kernels (their compute time above their memory time): NCCL's
+    /// kernels hold some of the multiprocessors, `1 / (1 - s)` for a share `s` of them.
+    pub communication_compute_slowdown: f64,
+    /// The same for every kernel's fixed cost (`launch-overhead`): while a persistent NCCL
+    /// kernel holds multiprocessors, another stream's kernel takes longer to get its blocks
+    /// scheduled and drained. On the V100 traces this, not the streaming rate, is most of the
+    /// slowdown of small kernels beside communication (`docs/compute-model.md`).
+    pub communication_launch_slowdown: f64,
     /// Host time to issue one kernel (framework dispatch plus the CUDA launch call) in eager
     /// mode: a rank's GPU cannot start a kernel before its host thread has issued it.
     pub dispatch_overhead: SimDuration,
@@ -204,6 +232,9 @@ impl Default for ComputeModel {
             conv_efficiency: 1.0,
             conv_backward_weight_efficiency: 1.0,
             conv_backward_data_efficiency: 1.0,
+            communication_memory_slowdown: 1.0,
+            communication_compute_slowdown: 1.0,
+            communication_launch_slowdown: 1.0,
             dispatch_overhead: SimDuration::from_ns(DEFAULT_DISPATCH_NS),
             cuda_graphs: false,
             winograd_convolutions: false,
@@ -237,6 +268,16 @@ impl ComputeModel {
             // Written so that NaN fails too.
             if !(value > 0.0 && value <= 1.0) {
                 return Err(ComputeError::InvalidEfficiency { parameter, value: value.to_string() });
+            }
+        }
+        for (parameter, slowdown) in [
+            ("communication-memory-slowdown", self.communication_memory_slowdown),
+            ("communication-compute-slowdown", self.communication_compute_slowdown),
+            ("communication-launch-slowdown", self.communication_launch_slowdown),
+        ] {
+            // Written so that NaN fails too.
+            if !(slowdown.is_finite() && slowdown >= 1.0) {
+                return Err(ComputeError::InvalidSlowdown { parameter, value: slowdown.to_string() });
             }
         }
         let intensity = self.gemm_tile_half_intensity;
@@ -343,6 +384,34 @@ impl ComputeModel {
     /// sides (unrounded).
     pub fn kernel_seconds(&self, device: &Device, work: &KernelWork) -> Result<f64, ComputeError> {
         self.curves().kernel_seconds(device, work)
+    }
+
+    /// Whether kernels run slower beside communication: a slowdown is above 1.
+    pub fn slows_beside_communication(&self) -> bool {
+        self.communication_memory_slowdown > 1.0
+            || self.communication_compute_slowdown > 1.0
+            || self.communication_launch_slowdown > 1.0
+    }
+
+    /// The time of one kernel doing `work` (as [`ComputeModel::work_duration`] prices it) fully
+    /// beside communication on its GPU: its work slowed by `communication-memory-slowdown` if
+    /// it is bound by memory (its memory time at least its compute time), by
+    /// `communication-compute-slowdown` otherwise, and its launch overhead by
+    /// `communication-launch-slowdown`. The executor runs a kernel at
+    /// `alone / beside` of its own rate while communication runs.
+    pub fn beside_communication_seconds(
+        &self,
+        device: &Device,
+        work: &KernelWork,
+    ) -> Result<f64, ComputeError> {
+        let curves = self.curves();
+        let seconds = curves.kernel_seconds(device, work)?;
+        let slowdown = if curves.bound_by_memory(device, work)? {
+            self.communication_memory_slowdown
+        } else {
+            self.communication_compute_slowdown
+        };
+        Ok(seconds * slowdown + self.launch_overhead.as_secs_f64() * self.communication_launch_slowdown)
     }
 
     /// Time of one kernel doing `flops` FLOPs and moving `bytes` bytes of device memory on
@@ -747,6 +816,12 @@ impl Curves {
     }
 
     /// Seconds of one kernel without the launch overhead.
+    /// Whether the kernel doing `work` is bound by memory: its memory time is at least its
+    /// compute time.
+    pub(crate) fn bound_by_memory(&self, device: &Device, work: &KernelWork) -> Result<bool, ComputeError> {
+        Ok(self.memory_seconds(device, work.bytes, work.class) >= self.compute_seconds(device, work)?)
+    }
+
     pub(crate) fn kernel_seconds(&self, device: &Device, work: &KernelWork) -> Result<f64, ComputeError> {
         let compute = self.compute_seconds(device, work)?;
         Ok(compute.max(self.memory_seconds(device, work.bytes, work.class)))

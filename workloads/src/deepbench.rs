@@ -256,6 +256,7 @@ pub fn samples(gemms: &[GemmRow], convs: &[ConvRow], dtype: Dtype) -> Vec<Sample
             after: Vec::new(),
             kernels: 1,
             measured_s: row.seconds,
+            communication: 0.0,
             group,
         });
     }
@@ -270,6 +271,7 @@ pub fn samples(gemms: &[GemmRow], convs: &[ConvRow], dtype: Dtype) -> Vec<Sample
                 after: Vec::new(),
                 kernels: 1,
                 measured_s: seconds,
+                communication: 0.0,
                 group: group_of(&key),
             });
         }

@@ -44,6 +44,11 @@ pub struct Activity {
     /// and its duration is not its own alone (`parasim calibrate` reports the operators that
     /// ran alone and those beside other streams apart).
     pub concurrent_ns: u64,
+    /// The part of `concurrent_ns` (ns) during which the other streams ran communication: an
+    /// NCCL kernel or a copy. This is what a simulation knows of a kernel's neighbours (its
+    /// rank's collectives, transfers and copies), and what the compute model's
+    /// `communication-slowdown` is fitted to.
+    pub communication_ns: u64,
 }
 
 /// One host operator and the GPU activities it launched directly (not through a nested
@@ -164,9 +169,9 @@ impl<'a> Nesting<'a> {
     }
 }
 
-/// For each GPU activity, how long (ns) activities of other streams of its device ran while it
-/// did: its overlap with the union of their intervals.
-fn concurrency(gpu: &[RawGpu]) -> Vec<u64> {
+/// For each GPU activity, how long (ns) activities of other streams of its device for which
+/// `counts` holds ran while it did: its overlap with the union of their intervals.
+fn concurrency(gpu: &[RawGpu], counts: impl Fn(&RawGpu) -> bool) -> Vec<u64> {
     let interval =
         |g: &RawGpu| (g.ts_ns, g.ts_ns.saturating_add(i64::try_from(g.duration_ns).unwrap_or(i64::MAX)));
     let mut streams: Vec<(u32, u64)> = gpu.iter().map(|g| (g.device, g.stream)).collect();
@@ -175,8 +180,11 @@ fn concurrency(gpu: &[RawGpu]) -> Vec<u64> {
     let mut out = vec![0; gpu.len()];
     for &(device, stream) in &streams {
         // The busy periods of the device's other streams, merged.
-        let mut others: Vec<(i64, i64)> =
-            gpu.iter().filter(|g| g.device == device && g.stream != stream).map(interval).collect();
+        let mut others: Vec<(i64, i64)> = gpu
+            .iter()
+            .filter(|g| g.device == device && g.stream != stream && counts(g))
+            .map(interval)
+            .collect();
         if others.is_empty() {
             continue;
         }
@@ -223,15 +231,20 @@ fn attribute(raw: &RawFile, path: &Path, names: &[String]) -> OperatorFile {
     let mut launched: HashMap<(u64, usize), Vec<(i64, Activity)>> = HashMap::new();
     let mut unattributed = 0;
     let mut kernel_ns = 0;
-    let concurrent = concurrency(&raw.gpu);
-    for (gpu, &concurrent_ns) in raw.gpu.iter().zip(&concurrent) {
+    let kind_of = |gpu: &RawGpu| {
         let name = names.get(gpu.name as usize).map_or("", String::as_str);
-        let kind = match gpu.category {
+        match gpu.category {
             GpuCategory::Kernel if nccl::is_nccl_kernel(name) => ActivityKind::Nccl,
             GpuCategory::Kernel => ActivityKind::Kernel,
             GpuCategory::Memset => ActivityKind::Memset,
             GpuCategory::Memcpy => ActivityKind::Memcpy,
-        };
+        }
+    };
+    let concurrent = concurrency(&raw.gpu, |_| true);
+    let communication =
+        concurrency(&raw.gpu, |g| matches!(kind_of(g), ActivityKind::Nccl | ActivityKind::Memcpy));
+    for ((gpu, &concurrent_ns), &communication_ns) in raw.gpu.iter().zip(&concurrent).zip(&communication) {
+        let kind = kind_of(gpu);
         if kind == ActivityKind::Kernel {
             kernel_ns += gpu.duration_ns;
         }
@@ -239,10 +252,16 @@ fn attribute(raw: &RawFile, path: &Path, names: &[String]) -> OperatorFile {
             nestings.get(&thread).and_then(|n| n.innermost(ts)).map(|position| ((thread, position), ts))
         });
         match owner {
-            Some((key, ts)) => launched
-                .entry(key)
-                .or_default()
-                .push((ts, Activity { name: gpu.name, kind, duration_ns: gpu.duration_ns, concurrent_ns })),
+            Some((key, ts)) => launched.entry(key).or_default().push((
+                ts,
+                Activity {
+                    name: gpu.name,
+                    kind,
+                    duration_ns: gpu.duration_ns,
+                    concurrent_ns,
+                    communication_ns,
+                },
+            )),
             None => unattributed += 1,
         }
     }
@@ -355,6 +374,10 @@ mod tests {
         // beside the copy (which overlaps the NCCL kernel) for 2 us more; the third alone on
         // its GPU (the kernel at the same time runs on another device).
         assert_eq!(shared, [5_000, 7_000, 0]);
+        // All of it was communication: an NCCL kernel and a copy.
+        let communication: Vec<u64> =
+            trace.files[0].operators[0].activities.iter().map(|a| a.communication_ns).collect();
+        assert_eq!(communication, [5_000, 7_000, 0]);
     }
 
     #[test]

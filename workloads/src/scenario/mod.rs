@@ -100,6 +100,9 @@ struct ComputeSection {
     conv_efficiency: Option<f64>,
     conv_backward_weight_efficiency: Option<f64>,
     conv_backward_data_efficiency: Option<f64>,
+    communication_memory_slowdown: Option<f64>,
+    communication_compute_slowdown: Option<f64>,
+    communication_launch_slowdown: Option<f64>,
     dispatch_overhead: Option<SimDuration>,
     cuda_graphs: Option<bool>,
     winograd_convolutions: Option<bool>,
@@ -1198,6 +1201,9 @@ fn compute_model(
     set(&mut model.conv_efficiency, section.conv_efficiency);
     set(&mut model.conv_backward_weight_efficiency, section.conv_backward_weight_efficiency);
     set(&mut model.conv_backward_data_efficiency, section.conv_backward_data_efficiency);
+    set(&mut model.communication_memory_slowdown, section.communication_memory_slowdown);
+    set(&mut model.communication_compute_slowdown, section.communication_compute_slowdown);
+    set(&mut model.communication_launch_slowdown, section.communication_launch_slowdown);
     for (slot, value) in [
         (&mut model.cuda_graphs, section.cuda_graphs),
         (&mut model.winograd_convolutions, section.winograd_convolutions),

@@ -183,6 +183,7 @@ fn dump() {
                     after: Vec::new(),
                     kernels: 1,
                     measured_s: measured,
+                    communication: 0.0,
                     group: 0,
                 };
                 let p = predict(&model, catalog, &sample).unwrap();
