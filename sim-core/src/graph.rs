@@ -508,10 +508,19 @@ impl GraphBuilder {
         deps: &[OpId],
     ) -> OpId {
         let op = self.compute(rank, stream, duration, label, deps);
-        if beside_communication > duration {
+        self.slow_beside_communication(op, beside_communication);
+        op
+    }
+
+    /// Makes compute op `op`, already added, one that takes `beside_communication` fully
+    /// beside its rank's communication ([`GraphBuilder::compute_slowed`]); nothing for another
+    /// kind of op or a duration that is not longer.
+    pub fn slow_beside_communication(&mut self, op: OpId, beside_communication: SimDuration) {
+        if let Some(Op { kind: OpKind::Compute { duration }, .. }) = self.ops.get(op.0 as usize)
+            && beside_communication > *duration
+        {
             self.beside_communication.push((op, beside_communication));
         }
-        op
     }
 
     /// Adds a point-to-point transfer of `bytes` from `rank` to `dst`, issued on `rank`'s `stream`.

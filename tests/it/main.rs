@@ -190,3 +190,36 @@ fn a_five_line_scenario_runs_on_defaults() {
     // Defaults: 8 GPUs per node behind an NVSwitch, one 200 Gb/s NIC per GPU.
     assert_eq!(json["cluster"]["gpus"], 16);
 }
+
+/// The compute model's communication slowdowns reach the simulation: DDP's bucket allreduces
+/// overlap the backward, so its kernels slow while they run; at 1 (the default) nothing
+/// changes.
+#[test]
+fn kernels_beside_communication_run_at_the_slowed_rate_in_the_simulation() {
+    let run_with = |slowdown: &str| -> serde_json::Value {
+        let text = quickstart_with(
+            "[workload]",
+            &format!(
+                "[compute]\ncommunication-memory-slowdown = {slowdown}\ncommunication-compute-slowdown = \
+                 {slowdown}\ncommunication-launch-slowdown = {slowdown}\n\n[workload]"
+            ),
+        );
+        let dir = std::env::temp_dir().join(format!("parasim-slowdown-{}-{slowdown}", std::process::id()));
+        fs_err::create_dir_all(&dir).unwrap();
+        let path = dir.join("quickstart.toml");
+        fs_err::write(&path, text).unwrap();
+        let output = parasim(&["run", path.to_str().unwrap(), "--json"]);
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        serde_json::from_slice(&output.stdout).unwrap()
+    };
+    let plain = parasim(&["run", QUICKSTART, "--json"]);
+    let plain: serde_json::Value = serde_json::from_slice(&plain.stdout).unwrap();
+    let time = |json: &serde_json::Value| json["iteration_time_s"].as_f64().unwrap();
+    let compute = |json: &serde_json::Value| json["breakdown"]["compute_s"].as_f64().unwrap();
+    assert_eq!(time(&run_with("1.0")), time(&plain));
+    let (two, four) = (run_with("2.0"), run_with("4.0"));
+    assert!(compute(&plain) < compute(&two) && compute(&two) < compute(&four));
+    assert!(time(&plain) < time(&two) && time(&two) < time(&four));
+    // Only the kernels beside an allreduce slow down: far less than the slowdown itself.
+    assert!(time(&four) < 1.2 * time(&plain), "{} s vs {} s", time(&four), time(&plain));
+}

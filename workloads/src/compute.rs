@@ -186,8 +186,9 @@ pub struct ComputeModel {
     /// copies stream through the same memory, so this is a property of the device (and of the
     /// communication library), not of a workload: `1 / (1 - s)` for a share `s` of the
     /// bandwidth they take. 1 (off) by default; calibration fits it from the operators that
-    /// ran beside communication against those that ran alone, and the executor applies it
-    /// ([`ComputeModel::communication_slowdown`]).
+    /// ran beside communication against those that ran alone, and the engine runs a kernel
+    /// at that rate while its rank communicates
+    /// ([`ComputeModel::layer_duration_beside_communication`]).
     pub communication_memory_slowdown: f64,
     /// The same for compute-bound kernels (their compute time above their memory time): NCCL's
     /// kernels hold some of the multiprocessors, `1 / (1 - s)` for a share `s` of them.
@@ -491,6 +492,39 @@ impl ComputeModel {
                 .map_err(ComputeError::Overflow)?;
         }
         Ok(total)
+    }
+
+    /// [`ComputeModel::layer_duration`] fully beside communication: each of the layer's
+    /// kernels at [`ComputeModel::beside_communication_seconds`]. The lowering gives it to the
+    /// engine, which runs a kernel at that rate while its rank communicates.
+    pub fn layer_duration_beside_communication(
+        &self,
+        device: &Device,
+        dtype: Dtype,
+        layer: &Layer,
+        pass: Pass,
+        batch: u64,
+    ) -> Result<SimDuration, ComputeError> {
+        self.validate()?;
+        let mut seconds = 0.0;
+        let kernels = layer.kernels(pass);
+        if kernels.is_empty() {
+            let work = KernelWork::flat(layer.cost.class, dtype, 0.0, 0.0);
+            seconds = self.beside_communication_seconds(device, &work)?;
+        }
+        for part in kernels {
+            let gemm = part.class == OpClass::Gemm;
+            let work = KernelWork {
+                class: part.class,
+                dtype,
+                flops: part.flops * batch as f64,
+                bytes: part.bytes(batch, dtype),
+                aligned: !gemm || layer.gemm_aligned(dtype),
+                shape: if gemm { KernelShape::of_layer(layer, pass, batch) } else { KernelShape::Unknown },
+            };
+            seconds += self.beside_communication_seconds(device, &work)?;
+        }
+        SimDuration::from_secs_f64(seconds).map_err(ComputeError::Duration)
     }
 }
 

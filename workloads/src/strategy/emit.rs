@@ -96,6 +96,9 @@ struct Plan<'s> {
     local: Arc<Vec<shard::LocalLayer>>,
     /// Forward, backward-data, backward-weight per layer.
     kernels: Arc<Vec<[Kernel; 3]>>,
+    /// The same kernels' times fully beside communication, when the compute model slows them
+    /// there; empty when it does not.
+    beside: Arc<Vec<[Option<SimDuration>; 3]>>,
     /// Layer range of each global chunk.
     chunk_layers: Vec<Range<usize>>,
     /// Recomputation: the forward range re-run before the backward of its last layer.
@@ -348,6 +351,8 @@ struct Buffer {
     ops: Vec<Op>,
     dep_ends: Vec<u32>,
     deps: Vec<Dep>,
+    /// Compute ops (by index) slowed beside communication, with their time there.
+    beside: Vec<(u32, SimDuration)>,
 }
 
 impl Buffer {
@@ -465,6 +470,7 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
                     ops: Vec::with_capacity(ops),
                     dep_ends: Vec::with_capacity(ops),
                     deps: Vec::with_capacity(deps),
+                    beside: Vec::new(),
                 },
                 waiting: Vec::new(),
                 last_compute: None,
@@ -520,6 +526,9 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
                 }
                 start = end as usize;
                 shared.graph.add_op(op, &resolved);
+            }
+            for &(index, beside) in &buffer.beside {
+                shared.graph.slow_beside_communication(OpId(offsets[rank] + index), beside);
             }
         }
         for (position, mut in_flight) in rank_loads.into_iter().enumerate() {
@@ -693,6 +702,8 @@ struct TableKey {
 struct LayerTable {
     local: Arc<Vec<shard::LocalLayer>>,
     kernels: Arc<Vec<[Kernel; 3]>>,
+    /// [`Plan::beside`].
+    beside: Arc<Vec<[Option<SimDuration>; 3]>>,
     /// Layer ranges of each chunk, by chunk count ([`Plan::partition`]).
     partitions: Mutex<Vec<(usize, Vec<Range<usize>>)>>,
 }
@@ -791,9 +802,25 @@ fn build_layer_table(strategy: &Strategy<'_>) -> Result<Arc<LayerTable>, Strateg
         let backward_weight = strategy.kernel(layer, Pass::BackwardWeight)?;
         kernels.push([forward, backward_data, backward_weight]);
     }
+    let mut beside = Vec::new();
+    if strategy.compute.slows_beside_communication() {
+        for (index, layer) in local.iter().enumerate() {
+            let data = if index == 0 {
+                None
+            } else {
+                strategy.kernel_beside_communication(layer, Pass::BackwardData)?
+            };
+            beside.push([
+                strategy.kernel_beside_communication(layer, Pass::Forward)?,
+                data,
+                strategy.kernel_beside_communication(layer, Pass::BackwardWeight)?,
+            ]);
+        }
+    }
     Ok(Arc::new(LayerTable {
         local: Arc::new(local),
         kernels: Arc::new(kernels),
+        beside: Arc::new(beside),
         partitions: Mutex::new(Vec::new()),
     }))
 }
@@ -876,6 +903,7 @@ impl<'s> Plan<'s> {
         let micro_batches = strategy.micro_batches()?;
         let table = LayerTables::layers_and_kernels(strategy)?;
         let (local, kernels) = (Arc::clone(&table.local), Arc::clone(&table.kernels));
+        let beside = Arc::clone(&table.beside);
         let chunk_layers = table.partition(model, p.chunks() as usize);
 
         let mut recompute_before: Vec<Option<Range<usize>>> = vec![None; local.len()];
@@ -1024,6 +1052,7 @@ impl<'s> Plan<'s> {
             micro_batches,
             local,
             kernels,
+            beside,
             chunk_layers,
             recompute_before,
             actions,
@@ -1709,6 +1738,7 @@ impl RankEmitter<'_, '_> {
                 }
                 None => {
                     self.compute(duration, label);
+                    self.slow_last_compute(index, 0);
                 }
             }
         }
@@ -1922,7 +1952,11 @@ impl RankEmitter<'_, '_> {
                 let label = self.labels.passes[index][1];
                 gradient_ready = Some(match local.context_ring {
                     Some(bytes) => self.ring(index, micro, duration, Bytes(bytes.0 * 2), label, 2),
-                    None => self.compute(duration, label),
+                    None => {
+                        let op = self.compute(duration, label);
+                        self.slow_last_compute(index, 1);
+                        op
+                    }
                 });
             }
             // Collectives on the input gradient run while backward-weight computes.
@@ -1938,6 +1972,7 @@ impl RankEmitter<'_, '_> {
             }
             if let Some((duration, _)) = weight {
                 gradient_ready = Some(self.compute(duration, self.labels.passes[index][2]));
+                self.slow_last_compute(index, 2);
             }
             self.waiting.extend(deferred);
             Ok(gradient_ready)
@@ -1958,6 +1993,16 @@ impl RankEmitter<'_, '_> {
         self.waiting = deps;
         self.last_compute = Some(op);
         op
+    }
+
+    /// Marks the compute op just added, pass `pass` of layer `index`, as slowed beside
+    /// communication when the plan has its time there ([`Plan::beside`]).
+    fn slow_last_compute(&mut self, index: usize, pass: usize) {
+        if let (Some(op), Some(beside)) =
+            (self.last_compute, self.plan.beside.get(index).and_then(|passes| passes[pass]))
+        {
+            self.buffer.beside.push((op, beside));
+        }
     }
 
     /// The host thread's launch of the next kernel (compute, collective or send), which the

@@ -932,6 +932,31 @@ impl Strategy<'_> {
         Ok(Some((SimDuration::from_ps(duration.as_ps() / u64::from(divisor)), flops / f64::from(divisor))))
     }
 
+    /// [`Strategy::kernel`]'s time fully beside communication when the compute model slows
+    /// kernels there (`communication-*-slowdown` above 1), scaled as that time is; `None` when
+    /// it does not or the pass does nothing.
+    fn kernel_beside_communication(
+        &self,
+        local: &LocalLayer,
+        pass: Pass,
+    ) -> Result<Option<SimDuration>, StrategyError> {
+        let layer = &local.layer;
+        if !self.compute.slows_beside_communication()
+            || (layer.cost.flops(pass, self.micro_batch) == 0.0
+                && layer.cost.bytes(pass, self.micro_batch, self.precision) == 0.0)
+        {
+            return Ok(None);
+        }
+        let beside = self
+            .compute
+            .layer_duration_beside_communication(self.device, self.precision, layer, pass, self.micro_batch)
+            .map_err(|source| StrategyError::Compute { layer: layer.name.clone(), source })?;
+        let scaled = beside.as_secs_f64() * local.work_multiplier / f64::from(local.work_divisor.max(1));
+        SimDuration::from_secs_f64(scaled).map(Some).map_err(|_| {
+            invalid("parallelism.expert-skew", format!("makes layer {} take too long", layer.name))
+        })
+    }
+
     /// The optimizer step over `parameters` in `tensors` parameter tensors held by one rank:
     /// a multi-tensor (fused) kernel, as Megatron-LM's and PyTorch's default optimizers run.
     fn optimizer_step(&self, parameters: u64, tensors: u64) -> Result<(SimDuration, f64), StrategyError> {
