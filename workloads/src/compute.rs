@@ -471,22 +471,7 @@ impl ComputeModel {
     ) -> Result<SimDuration, ComputeError> {
         self.validate()?;
         let mut total = SimDuration::ZERO;
-        let kernels = layer.kernels(pass);
-        if kernels.is_empty() {
-            // Kept as before: a pass without work still pays a launch when asked for.
-            let work = KernelWork::flat(layer.cost.class, dtype, 0.0, 0.0);
-            return self.validated_work_duration(device, &work);
-        }
-        for part in kernels {
-            let gemm = part.class == OpClass::Gemm;
-            let work = KernelWork {
-                class: part.class,
-                dtype,
-                flops: part.flops * batch as f64,
-                bytes: part.bytes(batch, dtype),
-                aligned: !gemm || layer.gemm_aligned(dtype),
-                shape: if gemm { KernelShape::of_layer(layer, pass, batch) } else { KernelShape::Unknown },
-            };
+        for work in layer_kernel_works(layer, pass, batch, dtype) {
             total = total
                 .checked_add(self.validated_work_duration(device, &work)?)
                 .map_err(ComputeError::Overflow)?;
@@ -507,25 +492,35 @@ impl ComputeModel {
     ) -> Result<SimDuration, ComputeError> {
         self.validate()?;
         let mut seconds = 0.0;
-        let kernels = layer.kernels(pass);
-        if kernels.is_empty() {
-            let work = KernelWork::flat(layer.cost.class, dtype, 0.0, 0.0);
-            seconds = self.beside_communication_seconds(device, &work)?;
+        for work in layer_kernel_works(layer, pass, batch, dtype) {
+            seconds += self.beside_communication_seconds(device, &work)?;
         }
-        for part in kernels {
+        SimDuration::from_secs_f64(seconds).map_err(ComputeError::Duration)
+    }
+}
+
+/// The work of each kernel of `pass` of `layer` for `batch` samples in `dtype`
+/// ([`Layer::kernels`]); a pass without kernels is one kernel without work (it still pays a
+/// launch when asked for).
+fn layer_kernel_works(layer: &Layer, pass: Pass, batch: u64, dtype: Dtype) -> Vec<KernelWork> {
+    let kernels = layer.kernels(pass);
+    if kernels.is_empty() {
+        return vec![KernelWork::flat(layer.cost.class, dtype, 0.0, 0.0)];
+    }
+    kernels
+        .into_iter()
+        .map(|part| {
             let gemm = part.class == OpClass::Gemm;
-            let work = KernelWork {
+            KernelWork {
                 class: part.class,
                 dtype,
                 flops: part.flops * batch as f64,
                 bytes: part.bytes(batch, dtype),
                 aligned: !gemm || layer.gemm_aligned(dtype),
                 shape: if gemm { KernelShape::of_layer(layer, pass, batch) } else { KernelShape::Unknown },
-            };
-            seconds += self.beside_communication_seconds(device, &work)?;
-        }
-        SimDuration::from_secs_f64(seconds).map_err(ComputeError::Duration)
-    }
+            }
+        })
+        .collect()
 }
 
 /// The optimizer step of one rank: memory-bound element-wise kernels over the parameters it
