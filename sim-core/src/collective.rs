@@ -545,13 +545,9 @@ fn protocol_overhead_with(
             let base = protocol.base_latency(table, family, launch);
             let latency = total.saturating_sub(base);
             // The factor in whole tenths, reduced (1.4 = 7/5, 1.9 = 19/10), in integer picoseconds.
-            let (mut num, mut den) = ((factor * 10.0).round() as u64, 10u64);
-            while num % 2 == 0 && den % 2 == 0 {
-                (num, den) = (num / 2, den / 2);
-            }
-            if num % 5 == 0 && den % 5 == 0 {
-                (num, den) = (num / 5, den / 5);
-            }
+            let tenths = (factor * 10.0).round() as u64;
+            let common = gcd(tenths, 10);
+            let (num, den) = (tenths / common, 10 / common);
             total = base.checked_add(SimDuration::from_ps(latency.as_ps() / den * num)).map_err(overflow)?;
         }
     }
@@ -718,6 +714,14 @@ fn schedule_of(
 /// default's.
 fn nccl_table(network: &impl StepNetwork) -> &'static crate::nccl::NcclTable {
     network.tuner_fabric().map_or(crate::nccl::NcclTable::default_table(), |fabric| fabric.table())
+}
+
+/// Greatest common divisor.
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
 }
 
 /// True for the NVLS algorithms, which are timed in closed form (see [`crate::nvls`]).

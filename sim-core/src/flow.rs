@@ -510,8 +510,9 @@ impl<'t> FlowNetwork<'t> {
 
     /// The same model giving up with [`NetworkError::OverBudget`] at the first rate
     /// recomputation after its work ([`FlowStats::work`]) passes `budget`: for callers that
-    /// rank many configurations and must not wait on one. A budget, unlike a wall-clock limit, gives up at the same point on
-    /// every machine and under any load, so such a caller's answer does not depend on them.
+    /// rank many configurations and must not wait on one. A budget, unlike a wall-clock limit,
+    /// gives up at the same point on every machine and under any load, so such a caller's
+    /// answer does not depend on them.
     pub fn with_work_budget(mut self, budget: Option<u64>) -> Self {
         self.work_budget = budget;
         self

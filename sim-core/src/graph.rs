@@ -677,14 +677,7 @@ impl GraphBuilder {
 
         let mut beside_communication = Vec::new();
         if !self.beside_communication.is_empty() {
-            beside_communication = self
-                .ops
-                .iter()
-                .map(|op| match op.kind {
-                    OpKind::Compute { duration } => duration,
-                    _ => SimDuration::ZERO,
-                })
-                .collect();
+            beside_communication = vec![SimDuration::ZERO; self.ops.len()];
             for &(op, slowed) in &self.beside_communication {
                 beside_communication[op.0 as usize] = slowed;
             }
@@ -842,8 +835,8 @@ pub struct ExecGraph {
     members: Vec<OpId>,
     labels: Vec<String>,
     images: Vec<Vec<RankId>>,
-    /// Per op, a compute op's duration beside communication
-    /// ([`GraphBuilder::compute_slowed`]); empty when no op is slowed.
+    /// Per op, a slowed compute op's duration beside communication
+    /// ([`GraphBuilder::compute_slowed`]), zero for the others; empty when no op is slowed.
     beside_communication: Vec<SimDuration>,
 }
 
@@ -858,9 +851,9 @@ impl ExecGraph {
     /// duration for an op added with [`GraphBuilder::compute_slowed`], else its duration.
     pub fn beside_communication(&self, op: OpId) -> Option<SimDuration> {
         match self.ops[op.0 as usize].kind {
-            OpKind::Compute { duration } => {
-                Some(self.beside_communication.get(op.0 as usize).copied().unwrap_or(duration))
-            }
+            OpKind::Compute { duration } => Some(
+                self.beside_communication.get(op.0 as usize).map_or(duration, |&slowed| slowed.max(duration)),
+            ),
             _ => None,
         }
     }

@@ -917,19 +917,10 @@ impl Strategy<'_> {
             .compute
             .layer_duration(self.device, self.precision, layer, pass, self.micro_batch)
             .map_err(|source| StrategyError::Compute { layer: layer.name.clone(), source })?;
-        if local.work_multiplier != 1.0 {
-            let scaled =
-                SimDuration::from_secs_f64(duration.as_secs_f64() * local.work_multiplier).map_err(|_| {
-                    invalid("parallelism.expert-skew", format!("makes layer {} take too long", layer.name))
-                })?;
-            // The busiest rank's time; the FLOPs stay the mean rank's.
-            return Ok(Some((scaled, flops)));
-        }
-        let divisor = local.work_divisor.max(1);
-        if divisor == 1 {
-            return Ok(Some((duration, flops)));
-        }
-        Ok(Some((SimDuration::from_ps(duration.as_ps() / u64::from(divisor)), flops / f64::from(divisor))))
+        let scaled = local_time(local, duration)?;
+        // Under expert skew, the busiest rank's time; the FLOPs stay the mean rank's.
+        let divisor = if local.work_multiplier != 1.0 { 1 } else { local.work_divisor.max(1) };
+        Ok(Some((scaled, flops / f64::from(divisor))))
     }
 
     /// [`Strategy::kernel`]'s time fully beside communication when the compute model slows
@@ -951,10 +942,7 @@ impl Strategy<'_> {
             .compute
             .layer_duration_beside_communication(self.device, self.precision, layer, pass, self.micro_batch)
             .map_err(|source| StrategyError::Compute { layer: layer.name.clone(), source })?;
-        let scaled = beside.as_secs_f64() * local.work_multiplier / f64::from(local.work_divisor.max(1));
-        SimDuration::from_secs_f64(scaled).map(Some).map_err(|_| {
-            invalid("parallelism.expert-skew", format!("makes layer {} take too long", layer.name))
-        })
+        local_time(local, beside).map(Some)
     }
 
     /// The optimizer step over `parameters` in `tensors` parameter tensors held by one rank:
@@ -974,6 +962,17 @@ impl Strategy<'_> {
             .map_err(|source| StrategyError::Compute { layer: "optimizer".into(), source })?;
         Ok((time, step.flops_per_parameter() * parameters as f64))
     }
+}
+
+/// One rank's share of a kernel of `duration`: the busiest rank's time under expert skew
+/// (`work_multiplier`), else the rank's part when the work is divided among ranks.
+fn local_time(local: &LocalLayer, duration: SimDuration) -> Result<SimDuration, StrategyError> {
+    if local.work_multiplier != 1.0 {
+        return SimDuration::from_secs_f64(duration.as_secs_f64() * local.work_multiplier).map_err(|_| {
+            invalid("parallelism.expert-skew", format!("makes layer {} take too long", local.layer.name))
+        });
+    }
+    Ok(SimDuration::from_ps(duration.as_ps() / u64::from(local.work_divisor.max(1))))
 }
 
 /// The scenario key of a [`ShardError::Invalid`] key.
