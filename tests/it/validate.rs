@@ -320,7 +320,8 @@ fn a_layer_case_needs_a_block_on_each_side() {
 fn shipped_profiles_transfer_to_the_suite() {
     let shared = shared();
     // The families with cases on the profiles' devices (replays time the traces' own kernels).
-    let families = ["paradl-data-parallel", "scaling-goyal-horovod"];
+    // The A100 80 GB families are the two quickest: Korthikanti's Table 4 and MLPerf.
+    let families = ["paradl-data-parallel", "scaling-goyal-horovod", "korthikanti-table4", "mlperf-training"];
     let run = |profiles: &[&str]| -> serde_json::Value {
         let mut args = vec!["validate", "--json", "--shared", shared.to_str().unwrap()];
         for family in families {
@@ -334,7 +335,7 @@ fn shipped_profiles_transfer_to_the_suite() {
         serde_json::from_slice(&output.stdout).unwrap()
     };
     let defaults = run(&[]);
-    let profiled = run(&["v100-sxm2-16gb", "p100-pcie-16gb", "a100-sxm4-40gb"]);
+    let profiled = run(&["v100-sxm2-16gb", "p100-pcie-16gb", "a100-sxm4-40gb", "a100-sxm4-80gb"]);
     let exceptions = [("scaling-goyal-horovod", 0.02003)];
     let mut moved = 0;
     for (before, after) in
@@ -349,6 +350,6 @@ fn shipped_profiles_transfer_to_the_suite() {
         );
         moved += usize::from(before != after);
     }
-    // The profiles reach the ParaDL (V100) and Horovod (P100) cases.
-    assert!(moved >= 2, "the profiles changed {moved} families");
+    // The profiles reach the ParaDL (V100), Horovod (P100) and A100 80 GB cases.
+    assert!(moved >= 4, "the profiles changed {moved} families");
 }
