@@ -156,21 +156,22 @@ impl CollectiveBench {
                 valid: valid.join(", "),
             });
         }
+        // NCCL's kernels copy within a GPU's memory, and one rank copies its buffer to the output
+        // (out-of-place), at the rate large memory-bound kernels reach on the device (its
+        // calibrated profile, else the compute model's default).
+        let device_copy =
+            crate::compute::ComputeModel::builtin_for(&cluster.device).device_copy(&cluster.device);
         let settings = BenchSettings {
-            network: settings.network.with_generation(GpuGeneration::of_device(&cluster.device.name)),
+            network: settings
+                .network
+                .with_generation(GpuGeneration::of_device(&cluster.device.name))
+                .with_device_copy(device_copy),
             gpus_per_process: settings.gpus_per_process.max(1),
             ..settings
         };
         let host_floor =
             settings.host_launch.checked_mul(u64::from(settings.gpus_per_process.min(settings.ranks)))?;
-        // One rank: NCCL copies the buffer to the output (out-of-place), reading and writing
-        // device memory at the rate large memory-bound kernels reach on it (the device's
-        // calibrated profile, else the compute model's default).
-        let memory_efficiency = crate::calibrate::Profile::builtin(&cluster.device.name)
-            .map_or(crate::compute::ComputeModel::default().memory_efficiency, |p| {
-                p.compute.memory_efficiency
-            });
-        let copy_rate = cluster.device.memory_bandwidth.bytes_per_second() * memory_efficiency;
+        let copy_rate = device_copy.map_or(f64::INFINITY, |rate| rate.bytes_per_second());
         Ok(CollectiveBench { topology, collective, settings, copy_rate, host_floor })
     }
 
