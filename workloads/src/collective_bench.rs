@@ -302,4 +302,21 @@ mod tests {
         // At most 24 channels (a communicator's most on one A100 server), 23 of them paying.
         assert!(alone > kernel_only && alone - kernel_only <= 23.0 * 1.5e-6 + 1e-9);
     }
+
+    #[test]
+    fn rings_inside_a_server_lose_bandwidth_to_their_copy_the_fewer_their_gpus() {
+        // 1 GiB ring/Simple: NCCL 2.11's 235 GB/s bus bandwidth less the copy each GPU makes in
+        // its own memory (S / p, at the A100 profile's copy rate): 1 / (1/235 + 1/((p-1) C)).
+        let cluster = server("0 us");
+        let device = &cluster.device;
+        let copy = crate::compute::ComputeModel::builtin_for(device).device_copy(device).unwrap();
+        let rate = copy.bytes_per_second() / 1e9;
+        for p in [2u32, 4, 8] {
+            let point = bench(&cluster, p, 1).time(1 << 30).unwrap();
+            assert_eq!(point.chosen, "ring/Simple");
+            let expected = 1.0 / (1.0 / 235.0 + 1.0 / (f64::from(p - 1) * rate));
+            // The latencies (tens of us) are what the 1 GiB point adds beyond the formula.
+            assert!(point.busbw < expected && point.busbw > 0.98 * expected, "{p} GPUs: {}", point.busbw);
+        }
+    }
 }
