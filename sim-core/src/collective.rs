@@ -134,6 +134,13 @@ pub trait StepNetwork {
         None
     }
 
+    /// The rate at which a GPU copies a buffer within its own memory (reading and writing it:
+    /// a copy of `b` bytes moves `2b`), for the copy a ring's kernel makes without crossing a
+    /// link ([`ring_copy_time`]); `None` where the device is not known.
+    fn device_copy(&self) -> Option<Bandwidth> {
+        None
+    }
+
     /// [`StepNetwork::step_time`] without the path latencies: how long the step's busiest
     /// link takes to carry its bytes (a pipeline's steady steps, whose latency overlaps).
     fn step_transfer_time(
@@ -529,6 +536,7 @@ fn protocol_overhead_with(
         total = total.checked_add(extra.checked_mul(repeat).map_err(overflow)?).map_err(overflow)?;
     }
     total = total.checked_add(channel_time(kind, choice, bytes, group, network)?).map_err(overflow)?;
+    total = total.checked_add(ring_copy_time(kind, choice, bytes, group, network)?).map_err(overflow)?;
     if family == Family::Ring
         && multi_server
         && kind == CollectiveKind::AllReduce
@@ -592,6 +600,55 @@ pub fn channel_time(
         quantity: "channel overhead",
         reason: "longer than the largest representable duration",
     })?)
+}
+
+/// The copy a ring allreduce inside one NVLink server makes in each GPU's own memory, moving
+/// nothing across a link: `2 S / p` bytes of memory traffic per GPU (a buffer of `S` over `p`
+/// ranks) at the device's copy rate ([`StepNetwork::device_copy`]), added to the collective.
+///
+/// NCCL's ring allreduce (`runRing` in `src/collectives/device/all_reduce.h`, v2.11.4-1 and
+/// v2.27.3-1) takes `2p - 1` steps per loop on each channel, each moving one chunk: `send`,
+/// `p - 2` `recvReduceSend`, `recvReduceCopySend`, `p - 2` `recvCopySend`, `recv`. Only
+/// `2(p - 1)` of them cross a link. On Ampere over NVLink NCCL reads from its peer (P2P read:
+/// `ncclTopoCheckP2p` in `src/graph/paths.cc`; `p2pSendConnect` in `src/transport/p2p.cc` puts
+/// the Simple buffer on the sender), so the first step copies the input into the sender's own
+/// buffer; elsewhere (P2P write, and LL and LL128 everywhere) the last step copies the
+/// receiver's own buffer to the output. Every channel runs the same steps in lockstep, so
+/// while they make that copy no link carries anything: one chunk in `p` per channel, `S / p`
+/// per GPU, read and written at the device's copy rate `C`. A ring of bus bandwidth `B` then
+/// reaches `1 / (1 / B + 1 / ((p - 1) C))`: on one A100 server (NCCL's 235 GB/s; copies at
+/// 0.921 x 1555 GB/s) 202 GB/s over 2 GPUs, 223 over 4 and 230 over 8, where Azure's servers
+/// measured 206, 225 and 231 GB/s at 1 GiB (docs/collectives.md, "Rings inside a server").
+///
+/// Simple and LL128 only: their steps move data at the links' pace, so the copy stands out;
+/// LL's steps are bound by its flag checks, slower than memory, and NCCL's LL bandwidth
+/// already is what its rings reach. Not for rings across servers: their steps wait on the
+/// network, which NCCL's proxy feeds while the kernel copies. NCCL 2.11 with one process
+/// driving every GPU over P2P write (not Ampere) writes straight into the peer's output
+/// (`NCCL_DIRECT_WRITE`) and skips the copy; that case is not told apart. Zero for other
+/// kinds, algorithms and networks that do not know the device.
+pub fn ring_copy_time(
+    kind: CollectiveKind,
+    choice: Choice,
+    bytes: Bytes,
+    group: &[RankId],
+    network: &impl StepNetwork,
+) -> Result<SimDuration, CollectiveError> {
+    let (Some(protocol), Some(rate)) = (choice.protocol, network.device_copy()) else {
+        return Ok(SimDuration::ZERO);
+    };
+    if kind != CollectiveKind::AllReduce
+        || choice.algorithm != CollectiveAlgorithm::Ring
+        || protocol == Protocol::Ll
+        || group.len() <= 1
+        || network.intra_hop() != Hop::NvLink
+        || !single_server(group, network)?
+    {
+        return Ok(SimDuration::ZERO);
+    }
+    // 2 S / p bytes through device memory: S / p read and written once.
+    let traffic = Bytes(bytes.0.saturating_mul(2));
+    Ok(rate.time_to_send_share(traffic, group.len() as u64)?)
 }
 
 /// How much `protocol`'s per-hop latency on the slowest hop of a step exceeds the hop's path
@@ -1047,6 +1104,7 @@ mod tests {
     struct Tuned {
         inner: Uniform,
         per_channel: SimDuration,
+        device_copy: Option<Bandwidth>,
     }
 
     impl StepNetwork for Tuned {
@@ -1055,6 +1113,9 @@ mod tests {
         }
         fn channel_overhead(&self) -> SimDuration {
             self.per_channel
+        }
+        fn device_copy(&self) -> Option<Bandwidth> {
+            self.device_copy
         }
         fn protocols(&self) -> ProtocolChoice {
             ProtocolChoice::Auto
@@ -1074,8 +1135,11 @@ mod tests {
 
     #[test]
     fn every_channel_nccl_launches_costs_the_channel_overhead() {
-        let mut network =
-            Tuned { inner: Uniform { per_node: 8, ..uniform() }, per_channel: SimDuration::from_ns(1_200) };
+        let mut network = Tuned {
+            inner: Uniform { per_node: 8, ..uniform() },
+            per_channel: SimDuration::from_ns(1_200),
+            device_copy: None,
+        };
         let ring_ll = Choice { algorithm: A::Ring, protocol: Some(Protocol::Ll) };
         let group = ranks(8);
         // 256 KiB over 8 ranks, ring/LL: 256 KiB / (512 threads x 64 bytes) = 8 channels, the
@@ -1100,6 +1164,52 @@ mod tests {
         let off = Choice { algorithm: A::Ring, protocol: None };
         assert_eq!(
             channel_time(K::AllReduce, off, Bytes(1 << 30), &group, &network).unwrap(),
+            SimDuration::ZERO
+        );
+    }
+
+    #[test]
+    fn a_ring_inside_a_server_copies_one_chunk_in_p_through_device_memory() {
+        // 1 TB/s of copy: a 1 GiB ring/Simple allreduce over p GPUs of one server copies S / p
+        // per GPU, 2 S / p bytes through memory, on top of everything else it costs.
+        let copy: Bandwidth = "1 TB/s".parse().unwrap();
+        let mut network = Tuned {
+            inner: Uniform { per_node: 8, ..uniform() },
+            per_channel: SimDuration::ZERO,
+            device_copy: Some(copy),
+        };
+        let simple = Choice { algorithm: A::Ring, protocol: Some(Protocol::Simple) };
+        let bytes = Bytes(1 << 30);
+        for p in [2u32, 4, 8] {
+            let group = ranks(p);
+            let expected = (2u64 << 30).div_ceil(u64::from(p)); // ps, at 1 byte per ps
+            let copied = ring_copy_time(K::AllReduce, simple, bytes, &group, &network).unwrap();
+            assert!(copied.as_ps().abs_diff(expected) <= 1, "{p} GPUs: {copied}");
+        }
+        let group = ranks(2);
+        let with = protocol_overhead(K::AllReduce, simple, bytes, &group, &mut network).unwrap();
+        network.device_copy = None;
+        let without = protocol_overhead(K::AllReduce, simple, bytes, &group, &mut network).unwrap();
+        network.device_copy = Some(copy);
+        assert_eq!(with, without.checked_add(SimDuration::from_ps(1 << 30)).unwrap());
+        // LL128 copies too; LL (bound by its flag checks), trees, other kinds, no protocol and
+        // rings across servers do not.
+        let ll128 = Choice { algorithm: A::Ring, protocol: Some(Protocol::Ll128) };
+        assert!(ring_copy_time(K::AllReduce, ll128, bytes, &group, &network).unwrap() > SimDuration::ZERO);
+        for choice in [
+            Choice { algorithm: A::Ring, protocol: Some(Protocol::Ll) },
+            Choice { algorithm: A::Tree, protocol: Some(Protocol::Simple) },
+            Choice { algorithm: A::Ring, protocol: None },
+        ] {
+            assert_eq!(
+                ring_copy_time(K::AllReduce, choice, bytes, &group, &network).unwrap(),
+                SimDuration::ZERO
+            );
+        }
+        assert_eq!(ring_copy_time(K::AllGather, simple, bytes, &group, &network).unwrap(), SimDuration::ZERO);
+        network.inner.per_node = 4;
+        assert_eq!(
+            ring_copy_time(K::AllReduce, simple, bytes, &ranks(8), &network).unwrap(),
             SimDuration::ZERO
         );
     }

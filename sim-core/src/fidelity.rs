@@ -5,7 +5,7 @@
 use std::fmt;
 
 use topology::Topology;
-use units::{Bytes, SimDuration};
+use units::{Bandwidth, Bytes, SimDuration};
 
 use crate::exec::{self, ExecError, Timeline};
 use crate::flow::FlowNetwork;
@@ -78,6 +78,9 @@ pub struct NetworkSettings {
     pub protocols: ProtocolChoice,
     /// The GPUs' generation, for NCCL's tuner (which it uses once protocols are on).
     pub generation: GpuGeneration,
+    /// How fast a GPU copies a buffer within its own memory (`None`: unknown), for the copy
+    /// a ring's kernel makes without crossing a link ([`crate::collective::ring_copy_time`]).
+    pub device_copy: Option<Bandwidth>,
     /// Work (`FlowStats::work`) after which a flow or packet run gives up (none by default).
     pub work_budget: Option<u64>,
 }
@@ -91,6 +94,7 @@ impl NetworkSettings {
             chunk: Bytes(crate::schedule::CHUNK_BYTES),
             protocols: ProtocolChoice::Off,
             generation: GpuGeneration::Ampere,
+            device_copy: None,
             work_budget: None,
         }
     }
@@ -98,6 +102,13 @@ impl NetworkSettings {
     /// The same settings tuning for GPUs of `generation`.
     pub const fn with_generation(mut self, generation: GpuGeneration) -> NetworkSettings {
         self.generation = generation;
+        self
+    }
+
+    /// The same settings on GPUs that copy within their own memory at `rate` (the device's
+    /// memory bandwidth times the efficiency large copies reach; `None`: unknown).
+    pub const fn with_device_copy(mut self, rate: Option<Bandwidth>) -> NetworkSettings {
+        self.device_copy = rate;
         self
     }
 
@@ -127,6 +138,7 @@ impl NetworkSettings {
             .with_chunk(self.chunk)
             .with_protocols(self.protocols)
             .with_generation(self.generation)
+            .with_device_copy(self.device_copy)
     }
 
     /// Runs `graph` on `topology` under this model.
@@ -139,6 +151,7 @@ impl NetworkSettings {
                     .with_chunk(self.chunk)
                     .with_protocols(self.protocols)
                     .with_generation(self.generation)
+                    .with_device_copy(self.device_copy)
                     .with_work_budget(self.work_budget);
                 if self.fidelity == Fidelity::Flow {
                     network = network.steady_state();

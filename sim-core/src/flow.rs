@@ -482,6 +482,13 @@ impl<'t> FlowNetwork<'t> {
         self
     }
 
+    /// The same model on GPUs that copy within their memory at `rate` (see
+    /// [`crate::collective::StepNetwork::device_copy`]).
+    pub fn with_device_copy(mut self, rate: Option<units::Bandwidth>) -> Self {
+        self.estimator = self.estimator.with_device_copy(rate);
+        self
+    }
+
     /// The same model tuning for GPUs of `generation` (see [`crate::tuner`]).
     pub fn with_generation(mut self, generation: crate::tuner::GpuGeneration) -> Self {
         self.estimator = self.estimator.with_generation(generation);

@@ -251,6 +251,8 @@ pub struct AnalyticalNetwork<'t> {
     protocols: ProtocolChoice,
     /// The GPUs' generation, for NCCL's tuner.
     generation: GpuGeneration,
+    /// The GPUs' copy rate within their own memory (see [`StepNetwork::device_copy`]).
+    device_copy: Option<units::Bandwidth>,
     /// Scratch: the routes of the step being timed, one per message.
     step_routes: Vec<Route>,
     /// Each rank pair's route and path latency, found once (the analytical model routes
@@ -478,6 +480,7 @@ impl<'t> AnalyticalNetwork<'t> {
             chunk: Bytes(crate::schedule::CHUNK_BYTES),
             protocols: ProtocolChoice::Off,
             generation: GpuGeneration::default(),
+            device_copy: None,
             step_routes: Vec::new(),
             paths: PathCache::new(topology.host_count()),
             tree_levels: TreeCache::default(),
@@ -494,6 +497,13 @@ impl<'t> AnalyticalNetwork<'t> {
     /// The same model with collectives run by `protocols` (see [`crate::protocol`]).
     pub fn with_protocols(mut self, protocols: ProtocolChoice) -> Self {
         self.protocols = protocols;
+        self
+    }
+
+    /// The same model on GPUs that copy within their memory at `rate` (`None`: unknown; see
+    /// [`StepNetwork::device_copy`]).
+    pub fn with_device_copy(mut self, rate: Option<units::Bandwidth>) -> Self {
+        self.device_copy = rate;
         self
     }
 
@@ -678,6 +688,10 @@ impl StepNetwork for AnalyticalNetwork<'_> {
 
     fn channel_overhead(&self) -> SimDuration {
         self.topology.spec().network.transport.channel_overhead
+    }
+
+    fn device_copy(&self) -> Option<units::Bandwidth> {
+        self.device_copy
     }
 
     fn collective_launch(&self) -> SimDuration {
@@ -920,6 +934,9 @@ mod tests {
         }
         fn tuner_fabric(&self) -> Option<TunerFabric> {
             self.0.tuner_fabric()
+        }
+        fn device_copy(&self) -> Option<units::Bandwidth> {
+            self.0.device_copy()
         }
         fn step_transfer_time(
             &mut self,

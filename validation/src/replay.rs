@@ -182,8 +182,12 @@ pub fn replay(request: &ReplayRequest) -> Result<ReplayRun, ReplayError> {
         .collectives
         .protocols(request.protocols)
         .map_err(|message| ReplayError::Protocol(format!("{} {message}", device.name)))?;
-    let network =
-        request.network.with_generation(GpuGeneration::of_device(&device.name)).with_protocols(protocols);
+    let device_copy = workloads::ComputeModel::builtin_for(&device).device_copy(&device);
+    let network = request
+        .network
+        .with_generation(GpuGeneration::of_device(&device.name))
+        .with_device_copy(device_copy)
+        .with_protocols(protocols);
     let gpus = spec.nodes * spec.gpus_per_node;
     if gpus < ranks {
         return Err(ReplayError::TooFewGpus { gpus, ranks });

@@ -156,21 +156,22 @@ impl CollectiveBench {
                 valid: valid.join(", "),
             });
         }
+        // NCCL's kernels copy within a GPU's memory, and one rank copies its buffer to the output
+        // (out-of-place), at the rate large memory-bound kernels reach on the device (its
+        // calibrated profile, else the compute model's default).
+        let device_copy =
+            crate::compute::ComputeModel::builtin_for(&cluster.device).device_copy(&cluster.device);
         let settings = BenchSettings {
-            network: settings.network.with_generation(GpuGeneration::of_device(&cluster.device.name)),
+            network: settings
+                .network
+                .with_generation(GpuGeneration::of_device(&cluster.device.name))
+                .with_device_copy(device_copy),
             gpus_per_process: settings.gpus_per_process.max(1),
             ..settings
         };
         let host_floor =
             settings.host_launch.checked_mul(u64::from(settings.gpus_per_process.min(settings.ranks)))?;
-        // One rank: NCCL copies the buffer to the output (out-of-place), reading and writing
-        // device memory at the rate large memory-bound kernels reach on it (the device's
-        // calibrated profile, else the compute model's default).
-        let memory_efficiency = crate::calibrate::Profile::builtin(&cluster.device.name)
-            .map_or(crate::compute::ComputeModel::default().memory_efficiency, |p| {
-                p.compute.memory_efficiency
-            });
-        let copy_rate = cluster.device.memory_bandwidth.bytes_per_second() * memory_efficiency;
+        let copy_rate = device_copy.map_or(f64::INFINITY, |rate| rate.bytes_per_second());
         Ok(CollectiveBench { topology, collective, settings, copy_rate, host_floor })
     }
 
@@ -300,5 +301,22 @@ mod tests {
         let kernel_only = bench(&without, 4, 1).time(1 << 30).unwrap().seconds;
         // At most 24 channels (a communicator's most on one A100 server), 23 of them paying.
         assert!(alone > kernel_only && alone - kernel_only <= 23.0 * 1.5e-6 + 1e-9);
+    }
+
+    #[test]
+    fn rings_inside_a_server_lose_bandwidth_to_their_copy_the_fewer_their_gpus() {
+        // 1 GiB ring/Simple: NCCL 2.11's 235 GB/s bus bandwidth less the copy each GPU makes in
+        // its own memory (S / p, at the A100 profile's copy rate): 1 / (1/235 + 1/((p-1) C)).
+        let cluster = server("0 us");
+        let device = &cluster.device;
+        let copy = crate::compute::ComputeModel::builtin_for(device).device_copy(device).unwrap();
+        let rate = copy.bytes_per_second() / 1e9;
+        for p in [2u32, 4, 8] {
+            let point = bench(&cluster, p, 1).time(1 << 30).unwrap();
+            assert_eq!(point.chosen, "ring/Simple");
+            let expected = 1.0 / (1.0 / 235.0 + 1.0 / (f64::from(p - 1) * rate));
+            // The latencies (tens of us) are what the 1 GiB point adds beyond the formula.
+            assert!(point.busbw < expected && point.busbw > 0.98 * expected, "{p} GPUs: {}", point.busbw);
+        }
     }
 }

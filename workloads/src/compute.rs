@@ -29,7 +29,7 @@
 //! fp32 rate (fp64 for fp64 tensors); they move `dtype`-sized elements.
 
 use serde::{Deserialize, Serialize};
-use sim_core::units::{SimDuration, TimeOverflow, UnitError};
+use sim_core::units::{Bandwidth, SimDuration, TimeOverflow, UnitError};
 
 use crate::device::{CONV_VECTOR_TILES, Device, DeviceError, Dtype};
 use crate::kernel_shape::{ConvDirection, GemmShape, KernelShape};
@@ -252,6 +252,22 @@ const GEMM_MAX_SPLIT: u64 = 32;
 pub const DEFAULT_DISPATCH_NS: u64 = 18_500;
 
 impl ComputeModel {
+    /// The rate at which `device` copies a buffer within its own memory under this model: its
+    /// memory bandwidth times [`ComputeModel::memory_efficiency`], the share large memory-bound
+    /// kernels reach (a copy of `b` bytes moves `2b` through memory). What NCCL's kernels
+    /// copy without crossing a link goes at this rate
+    /// (`sim_core::collective::ring_copy_time`), as does nccl-tests' one-rank allreduce.
+    pub fn device_copy(&self, device: &Device) -> Option<Bandwidth> {
+        let rate = device.memory_bandwidth.bytes_per_second() * self.memory_efficiency;
+        Bandwidth::from_bytes_per_second(rate.round() as u64)
+    }
+
+    /// The compute model of `device`'s built-in calibrated profile, else the defaults.
+    pub fn builtin_for(device: &Device) -> ComputeModel {
+        crate::calibrate::Profile::builtin(&device.name)
+            .map_or_else(|_| ComputeModel::default(), |p| p.compute)
+    }
+
     /// Checks that every efficiency is in (0, 1].
     pub fn validate(&self) -> Result<(), ComputeError> {
         for (parameter, value) in [

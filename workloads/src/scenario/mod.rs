@@ -740,6 +740,7 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
         None => None,
     };
     let (compute, compute_source) = compute_model(&spec.compute, &device, precision, file)?;
+    let device_copy = compute.device_copy(&device);
 
     let scenario = Scenario {
         source: file.display().to_string(),
@@ -758,7 +759,8 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
             .with_collective_launch(spec.simulation.collective_launch)
             .with_chunk(spec.simulation.chunk_size)
             .with_protocols(protocols)
-            .with_generation(generation),
+            .with_generation(generation)
+            .with_device_copy(device_copy),
         iterations: spec.simulation.iterations,
         compute,
         compute_source,
