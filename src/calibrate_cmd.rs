@@ -423,12 +423,14 @@ fn add_tables(collected: &mut Collected, tables: &[PathBuf], device: &Device) ->
         let text = fs_err::read_to_string(path)?;
         let samples = if name.ends_with("-gemm.csv") {
             deepbench::samples(
+                device,
                 &deepbench::parse_gemms(&text).with_context(|| path.display().to_string())?,
                 &[],
                 dtype,
             )
         } else {
             deepbench::samples(
+                device,
                 &[],
                 &deepbench::parse_convs(&text).with_context(|| path.display().to_string())?,
                 dtype,

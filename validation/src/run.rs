@@ -356,11 +356,11 @@ fn deepbench(family: &Family, case: &CaseEntry, paths: &Paths) -> Result<Simulat
     let samples = if operation == "gemm" {
         let rows =
             workloads::deepbench::parse_gemms(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-        workloads::deepbench::samples(&rows, &[], dtype)
+        workloads::deepbench::samples(device, &rows, &[], dtype)
     } else {
         let rows =
             workloads::deepbench::parse_convs(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-        workloads::deepbench::samples(&[], &rows, dtype)
+        workloads::deepbench::samples(device, &[], &rows, dtype)
     };
     let model = ComputeModel { winograd_convolutions: true, ..ComputeModel::default() };
     let mut points = Vec::with_capacity(samples.len());

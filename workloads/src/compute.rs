@@ -247,6 +247,16 @@ impl Default for ComputeModel {
 /// cuDNN's backward-weight kernels).
 const GEMM_MAX_SPLIT: u64 = 32;
 
+/// Bytes of channels a matrix-unit (Tensor Core) implicit-GEMM convolution kernel takes per
+/// filter tap and reduction step: its k-tile, 32 fp16 channels. CUTLASS's implicit GEMM, the
+/// public form of these kernels, assumes channel and filter counts that are multiples of 32
+/// elements (`media/docs/implicit_gemm_convolution.md`, "CUTLASS Convolution
+/// Implementation"), and steps through the reduction one filter tap and 32 channels at a time;
+/// fewer channels leave part of every step empty. With it, the forward passes of DeepBench's
+/// V100 fp16 first layers (8 channels as padded by the benchmark) come out at 0.68-1.06 of their
+/// measured times instead of 0.25-0.41 (docs/compute-model.md, "DeepBench").
+const MATRIX_CONV_CHANNEL_BYTES: u64 = 64;
+
 /// Default host time per kernel, nanoseconds: the median over six real traces of their launch
 /// intervals' lower quartile (`docs/compute-model.md`, "Host dispatch"; checked by a test).
 pub const DEFAULT_DISPATCH_NS: u64 = 18_500;
@@ -738,34 +748,48 @@ impl Curves {
                 let tiled = |shape: &GemmShape| {
                     self.tiled_seconds(device, shape, peak, efficiency, grid, tiles, GEMM_MAX_SPLIT)
                 };
-                // cuDNN splits the reduction only in its backward-weight kernels (named
+                // cuDNN splits the reduction in its backward-weight kernels (named
                 // `*_splitK_*`), whose reduction over N·P·Q(·O) positions is long and whose
-                // output (K x C·R·S) is small. Forward and backward-data kernels keep each
-                // output tile's whole reduction in one thread block: a product with few
+                // output (K x C·R·S) is small, and in its Tensor Core forward kernels (cuDNN 7:
+                // `volta_fp16_s884cudnn_fp16_128x128_ldg8_splitK_relu_*`). Its SIMT forward
+                // (`*_relu_*`) and its backward-data kernels (`*_stridedB_*`, `*_dgrad_*`) keep
+                // each output tile's whole reduction in one thread block: a product with few
                 // output tiles (a 7x7 layer of a small batch) leaves multiprocessors idle.
-                let max_split = if *direction == ConvDirection::BackwardWeight { GEMM_MAX_SPLIT } else { 1 };
+                let max_split = match direction {
+                    ConvDirection::BackwardWeight => GEMM_MAX_SPLIT,
+                    ConvDirection::Forward if !on_vector_units => GEMM_MAX_SPLIT,
+                    ConvDirection::Forward | ConvDirection::BackwardData => 1,
+                };
                 // Implicit GEMM in a vector-unit dtype (fp32 on a V100 or an A100, everything on
                 // a P100) runs cuDNN's SIMT kernels, whose tiles are 128 positions by 128, 64 or
                 // 32 channels (`CONV_VECTOR_TILES`): thin channel counts waste part of every
-                // tile. Forward and backward-data put the positions on the rows; which operand
-                // of backward-weight's `K x C·R·S(·T)` product takes the 128 is not documented,
+                // tile. On matrix units the device's convolution tiles apply
+                // (`Execution::conv_tiles`: cuDNN 7 on Volta has 256x128, 256x64 and 128x128,
+                // none narrower), and the kernels step through each filter tap's channels one
+                // k-tile of `MATRIX_CONV_CHANNEL_BYTES` at a time, so channels count as padded
+                // to it (32 in fp16: a layer of 8 or 16 channels wastes 3/4 or 1/2 of every
+                // step). Forward and backward-data put the positions on the rows; which operand
+                // of backward-weight's `K x C·R·S(·T)` product takes the rows is not documented,
                 // so both orientations are tried. A half-precision convolution moved off the
                 // matrix units by unaligned channels keeps the GEMM tiles: newer cuDNN versions
                 // pad such channels onto Tensor Cores instead.
-                let gemm = shape.implicit_gemm(*direction, grid);
-                let mut best = if !matrix {
-                    let conv = |tiles: &[[u32; 2]]| {
-                        self.tiled_seconds(device, &gemm, peak, efficiency, 1, tiles, max_split)
-                    };
-                    let upright = conv(&CONV_VECTOR_TILES)?;
-                    if *direction == ConvDirection::BackwardWeight {
-                        upright.min(conv(&CONV_VECTOR_TILES.map(|[rows, columns]| [columns, rows]))?)
-                    } else {
-                        upright
-                    }
+                let (channel_grid, conv_tiles) = if !matrix {
+                    (1, &CONV_VECTOR_TILES[..])
+                } else if on_vector_units {
+                    (1, tiles)
                 } else {
-                    self.tiled_seconds(device, &gemm, peak, efficiency, grid, tiles, max_split)?
+                    ((MATRIX_CONV_CHANNEL_BYTES / work.dtype.bytes()).max(grid), execution.conv_tiles())
                 };
+                let gemm = shape.implicit_gemm(*direction, channel_grid);
+                let conv = |tiles: &[[u32; 2]]| {
+                    self.tiled_seconds(device, &gemm, peak, efficiency, grid, tiles, max_split)
+                };
+                let mut best = conv(conv_tiles)?;
+                if *direction == ConvDirection::BackwardWeight {
+                    let transposed: Vec<[u32; 2]> =
+                        conv_tiles.iter().map(|&[rows, columns]| [columns, rows]).collect();
+                    best = best.min(conv(&transposed)?);
+                }
                 // Vector-unit convolutions may use Winograd (cuDNN's benchmark mode picks the
                 // fastest algorithm): fewer multiplications, plus transforms through memory.
                 if self.winograd && on_vector_units && shape.winograd_applies() {
@@ -1240,6 +1264,57 @@ mod tests {
         // half of a 32-row tile, not an eighth of a 128-row one.
         let (wgrad, _) = conv(16, ConvDirection::BackwardWeight);
         assert!(wgrad > 0.3 && wgrad < 0.5, "{wgrad}");
+    }
+
+    #[test]
+    fn tensor_core_convolutions_run_cudnn_tiles_channel_steps_and_forward_split() {
+        let model = ComputeModel::default();
+        let catalog = DeviceCatalog::builtin();
+        let v100 = catalog.get("v100-sxm2-16gb").unwrap();
+        let a100 = catalog.get("a100-sxm4-80gb").unwrap();
+        let seconds = |device: &Device, dtype: Dtype, c: u64, k: u64, hw: u64, direction: ConvDirection| {
+            let shape = crate::kernel_shape::ConvShape {
+                batch: if hw < 14 { 1 } else { 8 },
+                in_channels: c,
+                out_channels: k,
+                groups: 1,
+                input: [hw, hw, 1],
+                output: [hw, hw, 1],
+                kernel: [1, 1, 1],
+                stride: [1, 1, 1],
+            };
+            let flops = shape.implicit_gemm(ConvDirection::Forward, 1).flops();
+            let work = KernelWork {
+                shape: KernelShape::Conv { shape, direction },
+                ..KernelWork::flat(OpClass::Gemm, dtype, flops, 0.0)
+            };
+            model.kernel_seconds(device, &work).unwrap()
+        };
+        let forward = ConvDirection::Forward;
+        // Tensor Core kernels take 32 fp16 channels per filter tap and step: 16 input channels
+        // cost what 32 do.
+        let (sixteen, thirty_two) = (
+            seconds(v100, Dtype::Fp16, 16, 256, 56, forward),
+            seconds(v100, Dtype::Fp16, 32, 256, 56, forward),
+        );
+        assert!((sixteen / thirty_two - 1.0).abs() < 1e-12, "{sixteen} vs {thirty_two}");
+        // cuDNN 7's narrowest Volta tile has 64 channels: 32 output channels cost what 64 do.
+        // The A100's library has narrower tiles.
+        let narrow = |device| seconds(device, Dtype::Fp16, 256, 32, 56, forward);
+        let wide = |device| seconds(device, Dtype::Fp16, 256, 64, 56, forward);
+        assert!((narrow(v100) / wide(v100) - 1.0).abs() < 1e-12);
+        assert!(narrow(a100) < 0.9 * wide(a100));
+        // A 1x1 layer with as many input as output channels is the same product forward and
+        // backward-data; with few output tiles (one image of 7x7), the Tensor Core forward
+        // kernel splits its reduction and backward-data cannot. The SIMT kernels split neither.
+        let split = seconds(v100, Dtype::Fp16, 2048, 2048, 7, forward);
+        let unsplit = seconds(v100, Dtype::Fp16, 2048, 2048, 7, ConvDirection::BackwardData);
+        assert!(split < 0.8 * unsplit, "{split} vs {unsplit}");
+        let simt = seconds(v100, Dtype::Fp32, 2048, 2048, 7, forward);
+        assert!(
+            (simt / seconds(v100, Dtype::Fp32, 2048, 2048, 7, ConvDirection::BackwardData) - 1.0).abs()
+                < 1e-12
+        );
     }
 
     #[test]

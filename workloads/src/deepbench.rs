@@ -16,7 +16,7 @@
 
 use crate::calibrate::Sample;
 use crate::compute::KernelWork;
-use crate::device::Dtype;
+use crate::device::{Device, Dtype};
 use crate::kernel_shape::{ConvDirection, ConvShape, GemmShape, KernelShape};
 use crate::layer::OpClass;
 
@@ -243,10 +243,36 @@ impl ConvRow {
     }
 }
 
-/// Calibration samples of a GEMM table and a convolution table measured in `dtype`: one per
-/// product and one per convolution direction with a time. Samples of the same shape (and
+/// Channel multiple DeepBench pads convolutions to when it runs them on Tensor Cores: its
+/// `conv_bench.cu` (github.com/baidu-research/DeepBench, `code/nvidia`, built with
+/// `USE_TENSOR_CORES` for cuDNN 7, as the V100 half-precision results were: every one of their
+/// forward algorithms is the Tensor Core `IMPLICIT_PRECOMP_GEMM`) rounds the input channels `C`
+/// and the filters `K` of a half-precision training convolution up to multiples of 8 before
+/// timing it ("Tensor cores need channels to be a multiple of 8"), in NHWC. Its fp32 runs and
+/// its cuDNN 6 (P100) runs time the layer as listed.
+pub const TENSOR_CORE_CHANNEL_PADDING: u64 = 8;
+
+impl ConvRow {
+    /// The convolution DeepBench timed for this row in `dtype` on `device`: the listed one, or,
+    /// when `dtype` runs on the device's matrix units, with its channels padded to
+    /// [`TENSOR_CORE_CHANNEL_PADDING`].
+    pub fn as_timed(&self, device: &Device, dtype: Dtype) -> ConvRow {
+        let mut row = self.clone();
+        if device.execution.as_ref().is_some_and(|execution| execution.on_matrix_units(dtype)) {
+            let pad =
+                |channels: u64| channels.div_ceil(TENSOR_CORE_CHANNEL_PADDING) * TENSOR_CORE_CHANNEL_PADDING;
+            row.shape.in_channels = pad(row.shape.in_channels);
+            row.shape.out_channels = pad(row.shape.out_channels);
+        }
+        row
+    }
+}
+
+/// Calibration samples of a GEMM table and a convolution table measured in `dtype` on
+/// `device`: one per product and one per convolution direction with a time, each convolution
+/// as DeepBench timed it there ([`ConvRow::as_timed`]). Samples of the same shape (and
 /// direction) share a group, so cross-validation holds whole shapes out.
-pub fn samples(gemms: &[GemmRow], convs: &[ConvRow], dtype: Dtype) -> Vec<Sample> {
+pub fn samples(device: &Device, gemms: &[GemmRow], convs: &[ConvRow], dtype: Dtype) -> Vec<Sample> {
     let mut samples = Vec::new();
     for row in gemms {
         let GemmShape { m, n, k, .. } = row.shape;
@@ -261,6 +287,7 @@ pub fn samples(gemms: &[GemmRow], convs: &[ConvRow], dtype: Dtype) -> Vec<Sample
         });
     }
     for row in convs {
+        let row = row.as_timed(device, dtype);
         for (index, direction) in DIRECTIONS.into_iter().enumerate() {
             let Some(seconds) = row.seconds[index] else { continue };
             let s = &row.shape;
@@ -313,7 +340,13 @@ mod tests {
         assert_eq!(rows[0].shape.output, [79, 341, 1]);
         assert_eq!(rows[0].shape.kernel, [5, 20, 1]);
         assert_eq!(rows[0].seconds[1], None);
-        assert_eq!(samples(&[], &rows, Dtype::Fp32).len(), 5);
+        let v100 = crate::device::DeviceCatalog::builtin().get("v100-sxm2-16gb").unwrap();
+        assert_eq!(samples(v100, &[], &rows, Dtype::Fp32).len(), 5);
+        // Half precision on Tensor Cores: DeepBench timed the layer with 8 input channels.
+        assert_eq!(rows[0].as_timed(v100, Dtype::Fp16).shape.in_channels, 8);
+        assert_eq!(rows[0].as_timed(v100, Dtype::Fp32).shape, rows[0].shape);
+        let p100 = crate::device::DeviceCatalog::builtin().get("p100-pcie-16gb").unwrap();
+        assert_eq!(rows[0].as_timed(p100, Dtype::Fp16).shape, rows[0].shape);
     }
 
     #[test]

@@ -222,6 +222,12 @@ pub struct Execution {
     /// device's GEMM libraries choose from; empty means [`DEFAULT_TILES`].
     #[serde(default)]
     pub tiles: Vec<[u32; 2]>,
+    /// Output tile shapes (output positions x channels) of the device's convolution library's
+    /// matrix-unit implicit-GEMM kernels, when they are fewer than its GEMM tiles; empty means
+    /// [`Execution::tiles`]. cuDNN 7 on Volta has three (see the V100 entries of
+    /// `data/devices.toml`).
+    #[serde(default)]
+    pub conv_tiles: Vec<[u32; 2]>,
     /// The whitepaper or datasheet these numbers come from.
     pub source: String,
 }
@@ -264,6 +270,11 @@ impl Execution {
     /// The tiles GEMMs choose from on this device.
     pub fn tiles(&self) -> &[[u32; 2]] {
         if self.tiles.is_empty() { &DEFAULT_TILES } else { &self.tiles }
+    }
+
+    /// The tiles matrix-unit convolutions choose from on this device.
+    pub fn conv_tiles(&self) -> &[[u32; 2]] {
+        if self.conv_tiles.is_empty() { self.tiles() } else { &self.conv_tiles }
     }
 
     /// Whether `dtype` products run on the matrix units.
@@ -358,6 +369,9 @@ impl DeviceSpec {
             }
             if execution.tiles.iter().any(|tile| tile[0] == 0 || tile[1] == 0) {
                 return Err(invalid("execution.tiles", "must be positive [rows, columns] pairs"));
+            }
+            if execution.conv_tiles.iter().any(|tile| tile[0] == 0 || tile[1] == 0) {
+                return Err(invalid("execution.conv-tiles", "must be positive [rows, columns] pairs"));
             }
             if execution.matrix_dtypes.iter().any(|dtype| !self.peak.contains_key(dtype)) {
                 return Err(invalid("execution.matrix-dtypes", "lists a dtype without a `peak` rate"));
@@ -543,6 +557,9 @@ mod tests {
         let v100 = catalog.get("v100-sxm2-16gb").unwrap().execution.as_ref().unwrap();
         assert!(v100.on_matrix_units(Dtype::Fp16) && !v100.on_matrix_units(Dtype::Fp32));
         assert_eq!(v100.tiles(), &DEFAULT_TILES);
+        assert_eq!(v100.conv_tiles(), &[[256, 128], [256, 64], [128, 128]]);
+        let a100 = catalog.get("a100-sxm4-80gb").unwrap().execution.as_ref().unwrap();
+        assert_eq!(a100.conv_tiles(), &DEFAULT_TILES);
     }
 
     #[test]
@@ -722,5 +739,8 @@ mod tests {
         let matrix = execution.replace("sm-count = 0", "sm-count = 8").replace("[]", "[\"fp16\"]");
         let error = DeviceCatalog::from_toml_str(&matrix).unwrap_err().to_string();
         assert!(error.contains("matrix-dtypes"), "{error}");
+        let conv_tiles = execution.replace("sm-count = 0", "sm-count = 8\nconv-tiles = [[128, 0]]");
+        let error = DeviceCatalog::from_toml_str(&conv_tiles).unwrap_err().to_string();
+        assert!(error.contains("conv-tiles") && error.contains("positive"), "{error}");
     }
 }

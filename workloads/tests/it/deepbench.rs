@@ -49,8 +49,8 @@ pub fn accuracy(model: &ComputeModel, device: &Device, samples: &[Sample]) -> f6
 pub fn measure(model: &ComputeModel, device: &str, precision: &str, dtype: Dtype) -> (f64, f64) {
     let (gemms, convs) = tables(device.split('-').next().unwrap(), precision);
     let device = DeviceCatalog::builtin().get(device).unwrap();
-    let gemm = accuracy(model, device, &deepbench::samples(&gemms, &[], dtype));
-    let conv = accuracy(model, device, &deepbench::samples(&[], &convs, dtype));
+    let gemm = accuracy(model, device, &deepbench::samples(device, &gemms, &[], dtype));
+    let conv = accuracy(model, device, &deepbench::samples(device, &[], &convs, dtype));
     (gemm, conv)
 }
 
@@ -74,19 +74,22 @@ fn the_tables_have_every_kernel() {
 fn default_model_accuracy_on_deepbench() {
     let model = deepbench_defaults();
     // (gemm, conv) lower bounds with the defaults, per case of CASES.
-    let bounds = [(0.90, 0.755), (0.849, 0.70), (0.79, 0.72), (0.80, 0.58)];
+    let bounds = [(0.90, 0.755), (0.849, 0.836), (0.79, 0.72), (0.80, 0.58)];
     for ((device, precision, dtype), (gemm_bound, conv_bound)) in CASES.into_iter().zip(bounds) {
         let (gemm, conv) = measure(&model, device, precision, dtype);
         // The same kernels without their shapes and with one GEMM ceiling: the FLOPs-only model
         // parasim had before.
         let (gemms, convs) = tables(device.split('-').next().unwrap(), precision);
         let before = ComputeModel { vector_gemm_efficiency: model.gemm_efficiency, ..model.clone() };
+        let catalog = DeviceCatalog::builtin().get(device).unwrap();
         let flat = |mut samples: Vec<Sample>| {
             samples.iter_mut().for_each(|s| s.work.shape = workloads::KernelShape::Unknown);
-            accuracy(&before, DeviceCatalog::builtin().get(device).unwrap(), &samples)
+            accuracy(&before, catalog, &samples)
         };
-        let (flat_gemm, flat_conv) =
-            (flat(deepbench::samples(&gemms, &[], dtype)), flat(deepbench::samples(&[], &convs, dtype)));
+        let (flat_gemm, flat_conv) = (
+            flat(deepbench::samples(catalog, &gemms, &[], dtype)),
+            flat(deepbench::samples(catalog, &[], &convs, dtype)),
+        );
         println!(
             "defaults, {device} {precision}: GEMMs {:.1}% (FLOPs only: {:.1}%), convolutions {:.1}% (FLOPs only: {:.1}%)",
             gemm * 100.0,
@@ -116,7 +119,7 @@ fn a_profile_fitted_on_half_the_shapes_predicts_the_other_half() {
     let mut held_out = Vec::new();
     for (device, precision, dtype) in &CASES[..2] {
         let (gemms, convs) = tables(device.split('-').next().unwrap(), precision);
-        for sample in deepbench::samples(&gemms, &convs, *dtype) {
+        for sample in deepbench::samples(v100, &gemms, &convs, *dtype) {
             if half_of(sample.group) == 0 {
                 training.push(sample)
             } else {
@@ -127,7 +130,7 @@ fn a_profile_fitted_on_half_the_shapes_predicts_the_other_half() {
     let fit = workloads::calibrate::fit_staged(v100, &training, &deepbench_defaults(), &[]).unwrap();
     println!("fitted on {} V100 kernels: {:?}", training.len(), fit.model);
     // (precision, gemm bound, conv bound) on the held-out half.
-    let bounds = [("fp32", 0.92, 0.679), ("fp16-mixed", 0.859, 0.729)];
+    let bounds = [("fp32", 0.92, 0.733), ("fp16-mixed", 0.859, 0.806)];
     for (precision, gemm_bound, conv_bound) in bounds {
         let (gemms, convs): (Vec<_>, Vec<_>) = held_out
             .iter()
@@ -149,7 +152,7 @@ fn a_profile_fitted_on_half_the_shapes_predicts_the_other_half() {
     }
     let (gemm, conv) = measure(&fit.model, "p100-pcie-16gb", "fp32", Dtype::Fp32);
     println!("V100 profile on P100 fp32: GEMMs {:.1}%, convolutions {:.1}%", gemm * 100.0, conv * 100.0);
-    assert!(gemm >= 0.77 && conv >= 0.735, "{gemm} {conv}");
+    assert!(gemm >= 0.77 && conv >= 0.759, "{gemm} {conv}");
 }
 
 /// Prints every kernel's prediction (for analysis): `cargo test -p workloads --test it
@@ -161,7 +164,7 @@ fn dump() {
     for (device, precision, dtype) in CASES {
         let (gemms, convs) = tables(device.split('-').next().unwrap(), precision);
         let catalog = DeviceCatalog::builtin().get(device).unwrap();
-        for (row, sample) in gemms.iter().zip(deepbench::samples(&gemms, &[], dtype)) {
+        for (row, sample) in gemms.iter().zip(deepbench::samples(catalog, &gemms, &[], dtype)) {
             let p = predict(&model, catalog, &sample).unwrap();
             let s = row.shape;
             println!(
@@ -176,6 +179,7 @@ fn dump() {
             );
         }
         for row in &convs {
+            let row = row.as_timed(catalog, dtype);
             for (i, direction) in deepbench::DIRECTIONS.into_iter().enumerate() {
                 let Some(measured) = row.seconds[i] else { continue };
                 let sample = Sample {
