@@ -540,6 +540,7 @@ fn report(
             format!("{:.3}", m.communication_memory_slowdown),
             format!("{:.3}", m.communication_compute_slowdown),
             format!("{:.3}", m.communication_launch_slowdown),
+            m.reduction_overhead.to_string(),
         ]
     };
     let rows: Vec<[String; 4]> = PARAMETERS

@@ -81,6 +81,9 @@
 //! ```text
 //! sum, mean, amax, max, norm, var, prod, argmax, ...   flops n   bytes B(input)
 //!     the reduced dims are not recorded: the output is counted negligible
+//! ```
+//! Normalization class (row-wise: one block or warp per row, [`OpClass::Normalization`]):
+//! ```text
 //! softmax, log_softmax     flops 5n (max, subtract, exp, sum, divide)    bytes 2B(input)
 //! their _backward_data     flops 4n (multiply, sum, subtract, multiply)  bytes 2B(grad) + B(out)
 //! native_layer_norm        flops 8n   bytes B(x)+B(w)+B(bias)+B(out) + 2 fp32 statistics a row
@@ -88,6 +91,9 @@
 //!     rows = n / elements(w), or n / the last dim without a weight (normalized_shape is a value)
 //! their backward: flops 2x forward; reads grad_out, input, statistics, weight; writes
 //!     grad_input, grad_weight (and grad_bias)
+//! ```
+//! Reduction class again (statistics across rows or positions):
+//! ```text
 //! batch norm: training assumed (the flag is not recorded). Reads the input twice (statistics,
 //!     then normalise) and the parameters and running statistics once, writes the output;
 //!     flops 8n. Backward: reads grad_out and input twice, writes grad_input, grad_weight,
@@ -150,7 +156,7 @@ pub enum Uncosted {
 
 /// The work of one operator, from the formulas in the [module documentation](self).
 pub fn operator_work(call: &OperatorCall) -> Result<KernelWork, Uncosted> {
-    use OpClass::{Elementwise, Reduction};
+    use OpClass::{Elementwise, Normalization, Reduction};
     let rule = lookup(call.name).ok_or(Uncosted::UnknownOperator)?;
     if call.dims.is_empty() || call.types.is_empty() {
         return Err(Uncosted::MissingShapes);
@@ -192,7 +198,7 @@ pub fn operator_work(call: &OperatorCall) -> Result<KernelWork, Uncosted> {
         Rule::SoftmaxBackward => {
             let (grad, output) = (args.tensor(0)?, args.tensor(1)?);
             let bytes = 2.0 * grad.bytes() + output.bytes();
-            Ok(vector(Reduction, &[grad, output], 4.0 * grad.elements(), bytes))
+            Ok(vector(Normalization, &[grad, output], 4.0 * grad.elements(), bytes))
         }
         Rule::Norm { weight, bias, statistics, per_element } => {
             norm(&args, weight, bias, statistics, per_element)
@@ -201,7 +207,7 @@ pub fn operator_work(call: &OperatorCall) -> Result<KernelWork, Uncosted> {
             let (all, input) = (args.tensors()?, args.tensor(1)?);
             let weight = args.arg(weight)?.map_or(0.0, |weight| weight.bytes());
             let bytes = total(&all) + input.bytes() + weight;
-            Ok(vector(Reduction, &all, per_element * input.elements(), bytes))
+            Ok(vector(Normalization, &all, per_element * input.elements(), bytes))
         }
         Rule::BatchNorm => {
             let (all, input) = (args.tensors()?, args.tensor(0)?);
@@ -245,13 +251,18 @@ pub fn operator_work(call: &OperatorCall) -> Result<KernelWork, Uncosted> {
 /// among `kernel_names` (Kineto names them `Memset ...`, `Memcpy ...`) are not kernels here.
 pub fn operator_kernels(call: &OperatorCall) -> Result<Vec<KernelWork>, Uncosted> {
     let main = operator_work(call)?;
-    let Some(Rule::Product { addend }) = lookup(call.name) else { return Ok(vec![main]) };
     let launched = call
         .kernel_names
         .iter()
         .filter(|name| !name.starts_with("Memset") && !name.starts_with("Memcpy"))
         .count();
     let args = Args { dims: call.dims, types: call.types };
+    if let Some(Rule::NormBackward { weight, .. }) = lookup(call.name)
+        && launched >= 2
+    {
+        return norm_backward_kernels(&args, weight, main);
+    }
+    let Some(Rule::Product { addend }) = lookup(call.name) else { return Ok(vec![main]) };
     let (outputs, element) = product_output(&args, addend)?;
     // Element-wise math runs at the fp32 rate, fp64 for double products (as `vector` decides).
     let dtype = if element == Element::Float(Dtype::Fp64) { Dtype::Fp64 } else { Dtype::Fp32 };
@@ -259,6 +270,28 @@ pub fn operator_kernels(call: &OperatorCall) -> Result<Vec<KernelWork>, Uncosted
     let mut kernels = vec![main];
     kernels.extend(std::iter::repeat_n(pass, launched.saturating_sub(1)));
     Ok(kernels)
+}
+
+/// A layer or RMS norm's backward as its two kernels (PyTorch's `layer_norm_grad_input_kernel`
+/// and `GammaBetaBackwardCUDAKernel`): the input gradient, row by row (a normalisation: reads
+/// the output gradient, the input, the statistics and the scale, writes the input gradient),
+/// then the parameter gradients, a reduction across the rows (reads the output gradient, the
+/// input and the statistics again, writes the scale's and shift's gradients). `whole` is the
+/// operator's work as one kernel; its FLOPs are shared half and half.
+fn norm_backward_kernels(args: &Args, weight: usize, whole: KernelWork) -> Result<Vec<KernelWork>, Uncosted> {
+    let all = args.tensors()?;
+    let (gradient, input) = (args.tensor(0)?, args.tensor(1)?);
+    let scale = args.arg(weight)?.map_or(0.0, |weight| weight.bytes());
+    let statistics = total(&all) - gradient.bytes() - input.bytes() - total(&args.tensors_from(weight)?);
+    let rows = gradient.bytes() + input.bytes() + statistics;
+    let grad_input = KernelWork { flops: whole.flops / 2.0, bytes: rows + scale + input.bytes(), ..whole };
+    let parameters = KernelWork {
+        class: OpClass::Reduction,
+        flops: whole.flops / 2.0,
+        bytes: rows + 2.0 * scale,
+        ..whole
+    };
+    Ok(vec![grad_input, parameters])
 }
 
 /// The operator names [`operator_work`] knows, for documentation and reports. The element-wise
@@ -363,7 +396,7 @@ const COMPARISON: Rule = Rule::Pointwise { output: Output::Bool, in_place: false
 const FILL: Rule = Rule::Unary { class: OpClass::Elementwise, per_element: 0.0, passes: 1.0 };
 const CLONE: Rule = Rule::Unary { class: OpClass::Elementwise, per_element: 0.0, passes: 2.0 };
 const REDUCE: Rule = Rule::Unary { class: OpClass::Reduction, per_element: 1.0, passes: 1.0 };
-const SOFTMAX: Rule = Rule::Unary { class: OpClass::Reduction, per_element: 5.0, passes: 2.0 };
+const SOFTMAX: Rule = Rule::Unary { class: OpClass::Normalization, per_element: 5.0, passes: 2.0 };
 const fn attention(backward: bool, seq_axis: usize, packed: Option<usize>) -> Rule {
     Rule::Attention { backward, seq_axis, packed }
 }
@@ -868,5 +901,5 @@ fn norm(
     let rows = if row > 0.0 { input.elements() / row } else { 0.0 };
     let read: Vec<Tensor> = [Some(input), weight, bias].into_iter().flatten().collect();
     let bytes = total(&read) + input.bytes() + rows * statistics * Dtype::Fp32.bytes() as f64;
-    Ok(vector(OpClass::Reduction, &read, per_element * input.elements(), bytes))
+    Ok(vector(OpClass::Normalization, &read, per_element * input.elements(), bytes))
 }

@@ -75,7 +75,7 @@ pub enum CalibrationError {
 }
 
 /// The fitted parameters, in the order of [`PARAMETERS`].
-const COUNT: usize = 19;
+const COUNT: usize = 20;
 
 /// The parameters calibration fits, by their scenario keys.
 pub const PARAMETERS: [&str; COUNT] = [
@@ -98,6 +98,7 @@ pub const PARAMETERS: [&str; COUNT] = [
     "communication-memory-slowdown",
     "communication-compute-slowdown",
     "communication-launch-slowdown",
+    "reduction-overhead",
 ];
 
 /// Position of the one parameter that is neither an efficiency nor a time (fitted as its
@@ -108,6 +109,9 @@ const INTENSITY: usize = 9;
 /// `communication-launch-slowdown`, each fitted as its inverse (the rate a kernel keeps beside
 /// communication), an efficiency.
 const SLOWDOWNS: [usize; 3] = [16, 17, 18];
+
+/// Position of `reduction-overhead`.
+const COMBINE: usize = 19;
 
 /// Positions of the efficiencies (fitted as logits) among [`PARAMETERS`]; the others are times
 /// (fitted as logarithms).
@@ -184,6 +188,7 @@ impl Point {
             1.0 / model.communication_memory_slowdown,
             1.0 / model.communication_compute_slowdown,
             1.0 / model.communication_launch_slowdown,
+            model.reduction_overhead.as_secs_f64(),
         ];
         let mut point = Point::of(model);
         for (j, fixed) in point.fixed.iter_mut().enumerate() {
@@ -215,6 +220,7 @@ impl Point {
             logit(1.0 / model.communication_memory_slowdown),
             logit(1.0 / model.communication_compute_slowdown),
             logit(1.0 / model.communication_launch_slowdown),
+            log_us(model.reduction_overhead.as_secs_f64()),
         ];
         Point { x, fixed: [None; COUNT], winograd: model.winograd_convolutions }
     }
@@ -247,6 +253,7 @@ impl Point {
             conv_backward_weight_efficiency: self.value(12),
             vector_gemm_efficiency: self.value(13),
             reduction_half_s: self.value(14),
+            reduction_overhead_s: self.value(COMBINE),
             conv_backward_data_efficiency: self.value(15),
             winograd: self.winograd,
         };
@@ -285,6 +292,7 @@ impl Point {
             conv_backward_weight_efficiency: efficiency(curves.conv_backward_weight_efficiency),
             vector_gemm_efficiency: efficiency(curves.vector_gemm_efficiency),
             reduction_half_time: duration(curves.reduction_half_s),
+            reduction_overhead: duration(curves.reduction_overhead_s),
             conv_backward_data_efficiency: efficiency(curves.conv_backward_data_efficiency),
             communication_memory_slowdown: slowdown(rates.memory),
             communication_compute_slowdown: slowdown(rates.compute),
@@ -362,8 +370,17 @@ fn residuals(
     let mut out = Vec::with_capacity(samples.len() + COUNT);
     for sample in samples {
         out.push((predict_with(&curves, launch, rates, device, sample)? / sample.measured_s).ln());
-    }
-    out.extend(point.x.iter().zip(&prior.x).map(|(x, x0)| PRIOR_WEIGHT * (x - x0)));
+    } // No pull on a reduction's combine: its default, 0, is the logarithm's floor, and a pull
+    // towards it from every e-fold of a few microseconds outweighs what the reductions say.
+    // Without reductions it is held instead ([`held_set`]).
+    out.extend(
+        point
+            .x
+            .iter()
+            .zip(&prior.x)
+            .enumerate()
+            .map(|(j, (x, x0))| if j == COMBINE { 0.0 } else { PRIOR_WEIGHT * (x - x0) }),
+    );
     Ok(out)
 }
 
@@ -421,7 +438,8 @@ fn solve(mut a: [[f64; COUNT]; COUNT], mut b: [f64; COUNT]) -> Option<[f64; COUN
 type Held = [bool; COUNT];
 
 /// The [`Held`] set of parameter `names`, plus the communication slowdowns when no sample ran
-/// beside communication (nothing decides it, and it stays exactly at its start); an error for a
+/// beside communication and `reduction-overhead` when no sample is a reduction or
+/// normalisation (nothing decides them, and they stay exactly at their start); an error for a
 /// name not in [`PARAMETERS`].
 fn held_set(names: &[&str], samples: &[Sample]) -> Result<Held, CalibrationError> {
     let mut held = [false; COUNT];
@@ -438,6 +456,10 @@ fn held_set(names: &[&str], samples: &[Sample]) -> Result<Held, CalibrationError
         for j in SLOWDOWNS {
             held[j] = true;
         }
+    }
+    let combines = |work: &KernelWork| matches!(work.class, OpClass::Reduction | OpClass::Normalization);
+    if !samples.iter().any(|s| std::iter::once(&s.work).chain(&s.after).any(combines)) {
+        held[COMBINE] = true;
     }
     Ok(held)
 }
@@ -580,6 +602,9 @@ pub fn fit(
             begin.x[j] = begin.x[j].min(0.0);
         }
         begin.x[2] = begin.x[2].min(logit(0.8));
+        // A reduction's combine starts from a kernel's fixed cost at least (the launch
+        // overhead's start, and 1 us): at its default, 0, the logarithm has no slope to leave by.
+        begin.x[COMBINE] = begin.x[COMBINE].max(begin.x[8]).max(0.0);
         begin.x[3] += half;
         begin.x[6] += half;
         begin.x[8] += launch;
@@ -700,10 +725,12 @@ pub fn class_name(class: OpClass) -> &'static str {
         OpClass::Gemm => "gemm",
         OpClass::Elementwise => "elementwise",
         OpClass::Reduction => "reduction",
+        OpClass::Normalization => "normalization",
     }
 }
 
-/// Errors per class (in the order gemm, elementwise, reduction; absent classes left out) and
+/// Errors per class (in the order gemm, elementwise, reduction, normalization; absent classes
+/// left out) and
 /// over all samples, for `predictions[i]` of `samples[i]`.
 pub fn class_errors(samples: &[Sample], predictions: &[f64]) -> Vec<ClassError> {
     let keys: Vec<(u8, String)> =
@@ -718,7 +745,8 @@ pub fn class_errors(samples: &[Sample], predictions: &[f64]) -> Vec<ClassError> 
 /// - convolutions by direction: `conv forward`, `conv backward-data`, `conv backward-weight`;
 /// - products without a shape by FLOPs: `gemm < 0.1 GFLOP`, `gemm 0.1-10 GFLOP`,
 ///   `gemm > 10 GFLOP`;
-/// - element-wise and reduction kernels by bytes: `< 1 MB`, `1-100 MB`, `> 100 MB`.
+/// - element-wise, reduction and normalization kernels by bytes: `< 1 MB`, `1-100 MB`,
+///   `> 100 MB`.
 pub fn regime_errors(device: &Device, samples: &[Sample], predictions: &[f64]) -> Vec<ClassError> {
     use crate::kernel_shape::{ConvDirection, KernelShape};
     let units = device.execution.as_ref().map_or(u64::MAX, |e| u64::from(e.sm_count));
@@ -742,18 +770,23 @@ pub fn regime_errors(device: &Device, samples: &[Sample], predictions: &[f64]) -
                 (KernelShape::Unknown, OpClass::Gemm) if work.flops <= 1e10 => (8, "gemm 0.1-10 GFLOP"),
                 (KernelShape::Unknown, OpClass::Gemm) => (9, "gemm > 10 GFLOP"),
                 (KernelShape::Unknown, class) => {
-                    let base = if class == OpClass::Elementwise { 10 } else { 13 };
+                    let (base, names) = match class {
+                        OpClass::Elementwise => {
+                            (10, ["elementwise < 1 MB", "elementwise 1-100 MB", "elementwise > 100 MB"])
+                        }
+                        OpClass::Normalization => {
+                            (16, ["normalization < 1 MB", "normalization 1-100 MB", "normalization > 100 MB"])
+                        }
+                        OpClass::Gemm | OpClass::Reduction => {
+                            (13, ["reduction < 1 MB", "reduction 1-100 MB", "reduction > 100 MB"])
+                        }
+                    };
                     let size = if work.bytes < 1e6 {
                         0
                     } else if work.bytes <= 1e8 {
                         1
                     } else {
                         2
-                    };
-                    let names = if class == OpClass::Elementwise {
-                        ["elementwise < 1 MB", "elementwise 1-100 MB", "elementwise > 100 MB"]
-                    } else {
-                        ["reduction < 1 MB", "reduction 1-100 MB", "reduction > 100 MB"]
                     };
                     (base + size, names[usize::from(size)])
                 }
@@ -1064,7 +1097,9 @@ mod tests {
                 group: i as u64,
             });
             for (j, (class, flops_per)) in
-                [(OpClass::Elementwise, 1.0), (OpClass::Reduction, 5.0)].into_iter().enumerate()
+                [(OpClass::Elementwise, 1.0), (OpClass::Reduction, 5.0), (OpClass::Normalization, 5.0)]
+                    .into_iter()
+                    .enumerate()
             {
                 samples.push(Sample {
                     work: KernelWork {
@@ -1102,6 +1137,7 @@ mod tests {
             reduction_memory_efficiency: 0.45,
             memory_half_time: SimDuration::from_ns(2500),
             launch_overhead: SimDuration::from_ns(2200),
+            reduction_overhead: SimDuration::from_ns(1800),
             ..ComputeModel::default()
         }
     }
@@ -1116,7 +1152,8 @@ mod tests {
         assert!(close(m.unaligned_gemm_efficiency, 0.4, 0.01), "{m:?}");
         assert!(close(m.gemm_ramp_exponent, 0.75, 0.01), "{m:?}");
         assert!(close(m.memory_efficiency, 0.71, 0.01), "{m:?}");
-        assert!(close(m.reduction_memory_efficiency, 0.45, 0.01), "{m:?}");
+        // The reduction curve's floor trades off a little with the combine.
+        assert!(close(m.reduction_memory_efficiency, 0.45, 0.02), "{m:?}");
         // The ceiling, the half point and the exponent of the GEMM curve trade off a little.
         assert!(close(m.gemm_half_time.as_secs_f64(), 1.5e-6, 0.03), "{m:?}");
         // A memory-bound kernel's fixed costs, memory-half-time / efficiency + launch, trade
@@ -1124,14 +1161,21 @@ mod tests {
         // the weak pull towards the start takes a little of that: a few percent.
         assert!(close(m.memory_half_time.as_secs_f64(), 2.5e-6, 0.03), "{m:?}");
         assert!(close(m.launch_overhead.as_secs_f64(), 2.2e-6, 0.03), "{m:?}");
+        // Reductions and normalisations pay their combine on top of the launch; element-wise
+        // kernels of the same sizes do not, which tells the two apart.
+        assert!(close(m.reduction_overhead.as_secs_f64(), 1.8e-6, 0.03), "{m:?}");
         // (The reduction curve's half point trades off a little with the fixed costs.)
         assert!(fit.rms_log_error < 2e-3, "{}", fit.rms_log_error);
         // No sample is compute-bound on the vector units: that parameter has no support.
         let support = |name: &str| fit.support[PARAMETERS.iter().position(|p| *p == name).unwrap()];
         assert_eq!(support("vector-efficiency"), 0, "{:?}", fit.support);
-        for decided in
-            ["vector-gemm-efficiency", "unaligned-gemm-efficiency", "gemm-ramp-exponent", "launch-overhead"]
-        {
+        for decided in [
+            "vector-gemm-efficiency",
+            "unaligned-gemm-efficiency",
+            "gemm-ramp-exponent",
+            "launch-overhead",
+            "reduction-overhead",
+        ] {
             assert!(support(decided) >= 3, "{decided}: {:?}", fit.support);
         }
         let errors = class_errors(&samples, &predictions(m, a100(), &samples).unwrap());
@@ -1182,9 +1226,13 @@ mod tests {
             ..truth()
         };
         let mut samples = synthetic(&slowed, |_| 1.0);
-        // Every other operator ran beside communication, for a share that varies.
+        // Every other operator ran beside communication, for a share that varies (four samples
+        // per size: a product, then an element-wise, a reduction and a normalisation kernel;
+        // the pattern shifts by one every two sizes so that aligned and unaligned products
+        // run on both sides).
         for (i, sample) in samples.iter_mut().enumerate() {
-            sample.communication = if i % 2 == 0 { 0.0 } else { 0.3 + 0.7 * ((i / 2) % 4) as f64 / 3.0 };
+            sample.communication =
+                if (i + i / 8) % 2 == 0 { 0.0 } else { 0.3 + 0.7 * ((i / 2) % 4) as f64 / 3.0 };
             sample.measured_s = predict(&slowed, a100(), sample).unwrap();
         }
         let m = fit(a100(), &samples, &ComputeModel::default(), &[]).unwrap().model;

@@ -4,7 +4,7 @@
 //! `docs/compute-model.md`):
 //!
 //! ```text
-//! time = max(flops / compute_rate, memory_time) + launch_overhead
+//! time = max(flops / compute_rate, memory_time) + combine + launch_overhead
 //!
 //! GEMM class:              compute_rate = peak(dtype) * gemm_efficiency * a * w^g / (w^g + w_half^g)
 //!                          w = flops, w_half = gemm_half_time * reference_rate(device, dtype)
@@ -13,7 +13,9 @@
 //! every class:             memory_time  = bytes / (bandwidth * e_mem)
 //!                                         + memory_half_time / memory_efficiency
 //!                          e_mem = reduction_memory_efficiency for reductions,
-//!                                  memory_efficiency for the others
+//!                                  memory_efficiency for the others (row-wise
+//!                                  normalisations included)
+//! reductions, normalisations: combine = reduction_overhead (0 for the other classes)
 //! ```
 //!
 //! Both efficiencies rise with the work of the kernel and saturate: a large matrix product
@@ -160,6 +162,15 @@ pub struct ComputeModel {
     /// Traffic, expressed as time at the device's peak bandwidth, at which a kernel reaches half
     /// of `memory_efficiency`. Zero makes the bandwidth efficiency flat.
     pub memory_half_time: SimDuration,
+    /// Fixed time of a reduction's combine, added to every reduction and row-wise
+    /// normalisation kernel ([`OpClass::Reduction`], [`OpClass::Normalization`]): after
+    /// streaming its input, a block combines its threads' partial results through shared
+    /// memory in a tree of synchronised steps (and a multi-block reduction combines the
+    /// blocks' results once more), where an element-wise kernel just stores. 0 by default,
+    /// so that the defaults price every kernel as before this parameter (a measured 3 us made
+    /// ResNet-50's batch norms too slow); calibration fits it: 3.0 us on the V100 traces,
+    /// 3.9 us on the A100 trace (`docs/compute-model.md`).
+    pub reduction_overhead: SimDuration,
     /// Fixed time added to every kernel (launch and scheduling).
     pub launch_overhead: SimDuration,
     /// Operand reuse of a GEMM tile, `rows * columns / (rows + columns)` elements, at which a
@@ -227,6 +238,7 @@ impl Default for ComputeModel {
             reduction_memory_efficiency: 0.8,
             reduction_half_time: SimDuration::from_us(10),
             memory_half_time: SimDuration::from_us(1),
+            reduction_overhead: SimDuration::ZERO,
             launch_overhead: SimDuration::from_us(4),
             gemm_tile_half_intensity: 6.0,
             gemm_wave_overhead: SimDuration::from_us(2),
@@ -322,7 +334,7 @@ impl ComputeModel {
     pub fn compute_efficiency(&self, class: OpClass) -> f64 {
         match class {
             OpClass::Gemm => self.gemm_efficiency,
-            OpClass::Elementwise | OpClass::Reduction => self.vector_efficiency,
+            OpClass::Elementwise | OpClass::Reduction | OpClass::Normalization => self.vector_efficiency,
         }
     }
 
@@ -393,6 +405,7 @@ impl ComputeModel {
             reduction_memory_efficiency: self.reduction_memory_efficiency,
             memory_half_s: self.memory_half_time.as_secs_f64(),
             reduction_half_s: self.reduction_half_time.as_secs_f64(),
+            reduction_overhead_s: self.reduction_overhead.as_secs_f64(),
             tile_half_intensity: self.gemm_tile_half_intensity,
             wave_overhead_s: self.gemm_wave_overhead.as_secs_f64(),
             conv_efficiency: self.conv_efficiency,
@@ -638,6 +651,7 @@ pub(crate) struct Curves {
     pub(crate) reduction_memory_efficiency: f64,
     pub(crate) memory_half_s: f64,
     pub(crate) reduction_half_s: f64,
+    pub(crate) reduction_overhead_s: f64,
     pub(crate) tile_half_intensity: f64,
     pub(crate) wave_overhead_s: f64,
     pub(crate) conv_efficiency: f64,
@@ -693,7 +707,7 @@ impl Curves {
                 };
                 (flops + ramp) / (peak * efficiency)
             }
-            OpClass::Elementwise | OpClass::Reduction => {
+            OpClass::Elementwise | OpClass::Reduction | OpClass::Normalization => {
                 flops / (Self::vector_peak(device, dtype)? * self.vector_efficiency)
             }
         })
@@ -877,7 +891,8 @@ impl Curves {
                 self.reduction_memory_efficiency
                     + (self.memory_efficiency - self.reduction_memory_efficiency) * large
             }
-            OpClass::Gemm | OpClass::Elementwise => self.memory_efficiency,
+            // One block per row: many rows stream like an element-wise kernel.
+            OpClass::Gemm | OpClass::Elementwise | OpClass::Normalization => self.memory_efficiency,
         };
         // The ramp (filling the memory pipeline) is the same for every class; only the sustained
         // rate differs. For element-wise kernels this is (bytes + q_half) / (bandwidth * e).
@@ -893,7 +908,18 @@ impl Curves {
 
     pub(crate) fn kernel_seconds(&self, device: &Device, work: &KernelWork) -> Result<f64, ComputeError> {
         let compute = self.compute_seconds(device, work)?;
-        Ok(compute.max(self.memory_seconds(device, work.bytes, work.class)))
+        let memory = self.memory_seconds(device, work.bytes, work.class);
+        Ok(compute.max(memory) + self.combine_seconds(work.class))
+    }
+
+    /// The fixed time of a reduction's combine (`reduction-overhead`): partial results meet
+    /// through shared memory over a tree of synchronised steps, after the streaming, for
+    /// reductions and row-wise normalisations; 0 for other classes.
+    pub(crate) fn combine_seconds(&self, class: OpClass) -> f64 {
+        match class {
+            OpClass::Reduction | OpClass::Normalization => self.reduction_overhead_s,
+            OpClass::Gemm | OpClass::Elementwise => 0.0,
+        }
     }
 }
 
@@ -1040,6 +1066,7 @@ mod tests {
             reduction_memory_efficiency: 0.4,
             reduction_half_time: SimDuration::ZERO,
             memory_half_time: SimDuration::ZERO,
+            reduction_overhead: SimDuration::ZERO,
             ..Default::default()
         };
         let bytes = 1e9;
@@ -1068,6 +1095,43 @@ mod tests {
         assert!(reduction(1e3) < 0.401 && reduction(1e12) > 0.799);
         let invalid = ComputeModel { reduction_memory_efficiency: 0.0, ..Default::default() };
         assert!(invalid.validate().unwrap_err().to_string().contains("reduction-memory-efficiency"));
+    }
+
+    #[test]
+    fn normalizations_stream_like_copies_and_reductions_pay_their_combine() {
+        // Closed forms on an A100 (2039 GB/s), without ramps: an element-wise kernel moves its
+        // bytes at memory-efficiency; a row-wise normalisation too, plus reduction-overhead; a
+        // reduction at reduction-memory-efficiency, plus reduction-overhead.
+        let model = ComputeModel {
+            memory_efficiency: 0.8,
+            reduction_memory_efficiency: 0.4,
+            reduction_half_time: SimDuration::ZERO,
+            memory_half_time: SimDuration::ZERO,
+            reduction_overhead: SimDuration::from_us(3),
+            ..Default::default()
+        };
+        let seconds =
+            |class, bytes| model.kernel_seconds(a100(), &KernelWork::flat(class, Dtype::Fp32, 0.0, bytes));
+        for bytes in [1e3, 1e6, 1e9] {
+            let copy = bytes / (2039e9 * 0.8);
+            assert!((seconds(OpClass::Elementwise, bytes).unwrap() - copy).abs() < 1e-15);
+            assert!((seconds(OpClass::Normalization, bytes).unwrap() - (copy + 3e-6)).abs() < 1e-15);
+            let reduction = bytes / (2039e9 * 0.4) + 3e-6;
+            assert!((seconds(OpClass::Reduction, bytes).unwrap() - reduction).abs() < 1e-15);
+        }
+        // The combine is work of the kernel, not launch: a kernel with nothing to move still
+        // pays it, and with reduction-overhead 0 a normalisation is priced as a copy.
+        assert!((seconds(OpClass::Reduction, 0.0).unwrap() - 3e-6).abs() < 1e-15);
+        let plain = ComputeModel { reduction_overhead: SimDuration::ZERO, ..model.clone() };
+        let work = KernelWork::flat(OpClass::Normalization, Dtype::Fp32, 0.0, 1e6);
+        let copy = KernelWork::flat(OpClass::Elementwise, Dtype::Fp32, 0.0, 1e6);
+        assert_eq!(
+            plain.kernel_seconds(a100(), &work).unwrap(),
+            plain.kernel_seconds(a100(), &copy).unwrap()
+        );
+        // A simulated kernel adds the launch overhead on top, rounded to picoseconds.
+        let duration = model.work_duration(a100(), &work).unwrap();
+        assert!((duration.as_ps() as f64 - ps(1e6 / (2039e9 * 0.8) + 3e-6 + 4e-6)).abs() <= 1.0);
     }
 
     #[test]

@@ -548,8 +548,14 @@ pub enum OpClass {
     Gemm,
     /// One output per input element: activation functions, residual add, copies, gathers.
     Elementwise,
-    /// Outputs that combine many inputs: normalization statistics, pooling, softmax.
+    /// Outputs that combine many inputs along a dimension shared across rows or positions:
+    /// sums, batch-norm statistics (per channel, over the batch), pooling, losses.
     Reduction,
+    /// Row-wise normalisations: layer and RMS norm, softmax, and their backward kernels. Each
+    /// row is reduced by its own block (or warp) and written back, so a tensor of many rows
+    /// streams like an element-wise kernel, plus the reduction's fixed cost
+    /// (`reduction-overhead`); column reductions starved of parallelism are `Reduction`.
+    Normalization,
 }
 
 /// One of the three computations training runs per layer.

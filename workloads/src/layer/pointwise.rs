@@ -70,7 +70,7 @@ impl Checker<'_> {
             },
             activation_elements: self
                 .sum("the saved activations", &[(1, elements_in), (statistics, rows)])?,
-            ..LayerCost::free(OpClass::Reduction)
+            ..LayerCost::free(OpClass::Normalization)
         };
         Ok((input.clone(), cost))
     }
@@ -129,7 +129,7 @@ impl Checker<'_> {
             forward_traffic: Traffic { per_sample: 2 * elements_in, per_batch: 0 },
             backward_data_traffic: Traffic { per_sample: 3 * elements_in, per_batch: 0 },
             activation_elements: elements_in,
-            ..LayerCost::free(OpClass::Reduction)
+            ..LayerCost::free(OpClass::Normalization)
         };
         Ok((input.clone(), cost))
     }

@@ -247,7 +247,7 @@ impl Checker<'_> {
                     // Scale, mask, softmax (5 per score): read S, write P.
                     part(
                         KernelRole::AttentionSoftmax,
-                        OpClass::Reduction,
+                        OpClass::Normalization,
                         5.0 * n,
                         traffic(&[(2, full)])?,
                         0,
@@ -266,7 +266,7 @@ impl Checker<'_> {
                     // dS = P (dP - sum(P dP)), 4 per score: read dP and P, write dS.
                     part(
                         KernelRole::AttentionSoftmax,
-                        OpClass::Reduction,
+                        OpClass::Normalization,
                         4.0 * n,
                         traffic(&[(3, full)])?,
                         0,

@@ -311,7 +311,8 @@ fn layer_norm_reads_parameters_and_writes_row_statistics() {
     let elements = 1024.0 * 512.0;
     assert_eq!(forward.flops, 8.0 * elements);
     assert_eq!(forward.bytes, 4.0 * (2.0 * elements + 2.0 * 512.0) + 1024.0 * 2.0 * 4.0);
-    assert_eq!((forward.class, forward.dtype), (OpClass::Reduction, Dtype::Fp32));
+    // One block per row: a row-wise normalisation, not a reduction across rows.
+    assert_eq!((forward.class, forward.dtype), (OpClass::Normalization, Dtype::Fp32));
 
     let backward = work(
         "aten::native_layer_norm_backward",
@@ -323,6 +324,34 @@ fn layer_norm_reads_parameters_and_writes_row_statistics() {
     assert_eq!(backward.flops, 16.0 * elements);
     // Read grad_out, input, mean, rstd, weight; write grad_input, grad_weight, grad_bias.
     assert_eq!(backward.bytes, 4.0 * (3.0 * elements + 2.0 * 1024.0 + 3.0 * 4864.0));
+    assert_eq!(backward.class, OpClass::Normalization);
+
+    // Launched as PyTorch's two kernels, it is priced as those two: the input gradient row by
+    // row, then the scale and shift gradients, a reduction across the rows that reads the
+    // output gradient, the input and the statistics again.
+    let dims: Vec<Option<Vec<u64>>> =
+        [&[1024, 4864][..], &[1024, 4864], &[], &[1024, 1], &[1024, 1], &[4864], &[4864], &[]]
+            .iter()
+            .map(|d| Some(d.to_vec()))
+            .collect();
+    let types: Vec<Option<String>> = ["float", "float", "", "float", "float", "float", "float", ""]
+        .iter()
+        .map(|t| Some(t.to_string()))
+        .collect();
+    let names = ["layer_norm_grad_input_kernel", "GammaBetaBackwardCUDAKernel"];
+    let call = OperatorCall {
+        name: "aten::native_layer_norm_backward",
+        dims: &dims,
+        types: &types,
+        kernel_names: &names,
+    };
+    let kernels = operator_kernels(&call).unwrap();
+    assert_eq!(kernels.len(), 2);
+    let (rows, scale) = (4.0 * (2.0 * elements + 2.0 * 1024.0), 4.0 * 4864.0);
+    assert_eq!((kernels[0].class, kernels[0].flops), (OpClass::Normalization, 8.0 * elements));
+    assert_eq!(kernels[0].bytes, rows + scale + 4.0 * elements);
+    assert_eq!((kernels[1].class, kernels[1].flops), (OpClass::Reduction, 8.0 * elements));
+    assert_eq!(kernels[1].bytes, rows + 2.0 * scale);
 }
 
 #[test]
