@@ -36,6 +36,7 @@ use crate::protocol::{Family, Hop, Protocol, ProtocolChoice};
 use crate::schedule::Pipeline;
 pub use crate::schedule::Schedule;
 use crate::tuner::{TunerFabric, allreduce_time};
+pub use topology::NcclSettings;
 
 /// Latency and bottleneck bandwidth of the path between two ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,6 +142,13 @@ pub trait StepNetwork {
         None
     }
 
+    /// The run's NCCL settings: the algorithms and protocols `auto` may choose, and the
+    /// Simple protocol's buffer (`[cluster.network] nccl-algorithms`, `nccl-protocols`,
+    /// `nccl-buffsize`); NCCL's defaults unless the cluster says otherwise.
+    fn nccl(&self) -> NcclSettings {
+        NcclSettings::DEFAULT
+    }
+
     /// [`StepNetwork::step_time`] without the path latencies: how long the step's busiest
     /// link takes to carry its bytes (a pipeline's steady steps, whose latency overlaps).
     fn step_transfer_time(
@@ -168,8 +176,9 @@ pub trait StepNetwork {
 
     /// The time a pipelined schedule ([`Schedule::is_pipelined`]: NCCL's tree) takes to move
     /// its data: its first chunk's journey (each level's slowest path latency) plus every
-    /// step's [`StepNetwork::step_transfer_time`], since the tree keeps several chunks in
-    /// flight on every edge (8 per connection) and a step adds only its transfer. By default
+    /// step's [`StepNetwork::step_transfer_time`] (at least the schedule's
+    /// [`Schedule::step_floor`]), since the tree keeps several chunks in flight on every edge
+    /// (8 per connection) and a step adds only its transfer. By default
     /// message by message ([`pipeline_time_by_steps`]); a network may time it by its levels
     /// ([`crate::schedule::Pipeline`]) as long as the result is the same.
     fn pipeline_time(&mut self, schedule: &Schedule) -> Result<SimDuration, CollectiveError> {
@@ -255,8 +264,8 @@ pub fn pipeline_time_by_steps<N: StepNetwork + ?Sized>(
         if messages.is_empty() {
             continue;
         }
-        let time =
-            network.step_transfer_time(&messages, bytes, den)?.checked_mul(repeat).map_err(|_| overflow())?;
+        let transfer = network.step_transfer_time(&messages, bytes, den)?.max(schedule.step_floor());
+        let time = transfer.checked_mul(repeat).map_err(|_| overflow())?;
         total = total.checked_add(time).map_err(|_| overflow())?;
     }
     Ok(total)
@@ -394,9 +403,11 @@ pub fn wire_bytes(
 }
 
 /// The chunk size of `choice`'s pipeline: with a protocol, NCCL's tree chunks (its step
-/// size, `buffSize / NCCL_STEPS`: 512 KiB with Simple, 32 KiB of data with LL, 576,000 bytes
-/// with LL128, halved for LL128 while a channel has too few chunks to fill the pipeline, as
-/// `calcCollChunking` in `enqueue.cc` does); otherwise the network's chunk setting.
+/// size, `buffSize / NCCL_STEPS`: with Simple the `NCCL_BUFFSIZE` of the run over 8, 512 KiB
+/// by default and never shrunk for trees from NCCL 2.20 on; 32 KiB of data with LL, 576,000
+/// bytes with LL128, halved for LL128 while a channel has too few chunks to fill the
+/// pipeline, as `calcCollChunking` in `enqueue.cc` does); otherwise the network's chunk
+/// setting.
 pub fn chunk_for(
     choice: Choice,
     bytes: Bytes,
@@ -407,7 +418,7 @@ pub fn chunk_for(
         return Ok(network.chunk());
     };
     Ok(Bytes(match protocol {
-        Protocol::Simple => 512 << 10,
+        Protocol::Simple => network.nccl().simple_step(),
         Protocol::Ll => 32 << 10,
         Protocol::Ll128 => {
             let servers = members_by_server(group, &|rank| network.node_of(rank))?;
@@ -762,9 +773,88 @@ fn schedule_of(
     group: &[RankId],
     network: &impl StepNetwork,
 ) -> Result<Schedule, CollectiveError> {
-    let chunk = chunk_for(choice, bytes, group, network)?;
     let wire = wire_bytes(kind, choice, bytes, group, network)?;
-    Schedule::with_chunk(kind, choice.algorithm, wire, group, |rank| network.node_of(rank), chunk)
+    let chunk = pipeline_chunk(choice, bytes, wire, group, network)?;
+    let schedule =
+        Schedule::with_chunk(kind, choice.algorithm, wire, group, |rank| network.node_of(rank), chunk)?;
+    let floor = tree_step_floor(kind, choice, bytes, &schedule, group, network)?;
+    Ok(schedule.with_step_floor(floor))
+}
+
+/// The chunk a schedule of `choice` cuts its wire bytes `wire` (for a collective of `bytes`)
+/// into: [`chunk_for`]'s, and with the Simple protocol the same chunk of data counted in wire
+/// bytes ([`wire_chunk`]). NCCL cuts the data into chunks, and Simple moves each one whole from
+/// hop to hop (see [`tree_step_floor`]), so a Simple tree carries as many chunks as its data
+/// fills, whatever its share of the links: counted in wire bytes, 16 MiB over 16 channels of
+/// 1 MiB chunks made two chunks per channel instead of NCCL's one. LL and LL128 forward each
+/// line as it arrives, so their chunks set no store-and-forward pipeline, and the schedule
+/// keeps counting them in wire bytes, as before.
+pub fn pipeline_chunk(
+    choice: Choice,
+    bytes: Bytes,
+    wire: Bytes,
+    group: &[RankId],
+    network: &impl StepNetwork,
+) -> Result<Bytes, CollectiveError> {
+    let chunk = chunk_for(choice, bytes, group, network)?;
+    Ok(if choice.protocol == Some(Protocol::Simple) { wire_chunk(chunk, bytes, wire) } else { chunk })
+}
+
+/// A pipeline's chunk of data `chunk` in the wire bytes `wire` a collective of `bytes` puts on
+/// the links ([`wire_bytes`]), rounded up so that a buffer of n chunks stays n chunks.
+pub fn wire_chunk(chunk: Bytes, bytes: Bytes, wire: Bytes) -> Bytes {
+    if bytes.0 == 0 || wire == bytes {
+        return chunk;
+    }
+    let scaled = (u128::from(chunk.0) * u128::from(wire.0)).div_ceil(u128::from(bytes.0));
+    Bytes(scaled.clamp(1, u128::from(u64::MAX)) as u64)
+}
+
+/// The least time a step of NCCL's tree takes under `choice` with the Simple protocol: one
+/// channel's chunk at a tree channel's own rate ([`crate::tuner::tree_channel_rate`]).
+/// Every channel is a CUDA block that receives, reduces and sends each chunk on every hop, and
+/// with Simple a hop's receiver sees a step only once all of it is written (the sender posts
+/// the step's tail after the whole slice, `prims_simple.h`; a tree's slice is its chunk,
+/// `ProtoSimple<1, 1>`), so a chunk crosses its hops one after the other, each no faster than
+/// its channel moves data, however fast the hop's links are: on NVLink, where the links alone
+/// would take a few microseconds, this is what a tree's pipeline fill costs. A channel carries
+/// its share of the channels NCCL launches for the size ([`crate::tuner::launch_channels`]:
+/// one per 32 KiB with Simple), the schedule's lanes still spreading the links' loads. LL and
+/// LL128 flag every 16- or 128-byte line, so the next hop forwards a chunk's first lines while
+/// the rest arrives: no floor there. Zero for other schedules, without a protocol, and where
+/// NCCL's tuner does not know the cluster.
+pub fn tree_step_floor(
+    kind: CollectiveKind,
+    choice: Choice,
+    bytes: Bytes,
+    schedule: &Schedule,
+    group: &[RankId],
+    network: &impl StepNetwork,
+) -> Result<SimDuration, CollectiveError> {
+    let (Some(protocol), Some(fabric)) = (choice.protocol, network.tuner_fabric()) else {
+        return Ok(SimDuration::ZERO);
+    };
+    if choice.algorithm != CollectiveAlgorithm::Tree || kind != CollectiveKind::AllReduce || group.len() <= 1
+    {
+        return Ok(SimDuration::ZERO);
+    }
+    if protocol != Protocol::Simple {
+        return Ok(SimDuration::ZERO);
+    }
+    let Some(rate) = crate::tuner::tree_channel_rate(&fabric) else {
+        return Ok(SimDuration::ZERO);
+    };
+    let nodes = members_by_server(group, &|rank| network.node_of(rank))?.len() as u32;
+    let lanes = schedule.lanes().len() as u32;
+    let ranks = group.len() as u32;
+    // The schedule cuts the buffer into `den` messages, `lanes` per step; NCCL's launched
+    // channels carry the same chunks per channel, each `1 / (launched x chunks)` of the data.
+    let (_, den) = schedule.fraction();
+    let chunks = (den / u64::from(lanes.max(1))).max(1);
+    let launched = crate::tuner::launch_channels(&fabric, Family::Tree, protocol, ranks, nodes, bytes.0)
+        .clamp(1, lanes.max(1));
+    let chunk = bytes.as_f64() / (f64::from(launched) * chunks as f64);
+    Ok(SimDuration::from_secs_f64(chunk / (rate * 1e9))?)
 }
 
 /// The NCCL release constants `network` is priced with: its tuner fabric's release, else the
@@ -893,12 +983,30 @@ pub fn choose_for(
     group: &[RankId],
     network: &mut impl StepNetwork,
 ) -> Result<Choice, CollectiveError> {
+    // The run's NCCL settings narrow what `auto` chooses from (NCCL_ALGO for an allreduce,
+    // NCCL_PROTO); an algorithm or protocol asked for by name runs as asked.
+    let nccl = network.nccl();
+    let allowed: Vec<CollectiveAlgorithm>;
     let algorithms: &[CollectiveAlgorithm] = match algorithm {
+        CollectiveAlgorithm::Auto if kind == CollectiveKind::AllReduce => {
+            allowed = CollectiveAlgorithm::candidates(kind)
+                .iter()
+                .copied()
+                .filter(|candidate| nccl.algorithms.allows(candidate.name()))
+                .collect();
+            &allowed
+        }
         CollectiveAlgorithm::Auto => CollectiveAlgorithm::candidates(kind),
         _ => std::slice::from_ref(&algorithm),
     };
     let protocols: Vec<Option<Protocol>> = match network.protocols() {
         ProtocolChoice::Off => vec![None],
+        ProtocolChoice::Auto => Protocol::ALL
+            .iter()
+            .copied()
+            .filter(|protocol| nccl.protocols.allows(protocol.name()))
+            .map(Some)
+            .collect(),
         choice => choice.candidates().iter().copied().map(Some).collect(),
     };
     if algorithms.len() == 1 && protocols.len() == 1 {
@@ -969,6 +1077,13 @@ pub fn choose_for(
         },
         CollectiveAlgorithm::CollNetDirect | CollectiveAlgorithm::CollNetChain => {
             CollectiveError::Unsupported { algorithm: algorithm.name(), kind: crate::collnet::UNSUPPORTED }
+        }
+        CollectiveAlgorithm::Auto if nccl.algorithms != topology::NcclAlgorithms::ALL => {
+            CollectiveError::Unsupported {
+                algorithm: "auto",
+                kind: "allreduce here: none of the algorithms cluster.network.nccl-algorithms allows runs on \
+                       this group",
+            }
         }
         _ => CollectiveError::Unsupported { algorithm: algorithm.name(), kind: kind.name() },
     })
@@ -1166,6 +1281,157 @@ mod tests {
             channel_time(K::AllReduce, off, Bytes(1 << 30), &group, &network).unwrap(),
             SimDuration::ZERO
         );
+    }
+
+    /// Two servers of 8 H100s with 8 NICs of 25 GB/s each as NCCL's tuner sees them (GCP
+    /// A3-Mega-like), NCCL settings `nccl`, every message on its own 1 TB/s path (far faster
+    /// than NCCL's per-channel tree rate), no path latency.
+    struct Hopper {
+        inner: Uniform,
+        nccl: NcclSettings,
+    }
+
+    impl StepNetwork for Hopper {
+        fn node_of(&self, rank: RankId) -> Result<u32, CollectiveError> {
+            self.inner.node_of(rank)
+        }
+        fn protocols(&self) -> ProtocolChoice {
+            ProtocolChoice::Auto
+        }
+        fn tuner_fabric(&self) -> Option<TunerFabric> {
+            Some(TunerFabric {
+                intra: 370.0,
+                generation: crate::tuner::GpuGeneration::Hopper,
+                ..crate::tuner::dgx_a100()
+            })
+        }
+        fn nccl(&self) -> NcclSettings {
+            self.nccl
+        }
+        fn nvls(&self) -> bool {
+            true
+        }
+        fn step_time(
+            &mut self,
+            messages: &[(RankId, RankId, u64)],
+            bytes: Bytes,
+            den: u64,
+        ) -> Result<SimDuration, CollectiveError> {
+            self.inner.step_time(messages, bytes, den)
+        }
+    }
+
+    fn hopper(nccl: NcclSettings) -> Hopper {
+        let cost = PathCost { latency: SimDuration::ZERO, bandwidth: "8000 Gb/s".parse().unwrap() };
+        Hopper { inner: Uniform { cost, per_node: 8 }, nccl }
+    }
+
+    #[test]
+    fn the_runs_nccl_settings_narrow_what_auto_chooses() {
+        let group = ranks(16);
+        let mut free = hopper(NcclSettings::DEFAULT);
+        // NCCL's defaults: LL for small allreduces, NVLS-tree (2 servers, Hopper) for large ones.
+        let small = choose(K::AllReduce, Bytes(8), &group, &mut free).unwrap();
+        assert_eq!(small.protocol, Some(Protocol::Ll), "{small}");
+        let large = choose(K::AllReduce, Bytes(1 << 30), &group, &mut free).unwrap();
+        assert_eq!(large.algorithm, A::NvlsTree, "{large}");
+        // NCCL_ALGO=Ring,Tree, NCCL_PROTO=Simple: NVLS is gone, every protocol is Simple.
+        let names = |list: &[&str]| list.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        let ring_tree = NcclSettings {
+            algorithms: topology::NcclAlgorithms::from_names(&names(&["ring", "tree"])).unwrap(),
+            protocols: topology::NcclProtocols::from_names(&names(&["Simple"])).unwrap(),
+            ..NcclSettings::DEFAULT
+        };
+        let mut gcp = hopper(ring_tree);
+        for bytes in [8, 1 << 20, 1 << 30] {
+            let choice = choose(K::AllReduce, Bytes(bytes), &group, &mut gcp).unwrap();
+            assert!(matches!(choice.algorithm, A::Ring | A::Tree), "{bytes}: {choice}");
+            assert_eq!(choice.protocol, Some(Protocol::Simple), "{bytes}: {choice}");
+        }
+        // An algorithm or protocol asked for by name runs as asked.
+        let ll = choose_for(K::AllReduce, A::Ring, Bytes(8), &group, &mut gcp).unwrap();
+        assert_eq!(ll.algorithm, A::Ring);
+        // Other kinds keep their candidates (parasim's reduce-scatter is a ring).
+        let tree_only = NcclSettings {
+            algorithms: topology::NcclAlgorithms::from_names(&names(&["tree"])).unwrap(),
+            ..ring_tree
+        };
+        let mut tree = hopper(tree_only);
+        assert_eq!(choose(K::AllReduce, Bytes(1 << 30), &group, &mut tree).unwrap().algorithm, A::Tree);
+        assert_eq!(choose(K::ReduceScatter, Bytes(1 << 30), &group, &mut tree).unwrap().algorithm, A::Ring);
+        // Nothing allowed runs here (NVLS needs Hopper on NVSwitch, CollNet needs SHARP).
+        let collnet = NcclSettings {
+            algorithms: topology::NcclAlgorithms::from_names(&names(&["collnet-chain"])).unwrap(),
+            ..NcclSettings::DEFAULT
+        };
+        let error = choose(K::AllReduce, Bytes(1 << 30), &group, &mut hopper(collnet)).unwrap_err();
+        assert!(error.to_string().contains("cluster.network.nccl-algorithms"), "{error}");
+    }
+
+    #[test]
+    fn a_simple_tree_moves_nccl_buffsize_chunks_each_at_its_channels_rate() {
+        let group = ranks(16);
+        let tree = Choice { algorithm: A::Tree, protocol: Some(Protocol::Simple) };
+        let gcp = NcclSettings { buffsize: 8 << 20, ..NcclSettings::DEFAULT };
+        // Simple chunks are a step of NCCL_BUFFSIZE: 512 KiB by default, 1 MiB with 8 MiB.
+        assert_eq!(
+            chunk_for(tree, Bytes(1 << 30), &group, &hopper(NcclSettings::DEFAULT)).unwrap(),
+            Bytes(512 << 10)
+        );
+        assert_eq!(chunk_for(tree, Bytes(1 << 30), &group, &hopper(gcp)).unwrap(), Bytes(1 << 20));
+        // 16 MiB over 16 channels is one 1 MiB chunk per channel: every one of the tree's 16
+        // levels (a chain of 7 NVLink hops and one network hop, up and down) takes the chunk
+        // at the channel's rate, Hopper's 38.7 GB/s per graph channel over 2 channels each.
+        let mut network = hopper(gcp);
+        let bytes = Bytes(16 << 20);
+        let schedule = schedule_of(K::AllReduce, tree, bytes, &group, &network).unwrap();
+        assert_eq!(schedule.lanes().len(), 16);
+        assert_eq!(
+            schedule.pipeline().unwrap().chunks,
+            1,
+            "the tree's wire bytes do not split NCCL's chunks"
+        );
+        let close = |a: SimDuration, b: SimDuration| a.as_ps().abs_diff(b.as_ps()) <= 20;
+        let floor = schedule.step_floor();
+        assert!(close(floor, SimDuration::from_secs_f64((1u64 << 20) as f64 / 19.35e9).unwrap()), "{floor}");
+        let data = data_time(K::AllReduce, tree, bytes, &group, &mut network).unwrap();
+        assert_eq!(data, floor.checked_mul(16).unwrap());
+        // Twice the data, twice the chunks: one more step.
+        let twice = data_time(K::AllReduce, tree, Bytes(32 << 20), &group, &mut network).unwrap();
+        assert_eq!(twice, floor.checked_mul(17).unwrap());
+        // A small allreduce runs on one channel per 32 KiB (`launch_channels`): 64 KiB on two,
+        // each carrying 32 KiB up and down the tree.
+        let small = schedule_of(K::AllReduce, tree, Bytes(64 << 10), &group, &network).unwrap();
+        let expected = SimDuration::from_secs_f64((32u64 << 10) as f64 / 19.35e9).unwrap();
+        assert!(close(small.step_floor(), expected), "{}", small.step_floor());
+        // LL and LL128 forward every line as it arrives: no floor.
+        for protocol in [Protocol::Ll, Protocol::Ll128] {
+            let choice = Choice { algorithm: A::Tree, protocol: Some(protocol) };
+            let schedule = schedule_of(K::AllReduce, choice, bytes, &group, &network).unwrap();
+            assert_eq!(schedule.step_floor(), SimDuration::ZERO, "{protocol}");
+        }
+        // Nor without NCCL's tuner, or for rings.
+        let mut plain = Uniform { per_node: 8, ..uniform() };
+        assert_eq!(
+            schedule_of(K::AllReduce, tree, bytes, &group, &plain).unwrap().step_floor(),
+            SimDuration::ZERO
+        );
+        let ring = Choice { algorithm: A::Ring, protocol: Some(Protocol::Simple) };
+        assert_eq!(
+            schedule_of(K::AllReduce, ring, bytes, &group, &network).unwrap().step_floor(),
+            SimDuration::ZERO
+        );
+        let _ = data_time(K::AllReduce, tree, bytes, &group, &mut plain).unwrap();
+    }
+
+    #[test]
+    fn a_simple_pipelines_chunks_count_data_not_wire_bytes() {
+        // A chunk of data in wire bytes four times the data is four times as many wire bytes,
+        // so a buffer of n chunks stays n chunks.
+        assert_eq!(wire_chunk(Bytes(32 << 10), Bytes(1 << 20), Bytes(4 << 20)), Bytes(128 << 10));
+        assert_eq!(wire_chunk(Bytes(1 << 20), Bytes(3), Bytes(4)), Bytes(1_398_102));
+        assert_eq!(wire_chunk(Bytes(1 << 20), Bytes(0), Bytes(0)), Bytes(1 << 20));
+        assert_eq!(wire_chunk(Bytes(1 << 20), Bytes(7), Bytes(7)), Bytes(1 << 20));
     }
 
     #[test]

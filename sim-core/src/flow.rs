@@ -52,8 +52,8 @@ use topology::{HostId, LinkId, Route, Routing, Topology};
 use units::{Bytes, SimDuration, SimTime};
 
 use crate::collective::{
-    Choice, CollectiveError, Schedule, choose_for, chunk_for, data_time, protocol_overhead, ring_channels,
-    wire_bytes,
+    Choice, CollectiveError, Schedule, choose_for, data_time, pipeline_chunk, protocol_overhead,
+    ring_channels, tree_step_floor, wire_bytes,
 };
 use crate::fast_hash::FastMap;
 use crate::graph::{Collective, CollectiveAlgorithm, CollectiveKind, MemcpyDirection, RankId};
@@ -98,6 +98,18 @@ pub enum FlowEvent {
     /// Flows entered or left at this instant: once no other event is due now, the rates of
     /// the flows connected to their links are re-filled, all at once.
     Refill,
+    /// A collective's message whose flow finished before its schedule's step floor
+    /// ([`Schedule::step_floor`]) is done now.
+    MessageDue {
+        /// The running collective.
+        run: u32,
+        /// The lane.
+        lane: u32,
+        /// The sender's position.
+        from: u32,
+        /// The receiver's position.
+        to: u32,
+    },
 }
 
 /// Who is waiting for a flow.
@@ -105,8 +117,9 @@ pub enum FlowEvent {
 enum Owner {
     /// A transfer op (or other single completion).
     Single(Completion),
-    /// One message of a running collective: sender and receiver positions on a lane.
-    Message { run: u32, lane: u32, from: u32, to: u32 },
+    /// One message of a running collective: sender and receiver positions on a lane, and the
+    /// earliest time it may be done (its start plus the schedule's step floor).
+    Message { run: u32, lane: u32, from: u32, to: u32, due: SimTime },
     /// One edge flow of a steady-state collective.
     Coupled,
 }
@@ -1194,7 +1207,11 @@ impl<'t> FlowNetwork<'t> {
         self.free_flows.push(id);
         match owner {
             Owner::Single(token) => Ok(context.complete_after(SimDuration::ZERO, token)?),
-            Owner::Message { run, lane, from, to } => {
+            Owner::Message { run, lane, from, to, due } => {
+                let early = due.saturating_since(context.now());
+                if early > SimDuration::ZERO {
+                    return Ok(context.wake_after(early, FlowEvent::MessageDue { run, lane, from, to })?);
+                }
                 self.message_done(context, run, lane, from)?;
                 self.message_done(context, run, lane, to)
             }
@@ -1532,8 +1549,11 @@ impl<'t> FlowNetwork<'t> {
         if self.steady_state && algorithm == CollectiveAlgorithm::Ring && group.len() > 1 {
             return self.start_coupled_ring(context, token, &wired, group, delay);
         }
-        let chunk = chunk_for(choice, collective.bytes, group, &self.estimator)?;
+        let chunk = pipeline_chunk(choice, collective.bytes, wire, group, &self.estimator)?;
         let schedule = Schedule::with_chunk(collective.kind, algorithm, wire, group, node_of, chunk)?;
+        let floor =
+            tree_step_floor(collective.kind, choice, collective.bytes, &schedule, group, &self.estimator)?;
+        let schedule = schedule.with_step_floor(floor);
         if self.steady_state && schedule.steps() > 0 && algorithm == CollectiveAlgorithm::DoubleBinaryTree {
             return self.start_coupled_pipeline(context, token, &schedule, delay);
         }
@@ -1670,8 +1690,9 @@ impl<'t> FlowNetwork<'t> {
                 step += 1;
                 continue;
             }
+            let due = context.now().checked_add(self.run(run).schedule.step_floor())?;
             for &(from, to, src, dst, size) in starts.iter() {
-                self.start_flow(context, src, dst, size, Owner::Message { run, lane, from, to })?;
+                self.start_flow(context, src, dst, size, Owner::Message { run, lane, from, to, due })?;
             }
             return Ok(());
         }
@@ -1760,6 +1781,10 @@ impl Network for FlowNetwork<'_> {
             }
             FlowEvent::Finish { flow, generation } => self.finish(context, flow, generation),
             FlowEvent::Refill => self.refill_pending(context),
+            FlowEvent::MessageDue { run, lane, from, to } => {
+                self.message_done(context, run, lane, from)?;
+                self.message_done(context, run, lane, to)
+            }
         }
     }
 }

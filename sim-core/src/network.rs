@@ -343,8 +343,9 @@ impl LoadCounts {
     }
 
     /// The time of a pipeline of `levels` on the links: its levels' longest path latencies
-    /// plus, for every step, its busiest link's time, each level's loads added when the level
-    /// starts and removed when it ends. `loads` is zero on every link before and after.
+    /// plus, for every step, its busiest link's time (at least the steps' floor, a channel's own
+    /// time for its chunk), each level's loads added when the level starts and removed when it ends.
+    /// `loads` is zero on every link before and after.
     fn time_steps(
         &mut self,
         loads: &mut [u64],
@@ -388,7 +389,8 @@ impl LoadCounts {
                 active.start += 1;
             }
             let next = steps.next_change(step);
-            total = total.checked_add(self.busiest(bytes, den)?.checked_mul(next - step)?)?;
+            let busiest = self.busiest(bytes, den)?.max(steps.floor);
+            total = total.checked_add(busiest.checked_mul(next - step)?)?;
             step = next;
         }
         Ok(total)
@@ -710,6 +712,10 @@ impl StepNetwork for AnalyticalNetwork<'_> {
         self.topology.spec().network.transport.sharp
     }
 
+    fn nccl(&self) -> crate::collective::NcclSettings {
+        self.topology.spec().network.transport.nccl
+    }
+
     fn tuner_fabric(&self) -> Option<TunerFabric> {
         let spec = self.topology.spec();
         let gb = |bandwidth: units::Bandwidth| bandwidth.bytes_per_second() / 1e9;
@@ -931,6 +937,9 @@ mod tests {
         }
         fn sharp(&self) -> bool {
             self.0.sharp()
+        }
+        fn nccl(&self) -> crate::collective::NcclSettings {
+            self.0.nccl()
         }
         fn tuner_fabric(&self) -> Option<TunerFabric> {
             self.0.tuner_fabric()

@@ -25,7 +25,7 @@
 //! chunk size ([`CHUNK_BYTES`] unless [`Schedule::with_chunk`] says otherwise;
 //! C = ceil(message / chunk), at least 1).
 
-use units::Bytes;
+use units::{Bytes, SimDuration};
 
 use crate::collective::{CollectiveError, members_by_server, ring_channels};
 use crate::graph::{CollectiveAlgorithm, CollectiveKind, RankId};
@@ -59,12 +59,15 @@ pub struct Pipeline {
     pub levels: Vec<Vec<(RankId, RankId)>>,
     /// The chunks every hop carries.
     pub chunks: u64,
+    /// The least time a step takes, whatever its links: how long one channel takes to move
+    /// its chunk at its own rate ([`Schedule::with_step_floor`]; zero: the links decide).
+    pub step_floor: SimDuration,
 }
 
 impl Pipeline {
     /// Which levels are active in which steps.
     pub fn steps(&self) -> PipelineSteps {
-        PipelineSteps { levels: self.levels.len(), chunks: self.chunks }
+        PipelineSteps { levels: self.levels.len(), chunks: self.chunks, floor: self.step_floor }
     }
 }
 
@@ -76,6 +79,8 @@ pub struct PipelineSteps {
     pub levels: usize,
     /// The chunks every hop carries (at least 1).
     pub chunks: u64,
+    /// The least time a step takes ([`Pipeline::step_floor`]).
+    pub floor: SimDuration,
 }
 
 impl PipelineSteps {
@@ -270,6 +275,7 @@ pub struct Schedule {
     steps: u32,
     bytes: Bytes,
     den: u64,
+    step_floor: SimDuration,
 }
 
 impl Schedule {
@@ -305,7 +311,14 @@ impl Schedule {
         }
         let single = || vec![group.to_vec()];
         if p <= 1 {
-            return Ok(Schedule { lanes: single(), pattern: Pattern::Direct, steps: 0, bytes, den: 1 });
+            return Ok(Schedule {
+                lanes: single(),
+                pattern: Pattern::Direct,
+                steps: 0,
+                bytes,
+                den: 1,
+                step_floor: SimDuration::ZERO,
+            });
         }
         let chunks = |message: u64| message.div_ceil(chunk.0.max(1)).max(1);
         let recursive = Recursive::new(p);
@@ -388,7 +401,19 @@ impl Schedule {
             (A::Direct, _) => (single(), Pattern::Direct, 1, p as u64),
             _ => return Err(unsupported()),
         };
-        Ok(Schedule { lanes, pattern, steps, bytes, den })
+        Ok(Schedule { lanes, pattern, steps, bytes, den, step_floor: SimDuration::ZERO })
+    }
+
+    /// This schedule with every step of its pipeline ([`Schedule::pipeline`]) lasting at least
+    /// `floor`: a pipelined tree whose channels move their chunks no faster than their own
+    /// rate, whatever the links would allow (see `collective::schedule_of`).
+    pub fn with_step_floor(self, floor: SimDuration) -> Schedule {
+        Schedule { step_floor: floor, ..self }
+    }
+
+    /// The least time a step of this schedule's pipeline takes ([`Schedule::with_step_floor`]).
+    pub fn step_floor(&self) -> SimDuration {
+        self.step_floor
     }
 
     /// The lanes, each a permutation of the group.
@@ -492,7 +517,7 @@ impl Schedule {
                 levels[height as usize + depth - 1].push((up, me));
             }
         }
-        Some(Pipeline { levels, chunks })
+        Some(Pipeline { levels, chunks, step_floor: self.step_floor })
     }
 
     /// Appends the messages member `position` of `lane` sends and receives in `step`.

@@ -264,6 +264,19 @@ pub fn allreduce_slowdown(
     (bus > 0.0).then(|| (link_bus / bus).max(1.0))
 }
 
+/// The most data one channel of NCCL's tree moves over a hop inside a server (GB/s): NCCL's
+/// per-channel tree cap on one server (`perChMaxTreeBws`, `tuning.cc`, the generation's N1
+/// column: 38.7 GB/s on Hopper, 24 on Ampere), which NCCL counts per channel of its graph
+/// search; the communicator runs each graph channel as two (`ncclTopoPostset` duplicates them,
+/// one tree each way), so each of those moves half of it: 19.35 GB/s on Hopper. The one-server
+/// column is the channel's own rate, without the network (whose share the links already
+/// give); the same table bounds the tree's bus bandwidth ([`allreduce_slowdown`]), here it
+/// bounds how fast one chunk crosses one hop, which is what a tree's pipeline fill takes.
+pub fn tree_channel_rate(fabric: &TunerFabric) -> Option<f64> {
+    let rate = fabric.table().tree_per_channel[fabric.generation.index()][0] / 2.0;
+    (rate > 0.0).then_some(rate)
+}
+
 /// NCCL's latency (us) and algorithm bandwidth (GB/s) of an allreduce over `ranks` ranks on
 /// `nodes` servers by `algorithm` (ring or tree) and `protocol`, for a collective launch of
 /// `launch_us`; `None` if NCCL would not use the combination.

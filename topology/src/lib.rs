@@ -116,8 +116,8 @@ use units::{Bandwidth, SimDuration};
 
 pub use error::TopologyError;
 pub use spec::{
-    CascadeSpec, DragonflySpec, FabricSpec, HostCpu, NcclVersion, NetworkSpec, Routing, Transport,
-    TransportKind, XgftSpec,
+    CascadeSpec, DragonflySpec, FabricSpec, HostCpu, NcclAlgorithms, NcclProtocols, NcclSettings,
+    NcclVersion, NetworkSpec, Routing, Transport, TransportKind, XgftSpec,
 };
 pub use summary::{PathLengths, TopologySummary};
 

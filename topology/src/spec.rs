@@ -65,13 +65,15 @@ impl TransportKind {
 
     /// The software cost of one message over the fabric on top of NCCL's own per-hop network
     /// latencies (which NCCL measured on InfiniBand): zero for RDMA transports; for TCP-based
-    /// ones the proxy/network-thread cost of every message. `tcp-direct`'s 50 us comes from
-    /// the one published TCPXO curve in `data/validation` (its small-size floor), so that
-    /// floor does not validate it; plain sockets add their copies through host memory on top.
+    /// ones the proxy/network-thread cost of every message. `tcp-direct`'s 15 us comes from
+    /// the one published TCPXO curve in `data/validation` (its small-size floor of 123 us,
+    /// under the tree/Simple allreduce GCP's TCPXO configuration runs: see
+    /// `scenarios/nccl-2x8-h100.toml`), so that floor does not validate it; plain sockets add
+    /// their copies through host memory on top.
     pub const fn default_message_overhead(self) -> SimDuration {
         match self {
             TransportKind::InfiniBand | TransportKind::Roce => SimDuration::ZERO,
-            TransportKind::TcpDirect => SimDuration::from_us(50),
+            TransportKind::TcpDirect => SimDuration::from_us(15),
             TransportKind::Ethernet => SimDuration::from_us(60),
         }
     }
@@ -121,6 +123,139 @@ pub struct Transport {
     /// The switches reduce in the network (InfiniBand SHARP): NCCL's CollNet algorithms can
     /// run an allreduce's cross-server part in the switches.
     pub sharp: bool,
+    /// The run's own NCCL settings (its environment, or what a tuner plugin decides for it):
+    /// which algorithms and protocols NCCL may choose, and its Simple buffer.
+    pub nccl: NcclSettings,
+}
+
+/// What a run's NCCL configuration fixes that NCCL's defaults would not: `NCCL_ALGO` (and
+/// `NCCL_NVLS_ENABLE=0`, or a tuner plugin's rule), `NCCL_PROTO` and `NCCL_BUFFSIZE`. The
+/// default is NCCL's own: every algorithm and protocol, 4 MiB buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NcclSettings {
+    /// The algorithms NCCL's tuner may choose for an allreduce.
+    pub algorithms: NcclAlgorithms,
+    /// The protocols NCCL's tuner may choose.
+    pub protocols: NcclProtocols,
+    /// `NCCL_BUFFSIZE`: the Simple protocol's buffer per connection (bytes), which NCCL cuts
+    /// into `NCCL_STEPS` = 8 steps; a tree's Simple chunk is one step (`calcCollChunking` in
+    /// `src/enqueue.cc`, 2.20 and later). 4 MiB by default (`DEFAULT_BUFFSIZE` in
+    /// `src/include/comm.h`). The LL and LL128 buffers are not this one (`NCCL_LL_BUFFSIZE`,
+    /// `NCCL_LL128_BUFFSIZE`).
+    pub buffsize: u64,
+}
+
+impl NcclSettings {
+    /// NCCL's defaults.
+    pub const DEFAULT: NcclSettings =
+        NcclSettings { algorithms: NcclAlgorithms::ALL, protocols: NcclProtocols::ALL, buffsize: 4 << 20 };
+
+    /// `NCCL_STEPS` (`src/include/device.h`): the steps a connection's buffer is cut into.
+    pub const STEPS: u64 = 8;
+
+    /// A tree's Simple chunk: one step of the buffer.
+    pub fn simple_step(&self) -> u64 {
+        self.buffsize / NcclSettings::STEPS
+    }
+
+    /// Checks an `NCCL_BUFFSIZE` value: a positive multiple of [`NcclSettings::STEPS`] bytes.
+    pub fn check_buffsize(bytes: u64) -> Result<u64, String> {
+        if bytes == 0 || bytes % NcclSettings::STEPS != 0 {
+            return Err(format!(
+                "is {bytes} bytes; give a positive multiple of {} bytes (NCCL cuts its buffer into NCCL_STEPS = {} \
+                 steps; NCCL's default is 4 MiB)",
+                NcclSettings::STEPS,
+                NcclSettings::STEPS
+            ));
+        }
+        Ok(bytes)
+    }
+}
+
+impl Default for NcclSettings {
+    fn default() -> NcclSettings {
+        NcclSettings::DEFAULT
+    }
+}
+
+/// A set of names, one bit each, parsed from a list (case-insensitively, `-` and `_` ignored,
+/// so NCCL's own spellings such as `NVLSTree` and `CollnetDirect` are accepted).
+fn parse_set(names: &[String], valid: &[&str], what: &str) -> Result<u8, String> {
+    let normalize = |name: &str| name.to_ascii_lowercase().replace(['-', '_'], "");
+    if names.is_empty() {
+        return Err(format!("is empty: NCCL would have no {what} to run; valid: {}", valid.join(", ")));
+    }
+    let mut set = 0u8;
+    for name in names {
+        let index = valid
+            .iter()
+            .position(|v| normalize(v) == normalize(name))
+            .ok_or_else(|| format!("has unknown {what} {name:?}; valid: {}", valid.join(", ")))?;
+        set |= 1 << index;
+    }
+    Ok(set)
+}
+
+/// The names of the members of `set`.
+fn set_names(set: u8, valid: &[&'static str]) -> Vec<&'static str> {
+    valid.iter().enumerate().filter(|&(index, _)| set & (1 << index) != 0).map(|(_, &name)| name).collect()
+}
+
+/// The allreduce algorithms NCCL may choose (`NCCL_ALGO`; NVLS and NVLS-tree also go with
+/// `NCCL_NVLS_ENABLE=0`), by parasim's algorithm names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NcclAlgorithms(u8);
+
+impl NcclAlgorithms {
+    /// NCCL's algorithms, by the names parasim's `--algorithm` takes.
+    pub const NAMES: [&'static str; 6] =
+        ["ring", "tree", "nvls", "nvls-tree", "collnet-direct", "collnet-chain"];
+
+    /// Every algorithm.
+    pub const ALL: NcclAlgorithms = NcclAlgorithms(0b11_1111);
+
+    /// The algorithms of a list such as `NCCL_ALGO`'s (`["ring", "tree"]`).
+    pub fn from_names(names: &[String]) -> Result<NcclAlgorithms, String> {
+        parse_set(names, &NcclAlgorithms::NAMES, "algorithm").map(NcclAlgorithms)
+    }
+
+    /// True if the algorithm of this name (parasim's, e.g. `nvls-tree`) may run; names that
+    /// are not NCCL algorithms are not restricted.
+    pub fn allows(self, name: &str) -> bool {
+        NcclAlgorithms::NAMES.iter().position(|&n| n == name).is_none_or(|index| self.0 & (1 << index) != 0)
+    }
+
+    /// The names in the set.
+    pub fn names(self) -> Vec<&'static str> {
+        set_names(self.0, &NcclAlgorithms::NAMES)
+    }
+}
+
+/// The protocols NCCL may choose (`NCCL_PROTO`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NcclProtocols(u8);
+
+impl NcclProtocols {
+    /// NCCL's protocols.
+    pub const NAMES: [&'static str; 3] = ["LL", "LL128", "Simple"];
+
+    /// Every protocol.
+    pub const ALL: NcclProtocols = NcclProtocols(0b111);
+
+    /// The protocols of a list such as `NCCL_PROTO`'s (`["Simple"]`).
+    pub fn from_names(names: &[String]) -> Result<NcclProtocols, String> {
+        parse_set(names, &NcclProtocols::NAMES, "protocol").map(NcclProtocols)
+    }
+
+    /// True if the protocol of this name (`LL`, `LL128`, `Simple`) may run.
+    pub fn allows(self, name: &str) -> bool {
+        NcclProtocols::NAMES.iter().position(|&n| n == name).is_none_or(|index| self.0 & (1 << index) != 0)
+    }
+
+    /// The names in the set.
+    pub fn names(self) -> Vec<&'static str> {
+        set_names(self.0, &NcclProtocols::NAMES)
+    }
 }
 
 /// The vendor of the servers' CPUs, as NCCL's topology detection reports it
@@ -223,6 +358,7 @@ impl Transport {
             host_cpu: HostCpu::Intel,
             nccl_version: NcclVersion::V2_27,
             sharp: false,
+            nccl: NcclSettings::DEFAULT,
         }
     }
 }
@@ -705,5 +841,55 @@ impl CascadeSpec {
             .iter()
             .map(|&n| u64::from(n))
             .product()
+    }
+}
+
+#[cfg(test)]
+mod nccl_settings_tests {
+    use super::*;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|name| name.to_string()).collect()
+    }
+
+    #[test]
+    fn nccl_algo_lists_take_parasims_names_and_nccls_spellings() {
+        let ring_tree = NcclAlgorithms::from_names(&names(&["ring", "tree"])).unwrap();
+        assert_eq!(ring_tree, NcclAlgorithms::from_names(&names(&["Ring", "TREE"])).unwrap());
+        assert!(ring_tree.allows("ring") && ring_tree.allows("tree"));
+        assert!(
+            !ring_tree.allows("nvls") && !ring_tree.allows("nvls-tree") && !ring_tree.allows("collnet-chain")
+        );
+        // NCCL_ALGO's spellings (`src/graph/tuning.cc`: "NVLSTree", "CollnetDirect").
+        let nvls_tree = NcclAlgorithms::from_names(&names(&["NVLSTree", "CollnetDirect"])).unwrap();
+        assert_eq!(nvls_tree.names(), ["nvls-tree", "collnet-direct"]);
+        // Algorithms that are not NCCL's are not restricted.
+        assert!(ring_tree.allows("halving-doubling"));
+        assert_eq!(NcclAlgorithms::ALL.names(), NcclAlgorithms::NAMES);
+        let unknown = NcclAlgorithms::from_names(&names(&["tree", "butterfly"])).unwrap_err();
+        assert!(
+            unknown.contains("unknown algorithm \"butterfly\"") && unknown.contains("nvls-tree"),
+            "{unknown}"
+        );
+        assert!(NcclAlgorithms::from_names(&[]).unwrap_err().contains("is empty"));
+    }
+
+    #[test]
+    fn nccl_proto_lists_and_buffer_sizes_are_checked() {
+        let simple = NcclProtocols::from_names(&names(&["simple"])).unwrap();
+        assert!(simple.allows("Simple") && !simple.allows("LL") && !simple.allows("LL128"));
+        assert_eq!(simple.names(), ["Simple"]);
+        assert!(
+            NcclProtocols::from_names(&names(&["LL256"])).unwrap_err().contains("unknown protocol \"LL256\"")
+        );
+        assert!(NcclProtocols::from_names(&[]).unwrap_err().contains("is empty"));
+        // NCCL_BUFFSIZE: NCCL's default 4 MiB, cut into 8 steps of 512 KiB (a tree's Simple chunk).
+        assert_eq!(NcclSettings::DEFAULT.simple_step(), 512 << 10);
+        assert_eq!(NcclSettings { buffsize: 8 << 20, ..NcclSettings::DEFAULT }.simple_step(), 1 << 20);
+        assert_eq!(NcclSettings::check_buffsize(8 << 20), Ok(8 << 20));
+        for bad in [0, 1004, (4 << 20) + 4] {
+            assert!(NcclSettings::check_buffsize(bad).unwrap_err().contains("multiple of 8 bytes"), "{bad}");
+        }
+        assert_eq!(Transport::new(TransportKind::TcpDirect).nccl, NcclSettings::DEFAULT);
     }
 }

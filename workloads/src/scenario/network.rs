@@ -3,10 +3,10 @@
 //! would be silently ignored is an error.
 
 use serde::Deserialize;
-use sim_core::units::{Bandwidth, SimDuration};
+use sim_core::units::{Bandwidth, Bytes, SimDuration};
 use topology::{
-    CascadeSpec, DragonflySpec, FabricSpec, LinkSpec, NetworkSpec, Routing, Transport, TransportKind,
-    XgftSpec,
+    CascadeSpec, DragonflySpec, FabricSpec, LinkSpec, NcclAlgorithms, NcclProtocols, NcclSettings,
+    NetworkSpec, Routing, Transport, TransportKind, XgftSpec,
 };
 
 use super::LinkSection;
@@ -46,6 +46,9 @@ pub(super) struct NetworkSection {
     efficiency: Option<f64>,
     host_cpu: Option<String>,
     nccl_version: Option<String>,
+    nccl_algorithms: Option<Vec<String>>,
+    nccl_protocols: Option<Vec<String>>,
+    nccl_buffsize: Option<Bytes>,
     sharp: Option<bool>,
 }
 
@@ -90,6 +93,9 @@ const COMMON: &[&str] = &[
     "efficiency",
     "host-cpu",
     "nccl-version",
+    "nccl-algorithms",
+    "nccl-protocols",
+    "nccl-buffsize",
     "sharp",
 ];
 
@@ -100,7 +106,7 @@ pub(super) type KeyError = (&'static str, String);
 impl NetworkSection {
     /// The keys present in the file, as written there.
     fn present(&self) -> Vec<&'static str> {
-        let flags: [(&'static str, bool); 32] = [
+        let flags: [(&'static str, bool); 35] = [
             ("topology", self.topology.is_some()),
             ("link-bandwidth", self.link_bandwidth.is_some()),
             ("link-latency", self.link_latency.is_some()),
@@ -132,9 +138,31 @@ impl NetworkSection {
             ("efficiency", self.efficiency.is_some()),
             ("host-cpu", self.host_cpu.is_some()),
             ("nccl-version", self.nccl_version.is_some()),
+            ("nccl-algorithms", self.nccl_algorithms.is_some()),
+            ("nccl-protocols", self.nccl_protocols.is_some()),
+            ("nccl-buffsize", self.nccl_buffsize.is_some()),
             ("sharp", self.sharp.is_some()),
         ];
         flags.into_iter().filter(|&(_, present)| present).map(|(key, _)| key).collect()
+    }
+
+    /// `nccl-algorithms`, `nccl-protocols` and `nccl-buffsize`: the run's NCCL settings
+    /// (NCCL's defaults for the keys not given).
+    fn nccl_settings(&self) -> Result<NcclSettings, KeyError> {
+        let mut nccl = NcclSettings::DEFAULT;
+        if let Some(names) = &self.nccl_algorithms {
+            nccl.algorithms =
+                NcclAlgorithms::from_names(names).map_err(|message| ("nccl-algorithms", message))?;
+        }
+        if let Some(names) = &self.nccl_protocols {
+            nccl.protocols =
+                NcclProtocols::from_names(names).map_err(|message| ("nccl-protocols", message))?;
+        }
+        if let Some(bytes) = self.nccl_buffsize {
+            nccl.buffsize =
+                NcclSettings::check_buffsize(bytes.0).map_err(|message| ("nccl-buffsize", message))?;
+        }
+        Ok(nccl)
     }
 
     /// Validates the section. `default_link` is each NIC's link when none is given,
@@ -186,6 +214,7 @@ impl NetworkSection {
                 None => topology::NcclVersion::default(),
             },
             sharp: self.sharp.unwrap_or(false),
+            nccl: self.nccl_settings()?,
         };
         if transport.sharp && kind != TransportKind::InfiniBand {
             return Err((
