@@ -1062,9 +1062,10 @@ mod tests {
             assert_eq!(again, profile);
         }
         // A device that computes exactly like a shipped one shares its profile; one with other
-        // bandwidth does not.
+        // bandwidth does not: the A100 80 GB has its own, the H100 none.
         assert_eq!(Profile::builtin("v100-sxm2-32gb").unwrap().device, "v100-sxm2-16gb");
-        assert!(Profile::builtin("a100-sxm4-80gb").is_err());
+        assert_eq!(Profile::builtin("a100-sxm4-80gb").unwrap().device, "a100-sxm4-80gb");
+        assert!(Profile::builtin("h100-sxm5-80gb").is_err());
         let error = Profile::builtin("tpu-v9").unwrap_err().to_string();
         assert!(error.contains("tpu-v9") && error.contains("a100-sxm4-40gb"), "{error}");
         let error = Profile::from_toml_str("device = \"x\"\n[compute]\ngemm-efficiency = 2.0\n").unwrap_err();
