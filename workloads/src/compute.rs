@@ -215,8 +215,9 @@ pub struct ComputeModel {
     /// Whether kernels are replayed from a CUDA graph: the host issues a whole step at once and
     /// the per-kernel dispatch cost disappears.
     pub cuda_graphs: bool,
-    /// Whether vector-unit 3x3 convolutions may run as Winograd kernels, as cuDNN's benchmark
-    /// mode picks them when faster (PyTorch's `cudnn.benchmark = True`, DeepBench). Off by
+    /// Whether vector-unit convolutions may run as Winograd kernels (3x3, stride 1) or FFTs
+    /// (2-D, stride 1), as cuDNN's benchmark mode (`cudnnFind*`: the fastest of all its
+    /// algorithms) picks them when faster (PyTorch's `cudnn.benchmark = True`, DeepBench). Off by
     /// default: the frameworks' default heuristics with a small workspace (Chainer's 8 MiB)
     /// run implicit GEMM.
     pub winograd_convolutions: bool,
@@ -813,6 +814,16 @@ impl Curves {
                         best = best.min(tiled(&product)? + elements * bytes / bandwidth);
                     }
                 }
+                // So may FFT (cudnnFind's fastest of all algorithms): four real products per
+                // complex multiply-add over the frequencies, plus the transforms through memory.
+                if self.winograd && on_vector_units && shape.fft_applies() {
+                    let bandwidth = device.memory_bandwidth.bytes_per_second() * self.memory_efficiency;
+                    for size in [16, 32] {
+                        if let Some((product, elements)) = shape.fft(*direction, size) {
+                            best = best.min(4.0 * tiled(&product)? + elements * bytes / bandwidth);
+                        }
+                    }
+                }
                 Some(best)
             }
         }
@@ -1403,6 +1414,48 @@ mod tests {
         };
         // Winograd beats the implicit GEMM of a 3x3 convolution on the fp32 units.
         assert!(fp32(shape) < 0.8 * fp32(implicit), "{} vs {}", fp32(shape), fp32(implicit));
+    }
+
+    #[test]
+    fn large_stride_one_filters_may_run_as_ffts() {
+        let catalog = DeviceCatalog::builtin();
+        let v100 = catalog.get("v100-sxm2-16gb").unwrap();
+        // GoogLeNet's 5x5 layer of DeepBench's table: 16 images of 28x28, 192 -> 32 channels.
+        let layer = |stride| {
+            crate::layer::Layer::new(
+                "conv",
+                crate::layer::LayerKind::conv2d(32, 5, stride, 2),
+                crate::layer::Shape::from([192, 28, 28]),
+            )
+            .unwrap()
+        };
+        let seconds = |model: &ComputeModel, layer: &crate::layer::Layer, pass| {
+            let work = KernelWork {
+                shape: KernelShape::of_layer(layer, pass, 16),
+                ..KernelWork::flat(OpClass::Gemm, Dtype::Fp32, layer.cost.flops(pass, 16), 0.0)
+            };
+            model.kernel_seconds(v100, &work).unwrap()
+        };
+        let find = ComputeModel { winograd_convolutions: true, ..ComputeModel::default() };
+        let heuristics = ComputeModel::default();
+        for pass in [Pass::Forward, Pass::BackwardData, Pass::BackwardWeight] {
+            // Every direction of the stride-1 layer is faster as an FFT (DeepBench measured
+            // 189-197 us; the implicit GEMM takes over 300).
+            let (fft, direct) = (seconds(&find, &layer(1), pass), seconds(&heuristics, &layer(1), pass));
+            assert!(fft < 0.8 * direct && fft > 150e-6 && fft < 260e-6, "{pass:?}: {fft} vs {direct}");
+            // A strided layer has no FFT.
+            assert_eq!(seconds(&find, &layer(2), pass), seconds(&heuristics, &layer(2), pass));
+        }
+        let KernelShape::Conv { shape, .. } = KernelShape::of_layer(&layer(1), Pass::Forward, 16) else {
+            panic!()
+        };
+        // 32x32 transforms of the 32x32 padded input: one tile per image, 32 x 17 frequencies.
+        let (product, _) = shape.fft(crate::kernel_shape::ConvDirection::Forward, 32).unwrap();
+        assert_eq!((product.batch, product.m, product.n, product.k), (544, 16, 32, 192));
+        // 16x16 transforms give 12 outputs per axis: 3 x 3 tiles per image.
+        let (product, _) = shape.fft(crate::kernel_shape::ConvDirection::BackwardWeight, 16).unwrap();
+        assert_eq!((product.batch, product.m, product.n, product.k), (144, 32, 192, 16 * 9));
+        assert!(shape.fft(crate::kernel_shape::ConvDirection::Forward, 4).is_none());
     }
 
     #[test]

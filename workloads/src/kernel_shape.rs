@@ -144,6 +144,43 @@ impl ConvShape {
         let transformed = alpha * alpha * (tiles * (c + k) + c * k);
         (shape, (plain + transformed) as f64)
     }
+    /// Whether cuDNN's FFT convolutions apply: a dense 2-D convolution with unit stride
+    /// (`CUDNN_CONVOLUTION_*_ALGO_FFT` and `FFT_TILING` need stride 1).
+    pub fn fft_applies(&self) -> bool {
+        self.groups == 1 && self.stride == [1, 1, 1] && self.kernel[2] == 1 && self.output[2] == 1
+    }
+
+    /// cuDNN's FFT convolution for `direction` on `size x size` transforms (its kernels
+    /// `fft2d_r2c_16x16`, `fft2d_r2c_32x32`, `fft2d_c2r_32x32`, public TensorFlow and PyTorch
+    /// profiles): the padded input is cut into tiles of `size` that each give
+    /// `size - R + 1` outputs per axis (one tile when the whole padded input fits: cuDNN's
+    /// `FFT`; several: `FFT_TILING`), input, filter and output (or their gradients) go through
+    /// real-to-complex transforms of `size x (size/2 + 1)` frequencies, and a batched complex
+    /// product per frequency (`*_cgemm_*_tn`, with `compute_gemm_pointers`) does the
+    /// convolution. Returns that product (its complex multiply-adds as real ones: the caller
+    /// prices it four times) and the elements the transform kernels read and write: the plain
+    /// tensors once and the transformed ones (two elements per frequency) once, as Winograd's.
+    /// `None` when the filter does not fit the transform.
+    pub fn fft(&self, direction: ConvDirection, size: u64) -> Option<(GemmShape, f64)> {
+        let [r, s, _] = self.kernel;
+        if r > size || s > size {
+            return None;
+        }
+        let tiles =
+            self.batch * self.output[0].div_ceil(size + 1 - r) * self.output[1].div_ceil(size + 1 - s);
+        let frequencies = size * (size / 2 + 1);
+        let (c, k) = (self.in_channels, self.out_channels);
+        let (m, n, depth) = match direction {
+            ConvDirection::Forward => (tiles, k, c),
+            ConvDirection::BackwardData => (tiles, c, k),
+            ConvDirection::BackwardWeight => (k, c, tiles),
+        };
+        let shape = GemmShape { batch: frequencies, m, n, k: depth };
+        let filter = c * k * Self::product(self.kernel);
+        let plain = self.batch * (c * Self::product(self.input) + k * Self::product(self.output)) + filter;
+        let transformed = 2 * frequencies * (tiles * (c + k) + c * k);
+        Some((shape, (plain + transformed) as f64))
+    }
 }
 
 /// Scaled dot-product attention's two products per head: scores `Q·K^T` (`s x s_kv` over the
