@@ -404,7 +404,8 @@ pub fn wire_bytes(
 
 /// The chunk size of `choice`'s pipeline: with a protocol, NCCL's tree chunks (its step
 /// size, `buffSize / NCCL_STEPS`: with Simple the `NCCL_BUFFSIZE` of the run over 8, 512 KiB
-/// by default and never shrunk for trees from NCCL 2.20 on; 32 KiB of data with LL, 576,000
+/// by default, halved for small per-channel sizes up to NCCL 2.19
+/// ([`crate::nccl::NcclTable::tree_simple_chunk_shrinks`]) and never shrunk from NCCL 2.20 on; 32 KiB of data with LL, 576,000
 /// bytes with LL128, halved for LL128 while a channel has too few chunks to fill the
 /// pipeline, as `calcCollChunking` in `enqueue.cc` does); otherwise the network's chunk
 /// setting.
@@ -418,7 +419,27 @@ pub fn chunk_for(
         return Ok(network.chunk());
     };
     Ok(Bytes(match protocol {
-        Protocol::Simple => network.nccl().simple_step(),
+        Protocol::Simple => {
+            let step = network.nccl().simple_step();
+            if !nccl_table(network).tree_simple_chunk_shrinks {
+                step
+            } else {
+                // NCCL 2.11-2.19's `computeColl`: halve while a channel has too few chunks for
+                // the tree's depth.
+                let servers = members_by_server(group, &|rank| network.node_of(rank))?;
+                let nodes = servers.len().max(1) as u64;
+                let channels = servers.iter().map(|(_, m)| m.len() as u64).min().unwrap_or(1).max(1);
+                let depth = (group.len() as u64 / nodes).saturating_sub(1) + u64::from(nodes.ilog2());
+                let per_channel = |chunk: u64| bytes.0 / (channels * chunk);
+                let mut chunk = step;
+                for (times, floor) in [(8, 131_072), (4, 65_536), (1, 32_768)] {
+                    while per_channel(chunk) < depth * times && chunk > floor {
+                        chunk /= 2;
+                    }
+                }
+                chunk
+            }
+        }
         Protocol::Ll => 32 << 10,
         Protocol::Ll128 => {
             let servers = members_by_server(group, &|rank| network.node_of(rank))?;
@@ -1366,6 +1387,46 @@ mod tests {
         };
         let error = choose(K::AllReduce, Bytes(1 << 30), &group, &mut hopper(collnet)).unwrap_err();
         assert!(error.to_string().contains("cluster.network.nccl-algorithms"), "{error}");
+    }
+
+    /// Servers of 8 GPUs as NCCL `release`'s tuner sees a DGX A100.
+    struct Release {
+        inner: Uniform,
+        release: crate::nccl::NcclVersion,
+    }
+
+    impl StepNetwork for Release {
+        fn node_of(&self, rank: RankId) -> Result<u32, CollectiveError> {
+            self.inner.node_of(rank)
+        }
+        fn tuner_fabric(&self) -> Option<TunerFabric> {
+            Some(TunerFabric { nccl: self.release, ..crate::tuner::dgx_a100() })
+        }
+        fn step_time(
+            &mut self,
+            messages: &[(RankId, RankId, u64)],
+            bytes: Bytes,
+            den: u64,
+        ) -> Result<SimDuration, CollectiveError> {
+            self.inner.step_time(messages, bytes, den)
+        }
+    }
+
+    #[test]
+    fn a_simple_tree_chunk_shrinks_for_small_sizes_until_nccl_2_20() {
+        use crate::nccl::NcclVersion;
+        let group = ranks(64);
+        let tree = Choice { algorithm: A::Tree, protocol: Some(Protocol::Simple) };
+        let network = |release| Release { inner: Uniform { per_node: 8, ..uniform() }, release };
+        // 8 servers of 8: depth 7 + log2(8) = 10, 8 channels. 1 MiB is 0, 1 and 2 chunks per
+        // channel at 512, 128 and 64 KiB: halved to 128 KiB (< 80), 64 KiB (< 40), 32 KiB (< 10).
+        let old = network(NcclVersion::V2_11);
+        assert_eq!(chunk_for(tree, Bytes(1 << 20), &group, &old).unwrap(), Bytes(32 << 10));
+        // 1 GiB has 256 chunks of 512 KiB per channel, past 8 x the depth: one step.
+        assert_eq!(chunk_for(tree, Bytes(1 << 30), &group, &old).unwrap(), Bytes(512 << 10));
+        // From 2.20 on the chunk is always the step.
+        let new = network(NcclVersion::V2_27);
+        assert_eq!(chunk_for(tree, Bytes(1 << 20), &group, &new).unwrap(), Bytes(512 << 10));
     }
 
     #[test]

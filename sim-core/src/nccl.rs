@@ -100,6 +100,12 @@ pub struct NcclTable {
     /// highest first, with which parasim re-runs the search on one NVSwitch server; `None`:
     /// one channel per NVLink (parasim's default reading of the 2.2x search).
     pub intra_speeds: Option<&'static [f64]>,
+    /// A tree/Simple allreduce halves its chunk (from the step, `buffSize / NCCL_STEPS`) while
+    /// a channel has fewer than `8 x`, `4 x` and `1 x` the tree's depth of chunks, down to
+    /// 128, 64 and 32 KiB (`computeColl` in `src/enqueue.cc`, v2.11.4-1 to v2.19.4-1, the tree
+    /// depth `nRanks / nNodes - 1 + log2(nNodes)` of `src/graph/connect.cc`); from 2.20 the
+    /// chunk stays one step.
+    pub tree_simple_chunk_shrinks: bool,
 }
 
 /// `speedArrayIntra` at v2.11.4-1 (`src/graph/search.cc`).
@@ -148,6 +154,7 @@ static V2_11: NcclTable = NcclTable {
     // SM70_NVLINK_WIDTH 22.0, SM80_NVLINK_WIDTH 22.0 (cudaCompCap >= 80).
     nvlink_rate: [22.0; 4],
     intra_speeds: Some(&SPEEDS_2_11),
+    tree_simple_chunk_shrinks: true,
 };
 
 /// NCCL 2.12 and 2.13 (v2.12.12-1; v2.13.4-1 the same): 2.11's constants except the
@@ -204,6 +211,7 @@ static V2_27: NcclTable = NcclTable {
     // SM80_NVLINK_BW 20.0, SM90_NVLINK_BW 20.6, SM100_NVLINK_BW 40.1.
     nvlink_rate: [20.0, 20.0, 20.6, 40.1],
     intra_speeds: None,
+    tree_simple_chunk_shrinks: false,
 };
 
 /// The graph search's most channels per graph (`ringGraph.maxChannels = MAXCHANNELS/2` in
