@@ -359,47 +359,17 @@ pub fn predict(model: &ComputeModel, device: &Device, sample: &Sample) -> Result
     predict_with(&model.curves(), model.launch_overhead.as_secs_f64(), rates, device, sample)
 }
 
-/// How a sample's log-ratio counts in the fit.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Loss {
-    /// Its square.
-    Squares,
-    /// Huber's: its square up to [`HUBER_LOG_RATIO`], linear beyond, so a few kernels many
-    /// times off (a library's erratic algorithm choice) pull no harder than kernels twice off.
-    Huber,
-}
-
-/// Where the convolution stage's Huber loss turns linear: a factor of 2 either way. An
-/// assumption (a kernel further off than its library's best algorithm by 2x is taken as an
-/// algorithm-choice outlier, not as evidence on a device factor), not fitted.
-const HUBER_LOG_RATIO: f64 = std::f64::consts::LN_2;
-
-impl Loss {
-    /// The residual whose square is the loss (twice Huber's beyond the threshold).
-    fn residual(self, log_ratio: f64) -> f64 {
-        let delta = HUBER_LOG_RATIO;
-        match self {
-            Loss::Huber if log_ratio.abs() > delta => {
-                log_ratio.signum() * (delta * (2.0 * log_ratio.abs() - delta)).sqrt()
-            }
-            Loss::Squares | Loss::Huber => log_ratio,
-        }
-    }
-}
-
-/// Residuals: one log-ratio per sample (under `loss`), then the prior's pulls.
+/// Residuals: one log-ratio per sample, then the prior's pulls.
 fn residuals(
     point: &Point,
     prior: &Point,
     device: &Device,
     samples: &[Sample],
-    loss: Loss,
 ) -> Result<Vec<f64>, ComputeError> {
     let (curves, launch, rates) = point.curves();
     let mut out = Vec::with_capacity(samples.len() + COUNT);
     for sample in samples {
-        let log_ratio = (predict_with(&curves, launch, rates, device, sample)? / sample.measured_s).ln();
-        out.push(loss.residual(log_ratio));
+        out.push((predict_with(&curves, launch, rates, device, sample)? / sample.measured_s).ln());
     }
     // No pull on a reduction's combine: its default, 0, is the logarithm's floor, and a pull
     // towards it from every e-fold of a few microseconds outweighs what the reductions say.
@@ -426,14 +396,13 @@ fn jacobian(
     prior: &Point,
     device: &Device,
     samples: &[Sample],
-    loss: Loss,
 ) -> Result<Vec<Vec<f64>>, ComputeError> {
     const STEP: f64 = 1e-6;
     let mut columns = Vec::with_capacity(COUNT);
     for j in 0..COUNT {
         let mut moved = *point;
         moved.x[j] += STEP;
-        let r = residuals(&moved, prior, device, samples, loss)?;
+        let r = residuals(&moved, prior, device, samples)?;
         columns.push(r.iter().zip(base).map(|(a, b)| (a - b) / STEP).collect());
     }
     Ok(columns)
@@ -504,16 +473,15 @@ fn levenberg_marquardt(
     held: &Held,
     device: &Device,
     samples: &[Sample],
-    loss: Loss,
 ) -> Result<(Point, f64, u32), ComputeError> {
     let mut point = start;
-    let mut r = residuals(&point, prior, device, samples, loss)?;
+    let mut r = residuals(&point, prior, device, samples)?;
     let mut cost = sum_of_squares(&r);
     let mut damping = 1e-3;
     let mut iterations = 0;
     for _ in 0..300 {
         iterations += 1;
-        let columns = jacobian(&point, &r, prior, device, samples, loss)?;
+        let columns = jacobian(&point, &r, prior, device, samples)?;
         let mut normal = [[0.0; COUNT]; COUNT];
         let mut gradient = [0.0; COUNT];
         for i in 0..COUNT {
@@ -538,7 +506,7 @@ fn levenberg_marquardt(
                     *x = (*x + dx).clamp(lower_bound(j), 20.0);
                 }
             }
-            let trial_r = residuals(&trial, prior, device, samples, loss)?;
+            let trial_r = residuals(&trial, prior, device, samples)?;
             let trial_cost = sum_of_squares(&trial_r);
             if trial_cost < cost {
                 let gain = (cost - trial_cost) / cost.max(1e-300);
@@ -617,17 +585,6 @@ pub fn fit(
     start: &ComputeModel,
     hold: &[&str],
 ) -> Result<Fit, CalibrationError> {
-    fit_with(device, samples, start, hold, Loss::Squares)
-}
-
-/// [`fit`] under `loss`.
-fn fit_with(
-    device: &Device,
-    samples: &[Sample],
-    start: &ComputeModel,
-    hold: &[&str],
-    loss: Loss,
-) -> Result<Fit, CalibrationError> {
     check(samples)?;
     start.validate()?;
     let held = held_set(hold, samples)?;
@@ -659,7 +616,7 @@ fn fit_with(
         }
         begin
     });
-    fit_from(device, samples, &prior, &held, &starts, loss)
+    fit_from(device, samples, &prior, &held, &starts)
 }
 
 /// The parameters only convolutions decide.
@@ -688,7 +645,7 @@ pub fn fit_staged(
     let mut second_hold: Vec<&str> =
         PARAMETERS.iter().copied().filter(|p| !CONV_PARAMETERS.contains(p)).collect();
     second_hold.extend(hold.iter().copied().filter(|p| CONV_PARAMETERS.contains(p)));
-    let second = fit_with(device, &convs, &first.model, &second_hold, Loss::Huber)?;
+    let second = fit(device, &convs, &first.model, &second_hold)?;
     // Support over all samples, each parameter counted in the stage that fitted it.
     let mut support = first.support;
     for (j, name) in PARAMETERS.iter().enumerate() {
@@ -711,11 +668,10 @@ fn fit_from(
     prior: &Point,
     held: &Held,
     starts: &[Point],
-    loss: Loss,
 ) -> Result<Fit, CalibrationError> {
     let mut best: Option<(Point, f64, u32)> = None;
     for begin in starts {
-        let result = levenberg_marquardt(*begin, prior, held, device, samples, loss)?;
+        let result = levenberg_marquardt(*begin, prior, held, device, samples)?;
         if best.as_ref().is_none_or(|b| result.1 < b.1) {
             best = Some(result);
         }
@@ -728,9 +684,8 @@ fn fit_from(
     // of the parameter (elasticity). The Jacobian is per unit of the unconstrained coordinate:
     // a log for times, a logit for efficiencies, whose derivative is (1 - p) times the
     // elasticity.
-    // Plain log-ratios: the support and the error are reported on them whatever the loss.
-    let base = residuals(&point, &point, device, samples, Loss::Squares)?;
-    let columns = jacobian(&point, &base, &point, device, samples, Loss::Squares)?;
+    let base = residuals(&point, &point, device, samples)?;
+    let columns = jacobian(&point, &base, &point, device, samples)?;
     let mut support = [0; COUNT];
     for (j, (count, column)) in support.iter_mut().zip(&columns).enumerate() {
         let scale = if EFFICIENCIES.contains(&j) { 1.0 / (1.0 - sigmoid(point.x[j])) } else { 1.0 };
@@ -929,7 +884,7 @@ pub fn cross_validate(
         } else if staged {
             fit_staged(device, &training, start, hold)?.model
         } else {
-            fit_from(device, &training, &prior, &held, &warm, Loss::Squares)?.model
+            fit_from(device, &training, &prior, &held, &warm)?.model
         };
         for (prediction, sample) in out.iter_mut().zip(samples) {
             if fold_of(sample) == fold {
@@ -1315,22 +1270,6 @@ mod tests {
         assert!(fit.rms_log_error > 1e-2, "{}", fit.rms_log_error);
         // ...while the memory-bound classes, which do not depend on it, still are.
         assert!((fit.model.memory_efficiency / 0.71 - 1.0).abs() < 0.01, "{:?}", fit.model);
-    }
-
-    #[test]
-    fn the_huber_loss_counts_far_outliers_linearly() {
-        for r in [0.0, 0.3, -0.5, std::f64::consts::LN_2] {
-            assert_eq!(Loss::Huber.residual(r), r);
-        }
-        // Beyond a factor of 2 the square grows linearly: 2 delta |r| - delta^2.
-        for r in [1.0f64, -2.5, 4.0] {
-            let huber = Loss::Huber.residual(r);
-            assert_eq!(huber.signum(), r.signum());
-            let expected = 2.0 * HUBER_LOG_RATIO * r.abs() - HUBER_LOG_RATIO * HUBER_LOG_RATIO;
-            assert!((huber * huber - expected).abs() < 1e-12);
-            assert!(huber.abs() < r.abs());
-            assert_eq!(Loss::Squares.residual(r), r);
-        }
     }
 
     #[test]

