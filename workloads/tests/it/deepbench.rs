@@ -129,8 +129,11 @@ fn a_profile_fitted_on_half_the_shapes_predicts_the_other_half() {
     }
     let fit = workloads::calibrate::fit_staged(v100, &training, &deepbench_defaults(), &[]).unwrap();
     println!("fitted on {} V100 kernels: {:?}", training.len(), fit.model);
-    // (precision, gemm bound, conv bound) on the held-out half.
-    let bounds = [("fp32", 0.92, 0.733), ("fp16-mixed", 0.859, 0.806)];
+    // (precision, gemm bound, conv bound) on the held-out half. cuDNN's FFT algorithms (fp32
+    // benchmark mode only) move the convolution factors fp32 and fp16 share: fp32 73.4% ->
+    // 75.2%, fp16 80.7% -> 80.5% (a Huber loss that kept fp16 at 81.3% re-fitted the P100
+    // profile past the suite's transfer rule, so it was taken out).
+    let bounds = [("fp32", 0.92, 0.751), ("fp16-mixed", 0.859, 0.804)];
     for (precision, gemm_bound, conv_bound) in bounds {
         let (gemms, convs): (Vec<_>, Vec<_>) = held_out
             .iter()
