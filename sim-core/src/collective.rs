@@ -1236,11 +1236,13 @@ mod tests {
         assert_eq!(ps(K::AllReduce, A::Tree, 8, 8, bytes), (4 + 2 * 7 - 1) * step);
     }
 
-    /// [`Uniform`] as NCCL's tuner sees a DGX-A100-like server, with a per-channel cost.
+    /// [`Uniform`] as NCCL `release`'s tuner sees a DGX-A100-like server, with a per-channel
+    /// cost.
     struct Tuned {
         inner: Uniform,
         per_channel: SimDuration,
         device_copy: Option<Bandwidth>,
+        release: crate::nccl::NcclVersion,
     }
 
     impl StepNetwork for Tuned {
@@ -1257,7 +1259,7 @@ mod tests {
             ProtocolChoice::Auto
         }
         fn tuner_fabric(&self) -> Option<TunerFabric> {
-            Some(crate::tuner::dgx_a100())
+            Some(TunerFabric { nccl: self.release, ..crate::tuner::dgx_a100() })
         }
         fn step_time(
             &mut self,
@@ -1275,6 +1277,7 @@ mod tests {
             inner: Uniform { per_node: 8, ..uniform() },
             per_channel: SimDuration::from_ns(1_200),
             device_copy: None,
+            release: crate::tuner::dgx_a100().nccl,
         };
         let ring_ll = Choice { algorithm: A::Ring, protocol: Some(Protocol::Ll) };
         let group = ranks(8);
@@ -1389,35 +1392,17 @@ mod tests {
         assert!(error.to_string().contains("cluster.network.nccl-algorithms"), "{error}");
     }
 
-    /// Servers of 8 GPUs as NCCL `release`'s tuner sees a DGX A100.
-    struct Release {
-        inner: Uniform,
-        release: crate::nccl::NcclVersion,
-    }
-
-    impl StepNetwork for Release {
-        fn node_of(&self, rank: RankId) -> Result<u32, CollectiveError> {
-            self.inner.node_of(rank)
-        }
-        fn tuner_fabric(&self) -> Option<TunerFabric> {
-            Some(TunerFabric { nccl: self.release, ..crate::tuner::dgx_a100() })
-        }
-        fn step_time(
-            &mut self,
-            messages: &[(RankId, RankId, u64)],
-            bytes: Bytes,
-            den: u64,
-        ) -> Result<SimDuration, CollectiveError> {
-            self.inner.step_time(messages, bytes, den)
-        }
-    }
-
     #[test]
     fn a_simple_tree_chunk_shrinks_for_small_sizes_until_nccl_2_20() {
         use crate::nccl::NcclVersion;
         let group = ranks(64);
         let tree = Choice { algorithm: A::Tree, protocol: Some(Protocol::Simple) };
-        let network = |release| Release { inner: Uniform { per_node: 8, ..uniform() }, release };
+        let network = |release| Tuned {
+            inner: Uniform { per_node: 8, ..uniform() },
+            per_channel: SimDuration::ZERO,
+            device_copy: None,
+            release,
+        };
         // 8 servers of 8: depth 7 + log2(8) = 10, 8 channels. 1 MiB is 0, 1 and 2 chunks per
         // channel at 512, 128 and 64 KiB: halved to 128 KiB (< 80), 64 KiB (< 40), 32 KiB (< 10).
         let old = network(NcclVersion::V2_11);
@@ -1504,6 +1489,7 @@ mod tests {
             inner: Uniform { per_node: 8, ..uniform() },
             per_channel: SimDuration::ZERO,
             device_copy: Some(copy),
+            release: crate::tuner::dgx_a100().nccl,
         };
         let simple = Choice { algorithm: A::Ring, protocol: Some(Protocol::Simple) };
         let bytes = Bytes(1 << 30);
