@@ -426,9 +426,7 @@ pub fn chunk_for(
             } else {
                 // NCCL 2.11-2.19's `computeColl`: halve while a channel has too few chunks for
                 // the tree's depth.
-                let servers = members_by_server(group, &|rank| network.node_of(rank))?;
-                let nodes = servers.len().max(1) as u64;
-                let channels = servers.iter().map(|(_, m)| m.len() as u64).min().unwrap_or(1).max(1);
+                let (nodes, channels) = nodes_and_channels(group, network)?;
                 let depth = (group.len() as u64 / nodes).saturating_sub(1) + u64::from(nodes.ilog2());
                 let per_channel = |chunk: u64| bytes.0 / (channels * chunk);
                 let mut chunk = step;
@@ -442,9 +440,7 @@ pub fn chunk_for(
         }
         Protocol::Ll => 32 << 10,
         Protocol::Ll128 => {
-            let servers = members_by_server(group, &|rank| network.node_of(rank))?;
-            let nodes = servers.len() as u64;
-            let channels = servers.iter().map(|(_, m)| m.len() as u64).min().unwrap_or(1).max(1);
+            let (nodes, channels) = nodes_and_channels(group, network)?;
             let ppn = group.len() as f64 / nodes as f64;
             let steps = 1.0 + nodes.ilog2() as f64 + 0.1 * ppn;
             let mut chunk: u64 = 576_000;
@@ -458,6 +454,14 @@ pub fn chunk_for(
             chunk
         }
     }))
+}
+
+/// The servers `group` spans and the channels NCCL's chunking counts for it: one per GPU of
+/// its smallest server (at least one each).
+fn nodes_and_channels(group: &[RankId], network: &impl StepNetwork) -> Result<(u64, u64), CollectiveError> {
+    let servers = members_by_server(group, &|rank| network.node_of(rank))?;
+    let channels = servers.iter().map(|(_, m)| m.len() as u64).min().unwrap_or(1).max(1);
+    Ok((servers.len().max(1) as u64, channels))
 }
 
 /// True if every member of `group` is on one server.
@@ -855,11 +859,11 @@ pub fn tree_step_floor(
     let (Some(protocol), Some(fabric)) = (choice.protocol, network.tuner_fabric()) else {
         return Ok(SimDuration::ZERO);
     };
-    if choice.algorithm != CollectiveAlgorithm::Tree || kind != CollectiveKind::AllReduce || group.len() <= 1
+    if choice.algorithm != CollectiveAlgorithm::Tree
+        || kind != CollectiveKind::AllReduce
+        || protocol != Protocol::Simple
+        || group.len() <= 1
     {
-        return Ok(SimDuration::ZERO);
-    }
-    if protocol != Protocol::Simple {
         return Ok(SimDuration::ZERO);
     }
     let Some(rate) = crate::tuner::tree_channel_rate(&fabric) else {

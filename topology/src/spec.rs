@@ -196,6 +196,11 @@ fn parse_set(names: &[String], valid: &[&str], what: &str) -> Result<u8, String>
     Ok(set)
 }
 
+/// True if the name is a member of `set`; names not in `valid` are not restricted.
+fn set_allows(set: u8, valid: &[&str], name: &str) -> bool {
+    valid.iter().position(|&n| n == name).is_none_or(|index| set & (1 << index) != 0)
+}
+
 /// The names of the members of `set`.
 fn set_names(set: u8, valid: &[&'static str]) -> Vec<&'static str> {
     valid.iter().enumerate().filter(|&(index, _)| set & (1 << index) != 0).map(|(_, &name)| name).collect()
@@ -222,7 +227,7 @@ impl NcclAlgorithms {
     /// True if the algorithm of this name (parasim's, e.g. `nvls-tree`) may run; names that
     /// are not NCCL algorithms are not restricted.
     pub fn allows(self, name: &str) -> bool {
-        NcclAlgorithms::NAMES.iter().position(|&n| n == name).is_none_or(|index| self.0 & (1 << index) != 0)
+        set_allows(self.0, &NcclAlgorithms::NAMES, name)
     }
 
     /// The names in the set.
@@ -249,7 +254,7 @@ impl NcclProtocols {
 
     /// True if the protocol of this name (`LL`, `LL128`, `Simple`) may run.
     pub fn allows(self, name: &str) -> bool {
-        NcclProtocols::NAMES.iter().position(|&n| n == name).is_none_or(|index| self.0 & (1 << index) != 0)
+        set_allows(self.0, &NcclProtocols::NAMES, name)
     }
 
     /// The names in the set.

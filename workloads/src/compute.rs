@@ -805,22 +805,23 @@ impl Curves {
                         conv_tiles.iter().map(|&[rows, columns]| [columns, rows]).collect();
                     best = best.min(conv(&transposed)?);
                 }
-                // Vector-unit convolutions may use Winograd (cuDNN's benchmark mode picks the
-                // fastest algorithm): fewer multiplications, plus transforms through memory.
-                if self.winograd && on_vector_units && shape.winograd_applies() {
+                // In cuDNN's benchmark mode (the fastest algorithm wins) vector-unit
+                // convolutions may use Winograd (fewer multiplications) or FFT (four real
+                // products per complex multiply-add over the frequencies), each plus its
+                // transforms through memory.
+                if self.winograd && on_vector_units {
                     let bandwidth = device.memory_bandwidth.bytes_per_second() * self.memory_efficiency;
-                    for tile in [2, 4] {
-                        let (product, elements) = shape.winograd(*direction, tile);
-                        best = best.min(tiled(&product)? + elements * bytes / bandwidth);
+                    if shape.winograd_applies() {
+                        for tile in [2, 4] {
+                            let (product, elements) = shape.winograd(*direction, tile);
+                            best = best.min(tiled(&product)? + elements * bytes / bandwidth);
+                        }
                     }
-                }
-                // So may FFT (cudnnFind's fastest of all algorithms): four real products per
-                // complex multiply-add over the frequencies, plus the transforms through memory.
-                if self.winograd && on_vector_units && shape.fft_applies() {
-                    let bandwidth = device.memory_bandwidth.bytes_per_second() * self.memory_efficiency;
-                    for size in [16, 32] {
-                        if let Some((product, elements)) = shape.fft(*direction, size) {
-                            best = best.min(4.0 * tiled(&product)? + elements * bytes / bandwidth);
+                    if shape.fft_applies() {
+                        for size in [16, 32] {
+                            if let Some((product, elements)) = shape.fft(*direction, size) {
+                                best = best.min(4.0 * tiled(&product)? + elements * bytes / bandwidth);
+                            }
                         }
                     }
                 }
