@@ -24,7 +24,7 @@ macro_rules! builtin {
     };
 }
 
-const BUILTIN: [(&str, &str); 36] = builtin![
+const BUILTIN: [(&str, &str); 38] = builtin![
     "resnet18",
     "resnet34",
     "resnet50",
@@ -35,6 +35,8 @@ const BUILTIN: [(&str, &str); 36] = builtin![
     "vgg16",
     "vgg19",
     "alexnet",
+    "paradl-alexnet",
+    "paradl-alexnet-spatial",
     "inception-v3",
     "cosmoflow",
     "cosmoflow-256",

@@ -283,52 +283,10 @@ fn resnet50_matches_paradls_table_but_for_the_stem_and_the_missing_shortcuts() {
     assert_eq!(paradl + shortcuts + batch_norm + 1000, torchvision.parameters());
 }
 
-/// Chainer's AlexNet example (single tower, 96-256-384-384-256 channels) at ParaDL's 226x226
-/// input with round-up pooling, built from our layer kinds.
+/// ParaDL's AlexNet (single tower, 96-256-384-384-256 channels, 226x226 input, round-up
+/// pooling): the zoo's `paradl-alexnet`.
 pub fn chainer_alexnet() -> Model {
-    let pool = || LayerKind::MaxPool {
-        kernel: vec![3, 3],
-        stride: vec![2, 2],
-        padding: vec![0, 0],
-        ceil_mode: true,
-    };
-    let conv = |out_channels, kernel, stride, padding| LayerKind::Conv {
-        out_channels,
-        kernel: vec![kernel; 2],
-        stride: vec![stride; 2],
-        padding: workloads::Padding::Symmetric(vec![padding; 2]),
-        dilation: vec![1; 2],
-        groups: 1,
-        bias: true,
-    };
-    let mut b = ModelBuilder::new("alexnet-chainer", Shape::from([3, 226, 226]));
-    let layers = [
-        ("conv1", conv(96, 11, 4, 0)),
-        ("relu1", LayerKind::relu()),
-        ("pool1", pool()),
-        ("conv2", conv(256, 5, 1, 2)),
-        ("relu2", LayerKind::relu()),
-        ("pool2", pool()),
-        ("conv3", conv(384, 3, 1, 1)),
-        ("relu3", LayerKind::relu()),
-        ("conv4", conv(384, 3, 1, 1)),
-        ("relu4", LayerKind::relu()),
-        ("conv5", conv(256, 3, 1, 1)),
-        ("relu5", LayerKind::relu()),
-        ("pool5", pool()),
-        ("flatten", LayerKind::Flatten),
-        ("fc6", LayerKind::Linear { out_features: 4096, bias: true }),
-        ("relu6", LayerKind::relu()),
-        ("drop6", LayerKind::Dropout),
-        ("fc7", LayerKind::Linear { out_features: 4096, bias: true }),
-        ("relu7", LayerKind::relu()),
-        ("drop7", LayerKind::Dropout),
-        ("fc8", LayerKind::Linear { out_features: 1000, bias: true }),
-    ];
-    for (name, kind) in layers {
-        b.layer(name, kind).unwrap();
-    }
-    b.finish()
+    zoo::by_name("paradl-alexnet").unwrap()
 }
 
 #[test]
@@ -339,6 +297,12 @@ fn alexnet_matches_paradls_table_in_chainers_variant() {
     // FORMAT.md: 62,367,776 weights, 1.1315 GMAC. torchvision's AlexNet (the zoo's) is a
     // different network: 61,100,840 parameters, 0.714 GMAC.
     assert_eq!(model.layers.iter().map(weights_without_biases).sum::<u64>(), 62_367_776);
+    // The spatial runs' variant (`{spatial,hybrid}/models/alexnet.py`) has a 3x3 second
+    // convolution: 96 x 256 x (25 - 9) weights fewer, and nothing else differs.
+    let spatial = zoo::by_name("paradl-alexnet-spatial").unwrap();
+    assert_eq!(spatial.layers.iter().map(weights_without_biases).sum::<u64>(), 62_367_776 - 96 * 256 * 16);
+    let names = |m: &Model| m.layers.iter().map(|l| l.name.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&spatial), names(&model));
     let torchvision = zoo::by_name("alexnet").unwrap();
     assert_eq!(torchvision.parameters(), 61_100_840);
     assert!(
