@@ -12,6 +12,8 @@ pub fn human(outcome: &Outcome) -> String {
     let s = summary;
     let m = &s.model;
     let c = &s.cluster;
+    // "GPU" or "CPU": what one device is called.
+    let unit = c.device_kind.noun();
     let share =
         |d: SimDuration| 100.0 * d.as_secs_f64() / s.iteration_time.as_secs_f64().max(f64::MIN_POSITIVE);
     // Writing to a String cannot fail.
@@ -26,7 +28,7 @@ pub fn human(outcome: &Outcome) -> String {
         && st.channel == 1
         && st.spatial == 1;
     let batch = if data_parallel_only && st.micro_batches == 1 {
-        format!("batch {} per GPU", m.batch_per_device)
+        format!("batch {} per {unit}", m.batch_per_device)
     } else {
         format!(
             "global batch {}, micro-batch {} ({} per replica)",
@@ -45,8 +47,12 @@ pub fn human(outcome: &Outcome) -> String {
     );
     let _ = writeln!(
         out,
-        "cluster       {} x {} = {} nodes x {} GPUs",
-        c.gpus, c.device, c.nodes, c.gpus_per_node
+        "cluster       {} x {} = {} nodes x {} {unit}{}",
+        c.gpus,
+        c.device,
+        c.nodes,
+        c.gpus_per_node,
+        if c.gpus_per_node == 1 { "" } else { "s" }
     );
     let _ = writeln!(out, "              intra-node {}; network {}", c.intra_node, c.network);
     if data_parallel_only {
@@ -66,8 +72,8 @@ pub fn human(outcome: &Outcome) -> String {
             };
             let _ = writeln!(
                 out,
-                "              DASO: buckets all-reduced inside each node of {} GPUs; every {} iterations the \
-                 parameters ({}) all-reduced across nodes by one GPU per node, {}{wait}",
+                "              DASO: buckets all-reduced inside each node of {} {unit}s; every {} iterations the \
+                 parameters ({}) all-reduced across nodes by one {unit} per node, {}{wait}",
                 daso.node_gpus,
                 daso.global_sync_every,
                 workloads::memory::gigabytes(Bytes(daso.global_bytes)),
@@ -77,7 +83,7 @@ pub fn human(outcome: &Outcome) -> String {
         if let Some(offload) = &st.offload {
             let _ = writeln!(
                 out,
-                "              out-of-core: {} to host memory, {} out and {} back per iteration per GPU; \
+                "              out-of-core: {} to host memory, {} out and {} back per iteration per {unit}; \
                  host memory {} of {} per node",
                 offload.offload,
                 workloads::memory::gigabytes(Bytes(offload.to_host_bytes)),
@@ -134,7 +140,7 @@ pub fn human(outcome: &Outcome) -> String {
         let _ = writeln!(out, "strategy      {}{zero}; ranks ordered {}", degrees.join(" x "), st.order);
         let _ = writeln!(
             out,
-            "              {} {}, {} per stage-0 GPU, {} data-parallel collectives",
+            "              {} {}, {} per stage-0 {unit}, {} data-parallel collectives",
             st.gradient_buckets,
             if st.zero >= 3 { "units gathered and scattered whole (FSDP)" } else { "gradient buckets" },
             workloads::memory::gigabytes(Bytes(st.gradient_bytes)),
@@ -177,7 +183,7 @@ pub fn human(outcome: &Outcome) -> String {
         Some(tokens) if !data_parallel_only => {
             let _ = writeln!(
                 out,
-                "throughput    {:.2} samples/s, {} tokens/s ({} per GPU)",
+                "throughput    {:.2} samples/s, {} tokens/s ({} per {unit})",
                 s.samples_per_second,
                 thousands(tokens),
                 thousands(tokens / f64::from(c.gpus))
@@ -186,7 +192,7 @@ pub fn human(outcome: &Outcome) -> String {
         _ => {
             let _ = writeln!(
                 out,
-                "throughput    {} samples/s ({} per GPU)",
+                "throughput    {} samples/s ({} per {unit})",
                 thousands(s.samples_per_second),
                 thousands(s.samples_per_second_per_device)
             );
@@ -194,7 +200,7 @@ pub fn human(outcome: &Outcome) -> String {
     }
     let _ = writeln!(
         out,
-        "compute       {:.1} TFLOP/s per GPU achieved, MFU {:.1}% of {:.0} TFLOP/s {}",
+        "compute       {:.1} TFLOP/s per {unit} achieved, MFU {:.1}% of {:.0} TFLOP/s {}",
         s.achieved_tflops_per_device,
         100.0 * s.mfu,
         s.peak_tflops_per_device,
@@ -211,7 +217,7 @@ pub fn human(outcome: &Outcome) -> String {
     let _ = writeln!(out, "compute model {}", m.compute_model);
     let _ = writeln!(out);
     let b = &s.breakdown;
-    let _ = writeln!(out, "per iteration, mean over GPUs");
+    let _ = writeln!(out, "per iteration, mean over {unit}s");
     let _ = writeln!(out, "  compute               {:>12.3}  {:5.1}%", b.compute, share(b.compute));
     let _ = writeln!(
         out,
@@ -254,12 +260,17 @@ pub fn human(outcome: &Outcome) -> String {
     }
     // Parts of idle with a cause: (label padded to the column, time, shown, why).
     for (label, time, shown, why) in [
-        ("host-bound ", b.host_bound, share(b.host_bound) >= 0.05, "the GPU waiting for kernel launches"),
+        (
+            "host-bound ",
+            b.host_bound,
+            share(b.host_bound) >= 0.05,
+            format!("the {unit} waiting for kernel launches"),
+        ),
         (
             "input-bound",
             b.input_bound,
             b.input_bound > SimDuration::ZERO,
-            "the GPU waiting for its batch: loader, broadcast",
+            format!("the {unit} waiting for its batch: loader, broadcast"),
         ),
     ] {
         if shown {
@@ -282,7 +293,7 @@ pub fn human(outcome: &Outcome) -> String {
     let gb = |bytes: u64| workloads::memory::gigabytes(Bytes(bytes));
     let _ = writeln!(
         out,
-        "memory        {} per GPU of {} ({}), {:.0}%; recomputation {}",
+        "memory        {} per {unit} of {} ({}), {:.0}%; recomputation {}",
         gb(memory.total),
         gb(memory.capacity),
         Bytes(memory.capacity),

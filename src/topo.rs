@@ -99,11 +99,13 @@ pub fn describe(scenario: &Path, dot: Option<&Path>, json: bool) -> anyhow::Resu
     } else {
         let _ = writeln!(
             out,
-            "cluster       {} x {} = {} nodes x {} GPUs, {}",
+            "cluster       {} x {} = {} nodes x {} {}{}, {}",
             topology.host_count(),
             cluster.device.display_name,
             spec.nodes,
             spec.gpus_per_node,
+            cluster.device.kind.noun(),
+            if spec.gpus_per_node == 1 { "" } else { "s" },
             match kind {
                 "nvswitch" => format!("NVSwitch {} {} per GPU", link.bandwidth, link.latency),
                 "pcie-switch" => format!("PCIe switch {} {} per GPU", link.bandwidth, link.latency),

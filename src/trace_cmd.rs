@@ -43,7 +43,7 @@ pub struct ReplayArgs {
 
 fn describe_cluster(spec: &ClusterSpec, device: &str) -> String {
     let intra = spec.intra_node.describe();
-    let network = spec.network.describe(spec.gpus_per_node);
+    let network = spec.network.describe(spec.gpus_per_node, "GPU");
     format!(
         "{} x {device} = {} node{} x {} GPUs; intra-node {intra}; network {network}",
         spec.nodes * spec.gpus_per_node,

@@ -73,3 +73,23 @@ fn one_rank_per_socket_does_the_nodes_work_in_halves_and_adds_the_socket_hop() {
     assert!(comm(&socket) > comm(&node), "{} s vs {} s", comm(&socket), comm(&node));
     assert!((f(&socket, "samples_per_second") / f(&node, "samples_per_second") - 1.0).abs() < 0.02);
 }
+
+/// A CPU cluster's report counts CPUs, not GPUs: the catalog's `kind = "cpu"` reaches every
+/// line that names the device, and a node of one device has no intra-node link to describe.
+#[test]
+fn reports_on_cpu_nodes_speak_of_cpus() {
+    let path = format!("{}/scenarios/hyparflow/frontera.toml", env!("CARGO_MANIFEST_DIR"));
+    let output = parasim(&["run", &path]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(!text.contains("GPU"), "{text}");
+    for expected in [
+        "= 16 nodes x 1 CPU\n",
+        "intra-node none (one CPU per node); network switch, 100 Gb/s 1 us per CPU",
+        "batch 32 per CPU",
+        "per iteration, mean over CPUs",
+    ] {
+        assert!(text.contains(expected), "{expected:?} missing from:\n{text}");
+    }
+    assert_eq!(run_json("frontera.toml")["cluster"]["device_kind"], "cpu");
+}

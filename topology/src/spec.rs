@@ -377,20 +377,21 @@ impl Default for Transport {
 impl NetworkSpec {
     /// "switch, 200 Gb/s 1 us per GPU" (or "per NIC, 4 NICs for 8 GPUs" when GPUs share
     /// NICs), or the fabric's own description: what reports print for the network between
-    /// servers of `gpus_per_node` GPUs; ", SHARP" when the switches reduce.
-    pub fn describe(&self, gpus_per_node: u32) -> String {
-        let fabric = self.describe_fabric(gpus_per_node);
+    /// servers of `devices_per_node` devices, each called `device` ("GPU", "CPU"); ", SHARP"
+    /// when the switches reduce.
+    pub fn describe(&self, devices_per_node: u32, device: &str) -> String {
+        let fabric = self.describe_fabric(devices_per_node, device);
         if self.transport.sharp { format!("{fabric}, SHARP") } else { fabric }
     }
 
-    fn describe_fabric(&self, gpus_per_node: u32) -> String {
+    fn describe_fabric(&self, devices_per_node: u32, device: &str) -> String {
         match &self.fabric {
             FabricSpec::Switch { link } => {
                 let per = match self.nics_per_node {
-                    Some(nics) if nics < gpus_per_node => {
-                        format!("per NIC, {nics} NICs for {gpus_per_node} GPUs per node")
+                    Some(nics) if nics < devices_per_node => {
+                        format!("per NIC, {nics} NICs for {devices_per_node} {device}s per node")
                     }
-                    _ => "per GPU".to_string(),
+                    _ => format!("per {device}"),
                 };
                 format!("switch, {} {} {per}", link.bandwidth.display_bits(), link.latency)
             }

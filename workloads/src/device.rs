@@ -160,6 +160,29 @@ pub struct Device {
     pub execution: Option<Execution>,
     /// The library training jobs on this device run their collectives with.
     pub collectives: CollectiveLibrary,
+    /// A GPU or a CPU: what reports call one device.
+    pub kind: DeviceKind,
+}
+
+/// What a device is, for the words reports use (`kind` in the catalog; GPUs by default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceKind {
+    /// An accelerator: reports count GPUs.
+    #[default]
+    Gpu,
+    /// A CPU socket or a multi-socket node run as one device: reports count CPUs.
+    Cpu,
+}
+
+impl DeviceKind {
+    /// The word for one device in reports: "GPU" or "CPU".
+    pub fn noun(self) -> &'static str {
+        match self {
+            DeviceKind::Gpu => "GPU",
+            DeviceKind::Cpu => "CPU",
+        }
+    }
 }
 
 /// The collective library of a device's training jobs: it decides whether NCCL's protocols
@@ -330,6 +353,8 @@ struct DeviceSpec {
     execution: Option<Execution>,
     #[serde(default)]
     collectives: CollectiveLibrary,
+    #[serde(default)]
+    kind: DeviceKind,
 }
 
 /// A catalog file: a list of `[[device]]` tables.
@@ -398,6 +423,7 @@ impl DeviceSpec {
             source: self.source,
             execution: self.execution,
             collectives: self.collectives,
+            kind: self.kind,
         })
     }
 }

@@ -60,7 +60,7 @@ pub mod sweep;
 pub mod zoo;
 
 pub use compute::{ComputeError, ComputeModel, KernelWork, OptimizerStep};
-pub use device::{Device, DeviceCatalog, DeviceError, Dtype, Execution};
+pub use device::{Device, DeviceCatalog, DeviceError, DeviceKind, Dtype, Execution};
 pub use kernel_shape::{AttentionShape, ConvDirection, ConvShape, GemmShape, KernelShape};
 pub use layer::{
     Activation, AttentionKernel, KernelPart, KernelRole, Layer, LayerCost, LayerError, LayerKind, OpClass,

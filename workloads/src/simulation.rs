@@ -106,6 +106,8 @@ pub struct ClusterSummary {
     pub gpus_per_node: u32,
     /// Device name.
     pub device: String,
+    /// GPU or CPU: what the report calls one device.
+    pub device_kind: crate::device::DeviceKind,
     /// Inside a server, e.g. "nvswitch 300 GB/s 0.7 us".
     pub intra_node: String,
     /// Between servers.
@@ -704,8 +706,14 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
     let p = &scenario.parallelism;
     let peak = scenario.device.peak(scenario.precision)?.per_second();
     let achieved = lowered.flops_per_rank_iteration / seconds;
-    let intra = scenario.cluster.intra_node.describe();
-    let network = scenario.cluster.network.describe(scenario.cluster.gpus_per_node);
+    // A node of one device has no link inside it to describe.
+    let intra = if scenario.cluster.gpus_per_node == 1 {
+        format!("none (one {} per node)", scenario.device.kind.noun())
+    } else {
+        scenario.cluster.intra_node.describe()
+    };
+    let network =
+        scenario.cluster.network.describe(scenario.cluster.gpus_per_node, scenario.device.kind.noun());
     let summary = Summary {
         scenario: scenario.source.clone(),
         model: ModelSummary {
@@ -723,6 +731,7 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
             nodes: scenario.cluster.nodes,
             gpus_per_node: scenario.cluster.gpus_per_node,
             device: scenario.device.display_name.clone(),
+            device_kind: scenario.device.kind,
             intra_node: intra,
             network,
         },
