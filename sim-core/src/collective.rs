@@ -110,6 +110,12 @@ pub trait StepNetwork {
         SimDuration::ZERO
     }
 
+    /// The rate at which an LL step reaches the network through host memory (see
+    /// [`ll_host_time`]); `None` for no such cost.
+    fn ll_host_rate(&self) -> Option<Bandwidth> {
+        None
+    }
+
     /// The fixed cost of every collective (with protocols: the Simple protocol's base latency).
     fn collective_launch(&self) -> SimDuration {
         SimDuration::ZERO
@@ -438,7 +444,7 @@ pub fn chunk_for(
                 chunk
             }
         }
-        Protocol::Ll => 32 << 10,
+        Protocol::Ll => LL_STEP_DATA,
         Protocol::Ll128 => {
             let (nodes, channels) = nodes_and_channels(group, network)?;
             let ppn = group.len() as f64 / nodes as f64;
@@ -573,6 +579,7 @@ fn protocol_overhead_with(
     }
     total = total.checked_add(channel_time(kind, choice, bytes, group, network)?).map_err(overflow)?;
     total = total.checked_add(ring_copy_time(kind, choice, bytes, group, network)?).map_err(overflow)?;
+    total = total.checked_add(ll_host_time(kind, choice, bytes, group, network)?).map_err(overflow)?;
     if family == Family::Ring
         && multi_server
         && kind == CollectiveKind::AllReduce
@@ -637,6 +644,72 @@ pub fn channel_time(
         reason: "longer than the largest representable duration",
     })?)
 }
+
+/// What an LL allreduce across servers waits at its network hops for its first chunk to reach
+/// the network through host memory: NCCL's network transport keeps LL's send buffer in host
+/// memory (`netSendSetup` in `src/transport/net.cc`, v2.11.4-1: `protoLoc[p] = p !=
+/// NCCL_PROTO_LL && useGdr ? LOC_DEVMEM : LOC_HOSTMEM`), and its proxy posts an LL step only
+/// once every line of it carries its flags there (the `NCCL_PROTO_LL` loop of
+/// `netSendProxy`), so a chunk crosses each network hop whole, where LL128 and Simple
+/// (GPUDirect RDMA from device memory) and LL over NVLink forward it as it arrives. Each of
+/// the network hops on the first chunk's path (a tree's `2 floor(log2 n)`, a ring's
+/// `2 (n - 1)` over `n` servers) costs one channel's chunk at the network's
+/// [`StepNetwork::ll_host_rate`]; later chunks follow in the pipeline.
+///
+/// The chunk is NCCL's: the tree's `divUp(S, c m) m` and the ring's `divUp(S, c p m) m` over
+/// the `c` channels NCCL launches ([`crate::tuner::launch_channels`]), with `m` = 8 bytes per
+/// thread (`minChunkSize` in `runTreeSplit` and `runRing`, `src/collectives/device/all_reduce.h`),
+/// at most one LL step (32 KiB of data); on one channel `getAlgoInfo` (`src/enqueue.cc`) halves
+/// the threads while the buffer is under threads x threshold, so 1 KiB over a tree is one
+/// chunk of 1 KiB on 128 threads. Zero without a rate, inside one server, for other protocols,
+/// kinds and algorithms, and where NCCL's tuner does not know the cluster.
+pub fn ll_host_time(
+    kind: CollectiveKind,
+    choice: Choice,
+    bytes: Bytes,
+    group: &[RankId],
+    network: &impl StepNetwork,
+) -> Result<SimDuration, CollectiveError> {
+    let (Some(rate), Some(Protocol::Ll), Some(fabric)) =
+        (network.ll_host_rate(), choice.protocol, network.tuner_fabric())
+    else {
+        return Ok(SimDuration::ZERO);
+    };
+    let ring_or_tree = matches!(choice.algorithm, CollectiveAlgorithm::Ring | CollectiveAlgorithm::Tree);
+    if kind != CollectiveKind::AllReduce || !ring_or_tree || group.len() <= 1 {
+        return Ok(SimDuration::ZERO);
+    }
+    let nodes = members_by_server(group, &|rank| network.node_of(rank))?.len() as u32;
+    if nodes <= 1 {
+        return Ok(SimDuration::ZERO);
+    }
+    let family = family(choice.algorithm);
+    let ranks = group.len() as u32;
+    let channels =
+        u64::from(crate::tuner::launch_channels(&fabric, family, Protocol::Ll, ranks, nodes, bytes.0).max(1));
+    let threshold = crate::tuner::thread_threshold(family, Protocol::Ll, ranks);
+    let mut threads = u64::from(crate::tuner::max_threads(&fabric, family, Protocol::Ll, ranks, nodes));
+    if channels == 1 {
+        // `getAlgoInfo`: `else if ((nt % 128) == 0) nt/=2;` once one channel is left.
+        while bytes.0 < threads * threshold && threads % 128 == 0 {
+            threads /= 2;
+        }
+    }
+    let grain = threads * 8;
+    let (per_channel, hops) = match family {
+        Family::Tree => (bytes.0.div_ceil(channels * grain) * grain, 2 * u64::from(nodes.ilog2())),
+        Family::Ring => {
+            (bytes.0.div_ceil(channels * u64::from(ranks) * grain) * grain, 2 * (u64::from(nodes) - 1))
+        }
+    };
+    let chunk = per_channel.min(LL_STEP_DATA);
+    Ok(rate.time_to_send(Bytes(chunk.saturating_mul(hops)))?)
+}
+
+/// The data of one LL step: `DEFAULT_LL_BUFFSIZE` (`NCCL_LL_LINES_PER_THREAD` x
+/// `NCCL_LL_MAX_NTHREADS` x `NCCL_STEPS` x 16-byte lines) over `NCCL_STEPS`, half of each line
+/// being flags.
+const LL_STEP_DATA: u64 = 32 << 10;
 
 /// The copy a ring allreduce inside one NVLink server makes in each GPU's own memory, moving
 /// nothing across a link: `2 S / p` bytes of memory traffic per GPU (a buffer of `S` over `p`
@@ -1247,6 +1320,7 @@ mod tests {
         per_channel: SimDuration,
         device_copy: Option<Bandwidth>,
         release: crate::nccl::NcclVersion,
+        ll_rate: Option<Bandwidth>,
     }
 
     impl StepNetwork for Tuned {
@@ -1255,6 +1329,9 @@ mod tests {
         }
         fn channel_overhead(&self) -> SimDuration {
             self.per_channel
+        }
+        fn ll_host_rate(&self) -> Option<Bandwidth> {
+            self.ll_rate
         }
         fn device_copy(&self) -> Option<Bandwidth> {
             self.device_copy
@@ -1282,6 +1359,7 @@ mod tests {
             per_channel: SimDuration::from_ns(1_200),
             device_copy: None,
             release: crate::tuner::dgx_a100().nccl,
+            ll_rate: None,
         };
         let ring_ll = Choice { algorithm: A::Ring, protocol: Some(Protocol::Ll) };
         let group = ranks(8);
@@ -1309,6 +1387,47 @@ mod tests {
             channel_time(K::AllReduce, off, Bytes(1 << 30), &group, &network).unwrap(),
             SimDuration::ZERO
         );
+    }
+
+    #[test]
+    fn an_ll_chunk_crosses_each_network_hop_whole_at_the_host_rate() {
+        let mut network = Tuned {
+            inner: Uniform { per_node: 8, ..uniform() },
+            per_channel: SimDuration::ZERO,
+            device_copy: None,
+            release: crate::tuner::dgx_a100().nccl,
+            ll_rate: Bandwidth::from_bytes_per_second(2_000_000_000),
+        };
+        let tree_ll = Choice { algorithm: A::Tree, protocol: Some(Protocol::Ll) };
+        let time = |choice, bytes: u64, ranks_: u32, network: &Tuned| {
+            ll_host_time(K::AllReduce, choice, Bytes(bytes), &ranks(ranks_), network).unwrap()
+        };
+        // 8 servers: 3 tree levels, 6 network hops. 4 KiB runs on one channel of 512 threads,
+        // one 4 KiB chunk: 24 KiB at 2 GB/s.
+        assert_eq!(time(tree_ll, 4 << 10, 64, &network), SimDuration::from_ps(12_288_000));
+        // 1 KiB: one channel, its threads halved to 128 (1 KiB < 256 x 8), a 1 KiB chunk.
+        assert_eq!(time(tree_ll, 1 << 10, 64, &network), SimDuration::from_ps(3_072_000));
+        // 64 KiB over all 16 channels: still 4 KiB each; 128 KiB: 8 KiB each.
+        assert_eq!(time(tree_ll, 64 << 10, 64, &network), SimDuration::from_ps(12_288_000));
+        assert_eq!(time(tree_ll, 128 << 10, 64, &network), SimDuration::from_ps(24_576_000));
+        // At most one LL step (32 KiB) per chunk.
+        assert_eq!(time(tree_ll, 64 << 20, 64, &network), SimDuration::from_ps(6 * 16_384_000));
+        // A ring over 2 servers: 2 network hops; 64 KiB over 16 ranks is one channel's 16
+        // chunks of 4 KiB.
+        let ring_ll = Choice { algorithm: A::Ring, protocol: Some(Protocol::Ll) };
+        assert_eq!(time(ring_ll, 64 << 10, 16, &network), SimDuration::from_ps(4_096_000));
+        // Nothing inside one server, for LL128, or without a rate.
+        assert_eq!(time(tree_ll, 64 << 10, 8, &network), SimDuration::ZERO);
+        let tree_ll128 = Choice { algorithm: A::Tree, protocol: Some(Protocol::Ll128) };
+        assert_eq!(time(tree_ll128, 64 << 10, 64, &network), SimDuration::ZERO);
+        // The protocol overhead carries it.
+        let with =
+            protocol_overhead(K::AllReduce, tree_ll, Bytes(4 << 10), &ranks(64), &mut network).unwrap();
+        network.ll_rate = None;
+        assert_eq!(time(tree_ll, 4 << 10, 64, &network), SimDuration::ZERO);
+        let without =
+            protocol_overhead(K::AllReduce, tree_ll, Bytes(4 << 10), &ranks(64), &mut network).unwrap();
+        assert_eq!(with, without.checked_add(SimDuration::from_ps(12_288_000)).unwrap());
     }
 
     /// Two servers of 8 H100s with 8 NICs of 25 GB/s each as NCCL's tuner sees them (GCP
@@ -1406,6 +1525,7 @@ mod tests {
             per_channel: SimDuration::ZERO,
             device_copy: None,
             release,
+            ll_rate: None,
         };
         // 8 servers of 8: depth 7 + log2(8) = 10, 8 channels. 1 MiB is 0, 1 and 2 chunks per
         // channel at 512, 128 and 64 KiB: halved to 128 KiB (< 80), 64 KiB (< 40), 32 KiB (< 10).
@@ -1494,6 +1614,7 @@ mod tests {
             per_channel: SimDuration::ZERO,
             device_copy: Some(copy),
             release: crate::tuner::dgx_a100().nccl,
+            ll_rate: None,
         };
         let simple = Choice { algorithm: A::Ring, protocol: Some(Protocol::Simple) };
         let bytes = Bytes(1 << 30);

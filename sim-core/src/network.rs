@@ -692,6 +692,10 @@ impl StepNetwork for AnalyticalNetwork<'_> {
         self.topology.spec().network.transport.channel_overhead
     }
 
+    fn ll_host_rate(&self) -> Option<units::Bandwidth> {
+        self.topology.spec().network.transport.ll_host_rate
+    }
+
     fn device_copy(&self) -> Option<units::Bandwidth> {
         self.device_copy
     }
@@ -925,6 +929,9 @@ mod tests {
         }
         fn channel_overhead(&self) -> SimDuration {
             self.0.channel_overhead()
+        }
+        fn ll_host_rate(&self) -> Option<units::Bandwidth> {
+            self.0.ll_host_rate()
         }
         fn collective_launch(&self) -> SimDuration {
             self.0.collective_launch()

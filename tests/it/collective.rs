@@ -140,6 +140,38 @@ fn reads_nccl_tests_logs_without_the_root_column_under_mpi() {
     assert!(accuracy.is_finite() && accuracy > 0.0, "{accuracy}");
 }
 
+/// `ll-host-rate` reaches the collectives from a scenario: on the Azure servers a 4 KiB
+/// tree/LL allreduce over 8 servers (one channel, one 4 KiB chunk, 6 network hops) takes
+/// 6 x 4 KiB at 2 GB/s = 12.288 us longer with the key than without it.
+#[test]
+fn the_ll_host_rate_key_times_each_network_hop_of_an_ll_chunk() {
+    let with = fs_err::read_to_string(AZURE).unwrap();
+    assert!(with.contains("ll-host-rate = \"2 GB/s\""), "the Azure scenario lost its ll-host-rate");
+    let without = with.replace("ll-host-rate = \"2 GB/s\"", "");
+    let time = |name: &str, text: &str| -> f64 {
+        let path = crate::scenario_file(name, text);
+        let output = parasim(&[
+            "collective",
+            "allreduce",
+            "--cluster",
+            path.to_str().unwrap(),
+            "--ranks",
+            "64",
+            "-b",
+            "4K",
+            "-e",
+            "4K",
+        ]);
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let text = String::from_utf8(output.stdout).unwrap();
+        let row = text.lines().find(|l| !l.starts_with('#')).unwrap().to_string();
+        assert!(row.ends_with("tree/LL"), "{row}");
+        row.split_whitespace().nth(5).unwrap().parse().unwrap()
+    };
+    let difference = time("ll-with.toml", &with) - time("ll-without.toml", &without);
+    assert!((difference - 12.288).abs() < 0.11, "{difference}");
+}
+
 /// Bus bandwidth (GB/s) of the last row of `parasim collective allreduce` on `scenario`.
 fn plateau(name: &str, scenario: &str, extra: &[&str]) -> (f64, String) {
     let path = crate::scenario_file(name, scenario);

@@ -7,7 +7,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use units::SimDuration;
+use units::{Bandwidth, SimDuration};
 
 use crate::{LinkSpec, TopologyError};
 
@@ -111,6 +111,12 @@ pub struct Transport {
     /// of its per-step latencies. NCCL runs fewer channels for smaller buffers (`enqueue.cc`),
     /// so this cost grows with the size until every channel is in use. Zero by default.
     pub channel_overhead: SimDuration,
+    /// The rate at which an LL step reaches the network through host memory: NCCL's network
+    /// transport keeps LL's send buffer in host memory and its proxy posts a step only once
+    /// every line of it is there (`netSendSetup` and `netSendProxy` in `src/transport/net.cc`),
+    /// so each network hop of an LL collective's first chunk waits for the whole chunk at this
+    /// rate. `None` (the default): no such cost.
+    pub ll_host_rate: Option<Bandwidth>,
     /// The share of the links' line rate the transport delivers (the fabric's links are
     /// already scaled by it; kept for what sees line rates, such as NCCL's tuner).
     pub efficiency: f64,
@@ -359,6 +365,7 @@ impl Transport {
             kind,
             message_overhead: kind.default_message_overhead(),
             channel_overhead: SimDuration::ZERO,
+            ll_host_rate: None,
             efficiency: 1.0,
             host_cpu: HostCpu::Intel,
             nccl_version: NcclVersion::V2_27,

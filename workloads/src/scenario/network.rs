@@ -43,6 +43,7 @@ pub(super) struct NetworkSection {
     transport: Option<String>,
     message_overhead: Option<SimDuration>,
     channel_overhead: Option<SimDuration>,
+    ll_host_rate: Option<Bandwidth>,
     efficiency: Option<f64>,
     host_cpu: Option<String>,
     nccl_version: Option<String>,
@@ -90,6 +91,7 @@ const COMMON: &[&str] = &[
     "transport",
     "message-overhead",
     "channel-overhead",
+    "ll-host-rate",
     "efficiency",
     "host-cpu",
     "nccl-version",
@@ -106,7 +108,7 @@ pub(super) type KeyError = (&'static str, String);
 impl NetworkSection {
     /// The keys present in the file, as written there.
     fn present(&self) -> Vec<&'static str> {
-        let flags: [(&'static str, bool); 35] = [
+        let flags: [(&'static str, bool); 36] = [
             ("topology", self.topology.is_some()),
             ("link-bandwidth", self.link_bandwidth.is_some()),
             ("link-latency", self.link_latency.is_some()),
@@ -135,6 +137,7 @@ impl NetworkSection {
             ("transport", self.transport.is_some()),
             ("message-overhead", self.message_overhead.is_some()),
             ("channel-overhead", self.channel_overhead.is_some()),
+            ("ll-host-rate", self.ll_host_rate.is_some()),
             ("efficiency", self.efficiency.is_some()),
             ("host-cpu", self.host_cpu.is_some()),
             ("nccl-version", self.nccl_version.is_some()),
@@ -202,6 +205,7 @@ impl NetworkSection {
             kind,
             message_overhead: self.message_overhead.unwrap_or(kind.default_message_overhead()),
             channel_overhead: self.channel_overhead.unwrap_or(SimDuration::ZERO),
+            ll_host_rate: self.ll_host_rate,
             efficiency,
             host_cpu: match &self.host_cpu {
                 Some(name) => name.parse::<topology::HostCpu>().map_err(|message| ("host-cpu", message))?,
