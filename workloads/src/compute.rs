@@ -174,9 +174,10 @@ pub struct ComputeModel {
     /// normalisation kernels) that its device's L2 cache serves instead of device memory, up
     /// to the L2's capacity (`[device.execution] l2-cache`): the inputs a kernel reads were
     /// written by the kernels just before it, and what of them still sits in the L2 is not
-    /// read from DRAM again. `bytes - l2-hit-fraction * min(bytes, L2)` go through memory; the
-    /// hits cost nothing more (the L2 streams several times faster). 0 (off) by default;
-    /// calibration fits it: 0.2 on the A100 40 GB trace (40 MB L2), where element-wise kernels
+    /// read from DRAM again. `bytes - l2-hit-fraction * min(bytes, L2) * L2 / max(bytes, L2)`
+    /// go through memory (beyond the L2's size the share falls: the head of a larger input was
+    /// evicted first); the hits cost nothing more (the L2 streams several times faster). 0 (off) by default;
+    /// calibration fits it: 0.375 on the A100 40 GB trace (40 MB L2), where element-wise kernels
     /// of 10-30 MB that ran alone streamed at 1.6 TB/s, above the 1.555 TB/s of its HBM
     /// (`docs/compute-model.md`). Devices without execution data have no L2 size: no effect.
     pub l2_hit_fraction: f64,
@@ -935,12 +936,15 @@ impl Curves {
             OpClass::Gemm | OpClass::Elementwise | OpClass::Normalization => self.memory_efficiency,
         };
         // Streaming kernels read what the kernels before them wrote: the part of it still in
-        // the L2 does not come from memory. Products' operand tiles are re-read through the L2
+        // the L2 does not come from memory. Beyond the L2's size the share falls as L2 / bytes:
+        // the kernel reads the head of its input first, which its producer wrote first and the
+        // L2 evicted first, and its own traffic evicts the rest before it gets there. Products' operand tiles are re-read through the L2
         // whatever their source; their traffic is the compulsory one, priced as it is.
         let bytes = match (class, device.execution.as_ref()) {
             (OpClass::Gemm, _) | (_, None) => bytes,
             (OpClass::Elementwise | OpClass::Reduction | OpClass::Normalization, Some(execution)) => {
-                bytes - self.l2_hit_fraction * bytes.min(execution.l2_cache.as_f64())
+                let l2 = execution.l2_cache.as_f64();
+                bytes - self.l2_hit_fraction * bytes.min(l2) * (l2 / bytes.max(l2))
             }
         };
         // The ramp (filling the memory pipeline) is the same for every class; only the sustained
@@ -1149,7 +1153,8 @@ mod tests {
     #[test]
     fn streaming_kernels_read_their_l2_share_from_the_cache() {
         // Closed forms on an A100 (2039 GB/s, 40 MiB of L2), without ramps: a streaming kernel
-        // moves `bytes - f * min(bytes, L2)` through memory; a product's traffic is unchanged;
+        // moves `bytes - f * min(bytes, L2) * L2 / max(bytes, L2)` through memory (the whole
+        // share inside the L2, less and less beyond it); a product's traffic is unchanged;
         // a device without an L2 size in the catalog (B200) ignores the fraction.
         let plain = ComputeModel {
             memory_efficiency: 0.8,
@@ -1164,7 +1169,7 @@ mod tests {
         };
         for class in [OpClass::Elementwise, OpClass::Reduction, OpClass::Normalization] {
             for bytes in [1e6, 1e7, 1e9] {
-                let hits = 0.25 * f64::min(bytes, l2);
+                let hits = 0.25 * f64::min(bytes, l2) * l2 / f64::max(bytes, l2);
                 let expected = seconds(&plain, a100(), class, bytes - hits);
                 assert!((seconds(&cached, a100(), class, bytes) - expected).abs() < 1e-15, "{class:?}");
             }
