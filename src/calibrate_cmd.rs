@@ -541,6 +541,7 @@ fn report(
             format!("{:.3}", m.communication_compute_slowdown),
             format!("{:.3}", m.communication_launch_slowdown),
             m.reduction_overhead.to_string(),
+            format!("{:.3}", m.l2_hit_fraction),
         ]
     };
     let rows: Vec<[String; 4]> = PARAMETERS

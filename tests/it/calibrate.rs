@@ -72,6 +72,9 @@ fn the_shipped_profiles_are_reproduced_from_their_traces_and_beat_the_defaults()
     // defaults, past issue 12's transfer rule, and the A100's memory efficiency to the edge of
     // its range (which nccl-tests' one-rank copy reads): the shipped A100 profile holds them
     // off.
+    // Every shipped profile holds `l2-hit-fraction` at 0 (off), as before it existed: fitted,
+    // it moves the A100's memory efficiency, which the suite reads (docs/compute-model.md,
+    // "Results").
     let a100_held: &[&str] = &[
         "--hold",
         "communication-memory-slowdown=1",
@@ -79,6 +82,8 @@ fn the_shipped_profiles_are_reproduced_from_their_traces_and_beat_the_defaults()
         "communication-compute-slowdown=1",
         "--hold",
         "communication-launch-slowdown=1",
+        "--hold",
+        "l2-hit-fraction=0",
     ];
     // The A100 80 GB trace (TorchRec) decides only the element-wise memory curve and the
     // per-kernel cost: its 25 products are too few for the GEMM curve, and its reductions are
@@ -97,6 +102,7 @@ fn the_shipped_profiles_are_reproduced_from_their_traces_and_beat_the_defaults()
         "communication-compute-slowdown=1",
         "communication-launch-slowdown=1",
         "reduction-overhead=0 s",
+        "l2-hit-fraction=0",
     ]
     .iter()
     .flat_map(|value| ["--hold", value])
@@ -129,6 +135,7 @@ fn the_shipped_profiles_are_reproduced_from_their_traces_and_beat_the_defaults()
         "communication-compute-slowdown=1",
         "communication-launch-slowdown=1",
         "reduction-overhead=0 s",
+        "l2-hit-fraction=0",
     ]
     .iter()
     .flat_map(|pair| ["--hold".to_string(), pair.to_string()])
@@ -491,7 +498,7 @@ fn a_scenario_sets_the_shape_and_host_keys() {
     let keys = "[compute]\nvector-gemm-efficiency = 0.95\ngemm-tile-half-intensity = 4.0\n\
                 gemm-wave-overhead = \"1 us\"\nconv-efficiency = 0.9\nconv-backward-data-efficiency = 0.9\n\
                 conv-backward-weight-efficiency = 0.8\nreduction-half-time = \"5 us\"\n\
-                reduction-overhead = \"2 us\"\n\
+                reduction-overhead = \"2 us\"\nl2-hit-fraction = 0.2\n\
                 winograd-convolutions = true\ndispatch-overhead = \"5 us\"\ncuda-graphs = true\n";
     let scenario = scenario_file(
         "compute-keys.toml",
@@ -501,7 +508,7 @@ fn a_scenario_sets_the_shape_and_host_keys() {
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let json: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
     let source = json["model"]["compute_model"].as_str().unwrap();
-    assert!(source.contains("11 key(s) set"), "{source}");
+    assert!(source.contains("12 key(s) set"), "{source}");
 
     // A reduction's combine is a duration: a number without a unit names the file and the key.
     let unitless = scenario_file(
@@ -527,6 +534,21 @@ fn a_scenario_sets_the_shape_and_host_keys() {
     let error = String::from_utf8_lossy(&run.stderr);
     assert!(
         error.contains("compute-negative-overhead.toml") && error.contains("reduction-overhead"),
+        "{error}"
+    );
+    // The L2's share of streaming traffic is a fraction: above 1 names the file, the key and
+    // the valid range.
+    let over = scenario_file(
+        "compute-l2-over-one.toml",
+        &format!("{}\n[compute]\nl2-hit-fraction = 1.5\n", fs_err::read_to_string(QUICKSTART).unwrap()),
+    );
+    let run = parasim(&["run", over.to_str().unwrap()]);
+    assert_eq!(run.status.code(), Some(2));
+    let error = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        error.contains("compute-l2-over-one.toml")
+            && error.contains("l2-hit-fraction")
+            && error.contains("at least 0 and at most 1"),
         "{error}"
     );
 

@@ -75,7 +75,7 @@ pub enum CalibrationError {
 }
 
 /// The fitted parameters, in the order of [`PARAMETERS`].
-const COUNT: usize = 20;
+const COUNT: usize = 21;
 
 /// The parameters calibration fits, by their scenario keys.
 pub const PARAMETERS: [&str; COUNT] = [
@@ -99,6 +99,7 @@ pub const PARAMETERS: [&str; COUNT] = [
     "communication-compute-slowdown",
     "communication-launch-slowdown",
     "reduction-overhead",
+    "l2-hit-fraction",
 ];
 
 /// Position of the one parameter that is neither an efficiency nor a time (fitted as its
@@ -113,10 +114,17 @@ const SLOWDOWNS: [usize; 3] = [16, 17, 18];
 /// Position of `reduction-overhead`.
 const COMBINE: usize = 19;
 
+/// Position of `l2-hit-fraction`, fitted as a logit like the efficiencies but free to approach
+/// 0 (off): a device whose kernels show no L2 hits fits it near 0, not at [`MIN_EFFICIENCY`].
+const L2_HITS: usize = 20;
+
+/// The smallest fitted `l2-hit-fraction` (reported as 0.0001 and below).
+const MIN_L2_HITS: f64 = 1e-4;
+
 /// Positions of the efficiencies (fitted as logits) among [`PARAMETERS`]; the others are times
 /// (fitted as logarithms).
-const EFFICIENCIES: [usize; 13] =
-    [0, 1, 2, 4, 5, 7, 11, 12, 13, 15, SLOWDOWNS[0], SLOWDOWNS[1], SLOWDOWNS[2]];
+const EFFICIENCIES: [usize; 14] =
+    [0, 1, 2, 4, 5, 7, 11, 12, 13, 15, SLOWDOWNS[0], SLOWDOWNS[1], SLOWDOWNS[2], L2_HITS];
 
 /// Lowest fitted efficiency. Below 5% of a peak a kernel is not limited by the rate the
 /// roofline describes but by its parallelism (a reduction over six rows, a tiny product):
@@ -127,7 +135,13 @@ pub const MIN_EFFICIENCY: f64 = 0.05;
 /// The lowest value of unconstrained coordinate `j`: the logit of [`MIN_EFFICIENCY`] for an
 /// efficiency; for a time, e^-20 us (no e-fold jump past 20 from 1 us).
 fn lower_bound(j: usize) -> f64 {
-    if EFFICIENCIES.contains(&j) { logit(MIN_EFFICIENCY) } else { -20.0 }
+    if j == L2_HITS {
+        logit(MIN_L2_HITS)
+    } else if EFFICIENCIES.contains(&j) {
+        logit(MIN_EFFICIENCY)
+    } else {
+        -20.0
+    }
 }
 
 /// Weight of the pull towards the starting model, per unit of the unconstrained parameter; a
@@ -189,6 +203,7 @@ impl Point {
             1.0 / model.communication_compute_slowdown,
             1.0 / model.communication_launch_slowdown,
             model.reduction_overhead.as_secs_f64(),
+            model.l2_hit_fraction,
         ];
         let mut point = Point::of(model);
         for (j, fixed) in point.fixed.iter_mut().enumerate() {
@@ -221,6 +236,7 @@ impl Point {
             logit(1.0 / model.communication_compute_slowdown),
             logit(1.0 / model.communication_launch_slowdown),
             log_us(model.reduction_overhead.as_secs_f64()),
+            logit(model.l2_hit_fraction.max(MIN_L2_HITS)),
         ];
         Point { x, fixed: [None; COUNT], winograd: model.winograd_convolutions }
     }
@@ -246,6 +262,7 @@ impl Point {
             memory_efficiency: self.value(4),
             reduction_memory_efficiency: self.value(5),
             memory_half_s: self.value(6),
+            l2_hit_fraction: self.value(L2_HITS),
             vector_efficiency: self.value(7),
             tile_half_intensity: self.value(INTENSITY),
             wave_overhead_s: self.value(10),
@@ -285,6 +302,7 @@ impl Point {
             memory_efficiency: efficiency(curves.memory_efficiency),
             reduction_memory_efficiency: efficiency(curves.reduction_memory_efficiency),
             memory_half_time: duration(curves.memory_half_s),
+            l2_hit_fraction: (curves.l2_hit_fraction * 1e4).round() / 1e4,
             launch_overhead: duration(launch),
             gemm_tile_half_intensity: (curves.tile_half_intensity * 1e3).round() / 1e3,
             gemm_wave_overhead: duration(curves.wave_overhead_s),
@@ -462,6 +480,11 @@ fn held_set(names: &[&str], samples: &[Sample]) -> Result<Held, CalibrationError
     if !samples.iter().any(|s| std::iter::once(&s.work).chain(&s.after).any(combines)) {
         held[COMBINE] = true;
     }
+    // Only streaming kernels read through the L2 rule: without one, nothing decides it.
+    let streams = |work: &KernelWork| work.class != OpClass::Gemm;
+    if !samples.iter().any(|s| std::iter::once(&s.work).chain(&s.after).any(streams)) {
+        held[L2_HITS] = true;
+    }
     Ok(held)
 }
 
@@ -587,7 +610,9 @@ pub fn fit(
 ) -> Result<Fit, CalibrationError> {
     check(samples)?;
     start.validate()?;
-    let held = held_set(hold, samples)?;
+    let mut held = held_set(hold, samples)?;
+    // A device without an L2 size in its catalog entry has no L2 rule to fit.
+    held[L2_HITS] |= device.execution.is_none();
     let prior = Point::holding(start, &held);
     // Several starts: the max() of the roofline makes the loss piecewise smooth, with a local
     // minimum wherever a class sits exactly on its ridge.
@@ -606,6 +631,8 @@ pub fn fit(
         // A reduction's combine starts from a kernel's fixed cost at least (the launch
         // overhead's start, and 1 us): at its default, 0, the logarithm has no slope to leave by.
         begin.x[COMBINE] = begin.x[COMBINE].max(begin.x[8]).max(0.0);
+        // The L2's share starts at 10%: at its default, 0, the logit has no slope to leave by.
+        begin.x[L2_HITS] = begin.x[L2_HITS].max(logit(0.1));
         begin.x[3] += half;
         begin.x[6] += half;
         begin.x[8] += launch;
@@ -1182,6 +1209,28 @@ mod tests {
         }
         let errors = class_errors(&samples, &predictions(m, a100(), &samples).unwrap());
         assert!(errors.iter().all(|e| e.weighted_error < 0.01), "{errors:?}");
+    }
+
+    #[test]
+    fn recovers_the_l2_share_of_streaming_traffic() {
+        // Streaming kernels from 32 kB to 134 MB on an A100 (40 MiB of L2): those inside the L2
+        // read a share of it from the cache, those beyond it the same bytes.
+        let cached = ComputeModel { l2_hit_fraction: 0.3, ..truth() };
+        let samples = synthetic(&cached, |_| 1.0);
+        let m = fit(a100(), &samples, &ComputeModel::default(), &[]).unwrap().model;
+        assert!((m.l2_hit_fraction / 0.3 - 1.0).abs() < 0.02, "{m:?}");
+        assert!((m.memory_efficiency / 0.71 - 1.0).abs() < 0.02, "{m:?}");
+        // Without it in the samples the fit leaves it near 0, and held it stays where it is.
+        let samples = synthetic(&truth(), |_| 1.0);
+        let m = fit(a100(), &samples, &ComputeModel::default(), &[]).unwrap().model;
+        assert!(m.l2_hit_fraction < 0.01, "{m:?}");
+        let m = fit(a100(), &samples, &ComputeModel::default(), &["l2-hit-fraction"]).unwrap().model;
+        assert_eq!(m.l2_hit_fraction, 0.0);
+        // Products alone (a kernel table) do not decide it: it keeps its start.
+        let products: Vec<Sample> =
+            samples.iter().filter(|s| s.work.class == OpClass::Gemm).cloned().collect();
+        let m = fit(a100(), &products, &ComputeModel::default(), &[]).unwrap().model;
+        assert_eq!(m.l2_hit_fraction, 0.0);
     }
 
     #[test]

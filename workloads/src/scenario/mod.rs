@@ -95,6 +95,7 @@ struct ComputeSection {
     memory_half_time: Option<SimDuration>,
     reduction_half_time: Option<SimDuration>,
     reduction_overhead: Option<SimDuration>,
+    l2_hit_fraction: Option<f64>,
     launch_overhead: Option<SimDuration>,
     gemm_tile_half_intensity: Option<f64>,
     gemm_wave_overhead: Option<SimDuration>,
@@ -1200,6 +1201,7 @@ fn compute_model(
     set(&mut model.vector_efficiency, section.vector_efficiency);
     set(&mut model.memory_efficiency, section.memory_efficiency);
     set(&mut model.reduction_memory_efficiency, section.reduction_memory_efficiency);
+    set(&mut model.l2_hit_fraction, section.l2_hit_fraction);
     set(&mut model.gemm_tile_half_intensity, section.gemm_tile_half_intensity);
     set(&mut model.conv_efficiency, section.conv_efficiency);
     set(&mut model.conv_backward_weight_efficiency, section.conv_backward_weight_efficiency);
