@@ -273,6 +273,7 @@ impl Point {
             reduction_overhead_s: self.value(COMBINE),
             conv_backward_data_efficiency: self.value(15),
             winograd: self.winograd,
+            launch_s: self.value(8),
         };
         (
             curves,

@@ -290,6 +290,66 @@ const GEMM_MAX_SPLIT: u64 = 32;
 /// measured times instead of 0.25-0.41 (docs/compute-model.md, "DeepBench").
 const MATRIX_CONV_CHANNEL_BYTES: u64 = 64;
 
+/// The convolution algorithms the model prices, as cuDNN runs them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ConvAlgorithm {
+    /// Implicit GEMM on the vector units (cuDNN's SIMT `scudnn` kernels).
+    VectorImplicitGemm,
+    /// Implicit GEMM on the matrix units (cuDNN 7's Tensor Core `884cudnn` kernels).
+    MatrixImplicitGemm,
+    /// Winograd with its transforms in separate kernels, through memory (`WINOGRAD_NONFUSED`).
+    Winograd,
+    /// Winograd F(2x2, 3x3) with the data and output transforms inside the product's kernel
+    /// (`WINOGRAD`).
+    FusedWinograd,
+    /// FFT or FFT tiling.
+    Fft,
+}
+
+/// Kernels a cuDNN convolution call launches besides the one that does its arithmetic, each
+/// priced at `launch-overhead` (the model's cost of a kernel without work): one-block kernels
+/// that precompute the implicit GEMM's gather offsets or zero the output that split slices
+/// add into, and the transforms of the fast algorithms.
+/// - SIMT implicit GEMM, from a Paddle profiler listing of cuDNN convolution gradients
+///   (github.com/PaddlePaddle/docs, `docs/guides/performance_improving/profiling_model.md`,
+///   "Operator Summary" of `conv2d_grad`): every backward-data kernel (`*_stridedB_*`, 240
+///   calls) comes with `computeOffsetsKernel` (240 calls) and `computeBOffsetsKernel`, every
+///   backward-weight kernel (`*_stridedB_splitK_*`, 224 calls) with
+///   `computeWgradOffsetsKernel` (224), `scalePackedTensor_kernel` (224: the weight gradient
+///   scaled to zero before the slices add into it) and `computeBOffsetsKernel` (464 calls =
+///   240 + 224). Each takes 2.0-3.5 us on the GPU there (2.0-2.5 us in the nvprof listings of
+///   pytorch/pytorch#13412 and #51382: `computeBOffsetsKernel`,
+///   `computeWgradSplitKOffsetsKernel`, `computeWgradBOffsetsKernel`). So 2 for backward-data
+///   and 3 for backward-weight. Forward has none: `IMPLICIT_GEMM` (`implicit_convolve_sgemm`)
+///   computes its offsets inside; only `IMPLICIT_PRECOMP_GEMM` launches a
+///   `computeOffsetsKernel` first.
+/// - Tensor Core implicit GEMM (cuDNN 7 on Volta, the devices whose catalog entry lists its
+///   `conv-tiles`; none elsewhere): no public listing names its helpers. Backward-data gets one,
+///   chosen on the half of DeepBench's V100 fp16 shapes the half-fitted profile test trains on
+///   (0, 1, 2, 3 helpers: 83.8%, 85.5%, 85.1%, 83.7% with the defaults); it takes the other
+///   half from 83.6% to 85.2%. Its 1x1 layers with as many input as output channels do the
+///   forward's product in backward-data and take the forward's time plus 5-10 us.
+/// - Winograd through memory: its three transforms (`winogradForwardData4x4`,
+///   `winogradForwardFilter4x4`, `winogradForwardOutput4x4`; `winogradWgradData4x4`,
+///   `winogradWgradDelta4x4`, `winogradWgradOutput4x4` for backward-weight, in the same
+///   Paddle listing and public TensorFlow profiles) around its batched product.
+/// - Fused Winograd: the filter transform, `generateWinogradTilesKernel` (48 calls beside 48
+///   `*_scudnn_winograd_128x128_*` in the Paddle listing).
+/// - FFT: the input's and the filter's transforms, `compute_gemm_pointers` and the inverse
+///   transform (`fft2d_r2c_*`, `fft2d_c2r_*`) around the complex product.
+pub(crate) fn conv_helper_kernels(algorithm: ConvAlgorithm, direction: ConvDirection) -> u32 {
+    match (algorithm, direction) {
+        (ConvAlgorithm::VectorImplicitGemm, ConvDirection::Forward) => 0,
+        (ConvAlgorithm::VectorImplicitGemm, ConvDirection::BackwardData) => 2,
+        (ConvAlgorithm::VectorImplicitGemm, ConvDirection::BackwardWeight) => 3,
+        (ConvAlgorithm::MatrixImplicitGemm, ConvDirection::BackwardData) => 1,
+        (ConvAlgorithm::MatrixImplicitGemm, ConvDirection::Forward | ConvDirection::BackwardWeight) => 0,
+        (ConvAlgorithm::Winograd, _) => 3,
+        (ConvAlgorithm::FusedWinograd, _) => 1,
+        (ConvAlgorithm::Fft, _) => 4,
+    }
+}
+
 /// Default host time per kernel, nanoseconds: the median over six real traces of their launch
 /// intervals' lower quartile (`docs/compute-model.md`, "Host dispatch"; checked by a test).
 pub const DEFAULT_DISPATCH_NS: u64 = 18_500;
@@ -441,6 +501,7 @@ impl ComputeModel {
             conv_backward_weight_efficiency: self.conv_backward_weight_efficiency,
             conv_backward_data_efficiency: self.conv_backward_data_efficiency,
             winograd: self.winograd_convolutions,
+            launch_s: self.launch_overhead.as_secs_f64(),
         }
     }
 
@@ -688,6 +749,9 @@ pub(crate) struct Curves {
     pub(crate) conv_backward_weight_efficiency: f64,
     pub(crate) conv_backward_data_efficiency: f64,
     pub(crate) winograd: bool,
+    /// `launch-overhead` in seconds: what each of cuDNN's helper kernels of a convolution
+    /// costs ([`conv_helper_kernels`]).
+    pub(crate) launch_s: f64,
 }
 
 impl Curves {
@@ -834,22 +898,53 @@ impl Curves {
                         conv_tiles.iter().map(|&[rows, columns]| [columns, rows]).collect();
                     best = best.min(conv(&transposed)?);
                 }
+                // Every algorithm pays the helper kernels cuDNN launches with it, so they
+                // weigh in the choice between algorithms too. The Tensor Core count is cuDNN
+                // 7's on Volta, the kernels the catalog names by their tiles (`conv-tiles`);
+                // other devices' libraries (cuDNN 8's `sm80_xmma_*`) get none, as nothing
+                // public says.
+                let helpers =
+                    |algorithm| f64::from(conv_helper_kernels(algorithm, *direction)) * self.launch_s;
+                best += if on_vector_units {
+                    helpers(ConvAlgorithm::VectorImplicitGemm)
+                } else if execution.conv_tiles.is_empty() {
+                    0.0
+                } else {
+                    helpers(ConvAlgorithm::MatrixImplicitGemm)
+                };
                 // In cuDNN's benchmark mode (the fastest algorithm wins) vector-unit
-                // convolutions may use Winograd (fewer multiplications) or FFT (four real
-                // products per complex multiply-add over the frequencies), each plus its
-                // transforms through memory.
+                // convolutions may use Winograd (fewer multiplications; its transforms in
+                // kernels of their own, through memory, or fused into the product's kernel)
+                // or FFT (four real products per complex multiply-add over the frequencies,
+                // plus its transforms through memory).
                 if self.winograd && on_vector_units {
                     let bandwidth = device.memory_bandwidth.bytes_per_second() * self.memory_efficiency;
+                    let through_memory = |elements: f64| elements * bytes / bandwidth;
                     if shape.winograd_applies() {
                         for tile in [2, 4] {
                             let (product, elements) = shape.winograd(*direction, tile);
-                            best = best.min(tiled(&product)? + elements * bytes / bandwidth);
+                            best = best.min(
+                                tiled(&product)?
+                                    + through_memory(elements)
+                                    + helpers(ConvAlgorithm::Winograd),
+                            );
+                        }
+                        if let Some((product, elements)) = shape.fused_winograd(*direction) {
+                            best = best.min(
+                                tiled(&product)?
+                                    + through_memory(elements)
+                                    + helpers(ConvAlgorithm::FusedWinograd),
+                            );
                         }
                     }
                     if shape.fft_applies() {
                         for size in [16, 32] {
                             if let Some((product, elements)) = shape.fft(*direction, size) {
-                                best = best.min(4.0 * tiled(&product)? + elements * bytes / bandwidth);
+                                best = best.min(
+                                    4.0 * tiled(&product)?
+                                        + through_memory(elements)
+                                        + helpers(ConvAlgorithm::Fft),
+                                );
                             }
                         }
                     }
@@ -1475,11 +1570,76 @@ mod tests {
         let split = seconds(v100, Dtype::Fp16, 2048, 2048, 7, forward);
         let unsplit = seconds(v100, Dtype::Fp16, 2048, 2048, 7, ConvDirection::BackwardData);
         assert!(split < 0.8 * unsplit, "{split} vs {unsplit}");
+        // The SIMT product takes the same time both ways; backward-data adds its two helper
+        // kernels (`conv_helper_kernels`).
         let simt = seconds(v100, Dtype::Fp32, 2048, 2048, 7, forward);
-        assert!(
-            (simt / seconds(v100, Dtype::Fp32, 2048, 2048, 7, ConvDirection::BackwardData) - 1.0).abs()
-                < 1e-12
-        );
+        let helpers = 2.0 * model.launch_overhead.as_secs_f64();
+        let simt_data = seconds(v100, Dtype::Fp32, 2048, 2048, 7, ConvDirection::BackwardData);
+        assert!((simt_data - simt - helpers).abs() < 1e-12, "{simt} vs {simt_data}");
+    }
+
+    #[test]
+    fn convolutions_pay_cudnns_helper_kernels() {
+        let catalog = DeviceCatalog::builtin();
+        let v100 = catalog.get("v100-sxm2-16gb").unwrap();
+        let launch = |model: &ComputeModel| model.launch_overhead.as_secs_f64();
+        let seconds_on = |device: &Device, model: &ComputeModel, dtype: Dtype, shape, direction| {
+            let work = KernelWork {
+                shape: KernelShape::Conv { shape, direction },
+                ..KernelWork::flat(OpClass::Gemm, dtype, 1e9, 0.0)
+            };
+            model.kernel_seconds(device, &work).unwrap()
+        };
+        let seconds = |model: &ComputeModel, dtype: Dtype, shape, direction| {
+            seconds_on(v100, model, dtype, shape, direction)
+        };
+        let conv = |c: u64, k: u64, hw: u64, kernel: u64| crate::kernel_shape::ConvShape {
+            batch: 8,
+            in_channels: c,
+            out_channels: k,
+            groups: 1,
+            input: [hw, hw, 1],
+            output: [hw, hw, 1],
+            kernel: [kernel, kernel, 1],
+            stride: [1, 1, 1],
+        };
+        let (forward, data, weight) =
+            (ConvDirection::Forward, ConvDirection::BackwardData, ConvDirection::BackwardWeight);
+        // Each helper costs a launch: a longer launch overhead moves backward-data by two of
+        // them on the SIMT units, backward-weight by three, forward by none; on Tensor Cores
+        // backward-data by one.
+        let slow = ComputeModel { launch_overhead: SimDuration::from_us(10), ..ComputeModel::default() };
+        let fast = ComputeModel::default();
+        let extra = launch(&slow) - launch(&fast);
+        let square = conv(512, 512, 14, 1);
+        for (dtype, direction, helpers) in [
+            (Dtype::Fp32, forward, 0.0),
+            (Dtype::Fp32, data, 2.0),
+            (Dtype::Fp32, weight, 3.0),
+            (Dtype::Fp16, forward, 0.0),
+            (Dtype::Fp16, data, 1.0),
+            (Dtype::Fp16, weight, 0.0),
+        ] {
+            let moved = seconds(&slow, dtype, square, direction) - seconds(&fast, dtype, square, direction);
+            assert!((moved - helpers * extra).abs() < 1e-12, "{dtype:?} {direction:?}: {moved}");
+        }
+        // The A100's Tensor Core kernels (cuDNN 8, no `conv-tiles` in the catalog) pay none.
+        let a100 = catalog.get("a100-sxm4-80gb").unwrap();
+        let moved = seconds_on(a100, &slow, Dtype::Fp16, square, data)
+            - seconds_on(a100, &fast, Dtype::Fp16, square, data);
+        assert!(moved.abs() < 1e-12, "{moved}");
+        // In benchmark mode a 3x3 layer of few channels runs as the fused Winograd kernel,
+        // which moves only its input, output and filter tiles through memory: with one helper
+        // it beats the transforms through memory and their three.
+        let bench = ComputeModel { winograd_convolutions: true, ..ComputeModel::default() };
+        let small = conv(64, 64, 56, 3);
+        let (product, elements) = small.fused_winograd(forward).unwrap();
+        let (_, through_memory) = small.winograd(forward, 2);
+        assert!(elements < 0.5 * through_memory);
+        assert_eq!(product, small.winograd(forward, 2).0);
+        assert!(small.fused_winograd(weight).is_none());
+        let implicit = seconds(&fast, Dtype::Fp32, small, forward);
+        assert!(seconds(&bench, Dtype::Fp32, small, forward) < 0.8 * implicit);
     }
 
     #[test]

@@ -144,6 +144,25 @@ impl ConvShape {
         let transformed = alpha * alpha * (tiles * (c + k) + c * k);
         (shape, (plain + transformed) as f64)
     }
+    /// cuDNN's fused Winograd (`CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD` and its backward-data
+    /// twin; backward-weight has none): F(2x2, 3x3) with the data and output transforms inside
+    /// the kernel that does the 16 batched products (`winograd3x3Kernel`,
+    /// `*_scudnn_winograd_128x128_*`), after one kernel that transforms the filter
+    /// (`generateWinogradTilesKernel`, in the same listings). Returns the products and the
+    /// elements moved through memory: the input and output (or gradients) and the filter once,
+    /// and the 16 `C·K` transformed filter tiles written and read back. `None` for
+    /// backward-weight.
+    pub fn fused_winograd(&self, direction: ConvDirection) -> Option<(GemmShape, f64)> {
+        if direction == ConvDirection::BackwardWeight {
+            return None;
+        }
+        let (product, _) = self.winograd(direction, 2);
+        let (c, k) = (self.in_channels, self.out_channels);
+        let filter = c * k * Self::product(self.kernel);
+        let plain = self.batch * (c * Self::product(self.input) + k * Self::product(self.output)) + filter;
+        Some((product, (plain + 2 * product.batch * c * k) as f64))
+    }
+
     /// Whether cuDNN's FFT convolutions apply: a dense 2-D convolution with unit stride
     /// (`CUDNN_CONVOLUTION_*_ALGO_FFT` and `FFT_TILING` need stride 1).
     pub fn fft_applies(&self) -> bool {

@@ -74,7 +74,7 @@ fn the_tables_have_every_kernel() {
 fn default_model_accuracy_on_deepbench() {
     let model = deepbench_defaults();
     // (gemm, conv) lower bounds with the defaults, per case of CASES.
-    let bounds = [(0.90, 0.755), (0.849, 0.836), (0.79, 0.72), (0.80, 0.58)];
+    let bounds = [(0.90, 0.791), (0.849, 0.852), (0.79, 0.745), (0.80, 0.593)];
     for ((device, precision, dtype), (gemm_bound, conv_bound)) in CASES.into_iter().zip(bounds) {
         let (gemm, conv) = measure(&model, device, precision, dtype);
         // The same kernels without their shapes and with one GEMM ceiling: the FLOPs-only model
@@ -127,13 +127,29 @@ fn a_profile_fitted_on_half_the_shapes_predicts_the_other_half() {
             }
         }
     }
+    // The defaults on the training half: what a constant chosen without fitting (the Tensor
+    // Core backward-data helper count, `compute::conv_helper_kernels`) is judged on.
+    for precision in ["fp32", "fp16-mixed"] {
+        let (device, _, dtype) = CASES.iter().find(|case| case.1 == precision).unwrap();
+        let (_, convs) = tables(device.split('-').next().unwrap(), precision);
+        let half: Vec<Sample> = deepbench::samples(v100, &[], &convs, *dtype)
+            .into_iter()
+            .filter(|s| half_of(s.group) == 0)
+            .collect();
+        println!(
+            "training-half V100 {precision}: convolutions with the defaults {:.1}% ({} kernels)",
+            accuracy(&deepbench_defaults(), v100, &half) * 100.0,
+            half.len()
+        );
+    }
     let fit = workloads::calibrate::fit_staged(v100, &training, &deepbench_defaults(), &[]).unwrap();
     println!("fitted on {} V100 kernels: {:?}", training.len(), fit.model);
     // (precision, gemm bound, conv bound) on the held-out half. cuDNN's FFT algorithms (fp32
     // benchmark mode only) move the convolution factors fp32 and fp16 share: fp32 73.4% ->
     // 75.2%, fp16 80.7% -> 80.5% (a Huber loss that kept fp16 at 81.3% re-fitted the P100
-    // profile past the suite's transfer rule, so it was taken out).
-    let bounds = [("fp32", 0.92, 0.751), ("fp16-mixed", 0.859, 0.804)];
+    // profile past the suite's transfer rule, so it was taken out). cuDNN's helper kernels and
+    // the fused Winograd: 77.6% and 82.2%, P100 fp32 76.5% -> 78.7%.
+    let bounds = [("fp32", 0.92, 0.775), ("fp16-mixed", 0.859, 0.821)];
     for (precision, gemm_bound, conv_bound) in bounds {
         let (gemms, convs): (Vec<_>, Vec<_>) = held_out
             .iter()
@@ -155,7 +171,7 @@ fn a_profile_fitted_on_half_the_shapes_predicts_the_other_half() {
     }
     let (gemm, conv) = measure(&fit.model, "p100-pcie-16gb", "fp32", Dtype::Fp32);
     println!("V100 profile on P100 fp32: GEMMs {:.1}%, convolutions {:.1}%", gemm * 100.0, conv * 100.0);
-    assert!(gemm >= 0.77 && conv >= 0.759, "{gemm} {conv}");
+    assert!(gemm >= 0.77 && conv >= 0.786, "{gemm} {conv}");
 }
 
 /// Prints every kernel's prediction (for analysis): `cargo test -p workloads --test it

@@ -59,8 +59,11 @@ fn step_of(compute: &ComputeModel, model: &workloads::Model, batch: u64) -> (f64
 #[test]
 fn resnet50_and_vgg16_steps_on_one_v100() {
     let compute = ComputeModel::default();
-    // (model, images per step, measured seconds, accuracy bound recorded with the defaults)
-    for (model, batch, measured, bound) in [("resnet50", 64, 0.1855, 0.945), ("vgg16", 32, 0.2633, 0.95)] {
+    // (model, images per step, measured seconds, accuracy bound recorded with the defaults).
+    // ResNet-50's floor stepped down once, 0.945 -> 0.94: cuDNN's helper kernels (two launches
+    // per SIMT backward-data pass, three per backward-weight pass) took it from 94.8% to 94.2%
+    // (docs/compute-model.md, "cuDNN's helper kernels").
+    for (model, batch, measured, bound) in [("resnet50", 64, 0.1855, 0.94), ("vgg16", 32, 0.2633, 0.95)] {
         let (ours, conv, flat) = step(&compute, model, batch);
         let winograd =
             step(&ComputeModel { winograd_convolutions: true, ..ComputeModel::default() }, model, batch).0;
@@ -139,12 +142,13 @@ fn megatron_1_7b_micro_batch_on_one_a100() {
 /// 99.4% with the profile's earlier fp32 ceiling of 0.851, fitted through the FLOP ramp to
 /// DLRM's unsaturated products, which made VGG's convolutions slower than the defaults by
 /// chance; held at the default ceiling it is 95.8% (defaults 95.3%) and ResNet-50 rose from
-/// 89.4% to 93.0% (docs/compute-model.md, "Results").
+/// 89.4% to 93.0% (docs/compute-model.md, "Results"); cuDNN's helper kernels then took
+/// ResNet-50 to 92.4% (defaults 94.8% -> 94.2%), its floor from 0.925 to 0.92.
 #[test]
 fn shipped_profiles_on_the_one_gpu_steps() {
     let v100 = workloads::calibrate::Profile::builtin("v100-sxm2-16gb").unwrap().compute;
     let accuracy = |ours: f64, measured: f64| 1.0 - (ours / measured - 1.0).abs();
-    for (model, batch, measured, bound) in [("resnet50", 64, 0.1855, 0.925), ("vgg16", 32, 0.2633, 0.955)] {
+    for (model, batch, measured, bound) in [("resnet50", 64, 0.1855, 0.92), ("vgg16", 32, 0.2633, 0.955)] {
         let default = accuracy(step(&ComputeModel::default(), model, batch).0, measured);
         let profile = accuracy(step(&v100, model, batch).0, measured);
         println!("V100 profile on {model}: {:.1}% (defaults {:.1}%)", profile * 100.0, default * 100.0);
