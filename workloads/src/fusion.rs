@@ -242,7 +242,8 @@ mod tests {
         assert_eq!(bytes(&fused, Pass::Forward), expected);
         // Backward data: the batch norm's 5 per element (6 with the residual's gradient),
         // twice the parameters per batch, the bitmask read.
-        let bn_backward = |n: u64, extra: u64, c: u64| 2.0 * ((5 + extra) * n + 2 * params(c)) as f64 + mask(n);
+        let bn_backward =
+            |n: u64, extra: u64, c: u64| 2.0 * ((5 + extra) * n + 2 * params(c)) as f64 + mask(n);
         let convolutions: f64 = fused
             .iter()
             .filter(|l| l.kind != LayerKind::BatchNorm)
@@ -252,16 +253,19 @@ mod tests {
         assert_eq!(bytes(&fused, Pass::BackwardData), expected);
         // What disappears, in fp16 elements: forward 2 per ReLU element and 3 + 2 - 1 for the
         // add and last ReLU; backward 3 per ReLU element and 3 + 3 - 1 for the add and ReLU.
-        let saved_forward = 2.0 * (2 * 2 * inner + (3 + 2 - 1) * outer) as f64 - 2.0 * mask(inner) - mask(outer);
+        let saved_forward =
+            2.0 * (2 * 2 * inner + (3 + 2 - 1) * outer) as f64 - 2.0 * mask(inner) - mask(outer);
         assert_eq!(bytes(&unfused, Pass::Forward) - bytes(&fused, Pass::Forward), saved_forward);
-        let saved_backward = 2.0 * (2 * 3 * inner + (3 + 3 - 1) * outer) as f64 - 2.0 * mask(inner) - mask(outer);
+        let saved_backward =
+            2.0 * (2 * 3 * inner + (3 + 3 - 1) * outer) as f64 - 2.0 * mask(inner) - mask(outer);
         assert_eq!(bytes(&unfused, Pass::BackwardData) - bytes(&fused, Pass::BackwardData), saved_backward);
         // Arithmetic and kept activations are unchanged; three kernels remain where six were.
         let flops = |layers: &[Layer]| -> f64 { layers.iter().map(|l| l.cost.training_flops()).sum() };
         assert_eq!(flops(&fused), flops(&unfused));
         let kept = |layers: &[Layer]| -> u64 { layers.iter().map(|l| l.cost.activation_elements).sum() };
         assert_eq!(kept(&fused), kept(&unfused));
-        let kernels = |layers: &[Layer]| layers.iter().filter(|l| !l.kernels(Pass::Forward).is_empty()).count();
+        let kernels =
+            |layers: &[Layer]| layers.iter().filter(|l| !l.kernels(Pass::Forward).is_empty()).count();
         assert_eq!((kernels(&unfused), kernels(&fused)), (10, 6));
     }
 
