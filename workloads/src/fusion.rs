@@ -259,7 +259,7 @@ mod tests {
         let saved_backward =
             2.0 * (2 * 3 * inner + (3 + 3 - 1) * outer) as f64 - 2.0 * mask(inner) - mask(outer);
         assert_eq!(bytes(&unfused, Pass::BackwardData) - bytes(&fused, Pass::BackwardData), saved_backward);
-        // Arithmetic and kept activations are unchanged; three kernels remain where six were.
+        // Arithmetic and kept activations are unchanged; six kernels remain where ten were.
         let flops = |layers: &[Layer]| -> f64 { layers.iter().map(|l| l.cost.training_flops()).sum() };
         assert_eq!(flops(&fused), flops(&unfused));
         let kept = |layers: &[Layer]| -> u64 { layers.iter().map(|l| l.cost.activation_elements).sum() };

@@ -35,7 +35,7 @@ use std::path::PathBuf;
 
 use workloads::zoo::resnet::{ResNet, Variant};
 use workloads::zoo::vgg::Vgg;
-use workloads::{Layer, LayerKind, Model, ModelBuilder, Shape, zoo};
+use workloads::{Layer, LayerKind, Model, Shape, zoo};
 
 /// One layer row of a ParaDL `.net` file.
 #[derive(Debug)]
