@@ -223,3 +223,28 @@ fn kernels_beside_communication_run_at_the_slowed_rate_in_the_simulation() {
     // Only the kernels beside an allreduce slow down: far less than the slowdown itself.
     assert!(time(&four) < 1.2 * time(&plain), "{} s vs {} s", time(&four), time(&plain));
 }
+
+/// `[compute] fusion = "none"` is the default to the byte; `"bn-relu"` keeps the model and its
+/// FLOPs and only takes work away (ResNet-50: fewer bytes, so a shorter iteration).
+#[test]
+fn fusion_none_is_the_default_and_bn_relu_only_removes_traffic() {
+    let run = |name: &str, text: &str| -> serde_json::Value {
+        let path = scenario_file(name, text);
+        let output = parasim(&["run", path.to_str().unwrap(), "--json"]);
+        assert!(output.status.success(), "{name}: {}", String::from_utf8_lossy(&output.stderr));
+        let mut json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        json["scenario"] = serde_json::Value::Null;
+        json
+    };
+    let text = fs_err::read_to_string(QUICKSTART).unwrap();
+    let plain = run("fusion-default.toml", &text);
+    let none = run("fusion-none.toml", &format!("{text}\n[compute]\nfusion = \"none\"\n"));
+    assert_eq!(plain, none);
+    let fused = run("fusion-bn-relu.toml", &format!("{text}\n[compute]\nfusion = \"bn-relu\"\n"));
+    for key in ["parameters", "macs_per_sample"] {
+        assert_eq!(fused["model"][key], plain["model"][key], "{key}");
+    }
+    assert_eq!(fused["model"]["compute_model"], "defaults (docs/compute-model.md), fusion bn-relu");
+    let iteration = |json: &serde_json::Value| json["iteration_time_s"].as_f64().unwrap();
+    assert!(iteration(&fused) < iteration(&plain), "{} vs {}", iteration(&fused), iteration(&plain));
+}

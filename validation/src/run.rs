@@ -215,7 +215,7 @@ fn scenario_table(
 
 /// Sets `compute.profile` to the first of `profiles` made for the scenario's device type (the
 /// same device, or one the catalog says computes the same), leaving the case's own
-/// `compute.cuda-graphs`.
+/// `compute.cuda-graphs` and `compute.fusion`.
 fn apply_profiles(table: &mut toml::Table, profiles: &[(String, String)]) {
     let Some(device) = table.get("cluster").and_then(|c| c.get("device")).and_then(toml::Value::as_str)
     else {

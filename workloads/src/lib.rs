@@ -45,6 +45,7 @@ pub mod compute;
 pub mod deepbench;
 pub mod device;
 pub mod dispatch;
+pub mod fusion;
 pub mod input;
 pub mod kernel_shape;
 pub mod layer;

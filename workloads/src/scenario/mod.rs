@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::calibrate::Profile;
+use crate::fusion::Fusion;
 use crate::input::{InputPipeline, Loader};
 use crate::strategy::{GradientSync, Offload, Parallelism, PipelineSchedule, RankOrder};
 use crate::{ComputeModel, Device, DeviceCatalog, Dtype, Model, ModelError, Optimizer, Recompute, zoo};
@@ -108,6 +109,7 @@ struct ComputeSection {
     dispatch_overhead: Option<SimDuration>,
     cuda_graphs: Option<bool>,
     winograd_convolutions: Option<bool>,
+    fusion: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -331,6 +333,8 @@ pub struct Scenario {
     pub compute: ComputeModel,
     /// Where they came from: "defaults", or the profile (and whether keys override it).
     pub compute_source: String,
+    /// Which normalization kernels run fused (`compute.fusion`).
+    pub fusion: Fusion,
     /// Host memory of one node (`cluster.host-memory`), if given: what out-of-core training
     /// may fill.
     pub host_memory: Option<Bytes>,
@@ -356,6 +360,7 @@ impl Scenario {
             fold_symmetric_ranks: self.fold_symmetric_ranks,
             input: self.input.as_ref(),
             layer_tables: None,
+            fusion: self.fusion,
         }
     }
 
@@ -741,7 +746,14 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
         Some(section) => input_pipeline(section, &invalid)?,
         None => None,
     };
-    let (compute, compute_source) = compute_model(&spec.compute, &device, precision, file)?;
+    let (compute, mut compute_source) = compute_model(&spec.compute, &device, precision, file)?;
+    let fusion: Fusion = match &spec.compute.fusion {
+        Some(mode) => mode.parse().map_err(|error| invalid("compute.fusion", error))?,
+        None => Fusion::None,
+    };
+    if fusion != Fusion::None {
+        compute_source.push_str(&format!(", fusion {fusion}"));
+    }
     let device_copy = compute.device_copy(&device);
 
     let scenario = Scenario {
@@ -766,6 +778,7 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
         iterations: spec.simulation.iterations,
         compute,
         compute_source,
+        fusion,
         host_memory: cluster.host_memory,
         input,
     };

@@ -694,6 +694,7 @@ struct TableKey {
     split: shard::Split,
     micro_batch: u64,
     precision: Dtype,
+    fusion: crate::fusion::Fusion,
 }
 
 /// Every layer as one rank runs it, its forward, backward-data and backward-weight kernels,
@@ -756,6 +757,7 @@ impl<'a> LayerTables<'a> {
             split: strategy.parallelism.split(),
             micro_batch: strategy.micro_batch,
             precision: strategy.precision,
+            fusion: strategy.fusion,
         };
         let Some(tables) = strategy.layer_tables.filter(|tables| tables.serves(strategy)) else {
             return build_layer_table(strategy);
@@ -782,7 +784,8 @@ impl<'a> LayerTables<'a> {
 fn build_layer_table(strategy: &Strategy<'_>) -> Result<Arc<LayerTable>, StrategyError> {
     let model = strategy.model;
     let p = &strategy.parallelism;
-    let local = shard::local_layers(model, p.split(), strategy.micro_batch, strategy.precision)?;
+    let mut local = shard::local_layers(model, p.split(), strategy.micro_batch, strategy.precision)?;
+    strategy.fusion.apply(local.iter_mut().map(|entry| &mut entry.layer));
     let mut kernels: Vec<[Kernel; 3]> = Vec::with_capacity(local.len());
     // Repeated blocks (a transformer's layers, a ResNet stage's bottlenecks) run the same
     // kernels: a layer doing the same work as the one at its position in the previous block

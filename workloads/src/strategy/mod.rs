@@ -444,6 +444,9 @@ pub struct Strategy<'a> {
     /// and compute model (a search's configurations), if any: the same results, computed once
     /// per split.
     pub layer_tables: Option<&'a LayerTables<'a>>,
+    /// Which normalization kernels run fused: the lowering prices each rank's layers with
+    /// the fused kernels' traffic ([`crate::fusion`]).
+    pub fusion: crate::fusion::Fusion,
 }
 
 /// One gradient bucket: which layers' gradients it carries and how many bytes.

@@ -85,6 +85,7 @@ pub(super) fn strategy<'a>(
         fold_symmetric_ranks: false,
         input: None,
         layer_tables: None,
+        fusion: crate::fusion::Fusion::None,
     }
 }
 

@@ -45,6 +45,7 @@ fn building_and_lowering_the_largest_models_takes_milliseconds() {
             fold_symmetric_ranks: false,
             input: None,
             layer_tables: None,
+            fusion: workloads::fusion::Fusion::None,
         };
         let (lower, lowered) = fastest(5, || spec.lower().unwrap());
         let full = Strategy { recompute: Recompute::Full, ..spec.clone() };
