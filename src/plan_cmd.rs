@@ -418,6 +418,8 @@ fn human(
 ) -> String {
     let mut out = String::new();
     let base = &bases[0];
+    // "GPU" or "CPU": what one device is called.
+    let unit = base.device.kind.noun();
     let gpus: Vec<String> = bases
         .iter()
         .map(|b| (u64::from(b.cluster.nodes) * u64::from(b.cluster.gpus_per_node)).to_string())
@@ -426,18 +428,19 @@ fn human(
         .map_or(String::new(), |s| format!(", sequence {s}"));
     let _ = writeln!(
         out,
-        "plan          {} on {} x {} ({} GPUs per node), global batch {}{sequence}, {}",
+        "plan          {} on {} x {} ({} {unit}{} per node), global batch {}{sequence}, {}",
         base.model.name,
         gpus.join(" | "),
         base.device.display_name,
         base.cluster.gpus_per_node,
+        if base.cluster.gpus_per_node == 1 { "" } else { "s" },
         base.global_batch,
         base.precision,
     );
     let objective = match options.objective {
-        Objective::Time => "iteration time",
-        Objective::Throughput => "throughput per GPU",
-        Objective::Cost => "GPU-hours of the budget",
+        Objective::Time => "iteration time".to_string(),
+        Objective::Throughput => format!("throughput per {unit}"),
+        Objective::Cost => format!("{unit}-hours of the budget"),
     };
     let _ = writeln!(out, "objective     {objective}");
     if !fixed_keys.is_empty() {
@@ -507,10 +510,16 @@ fn human(
     let has_cost = report.top.iter().any(|r| r.cost.is_some());
     let mut header = format!(
         "{:<4} {:>5} {:<34} {:>11} {:>13} {:>6} {:>11}",
-        "rank", "GPUs", "configuration", "iteration", "samples/s/GPU", "MFU", "memory/GPU"
+        "rank",
+        format!("{unit}s"),
+        "configuration",
+        "iteration",
+        format!("samples/s/{unit}"),
+        "MFU",
+        format!("memory/{unit}")
     );
     if has_budget {
-        let _ = write!(header, " {:>12} {:>10}", "to train", "GPU-hours");
+        let _ = write!(header, " {:>12} {:>10}", "to train", format!("{unit}-hours"));
     }
     if has_cost {
         let _ = write!(header, " {:>10}", "cost");
@@ -550,20 +559,20 @@ fn human(
     }
     if let [first, second, ..] = report.top.as_slice() {
         let _ = writeln!(out);
-        let _ = write!(out, "{}", explain(first, second));
+        let _ = write!(out, "{}", explain(first, second, unit));
     }
     out
 }
 
 /// The winner against the runner-up: their breakdowns side by side and the largest
 /// differences named.
-fn explain(first: &Ranked, second: &Ranked) -> String {
+fn explain(first: &Ranked, second: &Ranked, unit: &str) -> String {
     let mut out = String::new();
     let (a, b) = (&first.summary, &second.summary);
     let faster = 100.0 * (b.iteration_time.as_secs_f64() / a.iteration_time.as_secs_f64().max(1e-30) - 1.0);
     let _ = writeln!(
         out,
-        "why #1: {} per iteration against {} for #2 ({:+.1}%), per GPU (mean):",
+        "why #1: {} per iteration against {} for #2 ({:+.1}%), per {unit} (mean):",
         a.iteration_time, b.iteration_time, -faster
     );
     let rows = breakdown_rows(a, b);
@@ -577,7 +586,7 @@ fn explain(first: &Ranked, second: &Ranked) -> String {
     let _ = writeln!(
         out,
         "  {:<28} {:>9.1} GB {:>9.1} GB",
-        "memory per GPU",
+        format!("memory per {unit}"),
         a.memory.total as f64 / 1e9,
         b.memory.total as f64 / 1e9
     );

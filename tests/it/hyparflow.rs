@@ -92,4 +92,10 @@ fn reports_on_cpu_nodes_speak_of_cpus() {
         assert!(text.contains(expected), "{expected:?} missing from:\n{text}");
     }
     assert_eq!(run_json("frontera.toml")["cluster"]["device_kind"], "cpu");
+    let output =
+        parasim(&["plan", "--model", "resnet1001", "--cluster", &path, "--gpus", "16", "--top", "2"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let plan = String::from_utf8(output.stdout).unwrap();
+    assert!(!plan.contains("GPU"), "{plan}");
+    assert!(plan.contains("(1 CPU per node)") && plan.contains("samples/s/CPU"), "{plan}");
 }
