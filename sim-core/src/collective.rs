@@ -1323,6 +1323,18 @@ mod tests {
         ll_rate: Option<Bandwidth>,
     }
 
+    /// Eight GPUs per server on the DGX A100 tuner fabric, without channel, copy or LL host
+    /// costs: each test sets what it checks.
+    fn tuned() -> Tuned {
+        Tuned {
+            inner: Uniform { per_node: 8, ..uniform() },
+            per_channel: SimDuration::ZERO,
+            device_copy: None,
+            release: crate::tuner::dgx_a100().nccl,
+            ll_rate: None,
+        }
+    }
+
     impl StepNetwork for Tuned {
         fn node_of(&self, rank: RankId) -> Result<u32, CollectiveError> {
             self.inner.node_of(rank)
@@ -1354,13 +1366,7 @@ mod tests {
 
     #[test]
     fn every_channel_nccl_launches_costs_the_channel_overhead() {
-        let mut network = Tuned {
-            inner: Uniform { per_node: 8, ..uniform() },
-            per_channel: SimDuration::from_ns(1_200),
-            device_copy: None,
-            release: crate::tuner::dgx_a100().nccl,
-            ll_rate: None,
-        };
+        let mut network = Tuned { per_channel: SimDuration::from_ns(1_200), ..tuned() };
         let ring_ll = Choice { algorithm: A::Ring, protocol: Some(Protocol::Ll) };
         let group = ranks(8);
         // 256 KiB over 8 ranks, ring/LL: 256 KiB / (512 threads x 64 bytes) = 8 channels, the
@@ -1391,13 +1397,7 @@ mod tests {
 
     #[test]
     fn an_ll_chunk_crosses_each_network_hop_whole_at_the_host_rate() {
-        let mut network = Tuned {
-            inner: Uniform { per_node: 8, ..uniform() },
-            per_channel: SimDuration::ZERO,
-            device_copy: None,
-            release: crate::tuner::dgx_a100().nccl,
-            ll_rate: Bandwidth::from_bytes_per_second(2_000_000_000),
-        };
+        let mut network = Tuned { ll_rate: Bandwidth::from_bytes_per_second(2_000_000_000), ..tuned() };
         let tree_ll = Choice { algorithm: A::Tree, protocol: Some(Protocol::Ll) };
         let time = |choice, bytes: u64, ranks_: u32, network: &Tuned| {
             ll_host_time(K::AllReduce, choice, Bytes(bytes), &ranks(ranks_), network).unwrap()
@@ -1520,13 +1520,7 @@ mod tests {
         use crate::nccl::NcclVersion;
         let group = ranks(64);
         let tree = Choice { algorithm: A::Tree, protocol: Some(Protocol::Simple) };
-        let network = |release| Tuned {
-            inner: Uniform { per_node: 8, ..uniform() },
-            per_channel: SimDuration::ZERO,
-            device_copy: None,
-            release,
-            ll_rate: None,
-        };
+        let network = |release| Tuned { release, ..tuned() };
         // 8 servers of 8: depth 7 + log2(8) = 10, 8 channels. 1 MiB is 0, 1 and 2 chunks per
         // channel at 512, 128 and 64 KiB: halved to 128 KiB (< 80), 64 KiB (< 40), 32 KiB (< 10).
         let old = network(NcclVersion::V2_11);
@@ -1609,13 +1603,7 @@ mod tests {
         // 1 TB/s of copy: a 1 GiB ring/Simple allreduce over p GPUs of one server copies S / p
         // per GPU, 2 S / p bytes through memory, on top of everything else it costs.
         let copy: Bandwidth = "1 TB/s".parse().unwrap();
-        let mut network = Tuned {
-            inner: Uniform { per_node: 8, ..uniform() },
-            per_channel: SimDuration::ZERO,
-            device_copy: Some(copy),
-            release: crate::tuner::dgx_a100().nccl,
-            ll_rate: None,
-        };
+        let mut network = Tuned { device_copy: Some(copy), ..tuned() };
         let simple = Choice { algorithm: A::Ring, protocol: Some(Protocol::Simple) };
         let bytes = Bytes(1 << 30);
         for p in [2u32, 4, 8] {

@@ -260,34 +260,22 @@ fn a_scenario_names_a_profile_by_device_or_by_file() {
 #[test]
 fn a_profile_of_another_device_or_a_broken_one_is_an_error_naming_the_key() {
     // The quickstart runs on 80 GB A100s.
-    let wrong = scenario_file(
+    refused(
         "profile-wrong-device.toml",
-        &format!(
-            "{}\n[compute]\nprofile = \"v100-sxm2-16gb\"\n",
-            fs_err::read_to_string(QUICKSTART).unwrap()
-        ),
+        "profile = \"v100-sxm2-16gb\"",
+        &["compute.profile", "calibrated on v100-sxm2-16gb"],
     );
-    let run = parasim(&["run", wrong.to_str().unwrap()]);
-    assert_eq!(run.status.code(), Some(2));
-    let error = String::from_utf8_lossy(&run.stderr);
-    assert!(error.contains("compute.profile") && error.contains("calibrated on v100-sxm2-16gb"), "{error}");
 
     fs_err::write(
         scratch("broken-profile.toml"),
         "device = \"a100-sxm4-80gb\"\n[compute]\ngemm-efficiency = 1.5\n",
     )
     .unwrap();
-    let broken = scenario_file(
+    refused(
         "profile-broken.toml",
-        &format!(
-            "{}\n[compute]\nprofile = \"broken-profile.toml\"\n",
-            fs_err::read_to_string(QUICKSTART).unwrap()
-        ),
+        "profile = \"broken-profile.toml\"",
+        &["broken-profile.toml", "gemm-efficiency"],
     );
-    let run = parasim(&["run", broken.to_str().unwrap()]);
-    assert_eq!(run.status.code(), Some(2));
-    let error = String::from_utf8_lossy(&run.stderr);
-    assert!(error.contains("broken-profile.toml") && error.contains("gemm-efficiency"), "{error}");
 
     // A slowdown below 1, in a profile or in the scenario's own [compute] table.
     fs_err::write(
@@ -295,36 +283,12 @@ fn a_profile_of_another_device_or_a_broken_one_is_an_error_naming_the_key() {
         "device = \"a100-sxm4-80gb\"\n[compute]\ncommunication-launch-slowdown = 0.5\n",
     )
     .unwrap();
-    let fast = scenario_file(
+    refused(
         "profile-fast.toml",
-        &format!(
-            "{}\n[compute]\nprofile = \"fast-profile.toml\"\n",
-            fs_err::read_to_string(QUICKSTART).unwrap()
-        ),
+        "profile = \"fast-profile.toml\"",
+        &["fast-profile.toml", "communication-launch-slowdown", "at least 1"],
     );
-    let run = parasim(&["run", fast.to_str().unwrap()]);
-    assert_eq!(run.status.code(), Some(2));
-    let error = String::from_utf8_lossy(&run.stderr);
-    assert!(
-        error.contains("fast-profile.toml")
-            && error.contains("communication-launch-slowdown")
-            && error.contains("at least 1"),
-        "{error}"
-    );
-    let key = scenario_file(
-        "slowdown-key.toml",
-        &format!(
-            "{}\n[compute]\ncommunication-memory-slowdown = 0.9\n",
-            fs_err::read_to_string(QUICKSTART).unwrap()
-        ),
-    );
-    let run = parasim(&["run", key.to_str().unwrap()]);
-    assert_eq!(run.status.code(), Some(2));
-    let error = String::from_utf8_lossy(&run.stderr);
-    assert!(
-        error.contains("slowdown-key.toml") && error.contains("communication-memory-slowdown"),
-        "{error}"
-    );
+    refused("slowdown-key.toml", "communication-memory-slowdown = 0.9", &["communication-memory-slowdown"]);
 
     let unknown = scenario_file(
         "profile-unknown.toml",
@@ -511,45 +475,14 @@ fn a_scenario_sets_the_shape_and_host_keys() {
     assert!(source.contains("12 key(s) set"), "{source}");
 
     // A reduction's combine is a duration: a number without a unit names the file and the key.
-    let unitless = scenario_file(
-        "compute-unitless-overhead.toml",
-        &format!("{}\n[compute]\nreduction-overhead = 3\n", fs_err::read_to_string(QUICKSTART).unwrap()),
-    );
-    let run = parasim(&["run", unitless.to_str().unwrap()]);
-    assert_eq!(run.status.code(), Some(2));
-    let error = String::from_utf8_lossy(&run.stderr);
-    assert!(
-        error.contains("compute-unitless-overhead.toml") && error.contains("reduction-overhead"),
-        "{error}"
-    );
-    let negative = scenario_file(
-        "compute-negative-overhead.toml",
-        &format!(
-            "{}\n[compute]\nreduction-overhead = \"-1 us\"\n",
-            fs_err::read_to_string(QUICKSTART).unwrap()
-        ),
-    );
-    let run = parasim(&["run", negative.to_str().unwrap()]);
-    assert_eq!(run.status.code(), Some(2));
-    let error = String::from_utf8_lossy(&run.stderr);
-    assert!(
-        error.contains("compute-negative-overhead.toml") && error.contains("reduction-overhead"),
-        "{error}"
-    );
+    refused("compute-unitless-overhead.toml", "reduction-overhead = 3", &["reduction-overhead"]);
+    refused("compute-negative-overhead.toml", "reduction-overhead = \"-1 us\"", &["reduction-overhead"]);
     // The L2's share of streaming traffic is a fraction: above 1 names the file, the key and
     // the valid range.
-    let over = scenario_file(
+    refused(
         "compute-l2-over-one.toml",
-        &format!("{}\n[compute]\nl2-hit-fraction = 1.5\n", fs_err::read_to_string(QUICKSTART).unwrap()),
-    );
-    let run = parasim(&["run", over.to_str().unwrap()]);
-    assert_eq!(run.status.code(), Some(2));
-    let error = String::from_utf8_lossy(&run.stderr);
-    assert!(
-        error.contains("compute-l2-over-one.toml")
-            && error.contains("l2-hit-fraction")
-            && error.contains("at least 0 and at most 1"),
-        "{error}"
+        "l2-hit-fraction = 1.5",
+        &["l2-hit-fraction", "at least 0 and at most 1"],
     );
 
     let wrong = scenario_file(
@@ -559,4 +492,14 @@ fn a_scenario_sets_the_shape_and_host_keys() {
     let run = parasim(&["run", wrong.to_str().unwrap()]);
     assert_eq!(run.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&run.stderr).contains("cuda-graph"));
+}
+
+/// Runs the quickstart with `keys` added under `[compute]` (written to `file`) and checks it is
+/// refused with exit code 2 and a message naming the file and every one of `needles`.
+fn refused(file: &str, keys: &str, needles: &[&str]) {
+    let text = format!("{}\n[compute]\n{keys}\n", fs_err::read_to_string(QUICKSTART).unwrap());
+    let run = parasim(&["run", scenario_file(file, &text).to_str().unwrap()]);
+    assert_eq!(run.status.code(), Some(2));
+    let error = String::from_utf8_lossy(&run.stderr);
+    assert!(error.contains(file) && needles.iter().all(|n| error.contains(n)), "{error}");
 }

@@ -149,22 +149,7 @@ fn the_ll_host_rate_key_times_each_network_hop_of_an_ll_chunk() {
     assert!(with.contains("ll-host-rate = \"2 GB/s\""), "the Azure scenario lost its ll-host-rate");
     let without = with.replace("ll-host-rate = \"2 GB/s\"", "");
     let time = |name: &str, text: &str| -> f64 {
-        let path = crate::scenario_file(name, text);
-        let output = parasim(&[
-            "collective",
-            "allreduce",
-            "--cluster",
-            path.to_str().unwrap(),
-            "--ranks",
-            "64",
-            "-b",
-            "4K",
-            "-e",
-            "4K",
-        ]);
-        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-        let text = String::from_utf8(output.stdout).unwrap();
-        let row = text.lines().find(|l| !l.starts_with('#')).unwrap().to_string();
+        let row = first_row(name, text, &["--ranks", "64", "-b", "4K", "-e", "4K"]);
         assert!(row.ends_with("tree/LL"), "{row}");
         row.split_whitespace().nth(5).unwrap().parse().unwrap()
     };
@@ -172,16 +157,23 @@ fn the_ll_host_rate_key_times_each_network_hop_of_an_ll_chunk() {
     assert!((difference - 12.288).abs() < 0.11, "{difference}");
 }
 
-/// Bus bandwidth (GB/s) of the last row of `parasim collective allreduce` on `scenario`.
-fn plateau(name: &str, scenario: &str, extra: &[&str]) -> (f64, String) {
+/// The first result row of `parasim collective allreduce --cluster SCENARIO ARGS` (the
+/// scenario written to `name`).
+fn first_row(name: &str, scenario: &str, args: &[&str]) -> String {
     let path = crate::scenario_file(name, scenario);
-    let mut args =
-        vec!["collective", "allreduce", "--cluster", path.to_str().unwrap(), "-b", "8G", "-e", "8G"];
-    args.extend_from_slice(extra);
-    let output = parasim(&args);
+    let mut all = vec!["collective", "allreduce", "--cluster", path.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let output = parasim(&all);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let text = String::from_utf8(output.stdout).unwrap();
-    let row = text.lines().find(|l| !l.starts_with('#')).unwrap().to_string();
+    text.lines().find(|l| !l.starts_with('#')).unwrap().to_string()
+}
+
+/// Bus bandwidth (GB/s) of the 8 GiB row of `parasim collective allreduce` on `scenario`.
+fn plateau(name: &str, scenario: &str, extra: &[&str]) -> (f64, String) {
+    let mut args = vec!["-b", "8G", "-e", "8G"];
+    args.extend_from_slice(extra);
+    let row = first_row(name, scenario, &args);
     let busbw = row.split_whitespace().nth(7).unwrap().parse().unwrap();
     (busbw, row)
 }

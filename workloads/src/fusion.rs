@@ -161,13 +161,12 @@ pub fn bn_relu(bn: &LayerCost, relu: &LayerCost, add: Option<&LayerCost>) -> Lay
 /// A layer whose kernel a fused kernel does: no FLOPs, no traffic (the activations it keeps
 /// stay counted, so memory is unchanged).
 fn absorb(cost: &mut LayerCost) {
-    cost.forward_flops = 0.0;
-    cost.backward_data_flops = 0.0;
-    cost.backward_weight_flops = 0.0;
-    cost.forward_traffic = Traffic::default();
-    cost.backward_data_traffic = Traffic::default();
-    cost.backward_weight_traffic = Traffic::default();
-    cost.mask_bytes = [0; 3];
+    *cost = LayerCost {
+        params: cost.params,
+        macs: cost.macs,
+        activation_elements: cost.activation_elements,
+        ..LayerCost::free(cost.class)
+    };
 }
 
 #[cfg(test)]
