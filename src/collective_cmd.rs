@@ -188,14 +188,16 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
     };
 
     let mut out = String::new();
+    let noun = cluster.device.kind.noun();
     let _ = writeln!(
         out,
-        "# parasim collective {}: {ranks} ranks of {} x {} ({} nodes x {} GPUs), {} network, algorithm {}, protocol {}, launch {}, {} GPU(s) per process",
+        "# parasim collective {}: {ranks} ranks of {} x {} ({} nodes x {} {noun}{}), {} network, algorithm {}, protocol {}, launch {}, {} {noun}(s) per process",
         kind.name(),
         bench.gpus(),
         cluster.device.display_name,
         cluster.spec.nodes,
         cluster.spec.gpus_per_node,
+        if cluster.spec.gpus_per_node == 1 { "" } else { "s" },
         network.fidelity.name(),
         algorithm.name(),
         network.protocols,

@@ -97,25 +97,27 @@ pub fn describe(scenario: &Path, dot: Option<&Path>, json: bool) -> anyhow::Resu
         };
         out = serde_json::to_string_pretty(&report).context("writing JSON")? + "\n";
     } else {
+        let noun = cluster.device.kind.noun();
         let _ = writeln!(
             out,
-            "cluster       {} x {} = {} nodes x {} {}{}, {}",
+            "cluster       {} x {} = {} nodes x {} {noun}{}, {}",
             topology.host_count(),
             cluster.device.display_name,
             spec.nodes,
             spec.gpus_per_node,
-            cluster.device.kind.noun(),
             if spec.gpus_per_node == 1 { "" } else { "s" },
             match kind {
-                "nvswitch" => format!("NVSwitch {} {} per GPU", link.bandwidth, link.latency),
-                "pcie-switch" => format!("PCIe switch {} {} per GPU", link.bandwidth, link.latency),
-                _ => format!("NVLink mesh {} {} per GPU pair", link.bandwidth, link.latency),
+                // A node of one device has no link inside it to describe.
+                _ if spec.gpus_per_node == 1 => format!("intra-node none (one {noun} per node)"),
+                "nvswitch" => format!("NVSwitch {} {} per {noun}", link.bandwidth, link.latency),
+                "pcie-switch" => format!("PCIe switch {} {} per {noun}", link.bandwidth, link.latency),
+                _ => format!("NVLink mesh {} {} per {noun} pair", link.bandwidth, link.latency),
             }
         );
         if spec.network.rail_optimized {
             let _ = writeln!(out, "wiring        rail-optimized: NIC i of every node on leaf i");
         }
-        let _ = write!(out, "{summary}");
+        let _ = write!(out, "{}", summary.describe(noun));
     }
     if let Some(path) = dot {
         fs_err::write(path, topology.to_dot()).context("writing the Graphviz file")?;

@@ -75,7 +75,7 @@ fn one_rank_per_socket_does_the_nodes_work_in_halves_and_adds_the_socket_hop() {
 }
 
 /// A CPU cluster's report counts CPUs, not GPUs: the catalog's `kind = "cpu"` reaches every
-/// line that names the device, and a node of one device has no intra-node link to describe.
+/// line of `run`, `plan`, `topo` and `collective` that names the device, and a node of one device has no intra-node link to describe.
 #[test]
 fn reports_on_cpu_nodes_speak_of_cpus() {
     let path = format!("{}/scenarios/hyparflow/frontera.toml", env!("CARGO_MANIFEST_DIR"));
@@ -98,4 +98,25 @@ fn reports_on_cpu_nodes_speak_of_cpus() {
     let plan = String::from_utf8(output.stdout).unwrap();
     assert!(!plan.contains("GPU"), "{plan}");
     assert!(plan.contains("(1 CPU per node)") && plan.contains("samples/s/CPU"), "{plan}");
+    for (arguments, expected) in [
+        (
+            vec!["topo", &path],
+            vec![
+                "= 16 nodes x 1 CPU, intra-node none (one CPU per node)\n",
+                "hosts:      16 CPUs in 16 nodes",
+            ],
+        ),
+        (
+            vec!["collective", "allreduce", "--cluster", &path, "-b", "1K", "-e", "1K"],
+            vec!["(16 nodes x 1 CPU)", "1 CPU(s) per process"],
+        ),
+    ] {
+        let output = parasim(&arguments);
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let text = String::from_utf8(output.stdout).unwrap();
+        assert!(!text.contains("GPU"), "{text}");
+        for expected in expected {
+            assert!(text.contains(expected), "{expected:?} missing from:\n{text}");
+        }
+    }
 }

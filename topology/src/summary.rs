@@ -223,10 +223,19 @@ impl Topology {
     }
 }
 
-impl fmt::Display for TopologySummary {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl TopologySummary {
+    /// The summary as [`fmt::Display`] prints it, with the hosts called `device` ("GPU",
+    /// "CPU"): the topology does not know what its hosts are, the cluster does.
+    pub fn describe(&self, device: &str) -> String {
+        let mut text = String::new();
+        // Writing to a String cannot fail.
+        let _ = self.write(&mut text, device);
+        text
+    }
+
+    fn write(&self, f: &mut impl fmt::Write, device: &str) -> fmt::Result {
         writeln!(f, "fabric:     {} (routing {})", self.fabric, self.routing)?;
-        writeln!(f, "hosts:      {} GPUs in {} nodes, {} NICs", self.hosts, self.nodes, self.nics)?;
+        writeln!(f, "hosts:      {} {device}s in {} nodes, {} NICs", self.hosts, self.nodes, self.nics)?;
         writeln!(f, "switches:   {}", self.switches)?;
         writeln!(f, "links:      {} directed ({} cables)", self.links, self.links / 2)?;
         match self.bisection {
@@ -254,5 +263,11 @@ impl fmt::Display for TopologySummary {
             writeln!(f, "  >{}: {} (longer than a route holds)", Route::CAPACITY, lengths.too_long)?;
         }
         Ok(())
+    }
+}
+
+impl fmt::Display for TopologySummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.write(f, "GPU")
     }
 }
