@@ -165,6 +165,13 @@ pub fn human(outcome: &Outcome) -> String {
             input.loader, input.samples_per_loader, input.rate, input.prefetch
         );
     }
+    if let Some(bytes) = st.input_copy_bytes {
+        let _ = writeln!(
+            out,
+            "input copy    {:.1} MB per iteration to each first-stage GPU over its host link, on the compute stream",
+            bytes as f64 / 1e6
+        );
+    }
     let protocols = match s.protocol.as_str() {
         "off" => "collectives on the links alone (protocol off)".to_string(),
         "auto" => "NCCL protocols chosen by its tuner (protocol auto)".to_string(),

@@ -16,10 +16,10 @@
 //!
 //! ```
 //! use sim_core::units::{Bytes, SimDuration};
-//! use workloads::input::{InputPipeline, Loader};
+//! use workloads::input::{InputCopy, InputPipeline, Loader};
 //!
 //! let input = InputPipeline { loader: Loader::PerGroup, rate: 400.0, prefetch: 1,
-//!     broadcast_rate: Some("1 GB/s".parse()?), sample_bytes: None };
+//!     broadcast_rate: Some("1 GB/s".parse()?), sample_bytes: None, copy: InputCopy::None };
 //! assert_eq!(input.load_time(512)?, SimDuration::from_ms(1280));
 //! // 512 samples of 3 x 224 x 224 fp32 values: 308 MB broadcast at 1 GB/s.
 //! assert_eq!(input.unpack_time(Bytes(512 * 602_112))?, SimDuration::from_ns(308_281_344));
@@ -72,6 +72,55 @@ impl FromStr for Loader {
     }
 }
 
+/// Whether the copy of the batch from host memory to the device is modelled, and where it runs.
+///
+/// Chainer's `StandardUpdater` copies each batch inside the training step: its converter
+/// (`concat_examples` -> `to_device` -> `cupy.asarray`) stages the NumPy batch in a pinned
+/// buffer and issues `cudaMemcpyAsync` on CuPy's current stream, which is the stream the
+/// kernels run on (the legacy default stream unless the program sets another; Chainer v7.0.0
+/// `chainer/training/updaters/standard_updater.py` `update_core`, `chainer/backends/cuda.py`
+/// `_array_to_gpu`; CuPy v7.0.0 `cupy/core/core.pyx` `_send_object_to_gpu`). Work on one
+/// stream runs in order, so the copy starts after the previous step's kernels and the step's
+/// first kernel waits for it: it adds `bytes / host-link` to every step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InputCopy {
+    /// Not modelled (the default): the batch is on the device when the step starts, or its
+    /// copy overlaps with the kernels (a side stream, a prefetcher).
+    #[default]
+    None,
+    /// The batch (of the loader's sample size) is copied over the rank's host link on the
+    /// compute stream at the start of every iteration, by every rank of the first pipeline
+    /// stage.
+    ComputeStream,
+}
+
+impl InputCopy {
+    /// The scenario spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            InputCopy::None => "none",
+            InputCopy::ComputeStream => "compute-stream",
+        }
+    }
+}
+
+impl fmt::Display for InputCopy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for InputCopy {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "none" => Ok(InputCopy::None),
+            "compute-stream" => Ok(InputCopy::ComputeStream),
+            other => Err(format!("{other:?}: valid copies are none and compute-stream")),
+        }
+    }
+}
+
 /// How samples reach the GPUs (`[workload.input]`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct InputPipeline {
@@ -79,6 +128,7 @@ pub struct InputPipeline {
     pub loader: Loader,
     /// Samples per second one loader decodes and augments (a property of the host and of the
     /// framework's loader: a Python loader bound by its interpreter does not scale with cores).
+    /// Unused, and not checked, without a loader ([`Loader::None`]).
     pub rate: f64,
     /// Batches a loader works ahead of the step (Chainer's and PyTorch's default: 1 and 2).
     pub prefetch: u32,
@@ -87,6 +137,8 @@ pub struct InputPipeline {
     pub broadcast_rate: Option<Bandwidth>,
     /// Bytes of one loaded sample; `None`: the model's input in fp32.
     pub sample_bytes: Option<Bytes>,
+    /// Whether the step copies its batch to the device ([`InputCopy`]).
+    pub copy: InputCopy,
 }
 
 impl InputPipeline {
@@ -110,13 +162,15 @@ impl InputPipeline {
 
     /// Checks the values a scenario gave: the key that is wrong and why.
     pub fn validate(&self) -> Result<(), (&'static str, String)> {
-        if !(self.rate.is_finite() && self.rate > 0.0) {
+        if self.loader != Loader::None && !(self.rate.is_finite() && self.rate > 0.0) {
             return Err((
                 "rate",
                 format!("{}: give the samples per second one loader produces, a number above 0", self.rate),
             ));
         }
-        if self.rate < 1e-6 || SimDuration::from_secs_f64(1.0 / self.rate).is_err() {
+        if self.loader != Loader::None
+            && (self.rate < 1e-6 || SimDuration::from_secs_f64(1.0 / self.rate).is_err())
+        {
             return Err((
                 "rate",
                 format!("{}: too slow to simulate (at least 1e-6 samples per second)", self.rate),
@@ -146,7 +200,14 @@ mod tests {
     use super::*;
 
     fn pipeline(loader: Loader) -> InputPipeline {
-        InputPipeline { loader, rate: 250.0, prefetch: 1, broadcast_rate: None, sample_bytes: None }
+        InputPipeline {
+            loader,
+            rate: 250.0,
+            prefetch: 1,
+            broadcast_rate: None,
+            sample_bytes: None,
+            copy: InputCopy::None,
+        }
     }
 
     #[test]
@@ -196,5 +257,15 @@ mod tests {
             assert_eq!(loader.name().parse::<Loader>().unwrap(), loader);
         }
         assert!("per-node".parse::<Loader>().unwrap_err().contains("per-rank, per-group and none"));
+        for copy in [InputCopy::None, InputCopy::ComputeStream] {
+            assert_eq!(copy.name().parse::<InputCopy>().unwrap(), copy);
+        }
+        assert!("async".parse::<InputCopy>().unwrap_err().contains("none and compute-stream"));
+    }
+
+    #[test]
+    fn a_copy_without_a_loader_needs_no_rate() {
+        let copy = InputPipeline { rate: f64::NAN, copy: InputCopy::ComputeStream, ..pipeline(Loader::None) };
+        assert!(copy.validate().is_ok());
     }
 }

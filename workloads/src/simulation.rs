@@ -170,6 +170,10 @@ pub struct StrategySummary {
     /// The data loader (omitted when not modelled).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub input: Option<InputSummary>,
+    /// Bytes each first-stage GPU copies from host memory on its compute stream per iteration
+    /// (`[workload.input] copy = "compute-stream"`; omitted when not modelled).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input_copy_bytes: Option<u64>,
 }
 
 /// The data loader as simulated (`[workload.input]`).
@@ -790,6 +794,7 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
                 broadcast_bytes: batch.broadcast.map_or(0, |bytes| bytes.0),
                 broadcast_rate: input.broadcast_rate.map(|rate| rate.bytes_per_second()),
             }),
+            input_copy_bytes: strategy.input_copy_bytes().map(|bytes| bytes.0),
         },
         fidelity: scenario.network.fidelity.name(),
         protocol: scenario.network.protocols.to_string(),

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use crate::calibrate::Profile;
 use crate::fusion::Fusion;
-use crate::input::{InputPipeline, Loader};
+use crate::input::{InputCopy, InputPipeline, Loader};
 use crate::strategy::{GradientSync, Offload, Parallelism, PipelineSchedule, RankOrder};
 use crate::{ComputeModel, Device, DeviceCatalog, Dtype, Model, ModelError, Optimizer, Recompute, zoo};
 use serde::Deserialize;
@@ -193,6 +193,7 @@ struct InputSection {
     prefetch: u32,
     broadcast_rate: Option<Bandwidth>,
     sample_bytes: Option<Bytes>,
+    copy: Option<String>,
 }
 
 fn one() -> u32 {
@@ -847,15 +848,33 @@ fn spatial_until(
     }
 }
 
-/// The validated `[workload.input]` table; `None` for `loader = "none"`.
+/// The validated `[workload.input]` table; `None` for `loader = "none"` without a copy.
 fn input_pipeline(
     section: &InputSection,
     invalid: &dyn Fn(&str, String) -> ScenarioError,
 ) -> Result<Option<InputPipeline>, ScenarioError> {
     let loader: Loader =
         section.loader.parse().map_err(|message| invalid("workload.input.loader", message))?;
+    let copy: InputCopy = match &section.copy {
+        Some(copy) => copy.parse().map_err(|message| invalid("workload.input.copy", message))?,
+        None => InputCopy::None,
+    };
     if loader == Loader::None {
-        return Ok(None);
+        if copy == InputCopy::None {
+            return Ok(None);
+        }
+        // Only the copy is modelled: the loader's keys (which a case may inherit from its
+        // family) are not used.
+        let input = InputPipeline {
+            loader,
+            rate: f64::INFINITY,
+            prefetch: 1,
+            broadcast_rate: None,
+            sample_bytes: section.sample_bytes,
+            copy,
+        };
+        input.validate().map_err(|(key, message)| invalid(&format!("workload.input.{key}"), message))?;
+        return Ok(Some(input));
     }
     let Some(rate) = section.rate else {
         return Err(invalid(
@@ -872,6 +891,7 @@ fn input_pipeline(
         prefetch: section.prefetch,
         broadcast_rate: section.broadcast_rate,
         sample_bytes: section.sample_bytes,
+        copy,
     };
     input.validate().map_err(|(key, message)| invalid(&format!("workload.input.{key}"), message))?;
     Ok(Some(input))

@@ -116,6 +116,9 @@ struct Plan<'s> {
     host_cost: SimDuration,
     /// The data loader's work per iteration, if modelled.
     input: Option<InputPlan>,
+    /// Bytes a first-stage rank copies to its device on the compute stream at the start of
+    /// each iteration, if modelled ([`crate::input::InputCopy`]).
+    input_copy: Option<Bytes>,
     /// ZeRO-3 units (FSDP's wrapping: each numbered block, and the layers around them) of
     /// each chunk.
     units: Vec<Vec<Unit>>,
@@ -1048,6 +1051,7 @@ impl<'s> Plan<'s> {
             strategy,
             host_cost: strategy.compute.host_cost_per_kernel(),
             input: InputPlan::new(strategy)?,
+            input_copy: strategy.input_copy_bytes(),
             units,
             tied_embedding,
             stage_parameters,
@@ -1413,6 +1417,11 @@ impl RankEmitter<'_, '_> {
         {
             self.waiting.push(Dep::Global(end));
         }
+        if stage == 0
+            && let Some(bytes) = plan.input_copy
+        {
+            self.copy_batch(bytes);
+        }
         let mut last_sync: Vec<Option<u32>> = vec![None; chunks as usize];
         for action in &plan.actions[stage as usize] {
             let chunk = action.chunk * p.pipeline + stage;
@@ -1654,6 +1663,28 @@ impl RankEmitter<'_, '_> {
         let next = self.iteration + 1;
         let Some(&(_, load)) = self.loads.iter().find(|(b, _)| *b == next) else { return end };
         self.host_op(INPUT_STREAM, SimDuration::ZERO, self.labels.fetch, &[Dep::Local(end), load])
+    }
+
+    /// The copy of the iteration's batch from host memory to the device on the compute stream
+    /// (Chainer's converter: `cudaMemcpyAsync` on the kernels' stream), after what the first
+    /// kernel would wait for; the first kernel waits for it instead.
+    fn copy_batch(&mut self, bytes: Bytes) {
+        let label = self.comm_label("input: copy batch to device");
+        let launch = self.launch();
+        let mut deps = std::mem::take(&mut self.waiting);
+        deps.extend(launch);
+        let op = self.buffer.push(
+            Op {
+                kind: OpKind::Memcpy { direction: MemcpyDirection::HostToDevice, bytes },
+                rank: RankId(self.rank),
+                stream: COMPUTE_STREAM,
+                label,
+            },
+            &deps,
+        );
+        deps.clear();
+        deps.push(Dep::Local(op));
+        self.waiting = deps;
     }
 
     /// A host-side op of the input pipeline on `stream`; returns its local index.

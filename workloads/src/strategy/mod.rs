@@ -592,6 +592,16 @@ impl Strategy<'_> {
         Some((input, InputBatch { samples, broadcast }))
     }
 
+    /// Bytes each rank of the first pipeline stage copies from host memory to its device at
+    /// the start of every iteration, on the compute stream ([`crate::input::InputCopy`]): the
+    /// replica's batch (every rank of a model-parallel group gets the whole batch, as
+    /// ChainerMN's multi-node iterator hands it over). `None` unless the copy is modelled.
+    pub fn input_copy_bytes(&self) -> Option<Bytes> {
+        let input = self.input.filter(|input| input.copy == crate::input::InputCopy::ComputeStream)?;
+        let samples = self.global_batch / u64::from(self.parallelism.data.max(1));
+        Some(Bytes(input.bytes_per_sample(self.model.input.elements()).0.saturating_mul(samples)))
+    }
+
     /// Micro-batches each replica runs per iteration, or why the batch does not divide.
     pub fn micro_batches(&self) -> Result<u32, StrategyError> {
         let p = &self.parallelism;

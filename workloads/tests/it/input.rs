@@ -1,7 +1,8 @@
 //! The input pipeline (`[workload.input]`) against its closed forms: with prefetching, a
 //! per-rank loader makes the iteration `max(step, load)`; a per-group loader adds the
 //! serialisation of the broadcast batch, which holds the loader:
-//! `pack + max(load, broadcast + unpack + step)`.
+//! `pack + max(load, broadcast + unpack + step)`. A copy of the batch on the compute stream
+//! (`copy = "compute-stream"`) adds `latency + bytes / host-link` to every step.
 
 use std::path::Path;
 
@@ -114,4 +115,57 @@ fn deeper_prefetching_never_slows_a_run() {
         };
         assert!(with(2) <= with(1), "load x{factor}: prefetch 2 {} vs 1 {}", with(2), with(1));
     }
+}
+
+/// The V100's host link as the scenario defaults it: 15.75 GB/s and 1 us.
+fn host_link_time(bytes: u64) -> SimDuration {
+    SimDuration::from_secs_f64(1e-6 + bytes as f64 / 15.75e9).unwrap()
+}
+
+/// Whether `time` is `step + copy`, less at most the time the step's GPUs waited for their
+/// hosts (`host_bound`): the copy gives a host that much of a head start on the step's
+/// launches (the spatial step's halo exchanges and allgathers: 25 us of 2.4 ms; the
+/// data-parallel step's copy adds exactly its transfer).
+fn step_plus_copy(time: SimDuration, step: &Summary, copy: SimDuration) -> bool {
+    let upper = step.iteration_time.checked_add(copy).unwrap();
+    let lower = SimDuration::from_ps(upper.as_ps() - step.breakdown.host_bound.as_ps().min(upper.as_ps()));
+    time.as_ps() + 1_000 >= lower.as_ps() && time.as_ps() <= upper.as_ps() + 1_000
+}
+
+#[test]
+fn a_copy_on_the_compute_stream_adds_the_batch_over_the_host_link_to_every_iteration() {
+    let copy = "[workload.input]\nloader = \"none\"\ncopy = \"compute-stream\"";
+    // Spatial ranks each copy the whole batch of 64; data-parallel replicas their 16.
+    for (parallelism, samples) in [("data = 1\nspatial = 4", 64), ("data = 4", 16)] {
+        let step = run(&scenario(parallelism, "", 3));
+        let transfer = host_link_time(samples * 602_112);
+        let summary = run(&scenario(parallelism, copy, 3));
+        for time in &summary.iteration_times {
+            assert!(
+                step_plus_copy(*time, &step, transfer),
+                "{parallelism}: {time} vs {} + {transfer} (host-bound {})",
+                step.iteration_time,
+                step.breakdown.host_bound
+            );
+        }
+    }
+    // With a loader that keeps up, the same: the copy is inside the step.
+    let spatial = "data = 1\nspatial = 4";
+    let step = run(&scenario(spatial, "", 3));
+    let fast = format!(
+        "[workload.input]\nloader = \"per-rank\"\nrate = {}\ncopy = \"compute-stream\"",
+        rate_for(step.iteration_time.as_secs_f64() * 0.1)
+    );
+    let transfer = host_link_time(64 * 602_112);
+    for time in &run(&scenario(spatial, &fast, 3)).iteration_times {
+        assert!(step_plus_copy(*time, &step, transfer), "{time} vs {} + {transfer}", step.iteration_time);
+    }
+}
+
+#[test]
+fn no_copy_changes_nothing() {
+    let spatial = "data = 1\nspatial = 4";
+    let plain = run(&scenario(spatial, "", 2));
+    let none = run(&scenario(spatial, "[workload.input]\nloader = \"none\"\ncopy = \"none\"", 2));
+    assert_eq!(plain.iteration_times, none.iteration_times);
 }
