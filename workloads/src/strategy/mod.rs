@@ -447,6 +447,10 @@ pub struct Strategy<'a> {
     /// Which normalization kernels run fused: the lowering prices each rank's layers with
     /// the fused kernels' traffic ([`crate::fusion`]).
     pub fusion: crate::fusion::Fusion,
+    /// Group batch norm: how many GPUs share each batch norm's statistics and what their
+    /// exchanges cost ([`crate::groupbn`]); [`BatchNormGroup::NONE`](crate::groupbn::BatchNormGroup::NONE)
+    /// for none.
+    pub batch_norm_group: crate::groupbn::BatchNormGroup,
 }
 
 /// One gradient bucket: which layers' gradients it carries and how many bytes.
