@@ -967,7 +967,7 @@ impl Strategy<'_> {
             .compute
             .optimizer_step_duration(self.device, &step)
             .map_err(|source| StrategyError::Compute { layer: "optimizer".into(), source })?;
-        Ok((time, step.flops_per_parameter() * parameters as f64))
+        Ok((time, self.optimizer.flops_per_parameter() * parameters as f64))
     }
 }
 
