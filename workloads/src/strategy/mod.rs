@@ -643,6 +643,15 @@ impl Strategy<'_> {
                 return Err(invalid(key, "must be at least 1, got 0".into()));
             }
         }
+        if self.batch_norm_group.is_grouped() && !p.is_data_parallel() {
+            return Err(invalid(
+                "parallelism.batch-norm-group",
+                format!(
+                    "is {}; group batch norm is modelled for plain data parallelism only (no tensor, pipeline, context, expert, ZeRO or CNN split)",
+                    self.batch_norm_group.size
+                ),
+            ));
+        }
         let cnn_strategies: Vec<&str> =
             [("filter", p.filter), ("channel", p.channel), ("spatial", p.spatial)]
                 .iter()
