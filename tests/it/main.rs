@@ -248,3 +248,50 @@ fn fusion_none_is_the_default_and_bn_relu_only_removes_traffic() {
     let iteration = |json: &serde_json::Value| json["iteration_time_s"].as_f64().unwrap();
     assert!(iteration(&fused) < iteration(&plain), "{} vs {}", iteration(&fused), iteration(&plain));
 }
+
+/// `[parallelism] batch-norm-group = 1` is the default to the byte; 2 lengthens the step (every
+/// batch norm waits for its peer's sums, docs/strategies.md "Group batch norm"); a group that
+/// does not fit in a server, or on a split other than plain data parallelism, is refused with
+/// the key and what would be valid.
+#[test]
+fn batch_norm_group_one_is_the_default_and_bad_groups_are_refused() {
+    let run = |name: &str, text: &str| -> std::process::Output {
+        let path = scenario_file(name, text);
+        parasim(&["run", path.to_str().unwrap(), "--json"])
+    };
+    let json = |output: std::process::Output| -> serde_json::Value {
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let mut json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        json["scenario"] = serde_json::Value::Null;
+        json
+    };
+    let plain = json(run("bn-group-default.toml", &quickstart_with("data = 64\n", "data = 64\n")));
+    let one =
+        json(run("bn-group-1.toml", &quickstart_with("data = 64\n", "data = 64\nbatch-norm-group = 1\n")));
+    assert_eq!(plain, one);
+    let two =
+        json(run("bn-group-2.toml", &quickstart_with("data = 64\n", "data = 64\nbatch-norm-group = 2\n")));
+    let iteration = |json: &serde_json::Value| json["iteration_time_s"].as_f64().unwrap();
+    assert!(iteration(&two) > iteration(&plain), "{} vs {}", iteration(&two), iteration(&plain));
+    let refused = |name: &str, text: String, expected: &str| {
+        let output = run(name, &text);
+        assert_eq!(output.status.code(), Some(2), "{name}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("key `parallelism.batch-norm-group`"), "{name}: {stderr}");
+        assert!(stderr.contains(expected), "{name}: {stderr}");
+    };
+    let text = fs_err::read_to_string(QUICKSTART).unwrap();
+    let four_per_node = text
+        .replacen("nodes = 8\n", "nodes = 16\n", 1)
+        .replacen("gpus-per-node = 8\n", "gpus-per-node = 4\n", 1)
+        .replacen("data = 64\n", "data = 64\nbatch-norm-group = 8\n", 1);
+    refused("bn-group-8-of-4.toml", four_per_node, "does not divide cluster.gpus-per-node = 4");
+    let zero = quickstart_with("data = 64\n", "data = 64\nbatch-norm-group = 0\n");
+    refused("bn-group-0.toml", zero, "is 0; valid: 1 (no group, the default), 2, 4 or 8");
+    let tensor = text.replacen("batch-per-device = 64", "global-batch = 2048\nmicro-batch = 64", 1).replacen(
+        "data = 64\n",
+        "data = 32\ntensor = 2\nbatch-norm-group = 2\n",
+        1,
+    );
+    refused("bn-group-tensor.toml", tensor, "plain data parallelism only");
+}

@@ -678,7 +678,7 @@ impl OptimizerStep {
     fn states(&self) -> u64 {
         match self.optimizer {
             Optimizer::Sgd => 0,
-            Optimizer::SgdMomentum => 1,
+            Optimizer::SgdMomentum | Optimizer::Lars => 1,
             Optimizer::Adam => 2,
         }
     }
@@ -692,16 +692,50 @@ impl OptimizerStep {
         read + written
     }
 
-    /// FLOPs per parameter: SGD 2 (scale, add), with momentum 4, Adam 12 (moments, bias
-    /// correction, square root, division, weight decay).
+    /// FLOPs per parameter of the update kernel: SGD 2 (scale, add), with momentum 4, Adam 12
+    /// (moments, bias correction, square root, division, weight decay), LARS 5 (momentum and
+    /// the per-layer rate; its norms are [`OptimizerStep::lars_norm_passes`]).
     pub fn flops_per_parameter(&self) -> f64 {
         match self.optimizer {
             Optimizer::Sgd => 2.0,
             Optimizer::SgdMomentum => 4.0,
             Optimizer::Adam => 12.0,
+            Optimizer::Lars => 5.0,
         }
     }
+
+    /// LARS's two norm passes before the update, as MXNet's `sgdwfastlarsv2` runs them
+    /// (NVIDIA's MLPerf ResNet-50, `common/optimizer.py`, `SGDwFASTLARSV2._update_impl`):
+    /// `multi_sum_sq` over the weights (the compute copy the update reads: 2 bytes in mixed
+    /// precision, else 4), then over the gradients. Each is, per apache/mxnet
+    /// `src/operator/contrib/multi_sum_sq.cu` (`MultiSumSqRun`): blocks of 32768 elements, at
+    /// most 320 blocks per `MultiSumSqKernel` launch (so at least `parameters / (32768 x 320)`
+    /// launches, rounded up; more where tensors end mid-chunk), then one
+    /// `GlobalReductionKernel` over the per-block sums. Returns, per pass, the bytes read per
+    /// parameter and the streaming launches; empty for other optimizers. Every parameter is
+    /// counted (LARS skips the batch norms' scales and shifts and the biases: 0.2% of
+    /// ResNet-50's).
+    pub fn lars_norm_passes(&self) -> Vec<(u64, u64)> {
+        if self.optimizer != Optimizer::Lars {
+            return Vec::new();
+        }
+        let launches = self.parameters.div_ceil(LARS_CHUNK * LARS_BLOCKS_PER_LAUNCH).max(1);
+        let weight = if self.low_precision_copy { 2 } else { Dtype::Fp32.bytes() };
+        vec![(weight, launches), (self.gradient_bytes, launches)]
+    }
 }
+
+/// `chunk_size` of MXNet's `multi_sum_sq` (elements per block).
+const LARS_CHUNK: u64 = 32_768;
+/// `BLOCK_LIMIT` of MXNet's `multi_sum_sq` (blocks per launch).
+const LARS_BLOCKS_PER_LAUNCH: u64 = 320;
+/// The per-layer scalar kernels between the norms and the update, over one value per tensor,
+/// that both of NVIDIA's MXNet LARS variants run: `multi_lars` (`SGDwFASTLARS`,
+/// `common/fit.py`) or `multi_lars_v2` (`SGDwFASTLARSV2`, `common/optimizer.py`), the
+/// per-layer rates. The v2 variant also runs `broadcast_mul`, `broadcast_div`, `slice_assign`
+/// and `copyto` on those values, the v1 variant copies the rates and weight decays from the
+/// host every step: neither is priced (the floor common to both).
+const LARS_SCALAR_KERNELS: u64 = 1;
 
 impl ComputeModel {
     /// Time of `step` on `device`: one element-wise kernel over all parameters when fused, else
@@ -723,7 +757,28 @@ impl ComputeModel {
             step.bytes_per_parameter() as f64 * per_kernel,
         );
         let one = self.work_duration(device, &work)?;
-        SimDuration::from_secs_f64(one.as_secs_f64() * kernels as f64).map_err(ComputeError::Duration)
+        let mut seconds = one.as_secs_f64() * kernels as f64;
+        for (bytes, launches) in step.lars_norm_passes() {
+            let share = step.parameters as f64 / launches as f64;
+            let pass = KernelWork::flat(OpClass::Elementwise, Dtype::Fp32, 2.0 * share, bytes as f64 * share);
+            seconds += self.work_duration(device, &pass)?.as_secs_f64() * launches as f64;
+            // The global reduction: one block per tensor over its per-block sums.
+            seconds += self.scalar_kernel(device, step.tensors)?;
+        }
+        if step.optimizer == Optimizer::Lars {
+            for _ in 0..LARS_SCALAR_KERNELS {
+                seconds += self.scalar_kernel(device, step.tensors)?;
+            }
+        }
+        SimDuration::from_secs_f64(seconds).map_err(ComputeError::Duration)
+    }
+
+    /// Seconds of a kernel over one fp32 value per tensor (`tensors` of them): it reads two
+    /// such arrays and writes one, a kernel of next to no work.
+    fn scalar_kernel(&self, device: &Device, tensors: u64) -> Result<f64, ComputeError> {
+        let values = tensors.max(1) as f64;
+        let work = KernelWork::flat(OpClass::Elementwise, Dtype::Fp32, values, 12.0 * values);
+        Ok(self.work_duration(device, &work)?.as_secs_f64())
     }
 }
 
@@ -1737,6 +1792,45 @@ mod tests {
             model.optimizer_step_duration(a100(), &OptimizerStep { parameters: 0, ..adam }).unwrap(),
             SimDuration::ZERO
         );
+    }
+
+    /// LARS on ResNet-50 in mixed precision: the momentum update's fused kernel (as SGD with
+    /// momentum, 4 more FLOPs aside), then two norm passes of 3 `multi_sum_sq` launches each
+    /// (25.6 M parameters over 32768 x 320 elements per launch) reading 2 bytes per parameter,
+    /// a global reduction after each, and the per-layer rates (`multi_lars`): 3 kernels of
+    /// next to no work, each the launch overhead and the memory ramp.
+    #[test]
+    fn lars_adds_its_norm_passes_and_scalar_kernels() {
+        let model = ComputeModel::default();
+        let momentum = OptimizerStep {
+            optimizer: Optimizer::SgdMomentum,
+            parameters: 25_557_032,
+            tensors: 161,
+            fused: true,
+            gradient_bytes: 2,
+            low_precision_copy: true,
+        };
+        let lars = OptimizerStep { optimizer: Optimizer::Lars, ..momentum };
+        assert_eq!(lars.bytes_per_parameter(), momentum.bytes_per_parameter());
+        assert_eq!(lars.lars_norm_passes(), vec![(2, 3), (2, 3)]);
+        assert!(momentum.lars_norm_passes().is_empty());
+        let time = |step: &OptimizerStep| model.optimizer_step_duration(a100(), step).unwrap().as_secs_f64();
+        let work = |flops: f64, bytes: f64| {
+            model
+                .work_duration(a100(), &KernelWork::flat(OpClass::Elementwise, Dtype::Fp32, flops, bytes))
+                .unwrap()
+                .as_secs_f64()
+        };
+        let update = work(5.0 * 25_557_032.0, momentum.bytes_per_parameter() as f64 * 25_557_032.0);
+        let share = 25_557_032.0 / 3.0;
+        let pass = 3.0 * work(2.0 * share, 2.0 * share);
+        let scalar = work(161.0, 12.0 * 161.0);
+        let expected = update + 2.0 * pass + 3.0 * scalar;
+        assert!((time(&lars) - expected).abs() < 1e-9, "{} vs {expected}", time(&lars));
+        // Every kernel costs at least the launch overhead: LARS is at least 9 launches and
+        // two reads of the weights' and gradients' compute copies slower.
+        let reads = 2.0 * 2.0 * 25_557_032.0 / 2039e9;
+        assert!(time(&lars) - time(&momentum) > 9.0 * 4e-6 + reads, "{} vs {}", time(&lars), time(&momentum));
     }
 
     #[test]

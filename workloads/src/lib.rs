@@ -46,6 +46,7 @@ pub mod deepbench;
 pub mod device;
 pub mod dispatch;
 pub mod fusion;
+pub mod groupbn;
 pub mod input;
 pub mod kernel_shape;
 pub mod layer;

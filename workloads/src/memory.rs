@@ -799,7 +799,7 @@ impl MemoryPlan<'_> {
         let master = if self.weight_width() < 4 { self.state_width() } else { 0 };
         let states = match self.optimizer {
             Optimizer::Sgd => 0,
-            Optimizer::SgdMomentum => 1,
+            Optimizer::SgdMomentum | Optimizer::Lars => 1,
             Optimizer::Adam => 2,
         } * self.state_width();
         let gathered = if sharding.zero_stage >= 3 {

@@ -12,11 +12,20 @@ pub enum Optimizer {
     SgdMomentum,
     /// Adam / AdamW: also read and write the first and second moments.
     Adam,
+    /// LARS (You et al. 2017, "Large Batch Training of Convolutional Networks") as NVIDIA's
+    /// MXNet ResNet-50 runs it (`sgdwfastlars` / `sgdwfastlarsv2`, MLPerf Training v2.0-v4.0):
+    /// SGD with momentum whose learning rate is scaled per layer by the ratio of the weight's
+    /// norm to the gradient's, so each step first reduces every weight and every gradient to
+    /// its sum of squares (`multi_sum_sq`, twice) and computes the per-layer rates
+    /// (`multi_lars`), then updates. The state is one momentum buffer, as SGD with momentum
+    /// ([`crate::compute::OptimizerStep::lars_norm_passes`] prices the rest).
+    Lars,
 }
 
 impl Optimizer {
     /// Every optimizer, for error messages.
-    pub const ALL: [Optimizer; 3] = [Optimizer::Sgd, Optimizer::SgdMomentum, Optimizer::Adam];
+    pub const ALL: [Optimizer; 4] =
+        [Optimizer::Sgd, Optimizer::SgdMomentum, Optimizer::Adam, Optimizer::Lars];
 
     /// The name used in scenario files.
     pub fn name(self) -> &'static str {
@@ -24,6 +33,7 @@ impl Optimizer {
             Optimizer::Sgd => "sgd",
             Optimizer::SgdMomentum => "sgd-momentum",
             Optimizer::Adam => "adam",
+            Optimizer::Lars => "lars",
         }
     }
 
@@ -31,7 +41,7 @@ impl Optimizer {
     pub fn tensors_touched(self) -> u64 {
         match self {
             Optimizer::Sgd => 3,
-            Optimizer::SgdMomentum => 5,
+            Optimizer::SgdMomentum | Optimizer::Lars => 5,
             Optimizer::Adam => 7,
         }
     }
@@ -42,6 +52,9 @@ impl Optimizer {
             Optimizer::Sgd => 2.0,
             Optimizer::SgdMomentum => 4.0,
             Optimizer::Adam => 12.0,
+            // The momentum update, the trust ratio's scaling, and a square and an add for
+            // each of the two norms.
+            Optimizer::Lars => 9.0,
         }
     }
 }

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use crate::calibrate::Profile;
 use crate::fusion::Fusion;
+use crate::groupbn::BatchNormGroup;
 use crate::input::{InputCopy, InputPipeline, Loader};
 use crate::strategy::{GradientSync, Offload, Parallelism, PipelineSchedule, RankOrder};
 use crate::{ComputeModel, Device, DeviceCatalog, Dtype, Model, ModelError, Optimizer, Recompute, zoo};
@@ -236,6 +237,7 @@ struct ParallelismSection {
     global_sync_every: Option<u32>,
     global_sync: Option<String>,
     global_sync_wait: Option<u32>,
+    batch_norm_group: u32,
 }
 
 impl Default for ParallelismSection {
@@ -264,6 +266,7 @@ impl Default for ParallelismSection {
             global_sync_every: None,
             global_sync: None,
             global_sync_wait: None,
+            batch_norm_group: 1,
         }
     }
 }
@@ -336,6 +339,8 @@ pub struct Scenario {
     pub compute_source: String,
     /// Which normalization kernels run fused (`compute.fusion`).
     pub fusion: Fusion,
+    /// Group batch norm (`parallelism.batch-norm-group`).
+    pub batch_norm_group: BatchNormGroup,
     /// Host memory of one node (`cluster.host-memory`), if given: what out-of-core training
     /// may fill.
     pub host_memory: Option<Bytes>,
@@ -362,6 +367,7 @@ impl Scenario {
             input: self.input.as_ref(),
             layer_tables: None,
             fusion: self.fusion,
+            batch_norm_group: self.batch_norm_group,
         }
     }
 
@@ -756,6 +762,8 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
         compute_source.push_str(&format!(", fusion {fusion}"));
     }
     let device_copy = compute.device_copy(&device);
+    let batch_norm_group =
+        batch_norm_group(spec.parallelism.batch_norm_group, &cluster_spec, &model, &parallelism, &invalid)?;
 
     let scenario = Scenario {
         source: file.display().to_string(),
@@ -780,6 +788,7 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
         compute,
         compute_source,
         fusion,
+        batch_norm_group,
         host_memory: cluster.host_memory,
         input,
     };
@@ -788,6 +797,67 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
         other => invalid("parallelism", other.to_string()),
     })?;
     Ok(scenario)
+}
+
+/// `parallelism.batch-norm-group`: how many GPUs of a server share each batch norm's
+/// statistics (NVIDIA's `BN_GROUP`), and the cost of one peer exchange on this cluster: NCCL's
+/// LL hop latency inside a server for the cluster's NCCL release (`hwLat`, NVLink or PCIe),
+/// at the intra-node link's rate ([`crate::groupbn`]).
+fn batch_norm_group(
+    size: u32,
+    cluster: &ClusterSpec,
+    model: &crate::model::Model,
+    parallelism: &Parallelism,
+    invalid: &dyn Fn(&str, String) -> ScenarioError,
+) -> Result<BatchNormGroup, ScenarioError> {
+    let key = "parallelism.batch-norm-group";
+    if !crate::groupbn::VALID_SIZES.contains(&size) {
+        return Err(invalid(
+            key,
+            format!(
+                "is {size}; valid: 1 (no group, the default), 2, 4 or 8 GPUs of one server sharing each batch norm's statistics (NVIDIA's group batch norm supports these)"
+            ),
+        ));
+    }
+    if size == 1 {
+        return Ok(BatchNormGroup::NONE);
+    }
+    if !model.layers.iter().any(|layer| layer.kind == crate::layer::LayerKind::BatchNorm) {
+        return Err(invalid(
+            key,
+            format!(
+                "is {size}, but model {:?} has no batch norm: remove the key (or set it to 1)",
+                model.name
+            ),
+        ));
+    }
+    if cluster.gpus_per_node % size != 0 {
+        return Err(invalid(
+            key,
+            format!(
+                "is {size}, which does not divide cluster.gpus-per-node = {}: a group's GPUs exchange through peer memory, so they must share a server",
+                cluster.gpus_per_node
+            ),
+        ));
+    }
+    if !parallelism.is_data_parallel() {
+        return Err(invalid(
+            key,
+            format!(
+                "is {size}; group batch norm is modelled for plain data parallelism only (no tensor, pipeline, context, expert, ZeRO or CNN split), where a group is {size} consecutive data-parallel ranks of one server"
+            ),
+        ));
+    }
+    let (hop, link) = match cluster.intra_node {
+        IntraNode::NvSwitch(link) | IntraNode::NvLinkMesh(link) => (sim_core::protocol::Hop::NvLink, link),
+        IntraNode::PcieSwitch(link) => (sim_core::protocol::Hop::Pci, link),
+    };
+    let table = sim_core::nccl::NcclTable::of(cluster.network.transport.nccl_version);
+    let latency_us =
+        table.hop_latency_us(sim_core::protocol::Family::Ring, sim_core::protocol::Protocol::Ll, hop, false);
+    let latency =
+        SimDuration::from_secs_f64(latency_us * 1e-6).map_err(|error| invalid(key, error.to_string()))?;
+    Ok(BatchNormGroup::new(size, latency, link.bandwidth))
 }
 
 /// `simulation.protocol`: NCCL's protocols, chosen per collective by its tuner (`auto`, the

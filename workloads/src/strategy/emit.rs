@@ -36,9 +36,9 @@ use super::{
     Lowered, PIPELINE_STREAM, RankLayout, Role, SPATIAL_STREAM, StageSummary, Strategy, StrategyError,
     TENSOR_STREAM, cnn, pipeline, shard,
 };
-use crate::compute::ComputeModel;
+use crate::compute::{ComputeError, ComputeModel};
 use crate::device::{Device, Dtype};
-use crate::layer::Pass;
+use crate::layer::{Layer, LayerKind, Pass};
 use crate::memory::MemoryBreakdown;
 use crate::model::Model;
 
@@ -698,6 +698,7 @@ struct TableKey {
     micro_batch: u64,
     precision: Dtype,
     fusion: crate::fusion::Fusion,
+    batch_norm_group: crate::groupbn::BatchNormGroup,
 }
 
 /// Every layer as one rank runs it, its forward, backward-data and backward-weight kernels,
@@ -761,6 +762,7 @@ impl<'a> LayerTables<'a> {
             micro_batch: strategy.micro_batch,
             precision: strategy.precision,
             fusion: strategy.fusion,
+            batch_norm_group: strategy.batch_norm_group,
         };
         let Some(tables) = strategy.layer_tables.filter(|tables| tables.serves(strategy)) else {
             return build_layer_table(strategy);
@@ -789,6 +791,8 @@ fn build_layer_table(strategy: &Strategy<'_>) -> Result<Arc<LayerTable>, Strateg
     let p = &strategy.parallelism;
     let mut local = shard::local_layers(model, p.split(), strategy.micro_batch, strategy.precision)?;
     strategy.fusion.apply(local.iter_mut().map(|entry| &mut entry.layer));
+    let group = strategy.batch_norm_group;
+    group.apply_ordering_add(local.iter_mut().map(|entry| &mut entry.layer));
     let mut kernels: Vec<[Kernel; 3]> = Vec::with_capacity(local.len());
     // Repeated blocks (a transformer's layers, a ResNet stage's bottlenecks) run the same
     // kernels: a layer doing the same work as the one at its position in the previous block
@@ -806,7 +810,12 @@ fn build_layer_table(strategy: &Strategy<'_>) -> Result<Arc<LayerTable>, Strateg
         // The input of the first layer needs no gradient.
         let backward_data = if index == 0 { None } else { strategy.kernel(layer, Pass::BackwardData)? };
         let backward_weight = strategy.kernel(layer, Pass::BackwardWeight)?;
-        kernels.push([forward, backward_data, backward_weight]);
+        let exchange = group_exchange(group, &layer.layer)?;
+        kernels.push([
+            with_exchange(forward, exchange),
+            with_exchange(backward_data, exchange),
+            backward_weight,
+        ]);
     }
     let mut beside = Vec::new();
     if strategy.compute.slows_beside_communication() {
@@ -816,9 +825,11 @@ fn build_layer_table(strategy: &Strategy<'_>) -> Result<Arc<LayerTable>, Strateg
             } else {
                 strategy.kernel_beside_communication(layer, Pass::BackwardData)?
             };
+            let exchange = group_exchange(group, &layer.layer)?;
+            let add = |time: Option<SimDuration>| time.map(|time| time.saturating_add(exchange));
             beside.push([
-                strategy.kernel_beside_communication(layer, Pass::Forward)?,
-                data,
+                add(strategy.kernel_beside_communication(layer, Pass::Forward)?),
+                add(data),
                 strategy.kernel_beside_communication(layer, Pass::BackwardWeight)?,
             ]);
         }
@@ -829,6 +840,32 @@ fn build_layer_table(strategy: &Strategy<'_>) -> Result<Arc<LayerTable>, Strateg
         beside: Arc::new(beside),
         partitions: Mutex::new(Vec::new()),
     }))
+}
+
+/// What a batch norm's kernel (forward or backward) waits for its group's peers under
+/// `group` ([`crate::groupbn::BatchNormGroup::exchange_time`]): on the kernel's critical path,
+/// as every CTA spins until the peer's sums arrive. Zero for other layers and without a group.
+fn group_exchange(
+    group: crate::groupbn::BatchNormGroup,
+    layer: &Layer,
+) -> Result<SimDuration, StrategyError> {
+    if !group.is_grouped() || layer.kind != LayerKind::BatchNorm {
+        return Ok(SimDuration::ZERO);
+    }
+    group.exchange_time(crate::groupbn::channels(layer)).map_err(|error| StrategyError::Compute {
+        layer: layer.name.clone(),
+        source: ComputeError::Duration(error),
+    })
+}
+
+/// `kernel` lengthened by `exchange` (a batch norm's kernel that does no other work still
+/// runs, to exchange).
+fn with_exchange(kernel: Kernel, exchange: SimDuration) -> Kernel {
+    if exchange == SimDuration::ZERO {
+        return kernel;
+    }
+    let (time, flops) = kernel.unwrap_or((SimDuration::ZERO, 0.0));
+    Some((time.saturating_add(exchange), flops))
 }
 
 /// For every layer in a numbered block, the layer at the same position in the block before

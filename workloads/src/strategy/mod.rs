@@ -447,6 +447,10 @@ pub struct Strategy<'a> {
     /// Which normalization kernels run fused: the lowering prices each rank's layers with
     /// the fused kernels' traffic ([`crate::fusion`]).
     pub fusion: crate::fusion::Fusion,
+    /// Group batch norm: how many GPUs share each batch norm's statistics and what their
+    /// exchanges cost ([`crate::groupbn`]); [`BatchNormGroup::NONE`](crate::groupbn::BatchNormGroup::NONE)
+    /// for none.
+    pub batch_norm_group: crate::groupbn::BatchNormGroup,
 }
 
 /// One gradient bucket: which layers' gradients it carries and how many bytes.
@@ -648,6 +652,15 @@ impl Strategy<'_> {
             if value == 0 {
                 return Err(invalid(key, "must be at least 1, got 0".into()));
             }
+        }
+        if self.batch_norm_group.is_grouped() && !p.is_data_parallel() {
+            return Err(invalid(
+                "parallelism.batch-norm-group",
+                format!(
+                    "is {}; group batch norm is modelled for plain data parallelism only (no tensor, pipeline, context, expert, ZeRO or CNN split)",
+                    self.batch_norm_group.size
+                ),
+            ));
         }
         let cnn_strategies: Vec<&str> =
             [("filter", p.filter), ("channel", p.channel), ("spatial", p.spatial)]
@@ -973,7 +986,7 @@ impl Strategy<'_> {
             .compute
             .optimizer_step_duration(self.device, &step)
             .map_err(|source| StrategyError::Compute { layer: "optimizer".into(), source })?;
-        Ok((time, step.flops_per_parameter() * parameters as f64))
+        Ok((time, self.optimizer.flops_per_parameter() * parameters as f64))
     }
 }
 

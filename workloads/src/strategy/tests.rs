@@ -86,6 +86,7 @@ pub(super) fn strategy<'a>(
         input: None,
         layer_tables: None,
         fusion: crate::fusion::Fusion::None,
+        batch_norm_group: crate::groupbn::BatchNormGroup::NONE,
     }
 }
 
@@ -845,4 +846,64 @@ proptest::proptest! {
         let expected = model_iteration_flops(&model, global);
         proptest::prop_assert!((lowered / expected - 1.0).abs() < 1e-9, "{lowered} vs {expected}");
     }
+}
+
+/// Every compute op's duration by label on rank 0 (one iteration).
+fn kernel_times(graph: &ExecGraph) -> std::collections::BTreeMap<String, SimDuration> {
+    graph
+        .ops()
+        .iter()
+        .filter(|op| op.rank == RankId(0))
+        .filter_map(|op| match op.kind {
+            OpKind::Compute { duration } => Some((graph.label(op.label).to_string(), duration)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Group batch norm over GPU pairs: every batch norm's forward and backward-data kernel of
+/// ResNet-50 is longer by exactly its exchanges' closed form, 2 x (0.6 us + 8 C bytes at
+/// 300 GB/s), except the four projection shortcuts', which also run the ordering add; nothing
+/// else changes. A group of one is today's lowering to the op.
+#[test]
+fn group_batch_norm_adds_the_exchanges_to_every_batch_norm_kernel() {
+    let model = zoo::resnet50();
+    let compute = ComputeModel::default();
+    let plain = strategy(&model, &compute, Parallelism::data_parallel(2), 64, 32);
+    let rate = Bandwidth::from_bytes_per_second(300_000_000_000).unwrap();
+    let pair = crate::groupbn::BatchNormGroup::new(2, SimDuration::from_ns(600), rate);
+    let grouped = Strategy { batch_norm_group: pair, ..plain.clone() };
+    let one =
+        Strategy { batch_norm_group: crate::groupbn::BatchNormGroup { size: 1, ..pair }, ..plain.clone() };
+    let (plain, grouped, one) = (plain.lower().unwrap(), grouped.lower().unwrap(), one.lower().unwrap());
+    assert_eq!(format!("{:?}", one.graph.ops()), format!("{:?}", plain.graph.ops()));
+    let (before, after) = (kernel_times(&plain.graph), kernel_times(&grouped.graph));
+    assert_eq!(before.keys().collect::<Vec<_>>(), after.keys().collect::<Vec<_>>());
+    let mut exchanged = 0;
+    for layer in &model.layers {
+        for pass in ["forward", "backward-data", "backward-weight"] {
+            let label = format!("{} {pass}", layer.name);
+            let (Some(&old), Some(&new)) = (before.get(&label), after.get(&label)) else { continue };
+            let is_exchange = layer.kind == LayerKind::BatchNorm && pass != "backward-weight";
+            if !is_exchange {
+                assert_eq!(new, old, "{label}");
+            } else if layer.name.contains(".downsample.") {
+                assert!(
+                    new > old.saturating_add(pair.exchange_time(256).unwrap()),
+                    "{label}: the ordering add"
+                );
+            } else {
+                let channels = layer.input.0[0];
+                let transfer_ps = (channels * 8 * 1_000_000_000_000).div_ceil(300_000_000_000);
+                assert_eq!(
+                    new,
+                    old.saturating_add(SimDuration::from_ps(2 * (600_000 + transfer_ps))),
+                    "{label}"
+                );
+                exchanged += 1;
+            }
+        }
+    }
+    // 49 batch norms besides the four shortcuts', forward and backward.
+    assert_eq!(exchanged, 2 * 49);
 }
