@@ -16,6 +16,8 @@
 //!                                  memory_efficiency for the others (row-wise
 //!                                  normalisations included)
 //! reductions, normalisations: combine = reduction_overhead (0 for the other classes)
+//! reductions with a shape:  memory_time = max(memory_time, rounds * MEMORY_LATENCY_CYCLES / clock)
+//!                           rounds: PyTorch's launch of the reduction (`ReductionShape::launch`)
 //! ```
 //!
 //! Both efficiencies rise with the work of the kernel and saturate: a large matrix product
