@@ -80,7 +80,11 @@
 //! Reduction class (n: input elements):
 //! ```text
 //! sum, mean, amax, max, norm, var, prod, argmax, ...   flops n   bytes B(input)
-//!     the reduced dims are not recorded: the output is counted negligible
+//!     the reduced dims are not recorded: the output is counted negligible. The launched
+//!     kernel's name tells some of them (`reduce_kernel<threads, output vector width, ...>`,
+//!     PyTorch's `Reduce.cuh`): a width above 1 means a 2-D input `[rows, columns]` reduced
+//!     over its rows; a 1-D input is reduced whole. Those get a `KernelShape::Reduction`,
+//!     whose launch the compute model prices (docs/compute-model.md, "Kernel time")
 //! ```
 //! Normalization class (row-wise: one block or warp per row, [`OpClass::Normalization`]):
 //! ```text
@@ -177,7 +181,11 @@ pub fn operator_work(call: &OperatorCall) -> Result<KernelWork, Uncosted> {
         }
         Rule::Unary { class, per_element, passes } => {
             let input = args.tensor(0)?;
-            Ok(vector(class, &[input], per_element * input.elements(), passes * input.bytes()))
+            let mut work = vector(class, &[input], per_element * input.elements(), passes * input.bytes());
+            if class == Reduction {
+                work.shape = reduction_shape(input.dims, kernels);
+            }
+            Ok(work)
         }
         Rule::Dropout => {
             let input = args.tensor(0)?;
@@ -644,6 +652,46 @@ fn vector(class: OpClass, inputs: &[Tensor], flops: f64, bytes: f64) -> KernelWo
         bytes,
         aligned: true,
         shape: KernelShape::Unknown,
+    }
+}
+
+/// The shape of a reduction over `dims` that launched `kernels`, when the trace tells which
+/// dimensions it reduced: a trace records the input's sizes but not the reduced dimensions, and
+/// the name of PyTorch's reduction kernel, `reduce_kernel<threads, output_vec_size,
+/// ReduceOp<..., vt0>>` (`Reduce.cuh`), says how it was launched. An output vector width above 1
+/// is chosen only when the outputs, not the reduced values, are the contiguous dimension
+/// ("vectorize along output"), so a 2-D input `[rows, columns]` was reduced over its rows into
+/// `columns` outputs (a bias gradient). A 0-D or 1-D input is reduced whole. Otherwise
+/// (several dimensions and a width of 1: a row sum, or columns of an odd count)
+/// [`KernelShape::Unknown`].
+fn reduction_shape(dims: &[u64], kernels: &[&str]) -> KernelShape {
+    use crate::kernel_shape::ReductionShape;
+    let Some(name) = kernels.iter().find(|name| name.contains("reduce_kernel<")) else {
+        return KernelShape::Unknown;
+    };
+    let arguments = name.split_once("reduce_kernel<").map_or("", |(_, rest)| rest);
+    let mut numbers = arguments.split(',').map(|part| part.trim().parse::<u64>().ok());
+    let (Some(Some(_threads)), Some(Some(output_vector))) = (numbers.next(), numbers.next()) else {
+        return KernelShape::Unknown;
+    };
+    // `vt0`, ReduceOp's last template argument: the number before the closing `>` of the
+    // template list (4 unless written otherwise).
+    let unroll = arguments
+        .split_once(">(")
+        .map(|(template, _)| template.trim_end_matches([' ', '>']))
+        .and_then(|template| template.rsplit([',', ' ']).next())
+        .and_then(|last| last.parse::<u64>().ok())
+        .unwrap_or(4);
+    let reduction = |outputs, inputs_per_output, contiguous| {
+        KernelShape::Reduction(ReductionShape { outputs, inputs_per_output, contiguous, unroll })
+    };
+    match dims {
+        [] if output_vector == 1 => reduction(1, 1, true),
+        &[n] if output_vector == 1 => reduction(1, n, true),
+        &[rows, columns] if output_vector > 1 && columns % output_vector == 0 => {
+            reduction(columns, rows, false)
+        }
+        _ => KernelShape::Unknown,
     }
 }
 

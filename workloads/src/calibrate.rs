@@ -798,7 +798,7 @@ pub fn regime_errors(device: &Device, samples: &[Sample], predictions: &[f64]) -
                 (KernelShape::Unknown, OpClass::Gemm) if work.flops < 1e8 => (7, "gemm < 0.1 GFLOP"),
                 (KernelShape::Unknown, OpClass::Gemm) if work.flops <= 1e10 => (8, "gemm 0.1-10 GFLOP"),
                 (KernelShape::Unknown, OpClass::Gemm) => (9, "gemm > 10 GFLOP"),
-                (KernelShape::Unknown, class) => {
+                (KernelShape::Unknown | KernelShape::Reduction(_), class) => {
                     let (base, names) = match class {
                         OpClass::Elementwise => {
                             (10, ["elementwise < 1 MB", "elementwise 1-100 MB", "elementwise > 100 MB"])

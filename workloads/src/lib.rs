@@ -63,7 +63,9 @@ pub mod zoo;
 
 pub use compute::{ComputeError, ComputeModel, KernelWork, OptimizerStep};
 pub use device::{Device, DeviceCatalog, DeviceError, DeviceKind, Dtype, Execution};
-pub use kernel_shape::{AttentionShape, ConvDirection, ConvShape, GemmShape, KernelShape};
+pub use kernel_shape::{
+    AttentionShape, ConvDirection, ConvShape, GemmShape, KernelShape, ReductionLaunch, ReductionShape,
+};
 pub use layer::{
     Activation, AttentionKernel, KernelPart, KernelRole, Layer, LayerCost, LayerError, LayerKind, OpClass,
     Padding, Pass, Shape, Traffic, UpsampleMode,

@@ -508,3 +508,46 @@ fn products_off_the_16_byte_grid_are_marked_unaligned() {
     assert!(aligned("aten::mv", &[&[64, 32], &[32]], &["float", "float"]));
     assert!(aligned("aten::add", &[&[7, 3], &[7, 3]], &["float", "float"]));
 }
+
+#[test]
+fn a_reductions_kernel_name_says_which_dimension_it_reduced() {
+    use workloads::{KernelShape, ReductionShape};
+    // HTA's V100 trace: `aten::sum` of [1024, 96] launched PyTorch's reduction kernel with 4
+    // outputs per vector load, which it does only when the outputs are the contiguous
+    // dimension: a sum over the 1024 rows into 96 outputs (a bias gradient).
+    let kernel = "void at::native::reduce_kernel<128, 4, at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, float, 4> >(at::native::ReduceOp<float, at::native::func_wrapper_t<float, at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, unsigned int, float, 4>)";
+    let types = ["float", "", "Scalar", ""];
+    let sum = |dims: &[u64], kernel: &str| {
+        launched("aten::sum", &[dims, &[], &[], &[]], &types, &["Memset (Device)", kernel]).unwrap()
+    };
+    let bias = sum(&[1024, 96], kernel);
+    assert_eq!(
+        bias.shape,
+        KernelShape::Reduction(ReductionShape {
+            outputs: 96,
+            inputs_per_output: 1024,
+            contiguous: false,
+            unroll: 4
+        })
+    );
+    assert_eq!((bias.class, bias.bytes), (OpClass::Reduction, 4.0 * 1024.0 * 96.0));
+    // One output per load: a row sum, or columns of an odd count; the trace does not say which.
+    let scalar = kernel.replacen("<128, 4,", "<512, 1,", 1);
+    assert_eq!(sum(&[1024, 1705], &scalar).shape, KernelShape::Unknown);
+    // A 1-D input is reduced whole.
+    assert_eq!(
+        sum(&[1_003_520], &scalar).shape,
+        KernelShape::Reduction(ReductionShape {
+            outputs: 1,
+            inputs_per_output: 1_003_520,
+            contiguous: true,
+            unroll: 4
+        })
+    );
+    // Without PyTorch's reduction kernel (another library, or no kernel names) no shape.
+    assert_eq!(sum(&[1024, 96], "some_other_kernel").shape, KernelShape::Unknown);
+    // Welford's reductions unroll by 2 (`ReduceOp<..., 2>`).
+    let welford = kernel.replace("float, 4>", "float, 2>");
+    let KernelShape::Reduction(shape) = sum(&[1024, 96], &welford).shape else { panic!("a shape") };
+    assert_eq!(shape.unroll, 2);
+}
