@@ -35,8 +35,8 @@ use sim_core::units::{Bandwidth, SimDuration, TimeOverflow, UnitError};
 
 use crate::device::{CONV_VECTOR_TILES, Device, DeviceError, Dtype};
 use crate::kernel_shape::{ConvDirection, GemmShape, KernelShape};
-use crate::layer::{Layer, OpClass, Pass};
-use crate::optimizer::Optimizer;
+use crate::layer::{KernelPart, KernelRole, Layer, OpClass, Pass, Traffic};
+use crate::optimizer::{Optimizer, OptimizerPasses};
 
 /// A kernel's time could not be computed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -632,13 +632,24 @@ impl ComputeModel {
 /// ([`Layer::kernels`]); a pass without kernels is one kernel without work (it still pays a
 /// launch when asked for).
 fn layer_kernel_works(layer: &Layer, pass: Pass, batch: u64, dtype: Dtype) -> Vec<KernelWork> {
-    let kernels = layer.kernels(pass);
+    // A cast to fp32 (or back) does not run when the compute dtype is fp32 already.
+    let kernels: Vec<KernelPart> = layer
+        .kernels(pass)
+        .into_iter()
+        .filter(|part| !(part.role == KernelRole::LossCast && dtype == Dtype::Fp32))
+        .collect();
     if kernels.is_empty() {
         return vec![KernelWork::flat(layer.cost.class, dtype, 0.0, 0.0)];
     }
     kernels
         .into_iter()
         .map(|part| {
+            // A kernel that moves only fp32 elements computes in fp32.
+            let dtype = if part.traffic == Traffic::default() && part.fp32_traffic != Traffic::default() {
+                Dtype::Fp32
+            } else {
+                dtype
+            };
             let gemm = part.class == OpClass::Gemm;
             KernelWork {
                 class: part.class,
@@ -670,6 +681,8 @@ pub struct OptimizerStep {
     /// Whether the fp32 master weights are copied back to a narrower compute copy (mixed
     /// precision: 2 more bytes written per parameter).
     pub low_precision_copy: bool,
+    /// The kernels around the update rule: one fused kernel, or Megatron-LM's separate passes.
+    pub passes: OptimizerPasses,
 }
 
 impl OptimizerStep {
@@ -683,13 +696,38 @@ impl OptimizerStep {
         }
     }
 
-    /// Bytes moved per parameter: read the fp32 weight, the gradient and the states; write the
-    /// weight and the states (and the low-precision copy).
+    /// Bytes moved per parameter by the update rule's kernel. Fused: read the fp32 weight, the
+    /// gradient and the states; write the weight and the states (and the low-precision copy).
+    /// Megatron's step reads the fp32 main gradient and leaves the copy to its own pass.
     pub fn bytes_per_parameter(&self) -> u64 {
         let fp32 = Dtype::Fp32.bytes();
-        let read = fp32 * (1 + self.states()) + self.gradient_bytes;
-        let written = fp32 * (1 + self.states()) + if self.low_precision_copy { 2 } else { 0 };
+        let megatron = self.passes == OptimizerPasses::Megatron && self.low_precision_copy;
+        let gradient = if megatron { fp32 } else { self.gradient_bytes };
+        let copy = if self.low_precision_copy && !megatron { 2 } else { 0 };
+        let read = fp32 * (1 + self.states()) + gradient;
+        let written = fp32 * (1 + self.states()) + copy;
         read + written
+    }
+
+    /// The memory-bound passes besides the update rule's kernel, in order, as (kernels, bytes
+    /// per parameter, FLOPs per parameter): none when fused; Megatron-LM's
+    /// ([`OptimizerPasses::Megatron`]) in mixed precision the cast of the gradients to fp32
+    /// (one kernel per tensor: read the gradient, write 4 bytes), the unscale (read and write
+    /// 4), the L2 norm (read 4) and the copy of the weights to the 2-byte model weights (read
+    /// 4, write 2); in fp32 the norm only.
+    pub fn extra_passes(&self) -> Vec<(u64, u64, f64)> {
+        let fp32 = Dtype::Fp32.bytes();
+        let norm = (1, fp32, 2.0);
+        match (self.passes, self.low_precision_copy) {
+            (OptimizerPasses::Fused, _) => Vec::new(),
+            (OptimizerPasses::Megatron, false) => vec![norm],
+            (OptimizerPasses::Megatron, true) => vec![
+                (self.tensors.clamp(1, self.parameters.max(1)), self.gradient_bytes + fp32, 0.0),
+                (1, 2 * fp32, 1.0),
+                norm,
+                (1, fp32 + 2, 0.0),
+            ],
+        }
     }
 
     /// FLOPs per parameter: SGD 2 (scale, add), with momentum 4, Adam 12 (moments, bias
@@ -705,7 +743,8 @@ impl OptimizerStep {
 
 impl ComputeModel {
     /// Time of `step` on `device`: one element-wise kernel over all parameters when fused, else
-    /// one per tensor over an equal share (each pays the launch overhead and the memory ramp).
+    /// one per tensor over an equal share (each pays the launch overhead and the memory ramp),
+    /// then its [`OptimizerStep::extra_passes`], each kernel priced the same way.
     pub fn optimizer_step_duration(
         &self,
         device: &Device,
@@ -715,15 +754,20 @@ impl ComputeModel {
             return Ok(SimDuration::ZERO);
         }
         let kernels = if step.fused { 1 } else { step.tensors.clamp(1, step.parameters) };
-        let per_kernel = step.parameters as f64 / kernels as f64;
-        let work = KernelWork::flat(
-            OpClass::Elementwise,
-            Dtype::Fp32,
-            step.flops_per_parameter() * per_kernel,
-            step.bytes_per_parameter() as f64 * per_kernel,
-        );
-        let one = self.work_duration(device, &work)?;
-        SimDuration::from_secs_f64(one.as_secs_f64() * kernels as f64).map_err(ComputeError::Duration)
+        let mut passes = vec![(kernels, step.bytes_per_parameter(), step.flops_per_parameter())];
+        passes.extend(step.extra_passes());
+        let mut seconds = 0.0;
+        for (kernels, bytes, flops) in passes {
+            let per_kernel = step.parameters as f64 / kernels as f64;
+            let work = KernelWork::flat(
+                OpClass::Elementwise,
+                Dtype::Fp32,
+                flops * per_kernel,
+                bytes as f64 * per_kernel,
+            );
+            seconds += self.work_duration(device, &work)?.as_secs_f64() * kernels as f64;
+        }
+        SimDuration::from_secs_f64(seconds).map_err(ComputeError::Duration)
     }
 }
 
@@ -1718,6 +1762,7 @@ mod tests {
             fused: true,
             gradient_bytes: 2,
             low_precision_copy: true,
+            passes: OptimizerPasses::Fused,
         };
         // 4 + 8 + 2 read, 4 + 8 + 2 written.
         assert_eq!(adam.bytes_per_parameter(), 28);

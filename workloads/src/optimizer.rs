@@ -61,3 +61,52 @@ impl std::str::FromStr for Optimizer {
         })
     }
 }
+
+/// The kernels a mixed-precision training step runs around the update rule (`[compute]
+/// optimizer-passes`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OptimizerPasses {
+    /// One multi-tensor kernel reads the gradients as synchronised and writes the fp32 weights,
+    /// the states and the low-precision copy of the weights (the default).
+    #[default]
+    Fused,
+    /// Megatron-LM's `Float16OptimizerWithFloat16Params` around apex's multi-tensor `FusedAdam`
+    /// (megatron/optimizer/optimizer.py and clip_grads.py, 2021 and 2022): the gradients cast
+    /// to fp32 main gradients one tensor at a time (`model_param.grad.float()`), unscaled with
+    /// the inf check (`torch._amp_foreach_non_finite_check_and_unscale_`), their L2 norm for
+    /// `--clip-grad` (`amp_C.multi_tensor_l2norm`), the step on the fp32 gradients, and the
+    /// fp32 weights copied to the fp16 model weights (`amp_C.multi_tensor_scale`). The clip's
+    /// own scaling runs only when the norm exceeds the threshold, which depends on the data,
+    /// and is left out. Without a low-precision copy (fp32 training, Megatron's
+    /// `FP32Optimizer`) only the norm runs besides the step.
+    Megatron,
+}
+
+impl OptimizerPasses {
+    /// Every value, for error messages.
+    pub const ALL: [OptimizerPasses; 2] = [OptimizerPasses::Fused, OptimizerPasses::Megatron];
+
+    /// The name used in scenario files.
+    pub fn name(self) -> &'static str {
+        match self {
+            OptimizerPasses::Fused => "fused",
+            OptimizerPasses::Megatron => "megatron",
+        }
+    }
+}
+
+impl fmt::Display for OptimizerPasses {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for OptimizerPasses {
+    type Err = String;
+    fn from_str(name: &str) -> Result<Self, String> {
+        OptimizerPasses::ALL.into_iter().find(|o| o.name() == name).ok_or_else(|| {
+            let valid: Vec<&str> = OptimizerPasses::ALL.iter().map(|o| o.name()).collect();
+            format!("unknown optimizer passes {name:?}; valid: {}", valid.join(", "))
+        })
+    }
+}

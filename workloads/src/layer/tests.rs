@@ -242,7 +242,7 @@ fn sequence_layers_act_on_the_last_dimension() {
     assert_eq!(softmax.cost.activation_elements, 1600);
     let dropout = layer(LayerKind::Dropout, [16, 100]);
     assert_eq!(dropout.cost.params, 0);
-    let loss = layer(LayerKind::CrossEntropy, [2048, 50257]);
+    let loss = layer(LayerKind::CrossEntropy { kernels: LossKernels::Fused }, [2048, 50257]);
     assert_eq!(loss.output, Shape(vec![]));
     assert_eq!(loss.cost.activation_elements, 2048 * 50257);
 }

@@ -8,7 +8,9 @@ use crate::calibrate::Profile;
 use crate::fusion::Fusion;
 use crate::input::{InputPipeline, Loader};
 use crate::strategy::{GradientSync, Offload, Parallelism, PipelineSchedule, RankOrder};
-use crate::{ComputeModel, Device, DeviceCatalog, Dtype, Model, ModelError, Optimizer, Recompute, zoo};
+use crate::{
+    ComputeModel, Device, DeviceCatalog, Dtype, Model, ModelError, Optimizer, OptimizerPasses, Recompute, zoo,
+};
 use serde::Deserialize;
 use sim_core::fidelity::{Fidelity, NetworkSettings};
 use sim_core::graph::{CollectiveAlgorithm, CollectiveKind};
@@ -110,6 +112,7 @@ struct ComputeSection {
     cuda_graphs: Option<bool>,
     winograd_convolutions: Option<bool>,
     fusion: Option<String>,
+    optimizer_passes: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -335,6 +338,8 @@ pub struct Scenario {
     pub compute_source: String,
     /// Which normalization kernels run fused (`compute.fusion`).
     pub fusion: Fusion,
+    /// The kernels of the optimizer step around its update rule (`compute.optimizer-passes`).
+    pub optimizer_passes: OptimizerPasses,
     /// Host memory of one node (`cluster.host-memory`), if given: what out-of-core training
     /// may fill.
     pub host_memory: Option<Bytes>,
@@ -361,6 +366,7 @@ impl Scenario {
             input: self.input.as_ref(),
             layer_tables: None,
             fusion: self.fusion,
+            optimizer_passes: self.optimizer_passes,
         }
     }
 
@@ -754,6 +760,13 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
     if fusion != Fusion::None {
         compute_source.push_str(&format!(", fusion {fusion}"));
     }
+    let optimizer_passes: OptimizerPasses = match &spec.compute.optimizer_passes {
+        Some(passes) => passes.parse().map_err(|error| invalid("compute.optimizer-passes", error))?,
+        None => OptimizerPasses::Fused,
+    };
+    if optimizer_passes != OptimizerPasses::Fused {
+        compute_source.push_str(&format!(", optimizer passes {optimizer_passes}"));
+    }
     let device_copy = compute.device_copy(&device);
 
     let scenario = Scenario {
@@ -779,6 +792,7 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
         compute,
         compute_source,
         fusion,
+        optimizer_passes,
         host_memory: cluster.host_memory,
         input,
     };

@@ -447,6 +447,8 @@ pub struct Strategy<'a> {
     /// Which normalization kernels run fused: the lowering prices each rank's layers with
     /// the fused kernels' traffic ([`crate::fusion`]).
     pub fusion: crate::fusion::Fusion,
+    /// The kernels the optimizer step runs around its update rule (`compute.optimizer-passes`).
+    pub optimizer_passes: crate::optimizer::OptimizerPasses,
 }
 
 /// One gradient bucket: which layers' gradients it carries and how many bytes.
@@ -958,6 +960,7 @@ impl Strategy<'_> {
             fused: true,
             gradient_bytes: self.gradient_precision.bytes(),
             low_precision_copy: self.precision.bytes() < 4,
+            passes: self.optimizer_passes,
         };
         let time = self
             .compute

@@ -86,6 +86,7 @@ pub(super) fn strategy<'a>(
         input: None,
         layer_tables: None,
         fusion: crate::fusion::Fusion::None,
+        optimizer_passes: crate::optimizer::OptimizerPasses::Fused,
     }
 }
 
