@@ -70,4 +70,4 @@ pub use layer::{
 pub use memory::{ActivationBytes, MemoryBreakdown, MemoryError, MemoryPlan, Recompute, Sharding};
 pub use model::{Model, ModelBuilder, ModelError};
 pub use model_file::{FAMILIES, LAYER_KINDS};
-pub use optimizer::{Optimizer, OptimizerPasses};
+pub use optimizer::{GradientAccumulation, Optimizer, OptimizerPasses};

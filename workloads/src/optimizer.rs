@@ -110,3 +110,48 @@ impl std::str::FromStr for OptimizerPasses {
         })
     }
 }
+
+/// How the gradients of a training step's micro-batches add up (`[compute]
+/// gradient-accumulation`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum GradientAccumulation {
+    /// Not priced: the weight-gradient kernels add into the gradient themselves (the default).
+    #[default]
+    InKernel,
+    /// PyTorch's `AccumulateGrad` (torch/csrc/autograd/functions/accumulate_grad.h): the first
+    /// micro-batch's weight gradient becomes the parameter's `.grad`; every later one is added
+    /// to it in place (`variable_grad += new_grad`), an element-wise kernel that reads both and
+    /// writes one gradient in the parameters' dtype. Megatron-LM's 2021 runs (fp16 parameters,
+    /// no `gradient_accumulation_fusion`, which came in 2022) pay it on every micro-batch but
+    /// the first.
+    Add,
+}
+
+impl GradientAccumulation {
+    /// Every value, for error messages.
+    pub const ALL: [GradientAccumulation; 2] = [GradientAccumulation::InKernel, GradientAccumulation::Add];
+
+    /// The name used in scenario files.
+    pub fn name(self) -> &'static str {
+        match self {
+            GradientAccumulation::InKernel => "in-kernel",
+            GradientAccumulation::Add => "add",
+        }
+    }
+}
+
+impl fmt::Display for GradientAccumulation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for GradientAccumulation {
+    type Err = String;
+    fn from_str(name: &str) -> Result<Self, String> {
+        GradientAccumulation::ALL.into_iter().find(|o| o.name() == name).ok_or_else(|| {
+            let valid: Vec<&str> = GradientAccumulation::ALL.iter().map(|o| o.name()).collect();
+            format!("unknown gradient accumulation {name:?}; valid: {}", valid.join(", "))
+        })
+    }
+}

@@ -9,7 +9,8 @@ use crate::fusion::Fusion;
 use crate::input::{InputPipeline, Loader};
 use crate::strategy::{GradientSync, Offload, Parallelism, PipelineSchedule, RankOrder};
 use crate::{
-    ComputeModel, Device, DeviceCatalog, Dtype, Model, ModelError, Optimizer, OptimizerPasses, Recompute, zoo,
+    ComputeModel, Device, DeviceCatalog, Dtype, GradientAccumulation, Model, ModelError, Optimizer,
+    OptimizerPasses, Recompute, zoo,
 };
 use serde::Deserialize;
 use sim_core::fidelity::{Fidelity, NetworkSettings};
@@ -113,6 +114,7 @@ struct ComputeSection {
     winograd_convolutions: Option<bool>,
     fusion: Option<String>,
     optimizer_passes: Option<String>,
+    gradient_accumulation: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -340,6 +342,8 @@ pub struct Scenario {
     pub fusion: Fusion,
     /// The kernels of the optimizer step around its update rule (`compute.optimizer-passes`).
     pub optimizer_passes: OptimizerPasses,
+    /// How micro-batches' weight gradients add up (`compute.gradient-accumulation`).
+    pub gradient_accumulation: GradientAccumulation,
     /// Host memory of one node (`cluster.host-memory`), if given: what out-of-core training
     /// may fill.
     pub host_memory: Option<Bytes>,
@@ -367,6 +371,7 @@ impl Scenario {
             layer_tables: None,
             fusion: self.fusion,
             optimizer_passes: self.optimizer_passes,
+            gradient_accumulation: self.gradient_accumulation,
         }
     }
 
@@ -767,6 +772,13 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
     if optimizer_passes != OptimizerPasses::Fused {
         compute_source.push_str(&format!(", optimizer passes {optimizer_passes}"));
     }
+    let gradient_accumulation: GradientAccumulation = match &spec.compute.gradient_accumulation {
+        Some(mode) => mode.parse().map_err(|error| invalid("compute.gradient-accumulation", error))?,
+        None => GradientAccumulation::InKernel,
+    };
+    if gradient_accumulation != GradientAccumulation::InKernel {
+        compute_source.push_str(&format!(", gradient accumulation {gradient_accumulation}"));
+    }
     let device_copy = compute.device_copy(&device);
 
     let scenario = Scenario {
@@ -793,6 +805,7 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
         compute_source,
         fusion,
         optimizer_passes,
+        gradient_accumulation,
         host_memory: cluster.host_memory,
         input,
     };

@@ -32,7 +32,7 @@ use sim_core::units::{Bytes, SimDuration};
 
 use crate::compute::{ComputeError, ComputeModel};
 use crate::device::{Device, Dtype};
-use crate::layer::Pass;
+use crate::layer::{OpClass, Pass};
 use crate::memory::{MemoryBreakdown, MemoryError, MemoryPlan, Recompute, Sharding};
 use crate::model::Model;
 use crate::optimizer::Optimizer;
@@ -449,6 +449,8 @@ pub struct Strategy<'a> {
     pub fusion: crate::fusion::Fusion,
     /// The kernels the optimizer step runs around its update rule (`compute.optimizer-passes`).
     pub optimizer_passes: crate::optimizer::OptimizerPasses,
+    /// How micro-batches' weight gradients add up (`compute.gradient-accumulation`).
+    pub gradient_accumulation: crate::optimizer::GradientAccumulation,
 }
 
 /// One gradient bucket: which layers' gradients it carries and how many bytes.
@@ -967,6 +969,28 @@ impl Strategy<'_> {
             .optimizer_step_duration(self.device, &step)
             .map_err(|source| StrategyError::Compute { layer: "optimizer".into(), source })?;
         Ok((time, step.flops_per_parameter() * parameters as f64))
+    }
+
+    /// The in-place add of a later micro-batch's weight gradients of `layer` into its
+    /// gradients ([`crate::optimizer::GradientAccumulation::Add`]): one element-wise kernel
+    /// over the rank's share of its parameters in the compute dtype (read both, write one);
+    /// `None` when the weight kernels accumulate themselves or the layer has no parameters.
+    fn accumulation(&self, local: &LocalLayer) -> Result<Option<SimDuration>, StrategyError> {
+        let parameters = local.layer.cost.params;
+        if self.gradient_accumulation != crate::optimizer::GradientAccumulation::Add || parameters == 0 {
+            return Ok(None);
+        }
+        let work = crate::compute::KernelWork::flat(
+            OpClass::Elementwise,
+            self.precision,
+            parameters as f64,
+            3.0 * (parameters * self.precision.bytes()) as f64,
+        );
+        let time = self
+            .compute
+            .work_duration(self.device, &work)
+            .map_err(|source| StrategyError::Compute { layer: local.layer.name.clone(), source })?;
+        Ok(Some(time))
     }
 }
 

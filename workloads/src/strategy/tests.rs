@@ -87,6 +87,7 @@ pub(super) fn strategy<'a>(
         layer_tables: None,
         fusion: crate::fusion::Fusion::None,
         optimizer_passes: crate::optimizer::OptimizerPasses::Fused,
+        gradient_accumulation: crate::optimizer::GradientAccumulation::InKernel,
     }
 }
 
