@@ -1784,6 +1784,65 @@ mod tests {
         );
     }
 
+    /// Megatron-LM's mixed-precision passes around Adam (`OptimizerPasses::Megatron`): the
+    /// step reads the fp32 main gradient (4 + 4 + 8 read, 4 + 8 written), then the cast of the
+    /// fp16 gradients (2 + 4, one kernel per tensor), the unscale (4 + 4), the norm (4) and the
+    /// copy to the fp16 weights (4 + 2): 52 bytes per parameter against the fused 28.
+    #[test]
+    fn megatron_optimizer_passes_move_52_bytes_per_parameter() {
+        let model = ComputeModel::default();
+        let fused = OptimizerStep {
+            optimizer: Optimizer::Adam,
+            parameters: 1_000_000_000,
+            tensors: 400,
+            fused: true,
+            gradient_bytes: 2,
+            low_precision_copy: true,
+            passes: OptimizerPasses::Fused,
+        };
+        let megatron = OptimizerStep { passes: OptimizerPasses::Megatron, ..fused };
+        assert_eq!(megatron.bytes_per_parameter(), 28);
+        assert_eq!(megatron.extra_passes(), vec![(400, 6, 0.0), (1, 8, 1.0), (1, 4, 2.0), (1, 6, 0.0)]);
+        let total: u64 = megatron.bytes_per_parameter()
+            + megatron.extra_passes().iter().map(|&(_, bytes, _)| bytes).sum::<u64>();
+        assert_eq!(total, 52);
+        let seconds =
+            |step: &OptimizerStep| model.optimizer_step_duration(a100(), step).unwrap().as_secs_f64();
+        // Streaming 24 more bytes per parameter, plus 403 more launches and memory ramps.
+        let more = seconds(&megatron) - seconds(&fused);
+        let expected = 24e9 / (2039e9 * 0.8) + 403.0 * 5.25e-6;
+        assert!((more / expected - 1.0).abs() < 0.01, "{more} vs {expected}");
+        // fp32 training (Megatron's FP32Optimizer): the norm only, 4 bytes.
+        let fp32 = OptimizerStep { gradient_bytes: 4, low_precision_copy: false, ..megatron };
+        assert_eq!(fp32.bytes_per_parameter(), 28);
+        assert_eq!(fp32.extra_passes(), vec![(1, 4, 2.0)]);
+        assert!(OptimizerStep { passes: OptimizerPasses::Fused, ..fp32 }.extra_passes().is_empty());
+    }
+
+    /// Megatron's fp32 loss in fp16 training: its fp32 kernels price at 4 bytes per element and
+    /// the two casts run; in fp32 training the casts do not run.
+    #[test]
+    fn megatron_loss_casts_run_only_below_fp32() {
+        use crate::layer::{LayerKind, LossKernels, Shape};
+        let model = ComputeModel::default();
+        let loss = Layer::new(
+            "loss",
+            LayerKind::CrossEntropy { kernels: LossKernels::Megatron },
+            Shape::from([2048, 51200]),
+        )
+        .unwrap();
+        let works = |dtype| layer_kernel_works(&loss, Pass::Forward, 1, dtype);
+        let (half, single) = (works(Dtype::Fp16), works(Dtype::Fp32));
+        assert_eq!((half.len(), single.len()), (6, 5));
+        let n = 2048.0 * 51200.0;
+        // The cast reads 2 bytes and writes 4; exp reads and writes 4, in fp32.
+        assert_eq!(half[0].bytes, 6.0 * n);
+        assert_eq!((half[3].bytes, half[3].dtype), (8.0 * n, Dtype::Fp32));
+        assert_eq!(half[1..], single[..]);
+        let seconds = |dtype| model.layer_duration(a100(), dtype, &loss, Pass::BackwardData, 1).unwrap();
+        assert!(seconds(Dtype::Fp16) > seconds(Dtype::Fp32));
+    }
+
     #[test]
     fn scenario_files_can_override_parameters() {
         let model: ComputeModel = toml::from_str(

@@ -699,6 +699,20 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("gpt.attention") && error.contains("\"flash\""), "{error}");
+        let error =
+            Gpt { loss: Some("fp16".to_string()), ..gpt(2, 1024, 16) }.build("odd").unwrap_err().to_string();
+        assert!(error.contains("gpt.loss") && error.contains("\"megatron\""), "{error}");
+    }
+
+    /// The GPT's loss is Megatron-LM's fp32 cross-entropy unless the model file says "fused".
+    #[test]
+    fn gpt_loss_is_megatrons_unless_fused() {
+        let kernels = |gpt: Gpt| match gpt.build("g").unwrap().layers.last().map(|l| l.kind.clone()) {
+            Some(LayerKind::CrossEntropy { kernels }) => kernels,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(kernels(gpt(2, 1024, 16)), LossKernels::Megatron);
+        assert_eq!(kernels(Gpt { loss: Some("fused".to_string()), ..gpt(2, 1024, 16) }), LossKernels::Fused);
     }
 
     #[test]

@@ -155,7 +155,8 @@ fn megatron_1_7b_micro_batch_on_one_a100() {
         optimizer * 1e3,
         accuracy * 100.0
     );
-    assert!(accuracy >= 0.77, "{accuracy}");
+    // Raised from 0.77 to 0.89 with Megatron's fp32 loss and optimizer passes (89.0%).
+    assert!(accuracy >= 0.89, "{accuracy}");
 }
 
 /// The shipped profiles on these steps, next to the defaults. Issue 12 asks that a profile fitted
@@ -207,5 +208,27 @@ fn cosmoflow_steps_on_one_v100() {
             accuracy * 100.0
         );
         assert!(accuracy >= bound, "{model}: {accuracy}");
+    }
+}
+
+/// The Megatron SC'21 scenarios say which passes Megatron-LM's optimizer and gradient
+/// accumulation ran (`[compute] optimizer-passes`, `gradient-accumulation`); any other value
+/// is refused with the key and the valid names.
+#[test]
+fn megatron_scenarios_name_their_optimizer_passes() {
+    use std::path::Path;
+    use workloads::scenario::Scenario;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/megatron-sc21/gpt-1.7b.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let scenario = Scenario::parse(&text, &path).unwrap();
+    assert_eq!(scenario.optimizer_passes, OptimizerPasses::Megatron);
+    assert_eq!(scenario.gradient_accumulation, workloads::GradientAccumulation::Add);
+    for (key, given, valid) in [
+        ("optimizer-passes", "optimizer-passes = \"megatron\"", "fused, megatron"),
+        ("gradient-accumulation", "gradient-accumulation = \"add\"", "in-kernel, add"),
+    ] {
+        let broken = text.replace(given, &format!("{key} = \"apex\""));
+        let error = Scenario::parse(&broken, &path).unwrap_err().to_string();
+        assert!(error.contains(&format!("compute.{key}")) && error.contains(valid), "{error}");
     }
 }
