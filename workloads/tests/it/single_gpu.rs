@@ -219,7 +219,7 @@ fn megatron_scenarios_name_their_optimizer_passes() {
     use std::path::Path;
     use workloads::scenario::Scenario;
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/megatron-sc21/gpt-1.7b.toml");
-    let text = std::fs::read_to_string(&path).unwrap();
+    let text = fs_err::read_to_string(&path).unwrap();
     let scenario = Scenario::parse(&text, &path).unwrap();
     assert_eq!(scenario.optimizer_passes, OptimizerPasses::Megatron);
     assert_eq!(scenario.gradient_accumulation, workloads::GradientAccumulation::Add);
