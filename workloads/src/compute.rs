@@ -35,7 +35,7 @@ use sim_core::units::{Bandwidth, SimDuration, TimeOverflow, UnitError};
 
 use crate::device::{CONV_VECTOR_TILES, Device, DeviceError, Dtype};
 use crate::kernel_shape::{ConvDirection, GemmShape, KernelShape};
-use crate::layer::{KernelPart, KernelRole, Layer, OpClass, Pass, Traffic};
+use crate::layer::{KernelPart, KernelRole, Layer, OpClass, Pass};
 use crate::optimizer::{Optimizer, OptimizerPasses};
 
 /// A kernel's time could not be computed.
@@ -644,12 +644,9 @@ fn layer_kernel_works(layer: &Layer, pass: Pass, batch: u64, dtype: Dtype) -> Ve
     kernels
         .into_iter()
         .map(|part| {
-            // A kernel that moves only fp32 elements computes in fp32.
-            let dtype = if part.traffic == Traffic::default() && part.fp32_traffic != Traffic::default() {
-                Dtype::Fp32
-            } else {
-                dtype
-            };
+            // An fp32 part of a loss ([`KernelPart::fp32_traffic`]) keeps the compute dtype: its
+            // bytes count 4 per fp32 element, and element-wise and reduction kernels compute at
+            // the device's fp32 rate whatever their dtype.
             let gemm = part.class == OpClass::Gemm;
             KernelWork {
                 class: part.class,
@@ -1837,8 +1834,9 @@ mod tests {
         let n = 2048.0 * 51200.0;
         // The cast reads 2 bytes and writes 4; exp reads and writes 4, in fp32.
         assert_eq!(half[0].bytes, 6.0 * n);
-        assert_eq!((half[3].bytes, half[3].dtype), (8.0 * n, Dtype::Fp32));
-        assert_eq!(half[1..], single[..]);
+        assert_eq!(half[3].bytes, 8.0 * n);
+        let bytes = |works: &[KernelWork]| works.iter().map(|w| w.bytes).collect::<Vec<f64>>();
+        assert_eq!(bytes(&half[1..]), bytes(&single));
         let seconds = |dtype| model.layer_duration(a100(), dtype, &loss, Pass::BackwardData, 1).unwrap();
         assert!(seconds(Dtype::Fp16) > seconds(Dtype::Fp32));
     }
