@@ -1037,13 +1037,14 @@ impl Layer {
 fn megatron_loss_kernels(logits: u64, classes: u64, pass: Pass) -> Vec<KernelPart> {
     let rows = logits / classes;
     let n = logits as f64;
-    let fp32 = |per_sample| Traffic { per_sample, per_batch: 0 };
+    let elements = |per_sample| Traffic { per_sample, per_batch: 0 };
+    // Elements in the compute dtype, then in fp32.
     let part = |role, class, flops, traffic: u64, fp32_traffic: u64| KernelPart {
         role,
         class,
         flops,
-        traffic: fp32(traffic),
-        fp32_traffic: fp32(fp32_traffic),
+        traffic: elements(traffic),
+        fp32_traffic: elements(fp32_traffic),
         mask_bytes: 0,
     };
     let (cast, loss) = (KernelRole::LossCast, KernelRole::Loss);
