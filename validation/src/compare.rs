@@ -198,7 +198,7 @@ impl KernelClass {
             | LayerKind::GlobalMaxPool
             | LayerKind::AdaptiveAvgPool { .. }
             | LayerKind::Softmax
-            | LayerKind::CrossEntropy => KernelClass::Reduction,
+            | LayerKind::CrossEntropy { .. } => KernelClass::Reduction,
             LayerKind::Embedding { .. } | LayerKind::AddEmbedding { .. } | LayerKind::EmbeddingBag { .. } => {
                 KernelClass::Embedding
             }

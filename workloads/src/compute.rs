@@ -37,8 +37,8 @@ use sim_core::units::{Bandwidth, SimDuration, TimeOverflow, UnitError};
 
 use crate::device::{CONV_VECTOR_TILES, Device, DeviceError, Dtype};
 use crate::kernel_shape::{ConvDirection, GemmShape, KernelShape};
-use crate::layer::{Layer, OpClass, Pass};
-use crate::optimizer::Optimizer;
+use crate::layer::{KernelPart, KernelRole, Layer, OpClass, Pass};
+use crate::optimizer::{Optimizer, OptimizerPasses};
 
 /// A kernel's time could not be computed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -657,13 +657,21 @@ impl ComputeModel {
 /// ([`Layer::kernels`]); a pass without kernels is one kernel without work (it still pays a
 /// launch when asked for).
 fn layer_kernel_works(layer: &Layer, pass: Pass, batch: u64, dtype: Dtype) -> Vec<KernelWork> {
-    let kernels = layer.kernels(pass);
+    // A cast to fp32 (or back) does not run when the compute dtype is fp32 already.
+    let kernels: Vec<KernelPart> = layer
+        .kernels(pass)
+        .into_iter()
+        .filter(|part| !(part.role == KernelRole::LossCast && dtype == Dtype::Fp32))
+        .collect();
     if kernels.is_empty() {
         return vec![KernelWork::flat(layer.cost.class, dtype, 0.0, 0.0)];
     }
     kernels
         .into_iter()
         .map(|part| {
+            // An fp32 part of a loss ([`KernelPart::fp32_traffic`]) keeps the compute dtype: its
+            // bytes count 4 per fp32 element, and element-wise and reduction kernels compute at
+            // the device's fp32 rate whatever their dtype.
             let gemm = part.class == OpClass::Gemm;
             KernelWork {
                 class: part.class,
@@ -695,6 +703,8 @@ pub struct OptimizerStep {
     /// Whether the fp32 master weights are copied back to a narrower compute copy (mixed
     /// precision: 2 more bytes written per parameter).
     pub low_precision_copy: bool,
+    /// The kernels around the update rule: one fused kernel, or Megatron-LM's separate passes.
+    pub passes: OptimizerPasses,
 }
 
 impl OptimizerStep {
@@ -708,13 +718,38 @@ impl OptimizerStep {
         }
     }
 
-    /// Bytes moved per parameter: read the fp32 weight, the gradient and the states; write the
-    /// weight and the states (and the low-precision copy).
+    /// Bytes moved per parameter by the update rule's kernel. Fused: read the fp32 weight, the
+    /// gradient and the states; write the weight and the states (and the low-precision copy).
+    /// Megatron's step reads the fp32 main gradient and leaves the copy to its own pass.
     pub fn bytes_per_parameter(&self) -> u64 {
         let fp32 = Dtype::Fp32.bytes();
-        let read = fp32 * (1 + self.states()) + self.gradient_bytes;
-        let written = fp32 * (1 + self.states()) + if self.low_precision_copy { 2 } else { 0 };
+        let megatron = self.passes == OptimizerPasses::Megatron && self.low_precision_copy;
+        let gradient = if megatron { fp32 } else { self.gradient_bytes };
+        let copy = if self.low_precision_copy && !megatron { 2 } else { 0 };
+        let read = fp32 * (1 + self.states()) + gradient;
+        let written = fp32 * (1 + self.states()) + copy;
         read + written
+    }
+
+    /// The memory-bound passes besides the update rule's kernel, in order, as (kernels, bytes
+    /// per parameter, FLOPs per parameter): none when fused; Megatron-LM's
+    /// ([`OptimizerPasses::Megatron`]) in mixed precision the cast of the gradients to fp32
+    /// (one kernel per tensor: read the gradient, write 4 bytes), the unscale (read and write
+    /// 4), the L2 norm (read 4) and the copy of the weights to the 2-byte model weights (read
+    /// 4, write 2); in fp32 the norm only.
+    pub fn extra_passes(&self) -> Vec<(u64, u64, f64)> {
+        let fp32 = Dtype::Fp32.bytes();
+        let norm = (1, fp32, 2.0);
+        match (self.passes, self.low_precision_copy) {
+            (OptimizerPasses::Fused, _) => Vec::new(),
+            (OptimizerPasses::Megatron, false) => vec![norm],
+            (OptimizerPasses::Megatron, true) => vec![
+                (self.tensors.clamp(1, self.parameters.max(1)), self.gradient_bytes + fp32, 0.0),
+                (1, 2 * fp32, 1.0),
+                norm,
+                (1, fp32 + 2, 0.0),
+            ],
+        }
     }
 
     /// FLOPs per parameter of the update kernel: SGD 2 (scale, add), with momentum 4, Adam 12
@@ -764,7 +799,8 @@ const LARS_SCALAR_KERNELS: u64 = 1;
 
 impl ComputeModel {
     /// Time of `step` on `device`: one element-wise kernel over all parameters when fused, else
-    /// one per tensor over an equal share (each pays the launch overhead and the memory ramp).
+    /// one per tensor over an equal share (each pays the launch overhead and the memory ramp),
+    /// then its [`OptimizerStep::extra_passes`], each kernel priced the same way.
     pub fn optimizer_step_duration(
         &self,
         device: &Device,
@@ -774,15 +810,19 @@ impl ComputeModel {
             return Ok(SimDuration::ZERO);
         }
         let kernels = if step.fused { 1 } else { step.tensors.clamp(1, step.parameters) };
-        let per_kernel = step.parameters as f64 / kernels as f64;
-        let work = KernelWork::flat(
-            OpClass::Elementwise,
-            Dtype::Fp32,
-            step.flops_per_parameter() * per_kernel,
-            step.bytes_per_parameter() as f64 * per_kernel,
-        );
-        let one = self.work_duration(device, &work)?;
-        let mut seconds = one.as_secs_f64() * kernels as f64;
+        let mut passes = vec![(kernels, step.bytes_per_parameter(), step.flops_per_parameter())];
+        passes.extend(step.extra_passes());
+        let mut seconds = 0.0;
+        for (kernels, bytes, flops) in passes {
+            let per_kernel = step.parameters as f64 / kernels as f64;
+            let work = KernelWork::flat(
+                OpClass::Elementwise,
+                Dtype::Fp32,
+                flops * per_kernel,
+                bytes as f64 * per_kernel,
+            );
+            seconds += self.work_duration(device, &work)?.as_secs_f64() * kernels as f64;
+        }
         for (bytes, launches) in step.lars_norm_passes() {
             let share = step.parameters as f64 / launches as f64;
             let pass = KernelWork::flat(OpClass::Elementwise, Dtype::Fp32, 2.0 * share, bytes as f64 * share);
@@ -1847,6 +1887,7 @@ mod tests {
             fused: true,
             gradient_bytes: 2,
             low_precision_copy: true,
+            passes: OptimizerPasses::Fused,
         };
         // 4 + 8 + 2 read, 4 + 8 + 2 written.
         assert_eq!(adam.bytes_per_parameter(), 28);
@@ -1883,6 +1924,7 @@ mod tests {
             fused: true,
             gradient_bytes: 2,
             low_precision_copy: true,
+            passes: OptimizerPasses::Fused,
         };
         let lars = OptimizerStep { optimizer: Optimizer::Lars, ..momentum };
         assert_eq!(lars.bytes_per_parameter(), momentum.bytes_per_parameter());
@@ -1905,6 +1947,66 @@ mod tests {
         // two reads of the weights' and gradients' compute copies slower.
         let reads = 2.0 * 2.0 * 25_557_032.0 / 2039e9;
         assert!(time(&lars) - time(&momentum) > 9.0 * 4e-6 + reads, "{} vs {}", time(&lars), time(&momentum));
+    }
+
+    /// Megatron-LM's mixed-precision passes around Adam (`OptimizerPasses::Megatron`): the
+    /// step reads the fp32 main gradient (4 + 4 + 8 read, 4 + 8 written), then the cast of the
+    /// fp16 gradients (2 + 4, one kernel per tensor), the unscale (4 + 4), the norm (4) and the
+    /// copy to the fp16 weights (4 + 2): 52 bytes per parameter against the fused 28.
+    #[test]
+    fn megatron_optimizer_passes_move_52_bytes_per_parameter() {
+        let model = ComputeModel::default();
+        let fused = OptimizerStep {
+            optimizer: Optimizer::Adam,
+            parameters: 1_000_000_000,
+            tensors: 400,
+            fused: true,
+            gradient_bytes: 2,
+            low_precision_copy: true,
+            passes: OptimizerPasses::Fused,
+        };
+        let megatron = OptimizerStep { passes: OptimizerPasses::Megatron, ..fused };
+        assert_eq!(megatron.bytes_per_parameter(), 28);
+        assert_eq!(megatron.extra_passes(), vec![(400, 6, 0.0), (1, 8, 1.0), (1, 4, 2.0), (1, 6, 0.0)]);
+        let total: u64 = megatron.bytes_per_parameter()
+            + megatron.extra_passes().iter().map(|&(_, bytes, _)| bytes).sum::<u64>();
+        assert_eq!(total, 52);
+        let seconds =
+            |step: &OptimizerStep| model.optimizer_step_duration(a100(), step).unwrap().as_secs_f64();
+        // Streaming 24 more bytes per parameter, plus 403 more launches and memory ramps.
+        let more = seconds(&megatron) - seconds(&fused);
+        let expected = 24e9 / (2039e9 * 0.8) + 403.0 * 5.25e-6;
+        assert!((more / expected - 1.0).abs() < 0.01, "{more} vs {expected}");
+        // fp32 training (Megatron's FP32Optimizer): the norm only, 4 bytes.
+        let fp32 = OptimizerStep { gradient_bytes: 4, low_precision_copy: false, ..megatron };
+        assert_eq!(fp32.bytes_per_parameter(), 28);
+        assert_eq!(fp32.extra_passes(), vec![(1, 4, 2.0)]);
+        assert!(OptimizerStep { passes: OptimizerPasses::Fused, ..fp32 }.extra_passes().is_empty());
+    }
+
+    /// Megatron's fp32 loss in fp16 training: its fp32 kernels price at 4 bytes per element and
+    /// the two casts run; in fp32 training the casts do not run.
+    #[test]
+    fn megatron_loss_casts_run_only_below_fp32() {
+        use crate::layer::{LayerKind, LossKernels, Shape};
+        let model = ComputeModel::default();
+        let loss = Layer::new(
+            "loss",
+            LayerKind::CrossEntropy { kernels: LossKernels::Megatron },
+            Shape::from([2048, 51200]),
+        )
+        .unwrap();
+        let works = |dtype| layer_kernel_works(&loss, Pass::Forward, 1, dtype);
+        let (half, single) = (works(Dtype::Fp16), works(Dtype::Fp32));
+        assert_eq!((half.len(), single.len()), (6, 5));
+        let n = 2048.0 * 51200.0;
+        // The cast reads 2 bytes and writes 4; exp reads and writes 4, in fp32.
+        assert_eq!(half[0].bytes, 6.0 * n);
+        assert_eq!(half[3].bytes, 8.0 * n);
+        let bytes = |works: &[KernelWork]| works.iter().map(|w| w.bytes).collect::<Vec<f64>>();
+        assert_eq!(bytes(&half[1..]), bytes(&single));
+        let seconds = |dtype| model.layer_duration(a100(), dtype, &loss, Pass::BackwardData, 1).unwrap();
+        assert!(seconds(Dtype::Fp16) > seconds(Dtype::Fp32));
     }
 
     #[test]

@@ -143,6 +143,45 @@ impl Activation {
     }
 }
 
+/// How a [`LayerKind::CrossEntropy`] loss is computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LossKernels {
+    /// One kernel per pass in the compute dtype: log-softmax and the label's pick forward,
+    /// softmax minus one-hot backward.
+    Fused,
+    /// Megatron-LM's `vocab_parallel_cross_entropy` on logits upcast to fp32, as
+    /// `post_language_model_processing` (megatron/model/gpt_model.py, 2021) calls it without
+    /// `--fp16-lm-cross-entropy`: forward the cast to fp32, the maximum over the vocabulary,
+    /// its in-place subtraction, the in-place exponential, their sum and the in-place division
+    /// (megatron/mpu/cross_entropy.py); backward the in-place multiply by the loss gradient and
+    /// the cast back to the compute dtype. Every kernel but the casts reads and writes fp32,
+    /// whatever the compute dtype; in fp32 the casts do not run (`Tensor.float()` returns the
+    /// tensor itself).
+    Megatron,
+}
+
+impl LossKernels {
+    /// Every value, for error messages.
+    pub const ALL: [LossKernels; 2] = [LossKernels::Fused, LossKernels::Megatron];
+
+    /// The name used in model files.
+    pub const fn name(self) -> &'static str {
+        match self {
+            LossKernels::Fused => "fused",
+            LossKernels::Megatron => "megatron",
+        }
+    }
+
+    /// The value named `name`, or an error listing the valid names.
+    pub fn parse(name: &str) -> Result<LossKernels, String> {
+        LossKernels::ALL.into_iter().find(|k| k.name() == name).ok_or_else(|| {
+            let valid: Vec<String> = LossKernels::ALL.iter().map(|k| format!("{:?}", k.name())).collect();
+            format!("{name:?}; use {}", valid.join(" or "))
+        })
+    }
+}
+
 /// How an attention layer is computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -321,7 +360,10 @@ pub enum LayerKind {
     Dropout,
     /// Softmax cross-entropy loss over the last dimension (the classes), averaged to one
     /// number per sample. Saves the log-probabilities for the backward.
-    CrossEntropy,
+    CrossEntropy {
+        /// The kernels it runs as.
+        kernels: LossKernels,
+    },
     /// Table lookup `[ids...]` -> `[ids..., dim]`. Memory-bound: no FLOPs forward; the weight
     /// gradient is a scatter-add of the output gradient into a dense gradient table (PyTorch's
     /// default), so the whole table's gradient is written once per batch.
@@ -500,7 +542,7 @@ impl LayerKind {
             },
             LayerKind::Softmax => "softmax",
             LayerKind::Dropout => "dropout",
-            LayerKind::CrossEntropy => "cross-entropy",
+            LayerKind::CrossEntropy { .. } => "cross-entropy",
             LayerKind::Embedding { .. } => "embedding",
             LayerKind::AddEmbedding { positional: true, .. } => "position-embedding",
             LayerKind::AddEmbedding { positional: false, .. } => "token-type-embedding",
@@ -640,6 +682,9 @@ pub struct KernelPart {
     pub flops: f64,
     /// Elements moved (compute dtype).
     pub traffic: Traffic,
+    /// Elements moved in fp32 whatever the compute dtype (Megatron-LM's fp32 loss,
+    /// [`LossKernels::Megatron`]).
+    pub fp32_traffic: Traffic,
     /// One-byte mask elements moved per sample.
     pub mask_bytes: u64,
 }
@@ -647,7 +692,9 @@ pub struct KernelPart {
 impl KernelPart {
     /// Bytes moved for `batch` samples stored as `dtype`.
     pub fn bytes(&self, batch: u64, dtype: Dtype) -> f64 {
-        self.traffic.elements(batch) * dtype.bytes() as f64 + (batch as f64) * self.mask_bytes as f64
+        self.traffic.elements(batch) * dtype.bytes() as f64
+            + self.fp32_traffic.elements(batch) * Dtype::Fp32.bytes() as f64
+            + (batch as f64) * self.mask_bytes as f64
     }
 }
 
@@ -664,6 +711,11 @@ pub enum KernelRole {
     AttentionSoftmax,
     /// Dropout on the attention probabilities, or its backward.
     AttentionDropout,
+    /// A cast of the logits to fp32 before a loss computed in fp32, or of their gradient back
+    /// to the compute dtype: it does not run when the compute dtype is fp32.
+    LossCast,
+    /// One of the kernels of a loss computed as several ([`LossKernels::Megatron`]).
+    Loss,
 }
 
 impl LayerCost {
@@ -952,12 +1004,19 @@ impl Layer {
             };
             return std::mem::take(&mut parts[index]);
         }
+        if let LayerKind::CrossEntropy { kernels: LossKernels::Megatron } = self.kind
+            && let Some(&classes) = self.input.0.last()
+            && classes > 0
+        {
+            return megatron_loss_kernels(self.input.elements(), classes, pass);
+        }
         let cost = &self.cost;
         let whole = KernelPart {
             role: KernelRole::Whole,
             class: cost.class,
             flops: cost.flops(pass, 1),
             traffic: cost.traffic(pass),
+            fp32_traffic: Traffic::default(),
             mask_bytes: cost.mask_bytes(pass),
         };
         if whole.flops == 0.0 && whole.traffic == Traffic::default() && whole.mask_bytes == 0 {
@@ -965,6 +1024,52 @@ impl Layer {
         } else {
             vec![whole]
         }
+    }
+}
+
+/// The kernels of `pass` of Megatron-LM's fp32 vocabulary-parallel cross-entropy
+/// ([`LossKernels::Megatron`]) over `logits` elements per sample in rows of `classes`: forward
+/// the cast (`output.float()`), `max` over the vocabulary, `sub_` of the maximum, `exp` in place,
+/// `sum`, `div_` by the sum (38 bytes per logit in fp16 training); backward `mul_` by the loss
+/// gradient and the cast back (14 bytes per logit). The dozen per-token kernels (the label
+/// masks, the gather of the label's logit, the log and the one-hot subtraction) move a few
+/// bytes per token and are left out. Their sums are [`LayerCost`]'s for the layer.
+fn megatron_loss_kernels(logits: u64, classes: u64, pass: Pass) -> Vec<KernelPart> {
+    let rows = logits / classes;
+    let n = logits as f64;
+    let elements = |per_sample| Traffic { per_sample, per_batch: 0 };
+    // Elements in the compute dtype, then in fp32.
+    let part = |role, class, flops, traffic: u64, fp32_traffic: u64| KernelPart {
+        role,
+        class,
+        flops,
+        traffic: elements(traffic),
+        fp32_traffic: elements(fp32_traffic),
+        mask_bytes: 0,
+    };
+    let (cast, loss) = (KernelRole::LossCast, KernelRole::Loss);
+    match pass {
+        Pass::Forward => vec![
+            // Read the logits, write them in fp32.
+            part(cast, OpClass::Elementwise, 0.0, logits, logits),
+            // Read them, write one maximum per row.
+            part(loss, OpClass::Reduction, n, 0, logits + rows),
+            // Read them and the maxima, write them.
+            part(loss, OpClass::Elementwise, n, 0, 2 * logits + rows),
+            // exp in place.
+            part(loss, OpClass::Elementwise, n, 0, 2 * logits),
+            // Read them, write one sum per row.
+            part(loss, OpClass::Reduction, n, 0, logits + rows),
+            // Divide in place by the sums: the softmax saved for the backward.
+            part(loss, OpClass::Elementwise, n, 0, 2 * logits + rows),
+        ],
+        Pass::BackwardData => vec![
+            // Multiply the saved softmax (one-hot already subtracted) by the loss gradient.
+            part(loss, OpClass::Elementwise, n, 0, 2 * logits + rows),
+            // Read it in fp32, write it in the compute dtype.
+            part(cast, OpClass::Elementwise, 0.0, logits, logits),
+        ],
+        Pass::BackwardWeight => Vec::new(),
     }
 }
 
@@ -1122,7 +1227,7 @@ impl Checker<'_> {
             LayerKind::Glu { function } => self.glu(input, *function),
             LayerKind::Softmax => self.softmax(input, elements_in),
             LayerKind::Dropout => Ok((input.clone(), Checker::dropout(elements_in))),
-            LayerKind::CrossEntropy => self.cross_entropy(input, elements_in),
+            LayerKind::CrossEntropy { kernels } => self.cross_entropy(input, elements_in, *kernels),
             LayerKind::Add => Ok((input.clone(), Checker::add(elements_in))),
             LayerKind::Concat { axis, others } => self.concat(input, *axis, others),
             LayerKind::Flatten => Ok((Shape(vec![elements_in]), LayerCost::free(OpClass::Elementwise))),

@@ -67,10 +67,10 @@ pub use kernel_shape::{
     AttentionShape, ConvDirection, ConvShape, GemmShape, KernelShape, ReductionLaunch, ReductionShape,
 };
 pub use layer::{
-    Activation, AttentionKernel, KernelPart, KernelRole, Layer, LayerCost, LayerError, LayerKind, OpClass,
-    Padding, Pass, Shape, Traffic, UpsampleMode,
+    Activation, AttentionKernel, KernelPart, KernelRole, Layer, LayerCost, LayerError, LayerKind,
+    LossKernels, OpClass, Padding, Pass, Shape, Traffic, UpsampleMode,
 };
 pub use memory::{ActivationBytes, MemoryBreakdown, MemoryError, MemoryPlan, Recompute, Sharding};
 pub use model::{Model, ModelBuilder, ModelError};
 pub use model_file::{FAMILIES, LAYER_KINDS};
-pub use optimizer::Optimizer;
+pub use optimizer::{GradientAccumulation, Optimizer, OptimizerPasses};

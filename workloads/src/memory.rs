@@ -502,7 +502,7 @@ impl MemoryPlan<'_> {
             LayerKind::MaxPool { .. } => keeps_input(8),
             LayerKind::GlobalMaxPool => SavedTensors::of(&[tensor(None, kept, 8)]),
             LayerKind::Dropout => SavedTensors::of(&[tensor(None, kept, 1)]),
-            LayerKind::CrossEntropy => SavedTensors::of(&[tensor(None, kept, width.max(4))]),
+            LayerKind::CrossEntropy { .. } => SavedTensors::of(&[tensor(None, kept, width.max(4))]),
             LayerKind::Attention { implementation: AttentionKernel::Standard, dropout, heads, .. } => {
                 let mut saved = keeps_input(width);
                 if self.recompute != Recompute::None {
@@ -637,7 +637,7 @@ impl MemoryPlan<'_> {
                         && (saved.replicated
                             || (saved.elements == block_input_elements && !saved.row_parallel_input));
                     if replicated { 1 } else { tensor_ranks }
-                } else if matches!(layer.kind, LayerKind::CrossEntropy) {
+                } else if matches!(layer.kind, LayerKind::CrossEntropy { .. }) {
                     tensor_ranks
                 } else {
                     1

@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::Deserialize;
 use toml::{Spanned, Table, Value};
 
-use crate::layer::{Activation, AttentionKernel, LayerKind, Padding, Shape, UpsampleMode};
+use crate::layer::{Activation, AttentionKernel, LayerKind, LossKernels, Padding, Shape, UpsampleMode};
 use crate::model::{Model, ModelBuilder, ModelError};
 use crate::zoo::dlrm::Dlrm;
 use crate::zoo::inception::InceptionV3;
@@ -651,7 +651,13 @@ fn step<'t>(fields: &mut Fields<'t>, kind: &str, input: &Shape) -> Result<Step<'
             }
             Step::Layer(LayerKind::Dropout)
         }
-        "cross-entropy" => Step::Layer(LayerKind::CrossEntropy),
+        "cross-entropy" => Step::Layer(LayerKind::CrossEntropy {
+            kernels: fields.choice(
+                "kernels",
+                &[("fused", LossKernels::Fused), ("megatron", LossKernels::Megatron)],
+                LossKernels::Fused,
+            )?,
+        }),
         "embedding" => Step::Layer(LayerKind::Embedding {
             vocabulary: fields.required_integer("vocabulary", kind)?,
             dim: fields.required_integer("dim", kind)?,

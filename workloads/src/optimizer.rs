@@ -74,3 +74,97 @@ impl std::str::FromStr for Optimizer {
         })
     }
 }
+
+/// The kernels a mixed-precision training step runs around the update rule (`[compute]
+/// optimizer-passes`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OptimizerPasses {
+    /// One multi-tensor kernel reads the gradients as synchronised and writes the fp32 weights,
+    /// the states and the low-precision copy of the weights (the default).
+    #[default]
+    Fused,
+    /// Megatron-LM's `Float16OptimizerWithFloat16Params` around apex's multi-tensor `FusedAdam`
+    /// (megatron/optimizer/optimizer.py and clip_grads.py, 2021 and 2022): the gradients cast
+    /// to fp32 main gradients one tensor at a time (`model_param.grad.float()`), unscaled with
+    /// the inf check (`torch._amp_foreach_non_finite_check_and_unscale_`), their L2 norm for
+    /// `--clip-grad` (`amp_C.multi_tensor_l2norm`), the step on the fp32 gradients, and the
+    /// fp32 weights copied to the fp16 model weights (`amp_C.multi_tensor_scale`). The clip's
+    /// own scaling runs only when the norm exceeds the threshold, which depends on the data,
+    /// and is left out. Without a low-precision copy (fp32 training, Megatron's
+    /// `FP32Optimizer`) only the norm runs besides the step.
+    Megatron,
+}
+
+impl OptimizerPasses {
+    /// Every value, for error messages.
+    pub const ALL: [OptimizerPasses; 2] = [OptimizerPasses::Fused, OptimizerPasses::Megatron];
+
+    /// The name used in scenario files.
+    pub fn name(self) -> &'static str {
+        match self {
+            OptimizerPasses::Fused => "fused",
+            OptimizerPasses::Megatron => "megatron",
+        }
+    }
+}
+
+impl fmt::Display for OptimizerPasses {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for OptimizerPasses {
+    type Err = String;
+    fn from_str(name: &str) -> Result<Self, String> {
+        OptimizerPasses::ALL.into_iter().find(|o| o.name() == name).ok_or_else(|| {
+            let valid: Vec<&str> = OptimizerPasses::ALL.iter().map(|o| o.name()).collect();
+            format!("unknown optimizer passes {name:?}; valid: {}", valid.join(", "))
+        })
+    }
+}
+
+/// How the gradients of a training step's micro-batches add up (`[compute]
+/// gradient-accumulation`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum GradientAccumulation {
+    /// Not priced: the weight-gradient kernels add into the gradient themselves (the default).
+    #[default]
+    InKernel,
+    /// PyTorch's `AccumulateGrad` (torch/csrc/autograd/functions/accumulate_grad.h): the first
+    /// micro-batch's weight gradient becomes the parameter's `.grad`; every later one is added
+    /// to it in place (`variable_grad += new_grad`), an element-wise kernel that reads both and
+    /// writes one gradient in the parameters' dtype. Megatron-LM's 2021 runs (fp16 parameters,
+    /// no `gradient_accumulation_fusion`, which came in 2022) pay it on every micro-batch but
+    /// the first.
+    Add,
+}
+
+impl GradientAccumulation {
+    /// Every value, for error messages.
+    pub const ALL: [GradientAccumulation; 2] = [GradientAccumulation::InKernel, GradientAccumulation::Add];
+
+    /// The name used in scenario files.
+    pub fn name(self) -> &'static str {
+        match self {
+            GradientAccumulation::InKernel => "in-kernel",
+            GradientAccumulation::Add => "add",
+        }
+    }
+}
+
+impl fmt::Display for GradientAccumulation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for GradientAccumulation {
+    type Err = String;
+    fn from_str(name: &str) -> Result<Self, String> {
+        GradientAccumulation::ALL.into_iter().find(|o| o.name() == name).ok_or_else(|| {
+            let valid: Vec<&str> = GradientAccumulation::ALL.iter().map(|o| o.name()).collect();
+            format!("unknown gradient accumulation {name:?}; valid: {}", valid.join(", "))
+        })
+    }
+}

@@ -1,7 +1,7 @@
 //! Element-wise, normalization and data-movement layers: activations, gated units, norms,
 //! softmax, dropout, loss, residual add, concatenation and views.
 
-use super::{Activation, Checker, LayerCost, LayerError, OpClass, Shape, Traffic};
+use super::{Activation, Checker, LayerCost, LayerError, LossKernels, OpClass, Shape, Traffic};
 
 impl Checker<'_> {
     pub(super) fn batch_norm(
@@ -153,21 +153,36 @@ impl Checker<'_> {
         &self,
         input: &Shape,
         elements_in: u64,
+        kernels: LossKernels,
     ) -> Result<(Shape, LayerCost), LayerError> {
         let classes = self.features(input)?;
         let rows = elements_in / classes;
         let n = elements_in as f64;
-        let cost = LayerCost {
-            // Log-softmax (5 per logit), then pick the label's and average (1 per row).
-            forward_flops: 5.0 * n + rows as f64,
-            // softmax - one-hot, scaled: 2 per logit.
-            backward_data_flops: 2.0 * n,
-            // Read the logits and labels, write the log-probabilities and the losses.
-            forward_traffic: Traffic { per_sample: 2 * elements_in + 2 * rows, per_batch: 0 },
-            // Read the log-probabilities and labels, write the logits' gradient.
-            backward_data_traffic: Traffic { per_sample: 2 * elements_in + rows, per_batch: 0 },
-            activation_elements: elements_in,
-            ..LayerCost::free(OpClass::Reduction)
+        let cost = match kernels {
+            LossKernels::Fused => LayerCost {
+                // Log-softmax (5 per logit), then pick the label's and average (1 per row).
+                forward_flops: 5.0 * n + rows as f64,
+                // softmax - one-hot, scaled: 2 per logit.
+                backward_data_flops: 2.0 * n,
+                // Read the logits and labels, write the log-probabilities and the losses.
+                forward_traffic: Traffic { per_sample: 2 * elements_in + 2 * rows, per_batch: 0 },
+                // Read the log-probabilities and labels, write the logits' gradient.
+                backward_data_traffic: Traffic { per_sample: 2 * elements_in + rows, per_batch: 0 },
+                activation_elements: elements_in,
+                ..LayerCost::free(OpClass::Reduction)
+            },
+            // The sums of Layer::kernels' parts (megatron_loss_kernels): the cast's 2 elements,
+            // then max 1, sub 2, exp 2, sum 1, div 2 per logit forward (one FLOP each but the
+            // cast's), multiply 2 and cast 2 backward; the fp32 parts' elements count 4 bytes
+            // whatever the compute dtype when the compute model prices the kernels.
+            LossKernels::Megatron => LayerCost {
+                forward_flops: 5.0 * n,
+                backward_data_flops: n,
+                forward_traffic: Traffic { per_sample: 10 * elements_in + 4 * rows, per_batch: 0 },
+                backward_data_traffic: Traffic { per_sample: 4 * elements_in + rows, per_batch: 0 },
+                activation_elements: elements_in,
+                ..LayerCost::free(OpClass::Reduction)
+            },
         };
         Ok((Shape(vec![]), cost))
     }

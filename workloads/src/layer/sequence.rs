@@ -230,8 +230,14 @@ impl Checker<'_> {
         let traffic = |terms: &[(u64, u64)]| -> Result<Traffic, LayerError> {
             Ok(Traffic { per_sample: self.sum("the traffic", terms)?, per_batch: 0 })
         };
-        let part =
-            |role, class, flops, traffic, mask_bytes| KernelPart { role, class, flops, traffic, mask_bytes };
+        let part = |role, class, flops, traffic, mask_bytes| KernelPart {
+            role,
+            class,
+            flops,
+            traffic,
+            fp32_traffic: Traffic::default(),
+            mask_bytes,
+        };
         let cost = match kernel {
             AttentionKernel::Standard => {
                 // The products read Q, K, V and write the scores S, read the (dropped)

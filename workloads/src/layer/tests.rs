@@ -242,7 +242,7 @@ fn sequence_layers_act_on_the_last_dimension() {
     assert_eq!(softmax.cost.activation_elements, 1600);
     let dropout = layer(LayerKind::Dropout, [16, 100]);
     assert_eq!(dropout.cost.params, 0);
-    let loss = layer(LayerKind::CrossEntropy, [2048, 50257]);
+    let loss = layer(LayerKind::CrossEntropy { kernels: LossKernels::Fused }, [2048, 50257]);
     assert_eq!(loss.output, Shape(vec![]));
     assert_eq!(loss.cost.activation_elements, 2048 * 50257);
 }
@@ -526,4 +526,43 @@ fn bad_shapes_and_parameters_name_the_layer() {
 
     let text = error(LayerKind::Linear { out_features: 10, bias: true }, [u64::MAX / 2, 4]);
     assert!(text.contains("too large"), "{text}");
+}
+
+/// Megatron-LM's fp32 loss (`LossKernels::Megatron`): six kernels forward (the cast, max, sub,
+/// exp, sum, div), two backward (multiply, cast back); in fp16 52 bytes per logit, in fp32 the
+/// casts do not run (40 bytes); the parts add up to the layer's elements and FLOPs.
+#[test]
+fn megatron_loss_runs_in_fp32_as_several_kernels() {
+    let (tokens, vocabulary) = (2048u64, 6400u64);
+    let loss = layer(LayerKind::CrossEntropy { kernels: LossKernels::Megatron }, [tokens, vocabulary]);
+    let n = tokens * vocabulary;
+    let per_logit = |pass: Pass, dtype: Dtype, skip_casts: bool| -> f64 {
+        loss.kernels(pass)
+            .iter()
+            .filter(|k| !(skip_casts && k.role == KernelRole::LossCast))
+            .map(|k| k.bytes(1, dtype))
+            .sum::<f64>()
+            / n as f64
+    };
+    assert_eq!(loss.kernels(Pass::Forward).len(), 6);
+    assert_eq!(loss.kernels(Pass::BackwardData).len(), 2);
+    assert!(loss.kernels(Pass::BackwardWeight).is_empty());
+    // Per-row fp32 values aside: the maxima and sums written, then read (4 per row forward),
+    // the loss gradient read (1 per row backward).
+    let row = 4.0 * tokens as f64 / n as f64;
+    assert!((per_logit(Pass::Forward, Dtype::Fp16, false) - 4.0 * row - 38.0).abs() < 1e-9);
+    assert!((per_logit(Pass::BackwardData, Dtype::Fp16, false) - row - 14.0).abs() < 1e-9);
+    assert!((per_logit(Pass::Forward, Dtype::Fp32, true) - 4.0 * row - 32.0).abs() < 1e-9);
+    assert!((per_logit(Pass::BackwardData, Dtype::Fp32, true) - row - 8.0).abs() < 1e-9);
+    for pass in [Pass::Forward, Pass::BackwardData] {
+        let parts = loss.kernels(pass);
+        let elements: u64 = parts.iter().map(|k| k.traffic.per_sample + k.fp32_traffic.per_sample).sum();
+        assert_eq!(elements, loss.cost.traffic(pass).per_sample, "{pass:?}");
+        let flops: f64 = parts.iter().map(|k| k.flops).sum();
+        assert_eq!(flops, loss.cost.flops(pass, 1), "{pass:?}");
+    }
+    // The fused loss stays one kernel in the compute dtype.
+    let fused = layer(LayerKind::CrossEntropy { kernels: LossKernels::Fused }, [tokens, vocabulary]);
+    assert_eq!(fused.kernels(Pass::Forward).len(), 1);
+    assert_eq!(fused.kernels(Pass::Forward)[0].fp32_traffic, Traffic::default());
 }

@@ -9,7 +9,10 @@ use crate::fusion::Fusion;
 use crate::groupbn::BatchNormGroup;
 use crate::input::{InputCopy, InputPipeline, Loader};
 use crate::strategy::{GradientSync, Offload, Parallelism, PipelineSchedule, RankOrder};
-use crate::{ComputeModel, Device, DeviceCatalog, Dtype, Model, ModelError, Optimizer, Recompute, zoo};
+use crate::{
+    ComputeModel, Device, DeviceCatalog, Dtype, GradientAccumulation, Model, ModelError, Optimizer,
+    OptimizerPasses, Recompute, zoo,
+};
 use serde::Deserialize;
 use sim_core::fidelity::{Fidelity, NetworkSettings};
 use sim_core::graph::{CollectiveAlgorithm, CollectiveKind};
@@ -111,6 +114,8 @@ struct ComputeSection {
     cuda_graphs: Option<bool>,
     winograd_convolutions: Option<bool>,
     fusion: Option<String>,
+    optimizer_passes: Option<String>,
+    gradient_accumulation: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -341,6 +346,10 @@ pub struct Scenario {
     pub fusion: Fusion,
     /// Group batch norm (`parallelism.batch-norm-group`).
     pub batch_norm_group: BatchNormGroup,
+    /// The kernels of the optimizer step around its update rule (`compute.optimizer-passes`).
+    pub optimizer_passes: OptimizerPasses,
+    /// How micro-batches' weight gradients add up (`compute.gradient-accumulation`).
+    pub gradient_accumulation: GradientAccumulation,
     /// Host memory of one node (`cluster.host-memory`), if given: what out-of-core training
     /// may fill.
     pub host_memory: Option<Bytes>,
@@ -368,6 +377,8 @@ impl Scenario {
             layer_tables: None,
             fusion: self.fusion,
             batch_norm_group: self.batch_norm_group,
+            optimizer_passes: self.optimizer_passes,
+            gradient_accumulation: self.gradient_accumulation,
         }
     }
 
@@ -761,6 +772,20 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
     if fusion != Fusion::None {
         compute_source.push_str(&format!(", fusion {fusion}"));
     }
+    let optimizer_passes: OptimizerPasses = match &spec.compute.optimizer_passes {
+        Some(passes) => passes.parse().map_err(|error| invalid("compute.optimizer-passes", error))?,
+        None => OptimizerPasses::Fused,
+    };
+    if optimizer_passes != OptimizerPasses::Fused {
+        compute_source.push_str(&format!(", optimizer passes {optimizer_passes}"));
+    }
+    let gradient_accumulation: GradientAccumulation = match &spec.compute.gradient_accumulation {
+        Some(mode) => mode.parse().map_err(|error| invalid("compute.gradient-accumulation", error))?,
+        None => GradientAccumulation::InKernel,
+    };
+    if gradient_accumulation != GradientAccumulation::InKernel {
+        compute_source.push_str(&format!(", gradient accumulation {gradient_accumulation}"));
+    }
     let device_copy = compute.device_copy(&device);
     let batch_norm_group =
         batch_norm_group(spec.parallelism.batch_norm_group, &cluster_spec, &model, &parallelism, &invalid)?;
@@ -789,6 +814,8 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
         compute_source,
         fusion,
         batch_norm_group,
+        optimizer_passes,
+        gradient_accumulation,
         host_memory: cluster.host_memory,
         input,
     };

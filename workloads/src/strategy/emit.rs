@@ -110,6 +110,9 @@ struct Plan<'s> {
     bucket_closed_by: Vec<Option<usize>>,
     /// Optimizer step of each stage.
     optimizer: Vec<(SimDuration, f64)>,
+    /// Each layer's in-place gradient add on every micro-batch but the first, if priced
+    /// ([`Strategy::accumulation`]).
+    accumulate: Vec<Option<SimDuration>>,
     /// Bytes sent between consecutive chunks (activation or gradient of one micro-batch).
     boundary_bytes: Vec<Bytes>,
     /// Host time to launch one kernel (zero under CUDA graphs).
@@ -656,8 +659,15 @@ pub(super) fn estimate(
     let mut bound = 0u128;
     let mut fill_and_drain = 0u128;
     for stage in 0..p {
+        // Every micro-batch but the first adds its weight gradients in place, if priced.
+        let accumulate: u128 = plan
+            .chunks_of(stage)
+            .flat_map(|k| plan.chunk_layers[k].clone())
+            .map(|i| plan.accumulate[i].map_or(0, |d| u128::from(d.as_ps())))
+            .sum();
         let work: u128 = plan.chunks_of(stage).map(|k| chunk_times[k].0 + chunk_times[k].1).sum::<u128>()
             * micro_batches
+            + accumulate * micro_batches.saturating_sub(1)
             + u128::from(plan.optimizer[stage as usize].0.as_ps());
         bound = bound.max(work + fill_and_drain);
         if let Some((forward, backward)) = chunk_times.get(stage as usize) {
@@ -1022,6 +1032,12 @@ impl<'s> Plan<'s> {
         } else {
             0
         };
+        // ZeRO-2 and -3 reduce each micro-batch's gradients into their shards instead.
+        let accumulate = if p.zero >= 2 {
+            vec![None; local.len()]
+        } else {
+            local.iter().map(|layer| strategy.accumulation(layer)).collect::<Result<Vec<_>, _>>()?
+        };
         let mut optimizer = Vec::with_capacity(p.pipeline as usize);
         let mut stage_parameters = Vec::with_capacity(p.pipeline as usize);
         for stage in 0..p.pipeline {
@@ -1103,6 +1119,7 @@ impl<'s> Plan<'s> {
             buckets,
             bucket_closed_by,
             optimizer,
+            accumulate,
             boundary_bytes,
         })
     }
@@ -2044,6 +2061,11 @@ impl RankEmitter<'_, '_> {
             if let Some((duration, _)) = weight {
                 gradient_ready = Some(self.compute(duration, self.labels.passes[index][2]));
                 self.slow_last_compute(index, 2);
+            }
+            if micro > 0
+                && let Some(duration) = plan.accumulate[index]
+            {
+                gradient_ready = Some(self.compute(duration, self.labels.passes[index][2]));
             }
             self.waiting.extend(deferred);
             Ok(gradient_ready)

@@ -32,7 +32,7 @@ use sim_core::units::{Bytes, SimDuration};
 
 use crate::compute::{ComputeError, ComputeModel};
 use crate::device::{Device, Dtype};
-use crate::layer::Pass;
+use crate::layer::{OpClass, Pass};
 use crate::memory::{MemoryBreakdown, MemoryError, MemoryPlan, Recompute, Sharding};
 use crate::model::Model;
 use crate::optimizer::Optimizer;
@@ -451,6 +451,10 @@ pub struct Strategy<'a> {
     /// exchanges cost ([`crate::groupbn`]); [`BatchNormGroup::NONE`](crate::groupbn::BatchNormGroup::NONE)
     /// for none.
     pub batch_norm_group: crate::groupbn::BatchNormGroup,
+    /// The kernels the optimizer step runs around its update rule (`compute.optimizer-passes`).
+    pub optimizer_passes: crate::optimizer::OptimizerPasses,
+    /// How micro-batches' weight gradients add up (`compute.gradient-accumulation`).
+    pub gradient_accumulation: crate::optimizer::GradientAccumulation,
 }
 
 /// One gradient bucket: which layers' gradients it carries and how many bytes.
@@ -981,12 +985,35 @@ impl Strategy<'_> {
             fused: true,
             gradient_bytes: self.gradient_precision.bytes(),
             low_precision_copy: self.precision.bytes() < 4,
+            passes: self.optimizer_passes,
         };
         let time = self
             .compute
             .optimizer_step_duration(self.device, &step)
             .map_err(|source| StrategyError::Compute { layer: "optimizer".into(), source })?;
         Ok((time, self.optimizer.flops_per_parameter() * parameters as f64))
+    }
+
+    /// The in-place add of a later micro-batch's weight gradients of `layer` into its
+    /// gradients ([`crate::optimizer::GradientAccumulation::Add`]): one element-wise kernel
+    /// over the rank's share of its parameters in the compute dtype (read both, write one);
+    /// `None` when the weight kernels accumulate themselves or the layer has no parameters.
+    fn accumulation(&self, local: &LocalLayer) -> Result<Option<SimDuration>, StrategyError> {
+        let parameters = local.layer.cost.params;
+        if self.gradient_accumulation != crate::optimizer::GradientAccumulation::Add || parameters == 0 {
+            return Ok(None);
+        }
+        let work = crate::compute::KernelWork::flat(
+            OpClass::Elementwise,
+            self.precision,
+            parameters as f64,
+            3.0 * (parameters * self.precision.bytes()) as f64,
+        );
+        let time = self
+            .compute
+            .work_duration(self.device, &work)
+            .map_err(|source| StrategyError::Compute { layer: local.layer.name.clone(), source })?;
+        Ok(Some(time))
     }
 }
 

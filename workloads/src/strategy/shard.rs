@@ -290,7 +290,7 @@ pub fn roles(model: &Model, tensor: u32) -> Result<Vec<Role>, ShardError> {
             {
                 Role::VocabularyOutput
             }
-            LayerKind::CrossEntropy if index > 0 && roles.last() == Some(&Role::VocabularyOutput) => {
+            LayerKind::CrossEntropy { .. } if index > 0 && roles.last() == Some(&Role::VocabularyOutput) => {
                 Role::VocabularyLoss
             }
             LayerKind::Linear { .. } if in_block => {

@@ -87,6 +87,8 @@ pub(super) fn strategy<'a>(
         layer_tables: None,
         fusion: crate::fusion::Fusion::None,
         batch_norm_group: crate::groupbn::BatchNormGroup::NONE,
+        optimizer_passes: crate::optimizer::OptimizerPasses::Fused,
+        gradient_accumulation: crate::optimizer::GradientAccumulation::InKernel,
     }
 }
 
@@ -290,6 +292,58 @@ fn plain_data_parallelism_is_one_micro_batch_of_the_general_emitter() {
     assert_eq!(accumulated.graph.collectives().len(), lowered.buckets.len());
     let timeline = NetworkSettings::new(Fidelity::Analytical).run(&accumulated.graph, &dgx(1)).unwrap();
     assert!(timeline.makespan() > SimDuration::ZERO);
+}
+
+/// PyTorch's in-place gradient accumulation ([`crate::optimizer::GradientAccumulation::Add`]):
+/// on one GPU, 4 micro-batches add 3 element-wise kernels per layer with parameters, each
+/// reading two and writing one fp16 gradient, and the iteration grows by exactly their time.
+#[test]
+fn in_place_gradient_accumulation_adds_a_kernel_per_layer_and_later_micro_batch() {
+    use crate::optimizer::GradientAccumulation;
+    let model = zoo::by_name("resnet50").unwrap();
+    let compute = ComputeModel::default();
+    let base = strategy(&model, &compute, Parallelism::data_parallel(1), 64, 16);
+    let add = Strategy { gradient_accumulation: GradientAccumulation::Add, ..base.clone() };
+    let (plain, added) = (base.lower().unwrap(), add.lower().unwrap());
+    assert_eq!(plain.micro_batches, 4);
+    let with_parameters: Vec<&crate::layer::Layer> =
+        model.layers.iter().filter(|l| l.cost.params > 0).collect();
+    // Each kernel is a host launch and a compute op.
+    assert_eq!(added.graph.op_count() - plain.graph.op_count(), 2 * 3 * with_parameters.len());
+    let a100 = DeviceCatalog::builtin().get("a100-sxm4-80gb").unwrap();
+    let kernels: f64 = with_parameters
+        .iter()
+        .map(|l| {
+            let p = l.cost.params as f64;
+            let work =
+                crate::compute::KernelWork::flat(crate::layer::OpClass::Elementwise, Dtype::Fp16, p, 6.0 * p);
+            compute.work_duration(a100, &work).unwrap().as_secs_f64()
+        })
+        .sum();
+    let run = |lowered: &Lowered| {
+        NetworkSettings::new(Fidelity::Analytical)
+            .run(&lowered.graph, &dgx(1))
+            .unwrap()
+            .makespan()
+            .as_secs_f64()
+    };
+    let grown = run(&added) - run(&plain);
+    assert!((grown - 3.0 * kernels).abs() < 1e-9, "{grown} vs {}", 3.0 * kernels);
+    // One micro-batch: nothing to accumulate.
+    let single = Strategy { micro_batch: 64, ..add.clone() }.lower().unwrap();
+    assert_eq!(
+        single.graph.op_count(),
+        Strategy { micro_batch: 64, ..base.clone() }.lower().unwrap().graph.op_count()
+    );
+    // ZeRO-2 reduces each micro-batch into its shards instead.
+    let zero2 = |s: &Strategy| {
+        Strategy { parallelism: Parallelism { zero: 2, ..Parallelism::data_parallel(1) }, ..s.clone() }
+            .lower()
+            .unwrap()
+            .graph
+            .op_count()
+    };
+    assert_eq!(zero2(&add), zero2(&base));
 }
 
 #[test]

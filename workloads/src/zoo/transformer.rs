@@ -13,7 +13,7 @@
 
 use serde::Deserialize;
 
-use crate::layer::{Activation, AttentionKernel, LayerKind, Shape};
+use crate::layer::{Activation, AttentionKernel, LayerKind, LossKernels, Shape};
 use crate::model::{Model, ModelBuilder, ModelError};
 use crate::zoo::invalid;
 
@@ -115,6 +115,8 @@ pub struct Transformer {
     pub moe: Option<Moe>,
     /// The output head.
     pub head: Head,
+    /// How its cross-entropy losses run.
+    pub loss: LossKernels,
 }
 
 impl Transformer {
@@ -320,7 +322,7 @@ impl Transformer {
                 } else {
                     b.layer("logits", LayerKind::Linear { out_features: self.vocabulary, bias: false })?;
                 }
-                b.layer("loss", LayerKind::CrossEntropy)?;
+                b.layer("loss", LayerKind::CrossEntropy { kernels: self.loss })?;
             }
             Head::BertPretraining => {
                 let encoded = b.shape().clone();
@@ -328,13 +330,13 @@ impl Transformer {
                 b.layer("mlm.gelu", LayerKind::Activation { function: Activation::Gelu })?;
                 b.layer("mlm.norm", self.norm())?;
                 b.tied_linear("mlm.decoder", self.vocabulary, true, "embedding")?;
-                b.layer("mlm.loss", LayerKind::CrossEntropy)?;
+                b.layer("mlm.loss", LayerKind::CrossEntropy { kernels: self.loss })?;
                 b.branch_from(encoded);
                 b.layer("pooler.first-token", LayerKind::Slice { axis: 0, start: 0, length: 1 })?;
                 b.layer("pooler.dense", LayerKind::Linear { out_features: h, bias: true })?;
                 b.layer("pooler.tanh", LayerKind::Activation { function: Activation::Tanh })?;
                 b.layer("nsp.classifier", LayerKind::Linear { out_features: 2, bias: true })?;
-                b.layer("nsp.loss", LayerKind::CrossEntropy)?;
+                b.layer("nsp.loss", LayerKind::CrossEntropy { kernels: self.loss })?;
             }
         }
         Ok(b.finish())
@@ -400,6 +402,11 @@ pub struct Gpt {
     /// Output layer tied to the word embeddings. Default true.
     #[serde(default)]
     pub tied_embeddings: Option<bool>,
+    /// The loss's kernels: `"megatron"` (default: Megatron-LM's vocabulary-parallel
+    /// cross-entropy on the logits cast to fp32, as without `--fp16-lm-cross-entropy`) or
+    /// `"fused"` (one kernel per pass in the compute dtype).
+    #[serde(default)]
+    pub loss: Option<String>,
 }
 
 impl Gpt {
@@ -436,6 +443,12 @@ impl Gpt {
             attention: attention_kernel(name, "gpt", self.attention.as_deref(), AttentionKernel::Standard)?,
             moe: None,
             head: Head::LanguageModel { tied: self.tied_embeddings.unwrap_or(true) },
+            loss: match self.loss.as_deref() {
+                None => LossKernels::Megatron,
+                Some(given) => {
+                    LossKernels::parse(given).map_err(|message| invalid(name, "gpt.loss", message))?
+                }
+            },
         })
     }
 
@@ -504,6 +517,7 @@ impl Bert {
             attention: attention_kernel(name, "bert", self.attention.as_deref(), AttentionKernel::Standard)?,
             moe: None,
             head: Head::BertPretraining,
+            loss: LossKernels::Fused,
         };
         let description = format!(
             "BERT with pre-training heads: {} layers, hidden {}, {} heads, {} tokens",
@@ -590,6 +604,7 @@ impl Llama {
             attention: attention_kernel(name, family, self.attention.as_deref(), AttentionKernel::Flash)?,
             moe,
             head: Head::LanguageModel { tied: self.tied_embeddings.unwrap_or(false) },
+            loss: LossKernels::Fused,
         };
         let experts =
             moe.map(|moe| format!(", {} experts (top-{})", moe.experts, moe.top_k)).unwrap_or_default();
@@ -645,6 +660,7 @@ mod tests {
             attention_dropout: None,
             hidden_dropout: None,
             tied_embeddings: None,
+            loss: None,
         }
     }
 
@@ -683,6 +699,20 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("gpt.attention") && error.contains("\"flash\""), "{error}");
+        let error =
+            Gpt { loss: Some("fp16".to_string()), ..gpt(2, 1024, 16) }.build("odd").unwrap_err().to_string();
+        assert!(error.contains("gpt.loss") && error.contains("\"megatron\""), "{error}");
+    }
+
+    /// The GPT's loss is Megatron-LM's fp32 cross-entropy unless the model file says "fused".
+    #[test]
+    fn gpt_loss_is_megatrons_unless_fused() {
+        let kernels = |gpt: Gpt| match gpt.build("g").unwrap().layers.last().map(|l| l.kind.clone()) {
+            Some(LayerKind::CrossEntropy { kernels }) => kernels,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(kernels(gpt(2, 1024, 16)), LossKernels::Megatron);
+        assert_eq!(kernels(Gpt { loss: Some("fused".to_string()), ..gpt(2, 1024, 16) }), LossKernels::Fused);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
-use workloads::{LayerKind, Model, ModelError, Shape, zoo};
+use workloads::{LayerKind, LossKernels, Model, ModelError, Shape, zoo};
 
 fn parse(text: &str) -> Result<Model, ModelError> {
     Model::from_toml_str(text, "models/test-model.toml")
@@ -141,6 +141,16 @@ kind = "cross-entropy"
         LayerKind::TiedLinear { out_features: 1000, bias: false, tied_to: "embedding".to_string() }
     );
     assert_eq!(logits.cost.params, 0);
+    // The loss is one fused kernel unless the file says it runs as Megatron-LM's.
+    let kernels = |model: &Model| model.layer("loss").unwrap().kind.clone();
+    assert_eq!(kernels(&model), LayerKind::CrossEntropy { kernels: LossKernels::Fused });
+    let megatron =
+        parse(&text.replace("kind = \"cross-entropy\"", "kind = \"cross-entropy\"\nkernels = \"megatron\""));
+    assert_eq!(kernels(&megatron.unwrap()), LayerKind::CrossEntropy { kernels: LossKernels::Megatron });
+    rejected(
+        &text.replace("kind = \"cross-entropy\"", "kind = \"cross-entropy\"\nkernels = \"fp32\""),
+        &["kernels", "\"megatron\""],
+    );
 }
 
 #[test]

@@ -9,7 +9,9 @@
 //! the kernels run on, so it adds to every step (`[workload.input] copy = "compute-stream"`,
 //! docs/compute-model.md "Input pipeline").
 
-use workloads::{ComputeModel, DeviceCatalog, Dtype, KernelShape, Optimizer, OptimizerStep, Pass, zoo};
+use workloads::{
+    ComputeModel, DeviceCatalog, Dtype, KernelShape, Optimizer, OptimizerPasses, OptimizerStep, Pass, zoo,
+};
 
 /// Seconds of one training step of `model` at `batch` in fp32 on a V100 (the batch's copy to
 /// the device over the V100's PCIe link, forward, both backward passes of every layer, Adam one
@@ -54,6 +56,7 @@ fn step_of(compute: &ComputeModel, model: &workloads::Model, batch: u64) -> (f64
         fused: false,
         gradient_bytes: 4,
         low_precision_copy: false,
+        passes: OptimizerPasses::Fused,
     };
     let optimizer = compute.optimizer_step_duration(v100, &adam).unwrap().as_secs_f64();
     // The batch in fp32 over the host link, as the simulation copies it (`input_copy_bytes`).
@@ -113,8 +116,11 @@ fn chainer_alexnet_steps_on_v100s_in_turn() {
 
 /// Megatron-LM's 1.7B GPT (Narayanan et al. 2021, Table 1: 32 A100s, data parallel, micro-batch
 /// 16, s = 2048, full recomputation, 137 TFLOP/s per GPU = 3.53 s per iteration): the compute
-/// of one GPU's micro-batch (forward, recomputed forward, backward; Adam), without the
-/// gradient all-reduce, which overlaps the backward.
+/// of one GPU's micro-batch (forward, the transformer layers' recomputed forward, backward) and
+/// its Adam step with Megatron-LM's mixed-precision passes, without the gradient all-reduce,
+/// which overlaps the backward. Megatron checkpoints only the transformer layers
+/// (`ParallelTransformer._checkpointed_forward`, megatron/model/transformer.py, 2021): the
+/// embeddings, the final norm, the logits and the loss run forward once.
 #[test]
 fn megatron_1_7b_micro_batch_on_one_a100() {
     let model = zoo::by_name("megatron-1.7b").unwrap();
@@ -126,7 +132,11 @@ fn megatron_1_7b_micro_batch_on_one_a100() {
         if layer.cost.is_free() {
             continue;
         }
-        for pass in [Pass::Forward, Pass::Forward, Pass::BackwardData, Pass::BackwardWeight] {
+        // The transformer layers run forward twice: once more in the backward.
+        let forwards = if layer.name.starts_with("layers.") { 2 } else { 1 };
+        let passes =
+            std::iter::repeat_n(Pass::Forward, forwards).chain([Pass::BackwardData, Pass::BackwardWeight]);
+        for pass in passes {
             if pass == Pass::BackwardWeight && layer.cost.backward_weight_flops == 0.0 {
                 continue;
             }
@@ -136,12 +146,25 @@ fn megatron_1_7b_micro_batch_on_one_a100() {
                 compute.duration(a100, Dtype::Fp16, flops, bytes, layer.cost.class).unwrap().as_secs_f64();
         }
     }
+    let adam = OptimizerStep {
+        optimizer: Optimizer::Adam,
+        parameters: model.parameters(),
+        tensors: model.layers.iter().filter(|l| l.cost.params > 0).count() as u64,
+        fused: true,
+        gradient_bytes: 2,
+        low_precision_copy: true,
+        passes: OptimizerPasses::Megatron,
+    };
+    let optimizer = compute.optimizer_step_duration(a100, &adam).unwrap().as_secs_f64();
+    let (shaped, flat) = (shaped + optimizer, flat + optimizer);
     let accuracy = 1.0 - (shaped / measured - 1.0).abs();
     println!(
-        "megatron-1.7b micro-batch 16: {shaped:.3} s (FLOPs only: {flat:.3} s), measured {measured} s: {:.1}%",
+        "megatron-1.7b micro-batch 16: {shaped:.3} s (FLOPs only: {flat:.3} s; optimizer {:.1} ms), measured {measured} s: {:.1}%",
+        optimizer * 1e3,
         accuracy * 100.0
     );
-    assert!(accuracy >= 0.77, "{accuracy}");
+    // Raised from 0.77 to 0.89 with Megatron's fp32 loss and optimizer passes (89.0%).
+    assert!(accuracy >= 0.89, "{accuracy}");
 }
 
 /// The shipped profiles on these steps, next to the defaults. Issue 12 asks that a profile fitted
@@ -195,5 +218,27 @@ fn cosmoflow_steps_on_one_v100() {
             accuracy * 100.0
         );
         assert!(accuracy >= bound, "{model}: {accuracy}");
+    }
+}
+
+/// The Megatron SC'21 scenarios say which passes Megatron-LM's optimizer and gradient
+/// accumulation ran (`[compute] optimizer-passes`, `gradient-accumulation`); any other value
+/// is refused with the key and the valid names.
+#[test]
+fn megatron_scenarios_name_their_optimizer_passes() {
+    use std::path::Path;
+    use workloads::scenario::Scenario;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/megatron-sc21/gpt-1.7b.toml");
+    let text = fs_err::read_to_string(&path).unwrap();
+    let scenario = Scenario::parse(&text, &path).unwrap();
+    assert_eq!(scenario.optimizer_passes, OptimizerPasses::Megatron);
+    assert_eq!(scenario.gradient_accumulation, workloads::GradientAccumulation::Add);
+    for (key, given, valid) in [
+        ("optimizer-passes", "optimizer-passes = \"megatron\"", "fused, megatron"),
+        ("gradient-accumulation", "gradient-accumulation = \"add\"", "in-kernel, add"),
+    ] {
+        let broken = text.replace(given, &format!("{key} = \"apex\""));
+        let error = Scenario::parse(&broken, &path).unwrap_err().to_string();
+        assert!(error.contains(&format!("compute.{key}")) && error.contains(valid), "{error}");
     }
 }

@@ -47,6 +47,8 @@ fn building_and_lowering_the_largest_models_takes_milliseconds() {
             layer_tables: None,
             fusion: workloads::fusion::Fusion::None,
             batch_norm_group: workloads::groupbn::BatchNormGroup::NONE,
+            optimizer_passes: workloads::OptimizerPasses::Fused,
+            gradient_accumulation: workloads::GradientAccumulation::InKernel,
         };
         let (lower, lowered) = fastest(5, || spec.lower().unwrap());
         let full = Strategy { recompute: Recompute::Full, ..spec.clone() };
