@@ -286,6 +286,38 @@ fn bad_cnn_strategies_name_the_key_and_what_would_be_valid() {
 }
 
 #[test]
+fn bad_cnn_transports_name_the_key_and_what_would_be_valid() {
+    let cnn = |from: &str, to: &str| {
+        quickstart_with(from, to).replace("batch-per-device = 64", "global-batch = 256\nmicro-batch = 16")
+    };
+    assert_rejected(
+        "cnn-transport-unknown.toml",
+        &cnn("data = 64", "data = 16\nfilter = 4\ncnn-transport = \"nccl\""),
+        &["parallelism.cnn-transport", "\"nccl\"", "\"device\"", "\"mpi\"", "\"mpi-managed\""],
+    );
+    assert_rejected(
+        "cnn-transport-no-rate.toml",
+        &cnn("data = 64", "data = 16\nfilter = 4\ncnn-transport = \"mpi\""),
+        &["parallelism.cnn-staging-rate", "is missing", "\"mpi\""],
+    );
+    assert_rejected(
+        "cnn-transport-no-cnn.toml",
+        &cnn("data = 64", "data = 64\ncnn-transport = \"mpi-managed\"\ncnn-staging-rate = \"1 GB/s\""),
+        &["parallelism.cnn-transport", "filter, channel or spatial"],
+    );
+    assert_rejected(
+        "cnn-rate-without-mpi.toml",
+        &cnn("data = 64", "data = 16\nfilter = 4\ncnn-staging-rate = \"1 GB/s\""),
+        &["parallelism.cnn-staging-rate", "\"mpi\" or \"mpi-managed\" only"],
+    );
+    assert_rejected(
+        "cnn-rate-too-low.toml",
+        &cnn("data = 64", "data = 16\nfilter = 4\ncnn-transport = \"mpi\"\ncnn-staging-rate = \"1 kB/s\""),
+        &["parallelism.cnn-staging-rate", "at least 1 MB/s"],
+    );
+}
+
+#[test]
 fn cnn_strategies_run_and_split_the_memory() {
     let run = |name: &str, to: &str| -> serde_json::Value {
         let text = quickstart_with("data = 64", to)

@@ -238,6 +238,8 @@ struct ParallelismSection {
     spatial: u32,
     spatial_dims: String,
     spatial_until: Option<String>,
+    cnn_transport: String,
+    cnn_staging_rate: Option<Bandwidth>,
     sync: String,
     global_sync_every: Option<u32>,
     global_sync: Option<String>,
@@ -267,6 +269,8 @@ impl Default for ParallelismSection {
             spatial: 1,
             spatial_dims: "h".into(),
             spatial_until: None,
+            cnn_transport: "device".into(),
+            cnn_staging_rate: None,
             sync: "allreduce".into(),
             global_sync_every: None,
             global_sync: None,
@@ -716,6 +720,8 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
     if let Some(name) = &spec.parallelism.spatial_until {
         parallelism.spatial_until = Some(spatial_until(name, &parallelism, &model, &invalid)?);
     }
+    parallelism.cnn_staging =
+        cnn_staging(&spec.parallelism, &parallelism, cluster_spec.gpus_per_node, &invalid)?;
     if let Some(offload) = &workload.offload {
         parallelism.offload = offload.parse().map_err(|message| invalid("workload.offload", message))?;
     }
@@ -913,6 +919,50 @@ fn protocols(
 
 /// `parallelism.spatial-until`: the index of the named layer, which must be one spatial
 /// parallelism can split.
+/// `parallelism.cnn-transport` and `parallelism.cnn-staging-rate`: the host staging of the CNN
+/// group's MPI messages, for a group of `parallelism.cnn_degree()` contiguous ranks on nodes of
+/// `gpus_per_node`.
+fn cnn_staging(
+    section: &ParallelismSection,
+    parallelism: &Parallelism,
+    gpus_per_node: u32,
+    invalid: &dyn Fn(&str, String) -> ScenarioError,
+) -> Result<Option<crate::strategy::HostStaging>, ScenarioError> {
+    use crate::strategy::CnnTransport;
+    let transport: CnnTransport =
+        section.cnn_transport.parse().map_err(|message| invalid("parallelism.cnn-transport", message))?;
+    let degree = parallelism.cnn_degree();
+    match (transport, section.cnn_staging_rate) {
+        (CnnTransport::Device, None) => Ok(None),
+        (CnnTransport::Device, Some(_)) => Err(invalid(
+            "parallelism.cnn-staging-rate",
+            "applies to parallelism.cnn-transport = \"mpi\" or \"mpi-managed\" only (or remove the key)"
+                .into(),
+        )),
+        (_, _) if degree <= 1 => Err(invalid(
+            "parallelism.cnn-transport",
+            format!(
+                "is {:?}: it carries the collectives of filter, channel or spatial parallelism, so set one of \
+                 them above 1 (or remove the key)",
+                transport.name()
+            ),
+        )),
+        (_, None) => Err(invalid(
+            "parallelism.cnn-staging-rate",
+            format!(
+                "is missing: parallelism.cnn-transport = {:?} stages MPI messages through host memory, so give \
+                 the round trip's rate (e.g. cnn-staging-rate = \"1.4 GB/s\")",
+                transport.name()
+            ),
+        )),
+        (_, Some(rate)) if rate.bytes_per_second() < 1e6 => Err(invalid(
+            "parallelism.cnn-staging-rate",
+            format!("is {rate}: give at least 1 MB/s (a host round trip of GPU buffers)"),
+        )),
+        (_, Some(rate)) => Ok(crate::strategy::HostStaging::new(transport, rate, degree, gpus_per_node)),
+    }
+}
+
 fn spatial_until(
     name: &str,
     parallelism: &Parallelism,
@@ -1136,6 +1186,7 @@ fn parallelism(
         spatial: section.spatial,
         spatial_dims,
         spatial_until: None,
+        cnn_staging: None,
         sync: gradient_sync(section, cluster, invalid)?,
         offload: crate::strategy::Offload::None,
     })

@@ -79,6 +79,109 @@ impl std::str::FromStr for SpatialDims {
     }
 }
 
+/// How the per-layer collectives and halo exchanges of a CNN group travel
+/// (`parallelism.cnn-transport`).
+///
+/// ParaDL runs them as ChainerMN's function-level collectives (`chainermn.functions.allgather`,
+/// chainermnx's `allreduce` and halo `send`/`recv`), which call mpi4py on raw device pointers
+/// (`MpiCommunicatorBase.allgather` / `alltoall` / `allreduce` / `send` / `recv`, Chainer
+/// v7.0.0), so a CUDA-aware MPI moves them; only the gradient allreduce goes through NCCL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CnnTransport {
+    /// GPU to GPU (NCCL, or CUDA IPC inside a node): the network model prices it alone.
+    #[default]
+    Device,
+    /// CUDA-aware Open MPI with device buffers: `MPI_Allreduce` goes through host buffers
+    /// (`coll/cuda`), the other messages only when the group spans nodes.
+    Mpi,
+    /// CUDA-aware Open MPI with CUDA managed memory (CuPy's `malloc_managed`): every message
+    /// goes through host buffers (Open MPI flags managed memory `CONVERTOR_CUDA_UNIFIED`).
+    MpiManaged,
+}
+
+impl CnnTransport {
+    /// Every value.
+    pub const ALL: [CnnTransport; 3] = [CnnTransport::Device, CnnTransport::Mpi, CnnTransport::MpiManaged];
+
+    /// The name used in scenario files.
+    pub const fn name(self) -> &'static str {
+        match self {
+            CnnTransport::Device => "device",
+            CnnTransport::Mpi => "mpi",
+            CnnTransport::MpiManaged => "mpi-managed",
+        }
+    }
+}
+
+impl std::str::FromStr for CnnTransport {
+    type Err = String;
+    fn from_str(name: &str) -> Result<Self, String> {
+        CnnTransport::ALL.into_iter().find(|t| t.name() == name).ok_or_else(|| {
+            format!(
+                "unknown CNN transport {name:?}; valid: \"device\" (NCCL or CUDA IPC), \"mpi\" (CUDA-aware \
+                 MPI, device buffers), \"mpi-managed\" (CUDA-aware MPI, managed memory)"
+            )
+        })
+    }
+}
+
+/// The host staging of a CNN group's MPI messages: which of them go through host memory, and
+/// at what rate. Each staged message is a blocking round trip (copy to the host, MPI over host
+/// memory, copy back; ChainerMN synchronises the stream before each call), priced as the
+/// bytes the rank stages over `rate` on top of the collective's network time, before the next
+/// kernel.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HostStaging {
+    /// Bytes per second through the host round trip.
+    pub rate: sim_core::units::Bandwidth,
+    /// Every message is staged (managed memory, or a group spanning nodes); otherwise only
+    /// `MPI_Allreduce`, which Open MPI's `coll/cuda` always runs on host copies.
+    pub every_message: bool,
+}
+
+impl HostStaging {
+    /// The staging of `transport` at `rate` for a group of `degree` ranks on nodes of
+    /// `gpus_per_node`; `None` for [`CnnTransport::Device`].
+    pub fn new(
+        transport: CnnTransport,
+        rate: sim_core::units::Bandwidth,
+        degree: u32,
+        gpus_per_node: u32,
+    ) -> Option<Self> {
+        match transport {
+            CnnTransport::Device => None,
+            CnnTransport::Mpi => Some(HostStaging { rate, every_message: degree > gpus_per_node }),
+            CnnTransport::MpiManaged => Some(HostStaging { rate, every_message: true }),
+        }
+    }
+
+    /// Bytes a rank stages for `comm` (a filter, channel or spatial collective over `degree`
+    /// ranks; zero for other groups):
+    /// - the channel forward allreduce (`MPI_Allreduce`): three times the buffer, always, as
+    ///   Open MPI's `coll/cuda` copies the send and the receive buffer to the host and the
+    ///   result back (`ompi/mca/coll/cuda/coll_cuda_allreduce.c`);
+    /// - an allgather, or the filter backward (ChainerMN's `alltoall`, the allgather's
+    ///   backward): the `(p - 1) / p` of the buffer the rank receives, when every message is
+    ///   staged.
+    pub fn collective_bytes(self, comm: &Comm, degree: u64) -> Bytes {
+        let cnn = matches!(comm.group, GroupKind::Filter | GroupKind::Channel | GroupKind::Spatial);
+        if !cnn || degree < 2 {
+            return Bytes(0);
+        }
+        if comm.group == GroupKind::Channel && comm.kind == CollectiveKind::AllReduce {
+            return Bytes(comm.bytes.0 * 3);
+        }
+        if self.every_message { Bytes(comm.bytes.0 / degree * (degree - 1)) } else { Bytes(0) }
+    }
+
+    /// Bytes a rank stages for the halo rows it receives (`received`): all of them when every
+    /// message is staged, none otherwise (neighbours inside a node over CUDA IPC).
+    pub fn halo_bytes(self, received: Bytes) -> Bytes {
+        if self.every_message { received } else { Bytes(0) }
+    }
+}
+
 /// The CNN strategy inside a model-parallel group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CnnSplit {
@@ -723,6 +826,44 @@ mod tests {
         let split_flops: f64 = layers[..=last].iter().map(|l| l.layer.cost.forward_flops).sum();
         let whole: f64 = model.layers[..=last].iter().map(|l| l.cost.forward_flops).sum();
         assert!(split_flops < whole / 3.5, "{split_flops} vs {whole}");
+    }
+
+    #[test]
+    fn host_staging_of_one_exchange_is_its_closed_form() {
+        let rate: sim_core::units::Bandwidth = "1 GB/s".parse().unwrap();
+        let comm = |group, kind| Comm { group, kind, bytes: Bytes(1200), what: "" };
+        let within = HostStaging::new(CnnTransport::Mpi, rate, 4, 4).unwrap();
+        let across = HostStaging::new(CnnTransport::Mpi, rate, 8, 4).unwrap();
+        let managed = HostStaging::new(CnnTransport::MpiManaged, rate, 3, 4).unwrap();
+        assert!(HostStaging::new(CnnTransport::Device, rate, 8, 4).is_none());
+        assert!(!within.every_message && across.every_message && managed.every_message);
+        // MPI_Allreduce through coll/cuda: send and receive buffers to the host, result back.
+        let reduce = comm(GroupKind::Channel, CollectiveKind::AllReduce);
+        assert_eq!(within.collective_bytes(&reduce, 3), Bytes(3600));
+        // An allgather: the (p - 1) / p a rank receives, only when every message is staged.
+        let gather = comm(GroupKind::Filter, CollectiveKind::AllGather);
+        assert_eq!(within.collective_bytes(&gather, 4), Bytes(0));
+        assert_eq!(across.collective_bytes(&gather, 8), Bytes(1050));
+        assert_eq!(managed.collective_bytes(&gather, 3), Bytes(800));
+        // The filter backward is ChainerMN's alltoall, not MPI_Allreduce: no coll/cuda triple.
+        let alltoall = comm(GroupKind::Filter, CollectiveKind::AllReduce);
+        assert_eq!(across.collective_bytes(&alltoall, 8), Bytes(1050));
+        assert_eq!(within.collective_bytes(&alltoall, 4), Bytes(0));
+        // Not a CNN group's collective (the NCCL gradient allreduce), or a group of one.
+        assert_eq!(managed.collective_bytes(&comm(GroupKind::Data, CollectiveKind::AllReduce), 4), Bytes(0));
+        assert_eq!(managed.collective_bytes(&reduce, 1), Bytes(0));
+        assert_eq!((managed.halo_bytes(Bytes(70)), within.halo_bytes(Bytes(70))), (Bytes(70), Bytes(0)));
+        // 1200 bytes at 1 GB/s: 1.2 us.
+        assert_eq!(rate.time_to_send(Bytes(1200)).unwrap(), sim_core::units::SimDuration::from_ns(1200));
+    }
+
+    #[test]
+    fn transports_parse_and_refuse_other_names() {
+        for transport in CnnTransport::ALL {
+            assert_eq!(transport.name().parse::<CnnTransport>(), Ok(transport));
+        }
+        let error = "nccl".parse::<CnnTransport>().unwrap_err();
+        assert!(error.contains("\"device\"") && error.contains("\"mpi-managed\""), "{error}");
     }
 
     #[test]

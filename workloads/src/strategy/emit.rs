@@ -2132,10 +2132,37 @@ impl RankEmitter<'_, '_> {
         let label = self.comm_label(comm.what);
         let mut deps = std::mem::take(&mut self.waiting);
         deps.extend(self.last_compute.map(Dep::Local));
-        let op = self.collective(comm, stream, group, label, &deps);
+        let mut op = self.collective(comm, stream, group, label, &deps);
+        if let Some(staging) = self.plan.strategy.parallelism.cnn_staging {
+            let degree = u64::from(self.plan.strategy.parallelism.cnn_degree());
+            op = self
+                .stage(staging, staging.collective_bytes(&comm, degree), stream, &[Dep::Local(op)])
+                .unwrap_or(op);
+        }
         deps.clear();
         deps.push(Dep::Local(op));
         self.waiting = deps;
+    }
+
+    /// The host round trip of `bytes` staged by CUDA-aware MPI ([`cnn::HostStaging`]) on
+    /// `stream` after `deps`: a blocking delay of `bytes` at the staging rate. `None` (no op)
+    /// when nothing is staged.
+    fn stage(
+        &mut self,
+        staging: cnn::HostStaging,
+        bytes: Bytes,
+        stream: StreamId,
+        deps: &[Dep],
+    ) -> Option<u32> {
+        if bytes.0 == 0 {
+            return None;
+        }
+        // The scenario requires at least 1 MB/s, so any layer's buffer takes far less than the
+        // largest duration; saturate rather than fail on an absurd one.
+        let duration = staging.rate.time_to_send(bytes).unwrap_or(SimDuration::from_ps(u64::MAX / 4));
+        let label = self.comm_label("mpi host staging");
+        let op = Op { kind: OpKind::Compute { duration }, rank: RankId(self.rank), stream, label };
+        Some(self.buffer.push(op, deps))
     }
 
     /// The label of a collective called `what`, interned once.
@@ -2323,6 +2350,19 @@ impl RankEmitter<'_, '_> {
                         up,
                         pass,
                     }));
+                }
+            }
+            if let Some(staging) = plan.strategy.parallelism.cnn_staging {
+                // The rows received this dimension: the neighbour on the other side of each
+                // direction sends what this rank would send that way.
+                let bytes: u64 = [true, false]
+                    .into_iter()
+                    .filter(|&up| neighbour(dim.grid_axis, !up).is_some())
+                    .map(|up| sent(up).0)
+                    .sum();
+                let stream = if backward { HALO_STREAM } else { SPATIAL_STREAM };
+                if let Some(op) = self.stage(staging, staging.halo_bytes(Bytes(bytes)), stream, &this_dim) {
+                    this_dim = vec![Dep::Local(op)];
                 }
             }
             received.extend(this_dim.iter().copied());

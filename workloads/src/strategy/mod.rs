@@ -37,7 +37,7 @@ use crate::memory::{MemoryBreakdown, MemoryError, MemoryPlan, Recompute, Shardin
 use crate::model::Model;
 use crate::optimizer::Optimizer;
 
-pub use cnn::{CnnSplit, SpatialDims};
+pub use cnn::{CnnSplit, CnnTransport, HostStaging, SpatialDims};
 pub use emit::LayerTables;
 pub use emit::kernel_table::{BucketRow, KernelRow, KernelTable, RowPass};
 pub use layout::{Axis, Coordinates, RankLayout, RankOrder};
@@ -173,6 +173,9 @@ pub struct Parallelism {
     /// The last layer spatial parallelism splits (an index into the model's layers;
     /// `parallelism.spatial-until`); `None`: up to the first non-spatial layer.
     pub spatial_until: Option<u32>,
+    /// The host staging of the CNN group's MPI messages (`parallelism.cnn-transport`,
+    /// [`CnnTransport`]); `None`: they go GPU to GPU.
+    pub cnn_staging: Option<HostStaging>,
     /// How the data-parallel replicas synchronise: one allreduce per iteration, or DASO's
     /// node-local allreduce with a periodic global one.
     pub sync: GradientSync,
@@ -281,6 +284,7 @@ impl Parallelism {
             spatial: 1,
             spatial_dims: SpatialDims::H,
             spatial_until: None,
+            cnn_staging: None,
             sync: GradientSync::AllReduce,
             offload: Offload::None,
         }
