@@ -687,7 +687,12 @@ pub fn enumerate(index: usize, base: &Scenario, fixed: &Fixed) -> Vec<Choice> {
                 (fixed.spatial.is_none_or(|s| u64::from(s) == degree)
                     && fixed.filter.is_none()
                     && fixed.channel.is_none())
-                .then_some(CnnSplit::Spatial { degree: degree as u32, dims: spatial_dims, until: None }),
+                .then_some(CnnSplit::Spatial {
+                    degree: degree as u32,
+                    dims: spatial_dims,
+                    until: None,
+                    halos: template.spatial_halos,
+                }),
                 (fixed.filter.is_none_or(|s| u64::from(s) == degree)
                     && fixed.spatial.is_none()
                     && fixed.channel.is_none())

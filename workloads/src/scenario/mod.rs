@@ -238,6 +238,7 @@ struct ParallelismSection {
     spatial: u32,
     spatial_dims: String,
     spatial_until: Option<String>,
+    spatial_halos: String,
     cnn_transport: String,
     cnn_staging_rate: Option<Bandwidth>,
     sync: String,
@@ -269,6 +270,7 @@ impl Default for ParallelismSection {
             spatial: 1,
             spatial_dims: "h".into(),
             spatial_until: None,
+            spatial_halos: "every-window".into(),
             cnn_transport: "device".into(),
             cnn_staging_rate: None,
             sync: "allreduce".into(),
@@ -1067,6 +1069,17 @@ fn parallelism(
     }
     let spatial_dims: crate::strategy::SpatialDims =
         section.spatial_dims.parse().map_err(|message| invalid("parallelism.spatial-dims", message))?;
+    let spatial_halos: crate::strategy::SpatialHalos =
+        section.spatial_halos.parse().map_err(|message| invalid("parallelism.spatial-halos", message))?;
+    if spatial_halos != crate::strategy::SpatialHalos::EveryWindow && section.spatial < 2 {
+        return Err(invalid(
+            "parallelism.spatial-halos",
+            format!(
+                "is {:?}, but there is no spatial split (parallelism.spatial = {}): set spatial to 2 or more, or leave spatial-halos out",
+                section.spatial_halos, section.spatial
+            ),
+        ));
+    }
     let cnn = u64::from(section.filter) * u64::from(section.channel) * u64::from(section.spatial);
     let model_parallel =
         u64::from(section.tensor) * u64::from(section.pipeline) * u64::from(section.context) * cnn;
@@ -1186,6 +1199,7 @@ fn parallelism(
         spatial: section.spatial,
         spatial_dims,
         spatial_until: None,
+        spatial_halos,
         cnn_staging: None,
         sync: gradient_sync(section, cluster, invalid)?,
         offload: crate::strategy::Offload::None,

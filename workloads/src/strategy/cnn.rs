@@ -126,6 +126,53 @@ impl std::str::FromStr for CnnTransport {
     }
 }
 
+/// Which layers of a spatial split exchange halos (`parallelism.spatial-halos`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SpatialHalos {
+    /// Every convolution and pooling whose window crosses a tile edge exchanges its input's
+    /// halo before its forward and sends the halo's gradient back after its backward: exact
+    /// tiled convolution.
+    #[default]
+    EveryWindow,
+    /// Only the first layer with a halo exchanges one in its forward; every convolution whose
+    /// window crosses a tile edge sends its output gradient's halo in its backward, and pooling
+    /// exchanges none. This is what ParaDL's spatial ResNet-50 runs (`spatial/models/resnet50.py`
+    /// and `hybrid/models/resnet50.py`, master `cc23ef09`): the stem's `halo_exchange(k_size=7)`
+    /// is the only forward exchange, its bottlenecks call `halo_exchange(k_size=1)`, a halo of
+    /// zero rows that returns its input (chainermnx `functions/halo_exchange.py`, development
+    /// `6cb392a`), its max pooling is plain `F.max_pooling_2d`, and chainermnx's
+    /// `Convolution2D` link exchanges the output gradient's halo in its backward whenever its
+    /// kernel is larger than 1 (`functions/convolution_2d.py`).
+    StemAndGradients,
+}
+
+impl SpatialHalos {
+    /// Every value.
+    pub const ALL: [SpatialHalos; 2] = [SpatialHalos::EveryWindow, SpatialHalos::StemAndGradients];
+
+    /// The name used in scenario files.
+    pub const fn name(self) -> &'static str {
+        match self {
+            SpatialHalos::EveryWindow => "every-window",
+            SpatialHalos::StemAndGradients => "stem-and-gradients",
+        }
+    }
+}
+
+impl std::str::FromStr for SpatialHalos {
+    type Err = String;
+    fn from_str(name: &str) -> Result<Self, String> {
+        SpatialHalos::ALL.into_iter().find(|h| h.name() == name).ok_or_else(|| {
+            format!(
+                "unknown spatial halo pattern {name:?}; valid: \"every-window\" (every crossing window, \
+                 forward and backward), \"stem-and-gradients\" (the first layer's forward halo, then \
+                 only convolutions' gradient halos, as ParaDL's ResNet-50)"
+            )
+        })
+    }
+}
+
 /// The host staging of a CNN group's MPI messages: which of them go through host memory, and
 /// at what rate. Each staged message is a blocking round trip (copy to the host, MPI over host
 /// memory, copy back; ChainerMN synchronises the stream before each call), priced as the
@@ -201,6 +248,8 @@ pub enum CnnSplit {
         /// The last layer computed on tiles (`parallelism.spatial-until`, an index into the
         /// model's layers); `None`: every layer up to the first non-spatial one.
         until: Option<u32>,
+        /// Which layers exchange halos (`parallelism.spatial-halos`).
+        halos: SpatialHalos,
     },
 }
 
@@ -243,6 +292,10 @@ pub struct HaloDim {
 pub struct Halo {
     /// The exchanged dimensions, in order.
     pub dims: Vec<HaloDim>,
+    /// Whether the input's halo is exchanged before the forward kernel.
+    pub forward: bool,
+    /// Whether the halo's gradient is sent back after the backward-data kernel.
+    pub backward: bool,
 }
 
 /// The rank grid of `degree` ranks over `dims`: one factor per split dimension (outermost
@@ -409,7 +462,7 @@ pub fn check(model: &Model, split: CnnSplit) -> Result<(), ShardError> {
             }
             Ok(())
         }
-        CnnSplit::Spatial { degree, dims, until } => {
+        CnnSplit::Spatial { degree, dims, until, .. } => {
             let end = spatial_region_end(model, until);
             if end == 0 {
                 return Err(invalid(
@@ -515,7 +568,7 @@ pub fn halo(layer: &Layer, grid: &[u32], dims: SpatialDims, micro_batch: u64, wi
     for (&axis, &parts) in axes.iter().zip(grid) {
         widened[axis] = tile(axis, parts);
     }
-    let mut result = Halo::default();
+    let mut result = Halo { dims: Vec::new(), forward: true, backward: true };
     for (position, (&axis, &parts)) in axes.iter().zip(grid).enumerate() {
         let (before, after) = halo_rows(&layer.kind, axis - 1)?;
         if parts > 1 && before + after > 0 {
@@ -552,6 +605,8 @@ pub fn local_layers(
         _ => 0,
     };
     let mut result = Vec::with_capacity(model.layers.len());
+    // `stem-and-gradients`: whether a forward halo has been exchanged yet (only the first).
+    let mut forward_halo_seen = false;
     for (index, layer) in model.layers.iter().enumerate() {
         let mut entry = LocalLayer::new(index, Role::Replicated, layer.clone());
         let rebuild = |kind: LayerKind, input: Shape| {
@@ -606,7 +661,7 @@ pub fn local_layers(
                     );
                 }
             }
-            CnnSplit::Spatial { degree, dims, .. } => {
+            CnnSplit::Spatial { degree, dims, halos, .. } => {
                 let grid = spatial_grid(degree, dims);
                 if index < region {
                     let mut input = layer.input.clone();
@@ -615,7 +670,14 @@ pub fn local_layers(
                     }
                     entry.layer = rebuild(layer.kind.clone(), input)?;
                     entry.role = Role::SpatialSplit;
-                    entry.halo = halo(layer, &grid, dims, micro_batch, width);
+                    entry.halo = halo(layer, &grid, dims, micro_batch, width).and_then(|mut exchange| {
+                        if halos == SpatialHalos::StemAndGradients {
+                            exchange.forward = !forward_halo_seen;
+                            exchange.backward = matches!(layer.kind, LayerKind::Conv { .. });
+                            forward_halo_seen = true;
+                        }
+                        (exchange.forward || exchange.backward).then_some(exchange)
+                    });
                 } else if index == region {
                     entry.before_forward.push(comm(
                         GroupKind::Spatial,
@@ -707,6 +769,38 @@ mod tests {
         assert!(halo(&vgg.layers[4], &[4], SpatialDims::H, 1, 4).is_none());
     }
 
+    /// ParaDL's ResNet-50 pattern: the stem's forward halo only; every 3x3 and the stem send
+    /// their gradient's halo back; the max pooling exchanges nothing. With every window, the
+    /// pooling and each 3x3 convolution exchange both ways too.
+    #[test]
+    fn stem_and_gradients_keeps_the_stems_forward_halo_and_the_convolutions_gradients() {
+        let resnet = zoo::by_name("resnet50").unwrap();
+        let split = |halos| CnnSplit::Spatial { degree: 4, dims: SpatialDims::H, until: None, halos };
+        let exchanges = |halos| -> Vec<(String, bool, bool)> {
+            local_layers(&resnet, split(halos), 8, Dtype::Fp32)
+                .unwrap()
+                .iter()
+                .filter_map(|l| {
+                    l.halo.as_ref().map(|h| (resnet.layers[l.index].name.clone(), h.forward, h.backward))
+                })
+                .collect()
+        };
+        let every = exchanges(SpatialHalos::EveryWindow);
+        let paradl = exchanges(SpatialHalos::StemAndGradients);
+        assert!(every.iter().all(|&(_, forward, backward)| forward && backward), "{every:?}");
+        // The stem, the max pooling and the 16 bottlenecks' 3x3 convolutions cross tile edges.
+        assert_eq!(every.len(), 18, "{every:?}");
+        assert_eq!(every[1].0, "maxpool");
+        assert_eq!(paradl[0], ("conv1".to_string(), true, true));
+        assert_eq!(paradl.len(), 17, "{paradl:?}");
+        assert!(
+            paradl
+                .iter()
+                .skip(1)
+                .all(|(name, forward, backward)| !forward && *backward && name.ends_with("conv2"))
+        );
+    }
+
     #[test]
     fn grids_are_as_even_as_possible() {
         assert_eq!(spatial_grid(4, SpatialDims::Hw), vec![2, 2]);
@@ -730,8 +824,18 @@ mod tests {
         for split in [
             CnnSplit::Filter(4),
             CnnSplit::Channel(2),
-            CnnSplit::Spatial { degree: 4, dims: SpatialDims::H, until: None },
-            CnnSplit::Spatial { degree: 4, dims: SpatialDims::Hw, until: None },
+            CnnSplit::Spatial {
+                degree: 4,
+                dims: SpatialDims::H,
+                until: None,
+                halos: SpatialHalos::EveryWindow,
+            },
+            CnnSplit::Spatial {
+                degree: 4,
+                dims: SpatialDims::Hw,
+                until: None,
+                halos: SpatialHalos::EveryWindow,
+            },
         ] {
             let layers = local_layers(&model, split, 1, Dtype::Fp32).unwrap();
             for (index, layer) in model.layers.iter().enumerate() {
@@ -787,7 +891,12 @@ mod tests {
         let model = zoo::by_name("resnet50").unwrap();
         let layers = local_layers(
             &model,
-            CnnSplit::Spatial { degree: 4, dims: SpatialDims::H, until: None },
+            CnnSplit::Spatial {
+                degree: 4,
+                dims: SpatialDims::H,
+                until: None,
+                halos: SpatialHalos::EveryWindow,
+            },
             2,
             Dtype::Fp32,
         )
@@ -806,7 +915,12 @@ mod tests {
         // CONV_3 onwards replicated (spatial_cosmoflow.py).
         let model = zoo::by_name("cosmoflow-256").unwrap();
         let last = model.layers.iter().position(|l| l.name == "APOOL_2").unwrap();
-        let split = CnnSplit::Spatial { degree: 4, dims: SpatialDims::H, until: Some(last as u32) };
+        let split = CnnSplit::Spatial {
+            degree: 4,
+            dims: SpatialDims::H,
+            until: Some(last as u32),
+            halos: SpatialHalos::EveryWindow,
+        };
         let layers = local_layers(&model, split, 1, Dtype::Fp32).unwrap();
         assert_eq!(spatial_region_end(&model, Some(last as u32)), last + 1);
         for layer in &layers[..=last] {
@@ -876,13 +990,29 @@ mod tests {
         assert!(error.contains("conv1 has 3 input channels") && error.contains("valid: 1 to 3"), "{error}");
         let error = check(&resnet, CnnSplit::Filter(128)).unwrap_err().to_string();
         assert!(error.contains("64 output channels") && error.contains("evenly: 1, 2, 4, 8)"), "{error}");
-        let error = check(&resnet, CnnSplit::Spatial { degree: 8, dims: SpatialDims::H, until: None })
-            .unwrap_err()
-            .to_string();
+        let error = check(
+            &resnet,
+            CnnSplit::Spatial {
+                degree: 8,
+                dims: SpatialDims::H,
+                until: None,
+                halos: SpatialHalos::EveryWindow,
+            },
+        )
+        .unwrap_err()
+        .to_string();
         assert!(error.contains("7 positions along the height") && error.contains("at most 7"), "{error}");
-        let error = check(&resnet, CnnSplit::Spatial { degree: 8, dims: SpatialDims::Dhw, until: None })
-            .unwrap_err()
-            .to_string();
+        let error = check(
+            &resnet,
+            CnnSplit::Spatial {
+                degree: 8,
+                dims: SpatialDims::Dhw,
+                until: None,
+                halos: SpatialHalos::EveryWindow,
+            },
+        )
+        .unwrap_err()
+        .to_string();
         assert!(error.contains("spatial-dims") && error.contains("\"h\", \"hw\""), "{error}");
         let gpt = zoo::by_name("megatron-1.7b").unwrap();
         let error = check(&gpt, CnnSplit::Filter(2)).unwrap_err().to_string();

@@ -1802,7 +1802,9 @@ impl RankEmitter<'_, '_> {
         for comm in &local.before_forward {
             self.comm(*comm);
         }
-        if let Some(halo) = &local.halo {
+        if let Some(halo) = &local.halo
+            && halo.forward
+        {
             let received = self.halo(index, micro, halo, if recompute { 1 } else { 0 });
             self.waiting.extend(received);
         }
@@ -2050,6 +2052,7 @@ impl RankEmitter<'_, '_> {
             // Collectives on the input gradient run while backward-weight computes.
             let mut deferred = Vec::new();
             if let Some(halo) = &local.halo
+                && halo.backward
                 && data.is_some()
             {
                 deferred.extend(self.halo(index, micro, halo, 2));

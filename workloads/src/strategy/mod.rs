@@ -37,7 +37,7 @@ use crate::memory::{MemoryBreakdown, MemoryError, MemoryPlan, Recompute, Shardin
 use crate::model::Model;
 use crate::optimizer::Optimizer;
 
-pub use cnn::{CnnSplit, CnnTransport, HostStaging, SpatialDims};
+pub use cnn::{CnnSplit, CnnTransport, HostStaging, SpatialDims, SpatialHalos};
 pub use emit::LayerTables;
 pub use emit::kernel_table::{BucketRow, KernelRow, KernelTable, RowPass};
 pub use layout::{Axis, Coordinates, RankLayout, RankOrder};
@@ -173,6 +173,8 @@ pub struct Parallelism {
     /// The last layer spatial parallelism splits (an index into the model's layers;
     /// `parallelism.spatial-until`); `None`: up to the first non-spatial layer.
     pub spatial_until: Option<u32>,
+    /// Which layers of the spatial split exchange halos (`parallelism.spatial-halos`).
+    pub spatial_halos: SpatialHalos,
     /// The host staging of the CNN group's MPI messages (`parallelism.cnn-transport`,
     /// [`CnnTransport`]); `None`: they go GPU to GPU.
     pub cnn_staging: Option<HostStaging>,
@@ -284,6 +286,7 @@ impl Parallelism {
             spatial: 1,
             spatial_dims: SpatialDims::H,
             spatial_until: None,
+            spatial_halos: SpatialHalos::EveryWindow,
             cnn_staging: None,
             sync: GradientSync::AllReduce,
             offload: Offload::None,
@@ -311,7 +314,12 @@ impl Parallelism {
         } else if self.channel > 1 {
             CnnSplit::Channel(self.channel)
         } else if self.spatial > 1 {
-            CnnSplit::Spatial { degree: self.spatial, dims: self.spatial_dims, until: self.spatial_until }
+            CnnSplit::Spatial {
+                degree: self.spatial,
+                dims: self.spatial_dims,
+                until: self.spatial_until,
+                halos: self.spatial_halos,
+            }
         } else {
             CnnSplit::None
         }

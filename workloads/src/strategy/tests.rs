@@ -1031,3 +1031,32 @@ fn host_staging_adds_each_mpi_message_at_the_staging_rate() {
     assert!(staging_times(&device.graph).is_empty());
     assert!(staged.graph.ops().len() > device.graph.ops().len());
 }
+
+/// `spatial-halos = "stem-and-gradients"` (ParaDL's ResNet-50) on four row stripes, counted on
+/// rank 0 (the top stripe, one neighbour). Every window: 18 forward sends (the stem, the max
+/// pooling, the 16 bottleneck 3x3 convolutions) and 13 gradient sends: the stem has no
+/// backward-data pass, and a stride-2 window with padding 1 reads no rows from the stripe
+/// below the top one (`k - s - pad = 0`), so the max pooling and the three strided 3x3
+/// convolutions send no gradient back from rank 0. ParaDL's pattern keeps the stem's forward
+/// send and the same 13 gradient sends (all convolutions').
+#[test]
+fn stem_and_gradients_drops_the_forward_halos_after_the_stem() {
+    let model = zoo::resnet50();
+    let compute = ComputeModel::default();
+    let sends = |spatial_halos| {
+        let parallelism = Parallelism { spatial: 4, spatial_halos, ..Parallelism::data_parallel(1) };
+        let lowered = strategy(&model, &compute, parallelism, 8, 8).lower().unwrap();
+        let count = |label: &str| {
+            lowered
+                .graph
+                .ops()
+                .iter()
+                .filter(|op| op.rank == RankId(0) && lowered.graph.label(op.label) == label)
+                .count()
+        };
+        (count("spatial halo send"), count("spatial halo gradient send"))
+    };
+    let (forward, backward) = sends(SpatialHalos::EveryWindow);
+    assert_eq!((forward, backward), (18, 13));
+    assert_eq!(sends(SpatialHalos::StemAndGradients), (1, 13));
+}
