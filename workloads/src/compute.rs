@@ -1877,10 +1877,10 @@ mod tests {
         assert!(shape.fft(crate::kernel_shape::ConvDirection::Forward, 4).is_none());
     }
 
-    #[test]
-    fn optimizer_steps_are_memory_bound_and_fusing_saves_launches() {
-        let model = ComputeModel::default();
-        let adam = OptimizerStep {
+    /// Fused Adam over 1 B parameters in 400 tensors, fp16 gradients and weights beside the
+    /// fp32 master copy: the base of the optimizer tests.
+    fn mixed_precision_adam() -> OptimizerStep {
+        OptimizerStep {
             optimizer: Optimizer::Adam,
             parameters: 1_000_000_000,
             tensors: 400,
@@ -1888,7 +1888,13 @@ mod tests {
             gradient_bytes: 2,
             low_precision_copy: true,
             passes: OptimizerPasses::Fused,
-        };
+        }
+    }
+
+    #[test]
+    fn optimizer_steps_are_memory_bound_and_fusing_saves_launches() {
+        let model = ComputeModel::default();
+        let adam = mixed_precision_adam();
         // 4 + 8 + 2 read, 4 + 8 + 2 written.
         assert_eq!(adam.bytes_per_parameter(), 28);
         let fused = model.optimizer_step_duration(a100(), &adam).unwrap().as_secs_f64();
@@ -1956,15 +1962,7 @@ mod tests {
     #[test]
     fn megatron_optimizer_passes_move_52_bytes_per_parameter() {
         let model = ComputeModel::default();
-        let fused = OptimizerStep {
-            optimizer: Optimizer::Adam,
-            parameters: 1_000_000_000,
-            tensors: 400,
-            fused: true,
-            gradient_bytes: 2,
-            low_precision_copy: true,
-            passes: OptimizerPasses::Fused,
-        };
+        let fused = mixed_precision_adam();
         let megatron = OptimizerStep { passes: OptimizerPasses::Megatron, ..fused };
         assert_eq!(megatron.bytes_per_parameter(), 28);
         assert_eq!(megatron.extra_passes(), vec![(400, 6, 0.0), (1, 8, 1.0), (1, 4, 2.0), (1, 6, 0.0)]);
