@@ -605,6 +605,44 @@ fn protocol_overhead_with(
     Ok(total)
 }
 
+/// An allreduce as NCCL launches it: a ring or a tree under a protocol, on a cluster NCCL's
+/// tuner knows, over more than one rank.
+struct NcclLaunch {
+    /// The cluster as the tuner sees it.
+    fabric: TunerFabric,
+    /// Ring or tree.
+    family: Family,
+    /// Servers the group spans.
+    nodes: u32,
+    /// Channels NCCL launches for the size ([`crate::tuner::launch_channels`]).
+    channels: u32,
+}
+
+impl NcclLaunch {
+    /// The launch of `kind` under `choice` for `bytes` over `group`; `None` for other kinds,
+    /// algorithms, no protocol, one rank, or a cluster the tuner does not know.
+    fn of(
+        kind: CollectiveKind,
+        choice: Choice,
+        bytes: Bytes,
+        group: &[RankId],
+        network: &impl StepNetwork,
+    ) -> Result<Option<NcclLaunch>, CollectiveError> {
+        let (Some(protocol), Some(fabric)) = (choice.protocol, network.tuner_fabric()) else {
+            return Ok(None);
+        };
+        let ring_or_tree = matches!(choice.algorithm, CollectiveAlgorithm::Ring | CollectiveAlgorithm::Tree);
+        if kind != CollectiveKind::AllReduce || !ring_or_tree || group.len() <= 1 {
+            return Ok(None);
+        }
+        let nodes = members_by_server(group, &|rank| network.node_of(rank))?.len() as u32;
+        let family = family(choice.algorithm);
+        let channels =
+            crate::tuner::launch_channels(&fabric, family, protocol, group.len() as u32, nodes, bytes.0);
+        Ok(Some(NcclLaunch { fabric, family, nodes, channels }))
+    }
+}
+
 /// What the channels of an allreduce under `choice` cost: the network's per-channel overhead
 /// times the channels NCCL launches for its size ([`crate::tuner::launch_channels`]: fewer
 /// for smaller buffers, `enqueue.cc`) beyond the first. NCCL passes the first channel's work
@@ -622,22 +660,13 @@ pub fn channel_time(
     network: &impl StepNetwork,
 ) -> Result<SimDuration, CollectiveError> {
     let per_channel = network.channel_overhead();
-    let (Some(protocol), Some(fabric)) = (choice.protocol, network.tuner_fabric()) else {
-        return Ok(SimDuration::ZERO);
-    };
-    let ring_or_tree = matches!(choice.algorithm, CollectiveAlgorithm::Ring | CollectiveAlgorithm::Tree);
-    if per_channel == SimDuration::ZERO
-        || kind != CollectiveKind::AllReduce
-        || !ring_or_tree
-        || group.len() <= 1
-    {
+    if per_channel == SimDuration::ZERO {
         return Ok(SimDuration::ZERO);
     }
-    let nodes = members_by_server(group, &|rank| network.node_of(rank))?.len() as u32;
-    let family = family(choice.algorithm);
-    let channels =
-        crate::tuner::launch_channels(&fabric, family, protocol, group.len() as u32, nodes, bytes.0);
-    let beyond_first = channels.saturating_sub(1);
+    let Some(launch) = NcclLaunch::of(kind, choice, bytes, group, network)? else {
+        return Ok(SimDuration::ZERO);
+    };
+    let beyond_first = launch.channels.saturating_sub(1);
     Ok(per_channel.checked_mul(u64::from(beyond_first)).map_err(|_| UnitError::OutOfRange {
         input: format!("{beyond_first} channels of {per_channel}"),
         quantity: "channel overhead",
@@ -670,23 +699,19 @@ pub fn ll_host_time(
     group: &[RankId],
     network: &impl StepNetwork,
 ) -> Result<SimDuration, CollectiveError> {
-    let (Some(rate), Some(Protocol::Ll), Some(fabric)) =
-        (network.ll_host_rate(), choice.protocol, network.tuner_fabric())
+    let (Some(rate), Some(Protocol::Ll)) = (network.ll_host_rate(), choice.protocol) else {
+        return Ok(SimDuration::ZERO);
+    };
+    let Some(NcclLaunch { fabric, family, nodes, channels, .. }) =
+        NcclLaunch::of(kind, choice, bytes, group, network)?
     else {
         return Ok(SimDuration::ZERO);
     };
-    let ring_or_tree = matches!(choice.algorithm, CollectiveAlgorithm::Ring | CollectiveAlgorithm::Tree);
-    if kind != CollectiveKind::AllReduce || !ring_or_tree || group.len() <= 1 {
-        return Ok(SimDuration::ZERO);
-    }
-    let nodes = members_by_server(group, &|rank| network.node_of(rank))?.len() as u32;
     if nodes <= 1 {
         return Ok(SimDuration::ZERO);
     }
-    let family = family(choice.algorithm);
     let ranks = group.len() as u32;
-    let channels =
-        u64::from(crate::tuner::launch_channels(&fabric, family, Protocol::Ll, ranks, nodes, bytes.0).max(1));
+    let channels = u64::from(channels.max(1));
     let threshold = crate::tuner::thread_threshold(family, Protocol::Ll, ranks);
     let mut threads = u64::from(crate::tuner::max_threads(&fabric, family, Protocol::Ll, ranks, nodes));
     if channels == 1 {

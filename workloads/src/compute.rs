@@ -783,6 +783,54 @@ impl OptimizerStep {
         let weight = if self.low_precision_copy { 2 } else { Dtype::Fp32.bytes() };
         vec![(weight, launches), (self.gradient_bytes, launches)]
     }
+
+    /// Every kernel of the step, in the order they run: the update rule (one kernel, or one per
+    /// tensor unfused), the [`OptimizerStep::extra_passes`], and for LARS each of its
+    /// [`OptimizerStep::lars_norm_passes`] followed by its global reduction, then the per-layer
+    /// rates. The reductions and the rates are kernels over one fp32 value per tensor (read
+    /// two such arrays, write one: next to no work).
+    pub fn kernels(&self) -> Vec<OptimizerKernels> {
+        let over_parameters = |kernels: u64, bytes: u64, flops: f64| OptimizerKernels {
+            kernels,
+            elements: self.parameters,
+            bytes_per_element: bytes as f64,
+            flops_per_element: flops,
+        };
+        let per_tensor = OptimizerKernels {
+            kernels: 1,
+            elements: self.tensors.max(1),
+            bytes_per_element: 12.0,
+            flops_per_element: 1.0,
+        };
+        let update = if self.fused { 1 } else { self.tensors.clamp(1, self.parameters.max(1)) };
+        let mut kernels =
+            vec![over_parameters(update, self.bytes_per_parameter(), self.flops_per_parameter())];
+        kernels.extend(
+            self.extra_passes().into_iter().map(|(k, bytes, flops)| over_parameters(k, bytes, flops)),
+        );
+        for (bytes, launches) in self.lars_norm_passes() {
+            kernels.push(over_parameters(launches, bytes, 2.0));
+            kernels.push(per_tensor);
+        }
+        if self.optimizer == Optimizer::Lars {
+            kernels.extend(std::iter::repeat_n(per_tensor, LARS_SCALAR_KERNELS as usize));
+        }
+        kernels
+    }
+}
+
+/// Kernels of an optimizer step that split `elements` evenly, each a memory-bound element-wise
+/// kernel ([`OptimizerStep::kernels`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OptimizerKernels {
+    /// How many kernels share the elements.
+    pub kernels: u64,
+    /// The elements they cover together (parameters, or one value per tensor).
+    pub elements: u64,
+    /// Bytes read and written per element.
+    pub bytes_per_element: f64,
+    /// Arithmetic per element.
+    pub flops_per_element: f64,
 }
 
 /// `chunk_size` of MXNet's `multi_sum_sq` (elements per block).
@@ -798,9 +846,8 @@ const LARS_BLOCKS_PER_LAUNCH: u64 = 320;
 const LARS_SCALAR_KERNELS: u64 = 1;
 
 impl ComputeModel {
-    /// Time of `step` on `device`: one element-wise kernel over all parameters when fused, else
-    /// one per tensor over an equal share (each pays the launch overhead and the memory ramp),
-    /// then its [`OptimizerStep::extra_passes`], each kernel priced the same way.
+    /// Time of `step` on `device`: each of its [`OptimizerStep::kernels`] an element-wise kernel
+    /// over its equal share (each pays the launch overhead and the memory ramp).
     pub fn optimizer_step_duration(
         &self,
         device: &Device,
@@ -809,41 +856,18 @@ impl ComputeModel {
         if step.parameters == 0 {
             return Ok(SimDuration::ZERO);
         }
-        let kernels = if step.fused { 1 } else { step.tensors.clamp(1, step.parameters) };
-        let mut passes = vec![(kernels, step.bytes_per_parameter(), step.flops_per_parameter())];
-        passes.extend(step.extra_passes());
         let mut seconds = 0.0;
-        for (kernels, bytes, flops) in passes {
-            let per_kernel = step.parameters as f64 / kernels as f64;
+        for pass in step.kernels() {
+            let per_kernel = pass.elements as f64 / pass.kernels as f64;
             let work = KernelWork::flat(
                 OpClass::Elementwise,
                 Dtype::Fp32,
-                flops * per_kernel,
-                bytes as f64 * per_kernel,
+                pass.flops_per_element * per_kernel,
+                pass.bytes_per_element * per_kernel,
             );
-            seconds += self.work_duration(device, &work)?.as_secs_f64() * kernels as f64;
-        }
-        for (bytes, launches) in step.lars_norm_passes() {
-            let share = step.parameters as f64 / launches as f64;
-            let pass = KernelWork::flat(OpClass::Elementwise, Dtype::Fp32, 2.0 * share, bytes as f64 * share);
-            seconds += self.work_duration(device, &pass)?.as_secs_f64() * launches as f64;
-            // The global reduction: one block per tensor over its per-block sums.
-            seconds += self.scalar_kernel(device, step.tensors)?;
-        }
-        if step.optimizer == Optimizer::Lars {
-            for _ in 0..LARS_SCALAR_KERNELS {
-                seconds += self.scalar_kernel(device, step.tensors)?;
-            }
+            seconds += self.work_duration(device, &work)?.as_secs_f64() * pass.kernels as f64;
         }
         SimDuration::from_secs_f64(seconds).map_err(ComputeError::Duration)
-    }
-
-    /// Seconds of a kernel over one fp32 value per tensor (`tensors` of them): it reads two
-    /// such arrays and writes one, a kernel of next to no work.
-    fn scalar_kernel(&self, device: &Device, tensors: u64) -> Result<f64, ComputeError> {
-        let values = tensors.max(1) as f64;
-        let work = KernelWork::flat(OpClass::Elementwise, Dtype::Fp32, values, 12.0 * values);
-        Ok(self.work_duration(device, &work)?.as_secs_f64())
     }
 }
 
