@@ -49,19 +49,27 @@ fn step_of(compute: &ComputeModel, model: &workloads::Model, batch: u64) -> (f64
             }
         }
     }
-    let adam = OptimizerStep {
-        optimizer: Optimizer::Adam,
-        parameters: model.parameters(),
-        tensors: model.layers.iter().filter(|l| l.cost.params > 0).count() as u64,
-        fused: false,
-        gradient_bytes: 4,
-        low_precision_copy: false,
-        passes: OptimizerPasses::Fused,
-    };
+    // Chainer's Adam: one kernel per tensor, fp32 throughout.
+    let adam = OptimizerStep { fused: false, ..adam_over(model, Dtype::Fp32, OptimizerPasses::Fused) };
     let optimizer = compute.optimizer_step_duration(v100, &adam).unwrap().as_secs_f64();
     // The batch in fp32 over the host link, as the simulation copies it (`input_copy_bytes`).
     let copy = (model.input.elements() * batch * 4) as f64 / v100.pcie_bandwidth.bytes_per_second();
     (total + optimizer + copy, conv, flat + optimizer + copy)
+}
+
+/// A fused Adam step over `model`'s parameters, one tensor per layer with weights, its
+/// gradients in `precision` (an fp16 model keeps an fp32 master copy), with `passes` around it.
+fn adam_over(model: &workloads::Model, precision: Dtype, passes: OptimizerPasses) -> OptimizerStep {
+    let mixed = precision != Dtype::Fp32;
+    OptimizerStep {
+        optimizer: Optimizer::Adam,
+        parameters: model.parameters(),
+        tensors: model.layers.iter().filter(|l| l.cost.params > 0).count() as u64,
+        fused: true,
+        gradient_bytes: precision.bytes(),
+        low_precision_copy: mixed,
+        passes,
+    }
 }
 
 #[test]
@@ -146,15 +154,7 @@ fn megatron_1_7b_micro_batch_on_one_a100() {
                 compute.duration(a100, Dtype::Fp16, flops, bytes, layer.cost.class).unwrap().as_secs_f64();
         }
     }
-    let adam = OptimizerStep {
-        optimizer: Optimizer::Adam,
-        parameters: model.parameters(),
-        tensors: model.layers.iter().filter(|l| l.cost.params > 0).count() as u64,
-        fused: true,
-        gradient_bytes: 2,
-        low_precision_copy: true,
-        passes: OptimizerPasses::Megatron,
-    };
+    let adam = adam_over(&model, Dtype::Fp16, OptimizerPasses::Megatron);
     let optimizer = compute.optimizer_step_duration(a100, &adam).unwrap().as_secs_f64();
     let (shaped, flat) = (shaped + optimizer, flat + optimizer);
     let accuracy = 1.0 - (shaped / measured - 1.0).abs();
