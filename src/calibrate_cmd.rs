@@ -542,6 +542,7 @@ fn report(
             format!("{:.3}", m.communication_launch_slowdown),
             m.reduction_overhead.to_string(),
             format!("{:.3}", m.l2_hit_fraction),
+            format!("{:.3}", m.k_major_thin_gemm_efficiency),
         ]
     };
     let rows: Vec<[String; 4]> = PARAMETERS

@@ -463,7 +463,8 @@ fn a_scenario_sets_the_shape_and_host_keys() {
                 gemm-wave-overhead = \"1 us\"\nconv-efficiency = 0.9\nconv-backward-data-efficiency = 0.9\n\
                 conv-backward-weight-efficiency = 0.8\nreduction-half-time = \"5 us\"\n\
                 reduction-overhead = \"2 us\"\nl2-hit-fraction = 0.2\n\
-                winograd-convolutions = true\ndispatch-overhead = \"5 us\"\ncuda-graphs = true\n";
+                winograd-convolutions = true\ndispatch-overhead = \"5 us\"\ncuda-graphs = true\n\
+                k-major-thin-gemm-efficiency = 0.8\n";
     let scenario = scenario_file(
         "compute-keys.toml",
         &format!("{}\n{keys}", fs_err::read_to_string(QUICKSTART).unwrap()),
@@ -472,7 +473,7 @@ fn a_scenario_sets_the_shape_and_host_keys() {
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let json: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
     let source = json["model"]["compute_model"].as_str().unwrap();
-    assert!(source.contains("12 key(s) set"), "{source}");
+    assert!(source.contains("13 key(s) set"), "{source}");
 
     // A reduction's combine is a duration: a number without a unit names the file and the key.
     refused("compute-unitless-overhead.toml", "reduction-overhead = 3", &["reduction-overhead"]);
@@ -483,6 +484,13 @@ fn a_scenario_sets_the_shape_and_host_keys() {
         "compute-l2-over-one.toml",
         "l2-hit-fraction = 1.5",
         &["l2-hit-fraction", "at least 0 and at most 1"],
+    );
+
+    // The layout's rate is an efficiency: 0 names the key and the valid range.
+    refused(
+        "compute-layout-zero.toml",
+        "k-major-thin-gemm-efficiency = 0",
+        &["k-major-thin-gemm-efficiency"],
     );
 
     let wrong = scenario_file(

@@ -21,7 +21,6 @@ use sim_core::units::SimDuration;
 
 use crate::compute::{ComputeError, ComputeModel, Curves, KernelWork};
 use crate::device::Device;
-#[cfg(test)]
 use crate::kernel_shape::KernelShape;
 use crate::layer::OpClass;
 
@@ -75,7 +74,7 @@ pub enum CalibrationError {
 }
 
 /// The fitted parameters, in the order of [`PARAMETERS`].
-const COUNT: usize = 21;
+const COUNT: usize = 22;
 
 /// The parameters calibration fits, by their scenario keys.
 pub const PARAMETERS: [&str; COUNT] = [
@@ -100,6 +99,7 @@ pub const PARAMETERS: [&str; COUNT] = [
     "communication-launch-slowdown",
     "reduction-overhead",
     "l2-hit-fraction",
+    "k-major-thin-gemm-efficiency",
 ];
 
 /// Position of the one parameter that is neither an efficiency nor a time (fitted as its
@@ -118,13 +118,16 @@ const COMBINE: usize = 19;
 /// 0 (off): a device whose kernels show no L2 hits fits it near 0, not at [`MIN_EFFICIENCY`].
 const L2_HITS: usize = 20;
 
+/// Position of `k-major-thin-gemm-efficiency`.
+const K_MAJOR_THIN: usize = 21;
+
 /// The smallest fitted `l2-hit-fraction` (reported as 0.0001 and below).
 const MIN_L2_HITS: f64 = 1e-4;
 
 /// Positions of the efficiencies (fitted as logits) among [`PARAMETERS`]; the others are times
 /// (fitted as logarithms).
-const EFFICIENCIES: [usize; 14] =
-    [0, 1, 2, 4, 5, 7, 11, 12, 13, 15, SLOWDOWNS[0], SLOWDOWNS[1], SLOWDOWNS[2], L2_HITS];
+const EFFICIENCIES: [usize; 15] =
+    [0, 1, 2, 4, 5, 7, 11, 12, 13, 15, SLOWDOWNS[0], SLOWDOWNS[1], SLOWDOWNS[2], L2_HITS, K_MAJOR_THIN];
 
 /// Lowest fitted efficiency. Below 5% of a peak a kernel is not limited by the rate the
 /// roofline describes but by its parallelism (a reduction over six rows, a tiny product):
@@ -204,6 +207,7 @@ impl Point {
             1.0 / model.communication_launch_slowdown,
             model.reduction_overhead.as_secs_f64(),
             model.l2_hit_fraction,
+            model.k_major_thin_gemm_efficiency,
         ];
         let mut point = Point::of(model);
         for (j, fixed) in point.fixed.iter_mut().enumerate() {
@@ -237,6 +241,7 @@ impl Point {
             logit(1.0 / model.communication_launch_slowdown),
             log_us(model.reduction_overhead.as_secs_f64()),
             logit(model.l2_hit_fraction.max(MIN_L2_HITS)),
+            logit(model.k_major_thin_gemm_efficiency),
         ];
         Point { x, fixed: [None; COUNT], winograd: model.winograd_convolutions }
     }
@@ -257,6 +262,7 @@ impl Point {
         let curves = Curves {
             gemm_efficiency: self.value(0),
             unaligned_gemm_efficiency: self.value(1),
+            k_major_thin_gemm_efficiency: self.value(K_MAJOR_THIN),
             gemm_ramp_exponent: self.value(2),
             gemm_half_s: self.value(3),
             memory_efficiency: self.value(4),
@@ -297,6 +303,7 @@ impl Point {
         ComputeModel {
             gemm_efficiency: efficiency(curves.gemm_efficiency),
             unaligned_gemm_efficiency: efficiency(curves.unaligned_gemm_efficiency),
+            k_major_thin_gemm_efficiency: efficiency(curves.k_major_thin_gemm_efficiency),
             gemm_ramp_exponent: efficiency(curves.gemm_ramp_exponent),
             gemm_half_time: duration(curves.gemm_half_s),
             vector_efficiency: efficiency(curves.vector_efficiency),
@@ -485,6 +492,12 @@ fn held_set(names: &[&str], samples: &[Sample]) -> Result<Held, CalibrationError
     let streams = |work: &KernelWork| work.class != OpClass::Gemm;
     if !samples.iter().any(|s| std::iter::once(&s.work).chain(&s.after).any(streams)) {
         held[L2_HITS] = true;
+    }
+    // Only thin products with a known layout read the layout factor (traces record none).
+    let k_major =
+        |work: &KernelWork| matches!(&work.shape, KernelShape::Gemm(shape) if shape.thin_and_k_major());
+    if !samples.iter().any(|s| std::iter::once(&s.work).chain(&s.after).any(k_major)) {
+        held[K_MAJOR_THIN] = true;
     }
     Ok(held)
 }
@@ -769,7 +782,10 @@ pub fn class_errors(samples: &[Sample], predictions: &[f64]) -> Vec<ClassError> 
 
 /// Errors per shape regime, in the order below (absent regimes left out), for `predictions[i]`
 /// of `samples[i]` on `device`:
-/// - shaped products: `gemm thin` (an output side of at most 64), `gemm under one wave` (fewer
+/// - shaped products: `gemm thin, wide operand along k` (a thin product whose layout is
+///   known and whose wide operand is stored along the reduction:
+///   [`crate::GemmShape::thin_and_k_major`]), `gemm thin` (other products with an output side of
+///   at most 64), `gemm under one wave` (fewer
 ///   128 x 128 tiles than the device has multiprocessors), `gemm large`;
 /// - convolutions by direction: `conv forward`, `conv backward-data`, `conv backward-weight`;
 /// - products without a shape by FLOPs: `gemm < 0.1 GFLOP`, `gemm 0.1-10 GFLOP`,
@@ -777,37 +793,38 @@ pub fn class_errors(samples: &[Sample], predictions: &[f64]) -> Vec<ClassError> 
 /// - element-wise, reduction and normalization kernels by bytes: `< 1 MB`, `1-100 MB`,
 ///   `> 100 MB`.
 pub fn regime_errors(device: &Device, samples: &[Sample], predictions: &[f64]) -> Vec<ClassError> {
-    use crate::kernel_shape::{ConvDirection, KernelShape};
+    use crate::kernel_shape::{ConvDirection, KernelShape, THIN_GEMM_SIDE};
     let units = device.execution.as_ref().map_or(u64::MAX, |e| u64::from(e.sm_count));
     let keys: Vec<(u8, String)> = samples
         .iter()
         .map(|sample| {
             let work = &sample.work;
             let (rank, name): (u8, &str) = match (&work.shape, work.class) {
-                (KernelShape::Gemm(g), _) if g.m.min(g.n) <= 64 => (0, "gemm thin"),
+                (KernelShape::Gemm(g), _) if g.thin_and_k_major() => (0, "gemm thin, wide operand along k"),
+                (KernelShape::Gemm(g), _) if g.m.min(g.n) <= THIN_GEMM_SIDE => (1, "gemm thin"),
                 (KernelShape::Gemm(g), _) if g.batch * g.m.div_ceil(128) * g.n.div_ceil(128) < units => {
-                    (1, "gemm under one wave")
+                    (2, "gemm under one wave")
                 }
-                (KernelShape::Gemm(_), _) => (2, "gemm large"),
+                (KernelShape::Gemm(_), _) => (3, "gemm large"),
                 (KernelShape::Conv { direction, .. }, _) => match direction {
-                    ConvDirection::Forward => (3, "conv forward"),
-                    ConvDirection::BackwardData => (4, "conv backward-data"),
-                    ConvDirection::BackwardWeight => (5, "conv backward-weight"),
+                    ConvDirection::Forward => (4, "conv forward"),
+                    ConvDirection::BackwardData => (5, "conv backward-data"),
+                    ConvDirection::BackwardWeight => (6, "conv backward-weight"),
                 },
-                (KernelShape::Attention(_), _) => (6, "attention"),
-                (KernelShape::Unknown, OpClass::Gemm) if work.flops < 1e8 => (7, "gemm < 0.1 GFLOP"),
-                (KernelShape::Unknown, OpClass::Gemm) if work.flops <= 1e10 => (8, "gemm 0.1-10 GFLOP"),
-                (KernelShape::Unknown, OpClass::Gemm) => (9, "gemm > 10 GFLOP"),
+                (KernelShape::Attention(_), _) => (7, "attention"),
+                (KernelShape::Unknown, OpClass::Gemm) if work.flops < 1e8 => (8, "gemm < 0.1 GFLOP"),
+                (KernelShape::Unknown, OpClass::Gemm) if work.flops <= 1e10 => (9, "gemm 0.1-10 GFLOP"),
+                (KernelShape::Unknown, OpClass::Gemm) => (10, "gemm > 10 GFLOP"),
                 (KernelShape::Unknown | KernelShape::Reduction(_), class) => {
                     let (base, names) = match class {
                         OpClass::Elementwise => {
-                            (10, ["elementwise < 1 MB", "elementwise 1-100 MB", "elementwise > 100 MB"])
+                            (11, ["elementwise < 1 MB", "elementwise 1-100 MB", "elementwise > 100 MB"])
                         }
                         OpClass::Normalization => {
-                            (16, ["normalization < 1 MB", "normalization 1-100 MB", "normalization > 100 MB"])
+                            (17, ["normalization < 1 MB", "normalization 1-100 MB", "normalization > 100 MB"])
                         }
                         OpClass::Gemm | OpClass::Reduction => {
-                            (13, ["reduction < 1 MB", "reduction 1-100 MB", "reduction > 100 MB"])
+                            (14, ["reduction < 1 MB", "reduction 1-100 MB", "reduction > 100 MB"])
                         }
                     };
                     let size = if work.bytes < 1e6 {

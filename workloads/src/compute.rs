@@ -36,6 +36,8 @@ use serde::{Deserialize, Serialize};
 use sim_core::units::{Bandwidth, SimDuration, TimeOverflow, UnitError};
 
 use crate::device::{CONV_VECTOR_TILES, Device, DeviceError, Dtype};
+#[cfg(test)]
+use crate::kernel_shape::GemmLayout;
 use crate::kernel_shape::{ConvDirection, GemmShape, KernelShape};
 use crate::layer::{KernelPart, KernelRole, Layer, OpClass, Pass};
 use crate::optimizer::{Optimizer, OptimizerPasses};
@@ -142,6 +144,14 @@ pub struct ComputeModel {
     /// libraries run such shapes with narrower-vector kernels. 1 by default; calibration
     /// measures it on traces' unaligned products.
     pub unaligned_gemm_efficiency: f64,
+    /// The rate of a thin product whose wide operand is stored contiguous along the reduction
+    /// ([`GemmShape::thin_and_k_major`]: BLAS `TN` with a thin `n`), relative to the same
+    /// product with that operand stored along its output side, in (0, 1], for 4-byte
+    /// elements (narrower elements lose more: [`Curves::layout_rate`]). The whole kernel (its
+    /// compute and its streaming) runs at this rate. 1 by default (no layout effect):
+    /// DeepBench's V100 and P100 tables measure it (`TN` against `NN`) and calibration on
+    /// them fits it; traces record no layouts.
+    pub k_major_thin_gemm_efficiency: f64,
     /// How gradually GEMM efficiency rises with work, in (0, 1]: the efficiency at `w` FLOPs is
     /// `gemm-efficiency * w^g / (w^g + w_half^g)`. 1 is the hyperbola (10% to 90% of the
     /// ceiling over two decades of work); smaller values spread the rise over more decades, as
@@ -253,6 +263,7 @@ impl Default for ComputeModel {
             gemm_efficiency: 0.8,
             vector_gemm_efficiency: 0.9,
             unaligned_gemm_efficiency: 1.0,
+            k_major_thin_gemm_efficiency: 1.0,
             gemm_ramp_exponent: 1.0,
             gemm_half_time: SimDuration::from_us(3),
             vector_efficiency: 0.5,
@@ -402,6 +413,7 @@ impl ComputeModel {
             ("gemm-efficiency", self.gemm_efficiency),
             ("vector-gemm-efficiency", self.vector_gemm_efficiency),
             ("unaligned-gemm-efficiency", self.unaligned_gemm_efficiency),
+            ("k-major-thin-gemm-efficiency", self.k_major_thin_gemm_efficiency),
             ("gemm-ramp-exponent", self.gemm_ramp_exponent),
             ("vector-efficiency", self.vector_efficiency),
             ("memory-efficiency", self.memory_efficiency),
@@ -511,6 +523,7 @@ impl ComputeModel {
             gemm_efficiency: self.gemm_efficiency,
             vector_gemm_efficiency: self.vector_gemm_efficiency,
             unaligned_gemm_efficiency: self.unaligned_gemm_efficiency,
+            k_major_thin_gemm_efficiency: self.k_major_thin_gemm_efficiency,
             gemm_ramp_exponent: self.gemm_ramp_exponent,
             gemm_half_s: self.gemm_half_time.as_secs_f64(),
             vector_efficiency: self.vector_efficiency,
@@ -878,6 +891,7 @@ pub(crate) struct Curves {
     pub(crate) gemm_efficiency: f64,
     pub(crate) vector_gemm_efficiency: f64,
     pub(crate) unaligned_gemm_efficiency: f64,
+    pub(crate) k_major_thin_gemm_efficiency: f64,
     pub(crate) gemm_ramp_exponent: f64,
     pub(crate) gemm_half_s: f64,
     pub(crate) vector_efficiency: f64,
@@ -1201,7 +1215,25 @@ impl Curves {
     pub(crate) fn kernel_seconds(&self, device: &Device, work: &KernelWork) -> Result<f64, ComputeError> {
         let compute = self.compute_seconds(device, work)?;
         let memory = self.streaming_seconds(device, work);
-        Ok(compute.max(memory) + self.combine_seconds(work.class))
+        Ok(compute.max(memory) / self.layout_rate(work) + self.combine_seconds(work.class))
+    }
+
+    /// The share of its rate a product keeps for its operands' layout: for a thin product
+    /// read along the reduction ([`GemmShape::thin_and_k_major`]), `k-major-thin-gemm-efficiency`
+    /// with 4-byte elements; else 1. Each row of the wide operand is read in contiguous runs
+    /// of the same number of elements per step of the reduction, and each run has a fixed
+    /// cost besides its bytes, so with `b`-byte elements the cost beyond the bytes is `4/b`
+    /// times the fp32 one: `rate = 1 / (1 + (1/e - 1) 4/b)`. (DeepBench's V100 `TN` against
+    /// `NN` thin products: 0.89 of the `NN` rate in fp32, 0.77 in fp16, which one `e` of
+    /// about 0.88 gives; docs/compute-model.md, "Layout".)
+    fn layout_rate(&self, work: &KernelWork) -> f64 {
+        match &work.shape {
+            KernelShape::Gemm(shape) if work.class == OpClass::Gemm && shape.thin_and_k_major() => {
+                let fp32_cost = 1.0 / self.k_major_thin_gemm_efficiency - 1.0;
+                1.0 / (1.0 + fp32_cost * 4.0 / work.dtype.bytes().max(1) as f64)
+            }
+            _ => 1.0,
+        }
     }
 
     /// Seconds of the memory side of a kernel: its traffic at the memory curve, or, for a
@@ -1629,6 +1661,36 @@ mod tests {
             )
             .unwrap();
         assert_eq!(on_cpu, flat_cpu);
+    }
+
+    #[test]
+    fn a_thin_product_read_along_k_runs_at_its_layout_rate() {
+        let v100 = DeviceCatalog::builtin().get("v100-sxm2-16gb").unwrap();
+        let model = ComputeModel { k_major_thin_gemm_efficiency: 0.8, ..Default::default() };
+        let seconds = |model: &ComputeModel, dtype: Dtype, shape: GemmShape| {
+            let bytes =
+                (shape.m * shape.k + shape.k * shape.n + shape.m * shape.n) as f64 * dtype.bytes() as f64;
+            let work = KernelWork {
+                shape: KernelShape::Gemm(shape),
+                ..KernelWork::flat(OpClass::Gemm, dtype, shape.flops(), bytes)
+            };
+            model.kernel_seconds(v100, &work).unwrap()
+        };
+        // DeepBench's `7680 x 16 x 2560`: `TN` reads A along k, `NN` along m.
+        let (tn, nn) = (GemmLayout::blas(true, false), GemmLayout::blas(false, false));
+        let thin = GemmShape::new(7680, 16, 2560);
+        for (dtype, slower) in [(Dtype::Fp32, 1.0 / 0.8), (Dtype::Fp16, 1.0 + 0.25 * 2.0)] {
+            let along_k = seconds(&model, dtype, thin.with_layout(tn));
+            let along_m = seconds(&model, dtype, thin.with_layout(nn));
+            assert!((along_k / along_m - slower).abs() < 1e-9, "{dtype:?}: {along_k} vs {along_m}");
+            // The default has no layout effect, and neither has a product without a layout.
+            let default = ComputeModel::default();
+            assert_eq!(seconds(&default, dtype, thin.with_layout(tn)), seconds(&default, dtype, thin));
+            assert_eq!(seconds(&model, dtype, thin), along_m);
+        }
+        // A wide product keeps its rate whatever its layout.
+        let wide = GemmShape::new(7680, 1024, 2560);
+        assert_eq!(seconds(&model, Dtype::Fp16, wide.with_layout(tn)), seconds(&model, Dtype::Fp16, wide));
     }
 
     #[test]

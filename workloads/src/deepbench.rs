@@ -17,7 +17,7 @@
 use crate::calibrate::Sample;
 use crate::compute::KernelWork;
 use crate::device::{Device, Dtype};
-use crate::kernel_shape::{ConvDirection, ConvShape, GemmShape, KernelShape};
+use crate::kernel_shape::{ConvDirection, ConvShape, GemmLayout, GemmShape, KernelShape};
 use crate::layer::OpClass;
 
 /// A table could not be read.
@@ -158,6 +158,7 @@ pub fn parse_gemms(text: &str) -> Result<Vec<GemmRow>, DeepBenchError> {
             let shape = GemmShape::new(row.count("M")?, row.count("N")?, row.count("K")?);
             let seconds = row.time("time_ms")?.ok_or_else(|| row.bad("time_ms", "a measured time"))?;
             let transposed = [row.transposed("a_transpose")?, row.transposed("b_transpose")?];
+            let shape = shape.with_layout(GemmLayout::blas(transposed[0], transposed[1]));
             Ok(GemmRow { shape, transposed, seconds })
         })
         .collect()
@@ -326,7 +327,7 @@ mod tests {
     fn gemm_rows_parse() {
         let rows = parse_gemms(GEMMS).unwrap();
         assert_eq!(rows.len(), 2);
-        assert_eq!(rows[1].shape, GemmShape::new(35, 8457, 4096));
+        assert_eq!(rows[1].shape, GemmShape::new(35, 8457, 4096).with_layout(GemmLayout::blas(true, false)));
         assert_eq!(rows[1].transposed, [true, false]);
         assert!((rows[0].seconds - 38e-6).abs() < 1e-12);
     }

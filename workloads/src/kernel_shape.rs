@@ -10,6 +10,57 @@ use serde::Serialize;
 
 use crate::layer::{Layer, LayerKind, Pass};
 
+/// How an operand of a product is laid out in memory: contiguous along the reduction (`k`) or
+/// along its own side of the output (`m` for A, `n` for B).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Major {
+    /// Consecutive elements run along `k`: each output row's (or column's) operand vector is
+    /// one contiguous run, read as a dot product.
+    Reduction,
+    /// Consecutive elements run along the output side: a warp reads 32 neighbouring rows (or
+    /// columns) at the same `k`, as a GEMV with `N` reads its matrix.
+    Output,
+}
+
+/// The memory layout of a product's two operands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct GemmLayout {
+    /// A (`m x k`).
+    pub a: Major,
+    /// B (`k x n`).
+    pub b: Major,
+}
+
+impl GemmLayout {
+    /// The layout BLAS's column-major `transa`/`transb` flags name (DeepBench's `NN`, `TN`,
+    /// `NT` columns): A untransposed is stored `m x k` column-major (contiguous along `m`),
+    /// transposed contiguous along `k`; B untransposed is stored `k x n` column-major
+    /// (contiguous along `k`), transposed contiguous along `n`.
+    pub const fn blas(transa: bool, transb: bool) -> GemmLayout {
+        GemmLayout {
+            a: if transa { Major::Reduction } else { Major::Output },
+            b: if transb { Major::Output } else { Major::Reduction },
+        }
+    }
+
+    /// The layouts PyTorch's `nn.Linear` (and Chainer's `Linear`, both row-major) give the
+    /// three products of a layer, in [`KernelShape::of_layer`]'s orientation (forward
+    /// `tokens x out` from `tokens x in`): the activations `x` and the weights `W` (`out x in`)
+    /// are stored row-major, so the forward reads both along `in`, the reduction (BLAS `TN`,
+    /// the `*_tn` kernels of a forward in public profiles); backward-data `dy W` reads `dy`
+    /// along `out`, its reduction, and `W` along `in`, its output side (`NN` in BLAS's
+    /// swapped orientation); backward-weight `dy^T x` reads both along their output sides
+    /// (`NT`).
+    pub const fn row_major_linear(pass: Pass) -> GemmLayout {
+        match pass {
+            Pass::Forward => GemmLayout { a: Major::Reduction, b: Major::Reduction },
+            Pass::BackwardData => GemmLayout { a: Major::Reduction, b: Major::Output },
+            Pass::BackwardWeight => GemmLayout { a: Major::Output, b: Major::Output },
+        }
+    }
+}
+
 /// A (batched) matrix product `C[m, n] = A[m, k] B[k, n]`, `batch` times.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct GemmShape {
@@ -21,12 +72,39 @@ pub struct GemmShape {
     pub n: u64,
     /// The reduction dimension.
     pub k: u64,
+    /// The operands' layout, where known (a kernel benchmark's row, a framework's linear
+    /// layer); `None` prices the product without a layout effect.
+    pub layout: Option<GemmLayout>,
 }
+
+/// A product is thin when its narrower output side has at most this many rows or columns: it
+/// streams its wide operand like a GEMV (DeepBench's `N = 16, 32, 64` products, the shape
+/// regime `calibrate --check` reports as "gemm thin").
+pub const THIN_GEMM_SIDE: u64 = 64;
 
 impl GemmShape {
     /// One product of `m x k` by `k x n`.
     pub const fn new(m: u64, n: u64, k: u64) -> GemmShape {
-        GemmShape { batch: 1, m, n, k }
+        GemmShape { batch: 1, m, n, k, layout: None }
+    }
+
+    /// The same product with its operands' layout.
+    pub const fn with_layout(self, layout: GemmLayout) -> GemmShape {
+        GemmShape { layout: Some(layout), ..self }
+    }
+
+    /// Whether the product is thin ([`THIN_GEMM_SIDE`]) and its wide operand (A when `n` is
+    /// the thin side, B when `m` is) is stored contiguous along the reduction: each of the
+    /// wide side's rows is then a contiguous dot product, not the coalesced column walk of a
+    /// GEMV with `N`. `calibrate` fits the rate of such products relative to the others,
+    /// `k-major-thin-gemm-efficiency`; products without a layout are not.
+    pub fn thin_and_k_major(&self) -> bool {
+        let Some(layout) = self.layout else { return false };
+        if self.m.min(self.n) > THIN_GEMM_SIDE {
+            return false;
+        }
+        let wide = if self.n <= self.m { layout.a } else { layout.b };
+        wide == Major::Reduction
     }
 
     /// Multiply-adds counted as 2 FLOPs each.
@@ -221,7 +299,7 @@ impl ConvShape {
             }
             ConvDirection::BackwardWeight => (k_out, c * taps, outputs),
         };
-        GemmShape { batch: groups, m, n, k }
+        GemmShape { batch: groups, m, n, k, layout: None }
     }
 
     /// Whether Winograd's minimal filtering applies: a dense 2-D 3x3 convolution with unit
@@ -246,7 +324,7 @@ impl ConvShape {
             ConvDirection::BackwardData => (tiles, c, k),
             ConvDirection::BackwardWeight => (k, c, tiles),
         };
-        let shape = GemmShape { batch: alpha * alpha, m, n, k: depth };
+        let shape = GemmShape { batch: alpha * alpha, m, n, k: depth, layout: None };
         let filter = c * k * Self::product(self.kernel);
         let plain = self.batch * (c * Self::product(self.input) + k * Self::product(self.output)) + filter;
         let transformed = alpha * alpha * (tiles * (c + k) + c * k);
@@ -302,7 +380,7 @@ impl ConvShape {
             ConvDirection::BackwardData => (tiles, c, k),
             ConvDirection::BackwardWeight => (k, c, tiles),
         };
-        let shape = GemmShape { batch: frequencies, m, n, k: depth };
+        let shape = GemmShape { batch: frequencies, m, n, k: depth, layout: None };
         let filter = c * k * Self::product(self.kernel);
         let plain = self.batch * (c * Self::product(self.input) + k * Self::product(self.output)) + filter;
         let transformed = 2 * frequencies * (tiles * (c + k) + c * k);
@@ -328,8 +406,8 @@ impl AttentionShape {
     /// The two products of the forward pass; the backward runs two of each shape.
     pub fn products(&self) -> [GemmShape; 2] {
         [
-            GemmShape { batch: self.heads, m: self.queries, n: self.keys, k: self.head_dim },
-            GemmShape { batch: self.heads, m: self.queries, n: self.head_dim, k: self.keys },
+            GemmShape { batch: self.heads, m: self.queries, n: self.keys, k: self.head_dim, layout: None },
+            GemmShape { batch: self.heads, m: self.queries, n: self.head_dim, k: self.keys, layout: None },
         ]
     }
 }
@@ -421,11 +499,12 @@ impl KernelShape {
             LayerKind::Linear { out_features, .. } | LayerKind::TiedLinear { out_features, .. } => {
                 let Some((&features, rows)) = input.split_last() else { return KernelShape::Unknown };
                 let tokens = leading(rows);
-                KernelShape::Gemm(match pass {
+                let shape = match pass {
                     Pass::Forward => GemmShape::new(tokens, *out_features, features),
                     Pass::BackwardData => GemmShape::new(tokens, features, *out_features),
                     Pass::BackwardWeight => GemmShape::new(*out_features, features, tokens),
-                })
+                };
+                KernelShape::Gemm(shape.with_layout(GemmLayout::row_major_linear(pass)))
             }
             LayerKind::Matmul { other } => {
                 let (Some(&n), true) = (other.0.last(), input.len() >= 2) else {
@@ -438,7 +517,7 @@ impl KernelShape {
                     // dA = dC B^T (and dB = A^T dC, the same work)
                     Pass::BackwardData | Pass::BackwardWeight => (m, k, n),
                 };
-                KernelShape::Gemm(GemmShape { batch: products, m, n, k })
+                KernelShape::Gemm(GemmShape { batch: products, m, n, k, layout: None })
             }
             LayerKind::Attention { heads, kv_heads, .. } => {
                 let (Some(&features), Some(&tokens)) = (input.last(), input.first()) else {
@@ -459,10 +538,10 @@ impl KernelShape {
                 let per_expert = routed.div_ceil((*experts).max(1));
                 KernelShape::Gemm(match pass {
                     Pass::Forward | Pass::BackwardData => {
-                        GemmShape { batch: *experts, m: per_expert, n: *ffn_hidden, k: hidden }
+                        GemmShape { batch: *experts, m: per_expert, n: *ffn_hidden, k: hidden, layout: None }
                     }
                     Pass::BackwardWeight => {
-                        GemmShape { batch: *experts, m: hidden, n: *ffn_hidden, k: per_expert }
+                        GemmShape { batch: *experts, m: hidden, n: *ffn_hidden, k: per_expert, layout: None }
                     }
                 })
             }
@@ -475,6 +554,33 @@ impl KernelShape {
 mod tests {
     use super::*;
     use crate::layer::{Layer, LayerKind, Shape};
+
+    #[test]
+    fn layouts_tell_which_thin_products_read_their_wide_operand_along_k() {
+        let (nn, tn, nt) =
+            (GemmLayout::blas(false, false), GemmLayout::blas(true, false), GemmLayout::blas(false, true));
+        assert_eq!(tn, GemmLayout { a: Major::Reduction, b: Major::Reduction });
+        assert_eq!(nt, GemmLayout { a: Major::Output, b: Major::Output });
+        let thin_n = GemmShape::new(7680, 16, 2560);
+        assert!(thin_n.with_layout(tn).thin_and_k_major());
+        assert!(!thin_n.with_layout(nn).thin_and_k_major());
+        assert!(!thin_n.thin_and_k_major(), "no layout, no effect");
+        // With a thin m the wide operand is B, along k in `NN` and `TN` alike.
+        let thin_m = GemmShape::new(35, 8457, 2560);
+        assert!(thin_m.with_layout(nn).thin_and_k_major() && thin_m.with_layout(tn).thin_and_k_major());
+        assert!(!thin_m.with_layout(nt).thin_and_k_major());
+        assert!(!GemmShape::new(65, 8457, 2560).with_layout(tn).thin_and_k_major());
+        // A linear layer over 32 samples: its forward reads the weights along `in` (thin and
+        // along k); its gradients read them along their output side.
+        let fc = Layer::new("fc", LayerKind::Linear { out_features: 4096, bias: false }, Shape::from([9216]))
+            .unwrap();
+        let along_k = |pass| match KernelShape::of_layer(&fc, pass, 32) {
+            KernelShape::Gemm(shape) => shape.thin_and_k_major(),
+            other => panic!("{other:?}"),
+        };
+        assert!(along_k(Pass::Forward));
+        assert!(!along_k(Pass::BackwardData) && !along_k(Pass::BackwardWeight));
+    }
 
     #[test]
     fn reductions_launch_as_pytorch_launched_them_in_the_traces() {
@@ -583,7 +689,10 @@ mod tests {
         .unwrap();
         assert_eq!(
             KernelShape::of_layer(&linear, Pass::BackwardWeight, 4),
-            KernelShape::Gemm(GemmShape::new(4096, 1024, 8192))
+            KernelShape::Gemm(
+                GemmShape::new(4096, 1024, 8192)
+                    .with_layout(GemmLayout { a: Major::Output, b: Major::Output })
+            )
         );
         let attention = Layer::new(
             "attn",
@@ -600,6 +709,6 @@ mod tests {
         let KernelShape::Attention(shape) = KernelShape::of_layer(&attention, Pass::Forward, 2) else {
             panic!()
         };
-        assert_eq!(shape.products()[0], GemmShape { batch: 32, m: 2048, n: 2048, k: 64 });
+        assert_eq!(shape.products()[0], GemmShape { batch: 32, m: 2048, n: 2048, k: 64, layout: None });
     }
 }

@@ -64,7 +64,8 @@ pub mod zoo;
 pub use compute::{ComputeError, ComputeModel, KernelWork, OptimizerStep};
 pub use device::{Device, DeviceCatalog, DeviceError, DeviceKind, Dtype, Execution};
 pub use kernel_shape::{
-    AttentionShape, ConvDirection, ConvShape, GemmShape, KernelShape, ReductionLaunch, ReductionShape,
+    AttentionShape, ConvDirection, ConvShape, GemmLayout, GemmShape, KernelShape, Major, ReductionLaunch,
+    ReductionShape, THIN_GEMM_SIDE,
 };
 pub use layer::{
     Activation, AttentionKernel, KernelPart, KernelRole, Layer, LayerCost, LayerError, LayerKind,
