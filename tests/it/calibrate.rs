@@ -318,6 +318,23 @@ fn check_measures_a_profile_on_traces_it_was_not_fitted_to() {
     assert!(weighted[1] < weighted[0], "the profile should beat the defaults on the unseen trace: {all}");
 }
 
+/// The report gives the multiprocessors the traces' NCCL kernels held (their recorded grids, one
+/// block to an SM) and the slowdown that share alone gives a compute-bound kernel beside them:
+/// 2 of the V100's 80 SMs, 1/(1 - 2/80) = 1.026.
+#[test]
+fn the_report_gives_the_multiprocessors_nccl_held() {
+    let trace = shared_trace("HolisticTraceAnalysis/trace_diff/test/test.json.gz");
+    let run = calibrate(&[&trace], "v100-sxm2-16gb", &["--check", "v100-sxm2-16gb"]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let report = String::from_utf8_lossy(&run.stdout);
+    let line = report.lines().find(|l| l.starts_with("NCCL kernels:")).unwrap_or_else(|| panic!("{report}"));
+    assert!(
+        line.contains("251.3 ms on 2.0 thread blocks of 80 multiprocessors")
+            && line.contains("2.5% of the SMs, a slowdown of 1.026"),
+        "{line}"
+    );
+}
+
 /// `--check` refuses a profile of another device type, as a scenario does.
 #[test]
 fn check_refuses_a_profile_of_another_device() {
