@@ -544,6 +544,7 @@ fn report(
             format!("{:.3}", m.communication_launch_slowdown),
             m.reduction_overhead.to_string(),
             format!("{:.3}", m.l2_hit_fraction),
+            format!("{:.3}", m.unaligned_memory_efficiency),
         ]
     };
     let rows: Vec<[String; 4]> = PARAMETERS
@@ -568,13 +569,14 @@ fn report(
         ("gemm-efficiency", m.gemm_efficiency),
         ("vector-gemm-efficiency", m.vector_gemm_efficiency),
         ("unaligned-gemm-efficiency", m.unaligned_gemm_efficiency),
+        ("unaligned-memory-efficiency", m.unaligned_memory_efficiency),
         ("memory-efficiency", m.memory_efficiency),
         ("reduction-memory-efficiency", m.reduction_memory_efficiency),
     ] {
         let decided =
             PARAMETERS.iter().position(|p| *p == name).is_some_and(|i| fit.support[i] >= MIN_SUPPORT);
         // A factor of 1 (no penalty for unaligned products) is a legitimate answer.
-        let upper = if name == "unaligned-gemm-efficiency" || name.starts_with("conv-") { 1.0 } else { 0.99 };
+        let upper = if name.starts_with("unaligned-") || name.starts_with("conv-") { 1.0 } else { 0.99 };
         if decided && !(0.1..=upper).contains(&value) {
             let _ = writeln!(
                 out,
