@@ -106,7 +106,9 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
         // Kernel benchmarks keep the fastest convolution algorithm: price them that way.
         let winograd = !tables.is_empty();
         let default = ComputeModel { winograd_convolutions: winograd, ..default };
-        return check_profile(name, device, &trace_device, &collected, &default, winograd, args.any_device);
+        let report =
+            check_profile(name, device, &trace_device, &collected, &default, winograd, args.any_device)?;
+        return Ok(report + &communication_multiprocessors(&import).unwrap_or_default());
     }
     let output =
         args.output.as_ref().context("give -o PROFILE (where to write the profile) or --check PROFILE")?;
@@ -543,6 +545,7 @@ fn report(
             m.reduction_overhead.to_string(),
             format!("{:.3}", m.l2_hit_fraction),
             format!("{:.3}", m.k_major_thin_gemm_efficiency),
+            format!("{:.3}", m.unaligned_memory_efficiency),
         ]
     };
     let rows: Vec<[String; 4]> = PARAMETERS
@@ -567,13 +570,14 @@ fn report(
         ("gemm-efficiency", m.gemm_efficiency),
         ("vector-gemm-efficiency", m.vector_gemm_efficiency),
         ("unaligned-gemm-efficiency", m.unaligned_gemm_efficiency),
+        ("unaligned-memory-efficiency", m.unaligned_memory_efficiency),
         ("memory-efficiency", m.memory_efficiency),
         ("reduction-memory-efficiency", m.reduction_memory_efficiency),
     ] {
         let decided =
             PARAMETERS.iter().position(|p| *p == name).is_some_and(|i| fit.support[i] >= MIN_SUPPORT);
         // A factor of 1 (no penalty for unaligned products) is a legitimate answer.
-        let upper = if name == "unaligned-gemm-efficiency" || name.starts_with("conv-") { 1.0 } else { 0.99 };
+        let upper = if name.starts_with("unaligned-") || name.starts_with("conv-") { 1.0 } else { 0.99 };
         if decided && !(0.1..=upper).contains(&value) {
             let _ = writeln!(
                 out,
@@ -644,6 +648,9 @@ fn report(
             launches.intervals, launches.p10_us, launches.p25_us, launches.median_us, launches.p75_us
         );
     }
+    if let Some(line) = communication_multiprocessors(import) {
+        out.push_str(&line);
+    }
     if !import.warnings.is_empty() {
         let _ = writeln!(out, "\nimport warnings:\n{}", import.warnings);
     }
@@ -654,6 +661,39 @@ fn report(
         output.display()
     );
     out
+}
+
+/// The multiprocessors the traces' NCCL kernels held, from their recorded launch grids
+/// ([`traces::kineto::operators::OperatorFile::nccl_blocks`]: one block to an SM) and the traces' `numSms`,
+/// averaged over the kernels' time; and the slowdown `1 / (1 - share)` this share alone gives a
+/// compute-bound kernel beside them, to set against the fitted `communication-compute-slowdown`
+/// (docs/compute-model.md, "Beside NCCL"). `None` without NCCL kernels with a grid on a GPU of
+/// known size.
+fn communication_multiprocessors(import: &OperatorImport) -> Option<String> {
+    let (mut nccl_ns, mut block_ns, mut share_ns) = (0u64, 0.0, 0.0);
+    let mut sms = BTreeSet::new();
+    for file in &import.files {
+        let multiprocessors = file.device.as_ref().map_or(0, |d| d.multiprocessors);
+        let Some(blocks) = file.nccl_blocks().filter(|_| multiprocessors > 0) else { continue };
+        nccl_ns += file.nccl_ns;
+        block_ns += blocks * file.nccl_ns as f64;
+        share_ns += (blocks / f64::from(multiprocessors)).min(1.0) * file.nccl_ns as f64;
+        sms.insert(multiprocessors);
+    }
+    if nccl_ns == 0 {
+        return None;
+    }
+    let (blocks, share) = (block_ns / nccl_ns as f64, share_ns / nccl_ns as f64);
+    let sms: Vec<String> = sms.iter().map(u32::to_string).collect();
+    let slowdown = if share < 1.0 { format!("{:.3}", 1.0 / (1.0 - share)) } else { "unbounded".into() };
+    Some(format!(
+        "\nNCCL kernels: {:.1} ms on {blocks:.1} thread blocks of {} multiprocessors (time-weighted; \
+         one block to an SM): {} of the SMs, a slowdown of {slowdown} for a compute-bound kernel \
+         beside them\n",
+        nccl_ns as f64 / 1e6,
+        sms.join(" or "),
+        percent(share)
+    ))
 }
 
 /// The fitted model's error per operator name, largest measured time first.

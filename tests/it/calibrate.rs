@@ -75,7 +75,13 @@ fn the_shipped_profiles_are_reproduced_from_their_traces_and_beat_the_defaults()
     // Every shipped profile holds `l2-hit-fraction` at 0 (off), as before it existed: fitted,
     // it moves the A100's memory efficiency, which the suite reads (docs/compute-model.md,
     // "Results").
+    // It holds `unaligned-memory-efficiency` at 1 too, as it priced before the key: fitted
+    // (0.639), the profile's memory efficiency rises from 0.884 to 0.911, which takes the
+    // one-rank copy of `nccl-tests/azure-a100-1` from 92.6% to 91.8%, and its GEMM ceiling
+    // falls from 0.820 to 0.719 (docs/compute-model.md, "Results").
     let a100_held: &[&str] = &[
+        "--hold",
+        "unaligned-memory-efficiency=1",
         "--hold",
         "communication-memory-slowdown=1",
         "--hold",
@@ -92,6 +98,7 @@ fn the_shipped_profiles_are_reproduced_from_their_traces_and_beat_the_defaults()
     let held_80: Vec<&str> = [
         "gemm-efficiency=0.8",
         "unaligned-gemm-efficiency=1",
+        "unaligned-memory-efficiency=1",
         "gemm-ramp-exponent=1",
         "gemm-half-time=3us",
         "vector-gemm-efficiency=0.9",
@@ -118,6 +125,8 @@ fn the_shipped_profiles_are_reproduced_from_their_traces_and_beat_the_defaults()
         // vector units' ceiling: its default, measured on DeepBench's largest products.
         "vector-gemm-efficiency=0.9",
         "unaligned-gemm-efficiency=0.9658",
+        // Before the key existed: unaligned products streamed at the aligned rate.
+        "unaligned-memory-efficiency=1",
         "gemm-ramp-exponent=0.7037",
         "gemm-half-time=15.317 us",
         "memory-efficiency=0.7766",
@@ -318,6 +327,23 @@ fn check_measures_a_profile_on_traces_it_was_not_fitted_to() {
     assert!(weighted[1] < weighted[0], "the profile should beat the defaults on the unseen trace: {all}");
 }
 
+/// The report gives the multiprocessors the traces' NCCL kernels held (their recorded grids, one
+/// block to an SM) and the slowdown that share alone gives a compute-bound kernel beside them:
+/// 2 of the V100's 80 SMs, 1/(1 - 2/80) = 1.026.
+#[test]
+fn the_report_gives_the_multiprocessors_nccl_held() {
+    let trace = shared_trace("HolisticTraceAnalysis/trace_diff/test/test.json.gz");
+    let run = calibrate(&[&trace], "v100-sxm2-16gb", &["--check", "v100-sxm2-16gb"]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let report = String::from_utf8_lossy(&run.stdout);
+    let line = report.lines().find(|l| l.starts_with("NCCL kernels:")).unwrap_or_else(|| panic!("{report}"));
+    assert!(
+        line.contains("251.3 ms on 2.0 thread blocks of 80 multiprocessors")
+            && line.contains("2.5% of the SMs, a slowdown of 1.026"),
+        "{line}"
+    );
+}
+
 /// `--check` refuses a profile of another device type, as a scenario does.
 #[test]
 fn check_refuses_a_profile_of_another_device() {
@@ -462,7 +488,7 @@ fn a_scenario_sets_the_shape_and_host_keys() {
     let keys = "[compute]\nvector-gemm-efficiency = 0.95\ngemm-tile-half-intensity = 4.0\n\
                 gemm-wave-overhead = \"1 us\"\nconv-efficiency = 0.9\nconv-backward-data-efficiency = 0.9\n\
                 conv-backward-weight-efficiency = 0.8\nreduction-half-time = \"5 us\"\n\
-                reduction-overhead = \"2 us\"\nl2-hit-fraction = 0.2\n\
+                reduction-overhead = \"2 us\"\nl2-hit-fraction = 0.2\nunaligned-memory-efficiency = 0.7\n\
                 winograd-convolutions = true\ndispatch-overhead = \"5 us\"\ncuda-graphs = true\n\
                 k-major-thin-gemm-efficiency = 0.8\n";
     let scenario = scenario_file(
@@ -473,13 +499,20 @@ fn a_scenario_sets_the_shape_and_host_keys() {
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let json: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
     let source = json["model"]["compute_model"].as_str().unwrap();
-    assert!(source.contains("13 key(s) set"), "{source}");
+    assert!(source.contains("14 key(s) set"), "{source}");
 
     // A reduction's combine is a duration: a number without a unit names the file and the key.
     refused("compute-unitless-overhead.toml", "reduction-overhead = 3", &["reduction-overhead"]);
     refused("compute-negative-overhead.toml", "reduction-overhead = \"-1 us\"", &["reduction-overhead"]);
     // The L2's share of streaming traffic is a fraction: above 1 names the file, the key and
     // the valid range.
+    // The unaligned products' memory factor is an efficiency: 0 names the file, the key and
+    // the valid range.
+    refused(
+        "compute-unaligned-memory-zero.toml",
+        "unaligned-memory-efficiency = 0",
+        &["unaligned-memory-efficiency", "greater than 0 and at most 1"],
+    );
     refused(
         "compute-l2-over-one.toml",
         "l2-hit-fraction = 1.5",

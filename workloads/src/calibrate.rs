@@ -74,7 +74,7 @@ pub enum CalibrationError {
 }
 
 /// The fitted parameters, in the order of [`PARAMETERS`].
-const COUNT: usize = 22;
+const COUNT: usize = 23;
 
 /// The parameters calibration fits, by their scenario keys.
 pub const PARAMETERS: [&str; COUNT] = [
@@ -100,6 +100,7 @@ pub const PARAMETERS: [&str; COUNT] = [
     "reduction-overhead",
     "l2-hit-fraction",
     "k-major-thin-gemm-efficiency",
+    "unaligned-memory-efficiency",
 ];
 
 /// Position of the one parameter that is neither an efficiency nor a time (fitted as its
@@ -126,8 +127,27 @@ const MIN_L2_HITS: f64 = 1e-4;
 
 /// Positions of the efficiencies (fitted as logits) among [`PARAMETERS`]; the others are times
 /// (fitted as logarithms).
-const EFFICIENCIES: [usize; 15] =
-    [0, 1, 2, 4, 5, 7, 11, 12, 13, 15, SLOWDOWNS[0], SLOWDOWNS[1], SLOWDOWNS[2], L2_HITS, K_MAJOR_THIN];
+const EFFICIENCIES: [usize; 16] = [
+    0,
+    1,
+    2,
+    4,
+    5,
+    7,
+    11,
+    12,
+    13,
+    15,
+    SLOWDOWNS[0],
+    SLOWDOWNS[1],
+    SLOWDOWNS[2],
+    L2_HITS,
+    K_MAJOR_THIN,
+    UNALIGNED_MEMORY,
+];
+
+/// Position of `unaligned-memory-efficiency`.
+const UNALIGNED_MEMORY: usize = 22;
 
 /// Lowest fitted efficiency. Below 5% of a peak a kernel is not limited by the rate the
 /// roofline describes but by its parallelism (a reduction over six rows, a tiny product):
@@ -208,6 +228,7 @@ impl Point {
             model.reduction_overhead.as_secs_f64(),
             model.l2_hit_fraction,
             model.k_major_thin_gemm_efficiency,
+            model.unaligned_memory_efficiency,
         ];
         let mut point = Point::of(model);
         for (j, fixed) in point.fixed.iter_mut().enumerate() {
@@ -242,6 +263,7 @@ impl Point {
             log_us(model.reduction_overhead.as_secs_f64()),
             logit(model.l2_hit_fraction.max(MIN_L2_HITS)),
             logit(model.k_major_thin_gemm_efficiency),
+            logit(model.unaligned_memory_efficiency),
         ];
         Point { x, fixed: [None; COUNT], winograd: model.winograd_convolutions }
     }
@@ -263,6 +285,7 @@ impl Point {
             gemm_efficiency: self.value(0),
             unaligned_gemm_efficiency: self.value(1),
             k_major_thin_gemm_efficiency: self.value(K_MAJOR_THIN),
+            unaligned_memory_efficiency: self.value(UNALIGNED_MEMORY),
             gemm_ramp_exponent: self.value(2),
             gemm_half_s: self.value(3),
             memory_efficiency: self.value(4),
@@ -304,6 +327,7 @@ impl Point {
             gemm_efficiency: efficiency(curves.gemm_efficiency),
             unaligned_gemm_efficiency: efficiency(curves.unaligned_gemm_efficiency),
             k_major_thin_gemm_efficiency: efficiency(curves.k_major_thin_gemm_efficiency),
+            unaligned_memory_efficiency: efficiency(curves.unaligned_memory_efficiency),
             gemm_ramp_exponent: efficiency(curves.gemm_ramp_exponent),
             gemm_half_time: duration(curves.gemm_half_s),
             vector_efficiency: efficiency(curves.vector_efficiency),
@@ -1227,6 +1251,49 @@ mod tests {
         }
         let errors = class_errors(&samples, &predictions(m, a100(), &samples).unwrap());
         assert!(errors.iter().all(|e| e.weighted_error < 0.01), "{errors:?}");
+    }
+
+    #[test]
+    fn recovers_the_memory_side_of_unaligned_products_apart_from_their_compute_side() {
+        // Thin products (a 4-deep reduction: 2 FLOP per byte, as DLRM's N = 30 `bmm`) stream
+        // their operands and output; every other size off the 16-byte grid.
+        let thin = ComputeModel { unaligned_memory_efficiency: 0.6, ..truth() };
+        let mut samples = synthetic(&thin, |_| 1.0);
+        for (i, n) in [256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0, 32768.0].into_iter().enumerate()
+        {
+            let work = KernelWork {
+                class: OpClass::Gemm,
+                dtype: Dtype::Fp32,
+                flops: 2.0 * n * n * 4.0,
+                bytes: 4.0 * (2.0 * 4.0 * n + n * n),
+                aligned: i % 2 == 0,
+                shape: KernelShape::Unknown,
+            };
+            let mut sample = Sample {
+                work,
+                after: Vec::new(),
+                kernels: 1,
+                measured_s: 0.0,
+                communication: 0.0,
+                group: 1000 + i as u64,
+            };
+            sample.measured_s = predict(&thin, a100(), &sample).unwrap();
+            samples.push(sample);
+        }
+        let fit = fit(a100(), &samples, &ComputeModel::default(), &[]).unwrap();
+        let m = &fit.model;
+        assert!((m.unaligned_memory_efficiency / 0.6 - 1.0).abs() < 0.02, "{m:?}");
+        assert!((m.unaligned_gemm_efficiency / 0.4 - 1.0).abs() < 0.02, "{m:?}");
+        let support =
+            fit.support[PARAMETERS.iter().position(|p| *p == "unaligned-memory-efficiency").unwrap()];
+        assert!(support >= 3, "{:?}", fit.support);
+        // Held, it stays where it was put.
+        let m = fit_held(&samples, &["unaligned-memory-efficiency"]);
+        assert_eq!(m.unaligned_memory_efficiency, 1.0);
+    }
+
+    fn fit_held(samples: &[Sample], hold: &[&str]) -> ComputeModel {
+        fit(a100(), samples, &ComputeModel::default(), hold).unwrap().model
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! element-wise, reduction: compute_rate = vector_peak(device, dtype) * vector_efficiency
 //! every class:             memory_time  = bytes / (bandwidth * e_mem)
 //!                                         + memory_half_time / memory_efficiency
+//!                          (over unaligned_memory_efficiency for an unaligned product)
 //!                          e_mem = reduction_memory_efficiency for reductions,
 //!                                  memory_efficiency for the others (row-wise
 //!                                  normalisations included)
@@ -152,6 +153,14 @@ pub struct ComputeModel {
     /// DeepBench's V100 and P100 tables measure it (`TN` against `NN`) and calibration on
     /// them fits it; traces record no layouts.
     pub k_major_thin_gemm_efficiency: f64,
+    /// The same for the memory side of an unaligned product other than a convolution, in
+    /// (0, 1]: its memory time is divided by it. Such kernels cannot use 16-byte vector loads
+    /// and stores and move their operands element by element, which lowers the bandwidth they
+    /// reach (NVIDIA, "CUDA Pro Tip: Increase Performance with Vectorized Memory Access"), but
+    /// not as much as their issue-bound compute: a memory-bound product and a compute-bound one
+    /// lose different shares. 1 (off) by default; calibration fits it on traces' memory-bound
+    /// unaligned products (docs/compute-model.md, "Results").
+    pub unaligned_memory_efficiency: f64,
     /// How gradually GEMM efficiency rises with work, in (0, 1]: the efficiency at `w` FLOPs is
     /// `gemm-efficiency * w^g / (w^g + w_half^g)`. 1 is the hyperbola (10% to 90% of the
     /// ceiling over two decades of work); smaller values spread the rise over more decades, as
@@ -264,6 +273,7 @@ impl Default for ComputeModel {
             vector_gemm_efficiency: 0.9,
             unaligned_gemm_efficiency: 1.0,
             k_major_thin_gemm_efficiency: 1.0,
+            unaligned_memory_efficiency: 1.0,
             gemm_ramp_exponent: 1.0,
             gemm_half_time: SimDuration::from_us(3),
             vector_efficiency: 0.5,
@@ -414,6 +424,7 @@ impl ComputeModel {
             ("vector-gemm-efficiency", self.vector_gemm_efficiency),
             ("unaligned-gemm-efficiency", self.unaligned_gemm_efficiency),
             ("k-major-thin-gemm-efficiency", self.k_major_thin_gemm_efficiency),
+            ("unaligned-memory-efficiency", self.unaligned_memory_efficiency),
             ("gemm-ramp-exponent", self.gemm_ramp_exponent),
             ("vector-efficiency", self.vector_efficiency),
             ("memory-efficiency", self.memory_efficiency),
@@ -524,6 +535,7 @@ impl ComputeModel {
             vector_gemm_efficiency: self.vector_gemm_efficiency,
             unaligned_gemm_efficiency: self.unaligned_gemm_efficiency,
             k_major_thin_gemm_efficiency: self.k_major_thin_gemm_efficiency,
+            unaligned_memory_efficiency: self.unaligned_memory_efficiency,
             gemm_ramp_exponent: self.gemm_ramp_exponent,
             gemm_half_s: self.gemm_half_time.as_secs_f64(),
             vector_efficiency: self.vector_efficiency,
@@ -892,6 +904,7 @@ pub(crate) struct Curves {
     pub(crate) vector_gemm_efficiency: f64,
     pub(crate) unaligned_gemm_efficiency: f64,
     pub(crate) k_major_thin_gemm_efficiency: f64,
+    pub(crate) unaligned_memory_efficiency: f64,
     pub(crate) gemm_ramp_exponent: f64,
     pub(crate) gemm_half_s: f64,
     pub(crate) vector_efficiency: f64,
@@ -1236,11 +1249,17 @@ impl Curves {
         }
     }
 
-    /// Seconds of the memory side of a kernel: its traffic at the memory curve, or, for a
-    /// reduction with a shape, its threads' dependent rounds of loads if they take longer
+    /// Seconds of the memory side of a kernel: its traffic at the memory curve (divided by
+    /// `unaligned-memory-efficiency` for an unaligned product other than a convolution), or,
+    /// for a reduction with a shape, its threads' dependent rounds of loads if they take longer
     /// ([`dependent_load_seconds`]).
     fn streaming_seconds(&self, device: &Device, work: &KernelWork) -> f64 {
-        self.memory_seconds(device, work.bytes, work.class).max(dependent_load_seconds(device, &work.shape))
+        let memory = self.memory_seconds(device, work.bytes, work.class);
+        // Convolutions keep their own rule for unaligned channels (`shaped_seconds`).
+        let product = work.class == OpClass::Gemm && !matches!(work.shape, KernelShape::Conv { .. });
+        let memory =
+            if product && !work.aligned { memory / self.unaligned_memory_efficiency } else { memory };
+        memory.max(dependent_load_seconds(device, &work.shape))
     }
 
     /// The fixed time of a reduction's combine (`reduction-overhead`): partial results meet
@@ -1281,6 +1300,43 @@ mod tests {
         assert!(model.gemm_efficiency_at(a100(), Dtype::Fp16, flops) > 0.999 * 0.8);
         let memory = ps(bytes / (2039e9 * 0.8));
         assert!(expected > 10.0 * memory);
+    }
+
+    #[test]
+    fn an_unaligned_products_memory_side_is_slowed_by_its_own_factor() {
+        let model = ComputeModel { unaligned_memory_efficiency: 0.5, ..ComputeModel::default() };
+        let unaligned = |work: KernelWork| KernelWork { aligned: false, ..work };
+        // DLRM's memory-bound batched product (`[1024, 647, 96] x [1024, 96, 30]`, TF32: 3.8
+        // GFLOP in 38 us at the default ceiling and ramp, 345 MB in 212 us): its memory side
+        // takes twice as long unaligned, aligned it does not move.
+        let bmm = KernelWork::flat(
+            OpClass::Gemm,
+            Dtype::Tf32,
+            2.0 * 1024.0 * 647.0 * 96.0 * 30.0,
+            4.0 * 1024.0 * (647.0 * 96.0 + 96.0 * 30.0 + 647.0 * 30.0),
+        );
+        let defaults = ComputeModel::default();
+        assert!(defaults.curves().bound_by_memory(a100(), &bmm).unwrap());
+        let alone = defaults.kernel_seconds(a100(), &bmm).unwrap();
+        assert_eq!(model.kernel_seconds(a100(), &bmm).unwrap(), alone);
+        let slow = model.kernel_seconds(a100(), &unaligned(bmm)).unwrap();
+        assert!((slow / alone - 2.0).abs() < 1e-9, "{slow} vs {alone}");
+        // A compute-bound product keeps its time: its compute side has `unaligned-gemm-efficiency`.
+        let big =
+            KernelWork::flat(OpClass::Gemm, Dtype::Fp16, 2.0 * 4096f64.powi(3), 3.0 * 4096f64.powi(2) * 2.0);
+        assert_eq!(
+            model.kernel_seconds(a100(), &unaligned(big)).unwrap(),
+            defaults.kernel_seconds(a100(), &unaligned(big)).unwrap()
+        );
+        // Element-wise kernels have no alignment.
+        let copy = KernelWork::flat(OpClass::Elementwise, Dtype::Fp32, 0.0, 1e9);
+        assert_eq!(
+            model.kernel_seconds(a100(), &copy).unwrap(),
+            defaults.kernel_seconds(a100(), &copy).unwrap()
+        );
+        let invalid = ComputeModel { unaligned_memory_efficiency: 0.0, ..ComputeModel::default() };
+        let error = invalid.validate().unwrap_err().to_string();
+        assert!(error.contains("unaligned-memory-efficiency"), "{error}");
     }
 
     #[test]

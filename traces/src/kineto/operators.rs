@@ -90,6 +90,22 @@ pub struct OperatorFile {
     pub unattributed: u64,
     /// Total measured time of compute kernels in the file (ns), attributed or not.
     pub kernel_ns: u64,
+    /// Measured time of the file's NCCL kernels that recorded their launch grid (ns).
+    pub nccl_ns: u64,
+    /// The same time weighted by each kernel's thread blocks (block-nanoseconds): see
+    /// [`OperatorFile::nccl_blocks`].
+    pub nccl_block_ns: u128,
+}
+
+impl OperatorFile {
+    /// The thread blocks of the file's NCCL kernels, averaged over their time (kernels that
+    /// recorded a grid), `None` if none did. An NCCL block holds a whole multiprocessor (NCCL
+    /// 2.x launches 544 or 640 threads of 96 registers, 61,440 of an SM's 65,536, as the HTA
+    /// traces record), so this is how many multiprocessors communication keeps from the other
+    /// streams' kernels while it runs.
+    pub fn nccl_blocks(&self) -> Option<f64> {
+        (self.nccl_ns > 0).then(|| self.nccl_block_ns as f64 / self.nccl_ns as f64)
+    }
 }
 
 /// Operators and their GPU work from one or more trace files.
@@ -231,6 +247,7 @@ fn attribute(raw: &RawFile, path: &Path, names: &[String]) -> OperatorFile {
     let mut launched: HashMap<(u64, usize), Vec<(i64, Activity)>> = HashMap::new();
     let mut unattributed = 0;
     let mut kernel_ns = 0;
+    let (mut nccl_ns, mut nccl_block_ns) = (0u64, 0u128);
     let kind_of = |gpu: &RawGpu| {
         let name = names.get(gpu.name as usize).map_or("", String::as_str);
         match gpu.category {
@@ -247,6 +264,10 @@ fn attribute(raw: &RawFile, path: &Path, names: &[String]) -> OperatorFile {
         let kind = kind_of(gpu);
         if kind == ActivityKind::Kernel {
             kernel_ns += gpu.duration_ns;
+        }
+        if let (ActivityKind::Nccl, Some(blocks)) = (kind, gpu.blocks) {
+            nccl_ns += gpu.duration_ns;
+            nccl_block_ns += u128::from(blocks) * u128::from(gpu.duration_ns);
         }
         let owner = gpu.correlation.and_then(|c| calls.get(&c)).and_then(|&(thread, ts)| {
             nestings.get(&thread).and_then(|n| n.innermost(ts)).map(|position| ((thread, position), ts))
@@ -290,6 +311,8 @@ fn attribute(raw: &RawFile, path: &Path, names: &[String]) -> OperatorFile {
         recorded_operators: raw.operators.len() as u64,
         unattributed,
         kernel_ns,
+        nccl_ns,
+        nccl_block_ns,
     }
 }
 
@@ -400,5 +423,35 @@ mod tests {
         let kinds: Vec<ActivityKind> = op.activities.iter().map(|a| a.kind).collect();
         assert_eq!(kinds, [ActivityKind::Memcpy, ActivityKind::Nccl]);
         assert_eq!(trace.files[0].kernel_ns, 0);
+    }
+
+    #[test]
+    fn nccl_kernels_blocks_are_averaged_over_their_time() {
+        let with_grids = import(
+            r#"{"traceEvents": [
+              {"ph": "X", "cat": "kernel", "name": "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t", "pid": 0,
+               "tid": 9, "ts": 0, "dur": 30, "args": {"stream": 9, "device": 0, "grid": [24, 1, 1]}},
+              {"ph": "X", "cat": "kernel", "name": "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t", "pid": 0,
+               "tid": 9, "ts": 40, "dur": 10, "args": {"stream": 9, "device": 0, "grid": [4, 2, 1]}},
+              {"ph": "X", "cat": "kernel", "name": "ncclKernel_AllReduce_RING_LL_Sum_float", "pid": 0,
+               "tid": 9, "ts": 60, "dur": 50, "args": {"stream": 9, "device": 0}},
+              {"ph": "X", "cat": "kernel", "name": "ncclKernel_AllReduce_RING_LL_Sum_float", "pid": 0,
+               "tid": 9, "ts": 120, "dur": 50, "args": {"stream": 9, "device": 0, "grid": "[2]"}},
+              {"ph": "X", "cat": "kernel", "name": "mul", "pid": 0, "tid": 7, "ts": 0, "dur": 99,
+               "args": {"stream": 7, "device": 0, "grid": [1000, 1, 1]}}
+            ]}"#,
+        );
+        let file = &with_grids.files[0];
+        // 30 us on 24 blocks and 10 us on 4 x 2: (30 x 24 + 10 x 8) / 40 = 20. The kernels
+        // without a grid (none, or not a list) and the compute kernel do not count.
+        assert_eq!(file.nccl_ns, 40_000);
+        assert_eq!(file.nccl_blocks(), Some(20.0));
+        let without = import(
+            r#"{"traceEvents": [
+              {"ph": "X", "cat": "kernel", "name": "ncclKernel_AllReduce_RING_LL_Sum_float", "pid": 0,
+               "tid": 9, "ts": 0, "dur": 50, "args": {"stream": 9, "device": 0}}
+            ]}"#,
+        );
+        assert_eq!(without.files[0].nccl_blocks(), None);
     }
 }

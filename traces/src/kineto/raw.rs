@@ -84,6 +84,8 @@ pub(crate) struct RawGpu {
     pub(crate) correlation: Option<u64>,
     pub(crate) external_id: Option<u64>,
     pub(crate) bytes: Option<u64>,
+    /// Thread blocks a kernel launched (the product of its recorded `grid`), if recorded.
+    pub(crate) blocks: Option<u64>,
     /// Collective arguments on NCCL kernels (newer PyTorch), boxed: most ops have none.
     pub(crate) comms: Option<Box<CommsArgs>>,
 }
@@ -224,6 +226,9 @@ struct RawArgs {
     stream: LenientNumber,
     #[serde(default)]
     bytes: LenientNumber,
+    /// A kernel's launch grid, `[x, y, z]` thread blocks.
+    #[serde(default)]
+    grid: LenientList<LenientNumber>,
     #[serde(default, rename = "Collective name")]
     collective: LenientString,
     #[serde(default, rename = "In msg nelems")]
@@ -264,6 +269,13 @@ impl RawArgs {
                 .and_then(|t| t.0.take()),
         }
     }
+}
+
+/// The thread blocks of a recorded launch grid: the product of its dimensions, `None` unless
+/// every dimension is a non-negative integer.
+fn grid_blocks(grid: &LenientList<LenientNumber>) -> Option<u64> {
+    let dims = grid.0.as_ref().filter(|dims| !dims.is_empty())?;
+    dims.iter().try_fold(1u64, |blocks, dim| blocks.checked_mul(dim.0.and_then(Number::as_u64)?))
 }
 
 /// Categories that carry nothing a replay uses; skipped without a warning.
@@ -364,6 +376,7 @@ impl Collector<'_> {
             correlation: args.correlation.0.and_then(Number::as_u64),
             external_id: args.external_id.0.and_then(Number::as_u64),
             bytes: args.bytes.0.and_then(Number::as_u64),
+            blocks: grid_blocks(&args.grid),
             comms,
         });
     }

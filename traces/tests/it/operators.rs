@@ -30,3 +30,21 @@ fn the_a100_trace_attributes_its_kernels_to_operators_with_shapes() {
     );
     assert_eq!(mm.types, [Some("float".to_string()), Some("float".to_string())]);
 }
+
+#[test]
+fn nccl_kernels_record_the_multiprocessors_they_hold() {
+    // Counted independently with a short Python script over the same JSON: the V100 trace's 64
+    // NCCL kernels ran 251,341 us, all on grids of 2 blocks (of its 80 SMs); the A100 trace's
+    // 60 ran 163,535 us on 24, 8 or 7 blocks (of 108), 3,561,548 block-microseconds.
+    let v100 = import_operators(&[shared("HolisticTraceAnalysis/trace_diff/test/test.json.gz")]).unwrap();
+    let file = &v100.files[0];
+    assert_eq!(file.device.as_ref().unwrap().multiprocessors, 80);
+    assert_eq!(file.nccl_ns, 251_341_000);
+    assert_eq!(file.nccl_blocks(), Some(2.0));
+    let a100 =
+        import_operators(&[shared("HolisticTraceAnalysis/trace_diff/control/control.json.gz")]).unwrap();
+    let file = &a100.files[0];
+    assert_eq!(file.device.as_ref().unwrap().multiprocessors, 108);
+    assert_eq!(file.nccl_ns, 163_535_000);
+    assert_eq!(file.nccl_block_ns, 3_561_548_000);
+}

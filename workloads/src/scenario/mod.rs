@@ -93,6 +93,7 @@ struct ComputeSection {
     vector_gemm_efficiency: Option<f64>,
     unaligned_gemm_efficiency: Option<f64>,
     k_major_thin_gemm_efficiency: Option<f64>,
+    unaligned_memory_efficiency: Option<f64>,
     gemm_ramp_exponent: Option<f64>,
     gemm_half_time: Option<SimDuration>,
     vector_efficiency: Option<f64>,
@@ -1394,6 +1395,7 @@ fn compute_model(
     set(&mut model.vector_gemm_efficiency, section.vector_gemm_efficiency);
     set(&mut model.unaligned_gemm_efficiency, section.unaligned_gemm_efficiency);
     set(&mut model.k_major_thin_gemm_efficiency, section.k_major_thin_gemm_efficiency);
+    set(&mut model.unaligned_memory_efficiency, section.unaligned_memory_efficiency);
     set(&mut model.gemm_ramp_exponent, section.gemm_ramp_exponent);
     set(&mut model.vector_efficiency, section.vector_efficiency);
     set(&mut model.memory_efficiency, section.memory_efficiency);
