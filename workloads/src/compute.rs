@@ -1093,6 +1093,13 @@ impl Curves {
                         }
                     }
                 }
+                // A backward-data pass whose kernel is narrower than its stride computes only the
+                // input positions some output reads; the others' gradient is zero, written
+                // first by a pass of its own over the whole input gradient.
+                if let Some(elements) = shape.unreached_input_gradient(*direction) {
+                    best +=
+                        self.memory_seconds(device, elements as f64 * bytes, OpClass::Gemm) + self.launch_s;
+                }
                 Some(best)
             }
         }
@@ -1833,6 +1840,60 @@ mod tests {
         assert!(small.fused_winograd(weight).is_none());
         let implicit = seconds(&fast, Dtype::Fp32, small, forward);
         assert!(seconds(&bench, Dtype::Fp32, small, forward) < 0.8 * implicit);
+    }
+
+    #[test]
+    fn strided_backward_data_zeroes_the_input_gradient_first() {
+        // A 1x1 stride-2 layer's backward-data computes the reached quarter of the input
+        // positions and zeroes the whole input gradient first, a pass of its own: its time is
+        // the product's plus that pass's memory time and launch. A 3x3 stride-2 layer reaches
+        // every position and pays none; its forward pays none.
+        let catalog = DeviceCatalog::builtin();
+        let model = ComputeModel::default();
+        let conv = |kernel: u64| crate::kernel_shape::ConvShape {
+            batch: 16,
+            in_channels: 256,
+            out_channels: 128,
+            groups: 1,
+            input: [56, 56, 1],
+            output: [28, 28, 1],
+            kernel: [kernel, kernel, 1],
+            stride: [2, 2, 1],
+        };
+        let curves = model.curves();
+        for (device, dtype) in [
+            ("v100-sxm2-16gb", Dtype::Fp32),
+            ("v100-sxm2-16gb", Dtype::Fp16),
+            ("a100-sxm4-80gb", Dtype::Fp16),
+        ] {
+            let device = catalog.get(device).unwrap();
+            let seconds = |shape, direction| {
+                let work = KernelWork {
+                    shape: KernelShape::Conv { shape, direction },
+                    ..KernelWork::flat(OpClass::Gemm, dtype, 1e9, 0.0)
+                };
+                model.kernel_seconds(device, &work).unwrap()
+            };
+            let pointwise = conv(1);
+            let elements = pointwise.unreached_input_gradient(ConvDirection::BackwardData).unwrap();
+            assert_eq!(elements, 16 * 256 * 56 * 56);
+            assert_eq!(pointwise.unreached_input_gradient(ConvDirection::Forward), None);
+            assert_eq!(conv(3).unreached_input_gradient(ConvDirection::BackwardData), None);
+            let zeroing =
+                curves.memory_seconds(device, elements as f64 * dtype.bytes() as f64, OpClass::Gemm)
+                    + model.launch_overhead.as_secs_f64();
+            // Without the zeroing, the same product over the reached positions: a layer whose
+            // input is just the reached positions (28x28, stride 1) has the same implicit GEMM.
+            let reached =
+                crate::kernel_shape::ConvShape { input: [28, 28, 1], stride: [1, 1, 1], ..pointwise };
+            assert_eq!(
+                pointwise.implicit_gemm(ConvDirection::BackwardData, 1),
+                reached.implicit_gemm(ConvDirection::BackwardData, 1)
+            );
+            let moved = seconds(pointwise, ConvDirection::BackwardData)
+                - seconds(reached, ConvDirection::BackwardData);
+            assert!((moved / zeroing - 1.0).abs() < 1e-9, "{dtype:?}: {moved} vs {zeroing}");
+        }
     }
 
     #[test]

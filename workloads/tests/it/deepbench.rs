@@ -74,7 +74,7 @@ fn the_tables_have_every_kernel() {
 fn default_model_accuracy_on_deepbench() {
     let model = deepbench_defaults();
     // (gemm, conv) lower bounds with the defaults, per case of CASES.
-    let bounds = [(0.90, 0.791), (0.849, 0.852), (0.79, 0.745), (0.80, 0.593)];
+    let bounds = [(0.90, 0.80), (0.849, 0.852), (0.79, 0.75), (0.80, 0.593)];
     for ((device, precision, dtype), (gemm_bound, conv_bound)) in CASES.into_iter().zip(bounds) {
         let (gemm, conv) = measure(&model, device, precision, dtype);
         // The same kernels without their shapes and with one GEMM ceiling: the FLOPs-only model
@@ -148,8 +148,12 @@ fn a_profile_fitted_on_half_the_shapes_predicts_the_other_half() {
     // benchmark mode only) move the convolution factors fp32 and fp16 share: fp32 73.4% ->
     // 75.2%, fp16 80.7% -> 80.5% (a Huber loss that kept fp16 at 81.3% re-fitted the P100
     // profile past the suite's transfer rule, so it was taken out). cuDNN's helper kernels and
-    // the fused Winograd: 77.6% and 82.2%, P100 fp32 76.5% -> 78.7%.
-    let bounds = [("fp32", 0.92, 0.775), ("fp16-mixed", 0.859, 0.821)];
+    // the fused Winograd: 77.6% and 82.2%, P100 fp32 76.5% -> 78.7%. The zeroing pass of
+    // strided 1x1 backward-data: fp32 79.3%, P100 fp32 79.1%, and fp16 down to 81.2% (its
+    // floor from 0.821 to 0.81): the shared fitted backward-data factor went from 0.91 to 0.97
+    // once the strided fp32 layers no longer pulled it down, which had also slowed the fp16
+    // backward-data passes the defaults price too fast (docs/compute-model.md, "DeepBench").
+    let bounds = [("fp32", 0.92, 0.792), ("fp16-mixed", 0.859, 0.81)];
     for (precision, gemm_bound, conv_bound) in bounds {
         let (gemms, convs): (Vec<_>, Vec<_>) = held_out
             .iter()
@@ -171,7 +175,7 @@ fn a_profile_fitted_on_half_the_shapes_predicts_the_other_half() {
     }
     let (gemm, conv) = measure(&fit.model, "p100-pcie-16gb", "fp32", Dtype::Fp32);
     println!("V100 profile on P100 fp32: GEMMs {:.1}%, convolutions {:.1}%", gemm * 100.0, conv * 100.0);
-    assert!(gemm >= 0.77 && conv >= 0.786, "{gemm} {conv}");
+    assert!(gemm >= 0.77 && conv >= 0.79, "{gemm} {conv}");
 }
 
 /// Prints every kernel's prediction (for analysis): `cargo test -p workloads --test it
