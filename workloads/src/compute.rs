@@ -315,11 +315,11 @@ enum Split {
     /// slices so far leave multiprocessors idle: one more doubling may fill them. cuDNN 7's 2-D
     /// SIMT backward-weight kernels (`*_stridedB_splitK_*`) on a product with one or two output
     /// tiles (a first layer's `K x C·R·S` of 16-64 by 27-144): on DeepBench's V100 (80
-    /// multiprocessors) these layers take half the time of 32 slices (one 32-block wave), on
-    /// the P100 (56) the time of 32 slices, which fill it. Flash attention's
-    /// `num_splits_heuristic` (github.com/Dao-AILab/flash-attention, `flash_api.cpp`) bounds its
-    /// splits the same way, by the multiprocessor count over the blocks there are, and uses
-    /// none once the blocks nearly fill the device.
+    /// multiprocessors) these layers take 0.53-0.63 of the time 32 slices give (one 32-block
+    /// wave), on the P100 (56) 0.88-0.93 of it: 32 fill most of it. Flash attention's
+    /// `num_splits_heuristic` (github.com/Dao-AILab/flash-attention,
+    /// `csrc/flash_attn/flash_api.cpp`) bounds its splits the same way, by the multiprocessor
+    /// count over the blocks there are, and uses none once the blocks nearly fill the device.
     Fill,
 }
 
