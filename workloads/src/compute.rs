@@ -1126,11 +1126,18 @@ impl Curves {
                     }
                 }
                 // A backward-data pass whose kernel is narrower than its stride computes only the
-                // input positions some output reads; the others' gradient is zero, written
-                // first by a pass of its own over the whole input gradient.
-                if let Some(elements) = shape.unreached_input_gradient(*direction) {
-                    best +=
-                        self.memory_seconds(device, elements as f64 * bytes, OpClass::Gemm) + self.launch_s;
+                // input positions some output reads; the others' gradient is zero. The SIMT path
+                // zeroes the whole input gradient first, a pass and a launch of its own
+                // (Composable Kernel's design); the Tensor Core kernels write the unreached
+                // positions' zeros from their own thread blocks (CUTLASS's strided dgrad, the
+                // public form of these kernels), those bytes at the memory's rate.
+                if let Some((whole, unreached)) = shape.unreached_input_gradient(*direction) {
+                    best += if on_vector_units {
+                        self.memory_seconds(device, whole as f64 * bytes, OpClass::Gemm) + self.launch_s
+                    } else {
+                        let bandwidth = device.memory_bandwidth.bytes_per_second() * self.memory_efficiency;
+                        unreached as f64 * bytes / bandwidth
+                    };
                 }
                 Some(best)
             }
@@ -1888,9 +1895,11 @@ mod tests {
     #[test]
     fn strided_backward_data_zeroes_the_input_gradient_first() {
         // A 1x1 stride-2 layer's backward-data computes the reached quarter of the input
-        // positions and zeroes the whole input gradient first, a pass of its own: its time is
-        // the product's plus that pass's memory time and launch. A 3x3 stride-2 layer reaches
-        // every position and pays none; its forward pays none.
+        // positions; the rest of the input gradient is zero. On the SIMT units it is zeroed
+        // first, a pass of its own over the whole input gradient (its memory time and a launch);
+        // the Tensor Core kernels write the unreached three quarters from their own blocks
+        // (their bytes at the memory's rate, no launch). A 3x3 stride-2 layer reaches every
+        // position and pays none; its forward pays none.
         let catalog = DeviceCatalog::builtin();
         let model = ComputeModel::default();
         let conv = |kernel: u64| crate::kernel_shape::ConvShape {
@@ -1908,6 +1917,7 @@ mod tests {
             ("v100-sxm2-16gb", Dtype::Fp32),
             ("v100-sxm2-16gb", Dtype::Fp16),
             ("a100-sxm4-80gb", Dtype::Fp16),
+            ("p100-pcie-16gb", Dtype::Fp16),
         ] {
             let device = catalog.get(device).unwrap();
             let seconds = |shape, direction| {
@@ -1918,13 +1928,18 @@ mod tests {
                 model.kernel_seconds(device, &work).unwrap()
             };
             let pointwise = conv(1);
-            let elements = pointwise.unreached_input_gradient(ConvDirection::BackwardData).unwrap();
-            assert_eq!(elements, 16 * 256 * 56 * 56);
+            let (whole, unreached) = pointwise.unreached_input_gradient(ConvDirection::BackwardData).unwrap();
+            assert_eq!((whole, unreached), (16 * 256 * 56 * 56, 16 * 256 * (56 * 56 - 28 * 28)));
             assert_eq!(pointwise.unreached_input_gradient(ConvDirection::Forward), None);
             assert_eq!(conv(3).unreached_input_gradient(ConvDirection::BackwardData), None);
-            let zeroing =
-                curves.memory_seconds(device, elements as f64 * dtype.bytes() as f64, OpClass::Gemm)
-                    + model.launch_overhead.as_secs_f64();
+            let bytes = dtype.bytes() as f64;
+            let zeroing = if device.execution.as_ref().unwrap().on_matrix_units(dtype) {
+                unreached as f64 * bytes
+                    / (device.memory_bandwidth.bytes_per_second() * model.memory_efficiency)
+            } else {
+                curves.memory_seconds(device, whole as f64 * bytes, OpClass::Gemm)
+                    + model.launch_overhead.as_secs_f64()
+            };
             // Without the zeroing, the same product over the reached positions: a layer whose
             // input is just the reached positions (28x28, stride 1) has the same implicit GEMM.
             let reached =

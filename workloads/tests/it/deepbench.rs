@@ -74,7 +74,7 @@ fn the_tables_have_every_kernel() {
 fn default_model_accuracy_on_deepbench() {
     let model = deepbench_defaults();
     // (gemm, conv) lower bounds with the defaults, per case of CASES.
-    let bounds = [(0.90, 0.818), (0.849, 0.852), (0.79, 0.75), (0.80, 0.593)];
+    let bounds = [(0.90, 0.818), (0.849, 0.858), (0.79, 0.75), (0.80, 0.593)];
     for ((device, precision, dtype), (gemm_bound, conv_bound)) in CASES.into_iter().zip(bounds) {
         let (gemm, conv) = measure(&model, device, precision, dtype);
         // The same kernels without their shapes and with one GEMM ceiling: the FLOPs-only model
@@ -154,8 +154,10 @@ fn a_profile_fitted_on_half_the_shapes_predicts_the_other_half() {
     // once the strided fp32 layers no longer pulled it down, which had also slowed the fp16
     // backward-data passes the defaults price too fast (docs/compute-model.md, "DeepBench").
     // The filling split of 2-D SIMT backward-weight: fp32 82.3%, P100 fp32 78.9%, fp16 80.8%
-    // (its floor from 0.81 to 0.80; the fitted backward-weight factor 0.90 -> 0.87).
-    let bounds = [("fp32", 0.92, 0.822), ("fp16-mixed", 0.859, 0.80)];
+    // (the fitted backward-weight factor 0.90 -> 0.87). Tensor Core backward-data writing its
+    // unreached positions' zeros itself (no zeroing pass): fp32 82.2%, fp16 82.2%, P100 79.0%
+    // (backward-data factor 0.97 -> 0.96).
+    let bounds = [("fp32", 0.92, 0.821), ("fp16-mixed", 0.859, 0.821)];
     for (precision, gemm_bound, conv_bound) in bounds {
         let (gemms, convs): (Vec<_>, Vec<_>) = held_out
             .iter()
@@ -177,7 +179,7 @@ fn a_profile_fitted_on_half_the_shapes_predicts_the_other_half() {
     }
     let (gemm, conv) = measure(&fit.model, "p100-pcie-16gb", "fp32", Dtype::Fp32);
     println!("V100 profile on P100 fp32: GEMMs {:.1}%, convolutions {:.1}%", gemm * 100.0, conv * 100.0);
-    assert!(gemm >= 0.77 && conv >= 0.788, "{gemm} {conv}");
+    assert!(gemm >= 0.77 && conv >= 0.789, "{gemm} {conv}");
 }
 
 /// Prints every kernel's prediction (for analysis): `cargo test -p workloads --test it
