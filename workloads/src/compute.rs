@@ -323,8 +323,26 @@ fn dependent_load_seconds(device: &Device, shape: &KernelShape) -> f64 {
 }
 
 /// Most slices a shaped product's reduction is split into (cuBLAS's and CUTLASS's split-K, and
-/// cuDNN's backward-weight kernels).
+/// cuDNN's backward-weight kernels), unless [`Split::Fill`] lets a product with few output
+/// tiles split further.
 const GEMM_MAX_SPLIT: u64 = 32;
+
+/// How a shaped product may split its reduction over thread blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Split {
+    /// Into at most this many slices (1: never split).
+    UpTo(u64),
+    /// Into up to [`GEMM_MAX_SPLIT`] slices, and beyond that while the output tiles times the
+    /// slices so far leave multiprocessors idle: one more doubling may fill them. cuDNN 7's 2-D
+    /// SIMT backward-weight kernels (`*_stridedB_splitK_*`) on a product with one or two output
+    /// tiles (a first layer's `K x C·R·S` of 16-64 by 27-144): on DeepBench's V100 (80
+    /// multiprocessors) these layers take 0.53-0.63 of the time 32 slices give (one 32-block
+    /// wave), on the P100 (56) 0.88-0.93 of it: 32 fill most of it. Flash attention's
+    /// `num_splits_heuristic` (github.com/Dao-AILab/flash-attention,
+    /// `csrc/flash_attn/flash_api.cpp`) bounds its splits the same way, by the multiprocessor
+    /// count over the blocks there are, and uses none once the blocks nearly fill the device.
+    Fill,
+}
 
 /// Bytes of channels a matrix-unit (Tensor Core) implicit-GEMM convolution kernel takes per
 /// filter tap and reduction step: its k-tile, 32 fp16 channels. CUTLASS's implicit GEMM, the
@@ -988,7 +1006,7 @@ impl Curves {
         let grid = if matrix { vector } else { 1 };
         let tiles = execution.tiles();
         let tiled = |shape: &GemmShape| {
-            self.tiled_seconds(device, shape, peak, efficiency, grid, tiles, GEMM_MAX_SPLIT)
+            self.tiled_seconds(device, shape, peak, efficiency, grid, tiles, Split::UpTo(GEMM_MAX_SPLIT))
         };
         let bytes = work.dtype.bytes() as f64;
         match &work.shape {
@@ -1025,7 +1043,15 @@ impl Curves {
                     };
                 let on_vector_units = grid == 1;
                 let tiled = |shape: &GemmShape| {
-                    self.tiled_seconds(device, shape, peak, efficiency, grid, tiles, GEMM_MAX_SPLIT)
+                    self.tiled_seconds(
+                        device,
+                        shape,
+                        peak,
+                        efficiency,
+                        grid,
+                        tiles,
+                        Split::UpTo(GEMM_MAX_SPLIT),
+                    )
                 };
                 // cuDNN splits the reduction in its backward-weight kernels (named
                 // `*_splitK_*`), whose reduction over N·P·Q(·O) positions is long and whose
@@ -1033,11 +1059,17 @@ impl Curves {
                 // `volta_fp16_s884cudnn_fp16_128x128_ldg8_splitK_relu_*`). Its SIMT forward
                 // (`*_relu_*`) and its backward-data kernels (`*_stridedB_*`, `*_dgrad_*`) keep
                 // each output tile's whole reduction in one thread block: a product with few
-                // output tiles (a 7x7 layer of a small batch) leaves multiprocessors idle.
-                let max_split = match direction {
-                    ConvDirection::BackwardWeight => GEMM_MAX_SPLIT,
-                    ConvDirection::Forward if !on_vector_units => GEMM_MAX_SPLIT,
-                    ConvDirection::Forward | ConvDirection::BackwardData => 1,
+                // output tiles (a 7x7 layer of a small batch) leaves multiprocessors idle. The 2-D
+                // SIMT backward-weight kernels split further while their few output tiles leave
+                // multiprocessors idle (`Split::Fill`); 3-D backward-weight is another engine
+                // (`convolveNd_wgrad_engine`, named as cuDNN's 3-D weight-gradient kernel in
+                // pytorch/pytorch#22961), whose split nothing public says: it keeps 32.
+                let two_d = shape.kernel[2] == 1 && shape.output[2] == 1;
+                let split = match direction {
+                    ConvDirection::BackwardWeight if on_vector_units && two_d => Split::Fill,
+                    ConvDirection::BackwardWeight => Split::UpTo(GEMM_MAX_SPLIT),
+                    ConvDirection::Forward if !on_vector_units => Split::UpTo(GEMM_MAX_SPLIT),
+                    ConvDirection::Forward | ConvDirection::BackwardData => Split::UpTo(1),
                 };
                 // Implicit GEMM in a vector-unit dtype (fp32 on a V100 or an A100, everything on
                 // a P100) runs cuDNN's SIMT kernels, whose tiles are 128 positions by 128, 64 or
@@ -1061,7 +1093,7 @@ impl Curves {
                 };
                 let gemm = shape.implicit_gemm(*direction, channel_grid);
                 let conv = |tiles: &[[u32; 2]]| {
-                    self.tiled_seconds(device, &gemm, peak, efficiency, grid, tiles, max_split)
+                    self.tiled_seconds(device, &gemm, peak, efficiency, grid, tiles, split)
                 };
                 let mut best = conv(conv_tiles)?;
                 if *direction == ConvDirection::BackwardWeight {
@@ -1120,6 +1152,20 @@ impl Curves {
                         }
                     }
                 }
+                // A backward-data pass whose kernel is narrower than its stride computes only the
+                // input positions some output reads; the others' gradient is zero. The SIMT path
+                // zeroes the whole input gradient first, a pass and a launch of its own
+                // (Composable Kernel's design); the Tensor Core kernels write the unreached
+                // positions' zeros from their own thread blocks (CUTLASS's strided dgrad, the
+                // public form of these kernels), those bytes at the memory's rate.
+                if let Some((whole, unreached)) = shape.unreached_input_gradient(*direction) {
+                    best += if on_vector_units {
+                        self.memory_seconds(device, whole as f64 * bytes, OpClass::Gemm) + self.launch_s
+                    } else {
+                        let bandwidth = device.memory_bandwidth.bytes_per_second() * self.memory_efficiency;
+                        unreached as f64 * bytes / bandwidth
+                    };
+                }
                 Some(best)
             }
         }
@@ -1131,7 +1177,7 @@ impl Curves {
     /// tile's FLOPs at the multiprocessor's share of the peak, scaled by the tile's efficiency
     /// relative to the device's best-reusing GEMM tile, plus `gemm-wave-overhead`. The fastest
     /// choice wins, as a library's heuristic (or autotuner) picks it. The reduction is split
-    /// into at most `max_split` slices (1: never split).
+    /// as `split` allows, each slice at least 128 deep.
     #[allow(clippy::too_many_arguments)]
     fn tiled_seconds(
         &self,
@@ -1141,8 +1187,12 @@ impl Curves {
         efficiency: f64,
         grid: u64,
         tiles: &[[u32; 2]],
-        max_split: u64,
+        splitting: Split,
     ) -> Option<f64> {
+        let (max_split, fill) = match splitting {
+            Split::UpTo(slices) => (slices, false),
+            Split::Fill => (GEMM_MAX_SPLIT, true),
+        };
         let execution = device.execution.as_ref()?;
         let units = f64::from(execution.sm_count);
         let per_unit = peak / units;
@@ -1161,9 +1211,15 @@ impl Curves {
             let (rows, columns) = (u64::from(rows), u64::from(columns));
             let tile_efficiency = efficiency * saturation(reuse(rows, columns)) / saturation(widest);
             let tiles = shape.batch as f64 * shape.m.div_ceil(rows) as f64 * shape.n.div_ceil(columns) as f64;
-            for split in [1u64, 2, 4, 8, 16, 32] {
+            let mut split = 1u64;
+            loop {
+                // Past `max_split`, a filling product doubles its slices only while the tiles
+                // of the last count left multiprocessors idle.
+                if split > max_split && !(fill && tiles * ((split / 2) as f64) < units) {
+                    break;
+                }
                 // Each split of the reduction keeps at least 128 of it.
-                if split > max_split || (split > 1 && depth / split < 128) {
+                if split > 1 && depth / split < 128 {
                     break;
                 }
                 let slice = depth.div_ceil(split) as f64;
@@ -1177,6 +1233,7 @@ impl Curves {
                     seconds += 2.0 * 4.0 * partials / bandwidth + self.memory_half_s / self.memory_efficiency;
                 }
                 best = best.min(seconds);
+                split *= 2;
             }
         }
         Some(best)
@@ -1951,6 +2008,123 @@ mod tests {
         assert!(small.fused_winograd(weight).is_none());
         let implicit = seconds(&fast, Dtype::Fp32, small, forward);
         assert!(seconds(&bench, Dtype::Fp32, small, forward) < 0.8 * implicit);
+    }
+
+    #[test]
+    fn strided_backward_data_zeroes_the_input_gradient_first() {
+        // A 1x1 stride-2 layer's backward-data computes the reached quarter of the input
+        // positions; the rest of the input gradient is zero. On the SIMT units it is zeroed
+        // first, a pass of its own over the whole input gradient (its memory time and a launch);
+        // the Tensor Core kernels write the unreached three quarters from their own blocks
+        // (their bytes at the memory's rate, no launch). A 3x3 stride-2 layer reaches every
+        // position and pays none; its forward pays none.
+        let catalog = DeviceCatalog::builtin();
+        let model = ComputeModel::default();
+        let conv = |kernel: u64| crate::kernel_shape::ConvShape {
+            batch: 16,
+            in_channels: 256,
+            out_channels: 128,
+            groups: 1,
+            input: [56, 56, 1],
+            output: [28, 28, 1],
+            kernel: [kernel, kernel, 1],
+            stride: [2, 2, 1],
+        };
+        let curves = model.curves();
+        for (device, dtype) in [
+            ("v100-sxm2-16gb", Dtype::Fp32),
+            ("v100-sxm2-16gb", Dtype::Fp16),
+            ("a100-sxm4-80gb", Dtype::Fp16),
+            ("p100-pcie-16gb", Dtype::Fp16),
+        ] {
+            let device = catalog.get(device).unwrap();
+            let seconds = |shape, direction| {
+                let work = KernelWork {
+                    shape: KernelShape::Conv { shape, direction },
+                    ..KernelWork::flat(OpClass::Gemm, dtype, 1e9, 0.0)
+                };
+                model.kernel_seconds(device, &work).unwrap()
+            };
+            let pointwise = conv(1);
+            let (whole, unreached) = pointwise.unreached_input_gradient(ConvDirection::BackwardData).unwrap();
+            assert_eq!((whole, unreached), (16 * 256 * 56 * 56, 16 * 256 * (56 * 56 - 28 * 28)));
+            assert_eq!(pointwise.unreached_input_gradient(ConvDirection::Forward), None);
+            assert_eq!(conv(3).unreached_input_gradient(ConvDirection::BackwardData), None);
+            let bytes = dtype.bytes() as f64;
+            let zeroing = if device.execution.as_ref().unwrap().on_matrix_units(dtype) {
+                unreached as f64 * bytes
+                    / (device.memory_bandwidth.bytes_per_second() * model.memory_efficiency)
+            } else {
+                curves.memory_seconds(device, whole as f64 * bytes, OpClass::Gemm)
+                    + model.launch_overhead.as_secs_f64()
+            };
+            // Without the zeroing, the same product over the reached positions: a layer whose
+            // input is just the reached positions (28x28, stride 1) has the same implicit GEMM.
+            let reached =
+                crate::kernel_shape::ConvShape { input: [28, 28, 1], stride: [1, 1, 1], ..pointwise };
+            assert_eq!(
+                pointwise.implicit_gemm(ConvDirection::BackwardData, 1),
+                reached.implicit_gemm(ConvDirection::BackwardData, 1)
+            );
+            let moved = seconds(pointwise, ConvDirection::BackwardData)
+                - seconds(reached, ConvDirection::BackwardData);
+            assert!((moved / zeroing - 1.0).abs() < 1e-9, "{dtype:?}: {moved} vs {zeroing}");
+        }
+    }
+
+    #[test]
+    fn first_layer_weight_gradients_split_until_they_fill_the_device() {
+        // A first layer's 2-D backward-weight (64 filters x 3·3·3 taps over 8 images of
+        // 224x224) is one SIMT output tile: 32 slices fill 32 of the V100's 80 multiprocessors,
+        // 64 fill 64 of them, and the split goes on while the last count left some idle
+        // (cuDNN's `*_stridedB_splitK_*` kernels: DeepBench's V100 times these layers at half
+        // what 32 slices would take). On the P100's 56 multiprocessors 64 slices are two waves
+        // of half-depth slices, no faster than 32. A 3-D backward-weight keeps 32 slices.
+        let catalog = DeviceCatalog::builtin();
+        let model = ComputeModel { launch_overhead: SimDuration::ZERO, ..ComputeModel::default() };
+        let first = |depth: u64| crate::kernel_shape::ConvShape {
+            batch: 8,
+            in_channels: 3,
+            out_channels: 64,
+            groups: 1,
+            input: [224, 224, depth],
+            output: [224, 224, depth],
+            kernel: [3, 3, if depth > 1 { 3 } else { 1 }],
+            stride: [1, 1, 1],
+        };
+        let seconds = |device: &str, shape| {
+            let work = KernelWork {
+                shape: KernelShape::Conv { shape, direction: ConvDirection::BackwardWeight },
+                ..KernelWork::flat(OpClass::Gemm, Dtype::Fp32, 1e9, 0.0)
+            };
+            model.kernel_seconds(catalog.get(device).unwrap(), &work).unwrap()
+        };
+        let curves = model.curves();
+        // Backward-weight tries both orientations of cuDNN's SIMT tiles.
+        let both: Vec<[u32; 2]> = CONV_VECTOR_TILES
+            .iter()
+            .flat_map(|&[rows, columns]| [[rows, columns], [columns, rows]])
+            .collect();
+        let v100 = catalog.get("v100-sxm2-16gb").unwrap();
+        let peak = v100.peak(Dtype::Fp32).unwrap().per_second();
+        let gemm = first(1).implicit_gemm(ConvDirection::BackwardWeight, 1);
+        let up_to =
+            |slices| curves.tiled_seconds(v100, &gemm, peak, 0.9, 1, &both, Split::UpTo(slices)).unwrap();
+        let split = seconds("v100-sxm2-16gb", first(1));
+        assert!((split / up_to(64) - 1.0).abs() < 1e-9, "{split} vs {}", up_to(64));
+        assert!(split < 0.6 * up_to(32), "{split} vs {}", up_to(32));
+        // The 3-D layer (8 deep) keeps the 32-slice limit.
+        let deep = seconds("v100-sxm2-16gb", first(8));
+        let deep_gemm = first(8).implicit_gemm(ConvDirection::BackwardWeight, 1);
+        let deep_up_to_32 =
+            curves.tiled_seconds(v100, &deep_gemm, peak, 0.9, 1, &both, Split::UpTo(32)).unwrap();
+        assert!((deep / deep_up_to_32 - 1.0).abs() < 1e-9, "{deep} vs {deep_up_to_32}");
+        // The P100: filling splits change nothing there.
+        let p100 = catalog.get("p100-pcie-16gb").unwrap();
+        let p100_peak = p100.peak(Dtype::Fp32).unwrap().per_second();
+        let p100_32 = curves.tiled_seconds(p100, &gemm, p100_peak, 0.9, 1, &both, Split::UpTo(32)).unwrap();
+        let p100_split = seconds("p100-pcie-16gb", first(1));
+        assert!((p100_split / p100_32 - 1.0).abs() < 1e-9, "{p100_split} vs {p100_32}");
     }
 
     #[test]

@@ -302,6 +302,28 @@ impl ConvShape {
         GemmShape { batch: groups, m, n, k, layout: None }
     }
 
+    /// A backward-data pass whose kernel is narrower than its stride on some axis (a 1x1
+    /// stride-2 layer): `(whole, unreached)`, the input gradient's elements and those of the
+    /// positions no output reads. The implicit GEMM computes only the reached positions
+    /// ([`ConvShape::implicit_gemm`]); the others' gradient is zero and must be written. Two
+    /// public designs: Composable Kernel's 1x1 stride-2 backward-data writes only the reached
+    /// positions and failed verification until the whole input gradient was zeroed first, by a
+    /// kernel of its own ("reset input to zero": github.com/ROCm/composable_kernel, issue #105
+    /// and pull request #132, whose review asks for a GPU kernel that sets the buffer to 0);
+    /// CUTLASS's strided backward-data writes the unreached positions' zeros from its own thread
+    /// blocks (`include/cutlass/conv/kernel/implicit_gemm_convolution_strided_dgrad.h`: a block
+    /// whose filter phase has no taps skips its main loop and stores its empty accumulators).
+    /// `None` for other directions and for kernels that reach every input position (the reach
+    /// ignores padding, as [`ConvShape::implicit_gemm`]'s does).
+    pub fn unreached_input_gradient(&self, direction: ConvDirection) -> Option<(u64, u64)> {
+        let all = Self::product(self.input);
+        let reached: u64 =
+            (0..3).map(|axis| self.input[axis].min(self.output[axis] * self.kernel[axis])).product();
+        let per_position = self.batch * self.in_channels;
+        (direction == ConvDirection::BackwardData && reached < all)
+            .then(|| (per_position * all, per_position * (all - reached)))
+    }
+
     /// Whether Winograd's minimal filtering applies: a dense 2-D 3x3 convolution with unit
     /// stride (cuDNN's and MIOpen's Winograd kernels).
     pub fn winograd_applies(&self) -> bool {

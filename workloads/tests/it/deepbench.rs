@@ -74,7 +74,7 @@ fn the_tables_have_every_kernel() {
 fn default_model_accuracy_on_deepbench() {
     let model = deepbench_defaults();
     // (gemm, conv) lower bounds with the defaults, per case of CASES.
-    let bounds = [(0.90, 0.791), (0.849, 0.852), (0.79, 0.745), (0.80, 0.593)];
+    let bounds = [(0.90, 0.818), (0.849, 0.858), (0.79, 0.75), (0.80, 0.593)];
     for ((device, precision, dtype), (gemm_bound, conv_bound)) in CASES.into_iter().zip(bounds) {
         let (gemm, conv) = measure(&model, device, precision, dtype);
         // The same kernels without their shapes and with one GEMM ceiling: the FLOPs-only model
@@ -148,9 +148,18 @@ fn a_profile_fitted_on_half_the_shapes_predicts_the_other_half() {
     // benchmark mode only) move the convolution factors fp32 and fp16 share: fp32 73.4% ->
     // 75.2%, fp16 80.7% -> 80.5% (a Huber loss that kept fp16 at 81.3% re-fitted the P100
     // profile past the suite's transfer rule, so it was taken out). cuDNN's helper kernels and
-    // the fused Winograd: 77.6% and 82.2%, P100 fp32 76.5% -> 78.7%. The GEMM layout
-    // (`k-major-thin-gemm-efficiency`, fitted 0.80): GEMMs 92.9% -> 93.4%, 86.3% -> 86.7%.
-    let bounds = [("fp32", 0.93, 0.775), ("fp16-mixed", 0.865, 0.821)];
+    // the fused Winograd: 77.6% and 82.2%, P100 fp32 76.5% -> 78.7%. The zeroing pass of
+    // strided 1x1 backward-data: fp32 79.3%, P100 fp32 79.1%, and fp16 down to 81.2% (its
+    // floor from 0.821 to 0.81): the shared fitted backward-data factor went from 0.91 to 0.97
+    // once the strided fp32 layers no longer pulled it down, which had also slowed the fp16
+    // backward-data passes the defaults price too fast (docs/compute-model.md, "DeepBench").
+    // The filling split of 2-D SIMT backward-weight: fp32 82.3%, P100 fp32 78.9%, fp16 80.8%
+    // (the fitted backward-weight factor 0.90 -> 0.87). Tensor Core backward-data writing its
+    // unreached positions' zeros itself (no zeroing pass): fp32 82.2%, fp16 82.2%, P100 79.0%
+    // (backward-data factor 0.97 -> 0.96).
+    // The GEMM layout (`k-major-thin-gemm-efficiency`, fitted 0.80): GEMMs 92.9% -> 93.4%,
+    // 86.3% -> 86.7%, and through the GEMM curve convolutions 82.2% -> 82.5% and 82.5%.
+    let bounds = [("fp32", 0.93, 0.824), ("fp16-mixed", 0.865, 0.824)];
     for (precision, gemm_bound, conv_bound) in bounds {
         let (gemms, convs): (Vec<_>, Vec<_>) = held_out
             .iter()
@@ -172,7 +181,7 @@ fn a_profile_fitted_on_half_the_shapes_predicts_the_other_half() {
     }
     let (gemm, conv) = measure(&fit.model, "p100-pcie-16gb", "fp32", Dtype::Fp32);
     println!("V100 profile on P100 fp32: GEMMs {:.1}%, convolutions {:.1}%", gemm * 100.0, conv * 100.0);
-    assert!(gemm >= 0.77 && conv >= 0.786, "{gemm} {conv}");
+    assert!(gemm >= 0.77 && conv >= 0.789, "{gemm} {conv}");
 }
 
 /// Prints every kernel's prediction (for analysis): `cargo test -p workloads --test it

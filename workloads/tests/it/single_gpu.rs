@@ -82,7 +82,13 @@ fn resnet50_and_vgg16_steps_on_one_v100() {
     // step gained the copy of its batch to the GPU (38.5 MB at 64 images: 2.4 ms), which the
     // measured step contains; our ResNet-50 compute was already 5.8% slower than the
     // measurement, so the copy took it from 94.2% to 92.9% (VGG-16 from 95.4% to 95.8%).
-    for (model, batch, measured, bound) in [("resnet50", 64, 0.1855, 0.925), ("vgg16", 32, 0.2633, 0.955)] {
+    // ResNet-50's stepped down once more, 0.925 -> 0.92, with the zeroing pass of strided 1x1
+    // backward-data (docs/compute-model.md, "DeepBench"): its three strided 1x1 projections
+    // took it from 92.9% to 92.6%, our step being already slower than the measurement.
+    // VGG-16's stepped down once, 0.955 -> 0.95, with the filling split of 2-D SIMT
+    // backward-weight: its RGB layer's (3 -> 64 channels at 224x224, one output tile) took it
+    // from 95.8% to 95.3%; DeepBench times that very layer at half what 32 slices take.
+    for (model, batch, measured, bound) in [("resnet50", 64, 0.1855, 0.92), ("vgg16", 32, 0.2633, 0.95)] {
         let (ours, conv, flat) = step(&compute, model, batch);
         let winograd =
             step(&ComputeModel { winograd_convolutions: true, ..ComputeModel::default() }, model, batch).0;
@@ -176,12 +182,14 @@ fn megatron_1_7b_micro_batch_on_one_a100() {
 /// 89.4% to 93.0% (docs/compute-model.md, "Results"); cuDNN's helper kernels then took
 /// ResNet-50 to 92.4% (defaults 94.8% -> 94.2%), its floor from 0.925 to 0.92; the copy of the
 /// batch to the GPU (2.4 ms, in the measured step too) took it to 91.1%, its floor to 0.91,
-/// because our ResNet-50 step was already slower than the measurement.
+/// because our ResNet-50 step was already slower than the measurement; the zeroing pass of
+/// strided 1x1 backward-data took it to 90.8%, its floor to 0.905 (docs/compute-model.md,
+/// "DeepBench").
 #[test]
 fn shipped_profiles_on_the_one_gpu_steps() {
     let v100 = workloads::calibrate::Profile::builtin("v100-sxm2-16gb").unwrap().compute;
     let accuracy = |ours: f64, measured: f64| 1.0 - (ours / measured - 1.0).abs();
-    for (model, batch, measured, bound) in [("resnet50", 64, 0.1855, 0.91), ("vgg16", 32, 0.2633, 0.955)] {
+    for (model, batch, measured, bound) in [("resnet50", 64, 0.1855, 0.905), ("vgg16", 32, 0.2633, 0.955)] {
         let default = accuracy(step(&ComputeModel::default(), model, batch).0, measured);
         let profile = accuracy(step(&v100, model, batch).0, measured);
         println!("V100 profile on {model}: {:.1}% (defaults {:.1}%)", profile * 100.0, default * 100.0);
