@@ -498,6 +498,7 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
                 bucket_copies: Vec::new(),
                 deepspeed_gather: None,
                 deepspeed_reduce: None,
+                deepspeed_copies: None,
             };
             emitter.daso_pending = daso_pending(&plan, &daso_sent, iteration, position);
             let (end, pipeline_end) = emitter.iteration(previous_end[position])?;
@@ -1509,6 +1510,17 @@ struct RankEmitter<'p, 's> {
     /// issued (local indexes): a `torch.cuda.synchronize()` waits for them.
     deepspeed_gather: Option<u32>,
     deepspeed_reduce: Option<u32>,
+    /// DeepSpeed's ZeRO-3: the host's launches of the last gather's copy-out kernels.
+    deepspeed_copies: Option<u32>,
+}
+
+/// PyTorch's `ProcessGroupNCCL::allgather` into a list of `world_size` tensors (the form
+/// DeepSpeed v0.3.14's `_allgather_param` calls) gathers into one flat buffer, then copies each
+/// of the `world_size` chunks out with its own `copy_` ("Copy the flattened output tensors to
+/// the outputs", `torch/lib/c10d/ProcessGroupNCCL.cpp`): `world_size` kernels the host issues
+/// at `dispatch-overhead` each. Their device time (one chunk each) is left out.
+fn list_allgather_copies(ranks: u32, host_cost: SimDuration) -> SimDuration {
+    SimDuration::from_ps(host_cost.as_ps().saturating_mul(u64::from(ranks)))
 }
 
 impl RankEmitter<'_, '_> {
@@ -1877,25 +1889,35 @@ impl RankEmitter<'_, '_> {
         let mut last_sync = None;
         for event in events {
             let device = |emitter: &Self| -> Vec<Dep> {
-                [emitter.last_compute, emitter.deepspeed_gather, emitter.deepspeed_reduce]
-                    .into_iter()
-                    .flatten()
-                    .map(Dep::Local)
-                    .collect()
+                [
+                    emitter.last_compute,
+                    emitter.deepspeed_gather,
+                    emitter.deepspeed_copies,
+                    emitter.deepspeed_reduce,
+                ]
+                .into_iter()
+                .flatten()
+                .map(Dep::Local)
+                .collect()
             };
             if event.fetch > 0 {
                 let deps = device(self);
+                self.host_synchronize(&deps);
                 self.deepspeed_gather = Some(self.gather_bytes(event.fetch, &deps));
             }
             if event.sync {
-                let synchronised = [self.deepspeed_gather, self.deepspeed_reduce];
+                let synchronised = [self.deepspeed_gather, self.deepspeed_copies, self.deepspeed_reduce];
                 self.waiting.extend(synchronised.into_iter().flatten().map(Dep::Local));
+                let deps = device(self);
+                self.host_synchronize(&deps);
             }
             for (k, &elements) in event.prefetch.iter().enumerate() {
                 let deps = device(self);
+                self.host_synchronize(&deps);
                 let op = self.gather_bytes(elements, &deps);
                 if k + 1 < event.prefetch.len() {
                     self.waiting.push(Dep::Local(op));
+                    self.waiting.extend(self.deepspeed_copies.map(Dep::Local));
                 }
                 self.deepspeed_gather = Some(op);
             }
@@ -1908,6 +1930,8 @@ impl RankEmitter<'_, '_> {
                         let deps: Vec<Dep> =
                             ready.or(self.last_compute).map(Dep::Local).into_iter().collect();
                         let previous = self.deepspeed_reduce;
+                        let waited: Vec<Dep> = previous.map(Dep::Local).into_iter().collect();
+                        self.host_synchronize(&waited);
                         let op = self.deepspeed_reduce(event.reduce, &deps);
                         self.waiting.extend(previous.map(Dep::Local));
                         last_sync = Some(op);
@@ -1919,13 +1943,32 @@ impl RankEmitter<'_, '_> {
     }
 
     /// DeepSpeed's ZeRO-3: the allgather of `elements` parameters (working-weight dtype), on
-    /// the gather stream after `deps`.
+    /// the gather stream after `deps`, then the host's launches of its copy-out kernels
+    /// ([`list_allgather_copies`], kept in `deepspeed_copies`); returns the gather.
     fn gather_bytes(&mut self, elements: u64, deps: &[Dep]) -> u32 {
         let bytes = self.plan.weight_bytes(elements);
         let comm = Comm { group: GroupKind::Data, kind: CollectiveKind::AllGather, bytes, what: "" };
         let group = self.group(GroupClass::Data);
         let label = self.labels.gather;
-        self.collective(comm, GATHER_STREAM, group, label, deps)
+        let gather = self.collective(comm, GATHER_STREAM, group, label, deps);
+        if self.plan.host_cost > SimDuration::ZERO {
+            // Issued right after the gather's launch, without waiting for it.
+            let ranks = self.plan.strategy.parallelism.gradient_sync_ranks();
+            let copies = list_allgather_copies(ranks, self.plan.host_cost);
+            let label = self.comm_label("host: launch allgather copy-out kernels (deepspeed)");
+            self.deepspeed_copies = Some(self.host_op(super::HOST_STREAM, copies, label, &[]));
+        }
+        gather
+    }
+
+    /// DeepSpeed's `torch.cuda.synchronize()` / `stream.synchronize()`: the host issues nothing
+    /// more until `deps` are done (nothing to do when the host is not modelled).
+    fn host_synchronize(&mut self, deps: &[Dep]) {
+        if self.plan.host_cost == SimDuration::ZERO || deps.is_empty() {
+            return;
+        }
+        let label = self.comm_label("host: torch.cuda.synchronize (deepspeed)");
+        self.host_op(super::HOST_STREAM, SimDuration::ZERO, label, deps);
     }
 
     /// DeepSpeed's ZeRO-3: the allreduce of a bucket of `elements` fp16 gradients (the
@@ -2062,6 +2105,7 @@ impl RankEmitter<'_, '_> {
                 let deps: Vec<Dep> = self.last_compute.map(Dep::Local).into_iter().collect();
                 let op = self.deepspeed_reduce(trace.final_reduce, &deps);
                 self.waiting.push(Dep::Local(op));
+                self.host_synchronize(&[Dep::Local(op)]);
                 last_sync = Some(op);
             }
             return Ok(last_sync);

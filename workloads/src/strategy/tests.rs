@@ -565,6 +565,22 @@ fn deepspeed_zero3_gathers_per_parameter_and_all_reduces_fp16_gradient_buckets()
     let fsdp = lower(ZeroImplementation::Fsdp, Recompute::Full);
     let fsdp_gathers = rank_traffic(&fsdp.graph, 0, GATHER_STREAM).len();
     assert!(gathers.len() > 3 * fsdp_gathers, "{} vs {fsdp_gathers}", gathers.len());
+    // PyTorch's list allgather copies each of the 8 ranks' chunks out with its own kernel: the
+    // host issues 8 launches after every gather.
+    let host_cost = compute.host_cost_per_kernel();
+    assert!(host_cost > SimDuration::ZERO);
+    let copies: Vec<SimDuration> = deepspeed
+        .graph
+        .ops()
+        .iter()
+        .filter(|op| op.rank == RankId(0) && deepspeed.graph.label(op.label).contains("copy-out"))
+        .map(|op| match op.kind {
+            OpKind::Compute { duration } => duration,
+            _ => panic!("a host op"),
+        })
+        .collect();
+    assert_eq!(copies.len(), gathers.len());
+    assert!(copies.iter().all(|&d| d.as_ps() == 8 * host_cost.as_ps()));
     let timeline = NetworkSettings::new(Fidelity::Analytical).run(&deepspeed.graph, &dgx(1)).unwrap();
     assert!(timeline.makespan() > SimDuration::ZERO);
 }
