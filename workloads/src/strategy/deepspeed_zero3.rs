@@ -29,6 +29,10 @@
 //!   (`independent_gradient_partition_epilogue`). `fp32_allreduce` is refused with ZeRO
 //!   (`engine.py`, `_configure_zero_optimizer`), so gradients travel in fp16.
 //!
+//! The host's side (each gather's `world_size` copy-out kernels, PyTorch's list
+//! `all_gather`; the host held at every synchronize) is emitted by `emit.rs`
+//! (`RankEmitter::deepspeed_events`).
+//!
 //! parasim's layers stand for DeepSpeed's sub-modules: each layer with parameters is one
 //! fetch; parameter-free layers are sub-modules whose hooks may prefetch. The output layer tied
 //! to the input embedding fetches the embedding's weight (Megatron registers it as an external
