@@ -586,6 +586,42 @@ fn deepspeed_zero3_gathers_per_parameter_and_all_reduces_fp16_gradient_buckets()
 }
 
 #[test]
+fn deepspeed_zero3_host_time_grows_with_the_ranks_by_the_copy_out_launches() {
+    // After DeepSpeed's torch.cuda.synchronize the GPU waits while the host issues a gather
+    // and its `world_size` copy-out kernels (in part behind the gather itself). The host's
+    // share of the step (eager minus CUDA graphs, same per-GPU work) grows from 8 to 16 ranks
+    // by about 8 more launches per gather.
+    let model = zoo::by_name("megatron-1.7b").unwrap();
+    let eager = ComputeModel::default();
+    let graphs = ComputeModel { cuda_graphs: true, ..eager.clone() };
+    let run = |compute: &ComputeModel, ranks: u32| {
+        let parallelism = Parallelism {
+            zero: 3,
+            zero_implementation: ZeroImplementation::DeepSpeed,
+            ..Parallelism::data_parallel(ranks)
+        };
+        let lowered = strategy(&model, compute, parallelism, u64::from(ranks), 1).lower().unwrap();
+        let gathers = rank_traffic(&lowered.graph, 0, GATHER_STREAM)
+            .iter()
+            .filter(|(kind, _)| *kind == Some(CollectiveKind::AllGather))
+            .count() as u64;
+        let timeline =
+            NetworkSettings::new(Fidelity::Analytical).run(&lowered.graph, &dgx(ranks / 8)).unwrap();
+        (timeline.makespan().as_ps() as f64, gathers)
+    };
+    let host_share = |ranks| {
+        let ((with_host, gathers), (without_host, same)) = (run(&eager, ranks), run(&graphs, ranks));
+        assert_eq!(gathers, same);
+        (with_host - without_host, gathers)
+    };
+    let ((eight, gathers), (sixteen, same)) = (host_share(8), host_share(16));
+    assert_eq!(gathers, same);
+    let launches = (gathers * 8) as f64 * eager.host_cost_per_kernel().as_ps() as f64;
+    let growth = sixteen - eight;
+    assert!(growth > 0.5 * launches && growth < 1.2 * launches, "{growth} vs {launches}");
+}
+
+#[test]
 fn deepspeed_zero3_holds_a_bounded_number_of_gathered_parameters() {
     // GPT 529.6B on 640 GPUs at micro-batch 4 (Megatron-LM SC'21 Table 2): FSDP-style units
     // (two 5e9-parameter blocks gathered with their fp32 gradients) do not fit in 80 GB;
