@@ -249,9 +249,7 @@ mod tests {
         let mut recompute = vec![None; layers];
         for block in 0..3 {
             let start = 1 + block * 5;
-            for i in start + 1..start + 5 {
-                partitioned[i] = w;
-            }
+            partitioned[start + 1..start + 5].fill(w);
             recompute[start + 4] = Some(start..start + 5);
         }
         let gradients = partitioned.clone();
