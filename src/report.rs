@@ -136,13 +136,21 @@ pub fn human(outcome: &Outcome) -> String {
         if st.spatial > 1 {
             degrees.push(format!("spatial {} ({})", st.spatial, st.spatial_dims.unwrap_or("h")));
         }
-        let zero = if st.zero > 0 { format!(", ZeRO-{}", st.zero) } else { String::new() };
+        let zero = match (st.zero, st.zero_implementation) {
+            (0, _) => String::new(),
+            (stage, Some(software)) => format!(", ZeRO-{stage} ({software})"),
+            (stage, None) => format!(", ZeRO-{stage}"),
+        };
         let _ = writeln!(out, "strategy      {}{zero}; ranks ordered {}", degrees.join(" x "), st.order);
         let _ = writeln!(
             out,
             "              {} {}, {} per stage-0 {unit}, {} data-parallel collectives",
             st.gradient_buckets,
-            if st.zero >= 3 { "units gathered and scattered whole (FSDP)" } else { "gradient buckets" },
+            match (st.zero, st.zero_implementation) {
+                (3.., Some(_)) => "fp16 gradient buckets all-reduced (parameters gathered one by one)",
+                (3.., None) => "units gathered and scattered whole (FSDP)",
+                _ => "gradient buckets",
+            },
             workloads::memory::gigabytes(Bytes(st.gradient_bytes)),
             st.allreduce
         );

@@ -153,6 +153,9 @@ pub struct StrategySummary {
     pub spatial_dims: Option<&'static str>,
     /// ZeRO stage.
     pub zero: u8,
+    /// `"deepspeed"` when DeepSpeed's ZeRO-3 runs (omitted for FSDP's, the default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zero_implementation: Option<&'static str>,
     /// Rank order, fastest dimension first.
     pub order: String,
     /// Samples per iteration.
@@ -760,6 +763,9 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
             spatial: p.spatial,
             spatial_dims: (p.spatial > 1).then_some(p.spatial_dims.name()),
             zero: p.zero,
+            zero_implementation: (p.zero >= 3
+                && p.zero_implementation != crate::strategy::ZeroImplementation::Fsdp)
+                .then_some(p.zero_implementation.name()),
             order: p.order.to_string(),
             global_batch: scenario.global_batch,
             micro_batch: scenario.micro_batch,

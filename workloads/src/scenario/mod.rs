@@ -248,6 +248,7 @@ struct ParallelismSection {
     global_sync: Option<String>,
     global_sync_wait: Option<u32>,
     batch_norm_group: u32,
+    zero_implementation: String,
 }
 
 impl Default for ParallelismSection {
@@ -280,6 +281,7 @@ impl Default for ParallelismSection {
             global_sync: None,
             global_sync_wait: None,
             batch_norm_group: 1,
+            zero_implementation: "fsdp".into(),
         }
     }
 }
@@ -1163,6 +1165,10 @@ fn parallelism(
     }
     let schedule: PipelineSchedule =
         section.schedule.parse().map_err(|message| invalid("parallelism.schedule", message))?;
+    let zero_implementation: crate::strategy::ZeroImplementation = section
+        .zero_implementation
+        .parse()
+        .map_err(|message| invalid("parallelism.zero-implementation", message))?;
     let order: RankOrder = section.order.parse().map_err(|message| invalid("parallelism.order", message))?;
     let allreduce: CollectiveAlgorithm = section
         .allreduce
@@ -1205,6 +1211,7 @@ fn parallelism(
         cnn_staging: None,
         sync: gradient_sync(section, cluster, invalid)?,
         offload: crate::strategy::Offload::None,
+        zero_implementation,
     })
 }
 

@@ -125,6 +125,11 @@ struct Plan<'s> {
     /// ZeRO-3 units (FSDP's wrapping: each numbered block, and the layers around them) of
     /// each chunk.
     units: Vec<Vec<Unit>>,
+    /// DeepSpeed's ZeRO-3: each chunk's trace of one micro-batch (what is gathered, prefetched
+    /// and reduced around each layer); `None` for every other strategy.
+    deepspeed: Vec<Option<super::deepspeed_zero3::Trace>>,
+    /// DeepSpeed's ZeRO-3: elements of each layer's parameters kept whole on every rank.
+    persistent: Vec<u64>,
     /// Parameters of the embedding copy the last stage keeps for a tied output layer (0
     /// without a pipeline or tying).
     tied_embedding: u64,
@@ -491,6 +496,9 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
                 weight_users: VecDeque::new(),
                 iteration_start: previous_end[position],
                 bucket_copies: Vec::new(),
+                deepspeed_gather: None,
+                deepspeed_reduce: None,
+                deepspeed_copies: None,
             };
             emitter.daso_pending = daso_pending(&plan, &daso_sent, iteration, position);
             let (end, pipeline_end) = emitter.iteration(previous_end[position])?;
@@ -576,7 +584,17 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
     let stage0: Vec<Bucket> = plan
         .chunks_of(0)
         .flat_map(|k| -> Vec<Bucket> {
-            if strategy.parallelism.zero >= 3 {
+            if let Some(trace) = &plan.deepspeed[k] {
+                // DeepSpeed's gradient buckets, in backward order.
+                trace
+                    .events
+                    .iter()
+                    .map(|e| e.reduce)
+                    .chain(std::iter::once(trace.final_reduce))
+                    .filter(|&elements| elements > 0)
+                    .map(|elements| Bucket { layers: Vec::new(), bytes: plan.weight_bytes(elements) })
+                    .collect()
+            } else if strategy.parallelism.zero >= 3 {
                 plan.units[k]
                     .iter()
                     .filter(|unit| unit.parameters > 0)
@@ -1077,6 +1095,30 @@ impl<'s> Plan<'s> {
                 units
             })
             .collect();
+        let deepspeed_zero3 = p.zero >= 3 && p.zero_implementation == super::ZeroImplementation::DeepSpeed;
+        let split: Vec<(u64, u64)> =
+            local.iter().map(|l| super::deepspeed_zero3::partitioned_and_persistent(&l.layer)).collect();
+        let persistent: Vec<u64> =
+            if deepspeed_zero3 { split.iter().map(|&(_, kept)| kept).collect() } else { Vec::new() };
+        let deepspeed = chunk_layers
+            .iter()
+            .map(|range| {
+                deepspeed_zero3.then(|| {
+                    // The output layer tied to the embedding gathers the embedding's weight.
+                    let embedding = local.iter().position(|l| l.role == Role::VocabularyEmbedding);
+                    let partitioned: Vec<u64> = local
+                        .iter()
+                        .zip(&split)
+                        .map(|(l, &(gathered, _))| match (&l.layer.kind, embedding) {
+                            (crate::layer::LayerKind::TiedLinear { .. }, Some(e)) => split[e].0,
+                            _ => gathered,
+                        })
+                        .collect();
+                    let gradients: Vec<u64> = local.iter().map(|l| l.layer.cost.params).collect();
+                    super::deepspeed_zero3::trace(range.clone(), &recompute_before, &partitioned, &gradients)
+                })
+            })
+            .collect();
         let local_model = (p.cnn() != CnnSplit::None).then(|| Model {
             name: model.name.clone(),
             family: model.family.clone(),
@@ -1106,6 +1148,8 @@ impl<'s> Plan<'s> {
             input: InputPlan::new(strategy)?,
             input_copy: strategy.input_copy_bytes(),
             units,
+            deepspeed,
+            persistent,
             tied_embedding,
             stage_parameters,
             layout: p.layout(),
@@ -1342,7 +1386,11 @@ impl<'s> Plan<'s> {
                 .unwrap_or(0);
             // What ZeRO-3 holds gathered at once: the unit being computed and the one
             // prefetched (FSDP frees each after use); otherwise the largest layer.
-            let largest_layer = if p.zero >= 3 {
+            let deepspeed: Vec<&super::deepspeed_zero3::Trace> =
+                chunk_indexes.iter().filter_map(|&k| self.deepspeed[k].as_ref()).collect();
+            let largest_layer = if !deepspeed.is_empty() {
+                0 // counted below
+            } else if p.zero >= 3 {
                 let mut units: Vec<u64> =
                     chunk_indexes.iter().flat_map(|&k| &self.units[k]).map(|unit| unit.parameters).collect();
                 units.sort_unstable_by(|a, b| b.cmp(a));
@@ -1366,6 +1414,19 @@ impl<'s> Plan<'s> {
             };
             let mut memory: MemoryBreakdown =
                 plan.device_breakdown(parameters, held, largest_pair, largest_layer);
+            if !deepspeed.is_empty() {
+                // DeepSpeed's ZeRO-3: the most parameters its coordinator holds gathered at once
+                // (bounded by stage3_max_live_parameters and the reuse distance), the fp16
+                // gradient buckets ([`super::deepspeed_zero3::gradient_buffer_elements`]), and
+                // the parameters too small to partition, whole on every rank.
+                let live = deepspeed.iter().map(|trace| trace.peak_live).max().unwrap_or(0);
+                let largest_gradient =
+                    self.stage_layers(stage).map(|i| self.local[i].layer.cost.params).max().unwrap_or(0);
+                let gradients = super::deepspeed_zero3::gradient_buffer_elements(largest_gradient);
+                memory.temporary = Bytes(memory.temporary.0 + self.weight_bytes(live + gradients).0);
+                let persistent: u64 = self.stage_layers(stage).map(|i| self.persistent[i]).sum();
+                memory.weights = Bytes(memory.weights.0 + self.weight_bytes(persistent).0);
+            }
             if let Some(weights) = self.offload.as_ref().and_then(|offload| offload.weights.as_ref()) {
                 // Out-of-core weights: the device holds the weights of `WEIGHT_BUFFERS` layers,
                 // the gradients of two (computed, then copied into their bucket), two gradient
@@ -1445,6 +1506,21 @@ struct RankEmitter<'p, 's> {
     iteration_start: Option<OpId>,
     /// Out-of-core weights: each gradient bucket's copy to the host, in bucket order.
     bucket_copies: Vec<u32>,
+    /// DeepSpeed's ZeRO-3: the last parameter allgather and the last gradient allreduce
+    /// issued (local indexes): a `torch.cuda.synchronize()` waits for them.
+    deepspeed_gather: Option<u32>,
+    deepspeed_reduce: Option<u32>,
+    /// DeepSpeed's ZeRO-3: the host's launches of the last gather's copy-out kernels.
+    deepspeed_copies: Option<u32>,
+}
+
+/// PyTorch's `ProcessGroupNCCL::allgather` into a list of `world_size` tensors (the form
+/// DeepSpeed v0.3.14's `_allgather_param` calls) gathers into one flat buffer, then copies each
+/// of the `world_size` chunks out with its own `copy_` ("Copy the flattened output tensors to
+/// the outputs", `torch/lib/c10d/ProcessGroupNCCL.cpp`): `world_size` kernels the host issues
+/// at `dispatch-overhead` each. Their device time (one chunk each) is left out.
+fn list_allgather_copies(ranks: u32, host_cost: SimDuration) -> SimDuration {
+    SimDuration::from_ps(host_cost.as_ps().saturating_mul(u64::from(ranks)))
 }
 
 impl RankEmitter<'_, '_> {
@@ -1761,6 +1837,10 @@ impl RankEmitter<'_, '_> {
 
     fn forward_chunk(&mut self, chunk: usize, micro: u32) -> Result<(), StrategyError> {
         let plan = self.plan;
+        if let Some(trace) = &plan.deepspeed[chunk] {
+            self.deepspeed_events(micro, &trace.events[..trace.forward_events])?;
+            return Ok(());
+        }
         if plan.strategy.parallelism.zero < 3 {
             for index in plan.chunk_layers[chunk].clone() {
                 self.forward_layer(index, micro, false)?;
@@ -1784,6 +1864,123 @@ impl RankEmitter<'_, '_> {
             }
         }
         Ok(())
+    }
+
+    /// DeepSpeed's ZeRO-3: `events` of a chunk's trace ([`super::deepspeed_zero3::trace`]) in
+    /// order; returns the last gradient allreduce issued, if any.
+    ///
+    /// Before each gather DeepSpeed calls `torch.cuda.synchronize()` (`_allgather_param`), so
+    /// a gather starts after every kernel and collective issued before it; a fetch that gathered
+    /// or found its parameters in flight synchronises the device again
+    /// (`_synchronize_communication`), so the layer's kernels wait for every gather issued
+    /// before its prefetches, and for the last gradient allreduce. The prefetches are issued
+    /// before the layer's kernels and overlap them (the last one: each earlier one is waited
+    /// for by the next one's `synchronize`). A gradient bucket is all-reduced when the gradient
+    /// that would overflow it is ready; the host first waits for the previous bucket
+    /// (`reduction_stream.synchronize()`), so later kernels wait for it too. Gathers and
+    /// allreduces share the data-parallel process group, hence one NCCL stream (PyTorch's
+    /// `ProcessGroupNCCL` keeps one per device and group): both go on the gather stream.
+    fn deepspeed_events(
+        &mut self,
+        micro: u32,
+        events: &[super::deepspeed_zero3::Event],
+    ) -> Result<Option<u32>, StrategyError> {
+        use super::deepspeed_zero3::EventPass;
+        let mut last_sync = None;
+        for event in events {
+            let device = |emitter: &Self| -> Vec<Dep> {
+                [
+                    emitter.last_compute,
+                    emitter.deepspeed_gather,
+                    emitter.deepspeed_copies,
+                    emitter.deepspeed_reduce,
+                ]
+                .into_iter()
+                .flatten()
+                .map(Dep::Local)
+                .collect()
+            };
+            if event.fetch > 0 {
+                let deps = device(self);
+                self.host_synchronize(&deps);
+                self.deepspeed_gather = Some(self.gather_bytes(event.fetch, &deps));
+            }
+            if event.sync {
+                let synchronised = [self.deepspeed_gather, self.deepspeed_copies, self.deepspeed_reduce];
+                self.waiting.extend(synchronised.into_iter().flatten().map(Dep::Local));
+                let deps = device(self);
+                self.host_synchronize(&deps);
+            }
+            for (k, &elements) in event.prefetch.iter().enumerate() {
+                let deps = device(self);
+                self.host_synchronize(&deps);
+                let op = self.gather_bytes(elements, &deps);
+                if k + 1 < event.prefetch.len() {
+                    self.waiting.push(Dep::Local(op));
+                    self.waiting.extend(self.deepspeed_copies.map(Dep::Local));
+                }
+                self.deepspeed_gather = Some(op);
+            }
+            match event.pass {
+                EventPass::Forward => self.forward_layer(event.layer, micro, false)?,
+                EventPass::Recompute => self.forward_layer(event.layer, micro, true)?,
+                EventPass::Backward => {
+                    let ready = self.backward_kernels(event.layer, micro)?;
+                    if event.reduce > 0 {
+                        let deps: Vec<Dep> =
+                            ready.or(self.last_compute).map(Dep::Local).into_iter().collect();
+                        let previous = self.deepspeed_reduce;
+                        let waited: Vec<Dep> = previous.map(Dep::Local).into_iter().collect();
+                        self.host_synchronize(&waited);
+                        let op = self.deepspeed_reduce(event.reduce, &deps);
+                        self.waiting.extend(previous.map(Dep::Local));
+                        last_sync = Some(op);
+                    }
+                }
+            }
+        }
+        Ok(last_sync)
+    }
+
+    /// DeepSpeed's ZeRO-3: the allgather of `elements` parameters (working-weight dtype), on
+    /// the gather stream after `deps`, then the host's launches of its copy-out kernels
+    /// ([`list_allgather_copies`], kept in `deepspeed_copies`); returns the gather.
+    fn gather_bytes(&mut self, elements: u64, deps: &[Dep]) -> u32 {
+        let bytes = self.plan.weight_bytes(elements);
+        let comm = Comm { group: GroupKind::Data, kind: CollectiveKind::AllGather, bytes, what: "" };
+        let group = self.group(GroupClass::Data);
+        let label = self.labels.gather;
+        let gather = self.collective(comm, GATHER_STREAM, group, label, deps);
+        if self.plan.host_cost > SimDuration::ZERO {
+            // Issued right after the gather's launch, without waiting for it.
+            let ranks = self.plan.strategy.parallelism.gradient_sync_ranks();
+            let copies = list_allgather_copies(ranks, self.plan.host_cost);
+            let label = self.comm_label("host: launch allgather copy-out kernels (deepspeed)");
+            self.deepspeed_copies = Some(self.host_op(super::HOST_STREAM, copies, label, &[]));
+        }
+        gather
+    }
+
+    /// DeepSpeed's `torch.cuda.synchronize()` / `stream.synchronize()`: the host issues nothing
+    /// more until `deps` are done (nothing to do when the host is not modelled).
+    fn host_synchronize(&mut self, deps: &[Dep]) {
+        if self.plan.host_cost == SimDuration::ZERO || deps.is_empty() {
+            return;
+        }
+        let label = self.comm_label("host: torch.cuda.synchronize (deepspeed)");
+        self.host_op(super::HOST_STREAM, SimDuration::ZERO, label, deps);
+    }
+
+    /// DeepSpeed's ZeRO-3: the allreduce of a bucket of `elements` fp16 gradients (the
+    /// parameters' dtype: `allreduce_bucket` flattens `param.grad`), on the gather stream.
+    fn deepspeed_reduce(&mut self, elements: u64, deps: &[Dep]) -> u32 {
+        let bytes = self.plan.weight_bytes(elements);
+        let comm = Comm { group: GroupKind::Data, kind: CollectiveKind::AllReduce, bytes, what: "" };
+        let group = self.group(GroupClass::Data);
+        let label = self.comm_label("zero-3 allreduce gradient bucket (deepspeed)");
+        let op = self.collective(comm, GATHER_STREAM, group, label, deps);
+        self.deepspeed_reduce = Some(op);
+        op
     }
 
     /// The allgather of unit `unit`'s parameters (ZeRO-3), on the gather stream.
@@ -1900,6 +2097,19 @@ impl RankEmitter<'_, '_> {
     /// Backward of one chunk; returns the last gradient synchronisation op, if any.
     fn backward_chunk(&mut self, chunk: usize, micro: u32, last: bool) -> Result<Option<u32>, StrategyError> {
         let plan = self.plan;
+        if let Some(trace) = &plan.deepspeed[chunk] {
+            let mut last_sync = self.deepspeed_events(micro, &trace.events[trace.forward_events..])?;
+            if trace.final_reduce > 0 {
+                // `independent_gradient_partition_epilogue`: the last bucket, then the host
+                // waits for the reduction stream.
+                let deps: Vec<Dep> = self.last_compute.map(Dep::Local).into_iter().collect();
+                let op = self.deepspeed_reduce(trace.final_reduce, &deps);
+                self.waiting.push(Dep::Local(op));
+                self.host_synchronize(&[Dep::Local(op)]);
+                last_sync = Some(op);
+            }
+            return Ok(last_sync);
+        }
         if plan.strategy.parallelism.zero >= 3 {
             return self.backward_chunk_sharded(chunk, micro);
         }
@@ -2025,13 +2235,19 @@ impl RankEmitter<'_, '_> {
     /// One layer's backward (with its recomputation and collectives); returns the op after
     /// which its weight gradient is ready, if it has a backward kernel.
     fn backward_layer(&mut self, index: usize, micro: u32) -> Result<Option<u32>, StrategyError> {
+        if let Some(range) = &self.plan.recompute_before[index] {
+            for again in range.clone() {
+                self.forward_layer(again, micro, true)?;
+            }
+        }
+        self.backward_kernels(index, micro)
+    }
+
+    /// One layer's backward without its recomputation: its collectives and kernels; returns
+    /// the op after which its weight gradient is ready, if it has a backward kernel.
+    fn backward_kernels(&mut self, index: usize, micro: u32) -> Result<Option<u32>, StrategyError> {
         let plan = self.plan;
         {
-            if let Some(range) = &plan.recompute_before[index] {
-                for again in range.clone() {
-                    self.forward_layer(again, micro, true)?;
-                }
-            }
             let local = &plan.local[index];
             for comm in &local.before_backward {
                 self.comm(*comm);

@@ -16,6 +16,7 @@
 //! it lowers to the same graph, op for op, as the PyTorch DDP lowering always did.
 
 pub mod cnn;
+pub mod deepspeed_zero3;
 mod emit;
 pub mod layout;
 pub mod pipeline;
@@ -183,6 +184,47 @@ pub struct Parallelism {
     pub sync: GradientSync,
     /// What is kept in host memory instead of on the device (out-of-core training).
     pub offload: Offload,
+    /// Which software runs ZeRO-3 (`parallelism.zero-implementation`): what it gathers at
+    /// once, how far ahead, and how it reduces gradients.
+    pub zero_implementation: ZeroImplementation,
+}
+
+/// Which software's ZeRO-3 a job runs (`parallelism.zero-implementation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ZeroImplementation {
+    /// PyTorch FSDP (full shard): each unit (a numbered block, or the layers around the
+    /// blocks) gathered whole one unit ahead; its gradients reduce-scattered after its backward.
+    #[default]
+    Fsdp,
+    /// DeepSpeed's ZeRO stage 3 as released in v0.3.13-v0.3.14 (March-April 2021), with its
+    /// code's default configuration ([`deepspeed_zero3`] holds every number and its source).
+    DeepSpeed,
+}
+
+impl ZeroImplementation {
+    /// Every implementation, in the order errors list them.
+    pub const ALL: [ZeroImplementation; 2] = [ZeroImplementation::Fsdp, ZeroImplementation::DeepSpeed];
+
+    /// The scenario name: `"fsdp"` or `"deepspeed"`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ZeroImplementation::Fsdp => "fsdp",
+            ZeroImplementation::DeepSpeed => "deepspeed",
+        }
+    }
+}
+
+impl std::str::FromStr for ZeroImplementation {
+    type Err = String;
+    fn from_str(name: &str) -> Result<Self, String> {
+        ZeroImplementation::ALL.into_iter().find(|i| i.name() == name).ok_or_else(|| {
+            format!(
+                "unknown ZeRO-3 implementation {name:?}; valid: \"fsdp\" (PyTorch FSDP: per-block gathers \
+                 one block ahead, per-block reduce-scatter), \"deepspeed\" (DeepSpeed v0.3.14's ZeRO-3: \
+                 per-parameter gathers, bounded live parameters, bucketed fp16 gradient allreduce)"
+            )
+        })
+    }
 }
 
 /// How data-parallel replicas synchronise (`parallelism.sync`).
@@ -290,6 +332,7 @@ impl Parallelism {
             cnn_staging: None,
             sync: GradientSync::AllReduce,
             offload: Offload::None,
+            zero_implementation: ZeroImplementation::Fsdp,
         }
     }
 
@@ -728,6 +771,32 @@ impl Strategy<'_> {
         }
         self.check_daso()?;
         self.check_offload()?;
+        if p.zero_implementation == ZeroImplementation::DeepSpeed {
+            let mut other: Vec<String> = self
+                .other_degrees()
+                .split(", ")
+                .filter(|used| !used.is_empty() && *used != "zero = 3")
+                .map(str::to_string)
+                .collect();
+            // other_degrees names a stage other than 3 already, but not zero = 0.
+            if p.zero == 0 {
+                other.push("zero = 0".into());
+            }
+            if p.offload != Offload::None {
+                other.push(format!("offload = {:?}", p.offload.name()));
+            }
+            if !other.is_empty() {
+                return Err(invalid(
+                    "parallelism.zero-implementation",
+                    format!(
+                        "\"deepspeed\" is modelled for ZeRO-3 with data parallelism only (DeepSpeed v0.3.14's \
+                         stage 3), but {}: set zero = 3 and every other degree to 1, or \
+                         zero-implementation = \"fsdp\"",
+                        other.join(", ")
+                    ),
+                ));
+            }
+        }
         if p.zero > 3 {
             return Err(invalid(
                 "parallelism.zero",
