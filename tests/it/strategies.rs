@@ -23,7 +23,9 @@ fn plain_data_parallelism_reproduces_the_ddp_lowering_to_the_last_bit() {
     // strategy layer (commit 994d157; regenerated when NCCL's tree became `auto`'s choice, a
     // collective-model change, again when `run` took NCCL's protocols and tuner by default, and
     // when convolutions paid cuDNN's helper kernels: +12 us, the three of the RGB layer's SIMT
-    // backward-weight): every number must stay identical.
+    // backward-weight, and when strided backward-data wrote its unreached positions' zeros and
+    // 2-D SIMT backward-weight split until its tiles fill the device: +53 us): every number
+    // must stay identical.
     let pinned: serde_json::Value = serde_json::from_str(include_str!("pinned/quickstart-ddp.json")).unwrap();
     let output = parasim(&["run", "scenarios/quickstart.toml", "--json"]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
