@@ -1064,9 +1064,8 @@ impl Curves {
                 // multiprocessors idle (`Split::Fill`); 3-D backward-weight is another engine
                 // (`convolveNd_wgrad_engine`, named as cuDNN's 3-D weight-gradient kernel in
                 // pytorch/pytorch#22961), whose split nothing public says: it keeps 32.
-                let two_d = shape.kernel[2] == 1 && shape.output[2] == 1;
                 let split = match direction {
-                    ConvDirection::BackwardWeight if on_vector_units && two_d => Split::Fill,
+                    ConvDirection::BackwardWeight if on_vector_units && shape.is_two_d() => Split::Fill,
                     ConvDirection::BackwardWeight => Split::UpTo(GEMM_MAX_SPLIT),
                     ConvDirection::Forward if !on_vector_units => Split::UpTo(GEMM_MAX_SPLIT),
                     ConvDirection::Forward | ConvDirection::BackwardData => Split::UpTo(1),
@@ -1121,7 +1120,7 @@ impl Curves {
                 // or FFT (four real products per complex multiply-add over the frequencies,
                 // plus its transforms through memory).
                 if self.winograd && on_vector_units {
-                    let bandwidth = device.memory_bandwidth.bytes_per_second() * self.memory_efficiency;
+                    let bandwidth = self.sustained_bandwidth(device);
                     let through_memory = |elements: f64| elements * bytes / bandwidth;
                     if shape.winograd_applies() {
                         for tile in [2, 4] {
@@ -1162,8 +1161,7 @@ impl Curves {
                     best += if on_vector_units {
                         self.memory_seconds(device, whole as f64 * bytes, OpClass::Gemm) + self.launch_s
                     } else {
-                        let bandwidth = device.memory_bandwidth.bytes_per_second() * self.memory_efficiency;
-                        unreached as f64 * bytes / bandwidth
+                        unreached as f64 * bytes / self.sustained_bandwidth(device)
                     };
                 }
                 Some(best)
@@ -1200,7 +1198,7 @@ impl Curves {
         if shape.batch == 0 || shape.m == 0 || shape.n == 0 || depth == 0 {
             return Some(0.0);
         }
-        let bandwidth = device.memory_bandwidth.bytes_per_second() * self.memory_efficiency;
+        let bandwidth = self.sustained_bandwidth(device);
         let reuse = |rows: u64, columns: u64| (rows * columns) as f64 / (rows + columns) as f64;
         let saturation = |reuse: f64| reuse / (reuse + self.tile_half_intensity);
         // The best-reusing tile runs at `efficiency`: large products reach gemm-efficiency.
@@ -1237,6 +1235,13 @@ impl Curves {
             }
         }
         Some(best)
+    }
+
+    /// The bandwidth large streams reach: the device's memory bandwidth times
+    /// `memory-efficiency` (no ramp): what a product's operands, partial tiles and transforms
+    /// move at under its compute.
+    fn sustained_bandwidth(&self, device: &Device) -> f64 {
+        device.memory_bandwidth.bytes_per_second() * self.memory_efficiency
     }
 
     /// Seconds of the memory side of a kernel: 0 without traffic.

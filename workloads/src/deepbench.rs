@@ -49,10 +49,9 @@ pub enum DeepBenchError {
 /// One measured matrix product.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GemmRow {
-    /// The product (cuBLAS column-major: `C[m, n] = op(A)[m, k] op(B)[k, n]`).
+    /// The product (cuBLAS column-major: `C[m, n] = op(A)[m, k] op(B)[k, n]`), with the layout
+    /// the table's `"N"`/`"T"` columns give ([`GemmLayout::blas`]).
     pub shape: GemmShape,
-    /// Whether A and B are transposed (`"N"`/`"T"` in the table).
-    pub transposed: [bool; 2],
     /// Measured seconds.
     pub seconds: f64,
 }
@@ -159,7 +158,7 @@ pub fn parse_gemms(text: &str) -> Result<Vec<GemmRow>, DeepBenchError> {
             let seconds = row.time("time_ms")?.ok_or_else(|| row.bad("time_ms", "a measured time"))?;
             let transposed = [row.transposed("a_transpose")?, row.transposed("b_transpose")?];
             let shape = shape.with_layout(GemmLayout::blas(transposed[0], transposed[1]));
-            Ok(GemmRow { shape, transposed, seconds })
+            Ok(GemmRow { shape, seconds })
         })
         .collect()
 }
@@ -328,7 +327,7 @@ mod tests {
         let rows = parse_gemms(GEMMS).unwrap();
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[1].shape, GemmShape::new(35, 8457, 4096).with_layout(GemmLayout::blas(true, false)));
-        assert_eq!(rows[1].transposed, [true, false]);
+        assert_eq!(rows[1].shape.layout.map(|l| l.blas_flags()), Some([true, false]));
         assert!((rows[0].seconds - 38e-6).abs() < 1e-12);
     }
 

@@ -44,6 +44,11 @@ impl GemmLayout {
         }
     }
 
+    /// BLAS's `[transa, transb]` flags of this layout, the inverse of [`GemmLayout::blas`].
+    pub fn blas_flags(&self) -> [bool; 2] {
+        [self.a == Major::Reduction, self.b == Major::Output]
+    }
+
     /// The layouts PyTorch's `nn.Linear` (and Chainer's `Linear`, both row-major) give the
     /// three products of a layer, in [`KernelShape::of_layer`]'s orientation (forward
     /// `tokens x out` from `tokens x in`): the activations `x` and the weights `W` (`out x in`)
@@ -347,10 +352,8 @@ impl ConvShape {
             ConvDirection::BackwardWeight => (k, c, tiles),
         };
         let shape = GemmShape { batch: alpha * alpha, m, n, k: depth, layout: None };
-        let filter = c * k * Self::product(self.kernel);
-        let plain = self.batch * (c * Self::product(self.input) + k * Self::product(self.output)) + filter;
         let transformed = alpha * alpha * (tiles * (c + k) + c * k);
-        (shape, (plain + transformed) as f64)
+        (shape, (self.plain_elements() + transformed) as f64)
     }
     /// cuDNN's fused Winograd (`CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD` and its backward-data
     /// twin; backward-weight has none): F(2x2, 3x3) with the data and output transforms inside
@@ -366,15 +369,26 @@ impl ConvShape {
         }
         let (product, _) = self.winograd(direction, 2);
         let (c, k) = (self.in_channels, self.out_channels);
-        let filter = c * k * Self::product(self.kernel);
-        let plain = self.batch * (c * Self::product(self.input) + k * Self::product(self.output)) + filter;
-        Some((product, (plain + 2 * product.batch * c * k) as f64))
+        Some((product, (self.plain_elements() + 2 * product.batch * c * k) as f64))
     }
 
     /// Whether cuDNN's FFT convolutions apply: a dense 2-D convolution with unit stride
     /// (`CUDNN_CONVOLUTION_*_ALGO_FFT` and `FFT_TILING` need stride 1).
     pub fn fft_applies(&self) -> bool {
-        self.groups == 1 && self.stride == [1, 1, 1] && self.kernel[2] == 1 && self.output[2] == 1
+        self.groups == 1 && self.stride == [1, 1, 1] && self.is_two_d()
+    }
+
+    /// Whether the convolution is 1- or 2-D (its third spatial axis is padding).
+    pub fn is_two_d(&self) -> bool {
+        self.kernel[2] == 1 && self.output[2] == 1
+    }
+
+    /// Elements of the plain tensors a transformed algorithm (Winograd, fused or not) reads and
+    /// writes once: the input and the output (or their gradients) and the filter.
+    fn plain_elements(&self) -> u64 {
+        let (c, k) = (self.in_channels, self.out_channels);
+        self.batch * (c * Self::product(self.input) + k * Self::product(self.output))
+            + c * k * Self::product(self.kernel)
     }
 
     /// cuDNN's FFT convolution for `direction` on `size x size` transforms (its kernels
@@ -583,6 +597,9 @@ mod tests {
             (GemmLayout::blas(false, false), GemmLayout::blas(true, false), GemmLayout::blas(false, true));
         assert_eq!(tn, GemmLayout { a: Major::Reduction, b: Major::Reduction });
         assert_eq!(nt, GemmLayout { a: Major::Output, b: Major::Output });
+        for flags in [[false, false], [true, false], [false, true], [true, true]] {
+            assert_eq!(GemmLayout::blas(flags[0], flags[1]).blas_flags(), flags);
+        }
         let thin_n = GemmShape::new(7680, 16, 2560);
         assert!(thin_n.with_layout(tn).thin_and_k_major());
         assert!(!thin_n.with_layout(nn).thin_and_k_major());

@@ -1096,29 +1096,40 @@ impl<'s> Plan<'s> {
             })
             .collect();
         let deepspeed_zero3 = p.zero >= 3 && p.zero_implementation == super::ZeroImplementation::DeepSpeed;
-        let split: Vec<(u64, u64)> =
-            local.iter().map(|l| super::deepspeed_zero3::partitioned_and_persistent(&l.layer)).collect();
-        let persistent: Vec<u64> =
-            if deepspeed_zero3 { split.iter().map(|&(_, kept)| kept).collect() } else { Vec::new() };
-        let deepspeed = chunk_layers
-            .iter()
-            .map(|range| {
-                deepspeed_zero3.then(|| {
-                    // The output layer tied to the embedding gathers the embedding's weight.
-                    let embedding = local.iter().position(|l| l.role == Role::VocabularyEmbedding);
-                    let partitioned: Vec<u64> = local
-                        .iter()
-                        .zip(&split)
-                        .map(|(l, &(gathered, _))| match (&l.layer.kind, embedding) {
-                            (crate::layer::LayerKind::TiedLinear { .. }, Some(e)) => split[e].0,
-                            _ => gathered,
-                        })
-                        .collect();
-                    let gradients: Vec<u64> = local.iter().map(|l| l.layer.cost.params).collect();
-                    super::deepspeed_zero3::trace(range.clone(), &recompute_before, &partitioned, &gradients)
-                })
-            })
-            .collect();
+        // DeepSpeed's ZeRO-3 only: each layer's gathered and whole-kept elements (the output
+        // layer tied to the embedding gathers the embedding's weight), its gradient elements,
+        // and each chunk's trace over them.
+        let (persistent, deepspeed): (Vec<u64>, Vec<Option<super::deepspeed_zero3::Trace>>) =
+            if deepspeed_zero3 {
+                let split: Vec<(u64, u64)> = local
+                    .iter()
+                    .map(|l| super::deepspeed_zero3::partitioned_and_persistent(&l.layer))
+                    .collect();
+                let embedding = local.iter().position(|l| l.role == Role::VocabularyEmbedding);
+                let partitioned: Vec<u64> = local
+                    .iter()
+                    .zip(&split)
+                    .map(|(l, &(gathered, _))| match (&l.layer.kind, embedding) {
+                        (crate::layer::LayerKind::TiedLinear { .. }, Some(e)) => split[e].0,
+                        _ => gathered,
+                    })
+                    .collect();
+                let gradients: Vec<u64> = local.iter().map(|l| l.layer.cost.params).collect();
+                let traces = chunk_layers
+                    .iter()
+                    .map(|range| {
+                        Some(super::deepspeed_zero3::trace(
+                            range.clone(),
+                            &recompute_before,
+                            &partitioned,
+                            &gradients,
+                        ))
+                    })
+                    .collect();
+                (split.iter().map(|&(_, kept)| kept).collect(), traces)
+            } else {
+                (Vec::new(), vec![None; chunk_layers.len()])
+            };
         let local_model = (p.cnn() != CnnSplit::None).then(|| Model {
             name: model.name.clone(),
             family: model.family.clone(),

@@ -196,13 +196,14 @@ fn dump() {
         for (row, sample) in gemms.iter().zip(deepbench::samples(catalog, &gemms, &[], dtype)) {
             let p = predict(&model, catalog, &sample).unwrap();
             let s = row.shape;
+            let flags = s.layout.map_or([false, false], |l| l.blas_flags());
             println!(
                 "DUMP {device} {precision} gemm {} {} {} {}{} {:.3} {:.3}",
                 s.m,
                 s.n,
                 s.k,
-                if row.transposed[0] { "T" } else { "N" },
-                if row.transposed[1] { "T" } else { "N" },
+                if flags[0] { "T" } else { "N" },
+                if flags[1] { "T" } else { "N" },
                 sample.measured_s * 1e6,
                 p * 1e6
             );
