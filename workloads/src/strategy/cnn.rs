@@ -695,7 +695,9 @@ pub fn local_layers(
                     );
                 }
             }
-            CnnSplit::Spatial { degree, dims: SpatialDims::H, halos: SpatialHalos::PaddedPooling, .. } => {
+            CnnSplit::Spatial {
+                degree, dims: SpatialDims::H, halos: SpatialHalos::PaddedPooling, ..
+            } => {
                 let axis = layer.input.0.len() - 2;
                 let tile = |whole: u64| grown.get(&whole).copied().unwrap_or_else(|| whole.div_ceil(p));
                 if index < region {
