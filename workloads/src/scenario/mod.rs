@@ -1084,6 +1084,18 @@ fn parallelism(
             ),
         ));
     }
+    if spatial_halos == crate::strategy::SpatialHalos::PaddedPooling
+        && spatial_dims != crate::strategy::SpatialDims::H
+    {
+        return Err(invalid(
+            "parallelism.spatial-halos",
+            format!(
+                "\"padded-pooling\" grows row stripes (chainermnx's pooling_halo_exchange), but \
+                 spatial-dims is {:?}: use spatial-dims = \"h\" or another spatial-halos",
+                section.spatial_dims
+            ),
+        ));
+    }
     let cnn = u64::from(section.filter) * u64::from(section.channel) * u64::from(section.spatial);
     let model_parallel =
         u64::from(section.tensor) * u64::from(section.pipeline) * u64::from(section.context) * cnn;

@@ -145,17 +145,33 @@ pub enum SpatialHalos {
     /// `Convolution2D` link exchanges the output gradient's halo in its backward whenever its
     /// kernel is larger than 1 (`functions/convolution_2d.py`).
     StemAndGradients,
+    /// Every window exchanges its halo as with `EveryWindow`, and every pooling also receives
+    /// `k / 2` rows (integer division) on each side of its tile, whatever its stride, in the
+    /// forward only, and pools them all: the tiles grow at each pooling, and so does the map the
+    /// replicated layers receive. This is what chainermnx's `pooling_halo_exchange` does
+    /// (`functions/pooling_halo_exchange.py`, development `6cb392a`: `halo_size = k_size // 2`,
+    /// zero rows padded at the first and last tile, the neighbours' rows concatenated elsewhere;
+    /// its backward only slices), called before every pooling of ParaDL's spatial VGG-16
+    /// (`spatial/models/vgg.py`, master `cc23ef09`; its AlexNet mixes padded and plain layers,
+    /// which this pattern does not express), whose Chainer `max_pooling_2d` rounds up (`cover_all=True`, the model's `ceil_mode`). A 56-row
+    /// stripe of VGG-16 ends at 4 rows instead of 1.75, so the gathered map is 512 x 16 x 7 and
+    /// Chainer's lazily sized `fc6 = L.Linear(None, 4096)` takes 57,344 inputs. The layers after
+    /// the gather are rebuilt in order on that map (a chain, as the plain CNNs it serves).
+    /// Row stripes only (`spatial-dims = "h"`), as chainermnx's exchanges are.
+    PaddedPooling,
 }
 
 impl SpatialHalos {
     /// Every value.
-    pub const ALL: [SpatialHalos; 2] = [SpatialHalos::EveryWindow, SpatialHalos::StemAndGradients];
+    pub const ALL: [SpatialHalos; 3] =
+        [SpatialHalos::EveryWindow, SpatialHalos::StemAndGradients, SpatialHalos::PaddedPooling];
 
     /// The name used in scenario files.
     pub const fn name(self) -> &'static str {
         match self {
             SpatialHalos::EveryWindow => "every-window",
             SpatialHalos::StemAndGradients => "stem-and-gradients",
+            SpatialHalos::PaddedPooling => "padded-pooling",
         }
     }
 }
@@ -167,7 +183,9 @@ impl std::str::FromStr for SpatialHalos {
             format!(
                 "unknown spatial halo pattern {name:?}; valid: \"every-window\" (every crossing window, \
                  forward and backward), \"stem-and-gradients\" (the first layer's forward halo, then \
-                 only convolutions' gradient halos, as ParaDL's ResNet-50)"
+                 only convolutions' gradient halos, as ParaDL's ResNet-50), \"padded-pooling\" (every \
+                 crossing window, and k / 2 rows padded around every pooling's tile, which grows, as \
+                 ParaDL's VGG-16)"
             )
         })
     }
@@ -557,6 +575,18 @@ fn halo_rows(kind: &LayerKind, j: usize) -> Option<(u64, u64)> {
     Some((before, kernel.saturating_sub(stride + before)))
 }
 
+/// The rows chainermnx's `pooling_halo_exchange(k_size = k)` adds on each side of a pooling
+/// layer's tile along kernel axis `j`: `k / 2` (`halo_size = k_size // 2`,
+/// `functions/pooling_halo_exchange.py`, development `6cb392a`); 0 for any other layer.
+fn pooling_pad(kind: &LayerKind, j: usize) -> u64 {
+    match kind {
+        LayerKind::MaxPool { kernel, .. } | LayerKind::AvgPool { kernel, .. } => {
+            kernel.get(j).copied().unwrap_or(1) / 2
+        }
+        _ => 0,
+    }
+}
+
 /// The halo exchange of `layer` (whole-model shapes) split over `grid` along `dims`, for
 /// `micro_batch` samples of `width` bytes; `None` if its window never crosses a tile boundary.
 pub fn halo(layer: &Layer, grid: &[u32], dims: SpatialDims, micro_batch: u64, width: u64) -> Option<Halo> {
@@ -607,6 +637,10 @@ pub fn local_layers(
     let mut result = Vec::with_capacity(model.layers.len());
     // `stem-and-gradients`: whether a forward halo has been exchanged yet (only the first).
     let mut forward_halo_seen = false;
+    // `padded-pooling`: the grown tile rows of each whole-model row count, and the input of the
+    // next layer after the gather.
+    let mut grown: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
+    let mut chain: Option<Shape> = None;
     for (index, layer) in model.layers.iter().enumerate() {
         let mut entry = LocalLayer::new(index, Role::Replicated, layer.clone());
         let rebuild = |kind: LayerKind, input: Shape| {
@@ -659,6 +693,53 @@ pub fn local_layers(
                         (AllReduce, "channel allreduce"),
                         (AllGather, "channel allgather input gradient"),
                     );
+                }
+            }
+            CnnSplit::Spatial {
+                degree, dims: SpatialDims::H, halos: SpatialHalos::PaddedPooling, ..
+            } => {
+                let axis = layer.input.0.len() - 2;
+                let tile = |whole: u64| grown.get(&whole).copied().unwrap_or_else(|| whole.div_ceil(p));
+                if index < region {
+                    let mut input = layer.input.clone();
+                    input.0[axis] = tile(layer.input.0[axis]);
+                    let pad = pooling_pad(&layer.kind, axis - 1);
+                    if pad > 0 {
+                        let across: u64 =
+                            input.0.iter().enumerate().filter(|(i, _)| *i != axis).map(|(_, &e)| e).product();
+                        let slab = Bytes(pad * across * micro_batch * width);
+                        input.0[axis] += 2 * pad;
+                        entry.halo = Some(Halo {
+                            dims: vec![HaloDim { grid_axis: 0, from_lower: slab, from_upper: slab }],
+                            forward: true,
+                            backward: false,
+                        });
+                    } else {
+                        entry.halo = halo(layer, &[degree], SpatialDims::H, micro_batch, width);
+                    }
+                    entry.layer = rebuild(layer.kind.clone(), input)?;
+                    entry.role = Role::SpatialSplit;
+                    if layer.output.0.len() == layer.input.0.len() {
+                        grown.insert(layer.output.0[axis], entry.layer.output.0[axis]);
+                    }
+                } else {
+                    let input = match chain.take() {
+                        Some(input) => input,
+                        None => {
+                            // The gather point: every tile's grown rows, side by side.
+                            let mut gathered = layer.input.clone();
+                            gathered.0[axis] = tile(layer.input.0[axis]) * p;
+                            entry.before_forward.push(comm(
+                                GroupKind::Spatial,
+                                AllGather,
+                                bytes(&gathered),
+                                "spatial allgather",
+                            ));
+                            gathered
+                        }
+                    };
+                    entry.layer = rebuild(layer.kind.clone(), input)?;
+                    chain = Some(entry.layer.output.clone());
                 }
             }
             CnnSplit::Spatial { degree, dims, halos, .. } => {
@@ -799,6 +880,66 @@ mod tests {
                 .skip(1)
                 .all(|(name, forward, backward)| !forward && *backward && name.ends_with("conv2"))
         );
+    }
+
+    /// ParaDL's VGG-16 (Chainer's rounded-up pooling, no adaptive pooling) on ParaDL's four row
+    /// stripes with chainermnx's padded pooling halos.
+    fn paradl_vgg16(halos: SpatialHalos, micro_batch: u64) -> (Model, Vec<LocalLayer>) {
+        let text = include_str!("../../../data/models/paradl-vgg16.toml");
+        let model = Model::from_toml_str(text, "paradl-vgg16.toml").unwrap();
+        let split = CnnSplit::Spatial { degree: 4, dims: SpatialDims::H, until: None, halos };
+        let layers = local_layers(&model, split, micro_batch, Dtype::Fp32).unwrap();
+        (model, layers)
+    }
+
+    #[test]
+    fn padded_pooling_grows_the_stripes_as_chainermnx_and_chainer_do() {
+        let (model, layers) = paradl_vgg16(SpatialHalos::PaddedPooling, 32);
+        let pools: Vec<&LocalLayer> =
+            layers.iter().filter(|l| matches!(l.layer.kind, LayerKind::MaxPool { .. })).collect();
+        // Chainer's cover_all: out = (rows + 2 - 2 + 2 - 1) / 2 + 1 from 56, 29, 16, 9, 6 rows.
+        let rows: Vec<u64> = pools.iter().map(|l| l.layer.output.0[1]).collect();
+        assert_eq!(rows, vec![29, 16, 9, 6, 4]);
+        // Each pooling receives one row (2 / 2) of its input from each side, forward only.
+        for pool in &pools {
+            let [c, h, w] = pool.layer.input.0[..] else { panic!("{:?}", pool.layer.input) };
+            let halo = pool.halo.as_ref().unwrap();
+            assert!(halo.forward && !halo.backward);
+            assert_eq!(halo.dims[0].from_lower, Bytes(c * w * 32 * 4));
+            assert_eq!(halo.dims[0].from_upper, Bytes(c * w * 32 * 4));
+            assert!(h >= 2 * (pool.layer.output.0[1] - 1), "{}", pool.layer.name);
+        }
+        // The gathered map is 512 x (4 x 4) x 7, and fc6 takes all of it: 57,344 inputs.
+        let end = spatial_region_end(&model, None);
+        assert_eq!(layers[end].before_forward[0].bytes, Bytes(512 * 16 * 7 * 32 * 4));
+        let fc6 = layers.iter().find(|l| l.layer.name == "classifier.0").unwrap();
+        assert_eq!(fc6.layer.input.0, vec![512 * 16 * 7]);
+        assert_eq!(fc6.layer.cost.params, 512 * 16 * 7 * 4096 + 4096);
+        let params: u64 = layers.iter().map(|l| l.layer.cost.params).sum();
+        assert_eq!(params, 270_478_120);
+        // The whole model is torchvision's VGG-16.
+        assert_eq!(model.layers.iter().map(|l| l.cost.params).sum::<u64>(), 138_357_544);
+    }
+
+    #[test]
+    fn padded_pooling_keeps_every_convolutions_exact_halo() {
+        let (_, every) = paradl_vgg16(SpatialHalos::EveryWindow, 8);
+        let (_, padded) = paradl_vgg16(SpatialHalos::PaddedPooling, 8);
+        let convs = |layers: &[LocalLayer]| -> Vec<(Option<Halo>, u64)> {
+            layers
+                .iter()
+                .filter(|l| is_conv(&l.layer.kind))
+                .map(|l| (l.halo.clone(), l.layer.output.0[0] * l.layer.output.0[2]))
+                .collect()
+        };
+        // Same exchanges (a row of C x W each side, forward and backward) on the same columns;
+        // only the rows of the later stripes differ.
+        assert_eq!(convs(&every), convs(&padded));
+        assert_eq!(convs(&padded).len(), 13);
+        // Without pooling halos the stripes keep their exact share: 7 rows / 4 -> 2 at the end.
+        let end = every.iter().position(|l| l.layer.name == "flatten").unwrap();
+        assert_eq!(every[end].layer.input.0, vec![512, 7, 7]);
+        assert_eq!(padded[end].layer.input.0, vec![512, 16, 7]);
     }
 
     #[test]

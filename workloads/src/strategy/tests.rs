@@ -1195,3 +1195,46 @@ fn stem_and_gradients_drops_the_forward_halos_after_the_stem() {
     assert_eq!((forward, backward), (18, 13));
     assert_eq!(sends(SpatialHalos::StemAndGradients), (1, 13));
 }
+
+/// `spatial-halos = "padded-pooling"` (ParaDL's VGG-16) on four row stripes, counted on rank 0
+/// (the top stripe, one neighbour): the 13 convolutions' halos as with every window, plus one
+/// forward send before each of the 5 poolings (chainermnx's `pooling_halo_exchange` sends a
+/// row to each neighbour; its backward only slices), which an exact 2x2 stride-2 tiling does
+/// not need; the gradient sends are the same 12 (the first convolution has no backward-data
+/// pass, so no halo gradient). The gradient sent over the group grows with the classifier the grown map feeds:
+/// 270,478,120 parameters against torchvision's 138,357,544.
+#[test]
+fn padded_pooling_adds_a_forward_send_per_pooling_and_grows_the_gradient() {
+    let text = include_str!("../../../data/models/paradl-vgg16.toml");
+    let model = crate::model::Model::from_toml_str(text, "paradl-vgg16.toml").unwrap();
+    let compute = ComputeModel::default();
+    let lower = |spatial_halos| {
+        let parallelism = Parallelism { spatial: 4, spatial_halos, ..Parallelism::data_parallel(1) };
+        strategy(&model, &compute, parallelism, 8, 8).lower().unwrap()
+    };
+    let sends = |lowered: &Lowered| {
+        let count = |label: &str| {
+            lowered
+                .graph
+                .ops()
+                .iter()
+                .filter(|op| op.rank == RankId(0) && lowered.graph.label(op.label) == label)
+                .count()
+        };
+        (count("spatial halo send"), count("spatial halo gradient send"))
+    };
+    let every = lower(SpatialHalos::EveryWindow);
+    let padded = lower(SpatialHalos::PaddedPooling);
+    assert_eq!(sends(&every), (13, 12));
+    assert_eq!(sends(&padded), (18, 12));
+    // The gradient reduce-scattered inside the group: every parameter once, in fp32.
+    let scattered = |lowered: &Lowered| -> u64 {
+        rank_traffic(&lowered.graph, 0, DATA_STREAM)
+            .iter()
+            .filter(|(kind, _)| *kind == Some(CollectiveKind::ReduceScatter))
+            .map(|(_, bytes)| bytes)
+            .sum()
+    };
+    assert_eq!(scattered(&every), 138_357_544 * 4);
+    assert_eq!(scattered(&padded), 270_478_120 * 4);
+}
