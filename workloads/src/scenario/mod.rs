@@ -114,6 +114,7 @@ struct ComputeSection {
     communication_launch_slowdown: Option<f64>,
     dispatch_overhead: Option<SimDuration>,
     cuda_graphs: Option<bool>,
+    host_synchronous: Option<bool>,
     winograd_convolutions: Option<bool>,
     fusion: Option<String>,
     optimizer_passes: Option<String>,
@@ -1417,6 +1418,7 @@ fn compute_model(
     set(&mut model.communication_launch_slowdown, section.communication_launch_slowdown);
     for (slot, value) in [
         (&mut model.cuda_graphs, section.cuda_graphs),
+        (&mut model.host_synchronous, section.host_synchronous),
         (&mut model.winograd_convolutions, section.winograd_convolutions),
     ] {
         if let Some(value) = value {

@@ -222,6 +222,18 @@ impl HostStaging {
         if self.every_message { Bytes(comm.bytes.0 / degree * (degree - 1)) } else { Bytes(0) }
     }
 
+    /// Whether Open MPI pipelines the staging of `comm` with its transfer: the point-to-point
+    /// protocol of `pml/ob1` copies a GPU buffer to the host (or back) fragment by fragment while
+    /// earlier fragments travel (`mca_pml_ob1_send_request_start_cuda` starts a rendezvous
+    /// without data, then `opal_convertor` packs each fragment with `cuMemcpyAsync`;
+    /// `ompi/mca/pml/ob1/pml_ob1_cuda.c`, `opal/mca/common/cuda/common_cuda.c`, v2.1.6), so the
+    /// collective takes the longer of its network time and its staging, not their sum. Not
+    /// `MPI_Allreduce` through `coll/cuda`: it copies whole buffers to the host, reduces, then
+    /// copies back (`coll_cuda_allreduce.c`), one after the other.
+    pub fn pipelined(self, comm: &Comm) -> bool {
+        !(comm.group == GroupKind::Channel && comm.kind == CollectiveKind::AllReduce)
+    }
+
     /// Bytes a rank stages for the halo rows it receives (`received`): all of them when every
     /// message is staged, none otherwise (neighbours inside a node over CUDA IPC).
     pub fn halo_bytes(self, received: Bytes) -> Bytes {
@@ -630,14 +642,22 @@ pub fn local_layers(
                 if split {
                     entry.layer = rebuild(kind, layer.input.clone())?;
                     entry.role = Role::FilterSplit;
-                    around_split(
-                        &mut entry,
-                        layer,
-                        &bytes,
+                    // ChainerMN's `AllGather` function (Chainer v7.0.0,
+                    // `chainermn/functions/collective_communication.py`), which chainermnx's
+                    // `FilterParallelConvolution2D` and `FilterParallelFC` call: forward
+                    // `comm.allgather(y)`; backward `comm.alltoall` of the output gradient's
+                    // `p` channel blocks, then `stack(...).sum(0)`, i.e. a reduce-scatter of
+                    // the replicated layers' partial gradients: each rank ends with the whole
+                    // gradient of its own `K / p` channels, all its kernels need. Every split
+                    // layer has it, the first too (its weights need the gradient).
+                    let output = bytes(&layer.output);
+                    entry.after_forward.push(comm(GroupKind::Filter, AllGather, output, "filter allgather"));
+                    entry.before_backward.push(comm(
                         GroupKind::Filter,
-                        (AllGather, "filter allgather"),
-                        (AllReduce, "filter allreduce input gradient"),
-                    );
+                        CollectiveKind::AllToAll,
+                        output,
+                        "filter alltoall output gradient",
+                    ));
                 }
             }
             CnnSplit::Channel(_) => {
@@ -873,7 +893,11 @@ mod tests {
         assert_eq!((gather.kind, gather.bytes), (CollectiveKind::AllGather, activation));
         // Each rank's allgather share moves activation x (p - 1) / p.
         assert_eq!(gather.bytes.0 * 3 / 4, 64 * 224 * 224 * b * width * 3 / 4);
-        assert_eq!(filter[conv].after_backward_data[0].kind, CollectiveKind::AllReduce);
+        // The backward is ChainerMN's alltoall of the output gradient, before the layer's
+        // backward kernels, on the same buffer; nothing on the input gradient.
+        let alltoall = filter[conv].before_backward[0];
+        assert_eq!((alltoall.kind, alltoall.bytes), (CollectiveKind::AllToAll, activation));
+        assert!(filter[conv].after_backward_data.is_empty());
         assert_eq!(filter[conv].layer.output.0, vec![16, 224, 224]);
         let reduce = channel[conv].after_forward[0];
         assert_eq!((reduce.kind, reduce.bytes), (CollectiveKind::AllReduce, activation));
@@ -882,8 +906,16 @@ mod tests {
         // Replicated layers between: full shapes, no collective.
         assert_eq!(filter[conv + 1].role, Role::Replicated);
         assert_eq!(filter[conv + 1].layer.input.0, vec![64, 224, 224]);
-        // The first layer needs no input gradient.
+        // The first layer needs no input gradient, but its weights need its output's: ChainerMN
+        // runs the alltoall there too.
         assert!(filter[0].after_backward_data.is_empty());
+        assert_eq!(filter[0].before_backward[0].kind, CollectiveKind::AllToAll);
+        // Every split layer has one allgather and one alltoall; replicated layers none.
+        for local in &filter {
+            let split = local.role == Role::FilterSplit;
+            assert_eq!(local.after_forward.len(), usize::from(split), "{}", local.layer.name);
+            assert_eq!(local.before_backward.len(), usize::from(split), "{}", local.layer.name);
+        }
     }
 
     #[test]
@@ -960,9 +992,12 @@ mod tests {
         assert_eq!(across.collective_bytes(&gather, 8), Bytes(1050));
         assert_eq!(managed.collective_bytes(&gather, 3), Bytes(800));
         // The filter backward is ChainerMN's alltoall, not MPI_Allreduce: no coll/cuda triple.
-        let alltoall = comm(GroupKind::Filter, CollectiveKind::AllReduce);
+        let alltoall = comm(GroupKind::Filter, CollectiveKind::AllToAll);
         assert_eq!(across.collective_bytes(&alltoall, 8), Bytes(1050));
         assert_eq!(within.collective_bytes(&alltoall, 4), Bytes(0));
+        // Pipelined with the transfer (pml/ob1's fragments), except coll/cuda's allreduce.
+        assert!(across.pipelined(&gather) && across.pipelined(&alltoall));
+        assert!(!within.pipelined(&reduce));
         // Not a CNN group's collective (the NCCL gradient allreduce), or a group of one.
         assert_eq!(managed.collective_bytes(&comm(GroupKind::Data, CollectiveKind::AllReduce), 4), Bytes(0));
         assert_eq!(managed.collective_bytes(&reduce, 1), Bytes(0));

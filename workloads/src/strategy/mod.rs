@@ -85,6 +85,9 @@ pub const LOADER_STREAM: StreamId = StreamId(15);
 /// Where a rank takes its batch: the hand-over from the loader, the broadcast of a per-group
 /// loader's batch and its unpacking, and the end of the iteration (the loop's next fetch).
 pub const INPUT_STREAM: StreamId = StreamId(16);
+/// The host staging of a CNN group's MPI messages that Open MPI pipelines with their transfer
+/// (`cnn::HostStaging::pipelined`): beside the collective, not after it.
+pub const STAGING_STREAM: StreamId = StreamId(17);
 
 /// Whether `op` runs on the host rather than on the GPU: kernel launches and the input
 /// pipeline.
