@@ -201,7 +201,10 @@ mod tests {
         assert!(schedule.end > issue(&durations, us(10)).unwrap().end);
         assert_eq!(issue_synchronous(&[us(5)], us(3)).unwrap(), issue(&[us(5)], us(3)).unwrap());
         let model = crate::ComputeModel { host_synchronous: true, ..Default::default() };
-        assert_eq!(issue_with(&model, &[us(3), us(4)]).unwrap().end, SimDuration::from_ns(2 * 18_500 + 7_000));
+        assert_eq!(
+            issue_with(&model, &[us(3), us(4)]).unwrap().end,
+            SimDuration::from_ns(2 * 18_500 + 7_000)
+        );
         assert_eq!(issue_synchronous(&[], us(5)).unwrap().end, SimDuration::ZERO);
     }
 

@@ -126,6 +126,50 @@ impl std::str::FromStr for CnnTransport {
     }
 }
 
+/// The collective of a filter split's backward (`parallelism.filter-backward`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FilterBackward {
+    /// An allreduce of each split layer's input gradient after its backward-data kernel (each
+    /// rank's part comes from its `K / p` output channels); none on the first layer.
+    #[default]
+    InputAllreduce,
+    /// ChainerMN's `AllGather` function (Chainer v7.0.0,
+    /// `chainermn/functions/collective_communication.py`), which ParaDL's filter links call
+    /// (chainermnx `FilterParallelConvolution2D` / `FilterParallelFC`, development `6cb392a`;
+    /// paraDL `experiments.old/filter/models/filter_parallel_convolution.py`, `f8fc9b57`): its
+    /// backward is `comm.alltoall` of the output gradient's `p` channel blocks, then
+    /// `stack(...).sum(0)`, a reduce-scatter of the replicated layers' partial gradients, before
+    /// the layer's backward kernels, on every split layer (the first too: its weights need it).
+    OutputAlltoall,
+}
+
+impl FilterBackward {
+    /// Every value.
+    pub const ALL: [FilterBackward; 2] = [FilterBackward::InputAllreduce, FilterBackward::OutputAlltoall];
+
+    /// The name used in scenario files.
+    pub const fn name(self) -> &'static str {
+        match self {
+            FilterBackward::InputAllreduce => "input-allreduce",
+            FilterBackward::OutputAlltoall => "output-alltoall",
+        }
+    }
+}
+
+impl std::str::FromStr for FilterBackward {
+    type Err = String;
+    fn from_str(name: &str) -> Result<Self, String> {
+        FilterBackward::ALL.into_iter().find(|b| b.name() == name).ok_or_else(|| {
+            format!(
+                "unknown filter backward {name:?}; valid: \"input-allreduce\" (an allreduce of each split \
+                 layer's input gradient), \"output-alltoall\" (ChainerMN's allgather backward: an alltoall of \
+                 its output gradient)"
+            )
+        })
+    }
+}
+
 /// Which layers of a spatial split exchange halos (`parallelism.spatial-halos`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -247,8 +291,13 @@ pub enum CnnSplit {
     /// None: the group is one rank.
     #[default]
     None,
-    /// Output channels split over this many ranks.
-    Filter(u32),
+    /// Output channels split over `degree` ranks.
+    Filter {
+        /// Ranks of the group.
+        degree: u32,
+        /// The backward's collective (`parallelism.filter-backward`).
+        backward: FilterBackward,
+    },
     /// Input channels split over this many ranks.
     Channel(u32),
     /// Activations split over this many ranks along `dims`.
@@ -270,7 +319,9 @@ impl CnnSplit {
     pub fn degree(self) -> u32 {
         match self {
             CnnSplit::None => 1,
-            CnnSplit::Filter(p) | CnnSplit::Channel(p) | CnnSplit::Spatial { degree: p, .. } => p,
+            CnnSplit::Filter { degree: p, .. }
+            | CnnSplit::Channel(p)
+            | CnnSplit::Spatial { degree: p, .. } => p,
         }
     }
 
@@ -278,7 +329,7 @@ impl CnnSplit {
     pub fn key(self) -> &'static str {
         match self {
             CnnSplit::None => "data",
-            CnnSplit::Filter(_) => "filter",
+            CnnSplit::Filter { .. } => "filter",
             CnnSplit::Channel(_) => "channel",
             CnnSplit::Spatial { .. } => "spatial",
         }
@@ -438,8 +489,8 @@ pub fn check(model: &Model, split: CnnSplit) -> Result<(), ShardError> {
     }
     match split {
         CnnSplit::None => Ok(()),
-        CnnSplit::Filter(_) | CnnSplit::Channel(_) => {
-            let filter = matches!(split, CnnSplit::Filter(_));
+        CnnSplit::Filter { .. } | CnnSplit::Channel(_) => {
+            let filter = matches!(split, CnnSplit::Filter { .. });
             let what = if filter { "output channels" } else { "input channels" };
             let mut fewest: Option<(u64, &str)> = None;
             for layer in &model.layers {
@@ -628,7 +679,7 @@ pub fn local_layers(
         use CollectiveKind::{AllGather, AllReduce};
         match split {
             CnnSplit::None => {}
-            CnnSplit::Filter(_) => {
+            CnnSplit::Filter { backward, .. } => {
                 // The output channels (or features) split: the same layer with `K / p` of them.
                 let mut kind = layer.kind.clone();
                 let split = match &mut kind {
@@ -642,22 +693,33 @@ pub fn local_layers(
                 if split {
                     entry.layer = rebuild(kind, layer.input.clone())?;
                     entry.role = Role::FilterSplit;
-                    // ChainerMN's `AllGather` function (Chainer v7.0.0,
-                    // `chainermn/functions/collective_communication.py`), which chainermnx's
-                    // `FilterParallelConvolution2D` and `FilterParallelFC` call: forward
-                    // `comm.allgather(y)`; backward `comm.alltoall` of the output gradient's
-                    // `p` channel blocks, then `stack(...).sum(0)`, i.e. a reduce-scatter of
-                    // the replicated layers' partial gradients: each rank ends with the whole
-                    // gradient of its own `K / p` channels, all its kernels need. Every split
-                    // layer has it, the first too (its weights need the gradient).
-                    let output = bytes(&layer.output);
-                    entry.after_forward.push(comm(GroupKind::Filter, AllGather, output, "filter allgather"));
-                    entry.before_backward.push(comm(
-                        GroupKind::Filter,
-                        CollectiveKind::AllToAll,
-                        output,
-                        "filter alltoall output gradient",
-                    ));
+                    match backward {
+                        FilterBackward::InputAllreduce => around_split(
+                            &mut entry,
+                            layer,
+                            &bytes,
+                            GroupKind::Filter,
+                            (AllGather, "filter allgather"),
+                            (AllReduce, "filter allreduce input gradient"),
+                        ),
+                        FilterBackward::OutputAlltoall => {
+                            // Each rank ends with the whole gradient of its own `K / p`
+                            // channels, all its kernels need ([`FilterBackward`]).
+                            let output = bytes(&layer.output);
+                            entry.after_forward.push(comm(
+                                GroupKind::Filter,
+                                AllGather,
+                                output,
+                                "filter allgather",
+                            ));
+                            entry.before_backward.push(comm(
+                                GroupKind::Filter,
+                                CollectiveKind::AllToAll,
+                                output,
+                                "filter alltoall output gradient",
+                            ));
+                        }
+                    }
                 }
             }
             CnnSplit::Channel(_) => {
@@ -842,7 +904,7 @@ mod tests {
         let model = zoo::by_name("vgg16").unwrap();
         let whole = local_layers(&model, CnnSplit::None, 1, Dtype::Fp32).unwrap();
         for split in [
-            CnnSplit::Filter(4),
+            CnnSplit::Filter { degree: 4, backward: FilterBackward::InputAllreduce },
             CnnSplit::Channel(2),
             CnnSplit::Spatial {
                 degree: 4,
@@ -885,7 +947,13 @@ mod tests {
     fn filter_allgathers_outputs_and_channel_allreduces_them() {
         let model = zoo::by_name("vgg16").unwrap();
         let (b, width) = (32u64, 4u64);
-        let filter = local_layers(&model, CnnSplit::Filter(4), b, Dtype::Fp32).unwrap();
+        let filter = local_layers(
+            &model,
+            CnnSplit::Filter { degree: 4, backward: FilterBackward::OutputAlltoall },
+            b,
+            Dtype::Fp32,
+        )
+        .unwrap();
         let channel = local_layers(&model, CnnSplit::Channel(2), b, Dtype::Fp32).unwrap();
         let conv = 2; // features.2: 64 x 224 x 224 in and out
         let activation = Bytes(64 * 224 * 224 * b * width);
@@ -916,6 +984,20 @@ mod tests {
             assert_eq!(local.after_forward.len(), usize::from(split), "{}", local.layer.name);
             assert_eq!(local.before_backward.len(), usize::from(split), "{}", local.layer.name);
         }
+        // The default backward: an allreduce of the input gradient after backward-data, none
+        // on the first layer; the same forward.
+        let textbook = local_layers(
+            &model,
+            CnnSplit::Filter { degree: 4, backward: FilterBackward::InputAllreduce },
+            b,
+            Dtype::Fp32,
+        )
+        .unwrap();
+        let reduce = textbook[conv].after_backward_data[0];
+        assert_eq!((reduce.kind, reduce.bytes), (CollectiveKind::AllReduce, activation));
+        assert!(textbook[conv].before_backward.is_empty());
+        assert!(textbook[0].after_backward_data.is_empty() && textbook[0].before_backward.is_empty());
+        assert_eq!(textbook[conv].after_forward, filter[conv].after_forward);
     }
 
     #[test]
@@ -1007,6 +1089,15 @@ mod tests {
     }
 
     #[test]
+    fn filter_backwards_parse_and_refuse_other_names() {
+        for backward in FilterBackward::ALL {
+            assert_eq!(backward.name().parse::<FilterBackward>(), Ok(backward));
+        }
+        let error = "reduce-scatter".parse::<FilterBackward>().unwrap_err();
+        assert!(error.contains("\"input-allreduce\"") && error.contains("\"output-alltoall\""), "{error}");
+    }
+
+    #[test]
     fn transports_parse_and_refuse_other_names() {
         for transport in CnnTransport::ALL {
             assert_eq!(transport.name().parse::<CnnTransport>(), Ok(transport));
@@ -1023,7 +1114,10 @@ mod tests {
         assert!(check(&resnet, CnnSplit::Channel(3)).is_ok());
         let error = check(&resnet, CnnSplit::Channel(4)).unwrap_err().to_string();
         assert!(error.contains("conv1 has 3 input channels") && error.contains("valid: 1 to 3"), "{error}");
-        let error = check(&resnet, CnnSplit::Filter(128)).unwrap_err().to_string();
+        let error =
+            check(&resnet, CnnSplit::Filter { degree: 128, backward: FilterBackward::InputAllreduce })
+                .unwrap_err()
+                .to_string();
         assert!(error.contains("64 output channels") && error.contains("evenly: 1, 2, 4, 8)"), "{error}");
         let error = check(
             &resnet,
@@ -1050,7 +1144,9 @@ mod tests {
         .to_string();
         assert!(error.contains("spatial-dims") && error.contains("\"h\", \"hw\""), "{error}");
         let gpt = zoo::by_name("megatron-1.7b").unwrap();
-        let error = check(&gpt, CnnSplit::Filter(2)).unwrap_err().to_string();
+        let error = check(&gpt, CnnSplit::Filter { degree: 2, backward: FilterBackward::InputAllreduce })
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("no convolution"), "{error}");
     }
 }

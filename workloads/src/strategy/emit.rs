@@ -32,9 +32,9 @@ use sim_core::units::{Bytes, SimDuration};
 
 use super::{
     Axis, Bucket, CHANNEL_STREAM, COMPUTE_STREAM, CONTEXT_STREAM, CnnSplit, Comm, DASO_STREAM, DATA_STREAM,
-    EXPERT_STREAM, FILTER_STREAM, GATHER_STREAM, GroupKind, HALO_STREAM, INPUT_STREAM, LOADER_STREAM, STAGING_STREAM,
-    Lowered, PIPELINE_STREAM, RankLayout, Role, SPATIAL_STREAM, StageSummary, Strategy, StrategyError,
-    TENSOR_STREAM, cnn, pipeline, shard,
+    EXPERT_STREAM, FILTER_STREAM, GATHER_STREAM, GroupKind, HALO_STREAM, INPUT_STREAM, LOADER_STREAM,
+    Lowered, PIPELINE_STREAM, RankLayout, Role, SPATIAL_STREAM, STAGING_STREAM, StageSummary, Strategy,
+    StrategyError, TENSOR_STREAM, cnn, pipeline, shard,
 };
 use crate::compute::{ComputeError, ComputeModel};
 use crate::device::{Device, Dtype};
@@ -2457,7 +2457,9 @@ impl RankEmitter<'_, '_> {
         let cnn_group = matches!(comm.group, GroupKind::Filter | GroupKind::Channel | GroupKind::Spatial);
         let algorithm = if comm.group == GroupKind::Data && data_algorithm.supports(comm.kind) {
             data_algorithm
-        } else if cnn_group && comm.kind == CollectiveKind::AllToAll && self.plan.strategy.parallelism.cnn_staging.is_some()
+        } else if cnn_group
+            && comm.kind == CollectiveKind::AllToAll
+            && self.plan.strategy.parallelism.cnn_staging.is_some()
         {
             // Over MPI (`cnn-transport = "mpi"` / `"mpi-managed"`), Open MPI's tuned component
             // runs every `MPI_Alltoallv` pairwise: p - 1 rounds, in round k rank i sends to

@@ -1178,7 +1178,12 @@ fn host_staging_adds_each_mpi_message_at_the_staging_rate() {
     let p = 8;
     let staging = HostStaging::new(CnnTransport::Mpi, rate, p, 4);
     assert!(staging.is_some_and(|s| s.every_message), "8 ranks on nodes of 4 span nodes");
-    let filter = Parallelism { filter: p, cnn_staging: staging, ..Parallelism::data_parallel(1) };
+    let filter = Parallelism {
+        filter: p,
+        filter_backward: FilterBackward::OutputAlltoall,
+        cnn_staging: staging,
+        ..Parallelism::data_parallel(1)
+    };
     let lowered = strategy(&model, &compute, filter, b, b).lower().unwrap();
     let received = |elements: u64| at_rate(b * elements * w / u64::from(p) * u64::from(p - 1));
     // The allgather of every split layer's output and the alltoall of its gradient (the first
