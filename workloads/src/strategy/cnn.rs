@@ -7,8 +7,9 @@
 //!   its forward (the next layers run on the gathered, replicated activation: batch norm,
 //!   activations, pooling and residual adds are replicated, as ParaDL's `filter_*.lc` mark only
 //!   the split layers); in the backward, an allreduce of the input gradient (each rank's partial
-//!   gradient from its `K / p` output channels). Weights sharded; gradients synchronised over
-//!   `data` only.
+//!   gradient from its `K / p` output channels), or, as ParaDL's code runs it
+//!   ([`FilterBackward::OutputAlltoall`]), an alltoall of the output gradient before the layer's
+//!   backward kernels. Weights sharded; gradients synchronised over `data` only.
 //! - **Channel** (input channels split): each rank holds the weights of `C / p` input channels
 //!   and computes a partial sum of every output channel; an allreduce of the output after the
 //!   forward; in the backward the rank's input gradient covers its `C / p` channels only, and
