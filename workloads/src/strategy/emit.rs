@@ -843,11 +843,21 @@ fn build_layer_table(strategy: &Strategy<'_>) -> Result<Arc<LayerTable>, Strateg
         let backward_data = if index == 0 { None } else { strategy.kernel(layer, Pass::BackwardData)? };
         let backward_weight = strategy.kernel(layer, Pass::BackwardWeight)?;
         let exchange = group_exchange(group, &layer.layer)?;
-        kernels.push([
-            with_exchange(forward, exchange),
-            with_exchange(backward_data, exchange),
-            backward_weight,
-        ]);
+        let (forward, mut backward_data, mut backward_weight) =
+            (with_exchange(forward, exchange), with_exchange(backward_data, exchange), backward_weight);
+        let forward = match filter_copies(strategy, layer)? {
+            Some((gather, alltoall)) => {
+                // The alltoall's copies precede the first backward kernel the layer has.
+                if backward_data.is_some() {
+                    backward_data = with_exchange(backward_data, alltoall);
+                } else {
+                    backward_weight = with_exchange(backward_weight, alltoall);
+                }
+                with_exchange(forward, gather)
+            }
+            None => forward,
+        };
+        kernels.push([forward, backward_data, backward_weight]);
     }
     let mut beside = Vec::new();
     if strategy.compute.slows_beside_communication() {
@@ -872,6 +882,52 @@ fn build_layer_table(strategy: &Strategy<'_>) -> Result<Arc<LayerTable>, Strateg
         beside: Arc::new(beside),
         partitions: Mutex::new(Vec::new()),
     }))
+}
+
+/// The GPU copies around ChainerMN's allgather function on a filter-split layer whose backward
+/// is its alltoall (`filter-backward = "output-alltoall"`), as (forward, backward) time, each
+/// copy its own kernel over the layer's whole output `Y` (`B y_l w` bytes) at the compute
+/// model's memory rate; `None` for other layers. Chainer v7.0.0 and CuPy:
+/// - forward: `F.concat` of the `p` gathered blocks, `xp.concatenate` (`chainer/functions/
+///   array/concat.py`): reads and writes `Y`;
+/// - backward: `Concat.backward` splits the gradient into `p` views (`split_axis`, `xp.split`),
+///   which `MpiCommunicatorBase.alltoall` flattens (`x.reshape(-1)` of a non-contiguous view
+///   copies: `p` kernels of `2 Y / p`) and joins (`xp.hstack`: `2 Y`); `AllGather.backward`
+///   then `xp.stack`s the `p` received blocks (`2 Y`) and sums them (`.sum(axis=0)`: reads `Y`,
+///   writes `Y / p`) (`chainermn/communicators/mpi_communicator_base.py`,
+///   `chainermn/functions/collective_communication.py`).
+fn filter_copies(
+    strategy: &Strategy<'_>,
+    layer: &shard::LocalLayer,
+) -> Result<Option<(SimDuration, SimDuration)>, StrategyError> {
+    let Some(alltoall) = layer
+        .before_backward
+        .iter()
+        .find(|c| c.group == GroupKind::Filter && c.kind == CollectiveKind::AllToAll)
+    else {
+        return Ok(None);
+    };
+    let output = alltoall.bytes.0 as f64;
+    let p = f64::from(strategy.parallelism.filter.max(1));
+    let copy = |bytes: f64, class| {
+        strategy
+            .compute
+            .duration(strategy.device, strategy.precision, 0.0, bytes, class)
+            .map_err(|source| StrategyError::Compute { layer: layer.layer.name.clone(), source })
+    };
+    let elementwise = crate::layer::OpClass::Elementwise;
+    let forward = copy(2.0 * output, elementwise)?;
+    let flatten =
+        copy(2.0 * output / p, elementwise)?.checked_mul(u64::from(strategy.parallelism.filter.max(1)));
+    let flatten = flatten.map_err(|error| StrategyError::Compute {
+        layer: layer.layer.name.clone(),
+        source: ComputeError::Overflow(error),
+    })?;
+    let backward = flatten
+        .saturating_add(copy(2.0 * output, elementwise)?)
+        .saturating_add(copy(2.0 * output, elementwise)?)
+        .saturating_add(copy(output + output / p, crate::layer::OpClass::Reduction)?);
+    Ok(Some((forward, backward)))
 }
 
 /// What a batch norm's kernel (forward or backward) waits for its group's peers under

@@ -1239,6 +1239,51 @@ fn host_staging_adds_each_mpi_message_at_the_staging_rate() {
     assert!(staged.graph.ops().len() > device.graph.ops().len());
 }
 
+/// ChainerMN's allgather on a filter-split layer (`filter-backward = "output-alltoall"`) copies
+/// on the GPU: the forward's concatenation (`2 Y`), and in the backward the `p` flattened views
+/// (`2 Y / p` each), the `hstack` (`2 Y`), the `stack` (`2 Y`) and the sum (`Y + Y / p`), each
+/// a kernel at the compute model's memory rate; the textbook backward has none of them. The
+/// difference of the two graphs' compute time is that closed form over the split layers.
+#[test]
+fn chainermn_filter_layers_pay_their_copies() {
+    let model = zoo::resnet50();
+    let compute = ComputeModel::default();
+    let (p, b) = (4u32, 8u64);
+    let kernel_time = |backward| {
+        let parallelism =
+            Parallelism { filter: p, filter_backward: backward, ..Parallelism::data_parallel(1) };
+        let lowered = strategy(&model, &compute, parallelism, b, b).lower().unwrap();
+        let total: u64 = lowered
+            .graph
+            .ops()
+            .iter()
+            .filter(|op| op.rank == RankId(0) && op.stream == COMPUTE_STREAM)
+            .map(|op| match op.kind {
+                OpKind::Compute { duration } => duration.as_ps(),
+                _ => 0,
+            })
+            .sum();
+        total
+    };
+    let device = DeviceCatalog::builtin().get("a100-sxm4-80gb").unwrap();
+    let copy = |bytes: f64, class| compute.duration(device, Dtype::Fp16, 0.0, bytes, class).unwrap().as_ps();
+    let elementwise = crate::layer::OpClass::Elementwise;
+    let mut expected = 0u64;
+    for layer in
+        model.layers.iter().filter(|l| matches!(l.kind, LayerKind::Conv { .. } | LayerKind::Linear { .. }))
+    {
+        let y = (layer.output.elements() * b * 2) as f64;
+        let q = f64::from(p);
+        expected += copy(2.0 * y, elementwise)
+            + u64::from(p) * copy(2.0 * y / q, elementwise)
+            + 2 * copy(2.0 * y, elementwise)
+            + copy(y + y / q, crate::layer::OpClass::Reduction);
+    }
+    let difference =
+        kernel_time(FilterBackward::OutputAlltoall) - kernel_time(FilterBackward::InputAllreduce);
+    assert_eq!(difference, expected);
+}
+
 /// `spatial-halos = "stem-and-gradients"` (ParaDL's ResNet-50) on four row stripes, counted on
 /// rank 0 (the top stripe, one neighbour). Every window: 18 forward sends (the stem, the max
 /// pooling, the 16 bottleneck 3x3 convolutions) and 13 gradient sends: the stem has no
