@@ -419,8 +419,8 @@ fn check(family: &Family) -> Result<(), (String, String)> {
 /// The `[compute]` keys a case may set: facts of the measured software, not calibration.
 /// Everything else in `[compute]` (efficiencies, dispatch costs, profiles) is calibration,
 /// which is per device type (the catalog and its built-in profiles), never per case.
-pub const CASE_COMPUTE_KEYS: [&str; 4] =
-    ["cuda-graphs", "fusion", "gradient-accumulation", "optimizer-passes"];
+pub const CASE_COMPUTE_KEYS: [&str; 5] =
+    ["cuda-graphs", "fusion", "gradient-accumulation", "host-synchronous", "optimizer-passes"];
 
 /// Refuses calibration in a case's scenario keys: the key that breaks the rule, and why.
 pub fn check_honesty(scenario: &toml::Table) -> Result<(), (String, String)> {

@@ -89,6 +89,13 @@ pub enum ComputeError {
     /// The time plus the launch overhead is past the longest representable duration.
     #[error("compute model: {0}")]
     Overflow(TimeOverflow),
+    /// `host-synchronous` with `cuda-graphs`: a graph replays a whole step from one launch, so
+    /// there is no launch between kernels to synchronize before.
+    #[error(
+        "compute model: `host-synchronous = true` and `cuda-graphs = true` exclude each other (a CUDA graph \
+         replays the step from one launch); set one of them to false"
+    )]
+    SynchronousGraphs,
 }
 
 /// The work of one kernel as the compute model prices it.
@@ -255,6 +262,15 @@ pub struct ComputeModel {
     /// Whether kernels are replayed from a CUDA graph: the host issues a whole step at once and
     /// the per-kernel dispatch cost disappears.
     pub cuda_graphs: bool,
+    /// Whether the host waits for each kernel to finish before it issues the next: every
+    /// kernel (and every collective) then pays its dispatch after its predecessor's end, and a
+    /// step takes the sum of `dispatch-overhead` + kernel time over its kernels
+    /// ([`crate::dispatch::issue_synchronous`]). The software's fact, not calibration: a
+    /// profiling hook that synchronizes after every function (Chainer's `TimerHook` records a
+    /// CUDA event after each function's forward and backward and calls `synchronize()` on it,
+    /// `chainer/function_hooks/timer.py`, v7.0.0), or `CUDA_LAUNCH_BLOCKING=1`, with which
+    /// "kernel launches are synchronous" (CUDA Programming Guide, "CUDA Environment Variables").
+    pub host_synchronous: bool,
     /// Whether vector-unit convolutions may run as Winograd kernels (3x3, stride 1) or FFTs
     /// (2-D, stride 1), as cuDNN's benchmark mode (`cudnnFind*`: the fastest of all its
     /// algorithms) picks them when faster (PyTorch's `cudnn.benchmark = True`, DeepBench). Off by
@@ -294,6 +310,7 @@ impl Default for ComputeModel {
             communication_launch_slowdown: 1.0,
             dispatch_overhead: SimDuration::from_ns(DEFAULT_DISPATCH_NS),
             cuda_graphs: false,
+            host_synchronous: false,
             winograd_convolutions: false,
         }
     }
@@ -479,6 +496,9 @@ impl ComputeModel {
                 quantity: "gemm-tile-half-intensity",
                 value: intensity.to_string(),
             });
+        }
+        if self.host_synchronous && self.cuda_graphs {
+            return Err(ComputeError::SynchronousGraphs);
         }
         Ok(())
     }

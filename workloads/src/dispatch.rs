@@ -6,7 +6,10 @@
 //! [`issue`] is the closed form for one in-order stream: kernel `i` is issued at
 //! `issue_i = (i + 1) * cost` and starts at `start_i = max(end_{i-1}, issue_i)`. Under CUDA
 //! graphs the cost is zero ([`crate::ComputeModel::host_cost_per_kernel`]) and every kernel
-//! starts when its predecessor ends.
+//! starts when its predecessor ends. A host that synchronizes after every kernel
+//! (`host-synchronous = true`: Chainer's `TimerHook`, `CUDA_LAUNCH_BLOCKING=1`) issues the next
+//! only then: [`issue_synchronous`], `start_i = end_{i-1} + cost`, so the step is the sum of
+//! `cost + duration` over its kernels.
 //!
 //! ```
 //! use sim_core::units::SimDuration;
@@ -35,10 +38,31 @@ pub struct Schedule {
     pub host_bound: SimDuration,
 }
 
-/// [`issue`] at the model's host cost per kernel (`dispatch-overhead`, or nothing under CUDA
-/// graphs): what a lowering calls for each rank's in-order stream.
+/// [`issue`] (or [`issue_synchronous`] when the model's host synchronizes after every kernel)
+/// at the model's host cost per kernel (`dispatch-overhead`, or nothing under CUDA graphs):
+/// what a lowering calls for each rank's in-order stream.
 pub fn issue_with(model: &crate::ComputeModel, durations: &[SimDuration]) -> Result<Schedule, TimeOverflow> {
-    issue(durations, model.host_cost_per_kernel())
+    if model.host_synchronous {
+        issue_synchronous(durations, model.host_cost_per_kernel())
+    } else {
+        issue(durations, model.host_cost_per_kernel())
+    }
+}
+
+/// The start times of kernels of `durations` when the host waits for each kernel to finish
+/// before it spends `cost` issuing the next: `start_i = end_{i-1} + cost`, the end is
+/// `sum(cost + duration_i)`, and every gap after the first kernel is host-bound time.
+pub fn issue_synchronous(durations: &[SimDuration], cost: SimDuration) -> Result<Schedule, TimeOverflow> {
+    let mut starts = Vec::with_capacity(durations.len());
+    let mut end = SimDuration::ZERO;
+    for &duration in durations {
+        let start = end.checked_add(cost)?;
+        starts.push(start);
+        end = start.checked_add(duration)?;
+    }
+    let gaps = durations.len().saturating_sub(1) as u64;
+    let host_bound = cost.checked_mul(gaps)?;
+    Ok(Schedule { starts, end, host_bound })
 }
 
 /// The start times of kernels of `durations`, in issue order, when the host spends `cost` on
@@ -161,6 +185,27 @@ mod tests {
         assert_eq!(schedule.starts, [SimDuration::ZERO, us(3)]);
         assert_eq!((schedule.end, schedule.host_bound), (us(7), SimDuration::ZERO));
         assert_eq!(issue(&[], us(5)).unwrap().end, SimDuration::ZERO);
+    }
+
+    #[test]
+    fn a_synchronous_host_adds_its_cost_to_every_kernel() {
+        // Long kernels no longer hide the host: 3 x (10 + 50) us.
+        let schedule = issue_synchronous(&[us(50), us(50), us(50)], us(10)).unwrap();
+        assert_eq!(schedule.starts, [us(10), us(70), us(130)]);
+        assert_eq!((schedule.end, schedule.host_bound), (us(180), us(20)));
+        // The closed form: the sum of cost + duration, whatever the mix.
+        let durations = [us(100), us(1), us(7), us(1)];
+        let schedule = issue_synchronous(&durations, us(10)).unwrap();
+        assert_eq!(schedule.end, us(4 * 10 + 109));
+        // Never faster than the asynchronous host; equal when there is one kernel.
+        assert!(schedule.end > issue(&durations, us(10)).unwrap().end);
+        assert_eq!(issue_synchronous(&[us(5)], us(3)).unwrap(), issue(&[us(5)], us(3)).unwrap());
+        let model = crate::ComputeModel { host_synchronous: true, ..Default::default() };
+        assert_eq!(
+            issue_with(&model, &[us(3), us(4)]).unwrap().end,
+            SimDuration::from_ns(2 * 18_500 + 7_000)
+        );
+        assert_eq!(issue_synchronous(&[], us(5)).unwrap().end, SimDuration::ZERO);
     }
 
     #[test]

@@ -696,7 +696,7 @@ pub fn enumerate(index: usize, base: &Scenario, fixed: &Fixed) -> Vec<Choice> {
                 (fixed.filter.is_none_or(|s| u64::from(s) == degree)
                     && fixed.spatial.is_none()
                     && fixed.channel.is_none())
-                .then_some(CnnSplit::Filter(degree as u32)),
+                .then_some(CnnSplit::Filter { degree: degree as u32, backward: template.filter_backward }),
                 (fixed.channel.is_none_or(|s| u64::from(s) == degree)
                     && fixed.spatial.is_none()
                     && fixed.filter.is_none())
@@ -727,7 +727,7 @@ pub fn enumerate(index: usize, base: &Scenario, fixed: &Fixed) -> Vec<Choice> {
                     continue;
                 }
                 let (filter, channel, spatial, dims) = match split {
-                    CnnSplit::Filter(d) => (d, 1, 1, spatial_dims),
+                    CnnSplit::Filter { degree: d, .. } => (d, 1, 1, spatial_dims),
                     CnnSplit::Channel(d) => (1, d, 1, spatial_dims),
                     CnnSplit::Spatial { degree, dims, .. } => (1, 1, degree, dims),
                     CnnSplit::None => (1, 1, 1, spatial_dims),

@@ -114,6 +114,7 @@ struct ComputeSection {
     communication_launch_slowdown: Option<f64>,
     dispatch_overhead: Option<SimDuration>,
     cuda_graphs: Option<bool>,
+    host_synchronous: Option<bool>,
     winograd_convolutions: Option<bool>,
     fusion: Option<String>,
     optimizer_passes: Option<String>,
@@ -241,6 +242,7 @@ struct ParallelismSection {
     spatial_dims: String,
     spatial_until: Option<String>,
     spatial_halos: String,
+    filter_backward: String,
     cnn_transport: String,
     cnn_staging_rate: Option<Bandwidth>,
     sync: String,
@@ -274,6 +276,7 @@ impl Default for ParallelismSection {
             spatial_dims: "h".into(),
             spatial_until: None,
             spatial_halos: "every-window".into(),
+            filter_backward: "input-allreduce".into(),
             cnn_transport: "device".into(),
             cnn_staging_rate: None,
             sync: "allreduce".into(),
@@ -1096,6 +1099,17 @@ fn parallelism(
             ),
         ));
     }
+    let filter_backward: crate::strategy::FilterBackward =
+        section.filter_backward.parse().map_err(|message| invalid("parallelism.filter-backward", message))?;
+    if filter_backward != crate::strategy::FilterBackward::InputAllreduce && section.filter < 2 {
+        return Err(invalid(
+            "parallelism.filter-backward",
+            format!(
+                "is {:?}, but there is no filter split (parallelism.filter = {}): set filter to 2 or more, or leave filter-backward out",
+                section.filter_backward, section.filter
+            ),
+        ));
+    }
     let cnn = u64::from(section.filter) * u64::from(section.channel) * u64::from(section.spatial);
     let model_parallel =
         u64::from(section.tensor) * u64::from(section.pipeline) * u64::from(section.context) * cnn;
@@ -1220,6 +1234,7 @@ fn parallelism(
         spatial_dims,
         spatial_until: None,
         spatial_halos,
+        filter_backward,
         cnn_staging: None,
         sync: gradient_sync(section, cluster, invalid)?,
         offload: crate::strategy::Offload::None,
@@ -1429,6 +1444,7 @@ fn compute_model(
     set(&mut model.communication_launch_slowdown, section.communication_launch_slowdown);
     for (slot, value) in [
         (&mut model.cuda_graphs, section.cuda_graphs),
+        (&mut model.host_synchronous, section.host_synchronous),
         (&mut model.winograd_convolutions, section.winograd_convolutions),
     ] {
         if let Some(value) = value {

@@ -7,8 +7,9 @@
 //!   its forward (the next layers run on the gathered, replicated activation: batch norm,
 //!   activations, pooling and residual adds are replicated, as ParaDL's `filter_*.lc` mark only
 //!   the split layers); in the backward, an allreduce of the input gradient (each rank's partial
-//!   gradient from its `K / p` output channels). Weights sharded; gradients synchronised over
-//!   `data` only.
+//!   gradient from its `K / p` output channels), or, as ParaDL's code runs it
+//!   ([`FilterBackward::OutputAlltoall`]), an alltoall of the output gradient before the layer's
+//!   backward kernels. Weights sharded; gradients synchronised over `data` only.
 //! - **Channel** (input channels split): each rank holds the weights of `C / p` input channels
 //!   and computes a partial sum of every output channel; an allreduce of the output after the
 //!   forward; in the backward the rank's input gradient covers its `C / p` channels only, and
@@ -121,6 +122,50 @@ impl std::str::FromStr for CnnTransport {
             format!(
                 "unknown CNN transport {name:?}; valid: \"device\" (NCCL or CUDA IPC), \"mpi\" (CUDA-aware \
                  MPI, device buffers), \"mpi-managed\" (CUDA-aware MPI, managed memory)"
+            )
+        })
+    }
+}
+
+/// The collective of a filter split's backward (`parallelism.filter-backward`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FilterBackward {
+    /// An allreduce of each split layer's input gradient after its backward-data kernel (each
+    /// rank's part comes from its `K / p` output channels); none on the first layer.
+    #[default]
+    InputAllreduce,
+    /// ChainerMN's `AllGather` function (Chainer v7.0.0,
+    /// `chainermn/functions/collective_communication.py`), which ParaDL's filter links call
+    /// (chainermnx `FilterParallelConvolution2D` / `FilterParallelFC`, development `6cb392a`;
+    /// paraDL `experiments.old/filter/models/filter_parallel_convolution.py`, `f8fc9b57`): its
+    /// backward is `comm.alltoall` of the output gradient's `p` channel blocks, then
+    /// `stack(...).sum(0)`, a reduce-scatter of the replicated layers' partial gradients, before
+    /// the layer's backward kernels, on every split layer (the first too: its weights need it).
+    OutputAlltoall,
+}
+
+impl FilterBackward {
+    /// Every value.
+    pub const ALL: [FilterBackward; 2] = [FilterBackward::InputAllreduce, FilterBackward::OutputAlltoall];
+
+    /// The name used in scenario files.
+    pub const fn name(self) -> &'static str {
+        match self {
+            FilterBackward::InputAllreduce => "input-allreduce",
+            FilterBackward::OutputAlltoall => "output-alltoall",
+        }
+    }
+}
+
+impl std::str::FromStr for FilterBackward {
+    type Err = String;
+    fn from_str(name: &str) -> Result<Self, String> {
+        FilterBackward::ALL.into_iter().find(|b| b.name() == name).ok_or_else(|| {
+            format!(
+                "unknown filter backward {name:?}; valid: \"input-allreduce\" (an allreduce of each split \
+                 layer's input gradient), \"output-alltoall\" (ChainerMN's allgather backward: an alltoall of \
+                 its output gradient)"
             )
         })
     }
@@ -240,6 +285,18 @@ impl HostStaging {
         if self.every_message { Bytes(comm.bytes.0 / degree * (degree - 1)) } else { Bytes(0) }
     }
 
+    /// Whether Open MPI pipelines the staging of `comm` with its transfer: the point-to-point
+    /// protocol of `pml/ob1` copies a GPU buffer to the host (or back) fragment by fragment while
+    /// earlier fragments travel (`mca_pml_ob1_send_request_start_cuda` starts a rendezvous
+    /// without data, then `opal_convertor` packs each fragment with `cuMemcpyAsync`;
+    /// `ompi/mca/pml/ob1/pml_ob1_cuda.c`, `opal/mca/common/cuda/common_cuda.c`, v2.1.6), so the
+    /// collective takes the longer of its network time and its staging, not their sum. Not
+    /// `MPI_Allreduce` through `coll/cuda`: it copies whole buffers to the host, reduces, then
+    /// copies back (`coll_cuda_allreduce.c`), one after the other.
+    pub fn pipelined(self, comm: &Comm) -> bool {
+        !(comm.group == GroupKind::Channel && comm.kind == CollectiveKind::AllReduce)
+    }
+
     /// Bytes a rank stages for the halo rows it receives (`received`): all of them when every
     /// message is staged, none otherwise (neighbours inside a node over CUDA IPC).
     pub fn halo_bytes(self, received: Bytes) -> Bytes {
@@ -253,8 +310,13 @@ pub enum CnnSplit {
     /// None: the group is one rank.
     #[default]
     None,
-    /// Output channels split over this many ranks.
-    Filter(u32),
+    /// Output channels split over `degree` ranks.
+    Filter {
+        /// Ranks of the group.
+        degree: u32,
+        /// The backward's collective (`parallelism.filter-backward`).
+        backward: FilterBackward,
+    },
     /// Input channels split over this many ranks.
     Channel(u32),
     /// Activations split over this many ranks along `dims`.
@@ -276,7 +338,9 @@ impl CnnSplit {
     pub fn degree(self) -> u32 {
         match self {
             CnnSplit::None => 1,
-            CnnSplit::Filter(p) | CnnSplit::Channel(p) | CnnSplit::Spatial { degree: p, .. } => p,
+            CnnSplit::Filter { degree: p, .. }
+            | CnnSplit::Channel(p)
+            | CnnSplit::Spatial { degree: p, .. } => p,
         }
     }
 
@@ -284,7 +348,7 @@ impl CnnSplit {
     pub fn key(self) -> &'static str {
         match self {
             CnnSplit::None => "data",
-            CnnSplit::Filter(_) => "filter",
+            CnnSplit::Filter { .. } => "filter",
             CnnSplit::Channel(_) => "channel",
             CnnSplit::Spatial { .. } => "spatial",
         }
@@ -444,8 +508,8 @@ pub fn check(model: &Model, split: CnnSplit) -> Result<(), ShardError> {
     }
     match split {
         CnnSplit::None => Ok(()),
-        CnnSplit::Filter(_) | CnnSplit::Channel(_) => {
-            let filter = matches!(split, CnnSplit::Filter(_));
+        CnnSplit::Filter { .. } | CnnSplit::Channel(_) => {
+            let filter = matches!(split, CnnSplit::Filter { .. });
             let what = if filter { "output channels" } else { "input channels" };
             let mut fewest: Option<(u64, &str)> = None;
             for layer in &model.layers {
@@ -650,7 +714,7 @@ pub fn local_layers(
         use CollectiveKind::{AllGather, AllReduce};
         match split {
             CnnSplit::None => {}
-            CnnSplit::Filter(_) => {
+            CnnSplit::Filter { backward, .. } => {
                 // The output channels (or features) split: the same layer with `K / p` of them.
                 let mut kind = layer.kind.clone();
                 let split = match &mut kind {
@@ -664,14 +728,33 @@ pub fn local_layers(
                 if split {
                     entry.layer = rebuild(kind, layer.input.clone())?;
                     entry.role = Role::FilterSplit;
-                    around_split(
-                        &mut entry,
-                        layer,
-                        &bytes,
-                        GroupKind::Filter,
-                        (AllGather, "filter allgather"),
-                        (AllReduce, "filter allreduce input gradient"),
-                    );
+                    match backward {
+                        FilterBackward::InputAllreduce => around_split(
+                            &mut entry,
+                            layer,
+                            &bytes,
+                            GroupKind::Filter,
+                            (AllGather, "filter allgather"),
+                            (AllReduce, "filter allreduce input gradient"),
+                        ),
+                        FilterBackward::OutputAlltoall => {
+                            // Each rank ends with the whole gradient of its own `K / p`
+                            // channels, all its kernels need ([`FilterBackward`]).
+                            let output = bytes(&layer.output);
+                            entry.after_forward.push(comm(
+                                GroupKind::Filter,
+                                AllGather,
+                                output,
+                                "filter allgather",
+                            ));
+                            entry.before_backward.push(comm(
+                                GroupKind::Filter,
+                                CollectiveKind::AllToAll,
+                                output,
+                                "filter alltoall output gradient",
+                            ));
+                        }
+                    }
                 }
             }
             CnnSplit::Channel(_) => {
@@ -963,7 +1046,7 @@ mod tests {
         let model = zoo::by_name("vgg16").unwrap();
         let whole = local_layers(&model, CnnSplit::None, 1, Dtype::Fp32).unwrap();
         for split in [
-            CnnSplit::Filter(4),
+            CnnSplit::Filter { degree: 4, backward: FilterBackward::InputAllreduce },
             CnnSplit::Channel(2),
             CnnSplit::Spatial {
                 degree: 4,
@@ -1006,7 +1089,13 @@ mod tests {
     fn filter_allgathers_outputs_and_channel_allreduces_them() {
         let model = zoo::by_name("vgg16").unwrap();
         let (b, width) = (32u64, 4u64);
-        let filter = local_layers(&model, CnnSplit::Filter(4), b, Dtype::Fp32).unwrap();
+        let filter = local_layers(
+            &model,
+            CnnSplit::Filter { degree: 4, backward: FilterBackward::OutputAlltoall },
+            b,
+            Dtype::Fp32,
+        )
+        .unwrap();
         let channel = local_layers(&model, CnnSplit::Channel(2), b, Dtype::Fp32).unwrap();
         let conv = 2; // features.2: 64 x 224 x 224 in and out
         let activation = Bytes(64 * 224 * 224 * b * width);
@@ -1014,7 +1103,11 @@ mod tests {
         assert_eq!((gather.kind, gather.bytes), (CollectiveKind::AllGather, activation));
         // Each rank's allgather share moves activation x (p - 1) / p.
         assert_eq!(gather.bytes.0 * 3 / 4, 64 * 224 * 224 * b * width * 3 / 4);
-        assert_eq!(filter[conv].after_backward_data[0].kind, CollectiveKind::AllReduce);
+        // The backward is ChainerMN's alltoall of the output gradient, before the layer's
+        // backward kernels, on the same buffer; nothing on the input gradient.
+        let alltoall = filter[conv].before_backward[0];
+        assert_eq!((alltoall.kind, alltoall.bytes), (CollectiveKind::AllToAll, activation));
+        assert!(filter[conv].after_backward_data.is_empty());
         assert_eq!(filter[conv].layer.output.0, vec![16, 224, 224]);
         let reduce = channel[conv].after_forward[0];
         assert_eq!((reduce.kind, reduce.bytes), (CollectiveKind::AllReduce, activation));
@@ -1023,8 +1116,30 @@ mod tests {
         // Replicated layers between: full shapes, no collective.
         assert_eq!(filter[conv + 1].role, Role::Replicated);
         assert_eq!(filter[conv + 1].layer.input.0, vec![64, 224, 224]);
-        // The first layer needs no input gradient.
+        // The first layer needs no input gradient, but its weights need its output's: ChainerMN
+        // runs the alltoall there too.
         assert!(filter[0].after_backward_data.is_empty());
+        assert_eq!(filter[0].before_backward[0].kind, CollectiveKind::AllToAll);
+        // Every split layer has one allgather and one alltoall; replicated layers none.
+        for local in &filter {
+            let split = local.role == Role::FilterSplit;
+            assert_eq!(local.after_forward.len(), usize::from(split), "{}", local.layer.name);
+            assert_eq!(local.before_backward.len(), usize::from(split), "{}", local.layer.name);
+        }
+        // The default backward: an allreduce of the input gradient after backward-data, none
+        // on the first layer; the same forward.
+        let textbook = local_layers(
+            &model,
+            CnnSplit::Filter { degree: 4, backward: FilterBackward::InputAllreduce },
+            b,
+            Dtype::Fp32,
+        )
+        .unwrap();
+        let reduce = textbook[conv].after_backward_data[0];
+        assert_eq!((reduce.kind, reduce.bytes), (CollectiveKind::AllReduce, activation));
+        assert!(textbook[conv].before_backward.is_empty());
+        assert!(textbook[0].after_backward_data.is_empty() && textbook[0].before_backward.is_empty());
+        assert_eq!(textbook[conv].after_forward, filter[conv].after_forward);
     }
 
     #[test]
@@ -1101,15 +1216,27 @@ mod tests {
         assert_eq!(across.collective_bytes(&gather, 8), Bytes(1050));
         assert_eq!(managed.collective_bytes(&gather, 3), Bytes(800));
         // The filter backward is ChainerMN's alltoall, not MPI_Allreduce: no coll/cuda triple.
-        let alltoall = comm(GroupKind::Filter, CollectiveKind::AllReduce);
+        let alltoall = comm(GroupKind::Filter, CollectiveKind::AllToAll);
         assert_eq!(across.collective_bytes(&alltoall, 8), Bytes(1050));
         assert_eq!(within.collective_bytes(&alltoall, 4), Bytes(0));
+        // Pipelined with the transfer (pml/ob1's fragments), except coll/cuda's allreduce.
+        assert!(across.pipelined(&gather) && across.pipelined(&alltoall));
+        assert!(!within.pipelined(&reduce));
         // Not a CNN group's collective (the NCCL gradient allreduce), or a group of one.
         assert_eq!(managed.collective_bytes(&comm(GroupKind::Data, CollectiveKind::AllReduce), 4), Bytes(0));
         assert_eq!(managed.collective_bytes(&reduce, 1), Bytes(0));
         assert_eq!((managed.halo_bytes(Bytes(70)), within.halo_bytes(Bytes(70))), (Bytes(70), Bytes(0)));
         // 1200 bytes at 1 GB/s: 1.2 us.
         assert_eq!(rate.time_to_send(Bytes(1200)).unwrap(), sim_core::units::SimDuration::from_ns(1200));
+    }
+
+    #[test]
+    fn filter_backwards_parse_and_refuse_other_names() {
+        for backward in FilterBackward::ALL {
+            assert_eq!(backward.name().parse::<FilterBackward>(), Ok(backward));
+        }
+        let error = "reduce-scatter".parse::<FilterBackward>().unwrap_err();
+        assert!(error.contains("\"input-allreduce\"") && error.contains("\"output-alltoall\""), "{error}");
     }
 
     #[test]
@@ -1129,7 +1256,10 @@ mod tests {
         assert!(check(&resnet, CnnSplit::Channel(3)).is_ok());
         let error = check(&resnet, CnnSplit::Channel(4)).unwrap_err().to_string();
         assert!(error.contains("conv1 has 3 input channels") && error.contains("valid: 1 to 3"), "{error}");
-        let error = check(&resnet, CnnSplit::Filter(128)).unwrap_err().to_string();
+        let error =
+            check(&resnet, CnnSplit::Filter { degree: 128, backward: FilterBackward::InputAllreduce })
+                .unwrap_err()
+                .to_string();
         assert!(error.contains("64 output channels") && error.contains("evenly: 1, 2, 4, 8)"), "{error}");
         let error = check(
             &resnet,
@@ -1156,7 +1286,9 @@ mod tests {
         .to_string();
         assert!(error.contains("spatial-dims") && error.contains("\"h\", \"hw\""), "{error}");
         let gpt = zoo::by_name("megatron-1.7b").unwrap();
-        let error = check(&gpt, CnnSplit::Filter(2)).unwrap_err().to_string();
+        let error = check(&gpt, CnnSplit::Filter { degree: 2, backward: FilterBackward::InputAllreduce })
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("no convolution"), "{error}");
     }
 }

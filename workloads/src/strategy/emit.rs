@@ -33,8 +33,8 @@ use sim_core::units::{Bytes, SimDuration};
 use super::{
     Axis, Bucket, CHANNEL_STREAM, COMPUTE_STREAM, CONTEXT_STREAM, CnnSplit, Comm, DASO_STREAM, DATA_STREAM,
     EXPERT_STREAM, FILTER_STREAM, GATHER_STREAM, GroupKind, HALO_STREAM, INPUT_STREAM, LOADER_STREAM,
-    Lowered, PIPELINE_STREAM, RankLayout, Role, SPATIAL_STREAM, StageSummary, Strategy, StrategyError,
-    TENSOR_STREAM, cnn, pipeline, shard,
+    Lowered, PIPELINE_STREAM, RankLayout, Role, SPATIAL_STREAM, STAGING_STREAM, StageSummary, Strategy,
+    StrategyError, TENSOR_STREAM, cnn, pipeline, shard,
 };
 use crate::compute::{ComputeError, ComputeModel};
 use crate::device::{Device, Dtype};
@@ -117,6 +117,9 @@ struct Plan<'s> {
     boundary_bytes: Vec<Bytes>,
     /// Host time to launch one kernel (zero under CUDA graphs).
     host_cost: SimDuration,
+    /// The host waits for the GPU work it issued last before it launches more
+    /// (`compute.host-synchronous`).
+    host_synchronous: bool,
     /// The data loader's work per iteration, if modelled.
     input: Option<InputPlan>,
     /// Bytes a first-stage rank copies to its device on the compute stream at the start of
@@ -485,6 +488,7 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
                 },
                 waiting: Vec::new(),
                 last_compute: None,
+                last_issued: Vec::new(),
                 spans: Vec::new(),
                 host_start: None,
                 iteration,
@@ -839,11 +843,21 @@ fn build_layer_table(strategy: &Strategy<'_>) -> Result<Arc<LayerTable>, Strateg
         let backward_data = if index == 0 { None } else { strategy.kernel(layer, Pass::BackwardData)? };
         let backward_weight = strategy.kernel(layer, Pass::BackwardWeight)?;
         let exchange = group_exchange(group, &layer.layer)?;
-        kernels.push([
-            with_exchange(forward, exchange),
-            with_exchange(backward_data, exchange),
-            backward_weight,
-        ]);
+        let (forward, mut backward_data, mut backward_weight) =
+            (with_exchange(forward, exchange), with_exchange(backward_data, exchange), backward_weight);
+        let forward = match filter_copies(strategy, layer)? {
+            Some((gather, alltoall)) => {
+                // The alltoall's copies precede the first backward kernel the layer has.
+                if backward_data.is_some() {
+                    backward_data = with_exchange(backward_data, alltoall);
+                } else {
+                    backward_weight = with_exchange(backward_weight, alltoall);
+                }
+                with_exchange(forward, gather)
+            }
+            None => forward,
+        };
+        kernels.push([forward, backward_data, backward_weight]);
     }
     let mut beside = Vec::new();
     if strategy.compute.slows_beside_communication() {
@@ -868,6 +882,52 @@ fn build_layer_table(strategy: &Strategy<'_>) -> Result<Arc<LayerTable>, Strateg
         beside: Arc::new(beside),
         partitions: Mutex::new(Vec::new()),
     }))
+}
+
+/// The GPU copies around ChainerMN's allgather function on a filter-split layer whose backward
+/// is its alltoall (`filter-backward = "output-alltoall"`), as (forward, backward) time, each
+/// copy its own kernel over the layer's whole output `Y` (`B y_l w` bytes) at the compute
+/// model's memory rate; `None` for other layers. Chainer v7.0.0 and CuPy:
+/// - forward: `F.concat` of the `p` gathered blocks, `xp.concatenate` (`chainer/functions/
+///   array/concat.py`): reads and writes `Y`;
+/// - backward: `Concat.backward` splits the gradient into `p` views (`split_axis`, `xp.split`),
+///   which `MpiCommunicatorBase.alltoall` flattens (`x.reshape(-1)` of a non-contiguous view
+///   copies: `p` kernels of `2 Y / p`) and joins (`xp.hstack`: `2 Y`); `AllGather.backward`
+///   then `xp.stack`s the `p` received blocks (`2 Y`) and sums them (`.sum(axis=0)`: reads `Y`,
+///   writes `Y / p`) (`chainermn/communicators/mpi_communicator_base.py`,
+///   `chainermn/functions/collective_communication.py`).
+fn filter_copies(
+    strategy: &Strategy<'_>,
+    layer: &shard::LocalLayer,
+) -> Result<Option<(SimDuration, SimDuration)>, StrategyError> {
+    let Some(alltoall) = layer
+        .before_backward
+        .iter()
+        .find(|c| c.group == GroupKind::Filter && c.kind == CollectiveKind::AllToAll)
+    else {
+        return Ok(None);
+    };
+    let output = alltoall.bytes.0 as f64;
+    let p = f64::from(strategy.parallelism.filter.max(1));
+    let copy = |bytes: f64, class| {
+        strategy
+            .compute
+            .duration(strategy.device, strategy.precision, 0.0, bytes, class)
+            .map_err(|source| StrategyError::Compute { layer: layer.layer.name.clone(), source })
+    };
+    let elementwise = crate::layer::OpClass::Elementwise;
+    let forward = copy(2.0 * output, elementwise)?;
+    let flatten =
+        copy(2.0 * output / p, elementwise)?.checked_mul(u64::from(strategy.parallelism.filter.max(1)));
+    let flatten = flatten.map_err(|error| StrategyError::Compute {
+        layer: layer.layer.name.clone(),
+        source: ComputeError::Overflow(error),
+    })?;
+    let backward = flatten
+        .saturating_add(copy(2.0 * output, elementwise)?)
+        .saturating_add(copy(2.0 * output, elementwise)?)
+        .saturating_add(copy(output + output / p, crate::layer::OpClass::Reduction)?);
+    Ok(Some((forward, backward)))
 }
 
 /// What a batch norm's kernel (forward or backward) waits for its group's peers under
@@ -1156,6 +1216,7 @@ impl<'s> Plan<'s> {
             spatial_grid,
             strategy,
             host_cost: strategy.compute.host_cost_per_kernel(),
+            host_synchronous: strategy.compute.host_synchronous,
             input: InputPlan::new(strategy)?,
             input_copy: strategy.input_copy_bytes(),
             units,
@@ -1491,6 +1552,9 @@ struct RankEmitter<'p, 's> {
     waiting: Vec<Dep>,
     /// The last compute op emitted.
     last_compute: Option<u32>,
+    /// The ends of the last GPU work issued (a compute op, or a collective with its host
+    /// staging): what a synchronous host waits for before its next launch.
+    last_issued: Vec<Dep>,
     /// Schedule steps as (name, first compute op, last compute op), local indexes.
     spans: Vec<(String, u32, u32)>,
     /// What the first host launch of the iteration waits for (the previous iteration's end:
@@ -2315,6 +2379,8 @@ impl RankEmitter<'_, '_> {
         deps.clear();
         self.waiting = deps;
         self.last_compute = Some(op);
+        self.last_issued.clear();
+        self.last_issued.push(Dep::Local(op));
         op
     }
 
@@ -2330,12 +2396,17 @@ impl RankEmitter<'_, '_> {
 
     /// The host thread's launch of the next kernel (compute, collective or send), which the
     /// kernel waits for; `None` under CUDA graphs. The host runs ahead of the GPU as far as it
-    /// can; its first launch of an iteration waits for the previous iteration's end.
+    /// can (a synchronous host, `compute.host-synchronous`, only once the GPU work it issued
+    /// last has finished: [`crate::dispatch::issue_synchronous`]); its first launch of an
+    /// iteration waits for the previous iteration's end.
     fn launch(&mut self) -> Option<Dep> {
         if self.plan.host_cost == SimDuration::ZERO {
             return None;
         }
-        let anchor: Vec<Dep> = self.host_start.take().into_iter().collect();
+        let mut anchor: Vec<Dep> = self.host_start.take().into_iter().collect();
+        if self.plan.host_synchronous {
+            anchor.extend_from_slice(&self.last_issued);
+        }
         let launch = self.buffer.push(
             Op {
                 kind: OpKind::Compute { duration: self.plan.host_cost },
@@ -2362,16 +2433,25 @@ impl RankEmitter<'_, '_> {
         let label = self.comm_label(comm.what);
         let mut deps = std::mem::take(&mut self.waiting);
         deps.extend(self.last_compute.map(Dep::Local));
-        let mut op = self.collective(comm, stream, group, label, &deps);
+        let op = self.collective(comm, stream, group, label, &deps);
+        let mut ends = vec![Dep::Local(op)];
         if let Some(staging) = self.plan.strategy.parallelism.cnn_staging {
             let degree = u64::from(self.plan.strategy.parallelism.cnn_degree());
-            op = self
-                .stage(staging, staging.collective_bytes(&comm, degree), stream, &[Dep::Local(op)])
-                .unwrap_or(op);
+            let bytes = staging.collective_bytes(&comm, degree);
+            if staging.pipelined(&comm) {
+                // Copied fragment by fragment while earlier fragments travel: beside the
+                // collective, on its own stream, from the same dependencies.
+                if let Some(staged) = self.stage(staging, bytes, STAGING_STREAM, &deps) {
+                    ends.push(Dep::Local(staged));
+                }
+            } else if let Some(staged) = self.stage(staging, bytes, stream, &[Dep::Local(op)]) {
+                ends = vec![Dep::Local(staged)];
+            }
         }
         deps.clear();
-        deps.push(Dep::Local(op));
+        deps.extend_from_slice(&ends);
         self.waiting = deps;
+        self.last_issued = ends;
     }
 
     /// The host round trip of `bytes` staged by CUDA-aware MPI ([`cnn::HostStaging`]) on
@@ -2430,8 +2510,18 @@ impl RankEmitter<'_, '_> {
     fn collective_instance(&mut self, comm: Comm, group: GroupId) -> sim_core::graph::CollectiveId {
         let data_algorithm = self.plan.strategy.parallelism.data_algorithm;
         // The data-parallel algorithm is an allreduce's; DASO's node broadcast picks its own.
+        let cnn_group = matches!(comm.group, GroupKind::Filter | GroupKind::Channel | GroupKind::Spatial);
         let algorithm = if comm.group == GroupKind::Data && data_algorithm.supports(comm.kind) {
             data_algorithm
+        } else if cnn_group
+            && comm.kind == CollectiveKind::AllToAll
+            && self.plan.strategy.parallelism.cnn_staging.is_some()
+        {
+            // Over MPI (`cnn-transport = "mpi"` / `"mpi-managed"`), Open MPI's tuned component
+            // runs every `MPI_Alltoallv` pairwise: p - 1 rounds, in round k rank i sends to
+            // i + k and receives from i - k (`ompi_coll_tuned_alltoallv_intra_dec_fixed`, v2.1.6,
+            // `ompi/mca/coll/tuned/coll_tuned_decision_fixed.c`).
+            CollectiveAlgorithm::Pairwise
         } else {
             CollectiveAlgorithm::Auto
         };

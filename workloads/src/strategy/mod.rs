@@ -38,7 +38,7 @@ use crate::memory::{MemoryBreakdown, MemoryError, MemoryPlan, Recompute, Shardin
 use crate::model::Model;
 use crate::optimizer::Optimizer;
 
-pub use cnn::{CnnSplit, CnnTransport, HostStaging, SpatialDims, SpatialHalos};
+pub use cnn::{CnnSplit, CnnTransport, FilterBackward, HostStaging, SpatialDims, SpatialHalos};
 pub use emit::LayerTables;
 pub use emit::kernel_table::{BucketRow, KernelRow, KernelTable, RowPass};
 pub use layout::{Axis, Coordinates, RankLayout, RankOrder};
@@ -85,6 +85,9 @@ pub const LOADER_STREAM: StreamId = StreamId(15);
 /// Where a rank takes its batch: the hand-over from the loader, the broadcast of a per-group
 /// loader's batch and its unpacking, and the end of the iteration (the loop's next fetch).
 pub const INPUT_STREAM: StreamId = StreamId(16);
+/// The host staging of a CNN group's MPI messages that Open MPI pipelines with their transfer
+/// (`cnn::HostStaging::pipelined`): beside the collective, not after it.
+pub const STAGING_STREAM: StreamId = StreamId(17);
 
 /// Whether `op` runs on the host rather than on the GPU: kernel launches and the input
 /// pipeline.
@@ -176,6 +179,8 @@ pub struct Parallelism {
     pub spatial_until: Option<u32>,
     /// Which layers of the spatial split exchange halos (`parallelism.spatial-halos`).
     pub spatial_halos: SpatialHalos,
+    /// The collective of the filter split's backward (`parallelism.filter-backward`).
+    pub filter_backward: FilterBackward,
     /// The host staging of the CNN group's MPI messages (`parallelism.cnn-transport`,
     /// [`CnnTransport`]); `None`: they go GPU to GPU.
     pub cnn_staging: Option<HostStaging>,
@@ -329,6 +334,7 @@ impl Parallelism {
             spatial_dims: SpatialDims::H,
             spatial_until: None,
             spatial_halos: SpatialHalos::EveryWindow,
+            filter_backward: FilterBackward::InputAllreduce,
             cnn_staging: None,
             sync: GradientSync::AllReduce,
             offload: Offload::None,
@@ -353,7 +359,7 @@ impl Parallelism {
     /// The CNN strategy inside a group, if any.
     pub fn cnn(&self) -> CnnSplit {
         if self.filter > 1 {
-            CnnSplit::Filter(self.filter)
+            CnnSplit::Filter { degree: self.filter, backward: self.filter_backward }
         } else if self.channel > 1 {
             CnnSplit::Channel(self.channel)
         } else if self.spatial > 1 {

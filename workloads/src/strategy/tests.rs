@@ -782,6 +782,42 @@ fn tiny_kernels_wait_for_the_host_unless_cuda_graphs_launch_them() {
     assert!(graph_time.checked_mul(4).unwrap() < eager_time, "CUDA graphs {graph_time}, eager {eager_time}");
 }
 
+/// `compute.host-synchronous`: the host waits for each kernel before it launches the next, so
+/// one replica's step is the closed form of `dispatch::issue_synchronous`, the sum of the host
+/// cost of every launch and of every kernel, however long the kernels (here 50 us launches of
+/// long and short kernels alike); the asynchronous host hides its launches behind them.
+#[test]
+fn a_synchronous_host_pays_every_launch_after_its_kernel() {
+    let model = uniform_model(8, 1024);
+    let host = SimDuration::from_us(50);
+    let eager = ComputeModel { dispatch_overhead: host, ..ComputeModel::default() };
+    let synchronous = ComputeModel { host_synchronous: true, ..eager.clone() };
+    let run = |compute: &ComputeModel| {
+        let lowered = strategy(&model, compute, Parallelism::data_parallel(1), 64, 64).lower().unwrap();
+        let ops = lowered.graph.ops();
+        let launches = ops.iter().filter(|op| op.stream == HOST_STREAM).count() as u64;
+        let kernels: u64 = ops
+            .iter()
+            .filter(|op| op.stream == COMPUTE_STREAM)
+            .map(|op| match op.kind {
+                OpKind::Compute { duration } => duration.as_ps(),
+                _ => 0,
+            })
+            .sum();
+        let timeline =
+            NetworkSettings::new(Fidelity::Analytical).run(&lowered.graph, &instant_server(1)).unwrap();
+        (timeline.makespan(), launches, SimDuration::from_ps(kernels))
+    };
+    let (synchronous_time, launches, kernels) = run(&synchronous);
+    let closed_form = host.checked_mul(launches).unwrap().checked_add(kernels).unwrap();
+    assert_eq!(SimDuration::from_ps(synchronous_time.as_ps()), closed_form, "{launches} launches");
+    let (eager_time, eager_launches, _) = run(&eager);
+    assert_eq!(eager_launches, launches);
+    assert!(eager_time < synchronous_time, "eager {eager_time}, synchronous {synchronous_time}");
+    // The kernels are long enough to hide all but the first launch from the eager host.
+    assert!(kernels > host.checked_mul(launches).unwrap());
+}
+
 #[test]
 fn shared_layer_tables_give_the_same_estimates_and_graphs() {
     let compute = ComputeModel::default();
@@ -1142,17 +1178,53 @@ fn host_staging_adds_each_mpi_message_at_the_staging_rate() {
     let p = 8;
     let staging = HostStaging::new(CnnTransport::Mpi, rate, p, 4);
     assert!(staging.is_some_and(|s| s.every_message), "8 ranks on nodes of 4 span nodes");
-    let filter = Parallelism { filter: p, cnn_staging: staging, ..Parallelism::data_parallel(1) };
+    let filter = Parallelism {
+        filter: p,
+        filter_backward: FilterBackward::OutputAlltoall,
+        cnn_staging: staging,
+        ..Parallelism::data_parallel(1)
+    };
     let lowered = strategy(&model, &compute, filter, b, b).lower().unwrap();
     let received = |elements: u64| at_rate(b * elements * w / u64::from(p) * u64::from(p - 1));
+    // The allgather of every split layer's output and the alltoall of its gradient (the first
+    // layer's too).
     let mut expected = Vec::new();
-    for (index, layer) in model.layers.iter().enumerate().filter(|(_, l)| split(l)) {
+    for layer in model.layers.iter().filter(|l| split(l)) {
         expected.push(received(layer.output.elements()));
-        if index > 0 {
-            expected.push(received(layer.input.elements()));
-        }
+        expected.push(received(layer.output.elements()));
     }
     assert_eq!(staging_times(&lowered.graph), sorted(expected));
+    // Open MPI pipelines the copies with the transfer: every staging op of the filter group
+    // runs beside its collective (the op just before it), on its own stream, not after it.
+    let graph = &lowered.graph;
+    let mut beside = 0;
+    for (index, op) in graph.ops().iter().enumerate() {
+        if op.rank == RankId(0) && graph.label(op.label) == "mpi host staging" {
+            assert_eq!(op.stream, STAGING_STREAM);
+            let collective = sim_core::graph::OpId(index as u32 - 1);
+            assert!(matches!(graph.ops()[collective.0 as usize].kind, OpKind::Collective(_)));
+            assert!(!graph.deps(sim_core::graph::OpId(index as u32)).contains(&collective));
+            assert!(graph.dependents(sim_core::graph::OpId(index as u32)).iter().all(|d| {
+                graph.deps(*d).contains(&collective) || graph.ops()[d.0 as usize].stream == STAGING_STREAM
+            }));
+            beside += 1;
+        }
+    }
+    assert_eq!(beside, 2 * model.layers.iter().filter(|l| split(l)).count());
+    // coll/cuda's allreduce (channel forward) is not pipelined: it follows its collective.
+    let staging = HostStaging::new(CnnTransport::Mpi, rate, 2, 4);
+    let channel = Parallelism { channel: 2, cnn_staging: staging, ..Parallelism::data_parallel(1) };
+    let lowered = strategy(&model, &compute, channel, b, b).lower().unwrap();
+    let graph = &lowered.graph;
+    let after_collective = graph.ops().iter().enumerate().filter(|(index, op)| {
+        op.rank == RankId(0)
+            && graph.label(op.label) == "mpi host staging"
+            && graph
+                .deps(sim_core::graph::OpId(*index as u32))
+                .iter()
+                .any(|d| matches!(graph.ops()[d.0 as usize].kind, OpKind::Collective(_)))
+    });
+    assert_eq!(after_collective.count(), model.layers.iter().filter(|l| split(l)).count());
 
     let spatial = |cnn_staging| Parallelism { spatial: 4, cnn_staging, ..Parallelism::data_parallel(1) };
     let managed = HostStaging::new(CnnTransport::MpiManaged, rate, 4, 4);
@@ -1165,6 +1237,51 @@ fn host_staging_adds_each_mpi_message_at_the_staging_rate() {
     assert!(staging_times(&staged.graph).contains(&stem), "{:?}", staging_times(&staged.graph));
     assert!(staging_times(&device.graph).is_empty());
     assert!(staged.graph.ops().len() > device.graph.ops().len());
+}
+
+/// ChainerMN's allgather on a filter-split layer (`filter-backward = "output-alltoall"`) copies
+/// on the GPU: the forward's concatenation (`2 Y`), and in the backward the `p` flattened views
+/// (`2 Y / p` each), the `hstack` (`2 Y`), the `stack` (`2 Y`) and the sum (`Y + Y / p`), each
+/// a kernel at the compute model's memory rate; the textbook backward has none of them. The
+/// difference of the two graphs' compute time is that closed form over the split layers.
+#[test]
+fn chainermn_filter_layers_pay_their_copies() {
+    let model = zoo::resnet50();
+    let compute = ComputeModel::default();
+    let (p, b) = (4u32, 8u64);
+    let kernel_time = |backward| {
+        let parallelism =
+            Parallelism { filter: p, filter_backward: backward, ..Parallelism::data_parallel(1) };
+        let lowered = strategy(&model, &compute, parallelism, b, b).lower().unwrap();
+        let total: u64 = lowered
+            .graph
+            .ops()
+            .iter()
+            .filter(|op| op.rank == RankId(0) && op.stream == COMPUTE_STREAM)
+            .map(|op| match op.kind {
+                OpKind::Compute { duration } => duration.as_ps(),
+                _ => 0,
+            })
+            .sum();
+        total
+    };
+    let device = DeviceCatalog::builtin().get("a100-sxm4-80gb").unwrap();
+    let copy = |bytes: f64, class| compute.duration(device, Dtype::Fp16, 0.0, bytes, class).unwrap().as_ps();
+    let elementwise = crate::layer::OpClass::Elementwise;
+    let mut expected = 0u64;
+    for layer in
+        model.layers.iter().filter(|l| matches!(l.kind, LayerKind::Conv { .. } | LayerKind::Linear { .. }))
+    {
+        let y = (layer.output.elements() * b * 2) as f64;
+        let q = f64::from(p);
+        expected += copy(2.0 * y, elementwise)
+            + u64::from(p) * copy(2.0 * y / q, elementwise)
+            + 2 * copy(2.0 * y, elementwise)
+            + copy(y + y / q, crate::layer::OpClass::Reduction);
+    }
+    let difference =
+        kernel_time(FilterBackward::OutputAlltoall) - kernel_time(FilterBackward::InputAllreduce);
+    assert_eq!(difference, expected);
 }
 
 /// `spatial-halos = "stem-and-gradients"` (ParaDL's ResNet-50) on four row stripes, counted on

@@ -5,6 +5,7 @@
 
 mod aten;
 mod deepbench;
+mod filter_keys;
 mod fuzz;
 mod input;
 mod korthikanti;
