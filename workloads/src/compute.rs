@@ -361,7 +361,8 @@ pub(crate) enum ConvAlgorithm {
     VectorImplicitGemm,
     /// Implicit GEMM on the matrix units (cuDNN 7's Tensor Core `884cudnn` kernels).
     MatrixImplicitGemm,
-    /// Winograd with its transforms in separate kernels, through memory (`WINOGRAD_NONFUSED`).
+    /// Winograd F(4x4, 3x3) with its transforms in separate kernels, through memory
+    /// (`WINOGRAD_NONFUSED`), its batch counted in groups of 16 images.
     Winograd,
     /// Winograd F(2x2, 3x3) with the data and output transforms inside the product's kernel
     /// (`WINOGRAD`).
