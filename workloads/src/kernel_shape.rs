@@ -248,6 +248,17 @@ impl From<Pass> for ConvDirection {
     }
 }
 
+/// Images per group in the transformed tiles of cuDNN's Winograd through memory
+/// (`WINOGRAD_NONFUSED`, forward and backward-data): its batched products count the batch
+/// rounded up to a multiple of it ([`ConvShape::winograd`] cites the profile that shows it).
+pub const WINOGRAD_NONFUSED_IMAGE_GROUP: u64 = 16;
+
+/// The output tile of cuDNN's Winograd through memory for 3x3 filters: F(4x4, 3x3), 6 x 6
+/// input tiles and 36 batched products. Its kernels are named by the output tile
+/// (`winogradForwardData4x4`, `winogradForwardOutput4x4`), and Nsight Compute shows the batched
+/// SGEMM between them on a grid of 36 products ([`ConvShape::winograd`] cites the profile).
+pub const WINOGRAD_NONFUSED_TILE: u64 = 4;
+
 /// A 1-, 2- or 3-D convolution over a batch, spatial axes padded to three with 1s.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct ConvShape {
@@ -335,16 +346,41 @@ impl ConvShape {
         self.groups == 1 && self.kernel == [3, 3, 1] && self.stride == [1, 1, 1]
     }
 
-    /// The batched products of Winograd F(`m`x`m`, 3x3) for `direction`: `(m + 2)^2`
-    /// independent products over the output's `m x m` tiles, and the elements its transform
-    /// kernels read and write: the input and output (or gradients), the filter, and the three
-    /// transformed tensors (input and output tiles, `(m + 2)^2 · C·K` filter elements) each
-    /// once, written by one kernel; the product reads or writes them under its compute time, as
-    /// any GEMM's operands (Lavin and Gray 2016, "Fast Algorithms for Convolutional Neural
-    /// Networks": the filter transform `G g G^T` per input and output channel).
+    /// The batched products of Winograd F(`m`x`m`, 3x3) through memory (cuDNN's
+    /// `WINOGRAD_NONFUSED`) for `direction`: `(m + 2)^2` independent products over the
+    /// output's `m x m` tiles, and the elements its transform kernels read and write: the input
+    /// and output (or gradients), the filter, and the three transformed tensors (input and output
+    /// tiles, `(m + 2)^2 · C·K` filter elements) each once, written by one kernel; the product
+    /// reads or writes them under its compute time, as any GEMM's operands (Lavin and Gray 2016,
+    /// "Fast Algorithms for Convolutional Neural Networks": the filter transform `G g G^T` per
+    /// input and output channel).
+    ///
+    /// Forward and backward-data lay the transformed tiles out in groups of
+    /// [`WINOGRAD_NONFUSED_IMAGE_GROUP`] images, so their products and transformed tiles count
+    /// the batch rounded up to it: a batch of 8 costs the products of 16. Nsight Compute shows
+    /// it for cuDNN's kernels on 10 images of 224x224, 128 to 128 channels (kernyan.com,
+    /// "Conv2D GPU Baselines: cuDNN and CUTLASS Performance and Analysis (Part 2)", 2025):
+    /// `winogradForwardData4x4` runs 196 x 128 blocks of 256 threads (16 tiles of 16 images per
+    /// block and channel), the batched `volta_sgemm_128x64_nn` a 392 x 2 x 36 grid (36 products of
+    /// 392 x 128 = 50176 = 16 x 3136 tile rows, not 10 x 3136) and 29.8 billion FP32
+    /// instructions, 36 x 50176 x 128 x 128 (10 images' tiles would be 18.5 billion).
+    /// Backward-weight runs other kernels (`winogradWgradData4x4`, `winogradWgradDelta4x4`,
+    /// `winogradWgradOutput4x4`), whose layout nothing public shows: it counts the batch as it is.
     pub fn winograd(&self, direction: ConvDirection, tile: u64) -> (GemmShape, f64) {
+        let images = match direction {
+            ConvDirection::Forward | ConvDirection::BackwardData => {
+                self.batch.div_ceil(WINOGRAD_NONFUSED_IMAGE_GROUP) * WINOGRAD_NONFUSED_IMAGE_GROUP
+            }
+            ConvDirection::BackwardWeight => self.batch,
+        };
+        self.winograd_over(direction, tile, images)
+    }
+
+    /// Winograd F(`tile`x`tile`, 3x3)'s batched products and transform traffic over `images`
+    /// images' tiles (the plain tensors count the real batch).
+    fn winograd_over(&self, direction: ConvDirection, tile: u64, images: u64) -> (GemmShape, f64) {
         let alpha = tile + 2;
-        let tiles = self.batch * self.output[0].div_ceil(tile) * self.output[1].div_ceil(tile);
+        let tiles = images * self.output[0].div_ceil(tile) * self.output[1].div_ceil(tile);
         let (c, k) = (self.in_channels, self.out_channels);
         let (m, n, depth) = match direction {
             ConvDirection::Forward => (tiles, k, c),
@@ -367,7 +403,7 @@ impl ConvShape {
         if direction == ConvDirection::BackwardWeight {
             return None;
         }
-        let (product, _) = self.winograd(direction, 2);
+        let (product, _) = self.winograd_over(direction, 2, self.batch);
         let (c, k) = (self.in_channels, self.out_channels);
         Some((product, (self.plain_elements() + 2 * product.batch * c * k) as f64))
     }
@@ -688,6 +724,36 @@ mod tests {
         let KernelShape::Conv { shape, .. } = KernelShape::of_layer(&rgb, Pass::Forward, 1) else { panic!() };
         assert_eq!(shape.implicit_gemm(ConvDirection::Forward, 8).k, 8 * 49);
         assert!(!shape.winograd_applies());
+    }
+
+    #[test]
+    fn winograd_through_memory_counts_the_batch_in_groups_of_sixteen_images() {
+        let layer = Layer::new("conv", LayerKind::conv2d(512, 3, 1, 1), Shape::from([512, 14, 14])).unwrap();
+        let shape = |batch| {
+            let KernelShape::Conv { shape, .. } = KernelShape::of_layer(&layer, Pass::Forward, batch) else {
+                panic!("a convolution has a conv shape")
+            };
+            shape
+        };
+        let (forward, data, weight) =
+            (ConvDirection::Forward, ConvDirection::BackwardData, ConvDirection::BackwardWeight);
+        // F(4x4, 3x3): 36 products over 4 x 4 = 16 tiles per 14x14 image; 8 images count 16.
+        let (product, _) = shape(8).winograd(forward, 4);
+        assert_eq!((product.batch, product.m, product.n, product.k), (36, 16 * 16, 512, 512));
+        for direction in [forward, data] {
+            for tile in [2, 4] {
+                assert_eq!(shape(8).winograd(direction, tile).0, shape(16).winograd(direction, tile).0);
+                assert_eq!(shape(1).winograd(direction, tile).0, shape(16).winograd(direction, tile).0);
+                // 17 images take two groups: the products of 32.
+                assert_eq!(shape(17).winograd(direction, tile).0, shape(32).winograd(direction, tile).0);
+                // The plain tensors move for the images there are: less traffic for 8 than 16.
+                assert!(shape(8).winograd(direction, tile).1 < shape(16).winograd(direction, tile).1);
+            }
+        }
+        // Backward-weight reduces over the tiles there are; the fused kernel tiles its images as
+        // they are.
+        assert_eq!(shape(8).winograd(weight, 4).0.k, 8 * 16);
+        assert_eq!(shape(8).fused_winograd(forward).unwrap().0.m, 8 * 49);
     }
 
     #[test]
