@@ -24,32 +24,52 @@ pub struct RankBreakdown {
     pub communication: SimDuration,
 }
 
-/// Splits `[from, to)` of every rank's timeline into compute, exposed communication and idle.
-pub fn breakdown(graph: &ExecGraph, timeline: &Timeline, from: SimTime, to: SimTime) -> Vec<RankBreakdown> {
-    breakdown_ignoring(graph, timeline, from, to, &|_| false)
+/// What an op counts as in a breakdown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activity {
+    /// Work on the device's compute units.
+    Compute,
+    /// Moving data (or waiting in a collective for peers), including the copies a transfer
+    /// needs on its way, such as MPI's staging through host memory.
+    Communication,
+    /// Left out (work off the device, such as a host thread's).
+    Ignored,
 }
 
-/// [`breakdown`] without the ops `ignore` picks (work off the device, such as a host thread's).
-pub fn breakdown_ignoring(
+impl Activity {
+    /// The default: by the op's kind ([`crate::graph::OpKind::is_communication`]).
+    pub fn of(op: &crate::graph::Op) -> Activity {
+        if op.kind.is_communication() { Activity::Communication } else { Activity::Compute }
+    }
+}
+
+/// Splits `[from, to)` of every rank's timeline into compute, exposed communication and idle.
+pub fn breakdown(graph: &ExecGraph, timeline: &Timeline, from: SimTime, to: SimTime) -> Vec<RankBreakdown> {
+    breakdown_by(graph, timeline, from, to, &Activity::of)
+}
+
+/// [`breakdown`] with each op counted as `activity` says (left out when [`Activity::Ignored`]).
+pub fn breakdown_by(
     graph: &ExecGraph,
     timeline: &Timeline,
     from: SimTime,
     to: SimTime,
-    ignore: &dyn Fn(&crate::graph::Op) -> bool,
+    activity: &dyn Fn(&crate::graph::Op) -> Activity,
 ) -> Vec<RankBreakdown> {
     let ranks = graph.ranks() as usize;
     let mut compute: Vec<Vec<(SimTime, SimTime)>> = vec![Vec::new(); ranks];
     let mut communication: Vec<Vec<(SimTime, SimTime)>> = vec![Vec::new(); ranks];
     for (index, op) in graph.ops().iter().enumerate() {
-        if ignore(op) {
-            continue;
-        }
+        let lists = match activity(op) {
+            Activity::Compute => &mut compute,
+            Activity::Communication => &mut communication,
+            Activity::Ignored => continue,
+        };
         let start = timeline.start[index].max(from);
         let end = timeline.end[index].min(to);
         if start >= end {
             continue;
         }
-        let lists = if op.kind.is_communication() { &mut communication } else { &mut compute };
         lists[op.rank.0 as usize].push((start, end));
     }
     let window = to.saturating_since(from);
@@ -75,7 +95,8 @@ pub fn breakdown_ignoring(
 /// communication op's stream to one of `classes` classes (`None`: not counted). Time when no
 /// compute op runs and communication of several classes does is shared equally among them,
 /// so the classes add up to [`RankBreakdown::exposed_communication`] when every stream has a
-/// class. Ops `ignore` picks are left out. Returns, per rank, the exposed time of each class.
+/// class. Ops count as `activity` says, as in [`breakdown_by`]. Returns, per rank, the exposed
+/// time of each class.
 pub fn exposed_by_class(
     graph: &ExecGraph,
     timeline: &Timeline,
@@ -83,7 +104,7 @@ pub fn exposed_by_class(
     to: SimTime,
     class: &dyn Fn(crate::graph::StreamId) -> Option<usize>,
     classes: usize,
-    ignore: &dyn Fn(&crate::graph::Op) -> bool,
+    activity: &dyn Fn(&crate::graph::Op) -> Activity,
 ) -> Vec<Vec<SimDuration>> {
     let ranks = graph.ranks() as usize;
     // Per rank: (time, +1/-1, class or usize::MAX for compute).
@@ -91,16 +112,16 @@ pub fn exposed_by_class(
     for (index, op) in graph.ops().iter().enumerate() {
         let start = timeline.start[index].max(from);
         let end = timeline.end[index].min(to);
-        if start >= end || ignore(op) {
+        if start >= end {
             continue;
         }
-        let tag = if op.kind.is_communication() {
-            match class(op.stream) {
+        let tag = match activity(op) {
+            Activity::Communication => match class(op.stream) {
                 Some(c) if c < classes => c,
                 _ => continue,
-            }
-        } else {
-            usize::MAX
+            },
+            Activity::Compute => usize::MAX,
+            Activity::Ignored => continue,
         };
         let list = &mut edges[op.rank.0 as usize];
         list.push((start, 1, tag));
@@ -235,7 +256,7 @@ mod tests {
             events: 0,
         };
         let exposed =
-            exposed_by_class(&graph, &timeline, t(0), t(40), &|s| (s.0 == 1).then_some(0), 1, &|_| false);
+            exposed_by_class(&graph, &timeline, t(0), t(40), &|s| (s.0 == 1).then_some(0), 1, &Activity::of);
         assert_eq!(exposed[0], vec![SimDuration::from_us(20)]);
         // Rank 0 busy 0-30: idle until 40 is 10; rank 1 has nothing: idle 0-5 is 5.
         assert_eq!(

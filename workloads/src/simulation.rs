@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use serde::{Serialize, Serializer};
-use sim_core::stats::{breakdown_ignoring, exposed_by_class, idle_until_besides};
+use sim_core::stats::{Activity, breakdown_by, exposed_by_class, idle_until_besides};
 use sim_core::units::{SimDuration, SimTime};
 use topology::{Topology, TopologyError};
 
@@ -556,21 +556,45 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
     // The statistics below skip the ops of ranks that are not simulated (shadow copies of
     // folded ranks' transfers) as well as host work: only the simulated ranks' are reported.
     let off_device = |op: &sim_core::graph::Op| is_host(op) || !is_simulated[op.rank.0 as usize];
-    let per_rank: Vec<_> =
-        breakdown_ignoring(&lowered.graph, &timeline, SimTime::ZERO, previous_end, &off_device)
-            .into_iter()
-            .enumerate()
-            .filter(|(rank, _)| simulated(*rank))
-            .map(|(_, b)| b)
-            .collect();
+    // MPI's staging of a message through host memory is part of its transfer: communication.
+    let activity = |op: &sim_core::graph::Op| {
+        if off_device(op) {
+            Activity::Ignored
+        } else if crate::strategy::is_host_staging(&lowered.graph, op) {
+            Activity::Communication
+        } else {
+            Activity::of(op)
+        }
+    };
+    // Staging beside its transfer runs on a stream of its own: it belongs to the CNN split's
+    // group (a scenario has at most one of filter, channel and spatial with staging).
+    let staging_group = [
+        (scenario.parallelism.filter, GroupKind::Filter),
+        (scenario.parallelism.channel, GroupKind::Channel),
+        (scenario.parallelism.spatial, GroupKind::Spatial),
+    ]
+    .into_iter()
+    .find(|(degree, _)| *degree > 1)
+    .map(|(_, kind)| kind);
+    let group_of = |stream| {
+        let kind =
+            if stream == crate::strategy::STAGING_STREAM { staging_group } else { group_of_stream(stream) };
+        kind.and_then(|kind| GroupKind::ALL.iter().position(|k| *k == kind))
+    };
+    let per_rank: Vec<_> = breakdown_by(&lowered.graph, &timeline, SimTime::ZERO, previous_end, &activity)
+        .into_iter()
+        .enumerate()
+        .filter(|(rank, _)| simulated(*rank))
+        .map(|(_, b)| b)
+        .collect();
     let by_group: Vec<_> = exposed_by_class(
         &lowered.graph,
         &timeline,
         SimTime::ZERO,
         previous_end,
-        &|stream| group_of_stream(stream).and_then(|kind| GroupKind::ALL.iter().position(|k| *k == kind)),
+        &group_of,
         GroupKind::ALL.len(),
-        &off_device,
+        &activity,
     )
     .into_iter()
     .enumerate()
@@ -583,7 +607,7 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
             crate::strategy::OFFLOAD_STREAM | crate::strategy::PREFETCH_STREAM => Some(0),
             _ => Some(1),
         };
-        exposed_by_class(&lowered.graph, &timeline, SimTime::ZERO, previous_end, &offload, 2, &off_device)
+        exposed_by_class(&lowered.graph, &timeline, SimTime::ZERO, previous_end, &offload, 2, &activity)
             .into_iter()
             .enumerate()
             .filter(|(rank, _)| simulated(*rank))

@@ -2470,7 +2470,7 @@ impl RankEmitter<'_, '_> {
         // The scenario requires at least 1 MB/s, so any layer's buffer takes far less than the
         // largest duration; saturate rather than fail on an absurd one.
         let duration = staging.rate.time_to_send(bytes).unwrap_or(SimDuration::from_ps(u64::MAX / 4));
-        let label = self.comm_label("mpi host staging");
+        let label = self.comm_label(super::HOST_STAGING_LABEL);
         let op = Op { kind: OpKind::Compute { duration }, rank: RankId(self.rank), stream, label };
         Some(self.buffer.push(op, deps))
     }

@@ -95,6 +95,16 @@ pub fn is_host(op: &sim_core::graph::Op) -> bool {
     op.stream == HOST_STREAM || is_input(op)
 }
 
+/// The label of CUDA-aware MPI's staging of a message through host memory
+/// ([`cnn::HostStaging`]): a device-side delay that belongs to the transfer, so breakdowns count
+/// it as communication ([`is_host_staging`]).
+pub const HOST_STAGING_LABEL: &str = "mpi host staging";
+
+/// Whether `op` is MPI's staging of a message through host memory: part of its transfer.
+pub fn is_host_staging(graph: &sim_core::graph::ExecGraph, op: &sim_core::graph::Op) -> bool {
+    graph.label(op.label) == HOST_STAGING_LABEL
+}
+
 /// Whether `op` is the host thread's launch of a kernel (host dispatch).
 pub fn is_launch(op: &sim_core::graph::Op) -> bool {
     op.stream == HOST_STREAM

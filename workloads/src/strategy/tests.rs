@@ -1138,7 +1138,7 @@ fn staging_times(graph: &ExecGraph) -> Vec<SimDuration> {
     let mut times: Vec<SimDuration> = graph
         .ops()
         .iter()
-        .filter(|op| op.rank == RankId(0) && graph.label(op.label) == "mpi host staging")
+        .filter(|op| op.rank == RankId(0) && graph.label(op.label) == HOST_STAGING_LABEL)
         .filter_map(|op| match op.kind {
             OpKind::Compute { duration } => Some(duration),
             _ => None,
@@ -1199,7 +1199,7 @@ fn host_staging_adds_each_mpi_message_at_the_staging_rate() {
     let graph = &lowered.graph;
     let mut beside = 0;
     for (index, op) in graph.ops().iter().enumerate() {
-        if op.rank == RankId(0) && graph.label(op.label) == "mpi host staging" {
+        if op.rank == RankId(0) && graph.label(op.label) == HOST_STAGING_LABEL {
             assert_eq!(op.stream, STAGING_STREAM);
             let collective = sim_core::graph::OpId(index as u32 - 1);
             assert!(matches!(graph.ops()[collective.0 as usize].kind, OpKind::Collective(_)));
@@ -1218,7 +1218,7 @@ fn host_staging_adds_each_mpi_message_at_the_staging_rate() {
     let graph = &lowered.graph;
     let after_collective = graph.ops().iter().enumerate().filter(|(index, op)| {
         op.rank == RankId(0)
-            && graph.label(op.label) == "mpi host staging"
+            && graph.label(op.label) == HOST_STAGING_LABEL
             && graph
                 .deps(sim_core::graph::OpId(*index as u32))
                 .iter()

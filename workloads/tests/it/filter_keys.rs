@@ -42,3 +42,30 @@ fn the_filter_keys_parse_and_change_the_step() {
     // first, and never less than the asynchronous host.
     assert!(synchronous > chainermn + 100.0 * 18.5e-6, "{synchronous} vs {chainermn}");
 }
+
+/// CUDA-aware MPI's staging through host memory is part of a message's transfer: the breakdown
+/// counts it as communication (of the filter group), not as compute, whether it runs after the
+/// transfer or, as Open MPI's fragments do, beside it.
+#[test]
+fn host_staging_counts_as_filter_communication() {
+    let device = scenario("filter-backward = \"output-alltoall\"", "");
+    let staged = scenario(
+        "filter-backward = \"output-alltoall\"\ncnn-transport = \"mpi-managed\"\ncnn-staging-rate = \"1 GB/s\"",
+        "",
+    );
+    let (device, staged) = (simulate(&device).unwrap().summary, simulate(&staged).unwrap().summary);
+    // The same kernels either way: staging adds no compute.
+    let compute = |s: &workloads::simulation::Summary| s.breakdown.compute.as_secs_f64();
+    assert!(
+        (compute(&device) - compute(&staged)).abs() < 1e-9 * compute(&device).max(1.0),
+        "{} vs {}",
+        compute(&device),
+        compute(&staged)
+    );
+    // It is communication, mostly exposed (the filter layers wait for their outputs), and all of
+    // it the filter group's.
+    let exposed = staged.breakdown.exposed_communication.as_secs_f64();
+    assert!(exposed > device.breakdown.exposed_communication.as_secs_f64() + 1e-3, "{exposed}");
+    let filter = staged.breakdown.exposed_by_group.filter;
+    assert!((filter - exposed).abs() < 1e-6 * exposed, "filter {filter} vs exposed {exposed}");
+}
