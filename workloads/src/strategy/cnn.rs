@@ -703,7 +703,7 @@ pub fn local_layers(
     let mut forward_halo_seen = false;
     // `padded-pooling`: the grown tile rows of each whole-model row count, and the input of the
     // next layer after the gather.
-    let mut grown: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
+    let mut grown: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
     let mut chain: Option<Shape> = None;
     for (index, layer) in model.layers.iter().enumerate() {
         let mut entry = LocalLayer::new(index, Role::Replicated, layer.clone());
@@ -781,12 +781,14 @@ pub fn local_layers(
             CnnSplit::Spatial {
                 degree, dims: SpatialDims::H, halos: SpatialHalos::PaddedPooling, ..
             } => {
-                let axis = layer.input.0.len() - 2;
+                // The rows' axis of a [C, H, W] map; the flat inputs of the layers after the
+                // gather have none, and take their input from the chain instead.
+                let axis = layer.input.0.len().saturating_sub(2);
                 let tile = |whole: u64| grown.get(&whole).copied().unwrap_or_else(|| whole.div_ceil(p));
                 if index < region {
                     let mut input = layer.input.clone();
                     input.0[axis] = tile(layer.input.0[axis]);
-                    let pad = pooling_pad(&layer.kind, axis - 1);
+                    let pad = axis.checked_sub(1).map_or(0, |j| pooling_pad(&layer.kind, j));
                     if pad > 0 {
                         let across: u64 =
                             input.0.iter().enumerate().filter(|(i, _)| *i != axis).map(|(_, &e)| e).product();
