@@ -1284,6 +1284,19 @@ fn chainermn_filter_layers_pay_their_copies() {
     assert_eq!(difference, expected);
 }
 
+/// Rank 0's forward and gradient halo sends in `lowered`.
+fn rank0_halo_sends(lowered: &Lowered) -> (usize, usize) {
+    let count = |label: &str| {
+        lowered
+            .graph
+            .ops()
+            .iter()
+            .filter(|op| op.rank == RankId(0) && lowered.graph.label(op.label) == label)
+            .count()
+    };
+    (count("spatial halo send"), count("spatial halo gradient send"))
+}
+
 /// `spatial-halos = "stem-and-gradients"` (ParaDL's ResNet-50) on four row stripes, counted on
 /// rank 0 (the top stripe, one neighbour). Every window: 18 forward sends (the stem, the max
 /// pooling, the 16 bottleneck 3x3 convolutions) and 13 gradient sends: the stem has no
@@ -1297,16 +1310,7 @@ fn stem_and_gradients_drops_the_forward_halos_after_the_stem() {
     let compute = ComputeModel::default();
     let sends = |spatial_halos| {
         let parallelism = Parallelism { spatial: 4, spatial_halos, ..Parallelism::data_parallel(1) };
-        let lowered = strategy(&model, &compute, parallelism, 8, 8).lower().unwrap();
-        let count = |label: &str| {
-            lowered
-                .graph
-                .ops()
-                .iter()
-                .filter(|op| op.rank == RankId(0) && lowered.graph.label(op.label) == label)
-                .count()
-        };
-        (count("spatial halo send"), count("spatial halo gradient send"))
+        rank0_halo_sends(&strategy(&model, &compute, parallelism, 8, 8).lower().unwrap())
     };
     let (forward, backward) = sends(SpatialHalos::EveryWindow);
     assert_eq!((forward, backward), (18, 13));
@@ -1329,21 +1333,10 @@ fn padded_pooling_adds_a_forward_send_per_pooling_and_grows_the_gradient() {
         let parallelism = Parallelism { spatial: 4, spatial_halos, ..Parallelism::data_parallel(1) };
         strategy(&model, &compute, parallelism, 8, 8).lower().unwrap()
     };
-    let sends = |lowered: &Lowered| {
-        let count = |label: &str| {
-            lowered
-                .graph
-                .ops()
-                .iter()
-                .filter(|op| op.rank == RankId(0) && lowered.graph.label(op.label) == label)
-                .count()
-        };
-        (count("spatial halo send"), count("spatial halo gradient send"))
-    };
     let every = lower(SpatialHalos::EveryWindow);
     let padded = lower(SpatialHalos::PaddedPooling);
-    assert_eq!(sends(&every), (13, 12));
-    assert_eq!(sends(&padded), (18, 12));
+    assert_eq!(rank0_halo_sends(&every), (13, 12));
+    assert_eq!(rank0_halo_sends(&padded), (18, 12));
     // The gradient reduce-scattered inside the group: every parameter once, in fp32.
     let scattered = |lowered: &Lowered| -> u64 {
         rank_traffic(&lowered.graph, 0, DATA_STREAM)
