@@ -66,6 +66,9 @@ struct Collected {
     /// Whether each sample's kernels shared the GPU with another stream's work for more than
     /// half their time.
     shared: Vec<bool>,
+    /// The share of each sample's kernel time beside another stream's copy
+    /// (`Activity::copy_ns`): part of its communication share.
+    copy: Vec<f64>,
 }
 
 /// Runs the calibration and writes the profile; returns the report.
@@ -108,7 +111,9 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
         let default = ComputeModel { winograd_convolutions: winograd, ..default };
         let report =
             check_profile(name, device, &trace_device, &collected, &default, winograd, args.any_device)?;
-        return Ok(report + &communication_multiprocessors(&import).unwrap_or_default());
+        return Ok(report
+            + &communication_multiprocessors(&import).unwrap_or_default()
+            + &tiny_kernels_beside_communication(&collected.samples, &collected.copy).unwrap_or_default());
     }
     let output =
         args.output.as_ref().context("give -o PROFILE (where to write the profile) or --check PROFILE")?;
@@ -316,6 +321,7 @@ fn collect(import: &OperatorImport) -> Collected {
                     });
                     out.names.push(name.to_string());
                     out.shared.push(2 * beside(|a| a.concurrent_ns) > kernel_ns);
+                    out.copy.push((beside(|a| a.copy_ns) as f64 / kernel_ns as f64).min(1.0));
                 }
                 Err(Uncosted::UnknownOperator) => leave("no cost formula"),
                 Err(Uncosted::MissingShapes) => leave("shapes or values not recorded"),
@@ -452,6 +458,7 @@ fn add_tables(collected: &mut Collected, tables: &[PathBuf], device: &Device) ->
             collected.fitted_s += sample.measured_s;
             collected.names.push(format!("deepbench {precision} {kind}"));
             collected.shared.push(false);
+            collected.copy.push(0.0);
             collected.samples.push(sample);
         }
         used.push(name.to_string());
@@ -651,6 +658,9 @@ fn report(
     if let Some(line) = communication_multiprocessors(import) {
         out.push_str(&line);
     }
+    if let Some(line) = tiny_kernels_beside_communication(&collected.samples, &collected.copy) {
+        out.push_str(&line);
+    }
     if !import.warnings.is_empty() {
         let _ = writeln!(out, "\nimport warnings:\n{}", import.warnings);
     }
@@ -693,6 +703,67 @@ fn communication_multiprocessors(import: &OperatorImport) -> Option<String> {
         nccl_ns as f64 / 1e6,
         sms.join(" or "),
         percent(share)
+    ))
+}
+
+/// Traffic up to which a one-kernel element-wise operator counts as tiny in
+/// [`tiny_kernels_beside_communication`]: 64 KiB streams in under 0.1 us at any catalog GPU's
+/// bandwidth, so such a kernel's measured time is its fixed cost.
+const TINY_KERNEL_BYTES: f64 = 65_536.0;
+
+/// The median of `values` (the mean of the middle two for an even count); `None` if empty.
+fn median(values: &mut [f64]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    Some(if n % 2 == 1 { values[n / 2] } else { (values[n / 2 - 1] + values[n / 2]) / 2.0 })
+}
+
+/// The measured fixed cost of a kernel alone, beside NCCL kernels and beside copies: the median
+/// time of the tiny one-kernel element-wise operators (at most [`TINY_KERNEL_BYTES`] moved) that
+/// ran with no communication on their GPU, of those beside communication for at least 99% of
+/// their time with no copy among it (NCCL kernels only), and of those with a copy
+/// (`copy[i]`, the share of sample `i`'s time beside a copy, above 0), and the ratios to alone.
+/// This is what `communication-launch-slowdown` stands for, measured directly
+/// (docs/compute-model.md, "Tiny kernels beside NCCL kernels and beside copies"); `None` unless
+/// there are operators alone and beside communication.
+fn tiny_kernels_beside_communication(samples: &[Sample], copy: &[f64]) -> Option<String> {
+    let (mut alone, mut nccl, mut copies) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, s) in samples.iter().enumerate() {
+        let tiny = s.work.class == workloads::OpClass::Elementwise
+            && s.after.is_empty()
+            && s.kernels == 1
+            && s.work.bytes <= TINY_KERNEL_BYTES;
+        if !tiny {
+            continue;
+        }
+        if s.communication == 0.0 {
+            alone.push(s.measured_s);
+        } else if s.communication >= 0.99 {
+            if copy.get(i).copied().unwrap_or(0.0) > 0.0 { &mut copies } else { &mut nccl }
+                .push(s.measured_s);
+        }
+    }
+    let n_alone = alone.len();
+    let alone = median(&mut alone)?;
+    if nccl.is_empty() && copies.is_empty() {
+        return None;
+    }
+    let beside = |label: &str, times: &mut Vec<f64>| {
+        let n = times.len();
+        match median(times) {
+            Some(t) => format!("{label} {:.1} us ({n}), {:.2} times", t * 1e6, t / alone),
+            None => format!("{label}: none"),
+        }
+    };
+    Some(format!(
+        "tiny element-wise kernels (one kernel, at most 64 KiB moved: their time is the fixed \
+         cost), median: {:.1} us alone ({n_alone}); {}; {}\n",
+        alone * 1e6,
+        beside("beside NCCL kernels", &mut nccl),
+        beside("beside copies", &mut copies)
     ))
 }
 
@@ -865,4 +936,60 @@ fn short(name: &str) -> String {
     }
     let head: String = name.chars().take(57).collect();
     format!("{head}...")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny(measured_us: f64, communication: f64, bytes: f64, kernels: u32) -> Sample {
+        Sample {
+            work: workloads::KernelWork::flat(workloads::OpClass::Elementwise, Dtype::Fp32, 0.0, bytes),
+            after: Vec::new(),
+            kernels,
+            measured_s: measured_us * 1e-6,
+            communication,
+            group: 0,
+        }
+    }
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(&mut []), None);
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), Some(2.5));
+    }
+
+    /// Only tiny one-kernel element-wise operators count: alone (no communication) against
+    /// fully beside communication (at least 99% of their time), split by whether a copy ran
+    /// meanwhile; the rest are left out.
+    #[test]
+    fn tiny_kernels_compare_alone_with_beside_nccl_and_copies() {
+        let samples = vec![
+            tiny(3.0, 0.0, 4.0, 1),
+            tiny(4.0, 0.0, 65_536.0, 1),
+            tiny(2.0, 0.0, 1024.0, 1),
+            tiny(6.0, 1.0, 4.0, 1),
+            tiny(9.0, 0.995, 4.0, 1),
+            tiny(12.0, 1.0, 4.0, 1),
+            // Left out: half beside, too large, two kernels.
+            tiny(50.0, 0.5, 4.0, 1),
+            tiny(50.0, 0.0, 65_537.0, 1),
+            tiny(50.0, 1.0, 4.0, 2),
+        ];
+        let copy = [0.0, 0.0, 0.0, 0.0, 0.0, 0.3, 0.0, 0.0, 1.0];
+        let line = tiny_kernels_beside_communication(&samples, &copy).unwrap();
+        assert!(
+            line.contains(
+                "median: 3.0 us alone (3); beside NCCL kernels 7.5 us (2), 2.50 times; \
+                 beside copies 12.0 us (1), 4.00 times"
+            ),
+            "{line}"
+        );
+        // Without copies the copies' group says so.
+        let line = tiny_kernels_beside_communication(&samples[..5], &copy).unwrap();
+        assert!(line.ends_with("beside copies: none\n"), "{line}");
+        // Without operators beside communication there is nothing to compare.
+        assert_eq!(tiny_kernels_beside_communication(&samples[..3], &copy), None);
+    }
 }

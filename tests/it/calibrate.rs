@@ -344,6 +344,29 @@ fn the_report_gives_the_multiprocessors_nccl_held() {
     );
 }
 
+/// The report gives the fixed cost of a kernel measured directly: the median time of tiny
+/// one-kernel element-wise operators alone, beside NCCL kernels only and beside copies (HTA's
+/// V100 trace: 4, 6 and 18 us; docs/compute-model.md, "Tiny kernels beside NCCL kernels and
+/// beside copies").
+#[test]
+fn the_report_gives_tiny_kernels_alone_beside_nccl_and_beside_copies() {
+    let trace = shared_trace("HolisticTraceAnalysis/trace_diff/test/test.json.gz");
+    let run = calibrate(&[&trace], "v100-sxm2-16gb", &["--check", "v100-sxm2-16gb"]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let report = String::from_utf8_lossy(&run.stdout);
+    let line = report
+        .lines()
+        .find(|l| l.starts_with("tiny element-wise kernels"))
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(
+        line.contains(
+            "median: 4.0 us alone (821); beside NCCL kernels 6.0 us (383), 1.50 times; beside copies \
+             18.0 us (45), 4.50 times"
+        ),
+        "{line}"
+    );
+}
+
 /// `--check` refuses a profile of another device type, as a scenario does.
 #[test]
 fn check_refuses_a_profile_of_another_device() {

@@ -49,6 +49,12 @@ pub struct Activity {
     /// rank's collectives, transfers and copies), and what the compute model's
     /// `communication-slowdown` is fitted to.
     pub communication_ns: u64,
+    /// The part of `communication_ns` (ns) during which another stream ran a copy (a
+    /// `gpu_memcpy`: host to device, device to host or device to device), NCCL kernel or not
+    /// meanwhile. Tiny kernels beside host-to-device copies measured several times their fixed
+    /// cost alone, more than beside NCCL kernels, so `parasim calibrate` reports them apart
+    /// (docs/compute-model.md, "Tiny kernels beside NCCL kernels and beside copies").
+    pub copy_ns: u64,
 }
 
 /// One host operator and the GPU activities it launched directly (not through a nested
@@ -260,7 +266,10 @@ fn attribute(raw: &RawFile, path: &Path, names: &[String]) -> OperatorFile {
     let concurrent = concurrency(&raw.gpu, |_| true);
     let communication =
         concurrency(&raw.gpu, |g| matches!(kind_of(g), ActivityKind::Nccl | ActivityKind::Memcpy));
-    for ((gpu, &concurrent_ns), &communication_ns) in raw.gpu.iter().zip(&concurrent).zip(&communication) {
+    let copies = concurrency(&raw.gpu, |g| kind_of(g) == ActivityKind::Memcpy);
+    for (((gpu, &concurrent_ns), &communication_ns), &copy_ns) in
+        raw.gpu.iter().zip(&concurrent).zip(&communication).zip(&copies)
+    {
         let kind = kind_of(gpu);
         if kind == ActivityKind::Kernel {
             kernel_ns += gpu.duration_ns;
@@ -281,6 +290,7 @@ fn attribute(raw: &RawFile, path: &Path, names: &[String]) -> OperatorFile {
                     duration_ns: gpu.duration_ns,
                     concurrent_ns,
                     communication_ns,
+                    copy_ns,
                 },
             )),
             None => unattributed += 1,
@@ -401,6 +411,10 @@ mod tests {
         let communication: Vec<u64> =
             trace.files[0].operators[0].activities.iter().map(|a| a.communication_ns).collect();
         assert_eq!(communication, [5_000, 7_000, 0]);
+        // Of which beside the copy: the second kernel's 2 us after the NCCL kernel ended, and
+        // the 2 us before (33-35 us), when the NCCL kernel ran too.
+        let copies: Vec<u64> = trace.files[0].operators[0].activities.iter().map(|a| a.copy_ns).collect();
+        assert_eq!(copies, [0, 4_000, 0]);
     }
 
     #[test]
