@@ -976,11 +976,14 @@ impl Curves {
     }
 
     /// The saturated efficiency of `dtype` products on `device`: `vector-gemm-efficiency` on
-    /// its vector units, `gemm-efficiency` on its matrix units (or without execution data).
+    /// its vector units, `gemm-efficiency` on its matrix units (or without execution data)
+    /// times the share of the datasheet's matrix rate the device sustains under long dense
+    /// products (`[device.execution] matrix-sustained-fraction`, 1 unless measured).
     pub(crate) fn gemm_ceiling(&self, device: &Device, dtype: Dtype) -> f64 {
         match &device.execution {
             Some(execution) if !execution.on_matrix_units(dtype) => self.vector_gemm_efficiency,
-            _ => self.gemm_efficiency,
+            Some(execution) => self.gemm_efficiency * execution.matrix_sustained_fraction,
+            None => self.gemm_efficiency,
         }
     }
 
