@@ -1457,7 +1457,10 @@ mod tests {
         assert!(boost > 240.0 && measured < boost, "{boost} TFLOP/s");
         assert_eq!(rate(&datasheet, Dtype::Fp32), rate(a100(), Dtype::Fp32));
         let copy = KernelWork::flat(OpClass::Elementwise, Dtype::Fp16, 1e9, 1e9);
-        assert_eq!(model.kernel_seconds(&datasheet, &copy).unwrap(), model.kernel_seconds(a100(), &copy).unwrap());
+        assert_eq!(
+            model.kernel_seconds(&datasheet, &copy).unwrap(),
+            model.kernel_seconds(a100(), &copy).unwrap()
+        );
     }
 
     #[test]

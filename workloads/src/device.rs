@@ -801,14 +801,19 @@ mod tests {
         let fraction = device.get("toy").unwrap().execution.as_ref().unwrap().matrix_sustained_fraction;
         assert_eq!(fraction, 1.0, "the datasheet's rate unless measured");
         for bad in ["0", "-0.5", "1.2", "nan"] {
-            let text = good.replace("sm-count = 8", &format!("sm-count = 8\nmatrix-sustained-fraction = {bad}"));
+            let text =
+                good.replace("sm-count = 8", &format!("sm-count = 8\nmatrix-sustained-fraction = {bad}"));
             let error = DeviceCatalog::from_toml_str(&text).unwrap_err().to_string();
-            assert!(error.contains("matrix-sustained-fraction") && error.contains("(0, 1]"), "{bad}: {error}");
+            assert!(
+                error.contains("matrix-sustained-fraction") && error.contains("(0, 1]"),
+                "{bad}: {error}"
+            );
         }
         let unsourced = good.replace("sm-count = 8", "sm-count = 8\nmatrix-sustained-fraction = 0.9");
         let error = DeviceCatalog::from_toml_str(&unsourced).unwrap_err().to_string();
         assert!(error.contains("matrix-sustained-source"), "{error}");
-        let sourced = unsourced.replace("sm-count = 8", "sm-count = 8\nmatrix-sustained-source = \"a measurement\"");
+        let sourced =
+            unsourced.replace("sm-count = 8", "sm-count = 8\nmatrix-sustained-source = \"a measurement\"");
         let catalog = DeviceCatalog::from_toml_str(&sourced).unwrap();
         let execution = catalog.get("toy").unwrap().execution.as_ref().unwrap();
         assert_eq!(execution.matrix_sustained_fraction, 0.9);
