@@ -243,10 +243,11 @@ pub struct Execution {
     pub matrix_dtypes: Vec<Dtype>,
     /// The share of the datasheet's matrix-unit rates (computed at the boost clock) that the
     /// device sustains through long dense products, 1 when not measured. A 400 W A100 running
-    /// Tensor Core GEMMs back to back sustains less than its 1410 MHz rate (its power limit
-    /// lowers the clock); the value comes from a public sustained measurement of a large product,
-    /// named in `matrix-sustained-source`. It scales every product on the matrix units
-    /// (`ComputeModel`'s GEMM ceiling), on top of `gemm-efficiency`.
+    /// Tensor Core GEMMs back to back sustains less than its rate at the 1410 MHz boost clock
+    /// (power capping and the library's kernels, not told apart by the measurement); the value
+    /// comes from a public sustained measurement of a large product, named in
+    /// `matrix-sustained-source`. It scales every product on the matrix units (`ComputeModel`'s
+    /// GEMM ceiling), on top of `gemm-efficiency`.
     #[serde(default = "one")]
     pub matrix_sustained_fraction: f64,
     /// Where `matrix-sustained-fraction` comes from (empty when it is 1).
