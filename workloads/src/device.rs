@@ -241,6 +241,18 @@ pub struct Execution {
     /// Dtypes whose products run on matrix units (Tensor Cores, Matrix Cores). Products in other
     /// dtypes run on the vector units, where convolution libraries also use Winograd kernels.
     pub matrix_dtypes: Vec<Dtype>,
+    /// The share of the datasheet's matrix-unit rates (computed at the boost clock) that the
+    /// device sustains through long dense products, 1 when not measured. A 400 W A100 running
+    /// Tensor Core GEMMs back to back sustains less than its rate at the 1410 MHz boost clock
+    /// (power capping and the library's kernels, not told apart by the measurement); the value
+    /// comes from a public sustained measurement of a large product, named in
+    /// `matrix-sustained-source`. It scales every product on the matrix units (`ComputeModel`'s
+    /// GEMM ceiling), on top of `gemm-efficiency`.
+    #[serde(default = "one")]
+    pub matrix_sustained_fraction: f64,
+    /// Where `matrix-sustained-fraction` comes from (empty when it is 1).
+    #[serde(default)]
+    pub matrix_sustained_source: String,
     /// Output tile shapes (rows x columns of the product one thread block computes) that the
     /// device's GEMM libraries choose from; empty means [`DEFAULT_TILES`].
     #[serde(default)]
@@ -288,6 +300,11 @@ pub const DEFAULT_TILES: [[u32; 2]; 13] = [
 /// output channels (CosmoFlow's first layer) fills half of each 128x32 tile, which cuBLAS's and
 /// CUTLASS's 128x16 GEMM tiles would not waste.
 pub const CONV_VECTOR_TILES: [[u32; 2]; 3] = [[128, 128], [128, 64], [128, 32]];
+
+/// Serde's default for [`Execution::matrix_sustained_fraction`]: the datasheet's rate.
+const fn one() -> f64 {
+    1.0
+}
 
 impl Execution {
     /// The tiles GEMMs choose from on this device.
@@ -403,6 +420,17 @@ impl DeviceSpec {
             }
             if execution.source.trim().is_empty() {
                 return Err(invalid("execution.source", "must name the document the numbers come from"));
+            }
+            let fraction = execution.matrix_sustained_fraction;
+            // Written so that NaN fails too.
+            if !(fraction > 0.0 && fraction <= 1.0) {
+                return Err(invalid("execution.matrix-sustained-fraction", "must be in (0, 1]"));
+            }
+            if fraction != 1.0 && execution.matrix_sustained_source.trim().is_empty() {
+                return Err(invalid(
+                    "execution.matrix-sustained-source",
+                    "must name the measurement `matrix-sustained-fraction` comes from",
+                ));
             }
         }
         if self.nvlink_bandwidth.is_some() && self.infinity_fabric_bandwidth.is_some() {
@@ -768,5 +796,43 @@ mod tests {
         let conv_tiles = execution.replace("sm-count = 0", "sm-count = 8\nconv-tiles = [[128, 0]]");
         let error = DeviceCatalog::from_toml_str(&conv_tiles).unwrap_err().to_string();
         assert!(error.contains("conv-tiles") && error.contains("positive"), "{error}");
+        // A sustained fraction must be in (0, 1] and name its measurement.
+        let good = execution.replace("sm-count = 0", "sm-count = 8");
+        let device = DeviceCatalog::from_toml_str(&good).unwrap();
+        let fraction = device.get("toy").unwrap().execution.as_ref().unwrap().matrix_sustained_fraction;
+        assert_eq!(fraction, 1.0, "the datasheet's rate unless measured");
+        for bad in ["0", "-0.5", "1.2", "nan"] {
+            let text =
+                good.replace("sm-count = 8", &format!("sm-count = 8\nmatrix-sustained-fraction = {bad}"));
+            let error = DeviceCatalog::from_toml_str(&text).unwrap_err().to_string();
+            assert!(
+                error.contains("matrix-sustained-fraction") && error.contains("(0, 1]"),
+                "{bad}: {error}"
+            );
+        }
+        let unsourced = good.replace("sm-count = 8", "sm-count = 8\nmatrix-sustained-fraction = 0.9");
+        let error = DeviceCatalog::from_toml_str(&unsourced).unwrap_err().to_string();
+        assert!(error.contains("matrix-sustained-source"), "{error}");
+        let sourced =
+            unsourced.replace("sm-count = 8", "sm-count = 8\nmatrix-sustained-source = \"a measurement\"");
+        let catalog = DeviceCatalog::from_toml_str(&sourced).unwrap();
+        let execution = catalog.get("toy").unwrap().execution.as_ref().unwrap();
+        assert_eq!(execution.matrix_sustained_fraction, 0.9);
+    }
+
+    /// Only the A100 80 GB has a measured sustained matrix rate; its fraction is below 1 and
+    /// names its source, every other device runs at its datasheet rate.
+    #[test]
+    fn sustained_matrix_fractions_are_sourced() {
+        let catalog = DeviceCatalog::builtin();
+        for device in catalog.devices() {
+            let Some(execution) = &device.execution else { continue };
+            let fraction = execution.matrix_sustained_fraction;
+            if device.name == "a100-sxm4-80gb" {
+                assert!(fraction < 1.0 && execution.matrix_sustained_source.contains("230 TFLOP/s"));
+            } else {
+                assert_eq!(fraction, 1.0, "{}", device.name);
+            }
+        }
     }
 }

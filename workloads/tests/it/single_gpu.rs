@@ -169,8 +169,9 @@ fn megatron_1_7b_micro_batch_on_one_a100() {
         optimizer * 1e3,
         accuracy * 100.0
     );
-    // Raised from 0.77 to 0.89 with Megatron's fp32 loss and optimizer passes (89.0%).
-    assert!(accuracy >= 0.89, "{accuracy}");
+    // Raised from 0.77 to 0.89 with Megatron's fp32 loss and optimizer passes (89.0%), to 0.92
+    // with the A100 80 GB's sustained matrix rate (`matrix-sustained-fraction`: 92.7%).
+    assert!(accuracy >= 0.92, "{accuracy}");
 }
 
 /// The shipped profiles on these steps, next to the defaults. Issue 12 asks that a profile fitted
