@@ -93,7 +93,7 @@ fn line_bars_and_heatmap_of_a_sweep() {
     );
     assert_contains(
         &svg,
-        &["cluster nodes", "cluster network link bandwidth", "iteration time (ms)", "28.06"],
+        &["cluster nodes", "cluster network link bandwidth", "iteration time (ms)", "28.53"],
     );
 
     let tp_pp = sweep(TP_PP, &dir, "tp-pp");
