@@ -711,14 +711,10 @@ fn communication_multiprocessors(import: &OperatorImport) -> Option<String> {
 /// bandwidth, so such a kernel's measured time is its fixed cost.
 const TINY_KERNEL_BYTES: f64 = 65_536.0;
 
-/// The median of `values` (the mean of the middle two for an even count); `None` if empty.
+/// The median of `values` (sorted in place; [`workloads::calibrate::median`]); `None` if empty.
 fn median(values: &mut [f64]) -> Option<f64> {
-    if values.is_empty() {
-        return None;
-    }
     values.sort_by(f64::total_cmp);
-    let n = values.len();
-    Some(if n % 2 == 1 { values[n / 2] } else { (values[n / 2 - 1] + values[n / 2]) / 2.0 })
+    (!values.is_empty()).then(|| workloads::calibrate::median(values))
 }
 
 /// The measured fixed cost of a kernel alone, beside NCCL kernels and beside copies: the median

@@ -906,7 +906,9 @@ fn grouped_errors(
     out
 }
 
-fn median(sorted: &[f64]) -> f64 {
+/// The median of `sorted` (ascending): the middle value, or the mean of the middle two; NaN
+/// when empty.
+pub fn median(sorted: &[f64]) -> f64 {
     match sorted.len() {
         0 => f64::NAN,
         n if n % 2 == 1 => sorted[n / 2],

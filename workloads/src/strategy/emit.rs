@@ -908,7 +908,8 @@ fn filter_copies(
         return Ok(None);
     };
     let output = alltoall.bytes.0 as f64;
-    let p = f64::from(strategy.parallelism.filter.max(1));
+    let blocks = strategy.parallelism.filter.max(1);
+    let p = f64::from(blocks);
     let copy = |bytes: f64, class| {
         strategy
             .compute
@@ -916,17 +917,16 @@ fn filter_copies(
             .map_err(|source| StrategyError::Compute { layer: layer.layer.name.clone(), source })
     };
     let elementwise = crate::layer::OpClass::Elementwise;
-    let forward = copy(2.0 * output, elementwise)?;
-    let flatten =
-        copy(2.0 * output / p, elementwise)?.checked_mul(u64::from(strategy.parallelism.filter.max(1)));
-    let flatten = flatten.map_err(|error| StrategyError::Compute {
-        layer: layer.layer.name.clone(),
-        source: ComputeError::Overflow(error),
+    // Reading and writing `Y` once: the forward's concat, the backward's hstack and stack.
+    let whole = copy(2.0 * output, elementwise)?;
+    let flatten = copy(2.0 * output / p, elementwise)?.checked_mul(u64::from(blocks)).map_err(|error| {
+        StrategyError::Compute { layer: layer.layer.name.clone(), source: ComputeError::Overflow(error) }
     })?;
     let backward = flatten
-        .saturating_add(copy(2.0 * output, elementwise)?)
-        .saturating_add(copy(2.0 * output, elementwise)?)
+        .saturating_add(whole)
+        .saturating_add(whole)
         .saturating_add(copy(output + output / p, crate::layer::OpClass::Reduction)?);
+    let forward = whole;
     Ok(Some((forward, backward)))
 }
 
