@@ -5,10 +5,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
+use scenario::simulation::simulate;
+use scenario::{QUICKSTART, Scenario};
 use serde::Serialize;
 use sim_core::fidelity::Fidelity;
-use workloads::scenario::{QUICKSTART, Scenario};
-use workloads::simulation::simulate;
 
 /// One benchmarked configuration.
 #[derive(Debug, Clone)]

@@ -816,9 +816,8 @@ fn check_profile(
     winograd: bool,
     any_device: bool,
 ) -> anyhow::Result<String> {
-    let (mut profile, _) = workloads::scenario::read_profile(name, Path::new(""))
-        .map_err(anyhow::Error::msg)
-        .context("--check")?;
+    let (mut profile, _) =
+        scenario::read_profile(name, Path::new("")).map_err(anyhow::Error::msg).context("--check")?;
     // As in a scenario: a profile describes one device type (or one with the same compute).
     let same_type = workloads::DeviceCatalog::builtin().same_type(&profile.device, device);
     if !same_type && !any_device {

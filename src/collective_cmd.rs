@@ -7,15 +7,15 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use rayon::prelude::*;
+use scenario::collective_bench::{
+    BenchPoint, BenchSettings, CollectiveBench, CollectiveBenchError, NamedCollective,
+};
 use serde::Serialize;
 use sim_core::fidelity::NetworkSettings;
 use sim_core::graph::{CollectiveAlgorithm, CollectiveKind};
 use sim_core::units::{Bytes, SimDuration};
-use workloads::collective_bench::{
-    BenchPoint, BenchSettings, CollectiveBench, CollectiveBenchError, NamedCollective,
-};
 
-use workloads::scenario::{Cluster, QUICKSTART};
+use scenario::{Cluster, QUICKSTART};
 
 /// What to measure.
 pub struct Options<'a> {

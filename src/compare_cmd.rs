@@ -5,8 +5,8 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use scenario::Scenario;
 use validation::compare::{Comparison, Row};
-use workloads::scenario::Scenario;
 
 /// `parasim compare`: returns the report (or JSON) to print.
 pub fn compare(trace: &Path, scenario: &Path, json: bool) -> anyhow::Result<String> {

@@ -5,8 +5,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::Context;
-use workloads::scenario::Scenario;
-use workloads::strategy::KernelTable;
+use scenario::Scenario;
+use strategies::KernelTable;
 
 /// The columns of the per-layer CSV.
 pub const LAYER_COLUMNS: &str = "stage,chunk,layer,name,kind,pass,runs_per_iteration,flops,kernel_time_s,flops_per_iteration,kernel_time_per_iteration_s";

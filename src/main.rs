@@ -22,7 +22,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
-use workloads::scenario::Scenario;
+use scenario::Scenario;
 
 /// Discrete-event simulator of distributed deep-learning training on GPU clusters.
 #[derive(Debug, Parser)]
@@ -325,10 +325,10 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                     eprintln!(
                         "no scenario given: running the built-in quickstart (scenarios/quickstart.toml)"
                     );
-                    Scenario::parse(workloads::scenario::QUICKSTART, Path::new("scenarios/quickstart.toml"))?
+                    Scenario::parse(scenario::QUICKSTART, Path::new("scenarios/quickstart.toml"))?
                 }
             };
-            let outcome = workloads::simulation::simulate(&scenario)?;
+            let outcome = scenario::simulation::simulate(&scenario)?;
             for warning in &outcome.summary.warnings {
                 eprintln!("warning: {}: {warning}", scenario.source);
             }

@@ -141,9 +141,9 @@ fn inspect_json(model: &Model, batch: u64) -> InspectJson {
 }
 
 /// A zoo model by name, or a model file by path relative to `base`
-/// (see [`workloads::scenario::load_model`]).
+/// (see [`scenario::load_model`]).
 pub fn load(model: &str, base: &Path) -> anyhow::Result<Model> {
-    workloads::scenario::load_model(model, base).map_err(anyhow::Error::msg)
+    scenario::load_model(model, base).map_err(anyhow::Error::msg)
 }
 
 fn render(model: &Model, batch: u64) -> String {

@@ -1,17 +1,17 @@
 //! `parasim plan`: the strategy oracle. Reads a cluster (any scenario file's `[cluster]`,
 //! `[compute]` and `[simulation]` tables), searches the ways of splitting a model over it
-//! (workloads::plan) and prints the best with the winner explained against the runner-up.
+//! (scenario::plan) and prints the best with the winner explained against the runner-up.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
+use scenario::plan::{Budget, Fixed, Objective, PlanOptions, PlanReport, Ranked};
+use scenario::simulation::Summary;
+use scenario::{Scenario, get_dotted, set_dotted_key};
 use serde::Serialize;
 use sim_core::units::SimDuration;
 use workloads::memory::Recompute;
-use workloads::plan::{Budget, Fixed, Objective, PlanOptions, PlanReport, Ranked};
-use workloads::scenario::{Scenario, get_dotted, set_dotted_key};
-use workloads::simulation::Summary;
 
 /// `parasim plan --model M --cluster CLUSTER.toml --gpus N ...`.
 #[derive(Debug, clap::Args)]
@@ -233,7 +233,7 @@ pub fn plan(args: &PlanArgs) -> anyhow::Result<String> {
     let options = PlanOptions {
         memory_headroom: args.memory_headroom,
         final_work_budget: (args.final_time_limit > 0)
-            .then(|| args.final_time_limit * workloads::plan::FLOW_WORK_PER_SECOND),
+            .then(|| args.final_time_limit * scenario::plan::FLOW_WORK_PER_SECOND),
         objective,
         top: args.top as usize,
         budget,
@@ -254,7 +254,7 @@ pub fn plan(args: &PlanArgs) -> anyhow::Result<String> {
         None if args.quiet => {}
         None => eprintln!("plan: {message}"),
     };
-    let report = pool.install(|| workloads::plan::plan_with_progress(&bases, &fixed, &options, &progress))?;
+    let report = pool.install(|| scenario::plan::plan_with_progress(&bases, &fixed, &options, &progress))?;
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
@@ -384,7 +384,7 @@ fn base_scenario(
     // Not set anywhere: bf16, or fp16 on devices without it.
     set_dotted_key(&mut table, "workload.precision", "bf16".into())?;
     let mut scenario = match Scenario::from_table(&table, file) {
-        Err(workloads::scenario::ScenarioError::Invalid { key, .. }) if key == "workload.precision" => {
+        Err(scenario::ScenarioError::Invalid { key, .. }) if key == "workload.precision" => {
             set_dotted_key(&mut table, "workload.precision", "fp16".into())?;
             Scenario::from_table(&table, file)?
         }
@@ -424,8 +424,8 @@ fn human(
         .iter()
         .map(|b| (u64::from(b.cluster.nodes) * u64::from(b.cluster.gpus_per_node)).to_string())
         .collect();
-    let sequence = workloads::strategy::shard::sequence_length(&base.model)
-        .map_or(String::new(), |s| format!(", sequence {s}"));
+    let sequence =
+        strategies::shard::sequence_length(&base.model).map_or(String::new(), |s| format!(", sequence {s}"));
     let _ = writeln!(
         out,
         "plan          {} on {} x {} ({} {unit}{} per node), global batch {}{sequence}, {}",
@@ -658,7 +658,7 @@ struct JsonPlan<'a> {
     budget: Option<Budget>,
     enumerated: u64,
     valid: u64,
-    rejected: &'a std::collections::BTreeMap<String, workloads::plan::Rejection>,
+    rejected: &'a std::collections::BTreeMap<String, scenario::plan::Rejection>,
     screened: u64,
     bounded_out: u64,
     final_fidelity: &'static str,

@@ -180,7 +180,7 @@ pub fn write_chart(chart: &Chart, format: Format, size: Size, path: &Path) -> an
 /// A sweep's swept columns: those between `index` and the metrics, which follow them sorted
 /// by name (a swept key may share a metric's name, like `cluster.nodes`).
 fn swept_columns(table: &Table) -> Vec<String> {
-    let metrics = workloads::sweep::metric_columns();
+    let metrics = scenario::sweep::metric_columns();
     let columns: Vec<&String> =
         table.columns.iter().filter(|c| !matches!(c.as_str(), "index" | "status" | "error")).collect();
     let is_metric_block = |block: &[&String]| {

@@ -3,7 +3,7 @@
 use sim_core::units::{Bytes, SimDuration};
 use std::fmt::Write as _;
 
-use workloads::simulation::Outcome;
+use scenario::simulation::Outcome;
 
 /// The summary as the text `parasim run` prints.
 pub fn human(outcome: &Outcome) -> String {

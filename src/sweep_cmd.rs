@@ -1,5 +1,5 @@
 //! `parasim sweep`: runs a sweep's configurations on every core and streams the rows in
-//! configuration order (workloads::sweep), resumes a cut-short output, runs one shard of a
+//! configuration order (scenario::sweep), resumes a cut-short output, runs one shard of a
 //! job array, and merges shard outputs (docs/sweep.md, docs/slurm.md).
 
 use std::collections::BTreeMap;
@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressStyle};
-use workloads::sweep::output::{self, Format, Header, Shard};
-use workloads::sweep::{Status, Sweep};
+use scenario::sweep::output::{self, Format, Header, Shard};
+use scenario::sweep::{Status, Sweep};
 
 /// `parasim sweep SWEEP.toml ...` or `parasim sweep merge OUT SHARD...`.
 #[derive(Debug, clap::Args)]
@@ -186,7 +186,7 @@ fn run(args: &RunArgs) -> anyhow::Result<()> {
             .with_context(|| format!("{}: name the output .csv or .jsonl", out.display()))?,
         None => Format::Csv,
     };
-    let metrics = workloads::sweep::metric_columns();
+    let metrics = scenario::sweep::metric_columns();
     let keep: Vec<usize> = if args.columns.is_empty() {
         (0..metrics.len()).collect()
     } else {

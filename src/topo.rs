@@ -8,7 +8,7 @@ use anyhow::Context;
 use serde::Serialize;
 use topology::{IntraNode, Topology};
 
-use workloads::scenario::Cluster;
+use scenario::Cluster;
 
 /// The intra-node interconnect, for `--json`.
 #[derive(Debug, Serialize)]

@@ -16,7 +16,7 @@ use topology::ClusterSpec;
 use traces::replay::{Comparison, Replay};
 use validation::replay::{ReplayRequest, ReplayRun, abbreviate};
 
-use workloads::scenario::Cluster;
+use scenario::Cluster;
 
 /// What `parasim replay` was asked.
 #[derive(Debug, Clone)]
@@ -323,13 +323,13 @@ pub fn convert(inputs: &[PathBuf], output: &Path) -> anyhow::Result<String> {
 }
 
 /// Writes a `parasim run` timeline for `--trace`, and says so on stderr.
-pub fn export_run(outcome: &workloads::simulation::Outcome, path: &Path) -> anyhow::Result<()> {
+pub fn export_run(outcome: &scenario::simulation::Outcome, path: &Path) -> anyhow::Result<()> {
     let spans: Vec<traces::chrome::Span> = outcome
         .spans
         .iter()
         .map(|s| traces::chrome::Span {
             rank: s.rank,
-            stream: workloads::strategy::COMPUTE_STREAM,
+            stream: strategies::COMPUTE_STREAM,
             name: s.name.clone(),
             first: s.first,
             last: s.last,
@@ -338,16 +338,17 @@ pub fn export_run(outcome: &workloads::simulation::Outcome, path: &Path) -> anyh
     let names = |rank: sim_core::graph::RankId| {
         outcome.rank_names.get(rank.0 as usize).cloned().unwrap_or_else(|| format!("rank {}", rank.0))
     };
-    let streams = |_: sim_core::graph::RankId, stream: sim_core::graph::StreamId| {
-        match workloads::strategy::group_of_stream(stream) {
-            None if stream == workloads::strategy::HOST_STREAM => "host (kernel launches)".to_string(),
+    let streams =
+        |_: sim_core::graph::RankId, stream: sim_core::graph::StreamId| match strategies::group_of_stream(
+            stream,
+        ) {
+            None if stream == strategies::HOST_STREAM => "host (kernel launches)".to_string(),
             None => "compute".to_string(),
-            Some(kind) if stream == workloads::strategy::GATHER_STREAM => {
+            Some(kind) if stream == strategies::GATHER_STREAM => {
                 format!("{} (parameter gathers)", kind.name())
             }
             Some(kind) => format!("{} communication", kind.name()),
-        }
-    };
+        };
     let file = fs_err::File::create(path)?;
     let stats = traces::chrome::ChromeTrace::new(&outcome.graph, &outcome.timeline)
         .with_stream_names(&streams)
@@ -369,14 +370,14 @@ pub fn export_run(outcome: &workloads::simulation::Outcome, path: &Path) -> anyh
 #[cfg(test)]
 mod tests {
     use super::*;
-    use workloads::scenario::{QUICKSTART, Scenario};
+    use scenario::{QUICKSTART, Scenario};
 
     /// `parasim run --trace`: the file is valid Chrome trace JSON with every op of the run
     /// exactly once, at its simulated times.
     #[test]
     fn run_trace_export_matches_the_run() {
         let scenario = Scenario::parse(QUICKSTART, Path::new("scenarios/quickstart.toml")).unwrap();
-        let outcome = workloads::simulation::simulate(&scenario).unwrap();
+        let outcome = scenario::simulation::simulate(&scenario).unwrap();
         let path = std::env::temp_dir().join(format!("parasim-run-trace-{}.json", std::process::id()));
         export_run(&outcome, &path).unwrap();
         let json: serde_json::Value = serde_json::from_slice(&fs_err::read(&path).unwrap()).unwrap();

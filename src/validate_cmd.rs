@@ -157,7 +157,7 @@ pub fn validate(args: &ValidateArgs) -> anyhow::Result<String> {
     }
     let mut profiles = Vec::new();
     for name in &args.profiles {
-        let (profile, label) = workloads::scenario::read_profile(name, Path::new("."))
+        let (profile, label) = scenario::read_profile(name, Path::new("."))
             .map_err(|error| anyhow::anyhow!("--profile {name}: {error}"))?;
         let name = if Path::new(name).exists() {
             fs_err::canonicalize(name).with_context(|| format!("--profile {name}"))?.display().to_string()

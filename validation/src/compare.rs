@@ -22,6 +22,8 @@
 
 use std::collections::BTreeMap;
 
+use scenario::Scenario;
+use scenario::simulation::{Outcome, SimulationError, simulate};
 use serde::Serialize;
 use sim_core::graph::{CollectiveKind, OpKind};
 use topology::Topology;
@@ -29,8 +31,6 @@ use traces::Trace;
 use traces::model::{CollectiveType, GpuOp, GpuOpKind, RankTrace};
 use traces::replay::{ReplayOptions, relative_error};
 use workloads::layer::LayerKind;
-use workloads::scenario::Scenario;
-use workloads::simulation::{Outcome, SimulationError, simulate};
 
 /// A trace and a scenario could not be compared.
 #[derive(Debug, thiserror::Error)]
@@ -386,7 +386,7 @@ pub fn compare(trace: &Trace, trace_name: &str, scenario: &Scenario) -> Result<C
             model: scenario.model.name.clone(),
             gpus,
             device: scenario.device.display_name.clone(),
-            parallelism: workloads::simulation::describe_parallelism(p),
+            parallelism: strategies::describe_parallelism(p),
             zero: p.zero,
             iterations: scenario.iterations,
             simulated_ranks: simulated.ranks,
@@ -543,7 +543,7 @@ fn simulated_work(scenario: &Scenario, outcome: &Outcome) -> Work {
     let mut collectives: BTreeMap<&'static str, (u64, u128)> = BTreeMap::new();
     let mut has_ops = vec![false; graph.ranks() as usize];
     for (index, op) in graph.ops().iter().enumerate() {
-        if workloads::strategy::is_host(op) {
+        if strategies::is_host(op) {
             continue;
         }
         if let Some(slot) = has_ops.get_mut(op.rank.0 as usize) {

@@ -14,7 +14,7 @@
 //! ```no_run
 //! use std::path::{Path, PathBuf};
 //! let loaded = traces::load(&[PathBuf::from("dlrm_kineto/")])?;
-//! let scenario = workloads::scenario::Scenario::load(Path::new("scenarios/dlrm-8xv100.toml"))?;
+//! let scenario = scenario::Scenario::load(Path::new("scenarios/dlrm-8xv100.toml"))?;
 //! let comparison = validation::compare::compare(&loaded.trace, "dlrm_kineto/", &scenario)?;
 //! for row in &comparison.kernels {
 //!     println!("{}: measured {:.3} ms, simulated {:.3} ms", row.name, row.measured_s * 1e3, row.simulated_s * 1e3);

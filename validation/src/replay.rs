@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use scenario::Cluster;
 use sim_core::exec::{ExecError, Timeline};
 use sim_core::fidelity::NetworkSettings;
 use sim_core::protocol::ProtocolChoice;
@@ -12,7 +13,6 @@ use sim_core::units::{Bandwidth, SimDuration};
 use topology::{ClusterSpec, IntraNode, LinkSpec, NetworkSpec, Topology, TopologyError};
 use traces::replay::{Comparison, Replay, ReplayOptions};
 use traces::{Loaded, TraceError};
-use workloads::scenario::Cluster;
 use workloads::{Device, DeviceCatalog};
 
 /// Defaults of the cluster inferred from a trace; docs/traces.md lists them.

@@ -4,14 +4,14 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use scenario::collective_bench::{BenchSettings, CollectiveBench};
+use scenario::simulation::{StrategySummary, Summary, simulate};
+use scenario::{Cluster, Scenario, merge, set_dotted};
 use serde::Serialize;
 use sim_core::fidelity::{Fidelity, NetworkSettings};
 use sim_core::graph::CollectiveAlgorithm;
 use sim_core::protocol::ProtocolChoice;
 use sim_core::units::{Bytes, SimDuration, SimTime};
-use workloads::collective_bench::{BenchSettings, CollectiveBench};
-use workloads::scenario::{Cluster, Scenario, merge, set_dotted};
-use workloads::simulation::{StrategySummary, Summary, simulate};
 use workloads::{ComputeModel, DeviceCatalog, Dtype};
 
 use crate::case::{CaseEntry, Family, Kind, Paths, check_honesty};

@@ -13,13 +13,11 @@
 //! - [`aten`]: FLOPs, bytes, class and rate dtype of a profiled PyTorch operator, for calibration.
 //! - [`memory`]: what one device holds (weights, gradients, optimizer state, activations,
 //!   buffers) under a sharding, with or without recomputation, and whether it fits.
-//! - [`scenario`]: the scenario file format, validated into a [`scenario::Scenario`];
-//!   [`simulation::simulate`] runs one and summarises it (what `run`, `validate`, `sweep` and
-//!   `plan` share).
 //!
-//! No event loop lives here (the engine is `sim-core`'s). Only [`scenario`] reads files: the
-//! scenario and the model files and profiles it names; the rest takes text (the built-in device
-//! catalog and model zoo are compiled in).
+//! How a model is split over a cluster and lowered to an execution graph is the `strategies`
+//! crate's; scenario files, `simulate`, sweeps and the planner are the `scenario` crate's.
+//! Nothing here reads a file, starts a thread or runs the engine: every function takes text or
+//! values (the built-in device catalog and model zoo are compiled in).
 //!
 //! ```
 //! use workloads::{ComputeModel, DeviceCatalog, Dtype, Pass, zoo};
@@ -40,7 +38,6 @@
 
 pub mod aten;
 pub mod calibrate;
-pub mod collective_bench;
 pub mod compute;
 pub mod deepbench;
 pub mod device;
@@ -54,11 +51,6 @@ pub mod memory;
 pub mod model;
 mod model_file;
 pub mod optimizer;
-pub mod plan;
-pub mod scenario;
-pub mod simulation;
-pub mod strategy;
-pub mod sweep;
 pub mod zoo;
 
 pub use compute::{ComputeError, ComputeModel, KernelWork, OptimizerStep};

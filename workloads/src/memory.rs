@@ -372,42 +372,6 @@ impl ActivationBytes {
     }
 }
 
-/// The numbered block a layer belongs to: its name up to the first numeric component
-/// (`layers.3.attention.qkv` -> `layers.3`), or `None` (stem and head layers).
-fn block_of(name: &str) -> Option<&str> {
-    let mut end = 0;
-    for part in name.split('.') {
-        end += part.len();
-        if !part.is_empty() && part.bytes().all(|byte| byte.is_ascii_digit()) {
-            return Some(&name[..end]);
-        }
-        end += 1; // the dot
-    }
-    None
-}
-
-/// The block of every layer, numbered in order: [`block_of`] its name, if at least two
-/// consecutive layers share it (a "block" of one layer, such as VGG's `features.3`, is an
-/// ordinary layer). Consecutive layers are in the same block when their numbers are equal.
-/// Parsed once per model ([`Model::blocks`] keeps it).
-pub(crate) fn block_ids(model: &Model) -> Vec<Option<u32>> {
-    let names: Vec<Option<&str>> = model.layers.iter().map(|layer| block_of(&layer.name)).collect();
-    let mut ids: Vec<Option<u32>> = Vec::with_capacity(names.len());
-    let mut count = 0u32;
-    for index in 0..names.len() {
-        let shared = (index > 0 && names[index - 1] == names[index])
-            || names.get(index + 1).is_some_and(|next| *next == names[index]);
-        ids.push(names[index].filter(|_| shared).map(|_| {
-            // A new block unless the previous layer is in this one.
-            if !(index > 0 && ids[index - 1].is_some() && names[index - 1] == names[index]) {
-                count += 1;
-            }
-            count - 1
-        }));
-    }
-    ids
-}
-
 /// A view: the output is the input's storage.
 fn is_view(kind: &LayerKind) -> bool {
     matches!(kind, LayerKind::Flatten | LayerKind::Reshape { .. } | LayerKind::Slice { .. })
@@ -551,7 +515,7 @@ impl MemoryPlan<'_> {
     /// first one's input), as a pipeline chunk holds them: the same as a [`Model`] of those
     /// layers, without copying them. A block cut by the range's ends counts where at least two
     /// of its layers are inside, as in such a model.
-    pub(crate) fn activations_of(&self, range: Range<usize>) -> ActivationBytes {
+    pub fn activations_of(&self, range: Range<usize>) -> ActivationBytes {
         let all = self.model.blocks();
         let blocks: Vec<Option<u32>> = range
             .clone()
@@ -830,12 +794,12 @@ mod tests {
 
     #[test]
     fn blocks_are_the_name_up_to_its_first_number() {
-        assert_eq!(block_of("layers.3.attention.qkv"), Some("layers.3"));
-        assert_eq!(block_of("layer1.0.conv1"), Some("layer1.0"));
-        assert_eq!(block_of("features.12"), Some("features.12"));
-        assert_eq!(block_of("conv1"), None);
-        assert_eq!(block_of("Mixed_5b.branch1x1.conv"), None);
-        assert_eq!(block_of("embedding.dropout"), None);
+        assert_eq!(crate::model::structure::block_of("layers.3.attention.qkv"), Some("layers.3"));
+        assert_eq!(crate::model::structure::block_of("layer1.0.conv1"), Some("layer1.0"));
+        assert_eq!(crate::model::structure::block_of("features.12"), Some("features.12"));
+        assert_eq!(crate::model::structure::block_of("conv1"), None);
+        assert_eq!(crate::model::structure::block_of("Mixed_5b.branch1x1.conv"), None);
+        assert_eq!(crate::model::structure::block_of("embedding.dropout"), None);
     }
 
     #[test]
@@ -883,7 +847,8 @@ mod tests {
     fn block_numbers_follow_the_names() {
         let model = zoo::by_name("resnet50").unwrap();
         let blocks = model.blocks();
-        let names: Vec<Option<&str>> = model.layers.iter().map(|l| block_of(&l.name)).collect();
+        let names: Vec<Option<&str>> =
+            model.layers.iter().map(|l| crate::model::structure::block_of(&l.name)).collect();
         assert_eq!(blocks.iter().flatten().max(), Some(&15), "16 bottlenecks");
         for index in 1..blocks.len() {
             if blocks[index].is_some() && blocks[index - 1].is_some() {

@@ -3,12 +3,14 @@
 //! (format in `docs/models.md`).
 
 use std::collections::BTreeMap;
-use std::ops::Range;
-use std::sync::{Arc, OnceLock};
 
 use serde::Serialize;
 
 use crate::layer::{Layer, LayerError, LayerKind, Shape};
+
+pub(crate) mod structure;
+
+use structure::StructureCache;
 
 /// A model could not be built, read or found.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -116,29 +118,6 @@ pub struct Model {
     pub(crate) structure: StructureCache,
 }
 
-/// Where each layer sits in the model's numbered blocks, and the units a pipeline cuts
-/// between: derived from the layers alone (their names and parameters).
-#[derive(Debug, PartialEq)]
-pub(crate) struct Structure {
-    /// The numbered block of every layer (`Some(block index)` inside one), see
-    /// `memory::block_ids`.
-    pub(crate) blocks: Vec<Option<u32>>,
-    /// `strategy::shard::pipeline_units`.
-    pub(crate) units: Vec<Range<usize>>,
-}
-
-/// A model's [`Structure`], computed once. The layers must not change after the first query
-/// (models are built by [`ModelBuilder`] and not edited afterwards); debug builds check it.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct StructureCache(OnceLock<Arc<Structure>>);
-
-impl PartialEq for StructureCache {
-    /// A cache: equal models are equal whatever it holds.
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
 impl Model {
     /// Learned parameters of all layers (tied weights counted once).
     pub fn parameters(&self) -> u64 {
@@ -176,26 +155,6 @@ impl Model {
     pub fn layer(&self, name: &str) -> Option<&Layer> {
         self.layers.iter().find(|layer| layer.name == name)
     }
-
-    /// The model's block structure, parsed from the layer names once.
-    pub(crate) fn structure(&self) -> &Structure {
-        let structure = self.structure.0.get_or_init(|| Arc::new(Structure::of(self)));
-        debug_assert_eq!(**structure, Structure::of(self), "model {}: layers changed after use", self.name);
-        structure
-    }
-
-    /// The numbered block of every layer: `Some(block index)` inside one.
-    pub(crate) fn blocks(&self) -> &[Option<u32>] {
-        &self.structure().blocks
-    }
-}
-
-impl Structure {
-    fn of(model: &Model) -> Structure {
-        let blocks = crate::memory::block_ids(model);
-        let units = crate::strategy::shard::units_of(model, &blocks);
-        Structure { blocks, units }
-    }
 }
 
 /// The most layers a model may have: 1,000 times the deepest network trained so far, and
@@ -220,6 +179,21 @@ pub struct ModelBuilder {
     model: Model,
     current: Shape,
     index: BTreeMap<String, usize>,
+}
+
+impl Model {
+    /// A model of already-built layers (a rank's local shapes, say), keeping `name` and
+    /// `family`, with no description. The layers are taken as given: shapes are not re-checked.
+    pub fn from_layers(name: String, family: String, input: Shape, layers: Vec<Layer>) -> Model {
+        Model {
+            name,
+            family,
+            description: String::new(),
+            input,
+            layers,
+            structure: StructureCache::default(),
+        }
+    }
 }
 
 impl ModelBuilder {

@@ -5,16 +5,11 @@
 
 mod aten;
 mod deepbench;
-mod filter_keys;
-mod fuzz;
-mod input;
 mod korthikanti;
 mod memory;
 mod model_files;
 mod paradl;
 mod published;
-mod single_gpu;
-mod timing;
 
 use workloads::{ComputeModel, DeviceCatalog, Pass, zoo};
 

@@ -6,8 +6,8 @@
 use std::path::Path;
 
 use proptest::prelude::*;
+use scenario::Scenario;
 use workloads::Model;
-use workloads::scenario::Scenario;
 
 const QUICKSTART: &str = include_str!("../../../scenarios/quickstart.toml");
 const GPT3: &str = include_str!("../../../scenarios/gpt3-175b-1024.toml");

@@ -9,10 +9,10 @@ use sim_core::graph::CollectiveAlgorithm;
 use topology::{ClusterSpec, IntraNode, LinkId, LinkSpec, NetworkSpec, Tier, Topology};
 
 use super::*;
-use crate::compute::ComputeModel;
-use crate::device::{DeviceCatalog, Dtype};
-use crate::layer::{LayerKind, Shape};
-use crate::model::ModelBuilder;
+use workloads::compute::ComputeModel;
+use workloads::device::{DeviceCatalog, Dtype};
+use workloads::layer::{LayerKind, Shape};
+use workloads::model::ModelBuilder;
 
 /// `nodes` servers of `gpus` GPUs, each GPU with its own NIC on one switch and a host link.
 fn cluster(nodes: u32, gpus: u32) -> Topology {
@@ -61,7 +61,7 @@ fn small_cnn() -> Model {
                     out_channels: *channels,
                     kernel: vec![3, 3],
                     stride: vec![1, 1],
-                    padding: crate::layer::Padding::Symmetric(vec![1, 1]),
+                    padding: workloads::layer::Padding::Symmetric(vec![1, 1]),
                     dilation: vec![1, 1],
                     groups: 1,
                     bias: false,
@@ -69,7 +69,7 @@ fn small_cnn() -> Model {
             )
             .unwrap();
         builder
-            .layer(format!("relu{i}"), LayerKind::Activation { function: crate::layer::Activation::Relu })
+            .layer(format!("relu{i}"), LayerKind::Activation { function: workloads::layer::Activation::Relu })
             .unwrap();
     }
     builder.layer("flatten", LayerKind::Flatten).unwrap();

@@ -10,11 +10,11 @@
 //!
 //! ```
 //! use std::path::Path;
-//! use workloads::sweep::{Status, Sweep};
+//! use scenario::sweep::{Status, Sweep};
 //!
 //! let text = format!(
 //!     "{}\n[axes]\n\"cluster.nodes\" = [1, 2]\n[derived]\n\"parallelism.data\" = \"gpus\"\n",
-//!     workloads::scenario::QUICKSTART.replace("[cluster", "[base.cluster")
+//!     scenario::QUICKSTART.replace("[cluster", "[base.cluster")
 //!         .replace("[workload]", "[base.workload]").replace("[parallelism]", "[base.parallelism]")
 //!         .replace("[simulation]", "[base.simulation]"),
 //! );
@@ -33,12 +33,12 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::memory::MemoryError;
-use crate::scenario::{
+use crate::simulation::{SimulationError, Summary, simulate};
+use crate::{
     InlineValue, Scenario, ScenarioError, dotted_leaves, get_dotted, merge, numeric_defaults, set_dotted_key,
 };
-use crate::simulation::{SimulationError, Summary, simulate};
 use expr::{Expression, Value};
+use workloads::memory::MemoryError;
 
 /// The most configurations one sweep may have: past it, a typo in a range (a step of 1 where 1024
 /// was meant) would run for days.
@@ -229,7 +229,7 @@ impl Sweep {
         let spec: SweepSpec = serde_path_to_error::deserialize(deserializer).map_err(|error| {
             let key = error.path().to_string();
             let message = error.into_inner().to_string();
-            let key = crate::scenario::missing_top_level_table(&key, &message).unwrap_or(key);
+            let key = crate::missing_top_level_table(&key, &message).unwrap_or(key);
             key_error(&key, message.trim().to_string())
         })?;
         let order = key_order(text);

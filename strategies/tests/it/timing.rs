@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use workloads::strategy::{Parallelism, Strategy};
+use strategies::{Parallelism, Strategy};
 use workloads::{ComputeModel, DeviceCatalog, Dtype, Optimizer, Recompute, zoo};
 
 /// The fastest of `runs` calls of `f`.

@@ -28,9 +28,9 @@
 use sim_core::graph::CollectiveKind;
 use sim_core::units::Bytes;
 
-use crate::device::Dtype;
-use crate::layer::{Layer, LayerError, LayerKind, Shape};
-use crate::model::Model;
+use workloads::device::Dtype;
+use workloads::layer::{Layer, LayerError, LayerKind, Shape};
+use workloads::model::Model;
 
 /// A communicator kind: which parallel dimension a collective or transfer belongs to (the
 /// report's breakdown of exposed communication is by these).
@@ -220,39 +220,6 @@ pub enum ShardError {
 
 fn invalid(key: &'static str, message: String) -> ShardError {
     ShardError::Invalid { key, message }
-}
-
-/// The units a pipeline partition cuts between, as layer ranges covering the model: each
-/// numbered block (transformer layer, residual block) with the stem joined to the first and
-/// the head to the last; in a model without blocks (VGG, AlexNet: a plain sequence of layers,
-/// as GPipe and HyPar-Flow partition them) each layer with parameters and the parameter-free
-/// layers after it (activation, pooling, dropout). Computed once per model.
-pub fn pipeline_units(model: &Model) -> &[std::ops::Range<usize>] {
-    &model.structure().units
-}
-
-/// [`pipeline_units`] of `model`, whose layers are in the numbered `blocks`.
-pub(crate) fn units_of(model: &Model, blocks: &[Option<u32>]) -> Vec<std::ops::Range<usize>> {
-    let layers = model.layers.len();
-    let count = blocks.iter().flatten().max().map_or(0, |&b| b as usize + 1);
-    let mut starts: Vec<usize> = if count > 0 {
-        let mut starts = vec![usize::MAX; count];
-        for (index, block) in blocks.iter().enumerate() {
-            if let Some(b) = block
-                && starts[*b as usize] == usize::MAX
-            {
-                starts[*b as usize] = index;
-            }
-        }
-        starts
-    } else {
-        (0..layers).filter(|&index| model.layers[index].cost.params > 0).collect()
-    };
-    if starts.is_empty() {
-        starts.push(0);
-    }
-    starts[0] = 0;
-    (0..starts.len()).map(|u| starts[u]..if u + 1 < starts.len() { starts[u + 1] } else { layers }).collect()
 }
 
 /// The vocabulary of the model's input embedding, if it has one.
@@ -685,7 +652,7 @@ pub fn local_layers(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::zoo;
+    use workloads::zoo;
 
     fn split(tensor: u32, sequence_parallel: bool) -> Split {
         Split {

@@ -4,22 +4,22 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::calibrate::Profile;
-use crate::fusion::Fusion;
-use crate::groupbn::BatchNormGroup;
-use crate::input::{InputCopy, InputPipeline, Loader};
-use crate::strategy::{GradientSync, Offload, Parallelism, PipelineSchedule, RankOrder};
-use crate::{
-    ComputeModel, Device, DeviceCatalog, Dtype, GradientAccumulation, Model, ModelError, Optimizer,
-    OptimizerPasses, Recompute, zoo,
-};
 use serde::Deserialize;
 use sim_core::fidelity::{Fidelity, NetworkSettings};
 use sim_core::graph::{CollectiveAlgorithm, CollectiveKind};
 use sim_core::protocol::ProtocolChoice;
 use sim_core::tuner::GpuGeneration;
 use sim_core::units::{Bandwidth, Bytes, SimDuration};
+use strategies::{GradientSync, Offload, Parallelism, PipelineSchedule, RankOrder};
 use topology::{ClusterSpec, IntraNode, LinkSpec, Topology, TopologyError};
+use workloads::calibrate::Profile;
+use workloads::fusion::Fusion;
+use workloads::groupbn::BatchNormGroup;
+use workloads::input::{InputCopy, InputPipeline, Loader};
+use workloads::{
+    ComputeModel, Device, DeviceCatalog, Dtype, GradientAccumulation, Model, ModelError, Optimizer,
+    OptimizerPasses, Recompute, zoo,
+};
 
 mod network;
 mod overrides;
@@ -192,7 +192,7 @@ struct WorkloadSection {
     input: Option<InputSection>,
 }
 
-/// `[workload.input]`: the data loader (see [`crate::input`]).
+/// `[workload.input]`: the data loader (see [`workloads::input`]).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct InputSection {
@@ -372,8 +372,8 @@ pub struct Scenario {
 
 impl Scenario {
     /// The strategy of this scenario, ready to lower.
-    pub fn strategy(&self) -> crate::strategy::Strategy<'_> {
-        crate::strategy::Strategy {
+    pub fn strategy(&self) -> strategies::Strategy<'_> {
+        strategies::Strategy {
             model: &self.model,
             device: &self.device,
             compute: &self.compute,
@@ -422,9 +422,7 @@ impl Scenario {
     }
 }
 
-/// The most iterations one run simulates: the graph holds every iteration at once, so memory
-/// and time grow with the count, while the mean iteration time settles after two or three.
-pub const MAX_ITERATIONS: u32 = 100;
+pub use strategies::MAX_ITERATIONS;
 
 /// The validated `[cluster]` table: what `parasim topo` needs, and the first part of a
 /// scenario.
@@ -691,12 +689,12 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
     let precision: Dtype = workload
         .precision
         .parse()
-        .map_err(|error: crate::DeviceError| invalid("workload.precision", error.to_string()))?;
+        .map_err(|error: workloads::DeviceError| invalid("workload.precision", error.to_string()))?;
     device.peak(precision).map_err(|error| invalid("workload.precision", error.to_string()))?;
     let gradient_precision: Dtype = workload
         .gradient_precision
         .parse()
-        .map_err(|error: crate::DeviceError| invalid("workload.gradient-precision", error.to_string()))?;
+        .map_err(|error: workloads::DeviceError| invalid("workload.gradient-precision", error.to_string()))?;
     let optimizer: Optimizer =
         workload.optimizer.parse().map_err(|error| invalid("workload.optimizer", error))?;
     let recompute: Recompute = match &workload.recompute {
@@ -835,7 +833,7 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
         input,
     };
     scenario.strategy().check().map_err(|error| match error {
-        crate::strategy::StrategyError::Invalid { key, message } => invalid(key, message),
+        strategies::StrategyError::Invalid { key, message } => invalid(key, message),
         other => invalid("parallelism", other.to_string()),
     })?;
     Ok(scenario)
@@ -844,16 +842,16 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
 /// `parallelism.batch-norm-group`: how many GPUs of a server share each batch norm's
 /// statistics (NVIDIA's `BN_GROUP`), and the cost of one peer exchange on this cluster: NCCL's
 /// LL hop latency inside a server for the cluster's NCCL release (`hwLat`, NVLink or PCIe),
-/// at the intra-node link's rate ([`crate::groupbn`]).
+/// at the intra-node link's rate ([`workloads::groupbn`]).
 fn batch_norm_group(
     size: u32,
     cluster: &ClusterSpec,
-    model: &crate::model::Model,
+    model: &workloads::model::Model,
     parallelism: &Parallelism,
     invalid: &dyn Fn(&str, String) -> ScenarioError,
 ) -> Result<BatchNormGroup, ScenarioError> {
     let key = "parallelism.batch-norm-group";
-    if !crate::groupbn::VALID_SIZES.contains(&size) {
+    if !workloads::groupbn::VALID_SIZES.contains(&size) {
         return Err(invalid(
             key,
             format!(
@@ -864,7 +862,7 @@ fn batch_norm_group(
     if size == 1 {
         return Ok(BatchNormGroup::NONE);
     }
-    if !model.layers.iter().any(|layer| layer.kind == crate::layer::LayerKind::BatchNorm) {
+    if !model.layers.iter().any(|layer| layer.kind == workloads::layer::LayerKind::BatchNorm) {
         return Err(invalid(
             key,
             format!(
@@ -936,8 +934,8 @@ fn cnn_staging(
     parallelism: &Parallelism,
     gpus_per_node: u32,
     invalid: &dyn Fn(&str, String) -> ScenarioError,
-) -> Result<Option<crate::strategy::HostStaging>, ScenarioError> {
-    use crate::strategy::CnnTransport;
+) -> Result<Option<strategies::HostStaging>, ScenarioError> {
+    use strategies::CnnTransport;
     let transport: CnnTransport =
         section.cnn_transport.parse().map_err(|message| invalid("parallelism.cnn-transport", message))?;
     let degree = parallelism.cnn_degree();
@@ -968,7 +966,7 @@ fn cnn_staging(
             "parallelism.cnn-staging-rate",
             format!("is {rate}: give at least 1 MB/s (a host round trip of GPU buffers)"),
         )),
-        (_, Some(rate)) => Ok(crate::strategy::HostStaging::new(transport, rate, degree, gpus_per_node)),
+        (_, Some(rate)) => Ok(strategies::HostStaging::new(transport, rate, degree, gpus_per_node)),
     }
 }
 
@@ -985,7 +983,7 @@ fn spatial_until(
             "applies to spatial parallelism only: set parallelism.spatial above 1 (or remove the key)".into(),
         ));
     }
-    let end = crate::strategy::cnn::automatic_spatial_end(model);
+    let end = strategies::cnn::automatic_spatial_end(model);
     let splittable: Vec<&str> = model.layers[..end].iter().map(|layer| layer.name.as_str()).collect();
     let valid = match (splittable.first(), splittable.last()) {
         (Some(first), Some(last)) => format!("a layer from {first} to {last}"),
@@ -1074,11 +1072,11 @@ fn parallelism(
             return Err(invalid(key, "must be at least 1, got 0".into()));
         }
     }
-    let spatial_dims: crate::strategy::SpatialDims =
+    let spatial_dims: strategies::SpatialDims =
         section.spatial_dims.parse().map_err(|message| invalid("parallelism.spatial-dims", message))?;
-    let spatial_halos: crate::strategy::SpatialHalos =
+    let spatial_halos: strategies::SpatialHalos =
         section.spatial_halos.parse().map_err(|message| invalid("parallelism.spatial-halos", message))?;
-    if spatial_halos != crate::strategy::SpatialHalos::EveryWindow && section.spatial < 2 {
+    if spatial_halos != strategies::SpatialHalos::EveryWindow && section.spatial < 2 {
         return Err(invalid(
             "parallelism.spatial-halos",
             format!(
@@ -1087,8 +1085,7 @@ fn parallelism(
             ),
         ));
     }
-    if spatial_halos == crate::strategy::SpatialHalos::PaddedPooling
-        && spatial_dims != crate::strategy::SpatialDims::H
+    if spatial_halos == strategies::SpatialHalos::PaddedPooling && spatial_dims != strategies::SpatialDims::H
     {
         return Err(invalid(
             "parallelism.spatial-halos",
@@ -1099,9 +1096,9 @@ fn parallelism(
             ),
         ));
     }
-    let filter_backward: crate::strategy::FilterBackward =
+    let filter_backward: strategies::FilterBackward =
         section.filter_backward.parse().map_err(|message| invalid("parallelism.filter-backward", message))?;
-    if filter_backward != crate::strategy::FilterBackward::InputAllreduce && section.filter < 2 {
+    if filter_backward != strategies::FilterBackward::InputAllreduce && section.filter < 2 {
         return Err(invalid(
             "parallelism.filter-backward",
             format!(
@@ -1191,7 +1188,7 @@ fn parallelism(
     }
     let schedule: PipelineSchedule =
         section.schedule.parse().map_err(|message| invalid("parallelism.schedule", message))?;
-    let zero_implementation: crate::strategy::ZeroImplementation = section
+    let zero_implementation: strategies::ZeroImplementation = section
         .zero_implementation
         .parse()
         .map_err(|message| invalid("parallelism.zero-implementation", message))?;
@@ -1237,7 +1234,7 @@ fn parallelism(
         filter_backward,
         cnn_staging: None,
         sync: gradient_sync(section, cluster, invalid)?,
-        offload: crate::strategy::Offload::None,
+        offload: strategies::Offload::None,
         zero_implementation,
     })
 }

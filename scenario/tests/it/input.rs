@@ -6,9 +6,9 @@
 
 use std::path::Path;
 
+use scenario::Scenario;
+use scenario::simulation::{Summary, simulate};
 use sim_core::units::SimDuration;
-use workloads::scenario::Scenario;
-use workloads::simulation::{Summary, simulate};
 
 /// A 4-GPU V100 server training ResNet-50 (batch 64), with `parallelism` and `input` appended
 /// as TOML.

@@ -40,7 +40,7 @@
 
 use std::ops::Range;
 
-use crate::layer::{Layer, LayerKind};
+use workloads::layer::{Layer, LayerKind};
 
 /// `stage3_param_persistence_threshold`: parameters with fewer elements stay whole on every
 /// rank (`ZERO_OPTIMIZATION_PARAM_PERSISTENCE_THRESHOLD_DEFAULT = 100000`, constants.py at
@@ -317,13 +317,16 @@ mod tests {
         let linear = Layer::new(
             "fc",
             LayerKind::Linear { out_features: 12288, bias: true },
-            crate::layer::Shape(vec![2048, 12288]),
+            workloads::layer::Shape(vec![2048, 12288]),
         )
         .unwrap();
         assert_eq!(partitioned_and_persistent(&linear), (12288 * 12288, 12288));
-        let norm =
-            Layer::new("norm", LayerKind::LayerNorm { bias: true }, crate::layer::Shape(vec![2048, 12288]))
-                .unwrap();
+        let norm = Layer::new(
+            "norm",
+            LayerKind::LayerNorm { bias: true },
+            workloads::layer::Shape(vec![2048, 12288]),
+        )
+        .unwrap();
         assert_eq!(partitioned_and_persistent(&norm), (0, 2 * 12288));
     }
 }

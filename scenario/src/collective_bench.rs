@@ -11,7 +11,7 @@ use sim_core::tuner::GpuGeneration;
 use sim_core::units::{Bytes, SimDuration, TimeOverflow, UnitError};
 use topology::{Topology, TopologyError};
 
-use crate::scenario::Cluster;
+use crate::Cluster;
 
 /// Why a collective benchmark cannot be set up or run.
 #[derive(Debug, thiserror::Error)]
@@ -160,7 +160,7 @@ impl CollectiveBench {
         // (out-of-place), at the rate large memory-bound kernels reach on the device (its
         // calibrated profile, else the compute model's default).
         let device_copy =
-            crate::compute::ComputeModel::builtin_for(&cluster.device).device_copy(&cluster.device);
+            workloads::compute::ComputeModel::builtin_for(&cluster.device).device_copy(&cluster.device);
         let settings = BenchSettings {
             network: settings
                 .network
@@ -309,7 +309,7 @@ mod tests {
         // its own memory (S / p, at the A100 profile's copy rate): 1 / (1/235 + 1/((p-1) C)).
         let cluster = server("0 us");
         let device = &cluster.device;
-        let copy = crate::compute::ComputeModel::builtin_for(device).device_copy(device).unwrap();
+        let copy = workloads::compute::ComputeModel::builtin_for(device).device_copy(device).unwrap();
         let rate = copy.bytes_per_second() / 1e9;
         for p in [2u32, 4, 8] {
             let point = bench(&cluster, p, 1).time(1 << 30).unwrap();

@@ -112,7 +112,7 @@ fn resnet50_and_vgg16_steps_on_one_v100() {
 /// under 1 ms over NVLink).
 #[test]
 fn chainer_alexnet_steps_on_v100s_in_turn() {
-    let model = crate::paradl::chainer_alexnet();
+    let model = workloads::zoo::by_name("paradl-alexnet").unwrap();
     for (batch, measured, bound) in [(32, 0.034, 0.68), (64, 0.047, 0.89), (128, 0.092, 0.85)] {
         let (ours, conv, flat) = step_of(&ComputeModel::default(), &model, batch);
         let accuracy = 1.0 - (ours / measured - 1.0).abs();
@@ -235,8 +235,8 @@ fn cosmoflow_steps_on_one_v100() {
 /// is refused with the key and the valid names.
 #[test]
 fn megatron_scenarios_name_their_optimizer_passes() {
+    use scenario::Scenario;
     use std::path::Path;
-    use workloads::scenario::Scenario;
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/megatron-sc21/gpt-1.7b.toml");
     let text = fs_err::read_to_string(&path).unwrap();
     let scenario = Scenario::parse(&text, &path).unwrap();

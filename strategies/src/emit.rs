@@ -36,11 +36,11 @@ use super::{
     Lowered, PIPELINE_STREAM, RankLayout, Role, SPATIAL_STREAM, STAGING_STREAM, StageSummary, Strategy,
     StrategyError, TENSOR_STREAM, cnn, pipeline, shard,
 };
-use crate::compute::{ComputeError, ComputeModel};
-use crate::device::{Device, Dtype};
-use crate::layer::{Layer, LayerKind, Pass};
-use crate::memory::MemoryBreakdown;
-use crate::model::Model;
+use workloads::compute::{ComputeError, ComputeModel};
+use workloads::device::{Device, Dtype};
+use workloads::layer::{Layer, LayerKind, Pass};
+use workloads::memory::MemoryBreakdown;
+use workloads::model::Model;
 
 /// A dependency of a buffered op.
 #[derive(Debug, Clone, Copy)]
@@ -123,7 +123,7 @@ struct Plan<'s> {
     /// The data loader's work per iteration, if modelled.
     input: Option<InputPlan>,
     /// Bytes a first-stage rank copies to its device on the compute stream at the start of
-    /// each iteration, if modelled ([`crate::input::InputCopy`]).
+    /// each iteration, if modelled ([`workloads::input::InputCopy`]).
     input_copy: Option<Bytes>,
     /// ZeRO-3 units (FSDP's wrapping: each numbered block, and the layers around them) of
     /// each chunk.
@@ -150,7 +150,7 @@ struct Plan<'s> {
     without_offload: std::cell::Cell<Option<MemoryBreakdown>>,
 }
 
-/// What the data loader does each iteration (`[workload.input]`, [`crate::input`]).
+/// What the data loader does each iteration (`[workload.input]`, [`workloads::input`]).
 struct InputPlan {
     /// Whether the replica's batch is loaded by one rank of its model-parallel group and
     /// broadcast (a group of one rank loads for itself).
@@ -729,8 +729,8 @@ struct TableKey {
     split: shard::Split,
     micro_batch: u64,
     precision: Dtype,
-    fusion: crate::fusion::Fusion,
-    batch_norm_group: crate::groupbn::BatchNormGroup,
+    fusion: workloads::fusion::Fusion,
+    batch_norm_group: workloads::groupbn::BatchNormGroup,
 }
 
 /// Every layer as one rank runs it, its forward, backward-data and backward-weight kernels,
@@ -916,7 +916,7 @@ fn filter_copies(
             .duration(strategy.device, strategy.precision, 0.0, bytes, class)
             .map_err(|source| StrategyError::Compute { layer: layer.layer.name.clone(), source })
     };
-    let elementwise = crate::layer::OpClass::Elementwise;
+    let elementwise = workloads::layer::OpClass::Elementwise;
     // Reading and writing `Y` once: the forward's concat, the backward's hstack and stack.
     let whole = copy(2.0 * output, elementwise)?;
     let flatten = copy(2.0 * output / p, elementwise)?.checked_mul(u64::from(blocks)).map_err(|error| {
@@ -925,22 +925,22 @@ fn filter_copies(
     let backward = flatten
         .saturating_add(whole)
         .saturating_add(whole)
-        .saturating_add(copy(output + output / p, crate::layer::OpClass::Reduction)?);
+        .saturating_add(copy(output + output / p, workloads::layer::OpClass::Reduction)?);
     let forward = whole;
     Ok(Some((forward, backward)))
 }
 
 /// What a batch norm's kernel (forward or backward) waits for its group's peers under
-/// `group` ([`crate::groupbn::BatchNormGroup::exchange_time`]): on the kernel's critical path,
+/// `group` ([`workloads::groupbn::BatchNormGroup::exchange_time`]): on the kernel's critical path,
 /// as every CTA spins until the peer's sums arrive. Zero for other layers and without a group.
 fn group_exchange(
-    group: crate::groupbn::BatchNormGroup,
+    group: workloads::groupbn::BatchNormGroup,
     layer: &Layer,
 ) -> Result<SimDuration, StrategyError> {
     if !group.is_grouped() || layer.kind != LayerKind::BatchNorm {
         return Ok(SimDuration::ZERO);
     }
-    group.exchange_time(crate::groupbn::channels(layer)).map_err(|error| StrategyError::Compute {
+    group.exchange_time(workloads::groupbn::channels(layer)).map_err(|error| StrategyError::Compute {
         layer: layer.name.clone(),
         source: ComputeError::Duration(error),
     })
@@ -1104,7 +1104,8 @@ impl<'s> Plan<'s> {
         }
         // An output layer tied to the input embedding on another stage: Megatron-LM keeps a
         // copy of the embedding on the last stage and all-reduces the two copies' gradients.
-        let tied = local.iter().any(|l| matches!(l.layer.kind, crate::layer::LayerKind::TiedLinear { .. }));
+        let tied =
+            local.iter().any(|l| matches!(l.layer.kind, workloads::layer::LayerKind::TiedLinear { .. }));
         let tied_embedding = if tied && p.pipeline > 1 {
             local.iter().find(|l| l.role == Role::VocabularyEmbedding).map_or(0, |l| l.layer.cost.params)
         } else {
@@ -1170,7 +1171,7 @@ impl<'s> Plan<'s> {
                     .iter()
                     .zip(&split)
                     .map(|(l, &(gathered, _))| match (&l.layer.kind, embedding) {
-                        (crate::layer::LayerKind::TiedLinear { .. }, Some(e)) => split[e].0,
+                        (workloads::layer::LayerKind::TiedLinear { .. }, Some(e)) => split[e].0,
                         _ => gathered,
                     })
                     .collect();
@@ -1190,13 +1191,13 @@ impl<'s> Plan<'s> {
             } else {
                 (Vec::new(), vec![None; chunk_layers.len()])
             };
-        let local_model = (p.cnn() != CnnSplit::None).then(|| Model {
-            name: model.name.clone(),
-            family: model.family.clone(),
-            description: String::new(),
-            input: local.first().map_or_else(|| model.input.clone(), |l| l.layer.input.clone()),
-            layers: local.iter().map(|l| l.layer.clone()).collect(),
-            structure: Default::default(),
+        let local_model = (p.cnn() != CnnSplit::None).then(|| {
+            Model::from_layers(
+                model.name.clone(),
+                model.family.clone(),
+                local.first().map_or_else(|| model.input.clone(), |l| l.layer.input.clone()),
+                local.iter().map(|l| l.layer.clone()).collect(),
+            )
         });
         let spatial_grid = match p.cnn() {
             CnnSplit::Spatial { degree, dims, .. } => cnn::spatial_grid(degree, dims),
@@ -1328,14 +1329,14 @@ impl<'s> Plan<'s> {
         self.chunks_of(stage).flat_map(|k| self.chunk_layers[k].clone())
     }
 
-    /// Layer ranges of `chunks` pipeline chunks: whole units ([`shard::pipeline_units`]:
+    /// Layer ranges of `chunks` pipeline chunks: whole units ([`Model::pipeline_units`]:
     /// numbered blocks, or layers of a plain CNN), balanced by compute.
     fn partition(model: &Model, kernels: &[[Kernel; 3]], chunks: usize) -> Vec<Range<usize>> {
         let layers = model.layers.len();
         if chunks <= 1 {
             return std::iter::once(0..layers).collect();
         }
-        let units = shard::pipeline_units(model);
+        let units = model.pipeline_units();
         let cost = |range: &Range<usize>| -> f64 {
             range
                 .clone()
@@ -2397,7 +2398,7 @@ impl RankEmitter<'_, '_> {
     /// The host thread's launch of the next kernel (compute, collective or send), which the
     /// kernel waits for; `None` under CUDA graphs. The host runs ahead of the GPU as far as it
     /// can (a synchronous host, `compute.host-synchronous`, only once the GPU work it issued
-    /// last has finished: [`crate::dispatch::issue_synchronous`]); its first launch of an
+    /// last has finished: [`workloads::dispatch::issue_synchronous`]); its first launch of an
     /// iteration waits for the previous iteration's end.
     fn launch(&mut self) -> Option<Dep> {
         if self.plan.host_cost == SimDuration::ZERO {

@@ -7,7 +7,7 @@
 use sim_core::units::{Bytes, SimDuration};
 
 use super::{Plan, chunks_of_stage};
-use crate::strategy::{Strategy, StrategyError};
+use crate::{Strategy, StrategyError};
 
 /// What a kernel row is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,14 +9,13 @@ use sim_core::stats::{Activity, breakdown_by, exposed_by_class, idle_until_besid
 use sim_core::units::{SimDuration, SimTime};
 use topology::{Topology, TopologyError};
 
-use crate::device::DeviceError;
-use crate::memory::{MemoryBreakdown, MemoryError};
-use crate::scenario::Scenario;
-use crate::strategy::{
-    Axis, GroupKind, Parallelism, StrategyError, group_of_stream, is_flush, is_host, is_input, is_launch,
-    is_loader,
-};
+use crate::Scenario;
 use sim_core::graph::RankId;
+use strategies::{
+    Axis, GroupKind, StrategyError, group_of_stream, is_flush, is_host, is_input, is_launch, is_loader,
+};
+use workloads::device::DeviceError;
+use workloads::memory::{MemoryBreakdown, MemoryError};
 
 /// Everything `parasim run` reports. A pure function of the scenario: no wall-clock numbers,
 /// so two runs print byte-identical JSON.
@@ -107,7 +106,7 @@ pub struct ClusterSummary {
     /// Device name.
     pub device: String,
     /// GPU or CPU: what the report calls one device.
-    pub device_kind: crate::device::DeviceKind,
+    pub device_kind: workloads::device::DeviceKind,
     /// Inside a server, e.g. "nvswitch 300 GB/s 0.7 us".
     pub intra_node: String,
     /// Between servers.
@@ -387,19 +386,6 @@ fn seconds_of(duration: SimDuration) -> f64 {
     duration.as_secs_f64()
 }
 
-/// `"data 8 x tensor 8 x pipeline 16"`: the degrees other than 1.
-pub fn describe_parallelism(p: &Parallelism) -> String {
-    let mut parts = vec![format!("data {}", p.data)];
-    for (name, value) in
-        [("tensor", p.tensor), ("pipeline", p.pipeline), ("context", p.context), ("expert", p.expert)]
-    {
-        if value > 1 {
-            parts.push(format!("{name} {value}"));
-        }
-    }
-    parts.join(" x ")
-}
-
 fn seconds<S: Serializer>(duration: &SimDuration, serializer: S) -> Result<S::Ok, S::Error> {
     serializer.serialize_f64(duration.as_secs_f64())
 }
@@ -421,7 +407,7 @@ pub struct Outcome {
     /// When every op ran (for `--trace`).
     pub timeline: sim_core::exec::Timeline,
     /// Each micro-batch step of each simulated rank (for `--trace`).
-    pub spans: Vec<crate::strategy::ScheduleSpan>,
+    pub spans: Vec<strategies::ScheduleSpan>,
     /// A name for each rank's timeline track: its stage and coordinates.
     pub rank_names: Vec<String>,
 }
@@ -460,9 +446,9 @@ pub enum SimulationError {
         "{context}: key `cluster.host-memory`: out-of-core training keeps {} per GPU in host memory, \
          {} for the {gpus} GPUs of a node, but a node has {} ({capacity}): give nodes more host memory, \
          a smaller micro-batch, or more GPUs (data parallelism) to split the batch",
-        crate::memory::gigabytes(*per_gpu),
-        crate::memory::gigabytes(*needed),
-        crate::memory::gigabytes(*capacity)
+        workloads::memory::gigabytes(*per_gpu),
+        workloads::memory::gigabytes(*needed),
+        workloads::memory::gigabytes(*capacity)
     )]
     HostMemory {
         /// The scenario and the configuration.
@@ -489,7 +475,7 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
             scenario.source,
             scenario.model.name,
             scenario.micro_batch,
-            describe_parallelism(&scenario.parallelism)
+            strategies::describe_parallelism(&scenario.parallelism)
         )
     };
     let lowered = strategy.lower()?;
@@ -522,8 +508,8 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
                 "workload.offload = {:?}, but the configuration fits in GPU memory without it ({} of {}): \
                  offloading only adds host-link traffic (set offload = \"none\")",
                 scenario.parallelism.offload.name(),
-                crate::memory::gigabytes(offload.without.total()),
-                crate::memory::gigabytes(scenario.device.memory_capacity)
+                workloads::memory::gigabytes(offload.without.total()),
+                workloads::memory::gigabytes(scenario.device.memory_capacity)
             ));
         }
     }
@@ -560,7 +546,7 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
     let activity = |op: &sim_core::graph::Op| {
         if off_device(op) {
             Activity::Ignored
-        } else if crate::strategy::is_host_staging(&lowered.graph, op) {
+        } else if strategies::is_host_staging(&lowered.graph, op) {
             Activity::Communication
         } else {
             Activity::of(op)
@@ -577,8 +563,7 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
     .find(|(degree, _)| *degree > 1)
     .map(|(_, kind)| kind);
     let group_of = |stream| {
-        let kind =
-            if stream == crate::strategy::STAGING_STREAM { staging_group } else { group_of_stream(stream) };
+        let kind = if stream == strategies::STAGING_STREAM { staging_group } else { group_of_stream(stream) };
         kind.and_then(|kind| GroupKind::ALL.iter().position(|k| *k == kind))
     };
     let per_rank: Vec<_> = breakdown_by(&lowered.graph, &timeline, SimTime::ZERO, previous_end, &activity)
@@ -604,7 +589,7 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
     // Out-of-core: time a copy to or from host memory runs while no kernel does.
     let offload_stall_ps: u128 = if lowered.offload.is_some() {
         let offload = |stream| match stream {
-            crate::strategy::OFFLOAD_STREAM | crate::strategy::PREFETCH_STREAM => Some(0),
+            strategies::OFFLOAD_STREAM | strategies::PREFETCH_STREAM => Some(0),
             _ => Some(1),
         };
         exposed_by_class(&lowered.graph, &timeline, SimTime::ZERO, previous_end, &offload, 2, &activity)
@@ -788,21 +773,21 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
             spatial_dims: (p.spatial > 1).then_some(p.spatial_dims.name()),
             zero: p.zero,
             zero_implementation: (p.zero >= 3
-                && p.zero_implementation != crate::strategy::ZeroImplementation::Fsdp)
+                && p.zero_implementation != strategies::ZeroImplementation::Fsdp)
                 .then_some(p.zero_implementation.name()),
             order: p.order.to_string(),
             global_batch: scenario.global_batch,
             micro_batch: scenario.micro_batch,
             micro_batches: lowered.micro_batches,
             daso: match p.sync {
-                crate::strategy::GradientSync::Daso { every, blocking, wait, node } => Some(DasoSummary {
+                strategies::GradientSync::Daso { every, blocking, wait, node } => Some(DasoSummary {
                     node_gpus: node,
                     global_sync_every: every,
                     global_sync: if blocking { "blocking" } else { "non-blocking" },
                     global_sync_wait: if blocking { 0 } else { wait },
                     global_bytes: scenario.model.parameters() * scenario.gradient_precision.bytes(),
                 }),
-                crate::strategy::GradientSync::AllReduce => None,
+                strategies::GradientSync::AllReduce => None,
             },
             offload: lowered.offload.as_ref().map(|offload| OffloadSummary {
                 offload: p.offload.name(),
@@ -833,7 +818,7 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
         iteration_times,
         samples_per_second: samples / seconds,
         samples_per_second_per_device: samples / seconds / f64::from(gpus),
-        tokens_per_second: crate::strategy::shard::sequence_length(&scenario.model)
+        tokens_per_second: strategies::shard::sequence_length(&scenario.model)
             .map(|tokens| samples * tokens as f64 / seconds),
         achieved_tflops_per_device: achieved / 1e12,
         peak_tflops_per_device: peak / 1e12,

@@ -10,10 +10,10 @@ use sim_core::units::{Bandwidth, Bytes, SimDuration, SimTime};
 use topology::{ClusterSpec, IntraNode, LinkSpec, NetworkSpec, Topology};
 
 use super::*;
-use crate::device::DeviceCatalog;
-use crate::layer::{LayerKind, Shape};
-use crate::model::ModelBuilder;
-use crate::zoo;
+use workloads::device::DeviceCatalog;
+use workloads::layer::{LayerKind, Shape};
+use workloads::model::ModelBuilder;
+use workloads::zoo;
 
 /// `blocks` identical blocks of two square linear layers on `[1024, hidden]` samples, after a
 /// free reshape (so every linear layer has a backward-data kernel): uniform pipeline stages.
@@ -85,10 +85,10 @@ pub(super) fn strategy<'a>(
         fold_symmetric_ranks: false,
         input: None,
         layer_tables: None,
-        fusion: crate::fusion::Fusion::None,
-        batch_norm_group: crate::groupbn::BatchNormGroup::NONE,
-        optimizer_passes: crate::optimizer::OptimizerPasses::Fused,
-        gradient_accumulation: crate::optimizer::GradientAccumulation::InKernel,
+        fusion: workloads::fusion::Fusion::None,
+        batch_norm_group: workloads::groupbn::BatchNormGroup::NONE,
+        optimizer_passes: workloads::optimizer::OptimizerPasses::Fused,
+        gradient_accumulation: workloads::optimizer::GradientAccumulation::InKernel,
     }
 }
 
@@ -294,19 +294,19 @@ fn plain_data_parallelism_is_one_micro_batch_of_the_general_emitter() {
     assert!(timeline.makespan() > SimDuration::ZERO);
 }
 
-/// PyTorch's in-place gradient accumulation ([`crate::optimizer::GradientAccumulation::Add`]):
+/// PyTorch's in-place gradient accumulation ([`workloads::optimizer::GradientAccumulation::Add`]):
 /// on one GPU, 4 micro-batches add 3 element-wise kernels per layer with parameters, each
 /// reading two and writing one fp16 gradient, and the iteration grows by exactly their time.
 #[test]
 fn in_place_gradient_accumulation_adds_a_kernel_per_layer_and_later_micro_batch() {
-    use crate::optimizer::GradientAccumulation;
+    use workloads::optimizer::GradientAccumulation;
     let model = zoo::by_name("resnet50").unwrap();
     let compute = ComputeModel::default();
     let base = strategy(&model, &compute, Parallelism::data_parallel(1), 64, 16);
     let add = Strategy { gradient_accumulation: GradientAccumulation::Add, ..base.clone() };
     let (plain, added) = (base.lower().unwrap(), add.lower().unwrap());
     assert_eq!(plain.micro_batches, 4);
-    let with_parameters: Vec<&crate::layer::Layer> =
+    let with_parameters: Vec<&workloads::layer::Layer> =
         model.layers.iter().filter(|l| l.cost.params > 0).collect();
     // Each kernel is a host launch and a compute op.
     assert_eq!(added.graph.op_count() - plain.graph.op_count(), 2 * 3 * with_parameters.len());
@@ -315,8 +315,12 @@ fn in_place_gradient_accumulation_adds_a_kernel_per_layer_and_later_micro_batch(
         .iter()
         .map(|l| {
             let p = l.cost.params as f64;
-            let work =
-                crate::compute::KernelWork::flat(crate::layer::OpClass::Elementwise, Dtype::Fp16, p, 6.0 * p);
+            let work = workloads::compute::KernelWork::flat(
+                workloads::layer::OpClass::Elementwise,
+                Dtype::Fp16,
+                p,
+                6.0 * p,
+            );
             compute.work_duration(a100, &work).unwrap().as_secs_f64()
         })
         .sum();
@@ -520,7 +524,7 @@ fn zero_3_moves_one_and_a_half_times_the_bytes_of_plain_data_parallelism() {
 
 #[test]
 fn deepspeed_zero3_gathers_per_parameter_and_all_reduces_fp16_gradient_buckets() {
-    use crate::strategy::deepspeed_zero3::{PARAM_PERSISTENCE_THRESHOLD, REDUCE_BUCKET_SIZE};
+    use crate::deepspeed_zero3::{PARAM_PERSISTENCE_THRESHOLD, REDUCE_BUCKET_SIZE};
     let model = zoo::by_name("megatron-1.7b").unwrap();
     let compute = ComputeModel::default();
     let lower = |zero_implementation, recompute| {
@@ -554,7 +558,7 @@ fn deepspeed_zero3_gathers_per_parameter_and_all_reduces_fp16_gradient_buckets()
     // last blocks' forward copies are kept for their recomputation, the recomputed copies for
     // the backward).
     let partitioned: u64 =
-        model.layers.iter().map(|l| crate::strategy::deepspeed_zero3::partitioned_and_persistent(l).0).sum();
+        model.layers.iter().map(|l| crate::deepspeed_zero3::partitioned_and_persistent(l).0).sum();
     let gathered: u64 = gathers.iter().sum();
     assert!(gathered > 2 * partitioned && gathered <= 2 * 3 * (partitioned + largest), "{gathered}");
     // Every gradient all-reduced once, in fp16, in buckets of at most 5e8 elements.
@@ -641,7 +645,7 @@ fn deepspeed_zero3_holds_a_bounded_number_of_gathered_parameters() {
     let fsdp = memory(ZeroImplementation::Fsdp);
     let deepspeed = memory(ZeroImplementation::DeepSpeed);
     let largest = model.layers.iter().map(|l| l.cost.params).max().unwrap();
-    let gradients = crate::strategy::deepspeed_zero3::gradient_buffer_elements(largest);
+    let gradients = crate::deepspeed_zero3::gradient_buffer_elements(largest);
     let temporary = |m: &MemoryBreakdown| m.temporary.0;
     let block: u64 =
         model.layers.iter().filter(|l| l.name.starts_with("layers.0.")).map(|l| l.cost.params).sum();
@@ -947,7 +951,7 @@ fn the_estimate_bounds_every_simulation_from_below_and_is_exact_for_an_uncontend
             assert!(
                 bound <= simulated && bound > 0.3 * simulated,
                 "{}: bound {bound}, simulated {simulated}",
-                crate::simulation::describe_parallelism(&parallelism)
+                crate::describe_parallelism(&parallelism)
             );
         }
     }
@@ -965,7 +969,7 @@ fn a_plain_cnn_pipelines_layer_by_layer_sending_its_activation_per_micro_batch()
         strategy(&model, &compute, pipelined(4, 1, PipelineSchedule::GPipe), micro * micro_batches, micro);
     let lowered = s.lower().unwrap();
     assert_eq!(lowered.stages.len(), 4);
-    let units = shard::pipeline_units(&model);
+    let units = model.pipeline_units();
     assert_eq!(units.len(), 16, "13 convolutions and 3 linear layers");
     for (stage, summary) in lowered.stages.iter().enumerate() {
         let range = &summary.layers[0];
@@ -1096,10 +1100,12 @@ fn group_batch_norm_adds_the_exchanges_to_every_batch_norm_kernel() {
     let compute = ComputeModel::default();
     let plain = strategy(&model, &compute, Parallelism::data_parallel(2), 64, 32);
     let rate = Bandwidth::from_bytes_per_second(300_000_000_000).unwrap();
-    let pair = crate::groupbn::BatchNormGroup::new(2, SimDuration::from_ns(600), rate);
+    let pair = workloads::groupbn::BatchNormGroup::new(2, SimDuration::from_ns(600), rate);
     let grouped = Strategy { batch_norm_group: pair, ..plain.clone() };
-    let one =
-        Strategy { batch_norm_group: crate::groupbn::BatchNormGroup { size: 1, ..pair }, ..plain.clone() };
+    let one = Strategy {
+        batch_norm_group: workloads::groupbn::BatchNormGroup { size: 1, ..pair },
+        ..plain.clone()
+    };
     let (plain, grouped, one) = (plain.lower().unwrap(), grouped.lower().unwrap(), one.lower().unwrap());
     assert_eq!(format!("{:?}", one.graph.ops()), format!("{:?}", plain.graph.ops()));
     let (before, after) = (kernel_times(&plain.graph), kernel_times(&grouped.graph));
@@ -1160,8 +1166,9 @@ fn host_staging_adds_each_mpi_message_at_the_staging_rate() {
     let compute = ComputeModel::default();
     let rate = Bandwidth::from_bytes_per_second(2_000_000_000).unwrap();
     let (b, w) = (8, 2);
-    let split =
-        |layer: &crate::layer::Layer| matches!(layer.kind, LayerKind::Conv { .. } | LayerKind::Linear { .. });
+    let split = |layer: &workloads::layer::Layer| {
+        matches!(layer.kind, LayerKind::Conv { .. } | LayerKind::Linear { .. })
+    };
     let at_rate = |bytes: u64| rate.time_to_send(Bytes(bytes)).unwrap();
     let sorted = |mut times: Vec<SimDuration>| {
         times.sort();
@@ -1267,7 +1274,7 @@ fn chainermn_filter_layers_pay_their_copies() {
     };
     let device = DeviceCatalog::builtin().get("a100-sxm4-80gb").unwrap();
     let copy = |bytes: f64, class| compute.duration(device, Dtype::Fp16, 0.0, bytes, class).unwrap().as_ps();
-    let elementwise = crate::layer::OpClass::Elementwise;
+    let elementwise = workloads::layer::OpClass::Elementwise;
     let mut expected = 0u64;
     for layer in
         model.layers.iter().filter(|l| matches!(l.kind, LayerKind::Conv { .. } | LayerKind::Linear { .. }))
@@ -1277,7 +1284,7 @@ fn chainermn_filter_layers_pay_their_copies() {
         expected += copy(2.0 * y, elementwise)
             + u64::from(p) * copy(2.0 * y / q, elementwise)
             + 2 * copy(2.0 * y, elementwise)
-            + copy(y + y / q, crate::layer::OpClass::Reduction);
+            + copy(y + y / q, workloads::layer::OpClass::Reduction);
     }
     let difference =
         kernel_time(FilterBackward::OutputAlltoall) - kernel_time(FilterBackward::InputAllreduce);
@@ -1326,8 +1333,8 @@ fn stem_and_gradients_drops_the_forward_halos_after_the_stem() {
 /// 270,478,120 parameters against torchvision's 138,357,544.
 #[test]
 fn padded_pooling_adds_a_forward_send_per_pooling_and_grows_the_gradient() {
-    let text = include_str!("../../../data/models/paradl-vgg16.toml");
-    let model = crate::model::Model::from_toml_str(text, "paradl-vgg16.toml").unwrap();
+    let text = include_str!("../../data/models/paradl-vgg16.toml");
+    let model = workloads::model::Model::from_toml_str(text, "paradl-vgg16.toml").unwrap();
     let compute = ComputeModel::default();
     let lower = |spatial_halos| {
         let parallelism = Parallelism { spatial: 4, spatial_halos, ..Parallelism::data_parallel(1) };

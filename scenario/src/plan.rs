@@ -7,7 +7,7 @@
 //!    stages, context, expert, ZeRO stage, micro-batch, recomputation; CNNs: data, spatial,
 //!    filter, channel, pipeline, micro-batch) and the GPU counts asked for;
 //! 2. **estimate** each: the strategy's checks, its per-stage memory, and a lower bound of its
-//!    iteration time ([`crate::strategy::Strategy::estimate`], no graph built);
+//!    iteration time ([`strategies::Strategy::estimate`], no graph built);
 //! 3. **screen** the configurations that fit, in order of their bound, with the analytical
 //!    network: a batch at a time, stopping when the next bound cannot beat the `keep`-th best
 //!    screened time (what it skips cannot enter the top `keep`);
@@ -24,10 +24,10 @@ use serde::Serialize;
 use sim_core::fidelity::Fidelity;
 use sim_core::units::SimDuration;
 
-use crate::memory::Recompute;
-use crate::scenario::Scenario;
+use crate::Scenario;
 use crate::simulation::{Summary, simulate};
-use crate::strategy::{CnnSplit, Comm, GroupKind, LayerTables, Parallelism, Strategy, StrategyError, shard};
+use strategies::{CnnSplit, Comm, GroupKind, LayerTables, Parallelism, Strategy, StrategyError, shard};
+use workloads::memory::Recompute;
 
 /// What the ranking minimises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -581,7 +581,7 @@ pub fn enumerate(index: usize, base: &Scenario, fixed: &Fixed) -> Vec<Choice> {
     let gpus = u64::from(base.cluster.nodes) * u64::from(base.cluster.gpus_per_node);
     let per_node = u64::from(base.cluster.gpus_per_node);
     let model = &base.model;
-    let blocks = shard::pipeline_units(model).len() as u64;
+    let blocks = model.pipeline_units().len() as u64;
     let sequence = shard::sequence_length(model);
     let transformer = sequence.is_some();
     let one =
@@ -610,7 +610,7 @@ pub fn enumerate(index: usize, base: &Scenario, fixed: &Fixed) -> Vec<Choice> {
             .layers
             .iter()
             .find_map(|layer| match layer.kind {
-                crate::layer::LayerKind::MoeExperts { experts, .. } => Some(experts),
+                workloads::layer::LayerKind::MoeExperts { experts, .. } => Some(experts),
                 _ => None,
             })
             .unwrap_or(1);
@@ -856,7 +856,7 @@ fidelity = "analytical"
     #[test]
     fn cnns_search_their_own_strategies() {
         let mut scenario = base("");
-        scenario.model = crate::zoo::by_name("resnet50").unwrap();
+        scenario.model = workloads::zoo::by_name("resnet50").unwrap();
         scenario.global_batch = 256;
         let choices = enumerate(0, &scenario, &Fixed::default());
         for wanted in ["spatial", "filter", "channel"] {

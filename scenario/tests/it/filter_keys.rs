@@ -3,9 +3,9 @@
 
 use std::path::Path;
 
-use workloads::scenario::Scenario;
-use workloads::simulation::simulate;
-use workloads::strategy::FilterBackward;
+use scenario::Scenario;
+use scenario::simulation::simulate;
+use strategies::FilterBackward;
 
 /// ResNet-50 (batch 32) filter-split over the 4 GPUs of one V100 server, with `extra` appended
 /// to `[parallelism]` and `compute` as the `[compute]` table.
@@ -55,7 +55,7 @@ fn host_staging_counts_as_filter_communication() {
     );
     let (device, staged) = (simulate(&device).unwrap().summary, simulate(&staged).unwrap().summary);
     // The same kernels either way: staging adds no compute.
-    let compute = |s: &workloads::simulation::Summary| s.breakdown.compute.as_secs_f64();
+    let compute = |s: &scenario::simulation::Summary| s.breakdown.compute.as_secs_f64();
     assert!(
         (compute(&device) - compute(&staged)).abs() < 1e-9 * compute(&device).max(1.0),
         "{} vs {}",

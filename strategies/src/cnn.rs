@@ -31,9 +31,9 @@ use sim_core::graph::CollectiveKind;
 use sim_core::units::Bytes;
 
 use super::shard::{Comm, GroupKind, LocalLayer, Role, ShardError};
-use crate::device::Dtype;
-use crate::layer::{Layer, LayerKind, Padding, Shape};
-use crate::model::Model;
+use workloads::device::Dtype;
+use workloads::layer::{Layer, LayerKind, Padding, Shape};
+use workloads::model::Model;
 
 /// Which spatial dimensions the spatial strategy splits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
@@ -882,7 +882,7 @@ fn around_split(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::zoo;
+    use workloads::zoo;
 
     fn conv3x3(channels: u64, height: u64, width: u64) -> Layer {
         let kind = LayerKind::Conv {
@@ -970,7 +970,7 @@ mod tests {
     /// ParaDL's VGG-16 (Chainer's rounded-up pooling, no adaptive pooling) on ParaDL's four row
     /// stripes with chainermnx's padded pooling halos.
     fn paradl_vgg16(halos: SpatialHalos, micro_batch: u64) -> (Model, Vec<LocalLayer>) {
-        let text = include_str!("../../../data/models/paradl-vgg16.toml");
+        let text = include_str!("../../data/models/paradl-vgg16.toml");
         let model = Model::from_toml_str(text, "paradl-vgg16.toml").unwrap();
         let split = CnnSplit::Spatial { degree: 4, dims: SpatialDims::H, until: None, halos };
         let layers = local_layers(&model, split, micro_batch, Dtype::Fp32).unwrap();

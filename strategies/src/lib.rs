@@ -28,15 +28,32 @@ mod tests_sync;
 
 use std::ops::Range;
 
+/// The most iterations one run simulates: the graph holds every iteration at once, so memory
+/// and time grow with the count, while the mean iteration time settles after two or three.
+pub const MAX_ITERATIONS: u32 = 100;
+
+/// `"data 8 x tensor 8 x pipeline 16"`: the degrees other than 1.
+pub fn describe_parallelism(p: &Parallelism) -> String {
+    let mut parts = vec![format!("data {}", p.data)];
+    for (name, value) in
+        [("tensor", p.tensor), ("pipeline", p.pipeline), ("context", p.context), ("expert", p.expert)]
+    {
+        if value > 1 {
+            parts.push(format!("{name} {value}"));
+        }
+    }
+    parts.join(" x ")
+}
+
 use sim_core::graph::{CollectiveAlgorithm, ExecGraph, GraphError, OpId, StreamId};
 use sim_core::units::{Bytes, SimDuration};
 
-use crate::compute::{ComputeError, ComputeModel};
-use crate::device::{Device, Dtype};
-use crate::layer::{OpClass, Pass};
-use crate::memory::{MemoryBreakdown, MemoryError, MemoryPlan, Recompute, Sharding};
-use crate::model::Model;
-use crate::optimizer::Optimizer;
+use workloads::compute::{ComputeError, ComputeModel};
+use workloads::device::{Device, Dtype};
+use workloads::layer::{OpClass, Pass};
+use workloads::memory::{MemoryBreakdown, MemoryError, MemoryPlan, Recompute, Sharding};
+use workloads::model::Model;
+use workloads::optimizer::Optimizer;
 
 pub use cnn::{CnnSplit, CnnTransport, FilterBackward, HostStaging, SpatialDims, SpatialHalos};
 pub use emit::LayerTables;
@@ -510,22 +527,22 @@ pub struct Strategy<'a> {
     /// a symmetric fabric, far fewer ops.
     pub fold_symmetric_ranks: bool,
     /// The data loader, if modelled (`[workload.input]`).
-    pub input: Option<&'a crate::input::InputPipeline>,
+    pub input: Option<&'a workloads::input::InputPipeline>,
     /// Local layers and kernel times shared with other strategies on the same model, device
     /// and compute model (a search's configurations), if any: the same results, computed once
     /// per split.
     pub layer_tables: Option<&'a LayerTables<'a>>,
     /// Which normalization kernels run fused: the lowering prices each rank's layers with
-    /// the fused kernels' traffic ([`crate::fusion`]).
-    pub fusion: crate::fusion::Fusion,
+    /// the fused kernels' traffic ([`workloads::fusion`]).
+    pub fusion: workloads::fusion::Fusion,
     /// Group batch norm: how many GPUs share each batch norm's statistics and what their
-    /// exchanges cost ([`crate::groupbn`]); [`BatchNormGroup::NONE`](crate::groupbn::BatchNormGroup::NONE)
+    /// exchanges cost ([`workloads::groupbn`]); [`BatchNormGroup::NONE`](workloads::groupbn::BatchNormGroup::NONE)
     /// for none.
-    pub batch_norm_group: crate::groupbn::BatchNormGroup,
+    pub batch_norm_group: workloads::groupbn::BatchNormGroup,
     /// The kernels the optimizer step runs around its update rule (`compute.optimizer-passes`).
-    pub optimizer_passes: crate::optimizer::OptimizerPasses,
+    pub optimizer_passes: workloads::optimizer::OptimizerPasses,
     /// How micro-batches' weight gradients add up (`compute.gradient-accumulation`).
-    pub gradient_accumulation: crate::optimizer::GradientAccumulation,
+    pub gradient_accumulation: workloads::optimizer::GradientAccumulation,
 }
 
 /// One gradient bucket: which layers' gradients it carries and how many bytes.
@@ -662,21 +679,22 @@ pub struct InputBatch {
 impl Strategy<'_> {
     /// The data loader and its batch, if one is modelled: what the lowering emits and the
     /// report shows.
-    pub fn input_batch(&self) -> Option<(&crate::input::InputPipeline, InputBatch)> {
-        let input = self.input.filter(|input| input.loader != crate::input::Loader::None)?;
+    pub fn input_batch(&self) -> Option<(&workloads::input::InputPipeline, InputBatch)> {
+        let input = self.input.filter(|input| input.loader != workloads::input::Loader::None)?;
         let p = &self.parallelism;
         let samples = self.global_batch / u64::from(p.data.max(1));
-        let broadcast = (input.loader == crate::input::Loader::PerGroup && p.layout().size(Axis::Tensor) > 1)
+        let broadcast = (input.loader == workloads::input::Loader::PerGroup
+            && p.layout().size(Axis::Tensor) > 1)
             .then(|| Bytes(input.bytes_per_sample(self.model.input.elements()).0.saturating_mul(samples)));
         Some((input, InputBatch { samples, broadcast }))
     }
 
     /// Bytes each rank of the first pipeline stage copies from host memory to its device at
-    /// the start of every iteration, on the compute stream ([`crate::input::InputCopy`]): the
+    /// the start of every iteration, on the compute stream ([`workloads::input::InputCopy`]): the
     /// replica's batch (every rank of a model-parallel group gets the whole batch, as
     /// ChainerMN's multi-node iterator hands it over). `None` unless the copy is modelled.
     pub fn input_copy_bytes(&self) -> Option<Bytes> {
-        let input = self.input.filter(|input| input.copy == crate::input::InputCopy::ComputeStream)?;
+        let input = self.input.filter(|input| input.copy == workloads::input::InputCopy::ComputeStream)?;
         let samples = self.global_batch / u64::from(self.parallelism.data.max(1));
         Some(Bytes(input.bytes_per_sample(self.model.input.elements()).0.saturating_mul(samples)))
     }
@@ -838,7 +856,7 @@ impl Strategy<'_> {
             other => StrategyError::Shard(other),
         })?;
         let micro_batches = self.micro_batches()?;
-        let blocks = shard::pipeline_units(self.model).len();
+        let blocks = self.model.pipeline_units().len();
         let chunks = p.chunks();
         if chunks > 1 && blocks < chunks as usize {
             return Err(invalid(
@@ -939,7 +957,7 @@ impl Strategy<'_> {
                      so that the mean per iteration is the steady state's (iterations = {}, ...; at most {})",
                     self.iterations,
                     valid.join(", "),
-                    crate::scenario::MAX_ITERATIONS / every * every
+                    MAX_ITERATIONS / every * every
                 ),
             ));
         }
@@ -1075,7 +1093,7 @@ impl Strategy<'_> {
     /// The optimizer step over `parameters` in `tensors` parameter tensors held by one rank:
     /// a multi-tensor (fused) kernel, as Megatron-LM's and PyTorch's default optimizers run.
     fn optimizer_step(&self, parameters: u64, tensors: u64) -> Result<(SimDuration, f64), StrategyError> {
-        let step = crate::compute::OptimizerStep {
+        let step = workloads::compute::OptimizerStep {
             optimizer: self.optimizer,
             parameters,
             tensors,
@@ -1092,15 +1110,15 @@ impl Strategy<'_> {
     }
 
     /// The in-place add of a later micro-batch's weight gradients of `layer` into its
-    /// gradients ([`crate::optimizer::GradientAccumulation::Add`]): one element-wise kernel
+    /// gradients ([`workloads::optimizer::GradientAccumulation::Add`]): one element-wise kernel
     /// over the rank's share of its parameters in the compute dtype (read both, write one);
     /// `None` when the weight kernels accumulate themselves or the layer has no parameters.
     fn accumulation(&self, local: &LocalLayer) -> Result<Option<SimDuration>, StrategyError> {
         let parameters = local.layer.cost.params;
-        if self.gradient_accumulation != crate::optimizer::GradientAccumulation::Add || parameters == 0 {
+        if self.gradient_accumulation != workloads::optimizer::GradientAccumulation::Add || parameters == 0 {
             return Ok(None);
         }
-        let work = crate::compute::KernelWork::flat(
+        let work = workloads::compute::KernelWork::flat(
             OpClass::Elementwise,
             self.precision,
             parameters as f64,

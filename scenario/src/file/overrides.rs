@@ -21,7 +21,7 @@ pub struct OverrideError {
 /// ```
 /// let mut base: toml::Table = toml::from_str("[workload]\nmodel = \"a\"\nprecision = \"fp16\"\n")?;
 /// let over: toml::Table = toml::from_str("[workload]\nmodel = \"b\"\n")?;
-/// workloads::scenario::merge(&mut base, &over);
+/// scenario::merge(&mut base, &over);
 /// assert_eq!(base["workload"]["model"].as_str(), Some("b"));
 /// assert_eq!(base["workload"]["precision"].as_str(), Some("fp16"));
 /// # Ok::<(), toml::de::Error>(())
@@ -44,7 +44,7 @@ pub fn merge(base: &mut toml::Table, over: &toml::Table) {
 /// ```
 /// let mut table = toml::Table::new();
 /// let changes: toml::Table = toml::from_str("\"cluster.nodes\" = 4\n")?;
-/// workloads::scenario::set_dotted(&mut table, &changes)?;
+/// scenario::set_dotted(&mut table, &changes)?;
 /// assert_eq!(table["cluster"]["nodes"].as_integer(), Some(4));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```

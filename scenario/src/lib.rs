@@ -1,0 +1,23 @@
+//! parasim's application library: what a user asks for, run.
+//!
+//! - the scenario file format ([`Scenario`], [`Cluster`]): TOML read into wire structs (serde,
+//!   unknown keys rejected), overrides applied, then validated; every error names the file and
+//!   the key;
+//! - [`simulation`]: [`simulation::simulate`] lowers a scenario, runs the engine and summarises
+//!   the run (what `run`, `validate`, `sweep` and `plan` share);
+//! - [`sweep`]: parameter sweeps on every core (rayon), resumable and sharded;
+//! - [`plan`]: the strategy oracle, which searches the ways of splitting a model over a cluster;
+//! - [`collective_bench`]: one collective timed over a range of sizes, like nccl-tests.
+//!
+//! This is the one library crate that reads files (the scenario and the model files and
+//! profiles it names) and starts threads; `workloads` (what is trained, on what) and
+//! `strategies` (how it is split and lowered) take values.
+
+mod file;
+
+pub mod collective_bench;
+pub mod plan;
+pub mod simulation;
+pub mod sweep;
+
+pub use file::*;
