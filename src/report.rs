@@ -3,59 +3,95 @@
 use sim_core::units::{Bytes, SimDuration};
 use std::fmt::Write as _;
 
-use scenario::simulation::Outcome;
+use scenario::simulation::{Outcome, Summary};
 
-/// The summary as the text `parasim run` prints.
+/// The summary as the text `parasim run` prints: one section after another.
 pub fn human(outcome: &Outcome) -> String {
-    let summary = &outcome.summary;
-    let mut out = String::new();
-    let s = summary;
-    let m = &s.model;
-    let c = &s.cluster;
-    // "GPU" or "CPU": what one device is called.
-    let unit = c.device_kind.noun();
-    let share =
-        |d: SimDuration| 100.0 * d.as_secs_f64() / s.iteration_time.as_secs_f64().max(f64::MIN_POSITIVE);
-    // Writing to a String cannot fail.
-    let _ = writeln!(out, "scenario      {}", s.scenario);
-    let st = &s.strategy;
-    let data_parallel_only = st.tensor == 1
-        && st.pipeline == 1
-        && st.context == 1
-        && st.expert == 1
-        && st.zero == 0
-        && st.filter == 1
-        && st.channel == 1
-        && st.spatial == 1;
-    let batch = if data_parallel_only && st.micro_batches == 1 {
-        format!("batch {} per {unit}", m.batch_per_device)
+    let mut report = Report::new(&outcome.summary);
+    report.setup();
+    if report.data_parallel_only {
+        report.data_parallel_strategy();
     } else {
-        format!(
-            "global batch {}, micro-batch {} ({} per replica)",
-            st.global_batch, st.micro_batch, st.micro_batches
-        )
-    };
-    let _ = writeln!(
-        out,
-        "model         {} ({} parameters, {}MAC per sample), {batch}, {} (gradients {}), {}",
-        m.name,
-        crate::models::si(m.parameters as f64),
-        crate::models::si_unit(m.macs_per_sample),
-        m.precision,
-        m.gradient_precision,
-        m.optimizer
-    );
-    let _ = writeln!(
-        out,
-        "cluster       {} x {} = {} nodes x {} {unit}{}",
-        c.gpus,
-        c.device,
-        c.nodes,
-        c.gpus_per_node,
-        if c.gpus_per_node == 1 { "" } else { "s" }
-    );
-    let _ = writeln!(out, "              intra-node {}; network {}", c.intra_node, c.network);
-    if data_parallel_only {
+        report.hybrid_strategy();
+    }
+    report.input();
+    report.network();
+    report.results();
+    report.breakdown();
+    report.memory();
+    let mut out = report.out;
+    // Writing to a String cannot fail.
+    let _ = writeln!(out);
+    let _ = writeln!(out, "{}", engine_line(outcome));
+    out
+}
+
+/// The text being written, and what every section needs to know about the run.
+struct Report<'s> {
+    summary: &'s Summary,
+    /// "GPU" or "CPU": what one device is called.
+    unit: &'static str,
+    /// Data parallelism alone: the short form of the strategy, throughput and breakdown.
+    data_parallel_only: bool,
+    out: String,
+}
+
+impl<'s> Report<'s> {
+    fn new(s: &'s Summary) -> Report<'s> {
+        let st = &s.strategy;
+        let data_parallel_only = st.tensor == 1
+            && st.pipeline == 1
+            && st.context == 1
+            && st.expert == 1
+            && st.zero == 0
+            && st.filter == 1
+            && st.channel == 1
+            && st.spatial == 1;
+        Report { summary: s, unit: s.cluster.device_kind.noun(), data_parallel_only, out: String::new() }
+    }
+
+    /// The scenario, the model and its batch, the cluster.
+    fn setup(&mut self) {
+        let (s, unit, data_parallel_only, out) =
+            (self.summary, self.unit, self.data_parallel_only, &mut self.out);
+        let m = &s.model;
+        let c = &s.cluster;
+        let st = &s.strategy;
+        let _ = writeln!(out, "scenario      {}", s.scenario);
+        let batch = if data_parallel_only && st.micro_batches == 1 {
+            format!("batch {} per {unit}", m.batch_per_device)
+        } else {
+            format!(
+                "global batch {}, micro-batch {} ({} per replica)",
+                st.global_batch, st.micro_batch, st.micro_batches
+            )
+        };
+        let _ = writeln!(
+            out,
+            "model         {} ({} parameters, {}MAC per sample), {batch}, {} (gradients {}), {}",
+            m.name,
+            crate::models::si(m.parameters as f64),
+            crate::models::si_unit(m.macs_per_sample),
+            m.precision,
+            m.gradient_precision,
+            m.optimizer
+        );
+        let _ = writeln!(
+            out,
+            "cluster       {} x {} = {} nodes x {} {unit}{}",
+            c.gpus,
+            c.device,
+            c.nodes,
+            c.gpus_per_node,
+            if c.gpus_per_node == 1 { "" } else { "s" }
+        );
+        let _ = writeln!(out, "              intra-node {}; network {}", c.intra_node, c.network);
+    }
+
+    /// Data parallelism alone: buckets and bytes, and DASO's or out-of-core training's extras.
+    fn data_parallel_strategy(&mut self) {
+        let (s, unit, out) = (self.summary, self.unit, &mut self.out);
+        let st = &s.strategy;
         let _ = writeln!(
             out,
             "strategy      data parallel x{}: {} gradient buckets, {} per iteration, {} allreduce",
@@ -73,7 +109,7 @@ pub fn human(outcome: &Outcome) -> String {
             let _ = writeln!(
                 out,
                 "              DASO: buckets all-reduced inside each node of {} {unit}s; every {} iterations the \
-                 parameters ({}) all-reduced across nodes by one {unit} per node, {}{wait}",
+             parameters ({}) all-reduced across nodes by one {unit} per node, {}{wait}",
                 daso.node_gpus,
                 daso.global_sync_every,
                 workloads::memory::gigabytes(Bytes(daso.global_bytes)),
@@ -84,7 +120,7 @@ pub fn human(outcome: &Outcome) -> String {
             let _ = writeln!(
                 out,
                 "              out-of-core: {} to host memory, {} out and {} back per iteration per {unit}; \
-                 host memory {} of {} per node",
+             host memory {} of {} per node",
                 offload.offload,
                 workloads::memory::gigabytes(Bytes(offload.to_host_bytes)),
                 workloads::memory::gigabytes(Bytes(offload.to_device_bytes)),
@@ -95,7 +131,7 @@ pub fn human(outcome: &Outcome) -> String {
                 let _ = writeln!(
                     out,
                     "              out-of-core weights: activations {} each way, weights {} prefetched, \
-                     gradients {} out, optimizer step {} in and {} out",
+                 gradients {} out, optimizer step {} in and {} out",
                     workloads::memory::gigabytes(Bytes(offload.activation_bytes)),
                     workloads::memory::gigabytes(Bytes(offload.weight_bytes)),
                     workloads::memory::gigabytes(Bytes(offload.gradient_bytes)),
@@ -104,7 +140,12 @@ pub fn human(outcome: &Outcome) -> String {
                 );
             }
         }
-    } else {
+    }
+
+    /// Every degree above 1, ZeRO, the rank order and the data-parallel collectives.
+    fn hybrid_strategy(&mut self) {
+        let (s, unit, out) = (self.summary, self.unit, &mut self.out);
+        let st = &s.strategy;
         let mut degrees = vec![format!("data {}", st.data_parallel)];
         if st.tensor > 1 {
             degrees.push(format!(
@@ -155,198 +196,229 @@ pub fn human(outcome: &Outcome) -> String {
             st.allreduce
         );
     }
-    if let Some(input) = &st.input {
-        let broadcast = if input.broadcast_bytes > 0 {
-            let rate = input
-                .broadcast_rate
-                .map_or(String::new(), |rate| format!(", serialised at {:.2} GB/s", rate / 1e9));
-            format!(
-                "; the batch ({}) broadcast to the group{rate}",
-                workloads::memory::gigabytes(Bytes(input.broadcast_bytes))
-            )
+
+    /// The data loader and the input copy, when the scenario models them.
+    fn input(&mut self) {
+        let (s, out) = (self.summary, &mut self.out);
+        let st = &s.strategy;
+        if let Some(input) = &st.input {
+            let broadcast = if input.broadcast_bytes > 0 {
+                let rate = input
+                    .broadcast_rate
+                    .map_or(String::new(), |rate| format!(", serialised at {:.2} GB/s", rate / 1e9));
+                format!(
+                    "; the batch ({}) broadcast to the group{rate}",
+                    workloads::memory::gigabytes(Bytes(input.broadcast_bytes))
+                )
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                out,
+                "input         {} loader: {} samples per iteration at {} samples/s, {} batch(es) ahead{broadcast}",
+                input.loader, input.samples_per_loader, input.rate, input.prefetch
+            );
+        }
+        if let Some(bytes) = st.input_copy_bytes {
+            let _ = writeln!(
+                out,
+                "input copy    {:.1} MB per iteration to each first-stage GPU over its host link, on the compute stream",
+                bytes as f64 / 1e6
+            );
+        }
+    }
+
+    /// The network model and how protocols are chosen.
+    fn network(&mut self) {
+        let (s, out) = (self.summary, &mut self.out);
+        let protocols = match s.protocol.as_str() {
+            "off" => "collectives on the links alone (protocol off)".to_string(),
+            "auto" => "NCCL protocols chosen by its tuner (protocol auto)".to_string(),
+            one => format!("NCCL protocol {one}"),
+        };
+        let _ = writeln!(out, "network model {}; {protocols}", s.fidelity);
+        let _ = writeln!(out);
+    }
+
+    /// Iteration time, throughput, achieved FLOP/s and MFU.
+    fn results(&mut self) {
+        let (s, unit, data_parallel_only, out) =
+            (self.summary, self.unit, self.data_parallel_only, &mut self.out);
+        let m = &s.model;
+        let c = &s.cluster;
+        let _ = writeln!(
+            out,
+            "iteration     {:.3}  (mean of {} iteration{})",
+            s.iteration_time,
+            s.iterations,
+            if s.iterations == 1 { "" } else { "s" }
+        );
+        match s.tokens_per_second {
+            Some(tokens) if !data_parallel_only => {
+                let _ = writeln!(
+                    out,
+                    "throughput    {:.2} samples/s, {} tokens/s ({} per {unit})",
+                    s.samples_per_second,
+                    thousands(tokens),
+                    thousands(tokens / f64::from(c.gpus))
+                );
+            }
+            _ => {
+                let _ = writeln!(
+                    out,
+                    "throughput    {} samples/s ({} per {unit})",
+                    thousands(s.samples_per_second),
+                    thousands(s.samples_per_second_per_device)
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "compute       {:.1} TFLOP/s per {unit} achieved, MFU {:.1}% of {:.0} TFLOP/s {}",
+            s.achieved_tflops_per_device,
+            100.0 * s.mfu,
+            s.peak_tflops_per_device,
+            m.precision
+        );
+        if !data_parallel_only {
+            let _ = writeln!(
+                out,
+                "              model FLOPs utilization {:.1}% (6 x MACs x samples), hardware {:.1}% (recomputation included)",
+                100.0 * s.model_flops_utilization,
+                100.0 * s.hardware_flops_utilization
+            );
+        }
+        let _ = writeln!(out, "compute model {}", m.compute_model);
+        let _ = writeln!(out);
+    }
+
+    /// Where the iteration goes: compute, exposed communication by group, idle and its causes.
+    fn breakdown(&mut self) {
+        let (s, unit, data_parallel_only, out) =
+            (self.summary, self.unit, self.data_parallel_only, &mut self.out);
+        let st = &s.strategy;
+        // Percent of the iteration that `d` is.
+        let iteration = s.iteration_time.as_secs_f64().max(f64::MIN_POSITIVE);
+        let share = |d: SimDuration| 100.0 * d.as_secs_f64() / iteration;
+        let b = &s.breakdown;
+        let _ = writeln!(out, "per iteration, mean over {unit}s");
+        let _ = writeln!(out, "  compute               {:>12.3}  {:5.1}%", b.compute, share(b.compute));
+        let _ = writeln!(
+            out,
+            "  exposed communication {:>12.3}  {:5.1}%",
+            b.exposed_communication,
+            share(b.exposed_communication)
+        );
+        if !data_parallel_only {
+            let groups = &b.exposed_by_group;
+            for (name, seconds) in [
+                ("tensor", groups.tensor),
+                ("pipeline", groups.pipeline),
+                ("data", groups.data),
+                ("context", groups.context),
+                ("expert", groups.expert),
+                ("filter", groups.filter),
+                ("channel", groups.channel),
+                ("spatial", groups.spatial),
+            ] {
+                if seconds > 0.0 {
+                    let d = SimDuration::from_secs_f64(seconds).unwrap_or(SimDuration::ZERO);
+                    let _ = writeln!(out, "    {name:<20}{:>12.3}  {:5.1}%", d, share(d));
+                }
+            }
+        }
+        if b.offload_stall > SimDuration::ZERO {
+            let _ = writeln!(
+                out,
+                "    offload stall       {:>12.3}  {:5.1}%  (copies to or from host memory, no kernel running)",
+                b.offload_stall,
+                share(b.offload_stall)
+            );
+        }
+        if st.pipeline > 1 {
+            let _ = writeln!(out, "  pipeline bubble       {:>12.3}  {:5.1}%", b.bubble, share(b.bubble));
+            let rest = b.idle.saturating_sub(b.bubble);
+            let _ = writeln!(out, "  other idle            {:>12.3}  {:5.1}%", rest, share(rest));
         } else {
-            String::new()
+            let _ = writeln!(out, "  idle                  {:>12.3}  {:5.1}%", b.idle, share(b.idle));
+        }
+        // Parts of idle with a cause: (label padded to the column, time, shown, why).
+        for (label, time, shown, why) in [
+            (
+                "host-bound ",
+                b.host_bound,
+                share(b.host_bound) >= 0.05,
+                format!("the {unit} waiting for kernel launches"),
+            ),
+            (
+                "input-bound",
+                b.input_bound,
+                b.input_bound > SimDuration::ZERO,
+                format!("the {unit} waiting for its batch: loader, broadcast"),
+            ),
+        ] {
+            if shown {
+                let _ = writeln!(out, "    of which {label}{:>10.3}  {:5.1}%  ({why})", time, share(time));
+            }
+        }
+        let hidden = b.communication.saturating_sub(b.exposed_communication);
+        let hidden_share = if b.communication > SimDuration::ZERO {
+            100.0 * hidden.as_secs_f64() / b.communication.as_secs_f64()
+        } else {
+            0.0
         };
         let _ = writeln!(
             out,
-            "input         {} loader: {} samples per iteration at {} samples/s, {} batch(es) ahead{broadcast}",
-            input.loader, input.samples_per_loader, input.rate, input.prefetch
+            "  communication total   {:>12.3}  ({hidden_share:.0}% hidden behind compute)",
+            b.communication
         );
+        let _ = writeln!(out);
     }
-    if let Some(bytes) = st.input_copy_bytes {
+
+    /// Memory per device by kind, and per pipeline stage.
+    fn memory(&mut self) {
+        let (s, unit, out) = (self.summary, self.unit, &mut self.out);
+        let memory = &s.memory;
+        let gb = |bytes: u64| workloads::memory::gigabytes(Bytes(bytes));
         let _ = writeln!(
             out,
-            "input copy    {:.1} MB per iteration to each first-stage GPU over its host link, on the compute stream",
-            bytes as f64 / 1e6
+            "memory        {} per {unit} of {} ({}), {:.0}%; recomputation {}",
+            gb(memory.total),
+            gb(memory.capacity),
+            Bytes(memory.capacity),
+            100.0 * memory.total as f64 / memory.capacity.max(1) as f64,
+            memory.recompute
         );
-    }
-    let protocols = match s.protocol.as_str() {
-        "off" => "collectives on the links alone (protocol off)".to_string(),
-        "auto" => "NCCL protocols chosen by its tuner (protocol auto)".to_string(),
-        one => format!("NCCL protocol {one}"),
-    };
-    let _ = writeln!(out, "network model {}; {protocols}", s.fidelity);
-    let _ = writeln!(out);
-    let _ = writeln!(
-        out,
-        "iteration     {:.3}  (mean of {} iteration{})",
-        s.iteration_time,
-        s.iterations,
-        if s.iterations == 1 { "" } else { "s" }
-    );
-    match s.tokens_per_second {
-        Some(tokens) if !data_parallel_only => {
-            let _ = writeln!(
-                out,
-                "throughput    {:.2} samples/s, {} tokens/s ({} per {unit})",
-                s.samples_per_second,
-                thousands(tokens),
-                thousands(tokens / f64::from(c.gpus))
-            );
-        }
-        _ => {
-            let _ = writeln!(
-                out,
-                "throughput    {} samples/s ({} per {unit})",
-                thousands(s.samples_per_second),
-                thousands(s.samples_per_second_per_device)
-            );
-        }
-    }
-    let _ = writeln!(
-        out,
-        "compute       {:.1} TFLOP/s per {unit} achieved, MFU {:.1}% of {:.0} TFLOP/s {}",
-        s.achieved_tflops_per_device,
-        100.0 * s.mfu,
-        s.peak_tflops_per_device,
-        m.precision
-    );
-    if !data_parallel_only {
-        let _ = writeln!(
-            out,
-            "              model FLOPs utilization {:.1}% (6 x MACs x samples), hardware {:.1}% (recomputation included)",
-            100.0 * s.model_flops_utilization,
-            100.0 * s.hardware_flops_utilization
-        );
-    }
-    let _ = writeln!(out, "compute model {}", m.compute_model);
-    let _ = writeln!(out);
-    let b = &s.breakdown;
-    let _ = writeln!(out, "per iteration, mean over {unit}s");
-    let _ = writeln!(out, "  compute               {:>12.3}  {:5.1}%", b.compute, share(b.compute));
-    let _ = writeln!(
-        out,
-        "  exposed communication {:>12.3}  {:5.1}%",
-        b.exposed_communication,
-        share(b.exposed_communication)
-    );
-    if !data_parallel_only {
-        let groups = &b.exposed_by_group;
-        for (name, seconds) in [
-            ("tensor", groups.tensor),
-            ("pipeline", groups.pipeline),
-            ("data", groups.data),
-            ("context", groups.context),
-            ("expert", groups.expert),
-            ("filter", groups.filter),
-            ("channel", groups.channel),
-            ("spatial", groups.spatial),
+        for (name, bytes) in [
+            ("weights", memory.weights),
+            ("gradients", memory.gradients),
+            ("optimizer state", memory.optimizer),
+            ("activations", memory.activations),
+            ("temporary buffers", memory.temporary),
+            ("communication buffers", memory.communication),
         ] {
-            if seconds > 0.0 {
-                let d = SimDuration::from_secs_f64(seconds).unwrap_or(SimDuration::ZERO);
-                let _ = writeln!(out, "    {name:<20}{:>12.3}  {:5.1}%", d, share(d));
+            let _ = writeln!(out, "  {name:<22} {:>12}", gb(bytes));
+        }
+        if s.stages.len() > 1 {
+            let _ = writeln!(
+                out,
+                "  per stage: {:>5} {:>8} {:>10} {:>9} {:>10} {:>9}",
+                "stage", "blocks", "params", "in flight", "activations", "total"
+            );
+            for stage in &s.stages {
+                let _ = writeln!(
+                    out,
+                    "             {:>5} {:>8} {:>10} {:>9.1} {:>11} {:>9}",
+                    stage.stage,
+                    stage.blocks,
+                    crate::models::si(stage.parameters as f64),
+                    stage.peak_micro_batches_in_flight,
+                    gb(stage.memory.activations),
+                    gb(stage.memory.total)
+                );
             }
         }
     }
-    if b.offload_stall > SimDuration::ZERO {
-        let _ = writeln!(
-            out,
-            "    offload stall       {:>12.3}  {:5.1}%  (copies to or from host memory, no kernel running)",
-            b.offload_stall,
-            share(b.offload_stall)
-        );
-    }
-    if st.pipeline > 1 {
-        let _ = writeln!(out, "  pipeline bubble       {:>12.3}  {:5.1}%", b.bubble, share(b.bubble));
-        let rest = b.idle.saturating_sub(b.bubble);
-        let _ = writeln!(out, "  other idle            {:>12.3}  {:5.1}%", rest, share(rest));
-    } else {
-        let _ = writeln!(out, "  idle                  {:>12.3}  {:5.1}%", b.idle, share(b.idle));
-    }
-    // Parts of idle with a cause: (label padded to the column, time, shown, why).
-    for (label, time, shown, why) in [
-        (
-            "host-bound ",
-            b.host_bound,
-            share(b.host_bound) >= 0.05,
-            format!("the {unit} waiting for kernel launches"),
-        ),
-        (
-            "input-bound",
-            b.input_bound,
-            b.input_bound > SimDuration::ZERO,
-            format!("the {unit} waiting for its batch: loader, broadcast"),
-        ),
-    ] {
-        if shown {
-            let _ = writeln!(out, "    of which {label}{:>10.3}  {:5.1}%  ({why})", time, share(time));
-        }
-    }
-    let hidden = b.communication.saturating_sub(b.exposed_communication);
-    let hidden_share = if b.communication > SimDuration::ZERO {
-        100.0 * hidden.as_secs_f64() / b.communication.as_secs_f64()
-    } else {
-        0.0
-    };
-    let _ = writeln!(
-        out,
-        "  communication total   {:>12.3}  ({hidden_share:.0}% hidden behind compute)",
-        b.communication
-    );
-    let _ = writeln!(out);
-    let memory = &s.memory;
-    let gb = |bytes: u64| workloads::memory::gigabytes(Bytes(bytes));
-    let _ = writeln!(
-        out,
-        "memory        {} per {unit} of {} ({}), {:.0}%; recomputation {}",
-        gb(memory.total),
-        gb(memory.capacity),
-        Bytes(memory.capacity),
-        100.0 * memory.total as f64 / memory.capacity.max(1) as f64,
-        memory.recompute
-    );
-    for (name, bytes) in [
-        ("weights", memory.weights),
-        ("gradients", memory.gradients),
-        ("optimizer state", memory.optimizer),
-        ("activations", memory.activations),
-        ("temporary buffers", memory.temporary),
-        ("communication buffers", memory.communication),
-    ] {
-        let _ = writeln!(out, "  {name:<22} {:>12}", gb(bytes));
-    }
-    if s.stages.len() > 1 {
-        let _ = writeln!(
-            out,
-            "  per stage: {:>5} {:>8} {:>10} {:>9} {:>10} {:>9}",
-            "stage", "blocks", "params", "in flight", "activations", "total"
-        );
-        for stage in &s.stages {
-            let _ = writeln!(
-                out,
-                "             {:>5} {:>8} {:>10} {:>9.1} {:>11} {:>9}",
-                stage.stage,
-                stage.blocks,
-                crate::models::si(stage.parameters as f64),
-                stage.peak_micro_batches_in_flight,
-                gb(stage.memory.activations),
-                gb(stage.memory.total)
-            );
-        }
-    }
-    let _ = writeln!(out);
-    let _ = writeln!(out, "{}", engine_line(outcome));
-    out
 }
 
 /// "engine  26,048 ops, 25,733 events; lowering 2.1 ms, simulation 2.0 ms (12.9 M events/s)".
