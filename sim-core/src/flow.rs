@@ -51,16 +51,17 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use topology::{HostId, LinkId, Route, Routing, Topology};
 use units::{Bytes, SimDuration, SimTime};
 
-use crate::collective::{
-    Choice, CollectiveError, Schedule, choose_for, data_time, pipeline_chunk, protocol_overhead,
-    ring_channels, tree_step_floor, wire_bytes,
-};
 use crate::fast_hash::FastMap;
 use crate::graph::{Collective, CollectiveAlgorithm, CollectiveKind, MemcpyDirection, RankId};
+use crate::nccl::choice::choose_for;
+use crate::nccl::overhead::protocol_overhead;
+use crate::nccl::protocol::{Choice, ProtocolChoice, is_in_network};
+use crate::nccl::timing::{data_time, in_network_time};
+use crate::nccl::tuner::GpuGeneration;
+use crate::nccl::wire::{pipeline_chunk, tree_step_floor, wire_bytes};
 use crate::network::AnalyticalNetwork;
 use crate::network::{Completion, NetContext, Network, NetworkError};
-use crate::protocol::ProtocolChoice;
-use crate::schedule::Message;
+use crate::schedule::{CollectiveError, Message, Schedule, ring_channels};
 
 /// A timer of the flow model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -487,7 +488,7 @@ impl<'t> FlowNetwork<'t> {
         self
     }
 
-    /// The same model with collectives run by `protocols` (see [`crate::protocol`]): their
+    /// The same model with collectives run by `protocols` (see [`crate::nccl::protocol`]): their
     /// bandwidth share scales the bytes on the wire, their base and per-hop latencies delay
     /// the first message.
     pub fn with_protocols(mut self, protocols: ProtocolChoice) -> Self {
@@ -496,14 +497,14 @@ impl<'t> FlowNetwork<'t> {
     }
 
     /// The same model on GPUs that copy within their memory at `rate` (see
-    /// [`crate::collective::StepNetwork::device_copy`]).
+    /// [`crate::nccl::network::NcclNetwork::device_copy`]).
     pub fn with_device_copy(mut self, rate: Option<units::Bandwidth>) -> Self {
         self.estimator = self.estimator.with_device_copy(rate);
         self
     }
 
-    /// The same model tuning for GPUs of `generation` (see [`crate::tuner`]).
-    pub fn with_generation(mut self, generation: crate::tuner::GpuGeneration) -> Self {
+    /// The same model tuning for GPUs of `generation` (see [`crate::nccl::tuner`]).
+    pub fn with_generation(mut self, generation: GpuGeneration) -> Self {
         self.estimator = self.estimator.with_generation(generation);
         self
     }
@@ -1539,10 +1540,9 @@ impl<'t> FlowNetwork<'t> {
             }
         };
         let algorithm = choice.algorithm;
-        if crate::collective::is_in_network(algorithm) {
+        if is_in_network(algorithm) {
             // The switch's reduction is not a flow: NVLS and CollNet are timed in closed form.
-            let time =
-                crate::collective::in_network_time(algorithm, collective.bytes, group, &self.estimator)?;
+            let time = in_network_time(algorithm, collective.bytes, group, &self.estimator)?;
             return Ok(context.complete_after(delay.checked_add(time)?, token)?);
         }
         let wired = Collective { bytes: wire, algorithm, ..*collective };

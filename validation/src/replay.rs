@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use sim_core::exec::{ExecError, Timeline};
 use sim_core::fidelity::NetworkSettings;
-use sim_core::protocol::ProtocolChoice;
-use sim_core::tuner::GpuGeneration;
+use sim_core::nccl::protocol::ProtocolChoice;
+use sim_core::nccl::tuner::GpuGeneration;
 use sim_core::units::{Bandwidth, SimDuration};
 use topology::{ClusterSpec, IntraNode, LinkSpec, NetworkSpec, Topology, TopologyError};
 use traces::replay::{Comparison, Replay, ReplayOptions};

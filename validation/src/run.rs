@@ -7,7 +7,7 @@ use std::time::Instant;
 use serde::Serialize;
 use sim_core::fidelity::{Fidelity, NetworkSettings};
 use sim_core::graph::CollectiveAlgorithm;
-use sim_core::protocol::ProtocolChoice;
+use sim_core::nccl::protocol::ProtocolChoice;
 use sim_core::units::{Bytes, SimDuration, SimTime};
 use workloads::collective_bench::{BenchSettings, CollectiveBench};
 use workloads::scenario::{Cluster, Scenario, merge, set_dotted};
