@@ -202,6 +202,7 @@ impl<'t> Flows<'t> {
         route.len() * (1 + busiest as usize)
     }
     /// Starts a flow of `bytes` from `src` to `dst` for `owner`.
+    #[inline]
     pub(super) fn start_flow(
         &mut self,
         context: &mut NetContext<'_, FlowEvent>,
@@ -216,6 +217,7 @@ impl<'t> Flows<'t> {
         Ok(())
     }
     /// Starts a flow of `bytes` on `route` for `owner`.
+    #[inline]
     pub(super) fn start_flow_on(
         &mut self,
         context: &mut NetContext<'_, FlowEvent>,
@@ -230,6 +232,7 @@ impl<'t> Flows<'t> {
     }
     /// Allocates a flow on `route`, whose links' latencies sum to `latency` (not yet on its
     /// links) and returns it with that latency.
+    #[inline]
     pub(super) fn new_flow(
         &mut self,
         now: SimTime,
@@ -260,6 +263,7 @@ impl<'t> Flows<'t> {
     }
     /// The flow's first byte has arrived: it joins its links and rates are re-filled. Returns its
     /// owner if it is done at once (nothing to share: its slot is free again).
+    #[inline]
     pub(super) fn enter(
         &mut self,
         context: &mut NetContext<'_, FlowEvent>,
@@ -292,6 +296,7 @@ impl<'t> Flows<'t> {
     /// The flow's last byte has arrived (if `generation` is still its own): it leaves its links,
     /// the others re-fill, and its slot is free again. Returns its owner, to be told; `None`
     /// for a stale completion.
+    #[inline]
     pub(super) fn finish(
         &mut self,
         context: &mut NetContext<'_, FlowEvent>,
@@ -313,14 +318,16 @@ impl<'t> Flows<'t> {
             }
             audit.bytes_delivered += flow.size - left.max(0.0);
         }
-        let route = self.solver.flow(id).route;
         // Re-fill only if the flow shared a link with others: their rates may rise.
         if self.solver.leave(id) {
+            let route = self.solver.flow(id).route;
             self.request_refill(context, &route, groups)?;
         }
         Ok(Some(self.release(id)))
     }
+
     /// Frees the flow's slot; returns its owner.
+    #[inline]
     fn release(&mut self, id: u32) -> Owner {
         let owner = self.solver.flow(id).owner;
         if self.adaptive {
@@ -336,6 +343,7 @@ impl<'t> Flows<'t> {
     /// then every flow keeps the rate it had, which no one reads before time moves on: a
     /// completion due now was scheduled at that rate and still holds, and a flow that entered
     /// now has rate 0 and no completion yet.
+    #[inline]
     pub(super) fn request_refill(
         &mut self,
         context: &mut NetContext<'_, FlowEvent>,

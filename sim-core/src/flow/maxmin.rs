@@ -159,21 +159,25 @@ impl<T: Copy> MaxMin<T> {
     }
 
     /// The capacity of `link`, in bytes per second.
+    #[inline]
     pub(super) fn capacity(&self, link: LinkId) -> f64 {
         self.capacity[link.0 as usize]
     }
 
     /// Flow `id` (allocated by [`MaxMin::add`]).
+    #[inline]
     pub(super) fn flow(&self, id: u32) -> &Flow<T> {
         &self.flows[id as usize]
     }
 
     /// The flows on `link`.
+    #[inline]
     pub(super) fn flows_on(&self, link: LinkId) -> &[u32] {
         &self.on_link[link.0 as usize]
     }
 
     /// How many flows are on their links.
+    #[inline]
     pub(super) fn active_flows(&self) -> usize {
         self.active_flows
     }
@@ -196,6 +200,7 @@ impl<T: Copy> MaxMin<T> {
 
     /// A flow of `bytes` on `route` for `owner`, not yet on its links, at rate 0; in no group,
     /// of weight 1. Returns its id (a slot freed earlier, or a new one).
+    #[inline]
     pub(super) fn add(&mut self, now: SimTime, route: Route, bytes: f64, owner: T) -> u32 {
         let mut flow = Flow {
             route,
@@ -226,6 +231,7 @@ impl<T: Copy> MaxMin<T> {
     }
 
     /// Sets the weight of flow `id`, before it joins its links.
+    #[inline]
     pub(super) fn set_weight(&mut self, id: u32, weight: f64) {
         self.flows[id as usize].weight = weight;
     }
@@ -244,17 +250,18 @@ impl<T: Copy> MaxMin<T> {
     }
 
     /// Flow `id`'s first byte has arrived: it joins its links.
+    #[inline]
     pub(super) fn join(&mut self, id: u32, now: SimTime) -> Joined {
         let flow = &mut self.flows[id as usize];
         flow.updated = now;
         if flow.remaining <= 0.0 || flow.route.is_empty() {
             return Joined::Empty;
         }
-        for &link in flow.route.iter() {
+        let route = &self.flows[id as usize].route;
+        for &link in route.iter() {
             self.on_link[link.0 as usize].push(id);
         }
         self.active_flows += 1;
-        let route = flow.route;
         if route.iter().all(|link| self.on_link[link.0 as usize].len() == 1) {
             // Alone on every link (the common uncontended case): its bottleneck's full rate,
             // and nobody else's rate changes.
@@ -289,6 +296,7 @@ impl<T: Copy> MaxMin<T> {
 
     /// True if flow `id` is on its links at the rate it had at `generation`: a completion
     /// scheduled then is due now.
+    #[inline]
     pub(super) fn is_due(&self, id: u32, generation: u32) -> bool {
         let flow = &self.flows[id as usize];
         flow.generation == generation && flow.rate != 0.0
@@ -297,8 +305,9 @@ impl<T: Copy> MaxMin<T> {
     /// Flow `id` (in no group) has delivered its last byte: it leaves its links, at rate 0
     /// with nothing left. Returns whether any of its links still carries a flow (whose rate
     /// may then rise: its component needs a re-fill).
+    #[inline]
     pub(super) fn leave(&mut self, id: u32) -> bool {
-        let route = self.flows[id as usize].route;
+        let route = &self.flows[id as usize].route;
         for &link in route.iter() {
             let flows = &mut self.on_link[link.0 as usize];
             if let Some(position) = flows.iter().position(|&f| f == id) {
@@ -306,14 +315,16 @@ impl<T: Copy> MaxMin<T> {
             }
         }
         self.active_flows -= 1;
+        let shared = route.iter().any(|link| !self.on_link[link.0 as usize].is_empty());
         let flow = &mut self.flows[id as usize];
         flow.rate = 0.0;
         flow.remaining = 0.0;
         flow.generation = flow.generation.wrapping_add(1);
-        route.iter().any(|link| !self.on_link[link.0 as usize].is_empty())
+        shared
     }
 
     /// Frees flow `id`'s slot (off its links, or never on them) for reuse.
+    #[inline]
     pub(super) fn free(&mut self, id: u32) {
         self.free_flows.push(id);
     }

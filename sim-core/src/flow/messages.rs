@@ -86,6 +86,7 @@ impl Runs {
     }
 
     /// Every member of every lane of `run` enters step 0.
+    #[inline]
     pub(super) fn begin(
         &mut self,
         flows: &mut Flows<'_>,
@@ -196,6 +197,7 @@ impl Runs {
     }
 
     /// One of `position`'s messages of its current step is done.
+    #[inline]
     pub(super) fn message_done(
         &mut self,
         flows: &mut Flows<'_>,
