@@ -36,6 +36,7 @@ use super::maxmin::{Joined, MaxMin, NO_GROUP};
 pub(super) fn server_of(topology: &Topology, rank: RankId) -> Result<u32, CollectiveError> {
     topology.node_of(HostId(rank.0)).map_err(|error| CollectiveError::Network(error.to_string()))
 }
+
 /// A route with what every flow on it needs: the sum of its link latencies (the time its first
 /// byte takes) and its slowest link's capacity (its rate alone), computed once per pair of
 /// ranks when routes do not depend on the flow.
@@ -48,6 +49,7 @@ pub(super) struct Path {
     /// The slowest link's capacity (bytes per second).
     pub(super) alone: f64,
 }
+
 /// Counters of a flow-level run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FlowStats {
@@ -67,6 +69,7 @@ pub struct FlowStats {
     /// wall time grows with, counted the same on every machine (`FlowNetwork::with_work_budget`).
     pub work: u64,
 }
+
 /// Invariant checks of a run with `FlowNetwork::audited`.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Audit {
@@ -194,6 +197,7 @@ impl<'t> Flows<'t> {
         }
         Ok(path)
     }
+
     /// UGAL's cost of a route: its hop count times (1 + the most unfinished flows routed over
     /// any of its links, including those whose first byte is still on its way), so a longer
     /// non-minimal route is taken only when the minimal one is that much busier.
@@ -201,6 +205,7 @@ impl<'t> Flows<'t> {
         let busiest = route.iter().map(|link| self.routed[link.0 as usize]).max().unwrap_or(0);
         route.len() * (1 + busiest as usize)
     }
+
     /// Starts a flow of `bytes` from `src` to `dst` for `owner`.
     #[inline]
     pub(super) fn start_flow(
@@ -216,6 +221,7 @@ impl<'t> Flows<'t> {
         context.wake_after(latency, FlowEvent::Enter { flow: id })?;
         Ok(())
     }
+
     /// Starts a flow of `bytes` on `route` for `owner`.
     #[inline]
     pub(super) fn start_flow_on(
@@ -230,6 +236,7 @@ impl<'t> Flows<'t> {
         context.wake_after(latency, FlowEvent::Enter { flow: id })?;
         Ok(())
     }
+
     /// Allocates a flow on `route`, whose links' latencies sum to `latency` (not yet on its
     /// links) and returns it with that latency.
     #[inline]
@@ -261,6 +268,7 @@ impl<'t> Flows<'t> {
         let id = self.solver.add(now, route, bytes, owner);
         Ok((id, latency))
     }
+
     /// The flow's first byte has arrived: it joins its links and rates are re-filled. Returns its
     /// owner if it is done at once (nothing to share: its slot is free again).
     #[inline]
@@ -293,6 +301,7 @@ impl<'t> Flows<'t> {
             }
         }
     }
+
     /// The flow's last byte has arrived (if `generation` is still its own): it leaves its links,
     /// the others re-fill, and its slot is free again. Returns its owner, to be told; `None`
     /// for a stale completion.
@@ -338,6 +347,7 @@ impl<'t> Flows<'t> {
         self.solver.free(id);
         owner
     }
+
     /// Flows entered or left `seeds`: their neighbours' rates are re-filled once every event
     /// of this instant has run (or now, with `immediate`). Until
     /// then every flow keeps the rate it had, which no one reads before time moves on: a
@@ -360,6 +370,7 @@ impl<'t> Flows<'t> {
         }
         Ok(())
     }
+
     /// The batched re-fill of this instant, once it is the last event due now: events due at
     /// the same time but scheduled after it (completions that start new flows, flows that
     /// finish as soon as they enter) run first, so one re-fill covers every change.
@@ -378,6 +389,7 @@ impl<'t> Flows<'t> {
         self.pending_seeds.clear();
         refilled
     }
+
     /// Max-min fair rates for every flow connected to `seeds` through shared links.
     fn refill(
         &mut self,
@@ -413,6 +425,7 @@ impl<'t> Flows<'t> {
         }
         Ok(())
     }
+
     /// Audit: capacity and bottleneck conditions of max-min fairness on the last component.
     fn check_allocation(&mut self) {
         let violation = self.solver.violation();
