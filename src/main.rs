@@ -362,7 +362,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             json,
         } => {
             let protocols = protocol
-                .map(|name| name.parse::<sim_core::protocol::ProtocolChoice>())
+                .map(|name| name.parse::<sim_core::nccl::protocol::ProtocolChoice>())
                 .transpose()
                 .map_err(anyhow::Error::msg)
                 .context("--protocol")?;
@@ -452,7 +452,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             plot,
             json,
         } => {
-            let protocols: sim_core::protocol::ProtocolChoice =
+            let protocols: sim_core::nccl::protocol::ProtocolChoice =
                 protocol.parse().map_err(anyhow::Error::msg).context("--protocol")?;
             let network = network_settings(&fidelity, &launch, &chunk)?.with_protocols(protocols);
             let host_launch =

@@ -30,7 +30,7 @@ pub struct ReplayArgs {
     /// Network model, collective launch cost and chunk size.
     pub network: NetworkSettings,
     /// NCCL protocols (`None`: by the device's collective library).
-    pub protocols: Option<sim_core::protocol::ProtocolChoice>,
+    pub protocols: Option<sim_core::nccl::protocol::ProtocolChoice>,
     /// Ranks to simulate (re-targeting).
     pub ranks: Option<u32>,
     /// Replay only this traced rank (the others as its copies).

@@ -1,13 +1,15 @@
 //! One collective timed alone on a cluster, size by size, the way nccl-tests times it: the
 //! engine behind `parasim collective` and the validation suite's nccl-tests cases.
 
-use sim_core::collective::{Choice, CollectiveError, choose_for};
 use sim_core::exec::ExecError;
 use sim_core::fidelity::{Fidelity, NetworkSettings};
 use sim_core::graph::{
     Collective, CollectiveAlgorithm, CollectiveKind, GraphBuilder, GraphError, RankId, StreamId,
 };
-use sim_core::tuner::GpuGeneration;
+use sim_core::nccl::choice::choose_for;
+use sim_core::nccl::protocol::Choice;
+use sim_core::nccl::tuner::GpuGeneration;
+use sim_core::schedule::CollectiveError;
 use sim_core::units::{Bytes, SimDuration, TimeOverflow, UnitError};
 use topology::{Topology, TopologyError};
 
@@ -209,7 +211,7 @@ impl CollectiveBench {
     }
 
     /// What the channels NCCL launches for a collective of `bytes` under `choice` add to the
-    /// benchmark loop's host floor ([`sim_core::collective::channel_time`]: `channel-overhead`
+    /// benchmark loop's host floor ([`sim_core::nccl::overhead::channel_time`]: `channel-overhead`
     /// per channel beyond the first). The one-server curves measured with one process driving
     /// g GPUs rise above their floor of g launches by this much from the first size that runs
     /// on two channels, whatever g (docs/collectives.md, "Channels per size"): the cost is
@@ -219,7 +221,7 @@ impl CollectiveBench {
         let group: Vec<RankId> = (0..ranks).map(RankId).collect();
         let estimator =
             NetworkSettings { fidelity: Fidelity::Analytical, ..network }.analytical(&self.topology);
-        Ok(sim_core::collective::channel_time(self.collective.kind, choice, bytes, &group, &estimator)?)
+        Ok(sim_core::nccl::overhead::channel_time(self.collective.kind, choice, bytes, &group, &estimator)?)
     }
 
     /// Simulates one collective of `bytes` over the ranks; returns its time and the algorithm
@@ -275,7 +277,7 @@ mod tests {
             network: NetworkSettings::new(Fidelity::Analytical)
                 .with_collective_launch(SimDuration::from_ns(8_400))
                 .with_chunk(Bytes(1 << 20))
-                .with_protocols(sim_core::protocol::ProtocolChoice::Auto),
+                .with_protocols(sim_core::nccl::protocol::ProtocolChoice::Auto),
             host_launch: SimDuration::from_us(4),
             gpus_per_process,
         };

@@ -10,9 +10,9 @@ use units::{Bandwidth, Bytes, SimDuration};
 use crate::exec::{self, ExecError, Timeline};
 use crate::flow::FlowNetwork;
 use crate::graph::ExecGraph;
+use crate::nccl::protocol::ProtocolChoice;
+use crate::nccl::tuner::GpuGeneration;
 use crate::network::AnalyticalNetwork;
-use crate::protocol::ProtocolChoice;
-use crate::tuner::GpuGeneration;
 
 /// The network model used to simulate a graph.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
@@ -79,7 +79,7 @@ pub struct NetworkSettings {
     /// The GPUs' generation, for NCCL's tuner (which it uses once protocols are on).
     pub generation: GpuGeneration,
     /// How fast a GPU copies a buffer within its own memory (`None`: unknown), for the copy
-    /// a ring's kernel makes without crossing a link ([`crate::collective::ring_copy_time`]).
+    /// a ring's kernel makes without crossing a link ([`crate::nccl::overhead::ring_copy_time`]).
     pub device_copy: Option<Bandwidth>,
     /// Work (`FlowStats::work`) after which a flow or packet run gives up (none by default).
     pub work_budget: Option<u64>,
@@ -112,7 +112,7 @@ impl NetworkSettings {
         self
     }
 
-    /// The same settings with collectives run by `protocols` (see [`crate::protocol`]).
+    /// The same settings with collectives run by `protocols` (see [`crate::nccl::protocol`]).
     pub const fn with_protocols(mut self, protocols: ProtocolChoice) -> NetworkSettings {
         self.protocols = protocols;
         self

@@ -108,7 +108,7 @@ impl CollectiveKind {
     }
 }
 
-/// How a collective is carried out on the network (see [`crate::schedule`] for each one's
+/// How a collective is carried out on the network (see the `schedule` module for each one's
 /// steps).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CollectiveAlgorithm {

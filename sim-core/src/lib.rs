@@ -1,24 +1,23 @@
 //! parasim's engine: the only place simulated time advances.
 //!
-//! The layers, bottom up:
+//! The layers, bottom up (each module imports only from the ones before it):
 //! - [`units`] (re-exported): `SimTime` / `SimDuration` in integer picoseconds, `Bytes`,
 //!   `Bandwidth`, `FlopRate`, parsed from and printed as human units;
 //! - [`queue`]: the deterministic `(time, sequence)` event queue;
 //! - [`graph`]: the execution-graph IR that workloads and traces lower to (compute, transfer,
 //!   collective and memcpy ops on per-rank in-order streams, with dependencies), validated on
 //!   construction;
+//! - [`schedule`]: collective algorithms as synchronous steps of point-to-point messages;
+//! - [`collective`]: those steps timed on a network model ([`collective::StepNetwork`]),
+//!   without contention;
+//! - [`nccl`]: the NCCL model: protocols, release tables, NCCL's tuner, NVLS and CollNet, what
+//!   a collective costs beyond its data, and the choice of algorithm and protocol (`auto`);
+//! - [`network`]: the narrow seam to the network models, and the `analytical` model;
+//! - [`flow`]: the flow-level models (`flow`, `packet-steps`): max-min fair sharing of the
+//!   links, collectives message by message or in their steady state;
 //! - [`exec`]: the executor that runs a graph on a network model and records every op's start
 //!   and end;
-//! - [`network`]: the narrow seam to the network models, and the `analytical` model;
 //! - [`fidelity`]: the one place a fidelity name becomes a network model with its settings;
-//! - [`collective`]: collective algorithms as step-by-step closed forms, and `auto`;
-//! - [`protocol`]: NCCL's protocols (LL, LL128, Simple) and their latencies and bandwidth
-//!   shares;
-//! - [`tuner`]: NCCL's own latency/bandwidth model, which picks an allreduce's algorithm and
-//!   protocol as NCCL does;
-//! - [`nvls`]: NVLink SHARP allreduce (reduction in the NVSwitch), in closed form;
-//! - [`collnet`]: NCCL's CollNet allreduce (reduction in InfiniBand switches with SHARP), in
-//!   closed form;
 //! - [`stats`]: where the time went (compute / exposed communication / idle per rank).
 //!
 //! `sim-core` never names a neural-network concept: it simulates ops, ranks and bytes.
@@ -61,7 +60,6 @@
 pub use units;
 
 pub mod collective;
-pub mod collnet;
 pub mod exec;
 mod fast_hash;
 pub mod fidelity;
@@ -69,9 +67,6 @@ pub mod flow;
 pub mod graph;
 pub mod nccl;
 pub mod network;
-pub mod nvls;
-pub mod protocol;
 pub mod queue;
 pub mod schedule;
 pub mod stats;
-pub mod tuner;

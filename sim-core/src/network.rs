@@ -14,15 +14,15 @@ use std::collections::{BTreeMap, HashMap};
 use topology::{HostId, LinkId, Route, Topology, TopologyError};
 use units::{Bandwidth, Bytes, SimDuration, SimTime, TimeOverflow, UnitError};
 
-use crate::collective::{
-    CollectiveError, LevelLatencies, PathCost, StepNetwork, analytical_time, pipeline_time_by_steps,
-};
+use crate::collective::{LevelLatencies, PathCost, StepNetwork, pipeline_time_by_steps};
 use crate::fast_hash::FastMap;
 use crate::graph::{Collective, CollectiveId, MemcpyDirection, OpId, RankId};
-use crate::protocol::{Hop, ProtocolChoice};
+use crate::nccl::choice::analytical_time;
+use crate::nccl::network::NcclNetwork;
+use crate::nccl::protocol::{Hop, ProtocolChoice};
+use crate::nccl::tuner::{GpuGeneration, TunerFabric};
 use crate::queue::EventQueue;
-use crate::schedule::{Pipeline, PipelineSteps, Schedule};
-use crate::tuner::{GpuGeneration, TunerFabric};
+use crate::schedule::{CollectiveError, Pipeline, PipelineSteps, Schedule};
 
 /// What a finished data movement completes: one op, or every member op of a collective.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -228,7 +228,8 @@ impl PathCache {
 /// traffic.
 ///
 /// A message costs the sum of the link latencies on its path plus its size over the bandwidth
-/// it gets; collectives use the step-by-step closed forms of [`crate::collective`], in which
+/// it gets; collectives use the step-by-step closed forms of [`crate::collective`] (with the
+/// NCCL model's choice and overheads, [`crate::nccl`]), in which
 /// the messages of one step share the links they cross. Rank `r` runs on host `r`. A
 /// collective's time depends only on the collective, so each distinct one is computed once.
 #[derive(Debug)]
@@ -251,7 +252,7 @@ pub struct AnalyticalNetwork<'t> {
     protocols: ProtocolChoice,
     /// The GPUs' generation, for NCCL's tuner.
     generation: GpuGeneration,
-    /// The GPUs' copy rate within their own memory (see [`StepNetwork::device_copy`]).
+    /// The GPUs' copy rate within their own memory (see [`NcclNetwork::device_copy`]).
     device_copy: Option<units::Bandwidth>,
     /// Scratch: the routes of the step being timed, one per message.
     step_routes: Vec<Route>,
@@ -496,14 +497,14 @@ impl<'t> AnalyticalNetwork<'t> {
         self
     }
 
-    /// The same model with collectives run by `protocols` (see [`crate::protocol`]).
+    /// The same model with collectives run by `protocols` (see [`crate::nccl::protocol`]).
     pub fn with_protocols(mut self, protocols: ProtocolChoice) -> Self {
         self.protocols = protocols;
         self
     }
 
     /// The same model on GPUs that copy within their memory at `rate` (`None`: unknown; see
-    /// [`StepNetwork::device_copy`]).
+    /// [`NcclNetwork::device_copy`]).
     pub fn with_device_copy(mut self, rate: Option<units::Bandwidth>) -> Self {
         self.device_copy = rate;
         self
@@ -677,6 +678,45 @@ impl StepNetwork for AnalyticalNetwork<'_> {
         Ok(self.path(src, dst).map_err(|error| CollectiveError::Network(error.to_string()))?.1)
     }
 
+    fn step_time(
+        &mut self,
+        messages: &[(RankId, RankId, u64)],
+        bytes: Bytes,
+        den: u64,
+    ) -> Result<SimDuration, CollectiveError> {
+        self.time_step(messages, bytes, den).map_err(|error| CollectiveError::Network(error.to_string()))
+    }
+
+    fn step_transfer_time(
+        &mut self,
+        messages: &[(RankId, RankId, u64)],
+        bytes: Bytes,
+        den: u64,
+    ) -> Result<SimDuration, CollectiveError> {
+        self.time_step_with(messages, bytes, den, false)
+            .map_err(|error| CollectiveError::Network(error.to_string()))
+    }
+
+    fn pipeline_time(&mut self, schedule: &Schedule) -> Result<SimDuration, CollectiveError> {
+        let Some(pipeline) = schedule.pipeline() else { return pipeline_time_by_steps(self, schedule) };
+        let (bytes, den) = schedule.fraction();
+        self.time_pipeline(pipeline, bytes, den).map_err(|error| CollectiveError::Network(error.to_string()))
+    }
+
+    fn level_latencies(&mut self, pipeline: &Pipeline) -> Result<Vec<LevelLatencies>, CollectiveError> {
+        if let Some(levels) = self.tree_levels.get(pipeline.levels.as_slice()) {
+            return Ok(levels.latencies.clone());
+        }
+        let levels =
+            level_loads(self.topology, &mut self.link_load, &mut self.loaded_links, &pipeline.levels)
+                .map_err(|error| CollectiveError::Network(error.to_string()))?;
+        let latencies = levels.latencies.clone();
+        self.tree_levels.insert(pipeline.levels.clone(), levels);
+        Ok(latencies)
+    }
+}
+
+impl NcclNetwork for AnalyticalNetwork<'_> {
     fn intra_hop(&self) -> Hop {
         match self.topology.spec().intra_node {
             topology::IntraNode::PcieSwitch(_) => Hop::Pci,
@@ -716,7 +756,7 @@ impl StepNetwork for AnalyticalNetwork<'_> {
         self.topology.spec().network.transport.sharp
     }
 
-    fn nccl(&self) -> crate::collective::NcclSettings {
+    fn nccl(&self) -> topology::NcclSettings {
         self.topology.spec().network.transport.nccl
     }
 
@@ -736,43 +776,6 @@ impl StepNetwork for AnalyticalNetwork<'_> {
             amd_hosts: spec.network.transport.host_cpu == topology::HostCpu::Amd,
             nccl: spec.network.transport.nccl_version,
         })
-    }
-
-    fn step_time(
-        &mut self,
-        messages: &[(RankId, RankId, u64)],
-        bytes: Bytes,
-        den: u64,
-    ) -> Result<SimDuration, CollectiveError> {
-        self.time_step(messages, bytes, den).map_err(|error| CollectiveError::Network(error.to_string()))
-    }
-
-    fn step_transfer_time(
-        &mut self,
-        messages: &[(RankId, RankId, u64)],
-        bytes: Bytes,
-        den: u64,
-    ) -> Result<SimDuration, CollectiveError> {
-        self.time_step_with(messages, bytes, den, false)
-            .map_err(|error| CollectiveError::Network(error.to_string()))
-    }
-
-    fn pipeline_time(&mut self, schedule: &Schedule) -> Result<SimDuration, CollectiveError> {
-        let Some(pipeline) = schedule.pipeline() else { return pipeline_time_by_steps(self, schedule) };
-        let (bytes, den) = schedule.fraction();
-        self.time_pipeline(pipeline, bytes, den).map_err(|error| CollectiveError::Network(error.to_string()))
-    }
-
-    fn level_latencies(&mut self, pipeline: &Pipeline) -> Result<Vec<LevelLatencies>, CollectiveError> {
-        if let Some(levels) = self.tree_levels.get(pipeline.levels.as_slice()) {
-            return Ok(levels.latencies.clone());
-        }
-        let levels =
-            level_loads(self.topology, &mut self.link_load, &mut self.loaded_links, &pipeline.levels)
-                .map_err(|error| CollectiveError::Network(error.to_string()))?;
-        let latencies = levels.latencies.clone();
-        self.tree_levels.insert(pipeline.levels.clone(), levels);
-        Ok(latencies)
     }
 }
 
@@ -854,9 +857,11 @@ impl Network for AnalyticalNetwork<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collective::{Choice, level_extra, level_latencies_by_hops, step_extra, time_of};
+    use crate::collective::level_latencies_by_hops;
     use crate::graph::{CollectiveAlgorithm, CollectiveKind};
-    use crate::protocol::{Family, Protocol};
+    use crate::nccl::overhead::{level_extra, step_extra};
+    use crate::nccl::protocol::{Choice, Family, Protocol};
+    use crate::nccl::timing::time_of;
     use topology::{ClusterSpec, FabricSpec, IntraNode, LinkSpec, NetworkSpec, XgftSpec};
 
     fn link(bandwidth: &str, latency: &str) -> LinkSpec {
@@ -921,6 +926,25 @@ mod tests {
         fn path_latency(&mut self, src: RankId, dst: RankId) -> Result<SimDuration, CollectiveError> {
             self.0.path_latency(src, dst)
         }
+        fn step_transfer_time(
+            &mut self,
+            messages: &[(RankId, RankId, u64)],
+            bytes: Bytes,
+            den: u64,
+        ) -> Result<SimDuration, CollectiveError> {
+            self.0.step_transfer_time(messages, bytes, den)
+        }
+        fn step_time(
+            &mut self,
+            messages: &[(RankId, RankId, u64)],
+            bytes: Bytes,
+            den: u64,
+        ) -> Result<SimDuration, CollectiveError> {
+            self.0.step_time(messages, bytes, den)
+        }
+    }
+
+    impl NcclNetwork for MessageByMessage<'_, '_> {
         fn intra_hop(&self) -> Hop {
             self.0.intra_hop()
         }
@@ -945,7 +969,7 @@ mod tests {
         fn sharp(&self) -> bool {
             self.0.sharp()
         }
-        fn nccl(&self) -> crate::collective::NcclSettings {
+        fn nccl(&self) -> topology::NcclSettings {
             self.0.nccl()
         }
         fn tuner_fabric(&self) -> Option<TunerFabric> {
@@ -953,22 +977,6 @@ mod tests {
         }
         fn device_copy(&self) -> Option<units::Bandwidth> {
             self.0.device_copy()
-        }
-        fn step_transfer_time(
-            &mut self,
-            messages: &[(RankId, RankId, u64)],
-            bytes: Bytes,
-            den: u64,
-        ) -> Result<SimDuration, CollectiveError> {
-            self.0.step_transfer_time(messages, bytes, den)
-        }
-        fn step_time(
-            &mut self,
-            messages: &[(RankId, RankId, u64)],
-            bytes: Bytes,
-            den: u64,
-        ) -> Result<SimDuration, CollectiveError> {
-            self.0.step_time(messages, bytes, den)
         }
     }
 

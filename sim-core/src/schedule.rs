@@ -24,14 +24,50 @@
 //! floor(log2 n) the height of NCCL's tree. Pipelined algorithms cut the buffer into chunks of at most the
 //! chunk size ([`CHUNK_BYTES`] unless [`Schedule::with_chunk`] says otherwise;
 //! C = ceil(message / chunk), at least 1).
+//!
+//! **Ring channels.** Like NCCL, a ring over a group that spans several servers runs as `c`
+//! parallel rings (channels), each carrying `1/c` of the buffer, where `c` is the smallest
+//! number of group members on one server. Channel `j` visits the servers in group order and,
+//! inside each server, its members rotated by `j`, every other server backwards (a snake), so
+//! every channel leaves a server from a different GPU and every server-to-server hop joins
+//! two GPUs of the same local index: with one NIC per GPU, every NIC carries one channel
+//! instead of one NIC carrying the whole ring, and on rail-optimized networks (NIC i of every
+//! server on leaf i) the hops stay on their rail, as NCCL's rail-aligned rings do. On 8-GPU
+//! servers with 8 x 200 Gb/s NICs the bus bandwidth approaches 8 x 25 GB/s = 200 GB/s (NVIDIA
+//! reports 192 GB/s measured on DGX A100, nccl issue #1576). With one rank per server, `c = 1`
+//! and the ring is the textbook `2(p-1) alpha + 2(p-1)/p S/B`.
+//!
+//! This module knows nothing of protocols or of NCCL's tuner: what a collective costs is
+//! timed above it (`collective`, `nccl`), from the messages it lists. Invariants: every step
+//! of every lane sends exactly what its partners receive, each message a fraction `num / den`
+//! of the buffer, and a schedule is the same for the same (kind, algorithm, bytes, group,
+//! servers, chunk).
 
-use units::{Bytes, SimDuration};
+use units::{Bytes, SimDuration, UnitError};
 
-use crate::collective::{CollectiveError, members_by_server, ring_channels};
 use crate::graph::{CollectiveAlgorithm, CollectiveKind, RankId};
 
 /// Default largest chunk of a pipelined algorithm (tree, chain): 1 MiB.
 pub const CHUNK_BYTES: u64 = 1 << 20;
+
+/// A collective could not be timed.
+#[derive(Debug, thiserror::Error)]
+pub enum CollectiveError {
+    /// The algorithm cannot perform the kind (the graph validation normally catches this).
+    #[error("algorithm {algorithm} cannot perform {kind}")]
+    Unsupported {
+        /// The algorithm asked for.
+        algorithm: &'static str,
+        /// The collective kind.
+        kind: &'static str,
+    },
+    /// The network could not time a message (no path, unknown rank).
+    #[error("{0}")]
+    Network(String),
+    /// The time does not fit in simulated time.
+    #[error("collective time out of range: {0}")]
+    Time(#[from] UnitError),
+}
 
 /// One message of one member in one step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,7 +86,7 @@ pub struct Message {
 ///
 /// Level `l` carries one chunk on each of its hops in every step from `l` to
 /// `l + chunks - 1`, so the messages of step `t` are the hops of the levels
-/// [`Pipeline::active_levels`]`(t)`, each `1 / den` of the buffer: the levels are what a
+/// [`PipelineSteps::active_levels`]`(t)`, each `1 / den` of the buffer: the levels are what a
 /// step is made of, and a step is timed by adding up the loads its levels put on each link
 /// instead of listing its messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -406,7 +442,7 @@ impl Schedule {
 
     /// This schedule with every step of its pipeline ([`Schedule::pipeline`]) lasting at least
     /// `floor`: a pipelined tree whose channels move their chunks no faster than their own
-    /// rate, whatever the links would allow (see `collective::schedule_of`).
+    /// rate, whatever the links would allow (see `nccl::wire::schedule_of`).
     pub fn with_step_floor(self, floor: SimDuration) -> Schedule {
         Schedule { step_floor: floor, ..self }
     }
@@ -706,6 +742,54 @@ fn servers(
     Ok(Some((servers.into_iter().flat_map(|(_, members)| members).collect(), g as u32, n)))
 }
 
+/// The members of `group` per server: servers in order of first appearance, members in group
+/// order.
+pub(crate) fn members_by_server(
+    group: &[RankId],
+    node_of: &impl Fn(RankId) -> Result<u32, CollectiveError>,
+) -> Result<Vec<(u32, Vec<RankId>)>, CollectiveError> {
+    let mut servers: Vec<(u32, Vec<RankId>)> = Vec::new();
+    let mut position_of_node = std::collections::BTreeMap::new();
+    for &rank in group {
+        let node = node_of(rank)?;
+        let position = *position_of_node.entry(node).or_insert_with(|| {
+            servers.push((node, Vec::new()));
+            servers.len() - 1
+        });
+        servers[position].1.push(rank);
+    }
+    Ok(servers)
+}
+
+/// The rings a ring collective over `group` runs: `c` channels, each a permutation of the
+/// group (see the module documentation).
+pub fn ring_channels(
+    group: &[RankId],
+    node_of: impl Fn(RankId) -> Result<u32, CollectiveError>,
+) -> Result<Vec<Vec<RankId>>, CollectiveError> {
+    let servers = members_by_server(group, &node_of)?;
+    let channels =
+        if servers.len() <= 1 { 1 } else { servers.iter().map(|(_, m)| m.len()).min().unwrap_or(1) };
+    Ok((0..channels)
+        .map(|j| {
+            let mut ring = Vec::with_capacity(group.len());
+            for (index, (_, members)) in servers.iter().enumerate() {
+                let rotation = j % members.len();
+                let start = ring.len();
+                ring.extend(members[rotation..].iter().chain(&members[..rotation]).copied());
+                if index % 2 == 1 {
+                    // Snake: every other server is walked backwards, so the ring enters it on
+                    // the GPU (and NIC) the previous server left from and leaves it on the one
+                    // the next server enters on: every server-to-server hop joins two NICs of
+                    // the same index (the same rail).
+                    ring[start..].reverse();
+                }
+            }
+            ring
+        })
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -972,5 +1056,26 @@ mod tests {
         }
         assert_eq!(sent * u64::from(p), 2 * u64::from(p - 1) * den);
         assert_eq!(s.steps(), 8);
+    }
+
+    #[test]
+    fn ring_channels_rotate_inside_servers_so_each_leaves_from_another_gpu() {
+        let four_per_server = |r: RankId| Ok(r.0 / 4);
+        let channels = ring_channels(&ranks(8), four_per_server).unwrap();
+        assert_eq!(channels.len(), 4);
+        assert_eq!(channels[0], [0, 1, 2, 3, 7, 6, 5, 4].map(RankId));
+        assert_eq!(channels[1], [1, 2, 3, 0, 4, 7, 6, 5].map(RankId));
+        // The server-crossing edges join GPUs of the same local index, a different one per
+        // channel, both ways round the ring.
+        for (j, ring) in channels.iter().enumerate() {
+            assert_eq!(ring[3].0 % 4, ring[4].0 % 4, "channel {j} crosses rails going out");
+            assert_eq!(ring[7].0 % 4, ring[0].0 % 4, "channel {j} crosses rails coming back");
+        }
+        let exits: Vec<u32> = channels.iter().map(|ring| ring[3].0).collect();
+        assert_eq!(exits, [3, 0, 1, 2]);
+        // A group inside one server, or one rank per server, is a single ring.
+        assert_eq!(ring_channels(&ranks(4), four_per_server).unwrap().len(), 1);
+        let one_per_server = |r: RankId| Ok(r.0);
+        assert_eq!(ring_channels(&ranks(8), one_per_server).unwrap().len(), 1);
     }
 }

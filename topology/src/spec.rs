@@ -124,7 +124,7 @@ pub struct Transport {
     /// by a row of its table chosen by it (`llMaxBws`, `tuning.cc`).
     pub host_cpu: HostCpu,
     /// The NCCL release whose tuner constants price and choose the collectives
-    /// (`sim_core::nccl::NcclTable`): NCCL's tables changed between releases.
+    /// (`sim_core::nccl::tables::NcclTable`): NCCL's tables changed between releases.
     pub nccl_version: NcclVersion,
     /// The switches reduce in the network (InfiniBand SHARP): NCCL's CollNet algorithms can
     /// run an allreduce's cross-server part in the switches.

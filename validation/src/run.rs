@@ -10,7 +10,7 @@ use scenario::{Cluster, Scenario, merge, set_dotted};
 use serde::Serialize;
 use sim_core::fidelity::{Fidelity, NetworkSettings};
 use sim_core::graph::CollectiveAlgorithm;
-use sim_core::protocol::ProtocolChoice;
+use sim_core::nccl::protocol::ProtocolChoice;
 use sim_core::units::{Bytes, SimDuration, SimTime};
 use workloads::{ComputeModel, DeviceCatalog, Dtype};
 

@@ -441,7 +441,7 @@ impl ComputeModel {
     /// memory bandwidth times [`ComputeModel::memory_efficiency`], the share large memory-bound
     /// kernels reach (a copy of `b` bytes moves `2b` through memory). What NCCL's kernels
     /// copy without crossing a link goes at this rate
-    /// (`sim_core::collective::ring_copy_time`), as does nccl-tests' one-rank allreduce.
+    /// (`sim_core::nccl::overhead::ring_copy_time`), as does nccl-tests' one-rank allreduce.
     pub fn device_copy(&self, device: &Device) -> Option<Bandwidth> {
         let rate = device.memory_bandwidth.bytes_per_second() * self.memory_efficiency;
         Bandwidth::from_bytes_per_second(rate.round() as u64)

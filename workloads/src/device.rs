@@ -10,7 +10,7 @@ use std::str::FromStr;
 use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
-use sim_core::protocol::ProtocolChoice;
+use sim_core::nccl::protocol::ProtocolChoice;
 use sim_core::units::{Bandwidth, Bytes, FlopRate};
 
 /// The built-in catalog's text, checked by a unit test.

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use sim_core::fidelity::{Fidelity, NetworkSettings};
 use sim_core::graph::{CollectiveAlgorithm, CollectiveKind};
-use sim_core::protocol::ProtocolChoice;
-use sim_core::tuner::GpuGeneration;
+use sim_core::nccl::protocol::ProtocolChoice;
+use sim_core::nccl::tuner::GpuGeneration;
 use sim_core::units::{Bandwidth, Bytes, SimDuration};
 use strategies::{GradientSync, Offload, Parallelism, PipelineSchedule, RankOrder};
 use topology::{ClusterSpec, IntraNode, LinkSpec, Topology, TopologyError};
@@ -889,12 +889,18 @@ fn batch_norm_group(
         ));
     }
     let (hop, link) = match cluster.intra_node {
-        IntraNode::NvSwitch(link) | IntraNode::NvLinkMesh(link) => (sim_core::protocol::Hop::NvLink, link),
-        IntraNode::PcieSwitch(link) => (sim_core::protocol::Hop::Pci, link),
+        IntraNode::NvSwitch(link) | IntraNode::NvLinkMesh(link) => {
+            (sim_core::nccl::protocol::Hop::NvLink, link)
+        }
+        IntraNode::PcieSwitch(link) => (sim_core::nccl::protocol::Hop::Pci, link),
     };
-    let table = sim_core::nccl::NcclTable::of(cluster.network.transport.nccl_version);
-    let latency_us =
-        table.hop_latency_us(sim_core::protocol::Family::Ring, sim_core::protocol::Protocol::Ll, hop, false);
+    let table = sim_core::nccl::tables::NcclTable::of(cluster.network.transport.nccl_version);
+    let latency_us = table.hop_latency_us(
+        sim_core::nccl::protocol::Family::Ring,
+        sim_core::nccl::protocol::Protocol::Ll,
+        hop,
+        false,
+    );
     let latency =
         SimDuration::from_secs_f64(latency_us * 1e-6).map_err(|error| invalid(key, error.to_string()))?;
     Ok(BatchNormGroup::new(size, latency, link.bandwidth))

@@ -2,12 +2,12 @@
 //! nothing else contends, NCCL-like choice, bus bandwidth, and all-to-all under
 //! oversubscription.
 
-use sim_core::collective::{analytical_time, choose};
 use sim_core::exec::run;
 use sim_core::flow::FlowNetwork;
 use sim_core::graph::{CollectiveAlgorithm, CollectiveKind, RankId};
+use sim_core::nccl::choice::{analytical_time, choose};
+use sim_core::nccl::protocol::ProtocolChoice;
 use sim_core::network::AnalyticalNetwork;
-use sim_core::protocol::ProtocolChoice;
 use sim_core::units::Bytes;
 use topology::{ClusterSpec, FabricSpec, IntraNode, LinkSpec, NetworkSpec, Topology, XgftSpec};
 
@@ -326,7 +326,7 @@ fn all_to_all_pays_a_protocol_hop_per_peer() {
     // further peer adds LL's 0.6 us NVLink hop (the data of 8 bytes is negligible).
     let topology = dgx(1);
     let mut network = AnalyticalNetwork::new(&topology)
-        .with_protocols(ProtocolChoice::Only(sim_core::protocol::Protocol::Ll))
+        .with_protocols(ProtocolChoice::Only(sim_core::nccl::protocol::Protocol::Ll))
         .with_collective_launch(sim_core::units::SimDuration::from_ns(8_400));
     let mut time = |ranks: u32| {
         let group: Vec<RankId> = (0..ranks).map(RankId).collect();

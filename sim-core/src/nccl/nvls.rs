@@ -15,19 +15,24 @@
 //! NVLink rate on Hopper (`nvlsEfficiency`, 0.74 on Blackwell); NVLS costs 25 us of latency
 //! over NVLink; every tree level across servers costs NVLS-tree's 20.9 us network latency
 //! (each way), plus the transport's message overhead, twice (Simple protocol, flushed).
+//!
+//! An NVLS algorithm runs only where [`shape`] finds its shape (NVSwitches that reduce, Hopper
+//! or later, the same number of members on every server); anywhere else it is refused, never
+//! approximated.
 
 use units::Bytes;
 
-use crate::collective::{CollectiveError, StepNetwork, members_by_server};
 use crate::graph::{CollectiveAlgorithm, RankId};
-use crate::tuner::GpuGeneration;
+use crate::nccl::network::NcclNetwork;
+use crate::nccl::tuner::GpuGeneration;
+use crate::schedule::{CollectiveError, members_by_server};
 
 /// The servers and members per server of `group` if NVLS can run on it: every server holds
 /// the same number (at least 2) of its members, on NVSwitches that reduce.
 pub fn shape(
     algorithm: CollectiveAlgorithm,
     group: &[RankId],
-    network: &impl StepNetwork,
+    network: &impl NcclNetwork,
 ) -> Result<Option<(u32, u32)>, CollectiveError> {
     let Some(fabric) = network.tuner_fabric() else { return Ok(None) };
     if !network.nvls() || matches!(fabric.generation, GpuGeneration::Volta | GpuGeneration::Ampere) {
@@ -48,12 +53,12 @@ pub fn shape(
 }
 
 /// The seconds of an NVLS or NVLS-tree allreduce of `bytes` over `group`, latency included
-/// ([`crate::collective::in_network_time`] makes it a duration).
+/// (`timing::in_network_time` makes it a duration).
 pub fn seconds(
     algorithm: CollectiveAlgorithm,
     bytes: Bytes,
     group: &[RankId],
-    network: &impl StepNetwork,
+    network: &impl NcclNetwork,
 ) -> Result<f64, CollectiveError> {
     let unsupported =
         || CollectiveError::Unsupported { algorithm: algorithm.name(), kind: "allreduce on this cluster" };

@@ -1,20 +1,48 @@
-//! NCCL's tuner constants, one table per release line ([`NcclTable::of`]).
+//! NCCL's tuner constants, one table per release line ([`NcclTable::of`]), and what each
+//! protocol costs under a release.
 //!
 //! NCCL prices every (algorithm, protocol) of a collective with constants that changed
 //! between releases: base and per-hop latencies, the protocols' bandwidth shares and
 //! per-channel caps, the ring's "plateau" factor, the graph search's channel speeds. A
 //! scenario names its release (`[cluster.network] nccl-version`, [`NcclVersion`]); the
-//! protocols ([`crate::protocol`]) and the tuner ([`crate::tuner`]) read every constant from
-//! the table of that release, so one cluster is priced as one NCCL would price it.
+//! protocols' costs (below) and the tuner (`tuner`) read every constant from the table of
+//! that release, so one cluster is priced as one NCCL would price it.
 //!
 //! Every constant is transcribed from NCCL's source at the tag given with the table, and its
 //! doc comment names the file and variable. Rows indexed "by generation" are Volta, Ampere,
-//! Hopper, Blackwell ([`crate::tuner::GpuGeneration`]); rows "by servers" are NCCL's N1 / N2 /
+//! Hopper, Blackwell (the tuner's `GpuGeneration`); rows "by servers" are NCCL's N1 / N2 /
 //! N4 (one server, two, more).
 //!
+//! **What a protocol costs.** A protocol's base latency per collective, its latency per hop
+//! by the kind of link crossed, and the share of the link bandwidth that carries data
+//! ([`Protocol::base_latency`], [`Protocol::hop_latency`], [`Protocol::wire_ratio`]) are the
+//! release's `baseLat`, `hwLat` and the "model refinements" of `ncclTopoTuneModel`
+//! (`src/graph/tuning.cc`), which NCCL uses to choose a protocol and an algorithm for every
+//! collective. The default (NCCL 2.23-2.27):
+//!
+//! | | LL | LL128 | Simple |
+//! |---|---|---|---|
+//! | base latency, ring / tree (us) | 6.6 / 6.8 | 14 / 14 | 8.4 / 8.4 |
+//! | per hop over NVLink, ring / tree (us) | 0.6 / 0.6 | 1.9 / 1.25 | 3.4 / 4.0 |
+//! | per hop over PCIe, ring / tree (us) | 1.0 / 1.0 | 2.5 / 1.9 | 5.7 / 4.0 |
+//! | per hop over the network, ring / tree (us) | 2.7 / 5.0 | 4.0 / 8.5 | 14 / 14 |
+//! | data per byte on the wire, ring | 1/2 | 0.92 | 1 |
+//! | data per byte on the wire, tree | 1/3.8 | 120/128 (7/9 in one server) | 0.92 |
+//!
+//! NCCL's tuner also charges a ring over several servers its network post overhead on each
+//! in-server step (1 us, 3 us with Simple), and a pipelined ring in its bandwidth regime 1.4
+//! times its latency (NCCL's "plateau effect", Ampere and later). parasim's timing keeps the
+//! plateau but lets a ring across servers pay its network hops only: its in-server hops are
+//! done while the network hops of the same step still send (`overhead::step_extra`).
+//!
+//! Base latencies scale with the network settings' collective launch (8.4 us by default, the
+//! Simple base): a launch of zero (replayed kernels that already include it) zeroes them all.
+//!
+//! The tables are static data: nothing here depends on a cluster, only on the release.
+//!
 //! ```
-//! use sim_core::nccl::NcclTable;
-//! use sim_core::protocol::{Family, Protocol};
+//! use sim_core::nccl::protocol::{Family, Protocol};
+//! use sim_core::nccl::tables::NcclTable;
 //! use topology::NcclVersion;
 //!
 //! // Ring/LL's base latency: 3.6 us in NCCL 2.11, 6.6 us in 2.27 (`baseLat`, tuning.cc).
@@ -24,7 +52,9 @@
 
 pub use topology::NcclVersion;
 
-use crate::protocol::{Family, Hop, Protocol};
+use units::SimDuration;
+
+use crate::nccl::protocol::{Family, Hop, Protocol};
 
 /// When NCCL's tuner charges a ring/Simple allreduce across servers its "plateau effect"
 /// factor ([`NcclTable::plateau`]).
@@ -312,6 +342,53 @@ fn protocol_index(protocol: Protocol) -> usize {
     }
 }
 
+/// NCCL's base latency of the Simple protocol (us), the default collective launch.
+pub const SIMPLE_BASE_US: f64 = 8.4;
+
+/// What a protocol costs under a release's table.
+impl Protocol {
+    /// Base latency of one collective with this protocol, for a collective launch `launch`
+    /// (the release's `baseLat`, [`NcclTable::base_latency`], scaled by `launch / 8.4 us`).
+    pub fn base_latency(self, table: &NcclTable, family: Family, launch: SimDuration) -> SimDuration {
+        let ps = launch.as_ps() as f64 * table.base_latency_us(family, self) / SIMPLE_BASE_US;
+        SimDuration::from_ps(ps.round() as u64)
+    }
+
+    /// Latency of one hop of a step (the release's `hwLat`, [`NcclTable::hop_latency_us`]);
+    /// `multi_server`: the collective spans servers.
+    pub fn hop_latency(self, table: &NcclTable, family: Family, hop: Hop, multi_server: bool) -> SimDuration {
+        let ns = table.hop_latency_us(family, self, hop, multi_server) * 1e3;
+        SimDuration::from_ps((ns * 1e3).round() as u64)
+    }
+
+    /// The network post overhead NCCL's tuner charges every in-server step of a ring across
+    /// servers at least (NCCL's `getNetOverhead`, 1 us on x86, tripled for Simple; zero in
+    /// releases without it); in a ring whose steps are alike it is hidden behind the network
+    /// hops (`collective::step_extra`).
+    pub fn ring_net_overhead(self, table: &NcclTable) -> SimDuration {
+        if !table.ring_net_overhead {
+            return SimDuration::ZERO;
+        }
+        SimDuration::from_us(if self == Protocol::Simple { 3 } else { 1 })
+    }
+
+    /// Bytes on the wire per byte of data, as `(numerator, denominator)`: the inverse of
+    /// NCCL's bandwidth factor for this protocol (`single_server`: the group is inside one
+    /// server, where LL128 trees reach 7/9 rather than 120/128).
+    /// Ring/LL moves the release's [`NcclTable::ring_ll_share`] (1/2, or 1/4 in NCCL 2.11).
+    pub fn wire_ratio(self, table: &NcclTable, family: Family, single_server: bool) -> (u64, u64) {
+        match (self, family) {
+            (Protocol::Simple, Family::Ring) => (1, 1),
+            (Protocol::Simple, Family::Tree) => (25, 23), // 1 / 0.92
+            (Protocol::Ll, Family::Ring) => ((1.0 / table.ring_ll_share).round() as u64, 1),
+            (Protocol::Ll, Family::Tree) => (19, 5), // 3.8
+            (Protocol::Ll128, Family::Ring) => (25, 23),
+            (Protocol::Ll128, Family::Tree) if single_server => (9, 7),
+            (Protocol::Ll128, Family::Tree) => (128, 120),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -370,5 +447,32 @@ mod tests {
         assert_eq!("2.27".parse::<NcclVersion>(), Ok(NcclVersion::V2_27));
         let error = "2.18".parse::<NcclVersion>().unwrap_err();
         assert!(error.contains("\"2.18\"") && error.contains("2.10, 2.11, 2.12"), "{error}");
+    }
+
+    #[test]
+    fn base_latencies_are_nccls_at_the_default_launch_and_vanish_without_one() {
+        let launch = SimDuration::from_ns(8_400);
+        let table = NcclTable::default_table();
+        assert_eq!(Protocol::Ll.base_latency(table, Family::Ring, launch), SimDuration::from_ns(6_600));
+        assert_eq!(Protocol::Ll128.base_latency(table, Family::Tree, launch), SimDuration::from_us(14));
+        assert_eq!(Protocol::Simple.base_latency(table, Family::Tree, launch), launch);
+        assert_eq!(Protocol::Ll.base_latency(table, Family::Tree, SimDuration::ZERO), SimDuration::ZERO);
+        // NCCL 2.11: ring/LL 3.6 us, tree/Simple none (its 28 us hops carry it).
+        let old = NcclTable::of(NcclVersion::V2_11);
+        assert_eq!(Protocol::Ll.base_latency(old, Family::Ring, launch), SimDuration::from_ns(3_600));
+        assert_eq!(Protocol::Simple.base_latency(old, Family::Tree, launch), SimDuration::ZERO);
+    }
+
+    #[test]
+    fn ll_halves_the_bandwidth_and_simple_keeps_it_on_rings() {
+        let table = NcclTable::default_table();
+        assert_eq!(Protocol::Ll.wire_ratio(table, Family::Ring, false), (2, 1));
+        assert_eq!(Protocol::Simple.wire_ratio(table, Family::Ring, false), (1, 1));
+        let old = NcclTable::of(NcclVersion::V2_11);
+        assert_eq!(Protocol::Ll.wire_ratio(old, Family::Ring, false), (4, 1));
+        assert!(
+            Protocol::Ll.hop_latency(table, Family::Ring, Hop::Net, true)
+                < Protocol::Simple.hop_latency(table, Family::Ring, Hop::Net, true)
+        );
     }
 }

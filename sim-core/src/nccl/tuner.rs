@@ -27,10 +27,17 @@
 //! hosts (`cluster.network.host-cpu`), else the Intel row. The model sees
 //! the NICs' line rate ([`TunerFabric::nic_line_rate`]), as NCCL does; the per-protocol
 //! slowdown ([`allreduce_slowdown`]) applies to what they deliver.
+//!
+//! In-network algorithms are priced here too, from the same fabric: NVLS and NVLS-tree by
+//! NCCL's own model, CollNet ([`collnet_model`]) on the links' rates, which its closed-form
+//! timing (`collnet`) shares, so the choice and the timing agree.
+//!
+//! Pure functions of a [`TunerFabric`] and a release's table (`tables`): nothing here sees the
+//! network model or the group's placement beyond its ranks and servers.
 
 use crate::graph::CollectiveAlgorithm;
-use crate::nccl::{NcclTable, NcclVersion, PlateauRule};
-use crate::protocol::{Family, Hop, Protocol};
+use crate::nccl::protocol::{Family, Hop, Protocol};
+use crate::nccl::tables::{NcclTable, NcclVersion, PlateauRule};
 
 /// GPU generations, as NCCL's tuning tables index them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -131,7 +138,7 @@ fn channels(fabric: &TunerFabric, ranks: u32, nodes: u32) -> (f64, f64) {
 /// NCCL's `MAXCHANNELS` (`src/include/device.h`): no communicator has more channels.
 const MAX_CHANNELS: u32 = 32;
 
-/// The channels of an NCCL communicator: the graph search's channels ([`channels`]) doubled
+/// The channels of an NCCL communicator: the graph search's channels (`channels`) doubled
 /// by `ncclTopoPostset` (`src/graph/connect.cc`: "Duplication should be complete now",
 /// `nChannels = comm->nChannels = std::min(MAXCHANNELS, nChannels*2)`), at most
 /// `MAXCHANNELS`: 24 on one 8-GPU A100 server (12 NVLinks' worth), 16 across servers with 8
@@ -304,7 +311,7 @@ pub fn allreduce_model(
             if protocol != Protocol::Simple || nodes < 2 {
                 return None;
             }
-            return crate::collnet::model(fabric, algorithm, ranks / nodes);
+            return collnet_model(fabric, algorithm, ranks / nodes);
         }
         _ => return None,
     };
@@ -390,6 +397,39 @@ fn nvls_model(
     let algbw = channels * bw * f64::from(ranks) / (2.0 * f64::from(ranks - 1));
     let net = 20.9 + 2.0 * fabric.net_latency_us;
     let latency = 25.0 + if tree { 2.0 * f64::from(nodes.ilog2()) * net } else { 0.0 };
+    Some((latency, algbw))
+}
+
+/// NCCL's latency (us) and the algorithm bandwidth (GB/s) of a CollNet allreduce with `g`
+/// GPUs per server on `fabric` (its NICs at `fabric.nic`); `None` for other algorithms.
+pub fn collnet_model(fabric: &TunerFabric, algorithm: CollectiveAlgorithm, g: u32) -> Option<(f64, f64)> {
+    let direct = match algorithm {
+        CollectiveAlgorithm::CollNetDirect => true,
+        CollectiveAlgorithm::CollNetChain => false,
+        _ => return None,
+    };
+    let g_f = f64::from(g.max(1));
+    let nics = f64::from(fabric.nics_per_node.clamp(1, g.max(1)));
+    // Seconds per byte of buffer, each stage; bandwidths in GB/s.
+    let network = 1.0 / (nics * fabric.nic);
+    let inside = if g <= 1 {
+        0.0
+    } else if direct {
+        (g_f - 1.0) / g_f / fabric.intra
+    } else {
+        1.0 / fabric.intra
+    };
+    let mut algbw = 1.0 / network.max(inside);
+    if direct && matches!(fabric.generation, GpuGeneration::Hopper | GpuGeneration::Blackwell) {
+        algbw *= 0.85;
+    }
+    let overhead = 2.0 * fabric.net_latency_us;
+    let peers = g_f - 1.0;
+    let latency = if direct {
+        2.0 * (peers.min(1.0) * 3.7 + peers * 0.4) + 31.0 + overhead
+    } else {
+        2.0 * peers * 2.8 + 30.0 + overhead
+    };
     Some((latency, algbw))
 }
 
@@ -674,5 +714,24 @@ mod tests {
     fn small_allreduces_take_a_low_latency_protocol_and_large_ones_simple() {
         assert_eq!(fastest(&dgx_a100(), 64, 8, 1024), (CollectiveAlgorithm::Tree, Protocol::Ll));
         assert_eq!(fastest(&dgx_a100(), 64, 8, 1 << 30).1, Protocol::Simple);
+    }
+
+    #[test]
+    fn each_nic_carries_its_share_once_whatever_the_servers() {
+        // DGX A100: 8 NICs of 25 GB/s carry the buffer at 200 GB/s; a chain moves it over
+        // 240 GB/s of NVLink, Direct 7/8 of it: the NICs set both paces.
+        let fabric = dgx_a100();
+        let (chain_latency, chain) = collnet_model(&fabric, CollectiveAlgorithm::CollNetChain, 8).unwrap();
+        let (direct_latency, direct) = collnet_model(&fabric, CollectiveAlgorithm::CollNetDirect, 8).unwrap();
+        assert!((chain - 200.0).abs() < 1e-9 && (direct - 200.0).abs() < 1e-9, "{chain} {direct}");
+        // NCCL's latencies: 2 x 7 x 2.8 + 30, and 2 x (3.7 + 7 x 0.4) + 31.
+        assert!((chain_latency - 69.2).abs() < 1e-9, "{chain_latency}");
+        assert!((direct_latency - 44.0).abs() < 1e-9, "{direct_latency}");
+        // NVLink slower than the NICs: the chain's whole buffer over it, Direct's 7/8.
+        let slow = TunerFabric { intra: 100.0, ..fabric };
+        assert!((collnet_model(&slow, CollectiveAlgorithm::CollNetChain, 8).unwrap().1 - 100.0).abs() < 1e-9);
+        let direct = collnet_model(&slow, CollectiveAlgorithm::CollNetDirect, 8).unwrap().1;
+        assert!((direct - 800.0 / 7.0).abs() < 1e-9, "{direct}");
+        assert!(collnet_model(&fabric, CollectiveAlgorithm::Ring, 8).is_none());
     }
 }

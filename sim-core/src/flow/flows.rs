@@ -1,0 +1,467 @@
+//! Flows on the topology's routes: their paths, their life from first to last byte, and the
+//! batching of rate re-fills.
+//!
+//! A flow starts on the path between two ranks (rank `r` runs on host `r`) or on a given
+//! route, enters the network once its first byte has crossed the route's latency
+//! ([`FlowEvent::Enter`]), shares its links at the max-min fair rates of [`MaxMin`], and is
+//! done when its last byte is due at its current rate ([`FlowEvent::Finish`]). Paths are
+//! computed once per pair of ranks when routes do not depend on the flow; under UGAL routing a
+//! flow takes its Valiant route when the minimal one is busier by more than its extra hops
+//! ([`Flows::path`]). Rate changes are re-filled once per simulated instant
+//! ([`FlowEvent::Refill`]), or at once when routes depend on the flow.
+//!
+//! Groups of flows that advance together (a steady-state collective's edges) are the
+//! caller's: the solver keeps them together, and [`GroupTiming`] hears of their new rates.
+//! Nothing here knows what a flow carries: its owner comes back to the caller when it is
+//! done.
+//!
+//! Invariants: a flow's slot is freed exactly once, after it has left its links (or never
+//! joined them); a stale [`FlowEvent::Finish`] (the flow's rate changed since, or its slot
+//! was reused) does nothing; at most one [`FlowEvent::Refill`] is pending, and every link
+//! where flows entered or left since the last re-fill is in its seeds; the work counted
+//! ([`FlowStats::work`]) is the same on every machine for the same run.
+
+use topology::{HostId, LinkId, Route, Routing, Topology};
+use units::{SimDuration, SimTime};
+
+use crate::fast_hash::FastMap;
+use crate::graph::RankId;
+use crate::network::{NetContext, NetworkError};
+use crate::schedule::CollectiveError;
+
+use super::event::{FlowEvent, Owner};
+use super::maxmin::{Joined, MaxMin, NO_GROUP};
+
+/// The server of `rank` (rank r runs on host r), as collective schedules need it.
+pub(super) fn server_of(topology: &Topology, rank: RankId) -> Result<u32, CollectiveError> {
+    topology.node_of(HostId(rank.0)).map_err(|error| CollectiveError::Network(error.to_string()))
+}
+
+/// A route with what every flow on it needs: the sum of its link latencies (the time its first
+/// byte takes) and its slowest link's capacity (its rate alone), computed once per pair of
+/// ranks when routes do not depend on the flow.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Path {
+    /// The links.
+    pub(super) route: Route,
+    /// The sum of their latencies.
+    pub(super) latency: SimDuration,
+    /// The slowest link's capacity (bytes per second).
+    pub(super) alone: f64,
+}
+
+/// Counters of a flow-level run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FlowStats {
+    /// Flows started (one per transfer, one per collective message).
+    pub flows: u64,
+    /// Rate recomputations: one per simulated instant at which flows entered or left links
+    /// they share, however many changed then (a completion due at once, at the new rates, may
+    /// add one more); with `FlowNetwork::refilling_immediately`, one per such change. A flow
+    /// alone on its links gets its rate without one.
+    pub recomputations: u64,
+    /// Flows whose rate was re-filled, summed over recomputations.
+    pub refilled_flows: u64,
+    /// Most flows sharing the network at once.
+    pub peak_concurrent_flows: usize,
+    /// The model's work so far, in flow and link visits: one per flow started, and per rate
+    /// recomputation one per flow and per link of the component it re-filled. What a run's
+    /// wall time grows with, counted the same on every machine (`FlowNetwork::with_work_budget`).
+    pub work: u64,
+}
+
+/// Invariant checks of a run with `FlowNetwork::audited`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Audit {
+    /// The first violated invariant, if any.
+    pub violation: Option<String>,
+    /// Bytes of all flows started.
+    pub bytes_sent: f64,
+    /// Bytes of all flows delivered (size minus what was left when they finished).
+    pub bytes_delivered: f64,
+    /// Re-fills checked.
+    pub checks: u64,
+    /// Bytes of the flows started on each link (indexed by `LinkId`; empty until the first
+    /// flow): what a test counts on one tier (the inter-node network, the host links).
+    pub link_bytes: Vec<f64>,
+}
+
+/// What the owner of the solver's groups does when their rates change (see
+/// [`Flows::request_refill`]).
+pub(super) trait GroupTiming {
+    /// A member of `group` has a new rate, its last byte due after `delay`, in the re-fill of
+    /// `epoch` ([`MaxMin::epoch`]).
+    fn rate_changed(&mut self, group: u32, delay: SimDuration, epoch: u64);
+
+    /// After a re-fill: schedules whatever the rate changes of the groups in `solver`'s last
+    /// component call for.
+    fn schedule_done(
+        &mut self,
+        solver: &MaxMin<Owner>,
+        context: &mut NetContext<'_, FlowEvent>,
+    ) -> Result<(), NetworkError>;
+}
+
+/// The flows on a topology (see the module documentation).
+#[derive(Debug)]
+pub(super) struct Flows<'t> {
+    /// The network.
+    pub(super) topology: &'t Topology,
+    /// The flows and their max-min fair rates.
+    pub(super) solver: MaxMin<Owner>,
+    next_flow_id: u64,
+    /// Adaptive (UGAL) routing: routes are chosen from `routed`.
+    adaptive: bool,
+    /// Unfinished flows routed over each link (kept only for adaptive routing).
+    routed: Vec<u32>,
+    /// Per source host: the last destination and its path (see [`Flows::path`]).
+    last_path: Vec<(u32, Path)>,
+    /// The path of every (source, destination) pair seen (see [`Flows::path`]).
+    paths: FastMap<(u32, u32), Path>,
+    /// Counters so far.
+    pub(super) stats: FlowStats,
+    /// Work after which the run gives up ([`NetworkError::OverBudget`]).
+    pub(super) work_budget: Option<u64>,
+    /// Check the allocation after every re-fill (tests); the first violation found.
+    pub(super) audit: Option<Audit>,
+    /// Links where flows entered or left since the last re-fill (see [`FlowEvent::Refill`]).
+    pending_seeds: Vec<LinkId>,
+    /// A [`FlowEvent::Refill`] is scheduled for the current instant.
+    refill_scheduled: bool,
+    /// Re-fill after every change instead of once per instant: when routes depend on the
+    /// flow (see the module documentation), and in tests that compare the two.
+    pub(super) immediate: bool,
+}
+
+impl<'t> Flows<'t> {
+    /// No flow yet on `topology`.
+    pub(super) fn new(topology: &'t Topology) -> Self {
+        let links = topology.link_count();
+        Flows {
+            topology,
+            solver: MaxMin::new(
+                (0..links).map(|l| topology.link(LinkId(l as u32)).bandwidth.bytes_per_second()).collect(),
+            ),
+            next_flow_id: 0,
+            adaptive: topology.routing() == Routing::Ugal,
+            routed: vec![0; links],
+            last_path: vec![
+                (
+                    u32::MAX,
+                    Path { route: Route::EMPTY, latency: SimDuration::ZERO, alone: f64::INFINITY }
+                );
+                topology.host_count()
+            ],
+            paths: FastMap::default(),
+            stats: FlowStats::default(),
+            work_budget: None,
+            audit: None,
+            pending_seeds: Vec::new(),
+            refill_scheduled: false,
+            immediate: topology.routes_depend_on_flow(),
+        }
+    }
+
+    /// The path of the next flow from `src` to `dst`. When routes do not depend on the flow,
+    /// each pair's path is computed once, and each source remembers its last destination's
+    /// (a ring sends to the same neighbour every step) in front of the map of all pairs.
+    pub(super) fn path(&mut self, src: RankId, dst: RankId) -> Result<Path, NetworkError> {
+        let cacheable = !self.topology.routes_depend_on_flow();
+        if cacheable {
+            if let Some(&(last, path)) = self.last_path.get(src.0 as usize)
+                && last == dst.0
+            {
+                return Ok(path);
+            }
+            if let Some(&path) = self.paths.get(&(src.0, dst.0)) {
+                if let Some(slot) = self.last_path.get_mut(src.0 as usize) {
+                    *slot = (dst.0, path);
+                }
+                return Ok(path);
+            }
+        }
+        let (minimal, alternative) =
+            self.topology.route_candidates(HostId(src.0), HostId(dst.0), self.next_flow_id)?;
+        let route = match alternative {
+            Some(valiant) if self.congestion(&valiant) < self.congestion(&minimal) => valiant,
+            _ => minimal,
+        };
+        let latency = self.topology.route_latency(&route);
+        let alone = route.iter().map(|&l| self.solver.capacity(l)).fold(f64::INFINITY, f64::min);
+        let path = Path { route, latency, alone };
+        if cacheable {
+            self.paths.insert((src.0, dst.0), path);
+            if let Some(slot) = self.last_path.get_mut(src.0 as usize) {
+                *slot = (dst.0, path);
+            }
+        }
+        Ok(path)
+    }
+
+    /// UGAL's cost of a route: its hop count times (1 + the most unfinished flows routed over
+    /// any of its links, including those whose first byte is still on its way), so a longer
+    /// non-minimal route is taken only when the minimal one is that much busier.
+    fn congestion(&self, route: &Route) -> usize {
+        let busiest = route.iter().map(|link| self.routed[link.0 as usize]).max().unwrap_or(0);
+        route.len() * (1 + busiest as usize)
+    }
+
+    /// Starts a flow of `bytes` from `src` to `dst` for `owner`.
+    #[inline]
+    pub(super) fn start_flow(
+        &mut self,
+        context: &mut NetContext<'_, FlowEvent>,
+        src: RankId,
+        dst: RankId,
+        bytes: f64,
+        owner: Owner,
+    ) -> Result<(), NetworkError> {
+        let path = self.path(src, dst)?;
+        let (id, latency) = self.new_flow(context.now(), path.route, path.latency, bytes, owner)?;
+        context.wake_after(latency, FlowEvent::Enter { flow: id })?;
+        Ok(())
+    }
+
+    /// Starts a flow of `bytes` on `route` for `owner`.
+    #[inline]
+    pub(super) fn start_flow_on(
+        &mut self,
+        context: &mut NetContext<'_, FlowEvent>,
+        route: Route,
+        bytes: f64,
+        owner: Owner,
+    ) -> Result<(), NetworkError> {
+        let latency = self.topology.route_latency(&route);
+        let (id, latency) = self.new_flow(context.now(), route, latency, bytes, owner)?;
+        context.wake_after(latency, FlowEvent::Enter { flow: id })?;
+        Ok(())
+    }
+
+    /// Allocates a flow on `route`, whose links' latencies sum to `latency` (not yet on its
+    /// links) and returns it with that latency.
+    #[inline]
+    pub(super) fn new_flow(
+        &mut self,
+        now: SimTime,
+        route: Route,
+        latency: SimDuration,
+        bytes: f64,
+        owner: Owner,
+    ) -> Result<(u32, SimDuration), NetworkError> {
+        if self.adaptive {
+            for link in route.iter() {
+                self.routed[link.0 as usize] += 1;
+            }
+        }
+        self.next_flow_id += 1;
+        self.stats.flows += 1;
+        self.stats.work += 1;
+        if let Some(audit) = &mut self.audit {
+            audit.bytes_sent += bytes;
+            if audit.link_bytes.is_empty() {
+                audit.link_bytes = vec![0.0; self.topology.link_count()];
+            }
+            for link in route.iter() {
+                audit.link_bytes[link.0 as usize] += bytes;
+            }
+        }
+        let id = self.solver.add(now, route, bytes, owner);
+        Ok((id, latency))
+    }
+
+    /// The flow's first byte has arrived: it joins its links and rates are re-filled. Returns its
+    /// owner if it is done at once (nothing to share: its slot is free again).
+    #[inline]
+    pub(super) fn enter(
+        &mut self,
+        context: &mut NetContext<'_, FlowEvent>,
+        id: u32,
+        groups: &mut impl GroupTiming,
+    ) -> Result<Option<Owner>, NetworkError> {
+        match self.solver.join(id, context.now()) {
+            Joined::Empty => {
+                // Nothing to share: done as soon as it arrives.
+                if let Some(audit) = &mut self.audit {
+                    audit.bytes_delivered += self.solver.flow(id).size;
+                }
+                Ok(Some(self.release(id)))
+            }
+            Joined::Alone { delay, generation } => {
+                self.stats.peak_concurrent_flows =
+                    self.stats.peak_concurrent_flows.max(self.solver.active_flows());
+                context.wake_after(delay, FlowEvent::Finish { flow: id, generation })?;
+                Ok(None)
+            }
+            Joined::Shared => {
+                self.stats.peak_concurrent_flows =
+                    self.stats.peak_concurrent_flows.max(self.solver.active_flows());
+                let route = self.solver.flow(id).route;
+                self.request_refill(context, &route, groups)?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// The flow's last byte has arrived (if `generation` is still its own): it leaves its links,
+    /// the others re-fill, and its slot is free again. Returns its owner, to be told; `None`
+    /// for a stale completion.
+    #[inline]
+    pub(super) fn finish(
+        &mut self,
+        context: &mut NetContext<'_, FlowEvent>,
+        id: u32,
+        generation: u32,
+        groups: &mut impl GroupTiming,
+    ) -> Result<Option<Owner>, NetworkError> {
+        if !self.solver.is_due(id, generation) {
+            return Ok(None); // a stale completion: the rate changed since it was scheduled
+        }
+        let now = context.now();
+        if let Some(audit) = &mut self.audit {
+            let flow = self.solver.flow(id);
+            let left = flow.remaining - flow.rate * now.saturating_since(flow.updated).as_secs_f64();
+            // The completion is rounded up to the next picosecond, so at most one picosecond of
+            // the rate is over-delivered.
+            if left.abs() > flow.rate * 1e-12 + 1e-6 && audit.violation.is_none() {
+                audit.violation = Some(format!("flow {id} finished with {left} bytes left"));
+            }
+            audit.bytes_delivered += flow.size - left.max(0.0);
+        }
+        // Re-fill only if the flow shared a link with others: their rates may rise.
+        if self.solver.leave(id) {
+            let route = self.solver.flow(id).route;
+            self.request_refill(context, &route, groups)?;
+        }
+        Ok(Some(self.release(id)))
+    }
+
+    /// Frees the flow's slot; returns its owner.
+    #[inline]
+    fn release(&mut self, id: u32) -> Owner {
+        let owner = self.solver.flow(id).owner;
+        if self.adaptive {
+            for link in self.solver.flow(id).route.iter() {
+                self.routed[link.0 as usize] -= 1;
+            }
+        }
+        self.solver.free(id);
+        owner
+    }
+
+    /// Flows entered or left `seeds`: their neighbours' rates are re-filled once every event
+    /// of this instant has run (or now, with `immediate`). Until
+    /// then every flow keeps the rate it had, which no one reads before time moves on: a
+    /// completion due now was scheduled at that rate and still holds, and a flow that entered
+    /// now has rate 0 and no completion yet.
+    #[inline]
+    pub(super) fn request_refill(
+        &mut self,
+        context: &mut NetContext<'_, FlowEvent>,
+        seeds: &[LinkId],
+        groups: &mut impl GroupTiming,
+    ) -> Result<(), NetworkError> {
+        if self.immediate {
+            return self.refill(context, seeds, groups);
+        }
+        self.pending_seeds.extend_from_slice(seeds);
+        if !self.refill_scheduled {
+            self.refill_scheduled = true;
+            context.wake_after(SimDuration::ZERO, FlowEvent::Refill)?;
+        }
+        Ok(())
+    }
+
+    /// The batched re-fill of this instant, once it is the last event due now: events due at
+    /// the same time but scheduled after it (completions that start new flows, flows that
+    /// finish as soon as they enter) run first, so one re-fill covers every change.
+    pub(super) fn refill_pending(
+        &mut self,
+        context: &mut NetContext<'_, FlowEvent>,
+        groups: &mut impl GroupTiming,
+    ) -> Result<(), NetworkError> {
+        if context.more_due_now() {
+            return Ok(context.wake_after(SimDuration::ZERO, FlowEvent::Refill)?);
+        }
+        self.refill_scheduled = false;
+        let seeds = std::mem::take(&mut self.pending_seeds);
+        let refilled = self.refill(context, &seeds, groups);
+        self.pending_seeds = seeds;
+        self.pending_seeds.clear();
+        refilled
+    }
+
+    /// Max-min fair rates for every flow connected to `seeds` through shared links.
+    fn refill(
+        &mut self,
+        context: &mut NetContext<'_, FlowEvent>,
+        seeds: &[LinkId],
+        groups: &mut impl GroupTiming,
+    ) -> Result<(), NetworkError> {
+        self.stats.recomputations += 1;
+        let (flows, links) = self.solver.collect(seeds);
+        self.stats.refilled_flows += flows as u64;
+        self.stats.work += (flows + links) as u64;
+        if let Some(budget) = self.work_budget
+            && self.stats.work > budget
+        {
+            return Err(NetworkError::OverBudget { budget });
+        }
+        self.solver.solve();
+        // Bring every re-filled flow up to date and reschedule its completion: an independent
+        // flow's own, a grouped flow's group's (once for all its members, below).
+        let now = context.now();
+        let epoch = self.solver.epoch();
+        self.solver.update(now, |id, flow, delay| {
+            if flow.group == NO_GROUP {
+                context.wake_after(delay, FlowEvent::Finish { flow: id, generation: flow.generation })?;
+            } else {
+                groups.rate_changed(flow.group, delay, epoch);
+            }
+            Ok::<(), NetworkError>(())
+        })?;
+        groups.schedule_done(&self.solver, context)?;
+        if self.audit.is_some() {
+            self.check_allocation();
+        }
+        Ok(())
+    }
+
+    /// Audit: capacity and bottleneck conditions of max-min fairness on the last component.
+    fn check_allocation(&mut self) {
+        let violation = self.solver.violation();
+        if let Some(audit) = &mut self.audit {
+            audit.checks += 1;
+            if audit.violation.is_none() {
+                audit.violation = violation;
+            }
+        }
+    }
+
+    /// Every member of `group` enters the network at once; the links they join go into
+    /// `seeds`, to re-fill.
+    pub(super) fn join_group(&mut self, now: SimTime, group: u32, seeds: &mut Vec<LinkId>) {
+        self.solver.join_group(group, now, seeds);
+        self.stats.peak_concurrent_flows = self.stats.peak_concurrent_flows.max(self.solver.active_flows());
+    }
+
+    /// Every member of `group` has delivered its data: they leave the network at once and
+    /// their slots are free again. The links they leave go into `seeds`, each once; returns
+    /// the members (a list to reuse).
+    pub(super) fn leave_group(&mut self, now: SimTime, group: u32, seeds: &mut Vec<LinkId>) -> Vec<u32> {
+        if let Some(audit) = &mut self.audit {
+            for &id in self.solver.members(group) {
+                let flow = self.solver.flow(id);
+                let left = flow.remaining - flow.rate * now.saturating_since(flow.updated).as_secs_f64();
+                audit.bytes_delivered += flow.size - left.max(0.0);
+            }
+        }
+        if self.adaptive {
+            for &id in self.solver.members(group) {
+                for link in self.solver.flow(id).route.iter() {
+                    self.routed[link.0 as usize] -= 1;
+                }
+            }
+        }
+        self.solver.leave_group(group, seeds)
+    }
+}

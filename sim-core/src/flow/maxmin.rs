@@ -1,0 +1,608 @@
+//! Max-min fair sharing of link capacities among flows, by progressive filling.
+//!
+//! A flow is a route of links and a number of bytes. Once it has joined its links it shares
+//! every one of them with the other flows there: the rates are the max-min fair allocation,
+//! found by progressive filling (raise every unfrozen flow's rate together; when a link
+//! fills, freeze the flows crossing it at that rate). A change (a flow joining or leaving)
+//! alters only the rates of the flows connected to its links through shared links, its
+//! connected component: [`MaxMin::collect`] finds the component from the links that changed,
+//! [`MaxMin::solve`] fills it, and [`MaxMin::update`] brings each flow whose rate changed up
+//! to date and reports when it will be done at its new rate.
+//!
+//! Flows may be locked into a group ([`MaxMin::lock`]) that advances together: a group's
+//! flows are always in the same component and freeze at the same rate per unit of weight
+//! (each flow claims `weight` flows' shares; 1 unless set). The solver knows nothing of what a
+//! flow or a group carries: its owner is an opaque `T`, handed back untouched.
+//!
+//! Invariants:
+//! - a flow is on exactly the links of its route from [`MaxMin::join`] (or
+//!   [`MaxMin::join_group`]) until [`MaxMin::leave`] (or [`MaxMin::leave_group`]), and on
+//!   none otherwise; `remaining` is the bytes left as of `updated`, at `rate`;
+//! - after a re-fill, no link carries more than its capacity, and every flow outside a group
+//!   has a bottleneck: a full link on which no flow is faster ([`MaxMin::violation`] checks
+//!   both);
+//! - a flow in a group is listed in that group's members, and a group's members are all on
+//!   their links or all off them;
+//! - a flow's `generation` changes whenever its rate does and whenever its slot is reused, so
+//!   a completion computed at an older rate (or for the slot's previous flow) never matches;
+//! - the filling visits the component only: its work is one visit per flow and per link of
+//!   the component (what [`MaxMin::collect`] returns), whatever the size of the network.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+use topology::{LinkId, Route};
+use units::{SimDuration, SimTime};
+
+/// `Flow::group` of a flow in no group.
+pub(super) const NO_GROUP: u32 = u32::MAX;
+
+/// The smallest weight a flow claims (see `Flow::weight`): a flow a million times lighter
+/// than the heaviest still holds a share, so no division by zero.
+pub(super) const MIN_WEIGHT: f64 = 1e-9;
+
+/// One flow: its route, what it has left to deliver, and at what rate.
+#[derive(Debug, Clone)]
+pub(super) struct Flow<T> {
+    /// The links it crosses.
+    pub(super) route: Route,
+    /// Size in bytes.
+    pub(super) size: f64,
+    /// Bytes still to deliver as of `updated`.
+    pub(super) remaining: f64,
+    /// Current rate in bytes per second (0 until it joins its links).
+    pub(super) rate: f64,
+    /// When `remaining` was last brought up to date.
+    pub(super) updated: SimTime,
+    /// Changes with every rate change and every reuse of the slot.
+    pub(super) generation: u32,
+    /// Who is waiting for it (never read here).
+    pub(super) owner: T,
+    /// The group it advances with, or [`NO_GROUP`].
+    pub(super) group: u32,
+    /// Its claim in max-min filling, in flows: 1, except for the flows of a weighted group,
+    /// which carry different amounts and advance in proportion to them.
+    pub(super) weight: f64,
+}
+
+/// What happened when a flow joined its links ([`MaxMin::join`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum Joined {
+    /// Nothing to share: the flow has no bytes left or its route no link; it is on no link.
+    Empty,
+    /// Alone on every link of its route: it runs at its slowest link's capacity and is done
+    /// after `delay` at that rate (its `generation` now); no other rate changed.
+    Alone {
+        /// Until its last byte is delivered.
+        delay: SimDuration,
+        /// Its generation at this rate.
+        generation: u32,
+    },
+    /// It shares a link: the component of its route needs a re-fill.
+    Shared,
+}
+
+/// An f64 that orders totally (rates and shares are finite and non-negative).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Share(f64);
+impl Eq for Share {}
+impl PartialOrd for Share {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Share {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+/// The max-min fair rates of the flows on a set of links (see the module documentation).
+/// Flow slots are reused; `T` is each flow's owner.
+#[derive(Debug)]
+pub(super) struct MaxMin<T> {
+    /// Link capacities in bytes per second.
+    capacity: Vec<f64>,
+    flows: Vec<Flow<T>>,
+    free_flows: Vec<u32>,
+    /// Flows sharing each link.
+    on_link: Vec<Vec<u32>>,
+    /// Flows on their links.
+    active_flows: usize,
+    /// The members of each group, indexed by group id (empty for a group not in use).
+    groups: Vec<Vec<u32>>,
+    /// Flows of weight other than 1 on each link: where this is 0, a link's weight is its
+    /// flow count (see [`MaxMin::link_weight`]).
+    weighted_on_link: Vec<u32>,
+    // Scratch state of the max-min filling, reused across recomputations.
+    epoch: u64,
+    link_epoch: Vec<u64>,
+    flow_epoch: Vec<u64>,
+    component_links: Vec<u32>,
+    component_flows: Vec<u32>,
+    remaining_capacity: Vec<f64>,
+    unfrozen: Vec<u32>,
+    new_rate: Vec<f64>,
+    /// Each component link's fair share when it was last pushed: a lower bound of its current
+    /// share, since shares only grow as flows freeze (see [`MaxMin::fill`]).
+    heap: BinaryHeap<(std::cmp::Reverse<Share>, u32)>,
+    /// The weight of the flows not yet frozen on each link of the component being filled.
+    unfrozen_weight: Vec<f64>,
+    /// Scratch: the flows to freeze together.
+    freeze_scratch: Vec<u32>,
+}
+
+impl<T: Copy> MaxMin<T> {
+    /// A solver over links of `capacity` bytes per second each (indexed by `LinkId`).
+    pub(super) fn new(capacity: Vec<f64>) -> Self {
+        let links = capacity.len();
+        MaxMin {
+            capacity,
+            flows: Vec::new(),
+            free_flows: Vec::new(),
+            on_link: vec![Vec::new(); links],
+            active_flows: 0,
+            groups: Vec::new(),
+            weighted_on_link: vec![0; links],
+            epoch: 0,
+            link_epoch: vec![0; links],
+            flow_epoch: Vec::new(),
+            component_links: Vec::new(),
+            component_flows: Vec::new(),
+            remaining_capacity: vec![0.0; links],
+            unfrozen: vec![0; links],
+            new_rate: Vec::new(),
+            heap: BinaryHeap::new(),
+            unfrozen_weight: vec![0.0; links],
+            freeze_scratch: Vec::new(),
+        }
+    }
+
+    /// The capacity of `link`, in bytes per second.
+    #[inline]
+    pub(super) fn capacity(&self, link: LinkId) -> f64 {
+        self.capacity[link.0 as usize]
+    }
+
+    /// Flow `id` (allocated by [`MaxMin::add`]).
+    #[inline]
+    pub(super) fn flow(&self, id: u32) -> &Flow<T> {
+        &self.flows[id as usize]
+    }
+
+    /// The flows on `link`.
+    #[inline]
+    pub(super) fn flows_on(&self, link: LinkId) -> &[u32] {
+        &self.on_link[link.0 as usize]
+    }
+
+    /// How many flows are on their links.
+    #[inline]
+    pub(super) fn active_flows(&self) -> usize {
+        self.active_flows
+    }
+
+    /// The members of `group` (empty when it is not in use).
+    pub(super) fn members(&self, group: u32) -> &[u32] {
+        self.groups.get(group as usize).map_or(&[], Vec::as_slice)
+    }
+
+    /// The flows of the last component collected ([`MaxMin::collect`]).
+    pub(super) fn component(&self) -> &[u32] {
+        &self.component_flows
+    }
+
+    /// The serial of the last component collected: it changes with every collection (and
+    /// every [`MaxMin::leave_group`]).
+    pub(super) fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// A flow of `bytes` on `route` for `owner`, not yet on its links, at rate 0; in no group,
+    /// of weight 1. Returns its id (a slot freed earlier, or a new one).
+    #[inline]
+    pub(super) fn add(&mut self, now: SimTime, route: Route, bytes: f64, owner: T) -> u32 {
+        let mut flow = Flow {
+            route,
+            size: bytes,
+            remaining: bytes,
+            rate: 0.0,
+            updated: now,
+            generation: 0,
+            owner,
+            weight: 1.0,
+            group: NO_GROUP,
+        };
+        match self.free_flows.pop() {
+            Some(id) => {
+                // Generations keep counting across reuse of a slot, so a stale completion of the
+                // slot's previous flow can never match the new one.
+                flow.generation = self.flows[id as usize].generation.wrapping_add(1);
+                self.flows[id as usize] = flow;
+                id
+            }
+            None => {
+                self.flows.push(flow);
+                self.flow_epoch.push(0);
+                self.new_rate.push(0.0);
+                (self.flows.len() - 1) as u32
+            }
+        }
+    }
+
+    /// Sets the weight of flow `id`, before it joins its links.
+    #[inline]
+    pub(super) fn set_weight(&mut self, id: u32, weight: f64) {
+        self.flows[id as usize].weight = weight;
+    }
+
+    /// Locks `members` (added, not yet on their links) into group `group`, free until now:
+    /// they join, share and leave together.
+    pub(super) fn lock(&mut self, group: u32, members: Vec<u32>) {
+        for &member in &members {
+            self.flows[member as usize].group = group;
+        }
+        let slot = group as usize;
+        if self.groups.len() <= slot {
+            self.groups.resize_with(slot + 1, Vec::new);
+        }
+        self.groups[slot] = members;
+    }
+
+    /// Flow `id`'s first byte has arrived: it joins its links.
+    #[inline]
+    pub(super) fn join(&mut self, id: u32, now: SimTime) -> Joined {
+        let flow = &mut self.flows[id as usize];
+        flow.updated = now;
+        if flow.remaining <= 0.0 || flow.route.is_empty() {
+            return Joined::Empty;
+        }
+        let route = &self.flows[id as usize].route;
+        for &link in route.iter() {
+            self.on_link[link.0 as usize].push(id);
+        }
+        self.active_flows += 1;
+        if route.iter().all(|link| self.on_link[link.0 as usize].len() == 1) {
+            // Alone on every link (the common uncontended case): its bottleneck's full rate,
+            // and nobody else's rate changes.
+            let rate = route.iter().map(|link| self.capacity[link.0 as usize]).fold(f64::INFINITY, f64::min);
+            let flow = &mut self.flows[id as usize];
+            flow.rate = rate;
+            flow.generation = flow.generation.wrapping_add(1);
+            let generation = flow.generation;
+            let delay = SimDuration::from_ps((flow.remaining / rate * 1e12).ceil() as u64);
+            return Joined::Alone { delay, generation };
+        }
+        Joined::Shared
+    }
+
+    /// Every member of `group` joins its links at once; the links they join are appended to
+    /// `seeds` (a link once per member crossing it).
+    pub(super) fn join_group(&mut self, group: u32, now: SimTime, seeds: &mut Vec<LinkId>) {
+        let members = &self.groups[group as usize];
+        for &flow in members {
+            self.flows[flow as usize].updated = now;
+            let weighted = self.flows[flow as usize].weight != 1.0;
+            for &link in self.flows[flow as usize].route.iter() {
+                self.on_link[link.0 as usize].push(flow);
+                if weighted {
+                    self.weighted_on_link[link.0 as usize] += 1;
+                }
+                seeds.push(link);
+            }
+        }
+        self.active_flows += members.len();
+    }
+
+    /// True if flow `id` is on its links at the rate it had at `generation`: a completion
+    /// scheduled then is due now.
+    #[inline]
+    pub(super) fn is_due(&self, id: u32, generation: u32) -> bool {
+        let flow = &self.flows[id as usize];
+        flow.generation == generation && flow.rate != 0.0
+    }
+
+    /// Flow `id` (in no group) has delivered its last byte: it leaves its links, at rate 0
+    /// with nothing left. Returns whether any of its links still carries a flow (whose rate
+    /// may then rise: its component needs a re-fill).
+    #[inline]
+    pub(super) fn leave(&mut self, id: u32) -> bool {
+        let route = &self.flows[id as usize].route;
+        for &link in route.iter() {
+            let flows = &mut self.on_link[link.0 as usize];
+            if let Some(position) = flows.iter().position(|&f| f == id) {
+                flows.swap_remove(position);
+            }
+        }
+        self.active_flows -= 1;
+        let shared = route.iter().any(|link| !self.on_link[link.0 as usize].is_empty());
+        let flow = &mut self.flows[id as usize];
+        flow.rate = 0.0;
+        flow.remaining = 0.0;
+        flow.generation = flow.generation.wrapping_add(1);
+        shared
+    }
+
+    /// Frees flow `id`'s slot (off its links, or never on them) for reuse.
+    #[inline]
+    pub(super) fn free(&mut self, id: u32) {
+        self.free_flows.push(id);
+    }
+
+    /// Every member of `group` leaves its links at once and is freed; the group is no longer
+    /// in use. The links they leave are appended to `seeds`, each once; returns the members
+    /// (a list to reuse).
+    pub(super) fn leave_group(&mut self, group: u32, seeds: &mut Vec<LinkId>) -> Vec<u32> {
+        let members = std::mem::take(&mut self.groups[group as usize]);
+        // Every member leaves its links in one pass per link (a group can have a million
+        // members, hundreds of them on one link), keeping the order of the flows that stay.
+        // Each link once: marked with a fresh epoch, as a re-fill marks its component's.
+        self.epoch = self.epoch.wrapping_add(2);
+        let mark = self.epoch;
+        for &id in &members {
+            for &link in self.flows[id as usize].route.iter() {
+                let l = link.0 as usize;
+                if self.link_epoch[l] != mark {
+                    self.link_epoch[l] = mark;
+                    seeds.push(link);
+                }
+            }
+        }
+        let flows = &self.flows;
+        for &link in seeds.iter() {
+            self.on_link[link.0 as usize].retain(|&f| flows[f as usize].group != group);
+        }
+        for &id in &members {
+            let flow = &mut self.flows[id as usize];
+            flow.rate = 0.0;
+            flow.remaining = 0.0;
+            flow.generation = flow.generation.wrapping_add(1);
+            flow.group = NO_GROUP;
+            let weighted = flow.weight != 1.0;
+            flow.weight = 1.0;
+            let route = flow.route;
+            if weighted {
+                for &link in route.iter() {
+                    self.weighted_on_link[link.0 as usize] -= 1;
+                }
+            }
+            self.free_flows.push(id);
+        }
+        self.active_flows -= members.len();
+        members
+    }
+
+    /// Collects the component to re-fill: every flow connected to `seeds` through shared
+    /// links (a grouped flow brings its whole group). Returns its flows and links.
+    pub(super) fn collect(&mut self, seeds: &[LinkId]) -> (usize, usize) {
+        // Two marks per recomputation: `epoch` = in the component, `epoch + 1` = frozen.
+        self.epoch = self.epoch.wrapping_add(2);
+        let epoch = self.epoch;
+        self.component_links.clear();
+        self.component_flows.clear();
+        for &link in seeds {
+            if self.link_epoch[link.0 as usize] != epoch {
+                self.link_epoch[link.0 as usize] = epoch;
+                self.component_links.push(link.0);
+            }
+        }
+        // Breadth-first over links -> flows -> links.
+        let mut next = 0;
+        while next < self.component_links.len() {
+            let link = self.component_links[next] as usize;
+            next += 1;
+            for &flow in &self.on_link[link] {
+                if self.flow_epoch[flow as usize] == epoch {
+                    continue;
+                }
+                // A grouped flow brings every member of its group into the component.
+                let group = self.flows[flow as usize].group;
+                let partners: &[u32] = match self.groups.get(group as usize) {
+                    Some(members) => members,
+                    None => std::slice::from_ref(&flow),
+                };
+                for &member in partners {
+                    if self.flow_epoch[member as usize] == epoch {
+                        continue;
+                    }
+                    self.flow_epoch[member as usize] = epoch;
+                    self.component_flows.push(member);
+                    for &other in self.flows[member as usize].route.iter() {
+                        if self.link_epoch[other.0 as usize] != epoch {
+                            self.link_epoch[other.0 as usize] = epoch;
+                            self.component_links.push(other.0);
+                        }
+                    }
+                }
+            }
+        }
+        (self.component_flows.len(), self.component_links.len())
+    }
+
+    /// The max-min fair rates of the component collected last (not applied yet: see
+    /// [`MaxMin::update`]).
+    pub(super) fn solve(&mut self) {
+        if let [flow] = self.component_flows[..] {
+            // A flow alone on its links (the common uncontended case) runs at its bottleneck.
+            let route = self.flows[flow as usize].route;
+            self.new_rate[flow as usize] =
+                route.iter().map(|l| self.capacity[l.0 as usize]).fold(f64::INFINITY, f64::min);
+        } else if let Some(share) = self.lone_group_share() {
+            // One group and nothing else: its flows all freeze at the first link the filling
+            // would fill, the one with the smallest fair share.
+            for index in 0..self.component_flows.len() {
+                let flow = self.component_flows[index] as usize;
+                self.new_rate[flow] = share * self.flows[flow].weight;
+            }
+        } else {
+            self.fill(self.epoch);
+        }
+    }
+
+    /// Applies the rates [`MaxMin::solve`] found: every flow of the component whose rate
+    /// changed is brought up to date at `now` (its remaining bytes at the old rate), takes its
+    /// new rate and a new generation, and is passed to `changed` with the time its last byte
+    /// is due at that rate (rounded up to the picosecond), in component order.
+    pub(super) fn update<E>(
+        &mut self,
+        now: SimTime,
+        mut changed: impl FnMut(u32, &Flow<T>, SimDuration) -> Result<(), E>,
+    ) -> Result<(), E> {
+        for index in 0..self.component_flows.len() {
+            let id = self.component_flows[index] as usize;
+            let rate = self.new_rate[id];
+            let flow = &mut self.flows[id];
+            if rate == flow.rate {
+                continue;
+            }
+            let elapsed = now.saturating_since(flow.updated).as_secs_f64();
+            flow.remaining = (flow.remaining - flow.rate * elapsed).max(0.0);
+            flow.updated = now;
+            flow.rate = rate;
+            flow.generation = flow.generation.wrapping_add(1);
+            let seconds = flow.remaining / rate;
+            let delay = SimDuration::from_ps((seconds * 1e12).ceil() as u64);
+            changed(id as u32, flow, delay)?;
+        }
+        Ok(())
+    }
+
+    /// If the current component is the members of one group and no other flow, the rate
+    /// progressive filling gives them all (per unit of weight): the smallest fair share of any
+    /// of their links (capacity over weight on it), exactly the first share [`MaxMin::fill`]
+    /// would pop.
+    fn lone_group_share(&self) -> Option<f64> {
+        let &first = self.component_flows.first()?;
+        let group = self.flows[first as usize].group;
+        let members = self.groups.get(group as usize)?;
+        // The search brings every member of a group in: if there are as many flows as
+        // members, they are all of them.
+        if members.len() != self.component_flows.len()
+            || self.component_flows.iter().any(|&flow| self.flows[flow as usize].group != group)
+        {
+            return None;
+        }
+        let share = self
+            .component_links
+            .iter()
+            .map(|&link| self.capacity[link as usize] / self.link_weight(link as usize))
+            .fold(f64::INFINITY, f64::min);
+        Some(share)
+    }
+
+    /// The summed weight of the flows on link `l`: its flow count unless a weighted flow is
+    /// on it.
+    fn link_weight(&self, l: usize) -> f64 {
+        if self.weighted_on_link[l] == 0 {
+            f64::from(self.on_link[l].len() as u32)
+        } else {
+            self.on_link[l].iter().map(|&flow| self.flows[flow as usize].weight).sum()
+        }
+    }
+
+    /// Progressive filling over the current component with a min-heap of link fair shares.
+    /// Flows of the component are marked `epoch`; each is marked `epoch + 1` once its rate is
+    /// frozen.
+    ///
+    /// The heap is lazy: freezing a flow lowers its links' remaining capacity and weight but
+    /// pushes nothing. A link's fair share never falls while the filling runs (a flow freezes
+    /// at the smallest share `s <= r / w` of its links, which leaves another link of it at
+    /// `(r - a s) / (w - a) >= r / w`), so an entry's key is a lower bound of its link's
+    /// share: a popped link whose share has grown since goes back in at its current share, and
+    /// the first link popped at its current share is the bottleneck. Each link has one entry at
+    /// a time; a freeze costs its routes' arithmetic, not a heap push per link it crosses, and
+    /// the filling stops when the last flow freezes instead of draining the heap.
+    fn fill(&mut self, epoch: u64) {
+        self.heap.clear();
+        for &link in &self.component_links {
+            let l = link as usize;
+            self.remaining_capacity[l] = self.capacity[l];
+            self.unfrozen[l] = self.on_link[l].len() as u32;
+            self.unfrozen_weight[l] = self.link_weight(l);
+            if self.unfrozen[l] > 0 {
+                let share = self.capacity[l] / self.unfrozen_weight[l];
+                self.heap.push((std::cmp::Reverse(Share(share)), link));
+            }
+        }
+        let frozen = epoch.wrapping_add(1);
+        // Once every flow is frozen the links left in the heap have nothing to decide.
+        let mut unfrozen_flows = self.component_flows.len();
+        while unfrozen_flows > 0
+            && let Some((std::cmp::Reverse(Share(key)), link)) = self.heap.pop()
+        {
+            let l = link as usize;
+            if self.unfrozen[l] == 0 {
+                continue;
+            }
+            let share = self.remaining_capacity[l] / self.unfrozen_weight[l];
+            if share > key {
+                self.heap.push((std::cmp::Reverse(Share(share)), link));
+                continue;
+            }
+            for index in 0..self.on_link[l].len() {
+                let flow = self.on_link[l][index];
+                if self.flow_epoch[flow as usize] != epoch {
+                    continue; // already frozen
+                }
+                // The members of a group advance together: when one reaches its bottleneck,
+                // all freeze at that rate, and what the others leave unused on their links
+                // goes back to the rest of the traffic.
+                let group = self.flows[flow as usize].group;
+                let mut members = std::mem::take(&mut self.freeze_scratch);
+                members.clear();
+                match self.groups.get(group as usize) {
+                    Some(group) => members.extend_from_slice(group),
+                    None => members.push(flow),
+                }
+                for &member in &members {
+                    if self.flow_epoch[member as usize] != epoch {
+                        continue;
+                    }
+                    self.flow_epoch[member as usize] = frozen;
+                    unfrozen_flows -= 1;
+                    let weight = self.flows[member as usize].weight;
+                    let rate = share * weight;
+                    self.new_rate[member as usize] = rate;
+                    for &other in self.flows[member as usize].route.iter() {
+                        let o = other.0 as usize;
+                        self.remaining_capacity[o] = (self.remaining_capacity[o] - rate).max(0.0);
+                        self.unfrozen[o] -= 1;
+                        self.unfrozen_weight[o] = (self.unfrozen_weight[o] - weight).max(MIN_WEIGHT);
+                    }
+                }
+                self.freeze_scratch = members;
+            }
+        }
+    }
+
+    /// The capacity and bottleneck conditions of max-min fairness on the component re-filled
+    /// last: the last violation found, if any (for audits; a pass over the component).
+    pub(super) fn violation(&self) -> Option<String> {
+        let mut violation = None;
+        for &link in &self.component_links {
+            let l = link as usize;
+            let load: f64 = self.on_link[l].iter().map(|&f| self.flows[f as usize].rate).sum();
+            if load > self.capacity[l] * (1.0 + 1e-9) {
+                violation = Some(format!("link {link} carries {load} B/s, capacity {}", self.capacity[l]));
+            }
+        }
+        for &flow in &self.component_flows {
+            if self.flows[flow as usize].group != NO_GROUP {
+                // A grouped flow may be held below its own links' share by a slower member.
+                continue;
+            }
+            let rate = self.flows[flow as usize].rate;
+            let has_bottleneck = self.flows[flow as usize].route.iter().any(|&link| {
+                let l = link.0 as usize;
+                let load: f64 = self.on_link[l].iter().map(|&f| self.flows[f as usize].rate).sum();
+                let fastest =
+                    self.on_link[l].iter().map(|&f| self.flows[f as usize].rate).fold(0.0, f64::max);
+                load >= self.capacity[l] * (1.0 - 1e-9) && rate >= fastest * (1.0 - 1e-9)
+            });
+            if !has_bottleneck {
+                violation = Some(format!("flow {flow} at {rate} B/s has no bottleneck link"));
+            }
+        }
+        violation
+    }
+}

@@ -1,0 +1,369 @@
+//! The `flow` and `packet-steps` fidelities: fluid flows on topology routes with max-min fair
+//! bandwidth sharing.
+//!
+//! A message becomes a flow on its route. It enters the network after its route latency (its
+//! first byte has arrived), then shares every link it crosses with the other flows there, at
+//! the max-min fair rates of `maxmin` (progressive filling over the component of links and
+//! flows its change touches). Rates change only when a flow enters or leaves; the re-fill
+//! waits until every event of the current instant has run ([`FlowEvent::Refill`]): when many
+//! flows enter and leave at once (every message of a collective step), their components are
+//! re-filled once, together, and rates that would have lived for no time are never computed.
+//! Until then the old rates stand, which is exact: no time passes. Routes that depend on the
+//! flow (ECMP hashes its serial number, UGAL counts the flows already routed) are the
+//! exception: batching reorders the completions of one instant, hence the order in which the
+//! next flows start and the routes they draw, so there every change re-fills at once.
+//!
+//! Routes come from the topology per flow (ECMP hashes the flow id). Under UGAL routing on a
+//! dragonfly, a flow takes its Valiant route instead of the minimal one when the minimal
+//! route's hop count times (1 + the most unfinished flows routed over one of its links) is
+//! larger than the Valiant route's.
+//!
+//! The parts, bottom up (each private, each importing only the ones before it):
+//! - `maxmin`: the max-min fair solver: flows on link routes and groups of flows that advance
+//!   together, the component a change touches re-filled by progressive filling;
+//! - `event`: the events ([`FlowEvent`]) and who waits for a flow;
+//! - `flows`: flows on the topology's routes: paths and routing, a flow's life from first to
+//!   last byte, re-fills batched per instant, counters ([`FlowStats`]) and audit ([`Audit`]);
+//! - `messages`: collectives message by message (the `packet-steps` behaviour);
+//! - `coupled`: collectives in their steady state (under `flow`).
+//!
+//! This module wires them together: the [`Network`] seam, the choice of each collective's
+//! algorithm and protocol (once per distinct collective, by the analytical estimate; NVLS and
+//! CollNet, whose reduction happens in a switch, in closed form), and the dispatch of events
+//! and finished flows to the part they belong to.
+//!
+//! Invariants: every transfer, copy and collective completes exactly once; a completion
+//! scheduled at a rate that has changed since is skipped (by generation), never acted on; a
+//! collective's algorithm, protocol and wire bytes are resolved once per distinct collective.
+//!
+//! ```
+//! use sim_core::exec::run;
+//! use sim_core::flow::FlowNetwork;
+//! use sim_core::graph::{GraphBuilder, RankId, StreamId};
+//! use sim_core::units::{Bytes, SimDuration};
+//! use topology::{ClusterSpec, IntraNode, LinkSpec, NetworkSpec, Topology};
+//!
+//! // Two senders into one receiver on a 100 Gb/s switch: they share its down-link.
+//! let link = LinkSpec::new("100 Gb/s".parse()?, "1 us".parse()?);
+//! let cluster = ClusterSpec { nodes: 3, gpus_per_node: 1, intra_node: IntraNode::NvSwitch(link), network: NetworkSpec::single_switch(link), host_memory: None  };
+//! let topology = Topology::build(&cluster)?;
+//! let mut graph = GraphBuilder::new(3);
+//! graph.transfer(RankId(0), StreamId(0), RankId(2), Bytes(125_000_000), "a", &[]);
+//! graph.transfer(RankId(1), StreamId(0), RankId(2), Bytes(125_000_000), "b", &[]);
+//! let timeline = run(&graph.build()?, &mut FlowNetwork::new(&topology))?;
+//! // Each gets 6.25 GB/s: 2 us of latency + 125 MB / 6.25 GB/s = 20.002 ms.
+//! assert_eq!(timeline.makespan(), SimDuration::from_us(20_002));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod coupled;
+mod event;
+mod flows;
+mod maxmin;
+mod messages;
+
+use std::collections::HashMap;
+
+use topology::{HostId, LinkId, Topology};
+use units::{Bytes, SimDuration};
+
+use crate::graph::{Collective, CollectiveAlgorithm, MemcpyDirection, RankId};
+use crate::nccl::choice::choose_for;
+use crate::nccl::overhead::protocol_overhead;
+use crate::nccl::protocol::{Choice, ProtocolChoice, is_in_network};
+use crate::nccl::timing::in_network_time;
+use crate::nccl::tuner::GpuGeneration;
+use crate::nccl::wire::{pipeline_chunk, tree_step_floor, wire_bytes};
+use crate::network::AnalyticalNetwork;
+use crate::network::{Completion, NetContext, Network, NetworkError};
+use crate::schedule::Schedule;
+
+use coupled::{Couplings, has_coupled_form};
+use event::Owner;
+use flows::{Flows, server_of};
+use messages::Runs;
+
+pub use event::FlowEvent;
+pub use flows::{Audit, FlowStats};
+
+/// The `flow` fidelity (see the module documentation). Rank `r` runs on host `r`.
+#[derive(Debug)]
+pub struct FlowNetwork<'t> {
+    /// The flows on the topology, their rates and their counters.
+    flows: Flows<'t>,
+    /// Collectives running message by message.
+    runs: Runs,
+    /// Collectives running in their steady state.
+    coupled: Couplings,
+    /// Fixed cost of every collective (see [`FlowNetwork::with_collective_launch`]).
+    collective_launch: SimDuration,
+    /// Run collectives in their steady-state form (see [`FlowNetwork::steady_state`]).
+    steady_state: bool,
+    /// Alpha-beta estimates for choosing `Auto` algorithms, and the choices made.
+    estimator: AnalyticalNetwork<'t>,
+    chosen: HashMap<Collective, (Choice, SimDuration, Bytes)>,
+}
+
+impl<'t> FlowNetwork<'t> {
+    /// A flow model over `topology`. Host <-> device copies are flows on the GPU's host link.
+    pub fn new(topology: &'t Topology) -> Self {
+        FlowNetwork {
+            flows: Flows::new(topology),
+            runs: Runs::default(),
+            coupled: Couplings::new(topology.link_count()),
+            collective_launch: SimDuration::ZERO,
+            steady_state: false,
+            estimator: AnalyticalNetwork::new(topology),
+            chosen: HashMap::new(),
+        }
+    }
+
+    /// The same model, checking after every re-fill that no link carries more than its
+    /// capacity and that every flow has a bottleneck (a full link on which no flow is faster),
+    /// and accounting every byte sent and delivered. For tests: it costs a pass over the
+    /// component per re-fill.
+    pub fn audited(mut self) -> Self {
+        self.flows.audit = Some(Audit::default());
+        self
+    }
+
+    /// The same model re-filling rates after every flow that enters or leaves, as it did before
+    /// re-fills were batched per instant: the same rates, computed more often (for tests).
+    pub fn refilling_immediately(mut self) -> Self {
+        self.flows.immediate = true;
+        self
+    }
+
+    /// The audit so far, if enabled.
+    pub fn audit(&self) -> Option<&Audit> {
+        self.flows.audit.as_ref()
+    }
+
+    /// The same model with a fixed cost before every collective's first message: the
+    /// communication library's launch and synchronisation overhead (zero by default: pure
+    /// network).
+    pub fn with_collective_launch(mut self, launch: SimDuration) -> Self {
+        self.collective_launch = launch;
+        self.estimator = self.estimator.with_collective_launch(launch);
+        self
+    }
+
+    /// The same model with collectives run by `protocols` (see [`crate::nccl::protocol`]): their
+    /// bandwidth share scales the bytes on the wire, their base and per-hop latencies delay
+    /// the first message.
+    pub fn with_protocols(mut self, protocols: ProtocolChoice) -> Self {
+        self.estimator = self.estimator.with_protocols(protocols);
+        self
+    }
+
+    /// The same model on GPUs that copy within their memory at `rate` (see
+    /// [`crate::nccl::network::NcclNetwork::device_copy`]).
+    pub fn with_device_copy(mut self, rate: Option<units::Bandwidth>) -> Self {
+        self.estimator = self.estimator.with_device_copy(rate);
+        self
+    }
+
+    /// The same model tuning for GPUs of `generation` (see [`crate::nccl::tuner`]).
+    pub fn with_generation(mut self, generation: GpuGeneration) -> Self {
+        self.estimator = self.estimator.with_generation(generation);
+        self
+    }
+
+    /// The same model running collectives in their steady-state form: one long-lived flow per
+    /// edge, all edges of a collective coupled (the `flow` fidelity; without it every message
+    /// is its own flow, the `packet-steps` fidelity). Rings, double binary trees and NCCL's tree
+    /// share one rate; the hierarchical allreduce, chains and the direct all-to-all advance each
+    /// edge in proportion to its bytes. NCCL's tree and those three are topped up to their
+    /// analytical time. Log-step
+    /// algorithms and the pairwise all-to-all stay message by message (see
+    /// `has_coupled_form`).
+    pub fn steady_state(mut self) -> Self {
+        self.steady_state = true;
+        self
+    }
+
+    /// The same model with pipelined collective algorithms (tree, chain) cut into chunks of at
+    /// most `chunk` (1 MiB by default).
+    pub fn with_chunk(mut self, chunk: Bytes) -> Self {
+        self.estimator = self.estimator.with_chunk(chunk);
+        self
+    }
+
+    /// The same model giving up with [`NetworkError::OverBudget`] at the first rate
+    /// recomputation after its work ([`FlowStats::work`]) passes `budget`: for callers that
+    /// rank many configurations and must not wait on one. A budget, unlike a wall-clock limit,
+    /// gives up at the same point on every machine and under any load, so such a caller's
+    /// answer does not depend on them.
+    pub fn with_work_budget(mut self, budget: Option<u64>) -> Self {
+        self.flows.work_budget = budget;
+        self
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> FlowStats {
+        self.flows.stats
+    }
+
+    /// The current rate of every flow on `link`, in bytes per second (for tests and reports).
+    pub fn link_rates(&self, link: LinkId) -> Vec<f64> {
+        let solver = &self.flows.solver;
+        solver.flows_on(link).iter().map(|&f| solver.flow(f).rate).collect()
+    }
+
+    /// A flow is done: tells its owner (a transfer or copy completes; a collective's message
+    /// counts as done for both its ends, once its step floor has passed).
+    #[inline]
+    fn notify(&mut self, context: &mut NetContext<'_, FlowEvent>, owner: Owner) -> Result<(), NetworkError> {
+        match owner {
+            Owner::Single(token) => Ok(context.complete_after(SimDuration::ZERO, token)?),
+            Owner::Message { run, lane, from, to, due } => {
+                let early = due.saturating_since(context.now());
+                if early > SimDuration::ZERO {
+                    return Ok(context.wake_after(early, FlowEvent::MessageDue { run, lane, from, to })?);
+                }
+                self.runs.message_done(&mut self.flows, context, run, lane, from)?;
+                self.runs.message_done(&mut self.flows, context, run, lane, to)
+            }
+            // Coupled edges never finish one by one: `coupling_done` ends them together.
+            Owner::Coupled => Ok(()),
+        }
+    }
+
+    /// Starts `collective`: resolves its algorithm and protocol (once per distinct
+    /// collective), then runs it in closed form (in-network algorithms), in its steady state
+    /// (under `flow`, for the algorithms that have one) or message by message.
+    fn start_run(
+        &mut self,
+        context: &mut NetContext<'_, FlowEvent>,
+        token: Completion,
+        collective: &Collective,
+        group: &[RankId],
+    ) -> Result<(), NetworkError> {
+        let topology = self.flows.topology;
+        let node_of = |rank: RankId| server_of(topology, rank);
+        let (choice, delay, wire) = match self.chosen.get(collective) {
+            Some(&resolved) => resolved,
+            None => {
+                let estimator = &mut self.estimator;
+                let (kind, bytes) = (collective.kind, collective.bytes);
+                let choice = choose_for(kind, collective.algorithm, bytes, group, estimator)?;
+                let delay = protocol_overhead(kind, choice, bytes, group, estimator)?;
+                let wire = wire_bytes(kind, choice, bytes, group, estimator)?;
+                self.chosen.insert(*collective, (choice, delay, wire));
+                (choice, delay, wire)
+            }
+        };
+        let algorithm = choice.algorithm;
+        if is_in_network(algorithm) {
+            // The switch's reduction is not a flow: NVLS and CollNet are timed in closed form.
+            let time = in_network_time(algorithm, collective.bytes, group, &self.estimator)?;
+            return Ok(context.complete_after(delay.checked_add(time)?, token)?);
+        }
+        let wired = Collective { bytes: wire, algorithm, ..*collective };
+        if self.steady_state && algorithm == CollectiveAlgorithm::Ring && group.len() > 1 {
+            return self.coupled.start_coupled_ring(&mut self.flows, context, token, &wired, group, delay);
+        }
+        let chunk = pipeline_chunk(choice, collective.bytes, wire, group, &self.estimator)?;
+        let schedule = Schedule::with_chunk(collective.kind, algorithm, wire, group, node_of, chunk)?;
+        let floor =
+            tree_step_floor(collective.kind, choice, collective.bytes, &schedule, group, &self.estimator)?;
+        let schedule = schedule.with_step_floor(floor);
+        if self.steady_state && schedule.steps() > 0 && algorithm == CollectiveAlgorithm::DoubleBinaryTree {
+            return self.coupled.start_coupled_pipeline(&mut self.flows, context, token, &schedule, delay);
+        }
+        if self.steady_state
+            && schedule.steps() > 0
+            && (algorithm == CollectiveAlgorithm::Tree || has_coupled_form(algorithm))
+        {
+            let reference = self.coupled.reference(&mut self.estimator, collective, choice, group)?;
+            return self.coupled.start_topped_up(
+                &mut self.flows,
+                context,
+                token,
+                &schedule,
+                delay,
+                reference,
+            );
+        }
+        self.runs.start(context, token, schedule, delay)
+    }
+}
+
+impl Network for FlowNetwork<'_> {
+    type Event = FlowEvent;
+
+    fn name(&self) -> &'static str {
+        "flow"
+    }
+
+    fn host_count(&self) -> usize {
+        self.flows.topology.host_count()
+    }
+
+    fn server_of(&self, rank: RankId) -> Option<u32> {
+        self.flows.topology.node_of(HostId(rank.0)).ok()
+    }
+
+    fn start_transfer(
+        &mut self,
+        context: &mut NetContext<'_, Self::Event>,
+        token: Completion,
+        src: RankId,
+        dst: RankId,
+        bytes: Bytes,
+    ) -> Result<(), NetworkError> {
+        self.flows.start_flow(context, src, dst, bytes.as_f64(), Owner::Single(token))
+    }
+
+    fn start_collective(
+        &mut self,
+        context: &mut NetContext<'_, Self::Event>,
+        token: Completion,
+        collective: &Collective,
+        group: &[RankId],
+    ) -> Result<(), NetworkError> {
+        self.start_run(context, token, collective, group)
+    }
+
+    fn start_memcpy(
+        &mut self,
+        context: &mut NetContext<'_, Self::Event>,
+        token: Completion,
+        rank: RankId,
+        direction: MemcpyDirection,
+        bytes: Bytes,
+    ) -> Result<(), NetworkError> {
+        let to_device = direction == MemcpyDirection::HostToDevice;
+        let route = self.flows.topology.host_memory_route(HostId(rank.0), to_device)?;
+        self.flows.start_flow_on(context, route, bytes.as_f64(), Owner::Single(token))
+    }
+
+    fn handle(
+        &mut self,
+        context: &mut NetContext<'_, Self::Event>,
+        event: Self::Event,
+    ) -> Result<(), NetworkError> {
+        match event {
+            FlowEvent::Enter { flow } => match self.flows.enter(context, flow, &mut self.coupled)? {
+                Some(owner) => self.notify(context, owner),
+                None => Ok(()),
+            },
+            FlowEvent::Begin { run } => self.runs.begin(&mut self.flows, context, run),
+            FlowEvent::Couple { coupling } => self.coupled.couple(&mut self.flows, context, coupling),
+            FlowEvent::CouplingDone { coupling, generation } => {
+                self.coupled.coupling_done(&mut self.flows, context, coupling, generation)
+            }
+            FlowEvent::Finish { flow, generation } => {
+                match self.flows.finish(context, flow, generation, &mut self.coupled)? {
+                    Some(owner) => self.notify(context, owner),
+                    None => Ok(()),
+                }
+            }
+            FlowEvent::Refill => self.flows.refill_pending(context, &mut self.coupled),
+            FlowEvent::MessageDue { run, lane, from, to } => {
+                self.runs.message_done(&mut self.flows, context, run, lane, from)?;
+                self.runs.message_done(&mut self.flows, context, run, lane, to)
+            }
+        }
+    }
+}
