@@ -10,9 +10,8 @@ use anyhow::Context;
 use sim_core::units::SimDuration;
 use traces::kineto::operators::{Activity, ActivityKind, OperatorImport, ProfiledOperator};
 use workloads::aten::{OperatorCall, Uncosted, operator_kernels};
-use workloads::calibrate::{
-    self, CalibrationRecord, ClassError, LaunchRecord, PARAMETERS, Profile, Sample, class_errors,
-};
+use workloads::calibrate::{self, PARAMETERS, Sample, class_errors};
+use workloads::profile::{CalibrationRecord, ClassError, LaunchRecord, Profile};
 use workloads::{ComputeModel, Device, DeviceCatalog, Dtype, deepbench};
 
 use crate::models::table;
@@ -825,7 +824,7 @@ fn check_profile(
             "--check {name}: the profile was calibrated on {}, but --device is {}: a profile describes one device type (built-in profiles: {}); add --any-device to measure how it transfers",
             profile.device,
             device.name,
-            workloads::calibrate::Profile::builtin_names().join(", ")
+            workloads::profile::Profile::builtin_names().join(", ")
         );
     }
     profile.compute.winograd_convolutions |= winograd;

@@ -447,12 +447,6 @@ impl ComputeModel {
         Bandwidth::from_bytes_per_second(rate.round() as u64)
     }
 
-    /// The compute model of `device`'s built-in calibrated profile, else the defaults.
-    pub fn builtin_for(device: &Device) -> ComputeModel {
-        crate::calibrate::Profile::builtin(&device.name)
-            .map_or_else(|_| ComputeModel::default(), |p| p.compute)
-    }
-
     /// Checks that every efficiency is in (0, 1].
     pub fn validate(&self) -> Result<(), ComputeError> {
         for (parameter, value) in [
@@ -1816,7 +1810,7 @@ mod tests {
     #[test]
     fn layer_durations_use_the_layer_cost_and_shape() {
         let model = ComputeModel::default();
-        let resnet = crate::zoo::resnet50();
+        let resnet = crate::family::resnet50();
         let conv = resnet.layer("layer3.0.conv2").unwrap();
         let forward = model.layer_duration(a100(), Dtype::Fp16, conv, Pass::Forward, 256).unwrap();
         let mut work = KernelWork::flat(

@@ -12,10 +12,10 @@ use sim_core::tuner::GpuGeneration;
 use sim_core::units::{Bandwidth, Bytes, SimDuration};
 use strategies::{GradientSync, Offload, Parallelism, PipelineSchedule, RankOrder};
 use topology::{ClusterSpec, IntraNode, LinkSpec, Topology, TopologyError};
-use workloads::calibrate::Profile;
 use workloads::fusion::Fusion;
 use workloads::groupbn::BatchNormGroup;
 use workloads::input::{InputCopy, InputPipeline, Loader};
+use workloads::profile::Profile;
 use workloads::{
     ComputeModel, Device, DeviceCatalog, Dtype, GradientAccumulation, Model, ModelError, Optimizer,
     OptimizerPasses, Recompute, zoo,

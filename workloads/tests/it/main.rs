@@ -11,7 +11,7 @@ mod model_files;
 mod paradl;
 mod published;
 
-use workloads::{ComputeModel, DeviceCatalog, Pass, zoo};
+use workloads::{ComputeModel, DeviceCatalog, Pass, family, zoo};
 
 /// More samples never take less time, and every layer of every model has a duration on every
 /// device for every dtype the device lists.
@@ -41,7 +41,7 @@ fn h100_is_never_slower_than_a100() {
     let catalog = DeviceCatalog::builtin();
     let (a100, h100) = (catalog.get("a100-sxm4-80gb").unwrap(), catalog.get("h100-sxm5-80gb").unwrap());
     let compute = ComputeModel::default();
-    let model = zoo::resnet50();
+    let model = family::resnet50();
     for &dtype in a100.peak.keys() {
         for layer in &model.layers {
             for pass in Pass::ALL {
