@@ -10,7 +10,8 @@
 //! - [`zoo`]: well-known models by name (`resnet50`, `gpt3-175b`, `llama2-7b`, ...), defined by
 //!   the model files in `data/models/`.
 //! - [`compute`]: the roofline model with efficiency curves that turns a kernel's FLOPs and
-//!   bytes into a duration (`docs/compute-model.md`).
+//!   bytes into a duration (`docs/compute-model.md`); its knobs, each written once, are
+//!   [`compute::knobs::KNOBS`].
 //! - [`profile`]: calibrated compute models per device type, and the shipped ones;
 //!   [`calibrate`] fits them to measured kernels.
 //! - [`input`]: the data loader (decode rate, prefetching, per-group broadcast of the batch).

@@ -186,7 +186,10 @@ impl ClassError {
 
 #[cfg(test)]
 mod tests {
+    use sim_core::units::SimDuration;
+
     use super::*;
+    use crate::compute::knobs::{KNOBS, KnobKind, KnobValue};
 
     #[test]
     fn builtin_profiles_parse_and_round_trip() {
@@ -206,5 +209,35 @@ mod tests {
         assert!(error.contains("tpu-v9") && error.contains("a100-sxm4-40gb"), "{error}");
         let error = Profile::from_toml_str("device = \"x\"\n[compute]\ngemm-efficiency = 2.0\n").unwrap_err();
         assert!(error.to_string().contains("gemm-efficiency"), "{error}");
+    }
+
+    /// Every knob, set to a value other than its default, is written into a profile's
+    /// `[compute]` under its key and read back the same.
+    #[test]
+    fn every_knob_round_trips_through_a_profile() {
+        for knob in KNOBS {
+            let value = match knob.kind {
+                KnobKind::Efficiency => KnobValue::Number(0.4375),
+                KnobKind::Fraction => KnobValue::Number(0.25),
+                KnobKind::Slowdown => KnobValue::Number(1.5),
+                KnobKind::NonNegative => KnobValue::Number(3.5),
+                KnobKind::Duration => KnobValue::Duration(SimDuration::from_ns(7_250)),
+                KnobKind::Switch => KnobValue::Switch(true),
+            };
+            let mut compute = ComputeModel::default();
+            assert_ne!(knob.get(&compute), value, "{}", knob.key);
+            knob.set(&mut compute, value);
+            let profile = Profile { device: "a100-sxm4-80gb".into(), compute, calibration: None };
+            let text = profile.to_toml(&[]).unwrap();
+            let written = match value {
+                KnobValue::Number(number) => format!("\n{} = {number}\n", knob.key),
+                KnobValue::Duration(duration) => format!("\n{} = \"{duration}\"\n", knob.key),
+                KnobValue::Switch(switch) => format!("\n{} = {switch}\n", knob.key),
+            };
+            assert!(text.contains(&written), "{written:?} not in {text}");
+            let read = Profile::from_toml_str(&text).unwrap();
+            assert_eq!(knob.get(&read.compute), value, "{}", knob.key);
+            assert_eq!(read, profile);
+        }
     }
 }

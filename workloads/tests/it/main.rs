@@ -11,6 +11,7 @@ mod model_files;
 mod paradl;
 mod published;
 
+use workloads::compute::knobs::KnobValue;
 use workloads::{ComputeModel, DeviceCatalog, Pass, family, zoo};
 
 /// More samples never take less time, and every layer of every model has a duration on every
@@ -132,4 +133,20 @@ fn unaligned_products_are_the_odd_shaped_layers_and_pay_the_unaligned_factor() {
     let aligned =
         model.layers.iter().find(|l| l.cost.class == OpClass::Gemm && l.gemm_aligned(Dtype::Bf16)).unwrap();
     assert_eq!(time(&penalized, &aligned.name), time(&default, &aligned.name));
+}
+
+/// docs/compute-model.md's table of parameters and defaults lists every knob of the compute
+/// model with its default.
+#[test]
+fn the_compute_model_docs_list_every_knob_with_its_default() {
+    let docs = include_str!("../../../docs/compute-model.md");
+    for knob in workloads::compute::knobs::KNOBS {
+        let default = match knob.get(&ComputeModel::default()) {
+            KnobValue::Number(number) => format!("{number:?}"),
+            KnobValue::Duration(duration) => format!("`\"{duration}\"`"),
+            KnobValue::Switch(switch) => switch.to_string(),
+        };
+        let row = format!("| `{}` | {default} |", knob.key);
+        assert!(docs.contains(&row), "docs/compute-model.md lacks the row {row}");
+    }
 }
