@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use workloads::compute::knobs::{KNOBS, Knob, KnobValue, knob};
 
 /// `[compute]`: a calibrated profile (file or built-in name) and/or single parameters, which
@@ -106,6 +106,27 @@ impl<'de> Visitor<'de> for SectionVisitor {
                 }
             }
         }
+        Ok(section)
+    }
+
+    /// The positional form serde gives every struct: the values in [`KEYS`] order
+    /// (`compute = [...]`); a shorter array is refused by its length, as serde refuses one for
+    /// the scenario's other tables.
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ComputeSection, A::Error> {
+        let expected = format!("struct ComputeSection with {} elements", KEYS.len());
+        let short = |index: usize| de::Error::invalid_length(index, &expected.as_str());
+        let mut section = ComputeSection {
+            profile: seq.next_element::<Option<String>>()?.ok_or_else(|| short(0))?,
+            ..ComputeSection::default()
+        };
+        for (index, knob) in KNOBS.iter().enumerate() {
+            let value = seq.next_element_seed(knob)?.ok_or_else(|| short(index + 1))?;
+            section.knobs.push((knob, value));
+        }
+        let mut text = |index: usize| seq.next_element::<Option<String>>()?.ok_or_else(|| short(index));
+        section.fusion = text(KNOBS.len() + 1)?;
+        section.optimizer_passes = text(KNOBS.len() + 2)?;
+        section.gradient_accumulation = text(KNOBS.len() + 3)?;
         Ok(section)
     }
 }

@@ -59,4 +59,11 @@ fn compute_keys_are_refused_by_name_with_the_knobs_listed_in_table_order() {
     assert!(error.contains("expected a boolean"), "{error}");
     let error = parse("conv-efficiency = 0").unwrap_err();
     assert!(error.contains("`conv-efficiency` is 0; it must be greater than 0 and at most 1"), "{error}");
+    // The section written as an array is read by position, as serde reads any struct.
+    let text =
+        "compute = [\"x\"]\n[cluster]\ndevice = \"a100-sxm4-80gb\"\n[workload]\nmodel = \"resnet50\"\n";
+    let error = Scenario::parse(text, Path::new("knobs.toml")).unwrap_err().to_string();
+    let expected =
+        format!("invalid length 1, expected struct ComputeSection with {} elements", KNOBS.len() + 4);
+    assert!(error.contains(&expected), "{error}");
 }
