@@ -10,9 +10,9 @@ use anyhow::Context;
 use sim_core::units::SimDuration;
 use traces::kineto::operators::{Activity, ActivityKind, OperatorImport, ProfiledOperator};
 use workloads::aten::{OperatorCall, Uncosted, operator_kernels};
-use workloads::calibrate::{
-    self, CalibrationRecord, ClassError, LaunchRecord, PARAMETERS, Profile, Sample, class_errors,
-};
+use workloads::calibrate::{self, PARAMETERS, Sample, class_errors};
+use workloads::compute::knobs::{FITTED, KnobValue, fit_position};
+use workloads::profile::{CalibrationRecord, ClassError, LaunchRecord, Profile};
 use workloads::{ComputeModel, Device, DeviceCatalog, Dtype, deepbench};
 
 use crate::models::table;
@@ -529,31 +529,11 @@ fn report(
         percent(collected.fitted_s / collected.kernel_s)
     );
     let values = |m: &ComputeModel| {
-        [
-            format!("{:.3}", m.gemm_efficiency),
-            format!("{:.3}", m.unaligned_gemm_efficiency),
-            format!("{:.3}", m.gemm_ramp_exponent),
-            m.gemm_half_time.to_string(),
-            format!("{:.3}", m.memory_efficiency),
-            format!("{:.3}", m.reduction_memory_efficiency),
-            m.memory_half_time.to_string(),
-            format!("{:.3}", m.vector_efficiency),
-            m.launch_overhead.to_string(),
-            format!("{:.3}", m.gemm_tile_half_intensity),
-            m.gemm_wave_overhead.to_string(),
-            format!("{:.3}", m.conv_efficiency),
-            format!("{:.3}", m.conv_backward_weight_efficiency),
-            format!("{:.3}", m.vector_gemm_efficiency),
-            m.reduction_half_time.to_string(),
-            format!("{:.3}", m.conv_backward_data_efficiency),
-            format!("{:.3}", m.communication_memory_slowdown),
-            format!("{:.3}", m.communication_compute_slowdown),
-            format!("{:.3}", m.communication_launch_slowdown),
-            m.reduction_overhead.to_string(),
-            format!("{:.3}", m.l2_hit_fraction),
-            format!("{:.3}", m.k_major_thin_gemm_efficiency),
-            format!("{:.3}", m.unaligned_memory_efficiency),
-        ]
+        FITTED.map(|knob| match knob.get(m) {
+            KnobValue::Number(number) => format!("{number:.3}"),
+            KnobValue::Duration(duration) => duration.to_string(),
+            KnobValue::Switch(switch) => switch.to_string(),
+        })
     };
     let rows: Vec<[String; 4]> = PARAMETERS
         .iter()
@@ -572,17 +552,18 @@ fn report(
         })
         .collect();
     out.push_str(&table(&["parameter", "default", "fitted", "operators deciding it"], &rows, &[1, 2]));
-    let m = &profile.compute;
-    for (name, value) in [
-        ("gemm-efficiency", m.gemm_efficiency),
-        ("vector-gemm-efficiency", m.vector_gemm_efficiency),
-        ("unaligned-gemm-efficiency", m.unaligned_gemm_efficiency),
-        ("unaligned-memory-efficiency", m.unaligned_memory_efficiency),
-        ("memory-efficiency", m.memory_efficiency),
-        ("reduction-memory-efficiency", m.reduction_memory_efficiency),
+    // The efficiencies whose fitted value at an edge says the roofline misfits their kernels.
+    for name in [
+        "gemm-efficiency",
+        "vector-gemm-efficiency",
+        "unaligned-gemm-efficiency",
+        "unaligned-memory-efficiency",
+        "memory-efficiency",
+        "reduction-memory-efficiency",
     ] {
-        let decided =
-            PARAMETERS.iter().position(|p| *p == name).is_some_and(|i| fit.support[i] >= MIN_SUPPORT);
+        let j = fit_position(name);
+        let KnobValue::Number(value) = FITTED[j].get(&profile.compute) else { continue };
+        let decided = fit.support[j] >= MIN_SUPPORT;
         // A factor of 1 (no penalty for unaligned products) is a legitimate answer.
         let upper = if name.starts_with("unaligned-") || name.starts_with("conv-") { 1.0 } else { 0.99 };
         if decided && !(0.1..=upper).contains(&value) {
@@ -825,7 +806,7 @@ fn check_profile(
             "--check {name}: the profile was calibrated on {}, but --device is {}: a profile describes one device type (built-in profiles: {}); add --any-device to measure how it transfers",
             profile.device,
             device.name,
-            workloads::calibrate::Profile::builtin_names().join(", ")
+            workloads::profile::Profile::builtin_names().join(", ")
         );
     }
     profile.compute.winograd_convolutions |= winograd;

@@ -1096,7 +1096,7 @@ fn kernel_times(graph: &ExecGraph) -> std::collections::BTreeMap<String, SimDura
 /// else changes. A group of one is today's lowering to the op.
 #[test]
 fn group_batch_norm_adds_the_exchanges_to_every_batch_norm_kernel() {
-    let model = zoo::resnet50();
+    let model = workloads::family::resnet50();
     let compute = ComputeModel::default();
     let plain = strategy(&model, &compute, Parallelism::data_parallel(2), 64, 32);
     let rate = Bandwidth::from_bytes_per_second(300_000_000_000).unwrap();
@@ -1162,7 +1162,7 @@ fn staging_times(graph: &ExecGraph) -> Vec<SimDuration> {
 /// in managed memory stage their halos; the device transport stages nothing.
 #[test]
 fn host_staging_adds_each_mpi_message_at_the_staging_rate() {
-    let model = zoo::resnet50();
+    let model = workloads::family::resnet50();
     let compute = ComputeModel::default();
     let rate = Bandwidth::from_bytes_per_second(2_000_000_000).unwrap();
     let (b, w) = (8, 2);
@@ -1253,7 +1253,7 @@ fn host_staging_adds_each_mpi_message_at_the_staging_rate() {
 /// difference of the two graphs' compute time is that closed form over the split layers.
 #[test]
 fn chainermn_filter_layers_pay_their_copies() {
-    let model = zoo::resnet50();
+    let model = workloads::family::resnet50();
     let compute = ComputeModel::default();
     let (p, b) = (4u32, 8u64);
     let kernel_time = |backward| {
@@ -1313,7 +1313,7 @@ fn rank0_halo_sends(lowered: &Lowered) -> (usize, usize) {
 /// send and the same 13 gradient sends (all convolutions').
 #[test]
 fn stem_and_gradients_drops_the_forward_halos_after_the_stem() {
-    let model = zoo::resnet50();
+    let model = workloads::family::resnet50();
     let compute = ComputeModel::default();
     let sends = |spatial_halos| {
         let parallelism = Parallelism { spatial: 4, spatial_halos, ..Parallelism::data_parallel(1) };

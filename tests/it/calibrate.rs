@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::Output;
 
-use workloads::calibrate::{ClassError, Profile};
+use workloads::profile::{ClassError, Profile};
 
 use super::{QUICKSTART, parasim, quickstart_with, scenario_file};
 

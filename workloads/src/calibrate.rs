@@ -16,13 +16,14 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
 use sim_core::units::SimDuration;
 
+use crate::compute::knobs::{FITTED, FITTED_COUNT, KnobKind, KnobValue, fit_position};
 use crate::compute::{ComputeError, ComputeModel, Curves, KernelWork};
 use crate::device::Device;
 use crate::kernel_shape::KernelShape;
 use crate::layer::OpClass;
+use crate::profile::ClassError;
 
 /// One measured operator.
 #[derive(Debug, Clone, PartialEq)]
@@ -74,80 +75,64 @@ pub enum CalibrationError {
 }
 
 /// The fitted parameters, in the order of [`PARAMETERS`].
-const COUNT: usize = 23;
+const COUNT: usize = FITTED_COUNT;
 
-/// The parameters calibration fits, by their scenario keys.
-pub const PARAMETERS: [&str; COUNT] = [
-    "gemm-efficiency",
-    "unaligned-gemm-efficiency",
-    "gemm-ramp-exponent",
-    "gemm-half-time",
-    "memory-efficiency",
-    "reduction-memory-efficiency",
-    "memory-half-time",
-    "vector-efficiency",
-    "launch-overhead",
-    "gemm-tile-half-intensity",
-    "gemm-wave-overhead",
-    "conv-efficiency",
-    "conv-backward-weight-efficiency",
-    "vector-gemm-efficiency",
-    "reduction-half-time",
-    "conv-backward-data-efficiency",
-    "communication-memory-slowdown",
-    "communication-compute-slowdown",
-    "communication-launch-slowdown",
-    "reduction-overhead",
-    "l2-hit-fraction",
-    "k-major-thin-gemm-efficiency",
-    "unaligned-memory-efficiency",
-];
+/// The parameters calibration fits, by their scenario keys, in the order of the fit's
+/// coordinates: the knobs with a fit position ([`crate::compute::knobs::Knob::fit`]).
+pub const PARAMETERS: [&str; COUNT] = {
+    let mut keys = [""; COUNT];
+    let mut j = 0;
+    while j < COUNT {
+        keys[j] = FITTED[j].key;
+        j += 1;
+    }
+    keys
+};
 
-/// Position of the one parameter that is neither an efficiency nor a time (fitted as its
-/// logarithm).
-const INTENSITY: usize = 9;
+// Positions of the parameters the fit names (in the curves and the starting points).
+const GEMM_EFFICIENCY: usize = fit_position("gemm-efficiency");
+const UNALIGNED_GEMM: usize = fit_position("unaligned-gemm-efficiency");
+const RAMP_EXPONENT: usize = fit_position("gemm-ramp-exponent");
+const GEMM_HALF_TIME: usize = fit_position("gemm-half-time");
+const MEMORY_EFFICIENCY: usize = fit_position("memory-efficiency");
+const REDUCTION_MEMORY: usize = fit_position("reduction-memory-efficiency");
+const MEMORY_HALF_TIME: usize = fit_position("memory-half-time");
+const VECTOR_EFFICIENCY: usize = fit_position("vector-efficiency");
+const LAUNCH: usize = fit_position("launch-overhead");
+const TILE_HALF_INTENSITY: usize = fit_position("gemm-tile-half-intensity");
+const WAVE_OVERHEAD: usize = fit_position("gemm-wave-overhead");
+const CONV: usize = fit_position("conv-efficiency");
+const CONV_BACKWARD_WEIGHT: usize = fit_position("conv-backward-weight-efficiency");
+const CONV_BACKWARD_DATA: usize = fit_position("conv-backward-data-efficiency");
+const VECTOR_GEMM: usize = fit_position("vector-gemm-efficiency");
+const REDUCTION_HALF_TIME: usize = fit_position("reduction-half-time");
+const K_MAJOR_THIN: usize = fit_position("k-major-thin-gemm-efficiency");
+const UNALIGNED_MEMORY: usize = fit_position("unaligned-memory-efficiency");
 
 /// Positions of `communication-memory-slowdown`, `communication-compute-slowdown` and
 /// `communication-launch-slowdown`, each fitted as its inverse (the rate a kernel keeps beside
 /// communication), an efficiency.
-const SLOWDOWNS: [usize; 3] = [16, 17, 18];
+const SLOWDOWNS: [usize; 3] = [
+    fit_position("communication-memory-slowdown"),
+    fit_position("communication-compute-slowdown"),
+    fit_position("communication-launch-slowdown"),
+];
 
 /// Position of `reduction-overhead`.
-const COMBINE: usize = 19;
+const COMBINE: usize = fit_position("reduction-overhead");
 
 /// Position of `l2-hit-fraction`, fitted as a logit like the efficiencies but free to approach
 /// 0 (off): a device whose kernels show no L2 hits fits it near 0, not at [`MIN_EFFICIENCY`].
-const L2_HITS: usize = 20;
-
-/// Position of `k-major-thin-gemm-efficiency`.
-const K_MAJOR_THIN: usize = 21;
+const L2_HITS: usize = fit_position("l2-hit-fraction");
 
 /// The smallest fitted `l2-hit-fraction` (reported as 0.0001 and below).
 const MIN_L2_HITS: f64 = 1e-4;
 
-/// Positions of the efficiencies (fitted as logits) among [`PARAMETERS`]; the others are times
-/// (fitted as logarithms).
-const EFFICIENCIES: [usize; 16] = [
-    0,
-    1,
-    2,
-    4,
-    5,
-    7,
-    11,
-    12,
-    13,
-    15,
-    SLOWDOWNS[0],
-    SLOWDOWNS[1],
-    SLOWDOWNS[2],
-    L2_HITS,
-    K_MAJOR_THIN,
-    UNALIGNED_MEMORY,
-];
-
-/// Position of `unaligned-memory-efficiency`.
-const UNALIGNED_MEMORY: usize = 22;
+/// Whether coordinate `j` is a logit (an efficiency, the inverse of a slowdown, or a
+/// fraction); the others are logarithms (of a time in microseconds, or of a number).
+fn is_logit(j: usize) -> bool {
+    matches!(FITTED[j].kind, KnobKind::Efficiency | KnobKind::Slowdown | KnobKind::Fraction)
+}
 
 /// Lowest fitted efficiency. Below 5% of a peak a kernel is not limited by the rate the
 /// roofline describes but by its parallelism (a reduction over six rows, a tiny product):
@@ -155,15 +140,15 @@ const UNALIGNED_MEMORY: usize = 22;
 /// if it were one of them. An efficiency at this bound is reported as a warning instead.
 pub const MIN_EFFICIENCY: f64 = 0.05;
 
-/// The lowest value of unconstrained coordinate `j`: the logit of [`MIN_EFFICIENCY`] for an
-/// efficiency; for a time, e^-20 us (no e-fold jump past 20 from 1 us).
+/// The lowest value of unconstrained coordinate `j`, by its knob's kind: the logit of
+/// [`MIN_L2_HITS`] for a fraction, of [`MIN_EFFICIENCY`] for an efficiency or a slowdown's
+/// inverse; for a time, e^-20 us (no e-fold jump past 20 from 1 us), and e^-20 for a number.
+/// Every coordinate's highest value is 20.
 fn lower_bound(j: usize) -> f64 {
-    if j == L2_HITS {
-        logit(MIN_L2_HITS)
-    } else if EFFICIENCIES.contains(&j) {
-        logit(MIN_EFFICIENCY)
-    } else {
-        -20.0
+    match FITTED[j].kind {
+        KnobKind::Fraction => logit(MIN_L2_HITS),
+        KnobKind::Efficiency | KnobKind::Slowdown => logit(MIN_EFFICIENCY),
+        KnobKind::NonNegative | KnobKind::Duration | KnobKind::Switch => -20.0,
     }
 }
 
@@ -202,69 +187,40 @@ struct Point {
     winograd: bool,
 }
 
+/// Parameter `j` of `model` in the units the fit works in: a fraction (the rate a kernel keeps,
+/// for a slowdown), seconds, or a number.
+fn natural(model: &ComputeModel, j: usize) -> f64 {
+    let knob = FITTED[j];
+    match knob.get(model) {
+        KnobValue::Number(rate) if knob.kind == KnobKind::Slowdown => 1.0 / rate,
+        KnobValue::Number(number) => number,
+        KnobValue::Duration(duration) => duration.as_secs_f64(),
+        KnobValue::Switch(_) => unreachable!("calibration fits no switch ({})", knob.key),
+    }
+}
+
 impl Point {
     /// `model` as a point whose `held` parameters keep `model`'s exact values.
     fn holding(model: &ComputeModel, held: &Held) -> Point {
-        let natural = [
-            model.gemm_efficiency,
-            model.unaligned_gemm_efficiency,
-            model.gemm_ramp_exponent,
-            model.gemm_half_time.as_secs_f64(),
-            model.memory_efficiency,
-            model.reduction_memory_efficiency,
-            model.memory_half_time.as_secs_f64(),
-            model.vector_efficiency,
-            model.launch_overhead.as_secs_f64(),
-            model.gemm_tile_half_intensity,
-            model.gemm_wave_overhead.as_secs_f64(),
-            model.conv_efficiency,
-            model.conv_backward_weight_efficiency,
-            model.vector_gemm_efficiency,
-            model.reduction_half_time.as_secs_f64(),
-            model.conv_backward_data_efficiency,
-            1.0 / model.communication_memory_slowdown,
-            1.0 / model.communication_compute_slowdown,
-            1.0 / model.communication_launch_slowdown,
-            model.reduction_overhead.as_secs_f64(),
-            model.l2_hit_fraction,
-            model.k_major_thin_gemm_efficiency,
-            model.unaligned_memory_efficiency,
-        ];
         let mut point = Point::of(model);
         for (j, fixed) in point.fixed.iter_mut().enumerate() {
             if held[j] {
-                *fixed = Some(natural[j]);
+                *fixed = Some(natural(model, j));
             }
         }
         point
     }
 
     fn of(model: &ComputeModel) -> Point {
-        let x = [
-            logit(model.gemm_efficiency),
-            logit(model.unaligned_gemm_efficiency),
-            logit(model.gemm_ramp_exponent),
-            log_us(model.gemm_half_time.as_secs_f64()),
-            logit(model.memory_efficiency),
-            logit(model.reduction_memory_efficiency),
-            log_us(model.memory_half_time.as_secs_f64()),
-            logit(model.vector_efficiency),
-            log_us(model.launch_overhead.as_secs_f64()),
-            model.gemm_tile_half_intensity.max(1e-6).ln(),
-            log_us(model.gemm_wave_overhead.as_secs_f64()),
-            logit(model.conv_efficiency),
-            logit(model.conv_backward_weight_efficiency),
-            logit(model.vector_gemm_efficiency),
-            log_us(model.reduction_half_time.as_secs_f64()),
-            logit(model.conv_backward_data_efficiency),
-            logit(1.0 / model.communication_memory_slowdown),
-            logit(1.0 / model.communication_compute_slowdown),
-            logit(1.0 / model.communication_launch_slowdown),
-            log_us(model.reduction_overhead.as_secs_f64()),
-            logit(model.l2_hit_fraction.max(MIN_L2_HITS)),
-            logit(model.k_major_thin_gemm_efficiency),
-            logit(model.unaligned_memory_efficiency),
-        ];
+        let x = std::array::from_fn(|j| {
+            let value = natural(model, j);
+            match FITTED[j].kind {
+                KnobKind::Efficiency | KnobKind::Slowdown => logit(value),
+                KnobKind::Fraction => logit(value.max(MIN_L2_HITS)),
+                KnobKind::NonNegative => value.max(1e-6).ln(),
+                KnobKind::Duration | KnobKind::Switch => log_us(value),
+            }
+        });
         Point { x, fixed: [None; COUNT], winograd: model.winograd_convolutions }
     }
 
@@ -272,8 +228,8 @@ impl Point {
     fn value(&self, j: usize) -> f64 {
         match self.fixed[j] {
             Some(value) => value,
-            None if EFFICIENCIES.contains(&j) => sigmoid(self.x[j]),
-            None if j == INTENSITY => self.x[j].exp(),
+            None if is_logit(j) => sigmoid(self.x[j]),
+            None if FITTED[j].kind == KnobKind::NonNegative => self.x[j].exp(),
             None => self.x[j].exp() * 1e-6,
         }
     }
@@ -282,31 +238,31 @@ impl Point {
     /// communication (the inverse slowdowns).
     fn curves(&self) -> (Curves, f64, Rates) {
         let curves = Curves {
-            gemm_efficiency: self.value(0),
-            unaligned_gemm_efficiency: self.value(1),
+            gemm_efficiency: self.value(GEMM_EFFICIENCY),
+            unaligned_gemm_efficiency: self.value(UNALIGNED_GEMM),
             k_major_thin_gemm_efficiency: self.value(K_MAJOR_THIN),
             unaligned_memory_efficiency: self.value(UNALIGNED_MEMORY),
-            gemm_ramp_exponent: self.value(2),
-            gemm_half_s: self.value(3),
-            memory_efficiency: self.value(4),
-            reduction_memory_efficiency: self.value(5),
-            memory_half_s: self.value(6),
+            gemm_ramp_exponent: self.value(RAMP_EXPONENT),
+            gemm_half_s: self.value(GEMM_HALF_TIME),
+            memory_efficiency: self.value(MEMORY_EFFICIENCY),
+            reduction_memory_efficiency: self.value(REDUCTION_MEMORY),
+            memory_half_s: self.value(MEMORY_HALF_TIME),
             l2_hit_fraction: self.value(L2_HITS),
-            vector_efficiency: self.value(7),
-            tile_half_intensity: self.value(INTENSITY),
-            wave_overhead_s: self.value(10),
-            conv_efficiency: self.value(11),
-            conv_backward_weight_efficiency: self.value(12),
-            vector_gemm_efficiency: self.value(13),
-            reduction_half_s: self.value(14),
+            vector_efficiency: self.value(VECTOR_EFFICIENCY),
+            tile_half_intensity: self.value(TILE_HALF_INTENSITY),
+            wave_overhead_s: self.value(WAVE_OVERHEAD),
+            conv_efficiency: self.value(CONV),
+            conv_backward_weight_efficiency: self.value(CONV_BACKWARD_WEIGHT),
+            vector_gemm_efficiency: self.value(VECTOR_GEMM),
+            reduction_half_s: self.value(REDUCTION_HALF_TIME),
             reduction_overhead_s: self.value(COMBINE),
-            conv_backward_data_efficiency: self.value(15),
+            conv_backward_data_efficiency: self.value(CONV_BACKWARD_DATA),
             winograd: self.winograd,
-            launch_s: self.value(8),
+            launch_s: self.value(LAUNCH),
         };
         (
             curves,
-            self.value(8),
+            self.value(LAUNCH),
             Rates {
                 memory: self.value(SLOWDOWNS[0]),
                 compute: self.value(SLOWDOWNS[1]),
@@ -316,40 +272,25 @@ impl Point {
     }
 
     /// The point as a model, rounded to what measurements support: efficiencies to four
-    /// decimals, times to the nanosecond (profiles stay readable; predictions move by far less
-    /// than the fit's error).
+    /// decimals, times to the nanosecond, other numbers to three decimals (profiles stay
+    /// readable; predictions move by far less than the fit's error). The knobs calibration
+    /// does not fit keep their defaults.
     fn model(&self) -> ComputeModel {
-        let (curves, launch, rates) = self.curves();
-        let duration = |s: f64| SimDuration::from_ns((s * 1e9).round().max(0.0) as u64);
-        let efficiency = |e: f64| ((e * 1e4).round() / 1e4).clamp(1e-4, 1.0);
-        let slowdown = |rate: f64| ((1e4 / rate).round() / 1e4).max(1.0);
-        ComputeModel {
-            gemm_efficiency: efficiency(curves.gemm_efficiency),
-            unaligned_gemm_efficiency: efficiency(curves.unaligned_gemm_efficiency),
-            k_major_thin_gemm_efficiency: efficiency(curves.k_major_thin_gemm_efficiency),
-            unaligned_memory_efficiency: efficiency(curves.unaligned_memory_efficiency),
-            gemm_ramp_exponent: efficiency(curves.gemm_ramp_exponent),
-            gemm_half_time: duration(curves.gemm_half_s),
-            vector_efficiency: efficiency(curves.vector_efficiency),
-            memory_efficiency: efficiency(curves.memory_efficiency),
-            reduction_memory_efficiency: efficiency(curves.reduction_memory_efficiency),
-            memory_half_time: duration(curves.memory_half_s),
-            l2_hit_fraction: (curves.l2_hit_fraction * 1e4).round() / 1e4,
-            launch_overhead: duration(launch),
-            gemm_tile_half_intensity: (curves.tile_half_intensity * 1e3).round() / 1e3,
-            gemm_wave_overhead: duration(curves.wave_overhead_s),
-            conv_efficiency: efficiency(curves.conv_efficiency),
-            conv_backward_weight_efficiency: efficiency(curves.conv_backward_weight_efficiency),
-            vector_gemm_efficiency: efficiency(curves.vector_gemm_efficiency),
-            reduction_half_time: duration(curves.reduction_half_s),
-            reduction_overhead: duration(curves.reduction_overhead_s),
-            conv_backward_data_efficiency: efficiency(curves.conv_backward_data_efficiency),
-            communication_memory_slowdown: slowdown(rates.memory),
-            communication_compute_slowdown: slowdown(rates.compute),
-            communication_launch_slowdown: slowdown(rates.launch),
-            winograd_convolutions: self.winograd,
-            ..ComputeModel::default()
+        let mut model = ComputeModel { winograd_convolutions: self.winograd, ..ComputeModel::default() };
+        for (j, knob) in FITTED.iter().enumerate() {
+            let value = self.value(j);
+            let rounded = match knob.kind {
+                KnobKind::Efficiency => KnobValue::Number(((value * 1e4).round() / 1e4).clamp(1e-4, 1.0)),
+                KnobKind::Slowdown => KnobValue::Number(((1e4 / value).round() / 1e4).max(1.0)),
+                KnobKind::Fraction => KnobValue::Number((value * 1e4).round() / 1e4),
+                KnobKind::NonNegative => KnobValue::Number((value * 1e3).round() / 1e3),
+                KnobKind::Duration | KnobKind::Switch => {
+                    KnobValue::Duration(SimDuration::from_ns((value * 1e9).round().max(0.0) as u64))
+                }
+            };
+            knob.set(&mut model, rounded);
         }
+        model
     }
 }
 
@@ -658,22 +599,22 @@ pub fn fit(
         let mut begin = prior;
         // From mid-range: the default factor 1 sits where the logit is flat, and LM would
         // not leave it.
-        begin.x[1] = begin.x[1].min(0.0);
-        begin.x[11] = begin.x[11].min(0.0);
-        begin.x[12] = begin.x[12].min(0.0);
-        begin.x[15] = begin.x[15].min(0.0);
+        begin.x[UNALIGNED_GEMM] = begin.x[UNALIGNED_GEMM].min(0.0);
+        begin.x[CONV] = begin.x[CONV].min(0.0);
+        begin.x[CONV_BACKWARD_WEIGHT] = begin.x[CONV_BACKWARD_WEIGHT].min(0.0);
+        begin.x[CONV_BACKWARD_DATA] = begin.x[CONV_BACKWARD_DATA].min(0.0);
         for j in SLOWDOWNS {
             begin.x[j] = begin.x[j].min(0.0);
         }
-        begin.x[2] = begin.x[2].min(logit(0.8));
+        begin.x[RAMP_EXPONENT] = begin.x[RAMP_EXPONENT].min(logit(0.8));
         // A reduction's combine starts from a kernel's fixed cost at least (the launch
         // overhead's start, and 1 us): at its default, 0, the logarithm has no slope to leave by.
-        begin.x[COMBINE] = begin.x[COMBINE].max(begin.x[8]).max(0.0);
+        begin.x[COMBINE] = begin.x[COMBINE].max(begin.x[LAUNCH]).max(0.0);
         // The L2's share starts at 10%: at its default, 0, the logit has no slope to leave by.
         begin.x[L2_HITS] = begin.x[L2_HITS].max(logit(0.1));
-        begin.x[3] += half;
-        begin.x[6] += half;
-        begin.x[8] += launch;
+        begin.x[GEMM_HALF_TIME] += half;
+        begin.x[MEMORY_HALF_TIME] += half;
+        begin.x[LAUNCH] += launch;
         for (j, x) in begin.x.iter_mut().enumerate() {
             if held[j] {
                 *x = prior.x[j];
@@ -753,36 +694,11 @@ fn fit_from(
     let columns = jacobian(&point, &base, &point, device, samples)?;
     let mut support = [0; COUNT];
     for (j, (count, column)) in support.iter_mut().zip(&columns).enumerate() {
-        let scale = if EFFICIENCIES.contains(&j) { 1.0 / (1.0 - sigmoid(point.x[j])) } else { 1.0 };
+        let scale = if is_logit(j) { 1.0 / (1.0 - sigmoid(point.x[j])) } else { 1.0 };
         *count = column[..samples.len()].iter().filter(|d| (*d * scale).abs() > SUPPORT_THRESHOLD).count();
     }
     let rms_log_error = (sum_of_squares(&base[..samples.len()]) / samples.len() as f64).sqrt();
     Ok(Fit { model, support, rms_log_error, iterations })
-}
-
-/// How well a model predicts one class of samples (or all of them).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct ClassError {
-    /// "gemm", "elementwise", "reduction" or "all".
-    pub class: String,
-    /// Samples.
-    pub samples: usize,
-    /// Measured time, seconds.
-    pub measured_s: f64,
-    /// Predicted time, seconds.
-    pub predicted_s: f64,
-    /// Median of |predicted / measured - 1| over the samples.
-    pub median_error: f64,
-    /// Sum of |predicted - measured| over the sum of measured: the error weighted by time.
-    pub weighted_error: f64,
-}
-
-impl ClassError {
-    /// Predicted total over measured total, minus one: the error of the class's summed time.
-    pub fn total_error(&self) -> f64 {
-        self.predicted_s / self.measured_s - 1.0
-    }
 }
 
 /// The report name of a class.
@@ -974,146 +890,6 @@ fn splitmix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
-/// A calibrated compute model for one device type, as `parasim calibrate` writes it and a
-/// scenario's `[compute] profile` reads it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct Profile {
-    /// Catalog name of the device type the traces were measured on; a scenario may use the
-    /// profile only on that device.
-    pub device: String,
-    /// The fitted parameters.
-    pub compute: ComputeModel,
-    /// Where the parameters came from and how well they fit (informational).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub calibration: Option<CalibrationRecord>,
-}
-
-/// Provenance and quality of a calibration, kept in the profile it produced.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct CalibrationRecord {
-    /// The trace files, by file name.
-    pub traces: Vec<String>,
-    /// The GPU as the traces name it (`deviceProperties`).
-    pub trace_device: String,
-    /// Operators fitted.
-    pub operators: usize,
-    /// Dtypes of the fitted GEMMs: the GEMM efficiency is measured on these.
-    pub gemm_dtypes: Vec<String>,
-    /// For each parameter, the operators whose predicted time depends on it; a parameter with
-    /// few stayed near its default.
-    pub support: BTreeMap<String, usize>,
-    /// Parameters held at a given value instead of fitted (`parasim calibrate --hold`).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub held: BTreeMap<String, String>,
-    /// In-sample errors of the fitted model, per class and over all.
-    pub fit: Vec<ClassError>,
-    /// Errors on shapes held out of the fit (5-fold cross-validation by operator shape).
-    pub held_out: Vec<ClassError>,
-    /// Errors of the default model on the same operators, for comparison.
-    pub default_model: Vec<ClassError>,
-    /// The host's launch intervals measured on the traces, which set `dispatch-overhead` (their
-    /// lower quartile); absent without traces.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub launch_intervals: Option<LaunchRecord>,
-}
-
-/// Launch intervals of the traces' host threads, in microseconds
-/// ([`crate::dispatch::launch_intervals`]).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct LaunchRecord {
-    /// Intervals measured.
-    pub intervals: usize,
-    /// 10th percentile, us.
-    pub p10_us: f64,
-    /// Lower quartile, us: the profile's `dispatch-overhead`.
-    pub p25_us: f64,
-    /// Median, us.
-    pub median_us: f64,
-    /// Upper quartile, us.
-    pub p75_us: f64,
-}
-
-/// A profile file could not be read.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum ProfileError {
-    /// Not TOML, or a key is missing, unknown or mistyped.
-    #[error("compute profile: {0}")]
-    Parse(String),
-    /// No built-in profile has the name.
-    #[error("no built-in compute profile `{name}`; built-in profiles: {known}")]
-    UnknownBuiltin {
-        /// The name asked for.
-        name: String,
-        /// The names that exist.
-        known: String,
-    },
-    /// A parameter is out of range.
-    #[error("compute profile: {0}")]
-    Invalid(#[from] ComputeError),
-}
-
-/// Profiles shipped with parasim (`data/profiles/`), fitted to the public traces named in them.
-const BUILTIN_PROFILES: [(&str, &str); 4] = [
-    ("a100-sxm4-40gb", include_str!("../../data/profiles/a100-sxm4-40gb.toml")),
-    ("a100-sxm4-80gb", include_str!("../../data/profiles/a100-sxm4-80gb.toml")),
-    ("v100-sxm2-16gb", include_str!("../../data/profiles/v100-sxm2-16gb.toml")),
-    ("p100-pcie-16gb", include_str!("../../data/profiles/p100-pcie-16gb.toml")),
-];
-
-impl Profile {
-    /// Reads a profile in the format [`Profile::to_toml`] writes, and checks its parameters.
-    pub fn from_toml_str(text: &str) -> Result<Profile, ProfileError> {
-        let profile: Profile = toml::from_str(text).map_err(|e| ProfileError::Parse(e.to_string()))?;
-        profile.compute.validate()?;
-        Ok(profile)
-    }
-
-    /// The built-in profile of a device type, by the device's catalog name: its own, or that
-    /// of a device that computes exactly like it ([`Device::same_compute`]).
-    pub fn builtin(name: &str) -> Result<Profile, ProfileError> {
-        let catalog = crate::device::DeviceCatalog::builtin();
-        let same = |profile: &str| match (catalog.get(profile), catalog.get(name)) {
-            (Ok(a), Ok(b)) => a.same_compute(b),
-            _ => false,
-        };
-        let found = BUILTIN_PROFILES
-            .iter()
-            .find(|(n, _)| *n == name)
-            .or_else(|| BUILTIN_PROFILES.iter().find(|(n, _)| same(n)));
-        let Some((_, text)) = found else {
-            return Err(ProfileError::UnknownBuiltin {
-                name: name.to_string(),
-                known: Self::builtin_names().join(", "),
-            });
-        };
-        Self::from_toml_str(text)
-    }
-
-    /// Names of the built-in profiles.
-    pub fn builtin_names() -> Vec<&'static str> {
-        BUILTIN_PROFILES.iter().map(|(n, _)| *n).collect()
-    }
-
-    /// The profile as TOML, with `header` lines written first as comments.
-    pub fn to_toml(&self, header: &[String]) -> Result<String, ProfileError> {
-        let body = toml::to_string(self).map_err(|e| ProfileError::Parse(e.to_string()))?;
-        let mut text = String::new();
-        for line in header {
-            text.push_str("# ");
-            text.push_str(line);
-            text.push('\n');
-        }
-        if !header.is_empty() {
-            text.push('\n');
-        }
-        text.push_str(&body);
-        Ok(text)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1122,26 +898,6 @@ mod tests {
 
     fn a100() -> &'static Device {
         DeviceCatalog::builtin().get("a100-sxm4-40gb").unwrap()
-    }
-
-    #[test]
-    fn builtin_profiles_parse_and_round_trip() {
-        for name in Profile::builtin_names() {
-            let profile = Profile::builtin(name).unwrap();
-            assert_eq!(profile.device, name);
-            assert!(DeviceCatalog::builtin().get(name).is_ok());
-            let again = Profile::from_toml_str(&profile.to_toml(&["x".into()]).unwrap()).unwrap();
-            assert_eq!(again, profile);
-        }
-        // A device that computes exactly like a shipped one shares its profile; one with other
-        // bandwidth does not: the A100 80 GB has its own, the H100 none.
-        assert_eq!(Profile::builtin("v100-sxm2-32gb").unwrap().device, "v100-sxm2-16gb");
-        assert_eq!(Profile::builtin("a100-sxm4-80gb").unwrap().device, "a100-sxm4-80gb");
-        assert!(Profile::builtin("h100-sxm5-80gb").is_err());
-        let error = Profile::builtin("tpu-v9").unwrap_err().to_string();
-        assert!(error.contains("tpu-v9") && error.contains("a100-sxm4-40gb"), "{error}");
-        let error = Profile::from_toml_str("device = \"x\"\n[compute]\ngemm-efficiency = 2.0\n").unwrap_err();
-        assert!(error.to_string().contains("gemm-efficiency"), "{error}");
     }
 
     /// GEMMs and element-wise kernels over four decades of size, priced by `truth`.

@@ -33,6 +33,8 @@
 //! dtype (as PyTorch does for half-precision tensors), so their compute rate is the device's
 //! fp32 rate (fp64 for fp64 tensors); they move `dtype`-sized elements.
 
+pub mod knobs;
+
 use serde::{Deserialize, Serialize};
 use sim_core::units::{Bandwidth, SimDuration, TimeOverflow, UnitError};
 
@@ -72,10 +74,11 @@ pub enum ComputeError {
         /// The value given.
         value: String,
     },
-    /// A FLOP or byte count is negative or not a number.
+    /// A FLOP or byte count, or a parameter that must not be negative
+    /// (`gemm-tile-half-intensity`), is negative or not a number.
     #[error("compute model: {quantity} is {value}; it must be a finite number, not negative")]
     InvalidWork {
-        /// `"flops"` or `"bytes"`.
+        /// `"flops"`, `"bytes"` or the parameter's name.
         quantity: &'static str,
         /// The value given.
         value: String,
@@ -129,7 +132,8 @@ impl KernelWork {
 
 /// The compute model's parameters: efficiency curves per operation class and the fixed cost of
 /// launching a kernel. A scenario's `[compute]` table sets them (kebab-case keys, unknown keys
-/// rejected); every key has the default below.
+/// rejected); every key has the default below. [`knobs::KNOBS`] lists them, one entry per
+/// field, for everything that reads, checks, fits or prints them by key.
 ///
 /// The defaults are documented with their sources in `docs/compute-model.md`: `gemm-efficiency`
 /// 0.8 is the median of the published maximum achievable matmul efficiencies of NVIDIA data
@@ -447,56 +451,14 @@ impl ComputeModel {
         Bandwidth::from_bytes_per_second(rate.round() as u64)
     }
 
-    /// The compute model of `device`'s built-in calibrated profile, else the defaults.
-    pub fn builtin_for(device: &Device) -> ComputeModel {
-        crate::calibrate::Profile::builtin(&device.name)
-            .map_or_else(|_| ComputeModel::default(), |p| p.compute)
-    }
-
-    /// Checks that every efficiency is in (0, 1].
+    /// Checks every knob's value against its range ([`knobs::KNOBS`], kind by kind in the
+    /// order of [`knobs::KnobKind::CHECKED`]), and that `host-synchronous` and `cuda-graphs` are
+    /// not both on.
     pub fn validate(&self) -> Result<(), ComputeError> {
-        for (parameter, value) in [
-            ("gemm-efficiency", self.gemm_efficiency),
-            ("vector-gemm-efficiency", self.vector_gemm_efficiency),
-            ("unaligned-gemm-efficiency", self.unaligned_gemm_efficiency),
-            ("k-major-thin-gemm-efficiency", self.k_major_thin_gemm_efficiency),
-            ("unaligned-memory-efficiency", self.unaligned_memory_efficiency),
-            ("gemm-ramp-exponent", self.gemm_ramp_exponent),
-            ("vector-efficiency", self.vector_efficiency),
-            ("memory-efficiency", self.memory_efficiency),
-            ("reduction-memory-efficiency", self.reduction_memory_efficiency),
-            ("conv-efficiency", self.conv_efficiency),
-            ("conv-backward-weight-efficiency", self.conv_backward_weight_efficiency),
-            ("conv-backward-data-efficiency", self.conv_backward_data_efficiency),
-        ] {
-            // Written so that NaN fails too.
-            if !(value > 0.0 && value <= 1.0) {
-                return Err(ComputeError::InvalidEfficiency { parameter, value: value.to_string() });
+        for kind in knobs::KnobKind::CHECKED {
+            for knob in knobs::KNOBS.iter().filter(|knob| knob.kind == kind) {
+                knob.check(knob.get(self))?;
             }
-        }
-        for (parameter, slowdown) in [
-            ("communication-memory-slowdown", self.communication_memory_slowdown),
-            ("communication-compute-slowdown", self.communication_compute_slowdown),
-            ("communication-launch-slowdown", self.communication_launch_slowdown),
-        ] {
-            // Written so that NaN fails too.
-            if !(slowdown.is_finite() && slowdown >= 1.0) {
-                return Err(ComputeError::InvalidSlowdown { parameter, value: slowdown.to_string() });
-            }
-        }
-        // Written so that NaN fails too.
-        if !(self.l2_hit_fraction >= 0.0 && self.l2_hit_fraction <= 1.0) {
-            return Err(ComputeError::InvalidFraction {
-                parameter: "l2-hit-fraction",
-                value: self.l2_hit_fraction.to_string(),
-            });
-        }
-        let intensity = self.gemm_tile_half_intensity;
-        if !(intensity.is_finite() && intensity >= 0.0) {
-            return Err(ComputeError::InvalidWork {
-                quantity: "gemm-tile-half-intensity",
-                value: intensity.to_string(),
-            });
         }
         if self.host_synchronous && self.cuda_graphs {
             return Err(ComputeError::SynchronousGraphs);
@@ -1816,7 +1778,7 @@ mod tests {
     #[test]
     fn layer_durations_use_the_layer_cost_and_shape() {
         let model = ComputeModel::default();
-        let resnet = crate::zoo::resnet50();
+        let resnet = crate::family::resnet50();
         let conv = resnet.layer("layer3.0.conv2").unwrap();
         let forward = model.layer_duration(a100(), Dtype::Fp16, conv, Pass::Forward, 256).unwrap();
         let mut work = KernelWork::flat(

@@ -14,7 +14,7 @@
 //! use workloads::layer::Pass;
 //! use workloads::device::Dtype;
 //!
-//! let mut model = workloads::zoo::resnet50();
+//! let mut model = workloads::family::resnet50();
 //! let bytes = |model: &workloads::model::Model| -> f64 {
 //!     model.layers.iter().map(|l| l.cost.bytes(Pass::Forward, 1, Dtype::Fp16)).sum()
 //! };
@@ -192,7 +192,7 @@ mod tests {
 
     #[test]
     fn none_changes_nothing() {
-        let mut model = crate::zoo::resnet50();
+        let mut model = crate::family::resnet50();
         let before = model.layers.clone();
         assert_eq!(Fusion::None.apply(&mut model.layers), 0);
         assert_eq!(model.layers, before);
@@ -202,7 +202,7 @@ mod tests {
     /// 56 x 56): the fused traffic equals the closed form.
     #[test]
     fn identity_bottleneck_traffic_is_the_closed_form() {
-        let mut model = crate::zoo::resnet50();
+        let mut model = crate::family::resnet50();
         let block = |model: &crate::model::Model| -> Vec<Layer> {
             model.layers.iter().filter(|l| l.name.starts_with("layer1.1.")).cloned().collect()
         };
@@ -272,7 +272,7 @@ mod tests {
     /// + ReLU per bottleneck (16 of them).
     #[test]
     fn resnet50_fuses_every_pair() {
-        let mut model = crate::zoo::resnet50();
+        let mut model = crate::family::resnet50();
         assert_eq!(Fusion::BnRelu.apply(&mut model.layers), 1 + 16 * (2 + 2));
     }
 }

@@ -183,7 +183,7 @@ mod tests {
     #[test]
     fn no_group_costs_nothing_and_adds_nothing() {
         assert_eq!(BatchNormGroup::NONE.exchange_time(4096).unwrap(), SimDuration::ZERO);
-        let mut model = crate::zoo::resnet50();
+        let mut model = crate::family::resnet50();
         let before = model.layers.clone();
         assert_eq!(BatchNormGroup::NONE.apply_ordering_add(&mut model.layers), 0);
         assert_eq!(model.layers, before);
@@ -193,7 +193,7 @@ mod tests {
     /// element of traffic in each pass.
     #[test]
     fn the_ordering_add_lands_on_the_four_shortcut_batch_norms() {
-        let mut model = crate::zoo::resnet50();
+        let mut model = crate::family::resnet50();
         let before = model.layers.clone();
         assert_eq!(pair(600, 300).apply_ordering_add(&mut model.layers), 4);
         for (old, new) in before.iter().zip(&model.layers) {

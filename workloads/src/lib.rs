@@ -4,11 +4,16 @@
 //!   bandwidths), from the vendors' datasheets.
 //! - [`layer`] and [`model`]: layers with shape propagation and per-sample costs (parameters,
 //!   FLOPs per pass, memory traffic, saved activations), and models as layers in execution order.
-//! - [`zoo`]: well-known models by name (`resnet50`, `gpt3-175b`, `llama2-7b`, ...), defined by
-//!   the model files in `data/models/`; users' own model files (`docs/models.md`) parse with
+//! - [`family`]: the parametric families (ResNet, VGG, Inception, U-Net, GPT/BERT/Llama, DLRM)
+//!   that model files name; users' own model files (`docs/models.md`) parse with
 //!   [`Model::from_toml_str`].
+//! - [`zoo`]: well-known models by name (`resnet50`, `gpt3-175b`, `llama2-7b`, ...), defined by
+//!   the model files in `data/models/`.
 //! - [`compute`]: the roofline model with efficiency curves that turns a kernel's FLOPs and
-//!   bytes into a duration (`docs/compute-model.md`).
+//!   bytes into a duration (`docs/compute-model.md`); its knobs, each written once, are
+//!   [`compute::knobs::KNOBS`].
+//! - [`profile`]: calibrated compute models per device type, and the shipped ones;
+//!   [`calibrate`] fits them to measured kernels.
 //! - [`input`]: the data loader (decode rate, prefetching, per-group broadcast of the batch).
 //! - [`aten`]: FLOPs, bytes, class and rate dtype of a profiled PyTorch operator, for calibration.
 //! - [`memory`]: what one device holds (weights, gradients, optimizer state, activations,
@@ -42,6 +47,7 @@ pub mod compute;
 pub mod deepbench;
 pub mod device;
 pub mod dispatch;
+pub mod family;
 pub mod fusion;
 pub mod groupbn;
 pub mod input;
@@ -51,6 +57,7 @@ pub mod memory;
 pub mod model;
 mod model_file;
 pub mod optimizer;
+pub mod profile;
 pub mod zoo;
 
 pub use compute::{ComputeError, ComputeModel, KernelWork, OptimizerStep};

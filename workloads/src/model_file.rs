@@ -7,14 +7,14 @@ use std::path::Path;
 use serde::Deserialize;
 use toml::{Spanned, Table, Value};
 
+use crate::family::dlrm::Dlrm;
+use crate::family::inception::InceptionV3;
+use crate::family::resnet::{PreActResNet, ResNet};
+use crate::family::transformer::{Bert, Gpt, Llama};
+use crate::family::unet::UNet3d;
+use crate::family::vgg::Vgg;
 use crate::layer::{Activation, AttentionKernel, LayerKind, LossKernels, Padding, Shape, UpsampleMode};
 use crate::model::{Model, ModelBuilder, ModelError};
-use crate::zoo::dlrm::Dlrm;
-use crate::zoo::inception::InceptionV3;
-use crate::zoo::resnet::{PreActResNet, ResNet};
-use crate::zoo::transformer::{Bert, Gpt, Llama};
-use crate::zoo::unet::UNet3d;
-use crate::zoo::vgg::Vgg;
 
 /// The sections that select a parametric family, in the order the docs list them.
 pub const FAMILIES: [&str; 10] =

@@ -12,17 +12,20 @@ use sim_core::nccl::tuner::GpuGeneration;
 use sim_core::units::{Bandwidth, Bytes, SimDuration};
 use strategies::{GradientSync, Offload, Parallelism, PipelineSchedule, RankOrder};
 use topology::{ClusterSpec, IntraNode, LinkSpec, Topology, TopologyError};
-use workloads::calibrate::Profile;
 use workloads::fusion::Fusion;
 use workloads::groupbn::BatchNormGroup;
 use workloads::input::{InputCopy, InputPipeline, Loader};
+use workloads::profile::Profile;
 use workloads::{
     ComputeModel, Device, DeviceCatalog, Dtype, GradientAccumulation, Model, ModelError, Optimizer,
     OptimizerPasses, Recompute, zoo,
 };
 
+mod compute_section;
 mod network;
 mod overrides;
+
+use compute_section::ComputeSection;
 
 pub use overrides::{
     InlineValue, OverrideError, dotted_leaves, get_dotted, merge, set_dotted, set_dotted_key,
@@ -81,44 +84,6 @@ struct ScenarioSpec {
     simulation: SimulationSection,
     #[serde(default)]
     compute: ComputeSection,
-}
-
-/// `[compute]`: a calibrated profile (file or built-in name) and/or single parameters, which
-/// override the profile's. Without either, the documented defaults.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-struct ComputeSection {
-    profile: Option<String>,
-    gemm_efficiency: Option<f64>,
-    vector_gemm_efficiency: Option<f64>,
-    unaligned_gemm_efficiency: Option<f64>,
-    k_major_thin_gemm_efficiency: Option<f64>,
-    unaligned_memory_efficiency: Option<f64>,
-    gemm_ramp_exponent: Option<f64>,
-    gemm_half_time: Option<SimDuration>,
-    vector_efficiency: Option<f64>,
-    memory_efficiency: Option<f64>,
-    reduction_memory_efficiency: Option<f64>,
-    memory_half_time: Option<SimDuration>,
-    reduction_half_time: Option<SimDuration>,
-    reduction_overhead: Option<SimDuration>,
-    l2_hit_fraction: Option<f64>,
-    launch_overhead: Option<SimDuration>,
-    gemm_tile_half_intensity: Option<f64>,
-    gemm_wave_overhead: Option<SimDuration>,
-    conv_efficiency: Option<f64>,
-    conv_backward_weight_efficiency: Option<f64>,
-    conv_backward_data_efficiency: Option<f64>,
-    communication_memory_slowdown: Option<f64>,
-    communication_compute_slowdown: Option<f64>,
-    communication_launch_slowdown: Option<f64>,
-    dispatch_overhead: Option<SimDuration>,
-    cuda_graphs: Option<bool>,
-    host_synchronous: Option<bool>,
-    winograd_convolutions: Option<bool>,
-    fusion: Option<String>,
-    optimizer_passes: Option<String>,
-    gradient_accumulation: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -1421,56 +1386,11 @@ fn compute_model(
             (profile.compute, source)
         }
     };
-    let mut overridden = 0;
-    let mut set = |slot: &mut f64, value: Option<f64>| {
-        if let Some(value) = value {
-            *slot = value;
-            overridden += 1;
-        }
-    };
-    set(&mut model.gemm_efficiency, section.gemm_efficiency);
-    set(&mut model.vector_gemm_efficiency, section.vector_gemm_efficiency);
-    set(&mut model.unaligned_gemm_efficiency, section.unaligned_gemm_efficiency);
-    set(&mut model.k_major_thin_gemm_efficiency, section.k_major_thin_gemm_efficiency);
-    set(&mut model.unaligned_memory_efficiency, section.unaligned_memory_efficiency);
-    set(&mut model.gemm_ramp_exponent, section.gemm_ramp_exponent);
-    set(&mut model.vector_efficiency, section.vector_efficiency);
-    set(&mut model.memory_efficiency, section.memory_efficiency);
-    set(&mut model.reduction_memory_efficiency, section.reduction_memory_efficiency);
-    set(&mut model.l2_hit_fraction, section.l2_hit_fraction);
-    set(&mut model.gemm_tile_half_intensity, section.gemm_tile_half_intensity);
-    set(&mut model.conv_efficiency, section.conv_efficiency);
-    set(&mut model.conv_backward_weight_efficiency, section.conv_backward_weight_efficiency);
-    set(&mut model.conv_backward_data_efficiency, section.conv_backward_data_efficiency);
-    set(&mut model.communication_memory_slowdown, section.communication_memory_slowdown);
-    set(&mut model.communication_compute_slowdown, section.communication_compute_slowdown);
-    set(&mut model.communication_launch_slowdown, section.communication_launch_slowdown);
-    for (slot, value) in [
-        (&mut model.cuda_graphs, section.cuda_graphs),
-        (&mut model.host_synchronous, section.host_synchronous),
-        (&mut model.winograd_convolutions, section.winograd_convolutions),
-    ] {
-        if let Some(value) = value {
-            *slot = value;
-            overridden += 1;
-        }
+    for (knob, value) in &section.knobs {
+        knob.set(&mut model, *value);
     }
-    for (slot, value) in [
-        (&mut model.gemm_half_time, section.gemm_half_time),
-        (&mut model.memory_half_time, section.memory_half_time),
-        (&mut model.reduction_half_time, section.reduction_half_time),
-        (&mut model.reduction_overhead, section.reduction_overhead),
-        (&mut model.launch_overhead, section.launch_overhead),
-        (&mut model.gemm_wave_overhead, section.gemm_wave_overhead),
-        (&mut model.dispatch_overhead, section.dispatch_overhead),
-    ] {
-        if let Some(value) = value {
-            *slot = value;
-            overridden += 1;
-        }
-    }
-    if overridden > 0 {
-        source.push_str(&format!(", {overridden} key(s) set in [compute]"));
+    if !section.knobs.is_empty() {
+        source.push_str(&format!(", {} key(s) set in [compute]", section.knobs.len()));
     }
     model.validate().map_err(|error| invalid(file, "compute", error.to_string()))?;
     Ok((model, source))

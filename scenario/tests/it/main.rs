@@ -1,8 +1,9 @@
-//! Scenario files end to end: the filter and input keys, one-GPU steps against published
+//! Scenario files end to end: the compute knobs, the filter and input keys, one-GPU steps against published
 //! timings, and random scenario text that must give an error or a result, never a panic.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
+mod compute_knobs;
 mod filter_keys;
 mod fuzz;
 mod input;

@@ -188,7 +188,7 @@ fn megatron_1_7b_micro_batch_on_one_a100() {
 /// "DeepBench").
 #[test]
 fn shipped_profiles_on_the_one_gpu_steps() {
-    let v100 = workloads::calibrate::Profile::builtin("v100-sxm2-16gb").unwrap().compute;
+    let v100 = workloads::profile::Profile::builtin("v100-sxm2-16gb").unwrap().compute;
     let accuracy = |ours: f64, measured: f64| 1.0 - (ours / measured - 1.0).abs();
     for (model, batch, measured, bound) in [("resnet50", 64, 0.1855, 0.905), ("vgg16", 32, 0.2633, 0.955)] {
         let default = accuracy(step(&ComputeModel::default(), model, batch).0, measured);

@@ -2,18 +2,9 @@
 //!
 //! The catalog is data: one model file per entry in `data/models/` (compiled in), each naming a
 //! parametric family and its parameters (`gpt3-175b.toml` is `[gpt]` with 96 layers, ...) or
-//! listing its layers. The families are built by the modules below, layer for layer as their
+//! listing its layers. The families are built by [`crate::family`], layer for layer as their
 //! reference implementations define them. Users' own files load with
-//! [`Model::from_toml_str`](crate::Model::from_toml_str) (the CLI reads the file).
-
-pub mod dlrm;
-pub mod inception;
-pub mod resnet;
-pub mod transformer;
-pub mod unet;
-pub mod vgg;
-
-pub use resnet::{Block, resnet, resnet18, resnet34, resnet50, resnet101, resnet152};
+//! [`Model::from_toml_str`] (the CLI reads the file).
 
 use crate::model::{Model, ModelError};
 
@@ -101,11 +92,6 @@ pub fn by_name(name: &str) -> Result<Model, ModelError> {
     }
 }
 
-/// A [`ModelError::Invalid`] for model `model`'s parameter `key`.
-pub(crate) fn invalid(model: &str, key: &str, message: String) -> ModelError {
-    ModelError::Invalid { model: model.to_string(), key: key.to_string(), message }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,8 +107,8 @@ mod tests {
 
     #[test]
     fn zoo_files_reproduce_the_builders() {
-        assert_eq!(by_name("resnet50").unwrap(), resnet50());
-        assert_eq!(by_name("resnet152").unwrap(), resnet152());
+        assert_eq!(by_name("resnet50").unwrap(), crate::family::resnet50());
+        assert_eq!(by_name("resnet152").unwrap(), crate::family::resnet152());
     }
 
     #[test]

@@ -253,7 +253,7 @@ fn shipped_profiles_do_not_make_deepbench_worse_than_the_defaults() {
     // half-precision kernels, is reported by the other tests, not held to the rule.
     for (device, precision, dtype) in &CASES[..3] {
         let (device, precision, dtype) = (*device, *precision, *dtype);
-        let Ok(profile) = workloads::calibrate::Profile::builtin(device) else { continue };
+        let Ok(profile) = workloads::profile::Profile::builtin(device) else { continue };
         // A profile fitted to this very table is not a transfer (its fit is reported by
         // `parasim calibrate`).
         let table = format!("{}-{precision}-gemm.csv", device.split('-').next().unwrap());

@@ -11,7 +11,8 @@ mod model_files;
 mod paradl;
 mod published;
 
-use workloads::{ComputeModel, DeviceCatalog, Pass, zoo};
+use workloads::compute::knobs::KnobValue;
+use workloads::{ComputeModel, DeviceCatalog, Pass, family, zoo};
 
 /// More samples never take less time, and every layer of every model has a duration on every
 /// device for every dtype the device lists.
@@ -41,7 +42,7 @@ fn h100_is_never_slower_than_a100() {
     let catalog = DeviceCatalog::builtin();
     let (a100, h100) = (catalog.get("a100-sxm4-80gb").unwrap(), catalog.get("h100-sxm5-80gb").unwrap());
     let compute = ComputeModel::default();
-    let model = zoo::resnet50();
+    let model = family::resnet50();
     for &dtype in a100.peak.keys() {
         for layer in &model.layers {
             for pass in Pass::ALL {
@@ -132,4 +133,20 @@ fn unaligned_products_are_the_odd_shaped_layers_and_pay_the_unaligned_factor() {
     let aligned =
         model.layers.iter().find(|l| l.cost.class == OpClass::Gemm && l.gemm_aligned(Dtype::Bf16)).unwrap();
     assert_eq!(time(&penalized, &aligned.name), time(&default, &aligned.name));
+}
+
+/// docs/compute-model.md's table of parameters and defaults lists every knob of the compute
+/// model with its default.
+#[test]
+fn the_compute_model_docs_list_every_knob_with_its_default() {
+    let docs = include_str!("../../../docs/compute-model.md");
+    for knob in workloads::compute::knobs::KNOBS {
+        let default = match knob.get(&ComputeModel::default()) {
+            KnobValue::Number(number) => format!("{number:?}"),
+            KnobValue::Duration(duration) => format!("`\"{duration}\"`"),
+            KnobValue::Switch(switch) => switch.to_string(),
+        };
+        let row = format!("| `{}` | {default} |", knob.key);
+        assert!(docs.contains(&row), "docs/compute-model.md lacks the row {row}");
+    }
 }

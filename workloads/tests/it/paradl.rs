@@ -33,8 +33,8 @@
 
 use std::path::PathBuf;
 
-use workloads::zoo::resnet::{ResNet, Variant};
-use workloads::zoo::vgg::Vgg;
+use workloads::family::resnet::{ResNet, Variant};
+use workloads::family::vgg::Vgg;
 use workloads::{Layer, LayerKind, Model, Shape, zoo};
 
 /// One layer row of a ParaDL `.net` file.

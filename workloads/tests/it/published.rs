@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
-use workloads::zoo::transformer::megatron_parameters;
+use workloads::family::transformer::megatron_parameters;
 use workloads::{LayerKind, Model, zoo};
 
 fn model(name: &str) -> Model {

@@ -8,9 +8,9 @@
 
 use serde::Deserialize;
 
+use crate::family::invalid;
 use crate::layer::{LayerKind, Padding, Shape};
 use crate::model::{Model, ModelBuilder, ModelError};
-use crate::zoo::invalid;
 
 /// Inception-v3, the `[inception-v3]` section of a model file.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

@@ -13,9 +13,9 @@
 
 use serde::Deserialize;
 
+use crate::family::invalid;
 use crate::layer::{Activation, AttentionKernel, LayerKind, LossKernels, Shape};
 use crate::model::{Model, ModelBuilder, ModelError};
-use crate::zoo::invalid;
 
 /// Normalization used in each layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

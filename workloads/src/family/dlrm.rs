@@ -11,9 +11,9 @@
 
 use serde::Deserialize;
 
+use crate::family::invalid;
 use crate::layer::{Activation, LayerKind, Shape};
 use crate::model::{Model, ModelBuilder, ModelError};
-use crate::zoo::invalid;
 
 /// A DLRM, the `[dlrm]` section of a model file.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

@@ -12,9 +12,9 @@
 
 use serde::Deserialize;
 
+use crate::family::invalid;
 use crate::layer::{LayerKind, Shape};
 use crate::model::{Model, ModelBuilder, ModelError};
-use crate::zoo::invalid;
 
 /// The residual block a ResNet is built from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -7,9 +7,9 @@
 
 use serde::Deserialize;
 
+use crate::family::invalid;
 use crate::layer::{LayerKind, Padding, Shape};
 use crate::model::{Model, ModelBuilder, ModelError};
-use crate::zoo::invalid;
 
 /// A VGG network, the `[vgg]` section of a model file.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

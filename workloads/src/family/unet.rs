@@ -12,9 +12,9 @@
 
 use serde::Deserialize;
 
+use crate::family::invalid;
 use crate::layer::{LayerKind, Padding, Shape};
 use crate::model::{Model, ModelBuilder, ModelError};
-use crate::zoo::invalid;
 
 /// A 3D U-Net, the `[unet3d]` section of a model file.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
