@@ -36,10 +36,9 @@ pub(super) enum GroupClass {
     Expert,
     Data,
     ExpertData,
-    /// DASO: the GPUs of one node.
-    Node,
-    /// DASO: the GPUs of one local rank, one per node.
-    Global,
+    /// A policy's own groups, which it lists and interns itself under its name for them
+    /// (DASO's node and global groups): keyed apart from every other class.
+    Named(&'static str),
 }
 
 /// The graph under construction and the collective instances shared by group members.
@@ -609,9 +608,8 @@ impl RankEmitter<'_, '_> {
         let expert = layout.expert();
         // Index along (context, data), context fastest.
         let index = first.context + contexts * first.data;
-        // DASO's groups are interned by `daso_group` (they need the node size).
-        let class =
-            if matches!(class, GroupClass::Node | GroupClass::Global) { GroupClass::Data } else { class };
+        // A policy's own groups are interned by the policy (`group` does not know their members).
+        let class = if matches!(class, GroupClass::Named(_)) { GroupClass::Data } else { class };
         match class {
             GroupClass::Tensor => first.tensor = 0,
             GroupClass::ModelParallel | GroupClass::Embedding => first.pipeline = 0,
@@ -629,7 +627,7 @@ impl RankEmitter<'_, '_> {
                 first.context = start % contexts;
                 first.data = start / contexts;
             }
-            GroupClass::Node | GroupClass::Global => {}
+            GroupClass::Named(_) => {}
         }
         let key = (class, layout.rank(first).0);
         if let Some(&group) = self.shared.groups.get(&key) {
@@ -643,7 +641,7 @@ impl RankEmitter<'_, '_> {
                 vec![all[0], all[all.len() - 1]]
             }
             GroupClass::Expert => layout.expert_group(rank),
-            GroupClass::Data | GroupClass::Node | GroupClass::Global => {
+            GroupClass::Data | GroupClass::Named(_) => {
                 if contexts > 1 {
                     layout.data_context_group(rank)
                 } else {

@@ -183,10 +183,10 @@ impl DasoRank<'_> {
 fn daso_group(emitter: &mut RankEmitter<'_, '_>, global: bool, node: u32, local: u32) -> GroupId {
     let ranks = emitter.plan.layout.ranks();
     let (class, members): (GroupClass, Vec<RankId>) = if global {
-        (GroupClass::Global, (local..ranks).step_by(node as usize).map(RankId).collect())
+        (GroupClass::Named("daso global"), (local..ranks).step_by(node as usize).map(RankId).collect())
     } else {
         let first = emitter.rank - emitter.rank % node;
-        (GroupClass::Node, (first..first + node).map(RankId).collect())
+        (GroupClass::Named("daso node"), (first..first + node).map(RankId).collect())
     };
     let key = (class, members[0].0);
     if let Some(&group) = emitter.shared.groups.get(&key) {
