@@ -7,10 +7,10 @@
 //! [`HALO_STREAM`] (both directions at once); a send is keyed ([`Key::Halo`]) so that the
 //! neighbour's next kernel waits for it.
 
-use sim_core::graph::{Op, OpKind, RankId};
+use sim_core::graph::{GroupKind, Op, OpKind, Pass, RankId};
 use sim_core::units::Bytes;
 
-use super::rank::RankEmitter;
+use super::rank::{RankEmitter, layer_meta};
 use super::{Dep, Key};
 use crate::{HALO_STREAM, SPATIAL_STREAM, cnn};
 
@@ -38,6 +38,9 @@ impl RankEmitter<'_, '_> {
         let backward = pass == 2;
         let label =
             self.comm_label(if backward { "spatial halo gradient send" } else { "spatial halo send" });
+        let meta = layer_meta(layer, [Pass::Forward, Pass::Recompute, Pass::BackwardData][usize::from(pass)])
+            .with_group(GroupKind::Spatial)
+            .with_origin(self.origin(HALO_ORIGIN));
         let order: Vec<usize> =
             if backward { (0..halo.dims.len()).rev().collect() } else { (0..halo.dims.len()).collect() };
         let mut received = Vec::new();
@@ -57,13 +60,14 @@ impl RankEmitter<'_, '_> {
                     coordinates.tensor = index;
                     let to = plan.layout.rank(coordinates).0;
                     let mut deps = producer.clone();
-                    deps.extend(self.launch());
+                    deps.extend(self.launch(meta));
                     let send = self.buffer.push(
                         Op {
                             kind: OpKind::Transfer { dst: RankId(to), bytes },
                             rank,
                             stream: if up { SPATIAL_STREAM } else { HALO_STREAM },
                             label,
+                            meta,
                         },
                         &deps,
                     );
@@ -94,7 +98,9 @@ impl RankEmitter<'_, '_> {
                     .map(|up| sent(up).0)
                     .sum();
                 let stream = if backward { HALO_STREAM } else { SPATIAL_STREAM };
-                if let Some(op) = self.stage(staging, staging.halo_bytes(Bytes(bytes)), stream, &this_dim) {
+                if let Some(op) =
+                    self.stage(staging, staging.halo_bytes(Bytes(bytes)), stream, &this_dim, meta)
+                {
                     this_dim = vec![Dep::Local(op)];
                 }
             }
@@ -106,3 +112,6 @@ impl RankEmitter<'_, '_> {
         received
     }
 }
+
+/// The origin of halo exchanges.
+const HALO_ORIGIN: &str = "halo";

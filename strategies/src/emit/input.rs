@@ -7,7 +7,7 @@
 //! [`INPUT_STREAM`]), one batch after another; batches loaded ahead are carried from one
 //! iteration to the next ([`RankEmitter::loads`]).
 
-use sim_core::graph::{CollectiveKind, MemcpyDirection, Op, OpKind, RankId, StreamId};
+use sim_core::graph::{CollectiveKind, MemcpyDirection, Op, OpKind, OpMeta, RankId, Work};
 use sim_core::units::{Bytes, SimDuration};
 
 use super::Dep;
@@ -56,6 +56,7 @@ impl RankEmitter<'_, '_> {
     /// first (the per-group loader). Returns whether the rank runs a loader.
     pub(super) fn take_batch(&mut self, group_root: bool) -> bool {
         let Some(input) = &self.plan.input else { return false };
+        let (loading, hand_over) = (self.input_meta(Work::Loader), self.input_meta(Work::Input));
         let batch = self.iteration;
         let loader = group_root || !input.broadcast;
         let previous: Vec<Dep> = self.host_start.into_iter().collect();
@@ -68,8 +69,13 @@ impl RankEmitter<'_, '_> {
         if !loader {
             // A receiver: the broadcast, then unpacking the batch on its host.
             let broadcast = self.host_collective(comm, &previous);
-            let unpack =
-                self.host_op(INPUT_STREAM, input.pack, "input: unpack batch", &[Dep::Local(broadcast)]);
+            let unpack = self.host_op(
+                INPUT_STREAM,
+                input.pack,
+                "input: unpack batch",
+                &[Dep::Local(broadcast)],
+                hand_over,
+            );
             self.waiting.push(Dep::Local(unpack));
             return false;
         }
@@ -84,10 +90,10 @@ impl RankEmitter<'_, '_> {
         let (taken, ready) = if input.broadcast {
             // Serialising holds the loader's interpreter: on the loader's stream, and the next
             // load starts after it.
-            let pack = self.host_op(LOADER_STREAM, input.pack, "input: serialise batch", &deps);
+            let pack = self.host_op(LOADER_STREAM, input.pack, "input: serialise batch", &deps, loading);
             (pack, self.host_collective(comm, &[Dep::Local(pack)]))
         } else {
-            let take = self.host_op(INPUT_STREAM, SimDuration::ZERO, "input: take batch", &deps);
+            let take = self.host_op(INPUT_STREAM, SimDuration::ZERO, "input: take batch", &deps, hand_over);
             (take, take)
         };
         self.waiting.push(Dep::Local(ready));
@@ -95,7 +101,8 @@ impl RankEmitter<'_, '_> {
         // loop could fetch it.
         let ahead = batch + input.prefetch;
         if ahead <= self.plan.strategy.iterations {
-            let load = self.host_op(LOADER_STREAM, input.load, "input: load batch", &[Dep::Local(taken)]);
+            let load =
+                self.host_op(LOADER_STREAM, input.load, "input: load batch", &[Dep::Local(taken)], loading);
             self.loads.push_back((ahead, Dep::Local(load)));
         }
         true
@@ -106,7 +113,14 @@ impl RankEmitter<'_, '_> {
     pub(super) fn fetch_next_batch(&mut self, end: u32) -> u32 {
         let next = self.iteration + 1;
         let Some(&(_, load)) = self.loads.iter().find(|(b, _)| *b == next) else { return end };
-        self.host_op(INPUT_STREAM, SimDuration::ZERO, "input: fetch next batch", &[Dep::Local(end), load])
+        let meta = self.input_meta(Work::Input);
+        self.host_op(
+            INPUT_STREAM,
+            SimDuration::ZERO,
+            "input: fetch next batch",
+            &[Dep::Local(end), load],
+            meta,
+        )
     }
 
     /// The copy of the iteration's batch from host memory to the device on the compute stream
@@ -114,7 +128,8 @@ impl RankEmitter<'_, '_> {
     /// kernel would wait for; the first kernel waits for it instead.
     pub(super) fn copy_batch(&mut self, bytes: Bytes) {
         let label = self.comm_label("input: copy batch to device");
-        let launch = self.launch();
+        let meta = self.input_meta(Work::Device);
+        let launch = self.launch(meta);
         let mut deps = std::mem::take(&mut self.waiting);
         deps.extend(launch);
         let op = self.buffer.push(
@@ -123,6 +138,7 @@ impl RankEmitter<'_, '_> {
                 rank: RankId(self.rank),
                 stream: COMPUTE_STREAM,
                 label,
+                meta,
             },
             &deps,
         );
@@ -131,28 +147,24 @@ impl RankEmitter<'_, '_> {
         self.waiting = deps;
     }
 
-    /// A host-side op on `stream` labelled `what`; returns its local index.
-    pub(super) fn host_op(
-        &mut self,
-        stream: StreamId,
-        duration: SimDuration,
-        what: &'static str,
-        deps: &[Dep],
-    ) -> u32 {
-        let label = self.comm_label(what);
-        self.buffer
-            .push(Op { kind: OpKind::Compute { duration }, rank: RankId(self.rank), stream, label }, deps)
-    }
-
     /// The broadcast of the batch over the rank's model-parallel group, sent by the host (no
     /// kernel launch): ChainerMN's `bcast_obj` over MPI.
     pub(super) fn host_collective(&mut self, comm: Comm, deps: &[Dep]) -> u32 {
         let group = self.group(GroupClass::Tensor);
         let label = self.comm_label(comm.what);
         let id = self.collective_instance(comm, group);
+        let meta = self.input_meta(Work::Input).with_group(comm.group);
         self.buffer.push(
-            Op { kind: OpKind::Collective(id), rank: RankId(self.rank), stream: INPUT_STREAM, label },
+            Op { kind: OpKind::Collective(id), rank: RankId(self.rank), stream: INPUT_STREAM, label, meta },
             deps,
         )
     }
+
+    /// The metadata of the input pipeline's `work`.
+    fn input_meta(&mut self, work: Work) -> OpMeta {
+        OpMeta::NONE.with_work(work).with_origin(self.origin(INPUT_ORIGIN))
+    }
 }
+
+/// The origin of the input pipeline's ops.
+const INPUT_ORIGIN: &str = "input";

@@ -12,9 +12,12 @@
 //! appended rank after rank and the keys resolved, so a rank's ops are contiguous and plain
 //! data parallelism keeps the op order it always had.
 //!
-//! Streams: compute kernels on [`crate::COMPUTE_STREAM`]; each communicator kind on its own stream
-//! ([`crate::group_of_stream`]), so a pipeline send or a gradient bucket overlaps compute while
-//! a tensor-parallel allreduce, which the next kernel needs, does not.
+//! Streams: compute kernels on [`crate::COMPUTE_STREAM`]; each communicator kind on its own
+//! stream, so a pipeline send or a gradient bucket overlaps compute while a tensor-parallel
+//! allreduce, which the next kernel needs, does not. Streams are in-order queues only: what an
+//! op is for (host or device work, layer, pass, communicator, the policy that emitted it), its
+//! metadata says ([`sim_core::graph::OpMeta`]), and that is what the report and the timeline
+//! export read back.
 //!
 //! Per micro-batch and chunk, forward: receive the activation from the previous chunk's
 //! stage, run each layer's collectives and kernels, send the output on. Backward: receive the
@@ -39,9 +42,11 @@ use sim_core::graph::{GraphBuilder, OpId, RankId};
 use sim_core::units::SimDuration;
 
 use crate::{Axis, Bucket, CnnSplit, Comm, Lowered, Strategy, StrategyError};
+pub use offload::OFFLOAD_ORIGIN;
 use offload::OffloadState;
 use plan::Plan;
 use policy::RankPolicy;
+pub use rank::FLUSH_ORIGIN;
 use rank::{Buffer, RankEmitter, Shared};
 pub use tables::LayerTables;
 
@@ -82,8 +87,11 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
         instances: HashMap::new(),
         issued: vec![HashMap::new(); ranks as usize],
         comm_labels: HashMap::new(),
+        origins: HashMap::new(),
         keys: HashMap::new(),
     };
+    // Ops' metadata names layers by their index in the model.
+    shared.graph.set_layer_names(strategy.model.layers.iter().map(|l| l.name.clone()).collect());
     // Folding: tensor ranks and data-parallel replicas do the same work at the same times, so
     // only tensor rank 0 of replica 0 of each (pipeline, context) position gets ops; the
     // engine replays their traffic on the other ranks (shadows), so the network still carries

@@ -14,12 +14,12 @@
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 
-use sim_core::graph::{MemcpyDirection, Op, OpId, OpKind, RankId};
+use sim_core::graph::{MemcpyDirection, Op, OpId, OpKind, OpMeta, Pass, RankId};
 use sim_core::units::{Bytes, SimDuration};
 
 use super::plan::Plan;
 use super::policy::buckets::PlannedBucket;
-use super::rank::RankEmitter;
+use super::rank::{RankEmitter, layer_meta};
 use super::{Dep, Kernel};
 use crate::{COMPUTE_STREAM, OFFLOAD_STREAM, Offload, PREFETCH_STREAM, Strategy, StrategyError, shard};
 use workloads::memory::{MemoryBreakdown, MemoryPlan};
@@ -336,8 +336,13 @@ impl RankEmitter<'_, '_> {
         {
             let bytes = Bytes(offload.bytes[index]);
             let deps: Vec<Dep> = self.last_compute.map(Dep::Local).into_iter().collect();
-            let copy =
-                self.memcpy(MemcpyDirection::DeviceToHost, bytes, &deps, "offload activations to host");
+            let copy = self.memcpy(
+                MemcpyDirection::DeviceToHost,
+                bytes,
+                &deps,
+                "offload activations to host",
+                layer_meta(index, Pass::Forward),
+            );
             self.offload.offloaded.insert((micro, index), copy);
         }
     }
@@ -421,6 +426,7 @@ impl RankEmitter<'_, '_> {
             bytes,
             &[Dep::Local(sync)],
             "offload gradients to host",
+            OpMeta::NONE.with_pass(Pass::BackwardWeight),
         );
         self.offload.bucket_copies.push(copy);
         Some(copy)
@@ -435,6 +441,7 @@ impl RankEmitter<'_, '_> {
     pub(super) fn streamed_optimizer(&mut self, weights: &WeightOffload, deps: &[Dep]) -> (u32, u32) {
         let mut kernel = None;
         let mut written: Vec<u32> = Vec::with_capacity(weights.chunks.len());
+        let step_meta = OpMeta::NONE.with_pass(Pass::Optimizer).with_origin(self.origin(OFFLOAD_ORIGIN));
         for (c, &(parameters, duration)) in weights.chunks.iter().enumerate() {
             let mut fetch_deps = deps.to_vec();
             fetch_deps.extend(c.checked_sub(2).map(|older| Dep::Local(written[older])));
@@ -443,6 +450,7 @@ impl RankEmitter<'_, '_> {
                 Bytes(parameters * weights.in_per_parameter),
                 &fetch_deps,
                 "optimizer: prefetch gradients and state",
+                OpMeta::NONE.with_pass(Pass::Optimizer),
             );
             // Like the single optimizer kernel, launched with the step (no host op per chunk).
             let step = self.buffer.push(
@@ -451,6 +459,7 @@ impl RankEmitter<'_, '_> {
                     rank: RankId(self.rank),
                     stream: COMPUTE_STREAM,
                     label: self.labels.optimizer,
+                    meta: step_meta,
                 },
                 &[Dep::Local(fetch)],
             );
@@ -460,6 +469,7 @@ impl RankEmitter<'_, '_> {
                 Bytes(parameters * weights.out_per_parameter),
                 &[Dep::Local(step)],
                 "optimizer: write back weights and state",
+                OpMeta::NONE.with_pass(Pass::Optimizer),
             ));
         }
         match (kernel, written.last()) {
@@ -472,6 +482,7 @@ impl RankEmitter<'_, '_> {
                         rank: RankId(self.rank),
                         stream: COMPUTE_STREAM,
                         label: self.labels.optimizer,
+                        meta: step_meta,
                     },
                     deps,
                 );
@@ -496,21 +507,30 @@ impl RankEmitter<'_, '_> {
             Some(op) => vec![Dep::Local(op)],
             None => self.offload.iteration_start.map(Dep::Global).into_iter().collect(),
         };
-        self.memcpy(MemcpyDirection::HostToDevice, bytes, &deps, "prefetch weights to device")
+        let meta = OpMeta::NONE.with_layer(index as u32);
+        self.memcpy(MemcpyDirection::HostToDevice, bytes, &deps, "prefetch weights to device", meta)
     }
 
     /// A copy between the device and host memory, on the offload (to host) or prefetch (to
-    /// device) stream, labelled `what`.
-    fn memcpy(&mut self, direction: MemcpyDirection, bytes: Bytes, deps: &[Dep], what: &'static str) -> u32 {
+    /// device) stream, labelled `what` (of the layer and pass `meta` names).
+    fn memcpy(
+        &mut self,
+        direction: MemcpyDirection,
+        bytes: Bytes,
+        deps: &[Dep],
+        what: &'static str,
+        meta: OpMeta,
+    ) -> u32 {
         let stream = match direction {
             MemcpyDirection::DeviceToHost => OFFLOAD_STREAM,
             MemcpyDirection::HostToDevice => PREFETCH_STREAM,
         };
         let label = self.comm_label(what);
+        let meta = meta.with_origin(self.origin(OFFLOAD_ORIGIN));
         let mut deps = deps.to_vec();
-        deps.extend(self.launch());
+        deps.extend(self.launch(meta));
         self.buffer.push(
-            Op { kind: OpKind::Memcpy { direction, bytes }, rank: RankId(self.rank), stream, label },
+            Op { kind: OpKind::Memcpy { direction, bytes }, rank: RankId(self.rank), stream, label, meta },
             &deps,
         )
     }
@@ -523,8 +543,14 @@ impl RankEmitter<'_, '_> {
             let mut deps: Vec<Dep> =
                 self.offload.offloaded.get(&(micro, l)).map(|&op| Dep::Local(op)).into_iter().collect();
             deps.extend(self.last_compute.map(Dep::Local));
-            let op =
-                self.memcpy(MemcpyDirection::HostToDevice, bytes, &deps, "prefetch activations to device");
+            let meta = OpMeta::NONE.with_layer(l as u32);
+            let op = self.memcpy(
+                MemcpyDirection::HostToDevice,
+                bytes,
+                &deps,
+                "prefetch activations to device",
+                meta,
+            );
             self.offload.prefetched.insert((micro, l), op);
         }
     }
@@ -544,3 +570,7 @@ impl BackwardOffload {
         (self.layers.start..below).rev().find(|&l| self.fetches(plan, l))
     }
 }
+
+/// The origin of out-of-core training's copies (and of its streamed optimizer step): time a
+/// copy runs while no kernel does is the report's offload stall.
+pub const OFFLOAD_ORIGIN: &str = "offload";

@@ -13,7 +13,7 @@ use std::collections::{HashMap, VecDeque};
 
 use sim_core::graph::{
     Collective, CollectiveAlgorithm, CollectiveKind, GraphBuilder, GroupId, LabelId, Op, OpId, OpKind,
-    RankId, StreamId,
+    OpMeta, Origin, Pass, RankId, StreamId, Work,
 };
 use sim_core::units::{Bytes, SimDuration};
 
@@ -49,6 +49,8 @@ pub(super) struct Shared {
     /// Per rank: collectives issued so far on each group.
     pub(super) issued: Vec<HashMap<GroupId, u32>>,
     pub(super) comm_labels: HashMap<&'static str, LabelId>,
+    /// Origins interned by name ([`RankEmitter::origin`]).
+    pub(super) origins: HashMap<&'static str, Origin>,
     pub(super) keys: HashMap<Key, (u32, u32)>,
 }
 
@@ -152,7 +154,8 @@ impl RankEmitter<'_, '_> {
                 if chunk + 1 < chunks {
                     let to = stage_rank((chunk + 1) % p.pipeline);
                     let key = Key::Stage { sender: self.rank, micro, chunk, forward: true };
-                    self.send(to, plan.boundary_bytes[chunk as usize], self.labels.send_forward, key);
+                    let label = self.labels.send_forward;
+                    self.send(to, plan.boundary_bytes[chunk as usize], label, key, Pass::Forward);
                 }
             } else {
                 if chunk + 1 < chunks {
@@ -171,7 +174,8 @@ impl RankEmitter<'_, '_> {
                 if chunk > 0 {
                     let to = stage_rank((chunk - 1) % p.pipeline);
                     let key = Key::Stage { sender: self.rank, micro, chunk, forward: false };
-                    self.send(to, plan.boundary_bytes[chunk as usize - 1], self.labels.send_backward, key);
+                    let label = self.labels.send_backward;
+                    self.send(to, plan.boundary_bytes[chunk as usize - 1], label, key, Pass::BackwardData);
                 }
             }
             // The step as one named slice around its kernels (a 1F1B schedule in Perfetto).
@@ -202,7 +206,8 @@ impl RankEmitter<'_, '_> {
             let label = self.comm_label(comm.what);
             let mut embedding_deps = std::mem::take(&mut deps);
             embedding_deps.extend(self.last_compute.map(Dep::Local));
-            deps.push(Dep::Local(self.collective(comm, DATA_STREAM, group, label, &embedding_deps)));
+            let meta = OpMeta::NONE.with_group(comm.group).with_origin(self.origin(TIED_EMBEDDING_ORIGIN));
+            deps.push(Dep::Local(self.collective(comm, DATA_STREAM, group, label, &embedding_deps, meta)));
         }
         // Megatron-LM clips gradients by their global norm: an allreduce of one fp32 value over
         // the model-parallel group before the optimizer, so no stage steps before the whole
@@ -220,7 +225,8 @@ impl RankEmitter<'_, '_> {
             let label = self.comm_label(comm.what);
             let mut norm_deps = std::mem::take(&mut deps);
             norm_deps.extend(self.last_compute.map(Dep::Local));
-            deps.push(Dep::Local(self.collective(comm, PIPELINE_STREAM, group, label, &norm_deps)));
+            let meta = OpMeta::NONE.with_group(comm.group).with_origin(self.origin(FLUSH_ORIGIN));
+            deps.push(Dep::Local(self.collective(comm, PIPELINE_STREAM, group, label, &norm_deps, meta)));
         }
         let (optimizer, mut end) = match plan.offload.as_ref().and_then(|o| o.weights.as_ref()) {
             Some(weights) => self.streamed_optimizer(weights, &deps),
@@ -232,6 +238,7 @@ impl RankEmitter<'_, '_> {
                         rank,
                         stream: COMPUTE_STREAM,
                         label: self.labels.optimizer,
+                        meta: OpMeta::NONE.with_pass(Pass::Optimizer),
                     },
                     &deps,
                 );
@@ -255,8 +262,9 @@ impl RankEmitter<'_, '_> {
     ) -> Result<(), StrategyError> {
         let plan = self.plan;
         let local = &plan.local[index];
+        let meta = layer_meta(index, if recompute { Pass::Recompute } else { Pass::Forward });
         for comm in &local.before_forward {
-            self.comm(*comm);
+            self.comm(*comm, meta);
         }
         if let Some(halo) = &local.halo
             && halo.forward
@@ -272,7 +280,7 @@ impl RankEmitter<'_, '_> {
                     self.ring(index, micro, duration, bytes, label, if recompute { 1 } else { 0 });
                 }
                 None => {
-                    self.compute(duration, label);
+                    self.compute(duration, label, meta);
                     self.slow_last_compute(index, 0);
                 }
             }
@@ -281,7 +289,7 @@ impl RankEmitter<'_, '_> {
             self.offload_weights_used();
         }
         for comm in &local.after_forward {
-            self.comm(*comm);
+            self.comm(*comm, meta);
         }
         self.offload_after_forward(index, micro, recompute);
         Ok(())
@@ -308,8 +316,9 @@ impl RankEmitter<'_, '_> {
         let plan = self.plan;
         {
             let local = &plan.local[index];
+            let meta = layer_meta(index, Pass::BackwardData);
             for comm in &local.before_backward {
-                self.comm(*comm);
+                self.comm(*comm, meta);
             }
             let [_, data, weight] = plan.kernels[index];
             let mut gradient_ready = None;
@@ -318,7 +327,7 @@ impl RankEmitter<'_, '_> {
                 gradient_ready = Some(match local.context_ring {
                     Some(bytes) => self.ring(index, micro, duration, Bytes(bytes.0 * 2), label, 2),
                     None => {
-                        let op = self.compute(duration, label);
+                        let op = self.compute(duration, label, meta);
                         self.slow_last_compute(index, 1);
                         op
                     }
@@ -333,31 +342,38 @@ impl RankEmitter<'_, '_> {
                 deferred.extend(self.halo(index, micro, halo, 2));
             }
             for comm in &local.after_backward_data {
-                self.comm(*comm);
+                self.comm(*comm, meta);
                 deferred.append(&mut self.waiting);
             }
+            let weight_meta = layer_meta(index, Pass::BackwardWeight);
             if let Some((duration, _)) = weight {
-                gradient_ready = Some(self.compute(duration, self.labels.passes[index][2]));
+                gradient_ready = Some(self.compute(duration, self.labels.passes[index][2], weight_meta));
                 self.slow_last_compute(index, 2);
             }
             if micro > 0
                 && let Some(duration) = plan.accumulate[index]
             {
-                gradient_ready = Some(self.compute(duration, self.labels.passes[index][2]));
+                gradient_ready = Some(self.compute(duration, self.labels.passes[index][2], weight_meta));
             }
             self.waiting.extend(deferred);
             Ok(gradient_ready)
         }
     }
 
-    /// A compute op after everything waited for; returns its local index.
-    pub(super) fn compute(&mut self, duration: SimDuration, label: LabelId) -> u32 {
+    /// A kernel (described by `meta`) after everything waited for; returns its local index.
+    pub(super) fn compute(&mut self, duration: SimDuration, label: LabelId, meta: OpMeta) -> u32 {
         // The launch goes first in the buffer; the waiting list's buffer is kept for reuse.
-        let launch = self.launch();
+        let launch = self.launch(meta);
         let mut deps = std::mem::take(&mut self.waiting);
         deps.extend(launch);
         let op = self.buffer.push(
-            Op { kind: OpKind::Compute { duration }, rank: RankId(self.rank), stream: COMPUTE_STREAM, label },
+            Op {
+                kind: OpKind::Compute { duration },
+                rank: RankId(self.rank),
+                stream: COMPUTE_STREAM,
+                label,
+                meta,
+            },
             &deps,
         );
         deps.clear();
@@ -382,8 +398,8 @@ impl RankEmitter<'_, '_> {
     /// kernel waits for; `None` under CUDA graphs. The host runs ahead of the GPU as far as it
     /// can (a synchronous host, `compute.host-synchronous`, only once the GPU work it issued
     /// last has finished: [`workloads::dispatch::issue_synchronous`]); its first launch of an
-    /// iteration waits for the previous iteration's end.
-    pub(super) fn launch(&mut self) -> Option<Dep> {
+    /// iteration waits for the previous iteration's end. `meta` describes what it launches.
+    pub(super) fn launch(&mut self, meta: OpMeta) -> Option<Dep> {
         if self.plan.host_cost == SimDuration::ZERO {
             return None;
         }
@@ -397,27 +413,30 @@ impl RankEmitter<'_, '_> {
                 rank: RankId(self.rank),
                 stream: HOST_STREAM,
                 label: self.labels.dispatch,
+                meta: meta.with_work(Work::Launch),
             },
             &anchor,
         );
         Some(Dep::Local(launch))
     }
 
-    /// A layer collective after the last compute op and anything waited for; the next compute
-    /// op waits for it.
-    pub(super) fn comm(&mut self, comm: Comm) {
-        let (stream, group) = match comm.group {
-            GroupKind::Tensor => (TENSOR_STREAM, self.group(GroupClass::Tensor)),
-            GroupKind::Expert => (EXPERT_STREAM, self.group(GroupClass::Expert)),
-            GroupKind::Filter => (FILTER_STREAM, self.group(GroupClass::Tensor)),
-            GroupKind::Channel => (CHANNEL_STREAM, self.group(GroupClass::Tensor)),
-            GroupKind::Spatial => (SPATIAL_STREAM, self.group(GroupClass::Tensor)),
-            _ => (DATA_STREAM, self.group(GroupClass::Data)),
+    /// A layer collective (of the layer and pass `meta` names) after the last compute op and
+    /// anything waited for; the next compute op waits for it.
+    pub(super) fn comm(&mut self, comm: Comm, meta: OpMeta) {
+        // Collectives over any other communicator go with the data-parallel ones.
+        let (stream, group, kind) = match comm.group {
+            GroupKind::Tensor => (TENSOR_STREAM, self.group(GroupClass::Tensor), GroupKind::Tensor),
+            GroupKind::Expert => (EXPERT_STREAM, self.group(GroupClass::Expert), GroupKind::Expert),
+            GroupKind::Filter => (FILTER_STREAM, self.group(GroupClass::Tensor), GroupKind::Filter),
+            GroupKind::Channel => (CHANNEL_STREAM, self.group(GroupClass::Tensor), GroupKind::Channel),
+            GroupKind::Spatial => (SPATIAL_STREAM, self.group(GroupClass::Tensor), GroupKind::Spatial),
+            _ => (DATA_STREAM, self.group(GroupClass::Data), GroupKind::Data),
         };
+        let meta = meta.with_group(kind);
         let label = self.comm_label(comm.what);
         let mut deps = std::mem::take(&mut self.waiting);
         deps.extend(self.last_compute.map(Dep::Local));
-        let op = self.collective(comm, stream, group, label, &deps);
+        let op = self.collective(comm, stream, group, label, &deps, meta);
         let mut ends = vec![Dep::Local(op)];
         if let Some(staging) = self.plan.strategy.parallelism.cnn_staging {
             let degree = u64::from(self.plan.strategy.parallelism.cnn_degree());
@@ -425,10 +444,10 @@ impl RankEmitter<'_, '_> {
             if staging.pipelined(&comm) {
                 // Copied fragment by fragment while earlier fragments travel: beside the
                 // collective, on its own stream, from the same dependencies.
-                if let Some(staged) = self.stage(staging, bytes, STAGING_STREAM, &deps) {
+                if let Some(staged) = self.stage(staging, bytes, STAGING_STREAM, &deps, meta) {
                     ends.push(Dep::Local(staged));
                 }
-            } else if let Some(staged) = self.stage(staging, bytes, stream, &[Dep::Local(op)]) {
+            } else if let Some(staged) = self.stage(staging, bytes, stream, &[Dep::Local(op)], meta) {
                 ends = vec![Dep::Local(staged)];
             }
         }
@@ -439,14 +458,15 @@ impl RankEmitter<'_, '_> {
     }
 
     /// The host round trip of `bytes` staged by CUDA-aware MPI ([`cnn::HostStaging`]) on
-    /// `stream` after `deps`: a blocking delay of `bytes` at the staging rate. `None` (no op)
-    /// when nothing is staged.
+    /// `stream` after `deps`: a blocking delay of `bytes` at the staging rate, part of the
+    /// transfer `meta` describes. `None` (no op) when nothing is staged.
     pub(super) fn stage(
         &mut self,
         staging: cnn::HostStaging,
         bytes: Bytes,
         stream: StreamId,
         deps: &[Dep],
+        meta: OpMeta,
     ) -> Option<u32> {
         if bytes.0 == 0 {
             return None;
@@ -455,8 +475,36 @@ impl RankEmitter<'_, '_> {
         // largest duration; saturate rather than fail on an absurd one.
         let duration = staging.rate.time_to_send(bytes).unwrap_or(SimDuration::from_ps(u64::MAX / 4));
         let label = self.comm_label(crate::HOST_STAGING_LABEL);
-        let op = Op { kind: OpKind::Compute { duration }, rank: RankId(self.rank), stream, label };
+        let meta = meta.with_work(Work::Staging);
+        let op = Op { kind: OpKind::Compute { duration }, rank: RankId(self.rank), stream, label, meta };
         Some(self.buffer.push(op, deps))
+    }
+
+    /// A host-side op on `stream` labelled `what` (its work on the host: `meta`); returns its
+    /// local index.
+    pub(super) fn host_op(
+        &mut self,
+        stream: StreamId,
+        duration: SimDuration,
+        what: &'static str,
+        deps: &[Dep],
+        meta: OpMeta,
+    ) -> u32 {
+        let label = self.comm_label(what);
+        let op = Op { kind: OpKind::Compute { duration }, rank: RankId(self.rank), stream, label, meta };
+        self.buffer.push(op, deps)
+    }
+
+    /// The origin named `name` (what emitted an op: [`OpMeta::origin`]), interned once.
+    pub(super) fn origin(&mut self, name: &'static str) -> Origin {
+        match self.shared.origins.get(name) {
+            Some(&origin) => origin,
+            None => {
+                let origin = self.shared.graph.origin(name);
+                self.shared.origins.insert(name, origin);
+                origin
+            }
+        }
     }
 
     /// The label of a collective called `what`, interned once.
@@ -471,7 +519,7 @@ impl RankEmitter<'_, '_> {
         }
     }
 
-    /// This rank's part in the next collective of `group`.
+    /// This rank's part in the next collective of `group` (described by `meta`).
     pub(super) fn collective(
         &mut self,
         comm: Comm,
@@ -479,10 +527,11 @@ impl RankEmitter<'_, '_> {
         group: GroupId,
         label: LabelId,
         deps: &[Dep],
+        meta: OpMeta,
     ) -> u32 {
         let id = self.collective_instance(comm, group);
-        let launch = self.launch();
-        let op = Op { kind: OpKind::Collective(id), rank: RankId(self.rank), stream, label };
+        let launch = self.launch(meta);
+        let op = Op { kind: OpKind::Collective(id), rank: RankId(self.rank), stream, label, meta };
         match launch {
             Some(launch) => self.buffer.push_with(op, deps, launch),
             None => self.buffer.push(op, deps),
@@ -529,16 +578,22 @@ impl RankEmitter<'_, '_> {
         instances[sequence]
     }
 
-    /// A pipeline send to `to` after the last compute op, registered under `key`.
-    pub(super) fn send(&mut self, to: u32, bytes: Bytes, label: LabelId, key: Key) {
+    /// A pipeline send to `to` after the last compute op (of pass `pass`), registered under
+    /// `key`.
+    pub(super) fn send(&mut self, to: u32, bytes: Bytes, label: LabelId, key: Key, pass: Pass) {
+        let meta = OpMeta::NONE
+            .with_pass(pass)
+            .with_group(GroupKind::Pipeline)
+            .with_origin(self.origin(PIPELINE_ORIGIN));
         let mut deps: Vec<Dep> = self.last_compute.map(Dep::Local).into_iter().collect();
-        deps.extend(self.launch());
+        deps.extend(self.launch(meta));
         let op = self.buffer.push(
             Op {
                 kind: OpKind::Transfer { dst: RankId(to), bytes },
                 rank: RankId(self.rank),
                 stream: PIPELINE_STREAM,
                 label,
+                meta,
             },
             &deps,
         );
@@ -565,20 +620,24 @@ impl RankEmitter<'_, '_> {
         let next = members[((position + 1) % c) as usize].0;
         let previous = members[((position + c - 1) % c) as usize].0;
         let step = SimDuration::from_ps(duration.as_ps() / u64::from(c));
+        let kernel =
+            layer_meta(layer, [Pass::Forward, Pass::Recompute, Pass::BackwardData][usize::from(pass)]);
+        let transfer = kernel.with_group(GroupKind::Context);
         let producer: Vec<Dep> =
             self.waiting.iter().copied().chain(self.last_compute.map(Dep::Local)).collect();
-        let mut op = self.compute(step, label);
+        let mut op = self.compute(step, label, kernel);
         let received =
             |step: u32| Dep::Key(Key::Ring { sender: previous, layer: layer as u32, micro, step, pass });
         for j in 0..c - 1 {
             let mut deps = if j == 0 { producer.clone() } else { vec![received(j - 1)] };
-            deps.extend(self.launch());
+            deps.extend(self.launch(transfer));
             let send = self.buffer.push(
                 Op {
                     kind: OpKind::Transfer { dst: RankId(next), bytes },
                     rank,
                     stream: CONTEXT_STREAM,
                     label: self.labels.ring,
+                    meta: transfer,
                 },
                 &deps,
             );
@@ -587,7 +646,7 @@ impl RankEmitter<'_, '_> {
                 (self.rank, send),
             );
             self.waiting.push(received(j));
-            op = self.compute(step, label);
+            op = self.compute(step, label, kernel);
         }
         op
     }
@@ -660,4 +719,17 @@ impl RankEmitter<'_, '_> {
         self.shared.groups.insert(key, group);
         group
     }
+}
+
+/// The origin of the pipeline's sends between stages.
+const PIPELINE_ORIGIN: &str = "pipeline";
+/// The origin of the pipeline flush: the gradient-norm allreduce over the pipeline stages
+/// before the optimizer step, whose wait is pipeline bubble rather than communication.
+pub const FLUSH_ORIGIN: &str = "flush";
+/// The origin of the allreduce of a tied embedding's two copies' gradients.
+const TIED_EMBEDDING_ORIGIN: &str = "tied-embedding";
+
+/// The metadata of layer `index`'s work in `pass`.
+pub(super) fn layer_meta(index: usize, pass: Pass) -> OpMeta {
+    OpMeta::NONE.with_layer(index as u32).with_pass(pass)
 }

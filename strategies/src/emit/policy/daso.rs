@@ -9,14 +9,14 @@
 //! end; a rank's global allreduce is remembered ([`RankPolicy::appended`]) until the iteration
 //! that receives it.
 
-use sim_core::graph::{CollectiveKind, GroupId, LabelId, OpId, RankId};
+use sim_core::graph::{CollectiveKind, GroupId, LabelId, OpId, Pass, RankId};
 use sim_core::units::Bytes;
 
 use super::super::Dep;
 use super::super::plan::Plan;
 use super::super::rank::{GroupClass, RankEmitter};
 use super::buckets::{self, PlannedBucket};
-use super::{Policy, RankPolicy};
+use super::{Policy, RankPolicy, policy_meta};
 use crate::{Comm, DASO_STREAM, DATA_STREAM, GroupKind, StrategyError};
 
 /// DASO sends its parameters in chunks of at most this many elements (`sending_chunk_size`,
@@ -98,7 +98,8 @@ impl RankPolicy for DasoRank<'_> {
                     what: "",
                 };
                 let group = daso_group(emitter, false, node, emitter.rank % node);
-                emitter.collective(comm, DATA_STREAM, group, label, &[Dep::Local(ready)])
+                let meta = policy_meta(emitter, ORIGIN, Pass::BackwardWeight);
+                emitter.collective(comm, DATA_STREAM, group, label, &[Dep::Local(ready)], meta)
             };
         buckets::backward_chunk(emitter, chunk, micro, last, &mut sync)
     }
@@ -140,7 +141,8 @@ impl DasoRank<'_> {
             };
             let group = daso_group(this, false, node, local);
             let label = this.comm_label(comm.what);
-            this.collective(comm, DATA_STREAM, group, label, deps)
+            let meta = policy_meta(this, ORIGIN, Pass::Optimizer);
+            this.collective(comm, DATA_STREAM, group, label, deps, meta)
         };
         // Non-blocking: receive the sync sent `wait` iterations ago (before the window for an
         // interval-long wait at iteration 0: only its broadcast is simulated).
@@ -165,7 +167,8 @@ impl DasoRank<'_> {
                     bytes: Bytes(size),
                     what: "",
                 };
-                last = emitter.collective(comm, DASO_STREAM, group, label, &[Dep::Local(end)]);
+                let meta = policy_meta(emitter, ORIGIN, Pass::Optimizer);
+                last = emitter.collective(comm, DASO_STREAM, group, label, &[Dep::Local(end)], meta);
             }
             self.sent_local = Some(last);
             if blocking {
@@ -196,3 +199,6 @@ fn daso_group(emitter: &mut RankEmitter<'_, '_>, global: bool, node: u32, local:
     emitter.shared.groups.insert(key, group);
     group
 }
+
+/// The origin of DASO's node-local and global synchronisation.
+const ORIGIN: &str = "daso";

@@ -6,14 +6,14 @@
 //! Invariant: plain data parallelism lowers to the graph the DDP lowering always produced, op
 //! for op (`tests/it/strategies.rs` pins it).
 
-use sim_core::graph::{CollectiveKind, LabelId};
+use sim_core::graph::{CollectiveKind, LabelId, Pass};
 use sim_core::units::Bytes;
 
 use super::super::Dep;
 use super::super::plan::Plan;
 use super::super::rank::{GroupClass, RankEmitter};
 use super::buckets::{self, PlannedBucket};
-use super::{Policy, RankPolicy};
+use super::{Policy, RankPolicy, policy_meta};
 use crate::{Comm, DATA_STREAM, GroupKind, StrategyError};
 
 /// DDP: bucketed gradient allreduce.
@@ -53,7 +53,8 @@ fn sync_bucket(emitter: &mut RankEmitter<'_, '_>, bucket: &PlannedBucket, label:
         return emitter.spatial_sync(comm, label, ready);
     }
     let group = emitter.sync_group(bucket.expert);
-    emitter.collective(comm, DATA_STREAM, group, label, &[Dep::Local(ready)])
+    let meta = policy_meta(emitter, ORIGIN, Pass::BackwardWeight);
+    emitter.collective(comm, DATA_STREAM, group, label, &[Dep::Local(ready)], meta)
 }
 
 impl RankEmitter<'_, '_> {
@@ -64,14 +65,18 @@ impl RankEmitter<'_, '_> {
         let p = u64::from(self.plan.strategy.parallelism.spatial);
         let local = self.group(GroupClass::Tensor);
         let scatter = Comm { kind: CollectiveKind::ReduceScatter, ..comm };
-        let op = self.collective(scatter, DATA_STREAM, local, label, &[Dep::Local(ready)]);
+        let meta = policy_meta(self, ORIGIN, Pass::BackwardWeight);
+        let op = self.collective(scatter, DATA_STREAM, local, label, &[Dep::Local(ready)], meta);
         let mut last = op;
         if self.plan.strategy.parallelism.data > 1 {
             let across = self.group(GroupClass::Data);
             let share = Comm { bytes: Bytes(comm.bytes.0.div_ceil(p)), ..comm };
-            last = self.collective(share, DATA_STREAM, across, label, &[Dep::Local(op)]);
+            last = self.collective(share, DATA_STREAM, across, label, &[Dep::Local(op)], meta);
         }
         let gather = Comm { kind: CollectiveKind::AllGather, ..comm };
-        self.collective(gather, DATA_STREAM, local, label, &[Dep::Local(last)])
+        self.collective(gather, DATA_STREAM, local, label, &[Dep::Local(last)], meta)
     }
 }
+
+/// The origin of DDP's gradient allreduces.
+const ORIGIN: &str = "ddp";

@@ -10,14 +10,14 @@
 
 use std::ops::Range;
 
-use sim_core::graph::{CollectiveKind, OpId};
+use sim_core::graph::{CollectiveKind, OpId, OpMeta, Pass, Work};
 use sim_core::units::{Bytes, SimDuration};
 
 use super::super::Dep;
 use super::super::plan::Plan;
 use super::super::rank::{GroupClass, RankEmitter};
 use super::fsdp::{GATHER_LABEL, Unit, unit_rows};
-use super::{Policy, RankPolicy};
+use super::{Policy, RankPolicy, policy_meta};
 use crate::{
     Bucket, BucketRow, Comm, GATHER_STREAM, GroupKind, HOST_STREAM, Role, StrategyError, deepspeed_zero3,
     shard,
@@ -244,13 +244,15 @@ impl DeepSpeedRank<'_> {
         let comm = Comm { group: GroupKind::Data, kind: CollectiveKind::AllGather, bytes, what: "" };
         let group = emitter.group(GroupClass::Data);
         let label = emitter.comm_label(GATHER_LABEL);
-        let gather = emitter.collective(comm, GATHER_STREAM, group, label, deps);
+        let meta = OpMeta::NONE.with_group(GroupKind::Data).with_origin(emitter.origin(ORIGIN));
+        let gather = emitter.collective(comm, GATHER_STREAM, group, label, deps, meta);
         if emitter.plan.host_cost > SimDuration::ZERO {
             // Issued right after the gather's launch, without waiting for it.
             let ranks = emitter.plan.strategy.parallelism.gradient_sync_ranks();
             let copies = list_allgather_copies(ranks, emitter.plan.host_cost);
             let what = "host: launch allgather copy-out kernels (deepspeed)";
-            self.copies = Some(emitter.host_op(HOST_STREAM, copies, what, &[]));
+            let meta = OpMeta::NONE.with_work(Work::Launch).with_origin(emitter.origin(ORIGIN));
+            self.copies = Some(emitter.host_op(HOST_STREAM, copies, what, &[], meta));
         }
         gather
     }
@@ -262,7 +264,8 @@ impl DeepSpeedRank<'_> {
         let comm = Comm { group: GroupKind::Data, kind: CollectiveKind::AllReduce, bytes, what: "" };
         let group = emitter.group(GroupClass::Data);
         let label = emitter.comm_label("zero-3 allreduce gradient bucket (deepspeed)");
-        let op = emitter.collective(comm, GATHER_STREAM, group, label, deps);
+        let meta = policy_meta(emitter, ORIGIN, Pass::BackwardWeight);
+        let op = emitter.collective(comm, GATHER_STREAM, group, label, deps, meta);
         self.reduce = Some(op);
         op
     }
@@ -283,5 +286,9 @@ fn host_synchronize(emitter: &mut RankEmitter<'_, '_>, deps: &[Dep]) {
     if emitter.plan.host_cost == SimDuration::ZERO || deps.is_empty() {
         return;
     }
-    emitter.host_op(HOST_STREAM, SimDuration::ZERO, "host: torch.cuda.synchronize (deepspeed)", deps);
+    let meta = OpMeta::NONE.with_work(Work::Launch).with_origin(emitter.origin(ORIGIN));
+    emitter.host_op(HOST_STREAM, SimDuration::ZERO, "host: torch.cuda.synchronize (deepspeed)", deps, meta);
 }
+
+/// The origin of DeepSpeed's gathers, allreduces and host calls.
+const ORIGIN: &str = "deepspeed";

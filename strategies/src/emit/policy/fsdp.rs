@@ -9,12 +9,12 @@
 
 use std::ops::Range;
 
-use sim_core::graph::{CollectiveKind, OpId};
+use sim_core::graph::{CollectiveKind, OpId, Pass};
 
 use super::super::Dep;
 use super::super::plan::Plan;
 use super::super::rank::{GroupClass, RankEmitter};
-use super::{Policy, RankPolicy};
+use super::{Policy, RankPolicy, policy_meta};
 use crate::{Bucket, BucketRow, Comm, DATA_STREAM, GATHER_STREAM, GroupKind, StrategyError, shard};
 use workloads::model::Model;
 
@@ -140,7 +140,7 @@ impl RankPolicy for FsdpRank<'_> {
         micro: u32,
     ) -> Result<(), StrategyError> {
         let units = &self.units[chunk];
-        let mut gathered = self.gather(emitter, chunk, 0, &[]);
+        let mut gathered = self.gather(emitter, chunk, 0, &[], Pass::Forward);
         for (u, unit) in units.iter().enumerate() {
             emitter.waiting.push(Dep::Local(gathered));
             let first = emitter.buffer.ops.len();
@@ -152,7 +152,7 @@ impl RankPolicy for FsdpRank<'_> {
                     .then_some(Dep::Local(first as u32))
                     .into_iter()
                     .collect();
-                gathered = self.gather(emitter, chunk, u + 1, &start);
+                gathered = self.gather(emitter, chunk, u + 1, &start, Pass::Forward);
             }
         }
         Ok(())
@@ -170,7 +170,7 @@ impl RankPolicy for FsdpRank<'_> {
         let plan = emitter.plan;
         let units = &self.units[chunk];
         let mut last_sync = None;
-        let mut gathered = self.gather(emitter, chunk, units.len() - 1, &[]);
+        let mut gathered = self.gather(emitter, chunk, units.len() - 1, &[], Pass::BackwardData);
         for u in (0..units.len()).rev() {
             emitter.waiting.push(Dep::Local(gathered));
             let first = emitter.buffer.ops.len();
@@ -183,7 +183,7 @@ impl RankPolicy for FsdpRank<'_> {
                     .then_some(Dep::Local(first as u32))
                     .into_iter()
                     .collect();
-                gathered = self.gather(emitter, chunk, u - 1, &start);
+                gathered = self.gather(emitter, chunk, u - 1, &start, Pass::BackwardData);
             }
             if let Some(ready) = ready
                 && units[u].parameters > 0
@@ -196,7 +196,9 @@ impl RankPolicy for FsdpRank<'_> {
                 };
                 let group = emitter.group(GroupClass::Data);
                 let label = emitter.comm_label("zero-3 reduce-scatter gradients");
-                last_sync = Some(emitter.collective(comm, DATA_STREAM, group, label, &[Dep::Local(ready)]));
+                let meta = policy_meta(emitter, ORIGIN, Pass::BackwardWeight);
+                last_sync =
+                    Some(emitter.collective(comm, DATA_STREAM, group, label, &[Dep::Local(ready)], meta));
             }
         }
         Ok(last_sync)
@@ -204,15 +206,26 @@ impl RankPolicy for FsdpRank<'_> {
 }
 
 impl FsdpRank<'_> {
-    /// The allgather of unit `unit`'s parameters, on the gather stream.
-    fn gather(&self, emitter: &mut RankEmitter<'_, '_>, chunk: usize, unit: usize, deps: &[Dep]) -> u32 {
+    /// The allgather of unit `unit`'s parameters for pass `pass`, on the gather stream.
+    fn gather(
+        &self,
+        emitter: &mut RankEmitter<'_, '_>,
+        chunk: usize,
+        unit: usize,
+        deps: &[Dep],
+        pass: Pass,
+    ) -> u32 {
         let bytes = emitter.plan.weight_bytes(self.units[chunk][unit].parameters);
         let comm = Comm { group: GroupKind::Data, kind: CollectiveKind::AllGather, bytes, what: "" };
         let group = emitter.group(GroupClass::Data);
         let label = emitter.comm_label(GATHER_LABEL);
-        emitter.collective(comm, GATHER_STREAM, group, label, deps)
+        let meta = policy_meta(emitter, ORIGIN, pass);
+        emitter.collective(comm, GATHER_STREAM, group, label, deps, meta)
     }
 }
 
 /// The label of a ZeRO-3 parameter allgather (FSDP's and DeepSpeed's).
 pub(in super::super) const GATHER_LABEL: &str = "zero-3 allgather parameters";
+
+/// The origin of FSDP's gathers and reduce-scatters.
+const ORIGIN: &str = "fsdp";

@@ -32,7 +32,7 @@ pub(super) mod zero;
 
 use std::ops::Range;
 
-use sim_core::graph::OpId;
+use sim_core::graph::{GroupKind, OpId, OpMeta, Pass};
 use sim_core::units::Bytes;
 
 use super::plan::Plan;
@@ -157,4 +157,10 @@ pub(super) fn select(
         }
         GradientSync::AllReduce => Box::new(ddp::Ddp),
     }
+}
+
+/// The metadata of a policy's data-parallel collective in `pass`, emitted by the policy named
+/// `origin`.
+fn policy_meta(emitter: &mut RankEmitter<'_, '_>, origin: &'static str, pass: Pass) -> OpMeta {
+    OpMeta::NONE.with_pass(pass).with_group(GroupKind::Data).with_origin(emitter.origin(origin))
 }

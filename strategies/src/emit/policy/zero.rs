@@ -5,12 +5,12 @@
 //!
 //! Invariant: the buckets are DDP's ([`super::buckets`]); only the collectives differ.
 
-use sim_core::graph::{CollectiveKind, LabelId, OpId};
+use sim_core::graph::{CollectiveKind, LabelId, OpId, Pass};
 
 use super::super::Dep;
 use super::super::rank::RankEmitter;
 use super::buckets::{self, PlannedBucket};
-use super::{Policy, RankPolicy};
+use super::{Policy, RankPolicy, policy_meta};
 use crate::{Comm, DATA_STREAM, GroupKind, StrategyError};
 
 /// ZeRO-1/2: bucketed reduce-scatter, parameter allgather after the step.
@@ -56,7 +56,8 @@ impl RankPolicy for Zero {
                     };
                     let group = emitter.sync_group(bucket.expert);
                     let label = emitter.bucket_labels[k][b].1;
-                    end = emitter.collective(comm, DATA_STREAM, group, label, &[Dep::Local(optimizer)]);
+                    let meta = policy_meta(emitter, ORIGIN, Pass::Optimizer);
+                    end = emitter.collective(comm, DATA_STREAM, group, label, &[Dep::Local(optimizer)], meta);
                 }
             }
         }
@@ -73,5 +74,9 @@ fn sync_bucket(emitter: &mut RankEmitter<'_, '_>, bucket: &PlannedBucket, label:
         what: "",
     };
     let group = emitter.sync_group(bucket.expert);
-    emitter.collective(comm, DATA_STREAM, group, label, &[Dep::Local(ready)])
+    let meta = policy_meta(emitter, ORIGIN, Pass::BackwardWeight);
+    emitter.collective(comm, DATA_STREAM, group, label, &[Dep::Local(ready)], meta)
 }
+
+/// The origin of ZeRO-1/2's reduce-scatters and parameter allgathers.
+const ORIGIN: &str = "zero";
