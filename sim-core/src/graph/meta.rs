@@ -109,7 +109,7 @@ impl Pass {
 pub enum Work {
     /// On the device: a kernel, or data moving (by the op's kind). The default.
     #[default]
-    Device,
+    Device = 0,
     /// The host thread's launch of a kernel (or another call that holds it, such as a
     /// synchronisation): host time.
     Launch,
@@ -125,7 +125,8 @@ pub enum Work {
 }
 
 impl Work {
-    const ALL: [Work; 5] = [Work::Device, Work::Launch, Work::Loader, Work::Input, Work::Staging];
+    /// Every kind of work, in order.
+    pub const ALL: [Work; 5] = [Work::Device, Work::Launch, Work::Loader, Work::Input, Work::Staging];
 
     /// Whether the op runs on the host rather than on the device.
     pub const fn is_host(self) -> bool {
@@ -204,7 +205,13 @@ impl OpMeta {
 
     /// Where its time goes.
     pub const fn work(self) -> Work {
-        Work::ALL[self.field(WORK_SHIFT, 3) as usize]
+        match self.field(WORK_SHIFT, 3) {
+            1 => Work::Launch,
+            2 => Work::Loader,
+            3 => Work::Input,
+            4 => Work::Staging,
+            _ => Work::Device,
+        }
     }
 
     /// With its time going to `work`.
@@ -226,8 +233,12 @@ impl OpMeta {
     /// The pass it belongs to.
     pub const fn pass(self) -> Option<Pass> {
         match self.field(PASS_SHIFT, 3) {
-            0 => None,
-            n => Some(Pass::ALL[n as usize - 1]),
+            1 => Some(Pass::Forward),
+            2 => Some(Pass::BackwardData),
+            3 => Some(Pass::BackwardWeight),
+            4 => Some(Pass::Recompute),
+            5 => Some(Pass::Optimizer),
+            _ => None,
         }
     }
 
@@ -239,8 +250,15 @@ impl OpMeta {
     /// The communicator kind it talks over.
     pub const fn group(self) -> Option<GroupKind> {
         match self.field(GROUP_SHIFT, 4) {
-            0 => None,
-            n => Some(GroupKind::ALL[n as usize - 1]),
+            1 => Some(GroupKind::Tensor),
+            2 => Some(GroupKind::Pipeline),
+            3 => Some(GroupKind::Data),
+            4 => Some(GroupKind::Context),
+            5 => Some(GroupKind::Expert),
+            6 => Some(GroupKind::Filter),
+            7 => Some(GroupKind::Channel),
+            8 => Some(GroupKind::Spatial),
+            _ => None,
         }
     }
 
@@ -284,12 +302,11 @@ mod tests {
 
     #[test]
     fn every_field_round_trips_without_touching_the_others() {
-        let works = Work::ALL;
-        let passes = [None, Some(Pass::Forward), Some(Pass::Optimizer), Some(Pass::Recompute)];
-        let groups = [None, Some(GroupKind::Tensor), Some(GroupKind::Spatial)];
-        for work in works {
-            for pass in passes {
-                for group in groups {
+        let passes: Vec<Option<Pass>> = std::iter::once(None).chain(Pass::ALL.map(Some)).collect();
+        let groups: Vec<Option<GroupKind>> = std::iter::once(None).chain(GroupKind::ALL.map(Some)).collect();
+        for work in Work::ALL {
+            for &pass in &passes {
+                for &group in &groups {
                     for origin in [0u8, 1, 62, 63] {
                         for layer in [None, Some(0), Some(70_000), Some(u32::MAX - 1)] {
                             let mut meta = OpMeta::NONE.with_work(work).with_origin(Origin(origin));

@@ -87,7 +87,7 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
         instances: HashMap::new(),
         issued: vec![HashMap::new(); ranks as usize],
         comm_labels: HashMap::new(),
-        origins: HashMap::new(),
+        origins: Vec::new(),
         keys: HashMap::new(),
     };
     // Ops' metadata names layers by their index in the model.

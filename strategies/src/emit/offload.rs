@@ -348,9 +348,11 @@ impl RankEmitter<'_, '_> {
     }
 
     /// The start of the backward of `layers` (one chunk, micro-batch `micro`): the first
-    /// weight fetches and the activation prefetches no layer's backward triggers.
-    pub(super) fn offload_backward(&mut self, layers: Range<usize>, micro: u32) -> BackwardOffload {
+    /// weight fetches and the activation prefetches no layer's backward triggers; `None` (and
+    /// nothing to do around each layer) without offloading.
+    pub(super) fn offload_backward(&mut self, layers: Range<usize>, micro: u32) -> Option<BackwardOffload> {
         let plan = self.plan;
+        plan.offload.as_ref()?;
         let mut backward = BackwardOffload { layers: layers.clone(), fetched: VecDeque::new() };
         // Weights are fetched `WEIGHT_BUFFERS - 1` layers ahead, each before the activation
         // prefetches that the previous layer's backward triggers, so that a weight fetch does
@@ -366,7 +368,7 @@ impl RankEmitter<'_, '_> {
         if let Some(offload) = &plan.offload {
             self.prefetch(micro, &offload.untriggered);
         }
-        backward
+        Some(backward)
     }
 
     /// Before the backward of layer `index`: its activations' prefetch and weight fetch, and

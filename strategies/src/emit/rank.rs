@@ -49,8 +49,8 @@ pub(super) struct Shared {
     /// Per rank: collectives issued so far on each group.
     pub(super) issued: Vec<HashMap<GroupId, u32>>,
     pub(super) comm_labels: HashMap<&'static str, LabelId>,
-    /// Origins interned by name ([`RankEmitter::origin`]).
-    pub(super) origins: HashMap<&'static str, Origin>,
+    /// Origins interned by name ([`RankEmitter::origin`]): a dozen at most, so a list.
+    pub(super) origins: Vec<(&'static str, Origin)>,
     pub(super) keys: HashMap<Key, (u32, u32)>,
 }
 
@@ -272,7 +272,9 @@ impl RankEmitter<'_, '_> {
             let received = self.halo(index, micro, halo, if recompute { 1 } else { 0 });
             self.waiting.extend(received);
         }
-        let fetch_weights = self.offload_before_forward(index, micro, recompute);
+        // Out-of-core training's copies around the kernel (nothing to do without).
+        let offloads = plan.offload.is_some();
+        let fetch_weights = offloads && self.offload_before_forward(index, micro, recompute);
         if let Some((duration, _)) = plan.kernels[index][0] {
             let label = if recompute { self.labels.recompute[index] } else { self.labels.passes[index][0] };
             match local.context_ring {
@@ -291,7 +293,9 @@ impl RankEmitter<'_, '_> {
         for comm in &local.after_forward {
             self.comm(*comm, meta);
         }
-        self.offload_after_forward(index, micro, recompute);
+        if offloads {
+            self.offload_after_forward(index, micro, recompute);
+        }
         Ok(())
     }
 
@@ -497,11 +501,13 @@ impl RankEmitter<'_, '_> {
 
     /// The origin named `name` (what emitted an op: [`OpMeta::origin`]), interned once.
     pub(super) fn origin(&mut self, name: &'static str) -> Origin {
-        match self.shared.origins.get(name) {
-            Some(&origin) => origin,
+        let known =
+            self.shared.origins.iter().find(|(known, _)| std::ptr::eq(*known, name) || *known == name);
+        match known {
+            Some(&(_, origin)) => origin,
             None => {
                 let origin = self.shared.graph.origin(name);
-                self.shared.origins.insert(name, origin);
+                self.shared.origins.push((name, origin));
                 origin
             }
         }

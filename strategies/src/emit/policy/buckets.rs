@@ -184,9 +184,13 @@ pub(in super::super) fn backward_chunk(
     let layers = plan.chunk_layers[chunk].clone();
     let mut offload = emitter.offload_backward(layers.clone(), micro);
     for index in layers.rev() {
-        emitter.offload_before_backward(&mut offload, index, micro);
+        if let Some(offload) = offload.as_mut() {
+            emitter.offload_before_backward(offload, index, micro);
+        }
         let ready = emitter.backward_layer(index, micro)?;
-        emitter.offload_after_backward(&mut offload, index, micro);
+        if let Some(offload) = offload.as_mut() {
+            emitter.offload_after_backward(offload, index, micro);
+        }
         if last && let (Some(b), Some(ready)) = (plan.bucket_closed_by[index], ready) {
             let bucket = &plan.buckets[chunk][b];
             let label = emitter.bucket_labels[chunk][b].0;
