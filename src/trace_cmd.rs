@@ -339,16 +339,7 @@ pub fn export_run(outcome: &scenario::simulation::Outcome, path: &Path) -> anyho
         outcome.rank_names.get(rank.0 as usize).cloned().unwrap_or_else(|| format!("rank {}", rank.0))
     };
     let streams =
-        |_: sim_core::graph::RankId, stream: sim_core::graph::StreamId| match strategies::group_of_stream(
-            stream,
-        ) {
-            None if stream == strategies::HOST_STREAM => "host (kernel launches)".to_string(),
-            None => "compute".to_string(),
-            Some(kind) if stream == strategies::GATHER_STREAM => {
-                format!("{} (parameter gathers)", kind.name())
-            }
-            Some(kind) => format!("{} communication", kind.name()),
-        };
+        |_: sim_core::graph::RankId, stream: sim_core::graph::StreamId| strategies::stream_name(stream);
     let file = fs_err::File::create(path)?;
     let stats = traces::chrome::ChromeTrace::new(&outcome.graph, &outcome.timeline)
         .with_stream_names(&streams)

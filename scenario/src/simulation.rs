@@ -10,10 +10,8 @@ use sim_core::units::{SimDuration, SimTime};
 use topology::{Topology, TopologyError};
 
 use crate::Scenario;
-use sim_core::graph::RankId;
-use strategies::{
-    Axis, GroupKind, StrategyError, group_of_stream, is_flush, is_host, is_input, is_launch, is_loader,
-};
+use sim_core::graph::{Op, OpKind, RankId, Work};
+use strategies::{Axis, GroupKind, StrategyError};
 use workloads::device::DeviceError;
 use workloads::memory::{MemoryBreakdown, MemoryError};
 
@@ -541,31 +539,13 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
     let simulated = |rank: usize| is_simulated[rank];
     // The statistics below skip the ops of ranks that are not simulated (shadow copies of
     // folded ranks' transfers) as well as host work: only the simulated ranks' are reported.
-    let off_device = |op: &sim_core::graph::Op| is_host(op) || !is_simulated[op.rank.0 as usize];
-    // MPI's staging of a message through host memory is part of its transfer: communication.
-    let activity = |op: &sim_core::graph::Op| {
-        if off_device(op) {
-            Activity::Ignored
-        } else if strategies::is_host_staging(&lowered.graph, op) {
-            Activity::Communication
-        } else {
-            Activity::of(op)
-        }
-    };
-    // Staging beside its transfer runs on a stream of its own: it belongs to the CNN split's
-    // group (a scenario has at most one of filter, channel and spatial with staging).
-    let staging_group = [
-        (scenario.parallelism.filter, GroupKind::Filter),
-        (scenario.parallelism.channel, GroupKind::Channel),
-        (scenario.parallelism.spatial, GroupKind::Spatial),
-    ]
-    .into_iter()
-    .find(|(degree, _)| *degree > 1)
-    .map(|(_, kind)| kind);
-    let group_of = |stream| {
-        let kind = if stream == strategies::STAGING_STREAM { staging_group } else { group_of_stream(stream) };
-        kind.and_then(|kind| GroupKind::ALL.iter().position(|k| *k == kind))
-    };
+    let off_device = |op: &Op| op.meta.work().is_host() || !is_simulated[op.rank.0 as usize];
+    // Each op counts as its metadata says (MPI's staging of a message through host memory is
+    // part of its transfer: communication).
+    let activity =
+        |op: &Op| if is_simulated[op.rank.0 as usize] { Activity::of(op) } else { Activity::Ignored };
+    // Exposed communication by the communicator each op talks over.
+    let group_of = |op: &Op| op.meta.group().map(GroupKind::index);
     let per_rank: Vec<_> = breakdown_by(&lowered.graph, &timeline, SimTime::ZERO, previous_end, &activity)
         .into_iter()
         .enumerate()
@@ -588,10 +568,8 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
     .collect();
     // Out-of-core: time a copy to or from host memory runs while no kernel does.
     let offload_stall_ps: u128 = if lowered.offload.is_some() {
-        let offload = |stream| match stream {
-            strategies::OFFLOAD_STREAM | strategies::PREFETCH_STREAM => Some(0),
-            _ => Some(1),
-        };
+        let copies = lowered.graph.find_origin(strategies::OFFLOAD_ORIGIN);
+        let offload = |op: &Op| if Some(op.meta.origin()) == copies { Some(0) } else { Some(1) };
         exposed_by_class(&lowered.graph, &timeline, SimTime::ZERO, previous_end, &offload, 2, &activity)
             .into_iter()
             .enumerate()
@@ -613,6 +591,9 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
     let mut host_waits: Vec<Vec<(SimTime, SimTime)>> =
         if pipelined { vec![Vec::new(); graph.ranks() as usize] } else { Vec::new() };
     let waited = |until: SimTime, from: SimTime| u128::from(until.saturating_since(from).as_ps());
+    let is_launch = |op: &Op| op.meta.work() == Work::Launch;
+    let is_loader = |op: &Op| op.meta.work() == Work::Loader;
+    let is_input = |op: &Op| op.meta.work().is_input();
     for (index, op) in graph.ops().iter().enumerate() {
         if !simulated(op.rank.0 as usize) || is_launch(op) || is_loader(op) {
             continue;
@@ -637,7 +618,7 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
             // (the broadcast's wait for the serialised batch is counted where a kernel waits
             // for the broadcast).
             if let Some(input) = input
-                && matches!(op.kind, sim_core::graph::OpKind::Compute { .. })
+                && matches!(op.kind, OpKind::Compute { .. })
                 && ready > SimTime::ZERO
             {
                 input_bound_ps += waited(input, ready);
@@ -667,6 +648,9 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
     let mut flush_wait_ps = 0u128;
     if pipelined {
         let layout = scenario.parallelism.layout();
+        // The pipeline flush's allreduce: its wait is the pipeline draining.
+        let flush = graph.find_origin(strategies::FLUSH_ORIGIN);
+        let is_flush = |op: &Op| Some(op.meta.origin()) == flush && matches!(op.kind, OpKind::Collective(_));
         let mut start = SimTime::ZERO;
         for (iteration_ends, pipeline_ends) in lowered.iteration_ends.iter().zip(&lowered.pipeline_ends) {
             let mut ends = vec![None; layout.ranks() as usize];
@@ -686,7 +670,7 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
                 .collect();
             let sum =
                 |durations: Vec<SimDuration>| durations.iter().map(|d| u128::from(d.as_ps())).sum::<u128>();
-            let idle = |ignore: &dyn Fn(&sim_core::graph::Op) -> bool| {
+            let idle = |ignore: &dyn Fn(&Op) -> bool| {
                 sum(idle_until_besides(&lowered.graph, &timeline, start, &until, ignore, &host_waits))
             };
             let with_flush = idle(&|op| is_flush(op) || off_device(op));

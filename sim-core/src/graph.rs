@@ -32,6 +32,9 @@ use std::fmt;
 
 use units::{Bytes, SimDuration};
 
+mod meta;
+pub use meta::{GroupKind, OpMeta, Origin, Pass, Work};
+
 /// A rank: one device (GPU) of the simulated job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RankId(pub u32);
@@ -306,6 +309,9 @@ pub struct Op {
     pub stream: StreamId,
     /// Its name.
     pub label: LabelId,
+    /// What it is for ([`OpMeta`]): where its time goes, its layer, pass, communicator and
+    /// origin. [`OpMeta::NONE`] when the builder does not say.
+    pub meta: OpMeta,
 }
 
 /// A graph that is not well formed; every variant names the op (or group, or collective) at
@@ -381,6 +387,12 @@ pub enum GraphError {
         /// What is wrong, naming the op or rank.
         reason: String,
     },
+    /// More origins than op metadata can name ([`Origin::MAX`]).
+    #[error("the graph names {count} op origins; op metadata names at most 63")]
+    TooManyOrigins {
+        /// Origins interned.
+        count: usize,
+    },
     /// More ops than a 32-bit `OpId` can number.
     #[error("the graph has {op_count} ops; parasim numbers at most 4,294,967,294")]
     TooLarge {
@@ -410,6 +422,10 @@ pub struct GraphBuilder {
     images: Vec<Vec<RankId>>,
     /// Compute ops that run slower beside communication, with their duration when they do.
     beside_communication: Vec<(OpId, SimDuration)>,
+    /// Names of the layers ops' metadata index ([`OpMeta::layer`]).
+    layer_names: Vec<String>,
+    /// Names of the origins ops' metadata name ([`OpMeta::origin`]), from [`Origin`] 1.
+    origins: Vec<String>,
 }
 
 impl GraphBuilder {
@@ -445,6 +461,31 @@ impl GraphBuilder {
         self.labels.push(name.to_string());
         self.label_ids.insert(name.to_string(), id);
         id
+    }
+
+    /// Names the layers that ops' metadata index ([`OpMeta::layer`]): `names[i]` is layer
+    /// `i`'s.
+    pub fn set_layer_names(&mut self, names: Vec<String>) {
+        self.layer_names = names;
+    }
+
+    /// Interns the origin `name` (a policy or mechanism that emits ops) and returns its id for
+    /// [`OpMeta::with_origin`] (the same name always gets the same id). A graph names at most
+    /// [`Origin::MAX`]; [`GraphBuilder::build`] refuses more.
+    pub fn origin(&mut self, name: &str) -> Origin {
+        if let Some(position) = self.origins.iter().position(|known| known == name) {
+            return Origin(position as u8 + 1);
+        }
+        self.origins.push(name.to_string());
+        Origin(self.origins.len().min(Origin::MAX) as u8)
+    }
+
+    /// Sets the metadata of op `op`, already added (graphs built op by op with
+    /// [`GraphBuilder::compute`] and its siblings, which add [`OpMeta::NONE`]).
+    pub fn set_meta(&mut self, op: OpId, meta: OpMeta) {
+        if let Some(op) = self.ops.get_mut(op.0 as usize) {
+            op.meta = meta;
+        }
     }
 
     /// Declares the job symmetric under each rank map of `images` (`images[i][r]`: the rank
@@ -489,7 +530,7 @@ impl GraphBuilder {
         deps: &[OpId],
     ) -> OpId {
         let label = self.label(label);
-        self.add_op(Op { kind: OpKind::Compute { duration }, rank, stream, label }, deps)
+        self.add_op(Op { kind: OpKind::Compute { duration }, rank, stream, label, meta: OpMeta::NONE }, deps)
     }
 
     /// Adds a compute op like [`GraphBuilder::compute`] that runs slower while its rank's GPU
@@ -534,7 +575,10 @@ impl GraphBuilder {
         deps: &[OpId],
     ) -> OpId {
         let label = self.label(label);
-        self.add_op(Op { kind: OpKind::Transfer { dst, bytes }, rank, stream, label }, deps)
+        self.add_op(
+            Op { kind: OpKind::Transfer { dst, bytes }, rank, stream, label, meta: OpMeta::NONE },
+            deps,
+        )
     }
 
     /// Adds `rank`'s part in `collective`.
@@ -547,7 +591,10 @@ impl GraphBuilder {
         deps: &[OpId],
     ) -> OpId {
         let label = self.label(label);
-        self.add_op(Op { kind: OpKind::Collective(collective), rank, stream, label }, deps)
+        self.add_op(
+            Op { kind: OpKind::Collective(collective), rank, stream, label, meta: OpMeta::NONE },
+            deps,
+        )
     }
 
     /// Adds a host <-> device copy.
@@ -561,7 +608,10 @@ impl GraphBuilder {
         deps: &[OpId],
     ) -> OpId {
         let label = self.label(label);
-        self.add_op(Op { kind: OpKind::Memcpy { direction, bytes }, rank, stream, label }, deps)
+        self.add_op(
+            Op { kind: OpKind::Memcpy { direction, bytes }, rank, stream, label, meta: OpMeta::NONE },
+            deps,
+        )
     }
 
     /// Validates the graph and builds the indexes the executor needs.
@@ -571,6 +621,9 @@ impl GraphBuilder {
             return Err(GraphError::TooLarge { op_count });
         }
         let describe = |id: usize| self.labels[self.ops[id].label.0 as usize].clone();
+        if self.origins.len() > Origin::MAX {
+            return Err(GraphError::TooManyOrigins { count: self.origins.len() });
+        }
         self.check_groups_and_collectives()?;
         for (index, image) in self.images.iter().enumerate() {
             let mut seen = vec![false; self.ranks as usize];
@@ -699,6 +752,8 @@ impl GraphBuilder {
             members,
             labels: self.labels,
             images: self.images,
+            layer_names: self.layer_names,
+            origins: self.origins,
         };
         graph.check_acyclic()?;
         Ok(graph)
@@ -838,6 +893,10 @@ pub struct ExecGraph {
     /// Per op, a slowed compute op's duration beside communication
     /// ([`GraphBuilder::compute_slowed`]), zero for the others; empty when no op is slowed.
     beside_communication: Vec<SimDuration>,
+    /// [`GraphBuilder::set_layer_names`].
+    layer_names: Vec<String>,
+    /// [`GraphBuilder::origin`]'s names, from [`Origin`] 1.
+    origins: Vec<String>,
 }
 
 impl ExecGraph {
@@ -892,6 +951,21 @@ impl ExecGraph {
     /// The name of `label`.
     pub fn label(&self, label: LabelId) -> &str {
         &self.labels[label.0 as usize]
+    }
+
+    /// The name of layer `layer` of ops' metadata ([`OpMeta::layer`]), if the builder named it.
+    pub fn layer_name(&self, layer: u32) -> Option<&str> {
+        self.layer_names.get(layer as usize).map(String::as_str)
+    }
+
+    /// The name of `origin` ([`OpMeta::origin`]); `None` for [`Origin::NONE`].
+    pub fn origin_name(&self, origin: Origin) -> Option<&str> {
+        (origin.0 as usize).checked_sub(1).and_then(|index| self.origins.get(index)).map(String::as_str)
+    }
+
+    /// The origin named `name`, if any op's builder interned it.
+    pub fn find_origin(&self, name: &str) -> Option<Origin> {
+        self.origins.iter().position(|known| known == name).map(|index| Origin(index as u8 + 1))
     }
 
     /// The explicit dependencies of `op` (not counting its stream predecessor).

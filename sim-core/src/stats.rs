@@ -9,7 +9,7 @@
 use units::{SimDuration, SimTime};
 
 use crate::exec::Timeline;
-use crate::graph::ExecGraph;
+use crate::graph::{ExecGraph, Work};
 
 /// One rank's time split three ways over a window.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -37,9 +37,16 @@ pub enum Activity {
 }
 
 impl Activity {
-    /// The default: by the op's kind ([`crate::graph::OpKind::is_communication`]).
+    /// The default, by the op's metadata ([`crate::graph::OpMeta::work`]): host work is left
+    /// out, the staging of a message through host memory is communication, and device work
+    /// counts by the op's kind ([`crate::graph::OpKind::is_communication`]).
     pub fn of(op: &crate::graph::Op) -> Activity {
-        if op.kind.is_communication() { Activity::Communication } else { Activity::Compute }
+        match op.meta.work() {
+            Work::Launch | Work::Loader | Work::Input => Activity::Ignored,
+            Work::Staging => Activity::Communication,
+            Work::Device if op.kind.is_communication() => Activity::Communication,
+            Work::Device => Activity::Compute,
+        }
     }
 }
 
@@ -92,17 +99,17 @@ pub fn breakdown_by(
 }
 
 /// Exposed communication of every rank over `[from, to)` split by class: `class` maps a
-/// communication op's stream to one of `classes` classes (`None`: not counted). Time when no
-/// compute op runs and communication of several classes does is shared equally among them,
-/// so the classes add up to [`RankBreakdown::exposed_communication`] when every stream has a
-/// class. Ops count as `activity` says, as in [`breakdown_by`]. Returns, per rank, the exposed
-/// time of each class.
+/// communication op (by its metadata, say) to one of `classes` classes (`None`: not counted).
+/// Time when no compute op runs and communication of several classes does is shared equally
+/// among them, so the classes add up to [`RankBreakdown::exposed_communication`] when every
+/// communication op has a class. Ops count as `activity` says, as in [`breakdown_by`]. Returns,
+/// per rank, the exposed time of each class.
 pub fn exposed_by_class(
     graph: &ExecGraph,
     timeline: &Timeline,
     from: SimTime,
     to: SimTime,
-    class: &dyn Fn(crate::graph::StreamId) -> Option<usize>,
+    class: &dyn Fn(&crate::graph::Op) -> Option<usize>,
     classes: usize,
     activity: &dyn Fn(&crate::graph::Op) -> Activity,
 ) -> Vec<Vec<SimDuration>> {
@@ -116,7 +123,7 @@ pub fn exposed_by_class(
             continue;
         }
         let tag = match activity(op) {
-            Activity::Communication => match class(op.stream) {
+            Activity::Communication => match class(op) {
                 Some(c) if c < classes => c,
                 _ => continue,
             },
@@ -255,8 +262,15 @@ mod tests {
             collective_begin: Vec::new(),
             events: 0,
         };
-        let exposed =
-            exposed_by_class(&graph, &timeline, t(0), t(40), &|s| (s.0 == 1).then_some(0), 1, &Activity::of);
+        let exposed = exposed_by_class(
+            &graph,
+            &timeline,
+            t(0),
+            t(40),
+            &|op| (op.stream.0 == 1).then_some(0),
+            1,
+            &Activity::of,
+        );
         assert_eq!(exposed[0], vec![SimDuration::from_us(20)]);
         // Rank 0 busy 0-30: idle until 40 is 10; rank 1 has nothing: idle 0-5 is 5.
         assert_eq!(

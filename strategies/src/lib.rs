@@ -56,8 +56,8 @@ use workloads::model::Model;
 use workloads::optimizer::Optimizer;
 
 pub use cnn::{CnnSplit, CnnTransport, FilterBackward, HostStaging, SpatialDims, SpatialHalos};
-pub use emit::LayerTables;
 pub use emit::kernel_table::{BucketRow, KernelRow, KernelTable, RowPass};
+pub use emit::{FLUSH_ORIGIN, LayerTables, OFFLOAD_ORIGIN};
 pub use layout::{Axis, Coordinates, RankLayout, RankOrder};
 pub use pipeline::{Action, PipelineSchedule};
 pub use shard::{Comm, GroupKind, LocalLayer, Role, ShardError, Split};
@@ -106,57 +106,31 @@ pub const INPUT_STREAM: StreamId = StreamId(16);
 /// (`cnn::HostStaging::pipelined`): beside the collective, not after it.
 pub const STAGING_STREAM: StreamId = StreamId(17);
 
-/// Whether `op` runs on the host rather than on the GPU: kernel launches and the input
-/// pipeline.
-pub fn is_host(op: &sim_core::graph::Op) -> bool {
-    op.stream == HOST_STREAM || is_input(op)
-}
-
 /// The label of CUDA-aware MPI's staging of a message through host memory
-/// ([`cnn::HostStaging`]): a device-side delay that belongs to the transfer, so breakdowns count
-/// it as communication ([`is_host_staging`]).
+/// ([`cnn::HostStaging`]): a device-side delay that belongs to the transfer, so its ops carry
+/// [`sim_core::graph::Work::Staging`] and breakdowns count it as communication.
 pub const HOST_STAGING_LABEL: &str = "mpi host staging";
 
-/// Whether `op` is MPI's staging of a message through host memory: part of its transfer.
-pub fn is_host_staging(graph: &sim_core::graph::ExecGraph, op: &sim_core::graph::Op) -> bool {
-    graph.label(op.label) == HOST_STAGING_LABEL
-}
-
-/// Whether `op` is the host thread's launch of a kernel (host dispatch).
-pub fn is_launch(op: &sim_core::graph::Op) -> bool {
-    op.stream == HOST_STREAM
-}
-
-/// Whether `op` belongs to the input pipeline (loading, broadcasting or taking a batch).
-pub fn is_input(op: &sim_core::graph::Op) -> bool {
-    is_loader(op) || op.stream == INPUT_STREAM
-}
-
-/// Whether `op` is a data loader's work (loading a batch, serialising it for the broadcast).
-pub fn is_loader(op: &sim_core::graph::Op) -> bool {
-    op.stream == LOADER_STREAM
-}
-
-/// The communicator kind of the ops on `stream`, if it is a communication stream.
-pub fn group_of_stream(stream: StreamId) -> Option<GroupKind> {
+/// The name of the timeline track of a rank's `stream` (`"compute"`, `"tensor communication"`,
+/// `"data (parameter gathers)"`, `"host (kernel launches)"`). Streams are in-order queues only;
+/// what an op on one is for, its metadata says ([`sim_core::graph::OpMeta`]).
+pub fn stream_name(stream: StreamId) -> String {
+    let group = match stream {
+        DATA_STREAM | GATHER_STREAM | DASO_STREAM => GroupKind::Data,
+        TENSOR_STREAM => GroupKind::Tensor,
+        PIPELINE_STREAM => GroupKind::Pipeline,
+        CONTEXT_STREAM => GroupKind::Context,
+        EXPERT_STREAM => GroupKind::Expert,
+        FILTER_STREAM => GroupKind::Filter,
+        CHANNEL_STREAM => GroupKind::Channel,
+        SPATIAL_STREAM | HALO_STREAM => GroupKind::Spatial,
+        HOST_STREAM => return "host (kernel launches)".to_string(),
+        _ => return "compute".to_string(),
+    };
     match stream {
-        DATA_STREAM | GATHER_STREAM | DASO_STREAM => Some(GroupKind::Data),
-        TENSOR_STREAM => Some(GroupKind::Tensor),
-        PIPELINE_STREAM => Some(GroupKind::Pipeline),
-        CONTEXT_STREAM => Some(GroupKind::Context),
-        EXPERT_STREAM => Some(GroupKind::Expert),
-        FILTER_STREAM => Some(GroupKind::Filter),
-        CHANNEL_STREAM => Some(GroupKind::Channel),
-        SPATIAL_STREAM | HALO_STREAM => Some(GroupKind::Spatial),
-        _ => None,
+        GATHER_STREAM => format!("{} (parameter gathers)", group.name()),
+        _ => format!("{} communication", group.name()),
     }
-}
-
-/// Whether `op` is the pipeline flush (the gradient-norm allreduce over the model-parallel
-/// group before the optimizer): time a rank spends in it is waiting for the pipeline to drain,
-/// so it counts as bubble, not communication.
-pub fn is_flush(op: &sim_core::graph::Op) -> bool {
-    op.stream == PIPELINE_STREAM && matches!(op.kind, sim_core::graph::OpKind::Collective(_))
 }
 
 /// How the model is split over the GPUs, and how gradients are synchronised.

@@ -33,55 +33,8 @@ use workloads::layer::{Layer, LayerError, LayerKind, Shape};
 use workloads::model::Model;
 
 /// A communicator kind: which parallel dimension a collective or transfer belongs to (the
-/// report's breakdown of exposed communication is by these).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum GroupKind {
-    /// Tensor (and sequence) parallel collectives.
-    Tensor,
-    /// Pipeline sends and receives between stages.
-    Pipeline,
-    /// Gradient and parameter synchronisation over data-parallel replicas.
-    Data,
-    /// Context-parallel key/value ring.
-    Context,
-    /// Expert-parallel all-to-all.
-    Expert,
-    /// Filter-parallel allgathers and input-gradient allreduces (CNNs).
-    Filter,
-    /// Channel-parallel allreduces and input-gradient allgathers (CNNs).
-    Channel,
-    /// Spatial halo exchanges and the allgather before the first non-spatial layer (CNNs).
-    Spatial,
-}
-
-impl GroupKind {
-    /// Every kind, in report order.
-    pub const ALL: [GroupKind; 8] = [
-        GroupKind::Tensor,
-        GroupKind::Pipeline,
-        GroupKind::Data,
-        GroupKind::Context,
-        GroupKind::Expert,
-        GroupKind::Filter,
-        GroupKind::Channel,
-        GroupKind::Spatial,
-    ];
-
-    /// The name used in reports.
-    pub const fn name(self) -> &'static str {
-        match self {
-            GroupKind::Tensor => "tensor",
-            GroupKind::Pipeline => "pipeline",
-            GroupKind::Data => "data",
-            GroupKind::Context => "context",
-            GroupKind::Expert => "expert",
-            GroupKind::Filter => "filter",
-            GroupKind::Channel => "channel",
-            GroupKind::Spatial => "spatial",
-        }
-    }
-}
+/// graph's op metadata records it, [`sim_core::graph::OpMeta::group`]).
+pub use sim_core::graph::GroupKind;
 
 /// How a layer is split over the tensor ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,7 +2,6 @@
 //! tensor- and sequence-parallel bytes, context-parallel key/value bytes, expert all-to-all
 //! bytes, ZeRO traffic, and plain data parallelism through the general emitter.
 
-use super::{is_flush, is_host};
 use sim_core::fidelity::{Fidelity, NetworkSettings};
 use sim_core::graph::{CollectiveKind, ExecGraph, OpKind, RankId};
 use sim_core::stats::idle_until;
@@ -108,8 +107,11 @@ fn bubble(lowered: &Lowered, topology: &Topology) -> (f64, f64) {
     let timeline = NetworkSettings::new(Fidelity::Analytical).run(&lowered.graph, topology).unwrap();
     let end = lowered.pipeline_ends[0].iter().map(|op| timeline.end[op.0 as usize]).max().unwrap();
     let ranks = lowered.graph.ranks() as usize;
+    // The pipeline flush's wait counts as bubble; host work is not the GPU's.
+    let flush = lowered.graph.find_origin(FLUSH_ORIGIN);
     let idle = idle_until(&lowered.graph, &timeline, SimTime::ZERO, &vec![end; ranks], &|op| {
-        is_flush(op) || is_host(op)
+        (Some(op.meta.origin()) == flush && matches!(op.kind, OpKind::Collective(_)))
+            || op.meta.work().is_host()
     });
     let mean_idle = idle.iter().map(|d| d.as_secs_f64()).sum::<f64>() / ranks as f64;
     (mean_idle / end.since_start().as_secs_f64(), mean_idle)
@@ -409,7 +411,8 @@ fn recomputation_reruns_forward_kernels_without_counting_their_flops() {
     let selective = spec.lower().unwrap();
     spec.recompute = Recompute::Full;
     let full = spec.lower().unwrap();
-    let per_rank = |lowered: &Lowered| lowered.graph.ops().iter().filter(|op| !is_host(op)).count() / 2;
+    let per_rank =
+        |lowered: &Lowered| lowered.graph.ops().iter().filter(|op| !op.meta.work().is_host()).count() / 2;
     // BERT-base: 12 attention cores re-run under selective recomputation.
     assert_eq!(per_rank(&selective), per_rank(&none) + 12);
     // Full: every layer of the 12 encoder blocks re-runs its forward (views excepted).
@@ -1354,4 +1357,54 @@ fn padded_pooling_adds_a_forward_send_per_pooling_and_grows_the_gradient() {
     };
     assert_eq!(scattered(&every), 138_357_544 * 4);
     assert_eq!(scattered(&padded), 270_478_120 * 4);
+}
+
+/// Every op says what it is for (its metadata): kernels name their layer and pass, collectives
+/// their communicator and the policy that emitted them, launches are host work; the stream an
+/// op runs on is only its queue.
+#[test]
+fn every_op_carries_its_layer_pass_communicator_and_origin() {
+    use sim_core::graph::{GroupKind, Pass, Work};
+    let model = uniform_model(4, 1024);
+    let compute = ComputeModel::default();
+    let p = Parallelism { tensor: 2, pipeline: 2, zero: 1, ..Parallelism::data_parallel(2) };
+    let lowered = strategy(&model, &compute, p, 16, 2).lower().unwrap();
+    let graph = &lowered.graph;
+    let origin = |name| graph.find_origin(name).unwrap_or_else(|| panic!("no {name} origin"));
+    let (zero, flush, pipeline) = (origin("zero"), origin(FLUSH_ORIGIN), origin("pipeline"));
+    let mut seen = std::collections::BTreeSet::new();
+    for op in graph.ops() {
+        let meta = op.meta;
+        match (op.kind, meta.work()) {
+            (_, Work::Launch) => assert_eq!(op.stream, HOST_STREAM),
+            (OpKind::Compute { .. }, Work::Device) => {
+                let pass = meta.pass().expect("a kernel's pass");
+                if pass == Pass::Optimizer {
+                    assert_eq!(meta.layer(), None);
+                } else {
+                    let name = graph.layer_name(meta.layer().expect("a kernel's layer")).unwrap();
+                    assert_eq!(graph.label(op.label), format!("{name} {}", pass.name()));
+                }
+                seen.insert(pass.name());
+            }
+            (OpKind::Collective(_), Work::Device) => {
+                let group = meta.group().expect("a collective's communicator");
+                if meta.origin() == flush {
+                    assert_eq!(group, GroupKind::Pipeline);
+                } else if meta.origin() == zero {
+                    assert_eq!(group, GroupKind::Data);
+                } else {
+                    assert_eq!(group, GroupKind::Tensor, "{}", graph.label(op.label));
+                    assert!(meta.layer().is_some());
+                }
+                seen.insert(group.name());
+            }
+            (OpKind::Transfer { .. }, Work::Device) => {
+                assert_eq!((meta.group(), meta.origin()), (Some(GroupKind::Pipeline), pipeline));
+            }
+            other => panic!("unexpected {other:?} {}", graph.label(op.label)),
+        }
+    }
+    let expected = ["backward-data", "backward-weight", "data", "forward", "optimizer", "pipeline", "tensor"];
+    assert_eq!(seen.into_iter().collect::<Vec<_>>(), expected);
 }

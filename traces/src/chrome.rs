@@ -2,10 +2,12 @@
 //! (<https://ui.perfetto.dev>) and `chrome://tracing` open.
 //!
 //! Every rank is a process (`pid` = rank) and every stream a thread (`tid` = stream). Every op
-//! is one complete (`"X"`) event whose `args` carry its id, label, layer and phase (when the
-//! label is a workload's `"<layer> <phase>"`), bytes, and for collectives the kind, algorithm,
-//! group size, collective id and the instant the last member arrived; a collective member
-//! that waited for its peers has a nested `wait for peers` slice. Every transfer is a flow
+//! is one complete (`"X"`) event whose `args` carry its id, label, what its metadata says
+//! ([`sim_core::graph::OpMeta`]: `layer` and `phase` of a layer's kernel or the optimizer
+//! step, and for any op its `pass`, `layer_index`, communicator `group`, emitting `policy` and,
+//! off the device, its `work`), bytes, and for collectives the kind, algorithm, group size,
+//! collective id and the instant the last member arrived; a collective member that waited for
+//! its peers has a nested `wait for peers` slice. Every transfer is a flow
 //! arrow (`"s"` on the sender, `"f"` bound to the first op that depends on it on the
 //! receiver). Times are microseconds as floats (`ts`, `dur`), from picosecond integers.
 //!
@@ -42,7 +44,7 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 use sim_core::exec::Timeline;
-use sim_core::graph::{ExecGraph, MemcpyDirection, OpId, OpKind, RankId, StreamId};
+use sim_core::graph::{ExecGraph, MemcpyDirection, Op, OpId, OpKind, Pass, RankId, StreamId, Work};
 use sim_core::units::SimTime;
 
 /// Names a (rank, stream) track.
@@ -89,9 +91,6 @@ pub struct ExportStats {
     pub transfers_without_receiver: u64,
 }
 
-/// Phases a workload label can end with ("conv1 forward").
-const PHASES: &[&str] = &["forward", "backward-data", "backward-weight", "backward", "step"];
-
 #[derive(Serialize)]
 struct Args<'a> {
     op: u32,
@@ -115,6 +114,16 @@ struct Args<'a> {
     peer: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     direction: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pass: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    layer_index: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    group: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    policy: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    work: Option<&'static str>,
 }
 
 #[derive(Serialize)]
@@ -305,7 +314,8 @@ impl<'a> ChromeTrace<'a> {
             let start = timeline.start[index];
             let end = timeline.end[index];
             let label = graph.label(op.label);
-            let (layer, phase) = split_phase(label);
+            let (layer, phase) = layer_and_phase(graph, op);
+            let meta = op.meta;
             let mut args = Args {
                 op: id.0,
                 label,
@@ -319,6 +329,11 @@ impl<'a> ChromeTrace<'a> {
                 last_member_arrived_us: None,
                 peer: None,
                 direction: None,
+                pass: meta.pass().map(Pass::name),
+                layer_index: meta.layer(),
+                group: meta.group().map(|group| group.name()),
+                policy: graph.origin_name(meta.origin()),
+                work: (meta.work() != Work::Device).then(|| meta.work().name()),
             };
             let category = match op.kind {
                 OpKind::Compute { .. } => "compute",
@@ -420,26 +435,21 @@ impl<'a> ChromeTrace<'a> {
     }
 }
 
-/// "conv1 backward-data" -> (Some("conv1"), Some("backward-data")).
-fn split_phase(label: &str) -> (Option<&str>, Option<&str>) {
-    match label.rsplit_once(' ') {
-        Some((layer, phase)) if PHASES.contains(&phase) && !layer.is_empty() => (Some(layer), Some(phase)),
-        _ => (None, None),
+/// The `layer` and `phase` of a layer's kernel (`"conv1"`, `"backward-data"`) or of the
+/// optimizer step (`"optimizer"`, `"step"`), from the op's metadata; `None` for every other op
+/// (a collective or copy of a layer, a launch, an op without metadata).
+fn layer_and_phase<'g>(graph: &'g ExecGraph, op: &Op) -> (Option<&'g str>, Option<&'static str>) {
+    if !matches!(op.kind, OpKind::Compute { .. }) || op.meta.work() != Work::Device {
+        return (None, None);
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn phases_split_off_workload_labels() {
-        assert_eq!(split_phase("conv1 forward"), (Some("conv1"), Some("forward")));
-        assert_eq!(
-            split_phase("layer4.2.conv3 backward-weight"),
-            (Some("layer4.2.conv3"), Some("backward-weight"))
-        );
-        assert_eq!(split_phase("allreduce gradient bucket 0 (1 MiB)"), (None, None));
-        assert_eq!(split_phase("forward"), (None, None));
+    match op.meta.pass() {
+        Some(pass @ (Pass::Forward | Pass::BackwardData | Pass::BackwardWeight)) => {
+            match op.meta.layer().and_then(|layer| graph.layer_name(layer)).filter(|name| !name.is_empty()) {
+                Some(name) => (Some(name), Some(pass.name())),
+                None => (None, None),
+            }
+        }
+        Some(Pass::Optimizer) => (Some("optimizer"), Some("step")),
+        _ => (None, None),
     }
 }

@@ -48,7 +48,7 @@ use serde::Serialize;
 use sim_core::exec::Timeline;
 use sim_core::graph::{
     Collective, CollectiveAlgorithm, CollectiveId, CollectiveKind, ExecGraph, GraphBuilder, GraphError,
-    GroupId, LabelId, MemcpyDirection, Op, OpId, OpKind, RankId, StreamId,
+    GroupId, LabelId, MemcpyDirection, Op, OpId, OpKind, OpMeta, RankId, StreamId,
 };
 use sim_core::units::{Bytes, SimDuration, SimTime};
 
@@ -856,7 +856,10 @@ pub fn build(trace: &Trace, options: &ReplayOptions) -> Result<Replay, TraceErro
                     }
                 },
             };
-            builder.add_op(Op { kind, rank: RankId(m), stream: op.stream, label: op.label }, &deps);
+            builder.add_op(
+                Op { kind, rank: RankId(m), stream: op.stream, label: op.label, meta: OpMeta::NONE },
+                &deps,
+            );
         }
         for (number, begin, end, measured_begin_ns, measured_completion_ns, gpu_ops) in &template.steps {
             steps.push(StepMarkers {

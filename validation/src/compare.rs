@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use scenario::Scenario;
 use scenario::simulation::{Outcome, SimulationError, simulate};
 use serde::Serialize;
-use sim_core::graph::{CollectiveKind, OpKind};
+use sim_core::graph::{CollectiveKind, OpKind, Pass};
 use topology::Topology;
 use traces::Trace;
 use traces::model::{CollectiveType, GpuOp, GpuOpKind, RankTrace};
@@ -529,21 +529,22 @@ fn simulated_work(scenario: &Scenario, outcome: &Outcome) -> Work {
     let timeline = &outcome.timeline;
     let layers: BTreeMap<&str, KernelClass> =
         scenario.model.layers.iter().map(|l| (l.name.as_str(), KernelClass::of_layer(&l.kind))).collect();
-    let class_of_label = |label: &str| {
-        if label == "optimizer step" {
-            return KernelClass::Optimizer;
-        }
-        [" forward", " backward-data", " backward-weight", " recompute"]
-            .iter()
-            .find_map(|pass| label.strip_suffix(pass))
-            .and_then(|layer| layers.get(layer).copied())
-            .unwrap_or(KernelClass::Other)
+    // A kernel's class, by its metadata: the optimizer step, or the kind of its layer.
+    let class_of = |op: &sim_core::graph::Op| match (op.meta.work(), op.meta.pass()) {
+        (sim_core::graph::Work::Device, Some(Pass::Optimizer)) => KernelClass::Optimizer,
+        (sim_core::graph::Work::Device, Some(_)) => op
+            .meta
+            .layer()
+            .and_then(|layer| graph.layer_name(layer))
+            .and_then(|name| layers.get(name).copied())
+            .unwrap_or(KernelClass::Other),
+        _ => KernelClass::Other,
     };
     let mut kernels: BTreeMap<KernelClass, u128> = BTreeMap::new();
     let mut collectives: BTreeMap<&'static str, (u64, u128)> = BTreeMap::new();
     let mut has_ops = vec![false; graph.ranks() as usize];
     for (index, op) in graph.ops().iter().enumerate() {
-        if strategies::is_host(op) {
+        if op.meta.work().is_host() {
             continue;
         }
         if let Some(slot) = has_ops.get_mut(op.rank.0 as usize) {
@@ -551,9 +552,7 @@ fn simulated_work(scenario: &Scenario, outcome: &Outcome) -> Work {
         }
         let ps = u128::from(timeline.end[index].saturating_since(timeline.start[index]).as_ps());
         match op.kind {
-            OpKind::Compute { .. } => {
-                *kernels.entry(class_of_label(graph.label(op.label))).or_default() += ps
-            }
+            OpKind::Compute { .. } => *kernels.entry(class_of(op)).or_default() += ps,
             OpKind::Memcpy { .. } => *kernels.entry(KernelClass::Copy).or_default() += ps,
             OpKind::Transfer { .. } => {
                 let entry = collectives.entry("send/recv").or_default();

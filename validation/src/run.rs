@@ -9,7 +9,7 @@ use scenario::simulation::{StrategySummary, Summary, simulate};
 use scenario::{Cluster, Scenario, merge, set_dotted};
 use serde::Serialize;
 use sim_core::fidelity::{Fidelity, NetworkSettings};
-use sim_core::graph::CollectiveAlgorithm;
+use sim_core::graph::{CollectiveAlgorithm, OpKind, Pass, Work};
 use sim_core::nccl::protocol::ProtocolChoice;
 use sim_core::units::{Bytes, SimDuration, SimTime};
 use workloads::{ComputeModel, DeviceCatalog, Dtype};
@@ -419,15 +419,18 @@ fn block_starts(
         if op.rank.0 != 0 {
             continue;
         }
-        let label = graph.label(op.label);
-        let Some(rest) = label.strip_prefix("layers.") else { continue };
+        // A layer's kernel, by its metadata.
+        if !matches!(op.kind, OpKind::Compute { .. }) || op.meta.work() != Work::Device {
+            continue;
+        }
+        let Some(name) = op.meta.layer().and_then(|layer| graph.layer_name(layer)) else { continue };
+        let Some(rest) = name.strip_prefix("layers.") else { continue };
         let Some((number, _)) = rest.split_once('.') else { continue };
         let Ok(number) = number.parse::<u32>() else { continue };
         let Some(slot) = (number + 1).checked_sub(block).filter(|slot| *slot < 3) else { continue };
-        let pass = label.rsplit(' ').next().unwrap_or_default();
-        let phase = match pass {
-            "forward" => &mut starts.forward,
-            "recompute" | "backward-data" | "backward-weight" => &mut starts.backward,
+        let phase = match op.meta.pass() {
+            Some(Pass::Forward) => &mut starts.forward,
+            Some(Pass::Recompute | Pass::BackwardData | Pass::BackwardWeight) => &mut starts.backward,
             _ => continue,
         };
         let start = timeline.start[index];

@@ -6,7 +6,7 @@
 
 use sim_core::units::{Bytes, SimDuration};
 
-use super::{Plan, chunks_of_stage};
+use super::plan::{Plan, chunks_of_stage};
 use crate::{Strategy, StrategyError};
 
 /// What a kernel row is.
@@ -114,7 +114,6 @@ impl Strategy<'_> {
         let p = &self.parallelism;
         let mut kernels = Vec::new();
         let mut buckets = Vec::new();
-        let synchronised = (p.gradient_sync_ranks() > 1 || p.is_data_parallel()) && p.zero < 3;
         for stage in 0..p.pipeline {
             let mut recompute = Vec::new();
             for chunk in chunks_of_stage(plan.chunk_layers.len(), p.pipeline, stage) {
@@ -151,32 +150,7 @@ impl Strategy<'_> {
                         }
                     }
                 }
-                if p.zero >= 3 {
-                    let units = plan.units[chunk].iter().filter(|unit| unit.parameters > 0);
-                    for (i, unit) in units.enumerate() {
-                        buckets.push(BucketRow {
-                            stage,
-                            chunk,
-                            index: i,
-                            collective: "gather-scatter",
-                            expert: false,
-                            bytes: plan.gradient_bytes(unit.parameters),
-                            layers: unit.layers.clone().map(|l| plan.local[l].index).collect(),
-                        });
-                    }
-                } else if synchronised {
-                    for (i, bucket) in plan.buckets[chunk].iter().enumerate() {
-                        buckets.push(BucketRow {
-                            stage,
-                            chunk,
-                            index: i,
-                            collective: if p.zero >= 1 { "reduce-scatter" } else { "allreduce" },
-                            expert: bucket.expert,
-                            bytes: bucket.bucket.bytes,
-                            layers: bucket.bucket.layers.iter().map(|&l| plan.local[l].index).collect(),
-                        });
-                    }
-                }
+                buckets.extend(plan.policy.bucket_rows(&plan, stage, chunk));
             }
             kernels.extend(recompute);
             let (time, flops) = plan.optimizer[stage as usize];

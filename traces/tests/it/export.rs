@@ -3,8 +3,8 @@
 use serde_json::Value;
 use sim_core::exec::{Timeline, run};
 use sim_core::graph::{
-    Collective, CollectiveAlgorithm, CollectiveKind, ExecGraph, GraphBuilder, MemcpyDirection, OpKind,
-    RankId, StreamId,
+    Collective, CollectiveAlgorithm, CollectiveKind, ExecGraph, GraphBuilder, GroupKind, MemcpyDirection,
+    OpKind, OpMeta, Pass, RankId, StreamId,
 };
 use sim_core::network::AnalyticalNetwork;
 use sim_core::units::{Bytes, SimDuration};
@@ -25,8 +25,13 @@ fn topology(hosts: u32) -> Topology {
 
 /// Four ranks: forward/backward compute, a pipeline transfer, two allreduces with one rank
 /// late (so members wait), a host copy. Durations in odd picoseconds to exercise rounding.
+/// The kernels and allreduces carry metadata: layers `conv1` (0) and `layer2` (1), their pass,
+/// and the allreduces' group and origin.
 fn sample() -> (ExecGraph, Timeline) {
     let mut graph = GraphBuilder::new(4);
+    graph.set_layer_names(vec!["conv1".into(), "layer2".into()]);
+    let ddp = graph.origin("ddp");
+    let kernel = |layer: u32, pass| OpMeta::NONE.with_layer(layer).with_pass(pass);
     let everyone = graph.add_group((0..4).map(RankId).collect());
     let collectives: Vec<_> = [Bytes(4 << 20), Bytes(123_457)]
         .into_iter()
@@ -49,10 +54,17 @@ fn sample() -> (ExecGraph, Timeline) {
             "conv1 forward",
             &[],
         );
+        graph.set_meta(forward, kernel(0, Pass::Forward));
         let backward =
             graph.compute(rank, StreamId(0), SimDuration::from_us(150), "conv1 backward-weight", &[forward]);
+        graph.set_meta(backward, kernel(0, Pass::BackwardWeight));
         for &collective in &collectives {
-            graph.collective(rank, StreamId(1), collective, "allreduce gradient bucket", &[backward]);
+            let op =
+                graph.collective(rank, StreamId(1), collective, "allreduce gradient bucket", &[backward]);
+            graph.set_meta(
+                op,
+                OpMeta::NONE.with_pass(Pass::BackwardWeight).with_group(GroupKind::Data).with_origin(ddp),
+            );
         }
         graph.memcpy(
             rank,
@@ -74,13 +86,14 @@ fn sample() -> (ExecGraph, Timeline) {
         }
     }
     for (index, &send) in sends.iter().enumerate() {
-        graph.compute(
+        let op = graph.compute(
             RankId(index as u32 + 1),
             StreamId(3),
             SimDuration::from_us(7),
             "layer2 forward",
             &[send],
         );
+        graph.set_meta(op, kernel(1, Pass::Forward));
     }
     let graph = graph.build().unwrap();
     let timeline = run(&graph, &mut AnalyticalNetwork::new(&topology(4))).unwrap();
@@ -120,6 +133,13 @@ fn every_op_once_with_its_simulated_times() {
                 assert_eq!(event["args"]["algorithm"], "ring");
                 assert_eq!(event["args"]["bytes"].as_u64(), Some(graph.collective(c).bytes.0));
                 assert_eq!(event["args"]["group_size"].as_u64(), Some(4));
+                // Metadata: a collective has no layer or phase of its own, but its pass,
+                // communicator and origin.
+                assert!(event["args"].get("layer").is_none());
+                assert_eq!(event["args"]["phase"], "communication");
+                assert_eq!(event["args"]["pass"], "backward-weight");
+                assert_eq!(event["args"]["group"], "data");
+                assert_eq!(event["args"]["policy"], "ddp");
             }
             OpKind::Transfer { dst, bytes } => {
                 assert_eq!(event["args"]["peer"].as_u64(), Some(u64::from(dst.0)));
@@ -127,11 +147,17 @@ fn every_op_once_with_its_simulated_times() {
             }
             OpKind::Memcpy { .. } => assert_eq!(event["args"]["direction"], "device-to-host"),
             OpKind::Compute { .. } => {
-                let label = graph.label(op.label);
-                if label == "conv1 forward" {
-                    assert_eq!(event["args"]["layer"], "conv1");
-                    assert_eq!(event["args"]["phase"], "forward");
-                }
+                // The layer and phase come from the op's metadata, not its label.
+                let expected = match graph.label(op.label) {
+                    "conv1 forward" => ("conv1", "forward", 0),
+                    "conv1 backward-weight" => ("conv1", "backward-weight", 0),
+                    _ => ("layer2", "forward", 1),
+                };
+                assert_eq!(event["args"]["layer"], expected.0);
+                assert_eq!(event["args"]["phase"], expected.1);
+                assert_eq!(event["args"]["pass"], expected.1);
+                assert_eq!(event["args"]["layer_index"], expected.2);
+                assert!(event["args"].get("policy").is_none() && event["args"].get("work").is_none());
             }
         }
     }

@@ -1,0 +1,351 @@
+//! The per-stage, per-micro-batch emitter: turns a [`Strategy`] into execution-graph ops.
+//!
+//! Layout: [`plan`] (what every rank shares, and each stage's memory), [`tables`] (local layers
+//! and kernel times), [`rank`] (the per-rank driver and the layer-level emission), [`policy`]
+//! (one file per gradient-synchronisation and sharding policy: DDP, ZeRO-1/2, FSDP, DeepSpeed's
+//! ZeRO-3, DASO), [`offload`] (out-of-core training), [`halo`] (spatial halo exchanges),
+//! [`input`] (the data loader), [`kernel_table`] (the plan as a table).
+//!
+//! Each rank's ops of one iteration are emitted into a buffer in schedule order, with
+//! dependencies on other ranks' ops named by key (a pipeline send of micro-batch `m`, chunk
+//! `k`; a context-ring step). When every rank of the iteration is emitted, the buffers are
+//! appended rank after rank and the keys resolved, so a rank's ops are contiguous and plain
+//! data parallelism keeps the op order it always had.
+//!
+//! Streams: compute kernels on [`crate::COMPUTE_STREAM`]; each communicator kind on its own
+//! stream, so a pipeline send or a gradient bucket overlaps compute while a tensor-parallel
+//! allreduce, which the next kernel needs, does not. Streams are in-order queues only: what an
+//! op is for (host or device work, layer, pass, communicator, the policy that emitted it), its
+//! metadata says ([`sim_core::graph::OpMeta`]), and that is what the report and the timeline
+//! export read back.
+//!
+//! Per micro-batch and chunk, forward: receive the activation from the previous chunk's
+//! stage, run each layer's collectives and kernels, send the output on. Backward: receive the
+//! output gradient, then per layer in reverse: recomputation (forward kernels and their
+//! collectives again), the collectives before the backward, backward-data, the collectives on
+//! the input gradient (overlapped by the backward-weight kernel), backward-weight, and, in the
+//! last micro-batch, the gradient bucket the layer closes. After the schedule: the optimizer
+//! step on the rank's parameters, then the policy's step (ZeRO stages 1 and 2: the parameter allgather).
+
+mod halo;
+mod input;
+pub mod kernel_table;
+mod offload;
+mod plan;
+mod policy;
+mod rank;
+mod tables;
+
+use std::collections::{HashMap, VecDeque};
+
+use sim_core::graph::{GraphBuilder, OpId, RankId};
+use sim_core::units::SimDuration;
+
+use crate::{Axis, Bucket, CnnSplit, Comm, Lowered, Strategy, StrategyError};
+pub use offload::OFFLOAD_ORIGIN;
+use offload::OffloadState;
+use plan::Plan;
+use policy::RankPolicy;
+pub use rank::FLUSH_ORIGIN;
+use rank::{Buffer, RankEmitter, Shared};
+pub use tables::LayerTables;
+
+/// A dependency of a buffered op.
+#[derive(Debug, Clone, Copy)]
+enum Dep {
+    /// An op of the same rank's buffer.
+    Local(u32),
+    /// An op already in the graph (an earlier iteration).
+    Global(OpId),
+    /// Another rank's op of this iteration, by what it is.
+    Key(Key),
+}
+
+/// Names an op another rank depends on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Key {
+    /// The pipeline send of `sender`: micro-batch, global chunk, forward or backward.
+    Stage { sender: u32, micro: u32, chunk: u32, forward: bool },
+    /// Step `step` of the context ring of layer `layer` on `sender`; `pass` 0 forward, 1
+    /// recomputation, 2 backward.
+    Ring { sender: u32, layer: u32, micro: u32, step: u32, pass: u8 },
+    /// The halo `sender` sends along grid dimension `dim` of layer `layer` to its upper (or
+    /// lower) neighbour; `pass` 0 forward, 1 recomputation, 2 backward (the halo's gradient).
+    Halo { sender: u32, layer: u32, micro: u32, dim: u8, up: bool, pass: u8 },
+}
+
+/// One kernel: duration and FLOPs.
+type Kernel = Option<(SimDuration, f64)>;
+
+/// Lowers `strategy` (checked already) to its execution graph.
+pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
+    let plan = Plan::new(strategy)?;
+    let ranks = plan.layout.ranks();
+    let mut shared = Shared {
+        graph: GraphBuilder::new(ranks),
+        groups: HashMap::new(),
+        instances: HashMap::new(),
+        issued: vec![HashMap::new(); ranks as usize],
+        comm_labels: HashMap::new(),
+        origins: Vec::new(),
+        keys: HashMap::new(),
+    };
+    // Ops' metadata names layers by their index in the model.
+    shared.graph.set_layer_names(strategy.model.layers.iter().map(|l| l.name.clone()).collect());
+    // Folding: tensor ranks and data-parallel replicas do the same work at the same times, so
+    // only tensor rank 0 of replica 0 of each (pipeline, context) position gets ops; the
+    // engine replays their traffic on the other ranks (shadows), so the network still carries
+    // every rank's bytes.
+    // Spatial ranks differ (a tile on the border has one neighbour, not two): all of them get
+    // ops, and only the replicas are folded.
+    let spatial = matches!(strategy.parallelism.cnn(), CnnSplit::Spatial { .. });
+    let folded_tensor = if spatial { 1 } else { plan.layout.size(Axis::Tensor) };
+    // A policy whose replicas differ (DASO's rotating global sync) is not folded.
+    let fold = strategy.fold_symmetric_ranks
+        && plan.policy.symmetric_replicas()
+        && folded_tensor * plan.layout.size(Axis::Data) > 1;
+    let simulated: Vec<u32> = (0..ranks)
+        .filter(|&rank| {
+            let c = plan.layout.coordinates(RankId(rank));
+            !fold || ((spatial || c.tensor == 0) && c.data == 0)
+        })
+        .collect();
+    let mut position_of = vec![u32::MAX; ranks as usize];
+    for (position, &rank) in simulated.iter().enumerate() {
+        position_of[rank as usize] = position as u32;
+    }
+    if fold {
+        let (t, d) = (folded_tensor, plan.layout.size(Axis::Data));
+        // Every rank's coordinates once, not once per image (t x d images of every rank).
+        let coordinates: Vec<_> = (0..ranks).map(|rank| plan.layout.coordinates(RankId(rank))).collect();
+        let images = (0..t * d)
+            .skip(1)
+            .map(|shift| {
+                coordinates
+                    .iter()
+                    .map(|&c| {
+                        let mut c = c;
+                        if !spatial {
+                            c.tensor = (c.tensor + shift % t) % t;
+                        }
+                        c.data = (c.data + shift / t) % d;
+                        plan.layout.rank(c)
+                    })
+                    .collect()
+            })
+            .collect();
+        shared.graph.set_symmetry(images);
+    }
+    let labels = plan.labels(&mut shared.graph);
+    let bucket_labels = policy::buckets::labels(&plan, &mut shared.graph);
+    let mut iteration_ends = Vec::with_capacity(strategy.iterations as usize);
+    let mut pipeline_ends = Vec::with_capacity(strategy.iterations as usize);
+    let mut previous_end: Vec<Option<OpId>> = vec![None; simulated.len()];
+    let mut spans = Vec::new();
+    // Each simulated rank's side of the policy, with its state across iterations.
+    let mut policies: Vec<Box<dyn RankPolicy + '_>> =
+        simulated.iter().map(|_| plan.policy.for_rank()).collect();
+    // Each simulated rank's loader batches in flight, carried from one iteration to the next.
+    let mut loads: Vec<VecDeque<(u32, Dep)>> = vec![VecDeque::new(); simulated.len()];
+    for iteration in 0..strategy.iterations {
+        shared.keys.clear();
+        let mut buffers = Vec::with_capacity(simulated.len());
+        let mut span_buffers: Vec<Vec<(String, u32, u32)>> = Vec::with_capacity(simulated.len());
+        let mut ends = Vec::with_capacity(simulated.len());
+        let mut rank_loads: Vec<VecDeque<(u32, Dep)>> = Vec::with_capacity(simulated.len());
+        for (position, &rank) in simulated.iter().enumerate() {
+            // Ranks emit about as many ops as each other: room for the previous one's.
+            let (ops, deps) = buffers.last().map_or((0, 0), |b: &Buffer| (b.ops.len(), b.deps.len()));
+            let mut emitter = RankEmitter {
+                plan: &plan,
+                labels: &labels,
+                bucket_labels: &bucket_labels,
+                shared: &mut shared,
+                rank,
+                buffer: Buffer {
+                    ops: Vec::with_capacity(ops),
+                    dep_ends: Vec::with_capacity(ops),
+                    deps: Vec::with_capacity(deps),
+                    beside: Vec::new(),
+                },
+                waiting: Vec::new(),
+                last_compute: None,
+                last_issued: Vec::new(),
+                spans: Vec::new(),
+                host_start: None,
+                iteration,
+                offload: OffloadState::new(previous_end[position]),
+                loads: std::mem::take(&mut loads[position]),
+            };
+            let (end, pipeline_end) =
+                emitter.iteration(policies[position].as_mut(), previous_end[position])?;
+            rank_loads.push(std::mem::take(&mut emitter.loads));
+            let rank_spans = std::mem::take(&mut emitter.spans);
+            buffers.push(emitter.buffer);
+            ends.push((end, pipeline_end));
+            span_buffers.push(rank_spans);
+        }
+        // Append rank after rank, resolving keys.
+        let mut offsets = Vec::with_capacity(simulated.len());
+        let mut next = shared.graph.op_count() as u32;
+        for buffer in &buffers {
+            offsets.push(next);
+            next += buffer.ops.len() as u32;
+        }
+        shared
+            .graph
+            .reserve(buffers.iter().map(|b| b.ops.len()).sum(), buffers.iter().map(|b| b.deps.len()).sum());
+        let mut resolved = Vec::new();
+        for (rank, buffer) in buffers.into_iter().enumerate() {
+            let mut start = 0usize;
+            for (op, &end) in buffer.ops.into_iter().zip(&buffer.dep_ends) {
+                resolved.clear();
+                for dep in &buffer.deps[start..end as usize] {
+                    resolved.push(match *dep {
+                        Dep::Local(index) => OpId(offsets[rank] + index),
+                        Dep::Global(id) => id,
+                        Dep::Key(key) => {
+                            let (owner, index) = shared.keys.get(&key).copied().ok_or_else(|| {
+                                StrategyError::Internal(format!(
+                                    "rank {rank} waits for {key:?}, which no rank sends"
+                                ))
+                            })?;
+                            OpId(offsets[position_of[owner as usize] as usize] + index)
+                        }
+                    });
+                }
+                start = end as usize;
+                shared.graph.add_op(op, &resolved);
+            }
+            for &(index, beside) in &buffer.beside {
+                shared.graph.slow_beside_communication(OpId(offsets[rank] + index), beside);
+            }
+        }
+        for (position, mut in_flight) in rank_loads.into_iter().enumerate() {
+            for (_, dep) in in_flight.iter_mut() {
+                if let Dep::Local(index) = *dep {
+                    *dep = Dep::Global(OpId(offsets[position] + index));
+                }
+            }
+            loads[position] = in_flight;
+        }
+        for (position, rank_spans) in span_buffers.into_iter().enumerate() {
+            for (name, first, last) in rank_spans {
+                spans.push(crate::ScheduleSpan {
+                    rank: RankId(simulated[position]),
+                    name,
+                    first: OpId(offsets[position] + first),
+                    last: OpId(offsets[position] + last),
+                });
+            }
+        }
+        let iteration_end: Vec<OpId> =
+            ends.iter().enumerate().map(|(rank, (end, _))| OpId(offsets[rank] + end)).collect();
+        pipeline_ends.push(ends.iter().enumerate().map(|(rank, (_, p))| OpId(offsets[rank] + p)).collect());
+        for (rank, end) in iteration_end.iter().enumerate() {
+            previous_end[rank] = Some(*end);
+        }
+        for (policy, &offset) in policies.iter_mut().zip(&offsets) {
+            policy.appended(offset);
+        }
+        iteration_ends.push(iteration_end);
+    }
+    let stages = plan.stages()?;
+    let (flops_per_rank_iteration, recompute_flops_per_rank_iteration) = plan.mean_flops_per_rank();
+    // Stage 0's gradient buckets (ZeRO-3: its units, each gathered and scattered whole).
+    let stage0: Vec<Bucket> = plan.chunks_of(0).flat_map(|k| plan.policy.report_buckets(&plan, k)).collect();
+    let offload = plan.offload.as_ref().map(|offload| offload.totals(&plan));
+    Ok(Lowered {
+        offload,
+        graph: shared.graph.build()?,
+        ranks: simulated.into_iter().map(RankId).collect(),
+        spans,
+        iteration_ends,
+        pipeline_ends,
+        gradient_bytes: stage0.iter().map(|b| b.bytes.0).sum(),
+        buckets: stage0,
+        flops_per_rank_iteration,
+        recompute_flops_per_rank_iteration,
+        micro_batches: plan.micro_batches,
+        stages,
+    })
+}
+
+/// The memory of every stage and a lower bound of the iteration time, from the kernel-time
+/// table and the schedule alone: no graph is built.
+///
+/// The bound: a rank's compute kernels run one after another on its compute stream, so a
+/// stage takes at least the sum of its kernels over every micro-batch (recomputation
+/// included) plus its optimizer step; and stage `s` cannot start before micro-batch 0 has
+/// gone forward through chunks `0..s`, nor finish before its last backward has gone back
+/// through them (the fill and drain of the pipeline). The layer collectives a kernel waits for
+/// (tensor-parallel allreduces, expert all-to-alls) add `comm_floor` each, a time no network
+/// can beat; gradient synchronisation, pipeline sends and the host are left out, so a
+/// simulation never comes out faster (`tests.rs` checks it).
+pub(super) fn estimate(
+    strategy: &Strategy<'_>,
+    comm_floor: &dyn Fn(&Comm) -> SimDuration,
+) -> Result<crate::Estimate, StrategyError> {
+    let plan = Plan::new(strategy)?;
+    let stages = plan.stages()?;
+    let p = strategy.parallelism.pipeline;
+    let kernel_ps = |kernel: &Kernel| kernel.map_or(0u128, |(duration, _)| u128::from(duration.as_ps()));
+    let comms_ps = |comms: &[Comm]| comms.iter().map(|c| u128::from(comm_floor(c).as_ps())).sum::<u128>();
+    // A layer's forward: the collectives before it, its kernel, the collectives after it;
+    // the next kernel waits for each.
+    let forward_ps = |i: usize| {
+        let local = &plan.local[i];
+        comms_ps(&local.before_forward) + kernel_ps(&plan.kernels[i][0]) + comms_ps(&local.after_forward)
+    };
+    // Backward: recomputation, the collectives before it, backward-data, then backward-weight
+    // and the input gradient's collectives side by side.
+    let backward_ps = |i: usize| {
+        let local = &plan.local[i];
+        let again = plan.recompute_before[i].as_ref().map_or(0, |r| r.clone().map(forward_ps).sum::<u128>());
+        again
+            + comms_ps(&local.before_backward)
+            + kernel_ps(&plan.kernels[i][1])
+            + kernel_ps(&plan.kernels[i][2]).max(if plan.kernels[i][1].is_some() {
+                comms_ps(&local.after_backward_data)
+            } else {
+                0
+            })
+    };
+    // Forward and backward of one micro-batch of each global chunk.
+    let chunk_times: Vec<(u128, u128)> = plan
+        .chunk_layers
+        .iter()
+        .map(|range| {
+            (range.clone().map(forward_ps).sum::<u128>(), range.clone().map(backward_ps).sum::<u128>())
+        })
+        .collect();
+    let micro_batches = u128::from(plan.micro_batches);
+    let mut bound = 0u128;
+    let mut fill_and_drain = 0u128;
+    for stage in 0..p {
+        // Every micro-batch but the first adds its weight gradients in place, if priced.
+        let accumulate: u128 = plan
+            .chunks_of(stage)
+            .flat_map(|k| plan.chunk_layers[k].clone())
+            .map(|i| plan.accumulate[i].map_or(0, |d| u128::from(d.as_ps())))
+            .sum();
+        let work: u128 = plan.chunks_of(stage).map(|k| chunk_times[k].0 + chunk_times[k].1).sum::<u128>()
+            * micro_batches
+            + accumulate * micro_batches.saturating_sub(1)
+            + u128::from(plan.optimizer[stage as usize].0.as_ps());
+        bound = bound.max(work + fill_and_drain);
+        if let Some((forward, backward)) = chunk_times.get(stage as usize) {
+            fill_and_drain += forward + backward;
+        }
+    }
+    // A context-parallel ring splits a kernel into `context` steps, each rounded down to the
+    // picosecond.
+    let rounding = u128::from(strategy.parallelism.context) * plan.local.len() as u128 * micro_batches * 3;
+    let bound = bound.saturating_sub(rounding);
+    Ok(crate::Estimate {
+        stages,
+        micro_batches: plan.micro_batches,
+        time_lower_bound: SimDuration::from_ps(u64::try_from(bound).unwrap_or(u64::MAX)),
+        flops_per_rank_iteration: plan.mean_flops_per_rank().0,
+    })
+}

@@ -1,0 +1,380 @@
+//! The plan: everything every rank of a lowering shares, computed once from the strategy
+//! (local layers and kernel times, the pipeline partition and schedule, recomputation, the
+//! gradient buckets, the optimizer step, the policy's own plan, offload and input plans), and
+//! what needs no graph: each stage's memory and FLOPs.
+//!
+//! Invariant: the plan is a pure function of the strategy; [`Plan::stages`] and the FLOPs
+//! are what the report shows for both the lowering and the estimate.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use sim_core::graph::{GraphBuilder, LabelId};
+use sim_core::units::{Bytes, SimDuration};
+
+use super::Kernel;
+use super::input::InputPlan;
+use super::offload::OffloadPlan;
+use super::policy::{self, Policy, buckets::PlannedBucket};
+use super::tables::LayerTables;
+use crate::{CnnSplit, RankLayout, Role, StageSummary, Strategy, StrategyError, cnn, pipeline, shard};
+use workloads::memory::MemoryBreakdown;
+use workloads::model::Model;
+
+/// What every rank shares: computed once.
+pub(super) struct Plan<'s> {
+    pub(super) strategy: &'s Strategy<'s>,
+    pub(super) layout: RankLayout,
+    pub(super) micro_batches: u32,
+    pub(super) local: Arc<Vec<shard::LocalLayer>>,
+    /// Forward, backward-data, backward-weight per layer.
+    pub(super) kernels: Arc<Vec<[Kernel; 3]>>,
+    /// The same kernels' times fully beside communication, when the compute model slows them
+    /// there; empty when it does not.
+    pub(super) beside: Arc<Vec<[Option<SimDuration>; 3]>>,
+    /// Layer range of each global chunk.
+    pub(super) chunk_layers: Vec<Range<usize>>,
+    /// Recomputation: the forward range re-run before the backward of its last layer.
+    pub(super) recompute_before: Vec<Option<Range<usize>>>,
+    /// Schedule of each stage.
+    pub(super) actions: Vec<Vec<pipeline::Action>>,
+    /// Gradient buckets of each chunk, and which bucket each layer closes.
+    pub(super) buckets: Vec<Vec<PlannedBucket>>,
+    pub(super) bucket_closed_by: Vec<Option<usize>>,
+    /// Optimizer step of each stage.
+    pub(super) optimizer: Vec<(SimDuration, f64)>,
+    /// Each layer's in-place gradient add on every micro-batch but the first, if priced
+    /// ([`Strategy::accumulation`]).
+    pub(super) accumulate: Vec<Option<SimDuration>>,
+    /// Bytes sent between consecutive chunks (activation or gradient of one micro-batch).
+    pub(super) boundary_bytes: Vec<Bytes>,
+    /// Host time to launch one kernel (zero under CUDA graphs).
+    pub(super) host_cost: SimDuration,
+    /// The host waits for the GPU work it issued last before it launches more
+    /// (`compute.host-synchronous`).
+    pub(super) host_synchronous: bool,
+    /// The data loader's work per iteration, if modelled.
+    pub(super) input: Option<InputPlan>,
+    /// Bytes a first-stage rank copies to its device on the compute stream at the start of
+    /// each iteration, if modelled ([`workloads::input::InputCopy`]).
+    pub(super) input_copy: Option<Bytes>,
+    /// The gradient-synchronisation and sharding policy ([`policy`]): DDP, ZeRO-1/2, FSDP,
+    /// DeepSpeed's ZeRO-3 or DASO, with what it planned (FSDP's units, DeepSpeed's traces).
+    pub(super) policy: Box<dyn Policy>,
+    /// Parameters of the embedding copy the last stage keeps for a tied output layer (0
+    /// without a pipeline or tying).
+    pub(super) tied_embedding: u64,
+    /// Parameters one GPU of each stage holds (after tensor and expert splitting, before
+    /// ZeRO), the last stage's embedding copy included.
+    pub(super) stage_parameters: Vec<u64>,
+    /// Under filter, channel or spatial parallelism, the model as one rank runs it (its local
+    /// layers), for the memory model.
+    pub(super) local_model: Option<Model>,
+    /// Under spatial parallelism, the rank grid of a group.
+    pub(super) spatial_grid: Vec<u32>,
+    /// Out-of-core training: what each layer copies out and back, and when.
+    pub(super) offload: Option<OffloadPlan>,
+    /// Out-of-core training: the memory the device would need without it (set by `stages`).
+    pub(super) without_offload: std::cell::Cell<Option<MemoryBreakdown>>,
+}
+
+impl<'s> Plan<'s> {
+    /// The plan of `strategy` (checked already).
+    pub(super) fn new(strategy: &'s Strategy<'s>) -> Result<Plan<'s>, StrategyError> {
+        let p = &strategy.parallelism;
+        let model = strategy.model;
+        let micro_batches = strategy.micro_batches()?;
+        let table = LayerTables::layers_and_kernels(strategy)?;
+        let (local, kernels) = (Arc::clone(&table.local), Arc::clone(&table.kernels));
+        let beside = Arc::clone(&table.beside);
+        let chunk_layers = table.partition(model, p.chunks() as usize);
+
+        let mut recompute_before: Vec<Option<Range<usize>>> = vec![None; local.len()];
+        for range in strategy.memory_plan(model, Bytes::ZERO).recomputed_ranges() {
+            if let Some(last) = range.end.checked_sub(1) {
+                recompute_before[last] = Some(range);
+            }
+        }
+        let actions = (0..p.pipeline)
+            .map(|stage| pipeline::actions(p.schedule, p.pipeline, p.virtual_stages, stage, micro_batches))
+            .collect();
+
+        let policy = policy::select(strategy, &local, &chunk_layers, &recompute_before);
+        let buckets = policy::buckets::plan(strategy, &local, &chunk_layers);
+        let sync_ranks = p.gradient_sync_ranks();
+        let bucket_closed_by = policy::buckets::closed_by(strategy, policy.as_ref(), local.len(), &buckets);
+        // An output layer tied to the input embedding on another stage: Megatron-LM keeps a
+        // copy of the embedding on the last stage and all-reduces the two copies' gradients.
+        let tied =
+            local.iter().any(|l| matches!(l.layer.kind, workloads::layer::LayerKind::TiedLinear { .. }));
+        let tied_embedding = if tied && p.pipeline > 1 {
+            local.iter().find(|l| l.role == Role::VocabularyEmbedding).map_or(0, |l| l.layer.cost.params)
+        } else {
+            0
+        };
+        // ZeRO-2 and -3 reduce each micro-batch's gradients into their shards instead.
+        let accumulate = if p.zero >= 2 {
+            vec![None; local.len()]
+        } else {
+            local.iter().map(|layer| strategy.accumulation(layer)).collect::<Result<Vec<_>, _>>()?
+        };
+        let mut optimizer = Vec::with_capacity(p.pipeline as usize);
+        let mut stage_parameters = Vec::with_capacity(p.pipeline as usize);
+        for stage in 0..p.pipeline {
+            let layers = || {
+                chunks_of_stage(chunk_layers.len(), p.pipeline, stage).flat_map(|k| chunk_layers[k].clone())
+            };
+            let parameters = layers().map(|index| local[index].layer.cost.params).sum::<u64>()
+                + if stage + 1 == p.pipeline { tied_embedding } else { 0 };
+            let held = if p.zero >= 1 { parameters.div_ceil(u64::from(sync_ranks)) } else { parameters };
+            let tensors = layers().filter(|&index| local[index].layer.cost.params > 0).count() as u64;
+            optimizer.push(strategy.optimizer_step(held, tensors)?);
+            stage_parameters.push(parameters);
+        }
+        let width = strategy.precision.bytes();
+        let boundary_bytes = chunk_layers
+            .iter()
+            .map(|range| {
+                let last = range.end.saturating_sub(1);
+                Bytes(local[last].layer.output.elements() * strategy.micro_batch * width)
+            })
+            .collect();
+        let local_model = (p.cnn() != CnnSplit::None).then(|| {
+            Model::from_layers(
+                model.name.clone(),
+                model.family.clone(),
+                local.first().map_or_else(|| model.input.clone(), |l| l.layer.input.clone()),
+                local.iter().map(|l| l.layer.clone()).collect(),
+            )
+        });
+        let spatial_grid = match p.cnn() {
+            CnnSplit::Spatial { degree, dims, .. } => cnn::spatial_grid(degree, dims),
+            _ => Vec::new(),
+        };
+        let offload = OffloadPlan::for_strategy(strategy, &local, &buckets)?;
+        Ok(Plan {
+            without_offload: std::cell::Cell::new(None),
+            offload,
+            local_model,
+            spatial_grid,
+            strategy,
+            host_cost: strategy.compute.host_cost_per_kernel(),
+            host_synchronous: strategy.compute.host_synchronous,
+            input: InputPlan::new(strategy)?,
+            input_copy: strategy.input_copy_bytes(),
+            policy,
+            tied_embedding,
+            stage_parameters,
+            layout: p.layout(),
+            micro_batches,
+            local,
+            kernels,
+            beside,
+            chunk_layers,
+            recompute_before,
+            actions,
+            buckets,
+            bucket_closed_by,
+            optimizer,
+            accumulate,
+            boundary_bytes,
+        })
+    }
+
+    /// The global chunks stage `stage` holds.
+    pub(super) fn chunks_of(&self, stage: u32) -> impl Iterator<Item = usize> + use<> {
+        chunks_of_stage(self.chunk_layers.len(), self.strategy.parallelism.pipeline, stage)
+    }
+
+    /// Bytes of `parameters` in the working-weight dtype (ZeRO gathers these).
+    pub(super) fn weight_bytes(&self, parameters: u64) -> Bytes {
+        Bytes(parameters * self.strategy.precision.bytes().max(2))
+    }
+
+    /// Bytes of `parameters`' gradients (ZeRO scatters these).
+    pub(super) fn gradient_bytes(&self, parameters: u64) -> Bytes {
+        Bytes(parameters * self.strategy.gradient_precision.bytes())
+    }
+
+    /// The layers stage `stage` holds, chunk after chunk.
+    pub(super) fn stage_layers(&self, stage: u32) -> impl Iterator<Item = usize> + '_ {
+        self.chunks_of(stage).flat_map(|k| self.chunk_layers[k].clone())
+    }
+
+    /// Layer ranges of `chunks` pipeline chunks: whole units ([`Model::pipeline_units`]:
+    /// numbered blocks, or layers of a plain CNN), balanced by compute.
+    pub(super) fn partition(model: &Model, kernels: &[[Kernel; 3]], chunks: usize) -> Vec<Range<usize>> {
+        let layers = model.layers.len();
+        if chunks <= 1 {
+            return std::iter::once(0..layers).collect();
+        }
+        let units = model.pipeline_units();
+        let cost = |range: &Range<usize>| -> f64 {
+            range
+                .clone()
+                .map(|index| kernels[index].iter().flatten().map(|(d, _)| d.as_secs_f64()).sum::<f64>())
+                .sum()
+        };
+        let costs: Vec<f64> = units.iter().map(cost).collect();
+        pipeline::partition(&costs, chunks)
+            .into_iter()
+            .map(|group| units[group.start].start..units[group.end - 1].end)
+            .collect()
+    }
+
+    /// The labels every rank uses, interned once (a policy's own are interned on first use).
+    pub(super) fn labels(&self, graph: &mut GraphBuilder) -> Labels {
+        let layers = &self.strategy.model.layers;
+        let passes: Vec<[LabelId; 3]> = layers
+            .iter()
+            .map(|l| {
+                ["forward", "backward-data", "backward-weight"]
+                    .map(|pass| graph.label(&format!("{} {pass}", l.name)))
+            })
+            .collect();
+        let optimizer = graph.label("optimizer step");
+        let recompute = layers
+            .iter()
+            .enumerate()
+            .map(|(index, l)| {
+                let recomputed = self.recompute_before.iter().flatten().any(|range| range.contains(&index));
+                if recomputed { graph.label(&format!("{} recompute", l.name)) } else { passes[index][0] }
+            })
+            .collect();
+        Labels {
+            passes,
+            recompute,
+            optimizer,
+            send_forward: graph.label("pipeline send activations"),
+            send_backward: graph.label("pipeline send gradients"),
+            ring: graph.label("cp ring send key/value"),
+            dispatch: graph.label("host: launch kernel"),
+        }
+    }
+
+    /// FLOPs of one rank of `stage` per iteration (kernels of every micro-batch and the
+    /// optimizer), and FLOPs of its recomputation.
+    pub(super) fn stage_flops(&self, stage: u32) -> (f64, f64) {
+        let mut flops = 0.0;
+        let mut recompute = 0.0;
+        for index in self.stage_layers(stage) {
+            flops += self.kernels[index].iter().filter_map(|k| k.map(|(_, f)| f)).sum::<f64>();
+            if let Some(again) = &self.recompute_before[index] {
+                recompute += again.clone().filter_map(|i| self.kernels[i][0].map(|(_, f)| f)).sum::<f64>();
+            }
+        }
+        let m = f64::from(self.micro_batches);
+        flops = flops * m + self.optimizer[stage as usize].1;
+        (flops, recompute * m)
+    }
+
+    /// Means over stages (every stage has as many ranks) of [`Plan::stage_flops`].
+    pub(super) fn mean_flops_per_rank(&self) -> (f64, f64) {
+        let p = self.strategy.parallelism.pipeline;
+        let (flops, recompute) = (0..p)
+            .map(|stage| self.stage_flops(stage))
+            .fold((0.0, 0.0), |(f, r), (stage_f, stage_r)| (f + stage_f, r + stage_r));
+        (flops / f64::from(p), recompute / f64::from(p))
+    }
+
+    /// Memory and layers of every stage.
+    pub(super) fn stages(&self) -> Result<Vec<StageSummary>, StrategyError> {
+        let strategy = self.strategy;
+        let p = &strategy.parallelism;
+        let model = strategy.model;
+        let blocks = model.blocks();
+        // Under the CNN strategies the memory model sees the layers as one rank holds them.
+        let model = self.local_model.as_ref().unwrap_or(model);
+        let mut stages = Vec::with_capacity(p.pipeline as usize);
+        for stage in 0..p.pipeline {
+            let chunk_indexes: Vec<usize> = self.chunks_of(stage).collect();
+            let ranges: Vec<Range<usize>> =
+                chunk_indexes.iter().map(|&k| self.chunk_layers[k].clone()).collect();
+            let buffers = self.policy.communication_buffers(self, &chunk_indexes);
+            // Activations of one micro-batch of each chunk.
+            let mut per_chunk = Vec::with_capacity(ranges.len());
+            let mut working_set = 0u64;
+            for range in &ranges {
+                let activations = if ranges.len() == 1 && range.start == 0 && range.end == model.layers.len()
+                {
+                    strategy.memory_plan(model, buffers).activations()
+                } else {
+                    strategy.memory_plan(model, buffers).activations_of(range.clone())
+                };
+                let context = u64::from(p.context);
+                working_set = working_set.max(activations.working_set / context);
+                per_chunk.push((activations.total() - activations.working_set) / context);
+            }
+            let actions = &self.actions[stage as usize];
+            let peak = pipeline::peak_in_flight(actions, &per_chunk) + working_set;
+            let per_micro: u64 = per_chunk.iter().sum();
+            let parameters = self.stage_parameters[stage as usize];
+            let largest_pair = self
+                .stage_layers(stage)
+                .map(|i| {
+                    let layer = &self.local[i].layer;
+                    layer.input.elements().saturating_add(layer.output.elements())
+                })
+                .max()
+                .unwrap_or(0);
+            let largest_layer = self.policy.gathered_parameters(self, stage, &chunk_indexes);
+            let plan = strategy.memory_plan(model, buffers);
+            // Out-of-core: the device holds only the window of activations in transit.
+            let held = match &self.offload {
+                Some(offload) => {
+                    self.without_offload.set(Some(plan.device_breakdown(
+                        parameters,
+                        peak,
+                        largest_pair,
+                        largest_layer,
+                    )));
+                    offload.window.min(peak)
+                }
+                None => peak,
+            };
+            let mut memory: MemoryBreakdown =
+                plan.device_breakdown(parameters, held, largest_pair, largest_layer);
+            self.policy.adjust_memory(self, stage, &chunk_indexes, &mut memory);
+            if let Some(weights) = self.offload.as_ref().and_then(|offload| offload.weights.as_ref()) {
+                weights.adjust_memory(self, stage, &chunk_indexes, &plan, &mut memory);
+            }
+            stages.push(StageSummary {
+                stage,
+                blocks: ranges
+                    .iter()
+                    .flat_map(|r| r.clone())
+                    .filter_map(|i| blocks[i])
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .len(),
+                layers: ranges,
+                parameters,
+                memory,
+                peak_micro_batches_in_flight: if per_micro == 0 {
+                    0.0
+                } else {
+                    (peak - working_set) as f64 / per_micro as f64
+                },
+            });
+        }
+        Ok(stages)
+    }
+}
+
+/// The global chunks stage `stage` of `pipeline` holds among `chunks` (chunk `k` is on stage
+/// `k % pipeline`).
+pub(super) fn chunks_of_stage(chunks: usize, pipeline: u32, stage: u32) -> impl Iterator<Item = usize> {
+    (stage as usize..chunks).step_by(pipeline.max(1) as usize)
+}
+
+/// Labels every rank uses, interned once.
+pub(super) struct Labels {
+    /// Forward, backward-data and backward-weight of each layer.
+    pub(super) passes: Vec<[LabelId; 3]>,
+    /// Each layer's recomputation (its forward label when it is never recomputed).
+    pub(super) recompute: Vec<LabelId>,
+    pub(super) optimizer: LabelId,
+    pub(super) send_forward: LabelId,
+    pub(super) send_backward: LabelId,
+    pub(super) ring: LabelId,
+    pub(super) dispatch: LabelId,
+}

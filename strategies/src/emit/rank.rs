@@ -1,0 +1,741 @@
+//! The per-rank driver and the layer-level emission: [`RankEmitter::iteration`] walks a
+//! rank's schedule (input, micro-batch forwards and backwards of its chunks, the tied
+//! embedding's and the pipeline flush's allreduces, the optimizer step) and calls the rank's
+//! gradient-synchronisation policy ([`super::policy::RankPolicy`]) at fixed points; the layer
+//! methods emit each layer's kernels, collectives, launches and context ring.
+//!
+//! Invariants: a rank's ops are buffered in emission order, which is their order in the graph
+//! (and on each stream); every kernel, collective, send and copy is preceded by its host launch
+//! when launches are modelled; a collective instance is shared by the members of its group in
+//! the order they issue it.
+
+use std::collections::{HashMap, VecDeque};
+
+use sim_core::graph::{
+    Collective, CollectiveAlgorithm, CollectiveKind, GraphBuilder, GroupId, LabelId, Op, OpId, OpKind,
+    OpMeta, Origin, Pass, RankId, StreamId, Work,
+};
+use sim_core::units::{Bytes, SimDuration};
+
+use super::offload::OffloadState;
+use super::plan::{Labels, Plan};
+use super::policy::RankPolicy;
+use super::{Dep, Key};
+use crate::{
+    Axis, CHANNEL_STREAM, COMPUTE_STREAM, CONTEXT_STREAM, Comm, DATA_STREAM, EXPERT_STREAM, FILTER_STREAM,
+    GroupKind, HOST_STREAM, PIPELINE_STREAM, SPATIAL_STREAM, STAGING_STREAM, StrategyError, TENSOR_STREAM,
+    cnn,
+};
+
+/// Kinds of communicator groups, for interning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum GroupClass {
+    Tensor,
+    Embedding,
+    ModelParallel,
+    Expert,
+    Data,
+    ExpertData,
+    /// A policy's own groups, which it lists and interns itself under its name for them
+    /// (DASO's node and global groups): keyed apart from every other class.
+    Named(&'static str),
+}
+
+/// The graph under construction and the collective instances shared by group members.
+pub(super) struct Shared {
+    pub(super) graph: GraphBuilder,
+    pub(super) groups: HashMap<(GroupClass, u32), GroupId>,
+    pub(super) instances: HashMap<GroupId, Vec<sim_core::graph::CollectiveId>>,
+    /// Per rank: collectives issued so far on each group.
+    pub(super) issued: Vec<HashMap<GroupId, u32>>,
+    pub(super) comm_labels: HashMap<&'static str, LabelId>,
+    /// Origins interned by name ([`RankEmitter::origin`]): a dozen at most, so a list.
+    pub(super) origins: Vec<(&'static str, Origin)>,
+    pub(super) keys: HashMap<Key, (u32, u32)>,
+}
+
+/// One rank's buffered ops of one iteration.
+pub(super) struct Buffer {
+    pub(super) ops: Vec<Op>,
+    pub(super) dep_ends: Vec<u32>,
+    pub(super) deps: Vec<Dep>,
+    /// Compute ops (by index) slowed beside communication, with their time there.
+    pub(super) beside: Vec<(u32, SimDuration)>,
+}
+
+impl Buffer {
+    pub(super) fn push(&mut self, op: Op, deps: &[Dep]) -> u32 {
+        self.ops.push(op);
+        self.deps.extend_from_slice(deps);
+        self.dep_ends.push(self.deps.len() as u32);
+        self.ops.len() as u32 - 1
+    }
+
+    /// [`Buffer::push`] with `last` after `deps`.
+    pub(super) fn push_with(&mut self, op: Op, deps: &[Dep], last: Dep) -> u32 {
+        self.deps.extend_from_slice(deps);
+        self.push(op, &[last])
+    }
+}
+
+/// Emits one rank's ops of one iteration: the driver ([`RankEmitter::iteration`]) and the
+/// layer-level emission every policy builds on.
+pub(super) struct RankEmitter<'p, 's> {
+    pub(super) plan: &'p Plan<'s>,
+    pub(super) labels: &'p Labels,
+    /// (synchronisation, parameter allgather) labels of each bucket of each chunk.
+    pub(super) bucket_labels: &'p [Vec<(LabelId, LabelId)>],
+    pub(super) shared: &'p mut Shared,
+    pub(super) rank: u32,
+    pub(super) buffer: Buffer,
+    /// What the next compute op must wait for besides its stream.
+    pub(super) waiting: Vec<Dep>,
+    /// The last compute op emitted.
+    pub(super) last_compute: Option<u32>,
+    /// The ends of the last GPU work issued (a compute op, or a collective with its host
+    /// staging): what a synchronous host waits for before its next launch.
+    pub(super) last_issued: Vec<Dep>,
+    /// Schedule steps as (name, first compute op, last compute op), local indexes.
+    pub(super) spans: Vec<(String, u32, u32)>,
+    /// What the first host launch of the iteration waits for (the previous iteration's end:
+    /// the framework synchronises once per step).
+    pub(super) host_start: Option<Dep>,
+    /// The iteration being emitted (0-based).
+    pub(super) iteration: u32,
+    /// Out-of-core training's state ([`super::offload`]).
+    pub(super) offload: OffloadState,
+    /// The loader's batches in flight: (batch, its load op), oldest first ([`super::input`]).
+    pub(super) loads: VecDeque<(u32, Dep)>,
+}
+
+impl RankEmitter<'_, '_> {
+    /// Emits the iteration; returns the local index of the rank's last op and of its last
+    /// compute op of the schedule.
+    pub(super) fn iteration(
+        &mut self,
+        policy: &mut dyn RankPolicy,
+        previous_end: Option<OpId>,
+    ) -> Result<(u32, u32), StrategyError> {
+        let plan = self.plan;
+        let p = &plan.strategy.parallelism;
+        let rank = RankId(self.rank);
+        let coordinates = plan.layout.coordinates(rank);
+        let stage = coordinates.pipeline;
+        let chunks = p.chunks();
+        let stage_rank = |target: u32| {
+            let mut c = coordinates;
+            c.pipeline = target;
+            plan.layout.rank(c).0
+        };
+        self.host_start = previous_end.map(Dep::Global);
+        let loader = if stage == 0 { self.take_batch(coordinates.tensor == 0) } else { false };
+        policy.begin_iteration(self, previous_end);
+        if stage == 0
+            && let Some(bytes) = plan.input_copy
+        {
+            self.copy_batch(bytes);
+        }
+        let mut last_sync: Vec<Option<u32>> = vec![None; chunks as usize];
+        for action in &plan.actions[stage as usize] {
+            let chunk = action.chunk * p.pipeline + stage;
+            let micro = action.micro_batch;
+            let mark = self.buffer.ops.len();
+            if action.forward {
+                if chunk > 0 {
+                    let sender = stage_rank((chunk - 1) % p.pipeline);
+                    self.waiting.push(Dep::Key(Key::Stage {
+                        sender,
+                        micro,
+                        chunk: chunk - 1,
+                        forward: true,
+                    }));
+                }
+                policy.forward_chunk(self, chunk as usize, micro)?;
+                if chunk + 1 < chunks {
+                    let to = stage_rank((chunk + 1) % p.pipeline);
+                    let key = Key::Stage { sender: self.rank, micro, chunk, forward: true };
+                    let label = self.labels.send_forward;
+                    self.send(to, plan.boundary_bytes[chunk as usize], label, key, Pass::Forward);
+                }
+            } else {
+                if chunk + 1 < chunks {
+                    let sender = stage_rank((chunk + 1) % p.pipeline);
+                    self.waiting.push(Dep::Key(Key::Stage {
+                        sender,
+                        micro,
+                        chunk: chunk + 1,
+                        forward: false,
+                    }));
+                }
+                let last = micro + 1 == plan.micro_batches;
+                if let Some(sync) = policy.backward_chunk(self, chunk as usize, micro, last)? {
+                    last_sync[chunk as usize] = Some(sync);
+                }
+                if chunk > 0 {
+                    let to = stage_rank((chunk - 1) % p.pipeline);
+                    let key = Key::Stage { sender: self.rank, micro, chunk, forward: false };
+                    let label = self.labels.send_backward;
+                    self.send(to, plan.boundary_bytes[chunk as usize - 1], label, key, Pass::BackwardData);
+                }
+            }
+            // The step as one named slice around its kernels (a 1F1B schedule in Perfetto).
+            let first = self.buffer.ops[mark..].iter().position(|op| op.stream == COMPUTE_STREAM);
+            if let (Some(first), Some(last)) = (first, self.last_compute)
+                && last as usize >= mark
+            {
+                let direction = if action.forward { "F" } else { "B" };
+                let name = if p.virtual_stages > 1 {
+                    format!("{direction}{micro} chunk {}", action.chunk)
+                } else {
+                    format!("{direction}{micro}")
+                };
+                self.spans.push((name, (mark + first) as u32, last));
+            }
+        }
+        let pipeline_end = self.last_compute.unwrap_or(0);
+        let mut deps: Vec<Dep> = last_sync.iter().flatten().map(|&op| Dep::Local(op)).collect();
+        // The tied embedding's two copies (first and last stage) sum their gradients.
+        if plan.tied_embedding > 0 && (stage == 0 || stage + 1 == p.pipeline) {
+            let comm = Comm {
+                group: GroupKind::Data,
+                kind: CollectiveKind::AllReduce,
+                bytes: plan.gradient_bytes(plan.tied_embedding),
+                what: "tied embedding gradient allreduce",
+            };
+            let group = self.group(GroupClass::Embedding);
+            let label = self.comm_label(comm.what);
+            let mut embedding_deps = std::mem::take(&mut deps);
+            embedding_deps.extend(self.last_compute.map(Dep::Local));
+            let meta = OpMeta::NONE.with_group(comm.group).with_origin(self.origin(TIED_EMBEDDING_ORIGIN));
+            deps.push(Dep::Local(self.collective(comm, DATA_STREAM, group, label, &embedding_deps, meta)));
+        }
+        // Megatron-LM clips gradients by their global norm: an allreduce of one fp32 value over
+        // the model-parallel group before the optimizer, so no stage steps before the whole
+        // pipeline has flushed. Modelled over the pipeline stages only: the tensor ranks of a
+        // stage are in step already, and 4 bytes over NVLink change nothing measurable (while
+        // keeping the group off the servers lets folded runs skip the tensor ranks' shadows).
+        if p.pipeline > 1 {
+            let comm = Comm {
+                group: GroupKind::Pipeline,
+                kind: CollectiveKind::AllReduce,
+                bytes: Bytes(4),
+                what: "gradient norm allreduce",
+            };
+            let group = self.group(GroupClass::ModelParallel);
+            let label = self.comm_label(comm.what);
+            let mut norm_deps = std::mem::take(&mut deps);
+            norm_deps.extend(self.last_compute.map(Dep::Local));
+            let meta = OpMeta::NONE.with_group(comm.group).with_origin(self.origin(FLUSH_ORIGIN));
+            deps.push(Dep::Local(self.collective(comm, PIPELINE_STREAM, group, label, &norm_deps, meta)));
+        }
+        let (optimizer, mut end) = match plan.offload.as_ref().and_then(|o| o.weights.as_ref()) {
+            Some(weights) => self.streamed_optimizer(weights, &deps),
+            None => {
+                let (duration, _) = plan.optimizer[stage as usize];
+                let optimizer = self.buffer.push(
+                    Op {
+                        kind: OpKind::Compute { duration },
+                        rank,
+                        stream: COMPUTE_STREAM,
+                        label: self.labels.optimizer,
+                        meta: OpMeta::NONE.with_pass(Pass::Optimizer),
+                    },
+                    &deps,
+                );
+                (optimizer, optimizer)
+            }
+        };
+        self.last_compute = Some(optimizer);
+        end = policy.after_step(self, optimizer, end);
+        if loader {
+            end = self.fetch_next_batch(end);
+        }
+        Ok((end, pipeline_end))
+    }
+
+    /// One layer's forward (or its recomputation).
+    pub(super) fn forward_layer(
+        &mut self,
+        index: usize,
+        micro: u32,
+        recompute: bool,
+    ) -> Result<(), StrategyError> {
+        let plan = self.plan;
+        let local = &plan.local[index];
+        let meta = layer_meta(index, if recompute { Pass::Recompute } else { Pass::Forward });
+        for comm in &local.before_forward {
+            self.comm(*comm, meta);
+        }
+        if let Some(halo) = &local.halo
+            && halo.forward
+        {
+            let received = self.halo(index, micro, halo, if recompute { 1 } else { 0 });
+            self.waiting.extend(received);
+        }
+        // Out-of-core training's copies around the kernel (nothing to do without).
+        let offloads = plan.offload.is_some();
+        let fetch_weights = offloads && self.offload_before_forward(index, micro, recompute);
+        if let Some((duration, _)) = plan.kernels[index][0] {
+            let label = if recompute { self.labels.recompute[index] } else { self.labels.passes[index][0] };
+            match local.context_ring {
+                Some(bytes) => {
+                    self.ring(index, micro, duration, bytes, label, if recompute { 1 } else { 0 });
+                }
+                None => {
+                    self.compute(duration, label, meta);
+                    self.slow_last_compute(index, 0);
+                }
+            }
+        }
+        if fetch_weights {
+            self.offload_weights_used();
+        }
+        for comm in &local.after_forward {
+            self.comm(*comm, meta);
+        }
+        if offloads {
+            self.offload_after_forward(index, micro, recompute);
+        }
+        Ok(())
+    }
+
+    /// One layer's backward (with its recomputation and collectives); returns the op after
+    /// which its weight gradient is ready, if it has a backward kernel.
+    pub(super) fn backward_layer(&mut self, index: usize, micro: u32) -> Result<Option<u32>, StrategyError> {
+        if let Some(range) = &self.plan.recompute_before[index] {
+            for again in range.clone() {
+                self.forward_layer(again, micro, true)?;
+            }
+        }
+        self.backward_kernels(index, micro)
+    }
+
+    /// One layer's backward without its recomputation: its collectives and kernels; returns
+    /// the op after which its weight gradient is ready, if it has a backward kernel.
+    pub(super) fn backward_kernels(
+        &mut self,
+        index: usize,
+        micro: u32,
+    ) -> Result<Option<u32>, StrategyError> {
+        let plan = self.plan;
+        {
+            let local = &plan.local[index];
+            let meta = layer_meta(index, Pass::BackwardData);
+            for comm in &local.before_backward {
+                self.comm(*comm, meta);
+            }
+            let [_, data, weight] = plan.kernels[index];
+            let mut gradient_ready = None;
+            if let Some((duration, _)) = data {
+                let label = self.labels.passes[index][1];
+                gradient_ready = Some(match local.context_ring {
+                    Some(bytes) => self.ring(index, micro, duration, Bytes(bytes.0 * 2), label, 2),
+                    None => {
+                        let op = self.compute(duration, label, meta);
+                        self.slow_last_compute(index, 1);
+                        op
+                    }
+                });
+            }
+            // Collectives on the input gradient run while backward-weight computes.
+            let mut deferred = Vec::new();
+            if let Some(halo) = &local.halo
+                && halo.backward
+                && data.is_some()
+            {
+                deferred.extend(self.halo(index, micro, halo, 2));
+            }
+            for comm in &local.after_backward_data {
+                self.comm(*comm, meta);
+                deferred.append(&mut self.waiting);
+            }
+            let weight_meta = layer_meta(index, Pass::BackwardWeight);
+            if let Some((duration, _)) = weight {
+                gradient_ready = Some(self.compute(duration, self.labels.passes[index][2], weight_meta));
+                self.slow_last_compute(index, 2);
+            }
+            if micro > 0
+                && let Some(duration) = plan.accumulate[index]
+            {
+                gradient_ready = Some(self.compute(duration, self.labels.passes[index][2], weight_meta));
+            }
+            self.waiting.extend(deferred);
+            Ok(gradient_ready)
+        }
+    }
+
+    /// A kernel (described by `meta`) after everything waited for; returns its local index.
+    pub(super) fn compute(&mut self, duration: SimDuration, label: LabelId, meta: OpMeta) -> u32 {
+        // The launch goes first in the buffer; the waiting list's buffer is kept for reuse.
+        let launch = self.launch(meta);
+        let mut deps = std::mem::take(&mut self.waiting);
+        deps.extend(launch);
+        let op = self.buffer.push(
+            Op {
+                kind: OpKind::Compute { duration },
+                rank: RankId(self.rank),
+                stream: COMPUTE_STREAM,
+                label,
+                meta,
+            },
+            &deps,
+        );
+        deps.clear();
+        self.waiting = deps;
+        self.last_compute = Some(op);
+        self.last_issued.clear();
+        self.last_issued.push(Dep::Local(op));
+        op
+    }
+
+    /// Marks the compute op just added, pass `pass` of layer `index`, as slowed beside
+    /// communication when the plan has its time there ([`Plan::beside`]).
+    pub(super) fn slow_last_compute(&mut self, index: usize, pass: usize) {
+        if let (Some(op), Some(beside)) =
+            (self.last_compute, self.plan.beside.get(index).and_then(|passes| passes[pass]))
+        {
+            self.buffer.beside.push((op, beside));
+        }
+    }
+
+    /// The host thread's launch of the next kernel (compute, collective or send), which the
+    /// kernel waits for; `None` under CUDA graphs. The host runs ahead of the GPU as far as it
+    /// can (a synchronous host, `compute.host-synchronous`, only once the GPU work it issued
+    /// last has finished: [`workloads::dispatch::issue_synchronous`]); its first launch of an
+    /// iteration waits for the previous iteration's end. `meta` describes what it launches.
+    pub(super) fn launch(&mut self, meta: OpMeta) -> Option<Dep> {
+        if self.plan.host_cost == SimDuration::ZERO {
+            return None;
+        }
+        let mut anchor: Vec<Dep> = self.host_start.take().into_iter().collect();
+        if self.plan.host_synchronous {
+            anchor.extend_from_slice(&self.last_issued);
+        }
+        let launch = self.buffer.push(
+            Op {
+                kind: OpKind::Compute { duration: self.plan.host_cost },
+                rank: RankId(self.rank),
+                stream: HOST_STREAM,
+                label: self.labels.dispatch,
+                meta: meta.with_work(Work::Launch),
+            },
+            &anchor,
+        );
+        Some(Dep::Local(launch))
+    }
+
+    /// A layer collective (of the layer and pass `meta` names) after the last compute op and
+    /// anything waited for; the next compute op waits for it.
+    pub(super) fn comm(&mut self, comm: Comm, meta: OpMeta) {
+        // Collectives over any other communicator go with the data-parallel ones.
+        let (stream, group, kind) = match comm.group {
+            GroupKind::Tensor => (TENSOR_STREAM, self.group(GroupClass::Tensor), GroupKind::Tensor),
+            GroupKind::Expert => (EXPERT_STREAM, self.group(GroupClass::Expert), GroupKind::Expert),
+            GroupKind::Filter => (FILTER_STREAM, self.group(GroupClass::Tensor), GroupKind::Filter),
+            GroupKind::Channel => (CHANNEL_STREAM, self.group(GroupClass::Tensor), GroupKind::Channel),
+            GroupKind::Spatial => (SPATIAL_STREAM, self.group(GroupClass::Tensor), GroupKind::Spatial),
+            _ => (DATA_STREAM, self.group(GroupClass::Data), GroupKind::Data),
+        };
+        let meta = meta.with_group(kind);
+        let label = self.comm_label(comm.what);
+        let mut deps = std::mem::take(&mut self.waiting);
+        deps.extend(self.last_compute.map(Dep::Local));
+        let op = self.collective(comm, stream, group, label, &deps, meta);
+        let mut ends = vec![Dep::Local(op)];
+        if let Some(staging) = self.plan.strategy.parallelism.cnn_staging {
+            let degree = u64::from(self.plan.strategy.parallelism.cnn_degree());
+            let bytes = staging.collective_bytes(&comm, degree);
+            if staging.pipelined(&comm) {
+                // Copied fragment by fragment while earlier fragments travel: beside the
+                // collective, on its own stream, from the same dependencies.
+                if let Some(staged) = self.stage(staging, bytes, STAGING_STREAM, &deps, meta) {
+                    ends.push(Dep::Local(staged));
+                }
+            } else if let Some(staged) = self.stage(staging, bytes, stream, &[Dep::Local(op)], meta) {
+                ends = vec![Dep::Local(staged)];
+            }
+        }
+        deps.clear();
+        deps.extend_from_slice(&ends);
+        self.waiting = deps;
+        self.last_issued = ends;
+    }
+
+    /// The host round trip of `bytes` staged by CUDA-aware MPI ([`cnn::HostStaging`]) on
+    /// `stream` after `deps`: a blocking delay of `bytes` at the staging rate, part of the
+    /// transfer `meta` describes. `None` (no op) when nothing is staged.
+    pub(super) fn stage(
+        &mut self,
+        staging: cnn::HostStaging,
+        bytes: Bytes,
+        stream: StreamId,
+        deps: &[Dep],
+        meta: OpMeta,
+    ) -> Option<u32> {
+        if bytes.0 == 0 {
+            return None;
+        }
+        // The scenario requires at least 1 MB/s, so any layer's buffer takes far less than the
+        // largest duration; saturate rather than fail on an absurd one.
+        let duration = staging.rate.time_to_send(bytes).unwrap_or(SimDuration::from_ps(u64::MAX / 4));
+        let label = self.comm_label(crate::HOST_STAGING_LABEL);
+        let meta = meta.with_work(Work::Staging);
+        let op = Op { kind: OpKind::Compute { duration }, rank: RankId(self.rank), stream, label, meta };
+        Some(self.buffer.push(op, deps))
+    }
+
+    /// A host-side op on `stream` labelled `what` (its work on the host: `meta`); returns its
+    /// local index.
+    pub(super) fn host_op(
+        &mut self,
+        stream: StreamId,
+        duration: SimDuration,
+        what: &'static str,
+        deps: &[Dep],
+        meta: OpMeta,
+    ) -> u32 {
+        let label = self.comm_label(what);
+        let op = Op { kind: OpKind::Compute { duration }, rank: RankId(self.rank), stream, label, meta };
+        self.buffer.push(op, deps)
+    }
+
+    /// The origin named `name` (what emitted an op: [`OpMeta::origin`]), interned once.
+    pub(super) fn origin(&mut self, name: &'static str) -> Origin {
+        let known =
+            self.shared.origins.iter().find(|(known, _)| std::ptr::eq(*known, name) || *known == name);
+        match known {
+            Some(&(_, origin)) => origin,
+            None => {
+                let origin = self.shared.graph.origin(name);
+                self.shared.origins.push((name, origin));
+                origin
+            }
+        }
+    }
+
+    /// The label of a collective called `what`, interned once.
+    pub(super) fn comm_label(&mut self, what: &'static str) -> LabelId {
+        match self.shared.comm_labels.get(what) {
+            Some(&label) => label,
+            None => {
+                let label = self.shared.graph.label(what);
+                self.shared.comm_labels.insert(what, label);
+                label
+            }
+        }
+    }
+
+    /// This rank's part in the next collective of `group` (described by `meta`).
+    pub(super) fn collective(
+        &mut self,
+        comm: Comm,
+        stream: StreamId,
+        group: GroupId,
+        label: LabelId,
+        deps: &[Dep],
+        meta: OpMeta,
+    ) -> u32 {
+        let id = self.collective_instance(comm, group);
+        let launch = self.launch(meta);
+        let op = Op { kind: OpKind::Collective(id), rank: RankId(self.rank), stream, label, meta };
+        match launch {
+            Some(launch) => self.buffer.push_with(op, deps, launch),
+            None => self.buffer.push(op, deps),
+        }
+    }
+
+    /// The rank's next collective of `group`: created by the first member to reach it, shared
+    /// by the others (members issue a group's collectives in the same order).
+    pub(super) fn collective_instance(
+        &mut self,
+        comm: Comm,
+        group: GroupId,
+    ) -> sim_core::graph::CollectiveId {
+        let data_algorithm = self.plan.strategy.parallelism.data_algorithm;
+        // The data-parallel algorithm is an allreduce's; DASO's node broadcast picks its own.
+        let cnn_group = matches!(comm.group, GroupKind::Filter | GroupKind::Channel | GroupKind::Spatial);
+        let algorithm = if comm.group == GroupKind::Data && data_algorithm.supports(comm.kind) {
+            data_algorithm
+        } else if cnn_group
+            && comm.kind == CollectiveKind::AllToAll
+            && self.plan.strategy.parallelism.cnn_staging.is_some()
+        {
+            // Over MPI (`cnn-transport = "mpi"` / `"mpi-managed"`), Open MPI's tuned component
+            // runs every `MPI_Alltoallv` pairwise: p - 1 rounds, in round k rank i sends to
+            // i + k and receives from i - k (`ompi_coll_tuned_alltoallv_intra_dec_fixed`, v2.1.6,
+            // `ompi/mca/coll/tuned/coll_tuned_decision_fixed.c`).
+            CollectiveAlgorithm::Pairwise
+        } else {
+            CollectiveAlgorithm::Auto
+        };
+        let issued = self.shared.issued[self.rank as usize].entry(group).or_insert(0);
+        let sequence = *issued as usize;
+        *issued += 1;
+        let instances = self.shared.instances.entry(group).or_default();
+        if sequence == instances.len() {
+            let id = self.shared.graph.add_collective(Collective {
+                kind: comm.kind,
+                group,
+                bytes: comm.bytes,
+                algorithm,
+            });
+            instances.push(id);
+        }
+        instances[sequence]
+    }
+
+    /// A pipeline send to `to` after the last compute op (of pass `pass`), registered under
+    /// `key`.
+    pub(super) fn send(&mut self, to: u32, bytes: Bytes, label: LabelId, key: Key, pass: Pass) {
+        let meta = OpMeta::NONE
+            .with_pass(pass)
+            .with_group(GroupKind::Pipeline)
+            .with_origin(self.origin(PIPELINE_ORIGIN));
+        let mut deps: Vec<Dep> = self.last_compute.map(Dep::Local).into_iter().collect();
+        deps.extend(self.launch(meta));
+        let op = self.buffer.push(
+            Op {
+                kind: OpKind::Transfer { dst: RankId(to), bytes },
+                rank: RankId(self.rank),
+                stream: PIPELINE_STREAM,
+                label,
+                meta,
+            },
+            &deps,
+        );
+        self.shared.keys.insert(key, (self.rank, op));
+    }
+
+    /// Context-parallel attention: `context` compute steps of `duration / context`, the key/value
+    /// chunk of each step passed on to the next context rank while the next step computes.
+    /// Returns the last step's op.
+    pub(super) fn ring(
+        &mut self,
+        layer: usize,
+        micro: u32,
+        duration: SimDuration,
+        bytes: Bytes,
+        label: LabelId,
+        pass: u8,
+    ) -> u32 {
+        let plan = self.plan;
+        let rank = RankId(self.rank);
+        let members = plan.layout.group(Axis::Context, rank);
+        let c = members.len() as u32;
+        let position = members.iter().position(|r| *r == rank).unwrap_or(0) as u32;
+        let next = members[((position + 1) % c) as usize].0;
+        let previous = members[((position + c - 1) % c) as usize].0;
+        let step = SimDuration::from_ps(duration.as_ps() / u64::from(c));
+        let kernel =
+            layer_meta(layer, [Pass::Forward, Pass::Recompute, Pass::BackwardData][usize::from(pass)]);
+        let transfer = kernel.with_group(GroupKind::Context);
+        let producer: Vec<Dep> =
+            self.waiting.iter().copied().chain(self.last_compute.map(Dep::Local)).collect();
+        let mut op = self.compute(step, label, kernel);
+        let received =
+            |step: u32| Dep::Key(Key::Ring { sender: previous, layer: layer as u32, micro, step, pass });
+        for j in 0..c - 1 {
+            let mut deps = if j == 0 { producer.clone() } else { vec![received(j - 1)] };
+            deps.extend(self.launch(transfer));
+            let send = self.buffer.push(
+                Op {
+                    kind: OpKind::Transfer { dst: RankId(next), bytes },
+                    rank,
+                    stream: CONTEXT_STREAM,
+                    label: self.labels.ring,
+                    meta: transfer,
+                },
+                &deps,
+            );
+            self.shared.keys.insert(
+                Key::Ring { sender: self.rank, layer: layer as u32, micro, step: j, pass },
+                (self.rank, send),
+            );
+            self.waiting.push(received(j));
+            op = self.compute(step, label, kernel);
+        }
+        op
+    }
+
+    /// The gradient-synchronisation group: data (x context) ranks, or the expert-data group
+    /// for expert parameters.
+    pub(super) fn sync_group(&mut self, expert: bool) -> GroupId {
+        self.group(if expert { GroupClass::ExpertData } else { GroupClass::Data })
+    }
+
+    /// The group of `class` this rank belongs to, interned on first use (keyed by its first
+    /// member, computed without listing the members).
+    pub(super) fn group(&mut self, class: GroupClass) -> GroupId {
+        let layout = &self.plan.layout;
+        let rank = RankId(self.rank);
+        let mut first = layout.coordinates(rank);
+        let contexts = layout.size(Axis::Context);
+        let expert = layout.expert();
+        // Index along (context, data), context fastest.
+        let index = first.context + contexts * first.data;
+        // A policy's own groups are interned by the policy (`group` does not know their members).
+        let class = if matches!(class, GroupClass::Named(_)) { GroupClass::Data } else { class };
+        match class {
+            GroupClass::Tensor => first.tensor = 0,
+            GroupClass::ModelParallel | GroupClass::Embedding => first.pipeline = 0,
+            GroupClass::Data => {
+                first.data = 0;
+                first.context = 0;
+            }
+            GroupClass::Expert => {
+                let start = index - index % expert;
+                first.context = start % contexts;
+                first.data = start / contexts;
+            }
+            GroupClass::ExpertData => {
+                let start = index % expert;
+                first.context = start % contexts;
+                first.data = start / contexts;
+            }
+            GroupClass::Named(_) => {}
+        }
+        let key = (class, layout.rank(first).0);
+        if let Some(&group) = self.shared.groups.get(&key) {
+            return group;
+        }
+        let members = match class {
+            GroupClass::Tensor => layout.group(Axis::Tensor, rank),
+            GroupClass::ModelParallel => layout.group(Axis::Pipeline, rank),
+            GroupClass::Embedding => {
+                let all = layout.group(Axis::Pipeline, rank);
+                vec![all[0], all[all.len() - 1]]
+            }
+            GroupClass::Expert => layout.expert_group(rank),
+            GroupClass::Data | GroupClass::Named(_) => {
+                if contexts > 1 {
+                    layout.data_context_group(rank)
+                } else {
+                    layout.group(Axis::Data, rank)
+                }
+            }
+            GroupClass::ExpertData => {
+                let all = layout.data_context_group(rank);
+                let expert = expert as usize;
+                let position = all.iter().position(|r| *r == rank).unwrap_or(0) % expert;
+                all.into_iter().enumerate().filter(|(i, _)| i % expert == position).map(|(_, r)| r).collect()
+            }
+        };
+        debug_assert_eq!(members[0].0, key.1, "group key of {class:?}");
+        let group = self.shared.graph.add_group(members);
+        self.shared.groups.insert(key, group);
+        group
+    }
+}
+
+/// The origin of the pipeline's sends between stages.
+const PIPELINE_ORIGIN: &str = "pipeline";
+/// The origin of the pipeline flush: the gradient-norm allreduce over the pipeline stages
+/// before the optimizer step, whose wait is pipeline bubble rather than communication.
+pub const FLUSH_ORIGIN: &str = "flush";
+/// The origin of the allreduce of a tied embedding's two copies' gradients.
+const TIED_EMBEDDING_ORIGIN: &str = "tied-embedding";
+
+/// The metadata of layer `index`'s work in `pass`.
+pub(super) fn layer_meta(index: usize, pass: Pass) -> OpMeta {
+    OpMeta::NONE.with_layer(index as u32).with_pass(pass)
+}
