@@ -455,7 +455,7 @@ impl Couplings {
         let now = context.now();
         for &(src, dst, bytes) in edges {
             let Path { route, latency, alone } = flows.path(src, dst)?;
-            let (flow, latency) = flows.new_flow(now, route, latency, bytes, Owner::Coupled)?;
+            let (flow, latency) = flows.new_flow(now, &route, latency, bytes, Owner::Coupled)?;
             members.push(flow);
             slowest = slowest.max(latency);
             shortest = shortest.min(latency);

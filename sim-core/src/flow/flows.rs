@@ -207,7 +207,6 @@ impl<'t> Flows<'t> {
     }
 
     /// Starts a flow of `bytes` from `src` to `dst` for `owner`.
-    #[inline]
     pub(super) fn start_flow(
         &mut self,
         context: &mut NetContext<'_, FlowEvent>,
@@ -217,13 +216,12 @@ impl<'t> Flows<'t> {
         owner: Owner,
     ) -> Result<(), NetworkError> {
         let path = self.path(src, dst)?;
-        let (id, latency) = self.new_flow(context.now(), path.route, path.latency, bytes, owner)?;
+        let (id, latency) = self.new_flow(context.now(), &path.route, path.latency, bytes, owner)?;
         context.wake_after(latency, FlowEvent::Enter { flow: id })?;
         Ok(())
     }
 
     /// Starts a flow of `bytes` on `route` for `owner`.
-    #[inline]
     pub(super) fn start_flow_on(
         &mut self,
         context: &mut NetContext<'_, FlowEvent>,
@@ -232,18 +230,17 @@ impl<'t> Flows<'t> {
         owner: Owner,
     ) -> Result<(), NetworkError> {
         let latency = self.topology.route_latency(&route);
-        let (id, latency) = self.new_flow(context.now(), route, latency, bytes, owner)?;
+        let (id, latency) = self.new_flow(context.now(), &route, latency, bytes, owner)?;
         context.wake_after(latency, FlowEvent::Enter { flow: id })?;
         Ok(())
     }
 
     /// Allocates a flow on `route`, whose links' latencies sum to `latency` (not yet on its
     /// links) and returns it with that latency.
-    #[inline]
     pub(super) fn new_flow(
         &mut self,
         now: SimTime,
-        route: Route,
+        route: &Route,
         latency: SimDuration,
         bytes: f64,
         owner: Owner,
@@ -271,7 +268,9 @@ impl<'t> Flows<'t> {
 
     /// The flow's first byte has arrived: it joins its links and rates are re-filled. Returns its
     /// owner if it is done at once (nothing to share: its slot is free again).
-    #[inline]
+    // Inlined into the event handler, its only caller, so the owner it returns stays in
+    // registers: as a call, packet-steps runs took about 10% longer.
+    #[inline(always)]
     pub(super) fn enter(
         &mut self,
         context: &mut NetContext<'_, FlowEvent>,
@@ -305,7 +304,8 @@ impl<'t> Flows<'t> {
     /// The flow's last byte has arrived (if `generation` is still its own): it leaves its links,
     /// the others re-fill, and its slot is free again. Returns its owner, to be told; `None`
     /// for a stale completion.
-    #[inline]
+    // Inlined as `enter` is.
+    #[inline(always)]
     pub(super) fn finish(
         &mut self,
         context: &mut NetContext<'_, FlowEvent>,
@@ -336,7 +336,7 @@ impl<'t> Flows<'t> {
     }
 
     /// Frees the flow's slot; returns its owner.
-    #[inline]
+    #[inline(always)]
     fn release(&mut self, id: u32) -> Owner {
         let owner = self.solver.flow(id).owner;
         if self.adaptive {

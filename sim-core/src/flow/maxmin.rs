@@ -201,14 +201,14 @@ impl<T: Copy> MaxMin<T> {
     /// A flow of `bytes` on `route` for `owner`, not yet on its links, at rate 0; in no group,
     /// of weight 1. Returns its id (a slot freed earlier, or a new one).
     #[inline]
-    pub(super) fn add(&mut self, now: SimTime, route: Route, bytes: f64, owner: T) -> u32 {
-        let mut flow = Flow {
-            route,
+    pub(super) fn add(&mut self, now: SimTime, route: &Route, bytes: f64, owner: T) -> u32 {
+        let flow = |generation| Flow {
+            route: *route,
             size: bytes,
             remaining: bytes,
             rate: 0.0,
             updated: now,
-            generation: 0,
+            generation,
             owner,
             weight: 1.0,
             group: NO_GROUP,
@@ -217,12 +217,12 @@ impl<T: Copy> MaxMin<T> {
             Some(id) => {
                 // Generations keep counting across reuse of a slot, so a stale completion of the
                 // slot's previous flow can never match the new one.
-                flow.generation = self.flows[id as usize].generation.wrapping_add(1);
-                self.flows[id as usize] = flow;
+                let slot = &mut self.flows[id as usize];
+                *slot = flow(slot.generation.wrapping_add(1));
                 id
             }
             None => {
-                self.flows.push(flow);
+                self.flows.push(flow(0));
                 self.flow_epoch.push(0);
                 self.new_rate.push(0.0);
                 (self.flows.len() - 1) as u32

@@ -212,7 +212,7 @@ impl<'t> FlowNetwork<'t> {
 
     /// A flow is done: tells its owner (a transfer or copy completes; a collective's message
     /// counts as done for both its ends, once its step floor has passed).
-    #[inline]
+    #[inline(always)]
     fn notify(&mut self, context: &mut NetContext<'_, FlowEvent>, owner: Owner) -> Result<(), NetworkError> {
         match owner {
             Owner::Single(token) => Ok(context.complete_after(SimDuration::ZERO, token)?),
