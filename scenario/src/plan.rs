@@ -16,7 +16,8 @@
 //!
 //! Degrees a user fixes (`--set parallelism.tensor=8`) are not enumerated.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use sim_core::lookup::{LookupMap, LookupSet};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
@@ -394,7 +395,7 @@ pub fn plan_with_progress(
     let bounded_out = (valid.len() - next) as u64;
     // Every screened configuration's analytical score: a tighter floor than its bound for the
     // final model's (which adds contention).
-    let screen_scores: HashMap<usize, f64> = screened.iter().map(|s| (s.1, s.0)).collect();
+    let screen_scores: LookupMap<usize, f64> = screened.iter().map(|s| (s.1, s.0)).collect();
     screened.truncate(keep);
     let screen_wall = started.elapsed();
 
@@ -440,7 +441,7 @@ pub fn plan_with_progress(
     ranked.sort_by(|a, b| final_order((a.5, a.0, a.1), (b.5, b.0, b.1)));
     let could_beat_final = match ranked.iter().find(|r| !r.5) {
         Some(winner) if finals > 0 => {
-            let simulated: HashSet<usize> = ranked.iter().filter(|r| !r.5).map(|r| r.1).collect();
+            let simulated: LookupSet<usize> = ranked.iter().filter(|r| !r.5).map(|r| r.1).collect();
             valid
                 .iter()
                 .filter(|&&(index, bound)| {

@@ -29,8 +29,7 @@
 //! assert_eq!(timeline.makespan(), SimDuration::from_us(22));
 //! ```
 
-use std::collections::HashMap;
-
+use crate::lookup::LookupMap;
 use units::{SimDuration, SimTime, TimeOverflow};
 
 use crate::graph::{ExecGraph, GroupId, OpId, OpKind, RankId};
@@ -120,9 +119,9 @@ struct Executor<'g, E> {
     /// another rank of its server, so its intra-server links may be shared.
     intra_server_active: Vec<bool>,
     /// The shadow groups of each group, computed on first use.
-    shadow_groups: HashMap<GroupId, Vec<Vec<RankId>>>,
+    shadow_groups: LookupMap<GroupId, Vec<Vec<RankId>>>,
     /// The shadow (source, destination) pairs of each transfer's pair, computed on first use.
-    shadow_pairs: HashMap<(RankId, RankId), Vec<(RankId, RankId)>>,
+    shadow_pairs: LookupMap<(RankId, RankId), Vec<(RankId, RankId)>>,
     /// Kernels slowed beside communication ([`crate::graph::GraphBuilder::compute_slowed`]);
     /// `None` when the graph has none, and then nothing below is tracked.
     slowdowns: Option<Slowdowns>,
@@ -172,8 +171,8 @@ impl<'g, E: Copy + std::fmt::Debug> Executor<'g, E> {
             finished: 0,
             shadows: false,
             intra_server_active: Vec::new(),
-            shadow_groups: HashMap::new(),
-            shadow_pairs: HashMap::new(),
+            shadow_groups: LookupMap::new(),
+            shadow_pairs: LookupMap::new(),
             slowdowns: graph.has_slowdowns().then(|| Slowdowns {
                 communicating: vec![0; graph.ranks() as usize],
                 running: vec![Vec::new(); graph.ranks() as usize],

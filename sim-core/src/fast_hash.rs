@@ -5,6 +5,7 @@
 //! rustc's `FxHasher`. Maps using it are only looked up, never iterated where order would
 //! matter, so results stay deterministic.
 
+#[allow(clippy::disallowed_types)] // only for FastMap below
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -54,6 +55,7 @@ impl Hasher for FastHasher {
 }
 
 /// A `HashMap` with [`FastHasher`].
+#[allow(clippy::disallowed_types)] // a fixed hasher: the same insertions give the same order in every run
 pub(crate) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
 
 #[cfg(test)]

@@ -27,7 +27,7 @@
 //! assert_eq!(graph.op_count(), 3);
 //! ```
 
-use std::collections::HashMap;
+use crate::lookup::LookupMap;
 use std::fmt;
 
 use units::{Bytes, SimDuration};
@@ -418,7 +418,7 @@ pub struct GraphBuilder {
     groups: Vec<Vec<RankId>>,
     collectives: Vec<Collective>,
     labels: Vec<String>,
-    label_ids: HashMap<String, LabelId>,
+    label_ids: LookupMap<String, LabelId>,
     images: Vec<Vec<RankId>>,
     /// Compute ops that run slower beside communication, with their duration when they do.
     beside_communication: Vec<(OpId, SimDuration)>,

@@ -65,6 +65,7 @@ mod fast_hash;
 pub mod fidelity;
 pub mod flow;
 pub mod graph;
+pub mod lookup;
 pub mod nccl;
 pub mod network;
 pub mod queue;

@@ -6,10 +6,11 @@
 //! for a flow-level model whose rates change as other flows come and go. The interface is the
 //! whole contract: start a transfer, a collective or a copy; handle your own event.
 
+use crate::lookup::LookupMap;
 use std::fmt;
 
+use std::collections::BTreeMap;
 use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, HashMap};
 
 use topology::{HostId, LinkId, Route, Topology, TopologyError};
 use units::{Bandwidth, Bytes, SimDuration, SimTime, TimeOverflow, UnitError};
@@ -243,7 +244,7 @@ pub struct AnalyticalNetwork<'t> {
     /// links in `loaded_links`): computed once per link, not once per message crossing it.
     link_time: Vec<SimDuration>,
     /// Times of the collectives already seen.
-    known_collectives: HashMap<Collective, SimDuration>,
+    known_collectives: LookupMap<Collective, SimDuration>,
     /// Fixed cost of every collective (see [`AnalyticalNetwork::with_collective_launch`]).
     collective_launch: SimDuration,
     /// Chunk size of pipelined collective algorithms.
@@ -478,7 +479,7 @@ impl<'t> AnalyticalNetwork<'t> {
             link_load: vec![0; topology.link_count()],
             loaded_links: Vec::new(),
             link_time: vec![SimDuration::ZERO; topology.link_count()],
-            known_collectives: HashMap::new(),
+            known_collectives: LookupMap::new(),
             collective_launch: SimDuration::ZERO,
             chunk: Bytes(crate::schedule::CHUNK_BYTES),
             protocols: ProtocolChoice::Off,

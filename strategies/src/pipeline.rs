@@ -226,7 +226,7 @@ mod tests {
         for stage in 0..p {
             let order = actions(PipelineSchedule::OneFOneB, p, v, stage, m);
             assert_eq!(counts(&order), ((m * v) as usize, (m * v) as usize));
-            let mut seen = std::collections::HashSet::new();
+            let mut seen = std::collections::BTreeSet::new();
             for a in &order {
                 assert!(seen.insert((a.forward, a.micro_batch, a.chunk)), "{a:?} twice");
             }

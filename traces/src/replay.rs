@@ -42,7 +42,8 @@
 //! same gradients, an all-to-all's per-peer share shrinks as `N / M`, an allgather's shard
 //! shrinks as `N / M`. Compute is per rank and does not change (weak scaling).
 
-use std::collections::{BTreeMap, HashMap};
+use sim_core::lookup::LookupMap;
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 use sim_core::exec::Timeline;
@@ -332,7 +333,7 @@ fn build_template(
     // Launch time of every GPU op: its call's start, or its own start if not recorded.
     let launch_time: Vec<u64> =
         ops.iter().map(|op| op.launch.map_or(op.start_ns, |c| rank.calls[c as usize].start_ns)).collect();
-    let mut launched_by: HashMap<u32, usize> = HashMap::new();
+    let mut launched_by: LookupMap<u32, usize> = LookupMap::new();
     for (index, op) in ops.iter().enumerate() {
         if let Some(call) = op.launch {
             launched_by.insert(call, index);
@@ -406,7 +407,7 @@ fn build_template(
         }
         points.sort_by_key(|&(time, order, _)| (time, order));
         let mut cursor = 0u64;
-        let mut step_begin: HashMap<usize, u32> = HashMap::new();
+        let mut step_begin: LookupMap<usize, u32> = LookupMap::new();
         for (_, _, point) in points {
             match point {
                 Point::StepBegin(index) | Point::StepEnd(index) => {
@@ -647,11 +648,11 @@ fn build_template(
         .collect();
     // Measured start order of collectives decides which is the k-th.
     let mut template = t.finish();
-    let start_of_local: HashMap<u32, u64> =
+    let start_of_local: LookupMap<u32, u64> =
         ops.iter().enumerate().map(|(index, op)| (first_local[index], op.start_ns)).collect();
     template.collectives.sort_by_key(|c| (start_of_local.get(&c.op).copied().unwrap_or(0), c.op));
     // Re-point ops at their collective's new position.
-    let position_of: HashMap<u32, usize> =
+    let position_of: LookupMap<u32, usize> =
         template.collectives.iter().enumerate().map(|(position, c)| (c.op, position)).collect();
     for (local, op) in template.ops.iter_mut().enumerate() {
         if let TemplateKind::Collective(_) = op.kind
@@ -749,7 +750,7 @@ pub fn build(trace: &Trace, options: &ReplayOptions) -> Result<Replay, TraceErro
     };
     // (group, kind) -> per rank, the template collective positions in order.
     let mut sequences: BTreeMap<(GroupId, CollectiveType), BTreeMap<u32, Vec<usize>>> = BTreeMap::new();
-    let mut member_groups: HashMap<(usize, Option<u32>), GroupId> = HashMap::new();
+    let mut member_groups: LookupMap<(usize, Option<u32>), GroupId> = LookupMap::new();
     for m in 0..world {
         let position = source_position[m as usize];
         for (index, call) in templates[position].collectives.iter().enumerate() {
@@ -771,7 +772,7 @@ pub fn build(trace: &Trace, options: &ReplayOptions) -> Result<Replay, TraceErro
     let group_members: BTreeMap<GroupId, Vec<u32>> =
         group_ids.iter().map(|(members, &id)| (id, members.clone())).collect();
     // (rank, template collective index) -> collective id.
-    let mut instance_of: HashMap<(u32, usize), CollectiveId> = HashMap::new();
+    let mut instance_of: LookupMap<(u32, usize), CollectiveId> = LookupMap::new();
     let mut collectives = 0usize;
     let mut uneven = 0u64;
     for ((group, kind), per_rank) in &sequences {

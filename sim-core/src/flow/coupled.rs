@@ -16,7 +16,8 @@
 //! stale one is skipped; uncontended, a topped-up collective takes exactly its analytical
 //! time; a coupling's slot and member list are reused once it has completed.
 
-use std::collections::{BTreeMap, HashMap};
+use crate::lookup::LookupMap;
+use std::collections::BTreeMap;
 
 use topology::LinkId;
 use units::{SimDuration, SimTime};
@@ -43,7 +44,7 @@ pub(super) struct Couplings {
     ring_edges: FastMap<Vec<RankId>, RingEdges>,
     /// The analytical data time of the collectives already seen that run as coupled flows
     /// topped up to it (see `start_topped_up`).
-    references: HashMap<Collective, SimDuration>,
+    references: LookupMap<Collective, SimDuration>,
     /// Scratch for the edges (source, destination, bytes) of a coupled collective.
     scratch_edges: Vec<(RankId, RankId, f64)>,
     /// Scratch for the links a coupled collective enters or leaves.
@@ -61,7 +62,7 @@ impl Couplings {
             slots: Vec::new(),
             free: Vec::new(),
             ring_edges: FastMap::default(),
-            references: HashMap::new(),
+            references: LookupMap::new(),
             scratch_edges: Vec::new(),
             scratch_seeds: Vec::new(),
             link_members: vec![0.0; links],

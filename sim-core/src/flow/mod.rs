@@ -62,8 +62,7 @@ mod flows;
 mod maxmin;
 mod messages;
 
-use std::collections::HashMap;
-
+use crate::lookup::LookupMap;
 use topology::{HostId, LinkId, Topology};
 use units::{Bytes, SimDuration};
 
@@ -101,7 +100,7 @@ pub struct FlowNetwork<'t> {
     steady_state: bool,
     /// Alpha-beta estimates for choosing `Auto` algorithms, and the choices made.
     estimator: AnalyticalNetwork<'t>,
-    chosen: HashMap<Collective, (Choice, SimDuration, Bytes)>,
+    chosen: LookupMap<Collective, (Choice, SimDuration, Bytes)>,
 }
 
 impl<'t> FlowNetwork<'t> {
@@ -114,7 +113,7 @@ impl<'t> FlowNetwork<'t> {
             collective_launch: SimDuration::ZERO,
             steady_state: false,
             estimator: AnalyticalNetwork::new(topology),
-            chosen: HashMap::new(),
+            chosen: LookupMap::new(),
         }
     }
 

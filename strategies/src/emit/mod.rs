@@ -36,7 +36,8 @@ mod policy;
 mod rank;
 mod tables;
 
-use std::collections::{HashMap, VecDeque};
+use sim_core::lookup::LookupMap;
+use std::collections::VecDeque;
 
 use sim_core::graph::{GraphBuilder, OpId, RankId};
 use sim_core::units::SimDuration;
@@ -83,12 +84,12 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
     let ranks = plan.layout.ranks();
     let mut shared = Shared {
         graph: GraphBuilder::new(ranks),
-        groups: HashMap::new(),
-        instances: HashMap::new(),
-        issued: vec![HashMap::new(); ranks as usize],
-        comm_labels: HashMap::new(),
+        groups: LookupMap::new(),
+        instances: LookupMap::new(),
+        issued: vec![LookupMap::new(); ranks as usize],
+        comm_labels: LookupMap::new(),
         origins: Vec::new(),
-        keys: HashMap::new(),
+        keys: LookupMap::new(),
     };
     // Ops' metadata names layers by their index in the model.
     shared.graph.set_layer_names(strategy.model.layers.iter().map(|l| l.name.clone()).collect());

@@ -11,7 +11,8 @@
 //! ([`super::policy::buckets::backward_chunk`]) at fixed points, so the op order is the one
 //! those loops always had.
 
-use std::collections::{HashMap, VecDeque};
+use sim_core::lookup::LookupMap;
+use std::collections::VecDeque;
 use std::ops::Range;
 
 use sim_core::graph::{MemcpyDirection, Op, OpId, OpKind, OpMeta, Pass, RankId};
@@ -272,8 +273,8 @@ impl OffloadPlan {
 #[derive(Default)]
 pub(super) struct OffloadState {
     /// The copy to the host of each (micro-batch, layer), and the prefetch back.
-    offloaded: HashMap<(u32, usize), u32>,
-    prefetched: HashMap<(u32, usize), u32>,
+    offloaded: LookupMap<(u32, usize), u32>,
+    prefetched: LookupMap<(u32, usize), u32>,
     /// Out-of-core weights: the last kernels of the (at most [`WEIGHT_BUFFERS`]) layers whose
     /// weights are on the device, oldest first; a prefetch reuses the oldest one's buffer once
     /// it is done.

@@ -2,7 +2,8 @@
 //! the runtime call that launched it (by `correlation`), every NCCL kernel linked to its
 //! collective's kind, size, dtype and group, iterations and exact stream waits resolved.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use sim_core::lookup::LookupMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::raw::{AnnotationKind, CommsArgs, GpuCategory, RawAnnotation, RawFile, RawGpu};
 use crate::model::{
@@ -62,12 +63,12 @@ fn copy_direction(name: &str) -> CopyDirection {
 /// Host annotations about collectives on one thread, sorted by start, for "which annotation
 /// encloses this launch" queries.
 struct Enclosing<'a> {
-    by_thread: HashMap<u64, Vec<&'a RawAnnotation>>,
+    by_thread: BTreeMap<u64, Vec<&'a RawAnnotation>>,
 }
 
 impl<'a> Enclosing<'a> {
     fn new(annotations: &'a [RawAnnotation]) -> Self {
-        let mut by_thread: HashMap<u64, Vec<&RawAnnotation>> = HashMap::new();
+        let mut by_thread: BTreeMap<u64, Vec<&RawAnnotation>> = BTreeMap::new();
         for annotation in annotations {
             if matches!(annotation.kind, AnnotationKind::Comms | AnnotationKind::Nccl(_)) {
                 by_thread.entry(annotation.thread).or_default().push(annotation);
@@ -196,10 +197,10 @@ pub(crate) fn link(
     });
 
     // Runtime calls: the ones that launched a GPU op, synchronize or make a stream wait.
-    let gpu_by_correlation: HashMap<u64, usize> =
+    let gpu_by_correlation: LookupMap<u64, usize> =
         raw.gpu.iter().enumerate().filter_map(|(i, g)| g.correlation.map(|c| (c, i))).collect();
     let mut kept_calls: Vec<(usize, CallKind)> = Vec::new();
-    let mut launch_of_gpu: HashMap<usize, usize> = HashMap::new();
+    let mut launch_of_gpu: LookupMap<usize, usize> = LookupMap::new();
     for (index, call) in raw.calls.iter().enumerate() {
         let launched = call.correlation.and_then(|c| gpu_by_correlation.get(&c).copied());
         if let Some(gpu) = launched {
@@ -228,9 +229,9 @@ pub(crate) fn link(
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-    let thread_index: HashMap<u64, u32> = threads.iter().enumerate().map(|(i, &t)| (t, i as u32)).collect();
+    let thread_index: LookupMap<u64, u32> = threads.iter().enumerate().map(|(i, &t)| (t, i as u32)).collect();
     kept_calls.sort_by_key(|&(i, _)| (thread_index[&raw.calls[i].thread], raw.calls[i].ts_ns, i));
-    let call_position: HashMap<usize, u32> =
+    let call_position: LookupMap<usize, u32> =
         kept_calls.iter().enumerate().map(|(position, &(i, _))| (i, position as u32)).collect();
     let calls: Vec<RuntimeCall> = kept_calls
         .iter()
@@ -248,8 +249,8 @@ pub(crate) fn link(
 
     // Collective facts for NCCL kernels.
     let enclosing = Enclosing::new(&raw.annotations);
-    let by_external: HashMap<u64, Vec<&RawAnnotation>> = {
-        let mut map: HashMap<u64, Vec<&RawAnnotation>> = HashMap::new();
+    let by_external: LookupMap<u64, Vec<&RawAnnotation>> = {
+        let mut map: LookupMap<u64, Vec<&RawAnnotation>> = LookupMap::new();
         for annotation in &raw.annotations {
             if let (Some(id), AnnotationKind::Comms | AnnotationKind::Nccl(_)) =
                 (annotation.external_id, annotation.kind)
@@ -352,7 +353,7 @@ pub(crate) fn link(
     // Exact cross-stream waits (cuda_sync events of newer Kineto).
     let mut stream_waits = Vec::new();
     if !raw.stream_syncs.is_empty() {
-        let record_time: HashMap<u64, i64> =
+        let record_time: LookupMap<u64, i64> =
             raw.calls.iter().filter_map(|c| c.correlation.map(|corr| (corr, c.ts_ns))).collect();
         let launch_time = |index: usize| {
             launch_of_gpu.get(&index).map_or(raw.gpu[index].ts_ns, |&call| raw.calls[call].ts_ns)

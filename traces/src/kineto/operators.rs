@@ -8,7 +8,9 @@
 //! whose kernels' `External id` does not name an operator (PyTorch before 2.0 wrote the
 //! correlation id there).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
+
+use sim_core::lookup::LookupMap;
 use std::path::{Path, PathBuf};
 
 use super::raw::{self, GpuCategory, RawFile, RawGpu, RawOperator};
@@ -240,17 +242,17 @@ fn end(op: &RawOperator) -> i64 {
 
 /// Attributes every GPU activity of `raw` to the operator that launched it.
 fn attribute(raw: &RawFile, path: &Path, names: &[String]) -> OperatorFile {
-    let mut by_thread: HashMap<u64, Vec<&RawOperator>> = HashMap::new();
+    let mut by_thread: BTreeMap<u64, Vec<&RawOperator>> = BTreeMap::new();
     for op in &raw.operators {
         by_thread.entry(op.thread).or_default().push(op);
     }
-    let nestings: HashMap<u64, Nesting> =
+    let nestings: LookupMap<u64, Nesting> =
         by_thread.into_iter().map(|(t, ops)| (t, Nesting::new(ops))).collect();
-    let calls: HashMap<u64, (u64, i64)> =
+    let calls: LookupMap<u64, (u64, i64)> =
         raw.calls.iter().filter_map(|c| c.correlation.map(|id| (id, (c.thread, c.ts_ns)))).collect();
 
     // (thread, position in its nesting) -> activities, in launch order.
-    let mut launched: HashMap<(u64, usize), Vec<(i64, Activity)>> = HashMap::new();
+    let mut launched: BTreeMap<(u64, usize), Vec<(i64, Activity)>> = BTreeMap::new();
     let mut unattributed = 0;
     let mut kernel_ns = 0;
     let (mut nccl_ns, mut nccl_block_ns) = (0u64, 0u128);

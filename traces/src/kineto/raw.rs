@@ -6,7 +6,7 @@
 //! parsed, so the document is never held in memory. Only the events a replay needs are kept,
 //! as small fixed-size records with interned names; everything else is counted.
 
-use std::collections::HashMap;
+use sim_core::lookup::LookupMap;
 use std::fmt;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -26,7 +26,7 @@ use crate::warnings::Warnings;
 #[derive(Debug, Default)]
 pub(crate) struct Interner {
     pub(crate) names: Vec<String>,
-    ids: HashMap<String, NameId>,
+    ids: LookupMap<String, NameId>,
 }
 
 impl Interner {
