@@ -6,4 +6,5 @@
 mod filter_keys;
 mod fuzz;
 mod input;
+mod overrides;
 mod single_gpu;
