@@ -520,7 +520,9 @@ fn overrides(texts: &[String]) -> anyhow::Result<Vec<scenario::Override>> {
 /// A scenario error, naming `--set` when an override set the key at fault.
 fn set_error(error: scenario::ScenarioError) -> anyhow::Error {
     match error {
-        error @ scenario::ScenarioError::Overridden { .. } => anyhow::anyhow!("--set {error}"),
+        error @ (scenario::ScenarioError::Overridden { .. } | scenario::ScenarioError::Override(_)) => {
+            anyhow::anyhow!("--set {error}")
+        }
         other => other.into(),
     }
 }

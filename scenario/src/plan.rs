@@ -376,7 +376,7 @@ impl Search {
         let mut table = self.bases[choice.base].table.clone();
         apply(&mut table, &self.overrides(choice))?;
         apply(&mut table, extra)?;
-        let scenario = Scenario::from_owned_table(table, &self.file, &self.cache)?;
+        let scenario = Scenario::from_table_cached(&table, &self.file, &self.cache)?;
         debug_assert_eq!(scenario.parallelism, choice.parallelism, "{}", choice.label());
         Ok(scenario)
     }
@@ -577,7 +577,8 @@ pub fn plan_with_progress(
             })?;
             let strategy = Strategy { layer_tables: Some(&tables[choice.base]), ..scenario.strategy() };
             let floor = comm_floor(&scenario);
-            let estimate = strategy.estimate(&floor).map_err(|error| match error {
+            // Validating the scenario checked its strategy.
+            let estimate = strategy.estimate_checked(&floor).map_err(|error| match error {
                 StrategyError::Invalid { key, message } => (key.to_string(), format!("{key}: {message}")),
                 other => ("other".to_string(), other.to_string()),
             })?;
@@ -1161,10 +1162,7 @@ fidelity = "analytical"
             }
         }
         // Data 3 does not divide 16 GPUs: the scenario says so, naming the fixed key.
-        let table: toml::Table = toml::from_str(&format!(
-            "[cluster]\nnodes = 2\ndevice = \"a100-sxm4-80gb\"\n[workload]\nmodel = \"megatron-1.7b\"\nglobal-batch = 64\n"
-        ))
-        .unwrap();
+        let table: toml::Table = toml::from_str(&scenario_text().replace("micro-batch = 1\n", "")).unwrap();
         let data: Override = "parallelism.data=3".parse().unwrap();
         let error = Search::new(&table, Path::new("t.toml"), &[], &[data], &[]).unwrap_err();
         assert!(

@@ -93,6 +93,21 @@ impl ScenarioError {
         }
     }
 
+    /// The error without the line a table's deserializer ends a format error with (``in
+    /// `parallelism.data` ``): the key is named already.
+    fn without_path_line(self) -> ScenarioError {
+        match self {
+            ScenarioError::Format { file, key, message } => {
+                let message = match message.rsplit_once('\n') {
+                    Some((first, last)) if last.starts_with("in `") => first.trim_end().to_string(),
+                    _ => message,
+                };
+                ScenarioError::Format { file, key, message }
+            }
+            other => other,
+        }
+    }
+
     /// The error, attributed to the last of `overrides` that set its key (or the key inside a
     /// table that the format says is unknown there), if one did.
     pub fn attributed(self, overrides: &[Override]) -> ScenarioError {
@@ -490,7 +505,11 @@ impl Scenario {
         file: &Path,
         cache: &ValidationCache,
     ) -> Result<Scenario, ScenarioError> {
-        validate(spec_of_table(table, file)?, file, cache)
+        let spec = match spec_of_valid_table(table.clone()) {
+            Some(spec) => spec,
+            None => spec_of_table(table, file)?,
+        };
+        validate(spec, file, cache)
     }
 
     /// `table` with `overrides` applied in order, validated (with `cache`): the one way a
@@ -520,16 +539,8 @@ impl Scenario {
     ) -> Result<Scenario, ScenarioError> {
         let mut table = table.clone();
         apply(&mut table, overrides)?;
-        Scenario::from_owned_table(table, file, cache).map_err(|error| error.attributed(overrides))
-    }
-
-    /// [`Scenario::from_table_cached`] of a table the caller gives up (no copy of it).
-    pub(crate) fn from_owned_table(
-        table: toml::Table,
-        file: &Path,
-        cache: &ValidationCache,
-    ) -> Result<Scenario, ScenarioError> {
-        validate(spec_of_owned_table(table, file)?, file, cache)
+        Scenario::from_table_cached(&table, file, cache)
+            .map_err(|error| error.without_path_line().attributed(overrides))
     }
 
     /// Checks that `table` has the scenario format's keys and value types, without
@@ -579,11 +590,15 @@ pub struct ValidationCache {
     /// `[cluster]` as read, and what it validated to (a search sees a few).
     clusters: Mutex<Vec<(ClusterSection, ClusterSpec, Arc<Device>)>>,
     /// (`workload.model`, the directory it is relative to, `workload.sequence-length`).
-    models: Mutex<HashMap<(String, PathBuf, Option<u64>), Arc<Model>>>,
+    models: Mutex<HashMap<ModelKey, Arc<Model>>>,
     /// (`[compute]` as read, the device, the precision, the scenario file) and the compute
     /// model with its description.
     computes: Mutex<Vec<(ComputeKey, Arc<ComputeModel>, String)>>,
 }
+
+/// What decides a scenario's model: `workload.model`, the directory a model file's path is
+/// relative to, `workload.sequence-length`.
+type ModelKey = (String, PathBuf, Option<u64>);
 
 /// What decides a scenario's compute model.
 #[derive(Debug)]
@@ -723,6 +738,13 @@ pub fn load_model_with_sequence(model: &str, base: &Path, tokens: u64) -> Result
 /// The wire form of a scenario given as a table; `file` names it in messages.
 fn spec_of_table(table: &toml::Table, file: &Path) -> Result<ScenarioSpec, ScenarioError> {
     spec_of_owned_table(table.clone(), file)
+}
+
+/// The wire form of `table` if it has the scenario format's keys and types, read without
+/// tracking the key being read (which a search validating thousands of variants notices);
+/// `None` if not, when [`spec_of_table`] names the key at fault.
+fn spec_of_valid_table(table: toml::Table) -> Option<ScenarioSpec> {
+    ScenarioSpec::deserialize(table).ok()
 }
 
 /// [`spec_of_table`] of a table the caller gives up.
