@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use scenario::simulation::simulate;
-use scenario::{QUICKSTART, Scenario};
+use scenario::{Override, QUICKSTART, Scenario, ValidationCache, get_dotted};
 use serde::Serialize;
 use sim_core::fidelity::Fidelity;
 
@@ -48,18 +48,18 @@ fn fastest(scenario: &Scenario, gpus: u32, repeats: u32) -> anyhow::Result<Measu
 /// Runs the quickstart (ResNet-50, data parallel, A100 servers of 8) at each GPU count,
 /// `repeats` times, keeping the fastest run.
 pub fn run(gpu_counts: &[u32], repeats: u32) -> anyhow::Result<Vec<Measurement>> {
-    let base = Scenario::parse(QUICKSTART, Path::new("scenarios/quickstart.toml"))?;
+    let file = Path::new("scenarios/quickstart.toml");
+    let base: toml::Table = toml::from_str(QUICKSTART).context("the quickstart")?;
+    let cache = ValidationCache::default();
     let mut rows = Vec::new();
     for &gpus in gpu_counts {
         anyhow::ensure!(
             gpus > 0 && gpus % 8 == 0,
             "--gpus {gpus}: the benchmark uses servers of 8 GPUs, so give a multiple of 8"
         );
-        let mut scenario = base.clone();
-        scenario.cluster.nodes = gpus / 8;
-        scenario.global_batch =
-            scenario.global_batch / u64::from(scenario.parallelism.data) * u64::from(gpus);
-        scenario.parallelism.data = gpus;
+        // Its batch is per device: the global batch grows with the GPUs.
+        let overrides = [Override::new("cluster.nodes", gpus / 8), Override::new("parallelism.data", gpus)];
+        let scenario = Scenario::from_table_with(&base, &overrides, file, &cache)?;
         rows.push(fastest(&scenario, gpus, repeats)?);
     }
     Ok(rows)
@@ -84,23 +84,31 @@ const GPT3_1024: &str = include_str!("../scenarios/gpt3-175b-1024.toml");
 /// at each (GPUs, fidelity) of `configurations` on one non-blocking switch, `repeats` times,
 /// keeping the fastest.
 pub fn strategies(configurations: &[(u32, Fidelity)], repeats: u32) -> anyhow::Result<Vec<Measurement>> {
-    let base = Scenario::parse(GPT3_1024, Path::new("scenarios/gpt3-175b-1024.toml"))?;
-    let link = match &base.cluster.network.fabric {
-        topology::FabricSpec::FatTree(spec) => spec.links[0],
-        _ => anyhow::bail!("scenarios/gpt3-175b-1024.toml is expected to use a fat-tree"),
-    };
+    let file = Path::new("scenarios/gpt3-175b-1024.toml");
+    let base: toml::Table = toml::from_str(GPT3_1024).context("the GPT-3 scenario")?;
+    // One non-blocking switch with the fat-tree's links.
+    let mut switch = toml::Table::new();
+    switch.insert("topology".into(), "switch".into());
+    for key in ["link-bandwidth", "link-latency"] {
+        let value = get_dotted(&base, &format!("cluster.network.{key}"))
+            .with_context(|| format!("{} is expected to give cluster.network.{key}", file.display()))?;
+        switch.insert(key.into(), value.clone());
+    }
+    let cache = ValidationCache::default();
     let mut rows = Vec::new();
     for &(gpus, fidelity) in configurations {
         anyhow::ensure!(
             gpus > 0 && gpus % 128 == 0,
             "the GPT-3 benchmark needs a multiple of 128 GPUs, got {gpus}"
         );
-        let mut scenario = base.clone();
-        scenario.cluster.nodes = gpus / 8;
-        scenario.cluster.network = topology::NetworkSpec::single_switch(link);
-        scenario.parallelism.data = gpus / 128;
-        scenario.global_batch = 12 * u64::from(gpus) / 8;
-        scenario.network.fidelity = fidelity;
+        let overrides = [
+            Override::new("cluster.nodes", gpus / 8),
+            Override::new("cluster.network", switch.clone()),
+            Override::new("parallelism.data", gpus / 128),
+            Override::new("workload.global-batch", 12 * gpus / 8),
+            Override::new("simulation.fidelity", fidelity.name()),
+        ];
+        let scenario = Scenario::from_table_with(&base, &overrides, file, &cache)?;
         rows.push(Measurement { fidelity: Some(fidelity), ..fastest(&scenario, gpus, repeats)? });
     }
     Ok(rows)

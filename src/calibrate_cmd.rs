@@ -2,18 +2,18 @@
 //! and kernel benchmark tables (DeepBench's `*-gemm.csv` and `*-conv.csv`) of one device type,
 //! and write the result as a profile a scenario can name.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use sim_core::units::SimDuration;
-use traces::kineto::operators::{Activity, ActivityKind, OperatorImport, ProfiledOperator};
-use workloads::aten::{OperatorCall, Uncosted, operator_kernels};
-use workloads::calibrate::{self, PARAMETERS, Sample, class_errors};
+use traces::kineto::operators::OperatorImport;
+use validation::calibration::{self as join, Collected};
+use workloads::calibrate::{self, PARAMETERS, class_errors};
 use workloads::compute::knobs::{FITTED, KnobValue, fit_position};
 use workloads::profile::{CalibrationRecord, ClassError, LaunchRecord, Profile};
-use workloads::{ComputeModel, Device, DeviceCatalog, Dtype, deepbench};
+use workloads::{ComputeModel, Device, DeviceCatalog};
 
 use crate::models::table;
 
@@ -45,36 +45,10 @@ pub struct Args {
     pub hold: Vec<String>,
 }
 
-/// Why an operator was left out of the fit, with how much kernel time it had.
-#[derive(Debug, Default)]
-struct Left {
-    operators: u64,
-    kernel_s: f64,
-}
-
-/// The operators of the traces as fit samples, and what was left out.
-#[derive(Debug, Default)]
-struct Collected {
-    samples: Vec<Sample>,
-    /// The operator name of each sample.
-    names: Vec<String>,
-    gemm_dtypes: BTreeSet<String>,
-    /// (reason, operator name) -> count and time.
-    left_out: BTreeMap<(String, String), Left>,
-    kernel_s: f64,
-    fitted_s: f64,
-    /// Whether each sample's kernels shared the GPU with another stream's work for more than
-    /// half their time.
-    shared: Vec<bool>,
-    /// The share of each sample's kernel time beside another stream's copy
-    /// (`Activity::copy_ns`): part of its communication share.
-    copy: Vec<f64>,
-}
-
 /// Runs the calibration and writes the profile; returns the report.
 pub fn calibrate(args: &Args) -> anyhow::Result<String> {
     let device = DeviceCatalog::builtin().get(&args.device).context("--device")?;
-    let (tables, trace_paths) = split_inputs(&args.traces)?;
+    let (tables, trace_paths) = join::split_inputs(&args.traces)?;
     let (import, mut trace_device) = if trace_paths.is_empty() {
         let empty =
             OperatorImport { names: Vec::new(), files: Vec::new(), warnings: traces::Warnings::new() };
@@ -87,12 +61,21 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
             );
         }
         let import = traces::kineto::import_operators(&trace_paths)?;
-        let trace_device = check_device(&import, device)?;
+        let trace_device = match join::traced_devices(&import, device)? {
+            Some(names) => names,
+            None => {
+                eprintln!(
+                    "warning: no trace records its GPU (deviceProperties); trusting --device {}",
+                    device.name
+                );
+                format!("{} (from --device)", device.name)
+            }
+        };
         (import, trace_device)
     };
-    let mut collected = collect(&import);
+    let mut collected = join::collect(&import);
     if !tables.is_empty() {
-        let described = add_tables(&mut collected, &tables, device)?;
+        let described = join::add_tables(&mut collected, &tables, device)?;
         trace_device =
             if trace_device.is_empty() { described } else { format!("{trace_device}; {described}") };
     }
@@ -101,7 +84,7 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
             "{}: no operator with kernel time could be costed ({}); calibration needs traces \
              recorded with `torch.profiler.profile(record_shapes=True)`",
             traces::kineto::describe_inputs(&args.traces),
-            top_reasons(&collected)
+            collected.top_reasons()
         );
     }
     let default = ComputeModel::default();
@@ -113,7 +96,7 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
             check_profile(name, device, &trace_device, &collected, &default, winograd, args.any_device)?;
         return Ok(report
             + &communication_multiprocessors(&import).unwrap_or_default()
-            + &tiny_kernels_beside_communication(&collected.samples, &collected.copy).unwrap_or_default());
+            + &tiny_kernels_beside_communication(&collected).unwrap_or_default());
     }
     let output =
         args.output.as_ref().context("give -o PROFILE (where to write the profile) or --check PROFILE")?;
@@ -223,123 +206,10 @@ fn held_start(pairs: &[String]) -> anyhow::Result<(ComputeModel, BTreeMap<String
     Ok((start, held))
 }
 
-/// The traced GPUs' names, after checking that every file that records its GPU ran on
-/// `device` or on a catalog device that computes exactly like it (the same peaks and memory
-/// bandwidth: V100-SXM2 16 GB and 32 GB). GPUs are recognized by their memory capacity, within
-/// 10%, since traces name them in many ways ("A100-PG509-200" is an A100 SXM4 40 GB).
-fn check_device(import: &OperatorImport, device: &Device) -> anyhow::Result<String> {
-    let recorded: Vec<(&Path, &traces::model::DeviceInfo)> =
-        import.files.iter().filter_map(|f| f.device.as_ref().map(|d| (f.path.as_path(), d))).collect();
-    if recorded.is_empty() {
-        eprintln!("warning: no trace records its GPU (deviceProperties); trusting --device {}", device.name);
-        return Ok(format!("{} (from --device)", device.name));
-    }
-    let catalog = DeviceCatalog::builtin();
-    let near =
-        |bytes: f64, candidate: &Device| (bytes / candidate.memory_capacity.as_f64() - 1.0).abs() <= 0.1;
-    for (path, traced) in &recorded {
-        let bytes = traced.memory_bytes as f64;
-        if bytes <= 0.0 {
-            continue;
-        }
-        let matches = catalog.devices().iter().any(|d| near(bytes, d) && d.same_compute(device));
-        if !matches {
-            let same_size: Vec<&str> =
-                catalog.devices().iter().filter(|d| near(bytes, d)).map(|d| d.name.as_str()).collect();
-            anyhow::bail!(
-                "{} was recorded on a {} with {:.1} GB of memory, which is not --device {} ({:.1} GB) \
-                 or a device that computes like it; a profile describes one device type. Catalog \
-                 devices of that memory size: {}",
-                path.display(),
-                traced.name,
-                bytes / 1e9,
-                device.name,
-                device.memory_capacity.as_f64() / 1e9,
-                if same_size.is_empty() { "none".to_string() } else { same_size.join(", ") }
-            );
-        }
-    }
-    let mut names: Vec<&str> = recorded.iter().map(|(_, d)| d.name.as_str()).collect();
-    names.sort_unstable();
-    names.dedup();
-    Ok(names.join(", "))
-}
-
-/// Costs every operator that launched compute kernels and nothing else that the device's
-/// roofline does not describe.
-fn collect(import: &OperatorImport) -> Collected {
-    let mut out = Collected::default();
-    for file in &import.files {
-        out.kernel_s += file.kernel_ns as f64 * 1e-9;
-        for op in &file.operators {
-            let has = |kind: ActivityKind| op.activities.iter().any(|a| a.kind == kind);
-            let name = import.name(op.name);
-            let mut leave = |reason: &str| {
-                let entry = out.left_out.entry((reason.to_string(), name.to_string())).or_default();
-                entry.operators += 1;
-                entry.kernel_s += op.duration_ns(ActivityKind::Kernel) as f64 * 1e-9;
-            };
-            if has(ActivityKind::Nccl) {
-                leave("communication");
-                continue;
-            }
-            if !has(ActivityKind::Kernel) && !has(ActivityKind::Memset) {
-                // Only copies: the host link's business, not the device's roofline.
-                continue;
-            }
-            if has(ActivityKind::Memcpy) {
-                leave("copies over the host link");
-                continue;
-            }
-            let kernel_ns = op.duration_ns(ActivityKind::Kernel) + op.duration_ns(ActivityKind::Memset);
-            if kernel_ns == 0 {
-                leave("kernel time rounds to 0 us");
-                continue;
-            }
-            let kernels = op.activities.iter().filter(|a| a.kind != ActivityKind::Memcpy).count();
-            let kernel_names: Vec<&str> = op.activities.iter().map(|a| import.name(a.name)).collect();
-            let call = OperatorCall { name, dims: &op.dims, types: &op.types, kernel_names: &kernel_names };
-            match operator_kernels(&call) {
-                Ok(works) => {
-                    let mut works = works.into_iter();
-                    let Some(work) = works.next() else { continue };
-                    if work.class == workloads::OpClass::Gemm {
-                        out.gemm_dtypes.insert(work.dtype.name().to_string());
-                    }
-                    out.fitted_s += op.duration_ns(ActivityKind::Kernel) as f64 * 1e-9;
-                    let beside = |share: fn(&Activity) -> u64| -> u64 {
-                        op.activities.iter().filter(|a| a.kind != ActivityKind::Memcpy).map(share).sum()
-                    };
-                    let communication_ns = beside(|a| a.communication_ns);
-                    out.samples.push(Sample {
-                        work,
-                        after: works.collect(),
-                        kernels: kernels as u32,
-                        measured_s: kernel_ns as f64 * 1e-9,
-                        communication: (communication_ns as f64 / kernel_ns as f64).min(1.0),
-                        group: shape_key(name, op),
-                    });
-                    out.names.push(name.to_string());
-                    out.shared.push(2 * beside(|a| a.concurrent_ns) > kernel_ns);
-                    out.copy.push((beside(|a| a.copy_ns) as f64 / kernel_ns as f64).min(1.0));
-                }
-                Err(Uncosted::UnknownOperator) => leave("no cost formula"),
-                Err(Uncosted::MissingShapes) => leave("shapes or values not recorded"),
-                Err(Uncosted::UnsupportedDtype(_)) => leave("unsupported dtype"),
-                Err(Uncosted::Malformed(_)) => leave("malformed shapes"),
-            }
-        }
-    }
-    out
-}
-
-/// The launch intervals of the traces' host threads ([`workloads::dispatch::launch_intervals`]),
-/// or `None` if no thread launched twice in a row.
+/// The launch intervals of the traces' host threads ([`join::launch_record`]), or `None` if
+/// no thread launched twice in a row. Each input is its own job (a file, or a directory of one
+/// job's ranks).
 fn launch_record(paths: &[PathBuf]) -> anyhow::Result<Option<LaunchRecord>> {
-    use traces::model::CallKind;
-    use workloads::dispatch::{HostCall, launch_intervals};
-    let mut threads: Vec<Vec<HostCall>> = Vec::new();
-    // Each input is its own job (a file, or a directory of one job's ranks).
     let mut ranks = Vec::new();
     for path in paths {
         let job = std::slice::from_ref(path);
@@ -347,151 +217,7 @@ fn launch_record(paths: &[PathBuf]) -> anyhow::Result<Option<LaunchRecord>> {
             .with_context(|| format!("reading host calls of {}", traces::kineto::describe_inputs(job)))?;
         ranks.extend(imported.trace.ranks);
     }
-    for rank in &ranks {
-        // Calls are sorted by (thread, start).
-        let mut current: Option<u32> = None;
-        for call in &rank.calls {
-            if current != Some(call.thread) {
-                threads.push(Vec::new());
-                current = Some(call.thread);
-            }
-            let host = match call.kind {
-                CallKind::Launch => HostCall::Launch(call.start_ns),
-                CallKind::Synchronize(_) => HostCall::Synchronize,
-                CallKind::StreamWaitEvent => continue,
-            };
-            if let Some(thread) = threads.last_mut() {
-                thread.push(host);
-            }
-        }
-    }
-    let us = |d: SimDuration| (d.as_secs_f64() * 1e7).round() / 10.0;
-    Ok(launch_intervals(&threads).map(|stats| LaunchRecord {
-        intervals: stats.intervals,
-        p10_us: us(stats.p10),
-        p25_us: us(stats.p25),
-        median_us: us(stats.median),
-        p75_us: us(stats.p75),
-    }))
-}
-
-/// Kernel benchmark tables (DeepBench's `<family>-<precision>-gemm.csv` and `-conv.csv`,
-/// given as files or as directories holding them) apart from traces.
-fn split_inputs(paths: &[PathBuf]) -> anyhow::Result<(Vec<PathBuf>, Vec<PathBuf>)> {
-    let is_table = |path: &Path| {
-        path.file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.ends_with("-gemm.csv") || n.ends_with("-conv.csv"))
-    };
-    let (mut tables, mut traces) = (Vec::new(), Vec::new());
-    for path in paths {
-        if path.is_dir() {
-            let mut inside: Vec<PathBuf> = fs_err::read_dir(path)?
-                .filter_map(Result::ok)
-                .map(|entry| entry.path())
-                .filter(|p| is_table(p))
-                .collect();
-            if inside.is_empty() {
-                traces.push(path.clone());
-            } else {
-                inside.sort();
-                tables.extend(inside);
-            }
-        } else if is_table(path) {
-            tables.push(path.clone());
-        } else {
-            traces.push(path.clone());
-        }
-    }
-    Ok((tables, traces))
-}
-
-/// Adds the kernels of DeepBench tables measured on `device`'s family (the file name's first
-/// word, `v100` for `v100-sxm2-16gb`; a directory's tables of other families are skipped),
-/// and describes them for the report.
-fn add_tables(collected: &mut Collected, tables: &[PathBuf], device: &Device) -> anyhow::Result<String> {
-    let family = device.name.split('-').next().unwrap_or_default();
-    let mut used = Vec::new();
-    for path in tables {
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-        let Some(stem) = name.strip_suffix("-gemm.csv").or_else(|| name.strip_suffix("-conv.csv")) else {
-            continue;
-        };
-        let Some((table_family, precision)) = stem.split_once('-') else {
-            anyhow::bail!("{}: expected a name <device>-<precision>-gemm.csv or -conv.csv", path.display());
-        };
-        if table_family != family {
-            continue;
-        }
-        let dtype = match precision {
-            "fp32" => Dtype::Fp32,
-            "fp16" | "fp16-mixed" => Dtype::Fp16,
-            other => anyhow::bail!("{}: unknown precision {other:?} (fp32 or fp16-mixed)", path.display()),
-        };
-        let text = fs_err::read_to_string(path)?;
-        let samples = if name.ends_with("-gemm.csv") {
-            deepbench::samples(
-                device,
-                &deepbench::parse_gemms(&text).with_context(|| path.display().to_string())?,
-                &[],
-                dtype,
-            )
-        } else {
-            deepbench::samples(
-                device,
-                &[],
-                &deepbench::parse_convs(&text).with_context(|| path.display().to_string())?,
-                dtype,
-            )
-        };
-        collected.gemm_dtypes.insert(dtype.name().to_string());
-        for sample in samples {
-            let kind = match sample.work.shape {
-                workloads::KernelShape::Conv { direction, .. } => match direction {
-                    workloads::ConvDirection::Forward => "convolution forward",
-                    workloads::ConvDirection::BackwardData => "convolution backward-data",
-                    workloads::ConvDirection::BackwardWeight => "convolution backward-weight",
-                },
-                _ => "gemm",
-            };
-            collected.kernel_s += sample.measured_s;
-            collected.fitted_s += sample.measured_s;
-            collected.names.push(format!("deepbench {precision} {kind}"));
-            collected.shared.push(false);
-            collected.copy.push(0.0);
-            collected.samples.push(sample);
-        }
-        used.push(name.to_string());
-    }
-    if used.is_empty() {
-        anyhow::bail!(
-            "no kernel table of the {family} family among {} (file names start with the device family)",
-            tables.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
-        );
-    }
-    Ok(format!("DeepBench tables {}", used.join(", ")))
-}
-
-/// Operators with the same name, shapes and types share a key: FNV-1a over the operator's name, shapes and types as text: stable across Rust versions
-/// (the standard library's hasher is not), so the held-out folds, and the errors a profile
-/// records, do not change with the toolchain.
-fn shape_key(name: &str, op: &ProfiledOperator) -> u64 {
-    let text = format!("{name}|{:?}|{:?}", op.dims, op.types);
-    text.bytes()
-        .fold(0xcbf2_9ce4_8422_2325, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3))
-}
-
-/// The three biggest reasons operators were left out, for the error message.
-fn top_reasons(collected: &Collected) -> String {
-    let mut by_reason: BTreeMap<&str, f64> = BTreeMap::new();
-    for ((reason, _), left) in &collected.left_out {
-        *by_reason.entry(reason).or_default() += left.kernel_s;
-    }
-    let mut reasons: Vec<(&str, f64)> = by_reason.into_iter().collect();
-    reasons.sort_by(|a, b| b.1.total_cmp(&a.1));
-    let listed: Vec<String> =
-        reasons.iter().take(3).map(|(r, s)| format!("{r}: {:.1} ms of kernels", s * 1e3)).collect();
-    if listed.is_empty() { "no operator launched a compute kernel".into() } else { listed.join("; ") }
+    Ok(join::launch_record(&ranks))
 }
 
 fn percent(x: f64) -> String {
@@ -611,7 +337,7 @@ fn report(
         &rows,
         &[1, 2, 3, 4, 5, 6, 7],
     ));
-    let mut left: Vec<(&(String, String), &Left)> = collected.left_out.iter().collect();
+    let mut left: Vec<(&(String, String), &join::LeftOut)> = collected.left_out.iter().collect();
     left.sort_by(|a, b| b.1.kernel_s.total_cmp(&a.1.kernel_s));
     if !left.is_empty() {
         let _ = writeln!(out, "\nleft out of the fit (largest kernel time first):");
@@ -639,7 +365,7 @@ fn report(
     if let Some(line) = communication_multiprocessors(import) {
         out.push_str(&line);
     }
-    if let Some(line) = tiny_kernels_beside_communication(&collected.samples, &collected.copy) {
+    if let Some(line) = tiny_kernels_beside_communication(collected) {
         out.push_str(&line);
     }
     if !import.warnings.is_empty() {
@@ -661,125 +387,55 @@ fn report(
 /// (docs/compute-model.md, "Beside NCCL"). `None` without NCCL kernels with a grid on a GPU of
 /// known size.
 fn communication_multiprocessors(import: &OperatorImport) -> Option<String> {
-    let (mut nccl_ns, mut block_ns, mut share_ns) = (0u64, 0.0, 0.0);
-    let mut sms = BTreeSet::new();
-    for file in &import.files {
-        let multiprocessors = file.device.as_ref().map_or(0, |d| d.multiprocessors);
-        let Some(blocks) = file.nccl_blocks().filter(|_| multiprocessors > 0) else { continue };
-        nccl_ns += file.nccl_ns;
-        block_ns += blocks * file.nccl_ns as f64;
-        share_ns += (blocks / f64::from(multiprocessors)).min(1.0) * file.nccl_ns as f64;
-        sms.insert(multiprocessors);
-    }
-    if nccl_ns == 0 {
-        return None;
-    }
-    let (blocks, share) = (block_ns / nccl_ns as f64, share_ns / nccl_ns as f64);
-    let sms: Vec<String> = sms.iter().map(u32::to_string).collect();
-    let slowdown = if share < 1.0 { format!("{:.3}", 1.0 / (1.0 - share)) } else { "unbounded".into() };
+    let share = join::nccl_share(import)?;
+    let sms: Vec<String> = share.multiprocessors.iter().map(u32::to_string).collect();
+    let slowdown = share.slowdown().map_or_else(|| "unbounded".into(), |s| format!("{s:.3}"));
     Some(format!(
-        "\nNCCL kernels: {:.1} ms on {blocks:.1} thread blocks of {} multiprocessors (time-weighted; \
+        "\nNCCL kernels: {:.1} ms on {:.1} thread blocks of {} multiprocessors (time-weighted; \
          one block to an SM): {} of the SMs, a slowdown of {slowdown} for a compute-bound kernel \
          beside them\n",
-        nccl_ns as f64 / 1e6,
+        share.nccl_s * 1e3,
+        share.blocks,
         sms.join(" or "),
-        percent(share)
+        percent(share.share)
     ))
 }
 
-/// Traffic up to which a one-kernel element-wise operator counts as tiny in
-/// [`tiny_kernels_beside_communication`]: 64 KiB streams in under 0.1 us at any catalog GPU's
-/// bandwidth, so such a kernel's measured time is its fixed cost.
-const TINY_KERNEL_BYTES: f64 = 65_536.0;
-
-/// The median of `values` (sorted in place; [`workloads::calibrate::median`]); `None` if empty.
-fn median(values: &mut [f64]) -> Option<f64> {
-    values.sort_by(f64::total_cmp);
-    (!values.is_empty()).then(|| workloads::calibrate::median(values))
-}
-
-/// The measured fixed cost of a kernel alone, beside NCCL kernels and beside copies: the median
-/// time of the tiny one-kernel element-wise operators (at most [`TINY_KERNEL_BYTES`] moved) that
-/// ran with no communication on their GPU, of those beside communication for at least 99% of
-/// their time with no copy among it (NCCL kernels only), and of those with a copy
-/// (`copy[i]`, the share of sample `i`'s time beside a copy, above 0), and the ratios to alone.
-/// This is what `communication-launch-slowdown` stands for, measured directly
-/// (docs/compute-model.md, "Tiny kernels beside NCCL kernels and beside copies"); `None` unless
-/// there are operators alone and beside communication.
-fn tiny_kernels_beside_communication(samples: &[Sample], copy: &[f64]) -> Option<String> {
-    let (mut alone, mut nccl, mut copies) = (Vec::new(), Vec::new(), Vec::new());
-    for (i, s) in samples.iter().enumerate() {
-        let tiny = s.work.class == workloads::OpClass::Elementwise
-            && s.after.is_empty()
-            && s.kernels == 1
-            && s.work.bytes <= TINY_KERNEL_BYTES;
-        if !tiny {
-            continue;
-        }
-        if s.communication == 0.0 {
-            alone.push(s.measured_s);
-        } else if s.communication >= 0.99 {
-            if copy.get(i).copied().unwrap_or(0.0) > 0.0 { &mut copies } else { &mut nccl }
-                .push(s.measured_s);
-        }
-    }
-    let n_alone = alone.len();
-    let alone = median(&mut alone)?;
-    if nccl.is_empty() && copies.is_empty() {
-        return None;
-    }
-    let beside = |label: &str, times: &mut Vec<f64>| {
-        let n = times.len();
-        match median(times) {
-            Some(t) => format!("{label} {:.1} us ({n}), {:.2} times", t * 1e6, t / alone),
-            None => format!("{label}: none"),
-        }
+/// The measured fixed cost of a kernel alone, beside NCCL kernels and beside copies
+/// ([`join::tiny_kernels`]), and the ratios to alone; `None` unless there are operators alone
+/// and beside communication.
+fn tiny_kernels_beside_communication(collected: &Collected) -> Option<String> {
+    let tiny = join::tiny_kernels(&collected.samples, &collected.copy)?;
+    let (alone, n_alone) = tiny.alone;
+    let beside = |label: &str, group: Option<join::Median>| match group {
+        Some((t, n)) => format!("{label} {:.1} us ({n}), {:.2} times", t * 1e6, t / alone),
+        None => format!("{label}: none"),
     };
     Some(format!(
         "tiny element-wise kernels (one kernel, at most 64 KiB moved: their time is the fixed \
          cost), median: {:.1} us alone ({n_alone}); {}; {}\n",
         alone * 1e6,
-        beside("beside NCCL kernels", &mut nccl),
-        beside("beside copies", &mut copies)
+        beside("beside NCCL kernels", tiny.nccl),
+        beside("beside copies", tiny.copies)
     ))
 }
 
 /// The fitted model's error per operator name, largest measured time first.
 fn by_operator(collected: &Collected, predicted: &[f64]) -> String {
-    let mut groups: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
-    for (i, name) in collected.names.iter().enumerate() {
-        groups.entry(name).or_default().push(i);
-    }
-    let samples = &collected.samples;
-    let mut rows: Vec<(f64, [String; 6])> = groups
+    let rows: Vec<[String; 6]> = collected
+        .errors_by_operator(predicted)
         .into_iter()
-        .map(|(name, members)| {
-            let subset: Vec<Sample> = members.iter().map(|&i| samples[i].clone()).collect();
-            let predictions: Vec<f64> = members.iter().map(|&i| predicted[i]).collect();
-            let errors = class_errors(&subset, &predictions);
-            let all = errors.last().cloned().unwrap_or_else(|| ClassError {
-                class: String::new(),
-                samples: 0,
-                measured_s: 0.0,
-                predicted_s: 0.0,
-                median_error: 0.0,
-                weighted_error: 0.0,
-            });
-            (
-                all.measured_s,
-                [
-                    name.to_string(),
-                    calibrate::class_name(subset[0].work.class).to_string(),
-                    members.len().to_string(),
-                    format!("{:.2}", all.measured_s * 1e3),
-                    format!("{} / {}", percent(all.median_error), percent(all.weighted_error)),
-                    signed_percent(all.total_error()),
-                ],
-            )
+        .map(|(name, members, all)| {
+            [
+                name,
+                calibrate::class_name(collected.samples[members[0]].work.class).to_string(),
+                members.len().to_string(),
+                format!("{:.2}", all.measured_s * 1e3),
+                format!("{} / {}", percent(all.median_error), percent(all.weighted_error)),
+                signed_percent(all.total_error()),
+            ]
         })
         .collect();
-    rows.sort_by(|a, b| b.0.total_cmp(&a.0));
-    let rows: Vec<[String; 6]> = rows.into_iter().map(|(_, row)| row).collect();
     format!(
         "\nfitted error per operator (median / weighted by time)\n{}",
         table(&["operator", "class", "count", "measured ms", "error", "total"], &rows, &[2, 3, 4, 5])
@@ -845,19 +501,13 @@ fn check_profile(
 /// beside them, a host copy): the latter's times are not their own, and no parameter of a
 /// kernel's model describes them. Empty when no operator shared its GPU.
 fn sharing_table(collected: &Collected, default: &[f64], profile: &[f64], label: &str) -> String {
-    let shared = |i: usize| collected.shared.get(i).copied().unwrap_or(false);
-    if !(0..collected.samples.len()).any(shared) {
+    let groups = collected.errors_by_sharing(default, profile);
+    if groups.is_empty() {
         return String::new();
     }
     let mut rows: Vec<[String; 7]> = Vec::new();
-    for (sharing, name) in [(false, "alone"), (true, "beside other streams")] {
-        let pick: Vec<usize> = (0..collected.samples.len()).filter(|&i| shared(i) == sharing).collect();
-        if pick.is_empty() {
-            continue;
-        }
-        let samples: Vec<Sample> = pick.iter().map(|&i| collected.samples[i].clone()).collect();
-        let subset = |predictions: &[f64]| -> Vec<f64> { pick.iter().map(|&i| predictions[i]).collect() };
-        let (d, p) = (class_errors(&samples, &subset(default)), class_errors(&samples, &subset(profile)));
+    for (sharing, d, p) in groups {
+        let name = if sharing { "beside other streams" } else { "alone" };
         rows.extend(d.iter().zip(&p).map(|(d, p)| error_row(format!("{name}: {}", p.class), d, p)));
     }
     let total = format!("{label} total");
@@ -917,55 +567,42 @@ fn short(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use workloads::calibrate::Sample;
 
-    fn tiny(measured_us: f64, communication: f64, bytes: f64, kernels: u32) -> Sample {
+    fn tiny(measured_us: f64, communication: f64) -> Sample {
         Sample {
-            work: workloads::KernelWork::flat(workloads::OpClass::Elementwise, Dtype::Fp32, 0.0, bytes),
+            work: workloads::KernelWork::flat(
+                workloads::OpClass::Elementwise,
+                workloads::Dtype::Fp32,
+                0.0,
+                4.0,
+            ),
             after: Vec::new(),
-            kernels,
+            kernels: 1,
             measured_s: measured_us * 1e-6,
             communication,
             group: 0,
         }
     }
 
+    /// The tiny kernels' line: medians alone, beside NCCL kernels and beside copies, and the
+    /// ratios to alone ([`join::tiny_kernels`] decides the groups).
     #[test]
-    fn median_of_odd_and_even_counts() {
-        assert_eq!(median(&mut []), None);
-        assert_eq!(median(&mut [3.0, 1.0, 2.0]), Some(2.0));
-        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), Some(2.5));
-    }
-
-    /// Only tiny one-kernel element-wise operators count: alone (no communication) against
-    /// fully beside communication (at least 99% of their time), split by whether a copy ran
-    /// meanwhile; the rest are left out.
-    #[test]
-    fn tiny_kernels_compare_alone_with_beside_nccl_and_copies() {
-        let samples = vec![
-            tiny(3.0, 0.0, 4.0, 1),
-            tiny(4.0, 0.0, 65_536.0, 1),
-            tiny(2.0, 0.0, 1024.0, 1),
-            tiny(6.0, 1.0, 4.0, 1),
-            tiny(9.0, 0.995, 4.0, 1),
-            tiny(12.0, 1.0, 4.0, 1),
-            // Left out: half beside, too large, two kernels.
-            tiny(50.0, 0.5, 4.0, 1),
-            tiny(50.0, 0.0, 65_537.0, 1),
-            tiny(50.0, 1.0, 4.0, 2),
-        ];
-        let copy = [0.0, 0.0, 0.0, 0.0, 0.0, 0.3, 0.0, 0.0, 1.0];
-        let line = tiny_kernels_beside_communication(&samples, &copy).unwrap();
+    fn the_tiny_kernels_line_gives_each_group_and_its_ratio_to_alone() {
+        let collected = Collected {
+            samples: vec![tiny(3.0, 0.0), tiny(6.0, 1.0), tiny(9.0, 1.0), tiny(12.0, 1.0)],
+            copy: vec![0.0, 0.0, 0.0, 0.5],
+            ..Collected::default()
+        };
+        let line = tiny_kernels_beside_communication(&collected).unwrap();
         assert!(
             line.contains(
-                "median: 3.0 us alone (3); beside NCCL kernels 7.5 us (2), 2.50 times; \
+                "median: 3.0 us alone (1); beside NCCL kernels 7.5 us (2), 2.50 times; \
                  beside copies 12.0 us (1), 4.00 times"
             ),
             "{line}"
         );
-        // Without copies the copies' group says so.
-        let line = tiny_kernels_beside_communication(&samples[..5], &copy).unwrap();
-        assert!(line.ends_with("beside copies: none\n"), "{line}");
-        // Without operators beside communication there is nothing to compare.
-        assert_eq!(tiny_kernels_beside_communication(&samples[..3], &copy), None);
+        let collected = Collected { copy: vec![0.0; 4], ..collected };
+        assert!(tiny_kernels_beside_communication(&collected).unwrap().ends_with("beside copies: none\n"));
     }
 }

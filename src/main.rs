@@ -53,6 +53,12 @@ enum Command {
         /// Also write the gradient buckets as CSV: stage, collective, bytes, layers.
         #[arg(long, value_name = "FILE.csv")]
         buckets_csv: Option<PathBuf>,
+        /// Change a scenario key before it is validated (repeatable; later ones win), as
+        /// editing the file would: `--set parallelism.data=32 --set cluster.nodes=4`,
+        /// `--set cluster.network.link-bandwidth="400 Gb/s"`. Numbers, booleans and quoted
+        /// strings are typed as TOML reads them; other text is a string.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
     },
     /// Replay real PyTorch profiler (Kineto) traces on a cluster and compare simulated with
     /// measured iteration and collective times (docs/traces.md).
@@ -318,16 +324,22 @@ fn message(error: &anyhow::Error) -> String {
 
 fn execute(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Run { scenario, json, trace, csv, buckets_csv } => {
+        Command::Run { scenario, json, trace, csv, buckets_csv, set } => {
+            let overrides = overrides(&set)?;
             let scenario = match scenario {
-                Some(path) => Scenario::load(&path)?,
+                Some(path) => Scenario::load_with(&path, &overrides),
                 None => {
                     eprintln!(
                         "no scenario given: running the built-in quickstart (scenarios/quickstart.toml)"
                     );
-                    Scenario::parse(scenario::QUICKSTART, Path::new("scenarios/quickstart.toml"))?
+                    Scenario::parse_with(
+                        scenario::QUICKSTART,
+                        Path::new("scenarios/quickstart.toml"),
+                        &overrides,
+                    )
                 }
-            };
+            }
+            .map_err(set_error)?;
             let outcome = scenario::simulation::simulate(&scenario)?;
             for warning in &outcome.summary.warnings {
                 eprintln!("warning: {}: {warning}", scenario.source);
@@ -497,6 +509,21 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             std::io::stdout().lock().write_all(table.as_bytes()).context("writing the table")?;
             Ok(())
         }
+    }
+}
+
+/// The `--set KEY=VALUE` overrides, in order.
+fn overrides(texts: &[String]) -> anyhow::Result<Vec<scenario::Override>> {
+    texts.iter().map(|text| text.parse().map_err(|error| anyhow::anyhow!("--set {error}"))).collect()
+}
+
+/// A scenario error, naming `--set` when an override set the key at fault.
+fn set_error(error: scenario::ScenarioError) -> anyhow::Error {
+    match error {
+        error @ (scenario::ScenarioError::Overridden { .. } | scenario::ScenarioError::Override(_)) => {
+            anyhow::anyhow!("--set {error}")
+        }
+        other => other.into(),
     }
 }
 

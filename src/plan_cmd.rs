@@ -3,15 +3,14 @@
 //! (scenario::plan) and prints the best with the winner explained against the runner-up.
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{Context, bail};
-use scenario::plan::{Budget, Fixed, Objective, PlanOptions, PlanReport, Ranked};
+use scenario::plan::{Budget, Objective, PlanError, PlanOptions, PlanReport, Ranked, Search};
 use scenario::simulation::Summary;
-use scenario::{Scenario, get_dotted, set_dotted_key};
+use scenario::{Override, ScenarioError};
 use serde::Serialize;
 use sim_core::units::SimDuration;
-use workloads::memory::Recompute;
 
 /// `parasim plan --model M --cluster CLUSTER.toml --gpus N ...`.
 #[derive(Debug, clap::Args)]
@@ -88,127 +87,38 @@ enum ObjectiveArg {
     Cost,
 }
 
-/// Degrees plan chooses: ignored in the cluster file's `[parallelism]`.
-const CHOSEN_PARALLELISM: [&str; 11] = [
-    "data",
-    "tensor",
-    "sequence-parallel",
-    "pipeline",
-    "virtual-stages",
-    "context",
-    "expert",
-    "zero",
-    "filter",
-    "channel",
-    "spatial",
-];
-
 /// Runs the search and returns what to print.
 pub fn plan(args: &PlanArgs) -> anyhow::Result<String> {
     let file = &args.cluster;
     let text = fs_err::read_to_string(file)?;
     let source: toml::Table =
         toml::from_str(&text).with_context(|| format!("{}: not a valid TOML file", file.display()))?;
-    if !source.contains_key("cluster") {
-        bail!("{}: has no [cluster] table: give a scenario or cluster file (see scenarios/)", file.display());
-    }
-    let mut ignored = Vec::new();
-    let mut table = toml::Table::new();
-    for key in ["cluster", "compute", "simulation"] {
-        if let Some(value) = source.get(key) {
-            table.insert(key.into(), value.clone());
-        }
-    }
-    let mut workload = toml::Table::new();
-    if let Some(toml::Value::Table(given)) = source.get("workload") {
-        for (key, value) in given {
-            match key.as_str() {
-                "micro-batch" | "recompute" | "batch-per-device" => ignored.push(format!("workload.{key}")),
-                _ => {
-                    workload.insert(key.clone(), value.clone());
-                }
-            }
-        }
-    }
-    let mut parallelism = toml::Table::new();
-    if let Some(toml::Value::Table(given)) = source.get("parallelism") {
-        for (key, value) in given {
-            if CHOSEN_PARALLELISM.contains(&key.as_str()) {
-                ignored.push(format!("parallelism.{key}"));
-            } else {
-                parallelism.insert(key.clone(), value.clone());
-            }
-        }
-    }
-    if let Some(model) = &args.model {
-        workload.insert("model".into(), model.clone().into());
-    }
-    if !workload.contains_key("model") {
-        bail!(
-            "no model: give --model NAME (`parasim models` lists the zoo) or a [workload] model in {}",
-            file.display()
-        );
-    }
-    if let Some(batch) = args.global_batch {
-        workload.insert("global-batch".into(), integer("--global-batch", batch)?);
-    }
-    let global_batch = match workload.get("global-batch") {
-        Some(toml::Value::Integer(n)) if *n >= 1 => *n as u64,
-        Some(other) => bail!("{}: workload.global-batch is {other}; give a positive integer", file.display()),
-        None => bail!(
-            "no global batch: give --global-batch B (samples per iteration over all replicas) or workload.global-batch in {}",
-            file.display()
-        ),
-    };
     if args.global_batch == Some(0) {
         bail!("--global-batch must be at least 1");
     }
+    // The flags are overrides of the cluster file; `--set` fixes keys plan would search.
+    let mut settings = Vec::new();
+    if let Some(model) = &args.model {
+        settings.push(Override::new("workload.model", model.as_str()));
+    }
+    if let Some(batch) = args.global_batch {
+        settings.push(Override::integer("workload.global-batch", batch).context("--global-batch")?);
+    }
     if let Some(seq) = args.seq {
-        workload.insert("sequence-length".into(), integer("--seq", seq)?);
+        settings.push(Override::integer("workload.sequence-length", seq).context("--seq")?);
     }
     if let Some(precision) = &args.precision {
-        workload.insert("precision".into(), precision.clone().into());
+        settings.push(Override::new("workload.precision", precision.as_str()));
     }
-    table.insert("workload".into(), workload.into());
-    table.insert("parallelism".into(), parallelism.into());
-
-    // Fixed keys.
-    let mut fixed_keys = Vec::new();
-    for assignment in &args.set {
-        let (key, value) = assignment
-            .split_once('=')
-            .with_context(|| format!("--set {assignment:?}: give KEY=VALUE, e.g. parallelism.tensor=8"))?;
-        let key = key.trim();
-        let value = parse_value(value.trim());
-        set_dotted_key(&mut table, key, value).with_context(|| format!("--set {assignment:?}"))?;
-        fixed_keys.push(key.to_string());
-    }
-    let fixed = fixed_of(&table, &fixed_keys)?;
-    ignored.retain(|key| !fixed_keys.contains(key));
-    let per_node = match get_dotted(&table, "cluster.gpus-per-node") {
-        Some(toml::Value::Integer(n)) if *n >= 1 => *n as u64,
-        _ => 1,
-    };
-    let nodes = match get_dotted(&table, "cluster.nodes") {
-        Some(toml::Value::Integer(n)) if *n >= 1 => *n as u64,
-        _ => 1,
-    };
-    let gpu_counts = if args.gpus.is_empty() { vec![nodes * per_node] } else { args.gpus.clone() };
-    let mut bases = Vec::new();
-    for &gpus in &gpu_counts {
-        if gpus == 0 || gpus % per_node != 0 {
-            bail!("--gpus {gpus}: must be a positive multiple of the cluster's {per_node} GPUs per node");
-        }
-        bases.push(base_scenario(
-            &table,
-            file,
-            gpus / per_node,
-            gpus,
-            global_batch,
-            &fixed,
-            args.precision.is_some(),
-        )?);
-    }
+    let fixed: Vec<Override> = args
+        .set
+        .iter()
+        .map(|text| text.parse().map_err(|error| anyhow::anyhow!("--set {error}")))
+        .collect::<anyhow::Result<_>>()?;
+    let search = Search::new(&source, file, &settings, &fixed, &args.gpus).map_err(|error| match error {
+        PlanError::Scenario(error @ ScenarioError::Overridden { .. }) => anyhow::anyhow!("--set {error}"),
+        other => other.into(),
+    })?;
     let budget = match (&args.tokens, &args.samples) {
         (Some(tokens), _) => Some(Budget::Tokens(count("--tokens", tokens)?)),
         (_, Some(samples)) => Some(Budget::Samples(count("--samples", samples)?)),
@@ -254,7 +164,7 @@ pub fn plan(args: &PlanArgs) -> anyhow::Result<String> {
         None if args.quiet => {}
         None => eprintln!("plan: {message}"),
     };
-    let report = pool.install(|| scenario::plan::plan_with_progress(&bases, &fixed, &options, &progress))?;
+    let report = pool.install(|| scenario::plan::plan_with_progress(&search, &options, &progress))?;
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
@@ -269,28 +179,16 @@ pub fn plan(args: &PlanArgs) -> anyhow::Result<String> {
         );
         bail!(
             "no configuration of {} fits on this cluster; of {} tried, rejected by {}",
-            bases[0].model.name,
+            search.bases[0].scenario.model.name,
             report.enumerated,
             reasons.join("; ")
         );
     }
     if args.json {
-        let json = JsonPlan::new(&report, &bases[0], &options, &ignored);
+        let json = JsonPlan::new(&report, &search, &options);
         return Ok(serde_json::to_string_pretty(&json)? + "\n");
     }
-    Ok(human(&report, &bases, &options, &ignored, &fixed_keys))
-}
-
-fn integer(flag: &str, value: u64) -> anyhow::Result<toml::Value> {
-    i64::try_from(value).map(toml::Value::Integer).with_context(|| format!("{flag} {value} is too large"))
-}
-
-/// A `--set` value: TOML if it parses (numbers, booleans, quoted strings), else a string.
-fn parse_value(text: &str) -> toml::Value {
-    toml::from_str::<toml::Table>(&format!("v = {text}"))
-        .ok()
-        .and_then(|mut t| t.remove("v"))
-        .unwrap_or_else(|| toml::Value::String(text.to_string()))
+    Ok(human(&report, &search, &options))
 }
 
 /// `300e9`, `300G`, `1.2T`, `115.2M` as a number.
@@ -312,88 +210,6 @@ fn count(flag: &str, text: &str) -> anyhow::Result<f64> {
     Ok(value * scale)
 }
 
-/// The user's fixed settings, read back from the table.
-fn fixed_of(table: &toml::Table, keys: &[String]) -> anyhow::Result<Fixed> {
-    let mut fixed = Fixed::default();
-    for key in keys {
-        let value = get_dotted(table, key).cloned().unwrap_or(toml::Value::Boolean(false));
-        let degree = |value: &toml::Value| -> anyhow::Result<u32> {
-            match value {
-                toml::Value::Integer(n) if *n >= 1 && *n <= i64::from(u32::MAX) => Ok(*n as u32),
-                other => bail!("--set {key}={other}: give a positive integer"),
-            }
-        };
-        match key.as_str() {
-            "parallelism.tensor" => fixed.tensor = Some(degree(&value)?),
-            "parallelism.pipeline" => fixed.pipeline = Some(degree(&value)?),
-            "parallelism.virtual-stages" => fixed.virtual_stages = Some(degree(&value)?),
-            "parallelism.context" => fixed.context = Some(degree(&value)?),
-            "parallelism.expert" => fixed.expert = Some(degree(&value)?),
-            "parallelism.data" => fixed.data = Some(degree(&value)?),
-            "parallelism.filter" => fixed.filter = Some(degree(&value)?),
-            "parallelism.channel" => fixed.channel = Some(degree(&value)?),
-            "parallelism.spatial" => fixed.spatial = Some(degree(&value)?),
-            "parallelism.zero" => match value {
-                toml::Value::Integer(n @ 0..=3) => fixed.zero = Some(n as u8),
-                other => bail!("--set {key}={other}: ZeRO stages are 0, 1, 2 and 3"),
-            },
-            "parallelism.sequence-parallel" => match value {
-                toml::Value::Boolean(b) => fixed.sequence_parallel = Some(b),
-                other => bail!("--set {key}={other}: give true or false"),
-            },
-            "simulation.fold-symmetric-ranks" => match value {
-                toml::Value::Boolean(b) => fixed.fold_symmetric_ranks = Some(b),
-                other => bail!("--set {key}={other}: give true or false"),
-            },
-            "workload.micro-batch" => fixed.micro_batch = Some(u64::from(degree(&value)?)),
-            "workload.recompute" => {
-                let text = value.as_str().unwrap_or_default();
-                let mode: Recompute = text
-                    .parse()
-                    .map_err(|message: String| anyhow::anyhow!("--set {key}={value}: {message}"))?;
-                fixed.recompute = Some(mode);
-            }
-            _ => {}
-        }
-    }
-    Ok(fixed)
-}
-
-/// The validated scenario of `nodes` nodes that every configuration of that GPU count starts
-/// from. Validated with a batch every degree divides (one sample per micro-batch per rank);
-/// the real global batch is set after, and each configuration's strategy checks it.
-fn base_scenario(
-    table: &toml::Table,
-    file: &Path,
-    nodes: u64,
-    gpus: u64,
-    global_batch: u64,
-    fixed: &Fixed,
-    precision_given: bool,
-) -> anyhow::Result<Scenario> {
-    let mut table = table.clone();
-    set_dotted_key(&mut table, "cluster.nodes", integer("--gpus", nodes)?)?;
-    let micro = fixed.micro_batch.unwrap_or(1);
-    set_dotted_key(&mut table, "workload.global-batch", integer("--global-batch", gpus * micro)?)?;
-    set_dotted_key(&mut table, "workload.micro-batch", integer("workload.micro-batch", micro)?)?;
-    if precision_given || get_dotted(&table, "workload.precision").is_some() {
-        let mut scenario = Scenario::from_table(&table, file)?;
-        scenario.global_batch = global_batch;
-        return Ok(scenario);
-    }
-    // Not set anywhere: bf16, or fp16 on devices without it.
-    set_dotted_key(&mut table, "workload.precision", "bf16".into())?;
-    let mut scenario = match Scenario::from_table(&table, file) {
-        Err(scenario::ScenarioError::Invalid { key, .. }) if key == "workload.precision" => {
-            set_dotted_key(&mut table, "workload.precision", "fp16".into())?;
-            Scenario::from_table(&table, file)?
-        }
-        other => other?,
-    };
-    scenario.global_batch = global_batch;
-    Ok(scenario)
-}
-
 fn seconds(value: f64) -> String {
     SimDuration::from_secs_f64(value).map_or_else(|_| format!("{value:.3} s"), |d| d.to_string())
 }
@@ -409,21 +225,13 @@ fn long_duration(seconds: f64) -> String {
     }
 }
 
-fn human(
-    report: &PlanReport,
-    bases: &[Scenario],
-    options: &PlanOptions,
-    ignored: &[String],
-    fixed_keys: &[String],
-) -> String {
+fn human(report: &PlanReport, search: &Search, options: &PlanOptions) -> String {
     let mut out = String::new();
-    let base = &bases[0];
+    let (ignored, fixed_keys) = (&search.ignored, &search.fixed_keys);
+    let base = &search.bases[0].scenario;
     // "GPU" or "CPU": what one device is called.
     let unit = base.device.kind.noun();
-    let gpus: Vec<String> = bases
-        .iter()
-        .map(|b| (u64::from(b.cluster.nodes) * u64::from(b.cluster.gpus_per_node)).to_string())
-        .collect();
+    let gpus: Vec<String> = search.bases.iter().map(|b| b.gpus.to_string()).collect();
     let sequence =
         strategies::shard::sequence_length(&base.model).map_or(String::new(), |s| format!(", sequence {s}"));
     let _ = writeln!(
@@ -434,7 +242,7 @@ fn human(
         base.device.display_name,
         base.cluster.gpus_per_node,
         if base.cluster.gpus_per_node == 1 { "" } else { "s" },
-        base.global_batch,
+        search.global_batch,
         base.precision,
     );
     let objective = match options.objective {
@@ -694,11 +502,12 @@ struct JsonRanked<'a> {
 }
 
 impl<'a> JsonPlan<'a> {
-    fn new(report: &'a PlanReport, base: &'a Scenario, options: &PlanOptions, ignored: &'a [String]) -> Self {
+    fn new(report: &'a PlanReport, search: &'a Search, options: &PlanOptions) -> Self {
+        let base = &search.bases[0].scenario;
         JsonPlan {
             model: &base.model.name,
             device: &base.device.name,
-            global_batch: base.global_batch,
+            global_batch: search.global_batch,
             objective: options.objective,
             budget: options.budget,
             enumerated: report.enumerated,
@@ -708,7 +517,7 @@ impl<'a> JsonPlan<'a> {
             bounded_out: report.bounded_out,
             final_fidelity: report.fidelity.name(),
             could_beat_final: report.could_beat_final,
-            ignored,
+            ignored: &search.ignored,
             top: report
                 .top
                 .iter()

@@ -18,6 +18,7 @@
 
 use sim_core::lookup::{LookupMap, LookupSet};
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
@@ -25,8 +26,8 @@ use serde::Serialize;
 use sim_core::fidelity::Fidelity;
 use sim_core::units::SimDuration;
 
-use crate::Scenario;
 use crate::simulation::{Summary, simulate};
+use crate::{Override, OverrideError, Scenario, ScenarioError, ValidationCache, apply, get_dotted};
 use strategies::{CnnSplit, Comm, GroupKind, LayerTables, Parallelism, Strategy, StrategyError, shard};
 use workloads::memory::Recompute;
 
@@ -79,7 +80,8 @@ pub struct PlanOptions {
 /// [`PlanOptions::final_work_budget`].
 pub const FLOW_WORK_PER_SECOND: u64 = 20_000_000;
 
-/// Degrees and settings the user fixed: those are not enumerated.
+/// Degrees and settings the user fixed (read from the validated scenario): those are not
+/// enumerated.
 #[derive(Debug, Clone, Default)]
 pub struct Fixed {
     /// `parallelism.tensor`.
@@ -121,6 +123,293 @@ pub enum PlanError {
     /// The fixed settings leave no configuration.
     #[error("{0}")]
     Empty(String),
+    /// The cluster file has no `[cluster]`.
+    #[error("{file}: has no [cluster] table: give a scenario or cluster file (see scenarios/)")]
+    NoCluster {
+        /// The cluster file.
+        file: PathBuf,
+    },
+    /// Neither the settings nor the cluster file name a model.
+    #[error("no model: give --model NAME (`parasim models` lists the zoo) or a [workload] model in {file}")]
+    NoModel {
+        /// The cluster file.
+        file: PathBuf,
+    },
+    /// Neither the settings nor the cluster file give a global batch.
+    #[error(
+        "no global batch: give --global-batch B (samples per iteration over all replicas) or workload.global-batch in {file}"
+    )]
+    NoGlobalBatch {
+        /// The cluster file.
+        file: PathBuf,
+    },
+    /// The global batch is not a positive integer.
+    #[error("{file}: workload.global-batch is {value}; give a positive integer")]
+    GlobalBatch {
+        /// The cluster file.
+        file: PathBuf,
+        /// The value given.
+        value: String,
+    },
+    /// A GPU count that is not whole nodes.
+    #[error("--gpus {gpus}: must be a positive multiple of the cluster's {per_node} GPUs per node")]
+    Gpus {
+        /// The GPU count asked for.
+        gpus: u64,
+        /// The cluster's GPUs per node.
+        per_node: u64,
+    },
+    /// An override does not apply to the cluster file's table.
+    #[error(transparent)]
+    Override(#[from] OverrideError),
+    /// The scenario of a GPU count is not valid.
+    #[error(transparent)]
+    Scenario(#[from] ScenarioError),
+}
+
+/// Degrees plan chooses, in `[parallelism]`: a cluster file's are ignored.
+const CHOSEN_PARALLELISM: [&str; 11] = [
+    "data",
+    "tensor",
+    "sequence-parallel",
+    "pipeline",
+    "virtual-stages",
+    "context",
+    "expert",
+    "zero",
+    "filter",
+    "channel",
+    "spatial",
+];
+
+/// Settings of `[workload]` plan chooses (or that would fix the batch per device): a cluster
+/// file's are ignored.
+const CHOSEN_WORKLOAD: [&str; 3] = ["micro-batch", "recompute", "batch-per-device"];
+
+/// The scenario every configuration of one GPU count is built from.
+#[derive(Debug, Clone)]
+pub struct Base {
+    /// GPUs.
+    pub gpus: u64,
+    /// The validated scenario of this GPU count: the cluster at this size, the model, its
+    /// precision and compute model, the settings of `[parallelism]` plan does not choose. It
+    /// is validated with a batch every degree divides (one sample per micro-batch per rank):
+    /// each configuration gives its own micro-batch with the search's global batch.
+    pub scenario: Scenario,
+    /// The table it was validated from, without that batch: each configuration's overrides
+    /// apply to it.
+    table: toml::Table,
+}
+
+/// A search: a cluster file with the user's settings, one [`Base`] per GPU count, and the
+/// settings the user fixed. Every configuration is a scenario built through the override
+/// path ([`Search::scenario`]): its base's table with the configuration's degrees and
+/// settings as [`Override`]s, validated as a file that says the same would be, with one
+/// [`ValidationCache`] for the whole search (the configurations share their cluster, model
+/// and compute model).
+#[derive(Debug)]
+pub struct Search {
+    /// One per GPU count, in the order asked.
+    pub bases: Vec<Base>,
+    /// Samples per iteration over all replicas: every configuration's
+    /// `workload.global-batch`.
+    pub global_batch: u64,
+    /// The settings the user fixed, read from the validated scenario.
+    pub fixed: Fixed,
+    /// The keys the user fixed, in order.
+    pub fixed_keys: Vec<String>,
+    /// The keys of the cluster file that plan chooses, so ignores (`parallelism.tensor`,
+    /// `workload.micro-batch`...), unless the user fixed them.
+    pub ignored: Vec<String>,
+    /// The cluster file: names it in messages and anchors the paths in it.
+    file: PathBuf,
+    cache: ValidationCache,
+}
+
+impl Search {
+    /// The search of cluster file `source` (its table; `file` names it and anchors the paths
+    /// in it): its `[cluster]`, `[compute]` and `[simulation]`, its `[workload]` and
+    /// `[parallelism]` but for what plan chooses, then `settings` (the model, the batch, the
+    /// precision...) and `fixed` (keys not to search) applied in that order, on each of `gpus`
+    /// GPUs (none: the cluster's own). Without a precision anywhere, bf16 where the device has
+    /// it, else fp16.
+    pub fn new(
+        source: &toml::Table,
+        file: &Path,
+        settings: &[Override],
+        fixed: &[Override],
+        gpus: &[u64],
+    ) -> Result<Search, PlanError> {
+        if !source.contains_key("cluster") {
+            return Err(PlanError::NoCluster { file: file.to_path_buf() });
+        }
+        let mut table = toml::Table::new();
+        for key in ["cluster", "compute", "simulation"] {
+            if let Some(value) = source.get(key) {
+                table.insert(key.into(), value.clone());
+            }
+        }
+        let mut ignored = Vec::new();
+        for (section, chosen) in
+            [("workload", &CHOSEN_WORKLOAD[..]), ("parallelism", &CHOSEN_PARALLELISM[..])]
+        {
+            let mut kept = toml::Table::new();
+            if let Some(toml::Value::Table(given)) = source.get(section) {
+                for (key, value) in given {
+                    if chosen.contains(&key.as_str()) {
+                        ignored.push(format!("{section}.{key}"));
+                    } else {
+                        kept.insert(key.clone(), value.clone());
+                    }
+                }
+            }
+            table.insert(section.into(), kept.into());
+        }
+        apply(&mut table, settings)?;
+        apply(&mut table, fixed)?;
+        if get_dotted(&table, "workload.model").is_none() {
+            return Err(PlanError::NoModel { file: file.to_path_buf() });
+        }
+        let global_batch = match get_dotted(&table, "workload.global-batch") {
+            Some(toml::Value::Integer(n)) if *n >= 1 => *n as u64,
+            Some(other) => {
+                return Err(PlanError::GlobalBatch { file: file.to_path_buf(), value: other.to_string() });
+            }
+            None => return Err(PlanError::NoGlobalBatch { file: file.to_path_buf() }),
+        };
+        let fixed_keys: Vec<String> = fixed.iter().map(|change| change.key.clone()).collect();
+        ignored.retain(|key| !fixed_keys.contains(key));
+        // A key's value, else the scenario format's default.
+        let defaults = crate::numeric_defaults();
+        let positive = |key: &str| match get_dotted(&table, key).or_else(|| get_dotted(&defaults, key)) {
+            Some(toml::Value::Integer(n)) if *n >= 1 => Some(*n as u64),
+            _ => None,
+        };
+        let per_node = positive("cluster.gpus-per-node").unwrap_or(1);
+        let gpus = match gpus {
+            [] => vec![positive("cluster.nodes").unwrap_or(1).saturating_mul(per_node)],
+            given => given.to_vec(),
+        };
+        let micro = positive("workload.micro-batch");
+        let mut search = Search {
+            bases: Vec::new(),
+            global_batch,
+            fixed: Fixed::default(),
+            fixed_keys,
+            ignored,
+            file: file.to_path_buf(),
+            cache: ValidationCache::default(),
+        };
+        for gpus in gpus {
+            if gpus == 0 || gpus % per_node != 0 {
+                return Err(PlanError::Gpus { gpus, per_node });
+            }
+            let mut table = table.clone();
+            Override::integer("cluster.nodes", gpus / per_node)?.apply(&mut table)?;
+            // A batch every degree divides: one sample per micro-batch (the fixed one, else 1)
+            // per rank.
+            let mut batch =
+                vec![Override::integer("workload.global-batch", gpus.saturating_mul(micro.unwrap_or(1)))?];
+            if get_dotted(&table, "workload.micro-batch").is_none() {
+                batch.push(Override::integer("workload.micro-batch", 1)?);
+            }
+            let scenario = if get_dotted(&table, "workload.precision").is_some() {
+                search.validate(&table, &batch, fixed)?
+            } else {
+                // Not set anywhere: bf16, or fp16 on devices without it.
+                Override::new("workload.precision", "bf16").apply(&mut table)?;
+                match search.validate(&table, &batch, fixed) {
+                    Err(error) if error.key() == Some("workload.precision") => {
+                        Override::new("workload.precision", "fp16").apply(&mut table)?;
+                        search.validate(&table, &batch, fixed)?
+                    }
+                    other => other?,
+                }
+            };
+            search.bases.push(Base { gpus, scenario, table });
+        }
+        search.fixed = search.bases.first().map(|base| fixed_of(&base.scenario, fixed)).unwrap_or_default();
+        Ok(search)
+    }
+
+    /// `table` (the user's fixed keys applied) with `batch`, validated; an error at a key the
+    /// user fixed names the key's override.
+    fn validate(
+        &self,
+        table: &toml::Table,
+        batch: &[Override],
+        fixed: &[Override],
+    ) -> Result<Scenario, ScenarioError> {
+        Scenario::from_table_with(table, batch, &self.file, &self.cache).map_err(|error| match error {
+            ScenarioError::Overridden { .. } => error,
+            other => other.attributed(fixed),
+        })
+    }
+
+    /// The overrides that make `choice` of its base: its degrees, micro-batch and
+    /// recomputation, the search's global batch, and the symmetric ranks folded unless the
+    /// user said otherwise.
+    pub fn overrides(&self, choice: &Choice) -> Vec<Override> {
+        let p = &choice.parallelism;
+        let integer = |key: &str, value: u32| Override::new(key, i64::from(value));
+        vec![
+            Override::new("workload.global-batch", i64::try_from(self.global_batch).unwrap_or(i64::MAX)),
+            Override::new("workload.micro-batch", i64::try_from(choice.micro_batch).unwrap_or(i64::MAX)),
+            Override::new("workload.recompute", choice.recompute.to_string()),
+            integer("parallelism.data", p.data),
+            integer("parallelism.tensor", p.tensor),
+            Override::new("parallelism.sequence-parallel", p.sequence_parallel),
+            integer("parallelism.pipeline", p.pipeline),
+            integer("parallelism.virtual-stages", p.virtual_stages),
+            integer("parallelism.context", p.context),
+            integer("parallelism.expert", p.expert),
+            Override::new("parallelism.zero", i64::from(p.zero)),
+            integer("parallelism.filter", p.filter),
+            integer("parallelism.channel", p.channel),
+            integer("parallelism.spatial", p.spatial),
+            Override::new("simulation.fold-symmetric-ranks", self.fixed.fold_symmetric_ranks.unwrap_or(true)),
+        ]
+    }
+
+    /// The validated scenario of `choice`: its base's table with [`Search::overrides`] and
+    /// then `extra` (`simulation.fidelity = "analytical"` for the screen) applied.
+    pub fn scenario(&self, choice: &Choice, extra: &[Override]) -> Result<Scenario, ScenarioError> {
+        let mut table = self.bases[choice.base].table.clone();
+        apply(&mut table, &self.overrides(choice))?;
+        apply(&mut table, extra)?;
+        let scenario = Scenario::from_table_cached(&table, &self.file, &self.cache)?;
+        debug_assert_eq!(scenario.parallelism, choice.parallelism, "{}", choice.label());
+        Ok(scenario)
+    }
+}
+
+/// The settings of `fixed` (the keys the user fixed), read from `scenario`, validated with
+/// them.
+fn fixed_of(scenario: &Scenario, fixed: &[Override]) -> Fixed {
+    let mut out = Fixed::default();
+    let p = &scenario.parallelism;
+    for change in fixed {
+        match change.key.as_str() {
+            "parallelism.tensor" => out.tensor = Some(p.tensor),
+            "parallelism.sequence-parallel" => out.sequence_parallel = Some(p.sequence_parallel),
+            "parallelism.pipeline" => out.pipeline = Some(p.pipeline),
+            "parallelism.virtual-stages" => out.virtual_stages = Some(p.virtual_stages),
+            "parallelism.context" => out.context = Some(p.context),
+            "parallelism.expert" => out.expert = Some(p.expert),
+            "parallelism.zero" => out.zero = Some(p.zero),
+            "parallelism.data" => out.data = Some(p.data),
+            "parallelism.filter" => out.filter = Some(p.filter),
+            "parallelism.channel" => out.channel = Some(p.channel),
+            "parallelism.spatial" => out.spatial = Some(p.spatial),
+            "workload.micro-batch" => out.micro_batch = Some(scenario.micro_batch),
+            "workload.recompute" => out.recompute = Some(scenario.recompute),
+            "simulation.fold-symmetric-ranks" => {
+                out.fold_symmetric_ranks = Some(scenario.fold_symmetric_ranks)
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 /// One configuration of the search space.
@@ -240,63 +529,62 @@ pub struct PlanReport {
 /// Configurations screened per batch: fixed, so the result does not depend on the threads.
 const BATCH: usize = 8;
 
-/// Searches the configurations of `bases` (one validated scenario per GPU count: cluster,
-/// model, batch, precision and every fixed setting), ranked by `options.objective`.
-pub fn plan(bases: &[Scenario], fixed: &Fixed, options: &PlanOptions) -> Result<PlanReport, PlanError> {
-    plan_with_progress(bases, fixed, options, &|_| {})
+/// Searches the configurations of `search` (one base per GPU count, the fixed settings),
+/// ranked by `options.objective`.
+pub fn plan(search: &Search, options: &PlanOptions) -> Result<PlanReport, PlanError> {
+    plan_with_progress(search, options, &|_| {})
 }
 
 /// [`plan`], telling `progress` what it is doing (after the estimates and after each screened
 /// batch), for a progress bar.
 pub fn plan_with_progress(
-    bases: &[Scenario],
-    fixed: &Fixed,
+    search: &Search,
     options: &PlanOptions,
     progress: &(dyn Fn(&str) + Sync),
 ) -> Result<PlanReport, PlanError> {
+    let bases = &search.bases;
     if bases.is_empty() {
         return Err(PlanError::NoGpus);
     }
     let started = Instant::now();
-    let choices: Vec<Choice> =
-        bases.iter().enumerate().flat_map(|(index, base)| enumerate(index, base, fixed)).collect();
+    let choices: Vec<Choice> = bases
+        .iter()
+        .enumerate()
+        .flat_map(|(index, base)| enumerate(index, base, search.global_batch, &search.fixed))
+        .collect();
     if choices.is_empty() {
-        let gpus: Vec<String> = bases
-            .iter()
-            .map(|b| (u64::from(b.cluster.nodes) * u64::from(b.cluster.gpus_per_node)).to_string())
-            .collect();
+        let gpus: Vec<String> = bases.iter().map(|b| b.gpus.to_string()).collect();
         return Err(PlanError::Empty(format!(
             "no configuration to try on {} GPUs: the degrees must multiply to the GPU count, and data x \
              micro-batch must divide the global batch ({}); check the fixed settings and the batch",
             gpus.join(" or "),
-            bases[0].global_batch
+            search.global_batch
         )));
     }
     // Configurations with the same split, micro-batch and precision share their local layers
     // and kernel times.
-    let tables: Vec<LayerTables<'_>> =
-        bases.iter().map(|base| LayerTables::new(&base.model, &base.device, &base.compute)).collect();
+    // (Every configuration shares its base's model, device and compute model: one validation
+    // cache.)
+    let tables: Vec<LayerTables<'_>> = bases
+        .iter()
+        .map(|base| LayerTables::new(&base.scenario.model, &base.scenario.device, &base.scenario.compute))
+        .collect();
     let estimates: Vec<Result<SimDuration, (String, String)>> = choices
         .par_iter()
         .map(|choice| {
-            // The base's strategy with the choice's settings (as `scenario_of` sets them),
-            // without copying the scenario and its model.
-            let base = &bases[choice.base];
-            let strategy = Strategy {
-                parallelism: choice.parallelism,
-                micro_batch: choice.micro_batch,
-                recompute: choice.recompute,
-                fold_symmetric_ranks: fixed.fold_symmetric_ranks.unwrap_or(true),
-                layer_tables: Some(&tables[choice.base]),
-                ..base.strategy()
-            };
-            let floor = cluster_comm_floor(&base.cluster, choice.parallelism);
-            let estimate = strategy.estimate(&floor).map_err(|error| match error {
+            let scenario = search.scenario(choice, &[]).map_err(|error| match error {
+                ScenarioError::Invalid { key, message, .. } => (key.clone(), format!("{key}: {message}")),
+                other => ("other".to_string(), other.to_string()),
+            })?;
+            let strategy = Strategy { layer_tables: Some(&tables[choice.base]), ..scenario.strategy() };
+            let floor = comm_floor(&scenario);
+            // Validating the scenario checked its strategy.
+            let estimate = strategy.estimate_checked(&floor).map_err(|error| match error {
                 StrategyError::Invalid { key, message } => (key.to_string(), format!("{key}: {message}")),
                 other => ("other".to_string(), other.to_string()),
             })?;
             let memory = estimate.peak_memory().total().0 as f64;
-            let capacity = base.device.memory_capacity.0 as f64;
+            let capacity = scenario.device.memory_capacity.0 as f64;
             if memory > capacity * (1.0 - options.memory_headroom) {
                 return Err((
                     "does not fit in memory".to_string(),
@@ -359,10 +647,13 @@ pub fn plan_with_progress(
         let results: Vec<_> = batch
             .par_iter()
             .map(|&(index, bound)| {
-                let choice = &choices[index];
-                let mut scenario = scenario_of(&bases[choice.base], choice, fixed);
-                scenario.network.fidelity = Fidelity::Analytical;
-                (index, bound, simulate(&scenario).map(|outcome| outcome.summary))
+                let analytical = Override::new("simulation.fidelity", Fidelity::Analytical.name());
+                let summary = search
+                    .scenario(&choices[index], &[analytical])
+                    .map_err(|error| error.to_string())
+                    .and_then(|scenario| simulate(&scenario).map_err(|error| error.to_string()))
+                    .map(|outcome| outcome.summary);
+                (index, bound, summary)
             })
             .collect();
         for (index, bound, result) in results {
@@ -370,7 +661,7 @@ pub fn plan_with_progress(
                 Ok(summary) => {
                     screened.push((score(&choices[index], summary.iteration_time), index, bound, summary))
                 }
-                Err(error) => failed.push((choices[index].label(), error.to_string())),
+                Err(error) => failed.push((choices[index].label(), error)),
             }
         }
         screened.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
@@ -383,7 +674,7 @@ pub fn plan_with_progress(
             screened.get(keep - 1).map_or(f64::INFINITY, |s| s.0)
         ));
     }
-    let fidelity = bases[0].network.fidelity;
+    let fidelity = bases[0].scenario.network.fidelity;
     if fidelity != Fidelity::Analytical {
         progress(&format!(
             "simulating the best {} with the {} network",
@@ -413,10 +704,19 @@ pub fn plan_with_progress(
             let results: Vec<_> = screened
                 .into_par_iter()
                 .map(|(screen_score, index, bound, screen)| {
-                    let choice = &choices[index];
-                    let mut scenario = scenario_of(&bases[choice.base], choice, fixed);
-                    scenario.network.work_budget = options.final_work_budget;
-                    (screen_score, index, bound, screen, simulate(&scenario).map(|outcome| outcome.summary))
+                    let budget: Vec<Override> = options
+                        .final_work_budget
+                        .map(|work| {
+                            Override::new("simulation.work-budget", i64::try_from(work).unwrap_or(i64::MAX))
+                        })
+                        .into_iter()
+                        .collect();
+                    let result = search
+                        .scenario(&choices[index], &budget)
+                        .map_err(Final::Invalid)
+                        .and_then(|scenario| simulate(&scenario).map_err(Final::Simulation))
+                        .map(|outcome| outcome.summary);
+                    (screen_score, index, bound, screen, result)
                 })
                 .collect();
             let mut ranked = Vec::new();
@@ -430,10 +730,11 @@ pub fn plan_with_progress(
                         fidelity,
                         false,
                     )),
-                    Err(error) if over_budget(&error) => {
+                    Err(Final::Simulation(error)) if over_budget(&error) => {
                         ranked.push((screen_score, index, bound, screen, Fidelity::Analytical, true));
                     }
-                    Err(error) => failed.push((choices[index].label(), error.to_string())),
+                    Err(Final::Simulation(error)) => failed.push((choices[index].label(), error.to_string())),
+                    Err(Final::Invalid(error)) => failed.push((choices[index].label(), error.to_string())),
                 }
             }
             ranked
@@ -458,12 +759,13 @@ pub fn plan_with_progress(
         .into_iter()
         .map(|(_, index, bound, summary, fidelity, over_time_limit)| {
             let choice = choices[index].clone();
-            let base = &bases[choice.base];
+            let base = &bases[choice.base].scenario;
+            let global_batch = search.global_batch as f64;
             let iterations = options.budget.map(|budget| match budget {
-                Budget::Samples(samples) => samples / base.global_batch as f64,
+                Budget::Samples(samples) => samples / global_batch,
                 Budget::Tokens(tokens) => {
                     let sequence = shard::sequence_length(&base.model).unwrap_or(1);
-                    tokens / (base.global_batch as f64 * sequence as f64)
+                    tokens / (global_batch * sequence as f64)
                 }
             });
             let time_to_train_s = iterations.map(|n| n * summary.iteration_time.as_secs_f64());
@@ -511,14 +813,12 @@ fn over_budget(error: &crate::simulation::SimulationError) -> bool {
     false
 }
 
-/// `base` with `choice`'s degrees and settings.
-fn scenario_of(base: &Scenario, choice: &Choice, fixed: &Fixed) -> Scenario {
-    let mut scenario = base.clone();
-    scenario.parallelism = choice.parallelism;
-    scenario.micro_batch = choice.micro_batch;
-    scenario.recompute = choice.recompute;
-    scenario.fold_symmetric_ranks = fixed.fold_symmetric_ranks.unwrap_or(true);
-    scenario
+/// Why a final simulation gave no result.
+enum Final {
+    /// The configuration's scenario is not valid (its screen's was).
+    Invalid(ScenarioError),
+    /// The simulation failed (or ran over its work budget).
+    Simulation(crate::simulation::SimulationError),
 }
 
 /// A lower bound of a layer collective's time on `scenario`'s cluster: every member must
@@ -577,9 +877,11 @@ fn divisors(n: u64, max: u64) -> Vec<u64> {
     (1..=max.min(n)).filter(|d| n % d == 0).collect()
 }
 
-/// Every configuration of `base`'s GPUs the search tries.
-pub fn enumerate(index: usize, base: &Scenario, fixed: &Fixed) -> Vec<Choice> {
-    let gpus = u64::from(base.cluster.nodes) * u64::from(base.cluster.gpus_per_node);
+/// Every configuration of `base`'s GPUs the search tries, with `global_batch` samples per
+/// iteration; `index` is the base's in the search.
+pub fn enumerate(index: usize, base: &Base, global_batch: u64, fixed: &Fixed) -> Vec<Choice> {
+    let gpus = base.gpus;
+    let base = &base.scenario;
     let per_node = u64::from(base.cluster.gpus_per_node);
     let model = &base.model;
     let blocks = model.pipeline_units().len() as u64;
@@ -588,13 +890,13 @@ pub fn enumerate(index: usize, base: &Scenario, fixed: &Fixed) -> Vec<Choice> {
     let one =
         |value: Option<u32>, options: Vec<u64>| -> Vec<u64> { value.map_or(options, |v| vec![u64::from(v)]) };
     let micro_batches = |data: u64| -> Vec<u64> {
-        let per_replica = base.global_batch / data.max(1);
+        let per_replica = global_batch / data.max(1);
         let options: Vec<u64> = if let Some(micro) = fixed.micro_batch {
             vec![micro]
         } else {
             [1u64, 2, 4, 8, 16, 32, 64, 128, 256].into_iter().filter(|&m| m <= per_replica.max(1)).collect()
         };
-        options.into_iter().filter(|&m| base.global_batch % (data * m) == 0).collect()
+        options.into_iter().filter(|&m| global_batch % (data * m) == 0).collect()
     };
     let recomputes: Vec<Recompute> = match fixed.recompute {
         Some(mode) => vec![mode],
@@ -769,33 +1071,31 @@ mod tests {
     use super::*;
     use std::path::Path;
 
-    /// Megatron-LM SC'21 Table 1's GPT 1.7B on 16 A100 (two DGX servers), analytical network.
-    fn base(extra: &str) -> Scenario {
-        let text = format!(
-            r#"
+    /// Megatron-LM SC'21 Table 1's GPT 1.7B on 16 A100 (two DGX servers), analytical network,
+    /// global batch 64, with `fixed` (`KEY=VALUE`) fixed.
+    fn search(fixed: &[&str]) -> Search {
+        let text = r#"
 [cluster]
 nodes = 2
 gpus-per-node = 8
 device = "a100-sxm4-80gb"
-intra-node = {{ kind = "nvswitch", bandwidth = "300 GB/s", latency = "0.7 us" }}
+intra-node = { kind = "nvswitch", bandwidth = "300 GB/s", latency = "0.7 us" }
 [cluster.network]
 topology = "switch"
 link-bandwidth = "200 Gb/s"
 link-latency = "1 us"
 [workload]
 model = "megatron-1.7b"
-global-batch = 16
+global-batch = 64
 micro-batch = 1
 precision = "fp16"
 optimizer = "adam"
-{extra}
 [simulation]
 fidelity = "analytical"
-"#
-        );
-        let mut scenario = Scenario::parse(&text, Path::new("plan-test.toml")).unwrap();
-        scenario.global_batch = 64;
-        scenario
+"#;
+        let table: toml::Table = toml::from_str(text).unwrap();
+        let fixed: Vec<Override> = fixed.iter().map(|text| text.parse().unwrap()).collect();
+        Search::new(&table, Path::new("plan-test.toml"), &[], &fixed, &[]).unwrap()
     }
 
     fn options(top: usize) -> PlanOptions {
@@ -811,15 +1111,16 @@ fidelity = "analytical"
 
     #[test]
     fn the_bounded_search_finds_the_same_best_configurations_as_simulating_every_one() {
-        let base = base("");
-        let fixed = Fixed { recompute: Some(Recompute::Selective), zero: Some(1), ..Fixed::default() };
-        let report = plan(std::slice::from_ref(&base), &fixed, &options(3)).unwrap();
+        let search = search(&["workload.recompute=selective", "parallelism.zero=1"]);
+        assert_eq!(search.fixed.recompute, Some(Recompute::Selective));
+        assert_eq!(search.fixed.zero, Some(1));
+        let report = plan(&search, &options(3)).unwrap();
         assert!(report.bounded_out > 0, "the bound skipped nothing: {} screened", report.screened);
         // Every valid configuration simulated.
-        let mut all: Vec<(f64, String)> = enumerate(0, &base, &fixed)
+        let mut all: Vec<(f64, String)> = enumerate(0, &search.bases[0], search.global_batch, &search.fixed)
             .iter()
             .filter_map(|choice| {
-                let scenario = scenario_of(&base, choice, &fixed);
+                let scenario = search.scenario(choice, &[]).ok()?;
                 let estimate = scenario.strategy().estimate(&comm_floor(&scenario)).ok()?;
                 if estimate.peak_memory().total().0 as f64 > 0.9 * scenario.device.memory_capacity.0 as f64 {
                     return None;
@@ -844,54 +1145,81 @@ fidelity = "analytical"
 
     #[test]
     fn fixed_settings_are_not_searched_and_an_impossible_one_leaves_nothing() {
-        let base = base("");
-        let fixed = Fixed { tensor: Some(4), micro_batch: Some(2), ..Fixed::default() };
-        let choices = enumerate(0, &base, &fixed);
+        let fixed = search(&["parallelism.tensor=4", "workload.micro-batch=2"]);
+        assert_eq!(fixed.fixed_keys, ["parallelism.tensor", "workload.micro-batch"]);
+        assert!(!fixed.ignored.contains(&"workload.micro-batch".to_string()));
+        let choices = enumerate(0, &fixed.bases[0], fixed.global_batch, &fixed.fixed);
         assert!(!choices.is_empty());
         assert!(choices.iter().all(|c| c.parallelism.tensor == 4 && c.micro_batch == 2));
-        // Data 3 does not divide 16 GPUs.
-        let fixed = Fixed { data: Some(3), ..Fixed::default() };
-        assert!(matches!(plan(&[base], &fixed, &options(3)), Err(PlanError::Empty(_))));
+        // Every configuration's scenario is its choice, built through the override path.
+        for choice in choices.iter().take(20) {
+            match fixed.scenario(choice, &[]) {
+                Ok(scenario) => {
+                    assert_eq!(scenario.parallelism, choice.parallelism);
+                    assert_eq!((scenario.micro_batch, scenario.global_batch), (2, 64));
+                    assert!(scenario.fold_symmetric_ranks);
+                }
+                Err(error) => assert!(matches!(error, ScenarioError::Invalid { .. }), "{error}"),
+            }
+        }
+        // Data 3 does not divide 16 GPUs: the scenario says so, naming the fixed key.
+        let table: toml::Table = toml::from_str(&scenario_text().replace("micro-batch = 1\n", "")).unwrap();
+        let data: Override = "parallelism.data=3".parse().unwrap();
+        let error = Search::new(&table, Path::new("t.toml"), &[], &[data], &[]).unwrap_err();
+        assert!(
+            error.to_string().starts_with("parallelism.data=3: t.toml: key `parallelism.data`"),
+            "{error}"
+        );
+        // A batch no split divides leaves nothing.
+        let small = search(&["parallelism.tensor=1", "parallelism.pipeline=1", "workload.global-batch=8"]);
+        assert!(matches!(plan(&small, &options(3)), Err(PlanError::Empty(_))));
     }
 
     #[test]
     fn cnns_search_their_own_strategies() {
-        let mut scenario = base("");
-        scenario.model = workloads::zoo::by_name("resnet50").unwrap();
-        scenario.global_batch = 256;
-        let choices = enumerate(0, &scenario, &Fixed::default());
+        let table: toml::Table = toml::from_str(&scenario_text()).unwrap();
+        let cnn = [Override::new("workload.model", "resnet50"), Override::new("workload.global-batch", 256)];
+        let search = Search::new(&table, Path::new("plan-test.toml"), &cnn, &[], &[]).unwrap();
+        assert_eq!(search.ignored, ["workload.micro-batch"]);
+        let choices = enumerate(0, &search.bases[0], search.global_batch, &search.fixed);
         for wanted in ["spatial", "filter", "channel"] {
             assert!(choices.iter().any(|c| c.label().contains(wanted)), "no {wanted} configuration");
         }
         assert!(choices.iter().any(|c| c.parallelism.pipeline > 1), "no pipeline configuration");
         assert!(choices.iter().all(|c| c.parallelism.tensor == 1 && c.parallelism.zero == 0));
-        let report = plan(&[scenario], &Fixed::default(), &options(2)).unwrap();
+        let report = plan(&search, &options(2)).unwrap();
         assert_eq!(report.top.len(), 2);
+    }
+
+    /// [`search`]'s cluster file.
+    fn scenario_text() -> String {
+        "[cluster]\nnodes = 2\ndevice = \"a100-sxm4-80gb\"\n[workload]\nmodel = \"megatron-1.7b\"\n\
+         global-batch = 64\nmicro-batch = 1\nprecision = \"fp16\"\n"
+            .to_string()
     }
 
     #[test]
     fn a_final_over_its_work_budget_keeps_its_screen_result_and_ranks_after_the_finished() {
-        let mut flow = base("");
-        flow.network.fidelity = sim_core::fidelity::Fidelity::Flow;
-        let fixed = Fixed { recompute: Some(Recompute::Selective), zero: Some(1), ..Fixed::default() };
-        let unlimited = plan(std::slice::from_ref(&flow), &fixed, &options(4)).unwrap();
+        let fixed = ["workload.recompute=selective", "parallelism.zero=1", "simulation.fidelity=flow"];
+        let flow = search(&fixed);
+        let unlimited = plan(&flow, &options(4)).unwrap();
         assert!(unlimited.top.iter().all(|r| !r.over_time_limit && r.fidelity == Fidelity::Flow));
         assert!(unlimited.could_beat_final <= unlimited.valid - unlimited.finals);
         // Simulating every valid configuration with flow leaves none unchecked.
         let everything = options(unlimited.valid as usize);
-        let exhaustive = plan(std::slice::from_ref(&flow), &fixed, &everything).unwrap();
+        let exhaustive = plan(&flow, &everything).unwrap();
         assert_eq!(exhaustive.finals, exhaustive.valid);
         assert_eq!(exhaustive.could_beat_final, 0);
         // No budget at all: every final gives up and keeps its analytical result, in the
         // screen's order.
         let starved = PlanOptions { final_work_budget: Some(0), ..options(4) };
-        let report = plan(std::slice::from_ref(&flow), &fixed, &starved).unwrap();
+        let report = plan(&flow, &starved).unwrap();
         assert!(report.top.iter().all(|r| r.over_time_limit && r.fidelity == Fidelity::Analytical));
         assert_eq!(report.could_beat_final, 0, "no final finished: no winner to beat");
         let times: Vec<_> = report.top.iter().map(|r| r.summary.iteration_time).collect();
         assert!(times.windows(2).all(|pair| pair[0] <= pair[1]), "{times:?}");
         // The same budget gives the same answer however often it runs.
-        let again = plan(std::slice::from_ref(&flow), &fixed, &starved).unwrap();
+        let again = plan(&flow, &starved).unwrap();
         let labels = |r: &PlanReport| r.top.iter().map(|t| t.choice.label()).collect::<Vec<_>>();
         assert_eq!(labels(&report), labels(&again));
     }

@@ -1023,6 +1023,15 @@ impl Strategy<'_> {
         emit::estimate(self, comm_floor)
     }
 
+    /// [`Strategy::estimate`] of a strategy that has passed [`Strategy::check`] (a validated
+    /// scenario's has): the check is not run again (a search estimates thousands).
+    pub fn estimate_checked(
+        &self,
+        comm_floor: &dyn Fn(&Comm) -> SimDuration,
+    ) -> Result<Estimate, StrategyError> {
+        emit::estimate(self, comm_floor)
+    }
+
     /// The time and FLOPs of one pass of one local layer for one micro-batch, or `None` if
     /// the pass does nothing.
     fn kernel(&self, local: &LocalLayer, pass: Pass) -> Result<Option<(SimDuration, f64)>, StrategyError> {

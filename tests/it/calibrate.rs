@@ -453,8 +453,8 @@ fn the_p100_profile_is_reproduced_from_deepbench() {
 /// into a profile). `cargo test -p parasim --test it dispatch -- --nocapture` prints them.
 #[test]
 fn the_default_dispatch_overhead_is_measured_on_the_real_traces() {
-    use traces::model::CallKind;
-    use workloads::dispatch::{HostCall, launch_intervals};
+    use validation::calibration::host_threads;
+    use workloads::dispatch::launch_intervals;
     let inputs = [
         shared_trace("HolisticTraceAnalysis/trace_diff/test/test.json.gz"),
         shared_trace("HolisticTraceAnalysis/trace_diff/control/control.json.gz"),
@@ -466,23 +466,7 @@ fn the_default_dispatch_overhead_is_measured_on_the_real_traces() {
     let mut quartiles = Vec::new();
     for input in &inputs {
         let imported = traces::kineto::import(std::slice::from_ref(input)).unwrap();
-        let mut threads: Vec<Vec<HostCall>> = Vec::new();
-        for rank in &imported.trace.ranks {
-            let mut current = None;
-            for call in &rank.calls {
-                if current != Some(call.thread) {
-                    threads.push(Vec::new());
-                    current = Some(call.thread);
-                }
-                let host = match call.kind {
-                    CallKind::Launch => HostCall::Launch(call.start_ns),
-                    CallKind::Synchronize(_) => HostCall::Synchronize,
-                    CallKind::StreamWaitEvent => continue,
-                };
-                threads.last_mut().unwrap().push(host);
-            }
-        }
-        let stats = launch_intervals(&threads).unwrap();
+        let stats = launch_intervals(&host_threads(&imported.trace.ranks)).unwrap();
         println!(
             "{}: {} intervals, 10% {} 25% {} median {} 75% {}",
             input.file_name().unwrap().to_string_lossy(),

@@ -16,6 +16,7 @@ mod network;
 mod plan;
 mod plot;
 mod readme;
+mod set;
 mod strategies;
 mod sweep;
 mod validate;

@@ -5,6 +5,8 @@
 //! - [`case`], [`suite`], [`run`], [`report`], [`bounds`]: the suite, from its data
 //!   files to the table and the ratchet (the binary draws the plot with the `plot` crate).
 //! - [`replay`]: a real trace replayed on a cluster, against its measurement.
+//! - [`calibration`]: what `parasim calibrate` fits the compute model to, read from real
+//!   traces: operators joined to their kernels, the host threads' launch intervals.
 //! - [`compare`]: a scenario's simulated strategy against a real multi-rank profiler trace of
 //!   the same job: iteration time, GPU time per kernel class and NCCL time per collective
 //!   kind, per rank per iteration, sorted by how far apart they are.
@@ -23,6 +25,7 @@
 //! ```
 
 pub mod bounds;
+pub mod calibration;
 pub mod case;
 pub mod compare;
 pub mod replay;

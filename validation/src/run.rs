@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use scenario::collective_bench::{BenchSettings, CollectiveBench};
 use scenario::simulation::{StrategySummary, Summary, simulate};
-use scenario::{Cluster, Scenario, merge, set_dotted};
+use scenario::{Cluster, Override, Scenario, apply, merge};
 use serde::Serialize;
 use sim_core::fidelity::{Fidelity, NetworkSettings};
 use sim_core::graph::{CollectiveAlgorithm, OpKind, Pass, Work};
@@ -226,10 +226,8 @@ fn apply_profiles(table: &mut toml::Table, profiles: &[(String, String)]) {
     if let Some((_, name)) =
         profiles.iter().find(|(calibrated_on, _)| catalog.same_type(calibrated_on, device))
     {
-        let compute = table.entry("compute").or_insert_with(|| toml::Value::Table(toml::Table::new()));
-        if let Some(compute) = compute.as_table_mut() {
-            compute.insert("profile".into(), toml::Value::String(name.clone()));
-        }
+        // A `compute` that is not a table is the scenario's error to name.
+        let _ = Override::new("compute.profile", name.as_str()).apply(table);
     }
 }
 
@@ -288,7 +286,7 @@ fn iteration(family: &Family, case: &CaseEntry, paths: &Paths) -> Result<Simulat
 fn scaling(family: &Family, case: &CaseEntry, paths: &Paths) -> Result<Simulated, String> {
     let (table, anchor) = scenario_table(family, case, paths)?;
     let mut baseline = table.clone();
-    set_dotted(&mut baseline, case.baseline.as_ref().ok_or("baseline is missing")?)
+    apply(&mut baseline, &Override::all_of(case.baseline.as_ref().ok_or("baseline is missing")?))
         .map_err(|e| format!("baseline: {e}"))?;
     let large = run_scenario(&scenario_of(&table, &anchor, "case's")?)?;
     let small = run_scenario(&scenario_of(&baseline, &anchor, "baseline")?)?;

@@ -9,7 +9,7 @@ use workloads::compute::knobs::{KNOBS, Knob, KnobValue, knob};
 
 /// `[compute]`: a calibrated profile (file or built-in name) and/or single parameters, which
 /// override the profile's. Without either, the documented defaults. Unknown keys are refused.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub(super) struct ComputeSection {
     pub(super) profile: Option<String>,
     /// The knobs the section sets, in the file's order, each once.
@@ -142,4 +142,17 @@ fn text_once<'de, A: MapAccess<'de>>(
     }
     *slot = map.next_value::<Option<String>>()?;
     Ok(())
+}
+
+impl PartialEq for ComputeSection {
+    /// The same profile, the same knobs set to the same values in the same order, and the same
+    /// framework choices (what a cache of validated sections compares).
+    fn eq(&self, other: &Self) -> bool {
+        self.profile == other.profile
+            && self.knobs.len() == other.knobs.len()
+            && self.knobs.iter().zip(&other.knobs).all(|((a, x), (b, y))| a.key == b.key && x == y)
+            && self.fusion == other.fusion
+            && self.optimizer_passes == other.optimizer_passes
+            && self.gradient_accumulation == other.gradient_accumulation
+    }
 }

@@ -2,7 +2,9 @@
 //! rejected) and validated into a [`Scenario`] the simulation uses. Every error names the file
 //! and the key, says what was given and what would be valid.
 
+use sim_core::lookup::LookupMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::Deserialize;
 use sim_core::fidelity::{Fidelity, NetworkSettings};
@@ -27,9 +29,7 @@ mod overrides;
 
 use compute_section::ComputeSection;
 
-pub use overrides::{
-    InlineValue, OverrideError, dotted_leaves, get_dotted, merge, set_dotted, set_dotted_key,
-};
+pub use overrides::{InlineValue, Override, OverrideError, apply, dotted_leaves, get_dotted, merge};
 
 /// The example scenario the README runs, compiled in so `parasim run` works anywhere.
 pub const QUICKSTART: &str = include_str!("../../../scenarios/quickstart.toml");
@@ -71,6 +71,63 @@ pub enum ScenarioError {
         /// What is wrong and what would be valid.
         message: String,
     },
+    /// An override does not apply to the scenario's table.
+    #[error(transparent)]
+    Override(#[from] OverrideError),
+    /// The scenario is not valid at a key an override set: the override (`key=value`) and
+    /// the scenario's own error.
+    #[error("{setting}: {source}")]
+    Overridden {
+        /// The override, as `key=value`.
+        setting: String,
+        /// The scenario's error.
+        source: Box<ScenarioError>,
+    },
+}
+
+impl ScenarioError {
+    /// The scenario key the error is about, if it is about one.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            ScenarioError::Format { key, .. } | ScenarioError::Invalid { key, .. } => Some(key),
+            ScenarioError::Overridden { source, .. } => source.key(),
+            ScenarioError::Override(OverrideError::NotATable { key, .. }) => Some(key),
+            _ => None,
+        }
+    }
+
+    /// The error without the line a table's deserializer ends a format error with (``in
+    /// `parallelism.data` ``): the key is named already.
+    fn without_path_line(self) -> ScenarioError {
+        match self {
+            ScenarioError::Format { file, key, message } => {
+                let message = match message.rsplit_once('\n') {
+                    Some((first, last)) if last.starts_with("in `") => first.trim_end().to_string(),
+                    _ => message,
+                };
+                ScenarioError::Format { file, key, message }
+            }
+            other => other,
+        }
+    }
+
+    /// The error, attributed to the last of `overrides` that set its key (or the key inside a
+    /// table that the format says is unknown there), if one did.
+    pub fn attributed(self, overrides: &[Override]) -> ScenarioError {
+        // An unknown key is named with its path (`nothing` of `nothing.here`).
+        let unknown_inside = |change: &Override, key: &str| {
+            matches!(&self, ScenarioError::Format { message, .. }
+                if change.key.strip_prefix(key).is_some_and(|rest| rest.starts_with('.'))
+                    && message.contains(&format!("unknown field `{}`", key.rsplit('.').next().unwrap_or(key))))
+        };
+        let by = self.key().and_then(|key| {
+            overrides.iter().rev().find(|change| change.covers(key) || unknown_inside(change, key))
+        });
+        match by {
+            Some(change) => ScenarioError::Overridden { setting: change.to_string(), source: Box::new(self) },
+            None => self,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -86,7 +143,7 @@ struct ScenarioSpec {
     compute: ComputeSection,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct ClusterSection {
     #[serde(default = "one")]
@@ -108,7 +165,7 @@ fn eight() -> u32 {
     8
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct IntraNodeSection {
     #[serde(default = "nvswitch")]
@@ -121,7 +178,7 @@ fn nvswitch() -> String {
     "nvswitch".into()
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct LinkSection {
     bandwidth: Option<Bandwidth>,
@@ -263,6 +320,7 @@ struct SimulationSection {
     chunk_size: Bytes,
     protocol: Option<String>,
     fold_symmetric_ranks: Option<bool>,
+    work_budget: Option<u64>,
 }
 
 impl Default for SimulationSection {
@@ -274,6 +332,7 @@ impl Default for SimulationSection {
             chunk_size: Bytes(sim_core::schedule::CHUNK_BYTES),
             protocol: None,
             fold_symmetric_ranks: None,
+            work_budget: None,
         }
     }
 }
@@ -290,10 +349,10 @@ pub struct Scenario {
     pub source: String,
     /// The cluster shape.
     pub cluster: ClusterSpec,
-    /// The device of every GPU.
-    pub device: Device,
-    /// The trained model.
-    pub model: Model,
+    /// The device of every GPU (shared by the scenarios validated with one [`ValidationCache`]).
+    pub device: Arc<Device>,
+    /// The trained model (shared likewise).
+    pub model: Arc<Model>,
     /// Samples per iteration over all data-parallel replicas.
     pub global_batch: u64,
     /// Samples per micro-batch.
@@ -316,8 +375,8 @@ pub struct Scenario {
     pub network: NetworkSettings,
     /// Iterations to simulate.
     pub iterations: u32,
-    /// Roofline parameters.
-    pub compute: ComputeModel,
+    /// Roofline parameters (shared likewise).
+    pub compute: Arc<ComputeModel>,
     /// Where they came from: "defaults", or the profile (and whether keys override it).
     pub compute_source: String,
     /// Which normalization kernels run fused (`compute.fusion`).
@@ -370,13 +429,83 @@ impl Scenario {
     /// Validates scenario `text`; `file` names it in messages.
     pub fn parse(text: &str, file: &Path) -> Result<Scenario, ScenarioError> {
         let spec = read_spec(text, file)?;
-        validate(spec, file)
+        validate(spec, file, &ValidationCache::default())
+    }
+
+    /// Reads the scenario file at `path`, applies `overrides` to its table and validates it
+    /// ([`Scenario::from_table_with`]); without overrides, [`Scenario::load`].
+    pub fn load_with(path: &Path, overrides: &[Override]) -> Result<Scenario, ScenarioError> {
+        if overrides.is_empty() {
+            return Scenario::load(path);
+        }
+        let text = fs_err::read_to_string(path)
+            .map_err(|error| ScenarioError::Read { message: error.to_string() })?;
+        Scenario::parse_with(&text, path, overrides)
+    }
+
+    /// Validates scenario `text` with `overrides` applied ([`Scenario::from_table_with`]);
+    /// without overrides, [`Scenario::parse`] (whose errors give the line and column).
+    pub fn parse_with(text: &str, file: &Path, overrides: &[Override]) -> Result<Scenario, ScenarioError> {
+        if overrides.is_empty() {
+            return Scenario::parse(text, file);
+        }
+        let table: toml::Table = toml::from_str(text).map_err(|error| ScenarioError::Syntax {
+            file: file.to_path_buf(),
+            message: error.to_string(),
+        })?;
+        Scenario::from_table_with(&table, overrides, file, &ValidationCache::default())
     }
 
     /// Validates a scenario given as a TOML table (a file changed by [`merge`] or
-    /// [`set_dotted`]); `file` names it in messages and anchors the relative paths in it.
+    /// [`Override`]s); `file` names it in messages and anchors the relative paths in it.
     pub fn from_table(table: &toml::Table, file: &Path) -> Result<Scenario, ScenarioError> {
-        validate(spec_of_table(table, file)?, file)
+        Scenario::from_table_cached(table, file, &ValidationCache::default())
+    }
+
+    /// [`Scenario::from_table`], taking what validation derives expensively (the cluster,
+    /// the model, the compute model) from `cache` when an earlier scenario had the same
+    /// inputs.
+    pub fn from_table_cached(
+        table: &toml::Table,
+        file: &Path,
+        cache: &ValidationCache,
+    ) -> Result<Scenario, ScenarioError> {
+        let spec = match spec_of_valid_table(table.clone()) {
+            Some(spec) => spec,
+            None => spec_of_table(table, file)?,
+        };
+        validate(spec, file, cache)
+    }
+
+    /// `table` with `overrides` applied in order, validated (with `cache`): the one way a
+    /// scenario is varied. An error at a key an override set names the override
+    /// ([`ScenarioError::Overridden`]) around the scenario's own error, which names the key
+    /// and what is valid.
+    ///
+    /// ```
+    /// use std::path::Path;
+    /// use scenario::{Override, Scenario, ValidationCache};
+    /// let table: toml::Table = toml::from_str(scenario::QUICKSTART)?;
+    /// let cache = ValidationCache::default();
+    /// let file = Path::new("quickstart.toml");
+    /// let changes: Vec<Override> = vec!["cluster.nodes=4".parse()?, "parallelism.data=32".parse()?];
+    /// let scenario = Scenario::from_table_with(&table, &changes, file, &cache)?;
+    /// assert_eq!(scenario.parallelism.data, 32);
+    /// let error = Scenario::from_table_with(&table, &["parallelism.dta=32".parse()?], file, &cache)
+    ///     .unwrap_err();
+    /// assert!(error.to_string().starts_with("parallelism.dta=32: quickstart.toml: key `parallelism.dta`"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_table_with(
+        table: &toml::Table,
+        overrides: &[Override],
+        file: &Path,
+        cache: &ValidationCache,
+    ) -> Result<Scenario, ScenarioError> {
+        let mut table = table.clone();
+        apply(&mut table, overrides)?;
+        Scenario::from_table_cached(&table, file, cache)
+            .map_err(|error| error.without_path_line().attributed(overrides))
     }
 
     /// Checks that `table` has the scenario format's keys and value types, without
@@ -405,12 +534,119 @@ impl Cluster {
     pub fn load(path: &Path) -> Result<Cluster, ScenarioError> {
         let text = fs_err::read_to_string(path)
             .map_err(|error| ScenarioError::Read { message: error.to_string() })?;
-        validate_cluster(&read_spec(&text, path)?.cluster, path)
+        Cluster::parse(&text, path)
     }
 
     /// Validates the `[cluster]` table of scenario `text`; `file` names it in messages.
     pub fn parse(text: &str, file: &Path) -> Result<Cluster, ScenarioError> {
-        validate_cluster(&read_spec(text, file)?.cluster, file)
+        let (spec, device) = validate_cluster(&read_spec(text, file)?.cluster, file)?;
+        Ok(Cluster { spec, device })
+    }
+}
+
+/// What validating a scenario derives expensively, kept for the next scenario with the same
+/// inputs: the cluster (its topology is built to check it), the model (parsed from its
+/// definition) and the compute model (a profile read and parsed), each keyed by the scenario
+/// keys and files that decide it. A search or a sweep that varies a scenario many times
+/// validates each variant from its table through one cache; the variants then share one
+/// device, model and compute model. Thread-safe; errors are not kept.
+#[derive(Debug, Default)]
+pub struct ValidationCache {
+    /// `[cluster]` as read, and what it validated to (a search sees a few).
+    clusters: Mutex<Vec<(ClusterSection, ClusterSpec, Arc<Device>)>>,
+    /// (`workload.model`, the directory it is relative to, `workload.sequence-length`).
+    models: Mutex<LookupMap<ModelKey, Arc<Model>>>,
+    /// (`[compute]` as read, the device, the precision, the scenario file) and the compute
+    /// model with its description.
+    computes: Mutex<Vec<(ComputeKey, Arc<ComputeModel>, String)>>,
+}
+
+/// What decides a scenario's model: `workload.model`, the directory a model file's path is
+/// relative to, `workload.sequence-length`.
+type ModelKey = (String, PathBuf, Option<u64>);
+
+/// What decides a scenario's compute model.
+#[derive(Debug)]
+struct ComputeKey {
+    section: ComputeSection,
+    device: Arc<Device>,
+    precision: Dtype,
+    file: PathBuf,
+}
+
+/// Entries past which a cache list stops growing (a sweep over many clusters or profiles
+/// validates the rest afresh rather than scanning a long list).
+const CACHE_ENTRIES: usize = 64;
+
+impl ValidationCache {
+    fn cluster(
+        &self,
+        section: &ClusterSection,
+        file: &Path,
+    ) -> Result<(ClusterSpec, Arc<Device>), ScenarioError> {
+        let lock = || self.clusters.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, spec, device)) = lock().iter().find(|(key, _, _)| key == section) {
+            return Ok((spec.clone(), Arc::clone(device)));
+        }
+        let (spec, device) = validate_cluster(section, file)?;
+        let device = Arc::new(device);
+        let mut clusters = lock();
+        if clusters.len() < CACHE_ENTRIES {
+            clusters.push((section.clone(), spec.clone(), Arc::clone(&device)));
+        }
+        Ok((spec, device))
+    }
+
+    fn model(&self, workload: &WorkloadSection, base: &Path) -> Result<Arc<Model>, String> {
+        let key = (workload.model.clone(), base.to_path_buf(), workload.sequence_length);
+        let lock = || self.models.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(model) = lock().get(&key) {
+            return Ok(Arc::clone(model));
+        }
+        let model = Arc::new(match workload.sequence_length {
+            None => load_model(&workload.model, base),
+            Some(tokens) => load_model_with_sequence(&workload.model, base, tokens),
+        }?);
+        let mut models = lock();
+        if models.len() < CACHE_ENTRIES {
+            models.insert(key, Arc::clone(&model));
+        }
+        Ok(model)
+    }
+
+    fn compute(
+        &self,
+        section: &ComputeSection,
+        device: &Arc<Device>,
+        precision: Dtype,
+        file: &Path,
+    ) -> Result<(Arc<ComputeModel>, String), ScenarioError> {
+        let lock = || self.computes.lock().unwrap_or_else(PoisonError::into_inner);
+        let found = lock()
+            .iter()
+            .find(|(key, _, _)| {
+                key.precision == precision
+                    && (Arc::ptr_eq(&key.device, device) || key.device == *device)
+                    && key.section == *section
+                    && key.file == file
+            })
+            .map(|(_, model, source)| (Arc::clone(model), source.clone()));
+        if let Some(found) = found {
+            return Ok(found);
+        }
+        let (model, source) = compute_model(section, device, precision, file)?;
+        let model = Arc::new(model);
+        let mut computes = lock();
+        if computes.len() < CACHE_ENTRIES {
+            let key = ComputeKey {
+                section: section.clone(),
+                device: Arc::clone(device),
+                precision,
+                file: file.to_path_buf(),
+            };
+            computes.push((key, Arc::clone(&model), source.clone()));
+        }
+        Ok((model, source))
     }
 }
 
@@ -466,7 +702,19 @@ pub fn load_model_with_sequence(model: &str, base: &Path, tokens: u64) -> Result
 
 /// The wire form of a scenario given as a table; `file` names it in messages.
 fn spec_of_table(table: &toml::Table, file: &Path) -> Result<ScenarioSpec, ScenarioError> {
-    serde_path_to_error::deserialize(toml::Value::Table(table.clone())).map_err(|error| {
+    spec_of_owned_table(table.clone(), file)
+}
+
+/// The wire form of `table` if it has the scenario format's keys and types, read without
+/// tracking the key being read (which a search validating thousands of variants notices);
+/// `None` if not, when [`spec_of_table`] names the key at fault.
+fn spec_of_valid_table(table: toml::Table) -> Option<ScenarioSpec> {
+    ScenarioSpec::deserialize(table).ok()
+}
+
+/// [`spec_of_table`] of a table the caller gives up.
+fn spec_of_owned_table(table: toml::Table, file: &Path) -> Result<ScenarioSpec, ScenarioError> {
+    serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|error| {
         let key = error.path().to_string();
         format_error(file, &key, error.into_inner().to_string().trim().to_string())
     })
@@ -515,7 +763,7 @@ pub fn numeric_defaults() -> toml::Table {
     ];
     for (key, value) in entries {
         // The keys are literals with no non-table parts on their paths.
-        let _ = set_dotted_key(&mut table, key, value);
+        let _ = Override::new(key, value).apply(&mut table);
     }
     table
 }
@@ -534,7 +782,7 @@ fn invalid(file: &Path, key: &str, message: String) -> ScenarioError {
     ScenarioError::Invalid { file: file.to_path_buf(), key: key.into(), message }
 }
 
-fn validate_cluster(cluster: &ClusterSection, file: &Path) -> Result<Cluster, ScenarioError> {
+fn validate_cluster(cluster: &ClusterSection, file: &Path) -> Result<(ClusterSpec, Device), ScenarioError> {
     let invalid = |key: &str, message: String| invalid(file, key, message);
     for (key, value) in [("cluster.nodes", cluster.nodes), ("cluster.gpus-per-node", cluster.gpus_per_node)] {
         if value == 0 {
@@ -621,12 +869,12 @@ fn validate_cluster(cluster: &ClusterSection, file: &Path) -> Result<Cluster, Sc
         };
         invalid(&key, error.to_string())
     })?;
-    Ok(Cluster { spec, device })
+    Ok((spec, device))
 }
 
-fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> {
+fn validate(spec: ScenarioSpec, file: &Path, cache: &ValidationCache) -> Result<Scenario, ScenarioError> {
     let invalid = |key: &str, message: String| invalid(file, key, message);
-    let Cluster { spec: cluster_spec, device } = validate_cluster(&spec.cluster, file)?;
+    let (cluster_spec, device) = cache.cluster(&spec.cluster, file)?;
     let gpus = cluster_spec.nodes.checked_mul(cluster_spec.gpus_per_node).ok_or_else(|| {
         invalid(
             "cluster.nodes",
@@ -641,11 +889,7 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
         )
     })?;
     let base = file.parent().unwrap_or(Path::new("."));
-    let model = match workload.sequence_length {
-        None => load_model(&workload.model, base),
-        Some(tokens) => load_model_with_sequence(&workload.model, base, tokens),
-    }
-    .map_err(|error| {
+    let model = cache.model(workload, base).map_err(|error| {
         invalid(
             if workload.sequence_length.is_some() { "workload.sequence-length" } else { "workload.model" },
             error,
@@ -742,7 +986,7 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
         Some(section) => input_pipeline(section, &invalid)?,
         None => None,
     };
-    let (compute, mut compute_source) = compute_model(&spec.compute, &device, precision, file)?;
+    let (compute, mut compute_source) = cache.compute(&spec.compute, &device, precision, file)?;
     let fusion: Fusion = match &spec.compute.fusion {
         Some(mode) => mode.parse().map_err(|error| invalid("compute.fusion", error))?,
         None => Fusion::None,
@@ -781,12 +1025,15 @@ fn validate(spec: ScenarioSpec, file: &Path) -> Result<Scenario, ScenarioError> 
         recompute,
         fold_symmetric_ranks: spec.simulation.fold_symmetric_ranks.unwrap_or(!parallelism.is_data_parallel()),
         parallelism,
-        network: NetworkSettings::new(fidelity)
-            .with_collective_launch(spec.simulation.collective_launch)
-            .with_chunk(spec.simulation.chunk_size)
-            .with_protocols(protocols)
-            .with_generation(generation)
-            .with_device_copy(device_copy),
+        network: NetworkSettings {
+            work_budget: spec.simulation.work_budget,
+            ..NetworkSettings::new(fidelity)
+                .with_collective_launch(spec.simulation.collective_launch)
+                .with_chunk(spec.simulation.chunk_size)
+                .with_protocols(protocols)
+                .with_generation(generation)
+                .with_device_copy(device_copy)
+        },
         iterations: spec.simulation.iterations,
         compute,
         compute_source,

@@ -12,7 +12,7 @@ use topology::{
 use super::LinkSection;
 
 /// The wire form of `[cluster.network]`; see the README's scenario reference.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub(super) struct NetworkSection {
     topology: Option<String>,

@@ -35,7 +35,8 @@ use serde::Deserialize;
 
 use crate::simulation::{SimulationError, Summary, simulate};
 use crate::{
-    InlineValue, Scenario, ScenarioError, dotted_leaves, get_dotted, merge, numeric_defaults, set_dotted_key,
+    InlineValue, Override, Scenario, ScenarioError, ValidationCache, dotted_leaves, get_dotted, merge,
+    numeric_defaults,
 };
 use expr::{Expression, Value};
 use workloads::memory::MemoryError;
@@ -186,6 +187,9 @@ pub struct Sweep {
     pub filters: Vec<Filter>,
     count: u64,
     fingerprint: u64,
+    /// What validating the configurations derives expensively (the model, the cluster),
+    /// shared by them.
+    cache: std::sync::Arc<ValidationCache>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -374,6 +378,7 @@ impl Sweep {
             filters,
             count,
             fingerprint: 0,
+            cache: Default::default(),
         };
         sweep.check_keys()?;
         let fingerprint = output::fnv1a(sweep.canonical().as_bytes());
@@ -387,7 +392,7 @@ impl Sweep {
         let all = || self.axes.iter().map(|a| ("axes", a)).chain(self.zip.iter().map(|a| ("zip", a)));
         for (table, axis) in all() {
             if let Some(value) = axis.values.first() {
-                set_dotted_key(&mut first, &axis.key, value.clone()).map_err(|e| SweepError::Key {
+                Override::new(&axis.key, value.clone()).apply(&mut first).map_err(|e| SweepError::Key {
                     file: self.file.clone(),
                     key: format!("{table}.\"{}\"", axis.key),
                     message: e.to_string(),
@@ -420,7 +425,8 @@ impl Sweep {
         for (table, axis) in all() {
             for value in &axis.values {
                 let mut table_with = first.clone();
-                let checked = set_dotted_key(&mut table_with, &axis.key, value.clone())
+                let checked = Override::new(&axis.key, value.clone())
+                    .apply(&mut table_with)
                     .map_err(|e| e.to_string())
                     .and_then(|()| Scenario::check_format(&table_with, &self.anchor).map_err(format_message));
                 if let Err(message) = checked {
@@ -434,7 +440,8 @@ impl Sweep {
         }
         for derived in &self.derived {
             let mut table_with = first.clone();
-            let checked = set_dotted_key(&mut table_with, &derived.key, toml::Value::Integer(1))
+            let checked = Override::new(&derived.key, toml::Value::Integer(1))
+                .apply(&mut table_with)
                 .map_err(|e| e.to_string())
                 .and_then(|()| Scenario::check_format(&table_with, &self.anchor).map_err(format_message));
             if let Err(message) = checked {
@@ -538,7 +545,7 @@ impl Sweep {
         let failed = |message: String| (Status::Failed, message);
         let mut table = self.base.clone();
         for (key, value) in chosen {
-            set_dotted_key(&mut table, key, (*value).clone()).map_err(|e| failed(e.to_string()))?;
+            Override::new(*key, (*value).clone()).apply(&mut table).map_err(|e| failed(e.to_string()))?;
         }
         let defaults = numeric_defaults();
         let check_filters = |table: &toml::Table, after_derived: bool| -> Result<(), (Status, String)> {
@@ -567,7 +574,7 @@ impl Sweep {
                 .map_err(|error| failed(format!("derived `{}` = {error}", derived.key)))?;
             let value = value.to_toml();
             values[first_derived + i] = json_of(&value);
-            set_dotted_key(&mut table, &derived.key, value).map_err(|e| failed(e.to_string()))?;
+            Override::new(&derived.key, value).apply(&mut table).map_err(|e| failed(e.to_string()))?;
         }
         check_filters(&table, true)?;
         Ok(table)
@@ -589,7 +596,7 @@ impl Sweep {
             Ok(table) => table,
             Err((status, message)) => return row(empty(), status, message),
         };
-        let scenario = match Scenario::from_table(&table, &self.anchor) {
+        let scenario = match Scenario::from_table_cached(&table, &self.anchor, &self.cache) {
             Ok(scenario) => scenario,
             Err(error) => return row(empty(), Status::Failed, error.to_string()),
         };

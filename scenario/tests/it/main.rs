@@ -7,4 +7,5 @@ mod compute_knobs;
 mod filter_keys;
 mod fuzz;
 mod input;
+mod overrides;
 mod single_gpu;
