@@ -1,8 +1,9 @@
 //! parasim's application library: what a user asks for, run.
 //!
 //! - the scenario file format ([`Scenario`], [`Cluster`]): TOML read into wire structs (serde,
-//!   unknown keys rejected), overrides applied, then validated; every error names the file and
-//!   the key;
+//!   unknown keys rejected), [`Override`]s applied (the one way to vary a scenario: `run --set`,
+//!   sweeps, plan's candidates, validation baselines, bench), then validated; every error names
+//!   the file and the key;
 //! - [`simulation`]: [`simulation::simulate`] lowers a scenario, runs the engine and summarises
 //!   the run (what `run`, `validate`, `sweep` and `plan` share);
 //! - [`sweep`]: parameter sweeps on every core (rayon), resumable and sharded;

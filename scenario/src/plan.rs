@@ -14,7 +14,9 @@
 //! 4. **final**: the best `keep` simulated again with the cluster's own network model (flow or
 //!    packet) when it is not the analytical one, and ranked by that.
 //!
-//! Degrees a user fixes (`--set parallelism.tensor=8`) are not enumerated.
+//! Degrees a user fixes (`--set parallelism.tensor=8`) are not enumerated. Every configuration
+//! is a scenario built through the override path ([`Search::scenario`]), validated as a file
+//! saying the same would be.
 
 use sim_core::lookup::{LookupMap, LookupSet};
 use std::collections::BTreeMap;
@@ -374,10 +376,17 @@ impl Search {
     /// The validated scenario of `choice`: its base's table with [`Search::overrides`] and
     /// then `extra` (`simulation.fidelity = "analytical"` for the screen) applied.
     pub fn scenario(&self, choice: &Choice, extra: &[Override]) -> Result<Scenario, ScenarioError> {
-        let mut table = self.bases[choice.base].table.clone();
-        apply(&mut table, &self.overrides(choice))?;
-        apply(&mut table, extra)?;
-        let scenario = Scenario::from_table_cached(&table, &self.file, &self.cache)?;
+        let table = || -> Result<toml::Table, ScenarioError> {
+            let mut table = self.bases[choice.base].table.clone();
+            apply(&mut table, &self.overrides(choice))?;
+            apply(&mut table, extra)?;
+            Ok(table)
+        };
+        let scenario = match Scenario::from_valid_table(table()?, &self.file, &self.cache) {
+            Some(scenario) => scenario?,
+            // Not the scenario format: the table again, for the error naming the key.
+            None => Scenario::from_table_cached(&table()?, &self.file, &self.cache)?,
+        };
         debug_assert_eq!(scenario.parallelism, choice.parallelism, "{}", choice.label());
         Ok(scenario)
     }

@@ -477,6 +477,17 @@ impl Scenario {
         validate(spec, file, cache)
     }
 
+    /// [`Scenario::from_table_cached`] of a table the caller gives up, if it has the scenario
+    /// format's keys and types (no copy of it); `None` if not (validate a copy with
+    /// [`Scenario::from_table_cached`] for the error naming the key).
+    pub(crate) fn from_valid_table(
+        table: toml::Table,
+        file: &Path,
+        cache: &ValidationCache,
+    ) -> Option<Result<Scenario, ScenarioError>> {
+        spec_of_valid_table(table).map(|spec| validate(spec, file, cache))
+    }
+
     /// `table` with `overrides` applied in order, validated (with `cache`): the one way a
     /// scenario is varied. An error at a key an override set names the override
     /// ([`ScenarioError::Overridden`]) around the scenario's own error, which names the key

@@ -87,17 +87,26 @@ impl Override {
     /// Sets this key in `table`, creating the tables on its path that are missing. A part of
     /// the path that holds a value other than a table is an error naming the key.
     pub fn apply(&self, table: &mut toml::Table) -> Result<(), OverrideError> {
-        let mut parts: Vec<&str> = self.key.split('.').collect();
-        let Some(last) = parts.pop() else { return Ok(()) };
+        let (path, last) = match self.key.rsplit_once('.') {
+            Some((path, last)) => (Some(path), last),
+            None => (None, self.key.as_str()),
+        };
         let mut current = table;
-        for part in parts {
-            let entry =
-                current.entry(part.to_string()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
-            current = entry
-                .as_table_mut()
+        for part in path.into_iter().flat_map(|path| path.split('.')) {
+            if !current.contains_key(part) {
+                current.insert(part.to_string(), toml::Value::Table(toml::Table::new()));
+            }
+            current = current
+                .get_mut(part)
+                .and_then(toml::Value::as_table_mut)
                 .ok_or_else(|| OverrideError::NotATable { key: self.key.clone(), part: part.to_string() })?;
         }
-        current.insert(last.to_string(), self.value.clone());
+        match current.get_mut(last) {
+            Some(slot) => *slot = self.value.clone(),
+            None => {
+                current.insert(last.to_string(), self.value.clone());
+            }
+        }
         Ok(())
     }
 
