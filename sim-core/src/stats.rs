@@ -42,10 +42,10 @@ impl Activity {
     /// counts by the op's kind ([`crate::graph::OpKind::is_communication`]).
     pub fn of(op: &crate::graph::Op) -> Activity {
         match op.meta.work() {
-            Work::Launch | Work::Loader | Work::Input => Activity::Ignored,
+            work if work.is_host() => Activity::Ignored,
             Work::Staging => Activity::Communication,
-            Work::Device if op.kind.is_communication() => Activity::Communication,
-            Work::Device => Activity::Compute,
+            _ if op.kind.is_communication() => Activity::Communication,
+            _ => Activity::Compute,
         }
     }
 }

@@ -125,10 +125,7 @@ struct DeepSpeedRank<'a> {
 impl RankPolicy for DeepSpeedRank<'_> {
     fn begin_iteration(&mut self, emitter: &mut RankEmitter<'_, '_>, previous_end: Option<OpId>) {
         (self.gather, self.reduce, self.copies) = (None, None, None);
-        // The next iteration's forward waits for the optimizer step on the shard.
-        if let Some(end) = previous_end {
-            emitter.waiting.push(Dep::Global(end));
-        }
+        super::wait_for_step(emitter, previous_end);
     }
 
     fn forward_chunk(

@@ -125,10 +125,7 @@ struct FsdpRank<'a> {
 
 impl RankPolicy for FsdpRank<'_> {
     fn begin_iteration(&mut self, emitter: &mut RankEmitter<'_, '_>, previous_end: Option<OpId>) {
-        // The next iteration's forward waits for the optimizer step on the shard.
-        if let Some(end) = previous_end {
-            emitter.waiting.push(Dep::Global(end));
-        }
+        super::wait_for_step(emitter, previous_end);
     }
 
     /// Gather each unit's parameters before its forward, the next unit's as soon as this one

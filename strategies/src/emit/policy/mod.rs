@@ -161,6 +161,15 @@ pub(super) fn select(
 
 /// The metadata of a policy's data-parallel collective in `pass`, emitted by the policy named
 /// `origin`.
+/// The next iteration's forward waits for `previous_end`, the end of this rank's optimizer
+/// step (ZeRO's parameter allgather, FSDP's and DeepSpeed's step on the shard): what the
+/// sharded policies do at the start of every iteration after the first.
+fn wait_for_step(emitter: &mut RankEmitter<'_, '_>, previous_end: Option<OpId>) {
+    if let Some(end) = previous_end {
+        emitter.waiting.push(super::Dep::Global(end));
+    }
+}
+
 fn policy_meta(emitter: &mut RankEmitter<'_, '_>, origin: &'static str, pass: Pass) -> OpMeta {
     OpMeta::NONE.with_pass(pass).with_group(GroupKind::Data).with_origin(emitter.origin(origin))
 }

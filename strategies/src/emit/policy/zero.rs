@@ -24,10 +24,7 @@ impl Policy for Zero {
 
 impl RankPolicy for Zero {
     fn begin_iteration(&mut self, emitter: &mut RankEmitter<'_, '_>, previous_end: Option<OpId>) {
-        // The next iteration's forward waits for the parameter allgather.
-        if let Some(end) = previous_end {
-            emitter.waiting.push(Dep::Global(end));
-        }
+        super::wait_for_step(emitter, previous_end);
     }
 
     fn backward_chunk(
