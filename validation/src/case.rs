@@ -205,7 +205,11 @@ impl Family {
     }
 }
 
-/// Reads every family file in `directory` (all `*.toml` but `bounds.toml`), sorted by id.
+/// The files of the suite's folder that are not families: the ratchet's floors, the key
+/// classification and the declared fitted constants.
+pub const NOT_FAMILIES: [&str; 3] = ["bounds.toml", "keys.toml", "fitted.toml"];
+
+/// Reads every family file in `directory` (all `*.toml` but [`NOT_FAMILIES`]), sorted by id.
 pub fn load_suite(directory: &Path) -> Result<Vec<Family>, CaseError> {
     let read_error = |path: &Path, error: std::io::Error| CaseError::Read {
         path: path.to_path_buf(),
@@ -217,7 +221,7 @@ pub fn load_suite(directory: &Path) -> Result<Vec<Family>, CaseError> {
     for entry in fs_err::read_dir(directory).map_err(|e| read_error(directory, e))? {
         let path = entry.map_err(|e| read_error(directory, e))?.path();
         let is_family = path.extension().is_some_and(|e| e == "toml")
-            && path.file_name().is_some_and(|n| n != "bounds.toml");
+            && path.file_name().and_then(|n| n.to_str()).is_some_and(|n| !NOT_FAMILIES.contains(&n));
         if is_family {
             files.push(path);
         }
