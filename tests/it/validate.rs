@@ -19,11 +19,14 @@ fn shared() -> PathBuf {
     path
 }
 
-/// A scratch suite folder holding `families` (file name, text) and an optional bounds file.
+/// A scratch suite folder holding `families` (file name, text), the suite's key
+/// classification, no fitted constants, and an optional bounds file.
 fn scratch_suite(name: &str, families: &[(&str, &str)], bounds: Option<&str>) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("validate-{name}"));
     let _ = fs_err::remove_dir_all(&dir);
     fs_err::create_dir_all(&dir).unwrap();
+    fs_err::copy(Path::new(SUITE).join("keys.toml"), dir.join("keys.toml")).unwrap();
+    fs_err::write(dir.join("fitted.toml"), "").unwrap();
     for (file, text) in families {
         fs_err::write(dir.join(file), text).unwrap();
     }
@@ -196,14 +199,21 @@ fn bad_input_names_the_file_and_key() {
                 "derivation = \"chosen by the test\"",
                 "derivation = \"x\"\n[case.scenario.compute]\nmemory-efficiency = 0.5",
             ),
-            "may not calibrate",
+            "case[0].scenario.compute.memory-efficiency: is a constant, not a fact of the published run",
         ),
         (
             (
                 "derivation = \"chosen by the test\"",
                 "derivation = \"x\"\n[case.scenario.workload.input]\nloader = \"per-rank\"\nrate = 100",
             ),
-            "case[0].scenario.workload.input.rate: is a platform constant",
+            "case[0].scenario.workload.input.rate: is a constant, not a fact of the published run",
+        ),
+        (
+            (
+                "derivation = \"chosen by the test\"",
+                "derivation = \"x\"\n[case.scenario.workload]\nfudge = 2",
+            ),
+            "case[0].scenario.workload.fudge: is not classified",
         ),
     ] {
         let dir = scratch_suite("bad", &[("fixture.toml", &family.replace(change.0, change.1))], None);
@@ -223,6 +233,55 @@ fn bad_input_names_the_file_and_key() {
         assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
     }
+}
+
+/// A declared fitted constant makes the cases it was fitted on calibration cases: they leave
+/// the headline (test) statistics, and a scenario may set the constant only at its declared
+/// value.
+#[test]
+fn cases_a_constant_was_fitted_on_are_calibration_not_test() {
+    let fitted = "[[fitted]]\nid = \"demo-dispatch\"\nkey = \"compute.dispatch-overhead\"\nvalue = \"5 us\"\nfamilies = [\"fixture\"]\nfitted-on = [\"fixture/quickstart\"]\nmethod = \"chosen by this test\"\n";
+    let family = fixture_family(1.0)
+        .replace("scenario-file", "scenario = { compute = { dispatch-overhead = \"5 us\" } }\nscenario-file")
+        + "\n[[case]]\nid = \"other\"\nsource = \"made up\"\nmeasured = 2.0\nderivation = \"chosen by the test\"\nscenario-file = \""
+        + concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/quickstart.toml")
+        + "\"\n";
+    let dir = scratch_suite("fitted", &[("fixture.toml", &family)], None);
+    fs_err::write(dir.join("fitted.toml"), fitted).unwrap();
+    let output = parasim(&["validate", "--suite-dir", dir.to_str().unwrap(), "--json"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let roles: Vec<(&str, &str)> = report["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["id"].as_str().unwrap(), c["role"].as_str().unwrap()))
+        .collect();
+    assert_eq!(roles, [("fixture/quickstart", "calibration"), ("fixture/other", "test")]);
+    assert_eq!(report["test"]["ran"], 1);
+    assert_eq!(report["calibration"]["ran"], 1);
+    assert_eq!(report["overall"]["ran"], 2);
+    let other = report["cases"][1]["accuracy"].as_f64().unwrap();
+    assert_eq!(report["test"]["mean"].as_f64().unwrap(), other, "the headline is the test case alone");
+    // Another value than the declared one is refused, naming the key and the declaration.
+    fs_err::write(dir.join("fixture.toml"), family.replace("5 us", "6 us")).unwrap();
+    let output = parasim(&["validate", "--suite-dir", dir.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("case[0].scenario.compute.dispatch-overhead") && stderr.contains("demo-dispatch"),
+        "{stderr}"
+    );
+    // A declaration naming a case the suite lacks is refused too.
+    fs_err::write(dir.join("fixture.toml"), &family).unwrap();
+    fs_err::write(dir.join("fitted.toml"), fitted.replace("fixture/quickstart", "fixture/nothing")).unwrap();
+    let output = parasim(&["validate", "--suite-dir", dir.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("fitted.toml") && stderr.contains("\"fixture/nothing\": no such case"),
+        "{stderr}"
+    );
 }
 
 #[test]

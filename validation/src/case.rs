@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::ledger::{Ledger, Role};
+
 /// Why the suite cannot be read.
 #[derive(Debug, thiserror::Error)]
 pub enum CaseError {
@@ -164,6 +166,9 @@ pub struct CaseEntry {
     /// this case, as published: the report sets them against the measurement next to parasim.
     #[serde(default, rename = "prediction")]
     pub predictions: Vec<Prediction>,
+    /// Test or calibration, from the suite's ledger (fitted.toml); set by [`load_suite`].
+    #[serde(skip)]
+    pub role: Role,
 }
 
 /// Another model's published prediction of a case (`[[case.prediction]]`).
@@ -228,6 +233,7 @@ pub fn load_suite(directory: &Path) -> Result<Vec<Family>, CaseError> {
     }
     let mut families = files.iter().map(|path| load_family(path)).collect::<Result<Vec<_>, _>>()?;
     families.sort_by(|a, b| a.header.id.cmp(&b.header.id));
+    let ledger = Ledger::load(directory)?;
     for pair in families.windows(2) {
         if pair[0].header.id == pair[1].header.id {
             return Err(CaseError::Format {
@@ -237,7 +243,56 @@ pub fn load_suite(directory: &Path) -> Result<Vec<Family>, CaseError> {
             });
         }
     }
+    let family_ids: BTreeSet<String> = families.iter().map(|f| f.header.id.clone()).collect();
+    let case_ids: BTreeSet<String> =
+        families.iter().flat_map(|f| f.cases.iter().map(|c| f.case_id(c))).collect();
+    ledger.check_references(&family_ids, &case_ids)?;
+    for family in &mut families {
+        check_keys(family, &ledger)?;
+        for index in 0..family.cases.len() {
+            family.cases[index].role = ledger.role(&family.case_id(&family.cases[index]));
+        }
+    }
     Ok(families)
+}
+
+/// Checks every scenario key a case of `family` is built from (the family's, each case's own
+/// and the scenario file it names) against the ledger: the file and key that break the rule.
+fn check_keys(family: &Family, ledger: &Ledger) -> Result<(), CaseError> {
+    let id = family.header.id.as_str();
+    let format = |file: &Path, key: String, message: String| CaseError::Format {
+        file: file.to_path_buf(),
+        key,
+        message,
+    };
+    if let Some(scenario) = &family.header.scenario {
+        ledger
+            .check_scenario(scenario, id)
+            .map_err(|(key, message)| format(&family.file, format!("family.scenario.{key}"), message))?;
+    }
+    let mut files_checked = BTreeSet::new();
+    for (index, case) in family.cases.iter().enumerate() {
+        if let Some(scenario) = &case.scenario {
+            ledger.check_scenario(scenario, id).map_err(|(key, message)| {
+                format(&family.file, format!("case[{index}].scenario.{key}"), message)
+            })?;
+        }
+        let Some(file) = &case.scenario_file else { continue };
+        if file.starts_with("shared:") || !files_checked.insert(file.clone()) {
+            continue;
+        }
+        let path = Paths::default().resolve(file, &family.file);
+        let text = fs_err::read_to_string(&path).map_err(|error| CaseError::Read {
+            path: path.clone(),
+            message: format!("{error} (case[{index}].scenario-file of {})", family.file.display()),
+        })?;
+        let table: toml::Table =
+            toml::from_str(&text).map_err(|error| format(&path, String::new(), error.to_string()))?;
+        ledger.check_scenario(&table, id).map_err(|(key, message)| {
+            format(&path, key, format!("{message} (the scenario file of {})", family.case_id(case)))
+        })?;
+    }
+    Ok(())
 }
 
 /// Reads and checks one family file.
@@ -291,16 +346,9 @@ fn check(family: &Family) -> Result<(), (String, String)> {
             format!("{:?} for a {} family; valid: {}", header.unit, header.kind.name(), units.join(", ")),
         ));
     }
-    if let Some(scenario) = &header.scenario {
-        check_honesty(scenario).map_err(|(key, message)| (format!("family.{key}"), message))?;
-    }
     let mut seen = BTreeSet::new();
     for (index, case) in family.cases.iter().enumerate() {
         let key = |name: &str| format!("case[{index}].{name}");
-        if let Some(scenario) = &case.scenario {
-            check_honesty(scenario).map_err(|(k, message)| (key(&k), message))?;
-            check_case_input(scenario).map_err(|(k, message)| (key(&k), message))?;
-        }
         if !is_id(&case.id) {
             return Err((key("id"), format!("{:?}: use lower-case letters, digits, '-' and '.'", case.id)));
         }
@@ -420,56 +468,6 @@ fn check(family: &Family) -> Result<(), (String, String)> {
     Ok(())
 }
 
-/// The `[compute]` keys a case may set: facts of the measured software, not calibration.
-/// Everything else in `[compute]` (efficiencies, dispatch costs, profiles) is calibration,
-/// which is per device type (the catalog and its built-in profiles), never per case.
-pub const CASE_COMPUTE_KEYS: [&str; 5] =
-    ["cuda-graphs", "fusion", "gradient-accumulation", "host-synchronous", "optimizer-passes"];
-
-/// Refuses calibration in a case's scenario keys: the key that breaks the rule, and why.
-pub fn check_honesty(scenario: &toml::Table) -> Result<(), (String, String)> {
-    if let Some(compute) = scenario.get("compute").and_then(toml::Value::as_table) {
-        for key in compute.keys() {
-            if !CASE_COMPUTE_KEYS.contains(&key.as_str()) {
-                return Err((
-                    format!("scenario.compute.{key}"),
-                    format!(
-                        "is calibration, and a validation case may not calibrate: calibration is per device type (data/devices.toml, built-in profiles), never per case; a case may set only {}",
-                        CASE_COMPUTE_KEYS.join(", ")
-                    ),
-                ));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The `[workload.input]` keys a case may not set: the loader's rate and the host's broadcast
-/// rate are properties of a platform and its framework, measured once and shared by every case
-/// of the family (its `[family.scenario]`), never fitted per case. Which loader the measured
-/// software used (`loader`, `prefetch`, `sample-bytes`) is a fact of the run and may differ.
-pub const FAMILY_INPUT_KEYS: [&str; 2] = ["rate", "broadcast-rate"];
-
-/// Refuses a case's own `[workload.input]` rate constants (see [`FAMILY_INPUT_KEYS`]).
-pub fn check_case_input(scenario: &toml::Table) -> Result<(), (String, String)> {
-    let input = scenario
-        .get("workload")
-        .and_then(toml::Value::as_table)
-        .and_then(|workload| workload.get("input"))
-        .and_then(toml::Value::as_table);
-    if let Some(input) = input {
-        for key in FAMILY_INPUT_KEYS {
-            if input.contains_key(key) {
-                return Err((
-                    format!("scenario.workload.input.{key}"),
-                    "is a platform constant, and a validation case may not set its own: give it once in the family's [family.scenario.workload.input], shared by every case".into(),
-                ));
-            }
-        }
-    }
-    Ok(())
-}
-
 /// Where `shared:` paths and the suite's relative paths point, and what every case runs with.
 #[derive(Debug, Clone, Default)]
 pub struct Paths {
@@ -538,10 +536,6 @@ data = 8
             (("unit = \"s/iter\"", "unit = \"ms\""), "family.unit"),
             (("kind = \"iteration\"", "kind = \"guess\""), "family.kind"),
             (("source = \"row 1\"", "source = \"row 1\"\nmeasurd = 3"), "case[0]"),
-            (
-                ("data = 8", "data = 8\n[case.scenario.compute]\ngemm-efficiency = 0.9"),
-                "case[0].scenario.compute.gemm-efficiency",
-            ),
         ] {
             let error = parse(&FAMILY.replace(change.0, change.1)).unwrap_err().to_string();
             assert!(error.contains("demo.toml") && error.contains(key), "{change:?}: {error}");

@@ -4,6 +4,8 @@
 //!
 //! - [`case`], [`suite`], [`run`], [`report`], [`bounds`]: the suite, from its data
 //!   files to the table and the ratchet (the binary draws the plot with the `plot` crate).
+//! - [`ledger`]: what each scenario key of a case is and the declared fitted constants, which
+//!   make the cases they were fitted on calibration cases, apart from the test cases.
 //! - [`replay`]: a real trace replayed on a cluster, against its measurement.
 //! - [`calibration`]: what `parasim calibrate` fits the compute model to, read from real
 //!   traces: operators joined to their kernels, the host threads' launch intervals.
@@ -28,6 +30,7 @@ pub mod bounds;
 pub mod calibration;
 pub mod case;
 pub mod compare;
+pub mod ledger;
 pub mod replay;
 pub mod report;
 pub mod run;

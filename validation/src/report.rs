@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use crate::ledger::Role;
 use crate::run::{CaseResult, Status};
 
 /// Accuracy statistics of a set of cases that ran.
@@ -135,9 +136,13 @@ pub struct FamilySummary {
     pub title: String,
     /// Its source.
     pub source: String,
-    /// Its accuracy statistics.
+    /// Its accuracy statistics, every case.
     #[serde(flatten)]
     pub stats: Stats,
+    /// Over its test cases only: the ones no declared constant was fitted on.
+    pub test: Stats,
+    /// Over its calibration cases only.
+    pub calibration: Stats,
 }
 
 /// Another model against parasim on the cases of one family it predicted (and parasim ran).
@@ -192,6 +197,12 @@ pub struct Report {
     pub comparisons: Vec<ModelComparison>,
     /// Over every case that ran.
     pub overall: Stats,
+    /// Over every test case: the headline.
+    pub test: Stats,
+    /// Over every calibration case.
+    pub calibration: Stats,
+    /// The mean of the ranking groups' Kendall tau.
+    pub mean_kendall_tau: Option<f64>,
 }
 
 impl Report {
@@ -205,12 +216,27 @@ impl Report {
                 title: title.clone(),
                 source: source.clone(),
                 stats: Stats::of(cases.iter().filter(|c| &c.family == id)),
+                test: Stats::of(cases.iter().filter(|c| &c.family == id && c.role.is_test())),
+                calibration: Stats::of(cases.iter().filter(|c| &c.family == id && !c.role.is_test())),
             })
             .collect();
         let rankings = rankings(&cases);
         let comparisons = comparisons(&cases);
         let overall = Stats::of(&cases);
-        Report { cases, families: summaries, rankings, comparisons, overall }
+        let test = Stats::of(cases.iter().filter(|c| c.role.is_test()));
+        let calibration = Stats::of(cases.iter().filter(|c| !c.role.is_test()));
+        let mean_kendall_tau = (!rankings.is_empty())
+            .then(|| rankings.iter().map(|r| r.kendall_tau).sum::<f64>() / rankings.len() as f64);
+        Report {
+            cases,
+            families: summaries,
+            rankings,
+            comparisons,
+            overall,
+            test,
+            calibration,
+            mean_kendall_tau,
+        }
     }
 
     /// The human table: one row per case (per point too with `points`; its source under it
@@ -238,7 +264,7 @@ impl Report {
                 Status::Ok => {
                     let _ = writeln!(
                         out,
-                        "  {:<44} {:>6} {:<22} {:>11} {:>11} {:>8} {:>8}",
+                        "  {:<44} {:>6} {:<22} {:>11} {:>11} {:>8} {:>8}{}",
                         short,
                         gpus,
                         truncate(&case.strategy, 22),
@@ -246,6 +272,7 @@ impl Report {
                         value(case.simulated, &case.unit),
                         case.error.map_or("-".into(), |e| format!("{:+.1}%", 100.0 * e)),
                         case.accuracy.map_or("-".into(), |a| format!("{:.1}%", 100.0 * a)),
+                        if case.role.is_test() { "" } else { "  calibration" },
                     );
                     if points && case.points.len() > 1 {
                         for point in &case.points {
@@ -278,15 +305,31 @@ impl Report {
             }
         }
         let _ = writeln!(out);
+        let _ = writeln!(out, "test cases: no declared constant was fitted on them (the headline)");
         let _ = writeln!(
             out,
             "{:<28} {:>4} {:>8} {:>7} {:>8} {:>8}  worst case",
             "family", "ran", "pending", "failed", "mean", "median"
         );
         for family in &self.families {
-            let _ = writeln!(out, "{}", stats_row(&family.id, &family.stats));
+            let _ = writeln!(out, "{}", stats_row(&family.id, &family.test));
         }
-        let _ = writeln!(out, "{}", stats_row("overall", &self.overall));
+        let _ = writeln!(out, "{}", stats_row("overall (test)", &self.test));
+        if self.calibration.ran + self.calibration.pending + self.calibration.failed > 0 {
+            let _ = writeln!(out);
+            let _ = writeln!(
+                out,
+                "calibration cases: a declared constant was fitted on them (data/validation/fitted.toml)"
+            );
+            for family in &self.families {
+                let stats = &family.calibration;
+                if stats.ran + stats.pending + stats.failed > 0 {
+                    let _ = writeln!(out, "{}", stats_row(&family.id, stats));
+                }
+            }
+            let _ = writeln!(out, "{}", stats_row("overall (calibration)", &self.calibration));
+            let _ = writeln!(out, "{}", stats_row("every case", &self.overall));
+        }
         if !self.rankings.is_empty() {
             let _ = writeln!(out);
             let _ = writeln!(out, "strategy rankings (fastest first)   Kendall tau");
@@ -297,6 +340,14 @@ impl Report {
                 if ranking.not_ranked > 0 {
                     let _ = writeln!(out, "    ({} case(s) of the group did not run)", ranking.not_ranked);
                 }
+            }
+            if let Some(tau) = self.mean_kendall_tau {
+                let _ = writeln!(
+                    out,
+                    "  {:<33} {:>+5.2}",
+                    format!("mean of {} groups", self.rankings.len()),
+                    tau
+                );
             }
         }
         if !self.comparisons.is_empty() {
@@ -353,26 +404,8 @@ impl Report {
     /// caveats, cases and pending reasons), then the strategy rankings. docs/validation.md
     /// holds this between markers, rewritten by `parasim validate --write-doc`.
     pub fn markdown(&self, caveats: &BTreeMap<String, Vec<String>>) -> String {
-        let mut out = String::new();
+        let mut out = self.summary_markdown();
         let percent = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.1}%", 100.0 * v));
-        let _ = writeln!(out, "| family | ran | pending | failed | mean | median | worst case |");
-        let _ = writeln!(out, "|---|---|---|---|---|---|---|");
-        for family in
-            self.families.iter().map(|f| (f.id.as_str(), &f.stats)).chain([("**overall**", &self.overall)])
-        {
-            let (id, stats) = family;
-            let worst =
-                stats.worst.as_ref().map_or("-".to_string(), |(w, a)| format!("{w} ({:.1}%)", 100.0 * a));
-            let _ = writeln!(
-                out,
-                "| {id} | {} | {} | {} | {} | {} | {worst} |",
-                stats.ran,
-                stats.pending,
-                stats.failed,
-                percent(stats.mean),
-                percent(stats.median)
-            );
-        }
         for family in &self.families {
             let _ = writeln!(out, "\n### {}\n\n{}.\nSource: {}.\n", family.id, family.title, family.source);
             if let Some(notes) = caveats.get(&family.id)
@@ -387,25 +420,32 @@ impl Report {
             let ran: Vec<&&CaseResult> =
                 cases.iter().filter(|c| !matches!(c.status, Status::Pending { .. })).collect();
             if !ran.is_empty() {
-                let _ = writeln!(out, "| case | GPUs | what ran | measured | simulated | error | accuracy |");
-                let _ = writeln!(out, "|---|---|---|---|---|---|---|");
+                let _ = writeln!(
+                    out,
+                    "| case | GPUs | what ran | measured | simulated | error | accuracy | role |"
+                );
+                let _ = writeln!(out, "|---|---|---|---|---|---|---|---|");
                 for case in ran {
                     let short = case.id.rsplit('/').next().unwrap_or(&case.id);
                     let gpus = case.gpus.map_or("-".to_string(), |g| g.to_string());
                     match &case.status {
                         Status::Failed { error } => {
                             let error = error.lines().next().unwrap_or_default().replace('|', "/");
-                            let _ = writeln!(out, "| {short} | {gpus} | | failed: {error} | | | |");
+                            let _ = writeln!(out, "| {short} | {gpus} | | failed: {error} | | | | |");
                         }
                         _ => {
                             let _ = writeln!(
                                 out,
-                                "| {short} | {gpus} | {} | {} | {} | {} | {} |",
+                                "| {short} | {gpus} | {} | {} | {} | {} | {} | {} |",
                                 case.strategy,
                                 value(case.measured, &case.unit),
                                 value(case.simulated, &case.unit),
                                 case.error.map_or("-".into(), |e| format!("{:+.1}%", 100.0 * e)),
-                                percent(case.accuracy)
+                                percent(case.accuracy),
+                                match &case.role {
+                                    Role::Test => "test".to_string(),
+                                    Role::Calibration(by) => format!("calibration ({})", by.join(", ")),
+                                }
                             );
                         }
                     }
@@ -477,6 +517,48 @@ impl Report {
                     ranking.kendall_tau
                 );
             }
+            if let Some(tau) = self.mean_kendall_tau {
+                let _ = writeln!(out, "| **mean of {} groups** | | | {tau:+.2} |", self.rankings.len());
+            }
+        }
+        out
+    }
+
+    /// The summary table as Markdown: per family its test cases (the headline) beside its
+    /// calibration cases, then the totals, and the rule in one sentence above it. The README's
+    /// accuracy table and docs/validation.md hold it, rewritten by `parasim validate
+    /// --write-doc`.
+    pub fn summary_markdown(&self) -> String {
+        let mut out = String::new();
+        let percent = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.1}%", 100.0 * v));
+        let worst = |stats: &Stats| {
+            stats.worst.as_ref().map_or("-".to_string(), |(w, a)| format!("{w} ({:.1}%)", 100.0 * a))
+        };
+        let _ = writeln!(
+            out,
+            "Test cases are the headline; a case that a declared constant was fitted on (data/validation/fitted.toml) is a calibration case, shown apart and never in the test figures.\n"
+        );
+        let _ = writeln!(
+            out,
+            "| family | test cases | test mean | test median | worst test case | calibration cases | calibration mean | pending | failed |"
+        );
+        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|");
+        let totals = [("**overall**", &self.test, &self.calibration, &self.overall)];
+        for (id, test, calibration, all) in
+            self.families.iter().map(|f| (f.id.as_str(), &f.test, &f.calibration, &f.stats)).chain(totals)
+        {
+            let _ = writeln!(
+                out,
+                "| {id} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                test.ran,
+                percent(test.mean),
+                percent(test.median),
+                worst(test),
+                calibration.ran,
+                percent(calibration.mean),
+                all.pending,
+                all.failed
+            );
         }
         out
     }
@@ -484,7 +566,7 @@ impl Report {
     /// One CSV row per case (per point with `points`), RFC 4180 quoting.
     pub fn csv(&self, points: bool) -> String {
         let mut out = String::from(
-            "id,family,kind,source,gpus,what_ran,status,point,unit,measured,simulated,error,accuracy,reason\n",
+            "id,family,kind,source,gpus,what_ran,status,role,point,unit,measured,simulated,error,accuracy,reason\n",
         );
         for case in &self.cases {
             let reason = match &case.status {
@@ -507,6 +589,7 @@ impl Report {
                     case.gpus.map_or(String::new(), |g| g.to_string()),
                     case.strategy.clone(),
                     status.to_string(),
+                    case.role.name().to_string(),
                     point.to_string(),
                     case.unit.clone(),
                     number(measured),
@@ -603,6 +686,7 @@ mod tests {
             points: vec![Point { label: "x".into(), measured, simulated, accuracy }],
             caveats: vec![],
             ranking: ranking.map(String::from),
+            role: Role::Test,
             predictions: vec![],
             wall_s: 0.0,
         }
