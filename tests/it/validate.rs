@@ -61,6 +61,7 @@ fn ci_families_hold_their_recorded_floors() {
     let bounds = fs_err::read_to_string(Path::new(SUITE).join("bounds.toml")).unwrap();
     let doc =
         fs_err::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/validation.md")).unwrap();
+    let readme = fs_err::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
     for family in [
         "nccl-tests",
         "deepbench",
@@ -79,6 +80,12 @@ fn ci_families_hold_their_recorded_floors() {
         assert!(
             doc.contains(summary),
             "docs/validation.md's summary of {family} drifted: the binary prints\n{summary}"
+        );
+        // So does the README's accuracy table (parasim validate --write-summary README.md),
+        // test cases beside calibration cases.
+        assert!(
+            readme.contains(summary),
+            "README.md's accuracy row of {family} drifted: the binary prints\n{summary}"
         );
         let section = stdout.split(&format!("### {family}\n")).nth(1).unwrap_or_default();
         for row in section
