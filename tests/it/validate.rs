@@ -19,14 +19,31 @@ fn shared() -> PathBuf {
     path
 }
 
+/// The fitted constants of a scratch suite holding `families`: the quickstart's uncited link
+/// latency, declared for those fixture families and fitted on none of their cases.
+fn fixture_fitted(families: &[&str]) -> String {
+    if families.is_empty() {
+        return String::new();
+    }
+    let names: Vec<String> = families.iter().map(|f| format!("{f:?}")).collect();
+    format!(
+        "[[fitted]]\nid = \"quickstart-link-latency\"\nkey = \"cluster.network.link-latency\"\nvalue = \"1 us\"\nfamilies = [{}]\nfitted-on = []\nmethod = \"the quickstart's round number, uncited\"\n",
+        names.join(", ")
+    )
+}
+
 /// A scratch suite folder holding `families` (file name, text), the suite's key
-/// classification, no fitted constants, and an optional bounds file.
+/// classification, the fixtures' fitted constants, and an optional bounds file.
 fn scratch_suite(name: &str, families: &[(&str, &str)], bounds: Option<&str>) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("validate-{name}"));
     let _ = fs_err::remove_dir_all(&dir);
     fs_err::create_dir_all(&dir).unwrap();
     fs_err::copy(Path::new(SUITE).join("keys.toml"), dir.join("keys.toml")).unwrap();
-    fs_err::write(dir.join("fitted.toml"), "").unwrap();
+    let ids: Vec<&str> = families
+        .iter()
+        .filter_map(|(_, text)| text.split("[family]\nid = \"").nth(1)?.split('"').next())
+        .collect();
+    fs_err::write(dir.join("fitted.toml"), fixture_fitted(&ids)).unwrap();
     for (file, text) in families {
         fs_err::write(dir.join(file), text).unwrap();
     }
@@ -254,7 +271,7 @@ fn cases_a_constant_was_fitted_on_are_calibration_not_test() {
         + concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/quickstart.toml")
         + "\"\n";
     let dir = scratch_suite("fitted", &[("fixture.toml", &family)], None);
-    fs_err::write(dir.join("fitted.toml"), fitted).unwrap();
+    fs_err::write(dir.join("fitted.toml"), format!("{}\n{fitted}", fixture_fitted(&["fixture"]))).unwrap();
     let output = parasim(&["validate", "--suite-dir", dir.to_str().unwrap(), "--json"]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
@@ -281,7 +298,8 @@ fn cases_a_constant_was_fitted_on_are_calibration_not_test() {
     );
     // A declaration naming a case the suite lacks is refused too.
     fs_err::write(dir.join("fixture.toml"), &family).unwrap();
-    fs_err::write(dir.join("fitted.toml"), fitted.replace("fixture/quickstart", "fixture/nothing")).unwrap();
+    let fitted = fitted.replace("fixture/quickstart", "fixture/nothing");
+    fs_err::write(dir.join("fitted.toml"), format!("{}\n{fitted}", fixture_fitted(&["fixture"]))).unwrap();
     let output = parasim(&["validate", "--suite-dir", dir.to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");

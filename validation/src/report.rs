@@ -203,12 +203,15 @@ pub struct Report {
     pub calibration: Stats,
     /// The mean of the ranking groups' Kendall tau.
     pub mean_kendall_tau: Option<f64>,
+    /// The mean of the families' test means (families with a test case that ran): each source
+    /// weighs the same, however many cases it has.
+    pub test_family_mean: Option<f64>,
 }
 
 impl Report {
     /// Summarizes `cases` of `families` (id, title, source).
     pub fn new(cases: Vec<CaseResult>, families: &[(String, String, String)]) -> Report {
-        let summaries = families
+        let summaries: Vec<FamilySummary> = families
             .iter()
             .filter(|(id, ..)| cases.iter().any(|c| &c.family == id))
             .map(|(id, title, source)| FamilySummary {
@@ -315,6 +318,14 @@ impl Report {
             let _ = writeln!(out, "{}", stats_row(&family.id, &family.test));
         }
         let _ = writeln!(out, "{}", stats_row("overall (test)", &self.test));
+        if let Some(mean) = self.test_family_mean {
+            let counted = self.families.iter().filter(|f| f.test.mean.is_some()).count();
+            let _ = writeln!(
+                out,
+                "{:<28} {:>4} {:>8} {:>7} {:>7.1}%  (each family weighs the same)",
+                "mean of family means", counted, "", "", 100.0 * mean
+            );
+        }
         if self.calibration.ran + self.calibration.pending + self.calibration.failed > 0 {
             let _ = writeln!(out);
             let _ = writeln!(
@@ -558,6 +569,14 @@ impl Report {
                 percent(calibration.mean),
                 all.pending,
                 all.failed
+            );
+        }
+        if let Some(mean) = self.test_family_mean {
+            let counted = self.families.iter().filter(|f| f.test.mean.is_some()).count();
+            let _ = writeln!(
+                out,
+                "\nThe overall test mean weighs every case the same; the mean of the {counted} families' test means, each source weighing the same, is {}.",
+                percent(Some(mean))
             );
         }
         out
