@@ -230,6 +230,8 @@ impl Report {
         let calibration = Stats::of(cases.iter().filter(|c| !c.role.is_test()));
         let mean_kendall_tau = (!rankings.is_empty())
             .then(|| rankings.iter().map(|r| r.kendall_tau).sum::<f64>() / rankings.len() as f64);
+        let means: Vec<f64> = summaries.iter().filter_map(|f| f.test.mean).collect();
+        let test_family_mean = (!means.is_empty()).then(|| means.iter().sum::<f64>() / means.len() as f64);
         Report {
             cases,
             families: summaries,
@@ -239,6 +241,7 @@ impl Report {
             test,
             calibration,
             mean_kendall_tau,
+            test_family_mean,
         }
     }
 
@@ -323,7 +326,11 @@ impl Report {
             let _ = writeln!(
                 out,
                 "{:<28} {:>4} {:>8} {:>7} {:>7.1}%  (each family weighs the same)",
-                "mean of family means", counted, "", "", 100.0 * mean
+                "mean of family means",
+                counted,
+                "",
+                "",
+                100.0 * mean
             );
         }
         if self.calibration.ran + self.calibration.pending + self.calibration.failed > 0 {
