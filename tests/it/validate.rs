@@ -196,6 +196,7 @@ fn the_whole_suite_loads_and_lists() {
     for family in [
         "megatron-sc21-table1/",
         "megatron-sc21-table2/",
+        "megatron-ci/",
         "korthikanti-table5/",
         "mlperf-training/",
         "paradl-data-parallel/",
