@@ -299,10 +299,14 @@ mod tests {
     fn an_unknown_framework_names_the_valid_ones() {
         let mut table = quickstart();
         let change = Override::new(KEY, "pytorch-dpp");
-        let error =
-            Scenario::from_table_with(&table, &[change.clone()], Path::new("bad.toml"), &Default::default())
-                .unwrap_err()
-                .to_string();
+        let error = Scenario::from_table_with(
+            &table,
+            std::slice::from_ref(&change),
+            Path::new("bad.toml"),
+            &Default::default(),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(error.contains("key `workload.framework`"), "{error}");
         assert!(
             error.contains("unknown framework \"pytorch-dpp\"; valid: \"pytorch\", \"pytorch-ddp\""),
