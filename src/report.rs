@@ -15,6 +15,7 @@ pub fn human(outcome: &Outcome) -> String {
         report.hybrid_strategy();
     }
     report.input();
+    report.framework();
     report.network();
     report.results();
     report.breakdown();
@@ -225,6 +226,28 @@ impl<'s> Report<'s> {
                 "input copy    {:.1} MB per iteration to each first-stage GPU over its host link, on the compute stream",
                 bytes as f64 / 1e6
             );
+        }
+    }
+
+    /// The training framework and the settings it implied: what was assumed for the user.
+    fn framework(&mut self) {
+        let (s, out) = (self.summary, &mut self.out);
+        let Some(framework) = &s.framework else { return };
+        let _ = writeln!(out, "framework     {} ({})", framework.name, framework.title);
+        for setting in &framework.implied {
+            let _ = writeln!(out, "              implies {} = {}", setting.key, setting.value);
+        }
+        for setting in &framework.explicit {
+            let _ = writeln!(
+                out,
+                "              {}: the scenario's own value (the framework's: {})",
+                setting.key, setting.value
+            );
+        }
+        for setting in &framework.not_applied {
+            let reason = setting.reason.as_deref().unwrap_or_default();
+            let _ =
+                writeln!(out, "              {} = {} does not apply: {reason}", setting.key, setting.value);
         }
     }
 

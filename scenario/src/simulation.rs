@@ -21,6 +21,10 @@ use workloads::memory::{MemoryBreakdown, MemoryError};
 pub struct Summary {
     /// The scenario file.
     pub scenario: String,
+    /// The training framework (`workload.framework`) and the settings it implied, skipped or
+    /// left to the scenario. Omitted when the scenario names none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub framework: Option<crate::framework::FrameworkUse>,
     /// What was trained.
     pub model: ModelSummary,
     /// On what.
@@ -716,6 +720,7 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
         scenario.cluster.network.describe(scenario.cluster.gpus_per_node, scenario.device.kind.noun());
     let summary = Summary {
         scenario: scenario.source.clone(),
+        framework: scenario.framework.clone(),
         model: ModelSummary {
             name: scenario.model.name.clone(),
             parameters: scenario.model.parameters(),

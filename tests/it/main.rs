@@ -8,6 +8,7 @@ mod collective;
 mod compare;
 mod daso;
 mod errors;
+mod framework;
 mod hyparflow;
 mod json;
 mod memory;

@@ -24,10 +24,12 @@ use workloads::{
 };
 
 mod compute_section;
+pub mod framework;
 mod network;
 mod overrides;
 
 use compute_section::ComputeSection;
+use framework::FrameworkUse;
 
 pub use overrides::{InlineValue, Override, OverrideError, apply, dotted_leaves, get_dotted, merge};
 
@@ -197,6 +199,10 @@ const DEFAULT_LATENCY: SimDuration = SimDuration::from_us(1);
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct WorkloadSection {
     model: String,
+    /// `workload.framework`: its settings are written into the table before it is read
+    /// ([`framework::apply`]); kept here so the format accepts the key.
+    #[serde(rename = "framework")]
+    _framework: Option<String>,
     batch_per_device: Option<u64>,
     global_batch: Option<u64>,
     micro_batch: Option<u64>,
@@ -392,6 +398,8 @@ pub struct Scenario {
     pub host_memory: Option<Bytes>,
     /// The data loader (`[workload.input]`), if modelled.
     pub input: Option<InputPipeline>,
+    /// The training framework (`workload.framework`), if named, and the settings it implied.
+    pub framework: Option<FrameworkUse>,
 }
 
 impl Scenario {
@@ -429,7 +437,15 @@ impl Scenario {
     /// Validates scenario `text`; `file` names it in messages.
     pub fn parse(text: &str, file: &Path) -> Result<Scenario, ScenarioError> {
         let spec = read_spec(text, file)?;
-        validate(spec, file, &ValidationCache::default())
+        if spec.workload.as_ref().is_some_and(|workload| workload._framework.is_some()) {
+            // The framework's settings go into the table; its errors were named above.
+            let table: toml::Table = toml::from_str(text).map_err(|error| ScenarioError::Syntax {
+                file: file.to_path_buf(),
+                message: error.to_string(),
+            })?;
+            return Scenario::from_table(&table, file);
+        }
+        validate(spec, None, file, &ValidationCache::default())
     }
 
     /// Reads the scenario file at `path`, applies `overrides` to its table and validates it
@@ -470,11 +486,12 @@ impl Scenario {
         file: &Path,
         cache: &ValidationCache,
     ) -> Result<Scenario, ScenarioError> {
+        let (table, framework) = with_framework(table.clone(), file)?;
         let spec = match spec_of_valid_table(table.clone()) {
             Some(spec) => spec,
-            None => spec_of_table(table, file)?,
+            None => spec_of_owned_table(table, file)?,
         };
-        validate(spec, file, cache)
+        validate(spec, framework, file, cache)
     }
 
     /// [`Scenario::from_table_cached`] of a table the caller gives up, if it has the scenario
@@ -485,7 +502,11 @@ impl Scenario {
         file: &Path,
         cache: &ValidationCache,
     ) -> Option<Result<Scenario, ScenarioError>> {
-        spec_of_valid_table(table).map(|spec| validate(spec, file, cache))
+        let (table, framework) = match with_framework(table, file) {
+            Ok(found) => found,
+            Err(error) => return Some(Err(error)),
+        };
+        spec_of_valid_table(table).map(|spec| validate(spec, framework, file, cache))
     }
 
     /// `table` with `overrides` applied in order, validated (with `cache`): the one way a
@@ -711,6 +732,17 @@ pub fn load_model_with_sequence(model: &str, base: &Path, tokens: u64) -> Result
     Model::from_toml_str(&table.to_string(), &origin).map_err(|error| error.to_string())
 }
 
+/// `table` with the settings of the framework it names written in where it leaves their keys
+/// out ([`framework::apply`]), and what the framework decided; the error names
+/// `workload.framework`.
+fn with_framework(
+    mut table: toml::Table,
+    file: &Path,
+) -> Result<(toml::Table, Option<FrameworkUse>), ScenarioError> {
+    let used = framework::apply(&mut table).map_err(|message| invalid(file, framework::KEY, message))?;
+    Ok((table, used))
+}
+
 /// The wire form of a scenario given as a table; `file` names it in messages.
 fn spec_of_table(table: &toml::Table, file: &Path) -> Result<ScenarioSpec, ScenarioError> {
     spec_of_owned_table(table.clone(), file)
@@ -883,7 +915,12 @@ fn validate_cluster(cluster: &ClusterSection, file: &Path) -> Result<(ClusterSpe
     Ok((spec, device))
 }
 
-fn validate(spec: ScenarioSpec, file: &Path, cache: &ValidationCache) -> Result<Scenario, ScenarioError> {
+fn validate(
+    spec: ScenarioSpec,
+    framework: Option<FrameworkUse>,
+    file: &Path,
+    cache: &ValidationCache,
+) -> Result<Scenario, ScenarioError> {
     let invalid = |key: &str, message: String| invalid(file, key, message);
     let (cluster_spec, device) = cache.cluster(&spec.cluster, file)?;
     let gpus = cluster_spec.nodes.checked_mul(cluster_spec.gpus_per_node).ok_or_else(|| {
@@ -1054,6 +1091,7 @@ fn validate(spec: ScenarioSpec, file: &Path, cache: &ValidationCache) -> Result<
         gradient_accumulation,
         host_memory: cluster.host_memory,
         input,
+        framework,
     };
     scenario.strategy().check().map_err(|error| match error {
         strategies::StrategyError::Invalid { key, message } => invalid(key, message),
