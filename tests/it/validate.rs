@@ -288,6 +288,14 @@ fn cases_a_constant_was_fitted_on_are_calibration_not_test() {
     assert_eq!(report["overall"]["ran"], 2);
     let other = report["cases"][1]["accuracy"].as_f64().unwrap();
     assert_eq!(report["test"]["mean"].as_f64().unwrap(), other, "the headline is the test case alone");
+    // The ratchet records the family's test cases: declaring a constant fitted on a test case
+    // takes it out of the headline, and --check-bounds says so.
+    fs_err::write(dir.join("bounds.toml"), "[family.fixture]\nmean = 0.0\ntest-cases = 2\n").unwrap();
+    let output = parasim(&["validate", "--suite-dir", dir.to_str().unwrap(), "--check-bounds"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("1 test case(s) ran, fewer than the 2 recorded"), "{stderr}");
+    fs_err::remove_file(dir.join("bounds.toml")).unwrap();
     // Another value than the declared one is refused, naming the key and the declaration.
     fs_err::write(dir.join("fixture.toml"), family.replace("5 us", "6 us")).unwrap();
     let output = parasim(&["validate", "--suite-dir", dir.to_str().unwrap()]);

@@ -1,6 +1,8 @@
-//! The ratchet: recorded floors of each family's mean accuracy and each case's accuracy
-//! (`data/validation/bounds.toml`). Checking fails when a family's mean drops below its floor
-//! or a case drops more than [`CASE_SLACK`] below its record; updating only raises floors.
+//! The ratchet: recorded floors of each family's mean accuracy (over every case and over its
+//! test cases), of its number of test cases, and of each case's accuracy
+//! (`data/validation/bounds.toml`). Checking fails when a family's mean or test mean drops
+//! below its floor, its test cases become fewer, or a case drops more than [`CASE_SLACK`] below
+//! its record; updating only raises floors.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -28,10 +30,17 @@ pub struct Bounds {
 
 /// One family's floor.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct FamilyBound {
-    /// Mean accuracy, a fraction.
+    /// Mean accuracy over every case, a fraction.
     pub mean: f64,
+    /// Mean accuracy over the test cases (the headline), a fraction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_mean: Option<f64>,
+    /// Test cases that ran: the count may not fall, so a case cannot leave the headline by
+    /// becoming calibration (or pending) unnoticed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_cases: Option<usize>,
 }
 
 /// One broken bound.
@@ -87,6 +96,37 @@ impl Bounds {
                 }
             }
         }
+        for family in &report.families {
+            let Some(bound) = self.family.get(&family.id) else { continue };
+            let prefix = format!("{}/", family.id);
+            let in_suite = suite_cases.iter().filter(|id| id.starts_with(&prefix)).count();
+            let selected = family.stats.ran + family.stats.pending + family.stats.failed;
+            if let Some(floor) = bound.test_mean
+                && family.test.mean.is_some_and(|mean| mean + 1e-9 < floor)
+            {
+                violations.push(Violation {
+                    id: family.id.clone(),
+                    message: format!(
+                        "test-case mean {:.1}% is below its floor {:.1}%",
+                        100.0 * family.test.mean.unwrap_or_default(),
+                        100.0 * floor
+                    ),
+                });
+            }
+            // Counted only when the whole family ran: a run of some of its cases has fewer.
+            if let Some(recorded) = bound.test_cases
+                && selected == in_suite
+                && family.test.ran < recorded
+            {
+                violations.push(Violation {
+                    id: family.id.clone(),
+                    message: format!(
+                        "{} test case(s) ran, fewer than the {recorded} recorded: a case left the headline (it became calibration, pending or failed)",
+                        family.test.ran
+                    ),
+                });
+            }
+        }
         for case in &report.cases {
             let Some(&recorded) = self.case.get(&case.id) else { continue };
             let problem = match (&case.status, case.accuracy) {
@@ -123,8 +163,16 @@ impl Bounds {
         let mut bounds = self.clone();
         for family in &report.families {
             if let Some(mean) = family.stats.mean {
-                let entry = bounds.family.entry(family.id.clone()).or_insert(FamilyBound { mean: 0.0 });
+                let entry = bounds.family.entry(family.id.clone()).or_insert(FamilyBound {
+                    mean: 0.0,
+                    test_mean: None,
+                    test_cases: None,
+                });
                 entry.mean = entry.mean.max(floor3(mean));
+                if let Some(test) = family.test.mean {
+                    entry.test_mean = Some(entry.test_mean.unwrap_or(0.0).max(floor3(test)));
+                }
+                entry.test_cases = Some(entry.test_cases.unwrap_or(0).max(family.test.ran));
             }
         }
         for case in &report.cases {
@@ -142,8 +190,9 @@ impl Bounds {
         format!(
             "# Floors of the validation suite's accuracy (fractions), written by\n\
              # `parasim validate --update-bounds`, which only raises them. Checked by\n\
-             # `parasim validate --check-bounds` and the CI test: a family's mean may not fall below\n\
-             # its floor, a case may not fall more than {:.0} points below its record. Lowering one\n\
+             # `parasim validate --check-bounds` and the CI test: a family's mean and test-case mean\n\
+             # may not fall below their floors nor its test cases become fewer, a case may not fall\n\
+             # more than {:.0} points below its record. Lowering one\n\
              # is an edit by hand with its reason in docs/validation.md.\n\n{body}",
             100.0 * CASE_SLACK
         )
