@@ -239,8 +239,8 @@ enum Command {
         json: bool,
     },
     /// Run the validation suite (data/validation/): every published measurement as a case,
-    /// simulated in parallel, with accuracy per case, per family and overall
-    /// (docs/validation.md).
+    /// simulated in parallel, with accuracy per case, per family and overall, test cases apart
+    /// from the calibration cases fitted constants were set on (docs/validation.md).
     Validate(validate_cmd::ValidateArgs),
     /// Describe a scenario's cluster: hosts, switches, links, bisection bandwidth, diameter,
     /// path lengths.

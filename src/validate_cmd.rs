@@ -61,8 +61,8 @@ pub struct ValidateArgs {
     /// this file (SVG or PNG by its extension; the same chart as `parasim plot accuracy`).
     #[arg(long, value_name = "FILE.svg|FILE.png")]
     pub plot: Option<PathBuf>,
-    /// Exit with status 1 if a family's mean or a case falls below its recorded floor
-    /// (data/validation/bounds.toml).
+    /// Exit with status 1 if a family's mean or test mean, its number of test cases, or a case
+    /// falls below its recorded floor (data/validation/bounds.toml).
     #[arg(long)]
     pub check_bounds: bool,
     /// Raise the recorded floors to this run's results (never lowers one).
