@@ -779,6 +779,39 @@ mod tests {
         assert_eq!(stats.worst.unwrap().0, "f/b");
     }
 
+    /// Calibration cases leave the headline: the test statistics, per family and overall, and
+    /// the mean of the families' test means are over test cases only; every case is still in
+    /// `overall`.
+    #[test]
+    fn the_headline_is_over_test_cases_only() {
+        let mut calibrated = case("a", Status::Ok, 1.0, 1.0, None);
+        calibrated.role = Role::Calibration(vec!["fit".into()]);
+        let mut other = case("x", Status::Ok, 1.0, 0.8, None);
+        other.family = "g".into();
+        other.id = "g/x".into();
+        let results = vec![calibrated, case("b", Status::Ok, 1.0, 0.5, None), other];
+        let families = [
+            ("f".to_string(), "F".to_string(), "s".to_string()),
+            ("g".to_string(), "G".to_string(), "s".to_string()),
+        ];
+        let report = Report::new(results, &families);
+        assert_eq!((report.test.ran, report.calibration.ran, report.overall.ran), (2, 1, 3));
+        assert!((report.test.mean.unwrap() - 0.65).abs() < 1e-12);
+        assert!((report.families[0].test.mean.unwrap() - 0.5).abs() < 1e-12);
+        assert!((report.families[0].calibration.mean.unwrap() - 1.0).abs() < 1e-12);
+        // Family f's test mean 0.5 and g's 0.8 weigh the same.
+        assert!((report.test_family_mean.unwrap() - 0.65).abs() < 1e-12);
+        let summary = report.summary_markdown();
+        assert!(
+            summary.contains("| f | 1 | 50.0% | 50.0% | f/b (50.0%) | 1 | 100.0% | 0 | 0 |"),
+            "{summary}"
+        );
+        assert!(summary.contains("| **overall** | 2 | 65.0% |"), "{summary}");
+        let text = report.text(false, false);
+        assert!(text.contains("100.0%  calibration"), "{text}");
+        assert!(text.contains("overall (test)"), "{text}");
+    }
+
     #[test]
     fn kendall_tau_of_known_orders() {
         assert_eq!(kendall_tau(&[(1.0, 10.0), (2.0, 20.0), (3.0, 30.0)]), 1.0);
