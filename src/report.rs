@@ -161,7 +161,9 @@ impl<'s> Report<'s> {
             } else {
                 String::new()
             };
-            degrees.push(format!("pipeline {} ({}{virtual_stages})", st.pipeline, st.schedule));
+            let sync =
+                if st.pipeline_host_sync.is_some() { ", host synchronises at each exchange" } else { "" };
+            degrees.push(format!("pipeline {} ({}{virtual_stages}{sync})", st.pipeline, st.schedule));
         }
         if st.context > 1 {
             degrees.push(format!("context {}", st.context));

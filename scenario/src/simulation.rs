@@ -136,6 +136,10 @@ pub struct StrategySummary {
     pub virtual_stages: u32,
     /// Pipeline schedule (`gpipe`, `1f1b`, `interleaved-1f1b`).
     pub schedule: &'static str,
+    /// `parallelism.pipeline-host-sync` when the host synchronises at this pipeline's
+    /// exchanges (`"every-exchange"`, `"unless-interleaved"`); omitted when it does not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pipeline_host_sync: Option<&'static str>,
     /// Context-parallel degree.
     pub context: u32,
     /// Expert-parallel degree.
@@ -754,6 +758,10 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
             } else {
                 p.schedule.name()
             },
+            pipeline_host_sync: p
+                .pipeline_host_sync
+                .applies(p.pipeline, p.virtual_stages)
+                .then_some(p.pipeline_host_sync.name()),
             context: p.context,
             expert: p.expert,
             filter: p.filter,

@@ -193,6 +193,73 @@ pub struct Parallelism {
     /// Which software runs ZeRO-3 (`parallelism.zero-implementation`): what it gathers at
     /// once, how far ahead, and how it reduces gradients.
     pub zero_implementation: ZeroImplementation,
+    /// Whether the host waits for the device at each pipeline exchange
+    /// (`parallelism.pipeline-host-sync`, [`PipelineHostSync`]).
+    pub pipeline_host_sync: PipelineHostSync,
+}
+
+/// Whether the framework's host synchronises the device after each pipeline exchange
+/// (`parallelism.pipeline-host-sync`). Megatron-LM calls `torch.cuda.synchronize()` after its
+/// batched `isend`/`irecv` ("to protect against race condition when using
+/// batch_isend_irecv()"): every call of `_communicate` in the 2021-2022 code
+/// (`megatron/p2p_communication.py`), and in Megatron-Core when `batch_p2p_comm` and
+/// `batch_p2p_sync` are on (`megatron/core/pipeline_parallel/p2p_communication.py`), which is
+/// every non-interleaved pipeline and no interleaved one unless it turns the p2p overlap off
+/// (`megatron/training/argument_utils.py`: `batch_p2p_comm = not overlap_p2p_comm`).
+///
+/// At an exchange the host issues nothing more until every op the rank has put on the device
+/// (kernels, collectives, its sends) and the transfers it receives there have finished; a
+/// host-bound pipeline's fill and drain are then host time as well (docs/strategies.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PipelineHostSync {
+    /// The host runs ahead of the device across exchanges (PyTorch's own `isend`/`irecv`).
+    #[default]
+    None,
+    /// At every exchange (Megatron-LM 2021-2022; NeMo, which keeps batched p2p with the sync).
+    EveryExchange,
+    /// At every exchange of a non-interleaved pipeline; an interleaved one overlaps its p2p
+    /// without it (Megatron-Core's defaults).
+    UnlessInterleaved,
+}
+
+impl PipelineHostSync {
+    /// Every setting, in the order errors list them.
+    pub const ALL: [PipelineHostSync; 3] =
+        [PipelineHostSync::None, PipelineHostSync::EveryExchange, PipelineHostSync::UnlessInterleaved];
+
+    /// The scenario name: `"none"`, `"every-exchange"` or `"unless-interleaved"`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            PipelineHostSync::None => "none",
+            PipelineHostSync::EveryExchange => "every-exchange",
+            PipelineHostSync::UnlessInterleaved => "unless-interleaved",
+        }
+    }
+
+    /// Whether the host synchronises at the exchanges of a pipeline of `stages` stages with
+    /// `virtual_stages` model chunks per stage.
+    pub const fn applies(self, stages: u32, virtual_stages: u32) -> bool {
+        stages > 1
+            && match self {
+                PipelineHostSync::None => false,
+                PipelineHostSync::EveryExchange => true,
+                PipelineHostSync::UnlessInterleaved => virtual_stages <= 1,
+            }
+    }
+}
+
+impl std::str::FromStr for PipelineHostSync {
+    type Err = String;
+    fn from_str(name: &str) -> Result<Self, String> {
+        PipelineHostSync::ALL.into_iter().find(|s| s.name() == name).ok_or_else(|| {
+            format!(
+                "unknown pipeline host sync {name:?}; valid: \"none\" (the host runs ahead across \
+                 pipeline exchanges), \"every-exchange\" (torch.cuda.synchronize() after every exchange: \
+                 Megatron-LM 2021-2022, NeMo), \"unless-interleaved\" (the same on non-interleaved \
+                 pipelines only: Megatron-Core)"
+            )
+        })
+    }
 }
 
 /// Which software's ZeRO-3 a job runs (`parallelism.zero-implementation`).
@@ -340,6 +407,7 @@ impl Parallelism {
             sync: GradientSync::AllReduce,
             offload: Offload::None,
             zero_implementation: ZeroImplementation::Fsdp,
+            pipeline_host_sync: PipelineHostSync::None,
         }
     }
 

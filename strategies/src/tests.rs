@@ -825,6 +825,93 @@ fn a_synchronous_host_pays_every_launch_after_its_kernel() {
     assert!(kernels > host.checked_mul(launches).unwrap());
 }
 
+/// `parallelism.pipeline-host-sync`: Megatron's host calls `torch.cuda.synchronize()` after every
+/// pipeline exchange. On a 2-stage pipeline of one micro-batch whose host is far slower than its
+/// kernels, the stages then take turns: stage 0 launches its forward and its send, waits for the
+/// gradient, which stage 1 can only start on once the activation has arrived (its host waits
+/// for it), then launches its backward. The step is the host cost of every launch of both
+/// stages but stage 1's last one (its gradient-norm allreduce, launched while stage 0 runs its
+/// backward), plus device time at most; without the sync, each host launches ahead and the
+/// step is about the busier stage's launches.
+#[test]
+fn a_host_that_synchronises_at_pipeline_exchanges_serialises_the_stages() {
+    let model = uniform_model(4, 64);
+    let host = SimDuration::from_us(500);
+    let compute = ComputeModel { dispatch_overhead: host, ..ComputeModel::default() };
+    let run = |sync: PipelineHostSync| {
+        let parallelism =
+            Parallelism { pipeline_host_sync: sync, ..pipelined(2, 1, PipelineSchedule::OneFOneB) };
+        let lowered = strategy(&model, &compute, parallelism, 1, 1).lower().unwrap();
+        let ops = lowered.graph.ops();
+        let launches = |rank: u32| {
+            ops.iter()
+                .filter(|op| op.rank == RankId(rank) && op.stream == HOST_STREAM)
+                .filter(|op| matches!(op.kind, OpKind::Compute { duration } if duration > SimDuration::ZERO))
+                .count() as u64
+        };
+        // Every op's own time: the kernels, the optimizer, the transfers (next to nothing on
+        // this server) are what the device can add to the host's.
+        let device: u64 = ops
+            .iter()
+            .filter(|op| op.stream != HOST_STREAM)
+            .map(|op| match op.kind {
+                OpKind::Compute { duration } => duration.as_ps(),
+                _ => 0,
+            })
+            .sum();
+        let timeline =
+            NetworkSettings::new(Fidelity::Analytical).run(&lowered.graph, &instant_server(2)).unwrap();
+        (timeline.makespan(), launches(0), launches(1), SimDuration::from_ps(device))
+    };
+    let (synchronised, first, last, device) = run(PipelineHostSync::EveryExchange);
+    let serial = host.checked_mul(first + last - 1).unwrap();
+    // Slack for the collectives' and transfers' own times on the instant server.
+    let slack = SimDuration::from_us(20);
+    assert!(device < host, "device {device} against one launch {host}");
+    assert!(
+        synchronised >= serial
+            && synchronised <= serial.checked_add(device).unwrap().checked_add(slack).unwrap(),
+        "{synchronised}: {first} + {last} launches, device {device}"
+    );
+    let (free, free_first, free_last, _) = run(PipelineHostSync::None);
+    assert_eq!((free_first, free_last), (first, last), "the sync launches nothing");
+    let busier = host.checked_mul(first.max(last) + 2).unwrap().checked_add(device).unwrap();
+    assert!(free <= busier, "{free} without the sync, {busier} at most");
+    assert!(free.checked_add(host.checked_mul(first.min(last) - 3).unwrap()).unwrap() < synchronised);
+}
+
+/// Without the setting, or where it does not apply (no pipeline; an interleaved pipeline under
+/// Megatron-Core's `unless-interleaved`; no modelled launches under CUDA graphs), the graph is
+/// the one without it, op for op.
+#[test]
+fn pipeline_host_sync_changes_nothing_where_it_does_not_apply() {
+    let model = uniform_model(8, 256);
+    let eager = ComputeModel { dispatch_overhead: SimDuration::from_us(20), ..ComputeModel::default() };
+    let graphs = ComputeModel { cuda_graphs: true, ..eager.clone() };
+    let describe = |compute: &ComputeModel, parallelism: Parallelism| {
+        let lowered = strategy(&model, compute, parallelism, 64, 4).lower().unwrap();
+        let timeline =
+            NetworkSettings::new(Fidelity::Analytical).run(&lowered.graph, &instant_server(8)).unwrap();
+        let ops: Vec<String> = lowered.graph.ops().iter().map(|op| format!("{op:?}")).collect();
+        (ops, timeline.makespan())
+    };
+    let cases = [
+        (&eager, Parallelism::data_parallel(8), PipelineHostSync::EveryExchange),
+        (&eager, pipelined(4, 2, PipelineSchedule::OneFOneB), PipelineHostSync::UnlessInterleaved),
+        (&graphs, pipelined(4, 1, PipelineSchedule::OneFOneB), PipelineHostSync::EveryExchange),
+    ];
+    for (compute, parallelism, sync) in cases {
+        let with = Parallelism { pipeline_host_sync: sync, ..parallelism };
+        assert_eq!(describe(compute, parallelism), describe(compute, with), "{with:?}");
+    }
+    // Where it applies, it adds only the host's zero-time waits, and slows the step.
+    let plain = pipelined(4, 1, PipelineSchedule::OneFOneB);
+    let (ops, time) = describe(&eager, plain);
+    let synced = Parallelism { pipeline_host_sync: PipelineHostSync::UnlessInterleaved, ..plain };
+    let (synced_ops, synced_time) = describe(&eager, synced);
+    assert!(synced_ops.len() > ops.len() && synced_time > time, "{time} -> {synced_time}");
+}
+
 #[test]
 fn shared_layer_tables_give_the_same_estimates_and_graphs() {
     let compute = ComputeModel::default();

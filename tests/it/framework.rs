@@ -36,6 +36,7 @@ pipeline = 2
     let by_hand = published.replace("framework = \"megatron-lm\"\n", "optimizer = \"adam\"\n")
         + r#"bucket-size = "1 TiB"
 first-bucket-size = "1 TiB"
+pipeline-host-sync = "every-exchange"
 
 [compute]
 optimizer-passes = "megatron"
@@ -54,7 +55,8 @@ gradient-accumulation = "add"
             "compute.optimizer-passes",
             "compute.gradient-accumulation",
             "parallelism.bucket-size",
-            "parallelism.first-bucket-size"
+            "parallelism.first-bucket-size",
+            "parallelism.pipeline-host-sync"
         ]
     );
     assert!(written.get("framework").is_none());

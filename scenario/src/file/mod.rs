@@ -279,6 +279,7 @@ struct ParallelismSection {
     global_sync_wait: Option<u32>,
     batch_norm_group: u32,
     zero_implementation: String,
+    pipeline_host_sync: String,
 }
 
 impl Default for ParallelismSection {
@@ -313,6 +314,7 @@ impl Default for ParallelismSection {
             global_sync_wait: None,
             batch_norm_group: 1,
             zero_implementation: "fsdp".into(),
+            pipeline_host_sync: "none".into(),
         }
     }
 }
@@ -1459,6 +1461,10 @@ fn parallelism(
         .zero_implementation
         .parse()
         .map_err(|message| invalid("parallelism.zero-implementation", message))?;
+    let pipeline_host_sync: strategies::PipelineHostSync = section
+        .pipeline_host_sync
+        .parse()
+        .map_err(|message| invalid("parallelism.pipeline-host-sync", message))?;
     let order: RankOrder = section.order.parse().map_err(|message| invalid("parallelism.order", message))?;
     let allreduce: CollectiveAlgorithm = section
         .allreduce
@@ -1503,6 +1509,7 @@ fn parallelism(
         sync: gradient_sync(section, cluster, invalid)?,
         offload: strategies::Offload::None,
         zero_implementation,
+        pipeline_host_sync,
     })
 }
 

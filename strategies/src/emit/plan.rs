@@ -53,6 +53,9 @@ pub(super) struct Plan<'s> {
     /// The host waits for the GPU work it issued last before it launches more
     /// (`compute.host-synchronous`).
     pub(super) host_synchronous: bool,
+    /// The host waits for the device at each pipeline exchange
+    /// (`parallelism.pipeline-host-sync` where it applies; never without modelled launches).
+    pub(super) pipeline_host_sync: bool,
     /// The data loader's work per iteration, if modelled.
     pub(super) input: Option<InputPlan>,
     /// Bytes a first-stage rank copies to its device on the compute stream at the start of
@@ -160,6 +163,8 @@ impl<'s> Plan<'s> {
             strategy,
             host_cost: strategy.compute.host_cost_per_kernel(),
             host_synchronous: strategy.compute.host_synchronous,
+            pipeline_host_sync: p.pipeline_host_sync.applies(p.pipeline, p.virtual_stages)
+                && strategy.compute.host_cost_per_kernel() > SimDuration::ZERO,
             input: InputPlan::new(strategy)?,
             input_copy: strategy.input_copy_bytes(),
             policy,

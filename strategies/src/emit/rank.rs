@@ -137,37 +137,42 @@ impl RankEmitter<'_, '_> {
             self.copy_batch(bytes);
         }
         let mut last_sync: Vec<Option<u32>> = vec![None; chunks as usize];
+        // `parallelism.pipeline-host-sync`: the device work issued so far, and whether the last
+        // action sent anything (an exchange to synchronise after).
+        let mut frontier = DeviceFrontier::default();
+        let mut sent = false;
         for action in &plan.actions[stage as usize] {
             let chunk = action.chunk * p.pipeline + stage;
             let micro = action.micro_batch;
             let mark = self.buffer.ops.len();
-            if action.forward {
-                if chunk > 0 {
+            // What this action receives from the neighbouring stage, if anything.
+            let received = if action.forward {
+                (chunk > 0).then(|| {
                     let sender = stage_rank((chunk - 1) % p.pipeline);
-                    self.waiting.push(Dep::Key(Key::Stage {
-                        sender,
-                        micro,
-                        chunk: chunk - 1,
-                        forward: true,
-                    }));
-                }
+                    Dep::Key(Key::Stage { sender, micro, chunk: chunk - 1, forward: true })
+                })
+            } else {
+                (chunk + 1 < chunks).then(|| {
+                    let sender = stage_rank((chunk + 1) % p.pipeline);
+                    Dep::Key(Key::Stage { sender, micro, chunk: chunk + 1, forward: false })
+                })
+            };
+            // The exchange between the last action and this one: its send and this receive.
+            if plan.pipeline_host_sync && (sent || received.is_some()) {
+                self.pipeline_host_sync(&mut frontier, received);
+            }
+            sent = false;
+            self.waiting.extend(received);
+            if action.forward {
                 policy.forward_chunk(self, chunk as usize, micro)?;
                 if chunk + 1 < chunks {
                     let to = stage_rank((chunk + 1) % p.pipeline);
                     let key = Key::Stage { sender: self.rank, micro, chunk, forward: true };
                     let label = self.labels.send_forward;
                     self.send(to, plan.boundary_bytes[chunk as usize], label, key, Pass::Forward);
+                    sent = true;
                 }
             } else {
-                if chunk + 1 < chunks {
-                    let sender = stage_rank((chunk + 1) % p.pipeline);
-                    self.waiting.push(Dep::Key(Key::Stage {
-                        sender,
-                        micro,
-                        chunk: chunk + 1,
-                        forward: false,
-                    }));
-                }
                 let last = micro + 1 == plan.micro_batches;
                 if let Some(sync) = policy.backward_chunk(self, chunk as usize, micro, last)? {
                     last_sync[chunk as usize] = Some(sync);
@@ -177,6 +182,7 @@ impl RankEmitter<'_, '_> {
                     let key = Key::Stage { sender: self.rank, micro, chunk, forward: false };
                     let label = self.labels.send_backward;
                     self.send(to, plan.boundary_bytes[chunk as usize - 1], label, key, Pass::BackwardData);
+                    sent = true;
                 }
             }
             // The step as one named slice around its kernels (a 1F1B schedule in Perfetto).
@@ -192,6 +198,9 @@ impl RankEmitter<'_, '_> {
                 };
                 self.spans.push((name, (mark + first) as u32, last));
             }
+        }
+        if plan.pipeline_host_sync && sent {
+            self.pipeline_host_sync(&mut frontier, None);
         }
         let pipeline_end = self.last_compute.unwrap_or(0);
         let mut deps: Vec<Dep> = last_sync.iter().flatten().map(|&op| Dep::Local(op)).collect();
@@ -585,6 +594,18 @@ impl RankEmitter<'_, '_> {
         instances[sequence]
     }
 
+    /// Megatron's `torch.cuda.synchronize()` after a pipeline exchange
+    /// (`parallelism.pipeline-host-sync`): the host issues nothing more until every op this
+    /// rank has put on a device stream (its kernels, collectives and sends, `frontier`) and the
+    /// transfer it receives at the exchange (`received`) have finished.
+    fn pipeline_host_sync(&mut self, frontier: &mut DeviceFrontier, received: Option<Dep>) {
+        frontier.advance(&self.buffer.ops);
+        let mut deps: Vec<Dep> = frontier.last.iter().flatten().map(|&op| Dep::Local(op)).collect();
+        deps.extend(received);
+        let meta = OpMeta::NONE.with_work(Work::Launch).with_origin(self.origin(PIPELINE_ORIGIN));
+        self.host_op(HOST_STREAM, SimDuration::ZERO, PIPELINE_HOST_SYNC_LABEL, &deps, meta);
+    }
+
     /// A pipeline send to `to` after the last compute op (of pass `pass`), registered under
     /// `key`.
     pub(super) fn send(&mut self, to: u32, bytes: Bytes, label: LabelId, key: Key, pass: Pass) {
@@ -728,8 +749,38 @@ impl RankEmitter<'_, '_> {
     }
 }
 
-/// The origin of the pipeline's sends between stages.
+/// The origin of the pipeline's sends between stages (and of the host's synchronisation
+/// after them, `parallelism.pipeline-host-sync`).
 const PIPELINE_ORIGIN: &str = "pipeline";
+/// The label of the host's synchronisation after a pipeline exchange.
+const PIPELINE_HOST_SYNC_LABEL: &str = "host: torch.cuda.synchronize after pipeline exchange";
+
+/// The last op of each device stream of a rank's buffer (host-side ops left out), scanned
+/// incrementally: what `torch.cuda.synchronize()` waits for.
+#[derive(Default)]
+struct DeviceFrontier {
+    /// Ops of the buffer already scanned.
+    scanned: usize,
+    /// The last device op of each stream, by stream number.
+    last: Vec<Option<u32>>,
+}
+
+impl DeviceFrontier {
+    /// Takes in the ops added to `ops` since the last call.
+    fn advance(&mut self, ops: &[Op]) {
+        for (index, op) in ops.iter().enumerate().skip(self.scanned) {
+            if op.stream == HOST_STREAM || op.meta.work().is_host() {
+                continue;
+            }
+            let stream = usize::from(op.stream.0);
+            if self.last.len() <= stream {
+                self.last.resize(stream + 1, None);
+            }
+            self.last[stream] = Some(index as u32);
+        }
+        self.scanned = ops.len();
+    }
+}
 /// The origin of the pipeline flush: the gradient-norm allreduce over the pipeline stages
 /// before the optimizer step, whose wait is pipeline bubble rather than communication.
 pub const FLUSH_ORIGIN: &str = "flush";
