@@ -196,6 +196,12 @@ pub struct Parallelism {
     /// Whether the host waits for the device at each pipeline exchange
     /// (`parallelism.pipeline-host-sync`, [`PipelineHostSync`]).
     pub pipeline_host_sync: PipelineHostSync,
+    /// Megatron-LM's scatter-gather of pipeline activations
+    /// (`parallelism.pipeline-scatter-gather`): with tensor parallelism and no sequence
+    /// parallelism every tensor rank holds the whole boundary activation, so each sends only
+    /// its 1/t slice to its peer of the next stage, and the receivers all-gather the slices
+    /// over their tensor group before using them.
+    pub pipeline_scatter_gather: bool,
 }
 
 /// Whether the framework's host synchronises the device after each pipeline exchange
@@ -408,6 +414,7 @@ impl Parallelism {
             offload: Offload::None,
             zero_implementation: ZeroImplementation::Fsdp,
             pipeline_host_sync: PipelineHostSync::None,
+            pipeline_scatter_gather: false,
         }
     }
 

@@ -912,6 +912,70 @@ fn pipeline_host_sync_changes_nothing_where_it_does_not_apply() {
     assert!(synced_ops.len() > ops.len() && synced_time > time, "{time} -> {synced_time}");
 }
 
+/// `parallelism.pipeline-scatter-gather` (Megatron-LM's default before Megatron-Core): with
+/// tensor parallelism every tensor rank sends 1/t of the boundary activation to its peer of the
+/// next stage (and of the gradient back), and each receiver all-gathers the t slices, the whole
+/// tensor, over its tensor group before the chunk runs. Bytes are conserved: t ranks send the
+/// tensor once between them. With sequence parallelism (each rank already holds 1/t) or
+/// without tensor parallelism the graph is the one without the setting, op for op.
+#[test]
+fn pipeline_scatter_gather_sends_a_slice_and_gathers_it() {
+    let model = uniform_model(4, 256);
+    let compute = ComputeModel::default();
+    let base = Parallelism { tensor: 2, ..pipelined(2, 1, PipelineSchedule::OneFOneB) };
+    let micro = 4u64;
+    let lower =
+        |parallelism: Parallelism| strategy(&model, &compute, parallelism, micro * 2, micro).lower().unwrap();
+    let plain = lower(base);
+    let scattered = lower(Parallelism { pipeline_scatter_gather: true, ..base });
+    let transfers = |graph: &ExecGraph| -> Vec<u64> {
+        graph
+            .ops()
+            .iter()
+            .filter_map(|op| match op.kind {
+                OpKind::Transfer { bytes, .. } => Some(bytes.0),
+                _ => None,
+            })
+            .collect()
+    };
+    let gathers = |graph: &ExecGraph| -> Vec<(u32, u64)> {
+        graph
+            .ops()
+            .iter()
+            .filter_map(|op| match op.kind {
+                OpKind::Collective(id) if graph.collective(id).kind == CollectiveKind::AllGather => {
+                    Some((op.rank.0, graph.collective(id).bytes.0))
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    let (whole, slices) = (transfers(&plain.graph), transfers(&scattered.graph));
+    assert_eq!(whole.len(), slices.len(), "the same sends, each smaller");
+    assert!(!whole.is_empty());
+    for (w, s) in whole.iter().zip(&slices) {
+        assert_eq!(*s * 2, *w, "each tensor rank sends half the boundary tensor");
+    }
+    // Every transfer is received once and all-gathered there, the whole tensor (the bytes a
+    // plain send carries), by the receiving rank.
+    assert!(gathers(&plain.graph).is_empty());
+    let mut gathered: Vec<u64> = gathers(&scattered.graph).into_iter().map(|(_, bytes)| bytes).collect();
+    let mut expected = whole.clone();
+    gathered.sort_unstable();
+    expected.sort_unstable();
+    assert_eq!(gathered, expected);
+    // It does not apply with sequence parallelism or without tensor parallelism.
+    let describe = |parallelism: Parallelism| -> Vec<String> {
+        lower(parallelism).graph.ops().iter().map(|op| format!("{op:?}")).collect()
+    };
+    for parallelism in
+        [Parallelism { sequence_parallel: true, ..base }, pipelined(2, 1, PipelineSchedule::OneFOneB)]
+    {
+        let with = Parallelism { pipeline_scatter_gather: true, ..parallelism };
+        assert_eq!(describe(parallelism), describe(with), "{with:?}");
+    }
+}
+
 #[test]
 fn shared_layer_tables_give_the_same_estimates_and_graphs() {
     let compute = ComputeModel::default();

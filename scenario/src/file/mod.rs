@@ -280,6 +280,7 @@ struct ParallelismSection {
     batch_norm_group: u32,
     zero_implementation: String,
     pipeline_host_sync: String,
+    pipeline_scatter_gather: bool,
 }
 
 impl Default for ParallelismSection {
@@ -315,6 +316,7 @@ impl Default for ParallelismSection {
             batch_norm_group: 1,
             zero_implementation: "fsdp".into(),
             pipeline_host_sync: "none".into(),
+            pipeline_scatter_gather: false,
         }
     }
 }
@@ -1510,6 +1512,7 @@ fn parallelism(
         offload: strategies::Offload::None,
         zero_implementation,
         pipeline_host_sync,
+        pipeline_scatter_gather: section.pipeline_scatter_gather,
     })
 }
 

@@ -56,6 +56,11 @@ pub(super) struct Plan<'s> {
     /// The host waits for the device at each pipeline exchange
     /// (`parallelism.pipeline-host-sync` where it applies; never without modelled launches).
     pub(super) pipeline_host_sync: bool,
+    /// Per chunk boundary, the tensor degree its pipeline sends are split over and their
+    /// receivers all-gather over (`parallelism.pipeline-scatter-gather` where it applies: a
+    /// pipeline, tensor parallelism, no sequence parallelism, and, as in Megatron-LM, a
+    /// boundary tensor whose elements divide evenly); 1 where it does not.
+    pub(super) pipeline_scatter: Vec<u32>,
     /// The data loader's work per iteration, if modelled.
     pub(super) input: Option<InputPlan>,
     /// Bytes a first-stage rank copies to its device on the compute stream at the start of
@@ -142,6 +147,16 @@ impl<'s> Plan<'s> {
                 Bytes(local[last].layer.output.elements() * strategy.micro_batch * width)
             })
             .collect();
+        let scatter_applies =
+            p.pipeline_scatter_gather && p.pipeline > 1 && p.tensor > 1 && !p.sequence_parallel;
+        let pipeline_scatter = chunk_layers
+            .iter()
+            .map(|range| {
+                let elements =
+                    local[range.end.saturating_sub(1)].layer.output.elements() * strategy.micro_batch;
+                if scatter_applies && elements % u64::from(p.tensor) == 0 { p.tensor } else { 1 }
+            })
+            .collect();
         let local_model = (p.cnn() != CnnSplit::None).then(|| {
             Model::from_layers(
                 model.name.clone(),
@@ -165,6 +180,7 @@ impl<'s> Plan<'s> {
             host_synchronous: strategy.compute.host_synchronous,
             pipeline_host_sync: p.pipeline_host_sync.applies(p.pipeline, p.virtual_stages)
                 && strategy.compute.host_cost_per_kernel() > SimDuration::ZERO,
+            pipeline_scatter,
             input: InputPlan::new(strategy)?,
             input_copy: strategy.input_copy_bytes(),
             policy,

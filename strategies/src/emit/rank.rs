@@ -163,13 +163,30 @@ impl RankEmitter<'_, '_> {
             }
             sent = false;
             self.waiting.extend(received);
+            // Megatron-LM's scatter-gather: the slices received are all-gathered over the
+            // tensor group before the chunk uses them (`gather_split_1d_tensor`).
+            let boundary = if action.forward { chunk.checked_sub(1) } else { Some(chunk) };
+            if let (Some(_), Some(boundary)) = (received, boundary)
+                && plan.pipeline_scatter[boundary as usize] > 1
+            {
+                let comm = Comm {
+                    group: GroupKind::Tensor,
+                    kind: CollectiveKind::AllGather,
+                    bytes: plan.boundary_bytes[boundary as usize],
+                    what: PIPELINE_GATHER_LABEL,
+                };
+                let pass = if action.forward { Pass::Forward } else { Pass::BackwardData };
+                let meta = OpMeta::NONE.with_pass(pass).with_origin(self.origin(PIPELINE_ORIGIN));
+                self.comm(comm, meta);
+            }
             if action.forward {
                 policy.forward_chunk(self, chunk as usize, micro)?;
                 if chunk + 1 < chunks {
                     let to = stage_rank((chunk + 1) % p.pipeline);
                     let key = Key::Stage { sender: self.rank, micro, chunk, forward: true };
                     let label = self.labels.send_forward;
-                    self.send(to, plan.boundary_bytes[chunk as usize], label, key, Pass::Forward);
+                    let bytes = scattered(plan, chunk as usize);
+                    self.send(to, bytes, label, key, Pass::Forward);
                     sent = true;
                 }
             } else {
@@ -181,7 +198,8 @@ impl RankEmitter<'_, '_> {
                     let to = stage_rank((chunk - 1) % p.pipeline);
                     let key = Key::Stage { sender: self.rank, micro, chunk, forward: false };
                     let label = self.labels.send_backward;
-                    self.send(to, plan.boundary_bytes[chunk as usize - 1], label, key, Pass::BackwardData);
+                    let bytes = scattered(plan, chunk as usize - 1);
+                    self.send(to, bytes, label, key, Pass::BackwardData);
                     sent = true;
                 }
             }
@@ -791,3 +809,14 @@ const TIED_EMBEDDING_ORIGIN: &str = "tied-embedding";
 pub(super) fn layer_meta(index: usize, pass: Pass) -> OpMeta {
     OpMeta::NONE.with_layer(index as u32).with_pass(pass)
 }
+
+/// The bytes one rank sends across chunk boundary `boundary`: the boundary activation (or its
+/// gradient), or its 1/t slice under Megatron-LM's scatter-gather
+/// (`parallelism.pipeline-scatter-gather`).
+fn scattered(plan: &Plan<'_>, boundary: usize) -> Bytes {
+    let bytes = plan.boundary_bytes[boundary];
+    Bytes(bytes.0 / u64::from(plan.pipeline_scatter[boundary]))
+}
+
+/// The label of the all-gather of a received pipeline activation's slices.
+const PIPELINE_GATHER_LABEL: &str = "pipeline: all-gather received slices";
