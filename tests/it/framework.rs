@@ -37,6 +37,7 @@ pipeline = 2
         + r#"bucket-size = "1 TiB"
 first-bucket-size = "1 TiB"
 pipeline-host-sync = "every-exchange"
+pipeline-scatter-gather = true
 
 [compute]
 optimizer-passes = "megatron"
@@ -56,7 +57,8 @@ gradient-accumulation = "add"
             "compute.gradient-accumulation",
             "parallelism.bucket-size",
             "parallelism.first-bucket-size",
-            "parallelism.pipeline-host-sync"
+            "parallelism.pipeline-host-sync",
+            "parallelism.pipeline-scatter-gather"
         ]
     );
     assert!(written.get("framework").is_none());
