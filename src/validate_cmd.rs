@@ -53,6 +53,15 @@ pub struct ValidateArgs {
     /// transfers to the suite. Cases never name a profile themselves.
     #[arg(long = "profile", value_name = "PROFILE")]
     pub profiles: Vec<String>,
+    /// Run every case without this declared fitted constant (an id of
+    /// data/validation/fitted.toml; repeatable): its key is taken out of the scenarios, so
+    /// parasim's default applies. Shows what each fitted constant buys, and on which cases.
+    #[arg(long = "without-fitted", value_name = "ID")]
+    pub without_fitted: Vec<String>,
+    /// Run every case with this declared fitted constant multiplied by FACTOR (ID=FACTOR, an
+    /// id of data/validation/fitted.toml; repeatable): how sensitive the results are to it.
+    #[arg(long = "scale-fitted", value_name = "ID=FACTOR")]
+    pub scale_fitted: Vec<String>,
     /// Print each case's source (paper and table row, or repository @ commit : path) under
     /// its row; families always show theirs.
     #[arg(long)]
@@ -174,7 +183,8 @@ pub fn validate(args: &ValidateArgs) -> anyhow::Result<String> {
         );
         profiles.push((profile.device, name));
     }
-    let paths = Paths { shared, profiles };
+    let (without, scale) = fitted_changes(args, &dir)?;
+    let paths = Paths { shared, profiles, without, scale };
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(args.jobs.unwrap_or(0))
         .build()
@@ -314,4 +324,65 @@ fn write_doc(path: &Path, generated: &str, (begin_marker, end_marker): (&str, &s
     let rewritten = format!("{}{begin_marker}\n\n{generated}\n{}", &text[..begin], &text[end..]);
     fs_err::write(path, rewritten).context("writing the doc")?;
     Ok(())
+}
+
+/// The scenario changes `--without-fitted` and `--scale-fitted` ask for: (key, families) to
+/// take out and (key, families, factor) to scale, each named by its declared fitted constant.
+#[allow(clippy::type_complexity)]
+fn fitted_changes(
+    args: &ValidateArgs,
+    dir: &Path,
+) -> anyhow::Result<(Vec<(String, Vec<String>)>, Vec<(String, Vec<String>, f64)>)> {
+    let (mut without, mut scale) = (Vec::new(), Vec::new());
+    if args.without_fitted.is_empty() && args.scale_fitted.is_empty() {
+        return Ok((without, scale));
+    }
+    let ledger = validation::ledger::Ledger::load(dir)?;
+    let valid = || {
+        let ids: Vec<&str> = ledger.fitted.iter().filter(|f| !f.builtin).map(|f| f.id.as_str()).collect();
+        ids.join(", ")
+    };
+    let find = |flag: &str, id: &str| -> anyhow::Result<&validation::ledger::Fitted> {
+        match ledger.fitted.iter().find(|f| f.id == id) {
+            Some(fitted) if !fitted.builtin => Ok(fitted),
+            Some(fitted) => bail!(
+                "{flag} {id:?}: a built-in constant ({}), which no scenario sets; valid: {}",
+                fitted.location.as_deref().unwrap_or(&fitted.key),
+                valid()
+            ),
+            None => bail!(
+                "{flag} {id:?}: no such fitted constant in {}; valid: {}",
+                dir.join(validation::ledger::FITTED_FILE).display(),
+                valid()
+            ),
+        }
+    };
+    for id in &args.without_fitted {
+        let fitted = find("--without-fitted", id)?;
+        eprintln!(
+            "without       {id}: {} taken out of the scenarios of {} (parasim's default instead of {})",
+            fitted.key,
+            fitted.families.join(", "),
+            fitted.value
+        );
+        without.push((fitted.key.clone(), fitted.families.clone()));
+    }
+    for text in &args.scale_fitted {
+        let Some((id, factor)) = text.split_once('=') else {
+            bail!("--scale-fitted {text:?}: write ID=FACTOR, e.g. paradl-staging-rate=2");
+        };
+        let fitted = find("--scale-fitted", id)?;
+        let factor: f64 =
+            factor.parse().ok().filter(|f: &f64| f.is_finite() && *f > 0.0).ok_or_else(|| {
+                anyhow::anyhow!("--scale-fitted {text:?}: the factor must be a positive number")
+            })?;
+        eprintln!(
+            "scaled        {id}: {} x {factor} in the scenarios of {} ({} declared)",
+            fitted.key,
+            fitted.families.join(", "),
+            fitted.value
+        );
+        scale.push((fitted.key.clone(), fitted.families.clone(), factor));
+    }
+    Ok((without, scale))
 }

@@ -265,10 +265,11 @@ fn bad_input_names_the_file_and_key() {
 /// value.
 #[test]
 fn cases_a_constant_was_fitted_on_are_calibration_not_test() {
-    let fitted = "[[fitted]]\nid = \"demo-dispatch\"\nkey = \"compute.dispatch-overhead\"\nvalue = \"5 us\"\nfamilies = [\"fixture\"]\nfitted-on = [\"fixture/quickstart\"]\nmethod = \"chosen by this test\"\n";
-    let family = fixture_family(1.0)
-        .replace("scenario-file", "scenario = { compute = { dispatch-overhead = \"5 us\" } }\nscenario-file")
-        + "\n[[case]]\nid = \"other\"\nsource = \"made up\"\nmeasured = 2.0\nderivation = \"chosen by the test\"\nscenario-file = \""
+    let fitted = "[[fitted]]\nid = \"demo-dispatch\"\nkey = \"compute.dispatch-overhead\"\nvalue = \"300 us\"\nfamilies = [\"fixture\"]\nfitted-on = [\"fixture/quickstart\"]\nmethod = \"chosen by this test\"\n";
+    let family = fixture_family(1.0).replace(
+        "scenario-file",
+        "scenario = { compute = { dispatch-overhead = \"300 us\" } }\nscenario-file",
+    ) + "\n[[case]]\nid = \"other\"\nsource = \"made up\"\nmeasured = 2.0\nderivation = \"chosen by the test\"\nscenario-file = \""
         + concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/quickstart.toml")
         + "\"\n";
     let dir = scratch_suite("fitted", &[("fixture.toml", &family)], None);
@@ -296,8 +297,34 @@ fn cases_a_constant_was_fitted_on_are_calibration_not_test() {
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("1 test case(s) ran, fewer than the 2 recorded"), "{stderr}");
     fs_err::remove_file(dir.join("bounds.toml")).unwrap();
+    // What a fitted constant buys: the cases it is set for run with it scaled (its unit kept)
+    // or without it (parasim's default); the other case does not set it and does not move.
+    let simulated = |extra: &[&str]| -> Vec<f64> {
+        let mut args = vec!["validate", "--suite-dir", dir.to_str().unwrap(), "--json"];
+        args.extend_from_slice(extra);
+        let output = parasim(&args);
+        assert!(output.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&output.stderr));
+        let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        report["cases"].as_array().unwrap().iter().map(|c| c["simulated"].as_f64().unwrap()).collect()
+    };
+    let declared = simulated(&[]);
+    let doubled = simulated(&["--scale-fitted", "demo-dispatch=2"]);
+    let default = simulated(&["--without-fitted", "demo-dispatch"]);
+    assert!(doubled[0] > declared[0] && default[0] != declared[0], "{declared:?} {doubled:?} {default:?}");
+    assert_eq!((doubled[1], default[1]), (declared[1], declared[1]));
+    for (args, says) in [
+        (["--scale-fitted", "nothing=2"], "no such fitted constant"),
+        (["--scale-fitted", "demo-dispatch"], "write ID=FACTOR"),
+        (["--scale-fitted", "demo-dispatch=-1"], "positive number"),
+        (["--without-fitted", "nothing"], "valid: quickstart-link-latency, demo-dispatch"),
+    ] {
+        let output = parasim(&["validate", "--suite-dir", dir.to_str().unwrap(), args[0], args[1]]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
     // Another value than the declared one is refused, naming the key and the declaration.
-    fs_err::write(dir.join("fixture.toml"), family.replace("5 us", "6 us")).unwrap();
+    fs_err::write(dir.join("fixture.toml"), family.replace("300 us", "301 us")).unwrap();
     let output = parasim(&["validate", "--suite-dir", dir.to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");

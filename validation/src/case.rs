@@ -478,6 +478,14 @@ pub struct Paths {
     /// an absolute path for a file). Measures how a profile transfers to the suite; cases
     /// themselves never name one.
     pub profiles: Vec<(String, String)>,
+    /// Dotted scenario keys taken out of the scenarios of the families named with each before
+    /// their cases run (`parasim validate --without-fitted`): what the suite gives with
+    /// parasim's defaults in place of declared fitted constants.
+    pub without: Vec<(String, Vec<String>)>,
+    /// Dotted scenario keys scaled by a factor in the scenarios of the families named with
+    /// each (`parasim validate --scale-fitted ID=FACTOR`): how sensitive the suite is to a
+    /// declared fitted constant.
+    pub scale: Vec<(String, Vec<String>, f64)>,
 }
 
 impl Paths {

@@ -213,8 +213,71 @@ fn scenario_table(
     if let Some(own) = &case.scenario {
         merge(&mut table, own);
     }
+    for (key, families) in &paths.without {
+        if families.contains(&family.header.id) {
+            remove_key(&mut table, key);
+        }
+    }
+    for (key, families, factor) in &paths.scale {
+        if families.contains(&family.header.id) {
+            scale_key(&mut table, key, *factor)?;
+        }
+    }
     apply_profiles(&mut table, &paths.profiles);
     Ok((table, anchor))
+}
+
+/// Multiplies the value of dotted key `key` in `table` (if there) by `factor`: a number, or a
+/// string that starts with one (`"1.68 GB/s"`, `"3.5 us"`), whose unit is kept.
+fn scale_key(table: &mut toml::Table, key: &str, factor: f64) -> Result<(), String> {
+    let (head, rest) = match key.split_once('.') {
+        Some((head, rest)) => (head, Some(rest)),
+        None => (key, None),
+    };
+    let Some(value) = table.get_mut(head) else { return Ok(()) };
+    match (rest, value) {
+        (Some(rest), toml::Value::Table(inner)) => scale_key(inner, rest, factor),
+        (Some(_), _) => Ok(()),
+        (None, value) => {
+            let scaled = match &*value {
+                toml::Value::Integer(i) => toml::Value::Float(*i as f64 * factor),
+                toml::Value::Float(x) => toml::Value::Float(x * factor),
+                toml::Value::String(text) => {
+                    let (number, unit) = text.trim().split_once(' ').unwrap_or((text.trim(), ""));
+                    let number: f64 = number.parse().map_err(|_| {
+                        format!("--scale-fitted: {key} = {text:?} does not start with a number")
+                    })?;
+                    let scaled = number * factor;
+                    toml::Value::String(if unit.is_empty() {
+                        format!("{scaled}")
+                    } else {
+                        format!("{scaled} {unit}")
+                    })
+                }
+                other => return Err(format!("--scale-fitted: {key} = {other} is not a number")),
+            };
+            *value = scaled;
+            Ok(())
+        }
+    }
+}
+
+/// Takes dotted key `key` out of `table` (nothing if it is not there), and the tables it
+/// leaves empty.
+fn remove_key(table: &mut toml::Table, key: &str) {
+    match key.split_once('.') {
+        None => {
+            table.remove(key);
+        }
+        Some((head, rest)) => {
+            if let Some(toml::Value::Table(inner)) = table.get_mut(head) {
+                remove_key(inner, rest);
+                if inner.is_empty() {
+                    table.remove(head);
+                }
+            }
+        }
+    }
 }
 
 /// Sets `compute.profile` to the first of `profiles` made for the scenario's device type (the
