@@ -9,6 +9,7 @@ mod layers_csv;
 mod models;
 mod plan_cmd;
 mod plot_cmd;
+mod progress;
 mod report;
 mod sweep_cmd;
 mod topo;
@@ -101,6 +102,10 @@ enum Command {
         /// Print the comparison as JSON (wall-clock figures go to stderr).
         #[arg(long)]
         json: bool,
+        /// No progress on standard error (a spinner on a terminal, else a line every 5 s
+        /// while the traces are read and simulated).
+        #[arg(long)]
+        quiet: bool,
     },
     /// Fit the compute model to the kernels of real PyTorch profiler traces of one device type
     /// and write a profile a scenario can name (`[compute] profile = "FILE"`); reports the fit
@@ -372,6 +377,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             rank,
             trace,
             json,
+            quiet,
         } => {
             let protocols = protocol
                 .map(|name| name.parse::<sim_core::nccl::protocol::ProtocolChoice>())
@@ -388,6 +394,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                 rank,
                 trace_out: trace,
                 json,
+                quiet,
             };
             let text = trace_cmd::replay(&args)?;
             std::io::stdout().lock().write_all(text.as_bytes()).context("writing the report")?;

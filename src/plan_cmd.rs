@@ -69,7 +69,8 @@ pub struct PlanArgs {
     /// `--set workload.recompute=full`, `--set parallelism.sequence-parallel=false`.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
-    /// No progress lines on standard error (a terminal shows a spinner instead).
+    /// No progress on standard error (a bar on a terminal, else a line every 5 s naming the
+    /// stage, its counts and what is left).
     #[arg(long)]
     quiet: bool,
     /// Print JSON instead of the table.
@@ -153,21 +154,16 @@ pub fn plan(args: &PlanArgs) -> anyhow::Result<String> {
         .num_threads(args.threads.map_or(0, |n| n as usize))
         .build()
         .context("starting the worker threads")?;
-    // Progress on standard error: a spinner on a terminal, plain lines otherwise.
-    let bar = std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
-        let bar = indicatif::ProgressBar::new_spinner();
-        bar.enable_steady_tick(std::time::Duration::from_millis(200));
-        bar
-    });
-    let progress = |message: &str| match &bar {
-        Some(bar) => bar.set_message(message.to_string()),
-        None if args.quiet => {}
-        None => eprintln!("plan: {message}"),
+    // Progress on standard error: a bar on a terminal, a line every period otherwise.
+    let bar = crate::progress::Progress::new("plan", args.quiet);
+    let progress = |step: scenario::plan::Step<'_>| {
+        bar.stage(step.stage, step.unit, Some(step.total));
+        bar.set_position(step.done);
+        bar.set_message(step.note);
     };
-    let report = pool.install(|| scenario::plan::plan_with_progress(&search, &options, &progress))?;
-    if let Some(bar) = bar {
-        bar.finish_and_clear();
-    }
+    let report = pool.install(|| scenario::plan::plan_with_progress(&search, &options, &progress));
+    bar.finish();
+    let report = report?;
     if report.top.is_empty() {
         let mut reasons: Vec<String> = report
             .rejected
@@ -189,6 +185,38 @@ pub fn plan(args: &PlanArgs) -> anyhow::Result<String> {
         return Ok(serde_json::to_string_pretty(&json)? + "\n");
     }
     Ok(human(&report, &search, &options))
+}
+
+/// The `unchecked` line: how many configurations might still beat the final winner, and which
+/// limit of the final stage left each of them unchecked, with the flag that raises it.
+fn unchecked(report: &PlanReport, options: &PlanOptions) -> String {
+    let name = report.fidelity.name();
+    let thousands = sim_core::units::thousands;
+    let text = format!(
+        "unchecked     {} more could still beat the {name} winner (their lower bound, or analytical time if \
+         screened, is below its result):",
+        thousands(report.could_beat_final)
+    );
+    let not_taken = report.could_beat_final - report.could_beat_over_limit;
+    let mut reasons = Vec::new();
+    if not_taken > 0 {
+        reasons.push(format!(
+            " {} not simulated with {name}: the final stage stops at a count, the best {} screened \
+             (max(2 x --top, --top + 4) with --top {}); raise --top to simulate more of them",
+            thousands(not_taken),
+            report.keep,
+            options.top
+        ));
+    }
+    if report.could_beat_over_limit > 0 {
+        let limit = options.final_work_budget.map_or(0, |work| work / scenario::plan::FLOW_WORK_PER_SECOND);
+        reasons.push(format!(
+            " {} ran over the time limit of each final simulation, --final-time-limit {limit} (seconds of \
+             {name} work; 0: none), and kept their analytical result; raise --final-time-limit to finish them",
+            thousands(report.could_beat_over_limit)
+        ));
+    }
+    text + &reasons.join(";")
 }
 
 /// `300e9`, `300G`, `1.2T`, `115.2M` as a number.
@@ -293,14 +321,7 @@ fn human(report: &PlanReport, search: &Search, options: &PlanOptions) -> String 
             report.fidelity.name()
         );
         if report.could_beat_final > 0 {
-            let _ = writeln!(
-                out,
-                "unchecked     {} more could still beat the {} winner: their lower bound (their analytical time \
-                 if screened) is below its result; raise --top to simulate more of them with {}",
-                sim_core::units::thousands(report.could_beat_final),
-                report.fidelity.name(),
-                report.fidelity.name()
-            );
+            let _ = writeln!(out, "{}", unchecked(report, options));
         }
     }
     let _ = writeln!(
@@ -471,6 +492,8 @@ struct JsonPlan<'a> {
     bounded_out: u64,
     final_fidelity: &'static str,
     could_beat_final: u64,
+    /// Of `could_beat_final`, those whose final simulation ran over `--final-time-limit`.
+    could_beat_over_limit: u64,
     ignored: &'a [String],
     top: Vec<JsonRanked<'a>>,
 }
@@ -517,6 +540,7 @@ impl<'a> JsonPlan<'a> {
             bounded_out: report.bounded_out,
             final_fidelity: report.fidelity.name(),
             could_beat_final: report.could_beat_final,
+            could_beat_over_limit: report.could_beat_over_limit,
             ignored: &search.ignored,
             top: report
                 .top
@@ -550,5 +574,63 @@ impl<'a> JsonPlan<'a> {
                 })
                 .collect(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(could_beat_final: u64, could_beat_over_limit: u64) -> PlanReport {
+        PlanReport {
+            enumerated: 2000,
+            rejected: Default::default(),
+            valid: 1950,
+            screened: 100,
+            bounded_out: 1850,
+            failed: Vec::new(),
+            finals: 14,
+            could_beat_final,
+            could_beat_over_limit,
+            finals_over_limit: could_beat_over_limit,
+            top: Vec::new(),
+            walls: Default::default(),
+            fidelity: sim_core::fidelity::Fidelity::Flow,
+            keep: 14,
+        }
+    }
+
+    fn options() -> PlanOptions {
+        PlanOptions {
+            memory_headroom: 0.1,
+            final_work_budget: Some(10 * scenario::plan::FLOW_WORK_PER_SECOND),
+            objective: Objective::Time,
+            top: 5,
+            budget: None,
+            gpu_hour_price: None,
+        }
+    }
+
+    #[test]
+    fn unchecked_names_the_limit_that_left_each_configuration_out_and_its_flag() {
+        let count = unchecked(&report(513, 0), &options());
+        assert!(count.starts_with("unchecked     513 more could still beat the flow winner"), "{count}");
+        assert!(
+            count.contains(
+                "513 not simulated with flow: the final stage stops at a count, the best 14 screened"
+            ) && count.contains("--top 5")
+                && count.contains("raise --top"),
+            "{count}"
+        );
+        assert!(!count.contains("--final-time-limit"), "{count}");
+        let both = unchecked(&report(515, 2), &options());
+        assert!(both.contains("513 not simulated with flow") && both.contains("raise --top"), "{both}");
+        assert!(
+            both.contains("2 ran over the time limit of each final simulation, --final-time-limit 10")
+                && both.contains("raise --final-time-limit"),
+            "{both}"
+        );
+        let time = unchecked(&report(3, 3), &options());
+        assert!(!time.contains("--top") && time.contains("--final-time-limit 10"), "{time}");
     }
 }

@@ -39,6 +39,8 @@ pub struct ReplayArgs {
     pub trace_out: Option<PathBuf>,
     /// Print JSON.
     pub json: bool,
+    /// No progress on standard error.
+    pub quiet: bool,
 }
 
 fn describe_cluster(spec: &ClusterSpec, device: &str) -> String {
@@ -94,6 +96,16 @@ fn percent(error: f64) -> String {
 /// `parasim replay`: returns the report to print.
 pub fn replay(args: &ReplayArgs) -> anyhow::Result<String> {
     let cluster = args.cluster.as_deref().map(Cluster::load).transpose()?;
+    // Reading, building and simulating happen in one call with no count to report: the
+    // progress says what is under way and for how long (a line every period, none for a
+    // short replay).
+    let progress = crate::progress::Progress::new("replay", args.quiet);
+    let files = args.traces.len();
+    progress.stage(
+        &format!("reading and simulating {files} trace path{}", if files == 1 { "" } else { "s" }),
+        "",
+        None,
+    );
     let run = validation::replay::replay(&ReplayRequest {
         traces: args.traces.clone(),
         cluster,
@@ -102,7 +114,9 @@ pub fn replay(args: &ReplayArgs) -> anyhow::Result<String> {
         protocols: args.protocols,
         ranks: args.ranks,
         rank: args.rank,
-    })?;
+    });
+    progress.finish();
+    let run = run?;
     let ReplayRun { loaded, replay, spec, device_name, ranks, timeline, comparison, .. } = &run;
     let trace = &loaded.trace;
     let cluster_origin = match &args.cluster {

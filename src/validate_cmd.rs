@@ -2,13 +2,11 @@
 //! plotted and checked against its recorded floors.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use indicatif::{ProgressBar, ProgressStyle};
 use validation::bounds::Bounds;
 use validation::case::{Paths, load_suite};
 use validation::suite::{Selection, run};
@@ -87,6 +85,9 @@ pub struct ValidateArgs {
     /// Worker threads (default: every core).
     #[arg(long, short = 'j')]
     pub jobs: Option<usize>,
+    /// No progress on standard error (a bar on a terminal, else a line every 5 s).
+    #[arg(long)]
+    pub quiet: bool,
 }
 
 impl ValidateArgs {
@@ -189,16 +190,8 @@ pub fn validate(args: &ValidateArgs) -> anyhow::Result<String> {
         .num_threads(args.jobs.unwrap_or(0))
         .build()
         .context("starting the worker threads")?;
-    let bar = if std::io::stderr().is_terminal() {
-        let bar = ProgressBar::new(chosen.len() as u64);
-        bar.set_style(
-            ProgressStyle::with_template("{bar:40} {pos}/{len} cases, {elapsed} elapsed, ETA {eta}  {msg}")
-                .context("progress style")?,
-        );
-        Some(bar)
-    } else {
-        None
-    };
+    let progress = crate::progress::Progress::new("validate", args.quiet);
+    progress.stage("", "cases", Some(chosen.len() as u64));
     let slowest = Mutex::new((0.0f64, String::new()));
     let started = Instant::now();
     let done = |result: &validation::run::CaseResult| {
@@ -207,15 +200,10 @@ pub fn validate(args: &ValidateArgs) -> anyhow::Result<String> {
         {
             *slowest = (result.wall_s, result.id.clone());
         }
-        if let Some(bar) = &bar {
-            bar.set_message(result.id.clone());
-            bar.inc(1);
-        }
+        progress.inc(&format!("last: {}", result.id));
     };
     let report = pool.install(|| run(&families, &chosen, &paths, &done));
-    if let Some(bar) = &bar {
-        bar.finish_and_clear();
-    }
+    progress.finish();
     let (slowest_s, slowest_id) = slowest.into_inner().unwrap_or_default();
     eprintln!(
         "ran {} cases in {:.1} s on {} threads (slowest: {slowest_id}, {slowest_s:.2} s)",

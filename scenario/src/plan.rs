@@ -21,6 +21,7 @@
 use sim_core::lookup::{LookupMap, LookupSet};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
@@ -524,6 +525,12 @@ pub struct PlanReport {
     /// with respect to the screen; this says how far it is from exact with respect to the
     /// final model. 0 with the analytical network.
     pub could_beat_final: u64,
+    /// Of [`PlanReport::could_beat_final`], those whose final simulation ran over
+    /// [`PlanOptions::final_work_budget`] (`--final-time-limit`); the rest were not among the
+    /// `keep` best screened the final stage takes (`--top`).
+    pub could_beat_over_limit: u64,
+    /// Final simulations that ran over [`PlanOptions::final_work_budget`].
+    pub finals_over_limit: u64,
     /// The best configurations, best first.
     pub top: Vec<Ranked>,
     /// Wall time of enumeration and estimates, of the screen and of the final simulations.
@@ -538,18 +545,36 @@ pub struct PlanReport {
 /// Configurations screened per batch: fixed, so the result does not depend on the threads.
 const BATCH: usize = 8;
 
+/// Where a search is, for a progress display: its stage, how many of the stage's items are
+/// done out of how many, and a note (the best so far, the limit that applies).
+#[derive(Debug, Clone, Copy)]
+pub struct Step<'a> {
+    /// `estimates`, `screen` or `final`.
+    pub stage: &'static str,
+    /// What the stage counts: `configurations`, or `flow simulations` (the final model's).
+    pub unit: &'a str,
+    /// Done so far.
+    pub done: u64,
+    /// In the stage: every configuration for the estimates, every valid one for the screen
+    /// (which stops earlier when no bound can beat the `keep`-th best), the `keep` best for
+    /// the final.
+    pub total: u64,
+    /// What a reader wants beside the counts.
+    pub note: &'a str,
+}
+
 /// Searches the configurations of `search` (one base per GPU count, the fixed settings),
 /// ranked by `options.objective`.
 pub fn plan(search: &Search, options: &PlanOptions) -> Result<PlanReport, PlanError> {
     plan_with_progress(search, options, &|_| {})
 }
 
-/// [`plan`], telling `progress` what it is doing (after the estimates and after each screened
-/// batch), for a progress bar.
+/// [`plan`], telling `progress` where it is (each estimate, each screened batch, each final
+/// simulation), for a progress display.
 pub fn plan_with_progress(
     search: &Search,
     options: &PlanOptions,
-    progress: &(dyn Fn(&str) + Sync),
+    progress: &(dyn Fn(Step<'_>) + Sync),
 ) -> Result<PlanReport, PlanError> {
     let bases = &search.bases;
     if bases.is_empty() {
@@ -578,9 +603,14 @@ pub fn plan_with_progress(
         .iter()
         .map(|base| LayerTables::new(&base.scenario.model, &base.scenario.device, &base.scenario.compute))
         .collect();
+    let estimated = AtomicU64::new(0);
+    let step = |stage, unit, done, total, note: &str| progress(Step { stage, unit, done, total, note });
+    step("estimates", "configurations", 0, choices.len() as u64, "");
     let estimates: Vec<Result<SimDuration, (String, String)>> = choices
         .par_iter()
         .map(|choice| {
+            let done = estimated.fetch_add(1, AtomicOrdering::Relaxed) + 1;
+            step("estimates", "configurations", done, choices.len() as u64, "");
             let scenario = search.scenario(choice, &[]).map_err(|error| match error {
                 ScenarioError::Invalid { key, message, .. } => (key.clone(), format!("{key}: {message}")),
                 other => ("other".to_string(), other.to_string()),
@@ -622,12 +652,12 @@ pub fn plan_with_progress(
         }
     }
     let estimate_wall = started.elapsed();
-    progress(&format!(
-        "{} configurations, {} valid and fit ({:.1} s); screening in order of their lower bound",
-        choices.len(),
+    let screen_note = format!(
+        "{} of {} configurations valid and fit; analytical simulations in order of their lower bound",
         valid.len(),
-        estimate_wall.as_secs_f64()
-    ));
+        choices.len(),
+    );
+    step("screen", "configurations", 0, valid.len() as u64, &screen_note);
     let objective = options.objective;
     let score = |choice: &Choice, time: SimDuration| -> f64 {
         match objective {
@@ -676,21 +706,31 @@ pub fn plan_with_progress(
         screened.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         let best = screened.first().map_or(0.0, |s| s.0);
         let next_bound = valid.get(next).map_or(f64::INFINITY, |&(i, b)| score(&choices[i], b));
-        progress(&format!(
-            "screened {next} of {}: best {best:.4}, {}th best {:.4}, next bound {next_bound:.4}",
-            valid.len(),
-            keep,
+        let note = format!(
+            "best {best:.4}, {keep}th best {:.4}, next bound {next_bound:.4}; stops when no bound is below \
+             the {keep}th best",
             screened.get(keep - 1).map_or(f64::INFINITY, |s| s.0)
-        ));
+        );
+        step("screen", "configurations", next as u64, valid.len() as u64, &note);
     }
     let fidelity = bases[0].scenario.network.fidelity;
+    let final_unit = format!("{} simulations", fidelity.name());
+    let finals_total = screened.len().min(keep) as u64;
+    let over_limit = AtomicU64::new(0);
+    let final_note = |over: u64| {
+        let limit = match options.final_work_budget {
+            Some(work) => format!("{} s each (--final-time-limit)", work / FLOW_WORK_PER_SECOND),
+            None => "no time limit (--final-time-limit 0)".to_string(),
+        };
+        format!(
+            "the best {finals_total} screened (--top {}: the best max(2 x top, top + 4)), {limit}; {over} over it",
+            options.top
+        )
+    };
     if fidelity != Fidelity::Analytical {
-        progress(&format!(
-            "simulating the best {} with the {} network",
-            screened.len().min(keep),
-            fidelity.name()
-        ));
+        step("final", &final_unit, 0, finals_total, &final_note(0));
     }
+    let finished = AtomicU64::new(0);
     let screened_count = next as u64;
     let bounded_out = (valid.len() - next) as u64;
     // Every screened configuration's analytical score: a tighter floor than its bound for the
@@ -725,6 +765,12 @@ pub fn plan_with_progress(
                         .map_err(Final::Invalid)
                         .and_then(|scenario| simulate(&scenario).map_err(Final::Simulation))
                         .map(|outcome| outcome.summary);
+                    if matches!(&result, Err(Final::Simulation(error)) if over_budget(error)) {
+                        over_limit.fetch_add(1, AtomicOrdering::Relaxed);
+                    }
+                    let done = finished.fetch_add(1, AtomicOrdering::Relaxed) + 1;
+                    let note = final_note(over_limit.load(AtomicOrdering::Relaxed));
+                    step("final", &final_unit, done, finals_total, &note);
                     (screen_score, index, bound, screen, result)
                 })
                 .collect();
@@ -749,18 +795,23 @@ pub fn plan_with_progress(
             ranked
         };
     ranked.sort_by(|a, b| final_order((a.5, a.0, a.1), (b.5, b.0, b.1)));
-    let could_beat_final = match ranked.iter().find(|r| !r.5) {
+    let finals_over_limit = ranked.iter().filter(|r| r.5).count() as u64;
+    let (could_beat_final, could_beat_over_limit) = match ranked.iter().find(|r| !r.5) {
         Some(winner) if finals > 0 => {
             let simulated: LookupSet<usize> = ranked.iter().filter(|r| !r.5).map(|r| r.1).collect();
-            valid
+            let over: LookupSet<usize> = ranked.iter().filter(|r| r.5).map(|r| r.1).collect();
+            let could_beat: Vec<usize> = valid
                 .iter()
                 .filter(|&&(index, bound)| {
                     let floor = screen_scores.get(&index).copied().unwrap_or(score(&choices[index], bound));
                     !simulated.contains(&index) && floor < winner.0
                 })
-                .count() as u64
+                .map(|&(index, _)| index)
+                .collect();
+            let over = could_beat.iter().filter(|index| over.contains(index)).count() as u64;
+            (could_beat.len() as u64, over)
         }
-        _ => 0,
+        _ => (0, 0),
     };
     ranked.truncate(options.top.max(1));
     let final_wall = started.elapsed();
@@ -792,6 +843,8 @@ pub fn plan_with_progress(
         failed,
         finals,
         could_beat_final,
+        could_beat_over_limit,
+        finals_over_limit,
         top,
         walls: [estimate_wall, screen_wall, final_wall],
         fidelity,

@@ -111,3 +111,32 @@ fn the_answer_is_the_same_bytes_whatever_the_thread_count() {
     assert_eq!(one, run("2"));
     assert_eq!(one, run("8"));
 }
+
+/// Plan's progress goes to standard error (plain lines when it is not a terminal, one a
+/// period: shortened here by PARASIM_PROGRESS_PERIOD_MS), naming the stage and its counts,
+/// and leaves the report alone.
+#[test]
+fn progress_lines_name_each_stage_on_stderr_only() {
+    let cluster = format!("{SC21}gpt-1.7b.toml");
+    let args =
+        ["plan", "--cluster", &cluster, "--set", "workload.recompute=selective", "--top", "2", "--json"];
+    let with = std::process::Command::new(env!("CARGO_BIN_EXE_parasim"))
+        .args(args)
+        .env("PARASIM_PROGRESS_PERIOD_MS", "2")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&with.stderr);
+    assert!(with.status.success(), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("plan: ")).collect();
+    assert!(
+        lines.iter().any(|l| l.starts_with("plan: screen ") && l.contains(" configurations, ")),
+        "{stderr}"
+    );
+    let quiet = plan("gpt-1.7b", &["--set", "workload.recompute=selective", "--top", "2", "--json"]);
+    let strip = |json: &[u8]| {
+        let mut value: serde_json::Value = serde_json::from_slice(json).unwrap();
+        value.as_object_mut().unwrap().remove("wall_s");
+        value
+    };
+    assert_eq!(strip(&with.stdout), strip(&quiet));
+}

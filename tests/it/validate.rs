@@ -473,3 +473,49 @@ fn shipped_profiles_transfer_to_the_suite() {
     // The profiles reach the ParaDL (V100), Horovod (P100) and A100 80 GB cases.
     assert!(moved >= 4, "the profiles changed {moved} families");
 }
+
+/// `parasim validate` with `envs` set.
+fn validate_with(envs: &[(&str, &str)], args: &[&str]) -> std::process::Output {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_parasim"));
+    command.arg("validate").args(args);
+    for (key, value) in envs {
+        command.env(key, value);
+    }
+    command.output().expect("the parasim binary runs")
+}
+
+/// Progress goes to standard error as plain lines when it is not a terminal (here, captured),
+/// one a period (shortened by PARASIM_PROGRESS_PERIOD_MS for the test): never on standard
+/// output, never with --quiet, and not at all from a run shorter than one period.
+#[test]
+fn progress_is_plain_lines_on_stderr_never_on_stdout() {
+    let mut family = fixture_family(1.0);
+    for id in ["second", "third"] {
+        family += &fixture_family(1.0).split("[[case]]").nth(1).map(|c| format!("\n[[case]]{c}")).unwrap();
+        family = family.replacen(
+            "id = \"quickstart\"\nsource = \"made up\"",
+            &format!("id = \"{id}\"\nsource = \"made up\""),
+            1,
+        );
+    }
+    let dir = scratch_suite("progress", &[("fixture.toml", &family)], None);
+    let dir = dir.to_str().unwrap();
+    let fast = [("PARASIM_PROGRESS_PERIOD_MS", "5")];
+    let with = validate_with(&fast, &["--suite-dir", dir]);
+    let stderr = String::from_utf8_lossy(&with.stderr);
+    assert!(with.status.success(), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("validate: ")).collect();
+    assert!(!lines.is_empty(), "no progress line:\n{stderr}");
+    assert!(lines.iter().all(|l| l.contains("/3 cases, ") && l.contains(" elapsed")), "{stderr}");
+    // The report is the same with or without progress, and has none of it.
+    let without = validate_with(&[], &["--suite-dir", dir]);
+    assert!(without.status.success());
+    assert_eq!(String::from_utf8_lossy(&with.stdout), String::from_utf8_lossy(&without.stdout));
+    assert!(!String::from_utf8_lossy(&with.stdout).contains("validate: "));
+    // A run shorter than the default period (5 s) prints none; --quiet prints none at all.
+    assert!(!String::from_utf8_lossy(&without.stderr).contains("validate: "));
+    let quiet = validate_with(&fast, &["--suite-dir", dir, "--quiet"]);
+    assert!(quiet.status.success());
+    assert!(!String::from_utf8_lossy(&quiet.stderr).contains("validate: "));
+    assert_eq!(quiet.stdout, without.stdout);
+}
