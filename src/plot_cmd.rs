@@ -177,9 +177,14 @@ pub fn write_chart(chart: &Chart, format: Format, size: Size, path: &Path) -> an
     Ok(())
 }
 
-/// A sweep's swept columns: those between `index` and the metrics, which follow them sorted
-/// by name (a swept key may share a metric's name, like `cluster.nodes`).
+/// A sweep's swept columns: those named `axis.KEY`; in a file written before that convention,
+/// those between `index` and the metrics, which follow them sorted by name.
 fn swept_columns(table: &Table) -> Vec<String> {
+    let axes: Vec<String> =
+        table.columns.iter().filter(|c| c.starts_with(scenario::sweep::AXIS_PREFIX)).cloned().collect();
+    if !axes.is_empty() {
+        return axes;
+    }
     let metrics = scenario::sweep::metric_columns();
     let columns: Vec<&String> =
         table.columns.iter().filter(|c| !matches!(c.as_str(), "index" | "status" | "error")).collect();

@@ -60,8 +60,9 @@ struct RunArgs {
     /// Worker threads (default: every core).
     #[arg(short = 'j', long, value_name = "THREADS")]
     jobs: Option<usize>,
-    /// Only these metric columns (comma-separated; a prefix such as `breakdown` takes every
-    /// column under it). The index, the swept values, status and error are always written.
+    /// Only these metric columns (comma-separated; any key `run --json` can print, and a prefix
+    /// such as `breakdown` takes every column under it). The index, the swept values
+    /// (`axis.KEY`), status and error are always written.
     #[arg(long, value_delimiter = ',', value_name = "NAMES")]
     columns: Vec<String>,
     /// Print how many configurations the sweep has and the shard's, and run nothing.
@@ -187,11 +188,16 @@ fn run(args: &RunArgs) -> anyhow::Result<()> {
         None => Format::Csv,
     };
     let metrics = scenario::sweep::metric_columns();
+    let swept = sweep.swept_columns();
     let keep: Vec<usize> = if args.columns.is_empty() {
         (0..metrics.len()).collect()
     } else {
         let mut keep = Vec::new();
         for name in &args.columns {
+            if swept.contains(name) {
+                // The swept values are always written.
+                continue;
+            }
             let under = format!("{name}.");
             let found: Vec<usize> = (0..metrics.len())
                 .filter(|&i| metrics[i] == *name || metrics[i].starts_with(&under))
@@ -208,7 +214,7 @@ fn run(args: &RunArgs) -> anyhow::Result<()> {
         keep
     };
     let mut columns = vec!["index".to_string()];
-    columns.extend(sweep.value_columns());
+    columns.extend(swept);
     columns.extend(keep.iter().map(|&i| metrics[i].clone()));
     columns.extend(["status".to_string(), "error".to_string()]);
     let file_name =

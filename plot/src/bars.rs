@@ -1,6 +1,8 @@
 //! Stacked bars of where each configuration's iteration goes, from a sweep's `breakdown.*`
-//! columns: compute, exposed communication by communicator kind, the pipeline bubble,
-//! host-bound time and other idle time; in seconds or as shares of the iteration.
+//! columns: compute, exposed communication by communicator kind, the offload stall, the
+//! pipeline bubble, host-bound and input-bound time and other idle time; in seconds or as
+//! shares of the iteration. Every breakdown column a sweep writes has its segment, so no
+//! modelled time is drawn as "other".
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -56,6 +58,8 @@ impl BarChart {
         let idle = table.column_or("breakdown.idle_s", HINT)?;
         let bubble = table.column("breakdown.bubble_s").ok();
         let host = table.column("breakdown.host_bound_s").ok();
+        let input = table.column("breakdown.input_bound_s").ok();
+        let offload = table.column("breakdown.offload_stall_s").ok();
         let groups: Vec<(usize, String)> = table
             .columns
             .iter()
@@ -71,9 +75,11 @@ impl BarChart {
         names.extend(groups.iter().map(|(_, kind)| format!("exposed {kind} communication")));
         names.extend(
             [
+                "offload stall (host copies)",
                 if groups.is_empty() { "exposed communication" } else { "exposed communication, other" },
                 "pipeline bubble",
                 "host-bound (waiting for launches)",
+                "input-bound (waiting for the batch)",
                 "other idle",
             ]
             .map(String::from),
@@ -82,21 +88,34 @@ impl BarChart {
         let mut bars = Vec::new();
         for row in &table.rows {
             let number = |column: Option<usize>| column.map_or(Ok(0.0), |c| table.number(row, c));
+            // A breakdown entry `run --json` leaves out for this configuration (the offload
+            // stall without offloading, the spatial halo without spatial parallelism) is empty:
+            // no such time.
+            let optional = |column: Option<usize>| match column {
+                Some(c) if row.cells[c].trim().is_empty() => Ok(0.0),
+                other => number(other),
+            };
             let mut parts = vec![number(Some(compute))?];
             let mut by_group = 0.0;
             for (column, _) in &groups {
-                let value = number(Some(*column))?;
+                let value = optional(Some(*column))?;
                 by_group += value;
                 parts.push(value);
             }
             let exposed = number(Some(exposed))?;
-            let rest = exposed - by_group;
+            // The offload stall (copies to or from host memory, no kernel running) is part of
+            // the exposed communication outside the communicator groups.
+            let stall = optional(offload)?.min(exposed - by_group).max(0.0);
+            parts.push(stall);
+            let rest = exposed - by_group - stall;
             parts.push(if rest > 1e-9 * exposed.max(1e-12) { rest } else { 0.0 });
             let idle = number(Some(idle))?;
-            let bubble = number(bubble)?.min(idle);
-            // Host-bound time is part of idle; count it once, outside the bubble.
-            let host = number(host)?.min(idle - bubble);
-            parts.extend([bubble, host, (idle - bubble - host).max(0.0)]);
+            let bubble = optional(bubble)?.min(idle);
+            // Host- and input-bound time are part of idle; count each once, outside the bubble.
+            let host = optional(host)?.min(idle - bubble).max(0.0);
+            let input = optional(input)?.min(idle - bubble - host).max(0.0);
+            let other = idle - bubble - host - input;
+            parts.extend([bubble, host, input, if other > 1e-9 * idle.max(1e-12) { other } else { 0.0 }]);
             if options.fraction {
                 let total: f64 = parts.iter().sum();
                 for part in &mut parts {
@@ -137,6 +156,8 @@ fn segment_colour(name: &str, i: usize) -> RGBColor {
         "pipeline bubble" => RGBColor(150, 150, 150),
         "other idle" => RGBColor(200, 200, 200),
         n if n.starts_with("host-bound") => RGBColor(140, 86, 75),
+        n if n.starts_with("input-bound") => RGBColor(196, 156, 148),
+        n if n.starts_with("offload stall") => RGBColor(127, 127, 60),
         _ => [
             RGBColor(255, 127, 14),
             RGBColor(214, 39, 40),
@@ -225,4 +246,36 @@ pub(crate) fn draw<DB: DrawingBackend>(
         }
     }
     draw_legend(&legend, &entries, 30)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_offload_stall_and_input_bound_time_have_their_own_segments() {
+        let csv = "index,axis.cluster.nodes,breakdown.compute_s,breakdown.exposed_communication_s,\
+                   breakdown.exposed_by_group_s.data,breakdown.offload_stall_s,breakdown.idle_s,\
+                   breakdown.bubble_s,breakdown.host_bound_s,breakdown.input_bound_s,status,error\n\
+                   0,1,1.0,0.5,0.2,0.3,0.4,0.0,0.1,0.3,ok,\n\
+                   1,2,1.0,0.2,0.2,,0.1,0.0,0.1,,ok,\n";
+        let table = Table::parse(csv, "sweep.csv").unwrap();
+        let options = Options { labels: vec!["axis.cluster.nodes".into()], fraction: false, title: None };
+        let chart = BarChart::from_table(&table, &options).unwrap();
+        let names: Vec<&str> = chart.segments.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "compute",
+                "exposed data communication",
+                "offload stall (host copies)",
+                "host-bound (waiting for launches)",
+                "input-bound (waiting for the batch)",
+            ],
+            "nothing left as other: {names:?}"
+        );
+        assert_eq!(chart.bars, ["nodes 1", "nodes 2"]);
+        // An empty optional entry (the key `run --json` left out) is no time.
+        assert_eq!(chart.segments[2].values[1], 0.0);
+    }
 }

@@ -44,6 +44,10 @@ impl Quantity {
     /// The quantity a column holds, from its name.
     pub fn of_column(column: &str) -> Quantity {
         let mut lower = column.to_ascii_lowercase();
+        // A sweep's swept values (`axis.cluster.nodes`) are named by their scenario key.
+        if let Some(key) = lower.strip_prefix("axis.") {
+            lower = key.to_string();
+        }
         // A sweep's breakdown columns read better without the table's name.
         if let Some(kind) = lower.strip_prefix("breakdown.exposed_by_group_s.") {
             lower = format!("exposed_{kind}_communication_s");
@@ -175,6 +179,7 @@ mod tests {
         assert_eq!(label("iteration_time_s", 0.028), "iteration time (ms)");
         assert_eq!(label("breakdown.exposed_by_group_s.data", 2e-6), "exposed data communication (us)");
         assert_eq!(label("breakdown.bubble_s", 2.0), "bubble (s)");
+        assert_eq!(label("axis.cluster.nodes", 2.0), label("cluster.nodes", 2.0));
         assert_eq!(label("samples_per_second", 1e5), "throughput (samples/s)");
         assert_eq!(label("samples_per_second_per_device", 1e3), "throughput per GPU (samples/s)");
         assert_eq!(label("tokens_per_second", 1e5), "throughput (tokens/s)");

@@ -16,7 +16,9 @@ use workloads::device::DeviceError;
 use workloads::memory::{MemoryBreakdown, MemoryError};
 
 /// Everything `parasim run` reports. A pure function of the scenario: no wall-clock numbers,
-/// so two runs print byte-identical JSON.
+/// so two runs print byte-identical JSON. A field `run --json` leaves out for some
+/// configurations (`skip_serializing_if`) must be set in `sweep::full_summary`, which names a
+/// sweep's metric columns.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Summary {
     /// The scenario file.

@@ -60,7 +60,7 @@ fn line_bars_and_heatmap_of_a_sweep() {
             "--y",
             "samples_per_second",
             "--series",
-            "cluster.network.link-bandwidth",
+            "axis.cluster.network.link-bandwidth",
             "--logx=2",
             "--title",
             "ResNet-50 scaling",
@@ -83,9 +83,9 @@ fn line_bars_and_heatmap_of_a_sweep() {
             "heatmap",
             csv,
             "--x",
-            "cluster.nodes",
+            "axis.cluster.nodes",
             "--y",
-            "cluster.network.link-bandwidth",
+            "axis.cluster.network.link-bandwidth",
             "--z",
             "iteration_time_s",
         ],
@@ -112,7 +112,7 @@ fn line_bars_and_heatmap_of_a_sweep() {
     assert!(stderr.contains("1 row(s) left out (1 failed)"), "{stderr}");
     assert!(!svg.contains("tensor 8, pipeline 8"), "a failed row was drawn");
     let (svg, _) = plot_svg(
-        &["bars", tp_pp.to_str().unwrap(), "--fraction", "--x", "parallelism.pipeline"],
+        &["bars", tp_pp.to_str().unwrap(), "--fraction", "--x", "axis.parallelism.pipeline"],
         &dir.join("shares.svg"),
     );
     assert_contains(&svg, &["share of the iteration (%)", "pipeline 8"]);

@@ -90,7 +90,10 @@ fn a_sweep_row_is_run_with_its_values_set() {
     let text = String::from_utf8(output.stdout).unwrap();
     let mut lines = text.lines().filter(|l| !l.starts_with('#'));
     let header: Vec<&str> = lines.next().unwrap().split(',').collect();
-    assert_eq!(header[..4], ["index", "cluster.nodes", "cluster.network.link-bandwidth", "parallelism.data"]);
+    assert_eq!(
+        header[..4],
+        ["index", "axis.cluster.nodes", "axis.cluster.network.link-bandwidth", "axis.parallelism.data"]
+    );
     // Configuration 2: two nodes at 100 Gb/s (the last axis varies fastest).
     let row: Vec<&str> = lines.nth(2).unwrap().split(',').collect();
     assert_eq!(row[..4], ["2", "2", "100 Gb/s", "16"]);

@@ -71,7 +71,7 @@ fn rows_are_in_order_whatever_the_thread_count() {
     assert_eq!(lines.len(), 2 + 12);
     assert!(lines[0].starts_with("# parasim sweep: configurations=12 fingerprint="), "{}", lines[0]);
     assert!(lines[1].starts_with(
-        "index,cluster.nodes,workload.batch-per-device,cluster.network.link-bandwidth,parallelism.data,"
+        "index,axis.cluster.nodes,axis.workload.batch-per-device,axis.cluster.network.link-bandwidth,axis.parallelism.data,"
     ));
     assert!(lines[1].ends_with(",status,error"));
     let status = |i: usize| {
@@ -104,6 +104,127 @@ fn rows_are_in_order_whatever_the_thread_count() {
     assert_eq!(objects[1 + 5]["status"], "ok");
     assert_eq!(objects[1 + 5]["cluster.gpus"], 8);
     assert!(objects[1 + 5]["iteration_time_s"].as_f64().unwrap() > 0.0);
+    // The swept value and the metric of the same name are both kept, once each: a failed
+    // configuration (0 nodes) reports no metric but keeps the value it was given.
+    assert_eq!(objects[1]["axis.cluster.nodes"], 0);
+    assert!(objects[1]["cluster.nodes"].is_null());
+    assert_eq!(objects[1 + 5]["axis.cluster.nodes"], 1);
+    assert_eq!(objects[1 + 5]["cluster.nodes"], 1);
+    let columns = objects[0]["parasim_sweep"]["columns"].as_array().unwrap();
+    for name in ["axis.cluster.nodes", "cluster.nodes"] {
+        assert_eq!(columns.iter().filter(|c| *c == name).count(), 1, "{name}");
+        assert_eq!(lines[1].split(',').filter(|c| *c == name).count(), 1, "{name} in the CSV");
+    }
+    for object in &objects[1..] {
+        let keys: Vec<&String> = object.as_object().unwrap().keys().collect();
+        assert_eq!(keys.len(), columns.len(), "every row holds every column once");
+    }
+}
+
+/// Flattens `run --json`'s output into dotted keys and their values, lists left out, as the
+/// sweep does.
+fn flat_keys(value: &serde_json::Value, prefix: &str, out: &mut Vec<(String, serde_json::Value)>) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (key, inner) in map {
+                let name = if prefix.is_empty() { key.clone() } else { format!("{prefix}.{key}") };
+                flat_keys(inner, &name, out);
+            }
+        }
+        serde_json::Value::Array(_) => {}
+        _ if prefix == "scenario" => {}
+        _ => out.push((prefix.to_string(), value.clone())),
+    }
+}
+
+/// A sweep of out-of-core (offloading) and DASO configurations: the keys only they report
+/// (`breakdown.offload_stall_s`, `strategy.offload.*`, `strategy.daso.*`) are columns with their
+/// values, every key `run --json` prints for a configuration is a column, and `--columns
+/// breakdown.offload_stall_s` keeps that column.
+#[test]
+fn keys_only_some_configurations_report_are_columns() {
+    let dir = scratch("optional-keys");
+    let base = r#"
+[cluster]
+nodes = 2
+gpus-per-node = 4
+device = "v100-sxm2-16gb"
+host-memory = "384 GiB"
+[workload]
+model = "resnet18"
+batch-per-device = 128
+precision = "fp16"
+[parallelism]
+data = 8
+[simulation]
+iterations = 4
+"#;
+    fs_err::write(dir.join("base.toml"), base).unwrap();
+    let sweep = dir.join("optional.toml");
+    fs_err::write(
+        &sweep,
+        "base = \"base.toml\"\n[axes]\n\"workload.offload\" = [\"none\", \"activations\"]\n\"parallelism.sync\" = [\"allreduce\", \"daso\"]\n",
+    )
+    .unwrap();
+    let out = dir.join("rows.jsonl");
+    ok(parasim(&["sweep", sweep.to_str().unwrap(), "-o", out.to_str().unwrap()]));
+    let text = read(&out);
+    let objects: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(objects.len(), 1 + 4);
+    let columns: Vec<String> =
+        serde_json::from_value(objects[0]["parasim_sweep"]["columns"].clone()).unwrap();
+    // Configurations: (none, allreduce), (none, daso), (activations, allreduce), (activations, daso).
+    for (i, object) in objects[1..].iter().enumerate() {
+        assert_eq!(object["status"], "ok", "configuration {i}: {}", object["error"]);
+    }
+    let daso = &objects[1 + 1];
+    assert_eq!(daso["axis.parallelism.sync"], "daso");
+    assert!(daso["strategy.daso.global_sync_every"].as_u64().unwrap() > 0, "{daso}");
+    assert!(objects[1]["strategy.daso.global_sync_every"].is_null());
+    let offload = &objects[1 + 2];
+    assert_eq!(offload["axis.workload.offload"], "activations");
+    assert!(offload["strategy.offload.to_host_bytes"].as_u64().unwrap() > 0, "{offload}");
+    assert!(offload["breakdown.offload_stall_s"].as_f64().unwrap() > 0.0, "{offload}");
+    assert!(objects[1]["breakdown.offload_stall_s"].is_null());
+    // Every key `run --json` prints for a configuration is a column.
+    let run = ok(parasim(&[
+        "run",
+        dir.join("base.toml").to_str().unwrap(),
+        "--json",
+        "--set",
+        "workload.offload=\"activations\"",
+        "--set",
+        "parallelism.sync=\"daso\"",
+    ]));
+    let mut keys = Vec::new();
+    flat_keys(&serde_json::from_slice(&run.stdout).unwrap(), "", &mut keys);
+    assert!(keys.iter().any(|(key, _)| key == "breakdown.offload_stall_s"));
+    for (key, value) in &keys {
+        assert!(columns.contains(key), "run --json prints {key}, which is no column");
+        assert_eq!(&objects[1 + 3][key], value, "{key}: the sweep's row and run --json differ");
+    }
+    // --columns names any of them.
+    let csv = dir.join("stall.csv");
+    ok(parasim(&[
+        "sweep",
+        sweep.to_str().unwrap(),
+        "--columns",
+        "breakdown.offload_stall_s,strategy.daso",
+        "-o",
+        csv.to_str().unwrap(),
+    ]));
+    let text = read(&csv);
+    let header = text.lines().nth(1).unwrap();
+    assert!(
+        header.starts_with(
+            "index,axis.workload.offload,axis.parallelism.sync,breakdown.offload_stall_s,strategy.daso."
+        ),
+        "{header}"
+    );
+    let output = parasim(&["sweep", sweep.to_str().unwrap(), "--columns", "breakdown.offload_stal"]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("no metric") && stderr.contains("breakdown.offload_stall_s"), "{stderr}");
 }
 
 #[test]

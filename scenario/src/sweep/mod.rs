@@ -498,10 +498,17 @@ impl Sweep {
             .collect()
     }
 
-    /// Every output column: `index`, the values, the metrics, `status`, `error`.
+    /// The output columns of the configuration's own values: [`Sweep::value_columns`], each
+    /// under [`AXIS_PREFIX`] (`axis.cluster.nodes`), so that a swept key never shares a name
+    /// with a metric (`cluster.nodes` is also what `run --json` reports).
+    pub fn swept_columns(&self) -> Vec<String> {
+        self.value_columns().into_iter().map(|key| format!("{AXIS_PREFIX}{key}")).collect()
+    }
+
+    /// Every output column: `index`, the swept values, the metrics, `status`, `error`.
     pub fn columns(&self) -> Vec<String> {
         let mut columns = vec!["index".to_string()];
-        columns.extend(self.value_columns());
+        columns.extend(self.swept_columns());
         columns.extend(metric_columns());
         columns.extend(["status".to_string(), "error".to_string()]);
         columns
@@ -653,13 +660,67 @@ fn lookup(table: &toml::Table, defaults: &toml::Table, key: &str) -> Result<Valu
     Value::from_toml(value).ok_or_else(|| format!("is {}, not a number, string or boolean", value.type_str()))
 }
 
-/// The metric columns: every number, string and boolean of `run --json`'s summary, by dotted
-/// name (`iteration_time_s`, `breakdown.exposed_by_group_s.data`, `memory.total`), sorted by
-/// name. Lists (per-iteration times, per-stage memory) are left out; the scenario
-/// path is the same in every row and is left out too.
+/// What the output columns of the swept values start with: `axis.` then the scenario key
+/// (`axis.cluster.nodes`), for the axes, the zipped axes and the derived keys alike. No metric
+/// starts with it, so a swept key and a metric never share a column.
+pub const AXIS_PREFIX: &str = "axis.";
+
+/// The metric columns: every number, string and boolean that `run --json` can print, by dotted
+/// name (`iteration_time_s`, `breakdown.offload_stall_s`, `strategy.daso.global_bytes`,
+/// `memory.total`), sorted by name. They are the keys of the summary with every optional part
+/// present ([`full_summary`]): a superset of the keys of any configuration's `run --json`, fixed
+/// before the first row runs, so the header of a resumed or sharded output is the same. Lists
+/// (per-iteration times, per-stage memory, the framework's settings, warnings) are left out;
+/// the scenario path is the same in every row and is left out too.
 pub fn metric_columns() -> Vec<String> {
-    let summary = serde_json::to_value(Summary::default()).unwrap_or_default();
-    flatten_json(&summary).into_iter().map(|(name, _)| name).collect()
+    let summary = serde_json::to_value(full_summary()).unwrap_or_default();
+    let mut names: Vec<String> = flatten_json(&summary).into_iter().map(|(name, _)| name).collect();
+    names.sort();
+    names
+}
+
+/// A summary with every part `run --json` may omit present: the framework, the optional strategy
+/// settings (DASO, offloading, the input loader, the CNN splits) and the breakdown entries
+/// omitted when zero. Only its keys matter.
+fn full_summary() -> Summary {
+    use crate::simulation::{DasoSummary, InputSummary, OffloadSummary};
+    let some = sim_core::units::SimDuration::from_ps(1);
+    let mut summary = Summary {
+        framework: Some(crate::framework::FrameworkUse {
+            name: String::new(),
+            title: String::new(),
+            implied: Vec::new(),
+            explicit: Vec::new(),
+            not_applied: Vec::new(),
+        }),
+        tokens_per_second: Some(0.0),
+        ..Summary::default()
+    };
+    let strategy = &mut summary.strategy;
+    strategy.pipeline_host_sync = Some("");
+    strategy.filter = 2;
+    strategy.channel = 2;
+    strategy.spatial = 2;
+    strategy.spatial_dims = Some("");
+    strategy.zero_implementation = Some("");
+    strategy.daso = Some(DasoSummary::default());
+    strategy.offload = Some(OffloadSummary::default());
+    strategy.input = Some(InputSummary {
+        loader: "",
+        rate: 0.0,
+        prefetch: 0,
+        samples_per_loader: 0,
+        broadcast_bytes: 0,
+        broadcast_rate: Some(0.0),
+    });
+    strategy.input_copy_bytes = Some(0);
+    let breakdown = &mut summary.breakdown;
+    breakdown.input_bound = some;
+    breakdown.offload_stall = some;
+    breakdown.exposed_by_group.filter = 1.0;
+    breakdown.exposed_by_group.channel = 1.0;
+    breakdown.exposed_by_group.spatial = 1.0;
+    summary
 }
 
 fn metrics_of(summary: &Summary, columns: Vec<String>) -> Vec<serde_json::Value> {

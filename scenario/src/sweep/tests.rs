@@ -204,6 +204,52 @@ fn metric_columns_flatten_the_json_summary() {
     );
 }
 
+#[test]
+fn metric_columns_hold_every_optional_key_and_no_swept_name() {
+    let columns = metric_columns();
+    for name in [
+        "breakdown.offload_stall_s",
+        "breakdown.input_bound_s",
+        "breakdown.exposed_by_group_s.spatial",
+        "breakdown.exposed_by_group_s.filter",
+        "breakdown.exposed_by_group_s.channel",
+        "strategy.daso.global_bytes",
+        "strategy.daso.global_sync_every",
+        "strategy.offload.to_host_bytes",
+        "strategy.input.broadcast_rate",
+        "strategy.input_copy_bytes",
+        "strategy.spatial",
+        "strategy.spatial_dims",
+        "strategy.filter",
+        "strategy.channel",
+        "strategy.zero_implementation",
+        "strategy.pipeline_host_sync",
+        "framework.name",
+    ] {
+        assert!(columns.iter().any(|c| c == name), "missing {name} in {columns:?}");
+    }
+    let mut sorted = columns.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted, columns, "sorted by name, each once");
+    assert!(
+        !columns
+            .iter()
+            .any(|c| c.starts_with(AXIS_PREFIX) || ["index", "status", "error"].contains(&c.as_str()))
+    );
+}
+
+#[test]
+fn a_swept_key_named_like_a_metric_is_one_column_under_axis() {
+    let sweep =
+        sweep("[axes]\n\"cluster.nodes\" = [1, 2]\n[derived]\n\"parallelism.data\" = \"gpus\"\n").unwrap();
+    let columns = sweep.columns();
+    assert_eq!(columns[..3], ["index", "axis.cluster.nodes", "axis.parallelism.data"]);
+    for name in ["axis.cluster.nodes", "cluster.nodes"] {
+        assert_eq!(columns.iter().filter(|c| *c == name).count(), 1, "{name} in {columns:?}");
+    }
+}
+
 fn header(shard: Option<Shard>) -> Header {
     Header {
         file: "demo.toml".into(),
