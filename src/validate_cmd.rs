@@ -233,6 +233,7 @@ fn run_suite(args: &ValidateArgs, suite: &Suite) -> anyhow::Result<String> {
         );
         profiles.push((profile.device, name));
     }
+    let (without, scale) = fitted_changes(args, &dir)?;
     let shared = shared_dir(args, suite);
     let needs_shared = chosen.iter().any(|(_, case)| {
         let shared = |path: &str| path.starts_with("shared:");
@@ -252,7 +253,6 @@ fn run_suite(args: &ValidateArgs, suite: &Suite) -> anyhow::Result<String> {
         Some(shared) => shared,
         None => PathBuf::from("shared/data"),
     };
-    let (without, scale) = fitted_changes(args, &dir)?;
     let paths = Paths { shared, profiles, without, scale };
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(args.jobs.unwrap_or(0))
