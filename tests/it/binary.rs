@@ -141,3 +141,49 @@ fn the_man_page_names_every_subcommand() {
     let validate = fs_err::read_to_string(dir.join("parasim-validate.1")).unwrap();
     assert!(validate.contains("suite\\-dir"), "{validate}");
 }
+
+/// Every file a suite family names (other than `shared:` ones) lies in `data/` or
+/// `scenarios/`, the folders build.rs embeds: a case naming another file would run in the
+/// checkout and fail from a copied binary.
+#[test]
+fn the_suite_names_only_embedded_files() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let suite = root.join("data/validation");
+    let mut named = 0;
+    for entry in fs_err::read_dir(&suite).unwrap() {
+        let file = entry.unwrap().path();
+        if file.extension().is_none_or(|e| e != "toml") {
+            continue;
+        }
+        for line in fs_err::read_to_string(&file).unwrap().lines() {
+            let Some((key, value)) = line.split_once(" = \"") else { continue };
+            let key = key.trim();
+            let value = value.split('"').next().unwrap();
+            let is_path =
+                value.contains('/') || [".toml", ".txt", ".csv", ".json"].iter().any(|e| value.ends_with(e));
+            if !["scenario-file", "model", "log", "table", "profile"].contains(&key)
+                || !is_path
+                || value.starts_with("shared:")
+            {
+                continue;
+            }
+            // Resolve `..` lexically against the family's folder, relative to the checkout.
+            let mut parts: Vec<&str> = vec!["data", "validation"];
+            for part in value.split('/') {
+                match part {
+                    ".." => assert!(parts.pop().is_some(), "{}: {value} leaves the checkout", file.display()),
+                    "." | "" => {}
+                    part => parts.push(part),
+                }
+            }
+            assert!(
+                matches!(parts.first(), Some(&"data" | &"scenarios")),
+                "{}: {key} = {value:?} is outside data/ and scenarios/, which the binary embeds",
+                file.display()
+            );
+            assert!(root.join(parts.join("/")).is_file(), "{}: {value} is missing", file.display());
+            named += 1;
+        }
+    }
+    assert!(named > 50, "only {named} files named: the scan lost its keys");
+}
