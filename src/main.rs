@@ -5,6 +5,7 @@ mod bench;
 mod calibrate_cmd;
 mod collective_cmd;
 mod compare_cmd;
+mod embedded;
 mod layers_csv;
 mod models;
 mod plan_cmd;
@@ -21,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use scenario::Scenario;
 
@@ -276,6 +277,24 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on stdout
+    ///
+    /// For example `parasim completions bash >
+    /// ~/.local/share/bash-completion/completions/parasim` (README, quick start).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff), or write it to a file (`-o parasim.1`), or write it and a page
+    /// per subcommand to a folder (`--dir DIR`)
+    Man {
+        /// Write the man page to this file instead of stdout.
+        #[arg(long, short = 'o', value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Write parasim.1 and a page per subcommand (parasim-validate.1, ...) to this folder.
+        #[arg(long, value_name = "DIR", conflicts_with = "output")]
+        dir: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -514,6 +533,30 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
         Command::Inspect { model, batch, json } => {
             let table = models::inspect(&model, batch, json)?;
             std::io::stdout().lock().write_all(table.as_bytes()).context("writing the table")?;
+            Ok(())
+        }
+        Command::Completions { shell } => {
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "parasim", &mut script);
+            std::io::stdout().lock().write_all(&script).context("writing the completion script")?;
+            Ok(())
+        }
+        Command::Man { dir: Some(dir), .. } => {
+            fs_err::create_dir_all(&dir).context("writing the man pages")?;
+            clap_mangen::generate_to(Cli::command(), &dir)
+                .with_context(|| format!("writing the man pages to {}", dir.display()))?;
+            Ok(())
+        }
+        Command::Man { output, dir: None } => {
+            let mut page = Vec::new();
+            // As `--dir` writes it: no `parasim help` entry, which has no page of its own.
+            clap_mangen::Man::new(Cli::command().disable_help_subcommand(true))
+                .render(&mut page)
+                .context("rendering the man page")?;
+            match output {
+                Some(path) => fs_err::write(&path, page).context("writing the man page")?,
+                None => std::io::stdout().lock().write_all(&page).context("writing the man page")?,
+            }
             Ok(())
         }
     }

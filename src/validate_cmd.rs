@@ -75,7 +75,8 @@ pub struct ValidateArgs {
     /// Raise the recorded floors to this run's results (never lowers one).
     #[arg(long)]
     pub update_bounds: bool,
-    /// The suite's folder (default: data/validation of the checkout).
+    /// The suite's folder (default: data/validation under the working directory when there is
+    /// one, as in the checkout; else the copy of the suite embedded in the binary).
     #[arg(long, value_name = "DIR")]
     pub suite_dir: Option<PathBuf>,
     /// The shared data folder with traces, nccl-tests logs and kernel tables
@@ -109,35 +110,98 @@ impl std::fmt::Display for BoundsBroken {
 
 impl std::error::Error for BoundsBroken {}
 
-/// The suite's folder: `--suite-dir`, else `data/validation` under the working directory,
-/// else the one of the checkout this binary was built from.
-fn suite_dir(args: &ValidateArgs) -> PathBuf {
-    if let Some(dir) = &args.suite_dir {
-        return dir.clone();
+/// Where the suite comes from: a folder on disk, or the copy embedded in the binary.
+enum Suite {
+    /// `--suite-dir DIR`, or `data/validation` of the checkout the command runs in.
+    Folder(PathBuf),
+    /// The suite compiled into the binary (src/embedded.rs), written to a temporary folder
+    /// for this run.
+    Embedded(crate::embedded::Extracted),
+}
+
+impl Suite {
+    /// `--suite-dir` if given; else `data/validation` under the working directory (running in
+    /// the checkout uses the checkout's files, edits included); else the embedded copy.
+    fn choose(args: &ValidateArgs) -> anyhow::Result<Self> {
+        if let Some(dir) = &args.suite_dir {
+            return Ok(Self::Folder(dir.clone()));
+        }
+        let local = PathBuf::from("data/validation");
+        if local.is_dir() {
+            return Ok(Self::Folder(local));
+        }
+        let writer = [
+            (args.write_doc.is_some(), "--write-doc"),
+            (args.write_summary.is_some(), "--write-summary"),
+            (args.update_bounds, "--update-bounds"),
+        ]
+        .into_iter()
+        .find_map(|(set, flag)| set.then_some(flag));
+        if let Some(flag) = writer {
+            bail!(
+                "{flag} writes the checkout's files from the checkout's suite, but there is no data/validation here, so this run would use the copy of the suite embedded in the binary: run it in the parasim checkout, or pass --suite-dir DIR"
+            );
+        }
+        Ok(Self::Embedded(crate::embedded::Extracted::new()?))
     }
-    let local = PathBuf::from("data/validation");
-    if local.is_dir() {
-        return local;
+
+    /// The suite's folder.
+    fn dir(&self) -> PathBuf {
+        match self {
+            Self::Folder(dir) => dir.clone(),
+            Self::Embedded(extracted) => extracted.path("data/validation"),
+        }
     }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("data/validation")
+
+    /// How a file of the suite is named to the user.
+    fn name(&self, file: &str) -> String {
+        match self {
+            Self::Folder(dir) => dir.join(file).display().to_string(),
+            Self::Embedded(_) => format!("data/validation/{file}, embedded in the binary"),
+        }
+    }
 }
 
 /// The shared data folder: `--shared`, else `PARASIM_SHARED_DATA`, else `../shared/data`
-/// beside the checkout that holds the suite.
-fn shared_dir(args: &ValidateArgs, suite: &Path) -> PathBuf {
+/// beside the checkout that holds the suite (none for the embedded suite).
+fn shared_dir(args: &ValidateArgs, suite: &Suite) -> Option<PathBuf> {
     if let Some(dir) = &args.shared {
-        return dir.clone();
+        return Some(dir.clone());
     }
     if let Some(dir) = std::env::var_os("PARASIM_SHARED_DATA") {
-        return PathBuf::from(dir);
+        return Some(PathBuf::from(dir));
     }
-    suite.join("../../../shared/data")
+    match suite {
+        Suite::Folder(dir) => Some(dir.join("../../../shared/data")),
+        Suite::Embedded(_) => None,
+    }
 }
 
 /// Runs the command; returns what to print on stdout.
 pub fn validate(args: &ValidateArgs) -> anyhow::Result<String> {
+    let suite = Suite::choose(args)?;
+    let result = run_suite(args, &suite);
+    match &suite {
+        // Errors name the suite's files as the checkout does, not the temporary folder.
+        Suite::Embedded(extracted) => result.map_err(|error| {
+            let root = format!("{}/", extracted.root().display());
+            if error.downcast_ref::<BoundsBroken>().is_some() || !crate::message(&error).contains(&root) {
+                error
+            } else {
+                anyhow::anyhow!(
+                    "{} (the suite embedded in the binary)",
+                    crate::message(&error).replace(&root, "")
+                )
+            }
+        }),
+        Suite::Folder(_) => result,
+    }
+}
+
+/// Runs the suite of `suite`; returns what to print on stdout.
+fn run_suite(args: &ValidateArgs, suite: &Suite) -> anyhow::Result<String> {
     let plot_format = args.plot.as_deref().map(plot::Format::of_path).transpose()?;
-    let dir = suite_dir(args);
+    let dir = suite.dir();
     let families = load_suite(&dir)?;
     let selection = args.selection();
     let chosen = selection.choose(&families)?;
@@ -153,20 +217,6 @@ pub fn validate(args: &ValidateArgs) -> anyhow::Result<String> {
         bail!(
             "no case selected (the suite has {} families; --ci selects those marked ci = true)",
             families.len()
-        );
-    }
-    let shared = shared_dir(args, &dir);
-    let needs_shared = chosen.iter().any(|(_, case)| {
-        let shared = |path: &str| path.starts_with("shared:");
-        case.pending.is_none()
-            && (case.log.as_deref().is_some_and(shared)
-                || case.table.as_deref().is_some_and(shared)
-                || case.traces.iter().any(|t| shared(t)))
-    });
-    if needs_shared && !shared.is_dir() {
-        bail!(
-            "the shared data folder {} is missing (nccl-tests logs, DeepBench tables and traces are read from it, never copied): put ../shared/data beside the checkout, or pass --shared DIR",
-            shared.display()
         );
     }
     let mut profiles = Vec::new();
@@ -185,6 +235,25 @@ pub fn validate(args: &ValidateArgs) -> anyhow::Result<String> {
         profiles.push((profile.device, name));
     }
     let (without, scale) = fitted_changes(args, &dir)?;
+    let shared = shared_dir(args, suite);
+    let needs_shared = chosen.iter().any(|(_, case)| {
+        let shared = |path: &str| path.starts_with("shared:");
+        case.pending.is_none()
+            && (case.log.as_deref().is_some_and(shared)
+                || case.table.as_deref().is_some_and(shared)
+                || case.traces.iter().any(|t| shared(t)))
+    });
+    let shared = match shared {
+        Some(shared) if needs_shared && !shared.is_dir() => bail!(
+            "the shared data folder {} is missing (nccl-tests logs, DeepBench tables and traces are read from it, never copied): put ../shared/data beside the checkout, or pass --shared DIR",
+            shared.display()
+        ),
+        None if needs_shared => bail!(
+            "the selected cases read the shared data folder (nccl-tests logs, DeepBench tables and traces, never embedded in the binary): pass --shared DIR or set PARASIM_SHARED_DATA"
+        ),
+        Some(shared) => shared,
+        None => PathBuf::from("shared/data"),
+    };
     let paths = Paths { shared, profiles, without, scale };
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(args.jobs.unwrap_or(0))
@@ -262,7 +331,7 @@ pub fn validate(args: &ValidateArgs) -> anyhow::Result<String> {
             return Err(BoundsBroken(violations.len()).into());
         }
         if !args.json && !args.csv {
-            out += &format!("\nbounds: every recorded floor holds ({})\n", bounds_path.display());
+            out += &format!("\nbounds: every recorded floor holds ({})\n", suite.name("bounds.toml"));
         }
     }
     Ok(out)
