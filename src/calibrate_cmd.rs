@@ -2,6 +2,7 @@
 //! and kernel benchmark tables (DeepBench's `*-gemm.csv` and `*-conv.csv`) of one device type,
 //! and write the result as a profile a scenario can name.
 
+use crate::output::stderr;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
@@ -64,7 +65,7 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
         let trace_device = match join::traced_devices(&import, device)? {
             Some(names) => names,
             None => {
-                eprintln!(
+                stderr!(
                     "warning: no trace records its GPU (deviceProperties); trusting --device {}",
                     device.name
                 );

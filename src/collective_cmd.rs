@@ -1,6 +1,7 @@
 //! `parasim collective`: a collective microbenchmark in the style of nccl-tests
 //! (`all_reduce_perf -b 8 -e 8G -f 2`), so real nccl-tests output can be pasted next to it.
 
+use crate::output::stderr;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Instant;
@@ -292,7 +293,7 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
     let wall =
         format!("# simulated {rows} sizes in {:.1} ms of wall time", started.elapsed().as_secs_f64() * 1e3);
     if options.json {
-        eprintln!("{}", wall.trim_start_matches("# "));
+        stderr!("{}", wall.trim_start_matches("# "));
     } else {
         let _ = writeln!(out, "{wall}");
     }

@@ -1,6 +1,10 @@
 //! `parasim`: the command-line front end. Parses arguments, loads scenarios, calls the
 //! libraries and prints reports; no simulation logic lives here.
 
+// `println!` and `eprintln!` panic when the stream is closed (`parasim ... | head`): print
+// through `output` instead.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
 mod bench;
 mod calibrate_cmd;
 mod collective_cmd;
@@ -8,6 +12,7 @@ mod compare_cmd;
 mod embedded;
 mod layers_csv;
 mod models;
+mod output;
 mod plan_cmd;
 mod plot_cmd;
 mod progress;
@@ -17,7 +22,7 @@ mod topo;
 mod trace_cmd;
 mod validate_cmd;
 
-use std::io::Write;
+use crate::output::stderr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -314,14 +319,10 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             // A closed pipe (`parasim run | head`) is not an error.
-            if error.chain().any(|cause| {
-                cause
-                    .downcast_ref::<std::io::Error>()
-                    .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
-            }) {
+            if output::closed_pipe(&error) {
                 return ExitCode::SUCCESS;
             }
-            eprintln!("error: {}", message(&error));
+            stderr!("error: {}", message(&error));
             if error.downcast_ref::<validate_cmd::BoundsBroken>().is_some() {
                 return ExitCode::from(1);
             }
@@ -353,9 +354,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             let scenario = match scenario {
                 Some(path) => Scenario::load_with(&path, &overrides),
                 None => {
-                    eprintln!(
-                        "no scenario given: running the built-in quickstart (scenarios/quickstart.toml)"
-                    );
+                    stderr!("no scenario given: running the built-in quickstart (scenarios/quickstart.toml)");
                     Scenario::parse_with(
                         scenario::QUICKSTART,
                         Path::new("scenarios/quickstart.toml"),
@@ -366,7 +365,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             .map_err(set_error)?;
             let outcome = scenario::simulation::simulate(&scenario)?;
             for warning in &outcome.summary.warnings {
-                eprintln!("warning: {}: {warning}", scenario.source);
+                stderr!("warning: {}: {warning}", scenario.source);
             }
             if let Some(path) = &trace {
                 trace_cmd::export_run(&outcome, path)?;
@@ -374,13 +373,14 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             if csv.is_some() || buckets_csv.is_some() {
                 layers_csv::write(&scenario, csv.as_deref(), buckets_csv.as_deref())?;
             }
-            let mut stdout = std::io::stdout().lock();
             if json {
-                serde_json::to_writer_pretty(&mut stdout, &outcome.summary).context("writing JSON")?;
-                writeln!(stdout).context("writing JSON")?;
-                eprintln!("{}", report::engine_line(&outcome).trim_start_matches("engine").trim());
+                // Serialized first: serde_json would hide a broken pipe inside its own error.
+                let mut text = serde_json::to_vec_pretty(&outcome.summary).context("writing JSON")?;
+                text.push(b'\n');
+                output::print(text).context("writing JSON")?;
+                stderr!("{}", report::engine_line(&outcome).trim_start_matches("engine").trim());
             } else {
-                write!(stdout, "{}", report::human(&outcome)).context("writing the report")?;
+                output::print(report::human(&outcome)).context("writing the report")?;
             }
             Ok(())
         }
@@ -416,32 +416,32 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                 quiet,
             };
             let text = trace_cmd::replay(&args)?;
-            std::io::stdout().lock().write_all(text.as_bytes()).context("writing the report")?;
+            output::print(text).context("writing the report")?;
             Ok(())
         }
         Command::Calibrate { traces, device, output, check, any_device, json, by_operator, hold } => {
             let args =
                 calibrate_cmd::Args { traces, device, output, check, any_device, json, by_operator, hold };
             let text = calibrate_cmd::calibrate(&args)?;
-            std::io::stdout().lock().write_all(text.as_bytes()).context("writing the report")?;
+            output::print(text).context("writing the report")?;
             Ok(())
         }
         Command::Compare { trace, scenario, json } => {
             let text = compare_cmd::compare(&trace, &scenario, json)?;
-            std::io::stdout().lock().write_all(text.as_bytes()).context("writing the report")?;
+            output::print(text).context("writing the report")?;
             Ok(())
         }
         Command::Sweep(args) => sweep_cmd::sweep(args),
         Command::Plan(args) => {
             let text = plan_cmd::plan(&args)?;
-            std::io::stdout().lock().write_all(text.as_bytes()).context("writing the plan")?;
+            output::print(text).context("writing the plan")?;
             Ok(())
         }
         Command::Plot(args) => plot_cmd::plot(args),
         Command::Trace(TraceCommand::Convert { mut paths }) => {
             let output = paths.pop().context("no output path")?;
             let text = trace_cmd::convert(&paths, &output)?;
-            std::io::stdout().lock().write_all(text.as_bytes()).context("writing the report")?;
+            output::print(text).context("writing the report")?;
             Ok(())
         }
         Command::Bench { gpus, repeats, strategy_gpus, json } => {
@@ -468,7 +468,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                 }
                 table
             };
-            std::io::stdout().lock().write_all(text.as_bytes()).context("writing the table")?;
+            output::print(text).context("writing the table")?;
             Ok(())
         }
         Command::Collective {
@@ -512,33 +512,33 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                 json,
             };
             let table = collective_cmd::benchmark(&options)?;
-            std::io::stdout().lock().write_all(table.as_bytes()).context("writing the table")?;
+            output::print(table).context("writing the table")?;
             Ok(())
         }
         Command::Validate(args) => {
             let text = validate_cmd::validate(&args)?;
-            std::io::stdout().lock().write_all(text.as_bytes()).context("writing the report")?;
+            output::print(text).context("writing the report")?;
             Ok(())
         }
         Command::Topo { scenario, dot, json } => {
             let text = topo::describe(&scenario, dot.as_deref(), json)?;
-            std::io::stdout().lock().write_all(text.as_bytes()).context("writing the description")?;
+            output::print(text).context("writing the description")?;
             Ok(())
         }
         Command::Models { json } => {
             let table = models::list(json)?;
-            std::io::stdout().lock().write_all(table.as_bytes()).context("writing the table")?;
+            output::print(table).context("writing the table")?;
             Ok(())
         }
         Command::Inspect { model, batch, json } => {
             let table = models::inspect(&model, batch, json)?;
-            std::io::stdout().lock().write_all(table.as_bytes()).context("writing the table")?;
+            output::print(table).context("writing the table")?;
             Ok(())
         }
         Command::Completions { shell } => {
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "parasim", &mut script);
-            std::io::stdout().lock().write_all(&script).context("writing the completion script")?;
+            output::print(script).context("writing the completion script")?;
             Ok(())
         }
         Command::Man { dir: Some(dir), .. } => {
@@ -555,7 +555,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                 .context("rendering the man page")?;
             match output {
                 Some(path) => fs_err::write(&path, page).context("writing the man page")?,
-                None => std::io::stdout().lock().write_all(&page).context("writing the man page")?,
+                None => output::print(page).context("writing the man page")?,
             }
             Ok(())
         }

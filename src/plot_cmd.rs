@@ -1,6 +1,7 @@
 //! `parasim plot`: charts of a sweep's CSV (scaling curves, stacked breakdowns, heatmaps) and
 //! of `parasim validate --csv` (the accuracy scatter), as SVG or PNG by the output's extension.
 
+use crate::output::stderr;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -150,16 +151,16 @@ pub fn plot(cli: PlotCli) -> anyhow::Result<()> {
         }
     };
     write_chart(&chart, format, Size { width: common.width, height: common.height }, &common.output)?;
-    eprintln!("plot          {} ({what})", common.output.display());
+    stderr!("plot          {} ({what})", common.output.display());
     let skipped = table.skipped();
     if !skipped.is_empty() {
-        eprintln!(
+        stderr!(
             "note: {} row(s) left out ({skipped}): only rows with status ok have results to plot",
             skipped.total()
         );
     }
     for note in notes {
-        eprintln!("note: {note}");
+        stderr!("note: {note}");
     }
     Ok(())
 }

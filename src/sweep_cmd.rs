@@ -2,6 +2,7 @@
 //! configuration order (scenario::sweep), resumes a cut-short output, runs one shard of a
 //! job array, and merges shard outputs (docs/sweep.md, docs/slurm.md).
 
+use crate::output::stderr;
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -97,7 +98,7 @@ fn merge(output: &Path, shards: &[PathBuf]) -> anyhow::Result<()> {
     }
     fs_err::write(output, &merged)?;
     let rows = merged.lines().count() - if format == Format::Csv { 2 } else { 1 };
-    eprintln!("merged {} shard files: {rows} configurations into {}", shards.len(), output.display());
+    stderr!("merged {} shard files: {rows} configurations into {}", shards.len(), output.display());
     Ok(())
 }
 
@@ -176,9 +177,14 @@ fn run(args: &RunArgs) -> anyhow::Result<()> {
     if args.count {
         match shard {
             Some(s) => {
-                println!("{total} configurations; shard {}/{} has {}", s.index, s.count, indices.len())
+                crate::output::print(format!(
+                    "{total} configurations; shard {}/{} has {}\n",
+                    s.index,
+                    s.count,
+                    indices.len()
+                ))?;
             }
-            None => println!("{total} configurations"),
+            None => crate::output::print(format!("{total} configurations\n"))?,
         }
         return Ok(());
     }
@@ -258,7 +264,7 @@ fn run(args: &RunArgs) -> anyhow::Result<()> {
                     drop(file);
                     let file = fs_err::OpenOptions::new().append(true).open(out)?;
                     if found.complete_len < text.len() {
-                        eprintln!(
+                        stderr!(
                             "resume        cut a partial last row ({} bytes)",
                             text.len() - found.complete_len
                         );
@@ -378,15 +384,15 @@ fn run(args: &RunArgs) -> anyhow::Result<()> {
         .iter()
         .map(|s| format!("{} {}", counts.get(s.name()).copied().unwrap_or(0), s.name()))
         .collect();
-    eprintln!("sweep         {what}: ran {ran} ({})", statuses.join(", "));
-    eprintln!(
+    stderr!("sweep         {what}: ran {ran} ({})", statuses.join(", "));
+    stderr!(
         "wall time     {elapsed:.2} s on {threads} thread{}, {:.1} configurations/s",
         if threads == 1 { "" } else { "s" },
         if elapsed > 0.0 { ran as f64 / elapsed } else { 0.0 }
     );
     if ran > 0 {
         let ms = |q: f64| histogram.value_at_quantile(q) as f64 / 1000.0;
-        eprintln!(
+        stderr!(
             "per config    p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
             ms(0.5),
             ms(0.9),
@@ -395,7 +401,7 @@ fn run(args: &RunArgs) -> anyhow::Result<()> {
         );
     }
     if let Some(out) = &args.output {
-        eprintln!("output        {}", out.display());
+        stderr!("output        {}", out.display());
     }
     Ok(())
 }
@@ -438,7 +444,7 @@ impl Progress {
             let elapsed = self.started.elapsed().as_secs_f64();
             let rate = done as f64 / elapsed;
             let eta = (self.total - done) as f64 / rate.max(1e-9);
-            eprintln!(
+            stderr!(
                 "sweep: {done}/{} configurations ({:.1}%), {rate:.1}/s, ETA {eta:.0} s",
                 self.total,
                 100.0 * done as f64 / self.total as f64

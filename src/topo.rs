@@ -1,6 +1,7 @@
 //! `parasim topo`: describe the cluster of a scenario (counts, bisection bandwidth, diameter,
 //! path lengths) as text or JSON, and optionally write it as Graphviz.
 
+use crate::output::stderr;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -124,7 +125,7 @@ pub fn describe(scenario: &Path, dot: Option<&Path>, json: bool) -> anyhow::Resu
         let note =
             format!("wrote {} (render with: dot -Tsvg {} -o topology.svg)", path.display(), path.display());
         if json {
-            eprintln!("{note}");
+            stderr!("{note}");
         } else {
             let _ = writeln!(out, "{note}");
         }

@@ -1,8 +1,8 @@
 //! `parasim replay`, `parasim trace convert` and the `--trace` timeline export: glue between
 //! the `traces` crate, the cluster and the engine.
 
+use crate::output::stderr;
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -147,7 +147,7 @@ pub fn replay(args: &ReplayArgs) -> anyhow::Result<String> {
         };
         let mut text = serde_json::to_string_pretty(&report).context("writing JSON")?;
         text.push('\n');
-        eprintln!("{}", engine_line(replay, timeline, load_wall, build_wall, simulation_wall, loaded.binary));
+        stderr!("{}", engine_line(replay, timeline, load_wall, build_wall, simulation_wall, loaded.binary));
         return Ok(text);
     }
     Ok(human_report(args, &run, &cluster_text, &warnings)
@@ -361,9 +361,7 @@ pub fn export_run(outcome: &scenario::simulation::Outcome, path: &Path) -> anyho
         .with_spans(&spans)
         .write(file)
         .context("writing the timeline")?;
-    let mut stderr = std::io::stderr().lock();
-    let _ = writeln!(
-        stderr,
+    stderr!(
         "timeline      {} ({} ops, {} transfer arrows; open in https://ui.perfetto.dev)",
         path.display(),
         stats.ops,

@@ -1,6 +1,7 @@
 //! `parasim validate`: the validation suite of `data/validation/`, run in parallel, printed,
 //! plotted and checked against its recorded floors.
 
+use crate::output::stderr;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -228,7 +229,7 @@ fn run_suite(args: &ValidateArgs, suite: &Suite) -> anyhow::Result<String> {
         } else {
             name.clone()
         };
-        eprintln!(
+        stderr!(
             "profile       {label} prices every case on {} (or a device that computes the same)",
             profile.device
         );
@@ -274,7 +275,7 @@ fn run_suite(args: &ValidateArgs, suite: &Suite) -> anyhow::Result<String> {
     let report = pool.install(|| run(&families, &chosen, &paths, &done));
     progress.finish();
     let (slowest_s, slowest_id) = slowest.into_inner().unwrap_or_default();
-    eprintln!(
+    stderr!(
         "ran {} cases in {:.1} s on {} threads (slowest: {slowest_id}, {slowest_s:.2} s)",
         chosen.len(),
         started.elapsed().as_secs_f64(),
@@ -285,11 +286,11 @@ fn run_suite(args: &ValidateArgs, suite: &Suite) -> anyhow::Result<String> {
         families.iter().map(|f| (f.header.id.clone(), f.header.caveats.clone())).collect();
     if let Some(path) = &args.write_doc {
         write_doc(path, &report.markdown(&caveats), (DOC_BEGIN, DOC_END))?;
-        eprintln!("doc           {} (the generated part rewritten)", path.display());
+        stderr!("doc           {} (the generated part rewritten)", path.display());
     }
     if let Some(path) = &args.write_summary {
         write_doc(path, &report.summary_markdown(), (SUMMARY_BEGIN, SUMMARY_END))?;
-        eprintln!("summary       {} (the accuracy summary rewritten)", path.display());
+        stderr!("summary       {} (the accuracy summary rewritten)", path.display());
     }
     let mut out = if args.json {
         let mut text = serde_json::to_string_pretty(&report).context("writing JSON")?;
@@ -309,24 +310,28 @@ fn run_suite(args: &ValidateArgs, suite: &Suite) -> anyhow::Result<String> {
             plot::Size { width: 1100, height: 760 },
             path,
         )?;
-        eprintln!("plot          {}", path.display());
+        stderr!("plot          {}", path.display());
     }
     let bounds_path = dir.join("bounds.toml");
     let bounds = Bounds::load(&bounds_path)?;
     if args.update_bounds {
         let raised = bounds.raised(&report);
         fs_err::write(&bounds_path, raised.to_toml()).context("writing the bounds")?;
-        eprintln!("bounds        {} (raised where this run did better)", bounds_path.display());
+        stderr!("bounds        {} (raised where this run did better)", bounds_path.display());
     }
     if args.check_bounds {
         let suite_cases: BTreeSet<String> =
             families.iter().flat_map(|f| f.cases.iter().map(|c| f.case_id(c))).collect();
         let violations = bounds.check(&report, &suite_cases);
         if !violations.is_empty() {
-            std::io::Write::write_all(&mut std::io::stdout().lock(), out.as_bytes())
-                .context("writing the report")?;
+            // A closed standard output loses the report, not the exit status 1.
+            if let Err(error) = crate::output::print(&out)
+                && error.kind() != std::io::ErrorKind::BrokenPipe
+            {
+                return Err(anyhow::Error::new(error).context("writing the report"));
+            }
             for violation in &violations {
-                eprintln!("broken floor  {}: {}", violation.id, violation.message);
+                stderr!("broken floor  {}: {}", violation.id, violation.message);
             }
             return Err(BoundsBroken(violations.len()).into());
         }
@@ -416,7 +421,7 @@ fn fitted_changes(
     };
     for id in &args.without_fitted {
         let fitted = find("--without-fitted", id)?;
-        eprintln!(
+        stderr!(
             "without       {id}: {} taken out of the scenarios of {} (parasim's default instead of {})",
             fitted.key,
             fitted.families.join(", "),
@@ -433,7 +438,7 @@ fn fitted_changes(
             factor.parse().ok().filter(|f: &f64| f.is_finite() && *f > 0.0).ok_or_else(|| {
                 anyhow::anyhow!("--scale-fitted {text:?}: the factor must be a positive number")
             })?;
-        eprintln!(
+        stderr!(
             "scaled        {id}: {} x {factor} in the scenarios of {} ({} declared)",
             fitted.key,
             fitted.families.join(", "),

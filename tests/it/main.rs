@@ -15,6 +15,7 @@ mod json;
 mod memory;
 mod models;
 mod network;
+mod pipes;
 mod plan;
 mod plot;
 mod readme;

@@ -9,7 +9,7 @@ use crate::{QUICKSTART, parasim, scenario_file};
 
 const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/sweeps/quickstart-scaling.toml");
 
-fn scratch(name: &str) -> PathBuf {
+pub(crate) fn scratch(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("sweep").join(name);
     let _ = fs_err::remove_dir_all(&dir);
     fs_err::create_dir_all(&dir).unwrap();
@@ -23,7 +23,7 @@ fn ok(output: Output) -> Output {
 
 /// A small sweep (a ResNet-18 on 1-2 servers) with a broken configuration (0 nodes), a
 /// skipped ones and ones that do not fit: 3 x 2 x 2 = 12 configurations.
-fn small_sweep(dir: &Path) -> PathBuf {
+pub(crate) fn small_sweep(dir: &Path) -> PathBuf {
     let text = r#"
 [base.cluster]
 nodes = 1
