@@ -20,13 +20,24 @@ fn copied_binary(name: &str) -> (PathBuf, PathBuf) {
 }
 
 /// Runs `binary` with `args` in `dir`, without the shared data folder's variable.
+///
+/// A freshly copied executable can fail to start with "Text file busy" (ETXTBSY) while another
+/// test thread forks: the child holds the copy's write descriptor between its fork and its
+/// exec. That is the test harness's race, not parasim's, so the start is retried briefly.
 fn run_in(binary: &Path, dir: &Path, args: &[&str]) -> Output {
-    Command::new(binary)
-        .args(args)
-        .current_dir(dir)
-        .env_remove("PARASIM_SHARED_DATA")
-        .output()
-        .expect("the copied binary runs")
+    const TEXT_FILE_BUSY: i32 = 26;
+    let mut attempts = 0;
+    loop {
+        let result =
+            Command::new(binary).args(args).current_dir(dir).env_remove("PARASIM_SHARED_DATA").output();
+        match result {
+            Err(error) if error.raw_os_error() == Some(TEXT_FILE_BUSY) && attempts < 50 => {
+                attempts += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => return other.expect("the copied binary runs"),
+        }
+    }
 }
 
 fn text(bytes: &[u8]) -> String {
