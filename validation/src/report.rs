@@ -27,6 +27,11 @@ pub struct Stats {
 }
 
 impl Stats {
+    /// True if no case was selected: none ran, none pending, none failed.
+    pub fn is_empty(&self) -> bool {
+        self.ran + self.pending + self.failed == 0
+    }
+
     /// The statistics of `results`.
     pub fn of<'a>(results: impl IntoIterator<Item = &'a CaseResult>) -> Stats {
         let mut ran = Vec::new();
@@ -228,10 +233,8 @@ impl Report {
         let overall = Stats::of(&cases);
         let test = Stats::of(cases.iter().filter(|c| c.role.is_test()));
         let calibration = Stats::of(cases.iter().filter(|c| !c.role.is_test()));
-        let mean_kendall_tau = (!rankings.is_empty())
-            .then(|| rankings.iter().map(|r| r.kendall_tau).sum::<f64>() / rankings.len() as f64);
-        let means: Vec<f64> = summaries.iter().filter_map(|f| f.test.mean).collect();
-        let test_family_mean = (!means.is_empty()).then(|| means.iter().sum::<f64>() / means.len() as f64);
+        let mean_kendall_tau = mean(rankings.iter().map(|r| r.kendall_tau));
+        let test_family_mean = mean(summaries.iter().filter_map(|f| f.test.mean));
         Report {
             cases,
             families: summaries,
@@ -333,7 +336,7 @@ impl Report {
                 100.0 * mean
             );
         }
-        if self.calibration.ran + self.calibration.pending + self.calibration.failed > 0 {
+        if !self.calibration.is_empty() {
             let _ = writeln!(out);
             let _ = writeln!(
                 out,
@@ -341,7 +344,7 @@ impl Report {
             );
             for family in &self.families {
                 let stats = &family.calibration;
-                if stats.ran + stats.pending + stats.failed > 0 {
+                if !stats.is_empty() {
                     let _ = writeln!(out, "{}", stats_row(&family.id, stats));
                 }
             }
@@ -639,6 +642,12 @@ impl Report {
         }
         out
     }
+}
+
+/// The mean of `values`; `None` for none.
+fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let (sum, count) = values.fold((0.0, 0usize), |(sum, count), v| (sum + v, count + 1));
+    (count > 0).then(|| sum / count as f64)
 }
 
 /// "a < b < c": case ids without their family, fastest first.

@@ -219,46 +219,44 @@ fn scenario_table(
         }
     }
     for (key, families, factor) in &paths.scale {
-        if families.contains(&family.header.id) {
-            scale_key(&mut table, key, *factor)?;
+        if families.contains(&family.header.id)
+            && let Some(value) = leaf_mut(&mut table, key)
+        {
+            *value = scaled(value, *factor)
+                .ok_or_else(|| format!("--scale-fitted: {key} = {value} is not a number or a quantity"))?;
         }
     }
     apply_profiles(&mut table, &paths.profiles);
     Ok((table, anchor))
 }
 
-/// Multiplies the value of dotted key `key` in `table` (if there) by `factor`: a number, or a
-/// string that starts with one (`"1.68 GB/s"`, `"3.5 us"`), whose unit is kept.
-fn scale_key(table: &mut toml::Table, key: &str, factor: f64) -> Result<(), String> {
-    let (head, rest) = match key.split_once('.') {
-        Some((head, rest)) => (head, Some(rest)),
-        None => (key, None),
-    };
-    let Some(value) = table.get_mut(head) else { return Ok(()) };
-    match (rest, value) {
-        (Some(rest), toml::Value::Table(inner)) => scale_key(inner, rest, factor),
-        (Some(_), _) => Ok(()),
-        (None, value) => {
-            let scaled = match &*value {
-                toml::Value::Integer(i) => toml::Value::Float(*i as f64 * factor),
-                toml::Value::Float(x) => toml::Value::Float(x * factor),
-                toml::Value::String(text) => {
-                    let (number, unit) = text.trim().split_once(' ').unwrap_or((text.trim(), ""));
-                    let number: f64 = number.parse().map_err(|_| {
-                        format!("--scale-fitted: {key} = {text:?} does not start with a number")
-                    })?;
-                    let scaled = number * factor;
-                    toml::Value::String(if unit.is_empty() {
-                        format!("{scaled}")
-                    } else {
-                        format!("{scaled} {unit}")
-                    })
-                }
-                other => return Err(format!("--scale-fitted: {key} = {other} is not a number")),
-            };
-            *value = scaled;
-            Ok(())
+/// The value at dotted key `key` of `table`, if there.
+fn leaf_mut<'t>(table: &'t mut toml::Table, key: &str) -> Option<&'t mut toml::Value> {
+    match key.split_once('.') {
+        None => table.get_mut(key),
+        Some((head, rest)) => match table.get_mut(head)? {
+            toml::Value::Table(inner) => leaf_mut(inner, rest),
+            _ => None,
+        },
+    }
+}
+
+/// `value` multiplied by `factor`: a number, or a string that starts with one (`"1.68 GB/s"`,
+/// `"3.5 us"`), whose unit is kept; `None` for anything else.
+fn scaled(value: &toml::Value, factor: f64) -> Option<toml::Value> {
+    match value {
+        toml::Value::Integer(i) => Some(toml::Value::Float(*i as f64 * factor)),
+        toml::Value::Float(x) => Some(toml::Value::Float(x * factor)),
+        toml::Value::String(text) => {
+            let (number, unit) = text.trim().split_once(' ').unwrap_or((text.trim(), ""));
+            let scaled = number.parse::<f64>().ok()? * factor;
+            Some(toml::Value::String(if unit.is_empty() {
+                format!("{scaled}")
+            } else {
+                format!("{scaled} {unit}")
+            }))
         }
+        _ => None,
     }
 }
 

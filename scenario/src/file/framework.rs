@@ -76,10 +76,10 @@ pub fn catalog() -> &'static [Framework] {
 
 /// The framework named `name`, or a message naming the valid names.
 pub fn by_name(name: &str) -> Result<&'static Framework, String> {
-    catalog().iter().find(|framework| framework.name == name).ok_or_else(|| {
-        let valid: Vec<String> = catalog().iter().map(|f| format!("{:?}", f.name)).collect();
-        format!("unknown framework {name:?}; valid: {}", valid.join(", "))
-    })
+    catalog()
+        .iter()
+        .find(|framework| framework.name == name)
+        .ok_or_else(|| format!("unknown framework {name:?}; valid: {}", names().join(", ")))
 }
 
 /// One of a framework's settings, as it went for one scenario.

@@ -140,23 +140,19 @@ impl<'s> Plan<'s> {
             stage_parameters.push(parameters);
         }
         let width = strategy.precision.bytes();
-        let boundary_bytes = chunk_layers
-            .iter()
-            .map(|range| {
-                let last = range.end.saturating_sub(1);
-                Bytes(local[last].layer.output.elements() * strategy.micro_batch * width)
-            })
-            .collect();
+        let host_cost = strategy.compute.host_cost_per_kernel();
         let scatter_applies =
             p.pipeline_scatter_gather && p.pipeline > 1 && p.tensor > 1 && !p.sequence_parallel;
-        let pipeline_scatter = chunk_layers
+        let (boundary_bytes, pipeline_scatter): (Vec<Bytes>, Vec<u32>) = chunk_layers
             .iter()
             .map(|range| {
                 let elements =
                     local[range.end.saturating_sub(1)].layer.output.elements() * strategy.micro_batch;
-                if scatter_applies && elements % u64::from(p.tensor) == 0 { p.tensor } else { 1 }
+                let scatter =
+                    if scatter_applies && elements % u64::from(p.tensor) == 0 { p.tensor } else { 1 };
+                (Bytes(elements * width), scatter)
             })
-            .collect();
+            .unzip();
         let local_model = (p.cnn() != CnnSplit::None).then(|| {
             Model::from_layers(
                 model.name.clone(),
@@ -176,10 +172,10 @@ impl<'s> Plan<'s> {
             local_model,
             spatial_grid,
             strategy,
-            host_cost: strategy.compute.host_cost_per_kernel(),
+            host_cost,
             host_synchronous: strategy.compute.host_synchronous,
             pipeline_host_sync: p.pipeline_host_sync.applies(p.pipeline, p.virtual_stages)
-                && strategy.compute.host_cost_per_kernel() > SimDuration::ZERO,
+                && host_cost > SimDuration::ZERO,
             pipeline_scatter,
             input: InputPlan::new(strategy)?,
             input_copy: strategy.input_copy_bytes(),

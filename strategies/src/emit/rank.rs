@@ -772,6 +772,9 @@ impl RankEmitter<'_, '_> {
 const PIPELINE_ORIGIN: &str = "pipeline";
 /// The label of the host's synchronisation after a pipeline exchange.
 const PIPELINE_HOST_SYNC_LABEL: &str = "host: torch.cuda.synchronize after pipeline exchange";
+/// The label of the all-gather of a received pipeline activation's slices
+/// (`parallelism.pipeline-scatter-gather`).
+const PIPELINE_GATHER_LABEL: &str = "pipeline: all-gather received slices";
 
 /// The last op of each device stream of a rank's buffer (host-side ops left out), scanned
 /// incrementally: what `torch.cuda.synchronize()` waits for.
@@ -817,6 +820,3 @@ fn scattered(plan: &Plan<'_>, boundary: usize) -> Bytes {
     let bytes = plan.boundary_bytes[boundary];
     Bytes(bytes.0 / u64::from(plan.pipeline_scatter[boundary]))
 }
-
-/// The label of the all-gather of a received pipeline activation's slices.
-const PIPELINE_GATHER_LABEL: &str = "pipeline: all-gather received slices";
