@@ -825,6 +825,28 @@ fn a_synchronous_host_pays_every_launch_after_its_kernel() {
     assert!(kernels > host.checked_mul(launches).unwrap());
 }
 
+/// `compute.step-overhead`: the training loop's host work after the step's synchronisation adds
+/// exactly its duration to an iteration, eager or under CUDA graphs (the loop is not captured),
+/// and the host op that carries it starts only once the rank's device work has finished.
+#[test]
+fn the_training_loops_step_overhead_adds_exactly_once_per_iteration() {
+    let model = uniform_model(8, 1024);
+    let step = SimDuration::from_ms(7);
+    let run = |compute: &ComputeModel| {
+        let lowered = strategy(&model, compute, Parallelism::data_parallel(2), 64, 32).lower().unwrap();
+        let timeline =
+            NetworkSettings::new(Fidelity::Analytical).run(&lowered.graph, &instant_server(2)).unwrap();
+        timeline.makespan().as_ps()
+    };
+    for base in [
+        ComputeModel { dispatch_overhead: SimDuration::from_us(30), ..ComputeModel::default() },
+        ComputeModel { cuda_graphs: true, ..ComputeModel::default() },
+    ] {
+        let with_step = ComputeModel { step_overhead: step, ..base.clone() };
+        assert_eq!(run(&with_step), run(&base) + step.as_ps(), "cuda graphs {}", base.cuda_graphs);
+    }
+}
+
 /// `parallelism.pipeline-host-sync`: Megatron's host calls `torch.cuda.synchronize()` after every
 /// pipeline exchange. On a 2-stage pipeline of one micro-batch whose host is far slower than its
 /// kernels, the stages then take turns: stage 0 launches its forward and its send, waits for the

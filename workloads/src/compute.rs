@@ -263,6 +263,13 @@ pub struct ComputeModel {
     /// Host time to issue one kernel (framework dispatch plus the CUDA launch call) in eager
     /// mode: a rank's GPU cannot start a kernel before its host thread has issued it.
     pub dispatch_overhead: SimDuration,
+    /// Host time per iteration outside the per-kernel dispatch: the training loop's own work
+    /// once it has synchronised with the GPU at the step's end (reading the loss and the
+    /// gradient norm with `.item()`, logging, timers, the scheduler), during which the GPU has
+    /// nothing queued. Paid once per iteration after the rank's last op, also under CUDA
+    /// graphs (the loop is not in the graph). Zero by default: a framework or a measured job
+    /// gives it.
+    pub step_overhead: SimDuration,
     /// Whether kernels are replayed from a CUDA graph: the host issues a whole step at once and
     /// the per-kernel dispatch cost disappears.
     pub cuda_graphs: bool,
@@ -313,6 +320,7 @@ impl Default for ComputeModel {
             communication_compute_slowdown: 1.0,
             communication_launch_slowdown: 1.0,
             dispatch_overhead: SimDuration::from_ns(DEFAULT_DISPATCH_NS),
+            step_overhead: SimDuration::ZERO,
             cuda_graphs: false,
             host_synchronous: false,
             winograd_convolutions: false,

@@ -50,6 +50,9 @@ pub(super) struct Plan<'s> {
     pub(super) boundary_bytes: Vec<Bytes>,
     /// Host time to launch one kernel (zero under CUDA graphs).
     pub(super) host_cost: SimDuration,
+    /// The training loop's host time per iteration after the step's synchronisation
+    /// (`compute.step-overhead`; zero for none).
+    pub(super) step_overhead: SimDuration,
     /// The host waits for the GPU work it issued last before it launches more
     /// (`compute.host-synchronous`).
     pub(super) host_synchronous: bool,
@@ -173,6 +176,7 @@ impl<'s> Plan<'s> {
             spatial_grid,
             strategy,
             host_cost,
+            step_overhead: strategy.compute.step_overhead,
             host_synchronous: strategy.compute.host_synchronous,
             pipeline_host_sync: p.pipeline_host_sync.applies(p.pipeline, p.virtual_stages)
                 && host_cost > SimDuration::ZERO,

@@ -278,6 +278,9 @@ impl RankEmitter<'_, '_> {
         if loader {
             end = self.fetch_next_batch(end);
         }
+        if plan.step_overhead > SimDuration::ZERO {
+            end = self.step_host_work(end);
+        }
         Ok((end, pipeline_end))
     }
 
@@ -624,6 +627,19 @@ impl RankEmitter<'_, '_> {
         self.host_op(HOST_STREAM, SimDuration::ZERO, PIPELINE_HOST_SYNC_LABEL, &deps, meta);
     }
 
+    /// The training loop's host work at the step's end (`compute.step-overhead`): the host
+    /// waits for every op this rank put on a device stream and for `end` (the loop reads the
+    /// loss with `.item()`), then spends the step overhead with the GPU idle; the rank's
+    /// iteration ends with it.
+    fn step_host_work(&mut self, end: u32) -> u32 {
+        let mut frontier = DeviceFrontier::default();
+        frontier.advance(&self.buffer.ops);
+        let mut deps: Vec<Dep> = frontier.last.iter().flatten().map(|&op| Dep::Local(op)).collect();
+        deps.push(Dep::Local(end));
+        let meta = OpMeta::NONE.with_work(Work::Launch).with_origin(self.origin(STEP_ORIGIN));
+        self.host_op(HOST_STREAM, self.plan.step_overhead, STEP_HOST_LABEL, &deps, meta)
+    }
+
     /// A pipeline send to `to` after the last compute op (of pass `pass`), registered under
     /// `key`.
     pub(super) fn send(&mut self, to: u32, bytes: Bytes, label: LabelId, key: Key, pass: Pass) {
@@ -770,6 +786,10 @@ impl RankEmitter<'_, '_> {
 /// The origin of the pipeline's sends between stages (and of the host's synchronisation
 /// after them, `parallelism.pipeline-host-sync`).
 const PIPELINE_ORIGIN: &str = "pipeline";
+/// The origin of the training loop's per-iteration host work (`compute.step-overhead`).
+const STEP_ORIGIN: &str = "training loop";
+/// The label of the training loop's per-iteration host work.
+const STEP_HOST_LABEL: &str = "host: training loop per step (loss read, logging)";
 /// The label of the host's synchronisation after a pipeline exchange.
 const PIPELINE_HOST_SYNC_LABEL: &str = "host: torch.cuda.synchronize after pipeline exchange";
 /// The label of the all-gather of a received pipeline activation's slices

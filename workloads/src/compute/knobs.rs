@@ -375,6 +375,13 @@ pub const KNOBS: &[Knob] = &[
         "Host time to issue one kernel in eager mode (framework dispatch and the launch call)."
     ),
     knob!(
+        "step-overhead",
+        step_overhead,
+        Duration,
+        None,
+        "Host time per iteration after the step's synchronisation (loss read, logging), the GPU idle."
+    ),
+    knob!(
         "cuda-graphs",
         cuda_graphs,
         Switch,
