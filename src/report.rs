@@ -16,6 +16,7 @@ pub fn human(outcome: &Outcome) -> String {
     }
     report.input();
     report.framework();
+    report.host();
     report.network();
     report.results();
     report.breakdown();
@@ -250,6 +251,29 @@ impl<'s> Report<'s> {
             let reason = setting.reason.as_deref().unwrap_or_default();
             let _ =
                 writeln!(out, "              {} = {} does not apply: {reason}", setting.key, setting.value);
+        }
+    }
+
+    /// The host and execution mode, and the per-op dispatch cost they gave.
+    fn host(&mut self) {
+        let (s, out) = (self.summary, &mut self.out);
+        let Some(host) = &s.host else { return };
+        let name = match (&host.host, &host.title) {
+            (Some(name), Some(title)) => format!("{name} ({title}), "),
+            _ => String::new(),
+        };
+        let _ = writeln!(out, "host          {name}{} execution", host.execution);
+        match &host.dispatch {
+            Some(cost) => {
+                let _ = writeln!(
+                    out,
+                    "              implies compute.dispatch-overhead = {cost:?} per op, measured: {}",
+                    host.source
+                );
+            }
+            None => {
+                let _ = writeln!(out, "              {}", host.source);
+            }
         }
     }
 

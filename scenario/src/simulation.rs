@@ -27,6 +27,10 @@ pub struct Summary {
     /// left to the scenario. Omitted when the scenario names none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub framework: Option<crate::framework::FrameworkUse>,
+    /// The host (`cluster.host`) and execution mode (`workload.execution`) and the per-op
+    /// dispatch cost they gave. Omitted when the scenario names neither.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<crate::host::HostUse>,
     /// What was trained.
     pub model: ModelSummary,
     /// On what.
@@ -727,6 +731,7 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
     let summary = Summary {
         scenario: scenario.source.clone(),
         framework: scenario.framework.clone(),
+        host: scenario.host.clone(),
         model: ModelSummary {
             name: scenario.model.name.clone(),
             parameters: scenario.model.parameters(),

@@ -25,11 +25,13 @@ use workloads::{
 
 mod compute_section;
 pub mod framework;
+pub mod host;
 mod network;
 mod overrides;
 
 use compute_section::ComputeSection;
 use framework::FrameworkUse;
+use host::HostUse;
 
 pub use overrides::{InlineValue, Override, OverrideError, apply, dotted_leaves, get_dotted, merge};
 
@@ -153,6 +155,10 @@ struct ClusterSection {
     #[serde(default = "eight")]
     gpus_per_node: u32,
     device: String,
+    /// `cluster.host`: its measured dispatch cost is written into `[compute]` before the
+    /// table is read ([`host::apply`]); kept here so the format accepts the key.
+    #[serde(rename = "host")]
+    _host: Option<String>,
     intra_node: Option<IntraNodeSection>,
     host_link: Option<LinkSection>,
     host_memory: Option<Bytes>,
@@ -203,6 +209,10 @@ struct WorkloadSection {
     /// ([`framework::apply`]); kept here so the format accepts the key.
     #[serde(rename = "framework")]
     _framework: Option<String>,
+    /// `workload.execution`: with `cluster.host`, written into `[compute]` before the table
+    /// is read ([`host::apply`]); kept here so the format accepts the key.
+    #[serde(rename = "execution")]
+    _execution: Option<String>,
     batch_per_device: Option<u64>,
     global_batch: Option<u64>,
     micro_batch: Option<u64>,
@@ -404,6 +414,9 @@ pub struct Scenario {
     pub input: Option<InputPipeline>,
     /// The training framework (`workload.framework`), if named, and the settings it implied.
     pub framework: Option<FrameworkUse>,
+    /// The host (`cluster.host`) and execution mode (`workload.execution`), if either is
+    /// named, and the per-op dispatch cost they gave.
+    pub host: Option<HostUse>,
 }
 
 impl Scenario {
@@ -441,7 +454,12 @@ impl Scenario {
     /// Validates scenario `text`; `file` names it in messages.
     pub fn parse(text: &str, file: &Path) -> Result<Scenario, ScenarioError> {
         let spec = read_spec(text, file)?;
-        if spec.workload.as_ref().is_some_and(|workload| workload._framework.is_some()) {
+        if spec
+            .workload
+            .as_ref()
+            .is_some_and(|workload| workload._framework.is_some() || workload._execution.is_some())
+            || spec.cluster._host.is_some()
+        {
             // The framework's settings go into the table; its errors were named above.
             let table: toml::Table = toml::from_str(text).map_err(|error| ScenarioError::Syntax {
                 file: file.to_path_buf(),
@@ -449,7 +467,7 @@ impl Scenario {
             })?;
             return Scenario::from_table(&table, file);
         }
-        validate(spec, None, file, &ValidationCache::default())
+        validate(spec, (None, None), file, &ValidationCache::default())
     }
 
     /// Reads the scenario file at `path`, applies `overrides` to its table and validates it
@@ -490,12 +508,12 @@ impl Scenario {
         file: &Path,
         cache: &ValidationCache,
     ) -> Result<Scenario, ScenarioError> {
-        let (table, framework) = with_framework(table.clone(), file)?;
+        let (table, decided) = with_framework(table.clone(), file)?;
         let spec = match spec_of_valid_table(table.clone()) {
             Some(spec) => spec,
             None => spec_of_owned_table(table, file)?,
         };
-        validate(spec, framework, file, cache)
+        validate(spec, decided, file, cache)
     }
 
     /// [`Scenario::from_table_cached`] of a table the caller gives up, if it has the scenario
@@ -506,11 +524,11 @@ impl Scenario {
         file: &Path,
         cache: &ValidationCache,
     ) -> Option<Result<Scenario, ScenarioError>> {
-        let (table, framework) = match with_framework(table, file) {
+        let (table, decided) = match with_framework(table, file) {
             Ok(found) => found,
             Err(error) => return Some(Err(error)),
         };
-        spec_of_valid_table(table).map(|spec| validate(spec, framework, file, cache))
+        spec_of_valid_table(table).map(|spec| validate(spec, decided, file, cache))
     }
 
     /// `table` with `overrides` applied in order, validated (with `cache`): the one way a
@@ -736,15 +754,16 @@ pub fn load_model_with_sequence(model: &str, base: &Path, tokens: u64) -> Result
     Model::from_toml_str(&table.to_string(), &origin).map_err(|error| error.to_string())
 }
 
+/// What a scenario's framework and host decided ([`framework::apply`], [`host::apply`]).
+type Decided = (Option<FrameworkUse>, Option<HostUse>);
+
 /// `table` with the settings of the framework it names written in where it leaves their keys
-/// out ([`framework::apply`]), and what the framework decided; the error names
-/// `workload.framework`.
-fn with_framework(
-    mut table: toml::Table,
-    file: &Path,
-) -> Result<(toml::Table, Option<FrameworkUse>), ScenarioError> {
+/// out ([`framework::apply`]), then its host's measured dispatch cost ([`host::apply`]), and
+/// what each decided; the error names `workload.framework` or the host's key at fault.
+fn with_framework(mut table: toml::Table, file: &Path) -> Result<(toml::Table, Decided), ScenarioError> {
     let used = framework::apply(&mut table).map_err(|message| invalid(file, framework::KEY, message))?;
-    Ok((table, used))
+    let host = host::apply(&mut table).map_err(|(key, message)| invalid(file, &key, message))?;
+    Ok((table, (used, host)))
 }
 
 /// The wire form of a scenario given as a table; `file` names it in messages.
@@ -921,7 +940,7 @@ fn validate_cluster(cluster: &ClusterSection, file: &Path) -> Result<(ClusterSpe
 
 fn validate(
     spec: ScenarioSpec,
-    framework: Option<FrameworkUse>,
+    (framework, host): Decided,
     file: &Path,
     cache: &ValidationCache,
 ) -> Result<Scenario, ScenarioError> {
@@ -1096,6 +1115,7 @@ fn validate(
         host_memory: cluster.host_memory,
         input,
         framework,
+        host,
     };
     scenario.strategy().check().map_err(|error| match error {
         strategies::StrategyError::Invalid { key, message } => invalid(key, message),

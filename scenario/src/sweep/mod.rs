@@ -693,6 +693,13 @@ fn full_summary() -> Summary {
             explicit: Vec::new(),
             not_applied: Vec::new(),
         }),
+        host: Some(crate::host::HostUse {
+            host: Some(String::new()),
+            title: Some(String::new()),
+            execution: String::new(),
+            dispatch: Some(String::new()),
+            source: String::new(),
+        }),
         tokens_per_second: Some(0.0),
         ..Summary::default()
     };

@@ -1,0 +1,277 @@
+//! `cluster.host` and `workload.execution`: the servers' host CPU and how the framework runs the
+//! model, which together give the host's measured time to issue one op.
+//!
+//! The catalog is `data/hosts.toml`, compiled in: each host names its CPU (cited) and the
+//! per-op dispatch cost measured on it for each execution mode (`eager`, `compile`, `native`),
+//! each with its source. Before a scenario table is read (after the framework's settings are
+//! written in, so a framework may set `workload.execution`), [`apply`] writes the named host's
+//! cost for the mode into `compute.dispatch-overhead` where the scenario leaves it out, and
+//! `compute.cuda-graphs = true` for `execution = "cuda-graphs"`. Precedence: a
+//! `compute.dispatch-overhead` the scenario sets, then the host's measurement, then parasim's
+//! built-in default (18.5 us, measured on six profiler traces: docs/compute-model.md). A mode
+//! the named host has no measurement for is refused with the modes it has: never a guess.
+//!
+//! ```
+//! let mut table: toml::Table = toml::from_str(scenario::QUICKSTART)?;
+//! let _ = scenario::Override::new("cluster.host", "gb200").apply(&mut table);
+//! let _ = scenario::Override::new("workload.execution", "compile").apply(&mut table);
+//! let used = scenario::host::apply(&mut table).map_err(|(key, message)| format!("{key}: {message}"))?;
+//! let used = used.expect("a host is named");
+//! assert_eq!(used.dispatch.as_deref(), Some("6.8 us"));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::sync::OnceLock;
+
+use serde::{Deserialize, Serialize};
+
+use super::overrides::{InlineValue, Override, get_dotted};
+
+/// The catalog's text (`data/hosts.toml`).
+const CATALOG_TOML: &str = include_str!("../../../data/hosts.toml");
+
+/// The scenario key that names the host.
+pub const HOST_KEY: &str = "cluster.host";
+/// The scenario key that names the execution mode.
+pub const EXECUTION_KEY: &str = "workload.execution";
+/// The key the host's cost is written to.
+const DISPATCH_KEY: &str = "compute.dispatch-overhead";
+/// The key `execution = "cuda-graphs"` sets.
+const GRAPHS_KEY: &str = "compute.cuda-graphs";
+
+/// The execution modes `workload.execution` takes.
+pub const MODES: &[&str] = &["eager", "compile", "native", "cuda-graphs"];
+
+/// One host of the catalog.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Host {
+    /// The name `cluster.host` takes.
+    pub name: String,
+    /// What it is: the server and its CPUs.
+    pub title: String,
+    /// Where the CPU model comes from.
+    pub source: String,
+    /// The measured per-op costs, one per execution mode at most.
+    #[serde(rename = "dispatch", default)]
+    pub dispatch: Vec<Dispatch>,
+}
+
+/// One measured per-op host cost: for which execution mode, how much, and from where.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Dispatch {
+    /// The execution mode (`eager`, `compile`, `native`).
+    pub mode: String,
+    /// The cost, as a scenario writes a duration (`"6.8 us"`).
+    pub value: String,
+    /// The measurement and how the value follows from it.
+    pub source: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CatalogFile {
+    host: Vec<Host>,
+}
+
+/// Every host of the built-in catalog, in the catalog's order.
+pub fn catalog() -> &'static [Host] {
+    static CATALOG: OnceLock<Vec<Host>> = OnceLock::new();
+    CATALOG.get_or_init(|| match toml::from_str::<CatalogFile>(CATALOG_TOML) {
+        Ok(file) => file.host,
+        // The catalog is compiled in and parsed by a test: this is a build defect.
+        Err(error) => panic!("data/hosts.toml does not parse: {error}"),
+    })
+}
+
+/// The host named `name`, or a message naming the valid names.
+pub fn by_name(name: &str) -> Result<&'static Host, String> {
+    catalog().iter().find(|host| host.name == name).ok_or_else(|| {
+        let names: Vec<String> = catalog().iter().map(|host| format!("{:?}", host.name)).collect();
+        format!("unknown host {name:?}; valid: {}", names.join(", "))
+    })
+}
+
+/// What the host and execution mode decided for one scenario.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HostUse {
+    /// The host's name, if `cluster.host` names one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// What the host is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// The execution mode (`eager` when the scenario and its framework name none).
+    pub execution: String,
+    /// The per-op cost written into `compute.dispatch-overhead`, if the host's measurement
+    /// applied.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dispatch: Option<String>,
+    /// Where that cost comes from, or why no host measurement applies.
+    pub source: String,
+}
+
+/// The string at `key` in `table`, if any; an error naming what is there otherwise.
+fn string_at<'t>(table: &'t toml::Table, key: &str, what: &str) -> Result<Option<&'t str>, (String, String)> {
+    match get_dotted(table, key) {
+        None => Ok(None),
+        Some(value) => value
+            .as_str()
+            .map(Some)
+            .ok_or_else(|| (key.to_string(), format!("is {}; give {what} as a string", InlineValue(value)))),
+    }
+}
+
+/// Writes the per-op cost of the host `table` names (`cluster.host`) for its execution mode
+/// (`workload.execution`, `eager` by default) into `compute.dispatch-overhead` where the table
+/// leaves it out, and `compute.cuda-graphs = true` for `cuda-graphs`; `None` if the table names
+/// neither key. The error is `(key, message)`: an unknown host or mode, a mode the host has no
+/// measurement for, or a contradiction with `compute.cuda-graphs`.
+pub fn apply(table: &mut toml::Table) -> Result<Option<HostUse>, (String, String)> {
+    let host = string_at(table, HOST_KEY, "a host's name")?.map(str::to_string);
+    let execution = string_at(table, EXECUTION_KEY, "an execution mode")?.map(str::to_string);
+    if host.is_none() && execution.is_none() {
+        return Ok(None);
+    }
+    let mode = execution.unwrap_or_else(|| "eager".to_string());
+    if !MODES.contains(&mode.as_str()) {
+        return Err((
+            EXECUTION_KEY.into(),
+            format!("unknown execution mode {mode:?}; valid: {}", MODES.join(", ")),
+        ));
+    }
+    let host =
+        host.map(|name| by_name(&name).map_err(|message| (HOST_KEY.to_string(), message))).transpose()?;
+    let mut used = HostUse {
+        host: host.map(|h| h.name.clone()),
+        title: host.map(|h| h.title.clone()),
+        execution: mode.clone(),
+        dispatch: None,
+        source: String::new(),
+    };
+    if mode == "cuda-graphs" {
+        match get_dotted(table, GRAPHS_KEY).map(toml::Value::as_bool) {
+            Some(Some(false)) => {
+                return Err((
+                    GRAPHS_KEY.into(),
+                    "is false, but workload.execution = \"cuda-graphs\" replays the step from a CUDA graph; drop one of the two".into(),
+                ));
+            }
+            Some(_) => {}
+            None => {
+                let _ = Override::new(GRAPHS_KEY, true).apply(table);
+            }
+        }
+        used.source = "a CUDA graph replays the step: no per-op dispatch (compute.cuda-graphs)".into();
+        return Ok(Some(used));
+    }
+    let Some(host) = host else {
+        used.source = format!(
+            "no cluster.host named: parasim's built-in {DISPATCH_KEY} (or the scenario's own) applies to {mode} execution"
+        );
+        return Ok(Some(used));
+    };
+    if get_dotted(table, DISPATCH_KEY).is_some() {
+        used.source = format!("the scenario's own {DISPATCH_KEY} (the host's measurement is not used)");
+        return Ok(Some(used));
+    }
+    let Some(measured) = host.dispatch.iter().find(|d| d.mode == mode) else {
+        let modes: Vec<&str> = host.dispatch.iter().map(|d| d.mode.as_str()).collect();
+        return Err((
+            EXECUTION_KEY.into(),
+            format!(
+                "is {mode:?}, but host {:?} has no measured per-op cost for it (measured: {}; data/hosts.toml); set {DISPATCH_KEY} yourself",
+                host.name,
+                if modes.is_empty() { "none".to_string() } else { modes.join(", ") }
+            ),
+        ));
+    };
+    if Override::new(DISPATCH_KEY, measured.value.as_str()).apply(table).is_err() {
+        return Err(("compute".into(), "is not a table".into()));
+    }
+    used.dispatch = Some(measured.value.clone());
+    used.source = measured.source.clone();
+    Ok(Some(used))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn quickstart() -> toml::Table {
+        toml::from_str(crate::QUICKSTART).unwrap()
+    }
+
+    fn with(pairs: &[(&str, &str)]) -> toml::Table {
+        let mut table = quickstart();
+        for (key, value) in pairs {
+            Override::new(*key, *value).apply(&mut table).unwrap();
+        }
+        table
+    }
+
+    #[test]
+    fn every_cost_parses_as_a_duration_names_a_source_and_a_known_mode() {
+        for host in catalog() {
+            assert!(!host.source.is_empty() && !host.title.is_empty(), "{}", host.name);
+            let mut seen = Vec::new();
+            for dispatch in &host.dispatch {
+                assert!(
+                    MODES.contains(&dispatch.mode.as_str()) && dispatch.mode != "cuda-graphs",
+                    "{}",
+                    host.name
+                );
+                assert!(!seen.contains(&dispatch.mode), "{}: {} twice", host.name, dispatch.mode);
+                seen.push(dispatch.mode.clone());
+                let parsed: Result<sim_core::units::SimDuration, _> =
+                    toml::Value::String(dispatch.value.clone()).try_into();
+                assert!(parsed.is_ok(), "{}: {}", host.name, dispatch.value);
+                assert!(!dispatch.source.is_empty());
+            }
+        }
+        let names: Vec<&str> = catalog().iter().map(|h| h.name.as_str()).collect();
+        let mut unique = names.clone();
+        unique.dedup();
+        assert_eq!(names, unique);
+    }
+
+    #[test]
+    fn the_hosts_measurement_applies_where_the_scenario_leaves_the_cost_out() {
+        let mut table = with(&[("cluster.host", "dgx-h100")]);
+        let used = apply(&mut table).unwrap().unwrap();
+        assert_eq!(used.execution, "eager");
+        assert_eq!(get_dotted(&table, DISPATCH_KEY).and_then(|v| v.as_str()), Some("6.8 us"));
+        // The scenario's own value wins.
+        let mut table = with(&[("cluster.host", "dgx-h100"), ("compute.dispatch-overhead", "40 us")]);
+        let used = apply(&mut table).unwrap().unwrap();
+        assert_eq!(used.dispatch, None);
+        assert_eq!(get_dotted(&table, DISPATCH_KEY).and_then(|v| v.as_str()), Some("40 us"));
+        // Grace issues an eager op at about twice the x86 hosts' cost (dgxc-benchmarking).
+        let mut table = with(&[("cluster.host", "gb200"), ("workload.execution", "native")]);
+        assert_eq!(apply(&mut table).unwrap().unwrap().dispatch.as_deref(), Some("3 us"));
+    }
+
+    #[test]
+    fn cuda_graphs_need_no_host_and_contradictions_and_unmeasured_modes_are_refused() {
+        let mut table = with(&[("workload.execution", "cuda-graphs")]);
+        apply(&mut table).unwrap().unwrap();
+        assert_eq!(get_dotted(&table, GRAPHS_KEY).and_then(|v| v.as_bool()), Some(true));
+        let mut table = with(&[("workload.execution", "cuda-graphs")]);
+        Override::new(GRAPHS_KEY, false).apply(&mut table).unwrap();
+        assert_eq!(apply(&mut table).unwrap_err().0, GRAPHS_KEY);
+        let mut table = with(&[("cluster.host", "dgx-h100"), ("workload.execution", "compile")]);
+        let (key, message) = apply(&mut table).unwrap_err();
+        assert_eq!(key, EXECUTION_KEY);
+        assert!(message.contains("measured: eager"), "{message}");
+        let (key, message) = apply(&mut with(&[("cluster.host", "dgx-z9")])).unwrap_err();
+        assert_eq!(key, HOST_KEY);
+        assert!(message.contains("\"dgx-h100\""), "{message}");
+        let (key, _) = apply(&mut with(&[("workload.execution", "jit")])).unwrap_err();
+        assert_eq!(key, EXECUTION_KEY);
+        // Neither key: nothing decided, nothing written.
+        let mut table = quickstart();
+        assert_eq!(apply(&mut table).unwrap(), None);
+        assert_eq!(table, quickstart());
+    }
+}
