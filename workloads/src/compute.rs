@@ -681,34 +681,85 @@ impl ComputeModel {
 
 /// The work of each kernel of `pass` of `layer` for `batch` samples in `dtype`
 /// ([`Layer::kernels`]); a pass without kernels is one kernel without work (it still pays a
-/// launch when asked for).
+/// launch when asked for). In fp8 ([`Dtype::storage`], [`fp8_linear`]) only a linear layer's
+/// matrix products run in fp8, after the cast of their inputs ([`fp8_cast_works`]); every
+/// other kernel runs in bf16.
 fn layer_kernel_works(layer: &Layer, pass: Pass, batch: u64, dtype: Dtype) -> Vec<KernelWork> {
+    let storage = dtype.storage();
+    let fp8_products = dtype == Dtype::Fp8 && fp8_linear(layer);
     // A cast to fp32 (or back) does not run when the compute dtype is fp32 already.
     let kernels: Vec<KernelPart> = layer
         .kernels(pass)
         .into_iter()
-        .filter(|part| !(part.role == KernelRole::LossCast && dtype == Dtype::Fp32))
+        .filter(|part| !(part.role == KernelRole::LossCast && storage == Dtype::Fp32))
         .collect();
     if kernels.is_empty() {
-        return vec![KernelWork::flat(layer.cost.class, dtype, 0.0, 0.0)];
+        return vec![KernelWork::flat(layer.cost.class, storage, 0.0, 0.0)];
     }
-    kernels
-        .into_iter()
-        .map(|part| {
-            // An fp32 part of a loss ([`KernelPart::fp32_traffic`]) keeps the compute dtype: its
-            // bytes count 4 per fp32 element, and element-wise and reduction kernels compute at
-            // the device's fp32 rate whatever their dtype.
-            let gemm = part.class == OpClass::Gemm;
-            KernelWork {
-                class: part.class,
-                dtype,
-                flops: part.flops * batch as f64,
-                bytes: part.bytes(batch, dtype),
-                aligned: !gemm || layer.gemm_aligned(dtype),
-                shape: if gemm { KernelShape::of_layer(layer, pass, batch) } else { KernelShape::Unknown },
-            }
-        })
-        .collect()
+    let mut works = if fp8_products { fp8_cast_works(layer, pass, batch) } else { Vec::new() };
+    works.extend(kernels.into_iter().map(|part| {
+        // An fp32 part of a loss ([`KernelPart::fp32_traffic`]) keeps the compute dtype: its
+        // bytes count 4 per fp32 element, and element-wise and reduction kernels compute at
+        // the device's fp32 rate whatever their dtype.
+        let gemm = part.class == OpClass::Gemm;
+        let dtype = if gemm && fp8_products { Dtype::Fp8 } else { storage };
+        KernelWork {
+            class: part.class,
+            dtype,
+            flops: part.flops * batch as f64,
+            bytes: part.bytes(batch, dtype),
+            aligned: !gemm || layer.gemm_aligned(dtype),
+            shape: if gemm { KernelShape::of_layer(layer, pass, batch) } else { KernelShape::Unknown },
+        }
+    }));
+    works
+}
+
+/// Whether `layer`'s matrix products run in fp8 when the model trains in fp8: a linear layer
+/// inside a numbered block (a transformer layer's QKV, projection and MLP products). Transformer
+/// Engine's `fp8_autocast` covers the modules Megatron-Core builds from TE layers (the
+/// transformer blocks); the embedding, the output layer (a plain
+/// `tensor_parallel.ColumnParallelLinear`), attention's own products, normalisations,
+/// activations and the loss stay bf16 (docs/compute-model.md, "FP8 training").
+pub fn fp8_linear(layer: &Layer) -> bool {
+    matches!(layer.kind, crate::layer::LayerKind::Linear { .. })
+        && crate::model::structure::block_of(&layer.name).is_some()
+}
+
+/// Bytes per element of Transformer Engine's fused cast-transpose of one bf16 tensor to fp8:
+/// it reads the bf16 element (2 bytes) and writes it in fp8 twice, as is and transposed (1 + 1)
+/// (`fp8_cast_transpose_fused`; the amax of the tensor is reduced in the same kernel).
+pub const FP8_CAST_TRANSPOSE_BYTES: u64 = 4;
+
+/// The memory-bound kernels Transformer Engine runs around an fp8 linear layer's products in
+/// `pass` for `batch` samples (TransformerEngine v1.8, transformer_engine/pytorch/module/
+/// linear.py): the forward casts its bf16 input to fp8 and its transpose (the transpose feeds
+/// the weight-gradient product); the backward-data pass casts the output gradient the same way
+/// (`grad_output_preprocess`: fp8 for the data-gradient product, its transpose for the
+/// weight-gradient one). The weight-gradient pass reuses both. Each is one element-wise kernel
+/// moving [`FP8_CAST_TRANSPOSE_BYTES`] per element. The weights' fp8 copies are cast once per
+/// iteration, not per micro-batch ([`fp8_weight_cast_bytes`]).
+pub fn fp8_cast_works(layer: &Layer, pass: Pass, batch: u64) -> Vec<KernelWork> {
+    let elements = match pass {
+        Pass::Forward => layer.input.elements(),
+        Pass::BackwardData => layer.output.elements(),
+        Pass::BackwardWeight => return Vec::new(),
+    };
+    let bytes = (elements.saturating_mul(batch).saturating_mul(FP8_CAST_TRANSPOSE_BYTES)) as f64;
+    vec![KernelWork::flat(OpClass::Elementwise, Dtype::Bf16, 0.0, bytes)]
+}
+
+/// Bytes the per-iteration fp8 copy of `layer`'s weights moves when it runs in fp8
+/// ([`fp8_linear`]): Transformer Engine casts the bf16 weight to fp8 and its transpose on the
+/// first micro-batch of each iteration and keeps them for the others (`is_first_microbatch`,
+/// `get_fp8_workspace` with `cache_name = "weight"`), [`FP8_CAST_TRANSPOSE_BYTES`] per
+/// parameter; 0 for a layer that does not.
+pub fn fp8_weight_cast_bytes(layer: &Layer, dtype: Dtype) -> u64 {
+    if dtype == Dtype::Fp8 && fp8_linear(layer) {
+        layer.cost.params.saturating_mul(FP8_CAST_TRANSPOSE_BYTES)
+    } else {
+        0
+    }
 }
 
 /// The optimizer step of one rank: memory-bound element-wise kernels over the parameters it

@@ -59,6 +59,19 @@ impl Dtype {
             Dtype::Fp8 => 1,
         }
     }
+
+    /// The dtype tensors are stored in when a model trains in `self`: bf16 for fp8, itself for
+    /// every other dtype. FP8 training as Transformer Engine runs it (delayed scaling) keeps
+    /// activations, weights, gradients and every kernel but its linear layers' matrix products
+    /// in bf16, and casts only those products' inputs to fp8 (docs/compute-model.md, "FP8
+    /// training"): activations sent between ranks and the element-wise kernels' traffic are
+    /// bf16-wide.
+    pub const fn storage(self) -> Dtype {
+        match self {
+            Dtype::Fp8 => Dtype::Bf16,
+            other => other,
+        }
+    }
 }
 
 impl fmt::Display for Dtype {
