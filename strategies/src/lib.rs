@@ -1180,7 +1180,8 @@ impl Strategy<'_> {
             if bytes == 0 {
                 continue;
             }
-            let work = workloads::compute::KernelWork::flat(OpClass::Elementwise, Dtype::Bf16, 0.0, bytes as f64);
+            let work =
+                workloads::compute::KernelWork::flat(OpClass::Elementwise, Dtype::Bf16, 0.0, bytes as f64);
             let error = |source| StrategyError::Compute { layer: local.layer.name.clone(), source };
             let time = self.compute.work_duration(self.device, &work).map_err(error)?;
             total = total
