@@ -1167,6 +1167,30 @@ impl Strategy<'_> {
         Ok((time, self.optimizer.flops_per_parameter() * parameters as f64))
     }
 
+    /// Transformer Engine's per-iteration fp8 copies of the weights of `layers` (one rank's)
+    /// when the model trains in fp8: one element-wise kernel per fp8 linear layer moving
+    /// [`workloads::compute::fp8_weight_cast_bytes`]; nothing in any other precision.
+    fn fp8_weight_casts<'a>(
+        &self,
+        layers: impl Iterator<Item = &'a LocalLayer>,
+    ) -> Result<SimDuration, StrategyError> {
+        let mut total = SimDuration::ZERO;
+        for local in layers {
+            let bytes = workloads::compute::fp8_weight_cast_bytes(&local.layer, self.precision);
+            if bytes == 0 {
+                continue;
+            }
+            let work =
+                workloads::compute::KernelWork::flat(OpClass::Elementwise, Dtype::Bf16, 0.0, bytes as f64);
+            let error = |source| StrategyError::Compute { layer: local.layer.name.clone(), source };
+            let time = self.compute.work_duration(self.device, &work).map_err(error)?;
+            total = total
+                .checked_add(time)
+                .map_err(|overflow| error(workloads::compute::ComputeError::Overflow(overflow)))?;
+        }
+        Ok(total)
+    }
+
     /// The in-place add of a later micro-batch's weight gradients of `layer` into its
     /// gradients ([`workloads::optimizer::GradientAccumulation::Add`]): one element-wise kernel
     /// over the rank's share of its parameters in the compute dtype (read both, write one);
@@ -1178,9 +1202,9 @@ impl Strategy<'_> {
         }
         let work = workloads::compute::KernelWork::flat(
             OpClass::Elementwise,
-            self.precision,
+            self.precision.storage(),
             parameters as f64,
-            3.0 * (parameters * self.precision.bytes()) as f64,
+            3.0 * (parameters * self.precision.storage().bytes()) as f64,
         );
         let time = self
             .compute

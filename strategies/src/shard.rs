@@ -415,7 +415,8 @@ pub fn local_layers(
     let t = u64::from(split.tensor);
     let c = u64::from(split.context);
     let sequence = sequence_length(model);
-    let width = precision.bytes();
+    // Activations are stored (and sent) in the storage dtype: bf16 in fp8 training.
+    let width = precision.storage().bytes();
     let tp = split.tensor > 1;
     let sp = split.sequence_parallel && tp;
     // Tokens of a sequence-shaped tensor: split over context ranks, and over tensor ranks where

@@ -59,6 +59,19 @@ impl Dtype {
             Dtype::Fp8 => 1,
         }
     }
+
+    /// The dtype tensors are stored in when a model trains in `self`: bf16 for fp8, itself for
+    /// every other dtype. FP8 training as Transformer Engine runs it (delayed scaling) keeps
+    /// activations, weights, gradients and every kernel but its linear layers' matrix products
+    /// in bf16, and casts only those products' inputs to fp8 (docs/compute-model.md, "FP8
+    /// training"): activations sent between ranks and the element-wise kernels' traffic are
+    /// bf16-wide.
+    pub const fn storage(self) -> Dtype {
+        match self {
+            Dtype::Fp8 => Dtype::Bf16,
+            other => other,
+        }
+    }
 }
 
 impl fmt::Display for Dtype {
@@ -253,6 +266,16 @@ pub struct Execution {
     /// Where `matrix-sustained-fraction` comes from (empty when it is 1).
     #[serde(default)]
     pub matrix_sustained_source: String,
+    /// The share of the datasheet's fp8 rate that the device sustains through long dense fp8
+    /// products, when it was measured apart: fp8 products run twice the 16-bit rate per clock
+    /// but draw more power per clock, so a power-capped device sustains a smaller share of its
+    /// fp8 rate than of its bf16 one. `None`: `matrix-sustained-fraction` applies to fp8 too.
+    /// Named in `fp8-sustained-source`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fp8_sustained_fraction: Option<f64>,
+    /// Where `fp8-sustained-fraction` comes from.
+    #[serde(default)]
+    pub fp8_sustained_source: String,
     /// Output tile shapes (rows x columns of the product one thread block computes) that the
     /// device's GEMM libraries choose from; empty means [`DEFAULT_TILES`].
     #[serde(default)]
@@ -315,6 +338,16 @@ impl Execution {
     /// The tiles matrix-unit convolutions choose from on this device.
     pub fn conv_tiles(&self) -> &[[u32; 2]] {
         if self.conv_tiles.is_empty() { self.tiles() } else { &self.conv_tiles }
+    }
+
+    /// The share of the datasheet's `dtype` matrix rate the device sustains through long dense
+    /// products: `fp8-sustained-fraction` for fp8 where it was measured apart, else
+    /// `matrix-sustained-fraction`.
+    pub fn sustained_fraction(&self, dtype: Dtype) -> f64 {
+        match (dtype, self.fp8_sustained_fraction) {
+            (Dtype::Fp8, Some(fraction)) => fraction,
+            _ => self.matrix_sustained_fraction,
+        }
     }
 
     /// Whether `dtype` products run on the matrix units.
@@ -431,6 +464,17 @@ impl DeviceSpec {
                     "execution.matrix-sustained-source",
                     "must name the measurement `matrix-sustained-fraction` comes from",
                 ));
+            }
+            if let Some(fp8) = execution.fp8_sustained_fraction {
+                if !(fp8 > 0.0 && fp8 <= 1.0) {
+                    return Err(invalid("execution.fp8-sustained-fraction", "must be in (0, 1]"));
+                }
+                if execution.fp8_sustained_source.trim().is_empty() {
+                    return Err(invalid(
+                        "execution.fp8-sustained-source",
+                        "must name the measurement `fp8-sustained-fraction` comes from",
+                    ));
+                }
             }
         }
         if self.nvlink_bandwidth.is_some() && self.infinity_fabric_bandwidth.is_some() {

@@ -139,10 +139,18 @@ impl<'s> Plan<'s> {
                 + if stage + 1 == p.pipeline { tied_embedding } else { 0 };
             let held = if p.zero >= 1 { parameters.div_ceil(u64::from(sync_ranks)) } else { parameters };
             let tensors = layers().filter(|&index| local[index].layer.cost.params > 0).count() as u64;
-            optimizer.push(strategy.optimizer_step(held, tensors)?);
+            let (step, step_flops) = strategy.optimizer_step(held, tensors)?;
+            // In fp8, the first micro-batch's forward casts the updated weights to fp8 (kept
+            // for the others): once per iteration, on the same stream, priced with the step.
+            let casts = strategy.fp8_weight_casts(layers().map(|index| &local[index]))?;
+            let step = step.checked_add(casts).map_err(|error| StrategyError::Compute {
+                layer: "optimizer".into(),
+                source: workloads::compute::ComputeError::Overflow(error),
+            })?;
+            optimizer.push((step, step_flops));
             stage_parameters.push(parameters);
         }
-        let width = strategy.precision.bytes();
+        let width = strategy.precision.storage().bytes();
         let host_cost = strategy.compute.host_cost_per_kernel();
         let scatter_applies =
             p.pipeline_scatter_gather && p.pipeline > 1 && p.tensor > 1 && !p.sequence_parallel;

@@ -224,7 +224,7 @@ fn filter_copies(
     let copy = |bytes: f64, class| {
         strategy
             .compute
-            .duration(strategy.device, strategy.precision, 0.0, bytes, class)
+            .duration(strategy.device, strategy.precision.storage(), 0.0, bytes, class)
             .map_err(|source| StrategyError::Compute { layer: layer.layer.name.clone(), source })
     };
     let elementwise = workloads::layer::OpClass::Elementwise;
