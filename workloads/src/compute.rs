@@ -241,6 +241,12 @@ pub struct ComputeModel {
     /// Further factor for the backward-data (dgrad) kernels of convolutions, in (0, 1]: strided
     /// ones scatter into a larger input.
     pub conv_backward_data_efficiency: f64,
+    /// Factor on `gemm-efficiency` for the products of a fused (flash) attention kernel priced
+    /// by its shape, in (0, 1]: the rate its on-chip products and online softmax reach relative
+    /// to cuBLAS's GEMMs of the same shapes. 1 by default (a flash kernel as fast as the GEMMs
+    /// it replaces); a kernel of its own (llm-foundry's Triton flash attention) runs slower,
+    /// which nothing public measures: only a fitted value sets it (data/validation/fitted.toml).
+    pub flash_attention_efficiency: f64,
     /// How much slower a memory-bound kernel progresses while a communication kernel or copy
     /// runs on the same GPU, at least 1: a kernel of time `T` alone takes
     /// `T * communication-memory-slowdown` fully beside communication, and in proportion for a
@@ -309,6 +315,7 @@ impl Default for ComputeModel {
             conv_efficiency: 1.0,
             conv_backward_weight_efficiency: 1.0,
             conv_backward_data_efficiency: 1.0,
+            flash_attention_efficiency: 1.0,
             communication_memory_slowdown: 1.0,
             communication_compute_slowdown: 1.0,
             communication_launch_slowdown: 1.0,
@@ -551,6 +558,7 @@ impl ComputeModel {
             conv_efficiency: self.conv_efficiency,
             conv_backward_weight_efficiency: self.conv_backward_weight_efficiency,
             conv_backward_data_efficiency: self.conv_backward_data_efficiency,
+            flash_attention_efficiency: self.flash_attention_efficiency,
             winograd: self.winograd_convolutions,
             launch_s: self.launch_overhead.as_secs_f64(),
         }
@@ -920,6 +928,7 @@ pub(crate) struct Curves {
     pub(crate) conv_efficiency: f64,
     pub(crate) conv_backward_weight_efficiency: f64,
     pub(crate) conv_backward_data_efficiency: f64,
+    pub(crate) flash_attention_efficiency: f64,
     pub(crate) winograd: bool,
     /// `launch-overhead` in seconds: what each of cuDNN's helper kernels of a convolution
     /// costs ([`conv_helper_kernels`]).
@@ -960,8 +969,10 @@ impl Curves {
         }
         Ok(match class {
             OpClass::Gemm => {
+                let fused = matches!(work.shape, KernelShape::Attention(shape) if shape.fused);
                 let efficiency = self.gemm_ceiling(device, dtype)
-                    * if aligned { 1.0 } else { self.unaligned_gemm_efficiency };
+                    * if aligned { 1.0 } else { self.unaligned_gemm_efficiency }
+                    * if fused { self.flash_attention_efficiency } else { 1.0 };
                 if let Some(seconds) = self.shaped_seconds(device, work, peak, efficiency) {
                     return Ok(seconds);
                 }
