@@ -2399,6 +2399,42 @@ mod tests {
         assert!(seconds(Dtype::Fp16) > seconds(Dtype::Fp32));
     }
 
+    /// `flash-attention-efficiency` slows a flash core's compute-bound products by its
+    /// inverse and leaves a standard core's cuBLAS products alone.
+    #[test]
+    fn flash_attention_efficiency_prices_only_fused_attention() {
+        use crate::layer::{AttentionKernel, LayerKind, Shape};
+        let core = |implementation| {
+            let kind = LayerKind::Attention {
+                heads: 32,
+                kv_heads: 32,
+                causal: true,
+                implementation,
+                dropout: false,
+            };
+            Layer::new("core", kind, Shape::from([16384, 3 * 4096])).unwrap()
+        };
+        let slow = ComputeModel { flash_attention_efficiency: 0.5, ..ComputeModel::default() };
+        let seconds = |model: &ComputeModel, implementation, pass| {
+            model.layer_duration(a100(), Dtype::Bf16, &core(implementation), pass, 2).unwrap().as_secs_f64()
+        };
+        for pass in [Pass::Forward, Pass::BackwardData] {
+            let (fast, halved) = (
+                seconds(&ComputeModel::default(), AttentionKernel::Flash, pass),
+                seconds(&slow, AttentionKernel::Flash, pass),
+            );
+            // Compute-bound at 16k tokens: nearly twice the time; the launch and the waves'
+            // fixed prologue and epilogue (`gemm-wave-overhead`) do not scale.
+            assert!(halved > 1.7 * fast && halved < 2.0 * fast, "{pass:?}: {fast} -> {halved}");
+            assert_eq!(
+                seconds(&ComputeModel::default(), AttentionKernel::Standard, pass),
+                seconds(&slow, AttentionKernel::Standard, pass)
+            );
+        }
+        let knob = knobs::knob("flash-attention-efficiency").unwrap();
+        assert_eq!(knob.get(&ComputeModel::default()), knobs::KnobValue::Number(1.0));
+    }
+
     #[test]
     fn scenario_files_can_override_parameters() {
         let model: ComputeModel = toml::from_str(
