@@ -257,6 +257,9 @@ impl Point {
             reduction_half_s: self.value(REDUCTION_HALF_TIME),
             reduction_overhead_s: self.value(COMBINE),
             conv_backward_data_efficiency: self.value(CONV_BACKWARD_DATA),
+            // Calibration's samples (profiled operators, DeepBench rows) have no fused attention
+            // shape: the knob is not fitted and reads nothing here.
+            flash_attention_efficiency: 1.0,
             winograd: self.winograd,
             launch_s: self.value(LAUNCH),
         };

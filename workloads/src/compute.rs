@@ -241,6 +241,12 @@ pub struct ComputeModel {
     /// Further factor for the backward-data (dgrad) kernels of convolutions, in (0, 1]: strided
     /// ones scatter into a larger input.
     pub conv_backward_data_efficiency: f64,
+    /// Factor on `gemm-efficiency` for the products of a fused (flash) attention kernel priced
+    /// by its shape, in (0, 1]: the rate its on-chip products and online softmax reach relative
+    /// to cuBLAS's GEMMs of the same shapes. 1 by default (a flash kernel as fast as the GEMMs
+    /// it replaces); a kernel of its own (llm-foundry's Triton flash attention) runs slower,
+    /// which nothing public measures: only a fitted value sets it (data/validation/fitted.toml).
+    pub flash_attention_efficiency: f64,
     /// How much slower a memory-bound kernel progresses while a communication kernel or copy
     /// runs on the same GPU, at least 1: a kernel of time `T` alone takes
     /// `T * communication-memory-slowdown` fully beside communication, and in proportion for a
@@ -316,6 +322,7 @@ impl Default for ComputeModel {
             conv_efficiency: 1.0,
             conv_backward_weight_efficiency: 1.0,
             conv_backward_data_efficiency: 1.0,
+            flash_attention_efficiency: 1.0,
             communication_memory_slowdown: 1.0,
             communication_compute_slowdown: 1.0,
             communication_launch_slowdown: 1.0,
@@ -559,6 +566,7 @@ impl ComputeModel {
             conv_efficiency: self.conv_efficiency,
             conv_backward_weight_efficiency: self.conv_backward_weight_efficiency,
             conv_backward_data_efficiency: self.conv_backward_data_efficiency,
+            flash_attention_efficiency: self.flash_attention_efficiency,
             winograd: self.winograd_convolutions,
             launch_s: self.launch_overhead.as_secs_f64(),
         }
@@ -979,6 +987,7 @@ pub(crate) struct Curves {
     pub(crate) conv_efficiency: f64,
     pub(crate) conv_backward_weight_efficiency: f64,
     pub(crate) conv_backward_data_efficiency: f64,
+    pub(crate) flash_attention_efficiency: f64,
     pub(crate) winograd: bool,
     /// `launch-overhead` in seconds: what each of cuDNN's helper kernels of a convolution
     /// costs ([`conv_helper_kernels`]).
@@ -1020,8 +1029,10 @@ impl Curves {
         }
         Ok(match class {
             OpClass::Gemm => {
+                let fused = matches!(work.shape, KernelShape::Attention(shape) if shape.fused);
                 let efficiency = self.gemm_ceiling(device, dtype)
-                    * if aligned { 1.0 } else { self.unaligned_gemm_efficiency };
+                    * if aligned { 1.0 } else { self.unaligned_gemm_efficiency }
+                    * if fused { self.flash_attention_efficiency } else { 1.0 };
                 if let Some(seconds) = self.shaped_seconds(device, work, peak, efficiency) {
                     return Ok(seconds);
                 }
@@ -2555,6 +2566,42 @@ mod tests {
         assert_eq!(bytes(&half[1..]), bytes(&single));
         let seconds = |dtype| model.layer_duration(a100(), dtype, &loss, Pass::BackwardData, 1).unwrap();
         assert!(seconds(Dtype::Fp16) > seconds(Dtype::Fp32));
+    }
+
+    /// `flash-attention-efficiency` slows a flash core's compute-bound products by its
+    /// inverse and leaves a standard core's cuBLAS products alone.
+    #[test]
+    fn flash_attention_efficiency_prices_only_fused_attention() {
+        use crate::layer::{AttentionKernel, LayerKind, Shape};
+        let core = |implementation| {
+            let kind = LayerKind::Attention {
+                heads: 32,
+                kv_heads: 32,
+                causal: true,
+                implementation,
+                dropout: false,
+            };
+            Layer::new("core", kind, Shape::from([16384, 3 * 4096])).unwrap()
+        };
+        let slow = ComputeModel { flash_attention_efficiency: 0.5, ..ComputeModel::default() };
+        let seconds = |model: &ComputeModel, implementation, pass| {
+            model.layer_duration(a100(), Dtype::Bf16, &core(implementation), pass, 2).unwrap().as_secs_f64()
+        };
+        for pass in [Pass::Forward, Pass::BackwardData] {
+            let (fast, halved) = (
+                seconds(&ComputeModel::default(), AttentionKernel::Flash, pass),
+                seconds(&slow, AttentionKernel::Flash, pass),
+            );
+            // Compute-bound at 16k tokens: nearly twice the time; the launch and the waves'
+            // fixed prologue and epilogue (`gemm-wave-overhead`) do not scale.
+            assert!(halved > 1.7 * fast && halved < 2.0 * fast, "{pass:?}: {fast} -> {halved}");
+            assert_eq!(
+                seconds(&ComputeModel::default(), AttentionKernel::Standard, pass),
+                seconds(&slow, AttentionKernel::Standard, pass)
+            );
+        }
+        let knob = knobs::knob("flash-attention-efficiency").unwrap();
+        assert_eq!(knob.get(&ComputeModel::default()), knobs::KnobValue::Number(1.0));
     }
 
     #[test]

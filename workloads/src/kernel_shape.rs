@@ -472,6 +472,10 @@ pub struct AttentionShape {
     pub keys: u64,
     /// Head size.
     pub head_dim: u64,
+    /// One fused (flash) kernel, whose products run at `flash-attention-efficiency` of the
+    /// GEMM ceiling; false for the separate cuBLAS products of a standard core.
+    #[serde(skip)]
+    pub fused: bool,
 }
 
 impl AttentionShape {
@@ -591,7 +595,7 @@ impl KernelShape {
                 };
                 KernelShape::Gemm(GemmShape { batch: products, m, n, k, layout: None })
             }
-            LayerKind::Attention { heads, kv_heads, .. } => {
+            LayerKind::Attention { heads, kv_heads, implementation, .. } => {
                 let (Some(&features), Some(&tokens)) = (input.last(), input.first()) else {
                     return KernelShape::Unknown;
                 };
@@ -602,6 +606,7 @@ impl KernelShape {
                     queries: tokens,
                     keys: tokens,
                     head_dim,
+                    fused: *implementation == crate::layer::AttentionKernel::Flash,
                 })
             }
             LayerKind::MoeExperts { experts, top_k, ffn_hidden, .. } => {

@@ -347,6 +347,13 @@ pub const KNOBS: &[Knob] = &[
         "Further factor for the backward-data (dgrad) kernels of convolutions."
     ),
     knob!(
+        "flash-attention-efficiency",
+        flash_attention_efficiency,
+        Efficiency,
+        None,
+        "Factor on the ceiling for the products of a fused (flash) attention kernel."
+    ),
+    knob!(
         "communication-memory-slowdown",
         communication_memory_slowdown,
         Slowdown,

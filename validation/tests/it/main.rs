@@ -1,0 +1,4 @@
+//! The validation crate's integration tests: checks of the suite's data that need a model
+//! built (the families themselves run in `parasim validate`).
+
+mod mpt;
