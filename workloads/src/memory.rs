@@ -1055,7 +1055,10 @@ mod tests {
         let device = crate::DeviceCatalog::builtin().get("a100-sxm4-80gb").unwrap();
         let breakdown = MemoryBreakdown { weights: Bytes(90 << 30), ..Default::default() };
         let error = breakdown.check(device).unwrap_err().to_string();
-        assert!(error.contains("A100-SXM4-80GB has 85.90 GB (80 GiB), 10.74 GB over"), "{error}");
+        assert!(
+            error.contains("A100-SXM4-80GB has 85.90 GB (80 GiB): over by 10.74 GB (12.5% of its memory)"),
+            "{error}"
+        );
         assert!(error.contains("weights") && error.contains("96.64 GB"), "{error}");
         assert!(MemoryBreakdown::default().check(device).is_ok());
     }
