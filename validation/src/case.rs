@@ -390,7 +390,7 @@ fn check(family: &Family) -> Result<(), (String, String)> {
                 return Err((
                     key("model"),
                     format!(
-                        "predictions compare one value; a {} case has many points (valid in iteration and scaling families)",
+                        "predictions compare one value; a {} case has many points (valid in iteration, scaling and memory families)",
                         header.kind.name()
                     ),
                 ));
@@ -630,6 +630,35 @@ derivation = "read off"
         ] {
             let error = parse(&LAYER.replace(change.0, change.1)).unwrap_err().to_string();
             assert!(error.contains(key) && error.contains(says), "{change:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn a_memory_family_compares_bytes_and_names_its_part() {
+        let memory = FAMILY.replace("kind = \"iteration\"", "kind = \"memory\"").replace("s/iter", "GiB");
+        let family = parse(
+            &memory.replace("derivation = \"read off\"", "derivation = \"read off\"\npart = \"activations\""),
+        )
+        .unwrap();
+        assert_eq!(family.header.kind, Kind::Memory);
+        assert_eq!(family.cases[0].part.as_deref(), Some("activations"));
+        assert!(parse(&memory).unwrap().cases[0].part.is_none(), "allocated by default");
+        for (text, key, says) in [
+            (memory.replace("GiB", "s"), "family.unit", "valid: GB, GiB"),
+            (memory.replace("measured = 0.5", ""), "case[0].measured", "required"),
+            (
+                memory.replace("derivation = \"read off\"", "derivation = \"d\"\npart = \"weights\""),
+                "case[0].part",
+                "valid: allocated, activations, model-states",
+            ),
+            (
+                FAMILY.replace("derivation = \"read off\"", "derivation = \"d\"\npart = \"activations\""),
+                "case[0].part",
+                "memory families",
+            ),
+        ] {
+            let error = parse(&text).unwrap_err().to_string();
+            assert!(error.contains(key) && error.contains(says), "{error}");
         }
     }
 

@@ -48,13 +48,23 @@
 //! block is split (`34 s b h / t`). Outside the blocks tensors are replicated, except the
 //! cross-entropy's log-probabilities (Megatron's vocabulary-parallel loss).
 //!
+//! FP8 training (Transformer Engine): only the GEMMs run in FP8. Activations are kept in bf16,
+//! except that each FP8 linear layer keeps the FP8 cast of its input (one byte per element, a
+//! tensor of its own), which makes a GPT layer's `34 s b h` (selective recomputation) `27 s b h`;
+//! weights are bf16 plus an FP8 copy and an FP8 transpose of every linear weight, which TE
+//! caches across micro-batches (NVIDIA/TransformerEngine @ v1.8 :
+//! transformer_engine/pytorch/module/linear.py).
+//!
 //! Temporary buffers: the largest pair of input and output gradients alive during one layer's
 //! backward, plus (ZeRO stage 3) the largest layer's gathered weights and gradients.
-//! Communication buffers are the strategy's (DDP's gradient buckets).
+//! Communication buffers are the strategy's (DDP's gradient buckets, when they are copies beside
+//! the gradients: `parallelism.gradient-buffers`).
 //!
-//! Not modelled: the CUDA context and allocator fragmentation (a few hundred MB to a few GB in
-//! practice), the optimizer step's temporaries, NCCL's internal buffers, inputs prefetched by
-//! the data loader.
+//! What the breakdown adds up to is what `torch.cuda.max_memory_allocated()` would report. Not
+//! modelled: the CUDA context and NCCL's internal buffers (outside PyTorch's allocator) and the
+//! caching allocator's free-but-reserved blocks, for which no public source gives a figure that
+//! holds across devices and versions (reports print the margin left for them instead,
+//! [`Margin`]); the optimizer step's temporaries; inputs prefetched by the data loader.
 
 use std::fmt;
 use std::ops::Range;
@@ -681,7 +691,9 @@ impl MemoryPlan<'_> {
                     };
                     if fresh {
                         result.blocks = result.blocks.saturating_add(
-                            batch.saturating_mul(block_input_elements).saturating_mul(self.activation_width())
+                            batch
+                                .saturating_mul(block_input_elements)
+                                .saturating_mul(self.activation_width())
                                 / sequence_split,
                         );
                     }

@@ -628,7 +628,10 @@ impl Sweep {
                                 .unwrap_or(i64::MIN)
                                 .into(),
                         ),
-                        ("memory.spare_fraction", Margin::new(breakdown.total(), *capacity).fraction().into()),
+                        (
+                            "memory.spare_fraction",
+                            Margin::new(breakdown.total(), *capacity).fraction().into(),
+                        ),
                     ];
                     for (name, value) in memory {
                         if let Some(i) = columns.iter().position(|c| c == name) {
