@@ -338,14 +338,15 @@ fn human(report: &PlanReport, search: &Search, options: &PlanOptions) -> String 
     let has_budget = report.top.iter().any(|r| r.time_to_train_s.is_some());
     let has_cost = report.top.iter().any(|r| r.cost.is_some());
     let mut header = format!(
-        "{:<4} {:>5} {:<34} {:>11} {:>13} {:>6} {:>11}",
+        "{:<4} {:>5} {:<34} {:>11} {:>13} {:>6} {:>11} {:>15}",
         "rank",
         format!("{unit}s"),
         "configuration",
         "iteration",
         format!("samples/s/{unit}"),
         "MFU",
-        format!("memory/{unit}")
+        format!("memory/{unit}"),
+        "spare"
     );
     if has_budget {
         let _ = write!(header, " {:>12} {:>10}", "to train", format!("{unit}-hours"));
@@ -357,14 +358,16 @@ fn human(report: &PlanReport, search: &Search, options: &PlanOptions) -> String 
     for (i, ranked) in report.top.iter().enumerate() {
         let s = &ranked.summary;
         let mut line = format!(
-            "{:<4} {:>5} {:<34} {:>11} {:>13.2} {:>5.1}% {:>8.1} GB",
+            "{:<4} {:>5} {:<34} {:>11} {:>13.2} {:>5.1}% {:>8.1} GB {:>7.1} GB {:>3.0}%",
             i + 1,
             ranked.choice.gpus,
             ranked.choice.label(),
             format!("{}{}", s.iteration_time, if ranked.over_time_limit { "*" } else { "" }),
             s.samples_per_second_per_device,
             100.0 * s.model_flops_utilization,
-            s.memory.total as f64 / 1e9
+            s.memory.total as f64 / 1e9,
+            s.memory.spare as f64 / 1e9,
+            100.0 * s.memory.spare_fraction
         );
         if let (Some(t), Some(h)) = (ranked.time_to_train_s, ranked.gpu_hours) {
             let _ = write!(

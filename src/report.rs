@@ -429,15 +429,8 @@ impl<'s> Report<'s> {
         let (s, unit, out) = (self.summary, self.unit, &mut self.out);
         let memory = &s.memory;
         let gb = |bytes: u64| workloads::memory::gigabytes(Bytes(bytes));
-        let _ = writeln!(
-            out,
-            "memory        {} per {unit} of {} ({}), {:.0}%; recomputation {}",
-            gb(memory.total),
-            gb(memory.capacity),
-            Bytes(memory.capacity),
-            100.0 * memory.total as f64 / memory.capacity.max(1) as f64,
-            memory.recompute
-        );
+        let margin = workloads::memory::Margin::new(Bytes(memory.total), Bytes(memory.capacity));
+        let _ = writeln!(out, "memory        per {unit} {margin}; recomputation {}", memory.recompute);
         for (name, bytes) in [
             ("weights", memory.weights),
             ("gradients", memory.gradients),

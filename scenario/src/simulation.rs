@@ -367,10 +367,15 @@ pub struct MemorySummary {
     pub total: u64,
     /// The device's memory.
     pub capacity: u64,
+    /// Bytes to spare: `capacity - total` (a configuration that runs has at least 0).
+    pub spare: i64,
+    /// `spare` as a fraction of `capacity`.
+    pub spare_fraction: f64,
 }
 
 impl MemorySummary {
     fn new(memory: &MemoryBreakdown, scenario: &Scenario) -> MemorySummary {
+        let margin = memory.margin(&scenario.device);
         MemorySummary {
             recompute: scenario.recompute.to_string(),
             weights: memory.weights.0,
@@ -381,6 +386,8 @@ impl MemorySummary {
             communication: memory.communication.0,
             total: memory.total().0,
             capacity: scenario.device.memory_capacity.0,
+            spare: i64::try_from(margin.spare_bytes()).unwrap_or(i64::MIN),
+            spare_fraction: margin.fraction(),
         }
     }
 }

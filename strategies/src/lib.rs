@@ -202,6 +202,53 @@ pub struct Parallelism {
     /// its 1/t slice to its peer of the next stage, and the receivers all-gather the slices
     /// over their tensor group before using them.
     pub pipeline_scatter_gather: bool,
+    /// Where data-parallel gradient buckets live (`parallelism.gradient-buffers`): copies
+    /// beside the gradients, or the gradients' own storage.
+    pub gradient_buffers: GradientBuffers,
+}
+
+/// Where a data-parallel gradient synchronisation's buckets live
+/// (`parallelism.gradient-buffers`), which decides whether they add to the memory peak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GradientBuffers {
+    /// Buckets are persistent buffers beside the gradients, which are copied into them
+    /// (PyTorch DDP's default, `gradient_as_bucket_view=False`: torch/nn/parallel/distributed.py):
+    /// one more copy of the gradients at every instant.
+    #[default]
+    Copy,
+    /// The synchronisation runs on the gradients' own storage (a contiguous gradient buffer
+    /// whose buckets are views: Megatron-LM's DDP with contiguous buffers, Megatron-Core's
+    /// `_ParamAndGradBuffer`, PyTorch DDP's `gradient_as_bucket_view=True`), or on a copy made
+    /// only after the backward, once the micro-batches' activations are freed (Megatron-LM
+    /// 2021's local DDP without contiguous buffers, `_flatten_dense_tensors` in
+    /// `allreduce_gradients`): nothing beside the gradients at the activation peak.
+    InPlace,
+}
+
+impl GradientBuffers {
+    /// Every setting, in the order errors list them.
+    pub const ALL: [GradientBuffers; 2] = [GradientBuffers::Copy, GradientBuffers::InPlace];
+
+    /// The scenario name: `"copy"` or `"in-place"`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            GradientBuffers::Copy => "copy",
+            GradientBuffers::InPlace => "in-place",
+        }
+    }
+}
+
+impl std::str::FromStr for GradientBuffers {
+    type Err = String;
+    fn from_str(name: &str) -> Result<Self, String> {
+        GradientBuffers::ALL.into_iter().find(|s| s.name() == name).ok_or_else(|| {
+            format!(
+                "unknown gradient buffers {name:?}; valid: \"copy\" (persistent buckets beside the \
+                 gradients: PyTorch DDP's default), \"in-place\" (the gradients' own contiguous buffer, \
+                 or a copy made after the backward: Megatron-LM, Megatron-Core)"
+            )
+        })
+    }
 }
 
 /// Whether the framework's host synchronises the device after each pipeline exchange
@@ -415,6 +462,7 @@ impl Parallelism {
             zero_implementation: ZeroImplementation::Fsdp,
             pipeline_host_sync: PipelineHostSync::None,
             pipeline_scatter_gather: false,
+            gradient_buffers: GradientBuffers::Copy,
         }
     }
 

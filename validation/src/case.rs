@@ -48,6 +48,9 @@ pub enum Kind {
     /// Forward and backward time of one transformer block inside a scenario's iteration
     /// (per-layer timings such as Korthikanti et al.'s Table 4).
     Layer,
+    /// The memory one device of a scenario needs at its peak (the most loaded pipeline stage),
+    /// or a part of it (`part`), from the memory model alone: no simulation.
+    Memory,
 }
 
 impl Kind {
@@ -60,6 +63,7 @@ impl Kind {
             Kind::Deepbench => "deepbench",
             Kind::Replay => "replay",
             Kind::Layer => "layer",
+            Kind::Memory => "memory",
         }
     }
 }
@@ -162,6 +166,11 @@ pub struct CaseEntry {
     /// the family's unit.
     #[serde(default)]
     pub backward: Option<f64>,
+    /// Memory cases: what is compared, `"allocated"` (the default: every tensor the memory
+    /// model counts, what `torch.cuda.max_memory_allocated` measures), `"activations"` or
+    /// `"model-states"` (weights, gradients and optimizer state).
+    #[serde(default)]
+    pub part: Option<String>,
     /// What other models (a paper's own analytical model, another simulator) predicted for
     /// this case, as published: the report sets them against the measurement next to parasim.
     #[serde(default, rename = "prediction")]
@@ -319,6 +328,9 @@ fn is_id(text: &str) -> bool {
         && text.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
 }
 
+/// What a memory case may compare (`part`).
+pub const MEMORY_PARTS: [&str; 3] = ["allocated", "activations", "model-states"];
+
 /// The checks serde cannot make: ids, and each kind's required and forbidden keys.
 fn check(family: &Family) -> Result<(), (String, String)> {
     let header = &family.header;
@@ -339,6 +351,7 @@ fn check(family: &Family) -> Result<(), (String, String)> {
         Kind::NcclTests | Kind::Replay => &["s"],
         Kind::Deepbench => &["s"],
         Kind::Layer => &["ms"],
+        Kind::Memory => &["GB", "GiB"],
     };
     if !units.contains(&header.unit.as_str()) {
         return Err((
@@ -370,14 +383,14 @@ fn check(family: &Family) -> Result<(), (String, String)> {
                 return Err((key(name), format!("{value}: must be a positive number")));
             }
         }
-        let measured_in_file = matches!(header.kind, Kind::Iteration | Kind::Scaling);
+        let measured_in_file = matches!(header.kind, Kind::Iteration | Kind::Scaling | Kind::Memory);
         for (number, prediction) in case.predictions.iter().enumerate() {
             let key = |name: &str| key(&format!("prediction[{number}].{name}"));
             if !measured_in_file {
                 return Err((
                     key("model"),
                     format!(
-                        "predictions compare one value; a {} case has many points (valid in iteration and scaling families)",
+                        "predictions compare one value; a {} case has many points (valid in iteration, scaling and memory families)",
                         header.kind.name()
                     ),
                 ));
@@ -415,7 +428,7 @@ fn check(family: &Family) -> Result<(), (String, String)> {
             return Err((key("derivation"), "is required: how the measured value was derived".into()));
         }
         let required: &[(&str, bool)] = match header.kind {
-            Kind::Iteration | Kind::Scaling => &[],
+            Kind::Iteration | Kind::Scaling | Kind::Memory => &[],
             Kind::NcclTests => &[("log", case.log.is_some()), ("collective", case.collective.is_some())],
             Kind::Deepbench => &[
                 ("table", case.table.is_some()),
@@ -453,6 +466,14 @@ fn check(family: &Family) -> Result<(), (String, String)> {
                 key("iterations-per-epoch"),
                 "is required when the family's unit is s/epoch".into(),
             ));
+        }
+        if let Some(part) = &case.part {
+            if header.kind != Kind::Memory {
+                return Err((key("part"), format!("is for memory families, not {}", header.kind.name())));
+            }
+            if !MEMORY_PARTS.contains(&part.as_str()) {
+                return Err((key("part"), format!("{part:?}; valid: {}", MEMORY_PARTS.join(", "))));
+            }
         }
         if let Some(operation) = &case.operation
             && !["gemm", "conv"].contains(&operation.as_str())
@@ -609,6 +630,35 @@ derivation = "read off"
         ] {
             let error = parse(&LAYER.replace(change.0, change.1)).unwrap_err().to_string();
             assert!(error.contains(key) && error.contains(says), "{change:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn a_memory_family_compares_bytes_and_names_its_part() {
+        let memory = FAMILY.replace("kind = \"iteration\"", "kind = \"memory\"").replace("s/iter", "GiB");
+        let family = parse(
+            &memory.replace("derivation = \"read off\"", "derivation = \"read off\"\npart = \"activations\""),
+        )
+        .unwrap();
+        assert_eq!(family.header.kind, Kind::Memory);
+        assert_eq!(family.cases[0].part.as_deref(), Some("activations"));
+        assert!(parse(&memory).unwrap().cases[0].part.is_none(), "allocated by default");
+        for (text, key, says) in [
+            (memory.replace("GiB", "s"), "family.unit", "valid: GB, GiB"),
+            (memory.replace("measured = 0.5", ""), "case[0].measured", "required"),
+            (
+                memory.replace("derivation = \"read off\"", "derivation = \"d\"\npart = \"weights\""),
+                "case[0].part",
+                "valid: allocated, activations, model-states",
+            ),
+            (
+                FAMILY.replace("derivation = \"read off\"", "derivation = \"d\"\npart = \"activations\""),
+                "case[0].part",
+                "memory families",
+            ),
+        ] {
+            let error = parse(&text).unwrap_err().to_string();
+            assert!(error.contains(key) && error.contains(says), "{error}");
         }
     }
 

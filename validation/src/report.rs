@@ -672,12 +672,14 @@ fn truncate(text: &str, width: usize) -> String {
     }
 }
 
-/// A value in its unit, short: seconds as s/ms/us, fractions as percentages.
+/// A value in its unit, short: seconds as s/ms/us, fractions as percentages, memory in its
+/// unit.
 fn value(value: Option<f64>, unit: &str) -> String {
     let Some(v) = value else { return "-".into() };
     match unit {
         "fraction" => format!("{:.1}%", 100.0 * v),
         "ms" => format!("{v:.2} ms"),
+        "GB" | "GiB" => format!("{v:.2} {unit}"),
         _ if v >= 1.0 => format!("{v:.2} s"),
         _ if v >= 1e-3 => format!("{:.2} ms", v * 1e3),
         _ => format!("{:.1} us", v * 1e6),

@@ -165,6 +165,7 @@ pub fn run_case(family: &Family, case: &CaseEntry, paths: &Paths) -> CaseResult 
         Kind::Deepbench => deepbench(family, case, paths),
         Kind::Replay => replayed(family, case, paths),
         Kind::Layer => layer(family, case, paths),
+        Kind::Memory => memory(family, case, paths),
     };
     result.wall_s = started.elapsed().as_secs_f64();
     match outcome {
@@ -345,6 +346,41 @@ fn iteration(family: &Family, case: &CaseEntry, paths: &Paths) -> Result<Simulat
         gpus: Some(summary.cluster.gpus),
         strategy: describe_strategy(&summary.strategy),
         points: vec![point(family.header.unit.clone(), measured, simulated)],
+    })
+}
+
+/// Memory cases: the memory model's peak on the most loaded pipeline stage (as `parasim run`
+/// reports it, without the simulation, and whether it fits or not), or one part of it, in the
+/// family's unit.
+fn memory(family: &Family, case: &CaseEntry, paths: &Paths) -> Result<Simulated, String> {
+    let (table, anchor) = scenario_table(family, case, paths)?;
+    let scenario = scenario_of(&table, &anchor, "case's")?;
+    let estimate = scenario
+        .strategy()
+        .estimate(&|_| SimDuration::ZERO)
+        .map_err(|e| format!("{}: {e}", scenario.source))?;
+    let peak = estimate.peak_memory();
+    let part = case.part.as_deref().unwrap_or("allocated");
+    let bytes = match part {
+        "allocated" => peak.total(),
+        "activations" => peak.activations,
+        "model-states" => Bytes(peak.weights.0 + peak.gradients.0 + peak.optimizer.0),
+        other => return Err(format!("part {other:?}; valid: {}", crate::case::MEMORY_PARTS.join(", "))),
+    };
+    let scale = if family.header.unit == "GiB" { f64::from(1u32 << 30) } else { 1e9 };
+    let measured = case.measured.ok_or("measured is missing")?;
+    let p = &scenario.parallelism;
+    Ok(Simulated {
+        gpus: Some(p.data * p.tensor * p.pipeline * p.context),
+        strategy: format!(
+            "DP{} TP{} PP{}{}, {} recompute, {part}",
+            p.data,
+            p.tensor,
+            p.pipeline,
+            if p.virtual_stages > 1 { format!(" VP{}", p.virtual_stages) } else { String::new() },
+            scenario.recompute
+        ),
+        points: vec![point(format!("{part} {}", family.header.unit), measured, bytes.as_f64() / scale)],
     })
 }
 

@@ -48,13 +48,23 @@
 //! block is split (`34 s b h / t`). Outside the blocks tensors are replicated, except the
 //! cross-entropy's log-probabilities (Megatron's vocabulary-parallel loss).
 //!
+//! FP8 training (Transformer Engine): only the GEMMs run in FP8. Activations are kept in bf16,
+//! except that each FP8 linear layer keeps the FP8 cast of its input (one byte per element, a
+//! tensor of its own), which makes a GPT layer's `34 s b h` (selective recomputation) `27 s b h`;
+//! weights are bf16 plus an FP8 copy and an FP8 transpose of every linear weight, which TE
+//! caches across micro-batches (NVIDIA/TransformerEngine @ v1.8 :
+//! transformer_engine/pytorch/module/linear.py).
+//!
 //! Temporary buffers: the largest pair of input and output gradients alive during one layer's
 //! backward, plus (ZeRO stage 3) the largest layer's gathered weights and gradients.
-//! Communication buffers are the strategy's (DDP's gradient buckets).
+//! Communication buffers are the strategy's (DDP's gradient buckets, when they are copies beside
+//! the gradients: `parallelism.gradient-buffers`).
 //!
-//! Not modelled: the CUDA context and allocator fragmentation (a few hundred MB to a few GB in
-//! practice), the optimizer step's temporaries, NCCL's internal buffers, inputs prefetched by
-//! the data loader.
+//! What the breakdown adds up to is what `torch.cuda.max_memory_allocated()` would report. Not
+//! modelled: the CUDA context and NCCL's internal buffers (outside PyTorch's allocator) and the
+//! caching allocator's free-but-reserved blocks, for which no public source gives a figure that
+//! holds across devices and versions (reports print the margin left for them instead,
+//! [`Margin`]); the optimizer step's temporaries; inputs prefetched by the data loader.
 
 use std::fmt;
 use std::ops::Range;
@@ -171,10 +181,11 @@ pub enum MemoryError {
     },
     /// The configuration needs more memory than the device has.
     #[error(
-        "does not fit in memory: needs {} per device, {device} has {} ({capacity}), {} over\n{breakdown}",
+        "does not fit in memory: needs {} per device, {device} has {} ({capacity}): over by {} ({:.1}% of its memory)\n{breakdown}",
         gigabytes(breakdown.total()),
         gigabytes(*capacity),
-        gigabytes(Bytes(breakdown.total().0.saturating_sub(capacity.0)))
+        gigabytes(Bytes(breakdown.total().0.saturating_sub(capacity.0))),
+        -100.0 * Margin::new(breakdown.total(), *capacity).fraction()
     )]
     DoesNotFit {
         /// The device's name for reports.
@@ -221,6 +232,11 @@ impl MemoryBreakdown {
         )
     }
 
+    /// How far the total is from `device`'s memory.
+    pub fn margin(&self, device: &Device) -> Margin {
+        Margin::new(self.total(), device.memory_capacity)
+    }
+
     /// `Ok` if the total fits in `device`'s memory, else [`MemoryError::DoesNotFit`] with this
     /// breakdown.
     pub fn check(&self, device: &Device) -> Result<(), MemoryError> {
@@ -245,6 +261,53 @@ impl MemoryBreakdown {
             ("temporary buffers", self.temporary),
             ("communication buffers", self.communication),
         ]
+    }
+}
+
+/// How far what a configuration needs is from its device's capacity: the figure a planner
+/// reads, rather than a yes or no.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Margin {
+    /// What one device needs at its peak.
+    pub needed: Bytes,
+    /// The device's memory.
+    pub capacity: Bytes,
+}
+
+impl Margin {
+    /// The margin of `needed` on a device of `capacity`.
+    pub const fn new(needed: Bytes, capacity: Bytes) -> Margin {
+        Margin { needed, capacity }
+    }
+
+    /// Whether it fits (what it needs is at most the capacity).
+    pub const fn fits(&self) -> bool {
+        self.needed.0 <= self.capacity.0
+    }
+
+    /// Bytes to spare: the capacity less what is needed, negative when over.
+    pub fn spare_bytes(&self) -> i128 {
+        i128::from(self.capacity.0) - i128::from(self.needed.0)
+    }
+
+    /// [`Margin::spare_bytes`] as a fraction of the capacity (negative when over).
+    pub fn fraction(&self) -> f64 {
+        self.spare_bytes() as f64 / self.capacity.0.max(1) as f64
+    }
+}
+
+impl fmt::Display for Margin {
+    /// `"needs 71.30 GB of 85.90 GB (80 GiB): 14.60 GB (17.0%) to spare"`, or `"...: over by
+    /// 5.96 GB (6.9%)"`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let gap = Bytes(self.spare_bytes().unsigned_abs().min(u128::from(u64::MAX)) as u64);
+        let percent = 100.0 * self.fraction().abs();
+        write!(f, "needs {} of {} ({})", gigabytes(self.needed), gigabytes(self.capacity), self.capacity)?;
+        if self.fits() {
+            write!(f, ": {} ({percent:.1}%) to spare", gigabytes(gap))
+        } else {
+            write!(f, ": over by {} ({percent:.1}%)", gigabytes(gap))
+        }
     }
 }
 
@@ -406,6 +469,47 @@ impl MemoryPlan<'_> {
         self.precision.bytes().max(2)
     }
 
+    /// Bytes per element of the activations a layer keeps: the compute dtype's, but at least 2.
+    /// FP8 training (Transformer Engine) runs only the GEMMs in FP8: norms, activation
+    /// functions, dropout, attention and the residual stream stay in bf16, and each FP8 linear
+    /// layer keeps the FP8 cast of its input besides ([`MemoryPlan::saved`]).
+    fn activation_width(&self) -> u64 {
+        self.precision.bytes().max(2)
+    }
+
+    /// Bytes per parameter of the FP8 copies of the GEMM weights that FP8 training keeps beside
+    /// the bf16 weights: Transformer Engine's linear layers cast each weight to FP8 and its
+    /// transpose to FP8 (for the backward's data gradient) on a step's first micro-batch and
+    /// cache both for the others (NVIDIA/TransformerEngine @ v1.8 :
+    /// transformer_engine/pytorch/module/linear.py, `Linear.forward`: `get_fp8_workspace(...,
+    /// cache_name="weight", with_transpose=...)`, `update_transpose_cache`), which Megatron-Core
+    /// asks for by passing `is_first_microbatch` (megatron/core/extensions/transformer_engine.py,
+    /// `TELinear.forward`, unless `disable_parameter_transpose_cache`): 1 + 1 bytes.
+    fn fp8_weight_copy_width(&self) -> u64 {
+        if self.precision == Dtype::Fp8 { 2 } else { 0 }
+    }
+
+    /// Parameters of the model's linear (GEMM) layers: the weights FP8 training casts.
+    fn linear_parameters(&self) -> u64 {
+        self.model
+            .layers
+            .iter()
+            .filter(|layer| matches!(layer.kind, LayerKind::Linear { .. }))
+            .map(|layer| layer.cost.params)
+            .sum()
+    }
+
+    /// Of `parameters` held by one device, those of linear layers (FP8 training keeps FP8
+    /// copies of them): the model's share of linear parameters applied to the device's. 0
+    /// unless the compute dtype is FP8.
+    fn fp8_copied_parameters(&self, parameters: u64) -> u64 {
+        if self.precision != Dtype::Fp8 {
+            return 0;
+        }
+        let all = self.model.parameters().max(1);
+        (u128::from(parameters) * u128::from(self.linear_parameters().min(all)) / u128::from(all)) as u64
+    }
+
     /// Bytes per element of fp32 optimizer tensors (fp64 when training in fp64).
     fn state_width(&self) -> u64 {
         self.weight_width().max(4)
@@ -413,7 +517,7 @@ impl MemoryPlan<'_> {
 
     /// The tensors `layer` keeps, with `input` the identity of the tensor it reads.
     fn saved(&self, layer: &Layer, input: Option<usize>, output: usize, block_elements: u64) -> SavedTensors {
-        let width = self.precision.bytes();
+        let width = self.activation_width();
         let elements_in = layer.input.elements();
         let elements_out = layer.output.elements();
         let kept = layer.cost.activation_elements;
@@ -440,6 +544,15 @@ impl MemoryPlan<'_> {
             LayerKind::Linear { .. } | LayerKind::TiedLinear { .. } => {
                 let mut saved = keeps_input(width);
                 saved[0].row_parallel_input = elements_out == block_elements;
+                if self.precision == Dtype::Fp8 && matches!(layer.kind, LayerKind::Linear { .. }) {
+                    // Transformer Engine's FP8 linear keeps the FP8 cast of its input (or its
+                    // transpose), one byte per element, a tensor of its own: `saved_inputmat` /
+                    // `saved_inputmat_t` (NVIDIA/TransformerEngine @ v1.8 :
+                    // transformer_engine/pytorch/module/linear.py, `_Linear.forward`). The
+                    // tied output layer is Megatron's own GEMM, not an FP8 one.
+                    saved[0].tensor = None;
+                    saved[0].width = 1;
+                }
                 saved
             }
             LayerKind::Conv { .. }
@@ -578,7 +691,9 @@ impl MemoryPlan<'_> {
                     };
                     if fresh {
                         result.blocks = result.blocks.saturating_add(
-                            batch.saturating_mul(block_input_elements).saturating_mul(self.precision.bytes())
+                            batch
+                                .saturating_mul(block_input_elements)
+                                .saturating_mul(self.activation_width())
                                 / sequence_split,
                         );
                     }
@@ -772,14 +887,19 @@ impl MemoryPlan<'_> {
             0
         };
         MemoryBreakdown {
-            weights: Bytes(zero(3, parameters.saturating_mul(self.weight_width()))),
+            weights: Bytes(zero(
+                3,
+                parameters.saturating_mul(self.weight_width()).saturating_add(
+                    self.fp8_copied_parameters(parameters).saturating_mul(self.fp8_weight_copy_width()),
+                ),
+            )),
             gradients: Bytes(zero(2, parameters.saturating_mul(self.gradient_precision.bytes()))),
             optimizer: Bytes(zero(1, parameters.saturating_mul(master + states))),
             activations: Bytes(activation_bytes),
             temporary: Bytes(
                 self.micro_batch
                     .saturating_mul(largest_gradient_pair)
-                    .saturating_mul(self.precision.bytes())
+                    .saturating_mul(self.activation_width())
                     .saturating_add(gathered),
             ),
             communication: self.communication_buffers,
@@ -947,7 +1067,10 @@ mod tests {
         let device = crate::DeviceCatalog::builtin().get("a100-sxm4-80gb").unwrap();
         let breakdown = MemoryBreakdown { weights: Bytes(90 << 30), ..Default::default() };
         let error = breakdown.check(device).unwrap_err().to_string();
-        assert!(error.contains("A100-SXM4-80GB has 85.90 GB (80 GiB), 10.74 GB over"), "{error}");
+        assert!(
+            error.contains("A100-SXM4-80GB has 85.90 GB (80 GiB): over by 10.74 GB (12.5% of its memory)"),
+            "{error}"
+        );
         assert!(error.contains("weights") && error.contains("96.64 GB"), "{error}");
         assert!(MemoryBreakdown::default().check(device).is_ok());
     }

@@ -291,6 +291,7 @@ struct ParallelismSection {
     zero_implementation: String,
     pipeline_host_sync: String,
     pipeline_scatter_gather: bool,
+    gradient_buffers: String,
 }
 
 impl Default for ParallelismSection {
@@ -327,6 +328,7 @@ impl Default for ParallelismSection {
             zero_implementation: "fsdp".into(),
             pipeline_host_sync: "none".into(),
             pipeline_scatter_gather: false,
+            gradient_buffers: "copy".into(),
         }
     }
 }
@@ -1487,6 +1489,10 @@ fn parallelism(
         .pipeline_host_sync
         .parse()
         .map_err(|message| invalid("parallelism.pipeline-host-sync", message))?;
+    let gradient_buffers: strategies::GradientBuffers = section
+        .gradient_buffers
+        .parse()
+        .map_err(|message| invalid("parallelism.gradient-buffers", message))?;
     let order: RankOrder = section.order.parse().map_err(|message| invalid("parallelism.order", message))?;
     let allreduce: CollectiveAlgorithm = section
         .allreduce
@@ -1533,6 +1539,7 @@ fn parallelism(
         zero_implementation,
         pipeline_host_sync,
         pipeline_scatter_gather: section.pipeline_scatter_gather,
+        gradient_buffers,
     })
 }
 

@@ -39,7 +39,7 @@ use crate::{
     numeric_defaults,
 };
 use expr::{Expression, Value};
-use workloads::memory::MemoryError;
+use workloads::memory::{Margin, MemoryError};
 
 /// The most configurations one sweep may have: past it, a typo in a range (a step of 1 where 1024
 /// was meant) would run for days.
@@ -622,6 +622,16 @@ impl Sweep {
                         ("memory.communication", breakdown.communication.0.into()),
                         ("memory.total", breakdown.total().0.into()),
                         ("memory.capacity", capacity.0.into()),
+                        (
+                            "memory.spare",
+                            i64::try_from(Margin::new(breakdown.total(), *capacity).spare_bytes())
+                                .unwrap_or(i64::MIN)
+                                .into(),
+                        ),
+                        (
+                            "memory.spare_fraction",
+                            Margin::new(breakdown.total(), *capacity).fraction().into(),
+                        ),
                     ];
                     for (name, value) in memory {
                         if let Some(i) = columns.iter().position(|c| c == name) {

@@ -177,10 +177,15 @@ fn a_broken_configuration_is_a_failed_row_and_a_big_one_does_not_fit() {
     let big = sweep.run(3);
     assert_eq!(big.status, Status::DoesNotFit);
     assert!(big.error.contains("does not fit") && !big.error.contains('\n'), "{}", big.error);
-    assert!(
-        big.metrics[at("memory.total")].as_u64().unwrap()
-            > big.metrics[at("memory.capacity")].as_u64().unwrap()
+    let (total, capacity) = (
+        big.metrics[at("memory.total")].as_u64().unwrap(),
+        big.metrics[at("memory.capacity")].as_u64().unwrap(),
     );
+    assert!(total > capacity);
+    // The margin of a configuration that does not fit: negative, in bytes and as a fraction.
+    assert_eq!(big.metrics[at("memory.spare")].as_i64().unwrap(), capacity as i64 - total as i64);
+    assert!(big.metrics[at("memory.spare_fraction")].as_f64().unwrap() < 0.0);
+    assert!(big.error.contains("over by "), "{}", big.error);
 }
 
 #[test]

@@ -162,3 +162,58 @@ fn activations_scale_with_the_batch_and_stay_below_the_layer_sum() {
         assert!(full <= selective.max(small) && selective <= small, "{name}: {full} {selective} {small}");
     }
 }
+
+/// FP8 training as Transformer Engine runs it: only the GEMMs run in FP8, so a layer keeps
+/// Korthikanti's tensors in bf16 except the inputs of its four linear layers, which each keeps
+/// as its FP8 cast (one byte: QKV input 2 -> 1, projection input 2 -> 1, FC1 input 2 -> 1, FC2
+/// input 8 -> 4 bytes per s b h): 34 - 7 = 27 s b h per layer with selective recomputation.
+/// The weights are the bf16 weights plus an FP8 copy and its FP8 transpose of every linear
+/// weight.
+#[test]
+fn fp8_keeps_bf16_activations_except_the_gemm_inputs_and_fp8_weight_copies() {
+    let s = 2048u64;
+    let (a, h, b) = (96u64, 12288u64, 1u64);
+    let sbh = s * b * h;
+    let statistics = 16 * s * b;
+    let layer = |precision: Dtype| {
+        let bytes = |layers: u64| {
+            let model = gpt(layers, h, a);
+            MemoryPlan { precision, ..plan(&model, b, Recompute::Selective, tensor_parallel(1, 1, false)) }
+                .activations()
+                .blocks
+        };
+        bytes(2) - bytes(1)
+    };
+    assert_eq!(layer(Dtype::Bf16), 34 * sbh + statistics);
+    assert_eq!(layer(Dtype::Fp8), 27 * sbh + statistics);
+
+    let model = gpt(2, h, a);
+    let bf16 = plan(&model, b, Recompute::Selective, tensor_parallel(1, 1, false));
+    let fp8 = MemoryPlan { precision: Dtype::Fp8, ..bf16.clone() };
+    let (bf16, fp8) = (bf16.breakdown().unwrap(), fp8.breakdown().unwrap());
+    let linear: u64 = model
+        .layers
+        .iter()
+        .filter(|l| matches!(l.kind, workloads::LayerKind::Linear { .. }))
+        .map(|l| l.cost.params)
+        .sum();
+    let difference = fp8.weights.0 - bf16.weights.0;
+    assert!(difference.abs_diff(2 * linear) <= 1, "{difference} vs 2 x {linear}");
+    assert_eq!((fp8.gradients, fp8.optimizer), (bf16.gradients, bf16.optimizer));
+}
+
+/// The margin a report prints: what is needed against the capacity, and by how much it fits or
+/// not.
+#[test]
+fn the_margin_says_how_much_is_left_or_missing() {
+    use workloads::memory::Margin;
+    let capacity = Bytes(80 << 30);
+    let fits = Margin::new(Bytes(71_300_000_000), capacity);
+    assert!(fits.fits());
+    assert_eq!(fits.to_string(), "needs 71.30 GB of 85.90 GB (80 GiB): 14.60 GB (17.0%) to spare");
+    let over = Margin::new(Bytes(91_860_000_000), capacity);
+    assert!(!over.fits());
+    assert_eq!(over.spare_bytes(), i128::from(capacity.0) - 91_860_000_000);
+    assert_eq!(over.to_string(), "needs 91.86 GB of 85.90 GB (80 GiB): over by 5.96 GB (6.9%)");
+    assert!((over.fraction() + 0.0694).abs() < 1e-3);
+}

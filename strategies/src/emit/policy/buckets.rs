@@ -159,9 +159,12 @@ pub(in super::super) fn rows(plan: &Plan<'_>, stage: u32, chunk: usize) -> Vec<B
 }
 
 /// The bucket buffers DDP keeps (each bucket's gradients flattened), when it synchronises
-/// over more than one rank.
+/// over more than one rank into buckets of their own (`GradientBuffers::Copy`); none when the
+/// synchronisation runs on the gradients' storage (`GradientBuffers::InPlace`).
 pub(in super::super) fn buffer_bytes(plan: &Plan<'_>, chunks: &[usize]) -> Bytes {
-    if plan.strategy.parallelism.gradient_sync_ranks() > 1 {
+    if plan.strategy.parallelism.gradient_sync_ranks() > 1
+        && plan.strategy.parallelism.gradient_buffers == crate::GradientBuffers::Copy
+    {
         Bytes(chunks.iter().flat_map(|&k| &plan.buckets[k]).map(|b| b.bucket.bytes.0).sum())
     } else {
         Bytes::ZERO
