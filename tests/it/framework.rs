@@ -38,6 +38,7 @@ pipeline = 2
 first-bucket-size = "1 TiB"
 pipeline-host-sync = "every-exchange"
 pipeline-scatter-gather = true
+gradient-buffers = "in-place"
 
 [compute]
 optimizer-passes = "megatron"
@@ -58,7 +59,8 @@ gradient-accumulation = "add"
             "parallelism.bucket-size",
             "parallelism.first-bucket-size",
             "parallelism.pipeline-host-sync",
-            "parallelism.pipeline-scatter-gather"
+            "parallelism.pipeline-scatter-gather",
+            "parallelism.gradient-buffers"
         ]
     );
     assert!(written.get("framework").is_none());
