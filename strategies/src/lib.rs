@@ -607,6 +607,10 @@ pub struct Strategy<'a> {
     pub precision: Dtype,
     /// Dtype of the synchronised gradients.
     pub gradient_precision: Dtype,
+    /// Dtype of the optimizer's states and its copy of the weights (`workload.optimizer-precision`):
+    /// fp32, or bf16 where the optimizer keeps them narrow (Apex's DistributedFusedAdam with
+    /// `dtype = bf16`).
+    pub optimizer_precision: Dtype,
     /// The optimizer step at the end of the iteration.
     pub optimizer: Optimizer,
     /// Activations recomputed in the backward pass.
@@ -1123,6 +1127,7 @@ impl Strategy<'_> {
             model,
             precision: self.precision,
             gradient_precision: self.gradient_precision,
+            optimizer_precision: self.optimizer_precision,
             optimizer: self.optimizer,
             micro_batch: self.micro_batch,
             micro_batches_in_flight: 1,

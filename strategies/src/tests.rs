@@ -75,6 +75,7 @@ pub(super) fn strategy<'a>(
         compute,
         precision: Dtype::Fp16,
         gradient_precision: Dtype::Fp32,
+        optimizer_precision: Dtype::Fp32,
         optimizer: Optimizer::Adam,
         recompute: Recompute::None,
         global_batch: global,
@@ -501,6 +502,7 @@ fn zero_3_moves_one_and_a_half_times_the_bytes_of_plain_data_parallelism() {
     let compute = ComputeModel::default();
     let bf16 = |parallelism| Strategy {
         gradient_precision: Dtype::Fp16,
+        optimizer_precision: Dtype::Fp32,
         ..strategy(&model, &compute, parallelism, 8, 1)
     };
     let plain = bf16(Parallelism::data_parallel(8)).lower().unwrap();

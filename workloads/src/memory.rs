@@ -336,6 +336,11 @@ pub struct MemoryPlan<'a> {
     pub precision: Dtype,
     /// Dtype of the gradients.
     pub gradient_precision: Dtype,
+    /// Dtype of the optimizer's states and of its copy of the weights: fp32 (at least the
+    /// weights' width), or narrower where the optimizer keeps them so (Apex's
+    /// DistributedFusedAdam: "dtype (torch.dtype, optional): datatype for optimizer state
+    /// (default: torch.float32)").
+    pub optimizer_precision: Dtype,
     /// The optimizer, whose state is kept in fp32.
     pub optimizer: Optimizer,
     /// Samples per device per forward pass.
@@ -454,6 +459,7 @@ impl MemoryPlan<'_> {
             model,
             precision,
             gradient_precision,
+            optimizer_precision: Dtype::Fp32,
             optimizer,
             micro_batch: batch,
             micro_batches_in_flight: 1,
@@ -510,9 +516,14 @@ impl MemoryPlan<'_> {
         (u128::from(parameters) * u128::from(self.linear_parameters().min(all)) / u128::from(all)) as u64
     }
 
-    /// Bytes per element of fp32 optimizer tensors (fp64 when training in fp64).
+    /// Bytes per element of the optimizer's tensors: fp32 (fp64 when training in fp64), or the
+    /// narrower `optimizer_precision` an optimizer keeps them in.
     fn state_width(&self) -> u64 {
-        self.weight_width().max(4)
+        if self.optimizer_precision.bytes() < 4 {
+            self.optimizer_precision.bytes()
+        } else {
+            self.weight_width().max(4)
+        }
     }
 
     /// The tensors `layer` keeps, with `input` the identity of the tensor it reads.
@@ -987,10 +998,15 @@ mod tests {
         assert_eq!(memory.weights, Bytes(2 * parameters));
         assert_eq!(memory.gradients, Bytes(2 * parameters));
         assert_eq!(memory.optimizer, Bytes(12 * parameters));
+        // Apex's DistributedFusedAdam with dtype = bf16: both moments and its weight copy in
+        // bf16, 6 bytes per parameter.
+        let narrow = MemoryPlan { optimizer_precision: Dtype::Bf16, ..plan.clone() };
+        assert_eq!(narrow.breakdown().unwrap().optimizer, Bytes(6 * parameters));
         // fp32 training: no master copy; SGD with momentum: one state.
         let plan = MemoryPlan {
             precision: Dtype::Fp32,
             gradient_precision: Dtype::Fp32,
+            optimizer_precision: Dtype::Fp32,
             optimizer: Optimizer::SgdMomentum,
             ..plan
         };

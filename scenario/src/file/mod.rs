@@ -222,6 +222,8 @@ struct WorkloadSection {
     precision: String,
     #[serde(default = "fp32")]
     gradient_precision: String,
+    #[serde(default = "fp32")]
+    optimizer_precision: String,
     #[serde(default = "sgd_momentum")]
     optimizer: String,
     #[serde(default)]
@@ -383,6 +385,8 @@ pub struct Scenario {
     pub precision: Dtype,
     /// Dtype of the all-reduced gradients.
     pub gradient_precision: Dtype,
+    /// Dtype of the optimizer's states and its copy of the weights (`workload.optimizer-precision`).
+    pub optimizer_precision: Dtype,
     /// Optimizer.
     pub optimizer: Optimizer,
     /// Activations recomputed in the backward pass.
@@ -430,6 +434,7 @@ impl Scenario {
             compute: &self.compute,
             precision: self.precision,
             gradient_precision: self.gradient_precision,
+            optimizer_precision: self.optimizer_precision,
             optimizer: self.optimizer,
             recompute: self.recompute,
             global_batch: self.global_batch,
@@ -977,6 +982,18 @@ fn validate(
         .gradient_precision
         .parse()
         .map_err(|error: workloads::DeviceError| invalid("workload.gradient-precision", error.to_string()))?;
+    let optimizer_precision: Dtype = match workload.optimizer_precision.as_str() {
+        "fp32" => Dtype::Fp32,
+        "bf16" => Dtype::Bf16,
+        other => {
+            return Err(invalid(
+                "workload.optimizer-precision",
+                format!(
+                    "is {other:?}; valid: \"fp32\" (the optimizer's states and weight copy in fp32, the default) or \"bf16\" (kept in bf16, as Apex's DistributedFusedAdam with dtype = bf16)"
+                ),
+            ));
+        }
+    };
     let optimizer: Optimizer =
         workload.optimizer.parse().map_err(|error| invalid("workload.optimizer", error))?;
     let recompute: Recompute = match &workload.recompute {
@@ -1094,6 +1111,7 @@ fn validate(
         micro_batch,
         precision,
         gradient_precision,
+        optimizer_precision,
         optimizer,
         recompute,
         fold_symmetric_ranks: spec.simulation.fold_symmetric_ranks.unwrap_or(!parallelism.is_data_parallel()),

@@ -36,6 +36,7 @@ fn building_and_lowering_the_largest_models_takes_milliseconds() {
             compute: &compute,
             precision: Dtype::Bf16,
             gradient_precision: Dtype::Fp32,
+            optimizer_precision: Dtype::Fp32,
             optimizer: Optimizer::Adam,
             recompute: Recompute::None,
             global_batch: 8,

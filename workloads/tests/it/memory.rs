@@ -20,6 +20,7 @@ fn plan(model: &Model, batch: u64, recompute: Recompute, sharding: Sharding) -> 
         model,
         precision: Dtype::Fp16,
         gradient_precision: Dtype::Fp16,
+        optimizer_precision: Dtype::Fp32,
         optimizer: Optimizer::Adam,
         micro_batch: batch,
         micro_batches_in_flight: u64::from(sharding.pipeline),
