@@ -52,6 +52,10 @@ pub struct Host {
     pub title: String,
     /// Where the CPU model comes from.
     pub source: String,
+    /// The catalog devices the server carries (`cluster.device` must be one of them); empty
+    /// for no check.
+    #[serde(default)]
+    pub devices: Vec<String>,
     /// The measured per-op costs, one per execution mode at most.
     #[serde(rename = "dispatch", default)]
     pub dispatch: Vec<Dispatch>,
@@ -143,6 +147,20 @@ pub fn apply(table: &mut toml::Table) -> Result<Option<HostUse>, (String, String
     }
     let host =
         host.map(|name| by_name(&name).map_err(|message| (HOST_KEY.to_string(), message))).transpose()?;
+    if let Some(host) = host
+        && !host.devices.is_empty()
+        && let Some(device) = get_dotted(table, "cluster.device").and_then(toml::Value::as_str)
+        && !host.devices.iter().any(|d| d == device)
+    {
+        return Err((
+            HOST_KEY.into(),
+            format!(
+                "is {:?}, whose servers carry {}, but cluster.device is {device:?}; name the host of that device's servers or none (data/hosts.toml)",
+                host.name,
+                host.devices.join(", ")
+            ),
+        ));
+    }
     let mut used = HostUse {
         host: host.map(|h| h.name.clone()),
         title: host.map(|h| h.title.clone()),
@@ -203,8 +221,10 @@ mod tests {
         toml::from_str(crate::QUICKSTART).unwrap()
     }
 
+    /// The quickstart on DGX H100's GPUs, with `pairs` set.
     fn with(pairs: &[(&str, &str)]) -> toml::Table {
         let mut table = quickstart();
+        Override::new("cluster.device", "h100-sxm5-80gb").apply(&mut table).unwrap();
         for (key, value) in pairs {
             Override::new(*key, *value).apply(&mut table).unwrap();
         }
@@ -269,6 +289,12 @@ mod tests {
         assert!(message.contains("\"dgx-h100\""), "{message}");
         let (key, _) = apply(&mut with(&[("workload.execution", "jit")])).unwrap_err();
         assert_eq!(key, EXECUTION_KEY);
+        // A host whose servers carry another GPU than the scenario's device.
+        let (key, message) =
+            apply(&mut with(&[("cluster.host", "dgx-b200"), ("cluster.device", "a100-sxm4-80gb")]))
+                .unwrap_err();
+        assert_eq!(key, HOST_KEY);
+        assert!(message.contains("b200-sxm-180gb"), "{message}");
         // Neither key: nothing decided, nothing written.
         let mut table = quickstart();
         assert_eq!(apply(&mut table).unwrap(), None);
