@@ -12,6 +12,9 @@ fn nonsense_arguments_are_refused_with_what_is_valid() {
         (&["inspect", "resnet50", "--batch", "18446744073709551615"], &["--batch", "1..=1073741824"]),
         (&["inspect", "resnet50", "--batch", "0"], &["--batch"]),
         (&["bench", "--repeats", "0"], &["--repeats", "1.."]),
+        (&["collective", "allreduce", "-g", "0", "-b", "8", "-e", "8"], &["-g 0", "1 to 64"]),
+        (&["collective", "allreduce", "-g", "100", "-b", "8", "-e", "8"], &["-g 100", "1 to 64"]),
+        (&["collective", "allreduce", "--ranks", "4", "-g", "8", "-b", "8", "-e", "8"], &["-g 8", "1 to 4"]),
         (&["trace", "convert", "in.json", "out.txt"], &["out.txt", ".txt names no format", "OUT.pstrace"]),
     ];
     for (args, needles) in cases {
