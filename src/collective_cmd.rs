@@ -169,6 +169,14 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
         }
         other => other.into(),
     })?;
+    // nccl-tests' -g: each process drives g of the ranks' GPUs, so 1 <= g <= ranks.
+    if let Some(given) = options.gpus_per_process {
+        if given == 0 || given > ranks {
+            bail!(
+                "-g {given}: GPUs per process must be 1 to {ranks} (the ranks taking part); a process drives at least one GPU and no more than there are ranks"
+            );
+        }
+    }
     let NamedCollective { kind, redop, .. } = bench.collective();
     let network = bench.settings().network;
     let element = type_size(options.dtype)?;

@@ -20,8 +20,8 @@ pub struct PlanArgs {
     /// degrees of its `[parallelism]` are what plan chooses, so they are ignored).
     #[arg(long, value_name = "CLUSTER.toml")]
     cluster: PathBuf,
-    /// The model: a zoo name (`parasim models`) or a model file. Default: the cluster file's
-    /// `workload.model`.
+    /// The model: a zoo name (`parasim models`) or a model file (a path from the working
+    /// directory). Default: the cluster file's `workload.model`.
     #[arg(long)]
     model: Option<String>,
     /// GPU counts to plan for, comma-separated (each a multiple of the cluster's GPUs per
@@ -100,6 +100,19 @@ pub fn plan(args: &PlanArgs) -> anyhow::Result<String> {
     // The flags are overrides of the cluster file; `--set` fixes keys plan would search.
     let mut settings = Vec::new();
     if let Some(model) = &args.model {
+        // A model file given on the command line is a path from the working directory, as
+        // every path argument; the cluster file's `workload.model` stays relative to that
+        // file (issue 38: `--model out/my_model.toml` was read beside the cluster file).
+        let model = if workloads::zoo::by_name(model).is_err()
+            && (model.contains(['/', '\\']) || model.ends_with(".toml"))
+        {
+            std::path::absolute(model)
+                .with_context(|| format!("--model {model}: cannot resolve the path"))?
+                .display()
+                .to_string()
+        } else {
+            model.clone()
+        };
         settings.push(Override::new("workload.model", model.as_str()));
     }
     if let Some(batch) = args.global_batch {

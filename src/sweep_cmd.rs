@@ -80,6 +80,17 @@ pub fn sweep(cli: SweepCli) -> anyhow::Result<()> {
 }
 
 fn merge(output: &Path, shards: &[PathBuf]) -> anyhow::Result<()> {
+    // As `sweep -o`: the output's name says its format, so a `.txt` (or no extension) is refused
+    // before anything is read or written.
+    let wanted = Format::of_name(&output.display().to_string()).with_context(|| {
+        let given = output
+            .extension()
+            .map_or_else(|| "no extension".to_string(), |ext| format!(".{}", ext.to_string_lossy()));
+        format!(
+            "{}: {given} names no sweep format; name the merged output .csv or .jsonl, as the shards",
+            output.display()
+        )
+    })?;
     let mut inputs = Vec::new();
     for path in shards {
         let text = fs_err::read_to_string(path)?;
@@ -87,9 +98,7 @@ fn merge(output: &Path, shards: &[PathBuf]) -> anyhow::Result<()> {
     }
     let merged = output::merge(&inputs).map_err(anyhow::Error::msg)?;
     let format = Format::of_text(&merged);
-    if let Some(wanted) = Format::of_name(&output.display().to_string())
-        && wanted != format
-    {
+    if wanted != format {
         bail!(
             "{}: the shards are {}, not the format this name asks for",
             output.display(),

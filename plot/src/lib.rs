@@ -71,6 +71,20 @@ pub enum PlotError {
         /// The cell's text.
         value: String,
     },
+    /// A value too large in magnitude for an axis to span.
+    #[error(
+        "{file}: line {line}: column `{column}`: {value} is out of range: a chart plots values from -1e300 to 1e300"
+    )]
+    OutOfRange {
+        /// The file.
+        file: String,
+        /// 1-based line number.
+        line: usize,
+        /// The column.
+        column: String,
+        /// The cell's text.
+        value: String,
+    },
     /// A value cannot be placed on a logarithmic axis.
     #[error(
         "{file}: line {line}: column `{column}` is {value}, which a logarithmic axis cannot show (drop --log{axis})"

@@ -10,6 +10,10 @@ use std::fmt;
 
 use crate::PlotError;
 
+/// The largest magnitude a plotted value may have: far beyond any metric, and small enough
+/// that an axis from `-MAX_MAGNITUDE` to `MAX_MAGNITUDE` has a finite span and finite ticks.
+pub const MAX_MAGNITUDE: f64 = 1e300;
+
 /// One row: its cells and the line of the file it starts on.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Row {
@@ -119,15 +123,27 @@ impl Table {
         })
     }
 
-    /// Row `row`'s cell of column `column` as a number.
+    /// Row `row`'s cell of column `column` as a number: finite, and at most [`MAX_MAGNITUDE`] in
+    /// magnitude, so that an axis's span, ticks and stacked sums stay finite (issue 38: `1e308`
+    /// and `-1e308` drew a "NaN" tick).
     pub fn number(&self, row: &Row, column: usize) -> Result<f64, PlotError> {
         let text = row.cells[column].trim();
-        text.parse::<f64>().ok().filter(|v| v.is_finite()).ok_or_else(|| PlotError::NotANumber {
-            file: self.file.clone(),
-            line: row.line,
-            column: self.columns[column].clone(),
-            value: text.to_string(),
-        })
+        let value =
+            text.parse::<f64>().ok().filter(|v| v.is_finite()).ok_or_else(|| PlotError::NotANumber {
+                file: self.file.clone(),
+                line: row.line,
+                column: self.columns[column].clone(),
+                value: text.to_string(),
+            })?;
+        if value.abs() > MAX_MAGNITUDE {
+            return Err(PlotError::OutOfRange {
+                file: self.file.clone(),
+                line: row.line,
+                column: self.columns[column].clone(),
+                value: text.to_string(),
+            });
+        }
+        Ok(value)
     }
 
     /// An error if no row is left to plot.

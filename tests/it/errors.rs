@@ -12,6 +12,9 @@ fn nonsense_arguments_are_refused_with_what_is_valid() {
         (&["inspect", "resnet50", "--batch", "18446744073709551615"], &["--batch", "1..=1073741824"]),
         (&["inspect", "resnet50", "--batch", "0"], &["--batch"]),
         (&["bench", "--repeats", "0"], &["--repeats", "1.."]),
+        (&["collective", "allreduce", "-g", "0", "-b", "8", "-e", "8"], &["-g 0", "1 to 64"]),
+        (&["collective", "allreduce", "-g", "100", "-b", "8", "-e", "8"], &["-g 100", "1 to 64"]),
+        (&["collective", "allreduce", "--ranks", "4", "-g", "8", "-b", "8", "-e", "8"], &["-g 8", "1 to 4"]),
         (&["trace", "convert", "in.json", "out.txt"], &["out.txt", ".txt names no format", "OUT.pstrace"]),
     ];
     for (args, needles) in cases {
@@ -258,4 +261,34 @@ fn absurd_inputs_are_refused_within_a_gibibyte() {
         assert_eq!(output.status.code(), Some(2), "{command}: {stderr}");
         assert!(stderr.starts_with("error: ") && !stderr.contains("panicked"), "{command}: {stderr}");
     }
+}
+
+/// A latency of seconds is a typo of unit (issue 38: `link-latency = "100000 s"` ran and
+/// printed "throughput 0 samples/s"): every link latency is refused above 1 s, naming the key,
+/// the value and the bound; 1 s itself runs.
+#[test]
+fn absurd_link_latencies_are_refused() {
+    let cases = [
+        (
+            "link-latency = \"1 us\"",
+            "link-latency = \"100000 s\"",
+            "cluster.network.link-latency",
+            "100000 s",
+        ),
+        ("latency = \"0.7 us\"", "latency = \"2 s\"", "cluster.intra-node.latency", "2 s"),
+        (
+            "link-latency = \"1 us\"",
+            "link-latency = \"1 us\"\nnics-per-node = 4\ngpu-to-nic = { bandwidth = \"32 GB/s\", latency = \"5 s\" }",
+            "cluster.network.gpu-to-nic",
+            "5 s",
+        ),
+    ];
+    for (from, to, key, value) in cases {
+        let text = crate::quickstart_with(from, to);
+        crate::assert_rejected("errors-latency.toml", &text, &[key, value, "above the bound of 1 s"]);
+    }
+    let text = crate::quickstart_with("link-latency = \"1 us\"", "link-latency = \"1 s\"");
+    let path = crate::scenario_file("errors-latency-1s.toml", &text);
+    let output = parasim(&["run", path.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
 }

@@ -140,3 +140,54 @@ fn progress_lines_name_each_stage_on_stderr_only() {
     };
     assert_eq!(strip(&with.stdout), strip(&quiet));
 }
+
+/// A model file on the command line is a path from the working directory, not from the
+/// cluster file's folder (issue 38: `--model out/my_model.toml` was looked for beside the
+/// cluster file).
+#[test]
+fn a_model_path_on_the_command_line_is_from_the_working_directory() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("plan-model-path");
+    let _ = fs_err::remove_dir_all(&dir);
+    fs_err::create_dir_all(dir.join("out")).unwrap();
+    let model = concat!(env!("CARGO_MANIFEST_DIR"), "/data/models/bert-base.toml");
+    fs_err::copy(model, dir.join("out/my_model.toml")).unwrap();
+    let quickstart = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/quickstart.toml");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_parasim"))
+        .args([
+            "plan",
+            "--cluster",
+            quickstart,
+            "--model",
+            "out/my_model.toml",
+            "--gpus",
+            "8",
+            "--global-batch",
+            "64",
+            "--quiet",
+        ])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    // A missing one names the path as given from the working directory.
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_parasim"))
+        .args([
+            "plan",
+            "--cluster",
+            quickstart,
+            "--model",
+            "out/missing.toml",
+            "--gpus",
+            "8",
+            "--global-batch",
+            "64",
+            "--quiet",
+        ])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(&dir.join("out/missing.toml").display().to_string()), "{stderr}");
+}

@@ -223,3 +223,34 @@ fn bad_plots_are_refused_with_what_is_valid() {
     }
     assert!(!Path::new("x.jpg").exists());
 }
+
+/// Values whose span overflows a double (issue 38: `1e308` and `-1e308` drew a "NaN" tick and
+/// exited 0) are refused, naming the file, line, column and value; nothing is written.
+#[test]
+fn values_too_large_to_scale_are_refused() {
+    let dir = scratch("huge");
+    let csv = dir.join("huge.csv");
+    fs_err::write(&csv, "x,y\n1,1e308\n2,-1e308\n").unwrap();
+    let out = dir.join("huge.svg");
+    let output = parasim(&[
+        "plot",
+        "line",
+        csv.to_str().unwrap(),
+        "--x",
+        "x",
+        "--y",
+        "y",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    for needle in ["huge.csv", "line 2", "column `y`", "1e308", "-1e300 to 1e300"] {
+        assert!(stderr.contains(needle), "{needle:?} not in {stderr}");
+    }
+    assert!(!out.exists(), "huge.svg was written");
+    // The largest values allowed draw with finite ticks.
+    fs_err::write(&csv, "x,y\n1,1e300\n2,-1e300\n").unwrap();
+    let (svg, _) = plot_svg(&["line", csv.to_str().unwrap(), "--x", "x", "--y", "y"], &out);
+    assert!(!svg.contains("NaN") && !svg.contains("inf"), "{svg:.2000}");
+}

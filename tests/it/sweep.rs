@@ -300,6 +300,19 @@ fn merge_refuses_overlapping_incomplete_and_foreign_shards() {
     let foreign = dir.join("foreign.csv");
     ok(parasim(&["sweep", other.to_str().unwrap(), "--shard", "1/2", "-o", foreign.to_str().unwrap()]));
     assert!(merge(&[&a, foreign.to_str().unwrap()]).contains("another sweep"));
+    // The merged output's name says its format, as `sweep -o`'s does (issue 38: any extension
+    // was written): a .txt, or no extension, is refused and nothing is written; a .jsonl for CSV
+    // shards is refused as the wrong format.
+    for name in ["m.txt", "m", "m.jsonl"] {
+        let out = dir.join(name);
+        let output = parasim(&["sweep", "merge", out.to_str().unwrap(), &a, &b]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{name}: {stderr}");
+        assert!(stderr.contains(out.to_str().unwrap()), "{name}: {stderr}");
+        let needle = if name == "m.jsonl" { "the shards are CSV" } else { ".csv or .jsonl" };
+        assert!(stderr.contains(needle), "{name}: {stderr}");
+        assert!(!out.exists(), "{name} was written");
+    }
 }
 
 #[test]

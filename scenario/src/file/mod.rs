@@ -201,6 +201,20 @@ const DEFAULT_NETWORK_BANDWIDTH: Bandwidth = match Bandwidth::from_bits_per_seco
 /// Per-link latency when none is given (the reference simulators' 1 us).
 const DEFAULT_LATENCY: SimDuration = SimDuration::from_us(1);
 
+/// The longest latency a link may have: 1 s, far above any wire, switch or PCIe hop (ns to
+/// tens of us); a longer one is a typo of unit.
+pub(crate) const MAX_LINK_LATENCY: SimDuration = SimDuration::from_ms(1000);
+
+/// A link latency above [`MAX_LINK_LATENCY`] is refused, naming the value and the bound.
+fn check_latency(latency: SimDuration) -> Result<(), String> {
+    if latency > MAX_LINK_LATENCY {
+        return Err(format!(
+            "latency {latency} is above the bound of {MAX_LINK_LATENCY}; links take ns to tens of us (was a unit meant, \"ns\" or \"us\"?)"
+        ));
+    }
+    Ok(())
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct WorkloadSection {
@@ -893,6 +907,14 @@ fn validate_cluster(cluster: &ClusterSection, file: &Path) -> Result<(ClusterSpe
         device.display_name = format!("{} ({key} {scale})", device.display_name);
     }
 
+    for (key, latency) in [
+        ("cluster.intra-node.latency", cluster.intra_node.as_ref().and_then(|section| section.latency)),
+        ("cluster.host-link.latency", cluster.host_link.as_ref().and_then(|section| section.latency)),
+    ] {
+        if let Some(latency) = latency {
+            check_latency(latency).map_err(|message| invalid(key, message))?;
+        }
+    }
     let intra_node = match &cluster.intra_node {
         None => IntraNode::NvSwitch(default_nvlink(&device)),
         Some(section) => {

@@ -170,11 +170,31 @@ impl NetworkSection {
 
     /// Validates the section. `default_link` is each NIC's link when none is given,
     /// `default_gpu_to_nic` the PCIe link used when GPUs share NICs.
+    /// Every link latency is at most [`super::MAX_LINK_LATENCY`]: a wire or switch hop of
+    /// seconds is a typo (`"100000 s"` for `"100000 ns"`), and would run as a job that moves
+    /// nothing.
+    fn check_latencies(&self) -> Result<(), KeyError> {
+        let single = [
+            ("link-latency", self.link_latency),
+            ("local-latency", self.local_latency),
+            ("global-latency", self.global_latency),
+            ("gpu-to-nic", self.gpu_to_nic.as_ref().and_then(|section| section.latency)),
+        ];
+        let tiers = self.tier_latency.iter().flatten().map(|latency| ("tier-latency", Some(*latency)));
+        for (key, latency) in single.into_iter().chain(tiers) {
+            if let Some(latency) = latency {
+                super::check_latency(latency).map_err(|message| (key, message))?;
+            }
+        }
+        Ok(())
+    }
+
     pub(super) fn to_spec(
         &self,
         default_link: LinkSpec,
         default_gpu_to_nic: LinkSpec,
     ) -> Result<NetworkSpec, KeyError> {
+        self.check_latencies()?;
         let topology = self.topology.as_deref().unwrap_or("switch");
         let names: Vec<&str> = TOPOLOGIES.iter().map(|(name, _)| *name).collect();
         let (_, specific) = TOPOLOGIES.iter().find(|(name, _)| *name == topology).ok_or_else(|| {

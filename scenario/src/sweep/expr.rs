@@ -405,6 +405,25 @@ impl Expression {
         Ok(Expression { text: text.to_string(), root })
     }
 
+    /// Whether the expression can give true or false: a comparison, `and`, `or`, `not`, a
+    /// boolean literal or a name (a key may hold a boolean); not a number, a string, a negation
+    /// or arithmetic, which give a number or a string whatever the keys hold.
+    pub fn may_be_boolean(&self) -> bool {
+        match &self.root {
+            Node::Literal(value) => matches!(value, Value::Bool(_)),
+            Node::Name { .. } | Node::Not { .. } => true,
+            Node::Negate { .. } => false,
+            Node::Binary { operator, .. } => !matches!(
+                operator,
+                Operator::Add
+                    | Operator::Subtract
+                    | Operator::Multiply
+                    | Operator::Divide
+                    | Operator::Remainder
+            ),
+        }
+    }
+
     /// The expression as written.
     pub fn text(&self) -> &str {
         &self.text

@@ -342,6 +342,15 @@ impl Sweep {
             let mut when = Expression::parse(&filter.when)
                 .map_err(|e| key_error(&format!("filter[{i}].when"), e.to_string()))?;
             when.resolve(&resolve).map_err(|e| key_error(&format!("filter[{i}].when"), e.to_string()))?;
+            if !when.may_be_boolean() {
+                return Err(key_error(
+                    &format!("filter[{i}].when"),
+                    format!(
+                        "{:?} gives a number or a string, never true or false; write a condition, e.g. \"tensor > gpus-per-node\"",
+                        filter.when
+                    ),
+                ));
+            }
             if filter.reason.trim().is_empty() {
                 return Err(key_error(
                     &format!("filter[{i}].reason"),

@@ -138,6 +138,9 @@ fn bad_input_names_the_file_and_the_key() {
         ("[derived]\n\"workload.model\" = \"gpus\"\n", &["derived.\"workload.model\"", "numbers"]),
         ("[[filter]]\nwhen = \"nodes >\"\nreason = \"x\"\n", &["filter[0].when", "column 8"]),
         ("[[filter]]\nwhen = \"nodes > 1\"\nreason = \"\"\n", &["filter[0].reason"]),
+        ("[[filter]]\nwhen = \"1\"\nreason = \"x\"\n", &["filter[0].when", "\"1\"", "never true or false"]),
+        ("[[filter]]\nwhen = \"nodes * 2\"\nreason = \"x\"\n", &["filter[0].when", "never true or false"]),
+        ("[[filter]]\nwhen = \"-1\"\nreason = \"x\"\n", &["filter[0].when", "never true or false"]),
         ("[[filter]]\nwhen = \"nodes > 1\"\n", &["filter[0]", "reason"]),
         ("[axis]\n", &["axis", "unknown field"]),
         (
