@@ -407,6 +407,19 @@ pub struct Gpt {
     /// `"fused"` (one kernel per pass in the compute dtype).
     #[serde(default)]
     pub loss: Option<String>,
+    /// The MLP: `"gelu"` (default) or `"swiglu"` (Megatron-LM's `--swiglu`: gate and up
+    /// projections fused into one `h -> 2 ffn` product, SiLU-gated).
+    #[serde(default)]
+    pub mlp: Option<String>,
+    /// Token positions: `"learned"` (default: a table of `max-positions` rows) or `"rope"`
+    /// (Megatron-LM's `--position-embedding-type rope`: rotary embeddings on the queries and
+    /// keys of every layer, no table).
+    #[serde(default)]
+    pub positions: Option<String>,
+    /// Biases on the linear layers. Default true; `false` is Megatron-LM's
+    /// `--disable-bias-linear`.
+    #[serde(default)]
+    pub bias: Option<bool>,
 }
 
 impl Gpt {
@@ -434,9 +447,34 @@ impl Gpt {
             token_types: 0,
             norm: Norm::LayerNorm,
             pre_norm: true,
-            mlp: Mlp::Gelu,
-            positions: Positions::Learned { max_positions: self.max_positions.unwrap_or(sequence) },
-            bias: true,
+            mlp: match self.mlp.as_deref() {
+                None | Some("gelu") => Mlp::Gelu,
+                Some("swiglu") => Mlp::SwiGlu,
+                Some(other) => {
+                    return Err(invalid(name, "gpt.mlp", format!("{other:?} is not \"gelu\" or \"swiglu\"")));
+                }
+            },
+            positions: match self.positions.as_deref() {
+                None | Some("learned") => {
+                    Positions::Learned { max_positions: self.max_positions.unwrap_or(sequence) }
+                }
+                Some("rope") if self.max_positions.is_none() => Positions::Rope,
+                Some("rope") => {
+                    return Err(invalid(
+                        name,
+                        "gpt.max-positions",
+                        "rotary positions have no table to size".into(),
+                    ));
+                }
+                Some(other) => {
+                    return Err(invalid(
+                        name,
+                        "gpt.positions",
+                        format!("{other:?} is not \"learned\" or \"rope\""),
+                    ));
+                }
+            },
+            bias: self.bias.unwrap_or(true),
             hidden_dropout: dropout("hidden-dropout", self.hidden_dropout)?,
             attention_dropout: dropout("attention-dropout", self.attention_dropout)?,
             causal: true,
@@ -661,6 +699,38 @@ mod tests {
             hidden_dropout: None,
             tied_embeddings: None,
             loss: None,
+            mlp: None,
+            positions: None,
+            bias: None,
+        }
+    }
+
+    /// `[gpt]`'s Megatron-LM switches: `--swiglu` gates a fused `h -> 2 ffn` product (more
+    /// parameters than the GELU MLP at the same `ffn-hidden`), `--position-embedding-type rope`
+    /// drops the position table, `--disable-bias-linear` drops the linear biases, and a value
+    /// outside the valid ones is an error naming the key.
+    #[test]
+    fn gpt_switches_change_the_parameters_as_megatron_does() {
+        let base = gpt(2, 512, 8);
+        let params = |g: &Gpt| g.build("t").unwrap().parameters();
+        let plain = params(&base);
+        let swiglu = Gpt { mlp: Some("swiglu".into()), ..base.clone() };
+        // One more h x ffn matrix per layer (and its bias).
+        assert_eq!(params(&swiglu) - plain, 2 * (512 * 2048 + 2048));
+        let rope = Gpt { positions: Some("rope".into()), ..base.clone() };
+        assert_eq!(plain - params(&rope), 2048 * 512);
+        let no_bias = Gpt { bias: Some(false), ..base.clone() };
+        assert!(params(&no_bias) < plain);
+        for (bad, key) in [
+            (Gpt { mlp: Some("relu".into()), ..base.clone() }, "gpt.mlp"),
+            (Gpt { positions: Some("alibi".into()), ..base.clone() }, "gpt.positions"),
+            (
+                Gpt { positions: Some("rope".into()), max_positions: Some(4096), ..base.clone() },
+                "gpt.max-positions",
+            ),
+        ] {
+            let message = bad.build("t").unwrap_err().to_string();
+            assert!(message.contains(key), "{message}");
         }
     }
 
