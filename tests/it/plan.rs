@@ -152,41 +152,30 @@ fn a_model_path_on_the_command_line_is_from_the_working_directory() {
     let model = concat!(env!("CARGO_MANIFEST_DIR"), "/data/models/bert-base.toml");
     fs_err::copy(model, dir.join("out/my_model.toml")).unwrap();
     let quickstart = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/quickstart.toml");
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_parasim"))
-        .args([
-            "plan",
-            "--cluster",
-            quickstart,
-            "--model",
-            "out/my_model.toml",
-            "--gpus",
-            "8",
-            "--global-batch",
-            "64",
-            "--quiet",
-        ])
-        .current_dir(&dir)
-        .output()
-        .unwrap();
+    // `plan` with `--model PATH`, run from `dir`.
+    let plan = |model: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_parasim"))
+            .args([
+                "plan",
+                "--cluster",
+                quickstart,
+                "--model",
+                model,
+                "--gpus",
+                "8",
+                "--global-batch",
+                "64",
+                "--quiet",
+            ])
+            .current_dir(&dir)
+            .output()
+            .unwrap()
+    };
+    let output = plan("out/my_model.toml");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     // A missing one names the path as given from the working directory.
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_parasim"))
-        .args([
-            "plan",
-            "--cluster",
-            quickstart,
-            "--model",
-            "out/missing.toml",
-            "--gpus",
-            "8",
-            "--global-batch",
-            "64",
-            "--quiet",
-        ])
-        .current_dir(&dir)
-        .output()
-        .unwrap();
+    let output = plan("out/missing.toml");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains(&dir.join("out/missing.toml").display().to_string()), "{stderr}");
