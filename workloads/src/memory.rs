@@ -469,18 +469,12 @@ impl MemoryPlan<'_> {
         }
     }
 
-    /// Bytes per element of the working weights: the compute dtype's, but at least 2 (fp8
-    /// training keeps bf16 weights and casts per GEMM).
-    fn weight_width(&self) -> u64 {
-        self.precision.bytes().max(2)
-    }
-
-    /// Bytes per element of the activations a layer keeps: the compute dtype's, but at least 2.
-    /// FP8 training (Transformer Engine) runs only the GEMMs in FP8: norms, activation
-    /// functions, dropout, attention and the residual stream stay in bf16, and each FP8 linear
-    /// layer keeps the FP8 cast of its input besides ([`MemoryPlan::saved`]).
-    fn activation_width(&self) -> u64 {
-        self.precision.bytes().max(2)
+    /// Bytes per element of the working weights and of the activations layers keep: the
+    /// compute dtype's storage ([`Dtype::storage`]: fp8 training keeps bf16 weights and
+    /// activations, casts per GEMM, and keeps each fp8 linear layer's fp8 input besides,
+    /// [`MemoryPlan::saved`]).
+    fn storage_width(&self) -> u64 {
+        self.precision.storage().bytes()
     }
 
     /// Bytes per parameter of the FP8 copies of the GEMM weights that FP8 training keeps beside
@@ -522,13 +516,13 @@ impl MemoryPlan<'_> {
         if self.optimizer_precision.bytes() < 4 {
             self.optimizer_precision.bytes()
         } else {
-            self.weight_width().max(4)
+            self.storage_width().max(4)
         }
     }
 
     /// The tensors `layer` keeps, with `input` the identity of the tensor it reads.
     fn saved(&self, layer: &Layer, input: Option<usize>, output: usize, block_elements: u64) -> SavedTensors {
-        let width = self.activation_width();
+        let width = self.storage_width();
         let elements_in = layer.input.elements();
         let elements_out = layer.output.elements();
         let kept = layer.cost.activation_elements;
@@ -702,9 +696,7 @@ impl MemoryPlan<'_> {
                     };
                     if fresh {
                         result.blocks = result.blocks.saturating_add(
-                            batch
-                                .saturating_mul(block_input_elements)
-                                .saturating_mul(self.activation_width())
+                            batch.saturating_mul(block_input_elements).saturating_mul(self.storage_width())
                                 / sequence_split,
                         );
                     }
@@ -886,21 +878,21 @@ impl MemoryPlan<'_> {
         let data = u64::from(sharding.data.max(1));
         let zero =
             |stage: u8, bytes: u64| if sharding.zero_stage >= stage { bytes.div_ceil(data) } else { bytes };
-        let master = if self.weight_width() < 4 { self.state_width() } else { 0 };
+        let master = if self.storage_width() < 4 { self.state_width() } else { 0 };
         let states = match self.optimizer {
             Optimizer::Sgd => 0,
             Optimizer::SgdMomentum | Optimizer::Lars => 1,
             Optimizer::Adam => 2,
         } * self.state_width();
         let gathered = if sharding.zero_stage >= 3 {
-            largest_layer * (self.weight_width() + self.gradient_precision.bytes())
+            largest_layer * (self.storage_width() + self.gradient_precision.bytes())
         } else {
             0
         };
         MemoryBreakdown {
             weights: Bytes(zero(
                 3,
-                parameters.saturating_mul(self.weight_width()).saturating_add(
+                parameters.saturating_mul(self.storage_width()).saturating_add(
                     self.fp8_copied_parameters(parameters).saturating_mul(self.fp8_weight_copy_width()),
                 ),
             )),
@@ -910,7 +902,7 @@ impl MemoryPlan<'_> {
             temporary: Bytes(
                 self.micro_batch
                     .saturating_mul(largest_gradient_pair)
-                    .saturating_mul(self.activation_width())
+                    .saturating_mul(self.storage_width())
                     .saturating_add(gathered),
             ),
             communication: self.communication_buffers,
