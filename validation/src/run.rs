@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use scenario::collective_bench::{BenchSettings, CollectiveBench};
-use scenario::simulation::{StrategySummary, Summary, simulate};
+use scenario::simulation::{Summary, simulate};
 use scenario::{Cluster, Override, Scenario, apply, merge};
 use serde::Serialize;
 use sim_core::fidelity::{Fidelity, NetworkSettings};
@@ -302,30 +302,32 @@ fn scenario_of(table: &toml::Table, anchor: &Path, label: &str) -> Result<Scenar
     Scenario::parse(&text, anchor).map_err(|e| format!("the {label} scenario: {e}"))
 }
 
-fn describe_strategy(s: &StrategySummary) -> String {
-    let mut parts = vec![format!("DP{}", s.data_parallel)];
+/// The parallel degrees of a case's run, as the report's "what ran" column shows them
+/// (`DP8 TP2 PP4 v3 SP ZeRO-1`).
+fn describe_strategy(p: &strategies::Parallelism) -> String {
+    let mut parts = vec![format!("DP{}", p.data)];
     for (name, value) in [
-        ("TP", s.tensor),
-        ("PP", s.pipeline),
-        ("CP", s.context),
-        ("EP", s.expert),
-        ("filter", s.filter),
-        ("channel", s.channel),
-        ("spatial", s.spatial),
+        ("TP", p.tensor),
+        ("PP", p.pipeline),
+        ("CP", p.context),
+        ("EP", p.expert),
+        ("filter", p.filter),
+        ("channel", p.channel),
+        ("spatial", p.spatial),
     ] {
         if value > 1 {
             parts.push(format!("{name}{value}"));
         }
     }
     let mut text = parts.join(" ");
-    if s.virtual_stages > 1 {
-        text += &format!(" v{}", s.virtual_stages);
+    if p.virtual_stages > 1 {
+        text += &format!(" v{}", p.virtual_stages);
     }
-    if s.sequence_parallel {
+    if p.sequence_parallel {
         text += " SP";
     }
-    if s.zero > 0 {
-        text += &format!(" ZeRO-{}", s.zero);
+    if p.zero > 0 {
+        text += &format!(" ZeRO-{}", p.zero);
     }
     text
 }
@@ -336,7 +338,8 @@ fn run_scenario(scenario: &Scenario) -> Result<Summary, String> {
 
 fn iteration(family: &Family, case: &CaseEntry, paths: &Paths) -> Result<Simulated, String> {
     let (table, anchor) = scenario_table(family, case, paths)?;
-    let summary = run_scenario(&scenario_of(&table, &anchor, "case's")?)?;
+    let scenario = scenario_of(&table, &anchor, "case's")?;
+    let summary = run_scenario(&scenario)?;
     let mut simulated = summary.iteration_time.as_secs_f64();
     if family.header.unit == "s/epoch" {
         simulated *= case.iterations_per_epoch.ok_or("iterations-per-epoch is missing")?;
@@ -344,7 +347,7 @@ fn iteration(family: &Family, case: &CaseEntry, paths: &Paths) -> Result<Simulat
     let measured = case.measured.ok_or("measured is missing")?;
     Ok(Simulated {
         gpus: Some(summary.cluster.gpus),
-        strategy: describe_strategy(&summary.strategy),
+        strategy: describe_strategy(&scenario.parallelism),
         points: vec![point(family.header.unit.clone(), measured, simulated)],
     })
 }
@@ -369,15 +372,11 @@ fn memory(family: &Family, case: &CaseEntry, paths: &Paths) -> Result<Simulated,
     };
     let scale = if family.header.unit == "GiB" { f64::from(1u32 << 30) } else { 1e9 };
     let measured = case.measured.ok_or("measured is missing")?;
-    let p = &scenario.parallelism;
     Ok(Simulated {
-        gpus: Some(p.data * p.tensor * p.pipeline * p.context),
+        gpus: Some(scenario.cluster.nodes * scenario.cluster.gpus_per_node),
         strategy: format!(
-            "DP{} TP{} PP{}{}, {} recompute, {part}",
-            p.data,
-            p.tensor,
-            p.pipeline,
-            if p.virtual_stages > 1 { format!(" VP{}", p.virtual_stages) } else { String::new() },
+            "{}, {} recompute, {part}",
+            describe_strategy(&scenario.parallelism),
             scenario.recompute
         ),
         points: vec![point(format!("{part} {}", family.header.unit), measured, bytes.as_f64() / scale)],
@@ -389,14 +388,19 @@ fn scaling(family: &Family, case: &CaseEntry, paths: &Paths) -> Result<Simulated
     let mut baseline = table.clone();
     apply(&mut baseline, &Override::all_of(case.baseline.as_ref().ok_or("baseline is missing")?))
         .map_err(|e| format!("baseline: {e}"))?;
-    let large = run_scenario(&scenario_of(&table, &anchor, "case's")?)?;
+    let large_scenario = scenario_of(&table, &anchor, "case's")?;
+    let large = run_scenario(&large_scenario)?;
     let small = run_scenario(&scenario_of(&baseline, &anchor, "baseline")?)?;
     let per_gpu = |s: &Summary| s.samples_per_second / f64::from(s.cluster.gpus);
     let efficiency = per_gpu(&large) / per_gpu(&small);
     let measured = case.measured.ok_or("measured is missing")?;
     Ok(Simulated {
         gpus: Some(large.cluster.gpus),
-        strategy: format!("{} vs {} GPUs", describe_strategy(&large.strategy), small.cluster.gpus),
+        strategy: format!(
+            "{} vs {} GPUs",
+            describe_strategy(&large_scenario.parallelism),
+            small.cluster.gpus
+        ),
         points: vec![point("efficiency", measured, efficiency)],
     })
 }
@@ -493,7 +497,7 @@ fn layer(family: &Family, case: &CaseEntry, paths: &Paths) -> Result<Simulated, 
     let backward = span(starts.backward[1], starts.backward[0], "backward")?;
     Ok(Simulated {
         gpus: Some(scenario.cluster.nodes * scenario.cluster.gpus_per_node),
-        strategy: describe_strategy(&outcome.summary.strategy),
+        strategy: describe_strategy(&scenario.parallelism),
         points: vec![
             point("forward", case.forward.ok_or("forward is missing")?, forward),
             point("backward", case.backward.ok_or("backward is missing")?, backward),
