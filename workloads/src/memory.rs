@@ -489,12 +489,13 @@ impl MemoryPlan<'_> {
         if self.precision == Dtype::Fp8 { 2 } else { 0 }
     }
 
-    /// Parameters of the model's linear (GEMM) layers: the weights FP8 training casts.
+    /// Parameters of the layers whose products run in FP8 ([`crate::compute::fp8_linear`], the
+    /// same rule the compute model prices them by): the weights FP8 training casts.
     fn linear_parameters(&self) -> u64 {
         self.model
             .layers
             .iter()
-            .filter(|layer| matches!(layer.kind, LayerKind::Linear { .. }))
+            .filter(|layer| crate::compute::fp8_linear(layer))
             .map(|layer| layer.cost.params)
             .sum()
     }
@@ -549,12 +550,12 @@ impl MemoryPlan<'_> {
             LayerKind::Linear { .. } | LayerKind::TiedLinear { .. } => {
                 let mut saved = keeps_input(width);
                 saved[0].row_parallel_input = elements_out == block_elements;
-                if self.precision == Dtype::Fp8 && matches!(layer.kind, LayerKind::Linear { .. }) {
+                if self.precision == Dtype::Fp8 && crate::compute::fp8_linear(layer) {
                     // Transformer Engine's FP8 linear keeps the FP8 cast of its input (or its
                     // transpose), one byte per element, a tensor of its own: `saved_inputmat` /
                     // `saved_inputmat_t` (NVIDIA/TransformerEngine @ v1.8 :
                     // transformer_engine/pytorch/module/linear.py, `_Linear.forward`). The
-                    // tied output layer is Megatron's own GEMM, not an FP8 one.
+                    // output layer, tied or not, is Megatron's own GEMM, not an FP8 one.
                     saved[0].tensor = None;
                     saved[0].width = 1;
                 }
