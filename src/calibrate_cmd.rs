@@ -159,7 +159,8 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
         "Errors are |predicted/measured - 1| per operator: median, and weighted by time.".into(),
     ];
     let text = profile.to_toml(&header)?;
-    fs_err::write(output, &text).with_context(|| format!("writing the profile {}", output.display()))?;
+    traces::atomic::write(output, &text)
+        .with_context(|| format!("writing the profile {}", output.display()))?;
     if args.json {
         return Ok(serde_json::to_string_pretty(&profile)? + "\n");
     }

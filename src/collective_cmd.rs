@@ -312,7 +312,7 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
             cluster.spec.gpus_per_node,
             if measured.is_some() { " and measured" } else { "" }
         );
-        fs_err::write(path, plot_svg(&title, &points)).context("writing the plot")?;
+        traces::atomic::write(path, plot_svg(&title, &points)).context("writing the plot")?;
     }
     if options.json {
         let report = CollectiveJson {

@@ -15,6 +15,7 @@ mod json;
 mod memory;
 mod models;
 mod network;
+mod outputs;
 mod pipes;
 mod plan;
 mod plot;
