@@ -49,6 +49,10 @@ pub struct Args {
 /// Runs the calibration and writes the profile; returns the report.
 pub fn calibrate(args: &Args) -> anyhow::Result<String> {
     let device = DeviceCatalog::builtin().get(&args.device).context("--device")?;
+    // The fit takes minutes on large traces: a profile that cannot be written is refused first.
+    if let Some(output) = &args.output {
+        traces::atomic::check_folder(output).context("-o")?;
+    }
     let (tables, trace_paths) = join::split_inputs(&args.traces)?;
     let (import, mut trace_device) = if trace_paths.is_empty() {
         let empty =

@@ -10,6 +10,7 @@ mod compare;
 mod daso;
 mod errors;
 mod framework;
+mod hostile;
 mod hyparflow;
 mod json;
 mod memory;

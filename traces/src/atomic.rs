@@ -67,6 +67,23 @@ pub fn write(path: &Path, bytes: impl AsRef<[u8]>) -> io::Result<()> {
     write_with(path, |out| out.write_all(bytes.as_ref()))
 }
 
+/// Checks that `path` can be written where it is named: its folder exists and is a folder.
+/// For commands that work long before they write (a calibration), so a typo in the output's
+/// folder is refused up front.
+pub fn check_folder(path: &Path) -> io::Result<()> {
+    let folder = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => return Ok(()),
+    };
+    if folder.is_dir() {
+        return Ok(());
+    }
+    Err(io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("{}: the folder {} does not exist; create it first", path.display(), folder.display()),
+    ))
+}
+
 /// Whether `path` exists and is not a regular file or a link to one: a device or a pipe,
 /// written in place.
 fn is_special(path: &Path) -> bool {

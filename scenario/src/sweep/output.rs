@@ -7,6 +7,7 @@
 //! never spans lines (error messages are joined onto one), so a file cut short ends in at most
 //! one partial line, which [`read_existing`] reports and a resumed run cuts off.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use super::Row;
@@ -435,8 +436,9 @@ pub fn merge(inputs: &[(String, String)]) -> Result<String, String> {
     };
     let format = Format::of_text(first_text);
     let (first_header, _) = Header::parse(first_text).map_err(|e| format!("{first_name}: {e}"))?;
-    let mut owner: Vec<Option<usize>> = vec![None; usize::try_from(first_header.configurations).unwrap_or(0)];
-    let mut lines: Vec<&str> = vec![""; owner.len()];
+    // Configuration -> (the shard holding it, its line): as many entries as rows, whatever
+    // count a header claims (issue 38: a header of 10^15 configurations aborted allocating).
+    let mut owner: BTreeMap<u64, (usize, &str)> = BTreeMap::new();
     for (i, (name, text)) in inputs.iter().enumerate() {
         if Format::of_text(text) != format {
             return Err(format!(
@@ -461,15 +463,12 @@ pub fn merge(inputs: &[(String, String)]) -> Result<String, String> {
             let index = row_index(line)
                 .filter(|index| *index < first_header.configurations)
                 .ok_or_else(|| format!("{name}: a line is not a row of this sweep: {line:.60}"))?;
-            let slot = usize::try_from(index).unwrap_or(usize::MAX);
-            if let Some(other) = owner[slot] {
+            if let Some((other, _)) = owner.insert(index, (i, line)) {
                 return Err(format!(
                     "configuration {index} is in both {} and {name}: the shards overlap",
                     inputs[other].0
                 ));
             }
-            owner[slot] = Some(i);
-            lines[slot] = line;
             held.push(index);
             at += end + 1;
         }
@@ -478,34 +477,47 @@ pub fn merge(inputs: &[(String, String)]) -> Result<String, String> {
                 "{name} ends in a partial row: the run stopped mid-write; finish it with --resume"
             ));
         }
-        let expected: Vec<u64> = match header.shard {
-            Some(shard) => shard.indices(header.configurations).collect(),
-            None => (0..header.configurations).collect(),
+        let expected = || -> Box<dyn Iterator<Item = u64>> {
+            match header.shard {
+                Some(shard) => Box::new(shard.indices(header.configurations)),
+                None => Box::new(0..header.configurations),
+            }
         };
-        if held != expected {
-            let missing = expected.iter().filter(|e| !held.contains(e)).count();
-            let first_missing = expected.iter().find(|e| !held.contains(e));
+        if !expected().eq(held.iter().copied()) {
+            let configurations = header.configurations;
+            let in_slice = |i: u64| i < configurations && header.shard.is_none_or(|shard| shard.contains(i));
+            let slice_len = match header.shard {
+                Some(shard) if shard.index < configurations => {
+                    (configurations - shard.index).div_ceil(shard.count)
+                }
+                Some(_) => 0,
+                None => configurations,
+            };
+            let kept: std::collections::BTreeSet<u64> =
+                held.iter().copied().filter(|&i| in_slice(i)).collect();
+            let missing = slice_len - kept.len() as u64;
+            let first_missing = expected().take(held.len() + 1).find(|e| !kept.contains(e));
             let slice =
                 header.shard.map_or("the sweep".to_string(), |s| format!("shard {}/{}", s.index, s.count));
             return Err(match first_missing {
                 Some(first) => format!(
-                    "{name} is incomplete: {missing} of the {} configurations of {slice} are missing (the first: {first}); finish it with --resume",
-                    expected.len()
+                    "{name} is incomplete: {missing} of the {slice_len} configurations of {slice} are missing (the first: {first}); finish it with --resume"
                 ),
                 None => format!("{name} does not hold {slice}'s configurations in order"),
             });
         }
     }
-    if let Some(missing) = owner.iter().position(Option::is_none) {
-        let count = owner.iter().filter(|o| o.is_none()).count();
+    let held = owner.len() as u64;
+    if held < first_header.configurations {
+        let first = (0..).find(|i| !owner.contains_key(i)).unwrap_or(held);
         return Err(format!(
-            "the shards hold {} of {} configurations: {count} are missing (the first: {missing}); is a shard file left out?",
-            owner.len() - count,
-            owner.len()
+            "the shards hold {held} of {} configurations: {} are missing (the first: {first}); is a shard file left out?",
+            first_header.configurations,
+            first_header.configurations - held
         ));
     }
     let mut merged = Header { shard: None, ..first_header }.text(format);
-    for line in lines {
+    for (_, line) in owner.values() {
         merged.push_str(line);
         merged.push('\n');
     }
