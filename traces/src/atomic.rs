@@ -129,9 +129,9 @@ mod tests {
             out.write_all(b"new, cut")?;
             Err::<(), io::Error>(io::Error::other("stopped"))
         });
-        assert_eq!(std::fs::read_to_string(&path).ok().as_deref(), Some("old\n"));
+        assert_eq!(fs_err::read_to_string(&path).ok().as_deref(), Some("old\n"));
         write(&path, "new\n").expect("second write");
-        assert_eq!(std::fs::read_to_string(&path).ok().as_deref(), Some("new\n"));
+        assert_eq!(fs_err::read_to_string(&path).ok().as_deref(), Some("new\n"));
         assert_eq!(std::fs::read_dir(&dir).map(Iterator::count).ok(), Some(1));
     }
 
