@@ -49,6 +49,10 @@ pub struct Args {
 /// Runs the calibration and writes the profile; returns the report.
 pub fn calibrate(args: &Args) -> anyhow::Result<String> {
     let device = DeviceCatalog::builtin().get(&args.device).context("--device")?;
+    // The fit takes minutes on large traces: a profile that cannot be written is refused first.
+    if let Some(output) = &args.output {
+        traces::atomic::check_folder(output).context("-o")?;
+    }
     let (tables, trace_paths) = join::split_inputs(&args.traces)?;
     let (import, mut trace_device) = if trace_paths.is_empty() {
         let empty =
@@ -159,7 +163,8 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
         "Errors are |predicted/measured - 1| per operator: median, and weighted by time.".into(),
     ];
     let text = profile.to_toml(&header)?;
-    fs_err::write(output, &text).with_context(|| format!("writing the profile {}", output.display()))?;
+    traces::atomic::write(output, &text)
+        .with_context(|| format!("writing the profile {}", output.display()))?;
     if args.json {
         return Ok(serde_json::to_string_pretty(&profile)? + "\n");
     }

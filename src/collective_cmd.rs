@@ -176,6 +176,14 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
                 "-g {given}: GPUs per process must be 1 to {ranks} (the ranks taking part); a process drives at least one GPU and no more than there are ranks"
             );
         }
+    } else if gpus_per_process > ranks
+        && let Some(log) = options.compare
+    {
+        // From the compared log's header (issue 38: nGpus 2147483648 was taken as it stood).
+        bail!(
+            "{}: its header says nGpus {gpus_per_process} (GPUs per process), more than the {ranks} ranks taking part; give -g, or --ranks, or the log of this run",
+            log.display()
+        );
     }
     let NamedCollective { kind, redop, .. } = bench.collective();
     let network = bench.settings().network;
@@ -312,7 +320,7 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
             cluster.spec.gpus_per_node,
             if measured.is_some() { " and measured" } else { "" }
         );
-        fs_err::write(path, plot_svg(&title, &points)).context("writing the plot")?;
+        traces::atomic::write(path, plot_svg(&title, &points)).context("writing the plot")?;
     }
     if options.json {
         let report = CollectiveJson {

@@ -77,11 +77,11 @@ pub fn write(
 ) -> anyhow::Result<()> {
     let table = scenario.strategy().kernel_table().context("building the per-layer table")?;
     if let Some(path) = layers_path {
-        fs_err::write(path, layers(&table)).context("writing the per-layer CSV")?;
+        traces::atomic::write(path, layers(&table)).context("writing the per-layer CSV")?;
     }
     if let Some(path) = buckets_path {
         let names: Vec<String> = scenario.model.layers.iter().map(|l| l.name.clone()).collect();
-        fs_err::write(path, buckets(&table, &names)).context("writing the bucket CSV")?;
+        traces::atomic::write(path, buckets(&table, &names)).context("writing the bucket CSV")?;
     }
     Ok(())
 }

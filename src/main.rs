@@ -11,6 +11,7 @@ mod collective_cmd;
 mod compare_cmd;
 mod embedded;
 mod layers_csv;
+mod lock;
 mod models;
 mod output;
 mod plan_cmd;
@@ -543,7 +544,10 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Man { dir: Some(dir), .. } => {
             fs_err::create_dir_all(&dir).context("writing the man pages")?;
-            clap_mangen::generate_to(Cli::command(), &dir)
+            // As clap_mangen::generate_to names and renders them, each page written whole.
+            let mut command = Cli::command().disable_help_subcommand(true);
+            command.build();
+            write_man_pages(command, &dir)
                 .with_context(|| format!("writing the man pages to {}", dir.display()))?;
             Ok(())
         }
@@ -554,12 +558,24 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                 .render(&mut page)
                 .context("rendering the man page")?;
             match output {
-                Some(path) => fs_err::write(&path, page).context("writing the man page")?,
+                Some(path) => traces::atomic::write(&path, page).context("writing the man page")?,
                 None => output::print(page).context("writing the man page")?,
             }
             Ok(())
         }
     }
+}
+
+/// Writes the man page of `command` and one per visible subcommand into `dir`, named as
+/// `clap_mangen::generate_to` names them, each through a temporary name.
+fn write_man_pages(command: clap::Command, dir: &Path) -> anyhow::Result<()> {
+    for sub in command.get_subcommands().filter(|s| !s.is_hide_set()).cloned() {
+        write_man_pages(sub, dir)?;
+    }
+    let man = clap_mangen::Man::new(command);
+    let path = dir.join(man.get_filename());
+    traces::atomic::write_with(&path, |file| man.render(file))?;
+    Ok(())
 }
 
 /// The `--set KEY=VALUE` overrides, in order.

@@ -174,7 +174,7 @@ fn read_table(path: &Path) -> anyhow::Result<Table> {
 /// Renders `chart` and writes it to `path`.
 pub fn write_chart(chart: &Chart, format: Format, size: Size, path: &Path) -> anyhow::Result<()> {
     let bytes = chart.render(format, size)?;
-    fs_err::write(path, bytes).context("writing the plot")?;
+    traces::atomic::write(path, bytes).context("writing the plot")?;
     Ok(())
 }
 

@@ -91,6 +91,7 @@ fn merge(output: &Path, shards: &[PathBuf]) -> anyhow::Result<()> {
             output.display()
         )
     })?;
+    let _lock = crate::lock::OutputLock::acquire(output, "parasim sweep merge")?;
     let mut inputs = Vec::new();
     for path in shards {
         let text = fs_err::read_to_string(path)?;
@@ -105,7 +106,7 @@ fn merge(output: &Path, shards: &[PathBuf]) -> anyhow::Result<()> {
             format_name(format)
         );
     }
-    fs_err::write(output, &merged)?;
+    traces::atomic::write(output, &merged)?;
     let rows = merged.lines().count() - if format == Format::Csv { 2 } else { 1 };
     stderr!("merged {} shard files: {rows} configurations into {}", shards.len(), output.display());
     Ok(())
@@ -229,9 +230,12 @@ fn run(args: &RunArgs) -> anyhow::Result<()> {
         keep
     };
     let mut columns = vec!["index".to_string()];
+    let swept_count = swept.len();
     columns.extend(swept);
     columns.extend(keep.iter().map(|&i| metrics[i].clone()));
     columns.extend(["status".to_string(), "error".to_string()]);
+    let metric_kinds = scenario::sweep::metric_kinds();
+    let kinds = output::Kind::columns(swept_count, keep.iter().map(|&i| metric_kinds[i]));
     let file_name =
         path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().to_string());
     let header = Header {
@@ -242,6 +246,14 @@ fn run(args: &RunArgs) -> anyhow::Result<()> {
         columns: columns.clone(),
     };
 
+    // One writer per output: held until the last row is written.
+    let _lock = match &args.output {
+        Some(out) => Some(crate::lock::OutputLock::acquire(
+            out,
+            if args.resume { "parasim sweep --resume" } else { "parasim sweep" },
+        )?),
+        None => None,
+    };
     // Open the output: fresh, or resumed after its complete rows.
     let mut already = 0usize;
     let mut sink: Box<dyn Write> = match &args.output {
@@ -255,11 +267,20 @@ fn run(args: &RunArgs) -> anyhow::Result<()> {
                 if args.resume && out.exists() { Some(fs_err::read_to_string(out)?) } else { None };
             match existing {
                 Some(text) if !text.is_empty() => {
-                    let found = output::read_existing(&text)
+                    let found = output::read_existing(&text, format, &kinds)
                         .map_err(|m| anyhow::anyhow!("{}: cannot resume: {m}", out.display()))?;
                     if found.header != header {
+                        let what = if found.header.fingerprint != header.fingerprint
+                            || found.header.file != header.file
+                        {
+                            "another sweep's output (another sweep file, base scenario or parasim version)"
+                        } else if found.header.shard != header.shard {
+                            "another shard's output"
+                        } else {
+                            "this sweep's output with other columns (another --columns)"
+                        };
                         bail!(
-                            "{}: cannot resume: its header is not this sweep's (another sweep file, base scenario, shard or parasim version); write to a new file",
+                            "{}: cannot resume: line 1: the header is {what}, not this run's; write to a new file",
                             out.display()
                         );
                     }

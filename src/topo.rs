@@ -121,7 +121,7 @@ pub fn describe(scenario: &Path, dot: Option<&Path>, json: bool) -> anyhow::Resu
         let _ = write!(out, "{}", summary.describe(noun));
     }
     if let Some(path) = dot {
-        fs_err::write(path, topology.to_dot()).context("writing the Graphviz file")?;
+        traces::atomic::write(path, topology.to_dot()).context("writing the Graphviz file")?;
         let note =
             format!("wrote {} (render with: dot -Tsvg {} -o topology.svg)", path.display(), path.display());
         if json {

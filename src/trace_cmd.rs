@@ -62,12 +62,12 @@ pub fn export_timeline(
     names: Option<&dyn Fn(sim_core::graph::RankId, sim_core::graph::StreamId) -> String>,
     path: &Path,
 ) -> anyhow::Result<traces::chrome::ExportStats> {
-    let file = fs_err::File::create(path)?;
     let mut export = traces::chrome::ChromeTrace::new(graph, timeline);
     if let Some(names) = names {
         export = export.with_stream_names(names);
     }
-    export.write(file).with_context(|| format!("writing the timeline to {}", path.display()))
+    traces::atomic::write_with(path, |file| export.write(file))
+        .with_context(|| format!("writing the timeline to {}", path.display()))
 }
 
 /// What `replay --json` prints.
@@ -354,13 +354,12 @@ pub fn export_run(outcome: &scenario::simulation::Outcome, path: &Path) -> anyho
     };
     let streams =
         |_: sim_core::graph::RankId, stream: sim_core::graph::StreamId| strategies::stream_name(stream);
-    let file = fs_err::File::create(path)?;
-    let stats = traces::chrome::ChromeTrace::new(&outcome.graph, &outcome.timeline)
+    let export = traces::chrome::ChromeTrace::new(&outcome.graph, &outcome.timeline)
         .with_stream_names(&streams)
         .with_process_names(&names)
-        .with_spans(&spans)
-        .write(file)
-        .context("writing the timeline")?;
+        .with_spans(&spans);
+    let stats =
+        traces::atomic::write_with(path, |file| export.write(file)).context("writing the timeline")?;
     stderr!(
         "timeline      {} ({} ops, {} transfer arrows; open in https://ui.perfetto.dev)",
         path.display(),

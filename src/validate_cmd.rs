@@ -316,7 +316,7 @@ fn run_suite(args: &ValidateArgs, suite: &Suite) -> anyhow::Result<String> {
     let bounds = Bounds::load(&bounds_path)?;
     if args.update_bounds {
         let raised = bounds.raised(&report);
-        fs_err::write(&bounds_path, raised.to_toml()).context("writing the bounds")?;
+        traces::atomic::write(&bounds_path, raised.to_toml()).context("writing the bounds")?;
         stderr!("bounds        {} (raised where this run did better)", bounds_path.display());
     }
     if args.check_bounds {
@@ -384,7 +384,7 @@ fn write_doc(path: &Path, generated: &str, (begin_marker, end_marker): (&str, &s
         bail!("{}: the end marker comes before the begin marker", path.display());
     }
     let rewritten = format!("{}{begin_marker}\n\n{generated}\n{}", &text[..begin], &text[end..]);
-    fs_err::write(path, rewritten).context("writing the doc")?;
+    traces::atomic::write(path, rewritten).context("writing the doc")?;
     Ok(())
 }
 

@@ -340,7 +340,56 @@ fn resume_completes_a_cut_output_identically() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("12 already in the output: ran 0"));
     let output = parasim(&["sweep", EXAMPLE, "--resume", "-o", whole.to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&output.stderr).contains("not this sweep's"));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("not this run's"));
+}
+
+/// `--resume` keeps only rows it can vouch for (issue 38: a complete but corrupt row and
+/// JSON Lines content in a `.csv` were kept): each refusal names the file and the line.
+#[test]
+fn resume_refuses_corrupt_misformatted_and_foreign_outputs() {
+    let dir = scratch("resume-checks");
+    let sweep = small_sweep(&dir);
+    let sweep = sweep.to_str().unwrap();
+    let csv = dir.join("whole.csv");
+    let jsonl = dir.join("whole.jsonl");
+    ok(parasim(&["sweep", sweep, "-o", csv.to_str().unwrap()]));
+    ok(parasim(&["sweep", sweep, "-o", jsonl.to_str().unwrap()]));
+    let text = read(&csv);
+    let lines: Vec<&str> = text.lines().collect();
+    // The first metric: only numbers and swept values (no quoted commas) come before it.
+    let column = lines[1].split(',').position(|c| c == "achieved_tflops_per_device").unwrap();
+    let row = lines.iter().position(|l| l.ends_with(",ok,")).unwrap();
+    let mut fields: Vec<&str> = lines[row].split(',').collect();
+    fields[column] = "fast";
+    let mut corrupt_lines = lines.clone();
+    let corrupt_row = fields.join(",");
+    corrupt_lines[row] = &corrupt_row;
+    let corrupt = dir.join("corrupt.csv");
+    fs_err::write(&corrupt, corrupt_lines.join("\n") + "\n").unwrap();
+    let json_in_csv = dir.join("json.csv");
+    fs_err::copy(&jsonl, &json_in_csv).unwrap();
+    let csv_in_jsonl = dir.join("csv.jsonl");
+    fs_err::copy(&csv, &csv_in_jsonl).unwrap();
+    let foreign = dir.join("foreign.csv");
+    ok(parasim(&["sweep", EXAMPLE, "-o", foreign.to_str().unwrap(), "--columns", "mfu"]));
+    let line = format!("line {}", row + 1);
+    let cases = [
+        (&corrupt, vec![line.as_str(), "column achieved_tflops_per_device holds \"fast\", not a number"]),
+        (&json_in_csv, vec!["line 1", "holds JSON Lines, not the CSV its name asks for"]),
+        (&csv_in_jsonl, vec!["line 1", "not the JSON Lines its name asks for"]),
+        (&foreign, vec!["line 1", "another sweep's output"]),
+    ];
+    for (path, needles) in cases {
+        let before = read(path);
+        let output = parasim(&["sweep", sweep, "--resume", "-o", path.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{}: {stderr}", path.display());
+        assert!(stderr.contains(&format!("{}: cannot resume", path.display())), "{stderr}");
+        for needle in needles {
+            assert!(stderr.contains(needle), "{needle:?} not in {stderr}");
+        }
+        assert_eq!(read(path), before, "a refused resume changed {}", path.display());
+    }
 }
 
 #[test]

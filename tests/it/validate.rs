@@ -39,6 +39,16 @@ fn scratch_suite(name: &str, families: &[(&str, &str)], bounds: Option<&str>) ->
     let _ = fs_err::remove_dir_all(&dir);
     fs_err::create_dir_all(&dir).unwrap();
     fs_err::copy(Path::new(SUITE).join("keys.toml"), dir.join("keys.toml")).unwrap();
+    // A suite names files inside its own folder (docs/security.md): the scenario and models
+    // its fixtures name are copied in.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    fs_err::create_dir_all(dir.join("scenarios")).unwrap();
+    fs_err::copy(root.join("scenarios/quickstart.toml"), dir.join("scenarios/quickstart.toml")).unwrap();
+    fs_err::create_dir_all(dir.join("models")).unwrap();
+    for entry in fs_err::read_dir(root.join("data/models")).unwrap() {
+        let path = entry.unwrap().path();
+        fs_err::copy(&path, dir.join("models").join(path.file_name().unwrap())).unwrap();
+    }
     let ids: Vec<&str> = families
         .iter()
         .filter_map(|(_, text)| text.split("[family]\nid = \"").nth(1)?.split('"').next())
@@ -56,7 +66,7 @@ fn scratch_suite(name: &str, families: &[(&str, &str)], bounds: Option<&str>) ->
 /// A one-case family running the quickstart scenario against a made-up measurement: a test
 /// fixture for the ratchet's mechanics, not a validation case.
 fn fixture_family(measured: f64) -> String {
-    let quickstart = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/quickstart.toml");
+    let quickstart = "scenarios/quickstart.toml";
     format!(
         "[family]\nid = \"fixture\"\ntitle = \"test fixture\"\nsource = \"this test\"\nkind = \"iteration\"\nunit = \"s/iter\"\nci = true\n\n\
          [[case]]\nid = \"quickstart\"\nsource = \"made up\"\nmeasured = {measured}\nderivation = \"chosen by the test\"\nscenario-file = \"{quickstart}\"\n"
@@ -270,7 +280,7 @@ fn cases_a_constant_was_fitted_on_are_calibration_not_test() {
         "scenario-file",
         "scenario = { compute = { dispatch-overhead = \"300 us\" } }\nscenario-file",
     ) + "\n[[case]]\nid = \"other\"\nsource = \"made up\"\nmeasured = 2.0\nderivation = \"chosen by the test\"\nscenario-file = \""
-        + concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/quickstart.toml")
+        + "scenarios/quickstart.toml"
         + "\"\n";
     let dir = scratch_suite("fitted", &[("fixture.toml", &family)], None);
     fs_err::write(dir.join("fitted.toml"), format!("{}\n{fitted}", fixture_fitted(&["fixture"]))).unwrap();
@@ -416,7 +426,7 @@ fn the_plot_has_a_dot_per_point() {
 fn a_layer_case_needs_a_block_on_each_side() {
     let family = fs_err::read_to_string(Path::new(SUITE).join("korthikanti-table4.toml"))
         .unwrap()
-        .replace("\"../models/", &format!("\"{}/data/models/", env!("CARGO_MANIFEST_DIR")))
+        .replace("\"../models/", "\"models/")
         .replace("layer = 6", "layer = 11");
     let dir = scratch_suite("layer-edge", &[("k.toml", &family)], None);
     let output = parasim(&["validate", "--suite-dir", dir.to_str().unwrap(), "--case", "baseline", "--csv"]);

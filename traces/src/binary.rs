@@ -108,10 +108,10 @@ pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Trace, TraceError> {
     Ok(trace)
 }
 
-/// Writes `trace` to `path` as a `.pstrace` file.
+/// Writes `trace` to `path` as a `.pstrace` file, through a temporary name ([`crate::atomic`]).
 pub fn write(trace: &Trace, path: &Path) -> Result<(), TraceError> {
     let bytes = to_bytes(trace)?;
-    fs_err::write(path, bytes).map_err(|e| TraceError::io(path, e))
+    crate::atomic::write(path, bytes).map_err(|e| TraceError::io(path, e))
 }
 
 /// Reads the `.pstrace` file at `path`.

@@ -9,6 +9,8 @@
 //!   simulated collectives, host launch and synchronization rules), re-targeted to another
 //!   number of ranks if asked, and the comparison of a simulated timeline with the
 //!   measurement.
+//! - [`atomic`]: how every output file is written: through a temporary name, renamed when
+//!   complete.
 //! - [`chrome`]: export of any simulated timeline as Chrome Trace Event JSON for Perfetto.
 //!
 //! ```no_run
@@ -25,6 +27,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod atomic;
 pub mod binary;
 pub mod chrome;
 mod error;

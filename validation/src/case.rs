@@ -290,7 +290,9 @@ fn check_keys(family: &Family, ledger: &Ledger) -> Result<(), CaseError> {
         if file.starts_with("shared:") || !files_checked.insert(file.clone()) {
             continue;
         }
-        let path = Paths::default().resolve(file, &family.file);
+        let path = Paths::default()
+            .resolve(file, &family.file)
+            .map_err(|message| format(&family.file, format!("case[{index}].scenario-file"), message))?;
         let text = fs_err::read_to_string(&path).map_err(|error| CaseError::Read {
             path: path.clone(),
             message: format!("{error} (case[{index}].scenario-file of {})", family.file.display()),
@@ -510,14 +512,78 @@ pub struct Paths {
 }
 
 impl Paths {
-    /// `text` as a path: `shared:x` under the shared data folder, else relative to `file`'s
-    /// folder.
-    pub fn resolve(&self, text: &str, file: &Path) -> PathBuf {
+    /// `text`, named in the suite file `file`, as a path: `shared:x` under the shared data
+    /// folder, else relative to `file`'s folder. A suite may be someone else's (`validate
+    /// --suite-dir`), so what it names must stay inside its own tree: absolute paths are
+    /// refused, `shared:` paths may not climb out of the shared folder (`..`), and relative
+    /// paths may climb (`..`) only within the suite's root ([`suite_root`]). The check is on the
+    /// path as written: a symbolic link inside the suite's tree is followed.
+    pub fn resolve(&self, text: &str, file: &Path) -> Result<PathBuf, String> {
         match text.strip_prefix("shared:") {
-            Some(rest) => self.shared.join(rest),
-            None => file.parent().unwrap_or(Path::new(".")).join(text),
+            Some(rest) => {
+                let path = self.shared.join(rest);
+                if !within(&self.shared, &path) {
+                    return Err(format!(
+                        "{text:?} leaves the shared data folder: a shared: path names a file under it, without `..` or a leading /"
+                    ));
+                }
+                Ok(path)
+            }
+            None => check_within_suite(text, file.parent().unwrap_or(Path::new(".")), file),
         }
     }
+}
+
+/// `text`, a path relative to `folder`, named (directly or through a scenario file) by the
+/// suite file `suite_file`: the path, or why it leaves the suite's root ([`suite_root`]).
+pub fn check_within_suite(text: &str, folder: &Path, suite_file: &Path) -> Result<PathBuf, String> {
+    let root = suite_root(suite_file.parent().unwrap_or(Path::new(".")));
+    let path = folder.join(text);
+    if !within(root, &path) {
+        let root = if root.as_os_str().is_empty() { Path::new(".") } else { root };
+        return Err(format!(
+            "{text:?} leaves the suite's folder {}: a suite names files under its root, relative and without climbing out of it with `..` (write shared:PATH for the shared data)",
+            root.display()
+        ));
+    }
+    Ok(path)
+}
+
+/// The root a suite in `folder` may name files under: the checkout when the suite is laid out
+/// as the checkout's (`ROOT/data/validation`, whose files name `../models/...` and
+/// `../../scenarios/...`), else the suite's folder itself.
+pub fn suite_root(folder: &Path) -> &Path {
+    if folder.ends_with("data/validation")
+        && let Some(root) = folder.parent().and_then(Path::parent)
+    {
+        return root;
+    }
+    folder
+}
+
+/// `path` with `.` dropped and each `..` cancelling the name before it, as written (no file
+/// system access: links are not followed).
+fn lexical(path: &Path) -> Vec<std::path::Component<'_>> {
+    use std::path::Component;
+    let mut out: Vec<Component<'_>> = Vec::new();
+    for component in path.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir if matches!(out.last(), Some(Component::Normal(_))) => {
+                out.pop();
+            }
+            Component::ParentDir if matches!(out.last(), Some(Component::RootDir | Component::Prefix(_))) => {
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Whether `path`, as written, lies under `root`.
+fn within(root: &Path, path: &Path) -> bool {
+    let (root, path) = (lexical(root), lexical(path));
+    path.starts_with(&root) && !path[root.len()..].contains(&std::path::Component::ParentDir)
 }
 
 #[cfg(test)]
@@ -666,10 +732,36 @@ derivation = "read off"
     fn shared_paths_resolve_under_the_shared_folder() {
         let paths = Paths { shared: PathBuf::from("/s/data"), ..Paths::default() };
         let file = Path::new("/repo/data/validation/x.toml");
-        assert_eq!(paths.resolve("shared:a/b.log", file), PathBuf::from("/s/data/a/b.log"));
+        assert_eq!(paths.resolve("shared:a/b.log", file), Ok(PathBuf::from("/s/data/a/b.log")));
         assert_eq!(
             paths.resolve("../../scenarios/y.toml", file),
-            PathBuf::from("/repo/data/validation/../../scenarios/y.toml")
+            Ok(PathBuf::from("/repo/data/validation/../../scenarios/y.toml"))
         );
+    }
+
+    /// A suite cannot name files outside its tree (issue 38: shared suites are someone
+    /// else's): absolute paths, `..` out of the checkout or out of a suite folder elsewhere,
+    /// and `shared:` paths that climb out are refused, naming the path.
+    #[test]
+    fn suites_cannot_name_files_outside_their_tree() {
+        let paths = Paths { shared: PathBuf::from("/s/data"), ..Paths::default() };
+        let checkout = Path::new("/repo/data/validation/x.toml");
+        let elsewhere = Path::new("/home/u/suite/x.toml");
+        let relative = Path::new("data/validation/x.toml");
+        for (text, file, needle) in [
+            ("/etc/passwd", checkout, "leaves the suite's folder /repo"),
+            ("../../../etc/passwd", checkout, "leaves the suite's folder /repo"),
+            ("../models/a.toml", elsewhere, "leaves the suite's folder /home/u/suite"),
+            ("models/../../x.toml", elsewhere, "leaves the suite's folder"),
+            ("shared:../secret", checkout, "leaves the shared data folder"),
+            ("shared:/etc/passwd", checkout, "leaves the shared data folder"),
+            ("../../../x.toml", relative, "leaves the suite's folder ."),
+        ] {
+            let error = paths.resolve(text, file).expect_err(text);
+            assert!(error.contains(needle) && error.contains(text), "{text}: {error}");
+        }
+        assert!(paths.resolve("models/a.toml", elsewhere).is_ok());
+        assert!(paths.resolve("../../scenarios/a.toml", checkout).is_ok());
+        assert!(paths.resolve("../models/a.toml", relative).is_ok());
     }
 }

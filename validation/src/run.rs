@@ -204,7 +204,7 @@ fn scenario_table(
     let mut table = family.header.scenario.clone().unwrap_or_default();
     let mut anchor = family.file.clone();
     if let Some(file) = &case.scenario_file {
-        let path = paths.resolve(file, &family.file);
+        let path = paths.resolve(file, &family.file).map_err(|e| format!("scenario-file: {e}"))?;
         let text = fs_err::read_to_string(&path).map_err(|e| format!("scenario-file: {e}"))?;
         let from_file: toml::Table =
             toml::from_str(&text).map_err(|e| format!("scenario-file {}: {e}", path.display()))?;
@@ -213,6 +213,16 @@ fn scenario_table(
     }
     if let Some(own) = &case.scenario {
         merge(&mut table, own);
+    }
+    // Files the scenario names resolve against `anchor`; in a suite they must stay in its tree
+    // as the suite's own paths do (`--profile` files, the user's own, are applied after).
+    for key in ["workload.model", "compute.profile"] {
+        if let Some(toml::Value::String(text)) = leaf(&table, key)
+            && (text.contains(['/', '\\']) || text.ends_with(".toml"))
+        {
+            crate::case::check_within_suite(text, anchor.parent().unwrap_or(Path::new(".")), &family.file)
+                .map_err(|e| format!("{key}: {e}"))?;
+        }
     }
     for (key, families) in &paths.without {
         if families.contains(&family.header.id) {
@@ -229,6 +239,17 @@ fn scenario_table(
     }
     apply_profiles(&mut table, &paths.profiles);
     Ok((table, anchor))
+}
+
+/// The value at dotted key `key` of `table`, if there.
+fn leaf<'t>(table: &'t toml::Table, key: &str) -> Option<&'t toml::Value> {
+    match key.split_once('.') {
+        None => table.get(key),
+        Some((head, rest)) => match table.get(head)? {
+            toml::Value::Table(inner) => leaf(inner, rest),
+            _ => None,
+        },
+    }
 }
 
 /// The value at dotted key `key` of `table`, if there.
@@ -411,7 +432,9 @@ fn nccl_tests(family: &Family, case: &CaseEntry, paths: &Paths) -> Result<Simula
     let (table, anchor) = scenario_table(family, case, paths)?;
     let text = toml::to_string(&table).map_err(|e| e.to_string())?;
     let cluster = Cluster::parse(&text, &anchor).map_err(|e| e.to_string())?;
-    let log = paths.resolve(case.log.as_deref().ok_or("log is missing")?, &family.file);
+    let log = paths
+        .resolve(case.log.as_deref().ok_or("log is missing")?, &family.file)
+        .map_err(|e| format!("log: {e}"))?;
     let log_text =
         fs_err::read_to_string(&log).map_err(|e| format!("{e} (the shared data folder: --shared)"))?;
     let measured = traces::nccl::parse_tests_output(&log_text, &log).map_err(|e| e.to_string())?;
@@ -446,7 +469,9 @@ fn nccl_tests(family: &Family, case: &CaseEntry, paths: &Paths) -> Result<Simula
 /// DeepBench cases: every kernel of the table priced by the default compute model, with every
 /// convolution algorithm available as DeepBench times them all and keeps the fastest.
 fn deepbench(family: &Family, case: &CaseEntry, paths: &Paths) -> Result<Simulated, String> {
-    let path = paths.resolve(case.table.as_deref().ok_or("table is missing")?, &family.file);
+    let path = paths
+        .resolve(case.table.as_deref().ok_or("table is missing")?, &family.file)
+        .map_err(|e| format!("table: {e}"))?;
     let text =
         fs_err::read_to_string(&path).map_err(|e| format!("{e} (the shared data folder: --shared)"))?;
     let device_name = case.device.as_deref().ok_or("device is missing")?;
@@ -548,7 +573,9 @@ fn block_starts(
 fn replayed(family: &Family, case: &CaseEntry, paths: &Paths) -> Result<Simulated, String> {
     let mut traces = Vec::new();
     let mut scratch = Vec::new();
-    for path in case.traces.iter().map(|t| paths.resolve(t, &family.file)) {
+    for path in case.traces.iter().map(|t| paths.resolve(t, &family.file).map_err(|e| format!("traces: {e}")))
+    {
+        let path = path?;
         if !path.exists() {
             return Err(format!("{} is missing (the shared data folder: --shared)", path.display()));
         }

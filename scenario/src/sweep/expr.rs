@@ -247,9 +247,30 @@ fn tokenize(text: &str) -> Result<Vec<(Token, usize)>, (usize, String)> {
 struct Parser {
     tokens: Vec<(Token, usize)>,
     next: usize,
+    /// Parentheses, `not` and `-` open around the current position: parsing, evaluating and
+    /// dropping a tree recurse once per level, so the nesting is bounded ([`MAX_NESTING`]).
+    depth: usize,
 }
 
+/// The deepest nesting of parentheses, `not` and unary `-` an expression may have; deeper is
+/// refused rather than overflow the stack (issue 38: 10,000 parentheses aborted the sweep).
+const MAX_NESTING: usize = 64;
+/// The longest expression, in bytes: a chain of operators nests one level per operator.
+const MAX_LENGTH: usize = 4096;
+
 impl Parser {
+    /// Enters one level of nesting, or says the expression nests too deep.
+    fn enter(&mut self, column: usize) -> Result<(), (usize, String)> {
+        self.depth += 1;
+        if self.depth > MAX_NESTING {
+            return Err((
+                column,
+                format!("nests deeper than {MAX_NESTING} levels of parentheses, `not` and `-`"),
+            ));
+        }
+        Ok(())
+    }
+
     fn peek(&self) -> &Token {
         &self.tokens[self.next.min(self.tokens.len() - 1)].0
     }
@@ -297,7 +318,10 @@ impl Parser {
     fn not(&mut self) -> Result<Node, (usize, String)> {
         if self.is_word("not") {
             let (_, column) = self.advance();
-            return Ok(Node::Not { operand: Box::new(self.not()?), column });
+            self.enter(column)?;
+            let operand = self.not()?;
+            self.depth -= 1;
+            return Ok(Node::Not { operand: Box::new(operand), column });
         }
         self.comparison()
     }
@@ -353,7 +377,10 @@ impl Parser {
     fn unary(&mut self) -> Result<Node, (usize, String)> {
         if self.peek() == &Token::Symbol("-") {
             let (_, column) = self.advance();
-            return Ok(Node::Negate { operand: Box::new(self.unary()?), column });
+            self.enter(column)?;
+            let operand = self.unary()?;
+            self.depth -= 1;
+            return Ok(Node::Negate { operand: Box::new(operand), column });
         }
         self.primary()
     }
@@ -371,7 +398,9 @@ impl Parser {
             }
             Token::Name(name) => Ok(Node::Name { key: name.clone(), written: name, column }),
             Token::Symbol("(") => {
+                self.enter(column)?;
                 let inner = self.or()?;
+                self.depth -= 1;
                 match self.advance() {
                     (Token::Symbol(")"), _) => Ok(inner),
                     (_, column) => Err((column, "expected `)`".into())),
@@ -391,8 +420,11 @@ impl Expression {
             column,
             message,
         };
+        if text.len() > MAX_LENGTH {
+            return Err(error((MAX_LENGTH, format!("is {} bytes long; at most {MAX_LENGTH}", text.len()))));
+        }
         let tokens = tokenize(text).map_err(error)?;
-        let mut parser = Parser { tokens, next: 0 };
+        let mut parser = Parser { tokens, next: 0, depth: 0 };
         let root = parser.or().map_err(error)?;
         if parser.peek() != &Token::End {
             let found = match parser.peek() {
@@ -644,6 +676,22 @@ mod tests {
             "`cluster.nodes-tensor` is unknown"
         );
         assert_eq!(run("cluster.nodes - tensor", true), Ok(Value::Integer(6)));
+    }
+
+    /// Deep nesting and endless chains are refused, not a stack overflow (issue 38: 10,000
+    /// parentheses aborted the sweep); 64 levels still parse.
+    #[test]
+    fn nesting_and_length_are_bounded() {
+        let deep = format!("{}1{}", "(".repeat(1000), ")".repeat(1000));
+        assert!(run(&deep, false).unwrap_err().message.contains("nests deeper than 64"));
+        assert!(run(&"-".repeat(2000), false).unwrap_err().message.contains("nests deeper than 64"));
+        assert!(run(&"not ".repeat(500), false).unwrap_err().message.contains("nests deeper than 64"));
+        let wide = format!("{}1{}", "(".repeat(10_000), ")".repeat(10_000));
+        assert!(run(&wide, false).unwrap_err().message.contains("at most 4096"));
+        let long = vec!["1"; 10_000].join("+");
+        assert!(run(&long, false).unwrap_err().message.contains("at most 4096"));
+        let ok = format!("{}1{}", "(".repeat(64), ")".repeat(64));
+        assert_eq!(run(&ok, false), Ok(Value::Integer(1)));
     }
 
     #[test]

@@ -698,6 +698,15 @@ pub fn metric_columns() -> Vec<String> {
     names
 }
 
+/// What each of [`metric_columns`] holds, in the same order: the type a kept row's cell must
+/// have when `--resume` checks it.
+pub fn metric_kinds() -> Vec<output::Kind> {
+    let summary = serde_json::to_value(full_summary()).unwrap_or_default();
+    let mut flat = flatten_json(&summary);
+    flat.sort_by(|a, b| a.0.cmp(&b.0));
+    flat.into_iter().map(|(_, value)| output::Kind::of(value)).collect()
+}
+
 /// A summary with every part `run --json` may omit present: the framework, the optional strategy
 /// settings (DASO, offloading, the input loader, the CNN splits) and the breakdown entries
 /// omitted when zero. Only its keys matter.

@@ -7,6 +7,7 @@
 //! never spans lines (error messages are joined onto one), so a file cut short ends in at most
 //! one partial line, which [`read_existing`] reports and a resumed run cuts off.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use super::Row;
@@ -265,6 +266,83 @@ fn row_index(line: &str) -> Option<u64> {
     digits[..end].parse().ok()
 }
 
+/// What a column of the output holds: what `--resume` checks each kept row's cells against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// The configuration number: a whole number.
+    Index,
+    /// A number (or empty: the configuration did not report it).
+    Number,
+    /// Text (or empty).
+    Text,
+    /// `true` or `false` (or empty).
+    Boolean,
+    /// One of the status names (`ok`, `failed`, `skipped`, `does-not-fit`).
+    Status,
+    /// Anything: a swept value.
+    Any,
+}
+
+impl Kind {
+    /// The kind of a metric whose value in a full summary is `value`.
+    pub fn of(value: &serde_json::Value) -> Kind {
+        match value {
+            serde_json::Value::Number(_) => Kind::Number,
+            serde_json::Value::String(_) => Kind::Text,
+            serde_json::Value::Bool(_) => Kind::Boolean,
+            _ => Kind::Any,
+        }
+    }
+
+    /// The kinds of a header's columns: the index, `swept` values, then `metrics`, status and
+    /// error.
+    pub fn columns(swept: usize, metrics: impl IntoIterator<Item = Kind>) -> Vec<Kind> {
+        let mut kinds = vec![Kind::Index];
+        kinds.extend(std::iter::repeat_n(Kind::Any, swept));
+        kinds.extend(metrics);
+        kinds.extend([Kind::Status, Kind::Text]);
+        kinds
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Index => "a configuration number",
+            Kind::Number => "a number",
+            Kind::Text => "text",
+            Kind::Boolean => "true or false",
+            Kind::Status => "a status (ok, failed, skipped, does-not-fit)",
+            Kind::Any => "a value",
+        }
+    }
+
+    /// Whether a JSON cell is of this kind (null is: a value not reported).
+    fn holds_json(self, cell: &serde_json::Value) -> bool {
+        match (self, cell) {
+            (Kind::Index, cell) => cell.is_u64(),
+            (Kind::Status, serde_json::Value::String(text)) => STATUSES.contains(&text.as_str()),
+            (Kind::Status, _) => false,
+            (_, serde_json::Value::Null) | (Kind::Any, _) => true,
+            (Kind::Number, cell) => cell.is_number(),
+            (Kind::Text, cell) => cell.is_string(),
+            (Kind::Boolean, cell) => cell.is_boolean(),
+        }
+    }
+
+    /// Whether a CSV field is of this kind (empty is: a value not reported).
+    fn holds_csv(self, field: &str) -> bool {
+        match self {
+            Kind::Index => field.parse::<u64>().is_ok(),
+            Kind::Status => STATUSES.contains(&field),
+            _ if field.is_empty() => true,
+            Kind::Number => field.parse::<f64>().is_ok_and(f64::is_finite),
+            Kind::Boolean => field == "true" || field == "false",
+            Kind::Text | Kind::Any => true,
+        }
+    }
+}
+
+const STATUSES: [&str; 4] = ["ok", "failed", "skipped", "does-not-fit"];
+
 /// An output file as found on disk.
 #[derive(Debug, Clone)]
 pub struct Existing {
@@ -276,19 +354,77 @@ pub struct Existing {
     pub complete_len: usize,
 }
 
-/// Reads an output file's text: its header, the numbers of its complete rows, and where a
-/// partial last line (a run stopped mid-write) starts.
-pub fn read_existing(text: &str) -> Result<Existing, String> {
-    let (header, mut at) = Header::parse(text)?;
+/// Reads an output file's text, which its name says is `format`: its header, the numbers of
+/// its complete rows, and where a partial last line (a run stopped mid-write) starts. Every
+/// complete row is checked against the header's columns and `kinds` (as [`Kind::columns`]
+/// gives them, one per column of the header this sweep writes): its field count, its index
+/// and the type of each cell. Errors name the line (counted from 1).
+pub fn read_existing(text: &str, format: Format, kinds: &[Kind]) -> Result<Existing, String> {
+    let found = Format::of_text(text);
+    if found != format {
+        let (name, other) = match format {
+            Format::Csv => ("CSV", "JSON Lines"),
+            Format::Jsonl => ("JSON Lines", "CSV (or not a sweep output)"),
+        };
+        return Err(format!("line 1: the file holds {other}, not the {name} its name asks for"));
+    }
+    let (header, mut at) = Header::parse(text).map_err(|e| format!("line 1: {e}"))?;
+    let header_lines = text[..at].matches('\n').count();
     let mut rows = Vec::new();
     while let Some(end) = text[at..].find('\n') {
         let line = &text[at..at + end];
-        let index = row_index(line)
-            .ok_or_else(|| format!("row {} is not a sweep row: {line:.60}", rows.len() + 1))?;
+        let number = header_lines + rows.len() + 1;
+        let index = check_row(line, format, &header.columns, kinds)
+            .map_err(|reason| format!("line {number}: {reason}: {line:.60}"))?;
         rows.push(index);
         at += end + 1;
     }
     Ok(Existing { header, rows, complete_len: at })
+}
+
+/// Checks one complete row line against the columns and their kinds; its index.
+fn check_row(line: &str, format: Format, columns: &[String], kinds: &[Kind]) -> Result<u64, String> {
+    let index = row_index(line).ok_or("not a sweep row (no configuration number first)")?;
+    // A header of other columns is refused by the caller; check the types only where the
+    // kinds describe these columns.
+    let typed = kinds.len() == columns.len();
+    match format {
+        Format::Csv => {
+            if line.starts_with('{') {
+                return Err("a JSON Lines row in CSV".into());
+            }
+            let fields = split_csv(line)?;
+            if fields.len() != columns.len() {
+                return Err(format!(
+                    "{} fields where the header has {} columns",
+                    fields.len(),
+                    columns.len()
+                ));
+            }
+            if typed {
+                for ((field, kind), column) in fields.iter().zip(kinds).zip(columns) {
+                    if !kind.holds_csv(field) {
+                        return Err(format!("column {column} holds {field:?}, not {}", kind.name()));
+                    }
+                }
+            }
+        }
+        Format::Jsonl => {
+            let value: serde_json::Value =
+                serde_json::from_str(line).map_err(|e| format!("not a JSON object: {e}"))?;
+            let object = value.as_object().ok_or("not a JSON object")?;
+            if object.len() != columns.len() {
+                return Err(format!("{} keys where the header has {} columns", object.len(), columns.len()));
+            }
+            for (i, column) in columns.iter().enumerate() {
+                let cell = object.get(column).ok_or_else(|| format!("no key {column:?}"))?;
+                if typed && !kinds[i].holds_json(cell) {
+                    return Err(format!("key {column:?} holds {cell}, not {}", kinds[i].name()));
+                }
+            }
+        }
+    }
+    Ok(index)
 }
 
 /// Merges shard outputs (name, text) into one output of the whole sweep, in configuration
@@ -300,8 +436,9 @@ pub fn merge(inputs: &[(String, String)]) -> Result<String, String> {
     };
     let format = Format::of_text(first_text);
     let (first_header, _) = Header::parse(first_text).map_err(|e| format!("{first_name}: {e}"))?;
-    let mut owner: Vec<Option<usize>> = vec![None; usize::try_from(first_header.configurations).unwrap_or(0)];
-    let mut lines: Vec<&str> = vec![""; owner.len()];
+    // Configuration -> (the shard holding it, its line): as many entries as rows, whatever
+    // count a header claims (issue 38: a header of 10^15 configurations aborted allocating).
+    let mut owner: BTreeMap<u64, (usize, &str)> = BTreeMap::new();
     for (i, (name, text)) in inputs.iter().enumerate() {
         if Format::of_text(text) != format {
             return Err(format!(
@@ -326,15 +463,12 @@ pub fn merge(inputs: &[(String, String)]) -> Result<String, String> {
             let index = row_index(line)
                 .filter(|index| *index < first_header.configurations)
                 .ok_or_else(|| format!("{name}: a line is not a row of this sweep: {line:.60}"))?;
-            let slot = usize::try_from(index).unwrap_or(usize::MAX);
-            if let Some(other) = owner[slot] {
+            if let Some((other, _)) = owner.insert(index, (i, line)) {
                 return Err(format!(
                     "configuration {index} is in both {} and {name}: the shards overlap",
                     inputs[other].0
                 ));
             }
-            owner[slot] = Some(i);
-            lines[slot] = line;
             held.push(index);
             at += end + 1;
         }
@@ -343,34 +477,47 @@ pub fn merge(inputs: &[(String, String)]) -> Result<String, String> {
                 "{name} ends in a partial row: the run stopped mid-write; finish it with --resume"
             ));
         }
-        let expected: Vec<u64> = match header.shard {
-            Some(shard) => shard.indices(header.configurations).collect(),
-            None => (0..header.configurations).collect(),
+        let expected = || -> Box<dyn Iterator<Item = u64>> {
+            match header.shard {
+                Some(shard) => Box::new(shard.indices(header.configurations)),
+                None => Box::new(0..header.configurations),
+            }
         };
-        if held != expected {
-            let missing = expected.iter().filter(|e| !held.contains(e)).count();
-            let first_missing = expected.iter().find(|e| !held.contains(e));
+        if !expected().eq(held.iter().copied()) {
+            let configurations = header.configurations;
+            let in_slice = |i: u64| i < configurations && header.shard.is_none_or(|shard| shard.contains(i));
+            let slice_len = match header.shard {
+                Some(shard) if shard.index < configurations => {
+                    (configurations - shard.index).div_ceil(shard.count)
+                }
+                Some(_) => 0,
+                None => configurations,
+            };
+            let kept: std::collections::BTreeSet<u64> =
+                held.iter().copied().filter(|&i| in_slice(i)).collect();
+            let missing = slice_len - kept.len() as u64;
+            let first_missing = expected().take(held.len() + 1).find(|e| !kept.contains(e));
             let slice =
                 header.shard.map_or("the sweep".to_string(), |s| format!("shard {}/{}", s.index, s.count));
             return Err(match first_missing {
                 Some(first) => format!(
-                    "{name} is incomplete: {missing} of the {} configurations of {slice} are missing (the first: {first}); finish it with --resume",
-                    expected.len()
+                    "{name} is incomplete: {missing} of the {slice_len} configurations of {slice} are missing (the first: {first}); finish it with --resume"
                 ),
                 None => format!("{name} does not hold {slice}'s configurations in order"),
             });
         }
     }
-    if let Some(missing) = owner.iter().position(Option::is_none) {
-        let count = owner.iter().filter(|o| o.is_none()).count();
+    let held = owner.len() as u64;
+    if held < first_header.configurations {
+        let first = (0..).find(|i| !owner.contains_key(i)).unwrap_or(held);
         return Err(format!(
-            "the shards hold {} of {} configurations: {count} are missing (the first: {missing}); is a shard file left out?",
-            owner.len() - count,
-            owner.len()
+            "the shards hold {held} of {} configurations: {} are missing (the first: {first}); is a shard file left out?",
+            first_header.configurations,
+            first_header.configurations - held
         ));
     }
     let mut merged = Header { shard: None, ..first_header }.text(format);
-    for line in lines {
+    for (_, line) in owner.values() {
         merged.push_str(line);
         merged.push('\n');
     }

@@ -1,4 +1,4 @@
-use super::output::{Format, Header, Shard, encode_row, merge, read_existing};
+use super::output::{Format, Header, Kind, Shard, encode_row, merge, read_existing};
 use super::*;
 
 const BASE: &str = r#"
@@ -286,7 +286,7 @@ fn headers_and_rows_round_trip_in_both_formats() {
         let columns = header.columns.clone();
         text += &encode_row(format, &columns, &row(1));
         text += &encode_row(format, &columns, &row(3))[..5];
-        let existing = read_existing(&text).unwrap();
+        let existing = read_existing(&text, format, &Kind::columns(1, [])).unwrap();
         assert_eq!(existing.header, header);
         assert_eq!(existing.rows, [1]);
         assert_eq!(&text[existing.complete_len..], &encode_row(format, &columns, &row(3))[..5]);
@@ -332,4 +332,52 @@ fn shards_slice_interleaved() {
     assert_eq!(shard.indices(8).collect::<Vec<_>>(), [1, 4, 7]);
     assert!(Shard::parse("3/3").unwrap_err().contains("0 to 2"));
     assert!(Shard::parse("1").is_err());
+}
+
+/// `--resume` keeps only rows of this sweep's shape: a complete but corrupt row, the other
+/// format's content, or a row of other columns is refused, naming the line.
+#[test]
+fn kept_rows_are_checked_against_the_columns_and_types() {
+    let header = Header {
+        columns: ["index", "axis.x", "iteration_time_s", "status", "error"].map(String::from).to_vec(),
+        ..header(None)
+    };
+    let kinds = Kind::columns(1, [Kind::Number]);
+    let good = Row {
+        index: 0,
+        values: vec!["a".into()],
+        metrics: vec![0.5.into()],
+        status: Status::Ok,
+        error: String::new(),
+    };
+    for format in [Format::Csv, Format::Jsonl] {
+        let text = header.text(format) + &encode_row(format, &header.columns, &good);
+        assert_eq!(read_existing(&text, format, &kinds).unwrap().rows, [0]);
+        let other = match format {
+            Format::Csv => Format::Jsonl,
+            Format::Jsonl => Format::Csv,
+        };
+        let error = read_existing(&text, other, &kinds).unwrap_err();
+        assert!(error.starts_with("line 1: the file holds"), "{error}");
+    }
+    let cases = [
+        (Format::Csv, "0,a,fast,ok,\n", "column iteration_time_s holds \"fast\", not a number"),
+        (Format::Csv, "0,a,0.5,ok\n", "4 fields where the header has 5 columns"),
+        (Format::Csv, "0,a,0.5,done,\n", "column status holds \"done\""),
+        (Format::Csv, "{\"index\":0}\n", "a JSON Lines row in CSV"),
+        (
+            Format::Jsonl,
+            "{\"index\":0,\"axis.x\":1,\"iteration_time_s\":\"x\",\"status\":\"ok\",\"error\":\"\"}\n",
+            "key \"iteration_time_s\" holds \"x\"",
+        ),
+        (Format::Jsonl, "{\"index\":0,\"axis.x\":1}\n", "2 keys where the header has 5 columns"),
+        (Format::Jsonl, "0,a,0.5,ok,\n", "not a JSON object"),
+    ];
+    for (format, row, reason) in cases {
+        let text = header.text(format) + row;
+        // CSV has two header lines, JSON Lines one.
+        let line = if format == Format::Csv { 3 } else { 2 };
+        let error = read_existing(&text, format, &kinds).unwrap_err();
+        assert!(error.starts_with(&format!("line {line}: ")) && error.contains(reason), "{row}: {error}");
+    }
 }

@@ -178,7 +178,7 @@ pub fn write_rank(trace: &Trace, rank: &RankTrace, out: impl Write) -> Result<()
 
 /// Writes every rank of `trace` as Kineto JSON: to `out` itself when the trace has one rank
 /// and `out` is not a directory, else into directory `out` as `rank00000.json`, ... (created
-/// if missing). Returns the files written.
+/// if missing), each through a temporary name ([`crate::atomic`]). Returns the files written.
 pub fn write_trace_files(trace: &Trace, out: &Path) -> Result<Vec<PathBuf>, TraceError> {
     let as_directory =
         out.is_dir() || out.as_os_str().to_string_lossy().ends_with('/') || trace.ranks.len() > 1;
@@ -198,8 +198,8 @@ pub fn write_trace_files(trace: &Trace, out: &Path) -> Result<Vec<PathBuf>, Trac
     for rank in &trace.ranks {
         let path =
             if as_directory { out.join(format!("rank{:05}.json", rank.rank)) } else { out.to_path_buf() };
-        let file = fs_err::File::create(&path).map_err(|e| TraceError::io(&path, e))?;
-        write_rank(trace, rank, file).map_err(|e| TraceError::io(&path, std::io::Error::other(e)))?;
+        crate::atomic::write_with(&path, |file| write_rank(trace, rank, file).map_err(std::io::Error::other))
+            .map_err(|e| TraceError::io(&path, e))?;
         written.push(path);
     }
     Ok(written)
