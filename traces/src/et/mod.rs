@@ -272,7 +272,16 @@ pub fn to_trace(
     if trace.ranks.iter().all(|r| r.gpu_ops.is_empty()) {
         return Err(TraceError::Meaningless {
             path,
-            reason: format!("{}: no GPU work to replay: {}", job.format, timing.describe()),
+            reason: format!(
+                "{}: no GPU work to replay: {}{}",
+                job.format,
+                timing.describe(),
+                if timing.uncosted.is_empty() {
+                    ""
+                } else {
+                    "; give --device or --cluster to time operators with parasim's compute model"
+                }
+            ),
         });
     }
     trace.validate(&path)?;
