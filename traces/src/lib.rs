@@ -67,7 +67,7 @@ pub struct LoadOptions<'a> {
     /// them, the execution trace adds what they lack (docs/chakra.md, "Paired with Kineto").
     pub kineto: &'a [PathBuf],
     /// The duration (ns) of a compute node that records none; `None` leaves such nodes out.
-    pub cost: Option<&'a dyn Fn(&et::CostQuery) -> Option<u64>>,
+    pub cost: Option<&'a et::CostFn<'a>>,
 }
 
 impl std::fmt::Debug for LoadOptions<'_> {

@@ -122,6 +122,9 @@ impl EtJob {
     }
 }
 
+/// The duration (ns) a caller gives a compute node that records none; `None`: no cost.
+pub type CostFn<'a> = dyn Fn(&CostQuery) -> Option<u64> + 'a;
+
 /// A compute node without a recorded duration, as the cost function sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct CostQuery<'a> {
@@ -460,12 +463,12 @@ fn convert_rank(
     let parent_of =
         |i: usize| rank.nodes[i].parent.and_then(|p| index_of.get(&p).copied()).filter(|&p| p != i);
     let mut step_of: Vec<Option<usize>> = vec![None; rank.nodes.len()];
-    for i in 0..rank.nodes.len() {
+    for (i, step) in step_of.iter_mut().enumerate() {
         let mut at = Some(i);
         let mut hops = 0;
         while let Some(a) = at {
             if let Role::Step(_) = rank.nodes[a].role {
-                step_of[i] = Some(a);
+                *step = Some(a);
                 break;
             }
             at = parent_of(a);

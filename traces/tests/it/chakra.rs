@@ -133,7 +133,7 @@ fn write_protobuf_job(dir: &std::path::Path) {
             },
         ];
         let file = EtFile { metadata: GlobalMetadata { version: "0.0.4".into(), attr: Vec::new() }, nodes };
-        std::fs::write(dir.join(format!("job.{rank}.et")), schema::encode(&file)).unwrap();
+        fs_err::write(dir.join(format!("job.{rank}.et")), schema::encode(&file)).unwrap();
     }
 }
 
@@ -141,13 +141,13 @@ fn write_protobuf_job(dir: &std::path::Path) {
 fn protobuf_et_files_round_trip_and_load_as_a_replayable_trace() {
     let dir = scratch("chakra-protobuf");
     write_protobuf_job(&dir);
-    let bytes = std::fs::read(dir.join("job.1.et")).unwrap();
+    let bytes = fs_err::read(dir.join("job.1.et")).unwrap();
     let decoded = schema::decode(&bytes).unwrap();
     assert_eq!(decoded.metadata.version, "0.0.4");
     assert_eq!(decoded.nodes.len(), 2);
     assert_eq!(decoded.nodes[1].attribute("comm_size").and_then(AttributeProto::as_i128), Some(1 << 20));
     assert_eq!(sniff(&dir.join("job.0.et")).unwrap(), Format::ChakraProtobuf { version: "0.0.4".into() });
-    let loaded = traces::load(&[dir.clone()]).unwrap();
+    let loaded = traces::load(std::slice::from_ref(&dir)).unwrap();
     let trace = &loaded.trace;
     assert_eq!((trace.world_size, trace.ranks.len()), (2, 2));
     let rank = &trace.ranks[1];
@@ -167,8 +167,8 @@ fn a_truncated_et_file_is_refused_naming_the_message() {
     let dir = scratch("chakra-truncated");
     write_protobuf_job(&dir);
     let path = dir.join("job.0.et");
-    let bytes = std::fs::read(&path).unwrap();
-    std::fs::write(&path, &bytes[..bytes.len() - 3]).unwrap();
+    let bytes = fs_err::read(&path).unwrap();
+    fs_err::write(&path, &bytes[..bytes.len() - 3]).unwrap();
     let error = traces::load(&[path]).unwrap_err().to_string();
     assert!(error.contains("not a valid Chakra protobuf execution trace: node message 1 at byte"), "{error}");
 }
@@ -177,12 +177,12 @@ fn a_truncated_et_file_is_refused_naming_the_message() {
 fn files_of_other_kinds_are_named_by_their_kind() {
     let dir = scratch("chakra-kinds");
     let text = dir.join("notes.txt");
-    std::fs::write(&text, "hello world\n").unwrap();
+    fs_err::write(&text, "hello world\n").unwrap();
     let error = traces::load(std::slice::from_ref(&text)).unwrap_err().to_string();
     assert!(error.contains("not a trace parasim reads (it starts with bytes 68 65 6c 6c"), "{error}");
     // An archive of two files, neither a trace.
     let archive = dir.join("two.tar");
-    let mut builder = tar::Builder::new(std::fs::File::create(&archive).unwrap());
+    let mut builder = tar::Builder::new(fs_err::File::create(&archive).unwrap());
     for name in ["a.txt", "b.txt"] {
         let mut header = tar::Header::new_gnu();
         header.set_size(6);
