@@ -208,6 +208,12 @@ fn an_execution_trace_paired_with_its_kineto_trace_replays_as_measured() {
     let step = &paired["comparison"]["steps"][0];
     let (measured, simulated) = (step["measured_s"].as_f64().unwrap(), step["simulated_s"].as_f64().unwrap());
     assert!((simulated - measured).abs() <= 0.01 * measured, "measured {measured} s, replayed {simulated} s");
+    // compare reads the pair too: the measured side is the Kineto trace's.
+    let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/dlrm-8xv100.toml");
+    let paired = json(&["compare", &et, "--kineto", &kineto, scenario, "--json"]);
+    let alone = json(&["compare", &kineto, scenario, "--json"]);
+    assert_eq!(paired["iteration"], alone["iteration"]);
+    assert_eq!(paired["collectives"], alone["collectives"]);
     // The smallest matched pair: the replayed span is the Kineto trace's.
     let et = shared("HolisticTraceAnalysis/execution_trace/benchmark_simple_add_et.json.gz");
     let kineto = shared("HolisticTraceAnalysis/execution_trace/benchmark_simple_add_trace.json.gz");

@@ -87,7 +87,9 @@ pub fn sniff(path: &Path) -> Result<Format, TraceError> {
         if text.contains("\"workload_graph\"") {
             return Ok(Format::ChakraJson);
         }
-        if text.contains("\"nodes\"") || text.contains("\"schema\"") {
+        // An execution trace starts with its `schema`, then `nodes` (a Kineto trace has
+        // `schemaVersion`, never `schema`).
+        if text.contains("\"schema\"") && (text.contains("\"nodes\"") || bytes.len() < 1 << 16) {
             let schema = schema_field(&text).unwrap_or_else(|| "not recorded".into());
             return Ok(Format::PytorchEt { schema });
         }
