@@ -202,6 +202,12 @@ fn an_execution_trace_paired_with_its_kineto_trace_replays_as_measured() {
     let alone = json(&["replay", &kineto, "--json", "--quiet"]);
     let timing = paired["timing"].as_str().unwrap();
     assert!(timing.contains("64 communication nodes matched to NCCL kernels by kind and order"), "{timing}");
+    // Operators: matched by name and order; the count is what this pair measures (the
+    // remaining 104 have no ET leaf of the same name at that position).
+    assert!(
+        timing.contains("1574 of the 1678 Kineto aten operators that launched GPU work matched"),
+        "{timing}"
+    );
     // The Kineto trace's kernel times decide: the same replay as the Kineto trace alone, and
     // the measured ProfilerStep#10 within 1% (measured 16.008 ms, replayed 15.983 ms).
     assert_eq!(paired["comparison"], alone["comparison"]);
@@ -220,6 +226,8 @@ fn an_execution_trace_paired_with_its_kineto_trace_replays_as_measured() {
     let paired = json(&["replay", &et, "--kineto", &kineto, "--json", "--quiet"]);
     let alone = json(&["replay", &kineto, "--json", "--quiet"]);
     assert_eq!(paired["comparison"]["makespan_s"], alone["comparison"]["makespan_s"]);
+    let timing = paired["timing"].as_str().unwrap();
+    assert!(timing.contains("4 of the 4 Kineto aten operators that launched GPU work matched"), "{timing}");
 }
 
 #[test]

@@ -235,7 +235,12 @@ pub fn load_with(paths: &[PathBuf], options: &LoadOptions) -> Result<Loaded, Tra
                     ),
                 });
             }
-            let (trace, warnings, timing) = et::pair(&job, kineto.trace, kineto.warnings)?;
+            let (trace, warnings, mut timing) = et::pair(&job, kineto.trace, kineto.warnings)?;
+            // The Kineto operators that launched GPU work, matched to the ET's by name and order.
+            let kineto_inputs = expand_inputs(options.kineto)?;
+            let kineto_files: Vec<PathBuf> = kineto_inputs.files.iter().map(|(p, _)| p.clone()).collect();
+            let operators = kineto::import_operators(&kineto_files)?;
+            timing += &et::match_operators(&job, &trace, &operators);
             Ok(Loaded { trace, warnings, binary: false, format: job.format.clone(), timing: Some(timing) })
         };
     }

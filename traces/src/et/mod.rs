@@ -692,3 +692,46 @@ pub fn pair(
     );
     Ok((trace, warnings, line))
 }
+
+/// How many of the Kineto operators that launched GPU work (`operators`, one file per rank of
+/// `trace`) match an execution-trace compute operator of the same rank by name and order (the
+/// k-th `aten::mm` of one is the k-th of the other), as a clause for the pairing's report.
+pub fn match_operators(job: &EtJob, trace: &Trace, operators: &crate::kineto::OperatorImport) -> String {
+    let single = job.ranks.len() == 1 && operators.files.len() == 1;
+    let mut matched = 0u64;
+    let mut total = 0u64;
+    for file in &operators.files {
+        // The rank whose file has this name (archives are unpacked afresh for each read).
+        let name = file.path.file_name();
+        let rank = trace.ranks.iter().find(|r| Path::new(&r.source).file_name() == name).map(|r| r.rank);
+        let et_rank = if single {
+            job.ranks.first()
+        } else {
+            rank.and_then(|rank| job.ranks.iter().find(|r| r.rank == rank))
+        };
+        let mut et_names: BTreeMap<&str, u64> = BTreeMap::new();
+        if let Some(et_rank) = et_rank {
+            for node in &et_rank.nodes {
+                if matches!(&node.role, Role::Compute(work) if !work.host) {
+                    *et_names.entry(node.name.as_str()).or_default() += 1;
+                }
+            }
+        }
+        let mut kineto_names: BTreeMap<&str, u64> = BTreeMap::new();
+        for op in &file.operators {
+            let name = operators.name(op.name);
+            if name.starts_with("aten::")
+                && op.activities.iter().any(|a| a.kind != crate::kineto::operators::ActivityKind::Nccl)
+            {
+                *kineto_names.entry(name).or_default() += 1;
+            }
+        }
+        for (name, count) in kineto_names {
+            total += count;
+            matched += count.min(et_names.get(name).copied().unwrap_or(0));
+        }
+    }
+    format!(
+        "; {matched} of the {total} Kineto aten operators that launched GPU work matched to execution-trace operators by name and order"
+    )
+}
