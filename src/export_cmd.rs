@@ -64,13 +64,31 @@ fn flops_per_op(scenario: &Scenario, outcome: &scenario::simulation::Outcome) ->
     Ok(out)
 }
 
+/// The most nodes an export writes: every rank's ops are simulated and held at once (GPT-3
+/// 175B on 1,024 GPUs, about 70 million, took over 17 GB and 150 s before this bound).
+const MAX_EXPORT_NODES: u64 = 5_000_000;
+
 /// Writes the Chakra files of `scenario` to `dir`; returns the report to print.
 pub fn chakra(scenario: &Scenario, dir: &Path) -> anyhow::Result<String> {
-    // One iteration, every rank with its own ops (folded symmetric ranks have none).
+    // One iteration, every rank with its own ops (folded symmetric ranks have none). Its size
+    // is estimated first from the folded simulation, which is cheap.
     let mut scenario = scenario.clone();
     scenario.iterations = 1;
+    scenario.fold_symmetric_ranks = true;
+    let folded = scenario::simulation::simulate(&scenario)?;
+    let ranks = u64::from(folded.graph.ranks());
+    let simulated: std::collections::BTreeSet<u32> = folded.graph.ops().iter().map(|op| op.rank.0).collect();
+    let per_rank = folded.graph.op_count() as u64 / (simulated.len() as u64).max(1);
+    let estimate = per_rank.saturating_mul(ranks);
+    if estimate > MAX_EXPORT_NODES {
+        anyhow::bail!(
+            "{}: the export would hold about {estimate} nodes ({per_rank} per rank x {ranks} ranks), more than the {MAX_EXPORT_NODES} it writes; export a smaller job of the same shape (fewer data-parallel replicas: --set parallelism.data=N --set cluster.nodes=M)",
+            scenario.source
+        );
+    }
     scenario.fold_symmetric_ranks = false;
-    let outcome = scenario::simulation::simulate(&scenario)?;
+    let outcome =
+        if simulated.len() as u64 == ranks { folded } else { scenario::simulation::simulate(&scenario)? };
     let flops = flops_per_op(&scenario, &outcome)?;
     let name = Path::new(&scenario.source)
         .file_stem()
