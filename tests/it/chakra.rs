@@ -188,6 +188,14 @@ fn a_pytorch_execution_trace_replays_with_compute_model_durations() {
         .map(|c| (c["kind"].as_str().unwrap(), c["count_per_rank"].as_f64().unwrap()))
         .collect();
     assert_eq!(kinds, [("allreduce", 15.0), ("broadcast", 6.0)]);
+    // compare costs the operators on the scenario's device.
+    let two = quickstart_with("nodes = 8", "nodes = 1")
+        .replacen("gpus-per-node = 8", "gpus-per-node = 2", 1)
+        .replacen("data = 64", "data = 2", 1);
+    let two = scenario_file("chakra-two-gpus.toml", &two);
+    let compared = json(&["compare", &et, two.to_str().unwrap(), "--json"]);
+    assert_eq!(compared["trace"]["steps"], serde_json::json!([4, 5, 6]));
+    assert!(compared["iteration"]["measured_s"].as_f64().unwrap() > 0.0);
     // Without a device there is nothing to cost the operators on.
     let output = parasim(&["replay", &et, "--quiet"]);
     assert_eq!(output.status.code(), Some(2));
