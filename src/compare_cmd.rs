@@ -9,10 +9,13 @@ use scenario::Scenario;
 use validation::compare::{Comparison, Row};
 
 /// `parasim compare`: returns the report (or JSON) to print.
-pub fn compare(trace: &Path, scenario: &Path, json: bool) -> anyhow::Result<String> {
-    let loaded = traces::load(&[PathBuf::from(trace)])
-        .with_context(|| format!("loading the trace {}", trace.display()))?;
+pub fn compare(trace: &Path, kineto: &[PathBuf], scenario: &Path, json: bool) -> anyhow::Result<String> {
     let scenario = Scenario::load(scenario)?;
+    // An execution trace without times is costed on the scenario's device.
+    let cost = validation::replay::et_cost(&scenario.device);
+    let options = traces::LoadOptions { kineto, cost: Some(&cost) };
+    let loaded = traces::load_with(&[PathBuf::from(trace)], &options)
+        .with_context(|| format!("loading the trace {}", trace.display()))?;
     let name = trace.display().to_string();
     let comparison = validation::compare::compare(&loaded.trace, &name, &scenario)?;
     if json {

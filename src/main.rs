@@ -10,6 +10,7 @@ mod calibrate_cmd;
 mod collective_cmd;
 mod compare_cmd;
 mod embedded;
+mod export_cmd;
 mod layers_csv;
 mod lock;
 mod models;
@@ -68,13 +69,19 @@ enum Command {
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<String>,
     },
-    /// Replay real PyTorch profiler (Kineto) traces on a cluster and compare simulated with
-    /// measured iteration and collective times (docs/traces.md).
+    /// Replay real PyTorch profiler (Kineto) traces or execution traces (PyTorch ET, Chakra
+    /// JSON or .et) on a cluster and compare simulated with measured iteration and collective
+    /// times (docs/traces.md, docs/chakra.md).
     Replay {
         /// Kineto JSON files (plain or gzipped, one per rank), directories of them, or one
-        /// .pstrace file.
+        /// .pstrace file; or execution traces (PyTorch ET JSON, Chakra JSON, Chakra .et files
+        /// or a folder of them), one per rank; any of them may be in a .tar, .tar.gz or .tgz.
         #[arg(required = true)]
         traces: Vec<PathBuf>,
+        /// The Kineto trace of the same run as the execution traces given: kernel times come
+        /// from it, collective sizes from the execution trace where it lacks them.
+        #[arg(long, value_name = "KINETO")]
+        kineto: Vec<PathBuf>,
         /// Replay on the [cluster] of this scenario instead of the cluster the trace implies.
         #[arg(long, value_name = "SCENARIO")]
         cluster: Option<PathBuf>,
@@ -151,8 +158,12 @@ enum Command {
     /// job: iteration time, GPU time per kernel class, NCCL time per collective kind
     /// (docs/traces.md).
     Compare {
-        /// Kineto trace: a directory of rank files, rank files, or a .pstrace file.
+        /// Kineto trace: a directory of rank files, rank files, or a .pstrace file; or an
+        /// execution trace (docs/chakra.md).
         trace: PathBuf,
+        /// The Kineto trace of the same run when TRACE is an execution trace.
+        #[arg(long, value_name = "KINETO")]
+        kineto: Vec<PathBuf>,
         /// Scenario of the traced job (same GPU count as the trace's world size).
         scenario: PathBuf,
         /// Print the comparison as JSON (deterministic).
@@ -174,6 +185,18 @@ enum Command {
     /// Trace file utilities.
     #[command(subcommand)]
     Trace(TraceCommand),
+    /// Write a scenario's lowered iteration in another tool's format: `--chakra DIR` writes
+    /// Chakra execution traces, one protobuf .et file per rank, for ASTRA-sim (docs/chakra.md).
+    Export {
+        /// Folder to write `NAME.RANK.et` and `comm_group.json` into (created if missing).
+        #[arg(long, value_name = "DIR", required = true)]
+        chakra: PathBuf,
+        /// Scenario file (TOML).
+        scenario: PathBuf,
+        /// Change a scenario key before it is validated (repeatable), as `run --set` does.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+    },
     /// Time standard scenarios on this machine: wall time and events per second.
     Bench {
         /// GPU counts to run the quickstart at (multiples of 8).
@@ -387,6 +410,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Replay {
             traces,
+            kineto,
             cluster,
             device,
             fidelity,
@@ -406,6 +430,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                 .context("--protocol")?;
             let args = trace_cmd::ReplayArgs {
                 traces,
+                kineto,
                 cluster,
                 device,
                 network: network_settings(&fidelity, &launch, &chunk)?,
@@ -427,8 +452,15 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             output::print(text).context("writing the report")?;
             Ok(())
         }
-        Command::Compare { trace, scenario, json } => {
-            let text = compare_cmd::compare(&trace, &scenario, json)?;
+        Command::Compare { trace, kineto, scenario, json } => {
+            let text = compare_cmd::compare(&trace, &kineto, &scenario, json)?;
+            output::print(text).context("writing the report")?;
+            Ok(())
+        }
+        Command::Export { chakra, scenario, set } => {
+            let overrides = overrides(&set)?;
+            let scenario = Scenario::load_with(&scenario, &overrides).map_err(set_error)?;
+            let text = export_cmd::chakra(&scenario, &chakra)?;
             output::print(text).context("writing the report")?;
             Ok(())
         }

@@ -21,8 +21,10 @@ use scenario::Cluster;
 /// What `parasim replay` was asked.
 #[derive(Debug, Clone)]
 pub struct ReplayArgs {
-    /// Kineto JSON files or directories, or one `.pstrace`.
+    /// Kineto JSON files or directories, or one `.pstrace`, or execution traces.
     pub traces: Vec<PathBuf>,
+    /// The Kineto trace of the same run as execution traces in `traces`.
+    pub kineto: Vec<PathBuf>,
     /// A scenario whose `[cluster]` table is the cluster to replay on.
     pub cluster: Option<PathBuf>,
     /// Device for the inferred cluster, overriding the trace's.
@@ -74,6 +76,8 @@ pub fn export_timeline(
 #[derive(Debug, Serialize)]
 struct ReplayReport<'a> {
     traces: Vec<String>,
+    format: &'a str,
+    timing: Option<&'a str>,
     traced_world_size: u32,
     traced_ranks: Vec<u32>,
     simulated_ranks: u32,
@@ -114,6 +118,7 @@ pub fn replay(args: &ReplayArgs) -> anyhow::Result<String> {
         protocols: args.protocols,
         ranks: args.ranks,
         rank: args.rank,
+        kineto: args.kineto.clone(),
     });
     progress.finish();
     let run = run?;
@@ -135,6 +140,8 @@ pub fn replay(args: &ReplayArgs) -> anyhow::Result<String> {
     if args.json {
         let report = ReplayReport {
             traces: args.traces.iter().map(|p| p.display().to_string()).collect(),
+            format: &loaded.format,
+            timing: loaded.timing.as_deref(),
             traced_world_size: trace.world_size,
             traced_ranks: trace.ranks.iter().map(|r| r.rank).collect(),
             simulated_ranks: ranks,
@@ -185,6 +192,10 @@ fn human_report(args: &ReplayArgs, run: &ReplayRun, cluster: &str, warnings: &tr
     let retargeted = args.ranks.is_some_and(|m| m != trace.world_size);
     // Writing to a String cannot fail.
     let _ = writeln!(out, "trace         {}", inputs.join(" "));
+    if let Some(timing) = &loaded.timing {
+        let _ = writeln!(out, "format        {}", loaded.format);
+        let _ = writeln!(out, "durations     {timing}");
+    }
     let _ = writeln!(
         out,
         "job           {} ranks, traced {} ({}); {}",
@@ -218,7 +229,13 @@ fn human_report(args: &ReplayArgs, run: &ReplayRun, cluster: &str, warnings: &tr
         counts.sync_dependencies
     );
     let _ = writeln!(out);
-    let (measured, error) = if retargeted { ("traced", "change") } else { ("measured", "error") };
+    // An execution trace's own times are the trace's durations laid out in its order (or the
+    // compute model's estimates), not a measurement.
+    let (measured, error) = match (retargeted, loaded.timing.is_some() && args.kineto.is_empty()) {
+        (true, _) => ("traced", "change"),
+        (false, true) => ("in trace", "diff."),
+        (false, false) => ("measured", "error"),
+    };
     if comparison.steps.is_empty() {
         let _ = writeln!(out, "iterations    none marked (no ProfilerStep#N in the trace)");
         let _ = writeln!(out, "makespan      {} simulated", millis(comparison.makespan_s));

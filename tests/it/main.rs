@@ -5,6 +5,7 @@
 
 mod binary;
 mod calibrate;
+mod chakra;
 mod collective;
 mod compare;
 mod daso;

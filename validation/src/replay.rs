@@ -106,6 +106,8 @@ pub struct ReplayRequest {
     pub ranks: Option<u32>,
     /// Replay only this traced rank (the others as its copies).
     pub rank: Option<u32>,
+    /// Kineto traces of the same run as the execution traces in `traces` (kernel times).
+    pub kineto: Vec<PathBuf>,
 }
 
 /// A replay that ran: its inputs, the simulated timeline and the comparison.
@@ -139,7 +141,20 @@ pub struct ReplayRun {
 /// Loads, builds, simulates and compares.
 pub fn replay(request: &ReplayRequest) -> Result<ReplayRun, ReplayError> {
     let started = Instant::now();
-    let mut loaded = traces::load(&request.traces)?;
+    // An execution trace without times is costed on the device asked for (or the cluster's).
+    let asked = match (&request.cluster, &request.device) {
+        (Some(cluster), _) => Some(cluster.device.clone()),
+        (None, Some(name)) => {
+            Some(DeviceCatalog::builtin().get(name).map_err(|e| ReplayError::Device(e.to_string()))?.clone())
+        }
+        (None, None) => None,
+    };
+    let cost = asked.as_ref().map(et_cost);
+    let options = traces::LoadOptions {
+        kineto: &request.kineto,
+        cost: cost.as_ref().map(|c| c as &dyn Fn(&traces::et::CostQuery) -> Option<u64>),
+    };
+    let mut loaded = traces::load_with(&request.traces, &options)?;
     let load_wall = started.elapsed();
     if let Some(rank) = request.rank
         && !loaded.trace.keep_only_rank(rank)
@@ -211,6 +226,49 @@ pub fn replay(request: &ReplayRequest) -> Result<ReplayRun, ReplayError> {
         build_wall,
         simulation_wall,
     })
+}
+
+/// The duration (ns) parasim's compute model gives an execution-trace compute node on
+/// `device`: the operator's work from its argument shapes ([`workloads::aten`], as `parasim
+/// calibrate` costs Kineto operators), or for a Chakra node that records only `num_ops` and
+/// `tensor_size`, a matrix product of that many FLOPs and bytes at the half-precision rate (or
+/// an element-wise pass over the bytes when it records no FLOPs); `None` when neither applies.
+pub fn et_cost(device: &Device) -> impl Fn(&traces::et::CostQuery) -> Option<u64> + use<> {
+    use workloads::aten::{OperatorCall, operator_kernels};
+    use workloads::calibrate::{Sample, predict};
+    use workloads::compute::KernelWork;
+    use workloads::layer::OpClass;
+    let model = workloads::ComputeModel::builtin_for(device);
+    let device = device.clone();
+    move |query: &traces::et::CostQuery| {
+        let work = query.work;
+        let kernels: Vec<KernelWork> = match (work.flops, work.bytes) {
+            (Some(flops), bytes) if flops > 0.0 => {
+                vec![KernelWork::flat(OpClass::Gemm, workloads::Dtype::Fp16, flops, bytes.unwrap_or(0.0))]
+            }
+            (_, Some(bytes)) if bytes > 0.0 => {
+                vec![KernelWork::flat(OpClass::Elementwise, workloads::Dtype::Fp32, 0.0, bytes)]
+            }
+            _ => operator_kernels(&OperatorCall {
+                name: query.name,
+                dims: &work.dims,
+                types: &work.types,
+                kernel_names: &[],
+            })
+            .ok()?,
+        };
+        let (first, after) = kernels.split_first()?;
+        let sample = Sample {
+            work: *first,
+            after: after.to_vec(),
+            kernels: kernels.len() as u32,
+            measured_s: 1.0,
+            communication: 0.0,
+            group: 0,
+        };
+        let seconds = predict(&model, &device, &sample).ok()?;
+        (seconds.is_finite() && seconds >= 0.0).then(|| (seconds * 1e9).round() as u64)
+    }
 }
 
 /// The catalog device a profiler's device name means: "Tesla V100-SXM2-32GB" is

@@ -646,6 +646,7 @@ fn replay_traces(
         protocols: None,
         ranks: None,
         rank: None,
+        kineto: Vec::new(),
     })
     .map_err(|e| e.to_string())?;
     let comparison = &run.comparison;

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 mod binary;
+mod chakra;
 mod common;
 mod export;
 mod fuzz;
