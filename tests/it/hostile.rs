@@ -32,8 +32,9 @@ use serde::Deserialize;
 
 const CASES: &str = include_str!("../hostile/cases.toml");
 /// Commands the catalog must cover.
-const COMMANDS: [&str; 17] = [
+const COMMANDS: [&str; 18] = [
     "run",
+    "export",
     "replay",
     "calibrate",
     "compare",
@@ -52,8 +53,9 @@ const COMMANDS: [&str; 17] = [
     "man",
 ];
 /// Input formats the catalog must cover.
-const FORMATS: [&str; 10] = [
+const FORMATS: [&str; 11] = [
     "scenario",
+    "execution-trace",
     "model",
     "sweep",
     "kineto",
