@@ -59,6 +59,7 @@
 
 pub use units;
 
+pub mod budget;
 pub mod collective;
 pub mod exec;
 mod fast_hash;
