@@ -44,7 +44,7 @@ pub enum CollectiveBenchError {
     },
     /// The collective would be timed over more messages than the work budget allows.
     #[error(transparent)]
-    OverBudget(#[from] sim_core::budget::OverBudget),
+    OverBudget(#[from] Box<sim_core::budget::OverBudget>),
     /// The cluster's topology cannot be built.
     #[error("building the cluster topology: {0}")]
     Topology(#[from] TopologyError),
@@ -199,7 +199,7 @@ impl CollectiveBench {
             return Err(CollectiveBenchError::Ranks { ranks: settings.ranks, gpus });
         }
         let collective = collective_named(name, settings.ranks)?;
-        within_budget(collective.kind, settings.ranks, settings.network.fidelity)?;
+        within_budget(collective.kind, settings.ranks, settings.network.fidelity).map_err(Box::new)?;
         if !settings.algorithm.supports(collective.kind) {
             let valid: Vec<&str> = CollectiveAlgorithm::ALL
                 .iter()

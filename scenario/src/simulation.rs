@@ -455,7 +455,7 @@ pub enum SimulationError {
         /// The scenario file.
         scenario: String,
         /// The estimate, the key at fault and what to do instead.
-        budget: sim_core::budget::OverBudget,
+        budget: Box<sim_core::budget::OverBudget>,
     },
     /// The engine failed.
     #[error("{scenario}: simulating: {source}")]

@@ -584,7 +584,7 @@ pub enum StrategyError {
     Memory(#[from] MemoryError),
     /// The graph would pass the work budget ([`sim_core::budget`]): refused before it is built.
     #[error(transparent)]
-    OverBudget(#[from] sim_core::budget::OverBudget),
+    OverBudget(#[from] Box<sim_core::budget::OverBudget>),
     /// The graph is malformed (a bug in the lowering).
     #[error("internal error in the lowering: {0}")]
     Graph(#[from] GraphError),

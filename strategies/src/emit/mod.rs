@@ -171,7 +171,7 @@ fn within_budget(
         let last = ways.pop().unwrap_or_default();
         if ways.is_empty() { last } else { format!("{}, or {last}", ways.join(", ")) }
     };
-    sim_core::budget::check(needed, "ops", key, what, instead)?;
+    sim_core::budget::check(needed, "ops", key, what, instead).map_err(Box::new)?;
     Ok(())
 }
 
