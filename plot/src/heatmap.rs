@@ -46,8 +46,9 @@ pub struct Heatmap {
 /// first appearance.
 fn categories(values: impl Iterator<Item = String>) -> Vec<String> {
     let mut distinct: Vec<String> = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
     for value in values {
-        if !distinct.contains(&value) {
+        if seen.insert(value.clone()) {
             distinct.push(value);
         }
     }
@@ -68,11 +69,16 @@ impl Heatmap {
         let ys = categories(table.rows.iter().map(|r| r.cells[y].clone()));
         let mut cells: Vec<Vec<Option<(f64, usize)>>> = vec![vec![None; xs.len()]; ys.len()];
         let mut highest = 0f64;
+        // Each category's column (row) by its text: a scan per cell made the chart quadratic.
+        let index = |values: &[String]| -> std::collections::BTreeMap<String, usize> {
+            values.iter().enumerate().map(|(i, v)| (v.clone(), i)).rev().collect()
+        };
+        let (x_index, y_index) = (index(&xs), index(&ys));
         for row in &table.rows {
             let value = table.number(row, z)?;
             highest = highest.max(value.abs());
-            let i = xs.iter().position(|v| *v == row.cells[x]).unwrap_or(0);
-            let j = ys.iter().position(|v| *v == row.cells[y]).unwrap_or(0);
+            let i = x_index.get(&row.cells[x]).copied().unwrap_or(0);
+            let j = y_index.get(&row.cells[y]).copied().unwrap_or(0);
             if let Some((_, first)) = cells[j][i] {
                 return Err(PlotError::DuplicateCell {
                     file: table.file.clone(),

@@ -81,6 +81,9 @@ impl LineChart {
             options.series.iter().map(|s| table.column(s)).collect::<Result<Vec<usize>, PlotError>>()?;
         table.require_rows()?;
         let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+        // Each series' position in `series` (first seen first), by name: a scan of the series
+        // per row made the chart quadratic in series.
+        let mut position: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
         let (mut max_x, mut max_y) = (0f64, 0f64);
         for row in &table.rows {
             let point = (table.number(row, x)?, table.number(row, y)?);
@@ -105,9 +108,12 @@ impl LineChart {
             } else {
                 series_name(&options.series, &values)
             };
-            match series.iter_mut().find(|(n, _)| *n == name) {
-                Some((_, points)) => points.push(point),
-                None => series.push((name, vec![point])),
+            match position.get(&name) {
+                Some(&index) => series[index].1.push(point),
+                None => {
+                    position.insert(name.clone(), series.len());
+                    series.push((name, vec![point]));
+                }
             }
         }
         let x_scale = Quantity::of_column(&options.x).scale(max_x);

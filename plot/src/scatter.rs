@@ -48,6 +48,8 @@ impl Scatter {
         // (name, unit, points, accuracies)
         type Collected = (String, String, Vec<(f64, f64)>, Vec<f64>);
         let mut groups: Vec<Collected> = Vec::new();
+        // Each group's position in `groups` by name (a scan per row was quadratic in groups).
+        let mut positions: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
         let mut unplottable = 0;
         for row in &table.rows {
             let point = (table.number(row, measured)?, table.number(row, simulated)?);
@@ -56,10 +58,11 @@ impl Scatter {
                 None => (1.0 - ((point.1 - point.0) / point.0).abs()).max(0.0),
             };
             let name = family.map_or("cases".to_string(), |c| row.cells[c].clone());
-            let index = match groups.iter().position(|g| g.0 == name) {
-                Some(index) => index,
+            let index = match positions.get(&name) {
+                Some(&index) => index,
                 None => {
                     let unit = unit.map_or(String::new(), |c| row.cells[c].clone());
+                    positions.insert(name.clone(), groups.len());
                     groups.push((name, unit, Vec::new(), Vec::new()));
                     groups.len() - 1
                 }

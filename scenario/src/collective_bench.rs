@@ -42,6 +42,9 @@ pub enum CollectiveBenchError {
         /// The algorithms that can.
         valid: String,
     },
+    /// The collective would be timed over more messages than the work budget allows.
+    #[error(transparent)]
+    OverBudget(#[from] Box<sim_core::budget::OverBudget>),
     /// The cluster's topology cannot be built.
     #[error("building the cluster topology: {0}")]
     Topology(#[from] TopologyError),
@@ -137,6 +140,56 @@ pub struct CollectiveBench {
     host_floor: SimDuration,
 }
 
+/// Refuses a collective whose timing would materialise more messages than the work budget
+/// ([`sim_core::budget`]): an all-to-all's every member sends to every other (n(n-1) messages,
+/// timed together whatever the fidelity), and `packet-steps` makes every message of every
+/// step a flow (a ring's n messages per step over some n steps: about n^2). Rings and trees
+/// under `analytical` and `flow` are timed by their levels and steady state, linear in ranks.
+fn within_budget(
+    kind: CollectiveKind,
+    ranks: u32,
+    fidelity: Fidelity,
+) -> Result<(), sim_core::budget::OverBudget> {
+    let n = u64::from(ranks);
+    let squared = kind == CollectiveKind::AllToAll || fidelity == Fidelity::PacketSteps;
+    if !squared {
+        return Ok(());
+    }
+    let needed = n.saturating_mul(n.saturating_sub(1));
+    let largest = (1..=ranks)
+        .rev()
+        .find(|&r| u64::from(r) * u64::from(r - 1) <= sim_core::budget::MAX_ITEMS)
+        .unwrap_or(1);
+    sim_core::budget::check(
+        needed,
+        "messages",
+        || format!("--ranks {ranks}"),
+        || {
+            if kind == CollectiveKind::AllToAll {
+                format!(
+                    "an all-to-all over {ranks} ranks (every rank sends to every other: {ranks} x {})",
+                    ranks - 1
+                )
+            } else {
+                format!(
+                    "{} under packet-steps over {ranks} ranks (every message of every step a flow: about {ranks} x {})",
+                    kind.name(),
+                    ranks - 1
+                )
+            }
+        },
+        || {
+            if kind == CollectiveKind::AllToAll {
+                format!("time it over at most {largest} ranks (--ranks {largest}) and extrapolate")
+            } else {
+                format!(
+                    "use --fidelity flow (rings and trees as coupled steady-state flows, a few events each) or analytical, or at most {largest} ranks (--ranks {largest})"
+                )
+            }
+        },
+    )
+}
+
 impl CollectiveBench {
     /// Prepares `name` over the first `settings.ranks` GPUs of `cluster`.
     pub fn new(cluster: &Cluster, name: &str, settings: BenchSettings) -> Result<Self, CollectiveBenchError> {
@@ -146,6 +199,7 @@ impl CollectiveBench {
             return Err(CollectiveBenchError::Ranks { ranks: settings.ranks, gpus });
         }
         let collective = collective_named(name, settings.ranks)?;
+        within_budget(collective.kind, settings.ranks, settings.network.fidelity).map_err(Box::new)?;
         if !settings.algorithm.supports(collective.kind) {
             let valid: Vec<&str> = CollectiveAlgorithm::ALL
                 .iter()

@@ -449,6 +449,14 @@ pub enum SimulationError {
     /// The strategy could not be lowered to an execution graph.
     #[error(transparent)]
     Strategy(#[from] StrategyError),
+    /// The execution graph would pass the work budget: refused before it is built.
+    #[error("{scenario}: key `{}`: {}", budget.key, budget.reason())]
+    OverBudget {
+        /// The scenario file.
+        scenario: String,
+        /// The estimate, the key at fault and what to do instead.
+        budget: Box<sim_core::budget::OverBudget>,
+    },
     /// The engine failed.
     #[error("{scenario}: simulating: {source}")]
     Exec {
@@ -486,7 +494,6 @@ pub enum SimulationError {
 /// Simulates `scenario`.
 pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
     let started = Instant::now();
-    let topology = Topology::build(&scenario.cluster)?;
     let strategy = scenario.strategy();
     let context = || {
         format!(
@@ -497,7 +504,15 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
             strategies::describe_parallelism(&scenario.parallelism)
         )
     };
-    let lowered = strategy.lower()?;
+    // The lowering checks the graph's size against the work budget before it builds anything,
+    // so an over-budget job is refused before the topology is built too.
+    let lowered = strategy.lower().map_err(|error| match error {
+        StrategyError::OverBudget(budget) => {
+            SimulationError::OverBudget { scenario: scenario.source.clone(), budget }
+        }
+        error => error.into(),
+    })?;
+    let topology = Topology::build(&scenario.cluster)?;
     // A configuration that does not fit is an error, not a simulation: the most loaded stage.
     let memory = lowered
         .stages

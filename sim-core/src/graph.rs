@@ -452,6 +452,12 @@ impl GraphBuilder {
         self.deps.reserve(deps);
     }
 
+    /// Makes room for `additional` more labels (a lowering interns a few per layer).
+    pub fn reserve_labels(&mut self, additional: usize) {
+        self.labels.reserve(additional);
+        self.label_ids.reserve(additional);
+    }
+
     /// Interns `name` and returns its id (the same name always gets the same id).
     pub fn label(&mut self, name: &str) -> LabelId {
         if let Some(&id) = self.label_ids.get(name) {
@@ -820,6 +826,9 @@ impl GraphBuilder {
             has_ops[op.rank.0 as usize] = true;
         }
         let mut seen = vec![false; self.ranks as usize];
+        // `in_group[rank] == index + 1` while collective `index` is checked: membership in
+        // constant time (a scan of the group per member op made this quadratic in ranks).
+        let mut in_group = vec![0usize; self.ranks as usize];
         for (index, collective) in self.collectives.iter().enumerate() {
             let group = &self.groups[collective.group.0 as usize];
             let ops = &members[member_offsets[index] as usize..member_offsets[index + 1] as usize];
@@ -831,6 +840,7 @@ impl GraphBuilder {
             };
             for rank in group {
                 seen[rank.0 as usize] = false;
+                in_group[rank.0 as usize] = index + 1;
             }
             if ops.is_empty() {
                 return Err(error("has no member op at all".into()));
@@ -838,7 +848,7 @@ impl GraphBuilder {
             for &op in ops {
                 let rank = self.ops[op.0 as usize].rank;
                 let label = &self.labels[self.ops[op.0 as usize].label.0 as usize];
-                if !group.contains(&rank) {
+                if in_group[rank.0 as usize] != index + 1 {
                     return Err(error(format!("{op} ({label:?}) is on {rank}, which is not in the group")));
                 }
                 if std::mem::replace(&mut seen[rank.0 as usize], true) {

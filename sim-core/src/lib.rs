@@ -18,7 +18,8 @@
 //! - [`exec`]: the executor that runs a graph on a network model and records every op's start
 //!   and end;
 //! - [`fidelity`]: the one place a fidelity name becomes a network model with its settings;
-//! - [`stats`]: where the time went (compute / exposed communication / idle per rank).
+//! - [`stats`]: where the time went (compute / exposed communication / idle per rank);
+//! - [`budget`]: the work budget every command checks before it builds a graph.
 //!
 //! `sim-core` never names a neural-network concept: it simulates ops, ranks and bytes.
 //!
@@ -59,6 +60,7 @@
 
 pub use units;
 
+pub mod budget;
 pub mod collective;
 pub mod exec;
 mod fast_hash;

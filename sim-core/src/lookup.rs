@@ -35,6 +35,11 @@ impl<K: Hash + Eq, V> LookupMap<K, V> {
         LookupMap(HashMap::with_capacity(capacity))
     }
 
+    /// Makes room for at least `additional` more entries.
+    pub fn reserve(&mut self, additional: usize) {
+        self.0.reserve(additional);
+    }
+
     /// The value of `key`, if any.
     pub fn get<Q: Hash + Eq + ?Sized>(&self, key: &Q) -> Option<&V>
     where

@@ -582,6 +582,9 @@ pub enum StrategyError {
     /// The memory model refused the configuration.
     #[error(transparent)]
     Memory(#[from] MemoryError),
+    /// The graph would pass the work budget ([`sim_core::budget`]): refused before it is built.
+    #[error(transparent)]
+    OverBudget(#[from] Box<sim_core::budget::OverBudget>),
     /// The graph is malformed (a bug in the lowering).
     #[error("internal error in the lowering: {0}")]
     Graph(#[from] GraphError),

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 mod binary;
+mod budgets;
 mod calibrate;
 mod chakra;
 mod collective;

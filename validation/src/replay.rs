@@ -21,8 +21,9 @@ const INFERRED_LATENCY: SimDuration = SimDuration::from_us(1);
 /// GPUs per server when the trace does not list its host's devices.
 const INFERRED_GPUS_PER_NODE: u32 = 8;
 
-/// The largest replay graph built (ops): about 90 bytes each, so some 3 GB.
-pub const MAX_REPLAY_OPS: u64 = 30_000_000;
+/// The largest replay graph built (ops): the work budget every command shares
+/// ([`sim_core::budget::MAX_ITEMS`]).
+pub const MAX_REPLAY_OPS: u64 = sim_core::budget::MAX_ITEMS;
 
 /// Why a replay cannot run.
 #[derive(Debug, thiserror::Error)]

@@ -80,3 +80,37 @@ proptest! {
         let _ = Model::from_toml_str(&text, "models/fuzz.toml");
     }
 }
+
+const SWEEP: &str = include_str!("../../../scenarios/sweeps/quickstart-scaling.toml");
+const SWEEP_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios/sweeps/fuzz.toml");
+
+/// Sweep files (axes, derived keys, filters, the base scenario) with the same mutations: a
+/// sweep or an error naming the file, never a panic. Runs for `FUZZ_SECONDS` seconds (batches
+/// of 1,000 freshly seeded cases) when set, else 128 cases (docs/fuzzing.md).
+#[test]
+fn sweep_files_never_panic() {
+    use proptest::test_runner::{Config, TestRunner};
+    let seconds: u64 = std::env::var("FUZZ_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+    let mut cases = 0u64;
+    loop {
+        let batch = if seconds == 0 { 128 } else { 1000 };
+        let mut runner =
+            TestRunner::new(Config { cases: batch, failure_persistence: None, ..Config::default() });
+        runner
+            .run(&prop::collection::vec(edit(), 1..6), |edits| {
+                let text = mutate(SWEEP, &edits);
+                if let Err(error) = scenario::sweep::Sweep::parse(&text, Path::new(SWEEP_PATH)) {
+                    let message = error.to_string();
+                    prop_assert!(message.contains("fuzz.toml"), "{}", message);
+                }
+                Ok(())
+            })
+            .unwrap();
+        cases += u64::from(batch);
+        if std::time::Instant::now() >= deadline {
+            break;
+        }
+    }
+    eprintln!("sweep_files_never_panic: {cases} cases");
+}

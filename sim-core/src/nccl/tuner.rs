@@ -547,6 +547,25 @@ mod tests {
         );
     }
 
+    /// Issue 38's packet-steps "regression": a 1 GiB allreduce on 1,024 ranks of 128 DGX
+    /// A100-like servers runs the tree where it once ran the ring. NCCL's own model (tuning.cc
+    /// of 2.19 through 2.30.7: `getNetOverhead` on every intra-server ring step, tripled for
+    /// Simple, then the 1.4 plateau factor) charges the ring's 2,046 steps some 4.4 ms
+    /// (LL128) to 9.7 ms (Simple) of latency, and no tree correction applies at 1 GiB
+    /// (`logSize < 23`), so NCCL picks tree/Simple too: the choice is NCCL's; what costs 10x
+    /// under packet-steps is simulating the tree message by message.
+    #[test]
+    fn nccl_picks_the_tree_for_1_gib_on_1024_ranks_of_128_servers() {
+        let time = |a, p| allreduce_time(&dgx_a100(), a, p, 1024, 128, 8.4, 1 << 30).unwrap();
+        let tree = time(CollectiveAlgorithm::Tree, Protocol::Simple);
+        for protocol in [Protocol::Ll, Protocol::Ll128, Protocol::Simple] {
+            assert!(tree < time(CollectiveAlgorithm::Ring, protocol), "{protocol:?}");
+            assert!(tree <= time(CollectiveAlgorithm::Tree, protocol), "{protocol:?}");
+        }
+        assert!((tree - 15341.0).abs() < 1.0, "{tree}");
+        assert!((time(CollectiveAlgorithm::Ring, Protocol::Ll128) - 17843.5).abs() < 1.0);
+    }
+
     #[test]
     fn ring_latency_and_bandwidth_follow_nccls_table() {
         // One server of 8: ring LL latency 6.6 + 14 x 0.6 us; bus bandwidth min(87.7, 240/2).

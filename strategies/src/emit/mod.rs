@@ -78,10 +78,109 @@ enum Key {
 /// One kernel: duration and FLOPs.
 type Kernel = Option<(SimDuration, f64)>;
 
+/// Whether `plan`'s symmetric ranks are folded, whether its CNN split is spatial, and the
+/// tensor degree folded (1 under a spatial split, whose tiles differ).
+fn folding(strategy: &Strategy<'_>, plan: &Plan<'_>) -> (bool, bool, u32) {
+    let spatial = matches!(strategy.parallelism.cnn(), CnnSplit::Spatial { .. });
+    let folded_tensor = if spatial { 1 } else { plan.layout.size(Axis::Tensor) };
+    // A policy whose replicas differ (DASO's rotating global sync) is not folded.
+    let fold = strategy.fold_symmetric_ranks
+        && plan.policy.symmetric_replicas()
+        && folded_tensor.saturating_mul(plan.layout.size(Axis::Data)) > 1;
+    (fold, spatial, folded_tensor)
+}
+
+/// Refuses, before anything per rank is allocated, a graph that would pass the work budget
+/// ([`sim_core::budget`]). The estimate is a lower bound: each simulated rank's kernels of its
+/// stage's layers, every micro-batch, with their host launches, every iteration (collectives,
+/// sends and the optimizer come on top), so a job it refuses is at least that large. Folded,
+/// the symmetry's rank maps count too: one rank id per rank per image (t x d images), which
+/// grows with the square of the data-parallel degree.
+fn within_budget(
+    strategy: &Strategy<'_>,
+    plan: &Plan<'_>,
+    fold: bool,
+    folded_tensor: u32,
+) -> Result<(), StrategyError> {
+    use sim_core::budget::{BYTES_PER_ITEM, MAX_ITEMS};
+    let p = &strategy.parallelism;
+    let ranks = u64::from(plan.layout.ranks());
+    let symmetric = u64::from(folded_tensor) * u64::from(plan.layout.size(Axis::Data));
+    let launches = if plan.host_cost > SimDuration::ZERO { 2 } else { 1 };
+    // Kernels per micro-batch of each stage; every stage has as many simulated ranks.
+    let per_stage: Vec<u64> = (0..p.pipeline)
+        .map(|stage| plan.stage_layers(stage).map(|l| plan.kernels[l].iter().flatten().count() as u64).sum())
+        .collect();
+    let per_micro_batch = per_stage.iter().sum::<u64>() / u64::from(p.pipeline.max(1));
+    let per_rank = per_micro_batch.saturating_mul(u64::from(plan.micro_batches)).saturating_mul(launches);
+    let iterations = u64::from(strategy.iterations);
+    // (ops, items of the symmetry's rank maps) folded or not.
+    let size = |folded: bool| {
+        let simulated = if folded { ranks / symmetric.max(1) } else { ranks };
+        let maps = if folded {
+            symmetric.saturating_sub(1).saturating_mul(ranks).saturating_mul(4) / BYTES_PER_ITEM
+        } else {
+            0
+        };
+        (simulated, simulated.saturating_mul(per_rank).saturating_mul(iterations), maps)
+    };
+    let (simulated, ops, maps) = size(fold);
+    let needed = ops.saturating_add(maps);
+    let layers = strategy.model.layers.len();
+    let foldable = !fold && symmetric > 1 && plan.policy.symmetric_replicas() && {
+        let (_, ops, maps) = size(true);
+        ops.saturating_add(maps) <= MAX_ITEMS
+    };
+    // The key that drives the size: the ranks (simulated, or mapped by the symmetry), the
+    // iterations, or the model's depth (per rank).
+    let key = || {
+        if maps > ops || simulated >= per_rank {
+            if symmetric > 1 { "parallelism.data" } else { "cluster.nodes" }
+        } else if iterations > 1 && simulated.saturating_mul(per_rank) <= MAX_ITEMS {
+            "simulation.iterations"
+        } else {
+            "workload.model"
+        }
+        .to_string()
+    };
+    let what = || {
+        let maps = if maps > 0 {
+            format!(
+                ", plus {symmetric} rank maps of {ranks} ranks for the folded replicas ({maps} ops' worth)"
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            "{} ({layers} layers) on {ranks} GPUs: {simulated} simulated ranks x {per_rank} kernels and launches per iteration x {iterations} iterations{maps}",
+            strategy.model.name
+        )
+    };
+    let instead = || {
+        let mut ways = Vec::new();
+        if foldable {
+            ways.push(
+                "simulate one replica and replay its traffic on the others (simulation.fold-symmetric-ranks = true)"
+                    .to_string(),
+            );
+        }
+        if iterations > 1 {
+            ways.push("simulate fewer iterations (simulation.iterations = 1)".to_string());
+        }
+        ways.push("simulate a smaller scale (fewer GPUs or layers) and extrapolate".to_string());
+        let last = ways.pop().unwrap_or_default();
+        if ways.is_empty() { last } else { format!("{}, or {last}", ways.join(", ")) }
+    };
+    sim_core::budget::check(needed, "ops", key, what, instead).map_err(Box::new)?;
+    Ok(())
+}
+
 /// Lowers `strategy` (checked already) to its execution graph.
 pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
     let plan = Plan::new(strategy)?;
     let ranks = plan.layout.ranks();
+    let (fold, spatial, folded_tensor) = folding(strategy, &plan);
+    within_budget(strategy, &plan, fold, folded_tensor)?;
     let mut shared = Shared {
         graph: GraphBuilder::new(ranks),
         groups: LookupMap::new(),
@@ -99,12 +198,6 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
     // every rank's bytes.
     // Spatial ranks differ (a tile on the border has one neighbour, not two): all of them get
     // ops, and only the replicas are folded.
-    let spatial = matches!(strategy.parallelism.cnn(), CnnSplit::Spatial { .. });
-    let folded_tensor = if spatial { 1 } else { plan.layout.size(Axis::Tensor) };
-    // A policy whose replicas differ (DASO's rotating global sync) is not folded.
-    let fold = strategy.fold_symmetric_ranks
-        && plan.policy.symmetric_replicas()
-        && folded_tensor * plan.layout.size(Axis::Data) > 1;
     let simulated: Vec<u32> = (0..ranks)
         .filter(|&rank| {
             let c = plan.layout.coordinates(RankId(rank));

@@ -254,6 +254,7 @@ impl<'s> Plan<'s> {
     /// The labels every rank uses, interned once (a policy's own are interned on first use).
     pub(super) fn labels(&self, graph: &mut GraphBuilder) -> Labels {
         let layers = &self.strategy.model.layers;
+        graph.reserve_labels(4 * layers.len());
         let passes: Vec<[LabelId; 3]> = layers
             .iter()
             .map(|l| {
@@ -262,12 +263,24 @@ impl<'s> Plan<'s> {
             })
             .collect();
         let optimizer = graph.label("optimizer step");
+        // Which layers some range re-runs, marked by a running count of the ranges open at each
+        // layer (one pass over the ranges and one over the layers: a scan of every range per
+        // layer made lowering quadratic in depth).
+        let mut open = vec![0i64; layers.len() + 1];
+        for range in self.recompute_before.iter().flatten() {
+            let (start, end) = (range.start.min(layers.len()), range.end.min(layers.len()));
+            if start < end {
+                open[start] += 1;
+                open[end] -= 1;
+            }
+        }
+        let mut depth = 0;
         let recompute = layers
             .iter()
             .enumerate()
             .map(|(index, l)| {
-                let recomputed = self.recompute_before.iter().flatten().any(|range| range.contains(&index));
-                if recomputed { graph.label(&format!("{} recompute", l.name)) } else { passes[index][0] }
+                depth += open[index];
+                if depth > 0 { graph.label(&format!("{} recompute", l.name)) } else { passes[index][0] }
             })
             .collect();
         Labels {
