@@ -62,12 +62,33 @@ pub fn export_timeline(
     names: Option<&dyn Fn(sim_core::graph::RankId, sim_core::graph::StreamId) -> String>,
     path: &Path,
 ) -> anyhow::Result<traces::chrome::ExportStats> {
-    let file = fs_err::File::create(path)?;
     let mut export = traces::chrome::ChromeTrace::new(graph, timeline);
     if let Some(names) = names {
         export = export.with_stream_names(names);
     }
-    export.write(file).with_context(|| format!("writing the timeline to {}", path.display()))
+    write_trace_file(path, |out| export.write(out))
+        .with_context(|| format!("writing the timeline to {}", path.display()))
+}
+
+/// Writes a Chrome trace to `path` with `write`: gzip-compressed when the name ends in `.gz`
+/// (`x.json.gz`, which Perfetto opens as it is), plain JSON otherwise.
+pub fn write_trace_file<T>(
+    path: &Path,
+    write: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<T>,
+) -> anyhow::Result<T> {
+    let file = std::io::BufWriter::new(fs_err::File::create(path)?);
+    let gzip = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gz"));
+    if gzip {
+        let mut encoder = flate2::write::GzEncoder::new(file, flate2::Compression::default());
+        let value = write(&mut encoder)?;
+        encoder.finish()?.into_inner().map_err(std::io::IntoInnerError::into_error)?;
+        Ok(value)
+    } else {
+        let mut file = file;
+        let value = write(&mut file)?;
+        file.into_inner().map_err(std::io::IntoInnerError::into_error)?;
+        Ok(value)
+    }
 }
 
 /// What `replay --json` prints.
@@ -354,13 +375,11 @@ pub fn export_run(outcome: &scenario::simulation::Outcome, path: &Path) -> anyho
     };
     let streams =
         |_: sim_core::graph::RankId, stream: sim_core::graph::StreamId| strategies::stream_name(stream);
-    let file = fs_err::File::create(path)?;
-    let stats = traces::chrome::ChromeTrace::new(&outcome.graph, &outcome.timeline)
+    let export = traces::chrome::ChromeTrace::new(&outcome.graph, &outcome.timeline)
         .with_stream_names(&streams)
         .with_process_names(&names)
-        .with_spans(&spans)
-        .write(file)
-        .context("writing the timeline")?;
+        .with_spans(&spans);
+    let stats = write_trace_file(path, |out| export.write(out)).context("writing the timeline")?;
     stderr!(
         "timeline      {} ({} ops, {} transfer arrows; open in https://ui.perfetto.dev)",
         path.display(),
