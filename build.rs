@@ -38,8 +38,20 @@ fn main() {
 
 /// The workspace's sources: a change to any of them may change the `-dirty` flag.
 const SOURCES: [&str; 14] = [
-    "src", "units", "topology", "sim-core", "workloads", "strategies", "scenario", "traces", "validation",
-    "plot", "build.rs", "Cargo.toml", "Cargo.lock", "tests",
+    "src",
+    "units",
+    "topology",
+    "sim-core",
+    "workloads",
+    "strategies",
+    "scenario",
+    "traces",
+    "validation",
+    "plot",
+    "build.rs",
+    "Cargo.toml",
+    "Cargo.lock",
+    "tests",
 ];
 
 /// `git describe --always --dirty --abbrev=12` of the checkout, or `unknown` where git or the

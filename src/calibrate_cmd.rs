@@ -502,7 +502,11 @@ fn check_rows(default: &[ClassError], profile: &[ClassError], prefix: &str) -> V
     default
         .iter()
         .zip(profile)
-        .map(|(d, p)| CheckRow { group: format!("{prefix}{}", p.class), default: d.clone(), profile: p.clone() })
+        .map(|(d, p)| CheckRow {
+            group: format!("{prefix}{}", p.class),
+            default: d.clone(),
+            profile: p.clone(),
+        })
         .collect()
 }
 

@@ -14,7 +14,6 @@ pub const LAYER_COLUMNS: &str = "stage,chunk,layer,name,kind,pass,runs_per_itera
 /// The columns of the bucket CSV.
 pub const BUCKET_COLUMNS: &str = "stage,chunk,bucket,collective,expert,bytes,layers,first_layer,last_layer";
 
-
 /// The per-layer CSV of `table`.
 pub fn layers(table: &KernelTable) -> String {
     let mut out = format!("{LAYER_COLUMNS}\n");

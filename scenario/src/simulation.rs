@@ -505,14 +505,19 @@ pub fn ways_out(scenario: &Scenario, memory: &MemoryBreakdown) -> String {
     }
     activation_ways.push("a smaller micro-batch: workload.micro-batch (or workload.batch-per-device)".into());
     activation_ways.push(
-        "offload activations to host memory: workload.offload = \"activations\" (with cluster.host-memory)".into(),
+        "offload activations to host memory: workload.offload = \"activations\" (with cluster.host-memory)"
+            .into(),
     );
     let mut state_ways = Vec::new();
     if scenario.parallelism.zero < 3 && scenario.parallelism.data > 1 {
         state_ways.push(format!(
             "shard the model state over the {} data-parallel replicas: parallelism.zero = {} (ZeRO)",
             scenario.parallelism.data,
-            if scenario.parallelism.zero == 0 { "1, 2 or 3".to_string() } else { format!("{} or 3", scenario.parallelism.zero + 1) }
+            if scenario.parallelism.zero == 0 {
+                "1, 2 or 3".to_string()
+            } else {
+                format!("{} or 3", scenario.parallelism.zero + 1)
+            }
         ));
     }
     state_ways.push(

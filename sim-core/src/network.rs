@@ -827,7 +827,8 @@ impl Network for AnalyticalNetwork<'_> {
             None => {
                 // As `analytical_time`: the choice, then its time; the choice is kept for
                 // [`Network::chosen`].
-                let choice = choose_for(collective.kind, collective.algorithm, collective.bytes, group, self)?;
+                let choice =
+                    choose_for(collective.kind, collective.algorithm, collective.bytes, group, self)?;
                 let time = time_of(collective.kind, choice, collective.bytes, group, self)?;
                 self.known_collectives.insert(*collective, (time, choice));
                 time

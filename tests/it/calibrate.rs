@@ -565,7 +565,11 @@ fn calibrate_json_prints_the_profile_without_an_output_file() {
     // Neither -o nor --json nor --check: refused, naming the ways out.
     let run = calibrate(&[&trace], "v100-sxm2-16gb", &[]);
     assert_eq!(run.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&run.stderr).contains("--output"), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(
+        String::from_utf8_lossy(&run.stderr).contains("--output"),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
 }
 
 /// `calibrate --check --json` prints the check as JSON (it used to print the text report).

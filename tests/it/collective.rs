@@ -345,8 +345,20 @@ fn the_plot_is_png_or_svg_by_its_extension() {
     let plot = |name: &str| {
         let path = dir.join(name);
         let output = parasim(&[
-            "collective", "allreduce", "--cluster", H100, "-b", "8", "-e", "1M", "-f", "4", "--compare", MEASURED,
-            "--plot", path.to_str().unwrap(),
+            "collective",
+            "allreduce",
+            "--cluster",
+            H100,
+            "-b",
+            "8",
+            "-e",
+            "1M",
+            "-f",
+            "4",
+            "--compare",
+            MEASURED,
+            "--plot",
+            path.to_str().unwrap(),
         ]);
         (output, path)
     };

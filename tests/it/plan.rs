@@ -190,7 +190,9 @@ fn a_bad_set_key_blames_the_override_not_the_cluster_file() {
     assert_eq!(output.status.code(), Some(2));
     let error = String::from_utf8_lossy(&output.stderr);
     assert!(
-        error.contains("--set parallelism.tensr=4: key `parallelism.tensr` (set by this override): unknown field `tensr`"),
+        error.contains(
+            "--set parallelism.tensr=4: key `parallelism.tensr` (set by this override): unknown field `tensr`"
+        ),
         "{error}"
     );
     assert!(!error.contains("gpt3-175b-1024.toml"), "{error}");
@@ -206,7 +208,10 @@ fn sequence_models_report_tokens_per_second_beside_samples() {
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let text = String::from_utf8_lossy(&output.stdout);
     let line = text.lines().find(|l| l.starts_with("throughput")).unwrap_or_else(|| panic!("{text}"));
-    assert!(line.contains("samples/s (") && line.contains("tokens/s (") && line.contains("per GPU)"), "{line}");
+    assert!(
+        line.contains("samples/s (") && line.contains("tokens/s (") && line.contains("per GPU)"),
+        "{line}"
+    );
     let table = String::from_utf8(plan("gpt-1.7b", &["--top", "2"])).unwrap();
     let header = table.lines().find(|l| l.starts_with("rank")).unwrap();
     assert!(header.contains("samples/s/GPU") && header.contains("tokens/s/GPU"), "{header}");

@@ -498,7 +498,8 @@ fn what_if_device_scales_speed_up_compute_and_refuse_nonsense() {
 fn a_gz_trace_is_gzip_and_names_the_chosen_algorithm_and_protocol() {
     use std::io::Read as _;
     for fidelity in ["analytical", "flow"] {
-        let trace = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("chosen-{fidelity}.json.gz"));
+        let trace =
+            std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("chosen-{fidelity}.json.gz"));
         let output = parasim(&[
             "run",
             super::QUICKSTART,

@@ -530,7 +530,8 @@ fn quoted_fields_survive_resume_merge_and_plot() {
     let reason = r#"no 100 Gb/s fabric, "two" servers #2"#;
     fs_err::write(
         &sweep,
-        read(&sweep).replace("reason = \"no 100 Gb/s fabric for two servers\"", &format!("reason = '{reason}'")),
+        read(&sweep)
+            .replace("reason = \"no 100 Gb/s fabric for two servers\"", &format!("reason = '{reason}'")),
     )
     .unwrap();
     let whole = dir.join("whole.csv");
@@ -562,5 +563,9 @@ fn quoted_fields_survive_resume_merge_and_plot() {
     // plot reads the file (the quoted row is a skipped row, counted).
     let svg = dir.join("bars.svg");
     let output = ok(parasim(&["plot", "bars", whole.to_str().unwrap(), "-o", svg.to_str().unwrap()]));
-    assert!(String::from_utf8_lossy(&output.stderr).contains("skipped"), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("skipped"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 }

@@ -97,8 +97,10 @@ impl Table {
         };
         let mut records = Vec::new();
         for record in reader.records() {
-            let record = record
-                .map_err(|error| DeepBenchError::Csv { line: line(error.position()), message: error.to_string() })?;
+            let record = record.map_err(|error| DeepBenchError::Csv {
+                line: line(error.position()),
+                message: error.to_string(),
+            })?;
             if record.iter().all(str::is_empty) {
                 continue;
             }

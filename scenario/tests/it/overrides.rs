@@ -57,7 +57,9 @@ fn an_unknown_key_or_a_wrong_type_is_the_scenarios_error_naming_the_key() {
 
     // A value of the right type that validation refuses: its message, attributed.
     let error = quickstart_with(&["parallelism.data=3"]).unwrap_err();
-    assert!(error.to_string().starts_with("parallelism.data=3: key `parallelism.data` (set by this override)"));
+    assert!(
+        error.to_string().starts_with("parallelism.data=3: key `parallelism.data` (set by this override)")
+    );
 
     // A key through a value that is not a table.
     let error = quickstart_with(&["workload.model.name=x"]).unwrap_err();
