@@ -447,8 +447,8 @@ pub enum SimulationError {
         #[source]
         source: MemoryError,
         /// For a configuration that does not fit: lines naming the settings that would shrink
-        /// it; empty otherwise.
-        hint: String,
+        /// it; empty otherwise (boxed: the error stays small).
+        hint: Box<String>,
     },
     /// The strategy could not be lowered to an execution graph.
     #[error(transparent)]
@@ -579,7 +579,7 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
             MemoryError::DoesNotFit { .. } => ways_out(scenario, &memory),
             MemoryError::Invalid { .. } => String::new(),
         };
-        SimulationError::Memory { context: context(), source, hint }
+        SimulationError::Memory { context: context(), source, hint: Box::new(hint) }
     })?;
     let mut warnings = Vec::new();
     if let Some(offload) = &lowered.offload {
