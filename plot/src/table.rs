@@ -164,14 +164,27 @@ fn records(text: &str, file: &str) -> Result<Vec<(usize, Vec<String>)>, PlotErro
         .flexible(true)
         .comment(Some(b'#'))
         .from_reader(text.as_bytes());
+    // The line a record starts on. The reader's position of a record is where it began
+    // reading it, before the comment and blank lines it skipped (its own line count leaves
+    // comment lines out): skip those from the position's byte, and count the line breaks.
+    let line_of = |position: &csv::Position| -> usize {
+        let mut at = usize::try_from(position.byte()).unwrap_or(usize::MAX).min(text.len());
+        while text[at..].starts_with(['#', '\n', '\r']) {
+            match text[at..].find('\n') {
+                Some(end) => at += end + 1,
+                None => break,
+            }
+        }
+        1 + text.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count()
+    };
     let mut out = Vec::new();
     for record in reader.records() {
         let record = record.map_err(|error| PlotError::Csv {
             file: file.to_string(),
-            line: error.position().map_or(0, |p| usize::try_from(p.line()).unwrap_or(usize::MAX)),
+            line: error.position().map_or(0, line_of),
             message: error.to_string(),
         })?;
-        let line = record.position().map_or(0, |p| usize::try_from(p.line()).unwrap_or(usize::MAX));
+        let line = record.position().map_or(0, line_of);
         out.push((line, record.iter().map(str::to_string).collect()));
     }
     Ok(out)
@@ -194,6 +207,7 @@ mod tests {
         assert_eq!(table.columns.len(), 5);
         assert_eq!(table.rows.len(), 2);
         assert_eq!(table.rows[0].cells[1], "a, \"b\"");
+        assert_eq!(table.rows[0].line, 3, "the comment line counts");
         assert_eq!(table.rows[1].line, 6, "the quoted line break counts");
         assert_eq!(table.skipped().to_string(), "1 failed");
         assert_eq!(table.number(&table.rows[0], 2).unwrap(), 1.5);

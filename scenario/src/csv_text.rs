@@ -30,13 +30,26 @@ pub fn records(text: &str) -> Result<Vec<(u64, Vec<String>)>, String> {
         .flexible(true)
         .comment(Some(b'#'))
         .from_reader(text.as_bytes());
+    // The line a record starts on. The reader's position of a record is where it began
+    // reading it, before the comment and blank lines it skipped (its own line count leaves
+    // comment lines out): skip those from the position's byte, and count the line breaks.
+    let line_of = |position: &csv::Position| -> u64 {
+        let mut at = usize::try_from(position.byte()).unwrap_or(usize::MAX).min(text.len());
+        while text[at..].starts_with(['#', '\n', '\r']) {
+            match text[at..].find('\n') {
+                Some(end) => at += end + 1,
+                None => break,
+            }
+        }
+        1 + text.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count() as u64
+    };
     let mut out = Vec::new();
     for record in reader.records() {
         let record = record.map_err(|error| match error.position() {
-            Some(position) => format!("line {}: {error}", position.line()),
+            Some(position) => format!("line {}: {error}", line_of(position)),
             None => error.to_string(),
         })?;
-        let line = record.position().map_or(0, csv::Position::line);
+        let line = record.position().map_or(0, line_of);
         out.push((line, record.iter().map(str::to_string).collect()));
     }
     Ok(out)
