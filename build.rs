@@ -3,6 +3,11 @@
 //! (the scenario files its families name as `../../scenarios/...`), as a table of
 //! (path relative to the checkout, bytes) in `$OUT_DIR/embedded.rs`, so that `parasim
 //! validate` works from a binary copied anywhere (src/embedded.rs).
+//!
+//! Also records the source revision the binary is built from as `PARASIM_REVISION`: `git
+//! describe --always --dirty --abbrev=12` of the checkout (a commit hash, `-dirty` when tracked
+//! files differ from it), or `unknown` without git. A sweep's fingerprint covers it, so
+//! outputs of different builds are never resumed or merged together (docs/sweep.md).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -28,6 +33,55 @@ fn main() {
     code.push_str("];\n");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     fs_err::write(out.join("embedded.rs"), code).expect("writing embedded.rs");
+    println!("cargo:rustc-env=PARASIM_REVISION={}", revision(&manifest));
+}
+
+/// The workspace's sources: a change to any of them may change the `-dirty` flag.
+const SOURCES: [&str; 14] = [
+    "src",
+    "units",
+    "topology",
+    "sim-core",
+    "workloads",
+    "strategies",
+    "scenario",
+    "traces",
+    "validation",
+    "plot",
+    "build.rs",
+    "Cargo.toml",
+    "Cargo.lock",
+    "tests",
+];
+
+/// `git describe --always --dirty --abbrev=12` of the checkout, or `unknown` where git or the
+/// repository is missing (a source archive). Asks cargo to run this again when HEAD, the refs,
+/// the index or a source changes.
+fn revision(manifest: &Path) -> String {
+    let git = |args: &[&str]| -> Option<String> {
+        let output = std::process::Command::new("git").arg("-C").arg(manifest).args(args).output().ok()?;
+        let text = String::from_utf8(output.stdout).ok()?;
+        (output.status.success() && !text.trim().is_empty()).then(|| text.trim().to_string())
+    };
+    let Some(described) = git(&["describe", "--always", "--dirty", "--abbrev=12"]) else {
+        return "unknown".into();
+    };
+    for args in [["rev-parse", "--git-dir"], ["rev-parse", "--git-common-dir"]] {
+        if let Some(dir) = git(&args) {
+            let dir = manifest.join(dir);
+            for name in ["HEAD", "index", "refs", "packed-refs"] {
+                if dir.join(name).exists() {
+                    println!("cargo:rerun-if-changed={}", dir.join(name).display());
+                }
+            }
+        }
+    }
+    for source in SOURCES {
+        if manifest.join(source).exists() {
+            println!("cargo:rerun-if-changed={source}");
+        }
+    }
+    described
 }
 
 /// Collects every regular file under `dir` (hidden entries skipped) as (relative path,

@@ -8,6 +8,7 @@ use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use serde::Serialize;
 use sim_core::units::SimDuration;
 use traces::kineto::operators::OperatorImport;
 use validation::calibration::{self as join, Collected};
@@ -97,14 +98,23 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
         // Kernel benchmarks keep the fastest convolution algorithm: price them that way.
         let winograd = !tables.is_empty();
         let default = ComputeModel { winograd_convolutions: winograd, ..default };
-        let report =
+        let check =
             check_profile(name, device, &trace_device, &collected, &default, winograd, args.any_device)?;
-        return Ok(report
+        if args.json {
+            return Ok(serde_json::to_string_pretty(&check)? + "\n");
+        }
+        return Ok(check.text()
             + &communication_multiprocessors(&import).unwrap_or_default()
             + &tiny_kernels_beside_communication(&collected).unwrap_or_default());
     }
-    let output =
-        args.output.as_ref().context("give -o PROFILE (where to write the profile) or --check PROFILE")?;
+    // With --json the profile goes to standard output, so -o is optional there.
+    let output = match (&args.output, args.json) {
+        (Some(output), _) => Some(output),
+        (None, true) => None,
+        (None, false) => anyhow::bail!(
+            "give -o PROFILE (where to write the profile), --json (print it), or --check PROFILE"
+        ),
+    };
     let (mut start, held) = held_start(&args.hold)?;
     // Kernel benchmarks time every convolution algorithm and keep the fastest (Winograd too);
     // they are priced that way. The profile leaves the choice to the scenario.
@@ -162,12 +172,13 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
             .into(),
         "Errors are |predicted/measured - 1| per operator: median, and weighted by time.".into(),
     ];
-    let text = profile.to_toml(&header)?;
-    traces::atomic::write(output, &text)
-        .with_context(|| format!("writing the profile {}", output.display()))?;
-    if args.json {
-        return Ok(serde_json::to_string_pretty(&profile)? + "\n");
+    if let Some(output) = output {
+        let text = profile.to_toml(&header)?;
+        traces::atomic::write(output, &text).with_context(|| format!("writing the profile {}", output.display()))?;
     }
+    let Some(output) = output.filter(|_| !args.json) else {
+        return Ok(serde_json::to_string_pretty(&profile)? + "\n");
+    };
     let mut text = report(output, &profile, &collected, &fit, &default, &import);
     let before_predictions = calibrate::predictions(&default, device, samples)?;
     text.push_str(&regime_table(
@@ -448,6 +459,61 @@ fn by_operator(collected: &Collected, predicted: &[f64]) -> String {
     )
 }
 
+/// What `calibrate --check` found: the errors of a profile and of the defaults, per operation
+/// class, per shape regime and by GPU sharing (`--check --json` prints it).
+#[derive(Debug, Serialize)]
+struct Check {
+    /// The profile checked, as named.
+    profile: String,
+    /// The device it was calibrated on.
+    calibrated_on: String,
+    /// The device the kernels are priced as (`--device`).
+    device: String,
+    /// The GPU the traces name.
+    trace_device: String,
+    /// Operators compared.
+    operators: usize,
+    /// Per operation class.
+    classes: Vec<CheckRow>,
+    /// Per shape regime.
+    regimes: Vec<CheckRow>,
+    /// Operators alone on their GPU, and beside other streams' work.
+    sharing: Vec<CheckRow>,
+    /// The text report's tables.
+    #[serde(skip)]
+    text: String,
+}
+
+/// One group's errors under the defaults and under the profile.
+#[derive(Debug, Serialize)]
+struct CheckRow {
+    /// The group's name.
+    group: String,
+    /// The defaults' errors.
+    default: ClassError,
+    /// The profile's errors.
+    profile: ClassError,
+}
+
+impl Check {
+    /// The text report.
+    fn text(self) -> String {
+        self.text
+    }
+}
+
+fn check_rows(default: &[ClassError], profile: &[ClassError], prefix: &str) -> Vec<CheckRow> {
+    default
+        .iter()
+        .zip(profile)
+        .map(|(d, p)| CheckRow {
+            group: format!("{prefix}{}", p.class),
+            default: d.clone(),
+            profile: p.clone(),
+        })
+        .collect()
+}
+
 /// `--check`: the errors of an existing profile on these traces' kernels, next to the
 /// defaults'. The profile may come from another device (that is what the check is for).
 fn check_profile(
@@ -458,7 +524,7 @@ fn check_profile(
     default: &ComputeModel,
     winograd: bool,
     any_device: bool,
-) -> anyhow::Result<String> {
+) -> anyhow::Result<Check> {
     let (mut profile, _) =
         scenario::read_profile(name, Path::new("")).map_err(anyhow::Error::msg).context("--check")?;
     // As in a scenario: a profile describes one device type (or one with the same compute).
@@ -499,7 +565,24 @@ fn check_profile(
         "profile",
     ));
     out.push_str(&sharing_table(collected, &default_predictions, &profile_predictions, "profile"));
-    Ok(out)
+    let default_regimes = calibrate::regime_errors(device, samples, &default_predictions);
+    let profile_regimes = calibrate::regime_errors(device, samples, &profile_predictions);
+    let mut sharing = Vec::new();
+    for (shared, d, p) in collected.errors_by_sharing(&default_predictions, &profile_predictions) {
+        let prefix = if shared { "beside other streams: " } else { "alone: " };
+        sharing.extend(check_rows(&d, &p, prefix));
+    }
+    Ok(Check {
+        profile: name.to_string(),
+        calibrated_on: profile.device.clone(),
+        device: device.name.clone(),
+        trace_device: trace_device.to_string(),
+        operators: samples.len(),
+        classes: check_rows(&with_defaults, &with_profile, ""),
+        regimes: check_rows(&default_regimes, &profile_regimes, ""),
+        sharing,
+        text: out,
+    })
 }
 
 /// The errors of operators whose kernels ran alone on their GPU and of those that shared it

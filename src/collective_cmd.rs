@@ -43,9 +43,10 @@ pub struct Options<'a> {
     /// GPUs each benchmark process drives (nccl-tests' `-g`); the compared output's `nGpus`,
     /// else 1, if none.
     pub gpus_per_process: Option<u32>,
-    /// Write an SVG plot of simulated (and measured) bus bandwidth against size here.
+    /// Write a plot of simulated (and measured) bus bandwidth against size here (SVG or PNG
+    /// by the extension).
     pub plot: Option<&'a Path>,
-    /// Return JSON instead of the nccl-tests table (the wall time goes to stderr).
+    /// Return JSON instead of the nccl-tests table (the wall time always goes to stderr).
     pub json: bool,
     /// The host time nccl-tests spends launching one collective on one GPU (`ncclAllReduce`
     /// and the kernel launch). nccl-tests times a loop of back-to-back iterations, so a
@@ -138,6 +139,8 @@ fn type_size(dtype: &str) -> anyhow::Result<u64> {
 
 /// Runs the sweep and returns the nccl-tests-style table.
 pub fn benchmark(options: &Options) -> anyhow::Result<String> {
+    // The plot's format comes from its name: refused before anything runs.
+    let plot_format = options.plot.map(plot::Format::of_path).transpose().context("--plot")?;
     let cluster = match options.cluster {
         Some(path) => Cluster::load(path)?,
         None => Cluster::parse(QUICKSTART, Path::new("scenarios/quickstart.toml"))?,
@@ -306,13 +309,9 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
             100.0 * (1.0 - mean)
         );
     }
-    let wall =
-        format!("# simulated {rows} sizes in {:.1} ms of wall time", started.elapsed().as_secs_f64() * 1e3);
-    if options.json {
-        stderr!("{}", wall.trim_start_matches("# "));
-    } else {
-        let _ = writeln!(out, "{wall}");
-    }
+    // The wall time varies from run to run: on standard error, so the report on standard output
+    // is the same every time (diffable, and byte-comparable in tests).
+    stderr!("simulated {rows} sizes in {:.1} ms of wall time", started.elapsed().as_secs_f64() * 1e3);
     if let Some(path) = options.plot {
         let title = format!(
             "allreduce, {ranks} x {} ({} per server): simulated{}",
@@ -320,7 +319,8 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
             cluster.spec.gpus_per_node,
             if measured.is_some() { " and measured" } else { "" }
         );
-        traces::atomic::write(path, plot_svg(&title, &points)).context("writing the plot")?;
+        let format = plot_format.unwrap_or(plot::Format::Svg);
+        crate::plot_cmd::write_chart(&plot_chart(title, &points), format, plot::Size::default(), path)?;
     }
     if options.json {
         let report = CollectiveJson {
@@ -348,80 +348,28 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
     Ok(out)
 }
 
-/// An SVG line plot of bus bandwidth (GB/s, linear) against size (bytes, log scale):
-/// simulated in blue, measured in orange where there is a measurement.
-fn plot_svg(title: &str, points: &[(u64, f64, Option<f64>)]) -> String {
-    let (width, height, left, right, top, bottom) = (720.0, 420.0, 70.0, 20.0, 40.0, 50.0);
-    let log = |bytes: u64| (bytes.max(1) as f64).log2();
-    let (x0, x1) = match (points.first(), points.last()) {
-        (Some(first), Some(last)) => (log(first.0), log(last.0).max(log(first.0) + 1.0)),
-        _ => (0.0, 1.0),
+/// The chart of bus bandwidth (GB/s) against size (bytes, log scale) that `--plot` draws, through
+/// the `plot` crate as every other chart (SVG or PNG by the file's extension): simulated, and
+/// measured where there is a measurement.
+fn plot_chart(title: String, points: &[(u64, f64, Option<f64>)]) -> plot::Chart {
+    let simulated = plot::line::Series {
+        name: "simulated".into(),
+        points: points.iter().map(|p| (p.0 as f64, p.1)).collect(),
     };
-    let top_value = points.iter().flat_map(|p| [p.1, p.2.unwrap_or(0.0)]).fold(1.0_f64, f64::max) * 1.1;
-    let x = |bytes: u64| left + (log(bytes) - x0) / (x1 - x0) * (width - left - right);
-    let y = |busbw: f64| height - bottom - busbw / top_value * (height - top - bottom);
-    let mut svg = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"12\">\n\
-         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"{left}\" y=\"20\" font-size=\"14\">{title}</text>\n"
-    );
-    let (x_end, y_end) = (width - right, height - bottom);
-    let _ =
-        writeln!(svg, "<line x1=\"{left}\" y1=\"{y_end}\" x2=\"{x_end}\" y2=\"{y_end}\" stroke=\"black\"/>");
-    let _ = writeln!(svg, "<line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{y_end}\" stroke=\"black\"/>");
-    for power in (x0.ceil() as u32..=x1.floor() as u32).filter(|p| p % 4 == 0) {
-        let bytes = 1u64 << power;
-        let label = match power {
-            0..10 => format!("{bytes} B"),
-            10..20 => format!("{} KiB", bytes >> 10),
-            20..30 => format!("{} MiB", bytes >> 20),
-            _ => format!("{} GiB", bytes >> 30),
-        };
-        let at = x(bytes);
-        let _ = writeln!(
-            svg,
-            "<text x=\"{at:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{label}</text>",
-            y_end + 18.0
-        );
-    }
-    for tick in 0..=5 {
-        let value = top_value / 5.0 * f64::from(tick);
-        let at = y(value);
-        let _ = writeln!(
-            svg,
-            "<text x=\"{:.1}\" y=\"{at:.1}\" text-anchor=\"end\">{value:.0}</text>",
-            left - 6.0
-        );
-        let _ = writeln!(
-            svg,
-            "<line x1=\"{left}\" y1=\"{at:.1}\" x2=\"{x_end}\" y2=\"{at:.1}\" stroke=\"#ddd\"/>"
-        );
-    }
-    let _ = writeln!(
-        svg,
-        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">size</text>\n\
-         <text x=\"16\" y=\"{:.1}\" transform=\"rotate(-90 16 {:.1})\" text-anchor=\"middle\">bus bandwidth (GB/s)</text>",
-        (left + x_end) / 2.0,
-        height - 8.0,
-        (top + y_end) / 2.0,
-        (top + y_end) / 2.0
-    );
-    let line = |values: Vec<(u64, f64)>, color: &str, name: &str, row: f64| {
-        let path: Vec<String> = values.iter().map(|&(b, v)| format!("{:.1},{:.1}", x(b), y(v))).collect();
-        format!(
-            "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{}\"/>\n\
-             <text x=\"{:.1}\" y=\"{row:.1}\" fill=\"{color}\">{name}</text>\n",
-            path.join(" "),
-            left + 10.0
-        )
-    };
-    svg += &line(points.iter().map(|p| (p.0, p.1)).collect(), "#1f77b4", "simulated", top + 14.0);
-    let measured: Vec<(u64, f64)> = points.iter().filter_map(|p| p.2.map(|m| (p.0, m))).collect();
+    let measured: Vec<(f64, f64)> = points.iter().filter_map(|p| p.2.map(|m| (p.0 as f64, m))).collect();
+    let mut series = vec![simulated];
     if !measured.is_empty() {
-        svg += &line(measured, "#ff7f0e", "measured", top + 30.0);
+        series.push(plot::line::Series { name: "measured".into(), points: measured });
     }
-    svg += "</svg>\n";
-    svg
+    plot::Chart::Line(plot::line::LineChart {
+        title: Some(title),
+        x_label: "size (B)".into(),
+        y_label: "bus bandwidth (GB/s)".into(),
+        logx: Some(2),
+        logy: None,
+        series,
+        notes: Vec::new(),
+    })
 }
 
 #[cfg(test)]

@@ -21,6 +21,25 @@ pub fn files() -> &'static [(&'static str, &'static [u8])] {
     table::FILES
 }
 
+/// A hash (FNV-1a) of every embedded file's path and bytes: the data this build reads (device
+/// catalog, model zoo, profiles, scenarios, the validation suite). A sweep's fingerprint covers it.
+pub fn data_hash() -> u64 {
+    static HASH: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *HASH.get_or_init(|| {
+        let mut text = Vec::new();
+        for (path, bytes) in files() {
+            text.extend_from_slice(path.as_bytes());
+            text.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+            text.extend_from_slice(bytes);
+        }
+        scenario::sweep::output::fnv1a(&text)
+    })
+}
+
+/// The source revision this binary was built from (`git describe --always --dirty`, or
+/// `unknown`; build.rs).
+pub const REVISION: &str = env!("PARASIM_REVISION");
+
 /// The embedded files written out in the checkout's layout; the folder is removed on drop.
 #[derive(Debug)]
 pub struct Extracted {

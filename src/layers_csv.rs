@@ -1,11 +1,12 @@
 //! `parasim run --csv` and `--buckets-csv`: the run's per-layer breakdown (every kernel of
-//! every layer, as one rank of each pipeline stage runs it) and its gradient buckets, as CSV.
+//! every layer, as one rank of each pipeline stage runs it) and its gradient buckets, as CSV
+//! (written by [`scenario::csv_text::line`]).
 
-use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::Context;
 use scenario::Scenario;
+use scenario::csv_text::line;
 use strategies::KernelTable;
 
 /// The columns of the per-layer CSV.
@@ -13,57 +14,45 @@ pub const LAYER_COLUMNS: &str = "stage,chunk,layer,name,kind,pass,runs_per_itera
 /// The columns of the bucket CSV.
 pub const BUCKET_COLUMNS: &str = "stage,chunk,bucket,collective,expert,bytes,layers,first_layer,last_layer";
 
-fn quote(field: &str) -> String {
-    if field.contains([',', '"', '\n']) {
-        format!("\"{}\"", field.replace('"', "\"\""))
-    } else {
-        field.to_string()
-    }
-}
-
 /// The per-layer CSV of `table`.
 pub fn layers(table: &KernelTable) -> String {
     let mut out = format!("{LAYER_COLUMNS}\n");
     for row in &table.kernels {
         let time = row.time.as_secs_f64();
         let runs = f64::from(row.runs);
-        let _ = writeln!(
-            out,
-            "{},{},{},{},{},{},{},{},{},{},{}",
-            row.stage,
-            row.chunk,
+        out.push_str(&line(&[
+            row.stage.to_string(),
+            row.chunk.to_string(),
             row.layer.map_or(String::new(), |l| l.to_string()),
-            quote(&row.name),
-            quote(&row.kind),
-            row.pass.name(),
-            row.runs,
-            row.flops,
-            time,
-            row.flops * runs,
-            time * runs
-        );
+            row.name.clone(),
+            row.kind.clone(),
+            row.pass.name().to_string(),
+            row.runs.to_string(),
+            row.flops.to_string(),
+            time.to_string(),
+            (row.flops * runs).to_string(),
+            (time * runs).to_string(),
+        ]));
     }
     out
 }
 
 /// The bucket CSV of `table`; `names` are the model's layer names.
 pub fn buckets(table: &KernelTable, names: &[String]) -> String {
-    let name = |index: Option<&usize>| index.and_then(|&i| names.get(i)).map_or(String::new(), |n| quote(n));
+    let name = |index: Option<&usize>| index.and_then(|&i| names.get(i)).cloned().unwrap_or_default();
     let mut out = format!("{BUCKET_COLUMNS}\n");
     for row in &table.buckets {
-        let _ = writeln!(
-            out,
-            "{},{},{},{},{},{},{},{},{}",
-            row.stage,
-            row.chunk,
-            row.index,
-            row.collective,
-            row.expert,
-            row.bytes.0,
-            row.layers.len(),
+        out.push_str(&line(&[
+            row.stage.to_string(),
+            row.chunk.to_string(),
+            row.index.to_string(),
+            row.collective.to_string(),
+            row.expert.to_string(),
+            row.bytes.0.to_string(),
+            row.layers.len().to_string(),
             name(row.layers.first()),
-            name(row.layers.last())
-        );
+            name(row.layers.last()),
+        ]));
     }
     out
 }

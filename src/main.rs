@@ -35,7 +35,7 @@ use scenario::Scenario;
 
 /// Discrete-event simulator of distributed deep-learning training on GPU clusters.
 #[derive(Debug, Parser)]
-#[command(name = "parasim", version, about, long_about = None)]
+#[command(name = "parasim", version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("PARASIM_REVISION"), ")"), about, long_about = None)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -132,8 +132,8 @@ enum Command {
         /// The traced GPU's catalog name (data/devices.toml), e.g. a100-sxm4-40gb.
         #[arg(long)]
         device: String,
-        /// Where to write the profile (TOML).
-        #[arg(short, long, value_name = "PROFILE", required_unless_present = "check")]
+        /// Where to write the profile (TOML); optional with --json, which prints it.
+        #[arg(short, long, value_name = "PROFILE", required_unless_present_any = ["check", "json"])]
         output: Option<PathBuf>,
         /// Do not fit: report how well this profile (a file, or a built-in by device name)
         /// predicts the traces' kernels, next to the defaults.
@@ -143,7 +143,8 @@ enum Command {
         /// profile transfers (`run` refuses such a profile).
         #[arg(long, requires = "check")]
         any_device: bool,
-        /// Print the profile as JSON instead of the report.
+        /// Print the profile as JSON instead of the report (with --check: the check's errors
+        /// as JSON).
         #[arg(long)]
         json: bool,
         /// Also report the fit's error per operator name (aten::mm, aten::add, ...).
@@ -265,8 +266,8 @@ enum Command {
         /// faster than the launches of every GPU of a process).
         #[arg(long, default_value = "4 us")]
         host_launch: String,
-        /// Write an SVG plot of bus bandwidth against size (simulated, and measured with
-        /// --compare) to this file.
+        /// Write a plot of bus bandwidth against size (simulated, and measured with --compare)
+        /// to this file: SVG or PNG by its extension.
         #[arg(long)]
         plot: Option<PathBuf>,
         /// Print the sizes as JSON (seconds, bytes/s) instead of the nccl-tests table.

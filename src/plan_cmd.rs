@@ -349,6 +349,8 @@ fn human(report: &PlanReport, search: &Search, options: &PlanOptions) -> String 
     }
     let _ = writeln!(out);
     let has_budget = report.top.iter().any(|r| r.time_to_train_s.is_some());
+    // A sequence model's throughput in tokens too, as LLM users count it.
+    let has_tokens = report.top.iter().any(|r| r.summary.tokens_per_second.is_some());
     let has_cost = report.top.iter().any(|r| r.cost.is_some());
     let mut header = format!(
         "{:<4} {:>5} {:<34} {:>11} {:>13} {:>6} {:>11} {:>15}",
@@ -361,6 +363,9 @@ fn human(report: &PlanReport, search: &Search, options: &PlanOptions) -> String 
         format!("memory/{unit}"),
         "spare"
     );
+    if has_tokens {
+        let _ = write!(header, " {:>15}", format!("tokens/s/{unit}"));
+    }
     if has_budget {
         let _ = write!(header, " {:>12} {:>10}", "to train", format!("{unit}-hours"));
     }
@@ -382,6 +387,12 @@ fn human(report: &PlanReport, search: &Search, options: &PlanOptions) -> String 
             s.memory.spare as f64 / 1e9,
             100.0 * s.memory.spare_fraction
         );
+        if has_tokens {
+            let tokens = s.tokens_per_second.map_or(String::new(), |t| {
+                sim_core::units::thousands((t / ranked.choice.gpus.max(1) as f64).round() as u64)
+            });
+            let _ = write!(line, " {tokens:>15}");
+        }
         if let (Some(t), Some(h)) = (ranked.time_to_train_s, ranked.gpu_hours) {
             let _ = write!(
                 line,

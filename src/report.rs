@@ -312,7 +312,18 @@ impl<'s> Report<'s> {
                     thousands(tokens / f64::from(c.gpus))
                 );
             }
-            _ => {
+            // A sequence model's tokens/s beside its samples/s, as LLM users count.
+            Some(tokens) => {
+                let _ = writeln!(
+                    out,
+                    "throughput    {} samples/s ({} per {unit}), {} tokens/s ({} per {unit})",
+                    thousands(s.samples_per_second),
+                    thousands(s.samples_per_second_per_device),
+                    thousands(tokens),
+                    thousands(tokens / f64::from(c.gpus))
+                );
+            }
+            None => {
                 let _ = writeln!(
                     out,
                     "throughput    {} samples/s ({} per {unit})",

@@ -167,6 +167,19 @@ pub fn shard_of(
     Ok(None)
 }
 
+/// The fingerprint of a sweep's outputs: the sweep's own ([`Sweep::fingerprint`]: base scenario,
+/// axes, derived values, filters) with this build's source revision and a hash of its embedded
+/// data (devices, models, profiles), so that resume and merge refuse outputs of another build.
+fn fingerprint(sweep: &Sweep) -> u64 {
+    let text = format!(
+        "{:016x} revision {} data {:016x}",
+        sweep.fingerprint(),
+        crate::embedded::REVISION,
+        crate::embedded::data_hash()
+    );
+    output::fnv1a(text.as_bytes())
+}
+
 /// One finished configuration, sent from a worker to the writer.
 struct Done {
     position: u64,
@@ -241,7 +254,7 @@ fn run(args: &RunArgs) -> anyhow::Result<()> {
     let header = Header {
         file: file_name,
         configurations: total,
-        fingerprint: sweep.fingerprint(),
+        fingerprint: fingerprint(&sweep),
         shard,
         columns: columns.clone(),
     };
@@ -269,6 +282,15 @@ fn run(args: &RunArgs) -> anyhow::Result<()> {
                 Some(text) if !text.is_empty() => {
                     let found = output::read_existing(&text, format, &kinds)
                         .map_err(|m| anyhow::anyhow!("{}: cannot resume: {m}", out.display()))?;
+                    if found.header.fingerprint != header.fingerprint {
+                        bail!(
+                            "{}: cannot resume: its fingerprint {:016x} is not this sweep's {:016x} (another sweep file or base scenario, or another parasim build or data: this is build {}); write to a new file",
+                            out.display(),
+                            found.header.fingerprint,
+                            header.fingerprint,
+                            crate::embedded::REVISION
+                        );
+                    }
                     if found.header != header {
                         let what = if found.header.fingerprint != header.fingerprint
                             || found.header.file != header.file

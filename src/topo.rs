@@ -53,6 +53,8 @@ struct TopoJson {
     bisection_method: String,
     diameter_links: usize,
     path_lengths: PathLengthsJson,
+    /// How a fat-tree larger than the NICs need was pruned; null when built whole.
+    pruned: Option<String>,
 }
 
 /// The description of the cluster in `scenario` (text, or JSON with `json`); writes `dot` if
@@ -95,6 +97,7 @@ pub fn describe(scenario: &Path, dot: Option<&Path>, json: bool) -> anyhow::Resu
                 exact: summary.path_lengths.exact,
                 too_long: summary.path_lengths.too_long,
             },
+            pruned: summary.pruned.clone(),
         };
         out = serde_json::to_string_pretty(&report).context("writing JSON")? + "\n";
     } else {

@@ -68,8 +68,29 @@ pub fn export_timeline(
     if let Some(names) = names {
         export = export.with_stream_names(names);
     }
-    traces::atomic::write_with(path, |file| export.write(file))
+    write_trace_file(path, |out| export.write(out))
         .with_context(|| format!("writing the timeline to {}", path.display()))
+}
+
+/// Writes a Chrome trace to `path` with `write`: gzip-compressed when the name ends in `.gz`
+/// (`x.json.gz`, which Perfetto opens as it is), plain JSON otherwise.
+pub fn write_trace_file<T>(
+    path: &Path,
+    write: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<T>,
+) -> anyhow::Result<T> {
+    let gzip = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gz"));
+    // Through traces::atomic: a cut run leaves no trace under its final name.
+    let value = traces::atomic::write_with(path, |file| {
+        if gzip {
+            let mut encoder = flate2::write::GzEncoder::new(file, flate2::Compression::default());
+            let value = write(&mut encoder)?;
+            encoder.finish()?;
+            Ok::<_, std::io::Error>(value)
+        } else {
+            write(file)
+        }
+    })?;
+    Ok(value)
 }
 
 /// What `replay --json` prints.
@@ -375,8 +396,7 @@ pub fn export_run(outcome: &scenario::simulation::Outcome, path: &Path) -> anyho
         .with_stream_names(&streams)
         .with_process_names(&names)
         .with_spans(&spans);
-    let stats =
-        traces::atomic::write_with(path, |file| export.write(file)).context("writing the timeline")?;
+    let stats = write_trace_file(path, |out| export.write(out)).context("writing the timeline")?;
     stderr!(
         "timeline      {} ({} ops, {} transfer arrows; open in https://ui.perfetto.dev)",
         path.display(),

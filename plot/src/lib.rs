@@ -24,6 +24,7 @@
 //! ```
 
 pub mod bars;
+mod glyphs;
 pub mod heatmap;
 pub mod line;
 mod png;

@@ -16,7 +16,7 @@ use crate::quantity::format_number;
 use crate::{Chart, PlotError};
 
 /// DejaVu Sans (assets/fonts/README.md): text is measured and rasterised with it.
-static FONT: &[u8] = include_bytes!("../assets/fonts/DejaVuSans.ttf");
+pub(crate) static FONT: &[u8] = include_bytes!("../assets/fonts/DejaVuSans.ttf");
 /// The family name charts ask for; SVG viewers substitute their own sans-serif.
 pub(crate) const FAMILY: &str = "sans-serif";
 
@@ -84,7 +84,11 @@ pub(crate) fn render(chart: &Chart, format: Format, size: Size) -> Result<Vec<u8
         Format::Png => {
             let mut pixels = vec![255u8; size.width as usize * size.height as usize * 3];
             {
-                let root = BitMapBackend::with_buffer(&mut pixels, dimensions).into_drawing_area();
+                let bitmap = BitMapBackend::with_buffer(&mut pixels, dimensions);
+                // Text through crate::glyphs: plotters' bitmap text lets neighbouring glyphs touch.
+                let root = crate::glyphs::GlyphText::new(bitmap, FONT)
+                    .map_err(|e| PlotError::Draw(format!("the embedded font: {e}")))?
+                    .into_drawing_area();
                 draw(chart, &root)?;
                 root.present().map_err(draw_error)?;
             }

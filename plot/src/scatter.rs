@@ -1,5 +1,6 @@
 //! Simulated against measured on log-log axes (`parasim validate --csv` output): one dot per
-//! case or point, coloured by family, the y = x line and the ±10% band shaded.
+//! case or point, coloured by family, the y = x line and the ±10% band shaded; one panel per
+//! unit (s, ms, s/epoch, fractions, ...), so that no axis mixes units.
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -16,6 +17,8 @@ pub struct Group {
     pub name: String,
     /// The legend's text (the family, its unit and mean accuracy).
     pub label: String,
+    /// The unit of its values (`validate --csv`'s `unit`; empty when the table has none).
+    pub unit: String,
     /// (measured, simulated).
     pub points: Vec<(f64, f64)>,
 }
@@ -82,8 +85,8 @@ impl Scatter {
             .into_iter()
             .map(|(name, unit, points, scores)| {
                 let mean = 100.0 * scores.iter().sum::<f64>() / scores.len().max(1) as f64;
-                let unit = if unit.is_empty() { String::new() } else { format!(", {unit}") };
-                Group { label: format!("{name}{unit} ({mean:.1}%)"), name, points }
+                let label = if unit.is_empty() { name.clone() } else { format!("{name}, {unit}") };
+                Group { label: format!("{label} ({mean:.1}%)"), name, points, unit }
             })
             .collect();
         Ok(Scatter { title, band: 0.1, groups, notes })
@@ -113,12 +116,48 @@ pub(crate) fn draw<DB: DrawingBackend>(
         marker: Marker::Rule,
     });
     let (plot, legend) = with_legend(area, &entries, 0)?;
-    let all = chart.groups.iter().flat_map(|g| g.points.iter()).flat_map(|p| [p.0, p.1]);
+    // One panel per unit, in order of first appearance: a panel's axes hold one unit.
+    let mut units: Vec<&str> = Vec::new();
+    for group in &chart.groups {
+        if !units.contains(&group.unit.as_str()) {
+            units.push(&group.unit);
+        }
+    }
+    if units.is_empty() {
+        units.push("");
+    }
+    let columns = (units.len() as f64).sqrt().ceil() as usize;
+    let rows = units.len().div_ceil(columns);
+    let panels = plot.split_evenly((rows, columns));
+    for (unit, panel) in units.iter().zip(&panels) {
+        let members: Vec<(usize, &Group)> =
+            chart.groups.iter().enumerate().filter(|(_, g)| g.unit == *unit).collect();
+        let (x_desc, y_desc) = if unit.is_empty() {
+            ("measured".to_string(), "simulated".to_string())
+        } else {
+            (format!("measured ({unit})"), format!("simulated ({unit})"))
+        };
+        draw_panel(chart.band, &members, panel, &x_desc, &y_desc, band_colour, line_colour)?;
+    }
+    draw_legend(&legend, &entries, 30)
+}
+
+/// One unit's panel: its groups' dots on log-log axes, the band and the y = x line.
+fn draw_panel<DB: DrawingBackend>(
+    band: f64,
+    members: &[(usize, &Group)],
+    panel: &DrawingArea<DB, Shift>,
+    x_desc: &str,
+    y_desc: &str,
+    band_colour: RGBColor,
+    line_colour: RGBColor,
+) -> Result<(), PlotError> {
+    let all = members.iter().flat_map(|(_, g)| g.points.iter()).flat_map(|p| [p.0, p.1]);
     let (min, max) = all.fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), v| (l.min(v), h.max(v)));
     let (min, max) = if min.is_finite() { (min, max) } else { (1e-6, 1.0) };
     let ticks = Ticks::new(min, max, Some(10), false);
-    let y_labels = label_width(area, ticks.points.iter().map(|p| ticks.label(*p)))?;
-    let mut context = ChartBuilder::on(&plot)
+    let y_labels = label_width(panel, ticks.points.iter().map(|p| ticks.label(*p)))?;
+    let mut context = ChartBuilder::on(panel)
         .margin(14)
         .x_label_area_size(48)
         .y_label_area_size(y_labels + 40)
@@ -127,8 +166,8 @@ pub(crate) fn draw<DB: DrawingBackend>(
     let format = |v: &f64| ticks.label(*v);
     context
         .configure_mesh()
-        .x_desc("measured (each family's unit)")
-        .y_desc("simulated (same unit)")
+        .x_desc(x_desc)
+        .y_desc(y_desc)
         .x_label_formatter(&format)
         .y_label_formatter(&format)
         .label_style((FAMILY, 13))
@@ -138,7 +177,7 @@ pub(crate) fn draw<DB: DrawingBackend>(
         .draw()
         .map_err(draw_error)?;
     let (lo, hi) = (ticks.lo, ticks.hi);
-    let (up, down) = ((1.0 + chart.band).log10(), -(1.0 - chart.band).log10());
+    let (up, down) = ((1.0 + band).log10(), -(1.0 - band).log10());
     // The band between simulated = (1 - band) x measured and (1 + band) x measured, cut to
     // the plot's square.
     let band = vec![(lo, lo), (lo, lo + up), (hi - up, hi), (hi, hi), (hi, hi - down), (lo + down, lo)];
@@ -146,11 +185,11 @@ pub(crate) fn draw<DB: DrawingBackend>(
     context
         .draw_series([PathElement::new(vec![(lo, lo), (hi, hi)], line_colour.stroke_width(1))])
         .map_err(draw_error)?;
-    for (i, group) in chart.groups.iter().enumerate() {
-        let style = colour(i).mix(0.75).filled();
+    for (i, group) in members {
+        let style = colour(*i).mix(0.75).filled();
         context
             .draw_series(group.points.iter().map(|&(m, s)| Circle::new((m.log10(), s.log10()), 4, style)))
             .map_err(draw_error)?;
     }
-    draw_legend(&legend, &entries, 30)
+    Ok(())
 }

@@ -155,70 +155,37 @@ impl Table {
     }
 }
 
-/// Every record of `text` with the line it starts on.
+/// Every record of `text` with the line it starts on, read by the `csv` crate (RFC 4180: quoted
+/// fields may hold commas, doubled quotes and line breaks); a line starting with `#` is a comment
+/// (the sweep's header; writers quote a field that starts with `#`).
 fn records(text: &str, file: &str) -> Result<Vec<(usize, Vec<String>)>, PlotError> {
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .comment(Some(b'#'))
+        .from_reader(text.as_bytes());
+    // The line a record starts on. The reader's position of a record is where it began
+    // reading it, before the comment and blank lines it skipped (its own line count leaves
+    // comment lines out): skip those from the position's byte, and count the line breaks.
+    let line_of = |position: &csv::Position| -> usize {
+        let mut at = usize::try_from(position.byte()).unwrap_or(usize::MAX).min(text.len());
+        while text[at..].starts_with(['#', '\n', '\r']) {
+            match text[at..].find('\n') {
+                Some(end) => at += end + 1,
+                None => break,
+            }
+        }
+        1 + text.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count()
+    };
     let mut out = Vec::new();
-    let mut line = 1;
-    let mut start_line = 1;
-    let mut fields = Vec::new();
-    let mut field = String::new();
-    let mut quoted = false;
-    let mut was_quoted = false;
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        // A line that starts with an unquoted `#` is a comment (the sweep's header; writers
-        // quote a field that starts with `#`).
-        if c == '#' && !quoted && field.is_empty() && fields.is_empty() && !was_quoted {
-            for c in chars.by_ref() {
-                if c == '\n' {
-                    break;
-                }
-            }
-            line += 1;
-            start_line = line;
-            continue;
-        }
-        match (quoted, c) {
-            (true, '"') if chars.peek() == Some(&'"') => {
-                chars.next();
-                field.push('"');
-            }
-            (true, '"') => quoted = false,
-            (true, c) => {
-                if c == '\n' {
-                    line += 1;
-                }
-                field.push(c);
-            }
-            (false, '"') if field.is_empty() && !was_quoted => {
-                quoted = true;
-                was_quoted = true;
-            }
-            (false, ',') => {
-                fields.push(std::mem::take(&mut field));
-                was_quoted = false;
-            }
-            (false, '\r') if chars.peek() == Some(&'\n') => {}
-            (false, '\n') => {
-                fields.push(std::mem::take(&mut field));
-                out.push((start_line, std::mem::take(&mut fields)));
-                was_quoted = false;
-                line += 1;
-                start_line = line;
-            }
-            (false, c) => field.push(c),
-        }
-    }
-    if quoted {
-        return Err(PlotError::Csv {
+    for record in reader.records() {
+        let record = record.map_err(|error| PlotError::Csv {
             file: file.to_string(),
-            line: start_line,
-            message: "a quoted field is not closed".into(),
-        });
-    }
-    if !field.is_empty() || !fields.is_empty() {
-        fields.push(field);
-        out.push((start_line, fields));
+            line: error.position().map_or(0, line_of),
+            message: error.to_string(),
+        })?;
+        let line = record.position().map_or(0, line_of);
+        out.push((line, record.iter().map(str::to_string).collect()));
     }
     Ok(out)
 }
@@ -240,6 +207,7 @@ mod tests {
         assert_eq!(table.columns.len(), 5);
         assert_eq!(table.rows.len(), 2);
         assert_eq!(table.rows[0].cells[1], "a, \"b\"");
+        assert_eq!(table.rows[0].line, 3, "the comment line counts");
         assert_eq!(table.rows[1].line, 6, "the quoted line break counts");
         assert_eq!(table.skipped().to_string(), "1 failed");
         assert_eq!(table.number(&table.rows[0], 2).unwrap(), 1.5);

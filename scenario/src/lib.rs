@@ -8,7 +8,8 @@
 //!   the run (what `run`, `validate`, `sweep` and `plan` share);
 //! - [`sweep`]: parameter sweeps on every core (rayon), resumable and sharded;
 //! - [`plan`]: the strategy oracle, which searches the ways of splitting a model over a cluster;
-//! - [`collective_bench`]: one collective timed over a range of sizes, like nccl-tests.
+//! - [`collective_bench`]: one collective timed over a range of sizes, like nccl-tests;
+//! - [`csv_text`]: the one CSV writer and reader (the `csv` crate) of every CSV parasim writes.
 //!
 //! This is the one library crate that reads files (the scenario and the model files and
 //! profiles it names) and starts threads; `workloads` (what is trained, on what) and
@@ -17,6 +18,7 @@
 mod file;
 
 pub mod collective_bench;
+pub mod csv_text;
 pub mod plan;
 pub mod simulation;
 pub mod sweep;

@@ -13,7 +13,7 @@ use crate::Scenario;
 use sim_core::graph::{Op, OpKind, RankId, Work};
 use strategies::{Axis, GroupKind, StrategyError};
 use workloads::device::DeviceError;
-use workloads::memory::{MemoryBreakdown, MemoryError};
+use workloads::memory::{MemoryBreakdown, MemoryError, Recompute};
 
 /// Everything `parasim run` reports. A pure function of the scenario: no wall-clock numbers,
 /// so two runs print byte-identical JSON. A field `run --json` leaves out for some
@@ -437,14 +437,18 @@ pub enum SimulationError {
     /// The cluster's graph could not be built.
     #[error("building the cluster topology: {0}")]
     Topology(#[from] TopologyError),
-    /// The memory model refused the configuration, or it does not fit.
-    #[error("{context}: {source}")]
+    /// The memory model refused the configuration, or it does not fit (then with the ways
+    /// out, [`ways_out`]).
+    #[error("{context}: {source}{hint}")]
     Memory {
         /// The scenario and the configuration.
         context: String,
         /// Why.
         #[source]
         source: MemoryError,
+        /// For a configuration that does not fit: lines naming the settings that would shrink
+        /// it; empty otherwise (boxed: the error stays small).
+        hint: Box<String>,
     },
     /// The strategy could not be lowered to an execution graph.
     #[error(transparent)]
@@ -491,6 +495,71 @@ pub enum SimulationError {
     },
 }
 
+/// The settings that would make a configuration that does not fit smaller, largest part of its memory first: recomputation and a smaller micro-batch for activations,
+/// ZeRO and offloading for the model state (each only when that part is at least a tenth of
+/// what the device needs, so that shrinking it matters), tensor or pipeline parallelism for
+/// both, and `parasim plan`, which searches them all. Each line starts with a newline (appended
+/// to the error).
+pub fn ways_out(scenario: &Scenario, memory: &MemoryBreakdown) -> String {
+    let significant = memory.total().0 / 10;
+    let activations = memory.activations.0 + memory.temporary.0;
+    let state = memory.weights.0 + memory.gradients.0 + memory.optimizer.0;
+    let gb = |bytes: u64| workloads::memory::gigabytes(sim_core::units::Bytes(bytes));
+    let mut activation_ways = Vec::new();
+    if scenario.recompute != Recompute::Full {
+        activation_ways.push(
+            "recompute activations in the backward pass: workload.recompute = \"full\" (\"selective\" for transformers' attention)".to_string(),
+        );
+    }
+    activation_ways.push("a smaller micro-batch: workload.micro-batch (or workload.batch-per-device)".into());
+    activation_ways.push(
+        "offload activations to host memory: workload.offload = \"activations\" (with cluster.host-memory)"
+            .into(),
+    );
+    let mut state_ways = Vec::new();
+    if scenario.parallelism.zero < 3 && scenario.parallelism.data > 1 {
+        state_ways.push(format!(
+            "shard the model state over the {} data-parallel replicas: parallelism.zero = {} (ZeRO)",
+            scenario.parallelism.data,
+            if scenario.parallelism.zero == 0 {
+                "1, 2 or 3".to_string()
+            } else {
+                format!("{} or 3", scenario.parallelism.zero + 1)
+            }
+        ));
+    }
+    state_ways.push(
+        "keep weights, gradients and optimizer state in host memory: workload.offload = \"activations+weights\"".into(),
+    );
+    let (first, second) = if activations >= state {
+        (format!("activations {}", gb(activations)), format!("model state {}", gb(state)))
+    } else {
+        (format!("model state {}", gb(state)), format!("activations {}", gb(activations)))
+    };
+    if activations < significant {
+        activation_ways.clear();
+    }
+    if state < significant {
+        state_ways.clear();
+    }
+    let mut ways = if activations >= state {
+        activation_ways.into_iter().chain(state_ways).collect::<Vec<_>>()
+    } else {
+        state_ways.into_iter().chain(activation_ways).collect::<Vec<_>>()
+    };
+    ways.push("split the model: parallelism.tensor or parallelism.pipeline".into());
+    ways.push(format!(
+        "or let `parasim plan --cluster {}` search the configurations that fit",
+        scenario.source
+    ));
+    let mut text = format!("\nways out ({first}, {second}):");
+    for way in ways {
+        text.push_str("\n  - ");
+        text.push_str(&way);
+    }
+    text
+}
+
 /// Simulates `scenario`.
 pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
     let started = Instant::now();
@@ -520,9 +589,13 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
         .map(|stage| stage.memory)
         .max_by_key(|memory| memory.total())
         .unwrap_or_default();
-    memory
-        .check(&scenario.device)
-        .map_err(|source| SimulationError::Memory { context: context(), source })?;
+    memory.check(&scenario.device).map_err(|source| {
+        let hint = match &source {
+            MemoryError::DoesNotFit { .. } => ways_out(scenario, &memory),
+            MemoryError::Invalid { .. } => String::new(),
+        };
+        SimulationError::Memory { context: context(), source, hint: Box::new(hint) }
+    })?;
     let mut warnings = Vec::new();
     if let Some(offload) = &lowered.offload {
         let node = u64::from(scenario.cluster.gpus_per_node);

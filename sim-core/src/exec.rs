@@ -33,6 +33,7 @@ use crate::lookup::LookupMap;
 use units::{SimDuration, SimTime, TimeOverflow};
 
 use crate::graph::{ExecGraph, GroupId, OpId, OpKind, RankId};
+use crate::nccl::protocol::Choice;
 use crate::network::{Completion, Event, NetContext, Network, NetworkError};
 use crate::queue::EventQueue;
 
@@ -86,6 +87,9 @@ pub struct Timeline {
     pub end: Vec<SimTime>,
     /// When each collective began moving data: the arrival of its last member.
     pub collective_begin: Vec<SimTime>,
+    /// The algorithm and protocol each collective ran with, as the network model resolved
+    /// them (NCCL's tuner for `auto`); `None` where the model does not say.
+    pub collective_choice: Vec<Option<Choice>>,
     /// Events popped from the queue.
     pub events: u64,
 }
@@ -166,6 +170,7 @@ impl<'g, E: Copy + std::fmt::Debug> Executor<'g, E> {
                 start: vec![SimTime::ZERO; op_count],
                 end: vec![SimTime::ZERO; op_count],
                 collective_begin: vec![SimTime::ZERO; graph.collectives().len()],
+                collective_choice: vec![None; graph.collectives().len()],
                 events: 0,
             },
             finished: 0,
@@ -509,6 +514,7 @@ impl<'g, E: Copy + std::fmt::Debug> Executor<'g, E> {
                         graph.group(collective_spec.group),
                     )
                     .map_err(network_error)?;
+                self.timeline.collective_choice[collective.0 as usize] = network.chosen(collective_spec);
                 if self.shadows {
                     let group = collective_spec.group;
                     let shadows = match self.shadow_groups.remove(&group) {

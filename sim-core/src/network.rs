@@ -18,9 +18,10 @@ use units::{Bandwidth, Bytes, SimDuration, SimTime, TimeOverflow, UnitError};
 use crate::collective::{LevelLatencies, PathCost, StepNetwork, pipeline_time_by_steps};
 use crate::fast_hash::FastMap;
 use crate::graph::{Collective, CollectiveId, MemcpyDirection, OpId, RankId};
-use crate::nccl::choice::analytical_time;
+use crate::nccl::choice::choose_for;
 use crate::nccl::network::NcclNetwork;
-use crate::nccl::protocol::{Hop, ProtocolChoice};
+use crate::nccl::protocol::{Choice, Hop, ProtocolChoice};
+use crate::nccl::timing::time_of;
 use crate::nccl::tuner::{GpuGeneration, TunerFabric};
 use crate::queue::EventQueue;
 use crate::schedule::{CollectiveError, Pipeline, PipelineSteps, Schedule};
@@ -158,6 +159,13 @@ pub trait Network {
         bytes: Bytes,
     ) -> Result<(), NetworkError>;
 
+    /// The algorithm and protocol `collective` ran with, once started (what `auto` resolved
+    /// to); `None` if the model does not resolve them.
+    fn chosen(&self, collective: &Collective) -> Option<Choice> {
+        let _ = collective;
+        None
+    }
+
     /// Handles one of the model's own events.
     fn handle(
         &mut self,
@@ -243,8 +251,8 @@ pub struct AnalyticalNetwork<'t> {
     /// Serialization time of each loaded link's share of the step being timed (valid for the
     /// links in `loaded_links`): computed once per link, not once per message crossing it.
     link_time: Vec<SimDuration>,
-    /// Times of the collectives already seen.
-    known_collectives: LookupMap<Collective, SimDuration>,
+    /// Times of the collectives already seen, and what ran them.
+    known_collectives: LookupMap<Collective, (SimDuration, Choice)>,
     /// Fixed cost of every collective (see [`AnalyticalNetwork::with_collective_launch`]).
     collective_launch: SimDuration,
     /// Chunk size of pipelined collective algorithms.
@@ -815,16 +823,23 @@ impl Network for AnalyticalNetwork<'_> {
         group: &[RankId],
     ) -> Result<(), NetworkError> {
         let time = match self.known_collectives.get(collective) {
-            Some(&time) => time,
+            Some(&(time, _)) => time,
             None => {
-                let time =
-                    analytical_time(collective.kind, collective.algorithm, collective.bytes, group, self)?;
-                self.known_collectives.insert(*collective, time);
+                // As `analytical_time`: the choice, then its time; the choice is kept for
+                // [`Network::chosen`].
+                let choice =
+                    choose_for(collective.kind, collective.algorithm, collective.bytes, group, self)?;
+                let time = time_of(collective.kind, choice, collective.bytes, group, self)?;
+                self.known_collectives.insert(*collective, (time, choice));
                 time
             }
         };
         // The time includes the collective's fixed cost (launch, or protocol base latency).
         Ok(context.complete_after(time, token)?)
+    }
+
+    fn chosen(&self, collective: &Collective) -> Option<Choice> {
+        self.known_collectives.get(collective).map(|&(_, choice)| choice)
     }
 
     fn start_memcpy(

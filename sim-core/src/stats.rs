@@ -260,6 +260,7 @@ mod tests {
             start: vec![t(0), t(0)],
             end: vec![t(10), t(30)],
             collective_begin: Vec::new(),
+            collective_choice: Vec::new(),
             events: 0,
         };
         let exposed = exposed_by_class(

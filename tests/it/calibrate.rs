@@ -551,3 +551,38 @@ fn refused(file: &str, keys: &str, needles: &[&str]) {
     let error = String::from_utf8_lossy(&run.stderr);
     assert!(error.contains(file) && needles.iter().all(|n| error.contains(n)), "{error}");
 }
+
+/// `calibrate --json` prints the profile without `-o` (it used to demand `-o`), and with `-o`
+/// writes the same profile as TOML.
+#[test]
+fn calibrate_json_prints_the_profile_without_an_output_file() {
+    let trace = shared_trace("HolisticTraceAnalysis/trace_diff/test/test.json.gz");
+    let run = calibrate(&[&trace], "v100-sxm2-16gb", &["--json"]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let profile: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!(profile["device"], "v100-sxm2-16gb", "{profile}");
+    assert!(profile["calibration"]["operators"].as_u64().unwrap() > 0, "{profile}");
+    // Neither -o nor --json nor --check: refused, naming the ways out.
+    let run = calibrate(&[&trace], "v100-sxm2-16gb", &[]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&run.stderr).contains("--output"),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+}
+
+/// `calibrate --check --json` prints the check as JSON (it used to print the text report).
+#[test]
+fn calibrate_check_json_prints_json() {
+    let trace = shared_trace("HolisticTraceAnalysis/trace_diff/test/test.json.gz");
+    let run = calibrate(&[&trace], "v100-sxm2-16gb", &["--check", "v100-sxm2-16gb", "--json"]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let check: serde_json::Value = serde_json::from_slice(&run.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&run.stdout)));
+    assert_eq!(check["profile"], "v100-sxm2-16gb");
+    assert_eq!(check["device"], "v100-sxm2-16gb");
+    let all = check["classes"].as_array().unwrap().iter().find(|row| row["group"] == "all").unwrap();
+    assert!(all["profile"]["median-error"].as_f64().unwrap() >= 0.0, "{all}");
+    assert!(!check["regimes"].as_array().unwrap().is_empty());
+}

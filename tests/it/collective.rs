@@ -322,3 +322,56 @@ fn a_scenario_asking_for_collnet_gets_what_it_needs_named() {
     let output = parasim(&["run", path.to_str().unwrap()]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
 }
+
+/// Two runs print the same bytes: the wall time (which differs every run) goes to standard
+/// error, not into the report.
+#[test]
+fn the_report_is_the_same_every_run() {
+    let args = ["collective", "allreduce", "--cluster", H100, "-b", "8", "-e", "1M", "-f", "4"];
+    let (first, second) = (parasim(&args), parasim(&args));
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    assert_eq!(String::from_utf8_lossy(&first.stdout), String::from_utf8_lossy(&second.stdout));
+    assert!(!String::from_utf8_lossy(&first.stdout).contains("wall time"));
+    assert!(String::from_utf8_lossy(&first.stderr).contains("of wall time"));
+}
+
+/// `--plot` goes through the `plot` crate: a `.png` is a PNG (it used to be SVG text), a `.svg`
+/// an SVG with both curves, and another extension is refused naming the formats.
+#[test]
+fn the_plot_is_png_or_svg_by_its_extension() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("collective-plot");
+    let _ = fs_err::remove_dir_all(&dir);
+    fs_err::create_dir_all(&dir).unwrap();
+    let plot = |name: &str| {
+        let path = dir.join(name);
+        let output = parasim(&[
+            "collective",
+            "allreduce",
+            "--cluster",
+            H100,
+            "-b",
+            "8",
+            "-e",
+            "1M",
+            "-f",
+            "4",
+            "--compare",
+            MEASURED,
+            "--plot",
+            path.to_str().unwrap(),
+        ]);
+        (output, path)
+    };
+    let (output, png) = plot("bw.png");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(fs_err::read(&png).unwrap().starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+    let (output, svg) = plot("bw.svg");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let svg = fs_err::read_to_string(&svg).unwrap();
+    assert!(svg.contains("<svg") && svg.contains("simulated") && svg.contains("measured"));
+    assert!(svg.contains("bus bandwidth"), "the y axis is named");
+    let (output, jpg) = plot("bw.jpg");
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains(".svg or .png"));
+    assert!(!jpg.exists());
+}

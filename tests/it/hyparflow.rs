@@ -11,7 +11,9 @@ fn speedups(sweep: &str, nodes: &str) -> (f64, f64) {
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let text = String::from_utf8(output.stdout).unwrap();
     // index, nodes, pipeline, data, global batch, micro-batch, samples/s, status, error
-    let rows: Vec<Vec<&str>> = text.lines().skip(2).map(|l| l.split(',').collect()).collect();
+    let records = scenario::csv_text::records(&text).unwrap();
+    let rows: Vec<Vec<&str>> =
+        records.iter().skip(1).map(|(_, cells)| cells.iter().map(String::as_str).collect()).collect();
     let throughput = |nodes: &str, pipeline: &str| -> f64 {
         let row = rows.iter().find(|r| r[1] == nodes && r[2] == pipeline).unwrap();
         assert_eq!(row[7], "ok", "{row:?}");

@@ -112,15 +112,15 @@ fn assert_layer_flops_add_up(scenario: &Path, name: &str) {
         buckets.to_str().unwrap(),
     ]);
     let text = fs_err::read_to_string(&layers).unwrap();
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let records = scenario::csv_text::records(&text).unwrap();
+    let mut lines = records.iter().map(|(_, cells)| cells);
+    let header = lines.next().unwrap();
     let column = |name: &str| header.iter().position(|c| *c == name).unwrap();
     let (stage, pass, flops) = (column("stage"), column("pass"), column("flops_per_iteration"));
     let mut per_stage = std::collections::BTreeMap::<u32, f64>::new();
     let mut passes = std::collections::BTreeSet::new();
-    for line in lines {
-        let cells: Vec<&str> = line.split(',').collect();
-        assert_eq!(cells.len(), header.len(), "{line}");
+    for cells in lines {
+        assert_eq!(cells.len(), header.len(), "{cells:?}");
         passes.insert(cells[pass].to_string());
         if cells[pass] != "recompute" {
             *per_stage.entry(cells[stage].parse().unwrap()).or_default() +=
@@ -141,8 +141,12 @@ fn assert_layer_flops_add_up(scenario: &Path, name: &str) {
     assert!(
         buckets.starts_with("stage,chunk,bucket,collective,expert,bytes,layers,first_layer,last_layer\n")
     );
-    let bytes: u64 =
-        buckets.lines().skip(1).map(|l| l.split(',').nth(5).unwrap().parse::<u64>().unwrap()).sum();
+    let bytes: u64 = scenario::csv_text::records(&buckets)
+        .unwrap()
+        .iter()
+        .skip(1)
+        .map(|(_, cells)| cells[5].parse::<u64>().unwrap())
+        .sum();
     assert!(bytes > 0, "{name}: no gradient bytes");
 }
 

@@ -66,6 +66,33 @@ fn llama2_7b_with_adam_does_not_fit_an_a100_80gb() {
     );
 }
 
+/// The refusal says how to get out: for Llama's model state (108 GB against 86 GB), ZeRO over
+/// the 8 replicas and offloading first, `plan` last; for the quickstart at 4096 images per GPU
+/// (206 GB of activations, 0.36 GB of state), recomputation and a smaller micro-batch, and no
+/// ZeRO, which would shrink the 0.36 GB.
+#[test]
+fn the_out_of_memory_error_suggests_ways_out() {
+    let path = scenario_file("llama2-7b-ways-out.toml", LLAMA);
+    let output = parasim(&["run", path.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    let error = String::from_utf8_lossy(&output.stderr);
+    let ways = error.split("ways out (").nth(1).unwrap_or_else(|| panic!("no ways out: {error}"));
+    assert!(ways.starts_with("model state "), "{ways}");
+    let zero = ways.find("parallelism.zero = 1, 2 or 3").unwrap_or_else(|| panic!("{ways}"));
+    assert!(ways.contains("8 data-parallel replicas"), "{ways}");
+    let plan = ways.find("parasim plan --cluster").unwrap_or_else(|| panic!("{ways}"));
+    assert!(zero < plan);
+
+    let big = quickstart_with("batch-per-device = 64", "batch-per-device = 4096");
+    let path = scenario_file("quickstart-ways-out.toml", &big);
+    let output = parasim(&["run", path.to_str().unwrap()]);
+    let error = String::from_utf8_lossy(&output.stderr);
+    let ways = error.split("ways out (").nth(1).unwrap_or_else(|| panic!("no ways out: {error}"));
+    assert!(ways.starts_with("activations "), "{ways}");
+    assert!(ways.contains("workload.recompute = \"full\"") && ways.contains("smaller micro-batch"), "{ways}");
+    assert!(!ways.contains("parallelism.zero"), "ZeRO shrinks too little here: {ways}");
+}
+
 #[test]
 fn recomputation_is_a_workload_key() {
     // Full recomputation shrinks the activations of the quickstart, and costs time.

@@ -20,6 +20,29 @@ fn topo_describes_the_rail_optimized_fat_tree() {
     }
 }
 
+/// 256 GPUs (32 servers of 8, a NIC each) on a radix-32 fat-tree: `topo` reports the 16 leaves
+/// and 16 spines they use (plus the 32 NVSwitches), not the 1,280 network switches of the
+/// 8,192-NIC tree (issue 35; 1,312 switches and 17,152 cables before), and says how it pruned.
+#[test]
+fn topo_prunes_a_fat_tree_to_the_switches_the_hosts_need() {
+    let text = quickstart_with("nodes = 8", "nodes = 32")
+        .replace("data = 64", "data = 256")
+        .replace("topology = \"switch\"", "topology = \"fat-tree\"\nradix = 32");
+    let path = scenario_file("fat-tree-256.toml", &text);
+    let output = parasim(&["topo", path.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let text = String::from_utf8(output.stdout).unwrap();
+    for needle in [
+        "fat-tree 2;16,16;1,16;1,1",
+        "switches:   64",
+        "links:      2048 directed (1024 cables)",
+        "pruned:     from fat-tree 3;16,16,32;1,16,16;1,1,1 (room for 8192 NICs) to the switches 256 NICs need",
+        "1 top level dropped",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+    }
+}
+
 #[test]
 fn topo_writes_graphviz() {
     let dot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("quickstart.dot");

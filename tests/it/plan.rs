@@ -180,3 +180,39 @@ fn a_model_path_on_the_command_line_is_from_the_working_directory() {
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains(&dir.join("out/missing.toml").display().to_string()), "{stderr}");
 }
+
+/// A misspelt `--set` key is the override's fault: the error names the override and its key,
+/// not the cluster file (which holds no such key).
+#[test]
+fn a_bad_set_key_blames_the_override_not_the_cluster_file() {
+    let cluster = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/gpt3-175b-1024.toml");
+    let output = parasim(&["plan", "--cluster", cluster, "--quiet", "--set", "parallelism.tensr=4"]);
+    assert_eq!(output.status.code(), Some(2));
+    let error = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        error.contains(
+            "--set parallelism.tensr=4: key `parallelism.tensr` (set by this override): unknown field `tensr`"
+        ),
+        "{error}"
+    );
+    assert!(!error.contains("gpt3-175b-1024.toml"), "{error}");
+}
+
+/// A sequence model's throughput in tokens beside samples in every report (issue 35: `plan`
+/// printed 0.07 samples/s per GPU for GPT-3): `run` of a data-parallel GPT (the form that printed
+/// samples alone) and `plan`'s table (`README.md`'s plan snapshot shows the column).
+#[test]
+fn sequence_models_report_tokens_per_second_beside_samples() {
+    let gpt = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/megatron-sc21/gpt-1.7b.toml");
+    let output = parasim(&["run", gpt]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let text = String::from_utf8_lossy(&output.stdout);
+    let line = text.lines().find(|l| l.starts_with("throughput")).unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        line.contains("samples/s (") && line.contains("tokens/s (") && line.contains("per GPU)"),
+        "{line}"
+    );
+    let table = String::from_utf8(plan("gpt-1.7b", &["--top", "2"])).unwrap();
+    let header = table.lines().find(|l| l.starts_with("rank")).unwrap();
+    assert!(header.contains("samples/s/GPU") && header.contains("tokens/s/GPU"), "{header}");
+}

@@ -127,8 +127,22 @@ fn accuracy_scatter_of_validate_csv_and_validate_plot() {
     let (svg, _) = plot_svg(&["accuracy", csv.to_str().unwrap()], &dir.join("accuracy.svg"));
     assert_contains(
         &svg,
-        &["nccl-tests, s (", "within ±10%", "simulated = measured", "measured (each family"],
+        &["nccl-tests, s (", "within ±10%", "simulated = measured", "measured (s)", "simulated (s)"],
     );
+    // Families in different units get a panel each: no axis mixes s with ms or fractions
+    // (issue 35). Two units, two panels, each axis named with its unit.
+    let mixed = dir.join("mixed.csv");
+    fs_err::write(
+        &mixed,
+        "id,family,unit,measured,simulated,accuracy,status\n\
+         a,nccl-tests,s,0.002,0.0021,0.95,ok\n\
+         b,memory,fraction,0.5,0.45,0.9,ok\n\
+         c,steps,ms,120,118,0.98,ok\n",
+    )
+    .unwrap();
+    let (svg, _) = plot_svg(&["accuracy", mixed.to_str().unwrap()], &dir.join("mixed.svg"));
+    assert_contains(&svg, &["measured (s)", "measured (fraction)", "measured (ms)", "simulated (ms)"]);
+    assert!(!svg.contains("each family"), "one axis for every unit");
 
     let png = dir.join("validate.png");
     ok(parasim(&["validate", "--suite", "nccl-tests", "--plot", png.to_str().unwrap()]));

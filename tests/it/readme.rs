@@ -1,6 +1,7 @@
 //! Output shown in the README is the binary's: each block marked `<!-- snapshot: parasim ARGS
 //! ... -->` (optionally starting with the command line) must equal what `parasim ARGS` prints,
-//! except wall-clock lines (the `engine` line, "... of wall time"). `parasim ARGS | head -N`
+//! except wall-clock lines (the `engine` line, "... of wall time") and a sweep's fingerprint,
+//! which covers the build's source revision (every commit has its own). `parasim ARGS | head -N`
 //! compares the first N lines, `| tail -N` the last N; a marker ending in `(stderr) -->`
 //! compares the error a bad input gets, which must exit with code 2.
 
@@ -44,16 +45,23 @@ fn snapshots() -> Vec<Snapshot> {
     found
 }
 
-/// A line as far as it does not depend on wall-clock time, which no two runs share: none of a
-/// wall-time line, and an engine line's op and event counts without its timings.
-fn deterministic(line: &str) -> Option<&str> {
+/// A line as far as it does not depend on wall-clock time, which no two runs share, or on the
+/// build: none of a wall-time line, an engine line's op and event counts without its timings,
+/// and a sweep header without its fingerprint (it covers the source revision).
+fn deterministic(line: &str) -> Option<String> {
     if line.starts_with("wall time ") || line.ends_with("of wall time") {
         return None;
     }
     if line.starts_with("engine ") {
-        return line.split("; lowering").next();
+        return line.split("; lowering").next().map(str::to_string);
     }
-    Some(line)
+    if line.starts_with("# parasim sweep: ")
+        && let Some((head, rest)) = line.split_once("fingerprint=")
+    {
+        let tail = rest.split_once(' ').map_or("", |(_, tail)| tail);
+        return Some(format!("{head}fingerprint=... {tail}"));
+    }
+    Some(line.to_string())
 }
 
 #[test]
@@ -70,14 +78,14 @@ fn readme_output_is_what_the_binary_prints() {
             assert!(output.status.success(), "{arguments:?}: {}", String::from_utf8_lossy(&output.stderr));
             String::from_utf8_lossy(&output.stdout).to_string()
         };
-        let mut actual: Vec<&str> = text.trim_end().lines().filter_map(deterministic).collect();
+        let mut actual: Vec<String> = text.trim_end().lines().filter_map(deterministic).collect();
         if let Some(head) = snapshot.head {
             actual.truncate(head);
         }
         if let Some(tail) = snapshot.tail {
             actual = actual.split_off(actual.len().saturating_sub(tail));
         }
-        let expected: Vec<&str> = snapshot.expected.iter().filter_map(|l| deterministic(l)).collect();
+        let expected: Vec<String> = snapshot.expected.iter().filter_map(|l| deterministic(l)).collect();
         assert_eq!(
             actual,
             expected,

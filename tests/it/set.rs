@@ -88,14 +88,16 @@ fn a_sweep_row_is_run_with_its_values_set() {
     let output = parasim(&["sweep", sweep, "--columns", "iteration_time_s,engine.events"]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let text = String::from_utf8(output.stdout).unwrap();
-    let mut lines = text.lines().filter(|l| !l.starts_with('#'));
-    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    // Read with the one CSV reader (comment lines skipped).
+    let records = scenario::csv_text::records(&text).unwrap();
+    let mut lines = records.iter().map(|(_, cells)| cells.iter().map(String::as_str).collect::<Vec<&str>>());
+    let header: Vec<&str> = lines.next().unwrap();
     assert_eq!(
         header[..4],
         ["index", "axis.cluster.nodes", "axis.cluster.network.link-bandwidth", "axis.parallelism.data"]
     );
     // Configuration 2: two nodes at 100 Gb/s (the last axis varies fastest).
-    let row: Vec<&str> = lines.nth(2).unwrap().split(',').collect();
+    let row: Vec<&str> = lines.nth(2).unwrap();
     assert_eq!(row[..4], ["2", "2", "100 Gb/s", "16"]);
     let json = run_json(&[
         QUICKSTART,

@@ -490,3 +490,38 @@ fn what_if_device_scales_speed_up_compute_and_refuse_nonsense() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("cluster.flops-scale"));
 }
+
+/// `run --trace x.json.gz` writes gzip (it used to write plain JSON under a `.gz` name), and
+/// each collective carries the algorithm and protocol NCCL's tuner chose, never `auto`: the
+/// quickstart's allreduces, analytical and flow.
+#[test]
+fn a_gz_trace_is_gzip_and_names_the_chosen_algorithm_and_protocol() {
+    use std::io::Read as _;
+    for fidelity in ["analytical", "flow"] {
+        let trace =
+            std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("chosen-{fidelity}.json.gz"));
+        let output = parasim(&[
+            "run",
+            super::QUICKSTART,
+            "--set",
+            &format!("simulation.fidelity=\"{fidelity}\""),
+            "--trace",
+            trace.to_str().unwrap(),
+        ]);
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let bytes = fs_err::read(&trace).unwrap();
+        assert!(bytes.starts_with(&[0x1f, 0x8b]), "{fidelity}: not gzip");
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(&bytes[..]).read_to_string(&mut text).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let collectives: Vec<&serde_json::Value> =
+            json["traceEvents"].as_array().unwrap().iter().filter(|e| e["cat"] == "collective").collect();
+        assert!(!collectives.is_empty(), "{fidelity}");
+        for event in collectives {
+            let algorithm = event["args"]["algorithm"].as_str().unwrap();
+            assert!(["ring", "tree"].contains(&algorithm), "{fidelity}: {algorithm} in {event}");
+            let protocol = event["args"]["protocol"].as_str().unwrap_or_else(|| panic!("{event}"));
+            assert!(["LL", "LL128", "Simple"].contains(&protocol), "{fidelity}: {protocol}");
+        }
+    }
+}

@@ -460,11 +460,44 @@ fn slurm_unavailable() -> Option<String> {
     }
 }
 
+/// Set (to `1`) where a real Slurm must be used: `.ci/run` sets it after
+/// `local-slurm.sh start` succeeds, so the Slurm test cannot pass by skipping there.
+const REQUIRE_SLURM: &str = "PARASIM_REQUIRE_SLURM";
+
+/// What the Slurm test does when Slurm is unavailable for `reason`: with `required` (see
+/// [`REQUIRE_SLURM`]) fail saying so; otherwise the skip's line, written straight to standard
+/// output (not through the test harness's capture) so that a CI log shows it.
+fn slurm_skip(reason: &str, required: bool) -> Result<String, String> {
+    if required {
+        Err(format!("{REQUIRE_SLURM}=1 but the Slurm test cannot run: {reason}"))
+    } else {
+        Ok(format!(
+            "a_slurm_job_array_merges_into_the_unsharded_output: skipped: {reason} (set {REQUIRE_SLURM}=1 to make this a failure)\n"
+        ))
+    }
+}
+
+#[test]
+fn a_skipped_slurm_test_says_why_and_fails_where_slurm_is_required() {
+    let line = slurm_skip("Slurm is not installed", false).unwrap();
+    assert!(line.contains("skipped: Slurm is not installed"), "{line}");
+    let error = slurm_skip("Slurm is not installed", true).unwrap_err();
+    assert!(error.contains("PARASIM_REQUIRE_SLURM=1") && error.contains("not installed"), "{error}");
+}
+
 #[test]
 fn a_slurm_job_array_merges_into_the_unsharded_output() {
     if let Some(reason) = slurm_unavailable() {
-        eprintln!("skipped: {reason}");
-        return;
+        let required = std::env::var(REQUIRE_SLURM).is_ok_and(|v| v == "1");
+        match slurm_skip(&reason, required) {
+            Ok(line) => {
+                use std::io::Write as _;
+                // Straight to the file descriptor: `print!` would be captured and hidden.
+                let _ = std::io::stdout().lock().write_all(line.as_bytes());
+                return;
+            }
+            Err(error) => panic!("{error}"),
+        }
     }
     let dir = scratch("slurm");
     let whole = dir.join("whole.csv");
@@ -496,4 +529,92 @@ fn a_slurm_job_array_merges_into_the_unsharded_output() {
     ok(parasim(&args));
     assert_eq!(read(&merged), read(&whole));
     assert!(logs.contains("shard 2/3"), "{logs}");
+}
+
+/// The fingerprint covers the build, not only the sweep: it differs from the hash of the sweep's
+/// contents alone ([`scenario::sweep::Sweep::fingerprint`], which once hashed the crate version,
+/// the same through hundreds of commits), and `--version` names the source revision it covers.
+/// An output of another build (here: its fingerprint changed) is refused by resume and merge,
+/// naming both fingerprints.
+#[test]
+fn the_fingerprint_covers_the_build_and_a_mismatch_names_both() {
+    let dir = scratch("fingerprint");
+    let sweep = small_sweep(&dir);
+    let whole = dir.join("whole.csv");
+    ok(parasim(&["sweep", sweep.to_str().unwrap(), "-o", whole.to_str().unwrap()]));
+    let text = read(&whole);
+    let written = text.split("fingerprint=").nth(1).unwrap().split(' ').next().unwrap().to_string();
+    let contents = scenario::sweep::Sweep::load(&sweep).unwrap().fingerprint();
+    assert_ne!(written, format!("{contents:016x}"), "the fingerprint is the sweep's contents alone");
+    let version = String::from_utf8(ok(parasim(&["--version"])).stdout).unwrap();
+    assert!(version.starts_with("parasim ") && version.contains(" ("), "{version}");
+
+    let other = "0123456789abcdef";
+    let foreign = dir.join("foreign.csv");
+    fs_err::write(&foreign, text.replacen(&written, other, 1)).unwrap();
+    let output = parasim(&["sweep", sweep.to_str().unwrap(), "--resume", "-o", foreign.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    let error = String::from_utf8_lossy(&output.stderr);
+    assert!(error.contains(other) && error.contains(&written) && error.contains("build"), "{error}");
+    let merged = dir.join("merged.csv");
+    let output = parasim(&[
+        "sweep",
+        "merge",
+        merged.to_str().unwrap(),
+        whole.to_str().unwrap(),
+        foreign.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    let error = String::from_utf8_lossy(&output.stderr);
+    assert!(error.contains(other) && error.contains(&written) && error.contains("build"), "{error}");
+}
+
+/// A field with a comma, a quote and a `#` (a filter's reason, in the `error` column) is quoted
+/// by the CSV writer and read back whole: by pandas-style readers (a `#` anywhere in the line
+/// is inside quotes), by resume, by merge and by `plot`.
+#[test]
+fn quoted_fields_survive_resume_merge_and_plot() {
+    let dir = scratch("quoting");
+    let sweep = small_sweep(&dir);
+    let reason = r#"no 100 Gb/s fabric, "two" servers #2"#;
+    fs_err::write(
+        &sweep,
+        read(&sweep)
+            .replace("reason = \"no 100 Gb/s fabric for two servers\"", &format!("reason = '{reason}'")),
+    )
+    .unwrap();
+    let whole = dir.join("whole.csv");
+    ok(parasim(&["sweep", sweep.to_str().unwrap(), "-o", whole.to_str().unwrap()]));
+    let text = read(&whole);
+    let row = text.lines().nth(2 + 8).unwrap();
+    assert!(row.starts_with("\"8\","), "a line with a # has every field quoted: {row}");
+    assert!(row.ends_with(r#","skipped","no 100 Gb/s fabric, ""two"" servers #2""#), "{row}");
+    let records = scenario::csv_text::records(&text).unwrap();
+    assert_eq!(records[1 + 8].1.last().unwrap(), reason);
+    assert!(records.iter().all(|(_, r)| r.len() == records[0].1.len()));
+    // Resume after a cut in the quoted row, and merge of shards holding it.
+    let cut = dir.join("cut.csv");
+    let at = text.find(reason.split(',').next().unwrap()).unwrap() + 5;
+    fs_err::write(&cut, &text[..at]).unwrap();
+    ok(parasim(&["sweep", sweep.to_str().unwrap(), "--resume", "-o", cut.to_str().unwrap()]));
+    assert_eq!(read(&cut), text);
+    let shards: Vec<String> = (0..2)
+        .map(|i| {
+            let path = dir.join(format!("shard-{i}.csv"));
+            let shard = format!("{i}/2");
+            ok(parasim(&["sweep", sweep.to_str().unwrap(), "--shard", &shard, "-o", path.to_str().unwrap()]));
+            path.display().to_string()
+        })
+        .collect();
+    let merged = dir.join("merged.csv");
+    ok(parasim(&["sweep", "merge", merged.to_str().unwrap(), &shards[0], &shards[1]]));
+    assert_eq!(read(&merged), text);
+    // plot reads the file (the quoted row is a skipped row, counted).
+    let svg = dir.join("bars.svg");
+    let output = ok(parasim(&["plot", "bars", whole.to_str().unwrap(), "-o", svg.to_str().unwrap()]));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("skipped"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 }

@@ -364,14 +364,44 @@ pub struct Topology {
     fabric: Option<Fabric>,
     /// The routing in force (never [`Routing::Auto`]).
     routing: Routing,
+    /// The spec built: the one given, with a fat-tree pruned to what the NICs need.
     spec: ClusterSpec,
+    /// How the fat-tree was pruned ([`XgftSpec::pruned`]), if it was.
+    pruned: Option<String>,
     /// Each host's (to memory, to device) links, if the cluster has host memory.
     host_memory_links: Vec<(LinkId, LinkId)>,
 }
 
 impl Topology {
-    /// Builds the graph of `spec` (see the crate documentation for how it is composed).
+    /// Builds the graph of `spec` (see the crate documentation for how it is composed). A
+    /// fat-tree larger than the cluster's NICs need is built pruned ([`XgftSpec::pruned`]:
+    /// the same routes, without the switches no route crosses); [`Topology::pruned`] says how.
     pub fn build(spec: &ClusterSpec) -> Result<Topology, TopologyError> {
+        let nics = match spec.network.nics_per_node {
+            Some(n) if (1..=spec.gpus_per_node).contains(&n) => n,
+            _ => spec.gpus_per_node,
+        };
+        let terminals = u64::from(spec.nodes) * u64::from(nics);
+        if let FabricSpec::FatTree(tree) = &spec.network.fabric
+            && spec.nodes > 1
+            && let Some((pruned, how)) = tree.pruned(terminals)
+        {
+            let mut cut = spec.clone();
+            cut.network.fabric = FabricSpec::FatTree(pruned);
+            let mut topology = Topology::build_whole(&cut)?;
+            topology.pruned = Some(how);
+            return Ok(topology);
+        }
+        Topology::build_whole(spec)
+    }
+
+    /// How the fat-tree was pruned to the switches the NICs need, if it was.
+    pub fn pruned(&self) -> Option<&str> {
+        self.pruned.as_deref()
+    }
+
+    /// [`Topology::build`] of the fabric as given.
+    fn build_whole(spec: &ClusterSpec) -> Result<Topology, TopologyError> {
         if spec.nodes == 0 {
             return Err(TopologyError::Zero { what: "nodes" });
         }
@@ -485,6 +515,7 @@ impl Topology {
             fabric: None,
             routing,
             spec: spec.clone(),
+            pruned: None,
             host_memory_links: Vec::new(),
         };
         if has_network {

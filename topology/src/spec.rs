@@ -736,6 +736,58 @@ impl XgftSpec {
     pub fn terminal_capacity(&self) -> u64 {
         self.down.iter().map(|&d| u64::from(d)).product()
     }
+
+    /// The tree cut to the switches `terminals` (filling positions `0..terminals`) need, and how
+    /// it was cut; `None` when it is needed whole. A top switch whose subtrees below hold no
+    /// terminal carries no route, so the top level keeps only the subtrees the terminals fill
+    /// (`down` of the top level shrinks); when one subtree holds them all, the top level is
+    /// dropped (no route between its terminals climbs above the subtree's root level), and so
+    /// on down. The levels kept are wired as before, so every route, and every simulated time,
+    /// is the full tree's. Subtrees stay whole (the tree stays regular): a partly filled last
+    /// subtree keeps its empty leaves.
+    pub fn pruned(&self, terminals: u64) -> Option<(XgftSpec, String)> {
+        let mut spec = self.clone();
+        let full_capacity = self.terminal_capacity();
+        if terminals == 0 || terminals >= full_capacity || self.down.len() != self.levels as usize {
+            return None;
+        }
+        while spec.levels > 1 {
+            let top = spec.levels as usize - 1;
+            let below: u64 = spec.down[..top].iter().map(|&d| u64::from(d)).product();
+            let needed = terminals.div_ceil(below.max(1));
+            if needed > 1 {
+                break;
+            }
+            for list in [&mut spec.down, &mut spec.up, &mut spec.count] {
+                list.truncate(top);
+            }
+            spec.links.truncate(top);
+            spec.oversubscription.truncate(top);
+            spec.levels -= 1;
+        }
+        let top = spec.levels as usize - 1;
+        let below: u64 = spec.down[..top].iter().map(|&d| u64::from(d)).product();
+        let needed = u32::try_from(terminals.div_ceil(below.max(1))).unwrap_or(u32::MAX);
+        spec.down[top] = spec.down[top].min(needed);
+        let dropped = self.levels - spec.levels;
+        let mut cuts = Vec::new();
+        if dropped > 0 {
+            cuts.push(format!(
+                "{dropped} top level{} dropped (one subtree holds every NIC)",
+                if dropped == 1 { "" } else { "s" }
+            ));
+        }
+        let top_down = self.down.get(top).copied().unwrap_or_default();
+        if spec.down[top] < top_down {
+            cuts.push(format!("{} of the {top_down} subtrees under the top switches kept", spec.down[top]));
+        }
+        let how = format!(
+            "from {} (room for {full_capacity} NICs) to the switches {terminals} NICs need: {}; routes are the full tree's",
+            FabricSpec::FatTree(self.clone()),
+            cuts.join(", ")
+        );
+        Some((spec, how))
+    }
 }
 
 /// A dragonfly with all-to-all groups (Kim, Dally, Scott, Abts 2008): `groups` groups of

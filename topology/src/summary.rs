@@ -53,6 +53,8 @@ pub struct TopologySummary {
     pub diameter: usize,
     /// Route lengths between host pairs, under the topology's routing (flow 0).
     pub path_lengths: PathLengths,
+    /// How a fat-tree larger than the NICs need was pruned ([`Topology::pruned`]).
+    pub pruned: Option<String>,
 }
 
 impl Topology {
@@ -86,6 +88,7 @@ impl Topology {
             bisection_method,
             diameter,
             path_lengths,
+            pruned: self.pruned.clone(),
         }
     }
 
@@ -237,6 +240,9 @@ impl TopologySummary {
         writeln!(f, "fabric:     {} (routing {})", self.fabric, self.routing)?;
         writeln!(f, "hosts:      {} {device}s in {} nodes, {} NICs", self.hosts, self.nodes, self.nics)?;
         writeln!(f, "switches:   {}", self.switches)?;
+        if let Some(how) = &self.pruned {
+            writeln!(f, "pruned:     {how}")?;
+        }
         writeln!(f, "links:      {} directed ({} cables)", self.links, self.links / 2)?;
         match self.bisection {
             Some(bandwidth) => writeln!(

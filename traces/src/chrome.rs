@@ -5,9 +5,10 @@
 //! is one complete (`"X"`) event whose `args` carry its id, label, what its metadata says
 //! ([`sim_core::graph::OpMeta`]: `layer` and `phase` of a layer's kernel or the optimizer
 //! step, and for any op its `pass`, `layer_index`, communicator `group`, emitting `policy` and,
-//! off the device, its `work`), bytes, and for collectives the kind, algorithm, group size,
-//! collective id and the instant the last member arrived; a collective member that waited for
-//! its peers has a nested `wait for peers` slice. Every transfer is a flow
+//! off the device, its `work`), bytes, and for collectives the kind, the algorithm and
+//! protocol that ran it (what `auto` resolved to, from the timeline), group size, collective id
+//! and the instant the last member arrived; a collective member that waited for its peers has
+//! a nested `wait for peers` slice. Every transfer is a flow
 //! arrow (`"s"` on the sender, `"f"` bound to the first op that depends on it on the
 //! receiver). Times are microseconds as floats (`ts`, `dur`), from picosecond integers.
 //!
@@ -104,6 +105,8 @@ struct Args<'a> {
     collective: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     algorithm: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    protocol: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     collective_id: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -324,6 +327,7 @@ impl<'a> ChromeTrace<'a> {
                 bytes: None,
                 collective: None,
                 algorithm: None,
+                protocol: None,
                 collective_id: None,
                 group_size: None,
                 last_member_arrived_us: None,
@@ -357,7 +361,11 @@ impl<'a> ChromeTrace<'a> {
                     args.phase = phase.unwrap_or("communication");
                     args.bytes = Some(spec.bytes.0);
                     args.collective = Some(spec.kind.name());
-                    args.algorithm = Some(spec.algorithm.name());
+                    // What ran it: the network model's resolution of `auto` (NCCL's tuner),
+                    // else the algorithm the graph asked for.
+                    let choice = timeline.collective_choice.get(collective.0 as usize).copied().flatten();
+                    args.algorithm = Some(choice.map_or(spec.algorithm.name(), |c| c.algorithm.name()));
+                    args.protocol = choice.and_then(|c| c.protocol).map(|p| p.name());
                     args.collective_id = Some(collective.0);
                     args.group_size = Some(graph.group(spec.group).len());
                     let began =

@@ -627,9 +627,7 @@ impl Report {
                     number(accuracy),
                     reason.clone(),
                 ];
-                let quoted: Vec<String> = fields.iter().map(|f| quote(f)).collect();
-                out.push_str(&quoted.join(","));
-                out.push('\n');
+                out.push_str(&scenario::csv_text::line(&fields));
             };
             if points && case.points.len() > 1 {
                 for p in &case.points {
@@ -653,14 +651,6 @@ fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
 /// "a < b < c": case ids without their family, fastest first.
 fn order(ids: &[String]) -> String {
     ids.iter().map(|id| id.rsplit('/').next().unwrap_or(id)).collect::<Vec<_>>().join(" < ")
-}
-
-fn quote(field: &str) -> String {
-    if field.contains([',', '"', '\n']) {
-        format!("\"{}\"", field.replace('"', "\"\""))
-    } else {
-        field.to_string()
-    }
 }
 
 fn truncate(text: &str, width: usize) -> String {

@@ -44,6 +44,14 @@ pub enum DeepBenchError {
     /// The text has no data rows.
     #[error("DeepBench table has no rows")]
     Empty,
+    /// The text is not CSV (a quoted field not closed, a line that is not UTF-8).
+    #[error("DeepBench table, line {line}: not CSV: {message}")]
+    Csv {
+        /// 1-based line in the text.
+        line: usize,
+        /// The reader's message.
+        message: String,
+    },
 }
 
 /// One measured matrix product.
@@ -71,18 +79,36 @@ pub struct ConvRow {
 pub const DIRECTIONS: [ConvDirection; 3] =
     [ConvDirection::Forward, ConvDirection::BackwardData, ConvDirection::BackwardWeight];
 
-/// A CSV table with a header, cells split on commas (the tables quote nothing).
-struct Table<'a> {
-    header: Vec<&'a str>,
-    rows: Vec<(usize, Vec<&'a str>)>,
+/// A CSV table with a header, read by the `csv` crate (cells trimmed, blank lines skipped).
+struct Table {
+    header: Vec<String>,
+    rows: Vec<(usize, Vec<String>)>,
 }
 
-impl<'a> Table<'a> {
-    fn parse(text: &'a str) -> Result<Table<'a>, DeepBenchError> {
-        let mut lines = text.lines().enumerate().filter(|(_, line)| !line.trim().is_empty());
-        let header =
-            lines.next().map(|(_, line)| line.split(',').map(str::trim).collect()).unwrap_or_default();
-        let rows: Vec<_> = lines.map(|(i, line)| (i + 1, line.split(',').map(str::trim).collect())).collect();
+impl Table {
+    fn parse(text: &str) -> Result<Table, DeepBenchError> {
+        let mut reader = csv::ReaderBuilder::new()
+            .has_headers(false)
+            .flexible(true)
+            .trim(csv::Trim::All)
+            .from_reader(text.as_bytes());
+        let line = |position: Option<&csv::Position>| {
+            position.map_or(0, |p| usize::try_from(p.line()).unwrap_or(usize::MAX))
+        };
+        let mut records = Vec::new();
+        for record in reader.records() {
+            let record = record.map_err(|error| DeepBenchError::Csv {
+                line: line(error.position()),
+                message: error.to_string(),
+            })?;
+            if record.iter().all(str::is_empty) {
+                continue;
+            }
+            records.push((line(record.position()), record.iter().map(str::to_string).collect::<Vec<_>>()));
+        }
+        let mut records = records.into_iter();
+        let header = records.next().map(|(_, header)| header).unwrap_or_default();
+        let rows: Vec<_> = records.collect();
         if rows.is_empty() {
             return Err(DeepBenchError::Empty);
         }
@@ -95,16 +121,16 @@ impl<'a> Table<'a> {
 }
 
 /// A cell of row `line`.
-struct Cells<'r, 'a> {
+struct Cells<'r> {
     line: usize,
-    cells: &'r [&'a str],
-    table: &'r Table<'a>,
+    cells: &'r [String],
+    table: &'r Table,
 }
 
-impl Cells<'_, '_> {
+impl Cells<'_> {
     fn text(&self, column: &'static str) -> Result<&str, DeepBenchError> {
         let index = self.table.column(column)?;
-        Ok(self.cells.get(index).copied().unwrap_or(""))
+        Ok(self.cells.get(index).map_or("", String::as_str))
     }
 
     fn bad(&self, column: &'static str, expected: &'static str) -> DeepBenchError {
@@ -145,7 +171,7 @@ impl Cells<'_, '_> {
     }
 }
 
-fn rows<'r, 'a>(table: &'r Table<'a>) -> impl Iterator<Item = Cells<'r, 'a>> {
+fn rows(table: &Table) -> impl Iterator<Item = Cells<'_>> {
     table.rows.iter().map(move |(line, cells)| Cells { line: *line, cells, table })
 }
 

@@ -79,8 +79,9 @@ pub enum ScenarioError {
     #[error(transparent)]
     Override(#[from] OverrideError),
     /// The scenario is not valid at a key an override set: the override (`key=value`) and
-    /// the scenario's own error.
-    #[error("{setting}: {source}")]
+    /// the scenario's own error, without the file's name (the override is at fault, not the
+    /// file).
+    #[error("{setting}: {}", source.as_set_by_override())]
     Overridden {
         /// The override, as `key=value`.
         setting: String,
@@ -97,6 +98,17 @@ impl ScenarioError {
             ScenarioError::Overridden { source, .. } => source.key(),
             ScenarioError::Override(OverrideError::NotATable { key, .. }) => Some(key),
             _ => None,
+        }
+    }
+
+    /// The error as an override's: a format or value error names its key as the override's
+    /// (`key `x` (set by this override): ...`), not the file, which holds no such key.
+    fn as_set_by_override(&self) -> String {
+        match self {
+            ScenarioError::Format { key, message, .. } | ScenarioError::Invalid { key, message, .. } => {
+                format!("key `{key}` (set by this override): {message}")
+            }
+            other => other.to_string(),
         }
     }
 

@@ -123,9 +123,7 @@ impl Header {
                     let _ = write!(text, " shard={}/{}", shard.index, shard.count);
                 }
                 let _ = writeln!(text, " file={}", self.file);
-                let names: Vec<String> =
-                    self.columns.iter().map(|c| csv_field(&serde_json::json!(c))).collect();
-                text + &names.join(",") + "\n"
+                text + &crate::csv_text::line(&self.columns)
             }
             Format::Jsonl => {
                 let meta = serde_json::json!({ "parasim_sweep": {
@@ -185,7 +183,11 @@ impl Header {
                     text[first_end + 1..].find('\n').ok_or("the file has no complete column line")?
                         + first_end
                         + 1;
-                let columns = split_csv(&text[first_end + 1..second_end])?;
+                let columns = crate::csv_text::records(&text[first_end + 1..second_end])?
+                    .into_iter()
+                    .next()
+                    .map(|(_, columns)| columns)
+                    .ok_or("the column line is empty")?;
                 let header = Header {
                     file: file.to_string(),
                     configurations: configurations.ok_or("the header has no configurations=")?,
@@ -208,7 +210,7 @@ pub fn encode_row(format: Format, columns: &[String], row: &Row) -> String {
     match format {
         Format::Csv => {
             let fields: Vec<String> = cells.map(|cell| csv_field(&cell)).collect();
-            fields.join(",") + "\n"
+            crate::csv_text::line(&fields)
         }
         Format::Jsonl => {
             let mut line = String::from("{");
@@ -223,45 +225,20 @@ pub fn encode_row(format: Format, columns: &[String], row: &Row) -> String {
     }
 }
 
+/// A cell's CSV text: empty for null, a string as it is, anything else as JSON.
 fn csv_field(cell: &serde_json::Value) -> String {
     match cell {
         serde_json::Value::Null => String::new(),
-        serde_json::Value::String(text) => {
-            let needs_quotes =
-                text.contains([',', '"', '\n', '\r', '#']) || text.starts_with(' ') || text.ends_with(' ');
-            if needs_quotes { format!("\"{}\"", text.replace('"', "\"\"")) } else { text.clone() }
-        }
+        serde_json::Value::String(text) => text.clone(),
         other => other.to_string(),
     }
-}
-
-fn split_csv(line: &str) -> Result<Vec<String>, String> {
-    let mut fields = Vec::new();
-    let mut field = String::new();
-    let mut chars = line.chars().peekable();
-    let mut quoted = false;
-    while let Some(c) = chars.next() {
-        match (quoted, c) {
-            (true, '"') if chars.peek() == Some(&'"') => {
-                chars.next();
-                field.push('"');
-            }
-            (true, '"') => quoted = false,
-            (false, '"') if field.is_empty() => quoted = true,
-            (false, ',') => fields.push(std::mem::take(&mut field)),
-            (_, c) => field.push(c),
-        }
-    }
-    if quoted {
-        return Err("a quoted field is not closed".into());
-    }
-    fields.push(field);
-    Ok(fields)
 }
 
 /// The configuration number a row line starts with.
 fn row_index(line: &str) -> Option<u64> {
     let digits = line.strip_prefix("{\"index\":").unwrap_or(line);
+    // A CSV line with a `#` in a field has every field quoted.
+    let digits = digits.strip_prefix('"').unwrap_or(digits);
     let end = digits.find(|c: char| !c.is_ascii_digit()).unwrap_or(digits.len());
     digits[..end].parse().ok()
 }
@@ -449,13 +426,16 @@ pub fn merge(inputs: &[(String, String)]) -> Result<String, String> {
         let unsharded = |h: &Header| Header { shard: None, ..h.clone() };
         if unsharded(&header) != unsharded(&first_header) {
             let what = if header.fingerprint != first_header.fingerprint {
-                "another sweep (its fingerprint differs: another sweep file, base scenario or parasim version)"
+                format!(
+                    "its fingerprint {:016x} differs from {first_name}'s {:016x}: another sweep file or base scenario, or another parasim build or data",
+                    header.fingerprint, first_header.fingerprint
+                )
             } else if header.columns != first_header.columns {
-                "another sweep (its columns differ)"
+                format!("its columns differ from {first_name}'s")
             } else {
-                "another sweep (its header differs)"
+                format!("its header differs from {first_name}'s")
             };
-            return Err(format!("{name} is from {what} than {first_name}"));
+            return Err(format!("{name} is from another sweep than {first_name}: {what}"));
         }
         let mut held = Vec::new();
         while let Some(end) = text[at..].find('\n') {

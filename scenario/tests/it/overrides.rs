@@ -47,12 +47,19 @@ fn an_unknown_key_or_a_wrong_type_is_the_scenarios_error_naming_the_key() {
 
     let error = quickstart_with(&["parallelism.data=many"]).unwrap_err();
     let text = error.to_string();
-    assert!(text.starts_with("parallelism.data=\"many\": quickstart.toml: key `parallelism.data`"), "{text}");
+    // The override is at fault, not the file: the message names the override and its key.
+    assert!(
+        text.starts_with("parallelism.data=\"many\": key `parallelism.data` (set by this override)"),
+        "{text}"
+    );
+    assert!(!text.contains("quickstart.toml"), "{text}");
     assert!(text.ends_with("invalid type: string \"many\", expected u32"), "{text}");
 
     // A value of the right type that validation refuses: its message, attributed.
     let error = quickstart_with(&["parallelism.data=3"]).unwrap_err();
-    assert!(error.to_string().starts_with("parallelism.data=3: quickstart.toml: key `parallelism.data`"));
+    assert!(
+        error.to_string().starts_with("parallelism.data=3: key `parallelism.data` (set by this override)")
+    );
 
     // A key through a value that is not a table.
     let error = quickstart_with(&["workload.model.name=x"]).unwrap_err();

@@ -324,6 +324,10 @@ impl Network for FlowNetwork<'_> {
         self.start_run(context, token, collective, group)
     }
 
+    fn chosen(&self, collective: &Collective) -> Option<Choice> {
+        self.chosen.get(collective).map(|&(choice, _, _)| choice)
+    }
+
     fn start_memcpy(
         &mut self,
         context: &mut NetContext<'_, Self::Event>,

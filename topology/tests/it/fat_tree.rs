@@ -210,3 +210,38 @@ fn rail_optimized_servers_meet_their_rail_at_one_leaf() {
     // Different rails cross a spine.
     assert_eq!(rails.route(HostId(3), HostId(5 * 8 + 4)).unwrap().len(), 4);
 }
+
+/// A fat-tree larger than its hosts need is built pruned (issue 35: 256 GPUs on a radix-32
+/// tree reported the full 1,280 network switches of an 8,192-host tree): here k = 8, 3 levels
+/// (room for 128), 20 hosts fill one pod and part of a second, so 2 of the 8 pods are built
+/// (4 + 4 edge, 4 + 4 aggregation, all 16 core switches); 16 hosts fill one pod, so the core
+/// level is dropped too. Routes keep the full tree's lengths: 2 links within a leaf, 4 within
+/// a pod, 6 between pods; and the summary says how it pruned.
+#[test]
+fn a_tree_larger_than_the_hosts_need_is_pruned_to_the_switches_they_use() {
+    let spec = XgftSpec::k_ary(8, 3, vec![simgrid_link(); 3]).unwrap();
+    let (pruned, how) = spec.pruned(20).unwrap();
+    assert_eq!(pruned, XgftSpec::from_simgrid("3;4,4,2;1,4,4;1,1,1", simgrid_link()).unwrap());
+    assert!(how.contains("2 of the 8 subtrees") && how.contains("room for 128"), "{how}");
+    let topology = simgrid_cluster(20, FabricSpec::FatTree(spec.clone()));
+    // 8 leaves (5 with hosts: the second pod is built whole, 3 of its leaves empty), 8
+    // aggregation and 16 core switches: 32 of the full tree's 80.
+    assert_eq!(switches_by_role(&topology, 3), (5, 8 + 3, 16));
+    assert_eq!(topology.switch_count(), 32);
+    assert_eq!(topology.pruned(), Some(how.as_str()));
+    assert!(topology.summary().describe("GPU").contains("pruned:     from fat-tree 3;4,4,8;1,4,4;1,1,1"));
+    for (a, b, links) in [(0, 3, 2), (0, 4, 4), (0, 15, 4), (0, 16, 6), (19, 1, 6)] {
+        assert_eq!(topology.route(HostId(a), HostId(b)).unwrap().len(), links, "{a} -> {b}");
+    }
+
+    let (pruned, how) = spec.pruned(16).unwrap();
+    assert_eq!(pruned, XgftSpec::from_simgrid("2;4,4;1,4;1,1", simgrid_link()).unwrap());
+    assert!(how.contains("1 top level dropped"), "{how}");
+    let topology = simgrid_cluster(16, FabricSpec::FatTree(spec.clone()));
+    assert_eq!(switches_by_role(&topology, 2), (4, 0, 4));
+    assert_eq!(topology.route(HostId(0), HostId(15)).unwrap().len(), 4);
+
+    // A full tree is built whole.
+    assert!(spec.pruned(128).is_none());
+    assert!(simgrid_cluster(128, FabricSpec::FatTree(spec)).pruned().is_none());
+}
