@@ -21,6 +21,7 @@ mod report;
 mod sweep_cmd;
 mod topo;
 mod trace_cmd;
+mod traffic_cmd;
 mod validate_cmd;
 
 use crate::output::stderr;
@@ -265,6 +266,39 @@ enum Command {
         /// Print the description as JSON (numbers in SI base units: bytes/s, seconds).
         #[arg(long)]
         json: bool,
+    },
+    /// Run a traffic matrix on a scenario's cluster (hosts are its GPUs, as ranks), every flow
+    /// one fluid flow of the max-min fair flow network: completion time, per-flow completion
+    /// percentiles, throughput against offered, the 10 most loaded links
+    /// (`parasim traffic --cluster SCENARIO shift 1 --size 16M`).
+    Traffic {
+        /// Scenario whose [cluster] is used.
+        #[arg(long)]
+        cluster: PathBuf,
+        /// permutation, shift K, all-to-all, incast N, bisection, uniform-random, adversarial
+        /// (dragonflies: every host of group g sends to group g+1), or a file of
+        /// src,dst,bytes[,start] rows.
+        pattern: String,
+        /// The pattern's argument: K of shift, N of incast.
+        argument: Option<String>,
+        /// Bytes of every flow of a built-in pattern (8, 1K, 16M, 1G: powers of 1024; or "1 MiB").
+        #[arg(long, default_value = "16M")]
+        size: String,
+        /// Seed of permutation and uniform-random (the same seed gives the same flows).
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Flows of uniform-random.
+        #[arg(long)]
+        flows: Option<u64>,
+        /// Refuse patterns with more flows than this (a 16,384-host all-to-all has 268 M).
+        #[arg(long, default_value_t = traffic_cmd::DEFAULT_MAX_FLOWS)]
+        max_flows: u64,
+        /// Print everything as JSON (seconds, bytes/s), every flow included.
+        #[arg(long, conflicts_with = "csv")]
+        json: bool,
+        /// Print one CSV row per flow: src, dst, bytes, start_s, finish_s.
+        #[arg(long)]
+        csv: bool,
     },
     /// List the model zoo: name, family, parameters, forward GFLOPs per sample, input shape.
     Models {
@@ -524,6 +558,21 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
         Command::Topo { scenario, dot, json } => {
             let text = topo::describe(&scenario, dot.as_deref(), json)?;
             output::print(text).context("writing the description")?;
+            Ok(())
+        }
+        Command::Traffic { cluster, pattern, argument, size, seed, flows, max_flows, json, csv } => {
+            let text = traffic_cmd::traffic(&traffic_cmd::Options {
+                cluster: &cluster,
+                pattern: &pattern,
+                argument: argument.as_deref(),
+                seed,
+                flows,
+                size: &size,
+                max_flows,
+                json,
+                csv,
+            })?;
+            output::print(text).context("writing the report")?;
             Ok(())
         }
         Command::Models { json } => {
