@@ -32,7 +32,7 @@ use serde::Deserialize;
 
 const CASES: &str = include_str!("../hostile/cases.toml");
 /// Commands the catalog must cover.
-const COMMANDS: [&str; 17] = [
+const COMMANDS: [&str; 18] = [
     "run",
     "replay",
     "calibrate",
@@ -46,6 +46,7 @@ const COMMANDS: [&str; 17] = [
     "collective",
     "validate",
     "topo",
+    "traffic",
     "models",
     "inspect",
     "completions",

@@ -23,6 +23,7 @@ mod plot;
 mod readme;
 mod set;
 mod strategies;
+mod traffic;
 mod sweep;
 mod validate;
 
