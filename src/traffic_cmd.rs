@@ -105,7 +105,10 @@ impl Pattern {
             "shift" => {
                 let k = number("the shift K")?;
                 if k % hosts == 0 {
-                    bail!("pattern shift {k}: on {hosts} hosts every host would send to itself; give K from 1 to {}", hosts - 1);
+                    bail!(
+                        "pattern shift {k}: on {hosts} hosts every host would send to itself; give K from 1 to {}",
+                        hosts - 1
+                    );
                 }
                 Some(Pattern::Shift { k: k % hosts })
             }
@@ -113,7 +116,10 @@ impl Pattern {
             "incast" => {
                 let senders = number("the number of senders N")?;
                 if senders == 0 || senders >= hosts {
-                    bail!("pattern incast {senders}: hosts 1..=N send to host 0, so N must be 1 to {}", hosts - 1);
+                    bail!(
+                        "pattern incast {senders}: hosts 1..=N send to host 0, so N must be 1 to {}",
+                        hosts - 1
+                    );
                 }
                 Some(Pattern::Incast { senders })
             }
@@ -243,10 +249,16 @@ pub fn read_file(path: &Path, hosts: u32, max_flows: u64) -> anyhow::Result<Vec<
         let host = |field: usize, what: &str| -> anyhow::Result<u32> {
             let text = &record[field];
             let host: u32 = text.parse().map_err(|_| {
-                anyhow::anyhow!("{name}: line {line}: {what} {text:?} is not a host number (0 to {})", hosts - 1)
+                anyhow::anyhow!(
+                    "{name}: line {line}: {what} {text:?} is not a host number (0 to {})",
+                    hosts - 1
+                )
             })?;
             if host >= hosts {
-                bail!("{name}: line {line}: {what} host {host} does not exist; the cluster has hosts 0 to {}", hosts - 1);
+                bail!(
+                    "{name}: line {line}: {what} host {host} does not exist; the cluster has hosts 0 to {}",
+                    hosts - 1
+                );
             }
             Ok(host)
         };
@@ -483,8 +495,12 @@ fn report(
     // hdrhistogram keeps 3 significant digits; no percentile is reported above the exact max.
     let quantile =
         |q: f64| SimDuration::from_ps(histogram.value_at_quantile(q).min(longest.as_ps())).as_secs_f64();
-    let percentiles =
-        Percentiles { p50_s: quantile(0.5), p90_s: quantile(0.9), p99_s: quantile(0.99), max_s: longest.as_secs_f64() };
+    let percentiles = Percentiles {
+        p50_s: quantile(0.5),
+        p90_s: quantile(0.9),
+        p99_s: quantile(0.99),
+        max_s: longest.as_secs_f64(),
+    };
     let total: u64 = flows.iter().map(|f| f.bytes).sum();
     // Offered: each sending host at its line rate, the first link of its flows' routes (its
     // NIC, or its NVLink / PCIe link for flows inside its server; the fastest if they differ).
@@ -597,7 +613,9 @@ mod tests {
 
     #[test]
     fn patterns_have_the_flows_they_count_and_never_send_to_self() {
-        let fabric = FabricSpec::Switch { link: topology::LinkSpec::new("100 Gb/s".parse().unwrap(), SimDuration::ZERO) };
+        let fabric = FabricSpec::Switch {
+            link: topology::LinkSpec::new("100 Gb/s".parse().unwrap(), SimDuration::ZERO),
+        };
         for (name, argument) in [
             ("permutation", None),
             ("shift", Some("3")),
@@ -617,7 +635,9 @@ mod tests {
 
     #[test]
     fn the_same_seed_gives_the_same_flows_and_another_seed_others() {
-        let fabric = FabricSpec::Switch { link: topology::LinkSpec::new("100 Gb/s".parse().unwrap(), SimDuration::ZERO) };
+        let fabric = FabricSpec::Switch {
+            link: topology::LinkSpec::new("100 Gb/s".parse().unwrap(), SimDuration::ZERO),
+        };
         let draw = |seed: u64| {
             let mut options = options("permutation", None);
             options.seed = seed;
@@ -629,8 +649,9 @@ mod tests {
 
     #[test]
     fn every_byte_sent_is_delivered_and_the_same_seed_gives_the_same_finishes() {
-        let cluster = Cluster::load(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/fat-tree-k16.toml")))
-            .unwrap();
+        let cluster =
+            Cluster::load(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/fat-tree-k16.toml")))
+                .unwrap();
         let topology = Topology::build(&cluster.spec).unwrap();
         let pattern = Pattern::UniformRandom { flows: 2000, seed: 3 };
         let flows = pattern.flows(1024, 1 << 20);

@@ -23,8 +23,8 @@ mod plot;
 mod readme;
 mod set;
 mod strategies;
-mod traffic;
 mod sweep;
+mod traffic;
 mod validate;
 
 use std::path::{Path, PathBuf};

@@ -42,8 +42,11 @@ fn a_shift_runs_at_line_rate_on_a_full_bisection_fat_tree_and_at_half_with_2_to_
         assert!(close(completion(&json), LINE_RATE_TIME, 0.005), "shift {k}: {}", completion(&json));
         assert!(json["efficiency"].as_f64().unwrap() > 0.99, "shift {k}");
     }
-    let oversubscribed =
-        cluster("oversubscribed.toml", 1024, "topology = \"fat-tree\"\nradix = 16\noversubscription = [1, 1, 2]");
+    let oversubscribed = cluster(
+        "oversubscribed.toml",
+        1024,
+        "topology = \"fat-tree\"\nradix = 16\noversubscription = [1, 1, 2]",
+    );
     let json = traffic(&["--cluster", &oversubscribed, "shift", "512", "--size", "16M"]);
     assert!(close(completion(&json), 2.0 * LINE_RATE_TIME, 0.005), "{}", completion(&json));
     assert!(close(json["efficiency"].as_f64().unwrap(), 0.5, 0.005));
@@ -109,10 +112,7 @@ fn the_same_seed_gives_the_same_output_and_another_seed_another() {
 #[test]
 fn a_pattern_over_the_flow_limit_is_refused_before_it_is_built() {
     // 16,384 GPUs: an all-to-all has 268,419,072 flows.
-    let path = scenario_file(
-        "big.toml",
-        &crate::quickstart_with("nodes = 8", "nodes = 2048"),
-    );
+    let path = scenario_file("big.toml", &crate::quickstart_with("nodes = 8", "nodes = 2048"));
     let started = std::time::Instant::now();
     let output = parasim(&["traffic", "--cluster", path.to_str().unwrap(), "all-to-all"]);
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -120,7 +120,8 @@ fn a_pattern_over_the_flow_limit_is_refused_before_it_is_built() {
     assert!(stderr.contains("268419072 flows") && stderr.contains("uniform-random --flows"), "{stderr}");
     assert!(started.elapsed().as_secs() < 20);
     // Sampling it runs.
-    let json = traffic(&["--cluster", path.to_str().unwrap(), "uniform-random", "--flows", "4096", "--size", "1M"]);
+    let json =
+        traffic(&["--cluster", path.to_str().unwrap(), "uniform-random", "--flows", "4096", "--size", "1M"]);
     assert_eq!(json["flows"], 4096);
 }
 
