@@ -408,14 +408,25 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             if csv.is_some() || buckets_csv.is_some() {
                 layers_csv::write(&scenario, csv.as_deref(), buckets_csv.as_deref())?;
             }
+            let links = traffic_cmd::run_links(&scenario, &outcome)?;
             if json {
                 // Serialized first: serde_json would hide a broken pipe inside its own error.
-                let mut text = serde_json::to_vec_pretty(&outcome.summary).context("writing JSON")?;
+                let mut text = serde_json::to_vec_pretty(&traffic_cmd::RunJson {
+                    summary: &outcome.summary,
+                    busiest_link_per_kind: links.as_deref().map(traffic_cmd::per_kind),
+                    busiest_links: links.map(|mut all| {
+                        all.truncate(10);
+                        all
+                    }),
+                })
+                .context("writing JSON")?;
                 text.push(b'\n');
                 output::print(text).context("writing JSON")?;
                 stderr!("{}", report::engine_line(&outcome).trim_start_matches("engine").trim());
             } else {
-                output::print(report::human(&outcome)).context("writing the report")?;
+                let mut text = report::human(&outcome);
+                text.push_str(&traffic_cmd::links_text(links.as_deref()));
+                output::print(text).context("writing the report")?;
             }
             Ok(())
         }

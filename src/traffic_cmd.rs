@@ -343,7 +343,7 @@ pub fn simulate(topology: &Topology, flows: &[Flow], audit: bool) -> anyhow::Res
 }
 
 /// One link in the report.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct LinkJson {
     /// Both ends, `"FROM -> TO"` (as `topo --json` names it).
     pub name: String,
@@ -384,6 +384,66 @@ pub fn busiest_links(topology: &Topology, link_bytes: &[f64], seconds: f64, coun
     });
     links.truncate(count);
     links
+}
+
+/// `run --json`: the summary, then the busiest links (`null` under `analytical`, which does
+/// not route flows).
+#[derive(Serialize)]
+pub struct RunJson<'a> {
+    /// Every key `run --json` had before.
+    #[serde(flatten)]
+    pub summary: &'a scenario::simulation::Summary,
+    /// The 10 links with the highest mean utilisation over the simulated iterations.
+    pub busiest_links: Option<Vec<LinkJson>>,
+    /// The busiest link of each kind (NVLink, PCIe, NIC, leaf-spine, ...), busiest first.
+    pub busiest_link_per_kind: Option<Vec<LinkJson>>,
+}
+
+/// The first (busiest) link of each kind in `links`, sorted busiest first.
+pub fn per_kind(links: &[LinkJson]) -> Vec<LinkJson> {
+    let mut seen = Vec::new();
+    let mut out = Vec::new();
+    for link in links {
+        if !seen.contains(&link.kind) {
+            seen.push(link.kind);
+            out.push(LinkJson { name: link.name.clone(), ..*link });
+        }
+    }
+    out
+}
+
+/// Every link of a `run` that carried bytes, busiest first (mean utilisation over every
+/// simulated iteration), under `flow` and `packet-steps`; `None` under `analytical`.
+pub fn run_links(
+    scenario: &scenario::Scenario,
+    outcome: &scenario::simulation::Outcome,
+) -> anyhow::Result<Option<Vec<LinkJson>>> {
+    let Some(bytes) = &outcome.link_bytes else { return Ok(None) };
+    let topology = Topology::build(&scenario.cluster).context("building the cluster topology")?;
+    Ok(Some(busiest_links(&topology, bytes, outcome.timeline.makespan().as_secs_f64(), usize::MAX)))
+}
+
+/// The busiest link of each kind as the human report prints them (a line saying they are not available
+/// under `analytical`).
+pub fn links_text(links: Option<&[LinkJson]>) -> String {
+    let Some(links) = links else {
+        return "\nlinks: per-link utilisation needs the flow network (fidelity flow or packet-steps)\n"
+            .to_string();
+    };
+    let mut out = String::from(
+        "\nbusiest link of each kind (mean utilisation over the simulated iterations, bytes carried):\n",
+    );
+    for link in &per_kind(links) {
+        let _ = writeln!(
+            out,
+            "  {:>5.1}%  {:>11}  {:<11}  {}",
+            100.0 * link.utilisation,
+            Bytes(link.bytes as u64).to_string(),
+            link.kind,
+            link.name
+        );
+    }
+    out
 }
 
 /// One flow of `--json` and `--csv`.

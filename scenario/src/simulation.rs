@@ -429,6 +429,9 @@ pub struct Outcome {
     pub spans: Vec<strategies::ScheduleSpan>,
     /// A name for each rank's timeline track: its stage and coordinates.
     pub rank_names: Vec<String>,
+    /// Bytes routed over each link (by `LinkId`) under `flow` and `packet-steps`; `None` under
+    /// `analytical`.
+    pub link_bytes: Option<Vec<f64>>,
 }
 
 /// A scenario could not be simulated.
@@ -534,9 +537,10 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
     }
     let lowering_wall = started.elapsed();
     let started = Instant::now();
-    let timeline = scenario.network.run(&lowered.graph, &topology).map_err(|source| {
-        SimulationError::Exec { scenario: scenario.source.clone(), source: Box::new(source) }
-    })?;
+    let (timeline, link_bytes) =
+        scenario.network.run_counting_link_bytes(&lowered.graph, &topology).map_err(|source| {
+            SimulationError::Exec { scenario: scenario.source.clone(), source: Box::new(source) }
+        })?;
     let simulation_wall = started.elapsed();
 
     // Iteration k ends when the last rank finishes its optimizer step.
@@ -903,5 +907,6 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
         timeline,
         spans: lowered.spans,
         rank_names,
+        link_bytes,
     })
 }

@@ -139,3 +139,42 @@ fn a_traffic_file_runs_with_start_times_and_bad_rows_name_the_line() {
     assert_eq!(output.status.code(), Some(2));
     assert!(stderr.contains("bad-flows.csv: line 2: dst host 1024 does not exist"), "{stderr}");
 }
+
+#[test]
+fn run_names_its_busiest_links_by_kind_under_flow_and_says_none_under_analytical() {
+    let quickstart = "scenarios/quickstart.toml";
+    let run = |fidelity: &str| {
+        let set = format!("simulation.fidelity={fidelity}");
+        let output = parasim(&["run", quickstart, "--set", &set, "--json"]);
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        serde_json::from_slice::<serde_json::Value>(&output.stdout).unwrap()
+    };
+    let analytical = run("analytical");
+    assert!(analytical["busiest_links"].is_null() && analytical["busiest_link_per_kind"].is_null());
+    let flow = run("flow");
+    let links = flow["busiest_links"].as_array().unwrap();
+    assert_eq!(links.len(), 10);
+    let kinds: Vec<&str> = flow["busiest_link_per_kind"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["NIC", "NVLink"]);
+    for link in links {
+        let utilisation = link["utilisation"].as_f64().unwrap();
+        assert!(utilisation > 0.0 && utilisation <= 1.0, "{link}");
+    }
+    // topo --json names the same links, so the two join on the name (and the id).
+    let topo = parasim(&["topo", quickstart, "--json"]);
+    let topo: serde_json::Value = serde_json::from_slice(&topo.stdout).unwrap();
+    let busiest = &links[0];
+    let listed = &topo["link_list"][busiest["id"].as_u64().unwrap() as usize];
+    assert_eq!(listed["name"], busiest["name"]);
+    assert_eq!(listed["capacity_bytes_per_s"], busiest["capacity_bytes_per_s"]);
+    let human = parasim(&["run", quickstart, "--set", "simulation.fidelity=flow"]);
+    let human = String::from_utf8(human.stdout).unwrap();
+    assert!(human.contains("busiest link of each kind"), "{human}");
+    let human = String::from_utf8(parasim(&["run", quickstart]).stdout).unwrap();
+    assert!(human.contains("per-link utilisation needs the flow network"), "{human}");
+}
