@@ -398,7 +398,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                 }
             }
             .map_err(set_error)?;
-            let outcome = scenario::simulation::simulate(&scenario)?;
+            let outcome = scenario::simulation::simulate_counting_link_bytes(&scenario)?;
             for warning in &outcome.summary.warnings {
                 stderr!("warning: {}: {warning}", scenario.source);
             }
