@@ -111,7 +111,7 @@ fn measured(path: &Path) -> anyhow::Result<traces::nccl::TestsOutput> {
 
 /// `8`, `1K`, `128M`, `8G` (powers of 1024, as nccl-tests reads them), or any size with a
 /// unit (`"1 MiB"`).
-fn size(text: &str) -> anyhow::Result<u64> {
+pub(crate) fn size(text: &str) -> anyhow::Result<u64> {
     let trimmed = text.trim();
     let (digits, scale) = match trimmed.chars().last() {
         Some('K' | 'k') => (&trimmed[..trimmed.len() - 1], 1u64 << 10),

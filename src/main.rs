@@ -22,6 +22,7 @@ mod report;
 mod sweep_cmd;
 mod topo;
 mod trace_cmd;
+mod traffic_cmd;
 mod validate_cmd;
 
 use crate::output::stderr;
@@ -290,6 +291,39 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run a traffic matrix on a scenario's cluster (hosts are its GPUs, as ranks), every flow
+    /// one fluid flow of the max-min fair flow network: completion time, per-flow completion
+    /// percentiles, throughput against offered, the 10 most loaded links
+    /// (`parasim traffic --cluster SCENARIO shift 1 --size 16M`).
+    Traffic {
+        /// Scenario whose [cluster] is used.
+        #[arg(long)]
+        cluster: PathBuf,
+        /// permutation, shift K, all-to-all, incast N, bisection, uniform-random, adversarial
+        /// (dragonflies: every host of group g sends to group g+1), or a file of
+        /// src,dst,bytes[,start] rows.
+        pattern: String,
+        /// The pattern's argument: K of shift, N of incast.
+        argument: Option<String>,
+        /// Bytes of every flow of a built-in pattern (8, 1K, 16M, 1G: powers of 1024; or "1 MiB").
+        #[arg(long, default_value = "16M")]
+        size: String,
+        /// Seed of permutation and uniform-random (the same seed gives the same flows).
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Flows of uniform-random.
+        #[arg(long)]
+        flows: Option<u64>,
+        /// Refuse patterns with more flows than this (a 16,384-host all-to-all has 268 M).
+        #[arg(long, default_value_t = traffic_cmd::DEFAULT_MAX_FLOWS)]
+        max_flows: u64,
+        /// Print everything as JSON (seconds, bytes/s), every flow included.
+        #[arg(long, conflicts_with = "csv")]
+        json: bool,
+        /// Print one CSV row per flow: src, dst, bytes, start_s, finish_s.
+        #[arg(long)]
+        csv: bool,
+    },
     /// List the model zoo: name, family, parameters, forward GFLOPs per sample, input shape.
     Models {
         /// Print the list as JSON (FLOPs, not GFLOPs).
@@ -388,7 +422,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                 }
             }
             .map_err(set_error)?;
-            let outcome = scenario::simulation::simulate(&scenario)?;
+            let outcome = scenario::simulation::simulate_counting_link_bytes(&scenario)?;
             for warning in &outcome.summary.warnings {
                 stderr!("warning: {}: {warning}", scenario.source);
             }
@@ -398,14 +432,25 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             if csv.is_some() || buckets_csv.is_some() {
                 layers_csv::write(&scenario, csv.as_deref(), buckets_csv.as_deref())?;
             }
+            let links = traffic_cmd::run_links(&scenario, &outcome)?;
             if json {
                 // Serialized first: serde_json would hide a broken pipe inside its own error.
-                let mut text = serde_json::to_vec_pretty(&outcome.summary).context("writing JSON")?;
+                let mut text = serde_json::to_vec_pretty(&traffic_cmd::RunJson {
+                    summary: &outcome.summary,
+                    busiest_link_per_kind: links.as_deref().map(traffic_cmd::per_kind),
+                    busiest_links: links.map(|mut all| {
+                        all.truncate(10);
+                        all
+                    }),
+                })
+                .context("writing JSON")?;
                 text.push(b'\n');
                 output::print(text).context("writing JSON")?;
                 stderr!("{}", report::engine_line(&outcome).trim_start_matches("engine").trim());
             } else {
-                output::print(report::human(&outcome)).context("writing the report")?;
+                let mut text = report::human(&outcome);
+                text.push_str(&traffic_cmd::links_text(links.as_deref()));
+                output::print(text).context("writing the report")?;
             }
             Ok(())
         }
@@ -557,6 +602,21 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
         Command::Topo { scenario, dot, json } => {
             let text = topo::describe(&scenario, dot.as_deref(), json)?;
             output::print(text).context("writing the description")?;
+            Ok(())
+        }
+        Command::Traffic { cluster, pattern, argument, size, seed, flows, max_flows, json, csv } => {
+            let text = traffic_cmd::traffic(&traffic_cmd::Options {
+                cluster: &cluster,
+                pattern: &pattern,
+                argument: argument.as_deref(),
+                seed,
+                flows,
+                size: &size,
+                max_flows,
+                json,
+                csv,
+            })?;
+            output::print(text).context("writing the report")?;
             Ok(())
         }
         Command::Models { json } => {

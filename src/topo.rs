@@ -55,6 +55,20 @@ struct TopoJson {
     path_lengths: PathLengthsJson,
     /// How a fat-tree larger than the NICs need was pruned; null when built whole.
     pruned: Option<String>,
+    /// Every directed link, by id: the names `traffic` and `run` report links by.
+    link_list: Vec<LinkJson>,
+}
+
+/// One directed link of `topo --json`'s `link_list`.
+#[derive(Debug, Serialize)]
+struct LinkJson {
+    id: u32,
+    /// `"FROM -> TO"`.
+    name: String,
+    /// NVLink, PCIe, NIC, leaf-spine, spine-core, local, global, ...
+    kind: &'static str,
+    capacity_bytes_per_s: f64,
+    latency_s: f64,
 }
 
 /// The description of the cluster in `scenario` (text, or JSON with `json`); writes `dot` if
@@ -98,6 +112,18 @@ pub fn describe(scenario: &Path, dot: Option<&Path>, json: bool) -> anyhow::Resu
                 too_long: summary.path_lengths.too_long,
             },
             pruned: summary.pruned.clone(),
+            link_list: (0..topology.link_count() as u32)
+                .map(|id| {
+                    let link = topology::LinkId(id);
+                    LinkJson {
+                        id,
+                        name: topology.link_name(link),
+                        kind: topology.link_kind(link),
+                        capacity_bytes_per_s: topology.link(link).bandwidth.bytes_per_second(),
+                        latency_s: topology.link(link).latency.as_secs_f64(),
+                    }
+                })
+                .collect(),
         };
         out = serde_json::to_string_pretty(&report).context("writing JSON")? + "\n";
     } else {

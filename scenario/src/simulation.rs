@@ -429,6 +429,9 @@ pub struct Outcome {
     pub spans: Vec<strategies::ScheduleSpan>,
     /// A name for each rank's timeline track: its stage and coordinates.
     pub rank_names: Vec<String>,
+    /// Bytes routed over each link (by `LinkId`) under `flow` and `packet-steps` when counted
+    /// ([`simulate_counting_link_bytes`]); `None` under `analytical` or when not counted.
+    pub link_bytes: Option<Vec<f64>>,
 }
 
 /// A scenario could not be simulated.
@@ -562,6 +565,17 @@ pub fn ways_out(scenario: &Scenario, memory: &MemoryBreakdown) -> String {
 
 /// Simulates `scenario`.
 pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
+    simulate_with(scenario, false)
+}
+
+/// Simulates `scenario` and counts the bytes routed over every link under `flow` and
+/// `packet-steps` ([`Outcome::link_bytes`]; `parasim run` reports the busiest links). Only
+/// callers that report them pay for the count.
+pub fn simulate_counting_link_bytes(scenario: &Scenario) -> Result<Outcome, SimulationError> {
+    simulate_with(scenario, true)
+}
+
+fn simulate_with(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome, SimulationError> {
     let started = Instant::now();
     let strategy = scenario.strategy();
     let context = || {
@@ -622,9 +636,13 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
     }
     let lowering_wall = started.elapsed();
     let started = Instant::now();
-    let timeline = scenario.network.run(&lowered.graph, &topology).map_err(|source| {
-        SimulationError::Exec { scenario: scenario.source.clone(), source: Box::new(source) }
-    })?;
+    let exec_error =
+        |source| SimulationError::Exec { scenario: scenario.source.clone(), source: Box::new(source) };
+    let (timeline, link_bytes) = if count_link_bytes {
+        scenario.network.run_counting_link_bytes(&lowered.graph, &topology).map_err(exec_error)?
+    } else {
+        (scenario.network.run(&lowered.graph, &topology).map_err(exec_error)?, None)
+    };
     let simulation_wall = started.elapsed();
 
     // Iteration k ends when the last rank finishes its optimizer step.
@@ -991,5 +1009,6 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
         timeline,
         spans: lowered.spans,
         rank_names,
+        link_bytes,
     })
 }

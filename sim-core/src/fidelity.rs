@@ -141,6 +141,36 @@ impl NetworkSettings {
             .with_device_copy(self.device_copy)
     }
 
+    /// Runs `graph` on `topology` under this model and also returns the bytes routed over each
+    /// link (indexed by `LinkId`) under `flow` and `packet-steps`; `None` under `analytical`,
+    /// which has no flows to count.
+    pub fn run_counting_link_bytes(
+        &self,
+        graph: &ExecGraph,
+        topology: &Topology,
+    ) -> Result<(Timeline, Option<Vec<f64>>), ExecError> {
+        match self.fidelity {
+            Fidelity::Analytical => Ok((exec::run(graph, &mut self.analytical(topology))?, None)),
+            Fidelity::Flow | Fidelity::PacketSteps => {
+                let mut network = self.flow_network(topology).recording_link_bytes();
+                let timeline = exec::run(graph, &mut network)?;
+                Ok((timeline, network.link_bytes().map(<[f64]>::to_vec)))
+            }
+        }
+    }
+
+    /// The flow model with these settings (`steady_state` under `flow`).
+    fn flow_network<'t>(&self, topology: &'t Topology) -> FlowNetwork<'t> {
+        let network = FlowNetwork::new(topology)
+            .with_collective_launch(self.collective_launch)
+            .with_chunk(self.chunk)
+            .with_protocols(self.protocols)
+            .with_generation(self.generation)
+            .with_device_copy(self.device_copy)
+            .with_work_budget(self.work_budget);
+        if self.fidelity == Fidelity::Flow { network.steady_state() } else { network }
+    }
+
     /// Runs `graph` on `topology` under this model.
     pub fn run(&self, graph: &ExecGraph, topology: &Topology) -> Result<Timeline, ExecError> {
         match self.fidelity {

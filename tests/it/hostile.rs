@@ -47,6 +47,7 @@ const COMMANDS: [&str; 18] = [
     "collective",
     "validate",
     "topo",
+    "traffic",
     "models",
     "inspect",
     "completions",

@@ -26,6 +26,7 @@ mod readme;
 mod set;
 mod strategies;
 mod sweep;
+mod traffic;
 mod validate;
 
 use std::path::{Path, PathBuf};

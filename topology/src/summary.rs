@@ -6,7 +6,9 @@ use std::fmt::{self, Write as _};
 use units::Bandwidth;
 
 use crate::hash::splitmix64;
-use crate::{HostId, Intra, IntraNode, Route, Routing, Topology, Vertex};
+use petgraph::graph::EdgeIndex;
+
+use crate::{HostId, Intra, IntraNode, LinkId, Route, Routing, Tier, Topology, Vertex};
 
 /// All ordered host pairs are examined when there are at most this many (2048 hosts).
 const EXACT_PAIRS: u64 = 2048 * 2047;
@@ -162,12 +164,11 @@ impl Topology {
         lengths
     }
 
-    /// The graph in Graphviz `dot` syntax: one vertex per GPU, NIC and switch (servers drawn
-    /// as clusters), one undirected edge per cable labelled with its per-direction bandwidth.
-    pub fn to_dot(&self) -> String {
-        let mut dot =
-            String::from("graph topology {\n  node [shape=box, fontsize=10];\n  edge [fontsize=8];\n");
-        let name = |vertex: Vertex| match vertex {
+    /// The name of `vertex` as reports and the Graphviz picture print it: `gpu 3 (node 0.3)`,
+    /// `nvswitch 0`, `pcie switch 0`, `nic 1.0`, `host memory 0`, or the fabric's name of a
+    /// switch (`leaf 2`, `group 1 router 3`, ...).
+    pub fn vertex_name(&self, vertex: Vertex) -> String {
+        match vertex {
             Vertex::Gpu { host, node, local } => format!("gpu {} (node {node}.{local})", host.0),
             Vertex::NodeSwitch { node } => match self.spec.intra_node {
                 IntraNode::PcieSwitch(_) => format!("pcie switch {node}"),
@@ -178,7 +179,49 @@ impl Topology {
             Vertex::NetworkSwitch { index } => {
                 self.fabric.as_ref().map_or_else(|| format!("switch {index}"), |f| f.switch_name(index))
             }
-        };
+        }
+    }
+
+    /// The name of directed link `id`: its two ends, `"FROM -> TO"` (the names of
+    /// [`Topology::vertex_name`]). Stable for a given cluster, so outputs can be joined on it.
+    pub fn link_name(&self, id: LinkId) -> String {
+        match self.graph.edge_endpoints(EdgeIndex::new(id.0 as usize)) {
+            Some((from, to)) => {
+                format!("{} -> {}", self.vertex_name(self.graph[from]), self.vertex_name(self.graph[to]))
+            }
+            None => format!("link {}", id.0),
+        }
+    }
+
+    /// What kind of link `id` is, for reports: `NVLink` or `PCIe` inside a server (by the
+    /// server's switch), `PCIe` from a GPU to a shared NIC or to host memory, `NIC` from a
+    /// terminal to its first switch, `leaf-spine`, `spine-core` (and `fat-tree L-L+1` above) in
+    /// fat-trees, `local`, `inter-chassis` and `global` in dragonflies, `torus` and `direct`.
+    pub fn link_kind(&self, id: LinkId) -> &'static str {
+        match self.link(id).tier {
+            Tier::IntraNode => match self.spec.intra_node {
+                IntraNode::PcieSwitch(_) => "PCIe",
+                _ => "NVLink",
+            },
+            Tier::GpuToNic | Tier::HostMemory => "PCIe",
+            Tier::NetworkEdge => "NIC",
+            Tier::FatTree { level: 1 } => "leaf-spine",
+            Tier::FatTree { level: 2 } => "spine-core",
+            Tier::FatTree { .. } => "fat-tree upper",
+            Tier::Local => "local",
+            Tier::InterChassis => "inter-chassis",
+            Tier::Global => "global",
+            Tier::Torus { .. } => "torus",
+            Tier::Direct => "direct",
+        }
+    }
+
+    /// The graph in Graphviz `dot` syntax: one vertex per GPU, NIC and switch (servers drawn
+    /// as clusters), one undirected edge per cable labelled with its per-direction bandwidth.
+    pub fn to_dot(&self) -> String {
+        let mut dot =
+            String::from("graph topology {\n  node [shape=box, fontsize=10];\n  edge [fontsize=8];\n");
+        let name = |vertex: Vertex| self.vertex_name(vertex);
         let mut server = None;
         for index in self.graph.node_indices() {
             let vertex = self.graph[index];

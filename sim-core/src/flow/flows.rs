@@ -131,6 +131,10 @@ pub(super) struct Flows<'t> {
     /// Re-fill after every change instead of once per instant: when routes depend on the
     /// flow (see the module documentation), and in tests that compare the two.
     pub(super) immediate: bool,
+    /// Bytes routed over each link so far, when asked for (see
+    /// [`super::FlowNetwork::recording_link_bytes`]): each flow adds its size to every link of
+    /// its route when it starts, so the count costs one addition per link of a route.
+    pub(super) link_bytes: Option<Vec<f64>>,
 }
 
 impl<'t> Flows<'t> {
@@ -159,6 +163,7 @@ impl<'t> Flows<'t> {
             pending_seeds: Vec::new(),
             refill_scheduled: false,
             immediate: topology.routes_depend_on_flow(),
+            link_bytes: None,
         }
     }
 
@@ -260,6 +265,11 @@ impl<'t> Flows<'t> {
             }
             for link in route.iter() {
                 audit.link_bytes[link.0 as usize] += bytes;
+            }
+        }
+        if let Some(carried) = &mut self.link_bytes {
+            for link in route.iter() {
+                carried[link.0 as usize] += bytes;
             }
         }
         let id = self.solver.add(now, route, bytes, owner);

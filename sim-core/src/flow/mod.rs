@@ -198,6 +198,20 @@ impl<'t> FlowNetwork<'t> {
         self
     }
 
+    /// The same model counting the bytes routed over every link (see
+    /// [`FlowNetwork::link_bytes`]); off by default, so runs that do not ask pay nothing.
+    pub fn recording_link_bytes(mut self) -> Self {
+        self.flows.link_bytes = Some(vec![0.0; self.flows.topology.link_count()]);
+        self
+    }
+
+    /// Bytes routed over each link so far, indexed by [`LinkId`] (every flow's whole size on
+    /// every link of its route, counted when it starts; a flow that finishes has carried them
+    /// all), if [`FlowNetwork::recording_link_bytes`] asked for them.
+    pub fn link_bytes(&self) -> Option<&[f64]> {
+        self.flows.link_bytes.as_deref()
+    }
+
     /// Counters so far.
     pub fn stats(&self) -> FlowStats {
         self.flows.stats
