@@ -783,12 +783,15 @@ pub fn plan_with_progress(
                 Some(work) => format!("{} s each (--final-time-limit)", work / FLOW_WORK_PER_SECOND),
                 None => "no time limit (--final-time-limit 0)".to_string(),
             };
-            let winner = if winner.is_finite() { format!("winner {winner:.4}") } else { "no winner yet".into() };
-            format!(
-                "{taken} checked in floor order, {left} left could still beat the {winner}; {max}, {time}; {over} over it"
-            )
+            let left = if winner.is_finite() {
+                format!("{left} left could still beat the winner {winner:.4}")
+            } else {
+                format!("the best {left} screened first, no winner yet")
+            };
+            format!("{taken} checked in floor order, {left}; {max}, {time}; {over} over it")
         };
-        step("final", &final_unit, 0, keep.min(order.len()) as u64, &note(0, winner, 0, order.len() as u64));
+        let first = keep.min(order.len()) as u64;
+        step("final", &final_unit, 0, first, &note(0, winner, 0, first));
         // Stops when none left could beat the winner; and after the first batch when no final
         // simulation finished there (nothing to beat: every one ran over its time limit).
         while taken < order.len() && order[taken].0 < winner && (taken == 0 || winner.is_finite()) {
@@ -804,6 +807,12 @@ pub fn plan_with_progress(
             let batch = &order[taken..(taken + size).min(order.len())];
             taken += batch.len();
             let threshold = winner;
+            // Progress for each configuration of the batch, against the count before it.
+            let checked = AtomicU64::new(taken as u64 - batch.len() as u64);
+            let before = taken - batch.len();
+            let left_before = if winner.is_finite() { left(&order, before, winner) } else { batch.len() as u64 };
+            let total = before as u64 + left_before;
+            let batch_note = note(before, winner, over_limit.load(AtomicOrdering::Relaxed), left_before);
             let jobs: Vec<_> = batch.iter().map(|&(_, index, bound)| (index, bound, screens.remove(&index))).collect();
             let results: Vec<_> = jobs
                 .into_par_iter()
@@ -821,10 +830,20 @@ pub fn plan_with_progress(
                                 .map(|outcome| (score(&choices[index], outcome.summary.iteration_time), outcome.summary))
                         }
                     };
+                    let tick = || {
+                        let done = checked.fetch_add(1, AtomicOrdering::Relaxed) + 1;
+                        step("final", &final_unit, done, total, &batch_note);
+                    };
                     let screen = match screen {
-                        Ok(screen) if screen.0 >= threshold => return (index, bound, Some(screen), None),
+                        Ok(screen) if screen.0 >= threshold => {
+                            tick();
+                            return (index, bound, Some(screen), None);
+                        }
                         Ok(screen) => screen,
-                        Err(error) => return (index, bound, None, Some(Err(error))),
+                        Err(error) => {
+                            tick();
+                            return (index, bound, None, Some(Err(error)));
+                        }
                     };
                     let budget: Vec<Override> = options
                         .final_work_budget
@@ -839,6 +858,7 @@ pub fn plan_with_progress(
                     if matches!(&result, Err(Final::Simulation(error)) if over_budget(error)) {
                         over_limit.fetch_add(1, AtomicOrdering::Relaxed);
                     }
+                    tick();
                     (index, bound, Some(screen), Some(result))
                 })
                 .collect();
@@ -1335,12 +1355,24 @@ fidelity = "analytical"
         let flow = search(&fixed);
         let unlimited = plan(&flow, &options(4)).unwrap();
         assert!(unlimited.top.iter().all(|r| !r.over_time_limit && r.fidelity == Fidelity::Flow));
-        assert!(unlimited.could_beat_final <= unlimited.valid - unlimited.finals);
+        // No --final-max: the final checks every configuration whose floor is below the winner,
+        // so none is left that could beat it, and the winner is the exhaustive one.
+        assert_eq!((unlimited.could_beat_final, unlimited.left_best_floor), (0, None));
         // Simulating every valid configuration with flow leaves none unchecked.
         let everything = options(unlimited.valid as usize);
         let exhaustive = plan(&flow, &everything).unwrap();
         assert_eq!(exhaustive.finals, exhaustive.valid);
         assert_eq!(exhaustive.could_beat_final, 0);
+        let best = |r: &PlanReport| (r.top[0].choice.label(), r.top[0].summary.iteration_time);
+        assert_eq!(best(&unlimited), best(&exhaustive));
+        assert!(unlimited.finals < exhaustive.finals, "the floors pruned nothing");
+        // Stopped at --final-max (the best keep only): what is left is counted, with its best
+        // floor, which is above every floor checked.
+        let counted = plan(&flow, &PlanOptions { final_max: Some(0), ..options(4) }).unwrap();
+        assert_eq!(counted.finals + counted.final_pruned, counted.keep as u64);
+        if counted.could_beat_final > 0 {
+            assert!(counted.left_best_floor.is_some_and(|floor| floor < counted.top[0].summary.iteration_time.as_secs_f64()));
+        }
         // No budget at all: every final gives up and keeps its analytical result, in the
         // screen's order.
         let starved = PlanOptions { final_work_budget: Some(0), ..options(4) };
