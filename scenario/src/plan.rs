@@ -810,10 +810,12 @@ pub fn plan_with_progress(
             // Progress for each configuration of the batch, against the count before it.
             let checked = AtomicU64::new(taken as u64 - batch.len() as u64);
             let before = taken - batch.len();
-            let left_before = if winner.is_finite() { left(&order, before, winner) } else { batch.len() as u64 };
+            let left_before =
+                if winner.is_finite() { left(&order, before, winner) } else { batch.len() as u64 };
             let total = before as u64 + left_before;
             let batch_note = note(before, winner, over_limit.load(AtomicOrdering::Relaxed), left_before);
-            let jobs: Vec<_> = batch.iter().map(|&(_, index, bound)| (index, bound, screens.remove(&index))).collect();
+            let jobs: Vec<_> =
+                batch.iter().map(|&(_, index, bound)| (index, bound, screens.remove(&index))).collect();
             let results: Vec<_> = jobs
                 .into_par_iter()
                 .map(|(index, bound, screen)| {
@@ -822,12 +824,15 @@ pub fn plan_with_progress(
                     let screen = match screen {
                         Some(screen) => Ok(screen),
                         None => {
-                            let analytical = Override::new("simulation.fidelity", Fidelity::Analytical.name());
+                            let analytical =
+                                Override::new("simulation.fidelity", Fidelity::Analytical.name());
                             search
                                 .scenario(&choices[index], &[analytical])
                                 .map_err(Final::Invalid)
                                 .and_then(|scenario| simulate(&scenario).map_err(Final::Simulation))
-                                .map(|outcome| (score(&choices[index], outcome.summary.iteration_time), outcome.summary))
+                                .map(|outcome| {
+                                    (score(&choices[index], outcome.summary.iteration_time), outcome.summary)
+                                })
                         }
                     };
                     let tick = || {
@@ -847,7 +852,9 @@ pub fn plan_with_progress(
                     };
                     let budget: Vec<Override> = options
                         .final_work_budget
-                        .map(|work| Override::new("simulation.work-budget", i64::try_from(work).unwrap_or(i64::MAX)))
+                        .map(|work| {
+                            Override::new("simulation.work-budget", i64::try_from(work).unwrap_or(i64::MAX))
+                        })
                         .into_iter()
                         .collect();
                     let result = search
@@ -866,7 +873,9 @@ pub fn plan_with_progress(
                 match (screen, result) {
                     // Its analytical score is not below the winner: it cannot win.
                     (_, None) => final_pruned += 1,
-                    (Some((screen_score, screen)), Some(Err(Final::Simulation(error)))) if over_budget(&error) => {
+                    (Some((screen_score, screen)), Some(Err(Final::Simulation(error))))
+                        if over_budget(&error) =>
+                    {
                         finals += 1;
                         ranked.push((screen_score, index, bound, screen, Fidelity::Analytical, true));
                     }
@@ -880,7 +889,9 @@ pub fn plan_with_progress(
                         finals += 1;
                         failed.push((choices[index].label(), error.to_string()))
                     }
-                    (_, Some(Err(Final::Invalid(error)))) => failed.push((choices[index].label(), error.to_string())),
+                    (_, Some(Err(Final::Invalid(error)))) => {
+                        failed.push((choices[index].label(), error.to_string()))
+                    }
                 }
             }
             let left = left(&order, taken, winner);
@@ -893,7 +904,8 @@ pub fn plan_with_progress(
         if left == 0 {
             left_best_floor = None;
         }
-        let over = if winner.is_finite() { ranked.iter().filter(|r| r.5 && r.0 < winner).count() as u64 } else { 0 };
+        let over =
+            if winner.is_finite() { ranked.iter().filter(|r| r.5 && r.0 < winner).count() as u64 } else { 0 };
         could_beat_final = left + over;
         could_beat_over_limit = over;
     }
@@ -1371,7 +1383,11 @@ fidelity = "analytical"
         let counted = plan(&flow, &PlanOptions { final_max: Some(0), ..options(4) }).unwrap();
         assert_eq!(counted.finals + counted.final_pruned, counted.keep as u64);
         if counted.could_beat_final > 0 {
-            assert!(counted.left_best_floor.is_some_and(|floor| floor < counted.top[0].summary.iteration_time.as_secs_f64()));
+            assert!(
+                counted
+                    .left_best_floor
+                    .is_some_and(|floor| floor < counted.top[0].summary.iteration_time.as_secs_f64())
+            );
         }
         // No budget at all: every final gives up and keeps its analytical result, in the
         // screen's order.
