@@ -65,6 +65,13 @@ pub struct PlanArgs {
     /// result, marked `*`, and ranks after those that finished. 0: no limit.
     #[arg(long, value_name = "SECONDS", default_value_t = 10)]
     final_time_limit: u64,
+    /// The most configurations the final stage checks with the cluster's network model. It
+    /// takes the best `max(2 x top, top + 4)` screened, then, in order of their floor (their
+    /// analytical time, or lower bound), every configuration whose floor is below the best
+    /// final result, until none is left (an exact stop) or this many were checked; the
+    /// `unchecked` line then says how many were left and their best floor. 0: no limit.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    final_max: u64,
     /// Fix a scenario key instead of searching it (repeatable): `--set parallelism.tensor=8`,
     /// `--set workload.recompute=full`, `--set parallelism.sequence-parallel=false`.
     #[arg(long = "set", value_name = "KEY=VALUE")]
@@ -158,6 +165,7 @@ pub fn plan(args: &PlanArgs) -> anyhow::Result<String> {
         memory_headroom: args.memory_headroom,
         final_work_budget: (args.final_time_limit > 0)
             .then(|| args.final_time_limit * scenario::plan::FLOW_WORK_PER_SECOND),
+        final_max: (args.final_max > 0).then_some(args.final_max as usize),
         objective,
         top: args.top as usize,
         budget,
@@ -206,19 +214,21 @@ fn unchecked(report: &PlanReport, options: &PlanOptions) -> String {
     let name = report.fidelity.name();
     let thousands = sim_core::units::thousands;
     let text = format!(
-        "unchecked     {} more could still beat the {name} winner (their lower bound, or analytical time if \
-         screened, is below its result):",
+        "unchecked     {} more could still beat the {name} winner (their floor, analytical time or lower \
+         bound, is below its result):",
         thousands(report.could_beat_final)
     );
     let not_taken = report.could_beat_final - report.could_beat_over_limit;
     let mut reasons = Vec::new();
     if not_taken > 0 {
+        let max = options.final_max.map_or(0, |max| max.max(report.keep));
+        let floor = report.left_best_floor.map_or_else(String::new, |floor| {
+            format!(", the best floor left {}", score(floor, options.objective))
+        });
         reasons.push(format!(
-            " {} not simulated with {name}: the final stage stops at a count, the best {} screened \
-             (max(2 x --top, --top + 4) with --top {}); raise --top to simulate more of them",
+            " {} not checked with {name}: the final stage stopped at --final-max {max} configurations \
+             checked{floor}; raise --final-max, or 0 to check every one (an exact stop)",
             thousands(not_taken),
-            report.keep,
-            options.top
         ));
     }
     if report.could_beat_over_limit > 0 {
@@ -230,6 +240,14 @@ fn unchecked(report: &PlanReport, options: &PlanOptions) -> String {
         ));
     }
     text + &reasons.join(";")
+}
+
+/// A score of `objective` (a floor, a result) as text: seconds, or GPU-seconds per iteration.
+fn score(value: f64, objective: Objective) -> String {
+    match objective {
+        Objective::Time => format!("{value:.3} s"),
+        Objective::Throughput | Objective::Cost => format!("{value:.1} GPU-s per iteration"),
+    }
 }
 
 /// `300e9`, `300G`, `1.2T`, `115.2M` as a number.
@@ -329,9 +347,15 @@ fn human(report: &PlanReport, search: &Search, options: &PlanOptions) -> String 
     if report.finals > 0 {
         let _ = writeln!(
             out,
-            "final         the best {} simulated again with the {} network",
+            "final         {} simulated again with the {} network, in order of their floor (analytical time, \
+             or lower bound) while it was below the best result{}{}",
             report.finals,
-            report.fidelity.name()
+            report.fidelity.name(),
+            match report.final_pruned {
+                0 => String::new(),
+                n => format!("; {n} more whose analytical time was not, skipped"),
+            },
+            if report.could_beat_final == 0 { "; exact: none left could beat the winner" } else { "" }
         );
         if report.could_beat_final > 0 {
             let _ = writeln!(out, "{}", unchecked(report, options));
@@ -521,6 +545,11 @@ struct JsonPlan<'a> {
     could_beat_final: u64,
     /// Of `could_beat_final`, those whose final simulation ran over `--final-time-limit`.
     could_beat_over_limit: u64,
+    /// Final simulations run (with `final_fidelity`).
+    finals: u64,
+    /// The lowest floor of the configurations `--final-max` left unchecked (null: the stop
+    /// was exact, or only time limits left some).
+    could_beat_best_floor: Option<f64>,
     ignored: &'a [String],
     top: Vec<JsonRanked<'a>>,
 }
@@ -568,6 +597,8 @@ impl<'a> JsonPlan<'a> {
             final_fidelity: report.fidelity.name(),
             could_beat_final: report.could_beat_final,
             could_beat_over_limit: report.could_beat_over_limit,
+            finals: report.finals,
+            could_beat_best_floor: report.left_best_floor,
             ignored: &search.ignored,
             top: report
                 .top
@@ -620,6 +651,8 @@ mod tests {
             could_beat_final,
             could_beat_over_limit,
             finals_over_limit: could_beat_over_limit,
+            final_pruned: 0,
+            left_best_floor: (could_beat_final > could_beat_over_limit).then_some(16.5),
             top: Vec::new(),
             walls: Default::default(),
             fidelity: sim_core::fidelity::Fidelity::Flow,
@@ -631,6 +664,7 @@ mod tests {
         PlanOptions {
             memory_headroom: 0.1,
             final_work_budget: Some(10 * scenario::plan::FLOW_WORK_PER_SECOND),
+            final_max: Some(20),
             objective: Objective::Time,
             top: 5,
             budget: None,
@@ -641,23 +675,24 @@ mod tests {
     #[test]
     fn unchecked_names_the_limit_that_left_each_configuration_out_and_its_flag() {
         let count = unchecked(&report(513, 0), &options());
-        assert!(count.starts_with("unchecked     513 more could still beat the flow winner"), "{count}");
-        assert!(
-            count.contains(
-                "513 not simulated with flow: the final stage stops at a count, the best 14 screened"
-            ) && count.contains("--top 5")
-                && count.contains("raise --top"),
-            "{count}"
+        assert_eq!(
+            count,
+            "unchecked     513 more could still beat the flow winner (their floor, analytical time or lower \
+             bound, is below its result): 513 not checked with flow: the final stage stopped at --final-max 20 \
+             configurations checked, the best floor left 16.500 s; raise --final-max, or 0 to check every one \
+             (an exact stop)"
         );
-        assert!(!count.contains("--final-time-limit"), "{count}");
         let both = unchecked(&report(515, 2), &options());
-        assert!(both.contains("513 not simulated with flow") && both.contains("raise --top"), "{both}");
+        assert!(both.contains("513 not checked with flow") && both.contains("raise --final-max"), "{both}");
         assert!(
             both.contains("2 ran over the time limit of each final simulation, --final-time-limit 10")
                 && both.contains("raise --final-time-limit"),
             "{both}"
         );
         let time = unchecked(&report(3, 3), &options());
-        assert!(!time.contains("--top") && time.contains("--final-time-limit 10"), "{time}");
+        assert!(!time.contains("--final-max") && time.contains("--final-time-limit 10"), "{time}");
+        // --final-max below keep: the stage still checks the best keep.
+        let small = PlanOptions { final_max: Some(4), ..options() };
+        assert!(unchecked(&report(513, 0), &small).contains("--final-max 14 "));
     }
 }

@@ -92,10 +92,18 @@ impl Progress {
     }
 
     /// Enters (or stays in) `stage`, counting `unit` out of `total`: resets the count when
-    /// the stage or its total changes.
+    /// the stage or its unit changes; a new total of the same stage keeps the count.
     pub fn stage(&self, stage: &str, unit: &str, total: Option<u64>) {
         let Ok(mut state) = self.state.lock() else { return };
-        if state.stage == stage && state.unit == unit && state.total == total {
+        if state.stage == stage && state.unit == unit {
+            // A new total in the same stage (plan's final learns how many could still win):
+            // the count and the rate, so the ETA, go on.
+            if state.total != total {
+                state.total = total;
+                if let (Some(bar), Some(total)) = (&self.bar, total) {
+                    bar.set_length(total);
+                }
+            }
             return;
         }
         *state = State {

@@ -76,6 +76,11 @@ pub struct PlanOptions {
     /// budget rather than a wall-clock limit, so that the same search gives the same answer
     /// on any machine and under any load; [`FLOW_WORK_PER_SECOND`] converts seconds.
     pub final_work_budget: Option<u64>,
+    /// The most configurations the final stage checks (`--final-max`): it takes the best
+    /// `keep` screened, then, in order of their floor, every configuration whose floor is below
+    /// the winner's result, until none is left (the stop is then exact) or this many were
+    /// checked (at least `keep`). `None`: no limit.
+    pub final_max: Option<usize>,
 }
 
 /// The flow model's work (`sim_core::flow::FlowStats::work`) per second of wall time, measured
@@ -531,6 +536,13 @@ pub struct PlanReport {
     pub could_beat_over_limit: u64,
     /// Final simulations that ran over [`PlanOptions::final_work_budget`].
     pub finals_over_limit: u64,
+    /// Configurations the final stage took in floor order whose analytical score (the screen
+    /// skipped them, so it ran them then) was not below the winner: they cannot win.
+    pub final_pruned: u64,
+    /// When the final stage stopped at [`PlanOptions::final_max`] with configurations left
+    /// that could still beat the winner: the lowest of their floors (in the objective's
+    /// score). `None` when the stop is exact.
+    pub left_best_floor: Option<f64>,
     /// The best configurations, best first.
     pub top: Vec<Ranked>,
     /// Wall time of enumeration and estimates, of the screen and of the final simulations.
@@ -715,44 +727,129 @@ pub fn plan_with_progress(
     }
     let fidelity = bases[0].scenario.network.fidelity;
     let final_unit = format!("{} simulations", fidelity.name());
-    let finals_total = screened.len().min(keep) as u64;
-    let over_limit = AtomicU64::new(0);
-    let final_note = |over: u64| {
-        let limit = match options.final_work_budget {
-            Some(work) => format!("{} s each (--final-time-limit)", work / FLOW_WORK_PER_SECOND),
-            None => "no time limit (--final-time-limit 0)".to_string(),
-        };
-        format!(
-            "the best {finals_total} screened (--top {}: the best max(2 x top, top + 4)), {limit}; {over} over it",
-            options.top
-        )
-    };
-    if fidelity != Fidelity::Analytical {
-        step("final", &final_unit, 0, finals_total, &final_note(0));
-    }
-    let finished = AtomicU64::new(0);
     let screened_count = next as u64;
     let bounded_out = (valid.len() - next) as u64;
-    // Every screened configuration's analytical score: a tighter floor than its bound for the
-    // final model's (which adds contention).
-    let screen_scores: LookupMap<usize, f64> = screened.iter().map(|s| (s.1, s.0)).collect();
-    screened.truncate(keep);
     let screen_wall = started.elapsed();
 
     // The final ranking with the cluster's network model.
     let started = Instant::now();
     let mut finals = 0;
-    let mut ranked: Vec<(f64, usize, SimDuration, Summary, Fidelity, bool)> =
-        if fidelity == Fidelity::Analytical {
-            screened
-                .into_iter()
-                .map(|(s, i, b, summary)| (s, i, b, summary, Fidelity::Analytical, false))
-                .collect()
-        } else {
-            finals = screened.len() as u64;
-            let results: Vec<_> = screened
+    let mut final_pruned = 0;
+    let mut left_best_floor = None;
+    let mut ranked: Vec<(f64, usize, SimDuration, Summary, Fidelity, bool)>;
+    let could_beat_final;
+    let could_beat_over_limit;
+    if fidelity == Fidelity::Analytical {
+        screened.truncate(keep);
+        ranked = screened
+            .into_iter()
+            .map(|(s, i, b, summary)| (s, i, b, summary, Fidelity::Analytical, false))
+            .collect();
+        could_beat_final = 0;
+        could_beat_over_limit = 0;
+    } else {
+        // Every configuration that fits, in order of its floor for the final model: its
+        // analytical score when the screen ran it (the analytical network leaves contention
+        // out), else its lower bound. Those that failed the screen are left out.
+        let failed_screen: LookupSet<usize> =
+            valid.iter().take(next).map(|v| v.0).filter(|i| !screened.iter().any(|s| s.1 == *i)).collect();
+        let mut screens: LookupMap<usize, (f64, Summary)> =
+            screened.into_iter().map(|(s, i, _, summary)| (i, (s, summary))).collect();
+        let mut order: Vec<(f64, usize, SimDuration)> = valid
+            .iter()
+            .filter(|(index, _)| !failed_screen.contains(index))
+            .map(|&(index, bound)| {
+                let floor = screens.get(&index).map_or_else(|| score(&choices[index], bound), |s| s.0);
+                (floor, index, bound)
+            })
+            .collect();
+        order.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        // The first batch is the best `keep` screened; then batches of BATCH in floor order,
+        // until no floor left is below the winner (exact) or `final_max` have been checked.
+        let limit = options.final_max.map(|max| max.max(keep));
+        let over_limit = AtomicU64::new(0);
+        let mut winner = f64::INFINITY;
+        let mut taken = 0;
+        ranked = Vec::new();
+        let left = |order: &[(f64, usize, SimDuration)], taken: usize, winner: f64| {
+            order[taken..].iter().take_while(|c| c.0 < winner).count() as u64
+        };
+        let note = |taken: usize, winner: f64, over: u64, left: u64| {
+            let max = match limit {
+                Some(max) => format!("--final-max {max}"),
+                None => "no count limit (--final-max 0)".to_string(),
+            };
+            let time = match options.final_work_budget {
+                Some(work) => format!("{} s each (--final-time-limit)", work / FLOW_WORK_PER_SECOND),
+                None => "no time limit (--final-time-limit 0)".to_string(),
+            };
+            let left = if winner.is_finite() {
+                format!("{left} left could still beat the winner {winner:.4}")
+            } else {
+                format!("the best {left} screened first, no winner yet")
+            };
+            format!("{taken} checked in floor order, {left}; {max}, {time}; {over} over it")
+        };
+        let first = keep.min(order.len()) as u64;
+        step("final", &final_unit, 0, first, &note(0, winner, 0, first));
+        // Stops when none left could beat the winner; and after the first batch when no final
+        // simulation finished there (nothing to beat: every one ran over its time limit).
+        while taken < order.len() && order[taken].0 < winner && (taken == 0 || winner.is_finite()) {
+            let size = if taken == 0 { keep } else { BATCH };
+            let size = match limit {
+                Some(max) => size.min(max.saturating_sub(taken)),
+                None => size,
+            };
+            if size == 0 {
+                left_best_floor = Some(order[taken].0);
+                break;
+            }
+            let batch = &order[taken..(taken + size).min(order.len())];
+            taken += batch.len();
+            let threshold = winner;
+            // Progress for each configuration of the batch, against the count before it.
+            let checked = AtomicU64::new(taken as u64 - batch.len() as u64);
+            let before = taken - batch.len();
+            let left_before =
+                if winner.is_finite() { left(&order, before, winner) } else { batch.len() as u64 };
+            let total = before as u64 + left_before;
+            let batch_note = note(before, winner, over_limit.load(AtomicOrdering::Relaxed), left_before);
+            let jobs: Vec<_> =
+                batch.iter().map(|&(_, index, bound)| (index, bound, screens.remove(&index))).collect();
+            let results: Vec<_> = jobs
                 .into_par_iter()
-                .map(|(screen_score, index, bound, screen)| {
+                .map(|(index, bound, screen)| {
+                    // A configuration the screen skipped gets its analytical run first: a tighter
+                    // floor, and the result kept if its final simulation runs over budget.
+                    let screen = match screen {
+                        Some(screen) => Ok(screen),
+                        None => {
+                            let analytical =
+                                Override::new("simulation.fidelity", Fidelity::Analytical.name());
+                            search
+                                .scenario(&choices[index], &[analytical])
+                                .map_err(Final::Invalid)
+                                .and_then(|scenario| simulate(&scenario).map_err(Final::Simulation))
+                                .map(|outcome| {
+                                    (score(&choices[index], outcome.summary.iteration_time), outcome.summary)
+                                })
+                        }
+                    };
+                    let tick = || {
+                        let done = checked.fetch_add(1, AtomicOrdering::Relaxed) + 1;
+                        step("final", &final_unit, done, total, &batch_note);
+                    };
+                    let screen = match screen {
+                        Ok(screen) if screen.0 >= threshold => {
+                            tick();
+                            return (index, bound, Some(screen), None);
+                        }
+                        Ok(screen) => screen,
+                        Err(error) => {
+                            tick();
+                            return (index, bound, None, Some(Err(error)));
+                        }
+                    };
                     let budget: Vec<Override> = options
                         .final_work_budget
                         .map(|work| {
@@ -768,51 +865,52 @@ pub fn plan_with_progress(
                     if matches!(&result, Err(Final::Simulation(error)) if over_budget(error)) {
                         over_limit.fetch_add(1, AtomicOrdering::Relaxed);
                     }
-                    let done = finished.fetch_add(1, AtomicOrdering::Relaxed) + 1;
-                    let note = final_note(over_limit.load(AtomicOrdering::Relaxed));
-                    step("final", &final_unit, done, finals_total, &note);
-                    (screen_score, index, bound, screen, result)
+                    tick();
+                    (index, bound, Some(screen), Some(result))
                 })
                 .collect();
-            let mut ranked = Vec::new();
-            for (screen_score, index, bound, screen, result) in results {
-                match result {
-                    Ok(summary) => ranked.push((
-                        score(&choices[index], summary.iteration_time),
-                        index,
-                        bound,
-                        summary,
-                        fidelity,
-                        false,
-                    )),
-                    Err(Final::Simulation(error)) if over_budget(&error) => {
+            for (index, bound, screen, result) in results {
+                match (screen, result) {
+                    // Its analytical score is not below the winner: it cannot win.
+                    (_, None) => final_pruned += 1,
+                    (Some((screen_score, screen)), Some(Err(Final::Simulation(error))))
+                        if over_budget(&error) =>
+                    {
+                        finals += 1;
                         ranked.push((screen_score, index, bound, screen, Fidelity::Analytical, true));
                     }
-                    Err(Final::Simulation(error)) => failed.push((choices[index].label(), error.to_string())),
-                    Err(Final::Invalid(error)) => failed.push((choices[index].label(), error.to_string())),
+                    (_, Some(Ok(summary))) => {
+                        finals += 1;
+                        let result = score(&choices[index], summary.iteration_time);
+                        winner = winner.min(result);
+                        ranked.push((result, index, bound, summary, fidelity, false));
+                    }
+                    (_, Some(Err(Final::Simulation(error)))) => {
+                        finals += 1;
+                        failed.push((choices[index].label(), error.to_string()))
+                    }
+                    (_, Some(Err(Final::Invalid(error)))) => {
+                        failed.push((choices[index].label(), error.to_string()))
+                    }
                 }
             }
-            ranked
-        };
+            let left = left(&order, taken, winner);
+            let over = over_limit.load(AtomicOrdering::Relaxed);
+            step("final", &final_unit, taken as u64, taken as u64 + left, &note(taken, winner, over, left));
+        }
+        // What might still beat the winner: those the count limit left, and those whose final
+        // simulation ran over its time limit.
+        let left = if winner.is_finite() { left(&order, taken, winner) } else { 0 };
+        if left == 0 {
+            left_best_floor = None;
+        }
+        let over =
+            if winner.is_finite() { ranked.iter().filter(|r| r.5 && r.0 < winner).count() as u64 } else { 0 };
+        could_beat_final = left + over;
+        could_beat_over_limit = over;
+    }
     ranked.sort_by(|a, b| final_order((a.5, a.0, a.1), (b.5, b.0, b.1)));
     let finals_over_limit = ranked.iter().filter(|r| r.5).count() as u64;
-    let (could_beat_final, could_beat_over_limit) = match ranked.iter().find(|r| !r.5) {
-        Some(winner) if finals > 0 => {
-            let simulated: LookupSet<usize> = ranked.iter().filter(|r| !r.5).map(|r| r.1).collect();
-            let over: LookupSet<usize> = ranked.iter().filter(|r| r.5).map(|r| r.1).collect();
-            let could_beat: Vec<usize> = valid
-                .iter()
-                .filter(|&&(index, bound)| {
-                    let floor = screen_scores.get(&index).copied().unwrap_or(score(&choices[index], bound));
-                    !simulated.contains(&index) && floor < winner.0
-                })
-                .map(|&(index, _)| index)
-                .collect();
-            let over = could_beat.iter().filter(|index| over.contains(index)).count() as u64;
-            (could_beat.len() as u64, over)
-        }
-        _ => (0, 0),
-    };
     ranked.truncate(options.top.max(1));
     let final_wall = started.elapsed();
     let top = ranked
@@ -845,6 +943,8 @@ pub fn plan_with_progress(
         could_beat_final,
         could_beat_over_limit,
         finals_over_limit,
+        final_pruned,
+        left_best_floor,
         top,
         walls: [estimate_wall, screen_wall, final_wall],
         fidelity,
@@ -1168,6 +1268,7 @@ fidelity = "analytical"
             gpu_hour_price: None,
             memory_headroom: 0.1,
             final_work_budget: None,
+            final_max: None,
         }
     }
 
@@ -1266,12 +1367,28 @@ fidelity = "analytical"
         let flow = search(&fixed);
         let unlimited = plan(&flow, &options(4)).unwrap();
         assert!(unlimited.top.iter().all(|r| !r.over_time_limit && r.fidelity == Fidelity::Flow));
-        assert!(unlimited.could_beat_final <= unlimited.valid - unlimited.finals);
+        // No --final-max: the final checks every configuration whose floor is below the winner,
+        // so none is left that could beat it, and the winner is the exhaustive one.
+        assert_eq!((unlimited.could_beat_final, unlimited.left_best_floor), (0, None));
         // Simulating every valid configuration with flow leaves none unchecked.
         let everything = options(unlimited.valid as usize);
         let exhaustive = plan(&flow, &everything).unwrap();
         assert_eq!(exhaustive.finals, exhaustive.valid);
         assert_eq!(exhaustive.could_beat_final, 0);
+        let best = |r: &PlanReport| (r.top[0].choice.label(), r.top[0].summary.iteration_time);
+        assert_eq!(best(&unlimited), best(&exhaustive));
+        assert!(unlimited.finals < exhaustive.finals, "the floors pruned nothing");
+        // Stopped at --final-max (the best keep only): what is left is counted, with its best
+        // floor, which is above every floor checked.
+        let counted = plan(&flow, &PlanOptions { final_max: Some(0), ..options(4) }).unwrap();
+        assert_eq!(counted.finals + counted.final_pruned, counted.keep as u64);
+        if counted.could_beat_final > 0 {
+            assert!(
+                counted
+                    .left_best_floor
+                    .is_some_and(|floor| floor < counted.top[0].summary.iteration_time.as_secs_f64())
+            );
+        }
         // No budget at all: every final gives up and keeps its analytical result, in the
         // screen's order.
         let starved = PlanOptions { final_work_budget: Some(0), ..options(4) };
