@@ -174,7 +174,8 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
     ];
     if let Some(output) = output {
         let text = profile.to_toml(&header)?;
-        traces::atomic::write(output, &text).with_context(|| format!("writing the profile {}", output.display()))?;
+        traces::atomic::write(output, &text)
+            .with_context(|| format!("writing the profile {}", output.display()))?;
     }
     let Some(output) = output.filter(|_| !args.json) else {
         return Ok(serde_json::to_string_pretty(&profile)? + "\n");

@@ -32,7 +32,7 @@ use serde::Deserialize;
 
 const CASES: &str = include_str!("../hostile/cases.toml");
 /// Commands the catalog must cover.
-const COMMANDS: [&str; 18] = [
+const COMMANDS: [&str; 19] = [
     "run",
     "export",
     "replay",

@@ -965,6 +965,23 @@ fn validate_cluster(cluster: &ClusterSection, file: &Path) -> Result<(ClusterSpe
         network,
         host_memory: Some(host_link),
     };
+    // The work budget before the build (issue 38): each GPU adds at least its two directed
+    // links to the node's interconnect and two more towards the fabric, so a cluster of
+    // millions of GPUs is refused here instead of allocating its graph until memory runs out.
+    let gpus = u64::from(cluster.nodes).saturating_mul(u64::from(cluster.gpus_per_node));
+    sim_core::budget::check(
+        gpus.saturating_mul(4),
+        "links",
+        || "cluster.nodes".into(),
+        || {
+            format!(
+                "a cluster of {} nodes x {} GPUs (4 directed links per GPU)",
+                cluster.nodes, cluster.gpus_per_node
+            )
+        },
+        || "simulate fewer GPUs: fold the data-parallel replicas, or study a slice of the cluster".into(),
+    )
+    .map_err(|over| invalid("cluster.nodes", over.reason()))?;
     // Build once to check what only the whole shape can show (too many NICs for the fabric,
     // a routing the fabric cannot do); `parasim run` builds it again, in milliseconds.
     Topology::build(&spec).map_err(|error| {

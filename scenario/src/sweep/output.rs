@@ -370,7 +370,11 @@ fn check_row(line: &str, format: Format, columns: &[String], kinds: &[Kind]) -> 
             if line.starts_with('{') {
                 return Err("a JSON Lines row in CSV".into());
             }
-            let fields = split_csv(line)?;
+            // One reader for parasim's CSV (crate::csv_text): a row is one record.
+            let fields = match crate::csv_text::records(line)?.into_iter().next() {
+                Some((_, fields)) => fields,
+                None => return Err("an empty CSV row".into()),
+            };
             if fields.len() != columns.len() {
                 return Err(format!(
                     "{} fields where the header has {} columns",
