@@ -200,6 +200,11 @@ iterations = 4
     flat_keys(&serde_json::from_slice(&run.stdout).unwrap(), "", &mut keys);
     assert!(keys.iter().any(|(key, _)| key == "breakdown.offload_stall_s"));
     for (key, value) in &keys {
+        // The busiest-link lists are counted by `run` alone (docs/network.md: counting link bytes
+        // is off in sweeps, plan and validate, which keep their speed); they are not columns.
+        if key.starts_with("busiest_link") {
+            continue;
+        }
         assert!(columns.contains(key), "run --json prints {key}, which is no column");
         assert_eq!(&objects[1 + 3][key], value, "{key}: the sweep's row and run --json differ");
     }
@@ -340,7 +345,7 @@ fn resume_completes_a_cut_output_identically() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("12 already in the output: ran 0"));
     let output = parasim(&["sweep", EXAMPLE, "--resume", "-o", whole.to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&output.stderr).contains("not this run's"));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("is not this sweep's"));
 }
 
 /// `--resume` keeps only rows it can vouch for (issue 38: a complete but corrupt row and
@@ -377,7 +382,7 @@ fn resume_refuses_corrupt_misformatted_and_foreign_outputs() {
         (&corrupt, vec![line.as_str(), "column achieved_tflops_per_device holds \"fast\", not a number"]),
         (&json_in_csv, vec!["line 1", "holds JSON Lines, not the CSV its name asks for"]),
         (&csv_in_jsonl, vec!["line 1", "not the JSON Lines its name asks for"]),
-        (&foreign, vec!["line 1", "another sweep's output"]),
+        (&foreign, vec!["is not this sweep's", "write to a new file"]),
     ];
     for (path, needles) in cases {
         let before = read(path);
