@@ -1330,7 +1330,9 @@ fidelity = "analytical"
         let data: Override = "parallelism.data=3".parse().unwrap();
         let error = Search::new(&table, Path::new("t.toml"), &[], &[data], &[]).unwrap_err();
         assert!(
-            error.to_string().starts_with("parallelism.data=3: t.toml: key `parallelism.data`"),
+            error
+                .to_string()
+                .starts_with("parallelism.data=3: key `parallelism.data` (set by this override)"),
             "{error}"
         );
         // A batch no split divides leaves nothing.
