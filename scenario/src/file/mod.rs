@@ -580,7 +580,7 @@ impl Scenario {
     /// assert_eq!(scenario.parallelism.data, 32);
     /// let error = Scenario::from_table_with(&table, &["parallelism.dta=32".parse()?], file, &cache)
     ///     .unwrap_err();
-    /// assert!(error.to_string().starts_with("parallelism.dta=32: quickstart.toml: key `parallelism.dta`"));
+    /// assert!(error.to_string().starts_with("parallelism.dta=32: key `parallelism.dta` (set by this override)"));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn from_table_with(
