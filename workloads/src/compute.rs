@@ -707,7 +707,9 @@ fn layer_kernel_works(layer: &Layer, pass: Pass, batch: u64, dtype: Dtype) -> Ve
     let kernels: Vec<KernelPart> = layer
         .kernels(pass)
         .into_iter()
-        .filter(|part| !(part.role == KernelRole::LossCast && storage == Dtype::Fp32))
+        .filter(|part| {
+            !(matches!(part.role, KernelRole::LossCast | KernelRole::AttentionCast) && storage == Dtype::Fp32)
+        })
         .collect();
     if kernels.is_empty() {
         return vec![KernelWork::flat(layer.cost.class, storage, 0.0, 0.0)];
@@ -834,7 +836,7 @@ impl OptimizerStep {
         let fp32 = Dtype::Fp32.bytes();
         let norm = (1, fp32, 2.0);
         match (self.passes, self.low_precision_copy) {
-            (OptimizerPasses::Fused, _) => Vec::new(),
+            (OptimizerPasses::Fused | OptimizerPasses::ForLoop, _) => Vec::new(),
             (OptimizerPasses::Megatron, false) => vec![norm],
             (OptimizerPasses::Megatron, true) => vec![
                 (self.tensors.clamp(1, self.parameters.max(1)), self.gradient_bytes + fp32, 0.0),
@@ -842,6 +844,26 @@ impl OptimizerStep {
                 norm,
                 (1, fp32 + 2, 0.0),
             ],
+        }
+    }
+
+    /// The operators PyTorch's for-loop implementation runs on each parameter tensor
+    /// ([`OptimizerPasses::ForLoop`]), as bytes read and written per element, `g` the
+    /// gradient's bytes (pytorch/pytorch @ v1.13.0 : torch/optim/adamw.py
+    /// `_single_tensor_adamw`, adam.py `_single_tensor_adam`, sgd.py `_single_tensor_sgd`):
+    /// - Adam(W): `param.mul_(1 - lr * wd)` (8), `exp_avg.mul_(b1)` (8), `.add_(grad)` (8 + g),
+    ///   `exp_avg_sq.mul_(b2)` (8), `.addcmul_(grad, grad)` (8 + g), `exp_avg_sq.sqrt()` (8),
+    ///   `/ bias_correction2_sqrt` (8), `.add_(eps)` (8), `param.addcdiv_(exp_avg, denom)` (16);
+    ///   the step counter and the bias corrections are CPU scalars;
+    /// - SGD with momentum (and LARS's update): `buf.mul_(momentum)` (8), `.add_(grad)` (8 + g),
+    ///   `param.add_(buf)` (12);
+    /// - SGD: `param.add_(grad)` (8 + g).
+    pub fn for_loop_operators(&self) -> Vec<u64> {
+        let g = self.gradient_bytes;
+        match self.optimizer {
+            Optimizer::Adam => vec![8, 8, 8 + g, 8, 8 + g, 8, 8, 8, 16],
+            Optimizer::SgdMomentum | Optimizer::Lars => vec![8, 8 + g, 12],
+            Optimizer::Sgd => vec![8 + g],
         }
     }
 
@@ -895,9 +917,16 @@ impl OptimizerStep {
             bytes_per_element: 12.0,
             flops_per_element: 1.0,
         };
-        let update = if self.fused { 1 } else { self.tensors.clamp(1, self.parameters.max(1)) };
-        let mut kernels =
-            vec![over_parameters(update, self.bytes_per_parameter(), self.flops_per_parameter())];
+        let tensors = self.tensors.clamp(1, self.parameters.max(1));
+        let mut kernels = if self.passes == OptimizerPasses::ForLoop {
+            // One kernel per operator per tensor; FLOPs spread over the operators.
+            let operators = self.for_loop_operators();
+            let flops = self.flops_per_parameter() / operators.len().max(1) as f64;
+            operators.into_iter().map(|bytes| over_parameters(tensors, bytes, flops)).collect()
+        } else {
+            let update = if self.fused { 1 } else { tensors };
+            vec![over_parameters(update, self.bytes_per_parameter(), self.flops_per_parameter())]
+        };
         kernels.extend(
             self.extra_passes().into_iter().map(|(k, bytes, flops)| over_parameters(k, bytes, flops)),
         );
@@ -940,7 +969,9 @@ const LARS_SCALAR_KERNELS: u64 = 1;
 
 impl ComputeModel {
     /// Time of `step` on `device`: each of its [`OptimizerStep::kernels`] an element-wise kernel
-    /// over its equal share (each pays the launch overhead and the memory ramp).
+    /// over its equal share (each pays the launch overhead and the memory ramp); under
+    /// [`OptimizerPasses::ForLoop`] each kernel takes at least the host's time to issue it
+    /// ([`ComputeModel::host_cost_per_kernel`]).
     pub fn optimizer_step_duration(
         &self,
         device: &Device,
@@ -949,6 +980,13 @@ impl ComputeModel {
         if step.parameters == 0 {
             return Ok(SimDuration::ZERO);
         }
+        // A for-loop step issues one small kernel per operator and tensor from the host: each
+        // takes at least the host's time to issue it (the GPU waits for the next launch).
+        let issue = if step.passes == OptimizerPasses::ForLoop {
+            self.host_cost_per_kernel().as_secs_f64()
+        } else {
+            0.0
+        };
         let mut seconds = 0.0;
         for pass in step.kernels() {
             let per_kernel = pass.elements as f64 / pass.kernels as f64;
@@ -958,7 +996,7 @@ impl ComputeModel {
                 pass.flops_per_element * per_kernel,
                 pass.bytes_per_element * per_kernel,
             );
-            seconds += self.work_duration(device, &work)?.as_secs_f64() * pass.kernels as f64;
+            seconds += self.work_duration(device, &work)?.as_secs_f64().max(issue) * pass.kernels as f64;
         }
         SimDuration::from_secs_f64(seconds).map_err(ComputeError::Duration)
     }
@@ -2474,6 +2512,48 @@ mod tests {
             model.optimizer_step_duration(a100(), &OptimizerStep { parameters: 0, ..adam }).unwrap(),
             SimDuration::ZERO
         );
+    }
+
+    /// PyTorch's for-loop AdamW (`_single_tensor_adamw`): nine operators per tensor, 88 bytes
+    /// per parameter with fp32 gradients; on many small tensors each kernel waits for the host
+    /// to issue it, on few large ones the step streams memory.
+    #[test]
+    fn for_loop_adam_runs_nine_kernels_per_tensor_at_the_hosts_pace() {
+        let model = ComputeModel::default();
+        let adam = OptimizerStep {
+            gradient_bytes: 4,
+            low_precision_copy: false,
+            passes: OptimizerPasses::ForLoop,
+            ..mixed_precision_adam()
+        };
+        let operators = adam.for_loop_operators();
+        assert_eq!(operators.len(), 9);
+        assert_eq!(operators.iter().sum::<u64>(), 88);
+        let kernels = adam.kernels();
+        assert_eq!(kernels.iter().map(|k| k.kernels).sum::<u64>(), 9 * 400);
+        // 1 B parameters in 400 tensors (2.5 M elements a kernel): each operator's kernel
+        // streams its bytes and pays the launch and the memory ramp (4 us + 1.25 us), or waits
+        // for the host's 18.5 us where that is longer (the 8-byte operators: 17.5 us).
+        let looped = model.optimizer_step_duration(a100(), &adam).unwrap().as_secs_f64();
+        let host = model.host_cost_per_kernel().as_secs_f64();
+        let expected: f64 = operators
+            .iter()
+            .map(|&bytes| 400.0 * (bytes as f64 * 2.5e6 / (2039e9 * 0.8) + 5.25e-6).max(host))
+            .sum();
+        assert!((looped - expected).abs() < 1e-3 * expected, "{looped} vs {expected}");
+        let fused = model.optimizer_step_duration(a100(), &mixed_precision_adam()).unwrap().as_secs_f64();
+        assert!(looped > 2.0 * fused, "{looped} vs {fused}");
+        // 124 M parameters in 148,000 tensors: 840 elements a kernel, each one host issue.
+        let tiny = OptimizerStep { parameters: 124_000_000, tensors: 148_000, ..adam };
+        let seconds = model.optimizer_step_duration(a100(), &tiny).unwrap().as_secs_f64();
+        let issued = 9.0 * 148_000.0 * model.host_cost_per_kernel().as_secs_f64();
+        assert!((seconds - issued).abs() < 1e-9 * issued.max(1.0) + 1e-6, "{seconds} vs {issued}");
+        // Under CUDA graphs nothing is issued per kernel: the GPU time alone.
+        let graphed = ComputeModel { cuda_graphs: true, ..ComputeModel::default() };
+        assert!(graphed.optimizer_step_duration(a100(), &tiny).unwrap().as_secs_f64() < seconds);
+        // SGD with momentum: three operators, 8 + 12 + 12 bytes.
+        let sgd = OptimizerStep { optimizer: Optimizer::SgdMomentum, ..adam };
+        assert_eq!(sgd.for_loop_operators(), vec![8, 12, 12]);
     }
 
     /// LARS on ResNet-50 in mixed precision: the momentum update's fused kernel (as SGD with

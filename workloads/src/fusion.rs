@@ -25,7 +25,7 @@
 
 use std::fmt;
 
-use crate::layer::{Activation, Layer, LayerCost, LayerKind, Traffic};
+use crate::layer::{Activation, AttentionKernel, Layer, LayerCost, LayerKind, LossKernels, Pass, Traffic};
 
 /// Which normalization kernels run fused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -37,17 +37,26 @@ pub enum Fusion {
     /// before a residual add that a ReLU follows is one kernel with the add and the ReLU
     /// (MXNet's `BatchNorm(act_type='relu')` and `BatchNormAddRelu`).
     BnRelu,
+    /// TorchInductor (`torch.compile`): the element-wise chain of an attention written as
+    /// separate operators ([`AttentionKernel::Math`]: scale, mask, autocast's casts, softmax,
+    /// dropout) runs as one kernel between the two products, priced as
+    /// [`AttentionKernel::Standard`]'s fused softmax; PyTorch's autocast cross-entropy
+    /// ([`LossKernels::Torch`]) runs as [`LossKernels::Fused`]. Inductor's other fusions (a
+    /// bias or activation into its neighbours, a residual add into the next norm) are not
+    /// modelled: the zoo's layers already run those as one kernel each.
+    Inductor,
 }
 
 impl Fusion {
     /// Every mode, in the order messages list them.
-    pub const ALL: [Fusion; 2] = [Fusion::None, Fusion::BnRelu];
+    pub const ALL: [Fusion; 3] = [Fusion::None, Fusion::BnRelu, Fusion::Inductor];
 
     /// The scenario spelling.
     pub fn name(self) -> &'static str {
         match self {
             Fusion::None => "none",
             Fusion::BnRelu => "bn-relu",
+            Fusion::Inductor => "inductor",
         }
     }
 
@@ -59,8 +68,10 @@ impl Fusion {
     /// it to each rank's local layers (`strategy::emit`), whose costs it prices. Returns the
     /// number of kernels fused away.
     pub fn apply<'l>(self, layers: impl IntoIterator<Item = &'l mut Layer>) -> usize {
-        if self == Fusion::None {
-            return 0;
+        match self {
+            Fusion::None => return 0,
+            Fusion::Inductor => return layers.into_iter().map(inductor).sum(),
+            Fusion::BnRelu => {}
         }
         let mut layers: Vec<&mut Layer> = layers.into_iter().collect();
         let mut removed = 0;
@@ -105,6 +116,48 @@ impl std::str::FromStr for Fusion {
             format!("unknown fusion {name:?}; valid: {}", valid.join(", "))
         })
     }
+}
+
+/// TorchInductor's rewrite of one layer: a math attention core ([`fuse_math_attention`]), or
+/// PyTorch's autocast cross-entropy ([`LossKernels::Torch`]: the casts, `log_softmax` and
+/// `nll_loss` become one reduction each way, [`LossKernels::Fused`]). Returns the forward
+/// kernels fused away.
+fn inductor(layer: &mut Layer) -> usize {
+    if let LayerKind::CrossEntropy { kernels: LossKernels::Torch } = layer.kind {
+        let kind = LayerKind::CrossEntropy { kernels: LossKernels::Fused };
+        let Ok(fused) = Layer::new(layer.name.clone(), kind, layer.input.clone()) else {
+            return 0;
+        };
+        let before = layer.kernels(Pass::Forward).len();
+        layer.kind = fused.kind;
+        layer.cost = LayerCost { activation_elements: layer.cost.activation_elements, ..fused.cost };
+        return before.saturating_sub(layer.kernels(Pass::Forward).len());
+    }
+    fuse_math_attention(layer)
+}
+
+/// Rewrites a math attention core ([`AttentionKernel::Math`]) into the fused chain TorchInductor
+/// generates: its kind becomes [`AttentionKernel::Standard`] (the products, one fused
+/// softmax, the dropout) and its cost that kind's, keeping the activations the unfused core
+/// kept (memory is unchanged, as for the other fusions). Returns the forward kernels fused
+/// away; 0 for any other layer.
+fn fuse_math_attention(layer: &mut Layer) -> usize {
+    let LayerKind::Attention { heads, kv_heads, causal, implementation: AttentionKernel::Math, dropout } =
+        layer.kind
+    else {
+        return 0;
+    };
+    let kind =
+        LayerKind::Attention { heads, kv_heads, causal, implementation: AttentionKernel::Standard, dropout };
+    // The same input and head counts built this core already: the standard one cannot fail.
+    let Ok(fused) = Layer::new(layer.name.clone(), kind, layer.input.clone()) else {
+        return 0;
+    };
+    let before = layer.kernels(Pass::Forward).len();
+    let kept = layer.cost.activation_elements;
+    layer.kind = fused.kind;
+    layer.cost = LayerCost { activation_elements: kept, ..fused.cost };
+    before.saturating_sub(layer.kernels(Pass::Forward).len())
 }
 
 fn is_relu(layer: &Layer) -> bool {
@@ -186,8 +239,53 @@ mod tests {
         }
         assert_eq!(
             "norm-conv".parse::<Fusion>().unwrap_err(),
-            "unknown fusion \"norm-conv\"; valid: none, bn-relu"
+            "unknown fusion \"norm-conv\"; valid: none, bn-relu, inductor"
         );
+    }
+
+    #[test]
+    fn inductor_runs_a_math_attentions_chain_as_the_fused_softmax() {
+        use crate::layer::{AttentionKernel, Shape};
+        let attention = |implementation| {
+            let kind = LayerKind::Attention {
+                heads: 12,
+                kv_heads: 12,
+                causal: true,
+                implementation,
+                dropout: false,
+            };
+            Layer::new("attn", kind, Shape::from([1024, 3 * 768])).unwrap()
+        };
+        let standard = attention(AttentionKernel::Standard);
+        let mut layers = vec![
+            attention(AttentionKernel::Math),
+            Layer::new("add", LayerKind::Add, Shape::from([1024, 768])).unwrap(),
+        ];
+        let kept = layers[0].cost.activation_elements;
+        // Scale, mask, two casts and the softmax become one kernel: four fewer forward.
+        assert_eq!(Fusion::Inductor.apply(&mut layers), 4);
+        for pass in Pass::ALL {
+            assert_eq!(layers[0].kernels(pass), standard.kernels(pass), "{pass:?}");
+        }
+        assert_eq!(layers[0].cost.activation_elements, kept);
+        // Nothing else is touched, and a second pass finds nothing to fuse.
+        assert_eq!(layers[1].kind, LayerKind::Add);
+        assert_eq!(Fusion::Inductor.apply(&mut layers), 0);
+        // PyTorch's autocast cross-entropy becomes the fused loss: three kernels to one.
+        let loss = |kernels| {
+            Layer::new("loss", LayerKind::CrossEntropy { kernels }, Shape::from([1024, 50257])).unwrap()
+        };
+        let mut losses = vec![loss(LossKernels::Torch)];
+        assert_eq!(Fusion::Inductor.apply(&mut losses), 2);
+        assert_eq!(
+            losses[0].kernels(Pass::BackwardData),
+            loss(LossKernels::Fused).kernels(Pass::BackwardData)
+        );
+        // Inductor leaves a ResNet's batch norms alone (that is `bn-relu`'s job).
+        let mut model = crate::family::resnet50();
+        let before = model.layers.clone();
+        assert_eq!(Fusion::Inductor.apply(&mut model.layers), 0);
+        assert_eq!(model.layers, before);
     }
 
     #[test]

@@ -159,17 +159,26 @@ pub enum LossKernels {
     /// whatever the compute dtype; in fp32 the casts do not run (`Tensor.float()` returns the
     /// tensor itself).
     Megatron,
+    /// PyTorch's `F.cross_entropy` as eager PyTorch runs it under `torch.autocast` in half
+    /// precision (`cross_entropy_loss` is on autocast's fp32 list): forward the cast of the
+    /// logits to fp32, `log_softmax` and `nll_loss` (the labels' pick); backward
+    /// `nll_loss_backward` (a zero-filled fp32 gradient, the labels' entries scattered in),
+    /// `log_softmax_backward` and the cast back to the compute dtype. In fp32 the casts do not
+    /// run. A compiler that fuses reductions (`compute.fusion = "inductor"`) runs it as
+    /// [`LossKernels::Fused`].
+    Torch,
 }
 
 impl LossKernels {
     /// Every value, for error messages.
-    pub const ALL: [LossKernels; 2] = [LossKernels::Fused, LossKernels::Megatron];
+    pub const ALL: [LossKernels; 3] = [LossKernels::Fused, LossKernels::Megatron, LossKernels::Torch];
 
     /// The name used in model files.
     pub const fn name(self) -> &'static str {
         match self {
             LossKernels::Fused => "fused",
             LossKernels::Megatron => "megatron",
+            LossKernels::Torch => "torch",
         }
     }
 
@@ -192,6 +201,13 @@ pub enum AttentionKernel {
     /// One fused kernel (FlashAttention): scores stay on chip, only the output and the
     /// per-row log-sum-exp are written; the backward recomputes `Q K^T`.
     Flash,
+    /// The attention written as separate PyTorch operators, as nanoGPT's `model.py` writes it:
+    /// `q @ k.transpose(-2, -1)`, `* scale`, `masked_fill`, `F.softmax`, dropout, `att @ v`.
+    /// Eager PyTorch runs each as a kernel of its own, and under `torch.autocast` in half
+    /// precision the softmax runs in fp32 between two casts (softmax is on autocast's fp32
+    /// list); a compiler that fuses element-wise chains (`compute.fusion = "inductor"`) runs
+    /// the chain between the two products as one kernel, as [`AttentionKernel::Standard`].
+    Math,
 }
 
 impl AttentionKernel {
@@ -200,6 +216,7 @@ impl AttentionKernel {
         match self {
             AttentionKernel::Standard => "standard",
             AttentionKernel::Flash => "flash",
+            AttentionKernel::Math => "math",
         }
     }
 }
@@ -707,13 +724,21 @@ pub enum KernelRole {
     /// The matrix products of an attention core (`Q K^T` and `P V`, or their gradients).
     AttentionProducts,
     /// The scale, causal mask and softmax of an attention core (Megatron-LM's fused
-    /// `scaled_upper_triang_masked_softmax`), or its backward.
+    /// `scaled_upper_triang_masked_softmax`; the softmax alone in a math core), or its
+    /// backward.
     AttentionSoftmax,
     /// Dropout on the attention probabilities, or its backward.
     AttentionDropout,
     /// A cast of the logits to fp32 before a loss computed in fp32, or of their gradient back
     /// to the compute dtype: it does not run when the compute dtype is fp32.
     LossCast,
+    /// Autocast's cast of the attention scores to fp32 before the softmax, or of the
+    /// probabilities back to the compute dtype for `P V` (and the casts of their gradients):
+    /// it does not run when the compute dtype is fp32.
+    AttentionCast,
+    /// One element-wise operator of an attention written as separate operators
+    /// ([`AttentionKernel::Math`]): the scale or the causal mask, or its backward.
+    AttentionElementwise,
     /// One of the kernels of a loss computed as several ([`LossKernels::Megatron`]).
     Loss,
 }
@@ -969,6 +994,30 @@ impl Layer {
         Layer::new(name, LayerKind::Add, left)
     }
 
+    /// The parameter tensors the layer owns (`nn.Parameter`s: a weight and its bias count two;
+    /// a tied output layer owns only its bias): what an optimizer looping over tensors visits.
+    /// 0 for a layer without parameters.
+    pub fn parameter_tensors(&self) -> u64 {
+        if self.cost.params == 0 {
+            return 0;
+        }
+        let with_bias = |bias: bool| 1 + u64::from(bias);
+        match &self.kind {
+            LayerKind::Conv { bias, .. }
+            | LayerKind::ConvTranspose { bias, .. }
+            | LayerKind::Linear { bias, .. }
+            | LayerKind::LayerNorm { bias, .. } => with_bias(*bias),
+            LayerKind::TiedLinear { bias, .. } => u64::from(*bias),
+            // Scale and shift.
+            LayerKind::BatchNorm => 2,
+            // Each expert's two (or, gated, three) projections, with their biases.
+            LayerKind::MoeExperts { experts, gated, bias, .. } => {
+                experts.saturating_mul(2 + u64::from(*gated)).saturating_mul(with_bias(*bias))
+            }
+            _ => 1,
+        }
+    }
+
     /// Multiply-accumulates per sample of the layer's matrix products (see
     /// [`LayerCost::macs`]).
     pub fn macs(&self) -> f64 {
@@ -976,15 +1025,16 @@ impl Layer {
     }
 
     /// The kernels `pass` runs, in order: one ([`KernelRole::Whole`], the layer's cost) for
-    /// every layer but a standard attention core, which runs its products, its softmax and its
-    /// dropout as kernels of their own (none for a pass without work). Their FLOPs and traffic
-    /// add up to [`LayerCost`]'s.
+    /// every layer but a standard or math attention core, which runs its products, its softmax
+    /// and its dropout (a math core also its scale, mask and autocast casts) as kernels of their
+    /// own (none for a pass without work). Their FLOPs and compute-dtype traffic add up to
+    /// [`LayerCost`]'s; a math core's fp32 traffic is in [`KernelPart::fp32_traffic`] only.
     pub fn kernels(&self, pass: Pass) -> Vec<KernelPart> {
         if let LayerKind::Attention {
             heads,
             kv_heads,
             causal,
-            implementation: AttentionKernel::Standard,
+            implementation: implementation @ (AttentionKernel::Standard | AttentionKernel::Math),
             dropout,
         } = self.kind
             && let Ok((_, AttentionCost { parts: Some(mut parts), .. })) =
@@ -993,7 +1043,7 @@ impl Layer {
                     heads,
                     kv_heads,
                     causal,
-                    AttentionKernel::Standard,
+                    implementation,
                     dropout,
                 )
         {
@@ -1004,11 +1054,16 @@ impl Layer {
             };
             return std::mem::take(&mut parts[index]);
         }
-        if let LayerKind::CrossEntropy { kernels: LossKernels::Megatron } = self.kind
+        if let LayerKind::CrossEntropy { kernels: kernels @ (LossKernels::Megatron | LossKernels::Torch) } =
+            self.kind
             && let Some(&classes) = self.input.0.last()
             && classes > 0
         {
-            return megatron_loss_kernels(self.input.elements(), classes, pass);
+            return if kernels == LossKernels::Megatron {
+                megatron_loss_kernels(self.input.elements(), classes, pass)
+            } else {
+                torch_loss_kernels(self.input.elements(), classes, pass)
+            };
         }
         let cost = &self.cost;
         let whole = KernelPart {
@@ -1066,6 +1121,45 @@ fn megatron_loss_kernels(logits: u64, classes: u64, pass: Pass) -> Vec<KernelPar
         Pass::BackwardData => vec![
             // Multiply the saved softmax (one-hot already subtracted) by the loss gradient.
             part(loss, OpClass::Elementwise, n, 0, 2 * logits + rows),
+            // Read it in fp32, write it in the compute dtype.
+            part(cast, OpClass::Elementwise, 0.0, logits, logits),
+        ],
+        Pass::BackwardWeight => Vec::new(),
+    }
+}
+
+/// The kernels of `pass` of PyTorch's `F.cross_entropy` under autocast
+/// ([`LossKernels::Torch`]) over `logits` elements per sample in rows of `classes`
+/// (pytorch/pytorch aten/src/ATen/native/LossNLL.cpp `cross_entropy_loss` =
+/// `nll_loss(log_softmax(x))`; the fp32 cast is autocast's, aten/src/ATen/autocast_mode.cpp).
+fn torch_loss_kernels(logits: u64, classes: u64, pass: Pass) -> Vec<KernelPart> {
+    let rows = logits / classes;
+    let n = logits as f64;
+    let elements = |per_sample| Traffic { per_sample, per_batch: 0 };
+    let part = |role, class, flops, traffic: u64, fp32_traffic: u64| KernelPart {
+        role,
+        class,
+        flops,
+        traffic: elements(traffic),
+        fp32_traffic: elements(fp32_traffic),
+        mask_bytes: 0,
+    };
+    let (cast, loss) = (KernelRole::LossCast, KernelRole::Loss);
+    match pass {
+        Pass::Forward => vec![
+            // Read the logits, write them in fp32.
+            part(cast, OpClass::Elementwise, 0.0, logits, logits),
+            // log_softmax: read them, write the log-probabilities (max, exp, sum, log, subtract).
+            part(loss, OpClass::Reduction, 5.0 * n, 0, 2 * logits),
+            // nll_loss: one log-probability per row picked and averaged.
+            part(loss, OpClass::Reduction, rows as f64, 0, 2 * rows),
+        ],
+        Pass::BackwardData => vec![
+            // nll_loss_backward: a zero-filled fp32 gradient, one entry per row written.
+            part(loss, OpClass::Elementwise, 0.0, 0, logits + rows),
+            // log_softmax_backward: read the gradient and the log-probabilities, write the
+            // logits' gradient (exp, sum, multiply-subtract).
+            part(loss, OpClass::Reduction, 2.0 * n, 0, 3 * logits),
             // Read it in fp32, write it in the compute dtype.
             part(cast, OpClass::Elementwise, 0.0, logits, logits),
         ],

@@ -600,6 +600,20 @@ impl MemoryPlan<'_> {
                 }
                 saved
             }
+            LayerKind::Attention { implementation: AttentionKernel::Math, heads, .. } => {
+                let mut saved = keeps_input(width);
+                if self.recompute != Recompute::None {
+                    saved.truncate(1);
+                } else if width < 4 {
+                    // Under autocast in half precision the fp32 softmax keeps its fp32 output
+                    // for its backward beside the half copy `att @ v` keeps: 4 bytes more per
+                    // score (torch/csrc/autograd: softmax's backward reads its result).
+                    let tokens = layer.input.0.first().copied().unwrap_or(0);
+                    let scores = heads.saturating_mul(tokens).saturating_mul(tokens);
+                    saved.push(tensor(None, scores, 4));
+                }
+                saved
+            }
             LayerKind::Attention { implementation: AttentionKernel::Flash, .. } => {
                 let from_input = kept.min(elements_in);
                 let from_output = (kept - from_input).min(elements_out);
@@ -764,7 +778,10 @@ impl MemoryPlan<'_> {
                 .filter(|&index| {
                     matches!(
                         layers[index].kind,
-                        LayerKind::Attention { implementation: AttentionKernel::Standard, .. }
+                        LayerKind::Attention {
+                            implementation: AttentionKernel::Standard | AttentionKernel::Math,
+                            ..
+                        }
                     )
                 })
                 .map(|index| index..index + 1)

@@ -654,7 +654,11 @@ fn step<'t>(fields: &mut Fields<'t>, kind: &str, input: &Shape) -> Result<Step<'
         "cross-entropy" => Step::Layer(LayerKind::CrossEntropy {
             kernels: fields.choice(
                 "kernels",
-                &[("fused", LossKernels::Fused), ("megatron", LossKernels::Megatron)],
+                &[
+                    ("fused", LossKernels::Fused),
+                    ("megatron", LossKernels::Megatron),
+                    ("torch", LossKernels::Torch),
+                ],
                 LossKernels::Fused,
             )?,
         }),
@@ -684,7 +688,11 @@ fn step<'t>(fields: &mut Fields<'t>, kind: &str, input: &Shape) -> Result<Step<'
                 causal: fields.boolean("causal", false)?,
                 implementation: fields.choice(
                     "implementation",
-                    &[("standard", AttentionKernel::Standard), ("flash", AttentionKernel::Flash)],
+                    &[
+                        ("standard", AttentionKernel::Standard),
+                        ("flash", AttentionKernel::Flash),
+                        ("math", AttentionKernel::Math),
+                    ],
                     AttentionKernel::Standard,
                 )?,
                 dropout: match fields.float("dropout")? {

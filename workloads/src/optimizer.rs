@@ -93,17 +93,28 @@ pub enum OptimizerPasses {
     /// and is left out. Without a low-precision copy (fp32 training, Megatron's
     /// `FP32Optimizer`) only the norm runs besides the step.
     Megatron,
+    /// PyTorch's for-loop ("single-tensor") implementation of `torch.optim`, the default of
+    /// SGD, Adam and AdamW on CUDA until early 2023 (pytorch/pytorch#92306, 2023-01-17, and
+    /// #95862, 2023-03-02, made the multi-tensor `foreach` implementation the default, for
+    /// `nn.Parameter`s only from the second): every parameter tensor runs the update rule's
+    /// operators one at a time, each a kernel of its own over that tensor
+    /// ([`OptimizerStep::kernels`]), and the host issues each, so a model of many small tensors
+    /// steps at the host's pace. The parameters are updated in place in their own dtype: no
+    /// low-precision copy is written.
+    ForLoop,
 }
 
 impl OptimizerPasses {
     /// Every value, for error messages.
-    pub const ALL: [OptimizerPasses; 2] = [OptimizerPasses::Fused, OptimizerPasses::Megatron];
+    pub const ALL: [OptimizerPasses; 3] =
+        [OptimizerPasses::Fused, OptimizerPasses::Megatron, OptimizerPasses::ForLoop];
 
     /// The name used in scenario files.
     pub fn name(self) -> &'static str {
         match self {
             OptimizerPasses::Fused => "fused",
             OptimizerPasses::Megatron => "megatron",
+            OptimizerPasses::ForLoop => "for-loop",
         }
     }
 }

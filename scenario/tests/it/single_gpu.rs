@@ -244,7 +244,8 @@ fn megatron_scenarios_name_their_optimizer_passes() {
     let scenario = Scenario::parse(&text, &path).unwrap();
     assert_eq!(scenario.optimizer_passes, OptimizerPasses::Megatron);
     assert_eq!(scenario.gradient_accumulation, workloads::GradientAccumulation::Add);
-    for (key, valid) in [("optimizer-passes", "fused, megatron"), ("gradient-accumulation", "in-kernel, add")]
+    for (key, valid) in
+        [("optimizer-passes", "fused, megatron, for-loop"), ("gradient-accumulation", "in-kernel, add")]
     {
         let broken = format!("{text}\n[compute]\n{key} = \"apex\"\n");
         let error = Scenario::parse(&broken, &path).unwrap_err().to_string();

@@ -138,7 +138,13 @@ impl<'s> Plan<'s> {
             let parameters = layers().map(|index| local[index].layer.cost.params).sum::<u64>()
                 + if stage + 1 == p.pipeline { tied_embedding } else { 0 };
             let held = if p.zero >= 1 { parameters.div_ceil(u64::from(sync_ranks)) } else { parameters };
-            let tensors = layers().filter(|&index| local[index].layer.cost.params > 0).count() as u64;
+            // A for-loop optimizer visits every parameter tensor (a weight and its bias); the
+            // other steps' per-tensor passes count the layers with parameters.
+            let tensors = if strategy.optimizer_passes == workloads::optimizer::OptimizerPasses::ForLoop {
+                layers().map(|index| local[index].layer.parameter_tensors()).sum::<u64>()
+            } else {
+                layers().filter(|&index| local[index].layer.cost.params > 0).count() as u64
+            };
             let (step, step_flops) = strategy.optimizer_step(held, tensors)?;
             // In fp8, the first micro-batch's forward casts the updated weights to fp8 (kept
             // for the others): once per iteration, on the same stream, priced with the step.

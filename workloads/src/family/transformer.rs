@@ -384,7 +384,8 @@ pub struct Gpt {
     /// Key/value heads (grouped-query attention). Default: `heads`.
     #[serde(default)]
     pub kv_heads: Option<u64>,
-    /// `"standard"` (default, as Megatron-LM's 2021 runs) or `"flash"`.
+    /// `"standard"` (default, as Megatron-LM's 2021 runs), `"flash"` or `"math"` (separate
+    /// PyTorch operators, as nanoGPT writes it).
     #[serde(default)]
     pub attention: Option<String>,
     /// Dropout layers at all: `false` removes both kinds whatever their probabilities.
@@ -524,7 +525,7 @@ pub struct Bert {
     /// Feed-forward hidden size. Default `4h`.
     #[serde(default)]
     pub ffn_hidden: Option<u64>,
-    /// `"standard"` (default) or `"flash"`.
+    /// `"standard"` (default), `"flash"` or `"math"`.
     #[serde(default)]
     pub attention: Option<String>,
 }
@@ -586,7 +587,7 @@ pub struct Llama {
     pub sequence: u64,
     /// Vocabulary.
     pub vocabulary: u64,
-    /// `"flash"` (default) or `"standard"`.
+    /// `"flash"` (default), `"standard"` or `"math"`.
     #[serde(default)]
     pub attention: Option<String>,
     /// Output layer tied to the embeddings. Default false.
@@ -671,10 +672,11 @@ fn attention_kernel(
         None => Ok(default),
         Some("standard") => Ok(AttentionKernel::Standard),
         Some("flash") => Ok(AttentionKernel::Flash),
+        Some("math") => Ok(AttentionKernel::Math),
         Some(other) => Err(invalid(
             name,
             &format!("{family}.attention"),
-            format!("{other:?}; use \"standard\" or \"flash\""),
+            format!("{other:?}; use \"standard\", \"flash\" or \"math\""),
         )),
     }
 }

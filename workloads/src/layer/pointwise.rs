@@ -175,6 +175,17 @@ impl Checker<'_> {
             // then max 1, sub 2, exp 2, sum 1, div 2 per logit forward (one FLOP each but the
             // cast's), multiply 2 and cast 2 backward; the fp32 parts' elements count 4 bytes
             // whatever the compute dtype when the compute model prices the kernels.
+            // The sums of torch_loss_kernels' parts: cast 2, log_softmax 2, the pick 2 per
+            // row forward; the zero-filled gradient 1 (+ 1 per row), log_softmax's backward 3
+            // and the cast 2 backward.
+            LossKernels::Torch => LayerCost {
+                forward_flops: 5.0 * n + rows as f64,
+                backward_data_flops: 2.0 * n,
+                forward_traffic: Traffic { per_sample: 4 * elements_in + 2 * rows, per_batch: 0 },
+                backward_data_traffic: Traffic { per_sample: 6 * elements_in + rows, per_batch: 0 },
+                activation_elements: elements_in,
+                ..LayerCost::free(OpClass::Reduction)
+            },
             LossKernels::Megatron => LayerCost {
                 forward_flops: 5.0 * n,
                 backward_data_flops: n,

@@ -311,6 +311,112 @@ impl Checker<'_> {
                     self.sum("the saved activations", &saved)?,
                 )
             }
+            AttentionKernel::Math => {
+                // nanoGPT's CausalSelfAttention (karpathy/nanoGPT @ 5a725d90 : model.py) under
+                // eager PyTorch: every operator is a kernel, and under torch.autocast in half
+                // precision `F.softmax` runs in fp32 (softmax is on autocast's fp32 list, as is
+                // its backward), so the scores are cast up before it and the probabilities back
+                // down for `att @ v` (autocast casts `bmm`'s inputs to the half dtype). Dropout,
+                // when the model has it, acts on the fp32 probabilities. In fp32 the casts do
+                // not run (KernelRole::AttentionCast) and every fp32 term is the compute dtype.
+                let part32 = |role, class, flops, traffic: &[(u64, u64)], fp32: &[(u64, u64)], mask_bytes| {
+                    Ok::<_, LayerError>(KernelPart {
+                        role,
+                        class,
+                        flops,
+                        traffic: Traffic { per_sample: self.sum("the traffic", traffic)?, per_batch: 0 },
+                        fp32_traffic: Traffic { per_sample: self.sum("the traffic", fp32)?, per_batch: 0 },
+                        mask_bytes,
+                    })
+                };
+                let (cast, elementwise) = (KernelRole::AttentionCast, KernelRole::AttentionElementwise);
+                let mut forward = vec![
+                    // Q K^T and P V: read Q, K, V, write S, read P (half), write O.
+                    part(
+                        KernelRole::AttentionProducts,
+                        OpClass::Gemm,
+                        product_flops,
+                        traffic(&[(1, qkv), (2, full), (1, out)])?,
+                        0,
+                    ),
+                    // `* (1 / sqrt(d))`: read S, write it scaled.
+                    part(elementwise, OpClass::Elementwise, n, traffic(&[(2, full)])?, 0),
+                    // `masked_fill(bias == 0, -inf)`: read S, write it masked (the broadcast
+                    // T x T mask is read once per kernel, not per score: not counted).
+                    part(elementwise, OpClass::Elementwise, n, traffic(&[(2, full)])?, 0),
+                    // Autocast's cast of S to fp32.
+                    part32(cast, OpClass::Elementwise, 0.0, &[(1, full)], &[(1, full)], 0)?,
+                    // The softmax in fp32: max, exponentials, sum and division (3 per score).
+                    part32(
+                        KernelRole::AttentionSoftmax,
+                        OpClass::Normalization,
+                        3.0 * n,
+                        &[],
+                        &[(2, full)],
+                        0,
+                    )?,
+                ];
+                // Q K^T's and P V's four gradient products: read dO twice, P, dS twice, Q, K,
+                // V; write dP, dQ, dK, dV.
+                let mut backward = vec![
+                    part(
+                        KernelRole::AttentionProducts,
+                        OpClass::Gemm,
+                        2.0 * product_flops,
+                        traffic(&[(2, qkv), (4, full), (2, out)])?,
+                        0,
+                    ),
+                    // dP back to fp32 (the backward of the cast down).
+                    part32(cast, OpClass::Elementwise, 0.0, &[(1, full)], &[(1, full)], 0)?,
+                ];
+                if dropout {
+                    // On the fp32 probabilities: read them, write the dropped ones and the mask;
+                    // backward: read the gradient and the mask, write the gradient.
+                    forward.push(part32(
+                        KernelRole::AttentionDropout,
+                        OpClass::Elementwise,
+                        2.0 * n,
+                        &[],
+                        &[(2, full)],
+                        full,
+                    )?);
+                    backward.push(part32(
+                        KernelRole::AttentionDropout,
+                        OpClass::Elementwise,
+                        n,
+                        &[],
+                        &[(2, full)],
+                        full,
+                    )?);
+                }
+                // The probabilities cast down for P V.
+                forward.push(part32(cast, OpClass::Elementwise, 0.0, &[(1, full)], &[(1, full)], 0)?);
+                backward.extend([
+                    // The softmax's backward in fp32: read dP and P, write dS (3 per score).
+                    part32(
+                        KernelRole::AttentionSoftmax,
+                        OpClass::Normalization,
+                        3.0 * n,
+                        &[],
+                        &[(3, full)],
+                        0,
+                    )?,
+                    // dS back to the compute dtype (the backward of the cast up).
+                    part32(cast, OpClass::Elementwise, 0.0, &[(1, full)], &[(1, full)], 0)?,
+                    // masked_fill's backward (the gradient masked with zeros) and the scale's.
+                    part(elementwise, OpClass::Elementwise, n, traffic(&[(2, full)])?, 0),
+                    part(elementwise, OpClass::Elementwise, n, traffic(&[(2, full)])?, 0),
+                ]);
+                // Q, K, V and the probabilities as `att @ v` saw them; the fp32 softmax output
+                // autocast keeps beside them is the memory model's (memory.rs).
+                let saved = if dropout { [(1, qkv), (3, full)] } else { [(1, qkv), (1, full)] };
+                AttentionCost::of_parts(
+                    macs as f64,
+                    forward,
+                    backward,
+                    self.sum("the saved activations", &saved)?,
+                )
+            }
             AttentionKernel::Flash => {
                 // Dropout runs on chip: the mask is drawn from the random state and never
                 // stored (the backward draws it again).

@@ -566,3 +566,118 @@ fn megatron_loss_runs_in_fp32_as_several_kernels() {
     assert_eq!(fused.kernels(Pass::Forward).len(), 1);
     assert_eq!(fused.kernels(Pass::Forward)[0].fp32_traffic, Traffic::default());
 }
+
+#[test]
+fn math_attention_runs_each_operator_and_autocasts_the_softmax_to_fp32() {
+    // nanoGPT's GPT-2 124M attention: 12 heads of 64, s = 1024, no dropout.
+    let (s, heads, d) = (1024u64, 12u64, 64u64);
+    let kind = |implementation| LayerKind::Attention {
+        heads,
+        kv_heads: heads,
+        causal: true,
+        implementation,
+        dropout: false,
+    };
+    let math = layer(kind(AttentionKernel::Math), [s, 3 * heads * d]);
+    let standard = layer(kind(AttentionKernel::Standard), [s, 3 * heads * d]);
+    let n = (heads * s * s) as f64;
+    let score_bytes = |layer: &Layer, pass, dtype| -> f64 {
+        // Bytes per score of every kernel but the products' reads and writes of Q, K, V and O.
+        layer
+            .kernels(pass)
+            .iter()
+            .map(|k| {
+                let io = if k.role == KernelRole::AttentionProducts {
+                    let per_pass = if pass == Pass::Forward { 1 } else { 2 };
+                    (per_pass * (s * 3 * heads * d + s * heads * d)) as f64 * dtype_bytes(dtype)
+                } else {
+                    0.0
+                };
+                (k.bytes(1, dtype) - io) / n
+            })
+            .sum()
+    };
+    // bf16 under autocast, forward: products write S and read P (2 + 2), scale (2 + 2), mask
+    // (2 + 2), cast up (2 + 4), fp32 softmax (4 + 4), cast down (4 + 2): 32 bytes per score.
+    // Backward: products write dP, read P and dS twice (8), cast dP up (6), fp32 softmax
+    // backward (12), cast dS down (6), mask (4), scale (4): 40. Standard (Megatron's fused
+    // softmax): 8 and 14.
+    assert_eq!(score_bytes(&math, Pass::Forward, Dtype::Bf16), 32.0);
+    assert_eq!(score_bytes(&math, Pass::BackwardData, Dtype::Bf16), 40.0);
+    assert_eq!(score_bytes(&standard, Pass::Forward, Dtype::Bf16), 8.0);
+    assert_eq!(score_bytes(&standard, Pass::BackwardData, Dtype::Bf16), 14.0);
+    // Six kernels each way; the casts are marked so that fp32 drops them.
+    assert_eq!(math.kernels(Pass::Forward).len(), 6);
+    assert_eq!(math.kernels(Pass::BackwardData).len(), 6);
+    let casts = |pass| math.kernels(pass).iter().filter(|k| k.role == KernelRole::AttentionCast).count();
+    assert_eq!((casts(Pass::Forward), casts(Pass::BackwardData)), (2, 2));
+    // In fp32 (no autocast) without the casts: products 8, scale 8, mask 8, softmax 8 = 32
+    // forward; products 16, softmax backward 12, mask 8, scale 8 = 44 backward.
+    let fp32 = |pass| -> f64 {
+        let io = |k: &KernelPart| {
+            if k.role == KernelRole::AttentionProducts {
+                let per_pass = if pass == Pass::Forward { 1 } else { 2 };
+                (per_pass * (s * 3 * heads * d + s * heads * d)) as f64 * 4.0
+            } else {
+                0.0
+            }
+        };
+        math.kernels(pass)
+            .iter()
+            .filter(|k| k.role != KernelRole::AttentionCast)
+            .map(|k| (k.bytes(1, Dtype::Fp32) - io(k)) / n)
+            .sum()
+    };
+    assert_eq!((fp32(Pass::Forward), fp32(Pass::BackwardData)), (32.0, 44.0));
+    // The products and the FLOPs of the score arithmetic are the standard core's.
+    assert_eq!(math.cost.macs, standard.cost.macs);
+    assert_eq!(math.kernels(Pass::Forward)[0], standard.kernels(Pass::Forward)[0]);
+}
+
+fn dtype_bytes(dtype: Dtype) -> f64 {
+    dtype.bytes() as f64
+}
+
+#[test]
+fn parameter_tensors_count_weights_and_biases() {
+    let linear = |bias| layer(LayerKind::Linear { out_features: 16, bias }, [8, 32]);
+    assert_eq!(linear(true).parameter_tensors(), 2);
+    assert_eq!(linear(false).parameter_tensors(), 1);
+    assert_eq!(layer(LayerKind::LayerNorm { bias: true }, [8, 32]).parameter_tensors(), 2);
+    assert_eq!(layer(LayerKind::Add, [8, 32]).parameter_tensors(), 0);
+}
+
+#[test]
+fn torch_cross_entropy_casts_to_fp32_under_autocast() {
+    let (rows, classes) = (1024u64, 50257u64);
+    let n = (rows * classes) as f64;
+    let torch = layer(LayerKind::CrossEntropy { kernels: LossKernels::Torch }, [rows, classes]);
+    let per_logit = |pass, dtype, casts: bool| -> f64 {
+        torch
+            .kernels(pass)
+            .iter()
+            .filter(|k| casts || k.role != KernelRole::LossCast)
+            .map(|k| k.bytes(1, dtype))
+            .sum::<f64>()
+            / n
+    };
+    let near = |a: f64, b: f64| (a - b).abs() < 1e-3;
+    // bf16: cast 2 + 4, log_softmax 4 + 4 forward (and 8 bytes a row for the pick); zero-fill
+    // 4, log_softmax backward 12, cast back 4 + 2 backward.
+    assert!(
+        near(per_logit(Pass::Forward, Dtype::Bf16, true), 14.0),
+        "{}",
+        per_logit(Pass::Forward, Dtype::Bf16, true)
+    );
+    assert!(near(per_logit(Pass::BackwardData, Dtype::Bf16, true), 22.0));
+    // fp32 without the casts: 8 forward, 16 backward.
+    assert!(near(per_logit(Pass::Forward, Dtype::Fp32, false), 8.0));
+    assert!(near(per_logit(Pass::BackwardData, Dtype::Fp32, false), 16.0));
+    // The kernels' FLOPs add up to the layer's cost.
+    for pass in [Pass::Forward, Pass::BackwardData] {
+        let flops: f64 = torch.kernels(pass).iter().map(|k| k.flops).sum();
+        assert_eq!(flops, torch.cost.flops(pass, 1), "{pass:?}");
+    }
+    assert_eq!(torch.kernels(Pass::Forward).len(), 3);
+    assert_eq!(torch.kernels(Pass::BackwardData).len(), 3);
+}
