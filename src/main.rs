@@ -69,6 +69,10 @@ enum Command {
         /// strings are typed as TOML reads them; other text is a string.
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<String>,
+        /// Wall-clock budget for the goodput report, in hours (the scenario's `[failures]`
+        /// draws failures over it; overrides `failures.hours`, default 24).
+        #[arg(long, value_name = "H")]
+        hours: Option<f64>,
     },
     /// Replay real PyTorch profiler (Kineto) traces or execution traces (PyTorch ET, Chakra
     /// JSON or .et) on a cluster and compare simulated with measured iteration and collective
@@ -408,9 +412,9 @@ fn message(error: &anyhow::Error) -> String {
 
 fn execute(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Run { scenario, json, trace, csv, buckets_csv, set } => {
+        Command::Run { scenario, json, trace, csv, buckets_csv, set, hours } => {
             let overrides = overrides(&set)?;
-            let scenario = match scenario {
+            let mut scenario = match scenario {
                 Some(path) => Scenario::load_with(&path, &overrides),
                 None => {
                     stderr!("no scenario given: running the built-in quickstart (scenarios/quickstart.toml)");
@@ -422,6 +426,16 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                 }
             }
             .map_err(set_error)?;
+            if let Some(hours) = hours {
+                let failures = scenario.failures.as_mut().ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "--hours: {} has no [failures] table: goodput needs failures (gpu-mtbf-hours, events) and a checkpoint policy (docs/failures.md)",
+                        scenario.source
+                    )
+                })?;
+                failures.hours = scenario::failures::check_hours(hours)
+                    .map_err(|message| anyhow::anyhow!("--hours: {message}"))?;
+            }
             let outcome = scenario::simulation::simulate_counting_link_bytes(&scenario)?;
             for warning in &outcome.summary.warnings {
                 stderr!("warning: {}: {warning}", scenario.source);

@@ -19,6 +19,7 @@ mod file;
 
 pub mod collective_bench;
 pub mod csv_text;
+pub mod failures;
 pub mod plan;
 pub mod simulation;
 pub mod sweep;

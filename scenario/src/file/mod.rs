@@ -157,6 +157,7 @@ struct ScenarioSpec {
     simulation: SimulationSection,
     #[serde(default)]
     compute: ComputeSection,
+    failures: Option<crate::failures::FailuresSection>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -371,6 +372,7 @@ struct SimulationSection {
     protocol: Option<String>,
     fold_symmetric_ranks: Option<bool>,
     work_budget: Option<u64>,
+    seed: u64,
 }
 
 impl Default for SimulationSection {
@@ -383,6 +385,7 @@ impl Default for SimulationSection {
             protocol: None,
             fold_symmetric_ranks: None,
             work_budget: None,
+            seed: 0,
         }
     }
 }
@@ -449,6 +452,9 @@ pub struct Scenario {
     /// The host (`cluster.host`) and execution mode (`workload.execution`), if either is
     /// named, and the per-op dispatch cost they gave.
     pub host: Option<HostUse>,
+    /// Component failures and the job's response (`[failures]`), if modelled: the run reports
+    /// goodput.
+    pub failures: Option<crate::failures::Failures>,
 }
 
 impl Scenario {
@@ -1153,6 +1159,10 @@ fn validate(
     let batch_norm_group =
         batch_norm_group(spec.parallelism.batch_norm_group, &cluster_spec, &model, &parallelism, &invalid)?;
 
+    let failures = match &spec.failures {
+        Some(section) => Some(section.validate(gpus, cluster_spec.nodes, spec.simulation.seed, &invalid)?),
+        None => None,
+    };
     let scenario = Scenario {
         source: file.display().to_string(),
         cluster: cluster_spec,
@@ -1187,6 +1197,7 @@ fn validate(
         input,
         framework,
         host,
+        failures,
     };
     scenario.strategy().check().map_err(|error| match error {
         strategies::StrategyError::Invalid { key, message } => invalid(key, message),
