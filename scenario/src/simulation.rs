@@ -468,9 +468,10 @@ pub enum SimulationError {
         /// The estimate, the key at fault and what to do instead.
         budget: Box<sim_core::budget::OverBudget>,
     },
-    /// `[failures]` names something the cluster does not have (a link event's link).
+    /// `[failures]` or `[faults]` names something the cluster does not have (a link by a name
+    /// no link has), or faults cut ranks off.
     #[error("{scenario}: key `{key}`: {message}")]
-    Failures {
+    Key {
         /// The scenario file.
         scenario: String,
         /// The key at fault.
@@ -609,7 +610,15 @@ fn simulate_with(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome,
         }
         error => error.into(),
     })?;
-    let topology = Topology::build(&scenario.cluster)?;
+    let mut topology = Topology::build(&scenario.cluster)?;
+    if let Some(faults) = &scenario.faults {
+        faults.apply(&mut topology).map_err(|error| SimulationError::Key {
+            scenario: scenario.source.clone(),
+            key: error.key,
+            message: error.message,
+        })?;
+    }
+    let topology = topology;
     // A configuration that does not fit is an error, not a simulation: the most loaded stage.
     let memory = lowered
         .stages
@@ -1069,7 +1078,7 @@ fn goodput_of(
         if event.kind == crate::failures::ComponentKind::Link
             && !(0..links).any(|id| topology.link_name(LinkId(id)) == event.component)
         {
-            return Err(SimulationError::Failures {
+            return Err(SimulationError::Key {
                 scenario: scenario.source.clone(),
                 key: format!("failures.events[{index}].link"),
                 message: format!(

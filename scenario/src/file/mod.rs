@@ -158,6 +158,7 @@ struct ScenarioSpec {
     #[serde(default)]
     compute: ComputeSection,
     failures: Option<crate::failures::FailuresSection>,
+    faults: Option<crate::faults::FaultsSection>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -455,6 +456,8 @@ pub struct Scenario {
     /// Component failures and the job's response (`[failures]`), if modelled: the run reports
     /// goodput.
     pub failures: Option<crate::failures::Failures>,
+    /// Links degraded or down (`[faults]`), if any.
+    pub faults: Option<crate::faults::Faults>,
 }
 
 impl Scenario {
@@ -1163,6 +1166,12 @@ fn validate(
         Some(section) => Some(section.validate(gpus, cluster_spec.nodes, spec.simulation.seed, &invalid)?),
         None => None,
     };
+    let faults = match &spec.faults {
+        Some(section) => Some(section.validate(spec.simulation.seed, &invalid)?),
+        None => None,
+    };
+    // Faults break the symmetry of ranks: every rank is simulated unless the scenario says.
+    let fold_default = !parallelism.is_data_parallel() && faults.as_ref().is_none_or(|f| f.links.is_empty());
     let scenario = Scenario {
         source: file.display().to_string(),
         cluster: cluster_spec,
@@ -1175,7 +1184,7 @@ fn validate(
         optimizer_precision,
         optimizer,
         recompute,
-        fold_symmetric_ranks: spec.simulation.fold_symmetric_ranks.unwrap_or(!parallelism.is_data_parallel()),
+        fold_symmetric_ranks: spec.simulation.fold_symmetric_ranks.unwrap_or(fold_default),
         parallelism,
         network: NetworkSettings {
             work_budget: spec.simulation.work_budget,
@@ -1198,6 +1207,7 @@ fn validate(
         framework,
         host,
         failures,
+        faults,
     };
     scenario.strategy().check().map_err(|error| match error {
         strategies::StrategyError::Invalid { key, message } => invalid(key, message),
