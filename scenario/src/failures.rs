@@ -381,6 +381,15 @@ pub fn play(horizon: f64, interval: f64, checkpoint: f64, recovery: f64, failure
     let mut uncommitted = 0.0;
     loop {
         let failure = next.peek().copied().unwrap_or(f64::INFINITY);
+        // Whole cycles of work and write that end before the next failure and the end, at once.
+        if uncommitted == 0.0 {
+            let cycles = ((failure.min(horizon) - t) / (interval + checkpoint)).floor();
+            if cycles >= 1.0 {
+                spent.useful += cycles * interval;
+                spent.checkpoint += cycles * checkpoint;
+                t += cycles * (interval + checkpoint);
+            }
+        }
         // Work until the next checkpoint, the end, or a failure.
         let end = (t + interval - uncommitted).min(horizon).min(failure);
         uncommitted += end - t;
@@ -808,8 +817,8 @@ mod tests {
         let per_failure_sd = ((recovery + interval / 2.0).powi(2) + interval * interval / 12.0).sqrt();
         let sd = n.sqrt() * per_failure_sd / horizon;
         assert!((simulated - closed).abs() < 4.0 * sd, "simulated {simulated}, closed form {closed}, sd {sd}");
-        // And the closed form is not trivially close: goodput is well below 1.
-        assert!(closed < 0.995, "{closed}");
+        // And the test can fail: the losses are many times the tolerance.
+        assert!(1.0 - closed > 5.0 * 4.0 * sd, "losses {} against a tolerance of {}", 1.0 - closed, 4.0 * sd);
     }
 
     #[test]
@@ -827,6 +836,7 @@ mod tests {
         let found = summary.best_interval.hours;
         let young = young_interval(checkpoint, mtbf);
         let daly = daly_interval(checkpoint, mtbf);
+        println!("found {found:.3} h, Young {young:.3} h, Daly {daly:.3} h");
         assert!((found - young).abs() / young < 0.10, "found {found} h, Young {young} h");
         assert!((found - daly).abs() / daly < 0.06, "found {found} h, Daly {daly} h");
         // The optimum beats intervals a factor 3 away on either side.
