@@ -203,18 +203,30 @@ impl Faults {
             }
         }
         if let Some(&(index, _)) = downed.first() {
-            let cut = topology.unreachable_from(HostId(0)).map_err(|error| FaultError {
-                key: format!("faults.links[{index}]"),
-                message: error.to_string(),
-            })?;
-            if !cut.is_empty() {
-                let hosts = topology.host_count() as u32;
+            // The ranks GPU 0, or the first GPU of the next server, cannot reach: GPUs are not
+            // routers, so a GPU whose NIC cable is down still reaches the GPUs of its own
+            // server, and only a search from another server finds it cut off.
+            let hosts = topology.host_count() as u32;
+            let mut cut = vec![false; hosts as usize];
+            let per_node = topology.gpus_per_node();
+            let sources = if hosts > per_node { vec![HostId(0), HostId(per_node)] } else { vec![HostId(0)] };
+            for source in sources {
+                let unreachable = topology.unreachable_from(source).map_err(|error| FaultError {
+                    key: format!("faults.links[{index}]"),
+                    message: error.to_string(),
+                })?;
+                for host in unreachable {
+                    cut[host.0 as usize] = true;
+                }
+            }
+            let count = cut.iter().filter(|&&c| c).count() as u32;
+            if count > 0 {
                 // Name the smaller side: the ranks cut off from the rest.
-                let side: Vec<u32> = if cut.len() as u32 * 2 <= hosts {
-                    cut.iter().map(|h| h.0).collect()
-                } else {
-                    (0..hosts).filter(|h| !cut.iter().any(|c| c.0 == *h)).collect()
-                };
+                let mut side: Vec<u32> = (0..hosts).filter(|&h| cut[h as usize] == (count * 2 <= hosts)).collect();
+                if side.is_empty() {
+                    // Every rank is cut off from some other.
+                    side = (0..hosts).collect();
+                }
                 let mut names: Vec<String> =
                     downed.iter().filter(|(_, id)| topology.reverse_of(*id).is_none_or(|r| r.0 > id.0)).map(|(_, id)| format!("\"{}\"", topology.link_name(*id))).collect();
                 names.dedup();
