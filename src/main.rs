@@ -73,6 +73,11 @@ enum Command {
         /// draws failures over it; overrides `failures.hours`, default 24).
         #[arg(long, value_name = "H")]
         hours: Option<f64>,
+        /// Also write expected goodput against the checkpoint interval as CSV (needs
+        /// `[failures]`): plot it with `parasim plot line FILE.csv --x checkpoint_interval_hours
+        /// --y expected_goodput --logx -o goodput.svg`.
+        #[arg(long, value_name = "FILE.csv")]
+        goodput_csv: Option<PathBuf>,
     },
     /// Replay real PyTorch profiler (Kineto) traces or execution traces (PyTorch ET, Chakra
     /// JSON or .et) on a cluster and compare simulated with measured iteration and collective
@@ -412,7 +417,7 @@ fn message(error: &anyhow::Error) -> String {
 
 fn execute(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Run { scenario, json, trace, csv, buckets_csv, set, hours } => {
+        Command::Run { scenario, json, trace, csv, buckets_csv, set, hours, goodput_csv } => {
             let overrides = overrides(&set)?;
             let mut scenario = match scenario {
                 Some(path) => Scenario::load_with(&path, &overrides),
@@ -445,6 +450,24 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             }
             if csv.is_some() || buckets_csv.is_some() {
                 layers_csv::write(&scenario, csv.as_deref(), buckets_csv.as_deref())?;
+            }
+            if let Some(path) = &goodput_csv {
+                let goodput = outcome.summary.goodput.as_ref().ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "--goodput-csv: {} has no [failures] table: goodput needs failures and a checkpoint policy (docs/failures.md)",
+                        scenario.source
+                    )
+                })?;
+                let mut text =
+                    scenario::csv_text::line(&["checkpoint_interval_iterations", "checkpoint_interval_hours", "expected_goodput"]);
+                for point in &goodput.curve {
+                    text.push_str(&scenario::csv_text::line(&[
+                        point.iterations.to_string(),
+                        point.hours.to_string(),
+                        point.goodput.to_string(),
+                    ]));
+                }
+                traces::atomic::write(path, text.into_bytes()).context("writing the goodput CSV")?;
             }
             let links = traffic_cmd::run_links(&scenario, &outcome)?;
             if json {

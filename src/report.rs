@@ -518,7 +518,11 @@ impl Report<'_> {
         let _ = writeln!(
             out,
             "  checkpoint  {} every {} iterations ({}), written in {:.1} s; recovery {:.1} min",
-            Bytes(g.checkpoint_bytes),
+            if g.checkpoint_bytes >= 1_000_000_000_000 {
+                format!("{:.2} TB", g.checkpoint_bytes as f64 / 1e12)
+            } else {
+                format!("{:.2} GB", g.checkpoint_bytes as f64 / 1e9)
+            },
             g.checkpoint_interval_iterations,
             hours(g.checkpoint_interval_iterations as f64 * g.step_time_s / 3600.0),
             g.checkpoint_write_s,
