@@ -458,8 +458,11 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                         scenario.source
                     )
                 })?;
-                let mut text =
-                    scenario::csv_text::line(&["checkpoint_interval_iterations", "checkpoint_interval_hours", "expected_goodput"]);
+                let mut text = scenario::csv_text::line(&[
+                    "checkpoint_interval_iterations",
+                    "checkpoint_interval_hours",
+                    "expected_goodput",
+                ]);
                 for point in &goodput.curve {
                     text.push_str(&scenario::csv_text::line(&[
                         point.iterations.to_string(),

@@ -556,9 +556,8 @@ impl Report<'_> {
             g.best_interval.iterations,
             hours(g.best_interval.hours),
             100.0 * g.best_interval.goodput,
-            g.young_interval_iterations.map_or(String::new(), |young| format!(
-                " (Young's sqrt(2 C M): {young:.0} iterations)"
-            ))
+            g.young_interval_iterations
+                .map_or(String::new(), |young| format!(" (Young's sqrt(2 C M): {young:.0} iterations)"))
         );
     }
 }

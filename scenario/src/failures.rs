@@ -67,7 +67,9 @@ pub fn check_hours(hours: f64) -> Result<f64, String> {
         return Err(format!("is {hours}; give a positive number of hours"));
     }
     if hours > MAX_HOURS {
-        return Err(format!("is {hours}; at most {MAX_HOURS} (ten years): the wall-clock budget is in hours"));
+        return Err(format!(
+            "is {hours}; at most {MAX_HOURS} (ten years): the wall-clock budget is in hours"
+        ));
     }
     Ok(hours)
 }
@@ -214,7 +216,8 @@ impl FailuresSection {
                 if self.swap_minutes.is_some() {
                     return Err(invalid(
                         "failures.swap-minutes",
-                        "applies to response = \"hot-spare\"; checkpoint-restart takes restart-minutes".into(),
+                        "applies to response = \"hot-spare\"; checkpoint-restart takes restart-minutes"
+                            .into(),
                     ));
                 }
                 Response::CheckpointRestart {
@@ -240,7 +243,8 @@ impl FailuresSection {
         let checkpoint_bandwidth = self.checkpoint_bandwidth.ok_or_else(|| {
             invalid(
                 "failures.checkpoint-bandwidth",
-                "is missing: the job's aggregate write bandwidth to checkpoint storage, e.g. \"100 GB/s\"".into(),
+                "is missing: the job's aggregate write bandwidth to checkpoint storage, e.g. \"100 GB/s\""
+                    .into(),
             )
         })?;
         let checkpoint_interval = match (self.checkpoint_interval, self.checkpoint_interval_minutes) {
@@ -251,7 +255,10 @@ impl FailuresSection {
                 ));
             }
             (Some(0), None) => {
-                return Err(invalid("failures.checkpoint-interval", "must be at least 1 iteration, got 0".into()));
+                return Err(invalid(
+                    "failures.checkpoint-interval",
+                    "must be at least 1 iteration, got 0".into(),
+                ));
             }
             (Some(iterations), None) => CheckpointInterval::Iterations(iterations),
             (None, Some(minutes)) => {
@@ -274,20 +281,33 @@ impl FailuresSection {
         for (index, event) in self.events.iter().enumerate() {
             let key = |field: &str| format!("failures.events[{index}].{field}");
             if !(event.at_hours.is_finite() && event.at_hours >= 0.0) {
-                return Err(invalid(&key("at-hours"), format!("is {}; give hours from the start, at least 0", event.at_hours)));
+                return Err(invalid(
+                    &key("at-hours"),
+                    format!("is {}; give hours from the start, at least 0", event.at_hours),
+                ));
             }
             let (kind, component) = match event.kind.as_str() {
                 "gpu" => {
-                    let rank = event.rank.ok_or_else(|| invalid(&key("rank"), "is missing: a gpu failure names its rank".into()))?;
+                    let rank = event.rank.ok_or_else(|| {
+                        invalid(&key("rank"), "is missing: a gpu failure names its rank".into())
+                    })?;
                     if rank >= gpus {
-                        return Err(invalid(&key("rank"), format!("is {rank}; the cluster's ranks are 0 to {}", gpus - 1)));
+                        return Err(invalid(
+                            &key("rank"),
+                            format!("is {rank}; the cluster's ranks are 0 to {}", gpus - 1),
+                        ));
                     }
                     (ComponentKind::Gpu, rank.to_string())
                 }
                 "node" => {
-                    let node = event.node.ok_or_else(|| invalid(&key("node"), "is missing: a node failure names its node".into()))?;
+                    let node = event.node.ok_or_else(|| {
+                        invalid(&key("node"), "is missing: a node failure names its node".into())
+                    })?;
                     if node >= nodes {
-                        return Err(invalid(&key("node"), format!("is {node}; the cluster's nodes are 0 to {}", nodes - 1)));
+                        return Err(invalid(
+                            &key("node"),
+                            format!("is {node}; the cluster's nodes are 0 to {}", nodes - 1),
+                        ));
                     }
                     (ComponentKind::Node, node.to_string())
                 }
@@ -298,16 +318,32 @@ impl FailuresSection {
                     (ComponentKind::Link, link)
                 }
                 other => {
-                    return Err(invalid(&key("kind"), format!("is \"{other}\"; valid: \"gpu\", \"node\", \"link\"")));
+                    return Err(invalid(
+                        &key("kind"),
+                        format!("is \"{other}\"; valid: \"gpu\", \"node\", \"link\""),
+                    ));
                 }
             };
-            let named = [("rank", event.rank.is_some(), "gpu"), ("node", event.node.is_some(), "node"), ("link", event.link.is_some(), "link")];
-            if let Some((field, _, for_kind)) = named.iter().find(|(_, given, for_kind)| *given && *for_kind != kind.name()) {
-                return Err(invalid(&key(field), format!("names a {for_kind}, but this event's kind is \"{}\"", kind.name())));
+            let named = [
+                ("rank", event.rank.is_some(), "gpu"),
+                ("node", event.node.is_some(), "node"),
+                ("link", event.link.is_some(), "link"),
+            ];
+            if let Some((field, _, for_kind)) =
+                named.iter().find(|(_, given, for_kind)| *given && *for_kind != kind.name())
+            {
+                return Err(invalid(
+                    &key(field),
+                    format!("names a {for_kind}, but this event's kind is \"{}\"", kind.name()),
+                ));
             }
             events.push(FailureEvent { at_hours: event.at_hours, kind, component });
         }
-        if events.is_empty() && gpu_mtbf_hours.is_none() && node_mtbf_hours.is_none() && link_mtbf_hours.is_none() {
+        if events.is_empty()
+            && gpu_mtbf_hours.is_none()
+            && node_mtbf_hours.is_none()
+            && link_mtbf_hours.is_none()
+        {
             return Err(invalid(
                 "failures",
                 "names no failures: give events = [{ at-hours = ..., kind = \"gpu\", rank = ... }] or gpu-mtbf-hours, node-mtbf-hours, link-mtbf-hours".into(),
@@ -655,9 +691,8 @@ pub fn goodput(
     } else {
         ((SEARCH_FAILURES / expected.max(1e-9)).ceil() as u64).clamp(MIN_REPLICAS, MAX_REPLICAS)
     };
-    let draws: Vec<Vec<f64>> = (0..replicas)
-        .map(|replica| process.draw(replica).iter().map(|f| f.at_hours).collect())
-        .collect();
+    let draws: Vec<Vec<f64>> =
+        (0..replicas).map(|replica| process.draw(replica).iter().map(|f| f.at_hours).collect()).collect();
     let mean_goodput = |iterations: u64| {
         let mut total = TimeSpent::default();
         for draw in &draws {
@@ -720,7 +755,8 @@ pub fn goodput(
         expected_fraction: expected_goodput,
         best_interval: best,
         young_interval_iterations: mtbf.map(|m| young_interval(checkpoint, m) / step),
-        first_order_goodput: mtbf.map(|m| first_order_goodput(configured as f64 * step, checkpoint, recovery, m)),
+        first_order_goodput: mtbf
+            .map(|m| first_order_goodput(configured as f64 * step, checkpoint, recovery, m)),
         curve,
     }
 }
@@ -816,7 +852,10 @@ mod tests {
         let n = horizon / mtbf;
         let per_failure_sd = ((recovery + interval / 2.0).powi(2) + interval * interval / 12.0).sqrt();
         let sd = n.sqrt() * per_failure_sd / horizon;
-        assert!((simulated - closed).abs() < 4.0 * sd, "simulated {simulated}, closed form {closed}, sd {sd}");
+        assert!(
+            (simulated - closed).abs() < 4.0 * sd,
+            "simulated {simulated}, closed form {closed}, sd {sd}"
+        );
         // And the test can fail: the losses are many times the tolerance.
         assert!(1.0 - closed > 5.0 * 4.0 * sd, "losses {} against a tolerance of {}", 1.0 - closed, 4.0 * sd);
     }

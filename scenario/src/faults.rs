@@ -83,21 +83,34 @@ impl FaultsSection {
             let target = match (&fault.link, &fault.kind) {
                 (Some(link), None) => {
                     if fault.fraction.is_some() {
-                        return Err(invalid(&key("fraction"), "applies to faults by kind, not to a named link".into()));
+                        return Err(invalid(
+                            &key("fraction"),
+                            "applies to faults by kind, not to a named link".into(),
+                        ));
                     }
                     FaultTarget::Link(link.clone())
                 }
                 (None, Some(kind)) => {
                     let fraction = fault.fraction.ok_or_else(|| {
-                        invalid(&key("fraction"), "is missing: a fault by kind hits this share of the kind's cables, in (0, 1]".into())
+                        invalid(
+                            &key("fraction"),
+                            "is missing: a fault by kind hits this share of the kind's cables, in (0, 1]"
+                                .into(),
+                        )
                     })?;
                     if !(fraction > 0.0 && fraction <= 1.0) {
-                        return Err(invalid(&key("fraction"), format!("is {fraction}; give a share above 0 and at most 1")));
+                        return Err(invalid(
+                            &key("fraction"),
+                            format!("is {fraction}; give a share above 0 and at most 1"),
+                        ));
                     }
                     FaultTarget::Kind { kind: kind.clone(), fraction }
                 }
                 (Some(_), Some(_)) => {
-                    return Err(invalid(&key("kind"), "and link are both given: a fault names one link or a kind of link".into()));
+                    return Err(invalid(
+                        &key("kind"),
+                        "and link are both given: a fault names one link or a kind of link".into(),
+                    ));
                 }
                 (None, None) => {
                     return Err(invalid(
@@ -108,20 +121,28 @@ impl FaultsSection {
             };
             let effect = match (fault.bandwidth_factor, fault.down) {
                 (Some(_), true) => {
-                    return Err(invalid(&key("bandwidth-factor"), "and down = true are both given: a link is degraded or down".into()));
+                    return Err(invalid(
+                        &key("bandwidth-factor"),
+                        "and down = true are both given: a link is degraded or down".into(),
+                    ));
                 }
                 (Some(factor), false) => {
                     if !(factor > 0.0 && factor <= 1.0) {
                         return Err(invalid(
                             &key("bandwidth-factor"),
-                            format!("is {factor}; give a factor above 0 and at most 1 (0.5: half the bandwidth), or down = true"),
+                            format!(
+                                "is {factor}; give a factor above 0 and at most 1 (0.5: half the bandwidth), or down = true"
+                            ),
                         ));
                     }
                     FaultEffect::Degraded(factor)
                 }
                 (None, true) => FaultEffect::Down,
                 (None, false) => {
-                    return Err(invalid(&key("bandwidth-factor"), "is missing: give bandwidth-factor (in (0, 1]) or down = true".into()));
+                    return Err(invalid(
+                        &key("bandwidth-factor"),
+                        "is missing: give bandwidth-factor (in (0, 1]) or down = true".into(),
+                    ));
                 }
             };
             links.push(LinkFault { target, effect });
@@ -165,15 +186,21 @@ impl Faults {
                     vec![id]
                 }
                 FaultTarget::Kind { kind, fraction } => {
-                    let of_kind: Vec<LinkId> =
-                        cables.iter().copied().filter(|&id| topology.link_kind(id) == kind.as_str()).collect();
+                    let of_kind: Vec<LinkId> = cables
+                        .iter()
+                        .copied()
+                        .filter(|&id| topology.link_kind(id) == kind.as_str())
+                        .collect();
                     if of_kind.is_empty() {
                         let mut kinds: Vec<&str> = cables.iter().map(|&id| topology.link_kind(id)).collect();
                         kinds.sort_unstable();
                         kinds.dedup();
                         return Err(FaultError {
                             key: format!("faults.links[{index}].kind"),
-                            message: format!("is \"{kind}\"; this cluster's links are of kinds {}", kinds.join(", ")),
+                            message: format!(
+                                "is \"{kind}\"; this cluster's links are of kinds {}",
+                                kinds.join(", ")
+                            ),
                         });
                     }
                     let count = ((*fraction * of_kind.len() as f64).round() as usize).clamp(1, of_kind.len());
@@ -222,13 +249,17 @@ impl Faults {
             let count = cut.iter().filter(|&&c| c).count() as u32;
             if count > 0 {
                 // Name the smaller side: the ranks cut off from the rest.
-                let mut side: Vec<u32> = (0..hosts).filter(|&h| cut[h as usize] == (count * 2 <= hosts)).collect();
+                let mut side: Vec<u32> =
+                    (0..hosts).filter(|&h| cut[h as usize] == (count * 2 <= hosts)).collect();
                 if side.is_empty() {
                     // Every rank is cut off from some other.
                     side = (0..hosts).collect();
                 }
-                let mut names: Vec<String> =
-                    downed.iter().filter(|(_, id)| topology.reverse_of(*id).is_none_or(|r| r.0 > id.0)).map(|(_, id)| format!("\"{}\"", topology.link_name(*id))).collect();
+                let mut names: Vec<String> = downed
+                    .iter()
+                    .filter(|(_, id)| topology.reverse_of(*id).is_none_or(|r| r.0 > id.0))
+                    .map(|(_, id)| format!("\"{}\"", topology.link_name(*id)))
+                    .collect();
                 names.dedup();
                 return Err(FaultError {
                     key: format!("faults.links[{index}]"),
@@ -286,13 +317,18 @@ mod tests {
 
     fn by_kind(kind: &str, fraction: f64, down: bool, seed: u64) -> Faults {
         let effect = if down { FaultEffect::Down } else { FaultEffect::Degraded(0.5) };
-        Faults { links: vec![LinkFault { target: FaultTarget::Kind { kind: kind.into(), fraction }, effect }], seed }
+        Faults {
+            links: vec![LinkFault { target: FaultTarget::Kind { kind: kind.into(), fraction }, effect }],
+            seed,
+        }
     }
 
     fn hit(topology: &Topology) -> Vec<(u32, u64)> {
         (0..topology.link_count() as u32)
             .map(LinkId)
-            .filter(|&id| topology.is_down(id) || topology.link(id).bandwidth.bits_per_second() != 100_000_000_000)
+            .filter(|&id| {
+                topology.is_down(id) || topology.link(id).bandwidth.bits_per_second() != 100_000_000_000
+            })
             .map(|id| (id.0, topology.link(id).bandwidth.bits_per_second()))
             .collect()
     }
@@ -319,12 +355,19 @@ mod tests {
     #[test]
     fn a_link_the_cluster_lacks_is_a_keyed_error_naming_a_valid_one() {
         let faults = Faults {
-            links: vec![LinkFault { target: FaultTarget::Link("nic 99 -> nowhere".into()), effect: FaultEffect::Down }],
+            links: vec![LinkFault {
+                target: FaultTarget::Link("nic 99 -> nowhere".into()),
+                effect: FaultEffect::Down,
+            }],
             seed: 0,
         };
         let error = faults.apply(&mut fat_tree()).expect_err("no such link");
         assert_eq!(error.key, "faults.links[0].link");
-        assert!(error.message.contains("nic 99 -> nowhere") && error.message.contains("link_list"), "{}", error.message);
+        assert!(
+            error.message.contains("nic 99 -> nowhere") && error.message.contains("link_list"),
+            "{}",
+            error.message
+        );
         let error = by_kind("global", 0.5, true, 0).apply(&mut fat_tree()).expect_err("no such kind");
         assert_eq!(error.key, "faults.links[0].kind");
         assert!(error.message.contains("leaf-spine"), "{}", error.message);
@@ -335,11 +378,18 @@ mod tests {
         // Every NIC cable down cuts every rank off from every other: the smaller side is named.
         let error = by_kind("NIC", 1.0, true, 0).apply(&mut fat_tree()).expect_err("a partition");
         assert_eq!(error.key, "faults.links[0]");
-        assert!(error.message.contains("cut 15 of the job's 16 ranks off") || error.message.contains("ranks 0"), "{}", error.message);
+        assert!(
+            error.message.contains("cut 15 of the job's 16 ranks off") || error.message.contains("ranks 0"),
+            "{}",
+            error.message
+        );
         // One NIC cable: rank 5 alone.
         let mut topology = fat_tree();
         let name = topology.link_name(topology.route(HostId(5), HostId(0)).expect("a route")[0]);
-        let faults = Faults { links: vec![LinkFault { target: FaultTarget::Link(name.clone()), effect: FaultEffect::Down }], seed: 0 };
+        let faults = Faults {
+            links: vec![LinkFault { target: FaultTarget::Link(name.clone()), effect: FaultEffect::Down }],
+            seed: 0,
+        };
         let error = faults.apply(&mut topology).expect_err("rank 5 is cut off");
         assert!(error.message.contains("ranks 5;") && error.message.contains(&name), "{}", error.message);
         // A leaf-spine cable: redundant paths, nothing cut off.

@@ -1069,9 +1069,7 @@ fn goodput_of(
     iteration_time: SimDuration,
 ) -> Result<crate::failures::GoodputSummary, SimulationError> {
     use topology::{LinkId, Tier};
-    let is_cable = |tier: Tier| {
-        !matches!(tier, Tier::IntraNode | Tier::GpuToNic | Tier::HostMemory)
-    };
+    let is_cable = |tier: Tier| !matches!(tier, Tier::IntraNode | Tier::GpuToNic | Tier::HostMemory);
     let links = topology.link_count() as u32;
     let directed = (0..links).filter(|&id| is_cable(topology.link(LinkId(id)).tier)).count() as u64;
     for (index, event) in failures.events.iter().enumerate() {

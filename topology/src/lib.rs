@@ -723,7 +723,13 @@ impl Topology {
     }
 
     /// The route of [`Topology::route_with`] on the intact cluster.
-    fn structural_route(&self, src: HostId, dst: HostId, flow: u64, detour: bool) -> Result<Route, TopologyError> {
+    fn structural_route(
+        &self,
+        src: HostId,
+        dst: HostId,
+        flow: u64,
+        detour: bool,
+    ) -> Result<Route, TopologyError> {
         self.check_host(src)?;
         self.check_host(dst)?;
         let mut route = Route::EMPTY;

@@ -39,14 +39,19 @@ fn a_degraded_link_slows_a_ring_allreduce_by_the_alpha_beta_closed_form() {
         topology.degrade(link, 0.5).unwrap();
     }
     let (degraded, degraded_flow) = ring_allreduce(&topology, bytes);
-    println!("healthy {healthy:.6} s (flow {healthy_flow:.6}), degraded {degraded:.6} s (flow {degraded_flow:.6})");
+    println!(
+        "healthy {healthy:.6} s (flow {healthy_flow:.6}), degraded {degraded:.6} s (flow {degraded_flow:.6})"
+    );
     for (simulated, expected) in [
         (healthy, closed(bandwidth)),
         (healthy_flow, closed(bandwidth)),
         (degraded, closed(bandwidth / 2.0)),
         (degraded_flow, closed(bandwidth / 2.0)),
     ] {
-        assert!((simulated - expected).abs() / expected < 0.01, "simulated {simulated} s, closed form {expected} s");
+        assert!(
+            (simulated - expected).abs() / expected < 0.01,
+            "simulated {simulated} s, closed form {expected} s"
+        );
     }
 }
 
@@ -69,7 +74,8 @@ fn a_link_down_on_a_fat_tree_is_routed_around_and_the_job_finishes() {
     let (healthy, _) = ring_allreduce(&topology, 64 << 20);
     // The first fat-tree link of host 0's route to host 8 (another pod), both directions.
     let route = topology.route(HostId(0), HostId(8)).unwrap();
-    let cable = route.iter().copied().find(|&l| matches!(topology.link(l).tier, Tier::FatTree { .. })).unwrap();
+    let cable =
+        route.iter().copied().find(|&l| matches!(topology.link(l).tier, Tier::FatTree { .. })).unwrap();
     let reverse = topology.reverse_of(cable).unwrap();
     topology.take_down(cable);
     topology.take_down(reverse);
@@ -77,7 +83,10 @@ fn a_link_down_on_a_fat_tree_is_routed_around_and_the_job_finishes() {
     for src in 0..16 {
         for dst in 0..16 {
             let route = topology.route(HostId(src), HostId(dst)).unwrap();
-            assert!(route.iter().all(|&l| !topology.is_down(l)), "{src} -> {dst} crosses a link that is down");
+            assert!(
+                route.iter().all(|&l| !topology.is_down(l)),
+                "{src} -> {dst} crosses a link that is down"
+            );
         }
     }
     let (analytical, flow) = ring_allreduce(&topology, 64 << 20);
