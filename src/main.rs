@@ -69,6 +69,15 @@ enum Command {
         /// strings are typed as TOML reads them; other text is a string.
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<String>,
+        /// Wall-clock budget for the goodput report, in hours (the scenario's `[failures]`
+        /// draws failures over it; overrides `failures.hours`, default 24).
+        #[arg(long, value_name = "H")]
+        hours: Option<f64>,
+        /// Also write expected goodput against the checkpoint interval as CSV (needs
+        /// `[failures]`): plot it with `parasim plot line FILE.csv --x checkpoint_interval_hours
+        /// --y expected_goodput --logx -o goodput.svg`.
+        #[arg(long, value_name = "FILE.csv")]
+        goodput_csv: Option<PathBuf>,
     },
     /// Replay real PyTorch profiler (Kineto) traces or execution traces (PyTorch ET, Chakra
     /// JSON or .et) on a cluster and compare simulated with measured iteration and collective
@@ -408,9 +417,9 @@ fn message(error: &anyhow::Error) -> String {
 
 fn execute(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Run { scenario, json, trace, csv, buckets_csv, set } => {
+        Command::Run { scenario, json, trace, csv, buckets_csv, set, hours, goodput_csv } => {
             let overrides = overrides(&set)?;
-            let scenario = match scenario {
+            let mut scenario = match scenario {
                 Some(path) => Scenario::load_with(&path, &overrides),
                 None => {
                     stderr!("no scenario given: running the built-in quickstart (scenarios/quickstart.toml)");
@@ -422,6 +431,16 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                 }
             }
             .map_err(set_error)?;
+            if let Some(hours) = hours {
+                let failures = scenario.failures.as_mut().ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "--hours: {} has no [failures] table: goodput needs failures (gpu-mtbf-hours, events) and a checkpoint policy (docs/failures.md)",
+                        scenario.source
+                    )
+                })?;
+                failures.hours = scenario::failures::check_hours(hours)
+                    .map_err(|message| anyhow::anyhow!("--hours: {message}"))?;
+            }
             let outcome = scenario::simulation::simulate_counting_link_bytes(&scenario)?;
             for warning in &outcome.summary.warnings {
                 stderr!("warning: {}: {warning}", scenario.source);
@@ -431,6 +450,27 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             }
             if csv.is_some() || buckets_csv.is_some() {
                 layers_csv::write(&scenario, csv.as_deref(), buckets_csv.as_deref())?;
+            }
+            if let Some(path) = &goodput_csv {
+                let goodput = outcome.summary.goodput.as_ref().ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "--goodput-csv: {} has no [failures] table: goodput needs failures and a checkpoint policy (docs/failures.md)",
+                        scenario.source
+                    )
+                })?;
+                let mut text = scenario::csv_text::line(&[
+                    "checkpoint_interval_iterations",
+                    "checkpoint_interval_hours",
+                    "expected_goodput",
+                ]);
+                for point in &goodput.curve {
+                    text.push_str(&scenario::csv_text::line(&[
+                        point.iterations.to_string(),
+                        point.hours.to_string(),
+                        point.goodput.to_string(),
+                    ]));
+                }
+                traces::atomic::write(path, text.into_bytes()).context("writing the goodput CSV")?;
             }
             let links = traffic_cmd::run_links(&scenario, &outcome)?;
             if json {

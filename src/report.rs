@@ -21,6 +21,7 @@ pub fn human(outcome: &Outcome) -> String {
     report.results();
     report.breakdown();
     report.memory();
+    report.goodput();
     let mut out = report.out;
     // Writing to a String cannot fail.
     let _ = writeln!(out);
@@ -491,4 +492,72 @@ pub fn engine_line(outcome: &Outcome) -> String {
 /// 12345.6 -> "12,346".
 fn thousands(value: f64) -> String {
     sim_core::units::thousands(value.max(0.0).round() as u64)
+}
+
+impl Report<'_> {
+    /// Goodput under `[failures]`: where the wall-clock budget went for this run's draw of
+    /// failures, the expected goodput and the checkpoint interval that maximises it.
+    fn goodput(&mut self) {
+        let Some(g) = &self.summary.goodput else { return };
+        let out = &mut self.out;
+        let hours = |h: f64| if h < 1.0 { format!("{:.1} min", h * 60.0) } else { format!("{h:.2} h") };
+        let share = |h: f64| 100.0 * h / g.hours;
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "goodput       {:.1}% of {} wall time ({}, seed {}): {} failures (gpu {}, node {}, link {})",
+            100.0 * g.fraction,
+            hours(g.hours),
+            g.response,
+            g.seed,
+            g.failures.gpu + g.failures.node + g.failures.link,
+            g.failures.gpu,
+            g.failures.node,
+            g.failures.link
+        );
+        let _ = writeln!(
+            out,
+            "  checkpoint  {} every {} iterations ({}), written in {:.1} s; recovery {:.1} min",
+            if g.checkpoint_bytes >= 1_000_000_000_000 {
+                format!("{:.2} TB", g.checkpoint_bytes as f64 / 1e12)
+            } else {
+                format!("{:.2} GB", g.checkpoint_bytes as f64 / 1e9)
+            },
+            g.checkpoint_interval_iterations,
+            hours(g.checkpoint_interval_iterations as f64 * g.step_time_s / 3600.0),
+            g.checkpoint_write_s,
+            g.recovery_s / 60.0
+        );
+        let _ = writeln!(
+            out,
+            "  time        useful {} ({:.1}%), checkpoint writes {} ({:.1}%), lost work {} ({:.1}%), restarts {} ({:.1}%)",
+            hours(g.useful_hours),
+            share(g.useful_hours),
+            hours(g.lost_hours_checkpoint),
+            share(g.lost_hours_checkpoint),
+            hours(g.lost_hours_lost_work),
+            share(g.lost_hours_lost_work),
+            hours(g.lost_hours_restart),
+            share(g.lost_hours_restart)
+        );
+        if let Some(mtbf) = g.job_mtbf_hours {
+            let _ = writeln!(
+                out,
+                "  expected    {:.2}% over {} draws (first order 1 - C/T - T/2M - R/M: {:.2}%), job MTBF {}",
+                100.0 * g.expected_fraction,
+                g.replicas,
+                100.0 * g.first_order_goodput.unwrap_or(0.0),
+                hours(mtbf)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "  best        every {} iterations ({}): {:.2}% expected{}",
+            g.best_interval.iterations,
+            hours(g.best_interval.hours),
+            100.0 * g.best_interval.goodput,
+            g.young_interval_iterations
+                .map_or(String::new(), |young| format!(" (Young's sqrt(2 C M): {young:.0} iterations)"))
+        );
+    }
 }

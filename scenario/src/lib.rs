@@ -19,6 +19,8 @@ mod file;
 
 pub mod collective_bench;
 pub mod csv_text;
+pub mod failures;
+pub mod faults;
 pub mod plan;
 pub mod simulation;
 pub mod sweep;

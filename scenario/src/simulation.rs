@@ -79,6 +79,10 @@ pub struct Summary {
     /// training on a configuration that fits without it). Omitted when empty.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// Goodput under the scenario's failures (`[failures]`): useful training time over wall
+    /// time, time lost per cause, the best checkpoint interval. Omitted without `[failures]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub goodput: Option<crate::failures::GoodputSummary>,
 }
 
 /// The model part of the summary.
@@ -464,6 +468,17 @@ pub enum SimulationError {
         /// The estimate, the key at fault and what to do instead.
         budget: Box<sim_core::budget::OverBudget>,
     },
+    /// `[failures]` or `[faults]` names something the cluster does not have (a link by a name
+    /// no link has), or faults cut ranks off.
+    #[error("{scenario}: key `{key}`: {message}")]
+    Key {
+        /// The scenario file.
+        scenario: String,
+        /// The key at fault.
+        key: String,
+        /// What is wrong and what would be valid.
+        message: String,
+    },
     /// The engine failed.
     #[error("{scenario}: simulating: {source}")]
     Exec {
@@ -595,7 +610,15 @@ fn simulate_with(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome,
         }
         error => error.into(),
     })?;
-    let topology = Topology::build(&scenario.cluster)?;
+    let mut topology = Topology::build(&scenario.cluster)?;
+    if let Some(faults) = &scenario.faults {
+        faults.apply(&mut topology).map_err(|error| SimulationError::Key {
+            scenario: scenario.source.clone(),
+            key: error.key,
+            message: error.message,
+        })?;
+    }
+    let topology = topology;
     // A configuration that does not fit is an error, not a simulation: the most loaded stage.
     let memory = lowered
         .stages
@@ -841,6 +864,10 @@ fn simulate_with(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome,
     };
     let network =
         scenario.cluster.network.describe(scenario.cluster.gpus_per_node, scenario.device.kind.noun());
+    let goodput = match &scenario.failures {
+        Some(failures) => Some(goodput_of(scenario, failures, &topology, iteration_time)?),
+        None => None,
+    };
     let summary = Summary {
         scenario: scenario.source.clone(),
         framework: scenario.framework.clone(),
@@ -986,6 +1013,7 @@ fn simulate_with(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome,
         memory: MemorySummary::new(&memory, scenario),
         engine: EngineCounters { ops: lowered.graph.op_count(), events: timeline.events },
         warnings,
+        goodput,
     };
     let layout = scenario.parallelism.layout();
     let rank_names = (0..layout.ranks())
@@ -1011,4 +1039,63 @@ fn simulate_with(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome,
         rank_names,
         link_bytes,
     })
+}
+
+/// Bytes of one checkpoint of `scenario`'s model: its weights and optimizer state, whole (the
+/// memory model's accounting for one device holding all of it: replicas write one copy).
+pub fn checkpoint_bytes(scenario: &Scenario) -> sim_core::units::Bytes {
+    let plan = workloads::memory::MemoryPlan {
+        model: &scenario.model,
+        precision: scenario.precision,
+        gradient_precision: scenario.gradient_precision,
+        optimizer_precision: scenario.optimizer_precision,
+        optimizer: scenario.optimizer,
+        micro_batch: 1,
+        micro_batches_in_flight: 1,
+        recompute: Recompute::None,
+        sharding: workloads::memory::Sharding::default(),
+        communication_buffers: sim_core::units::Bytes::ZERO,
+    };
+    let state = plan.device_breakdown(scenario.model.parameters(), 0, 0, 0);
+    sim_core::units::Bytes(state.weights.0.saturating_add(state.optimizer.0))
+}
+
+/// The goodput of `scenario` under `failures`, with iterations of `iteration_time`, on
+/// `topology` (whose cables can fail, and which names the links of link events).
+fn goodput_of(
+    scenario: &Scenario,
+    failures: &crate::failures::Failures,
+    topology: &Topology,
+    iteration_time: SimDuration,
+) -> Result<crate::failures::GoodputSummary, SimulationError> {
+    use topology::{LinkId, Tier};
+    let is_cable = |tier: Tier| !matches!(tier, Tier::IntraNode | Tier::GpuToNic | Tier::HostMemory);
+    let links = topology.link_count() as u32;
+    let directed = (0..links).filter(|&id| is_cable(topology.link(LinkId(id)).tier)).count() as u64;
+    for (index, event) in failures.events.iter().enumerate() {
+        if event.kind == crate::failures::ComponentKind::Link
+            && !(0..links).any(|id| topology.link_name(LinkId(id)) == event.component)
+        {
+            return Err(SimulationError::Key {
+                scenario: scenario.source.clone(),
+                key: format!("failures.events[{index}].link"),
+                message: format!(
+                    "is \"{}\"; no link of this cluster has that name: `parasim topo --json` lists them (link_list), e.g. \"{}\"",
+                    event.component,
+                    topology.link_name(LinkId(0))
+                ),
+            });
+        }
+    }
+    let components = crate::failures::Components {
+        gpus: u64::from(scenario.cluster.nodes) * u64::from(scenario.cluster.gpus_per_node),
+        nodes: u64::from(scenario.cluster.nodes),
+        cables: directed / 2,
+    };
+    Ok(crate::failures::goodput(
+        failures,
+        iteration_time.as_secs_f64(),
+        checkpoint_bytes(scenario),
+        components,
+    ))
 }

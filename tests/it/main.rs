@@ -11,6 +11,7 @@ mod collective;
 mod compare;
 mod daso;
 mod errors;
+mod failures;
 mod framework;
 mod hostile;
 mod hyparflow;

@@ -370,6 +370,8 @@ pub struct Topology {
     pruned: Option<String>,
     /// Each host's (to memory, to device) links, if the cluster has host memory.
     host_memory_links: Vec<(LinkId, LinkId)>,
+    /// Which links are down ([`Topology::take_down`]), by link id; empty while none is.
+    down: Vec<bool>,
 }
 
 impl Topology {
@@ -517,6 +519,7 @@ impl Topology {
             spec: spec.clone(),
             pruned: None,
             host_memory_links: Vec::new(),
+            down: Vec::new(),
         };
         if has_network {
             if let Some(link) = gpu_to_nic.filter(|_| shared_nics) {
@@ -710,6 +713,23 @@ impl Topology {
     }
 
     fn route_with(&self, src: HostId, dst: HostId, flow: u64, detour: bool) -> Result<Route, TopologyError> {
+        let route = self.structural_route(src, dst, flow, detour)?;
+        if self.down.is_empty() || !route.iter().any(|link| self.down[link.0 as usize]) {
+            return Ok(route);
+        }
+        // A link of the route is down: the fewest-hop path around it (lowest link ids first).
+        let path = self.shortest_path(src, dst)?;
+        Route::try_from(path.as_slice())
+    }
+
+    /// The route of [`Topology::route_with`] on the intact cluster.
+    fn structural_route(
+        &self,
+        src: HostId,
+        dst: HostId,
+        flow: u64,
+        detour: bool,
+    ) -> Result<Route, TopologyError> {
         self.check_host(src)?;
         self.check_host(dst)?;
         let mut route = Route::EMPTY;
@@ -808,7 +828,12 @@ impl Topology {
                 _ => None,
             };
             edges.clear();
-            edges.extend(self.graph.edges(vertex).map(|edge| (edge.id(), edge.target())));
+            edges.extend(
+                self.graph
+                    .edges(vertex)
+                    .filter(|edge| !self.down.get(edge.id().index()).copied().unwrap_or(false))
+                    .map(|edge| (edge.id(), edge.target())),
+            );
             edges.sort_unstable();
             for &(edge, next) in &edges {
                 if nic_from_gpu.is_some_and(|from_gpu| from_gpu == is_gpu(next)) {
@@ -832,6 +857,55 @@ impl Topology {
     pub fn paths_from(&self, src: HostId) -> Result<Vec<Vec<LinkId>>, TopologyError> {
         let tree = self.shortest_path_tree(src)?;
         (0..self.hosts.len()).map(|dst| self.path_in_tree(&tree, src, HostId(dst as u32))).collect()
+    }
+
+    /// The link in the other direction of `id`'s cable, if there is one.
+    pub fn reverse_of(&self, id: LinkId) -> Option<LinkId> {
+        let (from, to) = self.graph.edge_endpoints(EdgeIndex::new(id.0 as usize))?;
+        self.graph.find_edge(to, from).map(|edge| LinkId(edge.index() as u32))
+    }
+
+    /// Scales the bandwidth of link `id` by `factor` (a degraded link: a NIC or cable running
+    /// at a fraction of its rate). Errors if the factor is not in (0, 1] or leaves no bandwidth.
+    pub fn degrade(&mut self, id: LinkId, factor: f64) -> Result<(), TopologyError> {
+        let invalid = |problem: String| TopologyError::Invalid { parameter: "bandwidth-factor", problem };
+        if !(factor > 0.0 && factor <= 1.0) {
+            return Err(invalid(format!("is {factor}; give a factor above 0 and at most 1")));
+        }
+        let edge = self
+            .graph
+            .edge_weight_mut(EdgeIndex::new(id.0 as usize))
+            .ok_or_else(|| invalid(format!("link {} does not exist", id.0)))?;
+        let bits = (edge.bandwidth.bits_per_second() as f64 * factor).round() as u64;
+        edge.bandwidth = Bandwidth::from_bits_per_second(bits)
+            .ok_or_else(|| invalid(format!("is {factor}, which leaves no bandwidth")))?;
+        Ok(())
+    }
+
+    /// Takes link `id` down: routes that cross it go the fewest-hop way around it
+    /// ([`Topology::shortest_path`], which skips links that are down), or fail with
+    /// [`TopologyError::Unreachable`] if there is none.
+    pub fn take_down(&mut self, id: LinkId) {
+        if self.down.is_empty() {
+            self.down = vec![false; self.graph.edge_count()];
+        }
+        if let Some(down) = self.down.get_mut(id.0 as usize) {
+            *down = true;
+        }
+    }
+
+    /// Whether link `id` is down.
+    pub fn is_down(&self, id: LinkId) -> bool {
+        self.down.get(id.0 as usize).copied().unwrap_or(false)
+    }
+
+    /// The hosts `src` cannot reach over the links that are up, in id order.
+    pub fn unreachable_from(&self, src: HostId) -> Result<Vec<HostId>, TopologyError> {
+        let tree = self.shortest_path_tree(src)?;
+        Ok((0..self.hosts.len() as u32)
+            .map(HostId)
+            .filter(|&host| host != src && tree[self.hosts[host.0 as usize].index()].is_none())
+            .collect())
     }
 
     /// The underlying graph (read-only), for analyses and export.

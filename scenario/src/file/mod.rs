@@ -157,6 +157,8 @@ struct ScenarioSpec {
     simulation: SimulationSection,
     #[serde(default)]
     compute: ComputeSection,
+    failures: Option<crate::failures::FailuresSection>,
+    faults: Option<crate::faults::FaultsSection>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -371,6 +373,7 @@ struct SimulationSection {
     protocol: Option<String>,
     fold_symmetric_ranks: Option<bool>,
     work_budget: Option<u64>,
+    seed: u64,
 }
 
 impl Default for SimulationSection {
@@ -383,6 +386,7 @@ impl Default for SimulationSection {
             protocol: None,
             fold_symmetric_ranks: None,
             work_budget: None,
+            seed: 0,
         }
     }
 }
@@ -449,6 +453,11 @@ pub struct Scenario {
     /// The host (`cluster.host`) and execution mode (`workload.execution`), if either is
     /// named, and the per-op dispatch cost they gave.
     pub host: Option<HostUse>,
+    /// Component failures and the job's response (`[failures]`), if modelled: the run reports
+    /// goodput.
+    pub failures: Option<crate::failures::Failures>,
+    /// Links degraded or down (`[faults]`), if any.
+    pub faults: Option<crate::faults::Faults>,
 }
 
 impl Scenario {
@@ -1153,6 +1162,16 @@ fn validate(
     let batch_norm_group =
         batch_norm_group(spec.parallelism.batch_norm_group, &cluster_spec, &model, &parallelism, &invalid)?;
 
+    let failures = match &spec.failures {
+        Some(section) => Some(section.validate(gpus, cluster_spec.nodes, spec.simulation.seed, &invalid)?),
+        None => None,
+    };
+    let faults = match &spec.faults {
+        Some(section) => Some(section.validate(spec.simulation.seed, &invalid)?),
+        None => None,
+    };
+    // Faults break the symmetry of ranks: every rank is simulated unless the scenario says.
+    let fold_default = !parallelism.is_data_parallel() && faults.as_ref().is_none_or(|f| f.links.is_empty());
     let scenario = Scenario {
         source: file.display().to_string(),
         cluster: cluster_spec,
@@ -1165,7 +1184,7 @@ fn validate(
         optimizer_precision,
         optimizer,
         recompute,
-        fold_symmetric_ranks: spec.simulation.fold_symmetric_ranks.unwrap_or(!parallelism.is_data_parallel()),
+        fold_symmetric_ranks: spec.simulation.fold_symmetric_ranks.unwrap_or(fold_default),
         parallelism,
         network: NetworkSettings {
             work_budget: spec.simulation.work_budget,
@@ -1187,6 +1206,8 @@ fn validate(
         input,
         framework,
         host,
+        failures,
+        faults,
     };
     scenario.strategy().check().map_err(|error| match error {
         strategies::StrategyError::Invalid { key, message } => invalid(key, message),

@@ -755,6 +755,12 @@ fn full_summary() -> Summary {
     breakdown.exposed_by_group.filter = 1.0;
     breakdown.exposed_by_group.channel = 1.0;
     breakdown.exposed_by_group.spatial = 1.0;
+    summary.goodput = Some(crate::failures::GoodputSummary {
+        job_mtbf_hours: Some(0.0),
+        young_interval_iterations: Some(0.0),
+        first_order_goodput: Some(0.0),
+        ..Default::default()
+    });
     summary
 }
 

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 mod collectives;
+mod faults;
 mod fidelities;
 mod flow;
 mod network;
