@@ -107,7 +107,10 @@ impl<'s> Plan<'s> {
             }
         }
         let actions = (0..p.pipeline)
-            .map(|stage| pipeline::actions(p.schedule, p.pipeline, p.virtual_stages, stage, micro_batches))
+            .map(|stage| {
+                let group = p.microbatch_group.unwrap_or(p.pipeline);
+                pipeline::actions(p.schedule, p.pipeline, p.virtual_stages, group, stage, micro_batches)
+            })
             .collect();
 
         let policy = policy::select(strategy, &local, &chunk_layers, &recompute_before);
