@@ -152,6 +152,12 @@ pub struct Parallelism {
     /// (`parallelism.microbatch-group-size`, Megatron-LM's
     /// `--microbatch-group-size-per-virtual-pipeline-stage`); `None`: the pipeline degree.
     pub microbatch_group: Option<u32>,
+    /// Numbered blocks on the first pipeline stage (`parallelism.first-stage-layers`,
+    /// Megatron-LM's `--decoder-first-pipeline-num-layers`); `None`: an even split.
+    pub first_stage_layers: Option<u32>,
+    /// Numbered blocks on the last pipeline stage (`parallelism.last-stage-layers`,
+    /// `--decoder-last-pipeline-num-layers`); `None`: an even split.
+    pub last_stage_layers: Option<u32>,
     /// Context-parallel degree.
     pub context: u32,
     /// Expert-parallel degree (inside data x context).
@@ -445,6 +451,8 @@ impl Parallelism {
             virtual_stages: 1,
             schedule: PipelineSchedule::OneFOneB,
             microbatch_group: None,
+            first_stage_layers: None,
+            last_stage_layers: None,
             context: 1,
             expert: 1,
             zero: 0,
@@ -989,6 +997,21 @@ impl Strategy<'_> {
                 };
                 invalid(key, message)
             })?;
+        if p.first_stage_layers.is_some() || p.last_stage_layers.is_some() {
+            let key = if p.first_stage_layers.is_some() {
+                "parallelism.first-stage-layers"
+            } else {
+                "parallelism.last-stage-layers"
+            };
+            if p.virtual_stages > 1 {
+                return Err(invalid(
+                    key,
+                    "an uneven first or last stage is modelled with virtual-stages = 1 only".into(),
+                ));
+            }
+            pipeline::uneven_sizes(blocks, p.pipeline as usize, p.first_stage_layers, p.last_stage_layers)
+                .map_err(|message| invalid(key, message))?;
+        }
         if p.schedule == PipelineSchedule::ZbH1 && (p.zero >= 3 || p.offload != Offload::None) {
             return Err(invalid(
                 "parallelism.schedule",

@@ -253,9 +253,7 @@ pub fn check_schedule(
                     return Err(format!(
                         "interleaved 1F1B runs micro-batches in groups of `pipeline` = {stages}, but there \
                          are {m} micro-batches: make global-batch / (micro-batch x data) a multiple of \
-                         {stages}, or set parallelism.microbatch-group-size (Megatron's \
-                         --microbatch-group-size-per-virtual-pipeline-stage) between {stages} and {m} \
-                         with a last group of 0 or at least {stages}"
+                         {stages}"
                     ));
                 }
             }
@@ -288,6 +286,54 @@ pub fn peak_in_flight(actions: &[Action], weight: &[u64]) -> u64 {
         }
     }
     peak
+}
+
+/// The number of units (numbered blocks) on each of `stages` stages when the first and last
+/// stage's counts are set: Megatron-Core's uneven split (`--decoder-first-pipeline-num-layers`,
+/// `--decoder-last-pipeline-num-layers`; `TransformerConfig.__post_init__`'s checks at
+/// d98e8a64dd): the set counts at least 1, the units left spread evenly over the other stages,
+/// which must exist exactly when units are left. `None` when neither is set.
+pub fn uneven_sizes(
+    units: usize,
+    stages: usize,
+    first: Option<u32>,
+    last: Option<u32>,
+) -> Result<Option<Vec<usize>>, String> {
+    if first.is_none() && last.is_none() {
+        return Ok(None);
+    }
+    if stages < 2 {
+        return Err("an uneven first or last stage needs pipeline > 1".into());
+    }
+    let mut left = units;
+    let mut middle = stages;
+    for (name, count) in [("first-stage-layers", first), ("last-stage-layers", last)] {
+        let Some(count) = count else { continue };
+        if count == 0 {
+            return Err(format!("{name} must be at least 1, got 0"));
+        }
+        left = left.checked_sub(count as usize).ok_or_else(|| {
+            format!(
+                "first-stage-layers + last-stage-layers = {} is more than the model's {units} blocks",
+                first.unwrap_or(0) + last.unwrap_or(0)
+            )
+        })?;
+        middle = middle.saturating_sub(1);
+    }
+    if (left > 0) != (middle > 0) || (middle > 0 && left % middle != 0) {
+        return Err(format!(
+            "{left} blocks are left for the {middle} other stage(s) of {stages}: they must split evenly, \
+             and there must be blocks for every stage (Megatron-Core's uneven pipeline split)"
+        ));
+    }
+    let mut sizes = vec![if middle > 0 { left / middle } else { 0 }; stages];
+    if let Some(count) = first {
+        sizes[0] = count as usize;
+    }
+    if let Some(count) = last {
+        sizes[stages - 1] = count as usize;
+    }
+    Ok(Some(sizes))
 }
 
 /// Splits `units` (each a contiguous range of layers with a cost) into `parts` contiguous
@@ -576,6 +622,21 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn uneven_stages_follow_megatron_core_rules() {
+        // megatron-ci's uneven-pipeline test: 12 layers, p = 4, first 2, last 2: (12 - 4) / 2.
+        assert_eq!(uneven_sizes(12, 4, Some(2), Some(2)), Ok(Some(vec![2, 4, 4, 2])));
+        assert_eq!(uneven_sizes(12, 4, Some(3), None), Ok(Some(vec![3, 3, 3, 3])));
+        assert_eq!(uneven_sizes(10, 4, None, Some(1)), Ok(Some(vec![3, 3, 3, 1])));
+        assert_eq!(uneven_sizes(4, 2, Some(1), Some(3)), Ok(Some(vec![1, 3])));
+        assert_eq!(uneven_sizes(12, 4, None, None), Ok(None));
+        assert!(uneven_sizes(12, 4, Some(3), Some(2)).unwrap_err().contains("7 blocks are left for the 2"));
+        assert!(uneven_sizes(4, 2, Some(1), Some(2)).unwrap_err().contains("1 blocks are left for the 0"));
+        assert!(uneven_sizes(12, 4, Some(0), None).unwrap_err().contains("at least 1"));
+        assert!(uneven_sizes(12, 4, Some(8), Some(8)).unwrap_err().contains("more than"));
+        assert!(uneven_sizes(12, 1, Some(12), None).unwrap_err().contains("pipeline > 1"));
     }
 
     #[test]

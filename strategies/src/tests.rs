@@ -243,6 +243,29 @@ fn zb_h1_holds_1f1b_peak_on_every_stage_and_refuses_what_it_cannot_split() {
 }
 
 #[test]
+fn first_and_last_stage_layers_set_the_ends_and_split_the_rest_evenly() {
+    let model = uniform_model(8, 1024);
+    let compute = ComputeModel::default();
+    let uneven = Parallelism {
+        first_stage_layers: Some(1),
+        last_stage_layers: Some(1),
+        ..pipelined(4, 1, PipelineSchedule::OneFOneB)
+    };
+    let lowered = strategy(&model, &compute, uneven, 8, 1).lower().unwrap();
+    let blocks: Vec<usize> = lowered.stages.iter().map(|s| s.blocks).collect();
+    assert_eq!(blocks, vec![1, 3, 3, 1]);
+    // Parameters follow the blocks (every block has the same two linear layers).
+    let per_block = lowered.stages[0].parameters;
+    assert!(lowered.stages.iter().zip(&blocks).all(|(s, &b)| s.parameters == b as u64 * per_block));
+    let even = strategy(&model, &compute, pipelined(4, 1, PipelineSchedule::OneFOneB), 8, 1).lower().unwrap();
+    assert!(even.stages.iter().all(|s| s.blocks == 2));
+    // Megatron's rule: the blocks left split evenly over the other stages.
+    let odd = Parallelism { first_stage_layers: Some(2), ..uneven };
+    let error = strategy(&model, &compute, odd, 8, 1).lower().unwrap_err().to_string();
+    assert!(error.contains("parallelism.first-stage-layers") && error.contains("5 blocks are left for the 2"), "{error}");
+}
+
+#[test]
 fn one_f_one_b_holds_p_micro_batches_on_the_first_stage_and_gpipe_all_of_them() {
     let model = uniform_model(8, 1024);
     let compute = ComputeModel::default();
