@@ -262,7 +262,10 @@ fn first_and_last_stage_layers_set_the_ends_and_split_the_rest_evenly() {
     // Megatron's rule: the blocks left split evenly over the other stages.
     let odd = Parallelism { first_stage_layers: Some(2), ..uneven };
     let error = strategy(&model, &compute, odd, 8, 1).lower().unwrap_err().to_string();
-    assert!(error.contains("parallelism.first-stage-layers") && error.contains("5 blocks are left for the 2"), "{error}");
+    assert!(
+        error.contains("parallelism.first-stage-layers") && error.contains("5 blocks are left for the 2"),
+        "{error}"
+    );
 }
 
 #[test]
