@@ -326,7 +326,7 @@ pub fn uneven_sizes(
              and there must be blocks for every stage (Megatron-Core's uneven pipeline split)"
         ));
     }
-    let mut sizes = vec![if middle > 0 { left / middle } else { 0 }; stages];
+    let mut sizes = vec![left.checked_div(middle).unwrap_or(0); stages];
     if let Some(count) = first {
         sizes[0] = count as usize;
     }
@@ -552,8 +552,8 @@ mod tests {
         let p = orders.len();
         let mut clock = vec![0u64; p];
         let mut next = vec![0usize; p];
-        let mut forward_end = std::collections::HashMap::new();
-        let mut backward_end = std::collections::HashMap::new();
+        let mut forward_end = std::collections::BTreeMap::new();
+        let mut backward_end = std::collections::BTreeMap::new();
         while (0..p).any(|s| next[s] < orders[s].len()) {
             let mut progressed = false;
             for s in 0..p {
