@@ -148,6 +148,16 @@ pub struct Parallelism {
     pub virtual_stages: u32,
     /// Pipeline schedule.
     pub schedule: PipelineSchedule,
+    /// Interleaved 1F1B: micro-batches per group through each chunk
+    /// (`parallelism.microbatch-group-size`, Megatron-LM's
+    /// `--microbatch-group-size-per-virtual-pipeline-stage`); `None`: the pipeline degree.
+    pub microbatch_group: Option<u32>,
+    /// Numbered blocks on the first pipeline stage (`parallelism.first-stage-layers`,
+    /// Megatron-LM's `--decoder-first-pipeline-num-layers`); `None`: an even split.
+    pub first_stage_layers: Option<u32>,
+    /// Numbered blocks on the last pipeline stage (`parallelism.last-stage-layers`,
+    /// `--decoder-last-pipeline-num-layers`); `None`: an even split.
+    pub last_stage_layers: Option<u32>,
     /// Context-parallel degree.
     pub context: u32,
     /// Expert-parallel degree (inside data x context).
@@ -440,6 +450,9 @@ impl Parallelism {
             pipeline: 1,
             virtual_stages: 1,
             schedule: PipelineSchedule::OneFOneB,
+            microbatch_group: None,
+            first_stage_layers: None,
+            last_stage_layers: None,
             context: 1,
             expert: 1,
             zero: 0,
@@ -973,14 +986,47 @@ impl Strategy<'_> {
                 ),
             ));
         }
-        pipeline::check_schedule(p.schedule, p.pipeline, p.virtual_stages, micro_batches).map_err(
-            |message| {
-                invalid(
-                    if p.virtual_stages > 1 { "parallelism.virtual-stages" } else { "parallelism.schedule" },
-                    message,
-                )
-            },
-        )?;
+        pipeline::check_schedule(p.schedule, p.pipeline, p.virtual_stages, p.microbatch_group, micro_batches)
+            .map_err(|message| {
+                let key = if p.microbatch_group.is_some() && message.starts_with("microbatch-group-size") {
+                    "parallelism.microbatch-group-size"
+                } else if p.virtual_stages > 1 {
+                    "parallelism.virtual-stages"
+                } else {
+                    "parallelism.schedule"
+                };
+                invalid(key, message)
+            })?;
+        if p.first_stage_layers.is_some() || p.last_stage_layers.is_some() {
+            let key = if p.first_stage_layers.is_some() {
+                "parallelism.first-stage-layers"
+            } else {
+                "parallelism.last-stage-layers"
+            };
+            if p.virtual_stages > 1 {
+                return Err(invalid(
+                    key,
+                    "an uneven first or last stage is modelled with virtual-stages = 1 only".into(),
+                ));
+            }
+            pipeline::uneven_sizes(blocks, p.pipeline as usize, p.first_stage_layers, p.last_stage_layers)
+                .map_err(|message| invalid(key, message))?;
+        }
+        if p.schedule == PipelineSchedule::ZbH1 && (p.zero >= 3 || p.offload != Offload::None) {
+            return Err(invalid(
+                "parallelism.schedule",
+                format!(
+                    "\"zb-h1\" splits the backward into input- and weight-gradient passes, modelled with \
+                     DDP, ZeRO-1/2 and DASO without offload; this strategy has {}: use schedule = \
+                     \"1f1b\", or zero <= 2 and offload = \"none\"",
+                    if p.zero >= 3 {
+                        format!("zero = {}", p.zero)
+                    } else {
+                        format!("offload = {:?}", p.offload.name())
+                    }
+                ),
+            ));
+        }
         Ok(())
     }
 

@@ -172,6 +172,102 @@ fn interleaving_divides_the_bubble_by_the_virtual_stages() {
     }
 }
 
+/// Compute time of `rank`'s kernels of `pass` (per iteration).
+fn pass_compute(graph: &ExecGraph, rank: u32, pass: sim_core::graph::Pass) -> f64 {
+    graph
+        .ops()
+        .iter()
+        .filter(|op| op.rank == RankId(rank) && op.stream == COMPUTE_STREAM && op.meta.pass() == Some(pass))
+        .filter_map(|op| match op.kind {
+            OpKind::Compute { duration } => Some(duration.as_secs_f64()),
+            _ => None,
+        })
+        .sum()
+}
+
+#[test]
+fn zb_h1_bubble_is_the_papers_closed_form() {
+    // Qi et al. 2024, table 3: the bubble of p stages is (p - 1)(T_F + T_B + T_W) under 1F1B and
+    // (p - 1)(T_F + T_B - T_W) under ZB-H1, with T_B the input-gradient and T_W the
+    // weight-gradient time of one micro-batch on one stage. Equal stages, an instant network:
+    // the mean idle time per rank before the last backward pass is that bubble.
+    use sim_core::graph::Pass;
+    let model = uniform_model(8, 4096);
+    let compute = ComputeModel::default();
+    let topology = instant_server(4);
+    for m in [4u64, 8, 13] {
+        let mut idle = Vec::new();
+        for schedule in [PipelineSchedule::OneFOneB, PipelineSchedule::ZbH1] {
+            let lowered = strategy(&model, &compute, pipelined(4, 1, schedule), m * 2, 2).lower().unwrap();
+            let per_micro = |pass| pass_compute(&lowered.graph, 1, pass) / m as f64;
+            let (f, b, w) =
+                (per_micro(Pass::Forward), per_micro(Pass::BackwardData), per_micro(Pass::BackwardWeight));
+            assert!(w > 0.0 && w <= f.min(b) * 1.0001, "T_W {w} within T_F {f} and T_B {b}");
+            let expected = 3.0 * if schedule == PipelineSchedule::ZbH1 { f + b - w } else { f + b + w };
+            let (_, mean_idle) = bubble(&lowered, &topology);
+            // Within 0.2% of 1F1B's bubble (the lowering adds the same few microseconds to
+            // both schedules: see the difference below).
+            let one_f_one_b = 3.0 * (f + b + w);
+            assert!(
+                (mean_idle - expected).abs() < 0.002 * one_f_one_b,
+                "{schedule:?} m={m}: mean idle {mean_idle:.6} s, closed form {expected:.6} s"
+            );
+            idle.push((mean_idle, w));
+            // The same kernels, only reordered.
+            assert!((rank_compute(&lowered.graph, 1) - m as f64 * (f + b + w)).abs() < 1e-9 * m as f64);
+        }
+        // What ZB-H1 saves: (p - 1) 2 T_W, to 0.1%.
+        let (saved, w) = (idle[0].0 - idle[1].0, idle[1].1);
+        assert!(
+            (saved - 6.0 * w).abs() < 0.001 * 6.0 * w,
+            "m={m}: saved {saved:.6} s, 2 (p - 1) T_W = {:.6} s",
+            6.0 * w
+        );
+    }
+}
+
+#[test]
+fn zb_h1_holds_1f1b_peak_on_every_stage_and_refuses_what_it_cannot_split() {
+    let model = uniform_model(8, 1024);
+    let compute = ComputeModel::default();
+    let zb = strategy(&model, &compute, pipelined(4, 1, PipelineSchedule::ZbH1), 16, 1).lower().unwrap();
+    let one = strategy(&model, &compute, pipelined(4, 1, PipelineSchedule::OneFOneB), 16, 1).lower().unwrap();
+    let in_flight: Vec<f64> = zb.stages.iter().map(|s| s.peak_micro_batches_in_flight).collect();
+    assert_eq!(in_flight, vec![4.0; 4]);
+    let peak = |l: &Lowered| l.stages.iter().map(|s| s.memory.activations.0).max().unwrap();
+    assert_eq!(peak(&zb), peak(&one));
+    // ZeRO-3 gathers per unit around a whole backward: refused.
+    let sharded = Parallelism { zero: 3, data: 1, ..pipelined(4, 1, PipelineSchedule::ZbH1) };
+    let error = strategy(&model, &compute, sharded, 16, 1).lower().unwrap_err().to_string();
+    assert!(error.contains("parallelism.schedule") && error.contains("zero = 3"), "{error}");
+}
+
+#[test]
+fn first_and_last_stage_layers_set_the_ends_and_split_the_rest_evenly() {
+    let model = uniform_model(8, 1024);
+    let compute = ComputeModel::default();
+    let uneven = Parallelism {
+        first_stage_layers: Some(1),
+        last_stage_layers: Some(1),
+        ..pipelined(4, 1, PipelineSchedule::OneFOneB)
+    };
+    let lowered = strategy(&model, &compute, uneven, 8, 1).lower().unwrap();
+    let blocks: Vec<usize> = lowered.stages.iter().map(|s| s.blocks).collect();
+    assert_eq!(blocks, vec![1, 3, 3, 1]);
+    // Parameters follow the blocks (every block has the same two linear layers).
+    let per_block = lowered.stages[0].parameters;
+    assert!(lowered.stages.iter().zip(&blocks).all(|(s, &b)| s.parameters == b as u64 * per_block));
+    let even = strategy(&model, &compute, pipelined(4, 1, PipelineSchedule::OneFOneB), 8, 1).lower().unwrap();
+    assert!(even.stages.iter().all(|s| s.blocks == 2));
+    // Megatron's rule: the blocks left split evenly over the other stages.
+    let odd = Parallelism { first_stage_layers: Some(2), ..uneven };
+    let error = strategy(&model, &compute, odd, 8, 1).lower().unwrap_err().to_string();
+    assert!(
+        error.contains("parallelism.first-stage-layers") && error.contains("5 blocks are left for the 2"),
+        "{error}"
+    );
+}
+
 #[test]
 fn one_f_one_b_holds_p_micro_batches_on_the_first_stage_and_gpipe_all_of_them() {
     let model = uniform_model(8, 1024);
@@ -456,6 +552,34 @@ fn impossible_strategies_are_refused_with_the_key_and_what_would_be_valid() {
         ),
         (pipelined(4, 2, PipelineSchedule::GPipe), 8, 1, "parallelism.virtual-stages", "1f1b"),
         (pipelined(4, 2, PipelineSchedule::OneFOneB), 6, 1, "parallelism.virtual-stages", "multiple of 4"),
+        (
+            Parallelism { microbatch_group: Some(5), ..pipelined(4, 2, PipelineSchedule::OneFOneB) },
+            6,
+            1,
+            "parallelism.microbatch-group-size",
+            "last group of 1",
+        ),
+        (
+            Parallelism { microbatch_group: Some(3), ..pipelined(4, 2, PipelineSchedule::OneFOneB) },
+            6,
+            1,
+            "parallelism.microbatch-group-size",
+            "between `pipeline` = 4 and the micro-batches per replica = 6",
+        ),
+        (
+            Parallelism { microbatch_group: Some(4), ..pipelined(4, 1, PipelineSchedule::OneFOneB) },
+            8,
+            1,
+            "parallelism.microbatch-group-size",
+            "interleaved 1F1B only",
+        ),
+        (
+            pipelined(4, 2, PipelineSchedule::ZbH1),
+            8,
+            1,
+            "parallelism.virtual-stages",
+            "needs schedule = \"1f1b\"",
+        ),
         (
             Parallelism { tensor: 5, ..Parallelism::data_parallel(1) },
             1,

@@ -270,6 +270,7 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
                 iteration,
                 offload: OffloadState::new(previous_end[position]),
                 loads: std::mem::take(&mut loads[position]),
+                backward_part: crate::pipeline::Step::Backward,
             };
             let (end, pipeline_end) =
                 emitter.iteration(policies[position].as_mut(), previous_end[position])?;

@@ -98,7 +98,30 @@ impl<'s> Plan<'s> {
         let table = LayerTables::layers_and_kernels(strategy)?;
         let (local, kernels) = (Arc::clone(&table.local), Arc::clone(&table.kernels));
         let beside = Arc::clone(&table.beside);
-        let chunk_layers = table.partition(model, p.chunks() as usize);
+        let uneven = pipeline::uneven_sizes(
+            model.pipeline_units().len(),
+            p.pipeline as usize,
+            p.first_stage_layers,
+            p.last_stage_layers,
+        )
+        .ok()
+        .flatten();
+        let chunk_layers = match uneven {
+            // `--decoder-first/last-pipeline-num-layers`: the counts set, the rest even.
+            Some(sizes) => {
+                let units = model.pipeline_units();
+                let mut start = 0;
+                sizes
+                    .iter()
+                    .map(|&size| {
+                        let range = units[start].start..units[start + size - 1].end;
+                        start += size;
+                        range
+                    })
+                    .collect()
+            }
+            None => table.partition(model, p.chunks() as usize),
+        };
 
         let mut recompute_before: Vec<Option<Range<usize>>> = vec![None; local.len()];
         for range in strategy.memory_plan(model, Bytes::ZERO).recomputed_ranges() {
@@ -107,7 +130,10 @@ impl<'s> Plan<'s> {
             }
         }
         let actions = (0..p.pipeline)
-            .map(|stage| pipeline::actions(p.schedule, p.pipeline, p.virtual_stages, stage, micro_batches))
+            .map(|stage| {
+                let group = p.microbatch_group.unwrap_or(p.pipeline);
+                pipeline::actions(p.schedule, p.pipeline, p.virtual_stages, group, stage, micro_batches)
+            })
             .collect();
 
         let policy = policy::select(strategy, &local, &chunk_layers, &recompute_before);

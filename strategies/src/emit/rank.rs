@@ -22,6 +22,7 @@ use super::offload::OffloadState;
 use super::plan::{Labels, Plan};
 use super::policy::RankPolicy;
 use super::{Dep, Key};
+use crate::pipeline::Step;
 use crate::{
     Axis, CHANNEL_STREAM, COMPUTE_STREAM, CONTEXT_STREAM, Comm, DATA_STREAM, EXPERT_STREAM, FILTER_STREAM,
     GroupKind, HOST_STREAM, PIPELINE_STREAM, SPATIAL_STREAM, STAGING_STREAM, StrategyError, TENSOR_STREAM,
@@ -105,6 +106,9 @@ pub(super) struct RankEmitter<'p, 's> {
     pub(super) iteration: u32,
     /// Out-of-core training's state ([`super::offload`]).
     pub(super) offload: OffloadState,
+    /// The part of the backward the policy's `backward_chunk` emits: the whole backward, or
+    /// zero-bubble's input-gradient (B) or weight-gradient (W) half.
+    pub(super) backward_part: Step,
     /// The loader's batches in flight: (batch, its load op), oldest first ([`super::input`]).
     pub(super) loads: VecDeque<(u32, Dep)>,
 }
@@ -145,8 +149,20 @@ impl RankEmitter<'_, '_> {
             let chunk = action.chunk * p.pipeline + stage;
             let micro = action.micro_batch;
             let mark = self.buffer.ops.len();
+            // A weight-gradient pass (zero-bubble's W) exchanges nothing.
+            if action.step == Step::BackwardWeight {
+                let last = micro + 1 == plan.micro_batches;
+                self.backward_part = Step::BackwardWeight;
+                let sync = policy.backward_chunk(self, chunk as usize, micro, last);
+                self.backward_part = Step::Backward;
+                if let Some(sync) = sync? {
+                    last_sync[chunk as usize] = Some(sync);
+                }
+                self.span(mark, format!("W{micro}"));
+                continue;
+            }
             // What this action receives from the neighbouring stage, if anything.
-            let received = if action.forward {
+            let received = if action.is_forward() {
                 (chunk > 0).then(|| {
                     let sender = stage_rank((chunk - 1) % p.pipeline);
                     Dep::Key(Key::Stage { sender, micro, chunk: chunk - 1, forward: true })
@@ -165,7 +181,7 @@ impl RankEmitter<'_, '_> {
             self.waiting.extend(received);
             // Megatron-LM's scatter-gather: the slices received are all-gathered over the
             // tensor group before the chunk uses them (`gather_split_1d_tensor`).
-            let boundary = if action.forward { chunk.checked_sub(1) } else { Some(chunk) };
+            let boundary = if action.is_forward() { chunk.checked_sub(1) } else { Some(chunk) };
             if let (Some(_), Some(boundary)) = (received, boundary)
                 && plan.pipeline_scatter[boundary as usize] > 1
             {
@@ -175,11 +191,11 @@ impl RankEmitter<'_, '_> {
                     bytes: plan.boundary_bytes[boundary as usize],
                     what: PIPELINE_GATHER_LABEL,
                 };
-                let pass = if action.forward { Pass::Forward } else { Pass::BackwardData };
+                let pass = if action.is_forward() { Pass::Forward } else { Pass::BackwardData };
                 let meta = OpMeta::NONE.with_pass(pass).with_origin(self.origin(PIPELINE_ORIGIN));
                 self.comm(comm, meta);
             }
-            if action.forward {
+            if action.is_forward() {
                 policy.forward_chunk(self, chunk as usize, micro)?;
                 if chunk + 1 < chunks {
                     let to = stage_rank((chunk + 1) % p.pipeline);
@@ -191,7 +207,10 @@ impl RankEmitter<'_, '_> {
                 }
             } else {
                 let last = micro + 1 == plan.micro_batches;
-                if let Some(sync) = policy.backward_chunk(self, chunk as usize, micro, last)? {
+                self.backward_part = action.step;
+                let sync = policy.backward_chunk(self, chunk as usize, micro, last);
+                self.backward_part = Step::Backward;
+                if let Some(sync) = sync? {
                     last_sync[chunk as usize] = Some(sync);
                 }
                 if chunk > 0 {
@@ -204,18 +223,13 @@ impl RankEmitter<'_, '_> {
                 }
             }
             // The step as one named slice around its kernels (a 1F1B schedule in Perfetto).
-            let first = self.buffer.ops[mark..].iter().position(|op| op.stream == COMPUTE_STREAM);
-            if let (Some(first), Some(last)) = (first, self.last_compute)
-                && last as usize >= mark
-            {
-                let direction = if action.forward { "F" } else { "B" };
-                let name = if p.virtual_stages > 1 {
-                    format!("{direction}{micro} chunk {}", action.chunk)
-                } else {
-                    format!("{direction}{micro}")
-                };
-                self.spans.push((name, (mark + first) as u32, last));
-            }
+            let direction = if action.is_forward() { "F" } else { "B" };
+            let name = if p.virtual_stages > 1 {
+                format!("{direction}{micro} chunk {}", action.chunk)
+            } else {
+                format!("{direction}{micro}")
+            };
+            self.span(mark, name);
         }
         if plan.pipeline_host_sync && sent {
             self.pipeline_host_sync(&mut frontier, None);
@@ -284,6 +298,16 @@ impl RankEmitter<'_, '_> {
         Ok((end, pipeline_end))
     }
 
+    /// Names the compute ops emitted since op `mark` as one slice `name`, if there are any.
+    fn span(&mut self, mark: usize, name: String) {
+        let first = self.buffer.ops[mark..].iter().position(|op| op.stream == COMPUTE_STREAM);
+        if let (Some(first), Some(last)) = (first, self.last_compute)
+            && last as usize >= mark
+        {
+            self.spans.push((name, (mark + first) as u32, last));
+        }
+    }
+
     /// One layer's forward (or its recomputation).
     pub(super) fn forward_layer(
         &mut self,
@@ -333,6 +357,9 @@ impl RankEmitter<'_, '_> {
     /// One layer's backward (with its recomputation and collectives); returns the op after
     /// which its weight gradient is ready, if it has a backward kernel.
     pub(super) fn backward_layer(&mut self, index: usize, micro: u32) -> Result<Option<u32>, StrategyError> {
+        if self.backward_part == Step::BackwardWeight {
+            return Ok(self.weight_kernels(index, micro));
+        }
         if let Some(range) = &self.plan.recompute_before[index] {
             for again in range.clone() {
                 self.forward_layer(again, micro, true)?;
@@ -355,7 +382,7 @@ impl RankEmitter<'_, '_> {
             for comm in &local.before_backward {
                 self.comm(*comm, meta);
             }
-            let [_, data, weight] = plan.kernels[index];
+            let [_, data, _] = plan.kernels[index];
             let mut gradient_ready = None;
             if let Some((duration, _)) = data {
                 let label = self.labels.passes[index][1];
@@ -380,19 +407,31 @@ impl RankEmitter<'_, '_> {
                 self.comm(*comm, meta);
                 deferred.append(&mut self.waiting);
             }
-            let weight_meta = layer_meta(index, Pass::BackwardWeight);
-            if let Some((duration, _)) = weight {
-                gradient_ready = Some(self.compute(duration, self.labels.passes[index][2], weight_meta));
-                self.slow_last_compute(index, 2);
-            }
-            if micro > 0
-                && let Some(duration) = plan.accumulate[index]
-            {
-                gradient_ready = Some(self.compute(duration, self.labels.passes[index][2], weight_meta));
+            // Zero-bubble's B: the weight gradient waits for its own W step.
+            if self.backward_part != Step::BackwardInput {
+                gradient_ready = self.weight_kernels(index, micro).or(gradient_ready);
             }
             self.waiting.extend(deferred);
             Ok(gradient_ready)
         }
+    }
+
+    /// One layer's weight-gradient kernel and its accumulation into the gradient buffer (on
+    /// every micro-batch but the first, if priced); returns the last, if any.
+    fn weight_kernels(&mut self, index: usize, micro: u32) -> Option<u32> {
+        let plan = self.plan;
+        let weight_meta = layer_meta(index, Pass::BackwardWeight);
+        let mut gradient_ready = None;
+        if let Some((duration, _)) = plan.kernels[index][2] {
+            gradient_ready = Some(self.compute(duration, self.labels.passes[index][2], weight_meta));
+            self.slow_last_compute(index, 2);
+        }
+        if micro > 0
+            && let Some(duration) = plan.accumulate[index]
+        {
+            gradient_ready = Some(self.compute(duration, self.labels.passes[index][2], weight_meta));
+        }
+        gradient_ready
     }
 
     /// A kernel (described by `meta`) after everything waited for; returns its local index.

@@ -185,6 +185,10 @@ pub(in super::super) fn backward_chunk(
     let plan = emitter.plan;
     let mut last_sync = None;
     let layers = plan.chunk_layers[chunk].clone();
+    // Zero-bubble's split backward: B computes no weight gradient (nothing to synchronise),
+    // W only weight gradients, bucket by bucket as the whole backward would.
+    let part = emitter.backward_part;
+    let last = last && part != crate::pipeline::Step::BackwardInput;
     let mut offload = emitter.offload_backward(layers.clone(), micro);
     for index in layers.rev() {
         if let Some(offload) = offload.as_mut() {
