@@ -420,6 +420,14 @@ pub struct Gpt {
     /// `--disable-bias-linear`.
     #[serde(default)]
     pub bias: Option<bool>,
+    /// Experts per layer: every feed-forward block a mixture of experts of `ffn-hidden` each
+    /// (Megatron-LM's `--num-experts`, with `--moe-ffn-hidden-size` equal to `ffn-hidden`).
+    /// Needs `top-k`. Default: none (dense MLPs).
+    #[serde(default)]
+    pub experts: Option<u64>,
+    /// Experts each token is routed to (Megatron-LM's `--moe-router-topk`).
+    #[serde(default)]
+    pub top_k: Option<u64>,
 }
 
 impl Gpt {
@@ -479,7 +487,17 @@ impl Gpt {
             attention_dropout: dropout("attention-dropout", self.attention_dropout)?,
             causal: true,
             attention: attention_kernel(name, "gpt", self.attention.as_deref(), AttentionKernel::Standard)?,
-            moe: None,
+            moe: match (self.experts, self.top_k) {
+                (None, None) => None,
+                (Some(experts), Some(top_k)) => Some(Moe { experts, top_k }),
+                (Some(_), None) | (None, Some(_)) => {
+                    return Err(invalid(
+                        name,
+                        if self.experts.is_none() { "gpt.experts" } else { "gpt.top-k" },
+                        "a mixture of experts needs both `experts` and `top-k`".to_string(),
+                    ));
+                }
+            },
             head: Head::LanguageModel { tied: self.tied_embeddings.unwrap_or(true) },
             loss: match self.loss.as_deref() {
                 None => LossKernels::Megatron,
@@ -493,8 +511,10 @@ impl Gpt {
     /// Builds the network, named `name`.
     pub fn build(&self, name: &str) -> Result<Model, ModelError> {
         let t = self.transformer(name)?;
+        let experts =
+            t.moe.map(|moe| format!(", {} experts (top-{})", moe.experts, moe.top_k)).unwrap_or_default();
         let description = format!(
-            "GPT: {} layers, hidden {}, {} heads, {} tokens, vocabulary {}",
+            "GPT: {} layers, hidden {}, {} heads, {} tokens, vocabulary {}{experts}",
             t.layers, t.hidden, t.heads, t.sequence, t.vocabulary
         );
         t.build(name, &description)
@@ -702,6 +722,8 @@ mod tests {
             mlp: None,
             positions: None,
             bias: None,
+            experts: None,
+            top_k: None,
         }
     }
 
