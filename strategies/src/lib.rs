@@ -1397,6 +1397,8 @@ fn shard_key(key: &'static str) -> &'static str {
         "expert" => "parallelism.expert",
         "sequence-parallel" => "parallelism.sequence-parallel",
         "expert-skew" => "parallelism.expert-skew",
+        "expert-tensor" => "parallelism.expert-tensor",
+        "moe-dispatcher" => "parallelism.moe-dispatcher",
         "filter" => "parallelism.filter",
         "channel" => "parallelism.channel",
         "spatial" => "parallelism.spatial",

@@ -131,9 +131,9 @@ fn all_gather_dispatcher_bytes_per_rank_are_the_gathered_tokens() {
         assert_eq!(bytes(&experts.after_forward), vec![(ReduceScatter, g * h * w)]);
         assert_eq!(bytes(&experts.before_backward), vec![(AllGather, g * h * w)]);
         assert_eq!(bytes(&experts.after_backward_data), vec![(ReduceScatter, g * h * w), (ReduceScatter, g * e * w)]);
-        // The rank's experts run on the gathered tokens routed to them: n x etp x top-k, each
-        // through ffn / etp.
-        assert_eq!(experts.layer.input.0[0], n * u64::from(etp) * 2);
+        // The rank's experts run on the gathered tokens routed to them: n x etp x top-k (per
+        // sample: local shapes are per sample), each through ffn / etp.
+        assert_eq!(experts.layer.input.0[0], s / u64::from(tensor) * u64::from(etp) * 2);
         assert!(matches!(experts.layer.kind, LayerKind::MoeExperts { experts: local, ffn_hidden, .. }
             if local == e / u64::from(expert) && ffn_hidden == 2048 / u64::from(etp)));
         // In the graph, over the tp-ep group: etp x ep ranks, Megatron's.
