@@ -268,7 +268,8 @@ impl RankLayout {
                 sizes.take_while(|(is_pipeline, _)| !is_pipeline).map(|(_, size)| size).product()
             };
             let dense = stride(&mut self.order.0.iter().map(|a| (*a == Axis::Pipeline, self.size(*a))));
-            let expert = stride(&mut self.expert_order().into_iter().map(|(a, s)| (a == ExpertAxis::Pipeline, s)));
+            let expert =
+                stride(&mut self.expert_order().into_iter().map(|(a, s)| (a == ExpertAxis::Pipeline, s)));
             if dense != expert {
                 return Some(format!(
                     "with order {} the expert side (expert-tensor {etp} x expert {}) puts the pipeline \
@@ -309,7 +310,8 @@ impl RankLayout {
     pub fn expert_axes_group(&self, axes: &[ExpertAxis], rank: RankId) -> Vec<RankId> {
         let order = self.expert_order();
         let base = self.expert_coordinates(rank);
-        let sizes: Vec<(ExpertAxis, u32)> = order.into_iter().filter(|(axis, _)| axes.contains(axis)).collect();
+        let sizes: Vec<(ExpertAxis, u32)> =
+            order.into_iter().filter(|(axis, _)| axes.contains(axis)).collect();
         let count: u32 = sizes.iter().map(|(_, size)| size).product();
         (0..count)
             .map(|mut index| {

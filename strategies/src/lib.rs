@@ -24,9 +24,9 @@ pub mod shard;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
-mod tests_sync;
-#[cfg(test)]
 mod tests_moe;
+#[cfg(test)]
+mod tests_sync;
 
 use std::ops::Range;
 

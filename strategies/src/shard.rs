@@ -762,7 +762,11 @@ fn expert_comms(
             entry.before_forward.push(comm(AllGather, gathered, "tp-ep allgather tokens"));
             entry.after_forward.push(comm(ReduceScatter, outputs, "tp-ep reduce-scatter outputs"));
             entry.before_backward.push(comm(AllGather, outputs, "tp-ep allgather output gradients"));
-            entry.after_backward_data.push(comm(ReduceScatter, gathered, "tp-ep reduce-scatter token gradients"));
+            entry.after_backward_data.push(comm(
+                ReduceScatter,
+                gathered,
+                "tp-ep reduce-scatter token gradients",
+            ));
             entry.after_backward_data.push(comm(
                 ReduceScatter,
                 probabilities,

@@ -34,8 +34,17 @@ fn ranks(list: &[u32]) -> Vec<RankId> {
 }
 
 /// A layout on the expert side as Megatron-Core's generator would build it.
-fn megatron(tensor: u32, context: u32, data: u32, pipeline: u32, expert: u32, etp: u32, order: &str) -> RankLayout {
-    RankLayout::new(tensor, context, data, pipeline, expert, order.parse().unwrap()).with_expert_tensor(Some(etp))
+fn megatron(
+    tensor: u32,
+    context: u32,
+    data: u32,
+    pipeline: u32,
+    expert: u32,
+    etp: u32,
+    order: &str,
+) -> RankLayout {
+    RankLayout::new(tensor, context, data, pipeline, expert, order.parse().unwrap())
+        .with_expert_tensor(Some(etp))
 }
 
 /// Megatron-Core's groups for four settings, as `generate_masked_orthogonal_rank_groups`
@@ -88,12 +97,18 @@ fn expert_groups_follow_megatrons_rank_generator() {
 /// order: the all-to-all default keeps its groups.
 #[test]
 fn megatrons_generator_agrees_with_the_carved_layout_when_expert_tensor_is_tensor() {
-    for (t, c, d, p, e) in [(2, 1, 4, 1, 2), (2, 2, 2, 2, 2), (1, 2, 4, 1, 4), (4, 1, 2, 2, 2), (1, 1, 8, 1, 8)] {
+    for (t, c, d, p, e) in
+        [(2, 1, 4, 1, 2), (2, 2, 2, 2, 2), (1, 2, 4, 1, 4), (4, 1, 2, 2, 2), (1, 1, 8, 1, 8)]
+    {
         let carved = RankLayout::new(t, c, d, p, e, RankOrder::default());
         let generated = carved.clone().with_expert_tensor(Some(t));
         assert_eq!(generated.expert_layout_error(), None);
         for rank in (0..carved.ranks()).map(RankId) {
-            assert_eq!(generated.expert_group(rank), carved.expert_group(rank), "{t} {c} {d} {p} {e} {rank:?}");
+            assert_eq!(
+                generated.expert_group(rank),
+                carved.expert_group(rank),
+                "{t} {c} {d} {p} {e} {rank:?}"
+            );
             assert_eq!(generated.expert_data_group(rank), carved.expert_data_group(rank));
         }
     }
@@ -127,10 +142,16 @@ fn all_gather_dispatcher_bytes_per_rank_are_the_gathered_tokens() {
         let g = n * u64::from(etp * expert);
         let bytes = |list: &[Comm]| list.iter().map(|c| (c.kind, c.bytes.0)).collect::<Vec<_>>();
         use CollectiveKind::{AllGather, ReduceScatter};
-        assert_eq!(bytes(&experts.before_forward), vec![(AllGather, g * e), (AllGather, g * e * w), (AllGather, g * h * w)]);
+        assert_eq!(
+            bytes(&experts.before_forward),
+            vec![(AllGather, g * e), (AllGather, g * e * w), (AllGather, g * h * w)]
+        );
         assert_eq!(bytes(&experts.after_forward), vec![(ReduceScatter, g * h * w)]);
         assert_eq!(bytes(&experts.before_backward), vec![(AllGather, g * h * w)]);
-        assert_eq!(bytes(&experts.after_backward_data), vec![(ReduceScatter, g * h * w), (ReduceScatter, g * e * w)]);
+        assert_eq!(
+            bytes(&experts.after_backward_data),
+            vec![(ReduceScatter, g * h * w), (ReduceScatter, g * e * w)]
+        );
         // The rank's experts run on the gathered tokens routed to them: n x etp x top-k (per
         // sample: local shapes are per sample), each through ffn / etp.
         assert_eq!(experts.layer.input.0[0], s / u64::from(tensor) * u64::from(etp) * 2);
@@ -151,7 +172,10 @@ fn all_gather_dispatcher_bytes_per_rank_are_the_gathered_tokens() {
             .collect();
         assert_eq!(gathers.len(), 12 * 7, "7 collectives per layer, 12 layers");
         for collective in gathers {
-            assert_eq!(lowered.graph.group(collective.group).to_vec(), layout.expert_tensor_expert_group(RankId(1)));
+            assert_eq!(
+                lowered.graph.group(collective.group).to_vec(),
+                layout.expert_tensor_expert_group(RankId(1))
+            );
         }
     }
 }

@@ -22,10 +22,10 @@ use super::offload::OffloadState;
 use super::plan::{Labels, Plan};
 use super::policy::RankPolicy;
 use super::{Dep, Key};
-use crate::{ExpertAxis, ExpertCommunicator, shard,
-    Axis, CHANNEL_STREAM, COMPUTE_STREAM, CONTEXT_STREAM, Comm, DATA_STREAM, EXPERT_STREAM, FILTER_STREAM,
-    GroupKind, HOST_STREAM, PIPELINE_STREAM, SPATIAL_STREAM, STAGING_STREAM, StrategyError, TENSOR_STREAM,
-    cnn,
+use crate::{
+    Axis, CHANNEL_STREAM, COMPUTE_STREAM, CONTEXT_STREAM, Comm, DATA_STREAM, EXPERT_STREAM, ExpertAxis,
+    ExpertCommunicator, FILTER_STREAM, GroupKind, HOST_STREAM, PIPELINE_STREAM, SPATIAL_STREAM,
+    STAGING_STREAM, StrategyError, TENSOR_STREAM, cnn, shard,
 };
 
 /// Kinds of communicator groups, for interning.

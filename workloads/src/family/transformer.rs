@@ -756,6 +756,35 @@ mod tests {
         }
     }
 
+    /// `[gpt]`'s `experts` and `top-k` (Megatron-LM's `--num-experts`, `--moe-router-topk`):
+    /// every MLP becomes a bank of `experts` MLPs of `ffn-hidden` behind a router of `hidden x
+    /// experts` weights, and one without the other is an error naming the key.
+    #[test]
+    fn gpt_experts_replace_every_mlp_with_a_bank_of_them() {
+        let base = Gpt { bias: Some(false), ..gpt(2, 512, 8) };
+        let params = |g: &Gpt| g.build("t").unwrap().parameters();
+        let moe = Gpt { experts: Some(4), top_k: Some(2), ..base.clone() };
+        let (h, ffn, e, layers) = (512, 2048, 4, 2);
+        assert_eq!(params(&moe) - params(&base), layers * ((e - 1) * 2 * h * ffn + h * e));
+        // Top-2 routing: twice the expert FLOPs of top-1, the same parameters.
+        let top1 = Gpt { top_k: Some(1), ..moe.clone() };
+        assert_eq!(params(&top1), params(&moe));
+        let expert_macs = |g: &Gpt| -> f64 {
+            let model = g.build("t").unwrap();
+            model
+                .layers
+                .iter()
+                .filter(|l| matches!(l.kind, LayerKind::MoeExperts { .. }))
+                .map(|l| l.cost.macs)
+                .sum()
+        };
+        assert_eq!(expert_macs(&moe), 2.0 * expert_macs(&top1));
+        let message = Gpt { experts: Some(4), ..base.clone() }.build("t").unwrap_err().to_string();
+        assert!(message.contains("gpt.top-k"), "{message}");
+        let message = Gpt { top_k: Some(2), ..base }.build("t").unwrap_err().to_string();
+        assert!(message.contains("gpt.experts"), "{message}");
+    }
+
     #[test]
     fn gpt_parameters_follow_megatrons_formula() {
         let model = gpt(24, 2304, 24).build("gpt-1.7b").unwrap();
