@@ -6,6 +6,17 @@
 //! pipeline (`tp-cp-dp-pp`). Expert-parallel groups are carved out of the data x context ranks
 //! that share a tensor and a pipeline coordinate, as Megatron-Core folds expert parallelism
 //! into data parallelism: consecutive runs of `expert` ranks along the (context, data) index.
+//!
+//! When the experts have a tensor degree of their own or the all-gather dispatcher runs
+//! ([`crate::Parallelism::experts_apart`]), the expert side is laid out as Megatron-Core's
+//! expert rank generator does (megatron/core/parallel_state.py @ d98e8a64dd,
+//! `initialize_model_parallel`: `RankGenerator(tp=expert_tensor_parallel_size,
+//! ep=expert_model_parallel_size, dp=expert_data_parallel_size, pp, cp=1, order)`): the same
+//! ranks decomposed as expert-tensor x expert x expert-data x pipeline, in the dense order with
+//! tensor replaced by expert-tensor, context by expert (Megatron's orders put `ep` right after
+//! `cp`, and the expert generator's `cp` is 1) and data by expert-data (Megatron's
+//! `tp-cp-ep-dp-pp` becomes `etp-ep-edp-pp`, `tp-cp-ep-pp-dp` becomes `etp-ep-pp-edp`). For the default order and an expert-tensor degree equal to the tensor
+//! degree, both give the same groups.
 
 use std::fmt;
 
@@ -129,6 +140,55 @@ pub struct RankLayout {
     order: RankOrder,
     /// Expert-parallel degree (divides context x data).
     expert: u32,
+    /// The experts' tensor degree when the expert side is laid out by Megatron-Core's expert
+    /// rank generator; `None`: expert groups carved out of data x context.
+    expert_tensor: Option<u32>,
+}
+
+/// One of the expert side's dimensions (Megatron-Core's expert rank generator).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpertAxis {
+    /// Expert tensor parallelism: each expert's FFN split (`expt_tp`).
+    ExpertTensor,
+    /// Expert parallelism: which experts a rank holds (`ep`).
+    Expert,
+    /// Expert data parallelism: replicas of the same experts (`expt_dp`).
+    ExpertData,
+    /// Pipeline stage (shared with the dense side).
+    Pipeline,
+}
+
+/// A rank's position on the expert side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct ExpertCoordinates {
+    /// Expert-tensor index.
+    pub expert_tensor: u32,
+    /// Expert-parallel index.
+    pub expert: u32,
+    /// Expert-data index.
+    pub expert_data: u32,
+    /// Pipeline stage.
+    pub pipeline: u32,
+}
+
+impl ExpertCoordinates {
+    fn get(&self, axis: ExpertAxis) -> u32 {
+        match axis {
+            ExpertAxis::ExpertTensor => self.expert_tensor,
+            ExpertAxis::Expert => self.expert,
+            ExpertAxis::ExpertData => self.expert_data,
+            ExpertAxis::Pipeline => self.pipeline,
+        }
+    }
+
+    fn set(&mut self, axis: ExpertAxis, value: u32) {
+        match axis {
+            ExpertAxis::ExpertTensor => self.expert_tensor = value,
+            ExpertAxis::Expert => self.expert = value,
+            ExpertAxis::ExpertData => self.expert_data = value,
+            ExpertAxis::Pipeline => self.pipeline = value,
+        }
+    }
 }
 
 impl RankLayout {
@@ -143,7 +203,165 @@ impl RankLayout {
         expert: u32,
         order: RankOrder,
     ) -> RankLayout {
-        RankLayout { sizes: [tensor, context, data, pipeline], order, expert: expert.max(1) }
+        RankLayout {
+            sizes: [tensor, context, data, pipeline],
+            order,
+            expert: expert.max(1),
+            expert_tensor: None,
+        }
+    }
+
+    /// The same layout with its expert side laid out by Megatron-Core's expert rank generator
+    /// with experts split over `expert_tensor` ranks (`Some`), or carved out of data x context
+    /// (`None`). The caller validates ([`RankLayout::expert_layout_error`]).
+    pub fn with_expert_tensor(mut self, expert_tensor: Option<u32>) -> RankLayout {
+        self.expert_tensor = expert_tensor.map(|degree| degree.max(1));
+        self
+    }
+
+    /// Whether the expert side follows Megatron-Core's expert rank generator.
+    pub fn megatron_experts(&self) -> bool {
+        self.expert_tensor.is_some()
+    }
+
+    /// The expert side's dimensions, fastest first, with their sizes: the dense order with
+    /// tensor replaced by expert-tensor, context by expert and data by expert-data.
+    fn expert_order(&self) -> Vec<(ExpertAxis, u32)> {
+        let etp = self.expert_tensor.unwrap_or(self.size(Axis::Tensor));
+        let per_stage = self.ranks() / self.size(Axis::Pipeline);
+        let expert_data = per_stage / (etp * self.expert).max(1);
+        let mut order = Vec::with_capacity(4);
+        for axis in self.order.0 {
+            // Megatron's orders put `ep` right after `cp` (`tp-cp-ep-dp-pp`, `tp-cp-ep-pp-dp`),
+            // and the expert generator's `cp` is 1: expert takes context's place.
+            order.push(match axis {
+                Axis::Tensor => (ExpertAxis::ExpertTensor, etp),
+                Axis::Context => (ExpertAxis::Expert, self.expert),
+                Axis::Data => (ExpertAxis::ExpertData, expert_data),
+                Axis::Pipeline => (ExpertAxis::Pipeline, self.size(Axis::Pipeline)),
+            });
+        }
+        order
+    }
+
+    /// Why Megatron-Core would refuse this expert layout, if it would: the world size must
+    /// divide into expert-tensor x expert x pipeline ranks (`RuntimeError: world_size is not
+    /// divisible by expert_tensor_model_pipeline_parallel size`), and the pipeline groups of
+    /// the expert side must be the dense side's (`assert decoder_rank_generator.get_ranks("pp")
+    /// == expert_decoder_rank_generator.get_ranks("pp")`; with a pipeline-last order this is
+    /// `expert_data_parallel_size == data_parallel_size`), megatron/core/parallel_state.py.
+    pub fn expert_layout_error(&self) -> Option<String> {
+        let etp = self.expert_tensor?;
+        let per_stage = self.ranks() / self.size(Axis::Pipeline);
+        if per_stage % (etp * self.expert) != 0 {
+            return Some(format!(
+                "expert-tensor {etp} x expert {} = {} ranks do not divide the {per_stage} ranks of a pipeline \
+                 stage (tensor x context x data): Megatron-Core refuses a world size not divisible by \
+                 expert-tensor x expert x pipeline",
+                self.expert,
+                etp * self.expert
+            ));
+        }
+        let pipeline = self.size(Axis::Pipeline);
+        if pipeline > 1 {
+            let stride = |sizes: &mut dyn Iterator<Item = (bool, u32)>| -> u32 {
+                sizes.take_while(|(is_pipeline, _)| !is_pipeline).map(|(_, size)| size).product()
+            };
+            let dense = stride(&mut self.order.0.iter().map(|a| (*a == Axis::Pipeline, self.size(*a))));
+            let expert =
+                stride(&mut self.expert_order().into_iter().map(|(a, s)| (a == ExpertAxis::Pipeline, s)));
+            if dense != expert {
+                return Some(format!(
+                    "with order {} the expert side (expert-tensor {etp} x expert {}) puts the pipeline \
+                     stages at a stride of {expert} ranks where the dense side has {dense}: Megatron-Core \
+                     requires the same pipeline groups on both sides (with the pipeline not last, the \
+                     expert-data degree must equal the data degree)",
+                    self.order, self.expert
+                ));
+            }
+        }
+        None
+    }
+
+    /// The expert-side coordinates of `rank` under Megatron-Core's expert rank generator (with
+    /// the expert-tensor degree the tensor degree when experts are carved out of data x
+    /// context, whose groups are the same for the default order).
+    pub fn expert_coordinates(&self, rank: RankId) -> ExpertCoordinates {
+        let mut rest = rank.0;
+        let mut coordinates = ExpertCoordinates::default();
+        for (axis, size) in self.expert_order() {
+            coordinates.set(axis, rest % size.max(1));
+            rest /= size.max(1);
+        }
+        coordinates
+    }
+
+    /// The rank at expert-side `coordinates`.
+    pub fn expert_rank(&self, coordinates: ExpertCoordinates) -> RankId {
+        let mut rank = 0;
+        for (axis, size) in self.expert_order().into_iter().rev() {
+            rank = rank * size + coordinates.get(axis);
+        }
+        RankId(rank)
+    }
+
+    /// The ranks that differ from `rank` only along expert-side `axes`, in Megatron's order
+    /// (the first axis fastest), under Megatron-Core's expert rank generator.
+    pub fn expert_axes_group(&self, axes: &[ExpertAxis], rank: RankId) -> Vec<RankId> {
+        let order = self.expert_order();
+        let base = self.expert_coordinates(rank);
+        let sizes: Vec<(ExpertAxis, u32)> =
+            order.into_iter().filter(|(axis, _)| axes.contains(axis)).collect();
+        let count: u32 = sizes.iter().map(|(_, size)| size).product();
+        (0..count)
+            .map(|mut index| {
+                let mut coordinates = base;
+                for (axis, size) in &sizes {
+                    coordinates.set(*axis, index % size);
+                    index /= size;
+                }
+                self.expert_rank(coordinates)
+            })
+            .collect()
+    }
+
+    /// The expert-tensor group of `rank`: the ranks that split the same experts' FFNs.
+    pub fn expert_tensor_group(&self, rank: RankId) -> Vec<RankId> {
+        match self.expert_tensor {
+            Some(_) => self.expert_axes_group(&[ExpertAxis::ExpertTensor], rank),
+            None => self.group(Axis::Tensor, rank),
+        }
+    }
+
+    /// The expert-tensor x expert group of `rank` (Megatron-Core's `tp_ep` group), which the
+    /// all-gather dispatcher gathers over.
+    pub fn expert_tensor_expert_group(&self, rank: RankId) -> Vec<RankId> {
+        match self.expert_tensor {
+            Some(_) => self.expert_axes_group(&[ExpertAxis::ExpertTensor, ExpertAxis::Expert], rank),
+            None => {
+                let mut ranks: Vec<RankId> = self
+                    .expert_group(rank)
+                    .into_iter()
+                    .flat_map(|member| self.group(Axis::Tensor, member))
+                    .collect();
+                ranks.sort();
+                ranks
+            }
+        }
+    }
+
+    /// The expert-data group of `rank`: the ranks holding the same expert shards, over which
+    /// their gradients are summed.
+    pub fn expert_data_group(&self, rank: RankId) -> Vec<RankId> {
+        match self.expert_tensor {
+            Some(_) => self.expert_axes_group(&[ExpertAxis::ExpertData], rank),
+            None => {
+                let all = self.data_context_group(rank);
+                let expert = self.expert as usize;
+                let position = all.iter().position(|r| *r == rank).unwrap_or(0) % expert;
+                all.into_iter().enumerate().filter(|(i, _)| i % expert == position).map(|(_, r)| r).collect()
+            }
+        }
     }
 
     /// Number of ranks.
@@ -215,8 +433,12 @@ impl RankLayout {
     }
 
     /// The expert-parallel group of `rank`: `expert` consecutive ranks along the (context,
-    /// data) index that share its tensor and pipeline coordinates.
+    /// data) index that share its tensor and pipeline coordinates (under Megatron-Core's expert
+    /// rank generator, the ranks that differ only in their expert index).
     pub fn expert_group(&self, rank: RankId) -> Vec<RankId> {
+        if self.expert_tensor.is_some() {
+            return self.expert_axes_group(&[ExpertAxis::Expert], rank);
+        }
         let all = self.data_context_group(rank);
         let position = all.iter().position(|r| *r == rank).unwrap_or(0);
         let start = position / self.expert as usize * self.expert as usize;

@@ -24,6 +24,8 @@ pub mod shard;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_moe;
+#[cfg(test)]
 mod tests_sync;
 
 use std::ops::Range;
@@ -58,9 +60,9 @@ use workloads::optimizer::Optimizer;
 pub use cnn::{CnnSplit, CnnTransport, FilterBackward, HostStaging, SpatialDims, SpatialHalos};
 pub use emit::kernel_table::{BucketRow, KernelRow, KernelTable, RowPass};
 pub use emit::{FLUSH_ORIGIN, LayerTables, OFFLOAD_ORIGIN};
-pub use layout::{Axis, Coordinates, RankLayout, RankOrder};
+pub use layout::{Axis, Coordinates, ExpertAxis, ExpertCoordinates, RankLayout, RankOrder};
 pub use pipeline::{Action, PipelineSchedule};
-pub use shard::{Comm, GroupKind, LocalLayer, Role, ShardError, Split};
+pub use shard::{Comm, ExpertCommunicator, GroupKind, LocalLayer, Role, ShardError, Split};
 
 /// The stream compute kernels run on.
 pub const COMPUTE_STREAM: StreamId = StreamId(0);
@@ -162,6 +164,17 @@ pub struct Parallelism {
     pub context: u32,
     /// Expert-parallel degree (inside data x context).
     pub expert: u32,
+    /// The experts' own tensor degree (`parallelism.expert-tensor`); `None`: the dense tensor
+    /// degree, as Megatron-Core's `--expert-tensor-parallel-size` defaults to
+    /// `--tensor-model-parallel-size`. See [`Parallelism::expert_tensor_degree`].
+    pub expert_tensor: Option<u32>,
+    /// How tokens reach their experts and come back (`parallelism.moe-dispatcher`).
+    pub moe_dispatcher: MoeDispatcher,
+    /// The dtype of the router's probabilities (`parallelism.moe-router-dtype`, Megatron-Core's
+    /// `--moe-router-dtype`); `None`: the compute dtype (the logits', Megatron's default). The
+    /// all-gather dispatcher moves the probabilities, and reduce-scatters the experts' outputs,
+    /// in it.
+    pub moe_router_dtype: Option<Dtype>,
     /// ZeRO stage: 0 none, 1 optimizer state, 2 + gradients, 3 + parameters.
     pub zero: u8,
     /// Tokens the busiest expert receives relative to balanced routing (1: balanced).
@@ -325,6 +338,51 @@ impl std::str::FromStr for PipelineHostSync {
     }
 }
 
+/// Megatron-Core's token dispatcher (`parallelism.moe-dispatcher`,
+/// `--moe-token-dispatcher-type`): how each mixture-of-experts layer's tokens reach the ranks
+/// holding their experts and how the experts' outputs come back
+/// (megatron/core/transformer/moe/token_dispatcher.py).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MoeDispatcher {
+    /// `MoEAlltoAllTokenDispatcher`: each token sent to the ranks of its top-k experts by an
+    /// all-to-all over the expert-parallel group, and back by another (parasim's model since
+    /// expert parallelism was added).
+    #[default]
+    AllToAll,
+    /// `MoEAllGatherTokenDispatcher` (Megatron-Core's default): the hidden states, routing
+    /// probabilities and routing map all-gathered over the expert-tensor x expert group
+    /// (`tp_ep`), each rank running its local experts on the tokens routed to them, and the
+    /// outputs reduce-scattered back over the same group.
+    AllGather,
+}
+
+impl MoeDispatcher {
+    /// Every dispatcher, in the order errors list them.
+    pub const ALL: [MoeDispatcher; 2] = [MoeDispatcher::AllToAll, MoeDispatcher::AllGather];
+
+    /// The scenario name: `"all-to-all"` or `"all-gather"`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            MoeDispatcher::AllToAll => "all-to-all",
+            MoeDispatcher::AllGather => "all-gather",
+        }
+    }
+}
+
+impl std::str::FromStr for MoeDispatcher {
+    type Err = String;
+    fn from_str(name: &str) -> Result<Self, String> {
+        MoeDispatcher::ALL.into_iter().find(|d| d.name() == name).ok_or_else(|| {
+            format!(
+                "unknown MoE dispatcher {name:?}; valid: \"all-to-all\" (Megatron-Core's alltoall: tokens \
+                 to their experts' ranks and back by all-to-all over the expert group), \"all-gather\" \
+                 (Megatron-Core's allgather: tokens all-gathered over the expert-tensor x expert group, \
+                 outputs reduce-scattered back)"
+            )
+        })
+    }
+}
+
 /// Which software's ZeRO-3 a job runs (`parallelism.zero-implementation`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ZeroImplementation {
@@ -455,6 +513,9 @@ impl Parallelism {
             last_stage_layers: None,
             context: 1,
             expert: 1,
+            expert_tensor: None,
+            moe_dispatcher: MoeDispatcher::AllToAll,
+            moe_router_dtype: None,
             zero: 0,
             expert_skew: 1.0,
             capacity_factor: None,
@@ -533,6 +594,40 @@ impl Parallelism {
             self.expert,
             self.order,
         )
+        .with_expert_tensor(self.experts_apart().then(|| self.expert_tensor_degree()))
+    }
+
+    /// The experts' tensor degree: `parallelism.expert-tensor`, else the dense tensor degree.
+    pub fn expert_tensor_degree(&self) -> u32 {
+        self.expert_tensor.unwrap_or(self.tensor)
+    }
+
+    /// Whether the expert layers are laid out apart from the dense ones: an expert-tensor
+    /// degree of their own or the all-gather dispatcher (what Megatron-Core's expert rank
+    /// generator and `MoEAllGatherTokenDispatcher` do, which parasim's first expert model,
+    /// expert groups carved out of data x context with the all-to-all dispatcher, did not).
+    pub fn experts_apart(&self) -> bool {
+        self.expert_tensor_degree() != self.tensor || self.moe_dispatcher != MoeDispatcher::AllToAll
+    }
+
+    /// Ranks each expert parameter's gradient is summed over: the expert-data degree,
+    /// `world / (pipeline x expert-tensor x expert)` (Megatron-Core's
+    /// `expert_data_parallel_size`, megatron/core/parallel_state.py).
+    pub fn expert_data(&self) -> u32 {
+        let per_stage = self.tensor * self.context * self.data * self.cnn_degree();
+        per_stage / (self.expert_tensor_degree() * self.expert).max(1)
+    }
+
+    /// Ranks of the communicator an expert layer's collective runs over: the expert group
+    /// for all-to-alls, the expert-tensor x expert group for the all-gather dispatcher's
+    /// all-gathers and reduce-scatters, the expert-tensor group for the all-to-all
+    /// dispatcher's ([`shard::expert_communicator`]).
+    pub fn expert_comm_ranks(&self, kind: sim_core::graph::CollectiveKind) -> u32 {
+        match shard::expert_communicator(kind, self.moe_dispatcher) {
+            shard::ExpertCommunicator::Expert => self.expert,
+            shard::ExpertCommunicator::ExpertTensor => self.expert_tensor_degree(),
+            shard::ExpertCommunicator::ExpertTensorExpert => self.expert_tensor_degree() * self.expert,
+        }
     }
 
     /// What shapes one rank's layers.
@@ -542,6 +637,9 @@ impl Parallelism {
             sequence_parallel: self.sequence_parallel,
             context: self.context,
             expert: self.expert,
+            expert_tensor: self.expert_tensor_degree(),
+            dispatcher: self.moe_dispatcher,
+            router_dtype: self.moe_router_dtype,
             expert_load: self.capacity_factor.map_or(self.expert_skew, |cap| self.expert_skew.min(cap)),
             cnn: self.cnn(),
         }
@@ -957,7 +1055,17 @@ impl Strategy<'_> {
                 ),
             ));
         }
-        if u64::from(p.data) * u64::from(p.context) % u64::from(p.expert) != 0 {
+        if p.expert_tensor == Some(0) {
+            return Err(invalid("parallelism.expert-tensor", "must be at least 1, got 0".into()));
+        }
+        if p.experts_apart() {
+            // Megatron-Core's expert rank generator: its refusals, with the key of the degree
+            // that would change the layout.
+            if let Some(message) = p.layout().expert_layout_error() {
+                let key = if p.expert > 1 { "parallelism.expert" } else { "parallelism.expert-tensor" };
+                return Err(invalid(key, message));
+            }
+        } else if u64::from(p.data) * u64::from(p.context) % u64::from(p.expert) != 0 {
             return Err(invalid(
                 "parallelism.expert",
                 format!(
@@ -1335,6 +1443,8 @@ fn shard_key(key: &'static str) -> &'static str {
         "expert" => "parallelism.expert",
         "sequence-parallel" => "parallelism.sequence-parallel",
         "expert-skew" => "parallelism.expert-skew",
+        "expert-tensor" => "parallelism.expert-tensor",
+        "moe-dispatcher" => "parallelism.moe-dispatcher",
         "filter" => "parallelism.filter",
         "channel" => "parallelism.channel",
         "spatial" => "parallelism.spatial",

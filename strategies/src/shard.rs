@@ -141,12 +141,53 @@ pub struct Split {
     pub context: u32,
     /// Expert-parallel degree.
     pub expert: u32,
+    /// The experts' tensor degree (the tensor degree unless `parallelism.expert-tensor` says
+    /// otherwise).
+    pub expert_tensor: u32,
+    /// The token dispatcher of the expert layers.
+    pub dispatcher: crate::MoeDispatcher,
+    /// The dtype of the router's probabilities; `None`: the compute dtype.
+    pub router_dtype: Option<Dtype>,
     /// Tokens the busiest expert rank receives, relative to balanced routing (1: balanced;
     /// already capped by the capacity factor). Every rank of the expert group waits for it at
     /// the combine, so its load sets the layer's time and all-to-all size.
     pub expert_load: f64,
     /// The CNN strategy inside the model-parallel group (filter, channel, spatial).
     pub cnn: super::cnn::CnnSplit,
+}
+
+impl Split {
+    /// Whether the expert layers run apart from the dense tensor split: an expert-tensor
+    /// degree of their own or the all-gather dispatcher ([`crate::Parallelism::experts_apart`]).
+    pub fn experts_apart(&self) -> bool {
+        self.expert_tensor != self.tensor || self.dispatcher != crate::MoeDispatcher::AllToAll
+    }
+}
+
+/// Which communicator an expert layer's collective (a [`Comm`] of [`GroupKind::Expert`]) runs
+/// over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpertCommunicator {
+    /// The expert-parallel group (`ep`): the all-to-all dispatcher's all-to-alls.
+    Expert,
+    /// The expert-tensor group (`expt_tp`): the all-to-all dispatcher's all-gather and
+    /// reduce-scatter of the tokens among the ranks that split the same experts.
+    ExpertTensor,
+    /// The expert-tensor x expert group (`tp_ep`): the all-gather dispatcher's collectives.
+    ExpertTensorExpert,
+}
+
+/// The communicator of an expert collective of `kind` under `dispatcher`: all-to-alls go over
+/// the expert group; all-gathers and reduce-scatters over the expert-tensor x expert group with
+/// the all-gather dispatcher (`MoEAllGatherTokenDispatcher`, `group=self.tp_ep_group`), over
+/// the expert-tensor group with the all-to-all dispatcher (`MoEAlltoAllTokenDispatcher`'s
+/// `AG(TP)` / `RS(TP)` on `pg_collection.expt_tp`).
+pub fn expert_communicator(kind: CollectiveKind, dispatcher: crate::MoeDispatcher) -> ExpertCommunicator {
+    match (kind, dispatcher) {
+        (CollectiveKind::AllToAll, _) => ExpertCommunicator::Expert,
+        (_, crate::MoeDispatcher::AllGather) => ExpertCommunicator::ExpertTensorExpert,
+        (_, crate::MoeDispatcher::AllToAll) => ExpertCommunicator::ExpertTensor,
+    }
 }
 
 /// A model cannot be split as asked.
@@ -352,6 +393,44 @@ fn checked_roles(model: &Model, split: Split) -> Result<Vec<Role>, ShardError> {
             _ => {}
         }
     }
+    if split.expert_tensor == 0 {
+        return Err(invalid("expert-tensor", "must be at least 1, got 0".into()));
+    }
+    if split.experts_apart() {
+        let Some(ffn_hidden) = model.layers.iter().find_map(|l| match l.kind {
+            LayerKind::MoeExperts { ffn_hidden, .. } => Some(ffn_hidden),
+            _ => None,
+        }) else {
+            let key = if split.expert_tensor != tensor { "expert-tensor" } else { "moe-dispatcher" };
+            return Err(invalid(
+                key,
+                format!("applies to mixture-of-experts models; model {} has no expert layer", model.name),
+            ));
+        };
+        if ffn_hidden % u64::from(split.expert_tensor) != 0 {
+            return Err(invalid(
+                "expert-tensor",
+                format!(
+                    "is {}, which does not divide the experts' hidden size {ffn_hidden} (valid: {})",
+                    split.expert_tensor,
+                    divisors(ffn_hidden)
+                ),
+            ));
+        }
+        if tensor > 1 && !split.sequence_parallel {
+            // megatron/core/transformer/moe/moe_layer.py, MoELayer.forward: "During training,
+            // performance may degrade if MoE and tensor parallelism are enabled without also
+            // enabling sequence parallelism" (a ValueError).
+            return Err(invalid(
+                "sequence-parallel",
+                format!(
+                    "is off with tensor = {tensor}, but Megatron-Core's MoE layer refuses to train with \
+                     tensor parallelism and no sequence parallelism (moe_layer.py); set sequence-parallel \
+                     = true"
+                ),
+            ));
+        }
+    }
     if tensor > 1 {
         let t = u64::from(tensor);
         // Attention first: the head count is the constraint users know. (Two passes rather
@@ -379,7 +458,7 @@ fn checked_roles(model: &Model, split: Split) -> Result<Vec<Role>, ShardError> {
                     (out_features % t != 0 && inputs % t != 0)
                         .then(|| format!("the features of {} ({inputs} -> {out_features})", layer.name))
                 }
-                LayerKind::MoeExperts { ffn_hidden, .. } if ffn_hidden % t != 0 => {
+                LayerKind::MoeExperts { ffn_hidden, .. } if !split.experts_apart() && ffn_hidden % t != 0 => {
                     Some(format!("the experts' hidden size {ffn_hidden} (valid: {})", divisors(*ffn_hidden)))
                 }
                 _ => None,
@@ -442,6 +521,10 @@ pub fn local_layers(
         Bytes(micro_batch * tokens * features * width)
     };
     let tensor_comm = |kind, bytes, what| Comm { group: GroupKind::Tensor, kind, bytes, what };
+    // The tokens a rank holds outside the tensor-parallel regions: its context share, and its
+    // tensor share too with sequence parallelism (what Megatron-Core's MoE layer receives).
+    let own_tokens_share = if sp { t } else { 1 };
+    let own_tokens = c * own_tokens_share;
     let mut result = Vec::with_capacity(model.layers.len());
     for (index, (layer, role)) in model.layers.iter().zip(&roles).enumerate() {
         let replicated_tokens = if sp { c * t } else { c };
@@ -485,6 +568,29 @@ pub fn local_layers(
                 localise(&layer.input, c, 1),
             ),
             (Role::VocabularyLoss, kind) => (kind.clone(), localise(&layer.input, c, t)),
+            (
+                Role::Experts,
+                LayerKind::MoeExperts { experts, top_k, ffn_hidden, activation, gated, bias },
+            ) if split.experts_apart() => {
+                // Megatron-Core's dispatchers with the experts' own tensor degree: balanced
+                // routing gives each expert-tensor rank `top-k x etp` times its own tokens (the
+                // all-gather dispatcher gathers `etp x ep` ranks' tokens and keeps those routed
+                // to its `experts / ep` experts; the all-to-all dispatcher receives its experts'
+                // share from the expert group, then gathers the expert-tensor group's).
+                let mut input = localise(&layer.input, own_tokens, 1);
+                input.0[0] *= top_k * u64::from(split.expert_tensor);
+                (
+                    LayerKind::MoeExperts {
+                        experts: experts / u64::from(split.expert),
+                        top_k: 1,
+                        ffn_hidden: ffn_hidden / u64::from(split.expert_tensor),
+                        activation: *activation,
+                        gated: *gated,
+                        bias: *bias,
+                    },
+                    input,
+                )
+            }
             (
                 Role::Experts,
                 LayerKind::MoeExperts { experts, top_k, ffn_hidden, activation, gated, bias },
@@ -556,6 +662,15 @@ pub fn local_layers(
                 let bytes = Bytes(3 * 4 * micro_batch * tokens);
                 entry.after_forward.push(tensor_comm(AllReduce, bytes, "tp cross-entropy allreduce"));
             }
+            Role::Experts if split.experts_apart() => {
+                let LayerKind::MoeExperts { top_k, experts, .. } = layer.kind else {
+                    unreachable!("experts role")
+                };
+                entry.work_multiplier = split.expert_load;
+                let tokens = micro_batch * sequence.unwrap_or(1) / own_tokens;
+                let router_width = split.router_dtype.map_or(width, Dtype::bytes);
+                expert_comms(&mut entry, split, [tokens, hidden_in, width, router_width], top_k, experts);
+            }
             Role::Experts => {
                 let LayerKind::MoeExperts { top_k, .. } = layer.kind else { unreachable!("experts role") };
                 let balanced = activation(hidden_in).0 / if sp { t } else { 1 } * top_k;
@@ -603,6 +718,86 @@ pub fn local_layers(
     Ok(result)
 }
 
+/// The collectives of an expert layer laid out apart ([`Split::experts_apart`]) whose rank
+/// holds `tokens` tokens of `hidden` features of `width` bytes, routed `top_k` of `experts`
+/// ways with probabilities of `router_width` bytes: Megatron-Core's dispatchers as megatron/core/transformer/moe/token_dispatcher.py
+/// @ d98e8a64dd moves the bytes.
+///
+/// All-gather (`MoEAllGatherTokenDispatcher`, when expert-tensor x expert > 1): before the
+/// experts, the routing map (one byte per token and expert), the routing probabilities (the
+/// router's dtype, the compute dtype by default: `probs.type_as(logits)`) and the hidden states
+/// all-gathered over the `tp_ep` group; after them, the outputs reduce-scattered back (in the
+/// probabilities' dtype). The backward mirrors what autograd does: the output gradient
+/// all-gathered, the hidden-state and probability gradients reduce-scattered (the routing map
+/// is gathered under `no_grad`). Sizes are the gathered buffers: `etp x ep` ranks' tokens.
+///
+/// All-to-all (`MoEAlltoAllTokenDispatcher`): the routed tokens (`own x top-k`, times the
+/// busiest expert's load) all-to-all over the expert group, then all-gathered over the
+/// expert-tensor group (`AG(TP)`); after the experts, reduce-scattered over it and all-to-all
+/// back. Mirrored in the backward.
+fn expert_comms(
+    entry: &mut LocalLayer,
+    split: Split,
+    [tokens, hidden, width, router_width]: [u64; 4],
+    top_k: u64,
+    experts: u64,
+) {
+    use CollectiveKind::{AllGather, AllToAll, ReduceScatter};
+    let own = tokens * hidden * width;
+    let comm = |kind, bytes: u64, what| Comm { group: GroupKind::Expert, kind, bytes: Bytes(bytes), what };
+    let (etp, ep) = (u64::from(split.expert_tensor), u64::from(split.expert));
+    match split.dispatcher {
+        crate::MoeDispatcher::AllGather => {
+            if etp * ep == 1 {
+                return;
+            }
+            let gathered = own * etp * ep;
+            let map = tokens * etp * ep * experts;
+            let probabilities = map * router_width;
+            // The outputs are reduce-scattered in the probabilities' dtype
+            // (`hidden_states.to(self.local_probs.dtype)`), and so is their gradient gathered.
+            let outputs = gathered / width.max(1) * router_width;
+            entry.before_forward.push(comm(AllGather, map, "tp-ep allgather routing map"));
+            entry.before_forward.push(comm(AllGather, probabilities, "tp-ep allgather probabilities"));
+            entry.before_forward.push(comm(AllGather, gathered, "tp-ep allgather tokens"));
+            entry.after_forward.push(comm(ReduceScatter, outputs, "tp-ep reduce-scatter outputs"));
+            entry.before_backward.push(comm(AllGather, outputs, "tp-ep allgather output gradients"));
+            entry.after_backward_data.push(comm(
+                ReduceScatter,
+                gathered,
+                "tp-ep reduce-scatter token gradients",
+            ));
+            entry.after_backward_data.push(comm(
+                ReduceScatter,
+                probabilities,
+                "tp-ep reduce-scatter probability gradients",
+            ));
+        }
+        crate::MoeDispatcher::AllToAll => {
+            let routed = (own as f64 * top_k as f64 * split.expert_load).round() as u64;
+            let gathered = routed * etp;
+            if ep > 1 {
+                entry.before_forward.push(comm(AllToAll, routed, "ep dispatch"));
+            }
+            if etp > 1 {
+                entry.before_forward.push(comm(AllGather, gathered, "etp allgather"));
+                entry.after_forward.push(comm(ReduceScatter, gathered, "etp reduce-scatter"));
+            }
+            if ep > 1 {
+                entry.after_forward.push(comm(AllToAll, routed, "ep combine"));
+                entry.before_backward.push(comm(AllToAll, routed, "ep combine backward"));
+            }
+            if etp > 1 {
+                entry.before_backward.push(comm(AllGather, gathered, "etp allgather backward"));
+                entry.after_backward_data.push(comm(ReduceScatter, gathered, "etp reduce-scatter backward"));
+            }
+            if ep > 1 {
+                entry.after_backward_data.push(comm(AllToAll, routed, "ep dispatch backward"));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -614,6 +809,9 @@ mod tests {
             sequence_parallel,
             context: 1,
             expert: 1,
+            expert_tensor: tensor,
+            dispatcher: crate::MoeDispatcher::AllToAll,
+            router_dtype: None,
             expert_load: 1.0,
             cnn: super::super::cnn::CnnSplit::None,
         }
@@ -699,6 +897,9 @@ mod tests {
                 sequence_parallel: false,
                 context: 2,
                 expert: 1,
+                expert_tensor: 1,
+                dispatcher: crate::MoeDispatcher::AllToAll,
+                router_dtype: None,
                 expert_load: 1.0,
                 cnn: super::super::cnn::CnnSplit::None,
             },
@@ -713,6 +914,9 @@ mod tests {
                 sequence_parallel: false,
                 context: 1,
                 expert: 2,
+                expert_tensor: 1,
+                dispatcher: crate::MoeDispatcher::AllToAll,
+                router_dtype: None,
                 expert_load: 1.0,
                 cnn: super::super::cnn::CnnSplit::None,
             },

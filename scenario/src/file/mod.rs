@@ -301,6 +301,9 @@ struct ParallelismSection {
     last_stage_layers: Option<u32>,
     context: u32,
     expert: u32,
+    expert_tensor: Option<u32>,
+    moe_dispatcher: String,
+    moe_router_dtype: Option<String>,
     expert_skew: f64,
     zero: u8,
     order: String,
@@ -341,6 +344,9 @@ impl Default for ParallelismSection {
             last_stage_layers: None,
             context: 1,
             expert: 1,
+            expert_tensor: None,
+            moe_dispatcher: "all-to-all".into(),
+            moe_router_dtype: None,
             expert_skew: 1.0,
             zero: 0,
             order: "tp-cp-dp-pp".into(),
@@ -1453,6 +1459,7 @@ fn parallelism(
         ("parallelism.virtual-stages", section.virtual_stages),
         ("parallelism.context", section.context),
         ("parallelism.expert", section.expert),
+        ("parallelism.expert-tensor", section.expert_tensor.unwrap_or(1)),
         ("parallelism.filter", section.filter),
         ("parallelism.channel", section.channel),
         ("parallelism.spatial", section.spatial),
@@ -1590,6 +1597,23 @@ fn parallelism(
         .parse()
         .map_err(|message| invalid("parallelism.gradient-buffers", message))?;
     let order: RankOrder = section.order.parse().map_err(|message| invalid("parallelism.order", message))?;
+    let moe_dispatcher: strategies::MoeDispatcher =
+        section.moe_dispatcher.parse().map_err(|message| invalid("parallelism.moe-dispatcher", message))?;
+    // Megatron-Core's moe_router_dtype choices (transformer_config.py: None, fp32, fp64).
+    let moe_router_dtype = match section.moe_router_dtype.as_deref() {
+        None => None,
+        Some("fp32") => Some(workloads::device::Dtype::Fp32),
+        Some("fp64") => Some(workloads::device::Dtype::Fp64),
+        Some(other) => {
+            return Err(invalid(
+                "parallelism.moe-router-dtype",
+                format!(
+                    "unknown router dtype {other:?}; valid: \"fp32\", \"fp64\" (Megatron-Core's \
+                     --moe-router-dtype; leave it out for the compute dtype)"
+                ),
+            ));
+        }
+    };
     let allreduce: CollectiveAlgorithm = section
         .allreduce
         .parse()
@@ -1618,6 +1642,9 @@ fn parallelism(
         last_stage_layers: section.last_stage_layers,
         context: section.context,
         expert: section.expert,
+        expert_tensor: section.expert_tensor,
+        moe_dispatcher,
+        moe_router_dtype,
         zero: section.zero,
         expert_skew: section.expert_skew,
         capacity_factor: None,

@@ -24,9 +24,9 @@ use super::policy::RankPolicy;
 use super::{Dep, Key};
 use crate::pipeline::Step;
 use crate::{
-    Axis, CHANNEL_STREAM, COMPUTE_STREAM, CONTEXT_STREAM, Comm, DATA_STREAM, EXPERT_STREAM, FILTER_STREAM,
-    GroupKind, HOST_STREAM, PIPELINE_STREAM, SPATIAL_STREAM, STAGING_STREAM, StrategyError, TENSOR_STREAM,
-    cnn,
+    Axis, CHANNEL_STREAM, COMPUTE_STREAM, CONTEXT_STREAM, Comm, DATA_STREAM, EXPERT_STREAM, ExpertAxis,
+    ExpertCommunicator, FILTER_STREAM, GroupKind, HOST_STREAM, PIPELINE_STREAM, SPATIAL_STREAM,
+    STAGING_STREAM, StrategyError, TENSOR_STREAM, cnn, shard,
 };
 
 /// Kinds of communicator groups, for interning.
@@ -38,6 +38,10 @@ pub(super) enum GroupClass {
     Expert,
     Data,
     ExpertData,
+    /// The experts' tensor group (`expt_tp`).
+    ExpertTensor,
+    /// The expert-tensor x expert group (`tp_ep`).
+    ExpertTensorExpert,
     /// A policy's own groups, which it lists and interns itself under its name for them
     /// (DASO's node and global groups): keyed apart from every other class.
     Named(&'static str),
@@ -500,7 +504,17 @@ impl RankEmitter<'_, '_> {
         // Collectives over any other communicator go with the data-parallel ones.
         let (stream, group, kind) = match comm.group {
             GroupKind::Tensor => (TENSOR_STREAM, self.group(GroupClass::Tensor), GroupKind::Tensor),
-            GroupKind::Expert => (EXPERT_STREAM, self.group(GroupClass::Expert), GroupKind::Expert),
+            GroupKind::Expert => {
+                let class = match shard::expert_communicator(
+                    comm.kind,
+                    self.plan.strategy.parallelism.moe_dispatcher,
+                ) {
+                    ExpertCommunicator::Expert => GroupClass::Expert,
+                    ExpertCommunicator::ExpertTensor => GroupClass::ExpertTensor,
+                    ExpertCommunicator::ExpertTensorExpert => GroupClass::ExpertTensorExpert,
+                };
+                (EXPERT_STREAM, self.group(class), GroupKind::Expert)
+            }
             GroupKind::Filter => (FILTER_STREAM, self.group(GroupClass::Tensor), GroupKind::Filter),
             GroupKind::Channel => (CHANNEL_STREAM, self.group(GroupClass::Tensor), GroupKind::Channel),
             GroupKind::Spatial => (SPATIAL_STREAM, self.group(GroupClass::Tensor), GroupKind::Spatial),
@@ -770,6 +784,35 @@ impl RankEmitter<'_, '_> {
         let index = first.context + contexts * first.data;
         // A policy's own groups are interned by the policy (`group` does not know their members).
         let class = if matches!(class, GroupClass::Named(_)) { GroupClass::Data } else { class };
+        if layout.megatron_experts()
+            && let Some(axes) = match class {
+                GroupClass::Expert => Some(&[ExpertAxis::Expert][..]),
+                GroupClass::ExpertData => Some(&[ExpertAxis::ExpertData][..]),
+                GroupClass::ExpertTensor => Some(&[ExpertAxis::ExpertTensor][..]),
+                GroupClass::ExpertTensorExpert => Some(&[ExpertAxis::ExpertTensor, ExpertAxis::Expert][..]),
+                _ => None,
+            }
+        {
+            // Megatron-Core's expert rank generator: keyed by the member at index 0 of `axes`.
+            let mut coordinates = layout.expert_coordinates(rank);
+            for axis in axes {
+                match axis {
+                    ExpertAxis::ExpertTensor => coordinates.expert_tensor = 0,
+                    ExpertAxis::Expert => coordinates.expert = 0,
+                    ExpertAxis::ExpertData => coordinates.expert_data = 0,
+                    ExpertAxis::Pipeline => coordinates.pipeline = 0,
+                }
+            }
+            let key = (class, layout.expert_rank(coordinates).0);
+            if let Some(&group) = self.shared.groups.get(&key) {
+                return group;
+            }
+            let members = layout.expert_axes_group(axes, rank);
+            debug_assert_eq!(members[0].0, key.1, "group key of {class:?}");
+            let group = self.shared.graph.add_group(members);
+            self.shared.groups.insert(key, group);
+            return group;
+        }
         match class {
             GroupClass::Tensor => first.tensor = 0,
             GroupClass::ModelParallel | GroupClass::Embedding => first.pipeline = 0,
@@ -787,6 +830,13 @@ impl RankEmitter<'_, '_> {
                 first.context = start % contexts;
                 first.data = start / contexts;
             }
+            GroupClass::ExpertTensor => first.tensor = 0,
+            GroupClass::ExpertTensorExpert => {
+                let start = index - index % expert;
+                first.context = start % contexts;
+                first.data = start / contexts;
+                first.tensor = 0;
+            }
             GroupClass::Named(_) => {}
         }
         let key = (class, layout.rank(first).0);
@@ -801,6 +851,8 @@ impl RankEmitter<'_, '_> {
                 vec![all[0], all[all.len() - 1]]
             }
             GroupClass::Expert => layout.expert_group(rank),
+            GroupClass::ExpertTensor => layout.expert_tensor_group(rank),
+            GroupClass::ExpertTensorExpert => layout.expert_tensor_expert_group(rank),
             GroupClass::Data | GroupClass::Named(_) => {
                 if contexts > 1 {
                     layout.data_context_group(rank)

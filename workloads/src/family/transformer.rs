@@ -421,6 +421,14 @@ pub struct Gpt {
     /// `--disable-bias-linear`.
     #[serde(default)]
     pub bias: Option<bool>,
+    /// Experts per layer: every feed-forward block a mixture of experts of `ffn-hidden` each
+    /// (Megatron-LM's `--num-experts`, with `--moe-ffn-hidden-size` equal to `ffn-hidden`).
+    /// Needs `top-k`. Default: none (dense MLPs).
+    #[serde(default)]
+    pub experts: Option<u64>,
+    /// Experts each token is routed to (Megatron-LM's `--moe-router-topk`).
+    #[serde(default)]
+    pub top_k: Option<u64>,
 }
 
 impl Gpt {
@@ -480,7 +488,17 @@ impl Gpt {
             attention_dropout: dropout("attention-dropout", self.attention_dropout)?,
             causal: true,
             attention: attention_kernel(name, "gpt", self.attention.as_deref(), AttentionKernel::Standard)?,
-            moe: None,
+            moe: match (self.experts, self.top_k) {
+                (None, None) => None,
+                (Some(experts), Some(top_k)) => Some(Moe { experts, top_k }),
+                (Some(_), None) | (None, Some(_)) => {
+                    return Err(invalid(
+                        name,
+                        if self.experts.is_none() { "gpt.experts" } else { "gpt.top-k" },
+                        "a mixture of experts needs both `experts` and `top-k`".to_string(),
+                    ));
+                }
+            },
             head: Head::LanguageModel { tied: self.tied_embeddings.unwrap_or(true) },
             loss: match self.loss.as_deref() {
                 None => LossKernels::Megatron,
@@ -494,8 +512,10 @@ impl Gpt {
     /// Builds the network, named `name`.
     pub fn build(&self, name: &str) -> Result<Model, ModelError> {
         let t = self.transformer(name)?;
+        let experts =
+            t.moe.map(|moe| format!(", {} experts (top-{})", moe.experts, moe.top_k)).unwrap_or_default();
         let description = format!(
-            "GPT: {} layers, hidden {}, {} heads, {} tokens, vocabulary {}",
+            "GPT: {} layers, hidden {}, {} heads, {} tokens, vocabulary {}{experts}",
             t.layers, t.hidden, t.heads, t.sequence, t.vocabulary
         );
         t.build(name, &description)
@@ -704,6 +724,8 @@ mod tests {
             mlp: None,
             positions: None,
             bias: None,
+            experts: None,
+            top_k: None,
         }
     }
 
@@ -734,6 +756,35 @@ mod tests {
             let message = bad.build("t").unwrap_err().to_string();
             assert!(message.contains(key), "{message}");
         }
+    }
+
+    /// `[gpt]`'s `experts` and `top-k` (Megatron-LM's `--num-experts`, `--moe-router-topk`):
+    /// every MLP becomes a bank of `experts` MLPs of `ffn-hidden` behind a router of `hidden x
+    /// experts` weights, and one without the other is an error naming the key.
+    #[test]
+    fn gpt_experts_replace_every_mlp_with_a_bank_of_them() {
+        let base = Gpt { bias: Some(false), ..gpt(2, 512, 8) };
+        let params = |g: &Gpt| g.build("t").unwrap().parameters();
+        let moe = Gpt { experts: Some(4), top_k: Some(2), ..base.clone() };
+        let (h, ffn, e, layers) = (512, 2048, 4, 2);
+        assert_eq!(params(&moe) - params(&base), layers * ((e - 1) * 2 * h * ffn + h * e));
+        // Top-2 routing: twice the expert FLOPs of top-1, the same parameters.
+        let top1 = Gpt { top_k: Some(1), ..moe.clone() };
+        assert_eq!(params(&top1), params(&moe));
+        let expert_macs = |g: &Gpt| -> f64 {
+            let model = g.build("t").unwrap();
+            model
+                .layers
+                .iter()
+                .filter(|l| matches!(l.kind, LayerKind::MoeExperts { .. }))
+                .map(|l| l.cost.macs)
+                .sum()
+        };
+        assert_eq!(expert_macs(&moe), 2.0 * expert_macs(&top1));
+        let message = Gpt { experts: Some(4), ..base.clone() }.build("t").unwrap_err().to_string();
+        assert!(message.contains("gpt.top-k"), "{message}");
+        let message = Gpt { top_k: Some(2), ..base }.build("t").unwrap_err().to_string();
+        assert!(message.contains("gpt.experts"), "{message}");
     }
 
     #[test]

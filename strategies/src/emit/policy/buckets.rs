@@ -49,7 +49,9 @@ pub(in super::super) fn plan(
     let gradient_width = strategy.gradient_precision.bytes();
     let weight_width = strategy.precision.bytes().max(2);
     let mut buckets = Vec::with_capacity(chunk_layers.len());
-    let separate_experts = p.expert > 1;
+    // Expert gradients sum over the expert-data group, which differs from the data group when
+    // the experts are spread over ranks (expert parallelism) or split their own way.
+    let separate_experts = p.expert > 1 || p.expert_tensor_degree() != p.tensor;
     for range in chunk_layers {
         let mut chunk_buckets: Vec<PlannedBucket> = Vec::new();
         for expert in [false, true] {

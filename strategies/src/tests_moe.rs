@@ -1,0 +1,292 @@
+//! Mixture-of-experts layouts and dispatchers against Megatron-Core: the expert rank
+//! generator's groups (megatron/core/parallel_state.py @ d98e8a64dd, `RankGenerator` and
+//! `generate_masked_orthogonal_rank_groups`, whose output for each setting below is written
+//! out by hand), the all-gather dispatcher's bytes in closed form
+//! (megatron/core/transformer/moe/token_dispatcher.py, `MoEAllGatherTokenDispatcher`), the
+//! conservation of expert work over the ranks, and the refusals.
+
+use sim_core::graph::{CollectiveKind, OpKind, RankId};
+
+use super::tests::strategy;
+use super::*;
+use workloads::device::Dtype;
+use workloads::layer::LayerKind;
+use workloads::zoo;
+
+/// The small MoE GPT of Megatron-LM's functional tests: 12 layers, hidden 512, 8 heads,
+/// 1,024 tokens, `experts` GELU experts of 2,048 with top-`top_k` routing, no biases.
+fn moe_gpt(experts: u64, top_k: u64) -> Model {
+    moe_gpt_ffn(experts, top_k, 2048)
+}
+
+/// [`moe_gpt`] with experts of `ffn` hidden features.
+fn moe_gpt_ffn(experts: u64, top_k: u64, ffn: u64) -> Model {
+    let text = format!(
+        "[model]\nname = \"moe-gpt\"\n\n[gpt]\nlayers = 12\nhidden = 512\nheads = 8\nsequence = 1024\n\
+         vocabulary = 50257\nattention = \"flash\"\nbias = false\nffn-hidden = {ffn}\nexperts = {experts}\n\
+         top-k = {top_k}\n"
+    );
+    Model::from_toml_str(&text, "moe-gpt.toml").unwrap()
+}
+
+fn ranks(list: &[u32]) -> Vec<RankId> {
+    list.iter().copied().map(RankId).collect()
+}
+
+/// A layout on the expert side as Megatron-Core's generator would build it.
+fn megatron(
+    tensor: u32,
+    context: u32,
+    data: u32,
+    pipeline: u32,
+    expert: u32,
+    etp: u32,
+    order: &str,
+) -> RankLayout {
+    RankLayout::new(tensor, context, data, pipeline, expert, order.parse().unwrap())
+        .with_expert_tensor(Some(etp))
+}
+
+/// Megatron-Core's groups for four settings, as `generate_masked_orthogonal_rank_groups`
+/// lists them (ep, expert-tensor, tp-ep and expert-data groups of the first ranks).
+#[test]
+fn expert_groups_follow_megatrons_rank_generator() {
+    // tensor 2, data 4, expert 4, expert-tensor 1 on 8 GPUs (order tp-cp-ep-dp-pp): expert side
+    // etp 1 x ep 4 x edp 2. ep [[0,1,2,3],[4,5,6,7]], tp-ep the same, dp [[0,4],[1,5],...].
+    let layout = megatron(2, 1, 4, 1, 4, 1, "tp-cp-dp-pp");
+    assert_eq!(layout.expert_layout_error(), None);
+    assert_eq!(layout.expert_group(RankId(1)), ranks(&[0, 1, 2, 3]));
+    assert_eq!(layout.expert_group(RankId(6)), ranks(&[4, 5, 6, 7]));
+    assert_eq!(layout.expert_tensor_group(RankId(5)), ranks(&[5]));
+    assert_eq!(layout.expert_tensor_expert_group(RankId(2)), ranks(&[0, 1, 2, 3]));
+    assert_eq!(layout.expert_data_group(RankId(1)), ranks(&[1, 5]));
+    // tensor 4, pipeline 2, expert 2, expert-tensor 2 (order tp-cp-ep-pp-dp): ep [[0,2],[1,3],
+    // [4,6],[5,7]], tp [[0,1],[2,3],...], tp-ep [[0,1,2,3],[4,5,6,7]], pp [[0,4],...] as the
+    // dense side's.
+    let layout = megatron(4, 1, 1, 2, 2, 2, "tp-cp-pp-dp");
+    assert_eq!(layout.expert_layout_error(), None);
+    assert_eq!(layout.expert_group(RankId(1)), ranks(&[1, 3]));
+    assert_eq!(layout.expert_group(RankId(6)), ranks(&[4, 6]));
+    assert_eq!(layout.expert_tensor_group(RankId(3)), ranks(&[2, 3]));
+    assert_eq!(layout.expert_tensor_expert_group(RankId(5)), ranks(&[4, 5, 6, 7]));
+    assert_eq!(layout.expert_data_group(RankId(2)), ranks(&[2]));
+    assert_eq!(layout.expert_coordinates(RankId(6)).pipeline, layout.coordinates(RankId(6)).pipeline);
+    // tensor 1, context 2, pipeline 2, expert 2 (tp-cp-ep-pp-dp, data 2): ep [[0,1],[2,3],...],
+    // edp [[0,4],[1,5],...], pp [[0,2],[1,3],...].
+    let layout = megatron(1, 2, 2, 2, 2, 1, "tp-cp-pp-dp");
+    assert_eq!(layout.expert_layout_error(), None);
+    assert_eq!(layout.expert_group(RankId(3)), ranks(&[2, 3]));
+    assert_eq!(layout.expert_data_group(RankId(1)), ranks(&[1, 5]));
+    for rank in (0..8).map(RankId) {
+        assert_eq!(layout.expert_coordinates(rank).pipeline, layout.coordinates(rank).pipeline);
+        assert_eq!(layout.expert_rank(layout.expert_coordinates(rank)), rank);
+    }
+    // Expert 32 beside data 16 and tensor 2 (expert-tensor 1): one expert group of all 32.
+    let layout = megatron(2, 1, 16, 1, 32, 1, "tp-cp-dp-pp");
+    assert_eq!(layout.expert_layout_error(), None);
+    assert_eq!(layout.expert_group(RankId(17)), ranks(&(0..32).collect::<Vec<_>>()));
+    assert_eq!(layout.expert_data_group(RankId(17)), ranks(&[17]));
+    // Expert 64 on 512 GPUs with tensor 2 and pipeline 8 (expert-tensor 1): stage 3's 64 ranks.
+    let layout = megatron(2, 1, 32, 8, 64, 1, "tp-cp-dp-pp");
+    assert_eq!(layout.expert_layout_error(), None);
+    assert_eq!(layout.expert_group(RankId(200)), ranks(&(192..256).collect::<Vec<_>>()));
+}
+
+/// With the experts' tensor degree the dense one, Megatron's generator and parasim's first
+/// layout (expert groups carved out of data x context) give the same groups for the default
+/// order: the all-to-all default keeps its groups.
+#[test]
+fn megatrons_generator_agrees_with_the_carved_layout_when_expert_tensor_is_tensor() {
+    for (t, c, d, p, e) in
+        [(2, 1, 4, 1, 2), (2, 2, 2, 2, 2), (1, 2, 4, 1, 4), (4, 1, 2, 2, 2), (1, 1, 8, 1, 8)]
+    {
+        let carved = RankLayout::new(t, c, d, p, e, RankOrder::default());
+        let generated = carved.clone().with_expert_tensor(Some(t));
+        assert_eq!(generated.expert_layout_error(), None);
+        for rank in (0..carved.ranks()).map(RankId) {
+            assert_eq!(
+                generated.expert_group(rank),
+                carved.expert_group(rank),
+                "{t} {c} {d} {p} {e} {rank:?}"
+            );
+            assert_eq!(generated.expert_data_group(rank), carved.expert_data_group(rank));
+        }
+    }
+    assert!(!Parallelism::data_parallel(8).experts_apart());
+}
+
+/// The all-gather dispatcher's collectives per expert layer, per rank, against the closed form:
+/// with `n = b s / t` tokens on a rank (sequence parallel), the `tp_ep` group of `etp x ep`
+/// ranks gathers `G = n etp ep` tokens: routing map `G E` bytes, probabilities `G E w`, hidden
+/// states `G h w` forward, outputs reduce-scattered `G h w`; backward one all-gather and two
+/// reduce-scatters (hidden states and probabilities).
+#[test]
+fn all_gather_dispatcher_bytes_per_rank_are_the_gathered_tokens() {
+    let model = moe_gpt(8, 2);
+    let compute = ComputeModel::default();
+    let (b, s, h, e, w) = (4u64, 1024u64, 512u64, 8u64, 2u64);
+    for (tensor, etp, expert, data) in [(2u32, 2u32, 2u32, 4u32), (2, 1, 4, 4), (1, 1, 8, 8)] {
+        let parallelism = Parallelism {
+            tensor,
+            sequence_parallel: tensor > 1,
+            expert,
+            expert_tensor: Some(etp),
+            moe_dispatcher: MoeDispatcher::AllGather,
+            ..Parallelism::data_parallel(data)
+        };
+        let mut s_ = strategy(&model, &compute, parallelism, b * u64::from(data), b);
+        s_.precision = Dtype::Bf16;
+        let local = shard::local_layers(&model, parallelism.split(), b, Dtype::Bf16).unwrap();
+        let experts = local.iter().find(|l| l.role == Role::Experts).unwrap();
+        let n = b * s / u64::from(tensor);
+        let g = n * u64::from(etp * expert);
+        let bytes = |list: &[Comm]| list.iter().map(|c| (c.kind, c.bytes.0)).collect::<Vec<_>>();
+        use CollectiveKind::{AllGather, ReduceScatter};
+        assert_eq!(
+            bytes(&experts.before_forward),
+            vec![(AllGather, g * e), (AllGather, g * e * w), (AllGather, g * h * w)]
+        );
+        assert_eq!(bytes(&experts.after_forward), vec![(ReduceScatter, g * h * w)]);
+        assert_eq!(bytes(&experts.before_backward), vec![(AllGather, g * h * w)]);
+        assert_eq!(
+            bytes(&experts.after_backward_data),
+            vec![(ReduceScatter, g * h * w), (ReduceScatter, g * e * w)]
+        );
+        // The rank's experts run on the gathered tokens routed to them: n x etp x top-k (per
+        // sample: local shapes are per sample), each through ffn / etp.
+        assert_eq!(experts.layer.input.0[0], s / u64::from(tensor) * u64::from(etp) * 2);
+        assert!(matches!(experts.layer.kind, LayerKind::MoeExperts { experts: local, ffn_hidden, .. }
+            if local == e / u64::from(expert) && ffn_hidden == 2048 / u64::from(etp)));
+        // In the graph, over the tp-ep group: etp x ep ranks, Megatron's.
+        let lowered = s_.lower().unwrap();
+        let layout = parallelism.layout();
+        let gathers: Vec<_> = lowered
+            .graph
+            .ops()
+            .iter()
+            .filter(|op| op.rank == RankId(1) && op.stream == EXPERT_STREAM)
+            .filter_map(|op| match op.kind {
+                OpKind::Collective(id) => Some(lowered.graph.collective(id)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(gathers.len(), 12 * 7, "7 collectives per layer, 12 layers");
+        for collective in gathers {
+            assert_eq!(
+                lowered.graph.group(collective.group).to_vec(),
+                layout.expert_tensor_expert_group(RankId(1))
+            );
+        }
+    }
+}
+
+/// The probabilities in `moe-router-dtype` (fp32): the gathered probabilities and the outputs'
+/// reduce-scatter (`hidden_states.to(self.local_probs.dtype)`) in 4 bytes.
+#[test]
+fn router_dtype_widens_the_probabilities_and_the_output_reduce_scatter() {
+    let model = moe_gpt(8, 2);
+    let parallelism = Parallelism {
+        expert: 8,
+        moe_dispatcher: MoeDispatcher::AllGather,
+        moe_router_dtype: Some(Dtype::Fp32),
+        ..Parallelism::data_parallel(8)
+    };
+    let local = shard::local_layers(&model, parallelism.split(), 4, Dtype::Bf16).unwrap();
+    let experts = local.iter().find(|l| l.role == Role::Experts).unwrap();
+    let g = 4 * 1024 * 8;
+    assert_eq!(experts.before_forward[1].bytes.0, g * 8 * 4);
+    assert_eq!(experts.before_forward[2].bytes.0, g * 512 * 2);
+    assert_eq!(experts.after_forward[0].bytes.0, g * 512 * 4);
+}
+
+/// Whatever the dispatcher and degrees, the expert FLOPs of all ranks add up to every token's
+/// top-k expert visits: each (token, expert) pair computed once, split over expert-tensor ranks.
+#[test]
+fn expert_work_over_all_ranks_is_every_tokens_top_k_visits() {
+    let model = moe_gpt(8, 2);
+    let whole = shard::local_layers(&model, Parallelism::data_parallel(1).split(), 4, Dtype::Bf16).unwrap();
+    let macs = |layers: &[LocalLayer]| -> f64 {
+        let experts = layers.iter().find(|l| l.role == Role::Experts).unwrap();
+        experts.layer.cost.macs
+    };
+    let one = macs(&whole);
+    for (tensor, etp, expert, data, dispatcher) in [
+        (2u32, 1u32, 4u32, 4u32, MoeDispatcher::AllGather),
+        (2, 1, 4, 4, MoeDispatcher::AllToAll),
+        (4, 2, 2, 2, MoeDispatcher::AllGather),
+        (2, 2, 2, 4, MoeDispatcher::AllGather),
+    ] {
+        let p = Parallelism {
+            tensor,
+            sequence_parallel: true,
+            expert,
+            expert_tensor: Some(etp),
+            moe_dispatcher: dispatcher,
+            ..Parallelism::data_parallel(data)
+        };
+        let local = shard::local_layers(&model, p.split(), 4, Dtype::Bf16).unwrap();
+        // Every rank holds `data` replicas' worth of tokens between them: tensor x data ranks.
+        let total = macs(&local) * f64::from(tensor * data);
+        assert!((total / (one * f64::from(data)) - 1.0).abs() < 1e-12, "{p:?}: {total} vs {one}");
+    }
+}
+
+/// What Megatron-Core refuses is refused with the key at fault; what it accepts is accepted.
+#[test]
+fn megatrons_refusals_name_the_key() {
+    let model = moe_gpt(8, 2);
+    let compute = ComputeModel::default();
+    let check = |p: Parallelism| strategy(&model, &compute, p, 4 * u64::from(p.data), 4).check();
+    let apart = |tensor, data, expert, etp| Parallelism {
+        tensor,
+        sequence_parallel: tensor > 1,
+        expert,
+        expert_tensor: Some(etp),
+        moe_dispatcher: MoeDispatcher::AllGather,
+        ..Parallelism::data_parallel(data)
+    };
+    // Accepted: Megatron's CI layouts and expert 8 beside data 4 and tensor 2.
+    check(apart(2, 4, 4, 1)).unwrap();
+    check(apart(2, 4, 8, 1)).unwrap();
+    check(Parallelism { pipeline: 2, order: "tp-cp-pp-dp".parse().unwrap(), ..apart(4, 1, 2, 2) }).unwrap();
+    let refused = |p: Parallelism, key: &str, text: &str| match check(p) {
+        Err(StrategyError::Invalid { key: got, message }) => {
+            assert_eq!(got, key, "{message}");
+            assert!(message.contains(text), "{message}");
+        }
+        other => panic!("{key}: expected a refusal, got {other:?}"),
+    };
+    // expert-tensor x expert must divide a stage's ranks.
+    refused(apart(2, 4, 8, 2), "parallelism.expert", "do not divide the 8 ranks");
+    // The pipeline groups must agree (pipeline-last order: expert-data = data).
+    refused(
+        Parallelism { pipeline: 2, order: "tp-cp-pp-dp".parse().unwrap(), ..apart(1, 4, 2, 1) },
+        "parallelism.expert",
+        "same pipeline groups",
+    );
+    // The experts' FFN must divide over the expert-tensor ranks.
+    let odd = moe_gpt_ffn(8, 2, 1538);
+    match strategy(&odd, &compute, apart(1, 8, 1, 4), 32, 4).check() {
+        Err(StrategyError::Invalid { key, message }) => {
+            assert_eq!(key, "parallelism.expert-tensor", "{message}");
+            assert!(message.contains("does not divide the experts' hidden size 1538"), "{message}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    // MoE with tensor parallelism and no sequence parallelism: Megatron's MoELayer refuses.
+    refused(
+        Parallelism { sequence_parallel: false, ..apart(2, 4, 4, 1) },
+        "parallelism.sequence-parallel",
+        "sequence parallelism",
+    );
+    // A dense model has no experts to dispatch.
+    let dense = zoo::by_name("megatron-1.7b").unwrap();
+    let p = Parallelism { moe_dispatcher: MoeDispatcher::AllGather, ..Parallelism::data_parallel(2) };
+    match strategy(&dense, &compute, p, 2, 1).check() {
+        Err(StrategyError::Invalid { key, message }) => {
+            assert_eq!(key, "parallelism.moe-dispatcher", "{message}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert!("deepep".parse::<MoeDispatcher>().unwrap_err().contains("\"all-gather\""));
+}
