@@ -369,7 +369,8 @@ impl Retimer {
             let mut duration = self.base[i];
             let slot = self.draw_slot[i];
             if slot != NONE {
-                duration = (duration as f64 * draws[slot as usize]).round() as u64;
+                // Rounded to the nearest picosecond (`f64::round` is a libm call here).
+                duration = (duration as f64 * draws[slot as usize] + 0.5) as u64;
             }
             let rank = self.rank[i];
             if has_interrupts && self.interruptible[i] {
