@@ -17,8 +17,9 @@
 //! repetition `k` ends (as the next iteration's ops follow this one's on their streams), and
 //! an iteration's time is the end of its last op minus the end of the iteration before.
 //!
-//! Draws are made per (repetition, rank) on rayon, into each rank's own slots, while the
-//! previous repetition is re-timed: the results are the same whatever the thread count.
+//! Draws are made per (repetition, rank) on rayon, each rank's in its nodes' fixed order into
+//! its own slots, while the previous repetition is re-timed: the results are the same whatever
+//! the thread count.
 
 use rayon::prelude::*;
 use units::SimDuration;
@@ -55,7 +56,7 @@ pub struct Retimer {
     kind: Vec<NodeKind>,
     /// The rank of a compute or transfer node; [`NONE`] for a collective.
     rank: Vec<u32>,
-    /// Per device-compute node, its slot in the draws (grouped by rank, op-id order within).
+    /// Per device-compute node, its slot in the draws (grouped by rank, node order within).
     draw_slot: Vec<u32>,
     /// Start of each rank's draw slots (ranks + 1 entries).
     draw_offsets: Vec<u32>,
@@ -68,6 +69,26 @@ pub struct Retimer {
     collective_index: Vec<u32>,
     /// Per iteration of the graph, the nodes whose latest end closes it.
     iteration_ends: Vec<Vec<u32>>,
+    /// What a repetition reads of each node, packed in one array (one cache stream, not six).
+    hot: Vec<Hot>,
+}
+
+/// A node as [`Retimer::pass`] reads it.
+#[derive(Debug, Clone, Copy)]
+struct Hot {
+    /// Noise-free duration in picoseconds.
+    base: u64,
+    /// Its predecessors: `preds[first..last]`.
+    first: u32,
+    last: u32,
+    /// Its draw slot, or [`NONE`].
+    draw_slot: u32,
+    /// Its rank, or [`NONE`] for a collective.
+    rank: u32,
+    /// A collective's index in `collective_ranks_offsets`, else [`NONE`].
+    collective: u32,
+    /// Whether interruptions lengthen it.
+    interruptible: bool,
 }
 
 /// What [`Retimer::run`] found.
@@ -135,7 +156,7 @@ impl Retimer {
             preds.sort_unstable();
             preds.dedup();
         }
-        // Kahn's algorithm, nodes released in id order.
+        // In-degrees and successor lists.
         let mut indegree = vec![0u32; temp_count];
         let mut successor_count = vec![0u32; temp_count + 1];
         for (node, preds) in temp_preds.iter().enumerate() {
@@ -159,15 +180,18 @@ impl Retimer {
                 }
             }
         }
-        let mut order: Vec<u32> = (0..temp_count as u32).filter(|&n| exists[n as usize] && indegree[n as usize] == 0).collect();
-        let mut head = 0;
-        while head < order.len() {
-            let node = order[head] as usize;
-            head += 1;
-            for &next in &successors[successor_count[node] as usize..successor_count[node + 1] as usize] {
+        // Kahn's algorithm with a stack: a rank's ops run on as far as they can before the next
+        // rank's (each rank's nodes, and its draws, stay together in memory).
+        let mut ready: Vec<u32> =
+            (0..temp_count as u32).rev().filter(|&n| exists[n as usize] && indegree[n as usize] == 0).collect();
+        let mut order: Vec<u32> = Vec::with_capacity(temp_count);
+        while let Some(node) = ready.pop() {
+            order.push(node);
+            let node = node as usize;
+            for &next in successors[successor_count[node] as usize..successor_count[node + 1] as usize].iter().rev() {
                 indegree[next as usize] -= 1;
                 if indegree[next as usize] == 0 {
-                    order.push(next);
+                    ready.push(next);
                 }
             }
         }
@@ -196,6 +220,7 @@ impl Retimer {
             collective_ranks: Vec::new(),
             collective_index: vec![NONE; n],
             iteration_ends: Vec::new(),
+            hot: Vec::new(),
         };
         retimer.pred_offsets.push(0);
         for &node in &order {
@@ -228,23 +253,22 @@ impl Retimer {
                 retimer.collective_ranks_offsets.push(retimer.collective_ranks.len() as u32);
             }
         }
-        // Draw slots: per rank, its device compute ops in op-id order.
+        // Draw slots: per rank, its device compute ops in the (fixed) topological order.
         let mut per_rank = vec![0u32; ranks as usize + 1];
-        for (index, op) in graph.ops().iter().enumerate() {
-            let pos = position[index];
-            if pos != NONE && retimer.kind[pos as usize] == NodeKind::Device {
-                per_rank[op.rank.0 as usize + 1] += 1;
+        for pos in 0..n {
+            if retimer.kind[pos] == NodeKind::Device {
+                per_rank[retimer.rank[pos] as usize + 1] += 1;
             }
         }
         for r in 0..ranks as usize {
             per_rank[r + 1] += per_rank[r];
         }
         let mut next = per_rank.clone();
-        for (index, op) in graph.ops().iter().enumerate() {
-            let pos = position[index];
-            if pos != NONE && retimer.kind[pos as usize] == NodeKind::Device {
-                retimer.draw_slot[pos as usize] = next[op.rank.0 as usize];
-                next[op.rank.0 as usize] += 1;
+        for pos in 0..n {
+            if retimer.kind[pos] == NodeKind::Device {
+                let rank = retimer.rank[pos] as usize;
+                retimer.draw_slot[pos] = next[rank];
+                next[rank] += 1;
             }
         }
         retimer.draw_offsets = per_rank;
@@ -255,6 +279,17 @@ impl Retimer {
         if retimer.iteration_ends.is_empty() {
             retimer.iteration_ends.push((0..n as u32).collect());
         }
+        retimer.hot = (0..n)
+            .map(|i| Hot {
+                base: retimer.base[i],
+                first: retimer.pred_offsets[i],
+                last: retimer.pred_offsets[i + 1],
+                draw_slot: retimer.draw_slot[i],
+                rank: retimer.rank[i],
+                collective: retimer.collective_index[i],
+                interruptible: retimer.interruptible[i],
+            })
+            .collect();
         Ok(retimer)
     }
 
@@ -353,10 +388,9 @@ impl Retimer {
     /// One repetition: every node's end, in topological order.
     fn pass(&self, state: Pass<'_>, draws: &[f64], interrupts: &Interrupts) {
         let Pass { end, critical, rank_end } = state;
-        let n = self.base.len();
         let has_interrupts = interrupts.setting.is_some();
-        for i in 0..n {
-            let preds = &self.preds[self.pred_offsets[i] as usize..self.pred_offsets[i + 1] as usize];
+        for (i, node) in self.hot.iter().enumerate() {
+            let preds = &self.preds[node.first as usize..node.last as usize];
             let mut ready = 0u64;
             let mut arg = NONE;
             for &p in preds {
@@ -366,14 +400,14 @@ impl Retimer {
                     arg = p;
                 }
             }
-            let mut duration = self.base[i];
-            let slot = self.draw_slot[i];
+            let mut duration = node.base;
+            let slot = node.draw_slot;
             if slot != NONE {
                 // Rounded to the nearest picosecond (`f64::round` is a libm call here).
                 duration = (duration as f64 * draws[slot as usize] + 0.5) as u64;
             }
-            let rank = self.rank[i];
-            if has_interrupts && self.interruptible[i] {
+            let rank = node.rank;
+            if has_interrupts && node.interruptible {
                 duration = interrupts.lengthen(rank, ready, duration);
             }
             let finish = ready.saturating_add(duration);
@@ -383,7 +417,7 @@ impl Retimer {
                 let slot = &mut rank_end[rank as usize];
                 *slot = (*slot).max(finish);
             } else {
-                let c = self.collective_index[i] as usize;
+                let c = node.collective as usize;
                 let members = &self.collective_ranks
                     [self.collective_ranks_offsets[c] as usize..self.collective_ranks_offsets[c + 1] as usize];
                 for &member in members {

@@ -755,6 +755,9 @@ fn full_summary() -> Summary {
     breakdown.exposed_by_group.filter = 1.0;
     breakdown.exposed_by_group.channel = 1.0;
     breakdown.exposed_by_group.spatial = 1.0;
+    summary.iteration_p50_s = Some(0.0);
+    summary.iteration_p99_s = Some(0.0);
+    summary.distribution = Some(crate::simulation::DistributionSummary::default());
     summary
 }
 
