@@ -422,7 +422,8 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             }
             if let Some(seed) = seed {
                 overrides.push(
-                    scenario::Override::integer("simulation.seed", seed).map_err(|error| anyhow::anyhow!("--seed {error}"))?,
+                    scenario::Override::integer("simulation.seed", seed)
+                        .map_err(|error| anyhow::anyhow!("--seed {error}"))?,
                 );
             }
             let scenario = match scenario {

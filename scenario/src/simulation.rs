@@ -683,8 +683,9 @@ fn monte_carlo(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome, S
     nominal.iterations = period;
     let mut outcome = simulate_once(&nominal, count_link_bytes)?;
     let started = Instant::now();
-    let retimer = sim_core::montecarlo::Retimer::new(&outcome.graph, &outcome.timeline, &outcome.iteration_ends)
-        .map_err(|source| SimulationError::MonteCarlo { scenario: scenario.source.clone(), source })?;
+    let retimer =
+        sim_core::montecarlo::Retimer::new(&outcome.graph, &outcome.timeline, &outcome.iteration_ends)
+            .map_err(|source| SimulationError::MonteCarlo { scenario: scenario.source.clone(), source })?;
     let run = retimer.run(&scenario.variability, scenario.seed, scenario.iterations);
     outcome.monte_carlo_wall = Some(started.elapsed());
 
@@ -704,9 +705,11 @@ fn monte_carlo(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome, S
         SimulationError::MonteCarloHistogram { scenario: scenario.source.clone(), message: error.to_string() }
     })?;
     for time in &run.iteration_times {
-        histogram.record((time.as_ps() / 1000).max(1)).map_err(|error| SimulationError::MonteCarloHistogram {
-            scenario: scenario.source.clone(),
-            message: error.to_string(),
+        histogram.record((time.as_ps() / 1000).max(1)).map_err(|error| {
+            SimulationError::MonteCarloHistogram {
+                scenario: scenario.source.clone(),
+                message: error.to_string(),
+            }
         })?;
     }
     let quantile = |q: f64| histogram.value_at_quantile(q) as f64 * 1e-9;

@@ -122,7 +122,11 @@ pub enum MonteCarloError {
 impl Retimer {
     /// Prepares `graph`, whose noise-free run is `timeline`, for re-timing; `iteration_ends`
     /// lists per iteration of the graph the ops whose latest end closes it.
-    pub fn new(graph: &ExecGraph, timeline: &Timeline, iteration_ends: &[Vec<OpId>]) -> Result<Retimer, MonteCarloError> {
+    pub fn new(
+        graph: &ExecGraph,
+        timeline: &Timeline,
+        iteration_ends: &[Vec<OpId>],
+    ) -> Result<Retimer, MonteCarloError> {
         let op_count = graph.op_count();
         if timeline.end.len() != op_count {
             return Err(MonteCarloError::Mismatch { timeline: timeline.end.len(), graph: op_count });
@@ -144,7 +148,12 @@ impl Retimer {
             let node = temp_of(id) as usize;
             exists[node] = true;
             let before = temp_preds[node].len();
-            let own: Vec<u32> = graph.deps(id).iter().chain(graph.previous_in_stream(id).as_ref()).map(|p| temp_of(*p)).collect();
+            let own: Vec<u32> = graph
+                .deps(id)
+                .iter()
+                .chain(graph.previous_in_stream(id).as_ref())
+                .map(|p| temp_of(*p))
+                .collect();
             if own.is_empty() {
                 temp_preds[node].push(release(op.rank.0));
             } else {
@@ -182,13 +191,17 @@ impl Retimer {
         }
         // Kahn's algorithm with a stack: a rank's ops run on as far as they can before the next
         // rank's (each rank's nodes, and its draws, stay together in memory).
-        let mut ready: Vec<u32> =
-            (0..temp_count as u32).rev().filter(|&n| exists[n as usize] && indegree[n as usize] == 0).collect();
+        let mut ready: Vec<u32> = (0..temp_count as u32)
+            .rev()
+            .filter(|&n| exists[n as usize] && indegree[n as usize] == 0)
+            .collect();
         let mut order: Vec<u32> = Vec::with_capacity(temp_count);
         while let Some(node) = ready.pop() {
             order.push(node);
             let node = node as usize;
-            for &next in successors[successor_count[node] as usize..successor_count[node + 1] as usize].iter().rev() {
+            for &next in
+                successors[successor_count[node] as usize..successor_count[node + 1] as usize].iter().rev()
+            {
                 indegree[next as usize] -= 1;
                 if indegree[next as usize] == 0 {
                     ready.push(next);
@@ -204,8 +217,13 @@ impl Retimer {
         for (pos, &node) in order.iter().enumerate() {
             position[node as usize] = pos as u32;
         }
-        let map = |p: u32| if (p as usize) < temp_count { position[p as usize] } else { n as u32 + (p - temp_count as u32) };
-        let has_host = graph.ops().iter().any(|op| matches!(op.kind, OpKind::Compute { .. }) && op.meta.work().is_host());
+        let map = |p: u32| {
+            if (p as usize) < temp_count { position[p as usize] } else { n as u32 + (p - temp_count as u32) }
+        };
+        let has_host = graph
+            .ops()
+            .iter()
+            .any(|op| matches!(op.kind, OpKind::Compute { .. }) && op.meta.work().is_host());
         let mut retimer = Retimer {
             ranks,
             pred_offsets: Vec::with_capacity(n + 1),
@@ -229,26 +247,35 @@ impl Retimer {
             if (node as usize) < op_count {
                 let id = OpId(node);
                 let op = graph.op(id);
-                let duration = timeline.end[node as usize].saturating_since(timeline.start[node as usize]).as_ps();
+                let duration =
+                    timeline.end[node as usize].saturating_since(timeline.start[node as usize]).as_ps();
                 let kind = match op.kind {
                     OpKind::Compute { .. } if op.meta.work().is_host() => NodeKind::Host,
-                    OpKind::Compute { .. } if op.meta.work() == crate::graph::Work::Device => NodeKind::Device,
+                    OpKind::Compute { .. } if op.meta.work() == crate::graph::Work::Device => {
+                        NodeKind::Device
+                    }
                     _ => NodeKind::Fixed,
                 };
                 retimer.base.push(duration);
                 retimer.kind.push(kind);
                 retimer.rank.push(op.rank.0);
-                retimer.interruptible.push(if has_host { kind == NodeKind::Host } else { kind == NodeKind::Device });
+                retimer.interruptible.push(if has_host {
+                    kind == NodeKind::Host
+                } else {
+                    kind == NodeKind::Device
+                });
             } else {
                 let c = node as usize - op_count;
                 let members = graph.members(crate::graph::CollectiveId(c as u32));
                 let first = members.first().map(|m| m.0 as usize);
-                let duration = first.map_or(0, |m| timeline.end[m].saturating_since(timeline.collective_begin[c]).as_ps());
+                let duration = first
+                    .map_or(0, |m| timeline.end[m].saturating_since(timeline.collective_begin[c]).as_ps());
                 retimer.base.push(duration);
                 retimer.kind.push(NodeKind::Fixed);
                 retimer.rank.push(NONE);
                 retimer.interruptible.push(false);
-                retimer.collective_index[retimer.base.len() - 1] = (retimer.collective_ranks_offsets.len() - 1) as u32;
+                retimer.collective_index[retimer.base.len() - 1] =
+                    (retimer.collective_ranks_offsets.len() - 1) as u32;
                 retimer.collective_ranks.extend(members.iter().map(|m| graph.op(*m).rank.0));
                 retimer.collective_ranks_offsets.push(retimer.collective_ranks.len() as u32);
             }
@@ -418,8 +445,8 @@ impl Retimer {
                 *slot = (*slot).max(finish);
             } else {
                 let c = node.collective as usize;
-                let members = &self.collective_ranks
-                    [self.collective_ranks_offsets[c] as usize..self.collective_ranks_offsets[c + 1] as usize];
+                let members = &self.collective_ranks[self.collective_ranks_offsets[c] as usize
+                    ..self.collective_ranks_offsets[c + 1] as usize];
                 for &member in members {
                     let slot = &mut rank_end[member as usize];
                     *slot = (*slot).max(finish);

@@ -127,7 +127,8 @@ impl Noise {
         match &self.distribution {
             Distribution::LogNormal => {
                 let sigma2 = (1.0 + cv * cv).ln();
-                rand_distr::LogNormal::new(-sigma2 / 2.0, sigma2.sqrt()).map_or(Sampler::One, Sampler::LogNormal)
+                rand_distr::LogNormal::new(-sigma2 / 2.0, sigma2.sqrt())
+                    .map_or(Sampler::One, Sampler::LogNormal)
             }
             Distribution::Gamma => {
                 rand_distr::Gamma::new(1.0 / (cv * cv), cv * cv).map_or(Sampler::One, Sampler::Gamma)

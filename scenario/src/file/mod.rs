@@ -1127,7 +1127,8 @@ fn validate(
     if spec.simulation.iterations == 0 {
         return Err(invalid("simulation.iterations", "must be at least 1, got 0".into()));
     }
-    let variability = variability::validate(&spec.variability, gpus).map_err(|(key, message)| invalid(&key, message))?;
+    let variability =
+        variability::validate(&spec.variability, gpus).map_err(|(key, message)| invalid(&key, message))?;
     let monte_carlo = variability.is_active();
     if monte_carlo && spec.simulation.iterations > MAX_MONTE_CARLO_ITERATIONS {
         return Err(invalid(

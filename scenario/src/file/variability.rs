@@ -69,23 +69,29 @@ fn noise(section: &NoiseSection, key: &str) -> Result<Noise, (String, String)> {
         "gamma" => Distribution::Gamma,
         "normal" => Distribution::Normal,
         other => {
-            return Err(err(
-                "distribution",
-                format!("is {other:?}; valid: {}", Distribution::NAMES),
-            ));
+            return Err(err("distribution", format!("is {other:?}; valid: {}", Distribution::NAMES)));
         }
     };
     if section.ratios.is_some() {
-        return Err(err("ratios", format!("is only for distribution = \"empirical\", not {:?}", section.distribution)));
+        return Err(err(
+            "ratios",
+            format!("is only for distribution = \"empirical\", not {:?}", section.distribution),
+        ));
     }
     let Some(cv) = section.cv else {
-        return Err(err("cv", "is missing: give the coefficient of variation (standard deviation over mean), e.g. 0.05".into()));
+        return Err(err(
+            "cv",
+            "is missing: give the coefficient of variation (standard deviation over mean), e.g. 0.05".into(),
+        ));
     };
     if !(cv.is_finite() && cv >= 0.0) {
         return Err(err("cv", format!("must be >= 0 (0: no noise), got {cv}")));
     }
     if cv > 1.0 {
-        return Err(err("cv", format!("must be at most 1 (a standard deviation as large as the mean), got {cv}")));
+        return Err(err(
+            "cv",
+            format!("must be at most 1 (a standard deviation as large as the mean), got {cv}"),
+        ));
     }
     Noise::new(distribution, cv).map_err(|e| err("cv", e.to_string()))
 }
@@ -115,7 +121,10 @@ pub(super) fn validate(section: &VariabilitySection, ranks: u32) -> Result<Varia
                     if let Some(bad) = named.iter().find(|r| **r >= ranks) {
                         return Err((
                             key("ranks"),
-                            format!("names rank {bad}, but the job has ranks 0 to {}", ranks.saturating_sub(1)),
+                            format!(
+                                "names rank {bad}, but the job has ranks 0 to {}",
+                                ranks.saturating_sub(1)
+                            ),
                         ));
                     }
                     let mut named = named.clone();
@@ -139,10 +148,16 @@ pub(super) fn validate(section: &VariabilitySection, ranks: u32) -> Result<Varia
             let key = |suffix: &str| format!("variability.host-interrupt.{suffix}");
             let positive = |value: f64| value.is_finite() && value > 0.0;
             if !positive(interrupt.every_ms) {
-                return Err((key("every-ms"), format!("must be a positive period in milliseconds, got {}", interrupt.every_ms)));
+                return Err((
+                    key("every-ms"),
+                    format!("must be a positive period in milliseconds, got {}", interrupt.every_ms),
+                ));
             }
             if !(interrupt.duration_us.is_finite() && interrupt.duration_us >= 0.0) {
-                return Err((key("duration-us"), format!("must be >= 0 microseconds, got {}", interrupt.duration_us)));
+                return Err((
+                    key("duration-us"),
+                    format!("must be >= 0 microseconds, got {}", interrupt.duration_us),
+                ));
             }
             let every = SimDuration::from_ps((interrupt.every_ms * 1e9).round() as u64);
             let duration = SimDuration::from_ps((interrupt.duration_us * 1e6).round() as u64);
@@ -156,13 +171,19 @@ pub(super) fn validate(section: &VariabilitySection, ranks: u32) -> Result<Varia
                 ));
             }
             if !(interrupt.jitter_us.is_finite() && interrupt.jitter_us >= 0.0) {
-                return Err((key("jitter-us"), format!("must be >= 0 microseconds, got {}", interrupt.jitter_us)));
+                return Err((
+                    key("jitter-us"),
+                    format!("must be >= 0 microseconds, got {}", interrupt.jitter_us),
+                ));
             }
             let jitter = SimDuration::from_ps((interrupt.jitter_us * 1e6).round() as u64);
             if jitter >= every {
                 return Err((
                     key("jitter-us"),
-                    format!("is {} us; it must be shorter than the period ({} ms)", interrupt.jitter_us, interrupt.every_ms),
+                    format!(
+                        "is {} us; it must be shorter than the period ({} ms)",
+                        interrupt.jitter_us, interrupt.every_ms
+                    ),
                 ));
             }
             if every.as_ps() == 0 {
@@ -177,7 +198,9 @@ pub(super) fn validate(section: &VariabilitySection, ranks: u32) -> Result<Varia
 /// One line per source that is on, for reports ("op-noise lognormal cv 0.05").
 pub fn describe(variability: &Variability) -> Vec<String> {
     let noise = |noise: &Noise| match noise.distribution() {
-        Distribution::Empirical(samples) => format!("empirical ({} ratios, cv {:.3})", samples.len(), noise.cv()),
+        Distribution::Empirical(samples) => {
+            format!("empirical ({} ratios, cv {:.3})", samples.len(), noise.cv())
+        }
         other => format!("{} cv {}", other.name(), noise.cv()),
     };
     let mut lines = Vec::new();
@@ -199,7 +222,11 @@ pub fn describe(variability: &Variability) -> Vec<String> {
             "host-interrupt every {} for {}{}",
             interrupt.every,
             interrupt.duration,
-            if interrupt.jitter.as_ps() > 0 { format!(" (jitter up to {})", interrupt.jitter) } else { String::new() }
+            if interrupt.jitter.as_ps() > 0 {
+                format!(" (jitter up to {})", interrupt.jitter)
+            } else {
+                String::new()
+            }
         ));
     }
     lines

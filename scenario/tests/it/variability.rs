@@ -78,17 +78,41 @@ fn without_variability_the_summary_has_no_distribution() {
 fn bad_variability_keys_are_named() {
     let cases = [
         ("op-noise = { distribution = \"lognormal\", cv = -0.1 }", "variability.op-noise.cv", "must be >= 0"),
-        ("op-noise = { distribution = \"weibull\", cv = 0.1 }", "variability.op-noise.distribution", "lognormal"),
+        (
+            "op-noise = { distribution = \"weibull\", cv = 0.1 }",
+            "variability.op-noise.distribution",
+            "lognormal",
+        ),
         ("op-noise = { distribution = \"gamma\" }", "variability.op-noise.cv", "is missing"),
-        ("op-noise = { distribution = \"empirical\", ratios = [] }", "variability.op-noise.ratios", "at least one"),
-        ("gpu-speed = { distribution = \"empirical\", cv = 0.1, ratios = [1.0] }", "variability.gpu-speed.cv", "implied"),
+        (
+            "op-noise = { distribution = \"empirical\", ratios = [] }",
+            "variability.op-noise.ratios",
+            "at least one",
+        ),
+        (
+            "gpu-speed = { distribution = \"empirical\", cv = 0.1, ratios = [1.0] }",
+            "variability.gpu-speed.cv",
+            "implied",
+        ),
         ("slow-ranks = { fraction = 1.5, factor = 1.2 }", "variability.slow-ranks.fraction", "[0, 1]"),
         ("slow-ranks = { ranks = [8], factor = 2.0 }", "variability.slow-ranks.ranks", "ranks 0 to 7"),
         ("slow-ranks = { ranks = [1], fraction = 0.1, factor = 2.0 }", "variability.slow-ranks", "not both"),
         ("slow-ranks = { ranks = [1], factor = 0.0 }", "variability.slow-ranks.factor", "positive"),
-        ("host-interrupt = { every-ms = 0, duration-us = 5 }", "variability.host-interrupt.every-ms", "positive"),
-        ("host-interrupt = { every-ms = 1, duration-us = 1000 }", "variability.host-interrupt.duration-us", "never run"),
-        ("host-interrupt = { every-ms = 1, duration-us = 5, jitter-us = 1000 }", "variability.host-interrupt.jitter-us", "shorter"),
+        (
+            "host-interrupt = { every-ms = 0, duration-us = 5 }",
+            "variability.host-interrupt.every-ms",
+            "positive",
+        ),
+        (
+            "host-interrupt = { every-ms = 1, duration-us = 1000 }",
+            "variability.host-interrupt.duration-us",
+            "never run",
+        ),
+        (
+            "host-interrupt = { every-ms = 1, duration-us = 5, jitter-us = 1000 }",
+            "variability.host-interrupt.jitter-us",
+            "shorter",
+        ),
         ("noise = 0.1", "variability", "unknown field"),
     ];
     for (text, key, message) in cases {

@@ -1,6 +1,8 @@
 use super::*;
 use crate::exec::run;
-use crate::graph::{Collective, CollectiveAlgorithm, CollectiveKind, ExecGraph, GraphBuilder, RankId, StreamId};
+use crate::graph::{
+    Collective, CollectiveAlgorithm, CollectiveKind, ExecGraph, GraphBuilder, RankId, StreamId,
+};
 use crate::network::AnalyticalNetwork;
 use crate::units::{Bytes, SimDuration};
 use crate::variability::{Distribution, HostInterrupt, Noise, SlowRanks};
@@ -34,7 +36,14 @@ fn data_parallel(ranks: u32, compute: SimDuration) -> (ExecGraph, Vec<Vec<OpId>>
     for rank in (0..ranks).map(RankId) {
         let forward = graph.compute(rank, StreamId(0), compute, "forward", &[]);
         let backward = graph.compute(rank, StreamId(0), compute, "backward", &[forward]);
-        let send = graph.transfer(rank, StreamId(2), RankId((rank.0 + 1) % ranks), Bytes(1 << 20), "halo", &[forward]);
+        let send = graph.transfer(
+            rank,
+            StreamId(2),
+            RankId((rank.0 + 1) % ranks),
+            Bytes(1 << 20),
+            "halo",
+            &[forward],
+        );
         let sync = graph.collective(rank, StreamId(1), allreduce, "allreduce", &[backward, send]);
         ends.push(graph.compute(rank, StreamId(0), SimDuration::from_us(50), "step", &[sync]));
     }
@@ -106,13 +115,16 @@ fn a_2x_straggler_sets_every_step() {
 fn phi(x: f64) -> f64 {
     let z = x.abs() / std::f64::consts::SQRT_2;
     let t = 1.0 / (1.0 + 0.5 * z);
-    let erfc = t * (-z * z - 1.26551223
-        + t * (1.00002368
-            + t * (0.37409196
-                + t * (0.09678418
-                    + t * (-0.18628806
-                        + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))))
-        .exp();
+    let erfc = t
+        * (-z * z - 1.26551223
+            + t * (1.00002368
+                + t * (0.37409196
+                    + t * (0.09678418
+                        + t * (-0.18628806
+                            + t * (0.27886807
+                                + t * (-1.13520398
+                                    + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))))
+            .exp();
     if x >= 0.0 { 1.0 - erfc / 2.0 } else { erfc / 2.0 }
 }
 
@@ -188,8 +200,11 @@ fn same_seed_same_times_whatever_the_thread_count_and_other_seeds_differ() {
 
 #[test]
 fn an_interruption_lengthens_the_op_it_hits_including_its_own_extension() {
-    let setting =
-        HostInterrupt { every: SimDuration::from_us(100), duration: SimDuration::from_us(10), jitter: SimDuration::ZERO };
+    let setting = HostInterrupt {
+        every: SimDuration::from_us(100),
+        duration: SimDuration::from_us(10),
+        jitter: SimDuration::ZERO,
+    };
     let interrupts = Interrupts { setting: Some(setting), phases: vec![0], seed: 0 };
     let us = |n: u64| SimDuration::from_us(n).as_ps();
     // From 0, 1 ms of work: m interruptions at 0, 100, ... below 1000 + 10 m us: m = 12.
