@@ -78,6 +78,13 @@ enum Command {
         /// --y expected_goodput --logx -o goodput.svg`.
         #[arg(long, value_name = "FILE.csv")]
         goodput_csv: Option<PathBuf>,
+        /// Iterations to simulate (`simulation.iterations`): with `[variability]`, Monte Carlo
+        /// iterations with fresh draws each, summarised as a distribution (docs/variability.md).
+        #[arg(long, value_name = "N")]
+        iterations: Option<u32>,
+        /// Seed of every draw of `[variability]` (`simulation.seed`; default 0).
+        #[arg(long, value_name = "S")]
+        seed: Option<u64>,
     },
     /// Replay real PyTorch profiler (Kineto) traces or execution traces (PyTorch ET, Chakra
     /// JSON or .et) on a cluster and compare simulated with measured iteration and collective
@@ -417,8 +424,17 @@ fn message(error: &anyhow::Error) -> String {
 
 fn execute(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Run { scenario, json, trace, csv, buckets_csv, set, hours, goodput_csv } => {
-            let overrides = overrides(&set)?;
+        Command::Run { scenario, json, trace, csv, buckets_csv, set, hours, goodput_csv, iterations, seed } => {
+            let mut overrides = overrides(&set)?;
+            if let Some(iterations) = iterations {
+                overrides.push(scenario::Override::new("simulation.iterations", i64::from(iterations)));
+            }
+            if let Some(seed) = seed {
+                overrides.push(
+                    scenario::Override::integer("simulation.seed", seed)
+                        .map_err(|error| anyhow::anyhow!("--seed {error}"))?,
+                );
+            }
             let mut scenario = match scenario {
                 Some(path) => Scenario::load_with(&path, &overrides),
                 None => {

@@ -19,6 +19,7 @@ pub fn human(outcome: &Outcome) -> String {
     report.host();
     report.network();
     report.results();
+    report.distribution();
     report.breakdown();
     report.memory();
     report.goodput();
@@ -353,16 +354,70 @@ impl<'s> Report<'s> {
         let _ = writeln!(out);
     }
 
+    /// A Monte Carlo run's variability, iteration-time distribution and critical ranks.
+    fn distribution(&mut self) {
+        let (s, unit, out) = (self.summary, self.unit, &mut self.out);
+        let Some(d) = &s.distribution else { return };
+        let ms = |seconds: f64| SimDuration::from_ps((seconds * 1e12).round() as u64);
+        for (index, source) in d.sources.iter().enumerate() {
+            let _ = writeln!(out, "{}{source}", if index == 0 { "variability   " } else { "              " });
+        }
+        let _ = writeln!(
+            out,
+            "distribution  {} iterations (seed {}): mean {:.3} ({:+.2}% over noise-free {:.3}), stdev {:.3}",
+            thousands(f64::from(d.iterations)),
+            d.seed,
+            ms(d.mean_s),
+            100.0 * (d.slowdown - 1.0),
+            ms(d.nominal_s),
+            ms(d.stdev_s)
+        );
+        let _ = writeln!(
+            out,
+            "              min {:.3}  p50 {:.3}  p90 {:.3}  p99 {:.3}  max {:.3}",
+            ms(d.min_s),
+            ms(d.p50_s),
+            ms(d.p90_s),
+            ms(d.p99_s),
+            ms(d.max_s)
+        );
+        if d.critical_ranks.is_empty() {
+            let _ = writeln!(out, "critical path no {unit} compute on it (communication-bound)");
+        } else {
+            let ranks: Vec<String> = d
+                .critical_ranks
+                .iter()
+                .take(5)
+                .map(|r| format!("rank {} {:.0}%", r.rank, 100.0 * r.share))
+                .collect();
+            let _ = writeln!(
+                out,
+                "critical path {} (share of {} repetitions of the {}-iteration graph)",
+                ranks.join(", "),
+                thousands(f64::from(d.repetitions)),
+                d.graph_iterations
+            );
+        }
+        let _ = writeln!(out, "              communication timed {}", d.communication);
+        let _ = writeln!(out);
+    }
+
     /// Where the iteration goes: compute, exposed communication by group, idle and its causes.
     fn breakdown(&mut self) {
         let (s, unit, data_parallel_only, out) =
             (self.summary, self.unit, self.data_parallel_only, &mut self.out);
         let st = &s.strategy;
         // Percent of the iteration that `d` is.
-        let iteration = s.iteration_time.as_secs_f64().max(f64::MIN_POSITIVE);
+        // A Monte Carlo run's breakdown is its noise-free iteration's.
+        let nominal = s.distribution.as_ref().map(|d| d.nominal_s);
+        let iteration = nominal.unwrap_or(s.iteration_time.as_secs_f64()).max(f64::MIN_POSITIVE);
         let share = |d: SimDuration| 100.0 * d.as_secs_f64() / iteration;
         let b = &s.breakdown;
-        let _ = writeln!(out, "per iteration, mean over {unit}s");
+        if nominal.is_some() {
+            let _ = writeln!(out, "per noise-free iteration, mean over {unit}s");
+        } else {
+            let _ = writeln!(out, "per iteration, mean over {unit}s");
+        }
         let _ = writeln!(out, "  compute               {:>12.3}  {:5.1}%", b.compute, share(b.compute));
         let _ = writeln!(
             out,
@@ -486,7 +541,16 @@ pub fn engine_line(outcome: &Outcome) -> String {
         outcome.lowering_wall.as_secs_f64() * 1e3,
         simulation * 1e3,
         engine.events as f64 / simulation.max(1e-9) / 1e6
-    )
+    ) + &outcome
+        .monte_carlo_wall
+        .map(|wall| {
+            format!(
+                "\nmonte carlo   {} iterations re-timed in {:.1} ms",
+                thousands(f64::from(outcome.summary.iterations)),
+                wall.as_secs_f64() * 1e3
+            )
+        })
+        .unwrap_or_default()
 }
 
 /// 12345.6 -> "12,346".

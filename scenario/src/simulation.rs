@@ -75,6 +75,20 @@ pub struct Summary {
     pub stages: Vec<StageMemory>,
     /// Engine counters.
     pub engine: EngineCounters,
+    /// Median iteration time of a Monte Carlo run (`[variability]`), in seconds; omitted
+    /// without variability. A sweep column.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub iteration_p50_s: Option<f64>,
+    /// 99th-percentile iteration time of a Monte Carlo run, in seconds; omitted without
+    /// variability. A sweep column.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub iteration_p99_s: Option<f64>,
+    /// The iteration-time distribution of a Monte Carlo run (`[variability]`): then
+    /// `iteration_time_s`, `iteration_times_s` and the throughputs are the Monte Carlo
+    /// iterations', and the breakdown and memory are the noise-free iteration's. Omitted without
+    /// variability.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub distribution: Option<DistributionSummary>,
     /// What the user should know about this configuration that is not an error (out-of-core
     /// training on a configuration that fits without it). Omitted when empty.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -83,6 +97,57 @@ pub struct Summary {
     /// time, time lost per cause, the best checkpoint interval. Omitted without `[failures]`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub goodput: Option<crate::failures::GoodputSummary>,
+}
+
+/// The iteration-time distribution of a Monte Carlo run.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DistributionSummary {
+    /// Iterations drawn.
+    pub iterations: u32,
+    /// `simulation.seed`.
+    pub seed: u64,
+    /// The sources of variability, one line each.
+    pub sources: Vec<String>,
+    /// Iterations in the re-timed graph (1, or DASO's global-sync period): the graph is
+    /// re-timed `repetitions` times.
+    pub graph_iterations: u32,
+    /// Repetitions of the graph.
+    pub repetitions: u32,
+    /// The noise-free iteration time, in seconds.
+    pub nominal_s: f64,
+    /// Mean iteration time (exact), in seconds.
+    pub mean_s: f64,
+    /// Sample standard deviation, in seconds.
+    pub stdev_s: f64,
+    /// Shortest iteration (exact), in seconds.
+    pub min_s: f64,
+    /// Median, from an hdrhistogram of nanoseconds with 4 significant digits.
+    pub p50_s: f64,
+    /// 90th percentile (histogram).
+    pub p90_s: f64,
+    /// 99th percentile (histogram).
+    pub p99_s: f64,
+    /// Longest iteration (exact), in seconds.
+    pub max_s: f64,
+    /// Mean over noise-free: what the variability costs (1.05: 5% slower).
+    pub slowdown: f64,
+    /// The ranks most often on the critical path (some compute of theirs on the chain of
+    /// latest-ending predecessors back from the op that ended the repetition last), most first;
+    /// at most 10.
+    pub critical_ranks: Vec<CriticalRank>,
+    /// How communication was timed.
+    pub communication: &'static str,
+}
+
+/// A rank on the critical path of Monte Carlo repetitions.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CriticalRank {
+    /// The rank.
+    pub rank: u32,
+    /// Repetitions in which it was on the critical path.
+    pub repetitions: u32,
+    /// Their share of all repetitions.
+    pub share: f64,
 }
 
 /// The model part of the summary.
@@ -436,6 +501,10 @@ pub struct Outcome {
     /// Bytes routed over each link (by `LinkId`) under `flow` and `packet-steps` when counted
     /// ([`simulate_counting_link_bytes`]); `None` under `analytical` or when not counted.
     pub link_bytes: Option<Vec<f64>>,
+    /// Per iteration of the graph, the ops whose latest end closes it.
+    pub iteration_ends: Vec<Vec<sim_core::graph::OpId>>,
+    /// Wall time of re-timing the Monte Carlo iterations (`None` without variability).
+    pub monte_carlo_wall: Option<Duration>,
 }
 
 /// A scenario could not be simulated.
@@ -486,6 +555,22 @@ pub enum SimulationError {
         scenario: String,
         /// The engine's error.
         source: Box<sim_core::exec::ExecError>,
+    },
+    /// The Monte Carlo re-timer could not order the graph (an engine defect, not bad input).
+    #[error("{scenario}: Monte Carlo iterations: {source}")]
+    MonteCarlo {
+        /// The scenario file.
+        scenario: String,
+        /// Why.
+        source: sim_core::montecarlo::MonteCarloError,
+    },
+    /// The iteration-time histogram could not be made (an hdrhistogram defect, not bad input).
+    #[error("{scenario}: iteration-time histogram: {message}")]
+    MonteCarloHistogram {
+        /// The scenario file.
+        scenario: String,
+        /// hdrhistogram's message.
+        message: String,
     },
     /// The device has no peak for the compute dtype.
     #[error(transparent)]
@@ -591,6 +676,112 @@ pub fn simulate_counting_link_bytes(scenario: &Scenario) -> Result<Outcome, Simu
 }
 
 fn simulate_with(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome, SimulationError> {
+    if scenario.variability.is_active() {
+        monte_carlo(scenario, count_link_bytes)
+    } else {
+        simulate_once(scenario, count_link_bytes)
+    }
+}
+
+/// Significant digits of the iteration-time histogram.
+const HISTOGRAM_DIGITS: u8 = 4;
+
+/// A Monte Carlo run: the noise-free graph of one period (one iteration, or DASO's global-sync
+/// period) simulated once by the engine, then re-timed `scenario.iterations` times with fresh
+/// draws ([`sim_core::montecarlo`]).
+fn monte_carlo(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome, SimulationError> {
+    let period = match scenario.parallelism.sync {
+        strategies::GradientSync::Daso { every, .. } => every.max(1),
+        strategies::GradientSync::AllReduce => 1,
+    };
+    let mut nominal = scenario.clone();
+    nominal.iterations = period;
+    let mut outcome = simulate_once(&nominal, count_link_bytes)?;
+    let started = Instant::now();
+    let retimer =
+        sim_core::montecarlo::Retimer::new(&outcome.graph, &outcome.timeline, &outcome.iteration_ends)
+            .map_err(|source| SimulationError::MonteCarlo { scenario: scenario.source.clone(), source })?;
+    let run = retimer.run(&scenario.variability, scenario.seed, scenario.iterations);
+    outcome.monte_carlo_wall = Some(started.elapsed());
+
+    let summary = &mut outcome.summary;
+    let count = run.iteration_times.len().max(1) as f64;
+    let times: Vec<f64> = run.iteration_times.iter().map(|t| t.as_secs_f64()).collect();
+    let total_ps: u128 = run.iteration_times.iter().map(|t| u128::from(t.as_ps())).sum();
+    let mean_time = SimDuration::from_ps((total_ps / run.iteration_times.len().max(1) as u128) as u64);
+    let mean = mean_time.as_secs_f64();
+    let stdev = if times.len() > 1 {
+        let exact_mean = times.iter().sum::<f64>() / count;
+        (times.iter().map(|t| (t - exact_mean) * (t - exact_mean)).sum::<f64>() / (count - 1.0)).sqrt()
+    } else {
+        0.0
+    };
+    let mut histogram = hdrhistogram::Histogram::<u64>::new(HISTOGRAM_DIGITS).map_err(|error| {
+        SimulationError::MonteCarloHistogram { scenario: scenario.source.clone(), message: error.to_string() }
+    })?;
+    for time in &run.iteration_times {
+        histogram.record((time.as_ps() / 1000).max(1)).map_err(|error| {
+            SimulationError::MonteCarloHistogram {
+                scenario: scenario.source.clone(),
+                message: error.to_string(),
+            }
+        })?;
+    }
+    let quantile = |q: f64| histogram.value_at_quantile(q) as f64 * 1e-9;
+    let nominal_s = summary.iteration_time.as_secs_f64();
+    let ratio = if mean > 0.0 { nominal_s / mean } else { 1.0 };
+    let mut critical: Vec<CriticalRank> = run
+        .critical_path_counts
+        .iter()
+        .enumerate()
+        .filter(|(_, count)| **count > 0)
+        .map(|(rank, count)| CriticalRank {
+            rank: rank as u32,
+            repetitions: *count,
+            share: f64::from(*count) / f64::from(run.repetitions.max(1)),
+        })
+        .collect();
+    critical.sort_by(|a, b| b.repetitions.cmp(&a.repetitions).then(a.rank.cmp(&b.rank)));
+    critical.truncate(10);
+    summary.distribution = Some(DistributionSummary {
+        iterations: scenario.iterations,
+        seed: scenario.seed,
+        sources: crate::file::variability::describe(&scenario.variability),
+        graph_iterations: period,
+        repetitions: run.repetitions,
+        nominal_s,
+        mean_s: mean,
+        stdev_s: stdev,
+        min_s: times.iter().copied().fold(f64::INFINITY, f64::min),
+        p50_s: quantile(0.5),
+        p90_s: quantile(0.9),
+        p99_s: quantile(0.99),
+        max_s: times.iter().copied().fold(0.0, f64::max),
+        slowdown: if nominal_s > 0.0 { mean / nominal_s } else { 1.0 },
+        critical_ranks: critical,
+        communication: if scenario.network.fidelity == sim_core::fidelity::Fidelity::Analytical {
+            "as in the noise-free run (exact under analytical: no contention)"
+        } else {
+            "as in the noise-free run (contention as it was there)"
+        },
+    });
+    summary.iteration_p50_s = Some(quantile(0.5));
+    summary.iteration_p99_s = Some(quantile(0.99));
+    summary.iterations = scenario.iterations;
+    summary.iteration_time = mean_time;
+    summary.iteration_times = run.iteration_times;
+    // Throughputs follow the mean iteration time.
+    summary.samples_per_second *= ratio;
+    summary.samples_per_second_per_device *= ratio;
+    summary.tokens_per_second = summary.tokens_per_second.map(|t| t * ratio);
+    summary.achieved_tflops_per_device *= ratio;
+    summary.mfu *= ratio;
+    summary.model_flops_utilization *= ratio;
+    summary.hardware_flops_utilization *= ratio;
+    Ok(outcome)
+}
+
+fn simulate_once(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome, SimulationError> {
     let started = Instant::now();
     let strategy = scenario.strategy();
     let context = || {
@@ -1012,6 +1203,9 @@ fn simulate_with(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome,
             .collect(),
         memory: MemorySummary::new(&memory, scenario),
         engine: EngineCounters { ops: lowered.graph.op_count(), events: timeline.events },
+        iteration_p50_s: None,
+        iteration_p99_s: None,
+        distribution: None,
         warnings,
         goodput,
     };
@@ -1038,6 +1232,8 @@ fn simulate_with(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome,
         spans: lowered.spans,
         rank_names,
         link_bytes,
+        iteration_ends: lowered.iteration_ends,
+        monte_carlo_wall: None,
     })
 }
 

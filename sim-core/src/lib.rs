@@ -19,7 +19,11 @@
 //!   and end;
 //! - [`fidelity`]: the one place a fidelity name becomes a network model with its settings;
 //! - [`stats`]: where the time went (compute / exposed communication / idle per rank);
-//! - [`budget`]: the work budget every command checks before it builds a graph.
+//! - [`budget`]: the work budget every command checks before it builds a graph;
+//! - [`variability`]: what is drawn (per-op noise, slow ranks, GPU speed spread, host
+//!   interruptions) and the seeded streams it is drawn from;
+//! - [`montecarlo`]: a graph re-timed over many iterations with fresh draws, without the
+//!   event loop.
 //!
 //! `sim-core` never names a neural-network concept: it simulates ops, ranks and bytes.
 //!
@@ -68,8 +72,10 @@ pub mod fidelity;
 pub mod flow;
 pub mod graph;
 pub mod lookup;
+pub mod montecarlo;
 pub mod nccl;
 pub mod network;
 pub mod queue;
 pub mod schedule;
 pub mod stats;
+pub mod variability;

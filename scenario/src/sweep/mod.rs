@@ -761,6 +761,9 @@ fn full_summary() -> Summary {
         first_order_goodput: Some(0.0),
         ..Default::default()
     });
+    summary.iteration_p50_s = Some(0.0);
+    summary.iteration_p99_s = Some(0.0);
+    summary.distribution = Some(crate::simulation::DistributionSummary::default());
     summary
 }
 

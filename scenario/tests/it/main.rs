@@ -9,3 +9,4 @@ mod fuzz;
 mod input;
 mod overrides;
 mod single_gpu;
+mod variability;
