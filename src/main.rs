@@ -424,7 +424,18 @@ fn message(error: &anyhow::Error) -> String {
 
 fn execute(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Run { scenario, json, trace, csv, buckets_csv, set, hours, goodput_csv, iterations, seed } => {
+        Command::Run {
+            scenario,
+            json,
+            trace,
+            csv,
+            buckets_csv,
+            set,
+            hours,
+            goodput_csv,
+            iterations,
+            seed,
+        } => {
             let mut overrides = overrides(&set)?;
             if let Some(iterations) = iterations {
                 overrides.push(scenario::Override::new("simulation.iterations", i64::from(iterations)));
