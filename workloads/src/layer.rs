@@ -1082,6 +1082,20 @@ impl Layer {
     }
 }
 
+/// One kernel of a loss computed as several: `traffic` elements per sample in the compute
+/// dtype, then `fp32_traffic` in fp32.
+fn loss_part(role: KernelRole, class: OpClass, flops: f64, traffic: u64, fp32_traffic: u64) -> KernelPart {
+    let elements = |per_sample| Traffic { per_sample, per_batch: 0 };
+    KernelPart {
+        role,
+        class,
+        flops,
+        traffic: elements(traffic),
+        fp32_traffic: elements(fp32_traffic),
+        mask_bytes: 0,
+    }
+}
+
 /// The kernels of `pass` of Megatron-LM's fp32 vocabulary-parallel cross-entropy
 /// ([`LossKernels::Megatron`]) over `logits` elements per sample in rows of `classes`: forward
 /// the cast (`output.float()`), `max` over the vocabulary, `sub_` of the maximum, `exp` in place,
@@ -1090,18 +1104,8 @@ impl Layer {
 /// masks, the gather of the label's logit, the log and the one-hot subtraction) move a few
 /// bytes per token and are left out. Their sums are [`LayerCost`]'s for the layer.
 fn megatron_loss_kernels(logits: u64, classes: u64, pass: Pass) -> Vec<KernelPart> {
-    let rows = logits / classes;
-    let n = logits as f64;
-    let elements = |per_sample| Traffic { per_sample, per_batch: 0 };
-    // Elements in the compute dtype, then in fp32.
-    let part = |role, class, flops, traffic: u64, fp32_traffic: u64| KernelPart {
-        role,
-        class,
-        flops,
-        traffic: elements(traffic),
-        fp32_traffic: elements(fp32_traffic),
-        mask_bytes: 0,
-    };
+    let (rows, n) = (logits / classes, logits as f64);
+    let part = loss_part;
     let (cast, loss) = (KernelRole::LossCast, KernelRole::Loss);
     match pass {
         Pass::Forward => vec![
@@ -1133,17 +1137,8 @@ fn megatron_loss_kernels(logits: u64, classes: u64, pass: Pass) -> Vec<KernelPar
 /// (pytorch/pytorch aten/src/ATen/native/LossNLL.cpp `cross_entropy_loss` =
 /// `nll_loss(log_softmax(x))`; the fp32 cast is autocast's, aten/src/ATen/autocast_mode.cpp).
 fn torch_loss_kernels(logits: u64, classes: u64, pass: Pass) -> Vec<KernelPart> {
-    let rows = logits / classes;
-    let n = logits as f64;
-    let elements = |per_sample| Traffic { per_sample, per_batch: 0 };
-    let part = |role, class, flops, traffic: u64, fp32_traffic: u64| KernelPart {
-        role,
-        class,
-        flops,
-        traffic: elements(traffic),
-        fp32_traffic: elements(fp32_traffic),
-        mask_bytes: 0,
-    };
+    let (rows, n) = (logits / classes, logits as f64);
+    let part = loss_part;
     let (cast, loss) = (KernelRole::LossCast, KernelRole::Loss);
     match pass {
         Pass::Forward => vec![
