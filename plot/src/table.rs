@@ -167,7 +167,10 @@ fn records(text: &str, file: &str) -> Result<Vec<(usize, Vec<String>)>, PlotErro
     // The line a record starts on. The reader's position of a record is where it began
     // reading it, before the comment and blank lines it skipped (its own line count leaves
     // comment lines out): skip those from the position's byte, and count the line breaks.
-    let line_of = |position: &csv::Position| -> usize {
+    // Records come in order: the line breaks are counted from the last record's position on,
+    // so reading is linear in the text (counting from the start each time was quadratic).
+    let (mut counted_to, mut breaks) = (0usize, 0usize);
+    let mut line_of = |position: &csv::Position| -> usize {
         let mut at = usize::try_from(position.byte()).unwrap_or(usize::MAX).min(text.len());
         while text[at..].starts_with(['#', '\n', '\r']) {
             match text[at..].find('\n') {
@@ -175,16 +178,21 @@ fn records(text: &str, file: &str) -> Result<Vec<(usize, Vec<String>)>, PlotErro
                 None => break,
             }
         }
-        1 + text.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count()
+        if at < counted_to {
+            (counted_to, breaks) = (0, 0);
+        }
+        breaks += text.as_bytes()[counted_to..at].iter().filter(|&&b| b == b'\n').count();
+        counted_to = at;
+        (1 + breaks)
     };
     let mut out = Vec::new();
     for record in reader.records() {
         let record = record.map_err(|error| PlotError::Csv {
             file: file.to_string(),
-            line: error.position().map_or(0, line_of),
+            line: error.position().map_or(0, &mut line_of),
             message: error.to_string(),
         })?;
-        let line = record.position().map_or(0, line_of);
+        let line = record.position().map_or(0, &mut line_of);
         out.push((line, record.iter().map(str::to_string).collect()));
     }
     Ok(out)
