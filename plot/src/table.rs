@@ -183,7 +183,7 @@ fn records(text: &str, file: &str) -> Result<Vec<(usize, Vec<String>)>, PlotErro
         }
         breaks += text.as_bytes()[counted_to..at].iter().filter(|&&b| b == b'\n').count();
         counted_to = at;
-        (1 + breaks)
+        1 + breaks
     };
     let mut out = Vec::new();
     for record in reader.records() {
