@@ -357,23 +357,16 @@ fn convert_rank(
                 let stream = node
                     .stream
                     .map_or(if work.host { HOST_STREAM } else { COMPUTE_STREAM }, |s| RECORDED_STREAMS + s);
-                let free = stream_free.get(&stream).copied().unwrap_or(0);
-                let dep_end = waits
-                    .iter()
-                    .map(|&w| pending[w].start_ns + pending[w].duration_ns)
-                    .fold(dep_end, u64::max);
-                let start = start_time(node, recorded_times, free, dep_end);
-                let op = pending.len();
-                pending.push(Pending {
+                let kernel = Pending {
                     stream,
-                    start_ns: start,
+                    start_ns: 0,
                     duration_ns: duration,
                     name: intern(&node.name),
                     kind: GpuOpKind::Kernel,
                     waits,
-                });
-                stream_free.insert(stream, start + duration);
-                end_of[index] = start + duration;
+                };
+                let (op, end) = place(&mut pending, &mut stream_free, node, recorded_times, dep_end, kernel);
+                end_of[index] = end;
                 op_of_node[index] = Some(op);
                 last_compute = Some(op);
             }
@@ -416,16 +409,9 @@ fn convert_rank(
                 }
                 // Recorded duration, else none: the network model times it.
                 let duration = node.duration_ns.unwrap_or(0);
-                let free = stream_free.get(&stream).copied().unwrap_or(0);
-                let dep_end = waits
-                    .iter()
-                    .map(|&w| pending[w].start_ns + pending[w].duration_ns)
-                    .fold(dep_end, u64::max);
-                let start = start_time(node, recorded_times, free, dep_end);
-                let op = pending.len();
-                pending.push(Pending {
+                let collective = Pending {
                     stream,
-                    start_ns: start,
+                    start_ns: 0,
                     duration_ns: duration,
                     name: intern(&node.name),
                     kind: GpuOpKind::Collective(CollectiveCall {
@@ -436,9 +422,10 @@ fn convert_rank(
                         algorithm: None,
                     }),
                     waits,
-                });
-                stream_free.insert(stream, start + duration);
-                end_of[index] = start + duration;
+                };
+                let (op, end) =
+                    place(&mut pending, &mut stream_free, node, recorded_times, dep_end, collective);
+                end_of[index] = end;
                 op_of_node[index] = Some(op);
                 if !p2p {
                     last_collective = Some(op);
@@ -452,10 +439,6 @@ fn convert_rank(
                 end_of[index] = dep_end;
             }
         }
-    }
-    if !chakra_deps && let Some(c) = waited_collective {
-        // A wait with no compute after it: nothing to hold back.
-        let _ = c;
     }
 
     // Steps: the GPU ops under each ProfilerStep#N node.
@@ -554,6 +537,26 @@ fn convert_rank(
 
 /// A node's start: the recorded one if the trace records times, else as soon as its stream
 /// and its dependencies allow (communication of unknown duration taking none).
+/// Puts `op` on its stream: at the node's recorded start when the trace has times, else after
+/// its waits, `dep_end` and the stream's last op. Returns its index in `pending` and its end.
+fn place(
+    pending: &mut Vec<Pending>,
+    stream_free: &mut BTreeMap<u32, u64>,
+    node: &EtNode,
+    recorded: bool,
+    dep_end: u64,
+    mut op: Pending,
+) -> (usize, u64) {
+    let free = stream_free.get(&op.stream).copied().unwrap_or(0);
+    let dep_end =
+        op.waits.iter().map(|&w| pending[w].start_ns + pending[w].duration_ns).fold(dep_end, u64::max);
+    op.start_ns = start_time(node, recorded, free, dep_end);
+    let end = op.start_ns + op.duration_ns;
+    stream_free.insert(op.stream, end);
+    pending.push(op);
+    (pending.len() - 1, end)
+}
+
 fn start_time(node: &EtNode, recorded: bool, stream_free: u64, dep_end: u64) -> u64 {
     match (recorded, node.start_ns) {
         (true, Some(start)) => start,
