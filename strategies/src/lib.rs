@@ -18,6 +18,7 @@
 pub mod cnn;
 pub mod deepspeed_zero3;
 mod emit;
+pub mod experts;
 pub mod layout;
 pub mod pipeline;
 pub mod shard;
@@ -170,6 +171,9 @@ pub struct Parallelism {
     pub expert_tensor: Option<u32>,
     /// How tokens reach their experts and come back (`parallelism.moe-dispatcher`).
     pub moe_dispatcher: MoeDispatcher,
+    /// How each rank runs its local experts (`parallelism.moe-experts`): one grouped kernel per
+    /// product, or one dense block per expert in turn (the host launches differ).
+    pub moe_experts: experts::MoeExperts,
     /// The dtype of the router's probabilities (`parallelism.moe-router-dtype`, Megatron-Core's
     /// `--moe-router-dtype`); `None`: the compute dtype (the logits', Megatron's default). The
     /// all-gather dispatcher moves the probabilities, and reduce-scatters the experts' outputs,
@@ -515,6 +519,7 @@ impl Parallelism {
             expert: 1,
             expert_tensor: None,
             moe_dispatcher: MoeDispatcher::AllToAll,
+            moe_experts: experts::MoeExperts::Grouped,
             moe_router_dtype: None,
             zero: 0,
             expert_skew: 1.0,
@@ -1445,6 +1450,7 @@ fn shard_key(key: &'static str) -> &'static str {
         "expert-skew" => "parallelism.expert-skew",
         "expert-tensor" => "parallelism.expert-tensor",
         "moe-dispatcher" => "parallelism.moe-dispatcher",
+        "moe-experts" => "parallelism.moe-experts",
         "filter" => "parallelism.filter",
         "channel" => "parallelism.channel",
         "spatial" => "parallelism.spatial",

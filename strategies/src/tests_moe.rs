@@ -290,3 +290,39 @@ fn megatrons_refusals_name_the_key() {
     }
     assert!("deepep".parse::<MoeDispatcher>().unwrap_err().contains("\"all-gather\""));
 }
+
+/// A sequential expert bank costs the host a dense feed-forward block's launches per local
+/// expert (3 forward, 3 backward-data, 2 backward-weight), a grouped one a dense block's once:
+/// over the 12 MoE layers of one micro-batch, the host time differs by exactly
+/// `12 x (local - 1) x 8` launches, the device work not at all. Without a host cost
+/// (CUDA graphs) the two graphs are the same.
+#[test]
+fn a_sequential_expert_bank_launches_a_dense_block_per_local_expert() {
+    use crate::experts::MoeExperts;
+    let model = moe_gpt(8, 1);
+    let host = SimDuration::from_us(100);
+    let compute = ComputeModel { dispatch_overhead: host, ..ComputeModel::default() };
+    let sums = |experts: MoeExperts, compute: &ComputeModel| {
+        let p = Parallelism { expert: 2, moe_experts: experts, ..Parallelism::data_parallel(2) };
+        let lowered = strategy(&model, compute, p, 8, 4).lower().unwrap();
+        let (mut host_ps, mut device_ps) = (0u64, 0u64);
+        for op in lowered.graph.ops().iter().filter(|op| op.rank == RankId(0)) {
+            if let OpKind::Compute { duration } = op.kind {
+                if op.stream == HOST_STREAM {
+                    host_ps += duration.as_ps()
+                } else {
+                    device_ps += duration.as_ps()
+                }
+            }
+        }
+        (host_ps, device_ps, lowered.graph.ops().len())
+    };
+    let (grouped_host, grouped_device, _) = sums(MoeExperts::Grouped, &compute);
+    let (sequential_host, sequential_device, _) = sums(MoeExperts::Sequential, &compute);
+    // Expert 2 over 8 experts: 4 local experts; global 8, micro 4, data 2: one micro-batch.
+    let extra = 12 * (4 - 1) * (3 + 3 + 2);
+    assert_eq!(sequential_host - grouped_host, extra * host.as_ps());
+    assert_eq!(sequential_device, grouped_device);
+    let graphs = ComputeModel { cuda_graphs: true, ..compute.clone() };
+    assert_eq!(sums(MoeExperts::Grouped, &graphs), sums(MoeExperts::Sequential, &graphs));
+}

@@ -306,6 +306,7 @@ struct ParallelismSection {
     expert: u32,
     expert_tensor: Option<u32>,
     moe_dispatcher: String,
+    moe_experts: String,
     moe_router_dtype: Option<String>,
     expert_skew: f64,
     zero: u8,
@@ -349,6 +350,7 @@ impl Default for ParallelismSection {
             expert: 1,
             expert_tensor: None,
             moe_dispatcher: "all-to-all".into(),
+            moe_experts: "grouped".into(),
             moe_router_dtype: None,
             expert_skew: 1.0,
             zero: 0,
@@ -1627,6 +1629,8 @@ fn parallelism(
     let order: RankOrder = section.order.parse().map_err(|message| invalid("parallelism.order", message))?;
     let moe_dispatcher: strategies::MoeDispatcher =
         section.moe_dispatcher.parse().map_err(|message| invalid("parallelism.moe-dispatcher", message))?;
+    let moe_experts: strategies::experts::MoeExperts =
+        section.moe_experts.parse().map_err(|message| invalid("parallelism.moe-experts", message))?;
     // Megatron-Core's moe_router_dtype choices (transformer_config.py: None, fp32, fp64).
     let moe_router_dtype = match section.moe_router_dtype.as_deref() {
         None => None,
@@ -1672,6 +1676,7 @@ fn parallelism(
         expert: section.expert,
         expert_tensor: section.expert_tensor,
         moe_dispatcher,
+        moe_experts,
         moe_router_dtype,
         zero: section.zero,
         expert_skew: section.expert_skew,

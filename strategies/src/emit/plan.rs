@@ -50,6 +50,9 @@ pub(super) struct Plan<'s> {
     pub(super) boundary_bytes: Vec<Bytes>,
     /// Host time to launch one kernel (zero under CUDA graphs).
     pub(super) host_cost: SimDuration,
+    /// Host launches of each layer's forward, backward-data and backward-weight pass (1 but for
+    /// an expert bank: [`crate::experts::MoeExperts::launches`]).
+    pub(super) launches: Vec<[u32; 3]>,
     /// The training loop's host time per iteration after the step's synchronisation
     /// (`compute.step-overhead`; zero for none).
     pub(super) step_overhead: SimDuration,
@@ -184,6 +187,7 @@ impl<'s> Plan<'s> {
         }
         let width = strategy.precision.storage().bytes();
         let host_cost = strategy.compute.host_cost_per_kernel();
+        let launches = local.iter().map(|entry| p.moe_experts.launches(&entry.layer)).collect();
         let scatter_applies =
             p.pipeline_scatter_gather && p.pipeline > 1 && p.tensor > 1 && !p.sequence_parallel;
         let (boundary_bytes, pipeline_scatter): (Vec<Bytes>, Vec<u32>) = chunk_layers
@@ -216,6 +220,7 @@ impl<'s> Plan<'s> {
             spatial_grid,
             strategy,
             host_cost,
+            launches,
             step_overhead: strategy.compute.step_overhead,
             host_synchronous: strategy.compute.host_synchronous,
             pipeline_host_sync: p.pipeline_host_sync.applies(p.pipeline, p.virtual_stages)

@@ -341,7 +341,7 @@ impl RankEmitter<'_, '_> {
                     self.ring(index, micro, duration, bytes, label, if recompute { 1 } else { 0 });
                 }
                 None => {
-                    self.compute(duration, label, meta);
+                    self.compute_launched(duration, label, meta, plan.launches[index][0]);
                     self.slow_last_compute(index, 0);
                 }
             }
@@ -393,7 +393,7 @@ impl RankEmitter<'_, '_> {
                 gradient_ready = Some(match local.context_ring {
                     Some(bytes) => self.ring(index, micro, duration, Bytes(bytes.0 * 2), label, 2),
                     None => {
-                        let op = self.compute(duration, label, meta);
+                        let op = self.compute_launched(duration, label, meta, plan.launches[index][1]);
                         self.slow_last_compute(index, 1);
                         op
                     }
@@ -426,22 +426,39 @@ impl RankEmitter<'_, '_> {
         let plan = self.plan;
         let weight_meta = layer_meta(index, Pass::BackwardWeight);
         let mut gradient_ready = None;
+        let launches = plan.launches[index][2];
         if let Some((duration, _)) = plan.kernels[index][2] {
-            gradient_ready = Some(self.compute(duration, self.labels.passes[index][2], weight_meta));
+            let label = self.labels.passes[index][2];
+            gradient_ready = Some(self.compute_launched(duration, label, weight_meta, launches));
             self.slow_last_compute(index, 2);
         }
         if micro > 0
             && let Some(duration) = plan.accumulate[index]
         {
-            gradient_ready = Some(self.compute(duration, self.labels.passes[index][2], weight_meta));
+            // One add per weight-gradient kernel's module, as the backward-weight pass launches.
+            let label = self.labels.passes[index][2];
+            gradient_ready = Some(self.compute_launched(duration, label, weight_meta, launches));
         }
         gradient_ready
     }
 
     /// A kernel (described by `meta`) after everything waited for; returns its local index.
     pub(super) fn compute(&mut self, duration: SimDuration, label: LabelId, meta: OpMeta) -> u32 {
+        self.compute_launched(duration, label, meta, 1)
+    }
+
+    /// [`RankEmitter::compute`] of a layer pass whose GPU work the host issues in `launches`
+    /// launches (a sequential expert bank's modules: [`crate::experts::MoeExperts`]): the host
+    /// spends `launches` launch times before the kernel can start.
+    pub(super) fn compute_launched(
+        &mut self,
+        duration: SimDuration,
+        label: LabelId,
+        meta: OpMeta,
+        launches: u32,
+    ) -> u32 {
         // The launch goes first in the buffer; the waiting list's buffer is kept for reuse.
-        let launch = self.launch(meta);
+        let launch = self.launch_times(meta, launches);
         let mut deps = std::mem::take(&mut self.waiting);
         deps.extend(launch);
         let op = self.buffer.push(
@@ -478,16 +495,26 @@ impl RankEmitter<'_, '_> {
     /// last has finished: [`workloads::dispatch::issue_synchronous`]); its first launch of an
     /// iteration waits for the previous iteration's end. `meta` describes what it launches.
     pub(super) fn launch(&mut self, meta: OpMeta) -> Option<Dep> {
+        self.launch_times(meta, 1)
+    }
+
+    /// [`RankEmitter::launch`] of `launches` launches issued back to back (one host op).
+    fn launch_times(&mut self, meta: OpMeta, launches: u32) -> Option<Dep> {
         if self.plan.host_cost == SimDuration::ZERO {
             return None;
         }
+        let duration = if launches <= 1 {
+            self.plan.host_cost
+        } else {
+            SimDuration::from_ps(self.plan.host_cost.as_ps().saturating_mul(u64::from(launches)))
+        };
         let mut anchor: Vec<Dep> = self.host_start.take().into_iter().collect();
         if self.plan.host_synchronous {
             anchor.extend_from_slice(&self.last_issued);
         }
         let launch = self.buffer.push(
             Op {
-                kind: OpKind::Compute { duration: self.plan.host_cost },
+                kind: OpKind::Compute { duration },
                 rank: RankId(self.rank),
                 stream: HOST_STREAM,
                 label: self.labels.dispatch,
