@@ -600,11 +600,11 @@ pub fn guard(options: &GuardOptions<'_>) -> anyhow::Result<String> {
         );
         if verdict == Verdict::Slower {
             failed.push(format!(
-                "{} ({}) is {:.1}x slower than its baseline per {} (more than {}x): {:.3} s of CPU for {} against {:.3} s for {}, with the reference workload at {:.3} s against {:.3} s",
+                "{} ({}) is {:.1}x slower than its baseline per unit of size ({}; more than {}x): {:.3} s of CPU for {} against {:.3} s for {}, with the reference workload at {:.3} s against {:.3} s",
                 case.name,
                 case.what,
                 slowdown.unwrap_or(f64::NAN),
-                case.unit.trim_end_matches('s'),
+                case.unit,
                 options.tolerance,
                 best.seconds,
                 best.size,
