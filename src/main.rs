@@ -6,6 +6,7 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 mod bench;
+mod bench_guard;
 mod calibrate_cmd;
 mod collective_cmd;
 mod compare_cmd;
@@ -220,7 +221,8 @@ enum Command {
         /// GPU counts to run the quickstart at (multiples of 8).
         #[arg(long, value_delimiter = ',', default_value = "64,1024,16384")]
         gpus: Vec<u32>,
-        /// Runs per configuration; the fastest is reported.
+        /// Runs per configuration; the fastest is reported. With --guard: attempts of a case
+        /// that looks slower than the tolerance allows (of every case with --write-baseline).
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
         repeats: u32,
         /// Also time GPT-3 175B (tensor 8 x pipeline 16) at these GPU counts (multiples of
@@ -228,8 +230,31 @@ enum Command {
         #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "1024,16384")]
         strategy_gpus: Vec<u32>,
         /// Print the measurements as JSON (seconds, events per second).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "guard")]
         json: bool,
+        /// Instead of the tables, time the slow paths (deep lowering, collectives over many
+        /// ranks, calibration, charts of many series, the packet-steps allreduce, both tables'
+        /// runs) against the committed baselines and exit with status 1 naming any case more
+        /// than --tolerance times slower (docs/benchmarks.md).
+        #[arg(long)]
+        guard: bool,
+        /// With --guard: a case fails when this many times slower than its baseline, per unit
+        /// of size and relative to a reference workload timed beside it (CI uses 10).
+        #[arg(long, requires = "guard", default_value_t = bench_guard::DEFAULT_TOLERANCE)]
+        tolerance: f64,
+        /// With --guard: only this case (repeatable): run-quickstart, run-gpt3-flow,
+        /// lowering-deep, collective-ranks, calibrate-trace, plot-series, packet-steps-tree,
+        /// packet-steps-ring.
+        #[arg(long = "case", requires = "guard", value_name = "NAME")]
+        cases: Vec<String>,
+        /// With --guard: the baseline file (the committed data/bench/baseline.toml, embedded,
+        /// if omitted).
+        #[arg(long, requires = "guard", value_name = "FILE", conflicts_with = "write_baseline")]
+        baseline: Option<PathBuf>,
+        /// With --guard: measure every case (fastest of --repeats) and write this build's
+        /// baselines to FILE, keeping the other build's.
+        #[arg(long, requires = "guard", value_name = "FILE")]
+        write_baseline: Option<PathBuf>,
     },
     /// Time one collective over a range of sizes, printed like nccl-tests
     /// (`parasim collective allreduce --cluster SCENARIO --ranks 16 -b 8 -e 8G -f 2`).
@@ -398,7 +423,9 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             stderr!("error: {}", message(&error));
-            if error.downcast_ref::<validate_cmd::BoundsBroken>().is_some() {
+            if error.downcast_ref::<validate_cmd::BoundsBroken>().is_some()
+                || error.downcast_ref::<bench_guard::GuardFailed>().is_some()
+            {
                 return ExitCode::from(1);
             }
             ExitCode::from(2)
@@ -590,7 +617,18 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             output::print(text).context("writing the report")?;
             Ok(())
         }
-        Command::Bench { gpus, repeats, strategy_gpus, json } => {
+        Command::Bench { guard: true, repeats, tolerance, cases, baseline, write_baseline, .. } => {
+            let table = bench_guard::guard(&bench_guard::GuardOptions {
+                baseline: baseline.as_deref(),
+                tolerance,
+                cases: &cases,
+                attempts: repeats,
+                write_baseline: write_baseline.as_deref(),
+            })?;
+            output::print(table).context("writing the table")?;
+            Ok(())
+        }
+        Command::Bench { gpus, repeats, strategy_gpus, json, .. } => {
             let quickstart = bench::run(&gpus, repeats)?;
             let configurations: Vec<(u32, sim_core::fidelity::Fidelity)> = strategy_gpus
                 .iter()

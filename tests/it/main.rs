@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
+mod bench;
 mod binary;
 mod budgets;
 mod calibrate;
