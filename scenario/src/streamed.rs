@@ -673,12 +673,18 @@ mod tests {
 
     #[test]
     fn streamed_iterations_report_what_the_whole_graph_does() {
+        // Small versions (debug builds run these): 16 GPUs, 3 iterations, under the
+        // analytical and the flow model; DASO over two global intervals on 2 nodes of 4.
+        let small = ["cluster.nodes=2", "parallelism.data=16", "simulation.iterations=3"];
         for (path, sets) in [
-            ("scenarios/quickstart.toml", &["simulation.iterations=3"][..]),
-            ("scenarios/quickstart.toml", &["simulation.iterations=4", "simulation.fidelity=\"flow\""][..]),
-            ("scenarios/daso/resnet50-8x4-a100.toml", &["simulation.iterations=8"][..]),
+            ("scenarios/quickstart.toml", small.to_vec()),
+            ("scenarios/quickstart.toml", [&small[..], &["simulation.fidelity=\"flow\""]].concat()),
+            (
+                "scenarios/daso/resnet50-8x4-a100.toml",
+                vec!["cluster.nodes=2", "parallelism.data=8", "simulation.iterations=8", "parallelism.global-sync-every=4"],
+            ),
         ] {
-            let (whole, streamed) = both(path, sets);
+            let (whole, streamed) = both(path, &sets);
             assert_eq!(whole, streamed, "{path} {sets:?}");
         }
     }
@@ -687,7 +693,7 @@ mod tests {
     fn a_streamed_pipeline_reports_its_bubble_as_the_whole_graph_does() {
         let (whole, streamed) = both(
             "scenarios/megatron-sc21/gpt-1.7b.toml",
-            &["simulation.iterations=3", "parallelism.pipeline=2", "parallelism.data=16"],
+            &["simulation.iterations=3", "cluster.nodes=1", "parallelism.pipeline=2", "parallelism.data=4"],
         );
         assert!(whole.contains("\"bubble_s\""), "{whole}");
         assert_eq!(whole, streamed);
