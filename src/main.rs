@@ -468,7 +468,10 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                 failures.hours = scenario::failures::check_hours(hours)
                     .map_err(|message| anyhow::anyhow!("--hours: {message}"))?;
             }
-            if trace.is_some() && scenario.iterations > scenario::MAX_ITERATIONS && !scenario.variability.is_active() {
+            if trace.is_some()
+                && scenario.iterations > scenario::MAX_ITERATIONS
+                && !scenario.variability.is_active()
+            {
                 anyhow::bail!(
                     "--trace: {}: key `simulation.iterations` is {}; a timeline keeps every op, so --trace takes at most {} iterations (more are streamed and dropped as they finish)",
                     scenario.source,

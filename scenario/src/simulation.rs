@@ -1033,11 +1033,8 @@ pub(crate) fn prepare(
     }
     let topology = topology;
     // A configuration that does not fit is an error, not a simulation: the most loaded stage.
-    let memory = stages
-        .iter()
-        .map(|stage| stage.memory)
-        .max_by_key(|memory| memory.total())
-        .unwrap_or_default();
+    let memory =
+        stages.iter().map(|stage| stage.memory).max_by_key(|memory| memory.total()).unwrap_or_default();
     memory.check(&scenario.device).map_err(|source| {
         let hint = match &source {
             MemoryError::DoesNotFit { .. } => ways_out(scenario, &memory),

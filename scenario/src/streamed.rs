@@ -195,7 +195,11 @@ struct Gather<'s> {
 
 impl Gather<'_> {
     /// The end and kind of work of `op`: held in `run`, or of a recently dropped chunk.
-    fn end_of<N: Network>(&self, run: &StreamRun<'_, N>, op: OpId) -> Result<(SimTime, Work), SimulationError> {
+    fn end_of<N: Network>(
+        &self,
+        run: &StreamRun<'_, N>,
+        op: OpId,
+    ) -> Result<(SimTime, Work), SimulationError> {
         if op >= run.graph().first_held() {
             return Ok((run.times(op).1, run.graph().op(op).meta.work()));
         }
@@ -204,7 +208,8 @@ impl Gather<'_> {
                 return Ok(ends[(op.0 - first) as usize]);
             }
         }
-        Err(self.internal(format!("{op} is waited for from more than {} iterations later", self.old_ends.len())))
+        Err(self
+            .internal(format!("{op} is waited for from more than {} iterations later", self.old_ends.len())))
     }
 
     fn internal(&self, message: String) -> SimulationError {
@@ -212,7 +217,11 @@ impl Gather<'_> {
     }
 
     /// Takes in every op of dropped chunk `range` (all finished).
-    fn chunk<N: Network>(&mut self, run: &StreamRun<'_, N>, range: std::ops::Range<u32>) -> Result<(), SimulationError> {
+    fn chunk<N: Network>(
+        &mut self,
+        run: &StreamRun<'_, N>,
+        range: std::ops::Range<u32>,
+    ) -> Result<(), SimulationError> {
         let graph = run.graph();
         let is_launch = |work: Work| work == Work::Launch;
         let is_loader = |work: Work| work == Work::Loader;
@@ -411,7 +420,11 @@ struct Streamed {
 }
 
 /// Runs `scenario` streamed; `Ok(None)` when the lookahead was too short (run again longer).
-fn attempt(scenario: &Scenario, lookahead: u32, count_link_bytes: bool) -> Result<Option<Streamed>, SimulationError> {
+fn attempt(
+    scenario: &Scenario,
+    lookahead: u32,
+    count_link_bytes: bool,
+) -> Result<Option<Streamed>, SimulationError> {
     let started = Instant::now();
     let strategy = scenario.strategy();
     let result = strategy.lower_streaming(|info, builder, source| {
@@ -557,7 +570,9 @@ fn run_streamed<N: Network>(
             StreamError::Late { .. } => Ok(None),
             StreamError::Source(error) => Err(error.into()),
             StreamError::Exec(error) => Err(exec_error(error)),
-            error => Err(SimulationError::Strategy(StrategyError::Internal(format!("streamed run: {error}")))),
+            error => {
+                Err(SimulationError::Strategy(StrategyError::Internal(format!("streamed run: {error}"))))
+            }
         }
     };
     let mut run = StreamRun::new(builder, network, lookahead);
@@ -681,7 +696,12 @@ mod tests {
             ("scenarios/quickstart.toml", [&small[..], &["simulation.fidelity=\"flow\""]].concat()),
             (
                 "scenarios/daso/resnet50-8x4-a100.toml",
-                vec!["cluster.nodes=2", "parallelism.data=8", "simulation.iterations=8", "parallelism.global-sync-every=4"],
+                vec![
+                    "cluster.nodes=2",
+                    "parallelism.data=8",
+                    "simulation.iterations=8",
+                    "parallelism.global-sync-every=4",
+                ],
             ),
         ] {
             let (whole, streamed) = both(path, &sets);

@@ -394,7 +394,12 @@ impl<E: Copy + std::fmt::Debug> Executor<E> {
     }
 
     /// Schedules the end of slowed kernel `kernel` at its current rate (`slowed` or not).
-    fn schedule_kernel<G: View>(&mut self, graph: &G, kernel: RunningKernel, slowed: bool) -> Result<(), ExecError> {
+    fn schedule_kernel<G: View>(
+        &mut self,
+        graph: &G,
+        kernel: RunningKernel,
+        slowed: bool,
+    ) -> Result<(), ExecError> {
         let (alone, beside) = Self::durations(graph, kernel.op);
         let full = if slowed { beside } else { alone };
         let delay = SimDuration::from_ps((kernel.remaining * full.as_ps() as f64).round() as u64);
@@ -624,7 +629,12 @@ impl<E: Copy + std::fmt::Debug> Executor<E> {
     }
 
     /// Records `op` done and starts every op that was waiting only for it.
-    fn finish<G: View, N: Network<Event = E>>(&mut self, graph: &G, op: OpId, network: &mut N) -> Result<(), ExecError> {
+    fn finish<G: View, N: Network<Event = E>>(
+        &mut self,
+        graph: &G,
+        op: OpId,
+        network: &mut N,
+    ) -> Result<(), ExecError> {
         let index = self.at(op);
         self.end[index] = self.queue.now();
         self.done[index] = true;
@@ -640,7 +650,12 @@ impl<E: Copy + std::fmt::Debug> Executor<E> {
         Ok(())
     }
 
-    fn start<G: View, N: Network<Event = E>>(&mut self, graph: &G, op: OpId, network: &mut N) -> Result<(), ExecError> {
+    fn start<G: View, N: Network<Event = E>>(
+        &mut self,
+        graph: &G,
+        op: OpId,
+        network: &mut N,
+    ) -> Result<(), ExecError> {
         let now = self.queue.now();
         let index = self.at(op);
         self.start[index] = now;

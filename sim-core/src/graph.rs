@@ -546,7 +546,12 @@ impl GraphBuilder {
                 _ => {}
             }
             if let Some(&rank) = ranks.iter().find(|rank| rank.0 >= self.ranks) {
-                return Err(GraphError::RankOutOfRange { op: id, label: describe(index), rank, ranks: self.ranks });
+                return Err(GraphError::RankOutOfRange {
+                    op: id,
+                    label: describe(index),
+                    rank,
+                    ranks: self.ranks,
+                });
             }
             let deps = &self.deps[self.dep_offsets[index] as usize..self.dep_offsets[index + 1] as usize];
             if let Some(dep) = deps.iter().find(|dep| dep.0 as usize >= op_count) {

@@ -449,8 +449,7 @@ impl<'n, N: Network> StreamRun<'n, N> {
             self.exhausted = true;
             return Ok(false);
         }
-        let (ops, taken) =
-            self.graph.take_in().map_err(|source| StreamError::Graph { chunk, source })?;
+        let (ops, taken) = self.graph.take_in().map_err(|source| StreamError::Graph { chunk, source })?;
         if !taken.beside.is_empty() && !self.slowdowns {
             if self.started {
                 return Err(StreamError::Shadows { chunk, what: "kernels slowed beside communication came" });
@@ -474,8 +473,12 @@ impl<'n, N: Network> StreamRun<'n, N> {
             }
         }
         if self.started && self.executor.shadows() && before != (self.pairs.len(), self.groups.len()) {
-            let marks =
-                Executor::<N::Event>::intra_server_marks(&self.graph, &*self.network, &self.groups, &self.pairs);
+            let marks = Executor::<N::Event>::intra_server_marks(
+                &self.graph,
+                &*self.network,
+                &self.groups,
+                &self.pairs,
+            );
             if marks != self.executor.intra_server_active {
                 return Err(StreamError::Shadows {
                     chunk,
@@ -486,7 +489,10 @@ impl<'n, N: Network> StreamRun<'n, N> {
         let collectives = self.graph.collective_base + self.graph.collectives.len() as u32;
         self.executor.admit(&self.graph, ops.clone(), collectives);
         if self.started
-            && let Some(op) = ops.clone().map(OpId).find(|&op| self.executor.waiting_on[(op.0 - self.executor.base) as usize] == 0)
+            && let Some(op) = ops
+                .clone()
+                .map(OpId)
+                .find(|&op| self.executor.waiting_on[(op.0 - self.executor.base) as usize] == 0)
         {
             return Err(StreamError::Late { chunk, op: self.graph.describe(op), lookahead: self.lookahead });
         }
@@ -497,7 +503,11 @@ impl<'n, N: Network> StreamRun<'n, N> {
     /// Takes in the first chunks and starts the ops that wait for nothing.
     pub fn begin<S: ChunkSource>(&mut self, source: &mut S) -> Result<(), StreamError<S::Error>> {
         if self.graph.ranks() as usize > self.network.host_count() {
-            return Err(ExecError::TooFewHosts { ranks: self.graph.ranks(), hosts: self.network.host_count() }.into());
+            return Err(ExecError::TooFewHosts {
+                ranks: self.graph.ranks(),
+                hosts: self.network.host_count(),
+            }
+            .into());
         }
         for _ in 0..=self.lookahead {
             if !self.take_chunk(source)? {
@@ -598,7 +608,13 @@ mod tests {
 
     impl Iterations {
         fn new(count: u32) -> Self {
-            Iterations { left: count, index: 0, group: None, steps: vec![None; 4], forwards: vec![Vec::new(); 4] }
+            Iterations {
+                left: count,
+                index: 0,
+                group: None,
+                steps: vec![None; 4],
+                forwards: vec![Vec::new(); 4],
+            }
         }
     }
 
@@ -623,19 +639,29 @@ mod tests {
             for r in 0..4u32 {
                 let rank = RankId(r);
                 let forwards = &self.forwards[r as usize];
-                let room: Vec<OpId> = forwards.len().checked_sub(2).map(|i| forwards[i]).into_iter().collect();
+                let room: Vec<OpId> =
+                    forwards.len().checked_sub(2).map(|i| forwards[i]).into_iter().collect();
                 let load = graph.compute(rank, StreamId(2), us(3 + u64::from(r)), "load", &room);
                 let mut deps = vec![load];
                 deps.extend(self.steps[r as usize]);
-                let forward = graph.compute(rank, StreamId(0), us(10 + u64::from((r + k) % 3)), "forward", &deps);
+                let forward =
+                    graph.compute(rank, StreamId(0), us(10 + u64::from((r + k) % 3)), "forward", &deps);
                 self.forwards[r as usize].push(forward);
-                let send = graph.transfer(rank, StreamId(1), RankId((r + 1) % 4), Bytes(64 << 10), "send", &[forward]);
+                let send = graph.transfer(
+                    rank,
+                    StreamId(1),
+                    RankId((r + 1) % 4),
+                    Bytes(64 << 10),
+                    "send",
+                    &[forward],
+                );
                 sends.push(send);
             }
             for r in 0..4u32 {
                 let rank = RankId(r);
                 let received = sends[((r + 3) % 4) as usize];
-                let backward = graph.compute(rank, StreamId(0), us(20 + u64::from(r)), "backward", &[received]);
+                let backward =
+                    graph.compute(rank, StreamId(0), us(20 + u64::from(r)), "backward", &[received]);
                 let reduce = graph.collective(rank, StreamId(3), allreduce, "allreduce", &[backward]);
                 let step = graph.compute(rank, StreamId(0), us(2), "step", &[reduce]);
                 self.steps[r as usize] = Some(step);
@@ -675,7 +701,8 @@ mod tests {
         let topology = topology();
         let timeline = exec::run(&graph, &mut AnalyticalNetwork::new(&topology)).unwrap();
         let (times, events, _) = streamed(12, 1);
-        let expected: Vec<(SimTime, SimTime)> = timeline.start.iter().copied().zip(timeline.end.iter().copied()).collect();
+        let expected: Vec<(SimTime, SimTime)> =
+            timeline.start.iter().copied().zip(timeline.end.iter().copied()).collect();
         assert_eq!(times.len(), graph.op_count());
         assert_eq!(times, expected);
         assert_eq!(events, timeline.events);
@@ -704,7 +731,8 @@ mod tests {
             let deps: Vec<OpId> = k.checked_sub(3).map(|i| self.1[i as usize]).into_iter().collect();
             let first = graph.compute(RankId(0), StreamId(0), SimDuration::from_us(5), "work", &[]);
             let _ = first;
-            let reaching = graph.compute(RankId(1), StreamId(k as u16 + 1), SimDuration::from_us(1), "reach", &deps);
+            let reaching =
+                graph.compute(RankId(1), StreamId(k as u16 + 1), SimDuration::from_us(1), "reach", &deps);
             self.1.push(reaching);
             Ok(true)
         }

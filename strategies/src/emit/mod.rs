@@ -283,7 +283,13 @@ pub struct IterationOps {
 }
 
 impl<'p, 's> Lowering<'p, 's> {
-    fn new(strategy: &Strategy<'s>, plan: &'p Plan<'s>, fold: bool, spatial: bool, folded_tensor: u32) -> Self {
+    fn new(
+        strategy: &Strategy<'s>,
+        plan: &'p Plan<'s>,
+        fold: bool,
+        spatial: bool,
+        folded_tensor: u32,
+    ) -> Self {
         let ranks = plan.layout.ranks();
         let mut shared = Shared {
             graph: GraphBuilder::new(ranks),
@@ -337,7 +343,8 @@ impl<'p, 's> Lowering<'p, 's> {
         let labels = plan.labels(&mut shared.graph);
         let bucket_labels = policy::buckets::labels(plan, &mut shared.graph);
         let previous_end: Vec<Option<OpId>> = vec![None; simulated.len()];
-        let policies: Vec<Box<dyn RankPolicy + 'p>> = simulated.iter().map(|_| plan.policy.for_rank()).collect();
+        let policies: Vec<Box<dyn RankPolicy + 'p>> =
+            simulated.iter().map(|_| plan.policy.for_rank()).collect();
         let loads: Vec<VecDeque<(u32, Dep)>> = vec![VecDeque::new(); simulated.len()];
         Lowering {
             plan,
