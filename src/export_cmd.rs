@@ -75,6 +75,14 @@ pub fn chakra(scenario: &Scenario, dir: &Path) -> anyhow::Result<String> {
     let mut scenario = scenario.clone();
     scenario.iterations = 1;
     scenario.fold_symmetric_ranks = true;
+    if scenario.iterations > scenario::MAX_ITERATIONS && !scenario.variability.is_active() {
+        anyhow::bail!(
+            "export: {}: key `simulation.iterations` is {}; an export keeps every op, so at most {} iterations (more are streamed and dropped as they finish)",
+            scenario.source,
+            scenario.iterations,
+            scenario::MAX_ITERATIONS
+        );
+    }
     let folded = scenario::simulation::simulate(&scenario)?;
     let ranks = u64::from(folded.graph.ranks());
     let simulated: std::collections::BTreeSet<u32> = folded.graph.ops().iter().map(|op| op.rank.0).collect();

@@ -495,6 +495,17 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                 failures.hours = scenario::failures::check_hours(hours)
                     .map_err(|message| anyhow::anyhow!("--hours: {message}"))?;
             }
+            if trace.is_some()
+                && scenario.iterations > scenario::MAX_ITERATIONS
+                && !scenario.variability.is_active()
+            {
+                anyhow::bail!(
+                    "--trace: {}: key `simulation.iterations` is {}; a timeline keeps every op, so --trace takes at most {} iterations (more are streamed and dropped as they finish)",
+                    scenario.source,
+                    scenario.iterations,
+                    scenario::MAX_ITERATIONS
+                );
+            }
             let outcome = scenario::simulation::simulate_counting_link_bytes(&scenario)?;
             for warning in &outcome.summary.warnings {
                 stderr!("warning: {}: {warning}", scenario.source);

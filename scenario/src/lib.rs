@@ -23,6 +23,7 @@ pub mod failures;
 pub mod faults;
 pub mod plan;
 pub mod simulation;
+mod streamed;
 pub mod sweep;
 
 pub use file::*;

@@ -678,10 +678,14 @@ pub fn simulate_counting_link_bytes(scenario: &Scenario) -> Result<Outcome, Simu
 fn simulate_with(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome, SimulationError> {
     if scenario.variability.is_active() {
         monte_carlo(scenario, count_link_bytes)
+    } else if scenario.iterations > strategies::MAX_ITERATIONS {
+        simulate_streamed(scenario, count_link_bytes)
     } else {
         simulate_once(scenario, count_link_bytes)
     }
 }
+
+pub use crate::streamed::simulate_streamed;
 
 /// Significant digits of the iteration-time histogram.
 const HISTOGRAM_DIGITS: u8 = 4;
@@ -784,15 +788,6 @@ fn monte_carlo(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome, S
 fn simulate_once(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome, SimulationError> {
     let started = Instant::now();
     let strategy = scenario.strategy();
-    let context = || {
-        format!(
-            "{}: {} at micro-batch {} ({})",
-            scenario.source,
-            scenario.model.name,
-            scenario.micro_batch,
-            strategies::describe_parallelism(&scenario.parallelism)
-        )
-    };
     // The lowering checks the graph's size against the work budget before it builds anything,
     // so an over-budget job is refused before the topology is built too.
     let lowered = strategy.lower().map_err(|error| match error {
@@ -801,53 +796,7 @@ fn simulate_once(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome,
         }
         error => error.into(),
     })?;
-    let mut topology = Topology::build(&scenario.cluster)?;
-    if let Some(faults) = &scenario.faults {
-        faults.apply(&mut topology).map_err(|error| SimulationError::Key {
-            scenario: scenario.source.clone(),
-            key: error.key,
-            message: error.message,
-        })?;
-    }
-    let topology = topology;
-    // A configuration that does not fit is an error, not a simulation: the most loaded stage.
-    let memory = lowered
-        .stages
-        .iter()
-        .map(|stage| stage.memory)
-        .max_by_key(|memory| memory.total())
-        .unwrap_or_default();
-    memory.check(&scenario.device).map_err(|source| {
-        let hint = match &source {
-            MemoryError::DoesNotFit { .. } => ways_out(scenario, &memory),
-            MemoryError::Invalid { .. } => String::new(),
-        };
-        SimulationError::Memory { context: context(), source, hint: Box::new(hint) }
-    })?;
-    let mut warnings = Vec::new();
-    if let Some(offload) = &lowered.offload {
-        let node = u64::from(scenario.cluster.gpus_per_node);
-        let needed = offload.host_bytes.saturating_mul(node);
-        let capacity = scenario.host_memory.unwrap_or(sim_core::units::Bytes::ZERO);
-        if needed > capacity.0 {
-            return Err(SimulationError::HostMemory {
-                context: context(),
-                needed: sim_core::units::Bytes(needed),
-                capacity,
-                per_gpu: sim_core::units::Bytes(offload.host_bytes),
-                gpus: scenario.cluster.gpus_per_node,
-            });
-        }
-        if offload.without.total() <= scenario.device.memory_capacity {
-            warnings.push(format!(
-                "workload.offload = {:?}, but the configuration fits in GPU memory without it ({} of {}): \
-                 offloading only adds host-link traffic (set offload = \"none\")",
-                scenario.parallelism.offload.name(),
-                workloads::memory::gigabytes(offload.without.total()),
-                workloads::memory::gigabytes(scenario.device.memory_capacity)
-            ));
-        }
-    }
+    let (topology, memory, warnings) = prepare(scenario, &lowered.stages, lowered.offload.as_ref())?;
     let lowering_wall = started.elapsed();
     let started = Instant::now();
     let exec_error =
@@ -867,10 +816,6 @@ fn simulate_once(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome,
         iteration_times.push(end.saturating_since(previous_end));
         previous_end = end;
     }
-    let iterations = u64::from(scenario.iterations);
-    let total = previous_end.since_start();
-    let iteration_time = SimDuration::from_ps(total.as_ps() / iterations);
-    let seconds = iteration_time.as_secs_f64();
 
     // Means over the simulated ranks (with folding, each stands for its symmetric copies).
     let mut is_simulated = vec![false; lowered.graph.ranks() as usize];
@@ -1021,6 +966,161 @@ fn simulate_once(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome,
             start = iteration_ends.iter().map(|op| timeline.end[op.0 as usize]).max().unwrap_or(start);
         }
     }
+    let measured = Measured {
+        iteration_times,
+        total: previous_end.since_start(),
+        per_rank,
+        by_group,
+        offload_stall_ps,
+        host_bound_ps,
+        input_bound_ps,
+        bubble_ps,
+        flush_wait_ps,
+        ops: lowered.graph.op_count(),
+        events: timeline.events,
+    };
+    let info = strategies::LoweredInfo {
+        ranks: lowered.ranks.clone(),
+        buckets: lowered.buckets.clone(),
+        gradient_bytes: lowered.gradient_bytes,
+        flops_per_rank_iteration: lowered.flops_per_rank_iteration,
+        recompute_flops_per_rank_iteration: lowered.recompute_flops_per_rank_iteration,
+        micro_batches: lowered.micro_batches,
+        stages: lowered.stages.clone(),
+        offload: lowered.offload,
+    };
+    let summary = summarize(scenario, &info, &topology, memory, warnings, measured)?;
+    let rank_names = rank_names(scenario);
+    Ok(Outcome {
+        summary,
+        lowering_wall,
+        simulation_wall,
+        graph: lowered.graph,
+        timeline,
+        spans: lowered.spans,
+        rank_names,
+        link_bytes,
+        iteration_ends: lowered.iteration_ends,
+        monte_carlo_wall: None,
+    })
+}
+
+/// What every run of `scenario` checks once it is lowered: the cluster's topology (with its
+/// faults), the memory of the most loaded stage against the device's (an error when it does
+/// not fit), and host memory for out-of-core training; returns the topology, that memory, and
+/// the warnings.
+pub(crate) fn prepare(
+    scenario: &Scenario,
+    stages: &[strategies::StageSummary],
+    offload: Option<&strategies::OffloadTotals>,
+) -> Result<(Topology, MemoryBreakdown, Vec<String>), SimulationError> {
+    let context = || {
+        format!(
+            "{}: {} at micro-batch {} ({})",
+            scenario.source,
+            scenario.model.name,
+            scenario.micro_batch,
+            strategies::describe_parallelism(&scenario.parallelism)
+        )
+    };
+    let mut topology = Topology::build(&scenario.cluster)?;
+    if let Some(faults) = &scenario.faults {
+        faults.apply(&mut topology).map_err(|error| SimulationError::Key {
+            scenario: scenario.source.clone(),
+            key: error.key,
+            message: error.message,
+        })?;
+    }
+    let topology = topology;
+    // A configuration that does not fit is an error, not a simulation: the most loaded stage.
+    let memory =
+        stages.iter().map(|stage| stage.memory).max_by_key(|memory| memory.total()).unwrap_or_default();
+    memory.check(&scenario.device).map_err(|source| {
+        let hint = match &source {
+            MemoryError::DoesNotFit { .. } => ways_out(scenario, &memory),
+            MemoryError::Invalid { .. } => String::new(),
+        };
+        SimulationError::Memory { context: context(), source, hint: Box::new(hint) }
+    })?;
+    let mut warnings = Vec::new();
+    if let Some(offload) = offload {
+        let node = u64::from(scenario.cluster.gpus_per_node);
+        let needed = offload.host_bytes.saturating_mul(node);
+        let capacity = scenario.host_memory.unwrap_or(sim_core::units::Bytes::ZERO);
+        if needed > capacity.0 {
+            return Err(SimulationError::HostMemory {
+                context: context(),
+                needed: sim_core::units::Bytes(needed),
+                capacity,
+                per_gpu: sim_core::units::Bytes(offload.host_bytes),
+                gpus: scenario.cluster.gpus_per_node,
+            });
+        }
+        if offload.without.total() <= scenario.device.memory_capacity {
+            warnings.push(format!(
+                "workload.offload = {:?}, but the configuration fits in GPU memory without it ({} of {}): \
+                 offloading only adds host-link traffic (set offload = \"none\")",
+                scenario.parallelism.offload.name(),
+                workloads::memory::gigabytes(offload.without.total()),
+                workloads::memory::gigabytes(scenario.device.memory_capacity)
+            ));
+        }
+    }
+    Ok((topology, memory, warnings))
+}
+
+/// What a run measured over all its iterations, before it is averaged into a [`Summary`]:
+/// sums in picoseconds over the simulated ranks.
+pub(crate) struct Measured {
+    /// Each iteration's time.
+    pub(crate) iteration_times: Vec<SimDuration>,
+    /// From zero to the end of the last iteration.
+    pub(crate) total: SimDuration,
+    /// Each simulated rank's breakdown over the run.
+    pub(crate) per_rank: Vec<sim_core::stats::RankBreakdown>,
+    /// Each simulated rank's exposed communication by communicator ([`GroupKind::ALL`]).
+    pub(crate) by_group: Vec<Vec<SimDuration>>,
+    /// Time copies to or from host memory ran while no kernel did.
+    pub(crate) offload_stall_ps: u128,
+    /// Time kernels waited for their host launch.
+    pub(crate) host_bound_ps: u128,
+    /// Time kernels and the loop waited for input.
+    pub(crate) input_bound_ps: u128,
+    /// Pipeline bubble, flush wait included.
+    pub(crate) bubble_ps: u128,
+    /// The part of the bubble spent waiting in the pipeline flush.
+    pub(crate) flush_wait_ps: u128,
+    /// Ops simulated.
+    pub(crate) ops: usize,
+    /// Events processed.
+    pub(crate) events: u64,
+}
+
+/// The report of `scenario`'s run: what was `measured`, averaged per rank and iteration, with
+/// what the lowering said (`info`), on `topology`, with the most loaded stage's `memory`.
+pub(crate) fn summarize(
+    scenario: &Scenario,
+    info: &strategies::LoweredInfo,
+    topology: &Topology,
+    memory: MemoryBreakdown,
+    warnings: Vec<String>,
+    measured: Measured,
+) -> Result<Summary, SimulationError> {
+    let strategy = scenario.strategy();
+    let iterations = u64::from(scenario.iterations);
+    let iteration_time = SimDuration::from_ps(measured.total.as_ps() / iterations);
+    let seconds = iteration_time.as_secs_f64();
+    let Measured {
+        iteration_times,
+        per_rank,
+        by_group,
+        offload_stall_ps,
+        host_bound_ps,
+        input_bound_ps,
+        bubble_ps,
+        flush_wait_ps,
+        ..
+    } = measured;
     let ranks = per_rank.len().max(1) as u64;
     let mean = |field: fn(&sim_core::stats::RankBreakdown) -> SimDuration| {
         let sum: u128 = per_rank.iter().map(|r| u128::from(field(r).as_ps())).sum();
@@ -1043,10 +1143,10 @@ fn simulate_once(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome,
     // Megatron-LM's model FLOPs: 2 per multiply-accumulate of the matrix products, three
     // passes (forward, backward-data, backward-weight), every sample of the iteration.
     let model_flops = 6.0 * scenario.model.macs_per_sample() * scenario.global_batch as f64;
-    let hardware_flops = lowered.flops_per_rank_iteration + lowered.recompute_flops_per_rank_iteration;
+    let hardware_flops = info.flops_per_rank_iteration + info.recompute_flops_per_rank_iteration;
     let p = &scenario.parallelism;
     let peak = scenario.device.peak(scenario.precision)?.per_second();
-    let achieved = lowered.flops_per_rank_iteration / seconds;
+    let achieved = info.flops_per_rank_iteration / seconds;
     // A node of one device has no link inside it to describe.
     let intra = if scenario.cluster.gpus_per_node == 1 {
         format!("none (one {} per node)", scenario.device.kind.noun())
@@ -1056,7 +1156,7 @@ fn simulate_once(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome,
     let network =
         scenario.cluster.network.describe(scenario.cluster.gpus_per_node, scenario.device.kind.noun());
     let goodput = match &scenario.failures {
-        Some(failures) => Some(goodput_of(scenario, failures, &topology, iteration_time)?),
+        Some(failures) => Some(goodput_of(scenario, failures, topology, iteration_time)?),
         None => None,
     };
     let summary = Summary {
@@ -1084,8 +1184,8 @@ fn simulate_once(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome,
         },
         strategy: StrategySummary {
             data_parallel: p.data,
-            gradient_buckets: lowered.buckets.len(),
-            gradient_bytes: lowered.gradient_bytes,
+            gradient_buckets: info.buckets.len(),
+            gradient_bytes: info.gradient_bytes,
             allreduce: p.data_algorithm.name(),
             tensor: p.tensor,
             sequence_parallel: p.sequence_parallel,
@@ -1113,7 +1213,7 @@ fn simulate_once(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome,
             order: p.order.to_string(),
             global_batch: scenario.global_batch,
             micro_batch: scenario.micro_batch,
-            micro_batches: lowered.micro_batches,
+            micro_batches: info.micro_batches,
             daso: match p.sync {
                 strategies::GradientSync::Daso { every, blocking, wait, node } => Some(DasoSummary {
                     node_gpus: node,
@@ -1124,7 +1224,7 @@ fn simulate_once(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome,
                 }),
                 strategies::GradientSync::AllReduce => None,
             },
-            offload: lowered.offload.as_ref().map(|offload| OffloadSummary {
+            offload: info.offload.as_ref().map(|offload| OffloadSummary {
                 offload: p.offload.name(),
                 to_host_bytes: offload.to_host_bytes,
                 to_device_bytes: offload.to_device_bytes,
@@ -1181,7 +1281,7 @@ fn simulate_once(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome,
         model_flops_per_iteration: model_flops,
         model_flops_utilization: model_flops / seconds / f64::from(gpus) / peak,
         hardware_flops_utilization: hardware_flops / seconds / peak,
-        stages: lowered
+        stages: info
             .stages
             .iter()
             .map(|stage| StageMemory {
@@ -1202,15 +1302,20 @@ fn simulate_once(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome,
             })
             .collect(),
         memory: MemorySummary::new(&memory, scenario),
-        engine: EngineCounters { ops: lowered.graph.op_count(), events: timeline.events },
+        engine: EngineCounters { ops: measured.ops, events: measured.events },
         iteration_p50_s: None,
         iteration_p99_s: None,
         distribution: None,
         warnings,
         goodput,
     };
+    Ok(summary)
+}
+
+/// A name for each rank's timeline track: its stage and coordinates.
+pub(crate) fn rank_names(scenario: &Scenario) -> Vec<String> {
     let layout = scenario.parallelism.layout();
-    let rank_names = (0..layout.ranks())
+    (0..layout.ranks())
         .map(|rank| {
             let c = layout.coordinates(RankId(rank));
             if scenario.parallelism.is_data_parallel() {
@@ -1222,19 +1327,7 @@ fn simulate_once(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome,
                 )
             }
         })
-        .collect();
-    Ok(Outcome {
-        summary,
-        lowering_wall,
-        simulation_wall,
-        graph: lowered.graph,
-        timeline,
-        spans: lowered.spans,
-        rank_names,
-        link_bytes,
-        iteration_ends: lowered.iteration_ends,
-        monte_carlo_wall: None,
-    })
+        .collect()
 }
 
 /// Bytes of one checkpoint of `scenario`'s model: its weights and optimizer state, whole (the

@@ -32,7 +32,7 @@
 use crate::lookup::LookupMap;
 use units::{SimDuration, SimTime, TimeOverflow};
 
-use crate::graph::{ExecGraph, GroupId, OpId, OpKind, RankId};
+use crate::graph::{Collective, CollectiveId, ExecGraph, GroupId, Op, OpId, OpKind, RankId};
 use crate::nccl::protocol::Choice;
 use crate::network::{Completion, Event, NetContext, Network, NetworkError};
 use crate::queue::EventQueue;
@@ -103,25 +103,148 @@ impl Timeline {
 
 /// Runs `graph` to completion on `network`.
 pub fn run<N: Network>(graph: &ExecGraph, network: &mut N) -> Result<Timeline, ExecError> {
-    Executor::new(graph).run(network)
+    let mut executor = Executor::new(graph.ranks(), graph.streams_per_rank(), graph.has_slowdowns());
+    executor.admit(graph, 0..graph.op_count() as u32, graph.collectives().len() as u32);
+    if graph.ranks() as usize > network.host_count() {
+        return Err(ExecError::TooFewHosts { ranks: graph.ranks(), hosts: network.host_count() });
+    }
+    let mut groups: Vec<GroupId> = graph.collectives().iter().map(|c| c.group).collect();
+    groups.sort_unstable();
+    groups.dedup();
+    let mut pairs: Vec<(RankId, RankId)> = graph
+        .ops()
+        .iter()
+        .filter_map(|op| match op.kind {
+            OpKind::Transfer { dst, .. } => Some((op.rank, dst)),
+            _ => None,
+        })
+        .collect();
+    pairs.sort_unstable();
+    pairs.dedup();
+    executor.prepare_shadows(graph, network, &groups, &pairs);
+    executor.start_ready(graph, network, 0..graph.op_count() as u32)?;
+    while let Some((_, event)) = executor.queue.pop() {
+        executor.process(graph, network, event)?;
+    }
+    if executor.finished < graph.op_count() {
+        let first = executor.waiting_on.iter().position(|&waiting| waiting > 0).unwrap_or(0);
+        return Err(ExecError::Stalled {
+            time: executor.queue.now(),
+            unfinished: graph.op_count() - executor.finished,
+            op: graph.describe(OpId(first as u32)),
+        });
+    }
+    Ok(Timeline {
+        start: executor.start,
+        end: executor.end,
+        collective_begin: executor.collective_begin,
+        collective_choice: executor.collective_choice,
+        events: executor.events,
+    })
 }
 
-/// Mutable state of one run; the graph is only read.
-struct Executor<'g, E> {
-    graph: &'g ExecGraph,
-    queue: EventQueue<Event<E>>,
-    /// Dependencies (including the stream predecessor) not yet finished, per op.
-    waiting_on: Vec<u32>,
-    /// Members that have arrived, per collective.
+/// What the executor reads of a graph: a whole [`ExecGraph`], or the window of a streamed one
+/// ([`crate::stream::StreamGraph`]) that holds every op not yet finished.
+pub(crate) trait View {
+    /// Number of ranks.
+    fn ranks(&self) -> u32;
+    /// The op with id `id` (held by the view).
+    fn op(&self, id: OpId) -> &Op;
+    /// The held ops that name `id` as a dependency, in id order.
+    fn dependents(&self, id: OpId) -> &[OpId];
+    /// The next op on `id`'s (rank, stream), if the view holds one.
+    fn next_in_stream(&self, id: OpId) -> Option<OpId>;
+    /// The member ops of `collective`.
+    fn members(&self, collective: CollectiveId) -> &[OpId];
+    /// The collective with id `id`.
+    fn collective(&self, id: CollectiveId) -> &Collective;
+    /// The ranks of `group`.
+    fn group(&self, group: GroupId) -> &[RankId];
+    /// The symmetry's rank maps.
+    fn images(&self) -> &[Vec<RankId>];
+    /// A description of `op` for errors.
+    fn describe(&self, op: OpId) -> String;
+    /// A compute op's duration beside communication.
+    fn beside_communication(&self, op: OpId) -> Option<SimDuration>;
+    /// The explicit dependencies of `op`.
+    fn deps(&self, op: OpId) -> &[OpId];
+    /// The previous op on `op`'s (rank, stream), if any (held or not).
+    fn previous_in_stream(&self, op: OpId) -> Option<OpId>;
+}
+
+impl View for ExecGraph {
+    fn ranks(&self) -> u32 {
+        ExecGraph::ranks(self)
+    }
+    fn op(&self, id: OpId) -> &Op {
+        ExecGraph::op(self, id)
+    }
+    fn dependents(&self, id: OpId) -> &[OpId] {
+        ExecGraph::dependents(self, id)
+    }
+    fn next_in_stream(&self, id: OpId) -> Option<OpId> {
+        ExecGraph::next_in_stream(self, id)
+    }
+    fn members(&self, collective: CollectiveId) -> &[OpId] {
+        ExecGraph::members(self, collective)
+    }
+    fn collective(&self, id: CollectiveId) -> &Collective {
+        ExecGraph::collective(self, id)
+    }
+    fn group(&self, group: GroupId) -> &[RankId] {
+        ExecGraph::group(self, group)
+    }
+    fn images(&self) -> &[Vec<RankId>] {
+        ExecGraph::images(self)
+    }
+    fn describe(&self, op: OpId) -> String {
+        ExecGraph::describe(self, op)
+    }
+    fn beside_communication(&self, op: OpId) -> Option<SimDuration> {
+        ExecGraph::beside_communication(self, op)
+    }
+    fn deps(&self, op: OpId) -> &[OpId] {
+        ExecGraph::deps(self, op)
+    }
+    fn previous_in_stream(&self, op: OpId) -> Option<OpId> {
+        ExecGraph::previous_in_stream(self, op)
+    }
+}
+
+/// Mutable state of one run; the graph is only read, and passed to every step, so that a
+/// streamed graph can grow between events. Per-op and per-collective state is held for a
+/// window of ids, from `base` and `collective_base` on: a streamed run drops the finished
+/// front ([`Executor::retire`]); a whole-graph run holds everything.
+pub(crate) struct Executor<E> {
+    pub(crate) queue: EventQueue<Event<E>>,
+    /// The first op id held.
+    pub(crate) base: u32,
+    /// The first collective id held.
+    pub(crate) collective_base: u32,
+    /// Dependencies (including the stream predecessor) not yet finished, per held op.
+    pub(crate) waiting_on: Vec<u32>,
+    /// Whether each held op has finished.
+    pub(crate) done: Vec<bool>,
+    /// Members that have arrived, per held collective.
     arrived: Vec<u32>,
-    timeline: Timeline,
-    finished: usize,
+    /// Start of each held op.
+    pub(crate) start: Vec<SimTime>,
+    /// End of each held op.
+    pub(crate) end: Vec<SimTime>,
+    /// [`Timeline::collective_begin`] of each held collective.
+    pub(crate) collective_begin: Vec<SimTime>,
+    /// [`Timeline::collective_choice`] of each held collective.
+    pub(crate) collective_choice: Vec<Option<Choice>>,
+    /// Events popped from the queue.
+    pub(crate) events: u64,
+    /// Ops finished (held or dropped).
+    pub(crate) finished: usize,
     /// Whether activities are replayed on the graph's symmetric images (see
     /// [`crate::graph::GraphBuilder::set_symmetry`]).
     shadows: bool,
     /// Per rank: some transfer or collective (or one of its images) moves data between it and
     /// another rank of its server, so its intra-server links may be shared.
-    intra_server_active: Vec<bool>,
+    pub(crate) intra_server_active: Vec<bool>,
     /// The shadow groups of each group, computed on first use.
     shadow_groups: LookupMap<GroupId, Vec<Vec<RankId>>>,
     /// The shadow (source, destination) pairs of each transfer's pair, computed on first use.
@@ -139,7 +262,7 @@ struct Slowdowns {
     communicating: Vec<u32>,
     /// Per rank: its slowed kernels running now.
     running: Vec<Vec<RunningKernel>>,
-    /// Per op: rate changes so far (an end scheduled at an older one is stale).
+    /// Per held op: rate changes so far (an end scheduled at an older one is stale).
     generation: Vec<u32>,
 }
 
@@ -153,66 +276,147 @@ struct RunningKernel {
     updated: SimTime,
 }
 
-impl<'g, E: Copy + std::fmt::Debug> Executor<'g, E> {
-    fn new(graph: &'g ExecGraph) -> Self {
-        let op_count = graph.op_count();
-        let waiting_on = (0..op_count as u32)
-            .map(OpId)
-            .map(|op| graph.deps(op).len() as u32 + u32::from(graph.previous_in_stream(op).is_some()))
-            .collect();
-        let queue_capacity = (graph.ranks() as usize * graph.streams_per_rank() as usize).max(16);
+impl<E: Copy + std::fmt::Debug> Executor<E> {
+    /// An executor holding no op yet.
+    pub(crate) fn new(ranks: u32, streams_per_rank: u16, slowdowns: bool) -> Self {
+        let queue_capacity = (ranks as usize * streams_per_rank as usize).max(16);
         Executor {
-            graph,
             queue: EventQueue::with_capacity(queue_capacity),
-            waiting_on,
-            arrived: vec![0; graph.collectives().len()],
-            timeline: Timeline {
-                start: vec![SimTime::ZERO; op_count],
-                end: vec![SimTime::ZERO; op_count],
-                collective_begin: vec![SimTime::ZERO; graph.collectives().len()],
-                collective_choice: vec![None; graph.collectives().len()],
-                events: 0,
-            },
+            base: 0,
+            collective_base: 0,
+            waiting_on: Vec::new(),
+            done: Vec::new(),
+            arrived: Vec::new(),
+            start: Vec::new(),
+            end: Vec::new(),
+            collective_begin: Vec::new(),
+            collective_choice: Vec::new(),
+            events: 0,
             finished: 0,
             shadows: false,
             intra_server_active: Vec::new(),
             shadow_groups: LookupMap::new(),
             shadow_pairs: LookupMap::new(),
-            slowdowns: graph.has_slowdowns().then(|| Slowdowns {
-                communicating: vec![0; graph.ranks() as usize],
-                running: vec![Vec::new(); graph.ranks() as usize],
-                generation: vec![0; op_count],
+            slowdowns: slowdowns.then(|| Slowdowns {
+                communicating: vec![0; ranks as usize],
+                running: vec![Vec::new(); ranks as usize],
+                generation: Vec::new(),
             }),
         }
     }
 
+    /// Tracks kernels slowed beside communication from now on (a streamed run learns of them
+    /// from its first chunk).
+    pub(crate) fn enable_slowdowns(&mut self, ranks: u32) {
+        if self.slowdowns.is_none() {
+            self.slowdowns = Some(Slowdowns {
+                communicating: vec![0; ranks as usize],
+                running: vec![Vec::new(); ranks as usize],
+                generation: vec![0; self.waiting_on.len()],
+            });
+        }
+    }
+
+    /// Index of held op `op` in the per-op vectors.
+    fn at(&self, op: OpId) -> usize {
+        (op.0 - self.base) as usize
+    }
+
+    /// Whether `op` has finished (a dropped op has).
+    pub(crate) fn is_done(&self, op: OpId) -> bool {
+        op.0 < self.base || self.done.get((op.0 - self.base) as usize).copied().unwrap_or(false)
+    }
+
+    /// Takes in `ops` (the next ids, in order, already in `graph`) and the collectives up to
+    /// `collectives`: each waits for its dependencies and its stream predecessor that have not
+    /// finished yet.
+    pub(crate) fn admit<G: View>(&mut self, graph: &G, ops: std::ops::Range<u32>, collectives: u32) {
+        for id in ops.map(OpId) {
+            let waiting = graph.deps(id).iter().filter(|&&dep| !self.is_done(dep)).count() as u32
+                + u32::from(graph.previous_in_stream(id).is_some_and(|previous| !self.is_done(previous)));
+            self.waiting_on.push(waiting);
+            self.done.push(false);
+            self.start.push(SimTime::ZERO);
+            self.end.push(SimTime::ZERO);
+            if let Some(state) = &mut self.slowdowns {
+                state.generation.push(0);
+            }
+        }
+        let held = self.collective_base as usize + self.arrived.len();
+        for _ in held..collectives as usize {
+            self.arrived.push(0);
+            self.collective_begin.push(SimTime::ZERO);
+            self.collective_choice.push(None);
+        }
+    }
+
+    /// Drops the state of the ops before `op` and the collectives before `collective` (all
+    /// finished).
+    pub(crate) fn retire(&mut self, op: OpId, collective: CollectiveId) {
+        let ops = (op.0 - self.base) as usize;
+        self.waiting_on.drain(..ops);
+        self.done.drain(..ops);
+        self.start.drain(..ops);
+        self.end.drain(..ops);
+        if let Some(state) = &mut self.slowdowns {
+            state.generation.drain(..ops);
+        }
+        self.base = op.0;
+        let collectives = (collective.0 - self.collective_base) as usize;
+        self.arrived.drain(..collectives);
+        self.collective_begin.drain(..collectives);
+        self.collective_choice.drain(..collectives);
+        self.collective_base = collective.0;
+    }
+
+    /// Starts the ops of `ops` that wait for nothing, in id order.
+    pub(crate) fn start_ready<G: View, N: Network<Event = E>>(
+        &mut self,
+        graph: &G,
+        network: &mut N,
+        ops: std::ops::Range<u32>,
+    ) -> Result<(), ExecError> {
+        for op in ops.map(OpId) {
+            if self.waiting_on[self.at(op)] == 0 {
+                self.start(graph, op, network)?;
+            }
+        }
+        Ok(())
+    }
+
     /// A slowed kernel's durations alone and beside communication.
-    fn durations(&self, op: OpId) -> (SimDuration, SimDuration) {
-        let alone = match self.graph.op(op).kind {
+    fn durations<G: View>(graph: &G, op: OpId) -> (SimDuration, SimDuration) {
+        let alone = match graph.op(op).kind {
             OpKind::Compute { duration } => duration,
             _ => SimDuration::ZERO,
         };
-        (alone, self.graph.beside_communication(op).unwrap_or(alone))
+        (alone, graph.beside_communication(op).unwrap_or(alone))
     }
 
     /// Schedules the end of slowed kernel `kernel` at its current rate (`slowed` or not).
-    fn schedule_kernel(&mut self, kernel: RunningKernel, slowed: bool) -> Result<(), ExecError> {
-        let (alone, beside) = self.durations(kernel.op);
+    fn schedule_kernel<G: View>(
+        &mut self,
+        graph: &G,
+        kernel: RunningKernel,
+        slowed: bool,
+    ) -> Result<(), ExecError> {
+        let (alone, beside) = Self::durations(graph, kernel.op);
         let full = if slowed { beside } else { alone };
         let delay = SimDuration::from_ps((kernel.remaining * full.as_ps() as f64).round() as u64);
+        let index = self.at(kernel.op);
         let Some(state) = &mut self.slowdowns else { return Ok(()) };
-        let generation = &mut state.generation[kernel.op.0 as usize];
+        let generation = &mut state.generation[index];
         *generation = generation.wrapping_add(1);
         let event = Event::Done(Completion::Kernel { op: kernel.op, generation: *generation });
         self.queue
             .schedule_after(delay, event)
             .map(|_| ())
-            .map_err(|source| ExecError::Time { op: self.graph.describe(kernel.op), source })
+            .map_err(|source| ExecError::Time { op: graph.describe(kernel.op), source })
     }
 
     /// `rank` starts (`+1`) or stops (`-1`) one communication; when it goes from none to some
     /// or back, its running slowed kernels change rate.
-    fn communicating(&mut self, rank: RankId, change: i32) -> Result<(), ExecError> {
+    fn communicating<G: View>(&mut self, graph: &G, rank: RankId, change: i32) -> Result<(), ExecError> {
         let now = self.queue.now();
         let Some(state) = &mut self.slowdowns else { return Ok(()) };
         let count = &mut state.communicating[rank.0 as usize];
@@ -224,12 +428,12 @@ impl<'g, E: Copy + std::fmt::Debug> Executor<'g, E> {
         }
         let mut kernels = std::mem::take(&mut state.running[rank.0 as usize]);
         for kernel in &mut kernels {
-            let (alone, beside) = self.durations(kernel.op);
+            let (alone, beside) = Self::durations(graph, kernel.op);
             let full = if before { beside } else { alone };
             let elapsed = now.saturating_since(kernel.updated).as_ps() as f64;
             kernel.remaining = (kernel.remaining - elapsed / full.as_ps().max(1) as f64).max(0.0);
             kernel.updated = now;
-            self.schedule_kernel(*kernel, after)?;
+            self.schedule_kernel(graph, *kernel, after)?;
         }
         if let Some(state) = &mut self.slowdowns {
             state.running[rank.0 as usize] = kernels;
@@ -237,16 +441,18 @@ impl<'g, E: Copy + std::fmt::Debug> Executor<'g, E> {
         Ok(())
     }
 
-    /// Prepares shadows: on when the graph has images and the network has contention.
-    fn prepare_shadows<N: Network<Event = E>>(&mut self, network: &N) {
-        self.shadows = !self.graph.images().is_empty() && network.carries_shadows();
-        if !self.shadows {
-            return;
-        }
+    /// The ranks that `groups` (the groups of the graph's collectives, sorted, no repeats)
+    /// and `pairs` (its transfers' (source, destination), sorted, no repeats) mark as sharing
+    /// their server's links: the intra-server traffic a confined shadow may not skip.
+    pub(crate) fn intra_server_marks<G: View, N: Network<Event = E>>(
+        graph: &G,
+        network: &N,
+        groups: &[GroupId],
+        pairs: &[(RankId, RankId)],
+    ) -> Vec<bool> {
         // A shadow confined to one server shares links only with traffic between ranks of
         // that server. Mark every rank that such traffic (of any op or of its images) reaches;
         // a confined shadow touching none of them changes nothing elsewhere and is skipped.
-        let graph = self.graph;
         let mut active = vec![false; graph.ranks() as usize];
         let mut mark = |ranks: &[RankId]| {
             let mut by_server: Vec<(u32, RankId)> =
@@ -261,16 +467,13 @@ impl<'g, E: Copy + std::fmt::Debug> Executor<'g, E> {
         };
         let identity: Vec<RankId> = (0..graph.ranks()).map(RankId).collect();
         let maps: Vec<&Vec<RankId>> = std::iter::once(&identity).chain(graph.images()).collect();
-        let mut groups: Vec<GroupId> = graph.collectives().iter().map(|c| c.group).collect();
-        groups.sort_unstable();
-        groups.dedup();
         // Real activities mark their servers' ranks; images only when they span servers (a
         // confined image is a candidate for skipping, not a reason to keep others).
         let spans_servers = |ranks: &[RankId]| {
             let first = ranks.first().and_then(|r| network.server_of(*r));
             ranks.iter().any(|r| network.server_of(*r) != first)
         };
-        for group in groups {
+        for &group in groups {
             for (index, map) in maps.iter().enumerate() {
                 let mapped: Vec<RankId> = graph.group(group).iter().map(|r| map[r.0 as usize]).collect();
                 if index == 0 || spans_servers(&mapped) {
@@ -278,21 +481,31 @@ impl<'g, E: Copy + std::fmt::Debug> Executor<'g, E> {
                 }
             }
         }
-        let mut pairs: Vec<(RankId, RankId)> = graph
-            .ops()
-            .iter()
-            .filter_map(|op| match op.kind {
-                OpKind::Transfer { dst, .. } => Some((op.rank, dst)),
-                _ => None,
-            })
-            .collect();
-        pairs.sort_unstable();
-        pairs.dedup();
-        for (src, dst) in pairs {
+        for &(src, dst) in pairs {
             // A transfer inside one server marks only as itself (its images would be skipped).
             mark(&[src, dst]);
         }
-        self.intra_server_active = active;
+        active
+    }
+
+    /// Prepares shadows: on when the graph has images and the network has contention.
+    pub(crate) fn prepare_shadows<G: View, N: Network<Event = E>>(
+        &mut self,
+        graph: &G,
+        network: &N,
+        groups: &[GroupId],
+        pairs: &[(RankId, RankId)],
+    ) {
+        self.shadows = !graph.images().is_empty() && network.carries_shadows();
+        if !self.shadows {
+            return;
+        }
+        self.intra_server_active = Self::intra_server_marks(graph, network, groups, pairs);
+    }
+
+    /// Whether shadows are played.
+    pub(crate) fn shadows(&self) -> bool {
+        self.shadows
     }
 
     /// Whether `ranks` all live on one server and no other traffic shares their links there.
@@ -303,13 +516,18 @@ impl<'g, E: Copy + std::fmt::Debug> Executor<'g, E> {
 
     /// The images of `group` that are distinct from it and from each other, and not confined
     /// to a quiet server.
-    fn shadow_groups_of<N: Network<Event = E>>(&self, network: &N, group: GroupId) -> Vec<Vec<RankId>> {
-        let members = self.graph.group(group);
+    fn shadow_groups_of<G: View, N: Network<Event = E>>(
+        &self,
+        graph: &G,
+        network: &N,
+        group: GroupId,
+    ) -> Vec<Vec<RankId>> {
+        let members = graph.group(group);
         let mut key: Vec<RankId> = members.to_vec();
         key.sort_unstable();
         let mut seen = vec![key];
         let mut result = Vec::new();
-        for image in self.graph.images() {
+        for image in graph.images() {
             let mapped: Vec<RankId> = members.iter().map(|r| image[r.0 as usize]).collect();
             let mut key = mapped.clone();
             key.sort_unstable();
@@ -326,14 +544,14 @@ impl<'g, E: Copy + std::fmt::Debug> Executor<'g, E> {
 
     /// The images of the transfer pair `(src, dst)`, distinct from it and from each other, and
     /// not confined to a quiet server.
-    fn shadow_pairs_of<N: Network<Event = E>>(
+    fn shadow_pairs_of<G: View, N: Network<Event = E>>(
         &self,
+        graph: &G,
         network: &N,
         src: RankId,
         dst: RankId,
     ) -> Vec<(RankId, RankId)> {
-        let mut pairs: Vec<(RankId, RankId)> = self
-            .graph
+        let mut pairs: Vec<(RankId, RankId)> = graph
             .images()
             .iter()
             .map(|image| (image[src.0 as usize], image[dst.0 as usize]))
@@ -345,88 +563,102 @@ impl<'g, E: Copy + std::fmt::Debug> Executor<'g, E> {
         pairs
     }
 
-    fn run<N: Network<Event = E>>(mut self, network: &mut N) -> Result<Timeline, ExecError> {
-        if self.graph.ranks() as usize > network.host_count() {
-            return Err(ExecError::TooFewHosts { ranks: self.graph.ranks(), hosts: network.host_count() });
-        }
-        self.prepare_shadows(network);
-        for op in (0..self.graph.op_count() as u32).map(OpId) {
-            if self.waiting_on[op.0 as usize] == 0 {
-                self.start(op, network)?;
+    /// Handles one popped event: finishes the ops it completes (starting those that waited
+    /// only for them) or passes it to the network.
+    pub(crate) fn process<G: View, N: Network<Event = E>>(
+        &mut self,
+        graph: &G,
+        network: &mut N,
+        event: Event<E>,
+    ) -> Result<(), ExecError> {
+        self.events += 1;
+        match event {
+            Event::Done(Completion::Op(op)) => {
+                if self.slowdowns.is_some() {
+                    match graph.op(op).kind {
+                        OpKind::Transfer { dst, .. } => {
+                            self.communicating(graph, graph.op(op).rank, -1)?;
+                            self.communicating(graph, dst, -1)?;
+                        }
+                        OpKind::Memcpy { .. } => self.communicating(graph, graph.op(op).rank, -1)?,
+                        _ => {}
+                    }
+                }
+                self.finish(graph, op, network)
             }
-        }
-        while let Some((_, event)) = self.queue.pop() {
-            self.timeline.events += 1;
-            match event {
-                Event::Done(Completion::Op(op)) => {
+            Event::Done(Completion::Kernel { op, generation }) => {
+                let rank = graph.op(op).rank.0 as usize;
+                let index = self.at(op);
+                let Some(state) = &mut self.slowdowns else { return Ok(()) };
+                if state.generation[index] != generation {
+                    return Ok(()); // rescheduled since
+                }
+                state.running[rank].retain(|kernel| kernel.op != op);
+                self.finish(graph, op, network)
+            }
+            Event::Done(Completion::Collective(collective)) => {
+                for &member in graph.members(collective) {
                     if self.slowdowns.is_some() {
-                        match self.graph.op(op).kind {
-                            OpKind::Transfer { dst, .. } => {
-                                self.communicating(self.graph.op(op).rank, -1)?;
-                                self.communicating(dst, -1)?;
-                            }
-                            OpKind::Memcpy { .. } => self.communicating(self.graph.op(op).rank, -1)?,
-                            _ => {}
-                        }
+                        self.communicating(graph, graph.op(member).rank, -1)?;
                     }
-                    self.finish(op, network)?
+                    self.finish(graph, member, network)?;
                 }
-                Event::Done(Completion::Kernel { op, generation }) => {
-                    let rank = self.graph.op(op).rank.0 as usize;
-                    let Some(state) = &mut self.slowdowns else { continue };
-                    if state.generation[op.0 as usize] != generation {
-                        continue; // rescheduled since
-                    }
-                    state.running[rank].retain(|kernel| kernel.op != op);
-                    self.finish(op, network)?
-                }
-                Event::Done(Completion::Collective(collective)) => {
-                    for &member in self.graph.members(collective) {
-                        if self.slowdowns.is_some() {
-                            self.communicating(self.graph.op(member).rank, -1)?;
-                        }
-                        self.finish(member, network)?;
-                    }
-                }
-                Event::Done(Completion::Shadow) => {}
-                Event::Network(event) => {
-                    let mut context = NetContext { queue: &mut self.queue };
-                    network
-                        .handle(&mut context, event)
-                        .map_err(|source| ExecError::Network { op: "network event".into(), source })?;
-                }
+                Ok(())
+            }
+            Event::Done(Completion::Shadow) => Ok(()),
+            Event::Network(event) => {
+                let mut context = NetContext { queue: &mut self.queue };
+                network
+                    .handle(&mut context, event)
+                    .map_err(|source| ExecError::Network { op: "network event".into(), source })
             }
         }
-        if self.finished < self.graph.op_count() {
-            let first = self.waiting_on.iter().position(|&waiting| waiting > 0).unwrap_or(0);
-            return Err(ExecError::Stalled {
-                time: self.queue.now(),
-                unfinished: self.graph.op_count() - self.finished,
-                op: self.graph.describe(OpId(first as u32)),
-            });
+    }
+
+    /// The ops `event` would finish if processed now (a stale kernel end finishes none).
+    pub(crate) fn finishes<G: View>(&self, graph: &G, event: &Event<E>) -> Option<OpId> {
+        match *event {
+            Event::Done(Completion::Op(op)) => Some(op),
+            Event::Done(Completion::Kernel { op, generation }) => {
+                let state = self.slowdowns.as_ref()?;
+                (state.generation[self.at(op)] == generation).then_some(op)
+            }
+            Event::Done(Completion::Collective(collective)) => graph.members(collective).last().copied(),
+            Event::Done(Completion::Shadow) | Event::Network(_) => None,
         }
-        Ok(self.timeline)
     }
 
     /// Records `op` done and starts every op that was waiting only for it.
-    fn finish<N: Network<Event = E>>(&mut self, op: OpId, network: &mut N) -> Result<(), ExecError> {
-        self.timeline.end[op.0 as usize] = self.queue.now();
+    fn finish<G: View, N: Network<Event = E>>(
+        &mut self,
+        graph: &G,
+        op: OpId,
+        network: &mut N,
+    ) -> Result<(), ExecError> {
+        let index = self.at(op);
+        self.end[index] = self.queue.now();
+        self.done[index] = true;
         self.finished += 1;
-        let graph = self.graph;
         for &next in graph.dependents(op).iter().chain(graph.next_in_stream(op).as_ref()) {
-            let waiting = &mut self.waiting_on[next.0 as usize];
+            let index = self.at(next);
+            let waiting = &mut self.waiting_on[index];
             *waiting -= 1;
             if *waiting == 0 {
-                self.start(next, network)?;
+                self.start(graph, next, network)?;
             }
         }
         Ok(())
     }
 
-    fn start<N: Network<Event = E>>(&mut self, op: OpId, network: &mut N) -> Result<(), ExecError> {
+    fn start<G: View, N: Network<Event = E>>(
+        &mut self,
+        graph: &G,
+        op: OpId,
+        network: &mut N,
+    ) -> Result<(), ExecError> {
         let now = self.queue.now();
-        self.timeline.start[op.0 as usize] = now;
-        let graph = self.graph;
+        let index = self.at(op);
+        self.start[index] = now;
         let spec = graph.op(op);
         let network_error = |source| ExecError::Network { op: graph.describe(op), source };
         match spec.kind {
@@ -437,7 +669,7 @@ impl<'g, E: Copy + std::fmt::Debug> Executor<'g, E> {
                     let kernel = RunningKernel { op, remaining: 1.0, updated: now };
                     state.running[spec.rank.0 as usize].push(kernel);
                     let slowed = state.communicating[spec.rank.0 as usize] > 0;
-                    return self.schedule_kernel(kernel, slowed);
+                    return self.schedule_kernel(graph, kernel, slowed);
                 }
                 self.queue
                     .schedule_after(duration, Event::Done(Completion::Op(op)))
@@ -446,8 +678,8 @@ impl<'g, E: Copy + std::fmt::Debug> Executor<'g, E> {
             }
             OpKind::Transfer { dst, bytes } => {
                 if self.slowdowns.is_some() {
-                    self.communicating(spec.rank, 1)?;
-                    self.communicating(dst, 1)?;
+                    self.communicating(graph, spec.rank, 1)?;
+                    self.communicating(graph, dst, 1)?;
                 }
                 network
                     .start_transfer(
@@ -463,7 +695,7 @@ impl<'g, E: Copy + std::fmt::Debug> Executor<'g, E> {
                     let key = (spec.rank, dst);
                     let pairs = match self.shadow_pairs.remove(&key) {
                         Some(pairs) => pairs,
-                        None => self.shadow_pairs_of(network, spec.rank, dst),
+                        None => self.shadow_pairs_of(graph, network, spec.rank, dst),
                     };
                     for &(src, dst) in &pairs {
                         network
@@ -482,7 +714,7 @@ impl<'g, E: Copy + std::fmt::Debug> Executor<'g, E> {
             }
             OpKind::Memcpy { direction, bytes } => {
                 if self.slowdowns.is_some() {
-                    self.communicating(spec.rank, 1)?;
+                    self.communicating(graph, spec.rank, 1)?;
                 }
                 network
                     .start_memcpy(
@@ -497,14 +729,15 @@ impl<'g, E: Copy + std::fmt::Debug> Executor<'g, E> {
             OpKind::Collective(collective) => {
                 // A member's kernel occupies its GPU from its launch, before the others arrive.
                 if self.slowdowns.is_some() {
-                    self.communicating(spec.rank, 1)?;
+                    self.communicating(graph, spec.rank, 1)?;
                 }
-                let arrived = &mut self.arrived[collective.0 as usize];
+                let held = (collective.0 - self.collective_base) as usize;
+                let arrived = &mut self.arrived[held];
                 *arrived += 1;
                 if *arrived as usize != graph.members(collective).len() {
                     return Ok(());
                 }
-                self.timeline.collective_begin[collective.0 as usize] = now;
+                self.collective_begin[held] = now;
                 let collective_spec = graph.collective(collective);
                 network
                     .start_collective(
@@ -514,12 +747,12 @@ impl<'g, E: Copy + std::fmt::Debug> Executor<'g, E> {
                         graph.group(collective_spec.group),
                     )
                     .map_err(network_error)?;
-                self.timeline.collective_choice[collective.0 as usize] = network.chosen(collective_spec);
+                self.collective_choice[held] = network.chosen(collective_spec);
                 if self.shadows {
                     let group = collective_spec.group;
                     let shadows = match self.shadow_groups.remove(&group) {
                         Some(shadows) => shadows,
-                        None => self.shadow_groups_of(network, group),
+                        None => self.shadow_groups_of(graph, network, group),
                     };
                     for shadow in &shadows {
                         network

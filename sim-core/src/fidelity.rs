@@ -171,6 +171,28 @@ impl NetworkSettings {
         if self.fidelity == Fidelity::Flow { network.steady_state() } else { network }
     }
 
+    /// Runs `job` on `topology` under this model, and, when `count_link_bytes`, also returns
+    /// the bytes routed over each link as [`NetworkSettings::run_counting_link_bytes`] does:
+    /// for runs that do not hand the engine one whole graph ([`crate::stream`]).
+    pub fn run_on<J: OnNetwork>(
+        &self,
+        topology: &Topology,
+        job: J,
+        count_link_bytes: bool,
+    ) -> (J::Output, Option<Vec<f64>>) {
+        match self.fidelity {
+            Fidelity::Analytical => (job.run(&mut self.analytical(topology)), None),
+            Fidelity::Flow | Fidelity::PacketSteps => {
+                let mut network = self.flow_network(topology);
+                if count_link_bytes {
+                    network = network.recording_link_bytes();
+                }
+                let output = job.run(&mut network);
+                (output, network.link_bytes().map(<[f64]>::to_vec))
+            }
+        }
+    }
+
     /// Runs `graph` on `topology` under this model.
     pub fn run(&self, graph: &ExecGraph, topology: &Topology) -> Result<Timeline, ExecError> {
         match self.fidelity {
@@ -190,6 +212,15 @@ impl NetworkSettings {
             }
         }
     }
+}
+
+/// Something run on the network model of a fidelity ([`NetworkSettings::run_on`]), whichever
+/// type that model is.
+pub trait OnNetwork {
+    /// What the run gives.
+    type Output;
+    /// Runs on `network`.
+    fn run<N: crate::network::Network>(self, network: &mut N) -> Self::Output;
 }
 
 #[cfg(test)]

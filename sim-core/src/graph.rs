@@ -399,6 +399,13 @@ pub enum GraphError {
         /// Ops added.
         op_count: usize,
     },
+    /// Chunks of the builder went to a streamed run ([`GraphBuilder::take_chunk`]): the
+    /// rest is not a whole graph.
+    #[error("the builder's first {ops} ops went out in chunks: it no longer holds a whole graph")]
+    ChunksTaken {
+        /// Ops taken out.
+        ops: u32,
+    },
     /// The graph can never finish: the listed ops wait on each other.
     #[error("dependency cycle (deadlock): {cycle}")]
     Cycle {
@@ -426,6 +433,32 @@ pub struct GraphBuilder {
     layer_names: Vec<String>,
     /// Names of the origins ops' metadata name ([`OpMeta::origin`]), from [`Origin`] 1.
     origins: Vec<String>,
+    /// The id of `ops[0]`: ops before it went out in chunks ([`GraphBuilder::take_chunk`]).
+    op_base: u32,
+    /// The id of `collectives[0]`, likewise.
+    collective_base: u32,
+}
+
+/// The ops (and their collectives) added to a [`GraphBuilder`] since its last chunk, checked,
+/// for a streamed run ([`crate::stream`]).
+#[derive(Debug, Clone)]
+pub struct GraphChunk {
+    /// The id of the first op.
+    pub(crate) first: OpId,
+    pub(crate) ops: Vec<Op>,
+    /// `deps[dep_offsets[i]..dep_offsets[i + 1]]` are op `i`'s dependencies.
+    pub(crate) dep_offsets: Vec<u32>,
+    pub(crate) deps: Vec<OpId>,
+    pub(crate) collectives: Vec<Collective>,
+    /// Slowed kernels ([`GraphBuilder::compute_slowed`]) among the ops.
+    pub(crate) beside: Vec<(OpId, SimDuration)>,
+}
+
+impl GraphChunk {
+    /// Number of ops.
+    pub fn op_count(&self) -> usize {
+        self.ops.len()
+    }
 }
 
 impl GraphBuilder {
@@ -439,9 +472,126 @@ impl GraphBuilder {
         self.ranks
     }
 
-    /// Number of ops added so far; the next op gets this id.
+    /// Number of ops added so far (chunks taken out included); the next op gets this id.
     pub fn op_count(&self) -> usize {
-        self.ops.len()
+        self.op_base as usize + self.ops.len()
+    }
+
+    /// Number of collective instances added so far (chunks taken out included).
+    pub fn collective_count(&self) -> usize {
+        self.collective_base as usize + self.collectives.len()
+    }
+
+    /// The ranks of `group`, in ring order.
+    pub fn group(&self, group: GroupId) -> &[RankId] {
+        &self.groups[group.0 as usize]
+    }
+
+    /// The rank maps set by [`GraphBuilder::set_symmetry`].
+    pub fn images(&self) -> &[Vec<RankId>] {
+        &self.images
+    }
+
+    /// The name of `label`.
+    pub fn label_name(&self, label: LabelId) -> &str {
+        &self.labels[label.0 as usize]
+    }
+
+    /// The origin named `name`, if interned.
+    pub fn find_origin(&self, name: &str) -> Option<Origin> {
+        self.origins.iter().position(|known| known == name).map(|index| Origin(index as u8 + 1))
+    }
+
+    /// The name of layer `layer` ([`GraphBuilder::set_layer_names`]).
+    pub fn layer_name(&self, layer: u32) -> Option<&str> {
+        self.layer_names.get(layer as usize).map(String::as_str)
+    }
+
+    /// Checks the ops added since the last chunk and hands them out, with their collectives,
+    /// for a streamed run ([`crate::stream`]); ids go on where they stopped, and later ops may
+    /// depend on these. Checked as [`GraphBuilder::build`] checks a graph, except for cycles
+    /// (a streamed run that cannot go on reports the ops it stalled on).
+    pub fn take_chunk(&mut self) -> Result<GraphChunk, GraphError> {
+        let op_count = self.op_count();
+        if op_count >= u32::MAX as usize {
+            return Err(GraphError::TooLarge { op_count });
+        }
+        if self.origins.len() > Origin::MAX {
+            return Err(GraphError::TooManyOrigins { count: self.origins.len() });
+        }
+        self.check_groups_and_collectives()?;
+        let base = self.op_base;
+        let describe = |index: usize| self.labels[self.ops[index].label.0 as usize].clone();
+        for (index, op) in self.ops.iter().enumerate() {
+            let id = OpId(base + index as u32);
+            let mut ranks = [op.rank, op.rank];
+            match op.kind {
+                OpKind::Transfer { dst, .. } => {
+                    if dst == op.rank {
+                        return Err(GraphError::SelfTransfer { op: id, label: describe(index), rank: dst });
+                    }
+                    ranks[1] = dst;
+                }
+                OpKind::Collective(collective)
+                    if collective.0 < self.collective_base
+                        || collective.0 as usize >= self.collective_count() =>
+                {
+                    return Err(GraphError::CollectiveOutOfRange {
+                        op: id,
+                        label: describe(index),
+                        collective: collective.0,
+                        count: self.collective_count(),
+                    });
+                }
+                _ => {}
+            }
+            if let Some(&rank) = ranks.iter().find(|rank| rank.0 >= self.ranks) {
+                return Err(GraphError::RankOutOfRange {
+                    op: id,
+                    label: describe(index),
+                    rank,
+                    ranks: self.ranks,
+                });
+            }
+            let deps = &self.deps[self.dep_offsets[index] as usize..self.dep_offsets[index + 1] as usize];
+            if let Some(dep) = deps.iter().find(|dep| dep.0 as usize >= op_count) {
+                return Err(GraphError::MissingDependency {
+                    op: id,
+                    label: describe(index),
+                    dependency: dep.0,
+                    op_count,
+                });
+            }
+        }
+        // Membership, with ops and collectives counted from this chunk's first.
+        let mut member_count = vec![0u32; self.collectives.len()];
+        for op in &self.ops {
+            if let OpKind::Collective(c) = op.kind {
+                member_count[(c.0 - self.collective_base) as usize] += 1;
+            }
+        }
+        let member_offsets = prefix_sums(&member_count);
+        let mut members = vec![OpId(0); *member_offsets.last().unwrap_or(&0) as usize];
+        let mut fill = member_offsets.clone();
+        for (index, op) in self.ops.iter().enumerate() {
+            if let OpKind::Collective(c) = op.kind {
+                let c = (c.0 - self.collective_base) as usize;
+                members[fill[c] as usize] = OpId(index as u32);
+                fill[c] += 1;
+            }
+        }
+        self.check_membership(&member_offsets, &members)?;
+        let chunk = GraphChunk {
+            first: OpId(base),
+            dep_offsets: std::mem::replace(&mut self.dep_offsets, vec![0]),
+            deps: std::mem::take(&mut self.deps),
+            collectives: std::mem::take(&mut self.collectives),
+            beside: std::mem::take(&mut self.beside_communication),
+            ops: std::mem::take(&mut self.ops),
+        };
+        self.op_base += chunk.ops.len() as u32;
+        self.collective_base += chunk.collectives.len() as u32;
+        Ok(chunk)
     }
 
     /// Makes room for `ops` more ops with `deps` more dependencies in all, so that adding them
@@ -489,7 +639,7 @@ impl GraphBuilder {
     /// Sets the metadata of op `op`, already added (graphs built op by op with
     /// [`GraphBuilder::compute`] and its siblings, which add [`OpMeta::NONE`]).
     pub fn set_meta(&mut self, op: OpId, meta: OpMeta) {
-        if let Some(op) = self.ops.get_mut(op.0 as usize) {
+        if let Some(op) = op.0.checked_sub(self.op_base).and_then(|index| self.ops.get_mut(index as usize)) {
             op.meta = meta;
         }
     }
@@ -513,7 +663,7 @@ impl GraphBuilder {
     /// Adds a collective instance; each member then adds its op with [`GraphBuilder::collective`].
     pub fn add_collective(&mut self, collective: Collective) -> CollectiveId {
         self.collectives.push(collective);
-        CollectiveId(self.collectives.len() as u32 - 1)
+        CollectiveId(self.collective_base + self.collectives.len() as u32 - 1)
     }
 
     /// Adds `op`, which starts only after every op in `deps` is done (and after the previous op
@@ -523,7 +673,7 @@ impl GraphBuilder {
         self.ops.push(op);
         self.deps.extend_from_slice(deps);
         self.dep_offsets.push(self.deps.len() as u32);
-        OpId(self.ops.len() as u32 - 1)
+        OpId(self.op_base + self.ops.len() as u32 - 1)
     }
 
     /// Adds a compute op of known duration.
@@ -563,7 +713,8 @@ impl GraphBuilder {
     /// beside its rank's communication ([`GraphBuilder::compute_slowed`]); nothing for another
     /// kind of op or a duration that is not longer.
     pub fn slow_beside_communication(&mut self, op: OpId, beside_communication: SimDuration) {
-        if let Some(Op { kind: OpKind::Compute { duration }, .. }) = self.ops.get(op.0 as usize)
+        if let Some(Op { kind: OpKind::Compute { duration }, .. }) =
+            op.0.checked_sub(self.op_base).and_then(|index| self.ops.get(index as usize))
             && beside_communication > *duration
         {
             self.beside_communication.push((op, beside_communication));
@@ -623,6 +774,9 @@ impl GraphBuilder {
     /// Validates the graph and builds the indexes the executor needs.
     pub fn build(self) -> Result<ExecGraph, GraphError> {
         let op_count = self.ops.len();
+        if self.op_base > 0 || self.collective_base > 0 {
+            return Err(GraphError::ChunksTaken { ops: self.op_base });
+        }
         if op_count >= u32::MAX as usize {
             return Err(GraphError::TooLarge { op_count });
         }

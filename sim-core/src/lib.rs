@@ -22,6 +22,8 @@
 //! - [`budget`]: the work budget every command checks before it builds a graph;
 //! - [`variability`]: what is drawn (per-op noise, slow ranks, GPU speed spread, host
 //!   interruptions) and the seeded streams it is drawn from;
+//! - [`stream`]: a graph run a chunk (an iteration) at a time and dropped as it finishes, so
+//!   memory holds a few chunks however many there are;
 //! - [`montecarlo`]: a graph re-timed over many iterations with fresh draws, without the
 //!   event loop.
 //!
@@ -78,4 +80,5 @@ pub mod network;
 pub mod queue;
 pub mod schedule;
 pub mod stats;
+pub mod stream;
 pub mod variability;

@@ -31,9 +31,15 @@ mod tests_sync;
 
 use std::ops::Range;
 
-/// The most iterations one run simulates: the graph holds every iteration at once, so memory
-/// and time grow with the count, while the mean iteration time settles after two or three.
+/// The most iterations whose graph is built whole, every iteration in memory at once (what
+/// `--trace` and the Monte Carlo re-timer read); more are streamed
+/// ([`Strategy::lower_streaming`]): each iteration's ops are built while the run needs them and
+/// dropped once finished, so memory stays that of a few iterations and time grows with the count.
 pub const MAX_ITERATIONS: u32 = 100;
+
+/// The most iterations one run simulates. Streamed, they cost time, not memory, except the
+/// report's list of every iteration's time (8 bytes each, 8 MB at the limit).
+pub const MAX_SIMULATED_ITERATIONS: u32 = 1_000_000;
 
 /// `"data 8 x tensor 8 x pipeline 16"`: the degrees other than 1.
 pub fn describe_parallelism(p: &Parallelism) -> String {
@@ -60,7 +66,7 @@ use workloads::optimizer::Optimizer;
 
 pub use cnn::{CnnSplit, CnnTransport, FilterBackward, HostStaging, SpatialDims, SpatialHalos};
 pub use emit::kernel_table::{BucketRow, KernelRow, KernelTable, RowPass};
-pub use emit::{FLUSH_ORIGIN, LayerTables, OFFLOAD_ORIGIN};
+pub use emit::{FLUSH_ORIGIN, IterationOps, LayerTables, OFFLOAD_ORIGIN};
 pub use layout::{Axis, Coordinates, ExpertAxis, ExpertCoordinates, RankLayout, RankOrder};
 pub use pipeline::{Action, PipelineSchedule};
 pub use shard::{Comm, ExpertCommunicator, GroupKind, LocalLayer, Role, ShardError, Split};
@@ -805,6 +811,66 @@ pub struct ScheduleSpan {
     pub last: OpId,
 }
 
+/// What the report needs of a lowering besides its graph ([`Lowered`]'s fields of the same
+/// names), for a streamed run.
+#[derive(Debug, Clone)]
+pub struct LoweredInfo {
+    /// The ranks that have ops, in the order of [`IterationOps::ends`].
+    pub ranks: Vec<sim_core::graph::RankId>,
+    /// Gradient buckets of one iteration (stage 0).
+    pub buckets: Vec<Bucket>,
+    /// Gradient bytes one rank synchronises per iteration (stage 0).
+    pub gradient_bytes: u64,
+    /// Mean FLOPs per rank and iteration, recomputation not included.
+    pub flops_per_rank_iteration: f64,
+    /// Mean FLOPs recomputation adds per rank and iteration.
+    pub recompute_flops_per_rank_iteration: f64,
+    /// Micro-batches per iteration per data-parallel replica.
+    pub micro_batches: u32,
+    /// The stages.
+    pub stages: Vec<StageSummary>,
+    /// Out-of-core training totals.
+    pub offload: Option<OffloadTotals>,
+}
+
+/// The iterations of a streamed lowering ([`Strategy::lower_streaming`]), one chunk each; it
+/// keeps what each iteration's ops are ([`IterationOps`]) until told to forget them.
+pub struct IterationSource<'a> {
+    lowering: Box<emit::Lowering<'a, 'a>>,
+    remaining: u32,
+    iterations: std::collections::VecDeque<IterationOps>,
+    /// The index of `iterations[0]`.
+    first: u32,
+}
+
+impl IterationSource<'_> {
+    /// Iteration `index`'s ends and spans, if lowered and not forgotten.
+    pub fn iteration(&self, index: u32) -> Option<&IterationOps> {
+        self.iterations.get(index.checked_sub(self.first)? as usize)
+    }
+
+    /// Forgets the iterations before `index`.
+    pub fn forget_before(&mut self, index: u32) {
+        while self.first < index && self.iterations.pop_front().is_some() {
+            self.first += 1;
+        }
+    }
+}
+
+impl sim_core::stream::ChunkSource for IterationSource<'_> {
+    type Error = StrategyError;
+
+    fn next_chunk(&mut self, graph: &mut sim_core::graph::GraphBuilder) -> Result<bool, StrategyError> {
+        if self.remaining == 0 {
+            return Ok(false);
+        }
+        self.remaining -= 1;
+        let iteration = self.lowering.iteration_into(graph)?;
+        self.iterations.push_back(iteration);
+        Ok(true)
+    }
+}
+
 /// The lowered graph plus what the report needs to interpret it.
 #[derive(Debug, Clone)]
 pub struct Lowered {
@@ -1220,7 +1286,7 @@ impl Strategy<'_> {
                      so that the mean per iteration is the steady state's (iterations = {}, ...; at most {})",
                     self.iterations,
                     valid.join(", "),
-                    MAX_ITERATIONS / every * every
+                    MAX_SIMULATED_ITERATIONS / every * every
                 ),
             ));
         }
@@ -1303,6 +1369,18 @@ impl Strategy<'_> {
     pub fn lower(&self) -> Result<Lowered, StrategyError> {
         self.check()?;
         emit::lower(self)
+    }
+
+    /// Lowers one iteration at a time for a streamed run ([`sim_core::stream`]): `run` gets
+    /// what the report needs, the builder that names the graph's labels, groups and symmetry
+    /// (no ops yet), and the source of the iterations' ops. The ops are those of
+    /// [`Strategy::lower`], id for id; the work budget counts one iteration.
+    pub fn lower_streaming<R>(
+        &self,
+        run: impl FnOnce(LoweredInfo, sim_core::graph::GraphBuilder, &mut IterationSource<'_>) -> R,
+    ) -> Result<R, StrategyError> {
+        self.check()?;
+        emit::lower_streaming(self, run)
     }
 
     /// Per-stage memory and a lower bound of the iteration time, without building the graph

@@ -101,6 +101,7 @@ fn within_budget(
     plan: &Plan<'_>,
     fold: bool,
     folded_tensor: u32,
+    held_iterations: u32,
 ) -> Result<(), StrategyError> {
     use sim_core::budget::{BYTES_PER_ITEM, MAX_ITEMS};
     let p = &strategy.parallelism;
@@ -113,7 +114,8 @@ fn within_budget(
         .collect();
     let per_micro_batch = per_stage.iter().sum::<u64>() / u64::from(p.pipeline.max(1));
     let per_rank = per_micro_batch.saturating_mul(u64::from(plan.micro_batches)).saturating_mul(launches);
-    let iterations = u64::from(strategy.iterations);
+    // The iterations whose ops are held at once: all of them, or one when streamed.
+    let iterations = u64::from(held_iterations);
     // (ops, items of the symmetry's rank maps) folded or not.
     let size = |folded: bool| {
         let simulated = if folded { ranks / symmetric.max(1) } else { ranks };
@@ -178,70 +180,194 @@ fn within_budget(
 /// Lowers `strategy` (checked already) to its execution graph.
 pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
     let plan = Plan::new(strategy)?;
-    let ranks = plan.layout.ranks();
     let (fold, spatial, folded_tensor) = folding(strategy, &plan);
-    within_budget(strategy, &plan, fold, folded_tensor)?;
-    let mut shared = Shared {
-        graph: GraphBuilder::new(ranks),
-        groups: LookupMap::new(),
-        instances: LookupMap::new(),
-        issued: vec![LookupMap::new(); ranks as usize],
-        comm_labels: LookupMap::new(),
-        origins: Vec::new(),
-        keys: LookupMap::new(),
-    };
-    // Ops' metadata names layers by their index in the model.
-    shared.graph.set_layer_names(strategy.model.layers.iter().map(|l| l.name.clone()).collect());
-    // Folding: tensor ranks and data-parallel replicas do the same work at the same times, so
-    // only tensor rank 0 of replica 0 of each (pipeline, context) position gets ops; the
-    // engine replays their traffic on the other ranks (shadows), so the network still carries
-    // every rank's bytes.
-    // Spatial ranks differ (a tile on the border has one neighbour, not two): all of them get
-    // ops, and only the replicas are folded.
-    let simulated: Vec<u32> = (0..ranks)
-        .filter(|&rank| {
-            let c = plan.layout.coordinates(RankId(rank));
-            !fold || ((spatial || c.tensor == 0) && c.data == 0)
-        })
-        .collect();
-    let mut position_of = vec![u32::MAX; ranks as usize];
-    for (position, &rank) in simulated.iter().enumerate() {
-        position_of[rank as usize] = position as u32;
-    }
-    if fold {
-        let (t, d) = (folded_tensor, plan.layout.size(Axis::Data));
-        // Every rank's coordinates once, not once per image (t x d images of every rank).
-        let coordinates: Vec<_> = (0..ranks).map(|rank| plan.layout.coordinates(RankId(rank))).collect();
-        let images = (0..t * d)
-            .skip(1)
-            .map(|shift| {
-                coordinates
-                    .iter()
-                    .map(|&c| {
-                        let mut c = c;
-                        if !spatial {
-                            c.tensor = (c.tensor + shift % t) % t;
-                        }
-                        c.data = (c.data + shift / t) % d;
-                        plan.layout.rank(c)
-                    })
-                    .collect()
-            })
-            .collect();
-        shared.graph.set_symmetry(images);
-    }
-    let labels = plan.labels(&mut shared.graph);
-    let bucket_labels = policy::buckets::labels(&plan, &mut shared.graph);
+    within_budget(strategy, &plan, fold, folded_tensor, strategy.iterations)?;
+    let mut lowering = Lowering::new(strategy, &plan, fold, spatial, folded_tensor);
     let mut iteration_ends = Vec::with_capacity(strategy.iterations as usize);
     let mut pipeline_ends = Vec::with_capacity(strategy.iterations as usize);
-    let mut previous_end: Vec<Option<OpId>> = vec![None; simulated.len()];
     let mut spans = Vec::new();
-    // Each simulated rank's side of the policy, with its state across iterations.
-    let mut policies: Vec<Box<dyn RankPolicy + '_>> =
-        simulated.iter().map(|_| plan.policy.for_rank()).collect();
-    // Each simulated rank's loader batches in flight, carried from one iteration to the next.
-    let mut loads: Vec<VecDeque<(u32, Dep)>> = vec![VecDeque::new(); simulated.len()];
-    for iteration in 0..strategy.iterations {
+    for _ in 0..strategy.iterations {
+        let iteration = lowering.iteration()?;
+        iteration_ends.push(iteration.ends);
+        pipeline_ends.push(iteration.pipeline_ends);
+        spans.extend(iteration.spans);
+    }
+    let info = info(&plan, lowering.simulated.iter().copied().map(RankId).collect())?;
+    Ok(Lowered {
+        offload: info.offload,
+        graph: lowering.shared.graph.build()?,
+        ranks: info.ranks,
+        spans,
+        iteration_ends,
+        pipeline_ends,
+        gradient_bytes: info.gradient_bytes,
+        buckets: info.buckets,
+        flops_per_rank_iteration: info.flops_per_rank_iteration,
+        recompute_flops_per_rank_iteration: info.recompute_flops_per_rank_iteration,
+        micro_batches: info.micro_batches,
+        stages: info.stages,
+    })
+}
+
+/// What the report needs of a lowering besides its graph.
+fn info(plan: &Plan<'_>, ranks: Vec<RankId>) -> Result<crate::LoweredInfo, StrategyError> {
+    let stages = plan.stages()?;
+    let (flops_per_rank_iteration, recompute_flops_per_rank_iteration) = plan.mean_flops_per_rank();
+    // Stage 0's gradient buckets (ZeRO-3: its units, each gathered and scattered whole).
+    let stage0: Vec<Bucket> = plan.chunks_of(0).flat_map(|k| plan.policy.report_buckets(plan, k)).collect();
+    let offload = plan.offload.as_ref().map(|offload| offload.totals(plan));
+    Ok(crate::LoweredInfo {
+        offload,
+        ranks,
+        gradient_bytes: stage0.iter().map(|b| b.bytes.0).sum(),
+        buckets: stage0,
+        flops_per_rank_iteration,
+        recompute_flops_per_rank_iteration,
+        micro_batches: plan.micro_batches,
+        stages,
+    })
+}
+
+/// Lowers `strategy` (checked already) one iteration at a time: `run` gets what the report
+/// needs and a source that adds each iteration's ops to a builder ([`sim_core::stream`]),
+/// so that a streamed run holds a few iterations' ops however many it simulates. The work
+/// budget counts one iteration.
+pub(super) fn lower_streaming<R>(
+    strategy: &Strategy<'_>,
+    run: impl FnOnce(crate::LoweredInfo, GraphBuilder, &mut crate::IterationSource<'_>) -> R,
+) -> Result<R, StrategyError> {
+    let plan = Plan::new(strategy)?;
+    let (fold, spatial, folded_tensor) = folding(strategy, &plan);
+    within_budget(strategy, &plan, fold, folded_tensor, 1)?;
+    let mut lowering = Lowering::new(strategy, &plan, fold, spatial, folded_tensor);
+    let info = info(&plan, lowering.simulated.iter().copied().map(RankId).collect())?;
+    // The builder with the labels, groups and symmetry; the source works on it when the run
+    // hands it over.
+    let builder = std::mem::replace(&mut lowering.shared.graph, GraphBuilder::new(0));
+    let mut source = crate::IterationSource {
+        lowering: Box::new(lowering),
+        remaining: strategy.iterations,
+        iterations: std::collections::VecDeque::new(),
+        first: 0,
+    };
+    Ok(run(info, builder, &mut source))
+}
+
+/// The lowering's state between iterations.
+pub(crate) struct Lowering<'p, 's> {
+    plan: &'p Plan<'s>,
+    shared: Shared,
+    labels: plan::Labels,
+    bucket_labels: Vec<Vec<(sim_core::graph::LabelId, sim_core::graph::LabelId)>>,
+    /// The ranks that get ops.
+    simulated: Vec<u32>,
+    position_of: Vec<u32>,
+    previous_end: Vec<Option<OpId>>,
+    /// Each simulated rank's side of the policy, with its state across iterations.
+    policies: Vec<Box<dyn RankPolicy + 'p>>,
+    /// Each simulated rank's loader batches in flight, carried from one iteration to the next.
+    loads: Vec<VecDeque<(u32, Dep)>>,
+    iteration: u32,
+}
+
+/// The ops one iteration added: the last op of every simulated rank, its last pipeline
+/// compute op, and its schedule steps.
+#[derive(Debug, Clone)]
+pub struct IterationOps {
+    /// The last op of every simulated rank ([`Lowered::iteration_ends`]).
+    pub ends: Vec<OpId>,
+    /// The last pipeline compute op of every simulated rank ([`Lowered::pipeline_ends`]).
+    pub pipeline_ends: Vec<OpId>,
+    /// Its schedule steps ([`Lowered::spans`]).
+    pub spans: Vec<crate::ScheduleSpan>,
+}
+
+impl<'p, 's> Lowering<'p, 's> {
+    fn new(
+        strategy: &Strategy<'s>,
+        plan: &'p Plan<'s>,
+        fold: bool,
+        spatial: bool,
+        folded_tensor: u32,
+    ) -> Self {
+        let ranks = plan.layout.ranks();
+        let mut shared = Shared {
+            graph: GraphBuilder::new(ranks),
+            groups: LookupMap::new(),
+            instances: LookupMap::new(),
+            issued: vec![LookupMap::new(); ranks as usize],
+            comm_labels: LookupMap::new(),
+            origins: Vec::new(),
+            keys: LookupMap::new(),
+        };
+        // Ops' metadata names layers by their index in the model.
+        shared.graph.set_layer_names(strategy.model.layers.iter().map(|l| l.name.clone()).collect());
+        // Folding: tensor ranks and data-parallel replicas do the same work at the same times, so
+        // only tensor rank 0 of replica 0 of each (pipeline, context) position gets ops; the
+        // engine replays their traffic on the other ranks (shadows), so the network still carries
+        // every rank's bytes.
+        // Spatial ranks differ (a tile on the border has one neighbour, not two): all of them get
+        // ops, and only the replicas are folded.
+        let simulated: Vec<u32> = (0..ranks)
+            .filter(|&rank| {
+                let c = plan.layout.coordinates(RankId(rank));
+                !fold || ((spatial || c.tensor == 0) && c.data == 0)
+            })
+            .collect();
+        let mut position_of = vec![u32::MAX; ranks as usize];
+        for (position, &rank) in simulated.iter().enumerate() {
+            position_of[rank as usize] = position as u32;
+        }
+        if fold {
+            let (t, d) = (folded_tensor, plan.layout.size(Axis::Data));
+            // Every rank's coordinates once, not once per image (t x d images of every rank).
+            let coordinates: Vec<_> = (0..ranks).map(|rank| plan.layout.coordinates(RankId(rank))).collect();
+            let images = (0..t * d)
+                .skip(1)
+                .map(|shift| {
+                    coordinates
+                        .iter()
+                        .map(|&c| {
+                            let mut c = c;
+                            if !spatial {
+                                c.tensor = (c.tensor + shift % t) % t;
+                            }
+                            c.data = (c.data + shift / t) % d;
+                            plan.layout.rank(c)
+                        })
+                        .collect()
+                })
+                .collect();
+            shared.graph.set_symmetry(images);
+        }
+        let labels = plan.labels(&mut shared.graph);
+        let bucket_labels = policy::buckets::labels(plan, &mut shared.graph);
+        let previous_end: Vec<Option<OpId>> = vec![None; simulated.len()];
+        let policies: Vec<Box<dyn RankPolicy + 'p>> =
+            simulated.iter().map(|_| plan.policy.for_rank()).collect();
+        let loads: Vec<VecDeque<(u32, Dep)>> = vec![VecDeque::new(); simulated.len()];
+        Lowering {
+            plan,
+            shared,
+            labels,
+            bucket_labels,
+            simulated,
+            position_of,
+            previous_end,
+            policies,
+            loads,
+            iteration: 0,
+        }
+    }
+
+    /// Emits the next iteration into the builder.
+    fn iteration(&mut self) -> Result<IterationOps, StrategyError> {
+        let iteration = self.iteration;
+        self.iteration += 1;
+        let plan = self.plan;
+        let shared = &mut self.shared;
+        let simulated = &self.simulated;
+        let position_of = &self.position_of;
         shared.keys.clear();
         let mut buffers = Vec::with_capacity(simulated.len());
         let mut span_buffers: Vec<Vec<(String, u32, u32)>> = Vec::with_capacity(simulated.len());
@@ -251,10 +377,10 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
             // Ranks emit about as many ops as each other: room for the previous one's.
             let (ops, deps) = buffers.last().map_or((0, 0), |b: &Buffer| (b.ops.len(), b.deps.len()));
             let mut emitter = RankEmitter {
-                plan: &plan,
-                labels: &labels,
-                bucket_labels: &bucket_labels,
-                shared: &mut shared,
+                plan,
+                labels: &self.labels,
+                bucket_labels: &self.bucket_labels,
+                shared: &mut *shared,
                 rank,
                 buffer: Buffer {
                     ops: Vec::with_capacity(ops),
@@ -268,12 +394,12 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
                 spans: Vec::new(),
                 host_start: None,
                 iteration,
-                offload: OffloadState::new(previous_end[position]),
-                loads: std::mem::take(&mut loads[position]),
+                offload: OffloadState::new(self.previous_end[position]),
+                loads: std::mem::take(&mut self.loads[position]),
                 backward_part: crate::pipeline::Step::Backward,
             };
             let (end, pipeline_end) =
-                emitter.iteration(policies[position].as_mut(), previous_end[position])?;
+                emitter.iteration(self.policies[position].as_mut(), self.previous_end[position])?;
             rank_loads.push(std::mem::take(&mut emitter.loads));
             let rank_spans = std::mem::take(&mut emitter.spans);
             buffers.push(emitter.buffer);
@@ -322,8 +448,9 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
                     *dep = Dep::Global(OpId(offsets[position] + index));
                 }
             }
-            loads[position] = in_flight;
+            self.loads[position] = in_flight;
         }
+        let mut spans = Vec::new();
         for (position, rank_spans) in span_buffers.into_iter().enumerate() {
             for (name, first, last) in rank_spans {
                 spans.push(crate::ScheduleSpan {
@@ -336,34 +463,23 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
         }
         let iteration_end: Vec<OpId> =
             ends.iter().enumerate().map(|(rank, (end, _))| OpId(offsets[rank] + end)).collect();
-        pipeline_ends.push(ends.iter().enumerate().map(|(rank, (_, p))| OpId(offsets[rank] + p)).collect());
+        let pipeline_end = ends.iter().enumerate().map(|(rank, (_, p))| OpId(offsets[rank] + p)).collect();
         for (rank, end) in iteration_end.iter().enumerate() {
-            previous_end[rank] = Some(*end);
+            self.previous_end[rank] = Some(*end);
         }
-        for (policy, &offset) in policies.iter_mut().zip(&offsets) {
+        for (policy, &offset) in self.policies.iter_mut().zip(&offsets) {
             policy.appended(offset);
         }
-        iteration_ends.push(iteration_end);
+        Ok(IterationOps { ends: iteration_end, pipeline_ends: pipeline_end, spans })
     }
-    let stages = plan.stages()?;
-    let (flops_per_rank_iteration, recompute_flops_per_rank_iteration) = plan.mean_flops_per_rank();
-    // Stage 0's gradient buckets (ZeRO-3: its units, each gathered and scattered whole).
-    let stage0: Vec<Bucket> = plan.chunks_of(0).flat_map(|k| plan.policy.report_buckets(&plan, k)).collect();
-    let offload = plan.offload.as_ref().map(|offload| offload.totals(&plan));
-    Ok(Lowered {
-        offload,
-        graph: shared.graph.build()?,
-        ranks: simulated.into_iter().map(RankId).collect(),
-        spans,
-        iteration_ends,
-        pipeline_ends,
-        gradient_bytes: stage0.iter().map(|b| b.bytes.0).sum(),
-        buckets: stage0,
-        flops_per_rank_iteration,
-        recompute_flops_per_rank_iteration,
-        micro_batches: plan.micro_batches,
-        stages,
-    })
+
+    /// Emits the next iteration into `graph` (the builder a streamed run holds).
+    pub(crate) fn iteration_into(&mut self, graph: &mut GraphBuilder) -> Result<IterationOps, StrategyError> {
+        std::mem::swap(&mut self.shared.graph, graph);
+        let result = self.iteration();
+        std::mem::swap(&mut self.shared.graph, graph);
+        result
+    }
 }
 
 /// The memory of every stage and a lower bound of the iteration time, from the kernel-time
