@@ -76,11 +76,11 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
                 Ok(imported) => host_threads.extend(join::host_threads(&imported.trace.ranks)),
                 Err(error) => {
                     if replay_error.is_none() {
-                        let job = std::slice::from_ref(input);
-                        replay_error = Some(anyhow::Error::new(error).context(format!(
-                            "reading host calls of {}",
-                            traces::kineto::describe_inputs(job)
-                        )));
+                        // As `describe_inputs` names one input.
+                        replay_error = Some(
+                            anyhow::Error::new(error)
+                                .context(format!("reading host calls of {}", input.display())),
+                        );
                     }
                 }
             })?;

@@ -1049,7 +1049,7 @@ mod tests {
         let start = ComputeModel::default();
         let prior = Point::holding(&start, &held);
         let mut point = prior;
-        point.x[GEMM_EFFICIENCY] += 0.3;
+        point.x[MEMORY_EFFICIENCY] += 0.3;
         let r = residuals(&point, &prior, a100(), &priced).unwrap();
         let (curves, launch, rates) = point.curves();
         for (i, sample) in samples.iter().enumerate() {
@@ -1065,7 +1065,7 @@ mod tests {
         let shortcut: Vec<u64> = columns[LAUNCH].iter().map(|d| d.to_bits()).collect();
         assert_eq!(shortcut, quotient);
         // A free coordinate moves the samples' residuals.
-        assert!(columns[GEMM_EFFICIENCY][..samples.len()].iter().any(|d| *d != 0.0));
+        assert!(columns[MEMORY_EFFICIENCY][..samples.len()].iter().any(|d| *d != 0.0));
     }
 
     fn truth() -> ComputeModel {
