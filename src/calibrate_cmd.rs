@@ -14,7 +14,7 @@ use traces::kineto::operators::OperatorImport;
 use validation::calibration::{self as join, Collected};
 use workloads::calibrate::{self, PARAMETERS, class_errors};
 use workloads::compute::knobs::{FITTED, KnobValue, fit_position};
-use workloads::profile::{CalibrationRecord, ClassError, LaunchRecord, Profile};
+use workloads::profile::{CalibrationRecord, ClassError, Profile};
 use workloads::{ComputeModel, Device, DeviceCatalog};
 
 use crate::models::table;
@@ -55,6 +55,8 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
         traces::atomic::check_folder(output).context("-o")?;
     }
     let (tables, trace_paths) = join::split_inputs(&args.traces)?;
+    let mut host_threads = Vec::new();
+    let mut replay_error: Option<anyhow::Error> = None;
     let (import, mut trace_device) = if trace_paths.is_empty() {
         let empty =
             OperatorImport { names: Vec::new(), files: Vec::new(), warnings: traces::Warnings::new() };
@@ -66,7 +68,22 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
                 binary.display()
             );
         }
-        let import = traces::kineto::import_operators(&trace_paths)?;
+        // One parse per file gives the operators and each input's host threads (for the
+        // launch intervals); an input the replay import refuses is an error only where the
+        // intervals are needed, after the fit.
+        let import =
+            traces::kineto::import_operators_and_jobs(&trace_paths, |input, imported| match imported {
+                Ok(imported) => host_threads.extend(join::host_threads(&imported.trace.ranks)),
+                Err(error) => {
+                    if replay_error.is_none() {
+                        // As `describe_inputs` names one input.
+                        replay_error = Some(
+                            anyhow::Error::new(error)
+                                .context(format!("reading host calls of {}", input.display())),
+                        );
+                    }
+                }
+            })?;
         let trace_device = match join::traced_devices(&import, device)? {
             Some(names) => names,
             None => {
@@ -129,7 +146,11 @@ pub fn calibrate(args: &Args) -> anyhow::Result<String> {
         class_errors(samples, &calibrate::cross_validate(device, samples, &start, &hold, &fit.model, FOLDS)?);
     let support: BTreeMap<String, usize> =
         PARAMETERS.iter().zip(fit.support).map(|(name, count)| (name.to_string(), count)).collect();
-    let launches = if trace_paths.is_empty() { None } else { launch_record(&trace_paths)? };
+    let launches = match replay_error {
+        _ if trace_paths.is_empty() => None,
+        Some(error) => return Err(error),
+        None => join::launch_record_of_threads(&host_threads),
+    };
     let mut compute = ComputeModel { winograd_convolutions: false, ..fit.model.clone() };
     if let Some(record) = &launches {
         compute.dispatch_overhead = SimDuration::from_ns((record.p25_us * 1e3).round() as u64);
@@ -222,20 +243,6 @@ fn held_start(pairs: &[String]) -> anyhow::Result<(ComputeModel, BTreeMap<String
     let start: ComputeModel = table.try_into().with_context(|| format!("--hold {}", pairs.join(" ")))?;
     start.validate().with_context(|| format!("--hold {}", pairs.join(" ")))?;
     Ok((start, held))
-}
-
-/// The launch intervals of the traces' host threads ([`join::launch_record`]), or `None` if
-/// no thread launched twice in a row. Each input is its own job (a file, or a directory of one
-/// job's ranks).
-fn launch_record(paths: &[PathBuf]) -> anyhow::Result<Option<LaunchRecord>> {
-    let mut ranks = Vec::new();
-    for path in paths {
-        let job = std::slice::from_ref(path);
-        let imported = traces::kineto::import(job)
-            .with_context(|| format!("reading host calls of {}", traces::kineto::describe_inputs(job)))?;
-        ranks.extend(imported.trace.ranks);
-    }
-    Ok(join::launch_record(&ranks))
 }
 
 fn percent(x: f64) -> String {

@@ -586,3 +586,85 @@ fn calibrate_check_json_prints_json() {
     assert!(all["profile"]["median-error"].as_f64().unwrap() >= 0.0, "{all}");
     assert!(!check["regimes"].as_array().unwrap().is_empty());
 }
+
+/// A Kineto trace of `iterations` repetitions of one small training step, each with its own
+/// times and correlation ids: an `aten::mm` of shaped arguments and an `aten::add`, each
+/// launching one kernel, and a stream synchronization. No two iterations overlap.
+fn repeated_step_trace(iterations: u64) -> String {
+    let mut events = Vec::with_capacity(iterations as usize * 7);
+    for i in 0..iterations {
+        let (t, c) = (i * 1_000, 2 * i + 1);
+        let noise = i % 7;
+        events.push(format!(
+            r#"{{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": {t}, "dur": 40,
+               "args": {{"Input Dims": [[512, 1024], [1024, 256]], "Input type": ["float", "float"]}}}}"#
+        ));
+        events.push(format!(
+            r#"{{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+               "ts": {}, "dur": 5, "args": {{"correlation": {c}}}}}"#,
+            t + 10
+        ));
+        events.push(format!(
+            r#"{{"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_nn", "pid": 0, "tid": 7,
+               "ts": {}, "dur": {}, "args": {{"correlation": {c}, "stream": 7, "device": 0}}}}"#,
+            t + 100,
+            60 + noise
+        ));
+        events.push(format!(
+            r#"{{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": {}, "dur": 40,
+               "args": {{"Input Dims": [[512, 256], [512, 256], []], "Input type": ["float", "float", "Scalar"]}}}}"#,
+            t + 50
+        ));
+        events.push(format!(
+            r#"{{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+               "ts": {}, "dur": 5, "args": {{"correlation": {}}}}}"#,
+            t + 60,
+            c + 1
+        ));
+        events.push(format!(
+            r#"{{"ph": "X", "cat": "kernel", "name": "vectorized_elementwise_kernel", "pid": 0, "tid": 7,
+               "ts": {}, "dur": {}, "args": {{"correlation": {}, "stream": 7, "device": 0}}}}"#,
+            t + 200,
+            5 + noise,
+            c + 1
+        ));
+        events.push(format!(
+            r#"{{"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "pid": 1, "tid": 1,
+               "ts": {}, "dur": 300, "args": {{}}}}"#,
+            t + 100
+        ));
+    }
+    format!(
+        "{{\"distributedInfo\": {{\"rank\": 0, \"world_size\": 1}},\n\"traceEvents\": [\n{}\n]}}\n",
+        events.join(",\n")
+    )
+}
+
+/// `calibrate` is near-linear in trace size (issue 38: it took over 10 minutes on a 1 GB trace):
+/// a trace of twice the iterations takes less than three times as long to fit and report
+/// (quadratic work would take four). Small sizes keep it fast; the scale measurement (1 and
+/// 2 GB) is a command in docs/compute-model.md, "Large traces".
+#[test]
+fn calibrate_time_grows_linearly_with_the_trace() {
+    let time = |iterations: u64| {
+        let trace = scratch(&format!("calibrate-linear-{iterations}.json"));
+        fs_err::write(&trace, repeated_step_trace(iterations)).unwrap();
+        let profile = scratch(&format!("calibrate-linear-{iterations}.toml"));
+        let args = ["-o", profile.to_str().unwrap()];
+        // The best of two runs: the machine's other load only ever adds time.
+        let best = (0..2)
+            .map(|_| {
+                let start = std::time::Instant::now();
+                let run = calibrate(&[&trace], "a100-sxm4-80gb", &args);
+                assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+                start.elapsed().as_secs_f64()
+            })
+            .fold(f64::INFINITY, f64::min);
+        let written = Profile::from_toml_str(&fs_err::read_to_string(&profile).unwrap()).unwrap();
+        assert_eq!(written.calibration.unwrap().operators as u64, 2 * iterations);
+        best
+    };
+    let (small, large) = (time(3_000), time(6_000));
+    println!("3000 iterations: {small:.3} s; 6000: {large:.3} s ({:.2}x)", large / small);
+    assert!(large < 3.0 * small, "twice the trace took {:.2} times as long", large / small);
+}

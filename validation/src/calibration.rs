@@ -430,8 +430,14 @@ pub fn host_threads(ranks: &[RankTrace]) -> Vec<Vec<HostCall>> {
 /// The launch intervals of `ranks`' host threads, in microseconds to 0.1 us as a profile
 /// records them, or `None` if no thread launched twice in a row.
 pub fn launch_record(ranks: &[RankTrace]) -> Option<LaunchRecord> {
+    launch_record_of_threads(&host_threads(ranks))
+}
+
+/// [`launch_record`] of host threads as [`host_threads`] gives them (the threads of several
+/// traces are the concatenation of each one's, so traces can be read one at a time).
+pub fn launch_record_of_threads(threads: &[Vec<HostCall>]) -> Option<LaunchRecord> {
     let us = |d: SimDuration| (d.as_secs_f64() * 1e7).round() / 10.0;
-    launch_intervals(&host_threads(ranks)).map(|stats| LaunchRecord {
+    launch_intervals(threads).map(|stats| LaunchRecord {
         intervals: stats.intervals,
         p10_us: us(stats.p10),
         p25_us: us(stats.p25),

@@ -353,29 +353,81 @@ pub fn predict(model: &ComputeModel, device: &Device, sample: &Sample) -> Result
     predict_with(&model.curves(), model.launch_overhead.as_secs_f64(), rates, device, sample)
 }
 
+/// The samples of a fit, with each distinct pricing found once. Samples that the model prices
+/// alike (the same work, kernels and share beside communication: the same operator and shapes
+/// in every iteration of a long trace) share one prediction per evaluation, so a fit costs one
+/// model evaluation per distinct pricing and one division and logarithm per sample. The
+/// residuals are computed exactly as sample by sample, so the fit is the same to the bit.
+struct Priced<'a> {
+    samples: &'a [Sample],
+    /// The first sample of each distinct pricing, in sample order.
+    distinct: Vec<usize>,
+    /// For each sample, its pricing's position in `distinct`.
+    pricing: Vec<u32>,
+}
+
+impl<'a> Priced<'a> {
+    fn new(samples: &'a [Sample]) -> Self {
+        use std::fmt::Write;
+        // The key is what `predict_with` reads, as text: `Debug` writes every field, and every
+        // float in a form that reads back to the same value, so equal keys price equally.
+        let mut keys: sim_core::lookup::LookupMap<String, u32> = sim_core::lookup::LookupMap::new();
+        let mut distinct = Vec::new();
+        let mut pricing = Vec::with_capacity(samples.len());
+        let mut key = String::new();
+        for (i, sample) in samples.iter().enumerate() {
+            key.clear();
+            let _ = write!(
+                key,
+                "{:?}|{:?}|{}|{:?}",
+                sample.work, sample.after, sample.kernels, sample.communication
+            );
+            let id = match keys.get(key.as_str()) {
+                Some(&id) => id,
+                None => {
+                    let id = distinct.len() as u32;
+                    keys.insert(key.clone(), id);
+                    distinct.push(i);
+                    id
+                }
+            };
+            pricing.push(id);
+        }
+        Priced { samples, distinct, pricing }
+    }
+}
+
+/// The prior's pull on each coordinate of `point`.
+fn pulls<'p>(point: &'p Point, prior: &'p Point) -> impl Iterator<Item = f64> + 'p {
+    // No pull on a reduction's combine: its default, 0, is the logarithm's floor, and a pull
+    // towards it from every e-fold of a few microseconds outweighs what the reductions say.
+    // Without reductions it is held instead ([`held_set`]).
+    point
+        .x
+        .iter()
+        .zip(&prior.x)
+        .enumerate()
+        .map(|(j, (x, x0))| if j == COMBINE { 0.0 } else { PRIOR_WEIGHT * (x - x0) })
+}
+
 /// Residuals: one log-ratio per sample, then the prior's pulls.
 fn residuals(
     point: &Point,
     prior: &Point,
     device: &Device,
-    samples: &[Sample],
+    priced: &Priced,
 ) -> Result<Vec<f64>, ComputeError> {
     let (curves, launch, rates) = point.curves();
-    let mut out = Vec::with_capacity(samples.len() + COUNT);
-    for sample in samples {
-        out.push((predict_with(&curves, launch, rates, device, sample)? / sample.measured_s).ln());
+    let predictions = priced
+        .distinct
+        .iter()
+        .map(|&i| predict_with(&curves, launch, rates, device, &priced.samples[i]))
+        .collect::<Result<Vec<f64>, ComputeError>>()?;
+    let mut out = Vec::with_capacity(priced.samples.len() + COUNT);
+    for (sample, &id) in priced.samples.iter().zip(&priced.pricing) {
+        out.push((predictions[id as usize] / sample.measured_s).ln());
     }
-    // No pull on a reduction's combine: its default, 0, is the logarithm's floor, and a pull
-    // towards it from every e-fold of a few microseconds outweighs what the reductions say.
-    // Without reductions it is held instead ([`held_set`]).
-    out.extend(
-        point
-            .x
-            .iter()
-            .zip(&prior.x)
-            .enumerate()
-            .map(|(j, (x, x0))| if j == COMBINE { 0.0 } else { PRIOR_WEIGHT * (x - x0) }),
-    );
+    out.extend(pulls(point, prior));
     Ok(out)
 }
 
@@ -383,21 +435,30 @@ fn sum_of_squares(residuals: &[f64]) -> f64 {
     residuals.iter().map(|r| r * r).sum()
 }
 
-/// Forward-difference Jacobian, column per parameter.
+/// Forward-difference Jacobian, column per parameter. A held coordinate (a fixed value) moves
+/// no prediction: its column is zero but for its pull, which is all that is computed.
 fn jacobian(
     point: &Point,
     base: &[f64],
     prior: &Point,
     device: &Device,
-    samples: &[Sample],
+    priced: &Priced,
 ) -> Result<Vec<Vec<f64>>, ComputeError> {
     const STEP: f64 = 1e-6;
+    let samples = priced.samples.len();
     let mut columns = Vec::with_capacity(COUNT);
     for j in 0..COUNT {
         let mut moved = *point;
         moved.x[j] += STEP;
-        let r = residuals(&moved, prior, device, samples)?;
-        columns.push(r.iter().zip(base).map(|(a, b)| (a - b) / STEP).collect());
+        let column = if point.fixed[j].is_some() {
+            let mut column = vec![0.0; samples];
+            column.extend(pulls(&moved, prior).zip(&base[samples..]).map(|(a, b)| (a - b) / STEP));
+            column
+        } else {
+            let r = residuals(&moved, prior, device, priced)?;
+            r.iter().zip(base).map(|(a, b)| (a - b) / STEP).collect()
+        };
+        columns.push(column);
     }
     Ok(columns)
 }
@@ -477,22 +538,24 @@ fn levenberg_marquardt(
     prior: &Point,
     held: &Held,
     device: &Device,
-    samples: &[Sample],
+    priced: &Priced,
 ) -> Result<(Point, f64, u32), ComputeError> {
     let mut point = start;
-    let mut r = residuals(&point, prior, device, samples)?;
+    let mut r = residuals(&point, prior, device, priced)?;
     let mut cost = sum_of_squares(&r);
     let mut damping = 1e-3;
     let mut iterations = 0;
     for _ in 0..300 {
         iterations += 1;
-        let columns = jacobian(&point, &r, prior, device, samples)?;
+        let columns = jacobian(&point, &r, prior, device, priced)?;
         let mut normal = [[0.0; COUNT]; COUNT];
         let mut gradient = [0.0; COUNT];
         for i in 0..COUNT {
             gradient[i] = -columns[i].iter().zip(&r).map(|(j, r)| j * r).sum::<f64>();
-            for k in 0..COUNT {
+            // Symmetric: each product is the same either way round, summed in the same order.
+            for k in i..COUNT {
                 normal[i][k] = columns[i].iter().zip(&columns[k]).map(|(a, b)| a * b).sum();
+                normal[k][i] = normal[i][k];
             }
         }
         let mut improved = false;
@@ -511,7 +574,7 @@ fn levenberg_marquardt(
                     *x = (*x + dx).clamp(lower_bound(j), 20.0);
                 }
             }
-            let trial_r = residuals(&trial, prior, device, samples)?;
+            let trial_r = residuals(&trial, prior, device, priced)?;
             let trial_cost = sum_of_squares(&trial_r);
             if trial_cost < cost {
                 let gain = (cost - trial_cost) / cost.max(1e-300);
@@ -678,9 +741,10 @@ fn fit_from(
     held: &Held,
     starts: &[Point],
 ) -> Result<Fit, CalibrationError> {
+    let priced = Priced::new(samples);
     let mut best: Option<(Point, f64, u32)> = None;
     for begin in starts {
-        let result = levenberg_marquardt(*begin, prior, held, device, samples)?;
+        let result = levenberg_marquardt(*begin, prior, held, device, &priced)?;
         if best.as_ref().is_none_or(|b| result.1 < b.1) {
             best = Some(result);
         }
@@ -693,8 +757,8 @@ fn fit_from(
     // of the parameter (elasticity). The Jacobian is per unit of the unconstrained coordinate:
     // a log for times, a logit for efficiencies, whose derivative is (1 - p) times the
     // elasticity.
-    let base = residuals(&point, &point, device, samples)?;
-    let columns = jacobian(&point, &base, &point, device, samples)?;
+    let base = residuals(&point, &point, device, &priced)?;
+    let columns = jacobian(&point, &base, &point, device, &priced)?;
     let mut support = [0; COUNT];
     for (j, (count, column)) in support.iter_mut().zip(&columns).enumerate() {
         let scale = if is_logit(j) { 1.0 / (1.0 - sigmoid(point.x[j])) } else { 1.0 };
@@ -954,6 +1018,54 @@ mod tests {
             sample.measured_s = predict(truth, a100(), sample).unwrap() * noise(i);
         }
         samples
+    }
+
+    /// Samples repeated with other measured times share one pricing per distinct work, kernels
+    /// and communication share; the residuals are exactly those computed sample by sample, and
+    /// a held coordinate's Jacobian column, found from its pull alone, is exactly the
+    /// difference quotient of the full residuals.
+    #[test]
+    fn repeated_samples_are_priced_once_and_fit_exactly_as_one_by_one() {
+        let truth = truth();
+        let base = synthetic(&truth, |_| 1.0);
+        let mut samples = Vec::new();
+        for copy in 0..3 {
+            for (i, sample) in base.iter().enumerate() {
+                let mut sample = sample.clone();
+                sample.measured_s *= 1.0 + 0.01 * ((i + copy) % 5) as f64;
+                samples.push(sample);
+            }
+        }
+        // One sample beside communication: priced apart from its otherwise equal twin.
+        samples[1].communication = 0.25;
+        let priced = Priced::new(&samples);
+        assert_eq!(priced.distinct.len(), base.len() + 1);
+        assert_eq!(priced.pricing[0], priced.pricing[base.len()]);
+        assert_eq!(priced.pricing[0], priced.pricing[2 * base.len()]);
+        assert_ne!(priced.pricing[1], priced.pricing[base.len() + 1]);
+        assert_eq!(priced.pricing[2], priced.pricing[base.len() + 2]);
+
+        let held: Held = std::array::from_fn(|j| j == LAUNCH);
+        let start = ComputeModel::default();
+        let prior = Point::holding(&start, &held);
+        let mut point = prior;
+        point.x[MEMORY_EFFICIENCY] += 0.3;
+        let r = residuals(&point, &prior, a100(), &priced).unwrap();
+        let (curves, launch, rates) = point.curves();
+        for (i, sample) in samples.iter().enumerate() {
+            let one =
+                (predict_with(&curves, launch, rates, a100(), sample).unwrap() / sample.measured_s).ln();
+            assert_eq!(r[i].to_bits(), one.to_bits(), "sample {i}");
+        }
+        let columns = jacobian(&point, &r, &prior, a100(), &priced).unwrap();
+        let mut moved = point;
+        moved.x[LAUNCH] += 1e-6;
+        let full = residuals(&moved, &prior, a100(), &priced).unwrap();
+        let quotient: Vec<u64> = full.iter().zip(&r).map(|(a, b)| ((a - b) / 1e-6).to_bits()).collect();
+        let shortcut: Vec<u64> = columns[LAUNCH].iter().map(|d| d.to_bits()).collect();
+        assert_eq!(shortcut, quotient);
+        // A free coordinate moves the samples' residuals.
+        assert!(columns[MEMORY_EFFICIENCY][..samples.len()].iter().any(|d| *d != 0.0));
     }
 
     fn truth() -> ComputeModel {

@@ -19,7 +19,7 @@ mod write;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-pub use operators::{OperatorImport, import_operators};
+pub use operators::{OperatorImport, import_operators, import_operators_and_jobs};
 pub use write::{write_rank, write_trace_files};
 
 use crate::error::TraceError;
@@ -76,75 +76,113 @@ pub fn expand_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>, TraceError> {
 pub fn import(paths: &[PathBuf]) -> Result<Imported, TraceError> {
     let files = expand_paths(paths)?;
     let mut names = raw::Interner::default();
-    let mut groups = link::Groups::default();
-    let mut warnings = Warnings::new();
-    let mut ranks = Vec::with_capacity(files.len());
-    let mut world_sizes: Vec<(u32, PathBuf)> = Vec::new();
-    let mut device: Option<DeviceInfo> = None;
+    let mut job = Job::new(files.clone());
     for (position, path) in files.iter().enumerate() {
         let raw = raw::parse_file(path, &mut names, false)?;
-        warnings.extend(&raw.warnings);
+        job.add(position, &raw, &names.names);
+    }
+    job.finish(names.names)
+}
+
+/// The ranks of one job, linked file by file as they are parsed (each file's parse is dropped
+/// once linked) and put together by [`Job::finish`].
+pub(crate) struct Job {
+    files: Vec<PathBuf>,
+    groups: link::Groups,
+    warnings: Warnings,
+    ranks: Vec<crate::model::RankTrace>,
+    world_sizes: Vec<(u32, PathBuf)>,
+    device: Option<DeviceInfo>,
+}
+
+impl Job {
+    /// A job of the rank files `files`, none read yet.
+    pub(crate) fn new(files: Vec<PathBuf>) -> Self {
+        Job {
+            ranks: Vec::with_capacity(files.len()),
+            files,
+            groups: link::Groups::default(),
+            warnings: Warnings::new(),
+            world_sizes: Vec::new(),
+            device: None,
+        }
+    }
+
+    /// Links the parse of the job's file at `position`; `names` are the interner's names so far.
+    pub(crate) fn add(&mut self, position: usize, raw: &raw::RawFile, names: &[String]) {
+        let (path, files) = (&raw.path, self.files.len());
+        self.warnings.extend(&raw.warnings);
         let info = raw.distributed.clone().unwrap_or_default();
         let rank = match info.rank.0.and_then(Number::as_u64).and_then(|r| u32::try_from(r).ok()) {
             Some(rank) => rank,
             None => {
-                warnings.add("files without distributedInfo.rank (numbered by their position)");
+                self.warnings.add("files without distributedInfo.rank (numbered by their position)");
                 position as u32
             }
         };
         let world = match info.world_size.0.and_then(Number::as_u64).and_then(|w| u32::try_from(w).ok()) {
             Some(world) if world > 0 => world,
             _ => {
-                warnings.add("files without distributedInfo.world_size (world = number of files)");
-                files.len() as u32
+                self.warnings.add("files without distributedInfo.world_size (world = number of files)");
+                files as u32
             }
         };
-        world_sizes.push((world, path.clone()));
-        if device.is_none() && !raw.devices.is_empty() {
-            device = device_info(&raw);
+        self.world_sizes.push((world, path.clone()));
+        if self.device.is_none() && !raw.devices.is_empty() {
+            self.device = device_info(raw);
         }
         let rank_trace =
-            link::link(&raw, rank, world.max(rank + 1), &names.names, &mut groups, &mut warnings);
-        ranks.push(rank_trace);
+            link::link(raw, rank, world.max(rank + 1), names, &mut self.groups, &mut self.warnings);
+        self.ranks.push(rank_trace);
     }
-    let world = world_sizes.iter().map(|(w, _)| *w).max().unwrap_or(1);
-    if let Some((other, path)) = world_sizes.iter().find(|(w, _)| *w != world) {
-        return Err(TraceError::Inconsistent {
-            reason: format!(
-                "{} says world size {other}, but {} says {world}: the files are not from one job",
-                path.display(),
-                world_sizes
-                    .iter()
-                    .find(|(w, _)| *w == world)
-                    .map_or(String::new(), |(_, p)| p.display().to_string())
-            ),
-        });
-    }
-    ranks.sort_by_key(|r| r.rank);
-    for pair in ranks.windows(2) {
-        if pair[0].rank == pair[1].rank {
+
+    /// The job's trace, checked; `names` are the interner's names (names no rank uses are
+    /// dropped).
+    pub(crate) fn finish(self, names: Vec<String>) -> Result<Imported, TraceError> {
+        let Job { files, groups, warnings, mut ranks, world_sizes, device } = self;
+        let world = world_sizes.iter().map(|(w, _)| *w).max().unwrap_or(1);
+        if let Some((other, path)) = world_sizes.iter().find(|(w, _)| *w != world) {
             return Err(TraceError::Inconsistent {
-                reason: format!("{} and {} are both rank {}", pair[0].source, pair[1].source, pair[0].rank),
+                reason: format!(
+                    "{} says world size {other}, but {} says {world}: the files are not from one job",
+                    path.display(),
+                    world_sizes
+                        .iter()
+                        .find(|(w, _)| *w == world)
+                        .map_or(String::new(), |(_, p)| p.display().to_string())
+                ),
             });
         }
+        ranks.sort_by_key(|r| r.rank);
+        for pair in ranks.windows(2) {
+            if pair[0].rank == pair[1].rank {
+                return Err(TraceError::Inconsistent {
+                    reason: format!(
+                        "{} and {} are both rank {}",
+                        pair[0].source, pair[1].source, pair[0].rank
+                    ),
+                });
+            }
+        }
+        if let Some(rank) = ranks.iter().find(|r| r.rank >= world) {
+            return Err(TraceError::Inconsistent {
+                reason: format!("{} is rank {}, outside its world of {world}", rank.source, rank.rank),
+            });
+        }
+        let label = files_label(&files);
+        if ranks.iter().all(|r| r.gpu_ops.is_empty()) {
+            return Err(TraceError::Meaningless {
+                path: label,
+                reason: "no GPU kernels, copies or memsets: was the profiler run with CUDA activities?"
+                    .into(),
+            });
+        }
+        let mut trace = Trace { world_size: world, device, names, groups: groups.lists, ranks };
+        trace.canonicalize();
+        check_collective_counts(&trace)?;
+        trace.validate(&files_label(&files))?;
+        Ok(Imported { trace, warnings })
     }
-    if let Some(rank) = ranks.iter().find(|r| r.rank >= world) {
-        return Err(TraceError::Inconsistent {
-            reason: format!("{} is rank {}, outside its world of {world}", rank.source, rank.rank),
-        });
-    }
-    let label = files_label(&files);
-    if ranks.iter().all(|r| r.gpu_ops.is_empty()) {
-        return Err(TraceError::Meaningless {
-            path: label,
-            reason: "no GPU kernels, copies or memsets: was the profiler run with CUDA activities?".into(),
-        });
-    }
-    let mut trace = Trace { world_size: world, device, names: names.names, groups: groups.lists, ranks };
-    trace.canonicalize();
-    check_collective_counts(&trace)?;
-    trace.validate(&files_label(&files))?;
-    Ok(Imported { trace, warnings })
 }
 
 /// "a.json" for one file, "dir/ (8 files)" style otherwise.

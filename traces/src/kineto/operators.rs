@@ -156,6 +156,48 @@ pub fn import_operators(paths: &[PathBuf]) -> Result<OperatorImport, TraceError>
     Ok(OperatorImport { names: names.names, files: out, warnings })
 }
 
+/// [`import_operators`], and from the same parse of each file the replay import of each input
+/// on its own ([`super::import`] of `[input]`: a file, or a directory of one job's ranks), handed
+/// to `job` in input order as soon as the input is read. Each file is parsed once and dropped
+/// once read, so a large trace costs one pass and never two parses in memory. The replay
+/// imports' failures go to `job` too: only the operators' failures (a file that does not parse,
+/// a file without GPU activity) end the import. The operators are those of
+/// [`import_operators`], and each replay import is that of [`super::import`], except that its
+/// warnings also count what operator events lacked.
+pub fn import_operators_and_jobs(
+    paths: &[PathBuf],
+    mut job: impl FnMut(&Path, Result<super::Imported, TraceError>),
+) -> Result<OperatorImport, TraceError> {
+    // Every input's files first: a missing or empty input is refused before any parse, as
+    // [`import_operators`] refuses it.
+    super::expand_paths(paths)?;
+    let inputs = paths
+        .iter()
+        .map(|path| super::expand_paths(std::slice::from_ref(path)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut names = raw::Interner::default();
+    let mut warnings = Warnings::new();
+    let mut out = Vec::new();
+    for (input, files) in paths.iter().zip(inputs) {
+        let mut replay = super::Job::new(files.clone());
+        for (position, path) in files.iter().enumerate() {
+            let raw = raw::parse_file(path, &mut names, true)?;
+            warnings.extend(&raw.warnings);
+            if raw.gpu.is_empty() {
+                return Err(TraceError::Meaningless {
+                    path: path.clone(),
+                    reason: "no GPU kernels, copies or memsets: was the profiler run with CUDA activities?"
+                        .into(),
+                });
+            }
+            out.push(attribute(&raw, path, &names.names));
+            replay.add(position, &raw, &names.names);
+        }
+        job(input, replay.finish(names.names.clone()));
+    }
+    Ok(OperatorImport { names: names.names, files: out, warnings })
+}
+
 /// Operators of one thread as a forest: sorted by start (outer before inner at equal starts),
 /// each with the position of its innermost enclosing operator.
 struct Nesting<'a> {
@@ -304,12 +346,13 @@ fn attribute(raw: &RawFile, path: &Path, names: &[String]) -> OperatorFile {
         .map(|((thread, position), mut activities)| {
             activities.sort_by_key(|(ts, _)| *ts);
             let op = nestings[&thread].operators[position];
+            let arguments = &raw.arguments.lists[op.arguments as usize];
             (
                 op.ts_ns,
                 ProfiledOperator {
                     name: op.name,
-                    dims: op.dims.clone(),
-                    types: op.types.clone(),
+                    dims: arguments.dims.clone(),
+                    types: arguments.types.clone(),
                     activities: activities.into_iter().map(|(_, a)| a).collect(),
                 },
             )

@@ -130,10 +130,39 @@ pub(crate) struct RawOperator {
     pub(crate) thread: u64,
     pub(crate) ts_ns: i64,
     pub(crate) duration_ns: u64,
+    /// Its `Input Dims` and `Input type`: an index into [`RawFile::arguments`].
+    pub(crate) arguments: u32,
+}
+
+/// The `Input Dims` and `Input type` of an operator's arguments.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub(crate) struct Arguments {
     /// `Input Dims`, one entry per argument (see [`sizes`]); empty if not recorded.
     pub(crate) dims: Vec<Option<Vec<u64>>>,
     /// `Input type`, one entry per argument; empty if not recorded.
     pub(crate) types: Vec<Option<String>>,
+}
+
+/// Argument lists stored once each: a long trace repeats the same few hundred operator
+/// signatures in every iteration, so its operators cost a fixed-size record each, not their
+/// argument lists.
+#[derive(Debug, Default)]
+pub(crate) struct ArgumentLists {
+    pub(crate) lists: Vec<Arguments>,
+    ids: LookupMap<Arguments, u32>,
+}
+
+impl ArgumentLists {
+    /// The index of `arguments`, adding them if new.
+    fn intern(&mut self, arguments: Arguments) -> u32 {
+        if let Some(&id) = self.ids.get(&arguments) {
+            return id;
+        }
+        let id = self.lists.len() as u32;
+        self.lists.push(arguments.clone());
+        self.ids.insert(arguments, id);
+        id
+    }
 }
 
 /// A Kineto `cuda_sync` event: a stream waited on an event recorded on another stream.
@@ -184,6 +213,8 @@ pub(crate) struct RawFile {
     pub(crate) annotations: Vec<RawAnnotation>,
     /// Host operators with their argument shapes, when asked for.
     pub(crate) operators: Vec<RawOperator>,
+    /// The operators' distinct argument lists ([`RawOperator::arguments`]).
+    pub(crate) arguments: ArgumentLists,
     pub(crate) stream_syncs: Vec<RawStreamSync>,
     /// Exact stream waits as parasim writes them (`parasimStreamWaits`: `[op, after]` pairs
     /// of GPU op positions in (stream, start) order).
@@ -453,7 +484,8 @@ impl Collector<'_> {
             .and_then(|a| a.input_type.0.as_ref())
             .map_or_else(Vec::new, |list| list.iter().map(|t| t.0.clone()).collect());
         let name = self.names.intern(name);
-        self.file.operators.push(RawOperator { name, thread, ts_ns, duration_ns, dims, types });
+        let arguments = self.file.arguments.intern(Arguments { dims, types });
+        self.file.operators.push(RawOperator { name, thread, ts_ns, duration_ns, arguments });
     }
 
     fn push_stream_sync(&mut self, mut event: RawEvent) {

@@ -48,3 +48,36 @@ fn nccl_kernels_record_the_multiprocessors_they_hold() {
     assert_eq!(file.nccl_ns, 163_535_000);
     assert_eq!(file.nccl_block_ns, 3_561_548_000);
 }
+
+/// One parse per file gives what two imports gave: the operators of `import_operators` over all
+/// the inputs, and for each input the trace (or the error) of `import` of that input alone.
+#[test]
+fn one_parse_gives_the_operators_and_each_inputs_replay_import() {
+    let inputs = [
+        shared(
+            "HolisticTraceAnalysis/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz",
+        ),
+        shared("HolisticTraceAnalysis/trace_filter/sampled_rank-0.json.gz"),
+        shared(
+            "HolisticTraceAnalysis/critical_path/simple_add/benchmark_result_493459_1694039959_trace.json.gz",
+        ),
+    ];
+    let mut jobs = Vec::new();
+    let both = traces::kineto::import_operators_and_jobs(&inputs, |input, imported| {
+        jobs.push((input.to_path_buf(), imported.map(|i| i.trace).map_err(|e| e.to_string())));
+    })
+    .unwrap();
+    let alone = import_operators(&inputs).unwrap();
+    assert_eq!(both.names, alone.names);
+    assert_eq!(format!("{:?}", both.files), format!("{:?}", alone.files));
+    assert_eq!(both.warnings, alone.warnings);
+    assert_eq!(jobs.len(), inputs.len());
+    for ((input, trace), expected) in jobs.iter().zip(&inputs) {
+        assert_eq!(input, expected);
+        let replay = traces::kineto::import(std::slice::from_ref(expected))
+            .map(|i| i.trace)
+            .map_err(|e| e.to_string());
+        assert_eq!(trace, &replay, "{}", input.display());
+    }
+    assert!(jobs.iter().any(|(_, trace)| trace.as_ref().is_ok_and(|t| !t.ranks[0].calls.is_empty())));
+}
