@@ -17,21 +17,40 @@ use crate::{Cli, Command};
 /// The arguments of a mutant: one per line, `{root}` for the checkout.
 fn arguments(text: &str, root: &Path) -> Vec<String> {
     let root = root.display().to_string();
-    std::iter::once("parasim".to_string()).chain(text.lines().map(|line| line.replace("{root}", &root))).collect()
+    std::iter::once("parasim".to_string())
+        .chain(text.lines().map(|line| line.replace("{root}", &root)))
+        .collect()
 }
 
-/// The names an error may give to be clean: every flag given, the command's positional
-/// argument (`collective`'s kind) and `extra` (flags with defaults, the file).
+/// The names an error may give to be clean: every flag given, every value given of three
+/// characters or more (a path, a name such as the collective's kind, a size with its unit;
+/// errors about a value quote it) and `extra` (flags with defaults, the file).
 fn names<'a>(arguments: &'a [String], extra: &[&'a str]) -> Vec<&'a str> {
-    let mut names: Vec<&str> = arguments.iter().map(|a| a.trim()).filter(|a| a.starts_with('-') && a.len() > 1).collect();
-    names.extend(arguments.get(2).map(|a| a.trim()).filter(|a| !a.is_empty() && !a.starts_with('-')));
+    let mut names: Vec<&str> = arguments[1..]
+        .iter()
+        .map(|a| a.trim())
+        .filter(|a| (a.starts_with('-') && a.len() > 1) || a.chars().count() >= 3)
+        .collect();
     names.extend(extra);
     names
 }
 
 /// The flags of `collective`: an error about a default value names its flag.
-const COLLECTIVE_FLAGS: [&str; 13] =
-    ["-b", "-e", "-f", "-g", "-d", "--ranks", "--algorithm", "--fidelity", "--launch", "--chunk", "--protocol", "--host-launch", "--cluster"];
+const COLLECTIVE_FLAGS: [&str; 13] = [
+    "-b",
+    "-e",
+    "-f",
+    "-g",
+    "-d",
+    "--ranks",
+    "--algorithm",
+    "--fidelity",
+    "--launch",
+    "--chunk",
+    "--protocol",
+    "--host-launch",
+    "--cluster",
+];
 
 /// `parasim collective`: every flag, the size and type grammar, the cluster, algorithm,
 /// protocol and fidelity names; small sizes on the quickstart's 64 GPUs, so a valid mutant
@@ -49,26 +68,30 @@ fn collective_arguments() {
         format!("collective\nallreduce\n--cluster\n{{root}}/scenarios/azure-nd-a100-v4.toml\n--compare\n{{root}}{compare}\n-e\n1M"),
     ]
     .into();
-    Campaign::from_env("collective_arguments").run(fuzzing::mutated_text(seeds), |text| {
-        let arguments = arguments(&text, &root);
-        // --plot writes a file where the mutant says: the one output this target leaves out.
-        if arguments.iter().any(|a| a.contains("--plot")) {
-            return Ok(());
-        }
-        let Ok(cli) = Cli::try_parse_from(&arguments) else { return Ok(()) };
-        if !matches!(cli.command, Command::Collective { .. }) {
-            return Ok(());
-        }
-        if let Err(error) = crate::collective(cli.command) {
-            let message = crate::message(&error);
-            names_one_of(&message, &names(&arguments, &COLLECTIVE_FLAGS))?;
-        }
-        Ok(())
-    });
+    Campaign::from_env("collective_arguments").with_default_cases(16).run(
+        fuzzing::mutated_text(seeds),
+        |text| {
+            let arguments = arguments(&text, &root);
+            // --plot writes a file where the mutant says: the one output this target leaves out.
+            if arguments.iter().any(|a| a.contains("--plot")) {
+                return Ok(());
+            }
+            let Ok(cli) = Cli::try_parse_from(&arguments) else { return Ok(()) };
+            if !matches!(cli.command, Command::Collective { .. }) {
+                return Ok(());
+            }
+            if let Err(error) = crate::collective(cli.command) {
+                let message = crate::message(&error);
+                names_one_of(&message, &names(&arguments, &COLLECTIVE_FLAGS))?;
+            }
+            Ok(())
+        },
+    );
 }
 
 /// The flags of `plan` that have defaults.
-const PLAN_FLAGS: [&str; 6] = ["--cluster", "--top", "--memory-headroom", "--final-time-limit", "--final-max", "--objective"];
+const PLAN_FLAGS: [&str; 6] =
+    ["--cluster", "--top", "--memory-headroom", "--final-time-limit", "--final-max", "--objective"];
 
 /// `parasim plan`: its flags (model, GPU counts, batch, sequence, precision, budgets, price,
 /// headroom, `--set`) and the cluster file, both mutated, checked as `plan` checks them before
@@ -87,26 +110,31 @@ fn plan_inputs() {
     ]
     .map(String::from)
     .into();
-    let cluster_seeds: Vec<String> = ["quickstart.toml", "gpt3-175b-1024.toml", "superpod-h100-1024.toml", "nccl-2x8-h100.toml"]
-        .iter()
-        .filter_map(|name| fs_err::read_to_string(root.join("scenarios").join(name)).ok())
-        .collect();
-    let strategy = (fuzzing::mutated_text(argument_seeds), fuzzing::mutated_text(cluster_seeds), proptest::bool::ANY);
-    Campaign::from_env("plan_inputs").run(strategy, |(text, cluster_text, mutate_arguments)| {
-        // Half the cases keep valid flags, so the cluster file's mutations reach the search.
-        let text = if mutate_arguments { text } else { "plan\n--cluster\nCLUSTER".to_string() };
-        let text = text.replace("CLUSTER", &cluster.display().to_string());
-        fs_err::write(&cluster, &cluster_text).expect("writing the cluster file");
-        let arguments = arguments(&text, &root);
-        let Ok(cli) = Cli::try_parse_from(&arguments) else { return Ok(()) };
-        let Command::Plan(args) = cli.command else { return Ok(()) };
-        if let Err(error) = crate::plan_cmd::prepare(&args) {
-            let message = crate::message(&error);
-            let mut extra = PLAN_FLAGS.to_vec();
-            extra.extend(["cluster.toml", "--set"]);
-            names_one_of(&message, &names(&arguments, &extra))?;
-        }
-        Ok(())
-    });
+    let cluster_seeds: Vec<String> =
+        ["quickstart.toml", "gpt3-175b-1024.toml", "superpod-h100-1024.toml", "nccl-2x8-h100.toml"]
+            .iter()
+            .filter_map(|name| fs_err::read_to_string(root.join("scenarios").join(name)).ok())
+            .collect();
+    let strategy =
+        (fuzzing::mutated_text(argument_seeds), fuzzing::mutated_text(cluster_seeds), proptest::bool::ANY);
+    Campaign::from_env("plan_inputs").with_default_cases(16).run(
+        strategy,
+        |(text, cluster_text, mutate_arguments)| {
+            // Half the cases keep valid flags, so the cluster file's mutations reach the search.
+            let text = if mutate_arguments { text } else { "plan\n--cluster\nCLUSTER".to_string() };
+            let text = text.replace("CLUSTER", &cluster.display().to_string());
+            fs_err::write(&cluster, &cluster_text).expect("writing the cluster file");
+            let arguments = arguments(&text, &root);
+            let Ok(cli) = Cli::try_parse_from(&arguments) else { return Ok(()) };
+            let Command::Plan(args) = cli.command else { return Ok(()) };
+            if let Err(error) = crate::plan_cmd::prepare(&args) {
+                let message = crate::message(&error);
+                let mut extra = PLAN_FLAGS.to_vec();
+                extra.extend(["cluster.toml", "--set"]);
+                names_one_of(&message, &names(&arguments, &extra))?;
+            }
+            Ok(())
+        },
+    );
     let _ = fs_err::remove_dir_all(&dir);
 }

@@ -727,28 +727,27 @@ fn collective(command: Command) -> anyhow::Result<String> {
     else {
         anyhow::bail!("not a collective command");
     };
-        let protocols: sim_core::nccl::protocol::ProtocolChoice =
-            protocol.parse().map_err(anyhow::Error::msg).context("--protocol")?;
-        let network = network_settings(&fidelity, &launch, &chunk)?.with_protocols(protocols);
-        let host_launch =
-            host_launch.parse().with_context(|| format!("--host-launch {host_launch:?}"))?;
-        let options = collective_cmd::Options {
-            kind: &kind,
-            cluster: cluster.as_deref(),
-            ranks,
-            min_bytes: &min_bytes,
-            max_bytes: &max_bytes,
-            factor,
-            algorithm: &algorithm,
-            network,
-            dtype: &dtype,
-            compare: compare.as_deref(),
-            gpus_per_process,
-            host_launch,
-            plot: plot.as_deref(),
-            json,
-        };
-        collective_cmd::benchmark(&options)
+    let protocols: sim_core::nccl::protocol::ProtocolChoice =
+        protocol.parse().map_err(anyhow::Error::msg).context("--protocol")?;
+    let network = network_settings(&fidelity, &launch, &chunk)?.with_protocols(protocols);
+    let host_launch = host_launch.parse().with_context(|| format!("--host-launch {host_launch:?}"))?;
+    let options = collective_cmd::Options {
+        kind: &kind,
+        cluster: cluster.as_deref(),
+        ranks,
+        min_bytes: &min_bytes,
+        max_bytes: &max_bytes,
+        factor,
+        algorithm: &algorithm,
+        network,
+        dtype: &dtype,
+        compare: compare.as_deref(),
+        gpus_per_process,
+        host_launch,
+        plot: plot.as_deref(),
+        json,
+    };
+    collective_cmd::benchmark(&options)
 }
 
 /// The `--set KEY=VALUE` overrides, in order.

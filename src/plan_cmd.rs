@@ -99,7 +99,6 @@ enum ObjectiveArg {
 pub fn plan(args: &PlanArgs) -> anyhow::Result<String> {
     let (search, options) = prepare(args)?;
     let pool = rayon::ThreadPoolBuilder::new()
-
         .num_threads(args.threads.map_or(0, |n| n as usize))
         .build()
         .context("starting the worker threads")?;

@@ -141,12 +141,7 @@ pub fn words(seeds: &[String]) -> Vec<Vec<char>> {
             }
         }
     }
-    HOSTILE_TOKENS
-        .iter()
-        .map(|t| t.to_string())
-        .chain(found)
-        .map(|t| t.chars().collect())
-        .collect()
+    HOSTILE_TOKENS.iter().map(|t| t.to_string()).chain(found).map(|t| t.chars().collect()).collect()
 }
 
 /// One to eight edits of a text: any character, deletions of up to 40, insertions of
@@ -186,8 +181,9 @@ pub fn text_mutants(seeds: Vec<String>) -> impl Strategy<Value = (usize, String)
     assert!(!seeds.is_empty(), "a fuzz target needs at least one seed");
     let dictionary = Arc::new(words(&seeds));
     let seeds: Arc<Vec<Vec<char>>> = Arc::new(seeds.iter().map(|s| s.chars().collect()).collect());
-    (0..seeds.len(), text_edits())
-        .prop_map(move |(seed, edits)| (seed, mutate(&seeds[seed], &edits, &dictionary).into_iter().collect()))
+    (0..seeds.len(), text_edits()).prop_map(move |(seed, edits)| {
+        (seed, mutate(&seeds[seed], &edits, &dictionary).into_iter().collect())
+    })
 }
 
 /// The texts of [`text_mutants`] alone.
@@ -202,9 +198,11 @@ pub fn mutated_text(seeds: Vec<String>) -> impl Strategy<Value = String> {
 /// If `seeds` is empty.
 pub fn byte_mutants(seeds: Vec<Vec<u8>>) -> impl Strategy<Value = (usize, Vec<u8>)> {
     assert!(!seeds.is_empty(), "a fuzz target needs at least one seed");
-    let dictionary: Arc<Vec<Vec<u8>>> = Arc::new(HOSTILE_TOKENS.iter().map(|t| t.as_bytes().to_vec()).collect());
+    let dictionary: Arc<Vec<Vec<u8>>> =
+        Arc::new(HOSTILE_TOKENS.iter().map(|t| t.as_bytes().to_vec()).collect());
     let seeds = Arc::new(seeds);
-    (0..seeds.len(), byte_edits()).prop_map(move |(seed, edits)| (seed, mutate(&seeds[seed], &edits, &dictionary)))
+    (0..seeds.len(), byte_edits())
+        .prop_map(move |(seed, edits)| (seed, mutate(&seeds[seed], &edits, &dictionary)))
 }
 
 /// Checks the oracle's "clean error": the message renders (not empty, no Rust debug dump) and
@@ -212,7 +210,10 @@ pub fn byte_mutants(seeds: Vec<Vec<u8>>) -> impl Strategy<Value = (usize, Vec<u8
 pub fn names_one_of(message: &str, names: &[&str]) -> Result<(), TestCaseError> {
     prop_assert!(!message.trim().is_empty(), "an empty error message");
     prop_assert!(!message.contains("panicked"), "an error that reports a panic: {message}");
-    prop_assert!(names.iter().any(|name| message.contains(name)), "the error names none of {names:?}: {message}");
+    prop_assert!(
+        names.iter().any(|name| message.contains(name)),
+        "the error names none of {names:?}: {message}"
+    );
     Ok(())
 }
 
@@ -225,6 +226,7 @@ type Running = Mutex<Option<(Instant, Box<dyn Debug + Send>)>>;
 pub struct Campaign {
     name: String,
     seconds: u64,
+    default_cases: u32,
     case_limit: Duration,
     rss_cap_bytes: u64,
 }
@@ -233,7 +235,13 @@ impl Campaign {
     /// A campaign named `name` (the test's name, for the report) of `seconds` seconds
     /// (0: one batch of 128 cases), with the default limits: 10 s per input, 2 GiB resident.
     pub fn new(name: &str, seconds: u64) -> Campaign {
-        Campaign { name: name.into(), seconds, case_limit: Duration::from_secs(10), rss_cap_bytes: 2 << 30 }
+        Campaign {
+            name: name.into(),
+            seconds,
+            default_cases: 128,
+            case_limit: Duration::from_secs(10),
+            rss_cap_bytes: 2 << 30,
+        }
     }
 
     /// The campaign the environment asks for: `FUZZ_SECONDS` (unset: 128 cases),
@@ -250,6 +258,14 @@ impl Campaign {
         campaign
     }
 
+    /// The cases run without a budget (`FUZZ_SECONDS` unset, as in a plain `cargo test`):
+    /// 128 unless a target whose inputs are slow to check (a trace to import, a benchmark to
+    /// run) asks for fewer, to keep the debug test suite fast.
+    pub fn with_default_cases(mut self, cases: u32) -> Campaign {
+        self.default_cases = cases.max(1);
+        self
+    }
+
     /// The limit of one input's run (a longer one is a hang).
     pub fn with_case_limit(mut self, limit: Duration) -> Campaign {
         self.case_limit = limit;
@@ -257,7 +273,7 @@ impl Campaign {
     }
 
     /// Runs `property` on mutants drawn from `strategy`: batches of 1,000 freshly seeded cases
-    /// until the budget is spent (one batch of 128 without a budget). Returns the cases run and
+    /// until the budget is spent (one batch of the default cases without a budget). Returns the cases run and
     /// prints them, with the rate, on standard error.
     ///
     /// # Panics
@@ -278,7 +294,7 @@ impl Campaign {
         let deadline = start + Duration::from_secs(self.seconds);
         let mut cases = 0u64;
         loop {
-            let batch = if self.seconds == 0 { 128 } else { 1000 };
+            let batch = if self.seconds == 0 { self.default_cases } else { 1000 };
             let mut runner = TestRunner::new(Config {
                 cases: batch,
                 failure_persistence: None,
@@ -377,7 +393,10 @@ pub fn seed_files(folder: &str, suffix: &str, max_bytes: u64) -> Vec<(PathBuf, V
 
 /// The texts of seed files (see [`seed_files`]) that are UTF-8.
 pub fn seed_texts(folder: &str, suffix: &str, max_bytes: u64) -> Vec<String> {
-    seed_files(folder, suffix, max_bytes).into_iter().filter_map(|(_, bytes)| String::from_utf8(bytes).ok()).collect()
+    seed_files(folder, suffix, max_bytes)
+        .into_iter()
+        .filter_map(|(_, bytes)| String::from_utf8(bytes).ok())
+        .collect()
 }
 
 /// The `text` files of the hostile catalog (`tests/hostile/cases.toml`) whose case attacks
@@ -408,7 +427,9 @@ mod tests {
         for _ in 0..50 {
             let i = any::<prop::sample::Index>().new_tree(&mut runner).expect("an index").current();
             let at = i.index(seed.len());
-            let text = |edits: Vec<Edit<char>>| -> String { mutate(&seed, &edits, &dictionary).into_iter().collect() };
+            let text = |edits: Vec<Edit<char>>| -> String {
+                mutate(&seed, &edits, &dictionary).into_iter().collect()
+            };
             assert_eq!(text(vec![Edit::Delete(i, usize::MAX)]), "abcdefgh"[..at]);
             assert_eq!(text(vec![Edit::Replace(i, 'z')]).chars().nth(at), Some('z'));
             let inserted = text(vec![Edit::Token(i, i)]);
@@ -441,8 +462,10 @@ mod tests {
 
     #[test]
     fn dictionaries_hold_the_seeds_words_and_hostile_values() {
-        let words: Vec<String> =
-            words(&["link-bandwidth = \"400 Gb/s\"".into()]).into_iter().map(|w| w.into_iter().collect()).collect();
+        let words: Vec<String> = words(&["link-bandwidth = \"400 Gb/s\"".into()])
+            .into_iter()
+            .map(|w| w.into_iter().collect())
+            .collect();
         assert!(words.contains(&"link-bandwidth".to_string()));
         assert!(words.contains(&"1e308".to_string()));
     }

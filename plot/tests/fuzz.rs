@@ -3,10 +3,10 @@
 //! duplicated, gives a chart or an error naming the file, never a panic. `cargo test` runs 128
 //! cases; `FUZZ_SECONDS=N` runs cases for N seconds instead (docs/fuzzing.md).
 
+use fuzzing::Campaign;
 use plot::table::Table;
 use plot::{Format, Size, bars, heatmap, line, scatter};
 use proptest::prelude::*;
-use fuzzing::Campaign;
 
 const SEED: &str = "status,axis.gpus,axis.model,iteration_time_s,mfu,breakdown.compute_s,breakdown.exposed_communication_s,family,measured,simulated,unit\n\
 ok,8,resnet,0.25,0.41,0.2,0.05,nccl,1.0,1.1,s\n\
@@ -59,5 +59,6 @@ fn every_chart(text: &str) -> Result<(), TestCaseError> {
 fn plot_tables_never_panic() {
     let mut seeds = vec![SEED.to_string()];
     seeds.extend(fuzzing::hostile_texts("csv"));
-    Campaign::from_env("plot_tables_never_panic").run(fuzzing::mutated_text(seeds), |text| every_chart(&text));
+    Campaign::from_env("plot_tables_never_panic")
+        .run(fuzzing::mutated_text(seeds), |text| every_chart(&text));
 }

@@ -58,10 +58,12 @@ fn scenario_seeds() -> Vec<(PathBuf, String)> {
 fn scenario_files() {
     let mut seeds = scenario_seeds();
     let folder = fuzzing::root().join("scenarios");
-    seeds.extend(fuzzing::hostile_texts("scenario").into_iter().map(|text| (folder.join("hostile.toml"), text)));
+    seeds.extend(
+        fuzzing::hostile_texts("scenario").into_iter().map(|text| (folder.join("hostile.toml"), text)),
+    );
     let paths: Vec<PathBuf> = seeds.iter().map(|(path, _)| path.clone()).collect();
     let strategy = fuzzing::text_mutants(seeds.into_iter().map(|(_, text)| text).collect());
-    Campaign::from_env("scenario_files").run(strategy, |(seed, text)| {
+    Campaign::from_env("scenario_files").with_default_cases(32).run(strategy, |(seed, text)| {
         let path = &paths[seed];
         if let Err(error) = Scenario::parse(&text, path) {
             let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
@@ -80,7 +82,7 @@ fn model_files() {
     let mut seeds = fuzzing::seed_texts("data/models", ".toml", 64_000);
     seeds.push(LAYERS.to_string());
     seeds.extend(fuzzing::hostile_texts("model"));
-    Campaign::from_env("model_files").run(fuzzing::mutated_text(seeds), |text| {
+    Campaign::from_env("model_files").with_default_cases(64).run(fuzzing::mutated_text(seeds), |text| {
         match Model::from_toml_str(&text, "data/models/fuzz.toml") {
             Ok(model) => prop_assert!(!model.name.is_empty()),
             Err(error) => names_one_of(&error.to_string(), &["fuzz.toml"])?,
@@ -99,30 +101,35 @@ fn set_overrides() {
     let mut bases = Vec::new();
     for (name, text) in [("quickstart.toml", QUICKSTART), ("gpt3-175b-1024.toml", GPT3)] {
         let table: toml::Table = toml::from_str(text).unwrap();
-        let lines: Vec<String> =
-            scenario::dotted_leaves(&table).into_iter().map(|(key, value)| format!("{key}={value}")).collect();
+        let lines: Vec<String> = scenario::dotted_leaves(&table)
+            .into_iter()
+            .map(|(key, value)| format!("{key}={value}"))
+            .collect();
         for group in lines.chunks(4) {
             seeds.push(group.join("\n"));
             bases.push((name, text));
         }
     }
     let scenarios = fuzzing::root().join("scenarios");
-    Campaign::from_env("set_overrides").run(fuzzing::text_mutants(seeds), |(seed, lines)| {
-        let (name, base) = bases[seed];
-        let mut overrides = Vec::new();
-        for line in lines.lines() {
-            match line.parse::<Override>() {
-                Ok(setting) => overrides.push(setting),
-                Err(error) => names_one_of(&error.to_string(), &[line.trim()])?,
+    Campaign::from_env("set_overrides").with_default_cases(32).run(
+        fuzzing::text_mutants(seeds),
+        |(seed, lines)| {
+            let (name, base) = bases[seed];
+            let mut overrides = Vec::new();
+            for line in lines.lines() {
+                match line.parse::<Override>() {
+                    Ok(setting) => overrides.push(setting),
+                    Err(error) => names_one_of(&error.to_string(), &[line.trim()])?,
+                }
             }
-        }
-        if let Err(error) = Scenario::parse_with(base, &scenarios.join(name), &overrides) {
-            let mut names = vec![name];
-            names.extend(lines.lines().filter_map(|l| l.split_once('=')).map(|(key, _)| key.trim()));
-            names_one_of(&error.to_string(), &names)?;
-        }
-        Ok(())
-    });
+            if let Err(error) = Scenario::parse_with(base, &scenarios.join(name), &overrides) {
+                let mut names = vec![name];
+                names.extend(lines.lines().filter_map(|l| l.split_once('=')).map(|(key, _)| key.trim()));
+                names_one_of(&error.to_string(), &names)?;
+            }
+            Ok(())
+        },
+    );
 }
 
 const SWEEP: &str = include_str!("../../../scenarios/sweeps/quickstart-scaling.toml");

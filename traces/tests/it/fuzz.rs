@@ -120,8 +120,8 @@ fn load_cleanly(path: &Path) -> Result<(), TestCaseError> {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
     let paths = [path.to_path_buf()];
     if let Err(error) = traces::load(&paths) {
-        // A member of an archive is named `ARCHIVE:MEMBER`, or by its own name.
-        names_one_of(&error.to_string(), &[&name, "rank0.json"])?;
+        // A member of an archive is named `ARCHIVE:MEMBER`.
+        names_one_of(&error.to_string(), &[&name])?;
     }
     if name.ends_with(".json") {
         let _ = traces::kineto::import(&paths);
@@ -153,18 +153,19 @@ fn trace_json_files() {
     seeds.extend(fuzzing::hostile_texts("execution-trace"));
     let dir = scratch("fuzz-trace-json");
     let strategy = (fuzzing::mutated_text(seeds), 0u8..4);
-    let cases = Campaign::from_env("trace_json_files").run(strategy, |(text, wrapper)| {
-        let (name, bytes) = match wrapper {
-            0 => ("rank0.json", text.into_bytes()),
-            1 => ("rank0.json.gz", gzip(text.as_bytes())),
-            2 => ("ranks.tar", tar_of("rank0.json", text.as_bytes())),
-            _ => ("ranks.tgz", gzip(&tar_of("rank0.json", text.as_bytes()))),
-        };
-        let path = dir.join(name);
-        fs_err::write(&path, bytes).unwrap();
-        load_cleanly(&path)
-    });
-    assert!(cases >= 128);
+    let cases =
+        Campaign::from_env("trace_json_files").with_default_cases(16).run(strategy, |(text, wrapper)| {
+            let (name, bytes) = match wrapper {
+                0 => ("rank0.json", text.into_bytes()),
+                1 => ("rank0.json.gz", gzip(text.as_bytes())),
+                2 => ("ranks.tar", tar_of("rank0.json", text.as_bytes())),
+                _ => ("ranks.tgz", gzip(&tar_of("rank0.json", text.as_bytes()))),
+            };
+            let path = dir.join(name);
+            fs_err::write(&path, bytes).unwrap();
+            load_cleanly(&path)
+        });
+    assert!(cases >= 16);
 }
 
 /// The binary trace formats: `.pstrace`, Chakra protobuf `.et` and the wrappers themselves
@@ -183,16 +184,37 @@ fn trace_binary_files() {
         ("ranks.tar", tar_of("rank0.json", &kineto)),
         ("ranks.tar.gz", gzip(&tar_of("rank0.json", &kineto))),
     ];
-    let chakra = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/traces/chakra/tests/data/1.0.2-chakra.0.0.4.tgz");
+    let chakra = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/data/traces/chakra/tests/data/1.0.2-chakra.0.0.4.tgz");
     if let Ok(bytes) = fs_err::read(&chakra) {
         seeds.push(("chakra.tgz", bytes));
     }
     let names: Vec<&str> = seeds.iter().map(|(name, _)| *name).collect();
     let strategy = fuzzing::byte_mutants(seeds.into_iter().map(|(_, bytes)| bytes).collect());
-    let cases = Campaign::from_env("trace_binary_files").run(strategy, |(seed, bytes)| {
-        let path: PathBuf = dir.join(names[seed]);
-        fs_err::write(&path, bytes).unwrap();
-        load_cleanly(&path)
-    });
-    assert!(cases >= 128);
+    let cases =
+        Campaign::from_env("trace_binary_files").with_default_cases(32).run(strategy, |(seed, bytes)| {
+            let path: PathBuf = dir.join(names[seed]);
+            fs_err::write(&path, bytes).unwrap();
+            load_cleanly(&path)
+        });
+    assert!(cases >= 16);
+}
+
+/// Regression (trace_binary_files, its first finding): a broken trace inside an archive was
+/// reported under the temporary path it was unpacked to (`/tmp/parasim-trace-.../00001-...`),
+/// which means nothing to the user and is gone when the command ends; it is named
+/// `ARCHIVE:MEMBER`, for execution traces and Kineto traces alike.
+#[test]
+fn a_broken_member_of_an_archive_is_named_by_the_archive() {
+    let dir = scratch("fuzz-archive-member");
+    let et = shared_gz("HolisticTraceAnalysis/execution_trace/benchmark_simple_add_et.json.gz")
+        .expect("the shared HTA execution trace");
+    let kineto = kineto_seed();
+    for (member, bytes) in [("et.0.json", &et[..et.len() / 2]), ("rank0.json", &kineto[..kineto.len() / 2])] {
+        let archive = dir.join("job.tgz");
+        fs_err::write(&archive, gzip(&tar_of(member, bytes))).unwrap();
+        let error = traces::load(std::slice::from_ref(&archive)).unwrap_err().to_string();
+        assert!(error.contains(&format!("job.tgz:{member}")), "{error}");
+        assert!(!error.contains(&std::env::temp_dir().display().to_string()), "{error}");
+    }
 }

@@ -42,7 +42,7 @@ fn suite_files() {
     let file = root.join("data/validation/fuzz.toml");
     let paths = Paths { shared: root.join("../shared/data"), ..Paths::default() };
     let shared = lexical(&paths.shared);
-    Campaign::from_env("suite_files").run(fuzzing::mutated_text(seeds), |text| {
+    Campaign::from_env("suite_files").with_default_cases(64).run(fuzzing::mutated_text(seeds), |text| {
         match parse_family(&text, &file) {
             Ok(family) => {
                 for case in &family.cases {
