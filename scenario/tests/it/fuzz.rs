@@ -119,7 +119,8 @@ fn set_overrides() {
             for line in lines.lines() {
                 match line.parse::<Override>() {
                     Ok(setting) => overrides.push(setting),
-                    Err(error) => names_one_of(&error.to_string(), &[line.trim()])?,
+                    // The message quotes the text as written (escaped as a Rust string).
+                Err(error) => names_one_of(&error.to_string(), &[line.trim(), &format!("{line:?}")])?,
                 }
             }
             if let Err(error) = Scenario::parse_with(base, &scenarios.join(name), &overrides) {
