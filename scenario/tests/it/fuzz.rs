@@ -120,7 +120,7 @@ fn set_overrides() {
                 match line.parse::<Override>() {
                     Ok(setting) => overrides.push(setting),
                     // The message quotes the text as written (escaped as a Rust string).
-                Err(error) => names_one_of(&error.to_string(), &[line.trim(), &format!("{line:?}")])?,
+                    Err(error) => names_one_of(&error.to_string(), &[line.trim(), &format!("{line:?}")])?,
                 }
             }
             if let Err(error) = Scenario::parse_with(base, &scenarios.join(name), &overrides) {
