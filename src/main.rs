@@ -12,6 +12,8 @@ mod collective_cmd;
 mod compare_cmd;
 mod embedded;
 mod export_cmd;
+#[cfg(test)]
+mod fuzz;
 mod layers_csv;
 mod lock;
 mod models;
@@ -666,47 +668,8 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             output::print(text).context("writing the table")?;
             Ok(())
         }
-        Command::Collective {
-            kind,
-            cluster,
-            ranks,
-            min_bytes,
-            max_bytes,
-            factor,
-            algorithm,
-            fidelity,
-            dtype,
-            launch,
-            compare,
-            chunk,
-            protocol,
-            gpus_per_process,
-            host_launch,
-            plot,
-            json,
-        } => {
-            let protocols: sim_core::nccl::protocol::ProtocolChoice =
-                protocol.parse().map_err(anyhow::Error::msg).context("--protocol")?;
-            let network = network_settings(&fidelity, &launch, &chunk)?.with_protocols(protocols);
-            let host_launch =
-                host_launch.parse().with_context(|| format!("--host-launch {host_launch:?}"))?;
-            let options = collective_cmd::Options {
-                kind: &kind,
-                cluster: cluster.as_deref(),
-                ranks,
-                min_bytes: &min_bytes,
-                max_bytes: &max_bytes,
-                factor,
-                algorithm: &algorithm,
-                network,
-                dtype: &dtype,
-                compare: compare.as_deref(),
-                gpus_per_process,
-                host_launch,
-                plot: plot.as_deref(),
-                json,
-            };
-            let table = collective_cmd::benchmark(&options)?;
+        command @ Command::Collective { .. } => {
+            let table = collective(command)?;
             output::print(table).context("writing the table")?;
             Ok(())
         }
@@ -785,6 +748,55 @@ fn write_man_pages(command: clap::Command, dir: &Path) -> anyhow::Result<()> {
     let path = dir.join(man.get_filename());
     traces::atomic::write_with(&path, |file| man.render(file))?;
     Ok(())
+}
+
+/// `parasim collective`: its flags checked and turned into the benchmark's options, and the
+/// table (or JSON) it prints. Apart from `execute` so that the fuzz tests (src/fuzz.rs) run
+/// the command's whole input validation on parsed arguments.
+fn collective(command: Command) -> anyhow::Result<String> {
+    let Command::Collective {
+        kind,
+        cluster,
+        ranks,
+        min_bytes,
+        max_bytes,
+        factor,
+        algorithm,
+        fidelity,
+        dtype,
+        launch,
+        compare,
+        chunk,
+        protocol,
+        gpus_per_process,
+        host_launch,
+        plot,
+        json,
+    } = command
+    else {
+        anyhow::bail!("not a collective command");
+    };
+    let protocols: sim_core::nccl::protocol::ProtocolChoice =
+        protocol.parse().map_err(anyhow::Error::msg).context("--protocol")?;
+    let network = network_settings(&fidelity, &launch, &chunk)?.with_protocols(protocols);
+    let host_launch = host_launch.parse().with_context(|| format!("--host-launch {host_launch:?}"))?;
+    let options = collective_cmd::Options {
+        kind: &kind,
+        cluster: cluster.as_deref(),
+        ranks,
+        min_bytes: &min_bytes,
+        max_bytes: &max_bytes,
+        factor,
+        algorithm: &algorithm,
+        network,
+        dtype: &dtype,
+        compare: compare.as_deref(),
+        gpus_per_process,
+        host_launch,
+        plot: plot.as_deref(),
+        json,
+    };
+    collective_cmd::benchmark(&options)
 }
 
 /// The `--set KEY=VALUE` overrides, in order.

@@ -97,6 +97,48 @@ enum ObjectiveArg {
 
 /// Runs the search and returns what to print.
 pub fn plan(args: &PlanArgs) -> anyhow::Result<String> {
+    let (search, options) = prepare(args)?;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(args.threads.map_or(0, |n| n as usize))
+        .build()
+        .context("starting the worker threads")?;
+    // Progress on standard error: a bar on a terminal, a line every period otherwise.
+    let bar = crate::progress::Progress::new("plan", args.quiet);
+    let progress = |step: scenario::plan::Step<'_>| {
+        bar.stage(step.stage, step.unit, Some(step.total));
+        bar.set_position(step.done);
+        bar.set_message(step.note);
+    };
+    let report = pool.install(|| scenario::plan::plan_with_progress(&search, &options, &progress));
+    bar.finish();
+    let report = report?;
+    if report.top.is_empty() {
+        let mut reasons: Vec<String> = report
+            .rejected
+            .iter()
+            .map(|(reason, r)| format!("{reason}: {} (e.g. {})", r.count, r.example))
+            .collect();
+        reasons.extend(
+            report.failed.iter().take(3).map(|(label, message)| format!("{label} failed: {message}")),
+        );
+        bail!(
+            "no configuration of {} fits on this cluster; of {} tried, rejected by {}",
+            search.bases[0].scenario.model.name,
+            report.enumerated,
+            reasons.join("; ")
+        );
+    }
+    if args.json {
+        let json = JsonPlan::new(&report, &search, &options);
+        return Ok(serde_json::to_string_pretty(&json)? + "\n");
+    }
+    Ok(human(&report, &search, &options))
+}
+
+/// The search and its options from the flags and the cluster file: every check of plan's input,
+/// before any configuration is tried (the fuzz tests in src/fuzz.rs run it on mutated flags
+/// and cluster files).
+pub fn prepare(args: &PlanArgs) -> anyhow::Result<(Search, PlanOptions)> {
     let file = &args.cluster;
     let text = fs_err::read_to_string(file)?;
     let source: toml::Table =
@@ -171,41 +213,7 @@ pub fn plan(args: &PlanArgs) -> anyhow::Result<String> {
         budget,
         gpu_hour_price: args.gpu_hour_price,
     };
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(args.threads.map_or(0, |n| n as usize))
-        .build()
-        .context("starting the worker threads")?;
-    // Progress on standard error: a bar on a terminal, a line every period otherwise.
-    let bar = crate::progress::Progress::new("plan", args.quiet);
-    let progress = |step: scenario::plan::Step<'_>| {
-        bar.stage(step.stage, step.unit, Some(step.total));
-        bar.set_position(step.done);
-        bar.set_message(step.note);
-    };
-    let report = pool.install(|| scenario::plan::plan_with_progress(&search, &options, &progress));
-    bar.finish();
-    let report = report?;
-    if report.top.is_empty() {
-        let mut reasons: Vec<String> = report
-            .rejected
-            .iter()
-            .map(|(reason, r)| format!("{reason}: {} (e.g. {})", r.count, r.example))
-            .collect();
-        reasons.extend(
-            report.failed.iter().take(3).map(|(label, message)| format!("{label} failed: {message}")),
-        );
-        bail!(
-            "no configuration of {} fits on this cluster; of {} tried, rejected by {}",
-            search.bases[0].scenario.model.name,
-            report.enumerated,
-            reasons.join("; ")
-        );
-    }
-    if args.json {
-        let json = JsonPlan::new(&report, &search, &options);
-        return Ok(serde_json::to_string_pretty(&json)? + "\n");
-    }
-    Ok(human(&report, &search, &options))
+    Ok((search, options))
 }
 
 /// The `unchecked` line: how many configurations might still beat the final winner, and which

@@ -3,12 +3,10 @@
 //! duplicated, gives a chart or an error naming the file, never a panic. `cargo test` runs 128
 //! cases; `FUZZ_SECONDS=N` runs cases for N seconds instead (docs/fuzzing.md).
 
-use std::time::{Duration, Instant};
-
+use fuzzing::Campaign;
 use plot::table::Table;
 use plot::{Format, Size, bars, heatmap, line, scatter};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
 
 const SEED: &str = "status,axis.gpus,axis.model,iteration_time_s,mfu,breakdown.compute_s,breakdown.exposed_communication_s,family,measured,simulated,unit\n\
 ok,8,resnet,0.25,0.41,0.2,0.05,nccl,1.0,1.1,s\n\
@@ -16,34 +14,6 @@ ok,16,resnet,0.26,0.40,0.2,0.06,nccl,2.0,1.9,s\n\
 ok,8,gpt,1.5,0.52,1.2,0.3,megatron,3.0,3.2,s\n\
 failed,16,gpt,,,,,megatron,,,\n\
 ok,16,gpt,1.6,0.50,1.2,0.4,megatron,4.0,3.7,s\n";
-
-type Edit = (prop::sample::Index, u8, String);
-
-fn mutate(seed: &str, edits: &[Edit]) -> String {
-    let mut chars: Vec<char> = seed.chars().collect();
-    for (index, kind, text) in edits {
-        if chars.is_empty() {
-            break;
-        }
-        let at = index.index(chars.len());
-        match kind % 4 {
-            0 => chars[at] = text.chars().next().unwrap_or('\u{0}'),
-            1 => {
-                let end = (at + text.len()).min(chars.len());
-                chars.drain(at..end);
-            }
-            2 => {
-                chars.splice(at..at, text.chars());
-            }
-            _ => {
-                let end = (at + 40 * text.len()).min(chars.len());
-                let copy: Vec<char> = chars[at..end].to_vec();
-                chars.splice(end..end, copy);
-            }
-        }
-    }
-    chars.into_iter().collect()
-}
 
 /// Every chart of `text`: a chart or an error, and an error names the file.
 fn every_chart(text: &str) -> Result<(), TestCaseError> {
@@ -82,26 +52,13 @@ fn every_chart(text: &str) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-/// Runs the property for `FUZZ_SECONDS` seconds (batches of 1,000 cases, each batch freshly
-/// seeded), or 128 cases when it is unset.
+/// Runs the property for `FUZZ_SECONDS` seconds with the workspace's mutation engine and
+/// campaign runner (the `fuzzing` crate: no panic, no hang, no runaway allocation), or 128
+/// cases when it is unset. Seeds: the table above and the hostile catalog's CSV files.
 #[test]
 fn plot_tables_never_panic() {
-    let seconds: u64 = std::env::var("FUZZ_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
-    let edits = prop::collection::vec(
-        (any::<prop::sample::Index>(), any::<u8>(), "[0-9a-z,.\"eE+\\-\\n]{1,6}"),
-        1..8,
-    );
-    let deadline = Instant::now() + Duration::from_secs(seconds);
-    let mut cases = 0u64;
-    loop {
-        let batch = if seconds == 0 { 128 } else { 1000 };
-        let mut runner =
-            TestRunner::new(Config { cases: batch, failure_persistence: None, ..Config::default() });
-        runner.run(&edits, |edits| every_chart(&mutate(SEED, &edits))).unwrap();
-        cases += u64::from(batch);
-        if Instant::now() >= deadline {
-            break;
-        }
-    }
-    eprintln!("plot_tables_never_panic: {cases} cases");
+    let mut seeds = vec![SEED.to_string()];
+    seeds.extend(fuzzing::hostile_texts("csv"));
+    Campaign::from_env("plot_tables_never_panic")
+        .run(fuzzing::mutated_text(seeds), |text| every_chart(&text));
 }

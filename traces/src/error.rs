@@ -75,6 +75,23 @@ pub enum TraceError {
 }
 
 impl TraceError {
+    /// The error with the file it names passed through `name`: a member that `load` unpacked
+    /// from an archive into a temporary folder is named `ARCHIVE:MEMBER`, not by a temporary
+    /// path that means nothing to the user and is gone once the command ends.
+    pub(crate) fn renamed(self, name: impl Fn(&std::path::Path) -> String) -> Self {
+        match self {
+            TraceError::Io { path, message } => TraceError::Io { path: name(&path).into(), message },
+            TraceError::Json { path, context, message } => {
+                TraceError::Json { path: name(&path).into(), context, message }
+            }
+            TraceError::Meaningless { path, reason } => {
+                TraceError::Meaningless { path: name(&path).into(), reason }
+            }
+            TraceError::Binary { path, reason } => TraceError::Binary { path: name(&path).into(), reason },
+            other => other,
+        }
+    }
+
     /// An I/O error on `path`.
     pub(crate) fn io(path: impl Into<PathBuf>, error: std::io::Error) -> Self {
         // fs-err's errors already name the path; keep only the operating system's message.

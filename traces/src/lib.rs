@@ -171,8 +171,14 @@ fn shown(file: &std::path::Path, paths: &[PathBuf]) -> String {
 }
 
 /// Loads `paths` as [`load`] does; execution traces are paired with `options.kineto` or costed
-/// with `options.cost`.
+/// with `options.cost`. An error about a member of an archive names it `ARCHIVE:MEMBER`.
 pub fn load_with(paths: &[PathBuf], options: &LoadOptions) -> Result<Loaded, TraceError> {
+    load_unpacked(paths, options).map_err(|error| error.renamed(|path| shown(path, paths)))
+}
+
+/// [`load_with`], with errors naming the files as they were read (archives' members by their
+/// temporary paths).
+fn load_unpacked(paths: &[PathBuf], options: &LoadOptions) -> Result<Loaded, TraceError> {
     let inputs = expand_inputs(paths)?;
     let formats: Vec<&et::Format> = inputs.files.iter().map(|(_, f)| f).collect();
     if let Some((path, format)) = inputs.files.iter().find(|(_, f)| matches!(f, et::Format::Other(_))) {

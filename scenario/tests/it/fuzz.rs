@@ -1,73 +1,32 @@
-//! Mutation fuzzing of the scenario and model-file parsers with proptest: a shipped scenario
-//! and a layer-by-layer model file with random bytes replaced, deleted, inserted or
-//! duplicated give a scenario or an error naming the file, never a panic. `PROPTEST_CASES=N`
-//! runs longer campaigns (docs/fuzzing.md).
+//! Mutation fuzzing of the scenario crate's readers with the workspace's one mutation engine
+//! (the `fuzzing` crate, docs/fuzzing.md): real inputs with characters replaced, deleted,
+//! inserted or duplicated give a value or an error naming the file (or the `--set` key), never
+//! a panic, a hang or a runaway allocation. The case-count properties run 128 cases in
+//! `cargo test` (`PROPTEST_CASES=N` for more); the time-budgeted targets run for
+//! `FUZZ_SECONDS` (unset: 128 cases).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use fuzzing::{Campaign, mutate, names_one_of, text_edits};
 use proptest::prelude::*;
-use scenario::Scenario;
+use scenario::{Override, Scenario};
 use workloads::Model;
 
 const QUICKSTART: &str = include_str!("../../../scenarios/quickstart.toml");
 const GPT3: &str = include_str!("../../../scenarios/gpt3-175b-1024.toml");
 const LAYERS: &str = "[model]\nname = \"tiny\"\ninput = [3, 32, 32]\n\n[[layers]]\nname = \"stem\"\nkind = \"conv2d\"\nout-channels = 16\nkernel = 3\npadding = 1\n\n[[layers]]\nname = \"add\"\nkind = \"add\"\nwith = \"stem\"\n\n[[layers]]\nname = \"pool\"\nkind = \"global-avgpool\"\n\n[[layers]]\nname = \"fc\"\nkind = \"linear\"\nout-features = 10\n";
 
-/// One edit of a text, at a character boundary.
-#[derive(Debug, Clone)]
-enum Edit {
-    Replace(prop::sample::Index, char),
-    Delete(prop::sample::Index, usize),
-    Insert(prop::sample::Index, String),
-    Duplicate(prop::sample::Index, usize),
-}
-
-fn edit() -> impl Strategy<Value = Edit> {
-    prop_oneof![
-        (any::<prop::sample::Index>(), prop::char::any()).prop_map(|(i, c)| Edit::Replace(i, c)),
-        (any::<prop::sample::Index>(), 1usize..40).prop_map(|(i, n)| Edit::Delete(i, n)),
-        (any::<prop::sample::Index>(), "[0-9a-z\\[\\]=\". \\n-]{1,12}").prop_map(|(i, s)| Edit::Insert(i, s)),
-        (any::<prop::sample::Index>(), 1usize..200).prop_map(|(i, n)| Edit::Duplicate(i, n)),
-    ]
-}
-
-fn mutate(seed: &str, edits: &[Edit]) -> String {
-    let mut chars: Vec<char> = seed.chars().collect();
-    for edit in edits {
-        if chars.is_empty() {
-            break;
-        }
-        match edit {
-            Edit::Replace(i, c) => {
-                let at = i.index(chars.len());
-                chars[at] = *c;
-            }
-            Edit::Delete(i, n) => {
-                let at = i.index(chars.len());
-                let end = (at + n).min(chars.len());
-                chars.drain(at..end);
-            }
-            Edit::Insert(i, text) => {
-                let at = i.index(chars.len());
-                chars.splice(at..at, text.chars());
-            }
-            Edit::Duplicate(i, n) => {
-                let at = i.index(chars.len());
-                let end = (at + n).min(chars.len());
-                let copy: Vec<char> = chars[at..end].to_vec();
-                chars.splice(end..end, copy);
-            }
-        }
-    }
-    chars.into_iter().collect()
+fn text(seed: &str, edits: &[fuzzing::Edit<char>]) -> String {
+    let seed: Vec<char> = seed.chars().collect();
+    mutate(&seed, edits, &[]).into_iter().collect()
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
 
     #[test]
-    fn scenario_parsing_never_panics(gpt in any::<bool>(), edits in prop::collection::vec(edit(), 1..6)) {
-        let text = mutate(if gpt { GPT3 } else { QUICKSTART }, &edits);
+    fn scenario_parsing_never_panics(gpt in any::<bool>(), edits in text_edits()) {
+        let text = text(if gpt { GPT3 } else { QUICKSTART }, &edits);
         if let Err(error) = Scenario::parse(&text, Path::new("fuzz.toml")) {
             let message = error.to_string();
             prop_assert!(message.contains("fuzz.toml"), "{}", message);
@@ -75,42 +34,121 @@ proptest! {
     }
 
     #[test]
-    fn model_files_never_panic(edits in prop::collection::vec(edit(), 1..6)) {
-        let text = mutate(LAYERS, &edits);
+    fn model_files_never_panic(edits in text_edits()) {
+        let text = text(LAYERS, &edits);
         let _ = Model::from_toml_str(&text, "models/fuzz.toml");
     }
 }
 
-const SWEEP: &str = include_str!("../../../scenarios/sweeps/quickstart-scaling.toml");
-const SWEEP_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios/sweeps/fuzz.toml");
+/// The scenario files of the checkout (every `*.toml` under scenarios/ with a `[cluster]`
+/// table, sweeps apart), with their paths, so that model files they name resolve.
+fn scenario_seeds() -> Vec<(PathBuf, String)> {
+    fuzzing::seed_files("scenarios", ".toml", 64_000)
+        .into_iter()
+        .filter(|(path, _)| !path.components().any(|c| c.as_os_str() == "sweeps"))
+        .filter_map(|(path, bytes)| String::from_utf8(bytes).ok().map(|text| (path, text)))
+        .filter(|(_, text)| text.contains("[cluster]") && !text.contains("[axes]"))
+        .collect()
+}
 
-/// Sweep files (axes, derived keys, filters, the base scenario) with the same mutations: a
-/// sweep or an error naming the file, never a panic. Runs for `FUZZ_SECONDS` seconds (batches
-/// of 1,000 freshly seeded cases) when set, else 128 cases (docs/fuzzing.md).
+/// Every scenario file of the checkout (every section: cluster, network, hosts, compute,
+/// workload, parallelism, simulation, failures, variability...) and the hostile catalog's
+/// scenarios, mutated: a scenario, or an error naming the file. Runs for `FUZZ_SECONDS`.
 #[test]
-fn sweep_files_never_panic() {
-    use proptest::test_runner::{Config, TestRunner};
-    let seconds: u64 = std::env::var("FUZZ_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
-    let mut cases = 0u64;
-    loop {
-        let batch = if seconds == 0 { 128 } else { 1000 };
-        let mut runner =
-            TestRunner::new(Config { cases: batch, failure_persistence: None, ..Config::default() });
-        runner
-            .run(&prop::collection::vec(edit(), 1..6), |edits| {
-                let text = mutate(SWEEP, &edits);
-                if let Err(error) = scenario::sweep::Sweep::parse(&text, Path::new(SWEEP_PATH)) {
-                    let message = error.to_string();
-                    prop_assert!(message.contains("fuzz.toml"), "{}", message);
-                }
-                Ok(())
-            })
-            .unwrap();
-        cases += u64::from(batch);
-        if std::time::Instant::now() >= deadline {
-            break;
+fn scenario_files() {
+    let mut seeds = scenario_seeds();
+    let folder = fuzzing::root().join("scenarios");
+    seeds.extend(
+        fuzzing::hostile_texts("scenario").into_iter().map(|text| (folder.join("hostile.toml"), text)),
+    );
+    let paths: Vec<PathBuf> = seeds.iter().map(|(path, _)| path.clone()).collect();
+    let strategy = fuzzing::text_mutants(seeds.into_iter().map(|(_, text)| text).collect());
+    Campaign::from_env("scenario_files").with_default_cases(32).run(strategy, |(seed, text)| {
+        let path = &paths[seed];
+        if let Err(error) = Scenario::parse(&text, path) {
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            names_one_of(&error.to_string(), &[name])?;
+        }
+        Ok(())
+    });
+}
+
+/// Every model file of the zoo (data/models: layer lists, `[gpt]`, `[moe]`, `[dlrm]`...) and
+/// the hostile catalog's model files, mutated: a model, or an error naming the file; the
+/// model's layers are then counted (a model file is built eagerly, so a huge layer count
+/// must be refused before it is allocated).
+#[test]
+fn model_files() {
+    let mut seeds = fuzzing::seed_texts("data/models", ".toml", 64_000);
+    seeds.push(LAYERS.to_string());
+    seeds.extend(fuzzing::hostile_texts("model"));
+    Campaign::from_env("model_files").with_default_cases(64).run(fuzzing::mutated_text(seeds), |text| {
+        match Model::from_toml_str(&text, "data/models/fuzz.toml") {
+            Ok(model) => prop_assert!(!model.name.is_empty()),
+            Err(error) => names_one_of(&error.to_string(), &["fuzz.toml"])?,
+        }
+        Ok(())
+    });
+}
+
+/// `--set KEY=VALUE` overrides: lines of every key of the quickstart and the GPT-3 scenario as
+/// `key=value`, four at a time, mutated, each line parsed as `run --set` parses it and the
+/// valid ones applied to that scenario: a scenario, or an error naming the scenario file or
+/// the override's key.
+#[test]
+fn set_overrides() {
+    let mut seeds = Vec::new();
+    let mut bases = Vec::new();
+    for (name, text) in [("quickstart.toml", QUICKSTART), ("gpt3-175b-1024.toml", GPT3)] {
+        let table: toml::Table = toml::from_str(text).unwrap();
+        let lines: Vec<String> = scenario::dotted_leaves(&table)
+            .into_iter()
+            .map(|(key, value)| format!("{key}={value}"))
+            .collect();
+        for group in lines.chunks(4) {
+            seeds.push(group.join("\n"));
+            bases.push((name, text));
         }
     }
-    eprintln!("sweep_files_never_panic: {cases} cases");
+    let scenarios = fuzzing::root().join("scenarios");
+    Campaign::from_env("set_overrides").with_default_cases(32).run(
+        fuzzing::text_mutants(seeds),
+        |(seed, lines)| {
+            let (name, base) = bases[seed];
+            let mut overrides = Vec::new();
+            for line in lines.lines() {
+                match line.parse::<Override>() {
+                    Ok(setting) => overrides.push(setting),
+                    // The message quotes the text as written (escaped as a Rust string).
+                    Err(error) => names_one_of(&error.to_string(), &[line.trim(), &format!("{line:?}")])?,
+                }
+            }
+            if let Err(error) = Scenario::parse_with(base, &scenarios.join(name), &overrides) {
+                let mut names = vec![name];
+                names.extend(lines.lines().filter_map(|l| l.split_once('=')).map(|(key, _)| key.trim()));
+                names_one_of(&error.to_string(), &names)?;
+            }
+            Ok(())
+        },
+    );
+}
+
+const SWEEP: &str = include_str!("../../../scenarios/sweeps/quickstart-scaling.toml");
+
+/// Sweep files (axes, derived keys, filters, the base scenario) mutated: a sweep or an error
+/// naming the file. The checkout's sweep files are the seeds, the quickstart scaling sweep
+/// first (as `fuzz.toml` beside it, so that relative scenario paths resolve).
+#[test]
+fn sweep_files_never_panic() {
+    let mut seeds = vec![SWEEP.to_string()];
+    seeds.extend(
+        fuzzing::seed_texts("scenarios", ".toml", 64_000).into_iter().filter(|text| text.contains("[axes]")),
+    );
+    let path = fuzzing::root().join("scenarios/sweeps/fuzz.toml");
+    Campaign::from_env("sweep_files_never_panic").run(fuzzing::mutated_text(seeds), |text| {
+        if let Err(error) = scenario::sweep::Sweep::parse(&text, &path) {
+            names_one_of(&error.to_string(), &["fuzz.toml"])?;
+        }
+        Ok(())
+    });
 }

@@ -107,7 +107,7 @@ fn attr(name: &str, value: schema::attribute_proto::Value) -> AttributeProto {
 }
 
 /// A two-rank Chakra protobuf job: compute, then an allreduce of 1 MiB that depends on it.
-fn write_protobuf_job(dir: &std::path::Path) {
+pub(crate) fn write_protobuf_job(dir: &std::path::Path) {
     use schema::attribute_proto::Value as V;
     for rank in 0..2u64 {
         let nodes = vec![
