@@ -133,7 +133,9 @@ fn type_size(dtype: &str) -> anyhow::Result<u64> {
         "half" | "float16" | "bfloat16" | "bf16" | "fp16" => 2,
         "float" | "float32" | "int32" | "uint32" | "int" | "fp32" => 4,
         "double" | "float64" | "int64" | "uint64" | "fp64" => 8,
-        other => bail!("unknown type {other:?}; valid: int8, half, bfloat16, float, int32, double, int64"),
+        other => bail!(
+            "-d/--datatype: unknown type {other:?}; valid: int8, half, bfloat16, float, int32, double, int64"
+        ),
     })
 }
 
@@ -191,7 +193,8 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
     let NamedCollective { kind, redop, .. } = bench.collective();
     let network = bench.settings().network;
     let element = type_size(options.dtype)?;
-    let (min, max) = (size(options.min_bytes)?, size(options.max_bytes)?);
+    let min = size(options.min_bytes).context("-b/--minbytes")?;
+    let max = size(options.max_bytes).context("-e/--maxbytes")?;
     if min == 0 || max < min || options.factor < 2 {
         bail!("sizes must satisfy 0 < -b <= -e, and -f must be at least 2");
     }

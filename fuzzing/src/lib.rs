@@ -206,12 +206,14 @@ pub fn byte_mutants(seeds: Vec<Vec<u8>>) -> impl Strategy<Value = (usize, Vec<u8
 }
 
 /// Checks the oracle's "clean error": the message renders (not empty, no Rust debug dump) and
-/// names one of `names` (the file, the flag or the key it is about).
+/// names one of `names` (the file, the flag, the key or the value it is about), as given or
+/// quoted with escapes (a message quotes a bad value `."1K` as `".\"1K"`).
 pub fn names_one_of(message: &str, names: &[&str]) -> Result<(), TestCaseError> {
     prop_assert!(!message.trim().is_empty(), "an empty error message");
     prop_assert!(!message.contains("panicked"), "an error that reports a panic: {message}");
+    let quoted = |name: &str| format!("{name:?}");
     prop_assert!(
-        names.iter().any(|name| message.contains(name)),
+        names.iter().any(|name| message.contains(name) || message.contains(&quoted(name))),
         "the error names none of {names:?}: {message}"
     );
     Ok(())
@@ -447,6 +449,8 @@ mod tests {
         assert!(names_one_of("a.toml: bad key", &["a.toml"]).is_ok());
         assert!(names_one_of("bad key", &["a.toml"]).is_err());
         assert!(names_one_of("  ", &[""]).is_err());
+        // A value the message quotes with escapes is named.
+        assert!(names_one_of("size \".\\\"1K\": no number", &[".\"1K"]).is_ok());
     }
 
     #[test]

@@ -734,7 +734,8 @@ impl XgftSpec {
 
     /// Terminal positions: the product of `down`.
     pub fn terminal_capacity(&self) -> u64 {
-        self.down.iter().map(|&d| u64::from(d)).product()
+        // Saturating: a hostile spec's degrees can multiply past u64 (then it is refused as too large).
+        self.down.iter().fold(1u64, |capacity, &d| capacity.saturating_mul(u64::from(d)))
     }
 
     /// The tree cut to the switches `terminals` (filling positions `0..terminals`) need, and how
@@ -753,7 +754,8 @@ impl XgftSpec {
         }
         while spec.levels > 1 {
             let top = spec.levels as usize - 1;
-            let below: u64 = spec.down[..top].iter().map(|&d| u64::from(d)).product();
+            let below: u64 =
+                spec.down[..top].iter().fold(1u64, |below, &d| below.saturating_mul(u64::from(d)));
             let needed = terminals.div_ceil(below.max(1));
             if needed > 1 {
                 break;
@@ -766,7 +768,7 @@ impl XgftSpec {
             spec.levels -= 1;
         }
         let top = spec.levels as usize - 1;
-        let below: u64 = spec.down[..top].iter().map(|&d| u64::from(d)).product();
+        let below: u64 = spec.down[..top].iter().fold(1u64, |below, &d| below.saturating_mul(u64::from(d)));
         let needed = u32::try_from(terminals.div_ceil(below.max(1))).unwrap_or(u32::MAX);
         spec.down[top] = spec.down[top].min(needed);
         let dropped = self.levels - spec.levels;
@@ -835,7 +837,9 @@ impl DragonflySpec {
 
     /// Terminal positions: groups x routers x hosts per router.
     pub fn terminal_capacity(&self) -> u64 {
-        u64::from(self.groups) * u64::from(self.routers_per_group) * u64::from(self.hosts_per_router)
+        u64::from(self.groups)
+            .saturating_mul(u64::from(self.routers_per_group))
+            .saturating_mul(u64::from(self.hosts_per_router))
     }
 }
 
@@ -904,8 +908,7 @@ impl CascadeSpec {
     pub fn terminal_capacity(&self) -> u64 {
         [self.groups, self.chassis_per_group, self.routers_per_chassis, self.hosts_per_router]
             .iter()
-            .map(|&n| u64::from(n))
-            .product()
+            .fold(1u64, |capacity, &n| capacity.saturating_mul(u64::from(n)))
     }
 }
 
