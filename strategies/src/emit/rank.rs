@@ -503,11 +503,8 @@ impl RankEmitter<'_, '_> {
         if self.plan.host_cost == SimDuration::ZERO {
             return None;
         }
-        let duration = if launches <= 1 {
-            self.plan.host_cost
-        } else {
-            SimDuration::from_ps(self.plan.host_cost.as_ps().saturating_mul(u64::from(launches)))
-        };
+        let duration =
+            SimDuration::from_ps(self.plan.host_cost.as_ps().saturating_mul(u64::from(launches.max(1))));
         let mut anchor: Vec<Dep> = self.host_start.take().into_iter().collect();
         if self.plan.host_synchronous {
             anchor.extend_from_slice(&self.last_issued);
