@@ -144,7 +144,7 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
     // The plot's format comes from its name: refused before anything runs.
     let plot_format = options.plot.map(plot::Format::of_path).transpose().context("--plot")?;
     let cluster = match options.cluster {
-        Some(path) => Cluster::load(path)?,
+        Some(path) => Cluster::load(path).with_context(|| format!("--cluster {}", path.display()))?,
         None => Cluster::parse(QUICKSTART, Path::new("scenarios/quickstart.toml"))?,
     };
     let measured = options.compare.map(measured).transpose()?;
@@ -153,7 +153,8 @@ pub fn benchmark(options: &Options) -> anyhow::Result<String> {
     let ranks = options.ranks.or(measured.as_ref().and_then(|m| m.ranks)).unwrap_or(gpus);
     let gpus_per_process =
         options.gpus_per_process.or(measured.as_ref().and_then(|m| m.gpus_per_process)).unwrap_or(1).max(1);
-    let algorithm: CollectiveAlgorithm = options.algorithm.parse().map_err(anyhow::Error::msg)?;
+    let algorithm: CollectiveAlgorithm =
+        options.algorithm.parse().map_err(anyhow::Error::msg).context("--algorithm")?;
     let bench = CollectiveBench::new(
         &cluster,
         options.kind,

@@ -754,6 +754,13 @@ fn write_man_pages(command: clap::Command, dir: &Path) -> anyhow::Result<()> {
 /// table (or JSON) it prints. Apart from `execute` so that the fuzz tests (src/fuzz.rs) run
 /// the command's whole input validation on parsed arguments.
 fn collective(command: Command) -> anyhow::Result<String> {
+    collective_with(command, None)
+}
+
+/// `collective` with a flow work budget (`NetworkSettings::work_budget`): a run past it gives
+/// up with a clean error. The fuzz target uses one, so that a valid but long benchmark (a
+/// `packet-steps` chain over terabytes, linear in the bytes) is not taken for a hang.
+fn collective_with(command: Command, work_budget: Option<u64>) -> anyhow::Result<String> {
     let Command::Collective {
         kind,
         cluster,
@@ -778,7 +785,10 @@ fn collective(command: Command) -> anyhow::Result<String> {
     };
     let protocols: sim_core::nccl::protocol::ProtocolChoice =
         protocol.parse().map_err(anyhow::Error::msg).context("--protocol")?;
-    let network = network_settings(&fidelity, &launch, &chunk)?.with_protocols(protocols);
+    let network = sim_core::fidelity::NetworkSettings {
+        work_budget,
+        ..network_settings(&fidelity, &launch, &chunk)?.with_protocols(protocols)
+    };
     let host_launch = host_launch.parse().with_context(|| format!("--host-launch {host_launch:?}"))?;
     let options = collective_cmd::Options {
         kind: &kind,

@@ -140,7 +140,7 @@ pub fn plan(args: &PlanArgs) -> anyhow::Result<String> {
 /// and cluster files).
 pub fn prepare(args: &PlanArgs) -> anyhow::Result<(Search, PlanOptions)> {
     let file = &args.cluster;
-    let text = fs_err::read_to_string(file)?;
+    let text = fs_err::read_to_string(file).with_context(|| format!("--cluster {}", file.display()))?;
     let source: toml::Table =
         toml::from_str(&text).with_context(|| format!("{}: not a valid TOML file", file.display()))?;
     if args.global_batch == Some(0) {

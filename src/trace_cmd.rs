@@ -120,7 +120,11 @@ fn percent(error: f64) -> String {
 
 /// `parasim replay`: returns the report to print.
 pub fn replay(args: &ReplayArgs) -> anyhow::Result<String> {
-    let cluster = args.cluster.as_deref().map(Cluster::load).transpose()?;
+    let cluster = args
+        .cluster
+        .as_deref()
+        .map(|path| Cluster::load(path).with_context(|| format!("--cluster {}", path.display())))
+        .transpose()?;
     // Reading, building and simulating happen in one call with no count to report: the
     // progress says what is under way and for how long (a line every period, none for a
     // short replay).

@@ -487,7 +487,8 @@ struct TrafficJson {
 
 /// Runs the command and returns its output.
 pub fn traffic(options: &Options) -> anyhow::Result<String> {
-    let cluster = Cluster::load(options.cluster)?;
+    let cluster =
+        Cluster::load(options.cluster).with_context(|| format!("--cluster {}", options.cluster.display()))?;
     let topology = Topology::build(&cluster.spec).context("building the cluster topology")?;
     let hosts = topology.host_count() as u32;
     let bytes = size(options.size).context("--size")?;

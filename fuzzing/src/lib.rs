@@ -231,6 +231,29 @@ pub struct Campaign {
     default_cases: u32,
     case_limit: Duration,
     rss_cap_bytes: u64,
+    seed: Seed,
+}
+
+/// A fresh seed from the operating system (std's randomly keyed hasher, which reads it once
+/// per process and then counts up, mixed with the clock).
+fn entropy() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    hasher.write_u128(nanos);
+    hasher.finish()
+}
+
+/// Where a campaign's batches get their random seeds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seed {
+    /// Batch `i` is seeded with `n + i`: the same cases on every run (CI, a plain
+    /// `cargo test`, a reproduction), in the same order, so a run that passed passes again.
+    Fixed(u64),
+    /// Each batch seeded from the operating system: a campaign that explores; a failure prints
+    /// its batch's seed, so `FUZZ_SEED` reproduces it.
+    Random,
 }
 
 impl Campaign {
@@ -243,14 +266,30 @@ impl Campaign {
             default_cases: 128,
             case_limit: Duration::from_secs(10),
             rss_cap_bytes: 2 << 30,
+            seed: Seed::Fixed(0),
         }
     }
 
     /// The campaign the environment asks for: `FUZZ_SECONDS` (unset: 128 cases),
-    /// `FUZZ_CASE_SECONDS` (default 10) and `FUZZ_RSS_MB` (default 2048).
+    /// `FUZZ_CASE_SECONDS` (default 10), `FUZZ_RSS_MB` (default 2048) and `FUZZ_SEED` (a
+    /// number: fixed seeds from it; `random`: fresh seeds per batch; unset: fixed seeds from 0
+    /// without a budget, as in a plain `cargo test`, and fresh seeds for a timed campaign).
+    ///
+    /// # Panics
+    /// When `FUZZ_SEED` is neither a whole number nor `random` (a campaign that silently ran
+    /// other seeds than asked would not reproduce a finding).
     pub fn from_env(name: &str) -> Campaign {
         let number = |key: &str| std::env::var(key).ok().and_then(|s| s.trim().parse::<u64>().ok());
         let mut campaign = Campaign::new(name, number("FUZZ_SECONDS").unwrap_or(0));
+        campaign.seed = match std::env::var("FUZZ_SEED") {
+            Ok(text) if text.trim().eq_ignore_ascii_case("random") => Seed::Random,
+            Ok(text) => match text.trim().parse::<u64>() {
+                Ok(seed) => Seed::Fixed(seed),
+                Err(_) => panic!("FUZZ_SEED={text:?}: give a whole number (fixed seeds) or `random`"),
+            },
+            Err(_) if campaign.seconds == 0 => Seed::Fixed(0),
+            Err(_) => Seed::Random,
+        };
         if let Some(seconds) = number("FUZZ_CASE_SECONDS") {
             campaign.case_limit = Duration::from_secs(seconds.max(1));
         }
@@ -265,6 +304,12 @@ impl Campaign {
     /// run) asks for fewer, to keep the debug test suite fast.
     pub fn with_default_cases(mut self, cases: u32) -> Campaign {
         self.default_cases = cases.max(1);
+        self
+    }
+
+    /// Where the batches' seeds come from.
+    pub fn with_seed(mut self, seed: Seed) -> Campaign {
+        self.seed = seed;
         self
     }
 
@@ -295,13 +340,20 @@ impl Campaign {
         let start = Instant::now();
         let deadline = start + Duration::from_secs(self.seconds);
         let mut cases = 0u64;
+        let mut index = 0u64;
         loop {
             let batch = if self.seconds == 0 { self.default_cases } else { 1000 };
+            let seed = match self.seed {
+                Seed::Fixed(first) => first.wrapping_add(index),
+                Seed::Random => entropy(),
+            };
+            index += 1;
             let mut runner = TestRunner::new(Config {
                 cases: batch,
                 failure_persistence: None,
                 // Enough to shrink a finding to a few small edits, without minutes of shrinking.
                 max_shrink_iters: 2048,
+                rng_seed: proptest::test_runner::RngSeed::Fixed(seed),
                 ..Config::default()
             });
             let result = runner.run(&strategy, |value| {
@@ -312,7 +364,7 @@ impl Campaign {
             });
             if let Err(error) = result {
                 done.store(true, Ordering::Relaxed);
-                panic!("{}: {error}", self.name);
+                panic!("{}: {error} (this batch's seed: rerun with FUZZ_SEED={seed})", self.name);
             }
             cases += u64::from(batch);
             if Instant::now() >= deadline {
@@ -348,7 +400,10 @@ impl Campaign {
             } else {
                 continue;
             };
-            eprintln!("{}: {finding}; the input:\n{input:?}", self.name);
+            // Straight to the process's stderr: the test harness captures `eprintln!` of every
+            // thread a test spawns, and a capture is lost when the process aborts.
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr().lock(), "{}: {finding}; the input:\n{input:?}", self.name);
             std::process::abort();
         }
     }
@@ -442,6 +497,37 @@ mod tests {
             assert_eq!(doubled.len(), 8 + copied);
             assert_eq!(doubled[at..at + copied], doubled[at + copied..at + 2 * copied]);
         }
+    }
+
+    /// The cases one campaign draws, in order.
+    fn drawn(seed: Seed) -> Vec<u64> {
+        let seen = Mutex::new(Vec::new());
+        Campaign::new("seeds", 0).with_default_cases(20).with_seed(seed).run(any::<u64>(), |value| {
+            seen.lock().expect("the list").push(value);
+            Ok(())
+        });
+        seen.into_inner().expect("the list")
+    }
+
+    #[test]
+    fn a_fixed_seed_draws_the_same_cases_and_another_seed_others() {
+        let first = drawn(Seed::Fixed(7));
+        assert_eq!(first.len(), 20);
+        assert_eq!(first, drawn(Seed::Fixed(7)));
+        assert_ne!(first, drawn(Seed::Fixed(8)));
+        assert_ne!(drawn(Seed::Random), drawn(Seed::Random));
+    }
+
+    #[test]
+    fn a_failure_names_the_seed_that_reproduces_it() {
+        let outcome = std::panic::catch_unwind(|| {
+            Campaign::new("fails", 0)
+                .with_seed(Seed::Fixed(41))
+                .run(any::<u8>(), |_| Err(TestCaseError::fail("always")))
+        });
+        let payload = outcome.expect_err("the property fails on its first case");
+        let message = payload.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(message.contains("FUZZ_SEED=41"), "{message}");
     }
 
     #[test]

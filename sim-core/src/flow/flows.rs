@@ -258,6 +258,13 @@ impl<'t> Flows<'t> {
         self.next_flow_id += 1;
         self.stats.flows += 1;
         self.stats.work += 1;
+        // Checked here too: a run of flows that never share a link (a chain's chunks, one hop
+        // each) takes the fast path and never refills, so the budget would not bound it.
+        if let Some(budget) = self.work_budget
+            && self.stats.work > budget
+        {
+            return Err(NetworkError::OverBudget { budget });
+        }
         if let Some(audit) = &mut self.audit {
             audit.bytes_sent += bytes;
             if audit.link_bytes.is_empty() {

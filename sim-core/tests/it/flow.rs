@@ -316,3 +316,27 @@ fn a_work_budget_is_deterministic_and_does_not_change_a_run_within_it() {
     let error = run(&graph, &mut short).unwrap_err().to_string();
     assert!(error.contains(&format!("work budget of {}", work - 1)), "{error}");
 }
+
+/// Flows that never share a link take the fast path that re-fills nothing: the budget still
+/// bounds them, counted per flow started (a `packet-steps` chain over terabytes, one hop per
+/// chunk, ran on past its budget until the flow itself was counted).
+#[test]
+fn a_work_budget_bounds_flows_that_never_share_a_link() {
+    let topology = star(8);
+    let mut graph = GraphBuilder::new(8);
+    let mut previous = None;
+    for step in 0..40u32 {
+        // One flow at a time, each after the one before: nothing ever shares a link.
+        let (from, to) = (step % 8, (step + 1) % 8);
+        let after: Vec<_> = previous.into_iter().collect();
+        previous = Some(graph.transfer(RankId(from), StreamId(0), RankId(to), Bytes(1 << 20), "hop", &after));
+    }
+    let graph = graph.build().unwrap();
+    let mut free = FlowNetwork::new(&topology);
+    run(&graph, &mut free).unwrap();
+    assert_eq!(free.stats().flows, 40);
+    let work = free.stats().work;
+    let mut short = FlowNetwork::new(&topology).with_work_budget(Some(10));
+    let error = run(&graph, &mut short).unwrap_err().to_string();
+    assert!(error.contains("work budget of 10"), "{error} (the free run did {work} work)");
+}
