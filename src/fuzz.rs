@@ -80,9 +80,10 @@ fn collective_arguments() {
             if !matches!(cli.command, Command::Collective { .. }) {
                 return Ok(());
             }
-            // A second of the flow model's work in release (a few in this debug build): a
-            // longer valid benchmark gives up with an error that names the collective.
-            let budget = Some(scenario::plan::FLOW_WORK_PER_SECOND);
+            // A tenth of a second of the flow model's work in release (a second or two in this
+            // debug build, under load): a longer valid benchmark gives up with an error that
+            // names the collective, well inside the watchdog's 10 s.
+            let budget = Some(scenario::plan::FLOW_WORK_PER_SECOND / 10);
             if let Err(error) = crate::collective_with(cli.command, budget) {
                 let message = crate::message(&error);
                 names_one_of(&message, &names(&arguments, &COLLECTIVE_FLAGS))?;
