@@ -3,7 +3,7 @@
 //! mutated cluster file), written one argument per line and mutated as text, are parsed by the
 //! real command line (clap) and checked by the command's own validation. A clean outcome is
 //! a refusal by clap, an error that names a flag, a value given or the file at fault, or (for
-//! `collective`) a finished benchmark; never a panic, a hang or a runaway allocation.
+//! `collective`) a finished benchmark; the same for `traffic`, `topo`, `inspect` and `models`; never a panic, a hang or a runaway allocation.
 //! `cargo test --bin parasim fuzz::` runs 128 cases of each; `FUZZ_SECONDS=N` runs each for N
 //! seconds.
 
@@ -141,4 +141,71 @@ fn plan_inputs() {
         },
     );
     let _ = fs_err::remove_dir_all(&dir);
+}
+
+/// The flags of `traffic`, `topo` and `inspect` that have defaults, and the names of their
+/// positional arguments (an error about one names it: `unknown pattern "st"`).
+const DESCRIBE_FLAGS: [&str; 8] =
+    ["--size", "--seed", "--max-flows", "--batch", "--cluster", "pattern", "model", "scenario"];
+
+/// Flows the target lets a traffic matrix run (`--max-flows` capped): a larger valid matrix
+/// takes seconds in this debug build, which the watchdog would take for a hang.
+const FUZZ_MAX_FLOWS: u64 = 4096;
+
+/// `parasim traffic`, `topo`, `inspect` and `models`: the pattern grammar (names, arguments,
+/// a file of flows), sizes, seeds and flow counts, scenario files given as clusters, model
+/// names and model files, checked by the commands themselves (`--dot` left out: it writes a
+/// file). A clean outcome is a report, a clap refusal or an error that names a flag, a value
+/// given or the file at fault.
+#[test]
+fn traffic_topo_inspect_arguments() {
+    let root = fuzzing::root();
+    let seeds: Vec<String> = [
+        "traffic\n--cluster\n{root}/scenarios/quickstart.toml\nshift\n1\n--size\n16M",
+        "traffic\n--cluster\n{root}/scenarios/fat-tree-k16.toml\nuniform-random\n--flows\n64\n--seed\n3\n--json",
+        "traffic\n--cluster\n{root}/scenarios/quickstart.toml\nincast\n4\n--size\n1 MiB\n--csv",
+        "traffic\n--cluster\n{root}/scenarios/nccl-2x8-h100.toml\nbisection\n--max-flows\n100",
+        "traffic\n--cluster\n{root}/scenarios/quickstart.toml\npermutation\n--seed\n18446744073709551615",
+        "topo\n{root}/scenarios/quickstart.toml\n--json",
+        "topo\n{root}/scenarios/superpod-1024.toml",
+        "inspect\nresnet50\n--batch\n32",
+        "inspect\n{root}/data/models/llama3-8b.toml\n--json",
+        "models\n--json",
+    ]
+    .map(String::from)
+    .into();
+    Campaign::from_env("traffic_topo_inspect_arguments").with_default_cases(32).run(
+        fuzzing::mutated_text(seeds),
+        |text| {
+            let arguments = arguments(&text, &root);
+            let Ok(cli) = Cli::try_parse_from(&arguments) else { return Ok(()) };
+            let outcome = match cli.command {
+                Command::Traffic { cluster, pattern, argument, size, seed, flows, max_flows, json, csv } => {
+                    crate::traffic_cmd::traffic(&crate::traffic_cmd::Options {
+                        cluster: &cluster,
+                        pattern: &pattern,
+                        argument: argument.as_deref(),
+                        seed,
+                        flows,
+                        size: &size,
+                        max_flows: max_flows.min(FUZZ_MAX_FLOWS),
+                        json,
+                        csv,
+                    })
+                }
+                Command::Topo { scenario, dot: None, json } => crate::topo::describe(&scenario, None, json),
+                Command::Inspect { model, batch, json } => crate::models::inspect(&model, batch, json),
+                Command::Models { json } => crate::models::list(json),
+                _ => return Ok(()),
+            };
+            match outcome {
+                Ok(report) => proptest::prop_assert!(!report.is_empty(), "an empty report for {arguments:?}"),
+                Err(error) => {
+                    let message = crate::message(&error);
+                    names_one_of(&message, &names(&arguments, &DESCRIBE_FLAGS))?;
+                }
+            }
+            Ok(())
+        },
+    );
 }

@@ -1126,7 +1126,11 @@ mod tests {
                 let mut moved = best;
                 moved.x[j] += step;
                 let there = loss_one_by_one(&moved, &prior, &samples);
-                assert!(there >= at_best * (1.0 - 1e-6), "{} moved by {step}: {there} < {at_best}", PARAMETERS[j]);
+                assert!(
+                    there >= at_best * (1.0 - 1e-6),
+                    "{} moved by {step}: {there} < {at_best}",
+                    PARAMETERS[j]
+                );
             }
         }
         let rms = (at_best - pulls(&best, &prior).map(|p| p * p).sum::<f64>()) / samples.len() as f64;
