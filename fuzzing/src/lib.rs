@@ -10,8 +10,9 @@
 //!
 //! - no panic: a panic fails the property, and proptest shrinks the input to a minimal one
 //!   (fewer, smaller edits), printed as the text that failed, ready to paste into a test;
-//! - no hang: a watchdog aborts the process when one input runs for more than
-//!   `FUZZ_CASE_SECONDS` (default 10), printing that input;
+//! - no hang: a watchdog aborts the process when one input uses more than
+//!   `FUZZ_CASE_SECONDS` (default 10) of CPU time on its thread, or six times that of wall
+//!   time, printing that input;
 //! - no huge allocation: the same watchdog aborts when the process's resident memory passes
 //!   `FUZZ_RSS_MB` (default 2048), printing the input that was running; the documented
 //!   commands also run under `ulimit -v` so that an allocation that is never touched aborts;
@@ -220,7 +221,42 @@ pub fn names_one_of(message: &str, names: &[&str]) -> Result<(), TestCaseError> 
 }
 
 /// The input a campaign is running now and since when, for the watchdog.
-type Running = Mutex<Option<(Instant, Box<dyn Debug + Send>)>>;
+type Running = Mutex<Option<(Instant, Option<Duration>, Box<dyn Debug + Send>)>>;
+
+/// The CPU clock of one thread: its user and system time, read from Linux's
+/// `/proc/self/task/TID/stat` (in clock ticks, 10 ms each), so that the watchdog on another
+/// thread can tell an input that computes from one that waits behind other processes.
+#[derive(Debug, Clone)]
+struct ThreadClock {
+    stat: PathBuf,
+}
+
+impl ThreadClock {
+    /// The calling thread's clock, or `None` off Linux (or where `/proc` cannot be read).
+    fn current() -> Option<ThreadClock> {
+        let link = std::fs::read_link("/proc/thread-self").ok()?;
+        let tid = link.file_name()?.to_str()?.to_string();
+        let clock = ThreadClock { stat: PathBuf::from(format!("/proc/self/task/{tid}/stat")) };
+        clock.read().map(|_| clock)
+    }
+
+    /// CPU time the thread has used so far.
+    fn read(&self) -> Option<Duration> {
+        let stat = std::fs::read_to_string(&self.stat).ok()?;
+        // The command name (field 2) is in parentheses and may hold spaces: count after it.
+        let rest = &stat[stat.rfind(')')? + 1..];
+        let mut fields = rest.split_whitespace();
+        // Fields 14 and 15 of the line are the 12th and 13th after the name.
+        let user: u64 = fields.nth(11)?.parse().ok()?;
+        let system: u64 = fields.next()?.parse().ok()?;
+        // Linux reports these in USER_HZ, 100 per second on every architecture it exports.
+        Some(Duration::from_millis((user + system) * 10))
+    }
+}
+
+/// How much longer than the CPU limit an input may take in wall time (waiting on the machine,
+/// or blocked without computing) before the watchdog calls it a hang all the same.
+const WALL_FACTOR: u32 = 6;
 
 /// A time-budgeted fuzzing campaign: one target's property run on fresh batches of mutants
 /// until the budget is spent, under the watchdog's time and memory limits.
@@ -333,9 +369,11 @@ impl Campaign {
     {
         let running: Arc<Running> = Arc::new(Mutex::new(None));
         let done = Arc::new(AtomicBool::new(false));
+        let clock = ThreadClock::current();
         let watchdog = {
-            let (running, done, this) = (Arc::clone(&running), Arc::clone(&done), self.clone());
-            std::thread::spawn(move || this.watch(&running, &done))
+            let (running, done, this, clock) =
+                (Arc::clone(&running), Arc::clone(&done), self.clone(), clock.clone());
+            std::thread::spawn(move || this.watch(&running, &done, clock.as_ref()))
         };
         let start = Instant::now();
         let deadline = start + Duration::from_secs(self.seconds);
@@ -357,7 +395,8 @@ impl Campaign {
                 ..Config::default()
             });
             let result = runner.run(&strategy, |value| {
-                set(&running, Some((Instant::now(), Box::new(value.clone()))));
+                let cpu = clock.as_ref().and_then(ThreadClock::read);
+                set(&running, Some((Instant::now(), cpu, Box::new(value.clone()))));
                 let outcome = property(value);
                 set(&running, None);
                 outcome
@@ -383,23 +422,44 @@ impl Campaign {
     }
 
     /// The watchdog: every 50 ms, the running input's age and the process's resident memory.
-    fn watch(&self, running: &Running, done: &AtomicBool) {
+    /// What the watchdog finds in an input that has used `cpu` of its thread's CPU time (if
+    /// known) and `wall` of wall time while the process holds `resident` bytes: a hang, a huge
+    /// allocation, or nothing.
+    fn finding(&self, cpu: Option<Duration>, wall: Duration, resident: Option<u64>) -> Option<String> {
+        let wall_limit = if cpu.is_some() { self.case_limit * WALL_FACTOR } else { self.case_limit };
+        if cpu.is_some_and(|cpu| cpu > self.case_limit) {
+            Some(format!("a hang: one input used more than {:?} of CPU time", self.case_limit))
+        } else if wall > wall_limit {
+            Some(format!("a hang: one input ran for more than {wall_limit:?} of wall time"))
+        } else if let Some(resident) = resident.filter(|&r| r > self.rss_cap_bytes) {
+            Some(format!(
+                "a huge allocation: {} MiB resident, over the cap of {} MiB",
+                resident >> 20,
+                self.rss_cap_bytes >> 20
+            ))
+        } else {
+            None
+        }
+    }
+
+    /// Until `done`: every 50 ms, aborts the process with the running input when it has
+    /// used more than the case limit of CPU time on its thread (`clock`), or more than
+    /// [`WALL_FACTOR`] times the limit of wall time (an input that blocks, or a machine too
+    /// loaded to tell; without a thread clock, the limit itself), or when the process's
+    /// resident memory passes the cap. CPU time, not wall time, is what makes an input slow:
+    /// on a machine shared with builds a quick input can wait seconds for a core.
+    fn watch(&self, running: &Running, done: &AtomicBool, clock: Option<&ThreadClock>) {
         while !done.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(50));
             let resident = resident_bytes();
+            let used = clock.and_then(ThreadClock::read);
             let guard = running.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let Some((since, input)) = guard.as_ref() else { continue };
-            let finding = if since.elapsed() > self.case_limit {
-                format!("a hang: one input ran for more than {:?}", self.case_limit)
-            } else if resident.is_some_and(|r| r > self.rss_cap_bytes) {
-                format!(
-                    "a huge allocation: {} MiB resident, over the cap of {} MiB",
-                    resident.unwrap_or(0) >> 20,
-                    self.rss_cap_bytes >> 20
-                )
-            } else {
-                continue;
+            let Some((since, cpu_at_start, input)) = guard.as_ref() else { continue };
+            let cpu = match (used, cpu_at_start) {
+                (Some(now), Some(start)) => Some(now.saturating_sub(*start)),
+                _ => None,
             };
+            let Some(finding) = self.finding(cpu, since.elapsed(), resident) else { continue };
             // Straight to the process's stderr: the test harness captures `eprintln!` of every
             // thread a test spawns, and a capture is lost when the process aborts.
             use std::io::Write;
@@ -409,7 +469,7 @@ impl Campaign {
     }
 }
 
-fn set(running: &Running, value: Option<(Instant, Box<dyn Debug + Send>)>) {
+fn set(running: &Running, value: Option<(Instant, Option<Duration>, Box<dyn Debug + Send>)>) {
     *running.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = value;
 }
 
@@ -528,6 +588,50 @@ mod tests {
         let payload = outcome.expect_err("the property fails on its first case");
         let message = payload.downcast_ref::<String>().cloned().unwrap_or_default();
         assert!(message.contains("FUZZ_SEED=41"), "{message}");
+    }
+
+    #[test]
+    fn a_thread_clock_counts_computing_not_waiting() {
+        let Some(clock) = ThreadClock::current() else {
+            assert!(!cfg!(target_os = "linux"), "Linux has /proc/thread-self");
+            return;
+        };
+        let before = clock.read().expect("a reading");
+        // Compute until the clock shows 200 ms (however long a loaded machine takes to give
+        // them), within a minute of wall time.
+        let start = Instant::now();
+        let mut x = 0u64;
+        while clock.read().expect("a reading") - before < Duration::from_millis(200) {
+            assert!(start.elapsed() < Duration::from_secs(60), "the clock did not advance while computing");
+            for _ in 0..100_000 {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+            }
+        }
+        let computed = clock.read().expect("a reading");
+        std::thread::sleep(Duration::from_millis(400));
+        let waited = clock.read().expect("a reading") - computed;
+        // Sleeping does not count (up to a tick or two of rounding).
+        assert!(waited <= Duration::from_millis(30), "{waited:?} for 400 ms of sleep");
+    }
+
+    #[test]
+    fn the_watchdog_judges_cpu_time_and_gives_wall_time_a_margin() {
+        let campaign = Campaign::new("w", 0).with_case_limit(Duration::from_secs(10));
+        let s = Duration::from_secs;
+        // An input waiting for a core: 30 s of wall time, 2 s of CPU: not a hang.
+        assert_eq!(campaign.finding(Some(s(2)), s(30), Some(1 << 20)), None);
+        // One that computes past the limit is, whatever the wall time.
+        let hang = campaign.finding(Some(s(11)), s(12), None).expect("a hang");
+        assert!(hang.contains("CPU time"), "{hang}");
+        // One that blocks without computing is, past the margin.
+        let blocked = campaign.finding(Some(s(0)), s(61), None).expect("a hang");
+        assert!(blocked.contains("wall time"), "{blocked}");
+        // Without a thread clock, the wall-time limit is the limit.
+        assert!(campaign.finding(None, s(11), None).is_some());
+        assert_eq!(campaign.finding(None, s(9), None), None);
+        // Memory past the cap.
+        let huge = campaign.finding(Some(s(0)), s(0), Some(3 << 30)).expect("a finding");
+        assert!(huge.contains("huge allocation"), "{huge}");
     }
 
     #[test]
