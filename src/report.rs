@@ -80,6 +80,12 @@ impl<'s> Report<'s> {
             m.gradient_precision,
             m.optimizer
         );
+        if m.passes.is_some() {
+            let _ = writeln!(
+                out,
+                "passes        the forward pass alone (workload.passes = \"forward\"): no backward, gradient synchronisation or optimizer step; memory as in training"
+            );
+        }
         let _ = writeln!(
             out,
             "cluster       {} x {} = {} nodes x {} {unit}{}",
@@ -96,6 +102,14 @@ impl<'s> Report<'s> {
     fn data_parallel_strategy(&mut self) {
         let (s, unit, out) = (self.summary, self.unit, &mut self.out);
         let st = &s.strategy;
+        if s.model.passes.is_some() {
+            let _ = writeln!(
+                out,
+                "strategy      data parallel x{}: the forward alone synchronises nothing",
+                st.data_parallel
+            );
+            return;
+        }
         let _ = writeln!(
             out,
             "strategy      data parallel x{}: {} gradient buckets, {} per iteration, {} allreduce",

@@ -167,6 +167,10 @@ pub struct ModelSummary {
     pub gradient_precision: String,
     /// Optimizer.
     pub optimizer: String,
+    /// `"forward"` when only the forward pass of the step runs (`workload.passes`); absent for
+    /// a whole training step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub passes: Option<String>,
     /// Where the compute model's parameters came from (defaults or a calibrated profile).
     pub compute_model: String,
 }
@@ -1142,7 +1146,10 @@ pub(crate) fn summarize(
     let bubble = SimDuration::from_ps((bubble_ps / u128::from(ranks * iterations)) as u64);
     // Megatron-LM's model FLOPs: 2 per multiply-accumulate of the matrix products, three
     // passes (forward, backward-data, backward-weight), every sample of the iteration.
-    let model_flops = 6.0 * scenario.model.macs_per_sample() * scenario.global_batch as f64;
+    // 6 FLOPs per MAC per sample for a training step (2 forward, 4 backward), 2 for a
+    // forward pass alone (`workload.passes`).
+    let flops_per_mac = if scenario.passes.trains() { 6.0 } else { 2.0 };
+    let model_flops = flops_per_mac * scenario.model.macs_per_sample() * scenario.global_batch as f64;
     let hardware_flops = info.flops_per_rank_iteration + info.recompute_flops_per_rank_iteration;
     let p = &scenario.parallelism;
     let peak = scenario.device.peak(scenario.precision)?.per_second();
@@ -1172,6 +1179,7 @@ pub(crate) fn summarize(
             gradient_precision: scenario.gradient_precision.to_string(),
             compute_model: scenario.compute_source.clone(),
             optimizer: scenario.optimizer.to_string(),
+            passes: (!scenario.passes.trains()).then(|| scenario.passes.to_string()),
         },
         cluster: ClusterSummary {
             gpus,

@@ -20,6 +20,7 @@ pub mod deepspeed_zero3;
 mod emit;
 pub mod experts;
 pub mod layout;
+pub mod passes;
 pub mod pipeline;
 pub mod shard;
 #[cfg(test)]
@@ -740,6 +741,9 @@ pub struct Strategy<'a> {
     pub optimizer: Optimizer,
     /// Activations recomputed in the backward pass.
     pub recompute: Recompute,
+    /// Which passes of the step run (`workload.passes`): the whole training step, or its
+    /// forward pass alone.
+    pub passes: passes::Passes,
     /// Samples per iteration over all data-parallel replicas.
     pub global_batch: u64,
     /// Samples per micro-batch.

@@ -78,6 +78,7 @@ pub(super) fn strategy<'a>(
         optimizer_precision: Dtype::Fp32,
         optimizer: Optimizer::Adam,
         recompute: Recompute::None,
+        passes: Default::default(),
         global_batch: global,
         micro_batch: micro,
         parallelism,
@@ -766,6 +767,7 @@ fn deepspeed_zero3_holds_a_bounded_number_of_gathered_parameters() {
         let parallelism = Parallelism { zero: 3, zero_implementation, ..Parallelism::data_parallel(640) };
         let strategy = Strategy {
             recompute: Recompute::Full,
+            passes: Default::default(),
             fold_symmetric_ranks: true,
             ..strategy(&model, &compute, parallelism, 2560, 4)
         };
@@ -1706,4 +1708,53 @@ fn every_op_carries_its_layer_pass_communicator_and_origin() {
     }
     let expected = ["backward-data", "backward-weight", "data", "forward", "optimizer", "pipeline", "tensor"];
     assert_eq!(seen.into_iter().collect::<Vec<_>>(), expected);
+}
+
+/// `workload.passes = "forward"`: a pipeline of `p` stages runs `m` micro-batches' forwards in
+/// `(m + p - 1)` stage forwards (the forward pipeline's closed form), with the training step's
+/// forward kernels and nothing of its backward, gradient synchronisation or optimizer step.
+#[test]
+fn a_forward_pass_alone_is_the_forward_pipelines_closed_form_without_backward_or_step() {
+    use crate::passes::Passes;
+    use sim_core::graph::Pass;
+    let model = uniform_model(8, 4096);
+    let compute = ComputeModel::default();
+    let topology = instant_server(8);
+    let m = 6u64;
+    let parallelism = Parallelism { data: 2, ..pipelined(4, 1, PipelineSchedule::OneFOneB) };
+    let training = strategy(&model, &compute, parallelism, m * 2 * 2, 2);
+    let forward = Strategy { passes: Passes::Forward, ..training.clone() };
+    let (trained, lowered) = (training.lower().unwrap(), forward.lower().unwrap());
+    for op in lowered.graph.ops() {
+        let pass = op.meta.pass();
+        assert!(
+            !matches!(pass, Some(Pass::BackwardData | Pass::BackwardWeight | Pass::Optimizer)),
+            "{} ({pass:?}) in a forward pass",
+            lowered.graph.label(op.label)
+        );
+        assert!(!matches!(op.kind, OpKind::Collective(_)), "{}", lowered.graph.label(op.label));
+    }
+    assert!(trained.graph.ops().iter().any(|op| matches!(op.kind, OpKind::Collective(_))));
+    for rank in 0..8 {
+        let (alone, in_training) = (
+            pass_compute(&lowered.graph, rank, Pass::Forward),
+            pass_compute(&trained.graph, rank, Pass::Forward),
+        );
+        assert!((alone - in_training).abs() <= 1e-12 * in_training, "rank {rank}: {alone} vs {in_training}");
+    }
+    let timeline = NetworkSettings::new(Fidelity::Analytical).run(&lowered.graph, &topology).unwrap();
+    let stage_forward = pass_compute(&lowered.graph, 0, Pass::Forward) / m as f64;
+    let expected = (m + 3) as f64 * stage_forward;
+    let makespan = timeline.makespan().as_secs_f64();
+    assert!(
+        (makespan - expected).abs() < 0.01 * expected,
+        "{makespan} s against (m + p - 1) stage forwards {expected} s"
+    );
+    // The training step of the same split takes longer, and its FLOPs are three times the
+    // forward's plus the step.
+    let trained_time =
+        NetworkSettings::new(Fidelity::Analytical).run(&trained.graph, &topology).unwrap().makespan();
+    assert!(trained_time.as_secs_f64() > 2.0 * makespan);
+    assert!(lowered.flops_per_rank_iteration > 0.0);
+    assert!(trained.flops_per_rank_iteration > 2.9 * lowered.flops_per_rank_iteration);
 }

@@ -259,6 +259,7 @@ struct WorkloadSection {
     optimizer: String,
     #[serde(default)]
     recompute: Option<String>,
+    passes: Option<String>,
     offload: Option<String>,
     input: Option<InputSection>,
 }
@@ -438,6 +439,8 @@ pub struct Scenario {
     pub optimizer: Optimizer,
     /// Activations recomputed in the backward pass.
     pub recompute: Recompute,
+    /// Which passes of the step run (`workload.passes`).
+    pub passes: strategies::passes::Passes,
     /// How the model is split over the GPUs.
     pub parallelism: Parallelism,
     /// Simulate one of each set of symmetric ranks (tensor ranks, replicas) and replay its
@@ -494,6 +497,7 @@ impl Scenario {
             optimizer_precision: self.optimizer_precision,
             optimizer: self.optimizer,
             recompute: self.recompute,
+            passes: self.passes,
             global_batch: self.global_batch,
             micro_batch: self.micro_batch,
             parallelism: self.parallelism,
@@ -1083,6 +1087,10 @@ fn validate(
     };
     let optimizer: Optimizer =
         workload.optimizer.parse().map_err(|error| invalid("workload.optimizer", error))?;
+    let passes: strategies::passes::Passes = match &workload.passes {
+        Some(passes) => passes.parse().map_err(|error| invalid("workload.passes", error))?,
+        None => strategies::passes::Passes::Training,
+    };
     let recompute: Recompute = match &workload.recompute {
         Some(mode) => mode.parse().map_err(|error| invalid("workload.recompute", error))?,
         None => Recompute::None,
@@ -1223,6 +1231,7 @@ fn validate(
         optimizer_precision,
         optimizer,
         recompute,
+        passes,
         // Under variability every rank draws its own times: no two are symmetric.
         fold_symmetric_ranks: !monte_carlo && spec.simulation.fold_symmetric_ranks.unwrap_or(fold_default),
         parallelism,

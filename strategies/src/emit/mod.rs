@@ -522,12 +522,15 @@ pub(super) fn estimate(
                 0
             })
     };
-    // Forward and backward of one micro-batch of each global chunk.
+    // Forward and backward of one micro-batch of each global chunk (no backward, no
+    // accumulation and no optimizer step when only the forward runs: `workload.passes`).
+    let trains = strategy.passes.trains();
     let chunk_times: Vec<(u128, u128)> = plan
         .chunk_layers
         .iter()
         .map(|range| {
-            (range.clone().map(forward_ps).sum::<u128>(), range.clone().map(backward_ps).sum::<u128>())
+            let backward = if trains { range.clone().map(backward_ps).sum::<u128>() } else { 0 };
+            (range.clone().map(forward_ps).sum::<u128>(), backward)
         })
         .collect();
     let micro_batches = u128::from(plan.micro_batches);
@@ -539,11 +542,12 @@ pub(super) fn estimate(
             .chunks_of(stage)
             .flat_map(|k| plan.chunk_layers[k].clone())
             .map(|i| plan.accumulate[i].map_or(0, |d| u128::from(d.as_ps())))
-            .sum();
+            .sum::<u128>()
+            * u128::from(trains);
         let work: u128 = plan.chunks_of(stage).map(|k| chunk_times[k].0 + chunk_times[k].1).sum::<u128>()
             * micro_batches
             + accumulate * micro_batches.saturating_sub(1)
-            + u128::from(plan.optimizer[stage as usize].0.as_ps());
+            + u128::from(plan.optimizer[stage as usize].0.as_ps()) * u128::from(trains);
         bound = bound.max(work + fill_and_drain);
         if let Some((forward, backward)) = chunk_times.get(stage as usize) {
             fill_and_drain += forward + backward;

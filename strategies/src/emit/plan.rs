@@ -336,14 +336,18 @@ impl<'s> Plan<'s> {
     pub(super) fn stage_flops(&self, stage: u32) -> (f64, f64) {
         let mut flops = 0.0;
         let mut recompute = 0.0;
+        // Forward alone (`workload.passes`): the forward kernels, nothing recomputed, no step.
+        let trains = self.strategy.passes.trains();
+        let passes = if trains { 3 } else { 1 };
         for index in self.stage_layers(stage) {
-            flops += self.kernels[index].iter().filter_map(|k| k.map(|(_, f)| f)).sum::<f64>();
-            if let Some(again) = &self.recompute_before[index] {
+            flops += self.kernels[index][..passes].iter().filter_map(|k| k.map(|(_, f)| f)).sum::<f64>();
+            if let Some(again) = self.recompute_before[index].as_ref().filter(|_| trains) {
                 recompute += again.clone().filter_map(|i| self.kernels[i][0].map(|(_, f)| f)).sum::<f64>();
             }
         }
         let m = f64::from(self.micro_batches);
-        flops = flops * m + self.optimizer[stage as usize].1;
+        let step = if trains { self.optimizer[stage as usize].1 } else { 0.0 };
+        flops = flops * m + step;
         (flops, recompute * m)
     }
 

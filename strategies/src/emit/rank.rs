@@ -149,7 +149,10 @@ impl RankEmitter<'_, '_> {
         // action sent anything (an exchange to synchronise after).
         let mut frontier = DeviceFrontier::default();
         let mut sent = false;
-        for action in &plan.actions[stage as usize] {
+        // `workload.passes = "forward"`: the schedule's forward actions alone, in its order
+        // (the memory stays the training schedule's: see `crate::passes`).
+        let trains = plan.strategy.passes.trains();
+        for action in plan.actions[stage as usize].iter().filter(|a| trains || a.is_forward()) {
             let chunk = action.chunk * p.pipeline + stage;
             let micro = action.micro_batch;
             let mark = self.buffer.ops.len();
@@ -239,6 +242,19 @@ impl RankEmitter<'_, '_> {
             self.pipeline_host_sync(&mut frontier, None);
         }
         let pipeline_end = self.last_compute.unwrap_or(0);
+        if !trains {
+            // No gradient to reduce and no step to take: the iteration ends with its last
+            // forward kernel (a send still in flight overlaps the next iteration, as it does
+            // between the forward passes of one).
+            let mut end = pipeline_end;
+            if loader {
+                end = self.fetch_next_batch(end);
+            }
+            if plan.step_overhead > SimDuration::ZERO {
+                end = self.step_host_work(end);
+            }
+            return Ok((end, pipeline_end));
+        }
         let mut deps: Vec<Dep> = last_sync.iter().flatten().map(|&op| Dep::Local(op)).collect();
         // The tied embedding's two copies (first and last stage) sum their gradients.
         if plan.tied_embedding > 0 && (stage == 0 || stage + 1 == p.pipeline) {

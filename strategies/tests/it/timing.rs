@@ -39,6 +39,7 @@ fn building_and_lowering_the_largest_models_takes_milliseconds() {
             optimizer_precision: Dtype::Fp32,
             optimizer: Optimizer::Adam,
             recompute: Recompute::None,
+            passes: Default::default(),
             global_batch: 8,
             micro_batch: 1,
             parallelism: Parallelism::data_parallel(8),
