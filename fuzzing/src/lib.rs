@@ -242,7 +242,7 @@ impl ThreadClock {
 
     /// CPU time the thread has used so far.
     fn read(&self) -> Option<Duration> {
-        let stat = std::fs::read_to_string(&self.stat).ok()?;
+        let stat = fs_err::read_to_string(&self.stat).ok()?;
         // The command name (field 2) is in parentheses and may hold spaces: count after it.
         let rest = &stat[stat.rfind(')')? + 1..];
         let mut fields = rest.split_whitespace();
@@ -431,14 +431,14 @@ impl Campaign {
             Some(format!("a hang: one input used more than {:?} of CPU time", self.case_limit))
         } else if wall > wall_limit {
             Some(format!("a hang: one input ran for more than {wall_limit:?} of wall time"))
-        } else if let Some(resident) = resident.filter(|&r| r > self.rss_cap_bytes) {
-            Some(format!(
-                "a huge allocation: {} MiB resident, over the cap of {} MiB",
-                resident >> 20,
-                self.rss_cap_bytes >> 20
-            ))
         } else {
-            None
+            resident.filter(|&r| r > self.rss_cap_bytes).map(|resident| {
+                format!(
+                    "a huge allocation: {} MiB resident, over the cap of {} MiB",
+                    resident >> 20,
+                    self.rss_cap_bytes >> 20
+                )
+            })
         }
     }
 
@@ -592,10 +592,11 @@ mod tests {
 
     #[test]
     fn a_thread_clock_counts_computing_not_waiting() {
-        let Some(clock) = ThreadClock::current() else {
-            assert!(!cfg!(target_os = "linux"), "Linux has /proc/thread-self");
+        let clock = ThreadClock::current();
+        if !cfg!(target_os = "linux") {
             return;
-        };
+        }
+        let clock = clock.expect("Linux has /proc/thread-self");
         let before = clock.read().expect("a reading");
         // Compute until the clock shows 200 ms (however long a loaded machine takes to give
         // them), within a minute of wall time.
