@@ -180,19 +180,7 @@ fn traffic_topo_inspect_arguments() {
             let arguments = arguments(&text, &root);
             let Ok(cli) = Cli::try_parse_from(&arguments) else { return Ok(()) };
             let outcome = match cli.command {
-                Command::Traffic { cluster, pattern, argument, size, seed, flows, max_flows, json, csv } => {
-                    crate::traffic_cmd::traffic(&crate::traffic_cmd::Options {
-                        cluster: &cluster,
-                        pattern: &pattern,
-                        argument: argument.as_deref(),
-                        seed,
-                        flows,
-                        size: &size,
-                        max_flows: max_flows.min(FUZZ_MAX_FLOWS),
-                        json,
-                        csv,
-                    })
-                }
+                command @ Command::Traffic { .. } => crate::traffic(command, Some(FUZZ_MAX_FLOWS)),
                 Command::Topo { scenario, dot: None, json } => crate::topo::describe(&scenario, None, json),
                 Command::Inspect { model, batch, json } => crate::models::inspect(&model, batch, json),
                 Command::Models { json } => crate::models::list(json),

@@ -683,18 +683,8 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             output::print(text).context("writing the description")?;
             Ok(())
         }
-        Command::Traffic { cluster, pattern, argument, size, seed, flows, max_flows, json, csv } => {
-            let text = traffic_cmd::traffic(&traffic_cmd::Options {
-                cluster: &cluster,
-                pattern: &pattern,
-                argument: argument.as_deref(),
-                seed,
-                flows,
-                size: &size,
-                max_flows,
-                json,
-                csv,
-            })?;
+        command @ Command::Traffic { .. } => {
+            let text = traffic(command, None)?;
             output::print(text).context("writing the report")?;
             Ok(())
         }
@@ -755,6 +745,26 @@ fn write_man_pages(command: clap::Command, dir: &Path) -> anyhow::Result<()> {
 /// the command's whole input validation on parsed arguments.
 fn collective(command: Command) -> anyhow::Result<String> {
     collective_with(command, None)
+}
+
+/// `traffic`'s report; `max_flows_cap` lowers `--max-flows` (the fuzz target's cap, so that a
+/// valid matrix it draws runs in under a second).
+fn traffic(command: Command, max_flows_cap: Option<u64>) -> anyhow::Result<String> {
+    let Command::Traffic { cluster, pattern, argument, size, seed, flows, max_flows, json, csv } = command
+    else {
+        anyhow::bail!("not a traffic command");
+    };
+    traffic_cmd::traffic(&traffic_cmd::Options {
+        cluster: &cluster,
+        pattern: &pattern,
+        argument: argument.as_deref(),
+        seed,
+        flows,
+        size: &size,
+        max_flows: max_flows_cap.map_or(max_flows, |cap| max_flows.min(cap)),
+        json,
+        csv,
+    })
 }
 
 /// `collective` with a flow work budget (`NetworkSettings::work_budget`): a run past it gives
