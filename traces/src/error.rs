@@ -88,6 +88,11 @@ impl TraceError {
                 TraceError::Meaningless { path: name(&path).into(), reason }
             }
             TraceError::Binary { path, reason } => TraceError::Binary { path: name(&path).into(), reason },
+            // These name their files inside the text (two rank files that disagree).
+            TraceError::Inconsistent { reason } => {
+                TraceError::Inconsistent { reason: renamed_in(&reason, &name) }
+            }
+            TraceError::Unmatched { reason } => TraceError::Unmatched { reason: renamed_in(&reason, &name) },
             other => other,
         }
     }
@@ -99,4 +104,22 @@ impl TraceError {
             std::error::Error::source(&error).map_or_else(|| error.to_string(), |inner| inner.to_string());
         TraceError::Io { path: path.into(), message }
     }
+}
+
+/// `text` with every word that is a path under the temporary folder (a member `load` unpacked)
+/// passed through `name`, the punctuation after it kept.
+fn renamed_in(text: &str, name: &impl Fn(&std::path::Path) -> String) -> String {
+    let temporary = std::env::temp_dir();
+    let words: Vec<String> = text
+        .split(' ')
+        .map(|word| {
+            let path = word.trim_end_matches([',', ':', ';', ')', '.']);
+            if path.len() > 1 && std::path::Path::new(path).starts_with(&temporary) {
+                format!("{}{}", name(std::path::Path::new(path)), &word[path.len()..])
+            } else {
+                word.to_string()
+            }
+        })
+        .collect();
+    words.join(" ")
 }

@@ -221,3 +221,19 @@ fn a_broken_member_of_an_archive_is_named_by_the_archive() {
         assert!(!error.contains("parasim-trace-"), "{error}");
     }
 }
+
+/// Found by `trace_json_files` (CI's seed 0): a rank file inside a `.tar` whose rank lies
+/// outside its world was reported by the temporary path it was unpacked to; every file the
+/// message names is now `ARCHIVE:MEMBER`.
+#[test]
+fn a_member_outside_its_world_is_named_by_the_archive() {
+    let dir = scratch("fuzz-archive-world");
+    let kineto = String::from_utf8(kineto_seed()).expect("the seed is text");
+    assert!(kineto.contains("\"rank\": 0,"), "the seed names its rank");
+    let outside = kineto.replacen("\"rank\": 0,", "\"rank\": 109,", 1);
+    let archive = dir.join("ranks.tar");
+    fs_err::write(&archive, tar_of("rank0.json", outside.as_bytes())).unwrap();
+    let error = traces::load(std::slice::from_ref(&archive)).unwrap_err().to_string();
+    assert!(error.contains("ranks.tar:rank0.json is rank 109"), "{error}");
+    assert!(!error.contains("parasim-trace-"), "{error}");
+}
