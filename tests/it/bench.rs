@@ -20,33 +20,25 @@ fn baseline(case: &str, seconds: f64) -> std::path::PathBuf {
 #[test]
 fn the_guard_fails_naming_a_case_slower_than_its_baseline() {
     let case = "plot-series";
-    let slow = baseline(case, 1e-6);
-    let output = parasim(&[
-        "bench",
-        "--guard",
-        "--case",
-        case,
-        "--repeats",
-        "1",
-        "--baseline",
-        slow.to_str().unwrap(),
-    ]);
+    let guard = |baseline: &std::path::Path| {
+        parasim(&[
+            "bench",
+            "--guard",
+            "--case",
+            case,
+            "--repeats",
+            "1",
+            "--baseline",
+            baseline.to_str().unwrap(),
+        ])
+    };
+    let output = guard(&baseline(case, 1e-6));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains(&format!("bench guard: slower than the baseline allows: {case} (")), "{stderr}");
     assert!(stderr.contains("SLOWER"), "{stderr}");
 
-    let fast = baseline(case, 1e6);
-    let output = parasim(&[
-        "bench",
-        "--guard",
-        "--case",
-        case,
-        "--repeats",
-        "1",
-        "--baseline",
-        fast.to_str().unwrap(),
-    ]);
+    let output = guard(&baseline(case, 1e6));
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
     assert!(stdout.lines().any(|l| l.starts_with(case) && l.trim_end().ends_with("ok")), "{stdout}");

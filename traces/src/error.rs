@@ -97,6 +97,14 @@ impl TraceError {
         }
     }
 
+    /// `path` holds no GPU activity to time: refused whatever reads it.
+    pub(crate) fn no_gpu_activity(path: impl Into<PathBuf>) -> Self {
+        TraceError::Meaningless {
+            path: path.into(),
+            reason: "no GPU kernels, copies or memsets: was the profiler run with CUDA activities?".into(),
+        }
+    }
+
     /// An I/O error on `path`.
     pub(crate) fn io(path: impl Into<PathBuf>, error: std::io::Error) -> Self {
         // fs-err's errors already name the path; keep only the operating system's message.

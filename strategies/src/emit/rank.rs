@@ -242,19 +242,28 @@ impl RankEmitter<'_, '_> {
             self.pipeline_host_sync(&mut frontier, None);
         }
         let pipeline_end = self.last_compute.unwrap_or(0);
-        if !trains {
-            // No gradient to reduce and no step to take: the iteration ends with its last
-            // forward kernel (a send still in flight overlaps the next iteration, as it does
-            // between the forward passes of one).
-            let mut end = pipeline_end;
-            if loader {
-                end = self.fetch_next_batch(end);
-            }
-            if plan.step_overhead > SimDuration::ZERO {
-                end = self.step_host_work(end);
-            }
-            return Ok((end, pipeline_end));
+        // Without the training step (`workload.passes = "forward"`) the iteration ends with its
+        // last forward kernel (a send still in flight overlaps the next iteration, as it does
+        // between the forward passes of one).
+        let mut end = if trains { self.step(policy, &last_sync) } else { pipeline_end };
+        if loader {
+            end = self.fetch_next_batch(end);
         }
+        if plan.step_overhead > SimDuration::ZERO {
+            end = self.step_host_work(end);
+        }
+        Ok((end, pipeline_end))
+    }
+
+    /// The training step after the schedule: the tied embedding's gradient allreduce, the
+    /// gradient-norm allreduce of a pipeline, the optimizer step and the policy's step (ZeRO's
+    /// parameter allgather); returns the rank's last op. `last_sync` holds each chunk's last
+    /// gradient synchronisation, which the step waits for.
+    fn step(&mut self, policy: &mut dyn RankPolicy, last_sync: &[Option<u32>]) -> u32 {
+        let plan = self.plan;
+        let p = &plan.strategy.parallelism;
+        let rank = RankId(self.rank);
+        let stage = plan.layout.coordinates(rank).pipeline;
         let mut deps: Vec<Dep> = last_sync.iter().flatten().map(|&op| Dep::Local(op)).collect();
         // The tied embedding's two copies (first and last stage) sum their gradients.
         if plan.tied_embedding > 0 && (stage == 0 || stage + 1 == p.pipeline) {
@@ -290,7 +299,7 @@ impl RankEmitter<'_, '_> {
             let meta = OpMeta::NONE.with_group(comm.group).with_origin(self.origin(FLUSH_ORIGIN));
             deps.push(Dep::Local(self.collective(comm, PIPELINE_STREAM, group, label, &norm_deps, meta)));
         }
-        let (optimizer, mut end) = match plan.offload.as_ref().and_then(|o| o.weights.as_ref()) {
+        let (optimizer, end) = match plan.offload.as_ref().and_then(|o| o.weights.as_ref()) {
             Some(weights) => self.streamed_optimizer(weights, &deps),
             None => {
                 let (duration, _) = plan.optimizer[stage as usize];
@@ -308,14 +317,7 @@ impl RankEmitter<'_, '_> {
             }
         };
         self.last_compute = Some(optimizer);
-        end = policy.after_step(self, optimizer, end);
-        if loader {
-            end = self.fetch_next_batch(end);
-        }
-        if plan.step_overhead > SimDuration::ZERO {
-            end = self.step_host_work(end);
-        }
-        Ok((end, pipeline_end))
+        policy.after_step(self, optimizer, end)
     }
 
     /// Names the compute ops emitted since op `mark` as one slice `name`, if there are any.

@@ -171,11 +171,7 @@ impl Job {
         }
         let label = files_label(&files);
         if ranks.iter().all(|r| r.gpu_ops.is_empty()) {
-            return Err(TraceError::Meaningless {
-                path: label,
-                reason: "no GPU kernels, copies or memsets: was the profiler run with CUDA activities?"
-                    .into(),
-            });
+            return Err(TraceError::no_gpu_activity(label));
         }
         let mut trace = Trace { world_size: world, device, names, groups: groups.lists, ranks };
         trace.canonicalize();

@@ -142,18 +142,24 @@ pub fn import_operators(paths: &[PathBuf]) -> Result<OperatorImport, TraceError>
     let mut warnings = Warnings::new();
     let mut out = Vec::with_capacity(files.len());
     for path in &files {
-        let raw = raw::parse_file(path, &mut names, true)?;
-        warnings.extend(&raw.warnings);
-        if raw.gpu.is_empty() {
-            return Err(TraceError::Meaningless {
-                path: path.clone(),
-                reason: "no GPU kernels, copies or memsets: was the profiler run with CUDA activities?"
-                    .into(),
-            });
-        }
+        let raw = parse_with_gpu(path, &mut names, &mut warnings)?;
         out.push(attribute(&raw, path, &names.names));
     }
     Ok(OperatorImport { names: names.names, files: out, warnings })
+}
+
+/// One file parsed with its operators, its warnings counted; refused without GPU activity.
+fn parse_with_gpu(
+    path: &Path,
+    names: &mut raw::Interner,
+    warnings: &mut Warnings,
+) -> Result<RawFile, TraceError> {
+    let raw = raw::parse_file(path, names, true)?;
+    warnings.extend(&raw.warnings);
+    if raw.gpu.is_empty() {
+        return Err(TraceError::no_gpu_activity(path));
+    }
+    Ok(raw)
 }
 
 /// [`import_operators`], and from the same parse of each file the replay import of each input
@@ -181,15 +187,7 @@ pub fn import_operators_and_jobs(
     for (input, files) in paths.iter().zip(inputs) {
         let mut replay = super::Job::new(files.clone());
         for (position, path) in files.iter().enumerate() {
-            let raw = raw::parse_file(path, &mut names, true)?;
-            warnings.extend(&raw.warnings);
-            if raw.gpu.is_empty() {
-                return Err(TraceError::Meaningless {
-                    path: path.clone(),
-                    reason: "no GPU kernels, copies or memsets: was the profiler run with CUDA activities?"
-                        .into(),
-                });
-            }
+            let raw = parse_with_gpu(path, &mut names, &mut warnings)?;
             out.push(attribute(&raw, path, &names.names));
             replay.add(position, &raw, &names.names);
         }
