@@ -353,6 +353,14 @@ impl std::str::FromStr for PipelineHostSync {
 /// `--moe-token-dispatcher-type`): how each mixture-of-experts layer's tokens reach the ranks
 /// holding their experts and how the experts' outputs come back
 /// (megatron/core/transformer/moe/token_dispatcher.py).
+///
+/// Both are dropless and size their buffers from the number of tokens routed to each expert,
+/// which the host reads once per expert layer's forward (and recomputation), waiting for it:
+/// the all-to-all dispatcher before its expert-parallel exchange (`preprocess`: the
+/// `before_ep_alltoall` sync point, or `before_finish` without expert or tensor parallelism),
+/// the all-gather one after its gathers (`dispatch_postprocess`:
+/// `self.local_map.sum(dim=0).long().cpu()`). Where the host sets the pace the launches after
+/// it then wait for the GPU to get there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum MoeDispatcher {
     /// `MoEAlltoAllTokenDispatcher`: each token sent to the ranks of its top-k experts by an

@@ -975,6 +975,102 @@ fn the_training_loops_step_overhead_adds_exactly_once_per_iteration() {
     }
 }
 
+/// `compute.host-nan-checks` (Megatron-LM's NaN/Inf checks): the host reads each micro-batch's
+/// loss after its forward, so it launches the next kernel only once the loss has run. On one
+/// GPU whose kernels are far longer than a launch (the host otherwise runs ahead and the GPU
+/// never waits), forward passes alone (`workload.passes = "forward"`): each of the `m` checks
+/// but the last (after which nothing is launched) leaves the GPU idle for exactly one launch,
+/// so the step grows by `m - 1` launches. In training, each micro-batch's loss and (one replica
+/// still runs DDP's bucket checks) each gradient bucket is read: at least one launch per loss
+/// check, at most two per bucket (the reduction's launch and the next kernel's).
+#[test]
+fn a_host_that_reads_each_loss_pays_one_launch_per_micro_batch_on_a_busy_gpu() {
+    use crate::passes::Passes;
+    let model = uniform_model(8, 1024);
+    let host = SimDuration::from_us(20);
+    let eager = ComputeModel { dispatch_overhead: host, ..ComputeModel::default() };
+    let checked = ComputeModel { host_nan_checks: true, ..eager.clone() };
+    let run = |compute: &ComputeModel, passes: Passes| {
+        let lowered =
+            Strategy { passes, ..strategy(&model, compute, Parallelism::data_parallel(1), 256, 64) }
+                .lower()
+                .unwrap();
+        let graph = &lowered.graph;
+        let checks = |what: &str| {
+            graph
+                .ops()
+                .iter()
+                .filter(|op| op.stream == HOST_STREAM && graph.label(op.label).contains(what))
+                .count() as u64
+        };
+        let shortest = graph
+            .ops()
+            .iter()
+            .filter(|op| op.stream == COMPUTE_STREAM)
+            .filter_map(|op| match op.kind {
+                OpKind::Compute { duration } => Some(duration),
+                _ => None,
+            })
+            .min()
+            .unwrap();
+        let timeline = NetworkSettings::new(Fidelity::Analytical).run(graph, &instant_server(1)).unwrap();
+        (timeline.makespan(), checks("loss NaN/Inf"), checks("gradient NaN/Inf"), shortest)
+    };
+    let launches = |n: u64| host.checked_mul(n).unwrap();
+    let (free, loss_checks, _, shortest) = run(&eager, Passes::Forward);
+    assert_eq!(loss_checks, 0);
+    assert!(shortest > launches(4), "kernels of {shortest} against launches of {host}");
+    let (with_checks, loss_checks, gradient_checks, _) = run(&checked, Passes::Forward);
+    assert_eq!((loss_checks, gradient_checks), (4, 0), "four micro-batches of 64, no backward");
+    assert_eq!(with_checks, free.checked_add(launches(3)).unwrap(), "{free} without the checks");
+
+    let (free, _, _, _) = run(&eager, Passes::Training);
+    let (with_checks, loss_checks, buckets, _) = run(&checked, Passes::Training);
+    assert_eq!(loss_checks, 4);
+    assert!(buckets >= 1);
+    let added = SimDuration::from_ps(with_checks.as_ps() - free.as_ps());
+    assert!(
+        added >= launches(loss_checks) && added <= launches(loss_checks + 2 * buckets),
+        "{added} for {loss_checks} losses and {buckets} buckets"
+    );
+}
+
+/// `compute.host-nan-checks` checks each gradient bucket's norm before its data-parallel
+/// reduction (Megatron's `check_grads`): one host read per bucket in the last micro-batch,
+/// after the bucket's last gradient kernel. Without modelled launches (CUDA graphs) a host wait
+/// delays nothing and the graph is the one without the checks, op for op.
+#[test]
+fn host_nan_checks_read_each_bucket_and_change_nothing_without_launches() {
+    let model = uniform_model(8, 256);
+    let eager = ComputeModel { dispatch_overhead: SimDuration::from_us(20), ..ComputeModel::default() };
+    let parallelism = Parallelism {
+        bucket_cap: Bytes(2 << 20),
+        first_bucket_cap: Bytes(2 << 20),
+        ..Parallelism::data_parallel(4)
+    };
+    let describe = |compute: &ComputeModel| {
+        let lowered = strategy(&model, compute, parallelism, 64, 4).lower().unwrap();
+        let graph = &lowered.graph;
+        let named = |what: &str| graph.ops().iter().filter(|op| graph.label(op.label).contains(what)).count();
+        let reductions = graph
+            .ops()
+            .iter()
+            .filter(|op| op.rank == RankId(0) && op.stream == DATA_STREAM)
+            .filter(|op| matches!(op.kind, OpKind::Collective(_)))
+            .count();
+        let ops: Vec<String> = graph.ops().iter().map(|op| format!("{op:?}")).collect();
+        (ops, named("gradient NaN/Inf"), named("loss NaN/Inf"), reductions)
+    };
+    let (_, gradient_checks, loss_checks, reductions) =
+        describe(&ComputeModel { host_nan_checks: true, ..eager.clone() });
+    assert!(reductions > 1, "{reductions} buckets");
+    assert_eq!(gradient_checks, 4 * reductions, "one check per bucket and rank");
+    assert_eq!(loss_checks, 4 * 4, "four micro-batches on each of four ranks");
+    let graphs = ComputeModel { cuda_graphs: true, ..eager };
+    let checked_graphs = ComputeModel { host_nan_checks: true, ..graphs.clone() };
+    assert_eq!(describe(&graphs), describe(&checked_graphs));
+}
+
 /// `parallelism.pipeline-host-sync`: Megatron's host calls `torch.cuda.synchronize()` after every
 /// pipeline exchange. On a 2-stage pipeline of one micro-batch whose host is far slower than its
 /// kernels, the stages then take turns: stage 0 launches its forward and its send, waits for the

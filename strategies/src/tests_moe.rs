@@ -326,3 +326,45 @@ fn a_sequential_expert_bank_launches_a_dense_block_per_local_expert() {
     let graphs = ComputeModel { cuda_graphs: true, ..compute.clone() };
     assert_eq!(sums(MoeExperts::Grouped, &graphs), sums(MoeExperts::Sequential, &graphs));
 }
+
+/// Megatron-Core's dropless dispatchers read each expert layer's token counts to the host once
+/// per forward ([`MoeDispatcher`]): on every rank, one host read per MoE layer and micro-batch
+/// (12 layers, two micro-batches of 4 samples of a global 16 over data 2), none in the
+/// backward. The all-to-all dispatcher reads them after the router, before its exchange (the
+/// read waits for a compute op and the exchange's launch follows it on the host); the
+/// all-gather one after its gathers (the read waits for the gathered tokens, a collective).
+/// Without modelled launches (CUDA graphs) there is nothing to wait for and no read.
+#[test]
+fn each_expert_layers_forward_reads_its_token_counts_on_the_host() {
+    let model = moe_gpt(8, 2);
+    let eager = ComputeModel { dispatch_overhead: SimDuration::from_us(20), ..ComputeModel::default() };
+    let graphs = ComputeModel { cuda_graphs: true, ..eager.clone() };
+    for dispatcher in MoeDispatcher::ALL {
+        let p = Parallelism { expert: 2, moe_dispatcher: dispatcher, ..Parallelism::data_parallel(2) };
+        let reads = |compute: &ComputeModel| {
+            let lowered = strategy(&model, compute, p, 16, 4).lower().unwrap();
+            let graph = &lowered.graph;
+            let mut waited_on = Vec::new();
+            for (id, op) in graph.ops().iter().enumerate() {
+                if op.rank == RankId(0) && graph.label(op.label).contains("MoE token counts") {
+                    let deps = graph.deps(sim_core::graph::OpId(id as u32));
+                    waited_on.extend(deps.iter().map(|dep| graph.ops()[dep.0 as usize].kind));
+                }
+            }
+            let reads = graph
+                .ops()
+                .iter()
+                .filter(|op| op.rank == RankId(0) && graph.label(op.label).contains("MoE token counts"))
+                .count();
+            (reads, waited_on)
+        };
+        let (count, waited_on) = reads(&eager);
+        assert_eq!(count, 12 * 2, "{dispatcher:?}");
+        let collectives = waited_on.iter().filter(|kind| matches!(kind, OpKind::Collective(_))).count();
+        match dispatcher {
+            MoeDispatcher::AllToAll => assert_eq!(collectives, 0, "after the router"),
+            MoeDispatcher::AllGather => assert!(collectives >= 24, "after the gathers: {collectives}"),
+        }
+        assert_eq!(reads(&graphs).0, 0);
+    }
+}

@@ -288,6 +288,19 @@ pub struct ComputeModel {
     /// `chainer/function_hooks/timer.py`, v7.0.0), or `CUDA_LAUNCH_BLOCKING=1`, with which
     /// "kernel launches are synchronous" (CUDA Programming Guide, "CUDA Environment Variables").
     pub host_synchronous: bool,
+    /// Whether the host checks the loss and the gradients for NaN and Inf as it goes, waiting
+    /// for the device each time: after each micro-batch's forward it reads that micro-batch's
+    /// loss, and before each gradient bucket's data-parallel reduction the bucket's norm (a
+    /// device-to-host read that returns once the kernels it depends on have run); the host
+    /// issues nothing more meanwhile, so the launches after it no longer run ahead of the GPU.
+    /// The software's fact, not calibration: Megatron-LM's `--check-for-nan-in-loss-and-grad`
+    /// (on by default) tests the loss in `pretrain_gpt.py`'s `loss_func` and each bucket's norm
+    /// in `param_and_grad_buffer.py`'s `check_grads` through the rerun state machine's
+    /// `validate_result`, whose `if result_rejected:` on a CUDA tensor reads it to the host
+    /// (`data/frameworks.toml`, framework `megatron-core`). It matters where the host sets the
+    /// pace (small, overhead-bound steps): there a pipeline's last stage waits for each
+    /// micro-batch to arrive before it issues more.
+    pub host_nan_checks: bool,
     /// Whether vector-unit convolutions may run as Winograd kernels (3x3, stride 1) or FFTs
     /// (2-D, stride 1), as cuDNN's benchmark mode (`cudnnFind*`: the fastest of all its
     /// algorithms) picks them when faster (PyTorch's `cudnn.benchmark = True`, DeepBench). Off by
@@ -330,6 +343,7 @@ impl Default for ComputeModel {
             step_overhead: SimDuration::ZERO,
             cuda_graphs: false,
             host_synchronous: false,
+            host_nan_checks: false,
             winograd_convolutions: false,
         }
     }

@@ -62,6 +62,10 @@ pub(super) struct Plan<'s> {
     /// The host waits for the device at each pipeline exchange
     /// (`parallelism.pipeline-host-sync` where it applies; never without modelled launches).
     pub(super) pipeline_host_sync: bool,
+    /// The host reads each micro-batch's loss after its forward and each gradient bucket's
+    /// norm before its data-parallel reduction, waiting for each (`compute.host-nan-checks`;
+    /// never without modelled launches, where a wait delays nothing).
+    pub(super) host_nan_checks: bool,
     /// Per chunk boundary, the tensor degree its pipeline sends are split over and their
     /// receivers all-gather over (`parallelism.pipeline-scatter-gather` where it applies: a
     /// pipeline, tensor parallelism, no sequence parallelism, and, as in Megatron-LM, a
@@ -225,6 +229,7 @@ impl<'s> Plan<'s> {
             host_synchronous: strategy.compute.host_synchronous,
             pipeline_host_sync: p.pipeline_host_sync.applies(p.pipeline, p.virtual_stages)
                 && host_cost > SimDuration::ZERO,
+            host_nan_checks: strategy.compute.host_nan_checks && host_cost > SimDuration::ZERO,
             pipeline_scatter,
             input: InputPlan::new(strategy)?,
             input_copy: strategy.input_copy_bytes(),

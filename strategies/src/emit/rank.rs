@@ -25,7 +25,7 @@ use super::{Dep, Key};
 use crate::pipeline::Step;
 use crate::{
     Axis, CHANNEL_STREAM, COMPUTE_STREAM, CONTEXT_STREAM, Comm, DATA_STREAM, EXPERT_STREAM, ExpertAxis,
-    ExpertCommunicator, FILTER_STREAM, GroupKind, HOST_STREAM, PIPELINE_STREAM, SPATIAL_STREAM,
+    ExpertCommunicator, FILTER_STREAM, GroupKind, HOST_STREAM, PIPELINE_STREAM, Role, SPATIAL_STREAM,
     STAGING_STREAM, StrategyError, TENSOR_STREAM, cnn, shard,
 };
 
@@ -204,6 +204,11 @@ impl RankEmitter<'_, '_> {
             }
             if action.is_forward() {
                 policy.forward_chunk(self, chunk as usize, micro)?;
+                // The last chunk ends with the loss, which the host reads to check it.
+                if plan.host_nan_checks && chunk + 1 == chunks {
+                    let deps: Vec<Dep> = self.last_compute.map(Dep::Local).into_iter().collect();
+                    self.host_check(&deps, LOSS_CHECK_LABEL);
+                }
                 if chunk + 1 < chunks {
                     let to = stage_rank((chunk + 1) % p.pipeline);
                     let key = Key::Stage { sender: self.rank, micro, chunk, forward: true };
@@ -340,8 +345,23 @@ impl RankEmitter<'_, '_> {
         let plan = self.plan;
         let local = &plan.local[index];
         let meta = layer_meta(index, if recompute { Pass::Recompute } else { Pass::Forward });
+        // Megatron-Core's dropless dispatchers size their buffers from the token counts, which
+        // the host reads once per expert layer's forward (`crate::MoeDispatcher`): the
+        // all-to-all one after the router, before its exchange; the all-gather one after its
+        // gathers. Launches after it wait (nothing to wait for without modelled launches).
+        let reads_counts = local.role == Role::Experts && plan.host_cost > SimDuration::ZERO;
+        let dispatcher = plan.strategy.parallelism.moe_dispatcher;
+        if reads_counts && dispatcher == crate::MoeDispatcher::AllToAll {
+            let deps: Vec<Dep> = self.last_compute.map(Dep::Local).into_iter().collect();
+            self.host_check(&deps, MOE_COUNTS_LABEL);
+        }
         for comm in &local.before_forward {
             self.comm(*comm, meta);
+        }
+        if reads_counts && dispatcher == crate::MoeDispatcher::AllGather {
+            let mut deps = self.waiting.clone();
+            deps.extend(self.last_compute.map(Dep::Local));
+            self.host_check(&deps, MOE_COUNTS_LABEL);
         }
         if let Some(halo) = &local.halo
             && halo.forward
@@ -722,6 +742,14 @@ impl RankEmitter<'_, '_> {
         self.host_op(HOST_STREAM, SimDuration::ZERO, PIPELINE_HOST_SYNC_LABEL, &deps, meta);
     }
 
+    /// A read of the host (a NaN/Inf check of `compute.host-nan-checks`, an expert layer's
+    /// token counts): it copies a result to host memory, so it issues nothing more until the
+    /// ops `deps` name have run (what a `.item()` or `.cpu()` on the stream waits for).
+    pub(super) fn host_check(&mut self, deps: &[Dep], what: &'static str) {
+        let meta = OpMeta::NONE.with_work(Work::Launch).with_origin(self.origin(NAN_CHECK_ORIGIN));
+        self.host_op(HOST_STREAM, SimDuration::ZERO, what, deps, meta);
+    }
+
     /// The training loop's host work at the step's end (`compute.step-overhead`): the host
     /// waits for every op this rank put on a device stream and for `end` (the loop reads the
     /// loss with `.item()`), then spends the step overhead with the GPU idle; the rank's
@@ -916,6 +944,15 @@ impl RankEmitter<'_, '_> {
     }
 }
 
+/// The origin of the host's reads of device results (`compute.host-nan-checks`, an expert
+/// layer's token counts).
+const NAN_CHECK_ORIGIN: &str = "host reads";
+/// The host's read of a micro-batch's loss for its NaN/Inf check.
+const LOSS_CHECK_LABEL: &str = "host: loss NaN/Inf check (reads the loss)";
+/// The host's read of an expert layer's token counts (Megatron-Core's dispatchers).
+const MOE_COUNTS_LABEL: &str = "host: MoE token counts read (dropless dispatch)";
+/// The host's read of a gradient bucket's norm for its NaN/Inf check.
+pub(super) const GRADIENT_CHECK_LABEL: &str = "host: gradient NaN/Inf check (reads the bucket's norm)";
 /// The origin of the pipeline's sends between stages (and of the host's synchronisation
 /// after them, `parallelism.pipeline-host-sync`).
 const PIPELINE_ORIGIN: &str = "pipeline";

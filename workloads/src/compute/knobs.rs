@@ -403,6 +403,13 @@ pub const KNOBS: &[Knob] = &[
         "Whether the host waits for each kernel to finish before it issues the next."
     ),
     knob!(
+        "host-nan-checks",
+        host_nan_checks,
+        Switch,
+        None,
+        "Whether the host reads each micro-batch's loss and each gradient bucket's norm (NaN/Inf checks), waiting for each."
+    ),
+    knob!(
         "winograd-convolutions",
         winograd_convolutions,
         Switch,

@@ -11,8 +11,9 @@
 use sim_core::graph::{GraphBuilder, LabelId};
 use sim_core::units::Bytes;
 
+use super::super::Dep;
 use super::super::plan::Plan;
-use super::super::rank::RankEmitter;
+use super::super::rank::{GRADIENT_CHECK_LABEL, RankEmitter};
 use super::Policy;
 use crate::{Bucket, BucketRow, Role, Strategy, StrategyError, shard};
 
@@ -203,6 +204,10 @@ pub(in super::super) fn backward_chunk(
         if last && let (Some(b), Some(ready)) = (plan.bucket_closed_by[index], ready) {
             let bucket = &plan.buckets[chunk][b];
             let label = emitter.bucket_labels[chunk][b].0;
+            // Megatron-LM checks the bucket's norm before it reduces it (`check_grads`).
+            if plan.host_nan_checks {
+                emitter.host_check(&[Dep::Local(ready)], GRADIENT_CHECK_LABEL);
+            }
             let synced = sync(emitter, bucket, label, ready);
             last_sync = Some(synced);
             // Out-of-core weights: the synchronised gradients to host memory, where the
