@@ -200,8 +200,9 @@ enum Command {
     /// rest cheapest bound first, print the best and why (`parasim plan --model gpt3-175b
     /// --cluster scenarios/gpt3-175b-1024.toml`)
     Plan(plan_cmd::PlanArgs),
-    /// Draw a chart of a sweep's CSV (scaling curves, stacked time breakdowns, heatmaps) or of
-    /// `parasim validate --csv` (simulated against measured), as SVG or PNG.
+    /// Draw a chart of a sweep's CSV (scaling curves, stacked time breakdowns, heatmaps), of
+    /// `parasim validate --csv` (simulated against measured) or of runs' JSON (iteration-time
+    /// distributions, goodput against the checkpoint interval), as SVG or PNG.
     Plot(plot_cmd::PlotCli),
     /// Trace file utilities.
     #[command(subcommand)]

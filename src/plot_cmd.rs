@@ -1,5 +1,7 @@
-//! `parasim plot`: charts of a sweep's CSV (scaling curves, stacked breakdowns, heatmaps) and
-//! of `parasim validate --csv` (the accuracy scatter), as SVG or PNG by the output's extension.
+//! `parasim plot`: charts of a sweep's CSV (scaling curves, stacked breakdowns, heatmaps), of
+//! `parasim validate --csv` (the accuracy scatter) and of runs' JSON (iteration-time
+//! distributions, goodput against the checkpoint interval), as SVG or PNG by the output's
+//! extension.
 
 use crate::output::stderr;
 use std::path::{Path, PathBuf};
@@ -18,6 +20,36 @@ pub struct PlotCli {
 
 #[derive(Debug, Subcommand)]
 enum Kind {
+    /// The charts of a CSV table.
+    #[command(flatten)]
+    Table(TableKind),
+    /// The iteration-time distribution of Monte Carlo runs, one line per run: the share of
+    /// iterations in each time bin, with each run's p50 and p99 (`parasim run S.toml
+    /// --iterations 1000 --seed 1 --json > a.json`, then `parasim plot distribution a.json b.json
+    /// -o dist.svg`).
+    Distribution {
+        /// `parasim run --iterations N --json` outputs (their `iteration_times_s`), one line each.
+        #[arg(required = true, num_args = 1..)]
+        inputs: Vec<PathBuf>,
+        /// Bins over the range of every run's times.
+        #[arg(long, default_value_t = 40, value_parser = clap::value_parser!(u32).range(1..=10000))]
+        bins: u32,
+        #[command(flatten)]
+        picture: Picture,
+    },
+    /// Goodput against the checkpoint interval, with the best interval and Young's, from
+    /// `parasim run S.toml --hours H --json > g.json` (its `goodput.curve`).
+    Goodput {
+        /// A `parasim run --hours H --json` output.
+        input: PathBuf,
+        #[command(flatten)]
+        picture: Picture,
+    },
+}
+
+/// The charts of a CSV table: a sweep's, or `parasim validate --csv`'s.
+#[derive(Debug, Subcommand)]
+enum TableKind {
     /// Scaling curves: --y against --x, one line per value of --series
     /// (`parasim plot line sweep.csv --x cluster.gpus --y samples_per_second --series strategy.tensor --logx=2 -o scaling.svg`).
     Line {
@@ -74,6 +106,23 @@ enum Kind {
     },
 }
 
+/// Where the picture goes and how it looks.
+#[derive(Debug, Args)]
+struct Picture {
+    /// The picture to write: FILE.svg or FILE.png.
+    #[arg(short, long, value_name = "FILE.svg|FILE.png")]
+    output: PathBuf,
+    /// A title above the chart.
+    #[arg(long)]
+    title: Option<String>,
+    /// Width in pixels.
+    #[arg(long, default_value_t = 960, value_parser = clap::value_parser!(u32).range(200..=8000))]
+    width: u32,
+    /// Height in pixels.
+    #[arg(long, default_value_t = 640, value_parser = clap::value_parser!(u32).range(150..=8000))]
+    height: u32,
+}
+
 /// What every kind takes.
 #[derive(Debug, Args)]
 struct Common {
@@ -104,17 +153,26 @@ fn log_base(text: &str) -> Result<u32, String> {
 
 /// Runs the command: writes the picture, and reports it (and any skipped rows) on stderr.
 pub fn plot(cli: PlotCli) -> anyhow::Result<()> {
-    let common = match &cli.kind {
-        Kind::Line { common, .. }
-        | Kind::Bars { common, .. }
-        | Kind::Heatmap { common, .. }
-        | Kind::Accuracy { common } => common,
+    match &cli.kind {
+        Kind::Table(kind) => plot_table(kind),
+        Kind::Distribution { inputs, bins, picture } => plot_distribution(inputs, *bins, picture),
+        Kind::Goodput { input, picture } => plot_goodput(input, picture),
+    }
+}
+
+/// A chart of a CSV table.
+fn plot_table(kind: &TableKind) -> anyhow::Result<()> {
+    let common = match kind {
+        TableKind::Line { common, .. }
+        | TableKind::Bars { common, .. }
+        | TableKind::Heatmap { common, .. }
+        | TableKind::Accuracy { common } => common,
     };
     let format = Format::of_path(&common.output)?;
     let table = read_table(&common.input)?;
     let title = common.title.clone();
-    let (chart, what, notes) = match &cli.kind {
-        Kind::Line { x, y, series, logx, logy, .. } => {
+    let (chart, what, notes) = match kind {
+        TableKind::Line { x, y, series, logx, logy, .. } => {
             let options = plot::line::Options {
                 x: x.clone(),
                 y: y.clone(),
@@ -129,20 +187,20 @@ pub fn plot(cli: PlotCli) -> anyhow::Result<()> {
             let notes = chart.notes.clone();
             (Chart::Line(chart), what, notes)
         }
-        Kind::Bars { x, fraction, .. } => {
+        TableKind::Bars { x, fraction, .. } => {
             let labels = if x.is_empty() { swept_columns(&table) } else { x.clone() };
             let options = plot::bars::Options { labels, fraction: *fraction, title };
             let chart = plot::bars::BarChart::from_table(&table, &options)?;
             let what = format!("{} bars of {} segments", chart.bars.len(), chart.segments.len());
             (Chart::Bars(chart), what, Vec::new())
         }
-        Kind::Heatmap { x, y, z, .. } => {
+        TableKind::Heatmap { x, y, z, .. } => {
             let options = plot::heatmap::Options { x: x.clone(), y: y.clone(), z: z.clone(), title };
             let chart = plot::heatmap::Heatmap::from_table(&table, &options)?;
             let what = format!("{} x {} cells", chart.xs.len(), chart.ys.len());
             (Chart::Heatmap(chart), what, Vec::new())
         }
-        Kind::Accuracy { .. } => {
+        TableKind::Accuracy { .. } => {
             let chart = plot::scatter::Scatter::from_table(&table, title)?;
             let points: usize = chart.groups.iter().map(|g| g.points.len()).sum();
             let what = format!("{points} points in {} families", chart.groups.len());
@@ -163,6 +221,125 @@ pub fn plot(cli: PlotCli) -> anyhow::Result<()> {
         stderr!("note: {note}");
     }
     Ok(())
+}
+
+/// `plot distribution`: each run's `iteration_times_s`, named by its scenario (by its file
+/// where two runs share a scenario).
+fn plot_distribution(inputs: &[PathBuf], bins: u32, picture: &Picture) -> anyhow::Result<()> {
+    let format = Format::of_path(&picture.output)?;
+    let mut runs = Vec::with_capacity(inputs.len());
+    for path in inputs {
+        let json = read_json(path)?;
+        let times = json.get("iteration_times_s").and_then(serde_json::Value::as_array).ok_or_else(|| {
+            anyhow::anyhow!(
+                "{}: no `iteration_times_s` array: write the file with `parasim run SCENARIO --iterations N --json`",
+                path.display()
+            )
+        })?;
+        let times_s = times
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                t.as_f64().ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "{}: `iteration_times_s[{i}]` is {t}, not a number of seconds",
+                        path.display()
+                    )
+                })
+            })
+            .collect::<anyhow::Result<Vec<f64>>>()?;
+        let name = json
+            .get("scenario")
+            .and_then(serde_json::Value::as_str)
+            .and_then(|s| Path::new(s).file_stem())
+            .or_else(|| path.file_stem())
+            .map_or_else(|| path.display().to_string(), |stem| stem.to_string_lossy().into_owned());
+        runs.push(plot::runs::Run { name, source: path.display().to_string(), times_s });
+    }
+    // Runs of one scenario (e.g. with and without a `--set`) are told apart by their files.
+    let mut names: Vec<&str> = runs.iter().map(|run| run.name.as_str()).collect();
+    names.sort_unstable();
+    if names.windows(2).any(|pair| pair[0] == pair[1]) {
+        for (run, path) in runs.iter_mut().zip(inputs) {
+            run.name =
+                path.file_stem().map_or(run.source.clone(), |stem| stem.to_string_lossy().into_owned());
+        }
+    }
+    let chart = plot::runs::distribution(&runs, bins as usize, picture.title.clone())?;
+    let iterations: usize = runs.iter().map(|r| r.times_s.len()).sum();
+    write_chart(
+        &Chart::Line(chart),
+        format,
+        Size { width: picture.width, height: picture.height },
+        &picture.output,
+    )?;
+    stderr!(
+        "plot          {} ({} run(s), {iterations} iterations, {bins} bins)",
+        picture.output.display(),
+        runs.len()
+    );
+    Ok(())
+}
+
+/// `plot goodput`: the run's `goodput.curve`, `best_interval` and Young's interval.
+fn plot_goodput(input: &Path, picture: &Picture) -> anyhow::Result<()> {
+    let format = Format::of_path(&picture.output)?;
+    let json = read_json(input)?;
+    let missing = |key: &str| {
+        anyhow::anyhow!(
+            "{}: no `{key}`: write the file with `parasim run SCENARIO --hours H --json` on a scenario with a [failures] section",
+            input.display()
+        )
+    };
+    let goodput = json.get("goodput").ok_or_else(|| missing("goodput"))?;
+    let point = |value: &serde_json::Value, key: &str| -> anyhow::Result<plot::runs::GoodputPoint> {
+        let field = |name: &str| {
+            value
+                .get(name)
+                .and_then(serde_json::Value::as_f64)
+                .ok_or_else(|| missing(&format!("{key}.{name}")))
+        };
+        Ok(plot::runs::GoodputPoint {
+            iterations: field("iterations")?,
+            hours: field("hours")?,
+            goodput: field("goodput")?,
+        })
+    };
+    let curve = goodput
+        .get("curve")
+        .and_then(serde_json::Value::as_array)
+        .ok_or_else(|| missing("goodput.curve"))?
+        .iter()
+        .map(|p| point(p, "goodput.curve[]"))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let best = point(
+        goodput.get("best_interval").ok_or_else(|| missing("goodput.best_interval"))?,
+        "goodput.best_interval",
+    )?;
+    let young = goodput.get("young_interval_iterations").and_then(serde_json::Value::as_f64);
+    let chart =
+        plot::runs::goodput(&input.display().to_string(), &curve, best, young, picture.title.clone())?;
+    write_chart(
+        &Chart::Line(chart),
+        format,
+        Size { width: picture.width, height: picture.height },
+        &picture.output,
+    )?;
+    stderr!(
+        "plot          {} ({} intervals; best every {} iterations, goodput {:.2}%)",
+        picture.output.display(),
+        curve.len(),
+        best.iterations,
+        100.0 * best.goodput
+    );
+    Ok(())
+}
+
+/// Reads a JSON file.
+fn read_json(path: &Path) -> anyhow::Result<serde_json::Value> {
+    let text = fs_err::read_to_string(path)?;
+    serde_json::from_str(&text)
+        .with_context(|| format!("{}: not JSON (a `parasim run --json` output)", path.display()))
 }
 
 /// Reads a CSV file into a table.

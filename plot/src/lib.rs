@@ -1,6 +1,7 @@
 //! Charts of parasim's tables, drawn with plotters as SVG or PNG: scaling curves
 //! ([`line`]), stacked per-iteration time breakdowns ([`bars`]), heatmaps over two axes
-//! ([`heatmap`]) and simulated-against-measured accuracy scatters ([`scatter`]).
+//! ([`heatmap`]), simulated-against-measured accuracy scatters ([`scatter`]), and, from runs'
+//! JSON, iteration-time distributions and goodput curves ([`runs`]).
 //!
 //! The input is a CSV [`table::Table`] (a `parasim sweep` output or `parasim validate --csv`);
 //! each chart kind has a `from_table` that picks its columns, naming the file, the line and the
@@ -30,6 +31,7 @@ pub mod line;
 mod png;
 pub mod quantity;
 mod render;
+pub mod runs;
 pub mod scatter;
 pub mod table;
 
