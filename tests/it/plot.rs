@@ -308,3 +308,75 @@ fn line_charts_are_near_linear_in_series() {
     let large = wall(32_000);
     assert!(large < 30.0 * small, "4,000 series in {small} s, 32,000 in {large} s");
 }
+
+/// `plot distribution` of two real Monte Carlo runs (the quickstart with 5% kernel noise, and
+/// with 20%): one line per run, named by its file since both are one scenario, each with its
+/// p50 and p99 as the run reported them; `plot goodput` of a real `--hours` run; a run without
+/// the numbers a kind needs is refused by name.
+#[test]
+fn distribution_and_goodput_of_real_runs() {
+    let dir = scratch("runs");
+    let quickstart = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/quickstart.toml");
+    let base = fs_err::read_to_string(quickstart).unwrap();
+    let mut runs = Vec::new();
+    for (name, cv) in [("calm", "0.05"), ("noisy", "0.2")] {
+        let scenario = dir.join("noise.toml");
+        let text =
+            format!("{base}\n[variability]\nop-noise = {{ distribution = \"lognormal\", cv = {cv} }}\n");
+        fs_err::write(&scenario, text).unwrap();
+        let out =
+            ok(parasim(&["run", scenario.to_str().unwrap(), "--iterations", "40", "--seed", "3", "--json"]));
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let path = dir.join(format!("{name}.json"));
+        fs_err::write(&path, &out.stdout).unwrap();
+        runs.push((path, json));
+    }
+    let (svg, stderr) = plot_svg(
+        &["distribution", runs[0].0.to_str().unwrap(), runs[1].0.to_str().unwrap()],
+        &dir.join("d.svg"),
+    );
+    assert!(stderr.contains("(2 run(s), 80 iterations, 40 bins)"), "{stderr}");
+    for (path, json) in &runs {
+        let stem = path.file_stem().unwrap().to_str().unwrap();
+        let p50 = json["distribution"]["p50_s"].as_f64().unwrap() * 1e3;
+        let p99 = json["distribution"]["p99_s"].as_f64().unwrap() * 1e3;
+        assert_contains(&svg, &[&format!("{stem}: p50 {p50:.2} ms, p99 {p99:.2} ms")]);
+    }
+    assert_contains(&svg, &["iteration time (ms)", "share of iterations (%)"]);
+
+    let failures = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/llama3-405b-16k-failures.toml");
+    let out = ok(parasim(&["run", failures, "--hours", "24", "--json"]));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let goodput = dir.join("goodput.json");
+    fs_err::write(&goodput, &out.stdout).unwrap();
+    let (svg, stderr) = plot_svg(&["goodput", goodput.to_str().unwrap()], &dir.join("g.svg"));
+    let best = &json["goodput"]["best_interval"];
+    let expected = format!(
+        "best every {} iterations, goodput {:.2}%",
+        best["iterations"],
+        100.0 * best["goodput"].as_f64().unwrap()
+    );
+    assert!(stderr.contains(&expected), "{stderr} lacks {expected}");
+    assert_contains(&svg, &["checkpoint interval (h)", "goodput (%)", "Young"]);
+
+    // Each kind refuses the other's file, naming it and the command that writes what it needs.
+    let out =
+        parasim(&["plot", "goodput", runs[0].0.to_str().unwrap(), "-o", dir.join("x.svg").to_str().unwrap()]);
+    let error = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && error.contains("calm.json: no `goodput`") && error.contains("--hours"),
+        "{error}"
+    );
+    let out = parasim(&[
+        "plot",
+        "distribution",
+        goodput.to_str().unwrap(),
+        "-o",
+        dir.join("x.svg").to_str().unwrap(),
+    ]);
+    let error = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && error.contains("goodput.json") && error.contains("--iterations"),
+        "{error}"
+    );
+}
