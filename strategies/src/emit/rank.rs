@@ -207,7 +207,7 @@ impl RankEmitter<'_, '_> {
                 // The last chunk ends with the loss, which the host reads to check it.
                 if plan.host_nan_checks && chunk + 1 == chunks {
                     let deps: Vec<Dep> = self.last_compute.map(Dep::Local).into_iter().collect();
-                    self.host_check(&deps, LOSS_CHECK_LABEL);
+                    self.host_read(&deps, LOSS_CHECK_LABEL);
                 }
                 if chunk + 1 < chunks {
                     let to = stage_rank((chunk + 1) % p.pipeline);
@@ -353,7 +353,7 @@ impl RankEmitter<'_, '_> {
         let dispatcher = plan.strategy.parallelism.moe_dispatcher;
         if reads_counts && dispatcher == crate::MoeDispatcher::AllToAll {
             let deps: Vec<Dep> = self.last_compute.map(Dep::Local).into_iter().collect();
-            self.host_check(&deps, MOE_COUNTS_LABEL);
+            self.host_read(&deps, MOE_COUNTS_LABEL);
         }
         for comm in &local.before_forward {
             self.comm(*comm, meta);
@@ -361,7 +361,7 @@ impl RankEmitter<'_, '_> {
         if reads_counts && dispatcher == crate::MoeDispatcher::AllGather {
             let mut deps = self.waiting.clone();
             deps.extend(self.last_compute.map(Dep::Local));
-            self.host_check(&deps, MOE_COUNTS_LABEL);
+            self.host_read(&deps, MOE_COUNTS_LABEL);
         }
         if let Some(halo) = &local.halo
             && halo.forward
@@ -745,8 +745,8 @@ impl RankEmitter<'_, '_> {
     /// A read of the host (a NaN/Inf check of `compute.host-nan-checks`, an expert layer's
     /// token counts): it copies a result to host memory, so it issues nothing more until the
     /// ops `deps` name have run (what a `.item()` or `.cpu()` on the stream waits for).
-    pub(super) fn host_check(&mut self, deps: &[Dep], what: &'static str) {
-        let meta = OpMeta::NONE.with_work(Work::Launch).with_origin(self.origin(NAN_CHECK_ORIGIN));
+    pub(super) fn host_read(&mut self, deps: &[Dep], what: &'static str) {
+        let meta = OpMeta::NONE.with_work(Work::Launch).with_origin(self.origin(HOST_READ_ORIGIN));
         self.host_op(HOST_STREAM, SimDuration::ZERO, what, deps, meta);
     }
 
@@ -946,7 +946,7 @@ impl RankEmitter<'_, '_> {
 
 /// The origin of the host's reads of device results (`compute.host-nan-checks`, an expert
 /// layer's token counts).
-const NAN_CHECK_ORIGIN: &str = "host reads";
+const HOST_READ_ORIGIN: &str = "host reads";
 /// The host's read of a micro-batch's loss for its NaN/Inf check.
 const LOSS_CHECK_LABEL: &str = "host: loss NaN/Inf check (reads the loss)";
 /// The host's read of an expert layer's token counts (Megatron-Core's dispatchers).

@@ -206,7 +206,7 @@ pub(in super::super) fn backward_chunk(
             let label = emitter.bucket_labels[chunk][b].0;
             // Megatron-LM checks the bucket's norm before it reduces it (`check_grads`).
             if plan.host_nan_checks {
-                emitter.host_check(&[Dep::Local(ready)], GRADIENT_CHECK_LABEL);
+                emitter.host_read(&[Dep::Local(ready)], GRADIENT_CHECK_LABEL);
             }
             let synced = sync(emitter, bucket, label, ready);
             last_sync = Some(synced);
