@@ -13,7 +13,7 @@ pub fn compare(trace: &Path, kineto: &[PathBuf], scenario: &Path, json: bool) ->
     let scenario = Scenario::load(scenario)?;
     // An execution trace without times is costed on the scenario's device.
     let cost = validation::replay::et_cost(&scenario.device);
-    let options = traces::LoadOptions { kineto, cost: Some(&cost) };
+    let options = traces::LoadOptions { kineto, cost: Some(&cost), progress: None };
     let loaded = traces::load_with(&[PathBuf::from(trace)], &options)
         .with_context(|| format!("loading the trace {}", trace.display()))?;
     let name = trace.display().to_string();

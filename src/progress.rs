@@ -5,7 +5,7 @@
 //! ```text
 //! validate: 120/350 cases, 11.2 s elapsed, ETA 21 s (last: nccl-tests/allreduce-8)
 //! plan: final 3/14 flow simulations, 25.0 s elapsed, ETA 58 s (the best 14 screened ...)
-//! replay: reading and simulating 2 trace files, 10.0 s elapsed
+//! replay: reading 41/98 MB, 10.0 s elapsed, ETA 14 s (2/8 files, 1234567 events)
 //! ```
 //!
 //! Nothing is printed by a run shorter than one period, nothing with `--quiet`, and never

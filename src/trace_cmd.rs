@@ -14,7 +14,7 @@ use sim_core::graph::ExecGraph;
 use sim_core::units::Bytes;
 use topology::ClusterSpec;
 use traces::replay::{Comparison, Replay};
-use validation::replay::{ReplayRequest, ReplayRun, abbreviate};
+use validation::replay::{ReplayRequest, ReplayRun, ReplayStep, abbreviate};
 
 use scenario::Cluster;
 
@@ -125,26 +125,23 @@ pub fn replay(args: &ReplayArgs) -> anyhow::Result<String> {
         .as_deref()
         .map(|path| Cluster::load(path).with_context(|| format!("--cluster {}", path.display())))
         .transpose()?;
-    // Reading, building and simulating happen in one call with no count to report: the
-    // progress says what is under way and for how long (a line every period, none for a
-    // short replay).
+    // Reading (bytes and files read of the total, events parsed), building (ranks and traced
+    // ops) and simulating (ops and ranks): each stage with its counts, as the replay reports
+    // them (a line every period, none for a short replay).
     let progress = crate::progress::Progress::new("replay", args.quiet);
-    let files = args.traces.len();
-    progress.stage(
-        &format!("reading and simulating {files} trace path{}", if files == 1 { "" } else { "s" }),
-        "",
-        None,
+    let run = validation::replay::replay_with_progress(
+        &ReplayRequest {
+            traces: args.traces.clone(),
+            cluster,
+            device: args.device.clone(),
+            network: args.network,
+            protocols: args.protocols,
+            ranks: args.ranks,
+            rank: args.rank,
+            kineto: args.kineto.clone(),
+        },
+        &|step| show_step(&progress, step),
     );
-    let run = validation::replay::replay(&ReplayRequest {
-        traces: args.traces.clone(),
-        cluster,
-        device: args.device.clone(),
-        network: args.network,
-        protocols: args.protocols,
-        ranks: args.ranks,
-        rank: args.rank,
-        kineto: args.kineto.clone(),
-    });
     progress.finish();
     let run = run?;
     let ReplayRun { loaded, replay, spec, device_name, ranks, timeline, comparison, .. } = &run;
@@ -185,6 +182,31 @@ pub fn replay(args: &ReplayArgs) -> anyhow::Result<String> {
     Ok(human_report(args, &run, &cluster_text, &warnings)
         + &engine_line(replay, timeline, load_wall, build_wall, simulation_wall, loaded.binary)
         + "\n")
+}
+
+/// Shows a replay's `step` on `progress`: `reading 41/98 MB (2/8 files, 1234567 events)`,
+/// `building the graph (8 ranks from 1234567 traced ops and calls)`, `simulating (1234567 ops
+/// on 8 ranks)`.
+fn show_step(progress: &crate::progress::Progress, step: ReplayStep) {
+    const MB: u64 = 1_000_000;
+    match step {
+        ReplayStep::Reading(counts) => {
+            progress.stage("reading", "MB", Some(counts.bytes.div_ceil(MB).max(1)));
+            progress.set_position(counts.bytes_read / MB);
+            progress.set_message(&format!(
+                "{}/{} files, {} events",
+                counts.files_read, counts.files, counts.events
+            ));
+        }
+        ReplayStep::Building { ranks, traced_ops } => {
+            progress.stage("building the graph", "", None);
+            progress.set_message(&format!("{ranks} ranks from {traced_ops} traced ops and calls"));
+        }
+        ReplayStep::Simulating { ranks, ops } => {
+            progress.stage("simulating", "", None);
+            progress.set_message(&format!("{ops} ops on {ranks} ranks"));
+        }
+    }
 }
 
 fn engine_line(

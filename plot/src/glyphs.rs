@@ -170,4 +170,105 @@ mod tests {
             assert_eq!(ink_runs("ccl", size), 3, "ccl at {size} px");
         }
     }
+
+    /// The RGB pixels of a PNG that [`crate::png::encode`] wrote (8-bit RGB, not interlaced),
+    /// decoded independently of it: chunks, inflate, the five row filters.
+    fn decode_png(png: &[u8]) -> (usize, usize, Vec<u8>) {
+        use std::io::Read;
+        assert_eq!(png[..8], crate::png::SIGNATURE);
+        let (mut width, mut height, mut data) = (0, 0, Vec::new());
+        let mut at = 8;
+        while at + 8 <= png.len() {
+            let length = u32::from_be_bytes(png[at..at + 4].try_into().unwrap()) as usize;
+            let (kind, body) = (&png[at + 4..at + 8], &png[at + 8..at + 8 + length]);
+            match kind {
+                b"IHDR" => {
+                    width = u32::from_be_bytes(body[0..4].try_into().unwrap()) as usize;
+                    height = u32::from_be_bytes(body[4..8].try_into().unwrap()) as usize;
+                    assert_eq!(body[8..13], [8, 2, 0, 0, 0], "8-bit RGB, not interlaced");
+                }
+                b"IDAT" => data.extend_from_slice(body),
+                _ => {}
+            }
+            at += 12 + length;
+        }
+        let mut raw = Vec::new();
+        flate2::read::ZlibDecoder::new(&data[..]).read_to_end(&mut raw).unwrap();
+        let stride = width * 3;
+        assert_eq!(raw.len(), height * (stride + 1));
+        let mut pixels: Vec<u8> = Vec::with_capacity(height * stride);
+        for (y, row) in raw.chunks(stride + 1).enumerate() {
+            for (i, &byte) in row[1..].iter().enumerate() {
+                let left = if i >= 3 { i32::from(pixels[y * stride + i - 3]) } else { 0 };
+                let up = if y > 0 { i32::from(pixels[(y - 1) * stride + i]) } else { 0 };
+                let corner = if y > 0 && i >= 3 { i32::from(pixels[(y - 1) * stride + i - 3]) } else { 0 };
+                let predicted = match row[0] {
+                    0 => 0,
+                    1 => left,
+                    2 => up,
+                    3 => (left + up) / 2,
+                    4 => {
+                        let p = left + up - corner;
+                        let (a, b, c) = ((p - left).abs(), (p - up).abs(), (p - corner).abs());
+                        if a <= b && a <= c {
+                            left
+                        } else if b <= c {
+                            up
+                        } else {
+                            corner
+                        }
+                    }
+                    filter => panic!("row {y}: filter type {filter}"),
+                };
+                pixels.push(byte.wrapping_add(predicted as u8));
+            }
+        }
+        (width, height, pixels)
+    }
+
+    /// The gaps, in ink-free pixel columns, between the glyphs of `text` drawn in black at `size`
+    /// px on a PNG chart's canvas (the path every chart takes, [`crate::render::png`]), read back
+    /// from the encoded file: ink is a pixel at least 30% covered. One entry per gap, so `n`
+    /// glyphs that keep apart give `n - 1` gaps of at least one column.
+    fn png_gaps(text: &str, size: u32) -> Vec<usize> {
+        use plotters::prelude::*;
+        let canvas = crate::render::Size { width: 160, height: 40 };
+        let png = crate::render::png(canvas, |area| {
+            let style = TextStyle::from((crate::render::FAMILY, size).into_font()).color(&BLACK);
+            area.draw_text(text, &style, (10, 10)).map_err(crate::render::draw_error)
+        })
+        .unwrap();
+        let (width, height, pixels) = decode_png(&png);
+        let inked: Vec<bool> =
+            (0..width).map(|x| (0..height).any(|y| pixels[(y * width + x) * 3] < 178)).collect();
+        let first = inked.iter().position(|&i| i).expect("the text left no ink");
+        let last = inked.iter().rposition(|&i| i).unwrap();
+        let mut gaps = Vec::new();
+        let mut blank = 0;
+        for &ink in &inked[first..=last] {
+            match (ink, blank) {
+                (true, 0) => {}
+                (true, _) => {
+                    gaps.push(blank);
+                    blank = 0;
+                }
+                (false, _) => blank += 1,
+            }
+        }
+        gaps
+    }
+
+    /// The same on the PNG itself: a chart's legend text ("nccl-tests" at the legend's 14 px and
+    /// around it) keeps a blank column between "c" and "l" and between the two "l"s of "cll".
+    /// plotters' own bitmap text (the old path) joins them ("ncd-tests").
+    #[test]
+    fn png_charts_keep_a_blank_column_between_neighbouring_glyphs() {
+        crate::render::register_font();
+        for size in [12, 13, 14, 15] {
+            for (text, glyphs) in [("cl", 2), ("ll", 2), ("ccl", 3), ("cll", 3)] {
+                let gaps = png_gaps(text, size);
+                assert_eq!(gaps.len(), glyphs - 1, "{text} at {size} px: gaps {gaps:?}");
+            }
+        }
+    }
 }

@@ -20,7 +20,7 @@ pub(crate) static FONT: &[u8] = include_bytes!("../assets/fonts/DejaVuSans.ttf")
 /// The family name charts ask for; SVG viewers substitute their own sans-serif.
 pub(crate) const FAMILY: &str = "sans-serif";
 
-fn register_font() {
+pub(crate) fn register_font() {
     static REGISTER: Once = Once::new();
     REGISTER.call_once(|| {
         // The font is compiled in and known to parse (a unit test renders with it).
@@ -81,21 +81,31 @@ pub(crate) fn render(chart: &Chart, format: Format, size: Size) -> Result<Vec<u8
             }
             Ok(text.into_bytes())
         }
-        Format::Png => {
-            let mut pixels = vec![255u8; size.width as usize * size.height as usize * 3];
-            {
-                let bitmap = BitMapBackend::with_buffer(&mut pixels, dimensions);
-                // Text through crate::glyphs: plotters' bitmap text lets neighbouring glyphs touch.
-                let root = crate::glyphs::GlyphText::new(bitmap, FONT)
-                    .map_err(|e| PlotError::Draw(format!("the embedded font: {e}")))?
-                    .into_drawing_area();
-                draw(chart, &root)?;
-                root.present().map_err(draw_error)?;
-            }
-            crate::png::encode(size.width, size.height, &pixels)
-                .map_err(|e| PlotError::Draw(format!("encoding the PNG: {e}")))
-        }
+        Format::Png => png(size, |root| draw(chart, root)),
     }
+}
+
+/// The backend PNG charts are drawn on.
+pub(crate) type PngBackend<'a> = crate::glyphs::GlyphText<'a>;
+
+/// A white PNG canvas of `size` drawn on by `draw`, encoded: the one path every PNG chart takes
+/// (its text is tested through it).
+pub(crate) fn png(
+    size: Size,
+    draw: impl FnOnce(&Area<PngBackend<'_>>) -> Result<(), PlotError>,
+) -> Result<Vec<u8>, PlotError> {
+    let mut pixels = vec![255u8; size.width as usize * size.height as usize * 3];
+    {
+        let bitmap = BitMapBackend::with_buffer(&mut pixels, (size.width, size.height));
+        // Text through crate::glyphs: plotters' bitmap text lets neighbouring glyphs touch.
+        let root = crate::glyphs::GlyphText::new(bitmap, FONT)
+            .map_err(|e| PlotError::Draw(format!("the embedded font: {e}")))?
+            .into_drawing_area();
+        draw(&root)?;
+        root.present().map_err(draw_error)?;
+    }
+    crate::png::encode(size.width, size.height, &pixels)
+        .map_err(|e| PlotError::Draw(format!("encoding the PNG: {e}")))
 }
 
 fn draw<DB: DrawingBackend>(chart: &Chart, root: &DrawingArea<DB, Shift>) -> Result<(), PlotError> {

@@ -121,6 +121,54 @@ fn the_measured_side_is_what_replay_reports() {
     }
 }
 
+/// `replay`'s progress names its counts: with standard error not a terminal (captured here),
+/// plain lines, one a period (shortened by PARASIM_PROGRESS_PERIOD_MS), say how many MB of the
+/// traces are read of their total, how many of the 8 rank files, and how many events so far;
+/// the report is the same without them.
+#[test]
+fn replay_progress_lines_count_the_bytes_files_and_events_read() {
+    let directory = dlrm_directory();
+    let replay = |period: Option<&str>| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_parasim"));
+        command.args(["replay", directory.to_str().unwrap(), "--json"]);
+        if let Some(period) = period {
+            command.env("PARASIM_PROGRESS_PERIOD_MS", period);
+        }
+        command.output().unwrap()
+    };
+    let with = replay(Some("1"));
+    let stderr = String::from_utf8_lossy(&with.stderr);
+    assert!(with.status.success(), "{stderr}");
+    let reading: Vec<&str> = stderr.lines().filter(|l| l.starts_with("replay: reading ")).collect();
+    assert!(!reading.is_empty(), "no reading line:\n{stderr}");
+    let total_mb = fs_err::read_dir(&directory)
+        .unwrap()
+        .map(|entry| entry.unwrap().metadata().unwrap().len())
+        .sum::<u64>()
+        .div_ceil(1_000_000)
+        .max(1);
+    for line in &reading {
+        // replay: reading 3/12 MB, 0.4 s elapsed[, ETA 1.0 s] (2/8 files, 51234 events)
+        let counts = line.strip_prefix("replay: reading ").unwrap();
+        let (read, rest) = counts.split_once('/').unwrap();
+        let (total, rest) = rest.split_once(" MB, ").unwrap_or_else(|| panic!("{line}"));
+        assert!(read.parse::<u64>().unwrap() <= total_mb, "{line}");
+        assert_eq!(total.parse::<u64>().unwrap(), total_mb, "{line}");
+        let note = rest.rsplit_once(" (").map(|(_, note)| note).unwrap_or_else(|| panic!("{line}"));
+        let (files, events) = note.split_once(" files, ").unwrap_or_else(|| panic!("{line}"));
+        let (files_read, files) = files.split_once('/').unwrap();
+        assert!(files_read.parse::<u64>().unwrap() <= 8 && files == "8", "{line}");
+        assert!(events.strip_suffix(" events)").unwrap().parse::<u64>().is_ok(), "{line}");
+    }
+    // Later lines name the later stages' counts, if the run lasted into them.
+    for line in stderr.lines().filter(|l| l.starts_with("replay: simulating")) {
+        assert!(line.contains(" ops on 8 ranks)"), "{line}");
+    }
+    let without = replay(None);
+    assert_eq!(with.stdout, without.stdout);
+    assert!(!String::from_utf8_lossy(&without.stderr).contains("replay: reading"));
+}
+
 #[test]
 fn json_is_deterministic() {
     let first = compare(&dlrm_directory(), SCENARIO, true);

@@ -33,6 +33,7 @@ pub mod chrome;
 mod error;
 pub mod et;
 pub mod kineto;
+mod meter;
 pub mod model;
 pub mod nccl;
 pub mod replay;
@@ -40,6 +41,7 @@ pub mod synthetic;
 mod warnings;
 
 pub use error::TraceError;
+pub use meter::{ReadCounts, ReadProgressFn};
 pub use model::Trace;
 pub use warnings::Warnings;
 
@@ -71,6 +73,9 @@ pub struct LoadOptions<'a> {
     pub kineto: &'a [PathBuf],
     /// The duration (ns) of a compute node that records none; `None` leaves such nodes out.
     pub cost: Option<&'a et::CostFn<'a>>,
+    /// Told the files, bytes and events read so far as the load goes on (Kineto JSON as it is
+    /// read; other formats when each is read).
+    pub progress: Option<&'a ReadProgressFn<'a>>,
 }
 
 impl std::fmt::Debug for LoadOptions<'_> {
@@ -78,6 +83,7 @@ impl std::fmt::Debug for LoadOptions<'_> {
         f.debug_struct("LoadOptions")
             .field("kineto", &self.kineto)
             .field("cost", &self.cost.is_some())
+            .field("progress", &self.progress.is_some())
             .finish()
     }
 }
@@ -222,7 +228,11 @@ fn load_unpacked(paths: &[PathBuf], options: &LoadOptions) -> Result<Loaded, Tra
         }
         let files: Vec<(PathBuf, String)> =
             inputs.files.iter().map(|(p, _)| (p.clone(), shown(p, paths))).collect();
+        let meter = meter::Meter::new(options.progress);
+        let plain: Vec<PathBuf> = inputs.files.iter().map(|(p, _)| p.clone()).collect();
+        meter.begin(&plain);
         let job = et::read(&files, &first)?;
+        meter.finish();
         return if options.kineto.is_empty() {
             let cost = options.cost.unwrap_or(&|_| None);
             let (trace, warnings, timing) = et::to_trace(&job, cost)?;
@@ -264,8 +274,12 @@ fn load_unpacked(paths: &[PathBuf], options: &LoadOptions) -> Result<Loaded, Tra
         && path.is_file()
         && binary::has_magic(path)
     {
+        let meter = meter::Meter::new(options.progress);
+        meter.begin(&files);
+        let trace = binary::read(path)?;
+        meter.finish();
         return Ok(Loaded {
-            trace: binary::read(path)?,
+            trace,
             warnings: Warnings::new(),
             binary: true,
             format: et::Format::Pstrace.describe(),
@@ -288,7 +302,7 @@ fn load_unpacked(paths: &[PathBuf], options: &LoadOptions) -> Result<Loaded, Tra
             reason: "a binary .pstrace holds a whole job: give it alone, not with other files".into(),
         });
     }
-    let imported = kineto::import(&files)?;
+    let imported = kineto::import_with_progress(&files, options.progress)?;
     Ok(Loaded {
         trace: imported.trace,
         warnings: imported.warnings,

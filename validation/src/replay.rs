@@ -139,8 +139,39 @@ pub struct ReplayRun {
     pub simulation_wall: Duration,
 }
 
+/// Where a replay is, with the counts of its stage (for a progress display).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplayStep {
+    /// Reading the traces: files, bytes and events so far.
+    Reading(traces::ReadCounts),
+    /// Building the execution graph of `ranks` simulated ranks from `traced_ops` ops and host
+    /// calls of the traced ranks.
+    Building {
+        /// Ranks simulated.
+        ranks: u32,
+        /// GPU ops and host calls of the traced ranks.
+        traced_ops: u64,
+    },
+    /// Simulating the graph's `ops` on `ranks` ranks.
+    Simulating {
+        /// Ranks simulated.
+        ranks: u32,
+        /// Ops in the graph.
+        ops: u64,
+    },
+}
+
 /// Loads, builds, simulates and compares.
 pub fn replay(request: &ReplayRequest) -> Result<ReplayRun, ReplayError> {
+    replay_with_progress(request, &|_| {})
+}
+
+/// [`replay`], telling `progress` each stage as it begins, with its counts, and the counts of
+/// the reading as it goes on.
+pub fn replay_with_progress(
+    request: &ReplayRequest,
+    progress: &(dyn Fn(ReplayStep) + '_),
+) -> Result<ReplayRun, ReplayError> {
     let started = Instant::now();
     // An execution trace without times is costed on the device asked for (or the cluster's).
     let asked = match (&request.cluster, &request.device) {
@@ -151,9 +182,11 @@ pub fn replay(request: &ReplayRequest) -> Result<ReplayRun, ReplayError> {
         (None, None) => None,
     };
     let cost = asked.as_ref().map(et_cost);
+    let reading = |counts| progress(ReplayStep::Reading(counts));
     let options = traces::LoadOptions {
         kineto: &request.kineto,
         cost: cost.as_ref().map(|c| c as &dyn Fn(&traces::et::CostQuery) -> Option<u64>),
+        progress: Some(&reading),
     };
     let mut loaded = traces::load_with(&request.traces, &options)?;
     let load_wall = started.elapsed();
@@ -174,6 +207,8 @@ pub fn replay(request: &ReplayRequest) -> Result<ReplayRun, ReplayError> {
         return Err(ReplayError::TooLarge { ranks, per_rank: per_rank as u64, estimate });
     }
 
+    let traced_ops = trace.ranks.iter().map(|r| (r.gpu_ops.len() + r.calls.len()) as u64).sum();
+    progress(ReplayStep::Building { ranks, traced_ops });
     let started = Instant::now();
     let replay = traces::replay::build(trace, &ReplayOptions { ranks: request.ranks })?;
     let build_wall = started.elapsed();
@@ -209,6 +244,7 @@ pub fn replay(request: &ReplayRequest) -> Result<ReplayRun, ReplayError> {
         return Err(ReplayError::TooFewGpus { gpus, ranks });
     }
     let topology = Topology::build(&spec)?;
+    progress(ReplayStep::Simulating { ranks, ops: replay.graph.op_count() as u64 });
     let started = Instant::now();
     let timeline = network.run(&replay.graph, &topology).map_err(Box::new)?;
     let simulation_wall = started.elapsed();

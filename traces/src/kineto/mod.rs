@@ -23,6 +23,7 @@ pub use operators::{OperatorImport, import_operators, import_operators_and_jobs}
 pub use write::{write_rank, write_trace_files};
 
 use crate::error::TraceError;
+use crate::meter::{Meter, ReadProgressFn};
 use crate::model::{CollectiveType, DeviceInfo, GpuOpKind, Trace};
 use crate::warnings::Warnings;
 use lenient::Number;
@@ -74,13 +75,25 @@ pub fn expand_paths(paths: &[PathBuf]) -> Result<Vec<PathBuf>, TraceError> {
 
 /// Imports the Kineto traces at `paths` (files or directories), one file per rank.
 pub fn import(paths: &[PathBuf]) -> Result<Imported, TraceError> {
+    import_with_progress(paths, None)
+}
+
+/// [`import`], reporting the files, bytes and events read so far to `progress` as it reads.
+pub fn import_with_progress(
+    paths: &[PathBuf],
+    progress: Option<&ReadProgressFn<'_>>,
+) -> Result<Imported, TraceError> {
     let files = expand_paths(paths)?;
+    let meter = Meter::new(progress);
+    meter.begin(&files);
     let mut names = raw::Interner::default();
     let mut job = Job::new(files.clone());
     for (position, path) in files.iter().enumerate() {
-        let raw = raw::parse_file(path, &mut names, false)?;
+        let raw = raw::parse_file_metered(path, &mut names, false, &meter)?;
+        meter.file_done();
         job.add(position, &raw, &names.names);
     }
+    meter.finish();
     job.finish(names.names)
 }
 

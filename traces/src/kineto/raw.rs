@@ -18,6 +18,7 @@ use super::lenient::{
     LenientList, LenientNumber, LenientString, Number, ObjectOr, RankList, first_tensor_elements, sizes,
 };
 use crate::error::TraceError;
+use crate::meter::{Meter, Metered};
 use crate::model::{CollectiveType, NameId};
 use crate::nccl;
 use crate::warnings::Warnings;
@@ -329,11 +330,13 @@ struct Collector<'a> {
     file: &'a mut RawFile,
     names: &'a mut Interner,
     keep_operators: bool,
+    meter: &'a Meter<'a>,
 }
 
 impl Collector<'_> {
     fn push(&mut self, mut event: RawEvent) {
         self.file.events += 1;
+        self.meter.event();
         let Some(category) = event.cat.0.take() else {
             // Metadata ("M"), instant and other category-less events label tracks; nothing
             // to replay.
@@ -537,6 +540,7 @@ impl<'de> Visitor<'de> for EventsSeed<'_, '_> {
                 Some(event) => self.collector.push(event),
                 None => {
                     self.collector.file.events += 1;
+                    self.collector.meter.event();
                     self.collector.file.warnings.add("trace events that are not JSON objects skipped");
                 }
             }
@@ -603,7 +607,23 @@ impl<'de> Visitor<'de> for DocumentSeed<'_, '_> {
 /// Opens `path`, transparently gunzipping it if it starts with the gzip magic number.
 pub(crate) fn open(path: &Path) -> Result<Box<dyn BufRead>, TraceError> {
     let file = fs_err::File::open(path).map_err(|e| TraceError::io(path, e))?;
-    let mut reader = BufReader::with_capacity(1 << 16, file);
+    buffered(BufReader::with_capacity(1 << 16, file), path)
+}
+
+/// [`open`], counting the bytes read from the file on `meter`.
+pub(crate) fn open_metered<'m>(
+    path: &Path,
+    meter: &'m Meter<'_>,
+) -> Result<Box<dyn BufRead + 'm>, TraceError> {
+    let file = fs_err::File::open(path).map_err(|e| TraceError::io(path, e))?;
+    buffered(BufReader::with_capacity(1 << 16, Metered::new(file, meter)), path)
+}
+
+/// `reader`, gunzipped if it starts with the gzip magic number.
+fn buffered<'r, R: Read + 'r>(
+    mut reader: BufReader<R>,
+    path: &Path,
+) -> Result<Box<dyn BufRead + 'r>, TraceError> {
     let head = reader.fill_buf().map_err(|e| TraceError::io(path, e))?;
     if head.starts_with(&[0x1f, 0x8b]) {
         let decoder = flate2::bufread::MultiGzDecoder::new(reader);
@@ -620,21 +640,44 @@ pub(crate) fn parse_file(
     names: &mut Interner,
     keep_operators: bool,
 ) -> Result<RawFile, TraceError> {
-    let reader = open(path)?;
-    parse_reader(reader, path, names, keep_operators)
+    let meter = Meter::new(None);
+    parse_file_metered(path, names, keep_operators, &meter)
+}
+
+/// [`parse_file`], counting the bytes read and the events parsed on `meter`.
+pub(crate) fn parse_file_metered(
+    path: &Path,
+    names: &mut Interner,
+    keep_operators: bool,
+    meter: &Meter<'_>,
+) -> Result<RawFile, TraceError> {
+    let reader = open_metered(path, meter)?;
+    parse_reader_metered(reader, path, names, keep_operators, meter)
 }
 
 /// Parses a Kineto document from `reader`; `path` names it in errors.
+#[cfg(test)]
 pub(crate) fn parse_reader(
     reader: impl Read,
     path: &Path,
     names: &mut Interner,
     keep_operators: bool,
 ) -> Result<RawFile, TraceError> {
+    parse_reader_metered(reader, path, names, keep_operators, &Meter::new(None))
+}
+
+/// [`parse_reader`], counting the events parsed on `meter`.
+fn parse_reader_metered(
+    reader: impl Read,
+    path: &Path,
+    names: &mut Interner,
+    keep_operators: bool,
+    meter: &Meter<'_>,
+) -> Result<RawFile, TraceError> {
     let mut file = RawFile { path: path.to_path_buf(), ..RawFile::default() };
     let mut position = Position::default();
     let result = {
-        let mut collector = Collector { file: &mut file, names, keep_operators };
+        let mut collector = Collector { file: &mut file, names, keep_operators, meter };
         let mut deserializer = serde_json::Deserializer::from_reader(reader);
         DocumentSeed { collector: &mut collector, position: &mut position }
             .deserialize(&mut deserializer)
