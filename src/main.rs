@@ -232,6 +232,11 @@ enum Command {
         /// 128): `flow` at 1024 GPUs and less, `analytical` above. With no value, skips it.
         #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "1024,16384")]
         strategy_gpus: Vec<u32>,
+        /// Also time this many Monte Carlo iterations of the quickstart on 1,024 GPUs with 1% of
+        /// the GPUs 1.2x slower and 5% lognormal kernel noise (the straggler tour's variability,
+        /// docs/variability.md); 0 skips it.
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+        monte_carlo: u32,
         /// Print the measurements as JSON (seconds, events per second).
         #[arg(long, conflicts_with = "guard")]
         json: bool,
@@ -642,7 +647,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             output::print(table).context("writing the table")?;
             Ok(())
         }
-        Command::Bench { gpus, repeats, strategy_gpus, json, .. } => {
+        Command::Bench { gpus, repeats, strategy_gpus, json, monte_carlo, .. } => {
             let quickstart = bench::run(&gpus, repeats)?;
             let configurations: Vec<(u32, sim_core::fidelity::Fidelity)> = strategy_gpus
                 .iter()
@@ -656,13 +661,18 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                 })
                 .collect();
             let gpt3 = bench::strategies(&configurations, repeats)?;
+            let monte_carlo = bench::monte_carlo(monte_carlo, repeats)?;
             let text = if json {
-                bench::json(&quickstart, &gpt3, repeats)?
+                bench::json(&quickstart, &gpt3, monte_carlo.as_ref(), repeats)?
             } else {
                 let mut table = bench::run_table(&quickstart, repeats);
                 if !gpt3.is_empty() {
                     table.push('\n');
                     table.push_str(&bench::strategies_table(&gpt3, repeats));
+                }
+                if let Some(monte_carlo) = &monte_carlo {
+                    table.push('\n');
+                    table.push_str(&bench::monte_carlo_table(monte_carlo, repeats));
                 }
                 table
             };

@@ -87,12 +87,23 @@ fn topo_models_and_inspect_json() {
 }
 
 #[test]
-fn bench_json_has_both_tables() {
-    let value = json(&["bench", "--gpus", "8", "--strategy-gpus", "--repeats", "1", "--json"]);
-    has_keys(&value, &["repeats", "quickstart", "gpt3_175b", "peak_resident_memory_bytes"]);
+fn bench_json_has_every_table() {
+    let value =
+        json(&["bench", "--gpus", "8", "--strategy-gpus", "--repeats", "1", "--monte-carlo", "20", "--json"]);
+    has_keys(&value, &["repeats", "quickstart", "gpt3_175b", "monte_carlo", "peak_resident_memory_bytes"]);
     let row = &value["quickstart"][0];
     has_keys(row, &["gpus", "ops", "events", "lowering_s", "simulation_s", "total_s", "events_per_s"]);
     assert_eq!(row["gpus"], 8);
+    let monte_carlo = &value["monte_carlo"];
+    has_keys(monte_carlo, &["gpus", "iterations", "ops", "setup_s", "retiming_s", "total_s"]);
+    assert_eq!((monte_carlo["gpus"].as_u64(), monte_carlo["iterations"].as_u64()), (Some(1024), Some(20)));
+    let total = monte_carlo["total_s"].as_f64().unwrap();
+    let parts = monte_carlo["setup_s"].as_f64().unwrap() + monte_carlo["retiming_s"].as_f64().unwrap();
+    assert!((total - parts).abs() < 1e-9, "{total} vs {parts}");
+    // `--monte-carlo 0` skips it.
+    let value =
+        json(&["bench", "--gpus", "8", "--strategy-gpus", "--repeats", "1", "--monte-carlo", "0", "--json"]);
+    assert!(value["monte_carlo"].is_null(), "{}", value["monte_carlo"]);
 }
 
 /// The per-layer CSV's FLOPs (recomputation aside), summed per stage and averaged over the
