@@ -123,24 +123,14 @@ struct Picture {
     height: u32,
 }
 
-/// What every kind takes.
+/// What every chart of a table takes.
 #[derive(Debug, Args)]
 struct Common {
     /// The CSV file: `parasim sweep -o FILE.csv` output, or `parasim validate --csv` output for
     /// `accuracy`.
     input: PathBuf,
-    /// The picture to write: FILE.svg or FILE.png.
-    #[arg(short, long, value_name = "FILE.svg|FILE.png")]
-    output: PathBuf,
-    /// A title above the chart.
-    #[arg(long)]
-    title: Option<String>,
-    /// Width in pixels.
-    #[arg(long, default_value_t = 960, value_parser = clap::value_parser!(u32).range(200..=8000))]
-    width: u32,
-    /// Height in pixels.
-    #[arg(long, default_value_t = 640, value_parser = clap::value_parser!(u32).range(150..=8000))]
-    height: u32,
+    #[command(flatten)]
+    picture: Picture,
 }
 
 fn log_base(text: &str) -> Result<u32, String> {
@@ -168,9 +158,10 @@ fn plot_table(kind: &TableKind) -> anyhow::Result<()> {
         | TableKind::Heatmap { common, .. }
         | TableKind::Accuracy { common } => common,
     };
-    let format = Format::of_path(&common.output)?;
+    let picture = &common.picture;
+    let format = Format::of_path(&picture.output)?;
     let table = read_table(&common.input)?;
-    let title = common.title.clone();
+    let title = picture.title.clone();
     let (chart, what, notes) = match kind {
         TableKind::Line { x, y, series, logx, logy, .. } => {
             let options = plot::line::Options {
@@ -208,8 +199,8 @@ fn plot_table(kind: &TableKind) -> anyhow::Result<()> {
             (Chart::Scatter(chart), what, notes)
         }
     };
-    write_chart(&chart, format, Size { width: common.width, height: common.height }, &common.output)?;
-    stderr!("plot          {} ({what})", common.output.display());
+    write_chart(&chart, format, Size { width: picture.width, height: picture.height }, &picture.output)?;
+    stderr!("plot          {} ({what})", picture.output.display());
     let skipped = table.skipped();
     if !skipped.is_empty() {
         stderr!(
