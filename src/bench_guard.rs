@@ -91,7 +91,16 @@ fn cases() -> Vec<Case> {
             release_size: 2048,
             debug_size: 512,
             prepare: |_, gpus| {
-                Ok(strings(&["bench", "--repeats", "1", "--strategy-gpus", "--gpus", &gpus.to_string()]))
+                Ok(strings(&[
+                    "bench",
+                    "--repeats",
+                    "1",
+                    "--strategy-gpus",
+                    "--monte-carlo",
+                    "0",
+                    "--gpus",
+                    &gpus.to_string(),
+                ]))
             },
         },
         Case {
@@ -102,7 +111,17 @@ fn cases() -> Vec<Case> {
             // 15 s of CPU unoptimised at its smallest size (one pipeline of 128 GPUs).
             debug_size: 0,
             prepare: |_, gpus| {
-                Ok(strings(&["bench", "--repeats", "1", "--gpus", "8", "--strategy-gpus", &gpus.to_string()]))
+                Ok(strings(&[
+                    "bench",
+                    "--repeats",
+                    "1",
+                    "--monte-carlo",
+                    "0",
+                    "--gpus",
+                    "8",
+                    "--strategy-gpus",
+                    &gpus.to_string(),
+                ]))
             },
         },
         Case {
