@@ -152,20 +152,21 @@ pub struct MonteCarlo {
 /// The GPUs of the Monte Carlo benchmark.
 const MONTE_CARLO_GPUS: u32 = 1024;
 
+/// The straggler tour (docs/variability.md), whose `[variability]` the Monte Carlo benchmark
+/// takes: 1% of the GPUs 1.2x slower, 5% lognormal noise on every kernel.
+const STRAGGLERS: &str = include_str!("../scenarios/variability/stragglers-4096.toml");
+
 /// Times `iterations` Monte Carlo iterations (none: `None`) of the quickstart on 1,024 GPUs
-/// with the straggler tour's variability: 1% of the GPUs 1.2x slower, 5% lognormal noise on
-/// every kernel; the fastest of `repeats` runs.
+/// with the straggler tour's variability ([`STRAGGLERS`]); the fastest of `repeats` runs.
 pub fn monte_carlo(iterations: u32, repeats: u32) -> anyhow::Result<Option<MonteCarlo>> {
     if iterations == 0 {
         return Ok(None);
     }
     let file = Path::new("scenarios/quickstart.toml");
     let mut base: toml::Table = toml::from_str(QUICKSTART).context("the quickstart")?;
-    let variability: toml::Table = toml::from_str(
-        "slow-ranks = { fraction = 0.01, factor = 1.2 }\nop-noise = { distribution = \"lognormal\", cv = 0.05 }",
-    )
-    .context("the benchmark's variability")?;
-    base.insert("variability".into(), variability.into());
+    let tour: toml::Table = toml::from_str(STRAGGLERS).context("the straggler tour")?;
+    let variability = tour.get("variability").context("the straggler tour has a [variability] section")?;
+    base.insert("variability".into(), variability.clone());
     let overrides = [
         Override::new("cluster.nodes", MONTE_CARLO_GPUS / 8),
         Override::new("parallelism.data", MONTE_CARLO_GPUS),

@@ -123,6 +123,18 @@ struct Picture {
     height: u32,
 }
 
+impl Picture {
+    /// The picture's format, from its file name (checked before any input is read).
+    fn format(&self) -> anyhow::Result<Format> {
+        Ok(Format::of_path(&self.output)?)
+    }
+
+    /// Renders `chart` in `format` at the picture's size and writes it.
+    fn write(&self, chart: &Chart, format: Format) -> anyhow::Result<()> {
+        write_chart(chart, format, Size { width: self.width, height: self.height }, &self.output)
+    }
+}
+
 /// What every chart of a table takes.
 #[derive(Debug, Args)]
 struct Common {
@@ -159,7 +171,7 @@ fn plot_table(kind: &TableKind) -> anyhow::Result<()> {
         | TableKind::Accuracy { common } => common,
     };
     let picture = &common.picture;
-    let format = Format::of_path(&picture.output)?;
+    let format = picture.format()?;
     let table = read_table(&common.input)?;
     let title = picture.title.clone();
     let (chart, what, notes) = match kind {
@@ -199,7 +211,7 @@ fn plot_table(kind: &TableKind) -> anyhow::Result<()> {
             (Chart::Scatter(chart), what, notes)
         }
     };
-    write_chart(&chart, format, Size { width: picture.width, height: picture.height }, &picture.output)?;
+    picture.write(&chart, format)?;
     stderr!("plot          {} ({what})", picture.output.display());
     let skipped = table.skipped();
     if !skipped.is_empty() {
@@ -217,7 +229,7 @@ fn plot_table(kind: &TableKind) -> anyhow::Result<()> {
 /// `plot distribution`: each run's `iteration_times_s`, named by its scenario (by its file
 /// where two runs share a scenario).
 fn plot_distribution(inputs: &[PathBuf], bins: u32, picture: &Picture) -> anyhow::Result<()> {
-    let format = Format::of_path(&picture.output)?;
+    let format = picture.format()?;
     let mut runs = Vec::with_capacity(inputs.len());
     for path in inputs {
         let json = read_json(path)?;
@@ -239,13 +251,22 @@ fn plot_distribution(inputs: &[PathBuf], bins: u32, picture: &Picture) -> anyhow
                 })
             })
             .collect::<anyhow::Result<Vec<f64>>>()?;
+        let quantile = |key: &str| {
+            json.pointer(&format!("/distribution/{key}")).and_then(serde_json::Value::as_f64).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{}: no `distribution.{key}`: write the file with `parasim run SCENARIO --iterations N --json`",
+                    path.display()
+                )
+            })
+        };
+        let (p50_s, p99_s) = (quantile("p50_s")?, quantile("p99_s")?);
         let name = json
             .get("scenario")
             .and_then(serde_json::Value::as_str)
             .and_then(|s| Path::new(s).file_stem())
             .or_else(|| path.file_stem())
             .map_or_else(|| path.display().to_string(), |stem| stem.to_string_lossy().into_owned());
-        runs.push(plot::runs::Run { name, source: path.display().to_string(), times_s });
+        runs.push(plot::runs::Run { name, source: path.display().to_string(), times_s, p50_s, p99_s });
     }
     // Runs of one scenario (e.g. with and without a `--set`) are told apart by their files.
     let mut names: Vec<&str> = runs.iter().map(|run| run.name.as_str()).collect();
@@ -258,12 +279,7 @@ fn plot_distribution(inputs: &[PathBuf], bins: u32, picture: &Picture) -> anyhow
     }
     let chart = plot::runs::distribution(&runs, bins as usize, picture.title.clone())?;
     let iterations: usize = runs.iter().map(|r| r.times_s.len()).sum();
-    write_chart(
-        &Chart::Line(chart),
-        format,
-        Size { width: picture.width, height: picture.height },
-        &picture.output,
-    )?;
+    picture.write(&Chart::Line(chart), format)?;
     stderr!(
         "plot          {} ({} run(s), {iterations} iterations, {bins} bins)",
         picture.output.display(),
@@ -274,7 +290,7 @@ fn plot_distribution(inputs: &[PathBuf], bins: u32, picture: &Picture) -> anyhow
 
 /// `plot goodput`: the run's `goodput.curve`, `best_interval` and Young's interval.
 fn plot_goodput(input: &Path, picture: &Picture) -> anyhow::Result<()> {
-    let format = Format::of_path(&picture.output)?;
+    let format = picture.format()?;
     let json = read_json(input)?;
     let missing = |key: &str| {
         anyhow::anyhow!(
@@ -310,12 +326,7 @@ fn plot_goodput(input: &Path, picture: &Picture) -> anyhow::Result<()> {
     let young = goodput.get("young_interval_iterations").and_then(serde_json::Value::as_f64);
     let chart =
         plot::runs::goodput(&input.display().to_string(), &curve, best, young, picture.title.clone())?;
-    write_chart(
-        &Chart::Line(chart),
-        format,
-        Size { width: picture.width, height: picture.height },
-        &picture.output,
-    )?;
+    picture.write(&Chart::Line(chart), format)?;
     stderr!(
         "plot          {} ({} intervals; best every {} iterations, goodput {:.2}%)",
         picture.output.display(),

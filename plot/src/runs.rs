@@ -16,18 +16,16 @@ pub struct Run {
     pub source: String,
     /// The simulated iteration times in seconds, in iteration order.
     pub times_s: Vec<f64>,
-}
-
-/// The value at quantile `q` (0..=1) of `sorted` by the nearest rank, as hdrhistogram's
-/// `value_at_quantile` reports it.
-fn quantile(sorted: &[f64], q: f64) -> f64 {
-    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1]
+    /// The run's median in seconds as the run reported it (its hdrhistogram's
+    /// `distribution.p50_s`), for the legend.
+    pub p50_s: f64,
+    /// The run's 99th percentile in seconds as the run reported it (`distribution.p99_s`).
+    pub p99_s: f64,
 }
 
 /// The iteration-time distribution of `runs` as frequency polygons over `bins` equal bins
 /// spanning every run's times: per run, the share of its iterations (%) in each bin, at the
-/// bin's centre. Each line's name gives its p50 and p99. A run of fewer than two iterations,
+/// bin's centre. Each line's name gives the run's own p50 and p99. A run of fewer than two iterations,
 /// or a time that is not finite and positive, is an error naming its source.
 pub fn distribution(runs: &[Run], bins: usize, title: Option<String>) -> Result<LineChart, PlotError> {
     let bins = bins.max(1);
@@ -77,10 +75,8 @@ pub fn distribution(runs: &[Run], bins: usize, title: Option<String>) -> Result<
                 .enumerate()
                 .map(|(i, &c)| ((lo + (i as f64 + 0.5) * width) * scale.factor, 100.0 * c as f64 / n))
                 .collect();
-            let mut sorted = run.times_s.clone();
-            sorted.sort_by(f64::total_cmp);
-            let at = |q: f64| format_time(quantile(&sorted, q) * scale.factor, &scale.label);
-            Series { name: format!("{}: p50 {}, p99 {}", run.name, at(0.5), at(0.99)), points }
+            let at = |seconds: f64| format_time(seconds * scale.factor, &scale.label);
+            Series { name: format!("{}: p50 {}, p99 {}", run.name, at(run.p50_s), at(run.p99_s)), points }
         })
         .collect();
     Ok(LineChart {
@@ -165,15 +161,23 @@ pub fn goodput(
 mod tests {
     use super::*;
 
+    /// A run whose reported p50 and p99 are its first two times.
     fn run(name: &str, times: &[f64]) -> Run {
-        Run { name: name.into(), source: format!("{name}.json"), times_s: times.to_vec() }
+        let p = |i: usize| times.get(i).copied().unwrap_or(0.0);
+        Run {
+            name: name.into(),
+            source: format!("{name}.json"),
+            times_s: times.to_vec(),
+            p50_s: p(0),
+            p99_s: p(1),
+        }
     }
 
-    /// Every run's shares add up to 100%, the bins span all runs' times, and the quantiles in
-    /// the legend are the nearest-rank ones.
+    /// Every run's shares add up to 100%, the bins span all runs' times, and the legend gives
+    /// the quantiles the run reported, in the axis's unit.
     #[test]
     fn a_distribution_bins_every_iteration_once_over_a_shared_range() {
-        let a = run("ddp", &[0.030, 0.031, 0.031, 0.032, 0.040]);
+        let a = run("ddp", &[0.031, 0.040, 0.031, 0.032, 0.030]);
         let b = run("daso", &[0.020, 0.021, 0.022, 0.023]);
         let chart = distribution(&[a, b], 10, None).unwrap();
         assert_eq!(chart.x_label, "iteration time (ms)");

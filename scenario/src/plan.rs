@@ -1233,31 +1233,27 @@ mod tests {
     use super::*;
     use std::path::Path;
 
+    /// GPT 1.7B at global batch 64 (Megatron-LM SC'21 Table 1's) on the cluster `cluster`
+    /// (its `[cluster]` keys, then its `[cluster.network]` keys), under `fidelity`, with
+    /// `fixed` (`KEY=VALUE`) fixed; `name` names the scenario.
+    fn search_in(cluster: &str, network: &str, fidelity: &str, name: &str, fixed: &[&str]) -> Search {
+        let text = format!(
+            "[cluster]\n{cluster}\ndevice = \"a100-sxm4-80gb\"\n\
+             intra-node = {{ kind = \"nvswitch\", bandwidth = \"300 GB/s\", latency = \"0.7 us\" }}\n\
+             [cluster.network]\ntopology = \"switch\"\n{network}\nlink-latency = \"1 us\"\n\
+             [workload]\nmodel = \"megatron-1.7b\"\nglobal-batch = 64\nmicro-batch = 1\n\
+             precision = \"fp16\"\noptimizer = \"adam\"\n[simulation]\nfidelity = \"{fidelity}\"\n"
+        );
+        let table: toml::Table = toml::from_str(&text).unwrap();
+        let fixed: Vec<Override> = fixed.iter().map(|text| text.parse().unwrap()).collect();
+        Search::new(&table, Path::new(name), &[], &fixed, &[]).unwrap()
+    }
+
     /// Megatron-LM SC'21 Table 1's GPT 1.7B on 16 A100 (two DGX servers), analytical network,
     /// global batch 64, with `fixed` (`KEY=VALUE`) fixed.
     fn search(fixed: &[&str]) -> Search {
-        let text = r#"
-[cluster]
-nodes = 2
-gpus-per-node = 8
-device = "a100-sxm4-80gb"
-intra-node = { kind = "nvswitch", bandwidth = "300 GB/s", latency = "0.7 us" }
-[cluster.network]
-topology = "switch"
-link-bandwidth = "200 Gb/s"
-link-latency = "1 us"
-[workload]
-model = "megatron-1.7b"
-global-batch = 64
-micro-batch = 1
-precision = "fp16"
-optimizer = "adam"
-[simulation]
-fidelity = "analytical"
-"#;
-        let table: toml::Table = toml::from_str(text).unwrap();
-        let fixed: Vec<Override> = fixed.iter().map(|text| text.parse().unwrap()).collect();
-        Search::new(&table, Path::new("plan-test.toml"), &[], &fixed, &[]).unwrap()
+        let cluster = "nodes = 2\ngpus-per-node = 8";
+        search_in(cluster, "link-bandwidth = \"200 Gb/s\"", "analytical", "plan-test.toml", fixed)
     }
 
     /// The same model on a contended cluster: 4 servers of 4 A100 sharing one 25 Gb/s NIC
@@ -1266,33 +1262,10 @@ fidelity = "analytical"
     /// its best five (`keep` for `--top 1`) are led by `t4 sp d4 mb16`, while the flow winner,
     /// `t2 sp p4 d2 mb1`, screens about tenth.
     fn contended_search() -> Search {
-        let text = r#"
-[cluster]
-nodes = 4
-gpus-per-node = 4
-device = "a100-sxm4-80gb"
-intra-node = { kind = "nvswitch", bandwidth = "300 GB/s", latency = "0.7 us" }
-[cluster.network]
-topology = "switch"
-nics-per-node = 1
-link-bandwidth = "25 Gb/s"
-link-latency = "1 us"
-[workload]
-model = "megatron-1.7b"
-global-batch = 64
-micro-batch = 1
-precision = "fp16"
-optimizer = "adam"
-[simulation]
-fidelity = "flow"
-"#;
-        let table: toml::Table = toml::from_str(text).unwrap();
-        let fixed: Vec<Override> =
-            ["workload.recompute=selective", "parallelism.zero=1", "parallelism.sequence-parallel=true"]
-                .iter()
-                .map(|text| text.parse().unwrap())
-                .collect();
-        Search::new(&table, Path::new("plan-contended.toml"), &[], &fixed, &[]).unwrap()
+        let fixed =
+            ["workload.recompute=selective", "parallelism.zero=1", "parallelism.sequence-parallel=true"];
+        let network = "nics-per-node = 1\nlink-bandwidth = \"25 Gb/s\"";
+        search_in("nodes = 4\ngpus-per-node = 4", network, "flow", "plan-contended.toml", &fixed)
     }
 
     fn options(top: usize) -> PlanOptions {
