@@ -1347,6 +1347,7 @@ pub fn checkpoint_bytes(scenario: &Scenario) -> sim_core::units::Bytes {
         gradient_precision: scenario.gradient_precision,
         optimizer_precision: scenario.optimizer_precision,
         optimizer: scenario.optimizer,
+        weights: scenario.weights,
         micro_batch: 1,
         micro_batches_in_flight: 1,
         recompute: Recompute::None,

@@ -747,6 +747,10 @@ pub struct Strategy<'a> {
     pub optimizer_precision: Dtype,
     /// The optimizer step at the end of the iteration.
     pub optimizer: Optimizer,
+    /// How the weights and the optimizer's copy of them are stored (`workload.master-weights`,
+    /// `workload.fp8-weights`): the memory they take, the bytes the step moves and the
+    /// parameter all-gathers' width.
+    pub weights: workloads::WeightStorage,
     /// Activations recomputed in the backward pass.
     pub recompute: Recompute,
     /// Which passes of the step run (`workload.passes`): the whole training step, or its
@@ -1369,6 +1373,7 @@ impl Strategy<'_> {
             gradient_precision: self.gradient_precision,
             optimizer_precision: self.optimizer_precision,
             optimizer: self.optimizer,
+            weights: self.weights,
             micro_batch: self.micro_batch,
             micro_batches_in_flight: 1,
             recompute: self.recompute,
@@ -1462,7 +1467,7 @@ impl Strategy<'_> {
             tensors,
             fused: true,
             gradient_bytes: self.gradient_precision.bytes(),
-            low_precision_copy: self.precision.bytes() < 4,
+            widths: self.step_widths(),
             passes: self.optimizer_passes,
         };
         let time = self
@@ -1470,6 +1475,24 @@ impl Strategy<'_> {
             .optimizer_step_duration(self.device, &step)
             .map_err(|source| StrategyError::Compute { layer: "optimizer".into(), source })?;
         Ok((time, self.optimizer.flops_per_parameter() * parameters as f64))
+    }
+
+    /// What the optimizer step reads and writes per parameter ([`workloads::StepWidths`]): its
+    /// copy of the weights ([`workloads::MasterWeights`]), its states in the optimizer's
+    /// precision, and the compute copy it writes back (2 bytes in 16-bit mixed precision, 1
+    /// with FP8 parameters, none when it updates the compute weights themselves).
+    fn step_widths(&self) -> workloads::StepWidths {
+        use workloads::MasterWeights;
+        let storage = self.precision.storage().bytes();
+        let state = if self.optimizer_precision.bytes() < 4 { self.optimizer_precision.bytes() } else { 4 };
+        let (master, copy) = match self.weights.master {
+            MasterWeights::Copy if self.weights.fp8 => (state, 1),
+            MasterWeights::Copy if self.precision.bytes() < 4 => (state, storage),
+            MasterWeights::Copy | MasterWeights::InPlace => (storage.min(4), 0),
+            // The bf16 weight and its 16-bit remainder, read and written in one kernel.
+            MasterWeights::Remainders => (4, 0),
+        };
+        workloads::StepWidths { master, state, copy }
     }
 
     /// Transformer Engine's per-iteration fp8 copies of the weights of `layers` (one rank's)
@@ -1481,7 +1504,8 @@ impl Strategy<'_> {
     ) -> Result<SimDuration, StrategyError> {
         let mut total = SimDuration::ZERO;
         for local in layers {
-            let bytes = workloads::compute::fp8_weight_cast_bytes(&local.layer, self.precision);
+            let bytes =
+                workloads::compute::fp8_weight_cast_bytes(&local.layer, self.precision, self.weights.fp8);
             if bytes == 0 {
                 continue;
             }

@@ -77,6 +77,7 @@ pub(super) fn strategy<'a>(
         gradient_precision: Dtype::Fp32,
         optimizer_precision: Dtype::Fp32,
         optimizer: Optimizer::Adam,
+        weights: workloads::WeightStorage::default(),
         recompute: Recompute::None,
         passes: Default::default(),
         global_batch: global,
@@ -469,6 +470,49 @@ fn zero_1_reduce_scatters_gradients_and_allgathers_parameters() {
     assert_eq!(reduce_scatter, allreduce);
     // fp16 parameters gathered, fp32 gradients scattered.
     assert_eq!(allgather * 2, reduce_scatter);
+}
+
+/// Transformer Engine's FP8 parameters (`workload.fp8-weights`): ZeRO-1's parameter
+/// all-gathers move 1 byte per weight of an FP8 layer and 2 per other weight; the gradients'
+/// reduce-scatters do not change, and the step's per-iteration weight casts and its write-back
+/// shrink, so the iteration is no slower.
+#[test]
+fn fp8_parameters_gather_one_byte_per_fp8_weight() {
+    let model = zoo::by_name("megatron-1.7b").unwrap();
+    let compute = ComputeModel::default();
+    let h100 = DeviceCatalog::builtin().get("h100-sxm5-80gb").unwrap();
+    let bf16_weights = Strategy {
+        device: h100,
+        precision: Dtype::Fp8,
+        ..strategy(&model, &compute, Parallelism { zero: 1, ..Parallelism::data_parallel(8) }, 8, 1)
+    };
+    let fp8_weights = Strategy {
+        weights: workloads::WeightStorage { fp8: true, ..Default::default() },
+        ..bf16_weights.clone()
+    };
+    let traffic = |strategy: &Strategy| {
+        let lowered = strategy.lower().unwrap();
+        let traffic = rank_traffic(&lowered.graph, 0, DATA_STREAM);
+        let of = |kind| traffic.iter().filter(|(k, _)| *k == Some(kind)).map(|(_, b)| b).sum::<u64>();
+        (of(CollectiveKind::ReduceScatter), of(CollectiveKind::AllGather))
+    };
+    let (scattered, gathered) = traffic(&bf16_weights);
+    let (scattered_fp8, gathered_fp8) = traffic(&fp8_weights);
+    assert_eq!(scattered, scattered_fp8);
+    let fp8_linear: u64 = model
+        .layers
+        .iter()
+        .filter(|layer| workloads::compute::fp8_linear(layer))
+        .map(|layer| layer.cost.params)
+        .sum();
+    assert!(fp8_linear > 0);
+    assert_eq!(gathered, 2 * model.parameters());
+    assert_eq!(gathered_fp8, 2 * model.parameters() - fp8_linear);
+    let time = |strategy: &Strategy| {
+        let lowered = strategy.lower().unwrap();
+        NetworkSettings::new(Fidelity::Analytical).run(&lowered.graph, &dgx(1)).unwrap().makespan()
+    };
+    assert!(time(&fp8_weights) <= time(&bf16_weights));
 }
 
 fn resnet_data_parallel<'a>(model: &'a Model, compute: &'a ComputeModel, ranks: u32) -> Strategy<'a> {

@@ -785,10 +785,13 @@ pub fn fp8_cast_works(layer: &Layer, pass: Pass, batch: u64) -> Vec<KernelWork> 
 /// ([`fp8_linear`]): Transformer Engine casts the bf16 weight to fp8 and its transpose on the
 /// first micro-batch of each iteration and keeps them for the others (`is_first_microbatch`,
 /// `get_fp8_workspace` with `cache_name = "weight"`), [`FP8_CAST_TRANSPOSE_BYTES`] per
-/// parameter; 0 for a layer that does not.
-pub fn fp8_weight_cast_bytes(layer: &Layer, dtype: Dtype) -> u64 {
+/// parameter; 0 for a layer that does not. With FP8 parameters (`fp8_weights`) the weight
+/// already is FP8 (the optimizer writes it so): only its transpose is made, reading and
+/// writing one byte per parameter.
+pub fn fp8_weight_cast_bytes(layer: &Layer, dtype: Dtype, fp8_weights: bool) -> u64 {
     if dtype == Dtype::Fp8 && fp8_linear(layer) {
-        layer.cost.params.saturating_mul(FP8_CAST_TRANSPOSE_BYTES)
+        let per_parameter = if fp8_weights { 2 } else { FP8_CAST_TRANSPOSE_BYTES };
+        layer.cost.params.saturating_mul(per_parameter)
     } else {
         0
     }
@@ -809,11 +812,37 @@ pub struct OptimizerStep {
     pub fused: bool,
     /// Bytes of one gradient element (2 in mixed precision, 4 in fp32).
     pub gradient_bytes: u64,
-    /// Whether the fp32 master weights are copied back to a narrower compute copy (mixed
-    /// precision: 2 more bytes written per parameter).
-    pub low_precision_copy: bool,
+    /// Bytes per parameter of the tensors the rule reads and writes: the optimizer's weights,
+    /// each state, and the narrower compute copy it writes back (mixed precision).
+    pub widths: StepWidths,
     /// The kernels around the update rule: one fused kernel, or Megatron-LM's separate passes.
     pub passes: OptimizerPasses,
+}
+
+/// Bytes per parameter of what an optimizer step reads and writes besides the gradient.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepWidths {
+    /// The weights the rule updates: the fp32 master copy, the weights themselves (fp32
+    /// training, or an in-place update), or a bf16 weight and its 16-bit remainder (4).
+    pub master: u64,
+    /// Each state tensor (momentum, Adam's moments): fp32, or bf16 where the optimizer keeps
+    /// them so.
+    pub state: u64,
+    /// The compute copy written back after the update: 2 (fp16/bf16), 1 (FP8 parameters), or
+    /// 0 when the rule updates the compute weights themselves.
+    pub copy: u64,
+}
+
+impl StepWidths {
+    /// Mixed precision: fp32 master weights and states, a 2-byte compute copy.
+    pub const MIXED: StepWidths = StepWidths { master: 4, state: 4, copy: 2 };
+    /// fp32 training: the fp32 weights updated in place.
+    pub const FP32: StepWidths = StepWidths { master: 4, state: 4, copy: 0 };
+
+    /// Whether a narrower compute copy is written back.
+    pub const fn copies(&self) -> bool {
+        self.copy > 0
+    }
 }
 
 impl OptimizerStep {
@@ -832,12 +861,12 @@ impl OptimizerStep {
     /// Megatron's step reads the fp32 main gradient and leaves the copy to its own pass.
     pub fn bytes_per_parameter(&self) -> u64 {
         let fp32 = Dtype::Fp32.bytes();
-        let megatron = self.passes == OptimizerPasses::Megatron && self.low_precision_copy;
+        let widths = self.widths;
+        let megatron = self.passes == OptimizerPasses::Megatron && widths.copies();
         let gradient = if megatron { fp32 } else { self.gradient_bytes };
-        let copy = if self.low_precision_copy && !megatron { 2 } else { 0 };
-        let read = fp32 * (1 + self.states()) + gradient;
-        let written = fp32 * (1 + self.states()) + copy;
-        read + written
+        let copy = if megatron { 0 } else { widths.copy };
+        let tensors = widths.master + widths.state * self.states();
+        tensors + gradient + tensors + copy
     }
 
     /// The memory-bound passes besides the update rule's kernel, in order, as (kernels, bytes
@@ -849,14 +878,14 @@ impl OptimizerStep {
     pub fn extra_passes(&self) -> Vec<(u64, u64, f64)> {
         let fp32 = Dtype::Fp32.bytes();
         let norm = (1, fp32, 2.0);
-        match (self.passes, self.low_precision_copy) {
+        match (self.passes, self.widths.copies()) {
             (OptimizerPasses::Fused | OptimizerPasses::ForLoop, _) => Vec::new(),
             (OptimizerPasses::Megatron, false) => vec![norm],
             (OptimizerPasses::Megatron, true) => vec![
                 (self.tensors.clamp(1, self.parameters.max(1)), self.gradient_bytes + fp32, 0.0),
                 (1, 2 * fp32, 1.0),
                 norm,
-                (1, fp32 + 2, 0.0),
+                (1, self.widths.master + self.widths.copy, 0.0),
             ],
         }
     }
@@ -909,7 +938,7 @@ impl OptimizerStep {
             return Vec::new();
         }
         let launches = self.parameters.div_ceil(LARS_CHUNK * LARS_BLOCKS_PER_LAUNCH).max(1);
-        let weight = if self.low_precision_copy { 2 } else { Dtype::Fp32.bytes() };
+        let weight = if self.widths.copies() { self.widths.copy } else { self.widths.master };
         vec![(weight, launches), (self.gradient_bytes, launches)]
     }
 
@@ -1629,8 +1658,9 @@ mod tests {
         // Backward-weight reuses both transposes.
         assert!(fp8_cast_works(&qkv, Pass::BackwardWeight, batch).is_empty());
         // The weights' copy: once per iteration, the same 4 bytes per parameter.
-        assert_eq!(fp8_weight_cast_bytes(&qkv, Dtype::Fp8), inputs * outputs * 4);
-        assert_eq!(fp8_weight_cast_bytes(&qkv, Dtype::Bf16), 0);
+        assert_eq!(fp8_weight_cast_bytes(&qkv, Dtype::Fp8, false), inputs * outputs * 4);
+        assert_eq!(fp8_weight_cast_bytes(&qkv, Dtype::Fp8, true), inputs * outputs * 2);
+        assert_eq!(fp8_weight_cast_bytes(&qkv, Dtype::Bf16, false), 0);
     }
 
     #[test]
@@ -1645,7 +1675,7 @@ mod tests {
         // The output layer (no block) and a block's normalisation.
         let logits = linear("logits", 4096, 4096, 32000);
         same(&logits);
-        assert!(!fp8_linear(&logits) && fp8_weight_cast_bytes(&logits, Dtype::Fp8) == 0);
+        assert!(!fp8_linear(&logits) && fp8_weight_cast_bytes(&logits, Dtype::Fp8, false) == 0);
         let norm = Layer::new(
             "layers.0.norm1",
             crate::layer::LayerKind::RmsNorm,
@@ -2499,7 +2529,7 @@ mod tests {
             tensors: 400,
             fused: true,
             gradient_bytes: 2,
-            low_precision_copy: true,
+            widths: StepWidths::MIXED,
             passes: OptimizerPasses::Fused,
         }
     }
@@ -2520,7 +2550,7 @@ mod tests {
         // 399 more launches and memory ramps: 399 x (4 us + 1.25 us).
         assert!((per_tensor - fused - 399.0 * 5.25e-6).abs() < 1e-6, "{per_tensor} vs {fused}");
         let sgd =
-            OptimizerStep { optimizer: Optimizer::Sgd, gradient_bytes: 4, low_precision_copy: false, ..adam };
+            OptimizerStep { optimizer: Optimizer::Sgd, gradient_bytes: 4, widths: StepWidths::FP32, ..adam };
         assert_eq!(sgd.bytes_per_parameter(), 12);
         assert_eq!(
             model.optimizer_step_duration(a100(), &OptimizerStep { parameters: 0, ..adam }).unwrap(),
@@ -2536,7 +2566,7 @@ mod tests {
         let model = ComputeModel::default();
         let adam = OptimizerStep {
             gradient_bytes: 4,
-            low_precision_copy: false,
+            widths: StepWidths::FP32,
             passes: OptimizerPasses::ForLoop,
             ..mixed_precision_adam()
         };
@@ -2584,7 +2614,7 @@ mod tests {
             tensors: 161,
             fused: true,
             gradient_bytes: 2,
-            low_precision_copy: true,
+            widths: StepWidths::MIXED,
             passes: OptimizerPasses::Fused,
         };
         let lars = OptimizerStep { optimizer: Optimizer::Lars, ..momentum };
@@ -2631,7 +2661,7 @@ mod tests {
         let expected = 24e9 / (2039e9 * 0.8) + 403.0 * 5.25e-6;
         assert!((more / expected - 1.0).abs() < 0.01, "{more} vs {expected}");
         // fp32 training (Megatron's FP32Optimizer): the norm only, 4 bytes.
-        let fp32 = OptimizerStep { gradient_bytes: 4, low_precision_copy: false, ..megatron };
+        let fp32 = OptimizerStep { gradient_bytes: 4, widths: StepWidths::FP32, ..megatron };
         assert_eq!(fp32.bytes_per_parameter(), 28);
         assert_eq!(fp32.extra_passes(), vec![(1, 4, 2.0)]);
         assert!(OptimizerStep { passes: OptimizerPasses::Fused, ..fp32 }.extra_passes().is_empty());

@@ -60,7 +60,7 @@ pub mod optimizer;
 pub mod profile;
 pub mod zoo;
 
-pub use compute::{ComputeError, ComputeModel, KernelWork, OptimizerStep};
+pub use compute::{ComputeError, ComputeModel, KernelWork, OptimizerStep, StepWidths};
 pub use device::{Device, DeviceCatalog, DeviceError, DeviceKind, Dtype, Execution};
 pub use kernel_shape::{
     AttentionShape, ConvDirection, ConvShape, GemmLayout, GemmShape, KernelShape, Major, ReductionLaunch,
@@ -73,4 +73,4 @@ pub use layer::{
 pub use memory::{ActivationBytes, MemoryBreakdown, MemoryError, MemoryPlan, Recompute, Sharding};
 pub use model::{Model, ModelBuilder, ModelError};
 pub use model_file::{FAMILIES, LAYER_KINDS};
-pub use optimizer::{GradientAccumulation, Optimizer, OptimizerPasses};
+pub use optimizer::{GradientAccumulation, MasterWeights, Optimizer, OptimizerPasses, WeightStorage};

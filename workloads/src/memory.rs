@@ -8,7 +8,10 @@
 //! - gradients in the gradient dtype;
 //! - optimizer state in fp32: an fp32 master copy of the weights when they are narrower than
 //!   fp32 (mixed precision), plus one fp32 tensor per state (momentum; Adam's two moments).
-//!   Adam in mixed precision is the paper's 2 + 2 + 12 = 16 bytes per parameter.
+//!   Adam in mixed precision is the paper's 2 + 2 + 12 = 16 bytes per parameter. The copy is
+//!   2 bytes of remainders, or none, where the optimizer keeps it so
+//!   ([`MasterWeights`](crate::optimizer::MasterWeights)); the states are narrower where the
+//!   optimizer keeps them in bf16 (`optimizer_precision`).
 //!
 //! ZeRO stage 1 shards the optimizer state over the data-parallel ranks, stage 2 also the
 //! gradients, stage 3 also the weights. Tensor parallelism shards every layer's parameters
@@ -53,7 +56,9 @@
 //! tensor of its own), which makes a GPT layer's `34 s b h` (selective recomputation) `27 s b h`;
 //! weights are bf16 plus an FP8 copy and an FP8 transpose of every linear weight, which TE
 //! caches across micro-batches (NVIDIA/TransformerEngine @ v1.8 :
-//! transformer_engine/pytorch/module/linear.py).
+//! transformer_engine/pytorch/module/linear.py). With FP8 parameters
+//! ([`WeightStorage::fp8`](crate::optimizer::WeightStorage)) the linear weights are the FP8
+//! tensor and its cached transpose only: 2 bytes instead of 4.
 //!
 //! Temporary buffers: the largest pair of input and output gradients alive during one layer's
 //! backward, plus (ZeRO stage 3) the largest layer's gathered weights and gradients.
@@ -75,7 +80,7 @@ use sim_core::units::Bytes;
 use crate::device::{Device, Dtype};
 use crate::layer::{Activation, AttentionKernel, Layer, LayerKind};
 use crate::model::Model;
-use crate::optimizer::Optimizer;
+use crate::optimizer::{MasterWeights, Optimizer, WeightStorage};
 
 /// Which activations are recomputed in the backward pass instead of being kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -343,6 +348,8 @@ pub struct MemoryPlan<'a> {
     pub optimizer_precision: Dtype,
     /// The optimizer, whose state is kept in fp32.
     pub optimizer: Optimizer,
+    /// How the weights and the optimizer's copy of them are stored.
+    pub weights: WeightStorage,
     /// Samples per device per forward pass.
     pub micro_batch: u64,
     /// Micro-batches whose activations are alive at once on the first pipeline stage: the
@@ -461,6 +468,7 @@ impl MemoryPlan<'_> {
             gradient_precision,
             optimizer_precision: Dtype::Fp32,
             optimizer,
+            weights: WeightStorage::default(),
             micro_batch: batch,
             micro_batches_in_flight: 1,
             recompute: Recompute::None,
@@ -485,8 +493,21 @@ impl MemoryPlan<'_> {
     /// cache_name="weight", with_transpose=...)`, `update_transpose_cache`), which Megatron-Core
     /// asks for by passing `is_first_microbatch` (megatron/core/extensions/transformer_engine.py,
     /// `TELinear.forward`, unless `disable_parameter_transpose_cache`): 1 + 1 bytes.
+    /// With FP8 parameters these are the only copy of those weights: 2 bytes in all, where
+    /// the bf16 weight's 2 bytes no longer count ([`MemoryPlan::device_breakdown`]).
     fn fp8_weight_copy_width(&self) -> u64 {
         if self.precision == Dtype::Fp8 { 2 } else { 0 }
+    }
+
+    /// Bytes per parameter of the optimizer's copy of the weights ([`MasterWeights`]): a full
+    /// copy in the optimizer's precision when the compute weights are narrower (or in FP8),
+    /// 2 bytes of remainders, or none.
+    fn master_width(&self) -> u64 {
+        match self.weights.master {
+            MasterWeights::Copy if self.storage_width() < 4 || self.weights.fp8 => self.state_width(),
+            MasterWeights::Copy | MasterWeights::InPlace => 0,
+            MasterWeights::Remainders => 2,
+        }
     }
 
     /// Parameters of the layers whose products run in FP8 ([`crate::compute::fp8_linear`], the
@@ -896,7 +917,7 @@ impl MemoryPlan<'_> {
         let data = u64::from(sharding.data.max(1));
         let zero =
             |stage: u8, bytes: u64| if sharding.zero_stage >= stage { bytes.div_ceil(data) } else { bytes };
-        let master = if self.storage_width() < 4 { self.state_width() } else { 0 };
+        let master = self.master_width();
         let states = match self.optimizer {
             Optimizer::Sgd => 0,
             Optimizer::SgdMomentum | Optimizer::Lars => 1,
@@ -908,12 +929,13 @@ impl MemoryPlan<'_> {
             0
         };
         MemoryBreakdown {
-            weights: Bytes(zero(
-                3,
-                parameters.saturating_mul(self.storage_width()).saturating_add(
-                    self.fp8_copied_parameters(parameters).saturating_mul(self.fp8_weight_copy_width()),
-                ),
-            )),
+            weights: Bytes(zero(3, {
+                let fp8 = self.fp8_copied_parameters(parameters);
+                // FP8 parameters: the linear weights have no bf16 copy.
+                let wide = if self.weights.fp8 { parameters - fp8 } else { parameters };
+                wide.saturating_mul(self.storage_width())
+                    .saturating_add(fp8.saturating_mul(self.fp8_weight_copy_width()))
+            })),
             gradients: Bytes(zero(2, parameters.saturating_mul(self.gradient_precision.bytes()))),
             optimizer: Bytes(zero(1, parameters.saturating_mul(master + states))),
             activations: Bytes(activation_bytes),
@@ -1012,6 +1034,19 @@ mod tests {
         // bf16, 6 bytes per parameter.
         let narrow = MemoryPlan { optimizer_precision: Dtype::Bf16, ..plan.clone() };
         assert_eq!(narrow.breakdown().unwrap().optimizer, Bytes(6 * parameters));
+        // NeMo's bf16-O2 DistributedFusedAdam: fp32 moments and the 16 low bits of each fp32
+        // weight beside the bf16 weight: 4 + 4 + 2 bytes.
+        let remainders = MemoryPlan {
+            weights: WeightStorage { master: MasterWeights::Remainders, fp8: false },
+            ..plan.clone()
+        };
+        assert_eq!(remainders.breakdown().unwrap().optimizer, Bytes(10 * parameters));
+        // No copy when the optimizer updates bf16 weights with bf16 moments in place.
+        let in_place = MemoryPlan {
+            weights: WeightStorage { master: MasterWeights::InPlace, fp8: false },
+            ..narrow.clone()
+        };
+        assert_eq!(in_place.breakdown().unwrap().optimizer, Bytes(4 * parameters));
         // fp32 training: no master copy; SGD with momentum: one state.
         let plan = MemoryPlan {
             precision: Dtype::Fp32,

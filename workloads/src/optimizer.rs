@@ -75,6 +75,73 @@ impl std::str::FromStr for Optimizer {
     }
 }
 
+/// The copy of the weights the optimizer updates (`workload.master-weights`), when the weights
+/// the model computes with are narrower than the optimizer's precision.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum MasterWeights {
+    /// A full copy in the optimizer's precision beside the compute weights (the default;
+    /// PyTorch AMP, Megatron-LM's fp32 main parameters, Apex's `DistributedFusedAdam` with
+    /// its default `store_params=True`); none when the weights are already that wide.
+    #[default]
+    Copy,
+    /// Only the 16 low bits of each fp32 weight, beside the bf16 weight that holds its high
+    /// bits: Apex's `DistributedFusedAdam(store_param_remainders=True)` ("if model is BF16 and
+    /// optimizer is FP32, store bits required to reconstruct FP32 params"; NVIDIA/apex @
+    /// 810ffae374 : apex/contrib/optimizers/distributed_fused_adam.py, an `int16` shard), which
+    /// NeMo turns on whenever it runs that optimizer with bf16 O2 weights and fp32 states
+    /// (NVIDIA/NeMo @ 070a0bb168 : nemo/collections/nlp/models/language_modeling/
+    /// megatron_base_model.py, `setup_optimization`). 2 bytes per parameter.
+    Remainders,
+    /// No copy: the optimizer updates the compute weights in place (NeMo's
+    /// `store_params=False` when the optimizer's dtype is the weights', the same source).
+    InPlace,
+}
+
+impl MasterWeights {
+    /// Every value, for error messages.
+    pub const ALL: [MasterWeights; 3] =
+        [MasterWeights::Copy, MasterWeights::Remainders, MasterWeights::InPlace];
+
+    /// The name used in scenario files.
+    pub fn name(self) -> &'static str {
+        match self {
+            MasterWeights::Copy => "copy",
+            MasterWeights::Remainders => "remainders",
+            MasterWeights::InPlace => "in-place",
+        }
+    }
+}
+
+impl fmt::Display for MasterWeights {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for MasterWeights {
+    type Err = String;
+    fn from_str(name: &str) -> Result<Self, String> {
+        MasterWeights::ALL.into_iter().find(|o| o.name() == name).ok_or_else(|| {
+            let valid: Vec<&str> = MasterWeights::ALL.iter().map(|o| o.name()).collect();
+            format!("unknown master weights {name:?}; valid: {}", valid.join(", "))
+        })
+    }
+}
+
+/// How a training step stores its weights: what the memory model counts per parameter and
+/// what the optimizer step and the parameter all-gathers move.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WeightStorage {
+    /// The optimizer's copy of the weights (`workload.master-weights`).
+    pub master: MasterWeights,
+    /// Transformer Engine's FP8 parameters (`workload.fp8-weights`; NeMo's `fp8_params`,
+    /// TE's `fp8_model_init`): the weights of the layers whose products run in FP8 are kept
+    /// in FP8 only (1 byte, plus the FP8 transpose TE caches for the backward), never in
+    /// bf16; the optimizer writes them in FP8 from its copy and the data-parallel parameter
+    /// all-gathers move 1 byte per such weight. Only with `workload.precision = "fp8"`.
+    pub fp8: bool,
+}
+
 /// The kernels a mixed-precision training step runs around the update rule (`[compute]
 /// optimizer-passes`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -255,6 +255,9 @@ struct WorkloadSection {
     gradient_precision: String,
     #[serde(default = "fp32")]
     optimizer_precision: String,
+    master_weights: Option<String>,
+    #[serde(default)]
+    fp8_weights: bool,
     #[serde(default = "sgd_momentum")]
     optimizer: String,
     #[serde(default)]
@@ -275,6 +278,42 @@ struct InputSection {
     broadcast_rate: Option<Bandwidth>,
     sample_bytes: Option<Bytes>,
     copy: Option<String>,
+}
+
+/// `workload.master-weights` and `workload.fp8-weights`, checked against the dtypes they need.
+fn weight_storage(
+    workload: &WorkloadSection,
+    precision: Dtype,
+    optimizer_precision: Dtype,
+    invalid: &dyn Fn(&str, String) -> ScenarioError,
+) -> Result<workloads::WeightStorage, ScenarioError> {
+    use workloads::MasterWeights;
+    let master: MasterWeights = match &workload.master_weights {
+        Some(name) => name.parse().map_err(|error| invalid("workload.master-weights", error))?,
+        None => MasterWeights::default(),
+    };
+    if master == MasterWeights::Remainders
+        && (precision.storage() != Dtype::Bf16 || optimizer_precision != Dtype::Fp32 || workload.fp8_weights)
+    {
+        return Err(invalid(
+            "workload.master-weights",
+            format!(
+                "is \"remainders\" (the 16 low bits of each fp32 weight beside its bf16 weight), which needs bf16 weights and an fp32 optimizer: workload.precision = \"bf16\" or \"fp8\" (is {:?}), workload.optimizer-precision = \"fp32\" (is {:?}) and no workload.fp8-weights",
+                precision.name(),
+                optimizer_precision.name()
+            ),
+        ));
+    }
+    if workload.fp8_weights && precision != Dtype::Fp8 {
+        return Err(invalid(
+            "workload.fp8-weights",
+            format!(
+                "keeps the FP8 layers' weights in FP8 only, which needs workload.precision = \"fp8\" (is {:?})",
+                precision.name()
+            ),
+        ));
+    }
+    Ok(workloads::WeightStorage { master, fp8: workload.fp8_weights })
 }
 
 fn one() -> u32 {
@@ -437,6 +476,9 @@ pub struct Scenario {
     pub optimizer_precision: Dtype,
     /// Optimizer.
     pub optimizer: Optimizer,
+    /// How the weights and the optimizer's copy of them are stored (`workload.master-weights`,
+    /// `workload.fp8-weights`).
+    pub weights: workloads::WeightStorage,
     /// Activations recomputed in the backward pass.
     pub recompute: Recompute,
     /// Which passes of the step run (`workload.passes`).
@@ -496,6 +538,7 @@ impl Scenario {
             gradient_precision: self.gradient_precision,
             optimizer_precision: self.optimizer_precision,
             optimizer: self.optimizer,
+            weights: self.weights,
             recompute: self.recompute,
             passes: self.passes,
             global_batch: self.global_batch,
@@ -1087,6 +1130,7 @@ fn validate(
     };
     let optimizer: Optimizer =
         workload.optimizer.parse().map_err(|error| invalid("workload.optimizer", error))?;
+    let weights = weight_storage(workload, precision, optimizer_precision, &invalid)?;
     let passes: strategies::passes::Passes = match &workload.passes {
         Some(passes) => passes.parse().map_err(|error| invalid("workload.passes", error))?,
         None => strategies::passes::Passes::Training,
@@ -1230,6 +1274,7 @@ fn validate(
         gradient_precision,
         optimizer_precision,
         optimizer,
+        weights,
         recompute,
         passes,
         // Under variability every rank draws its own times: no two are symmetric.

@@ -10,7 +10,8 @@
 //! docs/compute-model.md "Input pipeline").
 
 use workloads::{
-    ComputeModel, DeviceCatalog, Dtype, KernelShape, Optimizer, OptimizerPasses, OptimizerStep, Pass, zoo,
+    ComputeModel, DeviceCatalog, Dtype, KernelShape, Optimizer, OptimizerPasses, OptimizerStep, Pass,
+    StepWidths, zoo,
 };
 
 /// Seconds of one training step of `model` at `batch` in fp32 on a V100 (the batch's copy to
@@ -67,7 +68,7 @@ fn adam_over(model: &workloads::Model, precision: Dtype, passes: OptimizerPasses
         tensors: model.layers.iter().filter(|l| l.cost.params > 0).count() as u64,
         fused: true,
         gradient_bytes: precision.bytes(),
-        low_precision_copy: mixed,
+        widths: if mixed { StepWidths::MIXED } else { StepWidths::FP32 },
         passes,
     }
 }

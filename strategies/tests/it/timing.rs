@@ -38,6 +38,7 @@ fn building_and_lowering_the_largest_models_takes_milliseconds() {
             gradient_precision: Dtype::Fp32,
             optimizer_precision: Dtype::Fp32,
             optimizer: Optimizer::Adam,
+            weights: workloads::WeightStorage::default(),
             recompute: Recompute::None,
             passes: Default::default(),
             global_batch: 8,

@@ -4,7 +4,10 @@
 //! (its Table 2) and the configurations of its Table 3, which ran on 80 GB A100s and so must fit.
 
 use sim_core::units::Bytes;
-use workloads::{DeviceCatalog, Dtype, MemoryPlan, Model, Optimizer, Recompute, Sharding, zoo};
+use workloads::{
+    DeviceCatalog, Dtype, MasterWeights, MemoryPlan, Model, Optimizer, Recompute, Sharding, WeightStorage,
+    zoo,
+};
 
 /// A Megatron GPT as in the paper: s = 2048, V = 51,200.
 fn gpt(layers: u64, hidden: u64, heads: u64) -> Model {
@@ -22,6 +25,7 @@ fn plan(model: &Model, batch: u64, recompute: Recompute, sharding: Sharding) -> 
         gradient_precision: Dtype::Fp16,
         optimizer_precision: Dtype::Fp32,
         optimizer: Optimizer::Adam,
+        weights: WeightStorage::default(),
         micro_batch: batch,
         micro_batches_in_flight: u64::from(sharding.pipeline),
         recompute,
@@ -201,6 +205,18 @@ fn fp8_keeps_bf16_activations_except_the_gemm_inputs_and_fp8_weight_copies() {
     let difference = fp8.weights.0 - bf16.weights.0;
     assert!(difference.abs_diff(2 * linear) <= 1, "{difference} vs 2 x {linear}");
     assert_eq!((fp8.gradients, fp8.optimizer), (bf16.gradients, bf16.optimizer));
+    // FP8 parameters: the linear weights are their FP8 tensor and its transpose only, so every
+    // weight costs 2 bytes (bf16 for the others); the optimizer keeps its fp32 copy of all.
+    let fp8_parameters = MemoryPlan {
+        precision: Dtype::Fp8,
+        weights: WeightStorage { master: MasterWeights::Copy, fp8: true },
+        ..plan(&model, b, Recompute::Selective, tensor_parallel(1, 1, false))
+    }
+    .breakdown()
+    .unwrap();
+    assert_eq!(fp8_parameters.weights, bf16.weights);
+    assert_eq!(fp8_parameters.weights.0, 2 * model.parameters());
+    assert_eq!(fp8_parameters.optimizer, bf16.optimizer);
 }
 
 /// The margin a report prints: what is needed against the capacity, and by how much it fits or

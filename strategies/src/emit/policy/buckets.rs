@@ -48,7 +48,13 @@ pub(in super::super) fn plan(
 ) -> Vec<Vec<PlannedBucket>> {
     let p = &strategy.parallelism;
     let gradient_width = strategy.gradient_precision.bytes();
+    // The parameters all-gathered after a sharded step, in the compute weights' width (FP8
+    // parameters: 1 byte for the layers whose products run in FP8).
     let weight_width = strategy.precision.bytes().max(2);
+    let fp8_weights = strategy.weights.fp8 && strategy.precision == workloads::Dtype::Fp8;
+    let parameter_width = |layer: &workloads::Layer| {
+        if fp8_weights && workloads::compute::fp8_linear(layer) { 1 } else { weight_width }
+    };
     let mut buckets = Vec::with_capacity(chunk_layers.len());
     // Expert gradients sum over the expert-data group, which differs from the data group when
     // the experts are spread over ranks (expert parallelism) or split their own way.
@@ -60,12 +66,11 @@ pub(in super::super) fn plan(
                 continue;
             }
             let mut current = Bucket { layers: Vec::new(), bytes: Bytes::ZERO };
-            let mut parameters = 0u64;
+            let mut parameter_bytes = 0u64;
             let mut count = 0;
             let close = |current: &mut Bucket, parameters: &mut u64, list: &mut Vec<PlannedBucket>| {
                 let bucket = std::mem::replace(current, Bucket { layers: Vec::new(), bytes: Bytes::ZERO });
-                let parameter_bytes = Bytes(*parameters * weight_width);
-                *parameters = 0;
+                let parameter_bytes = Bytes(std::mem::take(parameters));
                 list.push(PlannedBucket { bucket, expert, parameter_bytes });
             };
             for index in range.clone().rev() {
@@ -76,15 +81,15 @@ pub(in super::super) fn plan(
                 }
                 current.layers.push(index);
                 current.bytes.0 += params * gradient_width;
-                parameters += params;
+                parameter_bytes += params * parameter_width(&layer.layer);
                 let cap = if count == 0 { p.first_bucket_cap } else { p.bucket_cap };
                 if current.bytes >= cap {
-                    close(&mut current, &mut parameters, &mut chunk_buckets);
+                    close(&mut current, &mut parameter_bytes, &mut chunk_buckets);
                     count += 1;
                 }
             }
             if !current.layers.is_empty() {
-                close(&mut current, &mut parameters, &mut chunk_buckets);
+                close(&mut current, &mut parameter_bytes, &mut chunk_buckets);
             }
         }
         buckets.push(chunk_buckets);
