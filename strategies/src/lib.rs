@@ -188,6 +188,13 @@ pub struct Parallelism {
     pub moe_router_dtype: Option<Dtype>,
     /// ZeRO stage: 0 none, 1 optimizer state, 2 + gradients, 3 + parameters.
     pub zero: u8,
+    /// Megatron-Core's partial distributed optimizer (`parallelism.distributed-optimizer-instances`,
+    /// `--num-distributed-optimizer-instances`): the data-parallel ranks (with context) split
+    /// into this many instances of consecutive ranks, each sharding the optimizer state over
+    /// its own ranks only. A bucket's gradients are reduce-scattered within the instance, then
+    /// each shard all-reduced across the instances; the parameters are all-gathered within the
+    /// instance. 1 (the default): one instance over every data-parallel rank. ZeRO-1 only.
+    pub distributed_optimizer_instances: u32,
     /// Tokens the busiest expert receives relative to balanced routing (1: balanced).
     pub expert_skew: f64,
     /// Expert capacity factor: tokens above `capacity x balanced` are dropped (`None`:
@@ -537,6 +544,7 @@ impl Parallelism {
             moe_experts: experts::MoeExperts::Grouped,
             moe_router_dtype: None,
             zero: 0,
+            distributed_optimizer_instances: 1,
             expert_skew: 1.0,
             capacity_factor: None,
             order: RankOrder::default(),
@@ -596,6 +604,12 @@ impl Parallelism {
     /// replicated weights; filter and channel ranks hold shards).
     pub fn gradient_sync_ranks(&self) -> u32 {
         self.data * self.context * self.spatial
+    }
+
+    /// Ranks one optimizer state is sharded over under ZeRO: every gradient-synchronising
+    /// rank, or one distributed-optimizer instance's share of them.
+    pub fn optimizer_shard_ranks(&self) -> u32 {
+        self.gradient_sync_ranks() / self.distributed_optimizer_instances.max(1)
     }
 
     /// Model chunks in the whole pipeline: pipeline x virtual stages.
@@ -668,7 +682,7 @@ impl Parallelism {
     /// The memory model's view of the split.
     pub fn sharding(&self) -> Sharding {
         Sharding {
-            data: self.data * self.context,
+            data: self.data * self.context / self.distributed_optimizer_instances.max(1),
             tensor: self.tensor,
             pipeline: 1,
             zero_stage: self.zero,
@@ -1129,6 +1143,44 @@ impl Strategy<'_> {
                          stage 3), but {}: set zero = 3 and every other degree to 1, or \
                          zero-implementation = \"fsdp\"",
                         other.join(", ")
+                    ),
+                ));
+            }
+        }
+        let instances = p.distributed_optimizer_instances;
+        if instances == 0 {
+            return Err(invalid(
+                "parallelism.distributed-optimizer-instances",
+                "must be at least 1, got 0".into(),
+            ));
+        }
+        if instances > 1 {
+            if p.zero != 1 {
+                return Err(invalid(
+                    "parallelism.distributed-optimizer-instances",
+                    format!(
+                        "is {instances}: partial distributed optimizers shard Megatron's distributed optimizer \
+                         (zero = 1), but zero = {}",
+                        p.zero
+                    ),
+                ));
+            }
+            let ranks = p.data * p.context;
+            if ranks % instances != 0 || p.spatial > 1 {
+                return Err(invalid(
+                    "parallelism.distributed-optimizer-instances",
+                    format!(
+                        "is {instances}, which must divide the data-parallel ranks (data x context = {ranks}) \
+                         without spatial parallelism"
+                    ),
+                ));
+            }
+            let expert_data = p.layout().expert_data_group(sim_core::graph::RankId(0)).len() as u32;
+            if (p.expert > 1 || p.expert_tensor_degree() != p.tensor) && expert_data % instances != 0 {
+                return Err(invalid(
+                    "parallelism.distributed-optimizer-instances",
+                    format!(
+                        "is {instances}, which must also divide the expert-data-parallel ranks ({expert_data})"
                     ),
                 ));
             }

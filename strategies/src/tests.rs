@@ -472,6 +472,71 @@ fn zero_1_reduce_scatters_gradients_and_allgathers_parameters() {
     assert_eq!(allgather * 2, reduce_scatter);
 }
 
+/// Megatron-Core's partial distributed optimizer: with 2 instances over 8 data-parallel ranks,
+/// each bucket is reduce-scattered within an instance of 4 consecutive ranks, its quarter
+/// all-reduced between the 2 ranks at the same place in each instance, and the parameters
+/// all-gathered within the instance; the optimizer state is sharded over 4 ranks, not 8.
+#[test]
+fn distributed_optimizer_instances_reduce_within_and_all_reduce_across() {
+    let model = zoo::by_name("megatron-1.7b").unwrap();
+    let compute = ComputeModel::default();
+    let one = strategy(&model, &compute, Parallelism { zero: 1, ..Parallelism::data_parallel(8) }, 8, 1);
+    let two = Strategy {
+        parallelism: Parallelism { distributed_optimizer_instances: 2, ..one.parallelism },
+        ..one.clone()
+    };
+    let collectives = |strategy: &Strategy, rank: u32| {
+        let lowered = strategy.lower().unwrap();
+        let graph = &lowered.graph;
+        graph
+            .ops()
+            .iter()
+            .filter(|op| op.rank == RankId(rank) && op.stream == DATA_STREAM)
+            .filter_map(|op| match op.kind {
+                OpKind::Collective(id) => {
+                    let c = graph.collective(id);
+                    Some((c.kind, c.bytes.0, graph.group(c.group).to_vec()))
+                }
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    let whole = collectives(&one, 5);
+    let split = collectives(&two, 5);
+    let bytes = |list: &[(CollectiveKind, u64, Vec<RankId>)], kind| {
+        list.iter().filter(|(k, _, _)| *k == kind).map(|(_, b, _)| b).sum::<u64>()
+    };
+    let scattered = bytes(&whole, CollectiveKind::ReduceScatter);
+    assert_eq!(bytes(&split, CollectiveKind::ReduceScatter), scattered);
+    assert_eq!(bytes(&whole, CollectiveKind::AllReduce), 0);
+    // Each bucket's shard of a quarter, rounded up per bucket.
+    let across = bytes(&split, CollectiveKind::AllReduce);
+    assert!(across >= scattered / 4 && across <= scattered / 4 + 4 * split.len() as u64, "{across}");
+    assert_eq!(bytes(&split, CollectiveKind::AllGather), bytes(&whole, CollectiveKind::AllGather));
+    let instance: Vec<RankId> = (4..8).map(RankId).collect();
+    let partners = vec![RankId(1), RankId(5)];
+    for (kind, _, group) in &split {
+        match kind {
+            CollectiveKind::AllReduce => assert_eq!(group, &partners),
+            _ => assert_eq!(group, &instance, "{kind:?}"),
+        }
+    }
+    // The optimizer state of one instance's share.
+    let memory = |strategy: &Strategy| strategy.lower().unwrap().stages[0].memory.optimizer.0;
+    let (sharded_8, sharded_4) = (memory(&one), memory(&two));
+    assert!(sharded_4.abs_diff(2 * sharded_8) <= 16, "{sharded_4} vs 2 x {sharded_8}");
+    // Partial sharding is Megatron's distributed optimizer only.
+    let zero_2 = Strategy {
+        parallelism: Parallelism { zero: 2, distributed_optimizer_instances: 2, ..one.parallelism },
+        ..one.clone()
+    };
+    let error = zero_2.lower().unwrap_err().to_string();
+    assert!(
+        error.contains("parallelism.distributed-optimizer-instances") && error.contains("zero = 2"),
+        "{error}"
+    );
+}
+
 /// Transformer Engine's FP8 parameters (`workload.fp8-weights`): ZeRO-1's parameter
 /// all-gathers move 1 byte per weight of an FP8 layer and 2 per other weight; the gradients'
 /// reduce-scatters do not change, and the step's per-iteration weight casts and its write-back

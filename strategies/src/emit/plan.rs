@@ -145,7 +145,6 @@ impl<'s> Plan<'s> {
 
         let policy = policy::select(strategy, &local, &chunk_layers, &recompute_before);
         let buckets = policy::buckets::plan(strategy, &local, &chunk_layers);
-        let sync_ranks = p.gradient_sync_ranks();
         let bucket_closed_by = policy::buckets::closed_by(strategy, policy.as_ref(), local.len(), &buckets);
         // An output layer tied to the input embedding on another stage: Megatron-LM keeps a
         // copy of the embedding on the last stage and all-reduces the two copies' gradients.
@@ -170,7 +169,11 @@ impl<'s> Plan<'s> {
             };
             let parameters = layers().map(|index| local[index].layer.cost.params).sum::<u64>()
                 + if stage + 1 == p.pipeline { tied_embedding } else { 0 };
-            let held = if p.zero >= 1 { parameters.div_ceil(u64::from(sync_ranks)) } else { parameters };
+            let held = if p.zero >= 1 {
+                parameters.div_ceil(u64::from(p.optimizer_shard_ranks()))
+            } else {
+                parameters
+            };
             // A for-loop optimizer visits every parameter tensor (a weight and its bias); the
             // other steps' per-tensor passes count the layers with parameters.
             let tensors = if strategy.optimizer_passes == workloads::optimizer::OptimizerPasses::ForLoop {

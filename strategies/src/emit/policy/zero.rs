@@ -3,11 +3,21 @@
 //! optimizer step on the rank's shard, then each bucket's parameters all-gathered; the next
 //! iteration's forward waits for the gathers.
 //!
+//! With several distributed-optimizer instances (Megatron-Core's partial distributed optimizer,
+//! `Parallelism::distributed_optimizer_instances`), the synchronising ranks split into
+//! instances of consecutive ranks: a bucket is reduce-scattered within the rank's instance,
+//! then its shard all-reduced across the instances (the ranks at the same place in each),
+//! and the parameters are all-gathered within the instance (NVIDIA/Megatron-LM @ d98e8a64dd :
+//! megatron/core/distributed/param_and_grad_buffer.py, `start_grad_sync`;
+//! megatron/core/parallel_state.py, the intra- and inter-partial data-parallel groups).
+//!
 //! Invariant: the buckets are DDP's ([`super::buckets`]); only the collectives differ.
 
-use sim_core::graph::{CollectiveKind, LabelId, OpId, Pass};
+use sim_core::graph::{CollectiveKind, GroupId, LabelId, OpId, Pass, RankId};
+use sim_core::units::Bytes;
 
 use super::super::Dep;
+use super::super::rank::GroupClass;
 use super::super::rank::RankEmitter;
 use super::buckets::{self, PlannedBucket};
 use super::{Policy, RankPolicy, policy_meta};
@@ -51,7 +61,7 @@ impl RankPolicy for Zero {
                         bytes: bucket.parameter_bytes,
                         what: "",
                     };
-                    let group = emitter.sync_group(bucket.expert);
+                    let group = instance_group(emitter, bucket.expert, false);
                     let label = emitter.bucket_labels[k][b].1;
                     let meta = policy_meta(emitter, ORIGIN, Pass::Optimizer);
                     end = emitter.collective(comm, DATA_STREAM, group, label, &[Dep::Local(optimizer)], meta);
@@ -62,7 +72,8 @@ impl RankPolicy for Zero {
     }
 }
 
-/// The reduce-scatter of `bucket` after `ready`.
+/// The reduce-scatter of `bucket` after `ready` (within the rank's instance), and with
+/// several distributed-optimizer instances the all-reduce of its shard across them.
 fn sync_bucket(emitter: &mut RankEmitter<'_, '_>, bucket: &PlannedBucket, label: LabelId, ready: u32) -> u32 {
     let comm = Comm {
         group: GroupKind::Data,
@@ -70,9 +81,56 @@ fn sync_bucket(emitter: &mut RankEmitter<'_, '_>, bucket: &PlannedBucket, label:
         bytes: bucket.bucket.bytes,
         what: "",
     };
-    let group = emitter.sync_group(bucket.expert);
+    let group = instance_group(emitter, bucket.expert, false);
     let meta = policy_meta(emitter, ORIGIN, Pass::BackwardWeight);
-    emitter.collective(comm, DATA_STREAM, group, label, &[Dep::Local(ready)], meta)
+    let scattered = emitter.collective(comm, DATA_STREAM, group, label, &[Dep::Local(ready)], meta);
+    if emitter.plan.strategy.parallelism.distributed_optimizer_instances <= 1 {
+        return scattered;
+    }
+    let across = instance_group(emitter, bucket.expert, true);
+    let shard_ranks = emitter.shared.graph.group(group).len().max(1) as u64;
+    let comm = Comm {
+        group: GroupKind::Data,
+        kind: CollectiveKind::AllReduce,
+        bytes: Bytes(bucket.bucket.bytes.0.div_ceil(shard_ranks)),
+        what: "",
+    };
+    emitter.collective(comm, DATA_STREAM, across, label, &[Dep::Local(scattered)], meta)
+}
+
+/// The synchronising group of this rank (the data group, or the expert-data group for an
+/// expert bucket), or with several distributed-optimizer instances the part of it that is
+/// this rank's instance (`across` false: consecutive ranks) or the ranks at the same place
+/// in every instance (`across` true).
+fn instance_group(emitter: &mut RankEmitter<'_, '_>, expert: bool, across: bool) -> GroupId {
+    let whole = emitter.sync_group(expert);
+    let instances = emitter.plan.strategy.parallelism.distributed_optimizer_instances.max(1) as usize;
+    if instances == 1 {
+        return whole;
+    }
+    let members = emitter.shared.graph.group(whole).to_vec();
+    let size = members.len() / instances;
+    let position = members.iter().position(|r| r.0 == emitter.rank).unwrap_or(0);
+    let (class, chosen): (GroupClass, Vec<RankId>) = if across {
+        let offset = position % size;
+        (
+            GroupClass::Named(if expert { "expert instances" } else { "instances" }),
+            members.iter().copied().skip(offset).step_by(size).collect(),
+        )
+    } else {
+        let start = position - position % size;
+        (
+            GroupClass::Named(if expert { "expert instance" } else { "instance" }),
+            members[start..start + size].to_vec(),
+        )
+    };
+    let key = (class, chosen[0].0);
+    if let Some(&group) = emitter.shared.groups.get(&key) {
+        return group;
+    }
+    let group = emitter.shared.graph.add_group(chosen);
+    emitter.shared.groups.insert(key, group);
+    group
 }
 
 /// The origin of ZeRO-1/2's reduce-scatters and parameter allgathers.
