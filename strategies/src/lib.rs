@@ -195,6 +195,11 @@ pub struct Parallelism {
     /// each shard all-reduced across the instances; the parameters are all-gathered within the
     /// instance. 1 (the default): one instance over every data-parallel rank. ZeRO-1 only.
     pub distributed_optimizer_instances: u32,
+    /// Megatron-Core's `--defer-embedding-wgrad-compute` (`parallelism.defer-embedding-wgrad`,
+    /// with `parallelism.wgrad-deferral-limit`): the output layer's weight-gradient products of
+    /// the first `limit` micro-batches (every one with 0) run after the pipeline schedule, in
+    /// the last stage's flush, instead of in their backward. `None`: not deferred.
+    pub defer_embedding_wgrad: Option<u32>,
     /// Tokens the busiest expert receives relative to balanced routing (1: balanced).
     pub expert_skew: f64,
     /// Expert capacity factor: tokens above `capacity x balanced` are dropped (`None`:
@@ -545,6 +550,7 @@ impl Parallelism {
             moe_router_dtype: None,
             zero: 0,
             distributed_optimizer_instances: 1,
+            defer_embedding_wgrad: None,
             expert_skew: 1.0,
             capacity_factor: None,
             order: RankOrder::default(),
@@ -1144,6 +1150,27 @@ impl Strategy<'_> {
                          zero-implementation = \"fsdp\"",
                         other.join(", ")
                     ),
+                ));
+            }
+        }
+        if p.defer_embedding_wgrad.is_some() {
+            // Megatron-Core's own checks (megatron/core/model_parallel_config.py).
+            if p.pipeline < 2 {
+                return Err(invalid(
+                    "parallelism.defer-embedding-wgrad",
+                    "defers the output layer's weight gradients into the pipeline's flush, which needs pipeline > 1".into(),
+                ));
+            }
+            if self.gradient_accumulation != workloads::optimizer::GradientAccumulation::InKernel {
+                return Err(invalid(
+                    "parallelism.defer-embedding-wgrad",
+                    "needs compute.gradient-accumulation = \"in-kernel\" (Megatron-Core refuses it without gradient accumulation fusion)".into(),
+                ));
+            }
+            if p.schedule == PipelineSchedule::ZbH1 {
+                return Err(invalid(
+                    "parallelism.defer-embedding-wgrad",
+                    "is modelled with the 1F1B schedules; zb-h1 already postpones weight gradients".into(),
                 ));
             }
         }

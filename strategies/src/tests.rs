@@ -537,6 +537,77 @@ fn distributed_optimizer_instances_reduce_within_and_all_reduce_across() {
     );
 }
 
+/// Megatron-Core's `--defer-embedding-wgrad-compute`: on the last stage, the output layer's
+/// weight-gradient kernels of the first `limit` micro-batches (every one with 0) run after the
+/// stage's last input-gradient kernel, the others in their own backward; the same kernels
+/// run, only later.
+#[test]
+fn deferred_output_layer_weight_gradients_run_after_the_schedule() {
+    use sim_core::graph::Pass as GraphPass;
+    let model = zoo::by_name("megatron-1.7b").unwrap();
+    let compute = ComputeModel::default();
+    let base = Strategy {
+        gradient_accumulation: workloads::optimizer::GradientAccumulation::InKernel,
+        ..strategy(&model, &compute, Parallelism { pipeline: 2, ..Parallelism::data_parallel(1) }, 8, 1)
+    };
+    let output = (0..model.layers.len())
+        .rev()
+        .find(|&i| matches!(model.layers[i].kind, LayerKind::TiedLinear { .. } | LayerKind::Linear { .. }))
+        .unwrap() as u32;
+    // (position of each of the output layer's weight-gradient kernels, position of the last
+    // input-gradient kernel) on the last stage's rank.
+    let order = |limit: Option<u32>| {
+        let strategy = Strategy {
+            parallelism: Parallelism { defer_embedding_wgrad: limit, ..base.parallelism },
+            ..base.clone()
+        };
+        let lowered = strategy.lower().unwrap();
+        let ops: Vec<_> = lowered
+            .graph
+            .ops()
+            .iter()
+            .filter(|op| op.rank == RankId(1) && op.stream == COMPUTE_STREAM)
+            .collect();
+        let weights: Vec<usize> = ops
+            .iter()
+            .enumerate()
+            .filter(|(_, op)| {
+                op.meta.layer() == Some(output) && op.meta.pass() == Some(GraphPass::BackwardWeight)
+            })
+            .map(|(i, _)| i)
+            .collect();
+        let last_data = ops.iter().rposition(|op| op.meta.pass() == Some(GraphPass::BackwardData)).unwrap();
+        (weights, last_data)
+    };
+    let (inline, last_data) = order(None);
+    assert_eq!(inline.len(), 8);
+    assert!(inline.iter().filter(|&&i| i > last_data).count() == 0);
+    let (all, last_data) = order(Some(0));
+    assert_eq!(all.len(), 8);
+    assert!(all.iter().all(|&i| i > last_data), "{all:?} vs {last_data}");
+    let (two, last_data) = order(Some(2));
+    assert_eq!(two.len(), 8);
+    assert_eq!(two.iter().filter(|&&i| i > last_data).count(), 2);
+    // Megatron's checks: a pipeline, and gradient accumulation fusion.
+    let error = Strategy {
+        parallelism: Parallelism { defer_embedding_wgrad: Some(0), ..Parallelism::data_parallel(1) },
+        ..base.clone()
+    }
+    .lower()
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("pipeline > 1"), "{error}");
+    let error = Strategy {
+        gradient_accumulation: workloads::optimizer::GradientAccumulation::Add,
+        parallelism: Parallelism { defer_embedding_wgrad: Some(0), ..base.parallelism },
+        ..base.clone()
+    }
+    .lower()
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("in-kernel"), "{error}");
+}
+
 /// Transformer Engine's FP8 parameters (`workload.fp8-weights`): ZeRO-1's parameter
 /// all-gathers move 1 byte per weight of an FP8 layer and 2 per other weight; the gradients'
 /// reduce-scatters do not change, and the step's per-iteration weight casts and its write-back

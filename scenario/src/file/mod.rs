@@ -351,6 +351,8 @@ struct ParallelismSection {
     expert_skew: f64,
     zero: u8,
     distributed_optimizer_instances: u32,
+    defer_embedding_wgrad: bool,
+    wgrad_deferral_limit: Option<u32>,
     order: String,
     bucket_size: Bytes,
     first_bucket_size: Bytes,
@@ -396,6 +398,8 @@ impl Default for ParallelismSection {
             expert_skew: 1.0,
             zero: 0,
             distributed_optimizer_instances: 1,
+            defer_embedding_wgrad: false,
+            wgrad_deferral_limit: None,
             order: "tp-cp-dp-pp".into(),
             bucket_size: Bytes(25 << 20),
             first_bucket_size: Bytes(1 << 20),
@@ -1736,6 +1740,16 @@ fn parallelism(
         moe_router_dtype,
         zero: section.zero,
         distributed_optimizer_instances: section.distributed_optimizer_instances,
+        defer_embedding_wgrad: match (section.defer_embedding_wgrad, section.wgrad_deferral_limit) {
+            (true, limit) => Some(limit.unwrap_or(0)),
+            (false, None) => None,
+            (false, Some(_)) => {
+                return Err(invalid(
+                    "parallelism.wgrad-deferral-limit",
+                    "applies only with parallelism.defer-embedding-wgrad = true".into(),
+                ));
+            }
+        },
         expert_skew: section.expert_skew,
         capacity_factor: None,
         order,

@@ -397,6 +397,7 @@ impl<'p, 's> Lowering<'p, 's> {
                 offload: OffloadState::new(self.previous_end[position]),
                 loads: std::mem::take(&mut self.loads[position]),
                 backward_part: crate::pipeline::Step::Backward,
+                deferred_wgrads: Vec::new(),
             };
             let (end, pipeline_end) =
                 emitter.iteration(self.policies[position].as_mut(), self.previous_end[position])?;

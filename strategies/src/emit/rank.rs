@@ -115,6 +115,9 @@ pub(super) struct RankEmitter<'p, 's> {
     pub(super) backward_part: Step,
     /// The loader's batches in flight: (batch, its load op), oldest first ([`super::input`]).
     pub(super) loads: VecDeque<(u32, Dep)>,
+    /// The output layer's weight gradients deferred to the pipeline's flush
+    /// (`Parallelism::defer_embedding_wgrad`): (layer, micro-batch), in backward order.
+    pub(super) deferred_wgrads: Vec<(usize, u32)>,
 }
 
 impl RankEmitter<'_, '_> {
@@ -246,6 +249,8 @@ impl RankEmitter<'_, '_> {
         if plan.pipeline_host_sync && sent {
             self.pipeline_host_sync(&mut frontier, None);
         }
+        // The output layer's deferred weight gradients no bucket synchronisation drained.
+        self.drain_deferred_wgrads(None);
         let pipeline_end = self.last_compute.unwrap_or(0);
         // Without the training step (`workload.passes = "forward"`) the iteration ends with its
         // last forward kernel (a send still in flight overlaps the next iteration, as it does
@@ -449,13 +454,47 @@ impl RankEmitter<'_, '_> {
                 self.comm(*comm, meta);
                 deferred.append(&mut self.waiting);
             }
-            // Zero-bubble's B: the weight gradient waits for its own W step.
-            if self.backward_part != Step::BackwardInput {
+            // Zero-bubble's B: the weight gradient waits for its own W step; a deferred output
+            // layer's waits for the flush.
+            if self.defers_wgrad(index, micro) {
+                self.deferred_wgrads.push((index, micro));
+            } else if self.backward_part != Step::BackwardInput {
                 gradient_ready = self.weight_kernels(index, micro).or(gradient_ready);
             }
             self.waiting.extend(deferred);
             Ok(gradient_ready)
         }
+    }
+
+    /// Whether `index`'s weight gradient of `micro` waits for the pipeline's flush: Megatron-
+    /// Core's `--defer-embedding-wgrad-compute` buffers the output layer's activation and output
+    /// gradient of the first `--wgrad-deferral-limit` micro-batches (all with 0) in its
+    /// backward (megatron/core/tensor_parallel/layers.py,
+    /// `LinearWithGradAccumulationAndAsyncCommunication.backward`) and computes their weight
+    /// gradients after the schedule (megatron/core/pipeline_parallel/schedules.py,
+    /// `finish_embedding_wgrad_compute`, NVIDIA/Megatron-LM @ d98e8a64dd).
+    fn defers_wgrad(&self, index: usize, micro: u32) -> bool {
+        let Some(limit) = self.plan.strategy.parallelism.defer_embedding_wgrad else {
+            return false;
+        };
+        self.plan.local[index].role == crate::shard::Role::VocabularyOutput && (limit == 0 || micro < limit)
+    }
+
+    /// The deferred weight gradients of `layers` (all of them with `None`), emitted now in the
+    /// order they were deferred; returns the last op, if any.
+    pub(super) fn drain_deferred_wgrads(&mut self, layers: Option<&[usize]>) -> Option<u32> {
+        if self.deferred_wgrads.is_empty() {
+            return None;
+        }
+        let (now, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.deferred_wgrads)
+            .into_iter()
+            .partition(|(index, _)| layers.is_none_or(|layers| layers.contains(index)));
+        self.deferred_wgrads = later;
+        let mut last = None;
+        for (index, micro) in now {
+            last = self.weight_kernels(index, micro).or(last);
+        }
+        last
     }
 
     /// One layer's weight-gradient kernel and its accumulation into the gradient buffer (on

@@ -208,6 +208,8 @@ pub(in super::super) fn backward_chunk(
         }
         if last && let (Some(b), Some(ready)) = (plan.bucket_closed_by[index], ready) {
             let bucket = &plan.buckets[chunk][b];
+            // The output layer's deferred weight gradients run before their bucket is reduced.
+            let ready = emitter.drain_deferred_wgrads(Some(&bucket.bucket.layers)).unwrap_or(ready);
             let label = emitter.bucket_labels[chunk][b].0;
             // Megatron-LM checks the bucket's norm before it reduces it (`check_grads`).
             if plan.host_nan_checks {
