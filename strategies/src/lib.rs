@@ -143,6 +143,30 @@ pub fn stream_name(stream: StreamId) -> String {
     }
 }
 
+/// How context-parallel attention exchanges its inputs: Megatron-Core's `--cp-comm-type`, run
+/// by Transformer Engine's `attn_forward_func_with_cp` (NVIDIA/Megatron-LM @ d98e8a64dd :
+/// megatron/core/transformer/transformer_config.py `cp_comm_type`; megatron/core/
+/// parallel_state.py, the hierarchical context-parallel groups).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ContextComm {
+    /// `p2p`: a ring over the context ranks passes key/value chunks, one step per rank, each
+    /// step's attention overlapping the next exchange (the default).
+    #[default]
+    P2p,
+    /// `a2a` (DeepSpeed-Ulysses): an all-to-all of the queries, keys and values trades each
+    /// rank's sequence chunk for the whole sequence of `1 / context` of the heads; the
+    /// attention runs locally, and a second all-to-all returns the output (mirrored in the
+    /// backward).
+    A2a,
+    /// `a2a+p2p` with `--hierarchical-context-parallel-sizes a2a p2p`: an all-to-all over
+    /// groups of `a2a` consecutive context ranks, then a p2p ring over the ranks at the same
+    /// place in each group.
+    A2aP2p {
+        /// Ranks of each all-to-all group (the first hierarchical size).
+        a2a: u32,
+    },
+}
+
 /// How the model is split over the GPUs, and how gradients are synchronised.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Parallelism {
@@ -200,6 +224,9 @@ pub struct Parallelism {
     /// the first `limit` micro-batches (every one with 0) run after the pipeline schedule, in
     /// the last stage's flush, instead of in their backward. `None`: not deferred.
     pub defer_embedding_wgrad: Option<u32>,
+    /// How the context-parallel ranks exchange attention inputs (`parallelism.context-comm`,
+    /// Megatron-Core's `--cp-comm-type`).
+    pub context_comm: ContextComm,
     /// Tokens the busiest expert receives relative to balanced routing (1: balanced).
     pub expert_skew: f64,
     /// Expert capacity factor: tokens above `capacity x balanced` are dropped (`None`:
@@ -551,6 +578,7 @@ impl Parallelism {
             zero: 0,
             distributed_optimizer_instances: 1,
             defer_embedding_wgrad: None,
+            context_comm: ContextComm::P2p,
             expert_skew: 1.0,
             capacity_factor: None,
             order: RankOrder::default(),
@@ -676,6 +704,11 @@ impl Parallelism {
             tensor: self.tensor,
             sequence_parallel: self.sequence_parallel,
             context: self.context,
+            context_a2a: match self.context_comm {
+                ContextComm::P2p => 1,
+                ContextComm::A2a => self.context,
+                ContextComm::A2aP2p { a2a } => a2a,
+            },
             expert: self.expert,
             expert_tensor: self.expert_tensor_degree(),
             dispatcher: self.moe_dispatcher,
@@ -1151,6 +1184,36 @@ impl Strategy<'_> {
                         other.join(", ")
                     ),
                 ));
+            }
+        }
+        if let ContextComm::A2aP2p { a2a } = p.context_comm
+            && (a2a < 2 || a2a >= p.context || p.context % a2a != 0)
+        {
+            return Err(invalid(
+                "parallelism.hierarchical-context-sizes",
+                format!(
+                    "splits context = {} into all-to-all groups of {a2a}: a2a+p2p needs an all-to-all size \
+                     of at least 2 that divides the context degree and leaves a ring of at least 2",
+                    p.context
+                ),
+            ));
+        }
+        if p.context_comm != ContextComm::P2p && p.context > 1 {
+            let a2a = p.split().context_a2a;
+            let ways = u64::from(p.tensor * a2a);
+            for layer in &self.model.layers {
+                if let workloads::layer::LayerKind::Attention { heads, kv_heads, .. } = layer.kind
+                    && (heads % ways != 0 || kv_heads % ways != 0)
+                {
+                    return Err(invalid(
+                        "parallelism.context-comm",
+                        format!(
+                            "trades heads for sequence over {a2a} ranks, but {} has {heads} query and {kv_heads} key/value heads, \
+                             which tensor x all-to-all ranks = {} must divide",
+                            layer.name, ways
+                        ),
+                    ));
+                }
             }
         }
         if p.defer_embedding_wgrad.is_some() {

@@ -139,6 +139,10 @@ pub struct Split {
     pub sequence_parallel: bool,
     /// Context-parallel degree.
     pub context: u32,
+    /// Of the context ranks, how many exchange their attention inputs by all-to-all
+    /// (Ulysses-style, heads for sequence) before a ring over the rest
+    /// ([`crate::ContextComm`]): 1 for the p2p ring alone, `context` for all-to-all alone.
+    pub context_a2a: u32,
     /// Expert-parallel degree.
     pub expert: u32,
     /// The experts' tensor degree (the tensor degree unless `parallelism.expert-tensor` says
@@ -710,8 +714,31 @@ pub fn local_layers(
         {
             entry.work_divisor = split.context;
             let head_dim = hidden_in / (heads + 2 * kv_heads);
-            let chunk = micro_batch * (sequence.unwrap_or(1) / c) * 2 * (kv_heads / t) * head_dim * width;
-            entry.context_ring = Some(Bytes(chunk));
+            // Megatron-Core's --cp-comm-type (Transformer Engine's context-parallel attention):
+            // the all-to-all part trades each rank's sequence chunk of every local head for the
+            // whole (a2a group's) sequence of 1/a of them, the ring the key/value chunks of the
+            // rest.
+            let a = u64::from(split.context_a2a.max(1));
+            let ring = c / a;
+            let tokens = micro_batch * (sequence.unwrap_or(1) / c);
+            if a > 1 {
+                let qkv = Bytes(tokens * ((heads + 2 * kv_heads) / t) * head_dim * width);
+                let out = Bytes(tokens * (heads / t) * head_dim * width);
+                let a2a = |bytes, what| Comm { group: GroupKind::Context, kind: AllToAll, bytes, what };
+                entry.before_forward.push(a2a(qkv, "cp all-to-all (q, k, v)"));
+                entry.after_forward.insert(0, a2a(out, "cp all-to-all (output)"));
+                entry.before_backward.push(a2a(out, "cp all-to-all (output gradient)"));
+                entry.after_backward_data.insert(0, a2a(qkv, "cp all-to-all (q, k, v gradients)"));
+            }
+            if ring > 1 {
+                let chunk = micro_batch
+                    * (sequence.unwrap_or(1) / ring)
+                    * 2
+                    * (kv_heads / (t * a))
+                    * head_dim
+                    * width;
+                entry.context_ring = Some(Bytes(chunk));
+            }
         }
         result.push(entry);
     }
@@ -808,6 +835,7 @@ mod tests {
             tensor,
             sequence_parallel,
             context: 1,
+            context_a2a: 1,
             expert: 1,
             expert_tensor: tensor,
             dispatcher: crate::MoeDispatcher::AllToAll,
@@ -896,6 +924,7 @@ mod tests {
                 tensor: 1,
                 sequence_parallel: false,
                 context: 2,
+                context_a2a: 1,
                 expert: 1,
                 expert_tensor: 1,
                 dispatcher: crate::MoeDispatcher::AllToAll,
@@ -913,6 +942,7 @@ mod tests {
                 tensor: 1,
                 sequence_parallel: false,
                 context: 1,
+                context_a2a: 1,
                 expert: 2,
                 expert_tensor: 1,
                 dispatcher: crate::MoeDispatcher::AllToAll,

@@ -358,6 +358,86 @@ fn context_parallel_ring_passes_every_other_ranks_key_value_chunk() {
     assert_eq!(sends.iter().map(|(_, b)| b).sum::<u64>(), attention_layers * 3 * chunk * 3);
 }
 
+/// Context parallelism by all-to-all (`context-comm = "a2a"`, DeepSpeed-Ulysses) and the
+/// hierarchical a2a+p2p: per attention layer, all-to-alls of the queries, keys and values and
+/// of the output (and their gradients) over the all-to-all group, and a ring over the rest
+/// whose key/value chunks cover 1/a of the heads over 1/p of the sequence.
+#[test]
+fn context_all_to_all_trades_sequence_for_heads() {
+    let model = zoo::by_name("llama3-8b").unwrap();
+    let compute = ComputeModel::default();
+    let LayerKind::Attention { heads, kv_heads, .. } =
+        model.layers.iter().find(|l| matches!(l.kind, LayerKind::Attention { .. })).unwrap().kind
+    else {
+        unreachable!()
+    };
+    let attention_layers =
+        model.layers.iter().filter(|l| matches!(l.kind, LayerKind::Attention { .. })).count() as u64;
+    let sequence = model.input.0[0];
+    let head_dim = 4096 / heads;
+    let lower = |comm: ContextComm| {
+        let parallelism =
+            Parallelism { data: 1, context: 4, context_comm: comm, ..Parallelism::data_parallel(1) };
+        let lowered = strategy(&model, &compute, parallelism, 1, 1).lower().unwrap();
+        let graph = &lowered.graph;
+        let ops: Vec<_> =
+            graph.ops().iter().filter(|op| op.rank == RankId(1) && op.stream == CONTEXT_STREAM).collect();
+        let collectives: Vec<(u64, Vec<RankId>)> = ops
+            .iter()
+            .filter_map(|op| match op.kind {
+                OpKind::Collective(id) => {
+                    let c = graph.collective(id);
+                    assert_eq!(c.kind, CollectiveKind::AllToAll);
+                    Some((c.bytes.0, graph.group(c.group).to_vec()))
+                }
+                _ => None,
+            })
+            .collect();
+        let sends: Vec<(u64, RankId)> = ops
+            .iter()
+            .filter_map(|op| match op.kind {
+                OpKind::Transfer { dst, bytes } => Some((bytes.0, dst)),
+                _ => None,
+            })
+            .collect();
+        (collectives, sends)
+    };
+    let tokens = sequence / 4;
+    let qkv = tokens * (heads + 2 * kv_heads) * head_dim * 2;
+    let out = tokens * heads * head_dim * 2;
+    // Ulysses: four all-to-alls per layer over all 4 context ranks, no ring.
+    let (collectives, sends) = lower(ContextComm::A2a);
+    assert!(sends.is_empty());
+    assert_eq!(collectives.len() as u64, attention_layers * 4);
+    assert_eq!(collectives.iter().map(|(b, _)| b).sum::<u64>(), attention_layers * 2 * (qkv + out));
+    assert!(collectives.iter().all(|(_, g)| g.len() == 4));
+    // a2a+p2p [2, 2]: the all-to-alls over rank 1's pair (0, 1), the ring to the rank at the
+    // same place in the other pair (3), one step forward, its key/value chunk 1/2 of the
+    // heads over 1/2 of the sequence.
+    let (collectives, sends) = lower(ContextComm::A2aP2p { a2a: 2 });
+    assert_eq!(collectives.len() as u64, attention_layers * 4);
+    assert!(collectives.iter().all(|(_, g)| g == &vec![RankId(0), RankId(1)]));
+    let chunk = (sequence / 2) * 2 * (kv_heads / 2) * head_dim * 2;
+    assert!(sends.iter().all(|&(bytes, dst)| dst == RankId(3) && (bytes == chunk || bytes == 2 * chunk)));
+    assert_eq!(sends.len() as u64, attention_layers * 2);
+    let error = strategy(
+        &model,
+        &compute,
+        Parallelism {
+            data: 1,
+            context: 4,
+            context_comm: ContextComm::A2aP2p { a2a: 4 },
+            ..Parallelism::data_parallel(1)
+        },
+        1,
+        1,
+    )
+    .lower()
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("parallelism.hierarchical-context-sizes"), "{error}");
+}
+
 #[test]
 fn expert_all_to_all_moves_two_times_tokens_times_hidden_off_each_rank_per_layer() {
     let model = zoo::by_name("mixtral-8x7b").unwrap();

@@ -353,6 +353,8 @@ struct ParallelismSection {
     distributed_optimizer_instances: u32,
     defer_embedding_wgrad: bool,
     wgrad_deferral_limit: Option<u32>,
+    context_comm: String,
+    hierarchical_context_sizes: Option<Vec<u32>>,
     order: String,
     bucket_size: Bytes,
     first_bucket_size: Bytes,
@@ -400,6 +402,8 @@ impl Default for ParallelismSection {
             distributed_optimizer_instances: 1,
             defer_embedding_wgrad: false,
             wgrad_deferral_limit: None,
+            context_comm: "p2p".into(),
+            hierarchical_context_sizes: None,
             order: "tp-cp-dp-pp".into(),
             bucket_size: Bytes(25 << 20),
             first_bucket_size: Bytes(1 << 20),
@@ -1740,6 +1744,7 @@ fn parallelism(
         moe_router_dtype,
         zero: section.zero,
         distributed_optimizer_instances: section.distributed_optimizer_instances,
+        context_comm: context_comm(section, invalid)?,
         defer_embedding_wgrad: match (section.defer_embedding_wgrad, section.wgrad_deferral_limit) {
             (true, limit) => Some(limit.unwrap_or(0)),
             (false, None) => None,
@@ -1771,6 +1776,41 @@ fn parallelism(
         pipeline_scatter_gather: section.pipeline_scatter_gather,
         gradient_buffers,
     })
+}
+
+/// `parallelism.context-comm` and `parallelism.hierarchical-context-sizes`.
+fn context_comm(
+    section: &ParallelismSection,
+    invalid: &dyn Fn(&str, String) -> ScenarioError,
+) -> Result<strategies::ContextComm, ScenarioError> {
+    let sizes = &section.hierarchical_context_sizes;
+    match (section.context_comm.as_str(), sizes.as_deref()) {
+        ("p2p", None) => Ok(strategies::ContextComm::P2p),
+        ("a2a", None) => Ok(strategies::ContextComm::A2a),
+        ("a2a+p2p", Some(&[a2a, p2p])) => {
+            if a2a * p2p != section.context {
+                return Err(invalid(
+                    "parallelism.hierarchical-context-sizes",
+                    format!("is [{a2a}, {p2p}], whose product must be parallelism.context = {}", section.context),
+                ));
+            }
+            Ok(strategies::ContextComm::A2aP2p { a2a })
+        }
+        ("a2a+p2p", _) => Err(invalid(
+            "parallelism.hierarchical-context-sizes",
+            "a2a+p2p needs the two levels' sizes, [all-to-all, ring] (Megatron-Core's --hierarchical-context-parallel-sizes), e.g. [2, 2] for context = 4".into(),
+        )),
+        ("p2p" | "a2a", Some(_)) => Err(invalid(
+            "parallelism.hierarchical-context-sizes",
+            format!("applies only with context-comm = \"a2a+p2p\" (is {:?})", section.context_comm),
+        )),
+        (other, _) => Err(invalid(
+            "parallelism.context-comm",
+            format!(
+                "is {other:?}; valid: \"p2p\" (a ring of key/value chunks, the default), \"a2a\" (all-to-all of heads for sequence, DeepSpeed-Ulysses) or \"a2a+p2p\" (both, with hierarchical-context-sizes)"
+            ),
+        )),
+    }
 }
 
 /// `parallelism.sync` and DASO's keys.

@@ -619,6 +619,8 @@ impl RankEmitter<'_, '_> {
             GroupKind::Filter => (FILTER_STREAM, self.group(GroupClass::Tensor), GroupKind::Filter),
             GroupKind::Channel => (CHANNEL_STREAM, self.group(GroupClass::Tensor), GroupKind::Channel),
             GroupKind::Spatial => (SPATIAL_STREAM, self.group(GroupClass::Tensor), GroupKind::Spatial),
+            // Context-parallel attention's all-to-alls, over the rank's all-to-all group.
+            GroupKind::Context => (CONTEXT_STREAM, self.context_a2a_group(), GroupKind::Context),
             _ => (DATA_STREAM, self.group(GroupClass::Data), GroupKind::Data),
         };
         let meta = meta.with_group(kind);
@@ -836,9 +838,8 @@ impl RankEmitter<'_, '_> {
         label: LabelId,
         pass: u8,
     ) -> u32 {
-        let plan = self.plan;
         let rank = RankId(self.rank);
-        let members = plan.layout.group(Axis::Context, rank);
+        let members = self.context_ring_members();
         let c = members.len() as u32;
         let position = members.iter().position(|r| *r == rank).unwrap_or(0) as u32;
         let next = members[((position + 1) % c) as usize].0;
@@ -873,6 +874,32 @@ impl RankEmitter<'_, '_> {
             op = self.compute(step, label, kernel);
         }
         op
+    }
+
+    /// The context ranks this rank's attention all-to-alls run over
+    /// ([`crate::ContextComm`]): the `a` consecutive ranks of its block in the context group.
+    fn context_a2a_group(&mut self) -> GroupId {
+        let all = self.plan.layout.group(Axis::Context, RankId(self.rank));
+        let a = (self.plan.strategy.parallelism.split().context_a2a as usize).clamp(1, all.len());
+        let position = all.iter().position(|r| r.0 == self.rank).unwrap_or(0);
+        let start = position - position % a;
+        let members = all[start..start + a].to_vec();
+        let key = (GroupClass::Named("context all-to-all"), members[0].0);
+        if let Some(&group) = self.shared.groups.get(&key) {
+            return group;
+        }
+        let group = self.shared.graph.add_group(members);
+        self.shared.groups.insert(key, group);
+        group
+    }
+
+    /// The ranks of this rank's context ring: the whole context group, or with all-to-all
+    /// groups of `a` the ranks at the same place in each ([`crate::ContextComm::A2aP2p`]).
+    fn context_ring_members(&self) -> Vec<RankId> {
+        let all = self.plan.layout.group(Axis::Context, RankId(self.rank));
+        let a = (self.plan.strategy.parallelism.split().context_a2a as usize).clamp(1, all.len());
+        let position = all.iter().position(|r| r.0 == self.rank).unwrap_or(0);
+        all.into_iter().skip(position % a).step_by(a).collect()
     }
 
     /// The gradient-synchronisation group: data (x context) ranks, or the expert-data group
