@@ -536,13 +536,17 @@ pub fn local_layers(
                 localise(&layer.input, c, 1),
             ),
             (Role::Row, kind) => (kind.clone(), localise(&layer.input, c, t)),
-            (Role::Split, LayerKind::Attention { heads, kv_heads, causal, implementation, dropout }) => (
+            (
+                Role::Split,
+                LayerKind::Attention { heads, kv_heads, causal, implementation, dropout, value_head_dim },
+            ) => (
                 LayerKind::Attention {
                     heads: heads / t,
                     kv_heads: kv_heads / t,
                     causal: *causal,
                     implementation: *implementation,
                     dropout: *dropout,
+                    value_head_dim: *value_head_dim,
                 },
                 // Every key of the sequence: the local queries meet all of them in turn.
                 localise(&layer.input, 1, t),
@@ -705,12 +709,16 @@ pub fn local_layers(
             }
             _ => {}
         }
-        if let LayerKind::Attention { heads, kv_heads, .. } = layer.kind
+        if let LayerKind::Attention { heads, kv_heads, value_head_dim, .. } = layer.kind
             && split.context > 1
         {
             entry.work_divisor = split.context;
-            let head_dim = hidden_in / (heads + 2 * kv_heads);
-            let chunk = micro_batch * (sequence.unwrap_or(1) / c) * 2 * (kv_heads / t) * head_dim * width;
+            let (head_dim, value_dim) =
+                workloads::layer::attention_head_dims(hidden_in, heads, kv_heads, value_head_dim)
+                    .unwrap_or((0, 0));
+            // A key and a value per key/value head.
+            let chunk =
+                micro_batch * (sequence.unwrap_or(1) / c) * (kv_heads / t) * (head_dim + value_dim) * width;
             entry.context_ring = Some(Bytes(chunk));
         }
         result.push(entry);
