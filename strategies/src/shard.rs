@@ -5,9 +5,14 @@
 //! (built with [`Layer::new`], so the compute model sees the shapes the rank really
 //! multiplies). Roles follow Megatron-LM:
 //! - inside a numbered block, the first linear layer met while activations are replicated is
-//!   *column-parallel* (output features split: QKV, `fc1`, gate/up) and the next one
-//!   *row-parallel* (input features split: the attention projection, `fc2`); attention, rotary
-//!   embeddings, activations and dropout between them work on the split features (heads split);
+//!   *column-parallel* (output features split: QKV, `fc1`, gate/up) and the next one that
+//!   reads the split features *row-parallel* (input features split: the attention projection,
+//!   `fc2`); attention, rotary embeddings, activations and dropout between them work on the
+//!   split features (heads split). A linear layer whose output is normalized (a norm needs
+//!   whole rows: multi-head latent attention's down-projections) is replicated, as
+//!   Megatron-Core duplicates it; one that reads whole rows while features are split is a
+//!   second column-parallel layer (latent attention's key/value up-projection beside its query
+//!   one); shared experts are a dense MLP split like any other;
 //! - norms, dropout and residual adds outside those regions are replicated, or split along the
 //!   sequence with sequence parallelism;
 //! - the input embedding and the output layer are vocabulary-parallel (the table's rows and the
@@ -239,6 +244,16 @@ pub fn roles(model: &Model, tensor: u32) -> Result<Vec<Role>, ShardError> {
     let vocabulary = vocabulary(model);
     let mut roles = Vec::with_capacity(model.layers.len());
     let mut split = false;
+    // Whether the next layer that is not a view normalizes (a linear layer feeding it keeps
+    // whole rows).
+    let normalized_next = |index: usize| {
+        model.layers[index + 1..]
+            .iter()
+            .find(|l| {
+                !matches!(l.kind, LayerKind::Slice { .. } | LayerKind::Reshape { .. } | LayerKind::Flatten)
+            })
+            .is_some_and(|l| matches!(l.kind, LayerKind::RmsNorm | LayerKind::LayerNorm { .. }))
+    };
     for (index, layer) in model.layers.iter().enumerate() {
         let in_block = blocks[index].is_some();
         if in_block && (index == 0 || blocks[index - 1] != blocks[index]) {
@@ -253,6 +268,18 @@ pub fn roles(model: &Model, tensor: u32) -> Result<Vec<Role>, ShardError> {
             }
             LayerKind::CrossEntropy { .. } if index > 0 && roles.last() == Some(&Role::VocabularyOutput) => {
                 Role::VocabularyLoss
+            }
+            LayerKind::Linear { .. } if in_block && !split && normalized_next(index) => Role::Replicated,
+            // Split features reach a row-parallel layer from the layer just before it; a linear
+            // layer reading anything else (whole rows) while they are split is another
+            // column-parallel one.
+            LayerKind::Linear { .. }
+                if in_block
+                    && split
+                    && !(matches!(roles.last(), Some(Role::Split | Role::Column))
+                        && model.layers[index - 1].output == layer.input) =>
+            {
+                Role::Column
             }
             LayerKind::Linear { .. } if in_block => {
                 split = !split;
@@ -550,6 +577,13 @@ pub fn local_layers(
                 },
                 // Every key of the sequence: the local queries meet all of them in turn.
                 localise(&layer.input, 1, t),
+            ),
+            (Role::Split, LayerKind::Concat { axis, others }) => (
+                LayerKind::Concat {
+                    axis: *axis,
+                    others: others.iter().map(|other| localise(other, c, t)).collect(),
+                },
+                localise(&layer.input, c, t),
             ),
             (Role::Split, LayerKind::Rope { heads, kv_heads }) => {
                 (LayerKind::Rope { heads: heads / t, kv_heads: kv_heads / t }, localise(&layer.input, c, t))
