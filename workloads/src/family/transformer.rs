@@ -7,7 +7,10 @@
 //! embeddings (if any) on it, the attention core ([`LayerKind::Attention`]), the output
 //! projection, then the MLP (one `h -> ffn` projection, or a fused gate-and-up `h -> 2 ffn`
 //! projection followed by a SwiGLU for Llama). Names: `layers.<i>.attention.qkv`,
-//! `layers.<i>.mlp.fc1`, ...
+//! `layers.<i>.mlp.fc1`, ...; a mixture of experts is `layers.<i>.moe.router` and
+//! `layers.<i>.moe.experts` (with `layers.<i>.moe.shared.*` for shared experts), latent attention
+//! `layers.<i>.attention.q-down`, `q-norm`, `kv-down`, `kv-latent`, `kv-norm`, `q-up`, `kv-up`,
+//! `qkv` (the packing), `core`, `proj`.
 //!
 //! Parameter counts: GPT's are `12 l h^2 + 13 l h + (V + s) h` (Megatron-LM's Eq. 2) plus the
 //! final layer norm's `2h`; its output layer is tied to the word embeddings.
@@ -121,7 +124,7 @@ pub struct LatentAttention {
 }
 
 /// A transformer, every knob explicit; the model-file sections (`[gpt]`, `[bert]`, `[llama]`,
-/// `[mixtral]`) fill in their family's defaults.
+/// `[mixtral]`, `[moe]`) fill in their family's defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transformer {
     /// Family name, for the model's description (`"gpt"`).
