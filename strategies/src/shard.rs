@@ -5,9 +5,14 @@
 //! (built with [`Layer::new`], so the compute model sees the shapes the rank really
 //! multiplies). Roles follow Megatron-LM:
 //! - inside a numbered block, the first linear layer met while activations are replicated is
-//!   *column-parallel* (output features split: QKV, `fc1`, gate/up) and the next one
-//!   *row-parallel* (input features split: the attention projection, `fc2`); attention, rotary
-//!   embeddings, activations and dropout between them work on the split features (heads split);
+//!   *column-parallel* (output features split: QKV, `fc1`, gate/up) and the next one that
+//!   reads the split features *row-parallel* (input features split: the attention projection,
+//!   `fc2`); attention, rotary embeddings, activations and dropout between them work on the
+//!   split features (heads split). A linear layer whose output is normalized (a norm needs
+//!   whole rows: multi-head latent attention's down-projections) is replicated, as
+//!   Megatron-Core duplicates it; one that reads whole rows while features are split is a
+//!   second column-parallel layer (latent attention's key/value up-projection beside its query
+//!   one); shared experts are a dense MLP split like any other;
 //! - norms, dropout and residual adds outside those regions are replicated, or split along the
 //!   sequence with sequence parallelism;
 //! - the input embedding and the output layer are vocabulary-parallel (the table's rows and the
@@ -243,6 +248,16 @@ pub fn roles(model: &Model, tensor: u32) -> Result<Vec<Role>, ShardError> {
     let vocabulary = vocabulary(model);
     let mut roles = Vec::with_capacity(model.layers.len());
     let mut split = false;
+    // Whether the next layer that is not a view normalizes (a linear layer feeding it keeps
+    // whole rows).
+    let normalized_next = |index: usize| {
+        model.layers[index + 1..]
+            .iter()
+            .find(|l| {
+                !matches!(l.kind, LayerKind::Slice { .. } | LayerKind::Reshape { .. } | LayerKind::Flatten)
+            })
+            .is_some_and(|l| matches!(l.kind, LayerKind::RmsNorm | LayerKind::LayerNorm { .. }))
+    };
     for (index, layer) in model.layers.iter().enumerate() {
         let in_block = blocks[index].is_some();
         if in_block && (index == 0 || blocks[index - 1] != blocks[index]) {
@@ -257,6 +272,18 @@ pub fn roles(model: &Model, tensor: u32) -> Result<Vec<Role>, ShardError> {
             }
             LayerKind::CrossEntropy { .. } if index > 0 && roles.last() == Some(&Role::VocabularyOutput) => {
                 Role::VocabularyLoss
+            }
+            LayerKind::Linear { .. } if in_block && !split && normalized_next(index) => Role::Replicated,
+            // Split features reach a row-parallel layer from the layer just before it; a linear
+            // layer reading anything else (whole rows) while they are split is another
+            // column-parallel one.
+            LayerKind::Linear { .. }
+                if in_block
+                    && split
+                    && !(matches!(roles.last(), Some(Role::Split | Role::Column))
+                        && model.layers[index - 1].output == layer.input) =>
+            {
+                Role::Column
             }
             LayerKind::Linear { .. } if in_block => {
                 split = !split;
@@ -540,16 +567,27 @@ pub fn local_layers(
                 localise(&layer.input, c, 1),
             ),
             (Role::Row, kind) => (kind.clone(), localise(&layer.input, c, t)),
-            (Role::Split, LayerKind::Attention { heads, kv_heads, causal, implementation, dropout }) => (
+            (
+                Role::Split,
+                LayerKind::Attention { heads, kv_heads, causal, implementation, dropout, value_head_dim },
+            ) => (
                 LayerKind::Attention {
                     heads: heads / t,
                     kv_heads: kv_heads / t,
                     causal: *causal,
                     implementation: *implementation,
                     dropout: *dropout,
+                    value_head_dim: *value_head_dim,
                 },
                 // Every key of the sequence: the local queries meet all of them in turn.
                 localise(&layer.input, 1, t),
+            ),
+            (Role::Split, LayerKind::Concat { axis, others }) => (
+                LayerKind::Concat {
+                    axis: *axis,
+                    others: others.iter().map(|other| localise(other, c, t)).collect(),
+                },
+                localise(&layer.input, c, t),
             ),
             (Role::Split, LayerKind::Rope { heads, kv_heads }) => {
                 (LayerKind::Rope { heads: heads / t, kv_heads: kv_heads / t }, localise(&layer.input, c, t))
@@ -709,11 +747,13 @@ pub fn local_layers(
             }
             _ => {}
         }
-        if let LayerKind::Attention { heads, kv_heads, .. } = layer.kind
+        if let LayerKind::Attention { heads, kv_heads, value_head_dim, .. } = layer.kind
             && split.context > 1
         {
             entry.work_divisor = split.context;
-            let head_dim = hidden_in / (heads + 2 * kv_heads);
+            let (head_dim, value_dim) =
+                workloads::layer::attention_head_dims(hidden_in, heads, kv_heads, value_head_dim)
+                    .unwrap_or((0, 0));
             // Megatron-Core's --cp-comm-type (Transformer Engine's context-parallel attention):
             // the all-to-all part trades each rank's sequence chunk of every local head for the
             // whole (a2a group's) sequence of 1/a of them, the ring the key/value chunks of the
@@ -722,8 +762,8 @@ pub fn local_layers(
             let ring = c / a;
             let tokens = micro_batch * (sequence.unwrap_or(1) / c);
             if a > 1 {
-                let qkv = Bytes(tokens * ((heads + 2 * kv_heads) / t) * head_dim * width);
-                let out = Bytes(tokens * (heads / t) * head_dim * width);
+                let qkv = Bytes(tokens * ((heads + kv_heads) * head_dim + kv_heads * value_dim) / t * width);
+                let out = Bytes(tokens * (heads / t) * value_dim * width);
                 let a2a = |bytes, what| Comm { group: GroupKind::Context, kind: AllToAll, bytes, what };
                 entry.before_forward.push(a2a(qkv, "cp all-to-all (q, k, v)"));
                 entry.after_forward.insert(0, a2a(out, "cp all-to-all (output)"));
@@ -731,11 +771,11 @@ pub fn local_layers(
                 entry.after_backward_data.insert(0, a2a(qkv, "cp all-to-all (q, k, v gradients)"));
             }
             if ring > 1 {
+                // A key and a value per key/value head.
                 let chunk = micro_batch
                     * (sequence.unwrap_or(1) / ring)
-                    * 2
                     * (kv_heads / (t * a))
-                    * head_dim
+                    * (head_dim + value_dim)
                     * width;
                 entry.context_ring = Some(Bytes(chunk));
             }

@@ -10,7 +10,7 @@ use sim_core::graph::{CollectiveKind, OpKind, RankId};
 use super::tests::strategy;
 use super::*;
 use workloads::device::Dtype;
-use workloads::layer::LayerKind;
+use workloads::layer::{LayerKind, Shape};
 use workloads::zoo;
 
 /// The small MoE GPT of Megatron-LM's functional tests: 12 layers, hidden 512, 8 heads,
@@ -363,4 +363,135 @@ fn each_expert_layers_forward_reads_its_token_counts_on_the_host() {
         }
         assert_eq!(reads(&graphs).0, 0);
     }
+}
+
+/// A small DeepSeek-style model: 4 layers of hidden 512, multi-head latent attention (8 heads,
+/// query rank 128, key/value rank 64, head widths 32 + 16 and 32), 8 routed experts of 256 with
+/// top-2 routing, `shared` shared experts, the first `dense` layers dense (FFN 1024).
+fn deepseek_like(dense: u64, shared: u64) -> Model {
+    let text = format!(
+        "[moe]\nlayers = 4\nhidden = 512\nheads = 8\nffn-hidden = 1024\nsequence = 1024\nvocabulary = 50257\n\
+         experts = 8\ntop-k = 2\nmoe-ffn-hidden = 256\nshared-experts = {shared}\ndense-layers = {dense}\n\n\
+         [moe.latent-attention]\nq-lora-rank = 128\nkv-lora-rank = 64\nqk-nope-head-dim = 32\n\
+         qk-rope-head-dim = 16\nv-head-dim = 32\n"
+    );
+    Model::from_toml_str(&text, "deepseek-like.toml").unwrap()
+}
+
+/// Dense leading layers never dispatch: with `dense-layers = k` the expert all-to-alls run in
+/// exactly `layers - k` layers (4 per layer and micro-batch: dispatch and combine, forward and
+/// backward), and every one of them belongs to an expert layer.
+#[test]
+fn dense_leading_layers_do_not_dispatch() {
+    let compute = ComputeModel::default();
+    for dense in [0u64, 1, 3] {
+        let model = deepseek_like(dense, 1);
+        let p = Parallelism { expert: 2, ..Parallelism::data_parallel(2) };
+        let local = shard::local_layers(&model, p.split(), 4, Dtype::Bf16).unwrap();
+        let dispatching: Vec<&LocalLayer> =
+            local.iter().filter(|l| l.before_forward.iter().any(|c| c.what == "ep dispatch")).collect();
+        assert_eq!(dispatching.len() as u64, 4 - dense);
+        assert!(dispatching.iter().all(|l| l.role == Role::Experts));
+        for l in &local {
+            let block = model.blocks()[l.index];
+            if block.is_some_and(|b| u64::from(b) < dense) {
+                assert!(l.before_forward.iter().all(|c| c.group != GroupKind::Expert), "{}", l.layer.name);
+            }
+        }
+        // In the graph: global 16 over data 2 in micro-batches of 4, two micro-batches per rank.
+        let lowered = strategy(&model, &compute, p, 16, 4).lower().unwrap();
+        let graph = &lowered.graph;
+        let mut layers = std::collections::BTreeSet::new();
+        let mut all_to_alls = 0;
+        for op in graph.ops().iter().filter(|op| op.rank == RankId(0)) {
+            if let OpKind::Collective(id) = op.kind
+                && graph.collective(id).kind == CollectiveKind::AllToAll
+            {
+                all_to_alls += 1;
+                let layer = op.meta.layer().unwrap() as usize;
+                assert!(matches!(model.layers[layer].kind, LayerKind::MoeExperts { .. }));
+                layers.insert(layer);
+            }
+        }
+        assert_eq!(layers.len() as u64, 4 - dense, "dense {dense}");
+        assert_eq!(all_to_alls, 4 * 2 * (4 - dense), "dense {dense}");
+    }
+}
+
+/// Shared experts are a dense MLP of `shared x moe-ffn-hidden` on every token, beside the
+/// routed experts: they add exactly `3 h (shared x 256)` MACs per token and MoE layer (the
+/// fused gate-up and the down projection) and nothing to the routed bank; under tensor
+/// parallelism they split over the tensor group like a dense MLP (column- then row-parallel,
+/// half the work per rank, their own all-gather and reduce-scatter with sequence parallelism).
+#[test]
+fn shared_experts_add_their_gemm_work_on_every_token() {
+    let (h, width, tokens, moe_layers) = (512f64, 2.0 * 256.0, 1024f64, 3f64);
+    let macs = |model: &Model, tensor: u32| -> (f64, f64) {
+        let p =
+            Parallelism { tensor, sequence_parallel: tensor > 1, expert: 2, ..Parallelism::data_parallel(2) };
+        let local = shard::local_layers(model, p.split(), 1, Dtype::Bf16).unwrap();
+        let routed = local.iter().filter(|l| l.role == Role::Experts).map(|l| l.layer.cost.macs).sum();
+        let all = local.iter().map(|l| l.layer.cost.macs).sum();
+        (routed, all)
+    };
+    let (with, without) = (deepseek_like(1, 2), deepseek_like(1, 0));
+    for tensor in [1u32, 2] {
+        let (routed_with, all_with) = macs(&with, tensor);
+        let (routed_without, all_without) = macs(&without, tensor);
+        assert_eq!(routed_with, routed_without);
+        let expected = moe_layers * tokens * 3.0 * h * width / f64::from(tensor);
+        assert_eq!(all_with - all_without, expected, "tensor {tensor}");
+    }
+    // Roles and collectives of the shared MLP under tensor 2 with sequence parallelism.
+    let p = Parallelism { tensor: 2, sequence_parallel: true, expert: 2, ..Parallelism::data_parallel(2) };
+    let local = shard::local_layers(&with, p.split(), 1, Dtype::Bf16).unwrap();
+    let find = |name: &str| local.iter().find(|l| l.layer.name == name).unwrap();
+    let gate_up = find("layers.1.moe.shared.gate-up");
+    assert_eq!(gate_up.role, Role::Column);
+    assert_eq!(
+        gate_up.before_forward.iter().map(|c| c.kind).collect::<Vec<_>>(),
+        vec![CollectiveKind::AllGather]
+    );
+    assert_eq!(find("layers.1.moe.shared.swiglu").role, Role::Split);
+    let down = find("layers.1.moe.shared.down");
+    assert_eq!(down.role, Role::Row);
+    assert_eq!(
+        down.after_forward.iter().map(|c| c.kind).collect::<Vec<_>>(),
+        vec![CollectiveKind::ReduceScatter]
+    );
+    let compute = ComputeModel::default();
+    strategy(&with, &compute, p, 8, 1).lower().unwrap();
+}
+
+/// Multi-head latent attention under tensor parallelism as Megatron-Core splits it: the
+/// down-projections and their norms duplicated on every tensor rank (on its sequence share),
+/// both up-projections column-parallel, the core on `heads / tensor` heads with its own value
+/// width, the output projection row-parallel.
+#[test]
+fn latent_attention_splits_over_tensor_ranks_as_megatron_core() {
+    let model = deepseek_like(1, 1);
+    let p = Parallelism { tensor: 2, sequence_parallel: true, ..Parallelism::data_parallel(1) };
+    let local = shard::local_layers(&model, p.split(), 1, Dtype::Bf16).unwrap();
+    let find =
+        |suffix: &str| local.iter().find(|l| l.layer.name == format!("layers.2.attention.{suffix}")).unwrap();
+    for name in ["q-down", "q-norm", "kv-down", "kv-latent", "kv-norm"] {
+        assert_eq!(find(name).role, Role::Replicated, "{name}");
+        assert_eq!(find(name).layer.input.0[0], 512, "{name}: half the 1024 tokens");
+    }
+    for name in ["q-up", "kv-up"] {
+        assert_eq!(find(name).role, Role::Column, "{name}");
+    }
+    assert_eq!(find("q-up").layer.output, Shape::from([1024, 4 * 48]));
+    assert_eq!(find("kv-up").layer.output, Shape::from([1024, 4 * 64]));
+    let core = find("core");
+    assert_eq!(core.role, Role::Split);
+    assert!(matches!(
+        core.layer.kind,
+        LayerKind::Attention { heads: 4, kv_heads: 4, value_head_dim: Some(32), .. }
+    ));
+    assert_eq!(core.layer.input, find("qkv").layer.output);
+    assert_eq!(core.layer.output, Shape::from([1024, 4 * 32]));
+    assert_eq!(find("proj").role, Role::Row);
+    let compute = ComputeModel::default();
+    strategy(&model, &compute, p, 2, 1).lower().unwrap();
 }

@@ -2704,6 +2704,7 @@ mod tests {
                 causal: true,
                 implementation,
                 dropout: false,
+                value_head_dim: None,
             };
             Layer::new("core", kind, Shape::from([16384, 3 * 4096])).unwrap()
         };

@@ -142,13 +142,25 @@ fn inductor(layer: &mut Layer) -> usize {
 /// kept (memory is unchanged, as for the other fusions). Returns the forward kernels fused
 /// away; 0 for any other layer.
 fn fuse_math_attention(layer: &mut Layer) -> usize {
-    let LayerKind::Attention { heads, kv_heads, causal, implementation: AttentionKernel::Math, dropout } =
-        layer.kind
+    let LayerKind::Attention {
+        heads,
+        kv_heads,
+        causal,
+        implementation: AttentionKernel::Math,
+        dropout,
+        value_head_dim,
+    } = layer.kind
     else {
         return 0;
     };
-    let kind =
-        LayerKind::Attention { heads, kv_heads, causal, implementation: AttentionKernel::Standard, dropout };
+    let kind = LayerKind::Attention {
+        heads,
+        kv_heads,
+        causal,
+        implementation: AttentionKernel::Standard,
+        dropout,
+        value_head_dim,
+    };
     // The same input and head counts built this core already: the standard one cannot fail.
     let Ok(fused) = Layer::new(layer.name.clone(), kind, layer.input.clone()) else {
         return 0;
@@ -253,6 +265,7 @@ mod tests {
                 causal: true,
                 implementation,
                 dropout: false,
+                value_head_dim: None,
             };
             Layer::new("attn", kind, Shape::from([1024, 3 * 768])).unwrap()
         };

@@ -470,8 +470,12 @@ pub struct AttentionShape {
     pub queries: u64,
     /// Key and value positions.
     pub keys: u64,
-    /// Head size.
+    /// Head size of the queries and keys.
     pub head_dim: u64,
+    /// Head size of the values where it differs (multi-head latent attention); `None`:
+    /// `head_dim`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value_dim: Option<u64>,
     /// One fused (flash) kernel, whose products run at `flash-attention-efficiency` of the
     /// GEMM ceiling; false for the separate cuBLAS products of a standard core.
     #[serde(skip)]
@@ -483,7 +487,13 @@ impl AttentionShape {
     pub fn products(&self) -> [GemmShape; 2] {
         [
             GemmShape { batch: self.heads, m: self.queries, n: self.keys, k: self.head_dim, layout: None },
-            GemmShape { batch: self.heads, m: self.queries, n: self.head_dim, k: self.keys, layout: None },
+            GemmShape {
+                batch: self.heads,
+                m: self.queries,
+                n: self.value_dim.unwrap_or(self.head_dim),
+                k: self.keys,
+                layout: None,
+            },
         ]
     }
 }
@@ -595,17 +605,21 @@ impl KernelShape {
                 };
                 KernelShape::Gemm(GemmShape { batch: products, m, n, k, layout: None })
             }
-            LayerKind::Attention { heads, kv_heads, implementation, .. } => {
+            LayerKind::Attention { heads, kv_heads, implementation, value_head_dim, .. } => {
                 let (Some(&features), Some(&tokens)) = (input.last(), input.first()) else {
                     return KernelShape::Unknown;
                 };
-                let packed = heads + 2 * kv_heads;
-                let Some(head_dim) = features.checked_div(packed) else { return KernelShape::Unknown };
+                let Some((head_dim, value_dim)) =
+                    crate::layer::attention_head_dims(features, *heads, *kv_heads, *value_head_dim)
+                else {
+                    return KernelShape::Unknown;
+                };
                 KernelShape::Attention(AttentionShape {
                     heads: batch * heads,
                     queries: tokens,
                     keys: tokens,
                     head_dim,
+                    value_dim: value_head_dim.map(|_| value_dim),
                     fused: *implementation == crate::layer::AttentionKernel::Flash,
                 })
             }
@@ -812,6 +826,7 @@ mod tests {
                 causal: false,
                 implementation: crate::layer::AttentionKernel::Standard,
                 dropout: false,
+                value_head_dim: None,
             },
             Shape::from([2048, 3 * 1024]),
         )

@@ -440,6 +440,12 @@ pub enum LayerKind {
         /// one-byte mask, which the backward reads with the gradient. A flash kernel draws the
         /// mask on chip (no traffic), and recomputes it in its backward.
         dropout: bool,
+        /// Width of each value head where it differs from the query/key head width
+        /// (multi-head latent attention: 128 against 192); the packed input is then
+        /// `[tokens, (heads + kv_heads) * head_dim + kv_heads * value_head_dim]` and the output
+        /// `[tokens, heads * value_head_dim]`. `None`: values as wide as queries and keys.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        value_head_dim: Option<u64>,
     },
     /// Rotary position embedding applied in place to the queries and keys of a packed QKV
     /// tensor (as [`LayerKind::Attention`] takes it): 3 FLOPs per rotated element, no
@@ -961,9 +967,12 @@ impl Layer {
                     self.input.0.len().checked_sub(2).and_then(|i| self.input.0.get(i)).copied().unwrap_or(0);
                 vec![rows, features, other.0.last().copied().unwrap_or(0)]
             }
-            LayerKind::Attention { heads, kv_heads, .. } => {
-                let packed = heads + 2 * kv_heads;
-                vec![features.checked_div(packed).unwrap_or(0)]
+            LayerKind::Attention { heads, kv_heads, value_head_dim, .. } => {
+                match attention_head_dims(features, *heads, *kv_heads, *value_head_dim) {
+                    Some((head_dim, value_dim)) if value_dim != head_dim => vec![head_dim, value_dim],
+                    Some((head_dim, _)) => vec![head_dim],
+                    None => vec![0],
+                }
             }
             LayerKind::MoeExperts { ffn_hidden, .. } => vec![features, *ffn_hidden],
             _ => Vec::new(),
@@ -1036,6 +1045,7 @@ impl Layer {
             causal,
             implementation: implementation @ (AttentionKernel::Standard | AttentionKernel::Math),
             dropout,
+            value_head_dim,
         } = self.kind
             && let Ok((_, AttentionCost { parts: Some(mut parts), .. })) =
                 (Checker { layer: &self.name, kind: self.kind.name() }).attention(
@@ -1045,6 +1055,7 @@ impl Layer {
                     causal,
                     implementation,
                     dropout,
+                    value_head_dim,
                 )
         {
             let index = match pass {
@@ -1328,14 +1339,36 @@ impl Checker<'_> {
                 self.embedding_bag(input, tables, *dim, *lookups)
             }
             LayerKind::Interaction => self.interaction(input),
-            LayerKind::Attention { heads, kv_heads, causal, implementation, dropout } => self
-                .attention(input, *heads, *kv_heads, *causal, *implementation, *dropout)
+            LayerKind::Attention { heads, kv_heads, causal, implementation, dropout, value_head_dim } => self
+                .attention(input, *heads, *kv_heads, *causal, *implementation, *dropout, *value_head_dim)
                 .map(|(output, parts)| (output, parts.cost)),
             LayerKind::Rope { heads, kv_heads } => self.rope(input, *heads, *kv_heads),
             LayerKind::MoeRouter { experts, top_k } => self.moe_router(input, *experts, *top_k),
             LayerKind::MoeExperts { experts, top_k, ffn_hidden, activation, gated, bias } => {
                 self.moe_experts(input, *experts, *top_k, *ffn_hidden, *activation, *gated, *bias)
             }
+        }
+    }
+}
+
+/// The query/key and value head widths of an attention core over a packed input of
+/// `features` per token (see [`LayerKind::Attention`]), or `None` if the heads do not divide
+/// it.
+pub fn attention_head_dims(
+    features: u64,
+    heads: u64,
+    kv_heads: u64,
+    value_head_dim: Option<u64>,
+) -> Option<(u64, u64)> {
+    match value_head_dim {
+        None => {
+            let head_dim = features.checked_div(heads.checked_add(kv_heads.checked_mul(2)?)?)?;
+            Some((head_dim, head_dim))
+        }
+        Some(value_dim) => {
+            let keyed = features.checked_sub(kv_heads.checked_mul(value_dim)?)?;
+            let packed = heads.checked_add(kv_heads)?;
+            (packed > 0 && keyed % packed == 0).then(|| (keyed / packed, value_dim))
         }
     }
 }

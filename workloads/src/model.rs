@@ -124,6 +124,21 @@ impl Model {
         self.layers.iter().map(|layer| layer.cost.params).sum()
     }
 
+    /// Parameters one token's forward pass uses: every layer's, but of an expert bank only the
+    /// `top_k` experts it is routed to (the "activated" count mixture-of-experts papers quote,
+    /// embeddings included). Equal to [`Model::parameters`] for a dense model.
+    pub fn active_parameters(&self) -> u64 {
+        self.layers
+            .iter()
+            .map(|layer| match layer.kind {
+                LayerKind::MoeExperts { experts, top_k, .. } if experts > 0 => {
+                    layer.cost.params / experts * top_k.min(experts)
+                }
+                _ => layer.cost.params,
+            })
+            .sum()
+    }
+
     /// Multiply-accumulates per sample of the matrix products (convolution, linear, attention,
     /// ...): the number model papers and torchvision quote as "FLOPs".
     pub fn macs_per_sample(&self) -> f64 {

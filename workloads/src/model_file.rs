@@ -10,15 +10,26 @@ use toml::{Spanned, Table, Value};
 use crate::family::dlrm::Dlrm;
 use crate::family::inception::InceptionV3;
 use crate::family::resnet::{PreActResNet, ResNet};
-use crate::family::transformer::{Bert, Gpt, Llama};
+use crate::family::transformer::{Bert, Gpt, Llama, MoeTransformer};
 use crate::family::unet::UNet3d;
 use crate::family::vgg::Vgg;
 use crate::layer::{Activation, AttentionKernel, LayerKind, LossKernels, Padding, Shape, UpsampleMode};
 use crate::model::{Model, ModelBuilder, ModelError};
 
 /// The sections that select a parametric family, in the order the docs list them.
-pub const FAMILIES: [&str; 10] =
-    ["resnet", "preact-resnet", "vgg", "inception-v3", "unet3d", "gpt", "bert", "llama", "mixtral", "dlrm"];
+pub const FAMILIES: [&str; 11] = [
+    "resnet",
+    "preact-resnet",
+    "vgg",
+    "inception-v3",
+    "unet3d",
+    "gpt",
+    "bert",
+    "llama",
+    "mixtral",
+    "moe",
+    "dlrm",
+];
 
 /// The layer kinds a `[[layers]]` entry may name.
 pub const LAYER_KINDS: &[&str] = &[
@@ -97,6 +108,8 @@ struct FileSpec {
     llama: Option<Spanned<Llama>>,
     #[serde(default)]
     mixtral: Option<Spanned<Llama>>,
+    #[serde(default)]
+    moe: Option<Spanned<MoeTransformer>>,
     #[serde(default)]
     dlrm: Option<Spanned<Dlrm>>,
     #[serde(default)]
@@ -185,6 +198,7 @@ impl Model {
         note(spec.bert.is_some(), "[bert]");
         note(spec.llama.is_some(), "[llama]");
         note(spec.mixtral.is_some(), "[mixtral]");
+        note(spec.moe.is_some(), "[moe]");
         note(spec.dlrm.is_some(), "[dlrm]");
         note(spec.layers.is_some(), "[[layers]]");
         match defined.len() {
@@ -251,6 +265,8 @@ impl Model {
             built("llama", section.span(), section.get_ref().build(&name, "llama"))?
         } else if let Some(section) = spec.mixtral {
             built("mixtral", section.span(), section.get_ref().build(&name, "mixtral"))?
+        } else if let Some(section) = spec.moe {
+            built("moe", section.span(), section.get_ref().build(&name))?
         } else if let Some(section) = spec.dlrm {
             built("dlrm", section.span(), section.get_ref().build(&name))?
         } else {
@@ -702,6 +718,7 @@ fn step<'t>(fields: &mut Fields<'t>, kind: &str, input: &Shape) -> Result<Step<'
                         return Err(fields.error("dropout", format!("{probability} is not in [0, 1)")));
                     }
                 },
+                value_head_dim: fields.integer("value-head-dim")?,
             })
         }
         "rope" => {

@@ -1,12 +1,16 @@
-//! Transformers: GPT (Megatron-LM's layout), BERT, Llama and Mixtral-style mixtures of experts,
-//! all built by one parametric [`Transformer`].
+//! Transformers: GPT (Megatron-LM's layout), BERT, Llama, Mixtral-style mixtures of experts and
+//! DeepSeek-style ones (fine-grained routed experts, shared experts, dense leading layers,
+//! multi-head latent attention), all built by one parametric [`Transformer`].
 //!
 //! Per-sample shapes are `[tokens, features]`. A layer is laid out as the fused kernels of
 //! Megatron-LM: a fused QKV projection writing `[tokens, (heads + 2 kv_heads) head_dim]`, rotary
 //! embeddings (if any) on it, the attention core ([`LayerKind::Attention`]), the output
 //! projection, then the MLP (one `h -> ffn` projection, or a fused gate-and-up `h -> 2 ffn`
 //! projection followed by a SwiGLU for Llama). Names: `layers.<i>.attention.qkv`,
-//! `layers.<i>.mlp.fc1`, ...
+//! `layers.<i>.mlp.fc1`, ...; a mixture of experts is `layers.<i>.moe.router` and
+//! `layers.<i>.moe.experts` (with `layers.<i>.moe.shared.*` for shared experts), latent attention
+//! `layers.<i>.attention.q-down`, `q-norm`, `kv-down`, `kv-latent`, `kv-norm`, `q-up`, `kv-up`,
+//! `qkv` (the packing), `core`, `proj`.
 //!
 //! Parameter counts: GPT's are `12 l h^2 + 13 l h + (V + s) h` (Megatron-LM's Eq. 2) plus the
 //! final layer norm's `2h`; its output layer is tied to the word embeddings.
@@ -33,6 +37,24 @@ pub enum Mlp {
     Gelu,
     /// `h -> 2 ffn` (gate and up, fused), SwiGLU, `ffn -> h` (Llama).
     SwiGlu,
+    /// `h -> 2 ffn` (gate and up, fused), GELU-gated, `ffn -> h` (Grok-1's experts:
+    /// `dense(gelu(w1 x) * v x)`).
+    GeGlu,
+}
+
+impl Mlp {
+    /// The activation of the (gated) projection.
+    fn activation(self) -> Activation {
+        match self {
+            Mlp::Gelu | Mlp::GeGlu => Activation::Gelu,
+            Mlp::SwiGlu => Activation::Silu,
+        }
+    }
+
+    /// Whether a second input projection gates the activation.
+    fn gated(self) -> bool {
+        self != Mlp::Gelu
+    }
 }
 
 /// How token positions enter the model.
@@ -64,14 +86,45 @@ pub enum Head {
 /// Mixture-of-experts feed-forward blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Moe {
-    /// Experts per layer.
+    /// Routed experts per layer.
     pub experts: u64,
-    /// Experts per token.
+    /// Routed experts per token.
     pub top_k: u64,
+    /// Hidden size of each routed expert (Megatron-Core's `--moe-ffn-hidden-size`): the dense
+    /// FFN's for Mixtral, narrower for fine-grained experts (DeepSeek-V3: 2,048 against 18,432).
+    pub ffn_hidden: u64,
+    /// Shared experts run on every token beside the routed ones (DeepSeek, Qwen2-MoE): one
+    /// dense MLP of `shared_experts x ffn_hidden`, as Megatron-Core's `SharedExpertMLP`.
+    pub shared_experts: u64,
+    /// The first layers keep a dense feed-forward block of the transformer's `ffn_hidden`
+    /// (DeepSeek-V3's `first_k_dense_replace`): no router, no dispatch.
+    pub dense_layers: u64,
+}
+
+/// Multi-head latent attention (DeepSeek-V2, arXiv 2405.04434, section 2.1; DeepSeek-V3): the
+/// queries and the keys and values are projected down to low-rank latents, normalized and
+/// projected back up per head; a decoupled rotary key of `qk_rope_head_dim` is shared by all
+/// heads. Every head has its own key and value (no grouping).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct LatentAttention {
+    /// Rank of the query latent (`q_lora_rank`); none: queries projected directly from the
+    /// hidden states (DeepSeek-V2-Lite).
+    #[serde(default)]
+    pub q_lora_rank: Option<u64>,
+    /// Rank of the key/value latent (`kv_lora_rank`).
+    pub kv_lora_rank: u64,
+    /// Per-head query/key width without rotary embedding (`qk_nope_head_dim`).
+    pub qk_nope_head_dim: u64,
+    /// Per-head query/key width with rotary embedding (`qk_rope_head_dim`); the key's is one
+    /// projection shared by every head.
+    pub qk_rope_head_dim: u64,
+    /// Per-head value width (`v_head_dim`).
+    pub v_head_dim: u64,
 }
 
 /// A transformer, every knob explicit; the model-file sections (`[gpt]`, `[bert]`, `[llama]`,
-/// `[mixtral]`) fill in their family's defaults.
+/// `[mixtral]`, `[moe]`) fill in their family's defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transformer {
     /// Family name, for the model's description (`"gpt"`).
@@ -84,7 +137,14 @@ pub struct Transformer {
     pub heads: u64,
     /// Key/value heads; must divide `heads`.
     pub kv_heads: u64,
-    /// Hidden size of the feed-forward block (of each expert).
+    /// Width of each attention head; `None`: `hidden / heads` (which must divide). Qwen3's
+    /// MoE models use 128 with `heads x 128` wider than the hidden size.
+    pub head_dim: Option<u64>,
+    /// Multi-head latent attention in place of the fused QKV projection; `heads` are its
+    /// heads and `kv_heads` must equal them.
+    pub latent: Option<LatentAttention>,
+    /// Hidden size of the dense feed-forward blocks (and of each expert, unless [`Moe`] gives
+    /// its own).
     pub ffn_hidden: u64,
     /// Tokens per sample.
     pub sequence: u64,
@@ -96,6 +156,9 @@ pub struct Transformer {
     pub norm: Norm,
     /// Normalize before each sub-block (GPT, Llama) or after the residual add (BERT).
     pub pre_norm: bool,
+    /// A norm also on each sub-block's output before the residual add (Grok-1's four norms
+    /// per layer).
+    pub sandwich_norm: bool,
     /// Feed-forward block.
     pub mlp: Mlp,
     /// Position information.
@@ -111,7 +174,8 @@ pub struct Transformer {
     pub causal: bool,
     /// Attention kernel.
     pub attention: AttentionKernel,
-    /// Mixture of experts in place of every feed-forward block.
+    /// Mixture of experts in place of every feed-forward block (but the leading
+    /// [`Moe::dense_layers`]).
     pub moe: Option<Moe>,
     /// The output head.
     pub head: Head,
@@ -149,7 +213,7 @@ impl Transformer {
                 return Err(invalid(name, &key(field), "must be at least 1".to_string()));
             }
         }
-        if self.hidden % self.heads != 0 {
+        if self.head_dim.is_none() && self.latent.is_none() && self.hidden % self.heads != 0 {
             return Err(invalid(
                 name,
                 &key("heads"),
@@ -184,6 +248,49 @@ impl Transformer {
                 format!("top-k {} with {} experts; need 1 <= top-k <= experts", moe.top_k, moe.experts),
             ));
         }
+        if let Some(moe) = self.moe {
+            if moe.ffn_hidden == 0 {
+                return Err(invalid(name, &key("moe-ffn-hidden"), "must be at least 1".to_string()));
+            }
+            if moe.dense_layers >= self.layers {
+                return Err(invalid(
+                    name,
+                    &key("dense-layers"),
+                    format!(
+                        "{} dense layers of {} leave no mixture-of-experts layer; valid: 0 to {}",
+                        moe.dense_layers,
+                        self.layers,
+                        self.layers - 1
+                    ),
+                ));
+            }
+        }
+        if self.head_dim == Some(0) {
+            return Err(invalid(name, &key("head-dim"), "must be at least 1".to_string()));
+        }
+        if let Some(latent) = self.latent {
+            let latent_key = |field: &str| key(&format!("latent-attention.{field}"));
+            for (field, value) in [
+                ("q-lora-rank", latent.q_lora_rank.unwrap_or(1)),
+                ("kv-lora-rank", latent.kv_lora_rank),
+                ("qk-nope-head-dim", latent.qk_nope_head_dim),
+                ("qk-rope-head-dim", latent.qk_rope_head_dim),
+                ("v-head-dim", latent.v_head_dim),
+            ] {
+                if value == 0 {
+                    return Err(invalid(name, &latent_key(field), "must be at least 1".to_string()));
+                }
+            }
+            if self.kv_heads != self.heads || self.head_dim.is_some() {
+                return Err(invalid(
+                    name,
+                    &key(if self.head_dim.is_some() { "head-dim" } else { "kv-heads" }),
+                    "latent attention gives every head its own key and value of the widths in \
+                     [latent-attention]; remove the key"
+                        .to_string(),
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -194,11 +301,96 @@ impl Transformer {
         }
     }
 
+    /// A dense feed-forward block of `width` named `prefix.*`: `fc1`, GELU, `fc2`, or a fused
+    /// gate-and-up projection, the gated activation and `down`.
+    fn dense_mlp(&self, b: &mut ModelBuilder, prefix: &str, width: u64) -> Result<(), ModelError> {
+        let h = self.hidden;
+        match self.mlp {
+            Mlp::Gelu => {
+                b.layer(format!("{prefix}.fc1"), LayerKind::Linear { out_features: width, bias: self.bias })?;
+                b.layer(format!("{prefix}.gelu"), LayerKind::Activation { function: Activation::Gelu })?;
+                b.layer(format!("{prefix}.fc2"), LayerKind::Linear { out_features: h, bias: self.bias })?;
+            }
+            Mlp::SwiGlu | Mlp::GeGlu => {
+                let gate_up = LayerKind::Linear { out_features: 2 * width, bias: self.bias };
+                b.layer(format!("{prefix}.gate-up"), gate_up)?;
+                let glu = if self.mlp == Mlp::SwiGlu { "swiglu" } else { "geglu" };
+                b.layer(format!("{prefix}.{glu}"), LayerKind::Glu { function: self.mlp.activation() })?;
+                b.layer(format!("{prefix}.down"), LayerKind::Linear { out_features: h, bias: self.bias })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Multi-head latent attention up to its core, named `prefix.attention.*`, as
+    /// DeepSeek-V3's `DeepseekV3Attention` computes it: the query down-projection, its norm
+    /// and up-projection to `heads x (nope + rope)`; the key/value down-projection to the latent
+    /// and the shared rotary key (`kv_lora_rank + rope`), the latent's norm and its
+    /// up-projection to `heads x (nope + v)`; the queries, keys (the rotary key broadcast to
+    /// every head) and values packed for the core, whose query/key heads are `nope + rope`
+    /// wide and value heads `v`. The down-projections and norms come first so that a tensor
+    /// split sees them on whole rows (Megatron-Core duplicates them) and both up-projections
+    /// as column-parallel. The rotary embedding of the `rope` columns (under 0.01% of the
+    /// layer's FLOPs) is not priced.
+    fn latent_attention(
+        &self,
+        b: &mut ModelBuilder,
+        p: &str,
+        latent: LatentAttention,
+    ) -> Result<(), ModelError> {
+        let heads = self.heads;
+        let qk_dim = latent.qk_nope_head_dim + latent.qk_rope_head_dim;
+        let normed = b.shape().clone();
+        let query_latent = match latent.q_lora_rank {
+            Some(rank) => {
+                b.layer(
+                    format!("{p}.attention.q-down"),
+                    LayerKind::Linear { out_features: rank, bias: false },
+                )?;
+                Some(b.layer(format!("{p}.attention.q-norm"), self.norm())?.clone())
+            }
+            None => None,
+        };
+        b.branch_from(normed.clone());
+        let down = latent.kv_lora_rank + latent.qk_rope_head_dim;
+        b.layer(format!("{p}.attention.kv-down"), LayerKind::Linear { out_features: down, bias: false })?;
+        b.layer(
+            format!("{p}.attention.kv-latent"),
+            LayerKind::Slice { axis: 1, start: 0, length: latent.kv_lora_rank },
+        )?;
+        let kv_latent = b.layer(format!("{p}.attention.kv-norm"), self.norm())?.clone();
+        b.branch_from(query_latent.unwrap_or(normed));
+        let queries = b
+            .layer(
+                format!("{p}.attention.q-up"),
+                LayerKind::Linear { out_features: heads * qk_dim, bias: false },
+            )?
+            .clone();
+        b.branch_from(kv_latent);
+        let up = heads * (latent.qk_nope_head_dim + latent.v_head_dim);
+        let keys_values = b
+            .layer(format!("{p}.attention.kv-up"), LayerKind::Linear { out_features: up, bias: false })?
+            .clone();
+        let rotary_keys = Shape::from([self.sequence, heads * latent.qk_rope_head_dim]);
+        b.branch_from(queries);
+        b.concat(format!("{p}.attention.qkv"), 1, &[keys_values, rotary_keys])?;
+        let core = LayerKind::Attention {
+            heads,
+            kv_heads: heads,
+            causal: self.causal,
+            implementation: self.attention,
+            dropout: self.attention_dropout,
+            value_head_dim: Some(latent.v_head_dim),
+        };
+        b.layer(format!("{p}.attention.core"), core)?;
+        Ok(())
+    }
+
     /// Builds the network, named `name`, described as `description`.
     pub fn build(&self, name: &str, description: &str) -> Result<Model, ModelError> {
         self.validate(name)?;
         let h = self.hidden;
-        let head_dim = h / self.heads;
+        let head_dim = self.head_dim.unwrap_or(h / self.heads);
         let mut b = ModelBuilder::new(name, Shape::from([self.sequence]));
         b.describe(self.family, description);
         b.layer("embedding", LayerKind::Embedding { vocabulary: self.vocabulary, dim: h })?;
@@ -225,27 +417,36 @@ impl Transformer {
             if self.pre_norm {
                 b.layer(format!("{p}.norm1"), self.norm())?;
             }
-            b.layer(
-                format!("{p}.attention.qkv"),
-                LayerKind::Linear { out_features: qkv_width, bias: self.bias },
-            )?;
-            if self.positions == Positions::Rope {
-                b.layer(
-                    format!("{p}.attention.rope"),
-                    LayerKind::Rope { heads: self.heads, kv_heads: self.kv_heads },
-                )?;
+            match self.latent {
+                Some(latent) => self.latent_attention(&mut b, &p, latent)?,
+                None => {
+                    b.layer(
+                        format!("{p}.attention.qkv"),
+                        LayerKind::Linear { out_features: qkv_width, bias: self.bias },
+                    )?;
+                    if self.positions == Positions::Rope {
+                        b.layer(
+                            format!("{p}.attention.rope"),
+                            LayerKind::Rope { heads: self.heads, kv_heads: self.kv_heads },
+                        )?;
+                    }
+                    let core = LayerKind::Attention {
+                        heads: self.heads,
+                        kv_heads: self.kv_heads,
+                        causal: self.causal,
+                        implementation: self.attention,
+                        dropout: self.attention_dropout,
+                        value_head_dim: None,
+                    };
+                    b.layer(format!("{p}.attention.core"), core)?;
+                }
             }
-            let core = LayerKind::Attention {
-                heads: self.heads,
-                kv_heads: self.kv_heads,
-                causal: self.causal,
-                implementation: self.attention,
-                dropout: self.attention_dropout,
-            };
-            b.layer(format!("{p}.attention.core"), core)?;
             b.layer(format!("{p}.attention.proj"), LayerKind::Linear { out_features: h, bias: self.bias })?;
             if self.hidden_dropout {
                 b.layer(format!("{p}.attention.dropout"), LayerKind::Dropout)?;
+            }
+            if self.sandwich_norm {
+                b.layer(format!("{p}.attention.post-norm"), self.norm())?;
             }
             b.add(format!("{p}.add1"), &residual)?;
             if !self.pre_norm {
@@ -257,55 +458,41 @@ impl Transformer {
                 b.layer(format!("{p}.norm2"), self.norm())?;
             }
             match self.moe {
-                Some(moe) => {
+                Some(moe) if i >= moe.dense_layers => {
                     let normed = b.shape().clone();
                     b.layer(
                         format!("{p}.moe.router"),
                         LayerKind::MoeRouter { experts: moe.experts, top_k: moe.top_k },
                     )?;
-                    b.branch_from(normed);
+                    b.branch_from(normed.clone());
                     let experts = LayerKind::MoeExperts {
                         experts: moe.experts,
                         top_k: moe.top_k,
-                        ffn_hidden: self.ffn_hidden,
-                        activation: match self.mlp {
-                            Mlp::Gelu => Activation::Gelu,
-                            Mlp::SwiGlu => Activation::Silu,
-                        },
-                        gated: self.mlp == Mlp::SwiGlu,
+                        ffn_hidden: moe.ffn_hidden,
+                        activation: self.mlp.activation(),
+                        gated: self.mlp.gated(),
                         bias: self.bias,
                     };
-                    b.layer(format!("{p}.moe.experts"), experts)?;
+                    let routed = b.layer(format!("{p}.moe.experts"), experts)?.clone();
+                    if moe.shared_experts > 0 {
+                        // Megatron-Core's SharedExpertMLP: a dense MLP on every token, tensor
+                        // split like any other, its output added to the routed experts'.
+                        b.branch_from(normed);
+                        self.dense_mlp(
+                            &mut b,
+                            &format!("{p}.moe.shared"),
+                            moe.shared_experts * moe.ffn_hidden,
+                        )?;
+                        b.add(format!("{p}.moe.shared-add"), &routed)?;
+                    }
                 }
-                None => match self.mlp {
-                    Mlp::Gelu => {
-                        b.layer(
-                            format!("{p}.mlp.fc1"),
-                            LayerKind::Linear { out_features: self.ffn_hidden, bias: self.bias },
-                        )?;
-                        b.layer(
-                            format!("{p}.mlp.gelu"),
-                            LayerKind::Activation { function: Activation::Gelu },
-                        )?;
-                        b.layer(
-                            format!("{p}.mlp.fc2"),
-                            LayerKind::Linear { out_features: h, bias: self.bias },
-                        )?;
-                    }
-                    Mlp::SwiGlu => {
-                        let gate_up =
-                            LayerKind::Linear { out_features: 2 * self.ffn_hidden, bias: self.bias };
-                        b.layer(format!("{p}.mlp.gate-up"), gate_up)?;
-                        b.layer(format!("{p}.mlp.swiglu"), LayerKind::Glu { function: Activation::Silu })?;
-                        b.layer(
-                            format!("{p}.mlp.down"),
-                            LayerKind::Linear { out_features: h, bias: self.bias },
-                        )?;
-                    }
-                },
+                _ => self.dense_mlp(&mut b, &format!("{p}.mlp"), self.ffn_hidden)?,
             }
             if self.hidden_dropout {
                 b.layer(format!("{p}.mlp.dropout"), LayerKind::Dropout)?;
+            }
+            if self.sandwich_norm {
+                b.layer(format!("{p}.mlp.post-norm"), self.norm())?;
             }
             b.add(format!("{p}.add2"), &residual)?;
             if !self.pre_norm {
@@ -450,12 +637,15 @@ impl Gpt {
             hidden: self.hidden,
             heads: self.heads,
             kv_heads: self.kv_heads.unwrap_or(self.heads),
+            head_dim: None,
+            latent: None,
             ffn_hidden: self.ffn_hidden.unwrap_or(4 * self.hidden),
             sequence,
             vocabulary: self.vocabulary.unwrap_or(51_200),
             token_types: 0,
             norm: Norm::LayerNorm,
             pre_norm: true,
+            sandwich_norm: false,
             mlp: match self.mlp.as_deref() {
                 None | Some("gelu") => Mlp::Gelu,
                 Some("swiglu") => Mlp::SwiGlu,
@@ -490,7 +680,13 @@ impl Gpt {
             attention: attention_kernel(name, "gpt", self.attention.as_deref(), AttentionKernel::Standard)?,
             moe: match (self.experts, self.top_k) {
                 (None, None) => None,
-                (Some(experts), Some(top_k)) => Some(Moe { experts, top_k }),
+                (Some(experts), Some(top_k)) => Some(Moe {
+                    experts,
+                    top_k,
+                    ffn_hidden: self.ffn_hidden.unwrap_or(4 * self.hidden),
+                    shared_experts: 0,
+                    dense_layers: 0,
+                }),
                 (Some(_), None) | (None, Some(_)) => {
                     return Err(invalid(
                         name,
@@ -559,12 +755,15 @@ impl Bert {
             hidden: self.hidden,
             heads: self.heads,
             kv_heads: self.heads,
+            head_dim: None,
+            latent: None,
             ffn_hidden: self.ffn_hidden.unwrap_or(4 * self.hidden),
             sequence: self.sequence.unwrap_or(512),
             vocabulary: self.vocabulary.unwrap_or(30_522),
             token_types: 2,
             norm: Norm::LayerNorm,
             pre_norm: false,
+            sandwich_norm: false,
             mlp: Mlp::Gelu,
             positions: Positions::Learned { max_positions: self.max_positions.unwrap_or(512) },
             bias: true,
@@ -625,7 +824,9 @@ impl Llama {
     /// Builds the network, named `name`; `family` is `"llama"` or `"mixtral"`.
     pub fn build(&self, name: &str, family: &'static str) -> Result<Model, ModelError> {
         let moe = match (family, self.experts, self.top_k) {
-            ("mixtral", Some(experts), Some(top_k)) => Some(Moe { experts, top_k }),
+            ("mixtral", Some(experts), Some(top_k)) => {
+                Some(Moe { experts, top_k, ffn_hidden: self.ffn_hidden, shared_experts: 0, dense_layers: 0 })
+            }
             ("mixtral", _, _) => {
                 return Err(invalid(
                     name,
@@ -648,12 +849,15 @@ impl Llama {
             hidden: self.hidden,
             heads: self.heads,
             kv_heads: self.kv_heads.unwrap_or(self.heads),
+            head_dim: None,
+            latent: None,
             ffn_hidden: self.ffn_hidden,
             sequence: self.sequence,
             vocabulary: self.vocabulary,
             token_types: 0,
             norm: Norm::RmsNorm,
             pre_norm: true,
+            sandwich_norm: false,
             mlp: Mlp::SwiGlu,
             positions: Positions::Rope,
             bias: false,
@@ -677,6 +881,141 @@ impl Llama {
             t.ffn_hidden,
             t.sequence,
             t.vocabulary
+        );
+        t.build(name, &description)
+    }
+}
+
+/// A mixture-of-experts transformer of the Llama line, the `[moe]` section of a model file
+/// (RMS norm, rotary embeddings, no biases, flash attention, untied output layer unless told):
+/// DeepSeek-V2/V3 (fine-grained routed experts of `moe-ffn-hidden`, `shared-experts`, dense
+/// leading `dense-layers`, multi-head latent attention in `[moe.latent-attention]`), Qwen3-MoE
+/// (`head-dim` wider than `hidden / heads`), Grok-1 (`mlp = "geglu"`, `sandwich-norm`).
+/// Mixtral files keep their `[mixtral]` section (a `[moe]` section with `moe-ffn-hidden =
+/// ffn-hidden` builds the same model).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct MoeTransformer {
+    /// Transformer layers.
+    pub layers: u64,
+    /// Hidden size.
+    pub hidden: u64,
+    /// Query heads.
+    pub heads: u64,
+    /// Key/value heads. Default: `heads`.
+    #[serde(default)]
+    pub kv_heads: Option<u64>,
+    /// Width of each head. Default: `hidden / heads`.
+    #[serde(default)]
+    pub head_dim: Option<u64>,
+    /// Hidden size of the dense feed-forward blocks of the `dense-layers`; needed only with
+    /// them.
+    #[serde(default)]
+    pub ffn_hidden: Option<u64>,
+    /// Tokens per sample.
+    pub sequence: u64,
+    /// Vocabulary.
+    pub vocabulary: u64,
+    /// Routed experts per layer.
+    pub experts: u64,
+    /// Routed experts per token.
+    pub top_k: u64,
+    /// Hidden size of each routed (and shared) expert.
+    pub moe_ffn_hidden: u64,
+    /// Shared experts run on every token. Default 0.
+    #[serde(default)]
+    pub shared_experts: Option<u64>,
+    /// Leading layers with a dense feed-forward block of `ffn-hidden`. Default 0.
+    #[serde(default)]
+    pub dense_layers: Option<u64>,
+    /// The experts' MLP: `"swiglu"` (default) or `"geglu"`.
+    #[serde(default)]
+    pub mlp: Option<String>,
+    /// A norm on each sub-block's output too (Grok-1). Default false.
+    #[serde(default)]
+    pub sandwich_norm: Option<bool>,
+    /// `"flash"` (default), `"standard"` or `"math"`.
+    #[serde(default)]
+    pub attention: Option<String>,
+    /// Output layer tied to the embeddings. Default false.
+    #[serde(default)]
+    pub tied_embeddings: Option<bool>,
+    /// Multi-head latent attention in place of grouped-query attention.
+    #[serde(default)]
+    pub latent_attention: Option<LatentAttention>,
+}
+
+impl MoeTransformer {
+    /// The transformer this section describes.
+    pub fn transformer(&self, name: &str) -> Result<Transformer, ModelError> {
+        let dense_layers = self.dense_layers.unwrap_or(0);
+        let ffn_hidden = match (self.ffn_hidden, dense_layers) {
+            (Some(ffn_hidden), _) => ffn_hidden,
+            (None, 0) => self.moe_ffn_hidden,
+            (None, _) => {
+                return Err(invalid(
+                    name,
+                    "moe.ffn-hidden",
+                    format!(
+                        "missing; the {dense_layers} dense layers need the width of their feed-forward block"
+                    ),
+                ));
+            }
+        };
+        let mlp = match self.mlp.as_deref() {
+            None | Some("swiglu") => Mlp::SwiGlu,
+            Some("geglu") => Mlp::GeGlu,
+            Some(other) => {
+                return Err(invalid(name, "moe.mlp", format!("{other:?} is not \"swiglu\" or \"geglu\"")));
+            }
+        };
+        Ok(Transformer {
+            family: "moe",
+            layers: self.layers,
+            hidden: self.hidden,
+            heads: self.heads,
+            kv_heads: self.kv_heads.unwrap_or(self.heads),
+            head_dim: self.head_dim,
+            latent: self.latent_attention,
+            ffn_hidden,
+            sequence: self.sequence,
+            vocabulary: self.vocabulary,
+            token_types: 0,
+            norm: Norm::RmsNorm,
+            pre_norm: true,
+            sandwich_norm: self.sandwich_norm.unwrap_or(false),
+            mlp,
+            positions: Positions::Rope,
+            bias: false,
+            hidden_dropout: false,
+            attention_dropout: false,
+            causal: true,
+            attention: attention_kernel(name, "moe", self.attention.as_deref(), AttentionKernel::Flash)?,
+            moe: Some(Moe {
+                experts: self.experts,
+                top_k: self.top_k,
+                ffn_hidden: self.moe_ffn_hidden,
+                shared_experts: self.shared_experts.unwrap_or(0),
+                dense_layers,
+            }),
+            head: Head::LanguageModel { tied: self.tied_embeddings.unwrap_or(false) },
+            loss: LossKernels::Fused,
+        })
+    }
+
+    /// Builds the network, named `name`.
+    pub fn build(&self, name: &str) -> Result<Model, ModelError> {
+        let t = self.transformer(name)?;
+        let dense = self.dense_layers.unwrap_or(0);
+        let shared = self.shared_experts.unwrap_or(0);
+        let attention = match self.latent_attention {
+            Some(_) => format!("{} heads of latent attention", t.heads),
+            None => format!("{} heads ({} key/value)", t.heads, t.kv_heads),
+        };
+        let description = format!(
+            "MoE: {} layers ({dense} dense), hidden {}, {attention}, {} experts of {} (top-{}) + {shared} shared, \
+             {} tokens, vocabulary {}",
+            t.layers, t.hidden, self.experts, self.moe_ffn_hidden, self.top_k, t.sequence, t.vocabulary
         );
         t.build(name, &description)
     }
@@ -887,5 +1226,220 @@ mod tests {
         assert_eq!(model.parameters(), 46_702_792_704);
         let error = mixtral.build("mixtral", "llama").unwrap_err().to_string();
         assert!(error.contains("[mixtral]"), "{error}");
+    }
+
+    /// Whether a published figure of `published` units (billions, with `decimals` decimals) is
+    /// `count` rounded or truncated to its precision: the count is within one unit of its last
+    /// digit above it and less than half a unit below it.
+    fn published_as(count: u64, published: f64, decimals: i32) -> bool {
+        let unit = 10f64.powi(-decimals);
+        let billions = count as f64 / 1e9;
+        billions > published - unit / 2.0 && billions < published + unit
+    }
+
+    /// The zoo's mixture-of-experts models against their Hugging Face configurations (the
+    /// sums below) and their published totals and activated counts (activated: every layer's
+    /// parameters but only the top-k routed experts', embeddings included).
+    #[test]
+    fn moe_zoo_counts_match_their_configs_and_published_figures() {
+        let model = |name: &str| crate::zoo::by_name(name).unwrap();
+        // DeepSeek-V3 (h 7168, 61 layers, 3 dense, V 129280, untied). Per layer: MLA 7168 x 1536
+        // + 1536 + 1536 x 128 x 192 + 7168 x 576 + 512 + 512 x 128 x 256 + 128 x 128 x 7168 =
+        // 187,107,328, two norms 14,336; dense FFN 3 x 7168 x 18432 = 396,361,728; MoE layer
+        // 256 x 3 x 7168 x 2048 routed + 3 x 7168 x 2048 shared + 7168 x 256 router =
+        // 11,320,164,352. Total 2 x 129280 x 7168 + 7168 + 61 x 187,121,664 + 3 x 396,361,728
+        // + 58 x 11,320,164,352 = 671,026,404,352 (671B). Activated: 8 routed experts, 58 x
+        // 398,196,736 for the MoE blocks: 37,552,282,624 (37B).
+        let deepseek = model("deepseek-v3");
+        assert_eq!(deepseek.parameters(), 671_026_404_352);
+        assert_eq!(deepseek.active_parameters(), 37_552_282_624);
+        assert!(
+            published_as(deepseek.parameters(), 671.0, 0)
+                && published_as(deepseek.active_parameters(), 37.0, 0)
+        );
+        // Qwen3-235B-A22B (h 4096, 94 layers, 64 heads of 128, 4 key/value heads, V 151936,
+        // untied). Per layer: attention 4096 x 8192 x 2 + 4096 x 512 x 2 = 71,303,168, norms
+        // 8192, router 4096 x 128 = 524,288, experts 128 x 3 x 4096 x 1536 = 2,415,919,104.
+        // Total 2 x 151936 x 4096 + 4096 + 94 x 2,487,754,752 = 235,093,610,496 (235B; the
+        // checkpoint's per-head q/k norms, 94 x 256, are not modelled). Activated: 8 experts,
+        // 94 x 222,830,592 + 1,244,663,808 = 22,190,739,456 (22B).
+        let qwen = model("qwen3-235b-a22b");
+        assert_eq!(qwen.parameters(), 235_093_610_496);
+        assert_eq!(qwen.active_parameters(), 22_190_739_456);
+        assert!(published_as(qwen.parameters(), 235.0, 0) && published_as(qwen.active_parameters(), 22.0, 0));
+        // Qwen3-30B-A3B (h 2048, 48 layers, 32 heads of 128, 4 key/value heads). Per layer:
+        // attention 2048 x 4096 x 2 + 2048 x 512 x 2 = 18,874,368, norms 4096, router 262,144,
+        // experts 128 x 3 x 2048 x 768 = 603,979,776. Total 2 x 151936 x 2048 + 2048 + 48 x
+        // 623,120,384 = 30,532,110,336 (30.5B). Activated: 48 x 56,889,344 + 622,331,904 =
+        // 3,353,020,416 (3.3B).
+        let small = model("qwen3-30b-a3b");
+        assert_eq!(small.parameters(), 30_532_110_336);
+        assert_eq!(small.active_parameters(), 3_353_020_416);
+        assert!(published_as(small.parameters(), 30.5, 1) && published_as(small.active_parameters(), 3.3, 1));
+        // Mixtral 8x22B (h 6144, 56 layers, 48 heads, 8 key/value heads, V 32768, untied). Per
+        // layer: attention 2 x 6144^2 + 2 x 6144 x 1024 = 88,080,384, norms 12,288, router
+        // 49,152, experts 8 x 3 x 6144 x 16384 = 2,415,919,104. Total 2 x 32768 x 6144 + 6144
+        // + 56 x 2,504,060,928 = 140,630,071,296 (141B). Activated: 56 x 692,121,600 +
+        // 402,659,328 = 39,161,468,928 (39B).
+        let mixtral = model("mixtral-8x22b");
+        assert_eq!(mixtral.parameters(), 140_630_071_296);
+        assert_eq!(mixtral.active_parameters(), 39_161_468_928);
+        assert!(
+            published_as(mixtral.parameters(), 141.0, 0)
+                && published_as(mixtral.active_parameters(), 39.0, 0)
+        );
+        // Grok-1 (h 6144, 64 layers, 48 heads, 8 key/value heads, V 131072, tied). Per layer:
+        // attention 88,080,384, four norms 24,576, router 49,152, experts 8 x 3 x 6144 x 32768
+        // = 4,831,838,208: 4,919,992,320; the 64 layers 314,879,508,480 (xAI's 314B, which
+        // leaves out the 131072 x 6144 = 805,306,368 embedding weights and the final norm: with
+        // them, 315,684,820,992). Activated: 64 x 1,296,113,664 + 805,312,512 = 83,756,587,008.
+        let grok = model("grok-1");
+        assert_eq!(grok.parameters(), 315_684_820_992);
+        let outside: u64 =
+            grok.layers.iter().filter(|l| !l.name.starts_with("layers.")).map(|l| l.cost.params).sum();
+        assert_eq!(grok.parameters() - outside, 314_879_508_480);
+        assert!(published_as(grok.parameters() - outside, 314.0, 0));
+        assert_eq!(grok.active_parameters(), 83_756_587_008);
+    }
+
+    /// Multi-head latent attention's forward work per sample against the closed form from the
+    /// configuration (DeepSeek-V3's, s = 4096 tokens, causal flash core): the five projections
+    /// `s (h r_q + r_q H (d_n + d_r) + h (r_kv + d_r) + r_kv H (d_n + d_v) + H d_v h)` MACs,
+    /// and the core `H s (s + 1) / 2 (d_n + d_r + d_v)` MACs (Q K^T over 192 columns, P V over
+    /// 128), each MAC two FLOPs in the projections.
+    #[test]
+    fn latent_attention_costs_its_projections_and_a_core_of_its_head_widths() {
+        let model = crate::zoo::by_name("deepseek-v3").unwrap();
+        let (s, h, heads) = (4096f64, 7168f64, 128f64);
+        let (r_q, r_kv, d_n, d_r, d_v) = (1536f64, 512f64, 128f64, 64f64, 128f64);
+        let layer = |suffix: &str| model.layer(&format!("layers.5.attention.{suffix}")).unwrap();
+        let projections = s
+            * (h * r_q
+                + r_q * heads * (d_n + d_r)
+                + h * (r_kv + d_r)
+                + r_kv * heads * (d_n + d_v)
+                + heads * d_v * h);
+        let linear_macs: f64 =
+            ["q-down", "q-up", "kv-down", "kv-up", "proj"].iter().map(|name| layer(name).cost.macs).sum();
+        assert_eq!(linear_macs, projections);
+        let linear_flops: f64 = ["q-down", "q-up", "kv-down", "kv-up", "proj"]
+            .iter()
+            .map(|name| layer(name).cost.forward_flops)
+            .sum();
+        assert_eq!(linear_flops, 2.0 * projections);
+        let core = layer("core");
+        assert_eq!(core.input, Shape::from([4096, 128 * (192 + 192 + 128)]));
+        assert_eq!(core.output, Shape::from([4096, 128 * 128]));
+        assert_eq!(core.cost.macs, heads * s * (s + 1.0) / 2.0 * (d_n + d_r + d_v));
+        // The core's kernels: Q K^T on 192-wide heads, P V on 128-wide ones.
+        let crate::kernel_shape::KernelShape::Attention(shape) =
+            crate::kernel_shape::KernelShape::of_layer(core, crate::layer::Pass::Forward, 1)
+        else {
+            panic!("an attention shape")
+        };
+        assert_eq!((shape.products()[0].k, shape.products()[1].n), (192, 128));
+        // Parameters: the projections' weights and the two latent norms.
+        let attention: u64 = model
+            .layers
+            .iter()
+            .filter(|l| l.name.starts_with("layers.5.attention."))
+            .map(|l| l.cost.params)
+            .sum();
+        assert_eq!(attention, 187_107_328);
+    }
+
+    /// `[moe]` describes Mixtral's layers too: with experts as wide as the dense FFN and no
+    /// shared or dense layers it builds the `[mixtral]` section's parameters; dense leading
+    /// layers have no router, shared experts add `shared x moe-ffn-hidden` dense MLPs.
+    #[test]
+    fn moe_section_generalizes_mixtral() {
+        let mixtral = Llama {
+            layers: 4,
+            hidden: 512,
+            heads: 8,
+            kv_heads: Some(2),
+            ffn_hidden: 1024,
+            sequence: 256,
+            vocabulary: 1000,
+            attention: None,
+            tied_embeddings: None,
+            experts: Some(8),
+            top_k: Some(2),
+        };
+        let moe = MoeTransformer {
+            layers: 4,
+            hidden: 512,
+            heads: 8,
+            kv_heads: Some(2),
+            head_dim: None,
+            ffn_hidden: None,
+            sequence: 256,
+            vocabulary: 1000,
+            experts: 8,
+            top_k: 2,
+            moe_ffn_hidden: 1024,
+            shared_experts: None,
+            dense_layers: None,
+            mlp: None,
+            sandwich_norm: None,
+            attention: None,
+            tied_embeddings: None,
+            latent_attention: None,
+        };
+        let reference = mixtral.build("m", "mixtral").unwrap();
+        let built = moe.build("m").unwrap();
+        assert_eq!(built.parameters(), reference.parameters());
+        assert_eq!(built.macs_per_sample(), reference.macs_per_sample());
+        // Two shared experts of 256 and one dense leading layer of 2048.
+        let deepseek = MoeTransformer {
+            moe_ffn_hidden: 256,
+            shared_experts: Some(2),
+            dense_layers: Some(1),
+            ffn_hidden: Some(2048),
+            ..moe.clone()
+        };
+        let model = deepseek.build("d").unwrap();
+        let routers = model.layers.iter().filter(|l| matches!(l.kind, LayerKind::MoeRouter { .. })).count();
+        assert_eq!(routers, 3);
+        assert!(
+            model.layer("layers.0.mlp.gate-up").is_some() && model.layer("layers.0.moe.router").is_none()
+        );
+        let shared: u64 = model
+            .layers
+            .iter()
+            .filter(|l| l.name.starts_with("layers.2.moe.shared."))
+            .map(|l| l.cost.params)
+            .sum();
+        assert_eq!(shared, 3 * 512 * 2 * 256);
+        let without_shared = MoeTransformer { shared_experts: None, ..deepseek.clone() }.build("d").unwrap();
+        assert_eq!(model.parameters() - without_shared.parameters(), 3 * 3 * 512 * 2 * 256);
+    }
+
+    /// A bad `[moe]` section is refused with the key at fault and what would be valid.
+    #[test]
+    fn bad_moe_sections_name_the_key() {
+        let file = |extra: &str| {
+            format!(
+                "[moe]\nlayers = 4\nhidden = 512\nheads = 8\nsequence = 256\nvocabulary = 1000\nexperts = 8\n\
+                 top-k = 2\nmoe-ffn-hidden = 256\n{extra}"
+            )
+        };
+        let error =
+            |extra: &str| crate::Model::from_toml_str(&file(extra), "bad.toml").unwrap_err().to_string();
+        let message = error("dense-layers = 4\nffn-hidden = 1024\n");
+        assert!(message.contains("bad.toml") && message.contains("moe.dense-layers"), "{message}");
+        assert!(message.contains("valid: 0 to 3"), "{message}");
+        let message = error("dense-layers = 1\n");
+        assert!(message.contains("moe.ffn-hidden") && message.contains("missing"), "{message}");
+        let message = error("top-k = 9\n");
+        assert!(message.contains("top-k"), "{message}");
+        let message = error("mlp = \"relu\"\n");
+        assert!(message.contains("moe.mlp") && message.contains("\"geglu\""), "{message}");
+        let message = error(
+            "kv-heads = 2\n[moe.latent-attention]\nkv-lora-rank = 64\nqk-nope-head-dim = 32\nqk-rope-head-dim = 16\nv-head-dim = 32\n",
+        );
+        assert!(message.contains("moe.kv-heads"), "{message}");
+        let message = error("[moe.latent-attention]\nkv-rank = 64\n");
+        assert!(message.contains("kv-rank"), "{message}");
     }
 }

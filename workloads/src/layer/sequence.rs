@@ -178,7 +178,39 @@ impl Checker<'_> {
     /// Checks heads against a packed `[tokens, (heads + 2 kv_heads) * head_dim]` input and
     /// returns `(tokens, head_dim)`.
     fn packed_heads(&self, input: &Shape, heads: u64, kv_heads: u64) -> Result<(u64, u64), LayerError> {
+        let (tokens, head_dim, _) = self.packed_heads_with_values(input, heads, kv_heads, None)?;
+        Ok((tokens, head_dim))
+    }
+
+    /// [`Checker::packed_heads`] with values of their own width when `value_head_dim` is given
+    /// (`[tokens, (heads + kv_heads) * head_dim + kv_heads * value_head_dim]`): returns
+    /// `(tokens, head_dim, value_head_dim)`.
+    fn packed_heads_with_values(
+        &self,
+        input: &Shape,
+        heads: u64,
+        kv_heads: u64,
+        value_head_dim: Option<u64>,
+    ) -> Result<(u64, u64, u64), LayerError> {
         let (tokens, width) = self.sequence(input)?;
+        if let Some(value_dim) = value_head_dim {
+            self.nonzero("heads", &[heads])?;
+            self.nonzero("kv_heads", &[kv_heads])?;
+            self.nonzero("value_head_dim", &[value_dim])?;
+            if heads % kv_heads != 0 {
+                return Err(self.invalid(format!(
+                    "kv_heads {kv_heads} does not divide heads {heads}; each key/value head serves a whole group of query heads"
+                )));
+            }
+            return match super::attention_head_dims(width, heads, kv_heads, value_head_dim) {
+                Some((head_dim, value_dim)) if head_dim > 0 => Ok((tokens, head_dim, value_dim)),
+                _ => Err(self.invalid(format!(
+                    "the input width {width} is not (heads + kv_heads) x head_dim + kv_heads x {value_dim} \
+                     for any head_dim; the input must be the packed queries, keys and values of \
+                     value_head_dim {value_dim}"
+                ))),
+            };
+        }
         self.nonzero("heads", &[heads])?;
         self.nonzero("kv_heads", &[kv_heads])?;
         if heads % kv_heads != 0 {
@@ -193,7 +225,7 @@ impl Checker<'_> {
                  be the packed query, key and value projections, [tokens, (heads + 2 x kv_heads) x head_dim]"
             )));
         }
-        Ok((tokens, width / packed))
+        Ok((tokens, width / packed, width / packed))
     }
 
     /// The cost of an attention core and, for standard kernels, its kernels per pass
@@ -202,6 +234,7 @@ impl Checker<'_> {
     /// PyTorch runs them (Megatron-LM 2021: `baddbmm`, `ScaledUpperTriangMaskedSoftmax`,
     /// `torch.nn.Dropout`, `bmm`). The cost is the sum of the kernels. A flash core is one
     /// kernel each way.
+    #[allow(clippy::too_many_arguments)] // the fields of LayerKind::Attention
     pub(super) fn attention(
         &self,
         input: &Shape,
@@ -210,9 +243,11 @@ impl Checker<'_> {
         causal: bool,
         kernel: AttentionKernel,
         dropout: bool,
+        value_head_dim: Option<u64>,
     ) -> Result<(Shape, AttentionCost), LayerError> {
-        let (tokens, head_dim) = self.packed_heads(input, heads, kv_heads)?;
-        let output = Shape(vec![tokens, self.product("the output width", &[heads, head_dim])?]);
+        let (tokens, head_dim, value_dim) =
+            self.packed_heads_with_values(input, heads, kv_heads, value_head_dim)?;
+        let output = Shape(vec![tokens, self.product("the output width", &[heads, value_dim])?]);
         let qkv = self.product("the input size", &input.0)?;
         let out = self.product("the output size", &output.0)?;
         let full = self.product("the score matrix", &[heads, tokens, tokens])?;
@@ -222,8 +257,8 @@ impl Checker<'_> {
         } else {
             full
         };
-        // Q K^T and P V.
-        let macs = self.product("the MAC count", &[2, computed, head_dim])?;
+        // Q K^T (over the query/key head width) and P V (over the value head width).
+        let macs = self.product("the MAC count", &[computed, head_dim + value_dim])?;
         let product_flops = 2.0 * macs as f64;
         let lse = self.product("the row statistics", &[heads, tokens])?;
         let n = full as f64;

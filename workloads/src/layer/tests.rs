@@ -289,6 +289,7 @@ fn attention_dropout_is_a_kernel_of_its_own_each_way() {
         causal: true,
         implementation: AttentionKernel::Standard,
         dropout,
+        value_head_dim: None,
     };
     let with = layer(kind(true), [s, 3 * heads * d]);
     let without = layer(kind(false), [s, 3 * heads * d]);
@@ -347,6 +348,7 @@ fn attention_counts_the_score_matrix_and_its_variants() {
         causal,
         implementation: AttentionKernel::Standard,
         dropout: false,
+        value_head_dim: None,
     };
     let attention = layer(standard(true), [s, 3 * h]);
     assert_eq!(attention.output, Shape::from([s, h]));
@@ -363,6 +365,7 @@ fn attention_counts_the_score_matrix_and_its_variants() {
         causal,
         implementation: AttentionKernel::Flash,
         dropout: false,
+        value_head_dim: None,
     };
     let full = layer(flash(false), [s, 3 * h]);
     assert_eq!(full.macs(), attention.macs());
@@ -380,6 +383,7 @@ fn attention_counts_the_score_matrix_and_its_variants() {
             causal: true,
             implementation: AttentionKernel::Flash,
             dropout: false,
+            value_head_dim: None,
         },
         [4096, (32 + 16) * 128],
     );
@@ -391,6 +395,7 @@ fn attention_counts_the_score_matrix_and_its_variants() {
             causal: true,
             implementation: AttentionKernel::Flash,
             dropout: false,
+            value_head_dim: None,
         },
         [4096, 44 * 128],
     );
@@ -402,6 +407,7 @@ fn attention_counts_the_score_matrix_and_its_variants() {
             causal: false,
             implementation: AttentionKernel::Standard,
             dropout: false,
+            value_head_dim: None,
         },
         [512, 1000],
     );
@@ -577,6 +583,7 @@ fn math_attention_runs_each_operator_and_autocasts_the_softmax_to_fp32() {
         causal: true,
         implementation,
         dropout: false,
+        value_head_dim: None,
     };
     let math = layer(kind(AttentionKernel::Math), [s, 3 * heads * d]);
     let standard = layer(kind(AttentionKernel::Standard), [s, 3 * heads * d]);

@@ -15,7 +15,7 @@ macro_rules! builtin {
     };
 }
 
-const BUILTIN: [(&str, &str); 38] = builtin![
+const BUILTIN: [(&str, &str); 43] = builtin![
     "resnet18",
     "resnet34",
     "resnet50",
@@ -53,6 +53,11 @@ const BUILTIN: [(&str, &str); 38] = builtin![
     "llama3-70b",
     "llama3-405b",
     "mixtral-8x7b",
+    "mixtral-8x22b",
+    "qwen3-30b-a3b",
+    "qwen3-235b-a22b",
+    "deepseek-v3",
+    "grok-1",
     "dlrm",
 ];
 

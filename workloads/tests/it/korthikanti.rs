@@ -25,6 +25,7 @@ fn tensor_parallel_layer(hidden: u64, heads: u64, sequence: u64, tensor: u64) ->
         causal: true,
         implementation: AttentionKernel::Standard,
         dropout: true,
+        value_head_dim: None,
     };
     b.layer("core", attention).unwrap();
     b.layer("proj", LayerKind::Linear { out_features: hidden, bias: true }).unwrap();
