@@ -26,6 +26,7 @@ use workloads::{
 mod compute_section;
 pub mod framework;
 pub mod host;
+mod jobs;
 mod network;
 mod overrides;
 pub mod variability;
@@ -34,6 +35,7 @@ use compute_section::ComputeSection;
 use framework::FrameworkUse;
 use host::HostUse;
 
+pub use jobs::{Job, JobsScenario, Placement, has_jobs, text_has_jobs};
 pub use overrides::{InlineValue, Override, OverrideError, apply, dotted_leaves, get_dotted, merge};
 
 /// The example scenario the README runs, compiled in so `parasim run` works anywhere.
