@@ -98,6 +98,10 @@ pub struct JobsOutcome {
     pub ops: usize,
     /// Events of the shared run.
     pub events: u64,
+    /// Wall time of lowering the jobs.
+    pub lowering_wall: std::time::Duration,
+    /// Wall time of the shared run and the runs alone (side by side on the thread pool).
+    pub simulation_wall: std::time::Duration,
 }
 
 /// One job lowered: its graph, its ranks on the fabric, and the last op of each iteration.
@@ -108,11 +112,14 @@ struct Lowered {
 
 /// Runs the jobs of `scenario` together and each alone (see the module documentation).
 pub fn simulate(scenario: &JobsScenario) -> Result<JobsOutcome, SimulationError> {
+    let started = std::time::Instant::now();
     let gpus_per_node = scenario.cluster.gpus_per_node;
     let total = scenario.cluster.nodes * gpus_per_node;
     let lowered: Vec<Lowered> =
         scenario.jobs.iter().map(|job| lower(job, gpus_per_node)).collect::<Result<_, SimulationError>>()?;
     let topology = Topology::build(&scenario.cluster)?;
+    let lowering_wall = started.elapsed();
+    let started = std::time::Instant::now();
     let source = &scenario.source;
     let network = &scenario.jobs[0].scenario.network;
     let merged = |jobs: &[usize]| -> Result<(ExecGraph, Vec<OpId>), SimulationError> {
@@ -163,6 +170,7 @@ pub fn simulate(scenario: &JobsScenario) -> Result<JobsOutcome, SimulationError>
     });
     let (shared_ends, shared_bytes, ops, events, makespan) = shared?;
     let alone = alone.into_iter().collect::<Result<Vec<_>, _>>()?;
+    let simulation_wall = started.elapsed();
 
     let jobs = scenario
         .jobs
@@ -235,7 +243,7 @@ pub fn simulate(scenario: &JobsScenario) -> Result<JobsOutcome, SimulationError>
         contended_links,
         busiest_links: links,
     };
-    Ok(JobsOutcome { summary, ops, events })
+    Ok(JobsOutcome { summary, ops, events, lowering_wall, simulation_wall })
 }
 
 /// `shared / alone`, 1 for a job that took no time.

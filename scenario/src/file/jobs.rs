@@ -41,6 +41,14 @@ pub fn text_has_jobs(text: &str) -> bool {
     toml::from_str::<toml::Table>(text).is_ok_and(|table| has_jobs(&table))
 }
 
+/// `table` without the keys of several jobs (`[[jobs]]`, `[placement]`): the fabric and the
+/// tables every job inherits.
+pub(crate) fn remove_job_keys(table: &mut toml::Table) {
+    for key in JOB_KEYS {
+        table.remove(key);
+    }
+}
+
 /// How jobs without an explicit `node-list` are given nodes (`placement.policy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -226,9 +234,7 @@ impl JobsScenario {
 
         // The fabric: the top-level [cluster], all its nodes.
         let mut base = table.clone();
-        for key in JOB_KEYS {
-            base.remove(key);
-        }
+        remove_job_keys(&mut base);
         let cluster_value = base.get("cluster").cloned().ok_or_else(|| {
             format(
                 "cluster",

@@ -188,3 +188,13 @@ fn bad_jobs_are_refused_by_key() {
         assert!(error.contains(expected), "expected {expected:?} in: {error}");
     }
 }
+
+/// A scenario with several jobs read as one job (by `sweep`, `plan`, ...) is refused naming
+/// `jobs` and the command that runs it; its fabric reads as a cluster (`parasim topo`).
+#[test]
+fn one_job_readers_name_jobs_and_the_fabric_reads_as_a_cluster() {
+    let error = Scenario::parse(TWO_JOBS, Path::new("jobs.toml")).unwrap_err().to_string();
+    assert!(error.starts_with("jobs.toml: key `jobs`: several jobs on one fabric"), "{error}");
+    let cluster = scenario::Cluster::parse(TWO_JOBS, Path::new("jobs.toml")).unwrap();
+    assert_eq!(cluster.spec.nodes, 8);
+}
