@@ -926,13 +926,11 @@ pub fn missing_top_level_table(path: &str, message: &str) -> Option<String> {
 fn format_error(file: &Path, key: &str, message: String) -> ScenarioError {
     for name in ["jobs", "placement"] {
         if (key == "." || key == name) && message.contains(&format!("unknown field `{name}`")) {
-            {
-                return ScenarioError::Format {
-                    file: file.to_path_buf(),
-                    key: name.to_string(),
-                    message: "several jobs on one fabric ([[jobs]], [placement]) run with `parasim run` (and `parasim topo` shows their fabric); this command takes a scenario of one job".into(),
-                };
-            }
+            return ScenarioError::Format {
+                file: file.to_path_buf(),
+                key: name.to_string(),
+                message: "several jobs on one fabric ([[jobs]], [placement]) run with `parasim run` (and `parasim topo` shows their fabric); this command takes a scenario of one job".into(),
+            };
         }
     }
     match missing_top_level_table(key, &message) {
