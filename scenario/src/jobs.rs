@@ -104,7 +104,7 @@ pub struct JobsOutcome {
     pub simulation_wall: std::time::Duration,
 }
 
-/// One job lowered: its graph, its ranks on the fabric, and the last op of each iteration.
+/// One job lowered: its graph and the fabric GPU of each of its ranks.
 struct Lowered {
     graph: ExecGraph,
     ranks: Vec<RankId>,
@@ -121,6 +121,9 @@ pub fn simulate(scenario: &JobsScenario) -> Result<JobsOutcome, SimulationError>
     let lowering_wall = started.elapsed();
     let started = std::time::Instant::now();
     let source = &scenario.source;
+    // The jobs share `[simulation]` and the device, so their network settings differ at most
+    // in the device-copy rate a job's own `[compute]` gives: the shared run takes the first
+    // job's, each run alone its own.
     let network = &scenario.jobs[0].scenario.network;
     let merged = |jobs: &[usize]| -> Result<(ExecGraph, Vec<OpId>), SimulationError> {
         let mut builder = GraphBuilder::new(total);
