@@ -117,7 +117,15 @@ pub fn simulate(scenario: &JobsScenario) -> Result<JobsOutcome, SimulationError>
     let total = scenario.cluster.nodes * gpus_per_node;
     let lowered: Vec<Lowered> =
         scenario.jobs.iter().map(|job| lower(job, gpus_per_node)).collect::<Result<_, SimulationError>>()?;
-    let topology = Topology::build(&scenario.cluster)?;
+    let mut topology = Topology::build(&scenario.cluster)?;
+    if let Some(faults) = &scenario.faults {
+        faults.apply(&mut topology).map_err(|error| SimulationError::Key {
+            scenario: scenario.source.clone(),
+            key: error.key,
+            message: error.message,
+        })?;
+    }
+    let topology = topology;
     let lowering_wall = started.elapsed();
     let started = std::time::Instant::now();
     let source = &scenario.source;

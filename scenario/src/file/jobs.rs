@@ -5,7 +5,8 @@
 //! `parallelism` and `compute` tables in place of the top-level ones, and `cluster.nodes` set
 //! to the job's nodes) and validated by the one scenario validation, so every key means what
 //! it means in a one-job scenario; an error at a key of the job's own table names the job
-//! (`jobs[1].workload.model`). [`crate::jobs::simulate`] runs them together.
+//! (`jobs[1].workload.model`). `[faults]` belong to the fabric, not to any job.
+//! [`crate::jobs::simulate`] runs them together.
 
 use std::path::Path;
 
@@ -128,6 +129,9 @@ pub struct JobsScenario {
     pub placement: Placement,
     /// The seed of the `random` placement.
     pub placement_seed: u64,
+    /// Links of the fabric degraded or down (`[faults]`), if any: every run, shared and
+    /// alone, is on the fabric with them.
+    pub faults: Option<crate::faults::Faults>,
     /// The jobs, in file order.
     pub jobs: Vec<Job>,
 }
@@ -213,7 +217,6 @@ impl JobsScenario {
                 "failures",
                 "[failures] prices one job's goodput; it is not combined with [[jobs]] yet: run each job alone with its [failures]",
             ),
-            ("faults", "[faults] names links of one job's cluster; it is not combined with [[jobs]] yet"),
         ] {
             if table.contains_key(key) {
                 return Err(invalid(key, message.into()));
@@ -250,6 +253,20 @@ impl JobsScenario {
         let simulation = base.get("simulation").and_then(toml::Value::as_table);
         let seed = simulation.and_then(|s| s.get("seed")).and_then(toml::Value::as_integer).unwrap_or(0);
         let placement_seed = placement_spec.seed.unwrap_or(seed.max(0) as u64);
+        // `[faults]` hit the fabric's links (names and kinds as `parasim topo` lists the whole
+        // fabric's), in the shared run and in each run alone; no job sees them on its own.
+        let faults = match base.remove("faults") {
+            None => None,
+            Some(value) => {
+                let section: crate::faults::FaultsSection =
+                    serde_path_to_error::deserialize(value).map_err(|error| {
+                        let path = error.path().to_string();
+                        let key = if path == "." { "faults".to_string() } else { format!("faults.{path}") };
+                        format(&key, error.into_inner().to_string().trim().to_string())
+                    })?;
+                Some(section.validate(seed.max(0) as u64, &invalid)?)
+            }
+        };
 
         // Each job's own keys.
         let mut specs = Vec::with_capacity(entries.len());
@@ -396,7 +413,14 @@ impl JobsScenario {
                 scenario,
             });
         }
-        Ok(JobsScenario { source: file.display().to_string(), cluster, placement, placement_seed, jobs })
+        Ok(JobsScenario {
+            source: file.display().to_string(),
+            cluster,
+            placement,
+            placement_seed,
+            faults,
+            jobs,
+        })
     }
 }
 

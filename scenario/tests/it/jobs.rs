@@ -198,3 +198,26 @@ fn one_job_readers_name_jobs_and_the_fabric_reads_as_a_cluster() {
     let cluster = scenario::Cluster::parse(TWO_JOBS, Path::new("jobs.toml")).unwrap();
     assert_eq!(cluster.spec.nodes, 8);
 }
+
+/// `[faults]` hit the fabric, for the jobs together and alone: the leaves' uplinks at half
+/// rate make the spread jobs slower alone and shared, and leave the packed jobs, which never
+/// climb to the spine, as they were.
+#[test]
+fn faults_hit_the_fabric_for_every_run() {
+    let faulty = TWO_JOBS.to_string()
+        + "\n[faults]\nlinks = [{ kind = \"leaf-spine\", fraction = 1.0, bandwidth-factor = 0.5 }]\n";
+    let run = |text: &str, policy: &str| {
+        let setting = format!("placement.policy={policy:?}");
+        simulate(&jobs(text, &[&setting]).unwrap()).unwrap().summary.jobs[0].clone()
+    };
+    let (sound, hit) = (run(TWO_JOBS, "spread"), run(&faulty, "spread"));
+    assert!(hit.alone_s > sound.alone_s, "{} alone with faults, {} without", hit.alone_s, sound.alone_s);
+    assert!(hit.shared_s > sound.shared_s);
+    let (sound, hit) = (run(TWO_JOBS, "packed"), run(&faulty, "packed"));
+    assert_eq!(hit.alone_s, sound.alone_s);
+    assert_eq!(hit.shared_s, sound.shared_s);
+    let unknown =
+        TWO_JOBS.to_string() + "\n[faults]\nlinks = [{ kind = \"warp\", fraction = 1.0, down = true }]\n";
+    let error = simulate(&jobs(&unknown, &[]).unwrap()).err().unwrap().to_string();
+    assert!(error.contains("faults.links[0]"), "{error}");
+}
