@@ -481,6 +481,34 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                         .map_err(|error| anyhow::anyhow!("--seed {error}"))?,
                 );
             }
+            if let Some(path) = &scenario
+                && fs_err::read_to_string(path).is_ok_and(|text| scenario::text_has_jobs(&text))
+            {
+                let refused = [
+                    ("--trace", trace.is_some()),
+                    ("--csv", csv.is_some()),
+                    ("--buckets-csv", buckets_csv.is_some()),
+                    ("--hours", hours.is_some()),
+                    ("--goodput-csv", goodput_csv.is_some()),
+                ];
+                if let Some((flag, _)) = refused.iter().find(|(_, given)| *given) {
+                    anyhow::bail!(
+                        "{flag}: {} holds several jobs ([[jobs]]), whose run reports each job's slowdown; {flag} takes a one-job scenario",
+                        path.display()
+                    );
+                }
+                let jobs = scenario::JobsScenario::load_with(path, &overrides).map_err(set_error)?;
+                let outcome = scenario::jobs::simulate(&jobs)?;
+                if json {
+                    let mut text = serde_json::to_vec_pretty(&outcome.summary).context("writing JSON")?;
+                    text.push(b'\n');
+                    output::print(text).context("writing JSON")?;
+                    stderr!("{}", report::jobs_engine_line(&outcome).trim_start_matches("engine").trim());
+                } else {
+                    output::print(report::jobs_human(&outcome)).context("writing the report")?;
+                }
+                return Ok(());
+            }
             let mut scenario = match scenario {
                 Some(path) => Scenario::load_with(&path, &overrides),
                 None => {

@@ -639,3 +639,93 @@ impl Report<'_> {
         );
     }
 }
+
+/// The report of several jobs on one fabric (`[[jobs]]`): the fabric, each job's time alone
+/// and shared and its slowdown, the links two jobs or more shared, and the engine line.
+pub fn jobs_human(outcome: &scenario::jobs::JobsOutcome) -> String {
+    let summary = &outcome.summary;
+    let mut out = String::new();
+    let _ = writeln!(out, "scenario      {}", summary.scenario);
+    let _ = writeln!(
+        out,
+        "fabric        {} GPUs = {} nodes x {}; network {}",
+        thousands(f64::from(summary.gpus)),
+        summary.nodes,
+        summary.gpus_per_node,
+        summary.network
+    );
+    let seed = if summary.placement == scenario::Placement::Random {
+        format!(" (seed {})", summary.placement_seed)
+    } else {
+        String::new()
+    };
+    let _ = writeln!(
+        out,
+        "placement     {}{seed}; network model {}; each job also run alone on the same GPUs",
+        summary.placement.name(),
+        summary.fidelity
+    );
+    let _ = writeln!(out);
+    let name_width = summary.jobs.iter().map(|job| job.name.len()).max().unwrap_or(3).max(3);
+    let _ = writeln!(
+        out,
+        "{:<name_width$}  {:>6}  {:>5}  {:>10}  {:>12}  {:>12}  {:>8}  model, strategy",
+        "job", "GPUs", "nodes", "start", "alone", "shared", "slowdown"
+    );
+    for job in &summary.jobs {
+        let _ = writeln!(
+            out,
+            "{:<name_width$}  {:>6}  {:>5}  {:>10}  {:>12}  {:>12}  {:>7.3}x  {}, {}",
+            job.name,
+            thousands(f64::from(job.gpus)),
+            job.node_list.len(),
+            seconds_text(job.start_s),
+            seconds_text(job.alone_s),
+            seconds_text(job.shared_s),
+            job.slowdown,
+            job.model,
+            job.strategy
+        );
+    }
+    let _ = writeln!(out, "(alone, shared: from the job's start to the end of its last iteration)");
+    let _ = writeln!(out);
+    if summary.contended_links.is_empty() {
+        let _ = writeln!(out, "contended links: none (no link carried the traffic of two jobs)");
+    } else {
+        let _ = writeln!(
+            out,
+            "contended links (carrying two jobs or more; mean utilisation over the shared run's {}):",
+            seconds_text(summary.makespan_s)
+        );
+        for link in &summary.contended_links {
+            let _ = writeln!(
+                out,
+                "  {:>5.1}%  {:>11}  {:<11}  {}  ({})",
+                100.0 * link.utilisation,
+                sim_core::units::Bytes(link.bytes.round() as u64).to_string(),
+                link.kind,
+                link.name,
+                link.jobs.join(", ")
+            );
+        }
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(out, "{}", jobs_engine_line(outcome));
+    out
+}
+
+/// The engine line of a run of several jobs (stderr under `--json`).
+pub fn jobs_engine_line(outcome: &scenario::jobs::JobsOutcome) -> String {
+    format!(
+        "engine        {} ops shared, {} events; lowering {:.1} ms, simulation {:.1} ms (shared and alone runs)",
+        thousands(outcome.ops as f64),
+        thousands(outcome.events as f64),
+        outcome.lowering_wall.as_secs_f64() * 1e3,
+        outcome.simulation_wall.as_secs_f64() * 1e3
+    )
+}
+
+/// Seconds as `run` prints a duration.
+fn seconds_text(seconds: f64) -> String {
+    sim_core::units::SimDuration::from_ps((seconds * 1e12).round() as u64).to_string()
+}

@@ -21,6 +21,7 @@ pub mod collective_bench;
 pub mod csv_text;
 pub mod failures;
 pub mod faults;
+pub mod jobs;
 pub mod plan;
 pub mod simulation;
 mod streamed;

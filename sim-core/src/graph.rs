@@ -406,6 +406,12 @@ pub enum GraphError {
         /// Ops taken out.
         ops: u32,
     },
+    /// A graph with folded symmetric ranks was to be copied onto other ranks
+    /// ([`GraphBuilder::append`]).
+    #[error(
+        "a graph with folded symmetric ranks cannot be placed on other ranks: lower it with every rank simulated"
+    )]
+    Folded,
     /// The graph can never finish: the listed ops wait on each other.
     #[error("dependency cycle (deadlock): {cycle}")]
     Cycle {
@@ -769,6 +775,118 @@ impl GraphBuilder {
             Op { kind: OpKind::Memcpy { direction, bytes }, rank, stream, label, meta: OpMeta::NONE },
             deps,
         )
+    }
+
+    /// Copies every op, communicator group and collective of `graph` into this builder, with
+    /// rank `r` of `graph` played by rank `ranks[r]` of this one, and returns the id of the
+    /// first op copied (the others follow in order, so `graph`'s op `i` is that plus `i`).
+    /// Several jobs sharing one cluster are built this way: each lowered on its own ranks,
+    /// then placed on the cluster's GPUs. Labels, layer names and origins are interned again;
+    /// dependencies, groups and collective ids are shifted. With `not_before` above zero, no
+    /// op of `graph` starts before it: each rank with ops gets a compute op of that duration
+    /// (labelled `not before`, on a stream of its own after `graph`'s), added after `graph`'s
+    /// ops, and every op without a dependency waits for its rank's.
+    ///
+    /// A graph with folded symmetric ranks ([`ExecGraph::images`]) is refused: its shadows
+    /// replay traffic on ranks by a map of its own ranks, which placing them would break.
+    pub fn append(
+        &mut self,
+        graph: &ExecGraph,
+        ranks: &[RankId],
+        not_before: SimDuration,
+    ) -> Result<OpId, GraphError> {
+        if !graph.images.is_empty() {
+            return Err(GraphError::Folded);
+        }
+        if ranks.len() < graph.ranks as usize {
+            return Err(GraphError::BadCollective {
+                what: "appended graph".into(),
+                reason: format!("has {} ranks, but only {} are placed", graph.ranks, ranks.len()),
+            });
+        }
+        let first = OpId(
+            u32::try_from(self.op_count()).map_err(|_| GraphError::TooLarge { op_count: self.op_count() })?,
+        );
+        let place = |rank: RankId| ranks[rank.0 as usize];
+        let labels: Vec<LabelId> = graph.labels.iter().map(|name| self.label(name)).collect();
+        let origins: Vec<Origin> = graph.origins.iter().map(|name| self.origin(name)).collect();
+        let layer_base = self.layer_names.len() as u32;
+        self.layer_names.extend(graph.layer_names.iter().cloned());
+        let group_base = self.groups.len() as u32;
+        for group in &graph.groups {
+            self.groups.push(group.iter().map(|&rank| place(rank)).collect());
+        }
+        let collective_base = self.collective_count() as u32;
+        for collective in &graph.collectives {
+            self.collectives
+                .push(Collective { group: GroupId(group_base + collective.group.0), ..*collective });
+        }
+        // The rank's `not before` op: its index among the ranks with ops, in rank order.
+        let delayed = not_before > SimDuration::ZERO;
+        let mut delay_of = vec![u32::MAX; graph.ranks as usize];
+        let mut delayed_ranks = Vec::new();
+        if delayed {
+            for op in &graph.ops {
+                let slot = &mut delay_of[op.rank.0 as usize];
+                if *slot == u32::MAX {
+                    *slot = 0;
+                }
+            }
+            for (rank, slot) in delay_of.iter_mut().enumerate() {
+                if *slot == 0 {
+                    *slot = delayed_ranks.len() as u32;
+                    delayed_ranks.push(RankId(rank as u32));
+                }
+            }
+        }
+        let delay_base = first.0 as u64 + graph.ops.len() as u64;
+        if delay_base + delayed_ranks.len() as u64 >= u64::from(u32::MAX) {
+            return Err(GraphError::TooLarge { op_count: delay_base as usize + delayed_ranks.len() });
+        }
+        self.reserve(graph.ops.len() + delayed_ranks.len(), graph.deps.len() + delayed_ranks.len());
+        let mut deps = Vec::new();
+        for (index, op) in graph.ops.iter().enumerate() {
+            let mut meta = op.meta;
+            if let Some(layer) = meta.layer() {
+                meta = meta.with_layer(layer_base + layer);
+            }
+            if meta.origin() != Origin::NONE
+                && let Some(&origin) = origins.get(usize::from(meta.origin().0) - 1)
+            {
+                meta = meta.with_origin(origin);
+            }
+            let kind = match op.kind {
+                OpKind::Transfer { dst, bytes } => OpKind::Transfer { dst: place(dst), bytes },
+                OpKind::Collective(id) => OpKind::Collective(CollectiveId(collective_base + id.0)),
+                other => other,
+            };
+            deps.clear();
+            let own = graph.deps(OpId(index as u32));
+            deps.extend(own.iter().map(|dep| OpId(first.0 + dep.0)));
+            if delayed && own.is_empty() {
+                deps.push(OpId((delay_base + u64::from(delay_of[op.rank.0 as usize])) as u32));
+            }
+            let id = self.add_op(
+                Op {
+                    kind,
+                    rank: place(op.rank),
+                    stream: op.stream,
+                    label: labels[op.label.0 as usize],
+                    meta,
+                },
+                &deps,
+            );
+            if let Some(&slowed) = graph.beside_communication.get(index)
+                && slowed > SimDuration::ZERO
+            {
+                self.beside_communication.push((id, slowed));
+            }
+        }
+        let stream = StreamId(graph.streams_per_rank);
+        for rank in delayed_ranks {
+            self.compute(place(rank), stream, not_before, "not before", &[]);
+        }
+        Ok(first)
     }
 
     /// Validates the graph and builds the indexes the executor needs.

@@ -172,3 +172,76 @@ fn run_csv_layer_flops_are_the_runs_flops() {
         crate::scenario_file("json-gpt-pipeline.toml", &text.replacen("pipeline = 1", "pipeline = 4", 1));
     assert_layer_flops_add_up(&scenario, "gpt-pipeline");
 }
+
+/// `run --json` of a scenario with several jobs: each job's times and slowdown, the links two
+/// jobs shared with the jobs that crossed them; byte-identical across runs (the engine line,
+/// with its wall-clock times, goes to stderr).
+#[test]
+fn run_json_of_several_jobs_has_each_jobs_slowdown_and_the_contended_links() {
+    let text = r#"
+[cluster]
+nodes = 8
+gpus-per-node = 1
+device = "a100-sxm4-80gb"
+[cluster.network]
+topology = "xgft"
+simgrid = "2;4,2;1,1;1,1"
+link-bandwidth = "100 Gb/s"
+[workload]
+model = "resnet50"
+batch-per-device = 8
+[parallelism]
+allreduce = "ring"
+[simulation]
+fidelity = "flow"
+[placement]
+policy = "spread"
+[[jobs]]
+name = "a"
+nodes = 4
+[[jobs]]
+name = "b"
+nodes = 4
+"#;
+    let path = crate::scenario_file("two-jobs.toml", text);
+    let path = path.to_str().unwrap();
+    let value = json(&["run", path, "--json"]);
+    has_keys(
+        &value,
+        &[
+            "scenario",
+            "fidelity",
+            "placement",
+            "gpus",
+            "nodes",
+            "jobs",
+            "makespan_s",
+            "contended_links",
+            "busiest_links",
+        ],
+    );
+    let jobs = value["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 2);
+    for job in jobs {
+        has_keys(
+            job,
+            &[
+                "name",
+                "model",
+                "strategy",
+                "gpus",
+                "node_list",
+                "start_s",
+                "iterations",
+                "alone_s",
+                "shared_s",
+                "slowdown",
+            ],
+        );
+        assert!(job["slowdown"].as_f64().unwrap() > 1.2, "{job}");
+    }
+    let link = &value["contended_links"][0];
+    has_keys(link, &["name", "kind", "id", "capacity_bytes_per_s", "bytes", "utilisation", "jobs"]);
+    assert_eq!(link["jobs"], serde_json::json!(["a", "b"]));
+    assert_eq!(parasim(&["run", path, "--json"]).stdout, parasim(&["run", path, "--json"]).stdout);
+}

@@ -26,6 +26,7 @@ use workloads::{
 mod compute_section;
 pub mod framework;
 pub mod host;
+mod jobs;
 mod network;
 mod overrides;
 pub mod variability;
@@ -34,6 +35,7 @@ use compute_section::ComputeSection;
 use framework::FrameworkUse;
 use host::HostUse;
 
+pub use jobs::{Job, JobsScenario, Placement, has_jobs, text_has_jobs};
 pub use overrides::{InlineValue, Override, OverrideError, apply, dotted_leaves, get_dotted, merge};
 
 /// The example scenario the README runs, compiled in so `parasim run` works anywhere.
@@ -719,6 +721,14 @@ impl Cluster {
 
     /// Validates the `[cluster]` table of scenario `text`; `file` names it in messages.
     pub fn parse(text: &str, file: &Path) -> Result<Cluster, ScenarioError> {
+        if let Ok(mut table) = toml::from_str::<toml::Table>(text)
+            && has_jobs(&table)
+        {
+            // Several jobs on one fabric: the fabric is the [cluster] table.
+            jobs::remove_job_keys(&mut table);
+            let (spec, device) = validate_cluster(&spec_of_owned_table(table, file)?.cluster, file)?;
+            return Ok(Cluster { spec, device });
+        }
         let (spec, device) = validate_cluster(&read_spec(text, file)?.cluster, file)?;
         Ok(Cluster { spec, device })
     }
@@ -924,6 +934,15 @@ pub fn missing_top_level_table(path: &str, message: &str) -> Option<String> {
 /// A format error at `key`: a table missing at the top level is named as such, not as the
 /// path "." with a TOML excerpt pointing at line 1.
 fn format_error(file: &Path, key: &str, message: String) -> ScenarioError {
+    for name in ["jobs", "placement"] {
+        if (key == "." || key == name) && message.contains(&format!("unknown field `{name}`")) {
+            return ScenarioError::Format {
+                file: file.to_path_buf(),
+                key: name.to_string(),
+                message: "several jobs on one fabric ([[jobs]], [placement]) run with `parasim run` (and `parasim topo` shows their fabric); this command takes a scenario of one job".into(),
+            };
+        }
+    }
     match missing_top_level_table(key, &message) {
         Some(table) => ScenarioError::Format {
             file: file.to_path_buf(),

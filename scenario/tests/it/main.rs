@@ -7,6 +7,7 @@ mod compute_knobs;
 mod filter_keys;
 mod fuzz;
 mod input;
+mod jobs;
 mod overrides;
 mod single_gpu;
 mod variability;

@@ -159,6 +159,34 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    /// A graph appended onto other ranks of a larger builder (reversed, past its own) and
+    /// held back by `not before`: every op ends exactly that much later than in the graph run
+    /// alone (the analytical model has no contention, and the ranks are alike on one switch).
+    #[test]
+    fn an_appended_graph_on_other_ranks_runs_the_same_later(
+        (ranks, steps) in (1u32..5).prop_flat_map(|ranks| (Just(ranks), prop::collection::vec(step(ranks), 1..40))),
+        delay_us in 1u64..2000,
+    ) {
+        let graph = build(ranks, &steps);
+        let topology = single_switch(2 * ranks, "100 Gb/s", "1 us");
+        let alone = run(&graph, &mut AnalyticalNetwork::new(&topology)).unwrap();
+        let mut merged = GraphBuilder::new(2 * ranks);
+        let placed: Vec<RankId> = (0..ranks).map(|rank| RankId(2 * ranks - 1 - rank)).collect();
+        let delay = SimDuration::from_us(delay_us);
+        let first = merged.append(&graph, &placed, delay).unwrap();
+        prop_assert_eq!(first, OpId(0));
+        let merged = merged.build().unwrap();
+        let timeline = run(&merged, &mut AnalyticalNetwork::new(&topology)).unwrap();
+        check(&merged, &timeline)?;
+        for (index, op) in graph.ops().iter().enumerate() {
+            prop_assert_eq!(merged.ops()[index].rank, placed[op.rank.0 as usize]);
+            prop_assert_eq!(timeline.end[index], alone.end[index].checked_add(delay).unwrap());
+        }
+    }
+}
+
 #[test]
 fn compute_overlaps_communication_on_another_stream() {
     let topology = single_switch(2, "100 Gb/s", "1 us");

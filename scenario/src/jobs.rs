@@ -1,0 +1,286 @@
+//! Several jobs on one fabric, run: each job of a [`JobsScenario`] is lowered on its own
+//! ranks (every rank simulated), placed on the fabric's GPUs ([`GraphBuilder::append`]), and
+//! the jobs run together in one graph under the scenario's flow model, so their traffic shares
+//! links; then each runs alone on the same fabric and the same GPUs. A job's slowdown is its
+//! time shared over its time alone. The links that carried the traffic of more than one job
+//! are reported busiest first: where the jobs met.
+
+use serde::Serialize;
+use sim_core::graph::{ExecGraph, GraphBuilder, OpId, RankId};
+use sim_core::units::{SimDuration, SimTime};
+use strategies::StrategyError;
+use topology::{LinkId, Topology};
+
+use crate::simulation::{SimulationError, prepare};
+use crate::{Job, JobsScenario};
+
+/// What `parasim run` reports for a scenario with several jobs. A pure function of the
+/// scenario: no wall-clock numbers.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobsSummary {
+    /// The scenario file.
+    pub scenario: String,
+    /// Network model (`flow` or `packet-steps`).
+    pub fidelity: &'static str,
+    /// The placement policy of the jobs without a `node-list`.
+    pub placement: crate::Placement,
+    /// Its seed (used by `random`).
+    pub placement_seed: u64,
+    /// GPUs of the whole fabric.
+    pub gpus: u32,
+    /// Nodes of the whole fabric.
+    pub nodes: u32,
+    /// GPUs per node.
+    pub gpus_per_node: u32,
+    /// The fabric, as `run` describes a network.
+    pub network: String,
+    /// Each job, in file order.
+    pub jobs: Vec<JobSummary>,
+    /// From zero to the end of the last job in the shared run, in seconds.
+    pub makespan_s: f64,
+    /// The 10 links that carried the traffic of at least two jobs, by mean utilisation over
+    /// the shared run (ties: more bytes, lower id).
+    pub contended_links: Vec<ContendedLink>,
+    /// The 10 busiest links of the shared run, whoever's traffic they carried.
+    pub busiest_links: Vec<ContendedLink>,
+}
+
+/// One job's line of the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobSummary {
+    /// `jobs[i].name`.
+    pub name: String,
+    /// The model it trains.
+    pub model: String,
+    /// How it is split (as `run` writes a strategy).
+    pub strategy: String,
+    /// GPUs it runs on.
+    pub gpus: u32,
+    /// The fabric's nodes it runs on, in rank order.
+    pub node_list: Vec<u32>,
+    /// When it starts, in seconds.
+    pub start_s: f64,
+    /// Iterations it runs.
+    pub iterations: u32,
+    /// From its start to the end of its last iteration, alone on the fabric (same GPUs), in
+    /// seconds.
+    pub alone_s: f64,
+    /// The same with every job running, in seconds.
+    pub shared_s: f64,
+    /// Shared over alone (1.0: the others did not slow it down).
+    pub slowdown: f64,
+}
+
+/// A link of the shared run and whose traffic it carried.
+#[derive(Debug, Clone, Serialize)]
+pub struct ContendedLink {
+    /// `"FROM -> TO"`.
+    pub name: String,
+    /// NVLink, NIC, leaf-spine, spine-core, ...
+    pub kind: &'static str,
+    /// Id in `topo --json`'s link list.
+    pub id: u32,
+    /// Bytes per second, one direction.
+    pub capacity_bytes_per_s: f64,
+    /// Bytes carried in the shared run.
+    pub bytes: f64,
+    /// Bytes / (capacity x the shared run's makespan).
+    pub utilisation: f64,
+    /// The jobs whose traffic crossed it (in their runs alone).
+    pub jobs: Vec<String>,
+}
+
+/// A run of several jobs, with what a report needs besides the summary.
+pub struct JobsOutcome {
+    /// The results.
+    pub summary: JobsSummary,
+    /// Ops of the shared graph.
+    pub ops: usize,
+    /// Events of the shared run.
+    pub events: u64,
+    /// Wall time of lowering the jobs.
+    pub lowering_wall: std::time::Duration,
+    /// Wall time of the shared run and the runs alone (side by side on the thread pool).
+    pub simulation_wall: std::time::Duration,
+}
+
+/// One job lowered: its graph and the fabric GPU of each of its ranks.
+struct Lowered {
+    graph: ExecGraph,
+    ranks: Vec<RankId>,
+}
+
+/// Runs the jobs of `scenario` together and each alone (see the module documentation).
+pub fn simulate(scenario: &JobsScenario) -> Result<JobsOutcome, SimulationError> {
+    let started = std::time::Instant::now();
+    let gpus_per_node = scenario.cluster.gpus_per_node;
+    let total = scenario.cluster.nodes * gpus_per_node;
+    let lowered: Vec<Lowered> =
+        scenario.jobs.iter().map(|job| lower(job, gpus_per_node)).collect::<Result<_, SimulationError>>()?;
+    let mut topology = Topology::build(&scenario.cluster)?;
+    if let Some(faults) = &scenario.faults {
+        faults.apply(&mut topology).map_err(|error| SimulationError::Key {
+            scenario: scenario.source.clone(),
+            key: error.key,
+            message: error.message,
+        })?;
+    }
+    let topology = topology;
+    let lowering_wall = started.elapsed();
+    let started = std::time::Instant::now();
+    let source = &scenario.source;
+    // The jobs share `[simulation]` and the device, so their network settings differ at most
+    // in the device-copy rate a job's own `[compute]` gives: the shared run takes the first
+    // job's, each run alone its own.
+    let network = &scenario.jobs[0].scenario.network;
+    let merged = |jobs: &[usize]| -> Result<(ExecGraph, Vec<OpId>), SimulationError> {
+        let mut builder = GraphBuilder::new(total);
+        let mut firsts = Vec::with_capacity(jobs.len());
+        for &index in jobs {
+            let job = &lowered[index];
+            firsts.push(
+                builder
+                    .append(&job.graph, &job.ranks, scenario.jobs[index].start)
+                    .map_err(|error| graph_error(source, &scenario.jobs[index].name, error))?,
+            );
+        }
+        let graph = builder.build().map_err(|error| graph_error(source, "all jobs", error))?;
+        Ok((graph, firsts))
+    };
+    // The end of each job's last op (its ops are `first..first + count`).
+    let end_of = |timeline: &sim_core::exec::Timeline, first: OpId, index: usize| {
+        let count = lowered[index].graph.op_count();
+        let range = first.0 as usize..first.0 as usize + count;
+        timeline.end[range].iter().copied().max().unwrap_or(SimTime::ZERO)
+    };
+    let exec_error = |source: sim_core::exec::ExecError| SimulationError::Exec {
+        scenario: scenario.source.clone(),
+        source: Box::new(source),
+    };
+    let everyone: Vec<usize> = (0..lowered.len()).collect();
+    let shared = || -> Result<_, SimulationError> {
+        let (graph, firsts) = merged(&everyone)?;
+        let (timeline, link_bytes) =
+            network.run_counting_link_bytes(&graph, &topology).map_err(exec_error)?;
+        let ends: Vec<SimTime> =
+            firsts.iter().zip(&everyone).map(|(&first, &index)| end_of(&timeline, first, index)).collect();
+        Ok((ends, link_bytes.unwrap_or_default(), graph.op_count(), timeline.events, timeline.makespan()))
+    };
+    let alone = |index: usize| -> Result<_, SimulationError> {
+        let (graph, firsts) = merged(&[index])?;
+        let (timeline, link_bytes) = scenario.jobs[index]
+            .scenario
+            .network
+            .run_counting_link_bytes(&graph, &topology)
+            .map_err(exec_error)?;
+        Ok((end_of(&timeline, firsts[0], index), link_bytes.unwrap_or_default()))
+    };
+    let (shared, alone) = rayon::join(shared, || {
+        use rayon::prelude::*;
+        everyone.par_iter().map(|&index| alone(index)).collect::<Vec<_>>()
+    });
+    let (shared_ends, shared_bytes, ops, events, makespan) = shared?;
+    let alone = alone.into_iter().collect::<Result<Vec<_>, _>>()?;
+    let simulation_wall = started.elapsed();
+
+    let jobs = scenario
+        .jobs
+        .iter()
+        .enumerate()
+        .map(|(index, job)| {
+            let since_start = |end: SimTime| end.saturating_since(SimTime::ZERO).saturating_sub(job.start);
+            let alone_time = since_start(alone[index].0);
+            let shared_time = since_start(shared_ends[index]);
+            JobSummary {
+                name: job.name.clone(),
+                model: job.scenario.model.name.clone(),
+                strategy: strategies::describe_parallelism(&job.scenario.parallelism),
+                gpus: job.nodes.len() as u32 * gpus_per_node,
+                node_list: job.nodes.clone(),
+                start_s: job.start.as_secs_f64(),
+                iterations: job.scenario.iterations,
+                alone_s: alone_time.as_secs_f64(),
+                shared_s: shared_time.as_secs_f64(),
+                slowdown: ratio(shared_time, alone_time),
+            }
+        })
+        .collect();
+    let seconds = makespan.as_secs_f64();
+    let link = |id: usize, bytes: f64| {
+        let link = LinkId(id as u32);
+        let capacity = topology.link(link).bandwidth.bytes_per_second();
+        ContendedLink {
+            name: topology.link_name(link),
+            kind: topology.link_kind(link),
+            id: id as u32,
+            capacity_bytes_per_s: capacity,
+            bytes,
+            utilisation: if seconds > 0.0 { bytes / (capacity * seconds) } else { 0.0 },
+            jobs: scenario
+                .jobs
+                .iter()
+                .zip(&alone)
+                .filter(|(_, (_, bytes))| bytes.get(id).is_some_and(|&b| b > 0.0))
+                .map(|(job, _)| job.name.clone())
+                .collect(),
+        }
+    };
+    let mut links: Vec<ContendedLink> = shared_bytes
+        .iter()
+        .enumerate()
+        .filter(|&(_, &bytes)| bytes > 0.0)
+        .map(|(id, &bytes)| link(id, bytes))
+        .collect();
+    links.sort_by(|a, b| {
+        b.utilisation.total_cmp(&a.utilisation).then(b.bytes.total_cmp(&a.bytes)).then(a.id.cmp(&b.id))
+    });
+    let contended_links: Vec<ContendedLink> =
+        links.iter().filter(|link| link.jobs.len() > 1).take(10).cloned().collect();
+    links.truncate(10);
+    let summary = JobsSummary {
+        scenario: scenario.source.clone(),
+        fidelity: network.fidelity.name(),
+        placement: scenario.placement,
+        placement_seed: scenario.placement_seed,
+        gpus: total,
+        nodes: scenario.cluster.nodes,
+        gpus_per_node,
+        network: scenario
+            .cluster
+            .network
+            .describe(gpus_per_node, scenario.jobs[0].scenario.device.kind.noun()),
+        jobs,
+        makespan_s: seconds,
+        contended_links,
+        busiest_links: links,
+    };
+    Ok(JobsOutcome { summary, ops, events, lowering_wall, simulation_wall })
+}
+
+/// `shared / alone`, 1 for a job that took no time.
+fn ratio(shared: SimDuration, alone: SimDuration) -> f64 {
+    if alone.as_ps() == 0 { 1.0 } else { shared.as_ps() as f64 / alone.as_ps() as f64 }
+}
+
+/// A merged graph that does not build: an engine defect, reported with the job.
+fn graph_error(scenario: &str, job: &str, error: sim_core::graph::GraphError) -> SimulationError {
+    SimulationError::Key {
+        scenario: scenario.to_string(),
+        key: "jobs".into(),
+        message: format!("{job}: {error}"),
+    }
+}
+
+/// Lowers `job` on its own ranks and checks its memory as a one-job run does.
+fn lower(job: &Job, gpus_per_node: u32) -> Result<Lowered, SimulationError> {
+    let scenario = &job.scenario;
+    let lowered = scenario.strategy().lower().map_err(|error| match error {
+        StrategyError::OverBudget(budget) => {
+            SimulationError::OverBudget { scenario: scenario.source.clone(), budget }
+        }
+        error => error.into(),
+    })?;
+    prepare(scenario, &lowered.stages, lowered.offload.as_ref())?;
+    let ranks = job.gpus(gpus_per_node).into_iter().map(RankId).collect();
+    Ok(Lowered { graph: lowered.graph, ranks })
+}

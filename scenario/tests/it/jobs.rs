@@ -1,0 +1,223 @@
+//! Several jobs on one fabric (`[[jobs]]`): contention slows jobs that share links and only
+//! them, one job alone is the one-job scenario, a start offset shifts a job exactly, and bad
+//! job keys are refused by name.
+
+use std::path::Path;
+
+use scenario::jobs::simulate;
+use scenario::{JobsScenario, Override, Scenario};
+
+/// Two ResNet-50 data-parallel jobs of 4 single-GPU nodes on 8 nodes: two leaves of 4 under
+/// one spine, one uplink per leaf (4:1 oversubscribed), ring allreduce, flow model.
+const TWO_JOBS: &str = r#"
+[cluster]
+nodes = 8
+gpus-per-node = 1
+device = "a100-sxm4-80gb"
+
+[cluster.network]
+topology = "xgft"
+simgrid = "2;4,2;1,1;1,1"
+link-bandwidth = "100 Gb/s"
+link-latency = "1 us"
+
+[workload]
+model = "resnet50"
+batch-per-device = 8
+
+[parallelism]
+allreduce = "ring"
+
+[simulation]
+fidelity = "flow"
+
+[placement]
+policy = "spread"
+
+[[jobs]]
+name = "a"
+nodes = 4
+
+[[jobs]]
+name = "b"
+nodes = 4
+"#;
+
+fn jobs(text: &str, overrides: &[&str]) -> Result<JobsScenario, scenario::ScenarioError> {
+    let table: toml::Table = toml::from_str(text).unwrap();
+    let overrides: Vec<Override> = overrides.iter().map(|o| o.parse().unwrap()).collect();
+    JobsScenario::from_table_with(&table, &overrides, Path::new("jobs.toml"))
+}
+
+/// Spread, each job has two nodes in each leaf and both rings cross the single uplinks
+/// together; packed (and pods), each job has a leaf of its own and no link is shared.
+#[test]
+fn jobs_sharing_an_oversubscribed_uplink_slow_down_and_jobs_in_their_own_leaf_do_not() {
+    let spread = simulate(&jobs(TWO_JOBS, &[]).unwrap()).unwrap().summary;
+    assert_eq!(spread.jobs[0].node_list, [0, 2, 4, 6]);
+    for job in &spread.jobs {
+        assert!(job.slowdown > 1.2, "{}: slowdown {}", job.name, job.slowdown);
+        assert!(
+            job.shared_s <= 2.0 * job.alone_s,
+            "{}: {} shared, {} alone",
+            job.name,
+            job.shared_s,
+            job.alone_s
+        );
+    }
+    assert!(!spread.contended_links.is_empty());
+    assert!(spread.contended_links.iter().all(|link| link.jobs == ["a", "b"]));
+    for policy in ["packed", "pods"] {
+        let setting = format!("placement.policy={policy:?}");
+        let apart = simulate(&jobs(TWO_JOBS, &[&setting]).unwrap()).unwrap().summary;
+        assert_eq!(apart.jobs[0].node_list, [0, 1, 2, 3], "{policy}");
+        assert_eq!(apart.jobs[1].node_list, [4, 5, 6, 7], "{policy}");
+        for job in &apart.jobs {
+            assert!((job.slowdown - 1.0).abs() < 0.01, "{policy}: {}: slowdown {}", job.name, job.slowdown);
+        }
+        assert!(apart.contended_links.is_empty(), "{policy}");
+    }
+}
+
+/// One job alone in `[[jobs]]`, on all the cluster's nodes, is the same scenario without
+/// `[[jobs]]` (every rank simulated): the same iteration time to the picosecond.
+#[test]
+fn one_job_alone_is_the_scenario_without_jobs() {
+    let one = TWO_JOBS.replace("[[jobs]]\nname = \"b\"\nnodes = 4\n", "").replace("nodes = 8", "nodes = 4");
+    let summary = simulate(&jobs(&one, &[]).unwrap()).unwrap().summary;
+    assert_eq!(summary.jobs.len(), 1);
+    let plain: String = one.split("[placement]").next().unwrap().to_string();
+    let table: toml::Table = toml::from_str(&plain).unwrap();
+    let scenario = Scenario::from_table_with(
+        &table,
+        &["simulation.fold-symmetric-ranks=false".parse().unwrap()],
+        Path::new("one.toml"),
+        &Default::default(),
+    )
+    .unwrap();
+    let alone = scenario::simulation::simulate(&scenario).unwrap().summary.iteration_time.as_secs_f64();
+    assert_eq!(summary.jobs[0].alone_s, alone);
+    assert_eq!(summary.jobs[0].shared_s, alone);
+    assert_eq!(summary.jobs[0].slowdown, 1.0);
+}
+
+/// A job that starts 1 s later, with nothing in its way, takes the same time from its start
+/// to the picosecond, so it ends exactly 1 s later.
+#[test]
+fn a_job_started_later_ends_exactly_that_much_later() {
+    let at = |start: &str| {
+        let text = TWO_JOBS.replace("name = \"b\"\n", &format!("name = \"b\"\nstart = \"{start}\"\n"));
+        simulate(&jobs(&text, &["placement.policy=\"packed\""]).unwrap()).unwrap().summary
+    };
+    let (now, later) = (at("0 s"), at("1 s"));
+    assert_eq!(later.jobs[1].start_s, 1.0);
+    assert_eq!(later.jobs[1].shared_s, now.jobs[1].shared_s);
+    assert_eq!(later.jobs[1].alone_s, now.jobs[1].alone_s);
+    assert_eq!(later.jobs[0].shared_s, now.jobs[0].shared_s);
+    assert!((later.makespan_s - (1.0 + now.jobs[1].shared_s)).abs() < 1e-12);
+}
+
+/// Placement policies give each job its nodes once: explicit lists first, then the policy
+/// over the rest (random: the same seed, the same nodes).
+#[test]
+fn node_lists_and_random_placement() {
+    let listed = TWO_JOBS.replace("name = \"a\"\nnodes = 4\n", "name = \"a\"\nnode-list = [7, 5, 3, 1]\n");
+    let scenario = jobs(&listed, &["placement.policy=\"packed\""]).unwrap();
+    assert_eq!(scenario.jobs[0].nodes, [7, 5, 3, 1]);
+    assert_eq!(scenario.jobs[1].nodes, [0, 2, 4, 6]);
+    let random = |seed: u64| {
+        let scenario =
+            jobs(TWO_JOBS, &["placement.policy=\"random\"", &format!("placement.seed={seed}")]).unwrap();
+        scenario.jobs.iter().map(|job| job.nodes.clone()).collect::<Vec<_>>()
+    };
+    assert_eq!(random(3), random(3));
+    let mut all: Vec<u32> = random(3).concat();
+    all.sort_unstable();
+    assert_eq!(all, (0..8).collect::<Vec<u32>>());
+}
+
+/// Bad job keys are refused, each naming its key.
+#[test]
+fn bad_jobs_are_refused_by_key() {
+    let cases: [(String, &[&str], &str); 8] = [
+        (
+            TWO_JOBS
+                .replace("name = \"a\"\nnodes = 4\n", "name = \"a\"\nnode-list = [0, 1]\n")
+                .replace("name = \"b\"\nnodes = 4\n", "name = \"b\"\nnode-list = [1, 2]\n"),
+            &[],
+            "key `jobs[1].node-list`: names node 1, which jobs[0] (\"a\") has too",
+        ),
+        (
+            TWO_JOBS.replace("nodes = 4\n\n[[jobs]]", "nodes = 5\n\n[[jobs]]"),
+            &[],
+            "key `jobs`: the jobs ask for 9 nodes in all, but the cluster has 8",
+        ),
+        (
+            TWO_JOBS.replace("\"spread\"", "\"tight\""),
+            &[],
+            "key `placement.policy`: unknown placement policy \"tight\"",
+        ),
+        (TWO_JOBS.replace("\"flow\"", "\"analytical\""), &[], "key `simulation.fidelity`: is \"analytical\""),
+        (
+            TWO_JOBS.to_string()
+                + "\n[variability]\nop-noise = { distribution = \"lognormal\", cv = 0.05 }\n",
+            &[],
+            "key `variability`",
+        ),
+        (
+            TWO_JOBS.replace(
+                "name = \"b\"\nnodes = 4\n",
+                "name = \"b\"\nnodes = 4\n[jobs.workload]\nmodel = \"resnet51\"\n",
+            ),
+            &[],
+            "key `jobs[1].workload.model`",
+        ),
+        (
+            TWO_JOBS.replace("name = \"b\"\n", "name = \"a\"\n"),
+            &[],
+            "key `jobs[1].name`: \"a\" is also the name of jobs[0]",
+        ),
+        (
+            TWO_JOBS.replace("name = \"b\"\nnodes = 4", "name = \"b\"\nnodes = 4\ngpus = 4"),
+            &[],
+            "key `jobs[1].gpus`: unknown field `gpus`",
+        ),
+    ];
+    for (text, overrides, expected) in cases {
+        let error = jobs(&text, overrides).unwrap_err().to_string();
+        assert!(error.contains(expected), "expected {expected:?} in: {error}");
+    }
+}
+
+/// A scenario with several jobs read as one job (by `sweep`, `plan`, ...) is refused naming
+/// `jobs` and the command that runs it; its fabric reads as a cluster (`parasim topo`).
+#[test]
+fn one_job_readers_name_jobs_and_the_fabric_reads_as_a_cluster() {
+    let error = Scenario::parse(TWO_JOBS, Path::new("jobs.toml")).unwrap_err().to_string();
+    assert!(error.starts_with("jobs.toml: key `jobs`: several jobs on one fabric"), "{error}");
+    let cluster = scenario::Cluster::parse(TWO_JOBS, Path::new("jobs.toml")).unwrap();
+    assert_eq!(cluster.spec.nodes, 8);
+}
+
+/// `[faults]` hit the fabric, for the jobs together and alone: the leaves' uplinks at half
+/// rate make the spread jobs slower alone and shared, and leave the packed jobs, which never
+/// climb to the spine, as they were.
+#[test]
+fn faults_hit_the_fabric_for_every_run() {
+    let faulty = TWO_JOBS.to_string()
+        + "\n[faults]\nlinks = [{ kind = \"leaf-spine\", fraction = 1.0, bandwidth-factor = 0.5 }]\n";
+    let run = |text: &str, policy: &str| {
+        let setting = format!("placement.policy={policy:?}");
+        simulate(&jobs(text, &[&setting]).unwrap()).unwrap().summary.jobs[0].clone()
+    };
+    let (sound, hit) = (run(TWO_JOBS, "spread"), run(&faulty, "spread"));
+    assert!(hit.alone_s > sound.alone_s, "{} alone with faults, {} without", hit.alone_s, sound.alone_s);
+    assert!(hit.shared_s > sound.shared_s);
+    let (sound, hit) = (run(TWO_JOBS, "packed"), run(&faulty, "packed"));
+    assert_eq!(hit.alone_s, sound.alone_s);
+    assert_eq!(hit.shared_s, sound.shared_s);
+    let unknown =
+        TWO_JOBS.to_string() + "\n[faults]\nlinks = [{ kind = \"warp\", fraction = 1.0, down = true }]\n";
+    let error = simulate(&jobs(&unknown, &[]).unwrap()).err().unwrap().to_string();
+    assert!(error.contains("faults.links[0]"), "{error}");
+}
