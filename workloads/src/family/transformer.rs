@@ -616,6 +616,11 @@ pub struct Gpt {
     /// Experts each token is routed to (Megatron-LM's `--moe-router-topk`).
     #[serde(default)]
     pub top_k: Option<u64>,
+    /// Multi-head latent attention in place of the fused QKV projection (`[gpt.latent-attention]`,
+    /// Megatron-LM's `--multi-latent-attention` with `--q-lora-rank`, `--kv-lora-rank`,
+    /// `--qk-head-dim`, `--qk-pos-emb-head-dim`, `--v-head-dim`). Default: none.
+    #[serde(default)]
+    pub latent_attention: Option<LatentAttention>,
 }
 
 impl Gpt {
@@ -638,7 +643,7 @@ impl Gpt {
             heads: self.heads,
             kv_heads: self.kv_heads.unwrap_or(self.heads),
             head_dim: None,
-            latent: None,
+            latent: self.latent_attention,
             ffn_hidden: self.ffn_hidden.unwrap_or(4 * self.hidden),
             sequence,
             vocabulary: self.vocabulary.unwrap_or(51_200),
@@ -1065,6 +1070,7 @@ mod tests {
             bias: None,
             experts: None,
             top_k: None,
+            latent_attention: None,
         }
     }
 
@@ -1300,6 +1306,25 @@ mod tests {
         assert_eq!(grok.parameters() - outside, 314_879_508_480);
         assert!(published_as(grok.parameters() - outside, 314.0, 0));
         assert_eq!(grok.active_parameters(), 83_756_587_008);
+    }
+
+    /// `[gpt.latent-attention]`: Megatron-LM's `--multi-latent-attention` on its GPT (the
+    /// functional test's 512-wide model): each layer's attention is MLA's projections (no
+    /// biases on the down and up projections, as built for `[moe]`), the rest the GPT's.
+    #[test]
+    fn a_gpt_takes_latent_attention() {
+        let text = "[model]\nname = \"mla-gpt\"\n[gpt]\nlayers = 4\nhidden = 512\nheads = 8\nsequence = 1024\n\
+                    vocabulary = 50257\ntied-embeddings = false\n[gpt.latent-attention]\nq-lora-rank = 192\n\
+                    kv-lora-rank = 64\nqk-nope-head-dim = 16\nqk-rope-head-dim = 8\nv-head-dim = 16\n";
+        let model = Model::from_toml_str(text, "test").unwrap();
+        let params = |name: &str| model.layers.iter().find(|l| l.name == name).unwrap().cost.params;
+        let (h, heads) = (512u64, 8u64);
+        assert_eq!(params("layers.0.attention.q-down"), h * 192);
+        assert_eq!(params("layers.0.attention.kv-down"), h * (64 + 8));
+        assert_eq!(params("layers.0.attention.q-up"), 192 * heads * (16 + 8));
+        assert_eq!(params("layers.0.attention.kv-up"), 64 * heads * (16 + 16));
+        assert_eq!(params("layers.0.attention.proj"), heads * 16 * h + h);
+        assert!(model.layers.iter().all(|l| l.name != "layers.0.attention.qkv" || l.cost.params == 0));
     }
 
     /// Multi-head latent attention's forward work per sample against the closed form from the
