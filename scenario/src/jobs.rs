@@ -9,9 +9,9 @@ use serde::Serialize;
 use sim_core::graph::{ExecGraph, GraphBuilder, OpId, RankId};
 use sim_core::units::{SimDuration, SimTime};
 use strategies::StrategyError;
-use topology::{LinkId, Topology};
+use topology::LinkId;
 
-use crate::simulation::{SimulationError, prepare};
+use crate::simulation::{SimulationError, fabric, prepare};
 use crate::{Job, JobsScenario};
 
 /// What `parasim run` reports for a scenario with several jobs. A pure function of the
@@ -117,15 +117,7 @@ pub fn simulate(scenario: &JobsScenario) -> Result<JobsOutcome, SimulationError>
     let total = scenario.cluster.nodes * gpus_per_node;
     let lowered: Vec<Lowered> =
         scenario.jobs.iter().map(|job| lower(job, gpus_per_node)).collect::<Result<_, SimulationError>>()?;
-    let mut topology = Topology::build(&scenario.cluster)?;
-    if let Some(faults) = &scenario.faults {
-        faults.apply(&mut topology).map_err(|error| SimulationError::Key {
-            scenario: scenario.source.clone(),
-            key: error.key,
-            message: error.message,
-        })?;
-    }
-    let topology = topology;
+    let topology = fabric(&scenario.cluster, scenario.faults.as_ref(), &scenario.source)?;
     let lowering_wall = started.elapsed();
     let started = std::time::Instant::now();
     let source = &scenario.source;

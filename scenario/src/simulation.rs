@@ -1027,15 +1027,7 @@ pub(crate) fn prepare(
             strategies::describe_parallelism(&scenario.parallelism)
         )
     };
-    let mut topology = Topology::build(&scenario.cluster)?;
-    if let Some(faults) = &scenario.faults {
-        faults.apply(&mut topology).map_err(|error| SimulationError::Key {
-            scenario: scenario.source.clone(),
-            key: error.key,
-            message: error.message,
-        })?;
-    }
-    let topology = topology;
+    let topology = fabric(&scenario.cluster, scenario.faults.as_ref(), &scenario.source)?;
     // A configuration that does not fit is an error, not a simulation: the most loaded stage.
     let memory =
         stages.iter().map(|stage| stage.memory).max_by_key(|memory| memory.total()).unwrap_or_default();
@@ -1336,6 +1328,25 @@ pub(crate) fn rank_names(scenario: &Scenario) -> Vec<String> {
             }
         })
         .collect()
+}
+
+/// The cluster's fabric with the scenario's `[faults]` applied (degraded or failed links):
+/// what a run of one job, or of several sharing it, simulates on. A fault naming a link the
+/// fabric does not have is an error at its key, in `source`.
+pub(crate) fn fabric(
+    cluster: &topology::ClusterSpec,
+    faults: Option<&crate::faults::Faults>,
+    source: &str,
+) -> Result<Topology, SimulationError> {
+    let mut topology = Topology::build(cluster)?;
+    if let Some(faults) = faults {
+        faults.apply(&mut topology).map_err(|error| SimulationError::Key {
+            scenario: source.to_string(),
+            key: error.key,
+            message: error.message,
+        })?;
+    }
+    Ok(topology)
 }
 
 /// Bytes of one checkpoint of `scenario`'s model: its weights and optimizer state, whole (the
