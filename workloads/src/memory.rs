@@ -500,11 +500,11 @@ impl MemoryPlan<'_> {
     }
 
     /// Bytes per parameter of the optimizer's copy of the weights ([`MasterWeights`]): a full
-    /// copy in the optimizer's precision when the compute weights are narrower (or in FP8),
-    /// 2 bytes of remainders, or none.
+    /// copy in the optimizer's precision when the compute weights are narrower (FP8 training's
+    /// are: bf16, or FP8 parameters), 2 bytes of remainders, or none.
     fn master_width(&self) -> u64 {
         match self.weights.master {
-            MasterWeights::Copy if self.storage_width() < 4 || self.weights.fp8 => self.state_width(),
+            MasterWeights::Copy if self.storage_width() < 4 => self.state_width(),
             MasterWeights::Copy | MasterWeights::InPlace => 0,
             MasterWeights::Remainders => 2,
         }
