@@ -63,6 +63,9 @@ pub(super) struct Flow<T> {
     /// Its claim in max-min filling, in flows: 1, except for the flows of a weighted group,
     /// which carry different amounts and advance in proportion to them.
     pub(super) weight: f64,
+    /// The filling level at which it froze (its rate per unit of weight); 0 until it has a
+    /// rate. What a re-fill compares with its threshold (see [`MaxMin::collect`]).
+    pub(super) level: f64,
 }
 
 /// What happened when a flow joined its links ([`MaxMin::join`]).
@@ -130,6 +133,17 @@ pub(super) struct MaxMin<T> {
     unfrozen_weight: Vec<f64>,
     /// Scratch: the flows to freeze together.
     freeze_scratch: Vec<u32>,
+    /// The lowest level of the flows that left since the last re-fill (infinite if none):
+    /// below it, and below every changed link's equal share, the filling is what it was.
+    threshold: f64,
+    /// The last component collected is the flows at or above a positive threshold only (see
+    /// [`MaxMin::collect`]): its links also carry flows kept at their rates.
+    partial: bool,
+    /// Each component flow's new level, beside `new_rate`.
+    new_level: Vec<f64>,
+    /// Re-fill whole components, never only the flows above a threshold (for tests that
+    /// compare the two).
+    pub(super) whole_components: bool,
 }
 
 impl<T: Copy> MaxMin<T> {
@@ -155,6 +169,10 @@ impl<T: Copy> MaxMin<T> {
             heap: BinaryHeap::new(),
             unfrozen_weight: vec![0.0; links],
             freeze_scratch: Vec::new(),
+            threshold: f64::INFINITY,
+            partial: false,
+            new_level: Vec::new(),
+            whole_components: false,
         }
     }
 
@@ -212,6 +230,7 @@ impl<T: Copy> MaxMin<T> {
             owner,
             weight: 1.0,
             group: NO_GROUP,
+            level: 0.0,
         };
         match self.free_flows.pop() {
             Some(id) => {
@@ -225,6 +244,7 @@ impl<T: Copy> MaxMin<T> {
                 self.flows.push(flow(0));
                 self.flow_epoch.push(0);
                 self.new_rate.push(0.0);
+                self.new_level.push(0.0);
                 (self.flows.len() - 1) as u32
             }
         }
@@ -268,6 +288,7 @@ impl<T: Copy> MaxMin<T> {
             let rate = route.iter().map(|link| self.capacity[link.0 as usize]).fold(f64::INFINITY, f64::min);
             let flow = &mut self.flows[id as usize];
             flow.rate = rate;
+            flow.level = rate / flow.weight;
             flow.generation = flow.generation.wrapping_add(1);
             let generation = flow.generation;
             let delay = SimDuration::from_ps((flow.remaining / rate * 1e12).ceil() as u64);
@@ -317,6 +338,10 @@ impl<T: Copy> MaxMin<T> {
         self.active_flows -= 1;
         let shared = route.iter().any(|link| !self.on_link[link.0 as usize].is_empty());
         let flow = &mut self.flows[id as usize];
+        if shared {
+            self.threshold = self.threshold.min(flow.level);
+        }
+        flow.level = 0.0;
         flow.rate = 0.0;
         flow.remaining = 0.0;
         flow.generation = flow.generation.wrapping_add(1);
@@ -354,6 +379,8 @@ impl<T: Copy> MaxMin<T> {
         }
         for &id in &members {
             let flow = &mut self.flows[id as usize];
+            self.threshold = self.threshold.min(flow.level);
+            flow.level = 0.0;
             flow.rate = 0.0;
             flow.remaining = 0.0;
             flow.generation = flow.generation.wrapping_add(1);
@@ -373,19 +400,39 @@ impl<T: Copy> MaxMin<T> {
     }
 
     /// Collects the component to re-fill: every flow connected to `seeds` through shared
-    /// links (a grouped flow brings its whole group). Returns its flows and links.
+    /// links (a grouped flow brings its whole group), except the flows whose rates cannot
+    /// change. Returns its flows and links.
+    ///
+    /// Which rates cannot change: progressive filling raises every unfrozen flow together, so
+    /// it is a sequence of levels. A flow that left at level `r` had no link full below `r`
+    /// (it would have frozen there), so without it the filling below `r` is what it was; a
+    /// flow that joined a link of equal share `c / w` (its capacity over the weight now on
+    /// it) cannot fill that link below `c / w`. Below the threshold, the least of those
+    /// levels, every flow freezes where it froze before: the flows already frozen below it
+    /// keep their rates, and only the flows at or above it (and those that just joined) are
+    /// re-filled, on what the kept flows leave of each link. When the fastest flow of a
+    /// congested component finishes, that is the few flows of its own level instead of the
+    /// whole component. The threshold is lowered by one part in 10^9 so that levels equal in
+    /// exact arithmetic but not in the last bit are re-filled too.
     pub(super) fn collect(&mut self, seeds: &[LinkId]) -> (usize, usize) {
         // Two marks per recomputation: `epoch` = in the component, `epoch + 1` = frozen.
         self.epoch = self.epoch.wrapping_add(2);
         let epoch = self.epoch;
         self.component_links.clear();
         self.component_flows.clear();
+        let mut threshold = std::mem::replace(&mut self.threshold, f64::INFINITY);
         for &link in seeds {
-            if self.link_epoch[link.0 as usize] != epoch {
-                self.link_epoch[link.0 as usize] = epoch;
+            let l = link.0 as usize;
+            if self.link_epoch[l] != epoch {
+                self.link_epoch[l] = epoch;
                 self.component_links.push(link.0);
+                if !self.on_link[l].is_empty() {
+                    threshold = threshold.min(self.capacity[l] / self.link_weight(l));
+                }
             }
         }
+        let threshold = if self.whole_components { 0.0 } else { threshold * (1.0 - 1e-9) };
+        self.partial = false;
         // Breadth-first over links -> flows -> links.
         let mut next = 0;
         while next < self.component_links.len() {
@@ -395,8 +442,15 @@ impl<T: Copy> MaxMin<T> {
                 if self.flow_epoch[flow as usize] == epoch {
                     continue;
                 }
+                let candidate = &self.flows[flow as usize];
+                // Kept at its rate: frozen below the threshold (a flow that just joined has
+                // no rate yet and is always re-filled).
+                if candidate.level < threshold && candidate.rate != 0.0 {
+                    self.partial = true;
+                    continue;
+                }
                 // A grouped flow brings every member of its group into the component.
-                let group = self.flows[flow as usize].group;
+                let group = candidate.group;
                 let partners: &[u32] = match self.groups.get(group as usize) {
                     Some(members) => members,
                     None => std::slice::from_ref(&flow),
@@ -422,17 +476,23 @@ impl<T: Copy> MaxMin<T> {
     /// The max-min fair rates of the component collected last (not applied yet: see
     /// [`MaxMin::update`]).
     pub(super) fn solve(&mut self) {
-        if let [flow] = self.component_flows[..] {
+        if self.partial {
+            // The component's links also carry kept flows: the general filling, on what they
+            // leave of each link.
+            self.fill(self.epoch);
+        } else if let [flow] = self.component_flows[..] {
             // A flow alone on its links (the common uncontended case) runs at its bottleneck.
             let route = self.flows[flow as usize].route;
-            self.new_rate[flow as usize] =
-                route.iter().map(|l| self.capacity[l.0 as usize]).fold(f64::INFINITY, f64::min);
+            let rate = route.iter().map(|l| self.capacity[l.0 as usize]).fold(f64::INFINITY, f64::min);
+            self.new_rate[flow as usize] = rate;
+            self.new_level[flow as usize] = rate / self.flows[flow as usize].weight;
         } else if let Some(share) = self.lone_group_share() {
             // One group and nothing else: its flows all freeze at the first link the filling
             // would fill, the one with the smallest fair share.
             for index in 0..self.component_flows.len() {
                 let flow = self.component_flows[index] as usize;
                 self.new_rate[flow] = share * self.flows[flow].weight;
+                self.new_level[flow] = share;
             }
         } else {
             self.fill(self.epoch);
@@ -452,6 +512,7 @@ impl<T: Copy> MaxMin<T> {
             let id = self.component_flows[index] as usize;
             let rate = self.new_rate[id];
             let flow = &mut self.flows[id];
+            flow.level = self.new_level[id];
             if rate == flow.rate {
                 continue;
             }
@@ -512,18 +573,41 @@ impl<T: Copy> MaxMin<T> {
     /// the first link popped at its current share is the bottleneck. Each link has one entry at
     /// a time; a freeze costs its routes' arithmetic, not a heap push per link it crosses, and
     /// the filling stops when the last flow freezes instead of draining the heap.
+    ///
+    /// After a partial collection each link starts with what the flows kept at their rates
+    /// leave of it, and only the component's flows count in its weight.
     fn fill(&mut self, epoch: u64) {
-        self.heap.clear();
+        let mut entries = std::mem::take(&mut self.heap).into_vec();
+        entries.clear();
         for &link in &self.component_links {
             let l = link as usize;
-            self.remaining_capacity[l] = self.capacity[l];
-            self.unfrozen[l] = self.on_link[l].len() as u32;
-            self.unfrozen_weight[l] = self.link_weight(l);
+            if self.partial {
+                let (mut left, mut count, mut weight) = (self.capacity[l], 0u32, 0.0);
+                for &flow in &self.on_link[l] {
+                    let flow_state = &self.flows[flow as usize];
+                    if self.flow_epoch[flow as usize] == epoch {
+                        count += 1;
+                        weight += flow_state.weight;
+                    } else {
+                        left -= flow_state.rate;
+                    }
+                }
+                self.remaining_capacity[l] = left.max(0.0);
+                self.unfrozen[l] = count;
+                self.unfrozen_weight[l] = weight.max(MIN_WEIGHT);
+            } else {
+                self.remaining_capacity[l] = self.capacity[l];
+                self.unfrozen[l] = self.on_link[l].len() as u32;
+                self.unfrozen_weight[l] = self.link_weight(l);
+            }
             if self.unfrozen[l] > 0 {
-                let share = self.capacity[l] / self.unfrozen_weight[l];
-                self.heap.push((std::cmp::Reverse(Share(share)), link));
+                let share = self.remaining_capacity[l] / self.unfrozen_weight[l];
+                entries.push((std::cmp::Reverse(Share(share)), link));
             }
         }
+        // One heapify instead of a push per link; the order of pops is the same (every entry
+        // has its own link id).
+        self.heap = BinaryHeap::from(entries);
         let frozen = epoch.wrapping_add(1);
         // Once every flow is frozen the links left in the heap have nothing to decide.
         let mut unfrozen_flows = self.component_flows.len();
@@ -563,6 +647,7 @@ impl<T: Copy> MaxMin<T> {
                     let weight = self.flows[member as usize].weight;
                     let rate = share * weight;
                     self.new_rate[member as usize] = rate;
+                    self.new_level[member as usize] = share;
                     for &other in self.flows[member as usize].route.iter() {
                         let o = other.0 as usize;
                         self.remaining_capacity[o] = (self.remaining_capacity[o] - rate).max(0.0);

@@ -133,6 +133,14 @@ impl<'t> FlowNetwork<'t> {
         self
     }
 
+    /// The same model re-filling the whole component of every change, as before re-fills
+    /// kept the flows frozen below the change's level: the same rates to rounding, computed
+    /// over more flows (for tests).
+    pub fn refilling_whole_components(mut self) -> Self {
+        self.flows.solver.whole_components = true;
+        self
+    }
+
     /// The audit so far, if enabled.
     pub fn audit(&self) -> Option<&Audit> {
         self.flows.audit.as_ref()
