@@ -215,7 +215,9 @@ fn size(text: &str) -> anyhow::Result<u64> {
 }
 
 /// Reads a traffic file: `src,dst,bytes[,start]` rows (a first row `src,dst,...` is a
-/// header; `#` starts a comment). Refuses more than `max_flows` rows as it reads.
+/// header; `#` starts a comment). Refuses more than `max_flows` rows as it reads. A file
+/// whose header is `--csv`'s (`src,dst,bytes,start_s,finish_s`) reads back: `start_s` is in
+/// plain seconds and `finish_s` is ignored.
 pub fn read_file(path: &Path, hosts: u32, max_flows: u64) -> anyhow::Result<Vec<Flow>> {
     let file = fs_err::File::open(path).context("reading the traffic file")?;
     let mut reader = csv::ReaderBuilder::new()
@@ -226,6 +228,8 @@ pub fn read_file(path: &Path, hosts: u32, max_flows: u64) -> anyhow::Result<Vec<
         .from_reader(file);
     let mut flows = Vec::new();
     let name = path.display();
+    // `--csv`'s own header: starts in plain seconds, and a fifth column of finish times.
+    let mut seconds = false;
     for record in reader.records() {
         let record = record.map_err(|error| {
             let line = error.position().map_or(0, |p| p.line());
@@ -233,9 +237,11 @@ pub fn read_file(path: &Path, hosts: u32, max_flows: u64) -> anyhow::Result<Vec<
         })?;
         let line = record.position().map_or(0, |p| p.line());
         if flows.is_empty() && record.get(0) == Some("src") {
+            seconds = record.get(3) == Some("start_s");
             continue; // the header
         }
-        if record.len() < 3 || record.len() > 4 {
+        let most = if seconds { 5 } else { 4 };
+        if record.len() < 3 || record.len() > most {
             bail!(
                 "{name}: line {line}: {} fields; a row is src,dst,bytes[,start] (e.g. 0,5,16M or 0,5,\"1 MiB\",10 us)",
                 record.len()
@@ -273,6 +279,11 @@ pub fn read_file(path: &Path, hosts: u32, max_flows: u64) -> anyhow::Result<Vec<
         }
         let start = match record.get(3) {
             None | Some("" | "0") => SimDuration::ZERO,
+            Some(text) if seconds => text
+                .parse::<f64>()
+                .ok()
+                .and_then(|s| SimDuration::from_secs_f64(s).ok())
+                .ok_or_else(|| anyhow::anyhow!("{name}: line {line}: start_s {text:?} is not a number of seconds at or after 0"))?,
             Some(text) => text.parse::<SimDuration>().map_err(|error| {
                 anyhow::anyhow!("{name}: line {line}: start {text:?}: {error} (write e.g. \"10 us\")")
             })?,
@@ -603,7 +614,7 @@ fn report(
     }
     if options.csv {
         let mut writer = csv::Writer::from_writer(Vec::new());
-        writer.write_record(["src", "dst", "bytes", "start_s", "finish_s"]).context("writing CSV")?;
+        // The header comes from the fields' names with the first row.
         for flow in per_flow() {
             writer.serialize(flow).context("writing CSV")?;
         }
@@ -620,7 +631,7 @@ fn report(
         topology.host_count(),
         cluster.spec.nodes,
         cluster.spec.gpus_per_node,
-        topology.summary().fabric
+        topology.fabric_name()
     );
     let _ = writeln!(out, "completion  {}", completion);
     let us = |s: f64| SimDuration::from_secs_f64(s).unwrap_or(SimDuration::ZERO);

@@ -107,6 +107,13 @@ fn the_same_seed_gives_the_same_output_and_another_seed_another() {
     assert_ne!(first.stdout, parasim(&args("6")).stdout);
     let text = String::from_utf8(first.stdout).unwrap();
     assert!(text.starts_with("src,dst,bytes,start_s,finish_s\n"), "{text}");
+    assert_eq!(text.matches("src,").count(), 1, "one header row: {text}");
+    // The CSV reads back as a traffic file (start_s in seconds, finish_s ignored) and gives
+    // every flow the same finish.
+    let again = scenario_file("again.csv", &text);
+    let replayed = parasim(&["traffic", "--cluster", FAT_TREE, again.to_str().unwrap(), "--csv"]);
+    assert!(replayed.status.success(), "{}", String::from_utf8_lossy(&replayed.stderr));
+    assert_eq!(String::from_utf8(replayed.stdout).unwrap(), text);
 }
 
 #[test]

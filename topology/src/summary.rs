@@ -75,11 +75,7 @@ impl Topology {
         let path_lengths = self.path_lengths();
         let diameter = path_lengths.histogram.len().saturating_sub(1);
         TopologySummary {
-            fabric: if self.fabric.is_some() {
-                self.spec.network.fabric.to_string()
-            } else {
-                "none (a single server)".to_string()
-            },
+            fabric: self.fabric_name(),
             routing: self.routing,
             nodes: self.nodes,
             hosts: self.hosts.len(),
@@ -91,6 +87,16 @@ impl Topology {
             diameter,
             path_lengths,
             pruned: self.pruned.clone(),
+        }
+    }
+
+    /// The fabric between servers as [`TopologySummary::fabric`] names it, without the
+    /// summary's routing of every host pair.
+    pub fn fabric_name(&self) -> String {
+        if self.fabric.is_some() {
+            self.spec.network.fabric.to_string()
+        } else {
+            "none (a single server)".to_string()
         }
     }
 
