@@ -209,6 +209,42 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
     })
 }
 
+/// The layer ranges of `strategy`'s pipeline chunks, as its lowering splits them.
+pub(super) fn chunk_layers(strategy: &Strategy<'_>) -> Result<Vec<std::ops::Range<usize>>, StrategyError> {
+    Ok(Plan::new(strategy)?.chunk_layers)
+}
+
+/// The layer ranges of the pipeline stages, whole units each, balanced so that the slowest
+/// stage's kernel time, each stage priced on its own strategy's device (`stages[s]`), is as
+/// short as possible.
+pub(super) fn stage_layers_by_speed(
+    stages: &[&Strategy<'_>],
+) -> Result<Vec<std::ops::Range<usize>>, StrategyError> {
+    let Some(first) = stages.first() else { return Ok(Vec::new()) };
+    let model = first.model;
+    let units = model.pipeline_units();
+    let mut costs = Vec::with_capacity(stages.len());
+    for strategy in stages {
+        let table = tables::LayerTables::layers_and_kernels(strategy)?;
+        costs.push(
+            units
+                .iter()
+                .map(|unit| {
+                    unit.clone()
+                        .map(|layer| {
+                            table.kernels[layer].iter().flatten().map(|(d, _)| d.as_secs_f64()).sum::<f64>()
+                        })
+                        .sum::<f64>()
+                })
+                .collect::<Vec<f64>>(),
+        );
+    }
+    Ok(crate::pipeline::partition_per_part(&costs)
+        .into_iter()
+        .map(|group| units[group.start].start..units[group.end - 1].end)
+        .collect())
+}
+
 /// What the report needs of a lowering besides its graph.
 fn info(plan: &Plan<'_>, ranks: Vec<RankId>) -> Result<crate::LoweredInfo, StrategyError> {
     let stages = plan.stages()?;
