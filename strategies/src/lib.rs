@@ -1539,12 +1539,13 @@ impl Strategy<'_> {
     }
 
     /// The layer ranges of the pipeline stages (one chunk per stage) balanced to each stage's
-    /// device: `stages[s]` is the strategy as stage `s`'s slowest device runs it, and the
-    /// split makes the longest stage's kernel time, priced on its own device, as short as
-    /// possible (whole units: numbered blocks, the embedding with the first, the output layer
-    /// with the last). A cluster of mixed devices gives the slower stages fewer layers.
-    pub fn stage_layers_by_speed(stages: &[&Strategy<'_>]) -> Result<Vec<Range<usize>>, StrategyError> {
-        for strategy in stages {
+    /// devices: `stages[s]` holds the strategy as each device type of stage `s` runs it, and
+    /// the split makes the longest stage's kernel time, a unit priced on the stage's slowest
+    /// device for it, as short as possible (whole units: numbered blocks, the embedding with
+    /// the first, the output layer with the last). A cluster of mixed devices gives the slower
+    /// stages fewer layers.
+    pub fn stage_layers_by_speed(stages: &[Vec<&Strategy<'_>>]) -> Result<Vec<Range<usize>>, StrategyError> {
+        for strategy in stages.iter().flatten() {
             strategy.check()?;
         }
         emit::stage_layers_by_speed(stages)

@@ -113,13 +113,18 @@ impl NodeGroups {
             .collect()
     }
 
-    /// The cluster's devices as the report names them: `"8 x A100-SXM4-80GB + 8 x H100-SXM5-80GB"`.
+    /// The cluster's devices as the report names them: `"mixed (8 x A100-SXM4-80GB + 8 x
+    /// H100-SXM5-80GB)"`, or the one device's name when every group has it.
     pub fn describe(&self) -> String {
-        self.groups
+        if !self.is_mixed() {
+            return self.groups[0].device.display_name.clone();
+        }
+        let groups: Vec<String> = self
+            .groups
             .iter()
             .map(|group| format!("{} x {}", group.nodes * self.gpus_per_node, group.device.display_name))
-            .collect::<Vec<_>>()
-            .join(" + ")
+            .collect();
+        format!("mixed ({})", groups.join(" + "))
     }
 }
 
