@@ -389,7 +389,7 @@ pub fn partition_per_part(costs: &[Vec<f64>]) -> Vec<Range<usize>> {
     let parts = costs.len();
     let n = costs.first().map_or(0, Vec::len);
     if parts <= 1 || n < parts {
-        return if n == 0 { Vec::new() } else { vec![0..n] };
+        return if n == 0 { Vec::new() } else { std::iter::once(0..n).collect() };
     }
     let prefix: Vec<Vec<f64>> = costs
         .iter()

@@ -1137,10 +1137,10 @@ fn cluster_spec(
         }
     }
     let intra_node = match &cluster.intra_node {
-        None => IntraNode::NvSwitch(default_nvlink(&device)),
+        None => IntraNode::NvSwitch(default_nvlink(device)),
         Some(section) => {
             let default = match section.kind.as_str() {
-                "nvswitch" => default_nvlink(&device),
+                "nvswitch" => default_nvlink(device),
                 "pcie-switch" => LinkSpec::new(device.pcie_bandwidth, DEFAULT_LATENCY),
                 other => {
                     return Err(invalid(
