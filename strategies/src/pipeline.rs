@@ -436,10 +436,10 @@ mod tests {
 
     #[test]
     fn a_part_on_a_slower_device_gets_fewer_units() {
-        // Eight equal units; part 0 runs them at half the speed of part 1: 3 and 5 units
-        // (costs 6 and 5) beat 4 and 4 (8 and 4).
-        let costs = vec![vec![2.0; 8], vec![1.0; 8]];
-        assert_eq!(partition_per_part(&costs), vec![0..3, 3..8]);
+        // Eight equal units; part 0 runs them at a third of part 1's speed: 2 and 6 units
+        // (costs 6 and 6) beat 1 and 7 (3 and 7) and 3 and 5 (9 and 5), and 4 and 4 (12, 4).
+        let costs = vec![vec![3.0; 8], vec![1.0; 8]];
+        assert_eq!(partition_per_part(&costs), vec![0..2, 2..8]);
         // Equal speeds: the even split.
         assert_eq!(partition_per_part(&[vec![1.0; 8], vec![1.0; 8]]), vec![0..4, 4..8]);
         // Every part gets a unit, however slow.
