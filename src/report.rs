@@ -364,6 +364,22 @@ impl<'s> Report<'s> {
                 100.0 * s.hardware_flops_utilization
             );
         }
+        if !s.devices.is_empty() {
+            // Means over several device types: each type's own, from the same run.
+            let _ = writeln!(out, "              (mean peak of the cluster's {unit}s)");
+            for d in &s.devices {
+                let _ = writeln!(
+                    out,
+                    "  {:<26} {:>5} {unit}s  busy {:5.1}%  {:6.1} TFLOP/s achieved, MFU {:.1}% of {:.0} TFLOP/s",
+                    d.device,
+                    d.gpus,
+                    100.0 * d.busy,
+                    d.achieved_tflops_per_device,
+                    100.0 * d.mfu,
+                    d.peak_tflops_per_device
+                );
+            }
+        }
         let _ = writeln!(out, "compute model {}", m.compute_model);
         let _ = writeln!(out);
     }

@@ -8,6 +8,7 @@
 //!   the run (what `run`, `validate`, `sweep` and `plan` share);
 //! - [`sweep`]: parameter sweeps on every core (rayon), resumable and sharded;
 //! - [`plan`]: the strategy oracle, which searches the ways of splitting a model over a cluster;
+//! - [`mixed`]: node groups of different devices, lowered per device type and spliced;
 //! - [`collective_bench`]: one collective timed over a range of sizes, like nccl-tests;
 //! - [`csv_text`]: the one CSV writer and reader (the `csv` crate) of every CSV parasim writes.
 //!
@@ -22,6 +23,7 @@ pub mod csv_text;
 pub mod failures;
 pub mod faults;
 pub mod jobs;
+pub mod mixed;
 pub mod plan;
 pub mod simulation;
 mod streamed;

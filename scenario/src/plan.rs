@@ -137,6 +137,14 @@ pub enum PlanError {
         /// The cluster file.
         file: PathBuf,
     },
+    /// The cluster has node groups of different devices: the search's bounds price one device.
+    #[error(
+        "{file}: key `cluster.node-groups`: plan's bounds price every GPU as one device type, so node groups of different devices are not searched; plan each group's device alone, then run the chosen split on the node groups"
+    )]
+    NodeGroups {
+        /// The cluster file.
+        file: PathBuf,
+    },
     /// Neither the settings nor the cluster file name a model.
     #[error("no model: give --model NAME (`parasim models` lists the zoo) or a [workload] model in {file}")]
     NoModel {
@@ -250,6 +258,9 @@ impl Search {
     ) -> Result<Search, PlanError> {
         if !source.contains_key("cluster") {
             return Err(PlanError::NoCluster { file: file.to_path_buf() });
+        }
+        if crate::get_dotted(source, "cluster.node-groups").is_some() {
+            return Err(PlanError::NodeGroups { file: file.to_path_buf() });
         }
         let mut table = toml::Table::new();
         for key in ["cluster", "compute", "simulation"] {

@@ -97,6 +97,10 @@ pub struct Summary {
     /// time, time lost per cause, the best checkpoint interval. Omitted without `[failures]`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub goodput: Option<crate::failures::GoodputSummary>,
+    /// Per device type of a cluster of node groups (`[[cluster.node-groups]]`): busy share,
+    /// achieved and peak TFLOP/s of the noise-free iterations. Omitted without node groups.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<crate::mixed::DeviceUtilisation>,
 }
 
 /// The iteration-time distribution of a Monte Carlo run.
@@ -791,10 +795,9 @@ fn monte_carlo(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome, S
 
 fn simulate_once(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome, SimulationError> {
     let started = Instant::now();
-    let strategy = scenario.strategy();
     // The lowering checks the graph's size against the work budget before it builds anything,
     // so an over-budget job is refused before the topology is built too.
-    let lowered = strategy.lower().map_err(|error| match error {
+    let lowered = crate::mixed::lower(scenario).map_err(|error| match error {
         StrategyError::OverBudget(budget) => {
             SimulationError::OverBudget { scenario: scenario.source.clone(), budget }
         }
@@ -970,6 +973,21 @@ fn simulate_once(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome,
             start = iteration_ends.iter().map(|op| timeline.end[op.0 as usize]).max().unwrap_or(start);
         }
     }
+    let devices = match &scenario.node_groups {
+        Some(groups) => {
+            let simulated_ranks: Vec<RankId> =
+                (0..lowered.graph.ranks()).filter(|rank| simulated(*rank as usize)).map(RankId).collect();
+            crate::mixed::utilisation(
+                scenario,
+                groups,
+                &simulated_ranks,
+                &per_rank,
+                &lowered.stages,
+                previous_end.since_start(),
+            )?
+        }
+        None => Vec::new(),
+    };
     let measured = Measured {
         iteration_times,
         total: previous_end.since_start(),
@@ -993,7 +1011,8 @@ fn simulate_once(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome,
         stages: lowered.stages.clone(),
         offload: lowered.offload,
     };
-    let summary = summarize(scenario, &info, &topology, memory, warnings, measured)?;
+    let mut summary = summarize(scenario, &info, &topology, memory, warnings, measured)?;
+    summary.devices = devices;
     let rank_names = rank_names(scenario);
     Ok(Outcome {
         summary,
@@ -1031,6 +1050,9 @@ pub(crate) fn prepare(
     // A configuration that does not fit is an error, not a simulation: the most loaded stage.
     let memory =
         stages.iter().map(|stage| stage.memory).max_by_key(|memory| memory.total()).unwrap_or_default();
+    if let Some(groups) = &scenario.node_groups {
+        crate::mixed::check_memory(scenario, groups, stages, &context)?;
+    }
     memory.check(&scenario.device).map_err(|source| {
         let hint = match &source {
             MemoryError::DoesNotFit { .. } => ways_out(scenario, &memory),
@@ -1144,7 +1166,10 @@ pub(crate) fn summarize(
     let model_flops = flops_per_mac * scenario.model.macs_per_sample() * scenario.global_batch as f64;
     let hardware_flops = info.flops_per_rank_iteration + info.recompute_flops_per_rank_iteration;
     let p = &scenario.parallelism;
-    let peak = scenario.device.peak(scenario.precision)?.per_second();
+    let peak = match &scenario.node_groups {
+        Some(groups) => crate::mixed::mean_peak(scenario, groups)?,
+        None => scenario.device.peak(scenario.precision)?.per_second(),
+    };
     let achieved = info.flops_per_rank_iteration / seconds;
     // A node of one device has no link inside it to describe.
     let intra = if scenario.cluster.gpus_per_node == 1 {
@@ -1177,7 +1202,10 @@ pub(crate) fn summarize(
             gpus,
             nodes: scenario.cluster.nodes,
             gpus_per_node: scenario.cluster.gpus_per_node,
-            device: scenario.device.display_name.clone(),
+            device: match &scenario.node_groups {
+                Some(groups) => groups.describe(),
+                None => scenario.device.display_name.clone(),
+            },
             device_kind: scenario.device.kind,
             intra_node: intra,
             network,
@@ -1308,6 +1336,7 @@ pub(crate) fn summarize(
         distribution: None,
         warnings,
         goodput,
+        devices: Vec::new(),
     };
     Ok(summary)
 }

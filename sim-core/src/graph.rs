@@ -412,6 +412,17 @@ pub enum GraphError {
         "a graph with folded symmetric ranks cannot be placed on other ranks: lower it with every rank simulated"
     )]
     Folded,
+    /// Two graphs meant to differ only in compute durations differ elsewhere
+    /// ([`ExecGraph::take_compute_times`]).
+    #[error("{op} ({label:?}): {reason}")]
+    Mismatch {
+        /// The first op that differs.
+        op: OpId,
+        /// Its label.
+        label: String,
+        /// What differs.
+        reason: String,
+    },
     /// The graph can never finish: the listed ops wait on each other.
     #[error("dependency cycle (deadlock): {cycle}")]
     Cycle {
@@ -1292,6 +1303,67 @@ impl ExecGraph {
     pub fn describe(&self, op: OpId) -> String {
         let o = self.op(op);
         format!("{op} {:?} ({}, stream {})", self.label(o.label), o.rank, o.stream.0)
+    }
+
+    /// Takes the compute durations (and slowdowns beside communication) of `other`'s ops on
+    /// the ranks `take` selects: for a graph lowered once per kind of processor with the same
+    /// ops, dependencies and collectives (a cluster of mixed devices), each rank then runs
+    /// its own processor's kernel times. Refused, naming the first op that differs, when the
+    /// two graphs differ in anything but compute durations.
+    pub fn take_compute_times(
+        &mut self,
+        other: &ExecGraph,
+        take: &dyn Fn(RankId) -> bool,
+    ) -> Result<(), GraphError> {
+        let differ = |op: usize, reason: &str| GraphError::Mismatch {
+            op: OpId(op as u32),
+            label: self
+                .labels
+                .get(self.ops.get(op).map_or(0, |o| o.label.0 as usize))
+                .cloned()
+                .unwrap_or_default(),
+            reason: reason.to_string(),
+        };
+        if self.ranks != other.ranks || self.ops.len() != other.ops.len() {
+            return Err(differ(
+                self.ops.len().min(other.ops.len()),
+                "the graphs differ in ranks or op count",
+            ));
+        }
+        if self.deps != other.deps
+            || self.dep_offsets != other.dep_offsets
+            || self.collectives != other.collectives
+        {
+            return Err(differ(0, "the graphs differ in dependencies or collectives"));
+        }
+        let slowed = !other.beside_communication.is_empty();
+        if slowed && self.beside_communication.is_empty() {
+            self.beside_communication = vec![SimDuration::ZERO; self.ops.len()];
+        }
+        for (index, (mine, theirs)) in self.ops.iter_mut().zip(&other.ops).enumerate() {
+            let same_shape = mine.rank == theirs.rank
+                && mine.stream == theirs.stream
+                && mine.meta == theirs.meta
+                && std::mem::discriminant(&mine.kind) == std::mem::discriminant(&theirs.kind);
+            let same_work = matches!(mine.kind, OpKind::Compute { .. }) || mine.kind == theirs.kind;
+            if !same_shape || !same_work {
+                let label = self.labels.get(mine.label.0 as usize).cloned().unwrap_or_default();
+                return Err(GraphError::Mismatch {
+                    op: OpId(index as u32),
+                    label,
+                    reason: "the op differs between the graphs (rank, stream, kind or size)".into(),
+                });
+            }
+            if let OpKind::Compute { duration } = theirs.kind
+                && take(mine.rank)
+            {
+                mine.kind = OpKind::Compute { duration };
+                if let Some(slot) = self.beside_communication.get_mut(index) {
+                    *slot = other.beside_communication.get(index).copied().unwrap_or(SimDuration::ZERO);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The previous op on the same (rank, stream), if any.

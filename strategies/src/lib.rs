@@ -838,6 +838,11 @@ pub struct Strategy<'a> {
     pub optimizer_passes: workloads::optimizer::OptimizerPasses,
     /// How micro-batches' weight gradients add up (`compute.gradient-accumulation`).
     pub gradient_accumulation: workloads::optimizer::GradientAccumulation,
+    /// The layer ranges of the pipeline chunks, if the caller sets them (one per chunk):
+    /// a cluster of mixed devices lowers once per device with one split for all, balanced
+    /// to the stages' devices ([`Strategy::stage_layers_by_speed`]). `None`: the split by
+    /// compute on this strategy's device (or the uneven first and last stage).
+    pub chunk_layers: Option<&'a [std::ops::Range<usize>]>,
 }
 
 /// One gradient bucket: which layers' gradients it carries and how many bytes.
@@ -860,6 +865,8 @@ pub struct StageSummary {
     pub blocks: usize,
     /// Parameters one of its GPUs holds (after tensor and expert splitting, before ZeRO).
     pub parameters: u64,
+    /// FLOPs one of its GPUs runs per iteration, recomputation not included.
+    pub flops: f64,
     /// What one of its GPUs holds at its peak.
     pub memory: MemoryBreakdown,
     /// Micro-batches whose activations it holds at its peak (in chunk units: a full stage).
@@ -1522,6 +1529,26 @@ impl Strategy<'_> {
             sharding: self.parallelism.sharding(),
             communication_buffers: buffers,
         }
+    }
+
+    /// The layer ranges of the pipeline chunks as [`Strategy::lower`] splits them (one
+    /// range without a pipeline).
+    pub fn chunk_layer_ranges(&self) -> Result<Vec<Range<usize>>, StrategyError> {
+        self.check()?;
+        emit::chunk_layers(self)
+    }
+
+    /// The layer ranges of the pipeline stages (one chunk per stage) balanced to each stage's
+    /// devices: `stages[s]` holds the strategy as each device type of stage `s` runs it, and
+    /// the split makes the longest stage's kernel time, a unit priced on the stage's slowest
+    /// device for it, as short as possible (whole units: numbered blocks, the embedding with
+    /// the first, the output layer with the last). A cluster of mixed devices gives the slower
+    /// stages fewer layers.
+    pub fn stage_layers_by_speed(stages: &[Vec<&Strategy<'_>>]) -> Result<Vec<Range<usize>>, StrategyError> {
+        for strategy in stages.iter().flatten() {
+            strategy.check()?;
+        }
+        emit::stage_layers_by_speed(stages)
     }
 
     /// Builds the execution graph (and the per-stage memory).

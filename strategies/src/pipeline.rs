@@ -381,9 +381,70 @@ pub fn partition(costs: &[f64], parts: usize) -> Vec<Range<usize>> {
     groups
 }
 
+/// Splits units into `costs.len()` contiguous groups where group `k` costs `costs[k][u]` for
+/// unit `u` (each part priced on its own device): the split whose most expensive group is as
+/// cheap as possible; of equal splits, the first found with the shortest groups first. Every
+/// `costs[k]` has one entry per unit, and there are at least as many units as parts.
+pub fn partition_per_part(costs: &[Vec<f64>]) -> Vec<Range<usize>> {
+    let parts = costs.len();
+    let n = costs.first().map_or(0, Vec::len);
+    if parts <= 1 || n < parts {
+        return if n == 0 { Vec::new() } else { std::iter::once(0..n).collect() };
+    }
+    let prefix: Vec<Vec<f64>> = costs
+        .iter()
+        .map(|part| {
+            std::iter::once(0.0)
+                .chain(part.iter().scan(0.0, |sum, c| {
+                    *sum += c;
+                    Some(*sum)
+                }))
+                .collect()
+        })
+        .collect();
+    let cost = |k: usize, a: usize, b: usize| prefix[k][b] - prefix[k][a];
+    // best[k][i]: the smallest maximum over splits of units i.. into parts k..; choice[k][i]
+    // the end of part k's group in it.
+    let mut best = vec![vec![f64::INFINITY; n + 1]; parts + 1];
+    let mut choice = vec![vec![n; n + 1]; parts + 1];
+    best[parts][n] = 0.0;
+    for k in (0..parts).rev() {
+        let left = parts - 1 - k;
+        for i in 0..n {
+            for j in i + 1..=n.saturating_sub(left) {
+                let value = cost(k, i, j).max(best[k + 1][j]);
+                if value < best[k][i] {
+                    best[k][i] = value;
+                    choice[k][i] = j;
+                }
+            }
+        }
+    }
+    let mut groups = Vec::with_capacity(parts);
+    let mut start = 0;
+    for row in choice.iter().take(parts) {
+        let end = row[start];
+        groups.push(start..end);
+        start = end;
+    }
+    groups
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_part_on_a_slower_device_gets_fewer_units() {
+        // Eight equal units; part 0 runs them at a third of part 1's speed: 2 and 6 units
+        // (costs 6 and 6) beat 1 and 7 (3 and 7) and 3 and 5 (9 and 5), and 4 and 4 (12, 4).
+        let costs = vec![vec![3.0; 8], vec![1.0; 8]];
+        assert_eq!(partition_per_part(&costs), vec![0..2, 2..8]);
+        // Equal speeds: the even split.
+        assert_eq!(partition_per_part(&[vec![1.0; 8], vec![1.0; 8]]), vec![0..4, 4..8]);
+        // Every part gets a unit, however slow.
+        assert_eq!(partition_per_part(&[vec![100.0; 3], vec![1.0; 3], vec![1.0; 3]]), vec![0..1, 1..2, 2..3]);
+    }
 
     fn counts(actions: &[Action]) -> (usize, usize) {
         let forwards = actions.iter().filter(|a| a.is_forward()).count();

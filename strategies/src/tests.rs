@@ -87,6 +87,7 @@ pub(super) fn strategy<'a>(
         fold_symmetric_ranks: false,
         input: None,
         layer_tables: None,
+        chunk_layers: None,
         fusion: workloads::fusion::Fusion::None,
         batch_norm_group: workloads::groupbn::BatchNormGroup::NONE,
         optimizer_passes: workloads::optimizer::OptimizerPasses::Fused,

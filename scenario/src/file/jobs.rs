@@ -8,6 +8,7 @@
 //! (`jobs[1].workload.model`). `[faults]` belong to the fabric, not to any job.
 //! [`crate::jobs::simulate`] runs them together.
 
+use super::overrides::get_dotted;
 use std::path::Path;
 
 use rand::SeedableRng;
@@ -221,6 +222,12 @@ impl JobsScenario {
             if table.contains_key(key) {
                 return Err(invalid(key, message.into()));
             }
+        }
+        if get_dotted(table, "cluster.node-groups").is_some() {
+            return Err(invalid(
+                "cluster.node-groups",
+                "node groups of different devices are not combined with [[jobs]] yet (each job is validated as a scenario on its own nodes): run each job alone on its node groups".into(),
+            ));
         }
         let placement_spec: PlacementSpec = match table.get("placement") {
             None => PlacementSpec::default(),

@@ -28,6 +28,7 @@ pub mod framework;
 pub mod host;
 mod jobs;
 mod network;
+pub mod node_groups;
 mod overrides;
 pub mod variability;
 
@@ -173,7 +174,11 @@ struct ClusterSection {
     nodes: u32,
     #[serde(default = "eight")]
     gpus_per_node: u32,
-    device: String,
+    /// Required unless `node-groups` name the devices.
+    device: Option<String>,
+    /// `[[cluster.node-groups]]`: servers of different devices in one cluster.
+    #[serde(default)]
+    node_groups: Vec<node_groups::NodeGroupSection>,
     /// `cluster.host`: its measured dispatch cost is written into `[compute]` before the
     /// table is read ([`host::apply`]); kept here so the format accepts the key.
     #[serde(rename = "host")]
@@ -344,6 +349,8 @@ struct ParallelismSection {
     microbatch_group_size: Option<u32>,
     first_stage_layers: Option<u32>,
     last_stage_layers: Option<u32>,
+    /// `parallelism.stage-placement` ([`node_groups::StagePlacement`]).
+    stage_placement: Option<String>,
     context: u32,
     expert: u32,
     expert_tensor: Option<u32>,
@@ -393,6 +400,7 @@ impl Default for ParallelismSection {
             microbatch_group_size: None,
             first_stage_layers: None,
             last_stage_layers: None,
+            stage_placement: None,
             context: 1,
             expert: 1,
             expert_tensor: None,
@@ -537,6 +545,9 @@ pub struct Scenario {
     pub failures: Option<crate::failures::Failures>,
     /// Links degraded or down (`[faults]`), if any.
     pub faults: Option<crate::faults::Faults>,
+    /// Node groups of different devices (`[[cluster.node-groups]]`), if given: each rank
+    /// runs its own group's device, and [`Scenario::device`] is the first group's.
+    pub node_groups: Option<Arc<node_groups::NodeGroups>>,
 }
 
 impl Scenario {
@@ -560,6 +571,7 @@ impl Scenario {
             fold_symmetric_ranks: self.fold_symmetric_ranks,
             input: self.input.as_ref(),
             layer_tables: None,
+            chunk_layers: None,
             fusion: self.fusion,
             batch_norm_group: self.batch_norm_group,
             optimizer_passes: self.optimizer_passes,
@@ -1000,10 +1012,86 @@ fn validate_cluster(cluster: &ClusterSection, file: &Path) -> Result<(ClusterSpe
             return Err(invalid(key, "must be at least 1, got 0".into()));
         }
     }
-    let mut device = DeviceCatalog::builtin()
-        .get(&cluster.device)
-        .map_err(|error| invalid("cluster.device", error.to_string()))?
-        .clone();
+    let devices = cluster_devices(cluster, file)?;
+    let device = devices[0].clone();
+    // The links the groups share default to the slowest group's.
+    let link_device = node_groups::link_device(&devices).unwrap_or_else(|| device.clone());
+    let spec = cluster_spec(cluster, &link_device, file)?;
+    Ok((spec, device))
+}
+
+/// The device of each node group (`[[cluster.node-groups]]`), or `cluster.device` alone, with
+/// the what-if scales applied; errors name the key.
+fn cluster_devices(cluster: &ClusterSection, file: &Path) -> Result<Vec<Device>, ScenarioError> {
+    let invalid = |key: &str, message: String| invalid(file, key, message);
+    let names: Vec<(String, &str)> = match (&cluster.device, cluster.node_groups.is_empty()) {
+        (Some(device), true) => vec![("cluster.device".into(), device.as_str())],
+        (None, true) => {
+            return Err(invalid(
+                "cluster.device",
+                "is missing: name the GPUs' device from the catalog (data/devices.toml), or give \
+                 [[cluster.node-groups]] with a device each"
+                    .into(),
+            ));
+        }
+        (Some(_), false) => {
+            return Err(invalid(
+                "cluster.device",
+                "is given together with [[cluster.node-groups]]: give the device of every group \
+                 (node-groups' `device`) and remove cluster.device"
+                    .into(),
+            ));
+        }
+        (None, false) => cluster
+            .node_groups
+            .iter()
+            .enumerate()
+            .map(|(index, group)| (format!("cluster.node-groups[{index}].device"), group.device.as_str()))
+            .collect(),
+    };
+    if !cluster.node_groups.is_empty() {
+        let mut total = 0u64;
+        for (index, group) in cluster.node_groups.iter().enumerate() {
+            if group.nodes == 0 {
+                return Err(invalid(
+                    &format!("cluster.node-groups[{index}].nodes"),
+                    "must be at least 1, got 0".into(),
+                ));
+            }
+            total += u64::from(group.nodes);
+        }
+        if total != u64::from(cluster.nodes) {
+            return Err(invalid(
+                "cluster.node-groups",
+                format!(
+                    "hold {total} nodes ({}), but cluster.nodes is {}: the groups' nodes must add up to cluster.nodes",
+                    cluster.node_groups.iter().map(|g| g.nodes.to_string()).collect::<Vec<_>>().join(" + "),
+                    cluster.nodes
+                ),
+            ));
+        }
+    }
+    let devices = names
+        .iter()
+        .map(|(key, name)| scaled_device(cluster, key, name, file))
+        .collect::<Result<Vec<Device>, ScenarioError>>()?;
+    node_groups::check_alike(&devices)
+        .map_err(|(index, message)| invalid(&format!("cluster.node-groups[{index}].device"), message))?;
+    Ok(devices)
+}
+
+/// Catalog device `name` (given at `key`) with `cluster.flops-scale` and
+/// `cluster.memory-bandwidth-scale` applied.
+fn scaled_device(
+    cluster: &ClusterSection,
+    key: &str,
+    name: &str,
+    file: &Path,
+) -> Result<Device, ScenarioError> {
+    let device_key = key;
+    let invalid = |key: &str, message: String| invalid(file, key, message);
+    let mut device =
+        DeviceCatalog::builtin().get(name).map_err(|error| invalid(device_key, error.to_string()))?.clone();
     // What-if knobs: the device with faster or slower matrix units or memory.
     for (key, scale) in [
         ("cluster.flops-scale", cluster.flops_scale),
@@ -1030,7 +1118,16 @@ fn validate_cluster(cluster: &ClusterSection, file: &Path) -> Result<(ClusterSpe
         }
         device.display_name = format!("{} ({key} {scale})", device.display_name);
     }
+    Ok(device)
+}
 
+/// The cluster's shape and links, their defaults from `device`, built once to check it.
+fn cluster_spec(
+    cluster: &ClusterSection,
+    device: &Device,
+    file: &Path,
+) -> Result<ClusterSpec, ScenarioError> {
+    let invalid = |key: &str, message: String| invalid(file, key, message);
     for (key, latency) in [
         ("cluster.intra-node.latency", cluster.intra_node.as_ref().and_then(|section| section.latency)),
         ("cluster.host-link.latency", cluster.host_link.as_ref().and_then(|section| section.latency)),
@@ -1040,10 +1137,10 @@ fn validate_cluster(cluster: &ClusterSection, file: &Path) -> Result<(ClusterSpe
         }
     }
     let intra_node = match &cluster.intra_node {
-        None => IntraNode::NvSwitch(default_nvlink(&device)),
+        None => IntraNode::NvSwitch(default_nvlink(device)),
         Some(section) => {
             let default = match section.kind.as_str() {
-                "nvswitch" => default_nvlink(&device),
+                "nvswitch" => default_nvlink(device),
                 "pcie-switch" => LinkSpec::new(device.pcie_bandwidth, DEFAULT_LATENCY),
                 other => {
                     return Err(invalid(
@@ -1105,7 +1202,7 @@ fn validate_cluster(cluster: &ClusterSection, file: &Path) -> Result<(ClusterSpe
         };
         invalid(&key, error.to_string())
     })?;
-    Ok((spec, device))
+    Ok(spec)
 }
 
 fn validate(
@@ -1278,7 +1375,35 @@ fn validate(
     if gradient_accumulation != GradientAccumulation::InKernel {
         compute_source.push_str(&format!(", gradient accumulation {gradient_accumulation}"));
     }
-    let device_copy = compute.device_copy(&device);
+    let mut device_copy = compute.device_copy(&device);
+    let mut generation = generation;
+    let node_groups = node_groups_of(
+        &spec,
+        NodeGroupContext {
+            first: (&device, &compute),
+            precision,
+            gpus_per_node: cluster_spec.gpus_per_node,
+            monte_carlo,
+        },
+        &parallelism,
+        file,
+        cache,
+    )?;
+    if let Some(groups) = &node_groups {
+        // What the groups share is the least capable group's: the oldest NCCL generation,
+        // the slowest device-side copies.
+        for group in &groups.groups {
+            let theirs = GpuGeneration::of_device(&group.device.name);
+            if theirs.index() < generation.index() {
+                generation = theirs;
+            }
+            let copy = group.compute.device_copy(&group.device);
+            device_copy = match (device_copy, copy) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+    }
     let batch_norm_group =
         batch_norm_group(spec.parallelism.batch_norm_group, &cluster_spec, &model, &parallelism, &invalid)?;
 
@@ -1292,6 +1417,14 @@ fn validate(
     };
     // Faults break the symmetry of ranks: every rank is simulated unless the scenario says.
     let fold_default = !parallelism.is_data_parallel() && faults.as_ref().is_none_or(|f| f.links.is_empty());
+    // Ranks on different devices are not symmetric: every rank is simulated.
+    let mixed = node_groups.as_ref().is_some_and(|groups| groups.is_mixed());
+    if mixed && spec.simulation.fold_symmetric_ranks == Some(true) {
+        return Err(invalid(
+            "simulation.fold-symmetric-ranks",
+            "is true, but [[cluster.node-groups]] mix devices: ranks on different devices do not do the same work at the same times, so every rank is simulated (remove the key)".into(),
+        ));
+    }
     let scenario = Scenario {
         source: file.display().to_string(),
         cluster: cluster_spec,
@@ -1307,7 +1440,9 @@ fn validate(
         recompute,
         passes,
         // Under variability every rank draws its own times: no two are symmetric.
-        fold_symmetric_ranks: !monte_carlo && spec.simulation.fold_symmetric_ranks.unwrap_or(fold_default),
+        fold_symmetric_ranks: !monte_carlo
+            && !mixed
+            && spec.simulation.fold_symmetric_ranks.unwrap_or(fold_default),
         parallelism,
         network: NetworkSettings {
             work_budget: spec.simulation.work_budget,
@@ -1333,12 +1468,113 @@ fn validate(
         host,
         failures,
         faults,
+        node_groups,
     };
     scenario.strategy().check().map_err(|error| match error {
         strategies::StrategyError::Invalid { key, message } => invalid(key, message),
         other => invalid("parallelism", other.to_string()),
     })?;
     Ok(scenario)
+}
+
+/// What [`node_groups_of`] takes from the scenario validated so far.
+struct NodeGroupContext<'a> {
+    /// The first group's device and compute model (the scenario's own).
+    first: (&'a Arc<Device>, &'a Arc<ComputeModel>),
+    /// The compute dtype.
+    precision: Dtype,
+    /// GPUs per server.
+    gpus_per_node: u32,
+    /// Whether `[variability]` makes the iterations Monte Carlo ones (re-timed, not streamed).
+    monte_carlo: bool,
+}
+
+/// `[[cluster.node-groups]]` validated with their compute models and
+/// `parallelism.stage-placement`; `None` without node groups. Refuses, by key, what a
+/// cluster of mixed devices cannot take.
+fn node_groups_of(
+    spec: &ScenarioSpec,
+    context: NodeGroupContext<'_>,
+    parallelism: &Parallelism,
+    file: &Path,
+    cache: &ValidationCache,
+) -> Result<Option<Arc<node_groups::NodeGroups>>, ScenarioError> {
+    let invalid = |key: &str, message: String| invalid(file, key, message);
+    let placement: node_groups::StagePlacement = match &spec.parallelism.stage_placement {
+        Some(text) => text.parse().map_err(|message| invalid("parallelism.stage-placement", message))?,
+        None => node_groups::StagePlacement::InOrder,
+    };
+    let cluster = &spec.cluster;
+    if cluster.node_groups.is_empty() {
+        if placement == node_groups::StagePlacement::BySpeed {
+            return Err(invalid(
+                "parallelism.stage-placement",
+                "is \"by-speed\", but the cluster has one device type: give [[cluster.node-groups]] with their devices, or remove the key".into(),
+            ));
+        }
+        return Ok(None);
+    }
+    let refuse = |key: &str, why: &str| {
+        Err(invalid(key, format!("is set, but [[cluster.node-groups]] are given: {why}")))
+    };
+    if spec.compute.profile.is_some() {
+        return refuse(
+            "compute.profile",
+            "a calibrated profile describes one device type, and node groups mix them (remove the profile; [compute] keys apply to every group)",
+        );
+    }
+    if cluster._host.is_some() {
+        return refuse("cluster.host", "a host is measured with one device's servers (remove the key)");
+    }
+    if spec.simulation.iterations > strategies::MAX_ITERATIONS && !context.monte_carlo {
+        return Err(invalid(
+            "simulation.iterations",
+            format!(
+                "is {}; with [[cluster.node-groups]] at most {} iterations are simulated (a longer run is streamed, one device's graph at a time, which node groups do not do)",
+                spec.simulation.iterations,
+                strategies::MAX_ITERATIONS
+            ),
+        ));
+    }
+    if placement == node_groups::StagePlacement::BySpeed {
+        let why = if parallelism.pipeline < 2 {
+            Some("there is no pipeline (parallelism.pipeline = 1)")
+        } else if parallelism.virtual_stages > 1 {
+            Some(
+                "by-speed balances one chunk per stage; interleaved stages (virtual-stages > 1) are not balanced",
+            )
+        } else if parallelism.first_stage_layers.is_some() || parallelism.last_stage_layers.is_some() {
+            Some("first-stage-layers or last-stage-layers already set the split")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(invalid("parallelism.stage-placement", format!("is \"by-speed\", but {why}")));
+        }
+    }
+    let devices = cluster_devices(cluster, file)?;
+    let mut groups = Vec::with_capacity(devices.len());
+    let mut first_node = 0;
+    for (index, (section, device)) in cluster.node_groups.iter().zip(devices).enumerate() {
+        let key = format!("cluster.node-groups[{index}].device");
+        let (device, compute) = if index == 0 {
+            (Arc::clone(context.first.0), Arc::clone(context.first.1))
+        } else {
+            device.peak(context.precision).map_err(|error| {
+                invalid(&key, format!("{} cannot run workload.precision: {error}", device.name))
+            })?;
+            let device = Arc::new(device);
+            let (compute, _) = cache.compute(&spec.compute, &device, context.precision, file)?;
+            (device, compute)
+        };
+        groups.push(node_groups::NodeGroup { first_node, nodes: section.nodes, device, compute });
+        first_node += section.nodes;
+    }
+    Ok(Some(Arc::new(node_groups::NodeGroups {
+        groups,
+        gpus_per_node: context.gpus_per_node,
+        stage_placement: placement,
+    })))
 }
 
 /// `parallelism.batch-norm-group`: how many GPUs of a server share each batch norm's

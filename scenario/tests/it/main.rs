@@ -8,6 +8,7 @@ mod filter_keys;
 mod fuzz;
 mod input;
 mod jobs;
+mod mixed;
 mod overrides;
 mod single_gpu;
 mod variability;

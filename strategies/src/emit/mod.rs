@@ -209,6 +209,44 @@ pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
     })
 }
 
+/// The layer ranges of `strategy`'s pipeline chunks, as its lowering splits them.
+pub(super) fn chunk_layers(strategy: &Strategy<'_>) -> Result<Vec<std::ops::Range<usize>>, StrategyError> {
+    Ok(Plan::new(strategy)?.chunk_layers)
+}
+
+/// The layer ranges of the pipeline stages, whole units each, balanced so that the slowest
+/// stage's kernel time is as short as possible, each stage priced on its own devices: a unit
+/// on stage `s` costs the most it costs on any of `stages[s]`'s strategies (the stage's
+/// ranks wait for each other).
+pub(super) fn stage_layers_by_speed(
+    stages: &[Vec<&Strategy<'_>>],
+) -> Result<Vec<std::ops::Range<usize>>, StrategyError> {
+    let Some(first) = stages.iter().flatten().next() else { return Ok(Vec::new()) };
+    let model = first.model;
+    let units = model.pipeline_units();
+    let mut costs = Vec::with_capacity(stages.len());
+    for stage in stages {
+        let mut stage_costs = vec![0.0f64; units.len()];
+        for strategy in stage {
+            let table = tables::LayerTables::layers_and_kernels(strategy)?;
+            for (cost, unit) in stage_costs.iter_mut().zip(units.iter()) {
+                let time: f64 = unit
+                    .clone()
+                    .map(|layer| {
+                        table.kernels[layer].iter().flatten().map(|(d, _)| d.as_secs_f64()).sum::<f64>()
+                    })
+                    .sum();
+                *cost = cost.max(time);
+            }
+        }
+        costs.push(stage_costs);
+    }
+    Ok(crate::pipeline::partition_per_part(&costs)
+        .into_iter()
+        .map(|group| units[group.start].start..units[group.end - 1].end)
+        .collect())
+}
+
 /// What the report needs of a lowering besides its graph.
 fn info(plan: &Plan<'_>, ranks: Vec<RankId>) -> Result<crate::LoweredInfo, StrategyError> {
     let stages = plan.stages()?;

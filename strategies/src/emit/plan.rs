@@ -113,21 +113,25 @@ impl<'s> Plan<'s> {
         )
         .ok()
         .flatten();
-        let chunk_layers = match uneven {
-            // `--decoder-first/last-pipeline-num-layers`: the counts set, the rest even.
-            Some(sizes) => {
-                let units = model.pipeline_units();
-                let mut start = 0;
-                sizes
-                    .iter()
-                    .map(|&size| {
-                        let range = units[start].start..units[start + size - 1].end;
-                        start += size;
-                        range
-                    })
-                    .collect()
-            }
-            None => table.partition(model, p.chunks() as usize),
+        let chunk_layers = match (strategy.chunk_layers, uneven) {
+            // Set by the caller (a cluster of mixed devices: every device's lowering the same).
+            (Some(ranges), _) if ranges.len() == p.chunks() as usize => ranges.to_vec(),
+            (_, uneven) => match uneven {
+                // `--decoder-first/last-pipeline-num-layers`: the counts set, the rest even.
+                Some(sizes) => {
+                    let units = model.pipeline_units();
+                    let mut start = 0;
+                    sizes
+                        .iter()
+                        .map(|&size| {
+                            let range = units[start].start..units[start + size - 1].end;
+                            start += size;
+                            range
+                        })
+                        .collect()
+                }
+                None => table.partition(model, p.chunks() as usize),
+            },
         };
 
         let mut recompute_before: Vec<Option<Range<usize>>> = vec![None; local.len()];
@@ -439,6 +443,7 @@ impl<'s> Plan<'s> {
                     .len(),
                 layers: ranges,
                 parameters,
+                flops: self.stage_flops(stage).0,
                 memory,
                 peak_micro_batches_in_flight: if per_micro == 0 {
                     0.0

@@ -48,6 +48,7 @@ fn building_and_lowering_the_largest_models_takes_milliseconds() {
             fold_symmetric_ranks: false,
             input: None,
             layer_tables: None,
+            chunk_layers: None,
             fusion: workloads::fusion::Fusion::None,
             batch_norm_group: workloads::groupbn::BatchNormGroup::NONE,
             optimizer_passes: workloads::OptimizerPasses::Fused,
