@@ -376,7 +376,8 @@ pub fn run_links(
     outcome: &scenario::simulation::Outcome,
 ) -> anyhow::Result<Option<Vec<LinkLoad>>> {
     let Some(bytes) = &outcome.link_bytes else { return Ok(None) };
-    let topology = Topology::build(&scenario.cluster).context("building the cluster topology")?;
+    // The fabric as run: a degraded link's utilisation is over the capacity it had.
+    let topology = scenario::simulation::topology(scenario)?;
     Ok(Some(scenario::links::busiest(
         &topology,
         bytes,

@@ -699,7 +699,7 @@ pub fn link_series(
     outcome: &Outcome,
     links: &[topology::LinkId],
 ) -> Result<Option<Vec<sim_core::flow::LinkSeries>>, SimulationError> {
-    let topology = fabric(&scenario.cluster, scenario.faults.as_ref(), &scenario.source)?;
+    let topology = topology(scenario)?;
     let exec_error =
         |source| SimulationError::Exec { scenario: scenario.source.clone(), source: Box::new(source) };
     let (timeline, series) =
@@ -1364,6 +1364,13 @@ pub(crate) fn rank_names(scenario: &Scenario) -> Vec<String> {
 /// The cluster's fabric with the scenario's `[faults]` applied (degraded or failed links):
 /// what a run of one job, or of several sharing it, simulates on. A fault naming a link the
 /// fabric does not have is an error at its key, in `source`.
+/// The fabric `scenario` runs on: its cluster's topology with `[faults]` applied (a degraded
+/// link at its reduced capacity), as every run builds it; what a report of its links' loads
+/// divides by.
+pub fn topology(scenario: &Scenario) -> Result<Topology, SimulationError> {
+    fabric(&scenario.cluster, scenario.faults.as_ref(), &scenario.source)
+}
+
 pub(crate) fn fabric(
     cluster: &topology::ClusterSpec,
     faults: Option<&crate::faults::Faults>,

@@ -233,3 +233,21 @@ fn run_trace_draws_the_busiest_links_utilisation_as_counter_tracks_and_changes_n
         );
     }
 }
+
+#[test]
+fn a_degraded_link_is_reported_at_the_capacity_it_ran_at() {
+    let faults = "iterations = 1\n\n[faults]\nlinks = [{ link = \"gpu 8 (node 1.0) -> switch\", bandwidth-factor = 0.5 }]";
+    let path = scenario_file("degraded.toml", &crate::quickstart_with("iterations = 1", faults));
+    let output = parasim(&["run", path.to_str().unwrap(), "--set", "simulation.fidelity=flow", "--json"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    // The NIC cable at half its 25 GB/s (both directions) carries what its healthy neighbours
+    // carry, so it is the busiest, at twice their utilisation.
+    let links = json["busiest_links"].as_array().unwrap();
+    assert_eq!(links[0]["name"], "gpu 8 (node 1.0) -> switch");
+    assert_eq!(links[1]["name"], "switch -> gpu 8 (node 1.0)");
+    assert_eq!(links[0]["capacity_bytes_per_s"].as_f64(), Some(12.5e9));
+    assert_eq!(links[2]["capacity_bytes_per_s"].as_f64(), Some(25e9));
+    let ratio = links[0]["utilisation"].as_f64().unwrap() / links[2]["utilisation"].as_f64().unwrap();
+    assert!((ratio - 2.0).abs() < 0.01, "{ratio}: {links:?}");
+}
