@@ -301,7 +301,7 @@ pub fn json(
 }
 
 /// The process's peak resident set size in bytes (Linux: `VmHWM` in /proc/self/status).
-fn peak_resident_memory() -> Option<u64> {
+pub(crate) fn peak_resident_memory() -> Option<u64> {
     let status = fs_err::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kilobytes: u64 = line.split_whitespace().nth(1)?.parse().ok()?;

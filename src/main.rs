@@ -546,8 +546,9 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
             for warning in &outcome.summary.warnings {
                 stderr!("warning: {}: {warning}", scenario.source);
             }
+            let links = traffic_cmd::run_links(&scenario, &outcome)?;
             if let Some(path) = &trace {
-                trace_cmd::export_run(&outcome, path)?;
+                trace_cmd::export_run(&scenario, &outcome, links.as_deref(), path)?;
             }
             if csv.is_some() || buckets_csv.is_some() {
                 layers_csv::write(&scenario, csv.as_deref(), buckets_csv.as_deref())?;
@@ -573,7 +574,6 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                 }
                 traces::atomic::write(path, text.into_bytes()).context("writing the goodput CSV")?;
             }
-            let links = traffic_cmd::run_links(&scenario, &outcome)?;
             if json {
                 // Serialized first: serde_json would hide a broken pipe inside its own error.
                 let mut text = serde_json::to_vec_pretty(&traffic_cmd::RunJson {

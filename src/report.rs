@@ -717,10 +717,10 @@ pub fn jobs_human(outcome: &scenario::jobs::JobsOutcome) -> String {
             let _ = writeln!(
                 out,
                 "  {:>5.1}%  {:>11}  {:<11}  {}  ({})",
-                100.0 * link.utilisation,
-                sim_core::units::Bytes(link.bytes.round() as u64).to_string(),
-                link.kind,
-                link.name,
+                100.0 * link.link.utilisation,
+                sim_core::units::Bytes(link.link.bytes.round() as u64).to_string(),
+                link.link.kind,
+                link.link.name,
                 link.jobs.join(", ")
             );
         }

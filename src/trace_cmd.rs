@@ -400,8 +400,37 @@ pub fn convert(inputs: &[PathBuf], output: &Path) -> anyhow::Result<String> {
     Ok(out)
 }
 
-/// Writes a `parasim run` timeline for `--trace`, and says so on stderr.
-pub fn export_run(outcome: &scenario::simulation::Outcome, path: &Path) -> anyhow::Result<()> {
+/// How many links `run --trace` draws as counter tracks: the busiest, as many as `run --json`
+/// lists in `busiest_links`.
+pub const TRACE_LINKS: usize = 10;
+
+/// Writes a `parasim run` timeline for `--trace`, and says so on stderr. With `links` (every
+/// link that carried bytes, busiest first, as `run --json` ranks them: under `flow` and
+/// `packet-steps`), the first [`TRACE_LINKS`] also get counter tracks of their utilisation
+/// over time, recorded by running the graph again ([`scenario::simulation::link_series`]).
+pub fn export_run(
+    scenario: &scenario::Scenario,
+    outcome: &scenario::simulation::Outcome,
+    links: Option<&[scenario::links::LinkLoad]>,
+    path: &Path,
+) -> anyhow::Result<()> {
+    let counters = match links {
+        Some(links) => {
+            let chosen = &links[..links.len().min(TRACE_LINKS)];
+            let ids: Vec<topology::LinkId> = chosen.iter().map(|link| topology::LinkId(link.id)).collect();
+            let series = scenario::simulation::link_series(scenario, outcome, &ids)?.unwrap_or_default();
+            series
+                .into_iter()
+                .zip(chosen)
+                .map(|(series, link)| traces::chrome::CounterTrack {
+                    name: format!("{} {}", link.kind, link.name),
+                    key: "utilisation",
+                    points: series.points,
+                })
+                .collect()
+        }
+        None => Vec::new(),
+    };
     let spans: Vec<traces::chrome::Span> = outcome
         .spans
         .iter()
@@ -421,10 +450,17 @@ pub fn export_run(outcome: &scenario::simulation::Outcome, path: &Path) -> anyho
     let export = traces::chrome::ChromeTrace::new(&outcome.graph, &outcome.timeline)
         .with_stream_names(&streams)
         .with_process_names(&names)
-        .with_spans(&spans);
+        .with_spans(&spans)
+        .with_counters(&counters)
+        .with_counter_process("busiest links (utilisation)");
     let stats = write_trace_file(path, |out| export.write(out)).context("writing the timeline")?;
+    let tracks = match links {
+        Some(_) => format!("{} link utilisation counter tracks", counters.len()),
+        None => "no link counter tracks: analytical routes no flows (fidelity flow or packet-steps has them)"
+            .to_string(),
+    };
     stderr!(
-        "timeline      {} ({} ops, {} transfer arrows; open in https://ui.perfetto.dev)",
+        "timeline      {} ({} ops, {} transfer arrows, {tracks}; open in https://ui.perfetto.dev)",
         path.display(),
         stats.ops,
         stats.flows
@@ -444,7 +480,7 @@ mod tests {
         let scenario = Scenario::parse(QUICKSTART, Path::new("scenarios/quickstart.toml")).unwrap();
         let outcome = scenario::simulation::simulate(&scenario).unwrap();
         let path = std::env::temp_dir().join(format!("parasim-run-trace-{}.json", std::process::id()));
-        export_run(&outcome, &path).unwrap();
+        export_run(&scenario, &outcome, None, &path).unwrap();
         let json: serde_json::Value = serde_json::from_slice(&fs_err::read(&path).unwrap()).unwrap();
         let _ = fs_err::remove_file(&path);
         let mut seen = vec![0u32; outcome.summary.engine.ops];

@@ -20,10 +20,11 @@ use sim_core::exec;
 use sim_core::flow::FlowNetwork;
 use sim_core::graph::{GraphBuilder, OpId, RankId, StreamId};
 use sim_core::units::{Bytes, SimDuration, SimTime};
-use topology::{FabricSpec, HostId, LinkId, Topology};
+use topology::{FabricSpec, HostId, Topology};
 
 use crate::output::stderr;
 use scenario::Cluster;
+use scenario::links::LinkLoad;
 
 /// Flows a pattern may have by default (`--max-flows`): a 1,024-host all-to-all (1,047,552)
 /// fits, a 16,384-host one (268 M) is refused before anything is allocated.
@@ -300,7 +301,7 @@ pub fn read_file(path: &Path, hosts: u32, max_flows: u64) -> anyhow::Result<Vec<
 pub struct Outcome {
     /// Each flow's last byte's arrival.
     pub finish: Vec<SimTime>,
-    /// Bytes carried per link ([`LinkId`]).
+    /// Bytes carried per link ([`topology::LinkId`]).
     pub link_bytes: Vec<f64>,
     /// Bytes sent and delivered, when audited (read by the tests).
     #[cfg_attr(not(test), allow(dead_code))]
@@ -353,50 +354,6 @@ pub fn simulate(topology: &Topology, flows: &[Flow], audit: bool) -> anyhow::Res
     Ok(Outcome { finish, link_bytes, audit })
 }
 
-/// One link in the report.
-#[derive(Debug, Clone, Serialize)]
-pub struct LinkJson {
-    /// Both ends, `"FROM -> TO"` (as `topo --json` names it).
-    pub name: String,
-    /// NVLink, PCIe, NIC, leaf-spine, spine-core, local, global, ...
-    pub kind: &'static str,
-    /// Id in `topo --json`'s link list.
-    pub id: u32,
-    /// Bytes per second, one direction.
-    pub capacity_bytes_per_s: f64,
-    /// Bytes carried.
-    pub bytes: f64,
-    /// Bytes carried / (capacity x time).
-    pub utilisation: f64,
-}
-
-/// The `count` links with the highest utilisation over `seconds` (ties: more bytes, lower id);
-/// links that carried nothing are left out.
-pub fn busiest_links(topology: &Topology, link_bytes: &[f64], seconds: f64, count: usize) -> Vec<LinkJson> {
-    let mut links: Vec<LinkJson> = link_bytes
-        .iter()
-        .enumerate()
-        .filter(|&(_, &bytes)| bytes > 0.0)
-        .map(|(id, &bytes)| {
-            let link = LinkId(id as u32);
-            let capacity = topology.link(link).bandwidth.bytes_per_second();
-            LinkJson {
-                name: topology.link_name(link),
-                kind: topology.link_kind(link),
-                id: id as u32,
-                capacity_bytes_per_s: capacity,
-                bytes,
-                utilisation: if seconds > 0.0 { bytes / (capacity * seconds) } else { 0.0 },
-            }
-        })
-        .collect();
-    links.sort_by(|a, b| {
-        b.utilisation.total_cmp(&a.utilisation).then(b.bytes.total_cmp(&a.bytes)).then(a.id.cmp(&b.id))
-    });
-    links.truncate(count);
-    links
-}
-
 /// `run --json`: the summary, then the busiest links (`null` under `analytical`, which does
 /// not route flows).
 #[derive(Serialize)]
@@ -405,19 +362,19 @@ pub struct RunJson<'a> {
     #[serde(flatten)]
     pub summary: &'a scenario::simulation::Summary,
     /// The 10 links with the highest mean utilisation over the simulated iterations.
-    pub busiest_links: Option<Vec<LinkJson>>,
+    pub busiest_links: Option<Vec<LinkLoad>>,
     /// The busiest link of each kind (NVLink, PCIe, NIC, leaf-spine, ...), busiest first.
-    pub busiest_link_per_kind: Option<Vec<LinkJson>>,
+    pub busiest_link_per_kind: Option<Vec<LinkLoad>>,
 }
 
 /// The first (busiest) link of each kind in `links`, sorted busiest first.
-pub fn per_kind(links: &[LinkJson]) -> Vec<LinkJson> {
+pub fn per_kind(links: &[LinkLoad]) -> Vec<LinkLoad> {
     let mut seen = Vec::new();
     let mut out = Vec::new();
     for link in links {
         if !seen.contains(&link.kind) {
             seen.push(link.kind);
-            out.push(LinkJson { name: link.name.clone(), ..*link });
+            out.push(link.clone());
         }
     }
     out
@@ -428,15 +385,21 @@ pub fn per_kind(links: &[LinkJson]) -> Vec<LinkJson> {
 pub fn run_links(
     scenario: &scenario::Scenario,
     outcome: &scenario::simulation::Outcome,
-) -> anyhow::Result<Option<Vec<LinkJson>>> {
+) -> anyhow::Result<Option<Vec<LinkLoad>>> {
     let Some(bytes) = &outcome.link_bytes else { return Ok(None) };
-    let topology = Topology::build(&scenario.cluster).context("building the cluster topology")?;
-    Ok(Some(busiest_links(&topology, bytes, outcome.timeline.makespan().as_secs_f64(), usize::MAX)))
+    // The fabric as run: a degraded link's utilisation is over the capacity it had.
+    let topology = scenario::simulation::topology(scenario)?;
+    Ok(Some(scenario::links::busiest(
+        &topology,
+        bytes,
+        outcome.timeline.makespan().as_secs_f64(),
+        usize::MAX,
+    )))
 }
 
 /// The busiest link of each kind as the human report prints them (a line saying they are not available
 /// under `analytical`).
-pub fn links_text(links: Option<&[LinkJson]>) -> String {
+pub fn links_text(links: Option<&[LinkLoad]>) -> String {
     let Some(links) = links else {
         return "\nlinks: per-link utilisation needs the flow network (fidelity flow or packet-steps)\n"
             .to_string();
@@ -478,7 +441,7 @@ struct Percentiles {
 
 /// `parasim traffic --json`.
 #[derive(Debug, Serialize)]
-struct TrafficJson {
+struct TrafficJson<'a> {
     scenario: String,
     pattern: String,
     /// Hosts are GPU ranks.
@@ -492,7 +455,9 @@ struct TrafficJson {
     offered_bytes_per_s: f64,
     /// throughput / offered.
     efficiency: f64,
-    busiest_links: Vec<LinkJson>,
+    busiest_links: Vec<LinkLoad>,
+    /// Wall time and peak memory of this run (the only keys that vary between runs).
+    machine: &'a Machine,
     per_flow: Vec<FlowJson>,
 }
 
@@ -544,7 +509,19 @@ pub fn traffic(options: &Options) -> anyhow::Result<String> {
     let outcome = simulate(&topology, &flows, false)?;
     let wall = started.elapsed().as_secs_f64();
     stderr!("simulated {} flows in {:.1} ms of wall time", flows.len(), wall * 1e3);
-    report(options, &cluster, &topology, &label, &flows, &outcome)
+    let machine = Machine { wall_s: wall, peak_resident_memory_bytes: crate::bench::peak_resident_memory() };
+    report(options, &cluster, &topology, &label, &flows, &outcome, &machine)
+}
+
+/// What the run cost on this machine (varies from run to run, unlike everything else in the
+/// report).
+#[derive(Debug, Serialize)]
+struct Machine {
+    /// Wall time of the simulation (building the flows' graph and running it), in seconds.
+    wall_s: f64,
+    /// The process's peak resident set so far (Linux `VmHWM`), in bytes; `null` where the
+    /// system does not report it.
+    peak_resident_memory_bytes: Option<u64>,
 }
 
 fn report(
@@ -554,6 +531,7 @@ fn report(
     label: &str,
     flows: &[Flow],
     outcome: &Outcome,
+    machine: &Machine,
 ) -> anyhow::Result<String> {
     let completion = outcome.finish.iter().max().copied().unwrap_or(SimTime::ZERO).since_start();
     let seconds = completion.as_secs_f64();
@@ -585,7 +563,7 @@ fn report(
     }
     let offered: f64 = line_rate.iter().sum();
     let throughput = if seconds > 0.0 { total as f64 / seconds } else { 0.0 };
-    let links = busiest_links(topology, &outcome.link_bytes, seconds, 10);
+    let links = scenario::links::busiest(topology, &outcome.link_bytes, seconds, 10);
     let per_flow = || {
         flows.iter().zip(&outcome.finish).map(|(flow, finish)| FlowJson {
             src: flow.src,
@@ -608,6 +586,7 @@ fn report(
             offered_bytes_per_s: offered,
             efficiency: if offered > 0.0 { throughput / offered } else { 0.0 },
             busiest_links: links,
+            machine,
             per_flow: per_flow().collect(),
         };
         return Ok(serde_json::to_string_pretty(&report).context("writing JSON")? + "\n");
@@ -662,6 +641,14 @@ fn report(
             link.name
         );
     }
+    // Starts with "wall time ": the README's snapshot test skips such lines.
+    let memory = match machine.peak_resident_memory_bytes {
+        Some(bytes) => {
+            format!("peak memory {:.1} MiB (this process's resident set)", bytes as f64 / 1048576.0)
+        }
+        None => "peak memory not reported by this system".to_string(),
+    };
+    let _ = writeln!(out, "wall time   {:.3} s to simulate, {memory}", machine.wall_s);
     Ok(out)
 }
 
@@ -736,7 +723,7 @@ mod tests {
         // Every flow's bytes are on every link of its route: the NIC links carry them all once
         // up and once down.
         let nic: f64 = (0..topology.link_count() as u32)
-            .filter(|&l| topology.link_kind(LinkId(l)) == "NIC")
+            .filter(|&l| topology.link_kind(topology::LinkId(l)) == "NIC")
             .map(|l| first.link_bytes[l as usize])
             .sum();
         assert_eq!(nic, 2.0 * sent);

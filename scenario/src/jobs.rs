@@ -11,6 +11,7 @@ use sim_core::units::{SimDuration, SimTime};
 use strategies::StrategyError;
 use topology::LinkId;
 
+use crate::links::LinkLoad;
 use crate::simulation::{SimulationError, fabric, prepare};
 use crate::{Job, JobsScenario};
 
@@ -74,18 +75,10 @@ pub struct JobSummary {
 /// A link of the shared run and whose traffic it carried.
 #[derive(Debug, Clone, Serialize)]
 pub struct ContendedLink {
-    /// `"FROM -> TO"`.
-    pub name: String,
-    /// NVLink, NIC, leaf-spine, spine-core, ...
-    pub kind: &'static str,
-    /// Id in `topo --json`'s link list.
-    pub id: u32,
-    /// Bytes per second, one direction.
-    pub capacity_bytes_per_s: f64,
-    /// Bytes carried in the shared run.
-    pub bytes: f64,
-    /// Bytes / (capacity x the shared run's makespan).
-    pub utilisation: f64,
+    /// The link, its bytes in the shared run and its utilisation over the shared run's
+    /// makespan (the same keys as every other report's links, in one JSON object with `jobs`).
+    #[serde(flatten)]
+    pub link: LinkLoad,
     /// The jobs whose traffic crossed it (in their runs alone).
     pub jobs: Vec<String>,
 }
@@ -198,24 +191,15 @@ pub fn simulate(scenario: &JobsScenario) -> Result<JobsOutcome, SimulationError>
         })
         .collect();
     let seconds = makespan.as_secs_f64();
-    let link = |id: usize, bytes: f64| {
-        let link = LinkId(id as u32);
-        let capacity = topology.link(link).bandwidth.bytes_per_second();
-        ContendedLink {
-            name: topology.link_name(link),
-            kind: topology.link_kind(link),
-            id: id as u32,
-            capacity_bytes_per_s: capacity,
-            bytes,
-            utilisation: if seconds > 0.0 { bytes / (capacity * seconds) } else { 0.0 },
-            jobs: scenario
-                .jobs
-                .iter()
-                .zip(&alone)
-                .filter(|(_, (_, bytes))| bytes.get(id).is_some_and(|&b| b > 0.0))
-                .map(|(job, _)| job.name.clone())
-                .collect(),
-        }
+    let link = |id: usize, bytes: f64| ContendedLink {
+        link: LinkLoad::new(&topology, LinkId(id as u32), bytes, seconds),
+        jobs: scenario
+            .jobs
+            .iter()
+            .zip(&alone)
+            .filter(|(_, (_, bytes))| bytes.get(id).is_some_and(|&b| b > 0.0))
+            .map(|(job, _)| job.name.clone())
+            .collect(),
     };
     let mut links: Vec<ContendedLink> = shared_bytes
         .iter()
@@ -223,9 +207,7 @@ pub fn simulate(scenario: &JobsScenario) -> Result<JobsOutcome, SimulationError>
         .filter(|&(_, &bytes)| bytes > 0.0)
         .map(|(id, &bytes)| link(id, bytes))
         .collect();
-    links.sort_by(|a, b| {
-        b.utilisation.total_cmp(&a.utilisation).then(b.bytes.total_cmp(&a.bytes)).then(a.id.cmp(&b.id))
-    });
+    links.sort_by(|a, b| a.link.busier_first(&b.link));
     let contended_links: Vec<ContendedLink> =
         links.iter().filter(|link| link.jobs.len() > 1).take(10).cloned().collect();
     links.truncate(10);

@@ -23,6 +23,7 @@ pub mod csv_text;
 pub mod failures;
 pub mod faults;
 pub mod jobs;
+pub mod links;
 pub mod mixed;
 pub mod plan;
 pub mod simulation;

@@ -564,6 +564,13 @@ pub enum SimulationError {
         /// The engine's error.
         source: Box<sim_core::exec::ExecError>,
     },
+    /// A second run of a graph (recording link utilisation) ended its ops at other times than
+    /// the first: an engine defect, not bad input.
+    #[error("{scenario}: the run recording link utilisation differs from the first run (an engine defect)")]
+    RerunDiffers {
+        /// The scenario file.
+        scenario: String,
+    },
     /// The Monte Carlo re-timer could not order the graph (an engine defect, not bad input).
     #[error("{scenario}: Monte Carlo iterations: {source}")]
     MonteCarlo {
@@ -681,6 +688,30 @@ pub fn simulate(scenario: &Scenario) -> Result<Outcome, SimulationError> {
 /// callers that report them pay for the count.
 pub fn simulate_counting_link_bytes(scenario: &Scenario) -> Result<Outcome, SimulationError> {
     simulate_with(scenario, true)
+}
+
+/// The utilisation over time of `links` in the run of `scenario` that gave `outcome` (a run of
+/// [`simulate`] or [`simulate_counting_link_bytes`] that kept its graph: not streamed), under
+/// `flow` and `packet-steps`; `None` under `analytical`, which has no links to load.
+///
+/// The graph runs a second time on the same fabric with a recorder of those links' loads:
+/// exact, since the engine is deterministic (the second run's times are checked against the
+/// first's), and bounded, since only the links asked for are recorded (`parasim run --trace`
+/// asks for the busiest ones, which only the first run's byte counts can name).
+pub fn link_series(
+    scenario: &Scenario,
+    outcome: &Outcome,
+    links: &[topology::LinkId],
+) -> Result<Option<Vec<sim_core::flow::LinkSeries>>, SimulationError> {
+    let topology = topology(scenario)?;
+    let exec_error =
+        |source| SimulationError::Exec { scenario: scenario.source.clone(), source: Box::new(source) };
+    let (timeline, series) =
+        scenario.network.run_recording_link_series(&outcome.graph, &topology, links).map_err(exec_error)?;
+    if timeline.end != outcome.timeline.end {
+        return Err(SimulationError::RerunDiffers { scenario: scenario.source.clone() });
+    }
+    Ok(series)
 }
 
 fn simulate_with(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome, SimulationError> {
@@ -1362,6 +1393,13 @@ pub(crate) fn rank_names(scenario: &Scenario) -> Vec<String> {
 /// The cluster's fabric with the scenario's `[faults]` applied (degraded or failed links):
 /// what a run of one job, or of several sharing it, simulates on. A fault naming a link the
 /// fabric does not have is an error at its key, in `source`.
+/// The fabric `scenario` runs on: its cluster's topology with `[faults]` applied (a degraded
+/// link at its reduced capacity), as every run builds it; what a report of its links' loads
+/// divides by.
+pub fn topology(scenario: &Scenario) -> Result<Topology, SimulationError> {
+    fabric(&scenario.cluster, scenario.faults.as_ref(), &scenario.source)
+}
+
 pub(crate) fn fabric(
     cluster: &topology::ClusterSpec,
     faults: Option<&crate::faults::Faults>,

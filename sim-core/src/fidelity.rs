@@ -4,11 +4,11 @@
 
 use std::fmt;
 
-use topology::Topology;
+use topology::{LinkId, Topology};
 use units::{Bandwidth, Bytes, SimDuration};
 
 use crate::exec::{self, ExecError, Timeline};
-use crate::flow::FlowNetwork;
+use crate::flow::{FlowNetwork, LinkSeries};
 use crate::graph::ExecGraph;
 use crate::nccl::protocol::ProtocolChoice;
 use crate::nccl::tuner::GpuGeneration;
@@ -155,6 +155,26 @@ impl NetworkSettings {
                 let mut network = self.flow_network(topology).recording_link_bytes();
                 let timeline = exec::run(graph, &mut network)?;
                 Ok((timeline, network.link_bytes().map(<[f64]>::to_vec)))
+            }
+        }
+    }
+
+    /// Runs `graph` on `topology` under this model and also returns the utilisation over time
+    /// of `links` (see [`FlowNetwork::recording_link_series`]) under `flow` and
+    /// `packet-steps`; `None` under `analytical`, which has no links to load. The timeline is
+    /// the one [`NetworkSettings::run`] gives: recording changes no rate and no event.
+    pub fn run_recording_link_series(
+        &self,
+        graph: &ExecGraph,
+        topology: &Topology,
+        links: &[LinkId],
+    ) -> Result<(Timeline, Option<Vec<LinkSeries>>), ExecError> {
+        match self.fidelity {
+            Fidelity::Analytical => Ok((exec::run(graph, &mut self.analytical(topology))?, None)),
+            Fidelity::Flow | Fidelity::PacketSteps => {
+                let mut network = self.flow_network(topology).recording_link_series(links);
+                let timeline = exec::run(graph, &mut network)?;
+                Ok((timeline, network.link_series().map(<[LinkSeries]>::to_vec)))
             }
         }
     }

@@ -185,3 +185,76 @@ fn run_names_its_busiest_links_by_kind_under_flow_and_says_none_under_analytical
     let human = String::from_utf8(parasim(&["run", quickstart]).stdout).unwrap();
     assert!(human.contains("per-link utilisation needs the flow network"), "{human}");
 }
+
+#[test]
+fn run_trace_draws_the_busiest_links_utilisation_as_counter_tracks_and_changes_no_result() {
+    let quickstart = "scenarios/quickstart.toml";
+    for fidelity in ["flow", "packet-steps", "analytical"] {
+        let set = format!("simulation.fidelity={fidelity}");
+        let trace = scenario_file(&format!("links-{fidelity}.json"), "");
+        let plain = parasim(&["run", quickstart, "--set", &set, "--json"]);
+        let traced =
+            parasim(&["run", quickstart, "--set", &set, "--json", "--trace", trace.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&traced.stderr);
+        assert!(plain.status.success() && traced.status.success(), "{stderr}");
+        // Recording the links' loads (a second run of the graph) changes nothing reported.
+        assert_eq!(plain.stdout, traced.stdout, "{fidelity}");
+        let report: serde_json::Value = serde_json::from_slice(&plain.stdout).unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&fs_err::read(&trace).unwrap()).unwrap();
+        let counters: Vec<&serde_json::Value> =
+            json["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "C").collect();
+        if fidelity == "analytical" {
+            assert!(counters.is_empty());
+            assert!(stderr.contains("no link counter tracks: analytical routes no flows"), "{stderr}");
+            continue;
+        }
+        assert!(stderr.contains("10 link utilisation counter tracks"), "{stderr}");
+        // One track per busiest link, named by its kind and name as `run --json` and
+        // `topo --json` name it; its integral over time is the bytes it carried.
+        let links = report["busiest_links"].as_array().unwrap();
+        assert_eq!(links.len(), 10);
+        let mut saturated = false;
+        for link in links {
+            let name = format!("{} {}", link["kind"].as_str().unwrap(), link["name"].as_str().unwrap());
+            let points: Vec<(f64, f64)> = counters
+                .iter()
+                .filter(|e| e["name"] == name.as_str())
+                .map(|e| (e["ts"].as_f64().unwrap(), e["args"]["utilisation"].as_f64().unwrap()))
+                .collect();
+            assert!(points.len() > 2, "{fidelity}: {name}: {points:?}");
+            assert_eq!(points[0], (0.0, 0.0), "{name}");
+            assert_eq!(points.last().unwrap().1, 0.0, "{name}: idle at the end");
+            assert!(points.windows(2).all(|w| w[0].0 < w[1].0), "{name}: in time order");
+            assert!(points.iter().all(|&(_, u)| (0.0..=1.0).contains(&u)), "{name}");
+            saturated |= points.iter().any(|&(_, u)| u == 1.0);
+            let capacity = link["capacity_bytes_per_s"].as_f64().unwrap();
+            let carried: f64 = points.windows(2).map(|w| w[0].1 * capacity * (w[1].0 - w[0].0) * 1e-6).sum();
+            let bytes = link["bytes"].as_f64().unwrap();
+            assert!((carried / bytes - 1.0).abs() < 1e-6, "{fidelity}: {name}: {carried} of {bytes}");
+        }
+        assert!(saturated, "{fidelity}: the allreduce fills its NICs at times");
+        assert_eq!(
+            counters.len(),
+            counters.iter().filter(|e| e["pid"] == 64).count(),
+            "one process after the ranks"
+        );
+    }
+}
+
+#[test]
+fn a_degraded_link_is_reported_at_the_capacity_it_ran_at() {
+    let faults = "iterations = 1\n\n[faults]\nlinks = [{ link = \"gpu 8 (node 1.0) -> switch\", bandwidth-factor = 0.5 }]";
+    let path = scenario_file("degraded.toml", &crate::quickstart_with("iterations = 1", faults));
+    let output = parasim(&["run", path.to_str().unwrap(), "--set", "simulation.fidelity=flow", "--json"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    // The NIC cable at half its 25 GB/s (both directions) carries what its healthy neighbours
+    // carry, so it is the busiest, at twice their utilisation.
+    let links = json["busiest_links"].as_array().unwrap();
+    assert_eq!(links[0]["name"], "gpu 8 (node 1.0) -> switch");
+    assert_eq!(links[1]["name"], "switch -> gpu 8 (node 1.0)");
+    assert_eq!(links[0]["capacity_bytes_per_s"].as_f64(), Some(12.5e9));
+    assert_eq!(links[2]["capacity_bytes_per_s"].as_f64(), Some(25e9));
+    let ratio = links[0]["utilisation"].as_f64().unwrap() / links[2]["utilisation"].as_f64().unwrap();
+    assert!((ratio - 2.0).abs() < 0.01, "{ratio}: {links:?}");
+}

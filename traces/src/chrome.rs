@@ -12,6 +12,12 @@
 //! arrow (`"s"` on the sender, `"f"` bound to the first op that depends on it on the
 //! receiver). Times are microseconds as floats (`ts`, `dur`), from picosecond integers.
 //!
+//! Counter tracks ([`ChromeTrace::with_counters`], e.g. the utilisation of the busiest links)
+//! go into one more process after the ranks (`pid` = the graph's rank count), named by
+//! [`ChromeTrace::with_counter_process`]: one counter (`"C"`) event per point, its value in
+//! `args` under the track's key, which Perfetto shows as a counter track named
+//! `"NAME KEY"`.
+//!
 //! The writer streams: memory is independent of the number of ops.
 //!
 //! ```
@@ -77,6 +83,20 @@ pub struct ChromeTrace<'a> {
     stream_name: Option<StreamNamer<'a>>,
     process_name: Option<ProcessNamer<'a>>,
     spans: &'a [Span],
+    counters: &'a [CounterTrack],
+    counter_process: &'a str,
+}
+
+/// A value over time, drawn as a counter track: piecewise constant, each point's value holding
+/// until the next point.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CounterTrack {
+    /// The track's name (a link's `"FROM -> TO"`).
+    pub name: String,
+    /// What the value is (`"utilisation"`): the key of the counter events' `args`.
+    pub key: &'static str,
+    /// `(time, value)` points in time order.
+    pub points: Vec<(SimTime, f64)>,
 }
 
 /// What [`ChromeTrace::write`] wrote.
@@ -90,6 +110,8 @@ pub struct ExportStats {
     pub flows: u64,
     /// Transfers without an arrow, because nothing on the receiver depends on them.
     pub transfers_without_receiver: u64,
+    /// Counter events written (points of every counter track).
+    pub counter_points: u64,
 }
 
 #[derive(Serialize)]
@@ -165,6 +187,30 @@ struct Metadata<A: Serialize> {
 }
 
 #[derive(Serialize)]
+struct Counter<'a> {
+    name: &'a str,
+    ph: &'static str,
+    ts: f64,
+    pid: u32,
+    args: OneArg,
+}
+
+/// A counter event's `args`: one value under its key.
+struct OneArg {
+    key: &'static str,
+    value: f64,
+}
+
+impl Serialize for OneArg {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(1))?;
+        map.serialize_entry(self.key, &self.value)?;
+        map.end()
+    }
+}
+
+#[derive(Serialize)]
 struct NameArg<'a> {
     name: &'a str,
 }
@@ -200,7 +246,27 @@ impl<W: Write> EventWriter<W> {
 impl<'a> ChromeTrace<'a> {
     /// The timeline of `graph` as run.
     pub fn new(graph: &'a ExecGraph, timeline: &'a Timeline) -> Self {
-        ChromeTrace { graph, timeline, stream_name: None, process_name: None, spans: &[] }
+        ChromeTrace {
+            graph,
+            timeline,
+            stream_name: None,
+            process_name: None,
+            spans: &[],
+            counters: &[],
+            counter_process: "counters",
+        }
+    }
+
+    /// Adds `counters` as counter tracks of one process after the ranks.
+    pub fn with_counters(mut self, counters: &'a [CounterTrack]) -> Self {
+        self.counters = counters;
+        self
+    }
+
+    /// Names the process of the counter tracks (default: "counters").
+    pub fn with_counter_process(mut self, name: &'a str) -> Self {
+        self.counter_process = name;
+        self
     }
 
     /// Names each rank's process with `namer` (default: "rank N").
@@ -433,6 +499,35 @@ impl<'a> ChromeTrace<'a> {
                     }
                     None => stats.transfers_without_receiver += 1,
                 }
+            }
+        }
+        if !self.counters.is_empty() {
+            let pid = graph.ranks();
+            writer.event(&Metadata {
+                name: "process_name",
+                ph: "M",
+                pid,
+                tid: None,
+                args: NameArg { name: self.counter_process },
+            })?;
+            writer.event(&Metadata {
+                name: "process_sort_index",
+                ph: "M",
+                pid,
+                tid: None,
+                args: SortArg { sort_index: u64::from(pid) },
+            })?;
+        }
+        for track in self.counters {
+            for &(time, value) in &track.points {
+                writer.event(&Counter {
+                    name: &track.name,
+                    ph: "C",
+                    ts: micros(time),
+                    pid: graph.ranks(),
+                    args: OneArg { key: track.key, value },
+                })?;
+                stats.counter_points += 1;
             }
         }
         stats.events = writer.count;

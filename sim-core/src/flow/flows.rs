@@ -13,7 +13,9 @@
 //! Groups of flows that advance together (a steady-state collective's edges) are the
 //! caller's: the solver keeps them together, and [`GroupTiming`] hears of their new rates.
 //! Nothing here knows what a flow carries: its owner comes back to the caller when it is
-//! done.
+//! done. Every change of a flow's rate (a lone flow joining, a re-fill, a flow or group
+//! leaving) passes through here, which is where a link-series recorder, when there is one,
+//! hears of it.
 //!
 //! Invariants: a flow's slot is freed exactly once, after it has left its links (or never
 //! joined them); a stale [`FlowEvent::Finish`] (the flow's rate changed since, or its slot
@@ -31,6 +33,7 @@ use crate::schedule::CollectiveError;
 
 use super::event::{FlowEvent, Owner};
 use super::maxmin::{Joined, MaxMin, NO_GROUP};
+use super::series::SeriesRecorder;
 
 /// The server of `rank` (rank r runs on host r), as collective schedules need it.
 pub(super) fn server_of(topology: &Topology, rank: RankId) -> Result<u32, CollectiveError> {
@@ -135,6 +138,9 @@ pub(super) struct Flows<'t> {
     /// [`super::FlowNetwork::recording_link_bytes`]): each flow adds its size to every link of
     /// its route when it starts, so the count costs one addition per link of a route.
     pub(super) link_bytes: Option<Vec<f64>>,
+    /// The load over time of chosen links, when asked for (see
+    /// [`super::FlowNetwork::recording_link_series`]): told every rate change of a flow.
+    pub(super) series: Option<SeriesRecorder>,
 }
 
 impl<'t> Flows<'t> {
@@ -164,6 +170,7 @@ impl<'t> Flows<'t> {
             refill_scheduled: false,
             immediate: topology.routes_depend_on_flow(),
             link_bytes: None,
+            series: None,
         }
     }
 
@@ -305,6 +312,10 @@ impl<'t> Flows<'t> {
             Joined::Alone { delay, generation } => {
                 self.stats.peak_concurrent_flows =
                     self.stats.peak_concurrent_flows.max(self.solver.active_flows());
+                if let Some(series) = &mut self.series {
+                    let flow = self.solver.flow(id);
+                    series.rate(context.now(), id, &flow.route, flow.rate);
+                }
                 context.wake_after(delay, FlowEvent::Finish { flow: id, generation })?;
                 Ok(None)
             }
@@ -345,7 +356,11 @@ impl<'t> Flows<'t> {
             audit.bytes_delivered += flow.size - left.max(0.0);
         }
         // Re-fill only if the flow shared a link with others: their rates may rise.
-        if self.solver.leave(id) {
+        let shared = self.solver.leave(id);
+        if let Some(series) = &mut self.series {
+            series.rate(now, id, &self.solver.flow(id).route, 0.0);
+        }
+        if shared {
             let route = self.solver.flow(id).route;
             self.request_refill(context, &route, groups)?;
         }
@@ -428,7 +443,11 @@ impl<'t> Flows<'t> {
         // flow's own, a grouped flow's group's (once for all its members, below).
         let now = context.now();
         let epoch = self.solver.epoch();
+        let series = &mut self.series;
         self.solver.update(now, |id, flow, delay| {
+            if let Some(series) = series {
+                series.rate(now, id, &flow.route, flow.rate);
+            }
             if flow.group == NO_GROUP {
                 context.wake_after(delay, FlowEvent::Finish { flow: id, generation: flow.generation })?;
             } else {
@@ -479,6 +498,12 @@ impl<'t> Flows<'t> {
                 }
             }
         }
-        self.solver.leave_group(group, seeds)
+        let members = self.solver.leave_group(group, seeds);
+        if let Some(series) = &mut self.series {
+            for &id in &members {
+                series.rate(now, id, &self.solver.flow(id).route, 0.0);
+            }
+        }
+        members
     }
 }

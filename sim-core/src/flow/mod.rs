@@ -22,6 +22,8 @@
 //! - `maxmin`: the max-min fair solver: flows on link routes and groups of flows that advance
 //!   together, the component a change touches re-filled by progressive filling;
 //! - `event`: the events ([`FlowEvent`]) and who waits for a flow;
+//! - `series`: the utilisation over time of chosen links ([`LinkSeries`]), when asked for,
+//!   from the rate changes `flows` reports to it (the solver is not touched);
 //! - `flows`: flows on the topology's routes: paths and routing, a flow's life from first to
 //!   last byte, re-fills batched per instant, counters ([`FlowStats`]) and audit ([`Audit`]);
 //! - `messages`: collectives message by message (the `packet-steps` behaviour);
@@ -61,6 +63,7 @@ mod event;
 mod flows;
 mod maxmin;
 mod messages;
+mod series;
 
 use crate::lookup::LookupMap;
 use topology::{HostId, LinkId, Topology};
@@ -84,6 +87,7 @@ use messages::Runs;
 
 pub use event::FlowEvent;
 pub use flows::{Audit, FlowStats};
+pub use series::LinkSeries;
 
 /// The `flow` fidelity (see the module documentation). Rank `r` runs on host `r`.
 #[derive(Debug)]
@@ -218,6 +222,28 @@ impl<'t> FlowNetwork<'t> {
     /// all), if [`FlowNetwork::recording_link_bytes`] asked for them.
     pub fn link_bytes(&self) -> Option<&[f64]> {
         self.flows.link_bytes.as_deref()
+    }
+
+    /// The same model recording the utilisation over time of `links` (see
+    /// [`FlowNetwork::link_series`]); off by default, so runs that do not ask pay nothing.
+    /// Memory grows with the links chosen and the rate changes on them, not with the
+    /// topology: choose the few links to show (`parasim run --trace` re-runs the graph for
+    /// the busiest links that a first run, counting bytes, found).
+    pub fn recording_link_series(mut self, links: &[LinkId]) -> Self {
+        let solver = &self.flows.solver;
+        let recorder = series::SeriesRecorder::new(links, self.flows.topology.link_count(), |link| {
+            solver.capacity(link)
+        });
+        self.flows.series = Some(recorder);
+        self
+    }
+
+    /// The utilisation over time of each link [`FlowNetwork::recording_link_series`] asked for
+    /// (each once, in the order asked; links out of range left out), if it did: the sum of
+    /// the max-min fair rates of the flows on the link over its capacity, from each change
+    /// to the next.
+    pub fn link_series(&self) -> Option<&[LinkSeries]> {
+        self.flows.series.as_ref().map(series::SeriesRecorder::series)
     }
 
     /// Counters so far.

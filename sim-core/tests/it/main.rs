@@ -7,6 +7,7 @@ mod collectives;
 mod faults;
 mod fidelities;
 mod flow;
+mod link_series;
 mod network;
 mod reference;
 mod semantics;
