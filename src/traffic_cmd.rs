@@ -280,11 +280,15 @@ pub fn read_file(path: &Path, hosts: u32, max_flows: u64) -> anyhow::Result<Vec<
         }
         let start = match record.get(3) {
             None | Some("" | "0") => SimDuration::ZERO,
-            Some(text) if seconds => text
-                .parse::<f64>()
-                .ok()
-                .and_then(|s| SimDuration::from_secs_f64(s).ok())
-                .ok_or_else(|| anyhow::anyhow!("{name}: line {line}: start_s {text:?} is not a number of seconds at or after 0"))?,
+            Some(text) if seconds => {
+                text.parse::<f64>().ok().and_then(|s| SimDuration::from_secs_f64(s).ok()).ok_or_else(
+                    || {
+                        anyhow::anyhow!(
+                            "{name}: line {line}: start_s {text:?} is not a number of seconds at or after 0"
+                        )
+                    },
+                )?
+            }
             Some(text) => text.parse::<SimDuration>().map_err(|error| {
                 anyhow::anyhow!("{name}: line {line}: start {text:?}: {error} (write e.g. \"10 us\")")
             })?,
