@@ -110,6 +110,10 @@ pub(super) struct MaxMin<T> {
     free_flows: Vec<u32>,
     /// Flows sharing each link.
     on_link: Vec<Vec<u32>>,
+    /// Where each flow is in the list of each link of its route (`on_link[route[k]][slots[id][k]]
+    /// == id` while it is on its links): a flow leaves a link in constant time, not by a search
+    /// of a list that an all-to-all makes hundreds of flows long.
+    slots: Vec<[u32; Route::CAPACITY]>,
     /// Flows on their links.
     active_flows: usize,
     /// The members of each group, indexed by group id (empty for a group not in use).
@@ -155,6 +159,7 @@ impl<T: Copy> MaxMin<T> {
             flows: Vec::new(),
             free_flows: Vec::new(),
             on_link: vec![Vec::new(); links],
+            slots: Vec::new(),
             active_flows: 0,
             groups: Vec::new(),
             weighted_on_link: vec![0; links],
@@ -242,6 +247,7 @@ impl<T: Copy> MaxMin<T> {
             }
             None => {
                 self.flows.push(flow(0));
+                self.slots.push([0; Route::CAPACITY]);
                 self.flow_epoch.push(0);
                 self.new_rate.push(0.0);
                 self.new_level.push(0.0);
@@ -278,8 +284,10 @@ impl<T: Copy> MaxMin<T> {
             return Joined::Empty;
         }
         let route = &self.flows[id as usize].route;
-        for &link in route.iter() {
-            self.on_link[link.0 as usize].push(id);
+        for (k, &link) in route.iter().enumerate() {
+            let list = &mut self.on_link[link.0 as usize];
+            self.slots[id as usize][k] = list.len() as u32;
+            list.push(id);
         }
         self.active_flows += 1;
         if route.iter().all(|link| self.on_link[link.0 as usize].len() == 1) {
@@ -304,8 +312,10 @@ impl<T: Copy> MaxMin<T> {
         for &flow in members {
             self.flows[flow as usize].updated = now;
             let weighted = self.flows[flow as usize].weight != 1.0;
-            for &link in self.flows[flow as usize].route.iter() {
-                self.on_link[link.0 as usize].push(flow);
+            for (k, &link) in self.flows[flow as usize].route.iter().enumerate() {
+                let list = &mut self.on_link[link.0 as usize];
+                self.slots[flow as usize][k] = list.len() as u32;
+                list.push(flow);
                 if weighted {
                     self.weighted_on_link[link.0 as usize] += 1;
                 }
@@ -329,10 +339,21 @@ impl<T: Copy> MaxMin<T> {
     #[inline]
     pub(super) fn leave(&mut self, id: u32) -> bool {
         let route = &self.flows[id as usize].route;
-        for &link in route.iter() {
+        for (k, &link) in route.iter().enumerate() {
             let flows = &mut self.on_link[link.0 as usize];
-            if let Some(position) = flows.iter().position(|&f| f == id) {
-                flows.swap_remove(position);
+            let position = self.slots[id as usize][k] as usize;
+            debug_assert_eq!(flows.get(position), Some(&id), "flow {id}'s slot on link {}", link.0);
+            flows.swap_remove(position);
+            // The link's last flow moved into the hole: its slot on this link follows it.
+            if let Some(&moved) = flows.get(position) {
+                let last = flows.len() as u32;
+                let moved_route = &self.flows[moved as usize].route;
+                let slots = &mut self.slots[moved as usize];
+                for (j, &other) in moved_route.iter().enumerate() {
+                    if other == link && slots[j] == last {
+                        slots[j] = position as u32;
+                    }
+                }
             }
         }
         self.active_flows -= 1;
@@ -375,7 +396,16 @@ impl<T: Copy> MaxMin<T> {
         }
         let flows = &self.flows;
         for &link in seeds.iter() {
-            self.on_link[link.0 as usize].retain(|&f| flows[f as usize].group != group);
+            let list = &mut self.on_link[link.0 as usize];
+            list.retain(|&f| flows[f as usize].group != group);
+            // The flows that stay moved up: their slots on this link follow them.
+            for (position, &flow) in list.iter().enumerate() {
+                for (j, &other) in flows[flow as usize].route.iter().enumerate() {
+                    if other == link {
+                        self.slots[flow as usize][j] = position as u32;
+                    }
+                }
+            }
         }
         for &id in &members {
             let flow = &mut self.flows[id as usize];
