@@ -456,8 +456,12 @@ impl<T: Copy> MaxMin<T> {
             if self.link_epoch[l] != epoch {
                 self.link_epoch[l] = epoch;
                 self.component_links.push(link.0);
-                if !self.on_link[l].is_empty() {
-                    threshold = threshold.min(self.capacity[l] / self.link_weight(l));
+                if self.weighted_on_link[l] != 0 {
+                    // Summing a weighted link's flows would cost what the re-fill saves: the
+                    // whole component, as before thresholds.
+                    threshold = 0.0;
+                } else if !self.on_link[l].is_empty() {
+                    threshold = threshold.min(self.capacity[l] / self.on_link[l].len() as f64);
                 }
             }
         }
