@@ -162,6 +162,19 @@ fn an_uncontended_ring_takes_the_same_time_in_both_models() {
     }
 }
 
+/// 16 hosts; flow `i` of `(src, offset, bytes, delay_us)` waits `delay_us` on its own stream of
+/// `src`, then sends `bytes` to `(src + offset) % 16` (op `2 i + 1`).
+fn random_flows(flows: &[(u32, u32, u64, u64)]) -> sim_core::graph::ExecGraph {
+    let mut graph = GraphBuilder::new(16);
+    for (i, &(src, offset, bytes, delay_us)) in flows.iter().enumerate() {
+        let dst = (src + offset) % 16;
+        let stream = StreamId(i as u16);
+        let wait = graph.compute(RankId(src), stream, SimDuration::from_us(delay_us), "wait", &[]);
+        graph.transfer(RankId(src), stream, RankId(dst), Bytes(bytes), "flow", &[wait]);
+    }
+    graph.build().unwrap()
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
     /// Random traffic: flows with random sizes start at random times between random hosts.
@@ -175,14 +188,7 @@ proptest! {
         // A star of 16 hosts, or a k = 4 fat-tree with ECMP (routes of 2, 4 and 6 links that
         // share core links in hashed ways).
         let topology = if fat_tree { ecmp_fat_tree() } else { star(16) };
-        let mut graph = GraphBuilder::new(16);
-        for (i, &(src, offset, bytes, delay_us)) in flows.iter().enumerate() {
-            let dst = (src + offset) % 16;
-            let stream = StreamId(i as u16);
-            let wait = graph.compute(RankId(src), stream, SimDuration::from_us(delay_us), "wait", &[]);
-            graph.transfer(RankId(src), stream, RankId(dst), Bytes(bytes), "flow", &[wait]);
-        }
-        let graph = graph.build().unwrap();
+        let graph = random_flows(&flows);
         let mut network = FlowNetwork::new(&topology).audited();
         let timeline = run(&graph, &mut network).unwrap();
         let audit = network.audit().unwrap();
@@ -214,14 +220,7 @@ proptest! {
             1 => ecmp_fat_tree(),
             _ => small_dragonfly(),
         };
-        let mut graph = GraphBuilder::new(16);
-        for (i, &(src, offset, bytes, delay_us)) in flows.iter().enumerate() {
-            let dst = (src + offset) % 16;
-            let stream = StreamId(i as u16);
-            let wait = graph.compute(RankId(src), stream, SimDuration::from_us(delay_us), "wait", &[]);
-            graph.transfer(RankId(src), stream, RankId(dst), Bytes(bytes), "flow", &[wait]);
-        }
-        let graph = graph.build().unwrap();
+        let graph = random_flows(&flows);
         let mut partial = FlowNetwork::new(&topology).audited();
         let mut whole = FlowNetwork::new(&topology).audited().refilling_whole_components();
         let (a, b) = (run(&graph, &mut partial).unwrap(), run(&graph, &mut whole).unwrap());
