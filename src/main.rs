@@ -521,6 +521,10 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
                 }
             }
             .map_err(set_error)?;
+            refuse_mixed_devices(
+                &scenario,
+                &[("--csv", csv.is_some()), ("--buckets-csv", buckets_csv.is_some())],
+            )?;
             if let Some(hours) = hours {
                 let failures = scenario.failures.as_mut().ok_or_else(|| {
                     anyhow::anyhow!(
@@ -647,6 +651,7 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
         Command::Export { chakra, scenario, set } => {
             let overrides = overrides(&set)?;
             let scenario = Scenario::load_with(&scenario, &overrides).map_err(set_error)?;
+            refuse_mixed_devices(&scenario, &[("export --chakra", true)])?;
             let text = export_cmd::chakra(&scenario, &chakra)?;
             output::print(text).context("writing the report")?;
             Ok(())
@@ -887,4 +892,20 @@ fn network_settings(
         anyhow::bail!("--chunk must be greater than 0");
     }
     Ok(sim_core::fidelity::NetworkSettings::new(fidelity).with_collective_launch(launch).with_chunk(chunk))
+}
+
+/// Refuses the outputs that describe one device's kernels (`--csv`'s layers, the Chakra
+/// export) for a scenario whose node groups hold several device types, rather than writing
+/// the first group's kernels for every rank.
+fn refuse_mixed_devices(scenario: &Scenario, outputs: &[(&str, bool)]) -> anyhow::Result<()> {
+    let mixed = scenario.node_groups.as_deref().is_some_and(|groups| groups.is_mixed());
+    if let Some((flag, _)) = outputs.iter().find(|(_, given)| *given)
+        && mixed
+    {
+        anyhow::bail!(
+            "{flag}: {} runs several device types ([[cluster.node-groups]]), and {flag} describes one device's kernels; run it on a one-device copy of the scenario (docs/variability.md, Mixed devices)",
+            scenario.source
+        );
+    }
+    Ok(())
 }

@@ -306,3 +306,22 @@ fn batch_norm_group_one_is_the_default_and_bad_groups_are_refused() {
     );
     refused("bn-group-tensor.toml", tensor, "plain data parallelism only");
 }
+
+/// Outputs that describe one device's kernels are refused, by name, on a cluster of several
+/// device types instead of writing the first group's kernels for every rank.
+#[test]
+fn one_device_outputs_are_refused_on_mixed_devices() {
+    let dir = std::env::temp_dir().join(format!("parasim-mixed-outputs-{}", std::process::id()));
+    let csv = dir.join("layers.csv");
+    let mixed = "scenarios/mixed/half-a100-half-h100.toml";
+    for (args, flag) in [
+        (vec!["run", mixed, "--csv", csv.to_str().unwrap()], "--csv"),
+        (vec!["export", "--chakra", dir.to_str().unwrap(), mixed], "export --chakra"),
+    ] {
+        let output = parasim(&args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(flag) && stderr.contains("several device types"), "{stderr}");
+        assert!(!csv.exists(), "nothing written");
+    }
+}
