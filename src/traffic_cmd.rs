@@ -483,7 +483,9 @@ pub fn traffic(options: &Options) -> anyhow::Result<String> {
                     "pattern {}: {count} flows on {hosts} hosts, more than the limit of {} (--max-flows); sample it with uniform-random --flows {} --seed N, or raise --max-flows",
                     options.pattern,
                     options.max_flows,
-                    options.max_flows
+                    // About one flow per host runs in a second; a sample at the limit can
+                    // take minutes where it contends.
+                    options.max_flows.min(u64::from(hosts))
                 );
             }
             let label = match options.argument {

@@ -124,7 +124,10 @@ fn a_pattern_over_the_flow_limit_is_refused_before_it_is_built() {
     let output = parasim(&["traffic", "--cluster", path.to_str().unwrap(), "all-to-all"]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("268419072 flows") && stderr.contains("uniform-random --flows"), "{stderr}");
+    assert!(
+        stderr.contains("268419072 flows") && stderr.contains("uniform-random --flows 16384 "),
+        "{stderr}"
+    );
     assert!(started.elapsed().as_secs() < 20);
     // Sampling it runs.
     let json =
