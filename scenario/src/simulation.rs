@@ -1077,7 +1077,7 @@ pub(crate) fn prepare(
             strategies::describe_parallelism(&scenario.parallelism)
         )
     };
-    let topology = fabric(&scenario.cluster, scenario.faults.as_ref(), &scenario.source)?;
+    let topology = topology(scenario)?;
     // A configuration that does not fit is an error, not a simulation: the most loaded stage.
     let memory =
         stages.iter().map(|stage| stage.memory).max_by_key(|memory| memory.total()).unwrap_or_default();
@@ -1390,9 +1390,6 @@ pub(crate) fn rank_names(scenario: &Scenario) -> Vec<String> {
         .collect()
 }
 
-/// The cluster's fabric with the scenario's `[faults]` applied (degraded or failed links):
-/// what a run of one job, or of several sharing it, simulates on. A fault naming a link the
-/// fabric does not have is an error at its key, in `source`.
 /// The fabric `scenario` runs on: its cluster's topology with `[faults]` applied (a degraded
 /// link at its reduced capacity), as every run builds it; what a report of its links' loads
 /// divides by.
@@ -1400,6 +1397,9 @@ pub fn topology(scenario: &Scenario) -> Result<Topology, SimulationError> {
     fabric(&scenario.cluster, scenario.faults.as_ref(), &scenario.source)
 }
 
+/// The cluster's fabric with the scenario's `[faults]` applied (degraded or failed links):
+/// what a run of one job, or of several sharing it, simulates on. A fault naming a link the
+/// fabric does not have is an error at its key, in `source`.
 pub(crate) fn fabric(
     cluster: &topology::ClusterSpec,
     faults: Option<&crate::faults::Faults>,

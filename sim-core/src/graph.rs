@@ -1315,45 +1315,32 @@ impl ExecGraph {
         other: &ExecGraph,
         take: &dyn Fn(RankId) -> bool,
     ) -> Result<(), GraphError> {
-        let differ = |op: usize, reason: &str| GraphError::Mismatch {
-            op: OpId(op as u32),
-            label: self
-                .labels
-                .get(self.ops.get(op).map_or(0, |o| o.label.0 as usize))
-                .cloned()
-                .unwrap_or_default(),
-            reason: reason.to_string(),
-        };
         if self.ranks != other.ranks || self.ops.len() != other.ops.len() {
-            return Err(differ(
-                self.ops.len().min(other.ops.len()),
-                "the graphs differ in ranks or op count",
-            ));
+            let op = self.ops.len().min(other.ops.len());
+            return Err(self.mismatch(op, "the graphs differ in ranks or op count"));
         }
         if self.deps != other.deps
             || self.dep_offsets != other.dep_offsets
             || self.collectives != other.collectives
         {
-            return Err(differ(0, "the graphs differ in dependencies or collectives"));
+            return Err(self.mismatch(0, "the graphs differ in dependencies or collectives"));
         }
-        let slowed = !other.beside_communication.is_empty();
-        if slowed && self.beside_communication.is_empty() {
-            self.beside_communication = vec![SimDuration::ZERO; self.ops.len()];
-        }
-        for (index, (mine, theirs)) in self.ops.iter_mut().zip(&other.ops).enumerate() {
+        for (index, (mine, theirs)) in self.ops.iter().zip(&other.ops).enumerate() {
             let same_shape = mine.rank == theirs.rank
                 && mine.stream == theirs.stream
                 && mine.meta == theirs.meta
                 && std::mem::discriminant(&mine.kind) == std::mem::discriminant(&theirs.kind);
             let same_work = matches!(mine.kind, OpKind::Compute { .. }) || mine.kind == theirs.kind;
             if !same_shape || !same_work {
-                let label = self.labels.get(mine.label.0 as usize).cloned().unwrap_or_default();
-                return Err(GraphError::Mismatch {
-                    op: OpId(index as u32),
-                    label,
-                    reason: "the op differs between the graphs (rank, stream, kind or size)".into(),
-                });
+                return Err(
+                    self.mismatch(index, "the op differs between the graphs (rank, stream, kind or size)")
+                );
             }
+        }
+        if !other.beside_communication.is_empty() && self.beside_communication.is_empty() {
+            self.beside_communication = vec![SimDuration::ZERO; self.ops.len()];
+        }
+        for (index, (mine, theirs)) in self.ops.iter_mut().zip(&other.ops).enumerate() {
             if let OpKind::Compute { duration } = theirs.kind
                 && take(mine.rank)
             {
@@ -1364,6 +1351,16 @@ impl ExecGraph {
             }
         }
         Ok(())
+    }
+
+    /// [`GraphError::Mismatch`] at op `op` (its label, when it has one).
+    fn mismatch(&self, op: usize, reason: &str) -> GraphError {
+        let label = self.ops.get(op).and_then(|o| self.labels.get(o.label.0 as usize)).cloned();
+        GraphError::Mismatch {
+            op: OpId(op as u32),
+            label: label.unwrap_or_default(),
+            reason: reason.to_string(),
+        }
     }
 
     /// The previous op on the same (rank, stream), if any.

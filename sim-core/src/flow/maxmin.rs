@@ -63,9 +63,15 @@ pub(super) struct Flow<T> {
     /// Its claim in max-min filling, in flows: 1, except for the flows of a weighted group,
     /// which carry different amounts and advance in proportion to them.
     pub(super) weight: f64,
-    /// The filling level at which it froze (its rate per unit of weight); 0 until it has a
-    /// rate. What a re-fill compares with its threshold (see [`MaxMin::collect`]).
-    pub(super) level: f64,
+}
+
+impl<T> Flow<T> {
+    /// The filling level at which it froze: its rate per unit of weight (0 until it has a
+    /// rate). What a re-fill compares with its threshold (see [`MaxMin::collect`]).
+    #[inline]
+    pub(super) fn level(&self) -> f64 {
+        self.rate / self.weight
+    }
 }
 
 /// What happened when a flow joined its links ([`MaxMin::join`]).
@@ -143,8 +149,6 @@ pub(super) struct MaxMin<T> {
     /// The last component collected is the flows at or above a positive threshold only (see
     /// [`MaxMin::collect`]): its links also carry flows kept at their rates.
     partial: bool,
-    /// Each component flow's new level, beside `new_rate`.
-    new_level: Vec<f64>,
     /// Re-fill whole components, never only the flows above a threshold (for tests that
     /// compare the two).
     pub(super) whole_components: bool,
@@ -176,7 +180,6 @@ impl<T: Copy> MaxMin<T> {
             freeze_scratch: Vec::new(),
             threshold: f64::INFINITY,
             partial: false,
-            new_level: Vec::new(),
             whole_components: false,
         }
     }
@@ -235,7 +238,6 @@ impl<T: Copy> MaxMin<T> {
             owner,
             weight: 1.0,
             group: NO_GROUP,
-            level: 0.0,
         };
         match self.free_flows.pop() {
             Some(id) => {
@@ -250,7 +252,6 @@ impl<T: Copy> MaxMin<T> {
                 self.slots.push([0; Route::CAPACITY]);
                 self.flow_epoch.push(0);
                 self.new_rate.push(0.0);
-                self.new_level.push(0.0);
                 (self.flows.len() - 1) as u32
             }
         }
@@ -296,7 +297,6 @@ impl<T: Copy> MaxMin<T> {
             let rate = route.iter().map(|link| self.capacity[link.0 as usize]).fold(f64::INFINITY, f64::min);
             let flow = &mut self.flows[id as usize];
             flow.rate = rate;
-            flow.level = rate / flow.weight;
             flow.generation = flow.generation.wrapping_add(1);
             let generation = flow.generation;
             let delay = SimDuration::from_ps((flow.remaining / rate * 1e12).ceil() as u64);
@@ -360,9 +360,8 @@ impl<T: Copy> MaxMin<T> {
         let shared = route.iter().any(|link| !self.on_link[link.0 as usize].is_empty());
         let flow = &mut self.flows[id as usize];
         if shared {
-            self.threshold = self.threshold.min(flow.level);
+            self.threshold = self.threshold.min(flow.level());
         }
-        flow.level = 0.0;
         flow.rate = 0.0;
         flow.remaining = 0.0;
         flow.generation = flow.generation.wrapping_add(1);
@@ -409,8 +408,7 @@ impl<T: Copy> MaxMin<T> {
         }
         for &id in &members {
             let flow = &mut self.flows[id as usize];
-            self.threshold = self.threshold.min(flow.level);
-            flow.level = 0.0;
+            self.threshold = self.threshold.min(flow.level());
             flow.rate = 0.0;
             flow.remaining = 0.0;
             flow.generation = flow.generation.wrapping_add(1);
@@ -479,7 +477,7 @@ impl<T: Copy> MaxMin<T> {
                 let candidate = &self.flows[flow as usize];
                 // Kept at its rate: frozen below the threshold (a flow that just joined has
                 // no rate yet and is always re-filled).
-                if candidate.level < threshold && candidate.rate != 0.0 {
+                if candidate.level() < threshold && candidate.rate != 0.0 {
                     self.partial = true;
                     continue;
                 }
@@ -519,14 +517,12 @@ impl<T: Copy> MaxMin<T> {
             let route = self.flows[flow as usize].route;
             let rate = route.iter().map(|l| self.capacity[l.0 as usize]).fold(f64::INFINITY, f64::min);
             self.new_rate[flow as usize] = rate;
-            self.new_level[flow as usize] = rate / self.flows[flow as usize].weight;
         } else if let Some(share) = self.lone_group_share() {
             // One group and nothing else: its flows all freeze at the first link the filling
             // would fill, the one with the smallest fair share.
             for index in 0..self.component_flows.len() {
                 let flow = self.component_flows[index] as usize;
                 self.new_rate[flow] = share * self.flows[flow].weight;
-                self.new_level[flow] = share;
             }
         } else {
             self.fill(self.epoch);
@@ -546,7 +542,6 @@ impl<T: Copy> MaxMin<T> {
             let id = self.component_flows[index] as usize;
             let rate = self.new_rate[id];
             let flow = &mut self.flows[id];
-            flow.level = self.new_level[id];
             if rate == flow.rate {
                 continue;
             }
@@ -681,7 +676,6 @@ impl<T: Copy> MaxMin<T> {
                     let weight = self.flows[member as usize].weight;
                     let rate = share * weight;
                     self.new_rate[member as usize] = rate;
-                    self.new_level[member as usize] = share;
                     for &other in self.flows[member as usize].route.iter() {
                         let o = other.0 as usize;
                         self.remaining_capacity[o] = (self.remaining_capacity[o] - rate).max(0.0);
