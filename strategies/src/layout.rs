@@ -219,6 +219,12 @@ impl RankLayout {
         self
     }
 
+    /// The experts' tensor degree when the expert side follows Megatron-Core's expert rank
+    /// generator; `None` when expert groups are carved out of data x context.
+    pub fn expert_tensor_degree(&self) -> Option<u32> {
+        self.expert_tensor
+    }
+
     /// Whether the expert side follows Megatron-Core's expert rank generator.
     pub fn megatron_experts(&self) -> bool {
         self.expert_tensor.is_some()
@@ -455,6 +461,25 @@ impl RankLayout {
     }
 }
 
+/// Rotates each digit of `value`, written in the mixed radix `radices` (least significant
+/// first; their product bounds `value`), by the same digit of `shift`, each modulo its radix.
+/// Over `shift` in `0..product` these are permutations of `0..product`, one mapping `0` to
+/// each value, that keep whole every run of consecutive values aligned to a multiple of
+/// `radices[0]`, of `radices[0] * radices[1]`, and so on, and every set of values equal
+/// modulo those sizes. With one radix this is the cyclic shift `(value + shift) % radix`.
+pub fn rotate_digits(value: u32, shift: u32, radices: &[u32]) -> u32 {
+    let (mut value, mut shift) = (value, shift);
+    let (mut result, mut place) = (0, 1);
+    for &radix in radices {
+        let radix = radix.max(1);
+        result += (value % radix + shift % radix) % radix * place;
+        value /= radix;
+        shift /= radix;
+        place *= radix;
+    }
+    result
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -490,6 +515,24 @@ mod tests {
         assert_eq!(layout.data_context_group(RankId(0)), vec![RankId(0), RankId(2), RankId(4), RankId(6)]);
         assert_eq!(layout.expert_group(RankId(4)), vec![RankId(4), RankId(6)]);
         assert_eq!(layout.expert_group(RankId(3)), vec![RankId(1), RankId(3)]);
+    }
+
+    #[test]
+    fn rotating_digits_keeps_aligned_runs_whole() {
+        // Radices [2, 4]: runs {0,1}, {2,3}, ... stay runs; a single radix is the cyclic shift.
+        for shift in 0..8 {
+            let image: Vec<u32> = (0..8).map(|v| rotate_digits(v, shift, &[2, 4])).collect();
+            assert_eq!(image[0], shift);
+            let mut sorted = image.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, (0..8).collect::<Vec<_>>());
+            for run in image.chunks(2) {
+                assert_eq!(run[0] / 2, run[1] / 2, "shift {shift}: {image:?}");
+            }
+            assert_eq!((0..8).map(|v| rotate_digits(v, shift, &[8])).collect::<Vec<_>>(), {
+                (0..8).map(|v| (v + shift) % 8).collect::<Vec<_>>()
+            });
+        }
     }
 
     #[test]

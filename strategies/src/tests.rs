@@ -47,7 +47,7 @@ fn instant_server(gpus: u32) -> Topology {
 }
 
 /// A DGX-A100-like cluster: `nodes` servers of 8 GPUs, 300 GB/s NVSwitch, 200 Gb/s NICs.
-fn dgx(nodes: u32) -> Topology {
+pub(super) fn dgx(nodes: u32) -> Topology {
     let nvlink = LinkSpec::new("300 GB/s".parse().unwrap(), "0.7 us".parse().unwrap());
     let nic = LinkSpec::new("200 Gb/s".parse().unwrap(), "1 us".parse().unwrap());
     Topology::build(&ClusterSpec {

@@ -495,3 +495,98 @@ fn latent_attention_splits_over_tensor_ranks_as_megatron_core() {
     let compute = ComputeModel::default();
     strategy(&model, &compute, p, 2, 1).lower().unwrap();
 }
+
+/// Folding simulates replica 0 and replays its collectives on the other replicas through the
+/// graph's images. Expert groups are runs of consecutive data ranks (Megatron-Core builds its
+/// expert-parallel groups from consecutive data-parallel ranks), so every image must map one
+/// onto another: a cyclic shift of the data index (the images before this test) mapped the
+/// group {0..3} of tensor 1 x expert 4 x data 8 onto {1..4}, {2..5}, ..., ranks of two groups
+/// (two servers of a 4-GPU-per-node cluster, so NIC traffic no job has). The same holds for the
+/// expert-data groups and for distributed-optimizer instances (consecutive data ranks too).
+#[test]
+fn folded_images_map_expert_groups_and_optimizer_instances_onto_their_own_kind() {
+    let model = moe_gpt(8, 2);
+    let compute = ComputeModel::default();
+    let partition = |groups: &dyn Fn(RankId) -> Vec<RankId>, ranks: u32| -> Vec<Vec<RankId>> {
+        let mut all: Vec<Vec<RankId>> = (0..ranks)
+            .map(|r| {
+                let mut g = groups(RankId(r));
+                g.sort();
+                g
+            })
+            .collect();
+        all.sort();
+        all.dedup();
+        all
+    };
+    for (tensor, expert, data, instances) in
+        [(1u32, 4u32, 8u32, 1u32), (2, 2, 8, 1), (1, 2, 8, 2), (1, 1, 8, 4)]
+    {
+        let parallelism = Parallelism {
+            tensor,
+            sequence_parallel: tensor > 1,
+            expert,
+            zero: 1,
+            distributed_optimizer_instances: instances,
+            ..Parallelism::data_parallel(data)
+        };
+        let mut s = strategy(&model, &compute, parallelism, 4 * u64::from(data), 4);
+        s.fold_symmetric_ranks = true;
+        let lowered = s.lower().unwrap();
+        let images = lowered.graph.images();
+        assert_eq!(images.len() as u32, tensor * data - 1, "{parallelism:?}: folded");
+        let layout = parallelism.layout();
+        let ranks = layout.ranks();
+        let size = |members: Vec<RankId>| (members.len() as u32 / instances).max(1) as usize;
+        let instance = |members: Vec<RankId>, rank: RankId| {
+            let n = size(members.clone());
+            let at = members.iter().position(|r| *r == rank).unwrap();
+            members[at - at % n..at - at % n + n].to_vec()
+        };
+        type Groups<'a> = Box<dyn Fn(RankId) -> Vec<RankId> + 'a>;
+        let kinds: Vec<(&str, Groups<'_>)> = vec![
+            ("expert", Box::new(|r| layout.expert_group(r))),
+            ("expert-data", Box::new(|r| layout.expert_data_group(r))),
+            ("data", Box::new(|r| layout.data_context_group(r))),
+            ("instance", Box::new(|r| instance(layout.data_context_group(r), r))),
+            ("expert instance", Box::new(|r| instance(layout.expert_data_group(r), r))),
+        ];
+        for (kind, groups) in &kinds {
+            let all = partition(groups.as_ref(), ranks);
+            for (index, image) in images.iter().enumerate() {
+                for group in &all {
+                    let mut mapped: Vec<RankId> = group.iter().map(|r| image[r.0 as usize]).collect();
+                    mapped.sort();
+                    assert!(
+                        all.contains(&mapped),
+                        "{parallelism:?}: image {index} maps the {kind} group {group:?} onto {mapped:?}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Tensor 1 x expert 8 x data 16 on two 8-GPU servers: each expert group is one server's
+/// eight data ranks, so the expert all-to-alls never touch a NIC and the flow network, folded,
+/// gives the full graph's iteration. Before the images kept expert groups whole, the folded
+/// run replayed the group {0..7} on {1..8}, ..., {15, 0..6}: all-to-alls over the NICs that
+/// made the iteration several times slower.
+#[test]
+fn folded_flow_iteration_equals_the_full_graphs_with_expert_groups_inside_servers() {
+    use sim_core::fidelity::{Fidelity, NetworkSettings};
+    let model = moe_gpt(8, 2);
+    let compute = ComputeModel::default();
+    let parallelism = Parallelism { expert: 8, ..Parallelism::data_parallel(16) };
+    let makespan = |fold: bool| {
+        let mut s = strategy(&model, &compute, parallelism, 16 * 4, 4);
+        s.fold_symmetric_ranks = fold;
+        let lowered = s.lower().unwrap();
+        assert_eq!(lowered.graph.images().is_empty(), !fold);
+        let timeline =
+            NetworkSettings::new(Fidelity::Flow).run(&lowered.graph, &super::tests::dgx(2)).unwrap();
+        timeline.makespan().as_ps() as f64
+    };
+    let (folded, full) = (makespan(true), makespan(false));
+    assert!((folded / full - 1.0).abs() < 1e-9, "folded {folded} ps vs full {full} ps");
+}

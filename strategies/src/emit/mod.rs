@@ -78,16 +78,194 @@ enum Key {
 /// One kernel: duration and FLOPs.
 type Kernel = Option<(SimDuration, f64)>;
 
-/// Whether `plan`'s symmetric ranks are folded, whether its CNN split is spatial, and the
-/// tensor degree folded (1 under a spatial split, whose tiles differ).
-fn folding(strategy: &Strategy<'_>, plan: &Plan<'_>) -> (bool, bool, u32) {
+/// How `plan`'s symmetric ranks are folded.
+struct Folding {
+    /// Whether they are.
+    fold: bool,
+    /// Whether they could be: the replicas are symmetric and some permutation of them keeps
+    /// every group whole (`simulation.fold-symmetric-ranks` decides the rest).
+    foldable: bool,
+    /// Whether the CNN split is spatial (its tiles differ: only replicas are folded).
+    spatial: bool,
+    /// The tensor degree folded (1 under a spatial split).
+    tensor: u32,
+    /// The mixed radix the data index is rotated in ([`data_radices`]).
+    data_radices: Vec<u32>,
+}
+
+impl Folding {
+    /// The rank that plays `coordinates`' role in image `shift` (`1..tensor x data`): tensor
+    /// index shifted by `shift % tensor`, data index rotated digit by digit by `shift / tensor`.
+    fn image(&self, layout: &crate::RankLayout, coordinates: crate::Coordinates, shift: u32) -> RankId {
+        let mut c = coordinates;
+        let t = self.tensor.max(1);
+        if !self.spatial {
+            c.tensor = (c.tensor + shift % t) % t;
+        }
+        c.data = crate::layout::rotate_digits(c.data, shift / t, &self.data_radices);
+        layout.rank(c)
+    }
+}
+
+/// Whether `plan`'s symmetric ranks are folded, whether its CNN split is spatial, the tensor
+/// degree folded (1 under a spatial split, whose tiles differ), and how the data index is
+/// permuted. Folding is off where no permutation of the replicas keeps every group narrower
+/// than the data group (expert groups, distributed-optimizer instances) whole.
+fn folding(strategy: &Strategy<'_>, plan: &Plan<'_>) -> Folding {
     let spatial = matches!(strategy.parallelism.cnn(), CnnSplit::Spatial { .. });
     let folded_tensor = if spatial { 1 } else { plan.layout.size(Axis::Tensor) };
     // A policy whose replicas differ (DASO's rotating global sync) is not folded.
-    let fold = strategy.fold_symmetric_ranks
-        && plan.policy.symmetric_replicas()
-        && folded_tensor.saturating_mul(plan.layout.size(Axis::Data)) > 1;
-    (fold, spatial, folded_tensor)
+    let symmetric =
+        plan.policy.symmetric_replicas() && folded_tensor.saturating_mul(plan.layout.size(Axis::Data)) > 1;
+    let radices = if symmetric { data_radices(strategy, plan) } else { None };
+    let mut folding = Folding {
+        fold: false,
+        foldable: radices.is_some(),
+        spatial,
+        tensor: folded_tensor,
+        data_radices: radices.unwrap_or_default(),
+    };
+    folding.foldable = folding.foldable && images_keep_groups(strategy, plan, &folding);
+    folding.fold = strategy.fold_symmetric_ranks && folding.foldable;
+    folding
+}
+
+/// The mixed radix, least significant first, in which folding rotates a rank's data index to
+/// find the rank that plays its role in another image: the sizes, in data ranks, of the nested
+/// runs of consecutive data ranks that a group narrower than the data group keeps together
+/// (an expert group carved out of data x context, Megatron-Core's expert-parallel groups being
+/// built from consecutive data-parallel ranks; a distributed-optimizer instance), so that every
+/// image maps such a group onto another one and not onto ranks of two. Without such groups,
+/// the data degree alone (a cyclic shift of the replicas). `None` when the runs do not nest or
+/// do not split the data index.
+fn data_radices(strategy: &Strategy<'_>, plan: &Plan<'_>) -> Option<Vec<u32>> {
+    let layout = &plan.layout;
+    let (tensor, context, data) =
+        (layout.size(Axis::Tensor), layout.size(Axis::Context), layout.size(Axis::Data));
+    let expert = layout.expert();
+    let mut runs = Vec::new();
+    // The data ranks of a group of `ranks` consecutive ranks along the (context, data) index,
+    // context fastest (1: inside one data index); `None` when it splits a data index's contexts
+    // unevenly.
+    let along_data_context = |ranks: u32| -> Option<u32> {
+        let ranks = ranks.max(1);
+        if ranks % context == 0 {
+            Some(ranks / context)
+        } else if context % ranks == 0 {
+            Some(1)
+        } else {
+            None
+        }
+    };
+    if expert > 1 {
+        match layout.expert_tensor_degree() {
+            // Megatron-Core's expert rank generator: an expert-tensor x expert block of the
+            // ranks of a stage (checked by `images_keep_groups`).
+            Some(expert_tensor) => {
+                let block = expert_tensor.saturating_mul(expert);
+                if block % (tensor * context) == 0 {
+                    runs.push(block / (tensor * context));
+                }
+            }
+            None => runs.push(along_data_context(expert)?),
+        }
+    }
+    let instances = strategy.parallelism.distributed_optimizer_instances.max(1);
+    if instances > 1 {
+        runs.push(along_data_context(context.saturating_mul(data) / instances)?);
+    }
+    runs.retain(|&run| run > 1 && run < data);
+    runs.sort_unstable();
+    runs.dedup();
+    let mut radices = Vec::with_capacity(runs.len() + 1);
+    let mut below = 1;
+    for run in runs.into_iter().chain(std::iter::once(data)) {
+        if run % below != 0 {
+            return None;
+        }
+        radices.push(run / below);
+        below = run;
+    }
+    Some(radices)
+}
+
+/// Whether every image of `folding` maps each group narrower than the data group that the
+/// lowering may use (expert, expert-data, expert-tensor, expert-tensor x expert groups and the
+/// distributed-optimizer instances) onto a group of the same kind. Checked one image at a time
+/// (no image is stored); nothing to check, and true, without such groups.
+fn images_keep_groups(strategy: &Strategy<'_>, plan: &Plan<'_>, folding: &Folding) -> bool {
+    let layout = &plan.layout;
+    let ranks = layout.ranks();
+    let instances = strategy.parallelism.distributed_optimizer_instances.max(1) as usize;
+    let mut partitions: Vec<Box<dyn Fn(RankId) -> Vec<RankId> + '_>> = Vec::new();
+    if layout.expert() > 1 {
+        partitions.push(Box::new(|rank| layout.expert_group(rank)));
+        partitions.push(Box::new(|rank| layout.expert_data_group(rank)));
+        if layout.megatron_experts() {
+            partitions.push(Box::new(|rank| layout.expert_tensor_group(rank)));
+            partitions.push(Box::new(|rank| layout.expert_tensor_expert_group(rank)));
+        }
+    }
+    if instances > 1 {
+        // As `policy::zero::instance_group` splits the synchronising groups.
+        let split = move |members: Vec<RankId>, rank: RankId, across: bool| -> Vec<RankId> {
+            let size = (members.len() / instances).max(1);
+            let position = members.iter().position(|r| *r == rank).unwrap_or(0);
+            if across {
+                members.into_iter().skip(position % size).step_by(size).collect()
+            } else {
+                let start = position - position % size;
+                members[start..(start + size).min(members.len())].to_vec()
+            }
+        };
+        for across in [false, true] {
+            partitions.push(Box::new(move |rank| split(layout.data_context_group(rank), rank, across)));
+            if layout.expert() > 1 {
+                partitions.push(Box::new(move |rank| split(layout.expert_data_group(rank), rank, across)));
+            }
+        }
+    }
+    if partitions.is_empty() {
+        return true;
+    }
+    let coordinates: Vec<crate::Coordinates> = (0..ranks).map(|r| layout.coordinates(RankId(r))).collect();
+    // Each partition as the smallest member of every rank's group.
+    let keys: Vec<Vec<u32>> = partitions
+        .iter()
+        .map(|group_of| {
+            let mut key = vec![u32::MAX; ranks as usize];
+            for rank in 0..ranks {
+                if key[rank as usize] == u32::MAX {
+                    let members = group_of(RankId(rank));
+                    let first = members.iter().map(|r| r.0).min().unwrap_or(rank);
+                    for member in members {
+                        key[member.0 as usize] = first;
+                    }
+                }
+            }
+            key
+        })
+        .collect();
+    let mut image = vec![0u32; ranks as usize];
+    let mut maps_to = vec![u32::MAX; ranks as usize];
+    for shift in 1..folding.tensor.saturating_mul(layout.size(Axis::Data)) {
+        for (slot, &c) in image.iter_mut().zip(&coordinates) {
+            *slot = folding.image(layout, c, shift).0;
+        }
+        for key in &keys {
+            maps_to.fill(u32::MAX);
+            for rank in 0..ranks as usize {
+                let (from, to) = (key[rank] as usize, key[image[rank] as usize]);
+                let slot = &mut maps_to[from];
+                if *slot == u32::MAX {
+                    *slot = to;
+                } else if *slot != to {
+                    return false; // two members of one group land in two groups
+                }
+            }
+        }
+    }
+    true
 }
 
 /// Refuses, before anything per rank is allocated, a graph that would pass the work budget
@@ -99,10 +277,10 @@ fn folding(strategy: &Strategy<'_>, plan: &Plan<'_>) -> (bool, bool, u32) {
 fn within_budget(
     strategy: &Strategy<'_>,
     plan: &Plan<'_>,
-    fold: bool,
-    folded_tensor: u32,
+    folding: &Folding,
     held_iterations: u32,
 ) -> Result<(), StrategyError> {
+    let (fold, folded_tensor) = (folding.fold, folding.tensor);
     use sim_core::budget::{BYTES_PER_ITEM, MAX_ITEMS};
     let p = &strategy.parallelism;
     let ranks = u64::from(plan.layout.ranks());
@@ -129,7 +307,7 @@ fn within_budget(
     let (simulated, ops, maps) = size(fold);
     let needed = ops.saturating_add(maps);
     let layers = strategy.model.layers.len();
-    let foldable = !fold && symmetric > 1 && plan.policy.symmetric_replicas() && {
+    let foldable = !fold && folding.foldable && {
         let (_, ops, maps) = size(true);
         ops.saturating_add(maps) <= MAX_ITEMS
     };
@@ -180,9 +358,9 @@ fn within_budget(
 /// Lowers `strategy` (checked already) to its execution graph.
 pub(super) fn lower(strategy: &Strategy<'_>) -> Result<Lowered, StrategyError> {
     let plan = Plan::new(strategy)?;
-    let (fold, spatial, folded_tensor) = folding(strategy, &plan);
-    within_budget(strategy, &plan, fold, folded_tensor, strategy.iterations)?;
-    let mut lowering = Lowering::new(strategy, &plan, fold, spatial, folded_tensor);
+    let folding = folding(strategy, &plan);
+    within_budget(strategy, &plan, &folding, strategy.iterations)?;
+    let mut lowering = Lowering::new(strategy, &plan, &folding);
     let mut iteration_ends = Vec::with_capacity(strategy.iterations as usize);
     let mut pipeline_ends = Vec::with_capacity(strategy.iterations as usize);
     let mut spans = Vec::new();
@@ -275,9 +453,9 @@ pub(super) fn lower_streaming<R>(
     run: impl FnOnce(crate::LoweredInfo, GraphBuilder, &mut crate::IterationSource<'_>) -> R,
 ) -> Result<R, StrategyError> {
     let plan = Plan::new(strategy)?;
-    let (fold, spatial, folded_tensor) = folding(strategy, &plan);
-    within_budget(strategy, &plan, fold, folded_tensor, 1)?;
-    let mut lowering = Lowering::new(strategy, &plan, fold, spatial, folded_tensor);
+    let folding = folding(strategy, &plan);
+    within_budget(strategy, &plan, &folding, 1)?;
+    let mut lowering = Lowering::new(strategy, &plan, &folding);
     let info = info(&plan, lowering.simulated.iter().copied().map(RankId).collect())?;
     // The builder with the labels, groups and symmetry; the source works on it when the run
     // hands it over.
@@ -321,13 +499,8 @@ pub struct IterationOps {
 }
 
 impl<'p, 's> Lowering<'p, 's> {
-    fn new(
-        strategy: &Strategy<'s>,
-        plan: &'p Plan<'s>,
-        fold: bool,
-        spatial: bool,
-        folded_tensor: u32,
-    ) -> Self {
+    fn new(strategy: &Strategy<'s>, plan: &'p Plan<'s>, folding: &Folding) -> Self {
+        let (fold, spatial) = (folding.fold, folding.spatial);
         let ranks = plan.layout.ranks();
         let mut shared = Shared {
             graph: GraphBuilder::new(ranks),
@@ -357,24 +530,15 @@ impl<'p, 's> Lowering<'p, 's> {
             position_of[rank as usize] = position as u32;
         }
         if fold {
-            let (t, d) = (folded_tensor, plan.layout.size(Axis::Data));
+            let (t, d) = (folding.tensor, plan.layout.size(Axis::Data));
             // Every rank's coordinates once, not once per image (t x d images of every rank).
             let coordinates: Vec<_> = (0..ranks).map(|rank| plan.layout.coordinates(RankId(rank))).collect();
+            // Replicas permuted so that groups narrower than the data group (expert groups,
+            // optimizer instances) map onto groups: a cyclic shift of the data index would map
+            // an expert group of consecutive data ranks onto ranks of two groups, two servers.
             let images = (0..t * d)
                 .skip(1)
-                .map(|shift| {
-                    coordinates
-                        .iter()
-                        .map(|&c| {
-                            let mut c = c;
-                            if !spatial {
-                                c.tensor = (c.tensor + shift % t) % t;
-                            }
-                            c.data = (c.data + shift / t) % d;
-                            plan.layout.rank(c)
-                        })
-                        .collect()
-                })
+                .map(|shift| coordinates.iter().map(|&c| folding.image(&plan.layout, c, shift)).collect())
                 .collect();
             shared.graph.set_symmetry(images);
         }
