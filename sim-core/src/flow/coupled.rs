@@ -53,6 +53,20 @@ pub(super) struct Couplings {
     link_members: Vec<f64>,
     /// Member lists of finished couplings, reused by the next ones.
     spare_members: Vec<Vec<u32>>,
+    /// The paths of every edge list started so far, by a hash of its (source, destination)
+    /// pairs, when routes do not depend on the flow: a collective that starts again (every
+    /// layer's all-to-all, every bucket's ring) reads its edges' paths in order instead of
+    /// looking each pair up in the map of all pairs, whose entries a 64-rank all-to-all
+    /// touches at random (4,032 pairs per start). Checked pair by pair against the edges.
+    edge_paths: FastMap<u64, Vec<EdgePath>>,
+}
+
+/// One edge of a cached edge list and its path (see [`Couplings::edge_paths`]).
+#[derive(Debug, Clone, Copy)]
+struct EdgePath {
+    src: u32,
+    dst: u32,
+    path: Path,
 }
 
 impl Couplings {
@@ -67,8 +81,21 @@ impl Couplings {
             scratch_seeds: Vec::new(),
             link_members: vec![0.0; links],
             spare_members: Vec::new(),
+            edge_paths: FastMap::default(),
         }
     }
+}
+
+/// A hash of an edge list's (source, destination) pairs, in order (see
+/// [`Couplings::edge_paths`]; a collision is caught by comparing the pairs).
+fn edge_list_key(edges: &[(RankId, RankId, f64)]) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::hash::BuildHasherDefault::<crate::fast_hash::FastHasher>::default().build_hasher();
+    hasher.write_usize(edges.len());
+    for &(src, dst, _) in edges {
+        hasher.write_u64(u64::from(src.0) << 32 | u64::from(dst.0));
+    }
+    hasher.finish()
 }
 
 /// The couplings' edges are the solver's groups: a coupling's completion follows their rate.
@@ -454,8 +481,25 @@ impl Couplings {
         let mut shortest = SimDuration::MAX;
         let mut slowest_step = SimDuration::ZERO;
         let now = context.now();
-        for &(src, dst, bytes) in edges {
-            let Path { route, latency, alone } = flows.path(src, dst)?;
+        // The edges' paths: cached per edge list where routes do not depend on the flow.
+        let key = flows.routes_cached().then(|| edge_list_key(edges));
+        let cached = key.and_then(|key| self.edge_paths.remove(&key)).filter(|list| {
+            list.len() == edges.len()
+                && list.iter().zip(edges).all(|(edge, &(src, dst, _))| edge.src == src.0 && edge.dst == dst.0)
+        });
+        let fresh = cached.is_none();
+        let mut list = cached.unwrap_or_default();
+        for (index, &(src, dst, bytes)) in edges.iter().enumerate() {
+            let Path { route, latency, alone } = match list.get(index) {
+                Some(edge) if !fresh => edge.path,
+                _ => {
+                    let path = flows.path(src, dst)?;
+                    if key.is_some() {
+                        list.push(EdgePath { src: src.0, dst: dst.0, path });
+                    }
+                    path
+                }
+            };
             let (flow, latency) = flows.new_flow(now, &route, latency, bytes, Owner::Coupled)?;
             members.push(flow);
             slowest = slowest.max(latency);
@@ -463,6 +507,9 @@ impl Couplings {
             let per_step = bytes / steps.max(1) as f64 / alone;
             slowest_step =
                 slowest_step.max(latency.checked_add(SimDuration::from_ps((per_step * 1e12).ceil() as u64))?);
+        }
+        if let Some(key) = key {
+            self.edge_paths.insert(key, list);
         }
         if weighted {
             Couplings::weigh_by_bottleneck(&mut flows.solver, &members);

@@ -119,8 +119,12 @@ pub(super) struct Flows<'t> {
     routed: Vec<u32>,
     /// Per source host: the last destination and its path (see [`Flows::path`]).
     last_path: Vec<(u32, Path)>,
-    /// The path of every (source, destination) pair seen (see [`Flows::path`]).
-    paths: FastMap<(u32, u32), Path>,
+    /// Where in `path_list` the path of every (source, destination) pair seen is (see
+    /// [`Flows::path`]): a dense map of small entries, the paths themselves in the order they
+    /// were first asked for, which is the order a collective's edges ask for them again.
+    paths: FastMap<(u32, u32), u32>,
+    /// The paths `paths` points into.
+    path_list: Vec<Path>,
     /// Counters so far.
     pub(super) stats: FlowStats,
     /// Work after which the run gives up ([`NetworkError::OverBudget`]).
@@ -163,6 +167,7 @@ impl<'t> Flows<'t> {
                 topology.host_count()
             ],
             paths: FastMap::default(),
+            path_list: Vec::new(),
             stats: FlowStats::default(),
             work_budget: None,
             audit: None,
@@ -174,18 +179,25 @@ impl<'t> Flows<'t> {
         }
     }
 
+    /// Whether [`Flows::path`] gives every flow between two hosts the same path (routes do
+    /// not depend on the flow), so that callers may keep paths they asked for.
+    pub(super) fn routes_cached(&self) -> bool {
+        !self.topology.routes_depend_on_flow()
+    }
+
     /// The path of the next flow from `src` to `dst`. When routes do not depend on the flow,
     /// each pair's path is computed once, and each source remembers its last destination's
     /// (a ring sends to the same neighbour every step) in front of the map of all pairs.
     pub(super) fn path(&mut self, src: RankId, dst: RankId) -> Result<Path, NetworkError> {
-        let cacheable = !self.topology.routes_depend_on_flow();
+        let cacheable = self.routes_cached();
         if cacheable {
             if let Some(&(last, path)) = self.last_path.get(src.0 as usize)
                 && last == dst.0
             {
                 return Ok(path);
             }
-            if let Some(&path) = self.paths.get(&(src.0, dst.0)) {
+            if let Some(&index) = self.paths.get(&(src.0, dst.0)) {
+                let path = self.path_list[index as usize];
                 if let Some(slot) = self.last_path.get_mut(src.0 as usize) {
                     *slot = (dst.0, path);
                 }
@@ -202,7 +214,8 @@ impl<'t> Flows<'t> {
         let alone = route.iter().map(|&l| self.solver.capacity(l)).fold(f64::INFINITY, f64::min);
         let path = Path { route, latency, alone };
         if cacheable {
-            self.paths.insert((src.0, dst.0), path);
+            self.paths.insert((src.0, dst.0), self.path_list.len() as u32);
+            self.path_list.push(path);
             if let Some(slot) = self.last_path.get_mut(src.0 as usize) {
                 *slot = (dst.0, path);
             }
