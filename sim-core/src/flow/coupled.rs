@@ -51,6 +51,10 @@ pub(super) struct Couplings {
     scratch_seeds: Vec<LinkId>,
     /// Scratch: a coupled collective's edge weight on each link (see `start_coupled`).
     link_members: Vec<f64>,
+    /// Scratch: a coupled collective's bytes and edges on each link, zero between uses (see
+    /// `weigh_by_bottleneck`), and the links it touched.
+    link_load: Vec<(f64, u32)>,
+    scratch_links: Vec<LinkId>,
     /// Member lists of finished couplings, reused by the next ones.
     spare_members: Vec<Vec<u32>>,
     /// The paths of every edge list started so far, by a hash of its (source, destination)
@@ -80,6 +84,8 @@ impl Couplings {
             scratch_edges: Vec::new(),
             scratch_seeds: Vec::new(),
             link_members: vec![0.0; links],
+            link_load: vec![(0.0, 0); links],
+            scratch_links: Vec::new(),
             spare_members: Vec::new(),
             edge_paths: FastMap::default(),
         }
@@ -421,28 +427,34 @@ impl Couplings {
     /// that on that link its edges claim one flow's share each, as the messages of the step
     /// that crosses it would. Edges elsewhere weigh in proportion to their bytes: heavier where
     /// they carry more, as the fast links inside a server do.
-    fn weigh_by_bottleneck(solver: &mut MaxMin<Owner>, members: &[u32]) {
-        let mut load: FastMap<u32, (f64, u32)> = FastMap::default();
+    fn weigh_by_bottleneck(&mut self, solver: &mut MaxMin<Owner>, members: &[u32]) {
+        // Bytes and edges per link, in dense scratch indexed by link (`touched` lists the links).
+        let mut touched = std::mem::take(&mut self.scratch_links);
+        touched.clear();
         for &flow in members {
-            let flow = solver.flow(flow);
-            for &link in flow.route.iter() {
-                let entry = load.entry(link.0).or_insert((0.0, 0));
-                entry.0 += flow.size;
+            for &link in solver.flow(flow).route.iter() {
+                let entry = &mut self.link_load[link.0 as usize];
+                if entry.1 == 0 {
+                    touched.push(link);
+                }
+                entry.0 += solver.flow(flow).size;
                 entry.1 += 1;
             }
         }
         // The most loaded link per capacity; ties go to the lowest link id (deterministic).
         let mut best: Option<(f64, u32, f64)> = None;
-        for (&link, &(bytes, count)) in &load {
-            let time = bytes / solver.capacity(LinkId(link));
+        for &link in &touched {
+            let (bytes, count) = std::mem::take(&mut self.link_load[link.0 as usize]);
+            let time = bytes / solver.capacity(link);
             let better = match best {
                 None => true,
-                Some((top, id, _)) => time > top || (time == top && link < id),
+                Some((top, id, _)) => time > top || (time == top && link.0 < id),
             };
             if better {
-                best = Some((time, link, bytes / f64::from(count)));
+                best = Some((time, link.0, bytes / f64::from(count)));
             }
         }
+        self.scratch_links = touched;
         let unit = best.map_or(0.0, |(_, _, mean)| mean);
         if unit > 0.0 {
             for &flow in members {
@@ -512,7 +524,7 @@ impl Couplings {
             self.edge_paths.insert(key, list);
         }
         if weighted {
-            Couplings::weigh_by_bottleneck(&mut flows.solver, &members);
+            self.weigh_by_bottleneck(&mut flows.solver, &members);
         }
         let tail = match (reference, latency_sum) {
             (Some(reference), _) => {
