@@ -47,14 +47,13 @@ pub(super) struct Couplings {
     references: LookupMap<Collective, SimDuration>,
     /// Scratch for the edges (source, destination, bytes) of a coupled collective.
     scratch_edges: Vec<(RankId, RankId, f64)>,
-    /// Scratch for the links a coupled collective enters or leaves.
+    /// Scratch for a list of links: those a coupled collective enters, leaves or crosses.
     scratch_seeds: Vec<LinkId>,
     /// Scratch: a coupled collective's edge weight on each link (see `start_coupled`).
     link_members: Vec<f64>,
     /// Scratch: a coupled collective's bytes and edges on each link, zero between uses (see
-    /// `weigh_by_bottleneck`), and the links it touched.
+    /// `weigh_by_bottleneck`).
     link_load: Vec<(f64, u32)>,
-    scratch_links: Vec<LinkId>,
     /// Member lists of finished couplings, reused by the next ones.
     spare_members: Vec<Vec<u32>>,
     /// The paths of every edge list started so far, by a hash of its (source, destination)
@@ -85,7 +84,6 @@ impl Couplings {
             scratch_seeds: Vec::new(),
             link_members: vec![0.0; links],
             link_load: vec![(0.0, 0); links],
-            scratch_links: Vec::new(),
             spare_members: Vec::new(),
             edge_paths: FastMap::default(),
         }
@@ -429,15 +427,16 @@ impl Couplings {
     /// they carry more, as the fast links inside a server do.
     fn weigh_by_bottleneck(&mut self, solver: &mut MaxMin<Owner>, members: &[u32]) {
         // Bytes and edges per link, in dense scratch indexed by link (`touched` lists the links).
-        let mut touched = std::mem::take(&mut self.scratch_links);
+        let mut touched = std::mem::take(&mut self.scratch_seeds);
         touched.clear();
         for &flow in members {
-            for &link in solver.flow(flow).route.iter() {
+            let flow = solver.flow(flow);
+            for &link in flow.route.iter() {
                 let entry = &mut self.link_load[link.0 as usize];
                 if entry.1 == 0 {
                     touched.push(link);
                 }
-                entry.0 += solver.flow(flow).size;
+                entry.0 += flow.size;
                 entry.1 += 1;
             }
         }
@@ -454,7 +453,7 @@ impl Couplings {
                 best = Some((time, link.0, bytes / f64::from(count)));
             }
         }
-        self.scratch_links = touched;
+        self.scratch_seeds = touched;
         let unit = best.map_or(0.0, |(_, _, mean)| mean);
         if unit > 0.0 {
             for &flow in members {

@@ -207,21 +207,14 @@ fn images_keep_groups(strategy: &Strategy<'_>, plan: &Plan<'_>, folding: &Foldin
         }
     }
     if instances > 1 {
-        // As `policy::zero::instance_group` splits the synchronising groups.
-        let split = move |members: Vec<RankId>, rank: RankId, across: bool| -> Vec<RankId> {
-            let size = (members.len() / instances).max(1);
-            let position = members.iter().position(|r| *r == rank).unwrap_or(0);
-            if across {
-                members.into_iter().skip(position % size).step_by(size).collect()
-            } else {
-                let start = position - position % size;
-                members[start..(start + size).min(members.len())].to_vec()
-            }
-        };
         for across in [false, true] {
-            partitions.push(Box::new(move |rank| split(layout.data_context_group(rank), rank, across)));
+            partitions.push(Box::new(move |rank| {
+                policy::zero::instance_members(layout.data_context_group(rank), rank, instances, across)
+            }));
             if layout.expert() > 1 {
-                partitions.push(Box::new(move |rank| split(layout.expert_data_group(rank), rank, across)));
+                partitions.push(Box::new(move |rank| {
+                    policy::zero::instance_members(layout.expert_data_group(rank), rank, instances, across)
+                }));
             }
         }
     }

@@ -109,20 +109,12 @@ fn instance_group(emitter: &mut RankEmitter<'_, '_>, expert: bool, across: bool)
         return whole;
     }
     let members = emitter.shared.graph.group(whole).to_vec();
-    let size = members.len() / instances;
-    let position = members.iter().position(|r| r.0 == emitter.rank).unwrap_or(0);
-    let (class, chosen): (GroupClass, Vec<RankId>) = if across {
-        let offset = position % size;
-        (
-            GroupClass::Named(if expert { "expert instances" } else { "instances" }),
-            members.iter().copied().skip(offset).step_by(size).collect(),
-        )
-    } else {
-        let start = position - position % size;
-        (
-            GroupClass::Named(if expert { "expert instance" } else { "instance" }),
-            members[start..start + size].to_vec(),
-        )
+    let chosen = instance_members(members, RankId(emitter.rank), instances, across);
+    let class = match (across, expert) {
+        (true, true) => GroupClass::Named("expert instances"),
+        (true, false) => GroupClass::Named("instances"),
+        (false, true) => GroupClass::Named("expert instance"),
+        (false, false) => GroupClass::Named("instance"),
     };
     let key = (class, chosen[0].0);
     if let Some(&group) = emitter.shared.groups.get(&key) {
@@ -131,6 +123,25 @@ fn instance_group(emitter: &mut RankEmitter<'_, '_>, expert: bool, across: bool)
     let group = emitter.shared.graph.add_group(chosen);
     emitter.shared.groups.insert(key, group);
     group
+}
+
+/// The part of the synchronising group `members` that is `rank`'s distributed-optimizer
+/// instance, of `instances` (`across` false: consecutive ranks), or the ranks at its place in
+/// every instance (`across` true). Folding checks its rank maps against the same split.
+pub(in crate::emit) fn instance_members(
+    members: Vec<RankId>,
+    rank: RankId,
+    instances: usize,
+    across: bool,
+) -> Vec<RankId> {
+    let size = (members.len() / instances.max(1)).max(1);
+    let position = members.iter().position(|r| *r == rank).unwrap_or(0);
+    if across {
+        members.into_iter().skip(position % size).step_by(size).collect()
+    } else {
+        let start = position - position % size;
+        members[start..(start + size).min(members.len())].to_vec()
+    }
 }
 
 /// The origin of ZeRO-1/2's reduce-scatters and parameter allgathers.
