@@ -155,7 +155,9 @@ fn a_deep_model_lowers_in_linear_time() {
         let after = &stdout[stdout.find("; lowering ").expect("the engine line") + "; lowering ".len()..];
         after[..after.find(" ms").unwrap()].parse().unwrap()
     };
-    let small = lowering(2_000);
-    let large = lowering(16_000);
+    // The faster of two runs of each: a test beside this one can slow either run of a
+    // wall-clock measurement on a 2-core machine (seen once: 170 ms and 3,744 ms).
+    let small = lowering(2_000).min(lowering(2_000));
+    let large = lowering(16_000).min(lowering(16_000));
     assert!(large < 20.0 * small, "2,000 blocks lowered in {small} ms, 16,000 in {large} ms");
 }
