@@ -202,6 +202,11 @@ pub struct Parallelism {
     pub expert_tensor: Option<u32>,
     /// How tokens reach their experts and come back (`parallelism.moe-dispatcher`).
     pub moe_dispatcher: MoeDispatcher,
+    /// Megatron-Core's EP A2A overlap (`parallelism.moe-overlap`,
+    /// `--overlap-moe-expert-parallel-comm`): the forward of one micro-batch merged with the
+    /// backward of the one before, layer by layer, so that each one's expert all-to-alls run
+    /// beside the other's computation ([`emit`]'s `moe_overlap`).
+    pub moe_overlap: bool,
     /// How each rank runs its local experts (`parallelism.moe-experts`): one grouped kernel per
     /// product, or one dense block per expert in turn (the host launches differ).
     pub moe_experts: experts::MoeExperts,
@@ -573,6 +578,7 @@ impl Parallelism {
             expert: 1,
             expert_tensor: None,
             moe_dispatcher: MoeDispatcher::AllToAll,
+            moe_overlap: false,
             moe_experts: experts::MoeExperts::Grouped,
             moe_router_dtype: None,
             zero: 0,
@@ -1356,6 +1362,7 @@ impl Strategy<'_> {
             pipeline::uneven_sizes(blocks, p.pipeline as usize, p.first_stage_layers, p.last_stage_layers)
                 .map_err(|message| invalid(key, message))?;
         }
+        self.check_moe_overlap()?;
         if p.schedule == PipelineSchedule::ZbH1 && (p.zero >= 3 || p.offload != Offload::None) {
             return Err(invalid(
                 "parallelism.schedule",
@@ -1395,6 +1402,64 @@ impl Strategy<'_> {
             used.push(format!("zero = {}", p.zero));
         }
         used.join(", ")
+    }
+
+    /// `moe-overlap`: Megatron-Core's own checks (megatron/core/transformer/transformer_config.py,
+    /// `overlap_moe_expert_parallel_comm` at d98e8a64dd: expert parallelism, the all-to-all
+    /// dispatcher, no full recomputation, bf16 or fp16), and what parasim models of it: no
+    /// pipeline (Megatron's pipelined form needs virtual stages and pairs the steady state's
+    /// forward and backward across chunks, not modelled), a bucketed gradient policy (DDP,
+    /// ZeRO-1/2) and no offload.
+    fn check_moe_overlap(&self) -> Result<(), StrategyError> {
+        let p = &self.parallelism;
+        if !p.moe_overlap {
+            return Ok(());
+        }
+        let refuse = |why: String| Err(invalid("parallelism.moe-overlap", why));
+        if p.expert < 2 {
+            return refuse(format!(
+                "overlaps the expert all-to-alls of one micro-batch with another's computation: it needs \
+                 expert >= 2 (Megatron-Core: \"only supported with expert model parallelism\"), got expert = {}",
+                p.expert
+            ));
+        }
+        if p.moe_dispatcher != MoeDispatcher::AllToAll {
+            return refuse(format!(
+                "needs moe-dispatcher = \"all-to-all\" (Megatron-Core supports the alltoall and flex \
+                 dispatchers only), got {:?}",
+                p.moe_dispatcher.name()
+            ));
+        }
+        if self.recompute == Recompute::Full {
+            return refuse(
+                "cannot run with full recomputation (Megatron-Core: \"disable full recomputation when \
+                 enabling overlap_moe_expert_parallel_comm\"); use recompute = \"none\" or \"selective\""
+                    .into(),
+            );
+        }
+        if matches!(self.precision, Dtype::Fp64 | Dtype::Fp32 | Dtype::Tf32) {
+            return refuse(format!(
+                "needs bf16 or fp16 training (Megatron-Core's check), got precision {:?}",
+                self.precision.name()
+            ));
+        }
+        if p.pipeline > 1 {
+            return refuse(format!(
+                "is modelled without pipeline parallelism (pipeline = 1, Megatron's \
+                 combined_1f1b_schedule_for_no_pipelining); got pipeline = {}: the pipelined form \
+                 (virtual stages, each steady-state forward merged with a backward of another chunk) is \
+                 not modelled",
+                p.pipeline
+            ));
+        }
+        if p.zero >= 3 || p.offload != Offload::None || !matches!(p.sync, GradientSync::AllReduce) {
+            return refuse(
+                "is modelled with DDP and ZeRO-1/2 (Megatron's distributed optimizer) without offload: \
+                 set zero <= 2, offload = \"none\" and sync = \"allreduce\""
+                    .into(),
+            );
+        }
+        Ok(())
     }
 
     /// DASO: data parallelism only, over several multi-GPU nodes, simulated over whole global

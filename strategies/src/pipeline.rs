@@ -186,6 +186,28 @@ pub fn actions(
     order
 }
 
+/// Megatron-Core's EP A2A overlap without a pipeline (`combined_1f1b_schedule_for_no_pipelining`
+/// in megatron/core/pipeline_parallel/combined_1f1b.py at d98e8a64dd): the first micro-batch's
+/// forward alone, then each forward together with the backward of the micro-batch before it,
+/// then the last backward: `F0, F1 B0, F2 B1, ..., B(m-1)`. The emitter runs every forward that
+/// a backward follows as one merged step; two micro-batches' activations are held at once (one
+/// with the plain order `F0 B0 F1 B1 ...`), which Megatron-Core's documentation names as the
+/// feature's memory cost.
+pub fn overlapped_actions(micro_batches: u32) -> Vec<Action> {
+    let action = |step, micro_batch| Action { step, micro_batch, chunk: 0 };
+    let mut order = Vec::with_capacity(2 * micro_batches as usize);
+    for micro in 0..micro_batches {
+        order.push(action(Step::Forward, micro));
+        if micro > 0 {
+            order.push(action(Step::Backward, micro - 1));
+        }
+    }
+    if let Some(last) = micro_batches.checked_sub(1) {
+        order.push(action(Step::Backward, last));
+    }
+    order
+}
+
 /// ZB-H1 on stage `stage` of `stages`: 1F1B's `min(p - s - 1, m)` warm-up forwards, then F, B
 /// pairs and the remaining B passes, each followed by a W once `s` of them have run without
 /// (the W passes start `s` steps late, so every stage holds `p` micro-batches at most), then

@@ -590,3 +590,144 @@ fn folded_flow_iteration_equals_the_full_graphs_with_expert_groups_inside_server
     let (folded, full) = (makespan(true), makespan(false));
     assert!((folded / full - 1.0).abs() < 1e-9, "folded {folded} ps vs full {full} ps");
 }
+
+/// The EP A2A overlap's schedule: the first forward alone, each later forward with the
+/// backward before it, the last backward alone (Megatron-Core's
+/// `combined_1f1b_schedule_for_no_pipelining`), holding two micro-batches' activations.
+#[test]
+fn moe_overlap_actions_pair_each_forward_with_the_backward_before() {
+    let order: Vec<(bool, u32)> = crate::pipeline::overlapped_actions(4)
+        .iter()
+        .map(|a| (a.is_forward(), a.micro_batch))
+        .collect();
+    let (f, b) = (true, false);
+    assert_eq!(order, [(f, 0), (f, 1), (b, 0), (f, 2), (b, 1), (f, 3), (b, 2), (b, 3)]);
+    assert_eq!(crate::pipeline::peak_in_flight(&crate::pipeline::overlapped_actions(4), &[1]), 2);
+    assert_eq!(crate::pipeline::peak_in_flight(&crate::pipeline::overlapped_actions(1), &[1]), 1);
+}
+
+/// `moe-overlap` on rank 0: the expert stream runs each merged step's all-to-alls in
+/// Megatron-Core's order (`TransformerLayerSchedulePlan.run`: combine backward, dispatch
+/// forward, dispatch backward, combine forward, one transformer layer pair after another), the
+/// compute stream alternates the two passes inside every layer pair, and the work is the plain
+/// schedule's: the same kernels, the same collectives, the same bytes.
+#[test]
+fn moe_overlap_interleaves_the_passes_in_megatrons_order_with_the_same_work() {
+    let model = moe_gpt(8, 2);
+    let compute = ComputeModel::default();
+    let lower = |overlap: bool| {
+        let p = Parallelism { expert: 4, moe_overlap: overlap, ..Parallelism::data_parallel(8) };
+        let mut s = strategy(&model, &compute, p, 8 * 4 * 3, 4);
+        s.precision = Dtype::Bf16;
+        s.lower().unwrap()
+    };
+    let (plain, merged) = (lower(false), lower(true));
+    let passes = |graph: &sim_core::graph::ExecGraph, stream: StreamId| -> Vec<bool> {
+        graph
+            .ops()
+            .iter()
+            .filter(|op| op.rank == RankId(0) && op.stream == stream)
+            .map(|op| op.meta.pass() == Some(sim_core::graph::Pass::Forward))
+            .collect()
+    };
+    // Three micro-batches, 12 expert layers, two all-to-alls each way per layer.
+    let (f, b) = (true, false);
+    let mut expected = vec![f; 24];
+    for _ in 0..2 {
+        for _ in 0..12 {
+            expected.extend([b, f, b, f]);
+        }
+    }
+    expected.extend([b; 24]);
+    assert_eq!(passes(&merged.graph, EXPERT_STREAM), expected);
+    let mut unmerged = Vec::new();
+    for _ in 0..3 {
+        unmerged.extend([f; 24]);
+        unmerged.extend([b; 24]);
+    }
+    assert_eq!(passes(&plain.graph, EXPERT_STREAM), unmerged);
+    // The compute stream switches passes at least four times per layer pair when merged, twice
+    // per micro-batch when not.
+    let switches = |order: Vec<bool>| order.windows(2).filter(|w| w[0] != w[1]).count();
+    assert_eq!(switches(passes(&plain.graph, COMPUTE_STREAM)), 5);
+    assert!(switches(passes(&merged.graph, COMPUTE_STREAM)) >= 2 * 12 * 4);
+    // Same work: kernel time and collective bytes per rank.
+    let work = |graph: &sim_core::graph::ExecGraph| {
+        let (mut busy, mut bytes) = (0u64, 0u64);
+        for op in graph.ops().iter().filter(|op| op.rank == RankId(0)) {
+            match op.kind {
+                OpKind::Compute { duration } if op.stream == COMPUTE_STREAM => busy += duration.as_ps(),
+                OpKind::Collective(id) => bytes += graph.collective(id).bytes.0,
+                _ => {}
+            }
+        }
+        (busy, bytes, graph.ops().len())
+    };
+    assert_eq!(work(&plain.graph), work(&merged.graph));
+}
+
+/// With the all-to-alls crossing servers (expert 16 over two DGX), the merged steps hide part
+/// of them behind the other pass's kernels: the iteration is shorter than the plain schedule's,
+/// but never shorter than the GPU's own kernel time.
+#[test]
+fn moe_overlap_hides_expert_all_to_alls_behind_the_other_micro_batch() {
+    use sim_core::fidelity::{Fidelity, NetworkSettings};
+    let model = moe_gpt(16, 2);
+    let compute = ComputeModel::default();
+    let run = |overlap: bool| {
+        let p = Parallelism { expert: 16, moe_overlap: overlap, ..Parallelism::data_parallel(16) };
+        let mut s = strategy(&model, &compute, p, 16 * 4 * 4, 4);
+        s.precision = Dtype::Bf16;
+        let lowered = s.lower().unwrap();
+        let busy: u64 = lowered
+            .graph
+            .ops()
+            .iter()
+            .filter(|op| op.rank == RankId(0) && op.stream == COMPUTE_STREAM)
+            .map(|op| match op.kind {
+                OpKind::Compute { duration } => duration.as_ps(),
+                _ => 0,
+            })
+            .sum();
+        let timeline =
+            NetworkSettings::new(Fidelity::Flow).run(&lowered.graph, &super::tests::dgx(2)).unwrap();
+        (timeline.makespan().as_ps(), busy)
+    };
+    let ((plain, busy), (merged, merged_busy)) = (run(false), run(true));
+    assert_eq!(busy, merged_busy);
+    assert!(merged < plain, "merged {merged} ps, plain {plain} ps");
+    assert!(merged >= busy, "merged {merged} ps below the kernels' {busy} ps");
+    // Something worth hiding: the plain step waits at least 10% on its all-to-alls.
+    assert!(plain as f64 > 1.1 * busy as f64, "plain {plain} ps, kernels {busy} ps");
+}
+
+/// `moe-overlap` refuses what Megatron-Core refuses, and what parasim does not model, naming
+/// the key.
+#[test]
+fn moe_overlap_refusals_name_the_key() {
+    let model = moe_gpt(8, 2);
+    let compute = ComputeModel::default();
+    let overlap = Parallelism { expert: 4, moe_overlap: true, ..Parallelism::data_parallel(8) };
+    let cases: [(Parallelism, Recompute, &str); 5] = [
+        (Parallelism { expert: 1, ..overlap }, Recompute::None, "expert >= 2"),
+        (Parallelism { moe_dispatcher: MoeDispatcher::AllGather, ..overlap }, Recompute::None, "all-to-all"),
+        (overlap, Recompute::Full, "full recomputation"),
+        (Parallelism { pipeline: 2, data: 4, ..overlap }, Recompute::None, "pipeline = 1"),
+        (Parallelism { zero: 3, ..overlap }, Recompute::None, "zero <= 2"),
+    ];
+    for (p, recompute, says) in cases {
+        let mut s = strategy(&model, &compute, p, 8 * 4 * 2, 4);
+        s.precision = Dtype::Bf16;
+        s.recompute = recompute;
+        match s.check() {
+            Err(StrategyError::Invalid { key, message }) => {
+                assert_eq!(key, "parallelism.moe-overlap", "{message}");
+                assert!(message.contains(says), "{message}");
+            }
+            other => panic!("{p:?}: {other:?}"),
+        }
+    }
+    let mut fp32 = strategy(&model, &compute, overlap, 8 * 4 * 2, 4);
+    fp32.precision = Dtype::Fp32;
+    assert!(matches!(fp32.check(), Err(StrategyError::Invalid { key: "parallelism.moe-overlap", .. })));
+}

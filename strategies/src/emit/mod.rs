@@ -29,6 +29,7 @@
 
 mod halo;
 mod input;
+mod moe_overlap;
 pub mod kernel_table;
 mod offload;
 mod plan;
@@ -593,6 +594,7 @@ impl<'p, 's> Lowering<'p, 's> {
                 loads: std::mem::take(&mut self.loads[position]),
                 backward_part: crate::pipeline::Step::Backward,
                 deferred_wgrads: Vec::new(),
+                layer_part: moe_overlap::LayerPart::Whole,
             };
             let (end, pipeline_end) =
                 emitter.iteration(self.policies[position].as_mut(), self.previous_end[position])?;

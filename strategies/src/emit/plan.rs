@@ -143,6 +143,10 @@ impl<'s> Plan<'s> {
         let actions = (0..p.pipeline)
             .map(|stage| {
                 let group = p.microbatch_group.unwrap_or(p.pipeline);
+                if p.moe_overlap {
+                    // Checked: no pipeline (`Strategy::check_moe_overlap`).
+                    return pipeline::overlapped_actions(micro_batches);
+                }
                 pipeline::actions(p.schedule, p.pipeline, p.virtual_stages, group, stage, micro_batches)
             })
             .collect();

@@ -18,6 +18,7 @@ use sim_core::graph::{
 };
 use sim_core::units::{Bytes, SimDuration};
 
+use super::moe_overlap::LayerPart;
 use super::offload::OffloadState;
 use super::plan::{Labels, Plan};
 use super::policy::RankPolicy;
@@ -118,6 +119,9 @@ pub(super) struct RankEmitter<'p, 's> {
     /// The output layer's weight gradients deferred to the pipeline's flush
     /// (`Parallelism::defer_embedding_wgrad`): (layer, micro-batch), in backward order.
     pub(super) deferred_wgrads: Vec<(usize, u32)>,
+    /// The part of a layer's pass the layer methods emit: all of it but inside a merged
+    /// forward-and-backward step ([`super::moe_overlap`]).
+    pub(super) layer_part: LayerPart,
 }
 
 impl RankEmitter<'_, '_> {
@@ -155,7 +159,13 @@ impl RankEmitter<'_, '_> {
         // `workload.passes = "forward"`: the schedule's forward actions alone, in its order
         // (the memory stays the training schedule's: see `crate::passes`).
         let trains = plan.strategy.passes.trains();
-        for action in plan.actions[stage as usize].iter().filter(|a| trains || a.is_forward()) {
+        // Megatron-Core's EP A2A overlap merges forwards with backwards (no pipeline: checked).
+        let merged = trains && p.moe_overlap;
+        if merged {
+            self.overlapped_schedule(policy, &mut last_sync)?;
+        }
+        let actions = if merged { &[][..] } else { &plan.actions[stage as usize][..] };
+        for action in actions.iter().filter(|a| trains || a.is_forward()) {
             let chunk = action.chunk * p.pipeline + stage;
             let micro = action.micro_batch;
             let mark = self.buffer.ops.len();
@@ -331,7 +341,7 @@ impl RankEmitter<'_, '_> {
     }
 
     /// Names the compute ops emitted since op `mark` as one slice `name`, if there are any.
-    fn span(&mut self, mark: usize, name: String) {
+    pub(super) fn span(&mut self, mark: usize, name: String) {
         let first = self.buffer.ops[mark..].iter().position(|op| op.stream == COMPUTE_STREAM);
         if let (Some(first), Some(last)) = (first, self.last_compute)
             && last as usize >= mark
@@ -356,17 +366,23 @@ impl RankEmitter<'_, '_> {
         // gathers. Launches after it wait (nothing to wait for without modelled launches).
         let reads_counts = local.role == Role::Experts && plan.host_cost > SimDuration::ZERO;
         let dispatcher = plan.strategy.parallelism.moe_dispatcher;
-        if reads_counts && dispatcher == crate::MoeDispatcher::AllToAll {
-            let deps: Vec<Dep> = self.last_compute.map(Dep::Local).into_iter().collect();
-            self.host_read(&deps, MOE_COUNTS_LABEL);
+        let part = self.layer_part;
+        if part.receives() {
+            if reads_counts && dispatcher == crate::MoeDispatcher::AllToAll {
+                let deps: Vec<Dep> = self.last_compute.map(Dep::Local).into_iter().collect();
+                self.host_read(&deps, MOE_COUNTS_LABEL);
+            }
+            for comm in &local.before_forward {
+                self.comm(*comm, meta);
+            }
+            if reads_counts && dispatcher == crate::MoeDispatcher::AllGather {
+                let mut deps = self.waiting.clone();
+                deps.extend(self.last_compute.map(Dep::Local));
+                self.host_read(&deps, MOE_COUNTS_LABEL);
+            }
         }
-        for comm in &local.before_forward {
-            self.comm(*comm, meta);
-        }
-        if reads_counts && dispatcher == crate::MoeDispatcher::AllGather {
-            let mut deps = self.waiting.clone();
-            deps.extend(self.last_compute.map(Dep::Local));
-            self.host_read(&deps, MOE_COUNTS_LABEL);
+        if !part.computes() {
+            return Ok(());
         }
         if let Some(halo) = &local.halo
             && halo.forward
@@ -407,7 +423,9 @@ impl RankEmitter<'_, '_> {
         if self.backward_part == Step::BackwardWeight {
             return Ok(self.weight_kernels(index, micro));
         }
-        if let Some(range) = &self.plan.recompute_before[index] {
+        if self.layer_part.receives()
+            && let Some(range) = &self.plan.recompute_before[index]
+        {
             for again in range.clone() {
                 self.forward_layer(again, micro, true)?;
             }
@@ -426,8 +444,21 @@ impl RankEmitter<'_, '_> {
         {
             let local = &plan.local[index];
             let meta = layer_meta(index, Pass::BackwardData);
-            for comm in &local.before_backward {
-                self.comm(*comm, meta);
+            let part = self.layer_part;
+            if part.receives() {
+                for comm in &local.before_backward {
+                    self.comm(*comm, meta);
+                }
+            }
+            if part == LayerPart::Send {
+                // A merged step's dispatch gradient, after this pass's weight gradient.
+                for comm in &local.after_backward_data {
+                    self.comm(*comm, meta);
+                }
+                return Ok(None);
+            }
+            if !part.computes() {
+                return Ok(None);
             }
             let [_, data, _] = plan.kernels[index];
             let mut gradient_ready = None;
@@ -450,9 +481,11 @@ impl RankEmitter<'_, '_> {
             {
                 deferred.extend(self.halo(index, micro, halo, 2));
             }
-            for comm in &local.after_backward_data {
-                self.comm(*comm, meta);
-                deferred.append(&mut self.waiting);
+            if part == LayerPart::Whole {
+                for comm in &local.after_backward_data {
+                    self.comm(*comm, meta);
+                    deferred.append(&mut self.waiting);
+                }
             }
             // Zero-bubble's B: the weight gradient waits for its own W step; a deferred output
             // layer's waits for the flush.
@@ -1014,7 +1047,7 @@ impl RankEmitter<'_, '_> {
 /// layer's token counts).
 const HOST_READ_ORIGIN: &str = "host reads";
 /// The host's read of a micro-batch's loss for its NaN/Inf check.
-const LOSS_CHECK_LABEL: &str = "host: loss NaN/Inf check (reads the loss)";
+pub(super) const LOSS_CHECK_LABEL: &str = "host: loss NaN/Inf check (reads the loss)";
 /// The host's read of an expert layer's token counts (Megatron-Core's dispatchers).
 const MOE_COUNTS_LABEL: &str = "host: MoE token counts read (dropless dispatch)";
 /// The host's read of a gradient bucket's norm for its NaN/Inf check.

@@ -190,9 +190,24 @@ pub(in super::super) fn backward_chunk(
     last: bool,
     sync: BucketSync<'_>,
 ) -> Result<Option<u32>, StrategyError> {
+    let layers = emitter.plan.chunk_layers[chunk].clone();
+    backward_layers(emitter, chunk, layers, micro, last, sync)
+}
+
+/// [`backward_chunk`] over `layers` only (a run of chunk `chunk`'s layers, highest first): what
+/// a merged forward-and-backward step emits between the other micro-batch's layers
+/// ([`super::super::moe_overlap`]); each bucket is synchronised after the layer that closes it,
+/// whichever call emits that layer.
+pub(in super::super) fn backward_layers(
+    emitter: &mut RankEmitter<'_, '_>,
+    chunk: usize,
+    layers: std::ops::Range<usize>,
+    micro: u32,
+    last: bool,
+    sync: BucketSync<'_>,
+) -> Result<Option<u32>, StrategyError> {
     let plan = emitter.plan;
     let mut last_sync = None;
-    let layers = plan.chunk_layers[chunk].clone();
     // Zero-bubble's split backward: B computes no weight gradient (nothing to synchronise),
     // W only weight gradients, bucket by bucket as the whole backward would.
     let part = emitter.backward_part;

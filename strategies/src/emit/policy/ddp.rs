@@ -39,6 +39,17 @@ impl RankPolicy for Ddp {
     ) -> Result<Option<u32>, StrategyError> {
         buckets::backward_chunk(emitter, chunk, micro, last, &mut sync_bucket)
     }
+
+    fn backward_layers(
+        &mut self,
+        emitter: &mut RankEmitter<'_, '_>,
+        chunk: usize,
+        layers: std::ops::Range<usize>,
+        micro: u32,
+        last: bool,
+    ) -> Result<Option<u32>, StrategyError> {
+        buckets::backward_layers(emitter, chunk, layers, micro, last, &mut sync_bucket)
+    }
 }
 
 /// The allreduce of `bucket` after `ready`.

@@ -120,6 +120,25 @@ pub(super) trait RankPolicy {
         last: bool,
     ) -> Result<Option<u32>, StrategyError>;
 
+    /// The backward of micro-batch `micro` through layers `layers` of chunk `chunk` only
+    /// (highest first), a part of [`backward_chunk`](RankPolicy::backward_chunk): what a merged
+    /// forward-and-backward step ([`super::moe_overlap`]) emits between the other micro-batch's
+    /// layers. Returns the last synchronisation it started. The bucketed policies (DDP, ZeRO-1/2)
+    /// have it; the others are refused by `Strategy::check` before the lowering asks.
+    fn backward_layers(
+        &mut self,
+        _emitter: &mut RankEmitter<'_, '_>,
+        _chunk: usize,
+        _layers: Range<usize>,
+        _micro: u32,
+        _last: bool,
+    ) -> Result<Option<u32>, StrategyError> {
+        Err(crate::invalid(
+            "parallelism.moe-overlap",
+            "is modelled with DDP and ZeRO-1/2 only (a layer-by-layer backward)".into(),
+        ))
+    }
+
     /// After the optimizer step `optimizer`; `end` is the rank's last op so far. Returns the
     /// op that ends the rank's iteration.
     fn after_step(&mut self, _emitter: &mut RankEmitter<'_, '_>, _optimizer: u32, end: u32) -> u32 {

@@ -47,6 +47,17 @@ impl RankPolicy for Zero {
         buckets::backward_chunk(emitter, chunk, micro, last, &mut sync_bucket)
     }
 
+    fn backward_layers(
+        &mut self,
+        emitter: &mut RankEmitter<'_, '_>,
+        chunk: usize,
+        layers: std::ops::Range<usize>,
+        micro: u32,
+        last: bool,
+    ) -> Result<Option<u32>, StrategyError> {
+        buckets::backward_layers(emitter, chunk, layers, micro, last, &mut sync_bucket)
+    }
+
     /// Each bucket's parameters all-gathered after the step (over more than one rank).
     fn after_step(&mut self, emitter: &mut RankEmitter<'_, '_>, optimizer: u32, mut end: u32) -> u32 {
         let plan = emitter.plan;
