@@ -596,10 +596,8 @@ fn folded_flow_iteration_equals_the_full_graphs_with_expert_groups_inside_server
 /// `combined_1f1b_schedule_for_no_pipelining`), holding two micro-batches' activations.
 #[test]
 fn moe_overlap_actions_pair_each_forward_with_the_backward_before() {
-    let order: Vec<(bool, u32)> = crate::pipeline::overlapped_actions(4)
-        .iter()
-        .map(|a| (a.is_forward(), a.micro_batch))
-        .collect();
+    let order: Vec<(bool, u32)> =
+        crate::pipeline::overlapped_actions(4).iter().map(|a| (a.is_forward(), a.micro_batch)).collect();
     let (f, b) = (true, false);
     assert_eq!(order, [(f, 0), (f, 1), (b, 0), (f, 2), (b, 1), (f, 3), (b, 2), (b, 3)]);
     assert_eq!(crate::pipeline::peak_in_flight(&crate::pipeline::overlapped_actions(4), &[1]), 2);

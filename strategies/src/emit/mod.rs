@@ -29,8 +29,8 @@
 
 mod halo;
 mod input;
-mod moe_overlap;
 pub mod kernel_table;
+mod moe_overlap;
 mod offload;
 mod plan;
 mod policy;

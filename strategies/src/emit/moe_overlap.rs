@@ -136,7 +136,12 @@ impl RankEmitter<'_, '_> {
     }
 
     /// The forward of `layers` (micro-batch `micro`), in `lane`.
-    fn lane_forward(&mut self, lane: &mut Lane, layers: Range<usize>, micro: u32) -> Result<(), StrategyError> {
+    fn lane_forward(
+        &mut self,
+        lane: &mut Lane,
+        layers: Range<usize>,
+        micro: u32,
+    ) -> Result<(), StrategyError> {
         self.in_lane(lane, |emitter| {
             for index in layers {
                 emitter.forward_layer(index, micro, false)?;
