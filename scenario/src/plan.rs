@@ -1023,7 +1023,7 @@ fn cluster_comm_floor(
     move |comm: &Comm| {
         let n = match comm.group {
             GroupKind::Tensor => p.tensor,
-            GroupKind::Expert => p.expert_comm_ranks(comm.kind),
+            GroupKind::Expert => p.expert_comm_ranks(comm.kind, comm.what),
             GroupKind::Filter => p.filter,
             GroupKind::Channel => p.channel,
             _ => 1,

@@ -451,6 +451,20 @@ impl RankLayout {
         all[start..start + self.expert as usize].to_vec()
     }
 
+    /// The members of `rank`'s expert group on its own node of `node` GPUs (consecutive
+    /// ranks): the ranks a DeepEP-style dispatcher's NVLink hop exchanges among.
+    pub fn expert_node_group(&self, rank: RankId, node: u32) -> Vec<RankId> {
+        let node = node.max(1);
+        self.expert_group(rank).into_iter().filter(|r| r.0 / node == rank.0 / node).collect()
+    }
+
+    /// The members of `rank`'s expert group at its local index on every node of `node` GPUs:
+    /// the ranks a DeepEP-style dispatcher's RDMA hop exchanges among (one per node).
+    pub fn expert_rail_group(&self, rank: RankId, node: u32) -> Vec<RankId> {
+        let node = node.max(1);
+        self.expert_group(rank).into_iter().filter(|r| r.0 % node == rank.0 % node).collect()
+    }
+
     /// Every group along `axis`, each listed once, in order of its first rank.
     pub fn groups(&self, axis: Axis) -> Vec<Vec<RankId>> {
         (0..self.ranks())

@@ -207,6 +207,9 @@ pub struct Parallelism {
     /// backward of the one before, layer by layer, so that each one's expert all-to-alls run
     /// beside the other's computation ([`emit`]'s `moe_overlap`).
     pub moe_overlap: bool,
+    /// GPUs per NVLink domain a DeepEP-style dispatcher's first hop stays in: the cluster's
+    /// `gpus-per-node`, set by the scenario (`MoeDispatcher::DeepEp`).
+    pub moe_node: u32,
     /// How each rank runs its local experts (`parallelism.moe-experts`): one grouped kernel per
     /// product, or one dense block per expert in turn (the host launches differ).
     pub moe_experts: experts::MoeExperts,
@@ -417,17 +420,41 @@ pub enum MoeDispatcher {
     /// (`tp_ep`), each rank running its local experts on the tokens routed to them, and the
     /// outputs reduce-scattered back over the same group.
     AllGather,
+    /// A DeepEP-style two-hop dispatcher (DeepSeek-V3 technical report, arXiv 2412.19437,
+    /// section 3.2.2; deepseek-ai/DeepEP's normal kernels, Megatron-Core's `flex` dispatcher
+    /// with `--moe-enable-deepep`): each token crosses the network once per node that hosts
+    /// one of its experts (to the GPU of its own local index there, over RDMA), then is
+    /// forwarded over NVLink to each GPU of that node that hosts one of them; the combine
+    /// reduces on the node first and crosses the network back once per node. Two all-to-alls
+    /// each way, over the expert group's rail (its members at the rank's local index) and its
+    /// node part, with the deduplicated volumes of balanced top-k routing ([`deepep_copies`]).
+    DeepEp,
+}
+
+/// The expected number of distinct holders among `holders` equal shares of `experts`
+/// experts that a token routed to `top_k` distinct experts chosen uniformly reaches:
+/// `holders (1 - C(E - E/holders, k) / C(E, k))`. A DeepEP-style dispatcher sends a token
+/// once per node (holders: the expert group's nodes) and once per GPU (holders: its ranks)
+/// that hosts one of its experts.
+pub fn deepep_copies(experts: u64, top_k: u64, holders: u64) -> f64 {
+    if holders == 0 || experts == 0 {
+        return 0.0;
+    }
+    let (e, share) = (experts as f64, experts as f64 / holders as f64);
+    let missed: f64 = (0..top_k.min(experts)).map(|i| ((e - share - i as f64) / (e - i as f64)).max(0.0)).product();
+    holders as f64 * (1.0 - missed)
 }
 
 impl MoeDispatcher {
     /// Every dispatcher, in the order errors list them.
-    pub const ALL: [MoeDispatcher; 2] = [MoeDispatcher::AllToAll, MoeDispatcher::AllGather];
+    pub const ALL: [MoeDispatcher; 3] = [MoeDispatcher::AllToAll, MoeDispatcher::AllGather, MoeDispatcher::DeepEp];
 
     /// The scenario name: `"all-to-all"` or `"all-gather"`.
     pub const fn name(self) -> &'static str {
         match self {
             MoeDispatcher::AllToAll => "all-to-all",
             MoeDispatcher::AllGather => "all-gather",
+            MoeDispatcher::DeepEp => "deepep",
         }
     }
 }
@@ -440,7 +467,8 @@ impl std::str::FromStr for MoeDispatcher {
                 "unknown MoE dispatcher {name:?}; valid: \"all-to-all\" (Megatron-Core's alltoall: tokens \
                  to their experts' ranks and back by all-to-all over the expert group), \"all-gather\" \
                  (Megatron-Core's allgather: tokens all-gathered over the expert-tensor x expert group, \
-                 outputs reduce-scattered back)"
+                 outputs reduce-scattered back), \"deepep\" (DeepEP-style two hops: each token over the \
+                 network once per node hosting its experts, then over NVLink inside it)"
             )
         })
     }
@@ -579,6 +607,7 @@ impl Parallelism {
             expert_tensor: None,
             moe_dispatcher: MoeDispatcher::AllToAll,
             moe_overlap: false,
+            moe_node: 8,
             moe_experts: experts::MoeExperts::Grouped,
             moe_router_dtype: None,
             zero: 0,
@@ -681,7 +710,7 @@ impl Parallelism {
     /// generator and `MoEAllGatherTokenDispatcher` do, which parasim's first expert model,
     /// expert groups carved out of data x context with the all-to-all dispatcher, did not).
     pub fn experts_apart(&self) -> bool {
-        self.expert_tensor_degree() != self.tensor || self.moe_dispatcher != MoeDispatcher::AllToAll
+        self.expert_tensor_degree() != self.tensor || self.moe_dispatcher == MoeDispatcher::AllGather
     }
 
     /// Ranks each expert parameter's gradient is summed over: the expert-data degree,
@@ -696,9 +725,11 @@ impl Parallelism {
     /// for all-to-alls, the expert-tensor x expert group for the all-gather dispatcher's
     /// all-gathers and reduce-scatters, the expert-tensor group for the all-to-all
     /// dispatcher's ([`shard::expert_communicator`]).
-    pub fn expert_comm_ranks(&self, kind: sim_core::graph::CollectiveKind) -> u32 {
-        match shard::expert_communicator(kind, self.moe_dispatcher) {
+    pub fn expert_comm_ranks(&self, kind: sim_core::graph::CollectiveKind, what: &str) -> u32 {
+        match shard::expert_communicator(kind, self.moe_dispatcher, what) {
             shard::ExpertCommunicator::Expert => self.expert,
+            shard::ExpertCommunicator::ExpertNode => self.split().expert_node,
+            shard::ExpertCommunicator::ExpertRail => self.expert / self.split().expert_node.max(1),
             shard::ExpertCommunicator::ExpertTensor => self.expert_tensor_degree(),
             shard::ExpertCommunicator::ExpertTensorExpert => self.expert_tensor_degree() * self.expert,
         }
@@ -718,10 +749,23 @@ impl Parallelism {
             expert: self.expert,
             expert_tensor: self.expert_tensor_degree(),
             dispatcher: self.moe_dispatcher,
+            expert_node: self.expert_node_ranks(),
             router_dtype: self.moe_router_dtype,
             expert_load: self.capacity_factor.map_or(self.expert_skew, |cap| self.expert_skew.min(cap)),
             cnn: self.cnn(),
         }
+    }
+
+    /// Members of an expert group on one node (`moe_node` GPUs) under a DeepEP-style
+    /// dispatcher, rank 0's group counted (`Strategy::check` refuses groups spread unevenly);
+    /// 1 with the other dispatchers.
+    pub fn expert_node_ranks(&self) -> u32 {
+        if self.moe_dispatcher != MoeDispatcher::DeepEp || self.expert < 2 {
+            return 1;
+        }
+        let layout = self.layout();
+        let group = layout.expert_node_group(sim_core::graph::RankId(0), self.moe_node);
+        u32::try_from(group.len()).unwrap_or(1).max(1)
     }
 
     /// The memory model's view of the split.
@@ -1363,6 +1407,7 @@ impl Strategy<'_> {
                 .map_err(|message| invalid(key, message))?;
         }
         self.check_moe_overlap()?;
+        self.check_deepep()?;
         if p.schedule == PipelineSchedule::ZbH1 && (p.zero >= 3 || p.offload != Offload::None) {
             return Err(invalid(
                 "parallelism.schedule",
@@ -1458,6 +1503,48 @@ impl Strategy<'_> {
                  set zero <= 2, offload = \"none\" and sync = \"allreduce\""
                     .into(),
             );
+        }
+        Ok(())
+    }
+
+    /// A DeepEP-style dispatcher: the expert group holds the same number of ranks on every node
+    /// it spans (its two hops are the node part and the rail of equal size).
+    fn check_deepep(&self) -> Result<(), StrategyError> {
+        let p = &self.parallelism;
+        if p.moe_dispatcher != MoeDispatcher::DeepEp || p.expert < 2 {
+            return Ok(());
+        }
+        if p.expert_tensor_degree() != p.tensor {
+            return Err(invalid(
+                "parallelism.moe-dispatcher",
+                format!(
+                    "\"deepep\" is modelled with the experts split like the dense layers: expert-tensor = \
+                     {} differs from tensor = {}; leave expert-tensor out or use \"all-to-all\"",
+                    p.expert_tensor_degree(),
+                    p.tensor
+                ),
+            ));
+        }
+        let layout = p.layout();
+        let node = p.moe_node.max(1);
+        for rank in (0..layout.ranks()).map(sim_core::graph::RankId) {
+            let group = layout.expert_group(rank);
+            let here = layout.expert_node_group(rank, node).len();
+            let nodes = layout.expert_rail_group(rank, node).len();
+            if here * nodes != group.len() {
+                return Err(invalid(
+                    "parallelism.moe-dispatcher",
+                    format!(
+                        "\"deepep\" sends each token over the network to one GPU per node and then over \
+                         NVLink inside it, so the expert group must hold the same number of ranks on each \
+                         node it spans; rank {}'s group of {} has {here} on its node of {node} GPUs and \
+                         {nodes} at its local index: choose expert and tensor degrees that divide the node \
+                         or are multiples of it",
+                        rank.0,
+                        group.len()
+                    ),
+                ));
+            }
         }
         Ok(())
     }

@@ -155,6 +155,9 @@ pub struct Split {
     pub expert_tensor: u32,
     /// The token dispatcher of the expert layers.
     pub dispatcher: crate::MoeDispatcher,
+    /// Members of an expert group on one node, for a DeepEP-style dispatcher's two hops (1
+    /// otherwise): the node part has this many ranks, the rail `expert / expert_node`.
+    pub expert_node: u32,
     /// The dtype of the router's probabilities; `None`: the compute dtype.
     pub router_dtype: Option<Dtype>,
     /// Tokens the busiest expert rank receives, relative to balanced routing (1: balanced;
@@ -169,7 +172,7 @@ impl Split {
     /// Whether the expert layers run apart from the dense tensor split: an expert-tensor
     /// degree of their own or the all-gather dispatcher ([`crate::Parallelism::experts_apart`]).
     pub fn experts_apart(&self) -> bool {
-        self.expert_tensor != self.tensor || self.dispatcher != crate::MoeDispatcher::AllToAll
+        self.expert_tensor != self.tensor || self.dispatcher == crate::MoeDispatcher::AllGather
     }
 }
 
@@ -184,18 +187,40 @@ pub enum ExpertCommunicator {
     ExpertTensor,
     /// The expert-tensor x expert group (`tp_ep`): the all-gather dispatcher's collectives.
     ExpertTensorExpert,
+    /// The expert group's members on the rank's node: a DeepEP-style dispatcher's NVLink hop.
+    ExpertNode,
+    /// The expert group's members at the rank's local index, one per node: a DeepEP-style
+    /// dispatcher's RDMA hop.
+    ExpertRail,
 }
+
+/// Label prefix of a DeepEP-style dispatcher's network hop (its [`Comm::what`] starts with it).
+pub const DEEPEP_RDMA: &str = "deepep rdma";
+/// Label prefix of a DeepEP-style dispatcher's NVLink hop.
+pub const DEEPEP_NVLINK: &str = "deepep nvlink";
 
 /// The communicator of an expert collective of `kind` under `dispatcher`: all-to-alls go over
 /// the expert group; all-gathers and reduce-scatters over the expert-tensor x expert group with
 /// the all-gather dispatcher (`MoEAllGatherTokenDispatcher`, `group=self.tp_ep_group`), over
 /// the expert-tensor group with the all-to-all dispatcher (`MoEAlltoAllTokenDispatcher`'s
 /// `AG(TP)` / `RS(TP)` on `pg_collection.expt_tp`).
-pub fn expert_communicator(kind: CollectiveKind, dispatcher: crate::MoeDispatcher) -> ExpertCommunicator {
+/// A DeepEP-style dispatcher's all-to-alls go over the rail or the node part of the expert group,
+/// told apart by their labels ([`DEEPEP_RDMA`], [`DEEPEP_NVLINK`]).
+pub fn expert_communicator(
+    kind: CollectiveKind,
+    dispatcher: crate::MoeDispatcher,
+    what: &str,
+) -> ExpertCommunicator {
     match (kind, dispatcher) {
+        (CollectiveKind::AllToAll, crate::MoeDispatcher::DeepEp) if what.starts_with(DEEPEP_RDMA) => {
+            ExpertCommunicator::ExpertRail
+        }
+        (CollectiveKind::AllToAll, crate::MoeDispatcher::DeepEp) if what.starts_with(DEEPEP_NVLINK) => {
+            ExpertCommunicator::ExpertNode
+        }
         (CollectiveKind::AllToAll, _) => ExpertCommunicator::Expert,
         (_, crate::MoeDispatcher::AllGather) => ExpertCommunicator::ExpertTensorExpert,
-        (_, crate::MoeDispatcher::AllToAll) => ExpertCommunicator::ExpertTensor,
+        (_, crate::MoeDispatcher::AllToAll | crate::MoeDispatcher::DeepEp) => ExpertCommunicator::ExpertTensor,
     }
 }
 
@@ -723,7 +748,45 @@ pub fn local_layers(
                 if sp {
                     entry.before_forward.push(tensor_comm(AllGather, activation(hidden_in), "tp allgather"));
                 }
-                if split.expert > 1 {
+                if split.expert > 1 && split.dispatcher == crate::MoeDispatcher::DeepEp {
+                    // Two hops each way with the deduplicated copies of balanced routing: once
+                    // per node hosting one of a token's experts over the network, once per GPU
+                    // hosting one over NVLink (`crate::deepep_copies`); the combine and the
+                    // backward mirror the dispatch.
+                    let LayerKind::MoeExperts { experts, .. } = layer.kind else { unreachable!("experts role") };
+                    let (ep, here) = (u64::from(split.expert), u64::from(split.expert_node.max(1)));
+                    let per_token = balanced as f64 / top_k as f64 * split.expert_load;
+                    let copies = |holders| Bytes((per_token * crate::deepep_copies(experts, top_k, holders)).round() as u64);
+                    let (rdma, nvlink) = (copies(ep / here), copies(ep));
+                    // A hop over one rank (the group on one node, or one rank per node) is none.
+                    let (rails, nodes) = (ep / here > 1, here > 1);
+                    let hop = |bytes, what| Comm { group: GroupKind::Expert, kind: AllToAll, bytes, what };
+                    let both = |list: &mut Vec<Comm>, first: (bool, Comm), second: (bool, Comm)| {
+                        list.extend([first, second].into_iter().filter(|(on, _)| *on).map(|(_, c)| c));
+                    };
+                    let rdma_hop = |what| (rails, hop(rdma, what));
+                    let nvlink_hop = |what| (nodes, hop(nvlink, what));
+                    both(
+                        &mut entry.before_forward,
+                        rdma_hop("deepep rdma dispatch"),
+                        nvlink_hop("deepep nvlink dispatch"),
+                    );
+                    both(
+                        &mut entry.after_forward,
+                        nvlink_hop("deepep nvlink combine"),
+                        rdma_hop("deepep rdma combine"),
+                    );
+                    both(
+                        &mut entry.before_backward,
+                        rdma_hop("deepep rdma combine backward"),
+                        nvlink_hop("deepep nvlink combine backward"),
+                    );
+                    both(
+                        &mut entry.after_backward_data,
+                        nvlink_hop("deepep nvlink dispatch backward"),
+                        rdma_hop("deepep rdma dispatch backward"),
+                    );
+                } else if split.expert > 1 {
                     entry.before_forward.push(expert_comm("ep dispatch"));
                     entry.after_forward.push(expert_comm("ep combine"));
                     entry.before_backward.push(expert_comm("ep combine backward"));
@@ -840,7 +903,8 @@ fn expert_comms(
                 "tp-ep reduce-scatter probability gradients",
             ));
         }
-        crate::MoeDispatcher::AllToAll => {
+        // DeepEP-style with an expert-tensor degree of its own is refused (`Strategy::check`).
+        crate::MoeDispatcher::AllToAll | crate::MoeDispatcher::DeepEp => {
             let routed = (own as f64 * top_k as f64 * split.expert_load).round() as u64;
             let gathered = routed * etp;
             if ep > 1 {
@@ -879,6 +943,7 @@ mod tests {
             expert: 1,
             expert_tensor: tensor,
             dispatcher: crate::MoeDispatcher::AllToAll,
+            expert_node: 1,
             router_dtype: None,
             expert_load: 1.0,
             cnn: super::super::cnn::CnnSplit::None,
@@ -968,6 +1033,7 @@ mod tests {
                 expert: 1,
                 expert_tensor: 1,
                 dispatcher: crate::MoeDispatcher::AllToAll,
+                expert_node: 1,
                 router_dtype: None,
                 expert_load: 1.0,
                 cnn: super::super::cnn::CnnSplit::None,
@@ -986,6 +1052,7 @@ mod tests {
                 expert: 2,
                 expert_tensor: 1,
                 dispatcher: crate::MoeDispatcher::AllToAll,
+                expert_node: 1,
                 router_dtype: None,
                 expert_load: 1.0,
                 cnn: super::super::cnn::CnnSplit::None,

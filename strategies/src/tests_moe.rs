@@ -288,7 +288,8 @@ fn megatrons_refusals_name_the_key() {
         }
         other => panic!("expected a refusal, got {other:?}"),
     }
-    assert!("deepep".parse::<MoeDispatcher>().unwrap_err().contains("\"all-gather\""));
+    let unknown = "deep-ep".parse::<MoeDispatcher>().unwrap_err();
+    assert!(unknown.contains("\"all-gather\"") && unknown.contains("\"deepep\""), "{unknown}");
 }
 
 /// A sequential expert bank costs the host a dense feed-forward block's launches per local
@@ -359,7 +360,9 @@ fn each_expert_layers_forward_reads_its_token_counts_on_the_host() {
         let collectives = waited_on.iter().filter(|kind| matches!(kind, OpKind::Collective(_))).count();
         match dispatcher {
             MoeDispatcher::AllToAll => assert_eq!(collectives, 0, "after the router"),
-            MoeDispatcher::AllGather => assert!(collectives >= 24, "after the gathers: {collectives}"),
+            MoeDispatcher::AllGather | MoeDispatcher::DeepEp => {
+                assert!(collectives >= 24, "after the exchange: {collectives}")
+            }
         }
         assert_eq!(reads(&graphs).0, 0);
     }
@@ -728,4 +731,108 @@ fn moe_overlap_refusals_name_the_key() {
     let mut fp32 = strategy(&model, &compute, overlap, 8 * 4 * 2, 4);
     fp32.precision = Dtype::Fp32;
     assert!(matches!(fp32.check(), Err(StrategyError::Invalid { key: "parallelism.moe-overlap", .. })));
+}
+
+/// C(n, k) as an exact integer (n <= 256, k <= 8 here).
+fn binomial(n: u128, k: u128) -> u128 {
+    (0..k).fold(1u128, |acc, i| acc * (n - i) / (i + 1))
+}
+
+/// The expected distinct holders a token reaches, against exact binomials: one holder per
+/// token for top-1 routing, every holder when a token visits every expert, and DeepSeek-V3's
+/// 256 experts, top-8, over 8 nodes and 64 GPUs.
+#[test]
+fn deepep_copies_are_the_expected_distinct_holders() {
+    for holders in [1, 2, 8, 64] {
+        assert!((deepep_copies(256, 1, holders) - 1.0).abs() < 1e-12, "{holders}");
+    }
+    assert!((deepep_copies(16, 16, 4) - 4.0).abs() < 1e-12);
+    assert!((deepep_copies(256, 8, 1) - 1.0).abs() < 1e-12);
+    for (holders, per) in [(8u128, 32u128), (64, 4)] {
+        let missed = binomial(256 - per, 8) as f64 / binomial(256, 8) as f64;
+        let exact = holders as f64 * (1.0 - missed);
+        let model = deepep_copies(256, 8, holders as u64);
+        assert!((model - exact).abs() < 1e-9 * exact, "{holders}: {model} vs {exact}");
+    }
+    // About 5.3 nodes and 7.6 GPUs of a token's 8 experts: the network carries a token 5.3
+    // times instead of 8.
+    assert!((5.2..5.3).contains(&deepep_copies(256, 8, 8)), "{}", deepep_copies(256, 8, 8));
+    assert!((7.5..7.7).contains(&deepep_copies(256, 8, 64)), "{}", deepep_copies(256, 8, 64));
+}
+
+/// A DeepEP-style dispatcher's two hops over 16 expert ranks on two 8-GPU nodes: the rail
+/// (one rank per node at the same local index) carries each token once per node hosting one
+/// of its experts, the node part once per GPU; four all-to-alls each way per expert layer;
+/// the iteration beats the plain all-to-all's, whose every copy crosses the network.
+#[test]
+fn deepep_dispatch_crosses_the_network_once_per_node() {
+    use sim_core::fidelity::{Fidelity, NetworkSettings};
+    let model = moe_gpt(16, 4);
+    let compute = ComputeModel::default();
+    let deepep = Parallelism { expert: 16, moe_dispatcher: MoeDispatcher::DeepEp, ..Parallelism::data_parallel(16) };
+    let local = shard::local_layers(&model, deepep.split(), 4, Dtype::Bf16).unwrap();
+    let experts = local.iter().find(|l| l.role == Role::Experts).unwrap();
+    let per_token = 4 * 1024 * 512 * 2; // micro-batch x tokens x hidden x bf16
+    let (rdma, nvlink) = (deepep_copies(16, 4, 2), deepep_copies(16, 4, 16));
+    let bytes: Vec<(&str, u64)> = experts.before_forward.iter().map(|c| (c.what, c.bytes.0)).collect();
+    assert_eq!(
+        bytes,
+        [
+            ("deepep rdma dispatch", (per_token as f64 * rdma).round() as u64),
+            ("deepep nvlink dispatch", (per_token as f64 * nvlink).round() as u64)
+        ]
+    );
+    assert_eq!(experts.after_forward.len() + experts.before_backward.len() + experts.after_backward_data.len(), 6);
+    let layout = deepep.layout();
+    assert_eq!(layout.expert_rail_group(RankId(3), 8), ranks(&[3, 11]));
+    assert_eq!(layout.expert_node_group(RankId(11), 8), ranks(&[8, 9, 10, 11, 12, 13, 14, 15]));
+    let run = |p: Parallelism| {
+        let mut s = strategy(&model, &compute, p, 16 * 4 * 2, 4);
+        s.precision = Dtype::Bf16;
+        let lowered = s.lower().unwrap();
+        let group_sizes: Vec<usize> = lowered
+            .graph
+            .ops()
+            .iter()
+            .filter(|op| op.rank == RankId(3))
+            .filter_map(|op| match op.kind {
+                OpKind::Collective(id) if lowered.graph.collective(id).kind == CollectiveKind::AllToAll => {
+                    Some(lowered.graph.group(lowered.graph.collective(id).group).len())
+                }
+                _ => None,
+            })
+            .collect();
+        let timeline =
+            NetworkSettings::new(Fidelity::Flow).run(&lowered.graph, &super::tests::dgx(2)).unwrap();
+        (timeline.makespan().as_ps(), group_sizes)
+    };
+    let (two_hops, sizes) = run(deepep);
+    // 12 layers x 2 micro-batches x 8 all-to-alls, half over the rail of 2, half over 8.
+    assert_eq!(sizes.len(), 12 * 2 * 8);
+    assert_eq!(sizes.iter().filter(|&&n| n == 2).count(), 12 * 2 * 4);
+    assert_eq!(sizes.iter().filter(|&&n| n == 8).count(), 12 * 2 * 4);
+    let (plain, _) = run(Parallelism { moe_dispatcher: MoeDispatcher::AllToAll, ..deepep });
+    assert!(two_hops < plain, "deepep {two_hops} ps, all-to-all {plain} ps");
+}
+
+/// DeepEP's hops need the expert group spread evenly over the nodes it spans.
+#[test]
+fn deepep_refuses_expert_groups_spread_unevenly_over_nodes() {
+    let model = moe_gpt(6, 2);
+    let compute = ComputeModel::default();
+    let p = Parallelism { expert: 3, moe_dispatcher: MoeDispatcher::DeepEp, ..Parallelism::data_parallel(9) };
+    let mut s = strategy(&model, &compute, p, 9 * 4, 4);
+    s.precision = Dtype::Bf16;
+    match s.check() {
+        Err(StrategyError::Invalid { key, message }) => {
+            assert_eq!(key, "parallelism.moe-dispatcher");
+            assert!(message.contains("same number of ranks on each node"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let even = Parallelism { expert: 4, data: 8, ..p };
+    let eight = moe_gpt(8, 2);
+    let mut s = strategy(&eight, &compute, even, 8 * 4, 4);
+    s.precision = Dtype::Bf16;
+    assert!(s.check().is_ok());
 }

@@ -1998,6 +1998,7 @@ fn parallelism(
         expert_tensor: section.expert_tensor,
         moe_dispatcher,
         moe_overlap: section.moe_overlap,
+        moe_node: cluster.gpus_per_node,
         moe_experts,
         moe_router_dtype,
         zero: section.zero,

@@ -206,6 +206,11 @@ fn images_keep_groups(strategy: &Strategy<'_>, plan: &Plan<'_>, folding: &Foldin
             partitions.push(Box::new(|rank| layout.expert_tensor_group(rank)));
             partitions.push(Box::new(|rank| layout.expert_tensor_expert_group(rank)));
         }
+        if strategy.parallelism.moe_dispatcher == crate::MoeDispatcher::DeepEp {
+            let node = strategy.parallelism.moe_node;
+            partitions.push(Box::new(move |rank| layout.expert_node_group(rank, node)));
+            partitions.push(Box::new(move |rank| layout.expert_rail_group(rank, node)));
+        }
     }
     if instances > 1 {
         for across in [false, true] {

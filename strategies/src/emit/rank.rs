@@ -43,6 +43,10 @@ pub(super) enum GroupClass {
     ExpertTensor,
     /// The expert-tensor x expert group (`tp_ep`).
     ExpertTensorExpert,
+    /// The expert group's members on the rank's node (a DeepEP-style dispatcher's NVLink hop).
+    ExpertNode,
+    /// The expert group's members at the rank's local index (its RDMA hop).
+    ExpertRail,
     /// A policy's own groups, which it lists and interns itself under its name for them
     /// (DASO's node and global groups): keyed apart from every other class.
     Named(&'static str),
@@ -375,7 +379,9 @@ impl RankEmitter<'_, '_> {
             for comm in &local.before_forward {
                 self.comm(*comm, meta);
             }
-            if reads_counts && dispatcher == crate::MoeDispatcher::AllGather {
+            // The all-gather dispatcher and DeepEP's (whose dispatch returns the received
+            // counts to the host) read them after their exchange.
+            if reads_counts && dispatcher != crate::MoeDispatcher::AllToAll {
                 let mut deps = self.waiting.clone();
                 deps.extend(self.last_compute.map(Dep::Local));
                 self.host_read(&deps, MOE_COUNTS_LABEL);
@@ -642,7 +648,10 @@ impl RankEmitter<'_, '_> {
                 let class = match shard::expert_communicator(
                     comm.kind,
                     self.plan.strategy.parallelism.moe_dispatcher,
+                    comm.what,
                 ) {
+                    ExpertCommunicator::ExpertNode => GroupClass::ExpertNode,
+                    ExpertCommunicator::ExpertRail => GroupClass::ExpertRail,
                     ExpertCommunicator::Expert => GroupClass::Expert,
                     ExpertCommunicator::ExpertTensor => GroupClass::ExpertTensor,
                     ExpertCommunicator::ExpertTensorExpert => GroupClass::ExpertTensorExpert,
@@ -946,6 +955,21 @@ impl RankEmitter<'_, '_> {
     pub(super) fn group(&mut self, class: GroupClass) -> GroupId {
         let layout = &self.plan.layout;
         let rank = RankId(self.rank);
+        if matches!(class, GroupClass::ExpertNode | GroupClass::ExpertRail) {
+            let node = self.plan.strategy.parallelism.moe_node;
+            let members = if class == GroupClass::ExpertNode {
+                layout.expert_node_group(rank, node)
+            } else {
+                layout.expert_rail_group(rank, node)
+            };
+            let key = (class, members.iter().map(|r| r.0).min().unwrap_or(rank.0));
+            if let Some(&group) = self.shared.groups.get(&key) {
+                return group;
+            }
+            let group = self.shared.graph.add_group(members);
+            self.shared.groups.insert(key, group);
+            return group;
+        }
         let mut first = layout.coordinates(rank);
         let contexts = layout.size(Axis::Context);
         let expert = layout.expert();
@@ -1006,7 +1030,7 @@ impl RankEmitter<'_, '_> {
                 first.data = start / contexts;
                 first.tensor = 0;
             }
-            GroupClass::Named(_) => {}
+            GroupClass::Named(_) | GroupClass::ExpertNode | GroupClass::ExpertRail => {}
         }
         let key = (class, layout.rank(first).0);
         if let Some(&group) = self.shared.groups.get(&key) {
@@ -1022,6 +1046,7 @@ impl RankEmitter<'_, '_> {
             GroupClass::Expert => layout.expert_group(rank),
             GroupClass::ExpertTensor => layout.expert_tensor_group(rank),
             GroupClass::ExpertTensorExpert => layout.expert_tensor_expert_group(rank),
+            GroupClass::ExpertNode | GroupClass::ExpertRail => unreachable!("interned above"),
             GroupClass::Data | GroupClass::Named(_) => {
                 if contexts > 1 {
                     layout.data_context_group(rank)
