@@ -705,6 +705,36 @@ pub fn jobs_human(outcome: &scenario::jobs::JobsOutcome) -> String {
     }
     let _ = writeln!(out, "(alone, shared: from the job's start to the end of its last iteration)");
     let _ = writeln!(out);
+    let varied: Vec<_> =
+        summary.jobs.iter().filter_map(|job| job.distribution.as_ref().map(|d| (job, d))).collect();
+    if let Some((_, first)) = varied.first() {
+        let _ = writeln!(
+            out,
+            "iteration time under [variability] (each job's iterations in the shared run re-timed with fresh draws, seed {}; communication as in the shared run):",
+            first.seed
+        );
+        let _ = writeln!(
+            out,
+            "{:<name_width$}  {:>10}  {:>12}  {:>12}  {:>12}  {:>12}  {:>12}  {:>12}  {:>8}",
+            "job", "iterations", "nominal", "mean", "p50", "p90", "p99", "max", "slowdown"
+        );
+        for (job, d) in varied {
+            let _ = writeln!(
+                out,
+                "{:<name_width$}  {:>10}  {:>12}  {:>12}  {:>12}  {:>12}  {:>12}  {:>12}  {:>7.3}x",
+                job.name,
+                d.iterations,
+                seconds_text(d.nominal_s),
+                seconds_text(d.mean_s),
+                seconds_text(d.p50_s),
+                seconds_text(d.p90_s),
+                seconds_text(d.p99_s),
+                seconds_text(d.max_s),
+                d.slowdown
+            );
+        }
+        let _ = writeln!(out);
+    }
     if summary.contended_links.is_empty() {
         let _ = writeln!(out, "contended links: none (no link carried the traffic of two jobs)");
     } else {

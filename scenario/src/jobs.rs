@@ -4,6 +4,11 @@
 //! links; then each runs alone on the same fabric and the same GPUs. A job's slowdown is its
 //! time shared over its time alone. The links that carried the traffic of more than one job
 //! are reported busiest first: where the jobs met.
+//!
+//! With `[variability]` the shared run is re-timed ([`sim_core::montecarlo::Retimer`]): every
+//! iteration of every job with fresh draws for the fabric's GPUs, each communication at its
+//! duration in the shared run (contention as it was there), and each job's iteration times
+//! summarised as a distribution ([`JobDistribution`]).
 
 use serde::Serialize;
 use sim_core::graph::{ExecGraph, GraphBuilder, OpId, RankId};
@@ -70,6 +75,34 @@ pub struct JobSummary {
     pub shared_s: f64,
     /// Shared over alone (1.0: the others did not slow it down).
     pub slowdown: f64,
+    /// Its iteration times re-timed with `[variability]`'s draws, if the scenario has any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub distribution: Option<JobDistribution>,
+}
+
+/// One job's iteration times under `[variability]`: its iterations in the shared run, re-timed
+/// with fresh draws for every iteration (communication as in the shared run), summarised by an
+/// HdrHistogram (4 significant digits).
+#[derive(Debug, Clone, Serialize)]
+pub struct JobDistribution {
+    /// Iterations re-timed (the job's `simulation.iterations`).
+    pub iterations: u32,
+    /// The draws' seed (`simulation.seed`).
+    pub seed: u64,
+    /// Its mean iteration time in the shared run without variability, in seconds.
+    pub nominal_s: f64,
+    /// Mean iteration time with variability, in seconds.
+    pub mean_s: f64,
+    /// Median, in seconds.
+    pub p50_s: f64,
+    /// 90th percentile, in seconds.
+    pub p90_s: f64,
+    /// 99th percentile, in seconds.
+    pub p99_s: f64,
+    /// The slowest iteration, in seconds.
+    pub max_s: f64,
+    /// Mean with variability over the nominal mean.
+    pub slowdown: f64,
 }
 
 /// A link of the shared run and whose traffic it carried.
@@ -97,10 +130,12 @@ pub struct JobsOutcome {
     pub simulation_wall: std::time::Duration,
 }
 
-/// One job lowered: its graph and the fabric GPU of each of its ranks.
+/// One job lowered: its graph, the fabric GPU of each of its ranks, and per iteration the ops
+/// whose latest end closes it.
 struct Lowered {
     graph: ExecGraph,
     ranks: Vec<RankId>,
+    iteration_ends: Vec<Vec<OpId>>,
 }
 
 /// Runs the jobs of `scenario` together and each alone (see the module documentation).
@@ -149,7 +184,26 @@ pub fn simulate(scenario: &JobsScenario) -> Result<JobsOutcome, SimulationError>
             network.run_counting_link_bytes(&graph, &topology).map_err(exec_error)?;
         let ends: Vec<SimTime> =
             firsts.iter().zip(&everyone).map(|(&first, &index)| end_of(&timeline, first, index)).collect();
-        Ok((ends, link_bytes.unwrap_or_default(), graph.op_count(), timeline.events, timeline.makespan()))
+        let distributions = if scenario.variability.is_active() {
+            firsts
+                .iter()
+                .enumerate()
+                .map(|(index, &first)| {
+                    distribution(scenario, &graph, &timeline, &lowered[index], first, index)
+                })
+                .map(|result| result.map(Some))
+                .collect::<Result<Vec<_>, _>>()?
+        } else {
+            vec![None; firsts.len()]
+        };
+        Ok((
+            ends,
+            link_bytes.unwrap_or_default(),
+            graph.op_count(),
+            timeline.events,
+            timeline.makespan(),
+            distributions,
+        ))
     };
     let alone = |index: usize| -> Result<_, SimulationError> {
         let (graph, firsts) = merged(&[index])?;
@@ -164,7 +218,7 @@ pub fn simulate(scenario: &JobsScenario) -> Result<JobsOutcome, SimulationError>
         use rayon::prelude::*;
         everyone.par_iter().map(|&index| alone(index)).collect::<Vec<_>>()
     });
-    let (shared_ends, shared_bytes, ops, events, makespan) = shared?;
+    let (shared_ends, shared_bytes, ops, events, makespan, mut distributions) = shared?;
     let alone = alone.into_iter().collect::<Result<Vec<_>, _>>()?;
     let simulation_wall = started.elapsed();
 
@@ -187,6 +241,7 @@ pub fn simulate(scenario: &JobsScenario) -> Result<JobsOutcome, SimulationError>
                 alone_s: alone_time.as_secs_f64(),
                 shared_s: shared_time.as_secs_f64(),
                 slowdown: ratio(shared_time, alone_time),
+                distribution: distributions[index].take(),
             }
         })
         .collect();
@@ -231,6 +286,64 @@ pub fn simulate(scenario: &JobsScenario) -> Result<JobsOutcome, SimulationError>
     Ok(JobsOutcome { summary, ops, events, lowering_wall, simulation_wall })
 }
 
+/// Job `index`'s iterations in the shared run (`graph`, `timeline`; its ops from `first`)
+/// re-timed with the scenario's variability.
+fn distribution(
+    scenario: &JobsScenario,
+    graph: &ExecGraph,
+    timeline: &sim_core::exec::Timeline,
+    job: &Lowered,
+    first: OpId,
+    index: usize,
+) -> Result<JobDistribution, SimulationError> {
+    let name = &scenario.jobs[index].name;
+    let ends: Vec<Vec<OpId>> =
+        job.iteration_ends.iter().map(|ops| ops.iter().map(|op| OpId(first.0 + op.0)).collect()).collect();
+    let failed = |message: String| SimulationError::Key {
+        scenario: scenario.source.clone(),
+        key: "variability".into(),
+        message: format!("{name}: {message}"),
+    };
+    let retimer = sim_core::montecarlo::Retimer::new(graph, timeline, &ends)
+        .map_err(|error| failed(error.to_string()))?;
+    let iterations = ends.len() as u32;
+    let run = retimer.run(&scenario.variability, scenario.seed, iterations);
+    // The nominal iteration times: the same ends in the shared run.
+    let mut nominal = Vec::with_capacity(ends.len());
+    let mut previous = scenario.jobs[index].start.as_ps();
+    for ops in &ends {
+        let end = ops.iter().map(|op| timeline.end[op.0 as usize].as_ps()).max().unwrap_or(previous);
+        nominal.push(end.saturating_sub(previous));
+        previous = end;
+    }
+    // The re-timing starts every rank at zero: the first iteration's time holds the job's
+    // start (its wait is kept as it was), which is not an iteration's.
+    let mut times = run.iteration_times.clone();
+    if let Some(first_time) = times.first_mut() {
+        *first_time = first_time.saturating_sub(scenario.jobs[index].start);
+    }
+    let run = sim_core::montecarlo::MonteCarloRun { iteration_times: times, ..run };
+    let mut histogram = hdrhistogram::Histogram::<u64>::new(4).map_err(|error| failed(error.to_string()))?;
+    for time in &run.iteration_times {
+        histogram.record((time.as_ps() / 1000).max(1)).map_err(|error| failed(error.to_string()))?;
+    }
+    let count = run.iteration_times.len().max(1) as f64;
+    let mean_s = run.iteration_times.iter().map(|t| t.as_secs_f64()).sum::<f64>() / count;
+    let nominal_s = nominal.iter().map(|&ps| ps as f64 * 1e-12).sum::<f64>() / nominal.len().max(1) as f64;
+    let quantile = |q: f64| histogram.value_at_quantile(q) as f64 * 1e-9;
+    Ok(JobDistribution {
+        iterations,
+        seed: scenario.seed,
+        nominal_s,
+        mean_s,
+        p50_s: quantile(0.5),
+        p90_s: quantile(0.9),
+        p99_s: quantile(0.99),
+        max_s: run.iteration_times.iter().map(|t| t.as_secs_f64()).fold(0.0, f64::max),
+        slowdown: if nominal_s > 0.0 { mean_s / nominal_s } else { 1.0 },
+    })
+}
+
 /// `shared / alone`, 1 for a job that took no time.
 fn ratio(shared: SimDuration, alone: SimDuration) -> f64 {
     if alone.as_ps() == 0 { 1.0 } else { shared.as_ps() as f64 / alone.as_ps() as f64 }
@@ -256,5 +369,5 @@ fn lower(job: &Job, gpus_per_node: u32) -> Result<Lowered, SimulationError> {
     })?;
     prepare(scenario, &lowered.stages, lowered.offload.as_ref())?;
     let ranks = job.gpus(gpus_per_node).into_iter().map(RankId).collect();
-    Ok(Lowered { graph: lowered.graph, ranks })
+    Ok(Lowered { graph: lowered.graph, ranks, iteration_ends: lowered.iteration_ends })
 }

@@ -894,8 +894,12 @@ impl GraphBuilder {
             }
         }
         let stream = StreamId(graph.streams_per_rank);
+        let label = self.label("not before");
+        let meta = OpMeta::NONE.with_work(crate::graph::Work::Wait);
         for rank in delayed_ranks {
-            self.compute(place(rank), stream, not_before, "not before", &[]);
+            let op =
+                Op { kind: OpKind::Compute { duration: not_before }, rank: place(rank), stream, label, meta };
+            self.add_op(op, &[]);
         }
         Ok(first)
     }

@@ -42,7 +42,7 @@ impl Activity {
     /// counts by the op's kind ([`crate::graph::OpKind::is_communication`]).
     pub fn of(op: &crate::graph::Op) -> Activity {
         match op.meta.work() {
-            work if work.is_host() => Activity::Ignored,
+            work if work.is_host() || work == Work::Wait => Activity::Ignored,
             Work::Staging => Activity::Communication,
             _ if op.kind.is_communication() => Activity::Communication,
             _ => Activity::Compute,

@@ -135,6 +135,12 @@ pub struct JobsScenario {
     pub faults: Option<crate::faults::Faults>,
     /// The jobs, in file order.
     pub jobs: Vec<Job>,
+    /// What is drawn afresh for every iteration of every job (`[variability]`, over the
+    /// fabric's GPUs); none by default. Each job's iterations are then re-timed from the shared
+    /// run ([`crate::jobs::simulate`]).
+    pub variability: sim_core::variability::Variability,
+    /// `simulation.seed`: the draws' seed.
+    pub seed: u64,
 }
 
 /// `[[jobs]]` entry as written.
@@ -209,16 +215,10 @@ impl JobsScenario {
         if entries.is_empty() {
             return Err(invalid("jobs", "is empty: give at least one [[jobs]] table".into()));
         }
-        for (key, message) in [
-            (
-                "variability",
-                "[variability] re-times one job's graph per Monte Carlo iteration; it is not combined with [[jobs]] yet: run each job alone with its [variability]",
-            ),
-            (
-                "failures",
-                "[failures] prices one job's goodput; it is not combined with [[jobs]] yet: run each job alone with its [failures]",
-            ),
-        ] {
+        for (key, message) in [(
+            "failures",
+            "[failures] prices one job's goodput; it is not combined with [[jobs]] yet: run each job alone with its [failures]",
+        )] {
             if table.contains_key(key) {
                 return Err(invalid(key, message.into()));
             }
@@ -272,6 +272,27 @@ impl JobsScenario {
                         format(&key, error.into_inner().to_string().trim().to_string())
                     })?;
                 Some(section.validate(seed.max(0) as u64, &invalid)?)
+            }
+        };
+
+        // `[variability]` draws for the fabric's GPUs (named slow ranks are fabric GPUs), in
+        // the shared run's re-timing; no job sees it on its own.
+        let variability = match base.remove("variability") {
+            None => sim_core::variability::Variability::default(),
+            Some(value) => {
+                let section: super::variability::VariabilitySection = serde_path_to_error::deserialize(value)
+                    .map_err(|error| {
+                        let path = error.path().to_string();
+                        let key = if path == "." {
+                            "variability".to_string()
+                        } else {
+                            format!("variability.{path}")
+                        };
+                        format(&key, error.into_inner().to_string().trim().to_string())
+                    })?;
+                let gpus = cluster.nodes * cluster.gpus_per_node;
+                super::variability::validate(&section, gpus)
+                    .map_err(|(key, message)| invalid(&key, message))?
             }
         };
 
@@ -426,6 +447,8 @@ impl JobsScenario {
             placement,
             placement_seed,
             faults,
+            variability,
+            seed: seed.max(0) as u64,
             jobs,
         })
     }

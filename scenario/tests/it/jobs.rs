@@ -159,10 +159,9 @@ fn bad_jobs_are_refused_by_key() {
         ),
         (TWO_JOBS.replace("\"flow\"", "\"analytical\""), &[], "key `simulation.fidelity`: is \"analytical\""),
         (
-            TWO_JOBS.to_string()
-                + "\n[variability]\nop-noise = { distribution = \"lognormal\", cv = 0.05 }\n",
+            TWO_JOBS.to_string() + "\n[variability]\nslow-ranks = { ranks = [8], factor = 2.0 }\n",
             &[],
-            "key `variability`",
+            "key `variability.slow-ranks.ranks`: names rank 8, but the job has ranks 0 to 7",
         ),
         (
             TWO_JOBS.replace(
@@ -220,4 +219,58 @@ fn faults_hit_the_fabric_for_every_run() {
         TWO_JOBS.to_string() + "\n[faults]\nlinks = [{ kind = \"warp\", fraction = 1.0, down = true }]\n";
     let error = simulate(&jobs(&unknown, &[]).unwrap()).err().unwrap().to_string();
     assert!(error.contains("faults.links[0]"), "{error}");
+}
+
+/// `[variability]` re-times each job's iterations from the shared run: with draws that change
+/// nothing every iteration is the shared run's (a later start not counted in the first), a
+/// named 2x straggler slows only the job whose GPU it is, and the same seed gives the same
+/// distribution.
+#[test]
+fn variability_retimes_each_jobs_iterations_and_only_the_straggling_job_slows() {
+    let base = TWO_JOBS
+        .replace("\"spread\"", "\"packed\"")
+        .replace("fidelity = \"flow\"", "fidelity = \"flow\"\niterations = 6\nseed = 5");
+    let with = |variability: &str, start: &str| {
+        let text = base.replace("name = \"b\"\n", &format!("name = \"b\"\nstart = {start:?}\n"))
+            + "\n[variability]\n"
+            + variability;
+        simulate(&jobs(&text, &[]).unwrap()).unwrap().summary
+    };
+    // Factor 1 for a named rank: active, changes nothing.
+    let still = with("slow-ranks = { ranks = [0], factor = 1.0 }\n", "3 ms");
+    for job in &still.jobs {
+        let d = job.distribution.as_ref().expect("a distribution");
+        assert_eq!(d.iterations, 6);
+        assert!((d.mean_s / d.nominal_s - 1.0).abs() < 1e-9, "{}: {} vs {}", job.name, d.mean_s, d.nominal_s);
+        assert!(
+            (d.max_s / d.nominal_s - 1.0).abs() < 1e-3,
+            "{}: max {} vs {}",
+            job.name,
+            d.max_s,
+            d.nominal_s
+        );
+        assert!((job.shared_s / (6.0 * d.nominal_s) - 1.0).abs() < 1e-9, "{}", job.name);
+    }
+    // GPU 0 is job a's (packed: nodes 0-3): a waits for it, b does not.
+    let slow = with("slow-ranks = { ranks = [0], factor = 2.0 }\n", "0 s");
+    let (a, b) = (slow.jobs[0].distribution.as_ref().unwrap(), slow.jobs[1].distribution.as_ref().unwrap());
+    // Communication dominates these steps: a 2x slower GPU adds its compute time once more.
+    assert!(a.slowdown > 1.05, "a: {}", a.slowdown);
+    assert!((b.slowdown - 1.0).abs() < 1e-9, "b: {}", b.slowdown);
+    // Noise: reproducible by seed, different by seed.
+    let noise = "op-noise = { distribution = \"lognormal\", cv = 0.3 }\n";
+    let once = with(noise, "0 s");
+    let again = with(noise, "0 s");
+    let text = |s: &scenario::jobs::JobsSummary| serde_json::to_string(&s.jobs).unwrap();
+    assert_eq!(text(&once), text(&again));
+    let other =
+        simulate(&jobs(&(base.replace("seed = 5", "seed = 6") + "\n[variability]\n" + noise), &[]).unwrap())
+            .unwrap()
+            .summary;
+    assert_ne!(text(&once), text(&other));
+    assert!(
+        once.jobs
+            .iter()
+            .all(|job| job.distribution.as_ref().unwrap().p99_s >= job.distribution.as_ref().unwrap().p50_s)
+    );
 }

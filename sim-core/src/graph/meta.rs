@@ -122,11 +122,15 @@ pub enum Work {
     /// The staging of a message through host memory by CUDA-aware MPI: a device-side delay
     /// that belongs to the transfer, so breakdowns count it as communication.
     Staging,
+    /// A wait for a point in time (a job's `start` on a shared fabric): neither device nor host
+    /// work, so breakdowns leave it out and Monte Carlo re-timing keeps it as it was.
+    Wait,
 }
 
 impl Work {
     /// Every kind of work, in order.
-    pub const ALL: [Work; 5] = [Work::Device, Work::Launch, Work::Loader, Work::Input, Work::Staging];
+    pub const ALL: [Work; 6] =
+        [Work::Device, Work::Launch, Work::Loader, Work::Input, Work::Staging, Work::Wait];
 
     /// Whether the op runs on the host rather than on the device.
     pub const fn is_host(self) -> bool {
@@ -138,7 +142,7 @@ impl Work {
         matches!(self, Work::Loader | Work::Input)
     }
 
-    /// `"device"`, `"launch"`, `"loader"`, `"input"`, `"staging"`.
+    /// `"device"`, `"launch"`, `"loader"`, `"input"`, `"staging"`, `"wait"`.
     pub const fn name(self) -> &'static str {
         match self {
             Work::Device => "device",
@@ -146,6 +150,7 @@ impl Work {
             Work::Loader => "loader",
             Work::Input => "input",
             Work::Staging => "staging",
+            Work::Wait => "wait",
         }
     }
 }
@@ -210,6 +215,7 @@ impl OpMeta {
             2 => Work::Loader,
             3 => Work::Input,
             4 => Work::Staging,
+            5 => Work::Wait,
             _ => Work::Device,
         }
     }
