@@ -735,6 +735,43 @@ pub fn jobs_human(outcome: &scenario::jobs::JobsOutcome) -> String {
         }
         let _ = writeln!(out);
     }
+    let struck: Vec<_> =
+        summary.jobs.iter().filter_map(|job| job.goodput.as_ref().map(|g| (job, g))).collect();
+    if let Some((_, first)) = struck.first() {
+        let _ = writeln!(
+            out,
+            "goodput under [failures] ({} h, {}; each job's GPUs, nodes and the cables its traffic crossed; step: its shared-run iteration):",
+            first.hours, first.response
+        );
+        let _ = writeln!(
+            out,
+            "{:<name_width$}  {:>8}  {:>16}  {:>11}  {:>10}  {:>10}  {:>10}  {:>18}",
+            "job",
+            "goodput",
+            "failures g/n/l",
+            "checkpoint",
+            "lost work",
+            "restart",
+            "interval",
+            "best interval"
+        );
+        for (job, g) in struck {
+            let _ = writeln!(
+                out,
+                "{:<name_width$}  {:>7.2}%  {:>16}  {:>9.2} h  {:>8.2} h  {:>8.2} h  {:>10}  {:>10} ({:.2}%)",
+                job.name,
+                100.0 * g.fraction,
+                format!("{}/{}/{}", g.failures.gpu, g.failures.node, g.failures.link),
+                g.lost_hours_checkpoint,
+                g.lost_hours_lost_work,
+                g.lost_hours_restart,
+                g.checkpoint_interval_iterations,
+                g.best_interval.iterations,
+                100.0 * g.best_interval.goodput
+            );
+        }
+        let _ = writeln!(out);
+    }
     if summary.contended_links.is_empty() {
         let _ = writeln!(out, "contended links: none (no link carried the traffic of two jobs)");
     } else {

@@ -78,6 +78,11 @@ pub struct JobSummary {
     /// Its iteration times re-timed with `[variability]`'s draws, if the scenario has any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub distribution: Option<JobDistribution>,
+    /// Its goodput under `[failures]`, if the scenario has any: the failures of the GPUs and
+    /// nodes it runs on and of the cables its traffic crossed (in its run alone), its step the
+    /// shared run's mean iteration.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub goodput: Option<crate::failures::GoodputSummary>,
 }
 
 /// One job's iteration times under `[variability]`: its iterations in the shared run, re-timed
@@ -146,6 +151,23 @@ pub fn simulate(scenario: &JobsScenario) -> Result<JobsOutcome, SimulationError>
     let lowered: Vec<Lowered> =
         scenario.jobs.iter().map(|job| lower(job, gpus_per_node)).collect::<Result<_, SimulationError>>()?;
     let topology = fabric(&scenario.cluster, scenario.faults.as_ref(), &scenario.source)?;
+    if let Some(failures) = &scenario.failures {
+        let links = topology.link_count() as u32;
+        for (index, event) in failures.events.iter().enumerate() {
+            if event.kind == crate::failures::ComponentKind::Link
+                && !(0..links).any(|id| topology.link_name(LinkId(id)) == event.component)
+            {
+                return Err(SimulationError::Key {
+                    scenario: scenario.source.clone(),
+                    key: format!("failures.events[{index}].link"),
+                    message: format!(
+                        "is \"{}\"; no link of the fabric has that name: `parasim topo --json` lists them (link_list)",
+                        event.component
+                    ),
+                });
+            }
+        }
+    }
     let lowering_wall = started.elapsed();
     let started = std::time::Instant::now();
     let source = &scenario.source;
@@ -242,6 +264,10 @@ pub fn simulate(scenario: &JobsScenario) -> Result<JobsOutcome, SimulationError>
                 shared_s: shared_time.as_secs_f64(),
                 slowdown: ratio(shared_time, alone_time),
                 distribution: distributions[index].take(),
+                goodput: scenario.failures.as_ref().map(|failures| {
+                    let step = shared_time.as_secs_f64() / f64::from(job.scenario.iterations.max(1));
+                    job_goodput(failures, job, gpus_per_node, &topology, &alone[index].1, step)
+                }),
             }
         })
         .collect();
@@ -342,6 +368,44 @@ fn distribution(
         max_s: run.iteration_times.iter().map(|t| t.as_secs_f64()).fold(0.0, f64::max),
         slowdown: if nominal_s > 0.0 { mean_s / nominal_s } else { 1.0 },
     })
+}
+
+/// The goodput of `job` under the fabric's `failures`: its components are its GPUs, its nodes
+/// and the cables whose links carried its traffic in its run alone (`bytes`, per link), and
+/// the failures named at given times are those of its components; its step takes `step`
+/// seconds.
+fn job_goodput(
+    failures: &crate::failures::Failures,
+    job: &Job,
+    gpus_per_node: u32,
+    topology: &topology::Topology,
+    bytes: &[f64],
+    step: f64,
+) -> crate::failures::GoodputSummary {
+    use crate::failures::ComponentKind;
+    use topology::Tier;
+    let gpus = job.gpus(gpus_per_node);
+    let is_cable = |id: usize| {
+        !matches!(topology.link(LinkId(id as u32)).tier, Tier::IntraNode | Tier::GpuToNic | Tier::HostMemory)
+    };
+    let used: Vec<usize> = (0..bytes.len()).filter(|&id| bytes[id] > 0.0 && is_cable(id)).collect();
+    let mine = |event: &crate::failures::FailureEvent| match event.kind {
+        ComponentKind::Gpu => event.component.parse::<u32>().is_ok_and(|gpu| gpus.contains(&gpu)),
+        ComponentKind::Node => event.component.parse::<u32>().is_ok_and(|node| job.nodes.contains(&node)),
+        ComponentKind::Link => {
+            used.iter().any(|&id| topology.link_name(LinkId(id as u32)) == event.component)
+        }
+    };
+    let own = crate::failures::Failures {
+        events: failures.events.iter().filter(|event| mine(event)).cloned().collect(),
+        ..failures.clone()
+    };
+    let components = crate::failures::Components {
+        gpus: gpus.len() as u64,
+        nodes: job.nodes.len() as u64,
+        cables: (used.len() as u64).div_ceil(2),
+    };
+    crate::failures::goodput(&own, step, crate::simulation::checkpoint_bytes(&job.scenario), components)
 }
 
 /// `shared / alone`, 1 for a job that took no time.

@@ -141,6 +141,9 @@ pub struct JobsScenario {
     pub variability: sim_core::variability::Variability,
     /// `simulation.seed`: the draws' seed.
     pub seed: u64,
+    /// Component failures over the fabric and the jobs' response (`[failures]`), if any: each
+    /// job's goodput counts the failures of the GPUs, nodes and cables it runs on.
+    pub failures: Option<crate::failures::Failures>,
 }
 
 /// `[[jobs]]` entry as written.
@@ -215,14 +218,6 @@ impl JobsScenario {
         if entries.is_empty() {
             return Err(invalid("jobs", "is empty: give at least one [[jobs]] table".into()));
         }
-        for (key, message) in [(
-            "failures",
-            "[failures] prices one job's goodput; it is not combined with [[jobs]] yet: run each job alone with its [failures]",
-        )] {
-            if table.contains_key(key) {
-                return Err(invalid(key, message.into()));
-            }
-        }
         if get_dotted(table, "cluster.node-groups").is_some() {
             return Err(invalid(
                 "cluster.node-groups",
@@ -293,6 +288,23 @@ impl JobsScenario {
                 let gpus = cluster.nodes * cluster.gpus_per_node;
                 super::variability::validate(&section, gpus)
                     .map_err(|(key, message)| invalid(&key, message))?
+            }
+        };
+
+        // `[failures]` strike the fabric's components (GPUs and nodes by fabric number, links by
+        // name); each job's goodput counts those it runs on ([`crate::jobs::simulate`]).
+        let failures = match base.remove("failures") {
+            None => None,
+            Some(value) => {
+                let section: crate::failures::FailuresSection = serde_path_to_error::deserialize(value)
+                    .map_err(|error| {
+                        let path = error.path().to_string();
+                        let key =
+                            if path == "." { "failures".to_string() } else { format!("failures.{path}") };
+                        format(&key, error.into_inner().to_string().trim().to_string())
+                    })?;
+                let gpus = cluster.nodes * cluster.gpus_per_node;
+                Some(section.validate(gpus, cluster.nodes, seed.max(0) as u64, &invalid)?)
             }
         };
 
@@ -449,6 +461,7 @@ impl JobsScenario {
             faults,
             variability,
             seed: seed.max(0) as u64,
+            failures,
             jobs,
         })
     }

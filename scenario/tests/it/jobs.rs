@@ -274,3 +274,26 @@ fn variability_retimes_each_jobs_iterations_and_only_the_straggling_job_slows() 
             .all(|job| job.distribution.as_ref().unwrap().p99_s >= job.distribution.as_ref().unwrap().p50_s)
     );
 }
+
+/// `[failures]` over the fabric: each job's goodput counts the failures of its own GPUs and
+/// nodes (a named node failure strikes only the job on that node), its components are its
+/// own, and a link the fabric does not have is refused by key.
+#[test]
+fn failures_strike_the_job_whose_components_fail() {
+    let base = TWO_JOBS.replace("\"spread\"", "\"packed\"");
+    let failures = "\n[failures]\nresponse = \"checkpoint-restart\"\nrestart-minutes = 10\n\
+                    checkpoint-bandwidth = \"10 GB/s\"\ncheckpoint-interval = 1000\nhours = 24\n\
+                    [[failures.events]]\nat-hours = 5\nkind = \"node\"\nnode = 6\n";
+    let summary = simulate(&jobs(&(base.clone() + failures), &[]).unwrap()).unwrap().summary;
+    let (a, b) = (summary.jobs[0].goodput.as_ref().unwrap(), summary.jobs[1].goodput.as_ref().unwrap());
+    assert_eq!(summary.jobs[1].node_list, [4, 5, 6, 7]);
+    assert_eq!((a.failures.node, b.failures.node), (0, 1));
+    assert_eq!((a.components.gpus, a.components.nodes), (4, 4));
+    assert!(a.fraction > b.fraction, "a {} b {}", a.fraction, b.fraction);
+    // The struck job loses a restart and the work since its last checkpoint.
+    assert!(b.lost_hours_restart > 0.16 && b.lost_hours_restart < 0.17, "{}", b.lost_hours_restart);
+    assert_eq!(a.lost_hours_restart, 0.0);
+    let bad = failures.replace("kind = \"node\"\nnode = 6", "kind = \"link\"\nlink = \"no such link\"");
+    let error = simulate(&jobs(&(base + &bad), &[]).unwrap()).err().unwrap().to_string();
+    assert!(error.contains("failures.events[0].link"), "{error}");
+}
