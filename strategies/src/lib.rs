@@ -441,15 +441,17 @@ pub fn deepep_copies(experts: u64, top_k: u64, holders: u64) -> f64 {
         return 0.0;
     }
     let (e, share) = (experts as f64, experts as f64 / holders as f64);
-    let missed: f64 = (0..top_k.min(experts)).map(|i| ((e - share - i as f64) / (e - i as f64)).max(0.0)).product();
+    let missed: f64 =
+        (0..top_k.min(experts)).map(|i| ((e - share - i as f64) / (e - i as f64)).max(0.0)).product();
     holders as f64 * (1.0 - missed)
 }
 
 impl MoeDispatcher {
     /// Every dispatcher, in the order errors list them.
-    pub const ALL: [MoeDispatcher; 3] = [MoeDispatcher::AllToAll, MoeDispatcher::AllGather, MoeDispatcher::DeepEp];
+    pub const ALL: [MoeDispatcher; 3] =
+        [MoeDispatcher::AllToAll, MoeDispatcher::AllGather, MoeDispatcher::DeepEp];
 
-    /// The scenario name: `"all-to-all"` or `"all-gather"`.
+    /// The scenario name: `"all-to-all"`, `"all-gather"` or `"deepep"`.
     pub const fn name(self) -> &'static str {
         match self {
             MoeDispatcher::AllToAll => "all-to-all",

@@ -220,7 +220,9 @@ pub fn expert_communicator(
         }
         (CollectiveKind::AllToAll, _) => ExpertCommunicator::Expert,
         (_, crate::MoeDispatcher::AllGather) => ExpertCommunicator::ExpertTensorExpert,
-        (_, crate::MoeDispatcher::AllToAll | crate::MoeDispatcher::DeepEp) => ExpertCommunicator::ExpertTensor,
+        (_, crate::MoeDispatcher::AllToAll | crate::MoeDispatcher::DeepEp) => {
+            ExpertCommunicator::ExpertTensor
+        }
     }
 }
 
@@ -753,10 +755,14 @@ pub fn local_layers(
                     // per node hosting one of a token's experts over the network, once per GPU
                     // hosting one over NVLink (`crate::deepep_copies`); the combine and the
                     // backward mirror the dispatch.
-                    let LayerKind::MoeExperts { experts, .. } = layer.kind else { unreachable!("experts role") };
+                    let LayerKind::MoeExperts { experts, .. } = layer.kind else {
+                        unreachable!("experts role")
+                    };
                     let (ep, here) = (u64::from(split.expert), u64::from(split.expert_node.max(1)));
                     let per_token = balanced as f64 / top_k as f64 * split.expert_load;
-                    let copies = |holders| Bytes((per_token * crate::deepep_copies(experts, top_k, holders)).round() as u64);
+                    let copies = |holders| {
+                        Bytes((per_token * crate::deepep_copies(experts, top_k, holders)).round() as u64)
+                    };
                     let (rdma, nvlink) = (copies(ep / here), copies(ep));
                     // A hop over one rank (the group on one node, or one rank per node) is none.
                     let (rails, nodes) = (ep / here > 1, here > 1);

@@ -769,7 +769,8 @@ fn deepep_dispatch_crosses_the_network_once_per_node() {
     use sim_core::fidelity::{Fidelity, NetworkSettings};
     let model = moe_gpt(16, 4);
     let compute = ComputeModel::default();
-    let deepep = Parallelism { expert: 16, moe_dispatcher: MoeDispatcher::DeepEp, ..Parallelism::data_parallel(16) };
+    let deepep =
+        Parallelism { expert: 16, moe_dispatcher: MoeDispatcher::DeepEp, ..Parallelism::data_parallel(16) };
     let local = shard::local_layers(&model, deepep.split(), 4, Dtype::Bf16).unwrap();
     let experts = local.iter().find(|l| l.role == Role::Experts).unwrap();
     let per_token = 4 * 1024 * 512 * 2; // micro-batch x tokens x hidden x bf16
@@ -782,7 +783,10 @@ fn deepep_dispatch_crosses_the_network_once_per_node() {
             ("deepep nvlink dispatch", (per_token as f64 * nvlink).round() as u64)
         ]
     );
-    assert_eq!(experts.after_forward.len() + experts.before_backward.len() + experts.after_backward_data.len(), 6);
+    assert_eq!(
+        experts.after_forward.len() + experts.before_backward.len() + experts.after_backward_data.len(),
+        6
+    );
     let layout = deepep.layout();
     assert_eq!(layout.expert_rail_group(RankId(3), 8), ranks(&[3, 11]));
     assert_eq!(layout.expert_node_group(RankId(11), 8), ranks(&[8, 9, 10, 11, 12, 13, 14, 15]));
