@@ -283,16 +283,34 @@ pub fn orders(
 /// `2 stages` on stage `c` or `2 stages - 1 - c` (the V), `times[c]` its (F, B, W) times.
 ///
 /// A list schedule, in the spirit of the zero-bubble repository's ZB-V generator
-/// (sail-sg/zero-bubble-pipeline-parallelism, `zerobubble/scheduler/zbv.py`), written anew:
-/// whenever a stage is free it runs the ready B of its oldest micro-batch (its second chunk
-/// first), else a ready F (the second chunk first; the first chunk only while fewer than `2p -
-/// 1` chunk activations are held, so a micro-batch that has entered can always turn at the V's
-/// tip), else its oldest pending W; a stage with nothing ready runs a W or waits for the next
-/// arrival. Activations are held from F to W, so no stage holds more than `2p` chunk
-/// activations, the `p` whole-stage micro-batches 1F1B's first stage holds. With equal F, B and
-/// W on 2 and 4 stages the only idle time is the V's tip waiting for its first forward (tested
-/// below); on 3, 8 or 16 stages the drain leaves a few steps more (1 to 4 of `T_F`).
+/// (sail-sg/zero-bubble-pipeline-parallelism, `zerobubble/scheduler/zbv.py`, which also tries
+/// variants and keeps the best), written anew: it simulates the stages with these times (an
+/// instant network) and, whenever a stage is free, runs a ready step of its oldest micro-batch,
+/// the second chunk first, by one of two rules; the order with the shorter simulated makespan
+/// wins (the first on a tie):
+/// - forwards first, then B, then the oldest pending W; but a W first once the stage holds
+///   `2p - 1` chunk activations;
+/// - B first, then forwards, then W.
+///
+/// The first chunk's forwards run only while fewer than `2p - 1` chunk activations are held (so
+/// a micro-batch that has entered can always turn at the V's tip); activations are held from F
+/// to W, so no stage holds more than `2p` chunk activations, the `p` whole-stage micro-batches
+/// of 1F1B's first stage. With equal F, B and W the only idle time is the V's tip waiting for
+/// its first forward, `(p - 1) T_F` (tested below).
 pub fn zb_v_orders(stages: u32, micro_batches: u32, times: &[[u64; 3]]) -> Vec<Vec<Action>> {
+    let (first, first_end) = zb_v_list(stages, micro_batches, times, true);
+    let (second, second_end) = zb_v_list(stages, micro_batches, times, false);
+    if second_end < first_end { second } else { first }
+}
+
+/// One of [`zb_v_orders`]'s list schedules (`forwards_first`: the first rule) and its simulated
+/// makespan.
+fn zb_v_list(
+    stages: u32,
+    micro_batches: u32,
+    times: &[[u64; 3]],
+    forwards_first: bool,
+) -> (Vec<Vec<Action>>, u64) {
     let p = stages as usize;
     let m = micro_batches as usize;
     let chunks = 2 * p;
@@ -309,8 +327,9 @@ pub fn zb_v_orders(stages: u32, micro_batches: u32, times: &[[u64; 3]]) -> Vec<V
     let mut clock = vec![0u64; p];
     let mut orders: Vec<Vec<Action>> = (0..p).map(|_| Vec::with_capacity(6 * m)).collect();
     let total = 6 * m;
+    let (forward_class, backward_class) = if forwards_first { (0u8, 1u8) } else { (1, 0) };
     // Set when no stage could act: the first chunk's forwards then ignore the memory cap (a
-    // guard; the rule above never stalls in the tests).
+    // guard; the rules above never stall in the tests).
     let mut relaxed = false;
     loop {
         // The stage that can act earliest: (when, stage, step, local chunk).
@@ -320,6 +339,7 @@ pub fn zb_v_orders(stages: u32, micro_batches: u32, times: &[[u64; 3]]) -> Vec<V
                 continue;
             }
             let now = clock[s];
+            // The candidate steps: (ready at, class, micro-batch, 1 - local chunk, step, local).
             let mut earliest: Option<(u64, u8, usize, usize, Step, usize)> = None;
             let mut consider = |c: (u64, u8, usize, usize, Step, usize)| {
                 let key = |c: &(u64, u8, usize, usize, Step, usize)| (c.0.max(now), c.1, c.2, c.3);
@@ -336,7 +356,7 @@ pub fn zb_v_orders(stages: u32, micro_batches: u32, times: &[[u64; 3]]) -> Vec<V
                     let upstream =
                         if global + 1 < chunks { backward_end[j * chunks + global + 1] } else { Some(0) };
                     if let Some(b) = upstream {
-                        consider((f.max(b), 0, j, 1 - local, Step::BackwardInput, local));
+                        consider((f.max(b), backward_class, j, 1 - local, Step::BackwardInput, local));
                     }
                 }
                 let j = next_forward[s][local];
@@ -344,12 +364,15 @@ pub fn zb_v_orders(stages: u32, micro_batches: u32, times: &[[u64; 3]]) -> Vec<V
                 if j < m && room {
                     let upstream = if global > 0 { forward_end[j * chunks + global - 1] } else { Some(0) };
                     if let Some(f) = upstream {
-                        consider((f, 1, j, 1 - local, Step::Forward, local));
+                        consider((f, forward_class, j, 1 - local, Step::Forward, local));
                     }
                 }
             }
+            let weight_now = !pending[s].is_empty() && (forwards_first && held[s] + 1 >= cap);
             let choice = match earliest {
-                Some((ready, _, _, _, step, local)) if ready <= now => Some((now, step, local)),
+                Some((ready, _, _, _, step, local)) if ready <= now && !weight_now => {
+                    Some((now, step, local))
+                }
                 _ if !pending[s].is_empty() => Some((now, Step::BackwardWeight, 0)),
                 Some((ready, _, _, _, step, local)) => Some((ready, step, local)),
                 None => None,
@@ -396,7 +419,8 @@ pub fn zb_v_orders(stages: u32, micro_batches: u32, times: &[[u64; 3]]) -> Vec<V
             }
         }
     }
-    orders
+    let makespan = clock.into_iter().max().unwrap_or(0);
+    (orders, makespan)
 }
 
 /// DualPipe on rank `stage` of `stages` (even) with `micro_batches` (even, at least `2
@@ -617,6 +641,15 @@ impl ChunkMap {
         match self.placement {
             Placement::Mirrored => self.stages,
             _ => self.chunks,
+        }
+    }
+
+    /// How many of a stage's chunks one micro-batch passes through: all of them, or under
+    /// DualPipe one (a micro-batch takes one copy's path).
+    pub const fn chunks_per_micro_batch(&self) -> u32 {
+        match self.placement {
+            Placement::Mirrored => 1,
+            _ => self.chunks / self.stages,
         }
     }
 
@@ -1280,7 +1313,7 @@ mod tests {
         // op), is 0 at 1F1B's activation memory. Here a chunk's times are 1 each and each stage
         // runs 2m of every pass: the makespan is that work plus the tip's wait for its first
         // forward, (p - 1) T_F, and no more.
-        for p in [2u32, 4] {
+        for p in [2u32, 3, 4, 8] {
             for m in [p, 2 * p, 3 * p + 1, 24] {
                 let zb = zb_v_orders(p, m, &vec![[1, 1, 1]; 2 * p as usize]);
                 check_complete(&zb, m);

@@ -428,7 +428,11 @@ impl<'s> Plan<'s> {
             }
             let actions = &self.actions[stage as usize];
             let peak = pipeline::peak_in_flight(actions, &per_chunk) + working_set;
-            let per_micro: u64 = per_chunk.iter().sum();
+            // One micro-batch's activations on this stage: through every chunk it holds, or
+            // under DualPipe through one (the mean of the two copies' chunks).
+            let per_micro: u64 = per_chunk.iter().sum::<u64>()
+                * u64::from(self.chunk_map.chunks_per_micro_batch())
+                / per_chunk.len().max(1) as u64;
             let parameters = self.stage_parameters[stage as usize];
             let largest_pair = self
                 .stage_layers(stage)
