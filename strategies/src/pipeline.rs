@@ -767,7 +767,7 @@ fn check_two_chunks(
         if m % 2 != 0 || m < 2 * stages {
             return Err(format!(
                 "schedule = \"dualpipe\" feeds half the micro-batches from each end: it needs an even number \
-                 of micro-batches per replica, at least 2 x pipeline = {} (there are {m}: set global-batch / \
+                 of micro-batches per replica, at least 2 x pipeline = {}; there are {m} (global-batch / \
                  (micro-batch x data))",
                 2 * stages
             ));
@@ -1372,7 +1372,7 @@ mod tests {
         assert!(zb(2, None, 5).is_ok());
         let dual = |stages, m| check_schedule(PipelineSchedule::DualPipe, stages, 2, None, m);
         assert!(dual(3, 12).unwrap_err().contains("even pipeline degree (it is 3)"));
-        assert!(dual(4, 6).unwrap_err().contains("at least 2 x pipeline = 8 (there are 6"));
+        assert!(dual(4, 6).unwrap_err().contains("at least 2 x pipeline = 8; there are 6 "));
         assert!(dual(4, 9).unwrap_err().contains("even number"));
         assert!(dual(4, 8).is_ok() && dual(2, 4).is_ok());
         assert!(

@@ -2233,7 +2233,7 @@ fn zb_v_and_dualpipe_refuse_what_they_cannot_run_and_name_the_key() {
     assert!(odd.contains("parallelism.pipeline") && odd.contains("even pipeline degree (it is 3)"), "{odd}");
     let few = error(pipelined(4, 2, PipelineSchedule::DualPipe), 6);
     assert!(
-        few.contains("parallelism.schedule") && few.contains("at least 2 x pipeline = 8 (there are 6"),
+        few.contains("parallelism.schedule") && few.contains("at least 2 x pipeline = 8; there are 6 "),
         "{few}"
     );
     let sharded = error(Parallelism { zero: 3, ..pipelined(4, 2, PipelineSchedule::DualPipe) }, 16);

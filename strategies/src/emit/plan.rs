@@ -152,15 +152,20 @@ impl<'s> Plan<'s> {
                 recompute_before[last] = Some(range);
             }
         }
-        // ZB-V's order follows each chunk's forward, input- and weight-gradient times.
+        // ZB-V's order follows each chunk's forward, input- and weight-gradient times (B with
+        // the forwards recomputed before it).
         let times: Vec<[u64; 3]> = if p.schedule == pipeline::PipelineSchedule::ZbV {
+            let ps = |kernel: &Kernel| kernel.map_or(0, |(d, _)| d.as_ps());
             chunk_layers
                 .iter()
                 .map(|range| {
                     let mut sums = [0u64; 3];
                     for index in range.clone() {
                         for (sum, kernel) in sums.iter_mut().zip(&kernels[index]) {
-                            *sum = sum.saturating_add(kernel.map_or(0, |(d, _)| d.as_ps()));
+                            *sum = sum.saturating_add(ps(kernel));
+                        }
+                        for again in recompute_before[index].clone().into_iter().flatten() {
+                            sums[1] = sums[1].saturating_add(ps(&kernels[again][0]));
                         }
                     }
                     sums
