@@ -1167,8 +1167,19 @@ pub fn enumerate(index: usize, base: &Base, global_batch: u64, fixed: &Fixed) ->
                                 if zero > 0 && data * context == 1 {
                                     continue;
                                 }
+                                // A split backward is modelled up to ZeRO-2 (`Strategy::check`).
+                                if zero >= 3 && schedule.splits_backward() {
+                                    continue;
+                                }
                                 for &sequence_parallel in &sps {
                                     for micro in micro_batches(data) {
+                                        // DualPipe's asserts on the micro-batches per replica.
+                                        let per_replica = global_batch / (data * micro).max(1);
+                                        if schedule == strategies::PipelineSchedule::DualPipe
+                                            && (per_replica % 2 != 0 || per_replica < 2 * pipeline)
+                                        {
+                                            continue;
+                                        }
                                         for &recompute in &recomputes {
                                             push(
                                                 Parallelism {
