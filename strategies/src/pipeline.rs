@@ -32,7 +32,8 @@
 //!   deepseek-ai/DualPipe@3da1bbe `dualpipe/dualpipe.py`): each of the `p` (even) ranks holds
 //!   stage `s` of a model copy fed from rank 0 and stage `p - 1 - s` of a second copy fed from
 //!   rank `p - 1`; half the micro-batches go each way, in the reference's eight steps
-//!   ([`dual_pipe`]), with forward-and-backward pairs ([`Action::with_next`]).//!
+//!   ([`dual_pipe`]), with forward-and-backward pairs ([`Action::with_next`]).
+//!
 //! No bubble is computed here: it emerges when the engine runs the schedule with the
 //! stage-to-stage transfers as dependencies.
 
@@ -360,7 +361,7 @@ fn zb_v_list(
                     }
                 }
                 let j = next_forward[s][local];
-                let room = relaxed || held[s] + 1 <= if local == 1 { cap } else { cap - 1 };
+                let room = relaxed || held[s] < if local == 1 { cap } else { cap - 1 };
                 if j < m && room {
                     let upstream = if global > 0 { forward_end[j * chunks + global - 1] } else { Some(0) };
                     if let Some(f) = upstream {
@@ -479,11 +480,11 @@ pub fn dual_pipe(stages: u32, stage: u32, micro_batches: u32) -> Vec<Action> {
     }
     let mut split = false;
     for i in 0..=h {
-        if i == (h + 1) / 2 && h % 2 == 1 {
+        if i == h.div_ceil(2) && h % 2 == 1 {
             split = true;
         }
         plan.backward(far, split);
-        if i == (h + 1) / 2 && h % 2 == 0 {
+        if i == h.div_ceil(2) && h % 2 == 0 {
             split = true;
         }
         plan.backward(near, split);

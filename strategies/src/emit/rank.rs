@@ -193,7 +193,7 @@ impl RankEmitter<'_, '_> {
             // A pair's forward also waits for its backward's input.
             let partner = action
                 .with_next
-                .then(|| actions.get(index + 1).filter(|_| trains).and_then(|next| receive(next)))
+                .then(|| actions.get(index + 1).filter(|_| trains).and_then(&receive))
                 .flatten();
             // The exchange between the last action and this one: its send and this receive.
             if plan.pipeline_host_sync && (sent || received.is_some()) {
