@@ -1330,6 +1330,18 @@ mod tests {
                 assert_eq!(peak, one_f_one_b, "p={p} m={m}");
             }
         }
+        // Every stage count and micro-batch count, any times: a complete order that runs
+        // (the list schedule never stalls), under the same memory.
+        for p in 2u32..=6 {
+            for m in 1..=9 {
+                for t in [[1u64, 1, 1], [3, 1, 1], [1, 3, 1], [1, 1, 0], [7, 5, 2]] {
+                    let zb = zb_v_orders(p, m, &vec![t; 2 * p as usize]);
+                    check_complete(&zb, m);
+                    let _ = makespan_on(ChunkMap::new(PipelineSchedule::ZbV, p, 2), &zb, t);
+                    assert!(zb.iter().all(|o| peak_in_flight(o, &[1, 1]) <= 2 * u64::from(p)), "p={p} m={m}");
+                }
+            }
+        }
         // Uneven times still give a complete order that runs, under the same memory.
         for t in [[2u64, 3, 1], [3, 2, 1], [5, 4, 3]] {
             let zb = zb_v_orders(8, 16, &vec![t; 16]);
