@@ -177,8 +177,10 @@ pub fn schedule_table(micro_batches: u32, chunks: u32, group: u32) -> Vec<(u32, 
 }
 
 /// The order stage `stage` of `stages` runs `micro_batches` micro-batches of its `chunks` model
-/// chunks in, interleaved micro-batches in groups of `group` (Megatron's default: `stages`).
-/// The caller has checked the combination (see [`check_schedule`]).
+/// chunks in, interleaved micro-batches in groups of `group` (Megatron's default: `stages`);
+/// ZB-V's as [`zb_v_orders`] builds it with equal F, B and W times (the lowering uses
+/// [`orders`] with the chunks' own). The caller has checked the combination (see
+/// [`check_schedule`]).
 pub fn actions(
     schedule: PipelineSchedule,
     stages: u32,
