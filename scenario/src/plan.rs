@@ -100,6 +100,8 @@ pub struct Fixed {
     pub pipeline: Option<u32>,
     /// `parallelism.virtual-stages`.
     pub virtual_stages: Option<u32>,
+    /// `parallelism.schedule`.
+    pub schedule: Option<strategies::PipelineSchedule>,
     /// `parallelism.context`.
     pub context: Option<u32>,
     /// `parallelism.expert`.
@@ -380,6 +382,7 @@ impl Search {
             Override::new("parallelism.sequence-parallel", p.sequence_parallel),
             integer("parallelism.pipeline", p.pipeline),
             integer("parallelism.virtual-stages", p.virtual_stages),
+            Override::new("parallelism.schedule", p.schedule.name().to_string()),
             integer("parallelism.context", p.context),
             integer("parallelism.expert", p.expert),
             Override::new("parallelism.zero", i64::from(p.zero)),
@@ -420,6 +423,7 @@ fn fixed_of(scenario: &Scenario, fixed: &[Override]) -> Fixed {
             "parallelism.sequence-parallel" => out.sequence_parallel = Some(p.sequence_parallel),
             "parallelism.pipeline" => out.pipeline = Some(p.pipeline),
             "parallelism.virtual-stages" => out.virtual_stages = Some(p.virtual_stages),
+            "parallelism.schedule" => out.schedule = Some(p.schedule),
             "parallelism.context" => out.context = Some(p.context),
             "parallelism.expert" => out.expert = Some(p.expert),
             "parallelism.zero" => out.zero = Some(p.zero),
@@ -474,6 +478,9 @@ impl Choice {
             if name == "t" && p.sequence_parallel {
                 parts.push("sp".into());
             }
+        }
+        if p.pipeline > 1 && p.schedule.two_chunks() {
+            parts.push(p.schedule.name().into());
         }
         parts.push(format!("d{}", p.data));
         if p.zero > 0 {
@@ -1037,6 +1044,37 @@ fn cluster_comm_floor(
     }
 }
 
+/// The (virtual stages, schedule) pairs to try for each of `virtuals` on `pipeline` stages: the
+/// base's schedule (1F1B if it is ZB-V or DualPipe), and with two chunks per stage also ZB-V and
+/// DualPipe (on an even pipeline); only the user's schedule if fixed.
+fn schedules(
+    virtuals: &[u64],
+    pipeline: u64,
+    base: strategies::PipelineSchedule,
+    fixed: &Fixed,
+) -> Vec<(u64, strategies::PipelineSchedule)> {
+    use strategies::PipelineSchedule;
+    let mut out = Vec::with_capacity(virtuals.len() + 2);
+    let plain = if base.two_chunks() { PipelineSchedule::OneFOneB } else { base };
+    for &virtual_stages in virtuals {
+        let two = virtual_stages == 2 && pipeline > 1;
+        match fixed.schedule {
+            Some(schedule) if !schedule.two_chunks() || two => out.push((virtual_stages, schedule)),
+            Some(_) => {}
+            None => {
+                out.push((virtual_stages, plain));
+                if two {
+                    out.push((virtual_stages, PipelineSchedule::ZbV));
+                    if pipeline % 2 == 0 {
+                        out.push((virtual_stages, PipelineSchedule::DualPipe));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Powers of two from 1 to `max` that divide `n`.
 fn powers_of_two(max: u64, n: u64) -> Vec<u64> {
     std::iter::successors(Some(1u64), |d| d.checked_mul(2))
@@ -1112,6 +1150,8 @@ pub fn enumerate(index: usize, base: &Base, global_batch: u64, fixed: &Fixed) ->
                     }
                     let virtuals: Vec<u64> = match fixed.virtual_stages {
                         Some(v) => vec![u64::from(v)],
+                        // ZB-V and DualPipe run two chunks per stage.
+                        None if pipeline > 1 && fixed.schedule.is_some_and(|s| s.two_chunks()) => vec![2],
                         None if pipeline > 1 => [1u64, 2, 3, 4, 6, 8]
                             .into_iter()
                             .filter(|&v| v == 1 || blocks % (pipeline * v) == 0)
@@ -1120,14 +1160,26 @@ pub fn enumerate(index: usize, base: &Base, global_batch: u64, fixed: &Fixed) ->
                     };
                     let expert_degrees = one(fixed.expert, powers_of_two(experts, data * context));
                     let zeros: Vec<u8> = fixed.zero.map_or(vec![0, 1, 2, 3], |z| vec![z]);
-                    for &virtual_stages in &virtuals {
+                    for (virtual_stages, schedule) in schedules(&virtuals, pipeline, template.schedule, fixed)
+                    {
                         for &expert in &expert_degrees {
                             for &zero in &zeros {
                                 if zero > 0 && data * context == 1 {
                                     continue;
                                 }
+                                // A split backward is modelled up to ZeRO-2 (`Strategy::check`).
+                                if zero >= 3 && schedule.splits_backward() {
+                                    continue;
+                                }
                                 for &sequence_parallel in &sps {
                                     for micro in micro_batches(data) {
+                                        // DualPipe's asserts on the micro-batches per replica.
+                                        let per_replica = global_batch / (data * micro).max(1);
+                                        if schedule == strategies::PipelineSchedule::DualPipe
+                                            && (per_replica % 2 != 0 || per_replica < 2 * pipeline)
+                                        {
+                                            continue;
+                                        }
                                         for &recompute in &recomputes {
                                             push(
                                                 Parallelism {
@@ -1136,6 +1188,7 @@ pub fn enumerate(index: usize, base: &Base, global_batch: u64, fixed: &Fixed) ->
                                                     sequence_parallel,
                                                     pipeline: pipeline as u32,
                                                     virtual_stages: virtual_stages as u32,
+                                                    schedule,
                                                     context: context as u32,
                                                     expert: expert as u32,
                                                     zero,

@@ -1250,7 +1250,7 @@ pub(crate) fn summarize(
             sequence_parallel: p.sequence_parallel,
             pipeline: p.pipeline,
             virtual_stages: p.virtual_stages,
-            schedule: if p.pipeline > 1 && p.virtual_stages > 1 {
+            schedule: if p.pipeline > 1 && p.virtual_stages > 1 && !p.schedule.two_chunks() {
                 "interleaved-1f1b"
             } else {
                 p.schedule.name()

@@ -1289,10 +1289,13 @@ impl Strategy<'_> {
                     "needs compute.gradient-accumulation = \"in-kernel\" (Megatron-Core refuses it without gradient accumulation fusion)".into(),
                 ));
             }
-            if p.schedule == PipelineSchedule::ZbH1 {
+            if p.schedule.splits_backward() {
                 return Err(invalid(
                     "parallelism.defer-embedding-wgrad",
-                    "is modelled with the 1F1B schedules; zb-h1 already postpones weight gradients".into(),
+                    format!(
+                        "is modelled with the 1F1B schedules; {} already postpones weight gradients",
+                        p.schedule.name()
+                    ),
                 ));
             }
         }
@@ -1370,7 +1373,8 @@ impl Strategy<'_> {
         })?;
         let micro_batches = self.micro_batches()?;
         let blocks = self.model.pipeline_units().len();
-        let chunks = p.chunks();
+        // DualPipe's two copies split the model into `pipeline` chunks, not twice as many.
+        let chunks = pipeline::ChunkMap::new(p.schedule, p.pipeline, p.virtual_stages).partitions();
         if chunks > 1 && blocks < chunks as usize {
             return Err(invalid(
                 if p.virtual_stages > 1 { "parallelism.virtual-stages" } else { "parallelism.pipeline" },
@@ -1386,6 +1390,14 @@ impl Strategy<'_> {
             .map_err(|message| {
                 let key = if p.microbatch_group.is_some() && message.starts_with("microbatch-group-size") {
                     "parallelism.microbatch-group-size"
+                } else if p.schedule.two_chunks() {
+                    if message.contains("set virtual-stages") {
+                        "parallelism.virtual-stages"
+                    } else if message.contains("pipeline degree") || message.contains("needs pipeline") {
+                        "parallelism.pipeline"
+                    } else {
+                        "parallelism.schedule"
+                    }
                 } else if p.virtual_stages > 1 {
                     "parallelism.virtual-stages"
                 } else {
@@ -1410,13 +1422,14 @@ impl Strategy<'_> {
         }
         self.check_moe_overlap()?;
         self.check_deepep()?;
-        if p.schedule == PipelineSchedule::ZbH1 && (p.zero >= 3 || p.offload != Offload::None) {
+        if p.schedule.splits_backward() && (p.zero >= 3 || p.offload != Offload::None) {
             return Err(invalid(
                 "parallelism.schedule",
                 format!(
-                    "\"zb-h1\" splits the backward into input- and weight-gradient passes, modelled with \
+                    "{:?} splits the backward into input- and weight-gradient passes, modelled with \
                      DDP, ZeRO-1/2 and DASO without offload; this strategy has {}: use schedule = \
                      \"1f1b\", or zero <= 2 and offload = \"none\"",
+                    p.schedule.name(),
                     if p.zero >= 3 {
                         format!("zero = {}", p.zero)
                     } else {

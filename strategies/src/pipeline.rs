@@ -1,5 +1,6 @@
 //! Pipeline parallelism: the partition of a model's layers into stages (and virtual chunks)
-//! and the order each stage runs its micro-batches in (GPipe, 1F1B, interleaved 1F1B, ZB-H1).
+//! and the order each stage runs its micro-batches in (GPipe, 1F1B, interleaved 1F1B, ZB-H1,
+//! ZB-V, DualPipe), and where each schedule places its model chunks ([`ChunkMap`]).
 //!
 //! The schedules are Megatron-LM's (`megatron/core/pipeline_parallel/schedules.py` at
 //! NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553) and Qi et al.'s:
@@ -21,7 +22,17 @@
 //!   gradient); stage `s` runs 1F1B's warm-up and F, B pairs, but starts its W passes `s` steps
 //!   late, so every stage holds at most `p` micro-batches (1F1B's peak, on its first stage), and
 //!   the postponed W passes fill the cool-down bubble: the bubble shrinks from `(p - 1)(T_F +
-//!   T_B + T_W)` to `(p - 1)(T_F + T_B - T_W)` (the paper's table 3).
+//!   T_B + T_W)` to `(p - 1)(T_F + T_B - T_W)` (the paper's table 3);
+//! - ZB-V (Qi et al., section 6, and "Pipeline Parallelism with Controllable Memory", arXiv
+//!   2405.15362): two chunks per stage in a V (stage `s` holds chunks `s` and `2p - 1 - s`), the
+//!   backward split into B and W; the order is built by [`zb_v_orders`], a list schedule of the
+//!   stages' own F, B and W times under 1F1B's peak activation memory (`2p` chunk activations,
+//!   `p` micro-batches of a whole stage);
+//! - DualPipe (DeepSeek-V3 technical report, arXiv 2412.19437, section 3.2.1, and
+//!   deepseek-ai/DualPipe@3da1bbe `dualpipe/dualpipe.py`): each of the `p` (even) ranks holds
+//!   stage `s` of a model copy fed from rank 0 and stage `p - 1 - s` of a second copy fed from
+//!   rank `p - 1`; half the micro-batches go each way, in the reference's eight steps
+//!   ([`dual_pipe`]), with forward-and-backward pairs ([`Action::with_next`]).
 //!
 //! No bubble is computed here: it emerges when the engine runs the schedule with the
 //! stage-to-stage transfers as dependencies.
@@ -44,12 +55,25 @@ pub enum PipelineSchedule {
     /// backward and postponed into the cool-down bubble, at 1F1B's peak memory.
     #[serde(rename = "zb-h1")]
     ZbH1,
+    /// Zero-bubble ZB-V (Qi et al. 2024): two chunks per stage in a V, the backward split, at
+    /// 1F1B's peak activation memory.
+    #[serde(rename = "zb-v")]
+    ZbV,
+    /// DeepSeek's DualPipe (DeepSeek-V3 report, section 3.2.1): a bidirectional pipeline over
+    /// two model copies, forward-and-backward pairs and the backward split.
+    #[serde(rename = "dualpipe")]
+    DualPipe,
 }
 
 impl PipelineSchedule {
     /// Every schedule.
-    pub const ALL: [PipelineSchedule; 3] =
-        [PipelineSchedule::GPipe, PipelineSchedule::OneFOneB, PipelineSchedule::ZbH1];
+    pub const ALL: [PipelineSchedule; 5] = [
+        PipelineSchedule::GPipe,
+        PipelineSchedule::OneFOneB,
+        PipelineSchedule::ZbH1,
+        PipelineSchedule::ZbV,
+        PipelineSchedule::DualPipe,
+    ];
 
     /// The name used in scenario files.
     pub const fn name(self) -> &'static str {
@@ -57,7 +81,20 @@ impl PipelineSchedule {
             PipelineSchedule::GPipe => "gpipe",
             PipelineSchedule::OneFOneB => "1f1b",
             PipelineSchedule::ZbH1 => "zb-h1",
+            PipelineSchedule::ZbV => "zb-v",
+            PipelineSchedule::DualPipe => "dualpipe",
         }
+    }
+
+    /// Whether the schedule runs two model chunks per stage in its own placement
+    /// (`virtual-stages = 2`, [`ChunkMap`]): ZB-V and DualPipe.
+    pub const fn two_chunks(self) -> bool {
+        matches!(self, PipelineSchedule::ZbV | PipelineSchedule::DualPipe)
+    }
+
+    /// Whether the schedule splits the backward into input- and weight-gradient passes.
+    pub const fn splits_backward(self) -> bool {
+        matches!(self, PipelineSchedule::ZbH1 | PipelineSchedule::ZbV | PipelineSchedule::DualPipe)
     }
 }
 
@@ -68,7 +105,8 @@ impl std::str::FromStr for PipelineSchedule {
             format!(
                 "unknown pipeline schedule {name:?}; valid: \"gpipe\", \"1f1b\" (interleaved when \
                  virtual-stages > 1), \"zb-h1\" (zero-bubble ZB-H1: backward split into input- and \
-                 weight-gradient passes)"
+                 weight-gradient passes), \"zb-v\" (zero-bubble ZB-V, virtual-stages = 2), \"dualpipe\" \
+                 (DeepSeek's bidirectional DualPipe, virtual-stages = 2)"
             )
         })
     }
@@ -98,9 +136,17 @@ pub struct Action {
     pub micro_batch: u32,
     /// Which of the stage's model chunks (0 without virtual stages).
     pub chunk: u32,
+    /// Runs with the next action as one unit (DualPipe's forward-and-backward pair): both
+    /// receive before either computes, both send after both computed.
+    pub with_next: bool,
 }
 
 impl Action {
+    /// A step of `micro_batch` through the stage's chunk `chunk`, on its own.
+    pub const fn new(step: Step, micro_batch: u32, chunk: u32) -> Action {
+        Action { step, micro_batch, chunk, with_next: false }
+    }
+
     /// A forward.
     pub const fn is_forward(&self) -> bool {
         matches!(self.step, Step::Forward)
@@ -131,8 +177,10 @@ pub fn schedule_table(micro_batches: u32, chunks: u32, group: u32) -> Vec<(u32, 
 }
 
 /// The order stage `stage` of `stages` runs `micro_batches` micro-batches of its `chunks` model
-/// chunks in, interleaved micro-batches in groups of `group` (Megatron's default: `stages`).
-/// The caller has checked the combination (see [`check_schedule`]).
+/// chunks in, interleaved micro-batches in groups of `group` (Megatron's default: `stages`);
+/// ZB-V's as [`zb_v_orders`] builds it with equal F, B and W times (the lowering uses
+/// [`orders`] with the chunks' own). The caller has checked the combination (see
+/// [`check_schedule`]).
 pub fn actions(
     schedule: PipelineSchedule,
     stages: u32,
@@ -143,8 +191,8 @@ pub fn actions(
 ) -> Vec<Action> {
     let m = micro_batches;
     let mut order = Vec::with_capacity(3 * (m * chunks) as usize);
-    let forward = |micro_batch, chunk| Action { step: Step::Forward, micro_batch, chunk };
-    let backward = |micro_batch, chunk| Action { step: Step::Backward, micro_batch, chunk };
+    let forward = |micro_batch, chunk| Action::new(Step::Forward, micro_batch, chunk);
+    let backward = |micro_batch, chunk| Action::new(Step::Backward, micro_batch, chunk);
     if schedule == PipelineSchedule::GPipe {
         order.extend((0..m).map(|mb| forward(mb, 0)));
         order.extend((0..m).map(|mb| backward(mb, 0)));
@@ -152,6 +200,13 @@ pub fn actions(
     }
     if schedule == PipelineSchedule::ZbH1 {
         return zb_h1(stages, stage, m);
+    }
+    if schedule == PipelineSchedule::DualPipe {
+        return dual_pipe(stages, stage, m);
+    }
+    if schedule == PipelineSchedule::ZbV {
+        let mut orders = zb_v_orders(stages, m, &vec![[1, 1, 1]; 2 * stages as usize]);
+        return orders.swap_remove(stage as usize);
     }
     if chunks == 1 {
         let warmup = (stages - stage - 1).min(m);
@@ -194,7 +249,7 @@ pub fn actions(
 /// with the plain order `F0 B0 F1 B1 ...`), which Megatron-Core's documentation names as the
 /// feature's memory cost.
 pub fn overlapped_actions(micro_batches: u32) -> Vec<Action> {
-    let action = |step, micro_batch| Action { step, micro_batch, chunk: 0 };
+    let action = |step, micro_batch| Action { step, micro_batch, chunk: 0, with_next: false };
     let mut order = Vec::with_capacity(2 * micro_batches as usize);
     for micro in 0..micro_batches {
         order.push(action(Step::Forward, micro));
@@ -213,7 +268,7 @@ pub fn overlapped_actions(micro_batches: u32) -> Vec<Action> {
 /// (the W passes start `s` steps late, so every stage holds `p` micro-batches at most), then
 /// the W passes left.
 fn zb_h1(stages: u32, stage: u32, m: u32) -> Vec<Action> {
-    let action = |step, micro_batch| Action { step, micro_batch, chunk: 0 };
+    let action = |step, micro_batch| Action::new(step, micro_batch, 0);
     let warmup = (stages - stage - 1).min(m);
     let mut order = Vec::with_capacity(3 * m as usize);
     order.extend((0..warmup).map(|mb| action(Step::Forward, mb)));
@@ -232,6 +287,419 @@ fn zb_h1(stages: u32, stage: u32, m: u32) -> Vec<Action> {
     order
 }
 
+/// Every stage's order (see [`actions`]); ZB-V's is built from `times`, each global chunk's
+/// (forward, input-gradient, weight-gradient) time in any one unit ([`zb_v_orders`]), which
+/// the other schedules ignore.
+pub fn orders(
+    schedule: PipelineSchedule,
+    stages: u32,
+    chunks: u32,
+    group: u32,
+    micro_batches: u32,
+    times: &[[u64; 3]],
+) -> Vec<Vec<Action>> {
+    if schedule == PipelineSchedule::ZbV {
+        return zb_v_orders(stages, micro_batches, times);
+    }
+    (0..stages).map(|stage| actions(schedule, stages, chunks, group, stage, micro_batches)).collect()
+}
+
+/// ZB-V's order on each of `stages` stages for `micro_batches` micro-batches, chunk `c` of the
+/// `2 stages` on stage `c` or `2 stages - 1 - c` (the V), `times[c]` its (F, B, W) times.
+///
+/// A list schedule, in the spirit of the zero-bubble repository's ZB-V generator
+/// (sail-sg/zero-bubble-pipeline-parallelism, `zerobubble/scheduler/zbv.py`, which also tries
+/// variants and keeps the best), written anew: it simulates the stages with these times (an
+/// instant network) and, whenever a stage is free, runs a ready step of its oldest micro-batch,
+/// the second chunk first, by one of two rules; the order with the shorter simulated makespan
+/// wins (the first on a tie):
+/// - forwards first, then B, then the oldest pending W; but a W first once the stage holds
+///   `2p - 1` chunk activations;
+/// - B first, then forwards, then W.
+///
+/// The first chunk's forwards run only while fewer than `2p - 1` chunk activations are held (so
+/// a micro-batch that has entered can always turn at the V's tip); activations are held from F
+/// to W, so no stage holds more than `2p` chunk activations, the `p` whole-stage micro-batches
+/// of 1F1B's first stage. With equal F, B and W the only idle time is the V's tip waiting for
+/// its first forward, `(p - 1) T_F` (tested below).
+pub fn zb_v_orders(stages: u32, micro_batches: u32, times: &[[u64; 3]]) -> Vec<Vec<Action>> {
+    let (first, first_end) = zb_v_list(stages, micro_batches, times, true);
+    let (second, second_end) = zb_v_list(stages, micro_batches, times, false);
+    if second_end < first_end { second } else { first }
+}
+
+/// One of [`zb_v_orders`]'s list schedules (`forwards_first`: the first rule) and its simulated
+/// makespan.
+fn zb_v_list(
+    stages: u32,
+    micro_batches: u32,
+    times: &[[u64; 3]],
+    forwards_first: bool,
+) -> (Vec<Vec<Action>>, u64) {
+    let p = stages as usize;
+    let m = micro_batches as usize;
+    let chunks = 2 * p;
+    let map = ChunkMap::new(PipelineSchedule::ZbV, stages, 2);
+    let cap = 2 * p;
+    let cost = |global: usize, step: usize| times.get(global).map_or(1, |t| t[step]);
+    // Ends of each (micro-batch, global chunk)'s F and B, once run.
+    let mut forward_end: Vec<Option<u64>> = vec![None; m * chunks];
+    let mut backward_end: Vec<Option<u64>> = vec![None; m * chunks];
+    let mut next_forward = vec![[0usize; 2]; p];
+    let mut next_backward = vec![[0usize; 2]; p];
+    let mut pending: Vec<std::collections::VecDeque<(u32, u32)>> = vec![Default::default(); p];
+    let mut held = vec![0usize; p];
+    let mut clock = vec![0u64; p];
+    let mut orders: Vec<Vec<Action>> = (0..p).map(|_| Vec::with_capacity(6 * m)).collect();
+    let total = 6 * m;
+    let (forward_class, backward_class) = if forwards_first { (0u8, 1u8) } else { (1, 0) };
+    // Set when no stage could act: the first chunk's forwards then ignore the memory cap (a
+    // guard; the rules above never stall in the tests).
+    let mut relaxed = false;
+    loop {
+        // The stage that can act earliest: (when, stage, step, local chunk).
+        let mut best: Option<(u64, usize, Step, usize)> = None;
+        for s in 0..p {
+            if orders[s].len() >= total {
+                continue;
+            }
+            let now = clock[s];
+            // The candidate steps: (ready at, class, micro-batch, 1 - local chunk, step, local).
+            let mut earliest: Option<(u64, u8, usize, usize, Step, usize)> = None;
+            let mut consider = |c: (u64, u8, usize, usize, Step, usize)| {
+                let key = |c: &(u64, u8, usize, usize, Step, usize)| (c.0.max(now), c.1, c.2, c.3);
+                if earliest.as_ref().is_none_or(|e| key(&c) < key(e)) {
+                    earliest = Some(c);
+                }
+            };
+            for local in [1usize, 0] {
+                let global = map.global(s as u32, local as u32) as usize;
+                let j = next_backward[s][local];
+                if j < m
+                    && let Some(f) = forward_end[j * chunks + global]
+                {
+                    let upstream =
+                        if global + 1 < chunks { backward_end[j * chunks + global + 1] } else { Some(0) };
+                    if let Some(b) = upstream {
+                        consider((f.max(b), backward_class, j, 1 - local, Step::BackwardInput, local));
+                    }
+                }
+                let j = next_forward[s][local];
+                let room = relaxed || held[s] < if local == 1 { cap } else { cap - 1 };
+                if j < m && room {
+                    let upstream = if global > 0 { forward_end[j * chunks + global - 1] } else { Some(0) };
+                    if let Some(f) = upstream {
+                        consider((f, forward_class, j, 1 - local, Step::Forward, local));
+                    }
+                }
+            }
+            let weight_now = !pending[s].is_empty() && (forwards_first && held[s] + 1 >= cap);
+            let choice = match earliest {
+                Some((ready, _, _, _, step, local)) if ready <= now && !weight_now => {
+                    Some((now, step, local))
+                }
+                _ if !pending[s].is_empty() => Some((now, Step::BackwardWeight, 0)),
+                Some((ready, _, _, _, step, local)) => Some((ready, step, local)),
+                None => None,
+            };
+            if let Some((when, step, local)) = choice
+                && best.is_none_or(|b| when < b.0)
+            {
+                best = Some((when, s, step, local));
+            }
+        }
+        let Some((when, s, step, local)) = best else {
+            if orders.iter().all(|o| o.len() >= total) || relaxed {
+                break;
+            }
+            relaxed = true;
+            continue;
+        };
+        match step {
+            Step::BackwardWeight => {
+                if let Some((j, local)) = pending[s].pop_front() {
+                    let global = map.global(s as u32, local) as usize;
+                    clock[s] = when + cost(global, 2);
+                    held[s] = held[s].saturating_sub(1);
+                    orders[s].push(Action::new(Step::BackwardWeight, j, local));
+                }
+            }
+            Step::Forward => {
+                let j = next_forward[s][local];
+                let global = map.global(s as u32, local as u32) as usize;
+                clock[s] = when + cost(global, 0);
+                forward_end[j * chunks + global] = Some(clock[s]);
+                next_forward[s][local] += 1;
+                held[s] += 1;
+                orders[s].push(Action::new(Step::Forward, j as u32, local as u32));
+            }
+            _ => {
+                let j = next_backward[s][local];
+                let global = map.global(s as u32, local as u32) as usize;
+                clock[s] = when + cost(global, 1);
+                backward_end[j * chunks + global] = Some(clock[s]);
+                next_backward[s][local] += 1;
+                pending[s].push_back((j as u32, local as u32));
+                orders[s].push(Action::new(Step::BackwardInput, j as u32, local as u32));
+            }
+        }
+    }
+    let makespan = clock.into_iter().max().unwrap_or(0);
+    (orders, makespan)
+}
+
+/// DualPipe on rank `stage` of `stages` (even) with `micro_batches` (even, at least `2
+/// stages`): the eight steps of deepseek-ai/DualPipe's `DualPipe.step` (@3da1bbe), with `h` the
+/// rank's distance from the nearer end, `n = micro_batches / 2` micro-batches each way, and
+/// "near" the direction fed from that end (chunk 0 on the first half of the ranks, chunk 1 on
+/// the second), "far" the other:
+/// 1. `(p/2 - h - 1) 2` near forwards;
+/// 2. `h + 1` pairs of a near and a far forward;
+/// 3. `p/2 - h - 1` times: a far B (its W queued), the oldest queued W, a far forward;
+/// 4. `n - p + h + 1` times: a near forward with a far (whole) backward, then a far forward
+///    with a near backward, each pair one unit ([`Action::with_next`]). The reference runs the
+///    middle ranks' first pair apart and holds back their last step-2 send, which shortens the
+///    bubble below table 2's; here every pair is one, as in the report's figure 5 and table 2;
+/// 5. `p/2 - h - 1` times: a far backward, then a far forward with a near backward;
+/// 6. `h + 1` times a far then a near backward, whole until half-way, then B only (W queued);
+/// 7. `p/2 - h - 1` times: the oldest W, a near B;
+/// 8. the `h + 1` W passes left.
+///
+/// Micro-batches are numbered from 0 in each direction: chunk 0's and chunk 1's are
+/// different micro-batches.
+pub fn dual_pipe(stages: u32, stage: u32, micro_batches: u32) -> Vec<Action> {
+    let half_ranks = stages / 2;
+    let h = stage.min(stages - 1 - stage);
+    let n = micro_batches / 2;
+    let second = u32::from(stage >= half_ranks);
+    let mut plan =
+        DualPipeOrder { order: Vec::with_capacity(3 * micro_batches as usize), ..Default::default() };
+    let (near, far) = (second, 1 - second);
+    let rest = half_ranks - h - 1;
+    for _ in 0..2 * rest {
+        plan.forward(near);
+    }
+    for _ in 0..=h {
+        plan.forward(near);
+        plan.forward(far);
+    }
+    for _ in 0..rest {
+        plan.backward(far, true);
+        plan.weight();
+        plan.forward(far);
+    }
+    for _ in 0..(n + h + 1).saturating_sub(stages) {
+        plan.forward(near);
+        plan.pair();
+        plan.backward(far, false);
+        plan.forward(far);
+        plan.pair();
+        plan.backward(near, false);
+    }
+    for _ in 0..rest {
+        plan.backward(far, false);
+        plan.forward(far);
+        plan.pair();
+        plan.backward(near, false);
+    }
+    let mut split = false;
+    for i in 0..=h {
+        if i == h.div_ceil(2) && h % 2 == 1 {
+            split = true;
+        }
+        plan.backward(far, split);
+        if i == h.div_ceil(2) && h % 2 == 0 {
+            split = true;
+        }
+        plan.backward(near, split);
+    }
+    for _ in 0..rest {
+        plan.weight();
+        plan.backward(near, true);
+    }
+    while !plan.weights.is_empty() {
+        plan.weight();
+    }
+    plan.order
+}
+
+/// DualPipe's order under construction: per chunk, the next forward and backward micro-batch,
+/// and the queue of split-off W passes (first in, first out, as the reference's
+/// `WeightGradStore`).
+#[derive(Default)]
+struct DualPipeOrder {
+    order: Vec<Action>,
+    forwards: [u32; 2],
+    backwards: [u32; 2],
+    weights: std::collections::VecDeque<(u32, u32)>,
+}
+
+impl DualPipeOrder {
+    fn forward(&mut self, chunk: u32) {
+        let micro = &mut self.forwards[chunk as usize];
+        self.order.push(Action::new(Step::Forward, *micro, chunk));
+        *micro += 1;
+    }
+
+    /// A backward of `chunk`: only its B when `split` (the W queued), else whole.
+    fn backward(&mut self, chunk: u32, split: bool) {
+        let micro = &mut self.backwards[chunk as usize];
+        let step = if split { Step::BackwardInput } else { Step::Backward };
+        self.order.push(Action::new(step, *micro, chunk));
+        if split {
+            self.weights.push_back((*micro, chunk));
+        }
+        *micro += 1;
+    }
+
+    fn weight(&mut self) {
+        if let Some((micro, chunk)) = self.weights.pop_front() {
+            self.order.push(Action::new(Step::BackwardWeight, micro, chunk));
+        }
+    }
+
+    /// Marks the last action as running with the next.
+    fn pair(&mut self) {
+        if let Some(last) = self.order.last_mut() {
+            last.with_next = true;
+        }
+    }
+}
+
+/// How a schedule places the global model chunks (`pipeline x virtual-stages` of them) on
+/// stages, and the path a micro-batch takes through them: the one map the plan, the emitter
+/// and the memory model use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkMap {
+    placement: Placement,
+    stages: u32,
+    chunks: u32,
+}
+
+/// Where the chunks sit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Placement {
+    /// Chunk `k` on stage `k mod p` (Megatron-LM's interleaved layout; one chunk per stage
+    /// without virtual stages).
+    Looped,
+    /// Chunk `k < p` on stage `k`, chunk `k >= p` on stage `2p - 1 - k` (ZB-V).
+    V,
+    /// Two model copies of `p` chunks each: chunks `0..p` (the first copy, fed from stage 0)
+    /// on stages `0..p`, chunk `p + k` (the second copy's stage `k`, fed from stage `p - 1`)
+    /// on stage `p - 1 - k` (DualPipe).
+    Mirrored,
+}
+
+impl ChunkMap {
+    /// The placement of `schedule` on `stages` stages of `virtual_stages` chunks each.
+    pub fn new(schedule: PipelineSchedule, stages: u32, virtual_stages: u32) -> ChunkMap {
+        let placement = match schedule {
+            PipelineSchedule::ZbV => Placement::V,
+            PipelineSchedule::DualPipe => Placement::Mirrored,
+            _ => Placement::Looped,
+        };
+        ChunkMap { placement, stages: stages.max(1), chunks: stages.max(1) * virtual_stages.max(1) }
+    }
+
+    /// The global chunks.
+    pub const fn chunks(&self) -> u32 {
+        self.chunks
+    }
+
+    /// The global index of stage `stage`'s chunk `local`.
+    pub const fn global(&self, stage: u32, local: u32) -> u32 {
+        match self.placement {
+            Placement::Looped => local * self.stages + stage,
+            Placement::V | Placement::Mirrored => {
+                if local == 0 {
+                    stage
+                } else {
+                    2 * self.stages - 1 - stage
+                }
+            }
+        }
+    }
+
+    /// The stage that holds global chunk `chunk`.
+    pub const fn stage_of(&self, chunk: u32) -> u32 {
+        match self.placement {
+            Placement::Looped => chunk % self.stages,
+            Placement::V | Placement::Mirrored => {
+                if chunk < self.stages {
+                    chunk
+                } else {
+                    2 * self.stages - 1 - chunk
+                }
+            }
+        }
+    }
+
+    /// The global chunks stage `stage` holds, in the order of its local chunks.
+    pub fn chunks_of(&self, stage: u32) -> impl Iterator<Item = usize> + use<> {
+        let map = *self;
+        (0..self.chunks / self.stages).map(move |local| map.global(stage, local) as usize)
+    }
+
+    /// The chunk a micro-batch's forward runs after `chunk`, if any.
+    pub const fn next(&self, chunk: u32) -> Option<u32> {
+        if chunk + 1 >= self.chunks
+            || (matches!(self.placement, Placement::Mirrored) && chunk + 1 == self.stages)
+        {
+            None
+        } else {
+            Some(chunk + 1)
+        }
+    }
+
+    /// The chunk a micro-batch's forward runs before `chunk`, if any.
+    pub const fn previous(&self, chunk: u32) -> Option<u32> {
+        if chunk == 0 || (matches!(self.placement, Placement::Mirrored) && chunk == self.stages) {
+            None
+        } else {
+            Some(chunk - 1)
+        }
+    }
+
+    /// How many distinct layer groups the model is split into: the chunks, or under DualPipe
+    /// the `p` stages of one copy.
+    pub const fn partitions(&self) -> u32 {
+        match self.placement {
+            Placement::Mirrored => self.stages,
+            _ => self.chunks,
+        }
+    }
+
+    /// How many of a stage's chunks one micro-batch passes through: all of them, or under
+    /// DualPipe one (a micro-batch takes one copy's path).
+    pub const fn chunks_per_micro_batch(&self) -> u32 {
+        match self.placement {
+            Placement::Mirrored => 1,
+            _ => self.chunks / self.stages,
+        }
+    }
+
+    /// The layer group (of [`ChunkMap::partitions`]) global chunk `chunk` runs.
+    pub const fn partition_of(&self, chunk: u32) -> u32 {
+        chunk % self.partitions()
+    }
+
+    /// The micro-batches each path (model copy) carries of `micro_batches`: half each way
+    /// under DualPipe.
+    pub const fn path_micro_batches(&self, micro_batches: u32) -> u32 {
+        match self.placement {
+            Placement::Mirrored => micro_batches / 2,
+            _ => micro_batches,
+        }
+    }
+
+    /// Whether the stage that computes a path's loss also holds that path's input embedding
+    /// (the first and the last chunk on one stage, or each end holding the other copy's
+    /// embedding): then a tied output layer needs no copy of its own.
+    pub const fn ends_share_a_stage(&self) -> bool {
+        !matches!(self.placement, Placement::Looped) || self.stages == 1
+    }
+}
+
 /// Why a schedule cannot run: a message naming what would be valid. `group` is
 /// `parallelism.microbatch-group-size` if set (Megatron's default: `stages`).
 pub fn check_schedule(
@@ -241,6 +709,9 @@ pub fn check_schedule(
     group: Option<u32>,
     micro_batches: u32,
 ) -> Result<(), String> {
+    if schedule.two_chunks() {
+        return check_two_chunks(schedule, stages, chunks, group, micro_batches);
+    }
     if chunks > 1 {
         if schedule != PipelineSchedule::OneFOneB {
             return Err(format!(
@@ -284,6 +755,48 @@ pub fn check_schedule(
         return Err(format!(
             "microbatch-group-size = {g} applies to interleaved 1F1B only (virtual-stages > 1)"
         ));
+    }
+    Ok(())
+}
+
+/// [`check_schedule`] for ZB-V and DualPipe: two chunks per stage; DualPipe mirrors the
+/// reference's asserts (`DualPipe.step`: `num_ranks % 2 == 0`, `num_chunks % 2 == 0 and
+/// num_chunks >= num_ranks * 2`).
+fn check_two_chunks(
+    schedule: PipelineSchedule,
+    stages: u32,
+    chunks: u32,
+    group: Option<u32>,
+    micro_batches: u32,
+) -> Result<(), String> {
+    let name = schedule.name();
+    if chunks != 2 {
+        return Err(format!(
+            "schedule = {name:?} runs two model chunks per stage: set virtual-stages = 2 (it is {chunks})"
+        ));
+    }
+    if stages < 2 {
+        return Err(format!("schedule = {name:?} needs pipeline > 1"));
+    }
+    if let Some(g) = group {
+        return Err(format!("microbatch-group-size = {g} applies to interleaved 1F1B only, not {name:?}"));
+    }
+    if schedule == PipelineSchedule::DualPipe {
+        if stages % 2 != 0 {
+            return Err(format!(
+                "schedule = \"dualpipe\" pairs rank s with rank pipeline - 1 - s: it needs an even pipeline \
+                 degree (it is {stages})"
+            ));
+        }
+        let m = micro_batches;
+        if m % 2 != 0 || m < 2 * stages {
+            return Err(format!(
+                "schedule = \"dualpipe\" feeds half the micro-batches from each end: it needs an even number \
+                 of micro-batches per replica, at least 2 x pipeline = {}; there are {m} (global-batch / \
+                 (micro-batch x data))",
+                2 * stages
+            ));
+        }
     }
     Ok(())
 }
@@ -610,13 +1123,8 @@ mod tests {
                 let micro = |k: u32| (k / group) * p + k % p;
                 let total = m * v;
                 let warmup = if m == p { total } else { ((p - stage - 1) * 2 + (v - 1) * p).min(total) };
-                let f =
-                    |k: u32| Action { step: Step::Forward, micro_batch: micro(k), chunk: (k % group) / p };
-                let b = |k: u32| Action {
-                    step: Step::Backward,
-                    micro_batch: micro(k),
-                    chunk: v - 1 - (k % group) / p,
-                };
+                let f = |k: u32| Action::new(Step::Forward, micro(k), (k % group) / p);
+                let b = |k: u32| Action::new(Step::Backward, micro(k), v - 1 - (k % group) / p);
                 let mut old: Vec<Action> = (0..warmup).map(f).collect();
                 for i in 0..total - warmup {
                     old.extend([f(warmup + i), b(i)]);
@@ -705,6 +1213,210 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Like [`makespan`] for any chunk placement: each stage's `orders` under `map`, step times
+    /// `t = [F, B, W]` of one chunk (a whole backward is B + W), an instant network; a pair
+    /// ([`Action::with_next`]) starts once both its inputs are there and its outputs count as
+    /// sent when both have run (DualPipe's F&B). Returns the makespan.
+    fn makespan_on(map: ChunkMap, orders: &[Vec<Action>], t: [u64; 3]) -> u64 {
+        let p = orders.len() as u32;
+        let mut clock = vec![0u64; p as usize];
+        let mut next = vec![0usize; p as usize];
+        let mut forward_end = std::collections::BTreeMap::new();
+        let mut backward_end = std::collections::BTreeMap::new();
+        let ready = |a: &Action,
+                     s: u32,
+                     f: &std::collections::BTreeMap<(u32, u32), u64>,
+                     b: &std::collections::BTreeMap<(u32, u32), u64>| {
+            let chunk = map.global(s, a.chunk);
+            match a.step {
+                Step::Forward => map.previous(chunk).map_or(Some(0), |c| f.get(&(c, a.micro_batch)).copied()),
+                Step::Backward | Step::BackwardInput => {
+                    map.next(chunk).map_or(Some(0), |c| b.get(&(c, a.micro_batch)).copied())
+                }
+                Step::BackwardWeight => Some(0),
+            }
+        };
+        let duration = |a: &Action| match a.step {
+            Step::Forward => t[0],
+            Step::Backward => t[1] + t[2],
+            Step::BackwardInput => t[1],
+            Step::BackwardWeight => t[2],
+        };
+        while (0..p as usize).any(|s| next[s] < orders[s].len()) {
+            let mut progressed = false;
+            for s in 0..p {
+                let i = next[s as usize];
+                let Some(a) = orders[s as usize].get(i) else { continue };
+                let unit: &[Action] =
+                    if a.with_next { &orders[s as usize][i..i + 2] } else { &orders[s as usize][i..=i] };
+                let waits: Option<Vec<u64>> =
+                    unit.iter().map(|a| ready(a, s, &forward_end, &backward_end)).collect();
+                let Some(waits) = waits else { continue };
+                let start = waits.into_iter().fold(clock[s as usize], u64::max);
+                let end = start + unit.iter().map(duration).sum::<u64>();
+                let mut at = start;
+                for a in unit {
+                    at += duration(a);
+                    // Within a pair both outputs leave at its end.
+                    let done = if unit.len() == 2 { end } else { at };
+                    let key = (map.global(s, a.chunk), a.micro_batch);
+                    match a.step {
+                        Step::Forward => forward_end.insert(key, done),
+                        Step::Backward | Step::BackwardInput => backward_end.insert(key, done),
+                        Step::BackwardWeight => None,
+                    };
+                }
+                clock[s as usize] = end;
+                next[s as usize] += unit.len();
+                progressed = true;
+            }
+            assert!(progressed, "the schedule deadlocks");
+        }
+        clock.into_iter().max().unwrap_or(0)
+    }
+
+    /// Every (micro-batch, chunk) of each stage runs F, then B, then W (or a whole backward),
+    /// once each.
+    fn check_complete(orders: &[Vec<Action>], micro_batches: u32) {
+        for order in orders {
+            for chunk in 0..2 {
+                for mb in 0..micro_batches {
+                    let at = |f: fn(&Action) -> bool| {
+                        order.iter().filter(|a| a.chunk == chunk && a.micro_batch == mb && f(a)).count()
+                    };
+                    assert_eq!(at(|a| a.step == Step::Forward), 1, "F{mb}.{chunk}");
+                    let whole = at(|a| a.step == Step::Backward);
+                    assert_eq!(whole + at(|a| a.step == Step::BackwardInput), 1, "B{mb}.{chunk}");
+                    assert_eq!(whole + at(|a| a.step == Step::BackwardWeight), 1, "W{mb}.{chunk}");
+                    let position = |step| {
+                        order.iter().position(|a| a.chunk == chunk && a.micro_batch == mb && a.step == step)
+                    };
+                    let (f, b, w) = (
+                        position(Step::Forward),
+                        position(Step::BackwardInput),
+                        position(Step::BackwardWeight),
+                    );
+                    if b.is_some() {
+                        assert!(f < b && b < w, "F, B, W of {mb}.{chunk} out of order");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_v_and_the_mirrored_placements_put_two_chunks_on_each_stage() {
+        // ZB-V on 4 stages: stage s holds chunks s and 7 - s; the path is 0..8, the tip (chunks
+        // 3 and 4) on stage 3.
+        let v = ChunkMap::new(PipelineSchedule::ZbV, 4, 2);
+        let held: Vec<Vec<usize>> = (0..4).map(|s| v.chunks_of(s).collect()).collect();
+        assert_eq!(held, [vec![0, 7], vec![1, 6], vec![2, 5], vec![3, 4]]);
+        assert_eq!((v.next(3), v.next(7), v.previous(4), v.previous(0)), (Some(4), None, Some(3), None));
+        assert!((0..8).all(|c| v.global(v.stage_of(c), u32::from(c >= 4)) == c));
+        assert_eq!((v.partitions(), v.path_micro_batches(8)), (8, 8));
+        // DualPipe: the second copy's chunk 4 + k is stage k of the model on rank 3 - k; two
+        // paths, 0..4 and 4..8, over the same 4 layer groups.
+        let d = ChunkMap::new(PipelineSchedule::DualPipe, 4, 2);
+        assert_eq!((0..4).map(|s| d.chunks_of(s).collect()).collect::<Vec<Vec<usize>>>(), held);
+        assert_eq!((d.next(3), d.previous(4), d.next(4), d.previous(7)), (None, None, Some(5), Some(6)));
+        assert_eq!((d.partitions(), d.partition_of(6), d.path_micro_batches(8)), (4, 2, 4));
+        // The interleaved layout stays k mod p.
+        let looped = ChunkMap::new(PipelineSchedule::OneFOneB, 4, 2);
+        assert_eq!(looped.chunks_of(1).collect::<Vec<_>>(), [1, 5]);
+        assert_eq!((looped.next(3), looped.previous(4)), (Some(4), Some(3)));
+        assert!(
+            ChunkMap::new(PipelineSchedule::ZbV, 4, 2).ends_share_a_stage() && !looped.ends_share_a_stage()
+        );
+    }
+
+    #[test]
+    fn zb_v_leaves_only_the_tips_wait_at_equal_times_and_holds_1f1b_peak() {
+        // Qi et al. 2024 (section 6) and arXiv 2405.15362 (V-ZB): with T_F = T_B = T_W the
+        // bubble rate, 1 - m (T_F + T_B + T_W) / (longest stage time, from its first to its last
+        // op), is 0 at 1F1B's activation memory. Here a chunk's times are 1 each and each stage
+        // runs 2m of every pass: the makespan is that work plus the tip's wait for its first
+        // forward, (p - 1) T_F, and no more.
+        for p in [2u32, 3, 4, 8] {
+            for m in [p, 2 * p, 3 * p + 1, 24] {
+                let zb = zb_v_orders(p, m, &vec![[1, 1, 1]; 2 * p as usize]);
+                check_complete(&zb, m);
+                let map = ChunkMap::new(PipelineSchedule::ZbV, p, 2);
+                let work = 2 * u64::from(m) * 3;
+                assert_eq!(makespan_on(map, &zb, [1, 1, 1]) - work, u64::from(p - 1), "p={p} m={m}");
+                // Memory: chunk activations (half a stage each) held from F to W: 2p at most on
+                // every stage, what 1F1B's first stage holds (p micro-batches of a whole stage).
+                let one_f_one_b = (0..p)
+                    .map(|s| peak_in_flight(&actions(PipelineSchedule::OneFOneB, p, 1, p, s, m), &[2]))
+                    .max();
+                let peak = zb.iter().map(|o| peak_in_flight(o, &[1, 1])).max();
+                assert_eq!(peak, one_f_one_b, "p={p} m={m}");
+            }
+        }
+        // Every stage count and micro-batch count, any times: a complete order that runs
+        // (the list schedule never stalls), under the same memory.
+        for p in 2u32..=6 {
+            for m in 1..=9 {
+                for t in [[1u64, 1, 1], [3, 1, 1], [1, 3, 1], [1, 1, 0], [7, 5, 2]] {
+                    let zb = zb_v_orders(p, m, &vec![t; 2 * p as usize]);
+                    check_complete(&zb, m);
+                    let _ = makespan_on(ChunkMap::new(PipelineSchedule::ZbV, p, 2), &zb, t);
+                    assert!(zb.iter().all(|o| peak_in_flight(o, &[1, 1]) <= 2 * u64::from(p)), "p={p} m={m}");
+                }
+            }
+        }
+        // Uneven times still give a complete order that runs, under the same memory.
+        for t in [[2u64, 3, 1], [3, 2, 1], [5, 4, 3]] {
+            let zb = zb_v_orders(8, 16, &vec![t; 16]);
+            check_complete(&zb, 16);
+            let _ = makespan_on(ChunkMap::new(PipelineSchedule::ZbV, 8, 2), &zb, t);
+            assert!(zb.iter().all(|o| peak_in_flight(o, &[1, 1]) <= 16));
+        }
+    }
+
+    #[test]
+    fn dualpipe_bubble_is_deepseek_v3_table_2s_at_pp_plus_1_activations() {
+        // DeepSeek-V3 report, table 2: DualPipe's bubble is (PP/2 - 1)(F&B + B - 3W) with F, B,
+        // W the forward, whole backward (input and weight) and weight-gradient times of one
+        // chunk, F&B the time of a forward-and-backward pair; activations PP + 1 (chunks of a
+        // whole stage). parasim runs a pair's two passes one after the other: F&B = F + B. The
+        // table's form holds while T_F <= T_B(input) (each pair's wait is its backward's).
+        for p in [2u32, 4, 6, 8] {
+            let map = ChunkMap::new(PipelineSchedule::DualPipe, p, 2);
+            for m in [2 * p, 2 * p + 2, 4 * p] {
+                let orders: Vec<Vec<Action>> = (0..p).map(|s| dual_pipe(p, s, m)).collect();
+                check_complete(&orders, m / 2);
+                for t in [[1u64, 1, 1], [2, 3, 1], [4, 4, 1], [3, 5, 2]] {
+                    let [f, b, w] = t;
+                    let whole = b + w;
+                    let table_2 = u64::from(p / 2 - 1) * ((f + whole) + whole - 3 * w);
+                    let work = u64::from(m) * (f + b + w);
+                    assert_eq!(makespan_on(map, &orders, t) - work, table_2, "p={p} m={m} t={t:?}");
+                }
+                let peaks: Vec<u64> = orders.iter().map(|o| peak_in_flight(o, &[1, 1])).collect();
+                assert!(peaks.iter().all(|&peak| peak == u64::from(p) + 1), "p={p} m={m}: {peaks:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn zb_v_and_dualpipe_say_what_they_need() {
+        let zb = |chunks, group, m| check_schedule(PipelineSchedule::ZbV, 4, chunks, group, m);
+        assert!(zb(1, None, 8).unwrap_err().contains("set virtual-stages = 2 (it is 1)"));
+        assert!(zb(3, None, 8).unwrap_err().contains("(it is 3)"));
+        assert!(zb(2, Some(4), 8).unwrap_err().contains("interleaved 1F1B only"));
+        assert!(zb(2, None, 5).is_ok());
+        let dual = |stages, m| check_schedule(PipelineSchedule::DualPipe, stages, 2, None, m);
+        assert!(dual(3, 12).unwrap_err().contains("even pipeline degree (it is 3)"));
+        assert!(dual(4, 6).unwrap_err().contains("at least 2 x pipeline = 8; there are 6 "));
+        assert!(dual(4, 9).unwrap_err().contains("even number"));
+        assert!(dual(4, 8).is_ok() && dual(2, 4).is_ok());
+        assert!(
+            check_schedule(PipelineSchedule::DualPipe, 1, 2, None, 8).unwrap_err().contains("pipeline > 1")
+        );
+        assert_eq!("zb-v".parse(), Ok(PipelineSchedule::ZbV));
+        assert_eq!("dualpipe".parse(), Ok(PipelineSchedule::DualPipe));
     }
 
     #[test]

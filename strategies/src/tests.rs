@@ -2115,3 +2115,130 @@ fn a_forward_pass_alone_is_the_forward_pipelines_closed_form_without_backward_or
     assert!(lowered.flops_per_rank_iteration > 0.0);
     assert!(trained.flops_per_rank_iteration > 2.9 * lowered.flops_per_rank_iteration);
 }
+
+/// Per-micro-batch compute of `rank` in `pass`, over `runs` runs of it per iteration.
+fn per_run(lowered: &Lowered, rank: u32, pass: sim_core::graph::Pass, runs: u64) -> f64 {
+    pass_compute(&lowered.graph, rank, pass) / runs as f64
+}
+
+#[test]
+fn zb_v_bubble_is_the_tips_wait_at_1f1b_memory_and_the_v_turns_without_a_transfer() {
+    // Qi et al. 2024, section 6 (ZB-V), and arXiv 2405.15362 (V-ZB): with T_F = T_B = T_W per
+    // chunk no stage idles between its first and its last pass, at 1F1B's peak activation
+    // memory. Every stage does the same work, so the mean idle per rank before the last
+    // backward is the V's tip waiting for its first forward: (p - 1) T_F, T_F one chunk's
+    // (half a stage's) forward. Here T_W is 2% under T_F (the weight gradient skips a
+    // transpose): allowed (p - 1)(T_F - T_W) more, and 0.2% of 1F1B's bubble for the few
+    // microseconds the lowering adds to every schedule (as in the ZB-H1 test).
+    use sim_core::graph::Pass;
+    let model = uniform_model(16, 4096);
+    let compute = ComputeModel::default();
+    let topology = instant_server(4);
+    for m in [8u64, 12, 16] {
+        let zb =
+            strategy(&model, &compute, pipelined(4, 2, PipelineSchedule::ZbV), m * 2, 2).lower().unwrap();
+        let one = strategy(&model, &compute, pipelined(4, 1, PipelineSchedule::OneFOneB), m * 2, 2)
+            .lower()
+            .unwrap();
+        // Each rank runs 2m chunk passes of each kind.
+        let (f, w) = (per_run(&zb, 1, Pass::Forward, 2 * m), per_run(&zb, 1, Pass::BackwardWeight, 2 * m));
+        let b = per_run(&zb, 1, Pass::BackwardData, 2 * m);
+        assert!(w <= f && (b - f).abs() < 1e-9, "T_F {f}, T_B {b}, T_W {w}");
+        let (_, idle) = bubble(&zb, &topology);
+        let (_, one_idle) = bubble(&one, &topology);
+        let expected = 3.0 * f;
+        assert!(
+            (idle - expected).abs() < 3.0 * (f - w) + 0.002 * one_idle,
+            "m={m}: mean idle {idle:.6} s, (p - 1) T_F = {expected:.6} s (1F1B: {one_idle:.6} s)"
+        );
+        // Memory: every stage holds 2p chunk activations at most, 1F1B's first stage's p
+        // micro-batches of a whole stage.
+        let peak = |l: &Lowered| l.stages.iter().map(|s| s.memory.activations.0).max().unwrap();
+        assert_eq!(peak(&zb), peak(&one), "m={m}");
+        assert!(zb.stages.iter().all(|s| s.peak_micro_batches_in_flight <= 4.0));
+        assert!(zb.stages.iter().zip(&one.stages).all(|(z, o)| z.parameters == o.parameters));
+        // The V's tip hands chunk 3's output to chunk 4 on the same rank: per micro-batch 2p - 2
+        // activation sends and as many gradient sends, not 2p - 1.
+        let sends = zb.graph.ops().iter().filter(|op| matches!(op.kind, OpKind::Transfer { .. })).count();
+        assert_eq!(sends as u64, m * 2 * 6, "m={m}");
+        let to_self =
+            zb.graph.ops().iter().any(|op| matches!(op.kind, OpKind::Transfer { dst, .. } if dst == op.rank));
+        assert!(!to_self);
+    }
+}
+
+#[test]
+fn dualpipe_bubble_is_deepseek_v3_table_2s_at_twice_the_parameters_and_pp_plus_1_activations() {
+    // DeepSeek-V3 technical report (arXiv 2412.19437), table 2: DualPipe's bubble is
+    // (PP/2 - 1)(F&B + B - 3W), parameters 2x and activations PP + 1, where a chunk is one
+    // pipeline stage (each rank holds two, one per model copy), F its forward, B its whole
+    // backward (input and weight gradients), W its weight-gradient part and F&B the time of an
+    // overlapped forward-and-backward pair: parasim runs the pair's passes one after the
+    // other, so F&B = F + B. The table's form holds while F <= B's input part (here equal).
+    // Every rank works alike, so the mean idle per rank before the last backward is the
+    // bubble; 0.2% of 1F1B's bubble allowed for the lowering's few microseconds.
+    use sim_core::graph::Pass;
+    let model = uniform_model(8, 4096);
+    let compute = ComputeModel::default();
+    let topology = instant_server(4);
+    for m in [8u64, 10, 16] {
+        let dual = strategy(&model, &compute, pipelined(4, 2, PipelineSchedule::DualPipe), m * 2, 2)
+            .lower()
+            .unwrap();
+        let one = strategy(&model, &compute, pipelined(4, 1, PipelineSchedule::OneFOneB), m * 2, 2)
+            .lower()
+            .unwrap();
+        // Each rank runs m chunk passes of each kind (m / 2 per copy).
+        let (f, b_input, w) = (
+            per_run(&dual, 1, Pass::Forward, m),
+            per_run(&dual, 1, Pass::BackwardData, m),
+            per_run(&dual, 1, Pass::BackwardWeight, m),
+        );
+        assert!(f <= b_input * 1.000001, "T_F {f} within T_B {b_input}");
+        let backward = b_input + w;
+        let expected = (4.0 / 2.0 - 1.0) * ((f + backward) + backward - 3.0 * w);
+        let (_, idle) = bubble(&dual, &topology);
+        let (_, one_idle) = bubble(&one, &topology);
+        assert!(
+            (idle - expected).abs() < 0.002 * one_idle,
+            "m={m}: mean idle {idle:.6} s, table 2 {expected:.6} s (1F1B: {one_idle:.6} s)"
+        );
+        // Two copies' chunks: twice 1F1B's parameters (and their gradients and optimizer
+        // state) on every rank; PP + 1 = 5 stage activations at the peak, one more than 1F1B's
+        // first stage.
+        for (d, o) in dual.stages.iter().zip(&one.stages) {
+            assert_eq!(d.parameters, 2 * o.parameters);
+            assert_eq!(d.memory.weights.0, 2 * o.memory.weights.0);
+            assert_eq!(d.memory.optimizer.0, 2 * o.memory.optimizer.0);
+            assert_eq!(d.peak_micro_batches_in_flight, 5.0);
+        }
+        let one_micro = one.stages[0].memory.activations.0 / 4;
+        assert!(dual.stages.iter().all(|s| s.memory.activations.0 == 5 * one_micro), "m={m}");
+    }
+}
+
+#[test]
+fn zb_v_and_dualpipe_refuse_what_they_cannot_run_and_name_the_key() {
+    let model = uniform_model(8, 1024);
+    let compute = ComputeModel::default();
+    let error = |parallelism: Parallelism, global: u64| {
+        strategy(&model, &compute, parallelism, global, 1).lower().unwrap_err().to_string()
+    };
+    let flat = error(pipelined(4, 1, PipelineSchedule::ZbV), 16);
+    assert!(
+        flat.contains("parallelism.virtual-stages") && flat.contains("set virtual-stages = 2 (it is 1)"),
+        "{flat}"
+    );
+    let odd = error(pipelined(3, 2, PipelineSchedule::DualPipe), 12);
+    assert!(odd.contains("parallelism.pipeline") && odd.contains("even pipeline degree (it is 3)"), "{odd}");
+    let few = error(pipelined(4, 2, PipelineSchedule::DualPipe), 6);
+    assert!(
+        few.contains("parallelism.schedule") && few.contains("at least 2 x pipeline = 8; there are 6 "),
+        "{few}"
+    );
+    let sharded = error(Parallelism { zero: 3, ..pipelined(4, 2, PipelineSchedule::DualPipe) }, 16);
+    assert!(
+        sharded.contains("\"dualpipe\" splits the backward") && sharded.contains("zero = 3"),
+        "{sharded}"
+    );
+}

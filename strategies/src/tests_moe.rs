@@ -840,3 +840,32 @@ fn deepep_refuses_expert_groups_spread_unevenly_over_nodes() {
     s.precision = Dtype::Bf16;
     assert!(s.check().is_ok());
 }
+
+/// DualPipe's forward-and-backward pairs run merged like the EP A2A overlap's steps: on the
+/// expert stream each pair's all-to-alls alternate between the two micro-batches (combine
+/// backward, dispatch forward, dispatch backward, combine forward), where an unmerged pair
+/// would run one pass's all-to-alls after the other's.
+#[test]
+fn dualpipe_pairs_interleave_the_two_micro_batches_all_to_alls() {
+    let model = moe_gpt(8, 2);
+    let compute = ComputeModel::default();
+    let p = Parallelism {
+        pipeline: 2,
+        virtual_stages: 2,
+        schedule: crate::pipeline::PipelineSchedule::DualPipe,
+        expert: 2,
+        ..Parallelism::data_parallel(2)
+    };
+    let mut s = strategy(&model, &compute, p, 2 * 4 * 4, 4);
+    s.precision = Dtype::Bf16;
+    let lowered = s.lower().unwrap();
+    let order: Vec<bool> = lowered
+        .graph
+        .ops()
+        .iter()
+        .filter(|op| op.rank == RankId(0) && op.stream == EXPERT_STREAM)
+        .map(|op| op.meta.pass() == Some(sim_core::graph::Pass::Forward))
+        .collect();
+    let alternating = order.windows(4).filter(|w| *w == [false, true, false, true]).count();
+    assert!(alternating >= 3, "{alternating} alternations in {order:?}");
+}

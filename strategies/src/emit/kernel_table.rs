@@ -6,7 +6,7 @@
 
 use sim_core::units::{Bytes, SimDuration};
 
-use super::plan::{Plan, chunks_of_stage};
+use super::plan::Plan;
 use crate::{Strategy, StrategyError};
 
 /// What a kernel row is.
@@ -116,7 +116,7 @@ impl Strategy<'_> {
         let mut buckets = Vec::new();
         for stage in 0..p.pipeline {
             let mut recompute = Vec::new();
-            for chunk in chunks_of_stage(plan.chunk_layers.len(), p.pipeline, stage) {
+            for chunk in plan.chunks_of(stage) {
                 for index in plan.chunk_layers[chunk].clone() {
                     let local = &plan.local[index];
                     let row = |pass, (time, flops), runs| KernelRow {
@@ -133,7 +133,7 @@ impl Strategy<'_> {
                     let passes = [RowPass::Forward, RowPass::BackwardData, RowPass::BackwardWeight];
                     for (pass, kernel) in passes.into_iter().zip(plan.kernels[index]) {
                         if let Some(kernel) = kernel {
-                            kernels.push(row(pass, kernel, plan.micro_batches));
+                            kernels.push(row(pass, kernel, plan.path_micro_batches));
                         }
                     }
                     if let Some(again) = &plan.recompute_before[index] {
@@ -144,7 +144,7 @@ impl Strategy<'_> {
                                     layer: Some(local.index),
                                     name: local.layer.name.clone(),
                                     kind: local.layer.kind.name().to_string(),
-                                    ..row(RowPass::Recompute, kernel, plan.micro_batches)
+                                    ..row(RowPass::Recompute, kernel, plan.path_micro_batches)
                                 });
                             }
                         }
@@ -156,7 +156,7 @@ impl Strategy<'_> {
             let (time, flops) = plan.optimizer[stage as usize];
             kernels.push(KernelRow {
                 stage,
-                chunk: chunks_of_stage(plan.chunk_layers.len(), p.pipeline, stage).next().unwrap_or(0),
+                chunk: plan.chunks_of(stage).next().unwrap_or(0),
                 layer: None,
                 name: "optimizer step".into(),
                 kind: "optimizer".into(),

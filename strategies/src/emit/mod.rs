@@ -736,7 +736,9 @@ pub(super) fn estimate(
             (range.clone().map(forward_ps).sum::<u128>(), backward)
         })
         .collect();
-    let micro_batches = u128::from(plan.micro_batches);
+    // Each chunk's micro-batches (half of them under DualPipe's two copies).
+    let micro_batches = u128::from(plan.path_micro_batches);
+    let schedule = strategy.parallelism.schedule;
     let mut bound = 0u128;
     let mut fill_and_drain = 0u128;
     for stage in 0..p {
@@ -752,8 +754,14 @@ pub(super) fn estimate(
             + accumulate * micro_batches.saturating_sub(1)
             + u128::from(plan.optimizer[stage as usize].0.as_ps()) * u128::from(trains);
         bound = bound.max(work + fill_and_drain);
+        // A stage starts after the forwards of the chunks before its first; DualPipe's ranks
+        // start from both ends, and after ZB-V's last op on a stage the drain may be W alone.
         if let Some((forward, backward)) = chunk_times.get(stage as usize) {
-            fill_and_drain += forward + backward;
+            fill_and_drain += match schedule {
+                crate::PipelineSchedule::DualPipe => 0,
+                crate::PipelineSchedule::ZbV => *forward,
+                _ => forward + backward,
+            };
         }
     }
     // A context-parallel ring splits a kernel into `context` steps, each rounded down to the

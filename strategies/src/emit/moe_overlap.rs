@@ -32,7 +32,7 @@ use std::ops::Range;
 use super::Dep;
 use super::rank::RankEmitter;
 use crate::StrategyError;
-use crate::pipeline::Action;
+use crate::pipeline::{Action, Step};
 use crate::shard::Role;
 
 use super::policy::RankPolicy;
@@ -192,16 +192,34 @@ impl RankEmitter<'_, '_> {
         Ok(())
     }
 
-    /// The merged step: `forward` (a forward action) and `backward` (the backward of an earlier
-    /// micro-batch, `last` if it is the iteration's last) in Megatron-Core's interleaved order
-    /// (the module documentation). Returns the last gradient synchronisation the backward
-    /// started, which the optimizer step waits for.
+    /// The merged step: `forward` (a forward action) and `backward` (the backward, or its
+    /// input-gradient half, of another micro-batch, `last` if it is the iteration's last) in
+    /// Megatron-Core's interleaved order (the module documentation); both actions' `chunk` is
+    /// the global chunk, and `reads_loss` says whether the forward's chunk ends with the loss
+    /// the host checks. Returns the last gradient synchronisation the backward started, which
+    /// the optimizer step waits for.
     pub(super) fn overlapped_step(
         &mut self,
         policy: &mut dyn RankPolicy,
         forward: Action,
         backward: Action,
         last: bool,
+        reads_loss: bool,
+    ) -> Result<Option<u32>, StrategyError> {
+        self.backward_part = backward.step;
+        let result = self.merged_layers(policy, forward, backward, last, reads_loss);
+        self.backward_part = Step::Backward;
+        result
+    }
+
+    /// [`RankEmitter::overlapped_step`]'s emission.
+    fn merged_layers(
+        &mut self,
+        policy: &mut dyn RankPolicy,
+        forward: Action,
+        backward: Action,
+        last: bool,
+        reads_loss: bool,
     ) -> Result<Option<u32>, StrategyError> {
         let f = self.segments(forward.chunk as usize);
         let b = self.segments(backward.chunk as usize);
@@ -249,7 +267,7 @@ impl RankEmitter<'_, '_> {
         }
         self.lane_forward(&mut fl, f.head.clone(), fm)?;
         // The loss, which the host reads to check it (as after an unmerged forward).
-        if self.plan.host_nan_checks && forward.chunk as usize + 1 == self.plan.chunk_layers.len() {
+        if self.plan.host_nan_checks && reads_loss {
             self.in_lane(&mut fl, |emitter| {
                 let deps: Vec<Dep> = emitter.last_compute.map(Dep::Local).into_iter().collect();
                 emitter.host_read(&deps, super::rank::LOSS_CHECK_LABEL);
@@ -285,7 +303,8 @@ impl RankEmitter<'_, '_> {
             let merged = actions.get(next + 1).filter(|b| action.is_forward() && b.is_backward());
             let (sync, name) = if let Some(&backward) = merged {
                 next += 2;
-                let sync = self.overlapped_step(policy, action, backward, is_last(&backward))?;
+                let reads_loss = chunk + 1 == plan.chunk_layers.len();
+                let sync = self.overlapped_step(policy, action, backward, is_last(&backward), reads_loss)?;
                 (sync, format!("F{micro} + B{}", backward.micro_batch))
             } else if action.is_forward() {
                 next += 1;

@@ -26,13 +26,19 @@ pub(super) struct Plan<'s> {
     pub(super) strategy: &'s Strategy<'s>,
     pub(super) layout: RankLayout,
     pub(super) micro_batches: u32,
+    /// Micro-batches through each chunk: all of them, or half under DualPipe (two model copies,
+    /// one each way).
+    pub(super) path_micro_batches: u32,
+    /// Where each global chunk sits and what runs before and after it ([`pipeline::ChunkMap`]).
+    pub(super) chunk_map: pipeline::ChunkMap,
     pub(super) local: Arc<Vec<shard::LocalLayer>>,
     /// Forward, backward-data, backward-weight per layer.
     pub(super) kernels: Arc<Vec<[Kernel; 3]>>,
     /// The same kernels' times fully beside communication, when the compute model slows them
     /// there; empty when it does not.
     pub(super) beside: Arc<Vec<[Option<SimDuration>; 3]>>,
-    /// Layer range of each global chunk.
+    /// Layer range of each global chunk (under DualPipe, the second copy's chunks repeat the
+    /// first's).
     pub(super) chunk_layers: Vec<Range<usize>>,
     /// Recomputation: the forward range re-run before the backward of its last layer.
     pub(super) recompute_before: Vec<Option<Range<usize>>>,
@@ -113,6 +119,7 @@ impl<'s> Plan<'s> {
         )
         .ok()
         .flatten();
+        let chunk_map = pipeline::ChunkMap::new(p.schedule, p.pipeline, p.virtual_stages);
         let chunk_layers = match (strategy.chunk_layers, uneven) {
             // Set by the caller (a cluster of mixed devices: every device's lowering the same).
             (Some(ranges), _) if ranges.len() == p.chunks() as usize => ranges.to_vec(),
@@ -130,7 +137,12 @@ impl<'s> Plan<'s> {
                         })
                         .collect()
                 }
-                None => table.partition(model, p.chunks() as usize),
+                None => {
+                    let groups = table.partition(model, chunk_map.partitions() as usize);
+                    (0..chunk_map.chunks())
+                        .map(|chunk| groups[chunk_map.partition_of(chunk) as usize].clone())
+                        .collect()
+                }
             },
         };
 
@@ -140,16 +152,35 @@ impl<'s> Plan<'s> {
                 recompute_before[last] = Some(range);
             }
         }
-        let actions = (0..p.pipeline)
-            .map(|stage| {
-                let group = p.microbatch_group.unwrap_or(p.pipeline);
-                if p.moe_overlap {
-                    // Checked: no pipeline (`Strategy::check_moe_overlap`).
-                    return pipeline::overlapped_actions(micro_batches);
-                }
-                pipeline::actions(p.schedule, p.pipeline, p.virtual_stages, group, stage, micro_batches)
-            })
-            .collect();
+        // ZB-V's order follows each chunk's forward, input- and weight-gradient times (B with
+        // the forwards recomputed before it).
+        let times: Vec<[u64; 3]> = if p.schedule == pipeline::PipelineSchedule::ZbV {
+            let ps = |kernel: &Kernel| kernel.map_or(0, |(d, _)| d.as_ps());
+            chunk_layers
+                .iter()
+                .map(|range| {
+                    let mut sums = [0u64; 3];
+                    for index in range.clone() {
+                        for (sum, kernel) in sums.iter_mut().zip(&kernels[index]) {
+                            *sum = sum.saturating_add(ps(kernel));
+                        }
+                        for again in recompute_before[index].clone().into_iter().flatten() {
+                            sums[1] = sums[1].saturating_add(ps(&kernels[again][0]));
+                        }
+                    }
+                    sums
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let group = p.microbatch_group.unwrap_or(p.pipeline);
+        // The EP A2A overlap's merged order (checked: no pipeline, `Strategy::check_moe_overlap`).
+        let actions = if p.moe_overlap {
+            vec![pipeline::overlapped_actions(micro_batches)]
+        } else {
+            pipeline::orders(p.schedule, p.pipeline, p.virtual_stages, group, micro_batches, &times)
+        };
 
         let policy = policy::select(strategy, &local, &chunk_layers, &recompute_before);
         let buckets = policy::buckets::plan(strategy, &local, &chunk_layers);
@@ -158,7 +189,7 @@ impl<'s> Plan<'s> {
         // copy of the embedding on the last stage and all-reduces the two copies' gradients.
         let tied =
             local.iter().any(|l| matches!(l.layer.kind, workloads::layer::LayerKind::TiedLinear { .. }));
-        let tied_embedding = if tied && p.pipeline > 1 {
+        let tied_embedding = if tied && !chunk_map.ends_share_a_stage() {
             local.iter().find(|l| l.role == Role::VocabularyEmbedding).map_or(0, |l| l.layer.cost.params)
         } else {
             0
@@ -172,9 +203,7 @@ impl<'s> Plan<'s> {
         let mut optimizer = Vec::with_capacity(p.pipeline as usize);
         let mut stage_parameters = Vec::with_capacity(p.pipeline as usize);
         for stage in 0..p.pipeline {
-            let layers = || {
-                chunks_of_stage(chunk_layers.len(), p.pipeline, stage).flat_map(|k| chunk_layers[k].clone())
-            };
+            let layers = || chunk_map.chunks_of(stage).flat_map(|k| chunk_layers[k].clone());
             let parameters = layers().map(|index| local[index].layer.cost.params).sum::<u64>()
                 + if stage + 1 == p.pipeline { tied_embedding } else { 0 };
             let held = if p.zero >= 1 {
@@ -249,6 +278,8 @@ impl<'s> Plan<'s> {
             stage_parameters,
             layout: p.layout(),
             micro_batches,
+            path_micro_batches: chunk_map.path_micro_batches(micro_batches),
+            chunk_map,
             local,
             kernels,
             beside,
@@ -265,7 +296,7 @@ impl<'s> Plan<'s> {
 
     /// The global chunks stage `stage` holds.
     pub(super) fn chunks_of(&self, stage: u32) -> impl Iterator<Item = usize> + use<> {
-        chunks_of_stage(self.chunk_layers.len(), self.strategy.parallelism.pipeline, stage)
+        self.chunk_map.chunks_of(stage)
     }
 
     /// Bytes of `parameters` in the working-weight dtype (ZeRO gathers these).
@@ -361,7 +392,7 @@ impl<'s> Plan<'s> {
                 recompute += again.clone().filter_map(|i| self.kernels[i][0].map(|(_, f)| f)).sum::<f64>();
             }
         }
-        let m = f64::from(self.micro_batches);
+        let m = f64::from(self.path_micro_batches);
         let step = if trains { self.optimizer[stage as usize].1 } else { 0.0 };
         flops = flops * m + step;
         (flops, recompute * m)
@@ -406,7 +437,11 @@ impl<'s> Plan<'s> {
             }
             let actions = &self.actions[stage as usize];
             let peak = pipeline::peak_in_flight(actions, &per_chunk) + working_set;
-            let per_micro: u64 = per_chunk.iter().sum();
+            // One micro-batch's activations on this stage: through every chunk it holds, or
+            // under DualPipe through one (the mean of the two copies' chunks).
+            let per_micro: u64 = per_chunk.iter().sum::<u64>()
+                * u64::from(self.chunk_map.chunks_per_micro_batch())
+                / per_chunk.len().max(1) as u64;
             let parameters = self.stage_parameters[stage as usize];
             let largest_pair = self
                 .stage_layers(stage)
@@ -458,12 +493,6 @@ impl<'s> Plan<'s> {
         }
         Ok(stages)
     }
-}
-
-/// The global chunks stage `stage` of `pipeline` holds among `chunks` (chunk `k` is on stage
-/// `k % pipeline`).
-pub(super) fn chunks_of_stage(chunks: usize, pipeline: u32, stage: u32) -> impl Iterator<Item = usize> {
-    (stage as usize..chunks).step_by(pipeline.max(1) as usize)
 }
 
 /// Labels every rank uses, interned once.

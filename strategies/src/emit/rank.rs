@@ -142,6 +142,7 @@ impl RankEmitter<'_, '_> {
         let coordinates = plan.layout.coordinates(rank);
         let stage = coordinates.pipeline;
         let chunks = p.chunks();
+        let map = plan.chunk_map;
         let stage_rank = |target: u32| {
             let mut c = coordinates;
             c.pipeline = target;
@@ -150,7 +151,8 @@ impl RankEmitter<'_, '_> {
         self.host_start = previous_end.map(Dep::Global);
         let loader = if stage == 0 { self.take_batch(coordinates.tensor == 0) } else { false };
         policy.begin_iteration(self, previous_end);
-        if stage == 0
+        // The input enters on the stages that hold a path's first chunk (both ends under DualPipe).
+        if plan.chunks_of(stage).any(|chunk| map.previous(chunk as u32).is_none())
             && let Some(bytes) = plan.input_copy
         {
             self.copy_batch(bytes);
@@ -168,14 +170,19 @@ impl RankEmitter<'_, '_> {
         if merged {
             self.overlapped_schedule(policy, &mut last_sync)?;
         }
+        // DualPipe's forward-and-backward pair: the forward's send, held until the backward has
+        // run (the pair sends both outputs after computing both).
+        let mut held_send: Option<(u32, Bytes, Key)> = None;
+        // Whether the last forward ran merged with the backward after it (DualPipe's pair).
+        let mut merged_pair = false;
         let actions = if merged { &[][..] } else { &plan.actions[stage as usize][..] };
-        for action in actions.iter().filter(|a| trains || a.is_forward()) {
-            let chunk = action.chunk * p.pipeline + stage;
+        for (index, action) in actions.iter().enumerate().filter(|(_, a)| trains || a.is_forward()) {
+            let chunk = map.global(stage, action.chunk);
             let micro = action.micro_batch;
             let mark = self.buffer.ops.len();
             // A weight-gradient pass (zero-bubble's W) exchanges nothing.
             if action.step == Step::BackwardWeight {
-                let last = micro + 1 == plan.micro_batches;
+                let last = micro + 1 == plan.path_micro_batches;
                 self.backward_part = Step::BackwardWeight;
                 let sync = policy.backward_chunk(self, chunk as usize, micro, last);
                 self.backward_part = Step::Backward;
@@ -185,27 +192,34 @@ impl RankEmitter<'_, '_> {
                 self.span(mark, format!("W{micro}"));
                 continue;
             }
-            // What this action receives from the neighbouring stage, if anything.
-            let received = if action.is_forward() {
-                (chunk > 0).then(|| {
-                    let sender = stage_rank((chunk - 1) % p.pipeline);
-                    Dep::Key(Key::Stage { sender, micro, chunk: chunk - 1, forward: true })
-                })
-            } else {
-                (chunk + 1 < chunks).then(|| {
-                    let sender = stage_rank((chunk + 1) % p.pipeline);
-                    Dep::Key(Key::Stage { sender, micro, chunk: chunk + 1, forward: false })
+            // What this action receives from the neighbouring stage, if anything (nothing
+            // from a chunk on this stage: the V's tip runs both in order).
+            let receive = |action: &crate::Action| {
+                let chunk = map.global(stage, action.chunk);
+                let micro = action.micro_batch;
+                let (from, forward) =
+                    if action.is_forward() { (map.previous(chunk), true) } else { (map.next(chunk), false) };
+                from.filter(|&from| map.stage_of(from) != stage).map(|from| {
+                    let sender = stage_rank(map.stage_of(from));
+                    Dep::Key(Key::Stage { sender, micro, chunk: from, forward })
                 })
             };
+            let received = receive(action);
+            // A pair's forward also waits for its backward's input.
+            let partner = action
+                .with_next
+                .then(|| actions.get(index + 1).filter(|_| trains).and_then(&receive))
+                .flatten();
             // The exchange between the last action and this one: its send and this receive.
             if plan.pipeline_host_sync && (sent || received.is_some()) {
                 self.pipeline_host_sync(&mut frontier, received);
             }
             sent = false;
             self.waiting.extend(received);
+            self.waiting.extend(partner);
             // Megatron-LM's scatter-gather: the slices received are all-gathered over the
             // tensor group before the chunk uses them (`gather_split_1d_tensor`).
-            let boundary = if action.is_forward() { chunk.checked_sub(1) } else { Some(chunk) };
+            let boundary = if action.is_forward() { map.previous(chunk) } else { Some(chunk) };
             if let (Some(_), Some(boundary)) = (received, boundary)
                 && plan.pipeline_scatter[boundary as usize] > 1
             {
@@ -219,34 +233,64 @@ impl RankEmitter<'_, '_> {
                 let meta = OpMeta::NONE.with_pass(pass).with_origin(self.origin(PIPELINE_ORIGIN));
                 self.comm(comm, meta);
             }
-            if action.is_forward() {
-                policy.forward_chunk(self, chunk as usize, micro)?;
-                // The last chunk ends with the loss, which the host reads to check it.
-                if plan.host_nan_checks && chunk + 1 == chunks {
-                    let deps: Vec<Dep> = self.last_compute.map(Dep::Local).into_iter().collect();
-                    self.host_read(&deps, LOSS_CHECK_LABEL);
+            // DualPipe's pair runs merged, layer pair by layer pair, each pass in its own lane
+            // (`super::moe_overlap`): one's expert all-to-alls beside the other's kernels. The
+            // pair's backward action then only sends.
+            let pair_backward = !action.is_forward() && std::mem::take(&mut merged_pair);
+            let partner =
+                actions.get(index + 1).filter(|_| action.with_next && trains && action.is_forward());
+            if let Some(partner) = partner {
+                let global = |a: &crate::Action| crate::Action { chunk: map.global(stage, a.chunk), ..*a };
+                let last = partner.micro_batch + 1 == plan.path_micro_batches;
+                let reads_loss = map.next(chunk).is_none();
+                let sync = self.overlapped_step(policy, global(action), global(partner), last, reads_loss)?;
+                if let Some(sync) = sync {
+                    last_sync[map.global(stage, partner.chunk) as usize] = Some(sync);
                 }
-                if chunk + 1 < chunks {
-                    let to = stage_rank((chunk + 1) % p.pipeline);
+                merged_pair = true;
+            }
+            if action.is_forward() {
+                if !merged_pair {
+                    policy.forward_chunk(self, chunk as usize, micro)?;
+                    // The last chunk ends with the loss, which the host reads to check it (a
+                    // merged pair's read is in its forward's lane).
+                    if plan.host_nan_checks && map.next(chunk).is_none() {
+                        let deps: Vec<Dep> = self.last_compute.map(Dep::Local).into_iter().collect();
+                        self.host_read(&deps, LOSS_CHECK_LABEL);
+                    }
+                }
+                if let Some(next) = map.next(chunk).filter(|&next| map.stage_of(next) != stage) {
+                    let to = stage_rank(map.stage_of(next));
                     let key = Key::Stage { sender: self.rank, micro, chunk, forward: true };
-                    let label = self.labels.send_forward;
                     let bytes = scattered(plan, chunk as usize);
-                    self.send(to, bytes, label, key, Pass::Forward);
-                    sent = true;
+                    if action.with_next && trains {
+                        held_send = Some((to, bytes, key));
+                    } else {
+                        self.send(to, bytes, self.labels.send_forward, key, Pass::Forward);
+                        sent = true;
+                    }
                 }
             } else {
-                let last = micro + 1 == plan.micro_batches;
-                self.backward_part = action.step;
-                let sync = policy.backward_chunk(self, chunk as usize, micro, last);
-                self.backward_part = Step::Backward;
-                if let Some(sync) = sync? {
-                    last_sync[chunk as usize] = Some(sync);
+                if !pair_backward {
+                    let last = micro + 1 == plan.path_micro_batches;
+                    self.backward_part = action.step;
+                    let sync = policy.backward_chunk(self, chunk as usize, micro, last);
+                    self.backward_part = Step::Backward;
+                    if let Some(sync) = sync? {
+                        last_sync[chunk as usize] = Some(sync);
+                    }
                 }
-                if chunk > 0 {
-                    let to = stage_rank((chunk - 1) % p.pipeline);
+                if let Some((to, bytes, key)) = held_send.take() {
+                    self.send(to, bytes, self.labels.send_forward, key, Pass::Forward);
+                    sent = true;
+                }
+                if let Some(previous) =
+                    map.previous(chunk).filter(|&previous| map.stage_of(previous) != stage)
+                {
+                    let to = stage_rank(map.stage_of(previous));
                     let key = Key::Stage { sender: self.rank, micro, chunk, forward: false };
                     let label = self.labels.send_backward;
-                    let bytes = scattered(plan, chunk as usize - 1);
+                    let bytes = scattered(plan, previous as usize);
                     self.send(to, bytes, label, key, Pass::BackwardData);
                     sent = true;
                 }
