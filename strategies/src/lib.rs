@@ -1483,10 +1483,10 @@ impl Strategy<'_> {
                 p.expert
             ));
         }
-        if p.moe_dispatcher != MoeDispatcher::AllToAll {
+        if p.moe_dispatcher == MoeDispatcher::AllGather {
             return refuse(format!(
-                "needs moe-dispatcher = \"all-to-all\" (Megatron-Core supports the alltoall and flex \
-                 dispatchers only), got {:?}",
+                "needs moe-dispatcher = \"all-to-all\" or \"deepep\" (Megatron-Core supports the alltoall \
+                 and flex dispatchers only), got {:?}",
                 p.moe_dispatcher.name()
             ));
         }
@@ -1503,13 +1503,15 @@ impl Strategy<'_> {
                 self.precision.name()
             ));
         }
-        if p.pipeline > 1 {
+        if p.pipeline > 1 && (p.virtual_stages < 2 || p.schedule != PipelineSchedule::OneFOneB) {
             return refuse(format!(
-                "is modelled without pipeline parallelism (pipeline = 1, Megatron's \
-                 combined_1f1b_schedule_for_no_pipelining); got pipeline = {}: the pipelined form \
-                 (virtual stages, each steady-state forward merged with a backward of another chunk) is \
-                 not modelled",
-                p.pipeline
+                "with pipeline = {} needs the interleaved 1F1B schedule (schedule = \"1f1b\", \
+                 virtual-stages >= 2; Megatron-Core: \"virtual_pipeline_model_parallel_size must be \
+                 specified when pipeline_model_parallel_size > 1\"), got schedule {:?} with \
+                 virtual-stages = {}",
+                p.pipeline,
+                p.schedule.name(),
+                p.virtual_stages
             ));
         }
         if p.zero >= 3 || p.offload != Offload::None || !matches!(p.sync, GradientSync::AllReduce) {

@@ -263,6 +263,38 @@ pub fn overlapped_actions(micro_batches: u32) -> Vec<Action> {
     order
 }
 
+/// Megatron-Core's EP A2A overlap with a pipeline (`combined_1f1b_schedule_for_interleaved_pipelining`
+/// in megatron/core/pipeline_parallel/combined_1f1b.py at d98e8a64dd): every forward that a
+/// whole backward follows in `order` (the interleaved 1F1B steady state) runs with it as one
+/// merged step ([`Action::with_next`]); the order itself, and so the memory, is unchanged.
+///
+/// Megatron-Core runs one forward more in the warm-up first ("to ensure the forward and
+/// backward computations are independent in all 1f1b steps", `get_pp_rank_microbatches` at
+/// d98e8a64dd), so the order is rebuilt with that warm-up before the pairs are marked: without
+/// it a stage's pair would wait for a gradient whose pair on the next stage waits for this
+/// pair's forward output.
+pub fn pair_steady_state(order: &mut Vec<Action>) {
+    let forwards: Vec<Action> = order.iter().copied().filter(Action::is_forward).collect();
+    let backwards: Vec<Action> = order.iter().copied().filter(|a| !a.is_forward()).collect();
+    let warmup = (order.iter().take_while(|a| a.is_forward()).count() + 1).min(forwards.len());
+    let mut rebuilt = Vec::with_capacity(order.len());
+    rebuilt.extend_from_slice(&forwards[..warmup]);
+    let mut backward = backwards.iter();
+    for forward in &forwards[warmup..] {
+        rebuilt.push(*forward);
+        rebuilt.extend(backward.next());
+    }
+    rebuilt.extend(backward);
+    *order = rebuilt;
+    // The steady state only: a forward of the warm-up (all of them when every forward is in
+    // it) runs alone, as Megatron-Core's 1F1B loop has no step for it.
+    let mut index = warmup;
+    while index + 1 < order.len() && order[index].is_forward() && order[index + 1].step == Step::Backward {
+        order[index].with_next = true;
+        index += 2;
+    }
+}
+
 /// ZB-H1 on stage `stage` of `stages`: 1F1B's `min(p - s - 1, m)` warm-up forwards, then F, B
 /// pairs and the remaining B passes, each followed by a W once `s` of them have run without
 /// (the W passes start `s` steps late, so every stage holds `p` micro-batches at most), then

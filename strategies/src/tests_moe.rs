@@ -713,7 +713,11 @@ fn moe_overlap_refusals_name_the_key() {
         (Parallelism { expert: 1, ..overlap }, Recompute::None, "expert >= 2"),
         (Parallelism { moe_dispatcher: MoeDispatcher::AllGather, ..overlap }, Recompute::None, "all-to-all"),
         (overlap, Recompute::Full, "full recomputation"),
-        (Parallelism { pipeline: 2, data: 4, ..overlap }, Recompute::None, "pipeline = 1"),
+        (
+            Parallelism { pipeline: 2, data: 4, ..overlap },
+            Recompute::None,
+            "needs the interleaved 1F1B schedule",
+        ),
         (Parallelism { zero: 3, ..overlap }, Recompute::None, "zero <= 2"),
     ];
     for (p, recompute, says) in cases {
@@ -868,4 +872,94 @@ fn dualpipe_pairs_interleave_the_two_micro_batches_all_to_alls() {
         .collect();
     let alternating = order.windows(4).filter(|w| *w == [false, true, false, true]).count();
     assert!(alternating >= 3, "{alternating} alternations in {order:?}");
+}
+
+/// `moe-overlap` with an interleaved pipeline: the steady state's forward-backward pairs are
+/// merged (the expert stream alternates the two micro-batches inside them), the work is the
+/// plain schedule's, and the iteration is no longer than the plain one's under `flow` with the
+/// all-to-alls across servers.
+#[test]
+fn moe_overlap_with_an_interleaved_pipeline_merges_the_steady_state() {
+    use sim_core::fidelity::{Fidelity, NetworkSettings};
+    let model = moe_gpt(16, 2);
+    let compute = ComputeModel::default();
+    let run = |overlap: bool| {
+        let p = Parallelism {
+            pipeline: 2,
+            virtual_stages: 2,
+            expert: 16,
+            moe_overlap: overlap,
+            ..Parallelism::data_parallel(16)
+        };
+        let mut s = strategy(&model, &compute, p, 16 * 4 * 4, 4);
+        s.precision = Dtype::Bf16;
+        let lowered = s.lower().unwrap();
+        let graph = &lowered.graph;
+        let order: Vec<bool> = graph
+            .ops()
+            .iter()
+            .filter(|op| op.rank == RankId(0) && op.stream == EXPERT_STREAM)
+            .map(|op| op.meta.pass() == Some(sim_core::graph::Pass::Forward))
+            .collect();
+        let busy: u64 = graph
+            .ops()
+            .iter()
+            .filter(|op| op.rank == RankId(0) && op.stream == COMPUTE_STREAM)
+            .map(|op| if let OpKind::Compute { duration } = op.kind { duration.as_ps() } else { 0 })
+            .sum();
+        let timeline = NetworkSettings::new(Fidelity::Flow).run(graph, &super::tests::dgx(4)).unwrap();
+        let alternations = order.windows(4).filter(|w| *w == [false, true, false, true]).count();
+        (timeline.makespan().as_ps(), busy, alternations)
+    };
+    let ((plain, busy, none), (merged, merged_busy, some)) = (run(false), run(true));
+    assert_eq!(busy, merged_busy);
+    assert_eq!(none, 0);
+    assert!(some >= 3, "{some}");
+    assert!(merged <= plain, "merged {merged} ps, plain {plain} ps");
+}
+
+/// `moe-overlap` with every forward of an interleaved pipeline in the warm-up (micro-batches
+/// equal to the pipeline degree) has no steady state and no merged pair, and runs; with more
+/// micro-batches the warm-up holds one forward more than plain interleaved 1F1B (Megatron-
+/// Core's), which keeps merged pairs from waiting on each other across stages.
+#[test]
+fn moe_overlap_pairs_only_the_steady_state_after_one_more_warm_up_forward() {
+    use crate::pipeline::{Action, Step, pair_steady_state};
+    let model = moe_gpt(16, 2);
+    let compute = ComputeModel::default();
+    let p = Parallelism {
+        pipeline: 2,
+        virtual_stages: 2,
+        expert: 8,
+        moe_overlap: true,
+        ..Parallelism::data_parallel(8)
+    };
+    let mut s = strategy(&model, &compute, p, 8 * 4 * 2, 4);
+    s.precision = Dtype::Bf16;
+    let lowered = s.lower().unwrap();
+    sim_core::fidelity::NetworkSettings::new(sim_core::fidelity::Fidelity::Flow)
+        .run(&lowered.graph, &super::tests::dgx(2))
+        .unwrap();
+    let f = |m| Action { step: Step::Forward, micro_batch: m, chunk: 0, with_next: false };
+    let b = |m| Action { step: Step::Backward, micro_batch: m, chunk: 0, with_next: false };
+    let mut order = vec![f(0), f(1), b(0), f(2), b(1), f(3), b(2), b(3)];
+    pair_steady_state(&mut order);
+    let shape: Vec<(bool, u32, bool)> =
+        order.iter().map(|a| (a.is_forward(), a.micro_batch, a.with_next)).collect();
+    assert_eq!(
+        shape,
+        [
+            (true, 0, false),
+            (true, 1, false),
+            (true, 2, false),
+            (true, 3, true),
+            (false, 0, false),
+            (false, 1, false),
+            (false, 2, false),
+            (false, 3, false)
+        ]
+    );
+    let mut all_warm = vec![f(0), f(1), b(0), b(1)];
+    pair_steady_state(&mut all_warm);
+    assert!(all_warm.iter().all(|a| !a.with_next));
 }

@@ -165,8 +165,9 @@ impl RankEmitter<'_, '_> {
         // `workload.passes = "forward"`: the schedule's forward actions alone, in its order
         // (the memory stays the training schedule's: see `crate::passes`).
         let trains = plan.strategy.passes.trains();
-        // Megatron-Core's EP A2A overlap merges forwards with backwards (no pipeline: checked).
-        let merged = trains && p.moe_overlap;
+        // Megatron-Core's EP A2A overlap without a pipeline merges forwards with backwards; with
+        // one its steady-state pairs run merged in the loop below (`Action::with_next`).
+        let merged = trains && p.moe_overlap && p.pipeline == 1;
         if merged {
             self.overlapped_schedule(policy, &mut last_sync)?;
         }
