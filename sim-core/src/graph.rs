@@ -995,6 +995,7 @@ impl GraphBuilder {
         // a dense table indexed by rank * streams + stream.
         let streams_per_rank = self.ops.iter().map(|op| op.stream.0.saturating_add(1)).max().unwrap_or(0);
         let mut last_on_stream = vec![NO_OP; self.ranks as usize * usize::from(streams_per_rank)];
+        let mut stream_heads = vec![NO_OP; last_on_stream.len()];
         let mut next_in_stream = vec![NO_OP; op_count];
         let mut previous_in_stream = vec![NO_OP; op_count];
         for (index, op) in self.ops.iter().enumerate() {
@@ -1003,6 +1004,8 @@ impl GraphBuilder {
             if previous != NO_OP {
                 next_in_stream[previous.0 as usize] = OpId(index as u32);
                 previous_in_stream[index] = previous;
+            } else {
+                stream_heads[slot] = OpId(index as u32);
             }
         }
 
@@ -1039,6 +1042,7 @@ impl GraphBuilder {
             dependents,
             next_in_stream,
             previous_in_stream,
+            stream_heads,
             groups: self.groups,
             collectives: self.collectives,
             member_offsets,
@@ -1181,6 +1185,10 @@ pub struct ExecGraph {
     dependents: Vec<OpId>,
     next_in_stream: Vec<OpId>,
     previous_in_stream: Vec<OpId>,
+    /// The first op of every (rank, stream), at `rank * streams_per_rank + stream`
+    /// ([`NO_OP`] for an empty stream): with `next_in_stream`, a rank's ops without a list
+    /// per rank ([`ExecGraph::rank_ops`]).
+    stream_heads: Vec<OpId>,
     groups: Vec<Vec<RankId>>,
     collectives: Vec<Collective>,
     member_offsets: Vec<u32>,
@@ -1280,6 +1288,22 @@ impl ExecGraph {
     pub fn next_in_stream(&self, op: OpId) -> Option<OpId> {
         let next = self.next_in_stream[op.0 as usize];
         (next != NO_OP).then_some(next)
+    }
+
+    /// The ops of `rank`, stream after stream, each stream's in its order: every op of the
+    /// rank once, found through the streams' links rather than a scan of the whole graph, so
+    /// that a per-rank pass over a large graph holds one rank's data at a time.
+    ///
+    /// # Panics
+    ///
+    /// If `rank` is not below [`ExecGraph::ranks`].
+    pub fn rank_ops(&self, rank: RankId) -> impl Iterator<Item = OpId> + '_ {
+        let streams = usize::from(self.streams_per_rank);
+        let heads = &self.stream_heads[rank.0 as usize * streams..(rank.0 as usize + 1) * streams];
+        heads
+            .iter()
+            .filter(|&&head| head != NO_OP)
+            .flat_map(move |&head| std::iter::successors(Some(head), move |&op| self.next_in_stream(op)))
     }
 
     /// All collectives, indexed by `CollectiveId`.

@@ -1746,6 +1746,16 @@ impl Strategy<'_> {
         emit::estimate(self, comm_floor)
     }
 
+    /// A lower bound of the ops its lowering builds (every iteration's, as the work budget
+    /// counts them: kernels and their host launches of each simulated rank), from the kernel
+    /// table alone, without a graph. The real graph has more (collectives, sends, the
+    /// optimizer), and its memory grows with it: a caller running several jobs at once can
+    /// keep the large ones apart.
+    pub fn ops_lower_bound(&self) -> Result<u64, StrategyError> {
+        self.check()?;
+        emit::ops_lower_bound(self)
+    }
+
     /// [`Strategy::estimate`] of a strategy that has passed [`Strategy::check`] (a validated
     /// scenario's has): the check is not run again (a search estimates thousands).
     pub fn estimate_checked(

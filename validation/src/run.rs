@@ -190,6 +190,24 @@ pub fn run_case(family: &Family, case: &CaseEntry, paths: &Paths) -> CaseResult 
     result
 }
 
+/// How heavy `case` is to run, for the runner ([`crate::suite::run`]) to keep heavy cases
+/// apart: a lower bound of the ops of the largest graph it lowers
+/// ([`strategies::Strategy::ops_lower_bound`]), whose memory grows with it; 0 for a case that
+/// lowers no strategy (a collective, a kernel table, a trace, a memory estimate) or one
+/// whose scenario does not parse (its run reports why).
+pub fn case_weight(family: &Family, case: &CaseEntry, paths: &Paths) -> u64 {
+    if case.pending.is_some() || !matches!(family.header.kind, Kind::Iteration | Kind::Scaling) {
+        return 0;
+    }
+    // A scaling case runs its baseline after its large run, one at a time: the large one
+    // weighs.
+    scenario_table(family, case, paths)
+        .and_then(|(table, anchor)| scenario_of(&table, &anchor, "case's"))
+        .ok()
+        .and_then(|scenario| scenario.strategy().ops_lower_bound().ok())
+        .unwrap_or(0)
+}
+
 fn point(label: impl Into<String>, measured: f64, simulated: f64) -> Point {
     Point { label: label.into(), measured, simulated, accuracy: accuracy(simulated, measured) }
 }

@@ -267,6 +267,56 @@ fn images_keep_groups(strategy: &Strategy<'_>, plan: &Plan<'_>, folding: &Foldin
     true
 }
 
+/// The size of `plan`'s graph as [`within_budget`] counts it, from the kernel table alone.
+struct GraphSize {
+    ranks: u64,
+    /// Images of a simulated rank (tensor x data) when folded.
+    symmetric: u64,
+    /// Kernels and host launches of one simulated rank per iteration.
+    per_rank: u64,
+    /// Iterations held at once.
+    iterations: u64,
+}
+
+impl GraphSize {
+    fn of(strategy: &Strategy<'_>, plan: &Plan<'_>, folding: &Folding, held_iterations: u32) -> GraphSize {
+        let p = &strategy.parallelism;
+        let ranks = u64::from(plan.layout.ranks());
+        let symmetric = u64::from(folding.tensor) * u64::from(plan.layout.size(Axis::Data));
+        let launches = if plan.host_cost > SimDuration::ZERO { 2 } else { 1 };
+        // Kernels per micro-batch of each stage; every stage has as many simulated ranks.
+        let per_stage: Vec<u64> = (0..p.pipeline)
+            .map(|stage| {
+                plan.stage_layers(stage).map(|l| plan.kernels[l].iter().flatten().count() as u64).sum()
+            })
+            .collect();
+        let per_micro_batch = per_stage.iter().sum::<u64>() / u64::from(p.pipeline.max(1));
+        let per_rank = per_micro_batch.saturating_mul(u64::from(plan.micro_batches)).saturating_mul(launches);
+        GraphSize { ranks, symmetric, per_rank, iterations: u64::from(held_iterations) }
+    }
+
+    /// (simulated ranks, ops, items of the symmetry's rank maps), folded or not.
+    fn held(&self, folded: bool) -> (u64, u64, u64) {
+        use sim_core::budget::BYTES_PER_ITEM;
+        let simulated = if folded { self.ranks / self.symmetric.max(1) } else { self.ranks };
+        let maps = if folded {
+            self.symmetric.saturating_sub(1).saturating_mul(self.ranks).saturating_mul(4) / BYTES_PER_ITEM
+        } else {
+            0
+        };
+        (simulated, simulated.saturating_mul(self.per_rank).saturating_mul(self.iterations), maps)
+    }
+}
+
+/// A lower bound of the ops `strategy`'s lowering holds at once (every iteration's; the
+/// budget's count, [`within_budget`]), from the kernel table alone: milliseconds, no graph.
+pub(super) fn ops_lower_bound(strategy: &Strategy<'_>) -> Result<u64, StrategyError> {
+    let plan = Plan::new(strategy)?;
+    let folding = folding(strategy, &plan);
+    let (_, ops, maps) = GraphSize::of(strategy, &plan, &folding, strategy.iterations).held(folding.fold);
+    Ok(ops.saturating_add(maps))
+}
+
 /// Refuses, before anything per rank is allocated, a graph that would pass the work budget
 /// ([`sim_core::budget`]). The estimate is a lower bound: each simulated rank's kernels of its
 /// stage's layers, every micro-batch, with their host launches, every iteration (collectives,
@@ -279,30 +329,12 @@ fn within_budget(
     folding: &Folding,
     held_iterations: u32,
 ) -> Result<(), StrategyError> {
-    let (fold, folded_tensor) = (folding.fold, folding.tensor);
-    use sim_core::budget::{BYTES_PER_ITEM, MAX_ITEMS};
-    let p = &strategy.parallelism;
-    let ranks = u64::from(plan.layout.ranks());
-    let symmetric = u64::from(folded_tensor) * u64::from(plan.layout.size(Axis::Data));
-    let launches = if plan.host_cost > SimDuration::ZERO { 2 } else { 1 };
-    // Kernels per micro-batch of each stage; every stage has as many simulated ranks.
-    let per_stage: Vec<u64> = (0..p.pipeline)
-        .map(|stage| plan.stage_layers(stage).map(|l| plan.kernels[l].iter().flatten().count() as u64).sum())
-        .collect();
-    let per_micro_batch = per_stage.iter().sum::<u64>() / u64::from(p.pipeline.max(1));
-    let per_rank = per_micro_batch.saturating_mul(u64::from(plan.micro_batches)).saturating_mul(launches);
-    // The iterations whose ops are held at once: all of them, or one when streamed.
-    let iterations = u64::from(held_iterations);
-    // (ops, items of the symmetry's rank maps) folded or not.
-    let size = |folded: bool| {
-        let simulated = if folded { ranks / symmetric.max(1) } else { ranks };
-        let maps = if folded {
-            symmetric.saturating_sub(1).saturating_mul(ranks).saturating_mul(4) / BYTES_PER_ITEM
-        } else {
-            0
-        };
-        (simulated, simulated.saturating_mul(per_rank).saturating_mul(iterations), maps)
-    };
+    let fold = folding.fold;
+    use sim_core::budget::MAX_ITEMS;
+    let size = GraphSize::of(strategy, plan, folding, held_iterations);
+    let (ranks, symmetric, per_rank, iterations) =
+        (size.ranks, size.symmetric, size.per_rank, size.iterations);
+    let size = |folded: bool| size.held(folded);
     let (simulated, ops, maps) = size(fold);
     let needed = ops.saturating_add(maps);
     let layers = strategy.model.layers.len();
