@@ -184,7 +184,7 @@ impl<'s> Plan<'s> {
             if p.moe_overlap {
                 // Megatron-Core's combined 1F1B for the interleaved schedule: each steady-state
                 // forward merged with the backward after it (checked: interleaved 1F1B).
-                orders.iter_mut().for_each(|order| pipeline::pair_steady_state(order));
+                orders.iter_mut().for_each(pipeline::pair_steady_state);
             }
             orders
         };
