@@ -657,6 +657,27 @@ pub fn checkpoint_hours(bytes: Bytes, bandwidth: Bandwidth) -> f64 {
     bytes.0 as f64 / bandwidth.bytes_per_second() / 3600.0
 }
 
+/// The first failure event naming a link `topology` does not have, as (its key, the message):
+/// `failures.events[i].link`, with an example of a valid name.
+pub(crate) fn unknown_link(failures: &Failures, topology: &topology::Topology) -> Option<(String, String)> {
+    use topology::LinkId;
+    let links = topology.link_count() as u32;
+    failures.events.iter().enumerate().find_map(|(index, event)| {
+        (event.kind == ComponentKind::Link
+            && !(0..links).any(|id| topology.link_name(LinkId(id)) == event.component))
+        .then(|| {
+            (
+                format!("failures.events[{index}].link"),
+                format!(
+                    "is \"{}\"; no link of this cluster has that name: `parasim topo --json` lists them (link_list), e.g. \"{}\"",
+                    event.component,
+                    topology.link_name(LinkId(0))
+                ),
+            )
+        })
+    })
+}
+
 /// The goodput of `failures` for a job whose iteration takes `step_seconds`, whose
 /// checkpoint holds `checkpoint_bytes`, on a cluster of `components`.
 pub fn goodput(

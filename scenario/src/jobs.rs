@@ -151,22 +151,10 @@ pub fn simulate(scenario: &JobsScenario) -> Result<JobsOutcome, SimulationError>
     let lowered: Vec<Lowered> =
         scenario.jobs.iter().map(|job| lower(job, gpus_per_node)).collect::<Result<_, SimulationError>>()?;
     let topology = fabric(&scenario.cluster, scenario.faults.as_ref(), &scenario.source)?;
-    if let Some(failures) = &scenario.failures {
-        let links = topology.link_count() as u32;
-        for (index, event) in failures.events.iter().enumerate() {
-            if event.kind == crate::failures::ComponentKind::Link
-                && !(0..links).any(|id| topology.link_name(LinkId(id)) == event.component)
-            {
-                return Err(SimulationError::Key {
-                    scenario: scenario.source.clone(),
-                    key: format!("failures.events[{index}].link"),
-                    message: format!(
-                        "is \"{}\"; no link of the fabric has that name: `parasim topo --json` lists them (link_list)",
-                        event.component
-                    ),
-                });
-            }
-        }
+    if let Some((key, message)) =
+        scenario.failures.as_ref().and_then(|failures| crate::failures::unknown_link(failures, &topology))
+    {
+        return Err(SimulationError::Key { scenario: scenario.source.clone(), key, message });
     }
     let lowering_wall = started.elapsed();
     let started = std::time::Instant::now();

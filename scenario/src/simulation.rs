@@ -1448,20 +1448,8 @@ fn goodput_of(
     let is_cable = |tier: Tier| !matches!(tier, Tier::IntraNode | Tier::GpuToNic | Tier::HostMemory);
     let links = topology.link_count() as u32;
     let directed = (0..links).filter(|&id| is_cable(topology.link(LinkId(id)).tier)).count() as u64;
-    for (index, event) in failures.events.iter().enumerate() {
-        if event.kind == crate::failures::ComponentKind::Link
-            && !(0..links).any(|id| topology.link_name(LinkId(id)) == event.component)
-        {
-            return Err(SimulationError::Key {
-                scenario: scenario.source.clone(),
-                key: format!("failures.events[{index}].link"),
-                message: format!(
-                    "is \"{}\"; no link of this cluster has that name: `parasim topo --json` lists them (link_list), e.g. \"{}\"",
-                    event.component,
-                    topology.link_name(LinkId(0))
-                ),
-            });
-        }
+    if let Some((key, message)) = crate::failures::unknown_link(failures, topology) {
+        return Err(SimulationError::Key { scenario: scenario.source.clone(), key, message });
     }
     let components = crate::failures::Components {
         gpus: u64::from(scenario.cluster.nodes) * u64::from(scenario.cluster.gpus_per_node),
