@@ -24,6 +24,12 @@
 //! after the experts inside a transformer layer (dropout, residual add) run after the
 //! backward's pre-dispatch part, once the combine has arrived.
 //!
+//! Two schedules use the merged step besides the no-pipeline one here
+//! ([`RankEmitter::overlapped_schedule`]): DualPipe's forward-and-backward pairs and, with
+//! `moe-overlap` and an interleaved pipeline, the 1F1B steady state's pairs
+//! ([`crate::pipeline::pair_steady_state`]); both come through the driver's pair path
+//! (`Action::with_next`), which receives both inputs before and sends both outputs after.
+//!
 //! Invariant: each pass's ops are emitted in the order its unmerged emission has, so every
 //! dependency still points to an earlier op.
 
