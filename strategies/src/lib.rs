@@ -205,7 +205,7 @@ pub struct Parallelism {
     /// Megatron-Core's EP A2A overlap (`parallelism.moe-overlap`,
     /// `--overlap-moe-expert-parallel-comm`): the forward of one micro-batch merged with the
     /// backward of the one before, layer by layer, so that each one's expert all-to-alls run
-    /// beside the other's computation ([`emit`]'s `moe_overlap`).
+    /// beside the other's computation (docs/strategies.md, "All-to-all overlap").
     pub moe_overlap: bool,
     /// GPUs per NVLink domain a DeepEP-style dispatcher's first hop stays in: the cluster's
     /// `gpus-per-node`, set by the scenario (`MoeDispatcher::DeepEp`).
