@@ -102,6 +102,10 @@ pub struct Fixed {
     pub virtual_stages: Option<u32>,
     /// `parallelism.schedule`.
     pub schedule: Option<strategies::PipelineSchedule>,
+    /// `parallelism.moe-dispatcher`.
+    pub moe_dispatcher: Option<strategies::MoeDispatcher>,
+    /// `parallelism.moe-overlap`.
+    pub moe_overlap: Option<bool>,
     /// `parallelism.context`.
     pub context: Option<u32>,
     /// `parallelism.expert`.
@@ -383,6 +387,8 @@ impl Search {
             integer("parallelism.pipeline", p.pipeline),
             integer("parallelism.virtual-stages", p.virtual_stages),
             Override::new("parallelism.schedule", p.schedule.name().to_string()),
+            Override::new("parallelism.moe-dispatcher", p.moe_dispatcher.name().to_string()),
+            Override::new("parallelism.moe-overlap", p.moe_overlap),
             integer("parallelism.context", p.context),
             integer("parallelism.expert", p.expert),
             Override::new("parallelism.zero", i64::from(p.zero)),
@@ -424,6 +430,8 @@ fn fixed_of(scenario: &Scenario, fixed: &[Override]) -> Fixed {
             "parallelism.pipeline" => out.pipeline = Some(p.pipeline),
             "parallelism.virtual-stages" => out.virtual_stages = Some(p.virtual_stages),
             "parallelism.schedule" => out.schedule = Some(p.schedule),
+            "parallelism.moe-dispatcher" => out.moe_dispatcher = Some(p.moe_dispatcher),
+            "parallelism.moe-overlap" => out.moe_overlap = Some(p.moe_overlap),
             "parallelism.context" => out.context = Some(p.context),
             "parallelism.expert" => out.expert = Some(p.expert),
             "parallelism.zero" => out.zero = Some(p.zero),
@@ -481,6 +489,12 @@ impl Choice {
         }
         if p.pipeline > 1 && p.schedule.two_chunks() {
             parts.push(p.schedule.name().into());
+        }
+        if p.expert > 1 && p.moe_dispatcher != strategies::MoeDispatcher::AllToAll {
+            parts.push(p.moe_dispatcher.name().into());
+        }
+        if p.moe_overlap {
+            parts.push("a2a-overlap".into());
         }
         parts.push(format!("d{}", p.data));
         if p.zero > 0 {
@@ -1044,6 +1058,51 @@ fn cluster_comm_floor(
     }
 }
 
+/// The (token dispatcher, EP A2A overlap) pairs to try for a mixture-of-experts split of
+/// `expert` ranks: without expert parallelism the base's; else the all-to-all and the
+/// DeepEP-style dispatcher (and the base's), each with and without the overlap where
+/// Megatron-Core runs it (`Strategy::check_moe_overlap`: not with all-gather, full
+/// recomputation or ZeRO-3; with a pipeline only interleaved 1F1B); the user's if fixed.
+#[allow(clippy::too_many_arguments)]
+fn moe_options(
+    template: &Parallelism,
+    fixed: &Fixed,
+    expert: u64,
+    pipeline: u64,
+    virtual_stages: u64,
+    schedule: strategies::PipelineSchedule,
+    zero: u8,
+    recompute: Recompute,
+) -> Vec<(strategies::MoeDispatcher, bool)> {
+    use strategies::MoeDispatcher;
+    if expert < 2 {
+        return vec![(template.moe_dispatcher, false)];
+    }
+    let mut dispatchers = match fixed.moe_dispatcher {
+        Some(dispatcher) => vec![dispatcher],
+        // DeepEP's node hop also sends a token once per GPU, not once per expert: worth trying
+        // inside one node too.
+        None => vec![MoeDispatcher::AllToAll, MoeDispatcher::DeepEp],
+    };
+    if fixed.moe_dispatcher.is_none() && !dispatchers.contains(&template.moe_dispatcher) {
+        dispatchers.push(template.moe_dispatcher);
+    }
+    let mut out = Vec::new();
+    for dispatcher in dispatchers {
+        let can_overlap = dispatcher != MoeDispatcher::AllGather
+            && recompute != Recompute::Full
+            && zero <= 2
+            && (pipeline == 1 || (virtual_stages > 1 && schedule == strategies::PipelineSchedule::OneFOneB));
+        let overlaps = match fixed.moe_overlap {
+            Some(overlap) => vec![overlap],
+            None if can_overlap => vec![false, true],
+            None => vec![false],
+        };
+        out.extend(overlaps.into_iter().map(|overlap| (dispatcher, overlap)));
+    }
+    out
+}
+
 /// The (virtual stages, schedule) pairs to try for each of `virtuals` on `pipeline` stages: the
 /// base's schedule (1F1B if it is ZB-V or DualPipe), and with two chunks per stage also ZB-V and
 /// DualPipe (on an even pipeline); only the user's schedule if fixed.
@@ -1181,22 +1240,35 @@ pub fn enumerate(index: usize, base: &Base, global_batch: u64, fixed: &Fixed) ->
                                             continue;
                                         }
                                         for &recompute in &recomputes {
-                                            push(
-                                                Parallelism {
-                                                    data: data as u32,
-                                                    tensor: tensor as u32,
-                                                    sequence_parallel,
-                                                    pipeline: pipeline as u32,
-                                                    virtual_stages: virtual_stages as u32,
-                                                    schedule,
-                                                    context: context as u32,
-                                                    expert: expert as u32,
-                                                    zero,
-                                                    ..template
-                                                },
-                                                micro,
+                                            for (moe_dispatcher, moe_overlap) in moe_options(
+                                                &template,
+                                                fixed,
+                                                expert,
+                                                pipeline,
+                                                virtual_stages,
+                                                schedule,
+                                                zero,
                                                 recompute,
-                                            );
+                                            ) {
+                                                push(
+                                                    Parallelism {
+                                                        data: data as u32,
+                                                        tensor: tensor as u32,
+                                                        sequence_parallel,
+                                                        pipeline: pipeline as u32,
+                                                        virtual_stages: virtual_stages as u32,
+                                                        schedule,
+                                                        context: context as u32,
+                                                        expert: expert as u32,
+                                                        zero,
+                                                        moe_dispatcher,
+                                                        moe_overlap,
+                                                        ..template
+                                                    },
+                                                    micro,
+                                                    recompute,
+                                                );
+                                            }
                                         }
                                     }
                                 }
@@ -1296,6 +1368,30 @@ mod tests {
 
     use super::*;
     use std::path::Path;
+
+    /// MoE options: both dispatchers with and without the EP A2A overlap where Megatron-Core
+    /// runs it; the overlap left out with full recomputation, ZeRO-3 or a plain pipeline; the
+    /// user's fixed values alone; nothing to choose without expert parallelism.
+    #[test]
+    fn moe_options_try_both_dispatchers_and_the_overlap_where_it_runs() {
+        use strategies::{MoeDispatcher::*, PipelineSchedule::OneFOneB};
+        let template = Parallelism::data_parallel(8);
+        let free = Fixed::default();
+        let options = |fixed: &Fixed, expert, pipeline, virtuals, zero, recompute| {
+            moe_options(&template, fixed, expert, pipeline, virtuals, OneFOneB, zero, recompute)
+        };
+        assert_eq!(
+            options(&free, 8, 1, 1, 1, Recompute::Selective),
+            [(AllToAll, false), (AllToAll, true), (DeepEp, false), (DeepEp, true)]
+        );
+        assert_eq!(options(&free, 8, 1, 1, 1, Recompute::Full), [(AllToAll, false), (DeepEp, false)]);
+        assert_eq!(options(&free, 8, 1, 1, 3, Recompute::None), [(AllToAll, false), (DeepEp, false)]);
+        assert_eq!(options(&free, 8, 4, 1, 1, Recompute::None), [(AllToAll, false), (DeepEp, false)]);
+        assert_eq!(options(&free, 8, 4, 2, 1, Recompute::None).len(), 4);
+        assert_eq!(options(&free, 1, 1, 1, 1, Recompute::None), [(AllToAll, false)]);
+        let fixed = Fixed { moe_dispatcher: Some(DeepEp), moe_overlap: Some(false), ..Fixed::default() };
+        assert_eq!(options(&fixed, 8, 1, 1, 1, Recompute::None), [(DeepEp, false)]);
+    }
 
     /// GPT 1.7B at global batch 64 (Megatron-LM SC'21 Table 1's) on the cluster `cluster`
     /// (its `[cluster]` keys, then its `[cluster.network]` keys), under `fidelity`, with
