@@ -155,9 +155,18 @@ fn a_deep_model_lowers_in_linear_time() {
         let after = &stdout[stdout.find("; lowering ").expect("the engine line") + "; lowering ".len()..];
         after[..after.find(" ms").unwrap()].parse().unwrap()
     };
-    // The faster of two runs of each: a test beside this one can slow either run of a
-    // wall-clock measurement on a 2-core machine (seen once: 170 ms and 3,744 ms).
-    let small = lowering(2_000).min(lowering(2_000));
-    let large = lowering(16_000).min(lowering(16_000));
-    assert!(large < 20.0 * small, "2,000 blocks lowered in {small} ms, 16,000 in {large} ms");
+    // Wall-clock on a 2-core machine: a test running beside this one can slow the large runs
+    // and not the small ones (seen: 170 ms and 3,744 ms; 219.6 ms and 5,145.4 ms with the
+    // faster of two runs each). Up to three pairs of runs, the best ratio kept: a quadratic
+    // lowering is slow in every attempt, a busy neighbour is not there in all of them.
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let small = lowering(2_000);
+        let large = lowering(16_000);
+        seen.push((small, large));
+        if large < 20.0 * small {
+            return;
+        }
+    }
+    panic!("2,000 and 16,000 blocks lowered in (ms) {seen:?}: more than 20 times as long each time");
 }
