@@ -1503,9 +1503,9 @@ impl Strategy<'_> {
                 self.precision.name()
             ));
         }
-        if p.pipeline > 1 && (p.virtual_stages < 2 || p.schedule != PipelineSchedule::OneFOneB) {
+        if p.schedule != PipelineSchedule::OneFOneB || (p.pipeline > 1 && p.virtual_stages < 2) {
             return refuse(format!(
-                "with pipeline = {} needs the interleaved 1F1B schedule (schedule = \"1f1b\", \
+                "merges 1F1B's steps: with pipeline = {} it needs the interleaved 1F1B schedule (schedule = \"1f1b\", \
                  virtual-stages >= 2; Megatron-Core: \"virtual_pipeline_model_parallel_size must be \
                  specified when pipeline_model_parallel_size > 1\"), got schedule {:?} with \
                  virtual-stages = {}",

@@ -241,32 +241,11 @@ pub fn actions(
     order
 }
 
-/// Megatron-Core's EP A2A overlap without a pipeline (`combined_1f1b_schedule_for_no_pipelining`
-/// in megatron/core/pipeline_parallel/combined_1f1b.py at d98e8a64dd): the first micro-batch's
-/// forward alone, then each forward together with the backward of the micro-batch before it,
-/// then the last backward: `F0, F1 B0, F2 B1, ..., B(m-1)`. The emitter runs every forward that
-/// a backward follows as one merged step; two micro-batches' activations are held at once (one
-/// with the plain order `F0 B0 F1 B1 ...`), which Megatron-Core's documentation names as the
-/// feature's memory cost.
-pub fn overlapped_actions(micro_batches: u32) -> Vec<Action> {
-    let action = |step, micro_batch| Action { step, micro_batch, chunk: 0, with_next: false };
-    let mut order = Vec::with_capacity(2 * micro_batches as usize);
-    for micro in 0..micro_batches {
-        order.push(action(Step::Forward, micro));
-        if micro > 0 {
-            order.push(action(Step::Backward, micro - 1));
-        }
-    }
-    if let Some(last) = micro_batches.checked_sub(1) {
-        order.push(action(Step::Backward, last));
-    }
-    order
-}
-
-/// Megatron-Core's EP A2A overlap with a pipeline (`combined_1f1b_schedule_for_interleaved_pipelining`
-/// in megatron/core/pipeline_parallel/combined_1f1b.py at d98e8a64dd): every forward that a
-/// whole backward follows in `order` (the interleaved 1F1B steady state) runs with it as one
-/// merged step ([`Action::with_next`]); the order itself, and so the memory, is unchanged.
+/// Megatron-Core's EP A2A overlap (megatron/core/pipeline_parallel/combined_1f1b.py at
+/// d98e8a64dd): every forward that a whole backward follows in `order`'s 1F1B steady state runs
+/// with it as one merged step ([`Action::with_next`]). Without a pipeline the plain order
+/// `F0 B0 F1 B1 ...` becomes `F0, F1+B0, F2+B1, ..., B(m-1)`
+/// (`combined_1f1b_schedule_for_no_pipelining`), which holds two micro-batches' activations.
 ///
 /// Megatron-Core runs one forward more in the warm-up first ("to ensure the forward and
 /// backward computations are independent in all 1f1b steps", `get_pp_rank_microbatches` at
@@ -276,7 +255,9 @@ pub fn overlapped_actions(micro_batches: u32) -> Vec<Action> {
 pub fn pair_steady_state(order: &mut Vec<Action>) {
     let forwards: Vec<Action> = order.iter().copied().filter(Action::is_forward).collect();
     let backwards: Vec<Action> = order.iter().copied().filter(|a| !a.is_forward()).collect();
-    let warmup = (order.iter().take_while(|a| a.is_forward()).count() + 1).min(forwards.len());
+    // The forwards before the first backward are the warm-up and the first steady step's: the
+    // warm-up one longer keeps them all alone, the steady state's pairs start after them.
+    let warmup = order.iter().take_while(|a| a.is_forward()).count();
     let mut rebuilt = Vec::with_capacity(order.len());
     rebuilt.extend_from_slice(&forwards[..warmup]);
     let mut backward = backwards.iter();

@@ -599,12 +599,20 @@ fn folded_flow_iteration_equals_the_full_graphs_with_expert_groups_inside_server
 /// `combined_1f1b_schedule_for_no_pipelining`), holding two micro-batches' activations.
 #[test]
 fn moe_overlap_actions_pair_each_forward_with_the_backward_before() {
-    let order: Vec<(bool, u32)> =
-        crate::pipeline::overlapped_actions(4).iter().map(|a| (a.is_forward(), a.micro_batch)).collect();
+    use crate::pipeline::{PipelineSchedule, actions, pair_steady_state, peak_in_flight};
+    let merged = |m| {
+        let mut order = actions(PipelineSchedule::OneFOneB, 1, 1, 1, 0, m);
+        pair_steady_state(&mut order);
+        order
+    };
+    let order: Vec<(bool, u32, bool)> =
+        merged(4).iter().map(|a| (a.is_forward(), a.micro_batch, a.with_next)).collect();
     let (f, b) = (true, false);
-    assert_eq!(order, [(f, 0), (f, 1), (b, 0), (f, 2), (b, 1), (f, 3), (b, 2), (b, 3)]);
-    assert_eq!(crate::pipeline::peak_in_flight(&crate::pipeline::overlapped_actions(4), &[1]), 2);
-    assert_eq!(crate::pipeline::peak_in_flight(&crate::pipeline::overlapped_actions(1), &[1]), 1);
+    let expected = [(f, 0, false), (f, 1, true), (b, 0, false), (f, 2, true), (b, 1, false)];
+    assert_eq!(order[..5], expected);
+    assert_eq!(order[5..], [(f, 3, true), (b, 2, false), (b, 3, false)]);
+    assert_eq!(peak_in_flight(&merged(4), &[1]), 2);
+    assert_eq!(peak_in_flight(&merged(1), &[1]), 1);
 }
 
 /// `moe-overlap` on rank 0: the expert stream runs each merged step's all-to-alls in
@@ -951,9 +959,9 @@ fn moe_overlap_pairs_only_the_steady_state_after_one_more_warm_up_forward() {
         [
             (true, 0, false),
             (true, 1, false),
-            (true, 2, false),
-            (true, 3, true),
+            (true, 2, true),
             (false, 0, false),
+            (true, 3, true),
             (false, 1, false),
             (false, 2, false),
             (false, 3, false)

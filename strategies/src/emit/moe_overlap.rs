@@ -24,11 +24,10 @@
 //! after the experts inside a transformer layer (dropout, residual add) run after the
 //! backward's pre-dispatch part, once the combine has arrived.
 //!
-//! Two schedules use the merged step besides the no-pipeline one here
-//! ([`RankEmitter::overlapped_schedule`]): DualPipe's forward-and-backward pairs and, with
-//! `moe-overlap` and an interleaved pipeline, the 1F1B steady state's pairs
-//! ([`crate::pipeline::pair_steady_state`]); both come through the driver's pair path
-//! (`Action::with_next`), which receives both inputs before and sends both outputs after.
+//! The merged step runs DualPipe's forward-and-backward pairs and, with `moe-overlap`, the 1F1B
+//! steady state's pairs ([`crate::pipeline::pair_steady_state`], with or without a pipeline):
+//! both come through the driver's pair path (`Action::with_next`), which receives both inputs
+//! before and sends both outputs after.
 //!
 //! Invariant: each pass's ops are emitted in the order its unmerged emission has, so every
 //! dependency still points to an earlier op.
@@ -285,50 +284,5 @@ impl RankEmitter<'_, '_> {
         self.waiting.append(&mut bl.waiting);
         self.last_compute = fl.last_compute.max(bl.last_compute);
         Ok(sync)
-    }
-}
-
-impl RankEmitter<'_, '_> {
-    /// The schedule of a rank under the EP A2A overlap (no pipeline: one chunk): each forward
-    /// that a backward follows ([`crate::pipeline::overlapped_actions`]) merged with it
-    /// ([`RankEmitter::overlapped_step`]), the others as usual. `last_sync` gets the chunk's
-    /// last gradient synchronisation.
-    pub(super) fn overlapped_schedule(
-        &mut self,
-        policy: &mut dyn RankPolicy,
-        last_sync: &mut [Option<u32>],
-    ) -> Result<(), StrategyError> {
-        let plan = self.plan;
-        let actions = &plan.actions[0];
-        let is_last = |action: &Action| action.micro_batch + 1 == plan.micro_batches;
-        let mut next = 0;
-        while let Some(&action) = actions.get(next) {
-            let mark = self.buffer.ops.len();
-            let chunk = action.chunk as usize;
-            let micro = action.micro_batch;
-            let merged = actions.get(next + 1).filter(|b| action.is_forward() && b.is_backward());
-            let (sync, name) = if let Some(&backward) = merged {
-                next += 2;
-                let reads_loss = chunk + 1 == plan.chunk_layers.len();
-                let sync = self.overlapped_step(policy, action, backward, is_last(&backward), reads_loss)?;
-                (sync, format!("F{micro} + B{}", backward.micro_batch))
-            } else if action.is_forward() {
-                next += 1;
-                policy.forward_chunk(self, chunk, micro)?;
-                if plan.host_nan_checks && chunk + 1 == plan.chunk_layers.len() {
-                    let deps: Vec<Dep> = self.last_compute.map(Dep::Local).into_iter().collect();
-                    self.host_read(&deps, super::rank::LOSS_CHECK_LABEL);
-                }
-                (None, format!("F{micro}"))
-            } else {
-                next += 1;
-                (policy.backward_chunk(self, chunk, micro, is_last(&action))?, format!("B{micro}"))
-            };
-            if let Some(sync) = sync {
-                last_sync[chunk] = Some(sync);
-            }
-            self.span(mark, name);
-        }
-        Ok(())
     }
 }

@@ -176,18 +176,13 @@ impl<'s> Plan<'s> {
         };
         let group = p.microbatch_group.unwrap_or(p.pipeline);
         // The EP A2A overlap's merged order (checked: no pipeline, `Strategy::check_moe_overlap`).
-        let actions = if p.moe_overlap && p.pipeline == 1 {
-            vec![pipeline::overlapped_actions(micro_batches)]
-        } else {
-            let mut orders =
-                pipeline::orders(p.schedule, p.pipeline, p.virtual_stages, group, micro_batches, &times);
-            if p.moe_overlap {
-                // Megatron-Core's combined 1F1B for the interleaved schedule: each steady-state
-                // forward merged with the backward after it (checked: interleaved 1F1B).
-                orders.iter_mut().for_each(pipeline::pair_steady_state);
-            }
-            orders
-        };
+        let mut actions =
+            pipeline::orders(p.schedule, p.pipeline, p.virtual_stages, group, micro_batches, &times);
+        if p.moe_overlap {
+            // Megatron-Core's combined 1F1B: each steady-state forward merged with the backward
+            // after it (checked: 1F1B, interleaved with a pipeline).
+            actions.iter_mut().for_each(pipeline::pair_steady_state);
+        }
 
         let policy = policy::select(strategy, &local, &chunk_layers, &recompute_before);
         let buckets = policy::buckets::plan(strategy, &local, &chunk_layers);

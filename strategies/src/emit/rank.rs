@@ -165,18 +165,12 @@ impl RankEmitter<'_, '_> {
         // `workload.passes = "forward"`: the schedule's forward actions alone, in its order
         // (the memory stays the training schedule's: see `crate::passes`).
         let trains = plan.strategy.passes.trains();
-        // Megatron-Core's EP A2A overlap without a pipeline merges forwards with backwards; with
-        // one its steady-state pairs run merged in the loop below (`Action::with_next`).
-        let merged = trains && p.moe_overlap && p.pipeline == 1;
-        if merged {
-            self.overlapped_schedule(policy, &mut last_sync)?;
-        }
-        // DualPipe's forward-and-backward pair: the forward's send, held until the backward has
+        // DualPipe's and the EP A2A overlap's forward-and-backward pair: the forward's send, held until the backward has
         // run (the pair sends both outputs after computing both).
         let mut held_send: Option<(u32, Bytes, Key)> = None;
         // Whether the last forward ran merged with the backward after it (DualPipe's pair).
         let mut merged_pair = false;
-        let actions = if merged { &[][..] } else { &plan.actions[stage as usize][..] };
+        let actions = &plan.actions[stage as usize];
         for (index, action) in actions.iter().enumerate().filter(|(_, a)| trains || a.is_forward()) {
             let chunk = map.global(stage, action.chunk);
             let micro = action.micro_batch;
@@ -206,11 +200,10 @@ impl RankEmitter<'_, '_> {
                 })
             };
             let received = receive(action);
-            // A pair's forward also waits for its backward's input.
-            let partner = action
-                .with_next
-                .then(|| actions.get(index + 1).filter(|_| trains).and_then(&receive))
-                .flatten();
+            // The backward a forward runs merged with, if any: the forward also waits for its
+            // input.
+            let pair = actions.get(index + 1).filter(|_| action.with_next && trains && action.is_forward());
+            let partner = pair.and_then(&receive);
             // The exchange between the last action and this one: its send and this receive.
             if plan.pipeline_host_sync && (sent || received.is_some()) {
                 self.pipeline_host_sync(&mut frontier, received);
@@ -234,13 +227,11 @@ impl RankEmitter<'_, '_> {
                 let meta = OpMeta::NONE.with_pass(pass).with_origin(self.origin(PIPELINE_ORIGIN));
                 self.comm(comm, meta);
             }
-            // DualPipe's pair runs merged, layer pair by layer pair, each pass in its own lane
+            // A pair runs merged, layer pair by layer pair, each pass in its own lane
             // (`super::moe_overlap`): one's expert all-to-alls beside the other's kernels. The
             // pair's backward action then only sends.
             let pair_backward = !action.is_forward() && std::mem::take(&mut merged_pair);
-            let partner =
-                actions.get(index + 1).filter(|_| action.with_next && trains && action.is_forward());
-            if let Some(partner) = partner {
+            if let Some(partner) = pair {
                 let global = |a: &crate::Action| crate::Action { chunk: map.global(stage, a.chunk), ..*a };
                 let last = partner.micro_batch + 1 == plan.path_micro_batches;
                 let reads_loss = map.next(chunk).is_none();
