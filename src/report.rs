@@ -302,6 +302,10 @@ impl<'s> Report<'s> {
             one => format!("NCCL protocol {one}"),
         };
         let _ = writeln!(out, "network model {}; {protocols}", s.fidelity);
+        for (index, line) in s.link_conditions.iter().enumerate() {
+            let label = if index == 0 { "link faults" } else { "" };
+            let _ = writeln!(out, "{label:<14}{line}");
+        }
         let _ = writeln!(out);
     }
 

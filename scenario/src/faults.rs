@@ -5,12 +5,20 @@
 //! cable: the named link and its reverse. Routes that cross a link that is down go the
 //! fewest-hop way around it; a fault that cuts ranks off is an error naming the links and the
 //! ranks, before anything runs.
+//!
+//! A fault with `for-ms` holds only during a window (from `at-ms`, repeating every `every-ms`
+//! if given): a NIC that flaps. Its flows stall while the link is down and resume when it is
+//! back, as a transport retransmitting on its connection does; a window down longer than
+//! NCCL's InfiniBand retry budget would fail the job instead, and is refused. `latency-noise`
+//! adds a drawn extra latency to every link crossing. Both need the `flow` or `packet-steps`
+//! model, which keep link state over time.
 
 use rand::SeedableRng;
 use rand::seq::index::sample;
 use rand_chacha::ChaCha8Rng;
 use serde::Deserialize;
-use topology::{HostId, LinkId, Topology};
+use sim_core::units::SimDuration;
+use topology::{HostId, JitterShape, LatencyJitter, LinkId, LinkWindow, Topology};
 
 /// `[faults]` as written.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -18,6 +26,17 @@ use topology::{HostId, LinkId, Topology};
 pub(crate) struct FaultsSection {
     #[serde(default)]
     links: Vec<LinkFaultSection>,
+    latency_noise: Option<LatencyNoiseSection>,
+}
+
+/// `faults.latency-noise` as written.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct LatencyNoiseSection {
+    distribution: String,
+    mean_us: f64,
+    cv: f64,
+    kind: Option<String>,
 }
 
 /// One `faults.links` entry as written.
@@ -30,6 +49,9 @@ struct LinkFaultSection {
     bandwidth_factor: Option<f64>,
     #[serde(default)]
     down: bool,
+    at_ms: Option<f64>,
+    for_ms: Option<f64>,
+    every_ms: Option<f64>,
 }
 
 /// Which links a fault hits.
@@ -55,6 +77,18 @@ pub enum FaultEffect {
     Down,
 }
 
+/// When a fault holds, if not for the whole run: from `start`, for `length`, again every
+/// `every` if given (times from the start of the run).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FaultWindow {
+    /// When it first holds.
+    pub start: SimDuration,
+    /// How long it holds each time.
+    pub length: SimDuration,
+    /// Its period, if it repeats.
+    pub every: Option<SimDuration>,
+}
+
 /// One validated fault.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LinkFault {
@@ -62,6 +96,22 @@ pub struct LinkFault {
     pub target: FaultTarget,
     /// What happens to them.
     pub effect: FaultEffect,
+    /// When, if only for a while (`None`: the whole run).
+    pub window: Option<FaultWindow>,
+}
+
+/// Validated `faults.latency-noise`: extra latency on every crossing of the links of `kind`
+/// (all links if `None`), `mean` times a draw of mean 1 and coefficient of variation `cv`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LatencyNoise {
+    /// The draws' distribution.
+    pub shape: JitterShape,
+    /// Mean extra latency per crossing.
+    pub mean: SimDuration,
+    /// Coefficient of variation of the draws.
+    pub cv: f64,
+    /// The kind of link it applies to (`topo --json`'s `kind`), or every link.
+    pub kind: Option<String>,
 }
 
 /// Validated `[faults]`.
@@ -69,8 +119,68 @@ pub struct LinkFault {
 pub struct Faults {
     /// The link faults, in the order given.
     pub links: Vec<LinkFault>,
-    /// `simulation.seed`, for faults drawn by kind.
+    /// Extra latency per link crossing, if any.
+    pub latency_noise: Option<LatencyNoise>,
+    /// `simulation.seed`, for faults drawn by kind and latency noise.
     pub seed: u64,
+}
+
+/// NCCL's InfiniBand transport gives up on a connection after its first send and
+/// `NCCL_IB_RETRY_CNT` retries, each after a local ACK timeout of 4.096 us x
+/// 2^`NCCL_IB_TIMEOUT` (the InfiniBand Architecture Specification's encoding); NCCL's defaults
+/// are 20 and 7 (`src/transport/net_ib/connect.cc`, `NCCL_PARAM(IbTimeout, "IB_TIMEOUT", 20)`
+/// and `NCCL_PARAM(IbRetryCnt, "IB_RETRY_CNT", 7)`, NVIDIA/nccl at 5067397): 8 x 4.29 s =
+/// 34.4 s. A link down longer than that fails the job instead of stalling it.
+pub const NCCL_IB_RETRY_BUDGET_S: f64 = 8.0 * 4.096e-6 * 1_048_576.0;
+
+impl Faults {
+    /// One line per fault that holds for a while and for latency noise, for reports: what
+    /// it hits, what it does, when.
+    pub fn describe_in_time(&self) -> Vec<String> {
+        let ms = |d: SimDuration| format!("{} ms", d.as_secs_f64() * 1e3);
+        let mut lines: Vec<String> = self
+            .links
+            .iter()
+            .filter_map(|fault| {
+                let window = fault.window?;
+                let what = match &fault.target {
+                    FaultTarget::Link(name) => format!("\"{name}\" (both ways)"),
+                    FaultTarget::Kind { kind, fraction } => {
+                        format!("{}% of {kind} cables (drawn)", fraction * 100.0)
+                    }
+                };
+                let effect = match fault.effect {
+                    FaultEffect::Down => "down".to_string(),
+                    FaultEffect::Degraded(factor) => format!("at {factor}x bandwidth"),
+                };
+                let every = window.every.map(|every| format!(", every {}", ms(every))).unwrap_or_default();
+                Some(format!("{what} {effect} for {} from {}{every}", ms(window.length), ms(window.start)))
+            })
+            .collect();
+        if let Some(noise) = &self.latency_noise {
+            let shape = match noise.shape {
+                JitterShape::Lognormal => "lognormal",
+                JitterShape::Gamma => "gamma",
+                JitterShape::Normal => "normal",
+            };
+            let on = noise.kind.as_ref().map_or("every link".to_string(), |kind| format!("each {kind} link"));
+            lines.push(format!(
+                "latency noise: + {} us mean ({shape}, cv {}) per crossing of {on}",
+                noise.mean.as_secs_f64() * 1e6,
+                noise.cv
+            ));
+        }
+        lines
+    }
+
+    /// Whether some fault needs link state over time (a window or latency noise), which only
+    /// the `flow` and `packet-steps` models keep: the key of the first such fault.
+    pub fn needs_time_varying_links(&self) -> Option<String> {
+        if let Some(index) = self.links.iter().position(|fault| fault.window.is_some()) {
+            return Some(format!("faults.links[{index}].for-ms"));
+        }
+        self.latency_noise.as_ref().map(|_| "faults.latency-noise".to_string())
+    }
 }
 
 impl FaultsSection {
@@ -145,9 +255,112 @@ impl FaultsSection {
                     ));
                 }
             };
-            links.push(LinkFault { target, effect });
+            let window = window(fault, effect, &key, invalid)?;
+            links.push(LinkFault { target, effect, window });
         }
-        Ok(Faults { links, seed })
+        let latency_noise = match &self.latency_noise {
+            Some(noise) => Some(noise.validate(invalid)?),
+            None => None,
+        };
+        Ok(Faults { links, latency_noise, seed })
+    }
+}
+
+/// The window of a fault with `for-ms` (and `at-ms`, `every-ms`); errors name the key.
+fn window<E>(
+    fault: &LinkFaultSection,
+    effect: FaultEffect,
+    key: &dyn Fn(&str) -> String,
+    invalid: &dyn Fn(&str, String) -> E,
+) -> Result<Option<FaultWindow>, E> {
+    let Some(length_ms) = fault.for_ms else {
+        for (field, value) in [("at-ms", fault.at_ms), ("every-ms", fault.every_ms)] {
+            if value.is_some() {
+                return Err(invalid(
+                    &key("for-ms"),
+                    format!(
+                        "is missing: {field} times a fault that holds for a while; give for-ms (milliseconds it holds), or remove {field} for a fault over the whole run"
+                    ),
+                ));
+            }
+        }
+        return Ok(None);
+    };
+    let duration = |field: &str, ms: f64, positive: bool| {
+        let ok = ms.is_finite() && if positive { ms > 0.0 } else { ms >= 0.0 };
+        if !ok {
+            let bound = if positive { "above 0" } else { "0 or more" };
+            return Err(invalid(&key(field), format!("is {ms}; give milliseconds, {bound}")));
+        }
+        SimDuration::from_secs_f64(ms * 1e-3)
+            .map_err(|error| invalid(&key(field), format!("is {ms} ms: {error}")))
+    };
+    let length = duration("for-ms", length_ms, true)?;
+    let start = duration("at-ms", fault.at_ms.unwrap_or(0.0), false)?;
+    let every = match fault.every_ms {
+        Some(ms) => {
+            let every = duration("every-ms", ms, true)?;
+            if every <= length {
+                return Err(invalid(
+                    &key("every-ms"),
+                    format!(
+                        "is {ms}, not longer than for-ms ({length_ms}): the link would never come back; give a period longer than the window"
+                    ),
+                ));
+            }
+            Some(every)
+        }
+        None => None,
+    };
+    if effect == FaultEffect::Down && length.as_secs_f64() > NCCL_IB_RETRY_BUDGET_S {
+        return Err(invalid(
+            &key("for-ms"),
+            format!(
+                "is {length_ms} ms: a link down that long outlasts NCCL's InfiniBand retries ({:.1} s: 8 tries of 4.096 us x 2^20 with its defaults NCCL_IB_TIMEOUT = 20 and NCCL_IB_RETRY_CNT = 7), so the job would fail rather than stall; model it as a failure ([failures] events with kind = \"link\"), or give a shorter window or a bandwidth-factor",
+                NCCL_IB_RETRY_BUDGET_S
+            ),
+        ));
+    }
+    Ok(Some(FaultWindow { start, length, every }))
+}
+
+impl LatencyNoiseSection {
+    fn validate<E>(&self, invalid: &dyn Fn(&str, String) -> E) -> Result<LatencyNoise, E> {
+        let key = |field: &str| format!("faults.latency-noise.{field}");
+        let shape = match self.distribution.as_str() {
+            "lognormal" => JitterShape::Lognormal,
+            "gamma" => JitterShape::Gamma,
+            "normal" => JitterShape::Normal,
+            other => {
+                return Err(invalid(
+                    &key("distribution"),
+                    format!(
+                        "is \"{other}\"; valid: \"lognormal\", \"gamma\", \"normal\" (truncated at zero)"
+                    ),
+                ));
+            }
+        };
+        if !(self.mean_us.is_finite() && self.mean_us > 0.0) {
+            return Err(invalid(
+                &key("mean-us"),
+                format!(
+                    "is {}; give the mean extra latency per link crossed in microseconds, above 0",
+                    self.mean_us
+                ),
+            ));
+        }
+        let mean = SimDuration::from_secs_f64(self.mean_us * 1e-6)
+            .map_err(|error| invalid(&key("mean-us"), format!("is {}: {error}", self.mean_us)))?;
+        if !(self.cv.is_finite() && (0.0..=10.0).contains(&self.cv)) {
+            return Err(invalid(
+                &key("cv"),
+                format!(
+                    "is {}; give the coefficient of variation (standard deviation over mean), 0 to 10",
+                    self.cv
+                ),
+            ));
+        }
+        Ok(LatencyNoise { shape, mean, cv: self.cv, kind: self.kind.clone() })
     }
 }
 
@@ -192,14 +405,11 @@ impl Faults {
                         .filter(|&id| topology.link_kind(id) == kind.as_str())
                         .collect();
                     if of_kind.is_empty() {
-                        let mut kinds: Vec<&str> = cables.iter().map(|&id| topology.link_kind(id)).collect();
-                        kinds.sort_unstable();
-                        kinds.dedup();
                         return Err(FaultError {
                             key: format!("faults.links[{index}].kind"),
                             message: format!(
                                 "is \"{kind}\"; this cluster's links are of kinds {}",
-                                kinds.join(", ")
+                                kinds_of(topology, &cables)
                             ),
                         });
                     }
@@ -211,6 +421,28 @@ impl Faults {
                     chosen.into_iter().map(|i| of_kind[i]).collect()
                 }
             };
+            if let Some(window) = fault.window {
+                // A fault for a while: the flow models apply it as time passes.
+                let links: Vec<LinkId> =
+                    hit.iter().flat_map(|&id| std::iter::once(id).chain(topology.reverse_of(id))).collect();
+                let factor = match fault.effect {
+                    FaultEffect::Degraded(factor) => factor,
+                    FaultEffect::Down => 0.0,
+                };
+                topology
+                    .add_window(LinkWindow {
+                        links,
+                        factor,
+                        start: window.start,
+                        length: window.length,
+                        every: window.every,
+                    })
+                    .map_err(|error| FaultError {
+                        key: format!("faults.links[{index}].for-ms"),
+                        message: error.to_string(),
+                    })?;
+                continue;
+            }
             for id in hit {
                 let both = std::iter::once(id).chain(topology.reverse_of(id));
                 for link in both {
@@ -228,6 +460,37 @@ impl Faults {
                     }
                 }
             }
+        }
+        if let Some(noise) = &self.latency_noise {
+            let on: Vec<bool> = match &noise.kind {
+                Some(kind) => {
+                    let on: Vec<bool> =
+                        (0..links).map(|id| topology.link_kind(LinkId(id)) == kind.as_str()).collect();
+                    if !on.contains(&true) {
+                        return Err(FaultError {
+                            key: "faults.latency-noise.kind".into(),
+                            message: format!(
+                                "is \"{kind}\"; this cluster's links are of kinds {}",
+                                kinds_of(topology, &cables)
+                            ),
+                        });
+                    }
+                    on
+                }
+                None => vec![true; links as usize],
+            };
+            // Its own stream of the seed, apart from the draws of faults by kind.
+            let jitter = LatencyJitter {
+                mean: noise.mean,
+                cv: noise.cv,
+                shape: noise.shape,
+                on,
+                seed: self.seed ^ LATENCY_NOISE_STREAM,
+            };
+            topology.set_latency_jitter(jitter).map_err(|error| FaultError {
+                key: "faults.latency-noise".into(),
+                message: error.to_string(),
+            })?;
         }
         if let Some(&(index, _)) = downed.first() {
             // The ranks GPU 0, or the first GPU of the next server, cannot reach: GPUs are not
@@ -276,6 +539,17 @@ impl Faults {
     }
 }
 
+/// Mixed into the seed of latency noise, so its draws are not the faults-by-kind stream's.
+const LATENCY_NOISE_STREAM: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// The kinds of `cables`, sorted, once each, comma-separated.
+fn kinds_of(topology: &Topology, cables: &[LinkId]) -> String {
+    let mut kinds: Vec<&str> = cables.iter().map(|&id| topology.link_kind(id)).collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    kinds.join(", ")
+}
+
 /// `0-7, 12, 16-23`: sorted numbers as ranges.
 fn ranges(numbers: &[u32]) -> String {
     let mut parts = Vec::new();
@@ -318,7 +592,12 @@ mod tests {
     fn by_kind(kind: &str, fraction: f64, down: bool, seed: u64) -> Faults {
         let effect = if down { FaultEffect::Down } else { FaultEffect::Degraded(0.5) };
         Faults {
-            links: vec![LinkFault { target: FaultTarget::Kind { kind: kind.into(), fraction }, effect }],
+            links: vec![LinkFault {
+                target: FaultTarget::Kind { kind: kind.into(), fraction },
+                effect,
+                window: None,
+            }],
+            latency_noise: None,
             seed,
         }
     }
@@ -358,7 +637,9 @@ mod tests {
             links: vec![LinkFault {
                 target: FaultTarget::Link("nic 99 -> nowhere".into()),
                 effect: FaultEffect::Down,
+                window: None,
             }],
+            latency_noise: None,
             seed: 0,
         };
         let error = faults.apply(&mut fat_tree()).expect_err("no such link");
@@ -387,7 +668,12 @@ mod tests {
         let mut topology = fat_tree();
         let name = topology.link_name(topology.route(HostId(5), HostId(0)).expect("a route")[0]);
         let faults = Faults {
-            links: vec![LinkFault { target: FaultTarget::Link(name.clone()), effect: FaultEffect::Down }],
+            links: vec![LinkFault {
+                target: FaultTarget::Link(name.clone()),
+                effect: FaultEffect::Down,
+                window: None,
+            }],
+            latency_noise: None,
             seed: 0,
         };
         let error = faults.apply(&mut topology).expect_err("rank 5 is cut off");

@@ -39,6 +39,9 @@ pub struct Summary {
     pub strategy: StrategySummary,
     /// Network model.
     pub fidelity: &'static str,
+    /// Faults that hold for a while and latency noise (`[faults]`), described; empty without.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub link_conditions: Vec<String>,
     /// NCCL protocols of the collectives (`simulation.protocol`): `auto`, one protocol, or `off`.
     pub protocol: String,
     /// Iterations simulated.
@@ -1306,6 +1309,11 @@ pub(crate) fn summarize(
             input_copy_bytes: strategy.input_copy_bytes().map(|bytes| bytes.0),
         },
         fidelity: scenario.network.fidelity.name(),
+        link_conditions: scenario
+            .faults
+            .as_ref()
+            .map(crate::faults::Faults::describe_in_time)
+            .unwrap_or_default(),
         protocol: scenario.network.protocols.to_string(),
         iterations: scenario.iterations,
         iteration_time,

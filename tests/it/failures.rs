@@ -81,3 +81,81 @@ fn a_degraded_nic_slows_the_job_and_a_cut_off_rank_is_an_error() {
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("faults.links[0]") && stderr.contains("ranks 5;"), "{stderr}");
 }
+
+/// The quickstart job under `flow` for `iterations` iterations, with `faults` as its
+/// `[faults]` table; the `run --json` output.
+fn flow_with_faults(name: &str, iterations: u32, faults: &str) -> serde_json::Value {
+    let text = quickstart_with("fidelity = \"analytical\"", "fidelity = \"flow\"")
+        .replace("iterations = 1", &format!("iterations = {iterations}"));
+    let text = if faults.is_empty() { text } else { format!("{text}\n[faults]\n{faults}\n") };
+    let path = scenario_file(name, &text);
+    let output = parasim(&["run", path.to_str().unwrap(), "--json"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+fn iteration(json: &serde_json::Value) -> f64 {
+    json["iteration_time_s"].as_f64().unwrap()
+}
+
+#[test]
+fn a_nic_that_flaps_during_the_last_allreduce_delays_the_step_by_its_time_down() {
+    const NIC: &str = "gpu 9 (node 1.1) -> switch";
+    let healthy = flow_with_faults("flap-none.toml", 1, "");
+    let step = iteration(&healthy);
+    // Down from 1 ms before the end of the healthy step: the last gradient allreduce is in
+    // flight (the step ends with it) and stalls until the NIC is back.
+    let at_ms = (step - 1e-3) * 1e3;
+    let flap = |length_ms: f64| {
+        let faults =
+            format!("links = [{{ link = \"{NIC}\", down = true, at-ms = {at_ms}, for-ms = {length_ms} }}]");
+        flow_with_faults(&format!("flap-{length_ms}.toml"), 1, &faults)
+    };
+    let (five, ten) = (flap(5.0), flap(10.0));
+    println!("healthy {step} s, down 5 ms {} s, down 10 ms {} s", iteration(&five), iteration(&ten));
+    assert!(iteration(&five) > step + 3e-3, "the stalled allreduce ends after the NIC is back");
+    // Past the window the same transfers run at the same rates: 5 ms more down, 5 ms later.
+    assert!((iteration(&ten) - iteration(&five) - 5e-3).abs() < 1e-9);
+    let line = five["link_conditions"][0].as_str().unwrap();
+    assert!(line.starts_with(&format!("\"{NIC}\" (both ways) down for 5 ms from {:.3}", at_ms)), "{line}");
+    // A window after the step ends changes nothing but the report's line.
+    let late = flow_with_faults(
+        "flap-late.toml",
+        1,
+        &format!("links = [{{ link = \"{NIC}\", down = true, at-ms = {}, for-ms = 5 }}]", step * 1e3 + 1.0),
+    );
+    assert_eq!(iteration(&late), step);
+    // A flap every flapped step: each of three iterations starts when the last one ended, so
+    // each meets the window at the same point of its own step and takes as long as the first.
+    let period_ms = iteration(&five) * 1e3;
+    let every = flow_with_faults(
+        "flap-every.toml",
+        3,
+        &format!(
+            "links = [{{ link = \"{NIC}\", down = true, at-ms = {at_ms}, for-ms = 5, every-ms = {period_ms} }}]"
+        ),
+    );
+    let times: Vec<f64> =
+        every["iteration_times_s"].as_array().unwrap().iter().map(|t| t.as_f64().unwrap()).collect();
+    assert_eq!(times.len(), 3);
+    for time in &times {
+        assert!((time - iteration(&five)).abs() < 1e-9, "{times:?} against {}", iteration(&five));
+    }
+}
+
+#[test]
+fn latency_noise_slows_the_job_the_same_way_for_the_same_seed() {
+    let noise = "latency-noise = { distribution = \"lognormal\", mean-us = 20, cv = 1.0, kind = \"NIC\" }";
+    let healthy = iteration(&flow_with_faults("noise-none.toml", 1, ""));
+    let first = flow_with_faults("noise-a.toml", 1, noise);
+    let again = flow_with_faults("noise-b.toml", 1, noise);
+    assert!(iteration(&first) > healthy, "{healthy} -> {}", iteration(&first));
+    assert_eq!(first["iteration_time_s"], again["iteration_time_s"]);
+    assert_eq!(first["breakdown"], again["breakdown"]);
+    let text = quickstart_with("fidelity = \"analytical\"", "fidelity = \"flow\"")
+        .replace("iterations = 1", "iterations = 1\nseed = 5");
+    let path = scenario_file("noise-seed.toml", &format!("{text}\n[faults]\n{noise}\n"));
+    let output = parasim(&["run", path.to_str().unwrap(), "--json"]);
+    let other: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_ne!(other["iteration_time_s"], first["iteration_time_s"], "another seed, other draws");
+}

@@ -101,6 +101,7 @@
 //! cascade variant routes exactly as SimGrid 3.32 (see [`CascadeSpec`] and the `cascade`
 //! module for the one place it deliberately does not).
 
+mod conditions;
 mod error;
 mod fabric;
 mod hash;
@@ -114,6 +115,7 @@ use petgraph::graph::{DiGraph, EdgeIndex, NodeIndex};
 use petgraph::visit::EdgeRef;
 use units::{Bandwidth, SimDuration};
 
+pub use conditions::{JitterShape, LatencyJitter, LinkWindow};
 pub use error::TopologyError;
 pub use spec::{
     CascadeSpec, DragonflySpec, FabricSpec, HostCpu, NcclAlgorithms, NcclProtocols, NcclSettings,
@@ -372,6 +374,10 @@ pub struct Topology {
     host_memory_links: Vec<(LinkId, LinkId)>,
     /// Which links are down ([`Topology::take_down`]), by link id; empty while none is.
     down: Vec<bool>,
+    /// Capacity windows ([`Topology::add_window`]), in the order added.
+    windows: Vec<LinkWindow>,
+    /// Latency jitter ([`Topology::set_latency_jitter`]), if any.
+    jitter: Option<LatencyJitter>,
 }
 
 impl Topology {
@@ -520,6 +526,8 @@ impl Topology {
             pruned: None,
             host_memory_links: Vec::new(),
             down: Vec::new(),
+            windows: Vec::new(),
+            jitter: None,
         };
         if has_network {
             if let Some(link) = gpu_to_nic.filter(|_| shared_nics) {
@@ -892,6 +900,56 @@ impl Topology {
         if let Some(down) = self.down.get_mut(id.0 as usize) {
             *down = true;
         }
+    }
+
+    /// Adds a capacity window: links degraded or down for a while, once or periodically (a
+    /// flapping NIC). Only the `flow` and `packet-steps` models apply it. Errors if a link does
+    /// not exist, the factor is not in [0, 1], the window is empty or its period not longer
+    /// than it.
+    pub fn add_window(&mut self, window: LinkWindow) -> Result<(), TopologyError> {
+        let invalid = |problem: String| TopologyError::Invalid { parameter: "window", problem };
+        if !(0.0..=1.0).contains(&window.factor) {
+            return Err(invalid(format!("capacity factor {} is not in [0, 1]", window.factor)));
+        }
+        if window.length == SimDuration::ZERO {
+            return Err(invalid("lasts no time".into()));
+        }
+        if window.every.is_some_and(|every| every <= window.length) {
+            return Err(invalid("repeats before it has closed".into()));
+        }
+        if let Some(link) = window.links.iter().find(|link| link.0 as usize >= self.graph.edge_count()) {
+            return Err(invalid(format!("link {} does not exist", link.0)));
+        }
+        self.windows.push(window);
+        Ok(())
+    }
+
+    /// The capacity windows, in the order added.
+    pub fn windows(&self) -> &[LinkWindow] {
+        &self.windows
+    }
+
+    /// Sets the latency jitter of link crossings (replacing any). Only the `flow` and
+    /// `packet-steps` models apply it. Errors if its mask does not cover every link or its
+    /// coefficient of variation is negative or not finite.
+    pub fn set_latency_jitter(&mut self, jitter: LatencyJitter) -> Result<(), TopologyError> {
+        let invalid = |problem: String| TopologyError::Invalid { parameter: "latency jitter", problem };
+        if jitter.on.len() != self.graph.edge_count() {
+            return Err(invalid(format!("marks {} links of {}", jitter.on.len(), self.graph.edge_count())));
+        }
+        if !(jitter.cv.is_finite() && jitter.cv >= 0.0) {
+            return Err(invalid(format!(
+                "coefficient of variation {} is not a finite number >= 0",
+                jitter.cv
+            )));
+        }
+        self.jitter = Some(jitter);
+        Ok(())
+    }
+
+    /// The latency jitter of link crossings, if any.
+    pub fn latency_jitter(&self) -> Option<&LatencyJitter> {
+        self.jitter.as_ref()
     }
 
     /// Whether link `id` is down.

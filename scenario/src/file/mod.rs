@@ -1417,8 +1417,17 @@ fn validate(
         Some(section) => Some(section.validate(spec.simulation.seed, &invalid)?),
         None => None,
     };
+    if fidelity == Fidelity::Analytical
+        && let Some(key) = faults.as_ref().and_then(crate::faults::Faults::needs_time_varying_links)
+    {
+        return Err(invalid(
+            &key,
+            "needs simulation.fidelity = \"flow\" or \"packet-steps\": a fault for a while and latency noise change links as the run goes, and the analytical model keeps no link state over time".into(),
+        ));
+    }
     // Faults break the symmetry of ranks: every rank is simulated unless the scenario says.
-    let fold_default = !parallelism.is_data_parallel() && faults.as_ref().is_none_or(|f| f.links.is_empty());
+    let fold_default = !parallelism.is_data_parallel()
+        && faults.as_ref().is_none_or(|f| f.links.is_empty() && f.latency_noise.is_none());
     // Ranks on different devices are not symmetric: every rank is simulated.
     let mixed = node_groups.as_ref().is_some_and(|groups| groups.is_mixed());
     if mixed && spec.simulation.fold_symmetric_ranks == Some(true) {

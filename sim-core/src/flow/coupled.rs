@@ -108,9 +108,14 @@ impl GroupTiming for Couplings {
     /// `epoch`: the edges of a coupled collective end together, so its completion is the
     /// latest of theirs, rescheduled (by `schedule_done`) whenever their common
     /// rate changes.
-    fn rate_changed(&mut self, coupling: u32, delay: SimDuration, epoch: u64) {
+    fn rate_changed(&mut self, coupling: u32, delay: Option<SimDuration>, epoch: u64) {
         if let Some(Some(state)) = self.slots.get_mut(coupling as usize) {
-            state.due = if state.due_generation == epoch { state.due.max(delay) } else { delay };
+            // A member at rate 0 (a link of its route down) holds the whole coupling.
+            state.due = if state.due_generation == epoch {
+                state.due.zip(delay).map(|(a, b)| a.max(b))
+            } else {
+                delay
+            };
             state.due_generation = epoch;
             state.rescheduled = true;
         }
@@ -129,9 +134,13 @@ impl GroupTiming for Couplings {
                 && state.rescheduled
             {
                 state.rescheduled = false;
+                // The new generation makes the completion scheduled at the old rate stale; at
+                // rate 0 none is scheduled until a re-fill raises it.
                 state.generation = state.generation.wrapping_add(1);
                 let (delay, generation) = (state.due, state.generation);
-                context.wake_after(delay, FlowEvent::CouplingDone { coupling, generation })?;
+                if let Some(delay) = delay {
+                    context.wake_after(delay, FlowEvent::CouplingDone { coupling, generation })?;
+                }
             }
         }
         Ok(())
@@ -156,7 +165,7 @@ struct Coupling {
     ring: Option<RingTiming>,
     /// Completion bookkeeping: the latest edge's remaining time as of the re-fill `epoch`
     /// `due_generation`, whether it changed, and the generation of the pending completion.
-    due: SimDuration,
+    due: Option<SimDuration>,
     due_generation: u64,
     rescheduled: bool,
     generation: u32,
@@ -444,7 +453,7 @@ impl Couplings {
         let mut best: Option<(f64, u32, f64)> = None;
         for &link in &touched {
             let (bytes, count) = std::mem::take(&mut self.link_load[link.0 as usize]);
-            let time = bytes / solver.capacity(link);
+            let time = bytes / solver.nominal(link);
             let better = match best {
                 None => true,
                 Some((top, id, _)) => time > top || (time == top && link.0 < id),
@@ -547,7 +556,7 @@ impl Couplings {
                 // The minimum does not depend on the order: each link once is enough.
                 let rate = touched
                     .iter()
-                    .map(|&link| flows.solver.capacity(link) / self.link_members[link.0 as usize])
+                    .map(|&link| flows.solver.nominal(link) / self.link_members[link.0 as usize])
                     .fold(f64::INFINITY, f64::min);
                 self.scratch_seeds = touched;
                 // Every edge moves its bytes in the same time: the largest's at its weight.
@@ -574,7 +583,7 @@ impl Couplings {
                     .flow(flow)
                     .route
                     .iter()
-                    .map(|&l| flows.solver.capacity(l))
+                    .map(|&l| flows.solver.nominal(l))
                     .fold(f64::INFINITY, f64::min)
             })
             .fold(f64::INFINITY, f64::min);
@@ -592,7 +601,7 @@ impl Couplings {
             tail,
             fill_bytes,
             fill_rate,
-            due: SimDuration::ZERO,
+            due: Some(SimDuration::ZERO),
             due_generation: 0,
             rescheduled: false,
             generation,

@@ -44,6 +44,8 @@ pub enum FlowEvent {
     /// Flows entered or left at this instant: once no other event is due now, the rates of
     /// the flows connected to their links are re-filled, all at once.
     Refill,
+    /// A capacity window opens or closes now (see `windows`).
+    Capacity,
     /// A collective's message whose flow finished before its schedule's step floor
     /// ([`Schedule::step_floor`](crate::schedule::Schedule::step_floor)) is done now.
     MessageDue {

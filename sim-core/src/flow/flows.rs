@@ -23,13 +23,16 @@
 //! where flows entered or left since the last re-fill is in its seeds; the work counted
 //! ([`FlowStats::work`]) is the same on every machine for the same run.
 
-use topology::{HostId, LinkId, Route, Routing, Topology};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use topology::{HostId, JitterShape, LinkId, Route, Routing, Topology};
 use units::{SimDuration, SimTime};
 
 use crate::fast_hash::FastMap;
 use crate::graph::RankId;
 use crate::network::{NetContext, NetworkError};
 use crate::schedule::CollectiveError;
+use crate::variability::{Distribution, Noise, Sampler};
 
 use super::event::{FlowEvent, Owner};
 use super::maxmin::{Joined, MaxMin, NO_GROUP};
@@ -92,9 +95,9 @@ pub struct Audit {
 /// What the owner of the solver's groups does when their rates change (see
 /// [`Flows::request_refill`]).
 pub(super) trait GroupTiming {
-    /// A member of `group` has a new rate, its last byte due after `delay`, in the re-fill of
-    /// `epoch` ([`MaxMin::epoch`]).
-    fn rate_changed(&mut self, group: u32, delay: SimDuration, epoch: u64);
+    /// A member of `group` has a new rate, its last byte due after `delay` (`None`: never at
+    /// this rate, a link of its route is down), in the re-fill of `epoch` ([`MaxMin::epoch`]).
+    fn rate_changed(&mut self, group: u32, delay: Option<SimDuration>, epoch: u64);
 
     /// After a re-fill: schedules whatever the rate changes of the groups in `solver`'s last
     /// component call for.
@@ -145,6 +148,34 @@ pub(super) struct Flows<'t> {
     /// The load over time of chosen links, when asked for (see
     /// [`super::FlowNetwork::recording_link_series`]): told every rate change of a flow.
     pub(super) series: Option<SeriesRecorder>,
+    /// The topology's latency jitter, if any: each flow draws its extra latency at its start.
+    jitter: Option<Jitter>,
+}
+
+/// Extra latency per link crossing ([`topology::LatencyJitter`]): every flow, at its start,
+/// draws one factor of mean 1 per marked link of its route from one stream, in the order
+/// flows start (the same run gives the same draws).
+#[derive(Debug)]
+struct Jitter {
+    /// Mean extra latency per crossing, in picoseconds.
+    mean_ps: f64,
+    sampler: Sampler,
+    /// Which links add it, by link id.
+    on: Vec<bool>,
+    rng: ChaCha8Rng,
+}
+
+impl Jitter {
+    /// The extra latency of one flow on `route`.
+    fn draw(&mut self, route: &Route) -> SimDuration {
+        let mut extra = 0.0;
+        for link in route.iter() {
+            if self.on.get(link.0 as usize).copied().unwrap_or(false) {
+                extra += self.mean_ps * self.sampler.sample(&mut self.rng);
+            }
+        }
+        SimDuration::from_ps(extra.round() as u64)
+    }
 }
 
 impl<'t> Flows<'t> {
@@ -176,6 +207,20 @@ impl<'t> Flows<'t> {
             immediate: topology.routes_depend_on_flow(),
             link_bytes: None,
             series: None,
+            jitter: topology.latency_jitter().map(|jitter| {
+                let shape = match jitter.shape {
+                    JitterShape::Lognormal => Distribution::LogNormal,
+                    JitterShape::Gamma => Distribution::Gamma,
+                    JitterShape::Normal => Distribution::Normal,
+                };
+                Jitter {
+                    mean_ps: jitter.mean.as_ps() as f64,
+                    // The topology checked the coefficient of variation.
+                    sampler: Noise::new(shape, jitter.cv).map_or(Sampler::One, |noise| noise.sampler()),
+                    on: jitter.on.clone(),
+                    rng: ChaCha8Rng::seed_from_u64(jitter.seed),
+                }
+            }),
         }
     }
 
@@ -211,7 +256,7 @@ impl<'t> Flows<'t> {
             _ => minimal,
         };
         let latency = self.topology.route_latency(&route);
-        let alone = route.iter().map(|&l| self.solver.capacity(l)).fold(f64::INFINITY, f64::min);
+        let alone = route.iter().map(|&l| self.solver.nominal(l)).fold(f64::INFINITY, f64::min);
         let path = Path { route, latency, alone };
         if cacheable {
             self.paths.insert((src.0, dst.0), self.path_list.len() as u32);
@@ -261,7 +306,8 @@ impl<'t> Flows<'t> {
     }
 
     /// Allocates a flow on `route`, whose links' latencies sum to `latency` (not yet on its
-    /// links) and returns it with that latency.
+    /// links) and returns it with that latency, plus its draw of the topology's latency
+    /// jitter if it has one.
     pub(super) fn new_flow(
         &mut self,
         now: SimTime,
@@ -299,6 +345,10 @@ impl<'t> Flows<'t> {
                 carried[link.0 as usize] += bytes;
             }
         }
+        let latency = match &mut self.jitter {
+            Some(jitter) => latency.saturating_add(jitter.draw(route)),
+            None => latency,
+        };
         let id = self.solver.add(now, route, bytes, owner);
         Ok((id, latency))
     }
@@ -329,7 +379,9 @@ impl<'t> Flows<'t> {
                     let flow = self.solver.flow(id);
                     series.rate(context.now(), id, &flow.route, flow.rate);
                 }
-                context.wake_after(delay, FlowEvent::Finish { flow: id, generation })?;
+                if let Some(delay) = delay {
+                    context.wake_after(delay, FlowEvent::Finish { flow: id, generation })?;
+                }
                 Ok(None)
             }
             Joined::Shared => {
@@ -462,7 +514,11 @@ impl<'t> Flows<'t> {
                 series.rate(now, id, &flow.route, flow.rate);
             }
             if flow.group == NO_GROUP {
-                context.wake_after(delay, FlowEvent::Finish { flow: id, generation: flow.generation })?;
+                // At rate 0 (a link down) no completion: the re-fill that raises the rate
+                // schedules one.
+                if let Some(delay) = delay {
+                    context.wake_after(delay, FlowEvent::Finish { flow: id, generation: flow.generation })?;
+                }
             } else {
                 groups.rate_changed(flow.group, delay, epoch);
             }

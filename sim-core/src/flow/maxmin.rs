@@ -82,13 +82,21 @@ pub(super) enum Joined {
     /// Alone on every link of its route: it runs at its slowest link's capacity and is done
     /// after `delay` at that rate (its `generation` now); no other rate changed.
     Alone {
-        /// Until its last byte is delivered.
-        delay: SimDuration,
+        /// Until its last byte is delivered; `None` while a link of its route is down (rate 0:
+        /// it stalls until a re-fill gives it a rate).
+        delay: Option<SimDuration>,
         /// Its generation at this rate.
         generation: u32,
     },
     /// It shares a link: the component of its route needs a re-fill.
     Shared,
+}
+
+/// When `remaining` bytes at `rate` bytes per second are delivered (rounded up to the
+/// picosecond); `None` at rate 0 (a flow stalled on a link that is down).
+#[inline]
+fn due_in(remaining: f64, rate: f64) -> Option<SimDuration> {
+    (rate > 0.0).then(|| SimDuration::from_ps((remaining / rate * 1e12).ceil() as u64))
 }
 
 /// An f64 that orders totally (rates and shares are finite and non-negative).
@@ -110,8 +118,11 @@ impl Ord for Share {
 /// Flow slots are reused; `T` is each flow's owner.
 #[derive(Debug)]
 pub(super) struct MaxMin<T> {
-    /// Link capacities in bytes per second.
+    /// Link capacities in bytes per second, as they are now (a window may hold a link below
+    /// its capacity as built, or at 0: down).
     capacity: Vec<f64>,
+    /// Link capacities as built, what uncontended estimates use.
+    nominal: Vec<f64>,
     flows: Vec<Flow<T>>,
     free_flows: Vec<u32>,
     /// Flows sharing each link.
@@ -159,6 +170,7 @@ impl<T: Copy> MaxMin<T> {
     pub(super) fn new(capacity: Vec<f64>) -> Self {
         let links = capacity.len();
         MaxMin {
+            nominal: capacity.clone(),
             capacity,
             flows: Vec::new(),
             free_flows: Vec::new(),
@@ -188,6 +200,21 @@ impl<T: Copy> MaxMin<T> {
     #[inline]
     pub(super) fn capacity(&self, link: LinkId) -> f64 {
         self.capacity[link.0 as usize]
+    }
+
+    /// The capacity of `link` as built, in bytes per second, whatever window holds it below
+    /// that now: what estimates of a flow's time alone use.
+    #[inline]
+    pub(super) fn nominal(&self, link: LinkId) -> f64 {
+        self.nominal[link.0 as usize]
+    }
+
+    /// Sets the capacity of `link` now (0: down; its flows stall at rate 0 with no completion
+    /// until it rises). The next re-fill covers whole components: a link whose capacity rose
+    /// may free flows frozen at any level, so no rate is kept by threshold.
+    pub(super) fn set_capacity(&mut self, link: LinkId, capacity: f64) {
+        self.capacity[link.0 as usize] = capacity;
+        self.threshold = 0.0;
     }
 
     /// Flow `id` (allocated by [`MaxMin::add`]).
@@ -299,8 +326,7 @@ impl<T: Copy> MaxMin<T> {
             flow.rate = rate;
             flow.generation = flow.generation.wrapping_add(1);
             let generation = flow.generation;
-            let delay = SimDuration::from_ps((flow.remaining / rate * 1e12).ceil() as u64);
-            return Joined::Alone { delay, generation };
+            return Joined::Alone { delay: due_in(flow.remaining, rate), generation };
         }
         Joined::Shared
     }
@@ -532,11 +558,12 @@ impl<T: Copy> MaxMin<T> {
     /// Applies the rates [`MaxMin::solve`] found: every flow of the component whose rate
     /// changed is brought up to date at `now` (its remaining bytes at the old rate), takes its
     /// new rate and a new generation, and is passed to `changed` with the time its last byte
-    /// is due at that rate (rounded up to the picosecond), in component order.
+    /// is due at that rate (rounded up to the picosecond; `None` at rate 0: a link of its
+    /// route is down), in component order.
     pub(super) fn update<E>(
         &mut self,
         now: SimTime,
-        mut changed: impl FnMut(u32, &Flow<T>, SimDuration) -> Result<(), E>,
+        mut changed: impl FnMut(u32, &Flow<T>, Option<SimDuration>) -> Result<(), E>,
     ) -> Result<(), E> {
         for index in 0..self.component_flows.len() {
             let id = self.component_flows[index] as usize;
@@ -550,9 +577,7 @@ impl<T: Copy> MaxMin<T> {
             flow.updated = now;
             flow.rate = rate;
             flow.generation = flow.generation.wrapping_add(1);
-            let seconds = flow.remaining / rate;
-            let delay = SimDuration::from_ps((seconds * 1e12).ceil() as u64);
-            changed(id as u32, flow, delay)?;
+            changed(id as u32, flow, due_in(flow.remaining, rate))?;
         }
         Ok(())
     }

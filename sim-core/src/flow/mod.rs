@@ -64,6 +64,7 @@ mod flows;
 mod maxmin;
 mod messages;
 mod series;
+mod windows;
 
 use crate::lookup::LookupMap;
 use topology::{HostId, LinkId, Topology};
@@ -84,6 +85,7 @@ use coupled::{Couplings, has_coupled_form};
 use event::Owner;
 use flows::{Flows, server_of};
 use messages::Runs;
+use windows::Windows;
 
 pub use event::FlowEvent;
 pub use flows::{Audit, FlowStats};
@@ -105,6 +107,8 @@ pub struct FlowNetwork<'t> {
     /// Alpha-beta estimates for choosing `Auto` algorithms, and the choices made.
     estimator: AnalyticalNetwork<'t>,
     chosen: LookupMap<Collective, (Choice, SimDuration, Bytes)>,
+    /// The topology's capacity windows, applied as time passes.
+    windows: Windows,
 }
 
 impl<'t> FlowNetwork<'t> {
@@ -118,6 +122,7 @@ impl<'t> FlowNetwork<'t> {
             steady_state: false,
             estimator: AnalyticalNetwork::new(topology),
             chosen: LookupMap::new(),
+            windows: Windows::new(topology),
         }
     }
 
@@ -231,9 +236,8 @@ impl<'t> FlowNetwork<'t> {
     /// the busiest links that a first run, counting bytes, found).
     pub fn recording_link_series(mut self, links: &[LinkId]) -> Self {
         let solver = &self.flows.solver;
-        let recorder = series::SeriesRecorder::new(links, self.flows.topology.link_count(), |link| {
-            solver.capacity(link)
-        });
+        let recorder =
+            series::SeriesRecorder::new(links, self.flows.topology.link_count(), |link| solver.nominal(link));
         self.flows.series = Some(recorder);
         self
     }
@@ -359,6 +363,7 @@ impl Network for FlowNetwork<'_> {
         dst: RankId,
         bytes: Bytes,
     ) -> Result<(), NetworkError> {
+        self.windows.catch_up(&mut self.flows, context, &mut self.coupled)?;
         self.flows.start_flow(context, src, dst, bytes.as_f64(), Owner::Single(token))
     }
 
@@ -369,6 +374,7 @@ impl Network for FlowNetwork<'_> {
         collective: &Collective,
         group: &[RankId],
     ) -> Result<(), NetworkError> {
+        self.windows.catch_up(&mut self.flows, context, &mut self.coupled)?;
         self.start_run(context, token, collective, group)
     }
 
@@ -384,6 +390,7 @@ impl Network for FlowNetwork<'_> {
         direction: MemcpyDirection,
         bytes: Bytes,
     ) -> Result<(), NetworkError> {
+        self.windows.catch_up(&mut self.flows, context, &mut self.coupled)?;
         let to_device = direction == MemcpyDirection::HostToDevice;
         let route = self.flows.topology.host_memory_route(HostId(rank.0), to_device)?;
         self.flows.start_flow_on(context, route, bytes.as_f64(), Owner::Single(token))
@@ -394,6 +401,7 @@ impl Network for FlowNetwork<'_> {
         context: &mut NetContext<'_, Self::Event>,
         event: Self::Event,
     ) -> Result<(), NetworkError> {
+        self.windows.catch_up(&mut self.flows, context, &mut self.coupled)?;
         match event {
             FlowEvent::Enter { flow } => match self.flows.enter(context, flow, &mut self.coupled)? {
                 Some(owner) => self.notify(context, owner),
@@ -411,6 +419,7 @@ impl Network for FlowNetwork<'_> {
                 }
             }
             FlowEvent::Refill => self.flows.refill_pending(context, &mut self.coupled),
+            FlowEvent::Capacity => self.windows.change_due(&mut self.flows, context, &mut self.coupled),
             FlowEvent::MessageDue { run, lane, from, to } => {
                 self.runs.message_done(&mut self.flows, context, run, lane, from)?;
                 self.runs.message_done(&mut self.flows, context, run, lane, to)

@@ -12,6 +12,7 @@ mod network;
 mod reference;
 mod semantics;
 mod validation;
+mod windows;
 
 use sim_core::graph::{
     Collective, CollectiveAlgorithm, CollectiveKind, ExecGraph, GraphBuilder, RankId, StreamId,
