@@ -227,6 +227,10 @@ struct CoupledTiming {
     /// together (see [`Couplings::weigh_by_bottleneck`]); otherwise every edge advances at
     /// the same rate.
     weighted: bool,
+    /// The latency jitter its steps add (each step the largest draw among its messages),
+    /// when the caller drew it per step; `None`: drawn in `start_coupled`, every step over
+    /// every edge.
+    jitter: Option<SimDuration>,
 }
 
 impl Couplings {
@@ -290,6 +294,7 @@ impl Couplings {
             delay,
             reference: None,
             weighted: false,
+            jitter: None,
         };
         let result = self.start_coupled(flows, context, token, &edges, timing);
         self.scratch_edges = edges;
@@ -314,6 +319,7 @@ impl Couplings {
         let mut usage: BTreeMap<(usize, u32, u32), (u64, u64)> = BTreeMap::new();
         let mut edge_latency: BTreeMap<(RankId, RankId), SimDuration> = BTreeMap::new();
         let mut step_latency = vec![SimDuration::ZERO; schedule.steps() as usize];
+        let mut step_jitter = vec![SimDuration::ZERO; schedule.steps() as usize];
         let mut messages = Vec::new();
         for (lane, members) in schedule.lanes().iter().enumerate() {
             for step in 0..schedule.steps() {
@@ -335,6 +341,12 @@ impl Couplings {
                         };
                         let slot = &mut step_latency[step as usize];
                         *slot = (*slot).max(latency);
+                        if flows.has_jitter() {
+                            let route = flows.path(edge.0, edge.1)?.route;
+                            let draw = flows.jitter(&route);
+                            let slot = &mut step_jitter[step as usize];
+                            *slot = (*slot).max(draw);
+                        }
                     }
                 }
             }
@@ -352,6 +364,7 @@ impl Couplings {
                 (lane[from as usize], lane[to as usize], count as f64 * message(num))
             })
             .collect();
+        let jitter = step_jitter.iter().fold(SimDuration::ZERO, |sum, &j| sum.saturating_add(j));
         let timing = CoupledTiming {
             steps,
             fill_bytes,
@@ -359,6 +372,7 @@ impl Couplings {
             delay,
             reference: None,
             weighted: false,
+            jitter: Some(jitter),
         };
         self.start_coupled(flows, context, token, &edges, timing)
     }
@@ -423,6 +437,7 @@ impl Couplings {
             delay,
             reference: Some(reference),
             weighted,
+            jitter: None,
         };
         let result = self.start_coupled(flows, context, token, &edges, timing);
         self.scratch_edges = edges;
@@ -483,7 +498,7 @@ impl Couplings {
         edges: &[(RankId, RankId, f64)],
         timing: CoupledTiming,
     ) -> Result<(), NetworkError> {
-        let CoupledTiming { steps, fill_bytes, latency_sum, delay, reference, weighted } = timing;
+        let CoupledTiming { steps, fill_bytes, latency_sum, delay, reference, weighted, jitter } = timing;
         // A ring's steps all cost the same; a pipeline's are summed by the caller.
         let ring = latency_sum.is_none();
         // Generations keep counting across reuse of a slot, so a stale completion of the slot's
@@ -531,6 +546,25 @@ impl Couplings {
         if let Some(key) = key {
             self.edge_paths.insert(key, list);
         }
+        // Latency jitter: each step waits for its slowest message, so each adds the largest
+        // of its edges' draws; it delays the whole collective (the flows enter that much
+        // later), on top of the nominal latencies the timing below is built from.
+        let jitter = match jitter {
+            Some(jitter) => jitter,
+            None if flows.has_jitter() => {
+                let mut sum = SimDuration::ZERO;
+                for _ in 0..steps.max(1) {
+                    let mut step = SimDuration::ZERO;
+                    for &flow in &members {
+                        let route = flows.solver.flow(flow).route;
+                        step = step.max(flows.jitter(&route));
+                    }
+                    sum = sum.saturating_add(step);
+                }
+                sum
+            }
+            None => SimDuration::ZERO,
+        };
         if weighted {
             self.weigh_by_bottleneck(&mut flows.solver, &members);
         }
@@ -606,7 +640,10 @@ impl Couplings {
             rescheduled: false,
             generation,
         });
-        Ok(context.wake_after(delay.checked_add(slowest)?, FlowEvent::Couple { coupling: id })?)
+        Ok(context.wake_after(
+            delay.checked_add(slowest)?.checked_add(jitter)?,
+            FlowEvent::Couple { coupling: id },
+        )?)
     }
 
     /// All edges of a steady-state collective leave the network at once; the others re-fill

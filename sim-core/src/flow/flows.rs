@@ -276,7 +276,24 @@ impl<'t> Flows<'t> {
         route.len() * (1 + busiest as usize)
     }
 
-    /// Starts a flow of `bytes` from `src` to `dst` for `owner`.
+    /// Whether link crossings draw extra latency ([`topology::LatencyJitter`]).
+    #[inline]
+    pub(super) fn has_jitter(&self) -> bool {
+        self.jitter.is_some()
+    }
+
+    /// One draw of the extra latency of a message on `route` (zero without jitter): the
+    /// topology's jitter on each marked link, from one stream in the order of the draws.
+    #[inline]
+    pub(super) fn jitter(&mut self, route: &Route) -> SimDuration {
+        match &mut self.jitter {
+            Some(jitter) => jitter.draw(route),
+            None => SimDuration::ZERO,
+        }
+    }
+
+    /// Starts a flow of `bytes` from `src` to `dst` for `owner`, after its route's latency
+    /// (and a draw of jitter).
     pub(super) fn start_flow(
         &mut self,
         context: &mut NetContext<'_, FlowEvent>,
@@ -286,7 +303,8 @@ impl<'t> Flows<'t> {
         owner: Owner,
     ) -> Result<(), NetworkError> {
         let path = self.path(src, dst)?;
-        let (id, latency) = self.new_flow(context.now(), &path.route, path.latency, bytes, owner)?;
+        let latency = path.latency.saturating_add(self.jitter(&path.route));
+        let (id, latency) = self.new_flow(context.now(), &path.route, latency, bytes, owner)?;
         context.wake_after(latency, FlowEvent::Enter { flow: id })?;
         Ok(())
     }
@@ -299,15 +317,14 @@ impl<'t> Flows<'t> {
         bytes: f64,
         owner: Owner,
     ) -> Result<(), NetworkError> {
-        let latency = self.topology.route_latency(&route);
+        let latency = self.topology.route_latency(&route).saturating_add(self.jitter(&route));
         let (id, latency) = self.new_flow(context.now(), &route, latency, bytes, owner)?;
         context.wake_after(latency, FlowEvent::Enter { flow: id })?;
         Ok(())
     }
 
     /// Allocates a flow on `route`, whose links' latencies sum to `latency` (not yet on its
-    /// links) and returns it with that latency, plus its draw of the topology's latency
-    /// jitter if it has one.
+    /// links) and returns it with that latency.
     pub(super) fn new_flow(
         &mut self,
         now: SimTime,
@@ -345,10 +362,6 @@ impl<'t> Flows<'t> {
                 carried[link.0 as usize] += bytes;
             }
         }
-        let latency = match &mut self.jitter {
-            Some(jitter) => latency.saturating_add(jitter.draw(route)),
-            None => latency,
-        };
         let id = self.solver.add(now, route, bytes, owner);
         Ok((id, latency))
     }

@@ -220,3 +220,21 @@ fn latency_jitter_only_on_the_links_it_marks() {
     let with = run(&chain(100), &mut FlowNetwork::new(&topology)).unwrap().makespan().as_secs_f64();
     close(with - plain, 100.0 * 500e-9);
 }
+
+#[test]
+fn latency_jitter_adds_its_mean_to_every_step_of_a_ring_allreduce_in_both_flow_models() {
+    // Every link marked, no spread: each of the 2 (p - 1) steps waits for messages that cross
+    // two links, so the allreduce takes 2 (p - 1) x 2 x mean longer, message by message and in
+    // its steady-state form alike.
+    let (p, mean_ns) = (8u32, 3_000u64);
+    let base = single_switch(p, "100 Gb/s", "1 us");
+    let graph = lone_collective(p, CollectiveKind::AllReduce, CollectiveAlgorithm::Ring, Bytes(64 << 20));
+    let mut noisy = base.clone();
+    noisy.set_latency_jitter(jitter(&base, mean_ns, 0.0, 1)).unwrap();
+    let extra = 2.0 * f64::from(p - 1) * 2.0 * mean_ns as f64 * 1e-9;
+    let (plain, plain_steady) = makespans(&graph, &base);
+    let (with, with_steady) = makespans(&graph, &noisy);
+    println!("message by message {plain} -> {with} s, steady state {plain_steady} -> {with_steady} s");
+    close(with - plain, extra);
+    close(with_steady - plain_steady, extra);
+}
