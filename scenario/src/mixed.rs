@@ -18,6 +18,10 @@ use crate::{Scenario, simulation::SimulationError};
 pub struct DeviceUtilisation {
     /// The device, as the report names it.
     pub device: String,
+    /// Its catalog name (`a100-sxm4-80gb`): the key of its sweep columns
+    /// (`devices.a100-sxm4-80gb.busy`). Not in `run --json`, which names the device by `device`.
+    #[serde(skip)]
+    pub name: String,
     /// GPUs of this type.
     pub gpus: u32,
     /// Share of the run's wall time the type's GPUs computed (mean over them, 0 to 1): the
@@ -166,6 +170,7 @@ pub(crate) fn utilisation(
         let peak = device.peak(scenario.precision)?.per_second();
         result.push(DeviceUtilisation {
             device: device.display_name.clone(),
+            name: device.name.clone(),
             gpus,
             busy,
             achieved_tflops_per_device: achieved / 1e12,
