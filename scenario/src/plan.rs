@@ -1733,4 +1733,159 @@ mod tests {
         rows.sort_by(|a, b| final_order(*a, *b));
         assert_eq!(rows.map(|r| r.2), [2, 1, 3, 0]);
     }
+
+    /// Megatron-LM's GPT 1.7B at global batch 16 on a server of 4 A100-SXM4-40GB and one of 4
+    /// H100-SXM5-80GB (`first`, `second`: their devices), analytical network, with `fixed`.
+    fn mixed_search(first: &str, second: &str, fixed: &[&str]) -> Search {
+        let text = format!(
+            "[cluster]\nnodes = 2\ngpus-per-node = 4\n\
+             [[cluster.node-groups]]\nnodes = 1\ndevice = \"{first}\"\n\
+             [[cluster.node-groups]]\nnodes = 1\ndevice = \"{second}\"\n\
+             [cluster.network]\ntopology = \"switch\"\nlink-bandwidth = \"200 Gb/s\"\n\
+             [workload]\nmodel = \"megatron-1.7b\"\nglobal-batch = 16\nprecision = \"bf16\"\n\
+             optimizer = \"adam\"\n[simulation]\nfidelity = \"analytical\"\n"
+        );
+        let table: toml::Table = toml::from_str(&text).unwrap();
+        let fixed: Vec<Override> = fixed.iter().map(|text| text.parse().unwrap()).collect();
+        Search::new(&table, Path::new("plan-mixed.toml"), &[], &fixed, &[]).unwrap()
+    }
+
+    /// The settings that keep the mixed searches small: the degrees and placements are searched.
+    const MIXED_FIXED: [&str; 5] = [
+        "workload.recompute=none",
+        "workload.micro-batch=1",
+        "parallelism.zero=1",
+        "parallelism.sequence-parallel=false",
+        "parallelism.virtual-stages=1",
+    ];
+
+    #[test]
+    fn mixed_devices_search_both_placements_with_bounds_below_every_simulation() {
+        let search = mixed_search("a100-sxm4-40gb", "h100-sxm5-80gb", &MIXED_FIXED);
+        let choices = enumerate(0, &search.bases[0], search.global_batch, &search.fixed);
+        // Every pipeline in order and by speed; no pipeline in order only.
+        for choice in &choices {
+            assert!(choice.stage_placement.is_some(), "{}", choice.label());
+            if choice.parallelism.pipeline == 1 {
+                assert_eq!(choice.stage_placement, Some(StagePlacement::InOrder));
+            }
+        }
+        let pipelined = |placement| {
+            choices
+                .iter()
+                .filter(|c| c.parallelism.pipeline > 1 && c.stage_placement == Some(placement))
+                .count()
+        };
+        assert!(pipelined(StagePlacement::BySpeed) > 0);
+        assert_eq!(pipelined(StagePlacement::BySpeed), pipelined(StagePlacement::InOrder));
+        let report = plan(&search, &options(3)).unwrap();
+        assert!(!report.top.is_empty());
+        // Every valid configuration simulated: the bound (each kernel on its fastest device)
+        // is below each, and the search's best three are the exhaustive best three.
+        let tables = LayerTables::new(
+            &search.bases[0].scenario.model,
+            &search.bases[0].scenario.device,
+            &search.bases[0].scenario.compute,
+        );
+        let mut all: Vec<(f64, String)> = Vec::new();
+        for choice in &choices {
+            let Ok(scenario) = search.scenario(choice, &[]) else { continue };
+            let groups = scenario.node_groups.as_deref().unwrap();
+            assert!(!scenario.fold_symmetric_ranks, "a mixed cluster simulates every rank");
+            let strategy = Strategy { layer_tables: Some(&tables), ..scenario.strategy() };
+            let Ok(estimate) = crate::mixed::estimate(&scenario, groups, &strategy, &comm_floor(&scenario))
+            else {
+                continue;
+            };
+            let memories = crate::mixed::group_memory(&scenario, groups, &estimate.stages);
+            if memories
+                .iter()
+                .zip(&groups.groups)
+                .any(|(memory, group)| memory.total().0 as f64 > 0.9 * group.device.memory_capacity.0 as f64)
+            {
+                continue;
+            }
+            let time = simulate(&scenario).unwrap().summary.iteration_time;
+            assert!(
+                estimate.time_lower_bound <= time,
+                "{}: bound {} above the simulated {time}",
+                choice.label(),
+                estimate.time_lower_bound
+            );
+            all.push((time.as_secs_f64(), choice.label()));
+        }
+        assert_eq!(all.len() as u64, report.valid);
+        all.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let exhaustive: Vec<f64> = all.iter().take(3).map(|(t, _)| *t).collect();
+        let searched: Vec<f64> = report.top.iter().map(|r| r.summary.iteration_time.as_secs_f64()).collect();
+        assert_eq!(searched, exhaustive, "exhaustive order: {:?}", &all[..3.min(all.len())]);
+        // A fixed placement is the only one searched.
+        let fixed = [&MIXED_FIXED[..], &["parallelism.stage-placement=in-order"]].concat();
+        let in_order = mixed_search("a100-sxm4-40gb", "h100-sxm5-80gb", &fixed);
+        assert_eq!(in_order.fixed.stage_placement, Some(StagePlacement::InOrder));
+        let only = enumerate(0, &in_order.bases[0], in_order.global_batch, &in_order.fixed);
+        assert!(only.iter().all(|c| c.stage_placement == Some(StagePlacement::InOrder)));
+        assert_eq!(only.len(), choices.len() - pipelined(StagePlacement::BySpeed));
+    }
+
+    #[test]
+    fn a_split_that_fits_the_larger_group_but_not_the_smaller_is_refused_naming_the_group() {
+        // Data parallelism over the 8 GPUs: each needs the whole model's state and a
+        // micro-batch's activations.
+        let fixed =
+            [&MIXED_FIXED[..], &["parallelism.tensor=1", "parallelism.pipeline=1", "parallelism.zero=0"]]
+                .concat();
+        let fixed: Vec<&str> = fixed.into_iter().filter(|key| *key != "parallelism.zero=1").collect();
+        // On H100s alone, it fits.
+        let large = mixed_search("h100-sxm5-80gb", "h100-sxm5-80gb", &fixed);
+        let report = plan(&large, &options(1)).unwrap();
+        assert_eq!((report.enumerated, report.valid), (1, 1), "{:?}", report.rejected);
+        // With the A100-40GB server, it does not, and the example names its group.
+        let mixed = mixed_search("a100-sxm4-40gb", "h100-sxm5-80gb", &fixed);
+        let report = plan(&mixed, &options(1)).unwrap();
+        assert_eq!((report.enumerated, report.valid), (1, 0));
+        let rejection = &report.rejected["does not fit in memory"];
+        assert!(
+            rejection.example.contains("on cluster.node-groups[0] (a100-sxm4-40gb)"),
+            "{}",
+            rejection.example
+        );
+        // The other way round, the A100s second: the same group named by its own index.
+        let swapped = mixed_search("h100-sxm5-80gb", "a100-sxm4-40gb", &fixed);
+        let report = plan(&swapped, &options(1)).unwrap();
+        assert!(
+            report.rejected["does not fit in memory"]
+                .example
+                .contains("on cluster.node-groups[1] (a100-sxm4-40gb)"),
+            "{:?}",
+            report.rejected
+        );
+        // And run refuses it the same way.
+        let choice = enumerate(0, &mixed.bases[0], mixed.global_batch, &mixed.fixed).remove(0);
+        let error = simulate(&mixed.scenario(&choice, &[]).unwrap()).err().unwrap().to_string();
+        assert!(error.contains("on cluster.node-groups[0] (a100-sxm4-40gb)"), "{error}");
+    }
+
+    #[test]
+    fn node_groups_refuse_other_gpu_counts_and_by_speed_on_one_device_type() {
+        let text = "[cluster]\nnodes = 2\ngpus-per-node = 4\n\
+                    [[cluster.node-groups]]\nnodes = 1\ndevice = \"a100-sxm4-40gb\"\n\
+                    [[cluster.node-groups]]\nnodes = 1\ndevice = \"h100-sxm5-80gb\"\n\
+                    [workload]\nmodel = \"megatron-1.7b\"\nglobal-batch = 16\n";
+        let table: toml::Table = toml::from_str(text).unwrap();
+        let error = Search::new(&table, Path::new("m.toml"), &[], &[], &[16]).unwrap_err().to_string();
+        assert!(
+            error.contains("--gpus 16")
+                && error.contains("`cluster.node-groups`")
+                && error.contains("give --gpus 8"),
+            "{error}"
+        );
+        let bad: Override = "parallelism.stage-placement=fastest".parse().unwrap();
+        let error = Search::new(&table, Path::new("m.toml"), &[], &[bad], &[]).unwrap_err().to_string();
+        assert!(error.contains("`parallelism.stage-placement`") && error.contains("\"by-speed\""), "{error}");
+        let by_speed: Override = "parallelism.stage-placement=by-speed".parse().unwrap();
+        let single: toml::Table = toml::from_str(&scenario_text()).unwrap();
+        let error = Search::new(&single, Path::new("s.toml"), &[], &[by_speed], &[]).unwrap_err().to_string();
+        assert!(error.contains("one device type"), "{error}");
+    }
 }
