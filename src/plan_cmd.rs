@@ -543,8 +543,8 @@ fn breakdown_rows<'a>(a: &Summary, b: &Summary) -> Vec<(&'a str, f64, f64)> {
 #[derive(Serialize)]
 struct JsonPlan<'a> {
     model: &'a str,
-    /// The catalog name; on node groups, the groups' devices (`mixed (8 x A100-SXM4-80GB + 8 x
-    /// H100-SXM5-80GB)`).
+    /// The catalog name; on node groups of mixed devices, the groups' devices (`mixed (8 x
+    /// A100-SXM4-80GB + 8 x H100-SXM5-80GB)`).
     device: String,
     global_batch: u64,
     objective: Objective,
@@ -604,7 +604,10 @@ impl<'a> JsonPlan<'a> {
         let base = &search.bases[0].scenario;
         JsonPlan {
             model: &base.model.name,
-            device: base.node_groups.as_deref().map_or_else(|| base.device.name.clone(), |g| g.describe()),
+            device: match base.node_groups.as_deref().filter(|groups| groups.is_mixed()) {
+                Some(groups) => groups.describe(),
+                None => base.device.name.clone(),
+            },
             global_batch: search.global_batch,
             objective: options.objective,
             budget: options.budget,

@@ -355,7 +355,11 @@ impl Search {
                 total: own,
                 groups: groups
                     .iter()
-                    .map(|group| nodes(group).map_or("?".into(), |n| (n as u64 * per_node).to_string()))
+                    .map(|group| {
+                        nodes(group)
+                            .and_then(|n| u64::try_from(n).ok())
+                            .map_or("?".into(), |n| n.saturating_mul(per_node).to_string())
+                    })
                     .collect::<Vec<_>>()
                     .join(" + "),
             });
@@ -387,10 +391,19 @@ impl Search {
             let scenario = if get_dotted(&table, "workload.precision").is_some() {
                 search.validate(&table, &batch, fixed)?
             } else {
-                // Not set anywhere: bf16, or fp16 on devices without it.
+                // Not set anywhere: bf16, or fp16 on devices without it (on node groups, where
+                // any group's device lacks it: that group's `device` key is named).
                 Override::new("workload.precision", "bf16").apply(&mut table)?;
+                let refuses_precision = |error: &ScenarioError| match error.key() {
+                    Some("workload.precision") => true,
+                    Some(key) => {
+                        key.starts_with("cluster.node-groups[")
+                            && error.to_string().contains("cannot run workload.precision")
+                    }
+                    None => false,
+                };
                 match search.validate(&table, &batch, fixed) {
-                    Err(error) if error.key() == Some("workload.precision") => {
+                    Err(error) if refuses_precision(&error) => {
                         Override::new("workload.precision", "fp16").apply(&mut table)?;
                         search.validate(&table, &batch, fixed)?
                     }
@@ -1887,5 +1900,11 @@ mod tests {
         let single: toml::Table = toml::from_str(&scenario_text()).unwrap();
         let error = Search::new(&single, Path::new("s.toml"), &[], &[by_speed], &[]).unwrap_err().to_string();
         assert!(error.contains("one device type"), "{error}");
+        // Without a precision: bf16 where every group's device has it, else fp16.
+        for (second, precision) in [("h100-sxm5-80gb", "bf16"), ("v100-sxm2-32gb", "fp16")] {
+            let table: toml::Table = toml::from_str(&text.replace("h100-sxm5-80gb", second)).unwrap();
+            let search = Search::new(&table, Path::new("m.toml"), &[], &[], &[]).unwrap();
+            assert_eq!(search.bases[0].scenario.precision.to_string(), precision, "{second}");
+        }
     }
 }
