@@ -301,12 +301,15 @@ fn human(report: &PlanReport, search: &Search, options: &PlanOptions) -> String 
     let gpus: Vec<String> = search.bases.iter().map(|b| b.gpus.to_string()).collect();
     let sequence =
         strategies::shard::sequence_length(&base.model).map_or(String::new(), |s| format!(", sequence {s}"));
+    // A cluster of node groups: its devices, group by group.
+    let devices =
+        base.node_groups.as_deref().map_or_else(|| base.device.display_name.clone(), |g| g.describe());
     let _ = writeln!(
         out,
         "plan          {} on {} x {} ({} {unit}{} per node), global batch {}{sequence}, {}",
         base.model.name,
         gpus.join(" | "),
-        base.device.display_name,
+        devices,
         base.cluster.gpus_per_node,
         if base.cluster.gpus_per_node == 1 { "" } else { "s" },
         search.global_batch,
@@ -540,7 +543,9 @@ fn breakdown_rows<'a>(a: &Summary, b: &Summary) -> Vec<(&'a str, f64, f64)> {
 #[derive(Serialize)]
 struct JsonPlan<'a> {
     model: &'a str,
-    device: &'a str,
+    /// The catalog name; on node groups of mixed devices, the groups' devices (`mixed (8 x
+    /// A100-SXM4-80GB + 8 x H100-SXM5-80GB)`).
+    device: String,
     global_batch: u64,
     objective: Objective,
     budget: Option<Budget>,
@@ -579,6 +584,12 @@ struct JsonRanked<'a> {
     spatial: u32,
     micro_batch: u64,
     recompute: String,
+    /// `parallelism.stage-placement` on node groups of mixed devices; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stage_placement: Option<&'static str>,
+    /// The `KEY=VALUE` overrides that make this configuration of the cluster file as plan read
+    /// it: `parasim run FILE --set ...` with each simulates it.
+    set: Vec<String>,
     lower_bound_s: f64,
     time_to_train_s: Option<f64>,
     gpu_hours: Option<f64>,
@@ -593,7 +604,10 @@ impl<'a> JsonPlan<'a> {
         let base = &search.bases[0].scenario;
         JsonPlan {
             model: &base.model.name,
-            device: &base.device.name,
+            device: match base.node_groups.as_deref().filter(|groups| groups.is_mixed()) {
+                Some(groups) => groups.describe(),
+                None => base.device.name.clone(),
+            },
             global_batch: search.global_batch,
             objective: options.objective,
             budget: options.budget,
@@ -629,6 +643,8 @@ impl<'a> JsonPlan<'a> {
                         spatial: p.spatial,
                         micro_batch: r.choice.micro_batch,
                         recompute: r.choice.recompute.to_string(),
+                        stage_placement: r.choice.stage_placement.map(|p| p.name()),
+                        set: search.overrides(&r.choice).iter().map(ToString::to_string).collect(),
                         lower_bound_s: r.bound.as_secs_f64(),
                         time_to_train_s: r.time_to_train_s,
                         gpu_hours: r.gpu_hours,

@@ -216,7 +216,7 @@ fn run(args: &RunArgs) -> anyhow::Result<()> {
             .with_context(|| format!("{}: name the output .csv or .jsonl", out.display()))?,
         None => Format::Csv,
     };
-    let metrics = scenario::sweep::metric_columns();
+    let metrics = sweep.metric_columns();
     let swept = sweep.swept_columns();
     let keep: Vec<usize> = if args.columns.is_empty() {
         (0..metrics.len()).collect()
@@ -247,7 +247,7 @@ fn run(args: &RunArgs) -> anyhow::Result<()> {
     columns.extend(swept);
     columns.extend(keep.iter().map(|&i| metrics[i].clone()));
     columns.extend(["status".to_string(), "error".to_string()]);
-    let metric_kinds = scenario::sweep::metric_kinds();
+    let metric_kinds = sweep.metric_kinds();
     let kinds = output::Kind::columns(swept_count, keep.iter().map(|&i| metric_kinds[i]));
     let file_name =
         path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().to_string());

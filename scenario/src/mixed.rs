@@ -18,6 +18,10 @@ use crate::{Scenario, simulation::SimulationError};
 pub struct DeviceUtilisation {
     /// The device, as the report names it.
     pub device: String,
+    /// Its catalog name (`a100-sxm4-80gb`): the key of its sweep columns
+    /// (`devices.a100-sxm4-80gb.busy`). Not in `run --json`, which names the device by `device`.
+    #[serde(skip)]
+    pub name: String,
     /// GPUs of this type.
     pub gpus: u32,
     /// Share of the run's wall time the type's GPUs computed (mean over them, 0 to 1): the
@@ -63,7 +67,7 @@ pub(crate) fn lower(scenario: &Scenario) -> Result<Lowered, StrategyError> {
 /// The layer ranges of the pipeline chunks every device type's lowering shares: the split
 /// on the first group's device (`in-order`), or each stage's layers balanced to the slowest
 /// device among its ranks (`by-speed`).
-fn chunk_layers(
+pub(crate) fn chunk_layers(
     scenario: &Scenario,
     groups: &NodeGroups,
 ) -> Result<Vec<std::ops::Range<usize>>, StrategyError> {
@@ -106,6 +110,29 @@ fn stage_of(scenario: &Scenario, rank: u32) -> usize {
     scenario.parallelism.layout().coordinates(RankId(rank)).pipeline as usize
 }
 
+/// The memory each group's GPUs need: of each group in order, the most loaded stage among
+/// its ranks' stages.
+pub(crate) fn group_memory(
+    scenario: &Scenario,
+    groups: &NodeGroups,
+    stages: &[StageSummary],
+) -> Vec<workloads::memory::MemoryBreakdown> {
+    let gpus = groups.groups.iter().map(|g| g.nodes * groups.gpus_per_node).sum::<u32>();
+    groups
+        .groups
+        .iter()
+        .map(|group| {
+            let first = group.first_node * groups.gpus_per_node;
+            let ranks = first..(first + group.nodes * groups.gpus_per_node).min(gpus);
+            ranks
+                .filter_map(|rank| stages.get(stage_of(scenario, rank)))
+                .map(|stage| stage.memory)
+                .max_by_key(|memory| memory.total())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
 /// Each stage's memory checked against the device of every group its ranks run on: an error
 /// names the first group whose device it does not fit.
 pub(crate) fn check_memory(
@@ -114,15 +141,8 @@ pub(crate) fn check_memory(
     stages: &[StageSummary],
     context: &dyn Fn() -> String,
 ) -> Result<(), SimulationError> {
-    let gpus = groups.groups.iter().map(|g| g.nodes * groups.gpus_per_node).sum::<u32>();
-    for (index, group) in groups.groups.iter().enumerate() {
-        let first = group.first_node * groups.gpus_per_node;
-        let ranks = first..(first + group.nodes * groups.gpus_per_node).min(gpus);
-        let memory = ranks
-            .filter_map(|rank| stages.get(stage_of(scenario, rank)))
-            .map(|stage| stage.memory)
-            .max_by_key(|memory| memory.total())
-            .unwrap_or_default();
+    let memories = group_memory(scenario, groups, stages);
+    for (index, (group, memory)) in groups.groups.iter().zip(memories).enumerate() {
         memory.check(&group.device).map_err(|source| SimulationError::Memory {
             context: format!("{} on cluster.node-groups[{index}] ({})", context(), group.device.name),
             source,
@@ -130,6 +150,41 @@ pub(crate) fn check_memory(
         })?;
     }
     Ok(())
+}
+
+/// [`Strategy::estimate_fastest`] of `scenario` on its mixed `groups`: the split the lowering
+/// gives ([`chunk_layers`]), the memory of the first group's device's strategy (as the
+/// lowering's, which [`check_memory`] checks), and a bound pricing each kernel at the fastest
+/// device type's time for it. Why the fastest: every rank runs each of its kernels on its own
+/// device, which takes at least the fastest type's time for that kernel, and the bound is a
+/// sum and maximum of kernel times (and collective floors of the cluster's shared links, the
+/// least capable group's); so it stays a lower bound of every placement the search simulates,
+/// and no configuration that could win is pruned. A bound on the slowest device, or the first
+/// group's, could exceed the simulation of a configuration whose busy stages run on faster
+/// devices, and prune a winner. `first` is the strategy of the first group's device (with the
+/// search's shared kernel tables).
+pub(crate) fn estimate(
+    scenario: &Scenario,
+    groups: &NodeGroups,
+    first: &Strategy<'_>,
+    comm_floor: &dyn Fn(&strategies::Comm) -> SimDuration,
+) -> Result<strategies::Estimate, StrategyError> {
+    let ranges = chunk_layers(scenario, groups)?;
+    let first = Strategy { chunk_layers: Some(&ranges), ..first.clone() };
+    let types = groups.type_of_group();
+    let type_count = types.iter().copied().max().unwrap_or(0) + 1;
+    let base = scenario.strategy();
+    let others: Vec<Strategy<'_>> = (1..type_count)
+        .filter_map(|kind| types.iter().position(|t| *t == kind).map(|index| &groups.groups[index]))
+        .map(|group| Strategy {
+            device: &group.device,
+            compute: &group.compute,
+            chunk_layers: Some(&ranges),
+            ..base.clone()
+        })
+        .collect();
+    let all: Vec<&Strategy<'_>> = std::iter::once(&first).chain(&others).collect();
+    Strategy::estimate_fastest(&all, comm_floor)
 }
 
 /// The utilisation of each device type over a run of `total` (its `iterations` iterations),
@@ -166,6 +221,7 @@ pub(crate) fn utilisation(
         let peak = device.peak(scenario.precision)?.per_second();
         result.push(DeviceUtilisation {
             device: device.display_name.clone(),
+            name: device.name.clone(),
             gpus,
             busy,
             achieved_tflops_per_device: achieved / 1e12,

@@ -29,6 +29,7 @@ use serde::Serialize;
 use sim_core::fidelity::Fidelity;
 use sim_core::units::SimDuration;
 
+use crate::file::node_groups::StagePlacement;
 use crate::simulation::{Summary, simulate};
 use crate::{Override, OverrideError, Scenario, ScenarioError, ValidationCache, apply, get_dotted};
 use strategies::{CnnSplit, Comm, GroupKind, LayerTables, Parallelism, Strategy, StrategyError, shard};
@@ -126,6 +127,8 @@ pub struct Fixed {
     pub recompute: Option<Recompute>,
     /// `simulation.fold-symmetric-ranks`.
     pub fold_symmetric_ranks: Option<bool>,
+    /// `parallelism.stage-placement` (node groups of mixed devices).
+    pub stage_placement: Option<StagePlacement>,
 }
 
 /// Why a search could not run.
@@ -143,13 +146,29 @@ pub enum PlanError {
         /// The cluster file.
         file: PathBuf,
     },
-    /// The cluster has node groups of different devices: the search's bounds price one device.
+    /// A GPU count other than the node groups' own: the groups fix the cluster's size.
     #[error(
-        "{file}: key `cluster.node-groups`: plan's bounds price every GPU as one device type, so node groups of different devices are not searched; plan each group's device alone, then run the chosen split on the node groups"
+        "--gpus {gpus}: {file}: key `cluster.node-groups`: the groups hold {total} GPUs ({groups}), and plan searches node groups at their own size: give --gpus {total} or leave --gpus out"
     )]
-    NodeGroups {
+    NodeGroupGpus {
         /// The cluster file.
         file: PathBuf,
+        /// The GPU count asked for.
+        gpus: u64,
+        /// The groups' GPUs.
+        total: u64,
+        /// The groups' GPUs, one term each (`8 + 8`).
+        groups: String,
+    },
+    /// `parallelism.stage-placement` fixed with a value the cluster cannot take.
+    #[error("--set parallelism.stage-placement={value}: {file}: key `parallelism.stage-placement` {message}")]
+    StagePlacement {
+        /// The cluster file.
+        file: PathBuf,
+        /// The value given.
+        value: String,
+        /// What is wrong and what is valid.
+        message: String,
     },
     /// Neither the settings nor the cluster file name a model.
     #[error("no model: give --model NAME (`parasim models` lists the zoo) or a [workload] model in {file}")]
@@ -190,7 +209,7 @@ pub enum PlanError {
 }
 
 /// Degrees plan chooses, in `[parallelism]`: a cluster file's are ignored.
-const CHOSEN_PARALLELISM: [&str; 11] = [
+const CHOSEN_PARALLELISM: [&str; 12] = [
     "data",
     "tensor",
     "sequence-parallel",
@@ -202,6 +221,7 @@ const CHOSEN_PARALLELISM: [&str; 11] = [
     "filter",
     "channel",
     "spatial",
+    "stage-placement",
 ];
 
 /// Settings of `[workload]` plan chooses (or that would fix the batch per device): a cluster
@@ -246,6 +266,10 @@ pub struct Search {
     /// The cluster file: names it in messages and anchors the paths in it.
     file: PathBuf,
     cache: ValidationCache,
+    /// The cluster has node groups of more than one device (`[[cluster.node-groups]]`): each
+    /// configuration says its `parallelism.stage-placement`, and the symmetric ranks are not
+    /// folded (a mixed cluster simulates every rank).
+    mixed: bool,
 }
 
 impl Search {
@@ -265,9 +289,12 @@ impl Search {
         if !source.contains_key("cluster") {
             return Err(PlanError::NoCluster { file: file.to_path_buf() });
         }
-        if crate::get_dotted(source, "cluster.node-groups").is_some() {
-            return Err(PlanError::NodeGroups { file: file.to_path_buf() });
-        }
+        // The stage placement applies to a pipeline, which the base (validated on one stage)
+        // has not got: it is read here and set on each configuration.
+        let (placement, fixed): (Vec<&Override>, Vec<&Override>) =
+            fixed.iter().partition(|change| change.key == "parallelism.stage-placement");
+        let fixed: Vec<Override> = fixed.into_iter().cloned().collect();
+        let fixed = fixed.as_slice();
         let mut table = toml::Table::new();
         for key in ["cluster", "compute", "simulation"] {
             if let Some(value) = source.get(key) {
@@ -302,7 +329,8 @@ impl Search {
             }
             None => return Err(PlanError::NoGlobalBatch { file: file.to_path_buf() }),
         };
-        let fixed_keys: Vec<String> = fixed.iter().map(|change| change.key.clone()).collect();
+        let mut fixed_keys: Vec<String> = fixed.iter().map(|change| change.key.clone()).collect();
+        fixed_keys.extend(placement.iter().map(|change| change.key.clone()));
         ignored.retain(|key| !fixed_keys.contains(key));
         // A key's value, else the scenario format's default.
         let defaults = crate::numeric_defaults();
@@ -311,10 +339,31 @@ impl Search {
             _ => None,
         };
         let per_node = positive("cluster.gpus-per-node").unwrap_or(1);
+        let own = positive("cluster.nodes").unwrap_or(1).saturating_mul(per_node);
         let gpus = match gpus {
-            [] => vec![positive("cluster.nodes").unwrap_or(1).saturating_mul(per_node)],
+            [] => vec![own],
             given => given.to_vec(),
         };
+        // Node groups fix the cluster's size: their nodes add up to cluster.nodes.
+        if let Some(toml::Value::Array(groups)) = get_dotted(&table, "cluster.node-groups")
+            && let Some(&other) = gpus.iter().find(|&&gpus| gpus != own)
+        {
+            let nodes = |group: &toml::Value| group.get("nodes").and_then(toml::Value::as_integer);
+            return Err(PlanError::NodeGroupGpus {
+                file: file.to_path_buf(),
+                gpus: other,
+                total: own,
+                groups: groups
+                    .iter()
+                    .map(|group| {
+                        nodes(group)
+                            .and_then(|n| u64::try_from(n).ok())
+                            .map_or("?".into(), |n| n.saturating_mul(per_node).to_string())
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" + "),
+            });
+        }
         let micro = positive("workload.micro-batch");
         let mut search = Search {
             bases: Vec::new(),
@@ -324,6 +373,7 @@ impl Search {
             ignored,
             file: file.to_path_buf(),
             cache: ValidationCache::default(),
+            mixed: false,
         };
         for gpus in gpus {
             if gpus == 0 || gpus % per_node != 0 {
@@ -341,10 +391,19 @@ impl Search {
             let scenario = if get_dotted(&table, "workload.precision").is_some() {
                 search.validate(&table, &batch, fixed)?
             } else {
-                // Not set anywhere: bf16, or fp16 on devices without it.
+                // Not set anywhere: bf16, or fp16 on devices without it (on node groups, where
+                // any group's device lacks it: that group's `device` key is named).
                 Override::new("workload.precision", "bf16").apply(&mut table)?;
+                let refuses_precision = |error: &ScenarioError| match error.key() {
+                    Some("workload.precision") => true,
+                    Some(key) => {
+                        key.starts_with("cluster.node-groups[")
+                            && error.to_string().contains("cannot run workload.precision")
+                    }
+                    None => false,
+                };
                 match search.validate(&table, &batch, fixed) {
-                    Err(error) if error.key() == Some("workload.precision") => {
+                    Err(error) if refuses_precision(&error) => {
                         Override::new("workload.precision", "fp16").apply(&mut table)?;
                         search.validate(&table, &batch, fixed)?
                     }
@@ -354,6 +413,29 @@ impl Search {
             search.bases.push(Base { gpus, scenario, table });
         }
         search.fixed = search.bases.first().map(|base| fixed_of(&base.scenario, fixed)).unwrap_or_default();
+        search.mixed = search
+            .bases
+            .first()
+            .and_then(|base| base.scenario.node_groups.as_deref())
+            .is_some_and(|groups| groups.is_mixed());
+        if let Some(change) = placement.last() {
+            let text = match &change.value {
+                toml::Value::String(text) => text.clone(),
+                other => other.to_string(),
+            };
+            let error = |message: String| PlanError::StagePlacement {
+                file: file.to_path_buf(),
+                value: text.clone(),
+                message,
+            };
+            let value: StagePlacement = text.parse().map_err(error)?;
+            if value == StagePlacement::BySpeed && !search.mixed {
+                return Err(error(
+                    "is \"by-speed\", but the cluster has one device type: give [[cluster.node-groups]] of different devices, or leave the key out".into(),
+                ));
+            }
+            search.fixed.stage_placement = Some(value);
+        }
         Ok(search)
     }
 
@@ -377,7 +459,7 @@ impl Search {
     pub fn overrides(&self, choice: &Choice) -> Vec<Override> {
         let p = &choice.parallelism;
         let integer = |key: &str, value: u32| Override::new(key, i64::from(value));
-        vec![
+        let mut overrides = vec![
             Override::new("workload.global-batch", i64::try_from(self.global_batch).unwrap_or(i64::MAX)),
             Override::new("workload.micro-batch", i64::try_from(choice.micro_batch).unwrap_or(i64::MAX)),
             Override::new("workload.recompute", choice.recompute.to_string()),
@@ -395,8 +477,17 @@ impl Search {
             integer("parallelism.filter", p.filter),
             integer("parallelism.channel", p.channel),
             integer("parallelism.spatial", p.spatial),
-            Override::new("simulation.fold-symmetric-ranks", self.fixed.fold_symmetric_ranks.unwrap_or(true)),
-        ]
+        ];
+        if let Some(placement) = choice.stage_placement {
+            overrides.push(Override::new("parallelism.stage-placement", placement.name()));
+        }
+        // A cluster of mixed devices simulates every rank (the key is refused there).
+        match (self.fixed.fold_symmetric_ranks, self.mixed) {
+            (Some(fold), _) => overrides.push(Override::new("simulation.fold-symmetric-ranks", fold)),
+            (None, false) => overrides.push(Override::new("simulation.fold-symmetric-ranks", true)),
+            (None, true) => {}
+        }
+        overrides
     }
 
     /// The validated scenario of `choice`: its base's table with [`Search::overrides`] and
@@ -463,6 +554,9 @@ pub struct Choice {
     pub micro_batch: u64,
     /// Recomputation.
     pub recompute: Recompute,
+    /// How pipeline stages get their layers on node groups of mixed devices
+    /// (`parallelism.stage-placement`); `None` on a cluster of one device type.
+    pub stage_placement: Option<StagePlacement>,
 }
 
 impl Choice {
@@ -489,6 +583,9 @@ impl Choice {
         }
         if p.pipeline > 1 && p.schedule.two_chunks() {
             parts.push(p.schedule.name().into());
+        }
+        if self.stage_placement == Some(StagePlacement::BySpeed) {
+            parts.push(StagePlacement::BySpeed.name().into());
         }
         if p.expert > 1 && p.moe_dispatcher != strategies::MoeDispatcher::AllToAll {
             parts.push(p.moe_dispatcher.name().into());
@@ -661,23 +758,44 @@ pub fn plan_with_progress(
             })?;
             let strategy = Strategy { layer_tables: Some(&tables[choice.base]), ..scenario.strategy() };
             let floor = comm_floor(&scenario);
+            let mixed = scenario.node_groups.as_deref().filter(|groups| groups.is_mixed());
             // Validating the scenario checked its strategy.
-            let estimate = strategy.estimate_checked(&floor).map_err(|error| match error {
+            let estimate = match mixed {
+                Some(groups) => crate::mixed::estimate(&scenario, groups, &strategy, &floor),
+                None => strategy.estimate_checked(&floor),
+            }
+            .map_err(|error| match error {
                 StrategyError::Invalid { key, message } => (key.to_string(), format!("{key}: {message}")),
                 other => ("other".to_string(), other.to_string()),
             })?;
-            let memory = estimate.peak_memory().total().0 as f64;
-            let capacity = scenario.device.memory_capacity.0 as f64;
-            if memory > capacity * (1.0 - options.memory_headroom) {
-                return Err((
-                    "does not fit in memory".to_string(),
-                    format!(
-                        "needs {:.1} GB per GPU; {:.1} GB usable of {:.1} GB",
-                        memory / 1e9,
-                        capacity * (1.0 - options.memory_headroom) / 1e9,
-                        capacity / 1e9
-                    ),
-                ));
+            // Each group's GPUs against their own device's memory (the cluster's one device's
+            // without node groups of mixed devices).
+            let needs: Vec<(workloads::memory::MemoryBreakdown, &workloads::device::Device, String)> =
+                match mixed {
+                    Some(groups) => crate::mixed::group_memory(&scenario, groups, &estimate.stages)
+                        .into_iter()
+                        .zip(groups.groups.iter().enumerate())
+                        .map(|(memory, (index, group))| {
+                            let on = format!(" on cluster.node-groups[{index}] ({})", group.device.name);
+                            (memory, &*group.device, on)
+                        })
+                        .collect(),
+                    None => vec![(estimate.peak_memory(), &*scenario.device, String::new())],
+                };
+            for (memory, device, on) in needs {
+                let memory = memory.total().0 as f64;
+                let capacity = device.memory_capacity.0 as f64;
+                if memory > capacity * (1.0 - options.memory_headroom) {
+                    return Err((
+                        "does not fit in memory".to_string(),
+                        format!(
+                            "needs {:.1} GB per GPU{on}; {:.1} GB usable of {:.1} GB",
+                            memory / 1e9,
+                            capacity * (1.0 - options.memory_headroom) / 1e9,
+                            capacity / 1e9
+                        ),
+                    ));
+                }
             }
             Ok(estimate.time_lower_bound)
         })
@@ -1175,7 +1293,7 @@ pub fn enumerate(index: usize, base: &Base, global_batch: u64, fixed: &Fixed) ->
     };
     let mut out = Vec::new();
     let mut push = |parallelism: Parallelism, micro_batch: u64, recompute: Recompute| {
-        out.push(Choice { base: index, gpus, parallelism, micro_batch, recompute });
+        out.push(Choice { base: index, gpus, parallelism, micro_batch, recompute, stage_placement: None });
     };
     let template = base.parallelism;
     if transformer {
@@ -1359,7 +1477,32 @@ pub fn enumerate(index: usize, base: &Base, global_batch: u64, fixed: &Fixed) ->
             }
         }
     }
-    out
+    // Node groups of mixed devices: each pipeline's stages in order and by speed (one chunk
+    // per stage, the split not set by first- or last-stage-layers: where by-speed applies).
+    let mixed = base.node_groups.as_deref().is_some_and(|groups| groups.is_mixed());
+    if !mixed {
+        return out;
+    }
+    let by_speed_applies = |p: &Parallelism| {
+        p.pipeline > 1
+            && p.virtual_stages == 1
+            && p.first_stage_layers.is_none()
+            && p.last_stage_layers.is_none()
+    };
+    out.into_iter()
+        .flat_map(|choice| {
+            let placements = match fixed.stage_placement {
+                Some(placement) => vec![placement],
+                None if by_speed_applies(&choice.parallelism) => {
+                    vec![StagePlacement::InOrder, StagePlacement::BySpeed]
+                }
+                None => vec![StagePlacement::InOrder],
+            };
+            placements
+                .into_iter()
+                .map(move |placement| Choice { stage_placement: Some(placement), ..choice.clone() })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -1602,5 +1745,166 @@ mod tests {
         let mut rows = [(true, 1.0, 0), (false, 3.0, 1), (false, 2.0, 2), (true, 0.5, 3)];
         rows.sort_by(|a, b| final_order(*a, *b));
         assert_eq!(rows.map(|r| r.2), [2, 1, 3, 0]);
+    }
+
+    /// Megatron-LM's GPT 1.7B at global batch 16 on a server of 4 A100-SXM4-40GB and one of 4
+    /// H100-SXM5-80GB (`first`, `second`: their devices), analytical network, with `fixed`.
+    fn mixed_search(first: &str, second: &str, fixed: &[&str]) -> Search {
+        let text = format!(
+            "[cluster]\nnodes = 2\ngpus-per-node = 4\n\
+             [[cluster.node-groups]]\nnodes = 1\ndevice = \"{first}\"\n\
+             [[cluster.node-groups]]\nnodes = 1\ndevice = \"{second}\"\n\
+             [cluster.network]\ntopology = \"switch\"\nlink-bandwidth = \"200 Gb/s\"\n\
+             [workload]\nmodel = \"megatron-1.7b\"\nglobal-batch = 16\nprecision = \"bf16\"\n\
+             optimizer = \"adam\"\n[simulation]\nfidelity = \"analytical\"\n"
+        );
+        let table: toml::Table = toml::from_str(&text).unwrap();
+        let fixed: Vec<Override> = fixed.iter().map(|text| text.parse().unwrap()).collect();
+        Search::new(&table, Path::new("plan-mixed.toml"), &[], &fixed, &[]).unwrap()
+    }
+
+    /// The settings that keep the mixed searches small: the degrees and placements are searched.
+    const MIXED_FIXED: [&str; 5] = [
+        "workload.recompute=none",
+        "workload.micro-batch=1",
+        "parallelism.zero=1",
+        "parallelism.sequence-parallel=false",
+        "parallelism.virtual-stages=1",
+    ];
+
+    #[test]
+    fn mixed_devices_search_both_placements_with_bounds_below_every_simulation() {
+        let search = mixed_search("a100-sxm4-40gb", "h100-sxm5-80gb", &MIXED_FIXED);
+        let choices = enumerate(0, &search.bases[0], search.global_batch, &search.fixed);
+        // Every pipeline in order and by speed; no pipeline in order only.
+        for choice in &choices {
+            assert!(choice.stage_placement.is_some(), "{}", choice.label());
+            if choice.parallelism.pipeline == 1 {
+                assert_eq!(choice.stage_placement, Some(StagePlacement::InOrder));
+            }
+        }
+        let pipelined = |placement| {
+            choices
+                .iter()
+                .filter(|c| c.parallelism.pipeline > 1 && c.stage_placement == Some(placement))
+                .count()
+        };
+        assert!(pipelined(StagePlacement::BySpeed) > 0);
+        assert_eq!(pipelined(StagePlacement::BySpeed), pipelined(StagePlacement::InOrder));
+        let report = plan(&search, &options(3)).unwrap();
+        assert!(!report.top.is_empty());
+        // Every valid configuration simulated: the bound (each kernel on its fastest device)
+        // is below each, and the search's best three are the exhaustive best three.
+        let tables = LayerTables::new(
+            &search.bases[0].scenario.model,
+            &search.bases[0].scenario.device,
+            &search.bases[0].scenario.compute,
+        );
+        let mut all: Vec<(f64, String)> = Vec::new();
+        for choice in &choices {
+            let Ok(scenario) = search.scenario(choice, &[]) else { continue };
+            let groups = scenario.node_groups.as_deref().unwrap();
+            assert!(!scenario.fold_symmetric_ranks, "a mixed cluster simulates every rank");
+            let strategy = Strategy { layer_tables: Some(&tables), ..scenario.strategy() };
+            let Ok(estimate) = crate::mixed::estimate(&scenario, groups, &strategy, &comm_floor(&scenario))
+            else {
+                continue;
+            };
+            let memories = crate::mixed::group_memory(&scenario, groups, &estimate.stages);
+            if memories
+                .iter()
+                .zip(&groups.groups)
+                .any(|(memory, group)| memory.total().0 as f64 > 0.9 * group.device.memory_capacity.0 as f64)
+            {
+                continue;
+            }
+            let time = simulate(&scenario).unwrap().summary.iteration_time;
+            assert!(
+                estimate.time_lower_bound <= time,
+                "{}: bound {} above the simulated {time}",
+                choice.label(),
+                estimate.time_lower_bound
+            );
+            all.push((time.as_secs_f64(), choice.label()));
+        }
+        assert_eq!(all.len() as u64, report.valid);
+        all.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let exhaustive: Vec<f64> = all.iter().take(3).map(|(t, _)| *t).collect();
+        let searched: Vec<f64> = report.top.iter().map(|r| r.summary.iteration_time.as_secs_f64()).collect();
+        assert_eq!(searched, exhaustive, "exhaustive order: {:?}", &all[..3.min(all.len())]);
+        // A fixed placement is the only one searched.
+        let fixed = [&MIXED_FIXED[..], &["parallelism.stage-placement=in-order"]].concat();
+        let in_order = mixed_search("a100-sxm4-40gb", "h100-sxm5-80gb", &fixed);
+        assert_eq!(in_order.fixed.stage_placement, Some(StagePlacement::InOrder));
+        let only = enumerate(0, &in_order.bases[0], in_order.global_batch, &in_order.fixed);
+        assert!(only.iter().all(|c| c.stage_placement == Some(StagePlacement::InOrder)));
+        assert_eq!(only.len(), choices.len() - pipelined(StagePlacement::BySpeed));
+    }
+
+    #[test]
+    fn a_split_that_fits_the_larger_group_but_not_the_smaller_is_refused_naming_the_group() {
+        // Data parallelism over the 8 GPUs: each needs the whole model's state and a
+        // micro-batch's activations.
+        let fixed =
+            [&MIXED_FIXED[..], &["parallelism.tensor=1", "parallelism.pipeline=1", "parallelism.zero=0"]]
+                .concat();
+        let fixed: Vec<&str> = fixed.into_iter().filter(|key| *key != "parallelism.zero=1").collect();
+        // On H100s alone, it fits.
+        let large = mixed_search("h100-sxm5-80gb", "h100-sxm5-80gb", &fixed);
+        let report = plan(&large, &options(1)).unwrap();
+        assert_eq!((report.enumerated, report.valid), (1, 1), "{:?}", report.rejected);
+        // With the A100-40GB server, it does not, and the example names its group.
+        let mixed = mixed_search("a100-sxm4-40gb", "h100-sxm5-80gb", &fixed);
+        let report = plan(&mixed, &options(1)).unwrap();
+        assert_eq!((report.enumerated, report.valid), (1, 0));
+        let rejection = &report.rejected["does not fit in memory"];
+        assert!(
+            rejection.example.contains("on cluster.node-groups[0] (a100-sxm4-40gb)"),
+            "{}",
+            rejection.example
+        );
+        // The other way round, the A100s second: the same group named by its own index.
+        let swapped = mixed_search("h100-sxm5-80gb", "a100-sxm4-40gb", &fixed);
+        let report = plan(&swapped, &options(1)).unwrap();
+        assert!(
+            report.rejected["does not fit in memory"]
+                .example
+                .contains("on cluster.node-groups[1] (a100-sxm4-40gb)"),
+            "{:?}",
+            report.rejected
+        );
+        // And run refuses it the same way.
+        let choice = enumerate(0, &mixed.bases[0], mixed.global_batch, &mixed.fixed).remove(0);
+        let error = simulate(&mixed.scenario(&choice, &[]).unwrap()).err().unwrap().to_string();
+        assert!(error.contains("on cluster.node-groups[0] (a100-sxm4-40gb)"), "{error}");
+    }
+
+    #[test]
+    fn node_groups_refuse_other_gpu_counts_and_by_speed_on_one_device_type() {
+        let text = "[cluster]\nnodes = 2\ngpus-per-node = 4\n\
+                    [[cluster.node-groups]]\nnodes = 1\ndevice = \"a100-sxm4-40gb\"\n\
+                    [[cluster.node-groups]]\nnodes = 1\ndevice = \"h100-sxm5-80gb\"\n\
+                    [workload]\nmodel = \"megatron-1.7b\"\nglobal-batch = 16\n";
+        let table: toml::Table = toml::from_str(text).unwrap();
+        let error = Search::new(&table, Path::new("m.toml"), &[], &[], &[16]).unwrap_err().to_string();
+        assert!(
+            error.contains("--gpus 16")
+                && error.contains("`cluster.node-groups`")
+                && error.contains("give --gpus 8"),
+            "{error}"
+        );
+        let bad: Override = "parallelism.stage-placement=fastest".parse().unwrap();
+        let error = Search::new(&table, Path::new("m.toml"), &[], &[bad], &[]).unwrap_err().to_string();
+        assert!(error.contains("`parallelism.stage-placement`") && error.contains("\"by-speed\""), "{error}");
+        let by_speed: Override = "parallelism.stage-placement=by-speed".parse().unwrap();
+        let single: toml::Table = toml::from_str(&scenario_text()).unwrap();
+        let error = Search::new(&single, Path::new("s.toml"), &[], &[by_speed], &[]).unwrap_err().to_string();
+        assert!(error.contains("one device type"), "{error}");
+        // Without a precision: bf16 where every group's device has it, else fp16.
+        for (second, precision) in [("h100-sxm5-80gb", "bf16"), ("v100-sxm2-32gb", "fp16")] {
+            let table: toml::Table = toml::from_str(&text.replace("h100-sxm5-80gb", second)).unwrap();
+            let search = Search::new(&table, Path::new("m.toml"), &[], &[], &[]).unwrap();
+            assert_eq!(search.bases[0].scenario.precision.to_string(), precision, "{second}");
+        }
     }
 }

@@ -1084,16 +1084,18 @@ pub(crate) fn prepare(
     // A configuration that does not fit is an error, not a simulation: the most loaded stage.
     let memory =
         stages.iter().map(|stage| stage.memory).max_by_key(|memory| memory.total()).unwrap_or_default();
-    if let Some(groups) = &scenario.node_groups {
-        crate::mixed::check_memory(scenario, groups, stages, &context)?;
+    match &scenario.node_groups {
+        // Each group's stages against its own device: a stage on a larger device than the
+        // first group's may need more than that one has.
+        Some(groups) => crate::mixed::check_memory(scenario, groups, stages, &context)?,
+        None => memory.check(&scenario.device).map_err(|source| {
+            let hint = match &source {
+                MemoryError::DoesNotFit { .. } => ways_out(scenario, &memory),
+                MemoryError::Invalid { .. } => String::new(),
+            };
+            SimulationError::Memory { context: context(), source, hint: Box::new(hint) }
+        })?,
     }
-    memory.check(&scenario.device).map_err(|source| {
-        let hint = match &source {
-            MemoryError::DoesNotFit { .. } => ways_out(scenario, &memory),
-            MemoryError::Invalid { .. } => String::new(),
-        };
-        SimulationError::Memory { context: context(), source, hint: Box::new(hint) }
-    })?;
     let mut warnings = Vec::new();
     if let Some(offload) = offload {
         let node = u64::from(scenario.cluster.gpus_per_node);

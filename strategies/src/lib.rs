@@ -1746,6 +1746,19 @@ impl Strategy<'_> {
         emit::estimate(self, comm_floor)
     }
 
+    /// [`Strategy::estimate_checked`] of ranks that may run on any of `strategies`' devices
+    /// (the device types of a cluster of mixed devices, each strategy passed
+    /// [`Strategy::check`] and with the same split, [`Strategy::chunk_layers`]): the memory of
+    /// the first, and a bound that prices each kernel, gradient accumulation and optimizer step
+    /// at the fastest of the strategies' times for it, so no simulation of the strategy on any
+    /// placement of ranks on those devices comes out faster.
+    pub fn estimate_fastest(
+        strategies: &[&Strategy<'_>],
+        comm_floor: &dyn Fn(&Comm) -> SimDuration,
+    ) -> Result<Estimate, StrategyError> {
+        emit::estimate_fastest(strategies, comm_floor)
+    }
+
     /// A lower bound of the ops its lowering builds (every iteration's, as the work budget
     /// counts them: kernels and their host launches of each simulated rank), from the kernel
     /// table alone, without a graph. The real graph has more (collectives, sends, the

@@ -216,3 +216,54 @@ fn sequence_models_report_tokens_per_second_beside_samples() {
     let header = table.lines().find(|l| l.starts_with("rank")).unwrap();
     assert!(header.contains("samples/s/GPU") && header.contains("tokens/s/GPU"), "{header}");
 }
+
+/// `plan` on node groups of mixed devices (a server of A100-SXM4-40GB and one of
+/// H100-SXM5-80GB): every row of `--json` is what `parasim run --set` of its `set` overrides
+/// gives on the same file (the winner included), stage placements are searched, and `--gpus`
+/// other than the groups' size is refused naming the key.
+#[test]
+fn plan_on_mixed_devices_rows_equal_run_of_their_overrides() {
+    let cluster = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/mixed/plan-a100-40gb-h100.toml");
+    let fixed = [
+        "--set",
+        "workload.recompute=none",
+        "--set",
+        "parallelism.zero=1",
+        "--set",
+        "parallelism.sequence-parallel=false",
+        "--set",
+        "parallelism.virtual-stages=1",
+    ];
+    let mut args = vec!["plan", "--cluster", cluster, "--quiet", "--top", "4", "--json"];
+    args.extend_from_slice(&fixed);
+    let output = parasim(&args);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let plan: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert!(plan["device"].as_str().unwrap().starts_with("mixed ("), "{}", plan["device"]);
+    let top = plan["top"].as_array().unwrap();
+    assert!(!top.is_empty(), "{plan}");
+    for row in top {
+        let placement = row["stage_placement"].as_str().unwrap();
+        assert!(["in-order", "by-speed"].contains(&placement), "{row}");
+        let set: Vec<String> = serde_json::from_value(row["set"].clone()).unwrap();
+        assert!(set.contains(&format!("parallelism.stage-placement=\"{placement}\"")), "{set:?}");
+        let mut run = vec!["run".to_string(), cluster.to_string(), "--json".to_string()];
+        for change in &set {
+            run.extend(["--set".to_string(), change.clone()]);
+        }
+        let run: Vec<&str> = run.iter().map(String::as_str).collect();
+        let output = parasim(&run);
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(
+            json["iteration_time_s"], row["summary"]["iteration_time_s"],
+            "{}: plan and run differ",
+            row["configuration"]
+        );
+        assert_eq!(json["devices"], row["summary"]["devices"], "{}", row["configuration"]);
+    }
+    let output = parasim(&["plan", "--cluster", cluster, "--quiet", "--gpus", "16"]);
+    assert_eq!(output.status.code(), Some(2));
+    let error = String::from_utf8_lossy(&output.stderr);
+    assert!(error.contains("key `cluster.node-groups`") && error.contains("give --gpus 8"), "{error}");
+}

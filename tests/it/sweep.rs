@@ -232,6 +232,75 @@ iterations = 4
     assert!(stderr.contains("no metric") && stderr.contains("breakdown.offload_stall_s"), "{stderr}");
 }
 
+/// A sweep over a cluster of mixed devices (the 2-stage A100 + H100 pipeline, its stage
+/// placement and micro-batch swept) has, per device type, a column for each number of `run
+/// --json`'s `devices` entry (`devices.a100-sxm4-80gb.busy`...), holding what `run --json` of
+/// that configuration prints; a sweep without node groups has none; a finished file resumes.
+#[test]
+fn device_types_of_node_groups_are_columns_equal_to_run_json() {
+    let dir = scratch("node-groups");
+    let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/mixed/pipeline-a100-h100.toml");
+    let sweep = dir.join("mixed.toml");
+    fs_err::write(
+        &sweep,
+        format!(
+            "base = {:?}\n[axes]\n\"parallelism.stage-placement\" = [\"in-order\", \"by-speed\"]\n\"workload.micro-batch\" = [1, 2]\n",
+            scenario.display().to_string()
+        ),
+    )
+    .unwrap();
+    let out = dir.join("rows.jsonl");
+    ok(parasim(&["sweep", sweep.to_str().unwrap(), "-o", out.to_str().unwrap()]));
+    let objects: Vec<serde_json::Value> =
+        read(&out).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(objects.len(), 1 + 4);
+    let columns: Vec<String> =
+        serde_json::from_value(objects[0]["parasim_sweep"]["columns"].clone()).unwrap();
+    let device_columns: Vec<&String> = columns.iter().filter(|c| c.starts_with("devices.")).collect();
+    let fields = ["achieved_tflops_per_device", "busy", "gpus", "mfu", "peak_tflops_per_device"];
+    let expected: Vec<String> = ["a100-sxm4-80gb", "h100-sxm5-80gb"]
+        .iter()
+        .flat_map(|name| fields.iter().map(move |field| format!("devices.{name}.{field}")))
+        .collect();
+    assert_eq!(device_columns, expected.iter().collect::<Vec<_>>());
+    for object in &objects[1..] {
+        assert_eq!(object["status"], "ok", "{}", object["error"]);
+        let placement = object["axis.parallelism.stage-placement"].as_str().unwrap();
+        let micro_batch = object["axis.workload.micro-batch"].as_i64().unwrap();
+        let run = ok(parasim(&[
+            "run",
+            scenario.to_str().unwrap(),
+            "--json",
+            "--set",
+            &format!("parallelism.stage-placement={placement}"),
+            "--set",
+            &format!("workload.micro-batch={micro_batch}"),
+        ]));
+        let json: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+        let devices = json["devices"].as_array().unwrap();
+        assert_eq!(devices.len(), 2, "{json}");
+        for device in devices {
+            // The catalog's names are the report's, lower-cased.
+            let name = device["device"].as_str().unwrap().to_ascii_lowercase();
+            for field in fields {
+                let column = format!("devices.{name}.{field}");
+                assert!(!object[&column].is_null(), "{column} is empty: {object}");
+                assert_eq!(object[&column], device[field], "{column}: the sweep's row and run --json differ");
+            }
+        }
+        assert_eq!(object["iteration_time_s"], json["iteration_time_s"]);
+    }
+    // A finished file resumes (its header's device columns are this sweep's), adding nothing.
+    let before = read(&out);
+    ok(parasim(&["sweep", sweep.to_str().unwrap(), "--resume", "-o", out.to_str().unwrap()]));
+    assert_eq!(read(&out), before);
+    // Without node groups, no device columns.
+    let plain = dir.join("plain.csv");
+    ok(parasim(&["sweep", EXAMPLE, "-o", plain.to_str().unwrap()]));
+    let header = read(&plain).lines().nth(1).unwrap().to_string();
+    assert!(!header.contains("devices."), "{header}");
+}
+
 #[test]
 fn shards_merge_into_the_unsharded_output_byte_for_byte() {
     let dir = scratch("shards");

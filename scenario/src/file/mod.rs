@@ -1564,6 +1564,14 @@ fn node_groups_of(
         }
     }
     let devices = cluster_devices(cluster, file)?;
+    let mixed = devices.iter().any(|device| device.name != devices[0].name);
+    if mixed && parallelism.pipeline > 1 && parallelism.schedule == strategies::PipelineSchedule::ZbV {
+        // The lowering of each device type must build the same graph but for compute times.
+        return Err(invalid(
+            "parallelism.schedule",
+            "is \"zb-v\", but [[cluster.node-groups]] mix devices: ZB-V orders each stage's work by its kernel times, which differ between the device types, and a mixed cluster runs one order on all of them; give \"1f1b\", \"gpipe\", \"zb-h1\" or \"dualpipe\"".into(),
+        ));
+    }
     let mut groups = Vec::with_capacity(devices.len());
     let mut first_node = 0;
     for (index, (section, device)) in cluster.node_groups.iter().zip(devices).enumerate() {

@@ -187,6 +187,9 @@ pub struct Sweep {
     pub filters: Vec<Filter>,
     count: u64,
     fingerprint: u64,
+    /// The catalog names of the base's node-group devices, in order of first appearance
+    /// (empty without `[[cluster.node-groups]]`): each has its `devices.NAME.*` columns.
+    device_types: Vec<String>,
     /// What validating the configurations derives expensively (the model, the cluster),
     /// shared by them.
     cache: std::sync::Arc<ValidationCache>,
@@ -377,6 +380,7 @@ impl Sweep {
         }
         let count = count.unwrap_or(0);
 
+        let device_types = device_types(&base);
         let sweep = Sweep {
             file: file.to_path_buf(),
             base,
@@ -387,6 +391,7 @@ impl Sweep {
             filters,
             count,
             fingerprint: 0,
+            device_types,
             cache: Default::default(),
         };
         sweep.check_keys()?;
@@ -514,11 +519,40 @@ impl Sweep {
         self.value_columns().into_iter().map(|key| format!("{AXIS_PREFIX}{key}")).collect()
     }
 
+    /// The catalog names of the devices of the base's `[[cluster.node-groups]]`, in order of
+    /// first appearance; empty without node groups. An axis cannot change them (its values
+    /// are numbers, strings or booleans, and the groups are an array of tables), so every
+    /// configuration of the sweep has these device types.
+    pub fn device_types(&self) -> &[String] {
+        &self.device_types
+    }
+
+    /// This sweep's metric columns, sorted by name: [`metric_columns`], and on node groups
+    /// the [`device_columns`] of each of [`Sweep::device_types`]. A sweep without node groups
+    /// has exactly [`metric_columns`].
+    pub fn metric_columns(&self) -> Vec<String> {
+        self.metric_columns_and_kinds().into_iter().map(|(name, _)| name).collect()
+    }
+
+    /// What each of [`Sweep::metric_columns`] holds, in the same order ([`metric_kinds`]).
+    pub fn metric_kinds(&self) -> Vec<output::Kind> {
+        self.metric_columns_and_kinds().into_iter().map(|(_, kind)| kind).collect()
+    }
+
+    fn metric_columns_and_kinds(&self) -> Vec<(String, output::Kind)> {
+        let mut all: Vec<(String, output::Kind)> = metric_columns().into_iter().zip(metric_kinds()).collect();
+        for name in &self.device_types {
+            all.extend(device_columns(name));
+        }
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
+
     /// Every output column: `index`, the swept values, the metrics, `status`, `error`.
     pub fn columns(&self) -> Vec<String> {
         let mut columns = vec!["index".to_string()];
         columns.extend(self.swept_columns());
-        columns.extend(metric_columns());
+        columns.extend(self.metric_columns());
         columns.extend(["status".to_string(), "error".to_string()]);
         columns
     }
@@ -606,7 +640,7 @@ impl Sweep {
             status,
             error: one_line(&error),
         };
-        let columns = metric_columns();
+        let columns = self.metric_columns();
         let empty = || vec![serde_json::Value::Null; columns.len()];
         let table = match prepared {
             Ok(table) => table,
@@ -767,13 +801,63 @@ fn full_summary() -> Summary {
     summary
 }
 
+/// What the columns of one device type of a cluster of node groups start with:
+/// `devices.` then its catalog name (`devices.a100-sxm4-80gb.busy`).
+pub const DEVICES_PREFIX: &str = "devices.";
+
+/// The columns of device type `name` (a catalog name) with the kind of each: `devices.NAME.`
+/// and each number of its entry in `run --json`'s `devices` list (`gpus`, `busy`,
+/// `achieved_tflops_per_device`, `peak_tflops_per_device`, `mfu`). The list's `device` (the
+/// display name) is the column name's part, so it has no column.
+pub fn device_columns(name: &str) -> Vec<(String, output::Kind)> {
+    let entry = serde_json::to_value(crate::mixed::DeviceUtilisation::default()).unwrap_or_default();
+    let mut columns: Vec<(String, output::Kind)> = flatten_json(&entry)
+        .into_iter()
+        .filter(|(field, _)| field != "device")
+        .map(|(field, value)| (format!("{DEVICES_PREFIX}{name}.{field}"), output::Kind::of(value)))
+        .collect();
+    columns.sort_by(|a, b| a.0.cmp(&b.0));
+    columns
+}
+
+/// The catalog names of the devices of `base`'s `[[cluster.node-groups]]`, in order of first
+/// appearance (as `run --json` lists the types); empty without node groups. A name the
+/// catalog does not know is left out: validating the configurations reports it.
+fn device_types(base: &toml::Table) -> Vec<String> {
+    let Some(toml::Value::Array(groups)) = get_dotted(base, "cluster.node-groups") else {
+        return Vec::new();
+    };
+    let catalog = workloads::device::DeviceCatalog::builtin();
+    let mut names: Vec<String> = Vec::new();
+    for group in groups {
+        let Some(given) = group.get("device").and_then(toml::Value::as_str) else { continue };
+        if let Ok(device) = catalog.get(given)
+            && !names.contains(&device.name)
+        {
+            names.push(device.name.clone());
+        }
+    }
+    names
+}
+
 fn metrics_of(summary: &Summary, columns: Vec<String>) -> Vec<serde_json::Value> {
     let value = serde_json::to_value(summary).unwrap_or_default();
-    let flat = flatten_json(&value);
+    let mut flat: Vec<(String, serde_json::Value)> =
+        flatten_json(&value).into_iter().map(|(name, value)| (name, value.clone())).collect();
+    // `run --json`'s `devices` is a list; a sweep has a column per type and number.
+    for device in &summary.devices {
+        let entry = serde_json::to_value(device).unwrap_or_default();
+        flat.extend(
+            flatten_json(&entry)
+                .into_iter()
+                .filter(|(field, _)| field != "device")
+                .map(|(field, value)| (format!("{DEVICES_PREFIX}{}.{field}", device.name), value.clone())),
+        );
+    }
     columns
         .iter()
         .map(|column| {
-            flat.iter().find(|(name, _)| name == column).map(|(_, v)| (*v).clone()).unwrap_or_default()
+            flat.iter().find(|(name, _)| name == column).map(|(_, v)| v.clone()).unwrap_or_default()
         })
         .collect()
 }

@@ -248,6 +248,56 @@ fn metric_columns_hold_every_optional_key_and_no_swept_name() {
 }
 
 #[test]
+fn node_groups_add_their_device_types_columns_and_nothing_else_does() {
+    let plain = sweep("[axes]\n\"cluster.nodes\" = [1, 2]\n").unwrap();
+    assert!(plain.device_types().is_empty());
+    assert_eq!(plain.metric_columns(), metric_columns());
+    assert_eq!(plain.metric_kinds(), metric_kinds());
+    // Two groups of one device written two ways, one of another: two types, catalog-named, in
+    // order of first appearance.
+    let mixed = Sweep::parse(
+        r#"
+[base.cluster]
+nodes = 3
+[[base.cluster.node-groups]]
+nodes = 1
+device = "H100-SXM5-80GB"
+[[base.cluster.node-groups]]
+nodes = 1
+device = "a100-sxm4-80gb"
+[[base.cluster.node-groups]]
+nodes = 1
+device = "h100-sxm5-80gb"
+[base.workload]
+model = "resnet18"
+batch-per-device = 8
+[axes]
+"workload.batch-per-device" = [8, 16]
+"#,
+        Path::new("sweeps/mixed.toml"),
+    )
+    .unwrap();
+    assert_eq!(mixed.device_types(), ["h100-sxm5-80gb", "a100-sxm4-80gb"]);
+    let columns = mixed.metric_columns();
+    let added: Vec<&String> = columns.iter().filter(|c| !metric_columns().contains(c)).collect();
+    assert_eq!(added.len(), 2 * 5, "{added:?}");
+    for name in ["devices.h100-sxm5-80gb.busy", "devices.a100-sxm4-80gb.mfu", "devices.a100-sxm4-80gb.gpus"] {
+        assert!(added.iter().any(|c| *c == name), "missing {name} in {added:?}");
+    }
+    let mut sorted = columns.clone();
+    sorted.sort();
+    assert_eq!(sorted, columns, "sorted by name");
+    assert_eq!(mixed.metric_kinds().len(), columns.len());
+    assert_eq!(mixed.columns().len(), 1 + 1 + columns.len() + 2);
+    // A row: the cells of the device columns are set.
+    let row = mixed.run(0);
+    assert_eq!(row.status, Status::Ok, "{}", row.error);
+    let busy = columns.iter().position(|c| c == "devices.a100-sxm4-80gb.busy").unwrap();
+    let busy = row.metrics[busy].as_f64().unwrap();
+    assert!(busy > 0.0 && busy <= 1.0, "{busy}");
+}
+
+#[test]
 fn a_swept_key_named_like_a_metric_is_one_column_under_axis() {
     let sweep =
         sweep("[axes]\n\"cluster.nodes\" = [1, 2]\n[derived]\n\"parallelism.data\" = \"gpus\"\n").unwrap();

@@ -166,3 +166,29 @@ fn a_group_whose_device_memory_is_too_small_is_named() {
     let error = error.to_string();
     assert!(error.contains("cluster.node-groups[1] (v100-sxm2-16gb)"), "{error}");
 }
+
+/// A stage on the larger device may need more than the first group's device has: GPT 1.7B in
+/// a 2-stage pipeline by speed over a server of A100-SXM4-40GB and one of H100-SXM5-80GB gives
+/// the H100 stage more blocks and more memory than an A100-40GB holds; it runs, each stage
+/// checked against its own group's device only (it was refused against the A100's).
+#[test]
+fn a_stage_larger_than_the_first_groups_device_runs_on_its_own_larger_device() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/mixed/plan-a100-40gb-h100.toml");
+    let mut table: toml::Table = toml::from_str(&fs_err::read_to_string(&file).unwrap()).unwrap();
+    let changes: Vec<scenario::Override> =
+        ["workload.micro-batch=2", "parallelism.zero=0", "parallelism.data=4", "parallelism.pipeline=2"]
+            .iter()
+            .map(|text| text.parse().unwrap())
+            .collect();
+    scenario::apply(&mut table, &changes).unwrap();
+    let scenario = Scenario::from_table(&table, &file).unwrap();
+    let groups = scenario.node_groups.as_deref().unwrap();
+    let (a100, h100) = (&groups.groups[0].device, &groups.groups[1].device);
+    let summary = run(&scenario);
+    let last = summary.stages.last().unwrap().memory.total;
+    assert!(
+        last > a100.memory_capacity.0 && last <= h100.memory_capacity.0,
+        "the last stage needs {last} bytes: not the case this test is about"
+    );
+    assert!(summary.stages[0].memory.total <= a100.memory_capacity.0);
+}

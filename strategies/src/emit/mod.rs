@@ -732,7 +732,64 @@ pub(super) fn estimate(
     strategy: &Strategy<'_>,
     comm_floor: &dyn Fn(&Comm) -> SimDuration,
 ) -> Result<crate::Estimate, StrategyError> {
-    let plan = Plan::new(strategy)?;
+    estimate_plan(&Plan::new(strategy)?, comm_floor)
+}
+
+/// [`estimate`] of ranks that may run on any of `strategies`' devices (a cluster of mixed
+/// devices; every strategy with the same split, [`Strategy::chunk_layers`]): the memory is
+/// the first strategy's, and the bound prices each kernel, gradient accumulation and optimizer
+/// step at the fastest of the strategies' times for it, so it stays below a simulation
+/// whichever device each rank runs on.
+pub(super) fn estimate_fastest(
+    strategies: &[&Strategy<'_>],
+    comm_floor: &dyn Fn(&Comm) -> SimDuration,
+) -> Result<crate::Estimate, StrategyError> {
+    let Some((first, others)) = strategies.split_first() else {
+        return Err(StrategyError::Invalid {
+            key: "cluster.node-groups",
+            message: "no device to estimate on".into(),
+        });
+    };
+    let mut plan = Plan::new(first)?;
+    let fastest = |a: Kernel, b: Kernel| match (a, b) {
+        (Some(a), Some(b)) => Some(if b.0 < a.0 { b } else { a }),
+        (a, b) => a.or(b).map(|(_, flops)| (SimDuration::ZERO, flops)),
+    };
+    for other in others {
+        let other = Plan::new(other)?;
+        if other.chunk_layers != plan.chunk_layers || other.kernels.len() != plan.kernels.len() {
+            return Err(StrategyError::Invalid {
+                key: "cluster.node-groups",
+                message: "the device types' strategies split the model differently; give them one split"
+                    .into(),
+            });
+        }
+        let kernels: Vec<[Kernel; 3]> = plan
+            .kernels
+            .iter()
+            .zip(other.kernels.iter())
+            .map(|(a, b)| [fastest(a[0], b[0]), fastest(a[1], b[1]), fastest(a[2], b[2])])
+            .collect();
+        plan.kernels = std::sync::Arc::new(kernels);
+        for (mine, theirs) in plan.accumulate.iter_mut().zip(&other.accumulate) {
+            *mine = match (*mine, *theirs) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                _ => None,
+            };
+        }
+        for (mine, theirs) in plan.optimizer.iter_mut().zip(&other.optimizer) {
+            mine.0 = mine.0.min(theirs.0);
+        }
+    }
+    estimate_plan(&plan, comm_floor)
+}
+
+/// [`estimate`] of a built plan.
+fn estimate_plan(
+    plan: &Plan<'_>,
+    comm_floor: &dyn Fn(&Comm) -> SimDuration,
+) -> Result<crate::Estimate, StrategyError> {
+    let strategy = plan.strategy;
     let stages = plan.stages()?;
     let p = strategy.parallelism.pipeline;
     let kernel_ps = |kernel: &Kernel| kernel.map_or(0u128, |(duration, _)| u128::from(duration.as_ps()));
