@@ -34,6 +34,8 @@ pub(super) struct Windows {
     exhausted: bool,
     /// Scratch: the links whose capacity changed.
     changed: Vec<LinkId>,
+    /// Scratch: the product of the open windows' factors per link, by link id (1 where none).
+    factors: Vec<f64>,
 }
 
 impl Windows {
@@ -43,7 +45,8 @@ impl Windows {
         let mut links: Vec<LinkId> = list.iter().flat_map(|w| w.links.iter().copied()).collect();
         links.sort_unstable_by_key(|link| link.0);
         links.dedup();
-        Windows { list, links, pending: false, exhausted: false, changed: Vec::new() }
+        let factors = if list.is_empty() { Vec::new() } else { vec![1.0; topology.link_count()] };
+        Windows { list, links, pending: false, exhausted: false, changed: Vec::new(), factors }
     }
 
     /// Whether there is nothing left to apply (no windows, or none changes any more).
@@ -91,13 +94,15 @@ impl Windows {
         let time = context.now().since_start();
         let mut changed = std::mem::take(&mut self.changed);
         changed.clear();
+        // The open windows' factors, multiplied per link: one pass over each open window's
+        // links, whatever the number of windows.
+        for window in self.list.iter().filter(|window| window.is_open(time)) {
+            for link in &window.links {
+                self.factors[link.0 as usize] *= window.factor;
+            }
+        }
         for &link in &self.links {
-            let factor: f64 = self
-                .list
-                .iter()
-                .filter(|window| window.links.contains(&link) && window.is_open(time))
-                .map(|window| window.factor)
-                .product();
+            let factor = std::mem::replace(&mut self.factors[link.0 as usize], 1.0);
             let capacity = flows.solver.nominal(link) * factor;
             if capacity != flows.solver.capacity(link) {
                 flows.solver.set_capacity(link, capacity);
