@@ -1400,11 +1400,28 @@ pub(crate) fn rank_names(scenario: &Scenario) -> Vec<String> {
         .collect()
 }
 
-/// The fabric `scenario` runs on: its cluster's topology with `[faults]` applied (a degraded
-/// link at its reduced capacity), as every run builds it; what a report of its links' loads
-/// divides by.
+/// The fabric `scenario` runs on: its cluster's topology, each node group's servers at their
+/// own links' rates, with `[faults]` applied (a degraded link at its reduced capacity), as
+/// every run builds it; what a report of its links' loads divides by.
 pub fn topology(scenario: &Scenario) -> Result<Topology, SimulationError> {
-    fabric(&scenario.cluster, scenario.faults.as_ref(), &scenario.source)
+    let mut topology = fabric(&scenario.cluster, None, &scenario.source)?;
+    if let Some(groups) = &scenario.node_groups {
+        // Each group's servers at their own links' rates, before faults scale them.
+        topology.set_server_links(topology::Tier::IntraNode, |node| {
+            groups.group_of_node(node).and_then(|group| group.intra_node)
+        });
+        topology.set_server_links(topology::Tier::HostMemory, |node| {
+            groups.group_of_node(node).and_then(|group| group.host_link)
+        });
+    }
+    if let Some(faults) = &scenario.faults {
+        faults.apply(&mut topology).map_err(|error| SimulationError::Key {
+            scenario: scenario.source.to_string(),
+            key: error.key,
+            message: error.message,
+        })?;
+    }
+    Ok(topology)
 }
 
 /// The cluster's fabric with the scenario's `[faults]` applied (degraded or failed links):

@@ -890,6 +890,36 @@ impl Topology {
         Ok(())
     }
 
+    /// Sets the rate of the links of tier `tier` inside each server (`Tier::IntraNode`: its
+    /// GPUs' NVLink or PCIe switch links; `Tier::HostMemory`: its GPUs' host links) to
+    /// `rate_of(node)`, where it gives one: a cluster whose servers differ (node groups of
+    /// different devices), each server's own links at its own rate. One pass over the links;
+    /// returns how many it set.
+    pub fn set_server_links(&mut self, tier: Tier, rate_of: impl Fn(u32) -> Option<Bandwidth>) -> usize {
+        let node_of = |vertex: &Vertex| match *vertex {
+            Vertex::Gpu { node, .. } | Vertex::NodeSwitch { node } | Vertex::HostMemory { node } => {
+                Some(node)
+            }
+            _ => None,
+        };
+        let mut set = 0;
+        for edge in self.graph.edge_indices() {
+            let Some((from, to)) = self.graph.edge_endpoints(edge) else { continue };
+            let (Some(a), Some(b)) = (node_of(&self.graph[from]), node_of(&self.graph[to])) else { continue };
+            if a != b {
+                continue;
+            }
+            if let Some(rate) = rate_of(a)
+                && let Some(link) = self.graph.edge_weight_mut(edge)
+                && link.tier == tier
+            {
+                link.bandwidth = rate;
+                set += 1;
+            }
+        }
+        set
+    }
+
     /// Takes link `id` down: routes that cross it go the fewest-hop way around it
     /// ([`Topology::shortest_path`], which skips links that are down), or fail with
     /// [`TopologyError::Unreachable`] if there is none.

@@ -1576,6 +1576,22 @@ fn node_groups_of(
     let mut first_node = 0;
     for (index, (section, device)) in cluster.node_groups.iter().zip(devices).enumerate() {
         let key = format!("cluster.node-groups[{index}].device");
+        // Each group's servers keep their own device's links unless a key sets one rate.
+        let intra_node = match &cluster.intra_node {
+            None => Some(default_nvlink(&device).bandwidth),
+            Some(section) if section.bandwidth.is_none() => Some(if section.kind == "nvswitch" {
+                default_nvlink(&device).bandwidth
+            } else {
+                device.pcie_bandwidth
+            }),
+            Some(_) => None,
+        };
+        let host_link = cluster
+            .host_link
+            .as_ref()
+            .and_then(|link| link.bandwidth)
+            .is_none()
+            .then_some(device.pcie_bandwidth);
         let (device, compute) = if index == 0 {
             (Arc::clone(context.first.0), Arc::clone(context.first.1))
         } else {
@@ -1586,7 +1602,14 @@ fn node_groups_of(
             let (compute, _) = cache.compute(&spec.compute, &device, context.precision, file)?;
             (device, compute)
         };
-        groups.push(node_groups::NodeGroup { first_node, nodes: section.nodes, device, compute });
+        groups.push(node_groups::NodeGroup {
+            first_node,
+            nodes: section.nodes,
+            device,
+            compute,
+            intra_node,
+            host_link,
+        });
         first_node += section.nodes;
     }
     Ok(Some(Arc::new(node_groups::NodeGroups {

@@ -2,16 +2,18 @@
 //! half H100). Each group is `nodes` consecutive servers of one catalog device; every rank
 //! runs its own server's kernel times and is checked against its own device's memory.
 //!
-//! What the groups share is modelled once for the whole cluster, from the least capable
-//! group: the servers' links (NVLink and PCIe defaults: the smallest of the groups'), the
-//! NCCL generation whose tuner prices collectives (the oldest), and the device-side copy
-//! rate (the slowest memory). Groups whose devices differ in kind (GPU or CPU), collective
+//! Each group's servers keep their own device's links (NVLink or PCIe switch, and host
+//! links), unless the cluster's keys set one rate for all. What the groups share is modelled
+//! once for the whole cluster, from the least capable group: the NCCL generation whose tuner
+//! prices collectives (the oldest), the device-side copy rate (the slowest memory), and the
+//! cluster-wide link figures derived from the server spec (the smallest of the groups'). Groups whose devices differ in kind (GPU or CPU), collective
 //! library (NCCL or RCCL) or server interconnect (NVLink or none) are refused: those are
 //! different servers, which the format does not describe.
 
 use std::sync::Arc;
 
 use serde::Deserialize;
+use sim_core::units::Bandwidth;
 use workloads::compute::ComputeModel;
 use workloads::device::Device;
 
@@ -36,6 +38,13 @@ pub struct NodeGroup {
     pub device: Arc<Device>,
     /// The compute model that prices its kernels (`[compute]` on this device).
     pub compute: Arc<ComputeModel>,
+    /// The rate of each direction of its servers' GPU links (NVLink through the NVSwitch, or
+    /// the PCIe switch): its own device's, unless `cluster.intra-node.bandwidth` sets one rate
+    /// for every server (`None`).
+    pub intra_node: Option<Bandwidth>,
+    /// The rate of its GPUs' host links: its own device's PCIe, unless
+    /// `cluster.host-link.bandwidth` sets one for every server (`None`).
+    pub host_link: Option<Bandwidth>,
 }
 
 /// How pipeline stages get their layers on a cluster of mixed devices
@@ -91,6 +100,11 @@ impl NodeGroups {
             .iter()
             .position(|group| node < group.first_node + group.nodes)
             .unwrap_or(self.groups.len() - 1)
+    }
+
+    /// The group server `node` belongs to, if any.
+    pub fn group_of_node(&self, node: u32) -> Option<&NodeGroup> {
+        self.groups.iter().find(|group| (group.first_node..group.first_node + group.nodes).contains(&node))
     }
 
     /// Whether the groups hold more than one device (same-named devices are one type).

@@ -192,3 +192,56 @@ fn a_stage_larger_than_the_first_groups_device_runs_on_its_own_larger_device() {
     );
     assert!(summary.stages[0].memory.total <= a100.memory_capacity.0);
 }
+
+/// The rate of each direction of server `node`'s intra-node links in `scenario`'s fabric (all
+/// of them must agree).
+fn intra_node_rate(scenario: &Scenario, node: u32) -> f64 {
+    let topology = scenario::simulation::topology(scenario).unwrap();
+    let graph = topology.graph();
+    let mut rates: Vec<f64> = graph
+        .edge_indices()
+        .filter(|&edge| {
+            let (from, to) = graph.edge_endpoints(edge).unwrap();
+            let inside = |v| match graph[v] {
+                topology::Vertex::Gpu { node: n, .. } | topology::Vertex::NodeSwitch { node: n } => n == node,
+                _ => false,
+            };
+            graph[edge].tier == topology::Tier::IntraNode && inside(from) && inside(to)
+        })
+        .map(|edge| graph[edge].bandwidth.bytes_per_second())
+        .collect();
+    rates.dedup();
+    assert_eq!(rates.len(), 1, "server {node}'s links: {rates:?}");
+    rates[0]
+}
+
+#[test]
+fn each_groups_servers_keep_their_own_devices_links_unless_a_key_sets_one_rate() {
+    // Without cluster.intra-node.bandwidth each server's NVLink is its own device's: half its
+    // both-directions NVLink bandwidth each way (A100 600 GB/s, H100 900 GB/s in the catalog).
+    let line = "intra-node = { kind = \"nvswitch\", bandwidth = \"300 GB/s\", latency = \"0.7 us\" }\n";
+    let shape = |text: String| {
+        text.replace("nodes = 8", "nodes = 2")
+            .replace("data = 64", "data = 16")
+            .replace("device = \"a100-sxm4-80gb\"\n", "")
+            .replace("[cluster.network]", &format!("{HALF_AND_HALF}\n[cluster.network]"))
+    };
+    // The same latency, no bandwidth: each server's own.
+    let text =
+        scenario::QUICKSTART.replace(line, "intra-node = { kind = \"nvswitch\", latency = \"0.7 us\" }\n");
+    assert_ne!(text, scenario::QUICKSTART, "the quickstart's intra-node line moved");
+    let own = Scenario::parse(&shape(text), Path::new("mixed.toml")).unwrap();
+    let groups = own.node_groups.as_ref().unwrap();
+    let each_way =
+        |group: usize| groups.groups[group].device.gpu_link_bandwidth().unwrap().bytes_per_second() / 2.0;
+    assert!(each_way(1) > each_way(0), "the H100's NVLink is faster than the A100's");
+    assert_eq!(intra_node_rate(&own, 0), each_way(0));
+    assert_eq!(intra_node_rate(&own, 1), each_way(1));
+    // The key sets one rate for every server (the A100's, 300 GB/s each way).
+    let keyed = Scenario::parse(&shape(scenario::QUICKSTART.to_string()), Path::new("mixed.toml")).unwrap();
+    assert_eq!(each_way(0), 300e9);
+    assert_eq!(intra_node_rate(&keyed, 0), 300e9);
+    assert_eq!(intra_node_rate(&keyed, 1), 300e9);
+    // Faster links on the H100 server never slow the step.
+    assert!(run(&own).iteration_time <= run(&keyed).iteration_time);
+}
