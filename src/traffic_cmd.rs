@@ -469,7 +469,8 @@ struct TrafficJson<'a> {
 pub fn traffic(options: &Options) -> anyhow::Result<String> {
     let cluster =
         Cluster::load(options.cluster).with_context(|| format!("--cluster {}", options.cluster.display()))?;
-    let topology = Topology::build(&cluster.spec).context("building the cluster topology")?;
+    // The fabric with the file's [faults]: links degraded or down, for a while, latency noise.
+    let topology = cluster.fabric(options.cluster).context("building the cluster topology")?;
     let hosts = topology.host_count() as u32;
     let bytes = size(options.size).context("--size")?;
     if bytes == 0 {

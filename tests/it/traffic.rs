@@ -261,3 +261,32 @@ fn a_degraded_link_is_reported_at_the_capacity_it_ran_at() {
     let ratio = links[0]["utilisation"].as_f64().unwrap() / links[2]["utilisation"].as_f64().unwrap();
     assert!((ratio - 2.0).abs() < 0.01, "{ratio}: {links:?}");
 }
+
+#[test]
+fn traffic_runs_on_the_fabric_with_its_faults_for_a_while() {
+    // The quickstart's 64 GPUs, an all-to-all of 1 MiB per pair: healthy, then with GPU 9's NIC
+    // down from 0.1 ms for 5 ms. Its flows stall while it is down and finish after it is back;
+    // the others are not held (they do not cross it): the median flow is as fast.
+    let completion = |name: &str, faults: &str| {
+        let text = format!("{}{faults}", fs_err::read_to_string(crate::QUICKSTART).unwrap());
+        let path = scenario_file(name, &text);
+        let output = parasim(&[
+            "traffic",
+            "--cluster",
+            path.to_str().unwrap(),
+            "all-to-all",
+            "--size",
+            "1M",
+            "--json",
+        ]);
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        (json["completion_time_s"].as_f64().unwrap(), json["flow_completion"]["p50_s"].as_f64())
+    };
+    let (healthy, healthy_p50) = completion("traffic-healthy.toml", "");
+    let flap = "\n[faults]\nlinks = [{ link = \"gpu 9 (node 1.1) -> switch\", down = true, at-ms = 0.1, for-ms = 5 }]\n";
+    let (flapped, flapped_p50) = completion("traffic-flap.toml", flap);
+    println!("healthy {healthy} s (p50 {healthy_p50:?}), flapped {flapped} s (p50 {flapped_p50:?})");
+    assert!(flapped > 5.1e-3 && flapped < healthy + 5e-3 + 1e-4, "{healthy} -> {flapped}");
+    assert!(flapped_p50 <= healthy_p50, "{healthy_p50:?} -> {flapped_p50:?}");
+}

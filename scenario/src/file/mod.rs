@@ -722,6 +722,9 @@ pub struct Cluster {
     pub spec: ClusterSpec,
     /// The device of every GPU.
     pub device: Device,
+    /// The file's `[faults]` (with `simulation.seed`), for commands that build its fabric
+    /// from the cluster alone (`parasim traffic`); `None` without the table.
+    pub faults: Option<crate::faults::Faults>,
 }
 
 impl Cluster {
@@ -740,11 +743,32 @@ impl Cluster {
         {
             // Several jobs on one fabric: the fabric is the [cluster] table.
             jobs::remove_job_keys(&mut table);
-            let (spec, device) = validate_cluster(&spec_of_owned_table(table, file)?.cluster, file)?;
-            return Ok(Cluster { spec, device });
+            let whole = spec_of_owned_table(table, file)?;
+            let (spec, device) = validate_cluster(&whole.cluster, file)?;
+            return Ok(Cluster { spec, device, faults: faults_of(&whole, file)? });
         }
-        let (spec, device) = validate_cluster(&read_spec(text, file)?.cluster, file)?;
-        Ok(Cluster { spec, device })
+        let whole = read_spec(text, file)?;
+        let (spec, device) = validate_cluster(&whole.cluster, file)?;
+        Ok(Cluster { spec, device, faults: faults_of(&whole, file)? })
+    }
+}
+
+/// The validated `[faults]` of a scenario, if it has the table.
+fn faults_of(spec: &ScenarioSpec, file: &Path) -> Result<Option<crate::faults::Faults>, ScenarioError> {
+    let invalid = |key: &str, message: String| invalid(file, key, message);
+    spec.faults.as_ref().map(|section| section.validate(spec.simulation.seed, &invalid)).transpose()
+}
+
+impl Cluster {
+    /// Builds the cluster's fabric with its `[faults]` applied: what `parasim traffic` runs
+    /// its flows on. Errors name the file and the key.
+    pub fn fabric(&self, file: &Path) -> Result<Topology, ScenarioError> {
+        let mut topology =
+            Topology::build(&self.spec).map_err(|error| invalid(file, "cluster", error.to_string()))?;
+        if let Some(faults) = &self.faults {
+            faults.apply(&mut topology).map_err(|error| invalid(file, &error.key, error.message))?;
+        }
+        Ok(topology)
     }
 }
 

@@ -63,6 +63,9 @@ pub(super) struct Flow<T> {
     /// Its claim in max-min filling, in flows: 1, except for the flows of a weighted group,
     /// which carry different amounts and advance in proportion to them.
     pub(super) weight: f64,
+    /// Frozen at rate 0 by a re-fill (a link of its route is down), as opposed to a flow that
+    /// has just joined and has no rate yet: a re-fill may keep it at 0 below its threshold.
+    pub(super) stalled: bool,
 }
 
 impl<T> Flow<T> {
@@ -265,6 +268,7 @@ impl<T: Copy> MaxMin<T> {
             owner,
             weight: 1.0,
             group: NO_GROUP,
+            stalled: false,
         };
         match self.free_flows.pop() {
             Some(id) => {
@@ -324,6 +328,7 @@ impl<T: Copy> MaxMin<T> {
             let rate = route.iter().map(|link| self.capacity[link.0 as usize]).fold(f64::INFINITY, f64::min);
             let flow = &mut self.flows[id as usize];
             flow.rate = rate;
+            flow.stalled = rate == 0.0;
             flow.generation = flow.generation.wrapping_add(1);
             let generation = flow.generation;
             return Joined::Alone { delay: due_in(flow.remaining, rate), generation };
@@ -502,8 +507,9 @@ impl<T: Copy> MaxMin<T> {
                 }
                 let candidate = &self.flows[flow as usize];
                 // Kept at its rate: frozen below the threshold (a flow that just joined has
-                // no rate yet and is always re-filled).
-                if candidate.level() < threshold && candidate.rate != 0.0 {
+                // no rate yet and is always re-filled; one stalled at 0 on a link that is down
+                // froze at level 0, and is kept unless a capacity changed: threshold 0).
+                if candidate.level() < threshold && (candidate.rate != 0.0 || candidate.stalled) {
                     self.partial = true;
                     continue;
                 }
@@ -570,12 +576,15 @@ impl<T: Copy> MaxMin<T> {
             let rate = self.new_rate[id];
             let flow = &mut self.flows[id];
             if rate == flow.rate {
+                // A flow that joined onto a link that is down froze at 0: stalled now.
+                flow.stalled |= rate == 0.0;
                 continue;
             }
             let elapsed = now.saturating_since(flow.updated).as_secs_f64();
             flow.remaining = (flow.remaining - flow.rate * elapsed).max(0.0);
             flow.updated = now;
             flow.rate = rate;
+            flow.stalled = rate == 0.0;
             flow.generation = flow.generation.wrapping_add(1);
             changed(id as u32, flow, due_in(flow.remaining, rate))?;
         }
