@@ -1211,7 +1211,16 @@ pub(crate) fn summarize(
     let intra = if scenario.cluster.gpus_per_node == 1 {
         format!("none (one {} per node)", scenario.device.kind.noun())
     } else {
-        scenario.cluster.intra_node.describe()
+        match scenario.node_groups.as_ref().map(|groups| server_rates(groups)) {
+            // Each group's servers at their own rate: name them.
+            Some(rates) if rates.len() > 1 => {
+                let link = scenario.cluster.intra_node.link();
+                let kind = scenario.cluster.intra_node.describe();
+                let kind = kind.split(' ').next().unwrap_or("");
+                format!("{kind} ({}) {}", rates.join(", "), link.latency)
+            }
+            _ => scenario.cluster.intra_node.describe(),
+        }
     };
     let network =
         scenario.cluster.network.describe(scenario.cluster.gpus_per_node, scenario.device.kind.noun());
@@ -1398,6 +1407,25 @@ pub(crate) fn rank_names(scenario: &Scenario) -> Vec<String> {
             }
         })
         .collect()
+}
+
+/// Each device type's server link rate (`"300 GB/s on A100-SXM4-80GB"`), in order of first
+/// appearance, when the node groups' servers keep their own rates; one entry when they agree.
+fn server_rates(groups: &crate::file::node_groups::NodeGroups) -> Vec<String> {
+    let mut rates: Vec<(String, String)> = Vec::new();
+    for group in &groups.groups {
+        let Some(rate) = group.intra_node else { return Vec::new() };
+        let entry = (format!("{rate}"), group.device.display_name.clone());
+        if !rates.contains(&entry) {
+            rates.push(entry);
+        }
+    }
+    let mut distinct: Vec<&String> = rates.iter().map(|(rate, _)| rate).collect();
+    distinct.dedup();
+    if distinct.len() < 2 {
+        return Vec::new();
+    }
+    rates.into_iter().map(|(rate, device)| format!("{rate} on {device}")).collect()
 }
 
 /// The fabric `scenario` runs on: its cluster's topology, each node group's servers at their
