@@ -243,5 +243,12 @@ fn each_groups_servers_keep_their_own_devices_links_unless_a_key_sets_one_rate()
     assert_eq!(intra_node_rate(&keyed, 0), 300e9);
     assert_eq!(intra_node_rate(&keyed, 1), 300e9);
     // Faster links on the H100 server never slow the step.
-    assert!(run(&own).iteration_time <= run(&keyed).iteration_time);
+    let (own_run, keyed_run) = (run(&own), run(&keyed));
+    assert!(own_run.iteration_time <= keyed_run.iteration_time);
+    // The report names each device's rate, or the one rate the key sets.
+    assert_eq!(
+        own_run.cluster.intra_node,
+        "nvswitch (300 GB/s on A100-SXM4-80GB, 450 GB/s on H100-SXM5-80GB) 700 ns"
+    );
+    assert_eq!(keyed_run.cluster.intra_node, "nvswitch 300 GB/s 700 ns");
 }
