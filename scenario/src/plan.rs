@@ -1810,6 +1810,49 @@ mod tests {
         assert_eq!(report.top.len(), 2);
     }
 
+    /// CNN splits: every set of dimensions a model's samples have (3-D volumes: "dhw" too;
+    /// images: not), each end at a pooling layer and none, and out-of-core modes on plain data
+    /// parallelism only; a fixed end or offload is the only one tried.
+    #[test]
+    fn cnns_search_spatial_dimensions_their_ends_and_offload() {
+        let table: toml::Table = toml::from_str(&scenario_text()).unwrap();
+        let choices = |model: &str, fixed: &[&str]| {
+            let settings = [
+                Override::new("workload.model", model.to_string()),
+                Override::new("workload.global-batch", 16),
+            ];
+            let fixed: Vec<Override> = fixed.iter().map(|f| f.parse().unwrap()).collect();
+            let search = Search::new(&table, Path::new("plan-test.toml"), &settings, &fixed, &[]).unwrap();
+            enumerate(0, &search.bases[0], search.global_batch, &search.fixed)
+        };
+        let volumes = choices("cosmoflow-512", &[]);
+        let spatial: Vec<&Choice> = volumes.iter().filter(|c| c.parallelism.spatial > 1).collect();
+        for dims in SpatialDims::ALL {
+            assert!(spatial.iter().any(|c| c.parallelism.spatial_dims == dims), "no {dims:?}");
+        }
+        let ends: Vec<Option<&str>> = spatial.iter().map(|c| c.spatial_until.as_deref()).collect();
+        assert!(ends.contains(&None) && ends.contains(&Some("APOOL_2")), "{ends:?}");
+        // Pooling layers only: no convolution ends a split.
+        assert!(ends.iter().flatten().all(|name| name.starts_with("APOOL_")), "{ends:?}");
+        // The index and the name agree.
+        for c in &spatial {
+            let index = c.parallelism.spatial_until.map(|i| i as usize);
+            let model = workloads::zoo::by_name("cosmoflow-512").unwrap();
+            assert_eq!(index.map(|i| model.layers[i].name.as_str()), c.spatial_until.as_deref());
+        }
+        for c in volumes.iter().filter(|c| c.parallelism.offload != Offload::None) {
+            assert!(c.parallelism.data as u64 == c.gpus, "{}", c.label());
+        }
+        assert!(volumes.iter().any(|c| c.parallelism.offload == Offload::ActivationsAndWeights));
+        let images = choices("resnet50", &[]);
+        assert!(images.iter().all(|c| c.parallelism.spatial_dims != SpatialDims::Dhw));
+        let fixed =
+            choices("cosmoflow-512", &["parallelism.spatial-until=APOOL_2", "workload.offload=activations"]);
+        assert!(!fixed.is_empty());
+        assert!(fixed.iter().all(|c| c.spatial_until.as_deref() == Some("APOOL_2")
+            && c.parallelism.offload == Offload::Activations));
+    }
+
     /// [`search`]'s cluster file.
     fn scenario_text() -> String {
         "[cluster]\nnodes = 2\ndevice = \"a100-sxm4-80gb\"\n[workload]\nmodel = \"megatron-1.7b\"\n\
