@@ -1820,6 +1820,7 @@ mod tests {
             let settings = [
                 Override::new("workload.model", model.to_string()),
                 Override::new("workload.global-batch", 16),
+                Override::new("cluster.host-memory", "384 GiB"),
             ];
             let fixed: Vec<Override> = fixed.iter().map(|f| f.parse().unwrap()).collect();
             let search = Search::new(&table, Path::new("plan-test.toml"), &settings, &fixed, &[]).unwrap();
