@@ -587,6 +587,16 @@ struct JsonRanked<'a> {
     /// `parallelism.stage-placement` on node groups of mixed devices; absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     stage_placement: Option<&'static str>,
+    /// `parallelism.spatial-dims` of a spatial split; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    spatial_dims: Option<&'static str>,
+    /// `parallelism.spatial-until` of a spatial split that ends before the first non-spatial
+    /// layer; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    spatial_until: Option<&'a str>,
+    /// `workload.offload` when out of core; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    offload: Option<&'static str>,
     /// The `KEY=VALUE` overrides that make this configuration of the cluster file as plan read
     /// it: `parasim run FILE --set ...` with each simulates it.
     set: Vec<String>,
@@ -644,6 +654,9 @@ impl<'a> JsonPlan<'a> {
                         micro_batch: r.choice.micro_batch,
                         recompute: r.choice.recompute.to_string(),
                         stage_placement: r.choice.stage_placement.map(|p| p.name()),
+                        spatial_dims: (p.spatial > 1).then(|| p.spatial_dims.name()),
+                        spatial_until: r.choice.spatial_until.as_deref(),
+                        offload: (p.offload != strategies::Offload::None).then(|| p.offload.name()),
                         set: search.overrides(&r.choice).iter().map(ToString::to_string).collect(),
                         lower_bound_s: r.bound.as_secs_f64(),
                         time_to_train_s: r.time_to_train_s,

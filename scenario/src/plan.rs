@@ -32,7 +32,9 @@ use sim_core::units::SimDuration;
 use crate::file::node_groups::StagePlacement;
 use crate::simulation::{Summary, simulate};
 use crate::{Override, OverrideError, Scenario, ScenarioError, ValidationCache, apply, get_dotted};
-use strategies::{CnnSplit, Comm, GroupKind, LayerTables, Parallelism, Strategy, StrategyError, shard};
+use strategies::{
+    CnnSplit, Comm, GroupKind, LayerTables, Offload, Parallelism, SpatialDims, Strategy, StrategyError, shard,
+};
 use workloads::memory::Recompute;
 
 /// What the ranking minimises.
@@ -121,6 +123,13 @@ pub struct Fixed {
     pub channel: Option<u32>,
     /// `parallelism.spatial`.
     pub spatial: Option<u32>,
+    /// `parallelism.spatial-dims`.
+    pub spatial_dims: Option<SpatialDims>,
+    /// `parallelism.spatial-until`: the layer's name (each spatial configuration's validation
+    /// checks it).
+    pub spatial_until: Option<String>,
+    /// `workload.offload`.
+    pub offload: Option<Offload>,
     /// `workload.micro-batch`.
     pub micro_batch: Option<u64>,
     /// `workload.recompute`.
@@ -209,7 +218,7 @@ pub enum PlanError {
 }
 
 /// Degrees plan chooses, in `[parallelism]`: a cluster file's are ignored.
-const CHOSEN_PARALLELISM: [&str; 12] = [
+const CHOSEN_PARALLELISM: [&str; 14] = [
     "data",
     "tensor",
     "sequence-parallel",
@@ -221,12 +230,14 @@ const CHOSEN_PARALLELISM: [&str; 12] = [
     "filter",
     "channel",
     "spatial",
+    "spatial-dims",
+    "spatial-until",
     "stage-placement",
 ];
 
 /// Settings of `[workload]` plan chooses (or that would fix the batch per device): a cluster
 /// file's are ignored.
-const CHOSEN_WORKLOAD: [&str; 3] = ["micro-batch", "recompute", "batch-per-device"];
+const CHOSEN_WORKLOAD: [&str; 4] = ["micro-batch", "recompute", "batch-per-device", "offload"];
 
 /// The scenario every configuration of one GPU count is built from.
 #[derive(Debug, Clone)]
@@ -293,6 +304,10 @@ impl Search {
         // has not got: it is read here and set on each configuration.
         let (placement, fixed): (Vec<&Override>, Vec<&Override>) =
             fixed.iter().partition(|change| change.key == "parallelism.stage-placement");
+        // So does the end of a spatial split, which applies to a spatial split only: each
+        // spatial configuration says it (and its validation checks the name).
+        let (until, fixed): (Vec<&Override>, Vec<&Override>) =
+            fixed.into_iter().partition(|change| change.key == "parallelism.spatial-until");
         let fixed: Vec<Override> = fixed.into_iter().cloned().collect();
         let fixed = fixed.as_slice();
         let mut table = toml::Table::new();
@@ -331,6 +346,7 @@ impl Search {
         };
         let mut fixed_keys: Vec<String> = fixed.iter().map(|change| change.key.clone()).collect();
         fixed_keys.extend(placement.iter().map(|change| change.key.clone()));
+        fixed_keys.extend(until.iter().map(|change| change.key.clone()));
         ignored.retain(|key| !fixed_keys.contains(key));
         // A key's value, else the scenario format's default.
         let defaults = crate::numeric_defaults();
@@ -418,6 +434,12 @@ impl Search {
             .first()
             .and_then(|base| base.scenario.node_groups.as_deref())
             .is_some_and(|groups| groups.is_mixed());
+        if let Some(change) = until.last() {
+            search.fixed.spatial_until = Some(match &change.value {
+                toml::Value::String(text) => text.clone(),
+                other => other.to_string(),
+            });
+        }
         if let Some(change) = placement.last() {
             let text = match &change.value {
                 toml::Value::String(text) => text.clone(),
@@ -478,6 +500,17 @@ impl Search {
             integer("parallelism.channel", p.channel),
             integer("parallelism.spatial", p.spatial),
         ];
+        // The spatial split's settings and out-of-core training where they apply (the keys'
+        // defaults otherwise, as the base table leaves them out).
+        if p.spatial > 1 {
+            overrides.push(Override::new("parallelism.spatial-dims", p.spatial_dims.name()));
+        }
+        if let Some(name) = &choice.spatial_until {
+            overrides.push(Override::new("parallelism.spatial-until", name.clone()));
+        }
+        if p.offload != Offload::None {
+            overrides.push(Override::new("workload.offload", p.offload.name()));
+        }
         if let Some(placement) = choice.stage_placement {
             overrides.push(Override::new("parallelism.stage-placement", placement.name()));
         }
@@ -504,7 +537,19 @@ impl Search {
             // Not the scenario format: the table again, for the error naming the key.
             None => Scenario::from_table_cached(&table()?, &self.file, &self.cache)?,
         };
-        debug_assert_eq!(scenario.parallelism, choice.parallelism, "{}", choice.label());
+        // A framework's CNN defaults (`parallelism.filter-backward`, `cnn-transport`: ChainerMN's
+        // alltoall) apply to splits above 1 only, so the base (no split) does not carry them:
+        // the validated scenario's are the ones that run.
+        debug_assert_eq!(
+            scenario.parallelism,
+            Parallelism {
+                filter_backward: scenario.parallelism.filter_backward,
+                cnn_staging: scenario.parallelism.cnn_staging,
+                ..choice.parallelism
+            },
+            "{}",
+            choice.label()
+        );
         Ok(scenario)
     }
 }
@@ -530,6 +575,8 @@ fn fixed_of(scenario: &Scenario, fixed: &[Override]) -> Fixed {
             "parallelism.filter" => out.filter = Some(p.filter),
             "parallelism.channel" => out.channel = Some(p.channel),
             "parallelism.spatial" => out.spatial = Some(p.spatial),
+            "parallelism.spatial-dims" => out.spatial_dims = Some(p.spatial_dims),
+            "workload.offload" => out.offload = Some(p.offload),
             "workload.micro-batch" => out.micro_batch = Some(scenario.micro_batch),
             "workload.recompute" => out.recompute = Some(scenario.recompute),
             "simulation.fold-symmetric-ranks" => {
@@ -554,13 +601,18 @@ pub struct Choice {
     pub micro_batch: u64,
     /// Recomputation.
     pub recompute: Recompute,
+    /// The last layer of the spatial split (`parallelism.spatial-until`), by name; its index
+    /// is `parallelism.spatial_until`. `None`: the split runs to the first non-spatial layer.
+    pub spatial_until: Option<String>,
     /// How pipeline stages get their layers on node groups of mixed devices
     /// (`parallelism.stage-placement`); `None` on a cluster of one device type.
     pub stage_placement: Option<StagePlacement>,
 }
 
 impl Choice {
-    /// `"t8 sp p16 v2 d8 zero1 mb1 selective"`: the degrees above 1 and the settings.
+    /// `"t8 sp p16 v2 d8 zero1 mb1 selective"`: the degrees above 1 and the settings (a
+    /// spatial split's dimensions other than rows and its last layer: `"spatial4 dhw
+    /// until:APOOL_2 d4 mb1"`; out-of-core training: `"d4 mb4 offload:activations"`).
     pub fn label(&self) -> String {
         let p = &self.parallelism;
         let mut parts = Vec::new();
@@ -576,6 +628,14 @@ impl Choice {
         ] {
             if degree > 1 {
                 parts.push(format!("{name}{degree}"));
+            }
+            if name == "spatial" && degree > 1 {
+                if p.spatial_dims != SpatialDims::H {
+                    parts.push(p.spatial_dims.name().into());
+                }
+                if let Some(until) = &self.spatial_until {
+                    parts.push(format!("until:{until}"));
+                }
             }
             if name == "t" && p.sequence_parallel {
                 parts.push("sp".into());
@@ -600,6 +660,9 @@ impl Choice {
         parts.push(format!("mb{}", self.micro_batch));
         if self.recompute != Recompute::None {
             parts.push(self.recompute.to_string());
+        }
+        if p.offload != Offload::None {
+            parts.push(format!("offload:{}", p.offload.name()));
         }
         parts.join(" ")
     }
@@ -1265,6 +1328,30 @@ fn divisors(n: u64, max: u64) -> Vec<u64> {
     (1..=max.min(n)).filter(|d| n % d == 0).collect()
 }
 
+/// The ends of a spatial split a search tries, as (index into the model's layers, name):
+/// the fixed one; else none (the split runs to the first non-spatial layer) and each pooling
+/// layer before that one, where ParaDL-style splits gather the tiles (CosmoFlow's
+/// `spatial_cosmoflow.py` after its second pooling). The last splittable layer is left out:
+/// ending there is the same split as none.
+fn spatial_untils(model: &workloads::model::Model, fixed: &Fixed) -> Vec<(Option<u32>, Option<String>)> {
+    if let Some(name) = &fixed.spatial_until {
+        // A name that is no layer is kept: its validation refuses it, naming the key.
+        let index = model.layers.iter().position(|layer| &layer.name == name).map(|i| i as u32);
+        return vec![(index, Some(name.clone()))];
+    }
+    let end = strategies::cnn::automatic_spatial_end(model);
+    let mut out = vec![(None, None)];
+    for (index, layer) in model.layers.iter().enumerate().take(end.saturating_sub(1)) {
+        if matches!(
+            layer.kind,
+            workloads::layer::LayerKind::MaxPool { .. } | workloads::layer::LayerKind::AvgPool { .. }
+        ) {
+            out.push((Some(index as u32), Some(layer.name.clone())));
+        }
+    }
+    out
+}
+
 /// Every configuration of `base`'s GPUs the search tries, with `global_batch` samples per
 /// iteration; `index` is the base's in the search.
 pub fn enumerate(index: usize, base: &Base, global_batch: u64, fixed: &Fixed) -> Vec<Choice> {
@@ -1292,9 +1379,18 @@ pub fn enumerate(index: usize, base: &Base, global_batch: u64, fixed: &Fixed) ->
         None => vec![Recompute::None],
     };
     let mut out = Vec::new();
-    let mut push = |parallelism: Parallelism, micro_batch: u64, recompute: Recompute| {
-        out.push(Choice { base: index, gpus, parallelism, micro_batch, recompute, stage_placement: None });
-    };
+    let mut push =
+        |parallelism: Parallelism, micro_batch: u64, recompute: Recompute, until: Option<String>| {
+            out.push(Choice {
+                base: index,
+                gpus,
+                parallelism,
+                micro_batch,
+                recompute,
+                spatial_until: until,
+                stage_placement: None,
+            });
+        };
     let template = base.parallelism;
     if transformer {
         let experts = model
@@ -1385,6 +1481,7 @@ pub fn enumerate(index: usize, base: &Base, global_batch: u64, fixed: &Fixed) ->
                                                     },
                                                     micro,
                                                     recompute,
+                                                    None,
                                                 );
                                             }
                                         }
@@ -1398,20 +1495,45 @@ pub fn enumerate(index: usize, base: &Base, global_batch: u64, fixed: &Fixed) ->
         }
     } else {
         // CNNs: one of spatial, filter, channel inside a group (or none), times data; or a
-        // pipeline times data.
-        let spatial_dims = template.spatial_dims;
+        // pipeline times data. A spatial split along each set of dimensions the model's samples
+        // have, up to each of its cut points; plain data parallelism also out of core.
+        let dims_options: Vec<SpatialDims> = match fixed.spatial_dims {
+            Some(dims) => vec![dims],
+            None => {
+                let rank = model.layers.first().map_or(0, |layer| layer.input.0.len());
+                SpatialDims::ALL
+                    .into_iter()
+                    .filter(|&dims| strategies::cnn::needed_rank(dims) <= rank)
+                    .collect()
+            }
+        };
+        let untils = spatial_untils(model, fixed);
         let mut splits: Vec<(CnnSplit, u64)> = vec![(CnnSplit::None, 1)];
         for degree in powers_of_two(gpus, gpus).into_iter().filter(|&d| d > 1) {
+            let spatial = fixed.spatial.is_none_or(|s| u64::from(s) == degree)
+                && fixed.filter.is_none()
+                && fixed.channel.is_none();
+            for &dims in dims_options.iter().filter(|_| spatial) {
+                // Rows and columns on a grid of one column are row stripes: tried once.
+                if fixed.spatial_dims.is_none()
+                    && dims == SpatialDims::Hw
+                    && strategies::cnn::spatial_grid(degree as u32, dims).last() == Some(&1)
+                {
+                    continue;
+                }
+                for (until, _) in &untils {
+                    splits.push((
+                        CnnSplit::Spatial {
+                            degree: degree as u32,
+                            dims,
+                            until: *until,
+                            halos: template.spatial_halos,
+                        },
+                        degree,
+                    ));
+                }
+            }
             for split in [
-                (fixed.spatial.is_none_or(|s| u64::from(s) == degree)
-                    && fixed.filter.is_none()
-                    && fixed.channel.is_none())
-                .then_some(CnnSplit::Spatial {
-                    degree: degree as u32,
-                    dims: spatial_dims,
-                    until: None,
-                    halos: template.spatial_halos,
-                }),
                 (fixed.filter.is_none_or(|s| u64::from(s) == degree)
                     && fixed.spatial.is_none()
                     && fixed.channel.is_none())
@@ -1430,6 +1552,11 @@ pub fn enumerate(index: usize, base: &Base, global_batch: u64, fixed: &Fixed) ->
         if fixed.spatial.is_some() || fixed.filter.is_some() || fixed.channel.is_some() {
             splits.retain(|(split, _)| *split != CnnSplit::None);
         }
+        // The end of a spatial split applies to a spatial split only.
+        if fixed.spatial_until.is_some() {
+            splits.retain(|(split, _)| matches!(split, CnnSplit::Spatial { .. }));
+        }
+        let spatial_dims = fixed.spatial_dims.unwrap_or(template.spatial_dims);
         for (split, degree) in splits {
             let rest = gpus / degree;
             let pipelines = if split == CnnSplit::None {
@@ -1445,33 +1572,54 @@ pub fn enumerate(index: usize, base: &Base, global_batch: u64, fixed: &Fixed) ->
                 if fixed.data.is_some_and(|d| u64::from(d) != data) {
                     continue;
                 }
-                let (filter, channel, spatial, dims) = match split {
-                    CnnSplit::Filter { degree: d, .. } => (d, 1, 1, spatial_dims),
-                    CnnSplit::Channel(d) => (1, d, 1, spatial_dims),
-                    CnnSplit::Spatial { degree, dims, .. } => (1, 1, degree, dims),
-                    CnnSplit::None => (1, 1, 1, spatial_dims),
+                let (filter, channel, spatial, dims, until) = match split {
+                    CnnSplit::Filter { degree: d, .. } => (d, 1, 1, spatial_dims, None),
+                    CnnSplit::Channel(d) => (1, d, 1, spatial_dims, None),
+                    CnnSplit::Spatial { degree, dims, until, .. } => (1, 1, degree, dims, until),
+                    CnnSplit::None => (1, 1, 1, spatial_dims, None),
+                };
+                let until_name = match split {
+                    CnnSplit::Spatial { .. } => {
+                        untils.iter().find(|(index, _)| *index == until).and_then(|(_, name)| name.clone())
+                    }
+                    _ => None,
+                };
+                // Out of core where the enumeration sets no other degree than data (the
+                // validation refuses what it does not model: micro-batches with the weights
+                // offloaded, DASO, recomputation), or as fixed (refused elsewhere, by its key).
+                let offloads: Vec<Offload> = match fixed.offload {
+                    Some(offload) => vec![offload],
+                    None if split == CnnSplit::None && pipeline == 1 => {
+                        vec![Offload::None, Offload::Activations, Offload::ActivationsAndWeights]
+                    }
+                    None => vec![Offload::None],
                 };
                 for micro in micro_batches(data) {
                     for &recompute in &recomputes {
-                        push(
-                            Parallelism {
-                                data: data as u32,
-                                tensor: 1,
-                                sequence_parallel: false,
-                                pipeline: pipeline as u32,
-                                virtual_stages: 1,
-                                context: 1,
-                                expert: 1,
-                                zero: 0,
-                                filter,
-                                channel,
-                                spatial,
-                                spatial_dims: dims,
-                                ..template
-                            },
-                            micro,
-                            recompute,
-                        );
+                        for &offload in &offloads {
+                            push(
+                                Parallelism {
+                                    data: data as u32,
+                                    tensor: 1,
+                                    sequence_parallel: false,
+                                    pipeline: pipeline as u32,
+                                    virtual_stages: 1,
+                                    context: 1,
+                                    expert: 1,
+                                    zero: 0,
+                                    filter,
+                                    channel,
+                                    spatial,
+                                    spatial_dims: dims,
+                                    spatial_until: until,
+                                    offload,
+                                    ..template
+                                },
+                                micro,
+                                recompute,
+                                until_name.clone(),
+                            );
+                        }
                     }
                 }
             }
@@ -1672,6 +1820,50 @@ mod tests {
         assert!(choices.iter().all(|c| c.parallelism.tensor == 1 && c.parallelism.zero == 0));
         let report = plan(&search, &options(2)).unwrap();
         assert_eq!(report.top.len(), 2);
+    }
+
+    /// CNN splits: every set of dimensions a model's samples have (3-D volumes: "dhw" too;
+    /// images: not), each end at a pooling layer and none, and out-of-core modes on plain data
+    /// parallelism only; a fixed end or offload is the only one tried.
+    #[test]
+    fn cnns_search_spatial_dimensions_their_ends_and_offload() {
+        let table: toml::Table = toml::from_str(&scenario_text()).unwrap();
+        let choices = |model: &str, fixed: &[&str]| {
+            let settings = [
+                Override::new("workload.model", model.to_string()),
+                Override::new("workload.global-batch", 16),
+                Override::new("cluster.host-memory", "384 GiB"),
+            ];
+            let fixed: Vec<Override> = fixed.iter().map(|f| f.parse().unwrap()).collect();
+            let search = Search::new(&table, Path::new("plan-test.toml"), &settings, &fixed, &[]).unwrap();
+            enumerate(0, &search.bases[0], search.global_batch, &search.fixed)
+        };
+        let volumes = choices("cosmoflow-512", &[]);
+        let spatial: Vec<&Choice> = volumes.iter().filter(|c| c.parallelism.spatial > 1).collect();
+        for dims in SpatialDims::ALL {
+            assert!(spatial.iter().any(|c| c.parallelism.spatial_dims == dims), "no {dims:?}");
+        }
+        let ends: Vec<Option<&str>> = spatial.iter().map(|c| c.spatial_until.as_deref()).collect();
+        assert!(ends.contains(&None) && ends.contains(&Some("APOOL_2")), "{ends:?}");
+        // Pooling layers only: no convolution ends a split.
+        assert!(ends.iter().flatten().all(|name| name.starts_with("APOOL_")), "{ends:?}");
+        // The index and the name agree.
+        for c in &spatial {
+            let index = c.parallelism.spatial_until.map(|i| i as usize);
+            let model = workloads::zoo::by_name("cosmoflow-512").unwrap();
+            assert_eq!(index.map(|i| model.layers[i].name.as_str()), c.spatial_until.as_deref());
+        }
+        for c in volumes.iter().filter(|c| c.parallelism.offload != Offload::None) {
+            assert!(c.parallelism.data as u64 == c.gpus, "{}", c.label());
+        }
+        assert!(volumes.iter().any(|c| c.parallelism.offload == Offload::ActivationsAndWeights));
+        let images = choices("resnet50", &[]);
+        assert!(images.iter().all(|c| c.parallelism.spatial_dims != SpatialDims::Dhw));
+        let fixed =
+            choices("cosmoflow-512", &["parallelism.spatial-until=APOOL_2", "workload.offload=activations"]);
+        assert!(!fixed.is_empty());
+        assert!(fixed.iter().all(|c| c.spatial_until.as_deref() == Some("APOOL_2")
+            && c.parallelism.offload == Offload::Activations));
     }
 
     /// [`search`]'s cluster file.

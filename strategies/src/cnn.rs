@@ -470,8 +470,9 @@ fn split_axes(rank: usize, dims: SpatialDims) -> Vec<usize> {
     }
 }
 
-/// Dimensions of a sample (channels included) that `dims` needs.
-fn needed_rank(dims: SpatialDims) -> usize {
+/// Dimensions of a sample (channels included) that `dims` needs (`parasim plan` tries the
+/// dimensions a model's samples have).
+pub fn needed_rank(dims: SpatialDims) -> usize {
     if dims == SpatialDims::Dhw { 4 } else { 3 }
 }
 

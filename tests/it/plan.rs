@@ -267,3 +267,104 @@ fn plan_on_mixed_devices_rows_equal_run_of_their_overrides() {
     let error = String::from_utf8_lossy(&output.stderr);
     assert!(error.contains("key `cluster.node-groups`") && error.contains("give --gpus 8"), "{error}");
 }
+
+/// `plan --cluster FILE --quiet --json` with `args`; the parsed output (the run must succeed).
+fn plan_json(cluster: &str, args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["plan", "--cluster", cluster, "--quiet", "--json"];
+    all.extend_from_slice(args);
+    let output = parasim(&all);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// `parasim run FILE --json` with a plan row's `set` overrides: its iteration time must be the
+/// row's.
+fn assert_run_of_set_equals(cluster: &str, row: &serde_json::Value) {
+    let set: Vec<String> = serde_json::from_value(row["set"].clone()).unwrap();
+    let mut run = vec!["run".to_string(), cluster.to_string(), "--json".to_string()];
+    for change in &set {
+        run.extend(["--set".to_string(), change.clone()]);
+    }
+    let run: Vec<&str> = run.iter().map(String::as_str).collect();
+    let output = parasim(&run);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        json["iteration_time_s"], row["summary"]["iteration_time_s"],
+        "{}: plan and run --set {set:?} differ",
+        row["configuration"]
+    );
+}
+
+const COSMOFLOW: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/cosmoflow/cosmoflow-512-v100.toml");
+
+/// Issue 37: CosmoFlow 512^3 on 16 GB V100s fits only split spatially (one sample under data
+/// parallelism or a pipeline does not fit); plan proposes a spatial split, its first row is
+/// what `run --set` of its overrides gives, and the rows' `set` names the split's keys.
+#[test]
+fn cosmoflow_512_on_16_gb_v100s_plans_a_spatial_split_that_run_reproduces() {
+    let plan = plan_json(COSMOFLOW, &["--top", "3"]);
+    assert!(plan["rejected"]["does not fit in memory"]["count"].as_u64().unwrap() > 0, "{plan}");
+    let top = plan["top"].as_array().unwrap();
+    assert!(!top.is_empty(), "{plan}");
+    for row in top {
+        assert!(row["spatial"].as_u64().unwrap() > 1, "{}", row["configuration"]);
+        let set: Vec<String> = serde_json::from_value(row["set"].clone()).unwrap();
+        let dims = row["spatial_dims"].as_str().unwrap();
+        assert!(set.contains(&format!("parallelism.spatial-dims=\"{dims}\"")), "{set:?}");
+        if let Some(until) = row["spatial_until"].as_str() {
+            assert!(set.contains(&format!("parallelism.spatial-until=\"{until}\"")), "{set:?}");
+        }
+    }
+    assert_run_of_set_equals(COSMOFLOW, &top[0]);
+}
+
+/// Spatial-until is searched: plan's rows end splits at pooling layers, and a fixed end is
+/// kept (ParaDL's APOOL_2) or refused by its key (a name that is no layer).
+#[test]
+fn plan_searches_spatial_until_and_a_fixed_one_is_kept_or_refused_by_its_key() {
+    let plan = plan_json(COSMOFLOW, &["--top", "20"]);
+    let untils: Vec<&str> =
+        plan["top"].as_array().unwrap().iter().filter_map(|row| row["spatial_until"].as_str()).collect();
+    assert!(untils.iter().any(|name| name.starts_with("APOOL_")), "{plan}");
+    let plan = plan_json(COSMOFLOW, &["--top", "2", "--set", "parallelism.spatial-until=APOOL_2"]);
+    let top = plan["top"].as_array().unwrap();
+    assert!(!top.is_empty(), "{plan}");
+    for row in top {
+        assert_eq!(row["spatial_until"], "APOOL_2", "{row}");
+    }
+    let output = parasim(&[
+        "plan",
+        "--cluster",
+        COSMOFLOW,
+        "--quiet",
+        "--set",
+        "parallelism.spatial-until=NOT_A_LAYER",
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    let error = String::from_utf8_lossy(&output.stderr);
+    assert!(error.contains("parallelism.spatial-until") && error.contains("NOT_A_LAYER"), "{error}");
+}
+
+/// Out-of-core training is searched: Awan's ResNet-1001 with 4 images per GPU on its 4 data
+/// ranks fits a 16 GB V100 only with its activations in host memory, so every row offloads
+/// (and the first is what `run --set` gives); the weights' offload with 4 micro-batches per
+/// replica is refused naming `workload.offload`.
+#[test]
+fn plan_offloads_where_only_out_of_core_training_fits() {
+    let cluster = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/out-of-core/resnet1001-spatial.toml");
+    let fixed = ["--set", "parallelism.data=4", "--set", "workload.micro-batch=4", "--top", "3"];
+    let plan = plan_json(cluster, &fixed);
+    assert!(plan["rejected"]["does not fit in memory"]["count"].as_u64().unwrap() > 0, "{plan}");
+    let top = plan["top"].as_array().unwrap();
+    assert!(!top.is_empty(), "{plan}");
+    for row in top {
+        assert!(row["offload"].as_str().is_some_and(|mode| mode.starts_with("activations")), "{row}");
+    }
+    assert_run_of_set_equals(cluster, &top[0]);
+    let plan = plan_json(cluster, &["--set", "parallelism.data=4", "--set", "workload.micro-batch=1"]);
+    assert!(
+        plan["rejected"]["workload.offload"]["example"].as_str().unwrap().contains("micro-batches"),
+        "{plan}"
+    );
+}
