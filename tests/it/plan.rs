@@ -247,19 +247,7 @@ fn plan_on_mixed_devices_rows_equal_run_of_their_overrides() {
         assert!(["in-order", "by-speed"].contains(&placement), "{row}");
         let set: Vec<String> = serde_json::from_value(row["set"].clone()).unwrap();
         assert!(set.contains(&format!("parallelism.stage-placement=\"{placement}\"")), "{set:?}");
-        let mut run = vec!["run".to_string(), cluster.to_string(), "--json".to_string()];
-        for change in &set {
-            run.extend(["--set".to_string(), change.clone()]);
-        }
-        let run: Vec<&str> = run.iter().map(String::as_str).collect();
-        let output = parasim(&run);
-        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-        let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-        assert_eq!(
-            json["iteration_time_s"], row["summary"]["iteration_time_s"],
-            "{}: plan and run differ",
-            row["configuration"]
-        );
+        let json = assert_run_of_set_equals(cluster, row);
         assert_eq!(json["devices"], row["summary"]["devices"], "{}", row["configuration"]);
     }
     let output = parasim(&["plan", "--cluster", cluster, "--quiet", "--gpus", "16"]);
@@ -278,8 +266,8 @@ fn plan_json(cluster: &str, args: &[&str]) -> serde_json::Value {
 }
 
 /// `parasim run FILE --json` with a plan row's `set` overrides: its iteration time must be the
-/// row's.
-fn assert_run_of_set_equals(cluster: &str, row: &serde_json::Value) {
+/// row's. Returns the run's JSON.
+fn assert_run_of_set_equals(cluster: &str, row: &serde_json::Value) -> serde_json::Value {
     let set: Vec<String> = serde_json::from_value(row["set"].clone()).unwrap();
     let mut run = vec!["run".to_string(), cluster.to_string(), "--json".to_string()];
     for change in &set {
@@ -294,6 +282,7 @@ fn assert_run_of_set_equals(cluster: &str, row: &serde_json::Value) {
         "{}: plan and run --set {set:?} differ",
         row["configuration"]
     );
+    json
 }
 
 const COSMOFLOW: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/cosmoflow/cosmoflow-512-v100.toml");
