@@ -137,7 +137,7 @@ impl Faults {
     /// One line per fault that holds for a while and for latency noise, for reports: what
     /// it hits, what it does, when.
     pub fn describe_in_time(&self) -> Vec<String> {
-        let ms = |d: SimDuration| format!("{} ms", d.as_secs_f64() * 1e3);
+        let ms = |d: SimDuration| format!("{} ms", trimmed(d.as_secs_f64() * 1e3));
         let mut lines: Vec<String> = self
             .links
             .iter()
@@ -146,7 +146,7 @@ impl Faults {
                 let what = match &fault.target {
                     FaultTarget::Link(name) => format!("\"{name}\" (both ways)"),
                     FaultTarget::Kind { kind, fraction } => {
-                        format!("{}% of {kind} cables (drawn)", fraction * 100.0)
+                        format!("{}% of {kind} cables (drawn)", trimmed(fraction * 100.0))
                     }
                 };
                 let effect = match fault.effect {
@@ -166,7 +166,7 @@ impl Faults {
             let on = noise.kind.as_ref().map_or("every link".to_string(), |kind| format!("each {kind} link"));
             lines.push(format!(
                 "latency noise: + {} us mean ({shape}, cv {}) per crossing of {on}",
-                noise.mean.as_secs_f64() * 1e6,
+                trimmed(noise.mean.as_secs_f64() * 1e6),
                 noise.cv
             ));
         }
@@ -539,6 +539,12 @@ impl Faults {
     }
 }
 
+/// `x` with at most six decimals, trailing zeros dropped (`27.5`, not `27.500000000000004`).
+fn trimmed(x: f64) -> String {
+    let text = format!("{x:.6}");
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
 /// Mixed into the seed of latency noise, so its draws are not the faults-by-kind stream's.
 const LATENCY_NOISE_STREAM: u64 = 0x9E37_79B9_7F4A_7C15;
 
@@ -680,6 +686,36 @@ mod tests {
         assert!(error.message.contains("ranks 5;") && error.message.contains(&name), "{}", error.message);
         // A leaf-spine cable: redundant paths, nothing cut off.
         by_kind("leaf-spine", 0.05, true, 3).apply(&mut fat_tree()).expect("routed around");
+    }
+
+    #[test]
+    fn faults_in_time_are_described_without_float_noise() {
+        let faults = Faults {
+            links: vec![LinkFault {
+                target: FaultTarget::Kind { kind: "NIC".into(), fraction: 0.07 },
+                effect: FaultEffect::Degraded(0.5),
+                window: Some(FaultWindow {
+                    start: SimDuration::from_us(300),
+                    length: SimDuration::from_us(2_200),
+                    every: Some(SimDuration::from_ms(10)),
+                }),
+            }],
+            latency_noise: Some(LatencyNoise {
+                shape: JitterShape::Gamma,
+                mean: SimDuration::from_ns(300),
+                cv: 0.7,
+                kind: None,
+            }),
+            seed: 0,
+        };
+        assert_eq!(
+            faults.describe_in_time(),
+            vec![
+                "7% of NIC cables (drawn) at 0.5x bandwidth for 2.2 ms from 0.3 ms, every 10 ms".to_string(),
+                "latency noise: + 0.3 us mean (gamma, cv 0.7) per crossing of every link".to_string(),
+            ]
+        );
+        assert_eq!(Faults::default().describe_in_time(), Vec::<String>::new());
     }
 
     #[test]
