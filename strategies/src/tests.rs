@@ -121,6 +121,19 @@ fn bubble(lowered: &Lowered, topology: &Topology) -> (f64, f64) {
     (mean_idle / end.since_start().as_secs_f64(), mean_idle)
 }
 
+/// Picoseconds of kernels on `rank`'s compute stream (its busy time, every kernel).
+pub(super) fn compute_busy_ps(graph: &ExecGraph, rank: u32) -> u64 {
+    graph
+        .ops()
+        .iter()
+        .filter(|op| op.rank == RankId(rank) && op.stream == COMPUTE_STREAM)
+        .map(|op| match op.kind {
+            OpKind::Compute { duration } => duration.as_ps(),
+            _ => 0,
+        })
+        .sum()
+}
+
 /// Compute time of one rank in the pipeline phase (every kernel but the optimizer).
 fn rank_compute(graph: &ExecGraph, rank: u32) -> f64 {
     graph
@@ -1921,17 +1934,7 @@ fn chainermn_filter_layers_pay_their_copies() {
         let parallelism =
             Parallelism { filter: p, filter_backward: backward, ..Parallelism::data_parallel(1) };
         let lowered = strategy(&model, &compute, parallelism, b, b).lower().unwrap();
-        let total: u64 = lowered
-            .graph
-            .ops()
-            .iter()
-            .filter(|op| op.rank == RankId(0) && op.stream == COMPUTE_STREAM)
-            .map(|op| match op.kind {
-                OpKind::Compute { duration } => duration.as_ps(),
-                _ => 0,
-            })
-            .sum();
-        total
+        compute_busy_ps(&lowered.graph, 0)
     };
     let device = DeviceCatalog::builtin().get("a100-sxm4-80gb").unwrap();
     let copy = |bytes: f64, class| compute.duration(device, Dtype::Fp16, 0.0, bytes, class).unwrap().as_ps();

@@ -688,16 +688,7 @@ fn moe_overlap_hides_expert_all_to_alls_behind_the_other_micro_batch() {
         let mut s = strategy(&model, &compute, p, 16 * 4 * 4, 4);
         s.precision = Dtype::Bf16;
         let lowered = s.lower().unwrap();
-        let busy: u64 = lowered
-            .graph
-            .ops()
-            .iter()
-            .filter(|op| op.rank == RankId(0) && op.stream == COMPUTE_STREAM)
-            .map(|op| match op.kind {
-                OpKind::Compute { duration } => duration.as_ps(),
-                _ => 0,
-            })
-            .sum();
+        let busy = super::tests::compute_busy_ps(&lowered.graph, 0);
         let timeline =
             NetworkSettings::new(Fidelity::Flow).run(&lowered.graph, &super::tests::dgx(2)).unwrap();
         (timeline.makespan().as_ps(), busy)
@@ -909,12 +900,7 @@ fn moe_overlap_with_an_interleaved_pipeline_merges_the_steady_state() {
             .filter(|op| op.rank == RankId(0) && op.stream == EXPERT_STREAM)
             .map(|op| op.meta.pass() == Some(sim_core::graph::Pass::Forward))
             .collect();
-        let busy: u64 = graph
-            .ops()
-            .iter()
-            .filter(|op| op.rank == RankId(0) && op.stream == COMPUTE_STREAM)
-            .map(|op| if let OpKind::Compute { duration } = op.kind { duration.as_ps() } else { 0 })
-            .sum();
+        let busy = super::tests::compute_busy_ps(graph, 0);
         let timeline = NetworkSettings::new(Fidelity::Flow).run(graph, &super::tests::dgx(4)).unwrap();
         let alternations = order.windows(4).filter(|w| *w == [false, true, false, true]).count();
         (timeline.makespan().as_ps(), busy, alternations)

@@ -52,7 +52,8 @@ impl Windows {
     /// Whether there is nothing left to apply (no windows, or none changes any more).
     #[inline]
     pub(super) fn idle(&self) -> bool {
-        self.pending || self.exhausted || self.list.is_empty()
+        // Most runs have no window: that test first (every network event asks).
+        self.list.is_empty() || self.pending || self.exhausted
     }
 
     /// Before any other event of the network: brings the capacities up to `now` and schedules

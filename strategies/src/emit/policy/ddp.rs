@@ -30,16 +30,6 @@ impl Policy for Ddp {
 }
 
 impl RankPolicy for Ddp {
-    fn backward_chunk(
-        &mut self,
-        emitter: &mut RankEmitter<'_, '_>,
-        chunk: usize,
-        micro: u32,
-        last: bool,
-    ) -> Result<Option<u32>, StrategyError> {
-        buckets::backward_chunk(emitter, chunk, micro, last, &mut sync_bucket)
-    }
-
     fn backward_layers(
         &mut self,
         emitter: &mut RankEmitter<'_, '_>,

@@ -111,14 +111,19 @@ pub(super) trait RankPolicy {
 
     /// The backward of micro-batch `micro` through chunk `chunk` (`last`: the iteration's last
     /// micro-batch), with the gradient synchronisation it starts; returns the last
-    /// synchronisation op, which the optimizer step waits for.
+    /// synchronisation op, which the optimizer step waits for. By default
+    /// [`backward_layers`](RankPolicy::backward_layers) over all the chunk's layers (the
+    /// bucketed DDP and ZeRO-1/2); the other policies emit their own.
     fn backward_chunk(
         &mut self,
         emitter: &mut RankEmitter<'_, '_>,
         chunk: usize,
         micro: u32,
         last: bool,
-    ) -> Result<Option<u32>, StrategyError>;
+    ) -> Result<Option<u32>, StrategyError> {
+        let layers = emitter.plan.chunk_layers[chunk].clone();
+        self.backward_layers(emitter, chunk, layers, micro, last)
+    }
 
     /// The backward of micro-batch `micro` through layers `layers` of chunk `chunk` only
     /// (highest first), a part of [`backward_chunk`](RankPolicy::backward_chunk): what a merged

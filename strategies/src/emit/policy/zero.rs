@@ -37,16 +37,6 @@ impl RankPolicy for Zero {
         super::wait_for_step(emitter, previous_end);
     }
 
-    fn backward_chunk(
-        &mut self,
-        emitter: &mut RankEmitter<'_, '_>,
-        chunk: usize,
-        micro: u32,
-        last: bool,
-    ) -> Result<Option<u32>, StrategyError> {
-        buckets::backward_chunk(emitter, chunk, micro, last, &mut sync_bucket)
-    }
-
     fn backward_layers(
         &mut self,
         emitter: &mut RankEmitter<'_, '_>,
