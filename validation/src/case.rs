@@ -1,7 +1,7 @@
 //! The suite's cases as data: `data/validation/<family>.toml`, one family of cases from one
 //! source per file (data/validation/README.md documents the format).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -107,6 +107,12 @@ pub struct CaseEntry {
     /// How the measured value was derived.
     #[serde(default)]
     pub derivation: Option<String>,
+    /// Iteration cases measured in several environments (clusters, containers, each a source
+    /// file of its own): the measurement in each, keyed by environment; `measured` is their
+    /// median. A ranking compares two cases in the environments both were measured in, so that
+    /// a configuration measured on a slower cluster does not rank as slower for it.
+    #[serde(default)]
+    pub measured_in: BTreeMap<String, f64>,
     /// Caveats of this case.
     #[serde(default)]
     pub caveats: Vec<String>,
@@ -409,6 +415,32 @@ fn check(family: &Family) -> Result<(), (String, String)> {
                 return Err((key("model"), format!("{:?} predicts this case twice", prediction.model)));
             }
         }
+        if !case.measured_in.is_empty() {
+            let Some(measured) = case.measured.filter(|_| header.kind == Kind::Iteration) else {
+                return Err((key("measured-in"), "is for iteration cases that write `measured`".into()));
+            };
+            for (environment, value) in &case.measured_in {
+                if environment.trim().is_empty() {
+                    return Err((key("measured-in"), "an environment needs a name".into()));
+                }
+                if !(value.is_finite() && *value > 0.0) {
+                    return Err((
+                        key("measured-in"),
+                        format!("{environment:?} = {value}: must be a positive number"),
+                    ));
+                }
+            }
+            let mut values: Vec<f64> = case.measured_in.values().copied().collect();
+            let median = crate::calibration::median(&mut values).unwrap_or(f64::NAN);
+            if (median - measured).abs() > 1e-3 * measured {
+                return Err((
+                    key("measured-in"),
+                    format!(
+                        "its median is {median}, not `measured` ({measured}): `measured` is the median over the environments"
+                    ),
+                ));
+            }
+        }
         match (measured_in_file, case.measured) {
             (true, None) => {
                 return Err((
@@ -656,6 +688,23 @@ data = 8
         ] {
             let error = parse(&format!("{FAMILY}{text}")).unwrap_err().to_string();
             assert!(error.contains("demo.toml") && error.contains(key) && error.contains(says), "{error}");
+        }
+    }
+
+    #[test]
+    fn measured_in_must_have_measured_as_its_median() {
+        let two = FAMILY.replace("measured = 0.5", "measured = 0.5\nmeasured-in = { dev = 0.4, lts = 0.6 }");
+        let family = parse(&two).unwrap();
+        assert_eq!(family.cases[0].measured_in.len(), 2);
+        for (change, says) in [
+            ("{ dev = 0.4, lts = 0.6 }", "its median is 0.45"),
+            ("{ dev = 0.4, lts = -0.6 }", "must be a positive number"),
+            ("{ \"\" = 0.5 }", "needs a name"),
+        ] {
+            let text = FAMILY.replace("measured = 0.5", &format!("measured = 0.5\nmeasured-in = {change}"));
+            let text = if says.starts_with("its median") { text.replace("0.6 }", "0.5 }") } else { text };
+            let error = parse(&text).unwrap_err().to_string();
+            assert!(error.contains("case[0].measured-in") && error.contains(says), "{change}: {error}");
         }
     }
 

@@ -61,7 +61,10 @@ impl Stats {
 pub struct Ranking {
     /// The group.
     pub group: String,
-    /// Case ids, fastest first by measurement.
+    /// The family its cases belong to.
+    pub family: String,
+    /// Case ids, fastest first by measurement: by how many others each was measured faster
+    /// than ([`measured_difference`]), then by its measured value.
     pub measured_order: Vec<String>,
     /// Case ids, fastest first by simulation.
     pub simulated_order: Vec<String>,
@@ -74,16 +77,23 @@ pub struct Ranking {
 /// Kendall's tau-b of paired values (ties in either count as neither concordant nor
 /// discordant); 1 for fewer than two pairs.
 pub fn kendall_tau(pairs: &[(f64, f64)]) -> f64 {
+    kendall_tau_of(pairs.len(), |i, j| (pairs[i].0 - pairs[j].0, pairs[i].1 - pairs[j].1))
+}
+
+/// Kendall's tau-b over `n` items whose pairwise orders `order(i, j)` gives (for `i < j`) as two
+/// signed differences, the first ranking's and the second's; a zero is a tie. Each pair may be
+/// compared on its own terms (two cases in the environments both were measured in), which a
+/// single value per item cannot express.
+pub fn kendall_tau_of(n: usize, order: impl Fn(usize, usize) -> (f64, f64)) -> f64 {
     let (mut concordant, mut discordant, mut ties_x, mut ties_y) = (0i64, 0i64, 0i64, 0i64);
-    for (i, a) in pairs.iter().enumerate() {
-        for b in &pairs[i + 1..] {
-            let dx = (a.0 - b.0).signum();
-            let dy = (a.1 - b.1).signum();
-            match (a.0 == b.0, a.1 == b.1) {
+    for i in 0..n {
+        for j in i + 1..n {
+            let (dx, dy) = order(i, j);
+            match (dx == 0.0, dy == 0.0) {
                 (true, true) => {}
                 (true, false) => ties_x += 1,
                 (false, true) => ties_y += 1,
-                (false, false) if dx == dy => concordant += 1,
+                (false, false) if dx.signum() == dy.signum() => concordant += 1,
                 _ => discordant += 1,
             }
         }
@@ -94,6 +104,21 @@ pub fn kendall_tau(pairs: &[(f64, f64)]) -> f64 {
         return 1.0;
     }
     (concordant - discordant) as f64 / (n0 * n1).sqrt()
+}
+
+/// How much slower `a` was measured than `b`, as a signed log ratio: the median over the
+/// environments both were measured in (`measured-in`), so that the two are compared on the
+/// same cluster and container; their medians' ratio when they share none.
+pub fn measured_difference(a: &CaseResult, b: &CaseResult) -> f64 {
+    let mut shared: Vec<f64> = a
+        .measured_in
+        .iter()
+        .filter_map(|(environment, x)| b.measured_in.get(environment).map(|y| (x / y).ln()))
+        .collect();
+    match crate::calibration::median(&mut shared) {
+        Some(difference) => difference,
+        None => (a.measured.unwrap_or_default() / b.measured.unwrap_or_default()).ln(),
+    }
 }
 
 /// Every ranking group of `results`.
@@ -112,20 +137,30 @@ pub fn rankings(results: &[CaseResult]) -> Vec<Ranking> {
             if ran.len() < 2 {
                 return None;
             }
+            let faster_than: Vec<usize> = (0..ran.len())
+                .map(|i| (0..ran.len()).filter(|&j| measured_difference(ran[i], ran[j]) < 0.0).count())
+                .collect();
+            let mut measured_order: Vec<usize> = (0..ran.len()).collect();
+            measured_order.sort_by(|&a, &b| {
+                faster_than[b]
+                    .cmp(&faster_than[a])
+                    .then(ran[a].measured.unwrap_or_default().total_cmp(&ran[b].measured.unwrap_or_default()))
+                    .then(ran[a].id.cmp(&ran[b].id))
+            });
             let order = |value: fn(&CaseResult) -> f64| {
                 let mut ids: Vec<(&str, f64)> = ran.iter().map(|r| (r.id.as_str(), value(r))).collect();
                 ids.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(b.0)));
                 ids.into_iter().map(|(id, _)| id.to_string()).collect::<Vec<_>>()
             };
-            let pairs: Vec<(f64, f64)> = ran
-                .iter()
-                .map(|r| (r.measured.unwrap_or_default(), r.simulated.unwrap_or_default()))
-                .collect();
             Some(Ranking {
                 group: group.to_string(),
-                measured_order: order(|r| r.measured.unwrap_or_default()),
+                family: ran[0].family.clone(),
+                measured_order: measured_order.into_iter().map(|i| ran[i].id.clone()).collect(),
                 simulated_order: order(|r| r.simulated.unwrap_or_default()),
-                kendall_tau: kendall_tau(&pairs),
+                kendall_tau: kendall_tau_of(ran.len(), |i, j| {
+                    let simulated = |r: &CaseResult| r.simulated.unwrap_or_default();
+                    (measured_difference(ran[i], ran[j]), simulated(ran[i]) - simulated(ran[j]))
+                }),
                 not_ranked: members.len() - ran.len(),
             })
         })
@@ -362,6 +397,9 @@ impl Report {
                     let _ = writeln!(out, "    ({} case(s) of the group did not run)", ranking.not_ranked);
                 }
             }
+            for (family, count, tau) in self.family_kendall_taus() {
+                let _ = writeln!(out, "  {:<33} {:>+5.2}", format!("mean of {family}'s {count} groups"), tau);
+            }
             if let Some(tau) = self.mean_kendall_tau {
                 let _ = writeln!(
                     out,
@@ -538,11 +576,27 @@ impl Report {
                     ranking.kendall_tau
                 );
             }
+            for (family, count, tau) in self.family_kendall_taus() {
+                let _ = writeln!(out, "| mean of {family}'s {count} groups | | | {tau:+.2} |");
+            }
             if let Some(tau) = self.mean_kendall_tau {
                 let _ = writeln!(out, "| **mean of {} groups** | | | {tau:+.2} |", self.rankings.len());
             }
         }
         out
+    }
+
+    /// Each family with more than one ranking group: its group count and mean Kendall tau.
+    pub fn family_kendall_taus(&self) -> Vec<(&str, usize, f64)> {
+        let mut families: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+        for ranking in &self.rankings {
+            families.entry(ranking.family.as_str()).or_default().push(ranking.kendall_tau);
+        }
+        families
+            .into_iter()
+            .filter(|(_, taus)| taus.len() > 1)
+            .map(|(family, taus)| (family, taus.len(), taus.iter().sum::<f64>() / taus.len() as f64))
+            .collect()
     }
 
     /// The summary table as Markdown: per family its test cases (the headline) beside its
@@ -713,6 +767,7 @@ mod tests {
             points: vec![Point { label: "x".into(), measured, simulated, accuracy }],
             caveats: vec![],
             ranking: ranking.map(String::from),
+            measured_in: BTreeMap::new(),
             role: Role::Test,
             predictions: vec![],
             wall_s: 0.0,
@@ -820,6 +875,35 @@ mod tests {
         // One swapped pair of three: (2 - 1) / 3.
         assert!((kendall_tau(&[(1.0, 1.0), (2.0, 3.0), (3.0, 2.0)]) - 1.0 / 3.0).abs() < 1e-12);
         assert_eq!(kendall_tau(&[(1.0, 1.0)]), 1.0);
+    }
+
+    #[test]
+    fn rankings_compare_two_cases_where_both_were_measured() {
+        // `a` is faster than `b` on both clusters they share, but its median is the larger: it
+        // was also measured on a third, slower cluster that `b` never ran on.
+        let mut a = case("a", Status::Ok, 0.21, 1.0, Some("g"));
+        a.measured_in =
+            [("dev", 0.21), ("lts", 0.13), ("other", 0.30)].map(|(k, v)| (k.to_string(), v)).into();
+        let mut b = case("b", Status::Ok, 0.185, 2.0, Some("g"));
+        b.measured_in = [("dev", 0.22), ("lts", 0.15)].map(|(k, v)| (k.to_string(), v)).into();
+        assert!(measured_difference(&a, &b) < 0.0 && measured_difference(&b, &a) > 0.0);
+        let ranking = &rankings(&[a.clone(), b.clone()])[0];
+        assert_eq!(ranking.measured_order, ["f/a", "f/b"]);
+        assert_eq!(ranking.kendall_tau, 1.0);
+        // With no environment in common, the medians decide.
+        b.measured_in = [("elsewhere", 0.185)].map(|(k, v)| (k.to_string(), v)).into();
+        let ranking = &rankings(&[a, b])[0];
+        assert_eq!(ranking.measured_order, ["f/b", "f/a"]);
+        assert_eq!(ranking.kendall_tau, -1.0);
+    }
+
+    #[test]
+    fn kendall_tau_of_pairwise_orders_matches_kendall_tau_of_values() {
+        let pairs = [(1.0, 2.0), (2.0, 1.0), (3.0, 3.0), (4.0, 5.0), (4.0, 4.0)];
+        let tau = kendall_tau_of(pairs.len(), |i, j| (pairs[i].0 - pairs[j].0, pairs[i].1 - pairs[j].1));
+        assert_eq!(tau, kendall_tau(&pairs));
+        // 8 concordant, 1 discordant, 1 tied in the first only: 7 / sqrt(10 x 9).
+        assert!((tau - 7.0 / 90f64.sqrt()).abs() < 1e-12, "{tau}");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Running one case: the scenario, collective, kernel table or trace it names, simulated and
 //! set against its measurement.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -88,6 +89,9 @@ pub struct CaseResult {
     pub caveats: Vec<String>,
     /// Its ranking group, if any.
     pub ranking: Option<String>,
+    /// The measurement in each environment it was measured in (the case's `measured-in`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub measured_in: BTreeMap<String, f64>,
     /// Test or calibration (with the fitted constants' ids), from data/validation/fitted.toml.
     #[serde(flatten)]
     pub role: Role,
@@ -138,6 +142,7 @@ pub fn run_case(family: &Family, case: &CaseEntry, paths: &Paths) -> CaseResult 
         points: Vec::new(),
         caveats,
         ranking: case.ranking.clone(),
+        measured_in: case.measured_in.clone(),
         role: case.role.clone(),
         predictions: case
             .measured
