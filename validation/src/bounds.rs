@@ -1,8 +1,8 @@
 //! The ratchet: recorded floors of each family's mean accuracy (over every case and over its
-//! test cases), of its number of test cases, and of each case's accuracy
-//! (`data/validation/bounds.toml`). Checking fails when a family's mean or test mean drops
-//! below its floor, its test cases become fewer, or a case drops more than [`CASE_SLACK`] below
-//! its record; updating only raises floors.
+//! test cases), of its number of test cases, of its ranking groups' mean Kendall tau, and of
+//! each case's accuracy (`data/validation/bounds.toml`). Checking fails when a family's mean or
+//! test mean drops below its floor, its test cases become fewer, its mean tau falls, or a case
+//! drops more than [`CASE_SLACK`] below its record; updating only raises floors.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -41,6 +41,10 @@ pub struct FamilyBound {
     /// becoming calibration (or pending) unnoticed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub test_cases: Option<usize>,
+    /// Mean Kendall tau over the family's ranking groups: the measured order of its
+    /// configurations may not be reproduced worse (checked when the whole family ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ranking_tau: Option<f64>,
 }
 
 /// One broken bound.
@@ -77,6 +81,8 @@ impl Bounds {
     /// case id of the suite) breaks its record whatever ran.
     pub fn check(&self, report: &Report, suite_cases: &BTreeSet<String>) -> Vec<Violation> {
         let mut violations = Vec::new();
+        let taus: BTreeMap<&str, f64> =
+            report.family_kendall_taus().into_iter().map(|(family, _, tau)| (family, tau)).collect();
         for family in &report.families {
             let Some(bound) = self.family.get(&family.id) else { continue };
             match family.stats.mean {
@@ -109,6 +115,22 @@ impl Bounds {
             let prefix = format!("{}/", family.id);
             let in_suite = suite_cases.iter().filter(|id| id.starts_with(&prefix)).count();
             let selected = family.stats.ran + family.stats.pending + family.stats.failed;
+            let tau = taus.get(family.id.as_str()).copied();
+            if let (Some(floor), true) = (bound.ranking_tau, selected == in_suite) {
+                match tau {
+                    Some(tau) if tau + 1e-9 >= floor => {}
+                    Some(tau) => violations.push(Violation {
+                        id: family.id.clone(),
+                        message: format!(
+                            "mean Kendall tau {tau:+.3} of its ranking groups is below its floor {floor:+.3}"
+                        ),
+                    }),
+                    None => violations.push(Violation {
+                        id: family.id.clone(),
+                        message: format!("no ranking group ran; its mean Kendall tau's floor is {floor:+.3}"),
+                    }),
+                }
+            }
             // Counted only when the whole family ran: a run of some of its cases has fewer.
             if let Some(recorded) = bound.test_cases
                 && selected == in_suite
@@ -157,13 +179,19 @@ impl Bounds {
     /// These bounds raised to what `report` measured (never lowered).
     pub fn raised(&self, report: &Report) -> Bounds {
         let mut bounds = self.clone();
+        let taus: BTreeMap<&str, f64> =
+            report.family_kendall_taus().into_iter().map(|(family, _, tau)| (family, tau)).collect();
         for family in &report.families {
             if let Some(mean) = family.stats.mean {
                 let entry = bounds.family.entry(family.id.clone()).or_insert(FamilyBound {
                     mean: 0.0,
                     test_mean: None,
                     test_cases: None,
+                    ranking_tau: None,
                 });
+                if let Some(&tau) = taus.get(family.id.as_str()) {
+                    entry.ranking_tau = Some(entry.ranking_tau.unwrap_or(-1.0).max(floor3(tau)));
+                }
                 entry.mean = entry.mean.max(floor3(mean));
                 if let Some(test) = family.test.mean {
                     entry.test_mean = Some(entry.test_mean.unwrap_or(0.0).max(floor3(test)));
@@ -187,9 +215,9 @@ impl Bounds {
             "# Floors of the validation suite's accuracy (fractions), written by\n\
              # `parasim validate --update-bounds`, which only raises them. Checked by\n\
              # `parasim validate --check-bounds` and the CI test: a family's mean and test-case mean\n\
-             # may not fall below their floors nor its test cases become fewer, a case may not fall\n\
-             # more than {:.0} points below its record. Lowering one\n\
-             # is an edit by hand with its reason in docs/validation.md.\n\n{body}",
+             # may not fall below their floors nor its test cases become fewer nor its ranking groups'\n\
+             # mean Kendall tau fall, a case may not fall more than {:.0} points below its record.\n\
+             # Lowering one is an edit by hand with its reason in docs/validation.md.\n\n{body}",
             100.0 * CASE_SLACK
         )
     }

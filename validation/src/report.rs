@@ -397,7 +397,7 @@ impl Report {
                     let _ = writeln!(out, "    ({} case(s) of the group did not run)", ranking.not_ranked);
                 }
             }
-            for (family, count, tau) in self.family_kendall_taus() {
+            for (family, count, tau) in self.family_kendall_taus().into_iter().filter(|f| f.1 > 1) {
                 let _ = writeln!(out, "  {:<33} {:>+5.2}", format!("mean of {family}'s {count} groups"), tau);
             }
             if let Some(tau) = self.mean_kendall_tau {
@@ -576,7 +576,7 @@ impl Report {
                     ranking.kendall_tau
                 );
             }
-            for (family, count, tau) in self.family_kendall_taus() {
+            for (family, count, tau) in self.family_kendall_taus().into_iter().filter(|f| f.1 > 1) {
                 let _ = writeln!(out, "| mean of {family}'s {count} groups | | | {tau:+.2} |");
             }
             if let Some(tau) = self.mean_kendall_tau {
@@ -586,7 +586,7 @@ impl Report {
         out
     }
 
-    /// Each family with more than one ranking group: its group count and mean Kendall tau.
+    /// Each family with a ranking group: its group count and mean Kendall tau.
     pub fn family_kendall_taus(&self) -> Vec<(&str, usize, f64)> {
         let mut families: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
         for ranking in &self.rankings {
@@ -594,7 +594,6 @@ impl Report {
         }
         families
             .into_iter()
-            .filter(|(_, taus)| taus.len() > 1)
             .map(|(family, taus)| (family, taus.len(), taus.iter().sum::<f64>() / taus.len() as f64))
             .collect()
     }
@@ -875,6 +874,32 @@ mod tests {
         // One swapped pair of three: (2 - 1) / 3.
         assert!((kendall_tau(&[(1.0, 1.0), (2.0, 3.0), (3.0, 2.0)]) - 1.0 / 3.0).abs() < 1e-12);
         assert_eq!(kendall_tau(&[(1.0, 1.0)]), 1.0);
+    }
+
+    #[test]
+    fn a_family_whose_ranking_worsens_breaks_its_tau_floor() {
+        let families = vec![("f".to_string(), "t".to_string(), "s".to_string())];
+        let suite: std::collections::BTreeSet<String> = ["f/a", "f/b", "f/c"].map(String::from).into();
+        let run = |simulated: [f64; 3]| {
+            let cases = ["a", "b", "c"]
+                .iter()
+                .zip([1.0, 2.0, 3.0])
+                .zip(simulated)
+                .map(|((id, measured), simulated)| case(id, Status::Ok, measured, simulated, Some("g")))
+                .collect();
+            Report::new(cases, &families)
+        };
+        let right = run([1.0, 2.0, 3.0]);
+        let bounds = crate::bounds::Bounds::default().raised(&right);
+        assert_eq!(bounds.family["f"].ranking_tau, Some(1.0));
+        assert!(bounds.check(&right, &suite).is_empty());
+        // b and c swapped, each within 30% of its measurement: tau 1/3.
+        let swapped = run([1.0, 2.6, 2.5]);
+        let violations = bounds.check(&swapped, &suite);
+        assert!(
+            violations.iter().any(|v| v.message.contains("mean Kendall tau +0.333") && v.id == "f"),
+            "{violations:?}"
+        );
     }
 
     #[test]
