@@ -2221,6 +2221,55 @@ fn dualpipe_bubble_is_deepseek_v3_table_2s_at_twice_the_parameters_and_pp_plus_1
 }
 
 #[test]
+fn dualpipe_mirrors_sum_the_two_copies_gradients_before_the_step() {
+    // Rank s holds stage s of one copy and stage p - 1 - s of the other, its mirror the same
+    // two stages of the other copies: the two all-reduce their gradients (deepseek-ai/DualPipe
+    // examples/example_dualpipe.py sums each parameter's gradient with the mirror's), the whole
+    // gradients without ZeRO and the optimizer shard's under it; 1F1B has no such exchange.
+    let model = uniform_model(8, 1024);
+    let compute = ComputeModel::default();
+    let label = "DualPipe copies' gradient allreduce";
+    let exchanges = |lowered: &Lowered| -> Vec<(u32, u64, Vec<RankId>)> {
+        let graph = &lowered.graph;
+        graph
+            .ops()
+            .iter()
+            .filter(|op| graph.label(op.label) == label)
+            .map(|op| match op.kind {
+                OpKind::Collective(id) => {
+                    let c = graph.collective(id);
+                    assert_eq!(c.kind, CollectiveKind::AllReduce);
+                    (op.rank.0, c.bytes.0, graph.group(c.group).to_vec())
+                }
+                ref other => panic!("{label} is {other:?}"),
+            })
+            .collect()
+    };
+    let dual =
+        strategy(&model, &compute, pipelined(4, 2, PipelineSchedule::DualPipe), 16, 1).lower().unwrap();
+    let found = exchanges(&dual);
+    assert_eq!(found.iter().map(|e| e.0).collect::<Vec<_>>(), [0, 1, 2, 3]);
+    for (rank, bytes, members) in &found {
+        let mirror = 3 - rank;
+        assert_eq!(*members, [RankId(*rank.min(&mirror)), RankId(*rank.max(&mirror))]);
+        let parameters = dual.stages[*rank as usize].parameters;
+        assert_eq!(*bytes, parameters * 4, "rank {rank}: fp32 gradients of both chunks");
+    }
+    // Mirrors hold the same two stages, so the same bytes.
+    assert_eq!(found[0].1, found[3].1);
+    let sharded = Parallelism { data: 2, zero: 1, ..pipelined(4, 2, PipelineSchedule::DualPipe) };
+    let zero = strategy(&model, &compute, sharded, 32, 1).lower().unwrap();
+    let mut bytes: Vec<u64> = exchanges(&zero).iter().map(|e| e.1).collect();
+    bytes.sort_unstable();
+    let mut expected: Vec<u64> =
+        dual.stages.iter().flat_map(|stage| [stage.parameters.div_ceil(2) * 4; 2]).collect();
+    expected.sort_unstable();
+    assert_eq!(bytes, expected, "each rank its optimizer shard's");
+    let one = strategy(&model, &compute, pipelined(4, 1, PipelineSchedule::OneFOneB), 16, 1).lower().unwrap();
+    assert!(exchanges(&one).is_empty());
+}
+
+#[test]
 fn zb_v_and_dualpipe_refuse_what_they_cannot_run_and_name_the_key() {
     let model = uniform_model(8, 1024);
     let compute = ComputeModel::default();

@@ -45,6 +45,9 @@ pub(super) enum GroupClass {
     ExpertTensorExpert,
     /// The expert group's members on the rank's node (a DeepEP-style dispatcher's NVLink hop).
     ExpertNode,
+    /// Under DualPipe, the rank and its mirror (pipeline stage `p - 1 - s`), which hold the
+    /// same two stages of the two model copies.
+    Mirror,
     /// The expert group's members at the rank's local index (its RDMA hop).
     ExpertRail,
     /// A policy's own groups, which it lists and interns itself under its name for them
@@ -339,6 +342,32 @@ impl RankEmitter<'_, '_> {
             embedding_deps.extend(self.last_compute.map(Dep::Local));
             let meta = OpMeta::NONE.with_group(comm.group).with_origin(self.origin(TIED_EMBEDDING_ORIGIN));
             deps.push(Dep::Local(self.collective(comm, DATA_STREAM, group, label, &embedding_deps, meta)));
+        }
+        // DualPipe's two model copies: this rank holds stage `s` of one and stage `p - 1 - s` of
+        // the other, its mirror the same two stages of the other copies, so the two sum their
+        // gradients before either steps (deepseek-ai/DualPipe @3da1bbe,
+        // examples/example_dualpipe.py adds each parameter's gradient to its mirror rank's
+        // copy after the step). After the data-parallel synchronisation, of what it left on the
+        // rank: the whole gradients, or under ZeRO its optimizer shard's.
+        if p.schedule == crate::PipelineSchedule::DualPipe && p.pipeline > 1 {
+            let parameters = plan.stage_parameters[stage as usize];
+            let held = if p.zero >= 1 {
+                parameters.div_ceil(u64::from(p.optimizer_shard_ranks()))
+            } else {
+                parameters
+            };
+            let comm = Comm {
+                group: GroupKind::Pipeline,
+                kind: CollectiveKind::AllReduce,
+                bytes: plan.gradient_bytes(held),
+                what: "DualPipe copies' gradient allreduce",
+            };
+            let group = self.group(GroupClass::Mirror);
+            let label = self.comm_label(comm.what);
+            let mut mirror_deps = std::mem::take(&mut deps);
+            mirror_deps.extend(self.last_compute.map(Dep::Local));
+            let meta = OpMeta::NONE.with_group(comm.group).with_origin(self.origin(DUAL_PIPE_ORIGIN));
+            deps.push(Dep::Local(self.collective(comm, PIPELINE_STREAM, group, label, &mirror_deps, meta)));
         }
         // Megatron-LM clips gradients by their global norm: an allreduce of one fp32 value over
         // the model-parallel group before the optimizer, so no stage steps before the whole
@@ -1045,6 +1074,9 @@ impl RankEmitter<'_, '_> {
         match class {
             GroupClass::Tensor => first.tensor = 0,
             GroupClass::ModelParallel | GroupClass::Embedding => first.pipeline = 0,
+            GroupClass::Mirror => {
+                first.pipeline = first.pipeline.min(layout.size(Axis::Pipeline) - 1 - first.pipeline)
+            }
             GroupClass::Data => {
                 first.data = 0;
                 first.context = 0;
@@ -1078,6 +1110,12 @@ impl RankEmitter<'_, '_> {
             GroupClass::Embedding => {
                 let all = layout.group(Axis::Pipeline, rank);
                 vec![all[0], all[all.len() - 1]]
+            }
+            GroupClass::Mirror => {
+                let all = layout.group(Axis::Pipeline, rank);
+                let stage = layout.coordinates(rank).pipeline as usize;
+                let (near, far) = (stage.min(all.len() - 1 - stage), stage.max(all.len() - 1 - stage));
+                vec![all[near], all[far]]
             }
             GroupClass::Expert => layout.expert_group(rank),
             GroupClass::ExpertTensor => layout.expert_tensor_group(rank),
@@ -1157,6 +1195,8 @@ impl DeviceFrontier {
 pub const FLUSH_ORIGIN: &str = "flush";
 /// The origin of the allreduce of a tied embedding's two copies' gradients.
 const TIED_EMBEDDING_ORIGIN: &str = "tied-embedding";
+/// The origin of DualPipe's sum of the two model copies' gradients.
+const DUAL_PIPE_ORIGIN: &str = "dualpipe copies";
 
 /// The metadata of layer `index`'s work in `pass`.
 pub(super) fn layer_meta(index: usize, pass: Pass) -> OpMeta {
