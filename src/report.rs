@@ -134,6 +134,14 @@ impl<'s> Report<'s> {
                 daso.global_sync
             );
         }
+        self.offload_lines();
+    }
+
+    /// Out-of-core training's lines: what goes to host memory and back, and with the weights
+    /// the traffic of each part.
+    fn offload_lines(&mut self) {
+        let (s, unit, out) = (self.summary, self.unit, &mut self.out);
+        let st = &s.strategy;
         if let Some(offload) = &st.offload {
             let _ = writeln!(
                 out,
@@ -215,6 +223,7 @@ impl<'s> Report<'s> {
             workloads::memory::gigabytes(Bytes(st.gradient_bytes)),
             st.allreduce
         );
+        self.offload_lines();
     }
 
     /// The data loader and the input copy, when the scenario models them.

@@ -1444,6 +1444,11 @@ impl Strategy<'_> {
     /// The degrees in use other than data parallelism (`"tensor = 2, zero = 1"`), empty for
     /// plain data parallelism: what DASO and out-of-core training do not combine with yet.
     fn other_degrees(&self) -> String {
+        self.other_degrees_than(&[])
+    }
+
+    /// [`Strategy::other_degrees`] leaving out the axes `allowed`.
+    fn other_degrees_than(&self, allowed: &[&str]) -> String {
         let p = &self.parallelism;
         let mut used: Vec<String> = [
             ("tensor", p.tensor),
@@ -1455,7 +1460,7 @@ impl Strategy<'_> {
             ("spatial", p.spatial),
         ]
         .iter()
-        .filter(|(_, degree)| *degree > 1)
+        .filter(|(name, degree)| *degree > 1 && !allowed.contains(name))
         .map(|(name, degree)| format!("{name} = {degree}"))
         .collect();
         if p.zero > 0 {
@@ -1627,19 +1632,20 @@ impl Strategy<'_> {
         Ok(())
     }
 
-    /// Out-of-core training: data parallelism only, without recomputation.
+    /// Out-of-core training: data and tensor parallelism (each rank offloads what it holds),
+    /// without recomputation.
     fn check_offload(&self) -> Result<(), StrategyError> {
         let p = &self.parallelism;
         if p.offload == Offload::None {
             return Ok(());
         }
-        let others = self.other_degrees();
+        let others = self.other_degrees_than(&["tensor"]);
         if !others.is_empty() {
             return Err(invalid(
                 "workload.offload",
                 format!(
-                    "{:?} is modelled with data parallelism only, but {others}: set every other degree \
-                     to 1 and zero = 0, or offload = \"none\"",
+                    "{:?} is modelled with data and tensor parallelism only, but {others}: set the \
+                     other degrees to 1 and zero = 0, or offload = \"none\"",
                     p.offload.name()
                 ),
             ));

@@ -224,6 +224,48 @@ fn out_of_core_weights_move_activations_weights_gradients_and_the_optimizer_stat
     }
 }
 
+#[test]
+fn out_of_core_with_tensor_parallelism_moves_each_ranks_own_share() {
+    // Under a tensor split each rank copies out what it holds: its layers' activations as the
+    // memory model counts them for it, and with the weights its shard of the weights,
+    // gradients and optimizer state; the host links carry both ranks' copies.
+    let model = workloads::zoo::by_name("bert-base").unwrap();
+    let compute = ComputeModel::default();
+    let topology = cluster(1, 2);
+    for offload in [Offload::Activations, Offload::ActivationsAndWeights] {
+        let lower = |tensor: u32| {
+            let parallelism = Parallelism { offload, tensor, ..Parallelism::data_parallel(1) };
+            let strategy = Strategy {
+                device: DeviceCatalog::builtin().get("a100-sxm4-40gb").unwrap(),
+                ..super::tests::strategy(&model, &compute, parallelism, 1, 1)
+            };
+            let lowered = strategy.lower().unwrap();
+            let moved = bytes_on(&strategy, &topology, Tier::HostMemory);
+            (lowered, moved)
+        };
+        let (whole, _) = lower(1);
+        let (split, moved) = lower(2);
+        let (one, two) = (whole.offload.unwrap(), split.offload.unwrap());
+        assert_eq!(moved, 2.0 * (two.to_host_bytes + two.to_device_bytes) as f64, "{offload:?}");
+        // The products' activations and weights halve; the norms' and the embeddings' do not.
+        assert!(
+            two.to_host_bytes < one.to_host_bytes && 2 * two.to_host_bytes > one.to_host_bytes,
+            "{offload:?}: {} of {}",
+            two.to_host_bytes,
+            one.to_host_bytes
+        );
+        let activations = |totals: &crate::OffloadTotals| totals.without.activations.0;
+        assert!(activations(&two) < activations(&one));
+        if offload == Offload::Activations {
+            assert_eq!(two.to_host_bytes, activations(&two), "one micro-batch's activations of the rank");
+        } else {
+            // Gradients out: the rank's parameters, in fp32.
+            assert_eq!(two.gradient_bytes, split.stages[0].parameters * 4);
+            assert!(split.stages[0].parameters < whole.stages[0].parameters);
+        }
+    }
+}
+
 /// With a host link no copy waits for, out-of-core weights cost no time: every kernel runs as
 /// it would with the model on the device. Kernels replayed from a CUDA graph, so that the host
 /// thread issues no copy either: in eager mode each copy is one more host dispatch, and this

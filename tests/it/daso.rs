@@ -171,6 +171,13 @@ fn out_of_core_weights_gpt_fits_but_loses_to_tensor_parallelism() {
     assert!(out_of_core >= busiest / 15.75e9, "faster than the host link allows");
     let stall = offload["breakdown"]["offload_stall_s"].as_f64().unwrap();
     assert!(stall > 0.5 * out_of_core, "offload stall {stall} s of {out_of_core} s");
+    // Beside a tensor split each GPU moves its half of the weights: faster than out-of-core
+    // data parallelism, still slower than the split alone.
+    let split = run("scenarios/out-of-core/gpt-1.7b-offload-tensor.toml", &[]);
+    let split_time = iteration(&split);
+    assert!(tensor < split_time && split_time < out_of_core, "tensor 2 x data 2 offloaded: {split_time} s");
+    let half = split["strategy"]["offload"]["weight_bytes"].as_f64().unwrap() / bytes("weight_bytes");
+    assert!((half - 0.5).abs() < 0.01, "weights moved per GPU: {half} of data parallelism's");
     // The model state stays on the device when only the activations are offloaded.
     let activations = run_edited(file, &[("offload = \"activations+weights\"", "offload = \"activations\"")]);
     let stderr = String::from_utf8_lossy(&activations.stderr);

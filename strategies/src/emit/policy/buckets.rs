@@ -98,11 +98,16 @@ pub(in super::super) fn plan(
 }
 
 /// Whether `strategy`'s buckets are synchronised: DDP launches its bucket allreduces whatever
-/// the world size; other strategies synchronise only over more than one rank; and only
-/// policies that synchronise buckets ([`Policy::syncs_buckets`]).
+/// the world size; other strategies synchronise only over more than one rank, or when
+/// out-of-core weights write each bucket's gradients to host memory after its allreduce (over
+/// one rank under a tensor split alone); and only policies that synchronise buckets
+/// ([`Policy::syncs_buckets`]).
 fn synchronised(strategy: &Strategy<'_>, policy: &dyn Policy) -> bool {
     let p = &strategy.parallelism;
-    (p.gradient_sync_ranks() > 1 || p.is_data_parallel()) && policy.syncs_buckets()
+    (p.gradient_sync_ranks() > 1
+        || p.is_data_parallel()
+        || p.offload == crate::Offload::ActivationsAndWeights)
+        && policy.syncs_buckets()
 }
 
 /// Which bucket (of its chunk) each of `layers` layers closes (its last gradient), if the
