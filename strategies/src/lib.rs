@@ -1632,21 +1632,33 @@ impl Strategy<'_> {
         Ok(())
     }
 
-    /// Out-of-core training: data and tensor parallelism (each rank offloads what it holds),
-    /// without recomputation.
+    /// Out-of-core training: data, tensor and pipeline parallelism (each rank offloads what it
+    /// holds; the weights not on a pipeline), without recomputation.
     fn check_offload(&self) -> Result<(), StrategyError> {
         let p = &self.parallelism;
         if p.offload == Offload::None {
             return Ok(());
         }
-        let others = self.other_degrees_than(&["tensor"]);
+        let others = self.other_degrees_than(&["tensor", "pipeline"]);
         if !others.is_empty() {
             return Err(invalid(
                 "workload.offload",
                 format!(
-                    "{:?} is modelled with data and tensor parallelism only, but {others}: set the \
-                     other degrees to 1 and zero = 0, or offload = \"none\"",
+                    "{:?} is modelled with data, tensor and pipeline parallelism only, but {others}: \
+                     set the other degrees to 1 and zero = 0, or offload = \"none\"",
                     p.offload.name()
+                ),
+            ));
+        }
+        if p.offload == Offload::ActivationsAndWeights && p.pipeline > 1 {
+            return Err(invalid(
+                "workload.offload",
+                format!(
+                    "\"activations+weights\" with pipeline = {} is not modelled: it writes each layer's \
+                     gradient to host memory after its backward, which takes one micro-batch per \
+                     replica, and a pipeline needs several; use offload = \"activations\" on the \
+                     pipeline, or pipeline = 1",
+                    p.pipeline
                 ),
             ));
         }

@@ -266,6 +266,56 @@ fn out_of_core_with_tensor_parallelism_moves_each_ranks_own_share() {
     }
 }
 
+#[test]
+fn out_of_core_on_a_pipeline_moves_each_stages_activations_per_micro_batch() {
+    // Each stage's GPU copies out, and back, its own layers' activations of every micro-batch;
+    // host memory holds those of the micro-batches it has in flight; the report's totals are
+    // the busiest stage's.
+    let model = workloads::zoo::by_name("bert-base").unwrap();
+    let compute = ComputeModel::default();
+    let topology = cluster(1, 4);
+    let micro_batches = 8u64;
+    let parallelism =
+        Parallelism { offload: Offload::Activations, pipeline: 4, ..Parallelism::data_parallel(1) };
+    let strategy = Strategy {
+        device: DeviceCatalog::builtin().get("a100-sxm4-40gb").unwrap(),
+        ..super::tests::strategy(&model, &compute, parallelism, micro_batches, 1)
+    };
+    let lowered = strategy.lower().unwrap();
+    let per_layer = strategy.memory_plan(&model, Bytes::ZERO).activations_per_layer();
+    let per_stage: Vec<u64> = lowered
+        .stages
+        .iter()
+        .map(|stage| stage.layers.iter().flat_map(|r| r.clone()).map(|l| per_layer[l]).sum())
+        .collect();
+    assert!(per_stage.iter().all(|&bytes| bytes > 0), "{per_stage:?}");
+    let moved = bytes_on(&strategy, &topology, Tier::HostMemory);
+    let expected: u64 = per_stage.iter().map(|bytes| 2 * bytes * micro_batches).sum();
+    assert_eq!(moved, expected as f64, "every stage's activations out and back, per micro-batch");
+    let totals = lowered.offload.unwrap();
+    let busiest = *per_stage.iter().max().unwrap();
+    assert_eq!(totals.activation_bytes, busiest * micro_batches);
+    let host = lowered
+        .stages
+        .iter()
+        .zip(&per_stage)
+        .map(|(stage, bytes)| bytes * stage.peak_micro_batches_in_flight.ceil() as u64)
+        .max()
+        .unwrap();
+    assert_eq!(totals.host_bytes, host);
+    // 1F1B: stage 0 holds 4 micro-batches in flight, the last one.
+    assert_eq!(lowered.stages[0].peak_micro_batches_in_flight, 4.0);
+    // The device holds at most two windows (one each way) of twice the largest layer's.
+    let largest = per_layer.iter().copied().max().unwrap();
+    for stage in &lowered.stages {
+        assert!(stage.memory.activations.0 <= 4 * largest, "stage {}", stage.stage);
+    }
+    // The weights stay on the device on a pipeline.
+    let weights = Parallelism { offload: Offload::ActivationsAndWeights, ..parallelism };
+    let error = super::tests::strategy(&model, &compute, weights, micro_batches, 1).check().unwrap_err();
+    assert!(error.to_string().contains("pipeline = 4 is not modelled"), "{error}");
+}
+
 /// With a host link no copy waits for, out-of-core weights cost no time: every kernel runs as
 /// it would with the model on the device. Kernels replayed from a CUDA graph, so that the host
 /// thread issues no copy either: in eager mode each copy is one more host dispatch, and this
@@ -329,11 +379,11 @@ fn daso_and_offload_refuse_what_they_do_not_model_with_the_key() {
     let (key, _) = refused(Parallelism { sync: daso(4, 4), ..Parallelism::data_parallel(4) }, 4);
     assert_eq!(key, "parallelism.sync", "one node");
     let (key, message) = refused(
-        Parallelism { offload: Offload::Activations, pipeline: 2, ..Parallelism::data_parallel(1) },
+        Parallelism { offload: Offload::Activations, context: 2, ..Parallelism::data_parallel(1) },
         1,
     );
     assert_eq!(key, "workload.offload");
-    assert!(message.contains("pipeline = 2"), "{message}");
+    assert!(message.contains("context = 2"), "{message}");
     let weights = Offload::ActivationsAndWeights;
     let (key, message) =
         refused(Parallelism { offload: weights, zero: 1, ..Parallelism::data_parallel(2) }, 1);

@@ -462,7 +462,7 @@ fn info(plan: &Plan<'_>, ranks: Vec<RankId>) -> Result<crate::LoweredInfo, Strat
     let (flops_per_rank_iteration, recompute_flops_per_rank_iteration) = plan.mean_flops_per_rank();
     // Stage 0's gradient buckets (ZeRO-3: its units, each gathered and scattered whole).
     let stage0: Vec<Bucket> = plan.chunks_of(0).flat_map(|k| plan.policy.report_buckets(plan, k)).collect();
-    let offload = plan.offload.as_ref().map(|offload| offload.totals(plan));
+    let offload = plan.offload.as_ref().map(|offload| offload.totals(plan, &stages));
     Ok(crate::LoweredInfo {
         offload,
         ranks,

@@ -38,9 +38,10 @@ pub(super) struct OffloadPlan {
     /// that the resident activations stay within the window.
     forward_wait: Vec<Option<usize>>,
     /// For each layer `m`, the layers whose prefetch starts once `m`'s backward is done
-    /// (descending); `untriggered` start with the backward pass.
+    /// (descending); `untriggered` start with the backward pass of their chunk (each chunk's
+    /// layer range, with its layers).
     pub(super) prefetch_after: Vec<Vec<usize>>,
-    pub(super) untriggered: Vec<usize>,
+    pub(super) untriggered: Vec<(Range<usize>, Vec<usize>)>,
     /// `"activations+weights"`: the weights' side.
     pub(super) weights: Option<WeightOffload>,
 }
@@ -178,12 +179,14 @@ impl OffloadPlan {
     pub(super) fn for_strategy(
         strategy: &Strategy<'_>,
         local: &[shard::LocalLayer],
+        chunks: &[Range<usize>],
         buckets: &[Vec<PlannedBucket>],
     ) -> Result<Option<OffloadPlan>, StrategyError> {
         let p = &strategy.parallelism;
         let model = strategy.model;
-        let mut offload = (p.offload != Offload::None)
-            .then(|| OffloadPlan::new(strategy.memory_plan(model, Bytes::ZERO).activations_per_layer()));
+        let mut offload = (p.offload != Offload::None).then(|| {
+            OffloadPlan::new(strategy.memory_plan(model, Bytes::ZERO).activations_per_layer(), chunks)
+        });
         if let Some(offload) = offload.as_mut()
             && p.offload == Offload::ActivationsAndWeights
         {
@@ -192,54 +195,71 @@ impl OffloadPlan {
         Ok(offload)
     }
 
-    pub(super) fn new(bytes: Vec<u64>) -> OffloadPlan {
+    /// The plan of layers whose saved activations are `bytes`, run in pipeline chunks
+    /// `chunks` (one range of every layer without a pipeline): the window's waits and
+    /// prefetches stay inside a chunk, which one rank runs.
+    pub(super) fn new(bytes: Vec<u64>, chunks: &[Range<usize>]) -> OffloadPlan {
         let layers = bytes.len();
         let window = 2 * bytes.iter().copied().max().unwrap_or(0);
         let mut forward_wait = vec![None; layers];
-        for (j, wait) in forward_wait.iter_mut().enumerate() {
-            // The latest m < j with bytes[m..=j] over the window.
-            let mut sum = bytes[j];
-            for m in (0..j).rev() {
-                sum += bytes[m];
-                if bytes[m] > 0 && sum > window {
-                    *wait = Some(m);
-                    break;
-                }
-            }
-        }
         let mut prefetch_after = vec![Vec::new(); layers];
-        let mut untriggered = Vec::new();
-        for l in (0..layers).rev() {
-            if bytes[l] == 0 {
-                continue;
-            }
-            // The first m > l with bytes[l..=m] over the window: its backward frees room.
-            let mut sum = bytes[l];
-            let mut trigger = None;
-            for (m, &b) in bytes.iter().enumerate().skip(l + 1) {
-                sum += b;
-                if b > 0 && sum > window {
-                    trigger = Some(m);
-                    break;
+        let mut untriggered = Vec::with_capacity(chunks.len());
+        for chunk in chunks {
+            for j in chunk.clone() {
+                // The latest m < j of the chunk with bytes[m..=j] over the window.
+                let mut sum = bytes[j];
+                for m in (chunk.start..j).rev() {
+                    sum += bytes[m];
+                    if bytes[m] > 0 && sum > window {
+                        forward_wait[j] = Some(m);
+                        break;
+                    }
                 }
             }
-            match trigger {
-                Some(m) => prefetch_after[m].push(l),
-                None => untriggered.push(l),
+            let mut first = Vec::new();
+            for l in chunk.clone().rev() {
+                if bytes[l] == 0 {
+                    continue;
+                }
+                // The first m > l of the chunk with bytes[l..=m] over the window: its backward
+                // frees room.
+                let mut sum = bytes[l];
+                let mut trigger = None;
+                for (m, &b) in bytes.iter().enumerate().take(chunk.end).skip(l + 1) {
+                    sum += b;
+                    if b > 0 && sum > window {
+                        trigger = Some(m);
+                        break;
+                    }
+                }
+                match trigger {
+                    Some(m) => prefetch_after[m].push(l),
+                    None => first.push(l),
+                }
             }
+            untriggered.push((chunk.clone(), first));
         }
         OffloadPlan { bytes, window, forward_wait, prefetch_after, untriggered, weights: None }
     }
 
-    /// Bytes copied each way per micro-batch.
-    pub(super) fn total(&self) -> u64 {
-        self.bytes.iter().sum()
+    /// Saved activation bytes of stage `stage`'s layers for one micro-batch: what one of its
+    /// GPUs copies each way per micro-batch.
+    pub(super) fn stage_total(&self, plan: &Plan<'_>, stage: u32) -> u64 {
+        plan.stage_layers(stage).map(|l| self.bytes[l]).sum()
     }
 
     /// What out-of-core training moves over one GPU's host link per iteration and keeps in
-    /// host memory.
-    pub(super) fn totals(&self, plan: &Plan<'_>) -> crate::OffloadTotals {
-        let activation_bytes = self.total() * u64::from(plan.micro_batches);
+    /// host memory: on a pipeline, the busiest stage's GPU (`stages`: the plan's stages, whose
+    /// micro-batches in flight each keep their activations in host memory).
+    pub(super) fn totals(&self, plan: &Plan<'_>, stages: &[crate::StageSummary]) -> crate::OffloadTotals {
+        let per_stage = |stage: &crate::StageSummary| self.stage_total(plan, stage.stage);
+        let busiest = stages.iter().map(per_stage).max().unwrap_or(0);
+        let activation_bytes = busiest * u64::from(plan.micro_batches);
+        let host_activations = stages
+            .iter()
+            .map(|stage| per_stage(stage) * (stage.peak_micro_batches_in_flight.ceil() as u64).max(1))
+            .max()
+            .unwrap_or(0);
         let mut totals = crate::OffloadTotals {
             to_host_bytes: activation_bytes,
             to_device_bytes: activation_bytes,
@@ -248,7 +268,7 @@ impl OffloadPlan {
             gradient_bytes: 0,
             optimizer_to_device_bytes: 0,
             optimizer_to_host_bytes: 0,
-            host_bytes: self.total(),
+            host_bytes: host_activations,
             without: plan.without_offload.get().unwrap_or_default(),
         };
         if let Some(weights) = &self.weights {
@@ -366,8 +386,11 @@ impl RankEmitter<'_, '_> {
             backward.fetched.push_back((next, self.fetch_weights(next)));
             below = next;
         }
-        if let Some(offload) = &plan.offload {
-            self.prefetch(micro, &offload.untriggered);
+        if let Some(offload) = &plan.offload
+            && let Some((_, first)) =
+                offload.untriggered.iter().find(|(chunk, _)| chunk.contains(&layers.start))
+        {
+            self.prefetch(micro, first);
         }
         Some(backward)
     }

@@ -258,7 +258,7 @@ impl<'s> Plan<'s> {
             CnnSplit::Spatial { degree, dims, .. } => cnn::spatial_grid(degree, dims),
             _ => Vec::new(),
         };
-        let offload = OffloadPlan::for_strategy(strategy, &local, &buckets)?;
+        let offload = OffloadPlan::for_strategy(strategy, &local, &chunk_layers, &buckets)?;
         Ok(Plan {
             without_offload: std::cell::Cell::new(None),
             offload,
@@ -458,13 +458,16 @@ impl<'s> Plan<'s> {
             // Out-of-core: the device holds only the window of activations in transit.
             let held = match &self.offload {
                 Some(offload) => {
-                    self.without_offload.set(Some(plan.device_breakdown(
-                        parameters,
-                        peak,
-                        largest_pair,
-                        largest_layer,
-                    )));
-                    offload.window.min(peak)
+                    // The worst stage's memory without offloading.
+                    let without = plan.device_breakdown(parameters, peak, largest_pair, largest_layer);
+                    if self.without_offload.get().is_none_or(|worst| worst.total() < without.total()) {
+                        self.without_offload.set(Some(without));
+                    }
+                    // On a pipeline a forward's copies may still drain while the next
+                    // backward's prefetches arrive (each copy stream in order: one window
+                    // each way).
+                    let windows = if p.pipeline > 1 { 2 } else { 1 };
+                    (windows * offload.window).min(peak)
                 }
                 None => peak,
             };
