@@ -683,6 +683,12 @@ impl Parallelism {
         self.gradient_sync_ranks() / self.distributed_optimizer_instances.max(1)
     }
 
+    /// Of `parameters` on a rank, those whose optimizer state it holds (and whose gradients
+    /// the step's synchronisation leaves it): all of them, or under ZeRO its shard.
+    pub fn optimizer_held(&self, parameters: u64) -> u64 {
+        if self.zero >= 1 { parameters.div_ceil(u64::from(self.optimizer_shard_ranks())) } else { parameters }
+    }
+
     /// Model chunks in the whole pipeline: pipeline x virtual stages.
     pub fn chunks(&self) -> u32 {
         self.pipeline * self.virtual_stages

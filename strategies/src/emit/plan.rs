@@ -208,11 +208,7 @@ impl<'s> Plan<'s> {
             let layers = || chunk_map.chunks_of(stage).flat_map(|k| chunk_layers[k].clone());
             let parameters = layers().map(|index| local[index].layer.cost.params).sum::<u64>()
                 + if stage + 1 == p.pipeline { tied_embedding } else { 0 };
-            let held = if p.zero >= 1 {
-                parameters.div_ceil(u64::from(p.optimizer_shard_ranks()))
-            } else {
-                parameters
-            };
+            let held = p.optimizer_held(parameters);
             // A for-loop optimizer visits every parameter tensor (a weight and its bias); the
             // other steps' per-tensor passes count the layers with parameters.
             let tensors = if strategy.optimizer_passes == workloads::optimizer::OptimizerPasses::ForLoop {

@@ -318,6 +318,25 @@ impl RankEmitter<'_, '_> {
         Ok((end, pipeline_end))
     }
 
+    /// A collective of the training step on `class`'s group (`stream`, its ops' origin
+    /// `origin`): it waits for everything `deps` holds and the rank's last kernel, and becomes
+    /// what the rest of the step waits for.
+    fn step_collective(
+        &mut self,
+        deps: &mut Vec<Dep>,
+        comm: Comm,
+        class: GroupClass,
+        stream: StreamId,
+        origin: &'static str,
+    ) {
+        let group = self.group(class);
+        let label = self.comm_label(comm.what);
+        let mut waits = std::mem::take(deps);
+        waits.extend(self.last_compute.map(Dep::Local));
+        let meta = OpMeta::NONE.with_group(comm.group).with_origin(self.origin(origin));
+        deps.push(Dep::Local(self.collective(comm, stream, group, label, &waits, meta)));
+    }
+
     /// The training step after the schedule: the tied embedding's gradient allreduce, the
     /// gradient-norm allreduce of a pipeline, the optimizer step and the policy's step (ZeRO's
     /// parameter allgather); returns the rank's last op. `last_sync` holds each chunk's last
@@ -336,12 +355,7 @@ impl RankEmitter<'_, '_> {
                 bytes: plan.gradient_bytes(plan.tied_embedding),
                 what: "tied embedding gradient allreduce",
             };
-            let group = self.group(GroupClass::Embedding);
-            let label = self.comm_label(comm.what);
-            let mut embedding_deps = std::mem::take(&mut deps);
-            embedding_deps.extend(self.last_compute.map(Dep::Local));
-            let meta = OpMeta::NONE.with_group(comm.group).with_origin(self.origin(TIED_EMBEDDING_ORIGIN));
-            deps.push(Dep::Local(self.collective(comm, DATA_STREAM, group, label, &embedding_deps, meta)));
+            self.step_collective(&mut deps, comm, GroupClass::Embedding, DATA_STREAM, TIED_EMBEDDING_ORIGIN);
         }
         // DualPipe's two model copies: this rank holds stage `s` of one and stage `p - 1 - s` of
         // the other, its mirror the same two stages of the other copies, so the two sum their
@@ -350,24 +364,14 @@ impl RankEmitter<'_, '_> {
         // copy after the step). After the data-parallel synchronisation, of what it left on the
         // rank: the whole gradients, or under ZeRO its optimizer shard's.
         if p.schedule == crate::PipelineSchedule::DualPipe && p.pipeline > 1 {
-            let parameters = plan.stage_parameters[stage as usize];
-            let held = if p.zero >= 1 {
-                parameters.div_ceil(u64::from(p.optimizer_shard_ranks()))
-            } else {
-                parameters
-            };
+            let held = p.optimizer_held(plan.stage_parameters[stage as usize]);
             let comm = Comm {
                 group: GroupKind::Pipeline,
                 kind: CollectiveKind::AllReduce,
                 bytes: plan.gradient_bytes(held),
                 what: "DualPipe copies' gradient allreduce",
             };
-            let group = self.group(GroupClass::Mirror);
-            let label = self.comm_label(comm.what);
-            let mut mirror_deps = std::mem::take(&mut deps);
-            mirror_deps.extend(self.last_compute.map(Dep::Local));
-            let meta = OpMeta::NONE.with_group(comm.group).with_origin(self.origin(DUAL_PIPE_ORIGIN));
-            deps.push(Dep::Local(self.collective(comm, PIPELINE_STREAM, group, label, &mirror_deps, meta)));
+            self.step_collective(&mut deps, comm, GroupClass::Mirror, PIPELINE_STREAM, DUAL_PIPE_ORIGIN);
         }
         // Megatron-LM clips gradients by their global norm: an allreduce of one fp32 value over
         // the model-parallel group before the optimizer, so no stage steps before the whole
@@ -381,12 +385,7 @@ impl RankEmitter<'_, '_> {
                 bytes: Bytes(4),
                 what: "gradient norm allreduce",
             };
-            let group = self.group(GroupClass::ModelParallel);
-            let label = self.comm_label(comm.what);
-            let mut norm_deps = std::mem::take(&mut deps);
-            norm_deps.extend(self.last_compute.map(Dep::Local));
-            let meta = OpMeta::NONE.with_group(comm.group).with_origin(self.origin(FLUSH_ORIGIN));
-            deps.push(Dep::Local(self.collective(comm, PIPELINE_STREAM, group, label, &norm_deps, meta)));
+            self.step_collective(&mut deps, comm, GroupClass::ModelParallel, PIPELINE_STREAM, FLUSH_ORIGIN);
         }
         let (optimizer, end) = match plan.offload.as_ref().and_then(|o| o.weights.as_ref()) {
             Some(weights) => self.streamed_optimizer(weights, &deps),
