@@ -336,6 +336,13 @@ fn human(report: &PlanReport, search: &Search, options: &PlanOptions) -> String 
         sim_core::units::thousands(report.valid),
         sim_core::units::thousands(rejected)
     );
+    if report.out_of_core {
+        let _ = writeln!(
+            out,
+            "out-of-core   nothing fit in device memory: each configuration without recomputation or ZeRO \
+             was tried again out of core (workload.offload, both modes)"
+        );
+    }
     let mut reasons: Vec<_> = report.rejected.iter().collect();
     reasons.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(b.0)));
     for (reason, rejection) in reasons {
@@ -564,6 +571,8 @@ struct JsonPlan<'a> {
     /// was exact, or only time limits left some).
     could_beat_best_floor: Option<f64>,
     ignored: &'a [String],
+    /// Nothing fit in device memory, so out-of-core training was searched too (and some fits).
+    out_of_core: bool,
     top: Vec<JsonRanked<'a>>,
 }
 
@@ -632,6 +641,7 @@ impl<'a> JsonPlan<'a> {
             finals: report.finals,
             could_beat_best_floor: report.left_best_floor,
             ignored: &search.ignored,
+            out_of_core: report.out_of_core,
             top: report
                 .top
                 .iter()
@@ -694,6 +704,7 @@ mod tests {
             walls: Default::default(),
             fidelity: sim_core::fidelity::Fidelity::Flow,
             keep: 14,
+            out_of_core: false,
         }
     }
 

@@ -744,6 +744,9 @@ pub struct PlanReport {
     /// How many of the best screened configurations the bound protects and the final
     /// simulations take.
     pub keep: usize,
+    /// Nothing fit in device memory, so out-of-core training (`workload.offload`) was searched
+    /// too, and some of it fits.
+    pub out_of_core: bool,
 }
 
 /// Configurations screened per batch: fixed, so the result does not depend on the threads.
@@ -785,7 +788,7 @@ pub fn plan_with_progress(
         return Err(PlanError::NoGpus);
     }
     let started = Instant::now();
-    let choices: Vec<Choice> = bases
+    let mut choices: Vec<Choice> = bases
         .iter()
         .enumerate()
         .flat_map(|(index, base)| enumerate(index, base, search.global_batch, &search.fixed))
@@ -810,59 +813,86 @@ pub fn plan_with_progress(
     let estimated = AtomicU64::new(0);
     let step = |stage, unit, done, total, note: &str| progress(Step { stage, unit, done, total, note });
     step("estimates", "configurations", 0, choices.len() as u64, "");
-    let estimates: Vec<Result<SimDuration, (String, String)>> = choices
-        .par_iter()
-        .map(|choice| {
-            let done = estimated.fetch_add(1, AtomicOrdering::Relaxed) + 1;
-            step("estimates", "configurations", done, choices.len() as u64, "");
-            let scenario = search.scenario(choice, &[]).map_err(|error| match error {
-                ScenarioError::Invalid { key, message, .. } => (key.clone(), format!("{key}: {message}")),
-                other => ("other".to_string(), other.to_string()),
-            })?;
-            let strategy = Strategy { layer_tables: Some(&tables[choice.base]), ..scenario.strategy() };
-            let floor = comm_floor(&scenario);
-            let mixed = scenario.node_groups.as_deref().filter(|groups| groups.is_mixed());
-            // Validating the scenario checked its strategy.
-            let estimate = match mixed {
-                Some(groups) => crate::mixed::estimate(&scenario, groups, &strategy, &floor),
-                None => strategy.estimate_checked(&floor),
+    let estimate_one = |choice: &Choice, total: u64| -> Result<SimDuration, (String, String)> {
+        let done = estimated.fetch_add(1, AtomicOrdering::Relaxed) + 1;
+        step("estimates", "configurations", done, total, "");
+        let scenario = search.scenario(choice, &[]).map_err(|error| match error {
+            ScenarioError::Invalid { key, message, .. } => (key.clone(), format!("{key}: {message}")),
+            other => ("other".to_string(), other.to_string()),
+        })?;
+        let strategy = Strategy { layer_tables: Some(&tables[choice.base]), ..scenario.strategy() };
+        let floor = comm_floor(&scenario);
+        let mixed = scenario.node_groups.as_deref().filter(|groups| groups.is_mixed());
+        // Validating the scenario checked its strategy.
+        let estimate = match mixed {
+            Some(groups) => crate::mixed::estimate(&scenario, groups, &strategy, &floor),
+            None => strategy.estimate_checked(&floor),
+        }
+        .map_err(|error| match error {
+            StrategyError::Invalid { key, message } => (key.to_string(), format!("{key}: {message}")),
+            other => ("other".to_string(), other.to_string()),
+        })?;
+        // Each group's GPUs against their own device's memory (the cluster's one device's
+        // without node groups of mixed devices).
+        let needs: Vec<(workloads::memory::MemoryBreakdown, &workloads::device::Device, String)> = match mixed
+        {
+            Some(groups) => crate::mixed::group_memory(&scenario, groups, &estimate.stages)
+                .into_iter()
+                .zip(groups.groups.iter().enumerate())
+                .map(|(memory, (index, group))| {
+                    let on = format!(" on cluster.node-groups[{index}] ({})", group.device.name);
+                    (memory, &*group.device, on)
+                })
+                .collect(),
+            None => vec![(estimate.peak_memory(), &*scenario.device, String::new())],
+        };
+        for (memory, device, on) in needs {
+            let memory = memory.total().0 as f64;
+            let capacity = device.memory_capacity.0 as f64;
+            if memory > capacity * (1.0 - options.memory_headroom) {
+                return Err((
+                    "does not fit in memory".to_string(),
+                    format!(
+                        "needs {:.1} GB per GPU{on}; {:.1} GB usable of {:.1} GB",
+                        memory / 1e9,
+                        capacity * (1.0 - options.memory_headroom) / 1e9,
+                        capacity / 1e9
+                    ),
+                ));
             }
-            .map_err(|error| match error {
-                StrategyError::Invalid { key, message } => (key.to_string(), format!("{key}: {message}")),
-                other => ("other".to_string(), other.to_string()),
-            })?;
-            // Each group's GPUs against their own device's memory (the cluster's one device's
-            // without node groups of mixed devices).
-            let needs: Vec<(workloads::memory::MemoryBreakdown, &workloads::device::Device, String)> =
-                match mixed {
-                    Some(groups) => crate::mixed::group_memory(&scenario, groups, &estimate.stages)
-                        .into_iter()
-                        .zip(groups.groups.iter().enumerate())
-                        .map(|(memory, (index, group))| {
-                            let on = format!(" on cluster.node-groups[{index}] ({})", group.device.name);
-                            (memory, &*group.device, on)
-                        })
-                        .collect(),
-                    None => vec![(estimate.peak_memory(), &*scenario.device, String::new())],
-                };
-            for (memory, device, on) in needs {
-                let memory = memory.total().0 as f64;
-                let capacity = device.memory_capacity.0 as f64;
-                if memory > capacity * (1.0 - options.memory_headroom) {
-                    return Err((
-                        "does not fit in memory".to_string(),
-                        format!(
-                            "needs {:.1} GB per GPU{on}; {:.1} GB usable of {:.1} GB",
-                            memory / 1e9,
-                            capacity * (1.0 - options.memory_headroom) / 1e9,
-                            capacity / 1e9
-                        ),
-                    ));
+        }
+        Ok(estimate.time_lower_bound)
+    };
+    let total = choices.len() as u64;
+    let mut estimates: Vec<Result<SimDuration, (String, String)>> =
+        choices.par_iter().map(|choice| estimate_one(choice, total)).collect();
+    // Nothing fits in device memory and offloading was not chosen: out-of-core training too
+    // (`workload.offload`, both modes), on each configuration tried without recomputation or
+    // ZeRO (which offloading does not model).
+    let too_big = |estimate: &Result<SimDuration, (String, String)>| matches!(estimate, Err((reason, _)) if reason == "does not fit in memory");
+    let mut out_of_core = false;
+    if search.fixed.offload.is_none() && estimates.iter().all(Result::is_err) && estimates.iter().any(too_big)
+    {
+        let tried: LookupSet<String> = choices.iter().map(Choice::label).collect();
+        let mut extra = Vec::new();
+        for offload in [Offload::Activations, Offload::ActivationsAndWeights] {
+            for choice in &choices {
+                let p = &choice.parallelism;
+                if choice.recompute != Recompute::None || p.zero > 0 || p.offload != Offload::None {
+                    continue;
+                }
+                let variant = Choice { parallelism: Parallelism { offload, ..*p }, ..choice.clone() };
+                if !tried.contains(&variant.label()) {
+                    extra.push(variant);
                 }
             }
-            Ok(estimate.time_lower_bound)
-        })
-        .collect();
+        }
+        let total = total + extra.len() as u64;
+        let more: Vec<_> = extra.par_iter().map(|choice| estimate_one(choice, total)).collect();
+        out_of_core = more.iter().any(Result::is_ok);
+        choices.extend(extra);
+        estimates.extend(more);
+    }
     let mut rejected: BTreeMap<String, Rejection> = BTreeMap::new();
     let mut valid: Vec<(usize, SimDuration)> = Vec::new();
     for (index, estimate) in estimates.into_iter().enumerate() {
@@ -1162,6 +1192,7 @@ pub fn plan_with_progress(
         walls: [estimate_wall, screen_wall, final_wall],
         fidelity,
         keep,
+        out_of_core,
     })
 }
 
@@ -2048,7 +2079,13 @@ mod tests {
         // With the A100-40GB server, it does not, and the example names its group.
         let mixed = mixed_search("a100-sxm4-40gb", "h100-sxm5-80gb", &fixed);
         let report = plan(&mixed, &options(1)).unwrap();
-        assert_eq!((report.enumerated, report.valid), (1, 0));
+        // The configuration, then its two out-of-core variants (nothing fit), refused too.
+        assert_eq!(
+            (report.enumerated, report.valid, report.out_of_core),
+            (3, 0, false),
+            "{:?}",
+            report.rejected
+        );
         let rejection = &report.rejected["does not fit in memory"];
         assert!(
             rejection.example.contains("on cluster.node-groups[0] (a100-sxm4-40gb)"),

@@ -285,6 +285,30 @@ fn assert_run_of_set_equals(cluster: &str, row: &serde_json::Value) -> serde_jso
     json
 }
 
+/// Issue 37: when nothing fits in device memory and offloading was not chosen, plan tries each
+/// configuration without recomputation or ZeRO again out of core: GPT 1.7B (27 GB of model
+/// state) on one 16 GB V100 fits only with its weights offloaded, and `run --set` of the row
+/// gives its time.
+#[test]
+fn plan_falls_back_to_out_of_core_training_when_nothing_fits() {
+    let cluster = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/out-of-core/gpt-1.7b-tensor.toml");
+    let one_gpu = ["--set", "cluster.gpus-per-node=1", "--top", "3"];
+    let plan = plan_json(cluster, &one_gpu);
+    assert_eq!(plan["out_of_core"], true, "{plan}");
+    assert!(plan["rejected"]["does not fit in memory"]["count"].as_u64().unwrap() > 0, "{plan}");
+    let top = plan["top"].as_array().unwrap();
+    assert_eq!(top[0]["offload"], "activations+weights", "{plan}");
+    let mut row = top[0].clone();
+    let mut set: Vec<String> = serde_json::from_value(row["set"].clone()).unwrap();
+    set.insert(0, "cluster.gpus-per-node=1".into());
+    row["set"] = serde_json::json!(set);
+    assert_run_of_set_equals(cluster, &row);
+    // Where something fits, nothing is tried out of core.
+    let plan = plan_json(cluster, &["--top", "3"]);
+    assert_eq!(plan["out_of_core"], false, "{plan}");
+    assert!(plan["top"].as_array().unwrap().iter().all(|row| row["offload"].is_null()), "{plan}");
+}
+
 const COSMOFLOW: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/cosmoflow/cosmoflow-512-v100.toml");
 
 /// Issue 37: CosmoFlow 512^3 on 16 GB V100s fits only split spatially (one sample under data
