@@ -56,6 +56,11 @@ pub struct Violation {
     pub message: String,
 }
 
+/// Each family's mean Kendall tau over its ranking groups, by family id.
+fn family_taus(report: &Report) -> BTreeMap<&str, f64> {
+    report.family_kendall_taus().into_iter().map(|(family, _, tau)| (family, tau)).collect()
+}
+
 /// Rounds a fraction down to 3 decimals, so a floor never exceeds what was measured.
 fn floor3(value: f64) -> f64 {
     (value * 1000.0).floor() / 1000.0
@@ -81,8 +86,7 @@ impl Bounds {
     /// case id of the suite) breaks its record whatever ran.
     pub fn check(&self, report: &Report, suite_cases: &BTreeSet<String>) -> Vec<Violation> {
         let mut violations = Vec::new();
-        let taus: BTreeMap<&str, f64> =
-            report.family_kendall_taus().into_iter().map(|(family, _, tau)| (family, tau)).collect();
+        let taus = family_taus(report);
         for family in &report.families {
             let Some(bound) = self.family.get(&family.id) else { continue };
             match family.stats.mean {
@@ -115,9 +119,10 @@ impl Bounds {
             let prefix = format!("{}/", family.id);
             let in_suite = suite_cases.iter().filter(|id| id.starts_with(&prefix)).count();
             let selected = family.stats.ran + family.stats.pending + family.stats.failed;
-            let tau = taus.get(family.id.as_str()).copied();
-            if let (Some(floor), true) = (bound.ranking_tau, selected == in_suite) {
-                match tau {
+            if let Some(floor) = bound.ranking_tau
+                && selected == in_suite
+            {
+                match taus.get(family.id.as_str()).copied() {
                     Some(tau) if tau + 1e-9 >= floor => {}
                     Some(tau) => violations.push(Violation {
                         id: family.id.clone(),
@@ -179,8 +184,7 @@ impl Bounds {
     /// These bounds raised to what `report` measured (never lowered).
     pub fn raised(&self, report: &Report) -> Bounds {
         let mut bounds = self.clone();
-        let taus: BTreeMap<&str, f64> =
-            report.family_kendall_taus().into_iter().map(|(family, _, tau)| (family, tau)).collect();
+        let taus = family_taus(report);
         for family in &report.families {
             if let Some(mean) = family.stats.mean {
                 let entry = bounds.family.entry(family.id.clone()).or_insert(FamilyBound {

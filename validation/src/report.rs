@@ -147,18 +147,15 @@ pub fn rankings(results: &[CaseResult]) -> Vec<Ranking> {
                     .then(ran[a].measured.unwrap_or_default().total_cmp(&ran[b].measured.unwrap_or_default()))
                     .then(ran[a].id.cmp(&ran[b].id))
             });
-            let order = |value: fn(&CaseResult) -> f64| {
-                let mut ids: Vec<(&str, f64)> = ran.iter().map(|r| (r.id.as_str(), value(r))).collect();
-                ids.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(b.0)));
-                ids.into_iter().map(|(id, _)| id.to_string()).collect::<Vec<_>>()
-            };
+            let simulated = |r: &CaseResult| r.simulated.unwrap_or_default();
+            let mut simulated_order = ran.clone();
+            simulated_order.sort_by(|a, b| simulated(a).total_cmp(&simulated(b)).then(a.id.cmp(&b.id)));
             Some(Ranking {
                 group: group.to_string(),
                 family: ran[0].family.clone(),
                 measured_order: measured_order.into_iter().map(|i| ran[i].id.clone()).collect(),
-                simulated_order: order(|r| r.simulated.unwrap_or_default()),
+                simulated_order: simulated_order.iter().map(|r| r.id.clone()).collect(),
                 kendall_tau: kendall_tau_of(ran.len(), |i, j| {
-                    let simulated = |r: &CaseResult| r.simulated.unwrap_or_default();
                     (measured_difference(ran[i], ran[j]), simulated(ran[i]) - simulated(ran[j]))
                 }),
                 not_ranked: members.len() - ran.len(),
