@@ -817,6 +817,11 @@ pub struct Llama {
     /// Output layer tied to the embeddings. Default false.
     #[serde(default)]
     pub tied_embeddings: Option<bool>,
+    /// The loss's kernels: `"fused"` (default: one kernel per pass in the compute dtype),
+    /// `"torch"` (`F.cross_entropy` under autocast: the logits cast to fp32, then
+    /// log-softmax and NLL as eager PyTorch runs them) or `"megatron"`.
+    #[serde(default)]
+    pub loss: Option<String>,
     /// Experts per layer (Mixtral only).
     #[serde(default)]
     pub experts: Option<u64>,
@@ -872,7 +877,11 @@ impl Llama {
             attention: attention_kernel(name, family, self.attention.as_deref(), AttentionKernel::Flash)?,
             moe,
             head: Head::LanguageModel { tied: self.tied_embeddings.unwrap_or(false) },
-            loss: LossKernels::Fused,
+            loss: match self.loss.as_deref() {
+                None => LossKernels::Fused,
+                Some(given) => LossKernels::parse(given)
+                    .map_err(|message| invalid(name, &format!("{family}.loss"), message))?,
+            },
         };
         let experts =
             moe.map(|moe| format!(", {} experts (top-{})", moe.experts, moe.top_k)).unwrap_or_default();
@@ -1220,11 +1229,17 @@ mod tests {
             vocabulary: 32_000,
             attention: None,
             tied_embeddings: None,
+            loss: None,
             experts: None,
             top_k: None,
         };
         // Llama-2-7B: 6,738,415,616 (Hugging Face meta-llama/Llama-2-7b-hf).
         assert_eq!(llama.build("llama2-7b", "llama").unwrap().parameters(), 6_738_415_616);
+        // The loss: fused unless the file says otherwise; an unknown value names the key.
+        let torch = Llama { loss: Some("torch".to_string()), ..llama.clone() };
+        assert_eq!(torch.build("l", "llama").unwrap().parameters(), 6_738_415_616);
+        let error = Llama { loss: Some("fp8".to_string()), ..llama.clone() }.build("l", "llama").unwrap_err();
+        assert!(error.to_string().contains("llama.loss"), "{error}");
         let mixtral =
             Llama { kv_heads: Some(8), ffn_hidden: 14336, experts: Some(8), top_k: Some(2), ..llama.clone() };
         // Mixtral-8x7B: 46,702,792,704.
@@ -1388,6 +1403,7 @@ mod tests {
             vocabulary: 1000,
             attention: None,
             tied_embeddings: None,
+            loss: None,
             experts: Some(8),
             top_k: Some(2),
         };
