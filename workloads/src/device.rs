@@ -276,6 +276,17 @@ pub struct Execution {
     /// Where `fp8-sustained-fraction` comes from.
     #[serde(default)]
     pub fp8_sustained_source: String,
+    /// The share of the aligned rate that a matrix-unit product off the 16-byte grid (a
+    /// leading dimension not a multiple of 8 bf16 elements, GPT-2's 50,257-row vocabulary)
+    /// reaches on this device, where it was measured: cuBLAS runs such products with
+    /// one-element-aligned kernels (on Hopper, CUTLASS's sm75 `align1` kernels without wgmma).
+    /// `None`: the compute model's `unaligned-gemm-efficiency` alone (1 unless a profile
+    /// measures it). Named in `unaligned-matrix-source`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unaligned_matrix_fraction: Option<f64>,
+    /// Where `unaligned-matrix-fraction` comes from.
+    #[serde(default)]
+    pub unaligned_matrix_source: String,
     /// Output tile shapes (rows x columns of the product one thread block computes) that the
     /// device's GEMM libraries choose from; empty means [`DEFAULT_TILES`].
     #[serde(default)]
@@ -347,6 +358,15 @@ impl Execution {
         match (dtype, self.fp8_sustained_fraction) {
             (Dtype::Fp8, Some(fraction)) => fraction,
             _ => self.matrix_sustained_fraction,
+        }
+    }
+
+    /// The share of the aligned rate an unaligned matrix-unit product reaches:
+    /// `unaligned-matrix-fraction` where measured, else 1.
+    pub fn unaligned_fraction(&self, dtype: Dtype) -> f64 {
+        match self.unaligned_matrix_fraction {
+            Some(fraction) if self.on_matrix_units(dtype) => fraction,
+            _ => 1.0,
         }
     }
 
@@ -473,6 +493,17 @@ impl DeviceSpec {
                     return Err(invalid(
                         "execution.fp8-sustained-source",
                         "must name the measurement `fp8-sustained-fraction` comes from",
+                    ));
+                }
+            }
+            if let Some(unaligned) = execution.unaligned_matrix_fraction {
+                if !(unaligned > 0.0 && unaligned <= 1.0) {
+                    return Err(invalid("execution.unaligned-matrix-fraction", "must be in (0, 1]"));
+                }
+                if execution.unaligned_matrix_source.trim().is_empty() {
+                    return Err(invalid(
+                        "execution.unaligned-matrix-source",
+                        "must name the measurement `unaligned-matrix-fraction` comes from",
                     ));
                 }
             }
