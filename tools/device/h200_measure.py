@@ -586,7 +586,7 @@ def gpt_step(name, attn, batch, graphed=False, steps=10, trace=None):
         max_memory_allocated=torch.cuda.max_memory_allocated(),
         max_memory_reserved=torch.cuda.max_memory_reserved(),
     )
-    if trace and not graphed:
+    if trace:
         from torch.profiler import ProfilerActivity, profile
 
         path = os.path.join("/tmp", trace)
@@ -649,6 +649,19 @@ def llama_steps():
 
 
 @guarded
+def host_traces():
+    """Traces of host-bound steps (run 3): GPT-2 124M at batch 1, eager with math and flash
+    attention, and the flash step replayed from its CUDA graph (the GPU's own time)."""
+    run_plan(
+        [
+            ("gpt2-124m", "flash", 1, False, "trace-gpt2-124m-flash-b1.json"),
+            ("gpt2-124m", "math", 1, False, "trace-gpt2-124m-math-b1.json"),
+            ("gpt2-124m", "flash", 1, True, "trace-gpt2-124m-flash-b1-graph.json"),
+        ]
+    )
+
+
+@guarded
 def sustained_long():
     """20 s of 8192^3 bf16 products in 1 s windows: does the rate keep falling as the
     card warms past the 6 s of `sustained`?"""
@@ -697,6 +710,7 @@ def main():
             traces,
             llama_steps,
             sustained_long,
+            host_traces,
         )
     }
     # SECTIONS=a,b,c runs those only (run 2 of 2026-12-04: the traces run 1 lost, Llama)

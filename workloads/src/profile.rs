@@ -94,11 +94,12 @@ pub enum ProfileError {
 }
 
 /// Profiles shipped with parasim (`data/profiles/`), fitted to the public traces named in them.
-const BUILTIN_PROFILES: [(&str, &str); 4] = [
+const BUILTIN_PROFILES: [(&str, &str); 5] = [
     ("a100-sxm4-40gb", include_str!("../../data/profiles/a100-sxm4-40gb.toml")),
     ("a100-sxm4-80gb", include_str!("../../data/profiles/a100-sxm4-80gb.toml")),
     ("v100-sxm2-16gb", include_str!("../../data/profiles/v100-sxm2-16gb.toml")),
     ("p100-pcie-16gb", include_str!("../../data/profiles/p100-pcie-16gb.toml")),
+    ("h200-sxm-141gb", include_str!("../../data/profiles/h200-sxm-141gb.toml")),
 ];
 
 impl Profile {

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Print the tables of a measurement folder written by tools/device/h200_measure.py.
+
+    python3 tools/device/summarize.py data/measurements/h200-2026-12-04
+
+Reads every run*-results.jsonl there and prints Markdown tables (the folder's README.md shows
+this output): sustained products, products of training shapes, attention, memory-bound and small
+kernels, host dispatch, training steps.
+"""
+
+import glob
+import json
+import os
+import sys
+
+
+def rows(folder):
+    for path in sorted(glob.glob(os.path.join(folder, "run*-results.jsonl"))):
+        run = os.path.basename(path).split("-")[0]
+        with open(path) as f:
+            for line in f:
+                record = json.loads(line)
+                record["run"] = run
+                yield record
+
+
+def main(folder):
+    records = [r for r in rows(folder) if "error" not in r and "skipped" not in r]
+    by = lambda section: [r for r in records if r["section"] == section]  # noqa: E731
+
+    print("| dtype | n | how | TFLOP/s |\n|---|---|---|---|")
+    for r in by("sustained_blocked_autorange"):
+        print(f"| {r['dtype']} | {r['n']} | blocked_autorange >= 3 s, median of {r['runs']} x {r['number_per_run']} | {r['tflops_median']:.1f} |")
+    for r in by("sustained_windows") + by("sustained_long"):
+        w = r["tflops"]
+        print(f"| {r['dtype']} | {r['n']} | {len(w)} windows of {r['calls_per_window']} products ({r['section']}) | {min(w):.0f}-{max(w):.0f} |")
+    for r in by("burst_100"):
+        print(f"| {r['dtype']} | {r['n']} | 100 products after 2 s idle | {r['tflops']:.1f} |")
+
+    print("\n| product (M x N x K) | label | bf16 TFLOP/s | fp8 TFLOP/s |\n|---|---|---|---|")
+    table = {}
+    for r in by("gemm"):
+        table.setdefault((r["m"], r["n"], r["k"], r["label"]), {})[r["dtype"]] = r["tflops"]
+    for (m, n, k, label), d in table.items():
+        fp8 = f"{d['fp8']:.1f}" if "fp8" in d else "-"
+        print(f"| {m} x {n} x {k} | {label} | {d.get('bf16', 0):.1f} | {fp8} |")
+
+    print("\n| sequence | batch x 16 heads x 128 | forward ms | forward+backward ms | forward TFLOP/s | backward TFLOP/s |")
+    print("|---|---|---|---|---|---|")
+    for r in by("attention_sdpa"):
+        print(f"| {r['seq']} | {r['batch']} | {r['fwd_ms']:.3f} | {r['fwd_bwd_ms']:.3f} | {r['fwd_tflops']:.0f} | {r['bwd_tflops']:.0f} |")
+
+    print("\n| kernel | bytes moved | rate |\n|---|---|---|")
+    for r in by("memory"):
+        print(f"| {r['label']} | {r['bytes'] / 2**30:.2f} GiB | {r['gbps']:.0f} GB/s |")
+    for r in by("small_kernel_graphed"):
+        print(f"| in-place multiply of {r['elements']} bf16 elements, replayed from a CUDA graph | {r['bytes']} B | {r['us_per_kernel']:.2f} us per kernel |")
+
+    print("\n| host dispatch | us per call |\n|---|---|")
+    for r in by("dispatch_matmul_fp32"):
+        print(f"| eager torch.matmul, fp32 {r['size']}x{r['size']}, 10,000 back to back | {r['us_per_call']:.1f} |")
+    for r in by("dispatch_eager"):
+        print(f"| eager {r['op']} on 1024 floats, 20,000 back to back | {r['us_per_call']:.1f} |")
+    for r in by("dispatch_graph"):
+        print(f"| {r['op']} replayed from a CUDA graph, per kernel | {r['us_per_kernel']:.2f} |")
+
+    print("\n| model | attention | batch x tokens | CUDA graph | step ms (median of 10) | min-max ms | peak allocated GiB | run |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in by("gpt_step"):
+        graph = "yes" if r["graphed"] else "no"
+        print(
+            f"| {r['model']} | {r['attention']} | {r['batch']} x {r['sequence']} | {graph} | {r['median_s'] * 1e3:.2f} "
+            f"| {r['min_s'] * 1e3:.2f}-{r['max_s'] * 1e3:.2f} | {r['max_memory_allocated'] / 2**30:.2f} | {r['run']} |"
+        )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "data/measurements/h200-2026-12-04")
