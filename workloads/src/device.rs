@@ -895,19 +895,56 @@ mod tests {
         assert_eq!(execution.matrix_sustained_fraction, 0.9);
     }
 
-    /// Only the A100 80 GB has a measured sustained matrix rate; its fraction is below 1 and
-    /// names its source, every other device runs at its datasheet rate.
+    /// The A100 80 GB (a public measurement) and the Hopper SXM parts (measured on an H200 by
+    /// tools/device/h200_measure.py) have sustained matrix rates below 1, each naming its
+    /// measurement; the Hopper parts also an fp8 share and an unaligned share. Every other
+    /// device runs at its datasheet rate.
     #[test]
     fn sustained_matrix_fractions_are_sourced() {
         let catalog = DeviceCatalog::builtin();
         for device in catalog.devices() {
             let Some(execution) = &device.execution else { continue };
             let fraction = execution.matrix_sustained_fraction;
-            if device.name == "a100-sxm4-80gb" {
-                assert!(fraction < 1.0 && execution.matrix_sustained_source.contains("230 TFLOP/s"));
-            } else {
-                assert_eq!(fraction, 1.0, "{}", device.name);
+            match device.name.as_str() {
+                "a100-sxm4-80gb" => {
+                    assert!(fraction < 1.0 && execution.matrix_sustained_source.contains("230 TFLOP/s"));
+                }
+                "h100-sxm5-80gb" | "h200-sxm-141gb" => {
+                    assert!(fraction < 1.0 && execution.matrix_sustained_source.contains("671.2 TFLOP/s"));
+                    assert!(execution.fp8_sustained_source.contains("1233.0 TFLOP/s"), "{}", device.name);
+                    assert!(execution.fp8_sustained_fraction.is_some_and(|fp8| fp8 < fraction));
+                    assert!(execution.unaligned_matrix_source.contains("94.9 TFLOP/s"), "{}", device.name);
+                }
+                _ => {
+                    assert_eq!(fraction, 1.0, "{}", device.name);
+                    assert_eq!(execution.unaligned_matrix_fraction, None, "{}", device.name);
+                }
             }
         }
+    }
+
+    /// `unaligned-matrix-fraction` is checked like the sustained shares: in (0, 1], sourced.
+    #[test]
+    fn unaligned_matrix_fractions_are_in_range_and_sourced() {
+        let execution = format!(
+            "{ONE_DEVICE}\n[device.execution]\nsm-count = 8\nboost-clock-mhz = 1000\nl2-cache = \"1 MiB\"\nmatrix-dtypes = []\nsource = \"x\""
+        );
+        for bad in ["0", "1.5", "nan"] {
+            let text = execution.replace(
+                "sm-count = 8",
+                &format!("sm-count = 8\nunaligned-matrix-fraction = {bad}\nunaligned-matrix-source = \"m\""),
+            );
+            let error = DeviceCatalog::from_toml_str(&text).unwrap_err().to_string();
+            assert!(error.contains("unaligned-matrix-fraction"), "{bad}: {error}");
+        }
+        let unsourced = execution.replace("sm-count = 8", "sm-count = 8\nunaligned-matrix-fraction = 0.2");
+        let error = DeviceCatalog::from_toml_str(&unsourced).unwrap_err().to_string();
+        assert!(error.contains("unaligned-matrix-source"), "{error}");
+        let sourced = unsourced.replace("sm-count = 8", "sm-count = 8\nunaligned-matrix-source = \"m\"");
+        let catalog = DeviceCatalog::from_toml_str(&sourced).unwrap();
+        let execution = catalog.get("toy").unwrap().execution.as_ref().unwrap();
+        assert_eq!(execution.unaligned_matrix_fraction, Some(0.2));
+        // It applies to matrix-unit dtypes only: `toy` lists none.
+        assert_eq!(execution.unaligned_fraction(Dtype::Fp16), 1.0);
     }
 }
