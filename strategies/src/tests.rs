@@ -1191,6 +1191,36 @@ fn tiny_kernels_wait_for_the_host_unless_cuda_graphs_launch_them() {
     assert!(graph_time.checked_mul(4).unwrap() < eager_time, "CUDA graphs {graph_time}, eager {eager_time}");
 }
 
+/// `compute.autocast`: each linear layer's weight cast (forward) and its gradient's cast back
+/// (weight-gradient pass) are launches of their own, so a host-bound step of 16 bias-free linear
+/// layers pays exactly 2 x 16 more launches, and the casts' own GPU time is hidden behind them.
+#[test]
+fn autocast_casts_are_launches_of_their_own() {
+    let model = uniform_model(8, 64);
+    let host = SimDuration::from_us(50);
+    let eager = ComputeModel { dispatch_overhead: host, ..ComputeModel::default() };
+    let autocast = ComputeModel { autocast: true, ..eager.clone() };
+    let time = |compute: &ComputeModel| {
+        let lowered = strategy(&model, compute, Parallelism::data_parallel(1), 1, 1).lower().unwrap();
+        NetworkSettings::new(Fidelity::Analytical).run(&lowered.graph, &instant_server(1)).unwrap().makespan()
+    };
+    let (plain, cast) = (time(&eager), time(&autocast));
+    let extra = host.checked_mul(2 * 16).unwrap();
+    assert!(
+        cast >= plain.checked_add(extra).unwrap()
+            && cast < plain.checked_add(extra).unwrap().checked_add(SimDuration::from_us(20)).unwrap(),
+        "autocast {cast}, without {plain}: {extra} of launches expected"
+    );
+    // In fp32 autocast casts nothing.
+    let fp32 = |compute: &ComputeModel| {
+        let mut strategy = strategy(&model, compute, Parallelism::data_parallel(1), 1, 1);
+        strategy.precision = Dtype::Fp32;
+        let lowered = strategy.lower().unwrap();
+        NetworkSettings::new(Fidelity::Analytical).run(&lowered.graph, &instant_server(1)).unwrap().makespan()
+    };
+    assert_eq!(fp32(&eager), fp32(&autocast));
+}
+
 /// `compute.host-synchronous`: the host waits for each kernel before it launches the next, so
 /// one replica's step is the closed form of `dispatch::issue_synchronous`, the sum of the host
 /// cost of every launch and of every kernel, however long the kernels (here 50 us launches of

@@ -279,6 +279,16 @@ pub struct ComputeModel {
     /// Whether kernels are replayed from a CUDA graph: the host issues a whole step at once and
     /// the per-kernel dispatch cost disappears.
     pub cuda_graphs: bool,
+    /// Whether the model runs under PyTorch's `torch.autocast` over fp32 parameters (automatic
+    /// mixed precision): each linear layer's forward casts its fp32 weight and bias to the
+    /// compute dtype, one `aten::copy_` kernel each, and its backward casts their gradients
+    /// back (`ToCopyBackward0`); a norm runs in fp32 (autocast's fp32 list), so its output is
+    /// cast for the next product and that gradient back; a residual add of a half-precision
+    /// branch into the fp32 stream casts the gradient for the branch. Each cast is a launch of
+    /// its own ([`autocast_casts`]). The software's fact, not calibration: the kernels a PyTorch
+    /// 2.11 trace of such a step shows under `aten::linear` and `ToCopyBackward0`
+    /// (docs/compute-model.md, "Host dispatch"). Without effect in fp32.
+    pub autocast: bool,
     /// Whether the host waits for each kernel to finish before it issues the next: every
     /// kernel (and every collective) then pays its dispatch after its predecessor's end, and a
     /// step takes the sum of `dispatch-overhead` + kernel time over its kernels
@@ -342,6 +352,7 @@ impl Default for ComputeModel {
             dispatch_overhead: SimDuration::from_ns(DEFAULT_DISPATCH_NS),
             step_overhead: SimDuration::ZERO,
             cuda_graphs: false,
+            autocast: false,
             host_synchronous: false,
             host_nan_checks: false,
             winograd_convolutions: false,
@@ -681,7 +692,7 @@ impl ComputeModel {
     ) -> Result<SimDuration, ComputeError> {
         self.validate()?;
         let mut total = SimDuration::ZERO;
-        for work in layer_kernel_works(layer, pass, batch, dtype) {
+        for work in layer_kernel_works(layer, pass, batch, dtype, self.autocast) {
             total = total
                 .checked_add(self.validated_work_duration(device, &work)?)
                 .map_err(ComputeError::Overflow)?;
@@ -702,7 +713,7 @@ impl ComputeModel {
     ) -> Result<SimDuration, ComputeError> {
         self.validate()?;
         let mut seconds = 0.0;
-        for work in layer_kernel_works(layer, pass, batch, dtype) {
+        for work in layer_kernel_works(layer, pass, batch, dtype, self.autocast) {
             seconds += self.beside_communication_seconds(device, &work)?;
         }
         SimDuration::from_secs_f64(seconds).map_err(ComputeError::Duration)
@@ -713,8 +724,15 @@ impl ComputeModel {
 /// ([`Layer::kernels`]); a pass without kernels is one kernel without work (it still pays a
 /// launch when asked for). In fp8 ([`Dtype::storage`], [`fp8_linear`]) only a linear layer's
 /// matrix products run in fp8, after the cast of their inputs ([`fp8_cast_works`]); every
-/// other kernel runs in bf16.
-fn layer_kernel_works(layer: &Layer, pass: Pass, batch: u64, dtype: Dtype) -> Vec<KernelWork> {
+/// other kernel runs in bf16. Under `autocast` in half precision, [`autocast_cast_works`] come
+/// first.
+fn layer_kernel_works(
+    layer: &Layer,
+    pass: Pass,
+    batch: u64,
+    dtype: Dtype,
+    autocast: bool,
+) -> Vec<KernelWork> {
     let storage = dtype.storage();
     let fp8_products = dtype == Dtype::Fp8 && fp8_linear(layer);
     // A cast to fp32 (or back) does not run when the compute dtype is fp32 already.
@@ -729,6 +747,9 @@ fn layer_kernel_works(layer: &Layer, pass: Pass, batch: u64, dtype: Dtype) -> Ve
         return vec![KernelWork::flat(layer.cost.class, storage, 0.0, 0.0)];
     }
     let mut works = if fp8_products { fp8_cast_works(layer, pass, batch) } else { Vec::new() };
+    if autocast {
+        works.extend(autocast_cast_works(layer, pass, batch, dtype));
+    }
     works.extend(kernels.into_iter().map(|part| {
         // An fp32 part of a loss ([`KernelPart::fp32_traffic`]) keeps the compute dtype: its
         // bytes count 4 per fp32 element, and element-wise and reduction kernels compute at
@@ -745,6 +766,51 @@ fn layer_kernel_works(layer: &Layer, pass: Pass, batch: u64, dtype: Dtype) -> Ve
         }
     }));
     works
+}
+
+/// Bytes per element of one of autocast's casts between fp32 and a half-precision dtype: it
+/// reads one and writes the other (4 + 2).
+pub const AUTOCAST_CAST_BYTES: u64 = 6;
+
+/// The elements of each cast `torch.autocast` runs around `pass` of `layer` over fp32
+/// parameters ([`ComputeModel::autocast`]), one kernel each, as a PyTorch 2.11 trace shows them:
+/// a linear layer casts its weight and its bias to the compute dtype in the forward
+/// (`aten::linear > aten::copy_`) and their gradients back in the weight-gradient pass
+/// (`ToCopyBackward0`); a norm, which autocast runs in fp32, has its output cast to the compute
+/// dtype in the forward and that gradient cast back in the backward; a residual add of a
+/// half-precision branch into the fp32 stream casts the gradient for the branch
+/// (`AddBackward0 > aten::copy_`). Nothing in fp32 (no cast runs) or for other layers.
+pub fn autocast_casts(layer: &Layer, pass: Pass, dtype: Dtype) -> Vec<u64> {
+    use crate::layer::LayerKind;
+    if dtype.storage() == Dtype::Fp32 || dtype.storage() == Dtype::Fp64 {
+        return Vec::new();
+    }
+    match (&layer.kind, pass) {
+        (LayerKind::Linear { out_features, bias }, Pass::Forward | Pass::BackwardWeight) => {
+            let biases = if *bias { *out_features } else { 0 };
+            let weights = layer.cost.params.saturating_sub(biases);
+            [weights, biases].into_iter().filter(|&elements| elements > 0).collect()
+        }
+        (LayerKind::LayerNorm { .. } | LayerKind::RmsNorm, Pass::Forward | Pass::BackwardData) => {
+            vec![layer.output.elements()]
+        }
+        (LayerKind::Add, Pass::BackwardData) => vec![layer.output.elements()],
+        _ => Vec::new(),
+    }
+}
+
+/// The kernels of [`autocast_casts`] for `batch` samples: element-wise, [`AUTOCAST_CAST_BYTES`]
+/// per element; a parameter's cast is once per pass whatever the batch.
+pub fn autocast_cast_works(layer: &Layer, pass: Pass, batch: u64, dtype: Dtype) -> Vec<KernelWork> {
+    let per_sample = !matches!(layer.kind, crate::layer::LayerKind::Linear { .. });
+    autocast_casts(layer, pass, dtype)
+        .into_iter()
+        .map(|elements| {
+            let elements = if per_sample { elements.saturating_mul(batch) } else { elements };
+            let bytes = elements.saturating_mul(AUTOCAST_CAST_BYTES) as f64;
+            KernelWork::flat(OpClass::Elementwise, dtype.storage(), 0.0, bytes)
+        })
+        .collect()
 }
 
 /// Whether `layer`'s matrix products run in fp8 when the model trains in fp8: a linear layer
@@ -1696,10 +1762,54 @@ mod tests {
             assert!(bf16 / fp8 < 2.0, "{pass:?}: gain {}", bf16 / fp8);
         }
         // The product alone runs at the fp8 rate: its kernel's dtype is fp8, the casts' bf16.
-        let works = layer_kernel_works(&fc1, Pass::Forward, 2, Dtype::Fp8);
+        let works = layer_kernel_works(&fc1, Pass::Forward, 2, Dtype::Fp8, false);
         assert_eq!(works.len(), 2);
         assert_eq!((works[0].class, works[0].dtype), (OpClass::Elementwise, Dtype::Bf16));
         assert_eq!((works[1].class, works[1].dtype), (OpClass::Gemm, Dtype::Fp8));
+    }
+
+    /// Autocast's casts as a PyTorch 2.11 trace shows them: a linear layer's weight and bias in
+    /// the forward and their gradients in the weight-gradient pass, a norm's fp32 output and its
+    /// gradient, a residual add's branch gradient; 6 bytes per element (read 4, write 2, or the
+    /// reverse); nothing in fp32. A pass's time grows by exactly its casts' kernels.
+    #[test]
+    fn autocast_casts_each_parameter_and_fp32_activation_once_per_pass() {
+        use crate::layer::{LayerKind, Shape};
+        let fc = Layer::new(
+            "layers.0.mlp.fc1",
+            LayerKind::Linear { out_features: 3072, bias: true },
+            Shape(vec![1024, 768]),
+        )
+        .unwrap();
+        let (weights, biases) = (768 * 3072, 3072);
+        assert_eq!(autocast_casts(&fc, Pass::Forward, Dtype::Bf16), vec![weights, biases]);
+        assert_eq!(autocast_casts(&fc, Pass::BackwardWeight, Dtype::Bf16), vec![weights, biases]);
+        assert!(autocast_casts(&fc, Pass::BackwardData, Dtype::Bf16).is_empty());
+        assert!(autocast_casts(&fc, Pass::Forward, Dtype::Fp32).is_empty());
+        let norm =
+            Layer::new("layers.0.ln1", LayerKind::LayerNorm { bias: true }, Shape(vec![1024, 768])).unwrap();
+        assert_eq!(autocast_casts(&norm, Pass::Forward, Dtype::Fp16), vec![1024 * 768]);
+        assert_eq!(autocast_casts(&norm, Pass::BackwardData, Dtype::Fp16), vec![1024 * 768]);
+        assert!(autocast_casts(&norm, Pass::BackwardWeight, Dtype::Fp16).is_empty());
+        // A parameter is cast once per pass, an activation per sample.
+        let batch = 4;
+        let bytes = |layer: &Layer, pass| {
+            autocast_cast_works(layer, pass, batch, Dtype::Bf16).iter().map(|work| work.bytes).sum::<f64>()
+        };
+        assert_eq!(bytes(&fc, Pass::Forward), ((weights + biases) * AUTOCAST_CAST_BYTES) as f64);
+        assert_eq!(bytes(&norm, Pass::Forward), (1024 * 768 * batch * AUTOCAST_CAST_BYTES) as f64);
+        let device = h100();
+        let plain = ComputeModel::default();
+        let autocast = ComputeModel { autocast: true, ..ComputeModel::default() };
+        for pass in Pass::ALL {
+            let casts = autocast_cast_works(&fc, pass, batch, Dtype::Bf16)
+                .iter()
+                .map(|work| plain.validated_work_duration(device, work).unwrap())
+                .fold(SimDuration::ZERO, |sum, time| sum.checked_add(time).unwrap());
+            let without = plain.layer_duration(device, Dtype::Bf16, &fc, pass, batch).unwrap();
+            let with = autocast.layer_duration(device, Dtype::Bf16, &fc, pass, batch).unwrap();
+            assert_eq!(with, without.checked_add(casts).unwrap(), "{pass:?}");
+        }
     }
 
     #[test]
@@ -2746,7 +2856,7 @@ mod tests {
             Shape::from([2048, 51200]),
         )
         .unwrap();
-        let works = |dtype| layer_kernel_works(&loss, Pass::Forward, 1, dtype);
+        let works = |dtype| layer_kernel_works(&loss, Pass::Forward, 1, dtype, false);
         let (half, single) = (works(Dtype::Fp16), works(Dtype::Fp32));
         assert_eq!((half.len(), single.len()), (6, 5));
         let n = 2048.0 * 51200.0;

@@ -18,6 +18,7 @@ use super::offload::OffloadPlan;
 use super::policy::{self, Policy, buckets::PlannedBucket};
 use super::tables::LayerTables;
 use crate::{CnnSplit, RankLayout, Role, StageSummary, Strategy, StrategyError, cnn, pipeline, shard};
+use workloads::layer::Pass;
 use workloads::memory::MemoryBreakdown;
 use workloads::model::Model;
 
@@ -229,7 +230,22 @@ impl<'s> Plan<'s> {
         }
         let width = strategy.precision.storage().bytes();
         let host_cost = strategy.compute.host_cost_per_kernel();
-        let launches = local.iter().map(|entry| p.moe_experts.launches(&entry.layer)).collect();
+        // Under autocast each cast around a layer pass is a launch of its own.
+        let autocast = strategy.compute.autocast;
+        let launches = local
+            .iter()
+            .map(|entry| {
+                let mut launches = p.moe_experts.launches(&entry.layer);
+                if autocast {
+                    for (launch, pass) in launches.iter_mut().zip(Pass::ALL) {
+                        let casts =
+                            workloads::compute::autocast_casts(&entry.layer, pass, strategy.precision).len();
+                        *launch = launch.saturating_add(u32::try_from(casts).unwrap_or(u32::MAX));
+                    }
+                }
+                launches
+            })
+            .collect();
         let scatter_applies =
             p.pipeline_scatter_gather && p.pipeline > 1 && p.tensor > 1 && !p.sequence_parallel;
         let (boundary_bytes, pipeline_scatter): (Vec<Bytes>, Vec<u32>) = chunk_layers

@@ -396,6 +396,13 @@ pub const KNOBS: &[Knob] = &[
         "Whether kernels replay from a CUDA graph: no per-kernel dispatch."
     ),
     knob!(
+        "autocast",
+        autocast,
+        Switch,
+        None,
+        "Whether the model runs under torch.autocast over fp32 parameters: weight, norm-output and gradient casts as kernels of their own."
+    ),
+    knob!(
         "host-synchronous",
         host_synchronous,
         Switch,
