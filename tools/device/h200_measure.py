@@ -662,6 +662,76 @@ def host_traces():
 
 
 @guarded
+def kernel_costs():
+    """Run 4: the GPU's fixed cost per tiny kernel issued from a stream while the host is ahead
+    (a long product first holds the GPU while the host queues them), beside the same kernels
+    replayed from a CUDA graph; and the host's cost per kernel in a training loop of tiny
+    layers (nn.Linear + LayerNorm + GELU under autocast, batch 1), its kernels counted by the
+    profiler, beside the bare-op benchmark on the same machine."""
+    a = torch.randn(1024, device=DEV, dtype=torch.bfloat16)
+    big = bf16_operands(8192, 8192, 8192)
+    for n in (200, 1000):
+        for _ in range(3):
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            for _ in range(12):
+                big()  # about 20 ms of GPU work: the host queues the tiny kernels meanwhile
+            start.record()
+            for _ in range(n):
+                a.mul_(1.0001)
+            end.record()
+            end.synchronize()
+        record("kernel_stream", kernels=n, elements=1024, us_per_kernel=start.elapsed_time(end) * 1e3 / n)
+    g = torch.cuda.CUDAGraph()
+    torch.cuda.synchronize()
+    with torch.cuda.graph(g):
+        for _ in range(1000):
+            a.mul_(1.0001)
+    g.replay()
+    torch.cuda.synchronize()
+    record("kernel_graph", kernels=1000, elements=1024, us_per_kernel=cuda_time(g.replay, 20))
+
+    # a training loop of tiny layers: host-bound by construction
+    layers = 24
+    model = nn.Sequential(
+        *[nn.Sequential(nn.LayerNorm(64), nn.Linear(64, 64), nn.GELU()) for _ in range(layers)]
+    ).to(DEV)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    x = torch.randn(1, 64, device=DEV)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+            loss = model(x).float().pow(2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    for _ in range(5):
+        step().item()
+    times = []
+    for _ in range(50):
+        t = time.perf_counter()
+        step().item()
+        times.append(time.perf_counter() - t)
+    times.sort()
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(2):
+            step().item()
+    kernels = sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA) / 2
+    median = times[len(times) // 2]
+    record(
+        "tiny_training_loop",
+        layers=layers,
+        kernels_per_step=kernels,
+        median_step_s=median,
+        us_per_kernel=median / max(kernels, 1) * 1e6,
+    )
+
+
+@guarded
 def sustained_long():
     """20 s of 8192^3 bf16 products in 1 s windows: does the rate keep falling as the
     card warms past the 6 s of `sustained`?"""
@@ -711,6 +781,7 @@ def main():
             llama_steps,
             sustained_long,
             host_traces,
+            kernel_costs,
         )
     }
     # SECTIONS=a,b,c runs those only (run 2 of 2026-12-04: the traces run 1 lost, Llama)

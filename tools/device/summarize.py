@@ -58,11 +58,22 @@ def main(folder):
 
     print("\n| host dispatch | us per call |\n|---|---|")
     for r in by("dispatch_matmul_fp32"):
-        print(f"| eager torch.matmul, fp32 {r['size']}x{r['size']}, 10,000 back to back | {r['us_per_call']:.1f} |")
+        print(f"| eager torch.matmul, fp32 {r['size']}x{r['size']}, 10,000 back to back ({r['run']}) | {r['us_per_call']:.1f} |")
     for r in by("dispatch_eager"):
         print(f"| eager {r['op']} on 1024 floats, 20,000 back to back | {r['us_per_call']:.1f} |")
     for r in by("dispatch_graph"):
         print(f"| {r['op']} replayed from a CUDA graph, per kernel | {r['us_per_kernel']:.2f} |")
+
+    print("\n| per-kernel cost (run 4) | us per kernel |\n|---|---|")
+    for r in by("kernel_stream"):
+        print(f"| GPU: {r['kernels']} in-place multiplies of {r['elements']} bf16 elements from a stream, the host ahead | {r['us_per_kernel']:.2f} |")
+    for r in by("kernel_graph"):
+        print(f"| GPU: the same, {r['kernels']} replayed from a CUDA graph | {r['us_per_kernel']:.2f} |")
+    for r in by("tiny_training_loop"):
+        print(
+            f"| host: a training loop of {r['layers']} tiny layers (LayerNorm, Linear 64, GELU; autocast, fused AdamW), "
+            f"{r['kernels_per_step']:.0f} kernels a step in {r['median_step_s'] * 1e3:.2f} ms | {r['us_per_kernel']:.1f} |"
+        )
 
     print("\n| model | attention | batch x tokens | CUDA graph | step ms (median of 10) | min-max ms | peak allocated GiB | run |")
     print("|---|---|---|---|---|---|---|---|")
