@@ -1713,7 +1713,7 @@ mod tests {
     fn the_hopper_sustained_and_unaligned_rates_reproduce_the_h200_measurement() {
         let path =
             concat!(env!("CARGO_MANIFEST_DIR"), "/../data/measurements/h200-2026-12-04/run1-results.jsonl");
-        let results = std::fs::read_to_string(path).unwrap();
+        let results = fs_err::read_to_string(path).unwrap();
         for figure in [
             "\"dtype\": \"bf16\", \"n\": 8192, \"median_s\": 0.0016381847699999952",
             "\"tflops_median\": 671.17",
