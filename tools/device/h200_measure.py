@@ -91,6 +91,17 @@ def sh(cmd):
         return repr(e)
 
 
+def start_smi(name):
+    """nvidia-smi sampling SM clock, power and clock-event reasons every 200 ms into OUT/name."""
+    return subprocess.Popen(
+        "nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,"
+        "clocks_event_reasons.active --format=csv -lms 200",
+        shell=True,
+        stdout=open(os.path.join(OUT, name), "w"),
+        stderr=subprocess.STDOUT,
+    )
+
+
 def cuda_time(fn, iters):
     """Mean ms per call over iters back-to-back calls, CUDA events around the whole loop."""
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -171,14 +182,7 @@ def fp8_check():
 def sustained():
     import torch.utils.benchmark as tb
 
-    smi_path = os.path.join(OUT, "smi.csv")
-    smi = subprocess.Popen(
-        "nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,"
-        "clocks_event_reasons.active --format=csv -lms 200",
-        shell=True,
-        stdout=open(smi_path, "w"),
-        stderr=subprocess.STDOUT,
-    )
+    smi = start_smi("smi.csv")
     try:
         n = 8192
         flop = 2 * n**3
@@ -787,13 +791,7 @@ def main():
     # SECTIONS=a,b,c runs those only (run 2 of 2026-12-04: the traces run 1 lost, Llama)
     chosen = os.environ.get("SECTIONS", "").split(",") if os.environ.get("SECTIONS") else None
     record("start", argv=sys.argv, budget_s=BUDGET_S, sections=chosen)
-    smi = subprocess.Popen(
-        "nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,"
-        "clocks_event_reasons.active --format=csv -lms 200",
-        shell=True,
-        stdout=open(os.path.join(OUT, "smi-all.csv"), "w"),
-        stderr=subprocess.STDOUT,
-    )
+    smi = start_smi("smi-all.csv")
     try:
         for name, section in sections.items():
             if chosen is None or name in chosen:
