@@ -3,7 +3,7 @@
 
     python3 tools/device/summarize.py data/measurements/h200-2026-12-04
 
-Reads every run*-results.jsonl there and prints Markdown tables (the folder's README.md shows
+Reads every run*-results.jsonl (and a plain results.jsonl) there and prints Markdown tables (the folder's README.md shows
 this output): sustained products, products of training shapes, attention, memory-bound and small
 kernels, host dispatch, training steps.
 """
@@ -15,8 +15,12 @@ import sys
 
 
 def rows(folder):
-    for path in sorted(glob.glob(os.path.join(folder, "run*-results.jsonl"))):
-        run = os.path.basename(path).split("-")[0]
+    """Every record of the folder's runs: `run*-results.jsonl` (kept runs, renamed) and
+    `results.jsonl` (a run's own output, as the script writes it)."""
+    paths = sorted(glob.glob(os.path.join(folder, "run*-results.jsonl")))
+    paths += [p for p in [os.path.join(folder, "results.jsonl")] if os.path.exists(p)]
+    for path in paths:
+        run = os.path.basename(path).split("-")[0].removesuffix(".jsonl")
         with open(path) as f:
             for line in f:
                 record = json.loads(line)
