@@ -25,6 +25,13 @@ appended to results.jsonl as it is measured, so a run cut short keeps what it ha
    autocast over fp32 parameters, TF32 on, fused AdamW, loss.item() every step as nanoGPT's
    bench.py), eager and with the whole step captured in one CUDA graph, with peak memory;
    PyTorch-profiler (Kineto) traces of two of them for `parasim calibrate`.
+
+Further sections, run by name (`SECTIONS=a,b,c`; all of them when unset): `traces` (the two
+traced steps again), `llama_steps` (Llama 2 7B's shapes with 8 and 16 layers, one traced),
+`sustained_long` (20 s of bf16 products in 1 s windows), `host_traces` (GPT-2 124M at batch 1,
+eager and graphed, traced), `kernel_costs` (the GPU's fixed cost of a tiny kernel from a stream
+and from a graph; the host's cost per kernel in a training loop of tiny layers). The runs kept
+in data/measurements/h200-2026-12-04 name the sections each ran (its README).
 """
 
 import functools
