@@ -30,8 +30,12 @@ Further sections, run by name (`SECTIONS=a,b,c`; all of them when unset): `trace
 traced steps again), `llama_steps` (Llama 2 7B's shapes with 8 and 16 layers, one traced),
 `sustained_long` (20 s of bf16 products in 1 s windows), `host_traces` (GPT-2 124M at batch 1,
 eager and graphed, traced), `kernel_costs` (the GPU's fixed cost of a tiny kernel from a stream
-and from a graph; the host's cost per kernel in a training loop of tiny layers). The runs kept
-in data/measurements/h200-2026-12-04 name the sections each ran (its README).
+and from a graph; the host's cost per kernel in a training loop of tiny layers),
+`host_decomposition` (the host's time per launch of eager training steps of small generic layer
+mixes, forward, backward and optimizer step apart, kernels and ATen calls counted),
+`attention_grid` (SDPA flash attention over head sizes, causal or not, forward and backward
+apart, the backward's kernels), `eager_small_steps` (GPT-2 124M's eager batch-1 steps). The runs
+kept in data/measurements/h200-2026-12-04 name the sections each ran (its README).
 """
 
 import functools
@@ -742,6 +746,206 @@ def kernel_costs():
     )
 
 
+def _phase_kernels(fn):
+    """Kernels (and memsets/copies apart) the GPU ran, and ATen calls the host made, in one
+    call of fn, counted by the PyTorch profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    kernels = other = aten = 0
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            if "memset" in e.name.lower() or "memcpy" in e.name.lower():
+                other += 1
+            else:
+                kernels += 1
+        elif e.name.startswith("aten::"):
+            aten += 1
+    return kernels, other, aten
+
+
+@guarded
+def host_decomposition():
+    """Run 5: the host's cost per kernel of an eager autograd training step, split into
+    forward, backward and optimizer step, for small generic layer mixes (none of them a
+    validation case's model), in fp32 and under bf16 autocast, with the kernels and ATen calls
+    of each phase counted; beside the bare-op benchmark (section `dispatch`) on the same
+    machine. Every layer is tiny, so the GPU waits for the host throughout."""
+    torch.backends.cuda.matmul.allow_tf32 = True
+
+    def mlp(width, norm, act, layers=24):
+        mods = []
+        for _ in range(layers):
+            if norm:
+                mods.append(nn.LayerNorm(width))
+            mods.append(nn.Linear(width, width))
+            if act:
+                mods.append(nn.GELU())
+        return nn.Sequential(*mods), (1, width)
+
+    def blocks(width, heads, tokens, layers=12):
+        return nn.Sequential(*[Block(width, heads, "flash", tokens) for _ in range(layers)]), (
+            1,
+            tokens,
+            width,
+        )
+
+    variants = [
+        ("linear-24", lambda: mlp(64, False, False)),
+        ("linear-gelu-24", lambda: mlp(64, False, True)),
+        ("ln-linear-gelu-24", lambda: mlp(64, True, True)),
+        ("ln-linear-gelu-24-w256", lambda: mlp(256, True, True)),
+        ("gpt-block-12-d64-t16", lambda: blocks(64, 4, 16)),
+    ]
+    for label, make in variants:
+        for amp in (False, True):
+            if over_budget():
+                record("host_decomposition", variant=label, skipped="time budget spent")
+                return
+            torch.manual_seed(0)
+            model, shape = make()
+            model = model.to(DEV)
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+            x = torch.randn(*shape, device=DEV)
+            ctx = (
+                (lambda: torch.autocast(device_type="cuda", dtype=torch.bfloat16))
+                if amp
+                else (lambda: torch.autocast(device_type="cuda", enabled=False))
+            )
+            holder = {}
+
+            def fwd():
+                with ctx():
+                    holder["loss"] = model(x).float().pow(2).mean()
+
+            def bwd():
+                holder["loss"].backward()
+
+            def stp():
+                opt.step()
+
+            def zero():
+                opt.zero_grad(set_to_none=True)
+
+            def fwd_nograd():
+                with torch.no_grad(), ctx():
+                    model(x).float().pow(2).mean()
+
+            for _ in range(5):
+                zero(), fwd(), bwd(), stp()
+                holder["loss"].item()
+            torch.cuda.synchronize()
+            t_f, t_b, t_o, t_n = [], [], [], []
+            for _ in range(40):
+                zero()
+                t0 = time.perf_counter()
+                fwd()
+                t1 = time.perf_counter()
+                bwd()
+                t2 = time.perf_counter()
+                stp()
+                t3 = time.perf_counter()
+                holder["loss"].item()
+                t_f.append(t1 - t0), t_b.append(t2 - t1), t_o.append(t3 - t2)
+                t4 = time.perf_counter()
+                fwd_nograd()
+                t_n.append(time.perf_counter() - t4)
+                torch.cuda.synchronize()
+            med = lambda v: sorted(v)[len(v) // 2] * 1e6
+            zero()
+            kf = _phase_kernels(fwd)
+            kb = _phase_kernels(bwd)
+            ko = _phase_kernels(stp)
+            kn = _phase_kernels(fwd_nograd)
+            phases = {
+                "forward": (med(t_f), kf),
+                "backward": (med(t_b), kb),
+                "optimizer": (med(t_o), ko),
+                "forward_no_grad": (med(t_n), kn),
+            }
+            rec = dict(variant=label, autocast=amp)
+            for name, (us, (k, other, aten)) in phases.items():
+                rec[name] = dict(
+                    host_us=us,
+                    kernels=k,
+                    memsets_copies=other,
+                    aten_calls=aten,
+                    us_per_kernel=us / max(k + other, 1),
+                )
+            launches = sum(v[1][0] + v[1][1] for n, v in phases.items() if n != "forward_no_grad")
+            host = sum(v[0] for n, v in phases.items() if n != "forward_no_grad")
+            rec["step_us_per_launch"] = host / max(launches, 1)
+            record("host_decomposition", **rec)
+            del model, opt, x, holder
+    torch.cuda.empty_cache()
+
+
+@guarded
+def attention_grid():
+    """Run 5: SDPA flash attention (cuDNN on sm90), bf16, over head size 64 and 128, causal
+    and not, sequences 512-8192 at 16,384 tokens a call: forward and backward apart (the
+    backward is timed alone, from a saved forward), and the backward's kernels with their
+    GPU times for two shapes, for a shape model of the backward."""
+    from torch.profiler import ProfilerActivity, profile
+
+    tokens = 16384
+    for d, heads in ((128, 16), (64, 32), (128, 32)):
+        for causal in (True, False):
+            for seq in (512, 1024, 2048, 4096, 8192):
+                if over_budget():
+                    record("attention_grid", skipped="time budget spent")
+                    return
+                b = max(1, tokens // seq)
+                q, k, v = (
+                    torch.randn(b, heads, seq, d, device=DEV, dtype=torch.bfloat16, requires_grad=True)
+                    for _ in range(3)
+                )
+                fwd = bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                g = torch.randn_like(out)
+                bwd = bench(lambda: torch.autograd.grad(out, (q, k, v), g, retain_graph=True))
+                flop = 4 * b * heads * seq * seq * d * (0.5 if causal else 1.0)
+                rec = dict(
+                    seq=seq,
+                    batch=b,
+                    heads=heads,
+                    head_dim=d,
+                    causal=causal,
+                    fwd_ms=fwd,
+                    bwd_ms=bwd,
+                    fwd_tflops=flop / (fwd / 1e3) / 1e12,
+                    bwd_tflops=2.5 * flop / (bwd / 1e3) / 1e12,
+                )
+                if d == 128 and heads == 16 and causal and seq in (512, 4096):
+                    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                        for _ in range(3):
+                            torch.autograd.grad(out, (q, k, v), g, retain_graph=True)
+                        torch.cuda.synchronize()
+                    ks = {}
+                    for e in prof.events():
+                        if e.device_type == torch.autograd.DeviceType.CUDA:
+                            ks.setdefault(e.name[:120], []).append(e.time_range.elapsed_us())
+                    rec["bwd_kernels_us"] = {n: sum(t) / 3 for n, t in ks.items()}
+                record("attention_grid", **rec)
+                del q, k, v, out, g
+    torch.cuda.empty_cache()
+
+
+@guarded
+def eager_small_steps():
+    """Run 5: GPT-2 124M at batch 1, eager, math and flash attention, on this machine
+    (the host-bound steps of the h200-device family, measured on one more machine)."""
+    run_plan(
+        [
+            ("gpt2-124m", "flash", 1, False, None),
+            ("gpt2-124m", "math", 1, False, None),
+        ]
+    )
+
+
 @guarded
 def sustained_long():
     """20 s of 8192^3 bf16 products in 1 s windows: does the rate keep falling as the
@@ -793,6 +997,9 @@ def main():
             sustained_long,
             host_traces,
             kernel_costs,
+            host_decomposition,
+            attention_grid,
+            eager_small_steps,
         )
     }
     # SECTIONS=a,b,c runs those only (run 2 of 2026-12-04: the traces run 1 lost, Llama)

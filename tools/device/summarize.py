@@ -68,16 +68,29 @@ def main(folder):
     for r in by("dispatch_graph"):
         print(f"| {r['op']} replayed from a CUDA graph, per kernel | {r['us_per_kernel']:.2f} |")
 
-    print("\n| per-kernel cost (run 4) | us per kernel |\n|---|---|")
+    print("\n| per-kernel cost | us per kernel | run |\n|---|---|---|")
     for r in by("kernel_stream"):
-        print(f"| GPU: {r['kernels']} in-place multiplies of {r['elements']} bf16 elements from a stream, the host ahead | {r['us_per_kernel']:.2f} |")
+        print(f"| GPU: {r['kernels']} in-place multiplies of {r['elements']} bf16 elements from a stream, the host ahead | {r['us_per_kernel']:.2f} | {r['run']} |")
     for r in by("kernel_graph"):
-        print(f"| GPU: the same, {r['kernels']} replayed from a CUDA graph | {r['us_per_kernel']:.2f} |")
+        print(f"| GPU: the same, {r['kernels']} replayed from a CUDA graph | {r['us_per_kernel']:.2f} | {r['run']} |")
     for r in by("tiny_training_loop"):
         print(
             f"| host: a training loop of {r['layers']} tiny layers (LayerNorm, Linear 64, GELU; autocast, fused AdamW), "
-            f"{r['kernels_per_step']:.0f} kernels a step in {r['median_step_s'] * 1e3:.2f} ms | {r['us_per_kernel']:.1f} |"
+            f"{r['kernels_per_step']:.0f} kernels a step in {r['median_step_s'] * 1e3:.2f} ms | {r['us_per_kernel']:.1f} | {r['run']} |"
         )
+
+    print("\n| sequence | batch x heads x head size | causal | forward ms | backward ms | forward TFLOP/s | backward TFLOP/s |")
+    print("|---|---|---|---|---|---|---|")
+    for r in by("attention_grid"):
+        print(
+            f"| {r['seq']} | {r['batch']} x {r['heads']} x {r['head_dim']} | {'yes' if r['causal'] else 'no'} | {r['fwd_ms']:.3f} "
+            f"| {r['bwd_ms']:.3f} | {r['fwd_tflops']:.0f} | {r['bwd_tflops']:.0f} |"
+        )
+    for r in by("attention_grid"):
+        for name, us in r.get("bwd_kernels_us", {}).items():
+            print(f"| {r['seq']} | backward kernel `{name.split('(')[0][:70]}` | | | {us / 1e3:.3f} | | |")
+
+    training_host_factor(records)
 
     print("\n| model | attention | batch x tokens | CUDA graph | step ms (median of 10) | min-max ms | peak allocated GiB | run |")
     print("|---|---|---|---|---|---|---|---|")
@@ -87,6 +100,51 @@ def main(folder):
             f"| {r['model']} | {r['attention']} | {r['batch']} x {r['sequence']} | {graph} | {r['median_s'] * 1e3:.2f} "
             f"| {r['min_s'] * 1e3:.2f}-{r['max_s'] * 1e3:.2f} | {r['max_memory_allocated'] / 2**30:.2f} | {r['run']} |"
         )
+
+
+def training_host_factor(records):
+    """The host's time per launch in an eager autograd training step over the bare-op
+    benchmark's time per call on the same machine (the median of its 8 sizes): every
+    training-loop microbenchmark of every run, and their median (data/hosts.toml's
+    `[eager-training] factor`)."""
+    bare = {}
+    for r in records:
+        if r["section"] == "dispatch_matmul_fp32":
+            bare.setdefault(r["run"], []).append(r["us_per_call"])
+    bare = {run: sorted(v)[len(v) // 2 - 1 : len(v) // 2 + 1] for run, v in bare.items()}
+    bare = {run: sum(v) / len(v) for run, v in bare.items()}
+    print("\n| training-loop microbenchmark | autocast | host us per launch | bare op us (same run) | ratio | run |")
+    print("|---|---|---|---|---|---|")
+    ratios = []
+    for r in records:
+        if r["run"] not in bare:
+            continue
+        if r["section"] == "tiny_training_loop":
+            label, amp, us = f"{r['layers']} x (LayerNorm, Linear 64, GELU), whole step", True, r["us_per_kernel"]
+        elif r["section"] == "host_decomposition":
+            label, amp, us = r["variant"], r["autocast"], r["step_us_per_launch"]
+        else:
+            continue
+        ratio = us / bare[r["run"]]
+        ratios.append(ratio)
+        print(f"| {label} | {'yes' if amp else 'no'} | {us:.1f} | {bare[r['run']]:.1f} | {ratio:.2f} | {r['run']} |")
+    if ratios:
+        ratios.sort()
+        n = len(ratios)
+        median = ratios[n // 2] if n % 2 else (ratios[n // 2 - 1] + ratios[n // 2]) / 2
+        print(f"| median of the {n} | | | | **{median:.2f}** | |")
+
+    print("\n| layer mix (run 5) | autocast | phase | host us | kernels | memsets, copies | ATen calls | us per kernel |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in records:
+        if r["section"] != "host_decomposition":
+            continue
+        for phase in ("forward", "forward_no_grad", "backward", "optimizer"):
+            p = r[phase]
+            print(
+                f"| {r['variant']} | {'yes' if r['autocast'] else 'no'} | {phase.replace('_', ' ')} | {p['host_us']:.0f} "
+                f"| {p['kernels']} | {p['memsets_copies']} | {p['aten_calls']} | {p['us_per_kernel']:.1f} |"
+            )
 
 
 if __name__ == "__main__":

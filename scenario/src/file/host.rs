@@ -3,7 +3,9 @@
 //!
 //! The catalog is `data/hosts.toml`, compiled in: each host names its CPU (cited) and the
 //! per-op dispatch cost measured on it for each execution mode (`eager`, `compile`, `native`),
-//! each with its source. Before a scenario table is read (after the framework's settings are
+//! each with its source. An `eager` figure is one bare op's cost; a training step's host spends
+//! more per kernel (module calls, autograd, views), so the eager figure is written in times the
+//! catalog's measured [`EagerTraining::factor`]. Before a scenario table is read (after the framework's settings are
 //! written in, so a framework may set `workload.execution`), [`apply`] writes the named host's
 //! cost for the mode into `compute.dispatch-overhead` where the scenario leaves it out, and
 //! `compute.cuda-graphs = true` for `execution = "cuda-graphs"`. Precedence: a
@@ -18,6 +20,12 @@
 //! let used = scenario::host::apply(&mut table).map_err(|(key, message)| format!("{key}: {message}"))?;
 //! let used = used.expect("a host is named");
 //! assert_eq!(used.dispatch.as_deref(), Some("6.8 us"));
+//! // Eager: the bare op's 6.8 us on DGX H100 times the training factor.
+//! let mut table: toml::Table = toml::from_str(scenario::QUICKSTART)?;
+//! let _ = scenario::Override::new("cluster.device", "h100-sxm5-80gb").apply(&mut table);
+//! let _ = scenario::Override::new("cluster.host", "dgx-h100").apply(&mut table);
+//! let used = scenario::host::apply(&mut table).map_err(|(key, message)| format!("{key}: {message}"))?;
+//! assert_eq!(used.expect("a host is named").dispatch.as_deref(), Some("15.912 us"));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
@@ -73,20 +81,44 @@ pub struct Dispatch {
     pub source: String,
 }
 
+/// How much more host time a kernel of an eager training step costs than one bare op
+/// (`[eager-training]` of the catalog): measured, never fitted to a validation case.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EagerTraining {
+    /// The training step's host time per launch over the bare op's time per call.
+    pub factor: f64,
+    /// The measurements and how the factor follows from them.
+    pub source: String,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CatalogFile {
+    #[serde(rename = "eager-training")]
+    eager_training: EagerTraining,
     host: Vec<Host>,
+}
+
+/// The parsed catalog (compiled in).
+fn catalog_file() -> &'static CatalogFile {
+    static CATALOG: OnceLock<CatalogFile> = OnceLock::new();
+    CATALOG.get_or_init(|| match toml::from_str::<CatalogFile>(CATALOG_TOML) {
+        Ok(file) => file,
+        // The catalog is compiled in and parsed by a test: this is a build defect.
+        Err(error) => panic!("data/hosts.toml does not parse: {error}"),
+    })
 }
 
 /// Every host of the built-in catalog, in the catalog's order.
 pub fn catalog() -> &'static [Host] {
-    static CATALOG: OnceLock<Vec<Host>> = OnceLock::new();
-    CATALOG.get_or_init(|| match toml::from_str::<CatalogFile>(CATALOG_TOML) {
-        Ok(file) => file.host,
-        // The catalog is compiled in and parsed by a test: this is a build defect.
-        Err(error) => panic!("data/hosts.toml does not parse: {error}"),
-    })
+    &catalog_file().host
+}
+
+/// The catalog's eager training factor: an `eager` figure times it is the host's cost per
+/// kernel of an eager training step.
+pub fn eager_training() -> &'static EagerTraining {
+    &catalog_file().eager_training
 }
 
 /// The host named `name`, or a message naming the valid names.
@@ -205,11 +237,29 @@ pub fn apply(table: &mut toml::Table) -> Result<Option<HostUse>, (String, String
             ),
         ));
     };
-    if Override::new(DISPATCH_KEY, measured.value.as_str()).apply(table).is_err() {
+    let (value, source) = if mode == "eager" {
+        // A bare op's figure: a training step's kernel costs the host the factor more.
+        let training = eager_training();
+        let bare: sim_core::units::SimDuration = toml::Value::String(measured.value.clone())
+            .try_into()
+            .map_err(|error| (HOST_KEY.to_string(), format!("host {:?}: {error}", host.name)))?;
+        let cost = sim_core::units::SimDuration::from_secs_f64(bare.as_secs_f64() * training.factor)
+            .map_err(|error| (HOST_KEY.to_string(), format!("host {:?}: {error}", host.name)))?;
+        (
+            cost.to_string(),
+            format!(
+                "{}; x {} for a training step's kernel over a bare op ({})",
+                measured.source, training.factor, training.source
+            ),
+        )
+    } else {
+        (measured.value.clone(), measured.source.clone())
+    };
+    if Override::new(DISPATCH_KEY, value.as_str()).apply(table).is_err() {
         return Err(("compute".into(), "is not a table".into()));
     }
-    used.dispatch = Some(measured.value.clone());
-    used.source = measured.source.clone();
+    used.dispatch = Some(value);
+    used.source = source;
     Ok(Some(used))
 }
 
@@ -261,7 +311,11 @@ mod tests {
         let mut table = with(&[("cluster.host", "dgx-h100")]);
         let used = apply(&mut table).unwrap().unwrap();
         assert_eq!(used.execution, "eager");
-        assert_eq!(get_dotted(&table, DISPATCH_KEY).and_then(|v| v.as_str()), Some("6.8 us"));
+        // The bare op's 6.8 us times the measured training factor.
+        let factor = eager_training().factor;
+        let expected = sim_core::units::SimDuration::from_secs_f64(6.8e-6 * factor).unwrap().to_string();
+        assert_eq!(get_dotted(&table, DISPATCH_KEY).and_then(|v| v.as_str()), Some(expected.as_str()));
+        assert!(used.source.contains("training step"), "{}", used.source);
         // The scenario's own value wins.
         let mut table = with(&[("cluster.host", "dgx-h100"), ("compute.dispatch-overhead", "40 us")]);
         let used = apply(&mut table).unwrap().unwrap();
@@ -270,6 +324,45 @@ mod tests {
         // Grace issues an eager op at about twice the x86 hosts' cost (dgxc-benchmarking).
         let mut table = with(&[("cluster.host", "gb200"), ("workload.execution", "native")]);
         assert_eq!(apply(&mut table).unwrap().unwrap().dispatch.as_deref(), Some("3 us"));
+    }
+
+    /// The factor is the median, over every training-loop microbenchmark of the H200 runs, of
+    /// the step's host time per launch over the same machine's bare matmul (the median of its
+    /// eight sizes): recomputed here from the results files, so neither can change alone.
+    #[test]
+    fn the_eager_training_factor_reproduces_its_measurements() {
+        let folder = concat!(env!("CARGO_MANIFEST_DIR"), "/../data/measurements/h200-2026-12-04");
+        let mut ratios = Vec::new();
+        for run in ["run4", "run5"] {
+            let path = format!("{folder}/{run}-results.jsonl");
+            let text = fs_err::read_to_string(&path).unwrap();
+            let records: Vec<serde_json::Value> =
+                text.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+            let of = |section: &'static str| records.iter().filter(move |r| r["section"] == section);
+            let mut bare: Vec<f64> =
+                of("dispatch_matmul_fp32").map(|r| r["us_per_call"].as_f64().unwrap()).collect();
+            assert_eq!(bare.len(), 8, "{path}");
+            bare.sort_by(f64::total_cmp);
+            let bare = (bare[3] + bare[4]) / 2.0;
+            ratios.extend(of("tiny_training_loop").map(|r| r["us_per_kernel"].as_f64().unwrap() / bare));
+            ratios.extend(of("host_decomposition").map(|r| r["step_us_per_launch"].as_f64().unwrap() / bare));
+        }
+        assert_eq!(ratios.len(), 12);
+        ratios.sort_by(f64::total_cmp);
+        let median = (ratios[5] + ratios[6]) / 2.0;
+        assert!((median - eager_training().factor).abs() < 0.005, "median {median}");
+    }
+
+    #[test]
+    fn the_eager_training_factor_is_measured_above_one_and_names_its_source() {
+        let training = eager_training();
+        // A training step's kernel cannot cost the host less than the bare op it contains.
+        assert!(training.factor >= 1.0 && training.factor < 10.0, "{}", training.factor);
+        assert!(training.source.contains("data/measurements/"), "{}", training.source);
+        // Only the eager mode's bare-op figure is scaled: a compiled launch is already a
+        // training step's (Inductor's launcher), a native one has no framework around it.
+        let mut table = with(&[("cluster.host", "gb200"), ("workload.execution", "compile")]);
+        assert_eq!(apply(&mut table).unwrap().unwrap().dispatch.as_deref(), Some("6.8 us"));
     }
 
     #[test]
