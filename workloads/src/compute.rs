@@ -269,6 +269,14 @@ pub struct ComputeModel {
     /// Host time to issue one kernel (framework dispatch plus the CUDA launch call) in eager
     /// mode: a rank's GPU cannot start a kernel before its host thread has issued it.
     pub dispatch_overhead: SimDuration,
+    /// Host time to issue each further kernel of a layer pass beyond its first (a math
+    /// attention core's scale, mask, softmax and casts, a loss's kernels, a flash backward's
+    /// helpers, a linear layer's bias gradient, autocast's casts: [`crate::layer::Layer::launched_kernels`]).
+    /// `dispatch-overhead` prices the pass's first kernel, which in a framework that wraps each
+    /// layer in its own module code carries the module's cost; the further kernels are the
+    /// framework's ops. Equal to the built-in `dispatch-overhead` by default (the same
+    /// measurement), and a host of `cluster.host` writes both.
+    pub op_dispatch_overhead: SimDuration,
     /// Host time per iteration outside the per-kernel dispatch: the training loop's own work
     /// once it has synchronised with the GPU at the step's end (reading the loss and the
     /// gradient norm with `.item()`, logging, timers, the scheduler), during which the GPU has
@@ -350,6 +358,7 @@ impl Default for ComputeModel {
             communication_compute_slowdown: 1.0,
             communication_launch_slowdown: 1.0,
             dispatch_overhead: SimDuration::from_ns(DEFAULT_DISPATCH_NS),
+            op_dispatch_overhead: SimDuration::from_ns(DEFAULT_DISPATCH_NS),
             step_overhead: SimDuration::ZERO,
             cuda_graphs: false,
             autocast: false,
@@ -602,6 +611,12 @@ impl ComputeModel {
         if self.cuda_graphs { SimDuration::ZERO } else { self.dispatch_overhead }
     }
 
+    /// Host time to issue each further kernel of a layer pass: `op-dispatch-overhead`, or
+    /// nothing under CUDA graphs.
+    pub fn host_cost_per_op(&self) -> SimDuration {
+        if self.cuda_graphs { SimDuration::ZERO } else { self.op_dispatch_overhead }
+    }
+
     /// Seconds of one kernel without the launch overhead: the slower of its compute and memory
     /// sides (unrounded).
     pub fn kernel_seconds(&self, device: &Device, work: &KernelWork) -> Result<f64, ComputeError> {
@@ -766,6 +781,35 @@ fn layer_kernel_works(
         }
     }));
     works
+}
+
+/// The kernels eager PyTorch launches for `pass` of `layer` in `dtype` (each a host launch):
+/// the kernels parasim prices ([`layer_kernel_works`]: a standard or math attention core's
+/// parts, a loss's kernels, fp8's and autocast's casts), with an attention core's products as
+/// the separate matrix products they are (`Q K^T` and `P V` forward, four gradient products
+/// backward), a flash core's backward with its two helper kernels (the row sums of `dO * O`
+/// before the main kernel and the conversion of dQ's fp32 accumulator after it: FlashAttention
+/// 2's `flash_bwd_dot_do_o_kernel` and `flash_bwd_convert_dq_kernel`, cuDNN's
+/// `compute_dot_do_o` and `convert_dq_to_16bits` in the H200 traces), and a biased linear
+/// layer's weight-gradient pass with its bias gradient's reduction (`AddmmBackward0`: `mm` and
+/// `sum`). At least 1. Only the host's launches count them: the helpers' and the bias
+/// reduction's GPU time is not priced.
+pub fn launched_kernels(layer: &Layer, pass: Pass, dtype: Dtype, autocast: bool) -> u32 {
+    use crate::layer::{AttentionKernel, LayerKind};
+    let priced = layer_kernel_works(layer, pass, 1, dtype, autocast).len();
+    let products =
+        layer.kernels(pass).iter().filter(|part| part.role == KernelRole::AttentionProducts).count();
+    let extra = match (&layer.kind, pass) {
+        (LayerKind::Attention { implementation: AttentionKernel::Flash, .. }, Pass::BackwardData) => 2,
+        (
+            LayerKind::Linear { bias: true, .. } | LayerKind::TiedLinear { bias: true, .. },
+            Pass::BackwardWeight,
+        ) => 1,
+        _ => 0,
+    };
+    // Each products part is 2 kernels forward and 4 backward: 1 and 3 more.
+    let per_products = if pass == Pass::Forward { 1 } else { 3 };
+    u32::try_from(priced + products * per_products + extra).unwrap_or(u32::MAX).max(1)
 }
 
 /// Bytes per element of one of autocast's casts between fp32 and a half-precision dtype: it
@@ -2867,6 +2911,49 @@ mod tests {
         assert_eq!(bytes(&half[1..]), bytes(&single));
         let seconds = |dtype| model.layer_duration(a100(), dtype, &loss, Pass::BackwardData, 1).unwrap();
         assert!(seconds(Dtype::Fp16) > seconds(Dtype::Fp32));
+    }
+
+    /// The kernels eager PyTorch launches per pass, as the H200 traces count them: nanoGPT's
+    /// math attention runs `bmm`, `mul`, `masked_fill`, the cast up, `softmax`, the cast down
+    /// and `bmm` forward (7); a flash core one kernel forward and three backward (cuDNN's
+    /// `compute_dot_do_o`, the main kernel, `convert_dq_to_16bits`); a biased linear layer's
+    /// weight gradient `mm` and the bias's `sum`; autocast's casts are kernels of their own;
+    /// in fp32 no cast runs.
+    #[test]
+    fn launched_kernels_count_what_eager_pytorch_runs() {
+        use crate::layer::{AttentionKernel, LayerKind, Shape};
+        let core = |implementation| {
+            let kind = LayerKind::Attention {
+                heads: 12,
+                kv_heads: 12,
+                causal: true,
+                implementation,
+                dropout: false,
+                value_head_dim: None,
+            };
+            Layer::new("core", kind, Shape::from([1024, 3 * 768])).unwrap()
+        };
+        let count = |layer: &Layer, pass, dtype, autocast| launched_kernels(layer, pass, dtype, autocast);
+        let math = core(AttentionKernel::Math);
+        assert_eq!(count(&math, Pass::Forward, Dtype::Bf16, true), 7);
+        // Four gradient products, the casts' and the softmax's backward, the mask's and scale's.
+        assert_eq!(count(&math, Pass::BackwardData, Dtype::Bf16, true), 9);
+        // In fp32 the two casts do not run.
+        assert_eq!(count(&math, Pass::Forward, Dtype::Fp32, false), 5);
+        let flash = core(AttentionKernel::Flash);
+        assert_eq!(count(&flash, Pass::Forward, Dtype::Bf16, true), 1);
+        assert_eq!(count(&flash, Pass::BackwardData, Dtype::Bf16, true), 3);
+        let fc = |bias| {
+            Layer::new("fc", LayerKind::Linear { out_features: 3072, bias }, Shape::from([1024, 768]))
+                .unwrap()
+        };
+        assert_eq!(count(&fc(true), Pass::BackwardWeight, Dtype::Bf16, false), 2);
+        assert_eq!(count(&fc(false), Pass::BackwardWeight, Dtype::Bf16, false), 1);
+        assert_eq!(count(&fc(true), Pass::BackwardData, Dtype::Bf16, false), 1);
+        // Autocast: the weight's and the bias's casts before the product, their gradients' after.
+        assert_eq!(count(&fc(true), Pass::Forward, Dtype::Bf16, true), 3);
+        assert_eq!(count(&fc(true), Pass::BackwardWeight, Dtype::Bf16, true), 4);
+        assert_eq!(count(&fc(true), Pass::Forward, Dtype::Fp32, true), 1);
     }
 
     /// `flash-attention-efficiency` slows a flash core's compute-bound products by its

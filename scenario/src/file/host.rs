@@ -44,6 +44,8 @@ pub const HOST_KEY: &str = "cluster.host";
 pub const EXECUTION_KEY: &str = "workload.execution";
 /// The key the host's cost is written to.
 const DISPATCH_KEY: &str = "compute.dispatch-overhead";
+/// The key of each further kernel's cost, which the host's measurement also writes.
+const OP_DISPATCH_KEY: &str = "compute.op-dispatch-overhead";
 /// The key `execution = "cuda-graphs"` sets.
 const GRAPHS_KEY: &str = "compute.cuda-graphs";
 
@@ -222,8 +224,12 @@ pub fn apply(table: &mut toml::Table) -> Result<Option<HostUse>, (String, String
         );
         return Ok(Some(used));
     };
-    if get_dotted(table, DISPATCH_KEY).is_some() {
-        used.source = format!("the scenario's own {DISPATCH_KEY} (the host's measurement is not used)");
+    let (own_dispatch, own_op) =
+        (get_dotted(table, DISPATCH_KEY).is_some(), get_dotted(table, OP_DISPATCH_KEY).is_some());
+    if own_dispatch && own_op {
+        used.source = format!(
+            "the scenario's own {DISPATCH_KEY} and {OP_DISPATCH_KEY} (the host's measurement is not used)"
+        );
         return Ok(Some(used));
     }
     let Some(measured) = host.dispatch.iter().find(|d| d.mode == mode) else {
@@ -255,11 +261,19 @@ pub fn apply(table: &mut toml::Table) -> Result<Option<HostUse>, (String, String
     } else {
         (measured.value.clone(), measured.source.clone())
     };
-    if Override::new(DISPATCH_KEY, value.as_str()).apply(table).is_err() {
-        return Err(("compute".into(), "is not a table".into()));
+    // Both the pass's first kernel and its further kernels: one measured op each, unless the
+    // scenario sets either itself.
+    for (key, own) in [(DISPATCH_KEY, own_dispatch), (OP_DISPATCH_KEY, own_op)] {
+        if !own && Override::new(key, value.as_str()).apply(table).is_err() {
+            return Err(("compute".into(), "is not a table".into()));
+        }
     }
-    used.dispatch = Some(value);
-    used.source = source;
+    if own_dispatch {
+        used.source = format!("the scenario's own {DISPATCH_KEY}; {OP_DISPATCH_KEY} from: {source}");
+    } else {
+        used.dispatch = Some(value);
+        used.source = source;
+    }
     Ok(Some(used))
 }
 
@@ -316,11 +330,21 @@ mod tests {
         let expected = sim_core::units::SimDuration::from_secs_f64(6.8e-6 * factor).unwrap().to_string();
         assert_eq!(get_dotted(&table, DISPATCH_KEY).and_then(|v| v.as_str()), Some(expected.as_str()));
         assert!(used.source.contains("training step"), "{}", used.source);
-        // The scenario's own value wins.
+        // The further kernels of a pass cost the host the same measured op.
+        assert_eq!(get_dotted(&table, OP_DISPATCH_KEY).and_then(|v| v.as_str()), Some(expected.as_str()));
+        // The scenario's own value wins, key by key.
         let mut table = with(&[("cluster.host", "dgx-h100"), ("compute.dispatch-overhead", "40 us")]);
         let used = apply(&mut table).unwrap().unwrap();
         assert_eq!(used.dispatch, None);
         assert_eq!(get_dotted(&table, DISPATCH_KEY).and_then(|v| v.as_str()), Some("40 us"));
+        assert_eq!(get_dotted(&table, OP_DISPATCH_KEY).and_then(|v| v.as_str()), Some(expected.as_str()));
+        let mut table = with(&[
+            ("cluster.host", "dgx-h100"),
+            ("compute.dispatch-overhead", "40 us"),
+            ("compute.op-dispatch-overhead", "5 us"),
+        ]);
+        apply(&mut table).unwrap().unwrap();
+        assert_eq!(get_dotted(&table, OP_DISPATCH_KEY).and_then(|v| v.as_str()), Some("5 us"));
         // Grace issues an eager op at about twice the x86 hosts' cost (dgxc-benchmarking).
         let mut table = with(&[("cluster.host", "gb200"), ("workload.execution", "native")]);
         assert_eq!(apply(&mut table).unwrap().unwrap().dispatch.as_deref(), Some("3 us"));

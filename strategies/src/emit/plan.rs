@@ -60,6 +60,11 @@ pub(super) struct Plan<'s> {
     /// Host launches of each layer's forward, backward-data and backward-weight pass (1 but for
     /// an expert bank: [`crate::experts::MoeExperts::launches`]).
     pub(super) launches: Vec<[u32; 3]>,
+    /// Further kernels of each layer pass beyond its first, each a launch at `op_cost`
+    /// ([`workloads::compute::launched_kernels`]).
+    pub(super) ops: Vec<[u32; 3]>,
+    /// The host's cost of each further kernel (`op-dispatch-overhead`; zero under CUDA graphs).
+    pub(super) op_cost: SimDuration,
     /// The training loop's host time per iteration after the step's synchronisation
     /// (`compute.step-overhead`; zero for none).
     pub(super) step_overhead: SimDuration,
@@ -230,22 +235,20 @@ impl<'s> Plan<'s> {
         }
         let width = strategy.precision.storage().bytes();
         let host_cost = strategy.compute.host_cost_per_kernel();
-        // Under autocast each cast around a layer pass is a launch of its own.
+        let op_cost = strategy.compute.host_cost_per_op();
+        // Each pass's first kernel is a launch at the module's cost; every further kernel it
+        // runs (an attention core's parts, a loss's, autocast's casts...) one at the op's.
         let autocast = strategy.compute.autocast;
-        let launches = local
+        let (launches, ops) = local
             .iter()
             .map(|entry| {
-                let mut launches = p.moe_experts.launches(&entry.layer);
-                if autocast {
-                    for (launch, pass) in launches.iter_mut().zip(Pass::ALL) {
-                        let casts =
-                            workloads::compute::autocast_casts(&entry.layer, pass, strategy.precision).len();
-                        *launch = launch.saturating_add(u32::try_from(casts).unwrap_or(u32::MAX));
-                    }
-                }
-                launches
+                let launches = p.moe_experts.launches(&entry.layer);
+                let ops = Pass::ALL.map(|pass| {
+                    workloads::compute::launched_kernels(&entry.layer, pass, strategy.precision, autocast) - 1
+                });
+                (launches, ops)
             })
-            .collect();
+            .unzip();
         let scatter_applies =
             p.pipeline_scatter_gather && p.pipeline > 1 && p.tensor > 1 && !p.sequence_parallel;
         let (boundary_bytes, pipeline_scatter): (Vec<Bytes>, Vec<u32>) = chunk_layers
@@ -278,7 +281,9 @@ impl<'s> Plan<'s> {
             spatial_grid,
             strategy,
             host_cost,
+            op_cost,
             launches,
+            ops,
             step_overhead: strategy.compute.step_overhead,
             host_synchronous: strategy.compute.host_synchronous,
             pipeline_host_sync: p.pipeline_host_sync.applies(p.pipeline, p.virtual_stages)

@@ -470,7 +470,12 @@ impl RankEmitter<'_, '_> {
                     self.ring(index, micro, duration, bytes, label, if recompute { 1 } else { 0 });
                 }
                 None => {
-                    self.compute_launched(duration, label, meta, plan.launches[index][0]);
+                    self.compute_launched(
+                        duration,
+                        label,
+                        meta,
+                        (plan.launches[index][0], plan.ops[index][0]),
+                    );
                     self.slow_last_compute(index, 0);
                 }
             }
@@ -537,7 +542,12 @@ impl RankEmitter<'_, '_> {
                 gradient_ready = Some(match local.context_ring {
                     Some(bytes) => self.ring(index, micro, duration, Bytes(bytes.0 * 2), label, 2),
                     None => {
-                        let op = self.compute_launched(duration, label, meta, plan.launches[index][1]);
+                        let op = self.compute_launched(
+                            duration,
+                            label,
+                            meta,
+                            (plan.launches[index][1], plan.ops[index][1]),
+                        );
                         self.slow_last_compute(index, 1);
                         op
                     }
@@ -609,7 +619,8 @@ impl RankEmitter<'_, '_> {
         let launches = plan.launches[index][2];
         if let Some((duration, _)) = plan.kernels[index][2] {
             let label = self.labels.passes[index][2];
-            gradient_ready = Some(self.compute_launched(duration, label, weight_meta, launches));
+            let ops = plan.ops[index][2];
+            gradient_ready = Some(self.compute_launched(duration, label, weight_meta, (launches, ops)));
             self.slow_last_compute(index, 2);
         }
         if micro > 0
@@ -617,25 +628,22 @@ impl RankEmitter<'_, '_> {
         {
             // One add per weight-gradient kernel's module, as the backward-weight pass launches.
             let label = self.labels.passes[index][2];
-            gradient_ready = Some(self.compute_launched(duration, label, weight_meta, launches));
+            gradient_ready = Some(self.compute_launched(duration, label, weight_meta, (launches, 0)));
         }
         gradient_ready
     }
 
-    /// A kernel (described by `meta`) after everything waited for; returns its local index.
-    pub(super) fn compute(&mut self, duration: SimDuration, label: LabelId, meta: OpMeta) -> u32 {
-        self.compute_launched(duration, label, meta, 1)
-    }
-
-    /// [`RankEmitter::compute`] of a layer pass whose GPU work the host issues in `launches`
-    /// launches (a sequential expert bank's modules: [`crate::experts::MoeExperts`]): the host
-    /// spends `launches` launch times before the kernel can start.
+    /// A kernel (described by `meta`) after everything waited for, whose GPU work the host issues in `launches`:
+    /// `(modules, ops)`, the pass's module launches at the host's cost per kernel (more than
+    /// one for a sequential expert bank's modules: [`crate::experts::MoeExperts`]) and its
+    /// further kernels at the cost per op; the host spends them all before the kernel can
+    /// start.
     pub(super) fn compute_launched(
         &mut self,
         duration: SimDuration,
         label: LabelId,
         meta: OpMeta,
-        launches: u32,
+        launches: (u32, u32),
     ) -> u32 {
         // The launch goes first in the buffer; the waiting list's buffer is kept for reuse.
         let launch = self.launch_times(meta, launches);
@@ -675,16 +683,21 @@ impl RankEmitter<'_, '_> {
     /// last has finished: [`workloads::dispatch::issue_synchronous`]); its first launch of an
     /// iteration waits for the previous iteration's end. `meta` describes what it launches.
     pub(super) fn launch(&mut self, meta: OpMeta) -> Option<Dep> {
-        self.launch_times(meta, 1)
+        self.launch_times(meta, (1, 0))
     }
 
     /// [`RankEmitter::launch`] of `launches` launches issued back to back (one host op).
-    fn launch_times(&mut self, meta: OpMeta, launches: u32) -> Option<Dep> {
+    fn launch_times(&mut self, meta: OpMeta, (launches, ops): (u32, u32)) -> Option<Dep> {
         if self.plan.host_cost == SimDuration::ZERO {
             return None;
         }
-        let duration =
-            SimDuration::from_ps(self.plan.host_cost.as_ps().saturating_mul(u64::from(launches.max(1))));
+        let duration = SimDuration::from_ps(
+            self.plan
+                .host_cost
+                .as_ps()
+                .saturating_mul(u64::from(launches.max(1)))
+                .saturating_add(self.plan.op_cost.as_ps().saturating_mul(u64::from(ops))),
+        );
         let mut anchor: Vec<Dep> = self.host_start.take().into_iter().collect();
         if self.plan.host_synchronous {
             anchor.extend_from_slice(&self.last_issued);
@@ -956,7 +969,9 @@ impl RankEmitter<'_, '_> {
         let transfer = kernel.with_group(GroupKind::Context);
         let producer: Vec<Dep> =
             self.waiting.iter().copied().chain(self.last_compute.map(Dep::Local)).collect();
-        let mut op = self.compute(step, label, kernel);
+        // Each step runs the pass's kernels on its chunk: its further kernels each an op.
+        let ops = self.plan.ops[layer][if pass == 2 { 1 } else { 0 }];
+        let mut op = self.compute_launched(step, label, kernel, (1, ops));
         let received =
             |step: u32| Dep::Key(Key::Ring { sender: previous, layer: layer as u32, micro, step, pass });
         for j in 0..c - 1 {
@@ -977,7 +992,7 @@ impl RankEmitter<'_, '_> {
                 (self.rank, send),
             );
             self.waiting.push(received(j));
-            op = self.compute(step, label, kernel);
+            op = self.compute_launched(step, label, kernel, (1, ops));
         }
         op
     }

@@ -382,6 +382,13 @@ pub const KNOBS: &[Knob] = &[
         "Host time to issue one kernel in eager mode (framework dispatch and the launch call)."
     ),
     knob!(
+        "op-dispatch-overhead",
+        op_dispatch_overhead,
+        Duration,
+        None,
+        "Host time to issue each further kernel of a layer pass beyond its first (the framework's ops inside a module)."
+    ),
+    knob!(
         "step-overhead",
         step_overhead,
         Duration,
