@@ -292,7 +292,7 @@ impl<'s> Report<'s> {
             Some(cost) => {
                 let _ = writeln!(
                     out,
-                    "              implies compute.dispatch-overhead = {cost:?} per op, measured: {}",
+                    "              implies compute.dispatch-overhead = compute.op-dispatch-overhead = {cost:?} per kernel launch, measured: {}",
                     host.source
                 );
             }
