@@ -616,9 +616,10 @@ pub fn local_layers(
                 },
                 localise(&layer.input, c, t),
             ),
-            (Role::Split, LayerKind::Rope { heads, kv_heads }) => {
-                (LayerKind::Rope { heads: heads / t, kv_heads: kv_heads / t }, localise(&layer.input, c, t))
-            }
+            (Role::Split, LayerKind::Rope { heads, kv_heads, kernels }) => (
+                LayerKind::Rope { heads: heads / t, kv_heads: kv_heads / t, kernels: *kernels },
+                localise(&layer.input, c, t),
+            ),
             (Role::Split, kind) => (kind.clone(), localise(&layer.input, c, t)),
             (Role::VocabularyEmbedding, LayerKind::Embedding { vocabulary, dim }) => (
                 LayerKind::Embedding { vocabulary: vocabulary.div_ceil(t), dim: *dim },

@@ -25,7 +25,9 @@
 
 use std::fmt;
 
-use crate::layer::{Activation, AttentionKernel, Layer, LayerCost, LayerKind, LossKernels, Pass, Traffic};
+use crate::layer::{
+    Activation, AttentionKernel, Layer, LayerCost, LayerKind, LossKernels, Pass, RopeKernels, Traffic,
+};
 
 /// Which normalization kernels run fused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -118,11 +120,23 @@ impl std::str::FromStr for Fusion {
     }
 }
 
-/// TorchInductor's rewrite of one layer: a math attention core ([`fuse_math_attention`]), or
+/// TorchInductor's rewrite of one layer: a math attention core ([`fuse_math_attention`]), an
+/// eager rotary embedding ([`RopeKernels::Eager`]: one kernel each way, [`RopeKernels::Fused`]), or
 /// PyTorch's autocast cross-entropy ([`LossKernels::Torch`]: the casts, `log_softmax` and
 /// `nll_loss` become one reduction each way, [`LossKernels::Fused`]). Returns the forward
 /// kernels fused away.
 fn inductor(layer: &mut Layer) -> usize {
+    if let LayerKind::Rope { heads, kv_heads, kernels: RopeKernels::Eager } = layer.kind {
+        // Inductor fuses the rotation's point-wise operators into one kernel each way.
+        let kind = LayerKind::Rope { heads, kv_heads, kernels: RopeKernels::Fused };
+        let Ok(fused) = Layer::new(layer.name.clone(), kind, layer.input.clone()) else {
+            return 0;
+        };
+        let before = layer.kernels(Pass::Forward).len();
+        layer.kind = fused.kind;
+        layer.cost = LayerCost { activation_elements: layer.cost.activation_elements, ..fused.cost };
+        return before.saturating_sub(layer.kernels(Pass::Forward).len());
+    }
     if let LayerKind::CrossEntropy { kernels: LossKernels::Torch } = layer.kind {
         let kind = LayerKind::CrossEntropy { kernels: LossKernels::Fused };
         let Ok(fused) = Layer::new(layer.name.clone(), kind, layer.input.clone()) else {

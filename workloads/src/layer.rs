@@ -191,6 +191,45 @@ impl LossKernels {
     }
 }
 
+/// How a [`LayerKind::Rope`] rotation is computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum RopeKernels {
+    /// One kernel each way over the queries and keys (Megatron-Core's and Transformer Engine's
+    /// fused rotary embedding, FlashAttention's `apply_rotary_emb`).
+    #[default]
+    Fused,
+    /// The rotation as eager PyTorch operators, Hugging Face's `apply_rotary_pos_emb`:
+    /// `x * cos + rotate_half(x) * sin` with `rotate_half(x) = cat(-x2, x1)`, on the queries and
+    /// the keys apart. Forward `neg`, `cat`, two `mul` and an `add` per tensor; backward two
+    /// `mul`, the `neg`, and for each of the two slices a zero-filled gradient the slice is
+    /// copied into and added to the tensor's gradient (`SliceBackward0`'s `fill_`, `copy_` and
+    /// the accumulation's `add_`), as the H200 Llama trace shows: 10 kernels forward and 18
+    /// backward per layer.
+    Eager,
+}
+
+impl RopeKernels {
+    /// Every value, for error messages.
+    pub const ALL: [RopeKernels; 2] = [RopeKernels::Fused, RopeKernels::Eager];
+
+    /// The name used in model files.
+    pub const fn name(self) -> &'static str {
+        match self {
+            RopeKernels::Fused => "fused",
+            RopeKernels::Eager => "eager",
+        }
+    }
+
+    /// The value named `name`, or an error listing the valid names.
+    pub fn parse(name: &str) -> Result<RopeKernels, String> {
+        RopeKernels::ALL.into_iter().find(|k| k.name() == name).ok_or_else(|| {
+            let valid: Vec<String> = RopeKernels::ALL.iter().map(|k| format!("{:?}", k.name())).collect();
+            format!("{name:?}; use {}", valid.join(" or "))
+        })
+    }
+}
+
 /// How an attention layer is computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -455,6 +494,8 @@ pub enum LayerKind {
         heads: u64,
         /// Key/value heads.
         kv_heads: u64,
+        /// One fused kernel each way, or eager PyTorch's operators.
+        kernels: RopeKernels,
     },
     /// Mixture-of-experts router: a linear layer without bias from the hidden size to one
     /// logit per expert, a softmax and a top-k selection. `[tokens, hidden]` ->
@@ -747,6 +788,9 @@ pub enum KernelRole {
     AttentionElementwise,
     /// One of the kernels of a loss computed as several ([`LossKernels::Megatron`]).
     Loss,
+    /// One element-wise operator of a rotary embedding run as eager PyTorch operators
+    /// ([`RopeKernels::Eager`]).
+    Rope,
 }
 
 impl LayerCost {
@@ -1065,6 +1109,20 @@ impl Layer {
             };
             return std::mem::take(&mut parts[index]);
         }
+        if let LayerKind::Rope { heads, kv_heads, kernels: RopeKernels::Eager } = self.kind
+            && let Ok(parts) = (Checker { layer: &self.name, kind: self.kind.name() }).rope_eager_parts(
+                &self.input,
+                heads,
+                kv_heads,
+            )
+        {
+            let index = match pass {
+                Pass::Forward => 0,
+                Pass::BackwardData => 1,
+                Pass::BackwardWeight => return Vec::new(),
+            };
+            return parts[index].clone();
+        }
         if let LayerKind::CrossEntropy { kernels: kernels @ (LossKernels::Megatron | LossKernels::Torch) } =
             self.kind
             && let Some(&classes) = self.input.0.last()
@@ -1342,7 +1400,7 @@ impl Checker<'_> {
             LayerKind::Attention { heads, kv_heads, causal, implementation, dropout, value_head_dim } => self
                 .attention(input, *heads, *kv_heads, *causal, *implementation, *dropout, *value_head_dim)
                 .map(|(output, parts)| (output, parts.cost)),
-            LayerKind::Rope { heads, kv_heads } => self.rope(input, *heads, *kv_heads),
+            LayerKind::Rope { heads, kv_heads, kernels } => self.rope(input, *heads, *kv_heads, *kernels),
             LayerKind::MoeRouter { experts, top_k } => self.moe_router(input, *experts, *top_k),
             LayerKind::MoeExperts { experts, top_k, ffn_hidden, activation, gated, bias } => {
                 self.moe_experts(input, *experts, *top_k, *ffn_hidden, *activation, *gated, *bias)

@@ -13,7 +13,9 @@ use crate::family::resnet::{PreActResNet, ResNet};
 use crate::family::transformer::{Bert, Gpt, Llama, MoeTransformer};
 use crate::family::unet::UNet3d;
 use crate::family::vgg::Vgg;
-use crate::layer::{Activation, AttentionKernel, LayerKind, LossKernels, Padding, Shape, UpsampleMode};
+use crate::layer::{
+    Activation, AttentionKernel, LayerKind, LossKernels, Padding, RopeKernels, Shape, UpsampleMode,
+};
 use crate::model::{Model, ModelBuilder, ModelError};
 
 /// The sections that select a parametric family, in the order the docs list them.
@@ -723,7 +725,15 @@ fn step<'t>(fields: &mut Fields<'t>, kind: &str, input: &Shape) -> Result<Step<'
         }
         "rope" => {
             let heads = fields.required_integer("heads", kind)?;
-            Step::Layer(LayerKind::Rope { heads, kv_heads: fields.integer("kv-heads")?.unwrap_or(heads) })
+            Step::Layer(LayerKind::Rope {
+                heads,
+                kv_heads: fields.integer("kv-heads")?.unwrap_or(heads),
+                kernels: fields.choice(
+                    "kernels",
+                    &[("fused", RopeKernels::Fused), ("eager", RopeKernels::Eager)],
+                    RopeKernels::Fused,
+                )?,
+            })
         }
         "moe-router" => Step::Layer(LayerKind::MoeRouter {
             experts: fields.required_integer("experts", kind)?,

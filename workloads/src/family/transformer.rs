@@ -18,7 +18,7 @@
 use serde::Deserialize;
 
 use crate::family::invalid;
-use crate::layer::{Activation, AttentionKernel, LayerKind, LossKernels, Shape};
+use crate::layer::{Activation, AttentionKernel, LayerKind, LossKernels, RopeKernels, Shape};
 use crate::model::{Model, ModelBuilder, ModelError};
 
 /// Normalization used in each layer.
@@ -181,6 +181,8 @@ pub struct Transformer {
     pub head: Head,
     /// How its cross-entropy losses run.
     pub loss: LossKernels,
+    /// How its rotary embeddings run (with [`Positions::Rope`]).
+    pub rope: RopeKernels,
 }
 
 impl Transformer {
@@ -427,7 +429,11 @@ impl Transformer {
                     if self.positions == Positions::Rope {
                         b.layer(
                             format!("{p}.attention.rope"),
-                            LayerKind::Rope { heads: self.heads, kv_heads: self.kv_heads },
+                            LayerKind::Rope {
+                                heads: self.heads,
+                                kv_heads: self.kv_heads,
+                                kernels: self.rope,
+                            },
                         )?;
                     }
                     let core = LayerKind::Attention {
@@ -707,6 +713,7 @@ impl Gpt {
                     LossKernels::parse(given).map_err(|message| invalid(name, "gpt.loss", message))?
                 }
             },
+            rope: RopeKernels::Fused,
         })
     }
 
@@ -781,6 +788,7 @@ impl Bert {
             moe: None,
             head: Head::BertPretraining,
             loss: LossKernels::Fused,
+            rope: RopeKernels::Fused,
         };
         let description = format!(
             "BERT with pre-training heads: {} layers, hidden {}, {} heads, {} tokens",
@@ -822,6 +830,10 @@ pub struct Llama {
     /// log-softmax and NLL as eager PyTorch runs them) or `"megatron"`.
     #[serde(default)]
     pub loss: Option<String>,
+    /// The rotary embedding's kernels: `"fused"` (default: one kernel each way) or `"eager"`
+    /// (Hugging Face's `apply_rotary_pos_emb` as eager PyTorch operators).
+    #[serde(default)]
+    pub rope_kernels: Option<String>,
     /// Experts per layer (Mixtral only).
     #[serde(default)]
     pub experts: Option<u64>,
@@ -881,6 +893,11 @@ impl Llama {
                 None => LossKernels::Fused,
                 Some(given) => LossKernels::parse(given)
                     .map_err(|message| invalid(name, &format!("{family}.loss"), message))?,
+            },
+            rope: match self.rope_kernels.as_deref() {
+                None => RopeKernels::Fused,
+                Some(given) => RopeKernels::parse(given)
+                    .map_err(|message| invalid(name, &format!("{family}.rope-kernels"), message))?,
             },
         };
         let experts =
@@ -1014,6 +1031,7 @@ impl MoeTransformer {
             }),
             head: Head::LanguageModel { tied: self.tied_embeddings.unwrap_or(false) },
             loss: LossKernels::Fused,
+            rope: RopeKernels::Fused,
         })
     }
 
@@ -1230,6 +1248,7 @@ mod tests {
             attention: None,
             tied_embeddings: None,
             loss: None,
+            rope_kernels: None,
             experts: None,
             top_k: None,
         };
@@ -1240,6 +1259,18 @@ mod tests {
         assert_eq!(torch.build("l", "llama").unwrap().parameters(), 6_738_415_616);
         let error = Llama { loss: Some("fp8".to_string()), ..llama.clone() }.build("l", "llama").unwrap_err();
         assert!(error.to_string().contains("llama.loss"), "{error}");
+        // The rotary embedding: fused unless the file says "eager", which changes no parameter.
+        let eager =
+            Llama { rope_kernels: Some("eager".to_string()), ..llama.clone() }.build("l", "llama").unwrap();
+        assert_eq!(eager.parameters(), 6_738_415_616);
+        let rope = eager.layers.iter().find(|layer| matches!(layer.kind, LayerKind::Rope { .. })).unwrap();
+        assert!(matches!(rope.kind, LayerKind::Rope { kernels: RopeKernels::Eager, .. }), "{:?}", rope.kind);
+        let error =
+            Llama { rope_kernels: Some("hf".to_string()), ..llama.clone() }.build("l", "llama").unwrap_err();
+        assert!(
+            error.to_string().contains("llama.rope-kernels") && error.to_string().contains("\"eager\""),
+            "{error}"
+        );
         let mixtral =
             Llama { kv_heads: Some(8), ffn_hidden: 14336, experts: Some(8), top_k: Some(2), ..llama.clone() };
         // Mixtral-8x7B: 46,702,792,704.
@@ -1404,6 +1435,7 @@ mod tests {
             attention: None,
             tied_embeddings: None,
             loss: None,
+            rope_kernels: None,
             experts: Some(8),
             top_k: Some(2),
         };

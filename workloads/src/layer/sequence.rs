@@ -2,8 +2,8 @@
 //! experts, DLRM's interaction.
 
 use super::{
-    Activation, AttentionKernel, Checker, KernelPart, KernelRole, LayerCost, LayerError, OpClass, Shape,
-    Traffic,
+    Activation, AttentionKernel, Checker, KernelPart, KernelRole, LayerCost, LayerError, OpClass,
+    RopeKernels, Shape, Traffic,
 };
 
 /// An attention core's cost, and its kernels per pass when it runs as several.
@@ -483,7 +483,24 @@ impl Checker<'_> {
         input: &Shape,
         heads: u64,
         kv_heads: u64,
+        kernels: RopeKernels,
     ) -> Result<(Shape, LayerCost), LayerError> {
+        if kernels == RopeKernels::Eager {
+            let [forward, backward] = self.rope_eager_parts(input, heads, kv_heads)?;
+            let flops = |parts: &[KernelPart]| parts.iter().map(|p| p.flops).sum::<f64>();
+            let traffic = |parts: &[KernelPart]| Traffic {
+                per_sample: parts.iter().map(|p| p.traffic.per_sample).sum(),
+                per_batch: 0,
+            };
+            let cost = LayerCost {
+                forward_flops: flops(&forward),
+                backward_data_flops: flops(&backward),
+                forward_traffic: traffic(&forward),
+                backward_data_traffic: traffic(&backward),
+                ..LayerCost::free(OpClass::Elementwise)
+            };
+            return Ok((input.clone(), cost));
+        }
         let (tokens, head_dim) = self.packed_heads(input, heads, kv_heads)?;
         // Queries and keys are rotated, values are not.
         let rotated = self.product("the rotated elements", &[tokens, heads + kv_heads, head_dim])?;
@@ -501,6 +518,54 @@ impl Checker<'_> {
             ..LayerCost::free(OpClass::Elementwise)
         };
         Ok((input.clone(), cost))
+    }
+
+    /// The kernels of an eager rotary embedding ([`RopeKernels::Eager`]), forward and backward:
+    /// on the queries and on the keys apart, each of `n` elements, forward `neg` of one half (`n`
+    /// elements moved), `cat` (2n), `* cos` and `* sin` (2n and a table each) and the `add`
+    /// (3n); backward `* cos` and `* sin`, the `neg` (n), and per slice a zero-filled gradient
+    /// (n), the slice copied in (n) and its addition into the tensor's gradient (3n).
+    pub(super) fn rope_eager_parts(
+        &self,
+        input: &Shape,
+        heads: u64,
+        kv_heads: u64,
+    ) -> Result<[Vec<KernelPart>; 2], LayerError> {
+        let (tokens, head_dim) = self.packed_heads(input, heads, kv_heads)?;
+        let table = self.product("the tables", &[tokens, head_dim])?;
+        let part = |flops: f64, elements: u64| KernelPart {
+            role: KernelRole::Rope,
+            class: OpClass::Elementwise,
+            flops,
+            traffic: Traffic { per_sample: elements, per_batch: 0 },
+            fp32_traffic: Traffic::default(),
+            mask_bytes: 0,
+        };
+        let (mut forward, mut backward) = (Vec::new(), Vec::new());
+        for tensor_heads in [heads, kv_heads] {
+            let n = self.product("the rotated elements", &[tokens, tensor_heads, head_dim])?;
+            let moved = |times: u64, tables: u64| self.sum("the traffic", &[(times, n), (tables, table)]);
+            let x = n as f64;
+            forward.extend([
+                part(x / 2.0, moved(1, 0)?),
+                part(0.0, moved(2, 0)?),
+                part(x, moved(2, 1)?),
+                part(x, moved(2, 1)?),
+                part(x, moved(3, 0)?),
+            ]);
+            backward.extend([
+                part(x, moved(2, 1)?),
+                part(x, moved(2, 1)?),
+                part(x / 2.0, moved(1, 0)?),
+                part(0.0, moved(1, 0)?),
+                part(0.0, moved(1, 0)?),
+                part(0.0, moved(1, 0)?),
+                part(0.0, moved(1, 0)?),
+                part(x, moved(3, 0)?),
+                part(x, moved(3, 0)?),
+            ]);
+        }
+        Ok([forward, backward])
     }
 
     pub(super) fn moe_router(

@@ -413,10 +413,42 @@ fn attention_counts_the_score_matrix_and_its_variants() {
     );
     assert!(text.contains("1000") && text.contains("36"), "{text}");
 
-    let rope = layer(LayerKind::Rope { heads: 32, kv_heads: 8 }, [4096, (32 + 16) * 128]);
+    let rope = layer(
+        LayerKind::Rope { heads: 32, kv_heads: 8, kernels: RopeKernels::Fused },
+        [4096, (32 + 16) * 128],
+    );
     assert_eq!(rope.output, rope.input);
     assert_eq!(rope.cost.params, 0);
     assert_eq!(rope.cost.forward_flops, 3.0 * (4096 * 40 * 128) as f64);
+}
+
+/// Hugging Face's eager rotary embedding: 10 kernels forward and 18 backward per layer (the
+/// H200 Llama trace's `neg`, `cat`, `mul` and `add`; `mul`, `neg`, and `SliceBackward0`'s
+/// `fill_`, `copy_` and `add_`), whose traffic and FLOPs are the layer's cost; it moves 5x the
+/// fused kernel's bytes forward and more backward, and Inductor fuses it back to one kernel.
+#[test]
+fn an_eager_rope_runs_pytorchs_operators_and_inductor_fuses_them() {
+    let shape = [4096, (32 + 16) * 128];
+    let eager = layer(LayerKind::Rope { heads: 32, kv_heads: 8, kernels: RopeKernels::Eager }, shape);
+    let fused = layer(LayerKind::Rope { heads: 32, kv_heads: 8, kernels: RopeKernels::Fused }, shape);
+    let (forward, backward) = (eager.kernels(Pass::Forward), eager.kernels(Pass::BackwardData));
+    assert_eq!((forward.len(), backward.len()), (10, 18));
+    assert!(eager.kernels(Pass::BackwardWeight).is_empty());
+    let sum = |parts: &[KernelPart]| parts.iter().map(|p| p.traffic.per_sample).sum::<u64>();
+    assert_eq!(sum(&forward), eager.cost.forward_traffic.per_sample);
+    assert_eq!(sum(&backward), eager.cost.backward_data_traffic.per_sample);
+    let flops = |parts: &[KernelPart]| parts.iter().map(|p| p.flops).sum::<f64>();
+    assert_eq!(flops(&forward), eager.cost.forward_flops);
+    // The queries' and keys' elements (32 + 8 heads of 128 per token) and the cos/sin table.
+    let (rotated, table) = (4096 * 40 * 128, 4096 * 128);
+    assert_eq!(eager.cost.forward_traffic.per_sample, 10 * rotated + 4 * table);
+    assert_eq!(eager.cost.backward_data_traffic.per_sample, 15 * rotated + 4 * table);
+    assert_eq!(fused.cost.forward_traffic.per_sample, 2 * rotated + table);
+    assert_eq!(eager.cost.activation_elements, fused.cost.activation_elements);
+    let mut layers = vec![eager.clone()];
+    assert_eq!(crate::fusion::Fusion::Inductor.apply(&mut layers), 9);
+    assert_eq!(layers[0].kind, fused.kind);
+    assert_eq!(layers[0].cost, fused.cost);
 }
 
 #[test]
