@@ -1009,20 +1009,28 @@ impl GraphBuilder {
             }
         }
 
-        // Dependents (reverse of deps), as a compressed adjacency list.
-        let mut dependent_count = vec![0u32; op_count];
+        // Dependents (reverse of deps), as a compressed adjacency list, built in the offsets'
+        // own array (no per-op count or cursor array beside it: 8 bytes per op less at the
+        // peak of a graph of millions of ops). Counts first, at `op + 1`; summed in place,
+        // `dependent_offsets[op]` is where `op`'s list starts and serves as its cursor while
+        // the list is filled, which leaves it at the next op's start: shifted back by one.
+        let mut dependent_offsets = vec![0u32; op_count + 1];
         for dep in &self.deps {
-            dependent_count[dep.0 as usize] += 1;
+            dependent_offsets[dep.0 as usize + 1] += 1;
         }
-        let dependent_offsets = prefix_sums(&dependent_count);
+        for index in 1..dependent_offsets.len() {
+            dependent_offsets[index] += dependent_offsets[index - 1];
+        }
         let mut dependents = vec![OpId(0); self.deps.len()];
-        let mut fill = dependent_offsets.clone();
         for index in 0..op_count {
             for dep in &self.deps[self.dep_offsets[index] as usize..self.dep_offsets[index + 1] as usize] {
-                dependents[fill[dep.0 as usize] as usize] = OpId(index as u32);
-                fill[dep.0 as usize] += 1;
+                let cursor = &mut dependent_offsets[dep.0 as usize];
+                dependents[*cursor as usize] = OpId(index as u32);
+                *cursor += 1;
             }
         }
+        dependent_offsets.copy_within(..op_count, 1);
+        dependent_offsets[0] = 0;
 
         let mut beside_communication = Vec::new();
         if !self.beside_communication.is_empty() {
