@@ -653,6 +653,19 @@ impl GraphBuilder {
         Origin(self.origins.len().min(Origin::MAX) as u8)
     }
 
+    /// Sets dependency `index` of op `op`, already added (and not taken out in a chunk), to
+    /// `dep`: for a builder that adds an op before it knows the id of one it waits for (a
+    /// lowering that appends each rank's ops as soon as they are made, and fills in the ids
+    /// of later ranks' ops once those are added). Nothing if `op` or `index` is out of range.
+    pub fn set_dep(&mut self, op: OpId, index: usize, dep: OpId) {
+        let Some(at) = op.0.checked_sub(self.op_base).map(|at| at as usize) else { return };
+        if let (Some(&start), Some(&end)) = (self.dep_offsets.get(at), self.dep_offsets.get(at + 1))
+            && index < (end - start) as usize
+        {
+            self.deps[start as usize + index] = dep;
+        }
+    }
+
     /// Sets the metadata of op `op`, already added (graphs built op by op with
     /// [`GraphBuilder::compute`] and its siblings, which add [`OpMeta::NONE`]).
     pub fn set_meta(&mut self, op: OpId, meta: OpMeta) {
