@@ -607,7 +607,8 @@ impl<'p, 's> Lowering<'p, 's> {
         // peak, and left the allocator a buffer per rank to keep). A dependency on another
         // rank's op by key is resolved then if that rank came first; otherwise it is filled
         // in once every rank is appended. The graph is the same, op for op.
-        let mut buffer = Buffer { ops: Vec::new(), dep_ends: Vec::new(), deps: Vec::new(), beside: Vec::new() };
+        let mut buffer =
+            Buffer { ops: Vec::new(), dep_ends: Vec::new(), deps: Vec::new(), beside: Vec::new() };
         let mut span_buffers: Vec<Vec<(String, u32, u32)>> = Vec::with_capacity(simulated.len());
         let mut ends = Vec::with_capacity(simulated.len());
         let mut rank_loads: Vec<VecDeque<(u32, Dep)>> = Vec::with_capacity(simulated.len());
