@@ -729,6 +729,69 @@ fn simulate_with(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome,
 
 pub use crate::streamed::simulate_streamed;
 
+/// Simulates `scenario` for its iteration times alone: the summary's iteration times and
+/// throughputs are [`simulate`]'s, bit for bit, while its breakdowns (compute, exposed
+/// communication, idle, bubble, host- and input-bound time) are left at zero and `devices`
+/// empty. For callers that read nothing else (the validation suite): the run keeps the ends
+/// of each iteration's last ops, not the start and end of every op (16 bytes per op at the
+/// peak), and skips the breakdowns (seconds on graphs of millions of ops). Runs with
+/// variability, streamed iterations or node groups take [`simulate`]'s path whole.
+pub fn simulate_iteration_times(scenario: &Scenario) -> Result<Summary, SimulationError> {
+    if scenario.variability.is_active()
+        || scenario.iterations > strategies::MAX_ITERATIONS
+        || scenario.node_groups.is_some()
+    {
+        return simulate(scenario).map(|outcome| outcome.summary);
+    }
+    let lowered = crate::mixed::lower(scenario).map_err(|error| match error {
+        StrategyError::OverBudget(budget) => {
+            SimulationError::OverBudget { scenario: scenario.source.clone(), budget }
+        }
+        error => error.into(),
+    })?;
+    let (topology, memory, warnings) = prepare(scenario, &lowered.stages, lowered.offload.as_ref())?;
+    let watched: Vec<sim_core::graph::OpId> = lowered.iteration_ends.iter().flatten().copied().collect();
+    let run = scenario.network.run_watching(&lowered.graph, &topology, &watched).map_err(|source| {
+        SimulationError::Exec { scenario: scenario.source.clone(), source: Box::new(source) }
+    })?;
+    let ops = lowered.graph.op_count();
+    // The graph goes before the summary is made, as `simulate` keeps it for its caller.
+    let info = strategies::LoweredInfo {
+        ranks: lowered.ranks,
+        buckets: lowered.buckets,
+        gradient_bytes: lowered.gradient_bytes,
+        flops_per_rank_iteration: lowered.flops_per_rank_iteration,
+        recompute_flops_per_rank_iteration: lowered.recompute_flops_per_rank_iteration,
+        micro_batches: lowered.micro_batches,
+        stages: lowered.stages,
+        offload: lowered.offload,
+    };
+    drop(lowered.graph);
+    // As `simulate_once`: iteration k ends when the last rank finishes its optimizer step.
+    let mut iteration_times = Vec::with_capacity(lowered.iteration_ends.len());
+    let mut previous_end = SimTime::ZERO;
+    let mut ends = run.ends.iter();
+    for iteration in &lowered.iteration_ends {
+        let end = ends.by_ref().take(iteration.len()).copied().max().unwrap_or(previous_end);
+        iteration_times.push(end.saturating_since(previous_end));
+        previous_end = end;
+    }
+    let measured = Measured {
+        iteration_times,
+        total: previous_end.since_start(),
+        per_rank: Vec::new(),
+        by_group: Vec::new(),
+        offload_stall_ps: 0,
+        host_bound_ps: 0,
+        input_bound_ps: 0,
+        bubble_ps: 0,
+        flush_wait_ps: 0,
+        ops,
+        events: run.events,
+    };
+    summarize(scenario, &info, &topology, memory, warnings, measured)
+}
+
 /// Significant digits of the iteration-time histogram.
 const HISTOGRAM_DIGITS: u8 = 4;
 

@@ -103,7 +103,62 @@ impl Timeline {
 
 /// Runs `graph` to completion on `network`.
 pub fn run<N: Network>(graph: &ExecGraph, network: &mut N) -> Result<Timeline, ExecError> {
+    let executor = execute(
+        graph,
+        network,
+        Executor::new(graph.ranks(), graph.streams_per_rank(), graph.has_slowdowns()),
+    )?;
+    Ok(Timeline {
+        start: executor.start,
+        end: executor.end,
+        collective_begin: executor.collective_begin,
+        collective_choice: executor.collective_choice,
+        events: executor.events,
+    })
+}
+
+/// When the watched ops of a run ended ([`run_watching`]), and the events it popped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchedEnds {
+    /// The end of each watched op, in the order they were given.
+    pub ends: Vec<SimTime>,
+    /// Events popped from the queue ([`Timeline::events`]).
+    pub events: u64,
+}
+
+/// Runs `graph` to completion on `network` as [`run`] does, event for event, but records the
+/// ends of the `watched` ops alone: no start and end of every op (16 bytes per op of a
+/// [`Timeline`]), for callers that read only a few ends (an iteration's last ops).
+///
+/// # Panics
+///
+/// If a watched op is not in the graph.
+pub fn run_watching<N: Network>(
+    graph: &ExecGraph,
+    network: &mut N,
+    watched: &[OpId],
+) -> Result<WatchedEnds, ExecError> {
     let mut executor = Executor::new(graph.ranks(), graph.streams_per_rank(), graph.has_slowdowns());
+    let mut sorted = watched.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert!(sorted.last().is_none_or(|last| (last.0 as usize) < graph.op_count()), "watched op out of range");
+    executor.watched = Some((sorted, Vec::new()));
+    let executor = execute(graph, network, executor)?;
+    let (sorted, ends) = executor.watched.unwrap_or_default();
+    let ends = watched
+        .iter()
+        .map(|op| sorted.binary_search(op).ok().and_then(|at| ends.get(at).copied()).unwrap_or(SimTime::ZERO))
+        .collect();
+    Ok(WatchedEnds { ends, events: executor.events })
+}
+
+/// Runs `graph` to completion on `network` with `executor` (new, holding no op) and returns it.
+fn execute<N: Network>(
+    graph: &ExecGraph,
+    network: &mut N,
+    mut executor: Executor<N::Event>,
+) -> Result<Executor<N::Event>, ExecError> {
     executor.admit(graph, 0..graph.op_count() as u32, graph.collectives().len() as u32);
     if graph.ranks() as usize > network.host_count() {
         return Err(ExecError::TooFewHosts { ranks: graph.ranks(), hosts: network.host_count() });
@@ -134,13 +189,7 @@ pub fn run<N: Network>(graph: &ExecGraph, network: &mut N) -> Result<Timeline, E
             op: graph.describe(OpId(first as u32)),
         });
     }
-    Ok(Timeline {
-        start: executor.start,
-        end: executor.end,
-        collective_begin: executor.collective_begin,
-        collective_choice: executor.collective_choice,
-        events: executor.events,
-    })
+    Ok(executor)
 }
 
 /// What the executor reads of a graph: a whole [`ExecGraph`], or the window of a streamed one
@@ -252,6 +301,10 @@ pub(crate) struct Executor<E> {
     /// Kernels slowed beside communication ([`crate::graph::GraphBuilder::compute_slowed`]);
     /// `None` when the graph has none, and then nothing below is tracked.
     slowdowns: Option<Slowdowns>,
+    /// [`run_watching`]: the watched ops (sorted) and their ends, filled as they finish
+    /// (all zero until then); `start` and `end` then stay empty. `None`: every op's times
+    /// are kept.
+    watched: Option<(Vec<OpId>, Vec<SimTime>)>,
 }
 
 /// The state of kernels that run slower while their rank communicates.
@@ -302,6 +355,7 @@ impl<E: Copy + std::fmt::Debug> Executor<E> {
                 running: vec![Vec::new(); ranks as usize],
                 generation: Vec::new(),
             }),
+            watched: None,
         }
     }
 
@@ -336,11 +390,16 @@ impl<E: Copy + std::fmt::Debug> Executor<E> {
                 + u32::from(graph.previous_in_stream(id).is_some_and(|previous| !self.is_done(previous)));
             self.waiting_on.push(waiting);
             self.done.push(false);
-            self.start.push(SimTime::ZERO);
-            self.end.push(SimTime::ZERO);
+            if self.watched.is_none() {
+                self.start.push(SimTime::ZERO);
+                self.end.push(SimTime::ZERO);
+            }
             if let Some(state) = &mut self.slowdowns {
                 state.generation.push(0);
             }
+        }
+        if let Some((watched, ends)) = &mut self.watched {
+            ends.resize(watched.len(), SimTime::ZERO);
         }
         let held = self.collective_base as usize + self.arrived.len();
         for _ in held..collectives as usize {
@@ -356,8 +415,9 @@ impl<E: Copy + std::fmt::Debug> Executor<E> {
         let ops = (op.0 - self.base) as usize;
         self.waiting_on.drain(..ops);
         self.done.drain(..ops);
-        self.start.drain(..ops);
-        self.end.drain(..ops);
+        // Empty under `run_watching`, which never retires.
+        self.start.drain(..ops.min(self.start.len()));
+        self.end.drain(..ops.min(self.end.len()));
         if let Some(state) = &mut self.slowdowns {
             state.generation.drain(..ops);
         }
@@ -636,7 +696,14 @@ impl<E: Copy + std::fmt::Debug> Executor<E> {
         network: &mut N,
     ) -> Result<(), ExecError> {
         let index = self.at(op);
-        self.end[index] = self.queue.now();
+        match &mut self.watched {
+            None => self.end[index] = self.queue.now(),
+            Some((watched, ends)) => {
+                if let Ok(at) = watched.binary_search(&op) {
+                    ends[at] = self.queue.now();
+                }
+            }
+        }
         self.done[index] = true;
         self.finished += 1;
         for &next in graph.dependents(op).iter().chain(graph.next_in_stream(op).as_ref()) {
@@ -657,8 +724,10 @@ impl<E: Copy + std::fmt::Debug> Executor<E> {
         network: &mut N,
     ) -> Result<(), ExecError> {
         let now = self.queue.now();
-        let index = self.at(op);
-        self.start[index] = now;
+        if self.watched.is_none() {
+            let index = self.at(op);
+            self.start[index] = now;
+        }
         let spec = graph.op(op);
         let network_error = |source| ExecError::Network { op: graph.describe(op), source };
         match spec.kind {

@@ -213,6 +213,22 @@ impl NetworkSettings {
         }
     }
 
+    /// Runs `graph` on `topology` under this model as [`NetworkSettings::run`] does, keeping
+    /// only the ends of the `watched` ops ([`exec::run_watching`]).
+    pub fn run_watching(
+        &self,
+        graph: &ExecGraph,
+        topology: &Topology,
+        watched: &[crate::graph::OpId],
+    ) -> Result<exec::WatchedEnds, ExecError> {
+        match self.fidelity {
+            Fidelity::Analytical => exec::run_watching(graph, &mut self.analytical(topology), watched),
+            Fidelity::Flow | Fidelity::PacketSteps => {
+                exec::run_watching(graph, &mut self.flow_network(topology), watched)
+            }
+        }
+    }
+
     /// Runs `graph` on `topology` under this model.
     pub fn run(&self, graph: &ExecGraph, topology: &Topology) -> Result<Timeline, ExecError> {
         match self.fidelity {

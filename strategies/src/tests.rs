@@ -2325,3 +2325,55 @@ fn zb_v_and_dualpipe_refuse_what_they_cannot_run_and_name_the_key() {
         "{sharded}"
     );
 }
+
+/// The lowering appends each rank's ops as soon as they are made and fills in a dependency on
+/// a later rank's op (a backward receive from the next stage) once that rank is appended: in
+/// every pipeline schedule, every dependency across ranks is a transfer to the waiting rank,
+/// every transfer is waited for on the rank it goes to, and some of those dependencies point
+/// forward (the filled-in ones).
+#[test]
+fn every_cross_rank_dependency_is_a_transfer_to_the_rank_that_waits() {
+    let model = uniform_model(8, 256);
+    let compute = ComputeModel::default();
+    let cases = [
+        pipelined(4, 1, PipelineSchedule::GPipe),
+        pipelined(4, 1, PipelineSchedule::OneFOneB),
+        pipelined(4, 2, PipelineSchedule::OneFOneB),
+        pipelined(4, 1, PipelineSchedule::ZbH1),
+        pipelined(4, 2, PipelineSchedule::ZbV),
+        pipelined(4, 2, PipelineSchedule::DualPipe),
+        Parallelism { data: 2, ..pipelined(2, 1, PipelineSchedule::OneFOneB) },
+    ];
+    for parallelism in cases {
+        let lowered = strategy(&model, &compute, parallelism, 64, 4).lower().unwrap();
+        let graph = &lowered.graph;
+        let mut received = vec![false; graph.op_count()];
+        let mut forward = 0;
+        for (index, op) in graph.ops().iter().enumerate() {
+            for &dep in graph.deps(sim_core::graph::OpId(index as u32)) {
+                let sender = graph.op(dep);
+                if sender.rank == op.rank {
+                    continue;
+                }
+                assert!(
+                    matches!(sender.kind, OpKind::Transfer { dst, .. } if dst == op.rank),
+                    "{parallelism:?}: {} waits for {} on another rank, not a transfer to it",
+                    graph.describe(sim_core::graph::OpId(index as u32)),
+                    graph.describe(dep)
+                );
+                received[dep.0 as usize] = true;
+                forward += usize::from(dep.0 as usize > index);
+            }
+        }
+        for (index, op) in graph.ops().iter().enumerate() {
+            if matches!(op.kind, OpKind::Transfer { .. }) {
+                assert!(
+                    received[index],
+                    "{parallelism:?}: nothing waits for {}",
+                    graph.describe(sim_core::graph::OpId(index as u32))
+                );
+            }
+        }
+        assert!(forward > 0, "{parallelism:?}: no dependency on a later rank's op");
+    }
+}

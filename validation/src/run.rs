@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use scenario::collective_bench::{BenchSettings, CollectiveBench};
-use scenario::simulation::{Summary, simulate};
+use scenario::simulation::{Summary, simulate, simulate_iteration_times};
 use scenario::{Cluster, Override, Scenario, apply, merge};
 use serde::Serialize;
 use sim_core::fidelity::{Fidelity, NetworkSettings};
@@ -376,8 +376,10 @@ fn describe_strategy(p: &strategies::Parallelism) -> String {
     text
 }
 
+/// The iteration and scaling cases read the iteration time and throughput alone: the run
+/// keeps no per-op timeline and skips the breakdowns ([`simulate_iteration_times`]).
 fn run_scenario(scenario: &Scenario) -> Result<Summary, String> {
-    simulate(scenario).map(|outcome| outcome.summary).map_err(|e| e.to_string())
+    simulate_iteration_times(scenario).map_err(|e| e.to_string())
 }
 
 fn iteration(family: &Family, case: &CaseEntry, paths: &Paths) -> Result<Simulated, String> {

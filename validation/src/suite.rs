@@ -77,7 +77,7 @@ impl Selection {
 /// the light ones fill in around them, and a case starts only while it and the cases running
 /// beside it weigh no more together than the heaviest chosen case alone: the suite's peak
 /// memory stays near its heaviest case's instead of the sum of the two heaviest (the suite's
-/// largest job, 12.7 M ops, peaks at 1.0 GB on its own; docs/benchmarks.md, "Validation suite
+/// largest job, 12.7 M ops, peaks at 0.80 GB on its own; docs/benchmarks.md, "Validation suite
 /// memory"), and the cases that fit beside each other still run in parallel. Results do not
 /// depend on the order (every case is independent).
 pub fn run(

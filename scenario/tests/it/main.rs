@@ -7,6 +7,7 @@ mod compute_knobs;
 mod filter_keys;
 mod fuzz;
 mod input;
+mod iteration_times;
 mod jobs;
 mod mixed;
 mod overrides;

@@ -3,7 +3,8 @@
 //! overlap; a collective begins when its last member arrives and ends for all together.
 
 use proptest::prelude::*;
-use sim_core::exec::{Timeline, run};
+use sim_core::exec::{Timeline, run, run_watching};
+use sim_core::flow::FlowNetwork;
 use sim_core::graph::{
     Collective, CollectiveAlgorithm, CollectiveKind, ExecGraph, GraphBuilder, OpId, OpKind, RankId, StreamId,
 };
@@ -156,6 +157,33 @@ proptest! {
         // Same graph, same network: the same timeline, event for event.
         let again = run(&graph, &mut AnalyticalNetwork::new(&topology)).unwrap();
         prop_assert_eq!(timeline, again);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    /// A run that keeps only some ops' ends (`run_watching`, the validation suite's) gives
+    /// those ends and the event count of the whole run, under the analytical model and the
+    /// flow model (whose shared links make the order of events matter), watched ops given in
+    /// any order and more than once.
+    #[test]
+    fn a_watching_run_ends_its_watched_ops_as_the_whole_run_does(
+        (ranks, steps) in (1u32..5).prop_flat_map(|ranks| (Just(ranks), prop::collection::vec(step(ranks), 1..60))),
+        picks in prop::collection::vec(any::<prop::sample::Index>(), 0..8),
+    ) {
+        let graph = build(ranks, &steps);
+        let topology = single_switch(ranks, "100 Gb/s", "1 us");
+        let watched: Vec<OpId> = picks.iter().map(|pick| OpId(pick.index(graph.op_count()) as u32)).collect();
+        let whole = run(&graph, &mut AnalyticalNetwork::new(&topology)).unwrap();
+        let watching = run_watching(&graph, &mut AnalyticalNetwork::new(&topology), &watched).unwrap();
+        let expected: Vec<SimTime> = watched.iter().map(|op| whole.end[op.0 as usize]).collect();
+        prop_assert_eq!(&watching.ends, &expected);
+        prop_assert_eq!(watching.events, whole.events);
+        let whole = run(&graph, &mut FlowNetwork::new(&topology)).unwrap();
+        let watching = run_watching(&graph, &mut FlowNetwork::new(&topology), &watched).unwrap();
+        let expected: Vec<SimTime> = watched.iter().map(|op| whole.end[op.0 as usize]).collect();
+        prop_assert_eq!(&watching.ends, &expected);
+        prop_assert_eq!(watching.events, whole.events);
     }
 }
 

@@ -602,25 +602,32 @@ impl<'p, 's> Lowering<'p, 's> {
         let simulated = &self.simulated;
         let position_of = &self.position_of;
         shared.keys.clear();
-        let mut buffers = Vec::with_capacity(simulated.len());
+        // Each rank's ops are appended to the graph as soon as they are made, from one buffer
+        // reused rank after rank (every rank's buffered at once doubled a large iteration's
+        // peak, and left the allocator a buffer per rank to keep). A dependency on another
+        // rank's op by key is resolved then if that rank came first; otherwise it is filled
+        // in once every rank is appended. The graph is the same, op for op.
+        let mut buffer =
+            Buffer { ops: Vec::new(), dep_ends: Vec::new(), deps: Vec::new(), beside: Vec::new() };
         let mut span_buffers: Vec<Vec<(String, u32, u32)>> = Vec::with_capacity(simulated.len());
         let mut ends = Vec::with_capacity(simulated.len());
         let mut rank_loads: Vec<VecDeque<(u32, Dep)>> = Vec::with_capacity(simulated.len());
+        let mut offsets: Vec<u32> = Vec::with_capacity(simulated.len());
+        // (op, index of the dependency, key, position of the rank that waits).
+        let mut unresolved: Vec<(OpId, usize, Key, usize)> = Vec::new();
+        let mut resolved = Vec::new();
         for (position, &rank) in simulated.iter().enumerate() {
-            // Ranks emit about as many ops as each other: room for the previous one's.
-            let (ops, deps) = buffers.last().map_or((0, 0), |b: &Buffer| (b.ops.len(), b.deps.len()));
+            buffer.ops.clear();
+            buffer.dep_ends.clear();
+            buffer.deps.clear();
+            buffer.beside.clear();
             let mut emitter = RankEmitter {
                 plan,
                 labels: &self.labels,
                 bucket_labels: &self.bucket_labels,
                 shared: &mut *shared,
                 rank,
-                buffer: Buffer {
-                    ops: Vec::with_capacity(ops),
-                    dep_ends: Vec::with_capacity(ops),
-                    deps: Vec::with_capacity(deps),
-                    beside: Vec::new(),
-                },
+                buffer,
                 waiting: Vec::new(),
                 last_compute: None,
                 last_issued: Vec::new(),
@@ -636,46 +643,46 @@ impl<'p, 's> Lowering<'p, 's> {
             let (end, pipeline_end) =
                 emitter.iteration(self.policies[position].as_mut(), self.previous_end[position])?;
             rank_loads.push(std::mem::take(&mut emitter.loads));
-            let rank_spans = std::mem::take(&mut emitter.spans);
-            buffers.push(emitter.buffer);
+            span_buffers.push(std::mem::take(&mut emitter.spans));
             ends.push((end, pipeline_end));
-            span_buffers.push(rank_spans);
-        }
-        // Append rank after rank, resolving keys.
-        let mut offsets = Vec::with_capacity(simulated.len());
-        let mut next = shared.graph.op_count() as u32;
-        for buffer in &buffers {
-            offsets.push(next);
-            next += buffer.ops.len() as u32;
-        }
-        shared
-            .graph
-            .reserve(buffers.iter().map(|b| b.ops.len()).sum(), buffers.iter().map(|b| b.deps.len()).sum());
-        let mut resolved = Vec::new();
-        for (rank, buffer) in buffers.into_iter().enumerate() {
+            buffer = emitter.buffer;
+            let offset = shared.graph.op_count() as u32;
+            offsets.push(offset);
+            if position == 0 {
+                // Ranks emit about as many ops as each other: room for every rank's.
+                let ranks = simulated.len();
+                shared.graph.reserve(buffer.ops.len() * ranks, buffer.deps.len() * ranks);
+            }
             let mut start = 0usize;
-            for (op, &end) in buffer.ops.into_iter().zip(&buffer.dep_ends) {
+            for (local, (op, &end)) in buffer.ops.iter().zip(&buffer.dep_ends).enumerate() {
                 resolved.clear();
-                for dep in &buffer.deps[start..end as usize] {
+                for (index, dep) in buffer.deps[start..end as usize].iter().enumerate() {
                     resolved.push(match *dep {
-                        Dep::Local(index) => OpId(offsets[rank] + index),
+                        Dep::Local(index) => OpId(offset + index),
                         Dep::Global(id) => id,
-                        Dep::Key(key) => {
-                            let (owner, index) = shared.keys.get(&key).copied().ok_or_else(|| {
-                                StrategyError::Internal(format!(
-                                    "rank {rank} waits for {key:?}, which no rank sends"
-                                ))
-                            })?;
-                            OpId(offsets[position_of[owner as usize] as usize] + index)
-                        }
+                        Dep::Key(key) => match shared.keys.get(&key) {
+                            Some(&(owner, index)) if position_of[owner as usize] as usize <= position => {
+                                OpId(offsets[position_of[owner as usize] as usize] + index)
+                            }
+                            _ => {
+                                unresolved.push((OpId(offset + local as u32), index, key, position));
+                                OpId(u32::MAX)
+                            }
+                        },
                     });
                 }
                 start = end as usize;
-                shared.graph.add_op(op, &resolved);
+                shared.graph.add_op(*op, &resolved);
             }
             for &(index, beside) in &buffer.beside {
-                shared.graph.slow_beside_communication(OpId(offsets[rank] + index), beside);
+                shared.graph.slow_beside_communication(OpId(offset + index), beside);
             }
+        }
+        for (op, index, key, rank) in unresolved {
+            let (owner, at) = shared.keys.get(&key).copied().ok_or_else(|| {
+                StrategyError::Internal(format!("rank {rank} waits for {key:?}, which no rank sends"))
+            })?;
+            shared.graph.set_dep(op, index, OpId(offsets[position_of[owner as usize] as usize] + at));
         }
         for (position, mut in_flight) in rank_loads.into_iter().enumerate() {
             for (_, dep) in in_flight.iter_mut() {
