@@ -888,7 +888,8 @@ def attention_grid():
     """Run 5: SDPA flash attention (cuDNN on sm90), bf16, over head size 64 and 128, causal
     and not, sequences 512-8192 at 16,384 tokens a call: forward and backward apart (the
     backward is timed alone, from a saved forward), and the backward's kernels with their
-    GPU times for two shapes, for a shape model of the backward."""
+    GPU times for two shapes (every shape with PROFILE_ALL=1, run 7), for a shape model of the
+    backward."""
     from torch.profiler import ProfilerActivity, profile
 
     tokens = 16384
@@ -919,7 +920,7 @@ def attention_grid():
                     fwd_tflops=flop / (fwd / 1e3) / 1e12,
                     bwd_tflops=2.5 * flop / (bwd / 1e3) / 1e12,
                 )
-                if d == 128 and heads == 16 and causal and seq in (512, 4096):
+                if os.environ.get("PROFILE_ALL") or (d == 128 and heads == 16 and causal and seq in (512, 4096)):
                     with profile(activities=[ProfilerActivity.CUDA]) as prof:
                         for _ in range(3):
                             torch.autograd.grad(out, (q, k, v), g, retain_graph=True)
