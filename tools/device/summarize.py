@@ -79,16 +79,25 @@ def main(folder):
             f"{r['kernels_per_step']:.0f} kernels a step in {r['median_step_s'] * 1e3:.2f} ms | {r['us_per_kernel']:.1f} | {r['run']} |"
         )
 
-    print("\n| sequence | batch x heads x head size | causal | forward ms | backward ms | forward TFLOP/s | backward TFLOP/s |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| sequence | batch x heads x head size | causal | forward ms | backward ms | forward TFLOP/s | backward TFLOP/s | run |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in by("attention_grid"):
         print(
             f"| {r['seq']} | {r['batch']} x {r['heads']} x {r['head_dim']} | {'yes' if r['causal'] else 'no'} | {r['fwd_ms']:.3f} "
-            f"| {r['bwd_ms']:.3f} | {r['fwd_tflops']:.0f} | {r['bwd_tflops']:.0f} |"
+            f"| {r['bwd_ms']:.3f} | {r['fwd_tflops']:.0f} | {r['bwd_tflops']:.0f} | {r['run']} |"
         )
-    for r in by("attention_grid"):
-        for name, us in r.get("bwd_kernels_us", {}).items():
-            print(f"| {r['seq']} | backward kernel `{name.split('(')[0][:70]}` | | | {us / 1e3:.3f} | | |")
+
+    profiled = [r for r in by("attention_grid") if "bwd_kernels_us" in r]
+    if profiled:
+        print("\n| sequence | batch x heads x head size | causal | backward: main kernel us | `compute_dot_do_o` us | `convert_dq_to_16bits` us | run |")
+        print("|---|---|---|---|---|---|---|")
+        for r in profiled:
+            k = r["bwd_kernels_us"]
+            part = lambda key: sum(v for n, v in k.items() if key in n)  # noqa: E731
+            print(
+                f"| {r['seq']} | {r['batch']} x {r['heads']} x {r['head_dim']} | {'yes' if r['causal'] else 'no'} "
+                f"| {part('bprop'):.0f} | {part('dot_do_o'):.0f} | {part('convert_dq'):.0f} | {r['run']} |"
+            )
 
     training_host_factor(records)
 
