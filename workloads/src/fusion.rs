@@ -126,28 +126,28 @@ impl std::str::FromStr for Fusion {
 /// `nll_loss` become one reduction each way, [`LossKernels::Fused`]). Returns the forward
 /// kernels fused away.
 fn inductor(layer: &mut Layer) -> usize {
-    if let LayerKind::Rope { heads, kv_heads, kernels: RopeKernels::Eager } = layer.kind {
+    match layer.kind {
         // Inductor fuses the rotation's point-wise operators into one kernel each way.
-        let kind = LayerKind::Rope { heads, kv_heads, kernels: RopeKernels::Fused };
-        let Ok(fused) = Layer::new(layer.name.clone(), kind, layer.input.clone()) else {
-            return 0;
-        };
-        let before = layer.kernels(Pass::Forward).len();
-        layer.kind = fused.kind;
-        layer.cost = LayerCost { activation_elements: layer.cost.activation_elements, ..fused.cost };
-        return before.saturating_sub(layer.kernels(Pass::Forward).len());
+        LayerKind::Rope { heads, kv_heads, kernels: RopeKernels::Eager } => {
+            fused_as(layer, LayerKind::Rope { heads, kv_heads, kernels: RopeKernels::Fused })
+        }
+        LayerKind::CrossEntropy { kernels: LossKernels::Torch } => {
+            fused_as(layer, LayerKind::CrossEntropy { kernels: LossKernels::Fused })
+        }
+        _ => fuse_math_attention(layer),
     }
-    if let LayerKind::CrossEntropy { kernels: LossKernels::Torch } = layer.kind {
-        let kind = LayerKind::CrossEntropy { kernels: LossKernels::Fused };
-        let Ok(fused) = Layer::new(layer.name.clone(), kind, layer.input.clone()) else {
-            return 0;
-        };
-        let before = layer.kernels(Pass::Forward).len();
-        layer.kind = fused.kind;
-        layer.cost = LayerCost { activation_elements: layer.cost.activation_elements, ..fused.cost };
-        return before.saturating_sub(layer.kernels(Pass::Forward).len());
-    }
-    fuse_math_attention(layer)
+}
+
+/// Rewrites `layer` as `kind` (its fused form), keeping the activations it kept; returns the
+/// forward kernels fused away (0, unchanged, if `kind` does not fit the layer's input).
+fn fused_as(layer: &mut Layer, kind: LayerKind) -> usize {
+    let Ok(fused) = Layer::new(layer.name.clone(), kind, layer.input.clone()) else {
+        return 0;
+    };
+    let before = layer.kernels(Pass::Forward).len();
+    layer.kind = fused.kind;
+    layer.cost = LayerCost { activation_elements: layer.cost.activation_elements, ..fused.cost };
+    before.saturating_sub(layer.kernels(Pass::Forward).len())
 }
 
 /// Rewrites a math attention core ([`AttentionKernel::Math`]) into the fused chain TorchInductor

@@ -1,4 +1,34 @@
-//! What the memory guards share: the job they simulate and how they read the resident set.
+//! What the memory guards share: the job they simulate and how they measure the resident set.
+
+use std::path::Path;
+
+/// Simulates [`SCENARIO`] with `run` (which returns the ops it simulated) and checks that the
+/// process's peak resident set grew by at most `bytes_per_op` per op; `what` names the run in
+/// the messages. Prints why and passes where `/proc/self/status` has no `VmHWM`.
+pub fn assert_peak_growth(what: &str, bytes_per_op: u64, run: impl FnOnce(&scenario::Scenario) -> u64) {
+    if status_bytes("VmHWM:").is_none() {
+        eprintln!("no /proc/self/status VmHWM here: memory not measured");
+        return;
+    }
+    let scenario =
+        scenario::Scenario::parse(SCENARIO, Path::new("memory.toml")).expect("the memory guards' job parses");
+    // Reset the peak to the current RSS (Linux 4.0+); if not permitted, the peak so far is
+    // already counted, which can only make the measured growth smaller.
+    let reset = fs_err::write("/proc/self/clear_refs", "5").is_ok();
+    let before = status_bytes("VmRSS:").expect("VmRSS beside VmHWM");
+    let ops = run(&scenario);
+    let peak = status_bytes("VmHWM:").expect("VmHWM was there before");
+    let growth = peak.saturating_sub(before);
+    eprintln!(
+        "{what}: {ops} ops; RSS before {before}, peak {peak} (reset: {reset}); growth {growth} = {:.1} bytes per op",
+        growth as f64 / ops as f64
+    );
+    assert!(ops > 1_000_000, "{ops} ops: the job is smaller than intended");
+    assert!(
+        growth <= bytes_per_op * ops,
+        "{what} of {ops} ops grew the peak RSS by {growth} bytes, more than {bytes_per_op} per op"
+    );
+}
 
 /// A `/proc/self/status` field in bytes.
 pub fn status_bytes(field: &str) -> Option<u64> {

@@ -14,36 +14,15 @@
 //! A test binary of its own: the peak RSS is per process, and the tests of the `it` binary
 //! run in parallel threads whose allocations would count too.
 
-use std::path::Path;
-
 mod job;
-use job::{SCENARIO, status_bytes};
+use job::assert_peak_growth;
 
 /// The most the peak resident set may grow per op of the graph while simulating it.
 const BYTES_PER_OP: u64 = 87;
 
 #[test]
 fn a_pipeline_simulation_peaks_within_its_bytes_per_op() {
-    if status_bytes("VmHWM:").is_none() {
-        eprintln!("no /proc/self/status VmHWM here: memory not measured");
-        return;
-    }
-    let scenario = scenario::Scenario::parse(SCENARIO, Path::new("memory.toml")).unwrap();
-    // Reset the peak to the current RSS (Linux 4.0+); if not permitted, the peak so far is
-    // already counted, which can only make the measured growth smaller.
-    let reset = fs_err::write("/proc/self/clear_refs", "5").is_ok();
-    let before = status_bytes("VmRSS:").unwrap();
-    let outcome = scenario::simulation::simulate(&scenario).unwrap();
-    let peak = status_bytes("VmHWM:").unwrap();
-    let ops = outcome.graph.op_count() as u64;
-    let growth = peak.saturating_sub(before);
-    eprintln!(
-        "{ops} ops; RSS before {before}, peak {peak} (reset: {reset}); growth {growth} = {:.1} bytes per op",
-        growth as f64 / ops as f64
-    );
-    assert!(ops > 1_000_000, "{ops} ops: the job is smaller than intended");
-    assert!(
-        growth <= BYTES_PER_OP * ops,
-        "simulating {ops} ops grew the peak RSS by {growth} bytes, more than {BYTES_PER_OP} per op"
-    );
+    assert_peak_growth("simulating", BYTES_PER_OP, |scenario| {
+        scenario::simulation::simulate(scenario).unwrap().graph.op_count() as u64
+    });
 }

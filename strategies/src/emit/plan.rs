@@ -57,12 +57,12 @@ pub(super) struct Plan<'s> {
     pub(super) boundary_bytes: Vec<Bytes>,
     /// Host time to launch one kernel (zero under CUDA graphs).
     pub(super) host_cost: SimDuration,
-    /// Host launches of each layer's forward, backward-data and backward-weight pass (1 but for
-    /// an expert bank: [`crate::experts::MoeExperts::launches`]).
-    pub(super) launches: Vec<[u32; 3]>,
-    /// Further kernels of each layer pass beyond its first, each a launch at `op_cost`
-    /// ([`workloads::compute::launched_kernels`]).
-    pub(super) ops: Vec<[u32; 3]>,
+    /// Host launches of each layer's forward, backward-data and backward-weight pass: the
+    /// module's (1 but for an expert bank: [`crate::experts::MoeExperts::launches`]) and the
+    /// further kernels', each at `op_cost` ([`workloads::compute::launched_kernels`]). 16-bit
+    /// counts (saturating): the plan of a model of a million layers is built before the work
+    /// budget can refuse it.
+    pub(super) launches: Vec<[(u16, u16); 3]>,
     /// The host's cost of each further kernel (`op-dispatch-overhead`; zero under CUDA graphs).
     pub(super) op_cost: SimDuration,
     /// The training loop's host time per iteration after the step's synchronisation
@@ -239,16 +239,24 @@ impl<'s> Plan<'s> {
         // Each pass's first kernel is a launch at the module's cost; every further kernel it
         // runs (an attention core's parts, a loss's, autocast's casts...) one at the op's.
         let autocast = strategy.compute.autocast;
-        let (launches, ops) = local
+        let short = |count: u32| u16::try_from(count).unwrap_or(u16::MAX);
+        let launches = local
             .iter()
             .map(|entry| {
-                let launches = p.moe_experts.launches(&entry.layer);
-                let ops = Pass::ALL.map(|pass| {
-                    workloads::compute::launched_kernels(&entry.layer, pass, strategy.precision, autocast) - 1
-                });
-                (launches, ops)
+                let modules = p.moe_experts.launches(&entry.layer);
+                let mut launches = [(0, 0); 3];
+                for ((launch, modules), pass) in launches.iter_mut().zip(modules).zip(Pass::ALL) {
+                    let kernels = workloads::compute::launched_kernels(
+                        &entry.layer,
+                        pass,
+                        strategy.precision,
+                        autocast,
+                    );
+                    *launch = (short(modules), short(kernels - 1));
+                }
+                launches
             })
-            .unzip();
+            .collect();
         let scatter_applies =
             p.pipeline_scatter_gather && p.pipeline > 1 && p.tensor > 1 && !p.sequence_parallel;
         let (boundary_bytes, pipeline_scatter): (Vec<Bytes>, Vec<u32>) = chunk_layers
@@ -283,7 +291,6 @@ impl<'s> Plan<'s> {
             host_cost,
             op_cost,
             launches,
-            ops,
             step_overhead: strategy.compute.step_overhead,
             host_synchronous: strategy.compute.host_synchronous,
             pipeline_host_sync: p.pipeline_host_sync.applies(p.pipeline, p.virtual_stages)

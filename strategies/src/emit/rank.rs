@@ -470,12 +470,7 @@ impl RankEmitter<'_, '_> {
                     self.ring(index, micro, duration, bytes, label, if recompute { 1 } else { 0 });
                 }
                 None => {
-                    self.compute_launched(
-                        duration,
-                        label,
-                        meta,
-                        (plan.launches[index][0], plan.ops[index][0]),
-                    );
+                    self.compute_launched(duration, label, meta, wide(plan.launches[index][0]));
                     self.slow_last_compute(index, 0);
                 }
             }
@@ -542,12 +537,7 @@ impl RankEmitter<'_, '_> {
                 gradient_ready = Some(match local.context_ring {
                     Some(bytes) => self.ring(index, micro, duration, Bytes(bytes.0 * 2), label, 2),
                     None => {
-                        let op = self.compute_launched(
-                            duration,
-                            label,
-                            meta,
-                            (plan.launches[index][1], plan.ops[index][1]),
-                        );
+                        let op = self.compute_launched(duration, label, meta, wide(plan.launches[index][1]));
                         self.slow_last_compute(index, 1);
                         op
                     }
@@ -616,10 +606,9 @@ impl RankEmitter<'_, '_> {
         let plan = self.plan;
         let weight_meta = layer_meta(index, Pass::BackwardWeight);
         let mut gradient_ready = None;
-        let launches = plan.launches[index][2];
+        let (launches, ops) = wide(plan.launches[index][2]);
         if let Some((duration, _)) = plan.kernels[index][2] {
             let label = self.labels.passes[index][2];
-            let ops = plan.ops[index][2];
             gradient_ready = Some(self.compute_launched(duration, label, weight_meta, (launches, ops)));
             self.slow_last_compute(index, 2);
         }
@@ -970,7 +959,7 @@ impl RankEmitter<'_, '_> {
         let producer: Vec<Dep> =
             self.waiting.iter().copied().chain(self.last_compute.map(Dep::Local)).collect();
         // Each step runs the pass's kernels on its chunk: its further kernels each an op.
-        let ops = self.plan.ops[layer][if pass == 2 { 1 } else { 0 }];
+        let (_, ops) = wide(self.plan.launches[layer][if pass == 2 { 1 } else { 0 }]);
         let mut op = self.compute_launched(step, label, kernel, (1, ops));
         let received =
             |step: u32| Dep::Key(Key::Ring { sender: previous, layer: layer as u32, micro, step, pass });
@@ -1223,4 +1212,10 @@ pub(super) fn layer_meta(index: usize, pass: Pass) -> OpMeta {
 fn scattered(plan: &Plan<'_>, boundary: usize) -> Bytes {
     let bytes = plan.boundary_bytes[boundary];
     Bytes(bytes.0 / u64::from(plan.pipeline_scatter[boundary]))
+}
+
+/// A pass's `(module, further kernel)` launch counts as [`RankEmitter::compute_launched`] takes
+/// them.
+fn wide((modules, ops): (u16, u16)) -> (u32, u32) {
+    (u32::from(modules), u32::from(ops))
 }
