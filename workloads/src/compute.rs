@@ -787,20 +787,16 @@ fn layer_kernel_works(
 /// the kernels parasim prices ([`layer_kernel_works`]: a standard or math attention core's
 /// parts, a loss's kernels, fp8's and autocast's casts), with an attention core's products as
 /// the separate matrix products they are (`Q K^T` and `P V` forward, four gradient products
-/// backward), a flash core's backward with its two helper kernels (the row sums of `dO * O`
-/// before the main kernel and the conversion of dQ's fp32 accumulator after it: FlashAttention
-/// 2's `flash_bwd_dot_do_o_kernel` and `flash_bwd_convert_dq_kernel`, cuDNN's
-/// `compute_dot_do_o` and `convert_dq_to_16bits` in the H200 traces), and a biased linear
-/// layer's weight-gradient pass with its bias gradient's reduction (`AddmmBackward0`: `mm` and
-/// `sum`). At least 1. Only the host's launches count them: the helpers' and the bias
-/// reduction's GPU time is not priced.
+/// backward; a flash core's backward is its three kernels, [`Layer::kernels`]), and a biased
+/// linear layer's weight-gradient pass with its bias gradient's reduction (`AddmmBackward0`:
+/// `mm` and `sum`). At least 1. Only the host's launches count the bias reduction: its GPU
+/// time is not priced.
 pub fn launched_kernels(layer: &Layer, pass: Pass, dtype: Dtype, autocast: bool) -> u32 {
-    use crate::layer::{AttentionKernel, LayerKind};
+    use crate::layer::LayerKind;
     let priced = layer_kernel_works(layer, pass, 1, dtype, autocast).len();
     let products =
         layer.kernels(pass).iter().filter(|part| part.role == KernelRole::AttentionProducts).count();
     let extra = match (&layer.kind, pass) {
-        (LayerKind::Attention { implementation: AttentionKernel::Flash, .. }, Pass::BackwardData) => 2,
         (
             LayerKind::Linear { bias: true, .. } | LayerKind::TiedLinear { bias: true, .. },
             Pass::BackwardWeight,
@@ -2954,6 +2950,44 @@ mod tests {
         assert_eq!(count(&fc(true), Pass::Forward, Dtype::Bf16, true), 3);
         assert_eq!(count(&fc(true), Pass::BackwardWeight, Dtype::Bf16, true), 4);
         assert_eq!(count(&fc(true), Pass::Forward, Dtype::Fp32, true), 1);
+    }
+
+    /// A flash core's backward is three kernels, as run 7 on the H200 timed them at 16,384
+    /// tokens of 16 heads of 128 (data/measurements/h200-2026-12-04/run7-results.jsonl):
+    /// `compute_dot_do_o` 66-70 us and `convert_dq_to_16bits` 56-60 us over the grid's lengths,
+    /// beside the main kernel. The helpers are memory-bound kernels of their bytes: the
+    /// conversion (6 bytes per query element) is priced within 10% of its time; the row sums of
+    /// `dO * O` (4 bytes per element read) run at half the streaming rate the model gives them.
+    #[test]
+    fn a_flash_backward_runs_its_two_helper_kernels_at_their_bytes() {
+        use crate::layer::{AttentionKernel, LayerKind, Shape};
+        let kind = LayerKind::Attention {
+            heads: 16,
+            kv_heads: 16,
+            causal: true,
+            implementation: AttentionKernel::Flash,
+            dropout: false,
+            value_head_dim: None,
+        };
+        let core = Layer::new("core", kind, Shape::from([4096, 3 * 2048])).unwrap();
+        let works = layer_kernel_works(&core, Pass::BackwardData, 4, Dtype::Bf16, false);
+        assert_eq!(works.len(), 3);
+        assert_eq!(
+            (works[0].class, works[1].class, works[2].class),
+            (OpClass::Elementwise, OpClass::Gemm, OpClass::Elementwise)
+        );
+        let elements = 4.0 * 4096.0 * 2048.0;
+        assert_eq!(works[2].bytes, 6.0 * elements);
+        let h200 = DeviceCatalog::builtin().get("h200-sxm-141gb").unwrap();
+        let us = |work: &KernelWork| {
+            ComputeModel::default().work_duration(h200, work).unwrap().as_secs_f64() * 1e6
+        };
+        let (dot, convert) = (us(&works[0]), us(&works[2]));
+        eprintln!("priced: dot(dO, O) {dot:.1} us (measured 66-70), dQ conversion {convert:.1} us (56-60)");
+        assert!((convert / 57.0 - 1.0).abs() < 0.1, "{convert} us");
+        assert!(dot > 0.4 * 68.0 && dot < 68.0, "{dot} us");
+        // Forward: one kernel.
+        assert_eq!(layer_kernel_works(&core, Pass::Forward, 4, Dtype::Bf16, false).len(), 1);
     }
 
     /// `flash-attention-efficiency` slows a flash core's compute-bound products by its

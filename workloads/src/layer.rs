@@ -779,6 +779,9 @@ pub enum KernelRole {
     /// A cast of the logits to fp32 before a loss computed in fp32, or of their gradient back
     /// to the compute dtype: it does not run when the compute dtype is fp32.
     LossCast,
+    /// One of a flash attention backward's two helper kernels: the row sums of `dO * O`
+    /// before the main kernel, the conversion of dQ's fp32 accumulator after it.
+    AttentionHelper,
     /// Autocast's cast of the attention scores to fp32 before the softmax, or of the
     /// probabilities back to the compute dtype for `P V` (and the casts of their gradients):
     /// it does not run when the compute dtype is fp32.
@@ -1078,19 +1081,15 @@ impl Layer {
     }
 
     /// The kernels `pass` runs, in order: one ([`KernelRole::Whole`], the layer's cost) for
-    /// every layer but a standard or math attention core, which runs its products, its softmax
-    /// and its dropout (a math core also its scale, mask and autocast casts) as kernels of their
-    /// own (none for a pass without work). Their FLOPs and compute-dtype traffic add up to
+    /// every layer but an attention core, a loss computed as several kernels and an eager rotary
+    /// embedding. A standard or math core runs its products, its softmax and its dropout (a
+    /// math core also its scale, mask and autocast casts) as kernels of their own; a flash
+    /// core's backward runs the row sums of `dO * O`, the main kernel and dQ's conversion
+    /// ([`KernelRole::AttentionHelper`]); none for a pass without work. Their FLOPs and compute-dtype traffic add up to
     /// [`LayerCost`]'s; a math core's fp32 traffic is in [`KernelPart::fp32_traffic`] only.
     pub fn kernels(&self, pass: Pass) -> Vec<KernelPart> {
-        if let LayerKind::Attention {
-            heads,
-            kv_heads,
-            causal,
-            implementation: implementation @ (AttentionKernel::Standard | AttentionKernel::Math),
-            dropout,
-            value_head_dim,
-        } = self.kind
+        if let LayerKind::Attention { heads, kv_heads, causal, implementation, dropout, value_head_dim } =
+            self.kind
             && let Ok((_, AttentionCost { parts: Some(mut parts), .. })) =
                 (Checker { layer: &self.name, kind: self.kind.name() }).attention(
                     &self.input,

@@ -456,23 +456,39 @@ impl Checker<'_> {
                 // Dropout runs on chip: the mask is drawn from the random state and never
                 // stored (the backward draws it again).
                 let (dropout_forward, dropout_backward) = if dropout { (2.0, 3.0) } else { (0.0, 0.0) };
-                let cost = LayerCost {
-                    macs: macs as f64,
-                    // The products and the online softmax (5 per computed score).
-                    forward_flops: product_flops + (5.0 + dropout_forward) * computed as f64,
-                    // Recompute Q K^T, then the four gradient products and the softmax backward.
-                    backward_data_flops: 2.5 * product_flops + (4.0 + dropout_backward) * computed as f64,
-                    // Read Q, K, V once (blocks re-read from cache are not counted), write O and
-                    // the per-row log-sum-exp.
-                    forward_traffic: traffic(&[(1, qkv), (1, out), (1, lse)])?,
-                    // Read Q, K, V, O, dO and the log-sum-exp, write dQ, dK, dV.
-                    backward_data_traffic: traffic(&[(2, qkv), (2, out), (1, lse)])?,
-                    // Q, K, V, O and the log-sum-exp.
-                    activation_elements: self
-                        .sum("the saved activations", &[(1, qkv), (1, out), (1, lse)])?,
-                    ..LayerCost::free(OpClass::Gemm)
-                };
-                AttentionCost { cost, parts: None }
+                let whole = |flops, traffic| part(KernelRole::Whole, OpClass::Gemm, flops, traffic, 0);
+                // The products and the online softmax (5 per computed score); read Q, K, V once
+                // (blocks re-read from cache are not counted), write O and the per-row
+                // log-sum-exp.
+                let forward = vec![whole(
+                    product_flops + (5.0 + dropout_forward) * computed as f64,
+                    traffic(&[(1, qkv), (1, out), (1, lse)])?,
+                )];
+                // The backward is three kernels (FlashAttention 2's flash_bwd_dot_do_o_kernel,
+                // the main kernel and flash_bwd_convert_dq_kernel; cuDNN's compute_dot_do_o,
+                // its bprop kernel and convert_dq_to_16bits in the H200 traces). First the row
+                // sums of dO * O: read dO and O, write one fp32 per row (2 elements).
+                let query = self.product("the query size", &[tokens, heads, head_dim])?;
+                let dot = part(
+                    KernelRole::AttentionHelper,
+                    OpClass::Elementwise,
+                    2.0 * out as f64,
+                    traffic(&[(2, out), (2, lse)])?,
+                    0,
+                );
+                // The main kernel recomputes Q K^T, runs the four gradient products and the
+                // softmax backward: reads Q, K, V, O, dO and the log-sum-exp, writes dQ, dK, dV.
+                let main = whole(
+                    2.5 * product_flops + (4.0 + dropout_backward) * computed as f64,
+                    traffic(&[(2, qkv), (2, out), (1, lse)])?,
+                );
+                // dQ's fp32 accumulator converted to the compute dtype: read 4 bytes, write 2
+                // (3 elements of 2 bytes per query element).
+                let convert =
+                    part(KernelRole::AttentionHelper, OpClass::Elementwise, 0.0, traffic(&[(3, query)])?, 0);
+                // Q, K, V, O and the log-sum-exp.
+                let saved = self.sum("the saved activations", &[(1, qkv), (1, out), (1, lse)])?;
+                AttentionCost::of_parts(macs as f64, forward, vec![dot, main, convert], saved)
             }
         };
         Ok((output, cost))
