@@ -743,42 +743,24 @@ pub fn simulate_iteration_times(scenario: &Scenario) -> Result<Summary, Simulati
     {
         return simulate(scenario).map(|outcome| outcome.summary);
     }
-    let lowered = crate::mixed::lower(scenario).map_err(|error| match error {
-        StrategyError::OverBudget(budget) => {
-            SimulationError::OverBudget { scenario: scenario.source.clone(), budget }
-        }
-        error => error.into(),
-    })?;
+    let lowered = lower(scenario)?;
     let (topology, memory, warnings) = prepare(scenario, &lowered.stages, lowered.offload.as_ref())?;
     let watched: Vec<sim_core::graph::OpId> = lowered.iteration_ends.iter().flatten().copied().collect();
     let run = scenario.network.run_watching(&lowered.graph, &topology, &watched).map_err(|source| {
         SimulationError::Exec { scenario: scenario.source.clone(), source: Box::new(source) }
     })?;
     let ops = lowered.graph.op_count();
+    let info = lowered.info();
     // The graph goes before the summary is made, as `simulate` keeps it for its caller.
-    let info = strategies::LoweredInfo {
-        ranks: lowered.ranks,
-        buckets: lowered.buckets,
-        gradient_bytes: lowered.gradient_bytes,
-        flops_per_rank_iteration: lowered.flops_per_rank_iteration,
-        recompute_flops_per_rank_iteration: lowered.recompute_flops_per_rank_iteration,
-        micro_batches: lowered.micro_batches,
-        stages: lowered.stages,
-        offload: lowered.offload,
-    };
-    drop(lowered.graph);
-    // As `simulate_once`: iteration k ends when the last rank finishes its optimizer step.
-    let mut iteration_times = Vec::with_capacity(lowered.iteration_ends.len());
-    let mut previous_end = SimTime::ZERO;
+    let strategies::Lowered { graph, iteration_ends, .. } = lowered;
+    drop(graph);
     let mut ends = run.ends.iter();
-    for iteration in &lowered.iteration_ends {
-        let end = ends.by_ref().take(iteration.len()).copied().max().unwrap_or(previous_end);
-        iteration_times.push(end.saturating_since(previous_end));
-        previous_end = end;
-    }
+    let (iteration_times, last_end) = iteration_times(
+        iteration_ends.iter().map(|iteration| ends.by_ref().take(iteration.len()).copied().max()),
+    );
     let measured = Measured {
         iteration_times,
-        total: previous_end.since_start(),
+        total: last_end.since_start(),
         per_rank: Vec::new(),
         by_group: Vec::new(),
         offload_stall_ps: 0,
@@ -790,6 +772,32 @@ pub fn simulate_iteration_times(scenario: &Scenario) -> Result<Summary, Simulati
         events: run.events,
     };
     summarize(scenario, &info, &topology, memory, warnings, measured)
+}
+
+/// Lowers `scenario`, an over-budget job refused with the scenario's name.
+fn lower(scenario: &Scenario) -> Result<strategies::Lowered, SimulationError> {
+    crate::mixed::lower(scenario).map_err(|error| match error {
+        StrategyError::OverBudget(budget) => {
+            SimulationError::OverBudget { scenario: scenario.source.clone(), budget }
+        }
+        error => error.into(),
+    })
+}
+
+/// Each iteration's time from the end of its last op (iteration k ends when the last rank
+/// finishes its optimizer step; `None`, an iteration without ops, ends where the one before
+/// did), and the last end.
+fn iteration_times(last_ends: impl Iterator<Item = Option<SimTime>>) -> (Vec<SimDuration>, SimTime) {
+    let mut previous_end = SimTime::ZERO;
+    let times = last_ends
+        .map(|end| {
+            let end = end.unwrap_or(previous_end);
+            let time = end.saturating_since(previous_end);
+            previous_end = end;
+            time
+        })
+        .collect();
+    (times, previous_end)
 }
 
 /// Significant digits of the iteration-time histogram.
@@ -894,12 +902,7 @@ fn simulate_once(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome,
     let started = Instant::now();
     // The lowering checks the graph's size against the work budget before it builds anything,
     // so an over-budget job is refused before the topology is built too.
-    let lowered = crate::mixed::lower(scenario).map_err(|error| match error {
-        StrategyError::OverBudget(budget) => {
-            SimulationError::OverBudget { scenario: scenario.source.clone(), budget }
-        }
-        error => error.into(),
-    })?;
+    let lowered = lower(scenario)?;
     let (topology, memory, warnings) = prepare(scenario, &lowered.stages, lowered.offload.as_ref())?;
     let lowering_wall = started.elapsed();
     let started = Instant::now();
@@ -912,14 +915,9 @@ fn simulate_once(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome,
     };
     let simulation_wall = started.elapsed();
 
-    // Iteration k ends when the last rank finishes its optimizer step.
-    let mut iteration_times = Vec::with_capacity(lowered.iteration_ends.len());
-    let mut previous_end = SimTime::ZERO;
-    for ends in &lowered.iteration_ends {
-        let end = ends.iter().map(|op| timeline.end[op.0 as usize]).max().unwrap_or(previous_end);
-        iteration_times.push(end.saturating_since(previous_end));
-        previous_end = end;
-    }
+    let (iteration_times, previous_end) = iteration_times(
+        lowered.iteration_ends.iter().map(|ends| ends.iter().map(|op| timeline.end[op.0 as usize]).max()),
+    );
 
     // Means over the simulated ranks (with folding, each stands for its symmetric copies).
     let mut is_simulated = vec![false; lowered.graph.ranks() as usize];
@@ -1098,16 +1096,7 @@ fn simulate_once(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome,
         ops: lowered.graph.op_count(),
         events: timeline.events,
     };
-    let info = strategies::LoweredInfo {
-        ranks: lowered.ranks.clone(),
-        buckets: lowered.buckets.clone(),
-        gradient_bytes: lowered.gradient_bytes,
-        flops_per_rank_iteration: lowered.flops_per_rank_iteration,
-        recompute_flops_per_rank_iteration: lowered.recompute_flops_per_rank_iteration,
-        micro_batches: lowered.micro_batches,
-        stages: lowered.stages.clone(),
-        offload: lowered.offload,
-    };
+    let info = lowered.info();
     let mut summary = summarize(scenario, &info, &topology, memory, warnings, measured)?;
     summary.devices = devices;
     let rank_names = rank_names(scenario);

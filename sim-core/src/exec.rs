@@ -143,7 +143,8 @@ pub fn run_watching<N: Network>(
     sorted.sort_unstable();
     sorted.dedup();
     assert!(sorted.last().is_none_or(|last| (last.0 as usize) < graph.op_count()), "watched op out of range");
-    executor.watched = Some((sorted, Vec::new()));
+    let ends = vec![SimTime::ZERO; sorted.len()];
+    executor.watched = Some((sorted, ends));
     let executor = execute(graph, network, executor)?;
     let (sorted, ends) = executor.watched.unwrap_or_default();
     let ends = watched
@@ -397,9 +398,6 @@ impl<E: Copy + std::fmt::Debug> Executor<E> {
             if let Some(state) = &mut self.slowdowns {
                 state.generation.push(0);
             }
-        }
-        if let Some((watched, ends)) = &mut self.watched {
-            ends.resize(watched.len(), SimTime::ZERO);
         }
         let held = self.collective_base as usize + self.arrived.len();
         for _ in held..collectives as usize {

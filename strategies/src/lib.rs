@@ -1038,6 +1038,22 @@ pub struct Lowered {
     pub offload: Option<OffloadTotals>,
 }
 
+impl Lowered {
+    /// What the report needs of the lowering besides its graph and timing ops.
+    pub fn info(&self) -> LoweredInfo {
+        LoweredInfo {
+            ranks: self.ranks.clone(),
+            buckets: self.buckets.clone(),
+            gradient_bytes: self.gradient_bytes,
+            flops_per_rank_iteration: self.flops_per_rank_iteration,
+            recompute_flops_per_rank_iteration: self.recompute_flops_per_rank_iteration,
+            micro_batches: self.micro_batches,
+            stages: self.stages.clone(),
+            offload: self.offload,
+        }
+    }
+}
+
 /// What out-of-core training moves over one GPU's host link and keeps in host memory.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct OffloadTotals {

@@ -271,7 +271,7 @@ pub struct ComputeModel {
     pub dispatch_overhead: SimDuration,
     /// Host time to issue each further kernel of a layer pass beyond its first (a math
     /// attention core's scale, mask, softmax and casts, a loss's kernels, a flash backward's
-    /// helpers, a linear layer's bias gradient, autocast's casts: [`crate::layer::Layer::launched_kernels`]).
+    /// helpers, a linear layer's bias gradient, autocast's casts: [`launched_kernels`]).
     /// `dispatch-overhead` prices the pass's first kernel, which in a framework that wraps each
     /// layer in its own module code carries the module's cost; the further kernels are the
     /// framework's ops. Equal to the built-in `dispatch-overhead` by default (the same
@@ -784,13 +784,13 @@ fn layer_kernel_works(
 }
 
 /// The kernels eager PyTorch launches for `pass` of `layer` in `dtype` (each a host launch):
-/// the kernels parasim prices ([`layer_kernel_works`]: a standard or math attention core's
-/// parts, a loss's kernels, fp8's and autocast's casts), with an attention core's products as
-/// the separate matrix products they are (`Q K^T` and `P V` forward, four gradient products
-/// backward; a flash core's backward is its three kernels, [`Layer::kernels`]), and a biased
-/// linear layer's weight-gradient pass with its bias gradient's reduction (`AddmmBackward0`:
-/// `mm` and `sum`). At least 1. Only the host's launches count the bias reduction: its GPU
-/// time is not priced.
+/// the kernels parasim prices (those [`ComputeModel::layer_duration`] sums: a standard or math
+/// attention core's parts, a loss's kernels, fp8's and autocast's casts), with an attention
+/// core's products as the separate matrix products they are (`Q K^T` and `P V` forward, four
+/// gradient products backward; a flash core's backward is its three kernels,
+/// [`Layer::kernels`]), and a biased linear layer's weight-gradient pass with its bias
+/// gradient's reduction (`AddmmBackward0`: `mm` and `sum`). At least 1. Only the host's
+/// launches count the bias reduction: its GPU time is not priced.
 pub fn launched_kernels(layer: &Layer, pass: Pass, dtype: Dtype, autocast: bool) -> u32 {
     use crate::layer::LayerKind;
     let priced = layer_kernel_works(layer, pass, 1, dtype, autocast).len();
@@ -2929,7 +2929,7 @@ mod tests {
             };
             Layer::new("core", kind, Shape::from([1024, 3 * 768])).unwrap()
         };
-        let count = |layer: &Layer, pass, dtype, autocast| launched_kernels(layer, pass, dtype, autocast);
+        let count = launched_kernels;
         let math = core(AttentionKernel::Math);
         assert_eq!(count(&math, Pass::Forward, Dtype::Bf16, true), 7);
         // Four gradient products, the casts' and the softmax's backward, the mask's and scale's.

@@ -730,7 +730,7 @@ fn step<'t>(fields: &mut Fields<'t>, kind: &str, input: &Shape) -> Result<Step<'
                 kv_heads: fields.integer("kv-heads")?.unwrap_or(heads),
                 kernels: fields.choice(
                     "kernels",
-                    &[("fused", RopeKernels::Fused), ("eager", RopeKernels::Eager)],
+                    &RopeKernels::ALL.map(|k| (k.name(), k)),
                     RopeKernels::Fused,
                 )?,
             })

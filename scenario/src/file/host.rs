@@ -5,7 +5,8 @@
 //! per-op dispatch cost measured on it for each execution mode (`eager`, `compile`, `native`),
 //! each with its source. An `eager` figure is one bare op's cost; a training step's host spends
 //! more per kernel (module calls, autograd, views), so the eager figure is written in times the
-//! catalog's measured [`EagerTraining::factor`]. Before a scenario table is read (after the framework's settings are
+//! catalog's measured [`EagerTraining::factor`]. Before a scenario table is read (after the
+//! framework's settings are
 //! written in, so a framework may set `workload.execution`), [`apply`] writes the named host's
 //! cost for the mode into `compute.dispatch-overhead` where the scenario leaves it out, and
 //! `compute.cuda-graphs = true` for `execution = "cuda-graphs"`. Precedence: a
@@ -246,11 +247,12 @@ pub fn apply(table: &mut toml::Table) -> Result<Option<HostUse>, (String, String
     let (value, source) = if mode == "eager" {
         // A bare op's figure: a training step's kernel costs the host the factor more.
         let training = eager_training();
+        let invalid = |error: String| (HOST_KEY.to_string(), format!("host {:?}: {error}", host.name));
         let bare: sim_core::units::SimDuration = toml::Value::String(measured.value.clone())
             .try_into()
-            .map_err(|error| (HOST_KEY.to_string(), format!("host {:?}: {error}", host.name)))?;
+            .map_err(|error: toml::de::Error| invalid(error.to_string()))?;
         let cost = sim_core::units::SimDuration::from_secs_f64(bare.as_secs_f64() * training.factor)
-            .map_err(|error| (HOST_KEY.to_string(), format!("host {:?}: {error}", host.name)))?;
+            .map_err(|error| invalid(error.to_string()))?;
         (
             cost.to_string(),
             format!(

@@ -622,11 +622,11 @@ impl RankEmitter<'_, '_> {
         gradient_ready
     }
 
-    /// A kernel (described by `meta`) after everything waited for, whose GPU work the host issues in `launches`:
-    /// `(modules, ops)`, the pass's module launches at the host's cost per kernel (more than
-    /// one for a sequential expert bank's modules: [`crate::experts::MoeExperts`]) and its
-    /// further kernels at the cost per op; the host spends them all before the kernel can
-    /// start.
+    /// A kernel (described by `meta`) after everything waited for, whose GPU work the host
+    /// issues in `launches`, `(modules, ops)`: the pass's module launches at the host's cost per
+    /// kernel (more than one for a sequential expert bank's modules:
+    /// [`crate::experts::MoeExperts`]) and its further kernels at the cost per op; the host
+    /// spends them all before the kernel can start.
     pub(super) fn compute_launched(
         &mut self,
         duration: SimDuration,

@@ -16,11 +16,7 @@ impl AttentionCost {
     /// The cost summed over the kernels of the forward and backward-data passes (an attention
     /// core has no weights).
     fn of_parts(macs: f64, forward: Vec<KernelPart>, backward: Vec<KernelPart>, saved: u64) -> AttentionCost {
-        let flops = |parts: &[KernelPart]| parts.iter().map(|p| p.flops).sum::<f64>();
-        let traffic = |parts: &[KernelPart]| Traffic {
-            per_sample: parts.iter().map(|p| p.traffic.per_sample).sum(),
-            per_batch: parts.iter().map(|p| p.traffic.per_batch).sum(),
-        };
+        let (flops, traffic) = (parts_flops, parts_traffic);
         let masks = |parts: &[KernelPart]| parts.iter().map(|p| p.mask_bytes).sum::<u64>();
         let cost = LayerCost {
             macs,
@@ -33,6 +29,19 @@ impl AttentionCost {
             ..LayerCost::free(OpClass::Gemm)
         };
         AttentionCost { cost, parts: Some([forward, backward, Vec::new()]) }
+    }
+}
+
+/// The FLOPs of a pass run as `parts`.
+fn parts_flops(parts: &[KernelPart]) -> f64 {
+    parts.iter().map(|p| p.flops).sum()
+}
+
+/// The compute-dtype traffic of a pass run as `parts`.
+fn parts_traffic(parts: &[KernelPart]) -> Traffic {
+    Traffic {
+        per_sample: parts.iter().map(|p| p.traffic.per_sample).sum(),
+        per_batch: parts.iter().map(|p| p.traffic.per_batch).sum(),
     }
 }
 
@@ -503,16 +512,11 @@ impl Checker<'_> {
     ) -> Result<(Shape, LayerCost), LayerError> {
         if kernels == RopeKernels::Eager {
             let [forward, backward] = self.rope_eager_parts(input, heads, kv_heads)?;
-            let flops = |parts: &[KernelPart]| parts.iter().map(|p| p.flops).sum::<f64>();
-            let traffic = |parts: &[KernelPart]| Traffic {
-                per_sample: parts.iter().map(|p| p.traffic.per_sample).sum(),
-                per_batch: 0,
-            };
             let cost = LayerCost {
-                forward_flops: flops(&forward),
-                backward_data_flops: flops(&backward),
-                forward_traffic: traffic(&forward),
-                backward_data_traffic: traffic(&backward),
+                forward_flops: parts_flops(&forward),
+                backward_data_flops: parts_flops(&backward),
+                forward_traffic: parts_traffic(&forward),
+                backward_data_traffic: parts_traffic(&backward),
                 ..LayerCost::free(OpClass::Elementwise)
             };
             return Ok((input.clone(), cost));
