@@ -153,7 +153,16 @@ impl<'s> Report<'s> {
                 workloads::memory::gigabytes(Bytes(offload.host_memory_bytes)),
                 workloads::memory::gigabytes(Bytes(offload.host_memory_capacity))
             );
-            if offload.weight_bytes > 0 {
+            if let Some(cpu) = &offload.host_cpu {
+                let _ = writeln!(
+                    out,
+                    "              optimizer on the host CPU: gradients {} out, updated weights {} back; \
+                 step {:.3} s on {cpu}",
+                    workloads::memory::gigabytes(Bytes(offload.gradient_bytes)),
+                    workloads::memory::gigabytes(Bytes(offload.weight_bytes)),
+                    offload.host_optimizer_step_s
+                );
+            } else if offload.weight_bytes > 0 {
                 let _ = writeln!(
                     out,
                     "              out-of-core weights: activations {} each way, weights {} prefetched, \

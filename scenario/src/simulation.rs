@@ -306,7 +306,8 @@ pub struct DasoSummary {
 /// Out-of-core training as simulated.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct OffloadSummary {
-    /// `"activations"` or `"activations+weights"`.
+    /// `workload.offload`: `"activations"`, `"activations+weights"`, `"optimizer"` or
+    /// `"activations+optimizer"`.
     pub offload: &'static str,
     /// Bytes one GPU copies to host memory per iteration.
     pub to_host_bytes: u64,
@@ -329,6 +330,13 @@ pub struct OffloadSummary {
     pub host_memory_bytes: u64,
     /// Host memory of one node (`cluster.host-memory`).
     pub host_memory_capacity: u64,
+    /// The host CPU's optimizer step per iteration, in seconds, on the busiest stage's GPU's
+    /// share of the node's CPUs (`"optimizer"`, `"activations+optimizer"`; omitted otherwise).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub host_optimizer_step_s: f64,
+    /// What that step runs on: one GPU's process's share of `cluster.host-cpu`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_cpu: Option<String>,
 }
 
 /// Exposed communication (no compute running) by communicator kind, in seconds.
@@ -1360,6 +1368,12 @@ pub(crate) fn summarize(
                 optimizer_to_host_bytes: offload.optimizer_to_host_bytes,
                 host_memory_bytes: offload.host_bytes * u64::from(scenario.cluster.gpus_per_node),
                 host_memory_capacity: scenario.host_memory.map_or(0, |b| b.0),
+                host_optimizer_step_s: offload.host_step.as_secs_f64(),
+                host_cpu: p
+                    .offload
+                    .host_optimizer()
+                    .then(|| scenario.host_cpu.as_ref().map(|cpu| cpu.display_name.clone()))
+                    .flatten(),
             }),
             input: strategy.input_batch().map(|(input, batch)| InputSummary {
                 loader: input.loader.name(),

@@ -562,16 +562,51 @@ pub enum Offload {
     /// prefetched before its forward and before its backward, its gradient written back after
     /// its synchronisation, and the optimizer step streams the state through the GPU in chunks.
     ActivationsAndWeights,
+    /// ZeRO-Offload (Ren et al., USENIX ATC '21): the optimizer's state and fp32 master
+    /// weights live in host memory and the optimizer step runs on the host CPU; each gradient
+    /// bucket is copied to host memory after its synchronisation and the updated working
+    /// weights come back. The working weights, gradients and activations stay on the device.
+    Optimizer,
+    /// [`Offload::Activations`] and [`Offload::Optimizer`] together.
+    ActivationsAndOptimizer,
 }
 
 impl Offload {
-    /// The scenario value: `"none"`, `"activations"`, `"activations+weights"`.
+    /// Every value, in the order the scenario documents them.
+    pub const ALL: [Offload; 5] = [
+        Offload::None,
+        Offload::Activations,
+        Offload::ActivationsAndWeights,
+        Offload::Optimizer,
+        Offload::ActivationsAndOptimizer,
+    ];
+
+    /// The scenario value: `"none"`, `"activations"`, `"activations+weights"`, `"optimizer"`,
+    /// `"activations+optimizer"`.
     pub fn name(self) -> &'static str {
         match self {
             Offload::None => "none",
             Offload::Activations => "activations",
             Offload::ActivationsAndWeights => "activations+weights",
+            Offload::Optimizer => "optimizer",
+            Offload::ActivationsAndOptimizer => "activations+optimizer",
         }
+    }
+
+    /// Whether saved activations go to host memory between their forward and backward.
+    pub fn activations(self) -> bool {
+        matches!(self, Offload::Activations | Offload::ActivationsAndWeights | Offload::ActivationsAndOptimizer)
+    }
+
+    /// Whether the optimizer step runs on the host CPU (ZeRO-Offload).
+    pub fn host_optimizer(self) -> bool {
+        matches!(self, Offload::Optimizer | Offload::ActivationsAndOptimizer)
+    }
+
+    /// Whether synchronised gradients are written to host memory (out-of-core weights, or a
+    /// host optimizer that reads them there).
+    pub fn gradients_to_host(self) -> bool {
+        self == Offload::ActivationsAndWeights || self.host_optimizer()
     }
 }
 
@@ -582,10 +617,13 @@ impl std::str::FromStr for Offload {
             "none" => Ok(Offload::None),
             "activations" => Ok(Offload::Activations),
             "activations+weights" => Ok(Offload::ActivationsAndWeights),
+            "optimizer" => Ok(Offload::Optimizer),
+            "activations+optimizer" => Ok(Offload::ActivationsAndOptimizer),
             other => Err(format!(
                 "unknown offload {other:?}; valid: \"none\", \"activations\" (saved activations to host memory \
                  after their forward, back before their backward), \"activations+weights\" (the weights, \
-                 gradients and optimizer state too)"
+                 gradients and optimizer state too), \"optimizer\" (ZeRO-Offload: optimizer state in host \
+                 memory, the step on the host CPU), \"activations+optimizer\" (both)"
             )),
         }
     }
@@ -901,6 +939,11 @@ pub struct Strategy<'a> {
     /// to the stages' devices ([`Strategy::stage_layers_by_speed`]). `None`: the split by
     /// compute on this strategy's device (or the uneven first and last stage).
     pub chunk_layers: Option<&'a [std::ops::Range<usize>]>,
+    /// The host CPU that runs a host-side optimizer step (`workload.offload = "optimizer"`),
+    /// as one GPU's process gets it: the node's CPUs with their memory bandwidth and peak rates
+    /// divided by the GPUs per node, whose processes step at once. `None` where nothing runs
+    /// on the host CPU.
+    pub host_cpu: Option<&'a Device>,
 }
 
 /// One gradient bucket: which layers' gradients it carries and how many bytes.
@@ -1064,9 +1107,11 @@ pub struct OffloadTotals {
     /// Saved activation bytes copied out, and as many back, per iteration.
     pub activation_bytes: u64,
     /// Weight bytes prefetched per iteration: before each layer's forward and its backward
-    /// (`"activations+weights"`; 0 otherwise).
+    /// (`"activations+weights"`), or the updated working weights a host optimizer sends back
+    /// (`"optimizer"`); 0 otherwise.
     pub weight_bytes: u64,
-    /// Gradient bytes written to host memory per iteration (after their synchronisation).
+    /// Gradient bytes written to host memory per iteration (after their synchronisation; a
+    /// host optimizer's shard of them under ZeRO-1/2).
     pub gradient_bytes: u64,
     /// Bytes the optimizer step streams in (gradients, fp32 weights, optimizer state).
     pub optimizer_to_device_bytes: u64,
@@ -1076,6 +1121,8 @@ pub struct OffloadTotals {
     /// Host memory one GPU's offloaded data occupies at its peak: one micro-batch's
     /// activations, and (weights offloaded) the weights, gradients and optimizer state.
     pub host_bytes: u64,
+    /// The host CPU's optimizer step per iteration (`"optimizer"`; zero otherwise).
+    pub host_step: SimDuration,
     /// The device memory the same configuration needs without offloading.
     pub without: MemoryBreakdown,
 }
@@ -1662,15 +1709,44 @@ impl Strategy<'_> {
             return Ok(());
         }
         let others = self.other_degrees_than(&["tensor", "pipeline"]);
+        // ZeRO-Offload is built on ZeRO-2: each data-parallel rank steps its shard on the host.
+        let zero_allowed = p.offload.host_optimizer() && p.zero <= 2;
+        let others: Vec<&str> =
+            others.split(", ").filter(|used| !used.is_empty() && !(zero_allowed && used.starts_with("zero"))).collect();
         if !others.is_empty() {
             return Err(invalid(
                 "workload.offload",
                 format!(
-                    "{:?} is modelled with data, tensor and pipeline parallelism only, but {others}: \
+                    "{:?} is modelled with data, tensor and pipeline parallelism{} only, but {}: \
                      set the other degrees to 1 and zero = 0, or offload = \"none\"",
-                    p.offload.name()
+                    p.offload.name(),
+                    if p.offload.host_optimizer() { " and ZeRO-1/2" } else { "" },
+                    others.join(", ")
                 ),
             ));
+        }
+        if p.offload.host_optimizer() {
+            if self.host_cpu.is_none() {
+                return Err(invalid(
+                    "cluster.host-cpu",
+                    format!(
+                        "is missing: workload.offload = {:?} runs the optimizer step on the host CPU, so name \
+                         the nodes' CPUs (a `kind = \"cpu\"` entry of the device catalog, e.g. \
+                         host-cpu = \"epyc-7742-2s\" for a DGX A100), or a cluster.host that names them",
+                        p.offload.name()
+                    ),
+                ));
+            }
+            if let GradientSync::Daso { .. } = p.sync {
+                return Err(invalid(
+                    "workload.offload",
+                    format!(
+                        "{:?} with sync = \"daso\" is not modelled: DASO steps and all-reduces the \
+                         parameters on the device; set sync = \"allreduce\"",
+                        p.offload.name()
+                    ),
+                ));
+            }
         }
         if p.offload == Offload::ActivationsAndWeights && p.pipeline > 1 {
             return Err(invalid(
@@ -1708,7 +1784,7 @@ impl Strategy<'_> {
                 ));
             }
         }
-        if self.recompute != Recompute::None {
+        if self.recompute != Recompute::None && p.offload.activations() {
             return Err(invalid(
                 "workload.offload",
                 format!(
@@ -1876,6 +1952,30 @@ impl Strategy<'_> {
             .optimizer_step_duration(self.device, &step)
             .map_err(|source| StrategyError::Compute { layer: "optimizer".into(), source })?;
         Ok((time, self.optimizer.flops_per_parameter() * parameters as f64))
+    }
+
+    /// The host CPU's optimizer step over `parameters` (ZeRO-Offload's, [`Offload::Optimizer`]):
+    /// DeepSpeed's CPU Adam, one fused vectorised loop over the rank's flattened fp32 partition
+    /// (`deepspeed/ops/csrc/adam/cpu_adam.cpp`), priced by the compute model on
+    /// [`Strategy::host_cpu`] (one GPU's process's share of the node's CPUs) with the same
+    /// reads and writes as the device's fused step: the gradient, the fp32 weights and states
+    /// in, the fp32 weights, states and the working copy out.
+    fn host_optimizer_step(&self, parameters: u64) -> Result<SimDuration, StrategyError> {
+        let Some(cpu) = self.host_cpu else {
+            return Err(invalid("cluster.host-cpu", "is missing: the optimizer step runs on the host CPU".into()));
+        };
+        let step = workloads::compute::OptimizerStep {
+            optimizer: self.optimizer,
+            parameters,
+            tensors: 1,
+            fused: true,
+            gradient_bytes: self.gradient_precision.bytes(),
+            widths: self.step_widths(),
+            passes: workloads::optimizer::OptimizerPasses::Fused,
+        };
+        self.compute
+            .optimizer_step_duration(cpu, &step)
+            .map_err(|source| StrategyError::Compute { layer: "optimizer (host CPU)".into(), source })
     }
 
     /// What the optimizer step reads and writes per parameter ([`workloads::StepWidths`]): its

@@ -88,6 +88,7 @@ pub(super) fn strategy<'a>(
         input: None,
         layer_tables: None,
         chunk_layers: None,
+        host_cpu: None,
         fusion: workloads::fusion::Fusion::None,
         batch_norm_group: workloads::groupbn::BatchNormGroup::NONE,
         optimizer_passes: workloads::optimizer::OptimizerPasses::Fused,

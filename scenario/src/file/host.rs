@@ -49,6 +49,8 @@ const DISPATCH_KEY: &str = "compute.dispatch-overhead";
 const OP_DISPATCH_KEY: &str = "compute.op-dispatch-overhead";
 /// The key `execution = "cuda-graphs"` sets.
 const GRAPHS_KEY: &str = "compute.cuda-graphs";
+/// The key a host's CPUs are written into.
+const HOST_CPU_KEY: &str = "cluster.host-cpu";
 
 /// The execution modes `workload.execution` takes.
 pub const MODES: &[&str] = &["eager", "compile", "native", "cuda-graphs"];
@@ -67,6 +69,11 @@ pub struct Host {
     /// for no check.
     #[serde(default)]
     pub devices: Vec<String>,
+    /// The server's CPUs as a catalog device (`kind = "cpu"` in data/devices.toml), written
+    /// into `cluster.host-cpu` where the scenario leaves it out: what a host optimizer step
+    /// runs on.
+    #[serde(default)]
+    pub cpu: Option<String>,
     /// The measured per-op costs, one per execution mode at most.
     #[serde(rename = "dispatch", default)]
     pub dispatch: Vec<Dispatch>,
@@ -195,6 +202,13 @@ pub fn apply(table: &mut toml::Table) -> Result<Option<HostUse>, (String, String
                 host.devices.join(", ")
             ),
         ));
+    }
+    // The server's CPUs, for a host optimizer step, unless the scenario names its own.
+    if let Some(cpu) = host.and_then(|h| h.cpu.as_deref())
+        && get_dotted(table, HOST_CPU_KEY).is_none()
+        && Override::new(HOST_CPU_KEY, cpu).apply(table).is_err()
+    {
+        return Err(("cluster".into(), "is not a table".into()));
     }
     let mut used = HostUse {
         host: host.map(|h| h.name.clone()),

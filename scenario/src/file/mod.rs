@@ -186,6 +186,9 @@ struct ClusterSection {
     intra_node: Option<IntraNodeSection>,
     host_link: Option<LinkSection>,
     host_memory: Option<Bytes>,
+    /// `cluster.host-cpu`: the nodes' CPUs (a `kind = "cpu"` catalog device), for an optimizer
+    /// step on the host (`workload.offload = "optimizer"`); a `cluster.host` may name them.
+    host_cpu: Option<String>,
     flops_scale: Option<f64>,
     memory_bandwidth_scale: Option<f64>,
     #[serde(default)]
@@ -535,6 +538,9 @@ pub struct Scenario {
     /// Host memory of one node (`cluster.host-memory`), if given: what out-of-core training
     /// may fill.
     pub host_memory: Option<Bytes>,
+    /// One GPU's process's share of the nodes' CPUs (`cluster.host-cpu`), if named: what a host
+    /// optimizer step runs on.
+    pub host_cpu: Option<Device>,
     /// The data loader (`[workload.input]`), if modelled.
     pub input: Option<InputPipeline>,
     /// The training framework (`workload.framework`), if named, and the settings it implied.
@@ -574,6 +580,7 @@ impl Scenario {
             input: self.input.as_ref(),
             layer_tables: None,
             chunk_layers: None,
+            host_cpu: self.host_cpu.as_ref(),
             fusion: self.fusion,
             batch_norm_group: self.batch_norm_group,
             optimizer_passes: self.optimizer_passes,
@@ -1106,6 +1113,37 @@ fn cluster_devices(cluster: &ClusterSection, file: &Path) -> Result<Vec<Device>,
     Ok(devices)
 }
 
+/// The host CPU one GPU's process gets (`cluster.host-cpu`, a `kind = "cpu"` catalog device):
+/// the node's CPUs with their memory bandwidth and peak rates divided by the GPUs per node,
+/// whose processes run their host optimizer steps at once; `None` when the key is not given.
+fn host_cpu_share(cluster: &ClusterSection, file: &Path) -> Result<Option<Device>, ScenarioError> {
+    const KEY: &str = "cluster.host-cpu";
+    let Some(name) = &cluster.host_cpu else { return Ok(None) };
+    let invalid = |message: String| invalid(file, KEY, message);
+    let catalog = DeviceCatalog::builtin();
+    let cpus = || {
+        catalog
+            .names()
+            .filter(|n| catalog.get(n).is_ok_and(|d| d.kind == workloads::device::DeviceKind::Cpu))
+            .map(|n| format!("{n:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut cpu = catalog.get(name).map_err(|error| invalid(format!("{error}; CPUs: {}", cpus())))?.clone();
+    if cpu.kind != workloads::device::DeviceKind::Cpu {
+        return Err(invalid(format!("is {name:?}, a GPU; name the nodes' CPUs, one of: {}", cpus())));
+    }
+    let share = f64::from(cluster.gpus_per_node.max(1));
+    for rate in cpu.peak.values_mut() {
+        *rate = rate.scaled(1.0 / share).ok_or_else(|| invalid(format!("{name:?}'s peak rate underflows")))?;
+    }
+    cpu.memory_bandwidth =
+        Bandwidth::from_bytes_per_second((cpu.memory_bandwidth.bytes_per_second() / share).round() as u64)
+            .ok_or_else(|| invalid(format!("{name:?}'s memory bandwidth underflows")))?;
+    cpu.display_name = format!("{} (1/{} per GPU's process)", cpu.display_name, cluster.gpus_per_node.max(1));
+    Ok(Some(cpu))
+}
+
 /// Catalog device `name` (given at `key`) with `cluster.flops-scale` and
 /// `cluster.memory-bandwidth-scale` applied.
 fn scaled_device(
@@ -1498,6 +1536,7 @@ fn validate(
         optimizer_passes,
         gradient_accumulation,
         host_memory: cluster.host_memory,
+        host_cpu: host_cpu_share(cluster, file)?,
         input,
         framework,
         host,

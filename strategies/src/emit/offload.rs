@@ -44,6 +44,68 @@ pub(super) struct OffloadPlan {
     pub(super) untriggered: Vec<(Range<usize>, Vec<usize>)>,
     /// `"activations+weights"`: the weights' side.
     pub(super) weights: Option<WeightOffload>,
+    /// `"optimizer"`, `"activations+optimizer"`: the optimizer step on the host CPU.
+    pub(super) host: Option<HostOptimizer>,
+}
+
+/// ZeRO-Offload's optimizer on the host CPU (Ren et al., "ZeRO-Offload: Democratizing
+/// Billion-Scale Model Training", USENIX ATC '21, section 4: the fp16 gradients go to the CPU,
+/// the CPU updates the fp32 parameters and optimizer states it holds, and the fp16 parameters
+/// come back). Each synchronised gradient bucket (its shard under ZeRO-1/2) is copied to host
+/// memory after its synchronisation; once every one is there, the host CPU steps the rank's
+/// parameters chunk by chunk, and each chunk's updated working weights are copied back while
+/// the CPU steps the next (DeepSpeed's CPU Adam writes the fp16 copy tile by tile and copies it
+/// asynchronously). The next iteration's forward waits for the weights.
+pub(super) struct HostOptimizer {
+    /// Per pipeline stage: the chunks of the parameters one of its ranks steps, and the host
+    /// CPU's time for each.
+    pub(super) chunks: Vec<Vec<(u64, SimDuration)>>,
+    /// Bytes per parameter of the working weights copied back.
+    pub(super) weight_bytes: u64,
+    /// The fraction of each synchronised bucket a rank copies to the host: 1, or under
+    /// ZeRO-1/2 its shard's (1 / the optimizer shard's ranks).
+    pub(super) shard_ranks: u64,
+}
+
+impl HostOptimizer {
+    /// The host optimizer of `strategy` over each stage's `stage_parameters`.
+    fn new(strategy: &Strategy<'_>, stage_parameters: &[u64]) -> Result<HostOptimizer, StrategyError> {
+        let p = &strategy.parallelism;
+        let weight_bytes = HostOptimizer::per_parameter(strategy).weights.0;
+        let mut chunks = Vec::with_capacity(stage_parameters.len());
+        for &parameters in stage_parameters {
+            let held = p.optimizer_held(parameters);
+            let mut stage = Vec::new();
+            let mut offset = 0;
+            while offset < held {
+                let size = OPTIMIZER_CHUNK_PARAMETERS.min(held - offset);
+                stage.push((size, strategy.host_optimizer_step(size)?));
+                offset += size;
+            }
+            chunks.push(stage);
+        }
+        let shard_ranks = if p.zero >= 1 { u64::from(p.optimizer_shard_ranks()) } else { 1 };
+        Ok(HostOptimizer { chunks, weight_bytes, shard_ranks })
+    }
+
+    /// One parameter's weights, gradient and optimizer state (its fp32 weight included), as
+    /// one rank holds them before any ZeRO sharding: what the host keeps per parameter it steps.
+    fn per_parameter(strategy: &Strategy<'_>) -> MemoryBreakdown {
+        let unsharded =
+            Strategy { parallelism: crate::Parallelism { zero: 0, ..strategy.parallelism }, ..strategy.clone() };
+        unsharded.memory_plan(strategy.model, Bytes::ZERO).device_breakdown(1, 0, 0, 0)
+    }
+
+    /// Parameters one rank of stage `stage` steps on the host.
+    pub(super) fn parameters(&self, stage: u32) -> u64 {
+        self.chunks.get(stage as usize).map_or(0, |chunks| chunks.iter().map(|(parameters, _)| parameters).sum())
+    }
+
+    /// The host CPU's time to step stage `stage`'s parameters.
+    pub(super) fn step_time(&self, stage: u32) -> SimDuration {
+        let chunks = self.chunks.get(stage as usize).map_or(&[][..], Vec::as_slice);
+        SimDuration::from_ps(chunks.iter().map(|(_, time)| time.as_ps()).sum())
+    }
 }
 
 /// The optimizer step of out-of-core weights streams the state through the GPU in chunks of at
@@ -181,16 +243,25 @@ impl OffloadPlan {
         local: &[shard::LocalLayer],
         chunks: &[Range<usize>],
         buckets: &[Vec<PlannedBucket>],
+        stage_parameters: &[u64],
     ) -> Result<Option<OffloadPlan>, StrategyError> {
         let p = &strategy.parallelism;
         let model = strategy.model;
         let mut offload = (p.offload != Offload::None).then(|| {
-            OffloadPlan::new(strategy.memory_plan(model, Bytes::ZERO).activations_per_layer(), chunks)
+            // Without activation offloading every layer's bytes are 0: no copies, no waits.
+            let mut bytes = strategy.memory_plan(model, Bytes::ZERO).activations_per_layer();
+            if !p.offload.activations() {
+                bytes.iter_mut().for_each(|b| *b = 0);
+            }
+            OffloadPlan::new(bytes, chunks)
         });
-        if let Some(offload) = offload.as_mut()
-            && p.offload == Offload::ActivationsAndWeights
-        {
-            offload.weights = Some(WeightOffload::new(strategy, local, buckets)?);
+        if let Some(offload) = offload.as_mut() {
+            if p.offload == Offload::ActivationsAndWeights {
+                offload.weights = Some(WeightOffload::new(strategy, local, buckets)?);
+            }
+            if p.offload.host_optimizer() {
+                offload.host = Some(HostOptimizer::new(strategy, stage_parameters)?);
+            }
         }
         Ok(offload)
     }
@@ -239,7 +310,7 @@ impl OffloadPlan {
             }
             untriggered.push((chunk.clone(), first));
         }
-        OffloadPlan { bytes, window, forward_wait, prefetch_after, untriggered, weights: None }
+        OffloadPlan { bytes, window, forward_wait, prefetch_after, untriggered, weights: None, host: None }
     }
 
     /// Saved activation bytes of stage `stage`'s layers for one micro-batch: what one of its
@@ -269,6 +340,7 @@ impl OffloadPlan {
             optimizer_to_device_bytes: 0,
             optimizer_to_host_bytes: 0,
             host_bytes: host_activations,
+            host_step: SimDuration::ZERO,
             without: plan.without_offload.get().unwrap_or_default(),
         };
         if let Some(weights) = &self.weights {
@@ -284,6 +356,23 @@ impl OffloadPlan {
             totals.to_host_bytes += totals.gradient_bytes + totals.optimizer_to_host_bytes;
             totals.to_device_bytes += totals.weight_bytes + totals.optimizer_to_device_bytes;
             totals.host_bytes += state.weights.0 + state.gradients.0 + state.optimizer.0;
+        }
+        if let Some(host) = &self.host {
+            // The stage whose ranks step the most parameters.
+            let stage = (0..plan.strategy.parallelism.pipeline).max_by_key(|&s| host.parameters(s)).unwrap_or(0);
+            let parameters = host.parameters(stage);
+            let one = HostOptimizer::per_parameter(plan.strategy);
+            totals.gradient_bytes = plan
+                .chunks_of(stage)
+                .flat_map(|k| &plan.buckets[k])
+                .map(|b| b.bucket.bytes.0.div_ceil(host.shard_ranks))
+                .sum();
+            totals.weight_bytes = parameters * host.weight_bytes;
+            totals.to_host_bytes += totals.gradient_bytes;
+            totals.to_device_bytes += totals.weight_bytes;
+            // The fp32 weights and states, and the gradients the CPU reads.
+            totals.host_bytes += parameters * (one.optimizer.0 + one.gradients.0);
+            totals.host_step = host.step_time(stage);
         }
         totals
     }
@@ -446,7 +535,13 @@ impl RankEmitter<'_, '_> {
     /// `sync`) to host memory, where the optimizer reads them; returns the copy, `None` when
     /// the weights are on the device.
     pub(super) fn offload_gradients(&mut self, bytes: Bytes, sync: u32) -> Option<u32> {
-        self.plan.offload.as_ref().and_then(|o| o.weights.as_ref())?;
+        let offload = self.plan.offload.as_ref()?;
+        // A host optimizer reads the rank's shard of the bucket (all of it without ZeRO).
+        let bytes = match (&offload.weights, &offload.host) {
+            (Some(_), _) => bytes,
+            (None, Some(host)) => Bytes(bytes.0.div_ceil(host.shard_ranks)),
+            (None, None) => return None,
+        };
         let copy = self.memcpy(
             MemcpyDirection::DeviceToHost,
             bytes,
@@ -456,6 +551,35 @@ impl RankEmitter<'_, '_> {
         );
         self.offload.bucket_copies.push(copy);
         Some(copy)
+    }
+
+    /// ZeRO-Offload: the optimizer step on the host CPU once every gradient is in host memory
+    /// (`deps`), chunk by chunk on the host thread (which issues nothing else meanwhile), each
+    /// chunk's updated working weights copied back to the device after it. Returns the last
+    /// copy, which the next iteration's weights wait for (and ZeRO-1/2's allgather).
+    pub(super) fn host_optimizer_step(&mut self, host: &HostOptimizer, stage: u32, deps: &[Dep]) -> u32 {
+        let meta = OpMeta::NONE
+            .with_pass(Pass::Optimizer)
+            .with_work(sim_core::graph::Work::Launch)
+            .with_origin(self.origin(OFFLOAD_ORIGIN));
+        let mut last = None;
+        let mut waits = deps.to_vec();
+        for &(parameters, duration) in host.chunks.get(stage as usize).map_or(&[][..], Vec::as_slice) {
+            let step = self.host_op(crate::HOST_STREAM, duration, HOST_STEP_LABEL, &waits, meta);
+            waits = vec![Dep::Local(step)];
+            last = Some(self.memcpy(
+                MemcpyDirection::HostToDevice,
+                Bytes(parameters * host.weight_bytes),
+                &[Dep::Local(step)],
+                "updated weights to device",
+                OpMeta::NONE.with_pass(Pass::Optimizer),
+            ));
+        }
+        match last {
+            Some(copy) => copy,
+            // No parameters on this stage: an empty step after the gradients.
+            None => self.host_op(crate::HOST_STREAM, SimDuration::ZERO, HOST_STEP_LABEL, deps, meta),
+        }
     }
 
     /// Out-of-core weights: the optimizer step streamed through the GPU, chunk by chunk, once
@@ -596,6 +720,9 @@ impl BackwardOffload {
         (self.layers.start..below).rev().find(|&l| self.fetches(plan, l))
     }
 }
+
+/// The label of a host optimizer step's chunks.
+const HOST_STEP_LABEL: &str = "optimizer step on the host CPU";
 
 /// The origin of out-of-core training's copies (and of its streamed optimizer step): time a
 /// copy runs while no kernel does is the report's offload stall.

@@ -281,7 +281,7 @@ impl<'s> Plan<'s> {
             CnnSplit::Spatial { degree, dims, .. } => cnn::spatial_grid(degree, dims),
             _ => Vec::new(),
         };
-        let offload = OffloadPlan::for_strategy(strategy, &local, &chunk_layers, &buckets)?;
+        let offload = OffloadPlan::for_strategy(strategy, &local, &chunk_layers, &buckets, &stage_parameters)?;
         Ok(Plan {
             without_offload: std::cell::Cell::new(None),
             offload,
@@ -483,7 +483,8 @@ impl<'s> Plan<'s> {
             let held = match &self.offload {
                 Some(offload) => {
                     // The worst stage's memory without offloading.
-                    let without = plan.device_breakdown(parameters, peak, largest_pair, largest_layer);
+                    let mut without = plan.device_breakdown(parameters, peak, largest_pair, largest_layer);
+                    self.policy.adjust_memory(self, stage, &chunk_indexes, &mut without);
                     if self.without_offload.get().is_none_or(|worst| worst.total() < without.total()) {
                         self.without_offload.set(Some(without));
                     }
@@ -491,13 +492,17 @@ impl<'s> Plan<'s> {
                     // backward's prefetches arrive (each copy stream in order: one window
                     // each way).
                     let windows = if p.pipeline > 1 { 2 } else { 1 };
-                    (windows * offload.window).min(peak)
+                    if p.offload.activations() { (windows * offload.window).min(peak) } else { peak }
                 }
                 None => peak,
             };
             let mut memory: MemoryBreakdown =
                 plan.device_breakdown(parameters, held, largest_pair, largest_layer);
             self.policy.adjust_memory(self, stage, &chunk_indexes, &mut memory);
+            // A host optimizer keeps the fp32 weights and the states in host memory.
+            if self.offload.as_ref().is_some_and(|offload| offload.host.is_some()) {
+                memory.optimizer = Bytes::ZERO;
+            }
             if let Some(weights) = self.offload.as_ref().and_then(|offload| offload.weights.as_ref()) {
                 weights.adjust_memory(self, stage, &chunk_indexes, &plan, &mut memory);
             }

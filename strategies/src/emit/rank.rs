@@ -387,6 +387,10 @@ impl RankEmitter<'_, '_> {
             };
             self.step_collective(&mut deps, comm, GroupClass::ModelParallel, PIPELINE_STREAM, FLUSH_ORIGIN);
         }
+        if let Some(host) = plan.offload.as_ref().and_then(|o| o.host.as_ref()) {
+            let end = self.host_optimizer_step(host, stage, &deps);
+            return policy.after_step(self, end, end);
+        }
         let (optimizer, end) = match plan.offload.as_ref().and_then(|o| o.weights.as_ref()) {
             Some(weights) => self.streamed_optimizer(weights, &deps),
             None => {

@@ -99,14 +99,14 @@ pub(in super::super) fn plan(
 
 /// Whether `strategy`'s buckets are synchronised: DDP launches its bucket allreduces whatever
 /// the world size; other strategies synchronise only over more than one rank, or when
-/// out-of-core weights write each bucket's gradients to host memory after its allreduce (over
-/// one rank under a tensor split alone); and only policies that synchronise buckets
+/// out-of-core weights or a host optimizer write each bucket's gradients to host memory after its
+/// allreduce (over one rank under a tensor split alone); and only policies that synchronise buckets
 /// ([`Policy::syncs_buckets`]).
 fn synchronised(strategy: &Strategy<'_>, policy: &dyn Policy) -> bool {
     let p = &strategy.parallelism;
     (p.gradient_sync_ranks() > 1
         || p.is_data_parallel()
-        || p.offload == crate::Offload::ActivationsAndWeights)
+        || p.offload.gradients_to_host())
         && policy.syncs_buckets()
 }
 
