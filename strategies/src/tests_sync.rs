@@ -422,3 +422,153 @@ fn daso_and_offload_refuse_what_they_do_not_model_with_the_key() {
     };
     assert!(activations.check().is_ok());
 }
+
+/// A host CPU of `bandwidth` memory bandwidth for tests (the catalog's ABCI node otherwise).
+fn host_cpu(bandwidth: &str) -> workloads::device::Device {
+    let mut cpu = DeviceCatalog::builtin().get("xeon-6148-2s").unwrap().clone();
+    cpu.memory_bandwidth = bandwidth.parse().unwrap();
+    cpu
+}
+
+#[test]
+fn a_host_optimizer_moves_its_shard_and_steps_at_the_host_cpus_memory_rate() {
+    // ZeRO-Offload: each GPU copies its synchronised gradients (its ZeRO-2 shard) to host
+    // memory and gets its updated working weights back; the step runs on the host CPU at a rate
+    // set by its memory bandwidth; the device keeps no optimizer state.
+    let model = workloads::zoo::by_name("bert-base").unwrap();
+    let compute = ComputeModel::default();
+    let topology = cluster(1, 2);
+    let parameters: u64 = model.layers.iter().map(|l| l.cost.params).sum();
+    let cpu = host_cpu("64 GB/s");
+    let fast = host_cpu("128 GB/s");
+    for zero in [0u8, 2] {
+        let parallelism = Parallelism { offload: Offload::Optimizer, zero, ..Parallelism::data_parallel(2) };
+        let strategy = Strategy {
+            precision: Dtype::Fp16,
+            host_cpu: Some(&cpu),
+            ..data_parallel(&model, &compute, parallelism, 1)
+        };
+        let lowered = strategy.lower().unwrap();
+        let totals = lowered.offload.unwrap();
+        let shard = if zero > 0 { 2 } else { 1 };
+        let held = parameters.div_ceil(shard);
+        // fp16 working weights; gradients in fp32 (the helper's strategy).
+        let gradient = strategy.gradient_precision.bytes();
+        assert_eq!(totals.weight_bytes, held * 2, "zero {zero}: updated weights back");
+        let gradients = totals.gradient_bytes as f64;
+        let expected = (gradient * parameters) as f64 / shard as f64;
+        assert!((gradients / expected - 1.0).abs() < 1e-4, "zero {zero}: {gradients} against {expected}");
+        assert_eq!(totals.activation_bytes, 0);
+        // Both GPUs' copies, each way, on the host links.
+        let moved = bytes_on(&strategy, &topology, Tier::HostMemory);
+        assert_eq!(moved, 2.0 * (totals.to_host_bytes + totals.to_device_bytes) as f64, "zero {zero}");
+        assert_eq!(totals.to_host_bytes + totals.to_device_bytes, totals.gradient_bytes + totals.weight_bytes);
+        // The device keeps no optimizer state; without offloading it would.
+        let memory = lowered.stages[0].memory;
+        assert_eq!(memory.optimizer, Bytes::ZERO, "zero {zero}");
+        assert!(totals.without.optimizer > Bytes::ZERO, "zero {zero}");
+        // The host keeps the fp32 weights, the states (one for SGD with momentum) and the
+        // gradients of what it steps.
+        assert_eq!(totals.host_bytes, held * (4 + 4 + gradient), "zero {zero}: host bytes");
+        // A memory-bound step: twice the host's memory bandwidth, half the time (the compute
+        // model's ramp aside), and ZeRO-2 halves what each rank steps.
+        let faster = Strategy { host_cpu: Some(&fast), ..strategy.clone() }.lower().unwrap();
+        let ratio = totals.host_step.as_secs_f64() / faster.offload.unwrap().host_step.as_secs_f64();
+        assert!((1.95..=2.0 + 1e-9).contains(&ratio), "zero {zero}: bandwidth x2 gives step / {ratio}");
+        let step = compute
+            .optimizer_step_duration(
+                &cpu,
+                &workloads::compute::OptimizerStep {
+                    optimizer: strategy.optimizer,
+                    parameters: held,
+                    tensors: 1,
+                    fused: true,
+                    gradient_bytes: gradient,
+                    widths: strategy.step_widths(),
+                    passes: workloads::optimizer::OptimizerPasses::Fused,
+                },
+            )
+            .unwrap();
+        let chunked = totals.host_step.as_secs_f64();
+        assert!((chunked / step.as_secs_f64() - 1.0).abs() < 0.01, "zero {zero}: {chunked} s in chunks, {step} at once");
+        // The iteration waits for the host's step: longer than on the GPU by about its time.
+        let resident = Strategy {
+            parallelism: Parallelism { offload: Offload::None, ..parallelism },
+            ..strategy.clone()
+        };
+        let time = |s: &Strategy<'_>| {
+            let lowered = s.lower().unwrap();
+            let timeline = sim_core::fidelity::NetworkSettings::new(sim_core::fidelity::Fidelity::Flow)
+                .run(&lowered.graph, &topology)
+                .unwrap();
+            let end = lowered.iteration_ends.last().unwrap().iter().map(|op| timeline.end[op.0 as usize]).max();
+            end.unwrap().since_start().as_secs_f64()
+        };
+        let (offloaded, on_device) = (time(&strategy), time(&resident));
+        assert!(offloaded > on_device + 0.9 * chunked, "zero {zero}: {offloaded} s against {on_device} s + {chunked} s");
+    }
+}
+
+#[test]
+fn a_host_optimizer_on_tensor_and_pipeline_ranks_moves_each_ranks_own_shard() {
+    // Tensor 2 x pipeline 2: each rank copies its own stage's gradients, its tensor shard of
+    // them, and gets its own updated weights back: the host links carry the sum over ranks.
+    let model = workloads::zoo::by_name("bert-base").unwrap();
+    let compute = ComputeModel::default();
+    let topology = cluster(1, 4);
+    let cpu = host_cpu("64 GB/s");
+    let parallelism = Parallelism {
+        offload: Offload::Optimizer,
+        tensor: 2,
+        pipeline: 2,
+        ..Parallelism::data_parallel(1)
+    };
+    let strategy = Strategy {
+        precision: Dtype::Fp16,
+        host_cpu: Some(&cpu),
+        ..super::tests::strategy(&model, &compute, parallelism, 8, 1)
+    };
+    let lowered = strategy.lower().unwrap();
+    let gradient = strategy.gradient_precision.bytes();
+    // Each stage's 2 tensor ranks: gradients out (the buckets, written after their one-rank
+    // sync) and working weights back, per parameter they hold.
+    let expected: u64 = lowered.stages.iter().map(|s| 2 * s.parameters * (gradient + 2)).sum();
+    let moved = bytes_on(&strategy, &topology, Tier::HostMemory);
+    assert!((moved / expected as f64 - 1.0).abs() < 1e-3, "{moved} bytes on the host links against {expected}");
+    for stage in &lowered.stages {
+        assert_eq!(stage.memory.optimizer, Bytes::ZERO, "stage {}", stage.stage);
+    }
+}
+
+#[test]
+fn a_host_optimizer_refuses_what_it_does_not_model_with_the_key() {
+    let model = small_cnn();
+    let compute = ComputeModel::default();
+    let cpu = host_cpu("64 GB/s");
+    let key = |strategy: Strategy<'_>| match strategy.check() {
+        Err(StrategyError::Invalid { key, .. }) => key,
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    let parallelism = Parallelism { offload: Offload::Optimizer, ..Parallelism::data_parallel(2) };
+    // No host CPU named.
+    assert_eq!(key(data_parallel(&model, &compute, parallelism, 1)), "cluster.host-cpu");
+    // ZeRO-3 keeps the parameters sharded on the device: not ZeRO-Offload's stage.
+    let zero3 = Parallelism { zero: 3, ..parallelism };
+    assert_eq!(key(Strategy { host_cpu: Some(&cpu), ..data_parallel(&model, &compute, zero3, 1) }), "workload.offload");
+    // Recomputation goes with the optimizer's offload, not with the activations'.
+    let recompute = Strategy {
+        host_cpu: Some(&cpu),
+        recompute: Recompute::Full,
+        ..data_parallel(&model, &compute, parallelism, 1)
+    };
+    assert!(recompute.check().is_ok());
+    let both = Parallelism { offload: Offload::ActivationsAndOptimizer, ..parallelism };
+    assert_eq!(
+        key(Strategy { parallelism: both, ..recompute.clone() }),
+        "workload.offload"
+    );
+    // Every value parses back from its name.
+    for offload in Offload::ALL {
+        assert_eq!(offload.name().parse::<Offload>(), Ok(offload));
+    }
+}

@@ -366,7 +366,15 @@ impl OffloadPlan {
                 .chunks_of(stage)
                 .flat_map(|k| &plan.buckets[k])
                 .map(|b| b.bucket.bytes.0.div_ceil(host.shard_ranks))
-                .sum();
+                .sum::<u64>()
+                // The last stage's tied embedding copy, outside the buckets.
+                + if plan.tied_embedding > 0 && plan.strategy.parallelism.pipeline > 1
+                    && stage + 1 == plan.strategy.parallelism.pipeline
+                {
+                    plan.gradient_bytes(plan.tied_embedding).0.div_ceil(host.shard_ranks)
+                } else {
+                    0
+                };
             totals.weight_bytes = parameters * host.weight_bytes;
             totals.to_host_bytes += totals.gradient_bytes;
             totals.to_device_bytes += totals.weight_bytes;
@@ -531,10 +539,10 @@ impl RankEmitter<'_, '_> {
         }
     }
 
-    /// Out-of-core weights: the synchronised gradients of a bucket (`bytes`, synchronised by
-    /// `sync`) to host memory, where the optimizer reads them; returns the copy, `None` when
-    /// the weights are on the device.
-    pub(super) fn offload_gradients(&mut self, bytes: Bytes, sync: u32) -> Option<u32> {
+    /// Out-of-core weights or a host optimizer: synchronised gradients (`bytes`, a bucket's or
+    /// a tied embedding's, synchronised by `deps`) to host memory, where the optimizer reads
+    /// them; returns the copy, `None` when both the weights and the optimizer are on the device.
+    pub(super) fn offload_gradients(&mut self, bytes: Bytes, deps: &[Dep]) -> Option<u32> {
         let offload = self.plan.offload.as_ref()?;
         // A host optimizer reads the rank's shard of the bucket (all of it without ZeRO).
         let bytes = match (&offload.weights, &offload.host) {
@@ -545,7 +553,7 @@ impl RankEmitter<'_, '_> {
         let copy = self.memcpy(
             MemcpyDirection::DeviceToHost,
             bytes,
-            &[Dep::Local(sync)],
+            deps,
             "offload gradients to host",
             OpMeta::NONE.with_pass(Pass::BackwardWeight),
         );

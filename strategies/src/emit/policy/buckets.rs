@@ -239,7 +239,7 @@ pub(in super::super) fn backward_layers(
             last_sync = Some(synced);
             // Out-of-core weights: the synchronised gradients to host memory, where the
             // optimizer reads them (never with a spatial split, which offloading excludes).
-            if let Some(copy) = emitter.offload_gradients(bucket.bucket.bytes, synced) {
+            if let Some(copy) = emitter.offload_gradients(bucket.bucket.bytes, &[Dep::Local(synced)]) {
                 last_sync = Some(copy);
             }
         }
