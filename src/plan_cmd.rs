@@ -340,7 +340,12 @@ fn human(report: &PlanReport, search: &Search, options: &PlanOptions) -> String 
         let _ = writeln!(
             out,
             "out-of-core   nothing fit in device memory: each configuration without recomputation or ZeRO \
-             was tried again out of core (workload.offload, both modes)"
+             was tried again out of core (workload.offload, both modes{})",
+            if report.host_optimizer {
+                "; with cluster.host-cpu named, the optimizer on the host CPU too, with ZeRO-1/2 and recomputation"
+            } else {
+                ""
+            }
         );
     }
     let mut reasons: Vec<_> = report.rejected.iter().collect();
@@ -705,6 +710,7 @@ mod tests {
             fidelity: sim_core::fidelity::Fidelity::Flow,
             keep: 14,
             out_of_core: false,
+            host_optimizer: false,
         }
     }
 

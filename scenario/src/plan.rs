@@ -747,6 +747,9 @@ pub struct PlanReport {
     /// Nothing fit in device memory, so out-of-core training (`workload.offload`) was searched
     /// too, and some of it fits.
     pub out_of_core: bool,
+    /// ... and the cluster names its CPUs (`cluster.host-cpu`), so ZeRO-Offload's host
+    /// optimizer was among the out-of-core modes tried.
+    pub host_optimizer: bool,
 }
 
 /// Configurations screened per batch: fixed, so the result does not depend on the threads.
@@ -867,18 +870,35 @@ pub fn plan_with_progress(
     let mut estimates: Vec<Result<SimDuration, (String, String)>> =
         choices.par_iter().map(|choice| estimate_one(choice, total)).collect();
     // Nothing fits in device memory and offloading was not chosen: out-of-core training too
-    // (`workload.offload`, both modes), on each configuration tried without recomputation or
-    // ZeRO (which offloading does not model).
+    // (`workload.offload`: both activation modes, on each configuration tried without
+    // recomputation or ZeRO, which they do not model; with the cluster's CPUs named, ZeRO-Offload's
+    // host optimizer too, with ZeRO-1/2 and, without the activations' offload, recomputation).
     let too_big = |estimate: &Result<SimDuration, (String, String)>| matches!(estimate, Err((reason, _)) if reason == "does not fit in memory");
     let mut out_of_core = false;
+    let host_optimizer = bases.iter().all(|base| base.scenario.host_cpu.is_some());
     if search.fixed.offload.is_none() && estimates.iter().all(Result::is_err) && estimates.iter().any(too_big)
     {
         let tried: LookupSet<String> = choices.iter().map(Choice::label).collect();
         let mut extra = Vec::new();
-        for offload in [Offload::Activations, Offload::ActivationsAndWeights] {
+        // ZeRO-Offload's host optimizer where the cluster names its CPUs (`cluster.host-cpu`).
+        let modes: &[Offload] = if host_optimizer {
+            &[
+                Offload::Activations,
+                Offload::ActivationsAndWeights,
+                Offload::Optimizer,
+                Offload::ActivationsAndOptimizer,
+            ]
+        } else {
+            &[Offload::Activations, Offload::ActivationsAndWeights]
+        };
+        for &offload in modes {
             for choice in &choices {
                 let p = &choice.parallelism;
-                if choice.recompute != Recompute::None || p.zero > 0 || p.offload != Offload::None {
+                // A host optimizer takes recomputation (without the activations' offload) and
+                // ZeRO-1/2; the others neither.
+                let recompute_ok = offload == Offload::Optimizer || choice.recompute == Recompute::None;
+                let zero_ok = if offload.host_optimizer() { p.zero <= 2 } else { p.zero == 0 };
+                if !recompute_ok || !zero_ok || p.offload != Offload::None {
                     continue;
                 }
                 let variant = Choice { parallelism: Parallelism { offload, ..*p }, ..choice.clone() };
@@ -1193,6 +1213,7 @@ pub fn plan_with_progress(
         fidelity,
         keep,
         out_of_core,
+        host_optimizer: out_of_core && host_optimizer,
     })
 }
 

@@ -595,7 +595,10 @@ impl Offload {
 
     /// Whether saved activations go to host memory between their forward and backward.
     pub fn activations(self) -> bool {
-        matches!(self, Offload::Activations | Offload::ActivationsAndWeights | Offload::ActivationsAndOptimizer)
+        matches!(
+            self,
+            Offload::Activations | Offload::ActivationsAndWeights | Offload::ActivationsAndOptimizer
+        )
     }
 
     /// Whether the optimizer step runs on the host CPU (ZeRO-Offload).
@@ -1711,8 +1714,10 @@ impl Strategy<'_> {
         let others = self.other_degrees_than(&["tensor", "pipeline"]);
         // ZeRO-Offload is built on ZeRO-2: each data-parallel rank steps its shard on the host.
         let zero_allowed = p.offload.host_optimizer() && p.zero <= 2;
-        let others: Vec<&str> =
-            others.split(", ").filter(|used| !used.is_empty() && !(zero_allowed && used.starts_with("zero"))).collect();
+        let others: Vec<&str> = others
+            .split(", ")
+            .filter(|used| !(used.is_empty() || zero_allowed && used.starts_with("zero")))
+            .collect();
         if !others.is_empty() {
             return Err(invalid(
                 "workload.offload",
@@ -1962,7 +1967,10 @@ impl Strategy<'_> {
     /// in, the fp32 weights, states and the working copy out.
     fn host_optimizer_step(&self, parameters: u64) -> Result<SimDuration, StrategyError> {
         let Some(cpu) = self.host_cpu else {
-            return Err(invalid("cluster.host-cpu", "is missing: the optimizer step runs on the host CPU".into()));
+            return Err(invalid(
+                "cluster.host-cpu",
+                "is missing: the optimizer step runs on the host CPU".into(),
+            ));
         };
         let step = workloads::compute::OptimizerStep {
             optimizer: self.optimizer,

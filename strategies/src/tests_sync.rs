@@ -462,7 +462,10 @@ fn a_host_optimizer_moves_its_shard_and_steps_at_the_host_cpus_memory_rate() {
         // Both GPUs' copies, each way, on the host links.
         let moved = bytes_on(&strategy, &topology, Tier::HostMemory);
         assert_eq!(moved, 2.0 * (totals.to_host_bytes + totals.to_device_bytes) as f64, "zero {zero}");
-        assert_eq!(totals.to_host_bytes + totals.to_device_bytes, totals.gradient_bytes + totals.weight_bytes);
+        assert_eq!(
+            totals.to_host_bytes + totals.to_device_bytes,
+            totals.gradient_bytes + totals.weight_bytes
+        );
         // The device keeps no optimizer state; without offloading it would.
         let memory = lowered.stages[0].memory;
         assert_eq!(memory.optimizer, Bytes::ZERO, "zero {zero}");
@@ -490,7 +493,10 @@ fn a_host_optimizer_moves_its_shard_and_steps_at_the_host_cpus_memory_rate() {
             )
             .unwrap();
         let chunked = totals.host_step.as_secs_f64();
-        assert!((chunked / step.as_secs_f64() - 1.0).abs() < 0.01, "zero {zero}: {chunked} s in chunks, {step} at once");
+        assert!(
+            (chunked / step.as_secs_f64() - 1.0).abs() < 0.01,
+            "zero {zero}: {chunked} s in chunks, {step} at once"
+        );
         // The iteration waits for the host's step: longer than on the GPU by about its time.
         let resident = Strategy {
             parallelism: Parallelism { offload: Offload::None, ..parallelism },
@@ -501,11 +507,15 @@ fn a_host_optimizer_moves_its_shard_and_steps_at_the_host_cpus_memory_rate() {
             let timeline = sim_core::fidelity::NetworkSettings::new(sim_core::fidelity::Fidelity::Flow)
                 .run(&lowered.graph, &topology)
                 .unwrap();
-            let end = lowered.iteration_ends.last().unwrap().iter().map(|op| timeline.end[op.0 as usize]).max();
+            let end =
+                lowered.iteration_ends.last().unwrap().iter().map(|op| timeline.end[op.0 as usize]).max();
             end.unwrap().since_start().as_secs_f64()
         };
         let (offloaded, on_device) = (time(&strategy), time(&resident));
-        assert!(offloaded > on_device + 0.9 * chunked, "zero {zero}: {offloaded} s against {on_device} s + {chunked} s");
+        assert!(
+            offloaded > on_device + 0.9 * chunked,
+            "zero {zero}: {offloaded} s against {on_device} s + {chunked} s"
+        );
     }
 }
 
@@ -517,12 +527,8 @@ fn a_host_optimizer_on_tensor_and_pipeline_ranks_moves_each_ranks_own_shard() {
     let compute = ComputeModel::default();
     let topology = cluster(1, 4);
     let cpu = host_cpu("64 GB/s");
-    let parallelism = Parallelism {
-        offload: Offload::Optimizer,
-        tensor: 2,
-        pipeline: 2,
-        ..Parallelism::data_parallel(1)
-    };
+    let parallelism =
+        Parallelism { offload: Offload::Optimizer, tensor: 2, pipeline: 2, ..Parallelism::data_parallel(1) };
     let strategy = Strategy {
         precision: Dtype::Fp16,
         host_cpu: Some(&cpu),
@@ -534,7 +540,10 @@ fn a_host_optimizer_on_tensor_and_pipeline_ranks_moves_each_ranks_own_shard() {
     // sync) and working weights back, per parameter they hold.
     let expected: u64 = lowered.stages.iter().map(|s| 2 * s.parameters * (gradient + 2)).sum();
     let moved = bytes_on(&strategy, &topology, Tier::HostMemory);
-    assert!((moved / expected as f64 - 1.0).abs() < 1e-3, "{moved} bytes on the host links against {expected}");
+    assert!(
+        (moved / expected as f64 - 1.0).abs() < 1e-3,
+        "{moved} bytes on the host links against {expected}"
+    );
     for stage in &lowered.stages {
         assert_eq!(stage.memory.optimizer, Bytes::ZERO, "stage {}", stage.stage);
     }
@@ -554,7 +563,10 @@ fn a_host_optimizer_refuses_what_it_does_not_model_with_the_key() {
     assert_eq!(key(data_parallel(&model, &compute, parallelism, 1)), "cluster.host-cpu");
     // ZeRO-3 keeps the parameters sharded on the device: not ZeRO-Offload's stage.
     let zero3 = Parallelism { zero: 3, ..parallelism };
-    assert_eq!(key(Strategy { host_cpu: Some(&cpu), ..data_parallel(&model, &compute, zero3, 1) }), "workload.offload");
+    assert_eq!(
+        key(Strategy { host_cpu: Some(&cpu), ..data_parallel(&model, &compute, zero3, 1) }),
+        "workload.offload"
+    );
     // Recomputation goes with the optimizer's offload, not with the activations'.
     let recompute = Strategy {
         host_cpu: Some(&cpu),
@@ -563,10 +575,7 @@ fn a_host_optimizer_refuses_what_it_does_not_model_with_the_key() {
     };
     assert!(recompute.check().is_ok());
     let both = Parallelism { offload: Offload::ActivationsAndOptimizer, ..parallelism };
-    assert_eq!(
-        key(Strategy { parallelism: both, ..recompute.clone() }),
-        "workload.offload"
-    );
+    assert_eq!(key(Strategy { parallelism: both, ..recompute.clone() }), "workload.offload");
     // Every value parses back from its name.
     for offload in Offload::ALL {
         assert_eq!(offload.name().parse::<Offload>(), Ok(offload));

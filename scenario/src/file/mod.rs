@@ -1135,7 +1135,8 @@ fn host_cpu_share(cluster: &ClusterSection, file: &Path) -> Result<Option<Device
     }
     let share = f64::from(cluster.gpus_per_node.max(1));
     for rate in cpu.peak.values_mut() {
-        *rate = rate.scaled(1.0 / share).ok_or_else(|| invalid(format!("{name:?}'s peak rate underflows")))?;
+        *rate =
+            rate.scaled(1.0 / share).ok_or_else(|| invalid(format!("{name:?}'s peak rate underflows")))?;
     }
     cpu.memory_bandwidth =
         Bandwidth::from_bytes_per_second((cpu.memory_bandwidth.bytes_per_second() / share).round() as u64)

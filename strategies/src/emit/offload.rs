@@ -91,14 +91,18 @@ impl HostOptimizer {
     /// One parameter's weights, gradient and optimizer state (its fp32 weight included), as
     /// one rank holds them before any ZeRO sharding: what the host keeps per parameter it steps.
     fn per_parameter(strategy: &Strategy<'_>) -> MemoryBreakdown {
-        let unsharded =
-            Strategy { parallelism: crate::Parallelism { zero: 0, ..strategy.parallelism }, ..strategy.clone() };
+        let unsharded = Strategy {
+            parallelism: crate::Parallelism { zero: 0, ..strategy.parallelism },
+            ..strategy.clone()
+        };
         unsharded.memory_plan(strategy.model, Bytes::ZERO).device_breakdown(1, 0, 0, 0)
     }
 
     /// Parameters one rank of stage `stage` steps on the host.
     pub(super) fn parameters(&self, stage: u32) -> u64 {
-        self.chunks.get(stage as usize).map_or(0, |chunks| chunks.iter().map(|(parameters, _)| parameters).sum())
+        self.chunks
+            .get(stage as usize)
+            .map_or(0, |chunks| chunks.iter().map(|(parameters, _)| parameters).sum())
     }
 
     /// The host CPU's time to step stage `stage`'s parameters.
@@ -359,7 +363,8 @@ impl OffloadPlan {
         }
         if let Some(host) = &self.host {
             // The stage whose ranks step the most parameters.
-            let stage = (0..plan.strategy.parallelism.pipeline).max_by_key(|&s| host.parameters(s)).unwrap_or(0);
+            let stage =
+                (0..plan.strategy.parallelism.pipeline).max_by_key(|&s| host.parameters(s)).unwrap_or(0);
             let parameters = host.parameters(stage);
             let one = HostOptimizer::per_parameter(plan.strategy);
             totals.gradient_bytes = plan

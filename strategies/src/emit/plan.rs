@@ -281,7 +281,8 @@ impl<'s> Plan<'s> {
             CnnSplit::Spatial { degree, dims, .. } => cnn::spatial_grid(degree, dims),
             _ => Vec::new(),
         };
-        let offload = OffloadPlan::for_strategy(strategy, &local, &chunk_layers, &buckets, &stage_parameters)?;
+        let offload =
+            OffloadPlan::for_strategy(strategy, &local, &chunk_layers, &buckets, &stage_parameters)?;
         Ok(Plan {
             without_offload: std::cell::Cell::new(None),
             offload,

@@ -104,9 +104,7 @@ pub(in super::super) fn plan(
 /// ([`Policy::syncs_buckets`]).
 fn synchronised(strategy: &Strategy<'_>, policy: &dyn Policy) -> bool {
     let p = &strategy.parallelism;
-    (p.gradient_sync_ranks() > 1
-        || p.is_data_parallel()
-        || p.offload.gradients_to_host())
+    (p.gradient_sync_ranks() > 1 || p.is_data_parallel() || p.offload.gradients_to_host())
         && policy.syncs_buckets()
 }
 
