@@ -312,6 +312,26 @@ mod tests {
     }
 
     #[test]
+    fn a_hosts_cpus_are_a_cpu_of_the_catalog_and_fill_the_host_cpu_key_unless_given() {
+        let devices = workloads::device::DeviceCatalog::builtin();
+        let mut named = 0;
+        for host in catalog() {
+            if let Some(cpu) = &host.cpu {
+                let device = devices.get(cpu).unwrap();
+                assert_eq!(device.kind, workloads::device::DeviceKind::Cpu, "{}: {cpu}", host.name);
+                named += 1;
+            }
+        }
+        assert!(named >= 1);
+        let mut table = with(&[("cluster.host", "dgx-h100")]);
+        apply(&mut table).unwrap();
+        assert_eq!(get_dotted(&table, HOST_CPU_KEY).and_then(toml::Value::as_str), Some("xeon-8480c-2s"));
+        let mut table = with(&[("cluster.host", "dgx-h100"), (HOST_CPU_KEY, "epyc-7742-2s")]);
+        apply(&mut table).unwrap();
+        assert_eq!(get_dotted(&table, HOST_CPU_KEY).and_then(toml::Value::as_str), Some("epyc-7742-2s"));
+    }
+
+    #[test]
     fn every_cost_parses_as_a_duration_names_a_source_and_a_known_mode() {
         for host in catalog() {
             assert!(!host.source.is_empty() && !host.title.is_empty(), "{}", host.name);
