@@ -115,6 +115,9 @@ pub const INPUT_STREAM: StreamId = StreamId(16);
 /// The host staging of a CNN group's MPI messages that Open MPI pipelines with their transfer
 /// (`cnn::HostStaging::pipelined`): beside the collective, not after it.
 pub const STAGING_STREAM: StreamId = StreamId(17);
+/// The reads and writes of a host optimizer's state on NVMe (ZeRO-Infinity,
+/// [`Strategy::nvme`]): host-side I/O, one in-order queue per rank.
+pub const NVME_STREAM: StreamId = StreamId(18);
 
 /// The label of CUDA-aware MPI's staging of a message through host memory
 /// ([`cnn::HostStaging`]): a device-side delay that belongs to the transfer, so its ops carry
@@ -135,6 +138,7 @@ pub fn stream_name(stream: StreamId) -> String {
         CHANNEL_STREAM => GroupKind::Channel,
         SPATIAL_STREAM | HALO_STREAM => GroupKind::Spatial,
         HOST_STREAM => return "host (kernel launches)".to_string(),
+        NVME_STREAM => return "host (NVMe reads and writes)".to_string(),
         _ => return "compute".to_string(),
     };
     match stream {
@@ -947,6 +951,10 @@ pub struct Strategy<'a> {
     /// divided by the GPUs per node, whose processes step at once. `None` where nothing runs
     /// on the host CPU.
     pub host_cpu: Option<&'a Device>,
+    /// Where a host optimizer keeps its fp32 weights and states (`workload.offload-device =
+    /// "nvme"`, ZeRO-Infinity): `Some` with one GPU's process's share of the node's NVMe
+    /// bandwidth (read and write alike); `None` in host memory.
+    pub nvme: Option<sim_core::units::Bandwidth>,
 }
 
 /// One gradient bucket: which layers' gradients it carries and how many bytes.
@@ -1126,6 +1134,9 @@ pub struct OffloadTotals {
     pub host_bytes: u64,
     /// The host CPU's optimizer step per iteration (`"optimizer"`; zero otherwise).
     pub host_step: SimDuration,
+    /// Bytes a host optimizer reads from and writes to NVMe per iteration (its fp32 weights
+    /// and states each way; 0 with them in host memory).
+    pub nvme_bytes: u64,
     /// The device memory the same configuration needs without offloading.
     pub without: MemoryBreakdown,
 }
@@ -1708,6 +1719,17 @@ impl Strategy<'_> {
     /// holds; the weights not on a pipeline), without recomputation.
     fn check_offload(&self) -> Result<(), StrategyError> {
         let p = &self.parallelism;
+        if self.nvme.is_some() && !p.offload.host_optimizer() {
+            return Err(invalid(
+                "workload.offload-device",
+                format!(
+                    "is \"nvme\", which keeps a host optimizer's state on NVMe, but offload = {:?} runs no \
+                     optimizer on the host: set offload = \"optimizer\" or \"activations+optimizer\", or \
+                     offload-device = \"cpu\"",
+                    p.offload.name()
+                ),
+            ));
+        }
         if p.offload == Offload::None {
             return Ok(());
         }

@@ -89,6 +89,7 @@ pub(super) fn strategy<'a>(
         layer_tables: None,
         chunk_layers: None,
         host_cpu: None,
+        nvme: None,
         fusion: workloads::fusion::Fusion::None,
         batch_norm_group: workloads::groupbn::BatchNormGroup::NONE,
         optimizer_passes: workloads::optimizer::OptimizerPasses::Fused,

@@ -581,3 +581,50 @@ fn a_host_optimizer_refuses_what_it_does_not_model_with_the_key() {
         assert_eq!(offload.name().parse::<Offload>(), Ok(offload));
     }
 }
+
+#[test]
+fn a_host_optimizer_with_its_state_on_nvme_reads_and_writes_it_every_step() {
+    // ZeRO-Infinity: the fp32 weights and states come from NVMe before each chunk's step and
+    // go back after it, at the process's share of the drives' bandwidth, on one queue.
+    let model = workloads::zoo::by_name("bert-base").unwrap();
+    let compute = ComputeModel::default();
+    let topology = cluster(1, 2);
+    let cpu = host_cpu("64 GB/s");
+    let nvme: sim_core::units::Bandwidth = "2 GB/s".parse().unwrap();
+    let parallelism = Parallelism { offload: Offload::Optimizer, ..Parallelism::data_parallel(2) };
+    let in_memory = Strategy {
+        precision: Dtype::Fp16,
+        host_cpu: Some(&cpu),
+        ..data_parallel(&model, &compute, parallelism, 1)
+    };
+    let on_nvme = Strategy { nvme: Some(nvme), ..in_memory.clone() };
+    let parameters: u64 = model.layers.iter().map(|l| l.cost.params).sum();
+    let totals = on_nvme.lower().unwrap().offload.unwrap();
+    // fp32 master copy and SGD's momentum: 8 bytes per parameter, each way.
+    assert_eq!(totals.nvme_bytes, 2 * parameters * 8);
+    assert_eq!(in_memory.lower().unwrap().offload.unwrap().nvme_bytes, 0);
+    // The host keeps the gradients and two chunks' state (one chunk here), not all of it.
+    assert!(totals.host_bytes < in_memory.lower().unwrap().offload.unwrap().host_bytes);
+    let time = |s: &Strategy<'_>| {
+        let lowered = s.lower().unwrap();
+        let timeline = sim_core::fidelity::NetworkSettings::new(sim_core::fidelity::Fidelity::Flow)
+            .run(&lowered.graph, &topology)
+            .unwrap();
+        let end = lowered.iteration_ends.last().unwrap().iter().map(|op| timeline.end[op.0 as usize]).max();
+        end.unwrap().since_start().as_secs_f64()
+    };
+    // One chunk: read, step, write in series; the iteration ends with the weights' copy back,
+    // after the step, so it is longer by at least the read.
+    let io = (parameters * 8) as f64 / nvme.bytes_per_second();
+    let (slow, fast) = (time(&on_nvme), time(&in_memory));
+    assert!(slow - fast > 0.99 * io, "{slow} s on NVMe against {fast} s: the read takes {io} s");
+    // NVMe without a host optimizer is refused by its key.
+    let none = Strategy {
+        parallelism: Parallelism { offload: Offload::Activations, ..parallelism },
+        ..on_nvme.clone()
+    };
+    match none.check() {
+        Err(StrategyError::Invalid { key, .. }) => assert_eq!(key, "workload.offload-device"),
+        other => panic!("{other:?}"),
+    }
+}

@@ -189,6 +189,9 @@ struct ClusterSection {
     /// `cluster.host-cpu`: the nodes' CPUs (a `kind = "cpu"` catalog device), for an optimizer
     /// step on the host (`workload.offload = "optimizer"`); a `cluster.host` may name them.
     host_cpu: Option<String>,
+    /// `cluster.nvme-bandwidth`: the node's NVMe drives' bandwidth (read and write alike), for
+    /// a host optimizer's state on NVMe (`workload.offload-device = "nvme"`).
+    nvme_bandwidth: Option<Bandwidth>,
     flops_scale: Option<f64>,
     memory_bandwidth_scale: Option<f64>,
     #[serde(default)]
@@ -274,6 +277,9 @@ struct WorkloadSection {
     recompute: Option<String>,
     passes: Option<String>,
     offload: Option<String>,
+    /// `workload.offload-device`: where a host optimizer keeps its state, `"cpu"` (host
+    /// memory, the default) or `"nvme"` (ZeRO-Infinity).
+    offload_device: Option<String>,
     input: Option<InputSection>,
 }
 
@@ -541,6 +547,9 @@ pub struct Scenario {
     /// One GPU's process's share of the nodes' CPUs (`cluster.host-cpu`), if named: what a host
     /// optimizer step runs on.
     pub host_cpu: Option<Device>,
+    /// One GPU's process's share of the node's NVMe bandwidth, where a host optimizer keeps its
+    /// state on NVMe (`workload.offload-device = "nvme"`).
+    pub nvme: Option<Bandwidth>,
     /// The data loader (`[workload.input]`), if modelled.
     pub input: Option<InputPipeline>,
     /// The training framework (`workload.framework`), if named, and the settings it implied.
@@ -581,6 +590,7 @@ impl Scenario {
             layer_tables: None,
             chunk_layers: None,
             host_cpu: self.host_cpu.as_ref(),
+            nvme: self.nvme,
             fusion: self.fusion,
             batch_norm_group: self.batch_norm_group,
             optimizer_passes: self.optimizer_passes,
@@ -1145,6 +1155,48 @@ fn host_cpu_share(cluster: &ClusterSection, file: &Path) -> Result<Option<Device
     Ok(Some(cpu))
 }
 
+/// One GPU's process's share of `cluster.nvme-bandwidth` where `workload.offload-device` is
+/// `"nvme"` (the node's processes read and write their optimizer states at once); `None` for
+/// `"cpu"` or no key. Errors name the key.
+fn nvme_share(
+    cluster: &ClusterSection,
+    device: Option<&str>,
+    file: &Path,
+) -> Result<Option<Bandwidth>, ScenarioError> {
+    match device {
+        None | Some("cpu") => Ok(None),
+        Some("nvme") => {
+            let Some(bandwidth) = cluster.nvme_bandwidth else {
+                return Err(invalid(
+                    file,
+                    "cluster.nvme-bandwidth",
+                    "is missing: workload.offload-device = \"nvme\" reads and writes the optimizer's state on \
+                     the nodes' NVMe drives, so give their bandwidth per node (e.g. nvme-bandwidth = \"25 GB/s\")"
+                        .into(),
+                ));
+            };
+            let share = bandwidth.bytes_per_second() / f64::from(cluster.gpus_per_node.max(1));
+            Bandwidth::from_bytes_per_second(share.round() as u64)
+                .filter(|b| b.bytes_per_second() > 0.0)
+                .map(Some)
+                .ok_or_else(|| {
+                    invalid(
+                        file,
+                        "cluster.nvme-bandwidth",
+                        format!("is {bandwidth}: too little to share among the node's GPUs"),
+                    )
+                })
+        }
+        Some(other) => Err(invalid(
+            file,
+            "workload.offload-device",
+            format!(
+                "unknown device {other:?}; valid: \"cpu\" (host memory), \"nvme\" (the nodes' NVMe drives, ZeRO-Infinity)"
+            ),
+        )),
+    }
+}
+
 /// Catalog device `name` (given at `key`) with `cluster.flops-scale` and
 /// `cluster.memory-bandwidth-scale` applied.
 fn scaled_device(
@@ -1538,6 +1590,7 @@ fn validate(
         gradient_accumulation,
         host_memory: cluster.host_memory,
         host_cpu: host_cpu_share(cluster, file)?,
+        nvme: nvme_share(cluster, workload.offload_device.as_deref(), file)?,
         input,
         framework,
         host,

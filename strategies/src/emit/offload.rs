@@ -60,6 +60,12 @@ pub(super) struct HostOptimizer {
     /// Per pipeline stage: the chunks of the parameters one of its ranks steps, and the host
     /// CPU's time for each.
     pub(super) chunks: Vec<Vec<(u64, SimDuration)>>,
+    /// With the state on NVMe (ZeRO-Infinity): the time to read (and as long to write back)
+    /// one parameter's fp32 weight and states at the process's share of the NVMe bandwidth,
+    /// in picoseconds per parameter.
+    pub(super) nvme_ps_per_parameter: Option<f64>,
+    /// Bytes per parameter of the fp32 weight and states (on NVMe or in host memory).
+    pub(super) state_bytes: u64,
     /// Bytes per parameter of the working weights copied back.
     pub(super) weight_bytes: u64,
     /// The fraction of each synchronised bucket a rank copies to the host: 1, or under
@@ -71,7 +77,11 @@ impl HostOptimizer {
     /// The host optimizer of `strategy` over each stage's `stage_parameters`.
     fn new(strategy: &Strategy<'_>, stage_parameters: &[u64]) -> Result<HostOptimizer, StrategyError> {
         let p = &strategy.parallelism;
-        let weight_bytes = HostOptimizer::per_parameter(strategy).weights.0;
+        let one = HostOptimizer::per_parameter(strategy);
+        let weight_bytes = one.weights.0;
+        let state_bytes = one.optimizer.0;
+        let nvme_ps_per_parameter =
+            strategy.nvme.map(|bandwidth| state_bytes as f64 / bandwidth.bytes_per_second() * 1e12);
         let mut chunks = Vec::with_capacity(stage_parameters.len());
         for &parameters in stage_parameters {
             let held = p.optimizer_held(parameters);
@@ -85,7 +95,12 @@ impl HostOptimizer {
             chunks.push(stage);
         }
         let shard_ranks = if p.zero >= 1 { u64::from(p.optimizer_shard_ranks()) } else { 1 };
-        Ok(HostOptimizer { chunks, weight_bytes, shard_ranks })
+        Ok(HostOptimizer { chunks, nvme_ps_per_parameter, state_bytes, weight_bytes, shard_ranks })
+    }
+
+    /// The NVMe read (or write) of `parameters`' fp32 weights and states, if they live there.
+    fn nvme_time(&self, parameters: u64) -> Option<SimDuration> {
+        self.nvme_ps_per_parameter.map(|ps| SimDuration::from_ps((ps * parameters as f64).round() as u64))
     }
 
     /// One parameter's weights, gradient and optimizer state (its fp32 weight included), as
@@ -345,6 +360,7 @@ impl OffloadPlan {
             optimizer_to_host_bytes: 0,
             host_bytes: host_activations,
             host_step: SimDuration::ZERO,
+            nvme_bytes: 0,
             without: plan.without_offload.get().unwrap_or_default(),
         };
         if let Some(weights) = &self.weights {
@@ -383,8 +399,16 @@ impl OffloadPlan {
             totals.weight_bytes = parameters * host.weight_bytes;
             totals.to_host_bytes += totals.gradient_bytes;
             totals.to_device_bytes += totals.weight_bytes;
-            // The fp32 weights and states, and the gradients the CPU reads.
-            totals.host_bytes += parameters * (one.optimizer.0 + one.gradients.0);
+            // The gradients the CPU reads, and the fp32 weights and states: all of them, or with
+            // them on NVMe two chunks' in transit.
+            totals.host_bytes += parameters * one.gradients.0;
+            if host.nvme_ps_per_parameter.is_some() {
+                let chunks = host.chunks.get(stage as usize).map_or(&[][..], Vec::as_slice);
+                totals.host_bytes += WeightOffload::largest(chunks.iter().map(|c| c.0), 2) * host.state_bytes;
+                totals.nvme_bytes = 2 * parameters * host.state_bytes;
+            } else {
+                totals.host_bytes += parameters * one.optimizer.0;
+            }
             totals.host_step = host.step_time(stage);
         }
         totals
@@ -577,9 +601,24 @@ impl RankEmitter<'_, '_> {
             .with_origin(self.origin(OFFLOAD_ORIGIN));
         let mut last = None;
         let mut waits = deps.to_vec();
-        for &(parameters, duration) in host.chunks.get(stage as usize).map_or(&[][..], Vec::as_slice) {
+        let chunks = host.chunks.get(stage as usize).map_or(&[][..], Vec::as_slice);
+        // State on NVMe: each chunk's state is read before its step and written back after
+        // it, on one in-order queue; the next chunk's read is issued before this chunk's write
+        // (two chunks' buffers in host memory), so reads run ahead of the steps.
+        let read = |emitter: &mut Self, c: usize| -> Option<u32> {
+            let duration = host.nvme_time(chunks.get(c)?.0)?;
+            Some(emitter.host_op(crate::NVME_STREAM, duration, NVME_READ_LABEL, deps, meta))
+        };
+        let mut next_read = read(self, 0);
+        for (c, &(parameters, duration)) in chunks.iter().enumerate() {
+            let this_read = next_read;
+            next_read = read(self, c + 1);
+            waits.extend(this_read.map(Dep::Local));
             let step = self.host_op(crate::HOST_STREAM, duration, HOST_STEP_LABEL, &waits, meta);
             waits = vec![Dep::Local(step)];
+            if let Some(write) = host.nvme_time(parameters) {
+                self.host_op(crate::NVME_STREAM, write, NVME_WRITE_LABEL, &[Dep::Local(step)], meta);
+            }
             last = Some(self.memcpy(
                 MemcpyDirection::HostToDevice,
                 Bytes(parameters * host.weight_bytes),
@@ -736,6 +775,9 @@ impl BackwardOffload {
 
 /// The label of a host optimizer step's chunks.
 const HOST_STEP_LABEL: &str = "optimizer step on the host CPU";
+/// The labels of a host optimizer's state read from and written to NVMe.
+const NVME_READ_LABEL: &str = "optimizer state from NVMe";
+const NVME_WRITE_LABEL: &str = "optimizer state to NVMe";
 
 /// The origin of out-of-core training's copies (and of its streamed optimizer step): time a
 /// copy runs while no kernel does is the report's offload stall.

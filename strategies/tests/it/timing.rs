@@ -50,6 +50,7 @@ fn building_and_lowering_the_largest_models_takes_milliseconds() {
             layer_tables: None,
             chunk_layers: None,
             host_cpu: None,
+            nvme: None,
             fusion: workloads::fusion::Fusion::None,
             batch_norm_group: workloads::groupbn::BatchNormGroup::NONE,
             optimizer_passes: workloads::OptimizerPasses::Fused,
