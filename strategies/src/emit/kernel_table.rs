@@ -97,8 +97,9 @@ pub struct KernelTable {
     pub kernels: Vec<KernelRow>,
     /// Gradient buckets, stage by stage (empty when gradients are not synchronised).
     pub buckets: Vec<BucketRow>,
-    /// The device's dense peak rate in the run's compute dtype (its matrix units'; with
-    /// `cluster.flops-scale` applied): a roofline's compute ceiling.
+    /// The device's dense peak rate in the run's compute dtype (its matrix units': fp8's for an
+    /// fp8 run; with `cluster.flops-scale` applied): a roofline's compute ceiling, which no
+    /// kernel's FLOPs over its time exceed.
     pub peak_flops_per_s: f64,
     /// The device's peak memory bandwidth in bytes per second (with
     /// `cluster.memory-bandwidth-scale` applied): a roofline's slope.
@@ -181,7 +182,8 @@ impl Strategy<'_> {
                 runs: 1,
             });
         }
-        let peak = self.device.peak(self.precision.storage()).ok().or_else(|| self.device.fastest_peak());
+        // The rate the matrix products run at: fp8's in fp8 (its other kernels run in bf16, below).
+        let peak = self.device.peak(self.precision).ok().or_else(|| self.device.fastest_peak());
         Ok(KernelTable {
             micro_batches: plan.micro_batches,
             stages: p.pipeline,
