@@ -171,8 +171,22 @@ struct Common {
     /// The CSV file: `parasim sweep -o FILE.csv` output, `parasim validate --csv` output for
     /// `accuracy`, `parasim run --csv` output for `roofline`.
     input: PathBuf,
+    /// Plot only the rows whose COLUMN is VALUE (repeatable: every one must hold), e.g.
+    /// `--where axis.cluster.flops-scale=1` for a slice of a sweep, `--where stage=0` for one
+    /// pipeline stage of a per-layer CSV.
+    #[arg(long = "where", value_name = "COLUMN=VALUE", value_parser = selection)]
+    select: Vec<(String, String)>,
     #[command(flatten)]
     picture: Picture,
+}
+
+fn selection(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((column, value)) if !column.trim().is_empty() => {
+            Ok((column.trim().to_string(), value.to_string()))
+        }
+        _ => Err(format!("{text:?} is not COLUMN=VALUE: write e.g. axis.cluster.nodes=16")),
+    }
 }
 
 fn log_base(text: &str) -> Result<u32, String> {
@@ -203,7 +217,10 @@ fn plot_table(kind: &TableKind) -> anyhow::Result<()> {
     };
     let picture = &common.picture;
     let format = picture.format()?;
-    let table = read_table(&common.input)?;
+    let mut table = read_table(&common.input)?;
+    for (column, value) in &common.select {
+        table.select(column, value)?;
+    }
     let title = picture.title.clone();
     let (chart, what, notes) = match kind {
         TableKind::Line { x, y, series, logx, logy, .. } => {

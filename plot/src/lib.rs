@@ -138,6 +138,18 @@ pub enum PlotError {
         /// Its rows.
         rows: usize,
     },
+    /// No row has the value a `--where COLUMN=VALUE` selects.
+    #[error("{file}: no row has {column} = {value:?}; its values are: {}", if values.is_empty() { "none (no rows)".to_string() } else { values.join(", ") })]
+    NoMatch {
+        /// The file.
+        file: String,
+        /// The column.
+        column: String,
+        /// The value asked for.
+        value: String,
+        /// The column's values, in order of first appearance.
+        values: Vec<String>,
+    },
     /// Nothing is left to plot.
     #[error("{file}: no rows to plot: {}", if skipped.is_empty() { "the file has column names and no rows".to_string() } else { format!("only rows with status ok have results, and this file has none ({skipped})") })]
     NoData {

@@ -400,7 +400,8 @@ fn roofline_of_a_run_csv() {
         // The columns read here come before any quoted name, or are counted from the end.
         let cells: Vec<&str> = line.split(',').collect();
         let from_end = |column: usize| cells[cells.len() - (header.len() - column)].parse::<f64>().unwrap();
-        let (f, b, t) = (cells[flops].parse::<f64>().unwrap(), from_end(bytes), cells[time].parse::<f64>().unwrap());
+        let (f, b, t) =
+            (cells[flops].parse::<f64>().unwrap(), from_end(bytes), cells[time].parse::<f64>().unwrap());
         let (p, w) = (from_end(peak), from_end(bandwidth));
         assert_eq!((p, w), (312e12, 2.039e12), "{line}");
         assert!(b > 0.0 && t > 0.0, "a kernel without bytes or time: {line}");
@@ -467,15 +468,15 @@ fn bad_rooflines_are_refused_with_what_is_valid() {
     let out = dir.join("x.svg");
     let out = out.to_str().unwrap();
     let cases: &[(&[&str], &[&str])] = &[
-        (&["plot", "roofline", old, "-o", out], &["old.csv", "no column `bytes`", "parasim run SCENARIO --csv"]),
+        (
+            &["plot", "roofline", old, "-o", out],
+            &["old.csv", "no column `bytes`", "parasim run SCENARIO --csv"],
+        ),
         (
             &["plot", "roofline", negative, "-o", out],
             &["negative.csv: line 3: column `bytes` is -5", "0 or more"],
         ),
-        (
-            &["plot", "roofline", no_roofs, "-o", out],
-            &["no column `peak_flops_per_s`", "or give --peak"],
-        ),
+        (&["plot", "roofline", no_roofs, "-o", out], &["no column `peak_flops_per_s`", "or give --peak"]),
         (&["plot", "roofline", no_roofs, "--peak", "312 TFLOP/s", "-o", out], &["or give --bandwidth"]),
         (&["plot", "roofline", negative, "--peak", "fast", "-o", out], &["--peak", "fast"]),
         (&["plot", "roofline", negative, "--bandwidth", "0 GB/s", "-o", out], &["--bandwidth"]),
