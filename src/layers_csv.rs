@@ -9,8 +9,10 @@ use scenario::Scenario;
 use scenario::csv_text::line;
 use strategies::KernelTable;
 
-/// The columns of the per-layer CSV.
-pub const LAYER_COLUMNS: &str = "stage,chunk,layer,name,kind,pass,runs_per_iteration,flops,kernel_time_s,flops_per_iteration,kernel_time_per_iteration_s";
+/// The columns of the per-layer CSV: each kernel's FLOPs, time and modelled memory traffic
+/// (`bytes`, per run), and on every row the device's peak rate in the run's compute dtype and
+/// its memory bandwidth, the two roofs `parasim plot roofline` draws.
+pub const LAYER_COLUMNS: &str = "stage,chunk,layer,name,kind,pass,runs_per_iteration,flops,kernel_time_s,flops_per_iteration,kernel_time_per_iteration_s,bytes,peak_flops_per_s,memory_bandwidth_bytes_per_s";
 /// The columns of the bucket CSV.
 pub const BUCKET_COLUMNS: &str = "stage,chunk,bucket,collective,expert,bytes,layers,first_layer,last_layer";
 
@@ -32,6 +34,9 @@ pub fn layers(table: &KernelTable) -> String {
             time.to_string(),
             (row.flops * runs).to_string(),
             (time * runs).to_string(),
+            row.bytes.to_string(),
+            table.peak_flops_per_s.to_string(),
+            table.memory_bandwidth_bytes_per_s.to_string(),
         ]));
     }
     out

@@ -201,8 +201,9 @@ enum Command {
     /// --cluster scenarios/gpt3-175b-1024.toml`)
     Plan(plan_cmd::PlanArgs),
     /// Draw a chart of a sweep's CSV (scaling curves, stacked time breakdowns, heatmaps), of
-    /// `parasim validate --csv` (simulated against measured) or of runs' JSON (iteration-time
-    /// distributions, goodput against the checkpoint interval), as SVG or PNG.
+    /// `parasim validate --csv` (simulated against measured), of `parasim run --csv` (a roofline
+    /// of its kernels) or of runs' JSON (iteration-time distributions, goodput against the
+    /// checkpoint interval), as SVG or PNG.
     Plot(plot_cmd::PlotCli),
     /// Trace file utilities.
     #[command(subcommand)]

@@ -1,5 +1,6 @@
 //! `parasim plot`: charts of a sweep's CSV (scaling curves, stacked breakdowns, heatmaps), of
-//! `parasim validate --csv` (the accuracy scatter) and of runs' JSON (iteration-time
+//! `parasim validate --csv` (the accuracy scatter), of `parasim run --csv` (a per-kernel
+//! roofline) and of runs' JSON (iteration-time
 //! distributions, goodput against the checkpoint interval), as SVG or PNG by the output's
 //! extension.
 
@@ -104,6 +105,35 @@ enum TableKind {
         #[command(flatten)]
         common: Common,
     },
+    /// A roofline of a run's kernels, from `parasim run SCENARIO --csv LAYERS.csv`: log-log,
+    /// arithmetic intensity (FLOP/byte) against achieved FLOP/s, one dot per kernel, under the
+    /// device's memory-bandwidth slope and peak ceiling (the CSV's `peak_flops_per_s` and
+    /// `memory_bandwidth_bytes_per_s` unless --peak and --bandwidth give others).
+    Roofline {
+        #[command(flatten)]
+        common: Common,
+        /// The compute ceiling, e.g. "125 TFLOP/s" (default: the CSV's peak_flops_per_s, the
+        /// device's dense peak in the run's compute dtype).
+        #[arg(long, value_name = "RATE")]
+        peak: Option<sim_core::units::FlopRate>,
+        /// The memory roof's bandwidth, e.g. "900 GB/s" (default: the CSV's
+        /// memory_bandwidth_bytes_per_s).
+        #[arg(long, value_name = "RATE")]
+        bandwidth: Option<sim_core::units::Bandwidth>,
+        /// What colours the dots: the kernel's pass (forward, backward-data, ...) or its
+        /// layer's kind (conv2d, linear, batchnorm, ...).
+        #[arg(long, value_enum, default_value_t = ColourBy::Pass)]
+        colour_by: ColourBy,
+    },
+}
+
+/// What colours a roofline's dots.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum ColourBy {
+    /// The kernel's pass.
+    Pass,
+    /// The layer's kind.
+    Kind,
 }
 
 /// Where the picture goes and how it looks.
@@ -138,11 +168,25 @@ impl Picture {
 /// What every chart of a table takes.
 #[derive(Debug, Args)]
 struct Common {
-    /// The CSV file: `parasim sweep -o FILE.csv` output, or `parasim validate --csv` output for
-    /// `accuracy`.
+    /// The CSV file: `parasim sweep -o FILE.csv` output, `parasim validate --csv` output for
+    /// `accuracy`, `parasim run --csv` output for `roofline`.
     input: PathBuf,
+    /// Plot only the rows whose COLUMN is VALUE (repeatable: every one must hold), e.g.
+    /// `--where axis.cluster.flops-scale=1` for a slice of a sweep, `--where stage=0` for one
+    /// pipeline stage of a per-layer CSV.
+    #[arg(long = "where", value_name = "COLUMN=VALUE", value_parser = selection)]
+    select: Vec<(String, String)>,
     #[command(flatten)]
     picture: Picture,
+}
+
+fn selection(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((column, value)) if !column.trim().is_empty() => {
+            Ok((column.trim().to_string(), value.to_string()))
+        }
+        _ => Err(format!("{text:?} is not COLUMN=VALUE: write e.g. axis.cluster.nodes=16")),
+    }
 }
 
 fn log_base(text: &str) -> Result<u32, String> {
@@ -168,11 +212,15 @@ fn plot_table(kind: &TableKind) -> anyhow::Result<()> {
         TableKind::Line { common, .. }
         | TableKind::Bars { common, .. }
         | TableKind::Heatmap { common, .. }
-        | TableKind::Accuracy { common } => common,
+        | TableKind::Accuracy { common }
+        | TableKind::Roofline { common, .. } => common,
     };
     let picture = &common.picture;
     let format = picture.format()?;
-    let table = read_table(&common.input)?;
+    let mut table = read_table(&common.input)?;
+    for (column, value) in &common.select {
+        table.select(column, value)?;
+    }
     let title = picture.title.clone();
     let (chart, what, notes) = match kind {
         TableKind::Line { x, y, series, logx, logy, .. } => {
@@ -209,6 +257,28 @@ fn plot_table(kind: &TableKind) -> anyhow::Result<()> {
             let what = format!("{points} points in {} families", chart.groups.len());
             let notes = chart.notes.clone();
             (Chart::Scatter(chart), what, notes)
+        }
+        TableKind::Roofline { peak, bandwidth, colour_by, .. } => {
+            let options = plot::roofline::Options {
+                peak_flops_per_s: peak.map(|rate| rate.per_second()),
+                bandwidth_bytes_per_s: bandwidth.map(|rate| rate.bytes_per_second()),
+                colour_by: match colour_by {
+                    ColourBy::Pass => plot::roofline::ColourBy::Pass,
+                    ColourBy::Kind => plot::roofline::ColourBy::Kind,
+                },
+                title,
+            };
+            let chart = plot::roofline::Roofline::from_table(&table, &options)?;
+            let roofs = chart.roofs;
+            let kernels = chart.points().count();
+            let below = chart.points().filter(|p| roofs.memory_bound(p.intensity)).count();
+            let what = format!(
+                "{kernels} kernels in {} groups; {below} left of the ridge at {:.1} FLOP/byte",
+                chart.groups.len(),
+                roofs.ridge()
+            );
+            let notes = chart.notes.clone();
+            (Chart::Roofline(chart), what, notes)
         }
     };
     picture.write(&chart, format)?;

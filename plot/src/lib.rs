@@ -1,7 +1,8 @@
 //! Charts of parasim's tables, drawn with plotters as SVG or PNG: scaling curves
 //! ([`line`]), stacked per-iteration time breakdowns ([`bars`]), heatmaps over two axes
-//! ([`heatmap`]), simulated-against-measured accuracy scatters ([`scatter`]), and, from runs'
-//! JSON, iteration-time distributions and goodput curves ([`runs`]).
+//! ([`heatmap`]), simulated-against-measured accuracy scatters ([`scatter`]), per-kernel
+//! rooflines of a run's per-layer CSV ([`roofline`]), and, from runs' JSON, iteration-time
+//! distributions and goodput curves ([`runs`]).
 //!
 //! The input is a CSV [`table::Table`] (a `parasim sweep` output or `parasim validate --csv`);
 //! each chart kind has a `from_table` that picks its columns, naming the file, the line and the
@@ -31,6 +32,7 @@ pub mod line;
 mod png;
 pub mod quantity;
 mod render;
+pub mod roofline;
 pub mod runs;
 pub mod scatter;
 pub mod table;
@@ -104,6 +106,50 @@ pub enum PlotError {
         /// `x` or `y`.
         axis: &'static str,
     },
+    /// A kernel's FLOPs, bytes or time below zero.
+    #[error(
+        "{file}: line {line}: column `{column}` is {value}: a kernel's FLOPs, bytes and time are 0 or more"
+    )]
+    Negative {
+        /// The file.
+        file: String,
+        /// 1-based line number.
+        line: usize,
+        /// The column.
+        column: String,
+        /// The cell's text.
+        value: String,
+    },
+    /// A roofline's peak rate or bandwidth that is not above 0.
+    #[error("{place} is {value}: a roof is a rate above 0")]
+    BadRoof {
+        /// Where it was given: a flag (`--peak`), or the file, line and column.
+        place: String,
+        /// The value.
+        value: String,
+    },
+    /// No row of a per-layer table can be placed on a roofline's log axes.
+    #[error(
+        "{file}: none of its {rows} rows has FLOPs, bytes and a kernel time all above 0: a roofline places a kernel by its FLOPs per byte and per second"
+    )]
+    NoKernels {
+        /// The file.
+        file: String,
+        /// Its rows.
+        rows: usize,
+    },
+    /// No row has the value a `--where COLUMN=VALUE` selects.
+    #[error("{file}: no row has {column} = {value:?}; its values are: {}", if values.is_empty() { "none (no rows)".to_string() } else { values.join(", ") })]
+    NoMatch {
+        /// The file.
+        file: String,
+        /// The column.
+        column: String,
+        /// The value asked for.
+        value: String,
+        /// The column's values, in order of first appearance.
+        values: Vec<String>,
+    },
     /// Nothing is left to plot.
     #[error("{file}: no rows to plot: {}", if skipped.is_empty() { "the file has column names and no rows".to_string() } else { format!("only rows with status ok have results, and this file has none ({skipped})") })]
     NoData {
@@ -150,6 +196,8 @@ pub enum Chart {
     Heatmap(heatmap::Heatmap),
     /// Simulated against measured.
     Scatter(scatter::Scatter),
+    /// Kernels under a device's roofs.
+    Roofline(roofline::Roofline),
 }
 
 impl Chart {

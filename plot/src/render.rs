@@ -115,6 +115,7 @@ fn draw<DB: DrawingBackend>(chart: &Chart, root: &DrawingArea<DB, Shift>) -> Res
         Chart::Bars(c) => &c.title,
         Chart::Heatmap(c) => &c.title,
         Chart::Scatter(c) => &c.title,
+        Chart::Roofline(c) => &c.title,
     };
     let area = match title {
         Some(title) => root.titled(title, (FAMILY, 20)).map_err(draw_error)?,
@@ -125,6 +126,7 @@ fn draw<DB: DrawingBackend>(chart: &Chart, root: &DrawingArea<DB, Shift>) -> Res
         Chart::Bars(c) => crate::bars::draw(c, &area),
         Chart::Heatmap(c) => crate::heatmap::draw(c, &area),
         Chart::Scatter(c) => crate::scatter::draw(c, &area),
+        Chart::Roofline(c) => crate::roofline::draw(c, &area),
     }
 }
 

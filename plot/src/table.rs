@@ -102,6 +102,40 @@ impl Table {
         Ok(Table { file: file.to_string(), columns, rows, skipped })
     }
 
+    /// Keeps only the rows whose `column` is `value` (`--where COLUMN=VALUE`: a slice of a sweep,
+    /// one stage of a per-layer CSV). Cells and `value` that both read as numbers compare as
+    /// numbers (`1` is `1.0`), others as text. An error names the column's values when no row
+    /// has it.
+    pub fn select(&mut self, column: &str, value: &str) -> Result<(), PlotError> {
+        let index = self.column(column)?;
+        let wanted = value.trim();
+        let number = wanted.parse::<f64>().ok();
+        let matches = |cell: &str| {
+            let cell = cell.trim();
+            match (number, cell.parse::<f64>().ok()) {
+                (Some(a), Some(b)) => a == b,
+                _ => cell == wanted,
+            }
+        };
+        if !self.rows.iter().any(|row| matches(&row.cells[index])) {
+            let mut values: Vec<&str> = Vec::new();
+            for row in &self.rows {
+                let cell = row.cells[index].trim();
+                if !values.contains(&cell) {
+                    values.push(cell);
+                }
+            }
+            return Err(PlotError::NoMatch {
+                file: self.file.clone(),
+                column: column.to_string(),
+                value: wanted.to_string(),
+                values: values.into_iter().map(String::from).collect(),
+            });
+        }
+        self.rows.retain(|row| matches(&row.cells[index]));
+        Ok(())
+    }
+
     /// The rows left out because their status is not `ok`.
     pub fn skipped(&self) -> &Skipped {
         &self.skipped
@@ -203,6 +237,21 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    #[test]
+    fn where_selects_rows_by_number_or_text() {
+        let csv = "index,axis.nodes,axis.link,mfu,status,error\n0,1,100 Gb/s,0.5,ok,\n1,2.0,100 Gb/s,0.4,ok,\n\
+                   2,2,200 Gb/s,0.45,ok,\n3,4,100 Gb/s,,failed,oom\n";
+        let mut table = Table::parse(csv, "s.csv").unwrap();
+        table.select("axis.nodes", "2").unwrap();
+        assert_eq!(table.rows.iter().map(|r| r.line).collect::<Vec<_>>(), [3, 4]);
+        table.select("axis.link", "200 Gb/s").unwrap();
+        assert_eq!(table.rows.iter().map(|r| r.line).collect::<Vec<_>>(), [4]);
+        let error = table.select("axis.link", "100 Gb/s").unwrap_err().to_string();
+        assert_eq!(error, "s.csv: no row has axis.link = \"100 Gb/s\"; its values are: 200 Gb/s");
+        let error = table.select("link", "1").unwrap_err().to_string();
+        assert!(error.starts_with("s.csv: no column `link`"), "{error}");
+    }
 
     #[test]
     fn comments_quotes_and_statuses() {

@@ -5,15 +5,15 @@
 
 use fuzzing::Campaign;
 use plot::table::Table;
-use plot::{Format, Size, bars, heatmap, line, scatter};
+use plot::{Format, Size, bars, heatmap, line, roofline, scatter};
 use proptest::prelude::*;
 
-const SEED: &str = "status,axis.gpus,axis.model,iteration_time_s,mfu,breakdown.compute_s,breakdown.exposed_communication_s,family,measured,simulated,unit\n\
-ok,8,resnet,0.25,0.41,0.2,0.05,nccl,1.0,1.1,s\n\
-ok,16,resnet,0.26,0.40,0.2,0.06,nccl,2.0,1.9,s\n\
-ok,8,gpt,1.5,0.52,1.2,0.3,megatron,3.0,3.2,s\n\
-failed,16,gpt,,,,,megatron,,,\n\
-ok,16,gpt,1.6,0.50,1.2,0.4,megatron,4.0,3.7,s\n";
+const SEED: &str = "status,axis.gpus,axis.model,iteration_time_s,mfu,breakdown.compute_s,breakdown.exposed_communication_s,family,measured,simulated,unit,pass,flops,bytes,kernel_time_s,peak_flops_per_s,memory_bandwidth_bytes_per_s\n\
+ok,8,resnet,0.25,0.41,0.2,0.05,nccl,1.0,1.1,s,forward,1e9,1e6,0.001,312e12,2e12\n\
+ok,16,resnet,0.26,0.40,0.2,0.06,nccl,2.0,1.9,s,backward-data,2e9,1e7,0.002,312e12,2e12\n\
+ok,8,gpt,1.5,0.52,1.2,0.3,megatron,3.0,3.2,s,forward,0,1e6,0.001,312e12,2e12\n\
+failed,16,gpt,,,,,megatron,,,,,,,,,\n\
+ok,16,gpt,1.6,0.50,1.2,0.4,megatron,4.0,3.7,s,optimizer,1e8,5e8,0.0003,312e12,2e12\n";
 
 /// Every chart of `text`: a chart or an error, and an error names the file.
 fn every_chart(text: &str) -> Result<(), TestCaseError> {
@@ -40,6 +40,7 @@ fn every_chart(text: &str) -> Result<(), TestCaseError> {
         heatmap::Heatmap::from_table(&table, &heat).map(plot::Chart::Heatmap),
         bars::BarChart::from_table(&table, &bars).map(plot::Chart::Bars),
         scatter::Scatter::from_table(&table, None).map(plot::Chart::Scatter),
+        roofline::Roofline::from_table(&table, &roofline::Options::default()).map(plot::Chart::Roofline),
     ];
     for chart in charts {
         match chart {

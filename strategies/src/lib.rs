@@ -1940,6 +1940,15 @@ impl Strategy<'_> {
         Ok(Some((scaled, flops / f64::from(divisor))))
     }
 
+    /// Bytes of device memory one pass of one local layer moves for one micro-batch, as the
+    /// compute model prices its kernels ([`workloads::compute::ComputeModel::layer_bytes`]),
+    /// shared among ranks as [`Strategy::kernel`]'s FLOPs are.
+    pub(crate) fn kernel_bytes(&self, local: &LocalLayer, pass: Pass) -> f64 {
+        let bytes = self.compute.layer_bytes(&local.layer, pass, self.micro_batch, self.precision);
+        let divisor = if local.work_multiplier != 1.0 { 1 } else { local.work_divisor.max(1) };
+        bytes / f64::from(divisor)
+    }
+
     /// [`Strategy::kernel`]'s time fully beside communication when the compute model slows
     /// kernels there (`communication-*-slowdown` above 1), scaled as that time is; `None` when
     /// it does not or the pass does nothing.
@@ -1965,7 +1974,18 @@ impl Strategy<'_> {
     /// The optimizer step over `parameters` in `tensors` parameter tensors held by one rank:
     /// a multi-tensor (fused) kernel, as Megatron-LM's and PyTorch's default optimizers run.
     fn optimizer_step(&self, parameters: u64, tensors: u64) -> Result<(SimDuration, f64), StrategyError> {
-        let step = workloads::compute::OptimizerStep {
+        let step = self.optimizer_step_work(parameters, tensors);
+        let time = self
+            .compute
+            .optimizer_step_duration(self.device, &step)
+            .map_err(|source| StrategyError::Compute { layer: "optimizer".into(), source })?;
+        Ok((time, self.optimizer.flops_per_parameter() * parameters as f64))
+    }
+
+    /// The optimizer step over `parameters` in `tensors` tensors, as [`Strategy::optimizer_step`]
+    /// prices it.
+    fn optimizer_step_work(&self, parameters: u64, tensors: u64) -> workloads::compute::OptimizerStep {
+        workloads::compute::OptimizerStep {
             optimizer: self.optimizer,
             parameters,
             tensors,
@@ -1973,12 +1993,24 @@ impl Strategy<'_> {
             gradient_bytes: self.gradient_precision.bytes(),
             widths: self.step_widths(),
             passes: self.optimizer_passes,
-        };
-        let time = self
-            .compute
-            .optimizer_step_duration(self.device, &step)
-            .map_err(|source| StrategyError::Compute { layer: "optimizer".into(), source })?;
-        Ok((time, self.optimizer.flops_per_parameter() * parameters as f64))
+        }
+    }
+
+    /// Bytes of device memory [`Strategy::optimizer_step`] over `parameters` in `tensors`
+    /// tensors moves, with the fp8 weight casts of `layers` priced beside it
+    /// ([`Strategy::fp8_weight_casts`]).
+    fn optimizer_step_bytes<'a>(
+        &self,
+        parameters: u64,
+        tensors: u64,
+        layers: impl Iterator<Item = &'a LocalLayer>,
+    ) -> f64 {
+        let casts: u64 = layers
+            .map(|local| {
+                workloads::compute::fp8_weight_cast_bytes(&local.layer, self.precision, self.weights.fp8)
+            })
+            .sum();
+        self.optimizer_step_work(parameters, tensors).bytes() + casts as f64
     }
 
     /// The host CPU's optimizer step over `parameters` (ZeRO-Offload's, [`Offload::Optimizer`]):

@@ -380,3 +380,115 @@ fn distribution_and_goodput_of_real_runs() {
         "{error}"
     );
 }
+
+/// `plot roofline` of a real `run --csv`: the quickstart's ResNet-50 on A100s. Every kernel
+/// lies on or under both roofs (its FLOPs over its time at most the peak, and at most the
+/// bandwidth times its FLOPs per byte), and the chart names the A100's roofs and the passes.
+#[test]
+fn roofline_of_a_run_csv() {
+    let dir = scratch("roofline");
+    let layers = dir.join("layers.csv");
+    ok(parasim(&["run", crate::QUICKSTART, "--csv", layers.to_str().unwrap()]));
+    let text = fs_err::read_to_string(&layers).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let at = |name: &str| header.iter().position(|c| *c == name).unwrap();
+    let (flops, bytes, time) = (at("flops"), at("bytes"), at("kernel_time_s"));
+    let (peak, bandwidth) = (at("peak_flops_per_s"), at("memory_bandwidth_bytes_per_s"));
+    let mut kernels = 0;
+    for line in lines {
+        // The columns read here come before any quoted name, or are counted from the end.
+        let cells: Vec<&str> = line.split(',').collect();
+        let from_end = |column: usize| cells[cells.len() - (header.len() - column)].parse::<f64>().unwrap();
+        let (f, b, t) =
+            (cells[flops].parse::<f64>().unwrap(), from_end(bytes), cells[time].parse::<f64>().unwrap());
+        let (p, w) = (from_end(peak), from_end(bandwidth));
+        assert_eq!((p, w), (312e12, 2.039e12), "{line}");
+        assert!(b > 0.0 && t > 0.0, "a kernel without bytes or time: {line}");
+        if f > 0.0 {
+            kernels += 1;
+            let achieved = f / t;
+            assert!(achieved <= p.min(w * f / b) * (1.0 + 1e-9), "above the roof: {line}");
+        }
+    }
+    let out = dir.join("roofline.svg");
+    let (svg, stderr) =
+        plot_svg(&["roofline", layers.to_str().unwrap(), "--title", "ResNet-50 on A100"], &out);
+    assert_contains(
+        &svg,
+        &[
+            "ResNet-50 on A100",
+            "arithmetic intensity (FLOP/byte)",
+            "achieved (TFLOP/s)",
+            "peak 312 TFLOP/s",
+            "memory 2.039 TB/s",
+            "ridge 153 FLOP/byte",
+            "forward (",
+            "backward-data (",
+            "backward-weight (",
+            "optimizer (1)",
+        ],
+    );
+    assert!(stderr.contains(&format!("({kernels} kernels in 4 groups; ")), "{stderr}");
+    // --peak and --bandwidth replace the CSV's roofs; --colour-by kind names layer kinds.
+    let (svg, stderr) = plot_svg(
+        &[
+            "roofline",
+            layers.to_str().unwrap(),
+            "--peak",
+            "125 TFLOP/s",
+            "--bandwidth",
+            "900 GB/s",
+            "--colour-by",
+            "kind",
+        ],
+        &out,
+    );
+    assert_contains(&svg, &["peak 125 TFLOP/s", "memory 900 GB/s", "conv2d (", "batchnorm ("]);
+    assert!(stderr.contains("at 138.9 FLOP/byte"), "{stderr}");
+}
+
+/// `plot roofline` refuses what it cannot draw, naming the file, line and column, or the flag.
+#[test]
+fn bad_rooflines_are_refused_with_what_is_valid() {
+    let dir = scratch("roofline-errors");
+    let old = dir.join("old.csv");
+    fs_err::write(&old, "stage,pass,flops,kernel_time_s\n0,forward,1e9,0.001\n").unwrap();
+    let negative = dir.join("negative.csv");
+    fs_err::write(
+        &negative,
+        "pass,flops,bytes,kernel_time_s,peak_flops_per_s,memory_bandwidth_bytes_per_s\n\
+         forward,1e9,1e6,0.001,312e12,2.039e12\nforward,1e9,-5,0.001,312e12,2.039e12\n",
+    )
+    .unwrap();
+    let no_roofs = dir.join("no-roofs.csv");
+    fs_err::write(&no_roofs, "pass,flops,bytes,kernel_time_s\nforward,1e9,1e6,0.001\n").unwrap();
+    let (old, negative, no_roofs) =
+        (old.to_str().unwrap(), negative.to_str().unwrap(), no_roofs.to_str().unwrap());
+    let out = dir.join("x.svg");
+    let out = out.to_str().unwrap();
+    let cases: &[(&[&str], &[&str])] = &[
+        (
+            &["plot", "roofline", old, "-o", out],
+            &["old.csv", "no column `bytes`", "parasim run SCENARIO --csv"],
+        ),
+        (
+            &["plot", "roofline", negative, "-o", out],
+            &["negative.csv: line 3: column `bytes` is -5", "0 or more"],
+        ),
+        (&["plot", "roofline", no_roofs, "-o", out], &["no column `peak_flops_per_s`", "or give --peak"]),
+        (&["plot", "roofline", no_roofs, "--peak", "312 TFLOP/s", "-o", out], &["or give --bandwidth"]),
+        (&["plot", "roofline", negative, "--peak", "fast", "-o", out], &["--peak", "fast"]),
+        (&["plot", "roofline", negative, "--bandwidth", "0 GB/s", "-o", out], &["--bandwidth"]),
+    ];
+    for (args, needles) in cases {
+        let output = parasim(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        for needle in *needles {
+            assert!(stderr.contains(needle), "{args:?}: {needle:?} not in {stderr}");
+        }
+    }
+    assert!(!Path::new(out).exists());
+}

@@ -715,6 +715,14 @@ impl ComputeModel {
         Ok(total)
     }
 
+    /// Bytes of device memory `pass` of `layer` reads and writes for `batch` samples in
+    /// `dtype`, as [`ComputeModel::layer_duration`] prices them: the sum over the same kernels
+    /// (fp8's and autocast's casts included), each kernel's traffic in its own dtype. The
+    /// memory side of a roofline (`parasim run --csv`'s `bytes` column).
+    pub fn layer_bytes(&self, layer: &Layer, pass: Pass, batch: u64, dtype: Dtype) -> f64 {
+        layer_kernel_works(layer, pass, batch, dtype, self.autocast).iter().map(|work| work.bytes).sum()
+    }
+
     /// [`ComputeModel::layer_duration`] fully beside communication: each of the layer's
     /// kernels at [`ComputeModel::beside_communication_seconds`]. The lowering gives it to the
     /// engine, which runs a kernel at that rate while its rank communicates.
@@ -1014,6 +1022,16 @@ impl OptimizerStep {
             Optimizer::SgdMomentum | Optimizer::Lars => vec![8, 8 + g, 12],
             Optimizer::Sgd => vec![8 + g],
         }
+    }
+
+    /// Bytes of device memory the whole step reads and writes: every one of its
+    /// [`OptimizerStep::kernels`], as [`ComputeModel::optimizer_step_duration`] prices them
+    /// (none without parameters: no step runs).
+    pub fn bytes(&self) -> f64 {
+        if self.parameters == 0 {
+            return 0.0;
+        }
+        self.kernels().iter().map(|pass| pass.elements as f64 * pass.bytes_per_element).sum()
     }
 
     /// FLOPs per parameter of the update kernel: SGD 2 (scale, add), with momentum 4, Adam 12

@@ -6,6 +6,8 @@
 
 use sim_core::units::{Bytes, SimDuration};
 
+use workloads::layer::Pass;
+
 use super::plan::Plan;
 use crate::{Strategy, StrategyError};
 
@@ -56,6 +58,9 @@ pub struct KernelRow {
     pub time: SimDuration,
     /// FLOPs of one run of it.
     pub flops: f64,
+    /// Bytes of device memory one run of it reads and writes, as the compute model prices its
+    /// kernels (the memory side of a roofline: `flops / bytes` is its arithmetic intensity).
+    pub bytes: f64,
     /// Runs per iteration (the micro-batches; 1 for the optimizer step).
     pub runs: u32,
 }
@@ -92,6 +97,13 @@ pub struct KernelTable {
     pub kernels: Vec<KernelRow>,
     /// Gradient buckets, stage by stage (empty when gradients are not synchronised).
     pub buckets: Vec<BucketRow>,
+    /// The device's dense peak rate in the run's compute dtype (its matrix units': fp8's for an
+    /// fp8 run; with `cluster.flops-scale` applied): a roofline's compute ceiling, which no
+    /// kernel's FLOPs over its time exceed.
+    pub peak_flops_per_s: f64,
+    /// The device's peak memory bandwidth in bytes per second (with
+    /// `cluster.memory-bandwidth-scale` applied): a roofline's slope.
+    pub memory_bandwidth_bytes_per_s: f64,
 }
 
 impl KernelTable {
@@ -119,7 +131,7 @@ impl Strategy<'_> {
             for chunk in plan.chunks_of(stage) {
                 for index in plan.chunk_layers[chunk].clone() {
                     let local = &plan.local[index];
-                    let row = |pass, (time, flops), runs| KernelRow {
+                    let row = |pass, (time, flops), bytes, runs| KernelRow {
                         stage,
                         chunk,
                         layer: Some(local.index),
@@ -128,23 +140,26 @@ impl Strategy<'_> {
                         pass,
                         time,
                         flops,
+                        bytes,
                         runs,
                     };
                     let passes = [RowPass::Forward, RowPass::BackwardData, RowPass::BackwardWeight];
-                    for (pass, kernel) in passes.into_iter().zip(plan.kernels[index]) {
+                    for ((pass, kernel), work) in passes.into_iter().zip(plan.kernels[index]).zip(Pass::ALL) {
                         if let Some(kernel) = kernel {
-                            kernels.push(row(pass, kernel, plan.path_micro_batches));
+                            let bytes = self.kernel_bytes(local, work);
+                            kernels.push(row(pass, kernel, bytes, plan.path_micro_batches));
                         }
                     }
                     if let Some(again) = &plan.recompute_before[index] {
                         for i in again.clone() {
                             if let Some(kernel) = plan.kernels[i][0] {
                                 let local = &plan.local[i];
+                                let bytes = self.kernel_bytes(local, Pass::Forward);
                                 recompute.push(KernelRow {
                                     layer: Some(local.index),
                                     name: local.layer.name.clone(),
                                     kind: local.layer.kind.name().to_string(),
-                                    ..row(RowPass::Recompute, kernel, plan.path_micro_batches)
+                                    ..row(RowPass::Recompute, kernel, bytes, plan.path_micro_batches)
                                 });
                             }
                         }
@@ -163,9 +178,19 @@ impl Strategy<'_> {
                 pass: RowPass::Optimizer,
                 time,
                 flops,
+                bytes: plan.optimizer_bytes[stage as usize],
                 runs: 1,
             });
         }
-        Ok(KernelTable { micro_batches: plan.micro_batches, stages: p.pipeline, kernels, buckets })
+        // The rate the matrix products run at: fp8's in fp8 (its other kernels run in bf16, below).
+        let peak = self.device.peak(self.precision).ok().or_else(|| self.device.fastest_peak());
+        Ok(KernelTable {
+            micro_batches: plan.micro_batches,
+            stages: p.pipeline,
+            kernels,
+            buckets,
+            peak_flops_per_s: peak.map_or(0.0, |rate| rate.per_second()),
+            memory_bandwidth_bytes_per_s: self.device.memory_bandwidth.bytes_per_second(),
+        })
     }
 }

@@ -50,6 +50,8 @@ pub(super) struct Plan<'s> {
     pub(super) bucket_closed_by: Vec<Option<usize>>,
     /// Optimizer step of each stage.
     pub(super) optimizer: Vec<(SimDuration, f64)>,
+    /// Bytes of device memory each stage's optimizer step moves (its fp8 weight casts too).
+    pub(super) optimizer_bytes: Vec<f64>,
     /// Each layer's in-place gradient add on every micro-batch but the first, if priced
     /// ([`Strategy::accumulation`]).
     pub(super) accumulate: Vec<Option<SimDuration>>,
@@ -209,6 +211,7 @@ impl<'s> Plan<'s> {
             local.iter().map(|layer| strategy.accumulation(layer)).collect::<Result<Vec<_>, _>>()?
         };
         let mut optimizer = Vec::with_capacity(p.pipeline as usize);
+        let mut optimizer_bytes = Vec::with_capacity(p.pipeline as usize);
         let mut stage_parameters = Vec::with_capacity(p.pipeline as usize);
         for stage in 0..p.pipeline {
             let layers = || chunk_map.chunks_of(stage).flat_map(|k| chunk_layers[k].clone());
@@ -231,6 +234,11 @@ impl<'s> Plan<'s> {
                 source: workloads::compute::ComputeError::Overflow(error),
             })?;
             optimizer.push((step, step_flops));
+            optimizer_bytes.push(strategy.optimizer_step_bytes(
+                held,
+                tensors,
+                layers().map(|index| &local[index]),
+            ));
             stage_parameters.push(parameters);
         }
         let width = strategy.precision.storage().bytes();
@@ -316,6 +324,7 @@ impl<'s> Plan<'s> {
             buckets,
             bucket_closed_by,
             optimizer,
+            optimizer_bytes,
             accumulate,
             boundary_bytes,
         })
