@@ -625,9 +625,22 @@ mod tests {
                 "xeon-8160-1s",
                 "xeon-8280-2s",
                 "xeon-8280-1s",
+                "xeon-6148-2s",
+                "epyc-7742-2s",
+                "xeon-8480c-2s",
             ]
         );
         assert_eq!(&catalog, DeviceCatalog::builtin());
+        // The GPU servers' host CPUs: memory bandwidth = sockets x channels x MT/s x 8 bytes.
+        for (name, channels, transfers) in
+            [("xeon-6148-2s", 12.0, 2666e6), ("epyc-7742-2s", 16.0, 3200e6), ("xeon-8480c-2s", 16.0, 4800e6)]
+        {
+            let cpu = catalog.get(name).unwrap();
+            assert_eq!(cpu.kind, DeviceKind::Cpu, "{name}");
+            let derived = channels * transfers * 8.0;
+            let ratio = cpu.memory_bandwidth.bytes_per_second() / derived;
+            assert!((ratio - 1.0).abs() < 0.001, "{name}: {ratio}");
+        }
         // One socket is half its two-socket node: cores (peak), memory channels and DIMMs.
         for (node, socket) in [("xeon-8160-2s", "xeon-8160-1s"), ("xeon-8280-2s", "xeon-8280-1s")] {
             let (node, socket) = (catalog.get(node).unwrap(), catalog.get(socket).unwrap());
