@@ -578,6 +578,10 @@ struct JsonPlan<'a> {
     ignored: &'a [String],
     /// Nothing fit in device memory, so out-of-core training was searched too (and some fits).
     out_of_core: bool,
+    /// ... with ZeRO-Offload's host optimizer among the modes tried (`cluster.host-cpu` named);
+    /// omitted when not.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    out_of_core_host_optimizer: bool,
     top: Vec<JsonRanked<'a>>,
 }
 
@@ -647,6 +651,7 @@ impl<'a> JsonPlan<'a> {
             could_beat_best_floor: report.left_best_floor,
             ignored: &search.ignored,
             out_of_core: report.out_of_core,
+            out_of_core_host_optimizer: report.host_optimizer,
             top: report
                 .top
                 .iter()

@@ -321,6 +321,8 @@ fn plan_with_the_hosts_cpus_finds_zero_offload_when_nothing_fits() {
         ["--set", "cluster.gpus-per-node=1", "--set", "cluster.host-cpu=xeon-6148-2s", "--top", "3"];
     let plan = plan_json(cluster, &with_cpu);
     assert_eq!(plan["out_of_core"], true, "{plan}");
+    assert_eq!(plan["out_of_core_host_optimizer"], true, "{plan}");
+    assert!(plain.get("out_of_core_host_optimizer").is_none(), "{plain}");
     let top = plan["top"].as_array().unwrap();
     let offload = top[0]["offload"].as_str().unwrap();
     assert!(offload == "optimizer" || offload == "activations+optimizer", "{plan}");
