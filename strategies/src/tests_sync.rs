@@ -327,13 +327,7 @@ fn out_of_core_weights_over_an_infinitely_fast_host_link_cost_nothing() {
     let topology = cluster_with_host_link(1, 2, "1000000 TB/s", "0 s");
     let time = |offload: Offload| {
         let parallelism = Parallelism { offload, ..Parallelism::data_parallel(2) };
-        let strategy = data_parallel(&model, &compute, parallelism, 3);
-        let lowered = strategy.lower().unwrap();
-        let timeline = sim_core::fidelity::NetworkSettings::new(sim_core::fidelity::Fidelity::Flow)
-            .run(&lowered.graph, &topology)
-            .unwrap();
-        let end = lowered.iteration_ends.last().unwrap().iter().map(|op| timeline.end[op.0 as usize]).max();
-        end.unwrap().since_start().as_secs_f64()
+        iteration_end_s(&data_parallel(&model, &compute, parallelism, 3), &topology)
     };
     let resident = time(Offload::None);
     for offload in [Offload::Activations, Offload::ActivationsAndWeights] {
@@ -423,6 +417,16 @@ fn daso_and_offload_refuse_what_they_do_not_model_with_the_key() {
     assert!(activations.check().is_ok());
 }
 
+/// When the last iteration of `strategy` ends on `topology` under the flow model, in seconds.
+fn iteration_end_s(strategy: &Strategy<'_>, topology: &Topology) -> f64 {
+    let lowered = strategy.lower().unwrap();
+    let timeline = sim_core::fidelity::NetworkSettings::new(sim_core::fidelity::Fidelity::Flow)
+        .run(&lowered.graph, topology)
+        .unwrap();
+    let end = lowered.iteration_ends.last().unwrap().iter().map(|op| timeline.end[op.0 as usize]).max();
+    end.unwrap().since_start().as_secs_f64()
+}
+
 /// A host CPU of `bandwidth` memory bandwidth for tests (the catalog's ABCI node otherwise).
 fn host_cpu(bandwidth: &str) -> workloads::device::Device {
     let mut cpu = DeviceCatalog::builtin().get("xeon-6148-2s").unwrap().clone();
@@ -502,15 +506,7 @@ fn a_host_optimizer_moves_its_shard_and_steps_at_the_host_cpus_memory_rate() {
             parallelism: Parallelism { offload: Offload::None, ..parallelism },
             ..strategy.clone()
         };
-        let time = |s: &Strategy<'_>| {
-            let lowered = s.lower().unwrap();
-            let timeline = sim_core::fidelity::NetworkSettings::new(sim_core::fidelity::Fidelity::Flow)
-                .run(&lowered.graph, &topology)
-                .unwrap();
-            let end =
-                lowered.iteration_ends.last().unwrap().iter().map(|op| timeline.end[op.0 as usize]).max();
-            end.unwrap().since_start().as_secs_f64()
-        };
+        let time = |s: &Strategy<'_>| iteration_end_s(s, &topology);
         let (offloaded, on_device) = (time(&strategy), time(&resident));
         assert!(
             offloaded > on_device + 0.9 * chunked,
@@ -605,14 +601,7 @@ fn a_host_optimizer_with_its_state_on_nvme_reads_and_writes_it_every_step() {
     assert_eq!(in_memory.lower().unwrap().offload.unwrap().nvme_bytes, 0);
     // The host keeps the gradients and two chunks' state (one chunk here), not all of it.
     assert!(totals.host_bytes < in_memory.lower().unwrap().offload.unwrap().host_bytes);
-    let time = |s: &Strategy<'_>| {
-        let lowered = s.lower().unwrap();
-        let timeline = sim_core::fidelity::NetworkSettings::new(sim_core::fidelity::Fidelity::Flow)
-            .run(&lowered.graph, &topology)
-            .unwrap();
-        let end = lowered.iteration_ends.last().unwrap().iter().map(|op| timeline.end[op.0 as usize]).max();
-        end.unwrap().since_start().as_secs_f64()
-    };
+    let time = |s: &Strategy<'_>| iteration_end_s(s, &topology);
     // One chunk: read, step, write in series; the iteration ends with the weights' copy back,
     // after the step, so it is longer by at least the read.
     let io = (parameters * 8) as f64 / nvme.bytes_per_second();
