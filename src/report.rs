@@ -162,12 +162,14 @@ impl<'s> Report<'s> {
                     workloads::memory::gigabytes(Bytes(offload.weight_bytes)),
                     offload.host_optimizer_step_s
                 );
-                if let Some(bandwidth) = offload.nvme_bandwidth_bytes_per_s {
+                if let (Some(bandwidth), Some(nvme_bytes)) =
+                    (offload.nvme_bandwidth_bytes_per_s, offload.nvme_bytes)
+                {
                     let _ = writeln!(
                         out,
                         "              optimizer state on NVMe: {} read and as much written per iteration per {unit} \
                  at {:.2} GB/s (its share of the node's drives)",
-                        workloads::memory::gigabytes(Bytes(offload.nvme_bytes / 2)),
+                        workloads::memory::gigabytes(Bytes(nvme_bytes / 2)),
                         bandwidth / 1e9
                     );
                 }

@@ -339,15 +339,11 @@ pub struct OffloadSummary {
     pub host_cpu: Option<String>,
     /// Bytes that GPU's host optimizer reads from and writes to NVMe per iteration
     /// (`workload.offload-device = "nvme"`; omitted otherwise).
-    #[serde(skip_serializing_if = "is_zero_u64")]
-    pub nvme_bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nvme_bytes: Option<u64>,
     /// Its share of the node's NVMe bandwidth, in bytes per second (omitted without NVMe).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nvme_bandwidth_bytes_per_s: Option<f64>,
-}
-
-fn is_zero_u64(value: &u64) -> bool {
-    *value == 0
 }
 
 /// Exposed communication (no compute running) by communicator kind, in seconds.
@@ -1385,7 +1381,7 @@ pub(crate) fn summarize(
                     .host_optimizer()
                     .then(|| scenario.host_cpu.as_ref().map(|cpu| cpu.display_name.clone()))
                     .flatten(),
-                nvme_bytes: offload.nvme_bytes,
+                nvme_bytes: scenario.nvme.map(|_| offload.nvme_bytes),
                 nvme_bandwidth_bytes_per_s: scenario.nvme.map(|b| b.bytes_per_second()),
             }),
             input: strategy.input_batch().map(|(input, batch)| InputSummary {

@@ -1530,7 +1530,7 @@ impl Strategy<'_> {
         self.other_degrees_than(&[])
     }
 
-    /// [`Strategy::other_degrees`] leaving out the axes `allowed`.
+    /// [`Strategy::other_degrees`] leaving out the axes `allowed` (`"zero"` for the ZeRO stage).
     fn other_degrees_than(&self, allowed: &[&str]) -> String {
         let p = &self.parallelism;
         let mut used: Vec<String> = [
@@ -1546,7 +1546,7 @@ impl Strategy<'_> {
         .filter(|(name, degree)| *degree > 1 && !allowed.contains(name))
         .map(|(name, degree)| format!("{name} = {degree}"))
         .collect();
-        if p.zero > 0 {
+        if p.zero > 0 && !allowed.contains(&"zero") {
             used.push(format!("zero = {}", p.zero));
         }
         used.join(", ")
@@ -1733,13 +1733,13 @@ impl Strategy<'_> {
         if p.offload == Offload::None {
             return Ok(());
         }
-        let others = self.other_degrees_than(&["tensor", "pipeline"]);
         // ZeRO-Offload is built on ZeRO-2: each data-parallel rank steps its shard on the host.
-        let zero_allowed = p.offload.host_optimizer() && p.zero <= 2;
-        let others: Vec<&str> = others
-            .split(", ")
-            .filter(|used| !(used.is_empty() || zero_allowed && used.starts_with("zero")))
-            .collect();
+        let allowed: &[&str] = if p.offload.host_optimizer() && p.zero <= 2 {
+            &["tensor", "pipeline", "zero"]
+        } else {
+            &["tensor", "pipeline"]
+        };
+        let others = self.other_degrees_than(allowed);
         if !others.is_empty() {
             return Err(invalid(
                 "workload.offload",
@@ -1748,7 +1748,7 @@ impl Strategy<'_> {
                      set the other degrees to 1 and zero = 0, or offload = \"none\"",
                     p.offload.name(),
                     if p.offload.host_optimizer() { " and ZeRO-1/2" } else { "" },
-                    others.join(", ")
+                    others
                 ),
             ));
         }
@@ -2027,13 +2027,8 @@ impl Strategy<'_> {
             ));
         };
         let step = workloads::compute::OptimizerStep {
-            optimizer: self.optimizer,
-            parameters,
-            tensors: 1,
-            fused: true,
-            gradient_bytes: self.gradient_precision.bytes(),
-            widths: self.step_widths(),
             passes: workloads::optimizer::OptimizerPasses::Fused,
+            ..self.optimizer_step_work(parameters, 1)
         };
         self.compute
             .optimizer_step_duration(cpu, &step)

@@ -407,6 +407,15 @@ impl Bandwidth {
         bytes_per_second.checked_mul(8).and_then(Self::from_bits_per_second)
     }
 
+    /// This rate times `factor`, to the whole byte per second; `None` unless the result is a
+    /// positive rate that fits (a what-if scale, or one process's share of a shared device).
+    pub fn scaled(self, factor: f64) -> Option<Self> {
+        let bytes = (self.bytes_per_second() * factor).round();
+        (bytes.is_finite() && bytes >= 1.0 && bytes <= u64::MAX as f64)
+            .then(|| Self::from_bytes_per_second(bytes as u64))
+            .flatten()
+    }
+
     /// Bits per second.
     pub const fn bits_per_second(self) -> u64 {
         self.bits_per_second
@@ -656,6 +665,15 @@ pub fn thousands(n: u64) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_scaled_bandwidth_is_the_rate_times_the_factor_or_none() {
+        let rate: super::Bandwidth = "256 GB/s".parse().unwrap();
+        assert_eq!(rate.scaled(0.25).unwrap().bytes_per_second(), 64e9);
+        assert_eq!(rate.scaled(1.0), Some(rate));
+        assert_eq!(rate.scaled(0.0), None);
+        assert_eq!(rate.scaled(f64::NAN), None);
+    }
+
     use super::*;
 
     #[test]

@@ -2936,17 +2936,7 @@ mod tests {
     #[test]
     fn launched_kernels_count_what_eager_pytorch_runs() {
         use crate::layer::{AttentionKernel, LayerKind, Shape};
-        let core = |implementation| {
-            let kind = LayerKind::Attention {
-                heads: 12,
-                kv_heads: 12,
-                causal: true,
-                implementation,
-                dropout: false,
-                value_head_dim: None,
-            };
-            Layer::new("core", kind, Shape::from([1024, 3 * 768])).unwrap()
-        };
+        let core = |implementation| crate::layer::gpt2_attention_core("core", implementation);
         let count = launched_kernels;
         let math = core(AttentionKernel::Math);
         assert_eq!(count(&math, Pass::Forward, Dtype::Bf16, true), 7);

@@ -272,17 +272,7 @@ mod tests {
     #[test]
     fn inductor_runs_a_math_attentions_chain_as_the_fused_softmax() {
         use crate::layer::{AttentionKernel, Shape};
-        let attention = |implementation| {
-            let kind = LayerKind::Attention {
-                heads: 12,
-                kv_heads: 12,
-                causal: true,
-                implementation,
-                dropout: false,
-                value_head_dim: None,
-            };
-            Layer::new("attn", kind, Shape::from([1024, 3 * 768])).unwrap()
-        };
+        let attention = |implementation| crate::layer::gpt2_attention_core("attn", implementation);
         let standard = attention(AttentionKernel::Standard);
         let mut layers = vec![
             attention(AttentionKernel::Math),

@@ -1430,5 +1430,20 @@ pub fn attention_head_dims(
     }
 }
 
+/// A GPT-2 124M attention core (12 heads, causal, 1,024 tokens of width 768) run by
+/// `implementation`: the layer the tests of kernel counts and fusion share.
+#[cfg(test)]
+pub(crate) fn gpt2_attention_core(name: &str, implementation: AttentionKernel) -> Layer {
+    let kind = LayerKind::Attention {
+        heads: 12,
+        kv_heads: 12,
+        causal: true,
+        implementation,
+        dropout: false,
+        value_head_dim: None,
+    };
+    Layer::new(name, kind, Shape::from([1024, 3 * 768])).expect("a valid attention core")
+}
+
 #[cfg(test)]
 mod tests;

@@ -1148,9 +1148,10 @@ fn host_cpu_share(cluster: &ClusterSection, file: &Path) -> Result<Option<Device
         *rate =
             rate.scaled(1.0 / share).ok_or_else(|| invalid(format!("{name:?}'s peak rate underflows")))?;
     }
-    cpu.memory_bandwidth =
-        Bandwidth::from_bytes_per_second((cpu.memory_bandwidth.bytes_per_second() / share).round() as u64)
-            .ok_or_else(|| invalid(format!("{name:?}'s memory bandwidth underflows")))?;
+    cpu.memory_bandwidth = cpu
+        .memory_bandwidth
+        .scaled(1.0 / share)
+        .ok_or_else(|| invalid(format!("{name:?}'s memory bandwidth underflows")))?;
     cpu.display_name = format!("{} (1/{} per GPU's process)", cpu.display_name, cluster.gpus_per_node.max(1));
     Ok(Some(cpu))
 }
@@ -1175,17 +1176,13 @@ fn nvme_share(
                         .into(),
                 ));
             };
-            let share = bandwidth.bytes_per_second() / f64::from(cluster.gpus_per_node.max(1));
-            Bandwidth::from_bytes_per_second(share.round() as u64)
-                .filter(|b| b.bytes_per_second() > 0.0)
-                .map(Some)
-                .ok_or_else(|| {
-                    invalid(
-                        file,
-                        "cluster.nvme-bandwidth",
-                        format!("is {bandwidth}: too little to share among the node's GPUs"),
-                    )
-                })
+            bandwidth.scaled(1.0 / f64::from(cluster.gpus_per_node.max(1))).map(Some).ok_or_else(|| {
+                invalid(
+                    file,
+                    "cluster.nvme-bandwidth",
+                    format!("is {bandwidth}: too little to share among the node's GPUs"),
+                )
+            })
         }
         Some(other) => Err(invalid(
             file,
@@ -1228,10 +1225,10 @@ fn scaled_device(
                     .ok_or_else(|| invalid(key, format!("{scale} overflows the peak rate")))?;
             }
         } else {
-            device.memory_bandwidth = Bandwidth::from_bytes_per_second(
-                (device.memory_bandwidth.bytes_per_second() * scale).round() as u64,
-            )
-            .ok_or_else(|| invalid(key, format!("{scale} gives no memory bandwidth")))?;
+            device.memory_bandwidth = device
+                .memory_bandwidth
+                .scaled(scale)
+                .ok_or_else(|| invalid(key, format!("{scale} gives no memory bandwidth")))?;
         }
         device.display_name = format!("{} ({key} {scale})", device.display_name);
     }

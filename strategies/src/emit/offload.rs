@@ -82,18 +82,12 @@ impl HostOptimizer {
         let state_bytes = one.optimizer.0;
         let nvme_ps_per_parameter =
             strategy.nvme.map(|bandwidth| state_bytes as f64 / bandwidth.bytes_per_second() * 1e12);
-        let mut chunks = Vec::with_capacity(stage_parameters.len());
-        for &parameters in stage_parameters {
-            let held = p.optimizer_held(parameters);
-            let mut stage = Vec::new();
-            let mut offset = 0;
-            while offset < held {
-                let size = OPTIMIZER_CHUNK_PARAMETERS.min(held - offset);
-                stage.push((size, strategy.host_optimizer_step(size)?));
-                offset += size;
-            }
-            chunks.push(stage);
-        }
+        let chunks = stage_parameters
+            .iter()
+            .map(|&parameters| {
+                optimizer_chunks(p.optimizer_held(parameters), |size| strategy.host_optimizer_step(size))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let shard_ranks = if p.zero >= 1 { u64::from(p.optimizer_shard_ranks()) } else { 1 };
         Ok(HostOptimizer { chunks, nvme_ps_per_parameter, state_bytes, weight_bytes, shard_ranks })
     }
@@ -131,6 +125,22 @@ impl HostOptimizer {
 /// most this many parameters: each chunk's buffers are a few hundred MB, and filling and
 /// draining the copy pipeline costs one chunk's copies.
 const OPTIMIZER_CHUNK_PARAMETERS: u64 = 1 << 24;
+
+/// `parameters` cut into optimizer chunks of at most [`OPTIMIZER_CHUNK_PARAMETERS`], each with
+/// its step's time as `price` gives it.
+fn optimizer_chunks(
+    parameters: u64,
+    mut price: impl FnMut(u64) -> Result<SimDuration, StrategyError>,
+) -> Result<Vec<(u64, SimDuration)>, StrategyError> {
+    let mut chunks = Vec::new();
+    let mut offset = 0;
+    while offset < parameters {
+        let size = OPTIMIZER_CHUNK_PARAMETERS.min(parameters - offset);
+        chunks.push((size, price(size)?));
+        offset += size;
+    }
+    Ok(chunks)
+}
 
 /// Layers whose weights out-of-core weights keeps on the device at once: the one computing and
 /// three prefetched ahead. Each direction of the host link is one in-order copy queue, and in
@@ -182,13 +192,7 @@ impl WeightOffload {
             }
         }
         let parameters: u64 = local.iter().map(|l| l.layer.cost.params).sum();
-        let mut chunks = Vec::new();
-        let mut offset = 0;
-        while offset < parameters {
-            let size = OPTIMIZER_CHUNK_PARAMETERS.min(parameters - offset);
-            chunks.push((size, strategy.optimizer_step(size, 1)?.0));
-            offset += size;
-        }
+        let chunks = optimizer_chunks(parameters, |size| Ok(strategy.optimizer_step(size, 1)?.0))?;
         Ok(WeightOffload {
             weights: local.iter().map(|l| l.layer.cost.params * weight).collect(),
             bucket_wait,
@@ -388,14 +392,7 @@ impl OffloadPlan {
                 .flat_map(|k| &plan.buckets[k])
                 .map(|b| b.bucket.bytes.0.div_ceil(host.shard_ranks))
                 .sum::<u64>()
-                // The last stage's tied embedding copy, outside the buckets.
-                + if plan.tied_embedding > 0 && plan.strategy.parallelism.pipeline > 1
-                    && stage + 1 == plan.strategy.parallelism.pipeline
-                {
-                    plan.gradient_bytes(plan.tied_embedding).0.div_ceil(host.shard_ranks)
-                } else {
-                    0
-                };
+                + plan.tied_copy_gradient(stage).map_or(0, |bytes| bytes.0.div_ceil(host.shard_ranks));
             totals.weight_bytes = parameters * host.weight_bytes;
             totals.to_host_bytes += totals.gradient_bytes;
             totals.to_device_bytes += totals.weight_bytes;

@@ -330,6 +330,14 @@ impl<'s> Plan<'s> {
         })
     }
 
+    /// The gradient bytes of the tied embedding's copy that stage `stage` holds outside its
+    /// buckets: the last stage's, where the pipeline's ends do not share a stage (else
+    /// `tied_embedding` is 0).
+    pub(super) fn tied_copy_gradient(&self, stage: u32) -> Option<Bytes> {
+        (self.tied_embedding > 0 && stage + 1 == self.strategy.parallelism.pipeline)
+            .then(|| self.gradient_bytes(self.tied_embedding))
+    }
+
     /// The global chunks stage `stage` holds.
     pub(super) fn chunks_of(&self, stage: u32) -> impl Iterator<Item = usize> + use<> {
         self.chunk_map.chunks_of(stage)

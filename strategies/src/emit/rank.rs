@@ -390,11 +390,10 @@ impl RankEmitter<'_, '_> {
         if let Some(host) = plan.offload.as_ref().and_then(|o| o.host.as_ref()) {
             // The last stage's copy of a tied embedding has its gradient outside the buckets:
             // to the host after the two copies' allreduce.
-            if plan.tied_embedding > 0 && stage + 1 == p.pipeline && p.pipeline > 1 {
-                let bytes = plan.gradient_bytes(plan.tied_embedding);
-                if let Some(copy) = self.offload_gradients(bytes, &deps) {
-                    deps = vec![Dep::Local(copy)];
-                }
+            if let Some(bytes) = plan.tied_copy_gradient(stage)
+                && let Some(copy) = self.offload_gradients(bytes, &deps)
+            {
+                deps = vec![Dep::Local(copy)];
             }
             let end = self.host_optimizer_step(host, stage, &deps);
             return policy.after_step(self, end, end);
