@@ -19,7 +19,7 @@
 use crate::lookup::LookupMap;
 use std::collections::BTreeMap;
 
-use topology::LinkId;
+use topology::{LinkId, Route};
 use units::{SimDuration, SimTime};
 
 use crate::fast_hash::FastMap;
@@ -31,7 +31,7 @@ use crate::schedule::{Schedule, ring_channels};
 
 use super::event::{FlowEvent, Owner};
 use super::flows::{Flows, GroupTiming, Path, server_of};
-use super::maxmin::{MIN_WEIGHT, MaxMin};
+use super::maxmin::{MIN_WEIGHT, MaxMin, SpreadLink};
 
 /// The steady-state collectives in progress, and what they keep between collectives.
 #[derive(Debug)]
@@ -49,27 +49,69 @@ pub(super) struct Couplings {
     scratch_edges: Vec<(RankId, RankId, f64)>,
     /// Scratch for a list of links: those a coupled collective enters, leaves or crosses.
     scratch_seeds: Vec<LinkId>,
-    /// Scratch: a coupled collective's edge weight on each link (see `start_coupled`).
-    link_members: Vec<f64>,
-    /// Scratch: a coupled collective's bytes and edges on each link, zero between uses (see
-    /// `weigh_by_bottleneck`).
-    link_load: Vec<(f64, u32)>,
-    /// Member lists of finished couplings, reused by the next ones.
-    spare_members: Vec<Vec<u32>>,
-    /// The paths of every edge list started so far, by a hash of its (source, destination)
-    /// pairs, when routes do not depend on the flow: a collective that starts again (every
-    /// layer's all-to-all, every bucket's ring) reads its edges' paths in order instead of
-    /// looking each pair up in the map of all pairs, whose entries a 64-rank all-to-all
-    /// touches at random (4,032 pairs per start). Checked pair by pair against the edges.
-    edge_paths: FastMap<u64, Vec<EdgePath>>,
+    /// Scratch, zero between uses: per link, where its entry is in the spread being built,
+    /// plus one (see [`Couplings::prepare`]).
+    spread_index: Vec<u32>,
+    /// The group flow of every edge list started so far, by a hash of its edges and timing,
+    /// when routes do not depend on the flow and links draw no jitter: a collective that
+    /// starts again (every layer's all-to-all, every bucket's ring) reuses its spread instead
+    /// of walking its edges' routes again (4,032 pairs for a 64-rank all-to-all). Checked
+    /// edge by edge.
+    prepared: FastMap<u64, Prepared>,
+    /// The steady-state form (edges and timing, without the start's delay) of every
+    /// collective already started as a pipeline or topped up, by collective and the first
+    /// rank of its group (a folded run starts one collective over its replicas' groups too):
+    /// a collective seen again skips building its schedule (see [`Couplings::start_known`]).
+    /// Pipelines draw their jitter per start and are not kept when links draw jitter.
+    forms: LookupMap<(Collective, RankId), SteadyForm>,
 }
 
-/// One edge of a cached edge list and its path (see [`Couplings::edge_paths`]).
+/// A collective to start in its steady-state form: who waits for it, what it is, over which
+/// ranks, and the fixed cost before its first byte.
 #[derive(Debug, Clone, Copy)]
-struct EdgePath {
-    src: u32,
-    dst: u32,
-    path: Path,
+pub(super) struct Start<'a> {
+    /// Completed when the collective is.
+    pub(super) token: Completion,
+    /// The collective (the key its steady-state form is kept under).
+    pub(super) collective: &'a Collective,
+    /// Its ranks.
+    pub(super) group: &'a [RankId],
+    /// Launch and protocol latencies before its first byte.
+    pub(super) delay: SimDuration,
+}
+
+/// A collective's steady-state form, as [`Couplings::start_known`] restarts it.
+#[derive(Debug)]
+struct SteadyForm {
+    /// The ranks it ran over (checked on reuse).
+    group: Vec<RankId>,
+    edges: Vec<(RankId, RankId, f64)>,
+    timing: CoupledTiming,
+}
+
+/// A coupled collective's edges as one group flow (see [`Couplings::prepare`]), with what
+/// its timing needs of their paths.
+#[derive(Debug, Clone, Default)]
+struct Prepared {
+    /// The edges (source, destination, bytes), to check a cached entry against.
+    edges: Vec<(u32, u32, f64)>,
+    /// The steps and weighing the entry was built for.
+    steps: u64,
+    weighted: bool,
+    /// The links the edges cross, each once, in the order first crossed.
+    spread: Vec<SpreadLink>,
+    /// Bytes per unit of weight the slowest edge moves (see [`MaxMin::add_group`]).
+    size: f64,
+    /// Bytes of all edges.
+    bytes: f64,
+    /// The longest and shortest edge latency.
+    slowest: SimDuration,
+    shortest: SimDuration,
+    /// The slowest uncontended step: latency plus one step's message at the path's own
+    /// bandwidth, over all edges.
+    slowest_step: SimDuration,
+    /// The slowest link's capacity on any edge.
+    fill_rate: f64,
 }
 
 impl Couplings {
@@ -82,22 +124,24 @@ impl Couplings {
             references: LookupMap::new(),
             scratch_edges: Vec::new(),
             scratch_seeds: Vec::new(),
-            link_members: vec![0.0; links],
-            link_load: vec![(0.0, 0); links],
-            spare_members: Vec::new(),
-            edge_paths: FastMap::default(),
+            spread_index: vec![0; links],
+            prepared: FastMap::default(),
+            forms: LookupMap::new(),
         }
     }
 }
 
-/// A hash of an edge list's (source, destination) pairs, in order (see
-/// [`Couplings::edge_paths`]; a collision is caught by comparing the pairs).
-fn edge_list_key(edges: &[(RankId, RankId, f64)]) -> u64 {
+/// A hash of an edge list (source, destination, bytes), in order, and the timing it is
+/// prepared for (see [`Couplings::prepared`]; a collision is caught by comparing the edges).
+fn edge_list_key(edges: &[(RankId, RankId, f64)], steps: u64, weighted: bool) -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut hasher = std::hash::BuildHasherDefault::<crate::fast_hash::FastHasher>::default().build_hasher();
     hasher.write_usize(edges.len());
-    for &(src, dst, _) in edges {
+    hasher.write_u64(steps);
+    hasher.write_u8(u8::from(weighted));
+    for &(src, dst, bytes) in edges {
         hasher.write_u64(u64::from(src.0) << 32 | u64::from(dst.0));
+        hasher.write_u64(bytes.to_bits());
     }
     hasher.finish()
 }
@@ -152,6 +196,10 @@ impl GroupTiming for Couplings {
 #[derive(Debug)]
 struct Coupling {
     token: Completion,
+    /// Its edges as one group flow of the solver.
+    flow: u32,
+    /// The bytes its edges carry in all.
+    bytes: f64,
     /// Latency still owed after the data has moved (the steps' latencies beyond the first).
     tail: SimDuration,
     /// Bytes a pipeline's fill and drain add on its busiest edge, charged when the data has
@@ -253,6 +301,42 @@ impl Couplings {
         })
     }
 
+    /// Starts `collective` over `group` again in the steady-state form it took before (as a
+    /// pipeline or topped up), after `delay`; `None` if it has not run in such a form yet.
+    pub(super) fn start_known(
+        &mut self,
+        flows: &mut Flows<'_>,
+        context: &mut NetContext<'_, FlowEvent>,
+        token: Completion,
+        collective: &Collective,
+        group: &[RankId],
+        delay: SimDuration,
+    ) -> Option<Result<(), NetworkError>> {
+        let key = (*collective, *group.first()?);
+        let form = self.forms.get(&key).filter(|form| form.group == group)?;
+        let timing = CoupledTiming { delay, ..form.timing };
+        let form = self.forms.remove(&key)?;
+        let result = self.start_coupled(flows, context, token, &form.edges, timing);
+        self.forms.insert(key, form);
+        Some(result)
+    }
+
+    /// Keeps the steady-state form of `collective` over `group` for
+    /// [`Couplings::start_known`].
+    fn keep_form(
+        &mut self,
+        collective: &Collective,
+        group: &[RankId],
+        edges: &[(RankId, RankId, f64)],
+        timing: CoupledTiming,
+    ) {
+        if let Some(&first) = group.first() {
+            let timing = CoupledTiming { delay: SimDuration::ZERO, ..timing };
+            let form = SteadyForm { group: group.to_vec(), edges: edges.to_vec(), timing };
+            self.forms.insert((*collective, first), form);
+        }
+    }
+
     /// Starts a ring collective in its steady-state form: one flow per ring edge of every
     /// channel, each carrying what the edge carries over the whole ring (2(p-1)/p of the
     /// channel's share for an allreduce, (p-1)/p for reduce-scatter and allgather).
@@ -308,10 +392,10 @@ impl Couplings {
         &mut self,
         flows: &mut Flows<'_>,
         context: &mut NetContext<'_, FlowEvent>,
-        token: Completion,
+        start: Start<'_>,
         schedule: &Schedule,
-        delay: SimDuration,
     ) -> Result<(), NetworkError> {
+        let Start { token, collective, group, delay } = start;
         let (bytes, den) = schedule.fraction();
         // Per edge: the steps it is used in and its largest message; per step, the latency of
         // its slowest path (a tree's steps near the leaves cross other links than near the
@@ -374,6 +458,9 @@ impl Couplings {
             weighted: false,
             jitter: Some(jitter),
         };
+        if !flows.has_jitter() {
+            self.keep_form(collective, group, &edges, timing);
+        }
         self.start_coupled(flows, context, token, &edges, timing)
     }
 
@@ -394,11 +481,11 @@ impl Couplings {
         &mut self,
         flows: &mut Flows<'_>,
         context: &mut NetContext<'_, FlowEvent>,
-        token: Completion,
+        start: Start<'_>,
         schedule: &Schedule,
-        delay: SimDuration,
         reference: SimDuration,
     ) -> Result<(), NetworkError> {
+        let Start { token, collective, group, delay } = start;
         let (bytes, den) = schedule.fraction();
         let message = bytes.as_f64() / den as f64;
         let mut edges = std::mem::take(&mut self.scratch_edges);
@@ -439,57 +526,116 @@ impl Couplings {
             weighted,
             jitter: None,
         };
+        self.keep_form(collective, group, &edges, timing);
         let result = self.start_coupled(flows, context, token, &edges, timing);
         self.scratch_edges = edges;
         result
     }
 
-    /// Weighs the edge flows `members` of a coupling by their bytes over the mean bytes of the
-    /// edges on its bottleneck link (the link with the most bytes per unit of capacity), so
-    /// that on that link its edges claim one flow's share each, as the messages of the step
-    /// that crosses it would. Edges elsewhere weigh in proportion to their bytes: heavier where
-    /// they carry more, as the fast links inside a server do.
-    fn weigh_by_bottleneck(&mut self, solver: &mut MaxMin<Owner>, members: &[u32]) {
-        // Bytes and edges per link, in dense scratch indexed by link (`touched` lists the links).
-        let mut touched = std::mem::take(&mut self.scratch_seeds);
-        touched.clear();
-        for &flow in members {
-            let flow = solver.flow(flow);
-            for &link in flow.route.iter() {
-                let entry = &mut self.link_load[link.0 as usize];
-                if entry.1 == 0 {
-                    touched.push(link);
+    /// The group flow of `edges` (src, dst, bytes) under `steps` steps: the links the edges
+    /// cross with the weight each claims there, and what the timing needs of their paths.
+    ///
+    /// Weighted (`weighted`), each edge weighs its bytes over the mean bytes of the edges on
+    /// its bottleneck link (the link with the most bytes per unit of capacity), so that on
+    /// that link its edges claim one flow's share each, as the messages of the step that
+    /// crosses it would, and every edge finishes together; edges elsewhere weigh in
+    /// proportion to their bytes, heavier where they carry more, as the fast links inside a
+    /// server do. Otherwise every edge weighs 1 and advances at the same rate. Under
+    /// flow-dependent routing each edge's path is its own draw, in edge order.
+    fn prepare(
+        &mut self,
+        flows: &mut Flows<'_>,
+        edges: &[(RankId, RankId, f64)],
+        steps: u64,
+        weighted: bool,
+        routes: &mut Vec<Route>,
+    ) -> Result<Prepared, NetworkError> {
+        routes.clear();
+        let mut prepared = Prepared {
+            edges: edges.iter().map(|&(src, dst, bytes)| (src.0, dst.0, bytes)).collect(),
+            steps,
+            weighted,
+            spread: Vec::new(),
+            size: 0.0,
+            bytes: 0.0,
+            slowest: SimDuration::ZERO,
+            shortest: SimDuration::MAX,
+            slowest_step: SimDuration::ZERO,
+            fill_rate: f64::INFINITY,
+        };
+        for &(src, dst, bytes) in edges {
+            let Path { route, latency, alone } = flows.path(src, dst)?;
+            flows.count_edge_path();
+            routes.push(route);
+            prepared.slowest = prepared.slowest.max(latency);
+            prepared.shortest = prepared.shortest.min(latency);
+            let per_step = bytes / steps.max(1) as f64 / alone;
+            prepared.slowest_step = prepared
+                .slowest_step
+                .max(latency.checked_add(SimDuration::from_ps((per_step * 1e12).ceil() as u64))?);
+            prepared.bytes += bytes;
+            // Bytes and edges per link first (the weights need the bottleneck's mean).
+            for &link in route.iter() {
+                let index = &mut self.spread_index[link.0 as usize];
+                if *index == 0 {
+                    prepared.spread.push(SpreadLink {
+                        link,
+                        weight: 0.0,
+                        bytes: 0.0,
+                        edges: 0,
+                        weighted: false,
+                    });
+                    *index = prepared.spread.len() as u32;
                 }
-                entry.0 += flow.size;
-                entry.1 += 1;
+                let entry = &mut prepared.spread[*index as usize - 1];
+                entry.bytes += bytes;
+                entry.edges += 1;
             }
         }
-        // The most loaded link per capacity; ties go to the lowest link id (deterministic).
-        let mut best: Option<(f64, u32, f64)> = None;
-        for &link in &touched {
-            let (bytes, count) = std::mem::take(&mut self.link_load[link.0 as usize]);
-            let time = bytes / solver.nominal(link);
-            let better = match best {
-                None => true,
-                Some((top, id, _)) => time > top || (time == top && link.0 < id),
-            };
-            if better {
-                best = Some((time, link.0, bytes / f64::from(count)));
+        for entry in &prepared.spread {
+            prepared.fill_rate = prepared.fill_rate.min(flows.solver.nominal(entry.link));
+        }
+        // The unit of weight: the mean edge on the most loaded link per capacity (ties to the
+        // lowest link id); 1 byte... none: every edge weighs 1.
+        let unit = if weighted {
+            let mut best: Option<(f64, u32, f64)> = None;
+            for entry in &prepared.spread {
+                let time = entry.bytes / flows.solver.nominal(entry.link);
+                let better = match best {
+                    None => true,
+                    Some((top, id, _)) => time > top || (time == top && entry.link.0 < id),
+                };
+                if better {
+                    best = Some((time, entry.link.0, entry.bytes / f64::from(entry.edges)));
+                }
+            }
+            best.map_or(0.0, |(_, _, mean)| mean).max(0.0)
+        } else {
+            0.0
+        };
+        for (&(_, _, bytes), route) in edges.iter().zip(routes.iter()) {
+            let weight = if unit > 0.0 { (bytes / unit).max(MIN_WEIGHT) } else { 1.0 };
+            if route.is_empty() || bytes <= 0.0 {
+                // Nothing to move (or nowhere to move it): done as soon as it enters.
+            } else {
+                prepared.size = prepared.size.max(bytes / weight);
+            }
+            for &link in route.iter() {
+                let entry = &mut prepared.spread[self.spread_index[link.0 as usize] as usize - 1];
+                entry.weight += weight;
+                entry.weighted |= weight != 1.0;
             }
         }
-        self.scratch_seeds = touched;
-        let unit = best.map_or(0.0, |(_, _, mean)| mean);
-        if unit > 0.0 {
-            for &flow in members {
-                let size = solver.flow(flow).size;
-                solver.set_weight(flow, (size / unit).max(MIN_WEIGHT));
-            }
+        for entry in &prepared.spread {
+            self.spread_index[entry.link.0 as usize] = 0;
         }
+        Ok(prepared)
     }
 
-    /// Starts a coupled collective over `edges` (src, dst, bytes): all edge flows advance at
-    /// one common rate, enter together after the longest edge latency, and the latencies of
-    /// the remaining `steps - 1` steps are added at the end.
+    /// Starts a coupled collective over `edges` (src, dst, bytes): all edges advance at one
+    /// common rate (per unit of weight) as one group flow, enter together after the longest
+    /// edge latency, and the latencies of the remaining `steps - 1` steps are added at the
+    /// end.
     fn start_coupled(
         &mut self,
         flows: &mut Flows<'_>,
@@ -510,54 +656,40 @@ impl Couplings {
                 ((self.slots.len() - 1) as u32, 0)
             }
         };
-        let mut members = self.spare_members.pop().unwrap_or_default();
-        members.clear();
-        let mut slowest = SimDuration::ZERO;
-        let mut shortest = SimDuration::MAX;
-        let mut slowest_step = SimDuration::ZERO;
         let now = context.now();
-        // The edges' paths: cached per edge list where routes do not depend on the flow.
-        let key = flows.routes_cached().then(|| edge_list_key(edges));
-        let cached = key.and_then(|key| self.edge_paths.remove(&key)).filter(|list| {
-            list.len() == edges.len()
-                && list.iter().zip(edges).all(|(edge, &(src, dst, _))| edge.src == src.0 && edge.dst == dst.0)
+        // Jitter draws per edge route, in edge order: only a fresh preparation has them.
+        let draws_jitter = jitter.is_none() && flows.has_jitter();
+        let key = (flows.routes_cached() && !draws_jitter).then(|| edge_list_key(edges, steps, weighted));
+        let cached = key.and_then(|key| self.prepared.remove(&key)).filter(|prepared| {
+            prepared.steps == steps
+                && prepared.weighted == weighted
+                && prepared.edges.len() == edges.len()
+                && prepared.edges.iter().zip(edges).all(|(&(s, d, b), &(src, dst, bytes))| {
+                    s == src.0 && d == dst.0 && b.to_bits() == bytes.to_bits()
+                })
         });
-        let fresh = cached.is_none();
-        let mut list = cached.unwrap_or_default();
-        for (index, &(src, dst, bytes)) in edges.iter().enumerate() {
-            let Path { route, latency, alone } = match list.get(index) {
-                Some(edge) if !fresh => edge.path,
-                _ => {
-                    let path = flows.path(src, dst)?;
-                    if key.is_some() {
-                        list.push(EdgePath { src: src.0, dst: dst.0, path });
-                    }
-                    path
+        let mut routes = Vec::new();
+        let prepared = match cached {
+            Some(prepared) => {
+                for _ in edges {
+                    flows.count_edge_path();
                 }
-            };
-            let (flow, latency) = flows.new_flow(now, &route, latency, bytes, Owner::Coupled)?;
-            members.push(flow);
-            slowest = slowest.max(latency);
-            shortest = shortest.min(latency);
-            let per_step = bytes / steps.max(1) as f64 / alone;
-            slowest_step =
-                slowest_step.max(latency.checked_add(SimDuration::from_ps((per_step * 1e12).ceil() as u64))?);
-        }
-        if let Some(key) = key {
-            self.edge_paths.insert(key, list);
-        }
+                prepared
+            }
+            None => self.prepare(flows, edges, steps, weighted, &mut routes)?,
+        };
+        let Prepared { slowest, shortest, slowest_step, fill_rate, size, bytes, .. } = prepared;
         // Latency jitter: each step waits for its slowest message, so each adds the largest
         // of its edges' draws; it delays the whole collective (the flows enter that much
         // later), on top of the nominal latencies the timing below is built from.
         let jitter = match jitter {
             Some(jitter) => jitter,
-            None if flows.has_jitter() => {
+            None if draws_jitter => {
                 let mut sum = SimDuration::ZERO;
                 for _ in 0..steps.max(1) {
                     let mut step = SimDuration::ZERO;
-                    for &flow in &members {
-                        let route = flows.solver.flow(flow).route;
-                        step = step.max(flows.jitter(&route));
+                    for route in &routes {
+                        step = step.max(flows.jitter(route));
                     }
                     sum = sum.saturating_add(step);
                 }
@@ -565,43 +697,19 @@ impl Couplings {
             }
             None => SimDuration::ZERO,
         };
-        if weighted {
-            self.weigh_by_bottleneck(&mut flows.solver, &members);
-        }
         let tail = match (reference, latency_sum) {
             (Some(reference), _) => {
-                // Alone, the flows share only the links they cross together: the common rate
-                // (per unit of weight) is the smallest capacity per member weight on any of
-                // their links. Member weight per link, summed over the links `touched`.
-                let mut touched = std::mem::take(&mut self.scratch_seeds);
-                touched.clear();
-                for &flow in &members {
-                    for &link in flows.solver.flow(flow).route.iter() {
-                        touched.push(link);
-                        self.link_members[link.0 as usize] = 0.0;
-                    }
-                }
-                for &flow in &members {
-                    let weight = flows.solver.flow(flow).weight;
-                    for &link in flows.solver.flow(flow).route.iter() {
-                        self.link_members[link.0 as usize] += weight;
-                    }
-                }
-                // The minimum does not depend on the order: each link once is enough.
-                let rate = touched
+                // Alone, the edges share only the links they cross together: the common rate
+                // (per unit of weight) is the smallest capacity per unit of weight on any of
+                // their links, and every edge moves its bytes in the same time: the one that
+                // needs the most at its weight.
+                let rate = prepared
+                    .spread
                     .iter()
-                    .map(|&link| flows.solver.nominal(link) / self.link_members[link.0 as usize])
+                    .map(|entry| flows.solver.nominal(entry.link) / entry.weight)
                     .fold(f64::INFINITY, f64::min);
-                self.scratch_seeds = touched;
-                // Every edge moves its bytes in the same time: the largest's at its weight.
-                let data = members
-                    .iter()
-                    .map(|&flow| {
-                        let flow = flows.solver.flow(flow);
-                        flow.size / (flow.weight * rate)
-                    })
-                    .filter(|seconds| seconds.is_finite())
-                    .fold(0.0, f64::max);
+                let data = size / rate;
+                let data = if data.is_finite() { data } else { 0.0 };
                 let alone = slowest.checked_add(SimDuration::from_ps((data * 1e12).ceil() as u64))?;
                 reference.saturating_sub(alone)
             }
@@ -609,18 +717,6 @@ impl Couplings {
             (None, Some(sum)) => sum.saturating_sub(slowest),
             (None, None) => slowest.checked_mul(steps.saturating_sub(1))?,
         };
-        let fill_rate = members
-            .iter()
-            .map(|&flow| {
-                flows
-                    .solver
-                    .flow(flow)
-                    .route
-                    .iter()
-                    .map(|&l| flows.solver.nominal(l))
-                    .fold(f64::INFINITY, f64::min)
-            })
-            .fold(f64::INFINITY, f64::min);
         let ring = ring.then_some(RingTiming {
             steps,
             shortest_latency: shortest,
@@ -628,8 +724,13 @@ impl Couplings {
             entered: SimTime::ZERO,
             entry_latency: slowest,
         });
-        flows.solver.lock(id, members);
+        let flow = flows.add_group(now, id, &prepared.spread, size, edges.len() as u32, bytes);
+        if let Some(key) = key {
+            self.prepared.insert(key, prepared);
+        }
         self.slots[id as usize] = Some(Coupling {
+            flow: flow?,
+            bytes,
             ring,
             token,
             tail,
@@ -660,13 +761,12 @@ impl Couplings {
             _ => return Ok(()), // stale: the common rate changed since
         }
         let now = context.now();
+        let Some(state) = self.slots[coupling as usize].take() else { return Ok(()) };
         let mut seeds = std::mem::take(&mut self.scratch_seeds);
         seeds.clear();
-        let members = flows.leave_group(now, coupling, &mut seeds);
-        self.spare_members.push(members);
-        let Some(state) = self.slots[coupling as usize].take() else { return Ok(()) };
+        flows.leave_group(now, state.flow, state.bytes, &mut seeds);
         self.free.push((coupling, state.generation));
-        let shared = seeds.iter().any(|&link| !flows.solver.flows_on(link).is_empty());
+        let shared = seeds.iter().any(|&link| flows.solver.is_busy(link));
         let refilled = if shared { flows.request_refill(context, &seeds, self) } else { Ok(()) };
         self.scratch_seeds = seeds;
         refilled?;
@@ -702,10 +802,18 @@ impl Couplings {
         if let Some(timing) = &mut state.ring {
             timing.entered = now;
         }
+        let (flow, generation) = (state.flow, state.generation);
         let mut seeds = std::mem::take(&mut self.scratch_seeds);
         seeds.clear();
-        flows.join_group(now, coupling, &mut seeds);
-        let refilled = flows.request_refill(context, &seeds, self);
+        flows.join_group(now, flow, &mut seeds);
+        let refilled = if seeds.is_empty() {
+            // No edge crosses a link (every edge stays on its rank): its data has moved.
+            context
+                .wake_after(SimDuration::ZERO, FlowEvent::CouplingDone { coupling, generation })
+                .map_err(NetworkError::from)
+        } else {
+            flows.request_refill(context, &seeds, self)
+        };
         self.scratch_seeds = seeds;
         refilled
     }

@@ -35,7 +35,7 @@ use crate::schedule::CollectiveError;
 use crate::variability::{Distribution, Noise, Sampler};
 
 use super::event::{FlowEvent, Owner};
-use super::maxmin::{Joined, MaxMin, NO_GROUP};
+use super::maxmin::{Joined, MaxMin, NO_GROUP, SpreadLink};
 use super::series::SeriesRecorder;
 
 /// The server of `rank` (rank r runs on host r), as collective schedules need it.
@@ -390,7 +390,7 @@ impl<'t> Flows<'t> {
                     self.stats.peak_concurrent_flows.max(self.solver.active_flows());
                 if let Some(series) = &mut self.series {
                     let flow = self.solver.flow(id);
-                    series.rate(context.now(), id, &flow.route, flow.rate);
+                    series.rate(context.now(), id, &flow.route, &[], flow.rate);
                 }
                 if let Some(delay) = delay {
                     context.wake_after(delay, FlowEvent::Finish { flow: id, generation })?;
@@ -436,7 +436,7 @@ impl<'t> Flows<'t> {
         // Re-fill only if the flow shared a link with others: their rates may rise.
         let shared = self.solver.leave(id);
         if let Some(series) = &mut self.series {
-            series.rate(now, id, &self.solver.flow(id).route, 0.0);
+            series.rate(now, id, &self.solver.flow(id).route, &[], 0.0);
         }
         if shared {
             let route = self.solver.flow(id).route;
@@ -522,9 +522,9 @@ impl<'t> Flows<'t> {
         let now = context.now();
         let epoch = self.solver.epoch();
         let series = &mut self.series;
-        self.solver.update(now, |id, flow, delay| {
+        self.solver.update(now, |id, flow, spread, delay| {
             if let Some(series) = series {
-                series.rate(now, id, &flow.route, flow.rate);
+                series.rate(now, id, &flow.route, spread, flow.rate);
             }
             if flow.group == NO_GROUP {
                 // At rate 0 (a link down) no completion: the re-fill that raises the rate
@@ -555,37 +555,77 @@ impl<'t> Flows<'t> {
         }
     }
 
-    /// Every member of `group` enters the network at once; the links they join go into
-    /// `seeds`, to re-fill.
-    pub(super) fn join_group(&mut self, now: SimTime, group: u32, seeds: &mut Vec<LinkId>) {
-        self.solver.join_group(group, now, seeds);
+    /// A group flow for group `group` of `edges` edges over `spread` (see
+    /// [`MaxMin::add_group`]), carrying `bytes` in all, not yet on its links: counted as
+    /// `edges` flows started, each edge's bytes on its links.
+    pub(super) fn add_group(
+        &mut self,
+        now: SimTime,
+        group: u32,
+        spread: &[SpreadLink],
+        size: f64,
+        edges: u32,
+        bytes: f64,
+    ) -> Result<u32, NetworkError> {
+        if self.adaptive {
+            for entry in spread {
+                self.routed[entry.link.0 as usize] += entry.edges;
+            }
+        }
+        self.stats.flows += u64::from(edges);
+        self.stats.work += u64::from(edges);
+        if let Some(budget) = self.work_budget
+            && self.stats.work > budget
+        {
+            return Err(NetworkError::OverBudget { budget });
+        }
+        if let Some(audit) = &mut self.audit {
+            audit.bytes_sent += bytes;
+            if audit.link_bytes.is_empty() {
+                audit.link_bytes = vec![0.0; self.topology.link_count()];
+            }
+            for entry in spread {
+                audit.link_bytes[entry.link.0 as usize] += entry.bytes;
+            }
+        }
+        if let Some(carried) = &mut self.link_bytes {
+            for entry in spread {
+                carried[entry.link.0 as usize] += entry.bytes;
+            }
+        }
+        Ok(self.solver.add_group(now, group, spread, size, edges, Owner::Coupled))
+    }
+
+    /// Moves the flow counter on by one edge whose path was just asked for, as starting its
+    /// flow would: under flow-dependent routing the next edge's path depends on it.
+    pub(super) fn count_edge_path(&mut self) {
+        self.next_flow_id += 1;
+    }
+
+    /// Group flow `id` enters the network on all its links at once; they go into `seeds`, to
+    /// re-fill.
+    pub(super) fn join_group(&mut self, now: SimTime, id: u32, seeds: &mut Vec<LinkId>) {
+        self.solver.join_group(id, now, seeds);
         self.stats.peak_concurrent_flows = self.stats.peak_concurrent_flows.max(self.solver.active_flows());
     }
 
-    /// Every member of `group` has delivered its data: they leave the network at once and
-    /// their slots are free again. The links they leave go into `seeds`, each once; returns
-    /// the members (a list to reuse).
-    pub(super) fn leave_group(&mut self, now: SimTime, group: u32, seeds: &mut Vec<LinkId>) -> Vec<u32> {
+    /// Group flow `id` that stands for `bytes` has delivered its data: it leaves the network
+    /// and its slot is free again. The links it leaves go into `seeds`, each once.
+    pub(super) fn leave_group(&mut self, now: SimTime, id: u32, bytes: f64, seeds: &mut Vec<LinkId>) {
         if let Some(audit) = &mut self.audit {
-            for &id in self.solver.members(group) {
-                let flow = self.solver.flow(id);
-                let left = flow.remaining - flow.rate * now.saturating_since(flow.updated).as_secs_f64();
-                audit.bytes_delivered += flow.size - left.max(0.0);
-            }
+            let flow = self.solver.flow(id);
+            let left = flow.remaining - flow.rate * now.saturating_since(flow.updated).as_secs_f64();
+            let fraction = if flow.size > 0.0 { 1.0 - left.max(0.0) / flow.size } else { 1.0 };
+            audit.bytes_delivered += bytes * fraction;
         }
         if self.adaptive {
-            for &id in self.solver.members(group) {
-                for link in self.solver.flow(id).route.iter() {
-                    self.routed[link.0 as usize] -= 1;
-                }
+            for entry in self.solver.spread(id) {
+                self.routed[entry.link.0 as usize] -= entry.edges;
             }
         }
-        let members = self.solver.leave_group(group, seeds);
         if let Some(series) = &mut self.series {
-            for &id in &members {
-                series.rate(now, id, &self.solver.flow(id).route, 0.0);
-            }
+            series.rate(now, id, &Route::EMPTY, self.solver.spread(id), 0.0);
         }
-        members
+        self.solver.leave_group(id, seeds);
     }
 }

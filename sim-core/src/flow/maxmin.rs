@@ -9,10 +9,13 @@
 //! [`MaxMin::solve`] fills it, and [`MaxMin::update`] brings each flow whose rate changed up
 //! to date and reports when it will be done at its new rate.
 //!
-//! Flows may be locked into a group ([`MaxMin::lock`]) that advances together: a group's
-//! flows are always in the same component and freeze at the same rate per unit of weight
-//! (each flow claims `weight` flows' shares; 1 unless set). The solver knows nothing of what a
-//! flow or a group carries: its owner is an opaque `T`, handed back untouched.
+//! A group flow ([`MaxMin::add_group`]) stands for many flows that advance together (a
+//! steady-state collective's edges): it is one flow whose links each carry it with a weight
+//! (the summed weights of the edges it stands for that cross the link), so it claims that many
+//! flows' shares there, and its rate is per unit of weight. An all-to-all of 64 ranks is one
+//! flow on a few hundred links instead of 4,032 flows on five links each: joining, leaving
+//! and re-filling cost its links, not its edges. The solver knows nothing of what a flow or a
+//! group carries: its owner is an opaque `T`, handed back untouched.
 //!
 //! Invariants:
 //! - a flow is on exactly the links of its route from [`MaxMin::join`] (or
@@ -21,8 +24,8 @@
 //! - after a re-fill, no link carries more than its capacity, and every flow outside a group
 //!   has a bottleneck: a full link on which no flow is faster ([`MaxMin::violation`] checks
 //!   both);
-//! - a flow in a group is listed in that group's members, and a group's members are all on
-//!   their links or all off them;
+//! - a group flow is listed (with its weight) on exactly the links of its spread from
+//!   [`MaxMin::join_group`] until [`MaxMin::leave_group`], and on none otherwise;
 //! - a flow's `generation` changes whenever its rate does and whenever its slot is reused, so
 //!   a completion computed at an older rate (or for the slot's previous flow) never matches;
 //! - the filling visits the component only: its work is one visit per flow and per link of
@@ -37,8 +40,8 @@ use units::{SimDuration, SimTime};
 /// `Flow::group` of a flow in no group.
 pub(super) const NO_GROUP: u32 = u32::MAX;
 
-/// The smallest weight a flow claims (see `Flow::weight`): a flow a million times lighter
-/// than the heaviest still holds a share, so no division by zero.
+/// The smallest weight an edge of a group claims (see [`SpreadLink::weight`]): an edge a
+/// million times lighter than the heaviest still holds a share, so no division by zero.
 pub(super) const MIN_WEIGHT: f64 = 1e-9;
 
 /// One flow: its route, what it has left to deliver, and at what rate.
@@ -58,11 +61,10 @@ pub(super) struct Flow<T> {
     pub(super) generation: u32,
     /// Who is waiting for it (never read here).
     pub(super) owner: T,
-    /// The group it advances with, or [`NO_GROUP`].
+    /// For a group flow ([`MaxMin::add_group`]), its owner's group id; [`NO_GROUP`] for a
+    /// plain flow. A group flow's `rate` is per unit of weight, its `size` and `remaining` in
+    /// bytes per unit of weight.
     pub(super) group: u32,
-    /// Its claim in max-min filling, in flows: 1, except for the flows of a weighted group,
-    /// which carry different amounts and advance in proportion to them.
-    pub(super) weight: f64,
     /// Frozen at rate 0 by a re-fill (a link of its route is down), as opposed to a flow that
     /// has just joined and has no rate yet: a re-fill may keep it at 0 below its threshold.
     pub(super) stalled: bool,
@@ -70,11 +72,30 @@ pub(super) struct Flow<T> {
 
 impl<T> Flow<T> {
     /// The filling level at which it froze: its rate per unit of weight (0 until it has a
-    /// rate). What a re-fill compares with its threshold (see [`MaxMin::collect`]).
+    /// rate), which is its rate (a plain flow weighs 1; a group flow's rate is per unit). What
+    /// a re-fill compares with its threshold (see [`MaxMin::collect`]).
     #[inline]
     pub(super) fn level(&self) -> f64 {
-        self.rate / self.weight
+        self.rate
     }
+}
+
+/// One link of a group flow's spread: the link, the weight it claims there, and what it
+/// stands for on it (kept for the caller's accounting, never read by the filling).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct SpreadLink {
+    /// The link.
+    pub(super) link: LinkId,
+    /// The summed weights of the edges crossing it: the group claims that many flows' shares
+    /// here, and carries its rate times this.
+    pub(super) weight: f64,
+    /// The bytes of the edges crossing it.
+    pub(super) bytes: f64,
+    /// How many edges cross it.
+    pub(super) edges: u32,
+    /// Whether an edge of weight other than 1 crosses it: such a link's weight is not a flow
+    /// count, so a re-fill touching it covers the whole component (see [`MaxMin::collect`]).
+    pub(super) weighted: bool,
 }
 
 /// What happened when a flow joined its links ([`MaxMin::join`]).
@@ -134,12 +155,17 @@ pub(super) struct MaxMin<T> {
     /// == id` while it is on its links): a flow leaves a link in constant time, not by a search
     /// of a list that an all-to-all makes hundreds of flows long.
     slots: Vec<[u32; Route::CAPACITY]>,
-    /// Flows on their links.
+    /// Flows on their links (a group flow counts its edges).
     active_flows: usize,
-    /// The members of each group, indexed by group id (empty for a group not in use).
-    groups: Vec<Vec<u32>>,
-    /// Flows of weight other than 1 on each link: where this is 0, a link's weight is its
-    /// flow count (see [`MaxMin::link_weight`]).
+    /// Each group flow's spread, by flow id (empty for a plain flow; kept allocated for reuse).
+    spreads: Vec<Vec<SpreadLink>>,
+    /// Each group flow's edge count, by flow id (0 for a plain flow): what `active_flows`
+    /// counts it as.
+    edges: Vec<u32>,
+    /// The group flows on each link, with the weight each claims there.
+    groups_on_link: Vec<Vec<(u32, f64)>>,
+    /// Group flows on each link whose weight there is not an edge count (see
+    /// [`SpreadLink::weighted`]): where this is 0, a link's weight is a count of edges.
     weighted_on_link: Vec<u32>,
     // Scratch state of the max-min filling, reused across recomputations.
     epoch: u64,
@@ -155,8 +181,6 @@ pub(super) struct MaxMin<T> {
     heap: BinaryHeap<(std::cmp::Reverse<Share>, u32)>,
     /// The weight of the flows not yet frozen on each link of the component being filled.
     unfrozen_weight: Vec<f64>,
-    /// Scratch: the flows to freeze together.
-    freeze_scratch: Vec<u32>,
     /// The lowest level of the flows that left since the last re-fill (infinite if none):
     /// below it, and below every changed link's equal share, the filling is what it was.
     threshold: f64,
@@ -180,7 +204,9 @@ impl<T: Copy> MaxMin<T> {
             on_link: vec![Vec::new(); links],
             slots: Vec::new(),
             active_flows: 0,
-            groups: Vec::new(),
+            spreads: Vec::new(),
+            edges: Vec::new(),
+            groups_on_link: vec![Vec::new(); links],
             weighted_on_link: vec![0; links],
             epoch: 0,
             link_epoch: vec![0; links],
@@ -192,7 +218,6 @@ impl<T: Copy> MaxMin<T> {
             new_rate: Vec::new(),
             heap: BinaryHeap::new(),
             unfrozen_weight: vec![0.0; links],
-            freeze_scratch: Vec::new(),
             threshold: f64::INFINITY,
             partial: false,
             whole_components: false,
@@ -226,21 +251,32 @@ impl<T: Copy> MaxMin<T> {
         &self.flows[id as usize]
     }
 
-    /// The flows on `link`.
+    /// Whether any flow (plain or group) is on `link`.
     #[inline]
-    pub(super) fn flows_on(&self, link: LinkId) -> &[u32] {
-        &self.on_link[link.0 as usize]
+    pub(super) fn is_busy(&self, link: LinkId) -> bool {
+        let l = link.0 as usize;
+        !self.on_link[l].is_empty() || !self.groups_on_link[l].is_empty()
     }
 
-    /// How many flows are on their links.
+    /// What each flow on `link` carries over it now, in bytes per second: a plain flow's rate,
+    /// a group flow's rate times its weight there.
+    pub(super) fn link_rates(&self, link: LinkId) -> impl Iterator<Item = f64> + '_ {
+        let l = link.0 as usize;
+        let plain = self.on_link[l].iter().map(|&f| self.flows[f as usize].rate);
+        plain.chain(self.groups_on_link[l].iter().map(|&(f, weight)| self.flows[f as usize].rate * weight))
+    }
+
+    /// How many flows are on their links (a group flow counts its edges).
     #[inline]
     pub(super) fn active_flows(&self) -> usize {
         self.active_flows
     }
 
-    /// The members of `group` (empty when it is not in use).
-    pub(super) fn members(&self, group: u32) -> &[u32] {
-        self.groups.get(group as usize).map_or(&[], Vec::as_slice)
+    /// The spread of flow `id`: its links with their weights if it is a group flow, empty for
+    /// a plain flow.
+    #[inline]
+    pub(super) fn spread(&self, id: u32) -> &[SpreadLink] {
+        self.spreads.get(id as usize).map_or(&[], Vec::as_slice)
     }
 
     /// The flows of the last component collected ([`MaxMin::collect`]).
@@ -254,57 +290,78 @@ impl<T: Copy> MaxMin<T> {
         self.epoch
     }
 
-    /// A flow of `bytes` on `route` for `owner`, not yet on its links, at rate 0; in no group,
-    /// of weight 1. Returns its id (a slot freed earlier, or a new one).
+    /// A flow of `bytes` on `route` for `owner`, not yet on its links, at rate 0; a plain
+    /// flow. Returns its id (a slot freed earlier, or a new one).
     #[inline]
     pub(super) fn add(&mut self, now: SimTime, route: &Route, bytes: f64, owner: T) -> u32 {
-        let flow = |generation| Flow {
+        self.allocate(Flow {
             route: *route,
             size: bytes,
             remaining: bytes,
             rate: 0.0,
             updated: now,
-            generation,
+            generation: 0,
             owner,
-            weight: 1.0,
             group: NO_GROUP,
             stalled: false,
-        };
+        })
+    }
+
+    /// A group flow for `owner`'s group `group`, not yet on its links: it stands for `edges`
+    /// edges that advance at one rate per unit of weight, crossing `spread` (each link once),
+    /// and is done when `size` bytes per unit of weight have moved (the edge that needs the
+    /// most at its weight). Returns its id.
+    pub(super) fn add_group(
+        &mut self,
+        now: SimTime,
+        group: u32,
+        spread: &[SpreadLink],
+        size: f64,
+        edges: u32,
+        owner: T,
+    ) -> u32 {
+        let id = self.allocate(Flow {
+            route: Route::EMPTY,
+            size,
+            remaining: size,
+            rate: 0.0,
+            updated: now,
+            generation: 0,
+            owner,
+            group,
+            stalled: false,
+        });
+        let slot = id as usize;
+        if self.spreads.len() <= slot {
+            self.spreads.resize_with(slot + 1, Vec::new);
+            self.edges.resize(slot + 1, 0);
+        }
+        self.spreads[slot].clear();
+        self.spreads[slot].extend_from_slice(spread);
+        self.edges[slot] = edges;
+        id
+    }
+
+    /// Puts `flow` in a free slot (its generation continues the slot's), or a new one.
+    #[inline]
+    fn allocate(&mut self, mut flow: Flow<T>) -> u32 {
         match self.free_flows.pop() {
             Some(id) => {
                 // Generations keep counting across reuse of a slot, so a stale completion of the
                 // slot's previous flow can never match the new one.
                 let slot = &mut self.flows[id as usize];
-                *slot = flow(slot.generation.wrapping_add(1));
+                flow.generation = slot.generation.wrapping_add(1);
+                *slot = flow;
                 id
             }
             None => {
-                self.flows.push(flow(0));
+                self.flows.push(flow);
                 self.slots.push([0; Route::CAPACITY]);
                 self.flow_epoch.push(0);
                 self.new_rate.push(0.0);
                 (self.flows.len() - 1) as u32
             }
         }
-    }
-
-    /// Sets the weight of flow `id`, before it joins its links.
-    #[inline]
-    pub(super) fn set_weight(&mut self, id: u32, weight: f64) {
-        self.flows[id as usize].weight = weight;
-    }
-
-    /// Locks `members` (added, not yet on their links) into group `group`, free until now:
-    /// they join, share and leave together.
-    pub(super) fn lock(&mut self, group: u32, members: Vec<u32>) {
-        for &member in &members {
-            self.flows[member as usize].group = group;
-        }
-        let slot = group as usize;
-        if self.groups.len() <= slot {
-            self.groups.resize_with(slot + 1, Vec::new);
-        }
-        self.groups[slot] = members;
     }
 
     /// Flow `id`'s first byte has arrived: it joins its links.
@@ -322,7 +379,9 @@ impl<T: Copy> MaxMin<T> {
             list.push(id);
         }
         self.active_flows += 1;
-        if route.iter().all(|link| self.on_link[link.0 as usize].len() == 1) {
+        if route.iter().all(|link| {
+            self.on_link[link.0 as usize].len() == 1 && self.groups_on_link[link.0 as usize].is_empty()
+        }) {
             // Alone on every link (the common uncontended case): its bottleneck's full rate,
             // and nobody else's rate changes.
             let rate = route.iter().map(|link| self.capacity[link.0 as usize]).fold(f64::INFINITY, f64::min);
@@ -336,24 +395,19 @@ impl<T: Copy> MaxMin<T> {
         Joined::Shared
     }
 
-    /// Every member of `group` joins its links at once; the links they join are appended to
-    /// `seeds` (a link once per member crossing it).
-    pub(super) fn join_group(&mut self, group: u32, now: SimTime, seeds: &mut Vec<LinkId>) {
-        let members = &self.groups[group as usize];
-        for &flow in members {
-            self.flows[flow as usize].updated = now;
-            let weighted = self.flows[flow as usize].weight != 1.0;
-            for (k, &link) in self.flows[flow as usize].route.iter().enumerate() {
-                let list = &mut self.on_link[link.0 as usize];
-                self.slots[flow as usize][k] = list.len() as u32;
-                list.push(flow);
-                if weighted {
-                    self.weighted_on_link[link.0 as usize] += 1;
-                }
-                seeds.push(link);
+    /// Group flow `id` joins every link of its spread at once; they are appended to `seeds`.
+    pub(super) fn join_group(&mut self, id: u32, now: SimTime, seeds: &mut Vec<LinkId>) {
+        let flow = &mut self.flows[id as usize];
+        flow.updated = now;
+        for entry in &self.spreads[id as usize] {
+            let l = entry.link.0 as usize;
+            self.groups_on_link[l].push((id, entry.weight));
+            if entry.weighted {
+                self.weighted_on_link[l] += 1;
             }
+            seeds.push(entry.link);
         }
-        self.active_flows += members.len();
+        self.active_flows += self.edges[id as usize] as usize;
     }
 
     /// True if flow `id` is on its links at the rate it had at `generation`: a completion
@@ -388,7 +442,7 @@ impl<T: Copy> MaxMin<T> {
             }
         }
         self.active_flows -= 1;
-        let shared = route.iter().any(|link| !self.on_link[link.0 as usize].is_empty());
+        let shared = route.iter().any(|&link| self.is_busy(link));
         let flow = &mut self.flows[id as usize];
         if shared {
             self.threshold = self.threshold.min(flow.level());
@@ -405,57 +459,35 @@ impl<T: Copy> MaxMin<T> {
         self.free_flows.push(id);
     }
 
-    /// Every member of `group` leaves its links at once and is freed; the group is no longer
-    /// in use. The links they leave are appended to `seeds`, each once; returns the members
-    /// (a list to reuse).
-    pub(super) fn leave_group(&mut self, group: u32, seeds: &mut Vec<LinkId>) -> Vec<u32> {
-        let members = std::mem::take(&mut self.groups[group as usize]);
-        // Every member leaves its links in one pass per link (a group can have a million
-        // members, hundreds of them on one link), keeping the order of the flows that stay.
-        // Each link once: marked with a fresh epoch, as a re-fill marks its component's.
+    /// Group flow `id` leaves every link of its spread at once and is freed. The links it
+    /// leaves are appended to `seeds`, each once.
+    pub(super) fn leave_group(&mut self, id: u32, seeds: &mut Vec<LinkId>) {
+        // A new serial: what a coupling remembers of the last re-fill is stale now.
         self.epoch = self.epoch.wrapping_add(2);
-        let mark = self.epoch;
-        for &id in &members {
-            for &link in self.flows[id as usize].route.iter() {
-                let l = link.0 as usize;
-                if self.link_epoch[l] != mark {
-                    self.link_epoch[l] = mark;
-                    seeds.push(link);
-                }
+        let spread = std::mem::take(&mut self.spreads[id as usize]);
+        for entry in &spread {
+            let l = entry.link.0 as usize;
+            let list = &mut self.groups_on_link[l];
+            if let Some(position) = list.iter().position(|&(flow, _)| flow == id) {
+                // Order kept: the filling visits a link's group flows in the order they joined.
+                list.remove(position);
             }
-        }
-        let flows = &self.flows;
-        for &link in seeds.iter() {
-            let list = &mut self.on_link[link.0 as usize];
-            list.retain(|&f| flows[f as usize].group != group);
-            // The flows that stay moved up: their slots on this link follow them.
-            for (position, &flow) in list.iter().enumerate() {
-                for (j, &other) in flows[flow as usize].route.iter().enumerate() {
-                    if other == link {
-                        self.slots[flow as usize][j] = position as u32;
-                    }
-                }
+            if entry.weighted {
+                self.weighted_on_link[l] -= 1;
             }
+            seeds.push(entry.link);
         }
-        for &id in &members {
-            let flow = &mut self.flows[id as usize];
-            self.threshold = self.threshold.min(flow.level());
-            flow.rate = 0.0;
-            flow.remaining = 0.0;
-            flow.generation = flow.generation.wrapping_add(1);
-            flow.group = NO_GROUP;
-            let weighted = flow.weight != 1.0;
-            flow.weight = 1.0;
-            let route = flow.route;
-            if weighted {
-                for &link in route.iter() {
-                    self.weighted_on_link[link.0 as usize] -= 1;
-                }
-            }
-            self.free_flows.push(id);
-        }
-        self.active_flows -= members.len();
-        members
+        self.spreads[id as usize] = spread;
+        self.active_flows -= self.edges[id as usize] as usize;
+        let flow = &mut self.flows[id as usize];
+        self.threshold = self.threshold.min(flow.level());
+        flow.rate = 0.0;
+        flow.remaining = 0.0;
+        flow.generation = flow.generation.wrapping_add(1);
+        flow.group = NO_GROUP;
+        self.spreads[id as usize].clear();
+        self.edges[id as usize] = 0;
+        self.free_flows.push(id);
     }
 
     /// Collects the component to re-fill: every flow connected to `seeds` through shared
@@ -486,22 +518,28 @@ impl<T: Copy> MaxMin<T> {
                 self.link_epoch[l] = epoch;
                 self.component_links.push(link.0);
                 if self.weighted_on_link[l] != 0 {
-                    // Summing a weighted link's flows would cost what the re-fill saves: the
-                    // whole component, as before thresholds.
+                    // A weighted group's claim is not a count of flows: the whole component,
+                    // as before thresholds.
                     threshold = 0.0;
-                } else if !self.on_link[l].is_empty() {
-                    threshold = threshold.min(self.capacity[l] / self.on_link[l].len() as f64);
+                } else if self.is_busy(link) {
+                    threshold = threshold.min(self.capacity[l] / self.link_weight(l));
                 }
             }
         }
         let threshold = if self.whole_components { 0.0 } else { threshold * (1.0 - 1e-9) };
         self.partial = false;
-        // Breadth-first over links -> flows -> links.
+        // Breadth-first over links -> flows -> links (a group flow brings its whole spread).
         let mut next = 0;
         while next < self.component_links.len() {
             let link = self.component_links[next] as usize;
             next += 1;
-            for &flow in &self.on_link[link] {
+            let plain = self.on_link[link].len();
+            for index in 0..plain + self.groups_on_link[link].len() {
+                let flow = if index < plain {
+                    self.on_link[link][index]
+                } else {
+                    self.groups_on_link[link][index - plain].0
+                };
                 if self.flow_epoch[flow as usize] == epoch {
                     continue;
                 }
@@ -513,23 +551,14 @@ impl<T: Copy> MaxMin<T> {
                     self.partial = true;
                     continue;
                 }
-                // A grouped flow brings every member of its group into the component.
-                let group = candidate.group;
-                let partners: &[u32] = match self.groups.get(group as usize) {
-                    Some(members) => members,
-                    None => std::slice::from_ref(&flow),
-                };
-                for &member in partners {
-                    if self.flow_epoch[member as usize] == epoch {
-                        continue;
-                    }
-                    self.flow_epoch[member as usize] = epoch;
-                    self.component_flows.push(member);
-                    for &other in self.flows[member as usize].route.iter() {
-                        if self.link_epoch[other.0 as usize] != epoch {
-                            self.link_epoch[other.0 as usize] = epoch;
-                            self.component_links.push(other.0);
-                        }
+                self.flow_epoch[flow as usize] = epoch;
+                self.component_flows.push(flow);
+                let spread = self.spreads.get(flow as usize).map_or(&[][..], Vec::as_slice);
+                let links = candidate.route.iter().copied().chain(spread.iter().map(|entry| entry.link));
+                for other in links {
+                    if self.link_epoch[other.0 as usize] != epoch {
+                        self.link_epoch[other.0 as usize] = epoch;
+                        self.component_links.push(other.0);
                     }
                 }
             }
@@ -545,17 +574,17 @@ impl<T: Copy> MaxMin<T> {
             // leave of each link.
             self.fill(self.epoch);
         } else if let [flow] = self.component_flows[..] {
-            // A flow alone on its links (the common uncontended case) runs at its bottleneck.
+            // A flow alone on its links (the common uncontended case) runs at its bottleneck;
+            // a group flow alone, at its links' smallest capacity per unit of its weight there
+            // (the first share the filling would pop).
             let route = self.flows[flow as usize].route;
             let rate = route.iter().map(|l| self.capacity[l.0 as usize]).fold(f64::INFINITY, f64::min);
+            let spread = self.spreads.get(flow as usize).map_or(&[][..], Vec::as_slice);
+            let rate = spread
+                .iter()
+                .map(|entry| self.capacity[entry.link.0 as usize] / entry.weight)
+                .fold(rate, f64::min);
             self.new_rate[flow as usize] = rate;
-        } else if let Some(share) = self.lone_group_share() {
-            // One group and nothing else: its flows all freeze at the first link the filling
-            // would fill, the one with the smallest fair share.
-            for index in 0..self.component_flows.len() {
-                let flow = self.component_flows[index] as usize;
-                self.new_rate[flow] = share * self.flows[flow].weight;
-            }
         } else {
             self.fill(self.epoch);
         }
@@ -569,7 +598,7 @@ impl<T: Copy> MaxMin<T> {
     pub(super) fn update<E>(
         &mut self,
         now: SimTime,
-        mut changed: impl FnMut(u32, &Flow<T>, Option<SimDuration>) -> Result<(), E>,
+        mut changed: impl FnMut(u32, &Flow<T>, &[SpreadLink], Option<SimDuration>) -> Result<(), E>,
     ) -> Result<(), E> {
         for index in 0..self.component_flows.len() {
             let id = self.component_flows[index] as usize;
@@ -586,42 +615,17 @@ impl<T: Copy> MaxMin<T> {
             flow.rate = rate;
             flow.stalled = rate == 0.0;
             flow.generation = flow.generation.wrapping_add(1);
-            changed(id as u32, flow, due_in(flow.remaining, rate))?;
+            let spread = self.spreads.get(id).map_or(&[][..], Vec::as_slice);
+            changed(id as u32, flow, spread, due_in(flow.remaining, rate))?;
         }
         Ok(())
     }
 
-    /// If the current component is the members of one group and no other flow, the rate
-    /// progressive filling gives them all (per unit of weight): the smallest fair share of any
-    /// of their links (capacity over weight on it), exactly the first share [`MaxMin::fill`]
-    /// would pop.
-    fn lone_group_share(&self) -> Option<f64> {
-        let &first = self.component_flows.first()?;
-        let group = self.flows[first as usize].group;
-        let members = self.groups.get(group as usize)?;
-        // The search brings every member of a group in: if there are as many flows as
-        // members, they are all of them.
-        if members.len() != self.component_flows.len()
-            || self.component_flows.iter().any(|&flow| self.flows[flow as usize].group != group)
-        {
-            return None;
-        }
-        let share = self
-            .component_links
-            .iter()
-            .map(|&link| self.capacity[link as usize] / self.link_weight(link as usize))
-            .fold(f64::INFINITY, f64::min);
-        Some(share)
-    }
-
-    /// The summed weight of the flows on link `l`: its flow count unless a weighted flow is
-    /// on it.
+    /// The summed weight of the flows on link `l`: a plain flow weighs 1, a group flow its
+    /// weight there.
     fn link_weight(&self, l: usize) -> f64 {
-        if self.weighted_on_link[l] == 0 {
-            f64::from(self.on_link[l].len() as u32)
-        } else {
-            self.on_link[l].iter().map(|&flow| self.flows[flow as usize].weight).sum()
-        }
+        let groups: f64 = self.groups_on_link[l].iter().map(|&(_, weight)| weight).sum();
+        f64::from(self.on_link[l].len() as u32) + groups
     }
 
     /// Progressive filling over the current component with a min-heap of link fair shares.
@@ -647,20 +651,27 @@ impl<T: Copy> MaxMin<T> {
             if self.partial {
                 let (mut left, mut count, mut weight) = (self.capacity[l], 0u32, 0.0);
                 for &flow in &self.on_link[l] {
-                    let flow_state = &self.flows[flow as usize];
                     if self.flow_epoch[flow as usize] == epoch {
                         count += 1;
-                        weight += flow_state.weight;
+                        weight += 1.0;
                     } else {
-                        left -= flow_state.rate;
+                        left -= self.flows[flow as usize].rate;
+                    }
+                }
+                for &(flow, claim) in &self.groups_on_link[l] {
+                    if self.flow_epoch[flow as usize] == epoch {
+                        count += 1;
+                        weight += claim;
+                    } else {
+                        left -= self.flows[flow as usize].rate * claim;
                     }
                 }
                 self.remaining_capacity[l] = left.max(0.0);
                 self.unfrozen[l] = count;
-                self.unfrozen_weight[l] = weight.max(MIN_WEIGHT);
+                self.unfrozen_weight[l] = f64::max(weight, MIN_WEIGHT);
             } else {
                 self.remaining_capacity[l] = self.capacity[l];
-                self.unfrozen[l] = self.on_link[l].len() as u32;
+                self.unfrozen[l] = (self.on_link[l].len() + self.groups_on_link[l].len()) as u32;
                 self.unfrozen_weight[l] = self.link_weight(l);
             }
             if self.unfrozen[l] > 0 {
@@ -686,38 +697,38 @@ impl<T: Copy> MaxMin<T> {
                 self.heap.push((std::cmp::Reverse(Share(share)), link));
                 continue;
             }
+            // Every unfrozen flow on the bottleneck freezes at its share: a plain flow at the
+            // share, a group flow at the share per unit of weight (each of its edges at the
+            // share times its own weight), taking that times its weight from each of its links.
             for index in 0..self.on_link[l].len() {
                 let flow = self.on_link[l][index];
                 if self.flow_epoch[flow as usize] != epoch {
                     continue; // already frozen
                 }
-                // The members of a group advance together: when one reaches its bottleneck,
-                // all freeze at that rate, and what the others leave unused on their links
-                // goes back to the rest of the traffic.
-                let group = self.flows[flow as usize].group;
-                let mut members = std::mem::take(&mut self.freeze_scratch);
-                members.clear();
-                match self.groups.get(group as usize) {
-                    Some(group) => members.extend_from_slice(group),
-                    None => members.push(flow),
+                self.flow_epoch[flow as usize] = frozen;
+                unfrozen_flows -= 1;
+                self.new_rate[flow as usize] = share;
+                for &other in self.flows[flow as usize].route.iter() {
+                    let o = other.0 as usize;
+                    self.remaining_capacity[o] = (self.remaining_capacity[o] - share).max(0.0);
+                    self.unfrozen[o] -= 1;
+                    self.unfrozen_weight[o] = (self.unfrozen_weight[o] - 1.0).max(MIN_WEIGHT);
                 }
-                for &member in &members {
-                    if self.flow_epoch[member as usize] != epoch {
-                        continue;
-                    }
-                    self.flow_epoch[member as usize] = frozen;
-                    unfrozen_flows -= 1;
-                    let weight = self.flows[member as usize].weight;
-                    let rate = share * weight;
-                    self.new_rate[member as usize] = rate;
-                    for &other in self.flows[member as usize].route.iter() {
-                        let o = other.0 as usize;
-                        self.remaining_capacity[o] = (self.remaining_capacity[o] - rate).max(0.0);
-                        self.unfrozen[o] -= 1;
-                        self.unfrozen_weight[o] = (self.unfrozen_weight[o] - weight).max(MIN_WEIGHT);
-                    }
+            }
+            for index in 0..self.groups_on_link[l].len() {
+                let flow = self.groups_on_link[l][index].0;
+                if self.flow_epoch[flow as usize] != epoch {
+                    continue; // already frozen
                 }
-                self.freeze_scratch = members;
+                self.flow_epoch[flow as usize] = frozen;
+                unfrozen_flows -= 1;
+                self.new_rate[flow as usize] = share;
+                for entry in &self.spreads[flow as usize] {
+                    let o = entry.link.0 as usize;
+                    self.remaining_capacity[o] = (self.remaining_capacity[o] - share * entry.weight).max(0.0);
+                    self.unfrozen[o] -= 1;
+                    self.unfrozen_weight[o] = (self.unfrozen_weight[o] - entry.weight).max(MIN_WEIGHT);
+                }
             }
         }
     }
@@ -726,25 +737,29 @@ impl<T: Copy> MaxMin<T> {
     /// last: the last violation found, if any (for audits; a pass over the component).
     pub(super) fn violation(&self) -> Option<String> {
         let mut violation = None;
+        let load = |l: usize| -> f64 { self.link_rates(LinkId(l as u32)).sum() };
         for &link in &self.component_links {
             let l = link as usize;
-            let load: f64 = self.on_link[l].iter().map(|&f| self.flows[f as usize].rate).sum();
+            let load = load(l);
             if load > self.capacity[l] * (1.0 + 1e-9) {
                 violation = Some(format!("link {link} carries {load} B/s, capacity {}", self.capacity[l]));
             }
         }
         for &flow in &self.component_flows {
             if self.flows[flow as usize].group != NO_GROUP {
-                // A grouped flow may be held below its own links' share by a slower member.
+                // A group flow may be held below a link's share by its edges elsewhere.
                 continue;
             }
             let rate = self.flows[flow as usize].rate;
             let has_bottleneck = self.flows[flow as usize].route.iter().any(|&link| {
                 let l = link.0 as usize;
-                let load: f64 = self.on_link[l].iter().map(|&f| self.flows[f as usize].rate).sum();
-                let fastest =
-                    self.on_link[l].iter().map(|&f| self.flows[f as usize].rate).fold(0.0, f64::max);
-                load >= self.capacity[l] * (1.0 - 1e-9) && rate >= fastest * (1.0 - 1e-9)
+                // The fastest claim per unit of weight: a plain flow's rate, a group's level.
+                let fastest = self.on_link[l]
+                    .iter()
+                    .chain(self.groups_on_link[l].iter().map(|(flow, _)| flow))
+                    .map(|&f| self.flows[f as usize].level())
+                    .fold(0.0, f64::max);
+                load(l) >= self.capacity[l] * (1.0 - 1e-9) && rate >= fastest * (1.0 - 1e-9)
             });
             if !has_bottleneck {
                 violation = Some(format!("flow {flow} at {rate} B/s has no bottleneck link"));

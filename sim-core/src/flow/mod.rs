@@ -62,6 +62,8 @@ mod coupled;
 mod event;
 mod flows;
 mod maxmin;
+#[cfg(test)]
+mod maxmin_tests;
 mod messages;
 mod series;
 mod windows;
@@ -258,7 +260,7 @@ impl<'t> FlowNetwork<'t> {
     /// The current rate of every flow on `link`, in bytes per second (for tests and reports).
     pub fn link_rates(&self, link: LinkId) -> Vec<f64> {
         let solver = &self.flows.solver;
-        solver.flows_on(link).iter().map(|&f| solver.flow(f).rate).collect()
+        solver.link_rates(link).collect()
     }
 
     /// A flow is done: tells its owner (a transfer or copy completes; a collective's message
@@ -314,27 +316,28 @@ impl<'t> FlowNetwork<'t> {
         if self.steady_state && algorithm == CollectiveAlgorithm::Ring && group.len() > 1 {
             return self.coupled.start_coupled_ring(&mut self.flows, context, token, &wired, group, delay);
         }
+        if self.steady_state
+            && let Some(started) =
+                self.coupled.start_known(&mut self.flows, context, token, collective, group, delay)
+        {
+            return started;
+        }
         let chunk = pipeline_chunk(choice, collective.bytes, wire, group, &self.estimator)?;
         let schedule = Schedule::with_chunk(collective.kind, algorithm, wire, group, node_of, chunk)?;
         let floor =
             tree_step_floor(collective.kind, choice, collective.bytes, &schedule, group, &self.estimator)?;
         let schedule = schedule.with_step_floor(floor);
         if self.steady_state && schedule.steps() > 0 && algorithm == CollectiveAlgorithm::DoubleBinaryTree {
-            return self.coupled.start_coupled_pipeline(&mut self.flows, context, token, &schedule, delay);
+            let start = coupled::Start { token, collective, group, delay };
+            return self.coupled.start_coupled_pipeline(&mut self.flows, context, start, &schedule);
         }
         if self.steady_state
             && schedule.steps() > 0
             && (algorithm == CollectiveAlgorithm::Tree || has_coupled_form(algorithm))
         {
             let reference = self.coupled.reference(&mut self.estimator, collective, choice, group)?;
-            return self.coupled.start_topped_up(
-                &mut self.flows,
-                context,
-                token,
-                &schedule,
-                delay,
-                reference,
-            );
+            let start = coupled::Start { token, collective, group, delay };
+            return self.coupled.start_topped_up(&mut self.flows, context, start, &schedule, reference);
         }
         self.runs.start(context, token, schedule, delay)
     }

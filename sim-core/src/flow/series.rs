@@ -15,6 +15,8 @@
 //! without it.
 
 use topology::{LinkId, Route};
+
+use super::maxmin::SpreadLink;
 use units::SimTime;
 
 /// The utilisation over time of one link: a piecewise-constant function of time.
@@ -79,9 +81,10 @@ impl SeriesRecorder {
     }
 
     /// Flow `id` on `route` runs at `rate` bytes per second from `now` on (0: it left its
-    /// links).
+    /// links); a group flow (on `spread`, its route empty) carries its rate per unit of weight
+    /// times its weight on each link.
     #[inline]
-    pub(super) fn rate(&mut self, now: SimTime, id: u32, route: &Route, rate: f64) {
+    pub(super) fn rate(&mut self, now: SimTime, id: u32, route: &Route, spread: &[SpreadLink], rate: f64) {
         let index = id as usize;
         if self.counted.len() <= index {
             self.counted.resize(index + 1, 0.0);
@@ -91,7 +94,11 @@ impl SeriesRecorder {
             return;
         }
         self.counted[index] = rate;
-        for link in route.iter() {
+        let links = route
+            .iter()
+            .map(|&link| (link, 1.0))
+            .chain(spread.iter().map(|entry| (entry.link, entry.weight)));
+        for (link, weight) in links {
             let Some(&slot) = self.slot.get(link.0 as usize) else { continue };
             if slot == UNRECORDED {
                 continue;
@@ -102,7 +109,7 @@ impl SeriesRecorder {
             } else if rate == 0.0 {
                 self.carrying[s] = self.carrying[s].saturating_sub(1);
             }
-            self.load[s] = if self.carrying[s] == 0 { 0.0 } else { self.load[s] + rate - before };
+            self.load[s] = if self.carrying[s] == 0 { 0.0 } else { self.load[s] + (rate - before) * weight };
             let utilisation = (self.load[s] / self.capacity[s]).clamp(0.0, 1.0);
             push(&mut self.series[s].points, now, utilisation);
         }

@@ -107,7 +107,7 @@ impl Windows {
             let capacity = flows.solver.nominal(link) * factor;
             if capacity != flows.solver.capacity(link) {
                 flows.solver.set_capacity(link, capacity);
-                if !flows.solver.flows_on(link).is_empty() {
+                if flows.solver.is_busy(link) {
                     changed.push(link);
                 }
             }

@@ -170,6 +170,13 @@ fn data_radices(strategy: &Strategy<'_>, plan: &Plan<'_>) -> Option<Vec<u32>> {
             }
             None => runs.push(along_data_context(expert)?),
         }
+        // A DeepEP-style dispatcher's NVLink hop: the expert group's members on one node, a
+        // node's consecutive ranks (its RDMA hop, the members at one local index of every
+        // node, is kept whole by the same digits).
+        let node = strategy.parallelism.moe_node;
+        if strategy.parallelism.moe_dispatcher == crate::MoeDispatcher::DeepEp && node % tensor == 0 {
+            runs.push(along_data_context(node / tensor)?);
+        }
     }
     let instances = strategy.parallelism.distributed_optimizer_instances.max(1);
     if instances > 1 {
