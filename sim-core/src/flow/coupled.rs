@@ -1,20 +1,22 @@
-//! Collectives in their steady-state form (the `flow` fidelity): one long-lived flow per edge
-//! of the collective, all its edges coupled, instead of one flow per message.
+//! Collectives in their steady-state form (the `flow` fidelity): all the edges of a
+//! collective advance together, instead of one flow per message.
 //!
-//! A coupling's edge flows are one group of the max-min solver ([`super::maxmin`]): they
-//! enter the network together after the longest edge latency, share the links at one rate
-//! per unit of weight, and leave together in one event, after which the collective completes
-//! once its remaining latency (and a pipeline's fill and drain) has passed. Rings and double
-//! binary trees advance every edge at one rate, and a ring's time is rebuilt step by step from
-//! the rate its data actually moved at. NCCL's tree, the hierarchical allreduce, chains and the
-//! direct all-to-all ([`has_coupled_form`]) are topped up to their analytical time when alone,
-//! the last three weighing each edge by its bytes (on its bottleneck link each edge claims one
-//! flow's share).
+//! A coupling's edges are one group flow of the max-min solver ([`super::maxmin`]): the links
+//! they cross, each with the summed weight of the edges crossing it. It enters the network
+//! after the longest edge latency, shares the links at one rate per unit of weight, and
+//! leaves in one event, after which the collective completes once its remaining latency (and
+//! a pipeline's fill and drain) has passed. A 64-rank all-to-all is one flow on a few
+//! hundred links, not 4,032 flows, and its spread is built once per distinct edge list.
+//! Rings and double binary trees advance every edge at one rate, and a ring's time is rebuilt
+//! step by step from the rate its data actually moved at. NCCL's tree, the hierarchical
+//! allreduce, chains and the direct all-to-all ([`has_coupled_form`]) are topped up to their
+//! analytical time when alone, the last three weighing each edge by its bytes (on its
+//! bottleneck link each edge claims one flow's share).
 //!
-//! Invariants: a coupling's edges are all on their links or none is; its completion event is
-//! rescheduled whenever their common rate changes and carries the coupling's generation, so a
+//! Invariants: a coupling's group flow is on all its links or none; its completion event is
+//! rescheduled whenever its rate changes and carries the coupling's generation, so a
 //! stale one is skipped; uncontended, a topped-up collective takes exactly its analytical
-//! time; a coupling's slot and member list are reused once it has completed.
+//! time; a coupling's slot is reused once it has completed.
 
 use crate::lookup::LookupMap;
 use std::collections::BTreeMap;

@@ -10,8 +10,9 @@
 //! ([`Flows::path`]). Rate changes are re-filled once per simulated instant
 //! ([`FlowEvent::Refill`]), or at once when routes depend on the flow.
 //!
-//! Groups of flows that advance together (a steady-state collective's edges) are the
-//! caller's: the solver keeps them together, and [`GroupTiming`] hears of their new rates.
+//! A group flow (a steady-state collective's edges as one flow with a weight on each link,
+//! see [`MaxMin::add_group`]) is the caller's: it starts, joins and leaves here, counted as
+//! the edges it stands for, and [`GroupTiming`] hears of its new rates.
 //! Nothing here knows what a flow carries: its owner comes back to the caller when it is
 //! done. Every change of a flow's rate (a lone flow joining, a re-fill, a flow or group
 //! leaving) passes through here, which is where a link-series recorder, when there is one,
