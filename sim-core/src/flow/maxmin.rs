@@ -138,6 +138,15 @@ impl Ord for Share {
     }
 }
 
+/// A link's place in the filling's order as one integer: larger for a smaller `share`, and
+/// for equal shares for a larger link id, which is how a max-heap of `(Reverse(share), link)`
+/// orders them (shares are finite and non-negative, so their bits order as they do).
+#[inline]
+fn order_key(share: f64, link: u32) -> u128 {
+    // `+ 0.0` turns a -0.0 share into 0.0, whose bits are the smallest.
+    (u128::from(u64::MAX - (share + 0.0).to_bits()) << 32) | u128::from(link)
+}
+
 /// The max-min fair rates of the flows on a set of links (see the module documentation).
 /// Flow slots are reused; `T` is each flow's owner.
 #[derive(Debug)]
@@ -176,8 +185,11 @@ pub(super) struct MaxMin<T> {
     remaining_capacity: Vec<f64>,
     unfrozen: Vec<u32>,
     new_rate: Vec<f64>,
-    /// Each component link's fair share when it was last pushed: a lower bound of its current
-    /// share, since shares only grow as flows freeze (see [`MaxMin::fill`]).
+    /// The component's links by their fair share at the start of a filling, the next to pop
+    /// last, as [`order_key`]s (see [`MaxMin::fill`]).
+    sorted: Vec<u128>,
+    /// The links whose share had grown when popped from `sorted`, at their share when pushed
+    /// again: a lower bound of their current share, since shares only grow as flows freeze.
     heap: BinaryHeap<(std::cmp::Reverse<Share>, u32)>,
     /// The weight of the flows not yet frozen on each link of the component being filled.
     unfrozen_weight: Vec<f64>,
@@ -216,6 +228,7 @@ impl<T: Copy> MaxMin<T> {
             remaining_capacity: vec![0.0; links],
             unfrozen: vec![0; links],
             new_rate: Vec::new(),
+            sorted: Vec::new(),
             heap: BinaryHeap::new(),
             unfrozen_weight: vec![0.0; links],
             threshold: f64::INFINITY,
@@ -628,6 +641,22 @@ impl<T: Copy> MaxMin<T> {
         f64::from(self.on_link[l].len() as u32) + groups
     }
 
+    /// The next link of the filling: the smallest share of `sorted`'s last entry and the
+    /// heap's top (ties to the larger link id, as one heap of both would pop them).
+    #[inline]
+    fn next_link(&mut self) -> Option<(std::cmp::Reverse<Share>, u32)> {
+        match (self.sorted.last(), self.heap.peek()) {
+            (Some(&listed), Some(&(std::cmp::Reverse(Share(share)), link))) if order_key(share, link) > listed => {
+                self.heap.pop()
+            }
+            (Some(_), _) => self.sorted.pop().map(|key| {
+                let share = f64::from_bits(u64::MAX - (key >> 32) as u64);
+                (std::cmp::Reverse(Share(share)), key as u32)
+            }),
+            (None, _) => self.heap.pop(),
+        }
+    }
+
     /// Progressive filling over the current component with a min-heap of link fair shares.
     /// Flows of the component are marked `epoch`; each is marked `epoch + 1` once its rate is
     /// frozen.
@@ -644,8 +673,9 @@ impl<T: Copy> MaxMin<T> {
     /// After a partial collection each link starts with what the flows kept at their rates
     /// leave of it, and only the component's flows count in its weight.
     fn fill(&mut self, epoch: u64) {
-        let mut entries = std::mem::take(&mut self.heap).into_vec();
+        let mut entries = std::mem::take(&mut self.sorted);
         entries.clear();
+        self.heap.clear();
         for &link in &self.component_links {
             let l = link as usize;
             if self.partial {
@@ -676,18 +706,20 @@ impl<T: Copy> MaxMin<T> {
             }
             if self.unfrozen[l] > 0 {
                 let share = self.remaining_capacity[l] / self.unfrozen_weight[l];
-                entries.push((std::cmp::Reverse(Share(share)), link));
+                entries.push(order_key(share, link));
             }
         }
-        // One heapify instead of a push per link; the order of pops is the same (every entry
-        // has its own link id).
-        self.heap = BinaryHeap::from(entries);
+        // Sorted once (the next link last) instead of a heap of every link: most links are
+        // popped once, at the share they started with, from the end of a vector; only a link
+        // whose share has grown goes into the heap. The order of pops is a heap's of every
+        // entry: the larger of the two sources' next entries (every entry has its own link, so
+        // they never tie).
+        entries.sort_unstable();
+        self.sorted = entries;
         let frozen = epoch.wrapping_add(1);
         // Once every flow is frozen the links left in the heap have nothing to decide.
         let mut unfrozen_flows = self.component_flows.len();
-        while unfrozen_flows > 0
-            && let Some((std::cmp::Reverse(Share(key)), link)) = self.heap.pop()
-        {
+        while unfrozen_flows > 0 && let Some((std::cmp::Reverse(Share(key)), link)) = self.next_link() {
             let l = link as usize;
             if self.unfrozen[l] == 0 {
                 continue;
