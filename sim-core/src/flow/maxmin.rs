@@ -646,7 +646,9 @@ impl<T: Copy> MaxMin<T> {
     #[inline]
     fn next_link(&mut self) -> Option<(std::cmp::Reverse<Share>, u32)> {
         match (self.sorted.last(), self.heap.peek()) {
-            (Some(&listed), Some(&(std::cmp::Reverse(Share(share)), link))) if order_key(share, link) > listed => {
+            (Some(&listed), Some(&(std::cmp::Reverse(Share(share)), link)))
+                if order_key(share, link) > listed =>
+            {
                 self.heap.pop()
             }
             (Some(_), _) => self.sorted.pop().map(|key| {
@@ -719,7 +721,9 @@ impl<T: Copy> MaxMin<T> {
         let frozen = epoch.wrapping_add(1);
         // Once every flow is frozen the links left in the heap have nothing to decide.
         let mut unfrozen_flows = self.component_flows.len();
-        while unfrozen_flows > 0 && let Some((std::cmp::Reverse(Share(key)), link)) = self.next_link() {
+        while unfrozen_flows > 0
+            && let Some((std::cmp::Reverse(Share(key)), link)) = self.next_link()
+        {
             let l = link as usize;
             if self.unfrozen[l] == 0 {
                 continue;
