@@ -324,24 +324,23 @@ impl<'t> Flows<'t> {
         Ok(())
     }
 
-    /// Allocates a flow on `route`, whose links' latencies sum to `latency` (not yet on its
-    /// links) and returns it with that latency.
-    pub(super) fn new_flow(
+    /// Counts `flows` flows started, `bytes` in all, each `(link, bytes, flows)` of `links`
+    /// carrying that many of them: UGAL's routed flows, the work and its budget, the audit's
+    /// and the link counters' bytes.
+    #[inline]
+    fn count_started(
         &mut self,
-        now: SimTime,
-        route: &Route,
-        latency: SimDuration,
+        flows: u64,
         bytes: f64,
-        owner: Owner,
-    ) -> Result<(u32, SimDuration), NetworkError> {
+        links: impl Iterator<Item = (LinkId, f64, u32)> + Clone,
+    ) -> Result<(), NetworkError> {
         if self.adaptive {
-            for link in route.iter() {
-                self.routed[link.0 as usize] += 1;
+            for (link, _, count) in links.clone() {
+                self.routed[link.0 as usize] += count;
             }
         }
-        self.next_flow_id += 1;
-        self.stats.flows += 1;
-        self.stats.work += 1;
+        self.stats.flows += flows;
+        self.stats.work += flows;
         // Checked here too: a run of flows that never share a link (a chain's chunks, one hop
         // each) takes the fast path and never refills, so the budget would not bound it.
         if let Some(budget) = self.work_budget
@@ -354,15 +353,30 @@ impl<'t> Flows<'t> {
             if audit.link_bytes.is_empty() {
                 audit.link_bytes = vec![0.0; self.topology.link_count()];
             }
-            for link in route.iter() {
-                audit.link_bytes[link.0 as usize] += bytes;
+            for (link, carried, _) in links.clone() {
+                audit.link_bytes[link.0 as usize] += carried;
             }
         }
-        if let Some(carried) = &mut self.link_bytes {
-            for link in route.iter() {
-                carried[link.0 as usize] += bytes;
+        if let Some(counters) = &mut self.link_bytes {
+            for (link, carried, _) in links {
+                counters[link.0 as usize] += carried;
             }
         }
+        Ok(())
+    }
+
+    /// Allocates a flow on `route`, whose links' latencies sum to `latency` (not yet on its
+    /// links) and returns it with that latency.
+    pub(super) fn new_flow(
+        &mut self,
+        now: SimTime,
+        route: &Route,
+        latency: SimDuration,
+        bytes: f64,
+        owner: Owner,
+    ) -> Result<(u32, SimDuration), NetworkError> {
+        self.next_flow_id += 1;
+        self.count_started(1, bytes, route.iter().map(|&link| (link, bytes, 1)))?;
         let id = self.solver.add(now, route, bytes, owner);
         Ok((id, latency))
     }
@@ -568,32 +582,8 @@ impl<'t> Flows<'t> {
         edges: u32,
         bytes: f64,
     ) -> Result<u32, NetworkError> {
-        if self.adaptive {
-            for entry in spread {
-                self.routed[entry.link.0 as usize] += entry.edges;
-            }
-        }
-        self.stats.flows += u64::from(edges);
-        self.stats.work += u64::from(edges);
-        if let Some(budget) = self.work_budget
-            && self.stats.work > budget
-        {
-            return Err(NetworkError::OverBudget { budget });
-        }
-        if let Some(audit) = &mut self.audit {
-            audit.bytes_sent += bytes;
-            if audit.link_bytes.is_empty() {
-                audit.link_bytes = vec![0.0; self.topology.link_count()];
-            }
-            for entry in spread {
-                audit.link_bytes[entry.link.0 as usize] += entry.bytes;
-            }
-        }
-        if let Some(carried) = &mut self.link_bytes {
-            for entry in spread {
-                carried[entry.link.0 as usize] += entry.bytes;
-            }
-        }
+        let links = spread.iter().map(|entry| (entry.link, entry.bytes, entry.edges));
+        self.count_started(u64::from(edges), bytes, links)?;
         Ok(self.solver.add_group(now, group, spread, size, edges, Owner::Coupled))
     }
 
