@@ -217,6 +217,30 @@ fn cases() -> Vec<Case> {
             },
         },
         Case {
+            name: "run-moe-flow",
+            what: "run: DeepSeek-V3, pipeline 16 x expert all-to-alls, flow (coupled collectives were one flow per edge: 4.1 s at 1,024 GPUs, 0.35 s as one group flow)",
+            unit: "GPUs",
+            release_size: 1024,
+            debug_size: 256,
+            prepare: |dir, gpus| {
+                let mut text = DEEPSEEK.to_string();
+                let expert = (gpus / 16).min(64);
+                for (from, to) in [
+                    ("nodes = 128", format!("nodes = {}", gpus / 8)),
+                    ("expert = 64", format!("expert = {expert}")),
+                    ("global-batch = 1024", format!("global-batch = {gpus}")),
+                ] {
+                    anyhow::ensure!(
+                        text.contains(from),
+                        "scenarios/moe/deepseek-v3-1024.toml no longer has {from:?}"
+                    );
+                    text = text.replacen(from, &to, 1);
+                }
+                fs_err::write(dir.join("moe.toml"), text)?;
+                Ok(strings(&["run", "moe.toml"]))
+            },
+        },
+        Case {
             name: "packet-steps-tree",
             what: "collective: a 1 GiB allreduce under packet-steps, auto (NCCL's tree), on a k = 16 fat-tree",
             unit: "ranks",
@@ -256,6 +280,9 @@ fn calibratable(trace: &str) -> String {
 
 /// The rail-optimised k = 16 fat-tree of 128 DGX A100 servers (scenarios/superpod-1024.toml).
 const SUPERPOD: &str = include_str!("../scenarios/superpod-1024.toml");
+
+/// DeepSeek-V3 on 1,024 H100s (scenarios/moe/deepseek-v3-1024.toml).
+const DEEPSEEK: &str = include_str!("../scenarios/moe/deepseek-v3-1024.toml");
 
 /// A 1 GiB packet-steps allreduce over the first `ranks` GPUs of the superpod.
 fn packet_steps(dir: &Path, ranks: u64, algorithm: &str) -> anyhow::Result<Vec<String>> {

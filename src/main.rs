@@ -252,8 +252,8 @@ enum Command {
         #[arg(long, requires = "guard", default_value_t = bench_guard::DEFAULT_TOLERANCE)]
         tolerance: f64,
         /// With --guard: only this case (repeatable): run-quickstart, run-gpt3-flow,
-        /// lowering-deep, collective-ranks, calibrate-trace, plot-series, packet-steps-tree,
-        /// packet-steps-ring.
+        /// lowering-deep, collective-ranks, calibrate-trace, plot-series, run-moe-flow,
+        /// packet-steps-tree, packet-steps-ring.
         #[arg(long = "case", requires = "guard", value_name = "NAME")]
         cases: Vec<String>,
         /// With --guard: the baseline file (the committed data/bench/baseline.toml, embedded,
