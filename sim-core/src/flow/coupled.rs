@@ -148,15 +148,15 @@ fn edge_list_key(edges: &[(RankId, RankId, f64)], steps: u64, weighted: bool) ->
     hasher.finish()
 }
 
-/// The couplings' edges are the solver's groups: a coupling's completion follows their rate.
+/// A coupling's edges are one group flow of the solver: its completion follows that flow's rate.
 impl GroupTiming for Couplings {
-    /// An edge of `coupling` has a new rate, its last byte due after `delay`, in the re-fill of
-    /// `epoch`: the edges of a coupled collective end together, so its completion is the
-    /// latest of theirs, rescheduled (by `schedule_done`) whenever their common
-    /// rate changes.
+    /// The group flow of `coupling` has a new rate, its last byte due after `delay`, in the
+    /// re-fill of `epoch`: the edges of a coupled collective end together, when the edge that
+    /// needs the most at its weight does, rescheduled (by `schedule_done`) whenever the rate
+    /// changes (the latest of the delays heard in one re-fill, should there be several).
     fn rate_changed(&mut self, coupling: u32, delay: Option<SimDuration>, epoch: u64) {
         if let Some(Some(state)) = self.slots.get_mut(coupling as usize) {
-            // A member at rate 0 (a link of its route down) holds the whole coupling.
+            // At rate 0 (a link of its spread down) no completion until a re-fill raises it.
             state.due = if state.due_generation == epoch {
                 state.due.zip(delay).map(|(a, b)| a.max(b))
             } else {

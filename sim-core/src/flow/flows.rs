@@ -96,8 +96,9 @@ pub struct Audit {
 /// What the owner of the solver's groups does when their rates change (see
 /// [`Flows::request_refill`]).
 pub(super) trait GroupTiming {
-    /// A member of `group` has a new rate, its last byte due after `delay` (`None`: never at
-    /// this rate, a link of its route is down), in the re-fill of `epoch` ([`MaxMin::epoch`]).
+    /// The group flow of `group` has a new rate, its last byte due after `delay` (`None`:
+    /// never at this rate, a link of its spread is down), in the re-fill of `epoch`
+    /// ([`MaxMin::epoch`]).
     fn rate_changed(&mut self, group: u32, delay: Option<SimDuration>, epoch: u64);
 
     /// After a re-fill: schedules whatever the rate changes of the groups in `solver`'s last
@@ -532,8 +533,8 @@ impl<'t> Flows<'t> {
             return Err(NetworkError::OverBudget { budget });
         }
         self.solver.solve();
-        // Bring every re-filled flow up to date and reschedule its completion: an independent
-        // flow's own, a grouped flow's group's (once for all its members, below).
+        // Bring every re-filled flow up to date and reschedule its completion: a plain flow's
+        // own, a group flow's through its owner (`schedule_done`, below).
         let now = context.now();
         let epoch = self.solver.epoch();
         let series = &mut self.series;
