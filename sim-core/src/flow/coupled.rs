@@ -38,7 +38,7 @@ use super::maxmin::{MIN_WEIGHT, MaxMin, SpreadLink};
 /// The steady-state collectives in progress, and what they keep between collectives.
 #[derive(Debug)]
 pub(super) struct Couplings {
-    /// Each coupling in progress, by id (its edge flows are the solver's group of that id).
+    /// Each coupling in progress, by id (the group id of its group flow in the solver).
     slots: Vec<Option<Coupling>>,
     /// Free coupling slots, with the generation their last coupling ended at.
     free: Vec<(u32, u32)>,
@@ -47,24 +47,17 @@ pub(super) struct Couplings {
     /// The analytical data time of the collectives already seen that run as coupled flows
     /// topped up to it (see `start_topped_up`).
     references: LookupMap<Collective, SimDuration>,
-    /// Scratch for the edges (source, destination, bytes) of a coupled collective.
-    scratch_edges: Vec<(RankId, RankId, f64)>,
     /// Scratch for a list of links: those a coupled collective enters, leaves or crosses.
     scratch_seeds: Vec<LinkId>,
     /// Scratch, zero between uses: per link, where its entry is in the spread being built,
     /// plus one (see [`Couplings::prepare`]).
     spread_index: Vec<u32>,
-    /// The group flow of every edge list started so far, by a hash of its edges and timing,
-    /// when routes do not depend on the flow and links draw no jitter: a collective that
-    /// starts again (every layer's all-to-all, every bucket's ring) reuses its spread instead
-    /// of walking its edges' routes again (4,032 pairs for a 64-rank all-to-all). Checked
-    /// edge by edge.
-    prepared: FastMap<u64, Prepared>,
-    /// The steady-state form (edges and timing, without the start's delay) of every
-    /// collective already started as a pipeline or topped up, by collective and the first
-    /// rank of its group (a folded run starts one collective over its replicas' groups too):
-    /// a collective seen again skips building its schedule (see [`Couplings::start_known`]).
-    /// Pipelines draw their jitter per start and are not kept when links draw jitter.
+    /// The steady-state form of every collective already started as a ring, a pipeline or
+    /// topped up, by collective and the first rank of its group (a folded run starts one
+    /// collective over its replicas' groups too): a collective seen again (every layer's
+    /// all-to-all, every bucket's ring) skips building its schedule and, where it can, its
+    /// group flow (see [`Couplings::start_known`]). Pipelines draw their jitter per start
+    /// and are not kept when links draw jitter.
     forms: LookupMap<(Collective, RankId), SteadyForm>,
 }
 
@@ -87,19 +80,19 @@ pub(super) struct Start<'a> {
 struct SteadyForm {
     /// The ranks it ran over (checked on reuse).
     group: Vec<RankId>,
+    /// Its edges (source, destination, bytes).
     edges: Vec<(RankId, RankId, f64)>,
+    /// Its timing.
     timing: CoupledTiming,
+    /// Its group flow, kept where paths do not change between starts (routes that do not
+    /// depend on the flow, no jitter drawn per start; see [`Couplings::start_form`]).
+    prepared: Option<Prepared>,
 }
 
 /// A coupled collective's edges as one group flow (see [`Couplings::prepare`]), with what
 /// its timing needs of their paths.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 struct Prepared {
-    /// The edges (source, destination, bytes), to check a cached entry against.
-    edges: Vec<(u32, u32, f64)>,
-    /// The steps and weighing the entry was built for.
-    steps: u64,
-    weighted: bool,
     /// The links the edges cross, each once, in the order first crossed.
     spread: Vec<SpreadLink>,
     /// Bytes per unit of weight the slowest edge moves (see [`MaxMin::add_group`]).
@@ -114,6 +107,8 @@ struct Prepared {
     slowest_step: SimDuration,
     /// The slowest link's capacity on any edge.
     fill_rate: f64,
+    /// Latency still owed after the data has moved (see [`Coupling::tail`]).
+    tail: SimDuration,
 }
 
 impl Couplings {
@@ -124,45 +119,22 @@ impl Couplings {
             free: Vec::new(),
             ring_edges: FastMap::default(),
             references: LookupMap::new(),
-            scratch_edges: Vec::new(),
             scratch_seeds: Vec::new(),
             spread_index: vec![0; links],
-            prepared: FastMap::default(),
             forms: LookupMap::new(),
         }
     }
 }
 
-/// A hash of an edge list (source, destination, bytes), in order, and the timing it is
-/// prepared for (see [`Couplings::prepared`]; a collision is caught by comparing the edges).
-fn edge_list_key(edges: &[(RankId, RankId, f64)], steps: u64, weighted: bool) -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::hash::BuildHasherDefault::<crate::fast_hash::FastHasher>::default().build_hasher();
-    hasher.write_usize(edges.len());
-    hasher.write_u64(steps);
-    hasher.write_u8(u8::from(weighted));
-    for &(src, dst, bytes) in edges {
-        hasher.write_u64(u64::from(src.0) << 32 | u64::from(dst.0));
-        hasher.write_u64(bytes.to_bits());
-    }
-    hasher.finish()
-}
-
 /// A coupling's edges are one group flow of the solver: its completion follows that flow's rate.
 impl GroupTiming for Couplings {
-    /// The group flow of `coupling` has a new rate, its last byte due after `delay`, in the
-    /// re-fill of `epoch`: the edges of a coupled collective end together, when the edge that
-    /// needs the most at its weight does, rescheduled (by `schedule_done`) whenever the rate
-    /// changes (the latest of the delays heard in one re-fill, should there be several).
-    fn rate_changed(&mut self, coupling: u32, delay: Option<SimDuration>, epoch: u64) {
+    /// The group flow of `coupling` has a new rate, its last byte due after `delay`: the edges
+    /// of a coupled collective end together, when the edge that needs the most at its weight
+    /// does, rescheduled (by `schedule_done`) whenever the rate changes.
+    fn rate_changed(&mut self, coupling: u32, delay: Option<SimDuration>) {
         if let Some(Some(state)) = self.slots.get_mut(coupling as usize) {
             // At rate 0 (a link of its spread down) no completion until a re-fill raises it.
-            state.due = if state.due_generation == epoch {
-                state.due.zip(delay).map(|(a, b)| a.max(b))
-            } else {
-                delay
-            };
-            state.due_generation = epoch;
+            state.due = delay;
             state.rescheduled = true;
         }
     }
@@ -193,8 +165,8 @@ impl GroupTiming for Couplings {
     }
 }
 
-/// A collective in its steady-state form: one long-lived flow per edge, all advancing at one
-/// common rate.
+/// A collective in its steady-state form: its edges as one group flow, all advancing at one
+/// common rate per unit of weight.
 #[derive(Debug)]
 struct Coupling {
     token: Completion,
@@ -213,10 +185,9 @@ struct Coupling {
     /// (latency plus one step's message at the path's own bandwidth, over all edges), and when
     /// its data started moving (see [`Couplings::coupling_done`]).
     ring: Option<RingTiming>,
-    /// Completion bookkeeping: the latest edge's remaining time as of the re-fill `epoch`
-    /// `due_generation`, whether it changed, and the generation of the pending completion.
+    /// Completion bookkeeping: the group flow's remaining time at its last new rate, whether
+    /// it changed in the last re-fill, and the generation of the pending completion.
     due: Option<SimDuration>,
-    due_generation: u64,
     rescheduled: bool,
     generation: u32,
 }
@@ -257,7 +228,8 @@ pub(super) fn has_coupled_form(algorithm: CollectiveAlgorithm) -> bool {
     )
 }
 
-/// How a coupled collective's time adds up besides its data (see `start_coupled`).
+/// How a coupled collective's time adds up besides its data and the fixed cost before its
+/// first byte (see [`Couplings::start_form`]).
 #[derive(Debug, Clone, Copy)]
 struct CoupledTiming {
     /// Steps of the schedule.
@@ -267,18 +239,16 @@ struct CoupledTiming {
     /// The sum of every step's latency (a pipeline), or `None`: every step costs the slowest
     /// edge's (a ring).
     latency_sum: Option<SimDuration>,
-    /// Fixed cost before the first byte (launch, protocol latencies).
-    delay: SimDuration,
     /// The collective's uncontended time by the analytical model, if the coupled flows
     /// stand for its steady state only: what they take alone is topped up to it, and
     /// contention stretches the flows (NCCL's tree).
     reference: Option<SimDuration>,
     /// Edges carry different amounts and advance in proportion to them, all finishing
-    /// together (see [`Couplings::weigh_by_bottleneck`]); otherwise every edge advances at
+    /// together (see [`Couplings::prepare`]); otherwise every edge advances at
     /// the same rate.
     weighted: bool,
     /// The latency jitter its steps add (each step the largest draw among its messages),
-    /// when the caller drew it per step; `None`: drawn in `start_coupled`, every step over
+    /// when the caller drew it per step; `None`: drawn in `start_form`, every step over
     /// every edge.
     jitter: Option<SimDuration>,
 }
@@ -303,54 +273,56 @@ impl Couplings {
         })
     }
 
-    /// Starts `collective` over `group` again in the steady-state form it took before (as a
-    /// pipeline or topped up), after `delay`; `None` if it has not run in such a form yet.
+    /// Starts `start.collective` over `start.group` again in the steady-state form it took
+    /// before (a ring, a pipeline or topped up); `None` if it has not run in such a form yet.
     pub(super) fn start_known(
         &mut self,
         flows: &mut Flows<'_>,
         context: &mut NetContext<'_, FlowEvent>,
-        token: Completion,
-        collective: &Collective,
-        group: &[RankId],
-        delay: SimDuration,
+        start: Start<'_>,
     ) -> Option<Result<(), NetworkError>> {
-        let key = (*collective, *group.first()?);
-        let form = self.forms.get(&key).filter(|form| form.group == group)?;
-        let timing = CoupledTiming { delay, ..form.timing };
-        let form = self.forms.remove(&key)?;
-        let result = self.start_coupled(flows, context, token, &form.edges, timing);
+        let key = (*start.collective, *start.group.first()?);
+        let mut form = self.forms.remove(&key)?;
+        if form.group != start.group {
+            self.forms.insert(key, form);
+            return None;
+        }
+        let result = self.start_form(flows, context, start.token, start.delay, &mut form);
         self.forms.insert(key, form);
         Some(result)
     }
 
-    /// Keeps the steady-state form of `collective` over `group` for
-    /// [`Couplings::start_known`].
-    fn keep_form(
+    /// Starts `start.collective` in the steady-state form of `edges` and `timing`, kept for
+    /// [`Couplings::start_known`] if `keep`.
+    fn start_new(
         &mut self,
-        collective: &Collective,
-        group: &[RankId],
-        edges: &[(RankId, RankId, f64)],
+        flows: &mut Flows<'_>,
+        context: &mut NetContext<'_, FlowEvent>,
+        start: Start<'_>,
+        edges: Vec<(RankId, RankId, f64)>,
         timing: CoupledTiming,
-    ) {
-        if let Some(&first) = group.first() {
-            let timing = CoupledTiming { delay: SimDuration::ZERO, ..timing };
-            let form = SteadyForm { group: group.to_vec(), edges: edges.to_vec(), timing };
-            self.forms.insert((*collective, first), form);
+        keep: bool,
+    ) -> Result<(), NetworkError> {
+        let mut form = SteadyForm { group: start.group.to_vec(), edges, timing, prepared: None };
+        let result = self.start_form(flows, context, start.token, start.delay, &mut form);
+        if keep && let Some(&first) = start.group.first() {
+            self.forms.insert((*start.collective, first), form);
         }
+        result
     }
 
     /// Starts a ring collective in its steady-state form: one flow per ring edge of every
     /// channel, each carrying what the edge carries over the whole ring (2(p-1)/p of the
     /// channel's share for an allreduce, (p-1)/p for reduce-scatter and allgather).
+    /// `wired` is the collective with its bytes on the wire.
     pub(super) fn start_coupled_ring(
         &mut self,
         flows: &mut Flows<'_>,
         context: &mut NetContext<'_, FlowEvent>,
-        token: Completion,
-        collective: &Collective,
-        group: &[RankId],
-        delay: SimDuration,
+        start: Start<'_>,
+        wired: &Collective,
     ) -> Result<(), NetworkError> {
+        let (collective, group) = (wired, start.group);
         // A group's rings are the same every time: computed on its first collective.
         if !self.ring_edges.contains_key(group) {
             let topology = flows.topology;
@@ -367,8 +339,7 @@ impl Couplings {
         } else {
             (group.len() - 1, (p - 1.0) / p)
         };
-        let mut edges = std::mem::take(&mut self.scratch_edges);
-        edges.clear();
+        let mut edges = Vec::new();
         if let Some(rings) = self.ring_edges.get(group) {
             let bytes = collective.bytes.as_f64() * volume / rings.channels as f64;
             edges.extend(rings.edges.iter().map(|&(src, dst)| (src, dst, bytes)));
@@ -377,14 +348,11 @@ impl Couplings {
             steps: steps as u64,
             fill_bytes: 0.0,
             latency_sum: None,
-            delay,
             reference: None,
             weighted: false,
             jitter: None,
         };
-        let result = self.start_coupled(flows, context, token, &edges, timing);
-        self.scratch_edges = edges;
-        result
+        self.start_new(flows, context, start, edges, timing, true)
     }
 
     /// Starts a pipelined schedule (the double binary tree) in its steady-state form: one flow per edge
@@ -397,7 +365,6 @@ impl Couplings {
         start: Start<'_>,
         schedule: &Schedule,
     ) -> Result<(), NetworkError> {
-        let Start { token, collective, group, delay } = start;
         let (bytes, den) = schedule.fraction();
         // Per edge: the steps it is used in and its largest message; per step, the latency of
         // its slowest path (a tree's steps near the leaves cross other links than near the
@@ -455,15 +422,13 @@ impl Couplings {
             steps,
             fill_bytes,
             latency_sum: Some(latency_sum),
-            delay,
             reference: None,
             weighted: false,
             jitter: Some(jitter),
         };
-        if !flows.has_jitter() {
-            self.keep_form(collective, group, &edges, timing);
-        }
-        self.start_coupled(flows, context, token, &edges, timing)
+        // Its jitter is drawn above, per start: a kept form would repeat one draw.
+        let keep = !flows.has_jitter();
+        self.start_new(flows, context, start, edges, timing, keep)
     }
 
     /// Starts a collective in a steady-state form topped up to `reference` (its analytical
@@ -487,11 +452,9 @@ impl Couplings {
         schedule: &Schedule,
         reference: SimDuration,
     ) -> Result<(), NetworkError> {
-        let Start { token, collective, group, delay } = start;
         let (bytes, den) = schedule.fraction();
         let message = bytes.as_f64() / den as f64;
-        let mut edges = std::mem::take(&mut self.scratch_edges);
-        edges.clear();
+        let mut edges = Vec::new();
         let tree = schedule.tree_edges();
         let weighted = tree.is_none();
         match tree {
@@ -523,24 +486,21 @@ impl Couplings {
             steps: u64::from(schedule.steps()),
             fill_bytes: 0.0,
             latency_sum: Some(SimDuration::ZERO),
-            delay,
             reference: Some(reference),
             weighted,
             jitter: None,
         };
-        self.keep_form(collective, group, &edges, timing);
-        let result = self.start_coupled(flows, context, token, &edges, timing);
-        self.scratch_edges = edges;
-        result
+        self.start_new(flows, context, start, edges, timing, true)
     }
 
-    /// The group flow of `edges` (src, dst, bytes) under `steps` steps: the links the edges
-    /// cross with the weight each claims there, and what the timing needs of their paths.
+    /// The group flow of `edges` (src, dst, bytes) under `timing`: the links the edges cross
+    /// with the weight each claims there, and what the timing needs of their paths; each
+    /// edge's route goes into `routes`, in edge order.
     ///
-    /// Weighted (`weighted`), each edge weighs its bytes over the mean bytes of the edges on
-    /// its bottleneck link (the link with the most bytes per unit of capacity), so that on
-    /// that link its edges claim one flow's share each, as the messages of the step that
-    /// crosses it would, and every edge finishes together; edges elsewhere weigh in
+    /// Weighted (`timing.weighted`), each edge weighs its bytes over the mean bytes of the
+    /// edges on its bottleneck link (the link with the most bytes per unit of capacity), so
+    /// that on that link its edges claim one flow's share each, as the messages of the step
+    /// that crosses it would, and every edge finishes together; edges elsewhere weigh in
     /// proportion to their bytes, heavier where they carry more, as the fast links inside a
     /// server do. Otherwise every edge weighs 1 and advances at the same rate. Under
     /// flow-dependent routing each edge's path is its own draw, in edge order.
@@ -548,107 +508,108 @@ impl Couplings {
         &mut self,
         flows: &mut Flows<'_>,
         edges: &[(RankId, RankId, f64)],
-        steps: u64,
-        weighted: bool,
+        timing: &CoupledTiming,
         routes: &mut Vec<Route>,
     ) -> Result<Prepared, NetworkError> {
+        let steps = timing.steps;
         routes.clear();
-        let mut prepared = Prepared {
-            edges: edges.iter().map(|&(src, dst, bytes)| (src.0, dst.0, bytes)).collect(),
-            steps,
-            weighted,
-            spread: Vec::new(),
-            size: 0.0,
-            bytes: 0.0,
-            slowest: SimDuration::ZERO,
-            shortest: SimDuration::MAX,
-            slowest_step: SimDuration::ZERO,
-            fill_rate: f64::INFINITY,
-        };
+        let (mut slowest, mut shortest, mut slowest_step) =
+            (SimDuration::ZERO, SimDuration::MAX, SimDuration::ZERO);
+        let mut spread: Vec<SpreadLink> = Vec::new();
         for &(src, dst, bytes) in edges {
             let Path { route, latency, alone } = flows.path(src, dst)?;
-            flows.count_edge_path();
+            flows.count_edge_paths(1);
             routes.push(route);
-            prepared.slowest = prepared.slowest.max(latency);
-            prepared.shortest = prepared.shortest.min(latency);
+            slowest = slowest.max(latency);
+            shortest = shortest.min(latency);
             let per_step = bytes / steps.max(1) as f64 / alone;
-            prepared.slowest_step = prepared
-                .slowest_step
-                .max(latency.checked_add(SimDuration::from_ps((per_step * 1e12).ceil() as u64))?);
-            prepared.bytes += bytes;
+            slowest_step =
+                slowest_step.max(latency.checked_add(SimDuration::from_ps((per_step * 1e12).ceil() as u64))?);
             // Bytes and edges per link first (the weights need the bottleneck's mean).
             for &link in route.iter() {
                 let index = &mut self.spread_index[link.0 as usize];
                 if *index == 0 {
-                    prepared.spread.push(SpreadLink {
-                        link,
-                        weight: 0.0,
-                        bytes: 0.0,
-                        edges: 0,
-                        weighted: false,
-                    });
-                    *index = prepared.spread.len() as u32;
+                    spread.push(SpreadLink { link, weight: 0.0, bytes: 0.0, edges: 0, weighted: false });
+                    *index = spread.len() as u32;
                 }
-                let entry = &mut prepared.spread[*index as usize - 1];
+                let entry = &mut spread[*index as usize - 1];
                 entry.bytes += bytes;
                 entry.edges += 1;
             }
         }
-        for entry in &prepared.spread {
-            prepared.fill_rate = prepared.fill_rate.min(flows.solver.nominal(entry.link));
-        }
+        let nominal = |entry: &SpreadLink| flows.solver.nominal(entry.link);
         // The unit of weight: the mean edge on the most loaded link per capacity (ties to the
-        // lowest link id); 1 byte... none: every edge weighs 1.
-        let unit = if weighted {
-            let mut best: Option<(f64, u32, f64)> = None;
-            for entry in &prepared.spread {
-                let time = entry.bytes / flows.solver.nominal(entry.link);
-                let better = match best {
-                    None => true,
-                    Some((top, id, _)) => time > top || (time == top && entry.link.0 < id),
-                };
-                if better {
-                    best = Some((time, entry.link.0, entry.bytes / f64::from(entry.edges)));
+        // lowest link id); unweighted (or without bytes), every edge weighs 1.
+        let mut unit = 0.0;
+        if timing.weighted {
+            let mut best: Option<(f64, u32)> = None;
+            for entry in &spread {
+                let time = entry.bytes / nominal(entry);
+                if best.is_none_or(|(top, id)| time > top || (time == top && entry.link.0 < id)) {
+                    best = Some((time, entry.link.0));
+                    unit = entry.bytes / f64::from(entry.edges);
                 }
             }
-            best.map_or(0.0, |(_, _, mean)| mean).max(0.0)
-        } else {
-            0.0
-        };
+        }
+        let mut size: f64 = 0.0;
         for (&(_, _, bytes), route) in edges.iter().zip(routes.iter()) {
             let weight = if unit > 0.0 { (bytes / unit).max(MIN_WEIGHT) } else { 1.0 };
-            if route.is_empty() || bytes <= 0.0 {
-                // Nothing to move (or nowhere to move it): done as soon as it enters.
-            } else {
-                prepared.size = prepared.size.max(bytes / weight);
+            // An edge with nothing to move (or nowhere to move it) is done as soon as it enters.
+            if !route.is_empty() && bytes > 0.0 {
+                size = size.max(bytes / weight);
             }
             for &link in route.iter() {
-                let entry = &mut prepared.spread[self.spread_index[link.0 as usize] as usize - 1];
+                let entry = &mut spread[self.spread_index[link.0 as usize] as usize - 1];
                 entry.weight += weight;
                 entry.weighted |= weight != 1.0;
             }
         }
-        for entry in &prepared.spread {
+        for entry in &spread {
             self.spread_index[entry.link.0 as usize] = 0;
         }
-        Ok(prepared)
+        let tail = match (timing.reference, timing.latency_sum) {
+            (Some(reference), _) => {
+                // Alone, the edges share only the links they cross together: the common rate
+                // (per unit of weight) is the smallest capacity per unit of weight on any of
+                // their links, and every edge moves its bytes in the same time: the one that
+                // needs the most at its weight.
+                let rate =
+                    spread.iter().map(|entry| nominal(entry) / entry.weight).fold(f64::INFINITY, f64::min);
+                let data = size / rate;
+                let data = if data.is_finite() { data } else { 0.0 };
+                let alone = slowest.checked_add(SimDuration::from_ps((data * 1e12).ceil() as u64))?;
+                reference.saturating_sub(alone)
+            }
+            // The remaining steps' latencies: every step's own, less the entry latency.
+            (None, Some(sum)) => sum.saturating_sub(slowest),
+            (None, None) => slowest.checked_mul(steps.saturating_sub(1))?,
+        };
+        Ok(Prepared {
+            fill_rate: spread.iter().map(nominal).fold(f64::INFINITY, f64::min),
+            bytes: edges.iter().map(|edge| edge.2).sum(),
+            spread,
+            size,
+            slowest,
+            shortest,
+            slowest_step,
+            tail,
+        })
     }
 
-    /// Starts a coupled collective over `edges` (src, dst, bytes): all edges advance at one
-    /// common rate (per unit of weight) as one group flow, enter together after the longest
-    /// edge latency, and the latencies of the remaining `steps - 1` steps are added at the
-    /// end.
-    fn start_coupled(
+    /// Starts `form` after `delay`: all its edges advance at one common rate (per unit of
+    /// weight) as one group flow, enter together after the longest edge latency, and the
+    /// latencies of the remaining steps are added at the end. Its group flow is prepared
+    /// once and kept in the form where paths do not change between starts (routes that do
+    /// not depend on the flow, no jitter drawn here per start), else anew.
+    fn start_form(
         &mut self,
         flows: &mut Flows<'_>,
         context: &mut NetContext<'_, FlowEvent>,
         token: Completion,
-        edges: &[(RankId, RankId, f64)],
-        timing: CoupledTiming,
+        delay: SimDuration,
+        form: &mut SteadyForm,
     ) -> Result<(), NetworkError> {
-        let CoupledTiming { steps, fill_bytes, latency_sum, delay, reference, weighted, jitter } = timing;
-        // A ring's steps all cost the same; a pipeline's are summed by the caller.
-        let ring = latency_sum.is_none();
+        let timing = form.timing;
         // Generations keep counting across reuse of a slot, so a stale completion of the slot's
         // previous coupling can never match the new one.
         let (id, generation) = match self.free.pop() {
@@ -658,37 +619,25 @@ impl Couplings {
                 ((self.slots.len() - 1) as u32, 0)
             }
         };
-        let now = context.now();
-        // Jitter draws per edge route, in edge order: only a fresh preparation has them.
-        let draws_jitter = jitter.is_none() && flows.has_jitter();
-        let key = (flows.routes_cached() && !draws_jitter).then(|| edge_list_key(edges, steps, weighted));
-        let cached = key.and_then(|key| self.prepared.remove(&key)).filter(|prepared| {
-            prepared.steps == steps
-                && prepared.weighted == weighted
-                && prepared.edges.len() == edges.len()
-                && prepared.edges.iter().zip(edges).all(|(&(s, d, b), &(src, dst, bytes))| {
-                    s == src.0 && d == dst.0 && b.to_bits() == bytes.to_bits()
-                })
-        });
+        // Jitter drawn here, per edge route in edge order, needs the routes: a fresh preparation.
+        let draws_jitter = timing.jitter.is_none() && flows.has_jitter();
+        let kept = flows.routes_cached() && !draws_jitter;
         let mut routes = Vec::new();
-        let prepared = match cached {
-            Some(prepared) => {
-                for _ in edges {
-                    flows.count_edge_path();
-                }
+        let prepared = match form.prepared.take() {
+            Some(prepared) if kept => {
+                flows.count_edge_paths(form.edges.len());
                 prepared
             }
-            None => self.prepare(flows, edges, steps, weighted, &mut routes)?,
+            _ => self.prepare(flows, &form.edges, &timing, &mut routes)?,
         };
-        let Prepared { slowest, shortest, slowest_step, fill_rate, size, bytes, .. } = prepared;
         // Latency jitter: each step waits for its slowest message, so each adds the largest
         // of its edges' draws; it delays the whole collective (the flows enter that much
-        // later), on top of the nominal latencies the timing below is built from.
-        let jitter = match jitter {
+        // later), on top of the nominal latencies the timing is built from.
+        let jitter = match timing.jitter {
             Some(jitter) => jitter,
             None if draws_jitter => {
                 let mut sum = SimDuration::ZERO;
-                for _ in 0..steps.max(1) {
+                for _ in 0..timing.steps.max(1) {
                     let mut step = SimDuration::ZERO;
                     for route in &routes {
                         step = step.max(flows.jitter(route));
@@ -699,54 +648,34 @@ impl Couplings {
             }
             None => SimDuration::ZERO,
         };
-        let tail = match (reference, latency_sum) {
-            (Some(reference), _) => {
-                // Alone, the edges share only the links they cross together: the common rate
-                // (per unit of weight) is the smallest capacity per unit of weight on any of
-                // their links, and every edge moves its bytes in the same time: the one that
-                // needs the most at its weight.
-                let rate = prepared
-                    .spread
-                    .iter()
-                    .map(|entry| flows.solver.nominal(entry.link) / entry.weight)
-                    .fold(f64::INFINITY, f64::min);
-                let data = size / rate;
-                let data = if data.is_finite() { data } else { 0.0 };
-                let alone = slowest.checked_add(SimDuration::from_ps((data * 1e12).ceil() as u64))?;
-                reference.saturating_sub(alone)
-            }
-            // The remaining steps' latencies: every step's own, less the entry latency.
-            (None, Some(sum)) => sum.saturating_sub(slowest),
-            (None, None) => slowest.checked_mul(steps.saturating_sub(1))?,
-        };
-        let ring = ring.then_some(RingTiming {
-            steps,
-            shortest_latency: shortest,
-            slowest_uncontended_step: slowest_step,
+        // A ring's steps all cost the same; a pipeline's are summed by the caller.
+        let ring = timing.latency_sum.is_none().then_some(RingTiming {
+            steps: timing.steps,
+            shortest_latency: prepared.shortest,
+            slowest_uncontended_step: prepared.slowest_step,
             entered: SimTime::ZERO,
-            entry_latency: slowest,
+            entry_latency: prepared.slowest,
         });
-        let flow = flows.add_group(now, id, &prepared.spread, size, edges.len() as u32, bytes);
-        if let Some(key) = key {
-            self.prepared.insert(key, prepared);
-        }
+        let (spread, size, edges, bytes) =
+            (&prepared.spread, prepared.size, form.edges.len() as u32, prepared.bytes);
+        let flow = flows.add_group(context.now(), id, spread, size, edges, bytes)?;
         self.slots[id as usize] = Some(Coupling {
-            flow: flow?,
+            flow,
             bytes,
             ring,
             token,
-            tail,
-            fill_bytes,
-            fill_rate,
+            tail: prepared.tail,
+            fill_bytes: timing.fill_bytes,
+            fill_rate: prepared.fill_rate,
             due: Some(SimDuration::ZERO),
-            due_generation: 0,
             rescheduled: false,
             generation,
         });
-        Ok(context.wake_after(
-            delay.checked_add(slowest)?.checked_add(jitter)?,
-            FlowEvent::Couple { coupling: id },
-        )?)
+        let entry = delay.checked_add(prepared.slowest)?.checked_add(jitter)?;
+        if kept {
+            form.prepared = Some(prepared);
+        }
+        Ok(context.wake_after(entry, FlowEvent::Couple { coupling: id })?)
     }
 
     /// All edges of a steady-state collective leave the network at once; the others re-fill

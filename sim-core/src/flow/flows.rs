@@ -97,9 +97,8 @@ pub struct Audit {
 /// [`Flows::request_refill`]).
 pub(super) trait GroupTiming {
     /// The group flow of `group` has a new rate, its last byte due after `delay` (`None`:
-    /// never at this rate, a link of its spread is down), in the re-fill of `epoch`
-    /// ([`MaxMin::epoch`]).
-    fn rate_changed(&mut self, group: u32, delay: Option<SimDuration>, epoch: u64);
+    /// never at this rate, a link of its spread is down).
+    fn rate_changed(&mut self, group: u32, delay: Option<SimDuration>);
 
     /// After a re-fill: schedules whatever the rate changes of the groups in `solver`'s last
     /// component call for.
@@ -536,7 +535,6 @@ impl<'t> Flows<'t> {
         // Bring every re-filled flow up to date and reschedule its completion: a plain flow's
         // own, a group flow's through its owner (`schedule_done`, below).
         let now = context.now();
-        let epoch = self.solver.epoch();
         let series = &mut self.series;
         self.solver.update(now, |id, flow, spread, delay| {
             if let Some(series) = series {
@@ -549,7 +547,7 @@ impl<'t> Flows<'t> {
                     context.wake_after(delay, FlowEvent::Finish { flow: id, generation: flow.generation })?;
                 }
             } else {
-                groups.rate_changed(flow.group, delay, epoch);
+                groups.rate_changed(flow.group, delay);
             }
             Ok::<(), NetworkError>(())
         })?;
@@ -588,10 +586,10 @@ impl<'t> Flows<'t> {
         Ok(self.solver.add_group(now, group, spread, size, edges, Owner::Coupled))
     }
 
-    /// Moves the flow counter on by one edge whose path was just asked for, as starting its
-    /// flow would: under flow-dependent routing the next edge's path depends on it.
-    pub(super) fn count_edge_path(&mut self) {
-        self.next_flow_id += 1;
+    /// Moves the flow counter on by `edges` edges whose paths were asked for (or kept), as
+    /// starting their flows would: under flow-dependent routing a next path depends on it.
+    pub(super) fn count_edge_paths(&mut self, edges: usize) {
+        self.next_flow_id += edges as u64;
     }
 
     /// Group flow `id` enters the network on all its links at once; they go into `seeds`, to

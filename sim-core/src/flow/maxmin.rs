@@ -297,12 +297,6 @@ impl<T: Copy> MaxMin<T> {
         &self.component_flows
     }
 
-    /// The serial of the last component collected: it changes with every collection (and
-    /// every [`MaxMin::leave_group`]).
-    pub(super) fn epoch(&self) -> u64 {
-        self.epoch
-    }
-
     /// A flow of `bytes` on `route` for `owner`, not yet on its links, at rate 0; a plain
     /// flow. Returns its id (a slot freed earlier, or a new one).
     #[inline]
@@ -475,9 +469,7 @@ impl<T: Copy> MaxMin<T> {
     /// Group flow `id` leaves every link of its spread at once and is freed. The links it
     /// leaves are appended to `seeds`, each once.
     pub(super) fn leave_group(&mut self, id: u32, seeds: &mut Vec<LinkId>) {
-        // A new serial: what a coupling remembers of the last re-fill is stale now.
-        self.epoch = self.epoch.wrapping_add(2);
-        let spread = std::mem::take(&mut self.spreads[id as usize]);
+        let mut spread = std::mem::take(&mut self.spreads[id as usize]);
         for entry in &spread {
             let l = entry.link.0 as usize;
             let list = &mut self.groups_on_link[l];
@@ -490,16 +482,17 @@ impl<T: Copy> MaxMin<T> {
             }
             seeds.push(entry.link);
         }
+        // Cleared, its allocation kept for the slot's next group flow.
+        spread.clear();
         self.spreads[id as usize] = spread;
         self.active_flows -= self.edges[id as usize] as usize;
+        self.edges[id as usize] = 0;
         let flow = &mut self.flows[id as usize];
         self.threshold = self.threshold.min(flow.level());
         flow.rate = 0.0;
         flow.remaining = 0.0;
         flow.generation = flow.generation.wrapping_add(1);
         flow.group = NO_GROUP;
-        self.spreads[id as usize].clear();
-        self.edges[id as usize] = 0;
         self.free_flows.push(id);
     }
 
@@ -592,8 +585,8 @@ impl<T: Copy> MaxMin<T> {
             // (the first share the filling would pop).
             let route = self.flows[flow as usize].route;
             let rate = route.iter().map(|l| self.capacity[l.0 as usize]).fold(f64::INFINITY, f64::min);
-            let spread = self.spreads.get(flow as usize).map_or(&[][..], Vec::as_slice);
-            let rate = spread
+            let rate = self
+                .spread(flow)
                 .iter()
                 .map(|entry| self.capacity[entry.link.0 as usize] / entry.weight)
                 .fold(rate, f64::min);

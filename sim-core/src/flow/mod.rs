@@ -313,14 +313,14 @@ impl<'t> FlowNetwork<'t> {
             return Ok(context.complete_after(delay.checked_add(time)?, token)?);
         }
         let wired = Collective { bytes: wire, algorithm, ..*collective };
-        if self.steady_state && algorithm == CollectiveAlgorithm::Ring && group.len() > 1 {
-            return self.coupled.start_coupled_ring(&mut self.flows, context, token, &wired, group, delay);
-        }
+        let start = coupled::Start { token, collective, group, delay };
         if self.steady_state
-            && let Some(started) =
-                self.coupled.start_known(&mut self.flows, context, token, collective, group, delay)
+            && let Some(started) = self.coupled.start_known(&mut self.flows, context, start)
         {
             return started;
+        }
+        if self.steady_state && algorithm == CollectiveAlgorithm::Ring && group.len() > 1 {
+            return self.coupled.start_coupled_ring(&mut self.flows, context, start, &wired);
         }
         let chunk = pipeline_chunk(choice, collective.bytes, wire, group, &self.estimator)?;
         let schedule = Schedule::with_chunk(collective.kind, algorithm, wire, group, node_of, chunk)?;
@@ -328,7 +328,6 @@ impl<'t> FlowNetwork<'t> {
             tree_step_floor(collective.kind, choice, collective.bytes, &schedule, group, &self.estimator)?;
         let schedule = schedule.with_step_floor(floor);
         if self.steady_state && schedule.steps() > 0 && algorithm == CollectiveAlgorithm::DoubleBinaryTree {
-            let start = coupled::Start { token, collective, group, delay };
             return self.coupled.start_coupled_pipeline(&mut self.flows, context, start, &schedule);
         }
         if self.steady_state
@@ -336,7 +335,6 @@ impl<'t> FlowNetwork<'t> {
             && (algorithm == CollectiveAlgorithm::Tree || has_coupled_form(algorithm))
         {
             let reference = self.coupled.reference(&mut self.estimator, collective, choice, group)?;
-            let start = coupled::Start { token, collective, group, delay };
             return self.coupled.start_topped_up(&mut self.flows, context, start, &schedule, reference);
         }
         self.runs.start(context, token, schedule, delay)
