@@ -154,22 +154,32 @@ impl<'s> Report<'s> {
                 workloads::memory::gigabytes(Bytes(offload.host_memory_capacity))
             );
             if let Some(cpu) = &offload.host_cpu {
+                let parameters = offload.offload.ends_with("+parameters");
                 let _ = writeln!(
                     out,
-                    "              optimizer on the host CPU: gradients {} out, updated weights {} back; \
-                 step {:.3} s on {cpu}",
+                    "              optimizer on the host CPU: gradients {} out, {} {} {}; step {:.3} s on {cpu}",
                     workloads::memory::gigabytes(Bytes(offload.gradient_bytes)),
+                    if parameters { "weight shards" } else { "updated weights" },
                     workloads::memory::gigabytes(Bytes(offload.weight_bytes)),
+                    if parameters { "fetched before their allgathers" } else { "back" },
                     offload.host_optimizer_step_s
                 );
                 if let (Some(bandwidth), Some(nvme_bytes)) =
                     (offload.nvme_bandwidth_bytes_per_s, offload.nvme_bytes)
                 {
+                    let read = offload.nvme_read_bytes.unwrap_or(nvme_bytes / 2);
+                    let written = nvme_bytes.saturating_sub(read);
                     let _ = writeln!(
                         out,
-                        "              optimizer state on NVMe: {} read and as much written per iteration per {unit} \
-                 at {:.2} GB/s (its share of the node's drives)",
-                        workloads::memory::gigabytes(Bytes(nvme_bytes / 2)),
+                        "              {} on NVMe: {} read and {} written per iteration per {unit} at {:.2} GB/s \
+                 (its share of the node's drives)",
+                        if parameters { "optimizer state and weight shards" } else { "optimizer state" },
+                        workloads::memory::gigabytes(Bytes(read)),
+                        if written == read {
+                            "as much".to_string()
+                        } else {
+                            workloads::memory::gigabytes(Bytes(written))
+                        },
                         bandwidth / 1e9
                     );
                 }

@@ -872,7 +872,8 @@ pub fn plan_with_progress(
     // Nothing fits in device memory and offloading was not chosen: out-of-core training too
     // (`workload.offload`: both activation modes, on each configuration tried without
     // recomputation or ZeRO, which they do not model; with the cluster's CPUs named, ZeRO-Offload's
-    // host optimizer too, with ZeRO-1/2 and, without the activations' offload, recomputation).
+    // host optimizer too, with ZeRO and, without the activations' offload, recomputation, and
+    // under ZeRO-3 ZeRO-Infinity's offload of the weights' shards).
     let too_big = |estimate: &Result<SimDuration, (String, String)>| matches!(estimate, Err((reason, _)) if reason == "does not fit in memory");
     let mut out_of_core = false;
     let host_optimizer = bases.iter().all(|base| base.scenario.host_cpu.is_some());
@@ -887,6 +888,8 @@ pub fn plan_with_progress(
                 Offload::ActivationsAndWeights,
                 Offload::Optimizer,
                 Offload::ActivationsAndOptimizer,
+                Offload::OptimizerAndParameters,
+                Offload::ActivationsOptimizerAndParameters,
             ]
         } else {
             &[Offload::Activations, Offload::ActivationsAndWeights]
@@ -895,9 +898,15 @@ pub fn plan_with_progress(
             for choice in &choices {
                 let p = &choice.parallelism;
                 // A host optimizer takes recomputation (without the activations' offload) and
-                // ZeRO-1/2; the others neither.
-                let recompute_ok = offload == Offload::Optimizer || choice.recompute == Recompute::None;
-                let zero_ok = if offload.host_optimizer() { p.zero <= 2 } else { p.zero == 0 };
+                // ZeRO (the weights' shards offloaded: ZeRO-3 only); the others neither.
+                let recompute_ok = !offload.activations() || choice.recompute == Recompute::None;
+                let zero_ok = if offload.parameters() {
+                    p.zero == 3
+                } else if offload.host_optimizer() {
+                    true
+                } else {
+                    p.zero == 0
+                };
                 if !recompute_ok || !zero_ok || p.offload != Offload::None {
                     continue;
                 }

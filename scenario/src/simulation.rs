@@ -337,10 +337,14 @@ pub struct OffloadSummary {
     /// What that step runs on: one GPU's process's share of `cluster.host-cpu`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host_cpu: Option<String>,
-    /// Bytes that GPU's host optimizer reads from and writes to NVMe per iteration
-    /// (`workload.offload-device = "nvme"`; omitted otherwise).
+    /// Bytes that GPU's host optimizer (and with `"optimizer+parameters"` its weights' shards)
+    /// reads from and writes to NVMe per iteration (`workload.offload-device = "nvme"`; omitted
+    /// otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nvme_bytes: Option<u64>,
+    /// Of `nvme_bytes`, those read (omitted without NVMe).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nvme_read_bytes: Option<u64>,
     /// Its share of the node's NVMe bandwidth, in bytes per second (omitted without NVMe).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nvme_bandwidth_bytes_per_s: Option<f64>,
@@ -1382,6 +1386,7 @@ pub(crate) fn summarize(
                     .then(|| scenario.host_cpu.as_ref().map(|cpu| cpu.display_name.clone()))
                     .flatten(),
                 nvme_bytes: scenario.nvme.map(|_| offload.nvme_bytes),
+                nvme_read_bytes: scenario.nvme.map(|_| offload.nvme_read_bytes),
                 nvme_bandwidth_bytes_per_s: scenario.nvme.map(|b| b.bytes_per_second()),
             }),
             input: strategy.input_batch().map(|(input, batch)| InputSummary {

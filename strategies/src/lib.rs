@@ -573,20 +573,30 @@ pub enum Offload {
     Optimizer,
     /// [`Offload::Activations`] and [`Offload::Optimizer`] together.
     ActivationsAndOptimizer,
+    /// ZeRO-3 with every model state off the device (ZeRO-Infinity, Rajbhandari et al., SC '21;
+    /// DeepSpeed's `offload_param` with `offload_optimizer`, PyTorch FSDP's
+    /// `CPUOffload(offload_params=True)`): [`Offload::Optimizer`], and each rank's shard of the
+    /// working weights kept in host memory (or on NVMe), copied to the device before each of
+    /// its unit's allgathers; the gradient shards go to the host after each reduce-scatter.
+    OptimizerAndParameters,
+    /// [`Offload::Activations`] and [`Offload::OptimizerAndParameters`] together.
+    ActivationsOptimizerAndParameters,
 }
 
 impl Offload {
     /// Every value, in the order the scenario documents them.
-    pub const ALL: [Offload; 5] = [
+    pub const ALL: [Offload; 7] = [
         Offload::None,
         Offload::Activations,
         Offload::ActivationsAndWeights,
         Offload::Optimizer,
         Offload::ActivationsAndOptimizer,
+        Offload::OptimizerAndParameters,
+        Offload::ActivationsOptimizerAndParameters,
     ];
 
     /// The scenario value: `"none"`, `"activations"`, `"activations+weights"`, `"optimizer"`,
-    /// `"activations+optimizer"`.
+    /// `"activations+optimizer"`, `"optimizer+parameters"`, `"activations+optimizer+parameters"`.
     pub fn name(self) -> &'static str {
         match self {
             Offload::None => "none",
@@ -594,6 +604,8 @@ impl Offload {
             Offload::ActivationsAndWeights => "activations+weights",
             Offload::Optimizer => "optimizer",
             Offload::ActivationsAndOptimizer => "activations+optimizer",
+            Offload::OptimizerAndParameters => "optimizer+parameters",
+            Offload::ActivationsOptimizerAndParameters => "activations+optimizer+parameters",
         }
     }
 
@@ -601,13 +613,28 @@ impl Offload {
     pub fn activations(self) -> bool {
         matches!(
             self,
-            Offload::Activations | Offload::ActivationsAndWeights | Offload::ActivationsAndOptimizer
+            Offload::Activations
+                | Offload::ActivationsAndWeights
+                | Offload::ActivationsAndOptimizer
+                | Offload::ActivationsOptimizerAndParameters
         )
     }
 
     /// Whether the optimizer step runs on the host CPU (ZeRO-Offload).
     pub fn host_optimizer(self) -> bool {
-        matches!(self, Offload::Optimizer | Offload::ActivationsAndOptimizer)
+        matches!(
+            self,
+            Offload::Optimizer
+                | Offload::ActivationsAndOptimizer
+                | Offload::OptimizerAndParameters
+                | Offload::ActivationsOptimizerAndParameters
+        )
+    }
+
+    /// Whether ZeRO-3's shards of the working weights live off the device (ZeRO-Infinity's
+    /// parameter offload), fetched before each allgather.
+    pub fn parameters(self) -> bool {
+        matches!(self, Offload::OptimizerAndParameters | Offload::ActivationsOptimizerAndParameters)
     }
 
     /// Whether synchronised gradients are written to host memory (out-of-core weights, or a
@@ -626,11 +653,15 @@ impl std::str::FromStr for Offload {
             "activations+weights" => Ok(Offload::ActivationsAndWeights),
             "optimizer" => Ok(Offload::Optimizer),
             "activations+optimizer" => Ok(Offload::ActivationsAndOptimizer),
+            "optimizer+parameters" => Ok(Offload::OptimizerAndParameters),
+            "activations+optimizer+parameters" => Ok(Offload::ActivationsOptimizerAndParameters),
             other => Err(format!(
                 "unknown offload {other:?}; valid: \"none\", \"activations\" (saved activations to host memory \
                  after their forward, back before their backward), \"activations+weights\" (the weights, \
                  gradients and optimizer state too), \"optimizer\" (ZeRO-Offload: optimizer state in host \
-                 memory, the step on the host CPU), \"activations+optimizer\" (both)"
+                 memory, the step on the host CPU), \"activations+optimizer\" (both), \"optimizer+parameters\" \
+                 (ZeRO-Infinity, with zero = 3: the optimizer's offload and each rank's shard of the weights \
+                 off the device), \"activations+optimizer+parameters\" (all three)"
             )),
         }
     }
@@ -1137,6 +1168,9 @@ pub struct OffloadTotals {
     /// Bytes a host optimizer reads from and writes to NVMe per iteration (its fp32 weights
     /// and states each way; 0 with them in host memory).
     pub nvme_bytes: u64,
+    /// Of [`OffloadTotals::nvme_bytes`], those read (the state before each step, and with
+    /// `"optimizer+parameters"` each weights' shard before its fetch).
+    pub nvme_read_bytes: u64,
     /// The device memory the same configuration needs without offloading.
     pub without: MemoryBreakdown,
 }
@@ -1723,8 +1757,9 @@ impl Strategy<'_> {
             return Err(invalid(
                 "workload.offload-device",
                 format!(
-                    "is \"nvme\", which keeps a host optimizer's state on NVMe, but offload = {:?} runs no \
-                     optimizer on the host: set offload = \"optimizer\" or \"activations+optimizer\", or \
+                    "is \"nvme\", which keeps a host optimizer's state (and with \"optimizer+parameters\" \
+                     the weights' shards) on NVMe, but offload = {:?} runs no optimizer on the host: set \
+                     offload = \"optimizer\", \"activations+optimizer\" or \"optimizer+parameters\", or \
                      offload-device = \"cpu\"",
                     p.offload.name()
                 ),
@@ -1733,8 +1768,21 @@ impl Strategy<'_> {
         if p.offload == Offload::None {
             return Ok(());
         }
-        // ZeRO-Offload is built on ZeRO-2: each data-parallel rank steps its shard on the host.
-        let allowed: &[&str] = if p.offload.host_optimizer() && p.zero <= 2 {
+        if p.offload.parameters() && p.zero != 3 {
+            return Err(invalid(
+                "workload.offload",
+                format!(
+                    "{:?} keeps each rank's shard of the weights off the device, which needs ZeRO-3's \
+                     sharded weights, but zero = {}: set zero = 3, or offload = \"optimizer\" (ZeRO-Offload \
+                     with ZeRO-0/1/2)",
+                    p.offload.name(),
+                    p.zero
+                ),
+            ));
+        }
+        // ZeRO-Offload is built on ZeRO-2, and ZeRO-Infinity on ZeRO-3: each data-parallel rank
+        // steps its shard on the host.
+        let allowed: &[&str] = if p.offload.host_optimizer() {
             &["tensor", "pipeline", "zero"]
         } else {
             &["tensor", "pipeline"]
@@ -1745,10 +1793,11 @@ impl Strategy<'_> {
                 "workload.offload",
                 format!(
                     "{:?} is modelled with data, tensor and pipeline parallelism{} only, but {}: \
-                     set the other degrees to 1 and zero = 0, or offload = \"none\"",
+                     set the other degrees to 1{}, or offload = \"none\"",
                     p.offload.name(),
-                    if p.offload.host_optimizer() { " and ZeRO-1/2" } else { "" },
-                    others
+                    if p.offload.host_optimizer() { " and ZeRO" } else { "" },
+                    others,
+                    if p.offload.host_optimizer() { "" } else { " and zero = 0" }
                 ),
             ));
         }

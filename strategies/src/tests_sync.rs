@@ -557,11 +557,27 @@ fn a_host_optimizer_refuses_what_it_does_not_model_with_the_key() {
     let parallelism = Parallelism { offload: Offload::Optimizer, ..Parallelism::data_parallel(2) };
     // No host CPU named.
     assert_eq!(key(data_parallel(&model, &compute, parallelism, 1)), "cluster.host-cpu");
-    // ZeRO-3 keeps the parameters sharded on the device: not ZeRO-Offload's stage.
+    // ZeRO-3 takes the optimizer's offload; the weights' shards offloaded need ZeRO-3's shards.
     let zero3 = Parallelism { zero: 3, ..parallelism };
+    assert!(Strategy { host_cpu: Some(&cpu), ..data_parallel(&model, &compute, zero3, 1) }.check().is_ok());
+    for zero in [0u8, 1, 2] {
+        let shards = Parallelism { zero, offload: Offload::OptimizerAndParameters, ..parallelism };
+        assert_eq!(
+            key(Strategy { host_cpu: Some(&cpu), ..data_parallel(&model, &compute, shards, 1) }),
+            "workload.offload",
+            "zero {zero}"
+        );
+    }
+    // DeepSpeed v0.3.14's stage 3 is modelled without offloading.
+    let deepspeed = Parallelism {
+        zero: 3,
+        offload: Offload::OptimizerAndParameters,
+        zero_implementation: ZeroImplementation::DeepSpeed,
+        ..parallelism
+    };
     assert_eq!(
-        key(Strategy { host_cpu: Some(&cpu), ..data_parallel(&model, &compute, zero3, 1) }),
-        "workload.offload"
+        key(Strategy { host_cpu: Some(&cpu), ..data_parallel(&model, &compute, deepspeed, 1) }),
+        "parallelism.zero-implementation"
     );
     // Recomputation goes with the optimizer's offload, not with the activations'.
     let recompute = Strategy {
@@ -616,4 +632,149 @@ fn a_host_optimizer_with_its_state_on_nvme_reads_and_writes_it_every_step() {
         Err(StrategyError::Invalid { key, .. }) => assert_eq!(key, "workload.offload-device"),
         other => panic!("{other:?}"),
     }
+}
+
+/// ZeRO-3 over `data` replicas with `offload`, bert-base in fp16 (fp32 gradients), SGD with
+/// momentum, two micro-batches of 8 per replica, the optimizer on a 64 GB/s host CPU.
+fn zero3_offloaded<'a>(
+    model: &'a Model,
+    compute: &'a ComputeModel,
+    cpu: &'a workloads::device::Device,
+    parallelism: Parallelism,
+) -> Strategy<'a> {
+    let global = u64::from(parallelism.data) * 16;
+    Strategy {
+        device: DeviceCatalog::builtin().get("a100-sxm4-40gb").unwrap(),
+        optimizer: Optimizer::SgdMomentum,
+        precision: Dtype::Fp16,
+        host_cpu: Some(cpu),
+        ..super::tests::strategy(model, compute, Parallelism { zero: 3, ..parallelism }, global, 8)
+    }
+}
+
+#[test]
+fn zero_infinity_fetches_each_units_shard_before_every_gather_and_sends_every_gradient_shard_back() {
+    // ZeRO-3 with the optimizer on the host (ZeRO-Offload) and with the weights' shards there
+    // too (ZeRO-Infinity, FSDP's CPU offload): every micro-batch's reduce-scatter leaves the
+    // rank a gradient shard, copied to host memory; with the shards offloaded, each unit's
+    // shard comes to the device before its forward's and its backward's allgather, and nothing
+    // comes back after the step; without, the updated shard comes back once.
+    let model = workloads::zoo::by_name("bert-base").unwrap();
+    let compute = ComputeModel::default();
+    let topology = cluster(1, 2);
+    let cpu = host_cpu("64 GB/s");
+    let parameters: u64 = model.layers.iter().map(|l| l.cost.params).sum();
+    let held = parameters.div_ceil(2);
+    for offload in [
+        Offload::Optimizer,
+        Offload::OptimizerAndParameters,
+        Offload::ActivationsAndOptimizer,
+        Offload::ActivationsOptimizerAndParameters,
+    ] {
+        let strategy =
+            zero3_offloaded(&model, &compute, &cpu, Parallelism { offload, ..Parallelism::data_parallel(2) });
+        let lowered = strategy.lower().unwrap();
+        assert_eq!(lowered.micro_batches, 2);
+        let totals = lowered.offload.unwrap();
+        let gradient = strategy.gradient_precision.bytes();
+        // Two micro-batches, each a gradient shard (units rounded up to whole bytes per rank).
+        let expected = (2 * gradient * parameters) as f64 / 2.0;
+        let gradients = totals.gradient_bytes as f64;
+        assert!((gradients / expected - 1.0).abs() < 1e-4, "{offload:?}: {gradients} against {expected}");
+        let weights = totals.weight_bytes as f64;
+        let expected = if offload.parameters() {
+            // fp16 shards, before two allgathers per unit and micro-batch.
+            (2 * 2 * 2 * parameters) as f64 / 2.0
+        } else {
+            (held * 2) as f64
+        };
+        assert!((weights / expected - 1.0).abs() < 1e-4, "{offload:?}: {weights} against {expected}");
+        // With the activations offloaded too, each micro-batch's go out and come back.
+        assert_eq!(totals.activation_bytes > 0, offload.activations(), "{offload:?}");
+        assert_eq!(totals.to_host_bytes, totals.gradient_bytes + totals.activation_bytes, "{offload:?}");
+        assert_eq!(totals.to_device_bytes, totals.weight_bytes + totals.activation_bytes, "{offload:?}");
+        // What the report says is what the host links carry: both GPUs, both ways.
+        let moved = bytes_on(&strategy, &topology, Tier::HostMemory);
+        assert_eq!(moved, 2.0 * (totals.to_host_bytes + totals.to_device_bytes) as f64, "{offload:?}");
+        // The device keeps no optimizer state and no gradient shard; with the weights' shards
+        // offloaded no weights either, only the gathered units (temporary buffers).
+        let memory = lowered.stages[0].memory;
+        assert_eq!(memory.optimizer, Bytes::ZERO);
+        assert_eq!(memory.gradients, Bytes::ZERO);
+        assert_eq!(memory.weights == Bytes::ZERO, offload.parameters(), "{offload:?}");
+        assert!(memory.temporary > Bytes::ZERO);
+        let without = totals.without;
+        assert_eq!(without.weights, Bytes(held * 2));
+        // The host keeps the fp32 weights, momentum and gradients of the shard, and with the
+        // shards offloaded the fp16 shard.
+        let shard = if offload.parameters() { 2 } else { 0 };
+        let model_state = totals.host_bytes - totals.activation_bytes / 2;
+        assert_eq!(model_state, held * (4 + 4 + gradient + shard), "{offload:?}: host bytes");
+    }
+}
+
+#[test]
+fn zero_infinity_on_tensor_and_pipeline_ranks_moves_each_ranks_own_shards() {
+    // Tensor 2 x pipeline 2 x data 2 under ZeRO-3 with the weights' shards offloaded: each
+    // rank copies its own stage's tensor share, sharded over its 2 replicas; the host links
+    // carry the sum over the 8 ranks of its gradient shards (every micro-batch) and its weight
+    // shards (before each allgather, two per unit and micro-batch). Untied embeddings: the
+    // last stage holds no copy of the first's, whose gradient goes out once, after the step.
+    let model = workloads::zoo::by_name("llama2-7b").unwrap();
+    let compute = ComputeModel::default();
+    let topology = cluster(1, 8);
+    let cpu = host_cpu("64 GB/s");
+    let parallelism = Parallelism {
+        offload: Offload::OptimizerAndParameters,
+        tensor: 2,
+        pipeline: 2,
+        ..Parallelism::data_parallel(2)
+    };
+    let strategy = zero3_offloaded(&model, &compute, &cpu, parallelism);
+    let lowered = strategy.lower().unwrap();
+    let m = u64::from(lowered.micro_batches);
+    let gradient = strategy.gradient_precision.bytes();
+    // Per stage: 4 ranks (2 tensor x 2 data), each a half of the stage's tensor share.
+    let expected: u64 =
+        lowered.stages.iter().map(|s| 4 * s.parameters.div_ceil(2) * m * (gradient + 2 * 2)).sum();
+    let moved = bytes_on(&strategy, &topology, Tier::HostMemory);
+    assert!(
+        (moved / expected as f64 - 1.0).abs() < 1e-3,
+        "{moved} bytes on the host links against {expected}"
+    );
+    for stage in &lowered.stages {
+        assert_eq!(stage.memory.weights, Bytes::ZERO, "stage {}", stage.stage);
+        assert_eq!(stage.memory.optimizer, Bytes::ZERO, "stage {}", stage.stage);
+    }
+}
+
+#[test]
+fn zero_infinity_with_nvme_reads_every_shard_from_the_drives_and_writes_it_back_after_the_step() {
+    // The weights' shards and the optimizer's state on NVMe: each fetch reads its shard from
+    // the drives first; the step reads the state and writes the state and the fp16 shard back.
+    let model = workloads::zoo::by_name("bert-base").unwrap();
+    let compute = ComputeModel::default();
+    let topology = cluster(1, 2);
+    let cpu = host_cpu("64 GB/s");
+    let nvme: sim_core::units::Bandwidth = "2 GB/s".parse().unwrap();
+    let parallelism =
+        Parallelism { offload: Offload::OptimizerAndParameters, ..Parallelism::data_parallel(2) };
+    let in_memory = zero3_offloaded(&model, &compute, &cpu, parallelism);
+    let on_nvme = Strategy { nvme: Some(nvme), ..in_memory.clone() };
+    let parameters: u64 = model.layers.iter().map(|l| l.cost.params).sum();
+    let held = parameters.div_ceil(2);
+    let totals = on_nvme.lower().unwrap().offload.unwrap();
+    let fetched = totals.weight_bytes;
+    // Read: the fp32 master copy and momentum (8 bytes per parameter), and every fetch's shard;
+    // written: the state and the fp16 shard.
+    assert_eq!(totals.nvme_read_bytes, held * 8 + fetched);
+    assert_eq!(totals.nvme_bytes, held * 8 + fetched + held * (8 + 2));
+    // The shards are no longer in host memory.
+    let host = in_memory.lower().unwrap().offload.unwrap().host_bytes;
+    assert!(totals.host_bytes < host, "{} against {host} in host memory", totals.host_bytes);
+    // One NVMe queue per rank: the iteration takes at least every read and write in series.
+    let io = totals.nvme_bytes as f64 / nvme.bytes_per_second();
+    let slow = iteration_end_s(&on_nvme, &topology);
+    assert!(slow > io, "{slow} s on NVMe, its queue alone {io} s");
+    assert!(slow > iteration_end_s(&in_memory, &topology));
 }

@@ -69,8 +69,15 @@ pub(super) struct HostOptimizer {
     /// Bytes per parameter of the working weights copied back.
     pub(super) weight_bytes: u64,
     /// The fraction of each synchronised bucket a rank copies to the host: 1, or under
-    /// ZeRO-1/2 its shard's (1 / the optimizer shard's ranks).
+    /// ZeRO its shard's (1 / the optimizer shard's ranks).
     pub(super) shard_ranks: u64,
+    /// ZeRO-Infinity's parameter offload (`"optimizer+parameters"`): the rank's shard of the
+    /// working weights lives in host memory (or on NVMe), where the step updates it, and is
+    /// fetched before each allgather, instead of being copied back after the step.
+    pub(super) parameters_offloaded: bool,
+    /// With the state on NVMe: picoseconds per byte at the process's share of the NVMe
+    /// bandwidth (the weights' shards' reads and writes).
+    pub(super) nvme_ps_per_byte: Option<f64>,
 }
 
 impl HostOptimizer {
@@ -80,8 +87,8 @@ impl HostOptimizer {
         let one = HostOptimizer::per_parameter(strategy);
         let weight_bytes = one.weights.0;
         let state_bytes = one.optimizer.0;
-        let nvme_ps_per_parameter =
-            strategy.nvme.map(|bandwidth| state_bytes as f64 / bandwidth.bytes_per_second() * 1e12);
+        let nvme_ps_per_byte = strategy.nvme.map(|bandwidth| 1e12 / bandwidth.bytes_per_second());
+        let nvme_ps_per_parameter = nvme_ps_per_byte.map(|ps| state_bytes as f64 * ps);
         let chunks = stage_parameters
             .iter()
             .map(|&parameters| {
@@ -89,12 +96,30 @@ impl HostOptimizer {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let shard_ranks = if p.zero >= 1 { u64::from(p.optimizer_shard_ranks()) } else { 1 };
-        Ok(HostOptimizer { chunks, nvme_ps_per_parameter, state_bytes, weight_bytes, shard_ranks })
+        Ok(HostOptimizer {
+            chunks,
+            nvme_ps_per_parameter,
+            state_bytes,
+            weight_bytes,
+            shard_ranks,
+            parameters_offloaded: p.offload.parameters(),
+            nvme_ps_per_byte,
+        })
     }
 
     /// The NVMe read (or write) of `parameters`' fp32 weights and states, if they live there.
     fn nvme_time(&self, parameters: u64) -> Option<SimDuration> {
         self.nvme_ps_per_parameter.map(|ps| SimDuration::from_ps((ps * parameters as f64).round() as u64))
+    }
+
+    /// The NVMe read (or write) of `bytes` of the weights' shards, if they live there.
+    fn nvme_bytes_time(&self, bytes: u64) -> Option<SimDuration> {
+        self.nvme_ps_per_byte.map(|ps| SimDuration::from_ps((ps * bytes as f64).round() as u64))
+    }
+
+    /// Bytes of a rank's shard of `bytes` (a unit's gathered weights or gradients).
+    pub(super) fn shard(&self, bytes: u64) -> u64 {
+        bytes.div_ceil(self.shard_ranks)
     }
 
     /// One parameter's weights, gradient and optimizer state (its fp32 weight included), as
@@ -365,6 +390,7 @@ impl OffloadPlan {
             host_bytes: host_activations,
             host_step: SimDuration::ZERO,
             nvme_bytes: 0,
+            nvme_read_bytes: 0,
             without: plan.without_offload.get().unwrap_or_default(),
         };
         if let Some(weights) = &self.weights {
@@ -387,24 +413,58 @@ impl OffloadPlan {
                 (0..plan.strategy.parallelism.pipeline).max_by_key(|&s| host.parameters(s)).unwrap_or(0);
             let parameters = host.parameters(stage);
             let one = HostOptimizer::per_parameter(plan.strategy);
-            totals.gradient_bytes = plan
-                .chunks_of(stage)
-                .flat_map(|k| &plan.buckets[k])
-                .map(|b| b.bucket.bytes.0.div_ceil(host.shard_ranks))
-                .sum::<u64>()
-                + plan.tied_copy_gradient(stage).map_or(0, |bytes| bytes.0.div_ceil(host.shard_ranks));
-            totals.weight_bytes = parameters * host.weight_bytes;
+            let tied = plan.tied_copy_gradient(stage).map_or(0, |bytes| host.shard(bytes.0));
+            let micro_batches = u64::from(plan.micro_batches);
+            if plan.strategy.parallelism.zero >= 3 {
+                // ZeRO-3: every unit's gradient shard after each micro-batch's reduce-scatter;
+                // with the weights' shards offloaded, each unit's shard fetched before its
+                // forward's and its backward's allgather.
+                let units: Vec<u64> = plan
+                    .chunks_of(stage)
+                    .flat_map(|k| plan.policy.report_buckets(plan, k))
+                    .map(|b| b.bytes.0)
+                    .collect();
+                totals.gradient_bytes =
+                    micro_batches * units.iter().map(|&b| host.shard(b)).sum::<u64>() + tied;
+                totals.weight_bytes = if host.parameters_offloaded {
+                    let shards: u64 = plan
+                        .chunks_of(stage)
+                        .flat_map(|k| plan.policy.gathered_units(plan, k))
+                        .map(|parameters| host.shard(plan.weight_bytes(parameters).0))
+                        .sum();
+                    2 * micro_batches * shards
+                } else {
+                    parameters * host.weight_bytes
+                };
+            } else {
+                totals.gradient_bytes = plan
+                    .chunks_of(stage)
+                    .flat_map(|k| &plan.buckets[k])
+                    .map(|b| host.shard(b.bucket.bytes.0))
+                    .sum::<u64>()
+                    + tied;
+                totals.weight_bytes = parameters * host.weight_bytes;
+            }
             totals.to_host_bytes += totals.gradient_bytes;
             totals.to_device_bytes += totals.weight_bytes;
             // The gradients the CPU reads, and the fp32 weights and states: all of them, or with
-            // them on NVMe two chunks' in transit.
+            // them on NVMe two chunks' in transit; the weights' shards where they are offloaded.
             totals.host_bytes += parameters * one.gradients.0;
             if host.nvme_ps_per_parameter.is_some() {
                 let chunks = host.chunks.get(stage as usize).map_or(&[][..], Vec::as_slice);
                 totals.host_bytes += WeightOffload::largest(chunks.iter().map(|c| c.0), 2) * host.state_bytes;
+                totals.nvme_read_bytes = parameters * host.state_bytes;
                 totals.nvme_bytes = 2 * parameters * host.state_bytes;
+                if host.parameters_offloaded {
+                    // Each fetch reads its shard from NVMe; the step writes the shard back.
+                    totals.nvme_read_bytes += totals.weight_bytes;
+                    totals.nvme_bytes += totals.weight_bytes + parameters * host.weight_bytes;
+                }
             } else {
                 totals.host_bytes += parameters * one.optimizer.0;
+                if host.parameters_offloaded {
+                    totals.host_bytes += parameters * host.weight_bytes;
+                }
             }
             totals.host_step = host.step_time(stage);
         }
@@ -590,7 +650,10 @@ impl RankEmitter<'_, '_> {
     /// ZeRO-Offload: the optimizer step on the host CPU once every gradient is in host memory
     /// (`deps`), chunk by chunk on the host thread (which issues nothing else meanwhile), each
     /// chunk's updated working weights copied back to the device after it. Returns the last
-    /// copy, which the next iteration's weights wait for (and ZeRO-1/2's allgather).
+    /// copy, which the next iteration's weights wait for (and ZeRO-1/2's allgather). With the
+    /// weights' shards offloaded (ZeRO-Infinity) nothing comes back: the step updates the shard
+    /// where it lives (written to NVMe with the state), and the next iteration's fetches wait
+    /// for the last step, or the last NVMe write.
     pub(super) fn host_optimizer_step(&mut self, host: &HostOptimizer, stage: u32, deps: &[Dep]) -> u32 {
         let meta = OpMeta::NONE
             .with_pass(Pass::Optimizer)
@@ -613,16 +676,34 @@ impl RankEmitter<'_, '_> {
             waits.extend(this_read.map(Dep::Local));
             let step = self.host_op(crate::HOST_STREAM, duration, HOST_STEP_LABEL, &waits, meta);
             waits = vec![Dep::Local(step)];
-            if let Some(write) = host.nvme_time(parameters) {
-                self.host_op(crate::NVME_STREAM, write, NVME_WRITE_LABEL, &[Dep::Local(step)], meta);
+            let mut write = None;
+            if let Some(state) = host.nvme_time(parameters) {
+                // The weights' shard goes back to NVMe with the state it was updated from.
+                let weights = if host.parameters_offloaded {
+                    host.nvme_bytes_time(parameters * host.weight_bytes).unwrap_or_default()
+                } else {
+                    SimDuration::ZERO
+                };
+                let label = NVME_WRITE_LABEL;
+                write = Some(self.host_op(
+                    crate::NVME_STREAM,
+                    state.saturating_add(weights),
+                    label,
+                    &[Dep::Local(step)],
+                    meta,
+                ));
             }
-            last = Some(self.memcpy(
-                MemcpyDirection::HostToDevice,
-                Bytes(parameters * host.weight_bytes),
-                &[Dep::Local(step)],
-                "updated weights to device",
-                OpMeta::NONE.with_pass(Pass::Optimizer),
-            ));
+            last = Some(if host.parameters_offloaded {
+                write.unwrap_or(step)
+            } else {
+                self.memcpy(
+                    MemcpyDirection::HostToDevice,
+                    Bytes(parameters * host.weight_bytes),
+                    &[Dep::Local(step)],
+                    "updated weights to device",
+                    OpMeta::NONE.with_pass(Pass::Optimizer),
+                )
+            });
         }
         match last {
             Some(copy) => copy,
@@ -688,6 +769,40 @@ impl RankEmitter<'_, '_> {
                 (step, step)
             }
         }
+    }
+
+    /// ZeRO-Infinity's parameter offload: the rank's shard (`bytes`) of a unit's weights to the
+    /// device before its allgather, after `deps` (read from NVMe first when it lives there, on
+    /// the rank's in-order NVMe queue); returns the copy, which the allgather waits for.
+    pub(super) fn fetch_parameter_shard(
+        &mut self,
+        host: &HostOptimizer,
+        bytes: u64,
+        deps: &[Dep],
+        pass: Pass,
+    ) -> u32 {
+        let meta = OpMeta::NONE.with_pass(pass);
+        let mut deps = deps.to_vec();
+        if let Some(read) = host.nvme_bytes_time(bytes) {
+            let launch = OpMeta::NONE
+                .with_pass(pass)
+                .with_work(sim_core::graph::Work::Launch)
+                .with_origin(self.origin(OFFLOAD_ORIGIN));
+            deps = vec![Dep::Local(self.host_op(
+                crate::NVME_STREAM,
+                read,
+                NVME_PARAMETERS_LABEL,
+                &deps,
+                launch,
+            ))];
+        }
+        self.memcpy(
+            MemcpyDirection::HostToDevice,
+            Bytes(bytes),
+            &deps,
+            "prefetch parameter shard to device",
+            meta,
+        )
     }
 
     /// Out-of-core weights: the prefetch of layer `index`'s weights; returns the op. It reuses
@@ -775,6 +890,8 @@ const HOST_STEP_LABEL: &str = "optimizer step on the host CPU";
 /// The labels of a host optimizer's state read from and written to NVMe.
 const NVME_READ_LABEL: &str = "optimizer state from NVMe";
 const NVME_WRITE_LABEL: &str = "optimizer state to NVMe";
+/// The label of a weights' shard read from NVMe before its copy to the device.
+const NVME_PARAMETERS_LABEL: &str = "parameter shard from NVMe";
 
 /// The origin of out-of-core training's copies (and of its streamed optimizer step): time a
 /// copy runs while no kernel does is the report's offload stall.

@@ -520,6 +520,19 @@ impl<'s> Plan<'s> {
             // A host optimizer keeps the fp32 weights and the states in host memory.
             if self.offload.as_ref().is_some_and(|offload| offload.host.is_some()) {
                 memory.optimizer = Bytes::ZERO;
+                // Under ZeRO-3 the gradient shard goes to host memory after every
+                // reduce-scatter (the host accumulates it), and with ZeRO-Infinity's parameter
+                // offload the weights' shard lives there too: the device keeps the gathered
+                // units alone (the temporary buffers).
+                if p.zero >= 3 {
+                    memory.gradients = Bytes::ZERO;
+                }
+                if p.offload.parameters() {
+                    // The last stage's copy of a tied embedding is in no unit: it stays.
+                    let tied = if stage + 1 == p.pipeline { self.tied_embedding } else { 0 };
+                    memory.weights =
+                        Bytes(self.weight_bytes(tied).0.div_ceil(u64::from(p.optimizer_shard_ranks())));
+                }
             }
             if let Some(weights) = self.offload.as_ref().and_then(|offload| offload.weights.as_ref()) {
                 weights.adjust_memory(self, stage, &chunk_indexes, &plan, &mut memory);

@@ -105,6 +105,10 @@ impl Policy for Fsdp {
         unit_rows(plan, &self.units[chunk], stage, chunk)
     }
 
+    fn gathered_units(&self, _plan: &Plan<'_>, chunk: usize) -> Vec<u64> {
+        self.units[chunk].iter().map(|unit| unit.parameters).filter(|&parameters| parameters > 0).collect()
+    }
+
     /// The unit being computed and the one prefetched: the two largest.
     fn gathered_parameters(&self, _plan: &Plan<'_>, _stage: u32, chunks: &[usize]) -> u64 {
         let mut units: Vec<u64> =
@@ -114,17 +118,21 @@ impl Policy for Fsdp {
     }
 
     fn for_rank(&self) -> Box<dyn RankPolicy + '_> {
-        Box::new(FsdpRank { units: &self.units })
+        Box::new(FsdpRank { units: &self.units, step_end: None })
     }
 }
 
-/// A rank's FSDP: no state of its own.
+/// A rank's FSDP: the end of its previous optimizer step.
 struct FsdpRank<'a> {
     units: &'a [Vec<Unit>],
+    /// The previous iteration's last op (its optimizer step): with the weights' shards in host
+    /// memory, no shard is fetched before the step has updated it.
+    step_end: Option<OpId>,
 }
 
 impl RankPolicy for FsdpRank<'_> {
     fn begin_iteration(&mut self, emitter: &mut RankEmitter<'_, '_>, previous_end: Option<OpId>) {
+        self.step_end = previous_end;
         super::wait_for_step(emitter, previous_end);
     }
 
@@ -168,12 +176,22 @@ impl RankPolicy for FsdpRank<'_> {
         let units = &self.units[chunk];
         let mut last_sync = None;
         let mut gathered = self.gather(emitter, chunk, units.len() - 1, &[], Pass::BackwardData);
+        // Out-of-core activations: their prefetches around each layer's backward, as the
+        // bucketed backward issues them (after the first gather, which comes first on the
+        // in-order copy stream when the weights' shards are fetched on it too).
+        let mut offload = emitter.offload_backward(plan.chunk_layers[chunk].clone(), micro);
         for u in (0..units.len()).rev() {
             emitter.waiting.push(Dep::Local(gathered));
             let first = emitter.buffer.ops.len();
             let mut ready = None;
             for index in units[u].layers.clone().rev() {
+                if let Some(offload) = offload.as_mut() {
+                    emitter.offload_before_backward(offload, index, micro);
+                }
                 ready = emitter.backward_layer(index, micro)?.or(ready);
+                if let Some(offload) = offload.as_mut() {
+                    emitter.offload_after_backward(offload, index, micro);
+                }
             }
             if u > 0 {
                 let start: Vec<Dep> = (first < emitter.buffer.ops.len())
@@ -194,8 +212,11 @@ impl RankPolicy for FsdpRank<'_> {
                 let group = emitter.group(GroupClass::Data);
                 let label = emitter.comm_label("zero-3 reduce-scatter gradients");
                 let meta = policy_meta(emitter, ORIGIN, Pass::BackwardWeight);
+                let synced = emitter.collective(comm, DATA_STREAM, group, label, &[Dep::Local(ready)], meta);
+                // A host optimizer (ZeRO-Offload, ZeRO-Infinity): the rank's gradient shard to
+                // host memory after every reduce-scatter, where the step reads it.
                 last_sync =
-                    Some(emitter.collective(comm, DATA_STREAM, group, label, &[Dep::Local(ready)], meta));
+                    Some(emitter.offload_gradients(comm.bytes, &[Dep::Local(synced)]).unwrap_or(synced));
             }
         }
         Ok(last_sync)
@@ -203,7 +224,9 @@ impl RankPolicy for FsdpRank<'_> {
 }
 
 impl FsdpRank<'_> {
-    /// The allgather of unit `unit`'s parameters for pass `pass`, on the gather stream.
+    /// The allgather of unit `unit`'s parameters for pass `pass`, on the gather stream; with
+    /// the weights' shards offloaded (ZeRO-Infinity), after the copy of the rank's shard to
+    /// the device.
     fn gather(
         &self,
         emitter: &mut RankEmitter<'_, '_>,
@@ -212,7 +235,20 @@ impl FsdpRank<'_> {
         deps: &[Dep],
         pass: Pass,
     ) -> u32 {
-        let bytes = emitter.plan.weight_bytes(self.units[chunk][unit].parameters);
+        let plan = emitter.plan;
+        let bytes = plan.weight_bytes(self.units[chunk][unit].parameters);
+        let host = plan.offload.as_ref().and_then(|o| o.host.as_ref()).filter(|h| h.parameters_offloaded);
+        let fetched: Vec<Dep>;
+        let deps = match host {
+            Some(host) if bytes.0 > 0 => {
+                let mut after = deps.to_vec();
+                after.extend(self.step_end.map(Dep::Global));
+                fetched =
+                    vec![Dep::Local(emitter.fetch_parameter_shard(host, host.shard(bytes.0), &after, pass))];
+                &fetched[..]
+            }
+            _ => deps,
+        };
         let comm = Comm { group: GroupKind::Data, kind: CollectiveKind::AllGather, bytes, what: "" };
         let group = emitter.group(GroupClass::Data);
         let label = emitter.comm_label(GATHER_LABEL);

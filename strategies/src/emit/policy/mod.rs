@@ -77,6 +77,12 @@ pub(super) trait Policy {
         plan.stage_layers(stage).map(|i| plan.local[i].layer.cost.params).max().unwrap_or(0)
     }
 
+    /// The parameters of each unit chunk `chunk` gathers whole before each of its passes
+    /// (ZeRO-3's units); none for the policies that keep the weights whole.
+    fn gathered_units(&self, _plan: &Plan<'_>, _chunk: usize) -> Vec<u64> {
+        Vec::new()
+    }
+
     /// What the policy adds to the memory model's breakdown of stage `stage`.
     fn adjust_memory(&self, _plan: &Plan<'_>, _stage: u32, _chunks: &[usize], _memory: &mut MemoryBreakdown) {
     }
