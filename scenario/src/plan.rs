@@ -1697,6 +1697,7 @@ pub fn enumerate(index: usize, base: &Base, global_batch: u64, fixed: &Fixed) ->
             && p.virtual_stages == 1
             && p.first_stage_layers.is_none()
             && p.last_stage_layers.is_none()
+            && !p.pad_layers
     };
     out.into_iter()
         .flat_map(|choice| {

@@ -196,6 +196,12 @@ pub struct Parallelism {
     /// Numbered blocks on the last pipeline stage (`parallelism.last-stage-layers`,
     /// `--decoder-last-pipeline-num-layers`); `None`: an even split.
     pub last_stage_layers: Option<u32>,
+    /// The zero-bubble repository's `--allow-padding-num-layers` (`parallelism.pad-layers`):
+    /// the blocks padded up to a multiple of the pipeline degree and split evenly over the
+    /// model chunks, then one block taken off the last chunk, the first, the second, ... for
+    /// each block of padding ([`pipeline::padded_sizes`]): the first and last chunks, which hold
+    /// the embedding and the output layer, run one block fewer (or none).
+    pub pad_layers: bool,
     /// Context-parallel degree.
     pub context: u32,
     /// Expert-parallel degree (inside data x context).
@@ -680,6 +686,7 @@ impl Parallelism {
             microbatch_group: None,
             first_stage_layers: None,
             last_stage_layers: None,
+            pad_layers: false,
             context: 1,
             expert: 1,
             expert_tensor: None,
@@ -1492,7 +1499,8 @@ impl Strategy<'_> {
         let blocks = self.model.pipeline_units().len();
         // DualPipe's two copies split the model into `pipeline` chunks, not twice as many.
         let chunks = pipeline::ChunkMap::new(p.schedule, p.pipeline, p.virtual_stages).partitions();
-        if chunks > 1 && blocks < chunks as usize {
+        // Padded layers may leave the end chunks without a block (checked below).
+        if chunks > 1 && blocks < chunks as usize && !p.pad_layers {
             return Err(invalid(
                 if p.virtual_stages > 1 { "parallelism.virtual-stages" } else { "parallelism.pipeline" },
                 format!(
@@ -1522,6 +1530,51 @@ impl Strategy<'_> {
                 };
                 invalid(key, message)
             })?;
+        if p.pad_layers {
+            if p.first_stage_layers.is_some() || p.last_stage_layers.is_some() {
+                return Err(invalid(
+                    "parallelism.pad-layers",
+                    "is true, but first-stage-layers or last-stage-layers already set the split: set one \
+                     or the other"
+                        .into(),
+                ));
+            }
+            if p.schedule == PipelineSchedule::DualPipe {
+                return Err(invalid(
+                    "parallelism.pad-layers",
+                    "is true, but DualPipe's two model copies are split by its own rule: set pad-layers = \
+                     false"
+                        .into(),
+                ));
+            }
+            if self.model.blocks().iter().all(Option::is_none) {
+                return Err(invalid(
+                    "parallelism.pad-layers",
+                    format!(
+                        "is true, but {} has no numbered blocks (transformer layers) to pad: set pad-layers = \
+                         false",
+                        self.model.name
+                    ),
+                ));
+            }
+            let sizes = pipeline::padded_sizes(blocks, p.pipeline as usize, p.virtual_stages as usize)
+                .map_err(|message| invalid("parallelism.pad-layers", message))?;
+            // An end chunk without a block holds the stem or the head: the model needs one.
+            let ranges = pipeline::chunk_ranges(self.model, &sizes);
+            if let Some(empty) = ranges.iter().position(|range| range.is_empty()) {
+                return Err(invalid(
+                    "parallelism.pad-layers",
+                    format!(
+                        "leaves chunk {empty} of {} with no layer: {} has no {} beside its blocks for it \
+                         (the repository runs a no-op layer there, which parasim does not model): set \
+                         pad-layers = false",
+                        ranges.len(),
+                        self.model.name,
+                        if empty == 0 { "embedding" } else { "output layer" }
+                    ),
+                ));
+            }
+        }
         if p.first_stage_layers.is_some() || p.last_stage_layers.is_some() {
             let key = if p.first_stage_layers.is_some() {
                 "parallelism.first-stage-layers"

@@ -836,6 +836,71 @@ pub fn peak_in_flight(actions: &[Action], weight: &[u64]) -> u64 {
     peak
 }
 
+/// The number of units (numbered blocks) in each of the `stages x virtual` model chunks, in
+/// model order, under the zero-bubble repository's `--allow-padding-num-layers`
+/// (sail-sg/zero-bubble-pipeline-parallelism @ 39f2c186: `megatron/training/arguments.py` pads
+/// the layers up to a multiple of the pipeline degree; `megatron/legacy/model/transformer.py`,
+/// `ParallelTransformer.get_offset`, splits the padded count evenly over the chunks and takes
+/// one layer off chunks -1, 0, 1, ... for each layer of padding). A chunk may hold no block
+/// only at either end (the embedding or the output layer alone; the repository runs a no-op
+/// layer there).
+pub fn padded_sizes(units: usize, stages: usize, virtual_stages: usize) -> Result<Vec<usize>, String> {
+    if stages < 2 {
+        return Err("padding the layers needs pipeline > 1".into());
+    }
+    let padded = units.div_ceil(stages) * stages;
+    let per_stage = padded / stages;
+    if per_stage % virtual_stages != 0 {
+        return Err(format!(
+            "the {units} blocks padded to {padded} give {per_stage} per stage, which {virtual_stages} virtual \
+             stages do not split evenly (the repository's assertion): choose virtual-stages dividing {per_stage}"
+        ));
+    }
+    let chunks = stages * virtual_stages;
+    let mut sizes = vec![per_stage / virtual_stages; chunks];
+    // range(-1, padding - 1): the last chunk, then the first, the second, ...
+    for step in 0..padded - units {
+        let chunk = if step == 0 { chunks - 1 } else { step - 1 };
+        sizes[chunk] = sizes[chunk].checked_sub(1).ok_or_else(|| {
+            format!("{} blocks of padding leave chunk {chunk} of {chunks} less than empty", padded - units)
+        })?;
+    }
+    if let Some(empty) = sizes[1..chunks - 1].iter().position(|&size| size == 0) {
+        return Err(format!(
+            "the {units} blocks padded to {padded} leave chunk {} of {chunks} with no block (only the first \
+             and last chunks, beside the embedding and the output layer, may be empty): use fewer virtual \
+             stages or a pipeline degree closer to a divisor of {units}",
+            empty + 1
+        ));
+    }
+    Ok(sizes)
+}
+
+/// The layer ranges of chunks holding `sizes` units (numbered blocks) each, in model order:
+/// the stem goes with the first chunk and the head with the last, also when that chunk holds
+/// no block (then it holds the stem or the head alone).
+pub fn chunk_ranges(model: &workloads::model::Model, sizes: &[usize]) -> Vec<Range<usize>> {
+    let units = model.pipeline_units();
+    let layers = model.layers.len();
+    let blocks = model.blocks();
+    // Where the first block starts and the last ends (the stem before, the head after).
+    let first_block = blocks.iter().position(Option::is_some).unwrap_or(0);
+    let last_block = blocks.iter().rposition(Option::is_some).map_or(layers, |last| last + 1);
+    let mut bounds = Vec::with_capacity(sizes.len() + 1);
+    bounds.push(0);
+    let mut before = 0;
+    for &size in &sizes[..sizes.len().saturating_sub(1)] {
+        before += size;
+        bounds.push(match before {
+            0 => first_block,
+            k if k >= units.len() => last_block,
+            k => units[k].start,
+        });
+    }
+    bounds.push(layers);
+    bounds.windows(2).map(|w| w[0]..w[1]).collect()
+}
+
 /// The number of units (numbered blocks) on each of `stages` stages when the first and last
 /// stage's counts are set: Megatron-Core's uneven split (`--decoder-first-pipeline-num-layers`,
 /// `--decoder-last-pipeline-num-layers`; `TransformerConfig.__post_init__`'s checks at

@@ -287,6 +287,68 @@ fn first_and_last_stage_layers_set_the_ends_and_split_the_rest_evenly() {
 }
 
 #[test]
+fn padded_layers_take_one_block_off_the_last_chunk_then_the_first_as_the_zero_bubble_repository_does() {
+    // sail-sg/zero-bubble-pipeline-parallelism @ 39f2c186, ParallelTransformer.get_offset: pad
+    // to a multiple of the pipeline degree, split evenly over the chunks, then one block off
+    // chunks -1, 0, 1, ... per block of padding.
+    let ones = |n: usize| vec![1usize; n];
+    let ends = |n: usize| [vec![0], ones(n), vec![0]].concat();
+    assert_eq!(pipeline::padded_sizes(30, 16, 2), Ok(ends(30)), "ZB-V, 6.2B on 16 GPUs");
+    assert_eq!(pipeline::padded_sizes(22, 8, 3), Ok(ends(22)), "1F1B-I, 1.5B on 8 GPUs");
+    assert_eq!(pipeline::padded_sizes(22, 8, 1), Ok(vec![2, 3, 3, 3, 3, 3, 3, 2]));
+    assert_eq!(pipeline::padded_sizes(13, 8, 1), Ok(vec![1, 1, 2, 2, 2, 2, 2, 1]), "three of padding");
+    assert_eq!(pipeline::padded_sizes(24, 8, 3), Ok(ones(24)), "no padding: even");
+    // The repository's assertion: the padded layers per stage split over the virtual stages.
+    assert!(pipeline::padded_sizes(22, 8, 2).unwrap_err().contains("virtual stages do not split"));
+    // A chunk in the middle left without a block is refused.
+    assert!(pipeline::padded_sizes(5, 4, 2).unwrap_err().contains("chunk 1 of 8 with no block"));
+
+    // Six blocks between a stem and a head.
+    let mut builder = ModelBuilder::new("uniform-head", Shape::from([1024, 1024]));
+    builder.layer("stem", LayerKind::Reshape { shape: Shape::from([1024, 1024]) }).unwrap();
+    for block in 0..6 {
+        for name in ["fc1", "fc2"] {
+            let linear = LayerKind::Linear { out_features: 1024, bias: false };
+            builder.layer(format!("layers.{block}.{name}"), linear).unwrap();
+        }
+    }
+    builder.layer("head", LayerKind::Linear { out_features: 1024, bias: false }).unwrap();
+    let model = builder.finish();
+    let compute = ComputeModel::default();
+    // One chunk per stage: the same split as first- and last-stage-layers of 1, the same run.
+    let padded = Parallelism { pad_layers: true, ..pipelined(4, 1, PipelineSchedule::OneFOneB) };
+    let uneven = Parallelism {
+        first_stage_layers: Some(1),
+        last_stage_layers: Some(1),
+        ..pipelined(4, 1, PipelineSchedule::OneFOneB)
+    };
+    let run = |p: Parallelism| {
+        let lowered = strategy(&model, &compute, p, 8, 1).lower().unwrap();
+        let blocks: Vec<usize> = lowered.stages.iter().map(|s| s.blocks).collect();
+        let timeline = NetworkSettings::new(Fidelity::Analytical).run(&lowered.graph, &dgx(1)).unwrap();
+        (blocks, timeline.makespan())
+    };
+    let (blocks, time) = run(padded);
+    assert_eq!(blocks, vec![1, 2, 2, 1]);
+    assert_eq!((blocks, time), run(uneven));
+    // ZB-V: the first chunk (the stem alone) and the last (no block) both on stage 0.
+    let v = Parallelism { pad_layers: true, ..pipelined(4, 2, PipelineSchedule::ZbV) };
+    let lowered = strategy(&model, &compute, v, 8, 1).lower().unwrap();
+    let blocks: Vec<usize> = lowered.stages.iter().map(|s| s.blocks).collect();
+    assert_eq!(blocks, vec![0, 2, 2, 2]);
+    assert_eq!(lowered.stages[0].layers[0], 0..1, "the stem alone");
+    assert_eq!(lowered.stages[0].layers[1], 13..14, "the head alone");
+    // Not with first- or last-stage-layers, and not for a model without numbered blocks.
+    let both = Parallelism { pad_layers: true, ..uneven };
+    let error = strategy(&model, &compute, both, 8, 1).lower().unwrap_err().to_string();
+    assert!(error.contains("parallelism.pad-layers"), "{error}");
+    // An end chunk with neither a block nor a head is refused, not run empty.
+    let headless = uniform_model(6, 1024);
+    let error = strategy(&headless, &compute, v, 8, 1).lower().unwrap_err().to_string();
+    assert!(error.contains("parallelism.pad-layers") && error.contains("no output layer"), "{error}");
+}
+
+#[test]
 fn one_f_one_b_holds_p_micro_batches_on_the_first_stage_and_gpipe_all_of_them() {
     let model = uniform_model(8, 1024);
     let compute = ComputeModel::default();

@@ -358,6 +358,8 @@ struct ParallelismSection {
     microbatch_group_size: Option<u32>,
     first_stage_layers: Option<u32>,
     last_stage_layers: Option<u32>,
+    /// `parallelism.pad-layers` ([`Parallelism::pad_layers`]).
+    pad_layers: bool,
     /// `parallelism.stage-placement` ([`node_groups::StagePlacement`]).
     stage_placement: Option<String>,
     context: u32,
@@ -410,6 +412,7 @@ impl Default for ParallelismSection {
             microbatch_group_size: None,
             first_stage_layers: None,
             last_stage_layers: None,
+            pad_layers: false,
             stage_placement: None,
             context: 1,
             expert: 1,
@@ -1668,8 +1671,11 @@ fn node_groups_of(
             Some(
                 "by-speed balances one chunk per stage; interleaved stages (virtual-stages > 1) are not balanced",
             )
-        } else if parallelism.first_stage_layers.is_some() || parallelism.last_stage_layers.is_some() {
-            Some("first-stage-layers or last-stage-layers already set the split")
+        } else if parallelism.first_stage_layers.is_some()
+            || parallelism.last_stage_layers.is_some()
+            || parallelism.pad_layers
+        {
+            Some("first-stage-layers, last-stage-layers or pad-layers already set the split")
         } else {
             None
         };
@@ -2147,6 +2153,7 @@ fn parallelism(
         microbatch_group: section.microbatch_group_size,
         first_stage_layers: section.first_stage_layers,
         last_stage_layers: section.last_stage_layers,
+        pad_layers: section.pad_layers,
         context: section.context,
         expert: section.expert,
         expert_tensor: section.expert_tensor,

@@ -119,32 +119,22 @@ impl<'s> Plan<'s> {
         let table = LayerTables::layers_and_kernels(strategy)?;
         let (local, kernels) = (Arc::clone(&table.local), Arc::clone(&table.kernels));
         let beside = Arc::clone(&table.beside);
-        let uneven = pipeline::uneven_sizes(
-            model.pipeline_units().len(),
-            p.pipeline as usize,
-            p.first_stage_layers,
-            p.last_stage_layers,
-        )
-        .ok()
-        .flatten();
+        let units = model.pipeline_units().len();
+        let uneven = if p.pad_layers {
+            pipeline::padded_sizes(units, p.pipeline as usize, p.virtual_stages as usize).ok()
+        } else {
+            pipeline::uneven_sizes(units, p.pipeline as usize, p.first_stage_layers, p.last_stage_layers)
+                .ok()
+                .flatten()
+        };
         let chunk_map = pipeline::ChunkMap::new(p.schedule, p.pipeline, p.virtual_stages);
         let chunk_layers = match (strategy.chunk_layers, uneven) {
             // Set by the caller (a cluster of mixed devices: every device's lowering the same).
             (Some(ranges), _) if ranges.len() == p.chunks() as usize => ranges.to_vec(),
             (_, uneven) => match uneven {
-                // `--decoder-first/last-pipeline-num-layers`: the counts set, the rest even.
-                Some(sizes) => {
-                    let units = model.pipeline_units();
-                    let mut start = 0;
-                    sizes
-                        .iter()
-                        .map(|&size| {
-                            let range = units[start].start..units[start + size - 1].end;
-                            start += size;
-                            range
-                        })
-                        .collect()
-                }
+                // `--decoder-first/last-pipeline-num-layers`: the counts set, the rest even; or
+                // the zero-bubble repository's padding, whose end chunks may hold no block.
+                Some(sizes) => pipeline::chunk_ranges(model, &sizes),
                 None => {
                     let groups = table.partition(model, chunk_map.partitions() as usize);
                     (0..chunk_map.chunks())
