@@ -370,10 +370,17 @@ fn human(report: &PlanReport, search: &Search, options: &PlanOptions) -> String 
     if report.finals > 0 {
         let _ = writeln!(
             out,
-            "final         {} simulated again with the {} network, in order of their floor (analytical time, \
+            "final         {} simulated again with the {} network{}, in order of their floor (analytical time, \
              or lower bound) while it was below the best result{}{}",
             report.finals,
             report.fidelity.name(),
+            match report.finals_stopped {
+                0 => String::new(),
+                n => format!(
+                    " ({n} stopped part way, once certain to end after the {} best)",
+                    options.top.max(1)
+                ),
+            },
             match report.final_pruned {
                 0 => String::new(),
                 n => format!("; {n} more whose analytical time was not, skipped"),
@@ -551,6 +558,11 @@ fn breakdown_rows<'a>(a: &Summary, b: &Summary) -> Vec<(&'a str, f64, f64)> {
     ]
 }
 
+/// Whether a count is zero (a JSON field left out then).
+fn is_zero(count: &u64) -> bool {
+    *count == 0
+}
+
 /// `plan --json`.
 #[derive(Serialize)]
 struct JsonPlan<'a> {
@@ -572,6 +584,10 @@ struct JsonPlan<'a> {
     could_beat_over_limit: u64,
     /// Final simulations run (with `final_fidelity`).
     finals: u64,
+    /// Of `finals`, those stopped part way, once certain to end after the `--top` best;
+    /// omitted when none.
+    #[serde(skip_serializing_if = "is_zero")]
+    finals_stopped: u64,
     /// The lowest floor of the configurations `--final-max` left unchecked (null: the stop
     /// was exact, or only time limits left some).
     could_beat_best_floor: Option<f64>,
@@ -648,6 +664,7 @@ impl<'a> JsonPlan<'a> {
             could_beat_final: report.could_beat_final,
             could_beat_over_limit: report.could_beat_over_limit,
             finals: report.finals,
+            finals_stopped: report.finals_stopped,
             could_beat_best_floor: report.left_best_floor,
             ignored: &search.ignored,
             out_of_core: report.out_of_core,
@@ -708,6 +725,7 @@ mod tests {
             could_beat_final,
             could_beat_over_limit,
             finals_over_limit: could_beat_over_limit,
+            finals_stopped: 0,
             final_pruned: 0,
             left_best_floor: (could_beat_final > could_beat_over_limit).then_some(16.5),
             top: Vec::new(),

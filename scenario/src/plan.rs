@@ -30,7 +30,7 @@ use sim_core::fidelity::Fidelity;
 use sim_core::units::SimDuration;
 
 use crate::file::node_groups::StagePlacement;
-use crate::simulation::{Summary, simulate};
+use crate::simulation::{Summary, simulate, simulate_within};
 use crate::{Override, OverrideError, Scenario, ScenarioError, ValidationCache, apply, get_dotted};
 use strategies::{
     CnnSplit, Comm, GroupKind, LayerTables, Offload, Parallelism, SpatialDims, Strategy, StrategyError, shard,
@@ -728,6 +728,10 @@ pub struct PlanReport {
     pub could_beat_over_limit: u64,
     /// Final simulations that ran over [`PlanOptions::final_work_budget`].
     pub finals_over_limit: u64,
+    /// Of [`PlanReport::finals`], those given up part way (`simulate_within`): their time was
+    /// certain to be above the `top`-th best final result before their batch, so they could
+    /// not be listed, let alone win.
+    pub finals_stopped: u64,
     /// Configurations the final stage took in floor order whose analytical score (the screen
     /// skipped them, so it ran them then) was not below the winner: they cannot win.
     pub final_pruned: u64,
@@ -1007,6 +1011,7 @@ pub fn plan_with_progress(
     let started = Instant::now();
     let mut finals = 0;
     let mut final_pruned = 0;
+    let mut finals_stopped = 0;
     let mut left_best_floor = None;
     let mut ranked: Vec<(f64, usize, SimDuration, Summary, Fidelity, bool)>;
     let could_beat_final;
@@ -1042,6 +1047,7 @@ pub fn plan_with_progress(
         let over_limit = AtomicU64::new(0);
         let mut winner = f64::INFINITY;
         let mut taken = 0;
+        let places = options.top.max(1);
         ranked = Vec::new();
         let left = |order: &[(f64, usize, SimDuration)], taken: usize, winner: f64| {
             order[taken..].iter().take_while(|c| c.0 < winner).count() as u64
@@ -1079,6 +1085,13 @@ pub fn plan_with_progress(
             let batch = &order[taken..(taken + size).min(order.len())];
             taken += batch.len();
             let threshold = winner;
+            // The batch's final simulations are given up once their time is certain to be above
+            // the `top`-th best final result so far: they could not be listed (nor win), and
+            // what is listed is the same as if they had run to the end. The limit is the one
+            // before the batch, so that the result does not depend on the threads.
+            let mut finished: Vec<f64> = ranked.iter().filter(|r| !r.5).map(|r| r.0).collect();
+            finished.sort_by(f64::total_cmp);
+            let listed = finished.get(places - 1).copied().unwrap_or(f64::INFINITY);
             // Progress for each configuration of the batch, against the count before it.
             let checked = AtomicU64::new(taken as u64 - batch.len() as u64);
             let before = taken - batch.len();
@@ -1093,17 +1106,27 @@ pub fn plan_with_progress(
                 .map(|(index, bound, screen)| {
                     // A configuration the screen skipped gets its analytical run first: a tighter
                     // floor, and the result kept if its final simulation runs over budget.
+                    let choice = &choices[index];
+                    // Given up once above the limit: `Ok(None)`.
+                    let run = |scenario: &Scenario, limit: f64| match time_above(objective, choice, limit) {
+                        Some(limit) => simulate_within(scenario, limit),
+                        None => simulate(scenario).map(Some),
+                    };
+                    // An analytical time not below the winner cannot win: its run is given up
+                    // once above it.
                     let screen = match screen {
-                        Some(screen) => Ok(screen),
+                        Some(screen) => Ok(Some(screen)),
                         None => {
                             let analytical =
                                 Override::new("simulation.fidelity", Fidelity::Analytical.name());
                             search
-                                .scenario(&choices[index], &[analytical])
+                                .scenario(choice, &[analytical])
                                 .map_err(Final::Invalid)
-                                .and_then(|scenario| simulate(&scenario).map_err(Final::Simulation))
+                                .and_then(|scenario| run(&scenario, threshold).map_err(Final::Simulation))
                                 .map(|outcome| {
-                                    (score(&choices[index], outcome.summary.iteration_time), outcome.summary)
+                                    outcome.map(|outcome| {
+                                        (score(choice, outcome.summary.iteration_time), outcome.summary)
+                                    })
                                 })
                         }
                     };
@@ -1112,11 +1135,15 @@ pub fn plan_with_progress(
                         step("final", &final_unit, done, total, &batch_note);
                     };
                     let screen = match screen {
-                        Ok(screen) if screen.0 >= threshold => {
+                        Ok(None) => {
+                            tick();
+                            return (index, bound, None, None);
+                        }
+                        Ok(Some(screen)) if screen.0 >= threshold => {
                             tick();
                             return (index, bound, Some(screen), None);
                         }
-                        Ok(screen) => screen,
+                        Ok(Some(screen)) => screen,
                         Err(error) => {
                             tick();
                             return (index, bound, None, Some(Err(error)));
@@ -1130,10 +1157,10 @@ pub fn plan_with_progress(
                         .into_iter()
                         .collect();
                     let result = search
-                        .scenario(&choices[index], &budget)
+                        .scenario(choice, &budget)
                         .map_err(Final::Invalid)
-                        .and_then(|scenario| simulate(&scenario).map_err(Final::Simulation))
-                        .map(|outcome| outcome.summary);
+                        .and_then(|scenario| run(&scenario, listed).map_err(Final::Simulation))
+                        .and_then(|outcome| outcome.map(|outcome| outcome.summary).ok_or(Final::Stopped));
                     if matches!(&result, Err(Final::Simulation(error)) if over_budget(error)) {
                         over_limit.fetch_add(1, AtomicOrdering::Relaxed);
                     }
@@ -1163,6 +1190,11 @@ pub fn plan_with_progress(
                     }
                     (_, Some(Err(Final::Invalid(error)))) => {
                         failed.push((choices[index].label(), error.to_string()))
+                    }
+                    // Above the `top`-th best before the batch: neither listed nor the winner.
+                    (_, Some(Err(Final::Stopped))) => {
+                        finals += 1;
+                        finals_stopped += 1;
                     }
                 }
             }
@@ -1215,6 +1247,7 @@ pub fn plan_with_progress(
         could_beat_final,
         could_beat_over_limit,
         finals_over_limit,
+        finals_stopped,
         final_pruned,
         left_best_floor,
         top,
@@ -1255,6 +1288,24 @@ enum Final {
     Invalid(ScenarioError),
     /// The simulation failed (or ran over its work budget).
     Simulation(crate::simulation::SimulationError),
+    /// The simulation was given up once its time was certain to be above its limit.
+    Stopped,
+}
+
+/// The iteration time above which `choice` scores above `score` under `objective` (`None`
+/// when `score` is not finite: no limit). A nanosecond above the exact conversion, so that
+/// the rounding of the score's floating point can never give up a run that scores `score`
+/// or below.
+fn time_above(objective: Objective, choice: &Choice, score: f64) -> Option<SimDuration> {
+    if !score.is_finite() {
+        return None;
+    }
+    let seconds = match objective {
+        Objective::Time => score,
+        Objective::Throughput | Objective::Cost => score / choice.gpus.max(1) as f64,
+    };
+    let ps = (seconds.max(0.0) * 1e12).ceil();
+    (ps < 1e19).then(|| SimDuration::from_ps(ps as u64 + 1_000))
 }
 
 /// A lower bound of a layer collective's time on `scenario`'s cluster: every member must

@@ -742,11 +742,30 @@ fn simulate_with(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome,
     } else if scenario.iterations > strategies::MAX_ITERATIONS {
         simulate_streamed(scenario, count_link_bytes)
     } else {
-        simulate_once(scenario, count_link_bytes)
+        simulate_once(scenario, count_link_bytes, None)
     }
 }
 
 pub use crate::streamed::simulate_streamed;
+
+/// [`simulate`], given up (`Ok(None)`) as soon as the run shows that its iteration time will
+/// be above `limit` ([`sim_core::exec::EndLimit`]: from the start of some op, the kernels that
+/// must still run one after another before the last iteration's end reach past `limit` times
+/// the iterations). A run that is not given up is [`simulate`]'s, event for event. Runs with
+/// variability or streamed iterations are simulated whole.
+pub fn simulate_within(scenario: &Scenario, limit: SimDuration) -> Result<Option<Outcome>, SimulationError> {
+    if scenario.variability.is_active() || scenario.iterations > strategies::MAX_ITERATIONS {
+        return simulate(scenario).map(Some);
+    }
+    match simulate_once(scenario, false, Some(limit)) {
+        Err(SimulationError::Exec { source, .. })
+            if matches!(*source, sim_core::exec::ExecError::PastLimit { .. }) =>
+        {
+            Ok(None)
+        }
+        other => other.map(Some),
+    }
+}
 
 /// Simulates `scenario` for its iteration times alone: the summary's iteration times and
 /// throughputs are [`simulate`]'s, bit for bit, while its breakdowns (compute, exposed
@@ -832,7 +851,7 @@ fn monte_carlo(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome, S
     };
     let mut nominal = scenario.clone();
     nominal.iterations = period;
-    let mut outcome = simulate_once(&nominal, count_link_bytes)?;
+    let mut outcome = simulate_once(&nominal, count_link_bytes, None)?;
     let started = Instant::now();
     let retimer =
         sim_core::montecarlo::Retimer::new(&outcome.graph, &outcome.timeline, &outcome.iteration_ends)
@@ -917,7 +936,13 @@ fn monte_carlo(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome, S
     Ok(outcome)
 }
 
-fn simulate_once(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome, SimulationError> {
+/// One run of `scenario`'s graph; with `limit`, given up with [`ExecError::PastLimit`]
+/// (`sim_core::exec`) once its iteration time is certain to be above it.
+fn simulate_once(
+    scenario: &Scenario,
+    count_link_bytes: bool,
+    limit: Option<SimDuration>,
+) -> Result<Outcome, SimulationError> {
     let started = Instant::now();
     // The lowering checks the graph's size against the work budget before it builds anything,
     // so an over-budget job is refused before the topology is built too.
@@ -929,6 +954,15 @@ fn simulate_once(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome,
         |source| SimulationError::Exec { scenario: scenario.source.clone(), source: Box::new(source) };
     let (timeline, link_bytes) = if count_link_bytes {
         scenario.network.run_counting_link_bytes(&lowered.graph, &topology).map_err(exec_error)?
+    } else if let Some(limit) = limit {
+        // The iteration time is the last iteration's end over the iterations, rounded down:
+        // above `limit` once that end is at `(limit + 1 ps) x iterations` or later.
+        let iterations = u64::from(scenario.iterations.max(1));
+        let last = limit.as_ps().saturating_add(1).saturating_mul(iterations).saturating_sub(1);
+        let ends =
+            lowered.iteration_ends.iter().rev().find(|ends| !ends.is_empty()).map_or(&[][..], Vec::as_slice);
+        let limit = sim_core::exec::EndLimit::new(&lowered.graph, ends, SimTime::from_ps(last));
+        (scenario.network.run_within(&lowered.graph, &topology, limit).map_err(exec_error)?, None)
     } else {
         (scenario.network.run(&lowered.graph, &topology).map_err(exec_error)?, None)
     };

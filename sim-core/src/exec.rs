@@ -76,6 +76,111 @@ pub enum ExecError {
         /// The first of them.
         op: String,
     },
+    /// The run was given an [`EndLimit`] and its last end can no longer come by it: an op
+    /// started at a time from which its remaining kernels alone reach past the limit.
+    #[error("{op}: the run cannot end before {bound}, past its limit {limit}")]
+    PastLimit {
+        /// The op whose start showed it.
+        op: String,
+        /// The earliest the watched ends can still come.
+        bound: SimTime,
+        /// The limit.
+        limit: SimTime,
+    },
+}
+
+/// A limit on when a run's watched ends may come ([`run_within`]): the run gives up with
+/// [`ExecError::PastLimit`] as soon as an op starts at a time `t` from which some chain of
+/// ops (dependencies and stream order) leads to one of the ends and its compute ops alone
+/// take more than `limit - t`. Each op of such a chain starts after the one before it ends,
+/// a kernel takes at least its duration (one slowed beside communication takes longer) and
+/// every other op at least nothing, so the last end then comes after `limit` for certain:
+/// a run that is not given up ends no later than it would without the limit, event for
+/// event the same.
+#[derive(Debug, Clone)]
+pub struct EndLimit {
+    /// Per op (by `OpId`): the least time from its start to the last watched end along its
+    /// dependents and stream successors, in picoseconds; [`NO_TAIL`] where none leads there.
+    tails: Vec<u64>,
+    /// The latest the watched ends may come.
+    limit: SimTime,
+}
+
+/// [`EndLimit::tails`] of an op from which no chain leads to a watched end.
+const NO_TAIL: u64 = u64::MAX;
+
+impl EndLimit {
+    /// The limit `limit` on the last of `ends` (ops of `graph`) in a run of `graph`.
+    ///
+    /// # Panics
+    ///
+    /// If an op of `ends` is not in the graph.
+    pub fn new(graph: &ExecGraph, ends: &[OpId], limit: SimTime) -> EndLimit {
+        let count = graph.op_count();
+        // The least time an op takes: a kernel its duration (less a margin for the rounding
+        // of a slowed kernel's remaining share, which only takes longer), any other op none.
+        let least = |op: OpId| -> u64 {
+            match graph.op(op).kind {
+                OpKind::Compute { duration }
+                    if graph.beside_communication(op).is_some_and(|beside| beside > duration) =>
+                {
+                    let ps = duration.as_ps();
+                    ps.saturating_sub(ps / 1_000_000_000 + 1)
+                }
+                OpKind::Compute { duration } => duration.as_ps(),
+                _ => 0,
+            }
+        };
+        // Ops in an order where each comes after its dependencies and stream predecessor
+        // (Kahn's; a built graph has no cycle), then walked backwards.
+        let mut waiting: Vec<u32> = (0..count as u32)
+            .map(OpId)
+            .map(|op| graph.deps(op).len() as u32 + u32::from(graph.previous_in_stream(op).is_some()))
+            .collect();
+        let mut order: Vec<OpId> =
+            (0..count as u32).map(OpId).filter(|op| waiting[op.0 as usize] == 0).collect();
+        let mut next = 0;
+        while let Some(&op) = order.get(next) {
+            next += 1;
+            for &successor in graph.dependents(op).iter().chain(graph.next_in_stream(op).as_ref()) {
+                let waits = &mut waiting[successor.0 as usize];
+                *waits -= 1;
+                if *waits == 0 {
+                    order.push(successor);
+                }
+            }
+        }
+        let mut tails = vec![NO_TAIL; count];
+        for &end in ends {
+            tails[end.0 as usize] = least(end);
+        }
+        for &op in order.iter().rev() {
+            let after = graph
+                .dependents(op)
+                .iter()
+                .chain(graph.next_in_stream(op).as_ref())
+                .map(|successor| tails[successor.0 as usize])
+                .filter(|&tail| tail != NO_TAIL)
+                .max();
+            if let Some(after) = after {
+                let tail = least(op).saturating_add(after);
+                let own = &mut tails[op.0 as usize];
+                *own = if *own == NO_TAIL { tail } else { (*own).max(tail) };
+            }
+        }
+        EndLimit { tails, limit }
+    }
+
+    /// Whether `op`, starting at `now`, shows the ends cannot come by the limit.
+    #[inline]
+    fn check(&self, op: OpId, now: SimTime) -> Option<SimTime> {
+        let tail = self.tails.get(op.0 as usize).copied().unwrap_or(NO_TAIL);
+        if tail == NO_TAIL {
+            return None;
+        }
+        let bound = now.as_ps().saturating_add(tail);
+        (bound > self.limit.as_ps()).then(|| SimTime::from_ps(bound))
+    }
 }
 
 /// When every op started and ended, plus engine counters.
@@ -108,6 +213,25 @@ pub fn run<N: Network>(graph: &ExecGraph, network: &mut N) -> Result<Timeline, E
         network,
         Executor::new(graph.ranks(), graph.streams_per_rank(), graph.has_slowdowns()),
     )?;
+    Ok(Timeline {
+        start: executor.start,
+        end: executor.end,
+        collective_begin: executor.collective_begin,
+        collective_choice: executor.collective_choice,
+        events: executor.events,
+    })
+}
+
+/// Runs `graph` on `network` as [`run`] does, event for event, but gives up with
+/// [`ExecError::PastLimit`] once `limit` shows its watched ends cannot come by it.
+pub fn run_within<N: Network>(
+    graph: &ExecGraph,
+    network: &mut N,
+    limit: EndLimit,
+) -> Result<Timeline, ExecError> {
+    let mut executor = Executor::new(graph.ranks(), graph.streams_per_rank(), graph.has_slowdowns());
+    executor.limit = Some(limit);
+    let executor = execute(graph, network, executor)?;
     Ok(Timeline {
         start: executor.start,
         end: executor.end,
@@ -306,6 +430,8 @@ pub(crate) struct Executor<E> {
     /// (all zero until then); `start` and `end` then stay empty. `None`: every op's times
     /// are kept.
     watched: Option<(Vec<OpId>, Vec<SimTime>)>,
+    /// [`run_within`]'s limit (whole graphs only: indexed by `OpId`).
+    limit: Option<EndLimit>,
 }
 
 /// The state of kernels that run slower while their rank communicates.
@@ -357,6 +483,7 @@ impl<E: Copy + std::fmt::Debug> Executor<E> {
                 generation: Vec::new(),
             }),
             watched: None,
+            limit: None,
         }
     }
 
@@ -722,6 +849,10 @@ impl<E: Copy + std::fmt::Debug> Executor<E> {
         network: &mut N,
     ) -> Result<(), ExecError> {
         let now = self.queue.now();
+        if let Some(bound) = self.limit.as_ref().and_then(|limit| limit.check(op, now)) {
+            let limit = self.limit.as_ref().map_or(SimTime::ZERO, |limit| limit.limit);
+            return Err(ExecError::PastLimit { op: graph.describe(op), bound, limit });
+        }
         if self.watched.is_none() {
             let index = self.at(op);
             self.start[index] = now;

@@ -229,6 +229,23 @@ impl NetworkSettings {
         }
     }
 
+    /// Runs `graph` on `topology` under this model as [`NetworkSettings::run`] does, giving up
+    /// with [`ExecError::PastLimit`] once `limit` shows its watched ends cannot come by it
+    /// ([`exec::run_within`]).
+    pub fn run_within(
+        &self,
+        graph: &ExecGraph,
+        topology: &Topology,
+        limit: exec::EndLimit,
+    ) -> Result<Timeline, ExecError> {
+        match self.fidelity {
+            Fidelity::Analytical => exec::run_within(graph, &mut self.analytical(topology), limit),
+            Fidelity::Flow | Fidelity::PacketSteps => {
+                exec::run_within(graph, &mut self.flow_network(topology), limit)
+            }
+        }
+    }
+
     /// Runs `graph` on `topology` under this model.
     pub fn run(&self, graph: &ExecGraph, topology: &Topology) -> Result<Timeline, ExecError> {
         match self.fidelity {

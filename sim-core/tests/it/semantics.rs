@@ -3,7 +3,7 @@
 //! overlap; a collective begins when its last member arrives and ends for all together.
 
 use proptest::prelude::*;
-use sim_core::exec::{Timeline, run, run_watching};
+use sim_core::exec::{EndLimit, ExecError, Timeline, run, run_watching, run_within};
 use sim_core::flow::FlowNetwork;
 use sim_core::graph::{
     Collective, CollectiveAlgorithm, CollectiveKind, ExecGraph, GraphBuilder, OpId, OpKind, RankId, StreamId,
@@ -189,6 +189,50 @@ proptest! {
         let expected: Vec<SimTime> = watched.iter().map(|op| whole.end[op.0 as usize]).collect();
         prop_assert_eq!(&watching.ends, &expected);
         prop_assert_eq!(watching.events, whole.events);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    /// A run given a limit on the last of some ends (`run_within`, plan's final) is the whole
+    /// run, event for event, when those ends come by the limit, and gives up only when they
+    /// do not: never a run that would have ended in time. Under the analytical and the flow
+    /// model, limits below, at and above the last end.
+    #[test]
+    fn a_limited_run_gives_up_only_when_its_ends_come_after_the_limit(
+        (ranks, steps) in (1u32..5).prop_flat_map(|ranks| (Just(ranks), prop::collection::vec(step(ranks), 1..60))),
+        picks in prop::collection::vec(any::<prop::sample::Index>(), 1..4),
+        fraction in 0.0f64..1.5,
+    ) {
+        let graph = build(ranks, &steps);
+        prop_assume!(graph.op_count() > 0);
+        let topology = single_switch(ranks, "100 Gb/s", "1 us");
+        let ends: Vec<OpId> = picks.iter().map(|pick| OpId(pick.index(graph.op_count()) as u32)).collect();
+        for flow in [false, true] {
+            let whole = if flow {
+                run(&graph, &mut FlowNetwork::new(&topology)).unwrap()
+            } else {
+                run(&graph, &mut AnalyticalNetwork::new(&topology)).unwrap()
+            };
+            let last = ends.iter().map(|op| whole.end[op.0 as usize]).max().unwrap();
+            for limit in [(last.as_ps() as f64 * fraction) as u64, last.as_ps(), last.as_ps().saturating_sub(1)] {
+                let limit = SimTime::from_ps(limit);
+                let within = EndLimit::new(&graph, &ends, limit);
+                let limited = if flow {
+                    run_within(&graph, &mut FlowNetwork::new(&topology), within)
+                } else {
+                    run_within(&graph, &mut AnalyticalNetwork::new(&topology), within)
+                };
+                match limited {
+                    Ok(timeline) => prop_assert_eq!(&timeline, &whole),
+                    Err(ExecError::PastLimit { bound, .. }) => {
+                        prop_assert!(last > limit, "gave up at limit {} though the ends came at {}", limit, last);
+                        prop_assert!(bound <= last, "bound {} above the ends' {}", bound, last);
+                    }
+                    Err(other) => prop_assert!(false, "{}", other),
+                }
+            }
+        }
     }
 }
 
