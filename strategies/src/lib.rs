@@ -1826,10 +1826,11 @@ impl Strategy<'_> {
                 "workload.offload",
                 format!(
                     "{:?} keeps each rank's shard of the weights off the device, which needs ZeRO-3's \
-                     sharded weights, but zero = {}: set zero = 3, or offload = \"optimizer\" (ZeRO-Offload \
-                     with ZeRO-0/1/2)",
+                     sharded weights, but zero = {}: set zero = 3, or offload = {:?} (ZeRO-Offload with \
+                     ZeRO-0/1/2)",
                     p.offload.name(),
-                    p.zero
+                    p.zero,
+                    p.offload.name().trim_end_matches("+parameters")
                 ),
             ));
         }
