@@ -144,9 +144,10 @@ const RANKED_SHARES: usize = 16;
 /// Scratch of [`sort_order_keys`], kept across fillings so that sorting allocates nothing.
 #[derive(Debug, Default)]
 struct KeySort {
-    /// The distinct shares (an [`order_key`]'s upper bits) of the keys being sorted.
+    /// The distinct shares (an [`order_key`]'s upper bits) of the keys being sorted, in order
+    /// of first appearance.
     distinct: Vec<u64>,
-    /// Each key as its share's rank among `distinct` and its link.
+    /// Each key as its share's index in `distinct` (upper half) and its link (lower half).
     ranked: Vec<u64>,
     /// The other buffer of each radix pass.
     spare: Vec<u64>,
@@ -155,9 +156,9 @@ struct KeySort {
 /// Sorts a filling's [`order_key`]s ascending, into exactly the order `sort_unstable` gives
 /// (the keys are distinct: one per link). A component's links have few distinct fair shares
 /// (a capacity over a count of flows: 1.5 per filling on average in NCCL's tree allreduce over
-/// 1,024 ranks under packet-steps), so with at most [`RANKED_SHARES`] of them each key's
-/// 64-bit share is replaced by its rank among them and the (rank, link) keys are sorted by
-/// radix, one counting pass per byte in which they differ: two or three passes over the keys
+/// 1,024 ranks under packet-steps), so with at most [`RANKED_SHARES`] of them the keys are
+/// sorted by radix on (the share's rank among them, the link id): one counting pass per byte
+/// of the link ids in which they differ, then one by rank if there is more than one share,
 /// where the comparison sort of 128-bit keys took a fifth of that run's instructions.
 fn sort_order_keys(keys: &mut [u128], scratch: &mut KeySort) {
     // Below this a comparison sort is as cheap as the radix passes' counts.
@@ -169,8 +170,9 @@ fn sort_order_keys(keys: &mut [u128], scratch: &mut KeySort) {
     let KeySort { distinct, ranked, spare } = scratch;
     distinct.clear();
     ranked.clear();
-    // Each key's share as its index in `distinct` (in order of first appearance).
-    let mut last = 0;
+    // Each key's share as its index in `distinct`, and which bits of the link ids differ.
+    let (mut last, mut varying) = (0, 0u32);
+    let first_link = keys[0] as u32;
     for &key in keys.iter() {
         let share = (key >> 32) as u64;
         if distinct.get(last) != Some(&share) {
@@ -186,31 +188,39 @@ fn sort_order_keys(keys: &mut [u128], scratch: &mut KeySort) {
                 }
             }
         }
+        varying |= key as u32 ^ first_link;
         ranked.push(((last as u64) << 32) | u64::from(key as u32));
     }
-    if distinct.len() > 1 {
-        // From order of appearance to order of share.
-        let mut rank = [0u64; RANKED_SHARES];
-        for (index, &share) in distinct.iter().enumerate() {
-            rank[index] = distinct.iter().filter(|&&other| other < share).count() as u64;
-        }
-        for entry in ranked.iter_mut() {
-            *entry = (rank[(*entry >> 32) as usize] << 32) | (*entry & u64::from(u32::MAX));
-        }
-        distinct.sort_unstable();
+    // Each index's rank: how many distinct shares are smaller.
+    let mut rank = [0usize; RANKED_SHARES];
+    for (index, &share) in distinct.iter().enumerate() {
+        rank[index] = distinct.iter().filter(|&&other| other < share).count();
     }
-    // Least significant byte first, skipping the bytes that are the same in every key.
-    let first = ranked[0];
-    let varying = ranked.iter().fold(0, |differ, &entry| differ | (entry ^ first));
-    spare.clear();
+    // The histograms of every pass at once (a permutation leaves them as they are).
+    let mut counts = [[0u32; 256]; 4];
+    let mut by_rank = [0u32; RANKED_SHARES];
+    let bytes: &[u32] = match varying {
+        0..=0xff => &[0],
+        0x100..=0xffff => &[0, 8],
+        0x1_0000..=0xff_ffff => &[0, 8, 16],
+        _ => &[0, 8, 16, 24],
+    };
+    let ranks = distinct.len() > 1;
+    for &entry in ranked.iter() {
+        for (pass, &shift) in bytes.iter().enumerate() {
+            counts[pass][((entry >> shift) & 0xff) as usize] += 1;
+        }
+        if ranks {
+            by_rank[rank[(entry >> 32) as usize]] += 1;
+        }
+    }
+    // Only grows (a shorter length truncates): every pass writes each entry before reading.
     spare.resize(ranked.len(), 0);
-    for shift in (0..64).step_by(8) {
+    // Least significant byte first, the rank last.
+    for (pass, &shift) in bytes.iter().enumerate() {
+        let starts = &mut counts[pass];
         if (varying >> shift) & 0xff == 0 {
             continue;
-        }
-        let mut starts = [0u32; 256];
-        for &entry in ranked.iter() {
-            starts[((entry >> shift) & 0xff) as usize] += 1;
         }
         let mut total = 0;
         for start in starts.iter_mut() {
@@ -222,6 +232,20 @@ fn sort_order_keys(keys: &mut [u128], scratch: &mut KeySort) {
             let byte = ((entry >> shift) & 0xff) as usize;
             spare[starts[byte] as usize] = entry;
             starts[byte] += 1;
+        }
+        std::mem::swap(ranked, spare);
+    }
+    if ranks {
+        let mut total = 0;
+        for start in by_rank.iter_mut() {
+            let count = *start;
+            *start = total;
+            total += count;
+        }
+        for &entry in ranked.iter() {
+            let at = &mut by_rank[rank[(entry >> 32) as usize]];
+            spare[*at as usize] = entry;
+            *at += 1;
         }
         std::mem::swap(ranked, spare);
     }
@@ -658,11 +682,15 @@ impl<T: Copy> MaxMin<T> {
         while next < component_links.len() {
             let link = component_links[next] as usize;
             next += 1;
-            // A flow of the link joins the component unless it is in it already or kept.
-            let mut visit = |flow: u32| {
+            let (plain, groups) = (&on_link[link], &groups_on_link[link]);
+            for index in 0..plain.len() + groups.len() {
+                let flow = match plain.get(index) {
+                    Some(&flow) => flow,
+                    None => groups[index - plain.len()].0,
+                };
                 let f = flow as usize;
                 if flow_epoch[f] == epoch {
-                    return;
+                    continue;
                 }
                 let candidate = &flows[f];
                 // Kept at its rate: frozen below the threshold (a flow that just joined has
@@ -670,7 +698,7 @@ impl<T: Copy> MaxMin<T> {
                 // froze at level 0, and is kept unless a capacity changed: threshold 0).
                 if candidate.level() < threshold && (candidate.rate != 0.0 || candidate.stalled) {
                     partial = true;
-                    return;
+                    continue;
                 }
                 flow_epoch[f] = epoch;
                 component_flows.push(flow);
@@ -682,12 +710,6 @@ impl<T: Copy> MaxMin<T> {
                         component_links.push(other.0);
                     }
                 }
-            };
-            for &flow in &on_link[link] {
-                visit(flow);
-            }
-            for &(flow, _) in &groups_on_link[link] {
-                visit(flow);
             }
         }
         self.partial = partial;
@@ -931,11 +953,17 @@ mod tests {
     proptest! {
         /// The ranked radix sort puts a filling's keys in the order a comparison sort does,
         /// whether their shares are few (ranked), many (sorted as they are), large link ids or
-        /// small, and with keys left from an earlier sort in its scratch.
+        /// small (one to four bytes of them differing), and with keys left from an earlier
+        /// sort in its scratch.
         #[test]
         fn sort_order_keys_sorts_as_sort_unstable(
             shares in prop::collection::vec(0.0f64..1e12, 1..24),
-            links in prop::collection::btree_set(any::<u32>(), 0..300),
+            links in prop_oneof![
+                prop::collection::btree_set(0u32..400, 0..300),
+                prop::collection::btree_set(0u32..70_000, 0..300),
+                prop::collection::btree_set(0u32..20_000_000, 0..300),
+                prop::collection::btree_set(any::<u32>(), 0..300),
+            ],
             picks in prop::collection::vec(any::<usize>(), 300),
         ) {
             let keys: Vec<u128> = links
