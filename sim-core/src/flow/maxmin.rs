@@ -151,6 +151,9 @@ struct KeySort {
     ranked: Vec<u64>,
     /// The other buffer of each radix pass.
     spare: Vec<u64>,
+    /// One bit per link id (all clear between sorts): the links of one share, set and read
+    /// back in order.
+    bits: Vec<u64>,
 }
 
 /// Sorts a filling's [`order_key`]s ascending, into exactly the order `sort_unstable` gives
@@ -159,7 +162,10 @@ struct KeySort {
 /// 1,024 ranks under packet-steps), so with at most [`RANKED_SHARES`] of them the keys are
 /// sorted by radix on (the share's rank among them, the link id): one counting pass per byte
 /// of the link ids in which they differ, then one by rank if there is more than one share,
-/// where the comparison sort of 128-bit keys took a fifth of that run's instructions.
+/// where the comparison sort of 128-bit keys took a fifth of that run's instructions. When
+/// the link ids span no more 64-bit words than there are keys, each share's links are
+/// instead set in a bitmap and read back in order: a pass by rank (if more than one share),
+/// then a set and a read per key and a look at each word of the span per share.
 fn sort_order_keys(keys: &mut [u128], scratch: &mut KeySort) {
     // Below this a comparison sort is as cheap as the radix passes' counts.
     const SMALL: usize = 48;
@@ -167,11 +173,11 @@ fn sort_order_keys(keys: &mut [u128], scratch: &mut KeySort) {
         keys.sort_unstable();
         return;
     }
-    let KeySort { distinct, ranked, spare } = scratch;
+    let KeySort { distinct, ranked, spare, bits } = scratch;
     distinct.clear();
     ranked.clear();
     // Each key's share as its index in `distinct`, and which bits of the link ids differ.
-    let (mut last, mut varying) = (0, 0u32);
+    let (mut last, mut varying, mut lowest, mut highest) = (0, 0u32, u32::MAX, 0u32);
     let first_link = keys[0] as u32;
     for &key in keys.iter() {
         let share = (key >> 32) as u64;
@@ -189,12 +195,63 @@ fn sort_order_keys(keys: &mut [u128], scratch: &mut KeySort) {
             }
         }
         varying |= key as u32 ^ first_link;
+        lowest = lowest.min(key as u32);
+        highest = highest.max(key as u32);
         ranked.push(((last as u64) << 32) | u64::from(key as u32));
     }
     // Each index's rank: how many distinct shares are smaller.
     let mut rank = [0usize; RANKED_SHARES];
     for (index, &share) in distinct.iter().enumerate() {
         rank[index] = distinct.iter().filter(|&&other| other < share).count();
+    }
+    let ranks = distinct.len() > 1;
+    let (low_word, high_word) = ((lowest >> 6) as usize, (highest >> 6) as usize);
+    if high_word - low_word < ranked.len() {
+        if bits.len() <= high_word {
+            bits.resize(high_word + 1, 0);
+        }
+        if ranks {
+            // By rank, links in any order within one.
+            let mut starts = [0u32; RANKED_SHARES];
+            for &entry in ranked.iter() {
+                starts[rank[(entry >> 32) as usize]] += 1;
+            }
+            let mut total = 0;
+            for start in starts.iter_mut() {
+                let count = *start;
+                *start = total;
+                total += count;
+            }
+            spare.resize(ranked.len(), 0);
+            for &entry in ranked.iter() {
+                let at = &mut starts[rank[(entry >> 32) as usize]];
+                spare[*at as usize] = entry;
+                *at += 1;
+            }
+            std::mem::swap(ranked, spare);
+        }
+        let (mut next, mut written) = (0, 0);
+        while next < ranked.len() {
+            let index = ranked[next] >> 32;
+            while let Some(&entry) = ranked.get(next)
+                && entry >> 32 == index
+            {
+                let link = entry as u32;
+                bits[(link >> 6) as usize] |= 1 << (link & 63);
+                next += 1;
+            }
+            let share = u128::from(distinct[index as usize]) << 32;
+            for (word, set) in bits[low_word..=high_word].iter_mut().enumerate() {
+                let mut links = std::mem::take(set);
+                let base = ((low_word + word) as u32) << 6;
+                while links != 0 {
+                    keys[written] = share | u128::from(base | links.trailing_zeros());
+                    written += 1;
+                    links &= links - 1;
+                }
+            }
+        }
+        return;
     }
     // The histograms of every pass at once (a permutation leaves them as they are).
     let mut counts = [[0u32; 256]; 4];
@@ -205,7 +262,6 @@ fn sort_order_keys(keys: &mut [u128], scratch: &mut KeySort) {
         0x1_0000..=0xff_ffff => &[0, 8, 16],
         _ => &[0, 8, 16, 24],
     };
-    let ranks = distinct.len() > 1;
     for &entry in ranked.iter() {
         for (pass, &shift) in bytes.iter().enumerate() {
             counts[pass][((entry >> shift) & 0xff) as usize] += 1;
