@@ -328,6 +328,9 @@ impl TryFrom<&[LinkId]> for Route {
 
 impl std::ops::Deref for Route {
     type Target = [LinkId];
+    // Inlined across crates: the flow model walks routes in its innermost loops (a call per
+    // walk cost 1.2% of a packet-steps run's instructions, plus the calls around it).
+    #[inline]
     fn deref(&self) -> &[LinkId] {
         &self.links[..self.len as usize]
     }
