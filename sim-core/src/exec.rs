@@ -208,18 +208,7 @@ impl Timeline {
 
 /// Runs `graph` to completion on `network`.
 pub fn run<N: Network>(graph: &ExecGraph, network: &mut N) -> Result<Timeline, ExecError> {
-    let executor = execute(
-        graph,
-        network,
-        Executor::new(graph.ranks(), graph.streams_per_rank(), graph.has_slowdowns()),
-    )?;
-    Ok(Timeline {
-        start: executor.start,
-        end: executor.end,
-        collective_begin: executor.collective_begin,
-        collective_choice: executor.collective_choice,
-        events: executor.events,
-    })
+    run_limited(graph, network, None)
 }
 
 /// Runs `graph` on `network` as [`run`] does, event for event, but gives up with
@@ -229,8 +218,17 @@ pub fn run_within<N: Network>(
     network: &mut N,
     limit: EndLimit,
 ) -> Result<Timeline, ExecError> {
+    run_limited(graph, network, Some(limit))
+}
+
+/// [`run`], or [`run_within`] with a limit.
+fn run_limited<N: Network>(
+    graph: &ExecGraph,
+    network: &mut N,
+    limit: Option<EndLimit>,
+) -> Result<Timeline, ExecError> {
     let mut executor = Executor::new(graph.ranks(), graph.streams_per_rank(), graph.has_slowdowns());
-    executor.limit = Some(limit);
+    executor.limit = limit;
     let executor = execute(graph, network, executor)?;
     Ok(Timeline {
         start: executor.start,

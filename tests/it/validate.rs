@@ -537,16 +537,8 @@ fn progress_is_plain_lines_on_stderr_never_on_stdout() {
 /// family's cases set a fitted constant: this is a test of the schedule and the compute model.
 #[test]
 fn zero_bubble_speed_up_over_1f1b_is_the_papers_within_ten_percent() {
-    let output = parasim(&["validate", "--suite", "zero-bubble-iclr24", "--json", "--quiet"]);
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    let cases = json["cases"].as_array().unwrap();
-    let find = |id: &str| {
-        cases
-            .iter()
-            .find(|case| case["id"] == format!("zero-bubble-iclr24/{id}"))
-            .unwrap_or_else(|| panic!("no case {id}"))
-    };
+    let cases = suite_cases("zero-bubble-iclr24");
+    let find = |id: &str| case_of(&cases, "zero-bubble-iclr24", id);
     let mut checked = 0;
     for setting in [
         "1.5b-m24",
@@ -582,16 +574,8 @@ fn zero_bubble_speed_up_over_1f1b_is_the_papers_within_ten_percent() {
 /// chunks hold the embedding and the output layer alone under ZB-V). No fitted constant.
 #[test]
 fn zb_v_speed_up_over_1f1b_is_the_papers_within_ten_percent() {
-    let output = parasim(&["validate", "--suite", "zero-bubble-v-arxiv", "--json", "--quiet"]);
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    let cases = json["cases"].as_array().unwrap();
-    let find = |id: &str| {
-        cases
-            .iter()
-            .find(|case| case["id"] == format!("zero-bubble-v-arxiv/{id}"))
-            .unwrap_or_else(|| panic!("no case {id}"))
-    };
+    let cases = suite_cases("zero-bubble-v-arxiv");
+    let find = |id: &str| case_of(&cases, "zero-bubble-v-arxiv", id);
     let mut checked = 0;
     for setting in [
         "6.2b-m48",
@@ -619,4 +603,17 @@ fn zb_v_speed_up_over_1f1b_is_the_papers_within_ten_percent() {
         }
     }
     assert_eq!(checked, 18);
+}
+
+/// The cases of `validate --suite family --json`.
+fn suite_cases(family: &str) -> Vec<serde_json::Value> {
+    let output = parasim(&["validate", "--suite", family, "--json", "--quiet"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    json["cases"].as_array().unwrap().clone()
+}
+
+/// Case `id` of `family` among `cases`.
+fn case_of<'a>(cases: &'a [serde_json::Value], family: &str, id: &str) -> &'a serde_json::Value {
+    cases.iter().find(|case| case["id"] == format!("{family}/{id}")).unwrap_or_else(|| panic!("no case {id}"))
 }
