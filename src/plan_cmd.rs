@@ -342,7 +342,7 @@ fn human(report: &PlanReport, search: &Search, options: &PlanOptions) -> String 
             "out-of-core   nothing fit in device memory: each configuration without recomputation or ZeRO \
              was tried again out of core (workload.offload, both modes{})",
             if report.host_optimizer {
-                "; with cluster.host-cpu named, the optimizer on the host CPU too, with ZeRO-1/2 and recomputation"
+                "; with cluster.host-cpu named, the optimizer on the host CPU too, with ZeRO and recomputation, and under ZeRO-3 the weights' shards"
             } else {
                 ""
             }
