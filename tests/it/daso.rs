@@ -183,3 +183,49 @@ fn out_of_core_weights_gpt_fits_but_loses_to_tensor_parallelism() {
     let stderr = String::from_utf8_lossy(&activations.stderr);
     assert!(!activations.status.success() && stderr.contains("does not fit in memory"), "{stderr}");
 }
+
+/// ZeRO-Infinity as a user runs it (`scenarios/out-of-core/gpt-1.7b-zero-infinity.toml`): the
+/// GPU keeps neither weights, gradients nor optimizer state, only the gathered units and the
+/// activations' window; each GPU's host link carries its weight shards in (twice per unit:
+/// forward and backward) and its gradient shard out, with the activations both ways; with the
+/// shards and state on NVMe, the report says what is read and written, and the drives' queue
+/// makes the iteration longer by at least the reads of the state.
+#[test]
+fn zero_infinity_keeps_no_model_state_on_the_gpu_and_reports_its_nvme_traffic() {
+    let file = "scenarios/out-of-core/gpt-1.7b-zero-infinity.toml";
+    let host = run(file, &[]);
+    let memory = &host["memory"];
+    for part in ["weights", "gradients", "optimizer"] {
+        assert_eq!(memory[part].as_u64(), Some(0), "{part}: {memory}");
+    }
+    let offload = &host["strategy"]["offload"];
+    assert_eq!(offload["offload"], "activations+optimizer+parameters");
+    let bytes = |key: &str| offload[key].as_u64().unwrap_or_else(|| panic!("{key}: {offload}"));
+    // One micro-batch per replica: the weight shards twice, fp16; the gradient shard once, fp32.
+    assert_eq!(bytes("weight_bytes"), bytes("gradient_bytes"), "{offload}");
+    assert_eq!(bytes("to_host_bytes"), bytes("gradient_bytes") + bytes("activation_bytes"));
+    assert_eq!(bytes("to_device_bytes"), bytes("weight_bytes") + bytes("activation_bytes"));
+    assert!(offload.get("nvme_bytes").is_none(), "{offload}");
+    let nvme = run(
+        file,
+        &[
+            (
+                "offload = \"activations+optimizer+parameters\"",
+                "offload = \"activations+optimizer+parameters\"\noffload-device = \"nvme\"",
+            ),
+            ("host-cpu = \"xeon-6148-2s\"", "host-cpu = \"xeon-6148-2s\"\nnvme-bandwidth = \"3.2 GB/s\""),
+        ],
+    );
+    let on_drives = &nvme["strategy"]["offload"];
+    let (read, total) =
+        (on_drives["nvme_read_bytes"].as_f64().unwrap(), on_drives["nvme_bytes"].as_f64().unwrap());
+    // Read: the state and every fetched shard; written: the state and the updated shard.
+    assert!(read > total / 2.0 && read < total, "{read} read of {total}");
+    let share = on_drives["nvme_bandwidth_bytes_per_s"].as_f64().unwrap();
+    assert!(
+        iteration(&nvme) > iteration(&host) + 0.5 * read / share,
+        "{} s against {} s",
+        iteration(&nvme),
+        iteration(&host)
+    );
+}
