@@ -222,7 +222,7 @@ pub fn run_within<N: Network>(
 }
 
 /// [`run`], or [`run_within`] with a limit.
-fn run_limited<N: Network>(
+pub(crate) fn run_limited<N: Network>(
     graph: &ExecGraph,
     network: &mut N,
     limit: Option<EndLimit>,
@@ -847,9 +847,10 @@ impl<E: Copy + std::fmt::Debug> Executor<E> {
         network: &mut N,
     ) -> Result<(), ExecError> {
         let now = self.queue.now();
-        if let Some(bound) = self.limit.as_ref().and_then(|limit| limit.check(op, now)) {
-            let limit = self.limit.as_ref().map_or(SimTime::ZERO, |limit| limit.limit);
-            return Err(ExecError::PastLimit { op: graph.describe(op), bound, limit });
+        if let Some(limit) = &self.limit
+            && let Some(bound) = limit.check(op, now)
+        {
+            return Err(ExecError::PastLimit { op: graph.describe(op), bound, limit: limit.limit });
         }
         if self.watched.is_none() {
             let index = self.at(op);

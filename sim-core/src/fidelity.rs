@@ -238,30 +238,25 @@ impl NetworkSettings {
         topology: &Topology,
         limit: exec::EndLimit,
     ) -> Result<Timeline, ExecError> {
-        match self.fidelity {
-            Fidelity::Analytical => exec::run_within(graph, &mut self.analytical(topology), limit),
-            Fidelity::Flow | Fidelity::PacketSteps => {
-                exec::run_within(graph, &mut self.flow_network(topology), limit)
-            }
-        }
+        self.run_limited(graph, topology, Some(limit))
     }
 
     /// Runs `graph` on `topology` under this model.
     pub fn run(&self, graph: &ExecGraph, topology: &Topology) -> Result<Timeline, ExecError> {
+        self.run_limited(graph, topology, None)
+    }
+
+    /// [`NetworkSettings::run`], or [`NetworkSettings::run_within`] with a limit.
+    fn run_limited(
+        &self,
+        graph: &ExecGraph,
+        topology: &Topology,
+        limit: Option<exec::EndLimit>,
+    ) -> Result<Timeline, ExecError> {
         match self.fidelity {
-            Fidelity::Analytical => exec::run(graph, &mut self.analytical(topology)),
+            Fidelity::Analytical => exec::run_limited(graph, &mut self.analytical(topology), limit),
             Fidelity::Flow | Fidelity::PacketSteps => {
-                let mut network = FlowNetwork::new(topology)
-                    .with_collective_launch(self.collective_launch)
-                    .with_chunk(self.chunk)
-                    .with_protocols(self.protocols)
-                    .with_generation(self.generation)
-                    .with_device_copy(self.device_copy)
-                    .with_work_budget(self.work_budget);
-                if self.fidelity == Fidelity::Flow {
-                    network = network.steady_state();
-                }
-                exec::run(graph, &mut network)
+                exec::run_limited(graph, &mut self.flow_network(topology), limit)
             }
         }
     }

@@ -665,16 +665,16 @@ pub fn thousands(n: u64) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn a_scaled_bandwidth_is_the_rate_times_the_factor_or_none() {
-        let rate: super::Bandwidth = "256 GB/s".parse().unwrap();
+        let rate: Bandwidth = "256 GB/s".parse().unwrap();
         assert_eq!(rate.scaled(0.25).unwrap().bytes_per_second(), 64e9);
         assert_eq!(rate.scaled(1.0), Some(rate));
         assert_eq!(rate.scaled(0.0), None);
         assert_eq!(rate.scaled(f64::NAN), None);
     }
-
-    use super::*;
 
     #[test]
     fn counts_get_thousands_separators() {

@@ -52,7 +52,9 @@ pub(super) struct Flow<T> {
     pub(super) size: f64,
     /// Bytes still to deliver as of `updated`.
     pub(super) remaining: f64,
-    /// Current rate in bytes per second (0 until it joins its links).
+    /// Current rate in bytes per second (0 until it joins its links); per unit of weight for a
+    /// group flow, so that it is also the filling level at which it froze, which a re-fill
+    /// compares with its threshold (see [`MaxMin::collect`]).
     pub(super) rate: f64,
     /// When `remaining` was last brought up to date.
     pub(super) updated: SimTime,
@@ -67,16 +69,6 @@ pub(super) struct Flow<T> {
     /// Frozen at rate 0 by a re-fill (a link of its route is down), as opposed to a flow that
     /// has just joined and has no rate yet: a re-fill may keep it at 0 below its threshold.
     pub(super) stalled: bool,
-}
-
-impl<T> Flow<T> {
-    /// The filling level at which it froze: its rate per unit of weight (0 until it has a
-    /// rate), which is its rate (a plain flow weighs 1; a group flow's rate is per unit). What
-    /// a re-fill compares with its threshold (see [`MaxMin::collect`]).
-    #[inline]
-    pub(super) fn level(&self) -> f64 {
-        self.rate
-    }
 }
 
 /// One link of a group flow's spread: the link, the weight it claims there, and what it
@@ -320,6 +312,15 @@ fn next_link(sorted: &mut Vec<u128>, heap: &mut BinaryHeap<u128>) -> Option<u128
         (Some(_), _) => sorted.pop(),
         (None, _) => heap.pop(),
     }
+}
+
+/// A flow frozen at `share` per unit of weight, of weight `weight` on a link, takes its part
+/// of what the link has left (`remaining`) and leaves its count and weight there.
+#[inline(always)]
+fn take(remaining: &mut f64, count: &mut u32, unfrozen_weight: &mut f64, share: f64, weight: f64) {
+    *remaining = (*remaining - share * weight).max(0.0);
+    *count -= 1;
+    *unfrozen_weight = (*unfrozen_weight - weight).max(MIN_WEIGHT);
 }
 
 /// The summed weight of the flows on a link, from its `plain` flows (each weighs 1) and its
@@ -639,7 +640,7 @@ impl<T: Copy> MaxMin<T> {
         let shared = route.iter().any(|&link| self.is_busy(link));
         let flow = &mut self.flows[id as usize];
         if shared {
-            self.threshold = self.threshold.min(flow.level());
+            self.threshold = self.threshold.min(flow.rate);
         }
         flow.rate = 0.0;
         flow.remaining = 0.0;
@@ -675,7 +676,7 @@ impl<T: Copy> MaxMin<T> {
         self.active_flows -= self.edges[id as usize] as usize;
         self.edges[id as usize] = 0;
         let flow = &mut self.flows[id as usize];
-        self.threshold = self.threshold.min(flow.level());
+        self.threshold = self.threshold.min(flow.rate);
         flow.rate = 0.0;
         flow.remaining = 0.0;
         flow.generation = flow.generation.wrapping_add(1);
@@ -752,7 +753,7 @@ impl<T: Copy> MaxMin<T> {
                 // Kept at its rate: frozen below the threshold (a flow that just joined has
                 // no rate yet and is always re-filled; one stalled at 0 on a link that is down
                 // froze at level 0, and is kept unless a capacity changed: threshold 0).
-                if candidate.level() < threshold && (candidate.rate != 0.0 || candidate.stalled) {
+                if candidate.rate < threshold && (candidate.rate != 0.0 || candidate.stalled) {
                     partial = true;
                     continue;
                 }
@@ -778,7 +779,7 @@ impl<T: Copy> MaxMin<T> {
         if self.partial {
             // The component's links also carry kept flows: the general filling, on what they
             // leave of each link.
-            self.fill(self.epoch);
+            self.fill();
         } else if let [flow] = self.component_flows[..] {
             // A flow alone on its links (the common uncontended case) runs at its bottleneck;
             // a group flow alone, at its links' smallest capacity per unit of its weight there
@@ -792,7 +793,7 @@ impl<T: Copy> MaxMin<T> {
                 .fold(rate, f64::min);
             self.new_rate[flow as usize] = rate;
         } else {
-            self.fill(self.epoch);
+            self.fill();
         }
     }
 
@@ -848,7 +849,7 @@ impl<T: Copy> MaxMin<T> {
     ///
     /// After a partial collection each link starts with what the flows kept at their rates
     /// leave of it, and only the component's flows count in its weight.
-    fn fill(&mut self, epoch: u64) {
+    fn fill(&mut self) {
         // The scratch and the lists as separate borrows: the loops below index them directly.
         let MaxMin {
             capacity,
@@ -867,9 +868,10 @@ impl<T: Copy> MaxMin<T> {
             key_sort,
             unfrozen_weight,
             partial,
+            epoch,
             ..
         } = self;
-        let partial = *partial;
+        let (partial, epoch) = (*partial, *epoch);
         sorted.clear();
         heap.clear();
         for &link in component_links.iter() {
@@ -941,9 +943,7 @@ impl<T: Copy> MaxMin<T> {
                 new_rate[f] = share;
                 for &other in flows[f].route.iter() {
                     let o = other.0 as usize;
-                    remaining_capacity[o] = (remaining_capacity[o] - share).max(0.0);
-                    unfrozen[o] -= 1;
-                    unfrozen_weight[o] = (unfrozen_weight[o] - 1.0).max(MIN_WEIGHT);
+                    take(&mut remaining_capacity[o], &mut unfrozen[o], &mut unfrozen_weight[o], share, 1.0);
                 }
             }
             for &(flow, _) in &groups_on_link[l] {
@@ -956,9 +956,13 @@ impl<T: Copy> MaxMin<T> {
                 new_rate[f] = share;
                 for entry in &spreads[f] {
                     let o = entry.link.0 as usize;
-                    remaining_capacity[o] = (remaining_capacity[o] - share * entry.weight).max(0.0);
-                    unfrozen[o] -= 1;
-                    unfrozen_weight[o] = (unfrozen_weight[o] - entry.weight).max(MIN_WEIGHT);
+                    take(
+                        &mut remaining_capacity[o],
+                        &mut unfrozen[o],
+                        &mut unfrozen_weight[o],
+                        share,
+                        entry.weight,
+                    );
                 }
             }
         }
@@ -988,7 +992,7 @@ impl<T: Copy> MaxMin<T> {
                 let fastest = self.on_link[l]
                     .iter()
                     .chain(self.groups_on_link[l].iter().map(|(flow, _)| flow))
-                    .map(|&f| self.flows[f as usize].level())
+                    .map(|&f| self.flows[f as usize].rate)
                     .fold(0.0, f64::max);
                 load(l) >= self.capacity[l] * (1.0 - 1e-9) && rate >= fastest * (1.0 - 1e-9)
             });

@@ -60,10 +60,9 @@ pub(super) struct HostOptimizer {
     /// Per pipeline stage: the chunks of the parameters one of its ranks steps, and the host
     /// CPU's time for each.
     pub(super) chunks: Vec<Vec<(u64, SimDuration)>>,
-    /// With the state on NVMe (ZeRO-Infinity): the time to read (and as long to write back)
-    /// one parameter's fp32 weight and states at the process's share of the NVMe bandwidth,
-    /// in picoseconds per parameter.
-    pub(super) nvme_ps_per_parameter: Option<f64>,
+    /// With the state on NVMe (ZeRO-Infinity): the process's share of the NVMe bandwidth, in
+    /// bytes per second, at which the state and the weights' shards are read and written.
+    pub(super) nvme_rate: Option<f64>,
     /// Bytes per parameter of the fp32 weight and states (on NVMe or in host memory).
     pub(super) state_bytes: u64,
     /// Bytes per parameter of the working weights copied back.
@@ -75,9 +74,6 @@ pub(super) struct HostOptimizer {
     /// working weights lives in host memory (or on NVMe), where the step updates it, and is
     /// fetched before each allgather, instead of being copied back after the step.
     pub(super) parameters_offloaded: bool,
-    /// With the state on NVMe: picoseconds per byte at the process's share of the NVMe
-    /// bandwidth (the weights' shards' reads and writes).
-    pub(super) nvme_ps_per_byte: Option<f64>,
 }
 
 impl HostOptimizer {
@@ -87,8 +83,6 @@ impl HostOptimizer {
         let one = HostOptimizer::per_parameter(strategy);
         let weight_bytes = one.weights.0;
         let state_bytes = one.optimizer.0;
-        let nvme_ps_per_byte = strategy.nvme.map(|bandwidth| 1e12 / bandwidth.bytes_per_second());
-        let nvme_ps_per_parameter = nvme_ps_per_byte.map(|ps| state_bytes as f64 * ps);
         let chunks = stage_parameters
             .iter()
             .map(|&parameters| {
@@ -98,23 +92,24 @@ impl HostOptimizer {
         let shard_ranks = if p.zero >= 1 { u64::from(p.optimizer_shard_ranks()) } else { 1 };
         Ok(HostOptimizer {
             chunks,
-            nvme_ps_per_parameter,
+            nvme_rate: strategy.nvme.map(|bandwidth| bandwidth.bytes_per_second()),
             state_bytes,
             weight_bytes,
             shard_ranks,
             parameters_offloaded: p.offload.parameters(),
-            nvme_ps_per_byte,
         })
     }
 
     /// The NVMe read (or write) of `parameters`' fp32 weights and states, if they live there.
     fn nvme_time(&self, parameters: u64) -> Option<SimDuration> {
-        self.nvme_ps_per_parameter.map(|ps| SimDuration::from_ps((ps * parameters as f64).round() as u64))
+        self.nvme_rate.map(|rate| {
+            SimDuration::from_ps((self.state_bytes as f64 / rate * 1e12 * parameters as f64).round() as u64)
+        })
     }
 
     /// The NVMe read (or write) of `bytes` of the weights' shards, if they live there.
     fn nvme_bytes_time(&self, bytes: u64) -> Option<SimDuration> {
-        self.nvme_ps_per_byte.map(|ps| SimDuration::from_ps((ps * bytes as f64).round() as u64))
+        self.nvme_rate.map(|rate| SimDuration::from_ps((bytes as f64 / rate * 1e12).round() as u64))
     }
 
     /// Bytes of a rank's shard of `bytes` (a unit's gathered weights or gradients).
@@ -450,7 +445,7 @@ impl OffloadPlan {
             // The gradients the CPU reads, and the fp32 weights and states: all of them, or with
             // them on NVMe two chunks' in transit; the weights' shards where they are offloaded.
             totals.host_bytes += parameters * one.gradients.0;
-            if host.nvme_ps_per_parameter.is_some() {
+            if host.nvme_rate.is_some() {
                 let chunks = host.chunks.get(stage as usize).map_or(&[][..], Vec::as_slice);
                 totals.host_bytes += WeightOffload::largest(chunks.iter().map(|c| c.0), 2) * host.state_bytes;
                 totals.nvme_read_bytes = parameters * host.state_bytes;
@@ -581,12 +576,7 @@ impl RankEmitter<'_, '_> {
     /// Before the backward of layer `index`: its activations' prefetch and weight fetch, and
     /// (at most two gradient buckets on the device) the copy of the bucket two before the one
     /// it opens.
-    pub(super) fn offload_before_backward(
-        &mut self,
-        backward: &mut BackwardOffload,
-        index: usize,
-        micro: u32,
-    ) {
+    fn offload_before_backward(&mut self, backward: &mut BackwardOffload, index: usize, micro: u32) {
         let weights = self.plan.offload.as_ref().and_then(|o| o.weights.as_ref());
         if let Some(&prefetch) = self.offload.prefetched.get(&(micro, index)) {
             self.waiting.push(Dep::Local(prefetch));
@@ -606,12 +596,7 @@ impl RankEmitter<'_, '_> {
 
     /// After the backward of layer `index`: its weight buffer in use until its kernels are
     /// done, the next weight fetch, and the activation prefetches its backward triggers.
-    pub(super) fn offload_after_backward(
-        &mut self,
-        backward: &mut BackwardOffload,
-        index: usize,
-        micro: u32,
-    ) {
+    fn offload_after_backward(&mut self, backward: &mut BackwardOffload, index: usize, micro: u32) {
         let plan = self.plan;
         if backward.fetches(plan, index) {
             self.offload.weight_users.extend(self.last_compute);
@@ -623,6 +608,25 @@ impl RankEmitter<'_, '_> {
         if let Some(offload) = &plan.offload {
             self.prefetch(micro, &offload.prefetch_after[index]);
         }
+    }
+
+    /// The backward of layer `index` (micro-batch `micro`) with the out-of-core fetches and
+    /// copies around it when `offload` is the chunk's ([`RankEmitter::offload_backward`]):
+    /// what every policy's per-layer backward runs. Returns [`RankEmitter::backward_layer`]'s.
+    pub(super) fn backward_layer_offloaded(
+        &mut self,
+        offload: &mut Option<BackwardOffload>,
+        index: usize,
+        micro: u32,
+    ) -> Result<Option<u32>, crate::StrategyError> {
+        if let Some(offload) = offload.as_mut() {
+            self.offload_before_backward(offload, index, micro);
+        }
+        let ready = self.backward_layer(index, micro)?;
+        if let Some(offload) = offload.as_mut() {
+            self.offload_after_backward(offload, index, micro);
+        }
+        Ok(ready)
     }
 
     /// Out-of-core weights or a host optimizer: synchronised gradients (`bytes`, a bucket's or
@@ -684,11 +688,11 @@ impl RankEmitter<'_, '_> {
                 } else {
                     SimDuration::ZERO
                 };
-                let label = NVME_WRITE_LABEL;
+                let duration = state.saturating_add(weights);
                 write = Some(self.host_op(
                     crate::NVME_STREAM,
-                    state.saturating_add(weights),
-                    label,
+                    duration,
+                    NVME_WRITE_LABEL,
                     &[Dep::Local(step)],
                     meta,
                 ));

@@ -217,13 +217,7 @@ pub(in super::super) fn backward_layers(
     let last = last && part != crate::pipeline::Step::BackwardInput;
     let mut offload = emitter.offload_backward(layers.clone(), micro);
     for index in layers.rev() {
-        if let Some(offload) = offload.as_mut() {
-            emitter.offload_before_backward(offload, index, micro);
-        }
-        let ready = emitter.backward_layer(index, micro)?;
-        if let Some(offload) = offload.as_mut() {
-            emitter.offload_after_backward(offload, index, micro);
-        }
+        let ready = emitter.backward_layer_offloaded(&mut offload, index, micro)?;
         if last && let (Some(b), Some(ready)) = (plan.bucket_closed_by[index], ready) {
             let bucket = &plan.buckets[chunk][b];
             // The output layer's deferred weight gradients run before their bucket is reduced.

@@ -185,13 +185,7 @@ impl RankPolicy for FsdpRank<'_> {
             let first = emitter.buffer.ops.len();
             let mut ready = None;
             for index in units[u].layers.clone().rev() {
-                if let Some(offload) = offload.as_mut() {
-                    emitter.offload_before_backward(offload, index, micro);
-                }
-                ready = emitter.backward_layer(index, micro)?.or(ready);
-                if let Some(offload) = offload.as_mut() {
-                    emitter.offload_after_backward(offload, index, micro);
-                }
+                ready = emitter.backward_layer_offloaded(&mut offload, index, micro)?.or(ready);
             }
             if u > 0 {
                 let start: Vec<Dep> = (first < emitter.buffer.ops.len())
@@ -238,13 +232,12 @@ impl FsdpRank<'_> {
         let plan = emitter.plan;
         let bytes = plan.weight_bytes(self.units[chunk][unit].parameters);
         let host = plan.offload.as_ref().and_then(|o| o.host.as_ref()).filter(|h| h.parameters_offloaded);
-        let fetched: Vec<Dep>;
+        let fetched;
         let deps = match host {
             Some(host) if bytes.0 > 0 => {
-                let mut after = deps.to_vec();
-                after.extend(self.step_end.map(Dep::Global));
+                let after: Vec<Dep> = deps.iter().copied().chain(self.step_end.map(Dep::Global)).collect();
                 fetched =
-                    vec![Dep::Local(emitter.fetch_parameter_shard(host, host.shard(bytes.0), &after, pass))];
+                    [Dep::Local(emitter.fetch_parameter_shard(host, host.shard(bytes.0), &after, pass))];
                 &fetched[..]
             }
             _ => deps,
