@@ -63,8 +63,9 @@ pub(super) struct Plan<'s> {
     /// module's (1 but for an expert bank: [`crate::experts::MoeExperts::launches`]) and the
     /// further kernels', each at `op_cost` ([`workloads::compute::launched_kernels`]). 16-bit
     /// counts (saturating): the plan of a model of a million layers is built before the work
-    /// budget can refuse it.
-    pub(super) launches: Vec<[(u16, u16); 3]>,
+    /// budget can refuse it. Computed on first use ([`Plan::launches`]): only a lowering reads
+    /// them, and counting them was most of an estimate's time.
+    launches: std::cell::OnceCell<Vec<[(u16, u16); 3]>>,
     /// The host's cost of each further kernel (`op-dispatch-overhead`; zero under CUDA graphs).
     pub(super) op_cost: SimDuration,
     /// The training loop's host time per iteration after the step's synchronisation
@@ -234,27 +235,6 @@ impl<'s> Plan<'s> {
         let width = strategy.precision.storage().bytes();
         let host_cost = strategy.compute.host_cost_per_kernel();
         let op_cost = strategy.compute.host_cost_per_op();
-        // Each pass's first kernel is a launch at the module's cost; every further kernel it
-        // runs (an attention core's parts, a loss's, autocast's casts...) one at the op's.
-        let autocast = strategy.compute.autocast;
-        let short = |count: u32| u16::try_from(count).unwrap_or(u16::MAX);
-        let launches = local
-            .iter()
-            .map(|entry| {
-                let modules = p.moe_experts.launches(&entry.layer);
-                let mut launches = [(0, 0); 3];
-                for ((launch, modules), pass) in launches.iter_mut().zip(modules).zip(Pass::ALL) {
-                    let kernels = workloads::compute::launched_kernels(
-                        &entry.layer,
-                        pass,
-                        strategy.precision,
-                        autocast,
-                    );
-                    *launch = (short(modules), short(kernels - 1));
-                }
-                launches
-            })
-            .collect();
         let scatter_applies =
             p.pipeline_scatter_gather && p.pipeline > 1 && p.tensor > 1 && !p.sequence_parallel;
         let (boundary_bytes, pipeline_scatter): (Vec<Bytes>, Vec<u32>) = chunk_layers
@@ -289,7 +269,7 @@ impl<'s> Plan<'s> {
             strategy,
             host_cost,
             op_cost,
-            launches,
+            launches: std::cell::OnceCell::new(),
             step_overhead: strategy.compute.step_overhead,
             host_synchronous: strategy.compute.host_synchronous,
             pipeline_host_sync: p.pipeline_host_sync.applies(p.pipeline, p.virtual_stages)
@@ -326,6 +306,37 @@ impl<'s> Plan<'s> {
     pub(super) fn tied_copy_gradient(&self, stage: u32) -> Option<Bytes> {
         (self.tied_embedding > 0 && stage + 1 == self.strategy.parallelism.pipeline)
             .then(|| self.gradient_bytes(self.tied_embedding))
+    }
+
+    /// Host launches of each layer's forward, backward-data and backward-weight pass
+    /// (the field's), counted on first use.
+    pub(super) fn launches(&self) -> &[[(u16, u16); 3]] {
+        self.launches.get_or_init(|| {
+            let strategy = self.strategy;
+            let p = &strategy.parallelism;
+            // Each pass's first kernel is a launch at the module's cost; every further kernel
+            // it runs (an attention core's parts, a loss's, autocast's casts...) one at the
+            // op's.
+            let autocast = strategy.compute.autocast;
+            let short = |count: u32| u16::try_from(count).unwrap_or(u16::MAX);
+            self.local
+                .iter()
+                .map(|entry| {
+                    let modules = p.moe_experts.launches(&entry.layer);
+                    let mut launches = [(0, 0); 3];
+                    for ((launch, modules), pass) in launches.iter_mut().zip(modules).zip(Pass::ALL) {
+                        let kernels = workloads::compute::launched_kernels(
+                            &entry.layer,
+                            pass,
+                            strategy.precision,
+                            autocast,
+                        );
+                        *launch = (short(modules), short(kernels - 1));
+                    }
+                    launches
+                })
+                .collect()
+        })
     }
 
     /// The global chunks stage `stage` holds.

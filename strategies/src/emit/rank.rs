@@ -481,7 +481,7 @@ impl RankEmitter<'_, '_> {
                     self.ring(index, micro, duration, bytes, label, if recompute { 1 } else { 0 });
                 }
                 None => {
-                    self.compute_launched(duration, label, meta, wide(plan.launches[index][0]));
+                    self.compute_launched(duration, label, meta, wide(plan.launches()[index][0]));
                     self.slow_last_compute(index, 0);
                 }
             }
@@ -548,7 +548,7 @@ impl RankEmitter<'_, '_> {
                 gradient_ready = Some(match local.context_ring {
                     Some(bytes) => self.ring(index, micro, duration, Bytes(bytes.0 * 2), label, 2),
                     None => {
-                        let op = self.compute_launched(duration, label, meta, wide(plan.launches[index][1]));
+                        let op = self.compute_launched(duration, label, meta, wide(plan.launches()[index][1]));
                         self.slow_last_compute(index, 1);
                         op
                     }
@@ -617,7 +617,7 @@ impl RankEmitter<'_, '_> {
         let plan = self.plan;
         let weight_meta = layer_meta(index, Pass::BackwardWeight);
         let mut gradient_ready = None;
-        let (launches, ops) = wide(plan.launches[index][2]);
+        let (launches, ops) = wide(plan.launches()[index][2]);
         if let Some((duration, _)) = plan.kernels[index][2] {
             let label = self.labels.passes[index][2];
             gradient_ready = Some(self.compute_launched(duration, label, weight_meta, (launches, ops)));
@@ -970,7 +970,7 @@ impl RankEmitter<'_, '_> {
         let producer: Vec<Dep> =
             self.waiting.iter().copied().chain(self.last_compute.map(Dep::Local)).collect();
         // Each step runs the pass's kernels on its chunk: its further kernels each an op.
-        let (_, ops) = wide(self.plan.launches[layer][if pass == 2 { 1 } else { 0 }]);
+        let (_, ops) = wide(self.plan.launches()[layer][if pass == 2 { 1 } else { 0 }]);
         let mut op = self.compute_launched(step, label, kernel, (1, ops));
         let received =
             |step: u32| Dep::Key(Key::Ring { sender: previous, layer: layer as u32, micro, step, pass });
