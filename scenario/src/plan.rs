@@ -30,7 +30,7 @@ use sim_core::fidelity::Fidelity;
 use sim_core::units::SimDuration;
 
 use crate::file::node_groups::StagePlacement;
-use crate::simulation::{Summary, simulate, simulate_within};
+use crate::simulation::{SharedRuns, Summary, simulate, simulate_within, simulate_within_sharing};
 use crate::{Override, OverrideError, Scenario, ScenarioError, ValidationCache, apply, get_dotted};
 use strategies::{
     CnnSplit, Comm, GroupKind, LayerTables, Offload, Parallelism, SpatialDims, Strategy, StrategyError, shard,
@@ -820,9 +820,9 @@ pub fn plan_with_progress(
     let estimated = AtomicU64::new(0);
     let step = |stage, unit, done, total, note: &str| progress(Step { stage, unit, done, total, note });
     step("estimates", "configurations", 0, choices.len() as u64, "");
-    let estimate_one = |choice: &Choice, total: u64| -> Result<SimDuration, (String, String)> {
-        let done = estimated.fetch_add(1, AtomicOrdering::Relaxed) + 1;
-        step("estimates", "configurations", done, total, "");
+    // With `precheck`, a configuration whose memory floor does not fit is refused before its
+    // estimate, without the message (`MEMORY_PENDING`): only a reason's example needs it.
+    let estimate_with = |choice: &Choice, precheck: bool| -> Result<SimDuration, (String, String)> {
         let scenario = search.scenario(choice, &[]).map_err(|error| match error {
             ScenarioError::Invalid { key, message, .. } => (key.clone(), format!("{key}: {message}")),
             other => ("other".to_string(), other.to_string()),
@@ -831,8 +831,22 @@ pub fn plan_with_progress(
         let floor = comm_floor(&scenario);
         let mixed = scenario.node_groups.as_deref().filter(|groups| groups.is_mixed());
         // Validating the scenario checked its strategy.
+        // What the memory check below refuses: above `(1 - headroom)` of the device's
+        // capacity.
+        let usable = |device: &workloads::device::Device| {
+            device.memory_capacity.0 as f64 * (1.0 - options.memory_headroom)
+        };
         let estimate = match mixed {
             Some(groups) => crate::mixed::estimate(&scenario, groups, &strategy, &floor),
+            None if precheck => {
+                // A floor above the usable memory: the estimate's own memory is too.
+                let fits = |floor: sim_core::units::Bytes| floor.0 as f64 <= usable(&scenario.device);
+                match strategy.estimate_checked_fitting(&floor, &fits) {
+                    Ok(None) => return Err((MEMORY.to_string(), MEMORY_PENDING.to_string())),
+                    Ok(Some(estimate)) => Ok(estimate),
+                    Err(error) => Err(error),
+                }
+            }
             None => strategy.estimate_checked(&floor),
         }
         .map_err(|error| match error {
@@ -856,19 +870,24 @@ pub fn plan_with_progress(
         for (memory, device, on) in needs {
             let memory = memory.total().0 as f64;
             let capacity = device.memory_capacity.0 as f64;
-            if memory > capacity * (1.0 - options.memory_headroom) {
+            if memory > usable(device) {
                 return Err((
-                    "does not fit in memory".to_string(),
+                    MEMORY.to_string(),
                     format!(
                         "needs {:.1} GB per GPU{on}; {:.1} GB usable of {:.1} GB",
                         memory / 1e9,
-                        capacity * (1.0 - options.memory_headroom) / 1e9,
+                        usable(device) / 1e9,
                         capacity / 1e9
                     ),
                 ));
             }
         }
         Ok(estimate.time_lower_bound)
+    };
+    let estimate_one = |choice: &Choice, total: u64| -> Result<SimDuration, (String, String)> {
+        let done = estimated.fetch_add(1, AtomicOrdering::Relaxed) + 1;
+        step("estimates", "configurations", done, total, "");
+        estimate_with(choice, true)
     };
     let total = choices.len() as u64;
     let mut estimates: Vec<Result<SimDuration, (String, String)>> =
@@ -878,7 +897,7 @@ pub fn plan_with_progress(
     // recomputation or ZeRO, which they do not model; with the cluster's CPUs named, ZeRO-Offload's
     // host optimizer too, with ZeRO and, without the activations' offload, recomputation, and
     // under ZeRO-3 ZeRO-Infinity's offload of the weights' shards).
-    let too_big = |estimate: &Result<SimDuration, (String, String)>| matches!(estimate, Err((reason, _)) if reason == "does not fit in memory");
+    let too_big = |estimate: &Result<SimDuration, (String, String)>| matches!(estimate, Err((reason, _)) if reason == MEMORY);
     let mut out_of_core = false;
     let host_optimizer = bases.iter().all(|base| base.scenario.host_cpu.is_some());
     if search.fixed.offload.is_none() && estimates.iter().all(Result::is_err) && estimates.iter().any(too_big)
@@ -932,9 +951,17 @@ pub fn plan_with_progress(
         match estimate {
             Ok(bound) => valid.push((index, bound)),
             Err((reason, message)) => {
-                rejected.entry(reason).and_modify(|r| r.count += 1).or_insert_with(|| Rejection {
-                    count: 1,
-                    example: format!("{}: {message}", choices[index].label()),
+                rejected.entry(reason).and_modify(|r| r.count += 1).or_insert_with(|| {
+                    // A reason's example says how much memory it needs: the whole estimate.
+                    let message = if message == MEMORY_PENDING {
+                        match estimate_with(&choices[index], false) {
+                            Err((_, message)) => message,
+                            Ok(_) => message,
+                        }
+                    } else {
+                        message
+                    };
+                    Rejection { count: 1, example: format!("{}: {message}", choices[index].label()) }
                 });
             }
         }
@@ -1101,6 +1128,9 @@ pub fn plan_with_progress(
             let batch_note = note(before, winner, over_limit.load(AtomicOrdering::Relaxed), left_before);
             let jobs: Vec<_> =
                 batch.iter().map(|&(_, index, bound)| (index, bound, screens.remove(&index))).collect();
+            // Twins (configurations whose final runs have the same inputs: ZeRO-1 and ZeRO-2
+            // often lower to one graph) run once; each keeps its own summary.
+            let shared = SharedRuns::new();
             let results: Vec<_> = jobs
                 .into_par_iter()
                 .map(|(index, bound, screen)| {
@@ -1159,7 +1189,11 @@ pub fn plan_with_progress(
                     let result = search
                         .scenario(choice, &budget)
                         .map_err(Final::Invalid)
-                        .and_then(|scenario| run(&scenario, listed).map_err(Final::Simulation))
+                        .and_then(|scenario| {
+                            let limit = time_above(objective, choice, listed);
+                            simulate_within_sharing(&scenario, limit, Some(&shared))
+                                .map_err(Final::Simulation)
+                        })
                         .and_then(|outcome| outcome.map(|outcome| outcome.summary).ok_or(Final::Stopped));
                     if matches!(&result, Err(Final::Simulation(error)) if over_budget(error)) {
                         over_limit.fetch_add(1, AtomicOrdering::Relaxed);
@@ -1258,6 +1292,14 @@ pub fn plan_with_progress(
         host_optimizer: out_of_core && host_optimizer,
     })
 }
+
+/// The reason a configuration that does not fit in device memory is refused for.
+const MEMORY: &str = "does not fit in memory";
+
+/// The message of a configuration refused on its memory floor
+/// ([`strategies::Strategy::estimate_checked_fitting`]) until its whole estimate is made, if
+/// it is its reason's example.
+const MEMORY_PENDING: &str = "(memory floor above the usable memory)";
 
 /// The final ranking's order of (over budget, score, index): results of the cluster's network
 /// model first, since an analytical result kept because its final simulation ran over budget is
@@ -1883,6 +1925,89 @@ mod tests {
         let exhaustive: Vec<f64> = all.iter().take(3).map(|(t, _)| *t).collect();
         let searched: Vec<f64> = report.top.iter().map(|r| r.summary.iteration_time.as_secs_f64()).collect();
         assert_eq!(searched, exhaustive, "exhaustive order: {:?}", &all[..3]);
+    }
+
+    #[test]
+    fn the_memory_floor_refuses_only_what_the_whole_estimate_refuses() {
+        // GPT 1.7B on 16 A100, every schedule, ZeRO stage and recomputation searched.
+        let search = search(&[]);
+        let choices = enumerate(0, &search.bases[0], search.global_batch, &search.fixed);
+        let (mut refused, mut checked) = (0, 0);
+        // Limits that refuse few, half and most configurations.
+        for usable in [20e9, 8e9, 3e9] {
+            for choice in &choices {
+                let Ok(scenario) = search.scenario(choice, &[]) else { continue };
+                let strategy = scenario.strategy();
+                let floor = comm_floor(&scenario);
+                let Ok(estimate) = strategy.estimate_checked(&floor) else { continue };
+                let needs = estimate.peak_memory().total();
+                let seen = std::cell::Cell::new(None);
+                let fits = |bytes: sim_core::units::Bytes| {
+                    seen.set(Some(bytes));
+                    bytes.0 as f64 <= usable
+                };
+                let fitting = strategy.estimate_checked_fitting(&floor, &fits).unwrap();
+                let memory_floor = seen.get().expect("a floor without offloading");
+                assert!(memory_floor <= needs, "{}: floor {memory_floor:?} above {needs:?}", choice.label());
+                checked += 1;
+                match fitting {
+                    None => {
+                        refused += 1;
+                        assert!(needs.0 as f64 > usable, "{}: refused at {needs:?}", choice.label());
+                    }
+                    // Not refused: the estimate's own, the same.
+                    Some(fitted) => {
+                        assert_eq!(fitted.time_lower_bound, estimate.time_lower_bound);
+                        assert_eq!(fitted.peak_memory(), estimate.peak_memory());
+                    }
+                }
+            }
+        }
+        assert!(refused > 100 && refused < checked, "{refused} of {checked} refused on their floor");
+    }
+
+    #[test]
+    fn twins_run_once_and_keep_their_own_results_and_different_graphs_share_nothing() {
+        use crate::simulation::{SharedRuns, simulate_within_sharing};
+        // ZeRO-1 and ZeRO-2 with one micro-batch per replica lower to one graph; ZeRO-3 to another.
+        let search = search(&["workload.recompute=selective", "parallelism.schedule=\"1f1b\""]);
+        let choices = enumerate(0, &search.bases[0], search.global_batch, &search.fixed);
+        let scenario_of = |zero: u8| {
+            let choice = choices
+                .iter()
+                .find(|c| {
+                    let p = &c.parallelism;
+                    (p.tensor, p.pipeline, p.virtual_stages, p.data, p.zero, c.micro_batch)
+                        == (2, 2, 1, 4, zero, 16)
+                        && p.sequence_parallel
+                })
+                .unwrap();
+            search.scenario(choice, &[]).unwrap()
+        };
+        let alone = |scenario: &Scenario| simulate(scenario).unwrap();
+        for (first, second, twins) in [(1, 2, true), (1, 3, false)] {
+            let (a, b) = (scenario_of(first), scenario_of(second));
+            let (graph_a, graph_b) = (alone(&a).graph, alone(&b).graph);
+            assert_eq!(graph_a == graph_b, twins, "ZeRO-{first} and ZeRO-{second}");
+            assert_eq!(graph_a.fingerprint() == graph_b.fingerprint(), twins);
+            let shared = SharedRuns::new();
+            for limit in [None, Some(SimDuration::from_us(1))] {
+                let shared_a = simulate_within_sharing(&a, limit, Some(&shared)).unwrap();
+                let shared_b = simulate_within_sharing(&b, limit, Some(&shared)).unwrap();
+                let own_b = simulate_within_sharing(&b, limit, None).unwrap();
+                // Given up at a limit below any run, or the same summary as alone.
+                assert_eq!(shared_b.is_none(), limit.is_some());
+                assert_eq!(own_b.is_none(), limit.is_some());
+                if let (Some(shared_a), Some(shared_b), Some(own_b)) = (shared_a, shared_b, own_b) {
+                    let json = |summary: &Summary| serde_json::to_string(summary).unwrap();
+                    assert_eq!(json(&shared_a.summary), json(&alone(&a).summary));
+                    assert_eq!(json(&shared_b.summary), json(&own_b.summary));
+                    assert_eq!(shared_b.timeline, own_b.timeline);
+                }
+            }
+            // Each limit's twin took the first's result; different graphs ran on their own.
+            assert_eq!(shared.taken(), if twins { 2 } else { 0 });
+        }
     }
 
     #[test]

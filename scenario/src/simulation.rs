@@ -754,10 +754,21 @@ pub use crate::streamed::simulate_streamed;
 /// the iterations). A run that is not given up is [`simulate`]'s, event for event. Runs with
 /// variability or streamed iterations are simulated whole.
 pub fn simulate_within(scenario: &Scenario, limit: SimDuration) -> Result<Option<Outcome>, SimulationError> {
+    simulate_within_sharing(scenario, Some(limit), None)
+}
+
+/// [`simulate_within`] (without a limit: [`simulate`]) that runs the engine once for every
+/// configuration of `shared` with the same inputs ([`SharedRuns`]): the outcome is the one
+/// the run would give alone.
+pub fn simulate_within_sharing(
+    scenario: &Scenario,
+    limit: Option<SimDuration>,
+    shared: Option<&SharedRuns>,
+) -> Result<Option<Outcome>, SimulationError> {
     if scenario.variability.is_active() || scenario.iterations > strategies::MAX_ITERATIONS {
         return simulate(scenario).map(Some);
     }
-    match simulate_once(scenario, false, Some(limit)) {
+    match simulate_once_sharing(scenario, false, limit, shared) {
         Err(SimulationError::Exec { source, .. })
             if matches!(*source, sim_core::exec::ExecError::PastLimit { .. }) =>
         {
@@ -936,12 +947,151 @@ fn monte_carlo(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome, S
     Ok(outcome)
 }
 
+/// Engine runs shared by configurations whose runs have the same inputs (`parasim plan`'s
+/// ZeRO-1 and ZeRO-2 twins often lower to the same graph): the first to come runs, the
+/// others wait for it and take its timeline. Inputs are the same when the lowered graphs are
+/// equal (compared whole, after their [`ExecGraph::fingerprint`]s), and so are the cluster,
+/// its faults, the network settings and the limit with the ops it watches; node groups of
+/// mixed devices are never shared. The engine reads nothing else, so a shared result is the
+/// run's own, event for event.
+///
+/// [`ExecGraph::fingerprint`]: sim_core::graph::ExecGraph::fingerprint
+#[derive(Debug, Default)]
+pub struct SharedRuns {
+    runs: std::sync::Mutex<Vec<SharedRun>>,
+    taken: std::sync::atomic::AtomicU64,
+}
+
+impl SharedRuns {
+    /// No runs yet.
+    pub fn new() -> SharedRuns {
+        SharedRuns::default()
+    }
+
+    /// How many runs took another's result instead of running.
+    pub fn taken(&self) -> u64 {
+        self.taken.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The result of running `graph` of `scenario` with `limit` (the latest end of `ends`), by
+    /// `run` or by a run of the same inputs before.
+    fn run(
+        &self,
+        scenario: &Scenario,
+        graph: &sim_core::graph::ExecGraph,
+        limit: Option<(&[sim_core::graph::OpId], SimTime)>,
+        run: impl Fn() -> Result<sim_core::exec::Timeline, sim_core::exec::ExecError>,
+    ) -> Result<sim_core::exec::Timeline, sim_core::exec::ExecError> {
+        let fingerprint = graph.fingerprint();
+        let limit = limit.map(|(ends, last)| (ends.to_vec(), last));
+        let same = |other: &SharedRun| {
+            other.fingerprint == fingerprint
+                && other.limit == limit
+                && other.network == scenario.network
+                && other.cluster == scenario.cluster
+                && other.faults == scenario.faults
+                && *other.graph == *graph
+        };
+        let (result, first) = {
+            let Ok(mut runs) = self.runs.lock() else {
+                return run();
+            };
+            match runs.iter().find(|other| same(other)) {
+                Some(other) => (std::sync::Arc::clone(&other.result), false),
+                None => {
+                    let result = std::sync::Arc::new(std::sync::OnceLock::new());
+                    runs.push(SharedRun {
+                        fingerprint,
+                        graph: std::sync::Arc::new(graph.clone()),
+                        limit,
+                        network: scenario.network,
+                        cluster: scenario.cluster.clone(),
+                        faults: scenario.faults.clone(),
+                        result: std::sync::Arc::clone(&result),
+                    });
+                    (result, true)
+                }
+            }
+        };
+        // The first runs (the others wait here for it); a failure other than the limit's is
+        // not shared: each run fails on its own.
+        let mut own = None;
+        let shared = result.get_or_init(|| {
+            let outcome = run();
+            let shared = match &outcome {
+                Ok(timeline) => SharedResult::Done(timeline.clone()),
+                Err(sim_core::exec::ExecError::PastLimit { op, bound, limit }) => {
+                    SharedResult::PastLimit { op: op.clone(), bound: *bound, limit: *limit }
+                }
+                Err(_) => SharedResult::Failed,
+            };
+            own = Some(outcome);
+            shared
+        });
+        if let Some(outcome) = own {
+            return outcome;
+        }
+        match shared {
+            SharedResult::Done(timeline) => {
+                self.count_taken(first);
+                Ok(timeline.clone())
+            }
+            SharedResult::PastLimit { op, bound, limit } => {
+                self.count_taken(first);
+                Err(sim_core::exec::ExecError::PastLimit { op: op.clone(), bound: *bound, limit: *limit })
+            }
+            SharedResult::Failed => run(),
+        }
+    }
+
+    fn count_taken(&self, first: bool) {
+        if !first {
+            self.taken.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+/// One run of [`SharedRuns`]: its inputs and, once run, its result.
+#[derive(Debug)]
+struct SharedRun {
+    fingerprint: u64,
+    graph: std::sync::Arc<sim_core::graph::ExecGraph>,
+    /// The watched ends and the latest they may come.
+    limit: Option<(Vec<sim_core::graph::OpId>, SimTime)>,
+    network: sim_core::fidelity::NetworkSettings,
+    cluster: topology::ClusterSpec,
+    faults: Option<crate::faults::Faults>,
+    result: std::sync::Arc<std::sync::OnceLock<SharedResult>>,
+}
+
+/// What a shared run gave.
+#[derive(Debug)]
+enum SharedResult {
+    /// It ran to the end.
+    Done(sim_core::exec::Timeline),
+    /// It was given up at its limit ([`sim_core::exec::ExecError::PastLimit`]).
+    PastLimit { op: String, bound: SimTime, limit: SimTime },
+    /// It failed otherwise.
+    Failed,
+}
+
 /// One run of `scenario`'s graph; with `limit`, given up with [`ExecError::PastLimit`]
 /// (`sim_core::exec`) once its iteration time is certain to be above it.
 fn simulate_once(
     scenario: &Scenario,
     count_link_bytes: bool,
     limit: Option<SimDuration>,
+) -> Result<Outcome, SimulationError> {
+    simulate_once_sharing(scenario, count_link_bytes, limit, None)
+}
+
+/// [`simulate_once`], its engine run shared through `shared` (when given, not counting link
+/// bytes and without node groups).
+fn simulate_once_sharing(
+    scenario: &Scenario,
+    count_link_bytes: bool,
+    limit: Option<SimDuration>,
+    shared: Option<&SharedRuns>,
 ) -> Result<Outcome, SimulationError> {
     let started = Instant::now();
     // The lowering checks the graph's size against the work budget before it builds anything,
@@ -952,19 +1102,28 @@ fn simulate_once(
     let started = Instant::now();
     let exec_error =
         |source| SimulationError::Exec { scenario: scenario.source.clone(), source: Box::new(source) };
-    let (timeline, link_bytes) = if count_link_bytes {
-        scenario.network.run_counting_link_bytes(&lowered.graph, &topology).map_err(exec_error)?
-    } else if let Some(limit) = limit {
-        // The iteration time is the last iteration's end over the iterations, rounded down:
-        // above `limit` once that end is at `(limit + 1 ps) x iterations` or later.
+    // The iteration time is the last iteration's end over the iterations, rounded down:
+    // above `limit` once that end is at `(limit + 1 ps) x iterations` or later.
+    let watched = limit.map(|limit| {
         let iterations = u64::from(scenario.iterations.max(1));
         let last = limit.as_ps().saturating_add(1).saturating_mul(iterations).saturating_sub(1);
         let ends =
             lowered.iteration_ends.iter().rev().find(|ends| !ends.is_empty()).map_or(&[][..], Vec::as_slice);
-        let limit = sim_core::exec::EndLimit::new(&lowered.graph, ends, SimTime::from_ps(last));
-        (scenario.network.run_within(&lowered.graph, &topology, limit).map_err(exec_error)?, None)
+        (ends, SimTime::from_ps(last))
+    });
+    let run = || match watched {
+        Some((ends, last)) => {
+            let limit = sim_core::exec::EndLimit::new(&lowered.graph, ends, last);
+            scenario.network.run_within(&lowered.graph, &topology, limit)
+        }
+        None => scenario.network.run(&lowered.graph, &topology),
+    };
+    let (timeline, link_bytes) = if count_link_bytes {
+        scenario.network.run_counting_link_bytes(&lowered.graph, &topology).map_err(exec_error)?
+    } else if let Some(shared) = shared.filter(|_| scenario.node_groups.is_none()) {
+        (shared.run(scenario, &lowered.graph, watched, run).map_err(exec_error)?, None)
     } else {
-        (scenario.network.run(&lowered.graph, &topology).map_err(exec_error)?, None)
+        (run().map_err(exec_error)?, None)
     };
     let simulation_wall = started.elapsed();
 

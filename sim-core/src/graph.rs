@@ -1195,7 +1195,11 @@ fn prefix_sums(counts: &[u32]) -> Vec<u32> {
 const NO_OP: OpId = OpId(u32::MAX);
 
 /// A validated execution graph with the indexes the executor walks.
-#[derive(Debug, Clone)]
+///
+/// Two graphs are equal (`==`) when every op, dependency, group, collective, label and
+/// symmetry is: the engine, which reads nothing else of a graph, then runs them the same way
+/// on the same network, so a caller may run such graphs once ([`ExecGraph::fingerprint`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ExecGraph {
     ranks: u32,
     streams_per_rank: u16,
@@ -1226,6 +1230,17 @@ pub struct ExecGraph {
 }
 
 impl ExecGraph {
+    /// A hash of the whole graph, the same in every run of the program: equal graphs have
+    /// equal fingerprints, so a cache of runs keyed by it finds a graph's twins quickly; it
+    /// then compares the graphs themselves (`==`), as different graphs may share one.
+    pub fn fingerprint(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        // Fixed keys: deterministic, unlike a `RandomState`'s.
+        let mut hasher = std::hash::DefaultHasher::new();
+        self.hash(&mut hasher);
+        hasher.finish()
+    }
+
     /// Whether some compute op runs slower beside communication
     /// ([`GraphBuilder::compute_slowed`]).
     pub fn has_slowdowns(&self) -> bool {

@@ -2024,6 +2024,19 @@ impl Strategy<'_> {
         emit::estimate(self, comm_floor)
     }
 
+    /// [`Strategy::estimate_checked`], or `Ok(None)` when `fits` refuses a floor of the most
+    /// device memory a stage needs, found before the time bound and the pipeline schedule (a
+    /// search refuses most configurations for memory): whenever it gives `None`, `fits` would
+    /// refuse the estimate's [`Estimate::peak_memory`] total too, since that is at least the
+    /// floor. Under out-of-core training the full estimate is always made.
+    pub fn estimate_checked_fitting(
+        &self,
+        comm_floor: &dyn Fn(&Comm) -> SimDuration,
+        fits: &dyn Fn(Bytes) -> bool,
+    ) -> Result<Option<Estimate>, StrategyError> {
+        emit::estimate_fitting(self, comm_floor, fits)
+    }
+
     /// The time and FLOPs of one pass of one local layer for one micro-batch, or `None` if
     /// the pass does nothing.
     fn kernel(&self, local: &LocalLayer, pass: Pass) -> Result<Option<(SimDuration, f64)>, StrategyError> {

@@ -352,3 +352,29 @@ fn a_kernel_is_slowed_from_its_ranks_collective_launch_to_its_end() {
     assert_eq!(timeline.end[kernel.0 as usize].since_start(), beside);
     assert_eq!(timeline.end[after.0 as usize].since_start().as_ps(), done.as_ps() + alone.as_ps());
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    /// Graphs built alike are equal, with equal fingerprints, and run alike (what lets a caller
+    /// run such twins once); one kernel's duration changed makes them differ.
+    #[test]
+    fn equal_graphs_have_equal_fingerprints_and_timelines_and_a_change_is_seen(
+        (ranks, steps) in (1u32..5).prop_flat_map(|ranks| (Just(ranks), prop::collection::vec(step(ranks), 1..40)))
+    ) {
+        let graph = build(ranks, &steps);
+        let twin = build(ranks, &steps);
+        prop_assert!(graph == twin);
+        prop_assert_eq!(graph.fingerprint(), twin.fingerprint());
+        let topology = single_switch(ranks, "100 Gb/s", "1 us");
+        let timeline = run(&graph, &mut FlowNetwork::new(&topology).steady_state()).unwrap();
+        prop_assert_eq!(&timeline, &run(&twin, &mut FlowNetwork::new(&topology).steady_state()).unwrap());
+        // The first kernel a microsecond longer: another graph.
+        let mut changed = steps.clone();
+        if let Some(Step::Compute { micros, .. }) = changed.iter_mut().find(|s| matches!(s, Step::Compute { .. })) {
+            *micros += 1;
+            let other = build(ranks, &changed);
+            prop_assert!(graph != other);
+            prop_assert_ne!(graph.fingerprint(), other.fingerprint());
+        }
+    }
+}

@@ -41,7 +41,7 @@ use sim_core::lookup::LookupMap;
 use std::collections::VecDeque;
 
 use sim_core::graph::{GraphBuilder, OpId, RankId};
-use sim_core::units::SimDuration;
+use sim_core::units::{Bytes, SimDuration};
 
 use crate::{Axis, Bucket, CnnSplit, Comm, Lowered, Strategy, StrategyError};
 pub use offload::OFFLOAD_ORIGIN;
@@ -747,6 +747,22 @@ pub(super) fn estimate(
     comm_floor: &dyn Fn(&Comm) -> SimDuration,
 ) -> Result<crate::Estimate, StrategyError> {
     estimate_plan(&Plan::new(strategy)?, comm_floor)
+}
+
+/// [`estimate`], or `Ok(None)` without the time bound or the pipeline schedule when `fits`
+/// refuses a floor of the most memory a stage needs ([`Plan::peak_memory_floor`]): the
+/// estimate's own [`crate::Estimate::peak_memory`] would be refused too, as it is at least
+/// that floor.
+pub(super) fn estimate_fitting(
+    strategy: &Strategy<'_>,
+    comm_floor: &dyn Fn(&Comm) -> SimDuration,
+    fits: &dyn Fn(Bytes) -> bool,
+) -> Result<Option<crate::Estimate>, StrategyError> {
+    let plan = Plan::new(strategy)?;
+    if plan.peak_memory_floor().is_some_and(|floor| !fits(floor)) {
+        return Ok(None);
+    }
+    estimate_plan(&plan, comm_floor).map(Some)
 }
 
 /// [`estimate`] of ranks that may run on any of `strategies`' devices (a cluster of mixed

@@ -16,7 +16,7 @@ use super::Kernel;
 use super::input::InputPlan;
 use super::offload::OffloadPlan;
 use super::policy::{self, Policy, buckets::PlannedBucket};
-use super::tables::LayerTables;
+use super::tables::{LayerTable, LayerTables, OrdersKey};
 use crate::{CnnSplit, RankLayout, Role, StageSummary, Strategy, StrategyError, cnn, pipeline, shard};
 use workloads::layer::Pass;
 use workloads::memory::MemoryBreakdown;
@@ -43,8 +43,11 @@ pub(super) struct Plan<'s> {
     pub(super) chunk_layers: Vec<Range<usize>>,
     /// Recomputation: the forward range re-run before the backward of its last layer.
     pub(super) recompute_before: Vec<Option<Range<usize>>>,
-    /// Schedule of each stage.
-    pub(super) actions: Vec<Vec<pipeline::Action>>,
+    /// Schedule of each stage, made on first use ([`Plan::actions`]): a memory floor that
+    /// refuses the configuration needs none (ZB-V's takes most of its plan's time).
+    actions: std::cell::OnceCell<Arc<Vec<Vec<pipeline::Action>>>>,
+    /// The layer table the plan's layers and kernels come from (it keeps the schedules made).
+    table: Arc<LayerTable>,
     /// Gradient buckets of each chunk, and which bucket each layer closes.
     pub(super) buckets: Vec<Vec<PlannedBucket>>,
     pub(super) bucket_closed_by: Vec<Option<usize>>,
@@ -107,6 +110,9 @@ pub(super) struct Plan<'s> {
     pub(super) spatial_grid: Vec<u32>,
     /// Out-of-core training: what each layer copies out and back, and when.
     pub(super) offload: Option<OffloadPlan>,
+    /// Each stage's activations and buffers ([`Plan::stage_activations`]), computed once for
+    /// both the memory floor and [`Plan::stages`].
+    stage_activations: std::cell::OnceCell<Vec<StageActivations>>,
     /// Out-of-core training: the memory the device would need without it (set by `stages`).
     pub(super) without_offload: std::cell::Cell<Option<MemoryBreakdown>>,
 }
@@ -151,38 +157,6 @@ impl<'s> Plan<'s> {
                 recompute_before[last] = Some(range);
             }
         }
-        // ZB-V's order follows each chunk's forward, input- and weight-gradient times (B with
-        // the forwards recomputed before it).
-        let times: Vec<[u64; 3]> = if p.schedule == pipeline::PipelineSchedule::ZbV {
-            let ps = |kernel: &Kernel| kernel.map_or(0, |(d, _)| d.as_ps());
-            chunk_layers
-                .iter()
-                .map(|range| {
-                    let mut sums = [0u64; 3];
-                    for index in range.clone() {
-                        for (sum, kernel) in sums.iter_mut().zip(&kernels[index]) {
-                            *sum = sum.saturating_add(ps(kernel));
-                        }
-                        for again in recompute_before[index].clone().into_iter().flatten() {
-                            sums[1] = sums[1].saturating_add(ps(&kernels[again][0]));
-                        }
-                    }
-                    sums
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let group = p.microbatch_group.unwrap_or(p.pipeline);
-        // The EP A2A overlap's merged order (checked: no pipeline, `Strategy::check_moe_overlap`).
-        let mut actions =
-            pipeline::orders(p.schedule, p.pipeline, p.virtual_stages, group, micro_batches, &times);
-        if p.moe_overlap {
-            // Megatron-Core's combined 1F1B: each steady-state forward merged with the backward
-            // after it (checked: 1F1B, interleaved with a pipeline).
-            actions.iter_mut().for_each(pipeline::pair_steady_state);
-        }
-
         let policy = policy::select(strategy, &local, &chunk_layers, &recompute_before);
         let buckets = policy::buckets::plan(strategy, &local, &chunk_layers);
         let bucket_closed_by = policy::buckets::closed_by(strategy, policy.as_ref(), local.len(), &buckets);
@@ -263,6 +237,7 @@ impl<'s> Plan<'s> {
             OffloadPlan::for_strategy(strategy, &local, &chunk_layers, &buckets, &stage_parameters)?;
         Ok(Plan {
             without_offload: std::cell::Cell::new(None),
+            stage_activations: std::cell::OnceCell::new(),
             offload,
             local_model,
             spatial_grid,
@@ -290,7 +265,8 @@ impl<'s> Plan<'s> {
             beside,
             chunk_layers,
             recompute_before,
-            actions,
+            actions: std::cell::OnceCell::new(),
+            table,
             buckets,
             bucket_closed_by,
             optimizer,
@@ -336,6 +312,48 @@ impl<'s> Plan<'s> {
                     launches
                 })
                 .collect()
+        })
+    }
+
+    /// The schedule of each stage (its field's), made on first use.
+    pub(super) fn actions(&self) -> &[Vec<pipeline::Action>] {
+        self.actions.get_or_init(|| {
+            let p = &self.strategy.parallelism;
+            let kernels = &self.kernels;
+            // ZB-V's order follows each chunk's forward, input- and weight-gradient times (B
+            // with the forwards recomputed before it).
+            let times: Vec<[u64; 3]> = if p.schedule == pipeline::PipelineSchedule::ZbV {
+                let ps = |kernel: &Kernel| kernel.map_or(0, |(d, _)| d.as_ps());
+                self.chunk_layers
+                    .iter()
+                    .map(|range| {
+                        let mut sums = [0u64; 3];
+                        for index in range.clone() {
+                            for (sum, kernel) in sums.iter_mut().zip(&kernels[index]) {
+                                *sum = sum.saturating_add(ps(kernel));
+                            }
+                            for again in self.recompute_before[index].clone().into_iter().flatten() {
+                                sums[1] = sums[1].saturating_add(ps(&kernels[again][0]));
+                            }
+                        }
+                        sums
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            // Under the EP A2A overlap, Megatron-Core's combined 1F1B: each steady-state
+            // forward merged with the backward after it (checked: 1F1B, interleaved with a
+            // pipeline).
+            self.table.orders(OrdersKey {
+                schedule: p.schedule,
+                stages: p.pipeline,
+                chunks: p.virtual_stages,
+                group: p.microbatch_group.unwrap_or(p.pipeline),
+                micro_batches: self.micro_batches,
+                times,
+                paired: p.moe_overlap,
+            })
         })
     }
 
@@ -452,6 +470,93 @@ impl<'s> Plan<'s> {
         (flops / f64::from(p), recompute / f64::from(p))
     }
 
+    /// What the memory of stage `stage` needs besides its schedule: its chunks, their layer
+    /// ranges, the policy's communication buffers, the activations one micro-batch leaves in
+    /// each chunk (by position among the stage's chunks, as [`pipeline::peak_in_flight`]
+    /// weighs them) and the largest working set.
+    fn stage_activations(&self, stage: u32) -> &StageActivations {
+        let all = self.stage_activations.get_or_init(|| {
+            (0..self.strategy.parallelism.pipeline)
+                .map(|stage| self.compute_stage_activations(stage))
+                .collect()
+        });
+        &all[stage as usize]
+    }
+
+    /// [`Plan::stage_activations`], computed.
+    fn compute_stage_activations(&self, stage: u32) -> StageActivations {
+        let strategy = self.strategy;
+        let p = &strategy.parallelism;
+        // Under the CNN strategies the memory model sees the layers as one rank holds them.
+        let model = self.local_model.as_ref().unwrap_or(strategy.model);
+        let chunk_indexes: Vec<usize> = self.chunks_of(stage).collect();
+        let ranges: Vec<Range<usize>> = chunk_indexes.iter().map(|&k| self.chunk_layers[k].clone()).collect();
+        let buffers = self.policy.communication_buffers(self, &chunk_indexes);
+        // Activations of one micro-batch of each chunk.
+        let mut per_chunk = Vec::with_capacity(ranges.len());
+        let mut working_set = 0u64;
+        for range in &ranges {
+            let activations = if ranges.len() == 1 && range.start == 0 && range.end == model.layers.len() {
+                strategy.memory_plan(model, buffers).activations()
+            } else {
+                strategy.memory_plan(model, buffers).activations_of(range.clone())
+            };
+            let context = u64::from(p.context);
+            working_set = working_set.max(activations.working_set / context);
+            per_chunk.push((activations.total() - activations.working_set) / context);
+        }
+        StageActivations { chunk_indexes, ranges, buffers, per_chunk, working_set }
+    }
+
+    /// The largest input-plus-output pair of stage `stage`'s layers (elements), for the
+    /// memory model's temporary buffers.
+    fn largest_pair(&self, stage: u32) -> u64 {
+        self.stage_layers(stage)
+            .map(|i| {
+                let layer = &self.local[i].layer;
+                layer.input.elements().saturating_add(layer.output.elements())
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// A floor of the most device memory a stage needs ([`Plan::stages`]' largest total),
+    /// without the pipeline schedule; `None` under out-of-core training (none is given).
+    ///
+    /// Why it is a floor: a stage's total is [`MemoryPlan::device_breakdown`] of its
+    /// parameters, the activations its schedule keeps at the peak, its largest layer pair and
+    /// gathered parameters, then the policy's [`Policy::adjust_memory`]. Only the activations
+    /// depend on the schedule, and the breakdown counts them as given, the policy adds what
+    /// does not depend on them, and every part is summed into the total. The peak
+    /// ([`pipeline::peak_in_flight`] plus the working set) is at least the largest chunk's
+    /// one micro-batch of activations plus the working set: every schedule runs a forward of
+    /// each of a stage's chunks, and at its first the live activations are at least that
+    /// chunk's. So the floor's total is at most the stage's, stage by stage.
+    ///
+    /// [`MemoryPlan::device_breakdown`]: workloads::memory::MemoryPlan::device_breakdown
+    /// [`Policy::adjust_memory`]: super::policy::Policy::adjust_memory
+    pub(super) fn peak_memory_floor(&self) -> Option<Bytes> {
+        if self.offload.is_some() {
+            return None;
+        }
+        let strategy = self.strategy;
+        let model = self.local_model.as_ref().unwrap_or(strategy.model);
+        let mut floor = Bytes::ZERO;
+        for stage in 0..strategy.parallelism.pipeline {
+            let StageActivations { chunk_indexes, buffers, per_chunk, working_set, .. } =
+                self.stage_activations(stage);
+            let (buffers, working_set) = (*buffers, *working_set);
+            let peak = per_chunk.iter().copied().max().unwrap_or(0) + working_set;
+            let parameters = self.stage_parameters[stage as usize];
+            let largest_layer = self.policy.gathered_parameters(self, stage, chunk_indexes);
+            let plan = strategy.memory_plan(model, buffers);
+            let mut memory = plan.device_breakdown(parameters, peak, self.largest_pair(stage), largest_layer);
+            self.policy.adjust_memory(self, stage, chunk_indexes, &mut memory);
+            floor = floor.max(memory.total());
+        }
+        Some(floor)
+    }
+
     /// Memory and layers of every stage.
     pub(super) fn stages(&self) -> Result<Vec<StageSummary>, StrategyError> {
         let strategy = self.strategy;
@@ -462,48 +567,26 @@ impl<'s> Plan<'s> {
         let model = self.local_model.as_ref().unwrap_or(model);
         let mut stages = Vec::with_capacity(p.pipeline as usize);
         for stage in 0..p.pipeline {
-            let chunk_indexes: Vec<usize> = self.chunks_of(stage).collect();
-            let ranges: Vec<Range<usize>> =
-                chunk_indexes.iter().map(|&k| self.chunk_layers[k].clone()).collect();
-            let buffers = self.policy.communication_buffers(self, &chunk_indexes);
-            // Activations of one micro-batch of each chunk.
-            let mut per_chunk = Vec::with_capacity(ranges.len());
-            let mut working_set = 0u64;
-            for range in &ranges {
-                let activations = if ranges.len() == 1 && range.start == 0 && range.end == model.layers.len()
-                {
-                    strategy.memory_plan(model, buffers).activations()
-                } else {
-                    strategy.memory_plan(model, buffers).activations_of(range.clone())
-                };
-                let context = u64::from(p.context);
-                working_set = working_set.max(activations.working_set / context);
-                per_chunk.push((activations.total() - activations.working_set) / context);
-            }
-            let actions = &self.actions[stage as usize];
-            let peak = pipeline::peak_in_flight(actions, &per_chunk) + working_set;
+            let StageActivations { chunk_indexes, ranges, buffers, per_chunk, working_set } =
+                self.stage_activations(stage);
+            let (ranges, buffers, working_set) = (ranges.clone(), *buffers, *working_set);
+            let actions = &self.actions()[stage as usize];
+            let peak = pipeline::peak_in_flight(actions, per_chunk) + working_set;
             // One micro-batch's activations on this stage: through every chunk it holds, or
             // under DualPipe through one (the mean of the two copies' chunks).
             let per_micro: u64 = per_chunk.iter().sum::<u64>()
                 * u64::from(self.chunk_map.chunks_per_micro_batch())
                 / per_chunk.len().max(1) as u64;
             let parameters = self.stage_parameters[stage as usize];
-            let largest_pair = self
-                .stage_layers(stage)
-                .map(|i| {
-                    let layer = &self.local[i].layer;
-                    layer.input.elements().saturating_add(layer.output.elements())
-                })
-                .max()
-                .unwrap_or(0);
-            let largest_layer = self.policy.gathered_parameters(self, stage, &chunk_indexes);
+            let largest_pair = self.largest_pair(stage);
+            let largest_layer = self.policy.gathered_parameters(self, stage, chunk_indexes);
             let plan = strategy.memory_plan(model, buffers);
             // Out-of-core: the device holds only the window of activations in transit.
             let held = match &self.offload {
                 Some(offload) => {
                     // The worst stage's memory without offloading.
                     let mut without = plan.device_breakdown(parameters, peak, largest_pair, largest_layer);
-                    self.policy.adjust_memory(self, stage, &chunk_indexes, &mut without);
+                    self.policy.adjust_memory(self, stage, chunk_indexes, &mut without);
                     if self.without_offload.get().is_none_or(|worst| worst.total() < without.total()) {
                         self.without_offload.set(Some(without));
                     }
@@ -517,7 +600,7 @@ impl<'s> Plan<'s> {
             };
             let mut memory: MemoryBreakdown =
                 plan.device_breakdown(parameters, held, largest_pair, largest_layer);
-            self.policy.adjust_memory(self, stage, &chunk_indexes, &mut memory);
+            self.policy.adjust_memory(self, stage, chunk_indexes, &mut memory);
             // A host optimizer keeps the fp32 weights and the states in host memory.
             if self.offload.as_ref().is_some_and(|offload| offload.host.is_some()) {
                 memory.optimizer = Bytes::ZERO;
@@ -536,7 +619,7 @@ impl<'s> Plan<'s> {
                 }
             }
             if let Some(weights) = self.offload.as_ref().and_then(|offload| offload.weights.as_ref()) {
-                weights.adjust_memory(self, stage, &chunk_indexes, &plan, &mut memory);
+                weights.adjust_memory(self, stage, chunk_indexes, &plan, &mut memory);
             }
             stages.push(StageSummary {
                 stage,
@@ -559,6 +642,15 @@ impl<'s> Plan<'s> {
         }
         Ok(stages)
     }
+}
+
+/// [`Plan::stage_activations`].
+struct StageActivations {
+    chunk_indexes: Vec<usize>,
+    ranges: Vec<Range<usize>>,
+    buffers: Bytes,
+    per_chunk: Vec<u64>,
+    working_set: u64,
 }
 
 /// Labels every rank uses, interned once.

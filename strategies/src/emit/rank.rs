@@ -173,7 +173,7 @@ impl RankEmitter<'_, '_> {
         let mut held_send: Option<(u32, Bytes, Key)> = None;
         // Whether the last forward ran merged with the backward after it (DualPipe's pair).
         let mut merged_pair = false;
-        let actions = &plan.actions[stage as usize];
+        let actions = &plan.actions()[stage as usize];
         for (index, action) in actions.iter().enumerate().filter(|(_, a)| trains || a.is_forward()) {
             let chunk = map.global(stage, action.chunk);
             let micro = action.micro_batch;
@@ -548,7 +548,8 @@ impl RankEmitter<'_, '_> {
                 gradient_ready = Some(match local.context_ring {
                     Some(bytes) => self.ring(index, micro, duration, Bytes(bytes.0 * 2), label, 2),
                     None => {
-                        let op = self.compute_launched(duration, label, meta, wide(plan.launches()[index][1]));
+                        let op =
+                            self.compute_launched(duration, label, meta, wide(plan.launches()[index][1]));
                         self.slow_last_compute(index, 1);
                         op
                     }

@@ -13,7 +13,7 @@ use sim_core::units::SimDuration;
 
 use super::Kernel;
 use super::plan::Plan;
-use crate::{GroupKind, Strategy, StrategyError, shard};
+use crate::{GroupKind, Strategy, StrategyError, pipeline, shard};
 use workloads::compute::{ComputeError, ComputeModel};
 use workloads::device::{Device, Dtype};
 use workloads::layer::{Layer, LayerKind, Pass};
@@ -54,6 +54,25 @@ pub(super) struct LayerTable {
     pub(super) beside: Arc<Vec<[Option<SimDuration>; 3]>>,
     /// Layer ranges of each chunk, by chunk count ([`Plan::partition`]).
     partitions: Mutex<Vec<(usize, Vec<Range<usize>>)>>,
+    /// Pipeline schedules made for strategies of this table ([`LayerTable::orders`]).
+    orders: Mutex<Vec<(OrdersKey, Orders)>>,
+}
+
+/// Every stage's schedule, shared.
+type Orders = Arc<Vec<Vec<pipeline::Action>>>;
+
+/// Everything a stage's schedule is made from ([`pipeline::orders`], and Megatron-Core's
+/// pairing under the EP A2A overlap).
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct OrdersKey {
+    pub(super) schedule: pipeline::PipelineSchedule,
+    pub(super) stages: u32,
+    pub(super) chunks: u32,
+    pub(super) group: u32,
+    pub(super) micro_batches: u32,
+    /// ZB-V's chunk times (empty for the other schedules).
+    pub(super) times: Vec<[u64; 3]>,
+    pub(super) paired: bool,
 }
 
 impl LayerTable {
@@ -73,6 +92,31 @@ impl LayerTable {
             list.push((chunks, ranges.clone()));
         }
         ranges
+    }
+}
+
+impl LayerTable {
+    /// Every stage's schedule for `key`, made once per key for all the strategies of this
+    /// table (a search's ZeRO stages share one; ZB-V's takes most of an estimate's time).
+    pub(super) fn orders(&self, key: OrdersKey) -> Orders {
+        let cached = |list: &[(OrdersKey, Orders)]| {
+            list.iter().find(|(k, _)| *k == key).map(|(_, orders)| Arc::clone(orders))
+        };
+        if let Some(orders) = self.orders.lock().ok().and_then(|list| cached(&list)) {
+            return orders;
+        }
+        let mut orders =
+            pipeline::orders(key.schedule, key.stages, key.chunks, key.group, key.micro_batches, &key.times);
+        if key.paired {
+            orders.iter_mut().for_each(pipeline::pair_steady_state);
+        }
+        let orders = Arc::new(orders);
+        if let Ok(mut list) = self.orders.lock()
+            && cached(&list).is_none()
+        {
+            list.push((key, Arc::clone(&orders)));
+        }
+        orders
     }
 }
 
@@ -192,6 +236,7 @@ fn build_layer_table(strategy: &Strategy<'_>) -> Result<Arc<LayerTable>, Strateg
         kernels: Arc::new(kernels),
         beside: Arc::new(beside),
         partitions: Mutex::new(Vec::new()),
+        orders: Mutex::new(Vec::new()),
     }))
 }
 
