@@ -998,8 +998,6 @@ pub fn plan_with_progress(
         }
         let batch = &valid[next..(next + BATCH).min(valid.len())];
         next += batch.len();
-        // Twins run once, as in the final.
-        let shared = SharedRuns::new();
         let results: Vec<_> = batch
             .par_iter()
             .map(|&(index, bound)| {
@@ -1007,11 +1005,7 @@ pub fn plan_with_progress(
                 let summary = search
                     .scenario(&choices[index], &[analytical])
                     .map_err(|error| error.to_string())
-                    .and_then(|scenario| {
-                        simulate_within_sharing(&scenario, None, Some(&shared))
-                            .map_err(|error| error.to_string())
-                    })
-                    .and_then(|outcome| outcome.ok_or_else(|| "given up without a limit".to_string()))
+                    .and_then(|scenario| simulate(&scenario).map_err(|error| error.to_string()))
                     .map(|outcome| outcome.summary);
                 (index, bound, summary)
             })
