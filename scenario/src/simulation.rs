@@ -164,6 +164,10 @@ pub struct ModelSummary {
     pub name: String,
     /// Trainable parameters.
     pub parameters: u64,
+    /// Frozen parameters (LoRA's base model, `[workload.lora]`): held, not trained; absent when
+    /// every parameter is trained.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub frozen_parameters: Option<u64>,
     /// Multiply-accumulates of one sample's forward pass.
     pub macs_per_sample: f64,
     /// Samples per data-parallel replica per iteration (per GPU under pure data parallelism).
@@ -1340,6 +1344,7 @@ pub(crate) fn summarize(
         model: ModelSummary {
             name: scenario.model.name.clone(),
             parameters: scenario.model.parameters(),
+            frozen_parameters: Some(scenario.model.frozen_parameters()).filter(|&frozen| frozen > 0),
             macs_per_sample: scenario.model.macs_per_sample(),
             batch_per_device: scenario.global_batch / u64::from(scenario.parallelism.data),
             precision: scenario.precision.to_string(),

@@ -345,6 +345,16 @@ pub enum LayerKind {
         /// The layer that owns the weights.
         tied_to: String,
     },
+    /// LoRA's low-rank update beside a frozen linear layer (Hu et al. 2021, arXiv 2106.09685):
+    /// the layer's input `x` times `A` (`in x rank`), times `B` (`rank x out_features`), added
+    /// to the frozen layer's output. Two small products per pass and the add; `A` and `B` are
+    /// the only trained parameters of a LoRA fine-tuning ([`crate::lora`]).
+    LoraAdapter {
+        /// The adapter's rank (NeMo's `adapter_dim`, PEFT's `r`).
+        rank: u64,
+        /// Output features: the adapted layer's.
+        out_features: u64,
+    },
     /// Batched product of the input `[batch..., m, k]` with another activation (not a weight)
     /// of shape `[batch..., k, n]`, giving `[batch..., m, n]`.
     Matmul {
@@ -583,6 +593,7 @@ impl LayerKind {
                 ["conv-transpose", "conv-transpose1d", "conv-transpose2d", "conv-transpose3d"],
             ),
             LayerKind::Linear { .. } | LayerKind::TiedLinear { .. } => "linear",
+            LayerKind::LoraAdapter { .. } => "lora-adapter",
             LayerKind::Matmul { .. } => "matmul",
             LayerKind::BatchNorm => "batchnorm",
             LayerKind::LayerNorm { .. } => "layernorm",
@@ -975,6 +986,43 @@ pub enum LayerError {
     },
 }
 
+/// What training does with a layer's weights and gradients. Full training trains every
+/// layer; parameter-efficient fine-tuning ([`crate::lora`]) freezes the base model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Training {
+    /// Its parameters are trained: weight gradients, optimizer state, gradient reduction.
+    #[default]
+    Trained,
+    /// Its `weights` are frozen: the backward computes its input gradient (a trained layer
+    /// below needs it) but no weight gradient; the weights take memory, nothing else.
+    Frozen {
+        /// The frozen parameters (weights and biases), counted out of [`LayerCost::params`].
+        weights: u64,
+    },
+    /// Frozen and below every trained layer: no gradient reaches it, so its backward does not
+    /// run and it keeps no activations (autograd stops at the first trained layer).
+    Inert {
+        /// The frozen parameters, counted out of [`LayerCost::params`].
+        weights: u64,
+    },
+}
+
+impl Training {
+    /// Whether the layer is trained (the default, left out of serialized models).
+    pub fn is_trained(&self) -> bool {
+        *self == Training::Trained
+    }
+
+    /// Frozen parameters the layer holds (0 when trained).
+    pub fn frozen_weights(&self) -> u64 {
+        match *self {
+            Training::Trained => 0,
+            Training::Frozen { weights } | Training::Inert { weights } => weights,
+        }
+    }
+}
+
 /// One layer of a model, with its shapes and cost.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Layer {
@@ -986,8 +1034,12 @@ pub struct Layer {
     pub input: Shape,
     /// Per-sample output shape.
     pub output: Shape,
-    /// Parameters, FLOPs and traffic.
+    /// Parameters, FLOPs and traffic. A frozen layer's parameters, weight-gradient pass (and,
+    /// inert, backward) are taken out of it ([`Layer::freeze`]).
     pub cost: LayerCost,
+    /// Whether its weights are trained ([`Training`]).
+    #[serde(skip_serializing_if = "Training::is_trained")]
+    pub training: Training,
 }
 
 impl Layer {
@@ -1022,6 +1074,7 @@ impl Layer {
                 }
             }
             LayerKind::MoeExperts { ffn_hidden, .. } => vec![features, *ffn_hidden],
+            LayerKind::LoraAdapter { rank, out_features } => vec![features, *rank, *out_features],
             _ => Vec::new(),
         }
     }
@@ -1038,7 +1091,7 @@ impl Layer {
     pub fn new(name: impl Into<String>, kind: LayerKind, input: Shape) -> Result<Layer, LayerError> {
         let name = name.into();
         let (output, cost) = Checker { layer: &name, kind: kind.name() }.shape_and_cost(&kind, &input)?;
-        Ok(Layer { name, kind, input, output, cost })
+        Ok(Layer { name, kind, input, output, cost, training: Training::Trained })
     }
 
     /// A residual add of two operands, checking that their shapes agree.
@@ -1080,6 +1133,38 @@ impl Layer {
         self.cost.macs
     }
 
+    /// The layer frozen (`inert`: also below every trained layer, so its backward does not
+    /// run): its parameters move out of [`LayerCost::params`] into [`Training`], and the passes
+    /// that no longer run lose their FLOPs and traffic, so every consumer of the cost (kernels,
+    /// gradient buckets, optimizer state, memory) sees a layer without trained weights. A
+    /// frozen layer's input gradient is still computed. Freezing twice changes nothing more.
+    pub fn freeze(&mut self, inert: bool) {
+        let weights = self.training.frozen_weights() + self.cost.params;
+        self.cost.params = 0;
+        self.cost.backward_weight_flops = 0.0;
+        self.cost.backward_weight_traffic = Traffic::default();
+        self.cost.mask_bytes[2] = 0;
+        if inert {
+            self.cost.backward_data_flops = 0.0;
+            self.cost.backward_data_traffic = Traffic::default();
+            self.cost.mask_bytes[1] = 0;
+            self.cost.activation_elements = 0;
+            self.training = Training::Inert { weights };
+        } else {
+            self.training = Training::Frozen { weights };
+        }
+    }
+
+    /// [`Layer::freeze`] as `training` says (nothing when trained): how a layer rebuilt on
+    /// other shapes (a tensor rank's share) keeps its model layer's state.
+    pub fn train_as(&mut self, training: Training) {
+        match training {
+            Training::Trained => {}
+            Training::Frozen { .. } => self.freeze(false),
+            Training::Inert { .. } => self.freeze(true),
+        }
+    }
+
     /// The kernels `pass` runs, in order: one ([`KernelRole::Whole`], the layer's cost) for
     /// every layer but an attention core, a loss computed as several kernels and an eager rotary
     /// embedding. A standard or math core runs its products, its softmax and its dropout (a
@@ -1088,6 +1173,11 @@ impl Layer {
     /// ([`KernelRole::AttentionHelper`]); none for a pass without work. Their FLOPs and compute-dtype traffic add up to
     /// [`LayerCost`]'s; a math core's fp32 traffic is in [`KernelPart::fp32_traffic`] only.
     pub fn kernels(&self, pass: Pass) -> Vec<KernelPart> {
+        match (self.training, pass) {
+            (Training::Inert { .. }, Pass::BackwardData | Pass::BackwardWeight)
+            | (Training::Frozen { .. }, Pass::BackwardWeight) => return Vec::new(),
+            _ => {}
+        }
         if let LayerKind::Attention { heads, kv_heads, causal, implementation, dropout, value_head_dim } =
             self.kind
             && let Ok((_, AttentionCost { parts: Some(mut parts), .. })) =
@@ -1358,6 +1448,7 @@ impl Checker<'_> {
                 *bias,
             ),
             LayerKind::Linear { out_features, bias } => self.linear(input, *out_features, *bias, false),
+            LayerKind::LoraAdapter { rank, out_features } => self.lora_adapter(input, *rank, *out_features),
             LayerKind::TiedLinear { out_features, bias, .. } => {
                 self.linear(input, *out_features, *bias, true)
             }

@@ -119,9 +119,15 @@ pub struct Model {
 }
 
 impl Model {
-    /// Learned parameters of all layers (tied weights counted once).
+    /// Learned parameters of all layers (tied weights counted once); a frozen layer's are not
+    /// learned here ([`Model::frozen_parameters`]).
     pub fn parameters(&self) -> u64 {
         self.layers.iter().map(|layer| layer.cost.params).sum()
+    }
+
+    /// Parameters of frozen layers ([`crate::layer::Training`]): held in memory, not trained.
+    pub fn frozen_parameters(&self) -> u64 {
+        self.layers.iter().map(|layer| layer.training.frozen_weights()).sum()
     }
 
     /// Parameters one token's forward pass uses: every layer's, but of an expert bank only the
