@@ -26,6 +26,8 @@ pub mod shard;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_lora;
+#[cfg(test)]
 mod tests_moe;
 #[cfg(test)]
 mod tests_sync;

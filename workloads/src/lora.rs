@@ -26,13 +26,16 @@ pub struct Lora {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LoraError {
     /// The rank is out of range.
-    #[error("must be at least 1")]
+    #[error("is 0; give the adapters' rank, at least 1 (NeMo's adapter_dim, Hugging Face PEFT's r)")]
     Rank,
     /// No target is named.
     #[error("name at least one linear layer to adapt (e.g. [\"attention.qkv\"])")]
     NoTargets,
     /// A target names no linear layer of the model.
-    #[error("{target:?} names no linear layer of {model}; its linear layers end in: {available}")]
+    #[error(
+        "{target:?} names no linear layer of {model}; its linear layers end in: {available} (a block's query, \
+         key and value projections are one fused layer, attention.qkv, as Megatron-LM and NeMo run them)"
+    )]
     NoTarget {
         /// The target.
         target: String,
@@ -90,11 +93,16 @@ pub fn apply(model: &Model, lora: &Lora) -> Result<Model, LoraError> {
     for layer in &model.layers {
         let adapted = linear(layer) && lora.targets.iter().any(|target| suffix(&layer.name) == target);
         let mut frozen = layer.clone();
-        // Below the first adapter nothing needs a gradient: autograd stops there.
-        frozen.freeze(!trained && !adapted);
         if !trained && !adapted {
+            // Below the first adapter nothing needs a gradient: autograd stops there.
+            frozen.freeze(true);
             layers.push(frozen);
             continue;
+        }
+        // A layer with weights (or a weight gradient to add to a tied owner) is frozen; the
+        // others (attention cores, norms' and activations' element-wise work) run as before.
+        if layer.cost.params > 0 || layer.cost.backward_weight_flops > 0.0 {
+            frozen.freeze(false);
         }
         if adapted {
             trained = true;
