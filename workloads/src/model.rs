@@ -151,6 +151,24 @@ impl Model {
         self.layers.iter().map(Layer::macs).sum()
     }
 
+    /// Megatron-LM's model FLOPs of one training sample: 2 per multiply-accumulate for each
+    /// pass that runs, so 6 for a trained layer (forward, input gradient, weight gradient), 4
+    /// for a frozen one (no weight gradient: LoRA's base model, as NeMo counts its LoRA
+    /// throughput) and 2 for one below every trained layer (forward only).
+    pub fn model_training_flops_per_sample(&self) -> f64 {
+        // Summed apart, so that a model without frozen layers gives 6 x macs_per_sample
+        // exactly.
+        let (mut trained, mut frozen, mut inert) = (0.0, 0.0, 0.0);
+        for layer in &self.layers {
+            match layer.training {
+                crate::layer::Training::Trained => trained += layer.macs(),
+                crate::layer::Training::Frozen { .. } => frozen += layer.macs(),
+                crate::layer::Training::Inert { .. } => inert += layer.macs(),
+            }
+        }
+        6.0 * trained + 4.0 * frozen + 2.0 * inert
+    }
+
     /// Forward FLOPs per sample, all layers.
     pub fn forward_flops_per_sample(&self) -> f64 {
         self.layers.iter().map(|layer| layer.cost.forward_flops).sum()
