@@ -69,3 +69,14 @@ fn bad_lora_tables_name_the_key_and_what_is_valid() {
         assert!(stderr.contains(expected), "{set:?}: {stderr}");
     }
 }
+
+#[test]
+fn plan_searches_a_lora_job_without_the_layouts_lora_refuses() {
+    let output = parasim(&["plan", "--cluster", LORA, "--quiet"]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains("(LoRA rank 32)"), "{text}");
+    // ZeRO-3 and offload are not tried, so nothing is rejected for them.
+    assert!(!text.contains("zero3") && !text.contains("[workload.lora]"), "{text}");
+    assert!(text.lines().any(|line| line.starts_with("1 ")), "{text}");
+}
