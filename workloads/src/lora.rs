@@ -18,7 +18,8 @@ pub struct Lora {
     /// The adapters' rank (NeMo's `adapter_dim`, Hugging Face PEFT's `r`).
     pub rank: u64,
     /// The linear layers adapted, by the end of their names after the block's number
-    /// (`attention.qkv` adapts `layers.0.attention.qkv`, `layers.1.attention.qkv`, ...).
+    /// (`attention.qkv` adapts `layers.0.attention.qkv`, `layers.1.attention.qkv`, ...), or
+    /// [`ALL_LINEAR`] for every linear layer inside the blocks.
     pub targets: Vec<String>,
 }
 
@@ -56,6 +57,19 @@ impl LoraError {
     }
 }
 
+/// The target that adapts every linear layer inside the model's blocks (Hugging Face PEFT's
+/// `target_modules="all-linear"`, which leaves out the output layer too).
+pub const ALL_LINEAR: &str = "all-linear";
+
+/// Whether `target` names `layer` (a linear layer).
+fn names(target: &str, layer: &Layer) -> bool {
+    if target == ALL_LINEAR {
+        crate::model::structure::block_of(&layer.name).is_some()
+    } else {
+        suffix(&layer.name) == target
+    }
+}
+
 /// A layer's name after its block's number (`layers.3.attention.qkv` -> `attention.qkv`), or
 /// the whole name outside blocks (`output`).
 fn suffix(name: &str) -> &str {
@@ -76,7 +90,7 @@ pub fn apply(model: &Model, lora: &Lora) -> Result<Model, LoraError> {
     }
     let linear = |layer: &Layer| matches!(layer.kind, LayerKind::Linear { .. });
     for target in &lora.targets {
-        if !model.layers.iter().any(|layer| linear(layer) && suffix(&layer.name) == target) {
+        if !model.layers.iter().any(|layer| linear(layer) && names(target, layer)) {
             let mut available: Vec<&str> =
                 model.layers.iter().filter(|layer| linear(layer)).map(|layer| suffix(&layer.name)).collect();
             available.sort_unstable();
@@ -84,14 +98,18 @@ pub fn apply(model: &Model, lora: &Lora) -> Result<Model, LoraError> {
             return Err(LoraError::NoTarget {
                 target: target.clone(),
                 model: model.name.clone(),
-                available: if available.is_empty() { "(none)".into() } else { available.join(", ") },
+                available: if available.is_empty() {
+                    "(none)".into()
+                } else {
+                    format!("{}, or \"{ALL_LINEAR}\" for every one inside the blocks", available.join(", "))
+                },
             });
         }
     }
     let mut layers = Vec::with_capacity(model.layers.len() * 2);
     let mut trained = false;
     for layer in &model.layers {
-        let adapted = linear(layer) && lora.targets.iter().any(|target| suffix(&layer.name) == target);
+        let adapted = linear(layer) && lora.targets.iter().any(|target| names(target, layer));
         let mut frozen = layer.clone();
         if !trained && !adapted {
             // Below the first adapter nothing needs a gradient: autograd stops there.
@@ -176,6 +194,16 @@ mod tests {
         assert_eq!(down.cost.backward_data_flops, original.cost.backward_data_flops);
         // The attention core has no weights: it runs its whole backward.
         assert!(!by_name("layers.0.attention.core").kernels(Pass::BackwardData).is_empty());
+    }
+
+    #[test]
+    fn all_linear_adapts_every_projection_of_every_block_but_not_the_output_layer() {
+        let model = zoo::by_name("llama2-7b").unwrap();
+        let tuned = apply(&model, &Lora { rank: 8, targets: vec![ALL_LINEAR.into()] }).unwrap();
+        // qkv 4096 -> 12288, proj 4096 -> 4096, gate-up 4096 -> 22016, down 11008 -> 4096.
+        let per_block = 8 * ((4096 + 12288) + (4096 + 4096) + (4096 + 22016) + (11008 + 4096));
+        assert_eq!(tuned.parameters(), 32 * per_block);
+        assert!(!tuned.layers.iter().any(|l| l.name == "logits.lora"));
     }
 
     #[test]
