@@ -1451,6 +1451,16 @@ fn validate(
             Some(("workload.offload", format!("is {:?}", parallelism.offload.name())))
         } else if parallelism.sync != strategies::GradientSync::AllReduce {
             Some(("parallelism.sync", "is DASO".to_string()))
+        } else if parallelism.cnn_degree() > 1 {
+            // Their per-layer collectives and copies would run below the first adapter.
+            let key = if parallelism.filter > 1 {
+                "parallelism.filter"
+            } else if parallelism.channel > 1 {
+                "parallelism.channel"
+            } else {
+                "parallelism.spatial"
+            };
+            Some((key, format!("is {}", parallelism.cnn_degree())))
         } else {
             None
         };
@@ -1460,7 +1470,8 @@ fn validate(
                 format!(
                     "{what} with [workload.lora]: LoRA runs with data (ZeRO 0 to 2), tensor, sequence, \
                      context and pipeline parallelism; parasim does not shard or offload frozen weights \
-                     (ZeRO-3, FSDP, offload) or run DASO with them"
+                     (ZeRO-3, FSDP, offload), run DASO with them or split a CNN's layers (filter, channel, \
+                     spatial) under them"
                 ),
             ));
         }
