@@ -712,7 +712,7 @@ pub fn local_layers(
         let rebuild = |kind: LayerKind, input: Shape| {
             let mut local = Layer::new(layer.name.clone(), kind, input)
                 .map_err(|source| ShardError::Layer { layer: layer.name.clone(), source })?;
-            local.train_as(layer.training);
+            local.train_as(layer.cost.training);
             Ok(local)
         };
         use CollectiveKind::{AllGather, AllReduce};

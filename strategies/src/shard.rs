@@ -716,7 +716,7 @@ pub fn local_layers(
         };
         let mut local = Layer::new(layer.name.clone(), kind, input)
             .map_err(|source| ShardError::Layer { layer: layer.name.clone(), source })?;
-        local.train_as(layer.training);
+        local.train_as(layer.cost.training);
         let mut entry = LocalLayer::new(index, *role, local);
         use CollectiveKind::{AllGather, AllReduce, AllToAll, ReduceScatter};
         match role {

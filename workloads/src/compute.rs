@@ -911,7 +911,7 @@ pub fn fp8_cast_works(layer: &Layer, pass: Pass, batch: u64) -> Vec<KernelWork> 
 pub fn fp8_weight_cast_bytes(layer: &Layer, dtype: Dtype, fp8_weights: bool) -> u64 {
     if dtype == Dtype::Fp8 && fp8_linear(layer) {
         let per_parameter = if fp8_weights { 2 } else { FP8_CAST_TRANSPOSE_BYTES };
-        let frozen = if fp8_weights { 0 } else { layer.training.frozen_weights() };
+        let frozen = if fp8_weights { 0 } else { layer.frozen_weights() };
         (layer.cost.params + frozen).saturating_mul(per_parameter)
     } else {
         0

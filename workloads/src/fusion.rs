@@ -191,7 +191,7 @@ fn fuse_math_attention(layer: &mut Layer) -> usize {
 /// A rewritten layer's new cost frozen again as the layer was ([`Layer::freeze`]).
 fn refreeze(layer: &mut Layer) {
     // The rewritten cost counts the layer's own parameters again.
-    let training = std::mem::take(&mut layer.training);
+    let training = std::mem::take(&mut layer.cost.training);
     layer.train_as(training);
 }
 

@@ -743,6 +743,10 @@ pub struct LayerCost {
     pub mask_bytes: [u64; 3],
     /// Kernel class, for the compute model's efficiencies.
     pub class: OpClass,
+    /// Whether the layer's weights are trained ([`Layer::freeze`] sets it with the passes it
+    /// takes out).
+    #[serde(skip_serializing_if = "Training::is_trained")]
+    pub training: Training,
 }
 
 /// One kernel of a layer's pass: most passes are one kernel, a standard attention core is
@@ -822,6 +826,7 @@ impl LayerCost {
             activation_elements: 0,
             mask_bytes: [0; 3],
             class,
+            training: Training::Trained,
         }
     }
 
@@ -987,39 +992,27 @@ pub enum LayerError {
 }
 
 /// What training does with a layer's weights and gradients. Full training trains every
-/// layer; parameter-efficient fine-tuning ([`crate::lora`]) freezes the base model.
+/// layer; parameter-efficient fine-tuning ([`crate::lora`]) freezes the base model. One byte,
+/// kept in [`LayerCost`]'s padding: a model of a million layers is no larger for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Training {
     /// Its parameters are trained: weight gradients, optimizer state, gradient reduction.
     #[default]
     Trained,
-    /// Its `weights` are frozen: the backward computes its input gradient (a trained layer
-    /// below needs it) but no weight gradient; the weights take memory, nothing else.
-    Frozen {
-        /// The frozen parameters (weights and biases), counted out of [`LayerCost::params`].
-        weights: u64,
-    },
+    /// Its weights are frozen: the backward computes its input gradient (a trained layer below
+    /// needs it) but no weight gradient; the weights take memory, nothing else
+    /// ([`Layer::frozen_weights`]).
+    Frozen,
     /// Frozen and below every trained layer: no gradient reaches it, so its backward does not
     /// run and it keeps no activations (autograd stops at the first trained layer).
-    Inert {
-        /// The frozen parameters, counted out of [`LayerCost::params`].
-        weights: u64,
-    },
+    Inert,
 }
 
 impl Training {
     /// Whether the layer is trained (the default, left out of serialized models).
     pub fn is_trained(&self) -> bool {
         *self == Training::Trained
-    }
-
-    /// Frozen parameters the layer holds (0 when trained).
-    pub fn frozen_weights(&self) -> u64 {
-        match *self {
-            Training::Trained => 0,
-            Training::Frozen { weights } | Training::Inert { weights } => weights,
-        }
     }
 }
 
@@ -1037,9 +1030,6 @@ pub struct Layer {
     /// Parameters, FLOPs and traffic. A frozen layer's parameters, weight-gradient pass (and,
     /// inert, backward) are taken out of it ([`Layer::freeze`]).
     pub cost: LayerCost,
-    /// Whether its weights are trained ([`Training`]).
-    #[serde(skip_serializing_if = "Training::is_trained")]
-    pub training: Training,
 }
 
 impl Layer {
@@ -1091,7 +1081,7 @@ impl Layer {
     pub fn new(name: impl Into<String>, kind: LayerKind, input: Shape) -> Result<Layer, LayerError> {
         let name = name.into();
         let (output, cost) = Checker { layer: &name, kind: kind.name() }.shape_and_cost(&kind, &input)?;
-        Ok(Layer { name, kind, input, output, cost, training: Training::Trained })
+        Ok(Layer { name, kind, input, output, cost })
     }
 
     /// A residual add of two operands, checking that their shapes agree.
@@ -1134,12 +1124,11 @@ impl Layer {
     }
 
     /// The layer frozen (`inert`: also below every trained layer, so its backward does not
-    /// run): its parameters move out of [`LayerCost::params`] into [`Training`], and the passes
-    /// that no longer run lose their FLOPs and traffic, so every consumer of the cost (kernels,
-    /// gradient buckets, optimizer state, memory) sees a layer without trained weights. A
-    /// frozen layer's input gradient is still computed. Freezing twice changes nothing more.
+    /// run): its parameters leave [`LayerCost::params`] ([`Layer::frozen_weights`] counts them)
+    /// and the passes that no longer run lose their FLOPs and traffic, so every consumer of the
+    /// cost (kernels, gradient buckets, optimizer state, memory) sees a layer without trained
+    /// weights. A frozen layer's input gradient is still computed.
     pub fn freeze(&mut self, inert: bool) {
-        let weights = self.training.frozen_weights() + self.cost.params;
         self.cost.params = 0;
         self.cost.backward_weight_flops = 0.0;
         self.cost.backward_weight_traffic = Traffic::default();
@@ -1149,9 +1138,9 @@ impl Layer {
             self.cost.backward_data_traffic = Traffic::default();
             self.cost.mask_bytes[1] = 0;
             self.cost.activation_elements = 0;
-            self.training = Training::Inert { weights };
+            self.cost.training = Training::Inert;
         } else {
-            self.training = Training::Frozen { weights };
+            self.cost.training = Training::Frozen;
         }
     }
 
@@ -1160,9 +1149,22 @@ impl Layer {
     pub fn train_as(&mut self, training: Training) {
         match training {
             Training::Trained => {}
-            Training::Frozen { .. } => self.freeze(false),
-            Training::Inert { .. } => self.freeze(true),
+            Training::Frozen => self.freeze(false),
+            Training::Inert => self.freeze(true),
         }
+    }
+
+    /// The parameters of a frozen layer (0 for a trained one, whose parameters are
+    /// [`LayerCost::params`]): what its kind holds on its input, counted again (freezing takes
+    /// them out of the cost, and a frozen layer keeps no count of its own, so that a layer is
+    /// no larger for being freezable).
+    pub fn frozen_weights(&self) -> u64 {
+        if self.cost.training.is_trained() {
+            return 0;
+        }
+        (Checker { layer: &self.name, kind: self.kind.name() })
+            .shape_and_cost(&self.kind, &self.input)
+            .map_or(0, |(_, cost)| cost.params)
     }
 
     /// The kernels `pass` runs, in order: one ([`KernelRole::Whole`], the layer's cost) for
@@ -1173,9 +1175,9 @@ impl Layer {
     /// ([`KernelRole::AttentionHelper`]); none for a pass without work. Their FLOPs and compute-dtype traffic add up to
     /// [`LayerCost`]'s; a math core's fp32 traffic is in [`KernelPart::fp32_traffic`] only.
     pub fn kernels(&self, pass: Pass) -> Vec<KernelPart> {
-        match (self.training, pass) {
-            (Training::Inert { .. }, Pass::BackwardData | Pass::BackwardWeight)
-            | (Training::Frozen { .. }, Pass::BackwardWeight) => return Vec::new(),
+        match (self.cost.training, pass) {
+            (Training::Inert, Pass::BackwardData | Pass::BackwardWeight)
+            | (Training::Frozen, Pass::BackwardWeight) => return Vec::new(),
             _ => {}
         }
         if let LayerKind::Attention { heads, kv_heads, causal, implementation, dropout, value_head_dim } =

@@ -517,7 +517,7 @@ impl MemoryPlan<'_> {
             .layers
             .iter()
             .filter(|layer| crate::compute::fp8_linear(layer))
-            .map(|layer| layer.cost.params + layer.training.frozen_weights())
+            .map(|layer| layer.cost.params + layer.frozen_weights())
             .sum()
     }
 

@@ -127,7 +127,7 @@ impl Model {
 
     /// Parameters of frozen layers ([`crate::layer::Training`]): held in memory, not trained.
     pub fn frozen_parameters(&self) -> u64 {
-        self.layers.iter().map(|layer| layer.training.frozen_weights()).sum()
+        self.layers.iter().map(Layer::frozen_weights).sum()
     }
 
     /// Parameters one token's forward pass uses: every layer's, but of an expert bank only the
@@ -160,10 +160,10 @@ impl Model {
         // exactly.
         let (mut trained, mut frozen, mut inert) = (0.0, 0.0, 0.0);
         for layer in &self.layers {
-            match layer.training {
+            match layer.cost.training {
                 crate::layer::Training::Trained => trained += layer.macs(),
-                crate::layer::Training::Frozen { .. } => frozen += layer.macs(),
-                crate::layer::Training::Inert { .. } => inert += layer.macs(),
+                crate::layer::Training::Frozen => frozen += layer.macs(),
+                crate::layer::Training::Inert => inert += layer.macs(),
             }
         }
         6.0 * trained + 4.0 * frozen + 2.0 * inert

@@ -507,8 +507,7 @@ impl<'s> Plan<'s> {
             let mut memory: MemoryBreakdown =
                 plan.device_breakdown(parameters, held, largest_pair, largest_layer);
             // Frozen weights (LoRA's base model) take memory as weights, nothing else.
-            let frozen: u64 =
-                self.stage_layers(stage).map(|i| self.local[i].layer.training.frozen_weights()).sum();
+            let frozen: u64 = self.stage_layers(stage).map(|i| self.local[i].layer.frozen_weights()).sum();
             if frozen > 0 {
                 memory.weights =
                     Bytes(memory.weights.0.saturating_add(plan.device_breakdown(frozen, 0, 0, 0).weights.0));

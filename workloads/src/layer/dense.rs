@@ -1,7 +1,7 @@
 //! Matrix-product and spatial layers: convolution, transposed convolution, linear, matmul,
 //! pooling, upsampling, cropping.
 
-use super::{Checker, LayerCost, LayerError, OpClass, Padding, Shape, Traffic, UpsampleMode};
+use super::{Checker, LayerCost, LayerError, OpClass, Padding, Shape, Traffic, Training, UpsampleMode};
 
 /// Output sizes of a sliding window over `spatial`, per axis.
 struct Window<'a> {
@@ -258,6 +258,7 @@ impl Checker<'_> {
                 activation_elements: inner,
                 mask_bytes: [0; 3],
                 class: OpClass::Gemm,
+                training: Training::Trained,
             },
         ))
     }
@@ -484,6 +485,7 @@ fn gemm_cost(
         activation_elements: elements_in,
         mask_bytes: [0; 3],
         class: OpClass::Gemm,
+        training: Training::Trained,
     }
 }
 
