@@ -23,6 +23,7 @@ pub mod layout;
 pub mod passes;
 pub mod pipeline;
 pub mod shard;
+mod zb_auto;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

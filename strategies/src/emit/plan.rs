@@ -150,9 +150,12 @@ impl<'s> Plan<'s> {
                 recompute_before[last] = Some(range);
             }
         }
-        // ZB-V's order follows each chunk's forward, input- and weight-gradient times (B with
-        // the forwards recomputed before it).
-        let times: Vec<[u64; 3]> = if p.schedule == pipeline::PipelineSchedule::ZbV {
+        // ZB-V's and ZB-2p's orders follow each chunk's forward, input- and weight-gradient
+        // times (B with the forwards recomputed before it).
+        let times: Vec<[u64; 3]> = if matches!(
+            p.schedule,
+            pipeline::PipelineSchedule::ZbV | pipeline::PipelineSchedule::Zb2p
+        ) {
             let ps = |kernel: &Kernel| kernel.map_or(0, |(d, _)| d.as_ps());
             chunk_layers
                 .iter()
