@@ -23,7 +23,6 @@ pub mod layout;
 pub mod passes;
 pub mod pipeline;
 pub mod shard;
-mod zb_auto;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -32,6 +31,7 @@ mod tests_lora;
 mod tests_moe;
 #[cfg(test)]
 mod tests_sync;
+mod zb_auto;
 
 use std::ops::Range;
 

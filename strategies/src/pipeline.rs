@@ -103,7 +103,10 @@ impl PipelineSchedule {
     pub const fn splits_backward(self) -> bool {
         matches!(
             self,
-            PipelineSchedule::ZbH1 | PipelineSchedule::Zb2p | PipelineSchedule::ZbV | PipelineSchedule::DualPipe
+            PipelineSchedule::ZbH1
+                | PipelineSchedule::Zb2p
+                | PipelineSchedule::ZbV
+                | PipelineSchedule::DualPipe
         )
     }
 }

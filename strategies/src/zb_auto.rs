@@ -134,7 +134,12 @@ impl Heuristic {
     }
 
     /// `manual_order` with its three switches; `None` when the memory limit cannot be met.
-    fn run(mut self, allow_bubble_before_first_b: bool, prioritize_b: bool, greedy: bool) -> Option<(Vec<f64>, f64)> {
+    fn run(
+        mut self,
+        allow_bubble_before_first_b: bool,
+        prioritize_b: bool,
+        greedy: bool,
+    ) -> Option<(Vec<f64>, f64)> {
         let (p, m) = (self.stages, self.micro_batches);
         let [cost_f, cost_b, _] = self.cost;
         for i in 0..m {
@@ -184,7 +189,7 @@ impl Heuristic {
                 continue;
             }
             let mut required = vec![0usize; p];
-            for stage in 0..p {
+            for (stage, need) in required.iter_mut().enumerate() {
                 if self.count[F][stage] >= m {
                     continue;
                 }
@@ -201,20 +206,20 @@ impl Heuristic {
                         w_count += 1;
                     }
                     if self.end[stage] + cost_f + w_cost <= next {
-                        required[stage] = 1;
+                        *need = 1;
                         continue;
                     }
                     if next - self.end[stage] <= self.max_bubble() - self.bubble[stage] {
                         continue;
                     }
                 }
-                required[stage] = 1;
+                *need = 1;
             }
             for stage in (0..p.saturating_sub(1)).rev() {
                 required[stage] = required[stage].min(required[stage + 1]);
             }
-            for stage in 0..p {
-                if required[stage] == 0 {
+            for (stage, &need) in required.iter().enumerate() {
+                if need == 0 {
                     continue;
                 }
                 self.make_room(stage, F)?;
@@ -331,6 +336,33 @@ mod tests {
                     assert!(peak_in_flight(order, &[1]) <= u64::from(limit), "p {p} m {m} limit {limit}");
                 }
             }
+        }
+    }
+
+    /// With equal F, B and W times and an instant network, the heuristic under `p` micro-batches
+    /// in flight leaves ZB-H1's bubble, `(p - 1)(T_F + T_B - T_W)` (the paper's section 3), and
+    /// under `2p` none: ZB-2p's "almost zero" bubble.
+    #[test]
+    fn equal_passes_give_zb_h1s_bubble_at_p_and_none_at_2p() {
+        for (p, m) in [(4usize, 12usize), (8, 24), (8, 64), (16, 48)] {
+            let best = |limit: i64| {
+                let mut best = f64::MAX;
+                for allow in [true, false] {
+                    for prioritize in [true, false] {
+                        for greedy in [true, false] {
+                            if let Some((_, t)) =
+                                Heuristic::new(p, m, [1.0, 1.0, 1.0], limit).run(allow, prioritize, greedy)
+                            {
+                                best = best.min(t);
+                            }
+                        }
+                    }
+                }
+                best
+            };
+            let ideal = 3.0 * m as f64;
+            assert_eq!(best(p as i64), ideal + (p - 1) as f64, "p {p} m {m}: limit p");
+            assert_eq!(best(2 * p as i64), ideal, "p {p} m {m}: limit 2p");
         }
     }
 }

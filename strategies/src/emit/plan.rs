@@ -152,29 +152,27 @@ impl<'s> Plan<'s> {
         }
         // ZB-V's and ZB-2p's orders follow each chunk's forward, input- and weight-gradient
         // times (B with the forwards recomputed before it).
-        let times: Vec<[u64; 3]> = if matches!(
-            p.schedule,
-            pipeline::PipelineSchedule::ZbV | pipeline::PipelineSchedule::Zb2p
-        ) {
-            let ps = |kernel: &Kernel| kernel.map_or(0, |(d, _)| d.as_ps());
-            chunk_layers
-                .iter()
-                .map(|range| {
-                    let mut sums = [0u64; 3];
-                    for index in range.clone() {
-                        for (sum, kernel) in sums.iter_mut().zip(&kernels[index]) {
-                            *sum = sum.saturating_add(ps(kernel));
+        let times: Vec<[u64; 3]> =
+            if matches!(p.schedule, pipeline::PipelineSchedule::ZbV | pipeline::PipelineSchedule::Zb2p) {
+                let ps = |kernel: &Kernel| kernel.map_or(0, |(d, _)| d.as_ps());
+                chunk_layers
+                    .iter()
+                    .map(|range| {
+                        let mut sums = [0u64; 3];
+                        for index in range.clone() {
+                            for (sum, kernel) in sums.iter_mut().zip(&kernels[index]) {
+                                *sum = sum.saturating_add(ps(kernel));
+                            }
+                            for again in recompute_before[index].clone().into_iter().flatten() {
+                                sums[1] = sums[1].saturating_add(ps(&kernels[again][0]));
+                            }
                         }
-                        for again in recompute_before[index].clone().into_iter().flatten() {
-                            sums[1] = sums[1].saturating_add(ps(&kernels[again][0]));
-                        }
-                    }
-                    sums
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
+                        sums
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
         let group = p.microbatch_group.unwrap_or(p.pipeline);
         // The EP A2A overlap's merged order (checked: no pipeline, `Strategy::check_moe_overlap`).
         let mut actions =
