@@ -61,6 +61,7 @@
 mod coupled;
 mod event;
 mod flows;
+mod link_lists;
 mod maxmin;
 #[cfg(test)]
 mod maxmin_tests;
