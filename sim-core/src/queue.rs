@@ -96,6 +96,7 @@ impl<E: Copy> EventQueue<E> {
 
     /// Schedules `event` `delay` after now and returns its due time. Events can never be
     /// scheduled in the past; past the end of representable time is an error.
+    #[inline]
     pub fn schedule_after(&mut self, delay: SimDuration, event: E) -> Result<SimTime, TimeOverflow> {
         let time = self.now.checked_add(delay)?;
         self.insert(time.as_ps(), event);
@@ -104,6 +105,7 @@ impl<E: Copy> EventQueue<E> {
     }
 
     /// Files `event`, due at `time` (not before now), in the list or its bucket.
+    #[inline(always)]
     fn insert(&mut self, time: u64, event: E) {
         let differing = time ^ self.now.as_ps();
         if differing == 0 {

@@ -4,9 +4,10 @@
 //! list outgrows its room, and a free per link when the network is dropped: on a random
 //! permutation of 1,024 flows on a dragonfly, where most links carry one or two flows, those
 //! allocations and frees were an eighth of the run's instructions. Here every list lives in
-//! one buffer: a list that outgrows its room moves to the buffer's end with twice the room
-//! (its old place is not reused), so a link's first flow and its growth cost no allocation
-//! once the buffer has grown, and dropping the network frees two buffers.
+//! one buffer, each with room for [`FIRST_ROOM`] flows from the start (one zeroed allocation
+//! for all links: 16 bytes a link); a list that outgrows its room moves to the buffer's end
+//! with twice the room (its old place is not reused), so growing costs no allocation once the
+//! buffer has grown, and dropping the network frees two buffers.
 //!
 //! The operations and their order are a `Vec`'s (`push` appends, `swap_remove` moves the
 //! last element into the hole), so the filling visits a link's flows in the order it did.
@@ -14,7 +15,7 @@
 //! Invariants: each list's elements are `items[start..start + len]`, with room for `room`
 //! elements from `start`; the rooms of different lists never overlap; the buffer holds at
 //! most twice the rooms of the lists now (a list's abandoned rooms sum to less than its room
-//! now), which are at most twice the longest each list has been.
+//! now), which are at most twice the longest each list has been, or [`FIRST_ROOM`].
 
 /// Lists of `u32` (flow ids), one per link, in one buffer (see the module documentation).
 #[derive(Debug, Clone, Default)]
@@ -33,13 +34,16 @@ struct Head {
     room: u32,
 }
 
-/// The room of a list's first place in the buffer.
+/// The room each list has from the start.
 const FIRST_ROOM: u32 = 4;
 
 impl LinkLists {
-    /// `lists` empty lists.
+    /// `lists` empty lists, each with room for [`FIRST_ROOM`] elements.
     pub(super) fn new(lists: usize) -> Self {
-        LinkLists { heads: vec![Head::default(); lists], items: Vec::new() }
+        let places = lists * FIRST_ROOM as usize;
+        assert!(u32::try_from(places).is_ok(), "more than 2^32 flow places on links");
+        let heads = (0..lists as u32).map(|list| Head { start: list * FIRST_ROOM, len: 0, room: FIRST_ROOM });
+        LinkLists { heads: heads.collect(), items: vec![0; places] }
     }
 
     /// The elements of list `list`.
@@ -74,8 +78,7 @@ impl LinkLists {
         position
     }
 
-    /// Moves a full list to the end of the buffer with twice its room (a new list gets
-    /// [`FIRST_ROOM`]).
+    /// Moves a full list to the end of the buffer with twice its room.
     #[cold]
     fn grow(head: &mut Head, items: &mut Vec<u32>) {
         let room = (head.room * 2).max(FIRST_ROOM);
