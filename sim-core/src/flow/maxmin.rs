@@ -120,8 +120,14 @@ fn due_in(remaining: f64, rate: f64) -> Option<SimDuration> {
 /// `roundsd` makes of it (one per flow that gets a rate): the truncation, plus one if it
 /// is below `x`. The same for every `x`: past 2^53 every float is an integer, so the
 /// truncation is `x` itself; negative, NaN and too large values saturate as the cast does.
+/// Below 2^63 the conversions are through `i64`, which the processor converts in one
+/// instruction each way (`u64` takes a sequence of them).
 #[inline]
 fn ceil_to_u64(x: f64) -> u64 {
+    if (0.0..9_223_372_036_854_775_808.0).contains(&x) {
+        let truncated = x as i64;
+        return if (truncated as f64) < x { truncated as u64 + 1 } else { truncated as u64 };
+    }
     let truncated = x as u64;
     if (truncated as f64) < x { truncated.saturating_add(1) } else { truncated }
 }
@@ -566,6 +572,21 @@ impl<T: Copy> MaxMin<T> {
     /// flow. Returns its id (a slot freed earlier, or a new one).
     #[inline]
     pub(super) fn add(&mut self, now: SimTime, route: &Route, bytes: f64, owner: T) -> u32 {
+        if let Some(id) = self.free_flows.pop() {
+            // Field by field into the slot (what `allocate` does, without a whole flow built
+            // beside it and copied in: a plain flow per message makes that copy a hot spot).
+            let slot = &mut self.flows[id as usize];
+            slot.route = *route;
+            slot.size = bytes;
+            slot.remaining = bytes;
+            slot.rate = 0.0;
+            slot.updated = now;
+            slot.generation = slot.generation.wrapping_add(1);
+            slot.owner = owner;
+            slot.group = NO_GROUP;
+            slot.stalled = false;
+            return id;
+        }
         self.allocate(Flow {
             route: *route,
             size: bytes,
