@@ -324,7 +324,7 @@ fn sort_order_keys(keys: &mut [u128], scratch: &mut KeySort) {
 /// into place at its end, above every other key, and returns where they start: the filling
 /// pops from the end, and sorts the next chunk when they are gone. A filling pops a link per
 /// bottleneck until its flows are frozen, often a few of a component's links (on the
-/// 1,024-host dragonfly's random permutation, about 8 of 73 links per partial re-fill), so
+/// 1,024-host dragonfly's random permutation, 8 of 73 links per re-fill on average), so
 /// sorting them all was most of the sort's work. With `chunk` at least half the keys, all
 /// of them are sorted (by [`sort_order_keys`], as are the chunks). The keys are distinct, so
 /// the pops are those of the whole sort.
