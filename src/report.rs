@@ -72,9 +72,12 @@ impl<'s> Report<'s> {
         };
         let _ = writeln!(
             out,
-            "model         {} ({} parameters, {}MAC per sample), {batch}, {} (gradients {}), {}",
+            "model         {} ({} parameters{}, {}MAC per sample), {batch}, {} (gradients {}), {}",
             m.name,
             crate::models::si(m.parameters as f64),
+            m.frozen_parameters
+                .map(|frozen| format!(" trained, {} frozen", crate::models::si(frozen as f64)))
+                .unwrap_or_default(),
             crate::models::si_unit(m.macs_per_sample),
             m.precision,
             m.gradient_precision,

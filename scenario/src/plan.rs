@@ -900,7 +900,12 @@ pub fn plan_with_progress(
     let too_big = |estimate: &Result<SimDuration, (String, String)>| matches!(estimate, Err((reason, _)) if reason == MEMORY);
     let mut out_of_core = false;
     let host_optimizer = bases.iter().all(|base| base.scenario.host_cpu.is_some());
-    if search.fixed.offload.is_none() && estimates.iter().all(Result::is_err) && estimates.iter().any(too_big)
+    // LoRA takes no offload (the scenario refuses it).
+    let lora = bases.iter().any(|base| base.scenario.model.frozen_parameters() > 0);
+    if search.fixed.offload.is_none()
+        && !lora
+        && estimates.iter().all(Result::is_err)
+        && estimates.iter().any(too_big)
     {
         let tried: LookupSet<String> = choices.iter().map(Choice::label).collect();
         let mut extra = Vec::new();
@@ -1586,7 +1591,10 @@ pub fn enumerate(index: usize, base: &Base, global_batch: u64, fixed: &Fixed) ->
                         None => vec![1],
                     };
                     let expert_degrees = one(fixed.expert, powers_of_two(experts, data * context));
-                    let zeros: Vec<u8> = fixed.zero.map_or(vec![0, 1, 2, 3], |z| vec![z]);
+                    // LoRA's frozen weights are in no ZeRO-3 unit (the scenario refuses it).
+                    let lora = model.frozen_parameters() > 0;
+                    let zeros: Vec<u8> =
+                        fixed.zero.map_or(if lora { vec![0, 1, 2] } else { vec![0, 1, 2, 3] }, |z| vec![z]);
                     for (virtual_stages, schedule) in schedules(&virtuals, pipeline, template.schedule, fixed)
                     {
                         for &expert in &expert_degrees {

@@ -164,6 +164,10 @@ pub struct ModelSummary {
     pub name: String,
     /// Trainable parameters.
     pub parameters: u64,
+    /// Frozen parameters (LoRA's base model, `[workload.lora]`): held, not trained; absent when
+    /// every parameter is trained.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub frozen_parameters: Option<u64>,
     /// Multiply-accumulates of one sample's forward pass.
     pub macs_per_sample: f64,
     /// Samples per data-parallel replica per iteration (per GPU under pure data parallelism).
@@ -1462,8 +1466,14 @@ pub(crate) fn summarize(
     // passes (forward, backward-data, backward-weight), every sample of the iteration.
     // 6 FLOPs per MAC per sample for a training step (2 forward, 4 backward), 2 for a
     // forward pass alone (`workload.passes`).
-    let flops_per_mac = if scenario.passes.trains() { 6.0 } else { 2.0 };
-    let model_flops = flops_per_mac * scenario.model.macs_per_sample() * scenario.global_batch as f64;
+    // Under LoRA a frozen layer's weight gradient does not run: 4 per MAC
+    // ([`workloads::Model::model_training_flops_per_sample`]).
+    let per_sample = if scenario.passes.trains() {
+        scenario.model.model_training_flops_per_sample()
+    } else {
+        2.0 * scenario.model.macs_per_sample()
+    };
+    let model_flops = per_sample * scenario.global_batch as f64;
     let hardware_flops = info.flops_per_rank_iteration + info.recompute_flops_per_rank_iteration;
     let p = &scenario.parallelism;
     let peak = match &scenario.node_groups {
@@ -1499,6 +1509,7 @@ pub(crate) fn summarize(
         model: ModelSummary {
             name: scenario.model.name.clone(),
             parameters: scenario.model.parameters(),
+            frozen_parameters: Some(scenario.model.frozen_parameters()).filter(|&frozen| frozen > 0),
             macs_per_sample: scenario.model.macs_per_sample(),
             batch_per_device: scenario.global_batch / u64::from(scenario.parallelism.data),
             precision: scenario.precision.to_string(),

@@ -26,8 +26,6 @@
 //! assert_eq!(order, ['a', 'b', 'c']);
 //! ```
 
-use std::collections::VecDeque;
-
 use units::{SimDuration, SimTime, TimeOverflow};
 
 /// Buckets: one per bit of a `u64` time.
@@ -36,8 +34,11 @@ const BUCKETS: usize = 64;
 /// A future-event list with a clock: popping an event advances `now` to its time.
 #[derive(Debug, Clone)]
 pub struct EventQueue<E> {
-    /// Events due now, in the order they were scheduled.
-    due_now: VecDeque<E>,
+    /// Events due now, in the order they were scheduled: `due_now[next_due..]` (a vector
+    /// read from the front and cleared once read, cheaper than a ring buffer's wrapping).
+    due_now: Vec<E>,
+    /// The first event of `due_now` not popped yet.
+    next_due: usize,
     /// Bucket `b`: (time, event) of the events whose time's highest bit that differs from
     /// `now`'s is bit `b`, in the order they were scheduled.
     buckets: Vec<Vec<(u64, E)>>,
@@ -63,7 +64,8 @@ impl<E: Copy> EventQueue<E> {
     /// An empty queue with room for `capacity` events due at once.
     pub fn with_capacity(capacity: usize) -> Self {
         EventQueue {
-            due_now: VecDeque::with_capacity(capacity),
+            due_now: Vec::with_capacity(capacity),
+            next_due: 0,
             buckets: vec![Vec::new(); BUCKETS],
             occupied: 0,
             len: 0,
@@ -89,11 +91,12 @@ impl<E: Copy> EventQueue<E> {
     /// True if another event is due at the current time (all of them wait in the list once
     /// the clock has reached their time).
     pub fn has_due_now(&self) -> bool {
-        !self.due_now.is_empty()
+        self.next_due < self.due_now.len()
     }
 
     /// Schedules `event` `delay` after now and returns its due time. Events can never be
     /// scheduled in the past; past the end of representable time is an error.
+    #[inline]
     pub fn schedule_after(&mut self, delay: SimDuration, event: E) -> Result<SimTime, TimeOverflow> {
         let time = self.now.checked_add(delay)?;
         self.insert(time.as_ps(), event);
@@ -102,10 +105,11 @@ impl<E: Copy> EventQueue<E> {
     }
 
     /// Files `event`, due at `time` (not before now), in the list or its bucket.
+    #[inline(always)]
     fn insert(&mut self, time: u64, event: E) {
         let differing = time ^ self.now.as_ps();
         if differing == 0 {
-            self.due_now.push_back(event);
+            self.due_now.push(event);
         } else {
             let bucket = (u64::BITS - 1 - differing.leading_zeros()) as usize;
             self.buckets[bucket].push((time, event));
@@ -115,10 +119,12 @@ impl<E: Copy> EventQueue<E> {
 
     /// Removes the earliest event, advances the clock to its time, and returns both.
     pub fn pop(&mut self) -> Option<(SimTime, E)> {
-        if self.due_now.is_empty() {
+        if self.next_due == self.due_now.len() {
             if self.occupied == 0 {
                 return None;
             }
+            self.due_now.clear();
+            self.next_due = 0;
             // The lowest bucket holds the earliest events: move the clock to the first of
             // them and deal the bucket out again, in order, relative to the new clock.
             let bucket = self.occupied.trailing_zeros() as usize;
@@ -135,7 +141,8 @@ impl<E: Copy> EventQueue<E> {
             events.clear();
             self.buckets[bucket] = events;
         }
-        let event = self.due_now.pop_front()?;
+        let event = *self.due_now.get(self.next_due)?;
+        self.next_due += 1;
         self.len -= 1;
         Some((self.now, event))
     }

@@ -708,9 +708,12 @@ pub fn local_layers(
     let mut chain: Option<Shape> = None;
     for (index, layer) in model.layers.iter().enumerate() {
         let mut entry = LocalLayer::new(index, Role::Replicated, layer.clone());
+        // A rebuilt layer keeps its model layer's training state (frozen under LoRA).
         let rebuild = |kind: LayerKind, input: Shape| {
-            Layer::new(layer.name.clone(), kind, input)
-                .map_err(|source| ShardError::Layer { layer: layer.name.clone(), source })
+            let mut local = Layer::new(layer.name.clone(), kind, input)
+                .map_err(|source| ShardError::Layer { layer: layer.name.clone(), source })?;
+            local.train_as(layer.cost.training);
+            Ok(local)
         };
         use CollectiveKind::{AllGather, AllReduce};
         match split {

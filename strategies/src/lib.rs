@@ -26,9 +26,12 @@ pub mod shard;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_lora;
+#[cfg(test)]
 mod tests_moe;
 #[cfg(test)]
 mod tests_sync;
+mod zb_auto;
 
 use std::ops::Range;
 

@@ -55,6 +55,11 @@ pub enum PipelineSchedule {
     /// backward and postponed into the cool-down bubble, at 1F1B's peak memory.
     #[serde(rename = "zb-h1")]
     ZbH1,
+    /// Zero-bubble ZB-2p (Qi et al. 2024): the repository's automatic schedule (its
+    /// heuristic, `zb_auto`) with the backward split and at most `2p` micro-batches in flight
+    /// on a stage, twice 1F1B's peak activation memory.
+    #[serde(rename = "zb-2p")]
+    Zb2p,
     /// Zero-bubble ZB-V (Qi et al. 2024): two chunks per stage in a V, the backward split, at
     /// 1F1B's peak activation memory.
     #[serde(rename = "zb-v")]
@@ -67,10 +72,11 @@ pub enum PipelineSchedule {
 
 impl PipelineSchedule {
     /// Every schedule.
-    pub const ALL: [PipelineSchedule; 5] = [
+    pub const ALL: [PipelineSchedule; 6] = [
         PipelineSchedule::GPipe,
         PipelineSchedule::OneFOneB,
         PipelineSchedule::ZbH1,
+        PipelineSchedule::Zb2p,
         PipelineSchedule::ZbV,
         PipelineSchedule::DualPipe,
     ];
@@ -81,6 +87,7 @@ impl PipelineSchedule {
             PipelineSchedule::GPipe => "gpipe",
             PipelineSchedule::OneFOneB => "1f1b",
             PipelineSchedule::ZbH1 => "zb-h1",
+            PipelineSchedule::Zb2p => "zb-2p",
             PipelineSchedule::ZbV => "zb-v",
             PipelineSchedule::DualPipe => "dualpipe",
         }
@@ -94,7 +101,13 @@ impl PipelineSchedule {
 
     /// Whether the schedule splits the backward into input- and weight-gradient passes.
     pub const fn splits_backward(self) -> bool {
-        matches!(self, PipelineSchedule::ZbH1 | PipelineSchedule::ZbV | PipelineSchedule::DualPipe)
+        matches!(
+            self,
+            PipelineSchedule::ZbH1
+                | PipelineSchedule::Zb2p
+                | PipelineSchedule::ZbV
+                | PipelineSchedule::DualPipe
+        )
     }
 }
 
@@ -105,7 +118,8 @@ impl std::str::FromStr for PipelineSchedule {
             format!(
                 "unknown pipeline schedule {name:?}; valid: \"gpipe\", \"1f1b\" (interleaved when \
                  virtual-stages > 1), \"zb-h1\" (zero-bubble ZB-H1: backward split into input- and \
-                 weight-gradient passes), \"zb-v\" (zero-bubble ZB-V, virtual-stages = 2), \"dualpipe\" \
+                 weight-gradient passes), \"zb-2p\" (zero-bubble's automatic schedule under twice \
+                 1F1B's activation memory), \"zb-v\" (zero-bubble ZB-V, virtual-stages = 2), \"dualpipe\" \
                  (DeepSeek's bidirectional DualPipe, virtual-stages = 2)"
             )
         })
@@ -206,6 +220,10 @@ pub fn actions(
     }
     if schedule == PipelineSchedule::ZbV {
         let mut orders = zb_v_orders(stages, m, &vec![[1, 1, 1]; 2 * stages as usize]);
+        return orders.swap_remove(stage as usize);
+    }
+    if schedule == PipelineSchedule::Zb2p {
+        let mut orders = crate::zb_auto::orders(stages, m, &vec![[1, 1, 1]; stages as usize], 2 * stages);
         return orders.swap_remove(stage as usize);
     }
     if chunks == 1 {
@@ -313,6 +331,9 @@ pub fn orders(
 ) -> Vec<Vec<Action>> {
     if schedule == PipelineSchedule::ZbV {
         return zb_v_orders(stages, micro_batches, times);
+    }
+    if schedule == PipelineSchedule::Zb2p {
+        return crate::zb_auto::orders(stages, micro_batches, times, 2 * stages);
     }
     (0..stages).map(|stage| actions(schedule, stages, chunks, group, stage, micro_batches)).collect()
 }

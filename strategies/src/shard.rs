@@ -346,6 +346,9 @@ pub fn roles(model: &Model, tensor: u32) -> Result<Vec<Role>, ShardError> {
                     ),
                 ));
             }
+            // A LoRA adapter runs beside its linear layer on that layer's shapes (below): it
+            // adds no collective of its own.
+            LayerKind::LoraAdapter { .. } => Role::Replicated,
             _ if split => Role::Split,
             _ => Role::Replicated,
         };
@@ -695,10 +698,25 @@ pub fn local_layers(
                 },
                 localise(&layer.input, c, 1),
             ),
+            // A LoRA adapter follows its layer's split: beside a column-parallel layer it reads
+            // the whole input and writes this rank's output features (NeMo's adapter splits
+            // its down-projection too and gathers its rank-wide result: both negligible),
+            // beside a row-parallel one it reads the split features into the partial sums.
+            (_, LayerKind::LoraAdapter { rank, out_features }) => {
+                match index.checked_sub(1).and_then(|previous| roles.get(previous)) {
+                    Some(Role::Column) => (
+                        LayerKind::LoraAdapter { rank: *rank, out_features: out_features.div_ceil(t) },
+                        localise(&layer.input, c, 1),
+                    ),
+                    Some(Role::Row) => (layer.kind.clone(), localise(&layer.input, c, t)),
+                    _ => (layer.kind.clone(), localise(&layer.input, replicated_tokens, 1)),
+                }
+            }
             (_, kind) => (kind.clone(), localise(&layer.input, replicated_tokens, 1)),
         };
-        let local = Layer::new(layer.name.clone(), kind, input)
+        let mut local = Layer::new(layer.name.clone(), kind, input)
             .map_err(|source| ShardError::Layer { layer: layer.name.clone(), source })?;
+        local.train_as(layer.cost.training);
         let mut entry = LocalLayer::new(index, *role, local);
         use CollectiveKind::{AllGather, AllReduce, AllToAll, ReduceScatter};
         match role {

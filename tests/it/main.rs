@@ -17,6 +17,7 @@ mod framework;
 mod hostile;
 mod hyparflow;
 mod json;
+mod lora;
 mod memory;
 mod models;
 mod network;

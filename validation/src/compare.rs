@@ -184,6 +184,7 @@ impl KernelClass {
             LayerKind::Conv { .. } | LayerKind::ConvTranspose { .. } => KernelClass::Convolution,
             LayerKind::Linear { .. }
             | LayerKind::TiedLinear { .. }
+            | LayerKind::LoraAdapter { .. }
             | LayerKind::Matmul { .. }
             | LayerKind::Interaction
             | LayerKind::Attention { .. }

@@ -809,6 +809,10 @@ pub fn launched_kernels(layer: &Layer, pass: Pass, dtype: Dtype, autocast: bool)
             LayerKind::Linear { bias: true, .. } | LayerKind::TiedLinear { bias: true, .. },
             Pass::BackwardWeight,
         ) => 1,
+        // A LoRA adapter's pass is two products (and forward the add, backward-data the add
+        // into the input gradient): priced as one kernel, launched as its three or two.
+        (LayerKind::LoraAdapter { .. }, Pass::Forward | Pass::BackwardData) => 2,
+        (LayerKind::LoraAdapter { .. }, Pass::BackwardWeight) => 1,
         _ => 0,
     };
     // Each products part is 2 kernels forward and 4 backward: 1 and 3 more.
@@ -901,11 +905,14 @@ pub fn fp8_cast_works(layer: &Layer, pass: Pass, batch: u64) -> Vec<KernelWork> 
 /// `get_fp8_workspace` with `cache_name = "weight"`), [`FP8_CAST_TRANSPOSE_BYTES`] per
 /// parameter; 0 for a layer that does not. With FP8 parameters (`fp8_weights`) the weight
 /// already is FP8 (the optimizer writes it so): only its transpose is made, reading and
-/// writing one byte per parameter.
+/// writing one byte per parameter. Frozen weights ([`crate::layer::Training`]) in bf16 are
+/// cast like trained ones (the module does not know they are frozen); frozen FP8 parameters
+/// are never written, so their transpose, made once, stays valid: nothing per iteration.
 pub fn fp8_weight_cast_bytes(layer: &Layer, dtype: Dtype, fp8_weights: bool) -> u64 {
     if dtype == Dtype::Fp8 && fp8_linear(layer) {
         let per_parameter = if fp8_weights { 2 } else { FP8_CAST_TRANSPOSE_BYTES };
-        layer.cost.params.saturating_mul(per_parameter)
+        let frozen = if fp8_weights { 0 } else { layer.frozen_weights() };
+        (layer.cost.params + frozen).saturating_mul(per_parameter)
     } else {
         0
     }

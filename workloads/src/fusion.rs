@@ -147,6 +147,7 @@ fn fused_as(layer: &mut Layer, kind: LayerKind) -> usize {
     let before = layer.kernels(Pass::Forward).len();
     layer.kind = fused.kind;
     layer.cost = LayerCost { activation_elements: layer.cost.activation_elements, ..fused.cost };
+    refreeze(layer);
     before.saturating_sub(layer.kernels(Pass::Forward).len())
 }
 
@@ -183,7 +184,15 @@ fn fuse_math_attention(layer: &mut Layer) -> usize {
     let kept = layer.cost.activation_elements;
     layer.kind = fused.kind;
     layer.cost = LayerCost { activation_elements: kept, ..fused.cost };
+    refreeze(layer);
     before.saturating_sub(layer.kernels(Pass::Forward).len())
+}
+
+/// A rewritten layer's new cost frozen again as the layer was ([`Layer::freeze`]).
+fn refreeze(layer: &mut Layer) {
+    // The rewritten cost counts the layer's own parameters again.
+    let training = std::mem::take(&mut layer.cost.training);
+    layer.train_as(training);
 }
 
 fn is_relu(layer: &Layer) -> bool {

@@ -345,6 +345,16 @@ pub enum LayerKind {
         /// The layer that owns the weights.
         tied_to: String,
     },
+    /// LoRA's low-rank update beside a frozen linear layer (Hu et al. 2021, arXiv 2106.09685):
+    /// the layer's input `x` times `A` (`in x rank`), times `B` (`rank x out_features`), added
+    /// to the frozen layer's output. Two small products per pass and the add; `A` and `B` are
+    /// the only trained parameters of a LoRA fine-tuning ([`crate::lora`]).
+    LoraAdapter {
+        /// The adapter's rank (NeMo's `adapter_dim`, PEFT's `r`).
+        rank: u64,
+        /// Output features: the adapted layer's.
+        out_features: u64,
+    },
     /// Batched product of the input `[batch..., m, k]` with another activation (not a weight)
     /// of shape `[batch..., k, n]`, giving `[batch..., m, n]`.
     Matmul {
@@ -583,6 +593,7 @@ impl LayerKind {
                 ["conv-transpose", "conv-transpose1d", "conv-transpose2d", "conv-transpose3d"],
             ),
             LayerKind::Linear { .. } | LayerKind::TiedLinear { .. } => "linear",
+            LayerKind::LoraAdapter { .. } => "lora-adapter",
             LayerKind::Matmul { .. } => "matmul",
             LayerKind::BatchNorm => "batchnorm",
             LayerKind::LayerNorm { .. } => "layernorm",
@@ -732,6 +743,10 @@ pub struct LayerCost {
     pub mask_bytes: [u64; 3],
     /// Kernel class, for the compute model's efficiencies.
     pub class: OpClass,
+    /// Whether the layer's weights are trained ([`Layer::freeze`] sets it with the passes it
+    /// takes out).
+    #[serde(skip_serializing_if = "Training::is_trained")]
+    pub training: Training,
 }
 
 /// One kernel of a layer's pass: most passes are one kernel, a standard attention core is
@@ -811,6 +826,7 @@ impl LayerCost {
             activation_elements: 0,
             mask_bytes: [0; 3],
             class,
+            training: Training::Trained,
         }
     }
 
@@ -975,6 +991,31 @@ pub enum LayerError {
     },
 }
 
+/// What training does with a layer's weights and gradients. Full training trains every
+/// layer; parameter-efficient fine-tuning ([`crate::lora`]) freezes the base model. One byte,
+/// kept in [`LayerCost`]'s padding: a model of a million layers is no larger for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Training {
+    /// Its parameters are trained: weight gradients, optimizer state, gradient reduction.
+    #[default]
+    Trained,
+    /// Its weights are frozen: the backward computes its input gradient (a trained layer below
+    /// needs it) but no weight gradient; the weights take memory, nothing else
+    /// ([`Layer::frozen_weights`]).
+    Frozen,
+    /// Frozen and below every trained layer: no gradient reaches it, so its backward does not
+    /// run and it keeps no activations (autograd stops at the first trained layer).
+    Inert,
+}
+
+impl Training {
+    /// Whether the layer is trained (the default, left out of serialized models).
+    pub fn is_trained(&self) -> bool {
+        *self == Training::Trained
+    }
+}
+
 /// One layer of a model, with its shapes and cost.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Layer {
@@ -986,7 +1027,8 @@ pub struct Layer {
     pub input: Shape,
     /// Per-sample output shape.
     pub output: Shape,
-    /// Parameters, FLOPs and traffic.
+    /// Parameters, FLOPs and traffic. A frozen layer's parameters, weight-gradient pass (and,
+    /// inert, backward) are taken out of it ([`Layer::freeze`]).
     pub cost: LayerCost,
 }
 
@@ -1022,6 +1064,7 @@ impl Layer {
                 }
             }
             LayerKind::MoeExperts { ffn_hidden, .. } => vec![features, *ffn_hidden],
+            LayerKind::LoraAdapter { rank, out_features } => vec![features, *rank, *out_features],
             _ => Vec::new(),
         }
     }
@@ -1080,6 +1123,50 @@ impl Layer {
         self.cost.macs
     }
 
+    /// The layer frozen (`inert`: also below every trained layer, so its backward does not
+    /// run): its parameters leave [`LayerCost::params`] ([`Layer::frozen_weights`] counts them)
+    /// and the passes that no longer run lose their FLOPs and traffic, so every consumer of the
+    /// cost (kernels, gradient buckets, optimizer state, memory) sees a layer without trained
+    /// weights. A frozen layer's input gradient is still computed.
+    pub fn freeze(&mut self, inert: bool) {
+        self.cost.params = 0;
+        self.cost.backward_weight_flops = 0.0;
+        self.cost.backward_weight_traffic = Traffic::default();
+        self.cost.mask_bytes[2] = 0;
+        if inert {
+            self.cost.backward_data_flops = 0.0;
+            self.cost.backward_data_traffic = Traffic::default();
+            self.cost.mask_bytes[1] = 0;
+            self.cost.activation_elements = 0;
+            self.cost.training = Training::Inert;
+        } else {
+            self.cost.training = Training::Frozen;
+        }
+    }
+
+    /// [`Layer::freeze`] as `training` says (nothing when trained): how a layer rebuilt on
+    /// other shapes (a tensor rank's share) keeps its model layer's state.
+    pub fn train_as(&mut self, training: Training) {
+        match training {
+            Training::Trained => {}
+            Training::Frozen => self.freeze(false),
+            Training::Inert => self.freeze(true),
+        }
+    }
+
+    /// The parameters of a frozen layer (0 for a trained one, whose parameters are
+    /// [`LayerCost::params`]): what its kind holds on its input, counted again (freezing takes
+    /// them out of the cost, and a frozen layer keeps no count of its own, so that a layer is
+    /// no larger for being freezable).
+    pub fn frozen_weights(&self) -> u64 {
+        if self.cost.training.is_trained() {
+            return 0;
+        }
+        (Checker { layer: &self.name, kind: self.kind.name() })
+            .shape_and_cost(&self.kind, &self.input)
+            .map_or(0, |(_, cost)| cost.params)
+    }
+
     /// The kernels `pass` runs, in order: one ([`KernelRole::Whole`], the layer's cost) for
     /// every layer but an attention core, a loss computed as several kernels and an eager rotary
     /// embedding. A standard or math core runs its products, its softmax and its dropout (a
@@ -1088,6 +1175,11 @@ impl Layer {
     /// ([`KernelRole::AttentionHelper`]); none for a pass without work. Their FLOPs and compute-dtype traffic add up to
     /// [`LayerCost`]'s; a math core's fp32 traffic is in [`KernelPart::fp32_traffic`] only.
     pub fn kernels(&self, pass: Pass) -> Vec<KernelPart> {
+        match (self.cost.training, pass) {
+            (Training::Inert, Pass::BackwardData | Pass::BackwardWeight)
+            | (Training::Frozen, Pass::BackwardWeight) => return Vec::new(),
+            _ => {}
+        }
         if let LayerKind::Attention { heads, kv_heads, causal, implementation, dropout, value_head_dim } =
             self.kind
             && let Ok((_, AttentionCost { parts: Some(mut parts), .. })) =
@@ -1358,6 +1450,7 @@ impl Checker<'_> {
                 *bias,
             ),
             LayerKind::Linear { out_features, bias } => self.linear(input, *out_features, *bias, false),
+            LayerKind::LoraAdapter { rank, out_features } => self.lora_adapter(input, *rank, *out_features),
             LayerKind::TiedLinear { out_features, bias, .. } => {
                 self.linear(input, *out_features, *bias, true)
             }

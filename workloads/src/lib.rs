@@ -53,6 +53,7 @@ pub mod groupbn;
 pub mod input;
 pub mod kernel_shape;
 pub mod layer;
+pub mod lora;
 pub mod memory;
 pub mod model;
 mod model_file;
@@ -68,7 +69,7 @@ pub use kernel_shape::{
 };
 pub use layer::{
     Activation, AttentionKernel, KernelPart, KernelRole, Layer, LayerCost, LayerError, LayerKind,
-    LossKernels, OpClass, Padding, Pass, Shape, Traffic, UpsampleMode,
+    LossKernels, OpClass, Padding, Pass, Shape, Traffic, Training, UpsampleMode,
 };
 pub use memory::{ActivationBytes, MemoryBreakdown, MemoryError, MemoryPlan, Recompute, Sharding};
 pub use model::{Model, ModelBuilder, ModelError};

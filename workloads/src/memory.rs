@@ -517,7 +517,7 @@ impl MemoryPlan<'_> {
             .layers
             .iter()
             .filter(|layer| crate::compute::fp8_linear(layer))
-            .map(|layer| layer.cost.params)
+            .map(|layer| layer.cost.params + layer.frozen_weights())
             .sum()
     }
 
@@ -528,7 +528,7 @@ impl MemoryPlan<'_> {
         if self.precision != Dtype::Fp8 {
             return 0;
         }
-        let all = self.model.parameters().max(1);
+        let all = (self.model.parameters() + self.model.frozen_parameters()).max(1);
         (u128::from(parameters) * u128::from(self.linear_parameters().min(all)) / u128::from(all)) as u64
     }
 

@@ -119,9 +119,15 @@ pub struct Model {
 }
 
 impl Model {
-    /// Learned parameters of all layers (tied weights counted once).
+    /// Learned parameters of all layers (tied weights counted once); a frozen layer's are not
+    /// learned here ([`Model::frozen_parameters`]).
     pub fn parameters(&self) -> u64 {
         self.layers.iter().map(|layer| layer.cost.params).sum()
+    }
+
+    /// Parameters of frozen layers ([`crate::layer::Training`]): held in memory, not trained.
+    pub fn frozen_parameters(&self) -> u64 {
+        self.layers.iter().map(Layer::frozen_weights).sum()
     }
 
     /// Parameters one token's forward pass uses: every layer's, but of an expert bank only the
@@ -143,6 +149,24 @@ impl Model {
     /// ...): the number model papers and torchvision quote as "FLOPs".
     pub fn macs_per_sample(&self) -> f64 {
         self.layers.iter().map(Layer::macs).sum()
+    }
+
+    /// Megatron-LM's model FLOPs of one training sample: 2 per multiply-accumulate for each
+    /// pass that runs, so 6 for a trained layer (forward, input gradient, weight gradient), 4
+    /// for a frozen one (no weight gradient: LoRA's base model, as NeMo counts its LoRA
+    /// throughput) and 2 for one below every trained layer (forward only).
+    pub fn model_training_flops_per_sample(&self) -> f64 {
+        // Summed apart, so that a model without frozen layers gives 6 x macs_per_sample
+        // exactly.
+        let (mut trained, mut frozen, mut inert) = (0.0, 0.0, 0.0);
+        for layer in &self.layers {
+            match layer.cost.training {
+                crate::layer::Training::Trained => trained += layer.macs(),
+                crate::layer::Training::Frozen => frozen += layer.macs(),
+                crate::layer::Training::Inert => inert += layer.macs(),
+            }
+        }
+        6.0 * trained + 4.0 * frozen + 2.0 * inert
     }
 
     /// Forward FLOPs per sample, all layers.

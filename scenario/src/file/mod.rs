@@ -281,6 +281,15 @@ struct WorkloadSection {
     /// memory, the default) or `"nvme"` (ZeRO-Infinity).
     offload_device: Option<String>,
     input: Option<InputSection>,
+    lora: Option<LoraSection>,
+}
+
+/// `[workload.lora]`: LoRA fine-tuning ([`workloads::lora`]).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct LoraSection {
+    rank: u64,
+    targets: Vec<String>,
 }
 
 /// `[workload.input]`: the data loader (see [`workloads::input`]).
@@ -1350,6 +1359,16 @@ fn validate(
             error,
         )
     })?;
+    let model = match &workload.lora {
+        Some(lora) => {
+            let lora = workloads::lora::Lora { rank: lora.rank, targets: lora.targets.clone() };
+            Arc::new(
+                workloads::lora::apply(&model, &lora)
+                    .map_err(|error| invalid(error.key(), error.to_string()))?,
+            )
+        }
+        None => model,
+    };
     let precision: Dtype = workload
         .precision
         .parse()
@@ -1422,6 +1441,40 @@ fn validate(
                 parallelism.offload.name()
             ),
         ));
+    }
+    if workload.lora.is_some() {
+        // What LoRA is run with here: its frozen weights are in no gradient bucket, shard or
+        // offloaded state, which the policies below would have to skip.
+        let refused = if parallelism.zero >= 3 {
+            Some(("parallelism.zero", format!("is {}", parallelism.zero)))
+        } else if parallelism.offload != Offload::None {
+            Some(("workload.offload", format!("is {:?}", parallelism.offload.name())))
+        } else if parallelism.sync != strategies::GradientSync::AllReduce {
+            Some(("parallelism.sync", "is DASO".to_string()))
+        } else if parallelism.cnn_degree() > 1 {
+            // Their per-layer collectives and copies would run below the first adapter.
+            let key = if parallelism.filter > 1 {
+                "parallelism.filter"
+            } else if parallelism.channel > 1 {
+                "parallelism.channel"
+            } else {
+                "parallelism.spatial"
+            };
+            Some((key, format!("is {}", parallelism.cnn_degree())))
+        } else {
+            None
+        };
+        if let Some((key, what)) = refused {
+            return Err(invalid(
+                key,
+                format!(
+                    "{what} with [workload.lora]: LoRA runs with data (ZeRO 0 to 2), tensor, sequence, \
+                     context and pipeline parallelism; parasim does not shard or offload frozen weights \
+                     (ZeRO-3, FSDP, offload), run DASO with them or split a CNN's layers (filter, channel, \
+                     spatial) under them"
+                ),
+            ));
+        }
     }
     if let Some(capacity) = workload.capacity_factor {
         if !(capacity.is_finite() && capacity > 0.0) {

@@ -121,6 +121,9 @@ pub(super) struct Flows<'t> {
     adaptive: bool,
     /// Unfinished flows routed over each link (kept only for adaptive routing).
     routed: Vec<u32>,
+    /// Routes do not depend on the flow (see [`Flows::routes_cached`]), asked of the topology
+    /// once.
+    cached_routes: bool,
     /// Per source host: the last destination and its path (see [`Flows::path`]).
     last_path: Vec<(u32, Path)>,
     /// Where in `path_list` the path of every (source, destination) pair seen is (see
@@ -191,6 +194,7 @@ impl<'t> Flows<'t> {
             next_flow_id: 0,
             adaptive: topology.routing() == Routing::Ugal,
             routed: vec![0; links],
+            cached_routes: !topology.routes_depend_on_flow(),
             last_path: vec![
                 (
                     u32::MAX,
@@ -227,21 +231,30 @@ impl<'t> Flows<'t> {
 
     /// Whether [`Flows::path`] gives every flow between two hosts the same path (routes do
     /// not depend on the flow), so that callers may keep paths they asked for.
+    #[inline]
     pub(super) fn routes_cached(&self) -> bool {
-        !self.topology.routes_depend_on_flow()
+        self.cached_routes
     }
 
     /// The path of the next flow from `src` to `dst`. When routes do not depend on the flow,
     /// each pair's path is computed once, and each source remembers its last destination's
     /// (a ring sends to the same neighbour every step) in front of the map of all pairs.
+    #[inline]
     pub(super) fn path(&mut self, src: RankId, dst: RankId) -> Result<Path, NetworkError> {
-        let cacheable = self.routes_cached();
+        if self.cached_routes
+            && let Some(&(last, path)) = self.last_path.get(src.0 as usize)
+            && last == dst.0
+        {
+            return Ok(path);
+        }
+        self.path_looked_up(src, dst)
+    }
+
+    /// [`Flows::path`] past its source's last destination: from the map of pairs, or routed.
+    #[inline(never)]
+    fn path_looked_up(&mut self, src: RankId, dst: RankId) -> Result<Path, NetworkError> {
+        let cacheable = self.cached_routes;
         if cacheable {
-            if let Some(&(last, path)) = self.last_path.get(src.0 as usize)
-                && last == dst.0
-            {
-                return Ok(path);
-            }
             if let Some(&index) = self.paths.get(&(src.0, dst.0)) {
                 let path = self.path_list[index as usize];
                 if let Some(slot) = self.last_path.get_mut(src.0 as usize) {

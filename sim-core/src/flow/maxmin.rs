@@ -36,6 +36,8 @@ use std::collections::BinaryHeap;
 use topology::{LinkId, Route};
 use units::{SimDuration, SimTime};
 
+use super::link_lists::LinkLists;
+
 /// `Flow::group` of a flow in no group.
 pub(super) const NO_GROUP: u32 = u32::MAX;
 
@@ -111,7 +113,23 @@ pub(super) enum Joined {
 /// picosecond); `None` at rate 0 (a flow stalled on a link that is down).
 #[inline]
 fn due_in(remaining: f64, rate: f64) -> Option<SimDuration> {
-    (rate > 0.0).then(|| SimDuration::from_ps((remaining / rate * 1e12).ceil() as u64))
+    (rate > 0.0).then(|| SimDuration::from_ps(ceil_to_u64(remaining / rate * 1e12)))
+}
+
+/// `x.ceil() as u64`, without the call to libm's `ceil` that a target without SSE4.1's
+/// `roundsd` makes of it (one per flow that gets a rate): the truncation, plus one if it
+/// is below `x`. The same for every `x`: past 2^53 every float is an integer, so the
+/// truncation is `x` itself; negative, NaN and too large values saturate as the cast does.
+/// Below 2^63 the conversions are through `i64`, which the processor converts in one
+/// instruction each way (`u64` takes a sequence of them).
+#[inline]
+fn ceil_to_u64(x: f64) -> u64 {
+    if (0.0..9_223_372_036_854_775_808.0).contains(&x) {
+        let truncated = x as i64;
+        return if (truncated as f64) < x { truncated as u64 + 1 } else { truncated as u64 };
+    }
+    let truncated = x as u64;
+    if (truncated as f64) < x { truncated.saturating_add(1) } else { truncated }
 }
 
 /// A link's place in the filling's order as one integer: larger for a smaller `share`, and
@@ -302,6 +320,26 @@ fn sort_order_keys(keys: &mut [u128], scratch: &mut KeySort) {
     }
 }
 
+/// Sorts the largest `chunk` of `keys` (the links with the smallest shares: the next to pop)
+/// into place at its end, above every other key, and returns where they start: the filling
+/// pops from the end, and sorts the next chunk when they are gone. A filling pops a link per
+/// bottleneck until its flows are frozen, often a few of a component's links (on the
+/// 1,024-host dragonfly's random permutation, 8 of 73 links per re-fill on average), so
+/// sorting them all was most of the sort's work. With `chunk` at least half the keys, all
+/// of them are sorted (by [`sort_order_keys`], as are the chunks). The keys are distinct, so
+/// the pops are those of the whole sort.
+fn sort_largest(keys: &mut [u128], chunk: usize, scratch: &mut KeySort) -> usize {
+    let count = keys.len();
+    if count <= chunk.saturating_mul(2) {
+        sort_order_keys(keys, scratch);
+        return 0;
+    }
+    let start = count - chunk;
+    keys.select_nth_unstable(start);
+    sort_order_keys(&mut keys[start..], scratch);
+    start
+}
+
 /// The next link of the filling: the larger of `sorted`'s last [`order_key`] and the heap's
 /// top (the smaller share; for equal shares the larger link id, as one heap of both would
 /// pop them).
@@ -311,6 +349,46 @@ fn next_link(sorted: &mut Vec<u128>, heap: &mut BinaryHeap<u128>) -> Option<u128
         (Some(&listed), Some(&queued)) if queued > listed => heap.pop(),
         (Some(_), _) => sorted.pop(),
         (None, _) => heap.pop(),
+    }
+}
+
+/// The marks and lists [`MaxMin::collect`] grows, borrowed for one link's flows.
+struct Marks<'a> {
+    epoch: u64,
+    threshold: f64,
+    flow_epoch: &'a mut [u64],
+    link_epoch: &'a mut [u64],
+    component_flows: &'a mut Vec<u32>,
+    component_links: &'a mut Vec<u32>,
+}
+
+impl Marks<'_> {
+    /// Collects `flow` (and queues its links not yet seen) unless it is kept at its rate,
+    /// which it then returns: frozen below the threshold (a flow that just joined has no rate
+    /// yet and is always re-filled; one stalled at 0 on a link that is down froze at level 0,
+    /// and is kept unless a capacity changed: threshold 0). A flow collected before counts as
+    /// collected.
+    #[inline(always)]
+    fn visit<T>(&mut self, flow: u32, flows: &[Flow<T>], spreads: &[Vec<SpreadLink>]) -> Option<f64> {
+        let f = flow as usize;
+        if self.flow_epoch[f] == self.epoch {
+            return None;
+        }
+        let candidate = &flows[f];
+        if candidate.rate < self.threshold && (candidate.rate != 0.0 || candidate.stalled) {
+            return Some(candidate.rate);
+        }
+        self.flow_epoch[f] = self.epoch;
+        self.component_flows.push(flow);
+        let spread = spreads.get(f).map_or(&[][..], Vec::as_slice);
+        let links = candidate.route.iter().copied().chain(spread.iter().map(|entry| entry.link));
+        for other in links {
+            if self.link_epoch[other.0 as usize] != self.epoch {
+                self.link_epoch[other.0 as usize] = self.epoch;
+                self.component_links.push(other.0);
+            }
+        }
+        None
     }
 }
 
@@ -343,7 +421,7 @@ pub(super) struct MaxMin<T> {
     flows: Vec<Flow<T>>,
     free_flows: Vec<u32>,
     /// Flows sharing each link.
-    on_link: Vec<Vec<u32>>,
+    on_link: LinkLists,
     /// Where each flow is in the list of each link of its route (`on_link[route[k]][slots[id][k]]
     /// == id` while it is on its links): a flow leaves a link in constant time, not by a search
     /// of a list that an all-to-all makes hundreds of flows long.
@@ -357,6 +435,9 @@ pub(super) struct MaxMin<T> {
     edges: Vec<u32>,
     /// The group flows on each link, with the weight each claims there.
     groups_on_link: Vec<Vec<(u32, f64)>>,
+    /// Entries in all of `groups_on_link`: while there is none (message-by-message runs), a
+    /// link's group list need not be looked at to know that it is empty.
+    group_entries: usize,
     /// Group flows on each link whose weight there is not an edge count (see
     /// [`SpreadLink::weighted`]): where this is 0, a link's weight is a count of edges.
     weighted_on_link: Vec<u32>,
@@ -400,12 +481,14 @@ impl<T: Copy> MaxMin<T> {
             capacity,
             flows: Vec::new(),
             free_flows: Vec::new(),
-            on_link: vec![Vec::new(); links],
+            on_link: LinkLists::new(links),
             slots: Vec::new(),
             active_flows: 0,
             spreads: Vec::new(),
             edges: Vec::new(),
-            groups_on_link: vec![Vec::new(); links],
+            // One empty list each (not `vec![Vec::new(); links]`, which clones one per link).
+            groups_on_link: std::iter::repeat_with(Vec::new).take(links).collect(),
+            group_entries: 0,
             weighted_on_link: vec![0; links],
             epoch: 0,
             link_epoch: vec![0; links],
@@ -456,14 +539,14 @@ impl<T: Copy> MaxMin<T> {
     #[inline]
     pub(super) fn is_busy(&self, link: LinkId) -> bool {
         let l = link.0 as usize;
-        !self.on_link[l].is_empty() || !self.groups_on_link[l].is_empty()
+        !self.on_link.is_empty(l) || (self.group_entries > 0 && !self.groups_on_link[l].is_empty())
     }
 
     /// What each flow on `link` carries over it now, in bytes per second: a plain flow's rate,
     /// a group flow's rate times its weight there.
     pub(super) fn link_rates(&self, link: LinkId) -> impl Iterator<Item = f64> + '_ {
         let l = link.0 as usize;
-        let plain = self.on_link[l].iter().map(|&f| self.flows[f as usize].rate);
+        let plain = self.on_link.get(l).iter().map(|&f| self.flows[f as usize].rate);
         plain.chain(self.groups_on_link[l].iter().map(|&(f, weight)| self.flows[f as usize].rate * weight))
     }
 
@@ -489,6 +572,21 @@ impl<T: Copy> MaxMin<T> {
     /// flow. Returns its id (a slot freed earlier, or a new one).
     #[inline]
     pub(super) fn add(&mut self, now: SimTime, route: &Route, bytes: f64, owner: T) -> u32 {
+        if let Some(id) = self.free_flows.pop() {
+            // Field by field into the slot (what `allocate` does, without a whole flow built
+            // beside it and copied in: a plain flow per message makes that copy a hot spot).
+            let slot = &mut self.flows[id as usize];
+            slot.route = *route;
+            slot.size = bytes;
+            slot.remaining = bytes;
+            slot.rate = 0.0;
+            slot.updated = now;
+            slot.generation = slot.generation.wrapping_add(1);
+            slot.owner = owner;
+            slot.group = NO_GROUP;
+            slot.stalled = false;
+            return id;
+        }
         self.allocate(Flow {
             route: *route,
             size: bytes,
@@ -569,13 +667,12 @@ impl<T: Copy> MaxMin<T> {
         }
         let route = &self.flows[id as usize].route;
         for (k, &link) in route.iter().enumerate() {
-            let list = &mut self.on_link[link.0 as usize];
-            self.slots[id as usize][k] = list.len() as u32;
-            list.push(id);
+            self.slots[id as usize][k] = self.on_link.push(link.0 as usize, id);
         }
         self.active_flows += 1;
         if route.iter().all(|link| {
-            self.on_link[link.0 as usize].len() == 1 && self.groups_on_link[link.0 as usize].is_empty()
+            self.on_link.len(link.0 as usize) == 1
+                && (self.group_entries == 0 || self.groups_on_link[link.0 as usize].is_empty())
         }) {
             // Alone on every link (the common uncontended case): its bottleneck's full rate,
             // and nobody else's rate changes.
@@ -597,6 +694,7 @@ impl<T: Copy> MaxMin<T> {
         for entry in &self.spreads[id as usize] {
             let l = entry.link.0 as usize;
             self.groups_on_link[l].push((id, entry.weight));
+            self.group_entries += 1;
             if entry.weighted {
                 self.weighted_on_link[l] += 1;
             }
@@ -620,18 +718,22 @@ impl<T: Copy> MaxMin<T> {
     pub(super) fn leave(&mut self, id: u32) -> bool {
         let route = &self.flows[id as usize].route;
         for (k, &link) in route.iter().enumerate() {
-            let flows = &mut self.on_link[link.0 as usize];
-            let position = self.slots[id as usize][k] as usize;
-            debug_assert_eq!(flows.get(position), Some(&id), "flow {id}'s slot on link {}", link.0);
-            flows.swap_remove(position);
+            let l = link.0 as usize;
+            let position = self.slots[id as usize][k];
+            debug_assert_eq!(
+                self.on_link.get(l).get(position as usize),
+                Some(&id),
+                "flow {id}'s slot on link {}",
+                link.0
+            );
             // The link's last flow moved into the hole: its slot on this link follows it.
-            if let Some(&moved) = flows.get(position) {
-                let last = flows.len() as u32;
+            if let Some(moved) = self.on_link.swap_remove(l, position) {
+                let last = self.on_link.len(l) as u32;
                 let moved_route = &self.flows[moved as usize].route;
                 let slots = &mut self.slots[moved as usize];
                 for (j, &other) in moved_route.iter().enumerate() {
                     if other == link && slots[j] == last {
-                        slots[j] = position as u32;
+                        slots[j] = position;
                     }
                 }
             }
@@ -664,6 +766,7 @@ impl<T: Copy> MaxMin<T> {
             if let Some(position) = list.iter().position(|&(flow, _)| flow == id) {
                 // Order kept: the filling visits a link's group flows in the order they joined.
                 list.remove(position);
+                self.group_entries -= 1;
             }
             if entry.weighted {
                 self.weighted_on_link[l] -= 1;
@@ -722,8 +825,13 @@ impl<T: Copy> MaxMin<T> {
         }
         let threshold = if self.whole_components { 0.0 } else { threshold * (1.0 - 1e-9) };
         // Breadth-first over links -> flows -> links (a group flow brings its whole spread),
-        // on separate borrows of the lists and marks.
+        // on separate borrows of the lists and marks. Each link's flows are all classified
+        // when the link is scanned (a flow not kept is collected then, if not before), so the
+        // scan also finds what the kept flows leave of the link and the count and weight of
+        // the others, which a partial filling starts from (see [`MaxMin::fill`]): in the
+        // order of the link's lists, the arithmetic the filling did when it scanned them again.
         let MaxMin {
+            capacity,
             flows,
             on_link,
             spreads,
@@ -732,6 +840,9 @@ impl<T: Copy> MaxMin<T> {
             flow_epoch,
             component_links,
             component_flows,
+            remaining_capacity,
+            unfrozen,
+            unfrozen_weight,
             ..
         } = self;
         let mut partial = false;
@@ -739,35 +850,36 @@ impl<T: Copy> MaxMin<T> {
         while next < component_links.len() {
             let link = component_links[next] as usize;
             next += 1;
-            let (plain, groups) = (&on_link[link], &groups_on_link[link]);
-            for index in 0..plain.len() + groups.len() {
-                let flow = match plain.get(index) {
-                    Some(&flow) => flow,
-                    None => groups[index - plain.len()].0,
-                };
-                let f = flow as usize;
-                if flow_epoch[f] == epoch {
-                    continue;
-                }
-                let candidate = &flows[f];
-                // Kept at its rate: frozen below the threshold (a flow that just joined has
-                // no rate yet and is always re-filled; one stalled at 0 on a link that is down
-                // froze at level 0, and is kept unless a capacity changed: threshold 0).
-                if candidate.rate < threshold && (candidate.rate != 0.0 || candidate.stalled) {
-                    partial = true;
-                    continue;
-                }
-                flow_epoch[f] = epoch;
-                component_flows.push(flow);
-                let spread = spreads.get(f).map_or(&[][..], Vec::as_slice);
-                let links = candidate.route.iter().copied().chain(spread.iter().map(|entry| entry.link));
-                for other in links {
-                    if link_epoch[other.0 as usize] != epoch {
-                        link_epoch[other.0 as usize] = epoch;
-                        component_links.push(other.0);
+            let (mut left, mut count, mut weight) = (capacity[link], 0u32, 0.0);
+            let mut marks =
+                Marks { epoch, threshold, flow_epoch, link_epoch, component_flows, component_links };
+            for &flow in on_link.get(link) {
+                match marks.visit(flow, flows, spreads) {
+                    Some(rate) => {
+                        partial = true;
+                        left -= rate;
+                    }
+                    None => {
+                        count += 1;
+                        weight += 1.0;
                     }
                 }
             }
+            for &(flow, claim) in &groups_on_link[link] {
+                match marks.visit(flow, flows, spreads) {
+                    Some(rate) => {
+                        partial = true;
+                        left -= rate * claim;
+                    }
+                    None => {
+                        count += 1;
+                        weight += claim;
+                    }
+                }
+            }
+            remaining_capacity[link] = left.max(0.0);
+            unfrozen[link] = count;
+            unfrozen_weight[link] = f64::max(weight, MIN_WEIGHT);
         }
         self.partial = partial;
         (self.component_flows.len(), self.component_links.len())
@@ -831,7 +943,7 @@ impl<T: Copy> MaxMin<T> {
     /// The summed weight of the flows on link `l`: a plain flow weighs 1, a group flow its
     /// weight there.
     fn link_weight(&self, l: usize) -> f64 {
-        link_weight(&self.on_link[l], &self.groups_on_link[l])
+        link_weight(self.on_link.get(l), &self.groups_on_link[l])
     }
 
     /// Progressive filling over the current component with a min-heap of link fair shares.
@@ -848,7 +960,8 @@ impl<T: Copy> MaxMin<T> {
     /// the filling stops when the last flow freezes instead of draining the heap.
     ///
     /// After a partial collection each link starts with what the flows kept at their rates
-    /// leave of it, and only the component's flows count in its weight.
+    /// leave of it, and only the component's flows count in its weight (as
+    /// [`MaxMin::collect`] found them, scanning the link's flows once for both).
     fn fill(&mut self) {
         // The scratch and the lists as separate borrows: the loops below index them directly.
         let MaxMin {
@@ -876,29 +989,9 @@ impl<T: Copy> MaxMin<T> {
         heap.clear();
         for &link in component_links.iter() {
             let l = link as usize;
-            let (plain, groups) = (&on_link[l], &groups_on_link[l]);
-            if partial {
-                let (mut left, mut count, mut weight) = (capacity[l], 0u32, 0.0);
-                for &flow in plain {
-                    if flow_epoch[flow as usize] == epoch {
-                        count += 1;
-                        weight += 1.0;
-                    } else {
-                        left -= flows[flow as usize].rate;
-                    }
-                }
-                for &(flow, claim) in groups {
-                    if flow_epoch[flow as usize] == epoch {
-                        count += 1;
-                        weight += claim;
-                    } else {
-                        left -= flows[flow as usize].rate * claim;
-                    }
-                }
-                remaining_capacity[l] = left.max(0.0);
-                unfrozen[l] = count;
-                unfrozen_weight[l] = f64::max(weight, MIN_WEIGHT);
-            } else {
+            // After a partial collection, `collect` has set what the kept flows leave.
+            if !partial {
+                let (plain, groups) = (on_link.get(l), &groups_on_link[l]);
                 remaining_capacity[l] = capacity[l];
                 unfrozen[l] = (plain.len() + groups.len()) as u32;
                 unfrozen_weight[l] = link_weight(plain, groups);
@@ -908,18 +1001,24 @@ impl<T: Copy> MaxMin<T> {
                 sorted.push(order_key(share, link));
             }
         }
-        // Sorted once (the next link last) instead of a heap of every link: most links are
-        // popped once, at the share they started with, from the end of a vector; only a link
-        // whose share has grown goes into the heap. The order of pops is a heap's of every
-        // entry: the larger of the two sources' next entries (every entry has its own link, so
-        // they never tie).
-        sort_order_keys(sorted, key_sort);
+        // Sorted (the next link last) instead of a heap of every link: a link is popped at
+        // most once at the share it started with, from the end of a vector; only a link whose
+        // share has grown goes into the heap. The order of pops is a heap's of every entry: the
+        // larger of the two sources' next entries (every entry has its own link, so they never
+        // tie). Sorted a chunk at a time (see `sort_largest`): at first as many links as there
+        // are flows to freeze, each popped link freezing at least one or none.
+        let mut unfrozen_flows = component_flows.len();
+        let mut chunk = unfrozen_flows.max(1);
+        let mut unsorted = sort_largest(sorted, chunk, key_sort);
         let frozen = epoch.wrapping_add(1);
         // Once every flow is frozen the links left in the heap have nothing to decide.
-        let mut unfrozen_flows = component_flows.len();
-        while unfrozen_flows > 0
-            && let Some(entry) = next_link(sorted, heap)
-        {
+        while unfrozen_flows > 0 {
+            if sorted.len() == unsorted && unsorted > 0 {
+                // The sorted chunk is popped: what is left is below it.
+                chunk = chunk.saturating_mul(2);
+                unsorted = sort_largest(sorted, chunk, key_sort);
+            }
+            let Some(entry) = next_link(sorted, heap) else { break };
             let (key, link) = share_and_link(entry);
             let l = link as usize;
             if unfrozen[l] == 0 {
@@ -933,7 +1032,7 @@ impl<T: Copy> MaxMin<T> {
             // Every unfrozen flow on the bottleneck freezes at its share: a plain flow at the
             // share, a group flow at the share per unit of weight (each of its edges at the
             // share times its own weight), taking that times its weight from each of its links.
-            for &flow in &on_link[l] {
+            for &flow in on_link.get(l) {
                 let f = flow as usize;
                 if flow_epoch[f] != epoch {
                     continue; // already frozen
@@ -989,7 +1088,9 @@ impl<T: Copy> MaxMin<T> {
             let has_bottleneck = self.flows[flow as usize].route.iter().any(|&link| {
                 let l = link.0 as usize;
                 // The fastest claim per unit of weight: a plain flow's rate, a group's level.
-                let fastest = self.on_link[l]
+                let fastest = self
+                    .on_link
+                    .get(l)
                     .iter()
                     .chain(self.groups_on_link[l].iter().map(|(flow, _)| flow))
                     .map(|&f| self.flows[f as usize].rate)
@@ -1008,9 +1109,64 @@ impl<T: Copy> MaxMin<T> {
 mod tests {
     use proptest::prelude::*;
 
-    use super::{KeySort, order_key, sort_order_keys};
+    use super::{KeySort, ceil_to_u64, order_key, sort_largest, sort_order_keys};
+
+    /// Values where rounding up is delicate: integers, their neighbours, the ends of the
+    /// ranges where floats stop having fractions (2^52, 2^53) and stop fitting (2^64).
+    fn edge_values() -> Vec<f64> {
+        let mut values = vec![0.0, -0.0, 0.5, 1.0, -0.5, -1.5, f64::NAN, f64::INFINITY, f64::NEG_INFINITY];
+        for power in [1.0, 1e12, 2f64.powi(52), 2f64.powi(53), 2f64.powi(63), 2f64.powi(64)] {
+            values.extend([power, power.next_up(), power.next_down(), power + 0.5]);
+        }
+        values
+    }
+
+    #[test]
+    fn ceil_to_u64_is_ceil_then_cast_at_the_edges() {
+        for x in edge_values() {
+            assert_eq!(ceil_to_u64(x), x.ceil() as u64, "{x:e}");
+        }
+    }
 
     proptest! {
+        /// Rounding up to a whole picosecond without libm gives what `ceil` and the cast give,
+        /// for times of any size, fractions included.
+        #[test]
+        fn ceil_to_u64_is_ceil_then_cast(
+            x in prop_oneof![0.0f64..1e6, 0.0f64..1e18, 1e18f64..1e20, any::<f64>()],
+        ) {
+            prop_assert_eq!(ceil_to_u64(x), x.ceil() as u64);
+        }
+
+        /// Popping from the end and sorting the next chunk whenever the sorted one is gone (as
+        /// the filling does, the chunk doubling each time) gives the keys in the order of a
+        /// whole sort, from the largest down, whatever the first chunk.
+        #[test]
+        fn chunks_pop_as_a_whole_sort(
+            links in prop::collection::btree_map(0u32..5_000, 0usize..40, 0..400),
+            shares in prop::collection::vec(0.0f64..1e12, 40),
+            chunk in 1usize..64,
+        ) {
+            let keys: Vec<u128> = links.iter().map(|(&link, &pick)| order_key(shares[pick], link)).collect();
+            let mut expected = keys.clone();
+            expected.sort_unstable();
+            expected.reverse();
+            let mut scratch = KeySort::default();
+            let mut sorted = keys;
+            let mut chunk = chunk;
+            let mut unsorted = sort_largest(&mut sorted, chunk, &mut scratch);
+            let mut popped = Vec::new();
+            loop {
+                if sorted.len() == unsorted && unsorted > 0 {
+                    chunk *= 2;
+                    unsorted = sort_largest(&mut sorted, chunk, &mut scratch);
+                }
+                let Some(key) = sorted.pop() else { break };
+                popped.push(key);
+            }
+            prop_assert_eq!(popped, expected);
+        }
+
         /// The ranked radix sort puts a filling's keys in the order a comparison sort does,
         /// whether their shares are few (ranked), many (sorted as they are), large link ids or
         /// small (one to four bytes of them differing), and with keys left from an earlier

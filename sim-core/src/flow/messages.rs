@@ -16,7 +16,6 @@
 
 use units::SimDuration;
 
-use crate::graph::RankId;
 use crate::network::{Completion, NetContext, NetworkError};
 use crate::schedule::{Message, Schedule};
 
@@ -30,9 +29,8 @@ pub(super) struct Runs {
     slots: Vec<Option<CollectiveRun>>,
     /// Free slots.
     free: Vec<u32>,
-    /// Scratch for a member's messages of a step, and the ones to start now.
+    /// Scratch for a member's messages of a step.
     scratch_messages: Vec<Message>,
-    scratch_starts: Vec<(u32, u32, RankId, RankId, f64)>,
 }
 
 /// A collective in progress: where each member of each lane is in the schedule.
@@ -124,73 +122,59 @@ impl Runs {
         run: u32,
         lane: u32,
         position: u32,
-        step: u32,
-    ) -> Result<(), NetworkError> {
-        // Scratch buffers are lent out for the call and put back, so the loop allocates nothing.
-        let mut messages = std::mem::take(&mut self.scratch_messages);
-        let mut starts = std::mem::take(&mut self.scratch_starts);
-        let result =
-            self.enter_step_with(flows, context, run, lane, position, step, &mut messages, &mut starts);
-        self.scratch_messages = messages;
-        self.scratch_starts = starts;
-        result
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn enter_step_with(
-        &mut self,
-        flows: &mut Flows<'_>,
-        context: &mut NetContext<'_, FlowEvent>,
-        run: u32,
-        lane: u32,
-        position: u32,
         mut step: u32,
-        messages: &mut Vec<Message>,
-        starts: &mut Vec<(u32, u32, RankId, RankId, f64)>,
     ) -> Result<(), NetworkError> {
+        // The run and the scratch as separate borrows: the loop allocates nothing, and starts
+        // each flow as it finds it (in the order of the member's messages).
+        let Runs { slots, free, scratch_messages: messages } = self;
+        let state = slots[run as usize]
+            .as_mut()
+            .expect("a message's collective is running until its last member finishes");
         loop {
-            let state = self.run(run);
             let members = state.schedule.lanes()[lane as usize].len();
             let index = lane as usize * members + position as usize;
             if step == state.schedule.steps() {
-                let state = self.run_mut(run);
                 state.step[index] = step;
                 state.finished_members += 1;
                 if state.finished_members == state.step.len() {
                     let token = state.token;
-                    self.slots[run as usize] = None;
-                    self.free.push(run);
+                    slots[run as usize] = None;
+                    free.push(run);
                     context.complete_after(SimDuration::ZERO, token)?;
                 }
                 return Ok(());
             }
             messages.clear();
             state.schedule.messages(lane as usize, step, position, messages);
-            let (bytes, den) = state.schedule.fraction();
-            let lane_ranks = &state.schedule.lanes()[lane as usize];
-            let base = lane as usize * members;
-            // Start the messages whose other end has already reached this step; the others
-            // start when it does.
-            starts.clear();
-            for message in messages.iter() {
-                if state.step[base + message.peer as usize] == step {
-                    let size = bytes.as_f64() * message.num as f64 / den as f64;
-                    let (from, to) =
-                        if message.send { (position, message.peer) } else { (message.peer, position) };
-                    starts.push((from, to, lane_ranks[from as usize], lane_ranks[to as usize], size));
+            let count = messages.len() as u32;
+            if count > 0 {
+                // Start the messages whose other end has already reached this step; the others
+                // start when it does.
+                let due = context.now().checked_add(state.schedule.step_floor())?;
+                let (bytes, den) = state.schedule.fraction();
+                let lane_ranks = &state.schedule.lanes()[lane as usize];
+                let base = lane as usize * members;
+                for message in messages.iter() {
+                    if state.step[base + message.peer as usize] == step {
+                        let size = bytes.as_f64() * message.num as f64 / den as f64;
+                        let (from, to) =
+                            if message.send { (position, message.peer) } else { (message.peer, position) };
+                        let (src, dst) = (lane_ranks[from as usize], lane_ranks[to as usize]);
+                        flows.start_flow(
+                            context,
+                            src,
+                            dst,
+                            size,
+                            Owner::Message { run, lane, from, to, due },
+                        )?;
+                    }
                 }
             }
-            let count = messages.len() as u32;
-            let state = self.run_mut(run);
             state.step[index] = step;
             state.pending[index] = count;
             if count == 0 {
                 step += 1;
                 continue;
-            }
-            let due = context.now().checked_add(self.run(run).schedule.step_floor())?;
-            for &(from, to, src, dst, size) in starts.iter() {
-                flows.start_flow(context, src, dst, size, Owner::Message { run, lane, from, to, due })?;
             }
             return Ok(());
         }

@@ -19,6 +19,7 @@
 //! larger than the Valiant route's.
 //!
 //! The parts, bottom up (each private, each importing only the ones before it):
+//! - `link_lists`: the flows on each link, every link's list in one buffer;
 //! - `maxmin`: the max-min fair solver: flows on link routes and groups of flows that advance
 //!   together, the component a change touches re-filled by progressive filling;
 //! - `event`: the events ([`FlowEvent`]) and who waits for a flow;
@@ -61,6 +62,7 @@
 mod coupled;
 mod event;
 mod flows;
+mod link_lists;
 mod maxmin;
 #[cfg(test)]
 mod maxmin_tests;

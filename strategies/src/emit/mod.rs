@@ -878,7 +878,8 @@ fn estimate_plan(
         if let Some((forward, backward)) = chunk_times.get(stage as usize) {
             fill_and_drain += match schedule {
                 crate::PipelineSchedule::DualPipe => 0,
-                crate::PipelineSchedule::ZbV => *forward,
+                // ZB-2p's W passes may fill a stage's drain too.
+                crate::PipelineSchedule::ZbV | crate::PipelineSchedule::Zb2p => *forward,
                 _ => forward + backward,
             };
         }

@@ -320,28 +320,29 @@ impl<'s> Plan<'s> {
         self.actions.get_or_init(|| {
             let p = &self.strategy.parallelism;
             let kernels = &self.kernels;
-            // ZB-V's order follows each chunk's forward, input- and weight-gradient times (B
-            // with the forwards recomputed before it).
-            let times: Vec<[u64; 3]> = if p.schedule == pipeline::PipelineSchedule::ZbV {
-                let ps = |kernel: &Kernel| kernel.map_or(0, |(d, _)| d.as_ps());
-                self.chunk_layers
-                    .iter()
-                    .map(|range| {
-                        let mut sums = [0u64; 3];
-                        for index in range.clone() {
-                            for (sum, kernel) in sums.iter_mut().zip(&kernels[index]) {
-                                *sum = sum.saturating_add(ps(kernel));
+            // ZB-V's and ZB-2p's orders follow each chunk's forward, input- and weight-gradient
+            // times (B with the forwards recomputed before it).
+            let times: Vec<[u64; 3]> =
+                if matches!(p.schedule, pipeline::PipelineSchedule::ZbV | pipeline::PipelineSchedule::Zb2p) {
+                    let ps = |kernel: &Kernel| kernel.map_or(0, |(d, _)| d.as_ps());
+                    self.chunk_layers
+                        .iter()
+                        .map(|range| {
+                            let mut sums = [0u64; 3];
+                            for index in range.clone() {
+                                for (sum, kernel) in sums.iter_mut().zip(&kernels[index]) {
+                                    *sum = sum.saturating_add(ps(kernel));
+                                }
+                                for again in self.recompute_before[index].clone().into_iter().flatten() {
+                                    sums[1] = sums[1].saturating_add(ps(&kernels[again][0]));
+                                }
                             }
-                            for again in self.recompute_before[index].clone().into_iter().flatten() {
-                                sums[1] = sums[1].saturating_add(ps(&kernels[again][0]));
-                            }
-                        }
-                        sums
-                    })
-                    .collect()
-            } else {
-                Vec::new()
-            };
+                            sums
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                };
             // Under the EP A2A overlap, Megatron-Core's combined 1F1B: each steady-state
             // forward merged with the backward after it (checked: 1F1B, interleaved with a
             // pipeline).
@@ -551,6 +552,11 @@ impl<'s> Plan<'s> {
             let largest_layer = self.policy.gathered_parameters(self, stage, chunk_indexes);
             let plan = strategy.memory_plan(model, buffers);
             let mut memory = plan.device_breakdown(parameters, peak, self.largest_pair(stage), largest_layer);
+            let frozen: u64 = self.stage_layers(stage).map(|i| self.local[i].layer.frozen_weights()).sum();
+            if frozen > 0 {
+                memory.weights =
+                    Bytes(memory.weights.0.saturating_add(plan.device_breakdown(frozen, 0, 0, 0).weights.0));
+            }
             self.policy.adjust_memory(self, stage, chunk_indexes, &mut memory);
             floor = floor.max(memory.total());
         }
@@ -600,6 +606,12 @@ impl<'s> Plan<'s> {
             };
             let mut memory: MemoryBreakdown =
                 plan.device_breakdown(parameters, held, largest_pair, largest_layer);
+            // Frozen weights (LoRA's base model) take memory as weights, nothing else.
+            let frozen: u64 = self.stage_layers(stage).map(|i| self.local[i].layer.frozen_weights()).sum();
+            if frozen > 0 {
+                memory.weights =
+                    Bytes(memory.weights.0.saturating_add(plan.device_breakdown(frozen, 0, 0, 0).weights.0));
+            }
             self.policy.adjust_memory(self, stage, chunk_indexes, &mut memory);
             // A host optimizer keeps the fp32 weights and the states in host memory.
             if self.offload.as_ref().is_some_and(|offload| offload.host.is_some()) {

@@ -1,7 +1,7 @@
 //! Matrix-product and spatial layers: convolution, transposed convolution, linear, matmul,
 //! pooling, upsampling, cropping.
 
-use super::{Checker, LayerCost, LayerError, OpClass, Padding, Shape, Traffic, UpsampleMode};
+use super::{Checker, LayerCost, LayerError, OpClass, Padding, Shape, Traffic, Training, UpsampleMode};
 
 /// Output sizes of a sliding window over `spatial`, per axis.
 struct Window<'a> {
@@ -202,6 +202,65 @@ impl Checker<'_> {
         let macs = self.product("the MAC count", &[elements_out, in_features])?;
         let bias = bias.then_some(out_features);
         Ok((output, gemm_cost(weights, bias, tied, macs, elements_in, elements_out)))
+    }
+
+    /// LoRA's adapter beside a linear layer reading `input`: `x A` then `(x A) B`, added to
+    /// the frozen layer's output (which it reads and writes again). Backward-data: the two
+    /// transposed products, the result added into the input gradient the frozen layer wrote;
+    /// backward-weight: the gradients of `B` and `A`. It keeps its intermediate `x A` for the
+    /// backward (the input `x` is the frozen layer's, kept by it).
+    pub(super) fn lora_adapter(
+        &self,
+        input: &Shape,
+        rank: u64,
+        out_features: u64,
+    ) -> Result<(Shape, LayerCost), LayerError> {
+        let Some((&in_features, leading)) = input.0.split_last() else {
+            return Err(self.rank(input, "at least 1 (features last)"));
+        };
+        self.nonzero("rank", &[rank])?;
+        self.nonzero("out_features", &[out_features])?;
+        let mut dims = leading.to_vec();
+        dims.push(out_features);
+        let output = Shape(dims);
+        let tokens = self.product("the token count", leading)?;
+        let elements_in = self.product("the input size", &input.0)?;
+        let elements_out = self.product("the output size", &output.0)?;
+        let inner = self.product("the adapter's intermediate size", &[tokens, rank])?;
+        let weights =
+            self.product("the adapter's weight count", &[rank, in_features.saturating_add(out_features)])?;
+        let macs = self.product("the MAC count", &[tokens, weights])?;
+        let gemm_flops = 2.0 * macs as f64;
+        Ok((
+            output,
+            LayerCost {
+                params: weights,
+                macs: macs as f64,
+                // The add into the frozen layer's output: one FLOP per output element.
+                forward_flops: gemm_flops + elements_out as f64,
+                backward_data_flops: gemm_flops + elements_in as f64,
+                backward_weight_flops: gemm_flops,
+                // x in, x A out and in again, the frozen output read and written.
+                forward_traffic: Traffic {
+                    per_sample: elements_in + 2 * inner + 2 * elements_out,
+                    per_batch: weights,
+                },
+                // The output gradient in, its product out and in, the input gradient read and written.
+                backward_data_traffic: Traffic {
+                    per_sample: elements_out + 2 * inner + 2 * elements_in,
+                    per_batch: weights,
+                },
+                // x, x A and the output gradient in; the weight gradients out.
+                backward_weight_traffic: Traffic {
+                    per_sample: elements_in + inner + elements_out,
+                    per_batch: weights,
+                },
+                activation_elements: inner,
+                mask_bytes: [0; 3],
+                class: OpClass::Gemm,
+                training: Training::Trained,
+            },
+        ))
     }
 
     pub(super) fn matmul(&self, input: &Shape, other: &Shape) -> Result<(Shape, LayerCost), LayerError> {
@@ -426,6 +485,7 @@ fn gemm_cost(
         activation_elements: elements_in,
         mask_bytes: [0; 3],
         class: OpClass::Gemm,
+        training: Training::Trained,
     }
 }
 

@@ -693,6 +693,7 @@ impl Checker<'_> {
             )?,
             mask_bytes: [0; 3],
             class: OpClass::Gemm,
+            training: super::Training::Trained,
         };
         Ok((input.clone(), cost))
     }
