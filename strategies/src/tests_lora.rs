@@ -3,10 +3,11 @@
 //! layer runs a weight-gradient kernel, nothing below the first adapter runs a backward, and
 //! memory holds every weight but gradients and optimizer state for the adapters only.
 
-use sim_core::flow::FlowNetwork;
 use sim_core::graph::{CollectiveAlgorithm, OpKind, Pass as GraphPass};
 use sim_core::units::SimDuration;
-use topology::{ClusterSpec, IntraNode, LinkId, LinkSpec, NetworkSpec, Tier, Topology};
+use topology::{ClusterSpec, IntraNode, LinkSpec, NetworkSpec, Tier, Topology};
+
+use super::tests_sync::bytes_on;
 
 use super::*;
 use workloads::compute::ComputeModel;
@@ -41,22 +42,6 @@ fn strategy<'a>(model: &'a Model, compute: &'a ComputeModel, parallelism: Parall
     super::tests::strategy(model, compute, parallelism, global, 1)
 }
 
-/// Bytes the flow model carried on the NICs' links.
-fn network_bytes(strategy: &Strategy<'_>, topology: &Topology) -> f64 {
-    let lowered = strategy.lower().unwrap();
-    let mut network = FlowNetwork::new(topology).audited();
-    sim_core::exec::run(&lowered.graph, &mut network).unwrap();
-    let audit = network.audit().unwrap();
-    assert_eq!(audit.violation, None);
-    audit
-        .link_bytes
-        .iter()
-        .enumerate()
-        .filter(|(link, _)| topology.link(LinkId(*link as u32)).tier == Tier::NetworkEdge)
-        .map(|(_, bytes)| bytes)
-        .sum()
-}
-
 #[test]
 fn the_network_carries_the_adapters_gradients_alone() {
     let (model, tuned) = tuned();
@@ -64,8 +49,8 @@ fn the_network_carries_the_adapters_gradients_alone() {
     let topology = cluster(4);
     let parallelism =
         Parallelism { data_algorithm: CollectiveAlgorithm::Ring, ..Parallelism::data_parallel(8) };
-    let full = network_bytes(&strategy(&model, &compute, parallelism), &topology);
-    let lora = network_bytes(&strategy(&tuned, &compute, parallelism), &topology);
+    let full = bytes_on(&strategy(&model, &compute, parallelism), &topology, Tier::NetworkEdge);
+    let lora = bytes_on(&strategy(&tuned, &compute, parallelism), &topology, Tier::NetworkEdge);
     // A ring all-reduce moves 2 (P-1)/P of its buffer over each hop whatever the buckets: the
     // bytes scale with the gradients, here the adapters' 24 x 16 x (2304 + 3 x 2304).
     let trained = 24 * 16 * (2304 + 3 * 2304);

@@ -35,7 +35,7 @@ fn cluster_with_host_link(nodes: u32, gpus: u32, bandwidth: &str, latency: &str)
 }
 
 /// Bytes the flow model (every message a flow) carried on the links of `tier`.
-fn bytes_on(strategy: &Strategy<'_>, topology: &Topology, tier: Tier) -> f64 {
+pub(super) fn bytes_on(strategy: &Strategy<'_>, topology: &Topology, tier: Tier) -> f64 {
     let lowered = strategy.lower().unwrap();
     let mut network = FlowNetwork::new(topology).audited();
     sim_core::exec::run(&lowered.graph, &mut network).unwrap();
