@@ -901,7 +901,7 @@ pub fn plan_with_progress(
     let mut out_of_core = false;
     let host_optimizer = bases.iter().all(|base| base.scenario.host_cpu.is_some());
     // LoRA takes no offload (the scenario refuses it).
-    let lora = bases.iter().any(|base| base.scenario.model.frozen_parameters() > 0);
+    let lora = bases.iter().any(|base| base.scenario.model.has_frozen_layers());
     if search.fixed.offload.is_none()
         && !lora
         && estimates.iter().all(Result::is_err)
@@ -1550,6 +1550,8 @@ pub fn enumerate(index: usize, base: &Base, global_batch: u64, fixed: &Fixed) ->
                 stage_placement: None,
             });
         };
+    // LoRA's frozen weights are in no ZeRO-3 unit (the scenario refuses it).
+    let lora = model.has_frozen_layers();
     let template = base.parallelism;
     if transformer {
         let experts = model
@@ -1591,8 +1593,6 @@ pub fn enumerate(index: usize, base: &Base, global_batch: u64, fixed: &Fixed) ->
                         None => vec![1],
                     };
                     let expert_degrees = one(fixed.expert, powers_of_two(experts, data * context));
-                    // LoRA's frozen weights are in no ZeRO-3 unit (the scenario refuses it).
-                    let lora = model.frozen_parameters() > 0;
                     let zeros: Vec<u8> =
                         fixed.zero.map_or(if lora { vec![0, 1, 2] } else { vec![0, 1, 2, 3] }, |z| vec![z]);
                     for (virtual_stages, schedule) in schedules(&virtuals, pipeline, template.schedule, fixed)

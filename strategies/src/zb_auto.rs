@@ -33,14 +33,20 @@ const F: usize = 0;
 const B: usize = 1;
 const W: usize = 2;
 
+/// Micro-batches each kind of pass adds to a stage's in-flight count: held from F to W.
+const MEMORY: [i64; 3] = [1, 0, -1];
+
+/// The transfer time between stages in the simulation: an instant network, as ZB-V's list
+/// schedule assumes ([`crate::pipeline::zb_v_orders`]); the engine then runs the real
+/// transfers.
+const COMM: f64 = 0.0;
+
 /// One simulation of the heuristic with its three switches.
 struct Heuristic {
     stages: usize,
     micro_batches: usize,
     cost: [f64; 3],
-    memory: [i64; 3],
     limit: i64,
-    comm: f64,
     /// Passes of each kind put on each stage so far.
     count: [Vec<usize>; 3],
     /// Each stage's end time and held memory.
@@ -58,9 +64,7 @@ impl Heuristic {
             stages,
             micro_batches,
             cost,
-            memory: [1, 0, -1],
             limit,
-            comm: 0.0,
             count: [vec![0; stages], vec![0; stages], vec![0; stages]],
             end: vec![0.0; stages],
             held: vec![0; stages],
@@ -89,10 +93,10 @@ impl Heuristic {
         let no_bubble = self.end[stage] + cost;
         let mut finish = no_bubble;
         if stage > 0 && kind == F {
-            finish = finish.max(self.time(F, stage - 1, micro_batch) + self.comm + cost);
+            finish = finish.max(self.time(F, stage - 1, micro_batch) + COMM + cost);
         }
         if stage + 1 < self.stages && kind == B {
-            finish = finish.max(self.time(B, stage + 1, micro_batch) + self.comm + cost);
+            finish = finish.max(self.time(B, stage + 1, micro_batch) + COMM + cost);
         }
         if self.count[F][stage] > 0 {
             self.bubble[stage] += finish - no_bubble;
@@ -100,7 +104,7 @@ impl Heuristic {
         self.end[stage] = finish;
         let id = self.id(kind, stage, micro_batch);
         self.done[id] = finish;
-        self.held[stage] += self.memory[kind];
+        self.held[stage] += MEMORY[kind];
         self.count[kind][stage] += 1;
     }
 
@@ -124,7 +128,7 @@ impl Heuristic {
 
     /// W passes until `kind`'s memory fits; `None` when none is left to run.
     fn make_room(&mut self, stage: usize, kind: usize) -> Option<()> {
-        while self.held[stage] + self.memory[kind] > self.limit {
+        while self.held[stage] + MEMORY[kind] > self.limit {
             if self.count[W][stage] >= self.count[B][stage] {
                 return None;
             }
@@ -155,20 +159,20 @@ impl Heuristic {
                         continue;
                     }
                     let (mut held, mut time) = (self.held[stage], self.end[stage]);
-                    while self.count[F][stage] + required[stage] < m && held + self.memory[F] <= self.limit {
+                    while self.count[F][stage] + required[stage] < m && held + MEMORY[F] <= self.limit {
                         let stop = if allow_bubble_before_first_b {
-                            time + cost_f > last + self.comm
+                            time + cost_f > last + COMM
                         } else {
-                            time >= last + self.comm
+                            time >= last + COMM
                         };
                         if stop {
                             break;
                         }
-                        held += self.memory[F];
+                        held += MEMORY[F];
                         time += cost_f;
                         required[stage] += 1;
                     }
-                    last = time.max(last + self.comm) + cost_b;
+                    last = time.max(last + COMM) + cost_b;
                 }
                 for stage in 1..p {
                     while required[stage] > 0
@@ -194,15 +198,15 @@ impl Heuristic {
                     continue;
                 }
                 if stage + 1 < p && self.count[F][stage] >= self.count[F][stage + 1] + 2 && prioritize_b {
-                    let next = self.end[stage + 1] + cost_f + cost_b + self.comm;
+                    let next = self.end[stage + 1] + cost_f + cost_b + COMM;
                     if self.end[stage] >= next {
                         continue;
                     }
                     let (mut w_cost, mut w_count) = (0.0, 0);
-                    let mut held = self.held[stage] + self.memory[F];
+                    let mut held = self.held[stage] + MEMORY[F];
                     while held > self.limit && self.count[W][stage] + w_count < self.count[B][stage] {
                         w_cost += self.cost[W];
-                        held += self.memory[W];
+                        held += MEMORY[W];
                         w_count += 1;
                     }
                     if self.end[stage] + cost_f + w_cost <= next {
@@ -224,7 +228,7 @@ impl Heuristic {
                 }
                 self.make_room(stage, F)?;
                 if stage > 0 {
-                    let ready = self.time(F, stage - 1, self.count[F][stage]) + self.comm;
+                    let ready = self.time(F, stage - 1, self.count[F][stage]) + COMM;
                     self.fill_before(stage, ready, greedy);
                 }
                 self.put(stage, F);
@@ -232,7 +236,7 @@ impl Heuristic {
             for stage in (0..p).rev() {
                 self.make_room(stage, B)?;
                 if stage + 1 < p {
-                    let ready = self.time(B, stage + 1, i) + self.comm;
+                    let ready = self.time(B, stage + 1, i) + COMM;
                     self.fill_before(stage, ready, greedy);
                 }
                 if stage == 0 && self.count[F][stage] == m {

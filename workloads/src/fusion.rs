@@ -145,9 +145,11 @@ fn fused_as(layer: &mut Layer, kind: LayerKind) -> usize {
         return 0;
     };
     let before = layer.kernels(Pass::Forward).len();
+    let training = layer.cost.training;
     layer.kind = fused.kind;
     layer.cost = LayerCost { activation_elements: layer.cost.activation_elements, ..fused.cost };
-    refreeze(layer);
+    // The rewritten cost is the trained layer's: frozen again as the layer was.
+    layer.train_as(training);
     before.saturating_sub(layer.kernels(Pass::Forward).len())
 }
 
@@ -181,18 +183,11 @@ fn fuse_math_attention(layer: &mut Layer) -> usize {
         return 0;
     };
     let before = layer.kernels(Pass::Forward).len();
-    let kept = layer.cost.activation_elements;
+    let (kept, training) = (layer.cost.activation_elements, layer.cost.training);
     layer.kind = fused.kind;
     layer.cost = LayerCost { activation_elements: kept, ..fused.cost };
-    refreeze(layer);
-    before.saturating_sub(layer.kernels(Pass::Forward).len())
-}
-
-/// A rewritten layer's new cost frozen again as the layer was ([`Layer::freeze`]).
-fn refreeze(layer: &mut Layer) {
-    // The rewritten cost counts the layer's own parameters again.
-    let training = std::mem::take(&mut layer.cost.training);
     layer.train_as(training);
+    before.saturating_sub(layer.kernels(Pass::Forward).len())
 }
 
 fn is_relu(layer: &Layer) -> bool {
@@ -262,6 +257,23 @@ mod tests {
     use super::*;
     use crate::device::Dtype;
     use crate::layer::Pass;
+
+    /// A layer Inductor rewrites keeps its training state: an inert loss (below every LoRA
+    /// adapter) stays inert with the fused kind's cost, running no backward.
+    #[test]
+    fn a_rewritten_layer_stays_frozen() {
+        let mut loss = Layer::new(
+            "loss",
+            LayerKind::CrossEntropy { kernels: LossKernels::Torch },
+            crate::layer::Shape::from([8, 100]),
+        )
+        .unwrap();
+        loss.freeze(true);
+        assert!(Fusion::Inductor.apply(std::iter::once(&mut loss)) > 0, "the loss's kernels fuse");
+        assert_eq!(loss.kind, LayerKind::CrossEntropy { kernels: LossKernels::Fused });
+        assert_eq!(loss.cost.training, crate::layer::Training::Inert);
+        assert!(loss.kernels(Pass::BackwardData).is_empty());
+    }
 
     fn bytes(layers: &[Layer], pass: Pass) -> f64 {
         layers.iter().map(|l| l.cost.bytes(pass, 1, Dtype::Fp16)).sum()

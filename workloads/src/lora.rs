@@ -29,6 +29,14 @@ pub enum LoraError {
     /// The rank is out of range.
     #[error("is 0; give the adapters' rank, at least 1 (NeMo's adapter_dim, Hugging Face PEFT's r)")]
     Rank,
+    /// An adapter of this rank cannot be built beside a target (its sizes overflow).
+    #[error("an adapter beside {layer}: {error}")]
+    Adapter {
+        /// The adapted layer.
+        layer: String,
+        /// Why.
+        error: crate::layer::LayerError,
+    },
     /// No target is named.
     #[error("name at least one linear layer to adapt (e.g. [\"attention.qkv\"])")]
     NoTargets,
@@ -51,7 +59,7 @@ impl LoraError {
     /// The scenario key at fault.
     pub fn key(&self) -> &'static str {
         match self {
-            LoraError::Rank => "workload.lora.rank",
+            LoraError::Rank | LoraError::Adapter { .. } => "workload.lora.rank",
             LoraError::NoTargets | LoraError::NoTarget { .. } => "workload.lora.targets",
         }
     }
@@ -106,47 +114,43 @@ pub fn apply(model: &Model, lora: &Lora) -> Result<Model, LoraError> {
             });
         }
     }
+    let adapted = |layer: &Layer| match layer.kind {
+        LayerKind::Linear { out_features, .. } if lora.targets.iter().any(|target| names(target, layer)) => {
+            Some(out_features)
+        }
+        _ => None,
+    };
     let mut layers = Vec::with_capacity(model.layers.len() * 2);
     let mut trained = false;
     for layer in &model.layers {
-        let adapted = linear(layer) && lora.targets.iter().any(|target| names(target, layer));
+        let adapter = adapted(layer);
         let mut frozen = layer.clone();
-        if !trained && !adapted {
+        if !trained && adapter.is_none() {
             // Below the first adapter nothing needs a gradient: autograd stops there.
             frozen.freeze(true);
-            layers.push(frozen);
-            continue;
-        }
-        // A layer with weights (or a weight gradient to add to a tied owner) is frozen; the
-        // others (attention cores, norms' and activations' element-wise work) run as before.
-        if layer.cost.params > 0 || layer.cost.backward_weight_flops > 0.0 {
+        } else if layer.cost.params > 0 || layer.cost.backward_weight_flops > 0.0 {
+            // A layer with weights (or a weight gradient to add to a tied owner) is frozen;
+            // the others (attention cores, norms' and activations' element-wise work) run as
+            // before.
             frozen.freeze(false);
         }
-        if adapted {
+        layers.push(frozen);
+        if let Some(out_features) = adapter {
             trained = true;
-            let LayerKind::Linear { out_features, .. } = layer.kind else { continue };
-            // The adapted layer's input and output features are valid, and so is any rank.
-            let Ok(adapter) = Layer::new(
-                format!("{}.lora", layer.name),
-                LayerKind::LoraAdapter { rank: lora.rank, out_features },
-                layer.input.clone(),
-            ) else {
-                return Err(LoraError::Rank);
-            };
-            layers.push(frozen);
+            let kind = LayerKind::LoraAdapter { rank: lora.rank, out_features };
+            let adapter = Layer::new(format!("{}.lora", layer.name), kind, layer.input.clone())
+                .map_err(|error| LoraError::Adapter { layer: layer.name.clone(), error })?;
             layers.push(adapter);
-        } else {
-            layers.push(frozen);
         }
     }
-    Ok(Model {
-        name: format!("{} (LoRA rank {})", model.name, lora.rank),
-        family: model.family.clone(),
-        description: model.description.clone(),
-        input: model.input.clone(),
+    let mut tuned = Model::from_layers(
+        format!("{} (LoRA rank {})", model.name, lora.rank),
+        model.family.clone(),
+        model.input.clone(),
         layers,
-        structure: Default::default(),
-    })
+    );
+    tuned.description = model.description.clone();
+    Ok(tuned)
 }
 
 #[cfg(test)]

@@ -125,6 +125,12 @@ impl Model {
         self.layers.iter().map(|layer| layer.cost.params).sum()
     }
 
+    /// Whether some layer is frozen ([`crate::layer::Training`]: LoRA's base model), without
+    /// counting its weights.
+    pub fn has_frozen_layers(&self) -> bool {
+        self.layers.iter().any(|layer| !layer.cost.training.is_trained())
+    }
+
     /// Parameters of frozen layers ([`crate::layer::Training`]): held in memory, not trained.
     pub fn frozen_parameters(&self) -> u64 {
         self.layers.iter().map(Layer::frozen_weights).sum()

@@ -103,6 +103,9 @@ pub(super) struct Plan<'s> {
     /// Parameters one GPU of each stage holds (after tensor and expert splitting, before
     /// ZeRO), the last stage's embedding copy included.
     pub(super) stage_parameters: Vec<u64>,
+    /// Frozen parameters (LoRA's base model) one GPU of each stage holds: weights in memory,
+    /// nothing else.
+    pub(super) stage_frozen: Vec<u64>,
     /// Under filter, channel or spatial parallelism, the model as one rank runs it (its local
     /// layers), for the memory model.
     pub(super) local_model: Option<Model>,
@@ -178,8 +181,10 @@ impl<'s> Plan<'s> {
         let mut optimizer = Vec::with_capacity(p.pipeline as usize);
         let mut optimizer_bytes = Vec::with_capacity(p.pipeline as usize);
         let mut stage_parameters = Vec::with_capacity(p.pipeline as usize);
+        let mut stage_frozen = Vec::with_capacity(p.pipeline as usize);
         for stage in 0..p.pipeline {
             let layers = || chunk_map.chunks_of(stage).flat_map(|k| chunk_layers[k].clone());
+            stage_frozen.push(layers().map(|index| local[index].layer.frozen_weights()).sum::<u64>());
             let parameters = layers().map(|index| local[index].layer.cost.params).sum::<u64>()
                 + if stage + 1 == p.pipeline { tied_embedding } else { 0 };
             let held = p.optimizer_held(parameters);
@@ -256,6 +261,7 @@ impl<'s> Plan<'s> {
             policy,
             tied_embedding,
             stage_parameters,
+            stage_frozen,
             layout: p.layout(),
             micro_batches,
             path_micro_batches: chunk_map.path_micro_batches(micro_batches),
@@ -356,6 +362,21 @@ impl<'s> Plan<'s> {
                 paired: p.moe_overlap,
             })
         })
+    }
+
+    /// Adds the frozen weights `stage` holds (LoRA's base model) to `memory`'s weights, in
+    /// `plan`'s storage: they take memory, no gradient or optimizer state.
+    fn add_frozen_weights(
+        &self,
+        stage: u32,
+        plan: &workloads::memory::MemoryPlan<'_>,
+        memory: &mut MemoryBreakdown,
+    ) {
+        let frozen = self.stage_frozen[stage as usize];
+        if frozen > 0 {
+            memory.weights =
+                Bytes(memory.weights.0.saturating_add(plan.device_breakdown(frozen, 0, 0, 0).weights.0));
+        }
     }
 
     /// The global chunks stage `stage` holds.
@@ -552,11 +573,7 @@ impl<'s> Plan<'s> {
             let largest_layer = self.policy.gathered_parameters(self, stage, chunk_indexes);
             let plan = strategy.memory_plan(model, buffers);
             let mut memory = plan.device_breakdown(parameters, peak, self.largest_pair(stage), largest_layer);
-            let frozen: u64 = self.stage_layers(stage).map(|i| self.local[i].layer.frozen_weights()).sum();
-            if frozen > 0 {
-                memory.weights =
-                    Bytes(memory.weights.0.saturating_add(plan.device_breakdown(frozen, 0, 0, 0).weights.0));
-            }
+            self.add_frozen_weights(stage, &plan, &mut memory);
             self.policy.adjust_memory(self, stage, chunk_indexes, &mut memory);
             floor = floor.max(memory.total());
         }
@@ -606,12 +623,7 @@ impl<'s> Plan<'s> {
             };
             let mut memory: MemoryBreakdown =
                 plan.device_breakdown(parameters, held, largest_pair, largest_layer);
-            // Frozen weights (LoRA's base model) take memory as weights, nothing else.
-            let frozen: u64 = self.stage_layers(stage).map(|i| self.local[i].layer.frozen_weights()).sum();
-            if frozen > 0 {
-                memory.weights =
-                    Bytes(memory.weights.0.saturating_add(plan.device_breakdown(frozen, 0, 0, 0).weights.0));
-            }
+            self.add_frozen_weights(stage, &plan, &mut memory);
             self.policy.adjust_memory(self, stage, chunk_indexes, &mut memory);
             // A host optimizer keeps the fp32 weights and the states in host memory.
             if self.offload.as_ref().is_some_and(|offload| offload.host.is_some()) {
