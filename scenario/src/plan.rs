@@ -1799,6 +1799,8 @@ pub fn enumerate(index: usize, base: &Base, global_batch: u64, fixed: &Fixed) ->
             && p.first_stage_layers.is_none()
             && p.last_stage_layers.is_none()
             && !p.pad_layers
+            && !p.account_for_embedding
+            && !p.account_for_loss
     };
     out.into_iter()
         .flat_map(|choice| {

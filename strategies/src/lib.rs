@@ -205,6 +205,14 @@ pub struct Parallelism {
     /// each block of padding ([`pipeline::padded_sizes`]): the first and last chunks, which hold
     /// the embedding and the output layer, run one block fewer (or none).
     pub pad_layers: bool,
+    /// Megatron-Core's `--account-for-embedding-in-pipeline-split`
+    /// (`parallelism.account-for-embedding`): the embedding counts as one layer of the split,
+    /// so the first model chunk builds one block fewer ([`pipeline::accounted_sizes`]).
+    pub account_for_embedding: bool,
+    /// Megatron-Core's `--account-for-loss-in-pipeline-split` (`parallelism.account-for-loss`):
+    /// the loss (with the output layer) counts as one layer of the split, so the last model
+    /// chunk builds one block fewer.
+    pub account_for_loss: bool,
     /// Context-parallel degree.
     pub context: u32,
     /// Expert-parallel degree (inside data x context).
@@ -690,6 +698,8 @@ impl Parallelism {
             first_stage_layers: None,
             last_stage_layers: None,
             pad_layers: false,
+            account_for_embedding: false,
+            account_for_loss: false,
             context: 1,
             expert: 1,
             expert_tensor: None,
@@ -1502,8 +1512,10 @@ impl Strategy<'_> {
         let blocks = self.model.pipeline_units().len();
         // DualPipe's two copies split the model into `pipeline` chunks, not twice as many.
         let chunks = pipeline::ChunkMap::new(p.schedule, p.pipeline, p.virtual_stages).partitions();
-        // Padded layers may leave the end chunks without a block (checked below).
-        if chunks > 1 && blocks < chunks as usize && !p.pad_layers {
+        // Padded layers, or an embedding and a loss counted in the split, may leave the end
+        // chunks without a block (checked below).
+        let accounted = p.account_for_embedding || p.account_for_loss;
+        if chunks > 1 && blocks < chunks as usize && !p.pad_layers && !accounted {
             return Err(invalid(
                 if p.virtual_stages > 1 { "parallelism.virtual-stages" } else { "parallelism.pipeline" },
                 format!(
@@ -1571,6 +1583,69 @@ impl Strategy<'_> {
                         "leaves chunk {empty} of {} with no layer: {} has no {} beside its blocks for it \
                          (the repository runs a no-op layer there, which parasim does not model): set \
                          pad-layers = false",
+                        ranges.len(),
+                        self.model.name,
+                        if empty == 0 { "embedding" } else { "output layer" }
+                    ),
+                ));
+            }
+        }
+        if accounted {
+            let key = if p.account_for_embedding {
+                "parallelism.account-for-embedding"
+            } else {
+                "parallelism.account-for-loss"
+            };
+            // Megatron-Core refuses the other split settings beside these (TransformerConfig's
+            // `__post_init__` at d98e8a64dd).
+            let other = if p.pad_layers {
+                Some("pad-layers")
+            } else if p.first_stage_layers.is_some() {
+                Some("first-stage-layers")
+            } else if p.last_stage_layers.is_some() {
+                Some("last-stage-layers")
+            } else {
+                None
+            };
+            if let Some(other) = other {
+                return Err(invalid(
+                    key,
+                    format!(
+                        "is true, but {other} already sets the split (Megatron-Core refuses both): set one or the other"
+                    ),
+                ));
+            }
+            if p.schedule == PipelineSchedule::DualPipe {
+                return Err(invalid(
+                    key,
+                    "is true, but DualPipe's two model copies are split by its own rule: set it to false"
+                        .into(),
+                ));
+            }
+            if self.model.blocks().iter().all(Option::is_none) {
+                return Err(invalid(
+                    key,
+                    format!(
+                        "is true, but {} has no numbered blocks (transformer layers) to split: set it to false",
+                        self.model.name
+                    ),
+                ));
+            }
+            let sizes = pipeline::accounted_sizes(
+                blocks,
+                p.pipeline as usize,
+                p.virtual_stages as usize,
+                p.account_for_embedding,
+                p.account_for_loss,
+            )
+            .map_err(|message| invalid(key, message))?;
+            let ranges = pipeline::chunk_ranges(self.model, &sizes);
+            if let Some(empty) = ranges.iter().position(|range| range.is_empty()) {
+                return Err(invalid(
+                    key,
+                    format!(
+                        "leaves chunk {empty} of {} with no layer: {} has no {} beside its blocks to stand \
+                         for the counted layer: set it to false",
                         ranges.len(),
                         self.model.name,
                         if empty == 0 { "embedding" } else { "output layer" }

@@ -897,6 +897,57 @@ pub fn padded_sizes(units: usize, stages: usize, virtual_stages: usize) -> Resul
     Ok(sizes)
 }
 
+/// The number of units (numbered blocks) in each of the `stages x virtual_stages` model chunks,
+/// in model order, when Megatron-Core counts the embedding (`embedding`,
+/// `--account-for-embedding-in-pipeline-split`) and the loss (`loss`,
+/// `--account-for-loss-in-pipeline-split`) as one layer each of the split
+/// (NVIDIA/Megatron-LM @ d98e8a64dd : megatron/core/transformer/transformer_block.py,
+/// `get_num_layers_to_build`): the blocks plus the counted ones must divide evenly over the
+/// stages, and each stage's share over its virtual stages; every chunk gets that share, and
+/// the first chunk (stage 0's first virtual stage) builds one block fewer for the embedding,
+/// the last (the last stage's last virtual stage) one fewer for the loss.
+pub fn accounted_sizes(
+    units: usize,
+    stages: usize,
+    virtual_stages: usize,
+    embedding: bool,
+    loss: bool,
+) -> Result<Vec<usize>, String> {
+    if stages < 2 {
+        return Err("counting the embedding or the loss in the pipeline split needs pipeline > 1".into());
+    }
+    let counted = units + usize::from(embedding) + usize::from(loss);
+    let what = match (embedding, loss) {
+        (true, true) => "the embedding and the loss",
+        (true, false) => "the embedding",
+        _ => "the loss",
+    };
+    if counted % stages != 0 {
+        return Err(format!(
+            "{units} blocks and {what} make {counted} layers, which {stages} stages do not split evenly \
+             (Megatron-Core's assertion): the pipeline degree must divide {counted}"
+        ));
+    }
+    let per_stage = counted / stages;
+    if per_stage % virtual_stages.max(1) != 0 {
+        return Err(format!(
+            "{counted} layers over {stages} stages give {per_stage} per stage, which {virtual_stages} virtual \
+             stages do not split evenly (Megatron-Core's assertion): choose virtual-stages dividing {per_stage}"
+        ));
+    }
+    let per_chunk = per_stage / virtual_stages.max(1);
+    let chunks = stages * virtual_stages.max(1);
+    let mut sizes = vec![per_chunk; chunks];
+    for (counted_here, chunk, name) in [(embedding, 0, "first"), (loss, chunks - 1, "last")] {
+        if counted_here {
+            sizes[chunk] = sizes[chunk].checked_sub(1).ok_or_else(|| {
+                format!("not enough layers in the {name} virtual pipeline stage (Megatron-Core's assertion)")
+            })?;
+        }
+    }
+    Ok(sizes)
+}
+
 /// The layer ranges of chunks holding `sizes` units (numbered blocks) each, in model order:
 /// the stem goes with the first chunk and the head with the last, also when that chunk holds
 /// no block (then it holds the stem or the head alone).
@@ -1531,6 +1582,27 @@ mod tests {
         assert!(uneven_sizes(12, 4, Some(0), None).unwrap_err().contains("at least 1"));
         assert!(uneven_sizes(12, 4, Some(8), Some(8)).unwrap_err().contains("more than"));
         assert!(uneven_sizes(12, 1, Some(12), None).unwrap_err().contains("pipeline > 1"));
+    }
+
+    #[test]
+    fn counted_embedding_and_loss_follow_megatron_cores_split() {
+        // megatron-ci's account-for test: 6 layers + embedding + loss over p = 4 x v = 2: one
+        // counted layer per chunk, the first chunk the embedding alone, the last the loss.
+        assert_eq!(accounted_sizes(6, 4, 2, true, true), Ok(vec![0, 1, 1, 1, 1, 1, 1, 0]));
+        // 30 + 2 over 4 stages: 8 each, one block fewer at each end.
+        assert_eq!(accounted_sizes(30, 4, 1, true, true), Ok(vec![7, 8, 8, 7]));
+        // The embedding alone: 31 + 1 over 4; the loss alone: 7 + 1 over 2 x 2.
+        assert_eq!(accounted_sizes(31, 4, 1, true, false), Ok(vec![7, 8, 8, 8]));
+        assert_eq!(accounted_sizes(7, 2, 2, false, true), Ok(vec![2, 2, 2, 1]));
+        // Every block is built exactly once.
+        for (units, stages, virtual_stages) in [(6, 4, 2), (30, 4, 1), (126, 16, 4), (62, 8, 2)] {
+            let sizes = accounted_sizes(units, stages, virtual_stages, true, true).unwrap();
+            assert_eq!(sizes.iter().sum::<usize>(), units);
+            assert_eq!(sizes.len(), stages * virtual_stages);
+        }
+        assert!(accounted_sizes(12, 4, 1, true, true).unwrap_err().contains("14 layers, which 4 stages"));
+        assert!(accounted_sizes(14, 4, 3, true, true).unwrap_err().contains("4 per stage, which 3 virtual"));
+        assert!(accounted_sizes(12, 1, 1, true, false).unwrap_err().contains("pipeline > 1"));
     }
 
     #[test]

@@ -349,6 +349,70 @@ fn padded_layers_take_one_block_off_the_last_chunk_then_the_first_as_the_zero_bu
 }
 
 #[test]
+fn counted_embedding_and_loss_leave_the_end_chunks_a_block_fewer_as_megatron_core_does() {
+    // Six blocks between a stem (the embedding) and a head (the output layer and loss).
+    let mut builder = ModelBuilder::new("uniform-head", Shape::from([1024, 1024]));
+    builder.layer("stem", LayerKind::Reshape { shape: Shape::from([1024, 1024]) }).unwrap();
+    for block in 0..6 {
+        for name in ["fc1", "fc2"] {
+            let linear = LayerKind::Linear { out_features: 1024, bias: false };
+            builder.layer(format!("layers.{block}.{name}"), linear).unwrap();
+        }
+    }
+    builder.layer("head", LayerKind::Linear { out_features: 1024, bias: false }).unwrap();
+    let model = builder.finish();
+    let compute = ComputeModel::default();
+    let counted = |embedding, loss, p: Parallelism| Parallelism {
+        account_for_embedding: embedding,
+        account_for_loss: loss,
+        ..p
+    };
+    // Megatron-CI's shape: 6 + 2 over 4 x 2 chunks, one each: the first chunk the stem alone
+    // (stage 0), the last the head alone (stage 3's second chunk); two blocks on stages 1-3.
+    let interleaved = counted(true, true, pipelined(4, 2, PipelineSchedule::OneFOneB));
+    let lowered = strategy(&model, &compute, interleaved, 8, 1).lower().unwrap();
+    let blocks: Vec<usize> = lowered.stages.iter().map(|s| s.blocks).collect();
+    assert_eq!(blocks, vec![1, 2, 2, 1]);
+    assert_eq!(lowered.stages[0].layers[0], 0..1, "the stem alone");
+    assert_eq!(lowered.stages[3].layers[1], 13..14, "the head alone");
+    // One chunk per stage, the embedding alone counted: 6 + 1 is not a multiple of 4 ...
+    let error =
+        strategy(&model, &compute, counted(true, false, pipelined(4, 1, PipelineSchedule::OneFOneB)), 8, 1)
+            .lower()
+            .unwrap_err()
+            .to_string();
+    assert!(error.contains("parallelism.account-for-embedding") && error.contains("7 layers"), "{error}");
+    // ... over 7 stages it divides: the first stage holds the stem alone.
+    let seven = counted(true, false, pipelined(7, 1, PipelineSchedule::OneFOneB));
+    let lowered = strategy(&model, &compute, seven, 14, 1).lower().unwrap();
+    let blocks: Vec<usize> = lowered.stages.iter().map(|s| s.blocks).collect();
+    assert_eq!(blocks, vec![0, 1, 1, 1, 1, 1, 1]);
+    assert_eq!(lowered.stages[0].layers[0], 0..1, "the stem alone");
+    // Not beside pad-layers or first-stage-layers (Megatron-Core refuses both), nor DualPipe.
+    for other in [
+        Parallelism { pad_layers: true, ..interleaved },
+        Parallelism {
+            first_stage_layers: Some(1),
+            ..counted(true, true, pipelined(4, 1, PipelineSchedule::OneFOneB))
+        },
+    ] {
+        let error = strategy(&model, &compute, other, 8, 1).lower().unwrap_err().to_string();
+        assert!(
+            error.contains("parallelism.account-for-embedding") && error.contains("already sets"),
+            "{error}"
+        );
+    }
+    // The last chunk would hold the counted loss alone, but a model without a head has nothing
+    // to put there: refused, not run empty.
+    let headless = uniform_model(6, 1024);
+    let error = strategy(&headless, &compute, interleaved, 8, 1).lower().unwrap_err().to_string();
+    assert!(
+        error.contains("parallelism.account-for-embedding") && error.contains("no output layer"),
+        "{error}"
+    );
+}
+
+#[test]
 fn one_f_one_b_holds_p_micro_batches_on_the_first_stage_and_gpipe_all_of_them() {
     let model = uniform_model(8, 1024);
     let compute = ComputeModel::default();

@@ -369,6 +369,10 @@ struct ParallelismSection {
     last_stage_layers: Option<u32>,
     /// `parallelism.pad-layers` ([`Parallelism::pad_layers`]).
     pad_layers: bool,
+    /// `parallelism.account-for-embedding` ([`Parallelism::account_for_embedding`]).
+    account_for_embedding: bool,
+    /// `parallelism.account-for-loss` ([`Parallelism::account_for_loss`]).
+    account_for_loss: bool,
     /// `parallelism.stage-placement` ([`node_groups::StagePlacement`]).
     stage_placement: Option<String>,
     context: u32,
@@ -422,6 +426,8 @@ impl Default for ParallelismSection {
             first_stage_layers: None,
             last_stage_layers: None,
             pad_layers: false,
+            account_for_embedding: false,
+            account_for_loss: false,
             stage_placement: None,
             context: 1,
             expert: 1,
@@ -1727,8 +1733,13 @@ fn node_groups_of(
         } else if parallelism.first_stage_layers.is_some()
             || parallelism.last_stage_layers.is_some()
             || parallelism.pad_layers
+            || parallelism.account_for_embedding
+            || parallelism.account_for_loss
         {
-            Some("first-stage-layers, last-stage-layers or pad-layers already set the split")
+            Some(
+                "first-stage-layers, last-stage-layers, pad-layers, account-for-embedding or account-for-loss \
+                 already set the split",
+            )
         } else {
             None
         };
@@ -2207,6 +2218,8 @@ fn parallelism(
         first_stage_layers: section.first_stage_layers,
         last_stage_layers: section.last_stage_layers,
         pad_layers: section.pad_layers,
+        account_for_embedding: section.account_for_embedding,
+        account_for_loss: section.account_for_loss,
         context: section.context,
         expert: section.expert,
         expert_tensor: section.expert_tensor,

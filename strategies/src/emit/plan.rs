@@ -132,6 +132,15 @@ impl<'s> Plan<'s> {
         let units = model.pipeline_units().len();
         let uneven = if p.pad_layers {
             pipeline::padded_sizes(units, p.pipeline as usize, p.virtual_stages as usize).ok()
+        } else if p.account_for_embedding || p.account_for_loss {
+            pipeline::accounted_sizes(
+                units,
+                p.pipeline as usize,
+                p.virtual_stages as usize,
+                p.account_for_embedding,
+                p.account_for_loss,
+            )
+            .ok()
         } else {
             pipeline::uneven_sizes(units, p.pipeline as usize, p.first_stage_layers, p.last_stage_layers)
                 .ok()
@@ -142,8 +151,9 @@ impl<'s> Plan<'s> {
             // Set by the caller (a cluster of mixed devices: every device's lowering the same).
             (Some(ranges), _) if ranges.len() == p.chunks() as usize => ranges.to_vec(),
             (_, uneven) => match uneven {
-                // `--decoder-first/last-pipeline-num-layers`: the counts set, the rest even; or
-                // the zero-bubble repository's padding, whose end chunks may hold no block.
+                // `--decoder-first/last-pipeline-num-layers`: the counts set, the rest even; the
+                // zero-bubble repository's padding, or Megatron-Core's embedding and loss
+                // counted in the split, whose end chunks may hold no block.
                 Some(sizes) => pipeline::chunk_ranges(model, &sizes),
                 None => {
                     let groups = table.partition(model, chunk_map.partitions() as usize);
