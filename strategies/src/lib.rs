@@ -30,6 +30,8 @@ mod tests_lora;
 #[cfg(test)]
 mod tests_moe;
 #[cfg(test)]
+mod tests_muon;
+#[cfg(test)]
 mod tests_sync;
 mod zb_auto;
 
@@ -992,6 +994,8 @@ pub struct Strategy<'a> {
     pub optimizer_passes: workloads::optimizer::OptimizerPasses,
     /// How micro-batches' weight gradients add up (`compute.gradient-accumulation`).
     pub gradient_accumulation: workloads::optimizer::GradientAccumulation,
+    /// Muon's settings (`[workload.muon]`), read when `optimizer` is Muon.
+    pub muon: workloads::muon::Muon,
     /// The layer ranges of the pipeline chunks, if the caller sets them (one per chunk):
     /// a cluster of mixed devices lowers once per device with one split for all, balanced
     /// to the stages' devices ([`Strategy::stage_layers_by_speed`]). `None`: the split by
@@ -1007,6 +1011,10 @@ pub struct Strategy<'a> {
     /// bandwidth (read and write alike); `None` in host memory.
     pub nvme: Option<sim_core::units::Bandwidth>,
 }
+
+/// Muon spread round-robin: the bytes of the all-reduce of the updates after a stage's step and
+/// the time to apply them; `None` for every other step.
+pub(crate) type MuonExchange = Option<(Bytes, SimDuration)>;
 
 /// One gradient bucket: which layers' gradients it carries and how many bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1296,6 +1304,9 @@ impl Strategy<'_> {
             if value == 0 {
                 return Err(invalid(key, "must be at least 1, got 0".into()));
             }
+        }
+        if self.optimizer == Optimizer::Muon {
+            self.check_muon()?;
         }
         if self.batch_norm_group.is_grouped() && !p.is_data_parallel() {
             return Err(invalid(
@@ -2174,6 +2185,102 @@ impl Strategy<'_> {
             .optimizer_step_duration(self.device, &step)
             .map_err(|source| StrategyError::Compute { layer: "optimizer".into(), source })?;
         Ok((time, self.optimizer.flops_per_parameter() * parameters as f64))
+    }
+
+    /// What Muon is run with here: data and pipeline parallelism, and with its replicated
+    /// orthogonalisation also context, sequence and expert splits, whose ranks hold whole
+    /// matrices. Refused: tensor parallelism (Megatron-Core's `TensorParallelMuon` gathers or
+    /// splits the shards' Newton-Schulz products, not modelled), ZeRO/FSDP shards, offload, DASO
+    /// and the CNN splits (their ranks hold parts of a matrix, or none); the round-robin
+    /// spread over data ranks beside context or expert parallelism (its rank order is the data
+    /// group's).
+    fn check_muon(&self) -> Result<(), StrategyError> {
+        let p = &self.parallelism;
+        let refused = if p.tensor > 1 {
+            Some(("parallelism.tensor", format!("is {}", p.tensor)))
+        } else if p.zero > 0 {
+            Some(("parallelism.zero", format!("is {}", p.zero)))
+        } else if p.offload != Offload::None {
+            Some(("workload.offload", format!("is {:?}", p.offload.name())))
+        } else if p.sync != GradientSync::AllReduce {
+            Some(("parallelism.sync", "is DASO".to_string()))
+        } else if p.cnn_degree() > 1 {
+            Some(("parallelism.filter", format!("splits a CNN's layers {} ways", p.cnn_degree())))
+        } else if self.muon.distribution == workloads::muon::Distribution::RoundRobin
+            && (p.context > 1 || p.expert > 1)
+        {
+            let (key, degree) = if p.context > 1 {
+                ("parallelism.context", p.context)
+            } else {
+                ("parallelism.expert", p.expert)
+            };
+            Some((key, format!("is {degree} with [workload.muon] distribution = \"round-robin\"")))
+        } else {
+            None
+        };
+        match refused {
+            Some((key, what)) => Err(invalid(
+                key,
+                format!(
+                    "{what} with optimizer = \"muon\": Muon is modelled with data and pipeline parallelism \
+                     (and, replicated, context, sequence and expert splits), where each rank holds whole \
+                     weight matrices; not with tensor parallelism, ZeRO/FSDP, offload, DASO or a CNN split"
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Muon's step over one stage's `layers` holding `parameters` ([`workloads::muon`]): AdamW's
+    /// fused step over the parameters that are not Muon's matrices (embeddings, output layer,
+    /// norms, biases), then Muon's momentum, orthogonalisation and update of each matrix.
+    /// Returns the step's time and FLOPs and, distributed round-robin, the bytes of the
+    /// all-reduce of the updates and the time to apply them after it.
+    fn muon_step<'a>(
+        &self,
+        layers: impl Iterator<Item = &'a LocalLayer>,
+        parameters: u64,
+    ) -> Result<((SimDuration, f64), MuonExchange), StrategyError> {
+        let compute_error = |source| StrategyError::Compute { layer: "optimizer (Muon)".into(), source };
+        let mut matrices = Vec::new();
+        let mut other_tensors = 0;
+        for local in layers {
+            let mine = workloads::muon::matrices(&local.layer);
+            let orthogonalised: u64 = mine.iter().map(|&(rows, cols)| rows * cols).sum();
+            if local.layer.cost.params > orthogonalised {
+                other_tensors += 1;
+            }
+            matrices.extend(mine);
+        }
+        let orthogonalised: u64 = matrices.iter().map(|&(rows, cols)| rows * cols).sum();
+        let rest = parameters.saturating_sub(orthogonalised);
+        let adam = workloads::compute::OptimizerStep {
+            optimizer: Optimizer::Adam,
+            ..self.optimizer_step_work(rest, other_tensors)
+        };
+        let adam_time = self.compute.optimizer_step_duration(self.device, &adam).map_err(compute_error)?;
+        let widths = self.step_widths();
+        let muon_widths = workloads::muon::Widths {
+            gradient: self.gradient_precision.bytes(),
+            master: widths.master,
+            copy: widths.copy,
+        };
+        let times = workloads::muon::step_times(
+            self.compute,
+            self.device,
+            &self.muon,
+            &matrices,
+            self.parallelism.data,
+            muon_widths,
+        )
+        .map_err(compute_error)?;
+        let time = adam_time
+            .checked_add(times.before)
+            .map_err(|error| compute_error(workloads::compute::ComputeError::Overflow(error)))?;
+        let flops = Optimizer::Adam.flops_per_parameter() * rest as f64
+            + Optimizer::Muon.flops_per_parameter() * orthogonalised as f64
+            + times.flops;
+        Ok(((time, flops), times.exchange.map(|(bytes, apply)| (Bytes(bytes), apply))))
     }
 
     /// The optimizer step over `parameters` in `tensors` tensors, as [`Strategy::optimizer_step`]

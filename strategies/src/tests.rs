@@ -94,6 +94,7 @@ pub(super) fn strategy<'a>(
         batch_norm_group: workloads::groupbn::BatchNormGroup::NONE,
         optimizer_passes: workloads::optimizer::OptimizerPasses::Fused,
         gradient_accumulation: workloads::optimizer::GradientAccumulation::InKernel,
+        muon: workloads::muon::Muon::default(),
     }
 }
 

@@ -972,7 +972,9 @@ impl OptimizerStep {
     fn states(&self) -> u64 {
         match self.optimizer {
             Optimizer::Sgd => 0,
-            Optimizer::SgdMomentum | Optimizer::Lars => 1,
+            // Muon's element-wise part is SGD with momentum's; its Newton-Schulz products and
+            // the AdamW step of the other parameters are priced apart (`crate::muon`).
+            Optimizer::SgdMomentum | Optimizer::Lars | Optimizer::Muon => 1,
             Optimizer::Adam => 2,
         }
     }
@@ -1026,7 +1028,7 @@ impl OptimizerStep {
         let g = self.gradient_bytes;
         match self.optimizer {
             Optimizer::Adam => vec![8, 8, 8 + g, 8, 8 + g, 8, 8, 8, 16],
-            Optimizer::SgdMomentum | Optimizer::Lars => vec![8, 8 + g, 12],
+            Optimizer::SgdMomentum | Optimizer::Lars | Optimizer::Muon => vec![8, 8 + g, 12],
             Optimizer::Sgd => vec![8 + g],
         }
     }
@@ -1050,6 +1052,7 @@ impl OptimizerStep {
             Optimizer::SgdMomentum => 4.0,
             Optimizer::Adam => 12.0,
             Optimizer::Lars => 5.0,
+            Optimizer::Muon => 6.0,
         }
     }
 

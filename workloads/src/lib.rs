@@ -57,6 +57,7 @@ pub mod lora;
 pub mod memory;
 pub mod model;
 mod model_file;
+pub mod muon;
 pub mod optimizer;
 pub mod profile;
 pub mod zoo;

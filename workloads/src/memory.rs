@@ -532,6 +532,14 @@ impl MemoryPlan<'_> {
         (u128::from(parameters) * u128::from(self.linear_parameters().min(all)) / u128::from(all)) as u64
     }
 
+    /// Of `parameters` held by one device, those Muon orthogonalises ([`crate::muon::matrices`]):
+    /// the model's share of them applied to the device's. The rest are stepped by AdamW.
+    fn muon_parameters(&self, parameters: u64) -> u64 {
+        let all = (self.model.parameters() + self.model.frozen_parameters()).max(1);
+        let muon: u64 = self.model.layers.iter().map(crate::muon::matrix_parameters).sum();
+        (u128::from(parameters) * u128::from(muon.min(all)) / u128::from(all)) as u64
+    }
+
     /// Bytes per element of the optimizer's tensors: fp32 (fp64 when training in fp64), or the
     /// narrower `optimizer_precision` an optimizer keeps them in.
     fn state_width(&self) -> u64 {
@@ -918,11 +926,18 @@ impl MemoryPlan<'_> {
         let zero =
             |stage: u8, bytes: u64| if sharding.zero_stage >= stage { bytes.div_ceil(data) } else { bytes };
         let master = self.master_width();
+        // State tensors per parameter; Muon keeps one momentum for its matrices and AdamW's two
+        // moments for the rest, counted below.
         let states = match self.optimizer {
             Optimizer::Sgd => 0,
-            Optimizer::SgdMomentum | Optimizer::Lars => 1,
+            Optimizer::SgdMomentum | Optimizer::Lars | Optimizer::Muon => 1,
             Optimizer::Adam => 2,
         } * self.state_width();
+        let adam_extra = if self.optimizer == Optimizer::Muon {
+            parameters.saturating_sub(self.muon_parameters(parameters)).saturating_mul(self.state_width())
+        } else {
+            0
+        };
         let gathered = if sharding.zero_stage >= 3 {
             largest_layer * (self.storage_width() + self.gradient_precision.bytes())
         } else {
@@ -937,7 +952,7 @@ impl MemoryPlan<'_> {
                     .saturating_add(fp8.saturating_mul(self.fp8_weight_copy_width()))
             })),
             gradients: Bytes(zero(2, parameters.saturating_mul(self.gradient_precision.bytes()))),
-            optimizer: Bytes(zero(1, parameters.saturating_mul(master + states))),
+            optimizer: Bytes(zero(1, parameters.saturating_mul(master + states).saturating_add(adam_extra))),
             activations: Bytes(activation_bytes),
             temporary: Bytes(
                 self.micro_batch

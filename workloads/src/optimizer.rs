@@ -20,12 +20,19 @@ pub enum Optimizer {
     /// (`multi_lars`), then updates. The state is one momentum buffer, as SGD with momentum
     /// ([`crate::compute::OptimizerStep::lars_norm_passes`] prices the rest).
     Lars,
+    /// Muon (Jordan et al. 2024, "Muon: an optimizer for hidden layers in neural networks";
+    /// KellerJordan/modded-nanogpt, Megatron-Core's `TensorParallelMuon`): SGD with Nesterov
+    /// momentum whose update of each 2-D weight of the hidden layers is orthogonalised by
+    /// Newton-Schulz iterations of matrix products ([`crate::muon`]); every other parameter
+    /// (embeddings, the output layer, norms, biases) is stepped by AdamW. The state is one
+    /// momentum buffer per Muon parameter and Adam's two moments for the rest.
+    Muon,
 }
 
 impl Optimizer {
     /// Every optimizer, for error messages.
-    pub const ALL: [Optimizer; 4] =
-        [Optimizer::Sgd, Optimizer::SgdMomentum, Optimizer::Adam, Optimizer::Lars];
+    pub const ALL: [Optimizer; 5] =
+        [Optimizer::Sgd, Optimizer::SgdMomentum, Optimizer::Adam, Optimizer::Lars, Optimizer::Muon];
 
     /// The name used in scenario files.
     pub fn name(self) -> &'static str {
@@ -34,6 +41,7 @@ impl Optimizer {
             Optimizer::SgdMomentum => "sgd-momentum",
             Optimizer::Adam => "adam",
             Optimizer::Lars => "lars",
+            Optimizer::Muon => "muon",
         }
     }
 
@@ -41,7 +49,7 @@ impl Optimizer {
     pub fn tensors_touched(self) -> u64 {
         match self {
             Optimizer::Sgd => 3,
-            Optimizer::SgdMomentum | Optimizer::Lars => 5,
+            Optimizer::SgdMomentum | Optimizer::Lars | Optimizer::Muon => 5,
             Optimizer::Adam => 7,
         }
     }
@@ -55,6 +63,9 @@ impl Optimizer {
             // The momentum update, the trust ratio's scaling, and a square and an add for
             // each of the two norms.
             Optimizer::Lars => 9.0,
+            // The momentum update, Nesterov's look-ahead and the update: its Newton-Schulz
+            // products are counted apart ([`crate::muon`]).
+            Optimizer::Muon => 6.0,
         }
     }
 }

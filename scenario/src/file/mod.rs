@@ -282,6 +282,16 @@ struct WorkloadSection {
     offload_device: Option<String>,
     input: Option<InputSection>,
     lora: Option<LoraSection>,
+    muon: Option<MuonSection>,
+}
+
+/// `[workload.muon]`: Muon's settings ([`workloads::muon::Muon`]).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct MuonSection {
+    steps: Option<u32>,
+    iteration: Option<String>,
+    distribution: Option<String>,
 }
 
 /// `[workload.lora]`: LoRA fine-tuning ([`workloads::lora`]).
@@ -559,6 +569,8 @@ pub struct Scenario {
     pub optimizer_passes: OptimizerPasses,
     /// How micro-batches' weight gradients add up (`compute.gradient-accumulation`).
     pub gradient_accumulation: GradientAccumulation,
+    /// Muon's settings (`[workload.muon]`; the defaults unless the optimizer is Muon).
+    pub muon: workloads::muon::Muon,
     /// Host memory of one node (`cluster.host-memory`), if given: what out-of-core training
     /// may fill.
     pub host_memory: Option<Bytes>,
@@ -613,6 +625,7 @@ impl Scenario {
             batch_norm_group: self.batch_norm_group,
             optimizer_passes: self.optimizer_passes,
             gradient_accumulation: self.gradient_accumulation,
+            muon: self.muon,
         }
     }
 
@@ -1398,6 +1411,7 @@ fn validate(
     };
     let optimizer: Optimizer =
         workload.optimizer.parse().map_err(|error| invalid("workload.optimizer", error))?;
+    let muon = muon_settings(workload, optimizer, &invalid)?;
     let weights = weight_storage(workload, precision, optimizer_precision, &invalid)?;
     let passes: strategies::passes::Passes = match &workload.passes {
         Some(passes) => passes.parse().map_err(|error| invalid("workload.passes", error))?,
@@ -1647,6 +1661,7 @@ fn validate(
         batch_norm_group,
         optimizer_passes,
         gradient_accumulation,
+        muon,
         host_memory: cluster.host_memory,
         host_cpu: host_cpu_share(cluster, file)?,
         nvme: nvme_share(cluster, workload.offload_device.as_deref(), file)?,
@@ -1662,6 +1677,43 @@ fn validate(
         other => invalid("parallelism", other.to_string()),
     })?;
     Ok(scenario)
+}
+
+/// Muon's settings from `[workload.muon]` (the defaults where a key is left out); the table
+/// is refused with any other optimizer.
+fn muon_settings(
+    workload: &WorkloadSection,
+    optimizer: Optimizer,
+    invalid: &impl Fn(&str, String) -> ScenarioError,
+) -> Result<workloads::muon::Muon, ScenarioError> {
+    let defaults = workloads::muon::Muon::default();
+    let Some(section) = &workload.muon else { return Ok(defaults) };
+    if optimizer != Optimizer::Muon {
+        return Err(invalid(
+            "workload.muon",
+            format!(
+                "sets Muon's Newton-Schulz iterations, but workload.optimizer is {:?}: set optimizer = \"muon\" \
+                 or remove [workload.muon]",
+                optimizer.name()
+            ),
+        ));
+    }
+    let steps = section.steps.unwrap_or(defaults.steps);
+    if steps == 0 {
+        return Err(invalid(
+            "workload.muon.steps",
+            "must be at least 1 (Newton-Schulz iterations per update; Muon's default is 5)".into(),
+        ));
+    }
+    let iteration = match &section.iteration {
+        Some(name) => name.parse().map_err(|message| invalid("workload.muon.iteration", message))?,
+        None => defaults.iteration,
+    };
+    let distribution = match &section.distribution {
+        Some(name) => name.parse().map_err(|message| invalid("workload.muon.distribution", message))?,
+        None => defaults.distribution,
+    };
+    Ok(workloads::muon::Muon { steps, iteration, distribution })
 }
 
 /// What [`node_groups_of`] takes from the scenario validated so far.

@@ -55,6 +55,10 @@ pub(super) struct Plan<'s> {
     pub(super) optimizer: Vec<(SimDuration, f64)>,
     /// Bytes of device memory each stage's optimizer step moves (its fp8 weight casts too).
     pub(super) optimizer_bytes: Vec<f64>,
+    /// Muon distributed round-robin ([`workloads::muon::Distribution::RoundRobin`]): per stage,
+    /// the bytes of the all-reduce of the orthogonalised updates after the step and the time
+    /// to apply them; `None` for every other step.
+    pub(super) muon_exchange: Vec<crate::MuonExchange>,
     /// Each layer's in-place gradient add on every micro-batch but the first, if priced
     /// ([`Strategy::accumulation`]).
     pub(super) accumulate: Vec<Option<SimDuration>>,
@@ -192,6 +196,7 @@ impl<'s> Plan<'s> {
         let mut optimizer_bytes = Vec::with_capacity(p.pipeline as usize);
         let mut stage_parameters = Vec::with_capacity(p.pipeline as usize);
         let mut stage_frozen = Vec::with_capacity(p.pipeline as usize);
+        let mut muon_exchange = Vec::with_capacity(p.pipeline as usize);
         for stage in 0..p.pipeline {
             let layers = || chunk_map.chunks_of(stage).flat_map(|k| chunk_layers[k].clone());
             stage_frozen.push(layers().map(|index| local[index].layer.frozen_weights()).sum::<u64>());
@@ -205,7 +210,14 @@ impl<'s> Plan<'s> {
             } else {
                 layers().filter(|&index| local[index].layer.cost.params > 0).count() as u64
             };
-            let (step, step_flops) = strategy.optimizer_step(held, tensors)?;
+            let (step, step_flops) = if strategy.optimizer == workloads::Optimizer::Muon {
+                let (step, exchange) = strategy.muon_step(layers().map(|index| &local[index]), held)?;
+                muon_exchange.push(exchange);
+                step
+            } else {
+                muon_exchange.push(None);
+                strategy.optimizer_step(held, tensors)?
+            };
             // In fp8, the first micro-batch's forward casts the updated weights to fp8 (kept
             // for the others): once per iteration, on the same stream, priced with the step.
             let casts = strategy.fp8_weight_casts(layers().map(|index| &local[index]))?;
@@ -287,6 +299,7 @@ impl<'s> Plan<'s> {
             bucket_closed_by,
             optimizer,
             optimizer_bytes,
+            muon_exchange,
             accumulate,
             boundary_bytes,
         })

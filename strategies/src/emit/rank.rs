@@ -402,7 +402,7 @@ impl RankEmitter<'_, '_> {
             Some(weights) => self.streamed_optimizer(weights, &deps),
             None => {
                 let (duration, _) = plan.optimizer[stage as usize];
-                let optimizer = self.buffer.push(
+                let mut optimizer = self.buffer.push(
                     Op {
                         kind: OpKind::Compute { duration },
                         rank,
@@ -412,6 +412,30 @@ impl RankEmitter<'_, '_> {
                     },
                     &deps,
                 );
+                // Muon spread round-robin: the owners' updates summed over the data group,
+                // then every update applied.
+                if let Some((bytes, apply)) = plan.muon_exchange[stage as usize] {
+                    self.last_compute = Some(optimizer);
+                    let mut waits = Vec::new();
+                    let comm = Comm {
+                        group: GroupKind::Data,
+                        kind: CollectiveKind::AllReduce,
+                        bytes,
+                        what: "Muon updates allreduce",
+                    };
+                    self.step_collective(&mut waits, comm, GroupClass::Data, DATA_STREAM, MUON_ORIGIN);
+                    waits.push(Dep::Local(optimizer));
+                    optimizer = self.buffer.push(
+                        Op {
+                            kind: OpKind::Compute { duration: apply },
+                            rank,
+                            stream: COMPUTE_STREAM,
+                            label: self.labels.optimizer,
+                            meta: OpMeta::NONE.with_pass(Pass::Optimizer),
+                        },
+                        &waits,
+                    );
+                }
                 (optimizer, optimizer)
             }
         };
@@ -1212,6 +1236,8 @@ pub const FLUSH_ORIGIN: &str = "flush";
 const TIED_EMBEDDING_ORIGIN: &str = "tied-embedding";
 /// The origin of DualPipe's sum of the two model copies' gradients.
 const DUAL_PIPE_ORIGIN: &str = "dualpipe copies";
+/// The origin of the all-reduce of Muon's round-robin updates.
+const MUON_ORIGIN: &str = "muon updates";
 
 /// The metadata of layer `index`'s work in `pass`.
 pub(super) fn layer_meta(index: usize, pass: Pass) -> OpMeta {

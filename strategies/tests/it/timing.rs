@@ -55,6 +55,7 @@ fn building_and_lowering_the_largest_models_takes_milliseconds() {
             batch_norm_group: workloads::groupbn::BatchNormGroup::NONE,
             optimizer_passes: workloads::OptimizerPasses::Fused,
             gradient_accumulation: workloads::GradientAccumulation::InKernel,
+            muon: workloads::muon::Muon::default(),
         };
         let (lower, lowered) = fastest(5, || spec.lower().unwrap());
         let full = Strategy { recompute: Recompute::Full, ..spec.clone() };

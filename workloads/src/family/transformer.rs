@@ -614,6 +614,10 @@ pub struct Gpt {
     /// `--disable-bias-linear`.
     #[serde(default)]
     pub bias: Option<bool>,
+    /// The normalisation: `"layer"` (default: layer norm with scale and shift) or `"rms"` (RMS
+    /// norm with a scale, Megatron-LM's `--normalization RMSNorm`).
+    #[serde(default)]
+    pub norm: Option<String>,
     /// Experts per layer: every feed-forward block a mixture of experts of `ffn-hidden` each
     /// (Megatron-LM's `--num-experts`, with `--moe-ffn-hidden-size` equal to `ffn-hidden`).
     /// Needs `top-k`. Default: none (dense MLPs).
@@ -654,7 +658,13 @@ impl Gpt {
             sequence,
             vocabulary: self.vocabulary.unwrap_or(51_200),
             token_types: 0,
-            norm: Norm::LayerNorm,
+            norm: match self.norm.as_deref() {
+                None | Some("layer") => Norm::LayerNorm,
+                Some("rms") => Norm::RmsNorm,
+                Some(other) => {
+                    return Err(invalid(name, "gpt.norm", format!("{other:?} is not \"layer\" or \"rms\"")));
+                }
+            },
             pre_norm: true,
             sandwich_norm: false,
             mlp: match self.mlp.as_deref() {
@@ -1095,6 +1105,7 @@ mod tests {
             mlp: None,
             positions: None,
             bias: None,
+            norm: None,
             experts: None,
             top_k: None,
             latent_attention: None,
@@ -1117,7 +1128,11 @@ mod tests {
         assert_eq!(plain - params(&rope), 2048 * 512);
         let no_bias = Gpt { bias: Some(false), ..base.clone() };
         assert!(params(&no_bias) < plain);
+        // RMS norm keeps the scale and drops the shift: two norms per layer and the final one.
+        let rms = Gpt { norm: Some("rms".into()), ..base.clone() };
+        assert_eq!(plain - params(&rms), (2 * 2 + 1) * 512);
         for (bad, key) in [
+            (Gpt { norm: Some("batch".into()), ..base.clone() }, "gpt.norm"),
             (Gpt { mlp: Some("relu".into()), ..base.clone() }, "gpt.mlp"),
             (Gpt { positions: Some("alibi".into()), ..base.clone() }, "gpt.positions"),
             (
