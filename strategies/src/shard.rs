@@ -317,7 +317,9 @@ pub fn roles(model: &Model, tensor: u32) -> Result<Vec<Role>, ShardError> {
                 if split { Role::Column } else { Role::Row }
             }
             LayerKind::MoeExperts { .. } => Role::Experts,
-            LayerKind::Attention { .. } | LayerKind::Rope { .. } if tensor > 1 && !split => {
+            LayerKind::Attention { .. } | LayerKind::Rope { .. } | LayerKind::QkNorm { .. }
+                if tensor > 1 && !split =>
+            {
                 return Err(invalid(
                     "tensor",
                     format!(
@@ -623,6 +625,9 @@ pub fn local_layers(
                 LayerKind::Rope { heads: heads / t, kv_heads: kv_heads / t, kernels: *kernels },
                 localise(&layer.input, c, t),
             ),
+            (Role::Split, LayerKind::QkNorm { heads, kv_heads }) => {
+                (LayerKind::QkNorm { heads: heads / t, kv_heads: kv_heads / t }, localise(&layer.input, c, t))
+            }
             (Role::Split, kind) => (kind.clone(), localise(&layer.input, c, t)),
             (Role::VocabularyEmbedding, LayerKind::Embedding { vocabulary, dim }) => (
                 LayerKind::Embedding { vocabulary: vocabulary.div_ceil(t), dim: *dim },

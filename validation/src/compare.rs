@@ -190,9 +190,10 @@ impl KernelClass {
             | LayerKind::Attention { .. }
             | LayerKind::MoeRouter { .. }
             | LayerKind::MoeExperts { .. } => KernelClass::Gemm,
-            LayerKind::BatchNorm | LayerKind::LayerNorm { .. } | LayerKind::RmsNorm => {
-                KernelClass::Normalization
-            }
+            LayerKind::BatchNorm
+            | LayerKind::LayerNorm { .. }
+            | LayerKind::RmsNorm
+            | LayerKind::QkNorm { .. } => KernelClass::Normalization,
             LayerKind::MaxPool { .. }
             | LayerKind::AvgPool { .. }
             | LayerKind::GlobalAvgPool

@@ -106,17 +106,21 @@ pub enum Activation {
     Sigmoid,
     /// Hyperbolic tangent: 4 FLOPs forward, 3 backward.
     Tanh,
+    /// Squared ReLU `max(x, 0)²` (So et al. 2021, "Primer"; modded-nanogpt's MLP from its
+    /// 2024-10-14 record, `F.relu(x).square()`): 2 FLOPs forward, 3 backward (`2 relu(x) g`).
+    ReluSquared,
 }
 
 impl Activation {
     /// Every activation, in declaration order.
-    pub const ALL: [Activation; 6] = [
+    pub const ALL: [Activation; 7] = [
         Activation::Relu,
         Activation::LeakyRelu,
         Activation::Gelu,
         Activation::Silu,
         Activation::Sigmoid,
         Activation::Tanh,
+        Activation::ReluSquared,
     ];
 
     /// The lowercase name used in model files (`"leaky-relu"`).
@@ -128,6 +132,7 @@ impl Activation {
             Activation::Silu => "silu",
             Activation::Sigmoid => "sigmoid",
             Activation::Tanh => "tanh",
+            Activation::ReluSquared => "relu2",
         }
     }
 
@@ -139,6 +144,7 @@ impl Activation {
             Activation::Gelu => (8.0, 12.0),
             Activation::Silu => (5.0, 8.0),
             Activation::Sigmoid | Activation::Tanh => (4.0, 3.0),
+            Activation::ReluSquared => (2.0, 3.0),
         }
     }
 }
@@ -507,6 +513,16 @@ pub enum LayerKind {
         /// One fused kernel each way, or eager PyTorch's operators.
         kernels: RopeKernels,
     },
+    /// RMS normalisation of each query and key head of a packed QKV tensor over its head
+    /// dimension, without weights (QK-norm: `F.rms_norm(q, (head_dim,))` and the same on `k`,
+    /// as modded-nanogpt writes it from its 2024-10-14 record): a row norm over the queries'
+    /// and keys' elements, the values untouched.
+    QkNorm {
+        /// Query heads.
+        heads: u64,
+        /// Key/value heads.
+        kv_heads: u64,
+    },
     /// Mixture-of-experts router: a linear layer without bias from the hidden size to one
     /// logit per expert, a softmax and a top-k selection. `[tokens, hidden]` ->
     /// `[tokens, experts]` (the routing weights).
@@ -613,7 +629,7 @@ impl LayerKind {
                 Activation::Gelu => "geglu",
                 Activation::Sigmoid => "glu",
                 Activation::Relu => "reglu",
-                Activation::LeakyRelu | Activation::Tanh => "gated",
+                Activation::LeakyRelu | Activation::Tanh | Activation::ReluSquared => "gated",
             },
             LayerKind::Softmax => "softmax",
             LayerKind::Dropout => "dropout",
@@ -625,6 +641,7 @@ impl LayerKind {
             LayerKind::Interaction => "interaction",
             LayerKind::Attention { .. } => "attention",
             LayerKind::Rope { .. } => "rope",
+            LayerKind::QkNorm { .. } => "qk-norm",
             LayerKind::MoeRouter { .. } => "moe-router",
             LayerKind::MoeExperts { .. } => "moe-experts",
             LayerKind::Upsample { .. } => "upsample",
@@ -1493,6 +1510,7 @@ impl Checker<'_> {
                 .attention(input, *heads, *kv_heads, *causal, *implementation, *dropout, *value_head_dim)
                 .map(|(output, parts)| (output, parts.cost)),
             LayerKind::Rope { heads, kv_heads, kernels } => self.rope(input, *heads, *kv_heads, *kernels),
+            LayerKind::QkNorm { heads, kv_heads } => self.qk_norm(input, *heads, *kv_heads),
             LayerKind::MoeRouter { experts, top_k } => self.moe_router(input, *experts, *top_k),
             LayerKind::MoeExperts { experts, top_k, ffn_hidden, activation, gated, bias } => {
                 self.moe_experts(input, *experts, *top_k, *ffn_hidden, *activation, *gated, *bias)

@@ -600,7 +600,8 @@ impl MemoryPlan<'_> {
             | LayerKind::MoeRouter { .. }
             | LayerKind::Matmul { .. }
             | LayerKind::Activation {
-                function: Activation::Gelu | Activation::Silu | Activation::LeakyRelu,
+                function:
+                    Activation::Gelu | Activation::Silu | Activation::LeakyRelu | Activation::ReluSquared,
             } => keeps_input(width),
             LayerKind::Activation { function: Activation::Relu | Activation::Sigmoid | Activation::Tanh }
             | LayerKind::Softmax => keeps_output(),

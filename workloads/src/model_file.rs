@@ -56,6 +56,7 @@ pub const LAYER_KINDS: &[&str] = &[
     "global-maxpool",
     "adaptive-avgpool",
     "relu",
+    "relu2",
     "leaky-relu",
     "gelu",
     "silu",
@@ -75,6 +76,7 @@ pub const LAYER_KINDS: &[&str] = &[
     "interaction",
     "attention",
     "rope",
+    "qk-norm",
     "moe-router",
     "moe-experts",
     "upsample",
@@ -648,7 +650,7 @@ fn step<'t>(fields: &mut Fields<'t>, kind: &str, input: &Shape) -> Result<Step<'
         "adaptive-avgpool" => Step::Layer(LayerKind::AdaptiveAvgPool {
             output: fields.required_per_axis("output", spatial_axes, kind)?,
         }),
-        "relu" | "gelu" | "silu" | "sigmoid" | "tanh" => {
+        "relu" | "gelu" | "silu" | "sigmoid" | "tanh" | "relu2" => {
             Step::Layer(LayerKind::Activation { function: activation_of(kind).unwrap_or(Activation::Relu) })
         }
         "leaky-relu" => {
@@ -734,6 +736,10 @@ fn step<'t>(fields: &mut Fields<'t>, kind: &str, input: &Shape) -> Result<Step<'
                     RopeKernels::Fused,
                 )?,
             })
+        }
+        "qk-norm" => {
+            let heads = fields.required_integer("heads", kind)?;
+            Step::Layer(LayerKind::QkNorm { heads, kv_heads: fields.integer("kv-heads")?.unwrap_or(heads) })
         }
         "moe-router" => Step::Layer(LayerKind::MoeRouter {
             experts: fields.required_integer("experts", kind)?,

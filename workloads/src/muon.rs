@@ -128,14 +128,23 @@ impl Default for Muon {
 
 /// The matrices (rows, columns) Muon orthogonalises in `layer`: the weight of a trained linear
 /// layer inside a numbered block (a transformer layer's projections; not the embedding or the
-/// output layer), and the two matrices of each expert of a bank (three when gated: gate, up and
-/// down). Biases, norms and every layer outside the blocks go to AdamW.
+/// output layer; a fused QKV projection with as many key and value heads as query heads as its
+/// three matrices), and the two matrices of each expert of a bank (three when gated: gate, up
+/// and down). Biases, norms and every layer outside the blocks go to AdamW.
 pub fn matrices(layer: &Layer) -> Vec<(u64, u64)> {
     if !layer.cost.training.is_trained() || crate::model::structure::block_of(&layer.name).is_none() {
         return Vec::new();
     }
     let features = layer.input.0.last().copied().unwrap_or(0);
     match &layer.kind {
+        // A fused QKV projection of as many keys and values as queries is three matrices:
+        // modded-nanogpt splits its gradient (`g.split(g.size(1))` when `g.size(0) == 3 *
+        // g.size(1)`) or has three layers; Megatron-Core splits it (`qkv_split_shapes`).
+        LayerKind::Linear { out_features, .. }
+            if features > 0 && layer.name.ends_with("attention.qkv") && *out_features == 3 * features =>
+        {
+            vec![(features, features); 3]
+        }
         LayerKind::Linear { out_features, .. } if features > 0 => vec![(*out_features, features)],
         LayerKind::MoeExperts { experts, ffn_hidden, gated, .. } if features > 0 => {
             let inputs = if *gated { 2 } else { 1 };
@@ -336,7 +345,17 @@ mod tests {
 
     #[test]
     fn only_the_blocks_matrices_are_orthogonalised() {
-        assert_eq!(matrices(&linear("layers.0.attention.qkv", 2304, 768)), vec![(2304, 768)]);
+        assert_eq!(
+            matrices(&linear("layers.0.attention.qkv", 2304, 768)),
+            vec![(768, 768); 3],
+            "q, k and v apart"
+        );
+        assert_eq!(
+            matrices(&linear("layers.0.attention.qkv", 1280, 1024)),
+            vec![(1280, 1024)],
+            "grouped-query: one"
+        );
+        assert_eq!(matrices(&linear("layers.0.mlp.fc1", 3072, 768)), vec![(3072, 768)]);
         assert_eq!(matrices(&linear("lm_head", 50304, 768)), Vec::new(), "the output layer goes to AdamW");
         let mut frozen = linear("layers.0.mlp.fc1", 3072, 768);
         frozen.freeze(false);

@@ -40,6 +40,8 @@ pub enum Mlp {
     /// `h -> 2 ffn` (gate and up, fused), GELU-gated, `ffn -> h` (Grok-1's experts:
     /// `dense(gelu(w1 x) * v x)`).
     GeGlu,
+    /// `h -> ffn`, squared ReLU, `ffn -> h` (Primer; modded-nanogpt's MLP from 2024-10-14).
+    Relu2,
 }
 
 impl Mlp {
@@ -48,12 +50,13 @@ impl Mlp {
         match self {
             Mlp::Gelu | Mlp::GeGlu => Activation::Gelu,
             Mlp::SwiGlu => Activation::Silu,
+            Mlp::Relu2 => Activation::ReluSquared,
         }
     }
 
     /// Whether a second input projection gates the activation.
     fn gated(self) -> bool {
-        self != Mlp::Gelu
+        matches!(self, Mlp::SwiGlu | Mlp::GeGlu)
     }
 }
 
@@ -183,6 +186,9 @@ pub struct Transformer {
     pub loss: LossKernels,
     /// How its rotary embeddings run (with [`Positions::Rope`]).
     pub rope: RopeKernels,
+    /// QK-norm: a weightless RMS norm of each query and key head after the rotation
+    /// ([`LayerKind::QkNorm`]).
+    pub qk_norm: bool,
 }
 
 impl Transformer {
@@ -308,9 +314,10 @@ impl Transformer {
     fn dense_mlp(&self, b: &mut ModelBuilder, prefix: &str, width: u64) -> Result<(), ModelError> {
         let h = self.hidden;
         match self.mlp {
-            Mlp::Gelu => {
+            Mlp::Gelu | Mlp::Relu2 => {
+                let function = self.mlp.activation();
                 b.layer(format!("{prefix}.fc1"), LayerKind::Linear { out_features: width, bias: self.bias })?;
-                b.layer(format!("{prefix}.gelu"), LayerKind::Activation { function: Activation::Gelu })?;
+                b.layer(format!("{prefix}.{}", function.name()), LayerKind::Activation { function })?;
                 b.layer(format!("{prefix}.fc2"), LayerKind::Linear { out_features: h, bias: self.bias })?;
             }
             Mlp::SwiGlu | Mlp::GeGlu => {
@@ -434,6 +441,12 @@ impl Transformer {
                                 kv_heads: self.kv_heads,
                                 kernels: self.rope,
                             },
+                        )?;
+                    }
+                    if self.qk_norm {
+                        b.layer(
+                            format!("{p}.attention.qk-norm"),
+                            LayerKind::QkNorm { heads: self.heads, kv_heads: self.kv_heads },
                         )?;
                     }
                     let core = LayerKind::Attention {
@@ -618,6 +631,10 @@ pub struct Gpt {
     /// norm with a scale, Megatron-LM's `--normalization RMSNorm`).
     #[serde(default)]
     pub norm: Option<String>,
+    /// QK-norm: a weightless RMS norm of each query and key head after the rotary embedding
+    /// (modded-nanogpt's `F.rms_norm(q, (head_dim,))`). Default false.
+    #[serde(default)]
+    pub qk_norm: Option<bool>,
     /// Experts per layer: every feed-forward block a mixture of experts of `ffn-hidden` each
     /// (Megatron-LM's `--num-experts`, with `--moe-ffn-hidden-size` equal to `ffn-hidden`).
     /// Needs `top-k`. Default: none (dense MLPs).
@@ -670,8 +687,13 @@ impl Gpt {
             mlp: match self.mlp.as_deref() {
                 None | Some("gelu") => Mlp::Gelu,
                 Some("swiglu") => Mlp::SwiGlu,
+                Some("relu2") => Mlp::Relu2,
                 Some(other) => {
-                    return Err(invalid(name, "gpt.mlp", format!("{other:?} is not \"gelu\" or \"swiglu\"")));
+                    return Err(invalid(
+                        name,
+                        "gpt.mlp",
+                        format!("{other:?} is not \"gelu\", \"swiglu\" or \"relu2\""),
+                    ));
                 }
             },
             positions: match self.positions.as_deref() {
@@ -724,6 +746,7 @@ impl Gpt {
                 }
             },
             rope: RopeKernels::Fused,
+            qk_norm: self.qk_norm.unwrap_or(false),
         })
     }
 
@@ -799,6 +822,7 @@ impl Bert {
             head: Head::BertPretraining,
             loss: LossKernels::Fused,
             rope: RopeKernels::Fused,
+            qk_norm: false,
         };
         let description = format!(
             "BERT with pre-training heads: {} layers, hidden {}, {} heads, {} tokens",
@@ -909,6 +933,7 @@ impl Llama {
                 Some(given) => RopeKernels::parse(given)
                     .map_err(|message| invalid(name, &format!("{family}.rope-kernels"), message))?,
             },
+            qk_norm: false,
         };
         let experts =
             moe.map(|moe| format!(", {} experts (top-{})", moe.experts, moe.top_k)).unwrap_or_default();
@@ -1042,6 +1067,7 @@ impl MoeTransformer {
             head: Head::LanguageModel { tied: self.tied_embeddings.unwrap_or(false) },
             loss: LossKernels::Fused,
             rope: RopeKernels::Fused,
+            qk_norm: false,
         })
     }
 
@@ -1106,6 +1132,7 @@ mod tests {
             positions: None,
             bias: None,
             norm: None,
+            qk_norm: None,
             experts: None,
             top_k: None,
             latent_attention: None,
@@ -1128,6 +1155,18 @@ mod tests {
         assert_eq!(plain - params(&rope), 2048 * 512);
         let no_bias = Gpt { bias: Some(false), ..base.clone() };
         assert!(params(&no_bias) < plain);
+        // Squared ReLU: the same matrices as GELU's MLP.
+        let relu2 = Gpt { mlp: Some("relu2".into()), ..base.clone() };
+        assert_eq!(params(&relu2), plain);
+        // QK-norm: no weights, one layer per block over the queries' and keys' elements only.
+        let qk = Gpt { qk_norm: Some(true), ..rope.clone() }.build("t").unwrap();
+        assert_eq!(qk.parameters(), params(&rope));
+        let norms: Vec<_> = qk.layers.iter().filter(|l| matches!(l.kind, LayerKind::QkNorm { .. })).collect();
+        assert_eq!(norms.len(), 2);
+        // 2048 tokens x (8 + 8) heads of 64: read and written once, one statistic per row.
+        let (elements, rows) = (2048 * 16 * 64, 2048 * 16);
+        assert_eq!(norms[0].cost.forward_traffic.per_sample, 2 * elements + rows);
+        assert_eq!(norms[0].cost.backward_data_traffic.per_sample, 3 * elements + rows);
         // RMS norm keeps the scale and drops the shift: two norms per layer and the final one.
         let rms = Gpt { norm: Some("rms".into()), ..base.clone() };
         assert_eq!(plain - params(&rms), (2 * 2 + 1) * 512);

@@ -540,6 +540,37 @@ impl Checker<'_> {
         Ok((input.clone(), cost))
     }
 
+    /// QK-norm ([`LayerKind::QkNorm`]): a weightless RMS norm of each query and key head over its
+    /// `head_dim` elements, priced as a row norm of those elements (read once and written
+    /// forward with one statistic per row; the backward reads the gradient, the input and the
+    /// statistic and writes the gradient); the values pass through untouched.
+    pub(super) fn qk_norm(
+        &self,
+        input: &Shape,
+        heads: u64,
+        kv_heads: u64,
+    ) -> Result<(Shape, LayerCost), LayerError> {
+        let (tokens, head_dim) = self.packed_heads(input, heads, kv_heads)?;
+        let rows = self.product("the normalised rows", &[tokens, heads + kv_heads])?;
+        let elements = self.product("the normalised elements", &[rows, head_dim])?;
+        let n = elements as f64;
+        let cost = LayerCost {
+            forward_flops: 4.0 * n,
+            backward_data_flops: 8.0 * n,
+            forward_traffic: Traffic {
+                per_sample: self.sum("the traffic", &[(2, elements), (1, rows)])?,
+                per_batch: 0,
+            },
+            backward_data_traffic: Traffic {
+                per_sample: self.sum("the traffic", &[(3, elements), (1, rows)])?,
+                per_batch: 0,
+            },
+            activation_elements: self.sum("the saved activations", &[(1, elements), (1, rows)])?,
+            ..LayerCost::free(OpClass::Normalization)
+        };
+        Ok((input.clone(), cost))
+    }
+
     /// The kernels of an eager rotary embedding ([`RopeKernels::Eager`]), forward and backward:
     /// on the queries and on the keys apart, each of `n` elements, forward `neg` of one half (`n`
     /// elements moved), `cat` (2n), `* cos` and `* sin` (2n and a table each) and the `add`
