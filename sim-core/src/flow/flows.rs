@@ -230,6 +230,16 @@ impl<'t> Flows<'t> {
         }
     }
 
+    /// Room for `flows` flows and, when paths are kept, as many pairs' paths (see
+    /// [`super::FlowNetwork::reserving_flows`]).
+    pub(super) fn reserve(&mut self, flows: usize) {
+        self.solver.reserve(flows);
+        if self.cached_routes {
+            self.paths.reserve(flows);
+            self.path_list.reserve(flows);
+        }
+    }
+
     /// Whether [`Flows::path`] gives every flow between two hosts the same path (routes do
     /// not depend on the flow), so that callers may keep paths they asked for.
     #[inline]

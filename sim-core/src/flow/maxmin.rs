@@ -545,6 +545,15 @@ impl<T: Copy> MaxMin<T> {
         }
     }
 
+    /// Room for `flows` flow slots in all (a hint: more may come).
+    pub(super) fn reserve(&mut self, flows: usize) {
+        let more = flows.saturating_sub(self.flows.len());
+        self.flows.reserve(more);
+        self.slots.reserve(more);
+        self.flow_epoch.reserve(more);
+        self.new_rate.reserve(more);
+    }
+
     /// The capacity of `link`, in bytes per second.
     #[inline]
     pub(super) fn capacity(&self, link: LinkId) -> f64 {
