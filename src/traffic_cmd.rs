@@ -342,7 +342,7 @@ pub fn simulate(topology: &Topology, flows: &[Flow], audit: bool) -> anyhow::Res
         ops.push(graph.transfer(src, id, dst, Bytes(flow.bytes), "flow", &deps));
     }
     let graph = graph.build().context("building the flows")?;
-    let mut network = FlowNetwork::new(topology).recording_link_bytes();
+    let mut network = FlowNetwork::new(topology).recording_link_bytes().reserving_flows(flows.len());
     if audit {
         network = network.audited();
     }

@@ -443,6 +443,9 @@ pub struct GraphBuilder {
     collectives: Vec<Collective>,
     labels: Vec<String>,
     label_ids: LookupMap<String, LabelId>,
+    /// The label [`GraphBuilder::label`] returned last (if `labels` has it): ops in a row
+    /// mostly share one, which is then found without hashing the name.
+    last_label: u32,
     images: Vec<Vec<RankId>>,
     /// Compute ops that run slower beside communication, with their duration when they do.
     beside_communication: Vec<(OpId, SimDuration)>,
@@ -627,12 +630,19 @@ impl GraphBuilder {
 
     /// Interns `name` and returns its id (the same name always gets the same id).
     pub fn label(&mut self, name: &str) -> LabelId {
-        if let Some(&id) = self.label_ids.get(name) {
-            return id;
+        if self.labels.get(self.last_label as usize).is_some_and(|last| last == name) {
+            return LabelId(self.last_label);
         }
-        let id = LabelId(self.labels.len() as u32);
-        self.labels.push(name.to_string());
-        self.label_ids.insert(name.to_string(), id);
+        let id = match self.label_ids.get(name) {
+            Some(&id) => id,
+            None => {
+                let id = LabelId(self.labels.len() as u32);
+                self.labels.push(name.to_string());
+                self.label_ids.insert(name.to_string(), id);
+                id
+            }
+        };
+        self.last_label = id.0;
         id
     }
 

@@ -250,6 +250,7 @@ pub struct AnalyticalNetwork<'t> {
     loaded_links: Vec<LinkId>,
     /// Serialization time of each loaded link's share of the step being timed (valid for the
     /// links in `loaded_links`): computed once per link, not once per message crossing it.
+    /// Empty until the first step is timed.
     link_time: Vec<SimDuration>,
     /// Times of the collectives already seen, and what ran them.
     known_collectives: LookupMap<Collective, (SimDuration, Choice)>,
@@ -486,7 +487,9 @@ impl<'t> AnalyticalNetwork<'t> {
             topology,
             link_load: vec![0; topology.link_count()],
             loaded_links: Vec::new(),
-            link_time: vec![SimDuration::ZERO; topology.link_count()],
+            // Made when first needed (`time_loaded_links`): a flow network's estimator that
+            // times no step never touches it.
+            link_time: Vec::new(),
             known_collectives: LookupMap::new(),
             collective_launch: SimDuration::ZERO,
             chunk: Bytes(crate::schedule::CHUNK_BYTES),
@@ -600,6 +603,9 @@ impl<'t> AnalyticalNetwork<'t> {
 
     /// Each loaded link's time for its load of the step being timed, into `link_time`.
     fn time_loaded_links(&mut self, bytes: Bytes, den: u64) -> Result<(), NetworkError> {
+        if self.link_time.is_empty() {
+            self.link_time = vec![SimDuration::ZERO; self.topology.link_count()];
+        }
         for index in 0..self.loaded_links.len() {
             let link = self.loaded_links[index];
             self.link_time[link.0 as usize] =
@@ -664,7 +670,8 @@ impl<'t> AnalyticalNetwork<'t> {
                 let time = if alone {
                     self.link_share_time(link, num, bytes, den)?
                 } else {
-                    self.link_time[link.0 as usize]
+                    // Zero where no step has timed the link (all of them before the first).
+                    self.link_time.get(link.0 as usize).copied().unwrap_or(SimDuration::ZERO)
                 };
                 serialization = serialization.max(time);
             }

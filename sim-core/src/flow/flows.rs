@@ -119,7 +119,7 @@ pub(super) struct Flows<'t> {
     next_flow_id: u64,
     /// Adaptive (UGAL) routing: routes are chosen from `routed`.
     adaptive: bool,
-    /// Unfinished flows routed over each link (kept only for adaptive routing).
+    /// Unfinished flows routed over each link (kept only for adaptive routing: empty otherwise).
     routed: Vec<u32>,
     /// Routes do not depend on the flow (see [`Flows::routes_cached`]), asked of the topology
     /// once.
@@ -193,7 +193,8 @@ impl<'t> Flows<'t> {
             ),
             next_flow_id: 0,
             adaptive: topology.routing() == Routing::Ugal,
-            routed: vec![0; links],
+            // Read and written only under adaptive routing.
+            routed: if topology.routing() == Routing::Ugal { vec![0; links] } else { Vec::new() },
             cached_routes: !topology.routes_depend_on_flow(),
             last_path: vec![
                 (
@@ -226,6 +227,16 @@ impl<'t> Flows<'t> {
                     rng: ChaCha8Rng::seed_from_u64(jitter.seed),
                 }
             }),
+        }
+    }
+
+    /// Room for `flows` flows and, when paths are kept, as many pairs' paths (see
+    /// [`super::FlowNetwork::reserving_flows`]).
+    pub(super) fn reserve(&mut self, flows: usize) {
+        self.solver.reserve(flows);
+        if self.cached_routes {
+            self.paths.reserve(flows);
+            self.path_list.reserve(flows);
         }
     }
 

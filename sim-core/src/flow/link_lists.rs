@@ -43,7 +43,11 @@ impl LinkLists {
         let places = lists * FIRST_ROOM as usize;
         assert!(u32::try_from(places).is_ok(), "more than 2^32 flow places on links");
         let heads = (0..lists as u32).map(|list| Head { start: list * FIRST_ROOM, len: 0, room: FIRST_ROOM });
-        LinkLists { heads: heads.collect(), items: vec![0; places] }
+        // Room for as much again from the start: the first list to outgrow its room would
+        // otherwise make the buffer move (a copy of it all, onto fresh pages).
+        let mut items = Vec::with_capacity(places * 2);
+        items.resize(places, 0);
+        LinkLists { heads: heads.collect(), items }
     }
 
     /// The elements of list `list`.

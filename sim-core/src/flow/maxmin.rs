@@ -357,7 +357,7 @@ struct Marks<'a> {
     epoch: u64,
     threshold: f64,
     flow_epoch: &'a mut [u64],
-    link_epoch: &'a mut [u64],
+    link_fill: &'a mut [LinkFill],
     component_flows: &'a mut Vec<u32>,
     component_links: &'a mut Vec<u32>,
 }
@@ -380,25 +380,61 @@ impl Marks<'_> {
         }
         self.flow_epoch[f] = self.epoch;
         self.component_flows.push(flow);
-        let spread = spreads.get(f).map_or(&[][..], Vec::as_slice);
-        let links = candidate.route.iter().copied().chain(spread.iter().map(|entry| entry.link));
-        for other in links {
-            if self.link_epoch[other.0 as usize] != self.epoch {
-                self.link_epoch[other.0 as usize] = self.epoch;
-                self.component_links.push(other.0);
+        // Its route, then its spread (none for a plain flow, and none at all before the first
+        // group flow).
+        for &other in candidate.route.iter() {
+            self.reach(other.0);
+        }
+        if let Some(spread) = spreads.get(f) {
+            for entry in spread {
+                self.reach(entry.link.0);
             }
         }
         None
     }
+
+    /// Queues `link` unless it is in the component already.
+    #[inline(always)]
+    fn reach(&mut self, link: u32) {
+        let state = &mut self.link_fill[link as usize];
+        if state.epoch != self.epoch {
+            state.epoch = self.epoch;
+            self.component_links.push(link);
+        }
+    }
 }
 
-/// A flow frozen at `share` per unit of weight, of weight `weight` on a link, takes its part
-/// of what the link has left (`remaining`) and leaves its count and weight there.
+/// A link's state in a re-fill, in one place: a re-fill visits a link's mark, what is left of
+/// it, its unfrozen count and weight together, one cache line instead of one per array.
+#[derive(Debug, Clone, Copy, Default)]
+struct LinkFill {
+    /// What is left of the capacity: after the flows kept at their rates and those frozen so
+    /// far.
+    remaining: f64,
+    /// The weight of its flows not yet frozen.
+    unfrozen_weight: f64,
+    /// [`MaxMin::epoch`] when it was last collected.
+    epoch: u64,
+    /// How many of its flows are not yet frozen.
+    unfrozen: u32,
+}
+
+impl LinkFill {
+    /// A flow frozen at `share` per unit of weight, of weight `weight` here, takes its part of
+    /// what the link has left and leaves its count and weight.
+    #[inline(always)]
+    fn take(&mut self, share: f64, weight: f64) {
+        self.remaining = (self.remaining - share * weight).max(0.0);
+        self.unfrozen -= 1;
+        self.unfrozen_weight = (self.unfrozen_weight - weight).max(MIN_WEIGHT);
+    }
+}
+
+/// The group flows on link `l` with their weights there, from `groups_on_link` (see
+/// [`MaxMin`]'s field): none before the first group flow joins.
 #[inline(always)]
-fn take(remaining: &mut f64, count: &mut u32, unfrozen_weight: &mut f64, share: f64, weight: f64) {
-    *remaining = (*remaining - share * weight).max(0.0);
-    *count -= 1;
-    *unfrozen_weight = (*unfrozen_weight - weight).max(MIN_WEIGHT);
+fn groups_of(groups_on_link: &[Vec<(u32, f64)>], l: usize) -> &[(u32, f64)] {
+    groups_on_link.get(l).map_or(&[], Vec::as_slice)
 }
 
 /// The summed weight of the flows on a link, from its `plain` flows (each weighs 1) and its
@@ -416,7 +452,8 @@ pub(super) struct MaxMin<T> {
     /// Link capacities in bytes per second, as they are now (a window may hold a link below
     /// its capacity as built, or at 0: down).
     capacity: Vec<f64>,
-    /// Link capacities as built, what uncontended estimates use.
+    /// Link capacities as built, what uncontended estimates use: empty while no capacity has
+    /// changed (they are `capacity` then), a copy from the first [`MaxMin::set_capacity`] on.
     nominal: Vec<f64>,
     flows: Vec<Flow<T>>,
     free_flows: Vec<u32>,
@@ -433,22 +470,23 @@ pub(super) struct MaxMin<T> {
     /// Each group flow's edge count, by flow id (0 for a plain flow): what `active_flows`
     /// counts it as.
     edges: Vec<u32>,
-    /// The group flows on each link, with the weight each claims there.
+    /// The group flows on each link, with the weight each claims there; empty (no list per
+    /// link at all) until the first group flow joins (see [`groups_of`]).
     groups_on_link: Vec<Vec<(u32, f64)>>,
     /// Entries in all of `groups_on_link`: while there is none (message-by-message runs), a
     /// link's group list need not be looked at to know that it is empty.
     group_entries: usize,
     /// Group flows on each link whose weight there is not an edge count (see
-    /// [`SpreadLink::weighted`]): where this is 0, a link's weight is a count of edges.
+    /// [`SpreadLink::weighted`]): where this is 0, a link's weight is a count of edges. Empty
+    /// until the first group flow joins, as `groups_on_link`.
     weighted_on_link: Vec<u32>,
     // Scratch state of the max-min filling, reused across recomputations.
     epoch: u64,
-    link_epoch: Vec<u64>,
+    /// Each link's mark and filling state.
+    link_fill: Vec<LinkFill>,
     flow_epoch: Vec<u64>,
     component_links: Vec<u32>,
     component_flows: Vec<u32>,
-    remaining_capacity: Vec<f64>,
-    unfrozen: Vec<u32>,
     new_rate: Vec<f64>,
     /// The component's links by their fair share at the start of a filling, the next to pop
     /// last, as [`order_key`]s (see [`MaxMin::fill`]).
@@ -459,8 +497,9 @@ pub(super) struct MaxMin<T> {
     heap: BinaryHeap<u128>,
     /// Scratch of the sort of `sorted`.
     key_sort: KeySort,
-    /// The weight of the flows not yet frozen on each link of the component being filled.
-    unfrozen_weight: Vec<f64>,
+    /// `sorted` holds the keys of the last component collected, made by [`MaxMin::collect`]
+    /// (no group flow was on any link), for [`MaxMin::fill`] to sort.
+    keyed: bool,
     /// The lowest level of the flows that left since the last re-fill (infinite if none):
     /// below it, and below every changed link's equal share, the filling is what it was.
     threshold: f64,
@@ -477,7 +516,7 @@ impl<T: Copy> MaxMin<T> {
     pub(super) fn new(capacity: Vec<f64>) -> Self {
         let links = capacity.len();
         MaxMin {
-            nominal: capacity.clone(),
+            nominal: Vec::new(),
             capacity,
             flows: Vec::new(),
             free_flows: Vec::new(),
@@ -486,26 +525,33 @@ impl<T: Copy> MaxMin<T> {
             active_flows: 0,
             spreads: Vec::new(),
             edges: Vec::new(),
-            // One empty list each (not `vec![Vec::new(); links]`, which clones one per link).
-            groups_on_link: std::iter::repeat_with(Vec::new).take(links).collect(),
+            // A list per link only once a group flow joins (see `join_group`).
+            groups_on_link: Vec::new(),
             group_entries: 0,
-            weighted_on_link: vec![0; links],
+            weighted_on_link: Vec::new(),
             epoch: 0,
-            link_epoch: vec![0; links],
+            link_fill: vec![LinkFill::default(); links],
             flow_epoch: Vec::new(),
             component_links: Vec::new(),
             component_flows: Vec::new(),
-            remaining_capacity: vec![0.0; links],
-            unfrozen: vec![0; links],
             new_rate: Vec::new(),
             sorted: Vec::new(),
             heap: BinaryHeap::new(),
             key_sort: KeySort::default(),
-            unfrozen_weight: vec![0.0; links],
+            keyed: false,
             threshold: f64::INFINITY,
             partial: false,
             whole_components: false,
         }
+    }
+
+    /// Room for `flows` flow slots in all (a hint: more may come).
+    pub(super) fn reserve(&mut self, flows: usize) {
+        let more = flows.saturating_sub(self.flows.len());
+        self.flows.reserve(more);
+        self.slots.reserve(more);
+        self.flow_epoch.reserve(more);
+        self.new_rate.reserve(more);
     }
 
     /// The capacity of `link`, in bytes per second.
@@ -518,13 +564,18 @@ impl<T: Copy> MaxMin<T> {
     /// that now: what estimates of a flow's time alone use.
     #[inline]
     pub(super) fn nominal(&self, link: LinkId) -> f64 {
-        self.nominal[link.0 as usize]
+        let l = link.0 as usize;
+        if self.nominal.is_empty() { self.capacity[l] } else { self.nominal[l] }
     }
 
     /// Sets the capacity of `link` now (0: down; its flows stall at rate 0 with no completion
     /// until it rises). The next re-fill covers whole components: a link whose capacity rose
     /// may free flows frozen at any level, so no rate is kept by threshold.
     pub(super) fn set_capacity(&mut self, link: LinkId, capacity: f64) {
+        if self.nominal.is_empty() {
+            // The first change: the capacities as built are kept from now on.
+            self.nominal = self.capacity.clone();
+        }
         self.capacity[link.0 as usize] = capacity;
         self.threshold = 0.0;
     }
@@ -539,7 +590,8 @@ impl<T: Copy> MaxMin<T> {
     #[inline]
     pub(super) fn is_busy(&self, link: LinkId) -> bool {
         let l = link.0 as usize;
-        !self.on_link.is_empty(l) || (self.group_entries > 0 && !self.groups_on_link[l].is_empty())
+        !self.on_link.is_empty(l)
+            || (self.group_entries > 0 && !groups_of(&self.groups_on_link, l).is_empty())
     }
 
     /// What each flow on `link` carries over it now, in bytes per second: a plain flow's rate,
@@ -547,7 +599,8 @@ impl<T: Copy> MaxMin<T> {
     pub(super) fn link_rates(&self, link: LinkId) -> impl Iterator<Item = f64> + '_ {
         let l = link.0 as usize;
         let plain = self.on_link.get(l).iter().map(|&f| self.flows[f as usize].rate);
-        plain.chain(self.groups_on_link[l].iter().map(|&(f, weight)| self.flows[f as usize].rate * weight))
+        let groups = groups_of(&self.groups_on_link, l).iter();
+        plain.chain(groups.map(|&(f, weight)| self.flows[f as usize].rate * weight))
     }
 
     /// How many flows are on their links (a group flow counts its edges).
@@ -672,7 +725,7 @@ impl<T: Copy> MaxMin<T> {
         self.active_flows += 1;
         if route.iter().all(|link| {
             self.on_link.len(link.0 as usize) == 1
-                && (self.group_entries == 0 || self.groups_on_link[link.0 as usize].is_empty())
+                && (self.group_entries == 0 || groups_of(&self.groups_on_link, link.0 as usize).is_empty())
         }) {
             // Alone on every link (the common uncontended case): its bottleneck's full rate,
             // and nobody else's rate changes.
@@ -691,6 +744,12 @@ impl<T: Copy> MaxMin<T> {
     pub(super) fn join_group(&mut self, id: u32, now: SimTime, seeds: &mut Vec<LinkId>) {
         let flow = &mut self.flows[id as usize];
         flow.updated = now;
+        if self.groups_on_link.is_empty() {
+            // The first group flow: a list per link (one empty `Vec` each, not cloned).
+            let links = self.capacity.len();
+            self.groups_on_link = std::iter::repeat_with(Vec::new).take(links).collect();
+            self.weighted_on_link = vec![0; links];
+        }
         for entry in &self.spreads[id as usize] {
             let l = entry.link.0 as usize;
             self.groups_on_link[l].push((id, entry.weight));
@@ -762,14 +821,17 @@ impl<T: Copy> MaxMin<T> {
         let mut spread = std::mem::take(&mut self.spreads[id as usize]);
         for entry in &spread {
             let l = entry.link.0 as usize;
-            let list = &mut self.groups_on_link[l];
-            if let Some(position) = list.iter().position(|&(flow, _)| flow == id) {
-                // Order kept: the filling visits a link's group flows in the order they joined.
-                list.remove(position);
-                self.group_entries -= 1;
-            }
-            if entry.weighted {
-                self.weighted_on_link[l] -= 1;
+            // No lists yet: no group flow ever joined, this one included.
+            if let Some(list) = self.groups_on_link.get_mut(l) {
+                if let Some(position) = list.iter().position(|&(flow, _)| flow == id) {
+                    // Order kept: the filling visits a link's group flows in the order they
+                    // joined.
+                    list.remove(position);
+                    self.group_entries -= 1;
+                }
+                if entry.weighted {
+                    self.weighted_on_link[l] -= 1;
+                }
             }
             seeds.push(entry.link);
         }
@@ -811,10 +873,10 @@ impl<T: Copy> MaxMin<T> {
         let mut threshold = std::mem::replace(&mut self.threshold, f64::INFINITY);
         for &link in seeds {
             let l = link.0 as usize;
-            if self.link_epoch[l] != epoch {
-                self.link_epoch[l] = epoch;
+            if self.link_fill[l].epoch != epoch {
+                self.link_fill[l].epoch = epoch;
                 self.component_links.push(link.0);
-                if self.weighted_on_link[l] != 0 {
+                if self.weighted_on_link.get(l).is_some_and(|&weighted| weighted != 0) {
                     // A weighted group's claim is not a count of flows: the whole component,
                     // as before thresholds.
                     threshold = 0.0;
@@ -830,21 +892,26 @@ impl<T: Copy> MaxMin<T> {
         // scan also finds what the kept flows leave of the link and the count and weight of
         // the others, which a partial filling starts from (see [`MaxMin::fill`]): in the
         // order of the link's lists, the arithmetic the filling did when it scanned them again.
+        // With no group flow on any link, the filling's starting shares are the ones found
+        // here whether or not the collection is partial (a link's flows each weigh 1, so the
+        // weight summed here is the count the whole filling starts from): the filling's keys
+        // are made here as each link is scanned, in the order `fill` would make them.
+        let keyed = self.group_entries == 0;
+        self.keyed = keyed;
         let MaxMin {
             capacity,
             flows,
             on_link,
             spreads,
             groups_on_link,
-            link_epoch,
+            link_fill,
             flow_epoch,
             component_links,
             component_flows,
-            remaining_capacity,
-            unfrozen,
-            unfrozen_weight,
+            sorted,
             ..
         } = self;
+        sorted.clear();
         let mut partial = false;
         let mut next = 0;
         while next < component_links.len() {
@@ -852,7 +919,7 @@ impl<T: Copy> MaxMin<T> {
             next += 1;
             let (mut left, mut count, mut weight) = (capacity[link], 0u32, 0.0);
             let mut marks =
-                Marks { epoch, threshold, flow_epoch, link_epoch, component_flows, component_links };
+                Marks { epoch, threshold, flow_epoch, link_fill, component_flows, component_links };
             for &flow in on_link.get(link) {
                 match marks.visit(flow, flows, spreads) {
                     Some(rate) => {
@@ -865,7 +932,7 @@ impl<T: Copy> MaxMin<T> {
                     }
                 }
             }
-            for &(flow, claim) in &groups_on_link[link] {
+            for &(flow, claim) in groups_of(groups_on_link, link) {
                 match marks.visit(flow, flows, spreads) {
                     Some(rate) => {
                         partial = true;
@@ -877,9 +944,13 @@ impl<T: Copy> MaxMin<T> {
                     }
                 }
             }
-            remaining_capacity[link] = left.max(0.0);
-            unfrozen[link] = count;
-            unfrozen_weight[link] = f64::max(weight, MIN_WEIGHT);
+            let state = &mut link_fill[link];
+            state.remaining = left.max(0.0);
+            state.unfrozen = count;
+            state.unfrozen_weight = f64::max(weight, MIN_WEIGHT);
+            if keyed && count > 0 {
+                sorted.push(order_key(state.remaining / state.unfrozen_weight, link as u32));
+            }
         }
         self.partial = partial;
         (self.component_flows.len(), self.component_links.len())
@@ -943,7 +1014,7 @@ impl<T: Copy> MaxMin<T> {
     /// The summed weight of the flows on link `l`: a plain flow weighs 1, a group flow its
     /// weight there.
     fn link_weight(&self, l: usize) -> f64 {
-        link_weight(self.on_link.get(l), &self.groups_on_link[l])
+        link_weight(self.on_link.get(l), groups_of(&self.groups_on_link, l))
     }
 
     /// Progressive filling over the current component with a min-heap of link fair shares.
@@ -971,34 +1042,37 @@ impl<T: Copy> MaxMin<T> {
             spreads,
             groups_on_link,
             flow_epoch,
+            link_fill,
             component_links,
             component_flows,
-            remaining_capacity,
-            unfrozen,
             new_rate,
             sorted,
             heap,
             key_sort,
-            unfrozen_weight,
             partial,
+            keyed,
             epoch,
             ..
         } = self;
         let (partial, epoch) = (*partial, *epoch);
-        sorted.clear();
         heap.clear();
-        for &link in component_links.iter() {
-            let l = link as usize;
-            // After a partial collection, `collect` has set what the kept flows leave.
-            if !partial {
-                let (plain, groups) = (on_link.get(l), &groups_on_link[l]);
-                remaining_capacity[l] = capacity[l];
-                unfrozen[l] = (plain.len() + groups.len()) as u32;
-                unfrozen_weight[l] = link_weight(plain, groups);
-            }
-            if unfrozen[l] > 0 {
-                let share = remaining_capacity[l] / unfrozen_weight[l];
-                sorted.push(order_key(share, link));
+        // Unless `collect` made the keys (no group flow on any link), they are made here.
+        if !*keyed {
+            sorted.clear();
+            for &link in component_links.iter() {
+                let l = link as usize;
+                let state = &mut link_fill[l];
+                // After a partial collection, `collect` has set what the kept flows leave.
+                if !partial {
+                    let (plain, groups) = (on_link.get(l), groups_of(groups_on_link, l));
+                    state.remaining = capacity[l];
+                    state.unfrozen = (plain.len() + groups.len()) as u32;
+                    state.unfrozen_weight = link_weight(plain, groups);
+                }
+                if state.unfrozen > 0 {
+                    let share = state.remaining / state.unfrozen_weight;
+                    sorted.push(order_key(share, link));
+                }
             }
         }
         // Sorted (the next link last) instead of a heap of every link: a link is popped at
@@ -1021,10 +1095,11 @@ impl<T: Copy> MaxMin<T> {
             let Some(entry) = next_link(sorted, heap) else { break };
             let (key, link) = share_and_link(entry);
             let l = link as usize;
-            if unfrozen[l] == 0 {
+            let state = link_fill[l];
+            if state.unfrozen == 0 {
                 continue;
             }
-            let share = remaining_capacity[l] / unfrozen_weight[l];
+            let share = state.remaining / state.unfrozen_weight;
             if share > key {
                 heap.push(order_key(share, link));
                 continue;
@@ -1041,11 +1116,10 @@ impl<T: Copy> MaxMin<T> {
                 unfrozen_flows -= 1;
                 new_rate[f] = share;
                 for &other in flows[f].route.iter() {
-                    let o = other.0 as usize;
-                    take(&mut remaining_capacity[o], &mut unfrozen[o], &mut unfrozen_weight[o], share, 1.0);
+                    link_fill[other.0 as usize].take(share, 1.0);
                 }
             }
-            for &(flow, _) in &groups_on_link[l] {
+            for &(flow, _) in groups_of(groups_on_link, l) {
                 let f = flow as usize;
                 if flow_epoch[f] != epoch {
                     continue; // already frozen
@@ -1054,14 +1128,7 @@ impl<T: Copy> MaxMin<T> {
                 unfrozen_flows -= 1;
                 new_rate[f] = share;
                 for entry in &spreads[f] {
-                    let o = entry.link.0 as usize;
-                    take(
-                        &mut remaining_capacity[o],
-                        &mut unfrozen[o],
-                        &mut unfrozen_weight[o],
-                        share,
-                        entry.weight,
-                    );
+                    link_fill[entry.link.0 as usize].take(share, entry.weight);
                 }
             }
         }
@@ -1092,7 +1159,7 @@ impl<T: Copy> MaxMin<T> {
                     .on_link
                     .get(l)
                     .iter()
-                    .chain(self.groups_on_link[l].iter().map(|(flow, _)| flow))
+                    .chain(groups_of(&self.groups_on_link, l).iter().map(|(flow, _)| flow))
                     .map(|&f| self.flows[f as usize].rate)
                     .fold(0.0, f64::max);
                 load(l) >= self.capacity[l] * (1.0 - 1e-9) && rate >= fastest * (1.0 - 1e-9)

@@ -219,6 +219,14 @@ impl<'t> FlowNetwork<'t> {
         self
     }
 
+    /// The same model with room for `flows` flows at once and as many pairs' paths, made
+    /// before the run (a hint: more may run): a run that knows its flows skips the copies of
+    /// the flow slots and paths as they grow. The results are the same.
+    pub fn reserving_flows(mut self, flows: usize) -> Self {
+        self.flows.reserve(flows);
+        self
+    }
+
     /// The same model counting the bytes routed over every link (see
     /// [`FlowNetwork::link_bytes`]); off by default, so runs that do not ask pay nothing.
     pub fn recording_link_bytes(mut self) -> Self {
