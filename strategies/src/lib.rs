@@ -2214,7 +2214,14 @@ impl Strategy<'_> {
             } else {
                 ("parallelism.expert", p.expert)
             };
-            Some((key, format!("is {degree} with [workload.muon] distribution = \"round-robin\"")))
+            return Err(invalid(
+                key,
+                format!(
+                    "is {degree} with optimizer = \"muon\" spread round-robin: the round-robin spread over the \
+                     data ranks is modelled beside data and pipeline parallelism only; use [workload.muon] \
+                     distribution = \"replicated\" (every rank orthogonalises its own matrices)"
+                ),
+            ));
         } else {
             None
         };
