@@ -1014,11 +1014,13 @@ impl GraphBuilder {
         let mut last_on_stream = vec![NO_OP; self.ranks as usize * usize::from(streams_per_rank)];
         let mut stream_heads = vec![NO_OP; last_on_stream.len()];
         let mut next_in_stream = vec![NO_OP; op_count];
+        let mut has_previous = vec![0u64; op_count.div_ceil(64)];
         for (index, op) in self.ops.iter().enumerate() {
             let slot = op.rank.0 as usize * usize::from(streams_per_rank) + usize::from(op.stream.0);
             let previous = std::mem::replace(&mut last_on_stream[slot], OpId(index as u32));
             if previous != NO_OP {
                 next_in_stream[previous.0 as usize] = OpId(index as u32);
+                has_previous[index / 64] |= 1 << (index % 64);
             } else {
                 stream_heads[slot] = OpId(index as u32);
             }
@@ -1067,6 +1069,7 @@ impl GraphBuilder {
             dependents,
             next_in_stream,
             previous_in_stream: PreviousLinks::default(),
+            has_previous,
             stream_heads,
             groups: self.groups,
             collectives: self.collectives,
@@ -1232,8 +1235,10 @@ pub struct ExecGraph {
     next_in_stream: Vec<OpId>,
     /// The inverse of `next_in_stream`, made on first use ([`ExecGraph::previous_in_stream`]):
     /// a run of the engine asks only whether an op has a predecessor
-    /// ([`ExecGraph::has_previous_in_stream`]), which `stream_heads` answers.
+    /// ([`ExecGraph::has_previous_in_stream`]), which a bit per op answers.
     previous_in_stream: PreviousLinks,
+    /// Bit `op % 64` of word `op / 64`: whether `op` has a stream predecessor (1 bit per op).
+    has_previous: Vec<u64>,
     /// The first op of every (rank, stream), at `rank * streams_per_rank + stream`
     /// ([`NO_OP`] for an empty stream): with `next_in_stream`, a rank's ops without a list
     /// per rank ([`ExecGraph::rank_ops`]).
@@ -1479,9 +1484,8 @@ impl ExecGraph {
     /// Whether `op` has a previous op on its (rank, stream): whether it is not its stream's
     /// first.
     pub fn has_previous_in_stream(&self, op: OpId) -> bool {
-        let spec = self.op(op);
-        let slot = spec.rank.0 as usize * usize::from(self.streams_per_rank) + usize::from(spec.stream.0);
-        self.stream_heads[slot] != op
+        let index = op.0 as usize;
+        self.has_previous[index / 64] >> (index % 64) & 1 == 1
     }
 
     /// The previous op on the same (rank, stream) if its links are made already
