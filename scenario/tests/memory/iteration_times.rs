@@ -7,7 +7,7 @@
 //! (16 bytes per op), skips the breakdowns, the graph's dependents are built without per-op
 //! scratch arrays, and the lowering appends each rank's ops as soon as they are made; the
 //! graph stores each distinct op once (a 4-byte index per op) and makes no stream-predecessor
-//! links (the engine asks only whether an op has one): 35.6 bytes per op here, with the fixed
+//! links (the engine asks only whether an op has one): 36.2 bytes per op here, with the fixed
 //! costs, against 54.1 for the whole simulation (`whole.rs`). The bound fails if any of these
 //! comes back (65.4 with 32-byte ops and the links, 74.7 with the scratch arrays and the
 //! buffers too, 69.1 with the buffers alone, each measured on the tree before the change; the
