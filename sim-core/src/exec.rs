@@ -135,7 +135,7 @@ impl EndLimit {
         // (Kahn's; a built graph has no cycle), then walked backwards.
         let mut waiting: Vec<u32> = (0..count as u32)
             .map(OpId)
-            .map(|op| graph.deps(op).len() as u32 + u32::from(graph.previous_in_stream(op).is_some()))
+            .map(|op| graph.deps(op).len() as u32 + u32::from(graph.has_previous_in_stream(op)))
             .collect();
         let mut order: Vec<OpId> =
             (0..count as u32).map(OpId).filter(|op| waiting[op.0 as usize] == 0).collect();
@@ -340,8 +340,9 @@ pub(crate) trait View {
     fn beside_communication(&self, op: OpId) -> Option<SimDuration>;
     /// The explicit dependencies of `op`.
     fn deps(&self, op: OpId) -> &[OpId];
-    /// The previous op on `op`'s (rank, stream), if any (held or not).
-    fn previous_in_stream(&self, op: OpId) -> Option<OpId>;
+    /// Whether `op` has a previous op on its (rank, stream) (held or not) that `is_done` says
+    /// has not finished.
+    fn previous_pending(&self, op: OpId, is_done: impl Fn(OpId) -> bool) -> bool;
 }
 
 impl View for ExecGraph {
@@ -378,8 +379,14 @@ impl View for ExecGraph {
     fn deps(&self, op: OpId) -> &[OpId] {
         ExecGraph::deps(self, op)
     }
-    fn previous_in_stream(&self, op: OpId) -> Option<OpId> {
-        ExecGraph::previous_in_stream(self, op)
+    /// A whole graph is admitted before any of its ops runs ([`execute`]), so a stream
+    /// predecessor has not finished: whether there is one is the answer, without the
+    /// predecessor links (4 bytes per op), unless they are made already.
+    fn previous_pending(&self, op: OpId, is_done: impl Fn(OpId) -> bool) -> bool {
+        match self.known_previous_in_stream(op) {
+            Some(previous) => previous.is_some_and(|previous| !is_done(previous)),
+            None => self.has_previous_in_stream(op),
+        }
     }
 }
 
@@ -513,7 +520,7 @@ impl<E: Copy + std::fmt::Debug> Executor<E> {
     pub(crate) fn admit<G: View>(&mut self, graph: &G, ops: std::ops::Range<u32>, collectives: u32) {
         for id in ops.map(OpId) {
             let waiting = graph.deps(id).iter().filter(|&&dep| !self.is_done(dep)).count() as u32
-                + u32::from(graph.previous_in_stream(id).is_some_and(|previous| !self.is_done(previous)));
+                + u32::from(graph.previous_pending(id, |previous| self.is_done(previous)));
             self.waiting_on.push(waiting);
             self.done.push(false);
             if self.watched.is_none() {

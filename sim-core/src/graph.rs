@@ -33,7 +33,9 @@ use std::fmt;
 use units::{Bytes, SimDuration};
 
 mod meta;
+mod ops;
 pub use meta::{GroupKind, OpMeta, Origin, Pass, Work};
+pub use ops::{Ops, OpsIter};
 
 /// A rank: one device (GPU) of the simulated job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -436,7 +438,7 @@ pub enum GraphError {
 #[derive(Debug, Clone, Default)]
 pub struct GraphBuilder {
     ranks: u32,
-    ops: Vec<Op>,
+    ops: Ops,
     dep_offsets: Vec<u32>,
     deps: Vec<OpId>,
     groups: Vec<Vec<RankId>>,
@@ -607,7 +609,7 @@ impl GraphBuilder {
             deps: std::mem::take(&mut self.deps),
             collectives: std::mem::take(&mut self.collectives),
             beside: std::mem::take(&mut self.beside_communication),
-            ops: std::mem::take(&mut self.ops),
+            ops: self.ops.take_all(),
         };
         self.op_base += chunk.ops.len() as u32;
         self.collective_base += chunk.collectives.len() as u32;
@@ -679,8 +681,10 @@ impl GraphBuilder {
     /// Sets the metadata of op `op`, already added (graphs built op by op with
     /// [`GraphBuilder::compute`] and its siblings, which add [`OpMeta::NONE`]).
     pub fn set_meta(&mut self, op: OpId, meta: OpMeta) {
-        if let Some(op) = op.0.checked_sub(self.op_base).and_then(|index| self.ops.get_mut(index as usize)) {
-            op.meta = meta;
+        if let Some(index) = op.0.checked_sub(self.op_base).map(|index| index as usize)
+            && let Some(&op) = self.ops.get(index)
+        {
+            self.ops.set(index, Op { meta, ..op });
         }
     }
 
@@ -1020,13 +1024,13 @@ impl GraphBuilder {
         let mut last_on_stream = vec![NO_OP; self.ranks as usize * usize::from(streams_per_rank)];
         let mut stream_heads = vec![NO_OP; last_on_stream.len()];
         let mut next_in_stream = vec![NO_OP; op_count];
-        let mut previous_in_stream = vec![NO_OP; op_count];
+        let mut has_previous = vec![0u64; op_count.div_ceil(64)];
         for (index, op) in self.ops.iter().enumerate() {
             let slot = op.rank.0 as usize * usize::from(streams_per_rank) + usize::from(op.stream.0);
             let previous = std::mem::replace(&mut last_on_stream[slot], OpId(index as u32));
             if previous != NO_OP {
                 next_in_stream[previous.0 as usize] = OpId(index as u32);
-                previous_in_stream[index] = previous;
+                has_previous[index / 64] |= 1 << (index % 64);
             } else {
                 stream_heads[slot] = OpId(index as u32);
             }
@@ -1062,17 +1066,20 @@ impl GraphBuilder {
                 beside_communication[op.0 as usize] = slowed;
             }
         }
+        let mut ops = self.ops;
+        ops.finish();
         let graph = ExecGraph {
             beside_communication,
             ranks: self.ranks,
             streams_per_rank,
-            ops: self.ops,
+            ops,
             dep_offsets: self.dep_offsets,
             deps: self.deps,
             dependent_offsets,
             dependents,
             next_in_stream,
-            previous_in_stream,
+            previous_in_stream: PreviousLinks::default(),
+            has_previous,
             stream_heads,
             groups: self.groups,
             collectives: self.collectives,
@@ -1204,6 +1211,23 @@ fn prefix_sums(counts: &[u32]) -> Vec<u32> {
 /// Marks "no successor" in `next_in_stream`.
 const NO_OP: OpId = OpId(u32::MAX);
 
+/// [`ExecGraph::previous_in_stream`]'s links, made on first use. Derived from the stream
+/// successors, so they take no part in a graph's equality or hash.
+#[derive(Debug, Clone, Default)]
+struct PreviousLinks(std::sync::OnceLock<Vec<OpId>>);
+
+impl PartialEq for PreviousLinks {
+    fn eq(&self, _: &PreviousLinks) -> bool {
+        true
+    }
+}
+
+impl Eq for PreviousLinks {}
+
+impl std::hash::Hash for PreviousLinks {
+    fn hash<H: std::hash::Hasher>(&self, _: &mut H) {}
+}
+
 /// A validated execution graph with the indexes the executor walks.
 ///
 /// Two graphs are equal (`==`) when every op, dependency, group, collective, label and
@@ -1213,13 +1237,18 @@ const NO_OP: OpId = OpId(u32::MAX);
 pub struct ExecGraph {
     ranks: u32,
     streams_per_rank: u16,
-    ops: Vec<Op>,
+    ops: Ops,
     dep_offsets: Vec<u32>,
     deps: Vec<OpId>,
     dependent_offsets: Vec<u32>,
     dependents: Vec<OpId>,
     next_in_stream: Vec<OpId>,
-    previous_in_stream: Vec<OpId>,
+    /// The inverse of `next_in_stream`, made on first use ([`ExecGraph::previous_in_stream`]):
+    /// a run of the engine asks only whether an op has a predecessor
+    /// ([`ExecGraph::has_previous_in_stream`]), which a bit per op answers.
+    previous_in_stream: PreviousLinks,
+    /// Bit `op % 64` of word `op / 64`: whether `op` has a stream predecessor (1 bit per op).
+    has_previous: Vec<u64>,
     /// The first op of every (rank, stream), at `rank * streams_per_rank + stream`
     /// ([`NO_OP`] for an empty stream): with `next_in_stream`, a rank's ops without a list
     /// per rank ([`ExecGraph::rank_ops`]).
@@ -1289,8 +1318,8 @@ impl ExecGraph {
         self.ops.len()
     }
 
-    /// All ops, indexed by `OpId`.
-    pub fn ops(&self) -> &[Op] {
+    /// All ops, indexed by `OpId` (`ops()[i]`), each distinct op stored once ([`Ops`]).
+    pub fn ops(&self) -> &Ops {
         &self.ops
     }
 
@@ -1414,16 +1443,24 @@ impl ExecGraph {
         if !other.beside_communication.is_empty() && self.beside_communication.is_empty() {
             self.beside_communication = vec![SimDuration::ZERO; self.ops.len()];
         }
-        for (index, (mine, theirs)) in self.ops.iter_mut().zip(&other.ops).enumerate() {
+        // The ops interned afresh: setting them one by one in the built table (which keeps no
+        // lookup) would store every changed op anew.
+        let mut ops = Ops::default();
+        ops.reserve(self.ops.len());
+        for (index, (&mine, theirs)) in self.ops.iter().zip(&other.ops).enumerate() {
+            let mut op = mine;
             if let OpKind::Compute { duration } = theirs.kind
                 && take(mine.rank)
             {
-                mine.kind = OpKind::Compute { duration };
+                op.kind = OpKind::Compute { duration };
                 if let Some(slot) = self.beside_communication.get_mut(index) {
                     *slot = other.beside_communication.get(index).copied().unwrap_or(SimDuration::ZERO);
                 }
             }
+            ops.push(op);
         }
+        ops.finish();
+        self.ops = ops;
         Ok(())
     }
 
@@ -1437,10 +1474,36 @@ impl ExecGraph {
         }
     }
 
-    /// The previous op on the same (rank, stream), if any.
+    /// The previous op on the same (rank, stream), if any. The first call makes the links
+    /// for every op (4 bytes per op, kept with the graph); [`ExecGraph::has_previous_in_stream`]
+    /// needs none.
     pub fn previous_in_stream(&self, op: OpId) -> Option<OpId> {
-        let previous = self.previous_in_stream[op.0 as usize];
+        let links = self.previous_in_stream.0.get_or_init(|| {
+            let mut links = vec![NO_OP; self.next_in_stream.len()];
+            for (index, &next) in self.next_in_stream.iter().enumerate() {
+                if next != NO_OP {
+                    links[next.0 as usize] = OpId(index as u32);
+                }
+            }
+            links
+        });
+        let previous = links[op.0 as usize];
         (previous != NO_OP).then_some(previous)
+    }
+
+    /// Whether `op` has a previous op on its (rank, stream): whether it is not its stream's
+    /// first.
+    pub fn has_previous_in_stream(&self, op: OpId) -> bool {
+        let index = op.0 as usize;
+        self.has_previous[index / 64] >> (index % 64) & 1 == 1
+    }
+
+    /// The previous op on the same (rank, stream) if its links are made already
+    /// ([`ExecGraph::previous_in_stream`]), else `None` (whether there is one or not).
+    pub(crate) fn known_previous_in_stream(&self, op: OpId) -> Option<Option<OpId>> {
+        let links = self.previous_in_stream.0.get()?;
+        let previous = links[op.0 as usize];
+        Some((previous != NO_OP).then_some(previous))
     }
 
     /// The node of `op` in the rendezvous graph: ops are nodes `0..n`, and all member ops of a
@@ -1471,7 +1534,7 @@ impl ExecGraph {
         let mut indegree = vec![0u32; node_count];
         for op in (0..self.ops.len() as u32).map(OpId) {
             indegree[self.rendezvous_node(op)] +=
-                self.deps(op).len() as u32 + u32::from(self.previous_in_stream(op).is_some());
+                self.deps(op).len() as u32 + u32::from(self.has_previous_in_stream(op));
         }
         // A collective's member ops are represented by the collective's node, not their own.
         let is_node =

@@ -351,8 +351,8 @@ impl View for StreamGraph {
     fn deps(&self, op: OpId) -> &[OpId] {
         StreamGraph::deps(self, op)
     }
-    fn previous_in_stream(&self, op: OpId) -> Option<OpId> {
-        StreamGraph::previous_in_stream(self, op)
+    fn previous_pending(&self, op: OpId, is_done: impl Fn(OpId) -> bool) -> bool {
+        StreamGraph::previous_in_stream(self, op).is_some_and(|previous| !is_done(previous))
     }
 }
 

@@ -103,6 +103,8 @@ fn build(ranks: u32, steps: &[Step]) -> ExecGraph {
 fn check(graph: &ExecGraph, timeline: &Timeline) -> Result<(), TestCaseError> {
     for (index, op) in graph.ops().iter().enumerate() {
         let id = OpId(index as u32);
+        // The run counted stream predecessors without the links (made here, after it).
+        prop_assert_eq!(graph.has_previous_in_stream(id), graph.previous_in_stream(id).is_some());
         let ready = graph
             .deps(id)
             .iter()
