@@ -81,7 +81,13 @@ impl<'s> Report<'s> {
             crate::models::si_unit(m.macs_per_sample),
             m.precision,
             m.gradient_precision,
-            m.optimizer
+            match &m.muon {
+                Some(muon) => format!(
+                    "{} ({} Newton-Schulz steps, {} iteration, {})",
+                    m.optimizer, muon.steps, muon.iteration, muon.distribution
+                ),
+                None => m.optimizer.clone(),
+            }
         );
         if m.passes.is_some() {
             let _ = writeln!(

@@ -178,12 +178,27 @@ pub struct ModelSummary {
     pub gradient_precision: String,
     /// Optimizer.
     pub optimizer: String,
+    /// Muon's settings (`[workload.muon]`) when the optimizer is Muon: Newton-Schulz steps, the
+    /// iteration's form and the spread over the data ranks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub muon: Option<MuonSummary>,
     /// `"forward"` when only the forward pass of the step runs (`workload.passes`); absent for
     /// a whole training step.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub passes: Option<String>,
     /// Where the compute model's parameters came from (defaults or a calibrated profile).
     pub compute_model: String,
+}
+
+/// Muon's settings as the summary reports them.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct MuonSummary {
+    /// Newton-Schulz iterations per update.
+    pub steps: u32,
+    /// The iteration's form (`"three-wide"`, `"square-first"`).
+    pub iteration: String,
+    /// Which data ranks orthogonalise which matrices (`"replicated"`, `"round-robin"`).
+    pub distribution: String,
 }
 
 /// The cluster part of the summary.
@@ -1516,6 +1531,11 @@ pub(crate) fn summarize(
             gradient_precision: scenario.gradient_precision.to_string(),
             compute_model: scenario.compute_source.clone(),
             optimizer: scenario.optimizer.to_string(),
+            muon: (scenario.optimizer == workloads::Optimizer::Muon).then(|| MuonSummary {
+                steps: scenario.muon.steps,
+                iteration: scenario.muon.iteration.to_string(),
+                distribution: scenario.muon.distribution.to_string(),
+            }),
             passes: (!scenario.passes.trains()).then(|| scenario.passes.to_string()),
         },
         cluster: ClusterSummary {

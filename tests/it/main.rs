@@ -20,6 +20,7 @@ mod json;
 mod lora;
 mod memory;
 mod models;
+mod muon;
 mod network;
 mod outputs;
 mod pipes;
