@@ -2249,36 +2249,28 @@ impl Strategy<'_> {
         parameters: u64,
     ) -> Result<((SimDuration, f64), MuonExchange), StrategyError> {
         let compute_error = |source| StrategyError::Compute { layer: "optimizer (Muon)".into(), source };
-        let mut matrices = Vec::new();
-        let mut other_tensors = 0;
+        let (mut matrices, mut orthogonalised, mut other_tensors) = (Vec::new(), 0, 0);
         for local in layers {
             let mine = workloads::muon::matrices(&local.layer);
-            let orthogonalised: u64 = mine.iter().map(|&(rows, cols)| rows * cols).sum();
-            if local.layer.cost.params > orthogonalised {
-                other_tensors += 1;
-            }
+            let elements: u64 = mine.iter().map(|&(rows, cols)| rows * cols).sum();
+            // A layer with parameters beside its matrices (a norm, a bias) is AdamW's tensor.
+            other_tensors += u64::from(local.layer.cost.params > elements);
+            orthogonalised += elements;
             matrices.extend(mine);
         }
-        let orthogonalised: u64 = matrices.iter().map(|&(rows, cols)| rows * cols).sum();
         let rest = parameters.saturating_sub(orthogonalised);
         let adam = workloads::compute::OptimizerStep {
             optimizer: Optimizer::Adam,
             ..self.optimizer_step_work(rest, other_tensors)
         };
         let adam_time = self.compute.optimizer_step_duration(self.device, &adam).map_err(compute_error)?;
-        let widths = self.step_widths();
-        let muon_widths = workloads::muon::Widths {
-            gradient: self.gradient_precision.bytes(),
-            master: widths.master,
-            copy: widths.copy,
-        };
         let times = workloads::muon::step_times(
             self.compute,
             self.device,
             &self.muon,
             &matrices,
             self.parallelism.data,
-            muon_widths,
+            (self.gradient_precision.bytes(), self.step_widths()),
         )
         .map_err(compute_error)?;
         let time = adam_time

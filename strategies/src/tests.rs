@@ -287,6 +287,21 @@ fn first_and_last_stage_layers_set_the_ends_and_split_the_rest_evenly() {
     );
 }
 
+/// Six blocks of two linear layers between a stem (standing for the embedding) and a head
+/// (the output layer), layers 0 and 13.
+fn stem_blocks_head() -> Model {
+    let mut builder = ModelBuilder::new("uniform-head", Shape::from([1024, 1024]));
+    builder.layer("stem", LayerKind::Reshape { shape: Shape::from([1024, 1024]) }).unwrap();
+    for block in 0..6 {
+        for name in ["fc1", "fc2"] {
+            let linear = LayerKind::Linear { out_features: 1024, bias: false };
+            builder.layer(format!("layers.{block}.{name}"), linear).unwrap();
+        }
+    }
+    builder.layer("head", LayerKind::Linear { out_features: 1024, bias: false }).unwrap();
+    builder.finish()
+}
+
 #[test]
 fn padded_layers_take_one_block_off_the_last_chunk_then_the_first_as_the_zero_bubble_repository_does() {
     // sail-sg/zero-bubble-pipeline-parallelism @ 39f2c186, ParallelTransformer.get_offset: pad
@@ -304,17 +319,7 @@ fn padded_layers_take_one_block_off_the_last_chunk_then_the_first_as_the_zero_bu
     // A chunk in the middle left without a block is refused.
     assert!(pipeline::padded_sizes(5, 4, 2).unwrap_err().contains("chunk 1 of 8 with no block"));
 
-    // Six blocks between a stem and a head.
-    let mut builder = ModelBuilder::new("uniform-head", Shape::from([1024, 1024]));
-    builder.layer("stem", LayerKind::Reshape { shape: Shape::from([1024, 1024]) }).unwrap();
-    for block in 0..6 {
-        for name in ["fc1", "fc2"] {
-            let linear = LayerKind::Linear { out_features: 1024, bias: false };
-            builder.layer(format!("layers.{block}.{name}"), linear).unwrap();
-        }
-    }
-    builder.layer("head", LayerKind::Linear { out_features: 1024, bias: false }).unwrap();
-    let model = builder.finish();
+    let model = stem_blocks_head();
     let compute = ComputeModel::default();
     // One chunk per stage: the same split as first- and last-stage-layers of 1, the same run.
     let padded = Parallelism { pad_layers: true, ..pipelined(4, 1, PipelineSchedule::OneFOneB) };
@@ -352,16 +357,7 @@ fn padded_layers_take_one_block_off_the_last_chunk_then_the_first_as_the_zero_bu
 #[test]
 fn counted_embedding_and_loss_leave_the_end_chunks_a_block_fewer_as_megatron_core_does() {
     // Six blocks between a stem (the embedding) and a head (the output layer and loss).
-    let mut builder = ModelBuilder::new("uniform-head", Shape::from([1024, 1024]));
-    builder.layer("stem", LayerKind::Reshape { shape: Shape::from([1024, 1024]) }).unwrap();
-    for block in 0..6 {
-        for name in ["fc1", "fc2"] {
-            let linear = LayerKind::Linear { out_features: 1024, bias: false };
-            builder.layer(format!("layers.{block}.{name}"), linear).unwrap();
-        }
-    }
-    builder.layer("head", LayerKind::Linear { out_features: 1024, bias: false }).unwrap();
-    let model = builder.finish();
+    let model = stem_blocks_head();
     let compute = ComputeModel::default();
     let counted = |embedding, loss, p: Parallelism| Parallelism {
         account_for_embedding: embedding,

@@ -24,7 +24,7 @@ fn tuned() -> (Model, Model) {
 }
 
 /// `nodes` servers of 2 GPUs on one switch, one NIC per GPU.
-fn cluster(nodes: u32) -> Topology {
+pub(super) fn cluster(nodes: u32) -> Topology {
     let nvlink = LinkSpec::new("300 GB/s".parse().unwrap(), "0.7 us".parse().unwrap());
     let nic = LinkSpec::new("200 Gb/s".parse().unwrap(), "1 us".parse().unwrap());
     Topology::build(&ClusterSpec {

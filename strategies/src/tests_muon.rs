@@ -5,8 +5,9 @@
 
 use sim_core::fidelity::{Fidelity, NetworkSettings};
 use sim_core::graph::CollectiveAlgorithm;
-use topology::{ClusterSpec, IntraNode, LinkSpec, NetworkSpec, Tier, Topology};
+use topology::Tier;
 
+use super::tests_lora::cluster;
 use super::tests_sync::bytes_on;
 
 use super::*;
@@ -14,20 +15,6 @@ use workloads::compute::ComputeModel;
 use workloads::device::DeviceCatalog;
 use workloads::muon::{Distribution, Muon};
 use workloads::zoo;
-
-/// `nodes` servers of 2 GPUs on one switch, one NIC per GPU.
-fn cluster(nodes: u32) -> Topology {
-    let nvlink = LinkSpec::new("300 GB/s".parse().unwrap(), "0.7 us".parse().unwrap());
-    let nic = LinkSpec::new("200 Gb/s".parse().unwrap(), "1 us".parse().unwrap());
-    Topology::build(&ClusterSpec {
-        nodes,
-        gpus_per_node: 2,
-        intra_node: IntraNode::NvSwitch(nvlink),
-        network: NetworkSpec::single_switch(nic),
-        host_memory: None,
-    })
-    .unwrap()
-}
 
 fn muon<'a>(
     model: &'a Model,

@@ -5,11 +5,7 @@ use std::path::Path;
 
 use crate::{QUICKSTART, parasim};
 
-fn json(args: &[&str]) -> serde_json::Value {
-    let output = parasim(args);
-    assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{args:?}: not JSON: {e}"))
-}
+use super::parasim_json as json;
 
 fn has_keys(value: &serde_json::Value, keys: &[&str]) {
     for key in keys {

@@ -6,11 +6,7 @@ use super::parasim;
 
 const LORA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/fine-tuning/llama2-7b-lora-dgx-h100.toml");
 
-fn json(args: &[&str]) -> serde_json::Value {
-    let output = parasim(args);
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    serde_json::from_slice(&output.stdout).unwrap()
-}
+use super::parasim_json as json;
 
 #[test]
 fn the_lora_scenario_reports_trained_and_frozen_parameters_and_beats_full_fine_tuning() {

@@ -42,6 +42,13 @@ fn parasim(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_parasim")).args(args).output().expect("the parasim binary runs")
 }
 
+/// `parasim args`, which must succeed, its standard output parsed as JSON.
+fn parasim_json(args: &[&str]) -> serde_json::Value {
+    let output = parasim(args);
+    assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{args:?}: not JSON: {e}"))
+}
+
 /// Writes `text` to a scratch scenario file named `name` and returns its path.
 fn scenario_file(name: &str, text: &str) -> PathBuf {
     let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);

@@ -7,11 +7,7 @@ use super::parasim;
 
 const MUON: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/optimizers/gpt2-124m-muon-8xh100.toml");
 
-fn json(args: &[&str]) -> serde_json::Value {
-    let output = parasim(args);
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    serde_json::from_slice(&output.stdout).unwrap()
-}
+use super::parasim_json as json;
 
 #[test]
 fn the_muon_scenario_reports_its_settings_and_the_spread_pays() {

@@ -128,6 +128,17 @@ impl KernelWork {
     pub const fn flat(class: OpClass, dtype: Dtype, flops: f64, bytes: f64) -> KernelWork {
         KernelWork { class, dtype, flops, bytes, aligned: true, shape: KernelShape::Unknown }
     }
+
+    /// One matrix product of `shape` in `dtype`: its FLOPs, and one pass over both operands and
+    /// the output.
+    pub fn gemm(shape: GemmShape, dtype: Dtype) -> KernelWork {
+        let GemmShape { m, n, k, .. } = shape;
+        let bytes = (m * k + k * n + m * n) as f64 * dtype.bytes() as f64;
+        KernelWork {
+            shape: KernelShape::Gemm(shape),
+            ..KernelWork::flat(OpClass::Gemm, dtype, shape.flops(), bytes)
+        }
+    }
 }
 
 /// The compute model's parameters: efficiency curves per operation class and the fixed cost of

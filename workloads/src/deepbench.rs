@@ -243,12 +243,7 @@ pub fn parse_convs(text: &str) -> Result<Vec<ConvRow>, DeepBenchError> {
 impl GemmRow {
     /// The kernel's work in `dtype` (inputs and output stored as `dtype`).
     pub fn work(&self, dtype: Dtype) -> KernelWork {
-        let GemmShape { m, n, k, .. } = self.shape;
-        let bytes = (m * k + k * n + m * n) as f64 * dtype.bytes() as f64;
-        KernelWork {
-            shape: KernelShape::Gemm(self.shape),
-            ..KernelWork::flat(OpClass::Gemm, dtype, self.shape.flops(), bytes)
-        }
+        KernelWork::gemm(self.shape, dtype)
     }
 }
 

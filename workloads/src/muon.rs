@@ -14,9 +14,9 @@ use std::fmt;
 
 use sim_core::units::SimDuration;
 
-use crate::compute::{ComputeError, ComputeModel, KernelWork};
+use crate::compute::{ComputeError, ComputeModel, KernelWork, StepWidths};
 use crate::device::{Device, Dtype};
-use crate::kernel_shape::{GemmShape, KernelShape};
+use crate::kernel_shape::GemmShape;
 use crate::layer::{Layer, LayerKind, OpClass};
 
 /// Newton-Schulz iterations per orthogonalisation when the scenario does not say: Muon's
@@ -172,15 +172,7 @@ pub fn newton_schulz_flops(muon: &Muon, rows: u64, cols: u64) -> f64 {
 }
 
 fn gemm(m: u64, n: u64, k: u64) -> KernelWork {
-    let (mf, nf, kf) = (m as f64, n as f64, k as f64);
-    KernelWork {
-        class: OpClass::Gemm,
-        dtype: Dtype::Bf16,
-        flops: 2.0 * mf * nf * kf,
-        bytes: 2.0 * (mf * kf + kf * nf + mf * nf),
-        aligned: true,
-        shape: KernelShape::Gemm(GemmShape::new(m, n, k)),
-    }
+    KernelWork::gemm(GemmShape::new(m, n, k), Dtype::Bf16)
 }
 
 fn streaming(class: OpClass, elements: u64, bytes_per_element: f64) -> KernelWork {
@@ -221,33 +213,22 @@ pub fn newton_schulz_kernels(muon: &Muon, rows: u64, cols: u64) -> Vec<KernelWor
     kernels
 }
 
-/// Widths, in bytes per element, of what the element-wise kernels around the orthogonalisation
-/// read and write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Widths {
-    /// The gradient (`gradient-precision`).
-    pub gradient: u64,
-    /// The weights the update is added to (the fp32 master copy, or the weights themselves).
-    pub master: u64,
-    /// The compute copy written back after the update (0 when the update writes the weights
-    /// themselves).
-    pub copy: u64,
-}
-
 /// Per element of one matrix, the eager kernels before its orthogonalisation, as `Muon.step`
-/// runs them on its fp32 momentum: `buf.mul_(momentum)` (read and write 4), `buf.add_(g)` (4 +
-/// g + 4), Nesterov's `g.add(buf, alpha=momentum)` (g + 4 read, 4 written).
-pub fn momentum_kernels(widths: Widths) -> Vec<f64> {
-    let g = widths.gradient as f64;
+/// runs them on its fp32 momentum, with `gradient` bytes per gradient element:
+/// `buf.mul_(momentum)` (read and write 4), `buf.add_(g)` (4 + g + 4), Nesterov's
+/// `g.add(buf, alpha=momentum)` (g + 4 read, 4 written).
+pub fn momentum_kernels(gradient: u64) -> Vec<f64> {
+    let g = gradient as f64;
     vec![8.0, 8.0 + g, g + 8.0]
 }
 
-/// Per element of one matrix, the kernels that apply its orthogonalised bf16 update: replicated,
-/// `p.add_(X, alpha)` (the weights read and written, 2 bytes of update read, the compute copy
-/// written); round-robin, on the owner the scaling `g *= scale` (2 + 2) and the copy into the
+/// Per element of one matrix, the kernels that apply its orthogonalised bf16 update (`widths`:
+/// the weights the update is added to and the compute copy written back, as the fused step's):
+/// replicated, `p.add_(X, alpha)` (the weights read and written, 2 bytes of update read, the
+/// compute copy written); round-robin, on the owner the scaling `g *= scale` (2 + 2) and the copy into the
 /// flat buffer (2 + 2) before the all-reduce, and on every rank after it the cast back
 /// (`type_as`: 2 read, the weights' width written) and the add.
-pub fn apply_kernels(distribution: Distribution, widths: Widths) -> (Vec<f64>, Vec<f64>) {
+pub fn apply_kernels(distribution: Distribution, widths: StepWidths) -> (Vec<f64>, Vec<f64>) {
     let master = widths.master as f64;
     let add = 2.0 * master + 2.0 + widths.copy as f64;
     match distribution {
@@ -280,14 +261,15 @@ fn issued(compute: &ComputeModel, device: &Device, kernels: &[KernelWork]) -> Re
     })
 }
 
-/// One rank's Muon step over `matrices` with `data` data-parallel ranks: see [`StepTimes`].
+/// One rank's Muon step over `matrices` with `data` data-parallel ranks, `gradient` bytes per
+/// gradient element and the weights' `widths`: see [`StepTimes`].
 pub fn step_times(
     compute: &ComputeModel,
     device: &Device,
     muon: &Muon,
     matrices: &[(u64, u64)],
     data: u32,
-    widths: Widths,
+    (gradient, widths): (u64, StepWidths),
 ) -> Result<StepTimes, ComputeError> {
     let per_element = |elements: u64, bytes: &[f64]| -> Vec<KernelWork> {
         bytes.iter().map(|&b| streaming(OpClass::Elementwise, elements, b)).collect()
@@ -296,7 +278,7 @@ pub fn step_times(
     // One matrix's kernels up to its update (the owner's part under round-robin).
     let own = |&(rows, cols): &(u64, u64)| -> Vec<KernelWork> {
         let elements = rows.saturating_mul(cols);
-        let mut kernels = per_element(elements, &momentum_kernels(widths));
+        let mut kernels = per_element(elements, &momentum_kernels(gradient));
         kernels.extend(newton_schulz_kernels(muon, rows, cols));
         kernels.extend(per_element(elements, &own_apply));
         kernels
@@ -393,7 +375,7 @@ mod tests {
             ..ComputeModel::default()
         };
         let device = crate::DeviceCatalog::builtin().get("h100-sxm5-80gb").unwrap().clone();
-        let widths = Widths { gradient: 4, master: 4, copy: 0 };
+        let widths = (4, StepWidths::FP32);
         // Eight equal matrices over 8 ranks: each rank one; over 1 rank all eight.
         let matrices = vec![(768, 768); 8];
         let replicated = step_times(&compute, &device, &Muon::default(), &matrices, 8, widths).unwrap();

@@ -423,8 +423,9 @@ impl RankEmitter<'_, '_> {
                         bytes,
                         what: "Muon updates allreduce",
                     };
+                    // The collective waits for the owners' step (the last compute op); the
+                    // updates are applied after it.
                     self.step_collective(&mut waits, comm, GroupClass::Data, DATA_STREAM, MUON_ORIGIN);
-                    waits.push(Dep::Local(optimizer));
                     optimizer = self.buffer.push(
                         Op {
                             kind: OpKind::Compute { duration: apply },
