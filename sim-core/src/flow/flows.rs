@@ -57,6 +57,9 @@ pub(super) struct Path {
     pub(super) alone: f64,
 }
 
+/// [`Flows::path_index`] of a path not kept (its route depends on the flow): `Flows::fresh`.
+const FRESH: u32 = u32::MAX;
+
 /// Counters of a flow-level run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FlowStats {
@@ -124,14 +127,18 @@ pub(super) struct Flows<'t> {
     /// Routes do not depend on the flow (see [`Flows::routes_cached`]), asked of the topology
     /// once.
     cached_routes: bool,
-    /// Per source host: the last destination and its path (see [`Flows::path`]).
-    last_path: Vec<(u32, Path)>,
+    /// Per source host: the last destination and where its path is in `path_list` (see
+    /// [`Flows::path`]): eight bytes a host, so a ring's 1,024 sources fit in the L1 cache.
+    last_path: Vec<(u32, u32)>,
     /// Where in `path_list` the path of every (source, destination) pair seen is (see
     /// [`Flows::path`]): a dense map of small entries, the paths themselves in the order they
     /// were first asked for, which is the order a collective's edges ask for them again.
     paths: FastMap<(u32, u32), u32>,
     /// The paths `paths` points into.
     path_list: Vec<Path>,
+    /// The path of the last flow whose route depends on the flow (not kept in `path_list`):
+    /// [`FRESH`] points here.
+    fresh: Path,
     /// Counters so far.
     pub(super) stats: FlowStats,
     /// Work after which the run gives up ([`NetworkError::OverBudget`]).
@@ -196,15 +203,10 @@ impl<'t> Flows<'t> {
             // Read and written only under adaptive routing.
             routed: if topology.routing() == Routing::Ugal { vec![0; links] } else { Vec::new() },
             cached_routes: !topology.routes_depend_on_flow(),
-            last_path: vec![
-                (
-                    u32::MAX,
-                    Path { route: Route::EMPTY, latency: SimDuration::ZERO, alone: f64::INFINITY }
-                );
-                topology.host_count()
-            ],
+            last_path: vec![(u32::MAX, FRESH); topology.host_count()],
             paths: FastMap::default(),
             path_list: Vec::new(),
+            fresh: Path { route: Route::EMPTY, latency: SimDuration::ZERO, alone: f64::INFINITY },
             stats: FlowStats::default(),
             work_budget: None,
             audit: None,
@@ -252,26 +254,41 @@ impl<'t> Flows<'t> {
     /// (a ring sends to the same neighbour every step) in front of the map of all pairs.
     #[inline]
     pub(super) fn path(&mut self, src: RankId, dst: RankId) -> Result<Path, NetworkError> {
+        let index = self.path_index(src, dst)?;
+        Ok(*self.path_at(index))
+    }
+
+    /// Where [`Flows::path`]'s path is: an index into the kept paths, or [`FRESH`]. What a
+    /// flow's start reads its route from in place: the path is not copied on the way (a copy
+    /// of it in a `Result` cost a stalled store forward per message).
+    #[inline]
+    fn path_index(&mut self, src: RankId, dst: RankId) -> Result<u32, NetworkError> {
         if self.cached_routes
-            && let Some(&(last, path)) = self.last_path.get(src.0 as usize)
+            && let Some(&(last, index)) = self.last_path.get(src.0 as usize)
             && last == dst.0
         {
-            return Ok(path);
+            return Ok(index);
         }
         self.path_looked_up(src, dst)
     }
 
-    /// [`Flows::path`] past its source's last destination: from the map of pairs, or routed.
+    /// The path at `index` (from [`Flows::path_index`]).
+    #[inline]
+    fn path_at(&self, index: u32) -> &Path {
+        if index == FRESH { &self.fresh } else { &self.path_list[index as usize] }
+    }
+
+    /// [`Flows::path_index`] past its source's last destination: from the map of pairs, or
+    /// routed.
     #[inline(never)]
-    fn path_looked_up(&mut self, src: RankId, dst: RankId) -> Result<Path, NetworkError> {
+    fn path_looked_up(&mut self, src: RankId, dst: RankId) -> Result<u32, NetworkError> {
         let cacheable = self.cached_routes;
         if cacheable {
             if let Some(&index) = self.paths.get(&(src.0, dst.0)) {
-                let path = self.path_list[index as usize];
                 if let Some(slot) = self.last_path.get_mut(src.0 as usize) {
-                    *slot = (dst.0, path);
+                    *slot = (dst.0, index);
                 }
-                return Ok(path);
+                return Ok(index);
             }
         }
         let (minimal, alternative) =
@@ -283,14 +300,17 @@ impl<'t> Flows<'t> {
         let latency = self.topology.route_latency(&route);
         let alone = route.iter().map(|&l| self.solver.nominal(l)).fold(f64::INFINITY, f64::min);
         let path = Path { route, latency, alone };
-        if cacheable {
-            self.paths.insert((src.0, dst.0), self.path_list.len() as u32);
-            self.path_list.push(path);
-            if let Some(slot) = self.last_path.get_mut(src.0 as usize) {
-                *slot = (dst.0, path);
-            }
+        if !cacheable {
+            self.fresh = path;
+            return Ok(FRESH);
         }
-        Ok(path)
+        let index = self.path_list.len() as u32;
+        self.paths.insert((src.0, dst.0), index);
+        self.path_list.push(path);
+        if let Some(slot) = self.last_path.get_mut(src.0 as usize) {
+            *slot = (dst.0, index);
+        }
+        Ok(index)
     }
 
     /// UGAL's cost of a route: its hop count times (1 + the most unfinished flows routed over
@@ -327,9 +347,10 @@ impl<'t> Flows<'t> {
         bytes: f64,
         owner: Owner,
     ) -> Result<(), NetworkError> {
-        let path = self.path(src, dst)?;
-        let latency = path.latency.saturating_add(self.jitter(&path.route));
-        let (id, latency) = self.new_flow(context.now(), &path.route, latency, bytes, owner)?;
+        let index = self.path_index(src, dst)?;
+        let route = self.path_at(index).route;
+        let latency = self.path_at(index).latency.saturating_add(self.jitter(&route));
+        let (id, latency) = self.new_flow(context.now(), &route, latency, bytes, owner)?;
         context.wake_after(latency, FlowEvent::Enter { flow: id })?;
         Ok(())
     }

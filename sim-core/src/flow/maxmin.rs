@@ -719,17 +719,25 @@ impl<T: Copy> MaxMin<T> {
             return Joined::Empty;
         }
         let route = &self.flows[id as usize].route;
+        // One pass: its place on each link, whether it is the first there, and its slowest
+        // link's capacity (the rate it gets if it is alone on all of them).
+        let slots = &mut self.slots[id as usize];
+        let (mut first_everywhere, mut rate) = (true, f64::INFINITY);
         for (k, &link) in route.iter().enumerate() {
-            self.slots[id as usize][k] = self.on_link.push(link.0 as usize, id);
+            let l = link.0 as usize;
+            let position = self.on_link.push(l, id);
+            slots[k] = position;
+            first_everywhere &= position == 0;
+            rate = rate.min(self.capacity[l]);
         }
         self.active_flows += 1;
-        if route.iter().all(|link| {
-            self.on_link.len(link.0 as usize) == 1
-                && (self.group_entries == 0 || groups_of(&self.groups_on_link, link.0 as usize).is_empty())
-        }) {
+        if first_everywhere
+            && (self.group_entries == 0
+                || route.iter().all(|link| groups_of(&self.groups_on_link, link.0 as usize).is_empty()))
+        {
             // Alone on every link (the common uncontended case): its bottleneck's full rate,
-            // and nobody else's rate changes.
-            let rate = route.iter().map(|link| self.capacity[link.0 as usize]).fold(f64::INFINITY, f64::min);
+            // and nobody else's rate changes. (A route crossing a link twice is not first
+            // there the second time: shared, as it is with itself.)
             let flow = &mut self.flows[id as usize];
             flow.rate = rate;
             flow.stalled = rate == 0.0;
