@@ -47,16 +47,13 @@ pub enum FlowEvent {
     /// A capacity window opens or closes now (see `windows`).
     Capacity,
     /// A collective's message whose flow finished before its schedule's step floor
-    /// ([`Schedule::step_floor`](crate::schedule::Schedule::step_floor)) is done now.
+    /// ([`Schedule::step_floor`](crate::schedule::Schedule::step_floor)) is done now. Which
+    /// message it is waits in the message runs' table (`messages`), at `held`: the payload
+    /// of the commonest events is two words, and this rare one stays as small, so that every
+    /// queued event is 16 bytes instead of 24.
     MessageDue {
-        /// The running collective.
-        run: u32,
-        /// The lane.
-        lane: u32,
-        /// The sender's position.
-        from: u32,
-        /// The receiver's position.
-        to: u32,
+        /// Its place in the table of held messages.
+        held: u32,
     },
 }
 
@@ -81,4 +78,17 @@ pub(super) enum Owner {
     },
     /// One edge flow of a steady-state collective.
     Coupled,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FlowEvent;
+    use crate::network::Event;
+
+    #[test]
+    fn a_queued_flow_event_takes_16_bytes() {
+        // The queue moves every event several times (see `crate::queue`): a 24-byte event
+        // (a payload of four words) made a 1,024-host ring 4% slower.
+        assert_eq!(std::mem::size_of::<Event<FlowEvent>>(), 16);
+    }
 }

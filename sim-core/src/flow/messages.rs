@@ -31,6 +31,11 @@ pub(super) struct Runs {
     free: Vec<u32>,
     /// Scratch for a member's messages of a step.
     scratch_messages: Vec<Message>,
+    /// Messages held until their step floor has passed, as (run, lane, from, to), by the
+    /// `FlowEvent::MessageDue` that waits for them (`None`: a free place).
+    held: Vec<Option<(u32, u32, u32, u32)>>,
+    /// Free places of `held`.
+    free_held: Vec<u32>,
 }
 
 /// A collective in progress: where each member of each lane is in the schedule.
@@ -126,7 +131,7 @@ impl Runs {
     ) -> Result<(), NetworkError> {
         // The run and the scratch as separate borrows: the loop allocates nothing, and starts
         // each flow as it finds it (in the order of the member's messages).
-        let Runs { slots, free, scratch_messages: messages } = self;
+        let Runs { slots, free, scratch_messages: messages, .. } = self;
         let state = slots[run as usize]
             .as_mut()
             .expect("a message's collective is running until its last member finishes");
@@ -178,6 +183,29 @@ impl Runs {
             }
             return Ok(());
         }
+    }
+
+    /// Holds the message from `from` to `to` of `lane` of `run` until its step floor has
+    /// passed; returns its place, for its `FlowEvent::MessageDue`.
+    pub(super) fn hold(&mut self, run: u32, lane: u32, from: u32, to: u32) -> u32 {
+        let message = Some((run, lane, from, to));
+        match self.free_held.pop() {
+            Some(place) => {
+                self.held[place as usize] = message;
+                place
+            }
+            None => {
+                self.held.push(message);
+                (self.held.len() - 1) as u32
+            }
+        }
+    }
+
+    /// The message held at `place` ([`Runs::hold`]), whose floor has passed; the place is free
+    /// again.
+    pub(super) fn release(&mut self, place: u32) -> (u32, u32, u32, u32) {
+        self.free_held.push(place);
+        self.held[place as usize].take().expect("a held message is released once, by its own event")
     }
 
     /// One of `position`'s messages of its current step is done.

@@ -282,7 +282,8 @@ impl<'t> FlowNetwork<'t> {
             Owner::Message { run, lane, from, to, due } => {
                 let early = due.saturating_since(context.now());
                 if early > SimDuration::ZERO {
-                    return Ok(context.wake_after(early, FlowEvent::MessageDue { run, lane, from, to })?);
+                    let held = self.runs.hold(run, lane, from, to);
+                    return Ok(context.wake_after(early, FlowEvent::MessageDue { held })?);
                 }
                 self.runs.message_done(&mut self.flows, context, run, lane, from)?;
                 self.runs.message_done(&mut self.flows, context, run, lane, to)
@@ -431,7 +432,8 @@ impl Network for FlowNetwork<'_> {
             }
             FlowEvent::Refill => self.flows.refill_pending(context, &mut self.coupled),
             FlowEvent::Capacity => self.windows.change_due(&mut self.flows, context, &mut self.coupled),
-            FlowEvent::MessageDue { run, lane, from, to } => {
+            FlowEvent::MessageDue { held } => {
+                let (run, lane, from, to) = self.runs.release(held);
                 self.runs.message_done(&mut self.flows, context, run, lane, from)?;
                 self.runs.message_done(&mut self.flows, context, run, lane, to)
             }
