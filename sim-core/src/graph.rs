@@ -624,6 +624,13 @@ impl GraphBuilder {
         self.deps.reserve(deps);
     }
 
+    /// Stores each op as it comes, without looking for an equal one first: for graphs whose
+    /// ops are all distinct by construction (a traffic matrix's flows). Only storage and the
+    /// time to build change; call it before the first op (later it does nothing).
+    pub fn distinct_ops(&mut self) {
+        self.ops.start_plain();
+    }
+
     /// Makes room for `additional` more labels (a lowering interns a few per layer).
     pub fn reserve_labels(&mut self, additional: usize) {
         self.labels.reserve(additional);

@@ -70,6 +70,16 @@ impl Ops {
         OpsIter { ops: self, front: 0, back: self.len() }
     }
 
+    /// Stores the ops one per op from the start: for a caller whose ops are all distinct by
+    /// construction (every flow of a traffic matrix), which would otherwise look each up for
+    /// nothing until the first check. Changes no op.
+    pub(crate) fn start_plain(&mut self) {
+        if !self.plain && self.index.is_empty() {
+            self.plain = true;
+            self.lookup = FastMap::default();
+        }
+    }
+
     /// Makes room for `additional` more ops.
     pub(crate) fn reserve(&mut self, additional: usize) {
         if self.plain {
@@ -315,6 +325,24 @@ mod tests {
         assert!(
             ops.iter().copied().eq((0..count).flat_map(|us| [us; 3]).chain([0, 0]).map(|us| compute(0, us)))
         );
+    }
+
+    #[test]
+    fn ops_started_plain_store_every_op_and_equal_the_interned_ones() {
+        let sequence = [compute(0, 1), compute(1, 1), compute(0, 1), member(0)];
+        let mut interned = Ops::default();
+        let mut plain = Ops::default();
+        plain.start_plain();
+        for op in sequence {
+            interned.push(op);
+            plain.push(op);
+        }
+        assert!(plain.plain && plain.lookup.is_empty());
+        assert_eq!((interned.distinct_count(), plain.distinct_count()), (3, 4));
+        assert_eq!(plain, interned);
+        // Too late once an op is in: the interned ops stay as they are.
+        interned.start_plain();
+        assert!(!interned.plain);
     }
 
     #[test]
