@@ -586,8 +586,12 @@ impl Schedule {
                 }
             }
             Pattern::Ring => {
-                out.push(send((position + 1) % p, 1));
-                out.push(receive((position + p - 1) % p, 1));
+                // The neighbours without a division (position < p): this runs once per member
+                // per step, millions of times in a large ring.
+                let next = if position + 1 == p { 0 } else { position + 1 };
+                let previous = if position == 0 { p - 1 } else { position - 1 };
+                out.push(send(next, 1));
+                out.push(receive(previous, 1));
             }
             Pattern::Pairwise => {
                 let k = step + 1;

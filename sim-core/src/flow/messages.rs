@@ -49,6 +49,9 @@ struct CollectiveRun {
     pending: Vec<u32>,
     /// Members (over all lanes) that have finished every step.
     finished_members: usize,
+    /// Members of each lane (every lane is a permutation of the same group), kept here so
+    /// that a message's end finds its member's counters without reading the schedule.
+    per_lane: usize,
 }
 
 const NOT_ENTERED: u32 = u32::MAX;
@@ -68,12 +71,14 @@ impl Runs {
         if schedule.steps() == 0 {
             return Ok(context.complete_after(delay, token)?);
         }
+        let per_lane = schedule.lanes().first().map_or(0, Vec::len);
         let run = CollectiveRun {
             schedule,
             token,
             step: vec![NOT_ENTERED; members],
             pending: vec![0; members],
             finished_members: 0,
+            per_lane,
         };
         let id = match self.free.pop() {
             Some(id) => {
@@ -97,7 +102,7 @@ impl Runs {
         run: u32,
     ) -> Result<(), NetworkError> {
         let lanes = self.run(run).schedule.lanes().len();
-        let per_lane = self.run(run).schedule.lanes()[0].len();
+        let per_lane = self.run(run).per_lane;
         for lane in 0..lanes {
             for position in 0..per_lane {
                 self.enter_step(flows, context, run, lane as u32, position as u32, 0)?;
@@ -135,8 +140,8 @@ impl Runs {
         let state = slots[run as usize]
             .as_mut()
             .expect("a message's collective is running until its last member finishes");
+        let members = state.per_lane;
         loop {
-            let members = state.schedule.lanes()[lane as usize].len();
             let index = lane as usize * members + position as usize;
             if step == state.schedule.steps() {
                 state.step[index] = step;
@@ -219,8 +224,7 @@ impl Runs {
         position: u32,
     ) -> Result<(), NetworkError> {
         let state = self.run_mut(run);
-        let members = state.schedule.lanes()[lane as usize].len();
-        let index = lane as usize * members + position as usize;
+        let index = lane as usize * state.per_lane + position as usize;
         state.pending[index] -= 1;
         if state.pending[index] == 0 {
             let next = state.step[index] + 1;
