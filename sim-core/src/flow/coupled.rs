@@ -697,7 +697,7 @@ impl Couplings {
         seeds.clear();
         flows.leave_group(now, state.flow, state.bytes, &mut seeds);
         self.free.push((coupling, state.generation));
-        let shared = seeds.iter().any(|&link| flows.solver.is_busy(link));
+        let shared = seeds.iter().any(|&seed| flows.solver.is_busy_seed(seed));
         let refilled = if shared { flows.request_refill(context, &seeds, self) } else { Ok(()) };
         self.scratch_seeds = seeds;
         refilled?;

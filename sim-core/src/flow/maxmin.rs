@@ -33,7 +33,10 @@
 //! - a group flow's `Solo::shared` counts the links of its spread that carry another flow too
 //!   (plain or group), and its `Solo::rate` is the rate it takes alone on its spread at the
 //!   capacities now: a group flow with no shared link is alone, and its re-fill costs no visit
-//!   of its links (see [`MaxMin::collect`]).
+//!   of its links (see [`MaxMin::collect`]);
+//! - a link's `modified` stamp grows with every join, leave and capacity change there, so a
+//!   [`Summary`] of a group flow's join or leave holds exactly while its links' stamps are
+//!   not later than its own.
 
 use std::collections::BinaryHeap;
 
@@ -536,6 +539,41 @@ fn group_seed(seed: u32) -> Option<usize> {
     (seed & GROUP_SEED != 0).then_some((seed & !GROUP_SEED) as usize)
 }
 
+/// A seed of [`MaxMin::collect`] that stands for the links a group flow left (see
+/// [`MaxMin::leave_group`]): the index of its [`Summary`] with this bit set.
+const LEAVE_SEED: u32 = 1 << 30;
+
+/// The summary a seed stands for, if it is a [`LEAVE_SEED`].
+#[inline(always)]
+fn leave_seed(seed: u32) -> Option<usize> {
+    (seed & (GROUP_SEED | LEAVE_SEED) == LEAVE_SEED).then_some((seed & !LEAVE_SEED) as usize)
+}
+
+/// What a group flow's links held when it joined or left them, for [`MaxMin::collect`] to
+/// use instead of visiting them while they are as they were (no flow joined or left them
+/// since, no capacity changed: see [`MaxMin::stamp`]). If every other flow on them is kept
+/// at its rate (all slower than the re-fill's threshold), their visit would collect nothing
+/// but the group flow that joined, alone among the collected there: it freezes at the
+/// largest-key share of what the kept flows leave of its links.
+#[derive(Debug, Clone, Copy, Default)]
+struct Summary {
+    /// The stamp of the join or leave: the summary holds while its links' are no later.
+    stamp: u64,
+    /// The fastest rate of the other flows on its links (infinite if one has no rate yet,
+    /// which is never kept); negative infinity if there is none.
+    fastest: f64,
+    /// What its links give the threshold, as seeds: the least capacity over weight on them,
+    /// 0 if one is weighted (see [`MaxMin::collect`]).
+    threshold: f64,
+    /// A join: the rate the group flow takes if every other flow on its links is kept.
+    rate: f64,
+    /// Whether the summary held when [`MaxMin::collect`] looked (its first pass).
+    holds: bool,
+    /// A leave: its links, in `summary_links`.
+    start: u32,
+    end: u32,
+}
+
 /// The summed weight of the flows on a link, from its `plain` flows (each weighs 1) and its
 /// `groups` (each its weight there).
 #[inline]
@@ -620,6 +658,17 @@ pub(super) struct MaxMin<T> {
     /// Per flow: [`MaxMin::epoch`] of the last collection that found it on a link with
     /// another collected flow (it is not alone among them).
     paired: Vec<u64>,
+    /// Per link, the stamp of the last join, leave or capacity change there (empty until the
+    /// first group flow joins: only [`Summary`]s read them).
+    modified: Vec<u64>,
+    /// The stamp of the last join, leave or capacity change.
+    stamp: u64,
+    /// Each group flow's [`Summary`] of its join, by flow id (as long as `spreads`).
+    joined: Vec<Summary>,
+    /// The [`Summary`]s of the group flows that left since the last collection, and their
+    /// links.
+    summaries: Vec<Summary>,
+    summary_links: Vec<LinkId>,
 }
 
 impl<T: Copy> MaxMin<T> {
@@ -657,6 +706,11 @@ impl<T: Copy> MaxMin<T> {
             filling_every_flow: false,
             settled: 0,
             paired: Vec::new(),
+            modified: Vec::new(),
+            stamp: 0,
+            joined: Vec::new(),
+            summaries: Vec::new(),
+            summary_links: Vec::new(),
         }
     }
 
@@ -694,6 +748,7 @@ impl<T: Copy> MaxMin<T> {
         }
         self.capacity[link.0 as usize] = capacity;
         self.threshold = 0.0;
+        self.touch(&[link]);
         // The rates alone of the group flows on it are found again when next asked for.
         if let Some(groups) = self.groups_on_link.get(link.0 as usize) {
             for &(flow, _) in groups {
@@ -714,6 +769,50 @@ impl<T: Copy> MaxMin<T> {
         let l = link.0 as usize;
         !self.on_link.is_empty(l)
             || (self.group_entries > 0 && !groups_of(&self.groups_on_link, l).is_empty())
+    }
+
+    /// Whether a seed (a link, or one that stands for several: see [`MaxMin::collect`]) has a
+    /// flow on a link of it, as of when it was made: a group flow's join is on its links,
+    /// and a leave's summary is made only where a flow stays on one of them.
+    pub(super) fn is_busy_seed(&self, seed: LinkId) -> bool {
+        group_seed(seed.0).is_some() || leave_seed(seed.0).is_some() || self.is_busy(seed)
+    }
+
+    /// A capacity changed on `links`: a new stamp for them (see [`Summary`]).
+    fn touch(&mut self, links: &[LinkId]) {
+        if self.modified.is_empty() {
+            return;
+        }
+        self.stamp += 1;
+        for link in links {
+            self.modified[link.0 as usize] = self.stamp;
+        }
+    }
+
+    /// In one pass over link `l`'s lists: what its flows other than flow `except` leave of
+    /// its capacity, subtracted in the order a collection's scan subtracts kept flows (plain
+    /// flows, then group flows, each in list order); the fastest of their rates (infinite for
+    /// one with no rate yet, which is never kept); and the link's weight, as
+    /// [`MaxMin::link_weight`] sums it (a sum of positive weights is the same from 0 or -0).
+    fn kept_on(&self, l: usize, except: u32) -> (f64, f64, f64) {
+        let (mut left, mut fastest, mut weight) = (self.capacity[l], f64::NEG_INFINITY, 0.0);
+        let speed =
+            |flow: &Flow<T>| if flow.rate == 0.0 && !flow.stalled { f64::INFINITY } else { flow.rate };
+        let plain = self.on_link.get(l);
+        for &f in plain {
+            let flow = &self.flows[f as usize];
+            left -= flow.rate;
+            fastest = fastest.max(speed(flow));
+        }
+        for &(f, claim) in groups_of(&self.groups_on_link, l) {
+            weight += claim;
+            if f != except {
+                let flow = &self.flows[f as usize];
+                left -= flow.rate * claim;
+                fastest = fastest.max(speed(flow));
+            }
+        }
+        (left, fastest, f64::from(plain.len() as u32) + weight)
     }
 
     /// What each flow on `link` carries over it now, in bytes per second: a plain flow's rate,
@@ -804,11 +903,13 @@ impl<T: Copy> MaxMin<T> {
             self.spreads.resize_with(slot + 1, Vec::new);
             self.edges.resize(slot + 1, 0);
             self.solo.resize(slot + 1, Solo::default());
+            self.joined.resize(slot + 1, Summary::default());
         }
         self.spreads[slot].clear();
         self.spreads[slot].extend_from_slice(spread);
         self.edges[slot] = edges;
         self.solo[slot] = Solo::default();
+        self.joined[slot] = Summary::default();
         id
     }
 
@@ -843,8 +944,14 @@ impl<T: Copy> MaxMin<T> {
         if flow.remaining <= 0.0 || flow.route.is_empty() {
             return Joined::Empty;
         }
+        if !self.modified.is_empty() {
+            self.stamp += 1;
+        }
         let route = &self.flows[id as usize].route;
         for (k, &link) in route.iter().enumerate() {
+            if let Some(modified) = self.modified.get_mut(link.0 as usize) {
+                *modified = self.stamp;
+            }
             if self.group_entries > 0 {
                 arrive(&self.on_link, &self.groups_on_link, &mut self.solo, link.0 as usize);
             }
@@ -878,11 +985,14 @@ impl<T: Copy> MaxMin<T> {
             let links = self.capacity.len();
             self.groups_on_link = std::iter::repeat_with(Vec::new).take(links).collect();
             self.weighted_on_link = vec![0; links];
+            self.modified = vec![0; links];
         }
+        self.stamp += 1;
         let mut shared = 0;
         let spread = &self.spreads[id as usize];
         for entry in spread {
             let l = entry.link.0 as usize;
+            self.modified[l] = self.stamp;
             if !self.on_link.is_empty(l) || !self.groups_on_link[l].is_empty() {
                 shared += 1;
             }
@@ -898,6 +1008,27 @@ impl<T: Copy> MaxMin<T> {
         }
         self.solo[id as usize] = Solo { shared, alone: None };
         if !self.filling_every_flow && !spread.is_empty() {
+            if shared > 0 {
+                // What the other flows on its links leave it if they are all kept.
+                let (mut best, mut rate, mut fastest) = (None, f64::INFINITY, f64::NEG_INFINITY);
+                let (mut threshold, mut weighted) = (f64::INFINITY, false);
+                for entry in spread {
+                    let l = entry.link.0 as usize;
+                    let (left, faster, link_weight) = self.kept_on(l, id);
+                    fastest = fastest.max(faster);
+                    // As a collection's scan and a partial filling find it.
+                    let share = left.max(0.0) / f64::max(0.0 + entry.weight, MIN_WEIGHT);
+                    let key = Some(order_key(share, entry.link.0));
+                    if key > best {
+                        (best, rate) = (key, share);
+                    }
+                    weighted |= self.weighted_on_link[l] != 0;
+                    threshold = threshold.min(self.capacity[l] / link_weight);
+                }
+                let threshold = if weighted { 0.0 } else { threshold };
+                self.joined[id as usize] =
+                    Summary { stamp: self.stamp, fastest, threshold, rate, holds: false, start: 0, end: 0 };
+            }
             seeds.push(LinkId(GROUP_SEED | id));
         }
         self.active_flows += self.edges[id as usize] as usize;
@@ -916,9 +1047,15 @@ impl<T: Copy> MaxMin<T> {
     /// may then rise: its component needs a re-fill).
     #[inline]
     pub(super) fn leave(&mut self, id: u32) -> bool {
+        if !self.modified.is_empty() {
+            self.stamp += 1;
+        }
         let route = &self.flows[id as usize].route;
         for (k, &link) in route.iter().enumerate() {
             let l = link.0 as usize;
+            if let Some(modified) = self.modified.get_mut(l) {
+                *modified = self.stamp;
+            }
             let position = self.slots[id as usize][k];
             debug_assert_eq!(
                 self.on_link.get(l).get(position as usize),
@@ -966,8 +1103,17 @@ impl<T: Copy> MaxMin<T> {
         let mut spread = std::mem::take(&mut self.spreads[id as usize]);
         let alone = self.solo.get(id as usize).is_some_and(|solo| solo.shared == 0);
         let seeded = self.filling_every_flow || !alone;
+        // Its links summed up as one seed (see `Summary`) instead of seeded one by one.
+        let summed = seeded && !self.filling_every_flow && !self.modified.is_empty();
+        let start = self.summary_links.len() as u32;
+        let (mut fastest, mut threshold, mut weighted, mut busy) =
+            (f64::NEG_INFINITY, f64::INFINITY, false, false);
+        self.stamp += 1;
         for entry in &spread {
             let l = entry.link.0 as usize;
+            if let Some(modified) = self.modified.get_mut(l) {
+                *modified = self.stamp;
+            }
             // No lists yet: no group flow ever joined, this one included.
             if let Some(list) = self.groups_on_link.get_mut(l) {
                 if let Some(position) = list.iter().position(|&(flow, _)| flow == id) {
@@ -981,9 +1127,31 @@ impl<T: Copy> MaxMin<T> {
                     self.weighted_on_link[l] -= 1;
                 }
             }
-            if seeded {
+            if summed {
+                // What a seed of this link would give the threshold, as `collect` does.
+                if self.is_busy(entry.link) {
+                    let (_, faster, link_weight) = self.kept_on(l, NO_GROUP);
+                    busy = true;
+                    fastest = fastest.max(faster);
+                    if self.weighted_on_link[l] != 0 {
+                        weighted = true;
+                    } else {
+                        threshold = threshold.min(self.capacity[l] / link_weight);
+                    }
+                }
+                self.summary_links.push(entry.link);
+            } else if seeded {
                 seeds.push(entry.link);
             }
+        }
+        if summed && busy {
+            let (end, threshold) = (self.summary_links.len() as u32, if weighted { 0.0 } else { threshold });
+            let stamp = self.stamp;
+            self.summaries.push(Summary { stamp, fastest, threshold, rate: 0.0, holds: false, start, end });
+            seeds.push(LinkId(LEAVE_SEED | (self.summaries.len() - 1) as u32));
+        } else if summed {
+            // Nothing on its links any more: nothing to re-fill there.
+            self.summary_links.truncate(start as usize);
         }
         if let Some(solo) = self.solo.get_mut(id as usize) {
             *solo = Solo::default();
@@ -1025,29 +1193,82 @@ impl<T: Copy> MaxMin<T> {
         self.component_flows.clear();
         self.settled = 0;
         let shortcuts = !self.filling_every_flow;
+        // The threshold, over every seed: what a link gives it, each link once (a link seeded
+        // twice gives it the same again).
         let mut threshold = std::mem::replace(&mut self.threshold, f64::INFINITY);
         for &seed in seeds {
-            match group_seed(seed.0) {
-                // A group flow that joined, alone on its links: it stays one entry of the
-                // queue (visited in its turn, see below), its links unvisited. What they
-                // would give the threshold, each its capacity over the group's weight there
-                // or 0 where weighted, is its rate alone or 0.
-                Some(group) if self.solo[group].shared == 0 => {
+            if let Some(group) = group_seed(seed.0) {
+                if self.solo[group].shared == 0 {
+                    // A group flow that joined, alone on its links: what they would give the
+                    // threshold, each its capacity over the group's weight there or 0 where
+                    // weighted, is its rate alone or 0.
                     let (rate, weighted) = self.solo[group].alone(&self.spreads[group], &self.capacity);
                     threshold = if weighted { 0.0 } else { threshold.min(rate) };
-                    self.component_links.push(seed.0);
-                }
-                // Not alone: its links, as seeds in its place.
-                Some(group) => {
-                    for index in 0..self.spreads[group].len() {
-                        let link = self.spreads[group][index].link;
-                        self.seed(link, &mut threshold);
+                } else if self.holds(self.joined[group], &self.spreads[group]) {
+                    self.joined[group].holds = true;
+                    threshold = threshold.min(self.joined[group].threshold);
+                } else {
+                    self.joined[group].holds = false;
+                    for entry in &self.spreads[group] {
+                        threshold = self.threshold_at(entry.link, threshold);
                     }
                 }
-                None => self.seed(seed, &mut threshold),
+            } else if let Some(index) = leave_seed(seed.0) {
+                let summary = self.summaries[index];
+                let links = &self.summary_links[summary.start as usize..summary.end as usize];
+                let holds = self.holds_on(summary, links.iter().copied());
+                self.summaries[index].holds = holds;
+                if holds {
+                    threshold = threshold.min(summary.threshold);
+                } else {
+                    for &link in links {
+                        threshold = self.threshold_at(link, threshold);
+                    }
+                }
+            } else {
+                threshold = self.threshold_at(seed, threshold);
             }
         }
         let threshold = if self.whole_components { 0.0 } else { threshold * (1.0 - 1e-9) };
+        // The queue, seeds first in their order. A group flow that joined alone, or whose
+        // summary holds with every other flow on its links kept, stays one entry (settled in
+        // its turn, see below), its links unvisited; a group flow's links that it left, when
+        // their summary holds and every flow on them is kept, are not visited (their visit
+        // would have found kept flows only: a partial collection). Otherwise their links, in
+        // their place.
+        let mut partial = false;
+        for &seed in seeds {
+            if let Some(group) = group_seed(seed.0) {
+                let summary = self.joined[group];
+                if self.solo[group].shared == 0 {
+                    self.new_rate[group] = self.solo[group].alone(&self.spreads[group], &self.capacity).0;
+                    self.component_links.push(seed.0);
+                } else if summary.holds && summary.fastest < threshold {
+                    self.new_rate[group] = summary.rate;
+                    partial = true;
+                    self.component_links.push(seed.0);
+                } else {
+                    for index in 0..self.spreads[group].len() {
+                        let link = self.spreads[group][index].link;
+                        self.seed(link);
+                    }
+                }
+            } else if let Some(index) = leave_seed(seed.0) {
+                let summary = self.summaries[index];
+                if summary.holds && summary.fastest < threshold {
+                    partial = true;
+                } else {
+                    for at in summary.start..summary.end {
+                        let link = self.summary_links[at as usize];
+                        self.seed(link);
+                    }
+                }
+            } else {
+                self.seed(seed);
+            }
+        }
+        self.summaries.clear();
+        self.summary_links.clear();
         // Breadth-first over links -> flows -> links (a group flow brings its whole spread),
         // on separate borrows of the lists and marks. Each link's flows are all classified
         // when the link is scanned (a flow not kept is collected then, if not before), so the
@@ -1086,7 +1307,6 @@ impl<T: Copy> MaxMin<T> {
             ..
         } = self;
         sorted.clear();
-        let mut partial = false;
         let mut next = 0;
         while next < component_links.len() {
             let entry = component_links[next];
@@ -1105,10 +1325,14 @@ impl<T: Copy> MaxMin<T> {
                 settled,
             };
             if let Some(group) = group_seed(entry) {
-                // An alone group flow's turn: where the first of its links would have been
-                // scanned (if no earlier link had it visited), so the component's order is
-                // the same.
-                marks.visit(group as u32, flows, spreads);
+                // A settled group flow's turn (its rate found above): where the first of its
+                // links would have been scanned, if no earlier link had it visited (then as
+                // that visit found it), so the component's order is the same.
+                if marks.flow_epoch[group] < epoch {
+                    marks.flow_epoch[group] = epoch + 1;
+                    marks.component_flows.push(group as u32);
+                    *marks.settled += 1;
+                }
                 continue;
             }
             let link = entry as usize;
@@ -1164,23 +1388,40 @@ impl<T: Copy> MaxMin<T> {
         (self.component_flows.len(), self.component_links.len())
     }
 
-    /// Seeds `link` into the component being collected (once), lowering `threshold` to the
-    /// share of what joined or left there (0 where a weighted group is: see
-    /// [`MaxMin::collect`]).
+    /// `threshold` lowered to the share of what joined or left `link` (0 where a weighted
+    /// group is: see [`MaxMin::collect`]).
     #[inline(always)]
-    fn seed(&mut self, link: LinkId, threshold: &mut f64) {
+    fn threshold_at(&self, link: LinkId, threshold: f64) -> f64 {
+        let l = link.0 as usize;
+        if self.weighted_on_link.get(l).is_some_and(|&weighted| weighted != 0) {
+            // A weighted group's claim is not a count of flows: the whole component, as before
+            // thresholds.
+            0.0
+        } else if self.is_busy(link) {
+            threshold.min(self.capacity[l] / self.link_weight(l))
+        } else {
+            threshold
+        }
+    }
+
+    /// Queues `link` into the component being collected, once.
+    #[inline(always)]
+    fn seed(&mut self, link: LinkId) {
         let l = link.0 as usize;
         if self.link_fill[l].epoch != self.epoch {
             self.link_fill[l].epoch = self.epoch;
             self.component_links.push(link.0);
-            if self.weighted_on_link.get(l).is_some_and(|&weighted| weighted != 0) {
-                // A weighted group's claim is not a count of flows: the whole component,
-                // as before thresholds.
-                *threshold = 0.0;
-            } else if self.is_busy(link) {
-                *threshold = threshold.min(self.capacity[l] / self.link_weight(l));
-            }
         }
+    }
+
+    /// Whether `summary` of a group flow's join over `spread` still holds.
+    fn holds(&self, summary: Summary, spread: &[SpreadLink]) -> bool {
+        summary.stamp != 0 && self.holds_on(summary, spread.iter().map(|entry| entry.link))
+    }
+
+    /// Whether `summary` still holds over `links`: none changed since.
+    fn holds_on(&self, summary: Summary, mut links: impl Iterator<Item = LinkId>) -> bool {
+        links.all(|link| self.modified[link.0 as usize] <= summary.stamp)
     }
 
     /// The max-min fair rates of the component collected last (not applied yet: see
