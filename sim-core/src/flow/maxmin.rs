@@ -31,9 +31,9 @@
 //! - the filling visits the component only: its work is one visit per flow and per link of
 //!   the component (what [`MaxMin::collect`] returns), whatever the size of the network;
 //! - a group flow's `Solo::shared` counts the links of its spread that carry another flow too
-//!   (plain or group), and its `Solo::rate` is the rate it takes alone on its spread at the
-//!   capacities now: a group flow with no shared link is alone, and its re-fill costs no visit
-//!   of its links (see [`MaxMin::collect`]);
+//!   (plain or group), and its `Solo::alone`, once found, is the rate it takes alone on its
+//!   spread at the capacities now (forgotten when one changes): a group flow with no shared
+//!   link is alone, and its re-fill costs no visit of its links (see [`MaxMin::collect`]);
 //! - a link's `modified` stamp grows with every join, leave and capacity change there, so a
 //!   [`Summary`] of a group flow's join or leave holds exactly while its links' stamps are
 //!   not later than its own.
