@@ -565,7 +565,9 @@ struct Summary {
     /// What its links give the threshold, as seeds: the least capacity over weight on them,
     /// 0 if one is weighted (see [`MaxMin::collect`]).
     threshold: f64,
-    /// A join: the rate the group flow takes if every other flow on its links is kept.
+    /// A join: the rate the group flow takes if every other flow on its links is kept (NaN
+    /// where the summary can never be used: its fastest other flow is not below the
+    /// threshold its own links give).
     rate: f64,
     /// Whether the summary held when [`MaxMin::collect`] looked (its first pass).
     holds: bool,
@@ -669,6 +671,8 @@ pub(super) struct MaxMin<T> {
     /// links.
     summaries: Vec<Summary>,
     summary_links: Vec<LinkId>,
+    /// Scratch of [`MaxMin::join_group`]: what the other flows leave of each link joined.
+    lefts: Vec<f64>,
 }
 
 impl<T: Copy> MaxMin<T> {
@@ -711,6 +715,7 @@ impl<T: Copy> MaxMin<T> {
             joined: Vec::new(),
             summaries: Vec::new(),
             summary_links: Vec::new(),
+            lefts: Vec::new(),
         }
     }
 
@@ -1009,25 +1014,40 @@ impl<T: Copy> MaxMin<T> {
         self.solo[id as usize] = Solo { shared, alone: None };
         if !self.filling_every_flow && !spread.is_empty() {
             if shared > 0 {
-                // What the other flows on its links leave it if they are all kept.
-                let (mut best, mut rate, mut fastest) = (None, f64::INFINITY, f64::NEG_INFINITY);
-                let (mut threshold, mut weighted) = (f64::INFINITY, false);
+                // The other flows on its links: the fastest, what they leave of each, and the
+                // threshold the links give.
+                let (mut fastest, mut threshold, mut weighted) = (f64::NEG_INFINITY, f64::INFINITY, false);
+                let mut lefts = std::mem::take(&mut self.lefts);
+                lefts.clear();
                 for entry in spread {
                     let l = entry.link.0 as usize;
                     let (left, faster, link_weight) = self.kept_on(l, id);
+                    lefts.push(left);
                     fastest = fastest.max(faster);
-                    // As a collection's scan and a partial filling find it.
-                    let share = left.max(0.0) / f64::max(0.0 + entry.weight, MIN_WEIGHT);
-                    let key = Some(order_key(share, entry.link.0));
-                    if key > best {
-                        (best, rate) = (key, share);
-                    }
                     weighted |= self.weighted_on_link[l] != 0;
                     threshold = threshold.min(self.capacity[l] / link_weight);
                 }
                 let threshold = if weighted { 0.0 } else { threshold };
+                // The re-fill's threshold is at most the links' own: a summary whose fastest
+                // other flow is not below it is never used, and needs no rate.
+                let mut rate = f64::NAN;
+                if fastest < threshold * (1.0 - 1e-9) {
+                    // As a collection's scan and a partial filling find it: the largest-key
+                    // share of what the kept flows leave (its own weight summed from 0, no
+                    // less than `MIN_WEIGHT`).
+                    let mut best = None;
+                    for (entry, &left) in spread.iter().zip(&lefts) {
+                        let share = left.max(0.0) / f64::max(0.0 + entry.weight, MIN_WEIGHT);
+                        let key = Some(order_key(share, entry.link.0));
+                        if key > best {
+                            (best, rate) = (key, share);
+                        }
+                    }
+                }
+                self.lefts = lefts;
+                let stamp = self.stamp;
                 self.joined[id as usize] =
-                    Summary { stamp: self.stamp, fastest, threshold, rate, holds: false, start: 0, end: 0 };
+                    Summary { stamp, fastest, threshold, rate, holds: false, start: 0, end: 0 };
             }
             seeds.push(LinkId(GROUP_SEED | id));
         }
@@ -1147,7 +1167,15 @@ impl<T: Copy> MaxMin<T> {
         if summed && busy {
             let (end, threshold) = (self.summary_links.len() as u32, if weighted { 0.0 } else { threshold });
             let stamp = self.stamp;
-            self.summaries.push(Summary { stamp, fastest, threshold, rate: 0.0, holds: false, start, end });
+            self.summaries.push(Summary {
+                stamp,
+                fastest,
+                threshold,
+                rate: f64::NAN,
+                holds: false,
+                start,
+                end,
+            });
             seeds.push(LinkId(LEAVE_SEED | (self.summaries.len() - 1) as u32));
         } else if summed {
             // Nothing on its links any more: nothing to re-fill there.
