@@ -6,33 +6,44 @@
 //! wrappers give the lookups (`get`, `insert`, `entry`, `remove`, ...) and leave out every way
 //! to iterate, so the order cannot reach a result by construction. Anything that must be
 //! walked is a `BTreeMap` or a `Vec`.
+//!
+//! A map's hasher is std's SipHash unless it says otherwise: [`FastLookupMap`] takes the
+//! crate's multiply-rotate hash ([`crate::fast_hash`]) for keys the simulator makes itself
+//! and looks up per event.
 
 #![allow(clippy::disallowed_types)] // the one place the std types are used, wrapped
 
 use std::borrow::Borrow;
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
-use std::hash::Hash;
+use std::hash::{BuildHasher, BuildHasherDefault, Hash, RandomState};
+
+use crate::fast_hash::FastHasher;
 
 /// A `HashMap` without iteration: see the module documentation.
 #[derive(Debug, Clone)]
-pub struct LookupMap<K, V>(HashMap<K, V>);
+pub struct LookupMap<K, V, S = RandomState>(HashMap<K, V, S>);
 
-impl<K, V> Default for LookupMap<K, V> {
+/// A [`LookupMap`] with the crate's fast hasher ([`crate::fast_hash`]).
+pub(crate) type FastLookupMap<K, V> = LookupMap<K, V, BuildHasherDefault<FastHasher>>;
+
+impl<K, V, S: Default> Default for LookupMap<K, V, S> {
     fn default() -> Self {
-        LookupMap(HashMap::new())
+        LookupMap(HashMap::with_hasher(S::default()))
     }
 }
 
 impl<K: Hash + Eq, V> LookupMap<K, V> {
-    /// An empty map.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
     /// An empty map with room for `capacity` entries.
     pub fn with_capacity(capacity: usize) -> Self {
         LookupMap(HashMap::with_capacity(capacity))
+    }
+}
+
+impl<K: Hash + Eq, V, S: BuildHasher + Default> LookupMap<K, V, S> {
+    /// An empty map.
+    pub fn new() -> Self {
+        Self::default()
     }
 
     /// Makes room for at least `additional` more entries.
@@ -98,7 +109,9 @@ impl<K: Hash + Eq, V> LookupMap<K, V> {
     }
 }
 
-impl<K: Hash + Eq + Borrow<Q>, Q: Hash + Eq + ?Sized, V> std::ops::Index<&Q> for LookupMap<K, V> {
+impl<K: Hash + Eq + Borrow<Q>, Q: Hash + Eq + ?Sized, V, S: BuildHasher> std::ops::Index<&Q>
+    for LookupMap<K, V, S>
+{
     type Output = V;
 
     /// The value of `key`; panics if there is none, as `HashMap`'s index does.
@@ -107,7 +120,7 @@ impl<K: Hash + Eq + Borrow<Q>, Q: Hash + Eq + ?Sized, V> std::ops::Index<&Q> for
     }
 }
 
-impl<K: Hash + Eq, V> FromIterator<(K, V)> for LookupMap<K, V> {
+impl<K: Hash + Eq, V, S: BuildHasher + Default> FromIterator<(K, V)> for LookupMap<K, V, S> {
     fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
         LookupMap(iter.into_iter().collect())
     }

@@ -18,7 +18,7 @@
 //! stale one is skipped; uncontended, a topped-up collective takes exactly its analytical
 //! time; a coupling's slot is reused once it has completed.
 
-use crate::lookup::LookupMap;
+use crate::lookup::FastLookupMap;
 use std::collections::BTreeMap;
 
 use topology::{LinkId, Route};
@@ -46,7 +46,7 @@ pub(super) struct Couplings {
     ring_edges: FastMap<Vec<RankId>, RingEdges>,
     /// The analytical data time of the collectives already seen that run as coupled flows
     /// topped up to it (see `start_topped_up`).
-    references: LookupMap<Collective, SimDuration>,
+    references: FastLookupMap<Collective, SimDuration>,
     /// Scratch for a list of links: those a coupled collective enters, leaves or crosses.
     scratch_seeds: Vec<LinkId>,
     /// Scratch, zero between uses: per link, where its entry is in the spread being built,
@@ -58,7 +58,7 @@ pub(super) struct Couplings {
     /// all-to-all, every bucket's ring) skips building its schedule and, where it can, its
     /// group flow (see [`Couplings::start_known`]). Pipelines draw their jitter per start
     /// and are not kept when links draw jitter.
-    forms: LookupMap<(Collective, RankId), SteadyForm>,
+    forms: FastLookupMap<(Collective, RankId), SteadyForm>,
 }
 
 /// A collective to start in its steady-state form: who waits for it, what it is, over which
@@ -118,10 +118,10 @@ impl Couplings {
             slots: Vec::new(),
             free: Vec::new(),
             ring_edges: FastMap::default(),
-            references: LookupMap::new(),
+            references: FastLookupMap::new(),
             scratch_seeds: Vec::new(),
             spread_index: vec![0; links],
-            forms: LookupMap::new(),
+            forms: FastLookupMap::new(),
         }
     }
 }
@@ -697,7 +697,7 @@ impl Couplings {
         seeds.clear();
         flows.leave_group(now, state.flow, state.bytes, &mut seeds);
         self.free.push((coupling, state.generation));
-        let shared = seeds.iter().any(|&link| flows.solver.is_busy(link));
+        let shared = seeds.iter().any(|&seed| flows.solver.is_busy_seed(seed));
         let refilled = if shared { flows.request_refill(context, &seeds, self) } else { Ok(()) };
         self.scratch_seeds = seeds;
         refilled?;

@@ -29,7 +29,14 @@
 //! - a flow's `generation` changes whenever its rate does and whenever its slot is reused, so
 //!   a completion computed at an older rate (or for the slot's previous flow) never matches;
 //! - the filling visits the component only: its work is one visit per flow and per link of
-//!   the component (what [`MaxMin::collect`] returns), whatever the size of the network.
+//!   the component (what [`MaxMin::collect`] returns), whatever the size of the network;
+//! - a group flow's `Solo::shared` counts the links of its spread that carry another flow too
+//!   (plain or group), and its `Solo::alone`, once found, is the rate it takes alone on its
+//!   spread at the capacities now (forgotten when one changes): a group flow with no shared
+//!   link is alone, and its re-fill costs no visit of its links (see [`MaxMin::collect`]);
+//! - a link's `modified` stamp grows with every join, leave and capacity change there, so a
+//!   [`Summary`] of a group flow's join or leave holds exactly while its links' stamps are
+//!   not later than its own.
 
 use std::collections::BinaryHeap;
 
@@ -356,10 +363,18 @@ fn next_link(sorted: &mut Vec<u128>, heap: &mut BinaryHeap<u128>) -> Option<u128
 struct Marks<'a> {
     epoch: u64,
     threshold: f64,
+    /// Settle alone group flows at their rate alone instead of queueing their links (see
+    /// [`MaxMin::collect`]).
+    shortcuts: bool,
     flow_epoch: &'a mut [u64],
     link_fill: &'a mut [LinkFill],
     component_flows: &'a mut Vec<u32>,
     component_links: &'a mut Vec<u32>,
+    solo: &'a mut [Solo],
+    capacity: &'a [f64],
+    new_rate: &'a mut [f64],
+    /// Alone group flows collected, their rates already found.
+    settled: &'a mut usize,
 }
 
 impl Marks<'_> {
@@ -367,19 +382,31 @@ impl Marks<'_> {
     /// which it then returns: frozen below the threshold (a flow that just joined has no rate
     /// yet and is always re-filled; one stalled at 0 on a link that is down froze at level 0,
     /// and is kept unless a capacity changed: threshold 0). A flow collected before counts as
-    /// collected.
+    /// collected. A group flow alone on its links is collected frozen at its rate alone
+    /// (marked `epoch + 1`), its links not queued: they carry nothing else.
     #[inline(always)]
     fn visit<T>(&mut self, flow: u32, flows: &[Flow<T>], spreads: &[Vec<SpreadLink>]) -> Option<f64> {
         let f = flow as usize;
-        if self.flow_epoch[f] == self.epoch {
+        // Collected (`epoch`) or settled (`epoch + 1`) in this collection already.
+        if self.flow_epoch[f] >= self.epoch {
             return None;
         }
         let candidate = &flows[f];
         if candidate.rate < self.threshold && (candidate.rate != 0.0 || candidate.stalled) {
             return Some(candidate.rate);
         }
-        self.flow_epoch[f] = self.epoch;
         self.component_flows.push(flow);
+        if self.shortcuts
+            && candidate.group != NO_GROUP
+            && let Some(solo) = self.solo.get_mut(f)
+            && solo.shared == 0
+        {
+            self.flow_epoch[f] = self.epoch + 1;
+            self.new_rate[f] = solo.alone(&spreads[f], self.capacity).0;
+            *self.settled += 1;
+            return None;
+        }
+        self.flow_epoch[f] = self.epoch;
         // Its route, then its spread (none for a plain flow, and none at all before the first
         // group flow).
         for &other in candidate.route.iter() {
@@ -417,6 +444,8 @@ struct LinkFill {
     epoch: u64,
     /// How many of its flows are not yet frozen.
     unfrozen: u32,
+    /// The first flow [`MaxMin::collect`] counted on it: its only one when it counted one.
+    first: u32,
 }
 
 impl LinkFill {
@@ -435,6 +464,116 @@ impl LinkFill {
 #[inline(always)]
 fn groups_of(groups_on_link: &[Vec<(u32, f64)>], l: usize) -> &[(u32, f64)] {
     groups_on_link.get(l).map_or(&[], Vec::as_slice)
+}
+
+/// What a group flow's re-fill needs to know of its links without visiting them (see
+/// [`MaxMin::collect`]).
+#[derive(Debug, Clone, Copy, Default)]
+struct Solo {
+    /// The links of its spread that carry another flow too (plain or group): 0 when it is
+    /// alone on every one.
+    shared: u32,
+    /// Once asked for (see [`Solo::alone`]) and until a capacity of its spread changes: the
+    /// rate it takes alone, and whether a link of its spread is weighted.
+    alone: Option<(f64, bool)>,
+}
+
+impl Solo {
+    /// The rate the group flow of `spread` takes alone at `capacity` (see [`alone_rate`]),
+    /// and whether a link of it is weighted: found once, then kept.
+    #[inline]
+    fn alone(&mut self, spread: &[SpreadLink], capacity: &[f64]) -> (f64, bool) {
+        *self.alone.get_or_insert_with(|| alone_rate(spread, capacity))
+    }
+}
+
+/// The rate group flow `spread` takes alone at `capacity`, and whether a link of it is
+/// weighted: the fair share (capacity over its weight) of the link of its spread a filling
+/// would pop first (the largest [`order_key`]), the share at which it would freeze there.
+/// Alone, each link's share is its capacity over the group's weight there, as a filling
+/// computes it (the weight summed over one group is that weight), and the first link popped
+/// is the one of the largest key: the group freezes at its share.
+fn alone_rate(spread: &[SpreadLink], capacity: &[f64]) -> (f64, bool) {
+    let (mut best, mut rate, mut weighted) = (None, f64::INFINITY, false);
+    for entry in spread {
+        let share = capacity[entry.link.0 as usize] / entry.weight;
+        let key = Some(order_key(share, entry.link.0));
+        if key > best {
+            (best, rate) = (key, share);
+        }
+        weighted |= entry.weighted;
+    }
+    (rate, weighted)
+}
+
+/// A flow arrives on link `l` (not listed there yet): a group flow alone there so far now
+/// shares it (see [`Solo::shared`]).
+#[inline]
+fn arrive(on_link: &LinkLists, groups_on_link: &[Vec<(u32, f64)>], solo: &mut [Solo], l: usize) {
+    if let [(group, _)] = groups_of(groups_on_link, l)
+        && on_link.is_empty(l)
+    {
+        solo[*group as usize].shared += 1;
+    }
+}
+
+/// A flow has left link `l` (listed there no more): a group flow alone there now no longer
+/// shares it.
+#[inline]
+fn depart(on_link: &LinkLists, groups_on_link: &[Vec<(u32, f64)>], solo: &mut [Solo], l: usize) {
+    if let [(group, _)] = groups_of(groups_on_link, l)
+        && on_link.is_empty(l)
+    {
+        solo[*group as usize].shared -= 1;
+    }
+}
+
+/// A seed of [`MaxMin::collect`] that stands for a group flow's whole spread (see
+/// [`MaxMin::join_group`]): the flow id with this bit set, where a link id would be (link ids
+/// stay below it: [`LinkLists`] refuses 2^30 links).
+const GROUP_SEED: u32 = 1 << 31;
+
+/// The group flow a seed stands for, if it is a [`GROUP_SEED`].
+#[inline(always)]
+fn group_seed(seed: u32) -> Option<usize> {
+    (seed & GROUP_SEED != 0).then_some((seed & !GROUP_SEED) as usize)
+}
+
+/// A seed of [`MaxMin::collect`] that stands for the links a group flow left (see
+/// [`MaxMin::leave_group`]): the index of its [`Summary`] with this bit set.
+const LEAVE_SEED: u32 = 1 << 30;
+
+/// The summary a seed stands for, if it is a [`LEAVE_SEED`].
+#[inline(always)]
+fn leave_seed(seed: u32) -> Option<usize> {
+    (seed & (GROUP_SEED | LEAVE_SEED) == LEAVE_SEED).then_some((seed & !LEAVE_SEED) as usize)
+}
+
+/// What a group flow's links held when it joined or left them, for [`MaxMin::collect`] to
+/// use instead of visiting them while they are as they were (no flow joined or left them
+/// since, no capacity changed: see [`MaxMin::stamp`]). If every other flow on them is kept
+/// at its rate (all slower than the re-fill's threshold), their visit would collect nothing
+/// but the group flow that joined, alone among the collected there: it freezes at the
+/// largest-key share of what the kept flows leave of its links.
+#[derive(Debug, Clone, Copy, Default)]
+struct Summary {
+    /// The stamp of the join or leave: the summary holds while its links' are no later.
+    stamp: u64,
+    /// The fastest rate of the other flows on its links (infinite if one has no rate yet,
+    /// which is never kept); negative infinity if there is none.
+    fastest: f64,
+    /// What its links give the threshold, as seeds: the least capacity over weight on them,
+    /// 0 if one is weighted (see [`MaxMin::collect`]).
+    threshold: f64,
+    /// A join: the rate the group flow takes if every other flow on its links is kept (NaN
+    /// where the summary can never be used: its fastest other flow is not below the
+    /// threshold its own links give).
+    rate: f64,
+    /// Whether the summary held when [`MaxMin::collect`] looked (its first pass).
+    holds: bool,
+    /// A leave: its links, in `summary_links`.
+    start: u32,
+    end: u32,
 }
 
 /// The summed weight of the flows on a link, from its `plain` flows (each weighs 1) and its
@@ -480,6 +619,9 @@ pub(super) struct MaxMin<T> {
     /// [`SpreadLink::weighted`]): where this is 0, a link's weight is a count of edges. Empty
     /// until the first group flow joins, as `groups_on_link`.
     weighted_on_link: Vec<u32>,
+    /// Each group flow's sharing and rate alone, by flow id (see [`Solo`]; as long as
+    /// `spreads`).
+    solo: Vec<Solo>,
     // Scratch state of the max-min filling, reused across recomputations.
     epoch: u64,
     /// Each link's mark and filling state.
@@ -509,6 +651,28 @@ pub(super) struct MaxMin<T> {
     /// Re-fill whole components, never only the flows above a threshold (for tests that
     /// compare the two).
     pub(super) whole_components: bool,
+    /// Re-fill every collected flow by the progressive filling, without the shortcuts for
+    /// group flows alone on their links and for flows alone among the collected on theirs
+    /// (for tests that compare the two: the rates are the same, bit for bit).
+    pub(super) filling_every_flow: bool,
+    /// Alone group flows the last collection settled at their rate alone.
+    settled: usize,
+    /// Per flow: [`MaxMin::epoch`] of the last collection that found it on a link with
+    /// another collected flow (it is not alone among them).
+    paired: Vec<u64>,
+    /// Per link, the stamp of the last join, leave or capacity change there (empty until the
+    /// first group flow joins: only [`Summary`]s read them).
+    modified: Vec<u64>,
+    /// The stamp of the last join, leave or capacity change.
+    stamp: u64,
+    /// Each group flow's [`Summary`] of its join, by flow id (as long as `spreads`).
+    joined: Vec<Summary>,
+    /// The [`Summary`]s of the group flows that left since the last collection, and their
+    /// links.
+    summaries: Vec<Summary>,
+    summary_links: Vec<LinkId>,
+    /// Scratch of [`MaxMin::join_group`]: what the other flows leave of each link joined.
+    lefts: Vec<f64>,
 }
 
 impl<T: Copy> MaxMin<T> {
@@ -529,6 +693,7 @@ impl<T: Copy> MaxMin<T> {
             groups_on_link: Vec::new(),
             group_entries: 0,
             weighted_on_link: Vec::new(),
+            solo: Vec::new(),
             epoch: 0,
             link_fill: vec![LinkFill::default(); links],
             flow_epoch: Vec::new(),
@@ -542,6 +707,15 @@ impl<T: Copy> MaxMin<T> {
             threshold: f64::INFINITY,
             partial: false,
             whole_components: false,
+            filling_every_flow: false,
+            settled: 0,
+            paired: Vec::new(),
+            modified: Vec::new(),
+            stamp: 0,
+            joined: Vec::new(),
+            summaries: Vec::new(),
+            summary_links: Vec::new(),
+            lefts: Vec::new(),
         }
     }
 
@@ -552,6 +726,7 @@ impl<T: Copy> MaxMin<T> {
         self.slots.reserve(more);
         self.flow_epoch.reserve(more);
         self.new_rate.reserve(more);
+        self.paired.reserve(more);
     }
 
     /// The capacity of `link`, in bytes per second.
@@ -578,6 +753,13 @@ impl<T: Copy> MaxMin<T> {
         }
         self.capacity[link.0 as usize] = capacity;
         self.threshold = 0.0;
+        self.touch(&[link]);
+        // The rates alone of the group flows on it are found again when next asked for.
+        if let Some(groups) = self.groups_on_link.get(link.0 as usize) {
+            for &(flow, _) in groups {
+                self.solo[flow as usize].alone = None;
+            }
+        }
     }
 
     /// Flow `id` (allocated by [`MaxMin::add`]).
@@ -592,6 +774,50 @@ impl<T: Copy> MaxMin<T> {
         let l = link.0 as usize;
         !self.on_link.is_empty(l)
             || (self.group_entries > 0 && !groups_of(&self.groups_on_link, l).is_empty())
+    }
+
+    /// Whether a seed (a link, or one that stands for several: see [`MaxMin::collect`]) has a
+    /// flow on a link of it, as of when it was made: a group flow's join is on its links,
+    /// and a leave's summary is made only where a flow stays on one of them.
+    pub(super) fn is_busy_seed(&self, seed: LinkId) -> bool {
+        group_seed(seed.0).is_some() || leave_seed(seed.0).is_some() || self.is_busy(seed)
+    }
+
+    /// A capacity changed on `links`: a new stamp for them (see [`Summary`]).
+    fn touch(&mut self, links: &[LinkId]) {
+        if self.modified.is_empty() {
+            return;
+        }
+        self.stamp += 1;
+        for link in links {
+            self.modified[link.0 as usize] = self.stamp;
+        }
+    }
+
+    /// In one pass over link `l`'s lists: what its flows other than flow `except` leave of
+    /// its capacity, subtracted in the order a collection's scan subtracts kept flows (plain
+    /// flows, then group flows, each in list order); the fastest of their rates (infinite for
+    /// one with no rate yet, which is never kept); and the link's weight, as
+    /// [`MaxMin::link_weight`] sums it (a sum of positive weights is the same from 0 or -0).
+    fn kept_on(&self, l: usize, except: u32) -> (f64, f64, f64) {
+        let (mut left, mut fastest, mut weight) = (self.capacity[l], f64::NEG_INFINITY, 0.0);
+        let speed =
+            |flow: &Flow<T>| if flow.rate == 0.0 && !flow.stalled { f64::INFINITY } else { flow.rate };
+        let plain = self.on_link.get(l);
+        for &f in plain {
+            let flow = &self.flows[f as usize];
+            left -= flow.rate;
+            fastest = fastest.max(speed(flow));
+        }
+        for &(f, claim) in groups_of(&self.groups_on_link, l) {
+            weight += claim;
+            if f != except {
+                let flow = &self.flows[f as usize];
+                left -= flow.rate * claim;
+                fastest = fastest.max(speed(flow));
+            }
+        }
+        (left, fastest, f64::from(plain.len() as u32) + weight)
     }
 
     /// What each flow on `link` carries over it now, in bytes per second: a plain flow's rate,
@@ -681,10 +907,14 @@ impl<T: Copy> MaxMin<T> {
         if self.spreads.len() <= slot {
             self.spreads.resize_with(slot + 1, Vec::new);
             self.edges.resize(slot + 1, 0);
+            self.solo.resize(slot + 1, Solo::default());
+            self.joined.resize(slot + 1, Summary::default());
         }
         self.spreads[slot].clear();
         self.spreads[slot].extend_from_slice(spread);
         self.edges[slot] = edges;
+        self.solo[slot] = Solo::default();
+        self.joined[slot] = Summary::default();
         id
     }
 
@@ -705,6 +935,7 @@ impl<T: Copy> MaxMin<T> {
                 self.slots.push([0; Route::CAPACITY]);
                 self.flow_epoch.push(0);
                 self.new_rate.push(0.0);
+                self.paired.push(0);
                 (self.flows.len() - 1) as u32
             }
         }
@@ -718,6 +949,9 @@ impl<T: Copy> MaxMin<T> {
         if flow.remaining <= 0.0 || flow.route.is_empty() {
             return Joined::Empty;
         }
+        if !self.modified.is_empty() {
+            self.stamp += 1;
+        }
         let route = &self.flows[id as usize].route;
         // One pass: its place on each link, whether it is the first there, and its slowest
         // link's capacity (the rate it gets if it is alone on all of them).
@@ -725,6 +959,12 @@ impl<T: Copy> MaxMin<T> {
         let (mut first_everywhere, mut rate) = (true, f64::INFINITY);
         for (k, &link) in route.iter().enumerate() {
             let l = link.0 as usize;
+            if let Some(modified) = self.modified.get_mut(l) {
+                *modified = self.stamp;
+            }
+            if self.group_entries > 0 {
+                arrive(&self.on_link, &self.groups_on_link, &mut self.solo, l);
+            }
             let position = self.on_link.push(l, id);
             slots[k] = position;
             first_everywhere &= position == 0;
@@ -748,7 +988,8 @@ impl<T: Copy> MaxMin<T> {
         Joined::Shared
     }
 
-    /// Group flow `id` joins every link of its spread at once; they are appended to `seeds`.
+    /// Group flow `id` joins every link of its spread at once; they are appended to `seeds`,
+    /// as one [`GROUP_SEED`] that stands for them all (unless `filling_every_flow`).
     pub(super) fn join_group(&mut self, id: u32, now: SimTime, seeds: &mut Vec<LinkId>) {
         let flow = &mut self.flows[id as usize];
         flow.updated = now;
@@ -757,15 +998,66 @@ impl<T: Copy> MaxMin<T> {
             let links = self.capacity.len();
             self.groups_on_link = std::iter::repeat_with(Vec::new).take(links).collect();
             self.weighted_on_link = vec![0; links];
+            self.modified = vec![0; links];
         }
-        for entry in &self.spreads[id as usize] {
+        self.stamp += 1;
+        let mut shared = 0;
+        let spread = &self.spreads[id as usize];
+        for entry in spread {
             let l = entry.link.0 as usize;
+            self.modified[l] = self.stamp;
+            if !self.on_link.is_empty(l) || !self.groups_on_link[l].is_empty() {
+                shared += 1;
+            }
+            arrive(&self.on_link, &self.groups_on_link, &mut self.solo, l);
             self.groups_on_link[l].push((id, entry.weight));
             self.group_entries += 1;
             if entry.weighted {
                 self.weighted_on_link[l] += 1;
             }
-            seeds.push(entry.link);
+            if self.filling_every_flow {
+                seeds.push(entry.link);
+            }
+        }
+        self.solo[id as usize] = Solo { shared, alone: None };
+        if !self.filling_every_flow && !spread.is_empty() {
+            if shared > 0 {
+                // The other flows on its links: the fastest, what they leave of each, and the
+                // threshold the links give.
+                let (mut fastest, mut threshold, mut weighted) = (f64::NEG_INFINITY, f64::INFINITY, false);
+                let mut lefts = std::mem::take(&mut self.lefts);
+                lefts.clear();
+                for entry in spread {
+                    let l = entry.link.0 as usize;
+                    let (left, faster, link_weight) = self.kept_on(l, id);
+                    lefts.push(left);
+                    fastest = fastest.max(faster);
+                    weighted |= self.weighted_on_link[l] != 0;
+                    threshold = threshold.min(self.capacity[l] / link_weight);
+                }
+                let threshold = if weighted { 0.0 } else { threshold };
+                // The re-fill's threshold is at most the links' own: a summary whose fastest
+                // other flow is not below it is never used, and needs no rate.
+                let mut rate = f64::NAN;
+                if fastest < threshold * (1.0 - 1e-9) {
+                    // As a collection's scan and a partial filling find it: the largest-key
+                    // share of what the kept flows leave (its own weight summed from 0, no
+                    // less than `MIN_WEIGHT`).
+                    let mut best = None;
+                    for (entry, &left) in spread.iter().zip(&lefts) {
+                        let share = left.max(0.0) / f64::max(0.0 + entry.weight, MIN_WEIGHT);
+                        let key = Some(order_key(share, entry.link.0));
+                        if key > best {
+                            (best, rate) = (key, share);
+                        }
+                    }
+                }
+                self.lefts = lefts;
+                let stamp = self.stamp;
+                self.joined[id as usize] =
+                    Summary { stamp, fastest, threshold, rate, holds: false, start: 0, end: 0 };
+            }
+            seeds.push(LinkId(GROUP_SEED | id));
         }
         self.active_flows += self.edges[id as usize] as usize;
     }
@@ -783,9 +1075,15 @@ impl<T: Copy> MaxMin<T> {
     /// may then rise: its component needs a re-fill).
     #[inline]
     pub(super) fn leave(&mut self, id: u32) -> bool {
+        if !self.modified.is_empty() {
+            self.stamp += 1;
+        }
         let route = &self.flows[id as usize].route;
         for (k, &link) in route.iter().enumerate() {
             let l = link.0 as usize;
+            if let Some(modified) = self.modified.get_mut(l) {
+                *modified = self.stamp;
+            }
             let position = self.slots[id as usize][k];
             debug_assert_eq!(
                 self.on_link.get(l).get(position as usize),
@@ -803,6 +1101,9 @@ impl<T: Copy> MaxMin<T> {
                         slots[j] = position;
                     }
                 }
+            }
+            if self.group_entries > 0 {
+                depart(&self.on_link, &self.groups_on_link, &mut self.solo, l);
             }
         }
         self.active_flows -= 1;
@@ -824,11 +1125,23 @@ impl<T: Copy> MaxMin<T> {
     }
 
     /// Group flow `id` leaves every link of its spread at once and is freed. The links it
-    /// leaves are appended to `seeds`, each once.
+    /// leaves are appended to `seeds`, each once; none if it was alone on all of them (they
+    /// carry nothing now; unless `filling_every_flow`).
     pub(super) fn leave_group(&mut self, id: u32, seeds: &mut Vec<LinkId>) {
         let mut spread = std::mem::take(&mut self.spreads[id as usize]);
+        let alone = self.solo.get(id as usize).is_some_and(|solo| solo.shared == 0);
+        let seeded = self.filling_every_flow || !alone;
+        // Its links summed up as one seed (see `Summary`) instead of seeded one by one.
+        let summed = seeded && !self.filling_every_flow && !self.modified.is_empty();
+        let start = self.summary_links.len() as u32;
+        let (mut fastest, mut threshold, mut weighted, mut busy) =
+            (f64::NEG_INFINITY, f64::INFINITY, false, false);
+        self.stamp += 1;
         for entry in &spread {
             let l = entry.link.0 as usize;
+            if let Some(modified) = self.modified.get_mut(l) {
+                *modified = self.stamp;
+            }
             // No lists yet: no group flow ever joined, this one included.
             if let Some(list) = self.groups_on_link.get_mut(l) {
                 if let Some(position) = list.iter().position(|&(flow, _)| flow == id) {
@@ -836,12 +1149,48 @@ impl<T: Copy> MaxMin<T> {
                     // joined.
                     list.remove(position);
                     self.group_entries -= 1;
+                    depart(&self.on_link, &self.groups_on_link, &mut self.solo, l);
                 }
                 if entry.weighted {
                     self.weighted_on_link[l] -= 1;
                 }
             }
-            seeds.push(entry.link);
+            if summed {
+                // What a seed of this link would give the threshold, as `collect` does.
+                if self.is_busy(entry.link) {
+                    let (_, faster, link_weight) = self.kept_on(l, NO_GROUP);
+                    busy = true;
+                    fastest = fastest.max(faster);
+                    if self.weighted_on_link[l] != 0 {
+                        weighted = true;
+                    } else {
+                        threshold = threshold.min(self.capacity[l] / link_weight);
+                    }
+                }
+                self.summary_links.push(entry.link);
+            } else if seeded {
+                seeds.push(entry.link);
+            }
+        }
+        if summed && busy {
+            let (end, threshold) = (self.summary_links.len() as u32, if weighted { 0.0 } else { threshold });
+            let stamp = self.stamp;
+            self.summaries.push(Summary {
+                stamp,
+                fastest,
+                threshold,
+                rate: f64::NAN,
+                holds: false,
+                start,
+                end,
+            });
+            seeds.push(LinkId(LEAVE_SEED | (self.summaries.len() - 1) as u32));
+        } else if summed {
+            // Nothing on its links any more: nothing to re-fill there.
+            self.summary_links.truncate(start as usize);
+        }
+        if let Some(solo) = self.solo.get_mut(id as usize) {
+            *solo = Solo::default();
         }
         // Cleared, its allocation kept for the slot's next group flow.
         spread.clear();
@@ -878,22 +1227,84 @@ impl<T: Copy> MaxMin<T> {
         let epoch = self.epoch;
         self.component_links.clear();
         self.component_flows.clear();
+        self.settled = 0;
+        let shortcuts = !self.filling_every_flow;
+        // The threshold, over every seed: what a link gives it, each link once (a link seeded
+        // twice gives it the same again).
         let mut threshold = std::mem::replace(&mut self.threshold, f64::INFINITY);
-        for &link in seeds {
-            let l = link.0 as usize;
-            if self.link_fill[l].epoch != epoch {
-                self.link_fill[l].epoch = epoch;
-                self.component_links.push(link.0);
-                if self.weighted_on_link.get(l).is_some_and(|&weighted| weighted != 0) {
-                    // A weighted group's claim is not a count of flows: the whole component,
-                    // as before thresholds.
-                    threshold = 0.0;
-                } else if self.is_busy(link) {
-                    threshold = threshold.min(self.capacity[l] / self.link_weight(l));
+        for &seed in seeds {
+            if let Some(group) = group_seed(seed.0) {
+                if self.solo[group].shared == 0 {
+                    // A group flow that joined, alone on its links: what they would give the
+                    // threshold, each its capacity over the group's weight there or 0 where
+                    // weighted, is its rate alone or 0.
+                    let (rate, weighted) = self.solo[group].alone(&self.spreads[group], &self.capacity);
+                    threshold = if weighted { 0.0 } else { threshold.min(rate) };
+                } else if self.holds(self.joined[group], &self.spreads[group]) {
+                    self.joined[group].holds = true;
+                    threshold = threshold.min(self.joined[group].threshold);
+                } else {
+                    self.joined[group].holds = false;
+                    for entry in &self.spreads[group] {
+                        threshold = self.threshold_at(entry.link, threshold);
+                    }
                 }
+            } else if let Some(index) = leave_seed(seed.0) {
+                let summary = self.summaries[index];
+                let links = &self.summary_links[summary.start as usize..summary.end as usize];
+                let holds = self.holds_on(summary, links.iter().copied());
+                self.summaries[index].holds = holds;
+                if holds {
+                    threshold = threshold.min(summary.threshold);
+                } else {
+                    for &link in links {
+                        threshold = self.threshold_at(link, threshold);
+                    }
+                }
+            } else {
+                threshold = self.threshold_at(seed, threshold);
             }
         }
         let threshold = if self.whole_components { 0.0 } else { threshold * (1.0 - 1e-9) };
+        // The queue, seeds first in their order. A group flow that joined alone, or whose
+        // summary holds with every other flow on its links kept, stays one entry (settled in
+        // its turn, see below), its links unvisited; a group flow's links that it left, when
+        // their summary holds and every flow on them is kept, are not visited (their visit
+        // would have found kept flows only: a partial collection). Otherwise their links, in
+        // their place.
+        let mut partial = false;
+        for &seed in seeds {
+            if let Some(group) = group_seed(seed.0) {
+                let summary = self.joined[group];
+                if self.solo[group].shared == 0 {
+                    self.new_rate[group] = self.solo[group].alone(&self.spreads[group], &self.capacity).0;
+                    self.component_links.push(seed.0);
+                } else if summary.holds && summary.fastest < threshold {
+                    self.new_rate[group] = summary.rate;
+                    partial = true;
+                    self.component_links.push(seed.0);
+                } else {
+                    for index in 0..self.spreads[group].len() {
+                        let link = self.spreads[group][index].link;
+                        self.seed(link);
+                    }
+                }
+            } else if let Some(index) = leave_seed(seed.0) {
+                let summary = self.summaries[index];
+                if summary.holds && summary.fastest < threshold {
+                    partial = true;
+                } else {
+                    for at in summary.start..summary.end {
+                        let link = self.summary_links[at as usize];
+                        self.seed(link);
+                    }
+                }
+            } else {
+                self.seed(seed);
+            }
+        }
+        self.summaries.clear();
+        self.summary_links.clear();
         // Breadth-first over links -> flows -> links (a group flow brings its whole spread),
         // on separate borrows of the lists and marks. Each link's flows are all classified
         // when the link is scanned (a flow not kept is collected then, if not before), so the
@@ -904,8 +1315,16 @@ impl<T: Copy> MaxMin<T> {
         // here whether or not the collection is partial (a link's flows each weigh 1, so the
         // weight summed here is the count the whole filling starts from): the filling's keys
         // are made here as each link is scanned, in the order `fill` would make them.
+        //
+        // With group flows, the shortcuts (unless `filling_every_flow`): a group flow alone on
+        // every link of its spread is settled when visited, at its rate alone (what the
+        // filling would freeze it at: nothing else on its links moves their shares), its
+        // links not queued; and the scan marks the collected flows that share a link with
+        // another collected flow (`paired`), so that the filling can settle the others
+        // without popping their links (see [`MaxMin::fill`]).
         let keyed = self.group_entries == 0;
         self.keyed = keyed;
+        let pairing = shortcuts && !keyed;
         let MaxMin {
             capacity,
             flows,
@@ -917,17 +1336,55 @@ impl<T: Copy> MaxMin<T> {
             component_links,
             component_flows,
             sorted,
+            solo,
+            new_rate,
+            settled,
+            paired,
             ..
         } = self;
         sorted.clear();
-        let mut partial = false;
         let mut next = 0;
         while next < component_links.len() {
-            let link = component_links[next] as usize;
+            let entry = component_links[next];
             next += 1;
+            let mut marks = Marks {
+                epoch,
+                threshold,
+                shortcuts,
+                flow_epoch,
+                link_fill,
+                component_flows,
+                component_links,
+                solo,
+                capacity,
+                new_rate,
+                settled,
+            };
+            if let Some(group) = group_seed(entry) {
+                // A settled group flow's turn (its rate found above): where the first of its
+                // links would have been scanned, if no earlier link had it visited (then as
+                // that visit found it), so the component's order is the same.
+                if marks.flow_epoch[group] < epoch {
+                    marks.flow_epoch[group] = epoch + 1;
+                    marks.component_flows.push(group as u32);
+                    *marks.settled += 1;
+                }
+                continue;
+            }
+            let link = entry as usize;
             let (mut left, mut count, mut weight) = (capacity[link], 0u32, 0.0);
-            let mut marks =
-                Marks { epoch, threshold, flow_epoch, link_fill, component_flows, component_links };
+            // The first flow collected here, and whether another one was.
+            let mut first = u32::MAX;
+            let mut pair = |flow: u32, count: u32| {
+                if pairing {
+                    if count == 0 {
+                        first = flow;
+                    } else {
+                        paired[flow as usize] = epoch;
+                        paired[first as usize] = epoch;
+                    }
+                }
+            };
             for &flow in on_link.get(link) {
                 match marks.visit(flow, flows, spreads) {
                     Some(rate) => {
@@ -935,6 +1392,7 @@ impl<T: Copy> MaxMin<T> {
                         left -= rate;
                     }
                     None => {
+                        pair(flow, count);
                         count += 1;
                         weight += 1.0;
                     }
@@ -947,6 +1405,7 @@ impl<T: Copy> MaxMin<T> {
                         left -= rate * claim;
                     }
                     None => {
+                        pair(flow, count);
                         count += 1;
                         weight += claim;
                     }
@@ -956,6 +1415,7 @@ impl<T: Copy> MaxMin<T> {
             state.remaining = left.max(0.0);
             state.unfrozen = count;
             state.unfrozen_weight = f64::max(weight, MIN_WEIGHT);
+            state.first = first;
             if keyed && count > 0 {
                 sorted.push(order_key(state.remaining / state.unfrozen_weight, link as u32));
             }
@@ -964,9 +1424,49 @@ impl<T: Copy> MaxMin<T> {
         (self.component_flows.len(), self.component_links.len())
     }
 
+    /// `threshold` lowered to the share of what joined or left `link` (0 where a weighted
+    /// group is: see [`MaxMin::collect`]).
+    #[inline(always)]
+    fn threshold_at(&self, link: LinkId, threshold: f64) -> f64 {
+        let l = link.0 as usize;
+        if self.weighted_on_link.get(l).is_some_and(|&weighted| weighted != 0) {
+            // A weighted group's claim is not a count of flows: the whole component, as before
+            // thresholds.
+            0.0
+        } else if self.is_busy(link) {
+            threshold.min(self.capacity[l] / self.link_weight(l))
+        } else {
+            threshold
+        }
+    }
+
+    /// Queues `link` into the component being collected, once.
+    #[inline(always)]
+    fn seed(&mut self, link: LinkId) {
+        let l = link.0 as usize;
+        if self.link_fill[l].epoch != self.epoch {
+            self.link_fill[l].epoch = self.epoch;
+            self.component_links.push(link.0);
+        }
+    }
+
+    /// Whether `summary` of a group flow's join over `spread` still holds.
+    fn holds(&self, summary: Summary, spread: &[SpreadLink]) -> bool {
+        summary.stamp != 0 && self.holds_on(summary, spread.iter().map(|entry| entry.link))
+    }
+
+    /// Whether `summary` still holds over `links`: none changed since.
+    fn holds_on(&self, summary: Summary, mut links: impl Iterator<Item = LinkId>) -> bool {
+        links.all(|link| self.modified[link.0 as usize] <= summary.stamp)
+    }
+
     /// The max-min fair rates of the component collected last (not applied yet: see
     /// [`MaxMin::update`]).
     pub(super) fn solve(&mut self) {
+        if self.settled == self.component_flows.len() {
+            // Every flow collected was alone on its links: settled at its rate alone.
+            return;
+        }
         if self.partial {
             // The component's links also carry kept flows: the general filling, on what they
             // leave of each link.
@@ -1041,6 +1541,14 @@ impl<T: Copy> MaxMin<T> {
     /// After a partial collection each link starts with what the flows kept at their rates
     /// leave of it, and only the component's flows count in its weight (as
     /// [`MaxMin::collect`] found them, scanning the link's flows once for both).
+    ///
+    /// Shortcuts with group flows (see [`MaxMin::collect`]): a flow the collection settled
+    /// (alone on its links) is frozen already. A flow that shares no link with another
+    /// collected flow is settled before the pops: on its links nothing else is filled, so
+    /// their shares stay as they start until it freezes, at the first of them popped, the
+    /// one of the largest key; and its freezing changes no other flow's links. Its links
+    /// are then left out of the keys, and the pops of the others are the same, in the same
+    /// order (each key is its own link's), with the same arithmetic.
     fn fill(&mut self) {
         // The scratch and the lists as separate borrows: the loops below index them directly.
         let MaxMin {
@@ -1060,27 +1568,72 @@ impl<T: Copy> MaxMin<T> {
             partial,
             keyed,
             epoch,
+            settled,
+            paired,
+            filling_every_flow,
             ..
         } = self;
         let (partial, epoch) = (*partial, *epoch);
+        let frozen = epoch.wrapping_add(1);
         heap.clear();
+        let mut unfrozen_flows = component_flows.len() - *settled;
         // Unless `collect` made the keys (no group flow on any link), they are made here.
         if !*keyed {
             sorted.clear();
-            for &link in component_links.iter() {
-                let l = link as usize;
-                let state = &mut link_fill[l];
-                // After a partial collection, `collect` has set what the kept flows leave.
-                if !partial {
+            // After a partial collection, `collect` has set what the kept flows leave.
+            if !partial {
+                for &link in component_links.iter() {
+                    let l = link as usize;
+                    if group_seed(link).is_some() {
+                        continue;
+                    }
+                    let state = &mut link_fill[l];
                     let (plain, groups) = (on_link.get(l), groups_of(groups_on_link, l));
                     state.remaining = capacity[l];
                     state.unfrozen = (plain.len() + groups.len()) as u32;
                     state.unfrozen_weight = link_weight(plain, groups);
                 }
-                if state.unfrozen > 0 {
-                    let share = state.remaining / state.unfrozen_weight;
-                    sorted.push(order_key(share, link));
+            }
+            if !*filling_every_flow {
+                // The flows that share no link with another collected one.
+                for &flow in component_flows.iter() {
+                    let f = flow as usize;
+                    if flow_epoch[f] != epoch || paired[f] == epoch {
+                        continue;
+                    }
+                    let (mut best, mut rate) = (None, f64::INFINITY);
+                    let spread = spreads.get(f).map_or(&[][..], Vec::as_slice);
+                    let links = flows[f].route.iter().copied().chain(spread.iter().map(|entry| entry.link));
+                    for link in links {
+                        let state = &link_fill[link.0 as usize];
+                        let share = state.remaining / state.unfrozen_weight;
+                        let key = Some(order_key(share, link.0));
+                        if key > best {
+                            (best, rate) = (key, share);
+                        }
+                    }
+                    flow_epoch[f] = frozen;
+                    unfrozen_flows -= 1;
+                    new_rate[f] = rate;
                 }
+            }
+            if unfrozen_flows == 0 {
+                return;
+            }
+            for &link in component_links.iter() {
+                if group_seed(link).is_some() {
+                    continue;
+                }
+                let state = &link_fill[link as usize];
+                if state.unfrozen == 0 {
+                    continue;
+                }
+                // A link of a settled flow alone among the collected: nothing to decide.
+                if !*filling_every_flow && state.unfrozen == 1 && flow_epoch[state.first as usize] == frozen {
+                    continue;
+                }
+                let share = state.remaining / state.unfrozen_weight;
+                sorted.push(order_key(share, link));
             }
         }
         // Sorted (the next link last) instead of a heap of every link: a link is popped at
@@ -1089,10 +1642,8 @@ impl<T: Copy> MaxMin<T> {
         // larger of the two sources' next entries (every entry has its own link, so they never
         // tie). Sorted a chunk at a time (see `sort_largest`): at first as many links as there
         // are flows to freeze, each popped link freezing at least one or none.
-        let mut unfrozen_flows = component_flows.len();
         let mut chunk = unfrozen_flows.max(1);
         let mut unsorted = sort_largest(sorted, chunk, key_sort);
-        let frozen = epoch.wrapping_add(1);
         // Once every flow is frozen the links left in the heap have nothing to decide.
         while unfrozen_flows > 0 {
             if sorted.len() == unsorted && unsorted > 0 {
@@ -1148,6 +1699,9 @@ impl<T: Copy> MaxMin<T> {
         let mut violation = None;
         let load = |l: usize| -> f64 { self.link_rates(LinkId(l as u32)).sum() };
         for &link in &self.component_links {
+            if group_seed(link).is_some() {
+                continue; // an alone group flow, settled at its rate alone
+            }
             let l = link as usize;
             let load = load(l);
             if load > self.capacity[l] * (1.0 + 1e-9) {

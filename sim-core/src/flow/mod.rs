@@ -70,7 +70,7 @@ mod messages;
 mod series;
 mod windows;
 
-use crate::lookup::LookupMap;
+use crate::lookup::FastLookupMap;
 use topology::{HostId, LinkId, Topology};
 use units::{Bytes, SimDuration};
 
@@ -110,7 +110,7 @@ pub struct FlowNetwork<'t> {
     steady_state: bool,
     /// Alpha-beta estimates for choosing `Auto` algorithms, and the choices made.
     estimator: AnalyticalNetwork<'t>,
-    chosen: LookupMap<Collective, (Choice, SimDuration, Bytes)>,
+    chosen: FastLookupMap<Collective, (Choice, SimDuration, Bytes)>,
     /// The topology's capacity windows, applied as time passes.
     windows: Windows,
 }
@@ -125,7 +125,7 @@ impl<'t> FlowNetwork<'t> {
             collective_launch: SimDuration::ZERO,
             steady_state: false,
             estimator: AnalyticalNetwork::new(topology),
-            chosen: LookupMap::new(),
+            chosen: FastLookupMap::new(),
             windows: Windows::new(topology),
         }
     }
