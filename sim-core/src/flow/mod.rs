@@ -20,6 +20,8 @@
 //!
 //! The parts, bottom up (each private, each importing only the ones before it):
 //! - `link_lists`: the flows on each link, every link's list in one buffer;
+//! - `link_order`: the order the filling takes a component's links in (keys, sorted a chunk
+//!   at a time);
 //! - `maxmin`: the max-min fair solver: flows on link routes and groups of flows that advance
 //!   together, the component a change touches re-filled by progressive filling;
 //! - `event`: the events ([`FlowEvent`]) and who waits for a flow;
@@ -63,6 +65,7 @@ mod coupled;
 mod event;
 mod flows;
 mod link_lists;
+mod link_order;
 mod maxmin;
 #[cfg(test)]
 mod maxmin_tests;
