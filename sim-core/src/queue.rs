@@ -161,21 +161,9 @@ impl<E: Copy> EventQueue<E> {
             std::mem::swap(&mut self.due_now, &mut self.buckets[bucket]);
         } else {
             let mut events = std::mem::take(&mut self.buckets[bucket]);
-            // `insert`, on separate borrows and the occupied mask in a register: the loop a
-            // step's events are dealt in, often twice or three times each.
-            let (due_now, buckets) = (&mut self.due_now, &mut self.buckets);
-            let mut occupied = self.occupied;
             for &(time, event) in &events {
-                let differing = time ^ earliest;
-                if differing == 0 {
-                    due_now.push((time, event));
-                } else {
-                    let lower = (u64::BITS - 1 - differing.leading_zeros()) as usize & (BUCKETS - 1);
-                    buckets[lower].push((time, event));
-                    occupied |= 1 << lower;
-                }
+                self.insert(time, event);
             }
-            self.occupied = occupied;
             // Keep the bucket's allocation (every event moved to a lower bucket: they all agree
             // with the new clock, one of them, above bit `bucket`, and in it).
             debug_assert!(self.buckets[bucket].is_empty());
@@ -251,8 +239,9 @@ mod tests {
 
     #[test]
     fn a_bucket_due_at_one_time_pops_in_order_before_what_is_scheduled_for_that_time_later() {
-        // Five events due at 7 us (one bucket, one time: it becomes the list as it is), then,
-        // while popping them, one more due now and one due at the same 7 us from elsewhere.
+        // Five events due at 7 us (one bucket, one time: it becomes the list as it is) and one
+        // at 9 us; while the first five are popped, one more is scheduled for now (7 us): it
+        // comes after them and before the one at 9 us.
         let mut queue = EventQueue::new();
         for id in 0..5 {
             queue.schedule_after(SimDuration::from_us(7), id).unwrap();

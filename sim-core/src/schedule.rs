@@ -586,12 +586,8 @@ impl Schedule {
                 }
             }
             Pattern::Ring => {
-                // The neighbours without a division (position < p): this runs once per member
-                // per step, millions of times in a large ring.
-                let next = if position + 1 == p { 0 } else { position + 1 };
-                let previous = if position == 0 { p - 1 } else { position - 1 };
-                out.push(send(next, 1));
-                out.push(receive(previous, 1));
+                out.push(send((position + 1) % p, 1));
+                out.push(receive((position + p - 1) % p, 1));
             }
             Pattern::Pairwise => {
                 let k = step + 1;
