@@ -30,8 +30,9 @@ use sim_core::fidelity::Fidelity;
 use sim_core::units::SimDuration;
 
 use crate::file::node_groups::StagePlacement;
-use crate::simulation::{SharedRuns, Summary, simulate, simulate_within, simulate_within_sharing};
+use crate::simulation::{RunLimit, SharedRuns, Summary, simulate, simulate_within_limit};
 use crate::{Override, OverrideError, Scenario, ScenarioError, ValidationCache, apply, get_dotted};
+use std::sync::{Condvar, Mutex};
 use strategies::{
     CnnSplit, Comm, GroupKind, LayerTables, Offload, Parallelism, SpatialDims, Strategy, StrategyError, shard,
 };
@@ -1076,7 +1077,6 @@ pub fn plan_with_progress(
         // The first batch is the best `keep` screened; then batches of BATCH in floor order,
         // until no floor left is below the winner (exact) or `final_max` have been checked.
         let limit = options.final_max.map(|max| max.max(keep));
-        let over_limit = AtomicU64::new(0);
         let mut winner = f64::INFINITY;
         let mut taken = 0;
         let places = options.top.max(1);
@@ -1102,144 +1102,261 @@ pub fn plan_with_progress(
         };
         let first = keep.min(order.len()) as u64;
         step("final", &final_unit, 0, first, &note(0, winner, 0, first));
-        // Stops when none left could beat the winner; and after the first batch when no final
-        // simulation finished there (nothing to beat: every one ran over its time limit).
-        while taken < order.len() && order[taken].0 < winner && (taken == 0 || winner.is_finite()) {
+        // The batches, one after another: the first is the best `keep` screened, then
+        // batches of BATCH in floor order, while a floor left is below the winner (exact) and
+        // `final_max` allow. Each batch's final simulations are given up once certain to end
+        // above the `top`-th best final result before the batch (they could not be listed,
+        // nor win: what is listed is the same as if they had run to the end), and the
+        // analytical runs of those the screen skipped once above the winner before it.
+        //
+        // The threads run the batch and, as they free up while its last simulations finish,
+        // the next batch under the limits known so far (looser than its own), tightened
+        // while they run as soon as the batch completes ([`RunLimit::tighten`]). A batch is
+        // then classified under exactly the limits it would have had run on its own
+        // ([`settle`], from how far each run's bounds reached): the result, the counts and
+        // the order are those of the batches run one after another, whatever the threads.
+        let next_batch = |taken: usize, winner: f64| -> Result<(usize, usize), Option<f64>> {
+            if !(taken < order.len() && order[taken].0 < winner && (taken == 0 || winner.is_finite())) {
+                return Err(None);
+            }
             let size = if taken == 0 { keep } else { BATCH };
             let size = match limit {
                 Some(max) => size.min(max.saturating_sub(taken)),
                 None => size,
             };
             if size == 0 {
-                left_best_floor = Some(order[taken].0);
-                break;
+                return Err(Some(order[taken].0));
             }
-            let batch = &order[taken..(taken + size).min(order.len())];
-            taken += batch.len();
-            let threshold = winner;
-            // The batch's final simulations are given up once their time is certain to be above
-            // the `top`-th best final result so far: they could not be listed (nor win), and
-            // what is listed is the same as if they had run to the end. The limit is the one
-            // before the batch, so that the result does not depend on the threads.
-            let mut finished: Vec<f64> = ranked.iter().filter(|r| !r.5).map(|r| r.0).collect();
-            finished.sort_by(f64::total_cmp);
-            let listed = finished.get(places - 1).copied().unwrap_or(f64::INFINITY);
-            // Progress for each configuration of the batch, against the count before it.
-            let checked = AtomicU64::new(taken as u64 - batch.len() as u64);
-            let before = taken - batch.len();
-            let left_before =
-                if winner.is_finite() { left(&order, before, winner) } else { batch.len() as u64 };
-            let total = before as u64 + left_before;
-            let batch_note = note(before, winner, over_limit.load(AtomicOrdering::Relaxed), left_before);
-            let jobs: Vec<_> =
-                batch.iter().map(|&(_, index, bound)| (index, bound, screens.remove(&index))).collect();
-            // Twins (configurations whose final runs have the same inputs: ZeRO-1 and ZeRO-2
-            // often lower to one graph) run once; each keeps its own summary.
+            Ok((taken, (taken + size).min(order.len())))
+        };
+        // The batch after `end`, were the search to go on (run ahead by idle threads).
+        let ahead = |end: usize| -> usize {
+            let size = match limit {
+                Some(max) => BATCH.min(max.saturating_sub(end)),
+                None => BATCH,
+            };
+            (end + size).min(order.len())
+        };
+        let batch = match next_batch(0, winner) {
+            Ok(batch) => Some(batch),
+            Err(floor) => {
+                left_best_floor = floor;
+                None
+            }
+        };
+        if let Some(batch) = batch {
             let shared = SharedRuns::new();
-            let results: Vec<_> = jobs
-                .into_par_iter()
-                .map(|(index, bound, screen)| {
-                    // A configuration the screen skipped gets its analytical run first: a tighter
-                    // floor, and the result kept if its final simulation runs over budget.
-                    let choice = &choices[index];
-                    // Given up once above the limit: `Ok(None)`.
-                    let run = |scenario: &Scenario, limit: f64| match time_above(objective, choice, limit) {
-                        Some(limit) => simulate_within(scenario, limit),
-                        None => simulate(scenario).map(Some),
-                    };
-                    // An analytical time not below the winner cannot win: its run is given up
-                    // once above it.
-                    let screen = match screen {
-                        Some(screen) => Ok(Some(screen)),
-                        None => {
-                            let analytical =
-                                Override::new("simulation.fidelity", Fidelity::Analytical.name());
-                            search
-                                .scenario(choice, &[analytical])
-                                .map_err(Final::Invalid)
-                                .and_then(|scenario| run(&scenario, threshold).map_err(Final::Simulation))
-                                .map(|outcome| {
+            let board = Mutex::new(Board {
+                batch,
+                dispatched: 0,
+                dispatch_end: ahead(batch.1),
+                screens: std::mem::take(&mut screens),
+                results: BTreeMap::new(),
+                threshold: f64::INFINITY,
+                listed: f64::INFINITY,
+                live: Vec::new(),
+                next_live: 0,
+                done: false,
+                finished_in_batch: 0,
+                batch_note: note(0, winner, 0, first),
+                batch_total: first,
+                fold: Fold {
+                    winner,
+                    ranked: std::mem::take(&mut ranked),
+                    finals,
+                    final_pruned,
+                    finals_stopped,
+                    over_limit: 0,
+                    failed: std::mem::take(&mut failed),
+                    left_best_floor: None,
+                    taken: 0,
+                },
+            });
+            let wake = Condvar::new();
+            // Registers a run about to start under the board's limit of its stage: `None` once
+            // the search is over (its result would not be used).
+            let register = |index: usize, stage: Stage, scenario: &Scenario| -> Option<(u64, RunLimit)> {
+                let mut board = board.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                if board.done {
+                    return None;
+                }
+                let score = if stage == Stage::Screen { board.threshold } else { board.listed };
+                let run_limit = RunLimit::new(scenario, time_above(objective, &choices[index], score));
+                let id = board.next_live;
+                board.next_live += 1;
+                board.live.push(Live { id, limit: run_limit.clone(), index, stage });
+                Some((id, run_limit))
+            };
+            let unregister = |id: u64| {
+                let mut board = board.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                board.live.retain(|live| live.id != id);
+            };
+            // One configuration's runs, under the limits the board has when each starts;
+            // `None` if the search ended before they could.
+            let run_job = |index: usize, bound: SimDuration, screen: Option<(f64, Summary)>| -> Option<Ran> {
+                let choice = &choices[index];
+                // A configuration the screen skipped gets its analytical run first: a tighter
+                // floor, and the result kept if its final simulation runs over budget.
+                let screen = match screen {
+                    Some(screen) => Screened::Given(screen),
+                    None => {
+                        let analytical = Override::new("simulation.fidelity", Fidelity::Analytical.name());
+                        match search.scenario(choice, &[analytical]) {
+                            Err(error) => Screened::Ran(Err(Final::Invalid(error)), None),
+                            Ok(scenario) => {
+                                let (id, run_limit) = register(index, Stage::Screen, &scenario)?;
+                                let outcome = simulate_within_limit(&scenario, &run_limit, None);
+                                unregister(id);
+                                let outcome = outcome.map_err(Final::Simulation).map(|outcome| {
                                     outcome.map(|outcome| {
                                         (score(choice, outcome.summary.iteration_time), outcome.summary)
                                     })
-                                })
+                                });
+                                Screened::Ran(outcome, Some(run_limit))
+                            }
                         }
-                    };
-                    let tick = || {
-                        let done = checked.fetch_add(1, AtomicOrdering::Relaxed) + 1;
-                        step("final", &final_unit, done, total, &batch_note);
-                    };
-                    let screen = match screen {
-                        Ok(None) => {
-                            tick();
-                            return (index, bound, None, None);
+                    }
+                };
+                // The threshold it ran under: an analytical score not below it cannot win.
+                let passed = match &screen {
+                    Screened::Given(screen) | Screened::Ran(Ok(Some(screen)), _) => {
+                        let board = board.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                        (screen.0 < board.threshold).then_some(()).filter(|_| !board.done)
+                    }
+                    Screened::Ran(..) => None,
+                };
+                let last = match passed {
+                    None => None,
+                    Some(()) => {
+                        let budget: Vec<Override> = options
+                            .final_work_budget
+                            .map(|work| {
+                                Override::new(
+                                    "simulation.work-budget",
+                                    i64::try_from(work).unwrap_or(i64::MAX),
+                                )
+                            })
+                            .into_iter()
+                            .collect();
+                        match search.scenario(choice, &budget) {
+                            Err(error) => Some((Err(Final::Invalid(error)), None)),
+                            Ok(scenario) => {
+                                let (id, run_limit) = register(index, Stage::Final, &scenario)?;
+                                let outcome = simulate_within_limit(&scenario, &run_limit, Some(&shared));
+                                unregister(id);
+                                Some((outcome.map_err(Final::Simulation), Some(run_limit)))
+                            }
                         }
-                        Ok(Some(screen)) if screen.0 >= threshold => {
-                            tick();
-                            return (index, bound, Some(screen), None);
-                        }
-                        Ok(Some(screen)) => screen,
-                        Err(error) => {
-                            tick();
-                            return (index, bound, None, Some(Err(error)));
-                        }
-                    };
-                    let budget: Vec<Override> = options
-                        .final_work_budget
-                        .map(|work| {
-                            Override::new("simulation.work-budget", i64::try_from(work).unwrap_or(i64::MAX))
-                        })
-                        .into_iter()
-                        .collect();
-                    let result = search
-                        .scenario(choice, &budget)
-                        .map_err(Final::Invalid)
-                        .and_then(|scenario| {
-                            let limit = time_above(objective, choice, listed);
-                            simulate_within_sharing(&scenario, limit, Some(&shared))
-                                .map_err(Final::Simulation)
-                        })
-                        .and_then(|outcome| outcome.map(|outcome| outcome.summary).ok_or(Final::Stopped));
-                    if matches!(&result, Err(Final::Simulation(error)) if over_budget(error)) {
-                        over_limit.fetch_add(1, AtomicOrdering::Relaxed);
                     }
-                    tick();
-                    (index, bound, Some(screen), Some(result))
-                })
-                .collect();
-            for (index, bound, screen, result) in results {
-                match (screen, result) {
-                    // Its analytical score is not below the winner: it cannot win.
-                    (_, None) => final_pruned += 1,
-                    (Some((screen_score, screen)), Some(Err(Final::Simulation(error))))
-                        if over_budget(&error) =>
-                    {
-                        finals += 1;
-                        ranked.push((screen_score, index, bound, screen, Fidelity::Analytical, true));
+                };
+                Some(Ran { index, bound, screen, last })
+            };
+            // Classifies the batch under its own limits, folds it in, and moves on to the next
+            // batch (or ends the search), tightening the runs in progress to the new limits.
+            let commit = |board: &mut Board| {
+                let (start, end) = board.batch;
+                let (threshold, listed) = (board.threshold, board.listed);
+                for position in start..end {
+                    let Some(ran) = board.results.remove(&position) else { continue };
+                    let settled = settle(ran, objective, &choices, threshold, listed);
+                    board.fold.add(settled, &choices, fidelity, &score);
+                }
+                board.fold.taken = end;
+                let fold = &board.fold;
+                let left_now = left(&order, end, fold.winner);
+                step(
+                    "final",
+                    &final_unit,
+                    end as u64,
+                    end as u64 + left_now,
+                    &note(end, fold.winner, fold.over_limit, left_now),
+                );
+                // The limits of the next batch: the winner, and the `top`-th best finished result.
+                let mut finished: Vec<f64> = fold.ranked.iter().filter(|r| !r.5).map(|r| r.0).collect();
+                finished.sort_by(f64::total_cmp);
+                board.threshold = fold.winner;
+                board.listed = finished.get(places - 1).copied().unwrap_or(f64::INFINITY);
+                match next_batch(end, fold.winner) {
+                    Ok(batch) => {
+                        board.batch = batch;
+                        board.dispatch_end = ahead(batch.1);
+                        board.finished_in_batch = board.results.range(..batch.1).count() as u64;
+                        let left_before = left(&order, batch.0, board.fold.winner);
+                        board.batch_total = batch.0 as u64 + left_before;
+                        board.batch_note =
+                            note(batch.0, board.fold.winner, board.fold.over_limit, left_before);
                     }
-                    (_, Some(Ok(summary))) => {
-                        finals += 1;
-                        let result = score(&choices[index], summary.iteration_time);
-                        winner = winner.min(result);
-                        ranked.push((result, index, bound, summary, fidelity, false));
-                    }
-                    (_, Some(Err(Final::Simulation(error)))) => {
-                        finals += 1;
-                        failed.push((choices[index].label(), error.to_string()))
-                    }
-                    (_, Some(Err(Final::Invalid(error)))) => {
-                        failed.push((choices[index].label(), error.to_string()))
-                    }
-                    // Above the `top`-th best before the batch: neither listed nor the winner.
-                    (_, Some(Err(Final::Stopped))) => {
-                        finals += 1;
-                        finals_stopped += 1;
+                    Err(floor) => {
+                        board.fold.left_best_floor = floor;
+                        board.done = true;
                     }
                 }
-            }
-            let left = left(&order, taken, winner);
-            let over = over_limit.load(AtomicOrdering::Relaxed);
-            step("final", &final_unit, taken as u64, taken as u64 + left, &note(taken, winner, over, left));
+                for live in &board.live {
+                    let score = if board.done {
+                        0.0
+                    } else if live.stage == Stage::Screen {
+                        board.threshold
+                    } else {
+                        board.listed
+                    };
+                    if let Some(time) = time_above(objective, &choices[live.index], score) {
+                        live.limit.tighten(time);
+                    }
+                }
+            };
+            let worker = || {
+                loop {
+                    let (position, job) = {
+                        let mut board = board.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                        while !board.done && board.dispatched >= board.dispatch_end {
+                            board = wake.wait(board).unwrap_or_else(std::sync::PoisonError::into_inner);
+                        }
+                        if board.done {
+                            return;
+                        }
+                        let position = board.dispatched;
+                        board.dispatched += 1;
+                        let (_, index, bound) = order[position];
+                        (position, (index, bound, board.screens.remove(&index)))
+                    };
+                    let ran = run_job(job.0, job.1, job.2);
+                    let mut board = board.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    let Some(ran) = ran else { continue };
+                    if board.done {
+                        continue;
+                    }
+                    board.results.insert(position, ran);
+                    if position < board.batch.1 {
+                        board.finished_in_batch += 1;
+                        let (done, total) =
+                            (board.batch.0 as u64 + board.finished_in_batch, board.batch_total);
+                        step("final", &final_unit, done, total.max(done), &board.batch_note);
+                    }
+                    while !board.done
+                        && (board.batch.0..board.batch.1).all(|p| board.results.contains_key(&p))
+                    {
+                        commit(&mut board);
+                    }
+                    drop(board);
+                    wake.notify_all();
+                }
+            };
+            rayon::scope(|scope| {
+                for _ in 1..rayon::current_num_threads() {
+                    scope.spawn(|_| worker());
+                }
+                worker();
+            });
+            let board = board.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let fold = board.fold;
+            winner = fold.winner;
+            ranked = fold.ranked;
+            finals = fold.finals;
+            final_pruned = fold.final_pruned;
+            finals_stopped = fold.finals_stopped;
+            failed = fold.failed;
+            left_best_floor = fold.left_best_floor;
+            taken = fold.taken;
         }
         // What might still beat the winner: those the count limit left, and those whose final
         // simulation ran over its time limit.
@@ -1337,6 +1454,170 @@ enum Final {
     Simulation(crate::simulation::SimulationError),
     /// The simulation was given up once its time was certain to be above its limit.
     Stopped,
+    /// The simulation was not run although its batch needed it (an internal error).
+    NotRun,
+}
+/// Which run of a final job a [`RunLimit`] is on: the analytical run of a configuration the
+/// screen skipped (limited by the winner) or its final simulation (by the `top`-th best).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Screen,
+    Final,
+}
+
+/// A run in progress in the final stage, tightened when a batch completes.
+struct Live {
+    id: u64,
+    limit: RunLimit,
+    index: usize,
+    stage: Stage,
+}
+
+/// A configuration's analytical score as the final stage found it.
+enum Screened {
+    /// The screen's.
+    Given((f64, Summary)),
+    /// Run now (the screen skipped it), under the limit given.
+    Ran(Result<Option<(f64, Summary)>, Final>, Option<RunLimit>),
+}
+
+/// A configuration's runs in the final stage, under limits at least as loose as its batch's:
+/// [`settle`] classifies them under the batch's own.
+struct Ran {
+    index: usize,
+    bound: SimDuration,
+    screen: Screened,
+    /// The final simulation and its limit, when the analytical score was below the
+    /// threshold it was checked against.
+    last: Option<(FinalOutcome, Option<RunLimit>)>,
+}
+
+/// A final simulation's outcome (`None`: given up at its limit).
+type FinalOutcome = Result<Option<crate::simulation::Outcome>, Final>;
+
+/// A configuration's final-stage result as its batch would have had it: its index, its
+/// lower bound, its analytical score, and its final simulation's result (`None`: its
+/// analytical score could not beat the winner).
+type Settled = (usize, SimDuration, Option<(f64, Summary)>, Option<Result<Summary, Final>>);
+
+/// `ran` as it would have gone under the batch's own limits, `threshold` (the winner before
+/// the batch) on the analytical run and `listed` (the `top`-th best before it) on the final
+/// simulation: a run under a looser limit that the batch's limit would have given up (some
+/// op start showed its time above it, [`RunLimit::gives_up_under`]) is given up; any other
+/// ran as it would have, event for event.
+fn settle(ran: Ran, objective: Objective, choices: &[Choice], threshold: f64, listed: f64) -> Settled {
+    let choice = &choices[ran.index];
+    let gives_up = |limit: &Option<RunLimit>, score: f64| match (limit, time_above(objective, choice, score))
+    {
+        (Some(limit), Some(time)) => limit.gives_up_under(time),
+        _ => false,
+    };
+    let screen = match ran.screen {
+        Screened::Given(screen) => Ok(Some(screen)),
+        Screened::Ran(_, limit) if gives_up(&limit, threshold) => Ok(None),
+        Screened::Ran(outcome, _) => outcome,
+    };
+    let screen = match screen {
+        Ok(None) => return (ran.index, ran.bound, None, None),
+        Ok(Some(screen)) if screen.0 >= threshold => return (ran.index, ran.bound, Some(screen), None),
+        Err(error) => return (ran.index, ran.bound, None, Some(Err(error))),
+        Ok(Some(screen)) => screen,
+    };
+    let result = match ran.last {
+        // Checked against a threshold no lower than `threshold`, its score passed that too.
+        None => Err(Final::NotRun),
+        Some((_, limit)) if gives_up(&limit, listed) => Err(Final::Stopped),
+        Some((outcome, _)) => {
+            outcome.and_then(|outcome| outcome.map(|outcome| outcome.summary).ok_or(Final::Stopped))
+        }
+    };
+    (ran.index, ran.bound, Some(screen), Some(result))
+}
+
+/// What the final stage has found so far, batch after batch.
+struct Fold {
+    winner: f64,
+    ranked: Vec<(f64, usize, SimDuration, Summary, Fidelity, bool)>,
+    finals: u64,
+    final_pruned: u64,
+    finals_stopped: u64,
+    /// Final simulations that ran over their work budget.
+    over_limit: u64,
+    failed: Vec<(String, String)>,
+    left_best_floor: Option<f64>,
+    /// Configurations checked, in floor order.
+    taken: usize,
+}
+
+impl Fold {
+    /// Adds a configuration's settled result.
+    fn add(
+        &mut self,
+        (index, bound, screen, result): Settled,
+        choices: &[Choice],
+        fidelity: Fidelity,
+        score: &impl Fn(&Choice, SimDuration) -> f64,
+    ) {
+        if matches!(&result, Some(Err(Final::Simulation(error))) if over_budget(error)) {
+            self.over_limit += 1;
+        }
+        match (screen, result) {
+            // Its analytical score is not below the winner: it cannot win.
+            (_, None) => self.final_pruned += 1,
+            (Some((screen_score, screen)), Some(Err(Final::Simulation(error)))) if over_budget(&error) => {
+                self.finals += 1;
+                self.ranked.push((screen_score, index, bound, screen, Fidelity::Analytical, true));
+            }
+            (_, Some(Ok(summary))) => {
+                self.finals += 1;
+                let result = score(&choices[index], summary.iteration_time);
+                self.winner = self.winner.min(result);
+                self.ranked.push((result, index, bound, summary, fidelity, false));
+            }
+            (_, Some(Err(Final::Simulation(error)))) => {
+                self.finals += 1;
+                self.failed.push((choices[index].label(), error.to_string()))
+            }
+            (_, Some(Err(Final::Invalid(error)))) => {
+                self.failed.push((choices[index].label(), error.to_string()))
+            }
+            (_, Some(Err(Final::NotRun))) => self.failed.push((
+                choices[index].label(),
+                "internal error: its final simulation was not run; please report it".to_string(),
+            )),
+            // Above the `top`-th best before the batch: neither listed nor the winner.
+            (_, Some(Err(Final::Stopped))) => {
+                self.finals += 1;
+                self.finals_stopped += 1;
+            }
+        }
+    }
+}
+
+/// The final stage's state shared by its threads (see `plan_with_progress`).
+struct Board {
+    /// The batch being completed: positions in floor order.
+    batch: (usize, usize),
+    /// Positions handed out so far, and below which they may be (the batch and the next).
+    dispatched: usize,
+    dispatch_end: usize,
+    /// The screen's results of those not handed out yet.
+    screens: LookupMap<usize, (f64, Summary)>,
+    /// Runs of positions not yet folded in, by position.
+    results: BTreeMap<usize, Ran>,
+    /// The limits of the batch being completed (and looser than those of any later one).
+    threshold: f64,
+    listed: f64,
+    /// Runs in progress.
+    live: Vec<Live>,
+    next_live: u64,
+    /// The search is over.
+    done: bool,
+    /// For the progress display: the batch's runs done, its total and note.
+    finished_in_batch: u64,
+    batch_total: u64,
+    batch_note: String,
+    fold: Fold,
 }
 
 /// The iteration time above which `choice` scores above `score` under `objective` (`None`
@@ -2160,6 +2441,49 @@ mod tests {
                 .left_best_floor
                 .is_some_and(|floor| floor < counted.top[0].summary.iteration_time.as_secs_f64())
         );
+    }
+
+    #[test]
+    fn the_final_gives_the_same_report_on_any_number_of_threads() {
+        // Threads run the next batch ahead under looser limits, tightened as batches complete,
+        // and each batch is classified under its own limits: the report (winner, list, counts
+        // of runs stopped, pruned, over budget) is the one of the batches run one by one (one
+        // thread), however the runs interleave. With no work budget, and with one small enough
+        // that some finals run over it.
+        let flow = contended_search();
+        let signature = |report: &PlanReport| {
+            let top: Vec<_> = report
+                .top
+                .iter()
+                .map(|r| (r.choice.label(), r.summary.iteration_time, r.over_time_limit, r.fidelity))
+                .collect();
+            format!(
+                "{top:?} finals {} stopped {} pruned {} over {} beat {} {} floor {:?} failed {:?}",
+                report.finals,
+                report.finals_stopped,
+                report.final_pruned,
+                report.finals_over_limit,
+                report.could_beat_final,
+                report.could_beat_over_limit,
+                report.left_best_floor,
+                report.failed
+            )
+        };
+        for budget in [None, Some(20_000)] {
+            let options = PlanOptions { final_work_budget: budget, final_max: None, ..options(3) };
+            let on = |threads: usize| {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                signature(&pool.install(|| plan(&flow, &options)).unwrap())
+            };
+            let one = on(1);
+            assert!(one.contains("finals"), "{one}");
+            for threads in [2, 3, 4] {
+                assert_eq!(on(threads), one, "{threads} threads, budget {budget:?}");
+            }
+            if budget.is_some() {
+                assert!(!one.contains("over 0 "), "no final ran over the budget: {one}");
+            }
+        }
     }
 
     #[test]

@@ -767,6 +767,45 @@ fn simulate_with(scenario: &Scenario, count_link_bytes: bool) -> Result<Outcome,
 
 pub use crate::streamed::simulate_streamed;
 
+/// A limit on a run's iteration time ([`simulate_within_limit`]) that its caller may tighten
+/// while the run goes on, and that tells afterwards under which limits the run would have
+/// been given up: a search can start a run under a loose limit before it knows the one that
+/// applies, tighten it when it does, and still classify the run exactly as a run under that
+/// limit from the start would have ended.
+#[derive(Debug, Clone)]
+pub struct RunLimit {
+    handle: sim_core::exec::LimitHandle,
+    iterations: u64,
+}
+
+impl RunLimit {
+    /// A limit of `limit` on the iteration time of a run of `scenario`; `None`: no limit (the
+    /// run still records how far its bounds reached).
+    pub fn new(scenario: &Scenario, limit: Option<SimDuration>) -> RunLimit {
+        let iterations = u64::from(scenario.iterations.max(1));
+        let last = limit.map_or(SimTime::from_ps(u64::MAX), |limit| last_end(limit, iterations));
+        RunLimit { handle: sim_core::exec::LimitHandle::new(last), iterations }
+    }
+
+    /// Lowers the limit to `limit` if that is below it.
+    pub fn tighten(&self, limit: SimDuration) {
+        self.handle.tighten(last_end(limit, self.iterations));
+    }
+
+    /// Whether the run (once it has ended or been given up) would have been given up under
+    /// `limit` from its start: some op start showed its iteration time above `limit`.
+    pub fn gives_up_under(&self, limit: SimDuration) -> bool {
+        self.handle.highest() > last_end(limit, self.iterations)
+    }
+}
+
+/// The latest the last iteration's end may come for an iteration time of `limit` over
+/// `iterations` (the iteration time is that end over the iterations, rounded down): above
+/// `limit` once the end is at `(limit + 1 ps) x iterations` or later.
+fn last_end(limit: SimDuration, iterations: u64) -> SimTime {
+    SimTime::from_ps(limit.as_ps().saturating_add(1).saturating_mul(iterations).saturating_sub(1))
+}
+
 /// [`simulate`], given up (`Ok(None)`) as soon as the run shows that its iteration time will
 /// be above `limit` ([`sim_core::exec::EndLimit`]: from the start of some op, the kernels that
 /// must still run one after another before the last iteration's end reach past `limit` times
@@ -782,6 +821,32 @@ pub fn simulate_within(scenario: &Scenario, limit: SimDuration) -> Result<Option
 pub fn simulate_within_sharing(
     scenario: &Scenario,
     limit: Option<SimDuration>,
+    shared: Option<&SharedRuns>,
+) -> Result<Option<Outcome>, SimulationError> {
+    match limit {
+        Some(limit) => simulate_within_limit(scenario, &RunLimit::new(scenario, Some(limit)), shared),
+        None => simulate_within_limit_or_none(scenario, None, shared),
+    }
+}
+
+/// [`simulate_within_sharing`] under `limit`, which the caller may tighten from another thread
+/// while the run goes on ([`RunLimit::tighten`]; the run is given up at the next op start that
+/// shows its iteration time above the tighter limit) and read afterwards: the run would have
+/// been given up under exactly the limits [`RunLimit::gives_up_under`] names, and otherwise
+/// ended as it did, event for event. Runs with variability or streamed iterations are
+/// simulated whole (no limit applies to them, and none gives them up).
+pub fn simulate_within_limit(
+    scenario: &Scenario,
+    limit: &RunLimit,
+    shared: Option<&SharedRuns>,
+) -> Result<Option<Outcome>, SimulationError> {
+    simulate_within_limit_or_none(scenario, Some(limit), shared)
+}
+
+/// [`simulate_within_limit`], or without a limit [`simulate_within_sharing`]'s unlimited run.
+fn simulate_within_limit_or_none(
+    scenario: &Scenario,
+    limit: Option<&RunLimit>,
     shared: Option<&SharedRuns>,
 ) -> Result<Option<Outcome>, SimulationError> {
     if scenario.variability.is_active() || scenario.iterations > strategies::MAX_ITERATIONS {
@@ -998,11 +1063,13 @@ impl SharedRuns {
         &self,
         scenario: &Scenario,
         graph: &sim_core::graph::ExecGraph,
-        limit: Option<(&[sim_core::graph::OpId], SimTime)>,
+        limit: Option<(&[sim_core::graph::OpId], &sim_core::exec::LimitHandle)>,
         run: impl Fn() -> Result<sim_core::exec::Timeline, sim_core::exec::ExecError>,
     ) -> Result<sim_core::exec::Timeline, sim_core::exec::ExecError> {
         let fingerprint = graph.fingerprint();
-        let limit = limit.map(|(ends, last)| (ends.to_vec(), last));
+        // The run that takes another's result takes how far that run's bounds reached too.
+        let handle = limit.map(|(_, handle)| handle);
+        let limit = limit.map(|(ends, handle)| (ends.to_vec(), handle.limit()));
         let same = |other: &SharedRun| {
             other.fingerprint == fingerprint
                 && other.limit == limit
@@ -1037,10 +1104,11 @@ impl SharedRuns {
         let mut own = None;
         let shared = result.get_or_init(|| {
             let outcome = run();
+            let highest = handle.map_or(SimTime::ZERO, |handle| handle.highest());
             let shared = match &outcome {
-                Ok(timeline) => SharedResult::Done(timeline.clone()),
+                Ok(timeline) => SharedResult::Done(timeline.clone(), highest),
                 Err(sim_core::exec::ExecError::PastLimit { op, bound, limit }) => {
-                    SharedResult::PastLimit { op: op.clone(), bound: *bound, limit: *limit }
+                    SharedResult::PastLimit { op: op.clone(), bound: *bound, limit: *limit, highest }
                 }
                 Err(_) => SharedResult::Failed,
             };
@@ -1051,12 +1119,14 @@ impl SharedRuns {
             return outcome;
         }
         match shared {
-            SharedResult::Done(timeline) => {
+            SharedResult::Done(timeline, highest) => {
                 self.count_taken(first);
+                handle.inspect(|handle| handle.record(*highest));
                 Ok(timeline.clone())
             }
-            SharedResult::PastLimit { op, bound, limit } => {
+            SharedResult::PastLimit { op, bound, limit, highest } => {
                 self.count_taken(first);
+                handle.inspect(|handle| handle.record(*highest));
                 Err(sim_core::exec::ExecError::PastLimit { op: op.clone(), bound: *bound, limit: *limit })
             }
             SharedResult::Failed => run(),
@@ -1086,10 +1156,10 @@ struct SharedRun {
 /// What a shared run gave.
 #[derive(Debug)]
 enum SharedResult {
-    /// It ran to the end.
-    Done(sim_core::exec::Timeline),
+    /// It ran to the end, its bounds reaching the time given ([`sim_core::exec::LimitHandle::highest`]).
+    Done(sim_core::exec::Timeline, SimTime),
     /// It was given up at its limit ([`sim_core::exec::ExecError::PastLimit`]).
-    PastLimit { op: String, bound: SimTime, limit: SimTime },
+    PastLimit { op: String, bound: SimTime, limit: SimTime, highest: SimTime },
     /// It failed otherwise.
     Failed,
 }
@@ -1099,7 +1169,7 @@ enum SharedResult {
 fn simulate_once(
     scenario: &Scenario,
     count_link_bytes: bool,
-    limit: Option<SimDuration>,
+    limit: Option<&RunLimit>,
 ) -> Result<Outcome, SimulationError> {
     simulate_once_sharing(scenario, count_link_bytes, limit, None)
 }
@@ -1109,7 +1179,7 @@ fn simulate_once(
 fn simulate_once_sharing(
     scenario: &Scenario,
     count_link_bytes: bool,
-    limit: Option<SimDuration>,
+    limit: Option<&RunLimit>,
     shared: Option<&SharedRuns>,
 ) -> Result<Outcome, SimulationError> {
     let started = Instant::now();
@@ -1121,18 +1191,15 @@ fn simulate_once_sharing(
     let started = Instant::now();
     let exec_error =
         |source| SimulationError::Exec { scenario: scenario.source.clone(), source: Box::new(source) };
-    // The iteration time is the last iteration's end over the iterations, rounded down:
-    // above `limit` once that end is at `(limit + 1 ps) x iterations` or later.
+    // The limit watches the last iteration's ends (see [`last_end`]).
     let watched = limit.map(|limit| {
-        let iterations = u64::from(scenario.iterations.max(1));
-        let last = limit.as_ps().saturating_add(1).saturating_mul(iterations).saturating_sub(1);
         let ends =
             lowered.iteration_ends.iter().rev().find(|ends| !ends.is_empty()).map_or(&[][..], Vec::as_slice);
-        (ends, SimTime::from_ps(last))
+        (ends, &limit.handle)
     });
     let run = || match watched {
-        Some((ends, last)) => {
-            let limit = sim_core::exec::EndLimit::new(&lowered.graph, ends, last);
+        Some((ends, handle)) => {
+            let limit = sim_core::exec::EndLimit::with_handle(&lowered.graph, ends, handle.clone());
             scenario.network.run_within(&lowered.graph, &topology, limit)
         }
         None => scenario.network.run(&lowered.graph, &topology),

@@ -97,13 +97,68 @@ pub enum ExecError {
 /// every other op at least nothing, so the last end then comes after `limit` for certain:
 /// a run that is not given up ends no later than it would without the limit, event for
 /// event the same.
+///
+/// The limit lives in a [`LimitHandle`] that the caller may keep: it can tighten the limit
+/// while the run goes on (the run then gives up as soon as an op start shows its ends are
+/// past the tighter one), and it tells afterwards the furthest any op start showed the ends
+/// to be ([`LimitHandle::highest`]): the run would have been given up under any limit below
+/// that, and under none at or above it.
 #[derive(Debug, Clone)]
 pub struct EndLimit {
     /// Per op (by `OpId`): the least time from its start to the last watched end along its
     /// dependents and stream successors, in picoseconds; [`NO_TAIL`] where none leads there.
     tails: Vec<u64>,
-    /// The latest the watched ends may come.
-    limit: SimTime,
+    /// The latest the watched ends may come, and the furthest bound shown so far.
+    handle: LimitHandle,
+    /// This run's own copy of the furthest bound shown (the handle's is written when it rises).
+    highest: u64,
+}
+
+/// The limit of a run with an [`EndLimit`], shared with whoever keeps a clone: the latest
+/// its watched ends may come, which may only be tightened ([`LimitHandle::tighten`]), and the
+/// furthest bound on them that the run's op starts have shown so far. A run reads the limit
+/// at each op start, so a limit tightened by another thread takes effect at the next one.
+#[derive(Debug, Clone)]
+pub struct LimitHandle(std::sync::Arc<LimitState>);
+
+/// What a [`LimitHandle`] shares, in picoseconds.
+#[derive(Debug)]
+struct LimitState {
+    limit: std::sync::atomic::AtomicU64,
+    highest: std::sync::atomic::AtomicU64,
+}
+
+impl LimitHandle {
+    /// A limit of `limit` on the watched ends, no bound shown yet.
+    pub fn new(limit: SimTime) -> LimitHandle {
+        LimitHandle(std::sync::Arc::new(LimitState {
+            limit: std::sync::atomic::AtomicU64::new(limit.as_ps()),
+            highest: std::sync::atomic::AtomicU64::new(0),
+        }))
+    }
+
+    /// The limit now.
+    pub fn limit(&self) -> SimTime {
+        SimTime::from_ps(self.0.limit.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Lowers the limit to `limit` if that is below it (a limit is never raised).
+    pub fn tighten(&self, limit: SimTime) {
+        self.0.limit.fetch_min(limit.as_ps(), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The furthest bound on the watched ends that an op start has shown so far (zero before
+    /// any): a run given up showed one past its limit; a run that ended showed none past any
+    /// limit it had.
+    pub fn highest(&self) -> SimTime {
+        SimTime::from_ps(self.0.highest.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Raises [`LimitHandle::highest`] to `bound` if that is above it (a run whose result
+    /// another run of the same inputs gave records that run's).
+    pub fn record(&self, bound: SimTime) {
+        self.0.highest.fetch_max(bound.as_ps(), std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// [`EndLimit::tails`] of an op from which no chain leads to a watched end.
@@ -116,6 +171,16 @@ impl EndLimit {
     ///
     /// If an op of `ends` is not in the graph.
     pub fn new(graph: &ExecGraph, ends: &[OpId], limit: SimTime) -> EndLimit {
+        EndLimit::with_handle(graph, ends, LimitHandle::new(limit))
+    }
+
+    /// [`EndLimit::new`] with the limit of `handle`, which the caller may keep to tighten the
+    /// limit during the run and read how far the run's bounds reached.
+    ///
+    /// # Panics
+    ///
+    /// If an op of `ends` is not in the graph.
+    pub fn with_handle(graph: &ExecGraph, ends: &[OpId], handle: LimitHandle) -> EndLimit {
         let count = graph.op_count();
         // The least time an op takes: a kernel its duration (less a margin for the rounding
         // of a slowed kernel's remaining share, which only takes longer), any other op none.
@@ -168,18 +233,28 @@ impl EndLimit {
                 *own = if *own == NO_TAIL { tail } else { (*own).max(tail) };
             }
         }
-        EndLimit { tails, limit }
+        EndLimit { tails, handle, highest: 0 }
+    }
+
+    /// The handle of this limit: tightens it during the run, tells how far its bounds reached.
+    pub fn handle(&self) -> LimitHandle {
+        self.handle.clone()
     }
 
     /// Whether `op`, starting at `now`, shows the ends cannot come by the limit.
     #[inline]
-    fn check(&self, op: OpId, now: SimTime) -> Option<SimTime> {
+    fn check(&mut self, op: OpId, now: SimTime) -> Option<(SimTime, SimTime)> {
         let tail = self.tails.get(op.0 as usize).copied().unwrap_or(NO_TAIL);
         if tail == NO_TAIL {
             return None;
         }
         let bound = now.as_ps().saturating_add(tail);
-        (bound > self.limit.as_ps()).then(|| SimTime::from_ps(bound))
+        if bound > self.highest {
+            self.highest = bound;
+            self.handle.record(SimTime::from_ps(bound));
+        }
+        let limit = self.handle.limit();
+        (bound > limit.as_ps()).then(|| (SimTime::from_ps(bound), limit))
     }
 }
 
@@ -854,10 +929,10 @@ impl<E: Copy + std::fmt::Debug> Executor<E> {
         network: &mut N,
     ) -> Result<(), ExecError> {
         let now = self.queue.now();
-        if let Some(limit) = &self.limit
-            && let Some(bound) = limit.check(op, now)
+        if let Some(limit) = &mut self.limit
+            && let Some((bound, limit)) = limit.check(op, now)
         {
-            return Err(ExecError::PastLimit { op: graph.describe(op), bound, limit: limit.limit });
+            return Err(ExecError::PastLimit { op: graph.describe(op), bound, limit });
         }
         if self.watched.is_none() {
             let index = self.at(op);

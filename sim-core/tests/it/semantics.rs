@@ -3,7 +3,7 @@
 //! overlap; a collective begins when its last member arrives and ends for all together.
 
 use proptest::prelude::*;
-use sim_core::exec::{EndLimit, ExecError, Timeline, run, run_watching, run_within};
+use sim_core::exec::{EndLimit, ExecError, LimitHandle, Timeline, run, run_watching, run_within};
 use sim_core::flow::FlowNetwork;
 use sim_core::graph::{
     Collective, CollectiveAlgorithm, CollectiveKind, ExecGraph, GraphBuilder, OpId, OpKind, RankId, StreamId,
@@ -232,6 +232,55 @@ proptest! {
                         prop_assert!(bound <= last, "bound {} above the ends' {}", bound, last);
                     }
                     Err(other) => prop_assert!(false, "{}", other),
+                }
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    /// How far a run's bounds reached ([`LimitHandle::highest`]) tells exactly which limits
+    /// would have given it up: a run under a loose limit (or none) that ends is given up under
+    /// a limit from its start exactly when `highest` is past that limit, and a run tightened
+    /// while it goes on (plan's final stage runs ahead under looser limits) is given up or
+    /// ends just as the run under its final limit from the start. Under both models.
+    #[test]
+    fn how_far_a_runs_bounds_reached_tells_which_limits_give_it_up(
+        (ranks, steps) in (1u32..5).prop_flat_map(|ranks| (Just(ranks), prop::collection::vec(step(ranks), 1..60))),
+        picks in prop::collection::vec(any::<prop::sample::Index>(), 1..4),
+        fractions in prop::collection::vec(0.0f64..1.2, 1..5),
+    ) {
+        let graph = build(ranks, &steps);
+        prop_assume!(graph.op_count() > 0);
+        let topology = single_switch(ranks, "100 Gb/s", "1 us");
+        let ends: Vec<OpId> = picks.iter().map(|pick| OpId(pick.index(graph.op_count()) as u32)).collect();
+        for flow in [false, true] {
+            let limited = |limit: EndLimit| if flow {
+                run_within(&graph, &mut FlowNetwork::new(&topology), limit)
+            } else {
+                run_within(&graph, &mut AnalyticalNetwork::new(&topology), limit)
+            };
+            let loose = LimitHandle::new(SimTime::from_ps(u64::MAX));
+            let whole = limited(EndLimit::with_handle(&graph, &ends, loose.clone())).unwrap();
+            let last = ends.iter().map(|op| whole.end[op.0 as usize]).max().unwrap();
+            prop_assert!(loose.highest() <= last, "bounds reached {} past the ends' {}", loose.highest(), last);
+            for &fraction in &fractions {
+                let limit = SimTime::from_ps((last.as_ps() as f64 * fraction) as u64);
+                let from_start = limited(EndLimit::new(&graph, &ends, limit));
+                let gave_up = matches!(from_start, Err(ExecError::PastLimit { .. }));
+                prop_assert_eq!(gave_up, loose.highest() > limit, "limit {} highest {}", limit, loose.highest());
+                // Tightened from the loose limit to `limit` before the run starts, the handle
+                // gives the run `limit`'s ending; and its own highest classifies it the same.
+                let handle = LimitHandle::new(SimTime::from_ps(u64::MAX));
+                handle.tighten(limit);
+                handle.tighten(SimTime::from_ps(u64::MAX));
+                prop_assert_eq!(handle.limit(), limit);
+                let tightened = limited(EndLimit::with_handle(&graph, &ends, handle.clone()));
+                prop_assert_eq!(matches!(tightened, Err(ExecError::PastLimit { .. })), gave_up);
+                prop_assert_eq!(handle.highest() > limit, gave_up);
+                if let (Ok(a), Ok(b)) = (&tightened, &from_start) {
+                    prop_assert_eq!(a, b);
                 }
             }
         }
