@@ -282,14 +282,17 @@ impl Couplings {
         start: Start<'_>,
     ) -> Option<Result<(), NetworkError>> {
         let key = (*start.collective, *start.group.first()?);
-        let mut form = self.forms.remove(&key)?;
-        if form.group != start.group {
-            self.forms.insert(key, form);
-            return None;
-        }
-        let result = self.start_form(flows, context, start.token, start.delay, &mut form);
-        self.forms.insert(key, form);
-        Some(result)
+        // The forms are set aside while the form starts in place (`start_form` never reads
+        // them): one lookup, and the form is not moved out of the map and back.
+        let mut forms = std::mem::take(&mut self.forms);
+        let result = match forms.get_mut(&key) {
+            Some(form) if form.group == start.group => {
+                Some(self.start_form(flows, context, start.token, start.delay, form))
+            }
+            _ => None,
+        };
+        self.forms = forms;
+        result
     }
 
     /// Starts `start.collective` in the steady-state form of `edges` and `timing`, kept for
@@ -623,12 +626,14 @@ impl Couplings {
         let draws_jitter = timing.jitter.is_none() && flows.has_jitter();
         let kept = flows.routes_cached() && !draws_jitter;
         let mut routes = Vec::new();
-        let prepared = match form.prepared.take() {
-            Some(prepared) if kept => {
-                flows.count_edge_paths(form.edges.len());
-                prepared
-            }
-            _ => self.prepare(flows, &form.edges, &timing, &mut routes)?,
+        // A kept preparation is read in place; a fresh one is kept for the next start where
+        // paths do not change between starts, else dropped (with any kept before).
+        let prepared: &Prepared = if kept && let Some(prepared) = &form.prepared {
+            flows.count_edge_paths(form.edges.len());
+            prepared
+        } else {
+            let fresh = self.prepare(flows, &form.edges, &timing, &mut routes)?;
+            form.prepared.insert(fresh)
         };
         // Latency jitter: each step waits for its slowest message, so each adds the largest
         // of its edges' draws; it delays the whole collective (the flows enter that much
@@ -672,8 +677,8 @@ impl Couplings {
             generation,
         });
         let entry = delay.checked_add(prepared.slowest)?.checked_add(jitter)?;
-        if kept {
-            form.prepared = Some(prepared);
+        if !kept {
+            form.prepared = None;
         }
         Ok(context.wake_after(entry, FlowEvent::Couple { coupling: id })?)
     }
