@@ -32,7 +32,7 @@ use sim_core::units::SimDuration;
 use crate::file::node_groups::StagePlacement;
 use crate::simulation::{RunLimit, SharedRuns, Summary, simulate, simulate_within_limit};
 use crate::{Override, OverrideError, Scenario, ScenarioError, ValidationCache, apply, get_dotted};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Mutex, MutexGuard};
 use strategies::{
     CnnSplit, Comm, GroupKind, LayerTables, Offload, Parallelism, SpatialDims, Strategy, StrategyError, shard,
 };
@@ -1157,6 +1157,7 @@ pub fn plan_with_progress(
                 live: Vec::new(),
                 next_live: 0,
                 done: false,
+                active: 0,
                 finished_in_batch: 0,
                 batch_note: note(0, winner, 0, first),
                 batch_total: first,
@@ -1172,11 +1173,10 @@ pub fn plan_with_progress(
                     taken: 0,
                 },
             });
-            let wake = Condvar::new();
             // Registers a run about to start under the board's limit of its stage: `None` once
             // the search is over (its result would not be used).
             let register = |index: usize, stage: Stage, scenario: &Scenario| -> Option<(u64, RunLimit)> {
-                let mut board = board.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let mut board = lock(&board);
                 if board.done {
                     return None;
                 }
@@ -1188,7 +1188,7 @@ pub fn plan_with_progress(
                 Some((id, run_limit))
             };
             let unregister = |id: u64| {
-                let mut board = board.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let mut board = lock(&board);
                 board.live.retain(|live| live.id != id);
             };
             // One configuration's runs, under the limits the board has when each starts;
@@ -1220,7 +1220,7 @@ pub fn plan_with_progress(
                 // The threshold it ran under: an analytical score not below it cannot win.
                 let passed = match &screen {
                     Screened::Given(screen) | Screened::Ran(Ok(Some(screen)), _) => {
-                        let board = board.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                        let board = lock(&board);
                         (screen.0 < board.threshold).then_some(()).filter(|_| !board.done)
                     }
                     Screened::Ran(..) => None,
@@ -1304,48 +1304,22 @@ pub fn plan_with_progress(
                     }
                 }
             };
-            let worker = || {
-                loop {
-                    let (position, job) = {
-                        let mut board = board.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                        while !board.done && board.dispatched >= board.dispatch_end {
-                            board = wake.wait(board).unwrap_or_else(std::sync::PoisonError::into_inner);
-                        }
-                        if board.done {
-                            return;
-                        }
-                        let position = board.dispatched;
-                        board.dispatched += 1;
-                        let (_, index, bound) = order[position];
-                        (position, (index, bound, board.screens.remove(&index)))
-                    };
-                    let ran = run_job(job.0, job.1, job.2);
-                    let mut board = board.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                    let Some(ran) = ran else { continue };
-                    if board.done {
-                        continue;
-                    }
-                    board.results.insert(position, ran);
-                    if position < board.batch.1 {
-                        board.finished_in_batch += 1;
-                        let (done, total) =
-                            (board.batch.0 as u64 + board.finished_in_batch, board.batch_total);
-                        step("final", &final_unit, done, total.max(done), &board.batch_note);
-                    }
-                    while !board.done
-                        && (board.batch.0..board.batch.1).all(|p| board.results.contains_key(&p))
-                    {
-                        commit(&mut board);
-                    }
-                    drop(board);
-                    wake.notify_all();
-                }
+            let progress = |done: u64, total: u64, note: &str| step("final", &final_unit, done, total, note);
+            let threads = rayon::current_num_threads().max(1);
+            let workers = Workers {
+                board: &board,
+                order: &order,
+                threads,
+                run_job: &run_job,
+                commit: &commit,
+                progress: &progress,
             };
+            lock(&board).active = threads;
             rayon::scope(|scope| {
-                for _ in 1..rayon::current_num_threads() {
-                    scope.spawn(|_| worker());
+                for _ in 1..threads {
+                    scope.spawn(|scope| workers.work(scope));
                 }
-                worker();
+                workers.work(scope);
             });
             let board = board.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
             let fold = board.fold;
@@ -1594,6 +1568,67 @@ impl Fold {
     }
 }
 
+/// The final stage's threads: each takes the next position handed out, runs it, and folds in
+/// every batch it completes. None ever waits for another: one with nothing to take ends, and
+/// one that completes a batch starts threads for what that hands out. So rayon work nested in
+/// a simulation (Monte Carlo iterations) that picks up one of these tasks never waits on a
+/// run it is itself part of.
+struct Workers<'a> {
+    board: &'a Mutex<Board>,
+    order: &'a [(f64, usize, SimDuration)],
+    threads: usize,
+    run_job: &'a (dyn Fn(usize, SimDuration, Option<(f64, Summary)>) -> Option<Ran> + Sync),
+    commit: &'a (dyn Fn(&mut Board) + Sync),
+    progress: &'a (dyn Fn(u64, u64, &str) + Sync),
+}
+
+impl<'a> Workers<'a> {
+    /// Takes and runs positions until none is handed out (or the search is over).
+    fn work(&'a self, scope: &rayon::Scope<'a>) {
+        loop {
+            let (position, index, bound, screen) = {
+                let mut board = lock(self.board);
+                if board.done || board.dispatched >= board.dispatch_end {
+                    board.active -= 1;
+                    return;
+                }
+                let position = board.dispatched;
+                board.dispatched += 1;
+                let (_, index, bound) = self.order[position];
+                (position, index, bound, board.screens.remove(&index))
+            };
+            let ran = (self.run_job)(index, bound, screen);
+            let mut board = lock(self.board);
+            let Some(ran) = ran else { continue };
+            if board.done {
+                continue;
+            }
+            board.results.insert(position, ran);
+            if position < board.batch.1 {
+                board.finished_in_batch += 1;
+                let (done, total) = (board.batch.0 as u64 + board.finished_in_batch, board.batch_total);
+                (self.progress)(done, total.max(done), &board.batch_note);
+            }
+            while !board.done && (board.batch.0..board.batch.1).all(|p| board.results.contains_key(&p)) {
+                (self.commit)(&mut board);
+            }
+            // Threads for what the completed batches handed out.
+            let waiting = board.dispatch_end.saturating_sub(board.dispatched);
+            let extra = if board.done { 0 } else { self.threads.saturating_sub(board.active).min(waiting) };
+            board.active += extra;
+            drop(board);
+            for _ in 0..extra {
+                scope.spawn(move |scope| self.work(scope));
+            }
+        }
+    }
+}
+
+/// `board`, whether or not a thread panicked holding it (the panic ends the search anyway).
+fn lock(board: &Mutex<Board>) -> MutexGuard<'_, Board> {
+    board.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// The final stage's state shared by its threads (see `plan_with_progress`).
 struct Board {
     /// The batch being completed: positions in floor order.
@@ -1613,6 +1648,8 @@ struct Board {
     next_live: u64,
     /// The search is over.
     done: bool,
+    /// Threads taking positions.
+    active: usize,
     /// For the progress display: the batch's runs done, its total and note.
     finished_in_batch: u64,
     batch_total: u64,
