@@ -14,7 +14,7 @@ const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
 
 /// The multiply-rotate hasher (see the module documentation).
 #[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct FastHasher {
+pub struct FastHasher {
     hash: u64,
 }
 

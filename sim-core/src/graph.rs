@@ -27,7 +27,7 @@
 //! assert_eq!(graph.op_count(), 3);
 //! ```
 
-use crate::lookup::LookupMap;
+use crate::lookup::FastLookupMap;
 use std::fmt;
 
 use units::{Bytes, SimDuration};
@@ -444,7 +444,7 @@ pub struct GraphBuilder {
     groups: Vec<Vec<RankId>>,
     collectives: Vec<Collective>,
     labels: Vec<String>,
-    label_ids: LookupMap<String, LabelId>,
+    label_ids: FastLookupMap<String, LabelId>,
     /// The label [`GraphBuilder::label`] returned last (if `labels` has it): ops in a row
     /// mostly share one, which is then found without hashing the name.
     last_label: u32,
@@ -1161,10 +1161,25 @@ impl GraphBuilder {
         for op in &self.ops {
             has_ops[op.rank.0 as usize] = true;
         }
-        let mut seen = vec![false; self.ranks as usize];
-        // `in_group[rank] == index + 1` while collective `index` is checked: membership in
-        // constant time (a scan of the group per member op made this quadratic in ranks).
-        let mut in_group = vec![0usize; self.ranks as usize];
+        // Per group, its ranks sorted (membership by binary search) and how many have ops:
+        // once per group, not once per collective (a lowering issues thousands of collectives
+        // on a few groups of up to thousands of ranks, and folded, one member op each).
+        let sorted: Vec<Vec<RankId>> = self
+            .groups
+            .iter()
+            .map(|group| {
+                let mut sorted = group.clone();
+                sorted.sort_unstable();
+                sorted
+            })
+            .collect();
+        let live: Vec<usize> = self
+            .groups
+            .iter()
+            .map(|group| group.iter().filter(|rank| has_ops[rank.0 as usize]).count())
+            .collect();
+        // `seen[rank] == index + 1` once collective `index` has a member op on `rank`.
+        let mut seen = vec![0usize; self.ranks as usize];
         for (index, collective) in self.collectives.iter().enumerate() {
             let group = &self.groups[collective.group.0 as usize];
             let ops = &members[member_offsets[index] as usize..member_offsets[index + 1] as usize];
@@ -1174,26 +1189,31 @@ impl GraphBuilder {
                 group: collective.group.0,
                 reason,
             };
-            for rank in group {
-                seen[rank.0 as usize] = false;
-                in_group[rank.0 as usize] = index + 1;
-            }
             if ops.is_empty() {
                 return Err(error("has no member op at all".into()));
             }
             for &op in ops {
                 let rank = self.ops[op.0 as usize].rank;
-                let label = &self.labels[self.ops[op.0 as usize].label.0 as usize];
-                if in_group[rank.0 as usize] != index + 1 {
-                    return Err(error(format!("{op} ({label:?}) is on {rank}, which is not in the group")));
-                }
-                if std::mem::replace(&mut seen[rank.0 as usize], true) {
+                let label = || &self.labels[self.ops[op.0 as usize].label.0 as usize];
+                if sorted[collective.group.0 as usize].binary_search(&rank).is_err() {
                     return Err(error(format!(
-                        "{rank} has more than one op for it ({op} {label:?} is the second)"
+                        "{op} ({:?}) is on {rank}, which is not in the group",
+                        label()
+                    )));
+                }
+                if std::mem::replace(&mut seen[rank.0 as usize], index + 1) == index + 1 {
+                    return Err(error(format!(
+                        "{rank} has more than one op for it ({op} {:?} is the second)",
+                        label()
                     )));
                 }
             }
-            if let Some(rank) = group.iter().find(|rank| !seen[rank.0 as usize] && has_ops[rank.0 as usize]) {
+            // Each member op is on a distinct rank of the group that has ops: all of those
+            // have one when there are as many member ops.
+            if ops.len() != live[collective.group.0 as usize]
+                && let Some(rank) =
+                    group.iter().find(|rank| seen[rank.0 as usize] != index + 1 && has_ops[rank.0 as usize])
+            {
                 return Err(error(format!(
                     "{rank} is in the group but has no op for it, so the others would wait forever"
                 )));
@@ -1536,35 +1556,73 @@ impl ExecGraph {
     /// Kahn's algorithm over the rendezvous graph (edges: dependencies and stream order). Nodes
     /// left over are on or behind a cycle; walking back through unfinished predecessors from
     /// one of them must revisit a node, and the walk between the two visits is reported.
+    ///
+    /// Needs the members ([`ExecGraph::members`]), each collective with one at least (the
+    /// build checks it first).
     fn check_acyclic(&self) -> Result<(), GraphError> {
-        let node_count = self.ops.len() + self.collectives.len();
-        let mut indegree = vec![0u32; node_count];
-        for op in (0..self.ops.len() as u32).map(OpId) {
-            indegree[self.rendezvous_node(op)] +=
-                self.deps(op).len() as u32 + u32::from(self.has_previous_in_stream(op));
-        }
-        // A collective's member ops are represented by the collective's node, not their own.
-        let is_node =
-            |node: usize| node >= self.ops.len() || !matches!(self.ops[node].kind, OpKind::Collective(_));
-        let live_nodes = (0..node_count).filter(|&node| is_node(node)).count();
-        let mut ready: Vec<usize> =
-            (0..node_count).filter(|&node| is_node(node) && indegree[node] == 0).collect();
-        let mut finished = 0usize;
-        while let Some(node) = ready.pop() {
-            finished += 1;
-            for op in self.ops_of_node(node) {
-                for successor in self.dependents(op).iter().copied().chain(self.next_in_stream(op)) {
-                    let target = self.rendezvous_node(successor);
-                    indegree[target] -= 1;
-                    if indegree[target] == 0 {
-                        ready.push(target);
-                    }
+        let op_count = self.ops.len();
+        // The rendezvous node of each op, numbered by op: its own, or a collective member's
+        // first member's (as ops are numbered, so no id passes the op count). Looked up per
+        // edge below, where reading the op's kind each time cost more.
+        let mut node_of: Vec<u32> = (0..op_count as u32).collect();
+        for bounds in self.member_offsets.windows(2) {
+            let members = &self.members[bounds[0] as usize..bounds[1] as usize];
+            if let Some(first) = members.first() {
+                for member in members {
+                    node_of[member.0 as usize] = first.0;
                 }
             }
         }
-        if finished == live_nodes {
+        let mut indegree = vec![0u32; op_count];
+        for (op, &node) in node_of.iter().enumerate() {
+            indegree[node as usize] += self.dep_offsets[op + 1] - self.dep_offsets[op]
+                + u32::from(self.has_previous_in_stream(OpId(op as u32)));
+        }
+        let mut ready: Vec<u32> = (0..op_count as u32)
+            .filter(|&node| node_of[node as usize] == node && indegree[node as usize] == 0)
+            .collect();
+        // The ops finished (a node's at once: a collective's members together).
+        let mut finished = 0usize;
+        while let Some(node) = ready.pop() {
+            let single = [OpId(node)];
+            let ops = match self.ops[node as usize].kind {
+                OpKind::Collective(c) => self.members(c),
+                _ => &single[..],
+            };
+            finished += ops.len();
+            let mut release = |successor: OpId| {
+                let target = node_of[successor.0 as usize];
+                let waiting = &mut indegree[target as usize];
+                *waiting -= 1;
+                if *waiting == 0 {
+                    ready.push(target);
+                }
+            };
+            for &op in ops {
+                for &successor in self.dependents(op) {
+                    release(successor);
+                }
+                let next = self.next_in_stream[op.0 as usize];
+                if next != NO_OP {
+                    release(next);
+                }
+            }
+        }
+        // Every collective has a member, so every node finished if every op did.
+        if finished == op_count {
             return Ok(());
         }
+        // What is left waiting, by rendezvous node ([`ExecGraph::rendezvous_node`]): ops, then
+        // collectives; a member's own node waits for nothing (as Kahn's leaves it whatever
+        // the order it took the nodes in).
+        let node_count = op_count + self.collectives.len();
+        let indegree = {
+            let mut by_node = vec![0u32; node_count];
+            for (op, &node) in node_of.iter().enumerate() {
+                by_node[self.rendezvous_node(OpId(op as u32))] = indegree[node as usize];
+            }
+            by_node
+        };
         let unfinished_predecessor = |node: usize| {
             self.ops_of_node(node)
                 .flat_map(|op| self.deps(op).iter().copied().chain(self.previous_in_stream(op)))

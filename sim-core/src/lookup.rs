@@ -18,14 +18,15 @@ use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, BuildHasherDefault, Hash, RandomState};
 
-use crate::fast_hash::FastHasher;
+pub use crate::fast_hash::FastHasher;
 
 /// A `HashMap` without iteration: see the module documentation.
 #[derive(Debug, Clone)]
 pub struct LookupMap<K, V, S = RandomState>(HashMap<K, V, S>);
 
-/// A [`LookupMap`] with the crate's fast hasher ([`crate::fast_hash`]).
-pub(crate) type FastLookupMap<K, V> = LookupMap<K, V, BuildHasherDefault<FastHasher>>;
+/// A [`LookupMap`] with the crate's fast hasher ([`FastHasher`]): for keys a program makes
+/// itself (ranks, groups, op keys of a lowering), looked up too often for SipHash's price.
+pub type FastLookupMap<K, V> = LookupMap<K, V, BuildHasherDefault<FastHasher>>;
 
 impl<K, V, S: Default> Default for LookupMap<K, V, S> {
     fn default() -> Self {

@@ -9,7 +9,7 @@
 //! when launches are modelled; a collective instance is shared by the members of its group in
 //! the order they issue it.
 
-use sim_core::lookup::LookupMap;
+use sim_core::lookup::FastLookupMap;
 use std::collections::VecDeque;
 
 use sim_core::graph::{
@@ -58,14 +58,14 @@ pub(super) enum GroupClass {
 /// The graph under construction and the collective instances shared by group members.
 pub(super) struct Shared {
     pub(super) graph: GraphBuilder,
-    pub(super) groups: LookupMap<(GroupClass, u32), GroupId>,
-    pub(super) instances: LookupMap<GroupId, Vec<sim_core::graph::CollectiveId>>,
+    pub(super) groups: FastLookupMap<(GroupClass, u32), GroupId>,
+    pub(super) instances: FastLookupMap<GroupId, Vec<sim_core::graph::CollectiveId>>,
     /// Per rank: collectives issued so far on each group.
-    pub(super) issued: Vec<LookupMap<GroupId, u32>>,
-    pub(super) comm_labels: LookupMap<&'static str, LabelId>,
+    pub(super) issued: Vec<FastLookupMap<GroupId, u32>>,
+    pub(super) comm_labels: FastLookupMap<&'static str, LabelId>,
     /// Origins interned by name ([`RankEmitter::origin`]): a dozen at most, so a list.
     pub(super) origins: Vec<(&'static str, Origin)>,
-    pub(super) keys: LookupMap<Key, (u32, u32)>,
+    pub(super) keys: FastLookupMap<Key, (u32, u32)>,
 }
 
 /// One rank's buffered ops of one iteration.
