@@ -196,34 +196,39 @@ impl EndLimit {
                 _ => 0,
             }
         };
-        // Ops in an order where each comes after its dependencies and stream predecessor
-        // (Kahn's; a built graph has no cycle), then walked backwards.
-        let mut waiting: Vec<u32> = (0..count as u32)
-            .map(OpId)
-            .map(|op| graph.deps(op).len() as u32 + u32::from(graph.has_previous_in_stream(op)))
-            .collect();
-        let mut order: Vec<OpId> =
-            (0..count as u32).map(OpId).filter(|op| waiting[op.0 as usize] == 0).collect();
-        let mut next = 0;
-        while let Some(&op) = order.get(next) {
-            next += 1;
-            for &successor in graph.dependents(op).iter().chain(graph.next_in_stream(op).as_ref()) {
-                let waits = &mut waiting[successor.0 as usize];
-                *waits -= 1;
-                if *waits == 0 {
-                    order.push(successor);
+        // Ops walked backwards in an order where each comes after its dependencies and stream
+        // predecessor: by number when every successor is numbered after its op (builders add
+        // ops after what they wait for), else Kahn's order (a built graph has no cycle).
+        let successors = |op: OpId| graph.dependents(op).iter().copied().chain(graph.next_in_stream(op));
+        let numbered = (0..count as u32).map(OpId).all(|op| successors(op).all(|next| next.0 > op.0));
+        let order: Vec<OpId> = if numbered {
+            Vec::new()
+        } else {
+            let mut waiting: Vec<u32> = (0..count as u32)
+                .map(OpId)
+                .map(|op| graph.deps(op).len() as u32 + u32::from(graph.has_previous_in_stream(op)))
+                .collect();
+            let mut order: Vec<OpId> =
+                (0..count as u32).map(OpId).filter(|op| waiting[op.0 as usize] == 0).collect();
+            let mut next = 0;
+            while let Some(&op) = order.get(next) {
+                next += 1;
+                for successor in successors(op) {
+                    let waits = &mut waiting[successor.0 as usize];
+                    *waits -= 1;
+                    if *waits == 0 {
+                        order.push(successor);
+                    }
                 }
             }
-        }
+            order
+        };
         let mut tails = vec![NO_TAIL; count];
         for &end in ends {
             tails[end.0 as usize] = least(end);
         }
-        for &op in order.iter().rev() {
-            let after = graph
-                .dependents(op)
-                .iter()
-                .chain(graph.next_in_stream(op).as_ref())
+        let mut visit = |op: OpId| {
+            let after = successors(op)
                 .map(|successor| tails[successor.0 as usize])
                 .filter(|&tail| tail != NO_TAIL)
                 .max();
@@ -232,6 +237,11 @@ impl EndLimit {
                 let own = &mut tails[op.0 as usize];
                 *own = if *own == NO_TAIL { tail } else { (*own).max(tail) };
             }
+        };
+        if numbered {
+            (0..count as u32).rev().map(OpId).for_each(&mut visit);
+        } else {
+            order.iter().rev().copied().for_each(&mut visit);
         }
         EndLimit { tails, handle, highest: 0 }
     }

@@ -429,3 +429,33 @@ proptest! {
         }
     }
 }
+
+/// A limit on a graph whose dependencies name ops added later (ops not numbered in the order
+/// they run, so the limit orders them itself): the chain through the later-numbered op counts,
+/// and the run gives up exactly when its end is past the limit.
+#[test]
+fn a_limit_counts_the_chain_through_a_dependency_on_a_later_op() {
+    let mut builder = GraphBuilder::new(1);
+    let (rank, first, second) = (RankId(0), StreamId(0), StreamId(1));
+    // Op 0 waits for op 1, added after it; op 2 follows op 0 on its stream.
+    let waits = builder.compute(rank, first, SimDuration::from_us(10), "waits", &[OpId(1)]);
+    let before = builder.compute(rank, second, SimDuration::from_us(5), "before", &[]);
+    let last = builder.compute(rank, first, SimDuration::from_us(3), "last", &[]);
+    assert_eq!((waits, before, last), (OpId(0), OpId(1), OpId(2)));
+    let graph = builder.build().unwrap();
+    let topology = single_switch(1, "100 Gb/s", "1 us");
+    let whole = run(&graph, &mut AnalyticalNetwork::new(&topology)).unwrap();
+    assert_eq!(whole.end[2], SimTime::from_ps(18_000_000));
+    for (limit_us, gives_up) in [(17, true), (18, false)] {
+        let limit = EndLimit::new(&graph, &[last], SimTime::from_ps(limit_us * 1_000_000));
+        let handle = limit.handle();
+        let outcome = run_within(&graph, &mut AnalyticalNetwork::new(&topology), limit);
+        assert_eq!(matches!(outcome, Err(ExecError::PastLimit { .. })), gives_up, "limit {limit_us} us");
+        // Given up at time 0, at the start of the op the later-numbered dependency is on.
+        if let Err(ExecError::PastLimit { op, .. }) = &outcome {
+            assert!(op.contains("before"), "{op}");
+        }
+        // The bound the first op start showed is the whole chain: 5 + 10 + 3 us.
+        assert_eq!(handle.highest(), SimTime::from_ps(18_000_000));
+    }
+}
