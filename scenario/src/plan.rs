@@ -1145,13 +1145,13 @@ pub fn plan_with_progress(
             }
         };
         if let Some(batch) = batch {
-            let shared = SharedRuns::new();
             let board = Mutex::new(Board {
                 batch,
                 dispatched: 0,
                 dispatch_end: ahead(batch.1),
                 screens: std::mem::take(&mut screens),
                 results: BTreeMap::new(),
+                shared: BTreeMap::new(),
                 threshold: f64::INFINITY,
                 listed: f64::INFINITY,
                 live: Vec::new(),
@@ -1193,7 +1193,11 @@ pub fn plan_with_progress(
             };
             // One configuration's runs, under the limits the board has when each starts;
             // `None` if the search ended before they could.
-            let run_job = |index: usize, bound: SimDuration, screen: Option<(f64, Summary)>| -> Option<Ran> {
+            let run_job = |index: usize,
+                           bound: SimDuration,
+                           screen: Option<(f64, Summary)>,
+                           shared: &SharedRuns|
+             -> Option<Ran> {
                 let choice = &choices[index];
                 // A configuration the screen skipped gets its analytical run first: a tighter
                 // floor, and the result kept if its final simulation runs over budget.
@@ -1242,8 +1246,10 @@ pub fn plan_with_progress(
                             Err(error) => Some((Err(Final::Invalid(error)), None)),
                             Ok(scenario) => {
                                 let (id, run_limit) = register(index, Stage::Final, &scenario)?;
-                                let outcome = simulate_within_limit(&scenario, &run_limit, Some(&shared));
+                                let outcome = simulate_within_limit(&scenario, &run_limit, Some(shared));
                                 unregister(id);
+                                // Its summary alone is kept (not the graph and timeline).
+                                let outcome = outcome.map(|outcome| outcome.map(|outcome| outcome.summary));
                                 Some((outcome.map_err(Final::Simulation), Some(run_limit)))
                             }
                         }
@@ -1262,6 +1268,7 @@ pub fn plan_with_progress(
                     board.fold.add(settled, &choices, fidelity, &score);
                 }
                 board.fold.taken = end;
+                board.shared.remove(&start);
                 let fold = &board.fold;
                 let left_now = left(&order, end, fold.winner);
                 step(
@@ -1311,6 +1318,7 @@ pub fn plan_with_progress(
                 order: &order,
                 threads,
                 run_job: &run_job,
+                keep,
                 commit: &commit,
                 progress: &progress,
             };
@@ -1466,8 +1474,8 @@ struct Ran {
     last: Option<(FinalOutcome, Option<RunLimit>)>,
 }
 
-/// A final simulation's outcome (`None`: given up at its limit).
-type FinalOutcome = Result<Option<crate::simulation::Outcome>, Final>;
+/// A final simulation's summary (`None`: given up at its limit).
+type FinalOutcome = Result<Option<Summary>, Final>;
 
 /// A configuration's final-stage result as its batch would have had it: its index, its
 /// lower bound, its analytical score, and its final simulation's result (`None`: its
@@ -1501,9 +1509,7 @@ fn settle(ran: Ran, objective: Objective, choices: &[Choice], threshold: f64, li
         // Checked against a threshold no lower than `threshold`, its score passed that too.
         None => Err(Final::NotRun),
         Some((_, limit)) if gives_up(&limit, listed) => Err(Final::Stopped),
-        Some((outcome, _)) => {
-            outcome.and_then(|outcome| outcome.map(|outcome| outcome.summary).ok_or(Final::Stopped))
-        }
+        Some((outcome, _)) => outcome.and_then(|summary| summary.ok_or(Final::Stopped)),
     };
     (ran.index, ran.bound, Some(screen), Some(result))
 }
@@ -1577,7 +1583,9 @@ struct Workers<'a> {
     board: &'a Mutex<Board>,
     order: &'a [(f64, usize, SimDuration)],
     threads: usize,
-    run_job: &'a (dyn Fn(usize, SimDuration, Option<(f64, Summary)>) -> Option<Ran> + Sync),
+    run_job: &'a RunJob<'a>,
+    /// The first batch's size (then batches of `BATCH`).
+    keep: usize,
     commit: &'a (dyn Fn(&mut Board) + Sync),
     progress: &'a (dyn Fn(u64, u64, &str) + Sync),
 }
@@ -1586,7 +1594,7 @@ impl<'a> Workers<'a> {
     /// Takes and runs positions until none is handed out (or the search is over).
     fn work(&'a self, scope: &rayon::Scope<'a>) {
         loop {
-            let (position, index, bound, screen) = {
+            let (position, index, bound, screen, shared) = {
                 let mut board = lock(self.board);
                 if board.done || board.dispatched >= board.dispatch_end {
                     board.active -= 1;
@@ -1595,9 +1603,13 @@ impl<'a> Workers<'a> {
                 let position = board.dispatched;
                 board.dispatched += 1;
                 let (_, index, bound) = self.order[position];
-                (position, index, bound, board.screens.remove(&index))
+                let start =
+                    if position < self.keep { 0 } else { self.keep + (position - self.keep) / BATCH * BATCH };
+                let shared = std::sync::Arc::clone(board.shared.entry(start).or_default());
+                (position, index, bound, board.screens.remove(&index), shared)
             };
-            let ran = (self.run_job)(index, bound, screen);
+            let ran = (self.run_job)(index, bound, screen, &shared);
+            drop(shared);
             let mut board = lock(self.board);
             let Some(ran) = ran else { continue };
             if board.done {
@@ -1624,6 +1636,10 @@ impl<'a> Workers<'a> {
     }
 }
 
+/// Runs a configuration (its index, lower bound and screen result, with its batch's shared
+/// runs) under the board's limits; `None` once the search is over.
+type RunJob<'a> = dyn Fn(usize, SimDuration, Option<(f64, Summary)>, &SharedRuns) -> Option<Ran> + Sync + 'a;
+
 /// `board`, whether or not a thread panicked holding it (the panic ends the search anyway).
 fn lock(board: &Mutex<Board>) -> MutexGuard<'_, Board> {
     board.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -1640,6 +1656,9 @@ struct Board {
     screens: LookupMap<usize, (f64, Summary)>,
     /// Runs of positions not yet folded in, by position.
     results: BTreeMap<usize, Ran>,
+    /// Each batch's runs shared by twins (configurations whose runs have the same inputs run
+    /// once), by the batch's first position: dropped with the batch once it is folded in.
+    shared: BTreeMap<usize, std::sync::Arc<SharedRuns>>,
     /// The limits of the batch being completed (and looser than those of any later one).
     threshold: f64,
     listed: f64,
