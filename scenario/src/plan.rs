@@ -1180,8 +1180,8 @@ pub fn plan_with_progress(
                 if board.done {
                     return None;
                 }
-                let score = if stage == Stage::Screen { board.threshold } else { board.listed };
-                let run_limit = RunLimit::new(scenario, time_above(objective, &choices[index], score));
+                let run_limit =
+                    RunLimit::new(scenario, time_above(objective, &choices[index], board.limit(stage)));
                 let id = board.next_live;
                 board.next_live += 1;
                 board.live.push(Live { id, limit: run_limit.clone(), index, stage });
@@ -1191,6 +1191,12 @@ pub fn plan_with_progress(
                 let mut board = lock(&board);
                 board.live.retain(|live| live.id != id);
             };
+            // Each final simulation's work budget (`--final-time-limit`).
+            let budget: Vec<Override> = options
+                .final_work_budget
+                .map(|work| Override::new("simulation.work-budget", i64::try_from(work).unwrap_or(i64::MAX)))
+                .into_iter()
+                .collect();
             // One configuration's runs, under the limits the board has when each starts;
             // `None` if the search ended before they could.
             let run_job = |index: usize,
@@ -1225,37 +1231,25 @@ pub fn plan_with_progress(
                 let passed = match &screen {
                     Screened::Given(screen) | Screened::Ran(Ok(Some(screen)), _) => {
                         let board = lock(&board);
-                        (screen.0 < board.threshold).then_some(()).filter(|_| !board.done)
+                        !board.done && screen.0 < board.threshold
                     }
-                    Screened::Ran(..) => None,
+                    Screened::Ran(..) => false,
                 };
-                let last = match passed {
-                    None => None,
-                    Some(()) => {
-                        let budget: Vec<Override> = options
-                            .final_work_budget
-                            .map(|work| {
-                                Override::new(
-                                    "simulation.work-budget",
-                                    i64::try_from(work).unwrap_or(i64::MAX),
-                                )
-                            })
-                            .into_iter()
-                            .collect();
-                        match search.scenario(choice, &budget) {
-                            Err(error) => Some((Err(Final::Invalid(error)), None)),
-                            Ok(scenario) => {
-                                let (id, run_limit) = register(index, Stage::Final, &scenario)?;
-                                let outcome = simulate_within_limit(&scenario, &run_limit, Some(shared));
-                                unregister(id);
-                                // Its summary alone is kept (not the graph and timeline).
-                                let outcome = outcome.map(|outcome| outcome.map(|outcome| outcome.summary));
-                                Some((outcome.map_err(Final::Simulation), Some(run_limit)))
-                            }
-                        }
+                if !passed {
+                    return Some(Ran { index, bound, screen, last: None });
+                }
+                let last = match search.scenario(choice, &budget) {
+                    Err(error) => (Err(Final::Invalid(error)), None),
+                    Ok(scenario) => {
+                        let (id, run_limit) = register(index, Stage::Final, &scenario)?;
+                        let outcome = simulate_within_limit(&scenario, &run_limit, Some(shared));
+                        unregister(id);
+                        // Its summary alone is kept (not the graph and timeline).
+                        let outcome = outcome.map(|outcome| outcome.map(|outcome| outcome.summary));
+                        (outcome.map_err(Final::Simulation), Some(run_limit))
                     }
                 };
-                Some(Ran { index, bound, screen, last })
+                Some(Ran { index, bound, screen, last: Some(last) })
             };
             // Classifies the batch under its own limits, folds it in, and moves on to the next
             // batch (or ends the search), tightening the runs in progress to the new limits.
@@ -1299,13 +1293,8 @@ pub fn plan_with_progress(
                     }
                 }
                 for live in &board.live {
-                    let score = if board.done {
-                        0.0
-                    } else if live.stage == Stage::Screen {
-                        board.threshold
-                    } else {
-                        board.listed
-                    };
+                    // Over: every run in progress gives up at its next op start.
+                    let score = if board.done { 0.0 } else { board.limit(live.stage) };
                     if let Some(time) = time_above(objective, &choices[live.index], score) {
                         live.limit.tighten(time);
                     }
@@ -1318,7 +1307,6 @@ pub fn plan_with_progress(
                 order: &order,
                 threads,
                 run_job: &run_job,
-                keep,
                 commit: &commit,
                 progress: &progress,
             };
@@ -1584,8 +1572,6 @@ struct Workers<'a> {
     order: &'a [(f64, usize, SimDuration)],
     threads: usize,
     run_job: &'a RunJob<'a>,
-    /// The first batch's size (then batches of `BATCH`).
-    keep: usize,
     commit: &'a (dyn Fn(&mut Board) + Sync),
     progress: &'a (dyn Fn(u64, u64, &str) + Sync),
 }
@@ -1603,8 +1589,8 @@ impl<'a> Workers<'a> {
                 let position = board.dispatched;
                 board.dispatched += 1;
                 let (_, index, bound) = self.order[position];
-                let start =
-                    if position < self.keep { 0 } else { self.keep + (position - self.keep) / BATCH * BATCH };
+                // Handed out below `dispatch_end`: in the batch being completed or the next.
+                let start = if position < board.batch.1 { board.batch.0 } else { board.batch.1 };
                 let shared = std::sync::Arc::clone(board.shared.entry(start).or_default());
                 (position, index, bound, board.screens.remove(&index), shared)
             };
@@ -1639,6 +1625,17 @@ impl<'a> Workers<'a> {
 /// Runs a configuration (its index, lower bound and screen result, with its batch's shared
 /// runs) under the board's limits; `None` once the search is over.
 type RunJob<'a> = dyn Fn(usize, SimDuration, Option<(f64, Summary)>, &SharedRuns) -> Option<Ran> + Sync + 'a;
+
+impl Board {
+    /// The score limit of a run of `stage`: the winner for an analytical run, the `top`-th
+    /// best for a final simulation.
+    fn limit(&self, stage: Stage) -> f64 {
+        match stage {
+            Stage::Screen => self.threshold,
+            Stage::Final => self.listed,
+        }
+    }
+}
 
 /// `board`, whether or not a thread panicked holding it (the panic ends the search anyway).
 fn lock(board: &Mutex<Board>) -> MutexGuard<'_, Board> {
@@ -2529,12 +2526,19 @@ mod tests {
             let options = PlanOptions { final_work_budget: budget, final_max: None, ..options(3) };
             let on = |threads: usize| {
                 let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-                signature(&pool.install(|| plan(&flow, &options)).unwrap())
+                pool.install(|| plan(&flow, &options)).unwrap()
             };
-            let one = on(1);
-            assert!(one.contains("finals"), "{one}");
+            let report = on(1);
+            // Several batches after the first: the threads have a batch to run ahead.
+            assert!(
+                report.finals + report.final_pruned > report.keep as u64 + 2 * BATCH as u64,
+                "{} finals and {} pruned: too few batches to run ahead",
+                report.finals,
+                report.final_pruned
+            );
+            let one = signature(&report);
             for threads in [2, 3, 4] {
-                assert_eq!(on(threads), one, "{threads} threads, budget {budget:?}");
+                assert_eq!(signature(&on(threads)), one, "{threads} threads, budget {budget:?}");
             }
             if budget.is_some() {
                 assert!(!one.contains("over 0 "), "no final ran over the budget: {one}");

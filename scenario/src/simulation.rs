@@ -823,10 +823,8 @@ pub fn simulate_within_sharing(
     limit: Option<SimDuration>,
     shared: Option<&SharedRuns>,
 ) -> Result<Option<Outcome>, SimulationError> {
-    match limit {
-        Some(limit) => simulate_within_limit(scenario, &RunLimit::new(scenario, Some(limit)), shared),
-        None => simulate_within_limit_or_none(scenario, None, shared),
-    }
+    let limit = limit.map(|limit| RunLimit::new(scenario, Some(limit)));
+    simulate_within_limit_or_none(scenario, limit.as_ref(), shared)
 }
 
 /// [`simulate_within_sharing`] under `limit`, which the caller may tighten from another thread

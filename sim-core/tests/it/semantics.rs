@@ -242,9 +242,10 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
     /// How far a run's bounds reached ([`LimitHandle::highest`]) tells exactly which limits
     /// would have given it up: a run under a loose limit (or none) that ends is given up under
-    /// a limit from its start exactly when `highest` is past that limit, and a run tightened
-    /// while it goes on (plan's final stage runs ahead under looser limits) is given up or
-    /// ends just as the run under its final limit from the start. Under both models.
+    /// a limit from its start exactly when `highest` is past that limit; and a handle tightened
+    /// from a loose limit (here before the run starts; plan's final stage also tightens runs in
+    /// progress, which read the limit at each op start) gives the run the ending of its
+    /// tightest limit. Under both models.
     #[test]
     fn how_far_a_runs_bounds_reached_tells_which_limits_give_it_up(
         (ranks, steps) in (1u32..5).prop_flat_map(|ranks| (Just(ranks), prop::collection::vec(step(ranks), 1..60))),
