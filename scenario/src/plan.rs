@@ -2271,6 +2271,39 @@ mod tests {
         assert_eq!(searched, exhaustive, "exhaustive order: {:?}", &all[..3]);
     }
 
+    /// A limited run's bounds (its kernels, the floors of its movements and its links'
+    /// occupancy ahead, `sim_core::exec::EndLimit`) never pass its own iteration time: on
+    /// configurations of every kind plan searches (tensor, sequence, pipeline schedules,
+    /// ZeRO stages, recomputation, micro-batches) on four servers sharing one NIC each, under
+    /// the analytical network and under flow. A bound past it would give up a run that ends
+    /// in time, and plan would lose a configuration it should list.
+    #[test]
+    fn a_runs_bounds_never_pass_its_own_iteration_time() {
+        let network = "nics-per-node = 1\nlink-bandwidth = \"25 Gb/s\"";
+        let search = search_in("nodes = 4\ngpus-per-node = 4", network, "flow", "plan-bounds.toml", &[]);
+        let choices = enumerate(0, &search.bases[0], search.global_batch, &search.fixed);
+        let mut checked = 0;
+        let mut zero3 = 0;
+        for choice in choices.iter().step_by(11) {
+            let Ok(scenario) = search.scenario(choice, &[]) else { continue };
+            for fidelity in [Fidelity::Analytical, Fidelity::Flow] {
+                let fidelity = Override::new("simulation.fidelity", fidelity.name());
+                let Ok(scenario) = search.scenario(choice, &[fidelity]) else { continue };
+                let limit = RunLimit::new(&scenario, None);
+                let Ok(Some(outcome)) = simulate_within_limit(&scenario, &limit, None) else { continue };
+                let time = outcome.summary.iteration_time;
+                assert!(!limit.gives_up_under(time), "{}: bounds past its own time {time}", choice.label());
+                checked += 1;
+                zero3 += usize::from(choice.parallelism.zero == 3);
+            }
+            drop(scenario);
+            if checked >= 60 {
+                break;
+            }
+        }
+        assert!(checked >= 40 && zero3 > 0, "{checked} runs checked, {zero3} under ZeRO-3");
+    }
+
     #[test]
     fn the_memory_floor_refuses_only_what_the_whole_estimate_refuses() {
         // GPT 1.7B on 16 A100, every schedule, ZeRO stage and recomputation searched.

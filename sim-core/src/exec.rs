@@ -32,9 +32,9 @@
 use crate::lookup::LookupMap;
 use units::{SimDuration, SimTime, TimeOverflow};
 
-use crate::graph::{Collective, CollectiveId, ExecGraph, GroupId, Op, OpId, OpKind, RankId};
+use crate::graph::{Collective, CollectiveId, ExecGraph, GroupId, MemcpyDirection, Op, OpId, OpKind, RankId};
 use crate::nccl::protocol::Choice;
-use crate::network::{Completion, Event, NetContext, Network, NetworkError};
+use crate::network::{Completion, Event, Least, Movement, NetContext, Network, NetworkError};
 use crate::queue::EventQueue;
 
 /// A run could not complete.
@@ -91,12 +91,14 @@ pub enum ExecError {
 
 /// A limit on when a run's watched ends may come ([`run_within`]): the run gives up with
 /// [`ExecError::PastLimit`] as soon as an op starts at a time `t` from which some chain of
-/// ops (dependencies and stream order) leads to one of the ends and its compute ops alone
-/// take more than `limit - t`. Each op of such a chain starts after the one before it ends,
-/// a kernel takes at least its duration (one slowed beside communication takes longer) and
-/// every other op at least nothing, so the last end then comes after `limit` for certain:
-/// a run that is not given up ends no later than it would without the limit, event for
-/// event the same.
+/// ops (dependencies and stream order) leads to one of the ends and the least times of its
+/// ops alone take more than `limit - t`. Each op of such a chain starts after the one before
+/// it ends; a kernel takes at least its duration (one slowed beside communication takes
+/// longer), and a transfer, copy or collective at least what the network model guarantees
+/// it ([`Network::least`]: its exact time under `analytical`, which has no contention;
+/// under `flow`, its time alone on the network, which other traffic only stretches), so the
+/// last end then comes after `limit` for certain: a run that is not given up ends no later
+/// than it would without the limit, event for event the same.
 ///
 /// The limit lives in a [`LimitHandle`] that the caller may keep: it can tighten the limit
 /// while the run goes on (the run then gives up as soon as an op start shows its ends are
@@ -105,13 +107,65 @@ pub enum ExecError {
 /// that, and under none at or above it.
 #[derive(Debug, Clone)]
 pub struct EndLimit {
+    /// The watched ends.
+    ends: Vec<OpId>,
     /// Per op (by `OpId`): the least time from its start to the last watched end along its
     /// dependents and stream successors, in picoseconds; [`NO_TAIL`] where none leads there.
+    /// Computed when the run starts, with its network model (empty before).
     tails: Vec<u64>,
     /// The latest the watched ends may come, and the furthest bound shown so far.
     handle: LimitHandle,
     /// This run's own copy of the furthest bound shown (the handle's is written when it rises).
     highest: u64,
+    /// The links whose occupancy still ahead bounds the ends (see [`Occupancy`]).
+    occupancy: Occupancy,
+}
+
+/// The second bound of an [`EndLimit`]: a link cannot carry the movements still ahead of a
+/// run in less than the sum of their occupancies ([`crate::network::Least::occupancy`]). At
+/// each op start the ends are at least the occupancy still ahead on the busiest tracked link
+/// away; a movement's occupancy leaves the sum when it starts (a collective's: when its first
+/// member does, before its data can move). Only the links busiest over the whole run are
+/// tracked ([`TRACKED_LINKS`]); the others' sums are never larger at the start.
+#[derive(Debug, Clone, Default)]
+struct Occupancy {
+    /// Per op (by `OpId`): its entry in `charge_at` ([`NO_CHARGE`] if it has none); the
+    /// member ops of a collective share one.
+    charge_of: Vec<u32>,
+    /// Where each charge's (tracked link, picoseconds) pairs start in `items`, plus the end.
+    charge_at: Vec<u32>,
+    items: Vec<(u16, u64)>,
+    /// Whether each charge has left the sums.
+    charged: Vec<bool>,
+    /// Per tracked link, the occupancy still ahead, in picoseconds.
+    ahead: Vec<u64>,
+    /// The largest of `ahead`.
+    most: u64,
+}
+
+/// [`Occupancy::charge_of`] of an op that moves nothing over a tracked link.
+const NO_CHARGE: u32 = u32::MAX;
+
+/// How many links an [`EndLimit`] tracks the occupancy of: the busiest over the whole run.
+const TRACKED_LINKS: usize = 32;
+
+impl Occupancy {
+    /// The occupancy of `op`'s movement leaves the sums (once for a collective's members).
+    #[inline]
+    fn charge(&mut self, op: OpId) {
+        let Some(&charge) = self.charge_of.get(op.0 as usize) else { return };
+        if charge == NO_CHARGE || self.charged[charge as usize] {
+            return;
+        }
+        self.charged[charge as usize] = true;
+        let (from, to) =
+            (self.charge_at[charge as usize] as usize, self.charge_at[charge as usize + 1] as usize);
+        for &(link, ps) in &self.items[from..to] {
+            let ahead = &mut self.ahead[link as usize];
+            *ahead = ahead.saturating_sub(ps);
+        }
+        self.most = self.ahead.iter().copied().max().unwrap_or(0);
+    }
 }
 
 /// The limit of a run with an [`EndLimit`], shared with whoever keeps a clone: the latest
@@ -164,6 +218,80 @@ impl LimitHandle {
 /// [`EndLimit::tails`] of an op from which no chain leads to a watched end.
 const NO_TAIL: u64 = u64::MAX;
 
+/// The [`Occupancy`] of a run of `graph`: the movements of the ops that lead to a watched end
+/// (`tails`), each movement once (`movement_of` per op, into `movements`), summed per link;
+/// the [`TRACKED_LINKS`] busiest links tracked.
+fn occupancy(graph: &ExecGraph, tails: &[u64], movements: &[Least], movement_of: &[u32]) -> Occupancy {
+    use crate::fast_hash::FastMap;
+    // Each movement of an op before a watched end, once per collective (its members share
+    // it) and once per transfer or copy op.
+    let mut collective_counted = vec![false; graph.collectives().len()];
+    let mut counted: Vec<(u32, u32)> = Vec::new(); // (op, movement)
+    for (index, op) in graph.ops().iter().enumerate() {
+        let movement = movement_of[index];
+        if movement == u32::MAX
+            || tails[index] == NO_TAIL
+            || movements[movement as usize].occupancy.is_empty()
+        {
+            continue;
+        }
+        if let OpKind::Collective(collective) = op.kind {
+            let seen = &mut collective_counted[collective.0 as usize];
+            if *seen {
+                continue;
+            }
+            *seen = true;
+        }
+        counted.push((index as u32, movement));
+    }
+    if counted.is_empty() {
+        return Occupancy::default();
+    }
+    let mut totals: FastMap<topology::LinkId, u64> = FastMap::default();
+    for &(_, movement) in &counted {
+        for &(link, time) in &movements[movement as usize].occupancy {
+            *totals.entry(link).or_default() += time.as_ps();
+        }
+    }
+    let mut busiest: Vec<(topology::LinkId, u64)> = totals.into_iter().collect();
+    busiest.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.0.cmp(&b.0.0)));
+    busiest.truncate(TRACKED_LINKS);
+    let tracked: FastMap<topology::LinkId, u16> =
+        busiest.iter().enumerate().map(|(at, &(link, _))| (link, at as u16)).collect();
+    let mut result = Occupancy {
+        charge_of: vec![NO_CHARGE; graph.op_count()],
+        charge_at: vec![0],
+        items: Vec::new(),
+        charged: Vec::new(),
+        ahead: busiest.iter().map(|&(_, ps)| ps).collect(),
+        most: busiest.first().map_or(0, |&(_, ps)| ps),
+    };
+    for &(op, movement) in &counted {
+        let before = result.items.len();
+        result.items.extend(
+            movements[movement as usize]
+                .occupancy
+                .iter()
+                .filter_map(|&(link, time)| tracked.get(&link).map(|&at| (at, time.as_ps()))),
+        );
+        if result.items.len() == before {
+            continue;
+        }
+        let charge = result.charged.len() as u32;
+        result.charged.push(false);
+        result.charge_at.push(result.items.len() as u32);
+        match graph.op(OpId(op)).kind {
+            OpKind::Collective(collective) => {
+                for &member in graph.members(collective) {
+                    result.charge_of[member.0 as usize] = charge;
+                }
+            }
+            _ => result.charge_of[op as usize] = charge,
+        }
+    }
+    result
+}
+
 impl EndLimit {
     /// The limit `limit` on the last of `ends` (ops of `graph`) in a run of `graph`.
     ///
@@ -182,8 +310,59 @@ impl EndLimit {
     /// If an op of `ends` is not in the graph.
     pub fn with_handle(graph: &ExecGraph, ends: &[OpId], handle: LimitHandle) -> EndLimit {
         let count = graph.op_count();
+        assert!(ends.iter().all(|end| (end.0 as usize) < count), "a watched end is not in the graph");
+        EndLimit {
+            ends: ends.to_vec(),
+            tails: Vec::new(),
+            handle,
+            highest: 0,
+            occupancy: Occupancy::default(),
+        }
+    }
+
+    /// Each op's least time to the last watched end ([`EndLimit::tails`]), with the floors
+    /// `network` gives transfers, copies and collectives, and the occupancy of the links
+    /// busiest over the run ([`Occupancy`]).
+    fn prepare<N: Network>(&mut self, graph: &ExecGraph, network: &mut N) {
+        use crate::fast_hash::FastMap;
+        let count = graph.op_count();
+        // What each distinct movement needs at least, asked once: `movements[i]`, found per
+        // collective (by id) and per op of a transfer or copy.
+        let mut movements: Vec<Least> = Vec::new();
+        let mut distinct: FastMap<Collective, u32> = FastMap::default();
+        let collectives: Vec<u32> = graph
+            .collectives()
+            .iter()
+            .map(|collective| {
+                *distinct.entry(*collective).or_insert_with(|| {
+                    let group = graph.group(collective.group);
+                    movements.push(network.least(Movement::Collective { collective, group }));
+                    (movements.len() - 1) as u32
+                })
+            })
+            .collect();
+        let mut transfers: FastMap<(RankId, RankId, u64), u32> = FastMap::default();
+        let mut copies: FastMap<(RankId, bool, u64), u32> = FastMap::default();
+        let mut movement_of = vec![u32::MAX; count];
+        for (index, op) in graph.ops().iter().enumerate() {
+            let mut ask = |movement: Movement<'_>| {
+                movements.push(network.least(movement));
+                (movements.len() - 1) as u32
+            };
+            movement_of[index] = match op.kind {
+                OpKind::Compute { .. } => continue,
+                OpKind::Collective(collective) => collectives[collective.0 as usize],
+                OpKind::Transfer { dst, bytes } => *transfers
+                    .entry((op.rank, dst, bytes.0))
+                    .or_insert_with(|| ask(Movement::Transfer { src: op.rank, dst, bytes })),
+                OpKind::Memcpy { direction, bytes } => *copies
+                    .entry((op.rank, direction == MemcpyDirection::HostToDevice, bytes.0))
+                    .or_insert_with(|| ask(Movement::Memcpy { rank: op.rank, direction, bytes })),
+            };
+        }
         // The least time an op takes: a kernel its duration (less a margin for the rounding
-        // of a slowed kernel's remaining share, which only takes longer), any other op none.
+        // of a slowed kernel's remaining share, which only takes longer), anything else the
+        // network's floor.
         let least = |op: OpId| -> u64 {
             match graph.op(op).kind {
                 OpKind::Compute { duration }
@@ -193,7 +372,7 @@ impl EndLimit {
                     ps.saturating_sub(ps / 1_000_000_000 + 1)
                 }
                 OpKind::Compute { duration } => duration.as_ps(),
-                _ => 0,
+                _ => movements[movement_of[op.0 as usize] as usize].time.as_ps(),
             }
         };
         // Ops walked backwards in an order where each comes after its dependencies and stream
@@ -224,7 +403,7 @@ impl EndLimit {
             order
         };
         let mut tails = vec![NO_TAIL; count];
-        for &end in ends {
+        for &end in &self.ends {
             tails[end.0 as usize] = least(end);
         }
         let mut visit = |op: OpId| {
@@ -243,7 +422,8 @@ impl EndLimit {
         } else {
             order.iter().rev().copied().for_each(&mut visit);
         }
-        EndLimit { tails, handle, highest: 0 }
+        self.occupancy = occupancy(graph, &tails, &movements, &movement_of);
+        self.tails = tails;
     }
 
     /// The handle of this limit: tightens it during the run, tells how far its bounds reached.
@@ -255,10 +435,14 @@ impl EndLimit {
     #[inline]
     fn check(&mut self, op: OpId, now: SimTime) -> Option<(SimTime, SimTime)> {
         let tail = self.tails.get(op.0 as usize).copied().unwrap_or(NO_TAIL);
+        // The occupancy still ahead counts this op's movement, which has not moved yet; it
+        // leaves the sums at the start of any op of it, whether or not that one leads to an end.
+        let most = self.occupancy.most;
+        self.occupancy.charge(op);
         if tail == NO_TAIL {
             return None;
         }
-        let bound = now.as_ps().saturating_add(tail);
+        let bound = now.as_ps().saturating_add(tail.max(most));
         if bound > self.highest {
             self.highest = bound;
             self.handle.record(SimTime::from_ps(bound));
@@ -313,7 +497,10 @@ pub(crate) fn run_limited<N: Network>(
     limit: Option<EndLimit>,
 ) -> Result<Timeline, ExecError> {
     let mut executor = Executor::new(graph.ranks(), graph.streams_per_rank(), graph.has_slowdowns());
-    executor.limit = limit;
+    executor.limit = limit.map(|mut limit| {
+        limit.prepare(graph, network);
+        limit
+    });
     let executor = execute(graph, network, executor)?;
     Ok(Timeline {
         start: executor.start,

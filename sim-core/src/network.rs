@@ -172,6 +172,58 @@ pub trait Network {
         context: &mut NetContext<'_, Self::Event>,
         event: Self::Event,
     ) -> Result<(), NetworkError>;
+
+    /// What `movement` needs at least on this model, whatever else the network carries then:
+    /// what [`crate::exec::EndLimit`] counts for the op, so that a run certain to end past its
+    /// limit is given up sooner. Nothing, the default, is always right; a model that gives
+    /// more must never give a run less.
+    fn least(&mut self, movement: Movement<'_>) -> Least {
+        let _ = movement;
+        Least::default()
+    }
+}
+
+/// What a movement needs at least on a network model ([`Network::least`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Least {
+    /// A floor on its time from its start (a collective's: from the arrival of its last
+    /// member) to its end.
+    pub time: SimDuration,
+    /// Per link (each once), a floor on the time the link spends carrying it. Under a model
+    /// that never loads a link past its capacity the occupancies of the movements that cross
+    /// a link add up: the link cannot carry them all in less than their sum. Empty where the
+    /// model lets movements share no link's capacity (`analytical`).
+    pub occupancy: Vec<(LinkId, SimDuration)>,
+}
+
+/// A movement of data an op asks of a network model, as [`Network::least`] floors it.
+#[derive(Debug, Clone, Copy)]
+pub enum Movement<'a> {
+    /// `bytes` from `src` to `dst`.
+    Transfer {
+        /// The sender.
+        src: RankId,
+        /// The receiver.
+        dst: RankId,
+        /// Message size.
+        bytes: Bytes,
+    },
+    /// `collective` over `group`.
+    Collective {
+        /// The collective.
+        collective: &'a Collective,
+        /// Its ranks, in ring order.
+        group: &'a [RankId],
+    },
+    /// A host <-> device copy of `bytes` on `rank`.
+    Memcpy {
+        /// The GPU's rank.
+        rank: RankId,
+        /// Which way.
+        direction: MemcpyDirection,
+        /// How much.
+        bytes: Bytes,
+    },
 }
 
 /// Rank pairs' paths (route and latency), each computed once. Paths are kept in the order
@@ -503,6 +555,17 @@ impl<'t> AnalyticalNetwork<'t> {
         }
     }
 
+    /// A fresh model on the same topology with the same settings (launch cost, chunk,
+    /// protocols, generation, copy rate) and nothing computed yet.
+    pub(crate) fn same_settings(&self) -> AnalyticalNetwork<'t> {
+        AnalyticalNetwork::new(self.topology)
+            .with_collective_launch(self.collective_launch)
+            .with_chunk(self.chunk)
+            .with_protocols(self.protocols)
+            .with_generation(self.generation)
+            .with_device_copy(self.device_copy)
+    }
+
     /// The same model tuning for GPUs of `generation` (NCCL's tuning tables differ by it).
     pub fn with_generation(mut self, generation: GpuGeneration) -> Self {
         self.generation = generation;
@@ -829,18 +892,7 @@ impl Network for AnalyticalNetwork<'_> {
         collective: &Collective,
         group: &[RankId],
     ) -> Result<(), NetworkError> {
-        let time = match self.known_collectives.get(collective) {
-            Some(&(time, _)) => time,
-            None => {
-                // As `analytical_time`: the choice, then its time; the choice is kept for
-                // [`Network::chosen`].
-                let choice =
-                    choose_for(collective.kind, collective.algorithm, collective.bytes, group, self)?;
-                let time = time_of(collective.kind, choice, collective.bytes, group, self)?;
-                self.known_collectives.insert(*collective, (time, choice));
-                time
-            }
-        };
+        let time = self.collective_time(collective, group)?;
         // The time includes the collective's fixed cost (launch, or protocol base latency).
         Ok(context.complete_after(time, token)?)
     }
@@ -857,14 +909,7 @@ impl Network for AnalyticalNetwork<'_> {
         direction: MemcpyDirection,
         bytes: Bytes,
     ) -> Result<(), NetworkError> {
-        let to_device = direction == MemcpyDirection::HostToDevice;
-        let route = self.topology.host_memory_route(HostId(rank.0), to_device)?;
-        let mut time = SimDuration::ZERO;
-        for &link in route.iter() {
-            let link = self.topology.link(link);
-            let cost = PathCost { latency: link.latency, bandwidth: link.bandwidth };
-            time = time.checked_add(cost.time_for_share(bytes, 1)?)?;
-        }
+        let time = self.memcpy_time(rank, direction, bytes)?;
         Ok(context.complete_after(time, token)?)
     }
 
@@ -874,6 +919,56 @@ impl Network for AnalyticalNetwork<'_> {
         event: Self::Event,
     ) -> Result<(), NetworkError> {
         match event {}
+    }
+
+    /// Exact times: every movement takes the time it is started with, which depends on the
+    /// movement alone (no contention, so no occupancy either). A movement that cannot be timed
+    /// gets no floor (its start fails).
+    fn least(&mut self, movement: Movement<'_>) -> Least {
+        let time = match movement {
+            Movement::Transfer { src, dst, bytes } => self.time_step(&[(src, dst, 1)], bytes, 1),
+            Movement::Collective { collective, group } => self.collective_time(collective, group),
+            Movement::Memcpy { rank, direction, bytes } => self.memcpy_time(rank, direction, bytes),
+        };
+        Least { time: time.unwrap_or(SimDuration::ZERO), occupancy: Vec::new() }
+    }
+}
+
+impl AnalyticalNetwork<'_> {
+    /// The time of `collective` over `group`, its fixed cost included: the tuner's choice,
+    /// then that choice's time, each computed once per distinct collective (the choice is
+    /// kept for [`Network::chosen`]).
+    fn collective_time(
+        &mut self,
+        collective: &Collective,
+        group: &[RankId],
+    ) -> Result<SimDuration, NetworkError> {
+        if let Some(&(time, _)) = self.known_collectives.get(collective) {
+            return Ok(time);
+        }
+        // As `analytical_time`: the choice, then its time.
+        let choice = choose_for(collective.kind, collective.algorithm, collective.bytes, group, self)?;
+        let time = time_of(collective.kind, choice, collective.bytes, group, self)?;
+        self.known_collectives.insert(*collective, (time, choice));
+        Ok(time)
+    }
+
+    /// The time of a host <-> device copy of `bytes` on `rank`: each link of its route in turn.
+    fn memcpy_time(
+        &self,
+        rank: RankId,
+        direction: MemcpyDirection,
+        bytes: Bytes,
+    ) -> Result<SimDuration, NetworkError> {
+        let to_device = direction == MemcpyDirection::HostToDevice;
+        let route = self.topology.host_memory_route(HostId(rank.0), to_device)?;
+        let mut time = SimDuration::ZERO;
+        for &link in route.iter() {
+            let link = self.topology.link(link);
+            let cost = PathCost { latency: link.latency, bandwidth: link.bandwidth };
+            time = time.checked_add(cost.time_for_share(bytes, 1)?)?;
+        }
+        Ok(time)
     }
 }
 

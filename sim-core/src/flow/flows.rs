@@ -161,6 +161,11 @@ pub(super) struct Flows<'t> {
     pub(super) series: Option<SeriesRecorder>,
     /// The topology's latency jitter, if any: each flow draws its extra latency at its start.
     jitter: Option<Jitter>,
+    /// When asked for (the model that times movements alone for their floors): each flow's
+    /// and group flow's occupancy of every link it crosses, as it starts, in seconds: its
+    /// size times the weight it claims there over the link's capacity, the least time the
+    /// link spends carrying it, since the solver never loads a link past its capacity.
+    pub(super) occupancy: Option<Vec<(LinkId, f64)>>,
 }
 
 /// Extra latency per link crossing ([`topology::LatencyJitter`]): every flow, at its start,
@@ -215,6 +220,7 @@ impl<'t> Flows<'t> {
             immediate: topology.routes_depend_on_flow(),
             link_bytes: None,
             series: None,
+            occupancy: None,
             jitter: topology.latency_jitter().map(|jitter| {
                 let shape = match jitter.shape {
                     JitterShape::Lognormal => Distribution::LogNormal,
@@ -422,6 +428,9 @@ impl<'t> Flows<'t> {
     ) -> Result<(u32, SimDuration), NetworkError> {
         self.next_flow_id += 1;
         self.count_started(1, bytes, route.iter().map(|&link| (link, bytes, 1)))?;
+        if let Some(occupancy) = &mut self.occupancy {
+            occupancy.extend(route.iter().map(|&link| (link, bytes / self.solver.nominal(link))));
+        }
         let id = self.solver.add(now, route, bytes, owner);
         Ok((id, latency))
     }
@@ -628,6 +637,12 @@ impl<'t> Flows<'t> {
     ) -> Result<u32, NetworkError> {
         let links = spread.iter().map(|entry| (entry.link, entry.bytes, entry.edges));
         self.count_started(u64::from(edges), bytes, links)?;
+        if let Some(occupancy) = &mut self.occupancy {
+            let solver = &self.solver;
+            occupancy.extend(
+                spread.iter().map(|entry| (entry.link, size * entry.weight / solver.nominal(entry.link))),
+            );
+        }
         Ok(self.solver.add_group(now, group, spread, size, edges, Owner::Coupled))
     }
 

@@ -57,6 +57,11 @@ struct CollectiveRun {
 const NOT_ENTERED: u32 = u32::MAX;
 
 impl Runs {
+    /// Whether a collective is running message by message.
+    pub(super) fn running(&self) -> bool {
+        self.slots.len() > self.free.len()
+    }
+
     /// Starts `schedule` message by message, after `delay` (its launch and protocol latencies);
     /// completes `token` when every member has passed its last step (at once, after `delay`,
     /// if it has no step).

@@ -85,7 +85,8 @@ use crate::nccl::timing::in_network_time;
 use crate::nccl::tuner::GpuGeneration;
 use crate::nccl::wire::{pipeline_chunk, tree_step_floor, wire_bytes};
 use crate::network::AnalyticalNetwork;
-use crate::network::{Completion, NetContext, Network, NetworkError};
+use crate::network::{Completion, Event, Least, Movement, NetContext, Network, NetworkError};
+use crate::queue::EventQueue;
 use crate::schedule::Schedule;
 
 use coupled::{Couplings, has_coupled_form};
@@ -116,6 +117,74 @@ pub struct FlowNetwork<'t> {
     chosen: FastLookupMap<Collective, (Choice, SimDuration, Bytes)>,
     /// The topology's capacity windows, applied as time passes.
     windows: Windows,
+    /// A second model of the same settings on which movements run alone, for their floors
+    /// ([`Network::least`]); made when first asked.
+    alone: Option<Box<Alone<'t>>>,
+}
+
+/// A flow model on which movements run one at a time, each alone on the network, to time
+/// them for [`Network::least`] without touching the model the run uses.
+#[derive(Debug)]
+struct Alone<'t> {
+    network: FlowNetwork<'t>,
+    queue: EventQueue<Event<FlowEvent>>,
+    /// A movement failed part way: the model's state is not to be trusted any more.
+    broken: bool,
+}
+
+/// A movement run alone ([`Alone::time`]).
+#[derive(Debug)]
+struct Solo {
+    /// Its time, if it is a floor (`None`: it ran message by message).
+    time: Option<SimDuration>,
+    /// Each flow's occupancy of each link it crossed, in seconds (a link may repeat).
+    occupancy: Vec<(LinkId, f64)>,
+}
+
+impl Alone<'_> {
+    /// The time `movement` takes alone on the network, from its start to its completion
+    /// (`None` if it ran message by message: several flows of its own, whose max-min shares
+    /// other traffic can reorder), and each link occupancy of its flows as they started;
+    /// `None` if it failed.
+    fn time(&mut self, movement: Movement<'_>) -> Option<Solo> {
+        if self.broken {
+            return None;
+        }
+        let timed = self.run(movement);
+        let occupancy = self.network.flows.occupancy.as_mut().map(std::mem::take).unwrap_or_default();
+        if timed.is_err() {
+            self.broken = true;
+        }
+        timed.ok().map(|time| Solo { time, occupancy })
+    }
+
+    fn run(&mut self, movement: Movement<'_>) -> Result<Option<SimDuration>, NetworkError> {
+        let network = &mut self.network;
+        let begin = self.queue.now();
+        // Any token: the only completion in the queue is this movement's.
+        let token = Completion::Shadow;
+        let mut context = NetContext { queue: &mut self.queue };
+        match movement {
+            Movement::Transfer { src, dst, bytes } => {
+                network.start_transfer(&mut context, token, src, dst, bytes)?
+            }
+            Movement::Collective { collective, group } => {
+                network.start_collective(&mut context, token, collective, group)?
+            }
+            Movement::Memcpy { rank, direction, bytes } => {
+                network.start_memcpy(&mut context, token, rank, direction, bytes)?
+            }
+        }
+        let several = network.runs.running();
+        let mut end = None;
+        while let Some((time, event)) = self.queue.pop() {
+            match event {
+                Event::Done(_) => end = Some(time),
+                Event::Network(event) => network.handle(&mut NetContext { queue: &mut self.queue }, event)?,
+            }
+        }
+        Ok(end.filter(|_| !several).map(|end| end.saturating_since(begin)))
+    }
 }
 
 impl<'t> FlowNetwork<'t> {
@@ -130,6 +199,23 @@ impl<'t> FlowNetwork<'t> {
             estimator: AnalyticalNetwork::new(topology),
             chosen: FastLookupMap::new(),
             windows: Windows::new(topology),
+            alone: None,
+        }
+    }
+
+    /// A fresh model of the same settings on the same topology, at nominal capacity (no
+    /// window: windows only lower capacities), with nothing running or recorded.
+    fn same_settings(&self) -> FlowNetwork<'t> {
+        FlowNetwork {
+            flows: Flows::new(self.flows.topology),
+            runs: Runs::default(),
+            coupled: Couplings::new(self.flows.topology.link_count()),
+            collective_launch: self.collective_launch,
+            steady_state: self.steady_state,
+            estimator: self.estimator.same_settings(),
+            chosen: FastLookupMap::new(),
+            windows: Windows::default(),
+            alone: None,
         }
     }
 
@@ -441,5 +527,52 @@ impl Network for FlowNetwork<'_> {
                 self.runs.message_done(&mut self.flows, context, run, lane, to)
             }
         }
+    }
+
+    /// The movement's time alone on the network and its occupancy of each link it crosses,
+    /// each less a margin for rounding (1 ppm and 100 ns). Other traffic only stretches the
+    /// time: a transfer or copy is one flow, which never gets more than its route's slowest
+    /// link; a collective in its steady state is one group flow, whose rate per unit of weight
+    /// never passes the least capacity over weight of its links, and whose time grows with
+    /// its data's; NVLS and CollNet are closed forms. A flow's occupancy of a link is its size
+    /// times its weight there over the capacity: the solver never loads a link past it.
+    /// Windows only lower capacities, and the movement alone sees none. Nothing (zero) where
+    /// that reasoning fails: routes drawn per flow (ECMP, UGAL) or latency jitter (alone, a
+    /// movement may take a route or a draw the run does not); and no time floor for
+    /// collectives run message by message (several flows of their own, which other traffic
+    /// can reorder), only their occupancy.
+    fn least(&mut self, movement: Movement<'_>) -> Least {
+        if self.flows.has_jitter() || !self.flows.routes_cached() {
+            return Least::default();
+        }
+        if self.alone.is_none() {
+            let mut network = self.same_settings();
+            network.flows.occupancy = Some(Vec::new());
+            self.alone = Some(Box::new(Alone { network, queue: EventQueue::new(), broken: false }));
+        }
+        let Some(Solo { time, mut occupancy }) = self.alone.as_mut().and_then(|alone| alone.time(movement))
+        else {
+            return Least::default();
+        };
+        let less = |seconds: f64| {
+            let ps = if seconds.is_finite() && seconds > 0.0 { (seconds * 1e12) as u64 } else { 0 };
+            SimDuration::from_ps(ps.saturating_sub(ps / 1_000_000 + 100_000))
+        };
+        occupancy.sort_unstable_by_key(|entry| entry.0.0);
+        let mut merged: Vec<(LinkId, SimDuration)> = Vec::new();
+        let mut at = 0;
+        while at < occupancy.len() {
+            let link = occupancy[at].0;
+            let mut seconds = 0.0;
+            while at < occupancy.len() && occupancy[at].0 == link {
+                seconds += occupancy[at].1;
+                at += 1;
+            }
+            let least = less(seconds);
+            if least > SimDuration::ZERO {
+                merged.push((link, least));
+            }
+        }
+        Least { time: time.map_or(SimDuration::ZERO, |time| less(time.as_secs_f64())), occupancy: merged }
     }
 }

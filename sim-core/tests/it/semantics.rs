@@ -460,3 +460,225 @@ fn a_limit_counts_the_chain_through_a_dependency_on_a_later_op() {
         assert_eq!(handle.highest(), SimTime::from_ps(18_000_000));
     }
 }
+
+/// A movement of a graph for [`the_floors_of_movements_never_take_a_bound_past_the_ends`].
+#[derive(Debug, Clone)]
+enum Move {
+    Compute {
+        rank: u32,
+        stream: u16,
+        micros: u64,
+        deps: Vec<prop::sample::Index>,
+    },
+    Transfer {
+        rank: u32,
+        stream: u16,
+        to: u32,
+        kilobytes: u64,
+        deps: Vec<prop::sample::Index>,
+    },
+    Copy {
+        rank: u32,
+        stream: u16,
+        to_device: bool,
+        kilobytes: u64,
+        deps: Vec<prop::sample::Index>,
+    },
+    /// Every member of group `group` (0: all ranks, 1: each server's, 2: one GPU per server,
+    /// 3: the first half) in rank order, on `stream`.
+    Collective {
+        group: u8,
+        kind: u8,
+        algorithm: u8,
+        stream: u16,
+        kilobytes: u64,
+        deps: Vec<prop::sample::Index>,
+    },
+}
+
+fn movement(ranks: u32) -> impl Strategy<Value = Move> {
+    let deps = || prop::collection::vec(any::<prop::sample::Index>(), 0..3);
+    prop_oneof![
+        3 => (0..ranks, 0u16..3, 0u64..80, deps()).prop_map(|(rank, stream, micros, deps)| Move::Compute { rank, stream, micros, deps }),
+        2 => (0..ranks, 0u16..3, 1..ranks, 1u64..4000, deps()).prop_map(move |(rank, stream, offset, kilobytes, deps)| {
+            Move::Transfer { rank, stream, to: (rank + offset) % ranks, kilobytes, deps }
+        }),
+        1 => (0..ranks, 0u16..3, any::<bool>(), 1u64..4000, deps()).prop_map(|(rank, stream, to_device, kilobytes, deps)| {
+            Move::Copy { rank, stream, to_device, kilobytes, deps }
+        }),
+        2 => (0u8..4, 0u8..4, 0u8..4, 0u16..3, 1u64..8000, deps()).prop_map(|(group, kind, algorithm, stream, kilobytes, deps)| {
+            Move::Collective { group, kind, algorithm, stream, kilobytes, deps }
+        }),
+    ]
+}
+
+/// `nodes` servers of `gpus` GPUs on a fast switch each, one slower NIC per GPU into one
+/// switch, and host memory behind a PCIe link per GPU: movements of different groups share
+/// NICs, switch links and host links.
+fn servers(nodes: u32, gpus: u32) -> topology::Topology {
+    let nvswitch = topology::LinkSpec::new("2400 Gb/s".parse().unwrap(), "0.7 us".parse().unwrap());
+    let nic = topology::LinkSpec::new("200 Gb/s".parse().unwrap(), "1 us".parse().unwrap());
+    let pcie = topology::LinkSpec::new("25 GB/s".parse().unwrap(), "1 us".parse().unwrap());
+    topology::Topology::build(&topology::ClusterSpec {
+        nodes,
+        gpus_per_node: gpus,
+        intra_node: topology::IntraNode::NvSwitch(nvswitch),
+        network: topology::NetworkSpec::single_switch(nic),
+        host_memory: Some(pcie),
+    })
+    .unwrap()
+}
+
+fn build_moves(nodes: u32, gpus: u32, moves: &[Move]) -> ExecGraph {
+    use sim_core::graph::MemcpyDirection;
+    let ranks = nodes * gpus;
+    let mut graph = GraphBuilder::new(ranks);
+    let all = graph.add_group((0..ranks).map(RankId).collect());
+    let per_server: Vec<_> =
+        (0..nodes).map(|n| graph.add_group((0..gpus).map(|g| RankId(n * gpus + g)).collect())).collect();
+    let across = graph.add_group((0..nodes).map(|n| RankId(n * gpus)).collect());
+    let half = graph.add_group((0..(ranks / 2).max(2)).map(RankId).collect());
+    let pick = |graph: &GraphBuilder, deps: &[prop::sample::Index]| -> Vec<OpId> {
+        if graph.op_count() == 0 {
+            Vec::new()
+        } else {
+            deps.iter().map(|d| OpId(d.index(graph.op_count()) as u32)).collect()
+        }
+    };
+    for movement in moves {
+        match movement {
+            Move::Compute { rank, stream, micros, deps } => {
+                let deps = pick(&graph, deps);
+                graph.compute(
+                    RankId(*rank),
+                    StreamId(*stream),
+                    SimDuration::from_us(*micros),
+                    "compute",
+                    &deps,
+                );
+            }
+            Move::Transfer { rank, stream, to, kilobytes, deps } => {
+                let deps = pick(&graph, deps);
+                graph.transfer(
+                    RankId(*rank),
+                    StreamId(*stream),
+                    RankId(*to),
+                    Bytes(kilobytes * 1000),
+                    "send",
+                    &deps,
+                );
+            }
+            Move::Copy { rank, stream, to_device, kilobytes, deps } => {
+                let deps = pick(&graph, deps);
+                let direction =
+                    if *to_device { MemcpyDirection::HostToDevice } else { MemcpyDirection::DeviceToHost };
+                graph.memcpy(
+                    RankId(*rank),
+                    StreamId(*stream),
+                    direction,
+                    Bytes(kilobytes * 1000),
+                    "copy",
+                    &deps,
+                );
+            }
+            Move::Collective { group, kind, algorithm, stream, kilobytes, deps } => {
+                let deps = pick(&graph, deps);
+                let groups: Vec<_> = match group {
+                    0 => vec![all],
+                    1 => per_server.clone(),
+                    2 => vec![across],
+                    _ => vec![half],
+                };
+                let (kind, algorithm) = match (kind, algorithm) {
+                    (0, a) => (
+                        CollectiveKind::AllReduce,
+                        [
+                            CollectiveAlgorithm::Auto,
+                            CollectiveAlgorithm::Ring,
+                            CollectiveAlgorithm::Tree,
+                            CollectiveAlgorithm::DoubleBinaryTree,
+                        ][*a as usize],
+                    ),
+                    (1, a) => (
+                        CollectiveKind::AllGather,
+                        [CollectiveAlgorithm::Auto, CollectiveAlgorithm::Ring][*a as usize % 2],
+                    ),
+                    (2, a) => (
+                        CollectiveKind::ReduceScatter,
+                        [CollectiveAlgorithm::Auto, CollectiveAlgorithm::Ring][*a as usize % 2],
+                    ),
+                    (_, a) => (
+                        CollectiveKind::AllToAll,
+                        [
+                            CollectiveAlgorithm::Auto,
+                            CollectiveAlgorithm::Direct,
+                            CollectiveAlgorithm::Pairwise,
+                        ][*a as usize % 3],
+                    ),
+                };
+                for group in groups {
+                    let collective = graph.add_collective(Collective {
+                        kind,
+                        group,
+                        bytes: Bytes(kilobytes * 1000),
+                        algorithm,
+                    });
+                    for rank in graph.group(group).to_vec() {
+                        graph.collective(rank, StreamId(*stream), collective, kind.name(), &deps);
+                    }
+                }
+            }
+        }
+    }
+    graph.build().expect("graphs built this way are valid")
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    /// What a limit counts for transfers, copies and collectives (each one's floor, and the
+    /// occupancy of the links they cross) never takes a run's bounds past its own ends, and a
+    /// run limited at its own last end runs whole: on servers of several GPUs with a NIC each,
+    /// movements of different groups sharing NICs, switch and host links, collectives of
+    /// several kinds and algorithms, under the analytical model and under flow message by
+    /// message and in its steady state, with and without protocol costs.
+    #[test]
+    fn the_floors_of_movements_never_take_a_bound_past_the_ends(
+        (nodes, gpus, moves) in (2u32..4, 1u32..4).prop_flat_map(|(nodes, gpus)| {
+            (Just(nodes), Just(gpus), prop::collection::vec(movement(nodes * gpus), 1..40))
+        }),
+        picks in prop::collection::vec(any::<prop::sample::Index>(), 1..4),
+        protocols in any::<bool>(),
+    ) {
+        use sim_core::nccl::protocol::ProtocolChoice;
+        let graph = build_moves(nodes, gpus, &moves);
+        let topology = servers(nodes, gpus);
+        let ends: Vec<OpId> = picks.iter().map(|pick| OpId(pick.index(graph.op_count()) as u32)).collect();
+        let choice = if protocols { ProtocolChoice::Auto } else { ProtocolChoice::Off };
+        let launch = SimDuration::from_us(3);
+        for model in 0..3 {
+            let limited = |limit: Option<EndLimit>| {
+                let analytical = || AnalyticalNetwork::new(&topology).with_protocols(choice).with_collective_launch(launch);
+                let flow = || FlowNetwork::new(&topology).with_protocols(choice).with_collective_launch(launch);
+                match (model, limit) {
+                    (0, Some(limit)) => run_within(&graph, &mut analytical(), limit),
+                    (0, None) => run(&graph, &mut analytical()),
+                    (1, Some(limit)) => run_within(&graph, &mut flow(), limit),
+                    (1, None) => run(&graph, &mut flow()),
+                    (_, Some(limit)) => run_within(&graph, &mut flow().steady_state(), limit),
+                    (_, None) => run(&graph, &mut flow().steady_state()),
+                }
+            };
+            let Ok(whole) = limited(None) else {
+                // An algorithm this group cannot run: the limit has nothing to add.
+                continue;
+            };
+            let last = ends.iter().map(|op| whole.end[op.0 as usize]).max().unwrap();
+            let loose = LimitHandle::new(SimTime::from_ps(u64::MAX));
+            let unlimited = limited(Some(EndLimit::with_handle(&graph, &ends, loose.clone()))).unwrap();
+            prop_assert_eq!(&unlimited, &whole);
+            prop_assert!(loose.highest() <= last, "model {}: bounds reached {} past the ends' {}", model, loose.highest(), last);
+            let at_last = limited(Some(EndLimit::new(&graph, &ends, last))).ok();
+            prop_assert_eq!(at_last.as_ref(), Some(&whole), "model {}: given up at its own end", model);
+        }
+    }
+}
