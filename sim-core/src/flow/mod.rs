@@ -128,7 +128,8 @@ pub struct FlowNetwork<'t> {
 struct Alone<'t> {
     network: FlowNetwork<'t>,
     queue: EventQueue<Event<FlowEvent>>,
-    /// A movement failed part way: the model's state is not to be trusted any more.
+    /// A movement failed part way (or ran past the work budget): the model's state is not to
+    /// be trusted any more, and no later movement gets a floor.
     broken: bool,
 }
 
@@ -548,6 +549,10 @@ impl Network for FlowNetwork<'_> {
         if self.alone.is_none() {
             let mut network = self.same_settings();
             network.flows.occupancy = Some(Vec::new());
+            // The movements alone get the run's work budget, all of them together: past it
+            // the second model gives no more floors, so timing them never costs more work
+            // than the run itself may do.
+            network.flows.work_budget = self.flows.work_budget;
             self.alone = Some(Box::new(Alone { network, queue: EventQueue::new(), broken: false }));
         }
         let Some(Solo { time, mut occupancy }) = self.alone.as_mut().and_then(|alone| alone.time(movement))

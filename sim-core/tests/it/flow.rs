@@ -390,3 +390,39 @@ fn a_work_budget_bounds_flows_that_never_share_a_link() {
     let error = run(&graph, &mut short).unwrap_err().to_string();
     assert!(error.contains("work budget of 10"), "{error} (the free run did {work} work)");
 }
+
+#[test]
+fn a_movement_alone_is_its_floor_and_a_work_budget_bounds_the_timing_of_floors() {
+    use sim_core::graph::{Collective, GroupId};
+    use sim_core::network::{Movement, Network};
+    // 64 hosts on one switch: a 64 MiB ring allreduce alone takes its alpha-beta time under
+    // the steady state, and occupies each host's up-link for 2 (n - 1) / n of the buffer over
+    // its capacity.
+    let topology = single_switch(64, "100 Gb/s", "1 us");
+    let group: Vec<RankId> = (0..64).map(RankId).collect();
+    let collective = Collective {
+        kind: CollectiveKind::AllReduce,
+        group: GroupId(0),
+        bytes: Bytes(64 << 20),
+        algorithm: CollectiveAlgorithm::Ring,
+    };
+    let movement = Movement::Collective { collective: &collective, group: &group };
+    let mut network = FlowNetwork::new(&topology).steady_state();
+    let least = network.least(movement);
+    let graph = lone_collective(64, CollectiveKind::AllReduce, CollectiveAlgorithm::Ring, Bytes(64 << 20));
+    let whole = run(&graph, &mut FlowNetwork::new(&topology).steady_state()).unwrap().makespan();
+    assert!(
+        least.time <= whole && least.time.as_secs_f64() > 0.999 * whole.as_secs_f64(),
+        "{least:?} against {whole}"
+    );
+    let up = 2.0 * 63.0 / 64.0 * (64u64 << 20) as f64 / 12.5e9;
+    let most = least.occupancy.iter().map(|&(_, time)| time.as_secs_f64()).fold(0.0, f64::max);
+    assert!(most <= up && most > 0.999 * up, "busiest occupancy {most} s against {up} s");
+    // Under a work budget of a few flows the movement alone runs past it: no floor, then or
+    // after, and no unbounded work spent finding one.
+    let mut budgeted = FlowNetwork::new(&topology).steady_state().with_work_budget(Some(3));
+    assert_eq!(budgeted.least(movement), sim_core::network::Least::default());
+    let transfer = Movement::Transfer { src: RankId(0), dst: RankId(1), bytes: Bytes(1 << 20) };
+    assert_eq!(budgeted.least(transfer), sim_core::network::Least::default());
+    assert!(network.least(transfer).time > SimDuration::ZERO);
+}
