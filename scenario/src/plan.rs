@@ -1149,6 +1149,8 @@ pub fn plan_with_progress(
                 batch,
                 dispatched: 0,
                 dispatch_end: ahead(batch.1),
+                deferred: Vec::new(),
+                running: Vec::new(),
                 screens: std::mem::take(&mut screens),
                 results: BTreeMap::new(),
                 shared: BTreeMap::new(),
@@ -1582,12 +1584,10 @@ impl<'a> Workers<'a> {
         loop {
             let (position, index, bound, screen, shared) = {
                 let mut board = lock(self.board);
-                if board.done || board.dispatched >= board.dispatch_end {
+                let Some(position) = board.take(self.order) else {
                     board.active -= 1;
                     return;
-                }
-                let position = board.dispatched;
-                board.dispatched += 1;
+                };
                 let (_, index, bound) = self.order[position];
                 // Handed out below `dispatch_end`: in the batch being completed or the next.
                 let start = if position < board.batch.1 { board.batch.0 } else { board.batch.1 };
@@ -1597,6 +1597,7 @@ impl<'a> Workers<'a> {
             let ran = (self.run_job)(index, bound, screen, &shared);
             drop(shared);
             let mut board = lock(self.board);
+            board.running.retain(|&running| running != position);
             let Some(ran) = ran else { continue };
             if board.done {
                 continue;
@@ -1611,7 +1612,7 @@ impl<'a> Workers<'a> {
                 (self.commit)(&mut board);
             }
             // Threads for what the completed batches handed out.
-            let waiting = board.dispatch_end.saturating_sub(board.dispatched);
+            let waiting = board.dispatch_end.saturating_sub(board.dispatched) + board.deferred.len();
             let extra = if board.done { 0 } else { self.threads.saturating_sub(board.active).min(waiting) };
             board.active += extra;
             drop(board);
@@ -1627,6 +1628,47 @@ impl<'a> Workers<'a> {
 type RunJob<'a> = dyn Fn(usize, SimDuration, Option<(f64, Summary)>, &SharedRuns) -> Option<Ran> + Sync + 'a;
 
 impl Board {
+    /// The next position to run, `None` once the search is over or none is left to hand out.
+    /// Twins (configurations whose runs have the same inputs, hence the same floor) run the
+    /// engine once, and the second waits for the first ([`SharedRuns`]): a position whose
+    /// floor equals that of a run in progress is passed over while another is left, and taken
+    /// first once that run is done, when it finds the result ready. Only the order in which
+    /// the threads take positions changes, never a result: each batch is classified under its
+    /// own limits whatever the order ([`settle`]).
+    fn take(&mut self, order: &[(f64, usize, SimDuration)]) -> Option<usize> {
+        if self.done {
+            return None;
+        }
+        let running = &self.running;
+        let busy = |position: usize| running.iter().any(|&other| order[other].0 == order[position].0);
+        let position = if let Some(at) = self.deferred.iter().position(|&position| !busy(position)) {
+            self.deferred.remove(at)
+        } else {
+            let mut found = None;
+            while self.dispatched < self.dispatch_end {
+                let position = self.dispatched;
+                self.dispatched += 1;
+                // Passed over only for one of its own batch: taking the next batch's instead
+                // would hold up the batch's completion, and with it the tighter limits.
+                let end = if position < self.batch.1 { self.batch.1 } else { self.dispatch_end };
+                if busy(position) && position + 1 < end {
+                    self.deferred.push(position);
+                } else {
+                    found = Some(position);
+                    break;
+                }
+            }
+            match found {
+                Some(position) => position,
+                // Nothing else to take: a twin, which waits for its run.
+                None if !self.deferred.is_empty() => self.deferred.remove(0),
+                None => return None,
+            }
+        };
+        self.running.push(position);
+        Some(position)
+    }
+
     /// The score limit of a run of `stage`: the winner for an analytical run, the `top`-th
     /// best for a final simulation.
     fn limit(&self, stage: Stage) -> f64 {
@@ -1649,6 +1691,10 @@ struct Board {
     /// Positions handed out so far, and below which they may be (the batch and the next).
     dispatched: usize,
     dispatch_end: usize,
+    /// Positions passed over while a run of the same floor was in progress (see
+    /// [`Board::take`]), and the positions being run.
+    deferred: Vec<usize>,
+    running: Vec<usize>,
     /// The screen's results of those not handed out yet.
     screens: LookupMap<usize, (f64, Summary)>,
     /// Runs of positions not yet folded in, by position.
@@ -2555,11 +2601,20 @@ mod tests {
                 report.failed
             )
         };
-        for budget in [None, Some(20_000)] {
+        // The same cluster with ZeRO-1 and ZeRO-2 both searched: twins (one graph, run once)
+        // that the threads take apart where they can (`Board::take`).
+        let network = "nics-per-node = 1\nlink-bandwidth = \"25 Gb/s\"";
+        let fixed = [
+            "workload.recompute=selective",
+            "parallelism.sequence-parallel=true",
+            "parallelism.schedule=\"1f1b\"",
+        ];
+        let twins = search_in("nodes = 4\ngpus-per-node = 4", network, "flow", "plan-twins.toml", &fixed);
+        for (search, budget) in [(&flow, None), (&flow, Some(20_000)), (&twins, None)] {
             let options = PlanOptions { final_work_budget: budget, final_max: None, ..options(3) };
             let on = |threads: usize| {
                 let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-                pool.install(|| plan(&flow, &options)).unwrap()
+                pool.install(|| plan(search, &options)).unwrap()
             };
             let report = on(1);
             // Several batches after the first: the threads have a batch to run ahead.
