@@ -2331,7 +2331,6 @@ mod tests {
         let mut checked = 0;
         let mut zero3 = 0;
         for choice in choices.iter().step_by(11) {
-            let Ok(scenario) = search.scenario(choice, &[]) else { continue };
             for fidelity in [Fidelity::Analytical, Fidelity::Flow] {
                 let fidelity = Override::new("simulation.fidelity", fidelity.name());
                 let Ok(scenario) = search.scenario(choice, &[fidelity]) else { continue };
@@ -2342,7 +2341,6 @@ mod tests {
                 checked += 1;
                 zero3 += usize::from(choice.parallelism.zero == 3);
             }
-            drop(scenario);
             if checked >= 60 {
                 break;
             }

@@ -881,7 +881,7 @@ impl Network for AnalyticalNetwork<'_> {
         dst: RankId,
         bytes: Bytes,
     ) -> Result<(), NetworkError> {
-        let time = self.time_step(&[(src, dst, 1)], bytes, 1)?;
+        let time = self.transfer_time(src, dst, bytes)?;
         Ok(context.complete_after(time, token)?)
     }
 
@@ -926,7 +926,7 @@ impl Network for AnalyticalNetwork<'_> {
     /// gets no floor (its start fails).
     fn least(&mut self, movement: Movement<'_>) -> Least {
         let time = match movement {
-            Movement::Transfer { src, dst, bytes } => self.time_step(&[(src, dst, 1)], bytes, 1),
+            Movement::Transfer { src, dst, bytes } => self.transfer_time(src, dst, bytes),
             Movement::Collective { collective, group } => self.collective_time(collective, group),
             Movement::Memcpy { rank, direction, bytes } => self.memcpy_time(rank, direction, bytes),
         };
@@ -935,6 +935,11 @@ impl Network for AnalyticalNetwork<'_> {
 }
 
 impl AnalyticalNetwork<'_> {
+    /// The time of `bytes` from `src` to `dst`: a lone message on its path.
+    fn transfer_time(&mut self, src: RankId, dst: RankId, bytes: Bytes) -> Result<SimDuration, NetworkError> {
+        self.time_step(&[(src, dst, 1)], bytes, 1)
+    }
+
     /// The time of `collective` over `group`, its fixed cost included: the tuner's choice,
     /// then that choice's time, each computed once per distinct collective (the choice is
     /// kept for [`Network::chosen`]).

@@ -559,25 +559,18 @@ impl Network for FlowNetwork<'_> {
         else {
             return Least::default();
         };
-        let less = |seconds: f64| {
-            let ps = if seconds.is_finite() && seconds > 0.0 { (seconds * 1e12) as u64 } else { 0 };
-            SimDuration::from_ps(ps.saturating_sub(ps / 1_000_000 + 100_000))
-        };
+        // Less the margin, in picoseconds.
+        let less = |ps: u64| SimDuration::from_ps(ps.saturating_sub(ps / 1_000_000 + 100_000));
         occupancy.sort_unstable_by_key(|entry| entry.0.0);
-        let mut merged: Vec<(LinkId, SimDuration)> = Vec::new();
-        let mut at = 0;
-        while at < occupancy.len() {
-            let link = occupancy[at].0;
-            let mut seconds = 0.0;
-            while at < occupancy.len() && occupancy[at].0 == link {
-                seconds += occupancy[at].1;
-                at += 1;
-            }
-            let least = less(seconds);
-            if least > SimDuration::ZERO {
-                merged.push((link, least));
-            }
-        }
-        Least { time: time.map_or(SimDuration::ZERO, |time| less(time.as_secs_f64())), occupancy: merged }
+        let merged = occupancy
+            .chunk_by(|a, b| a.0 == b.0)
+            .map(|link| {
+                let seconds: f64 = link.iter().map(|entry| entry.1).sum();
+                let ps = if seconds.is_finite() && seconds > 0.0 { (seconds * 1e12) as u64 } else { 0 };
+                (link[0].0, less(ps))
+            })
+            .filter(|&(_, least)| least > SimDuration::ZERO)
+            .collect();
+        Least { time: time.map_or(SimDuration::ZERO, |time| less(time.as_ps())), occupancy: merged }
     }
 }

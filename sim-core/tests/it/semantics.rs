@@ -52,52 +52,54 @@ fn step(ranks: u32) -> impl Strategy<Value = Step> {
 fn build(ranks: u32, steps: &[Step]) -> ExecGraph {
     let mut graph = GraphBuilder::new(ranks);
     let everyone = graph.add_group((0..ranks).map(RankId).collect());
-    let pick = |graph: &GraphBuilder, deps: &[prop::sample::Index]| -> Vec<OpId> {
-        if graph.op_count() == 0 {
-            Vec::new()
-        } else {
-            deps.iter().map(|d| OpId(d.index(graph.op_count()) as u32)).collect()
-        }
-    };
     for step in steps {
-        match step {
-            Step::Compute { rank, stream, micros, deps } => {
-                let deps = pick(&graph, deps);
-                graph.compute(
-                    RankId(*rank),
-                    StreamId(*stream),
-                    SimDuration::from_us(*micros),
-                    "compute",
-                    &deps,
-                );
-            }
-            Step::Transfer { rank, stream, to, kilobytes, deps } if ranks > 1 => {
-                let deps = pick(&graph, deps);
-                graph.transfer(
-                    RankId(*rank),
-                    StreamId(*stream),
-                    RankId(*to),
-                    Bytes(kilobytes * 1000),
-                    "send",
-                    &deps,
-                );
-            }
-            Step::Transfer { .. } => {}
-            Step::AllReduce { stream, kilobytes, deps } => {
-                let deps = pick(&graph, deps);
-                let collective = graph.add_collective(Collective {
-                    kind: CollectiveKind::AllReduce,
-                    group: everyone,
-                    bytes: Bytes(kilobytes * 1000),
-                    algorithm: CollectiveAlgorithm::Ring,
-                });
-                for rank in 0..ranks {
-                    graph.collective(RankId(rank), StreamId(*stream), collective, "allreduce", &deps);
-                }
+        add_step(&mut graph, everyone, step);
+    }
+    graph.build().expect("graphs built this way are valid")
+}
+
+/// The ops `deps` picks among those `graph` has so far (none while it has none).
+fn pick_deps(graph: &GraphBuilder, deps: &[prop::sample::Index]) -> Vec<OpId> {
+    if graph.op_count() == 0 {
+        Vec::new()
+    } else {
+        deps.iter().map(|d| OpId(d.index(graph.op_count()) as u32)).collect()
+    }
+}
+
+/// Adds `step` to `graph`, whose group `everyone` holds all its ranks.
+fn add_step(graph: &mut GraphBuilder, everyone: sim_core::graph::GroupId, step: &Step) {
+    let ranks = graph.ranks();
+    match step {
+        Step::Compute { rank, stream, micros, deps } => {
+            let deps = pick_deps(graph, deps);
+            graph.compute(RankId(*rank), StreamId(*stream), SimDuration::from_us(*micros), "compute", &deps);
+        }
+        Step::Transfer { rank, stream, to, kilobytes, deps } if ranks > 1 => {
+            let deps = pick_deps(graph, deps);
+            graph.transfer(
+                RankId(*rank),
+                StreamId(*stream),
+                RankId(*to),
+                Bytes(kilobytes * 1000),
+                "send",
+                &deps,
+            );
+        }
+        Step::Transfer { .. } => {}
+        Step::AllReduce { stream, kilobytes, deps } => {
+            let deps = pick_deps(graph, deps);
+            let collective = graph.add_collective(Collective {
+                kind: CollectiveKind::AllReduce,
+                group: everyone,
+                bytes: Bytes(kilobytes * 1000),
+                algorithm: CollectiveAlgorithm::Ring,
+            });
+            for rank in 0..ranks {
+                graph.collective(RankId(rank), StreamId(*stream), collective, "allreduce", &deps);
             }
         }
     }
-    graph.build().expect("graphs built this way are valid")
 }
 
 fn check(graph: &ExecGraph, timeline: &Timeline) -> Result<(), TestCaseError> {
@@ -464,19 +466,8 @@ fn a_limit_counts_the_chain_through_a_dependency_on_a_later_op() {
 /// A movement of a graph for [`the_floors_of_movements_never_take_a_bound_past_the_ends`].
 #[derive(Debug, Clone)]
 enum Move {
-    Compute {
-        rank: u32,
-        stream: u16,
-        micros: u64,
-        deps: Vec<prop::sample::Index>,
-    },
-    Transfer {
-        rank: u32,
-        stream: u16,
-        to: u32,
-        kilobytes: u64,
-        deps: Vec<prop::sample::Index>,
-    },
+    /// A kernel, a transfer, or an allreduce over every rank ([`Step`]).
+    Plain(Step),
     Copy {
         rank: u32,
         stream: u16,
@@ -499,10 +490,7 @@ enum Move {
 fn movement(ranks: u32) -> impl Strategy<Value = Move> {
     let deps = || prop::collection::vec(any::<prop::sample::Index>(), 0..3);
     prop_oneof![
-        3 => (0..ranks, 0u16..3, 0u64..80, deps()).prop_map(|(rank, stream, micros, deps)| Move::Compute { rank, stream, micros, deps }),
-        2 => (0..ranks, 0u16..3, 1..ranks, 1u64..4000, deps()).prop_map(move |(rank, stream, offset, kilobytes, deps)| {
-            Move::Transfer { rank, stream, to: (rank + offset) % ranks, kilobytes, deps }
-        }),
+        6 => step(ranks).prop_map(Move::Plain),
         1 => (0..ranks, 0u16..3, any::<bool>(), 1u64..4000, deps()).prop_map(|(rank, stream, to_device, kilobytes, deps)| {
             Move::Copy { rank, stream, to_device, kilobytes, deps }
         }),
@@ -538,38 +526,11 @@ fn build_moves(nodes: u32, gpus: u32, moves: &[Move]) -> ExecGraph {
         (0..nodes).map(|n| graph.add_group((0..gpus).map(|g| RankId(n * gpus + g)).collect())).collect();
     let across = graph.add_group((0..nodes).map(|n| RankId(n * gpus)).collect());
     let half = graph.add_group((0..(ranks / 2).max(2)).map(RankId).collect());
-    let pick = |graph: &GraphBuilder, deps: &[prop::sample::Index]| -> Vec<OpId> {
-        if graph.op_count() == 0 {
-            Vec::new()
-        } else {
-            deps.iter().map(|d| OpId(d.index(graph.op_count()) as u32)).collect()
-        }
-    };
     for movement in moves {
         match movement {
-            Move::Compute { rank, stream, micros, deps } => {
-                let deps = pick(&graph, deps);
-                graph.compute(
-                    RankId(*rank),
-                    StreamId(*stream),
-                    SimDuration::from_us(*micros),
-                    "compute",
-                    &deps,
-                );
-            }
-            Move::Transfer { rank, stream, to, kilobytes, deps } => {
-                let deps = pick(&graph, deps);
-                graph.transfer(
-                    RankId(*rank),
-                    StreamId(*stream),
-                    RankId(*to),
-                    Bytes(kilobytes * 1000),
-                    "send",
-                    &deps,
-                );
-            }
+            Move::Plain(step) => add_step(&mut graph, all, step),
             Move::Copy { rank, stream, to_device, kilobytes, deps } => {
-                let deps = pick(&graph, deps);
+                let deps = pick_deps(&graph, deps);
                 let direction =
                     if *to_device { MemcpyDirection::HostToDevice } else { MemcpyDirection::DeviceToHost };
                 graph.memcpy(
@@ -582,7 +543,7 @@ fn build_moves(nodes: u32, gpus: u32, moves: &[Move]) -> ExecGraph {
                 );
             }
             Move::Collective { group, kind, algorithm, stream, kilobytes, deps } => {
-                let deps = pick(&graph, deps);
+                let deps = pick_deps(&graph, deps);
                 let groups: Vec<_> = match group {
                     0 => vec![all],
                     1 => per_server.clone(),
